@@ -1,0 +1,202 @@
+/*
+ * store.h - the local in-memory key-value store of a shard server.
+ *
+ * Keys are byte strings of 1..max_key bytes, values 0..max_value bytes, with
+ * the semantics of SPEC §3. The store is split into partitions; a key's
+ * partition is a hash of the key without its last byte, so keys that differ
+ * only in their last byte share a partition (and a leaf node of its index).
+ * Each partition is an ordered index (an adaptive radix tree) over items kept
+ * in the partition's own slab arena.
+ *
+ * Two concurrency modes, chosen at creation:
+ *
+ *  - KV_STORE_STRIPED: any thread may call any operation. Every partition has
+ *    its own mutex. Multi-key operations lock the partitions they touch in
+ *    ascending partition order, which makes mget/mput atomic with respect to
+ *    each other without a global lock.
+ *  - KV_STORE_PERCORE: the store starts one owner thread per partition. A
+ *    partition is touched only by its owner, without locks. Operations called
+ *    from other threads are handed to the owners and waited for; multi-key
+ *    operations park every owner they touch (in ascending order) for the
+ *    duration, which gives the same atomicity. Code running on an owner thread
+ *    (see kv_store_run_on) may call the single-key and range operations for
+ *    keys of its own partition directly; anything else it calls returns
+ *    KV_EPERM.
+ *
+ * Thread model and lock order: doc/threads.md.
+ *
+ * Returned values are copied into caller-owned kv_buf buffers, so no pointer
+ * into the store ever escapes a lock.
+ */
+#ifndef KV_SHARDSERVER_STORE_H
+#define KV_SHARDSERVER_STORE_H
+
+#include "common/key.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kv_store kv_store;
+
+typedef enum {
+	KV_STORE_STRIPED = 0, /* partitions with their own locks */
+	KV_STORE_PERCORE = 1, /* one owner thread per partition, no locks */
+} kv_store_mode;
+
+typedef struct {
+	kv_store_mode mode;  /* concurrency mode */
+	unsigned partitions; /* 0: striped 64, percore 2; rounded up to a power of two, max 4096 */
+	size_t max_key;      /* 0: KV_DEFAULT_MAX_KEY; at most KV_HARD_MAX_KEY */
+	size_t max_value;    /* 0: KV_DEFAULT_MAX_VALUE; at most KV_HARD_MAX_VALUE */
+	size_t mem_limit;    /* 0: none; else allocations past this many bytes fail with KV_ENOMEM */
+	bool pin_threads;    /* percore: pin owner thread i to CPU i % ncpu */
+} kv_store_opts;
+
+/* Fills `o` with the defaults (striped, default partitions and limits). */
+void kv_store_opts_init(kv_store_opts *o);
+
+/*
+ * Creates a store. `opts` may be NULL for the defaults. In percore mode the
+ * owner threads are running when this returns. The caller destroys the result
+ * with kv_store_destroy(). Returns 0, KV_EINVAL (bad option) or KV_ENOMEM.
+ */
+int kv_store_create(const kv_store_opts *opts, kv_store **out);
+
+/* Stops the owner threads (percore) and frees everything. Accepts NULL. No
+ * other call may be in progress. */
+void kv_store_destroy(kv_store *s);
+
+/* Returns the number of partitions. */
+unsigned kv_store_partitions(const kv_store *s);
+
+/* Returns the partition that holds `key`. */
+unsigned kv_store_partition_of(const kv_store *s, const void *key, size_t klen);
+
+/* Returns the configured mode. */
+kv_store_mode kv_store_get_mode(const kv_store *s);
+
+/*
+ * Single-key operations. Keys must be 1..max_key bytes and values at most
+ * max_value bytes, else KV_EINVAL (NULL or empty key) or KV_ETOOBIG.
+ */
+
+/* Copies the value of `key` into `val` (replacing its contents). Returns 0 or
+ * KV_ENOTFOUND (nothing is allocated or changed then). */
+int kv_store_get(kv_store *s, const void *key, size_t klen, kv_buf *val);
+
+/* Inserts or overwrites. Copies key and value. Returns 0 or KV_ENOMEM (the
+ * old value, if any, is kept then). */
+int kv_store_put(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen);
+
+/* Removes `key` and copies the removed value into `old` (may be NULL).
+ * Returns 0 or KV_ENOTFOUND. */
+int kv_store_del(kv_store *s, const void *key, size_t klen, kv_buf *old);
+
+/* Appends `val` to the value of `key`, creating it with `val` when absent.
+ * Copies the new length into `*newlen` (may be NULL). Returns 0, KV_ETOOBIG
+ * when the result would exceed max_value (nothing changes), or KV_ENOMEM. */
+int kv_store_append(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen,
+		    size_t *newlen);
+
+/*
+ * Multi-key operations, atomic with respect to each other.
+ */
+
+/* Reads n keys. On 0, vals[i] holds the value of keys[i]. When any key is
+ * missing returns KV_ENOTFOUND, sets missing[i] (when `missing` is not NULL)
+ * for each absent key, and the contents of vals are unspecified. */
+int kv_store_mget(kv_store *s, size_t n, const kv_bytes *keys, kv_buf *vals, bool *missing);
+
+/* Writes nk pairs, all or nothing. Returns KV_EINVAL without writing anything
+ * when nk != nv or any key or value is invalid, KV_ENOMEM (nothing written). */
+int kv_store_mput(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const kv_bytes *vals);
+
+/*
+ * Ordered reads.
+ */
+
+/* Called once per entry in key order; return non-zero to stop early. The
+ * pointers are valid only during the call. `val` is NULL when values were not
+ * asked for. */
+typedef int (*kv_store_visit_cb)(void *arg, const uint8_t *key, size_t klen, const uint8_t *val,
+				  size_t vlen);
+
+/*
+ * Visits up to `limit` (0: no limit) entries of [start, end) in key order,
+ * values included when `with_values`. An empty end means no upper bound. To
+ * resume after a last seen key K, call again with start = K followed by one
+ * 0x00 byte (kv_scan_resume_key). Sets `*more` (may be NULL) when entries
+ * beyond the limit exist. The work is proportional to the entries visited
+ * plus the number of partitions; partition locks are held only while a
+ * bounded chunk is copied out, so writers are never blocked for a whole scan.
+ * Returns 0, KV_EINVAL or KV_ENOMEM.
+ */
+int kv_store_scan(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+		  size_t limit, bool with_values, kv_store_visit_cb cb, void *arg, bool *more);
+
+/*
+ * Range maintenance for migration and rebalancing. A cursor walks one range
+ * partition by partition, in key order within a partition; every step does
+ * bounded work and holds one partition lock for at most `max` entries, so
+ * writes continue between steps. Entries written behind the cursor after it
+ * passed are not revisited: migration catches those separately.
+ */
+typedef struct {
+	unsigned part;  /* partition being walked */
+	bool started;   /* whether `last` holds a key */
+	bool done;      /* the whole range has been walked */
+	kv_buf last;    /* last key visited in `part` */
+} kv_store_cursor;
+
+/* Zeroes a cursor; free it with kv_store_cursor_fini. */
+void kv_store_cursor_init(kv_store_cursor *c);
+void kv_store_cursor_fini(kv_store_cursor *c);
+
+/* Visits at most `max` entries of [start, end) from the cursor on (with
+ * values), advancing it; sets c->done at the end. Returns 0 or an error. */
+int kv_store_range_step(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+			kv_store_cursor *c, size_t max, kv_store_visit_cb cb, void *arg);
+
+/* Deletes at most `max` entries of [start, end), adding the count to
+ * `*deleted` (may be NULL). Returns 0 when the range is empty afterwards,
+ * KV_EBUSY when entries remain (call again). */
+int kv_store_range_delete(kv_store *s, const void *start, size_t slen, const void *end,
+			  size_t elen, size_t max, uint64_t *deleted);
+
+/* Counts the keys and the key+value bytes of [start, end) by walking it in
+ * bounded steps. Returns 0 or an error. */
+int kv_store_range_count(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+			 uint64_t *keys, uint64_t *bytes);
+
+/* Finds an approximate median key of [start, end) (a split point that leaves
+ * about half the bytes on each side) by sampling one partition, and copies it
+ * into `key`. Returns 0, or KV_ENOTFOUND when the range has fewer than two keys. */
+int kv_store_range_split_key(kv_store *s, const void *start, size_t slen, const void *end,
+			     size_t elen, kv_buf *key);
+
+/*
+ * Statistics and owner threads.
+ */
+typedef struct {
+	uint64_t keys;        /* live keys */
+	uint64_t bytes;       /* key + value bytes of live keys */
+	uint64_t mem_bytes;   /* bytes taken from the system (arenas, nodes, large items) */
+	uint64_t index_bytes; /* of which index nodes */
+} kv_store_stats;
+
+/* Sums the per-partition counters. Never blocks writers for long. */
+void kv_store_get_stats(kv_store *s, kv_store_stats *st);
+
+/* Percore: runs fn(s, part, arg) on the owner thread of `part` and returns
+ * when it has finished. In striped mode runs it on the calling thread with
+ * the partition unlocked. Returns 0, KV_EINVAL (bad part) or KV_EPERM (called
+ * from an owner thread for another partition). */
+typedef void (*kv_store_task_fn)(kv_store *s, unsigned part, void *arg);
+int kv_store_run_on(kv_store *s, unsigned part, kv_store_task_fn fn, void *arg);
+
+/* Returns the key that resumes a scan after `key`: `key` + one 0x00 byte.
+ * Returns 0 or KV_ENOMEM. */
+int kv_scan_resume_key(const void *key, size_t klen, kv_buf *out);
+
+#endif
