@@ -13,7 +13,7 @@
 	X(NOTFOUND, -1, "key not found")                                                           \
 	X(INVAL, -2, "invalid argument")                                                           \
 	X(NOMEM, -3, "out of memory")                                                              \
-	X(TOOBIG, -4, "key or value exceeds the configured size limit")                             \
+	X(TOOBIG, -4, "key or value exceeds the configured size limit")                            \
 	X(WRONGOWNER, -5, "this node does not own the key")                                        \
 	X(STALE, -6, "configuration epoch is stale")                                               \
 	X(TIMEDOUT, -7, "timed out")                                                               \

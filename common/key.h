@@ -14,10 +14,10 @@
 #include <stdint.h>
 
 /* Default and hard limits of SPEC §2. */
-#define KV_DEFAULT_MAX_KEY 1024u
+#define KV_DEFAULT_MAX_KEY   1024u
 #define KV_DEFAULT_MAX_VALUE (1024u * 1024u)
-#define KV_HARD_MAX_KEY (64u * 1024u)
-#define KV_HARD_MAX_VALUE (64u * 1024u * 1024u)
+#define KV_HARD_MAX_KEY      (64u * 1024u)
+#define KV_HARD_MAX_VALUE    (64u * 1024u * 1024u)
 
 /* Ids are wrapped so that an epoch cannot be passed where a node id is meant. */
 typedef struct {
@@ -63,7 +63,7 @@ kv_key_cmp(const void *a, size_t alen, const void *b, size_t blen)
 /* Returns whether `key` lies in [start, end); an empty end means no upper bound. */
 static inline bool
 kv_range_contains(const void *start, size_t slen, const void *end, size_t elen, const void *key,
-		  size_t klen)
+                  size_t klen)
 {
 	if (kv_key_cmp(key, klen, start, slen) < 0)
 		return false;

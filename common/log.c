@@ -57,7 +57,7 @@ kv_log(enum kv_log_level level, const char *component, const char *msg, const ch
 	gmtime_r(&ts.tv_sec, &tm);
 	n = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
 	r = snprintf(line + n, sizeof(line) - n, ".%06ldZ %s %s %s", ts.tv_nsec / 1000,
-		     kv_log_names[level], component ? component : "-", msg ? msg : "-");
+	             kv_log_names[level], component ? component : "-", msg ? msg : "-");
 	if (r > 0)
 		n += (size_t)r < sizeof(line) - n ? (size_t)r : sizeof(line) - n - 1;
 	if (kvfmt != NULL && kvfmt[0] != '\0' && n < sizeof(line) - 2) {

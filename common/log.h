@@ -23,12 +23,12 @@ int kv_log_enabled(enum kv_log_level level);
  * Writes one line. `msg` is a short lowercase phrase; `kvfmt` (may be NULL)
  * formats the trailing `key=value` pairs. Lines longer than 4 KiB are cut.
  */
-void kv_log(enum kv_log_level level, const char *component, const char *msg, const char *kvfmt,
-	    ...) __attribute__((format(printf, 4, 5)));
+void kv_log(enum kv_log_level level, const char *component, const char *msg, const char *kvfmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #define KV_DEBUG(comp, msg, ...) kv_log(KV_LOG_DEBUG, comp, msg, __VA_ARGS__)
-#define KV_INFO(comp, msg, ...) kv_log(KV_LOG_INFO, comp, msg, __VA_ARGS__)
-#define KV_WARN(comp, msg, ...) kv_log(KV_LOG_WARN, comp, msg, __VA_ARGS__)
+#define KV_INFO(comp, msg, ...)  kv_log(KV_LOG_INFO, comp, msg, __VA_ARGS__)
+#define KV_WARN(comp, msg, ...)  kv_log(KV_LOG_WARN, comp, msg, __VA_ARGS__)
 #define KV_ERROR(comp, msg, ...) kv_log(KV_LOG_ERROR, comp, msg, __VA_ARGS__)
 
 #endif

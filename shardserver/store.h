@@ -49,8 +49,8 @@ typedef struct {
 	unsigned partitions; /* 0: striped 64, percore 2; rounded up to a power of two, max 4096 */
 	size_t max_key;      /* 0: KV_DEFAULT_MAX_KEY; at most KV_HARD_MAX_KEY */
 	size_t max_value;    /* 0: KV_DEFAULT_MAX_VALUE; at most KV_HARD_MAX_VALUE */
-	size_t mem_limit;    /* 0: none; else allocations past this many bytes fail with KV_ENOMEM */
-	bool pin_threads;    /* percore: pin owner thread i to CPU i % ncpu */
+	size_t mem_limit; /* 0: none; else allocations past this many bytes fail with KV_ENOMEM */
+	bool pin_threads; /* percore: pin owner thread i to CPU i % ncpu */
 } kv_store_opts;
 
 /* Fills `o` with the defaults (striped, default partitions and limits). */
@@ -97,7 +97,7 @@ int kv_store_del(kv_store *s, const void *key, size_t klen, kv_buf *old);
  * Copies the new length into `*newlen` (may be NULL). Returns 0, KV_ETOOBIG
  * when the result would exceed max_value (nothing changes), or KV_ENOMEM. */
 int kv_store_append(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen,
-		    size_t *newlen);
+                    size_t *newlen);
 
 /*
  * Multi-key operations, atomic with respect to each other.
@@ -120,7 +120,7 @@ int kv_store_mput(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const
  * pointers are valid only during the call. `val` is NULL when values were not
  * asked for. */
 typedef int (*kv_store_visit_cb)(void *arg, const uint8_t *key, size_t klen, const uint8_t *val,
-				  size_t vlen);
+                                 size_t vlen);
 
 /*
  * Visits up to `limit` (0: no limit) entries of [start, end) in key order,
@@ -133,7 +133,18 @@ typedef int (*kv_store_visit_cb)(void *arg, const uint8_t *key, size_t klen, con
  * Returns 0, KV_EINVAL or KV_ENOMEM.
  */
 int kv_store_scan(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
-		  size_t limit, bool with_values, kv_store_visit_cb cb, void *arg, bool *more);
+                  size_t limit, bool with_values, kv_store_visit_cb cb, void *arg, bool *more);
+
+/*
+ * Visits up to `limit` (0: no limit) entries of [start, end) that live in
+ * partition `part`, in key order, with the partition locked (striped) or on
+ * its owner thread (percore; allowed directly from that owner). `cb` must not
+ * call into the store. Sets `*more` as kv_store_scan does. Returns 0,
+ * KV_EINVAL, KV_ENOMEM or KV_EPERM (percore, from another owner thread).
+ */
+int kv_store_scan_partition(kv_store *s, unsigned part, const void *start, size_t slen,
+                            const void *end, size_t elen, size_t limit, bool with_values,
+                            kv_store_visit_cb cb, void *arg, bool *more);
 
 /*
  * Range maintenance for migration and rebalancing. A cursor walks one range
@@ -143,10 +154,10 @@ int kv_store_scan(kv_store *s, const void *start, size_t slen, const void *end, 
  * passed are not revisited: migration catches those separately.
  */
 typedef struct {
-	unsigned part;  /* partition being walked */
-	bool started;   /* whether `last` holds a key */
-	bool done;      /* the whole range has been walked */
-	kv_buf last;    /* last key visited in `part` */
+	unsigned part; /* partition being walked */
+	bool started;  /* whether `last` holds a key */
+	bool done;     /* the whole range has been walked */
+	kv_buf last;   /* last key visited in `part` */
 } kv_store_cursor;
 
 /* Zeroes a cursor; free it with kv_store_cursor_fini. */
@@ -154,26 +165,28 @@ void kv_store_cursor_init(kv_store_cursor *c);
 void kv_store_cursor_fini(kv_store_cursor *c);
 
 /* Visits at most `max` entries of [start, end) from the cursor on (with
- * values), advancing it; sets c->done at the end. Returns 0 or an error. */
+ * values), advancing it; sets c->done at the end. `cb` runs with one
+ * partition locked (or on its owner thread) and must not call into the
+ * store. Returns 0 or an error. */
 int kv_store_range_step(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
-			kv_store_cursor *c, size_t max, kv_store_visit_cb cb, void *arg);
+                        kv_store_cursor *c, size_t max, kv_store_visit_cb cb, void *arg);
 
 /* Deletes at most `max` entries of [start, end), adding the count to
  * `*deleted` (may be NULL). Returns 0 when the range is empty afterwards,
  * KV_EBUSY when entries remain (call again). */
-int kv_store_range_delete(kv_store *s, const void *start, size_t slen, const void *end,
-			  size_t elen, size_t max, uint64_t *deleted);
+int kv_store_range_delete(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                          size_t max, uint64_t *deleted);
 
 /* Counts the keys and the key+value bytes of [start, end) by walking it in
  * bounded steps. Returns 0 or an error. */
 int kv_store_range_count(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
-			 uint64_t *keys, uint64_t *bytes);
+                         uint64_t *keys, uint64_t *bytes);
 
 /* Finds an approximate median key of [start, end) (a split point that leaves
  * about half the bytes on each side) by sampling one partition, and copies it
  * into `key`. Returns 0, or KV_ENOTFOUND when the range has fewer than two keys. */
 int kv_store_range_split_key(kv_store *s, const void *start, size_t slen, const void *end,
-			     size_t elen, kv_buf *key);
+                             size_t elen, kv_buf *key);
 
 /*
  * Statistics and owner threads.

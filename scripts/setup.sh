@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages shardkv needs to build, test and run.
+# Safe to run repeatedly: it installs only what is missing. Needs root (or sudo).
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config clang clang-format
+      libprotobuf-c-dev protobuf-c-compiler libnng-dev libcmocka-dev
+      liburcu-dev libxxhash-dev)
+
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+	command -v sudo >/dev/null || { echo "setup: need root to install: ${missing[*]}" >&2; exit 1; }
+	SUDO=sudo
+fi
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

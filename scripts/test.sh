@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds shardkv with -Werror and runs every test; then builds with
+# ThreadSanitizer and runs the concurrency tests again. Exits non-zero on any
+# failure. Usage: scripts/test.sh [--no-tsan] [--asan]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tsan=1
+asan=0
+for a in "$@"; do
+	case "$a" in
+	--no-tsan) tsan=0 ;;
+	--asan) asan=1 ;;
+	*) echo "usage: scripts/test.sh [--no-tsan] [--asan]" >&2; exit 2 ;;
+	esac
+done
+bash scripts/setup.sh
+jobs=$(nproc)
+
+echo "== format check"
+git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
+
+echo "== build (-Werror)"
+cmake -S . -B build-ci -DKV_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-ci -j"$jobs"
+echo "== tests"
+ctest --test-dir build-ci --output-on-failure -j"$jobs"
+
+if [ "$asan" = 1 ]; then
+	echo "== ASan+UBSan build and tests"
+	cmake -S . -B build-asan -DKV_WERROR=ON -DKV_SANITIZE=address,undefined \
+		-DCMAKE_C_COMPILER=clang >/dev/null
+	cmake --build build-asan -j"$jobs"
+	ctest --test-dir build-asan --output-on-failure -j"$jobs"
+fi
+
+if [ "$tsan" = 1 ]; then
+	echo "== ThreadSanitizer build and concurrency tests"
+	cmake -S . -B build-tsan -DKV_WERROR=ON -DKV_SANITIZE=thread \
+		-DCMAKE_C_COMPILER=clang >/dev/null
+	cmake --build build-tsan -j"$jobs"
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+		ctest --test-dir build-tsan --output-on-failure -L concurrency
+fi

@@ -1,0 +1,1519 @@
+/*
+ * store.c - the partitioned local store (see store.h and doc/threads.md).
+ *
+ * DESIGN. The store is an array of partitions. A partition is an adaptive
+ * radix tree (art.c) whose leaves are items in the partition's own slab arena
+ * (arena.c), plus live-key and byte counters. A key's partition is the xxh3
+ * hash of the key without its last byte, so dense keys keep dense leaf nodes.
+ *
+ * Everything that touches a partition's tree or arena runs inside
+ * store__with_part(), which is the one place that knows the mode:
+ *   - striped: it takes the partition mutex around the function;
+ *   - percore: it runs the function directly on the owner thread, or hands it
+ *     to the owner (a task on the owner's queue) and waits for it.
+ * Multi-partition operations first acquire every partition they touch, in
+ * ascending order (mutexes, or parked owner threads), then run, then release.
+ * Ascending order is the whole deadlock argument: no cycle can form.
+ *
+ * Counters are relaxed atomics written only by the partition's holder, so
+ * statistics can be read from any thread without locks.
+ *
+ * What this module does not do: durability, ownership checks, epochs. Those
+ * belong to the shard server above it.
+ */
+#define _GNU_SOURCE /* pthread_setaffinity_np */
+#include "shardserver/store.h"
+#include "shardserver/art.h"
+#include "common/err.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define KV_STORE_MAX_PARTITIONS 4096u
+#define KV_STORE_SCAN_CHUNK     256u /* entries copied out of a partition per lock */
+
+/* A unit of work for a percore owner thread. */
+typedef struct kv_task kv_task;
+struct kv_task {
+	kv_store_task_fn fn; /* what to run */
+	void *arg;           /* its argument */
+	sem_t *done;         /* posted after fn returns, or NULL: the poster does not wait */
+	kv_task *next;       /* queue link */
+};
+
+typedef struct {
+	/* Striped: protects everything down to the blank line. Percore: unused;
+	 * the owner thread is the only one that touches these. */
+	pthread_mutex_t mu;
+	kv_art art;                   /* the ordered index */
+	kv_arena arena;               /* slab memory of nodes and items */
+	uint64_t nlarge;              /* items allocated outside the slabs */
+	_Atomic uint64_t keys;        /* live keys (written by the holder only) */
+	_Atomic uint64_t bytes;       /* key+value bytes (written by the holder only) */
+	_Atomic uint64_t index_bytes; /* copy of art.index_bytes for stats */
+
+	/* Percore owner queue: qmu protects qhead, qtail and stop. */
+	pthread_mutex_t qmu;
+	pthread_cond_t qcv; /* signalled when a task arrives or stop is set */
+	kv_task *qhead;     /* oldest task */
+	kv_task *qtail;     /* newest task */
+	bool stop;          /* the owner exits once the queue is empty */
+	bool started;       /* the owner thread exists (for destroy) */
+	pthread_t thread;   /* the owner thread */
+	kv_store *store;    /* back pointer for the owner thread */
+	unsigned index;     /* this partition's number */
+} __attribute__((aligned(64))) kv_part;
+
+struct kv_store {
+	kv_store_opts o;           /* options, immutable after create */
+	unsigned nparts;           /* partitions, a power of two */
+	unsigned mask;             /* nparts - 1 */
+	_Atomic uint64_t mem_used; /* bytes taken from the system by every arena */
+	kv_part *parts;            /* nparts partitions */
+};
+
+/* The owner identity of the current thread (percore). */
+static _Thread_local const kv_store *kv_tls_store;
+static _Thread_local unsigned kv_tls_part;
+
+void
+kv_store_opts_init(kv_store_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->mode = KV_STORE_STRIPED;
+}
+
+unsigned
+kv_store_partitions(const kv_store *s)
+{
+	return s->nparts;
+}
+
+kv_store_mode
+kv_store_get_mode(const kv_store *s)
+{
+	return s->o.mode;
+}
+
+unsigned
+kv_store_partition_of(const kv_store *s, const void *key, size_t klen)
+{
+	if (s->nparts == 1 || klen <= 1)
+		return 0;
+	return (unsigned)(kv_hash64(key, klen - 1) & s->mask);
+}
+
+/* --- percore owner threads ---------------------------------------------- */
+
+static void
+store__enqueue(kv_part *p, kv_task *t)
+{
+	t->next = NULL;
+	pthread_mutex_lock(&p->qmu);
+	if (p->qtail)
+		p->qtail->next = t;
+	else
+		p->qhead = t;
+	p->qtail = t;
+	pthread_cond_signal(&p->qcv);
+	pthread_mutex_unlock(&p->qmu);
+}
+
+static void *
+store__owner_main(void *arg)
+{
+	kv_part *p = arg;
+
+	kv_tls_store = p->store;
+	kv_tls_part = p->index;
+	if (p->store->o.pin_threads) {
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET((int)(p->index % (unsigned)(ncpu > 0 ? ncpu : 1)), &set);
+		(void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
+	for (;;) {
+		kv_task *t;
+
+		pthread_mutex_lock(&p->qmu);
+		while (p->qhead == NULL && !p->stop)
+			pthread_cond_wait(&p->qcv, &p->qmu);
+		t = p->qhead;
+		p->qhead = p->qtail = NULL;
+		pthread_mutex_unlock(&p->qmu);
+		if (t == NULL)
+			break; /* stop with an empty queue */
+		while (t != NULL) {
+			/* Read everything first: after fn or the post, t may be gone. */
+			kv_task *next = t->next;
+			sem_t *done = t->done;
+			t->fn(p->store, p->index, t->arg);
+			if (done)
+				sem_post(done);
+			t = next;
+		}
+	}
+	return NULL;
+}
+
+/* Runs fn on the owner of partition pi and waits for it. */
+static void
+store__post_wait(kv_store *s, unsigned pi, kv_store_task_fn fn, void *arg)
+{
+	sem_t done;
+	kv_task t = {.fn = fn, .arg = arg, .done = &done};
+
+	sem_init(&done, 0, 0);
+	store__enqueue(&s->parts[pi], &t);
+	while (sem_wait(&done) != 0)
+		;
+	sem_destroy(&done);
+}
+
+/* Whether the calling thread is an owner thread of this store. */
+static inline bool
+store__on_owner(const kv_store *s)
+{
+	return kv_tls_store == s;
+}
+
+/* --- partition access --------------------------------------------------- */
+
+typedef int (*part_fn)(kv_store *s, kv_part *p, void *arg);
+
+struct part_call {
+	part_fn fn;
+	void *arg;
+	int rv;
+};
+
+static void
+store__part_call_task(kv_store *s, unsigned pi, void *arg)
+{
+	struct part_call *c = arg;
+	c->rv = c->fn(s, &s->parts[pi], c->arg);
+}
+
+/* Runs fn with exclusive access to partition pi (see DESIGN). */
+static int
+store__with_part(kv_store *s, unsigned pi, part_fn fn, void *arg)
+{
+	kv_part *p = &s->parts[pi];
+	int rv;
+
+	if (s->o.mode == KV_STORE_STRIPED) {
+		pthread_mutex_lock(&p->mu);
+		rv = fn(s, p, arg);
+		pthread_mutex_unlock(&p->mu);
+		return rv;
+	}
+	if (store__on_owner(s))
+		return kv_tls_part == pi ? fn(s, p, arg) : KV_EPERM;
+	struct part_call c = {.fn = fn, .arg = arg, .rv = KV_OK};
+	store__post_wait(s, pi, store__part_call_task, &c);
+	return c.rv;
+}
+
+/* A parked owner: it waits in park_task until released. */
+struct park {
+	sem_t parked;  /* owner -> coordinator: the owner stopped touching the partition */
+	sem_t release; /* coordinator -> owner: go on */
+	sem_t left;    /* owner -> coordinator: the owner no longer touches this struct */
+	kv_task task;  /* the queued task */
+};
+
+static void
+store__park_task(kv_store *s, unsigned pi, void *arg)
+{
+	struct park *pk = arg;
+	(void)s;
+	(void)pi;
+	sem_post(&pk->parked);
+	while (sem_wait(&pk->release) != 0)
+		;
+	sem_post(&pk->left);
+}
+
+/* The set of partitions a multi-key operation touches, as a bitmap. */
+typedef struct {
+	uint64_t bits[KV_STORE_MAX_PARTITIONS / 64];
+	unsigned count;     /* partitions in the set */
+	unsigned single;    /* the partition when count == 1 */
+	struct park *parks; /* percore: one per member, in ascending order */
+} part_set;
+
+static void
+part_set_add(part_set *ps, unsigned pi)
+{
+	uint64_t m = 1ull << (pi & 63);
+	if (!(ps->bits[pi >> 6] & m)) {
+		ps->bits[pi >> 6] |= m;
+		ps->count++;
+		ps->single = pi;
+	}
+}
+
+#define PART_SET_FOREACH(s, ps, pi)                                                                \
+	for (unsigned pi = 0; pi < (s)->nparts; pi++)                                              \
+		if ((ps)->bits[pi >> 6] & (1ull << (pi & 63)))
+
+/* Acquires every partition of the set in ascending order. Returns 0,
+ * KV_EPERM (percore owner asking for other partitions) or KV_ENOMEM. */
+static int
+store__acquire(kv_store *s, part_set *ps)
+{
+	if (s->o.mode == KV_STORE_STRIPED) {
+		PART_SET_FOREACH(s, ps, pi)
+		pthread_mutex_lock(&s->parts[pi].mu);
+		return KV_OK;
+	}
+	if (store__on_owner(s)) {
+		/* An owner may run multi-key operations on its own partition only. */
+		if (ps->count != 1 || ps->single != kv_tls_part)
+			return KV_EPERM;
+		return KV_OK;
+	}
+	ps->parks = calloc(ps->count, sizeof(struct park));
+	if (ps->parks == NULL)
+		return KV_ENOMEM;
+	unsigned i = 0;
+	PART_SET_FOREACH(s, ps, pi)
+	{
+		struct park *pk = &ps->parks[i++];
+		sem_init(&pk->parked, 0, 0);
+		sem_init(&pk->release, 0, 0);
+		sem_init(&pk->left, 0, 0);
+		pk->task.fn = store__park_task;
+		pk->task.arg = pk;
+		pk->task.done = NULL;
+		store__enqueue(&s->parts[pi], &pk->task);
+		/* Wait before asking the next owner: ascending acquisition. */
+		while (sem_wait(&pk->parked) != 0)
+			;
+	}
+	return KV_OK;
+}
+
+static void
+store__release(kv_store *s, part_set *ps)
+{
+	if (s->o.mode == KV_STORE_STRIPED) {
+		for (unsigned pi = s->nparts; pi-- > 0;)
+			if (ps->bits[pi >> 6] & (1ull << (pi & 63)))
+				pthread_mutex_unlock(&s->parts[pi].mu);
+		return;
+	}
+	if (ps->parks == NULL)
+		return;
+	for (unsigned i = 0; i < ps->count; i++)
+		sem_post(&ps->parks[i].release);
+	for (unsigned i = 0; i < ps->count; i++) {
+		struct park *pk = &ps->parks[i];
+		while (sem_wait(&pk->left) != 0)
+			;
+		sem_destroy(&pk->parked);
+		sem_destroy(&pk->release);
+		sem_destroy(&pk->left);
+	}
+	free(ps->parks);
+	ps->parks = NULL;
+}
+
+/* --- validation --------------------------------------------------------- */
+
+static inline int
+store__check_key(const kv_store *s, const void *key, size_t klen)
+{
+	if (key == NULL || klen == 0)
+		return KV_EINVAL;
+	if (klen > s->o.max_key)
+		return KV_ETOOBIG;
+	return KV_OK;
+}
+
+static inline int
+store__check_val(const kv_store *s, const void *val, size_t vlen)
+{
+	if (val == NULL && vlen != 0)
+		return KV_EINVAL;
+	if (vlen > s->o.max_value)
+		return KV_ETOOBIG;
+	return KV_OK;
+}
+
+/* --- partition primitives (caller has exclusive access) ----------------- */
+
+static inline void
+part__count(kv_part *p, int64_t dkeys, int64_t dbytes)
+{
+	atomic_store_explicit(
+	    &p->keys, atomic_load_explicit(&p->keys, memory_order_relaxed) + (uint64_t)dkeys,
+	    memory_order_relaxed);
+	atomic_store_explicit(
+	    &p->bytes, atomic_load_explicit(&p->bytes, memory_order_relaxed) + (uint64_t)dbytes,
+	    memory_order_relaxed);
+	atomic_store_explicit(&p->index_bytes, p->art.index_bytes, memory_order_relaxed);
+}
+
+static inline size_t
+item_payload(const uint8_t *it)
+{
+	const uint8_t *k, *v;
+	size_t kl, vl;
+	kv_item_parse(it, &k, &kl, &v, &vl);
+	return kl + vl;
+}
+
+static void
+part__free_item(kv_part *p, uint8_t *it)
+{
+	size_t sz = kv_item_total(it);
+	if (sz > KV_ARENA_MAX_SMALL)
+		p->nlarge--;
+	kv_arena_free(&p->arena, it, sz);
+}
+
+static uint8_t *
+part__new_item(kv_part *p, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	size_t sz = kv_item_size(klen, vlen);
+	uint8_t *it = kv_arena_alloc(&p->arena, sz);
+
+	if (it == NULL)
+		return NULL;
+	if (sz > KV_ARENA_MAX_SMALL)
+		p->nlarge++;
+	kv_item_write(it, key, klen, val, vlen);
+	return it;
+}
+
+/* Inserts or overwrites; rewrites in place when the size class allows. */
+static int
+part__put(kv_part *p, const uint8_t *key, size_t klen, const void *val, size_t vlen)
+{
+	uint8_t *cur = kv_art_get(&p->art, key, klen), *it, *old;
+	size_t sz = kv_item_size(klen, vlen);
+	int rv;
+
+	if (cur != NULL) {
+		size_t cursz = kv_item_total(cur);
+		if (kv_arena_same_class(cursz, sz)) {
+			int64_t d = (int64_t)(klen + vlen) - (int64_t)item_payload(cur);
+			kv_item_write(cur, key, klen, val, vlen);
+			part__count(p, 0, d);
+			return KV_OK;
+		}
+	}
+	it = part__new_item(p, key, klen, val, vlen);
+	if (it == NULL)
+		return KV_ENOMEM;
+	rv = kv_art_put(&p->art, &p->arena, it, &old);
+	if (rv != KV_OK) {
+		part__free_item(p, it);
+		return rv;
+	}
+	if (old != NULL) {
+		part__count(p, 0, (int64_t)(klen + vlen) - (int64_t)item_payload(old));
+		part__free_item(p, old);
+	} else {
+		part__count(p, 1, (int64_t)(klen + vlen));
+	}
+	return KV_OK;
+}
+
+static int
+part__get(kv_part *p, const uint8_t *key, size_t klen, kv_buf *out)
+{
+	const uint8_t *k, *v;
+	size_t kl, vl;
+	uint8_t *it = kv_art_get(&p->art, key, klen);
+
+	if (it == NULL)
+		return KV_ENOTFOUND;
+	kv_item_parse(it, &k, &kl, &v, &vl);
+	return out ? kv_buf_set(out, v, vl) : KV_OK;
+}
+
+/* --- single-key operations ---------------------------------------------- */
+
+struct op1 {
+	const uint8_t *key;
+	size_t klen;
+	const uint8_t *val;
+	size_t vlen;
+	kv_buf *out;
+	size_t *newlen;
+};
+
+static int
+op_get(kv_store *s, kv_part *p, void *arg)
+{
+	struct op1 *o = arg;
+	(void)s;
+	return part__get(p, o->key, o->klen, o->out);
+}
+
+static int
+op_put(kv_store *s, kv_part *p, void *arg)
+{
+	struct op1 *o = arg;
+	(void)s;
+	return part__put(p, o->key, o->klen, o->val, o->vlen);
+}
+
+static int
+op_del(kv_store *s, kv_part *p, void *arg)
+{
+	struct op1 *o = arg;
+	uint8_t *it;
+	int rv;
+	(void)s;
+
+	/* Copy the value out first, so ENOMEM leaves the key in place. */
+	rv = part__get(p, o->key, o->klen, o->out);
+	if (rv != KV_OK)
+		return rv;
+	it = kv_art_del(&p->art, &p->arena, o->key, o->klen);
+	part__count(p, -1, -(int64_t)item_payload(it));
+	part__free_item(p, it);
+	return KV_OK;
+}
+
+static int
+op_append(kv_store *s, kv_part *p, void *arg)
+{
+	struct op1 *o = arg;
+	const uint8_t *k, *v;
+	size_t kl, vl, nl, cursz, nsz, h;
+	uint8_t *cur = kv_art_get(&p->art, o->key, o->klen), *it, *old;
+	int rv;
+
+	if (cur == NULL) {
+		rv = part__put(p, o->key, o->klen, o->val, o->vlen);
+		if (rv == KV_OK && o->newlen)
+			*o->newlen = o->vlen;
+		return rv;
+	}
+	kv_item_parse(cur, &k, &kl, &v, &vl);
+	if (o->vlen > s->o.max_value - vl)
+		return KV_ETOOBIG;
+	nl = vl + o->vlen;
+	cursz = kv_item_total(cur);
+	nsz = kv_item_size(kl, nl);
+	if (kv_item_varint_len(nl) == kv_item_varint_len(vl) && kv_arena_same_class(cursz, nsz)) {
+		/* In place: the header keeps its width, so key and value stay put. */
+		if (o->vlen)
+			memcpy(cur + (size_t)(v - cur) + vl, o->val, o->vlen);
+		kv_item_write_header(cur, kl, nl);
+		part__count(p, 0, (int64_t)o->vlen);
+		if (o->newlen)
+			*o->newlen = nl;
+		return KV_OK;
+	}
+	it = kv_arena_alloc(&p->arena, nsz);
+	if (it == NULL)
+		return KV_ENOMEM;
+	if (nsz > KV_ARENA_MAX_SMALL)
+		p->nlarge++;
+	h = kv_item_write_header(it, kl, nl);
+	memcpy(it + h, k, kl);
+	memcpy(it + h + kl, v, vl);
+	if (o->vlen)
+		memcpy(it + h + kl + vl, o->val, o->vlen);
+	rv = kv_art_put(&p->art, &p->arena, it, &old);
+	if (rv != KV_OK) {
+		part__free_item(p, it);
+		return rv;
+	}
+	part__free_item(p, old);
+	part__count(p, 0, (int64_t)o->vlen);
+	if (o->newlen)
+		*o->newlen = nl;
+	return KV_OK;
+}
+
+int
+kv_store_get(kv_store *s, const void *key, size_t klen, kv_buf *val)
+{
+	struct op1 o = {.key = key, .klen = klen, .out = val};
+	int rv;
+
+	if (s == NULL || val == NULL)
+		return KV_EINVAL;
+	if ((rv = store__check_key(s, key, klen)) != KV_OK)
+		return rv;
+	return store__with_part(s, kv_store_partition_of(s, key, klen), op_get, &o);
+}
+
+int
+kv_store_put(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	struct op1 o = {.key = key, .klen = klen, .val = val, .vlen = vlen};
+	int rv;
+
+	if (s == NULL)
+		return KV_EINVAL;
+	if ((rv = store__check_key(s, key, klen)) != KV_OK ||
+	    (rv = store__check_val(s, val, vlen)) != KV_OK)
+		return rv;
+	return store__with_part(s, kv_store_partition_of(s, key, klen), op_put, &o);
+}
+
+int
+kv_store_del(kv_store *s, const void *key, size_t klen, kv_buf *old)
+{
+	struct op1 o = {.key = key, .klen = klen, .out = old};
+	int rv;
+
+	if (s == NULL)
+		return KV_EINVAL;
+	if ((rv = store__check_key(s, key, klen)) != KV_OK)
+		return rv;
+	return store__with_part(s, kv_store_partition_of(s, key, klen), op_del, &o);
+}
+
+int
+kv_store_append(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen,
+                size_t *newlen)
+{
+	struct op1 o = {.key = key, .klen = klen, .val = val, .vlen = vlen, .newlen = newlen};
+	int rv;
+
+	if (s == NULL)
+		return KV_EINVAL;
+	if ((rv = store__check_key(s, key, klen)) != KV_OK ||
+	    (rv = store__check_val(s, val, vlen)) != KV_OK)
+		return rv;
+	return store__with_part(s, kv_store_partition_of(s, key, klen), op_append, &o);
+}
+
+/* --- multi-key operations ----------------------------------------------- */
+
+/* Computes each key's partition into parts[] and the set they form. */
+static int
+store__partition_keys(kv_store *s, size_t n, const kv_bytes *keys, unsigned *parts, part_set *ps)
+{
+	memset(ps->bits, 0, sizeof(ps->bits));
+	ps->count = 0;
+	ps->single = 0;
+	ps->parks = NULL;
+	for (size_t i = 0; i < n; i++) {
+		int rv = store__check_key(s, keys[i].p, keys[i].len);
+		if (rv != KV_OK)
+			return rv;
+		parts[i] = kv_store_partition_of(s, keys[i].p, keys[i].len);
+		part_set_add(ps, parts[i]);
+	}
+	return KV_OK;
+}
+
+/* Percore coordinator that runs a whole multi-key operation on one owner. */
+struct multi_call {
+	int (*fn)(kv_store *s, void *arg);
+	void *arg;
+	int rv;
+};
+
+static void
+store__multi_task(kv_store *s, unsigned pi, void *arg)
+{
+	struct multi_call *c = arg;
+	(void)pi;
+	c->rv = c->fn(s, c->arg);
+}
+
+/* Runs fn with every partition of ps held (see DESIGN). */
+static int
+store__with_set(kv_store *s, part_set *ps, int (*fn)(kv_store *s, void *arg), void *arg)
+{
+	int rv;
+
+	if (ps->count == 0)
+		return fn(s, arg);
+	if (s->o.mode == KV_STORE_PERCORE && !store__on_owner(s) && ps->count == 1) {
+		/* One partition: let its owner do all of it. */
+		struct multi_call c = {.fn = fn, .arg = arg, .rv = KV_OK};
+		store__post_wait(s, ps->single, store__multi_task, &c);
+		return c.rv;
+	}
+	rv = store__acquire(s, ps);
+	if (rv != KV_OK)
+		return rv;
+	rv = fn(s, arg);
+	store__release(s, ps);
+	return rv;
+}
+
+struct mget_args {
+	size_t n;
+	const kv_bytes *keys;
+	const unsigned *parts;
+	kv_buf *vals;
+	bool *missing;
+};
+
+static int
+mget_run(kv_store *s, void *arg)
+{
+	struct mget_args *a = arg;
+	int rv = KV_OK;
+
+	for (size_t i = 0; i < a->n; i++) {
+		int r =
+		    part__get(&s->parts[a->parts[i]], a->keys[i].p, a->keys[i].len, &a->vals[i]);
+		if (a->missing)
+			a->missing[i] = r == KV_ENOTFOUND;
+		if (r == KV_ENOTFOUND) {
+			rv = KV_ENOTFOUND;
+		} else if (r != KV_OK) {
+			return r;
+		}
+	}
+	return rv;
+}
+
+int
+kv_store_mget(kv_store *s, size_t n, const kv_bytes *keys, kv_buf *vals, bool *missing)
+{
+	unsigned stackparts[64], *parts = stackparts;
+	part_set *ps;
+	int rv;
+
+	if (s == NULL || (n > 0 && (keys == NULL || vals == NULL)))
+		return KV_EINVAL;
+	if (n == 0)
+		return KV_OK;
+	ps = malloc(sizeof(*ps));
+	if (ps == NULL)
+		return KV_ENOMEM;
+	if (n > 64 && (parts = malloc(n * sizeof(*parts))) == NULL) {
+		free(ps);
+		return KV_ENOMEM;
+	}
+	rv = store__partition_keys(s, n, keys, parts, ps);
+	if (rv == KV_OK) {
+		struct mget_args a = {
+		    .n = n, .keys = keys, .parts = parts, .vals = vals, .missing = missing};
+		rv = store__with_set(s, ps, mget_run, &a);
+	}
+	if (parts != stackparts)
+		free(parts);
+	free(ps);
+	return rv;
+}
+
+struct mput_args {
+	size_t n;
+	const kv_bytes *keys;
+	const kv_bytes *vals;
+	const unsigned *parts;
+	uint8_t **items; /* new items, then replaced items */
+};
+
+/* Applies every pair or none: items are allocated first, tree changes are
+ * undone in reverse order if a node allocation fails. */
+static int
+mput_run(kv_store *s, void *arg)
+{
+	struct mput_args *a = arg;
+	uint8_t **neu = a->items, **old = a->items + a->n;
+	size_t i, done;
+	int rv = KV_OK;
+
+	for (i = 0; i < a->n; i++) {
+		kv_part *p = &s->parts[a->parts[i]];
+		neu[i] =
+		    part__new_item(p, a->keys[i].p, a->keys[i].len, a->vals[i].p, a->vals[i].len);
+		if (neu[i] == NULL) {
+			while (i-- > 0)
+				part__free_item(&s->parts[a->parts[i]], neu[i]);
+			return KV_ENOMEM;
+		}
+	}
+	for (done = 0; done < a->n; done++) {
+		kv_part *p = &s->parts[a->parts[done]];
+		rv = kv_art_put(&p->art, &p->arena, neu[done], &old[done]);
+		if (rv != KV_OK)
+			break;
+	}
+	if (rv != KV_OK) {
+		for (i = a->n; i-- > done;)
+			part__free_item(&s->parts[a->parts[i]], neu[i]);
+		while (done-- > 0) {
+			kv_part *p = &s->parts[a->parts[done]];
+			uint8_t *back;
+			if (old[done] != NULL) {
+				/* Replacing an existing key allocates nothing. */
+				(void)kv_art_put(&p->art, &p->arena, old[done], &back);
+			} else {
+				back = kv_art_del(&p->art, &p->arena, a->keys[done].p,
+				                  a->keys[done].len);
+			}
+			part__free_item(p, back);
+		}
+		return rv;
+	}
+	for (i = 0; i < a->n; i++) {
+		kv_part *p = &s->parts[a->parts[i]];
+		int64_t add = (int64_t)(a->keys[i].len + a->vals[i].len);
+		if (old[i] != NULL) {
+			part__count(p, 0, add - (int64_t)item_payload(old[i]));
+			part__free_item(p, old[i]);
+		} else {
+			part__count(p, 1, add);
+		}
+	}
+	return KV_OK;
+}
+
+int
+kv_store_mput(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const kv_bytes *vals)
+{
+	unsigned *parts = NULL;
+	uint8_t **items = NULL;
+	part_set *ps = NULL;
+	int rv;
+
+	if (s == NULL || nk != nv || (nk > 0 && (keys == NULL || vals == NULL)))
+		return KV_EINVAL;
+	if (nk == 0)
+		return KV_OK;
+	for (size_t i = 0; i < nv; i++)
+		if ((rv = store__check_val(s, vals[i].p, vals[i].len)) != KV_OK)
+			return rv;
+	ps = malloc(sizeof(*ps));
+	parts = malloc(nk * sizeof(*parts));
+	items = malloc(2 * nk * sizeof(*items));
+	if (ps == NULL || parts == NULL || items == NULL) {
+		rv = KV_ENOMEM;
+		goto out;
+	}
+	rv = store__partition_keys(s, nk, keys, parts, ps);
+	if (rv == KV_OK) {
+		struct mput_args a = {
+		    .n = nk, .keys = keys, .vals = vals, .parts = parts, .items = items};
+		rv = store__with_set(s, ps, mput_run, &a);
+	}
+out:
+	free(items);
+	free(parts);
+	free(ps);
+	return rv;
+}
+
+/* --- ordered reads ------------------------------------------------------ */
+
+/*
+ * Walks partition p from `start` (inclusive) while keys are below `end`,
+ * calling cb for at most `max` entries (0: no limit). Sets *more when an
+ * entry of the range remains after the last visited one. Exclusive access
+ * to p is the caller's.
+ */
+static int
+part__walk(kv_part *p, const uint8_t *start, size_t slen, const uint8_t *end, size_t elen,
+           size_t max, bool with_values, kv_store_visit_cb cb, void *arg, bool *more,
+           size_t *visited)
+{
+	kv_art_iter it;
+	uint8_t *item;
+	size_t n = 0;
+	int rv;
+
+	*more = false;
+	kv_art_iter_init(&it);
+	rv = kv_art_iter_seek(&it, &p->art, start, slen);
+	while (rv == KV_OK && (item = kv_art_iter_next(&it)) != NULL) {
+		const uint8_t *k, *v;
+		size_t kl, vl;
+		kv_item_parse(item, &k, &kl, &v, &vl);
+		if (elen != 0 && kv_key_cmp(k, kl, end, elen) >= 0)
+			break;
+		if (max != 0 && n == max) {
+			*more = true;
+			break;
+		}
+		n++;
+		if (cb(arg, k, kl, with_values ? v : NULL, with_values ? vl : 0) != 0) {
+			*more = true; /* stopped by the visitor: more may follow */
+			break;
+		}
+	}
+	if (rv == KV_OK && it.err != 0)
+		rv = it.err;
+	kv_art_iter_fini(&it);
+	if (visited)
+		*visited = n;
+	return rv;
+}
+
+struct walk_args {
+	const uint8_t *start;
+	size_t slen;
+	const uint8_t *end;
+	size_t elen;
+	size_t max;
+	bool with_values;
+	kv_store_visit_cb cb;
+	void *arg;
+	bool more;
+	size_t visited;
+};
+
+static int
+op_walk(kv_store *s, kv_part *p, void *arg)
+{
+	struct walk_args *w = arg;
+	(void)s;
+	return part__walk(p, w->start, w->slen, w->end, w->elen, w->max, w->with_values, w->cb,
+	                  w->arg, &w->more, &w->visited);
+}
+
+int
+kv_store_scan_partition(kv_store *s, unsigned part, const void *start, size_t slen, const void *end,
+                        size_t elen, size_t limit, bool with_values, kv_store_visit_cb cb,
+                        void *arg, bool *more)
+{
+	struct walk_args w = {.start = start,
+	                      .slen = slen,
+	                      .end = end,
+	                      .elen = elen,
+	                      .max = limit,
+	                      .with_values = with_values,
+	                      .cb = cb,
+	                      .arg = arg};
+	int rv;
+
+	if (s == NULL || cb == NULL || part >= s->nparts || (slen && !start) || (elen && !end))
+		return KV_EINVAL;
+	rv = store__with_part(s, part, op_walk, &w);
+	if (more)
+		*more = w.more;
+	return rv;
+}
+
+/* One partition's window of a merged scan: a chunk of entries copied out. */
+typedef struct {
+	kv_buf data;    /* entries: u32 klen, u32 vlen, key, value */
+	size_t *offs;   /* offset of each entry in data */
+	size_t n;       /* entries in the chunk */
+	size_t cap;     /* room in offs */
+	size_t pos;     /* next entry to merge */
+	bool exhausted; /* nothing of the range is left after this chunk */
+	kv_buf next;    /* where the next chunk starts */
+	int err;        /* an allocation failed while copying */
+} scan_src;
+
+static int
+scan_copy_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	scan_src *src = arg;
+	uint32_t h[2] = {(uint32_t)klen, (uint32_t)vlen};
+	int rv;
+
+	if (src->n == src->cap) {
+		size_t ncap = src->cap ? src->cap * 2 : 16;
+		size_t *no = realloc(src->offs, ncap * sizeof(*no));
+		if (no == NULL) {
+			src->err = KV_ENOMEM;
+			return 1;
+		}
+		src->offs = no;
+		src->cap = ncap;
+	}
+	src->offs[src->n] = src->data.len;
+	if ((rv = kv_buf_append(&src->data, h, sizeof(h))) != KV_OK ||
+	    (rv = kv_buf_append(&src->data, key, klen)) != KV_OK ||
+	    (val && (rv = kv_buf_append(&src->data, val, vlen)) != KV_OK)) {
+		src->err = rv;
+		return 1;
+	}
+	src->n++;
+	return 0;
+}
+
+static inline void
+scan_entry(const scan_src *src, size_t i, const uint8_t **k, size_t *kl, const uint8_t **v,
+           size_t *vl)
+{
+	const uint8_t *e = src->data.data + src->offs[i];
+	uint32_t h[2];
+	memcpy(h, e, sizeof(h));
+	*kl = h[0];
+	*vl = h[1];
+	*k = e + sizeof(h);
+	*v = e + sizeof(h) + h[0];
+}
+
+/* Refills a source with the next chunk of its partition. */
+static int
+scan_fill(kv_store *s, unsigned pi, scan_src *src, const uint8_t *end, size_t elen, size_t chunk,
+          bool with_values)
+{
+	bool more = false;
+	int rv;
+
+	src->data.len = 0;
+	src->n = 0;
+	src->pos = 0;
+	rv = kv_store_scan_partition(s, pi, src->next.data, src->next.len, end, elen, chunk,
+	                             with_values, scan_copy_cb, src, &more);
+	if (rv == KV_OK && src->err != 0)
+		rv = src->err;
+	if (rv != KV_OK)
+		return rv;
+	if (!more || src->n == 0) {
+		src->exhausted = true;
+		return KV_OK;
+	}
+	/* Resume after the last key copied: that key plus one 0x00 byte. */
+	const uint8_t *k, *v;
+	size_t kl, vl;
+	scan_entry(src, src->n - 1, &k, &kl, &v, &vl);
+	rv = kv_buf_set(&src->next, k, kl);
+	if (rv == KV_OK)
+		rv = kv_buf_append(&src->next, "", 1);
+	return rv;
+}
+
+/* Heap order of sources by their current key. */
+static inline bool
+scan_less(const scan_src *srcs, unsigned a, unsigned b)
+{
+	const uint8_t *ka, *kb, *v;
+	size_t la, lb, vl;
+	scan_entry(&srcs[a], srcs[a].pos, &ka, &la, &v, &vl);
+	scan_entry(&srcs[b], srcs[b].pos, &kb, &lb, &v, &vl);
+	return kv_key_cmp(ka, la, kb, lb) < 0;
+}
+
+static void
+scan_sift_down(const scan_src *srcs, unsigned *heap, size_t n, size_t i)
+{
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < n && scan_less(srcs, heap[l], heap[m]))
+			m = l;
+		if (r < n && scan_less(srcs, heap[r], heap[m]))
+			m = r;
+		if (m == i)
+			return;
+		unsigned t = heap[i];
+		heap[i] = heap[m];
+		heap[m] = t;
+		i = m;
+	}
+}
+
+int
+kv_store_scan(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+              size_t limit, bool with_values, kv_store_visit_cb cb, void *arg, bool *more)
+{
+	scan_src *srcs = NULL;
+	unsigned *heap = NULL;
+	size_t hn = 0, emitted = 0, chunk;
+	bool stopped = false;
+	int rv = KV_OK;
+
+	if (more)
+		*more = false;
+	if (s == NULL || cb == NULL || (slen && !start) || (elen && !end))
+		return KV_EINVAL;
+	if (kv_range_is_empty(start, slen, end, elen))
+		return KV_OK;
+	if (s->nparts == 1)
+		return kv_store_scan_partition(s, 0, start, slen, end, elen, limit, with_values, cb,
+		                               arg, more);
+	if (s->o.mode == KV_STORE_PERCORE && store__on_owner(s))
+		return KV_EPERM;
+	/* A chunk big enough that a limited scan usually needs one per partition. */
+	chunk = limit ? limit / s->nparts + 4 : KV_STORE_SCAN_CHUNK;
+	if (chunk > KV_STORE_SCAN_CHUNK)
+		chunk = KV_STORE_SCAN_CHUNK;
+	srcs = calloc(s->nparts, sizeof(*srcs));
+	heap = calloc(s->nparts, sizeof(*heap));
+	if (srcs == NULL || heap == NULL) {
+		rv = KV_ENOMEM;
+		goto out;
+	}
+	for (unsigned pi = 0; pi < s->nparts; pi++) {
+		if ((rv = kv_buf_set(&srcs[pi].next, start, slen)) != KV_OK ||
+		    (rv = scan_fill(s, pi, &srcs[pi], end, elen, chunk, with_values)) != KV_OK)
+			goto out;
+		if (srcs[pi].n > 0)
+			heap[hn++] = pi;
+	}
+	for (size_t i = hn / 2; i-- > 0;)
+		scan_sift_down(srcs, heap, hn, i);
+	while (hn > 0) {
+		unsigned pi = heap[0];
+		scan_src *src = &srcs[pi];
+		const uint8_t *k, *v;
+		size_t kl, vl;
+
+		if (limit != 0 && emitted == limit) {
+			if (more)
+				*more = true;
+			break;
+		}
+		scan_entry(src, src->pos, &k, &kl, &v, &vl);
+		emitted++;
+		if (cb(arg, k, kl, with_values ? v : NULL, with_values ? vl : 0) != 0) {
+			stopped = true;
+			break;
+		}
+		src->pos++;
+		if (src->pos == src->n) {
+			if (!src->exhausted &&
+			    (rv = scan_fill(s, pi, src, end, elen, KV_STORE_SCAN_CHUNK,
+			                    with_values)) != KV_OK)
+				goto out;
+			if (src->pos == src->n)
+				heap[0] = heap[--hn]; /* this partition is done */
+		}
+		scan_sift_down(srcs, heap, hn, 0);
+	}
+	(void)stopped;
+out:
+	if (srcs != NULL) {
+		for (unsigned pi = 0; pi < s->nparts; pi++) {
+			kv_buf_fini(&srcs[pi].data);
+			kv_buf_fini(&srcs[pi].next);
+			free(srcs[pi].offs);
+		}
+	}
+	free(srcs);
+	free(heap);
+	return rv;
+}
+
+int
+kv_scan_resume_key(const void *key, size_t klen, kv_buf *out)
+{
+	int rv;
+
+	if (out == NULL || (klen && key == NULL))
+		return KV_EINVAL;
+	rv = kv_buf_set(out, key, klen);
+	return rv == KV_OK ? kv_buf_append(out, "", 1) : rv;
+}
+
+/* --- range maintenance -------------------------------------------------- */
+
+void
+kv_store_cursor_init(kv_store_cursor *c)
+{
+	memset(c, 0, sizeof(*c));
+}
+
+void
+kv_store_cursor_fini(kv_store_cursor *c)
+{
+	if (c == NULL)
+		return;
+	kv_buf_fini(&c->last);
+	memset(c, 0, sizeof(*c));
+}
+
+struct step_args {
+	kv_store_visit_cb cb; /* the caller's visitor */
+	void *arg;            /* its argument */
+	kv_buf *last;         /* records the last key visited */
+	int err;              /* recording failed */
+	bool stopped;         /* the visitor asked to stop */
+};
+
+static int
+step_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	struct step_args *a = arg;
+	int rv = kv_buf_set(a->last, key, klen);
+
+	if (rv != KV_OK) {
+		a->err = rv;
+		return 1;
+	}
+	if (a->cb(a->arg, key, klen, val, vlen) != 0) {
+		a->stopped = true;
+		return 1;
+	}
+	return 0;
+}
+
+int
+kv_store_range_step(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                    kv_store_cursor *c, size_t max, kv_store_visit_cb cb, void *arg)
+{
+	size_t budget = max;
+	kv_buf from = {0};
+	int rv = KV_OK;
+
+	if (s == NULL || c == NULL || cb == NULL || max == 0 || (slen && !start) || (elen && !end))
+		return KV_EINVAL;
+	while (!c->done && budget > 0) {
+		struct step_args a = {.cb = cb, .arg = arg, .last = &c->last};
+		bool more = false;
+		size_t visited = 0;
+
+		if (c->part >= s->nparts) {
+			c->done = true;
+			break;
+		}
+		if (c->started)
+			rv = kv_scan_resume_key(c->last.data, c->last.len, &from);
+		else
+			rv = kv_buf_set(&from, start, slen);
+		if (rv != KV_OK)
+			break;
+		struct walk_args w = {.start = from.data,
+		                      .slen = from.len,
+		                      .end = end,
+		                      .elen = elen,
+		                      .max = budget,
+		                      .with_values = true,
+		                      .cb = step_cb,
+		                      .arg = &a};
+		rv = store__with_part(s, c->part, op_walk, &w);
+		more = w.more;
+		visited = w.visited;
+		if (rv == KV_OK && a.err != 0)
+			rv = a.err;
+		if (rv != KV_OK)
+			break;
+		if (visited > 0)
+			c->started = true;
+		budget -= visited;
+		if (a.stopped)
+			break;
+		if (!more) {
+			/* This partition has nothing more in the range. */
+			c->part++;
+			c->started = false;
+			c->last.len = 0;
+		}
+	}
+	kv_buf_fini(&from);
+	return rv;
+}
+
+struct rdel_args {
+	const uint8_t *start;
+	size_t slen;
+	const uint8_t *end;
+	size_t elen;
+	size_t max;     /* deletions allowed */
+	uint64_t count; /* deletions done */
+};
+
+static int
+op_range_delete(kv_store *s, kv_part *p, void *arg)
+{
+	struct rdel_args *d = arg;
+	kv_art_iter it;
+	int rv = KV_OK;
+	(void)s;
+
+	kv_art_iter_init(&it);
+	while (d->count < d->max) {
+		uint8_t *item, *gone;
+		const uint8_t *k, *v;
+		size_t kl, vl;
+
+		if ((rv = kv_art_iter_seek(&it, &p->art, d->start, d->slen)) != KV_OK)
+			break;
+		item = kv_art_iter_next(&it);
+		if (item == NULL) {
+			rv = it.err;
+			break;
+		}
+		kv_item_parse(item, &k, &kl, &v, &vl);
+		if (d->elen != 0 && kv_key_cmp(k, kl, d->end, d->elen) >= 0)
+			break;
+		gone = kv_art_del(&p->art, &p->arena, k, kl);
+		part__count(p, -1, -(int64_t)(kl + vl));
+		part__free_item(p, gone);
+		d->count++;
+	}
+	kv_art_iter_fini(&it);
+	if (rv == KV_OK && d->count == d->max)
+		rv = KV_EBUSY; /* maybe more: the caller calls again */
+	return rv;
+}
+
+int
+kv_store_range_delete(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                      size_t max, uint64_t *deleted)
+{
+	uint64_t total = 0;
+	int rv = KV_OK;
+
+	if (s == NULL || max == 0 || (slen && !start) || (elen && !end))
+		return KV_EINVAL;
+	for (unsigned pi = 0; pi < s->nparts && total < max; pi++) {
+		struct rdel_args d = {
+		    .start = start, .slen = slen, .end = end, .elen = elen, .max = max - total};
+		rv = store__with_part(s, pi, op_range_delete, &d);
+		total += d.count;
+		if (rv == KV_EBUSY)
+			break;
+		if (rv != KV_OK)
+			break;
+	}
+	if (deleted)
+		*deleted += total;
+	if (rv == KV_OK && total == max)
+		rv = KV_EBUSY;
+	return rv;
+}
+
+struct count_args {
+	uint64_t keys;
+	uint64_t bytes;
+};
+
+static int
+count_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	struct count_args *c = arg;
+	(void)key;
+	(void)val;
+	c->keys++;
+	c->bytes += klen + vlen;
+	return 0;
+}
+
+int
+kv_store_range_count(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                     uint64_t *keys, uint64_t *bytes)
+{
+	struct count_args c = {0, 0};
+	kv_store_cursor cur;
+	int rv = KV_OK;
+
+	if (s == NULL)
+		return KV_EINVAL;
+	kv_store_cursor_init(&cur);
+	while (!cur.done && rv == KV_OK)
+		rv = kv_store_range_step(s, start, slen, end, elen, &cur, 4096, count_cb, &c);
+	kv_store_cursor_fini(&cur);
+	if (rv == KV_OK) {
+		if (keys)
+			*keys = c.keys;
+		if (bytes)
+			*bytes = c.bytes;
+	}
+	return rv;
+}
+
+struct split_args {
+	uint64_t half;  /* bytes to pass before picking a key */
+	uint64_t seen;  /* bytes passed */
+	uint64_t index; /* entries passed */
+	kv_buf *key;    /* the pick */
+	bool found;
+	int err;
+};
+
+static int
+split_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	struct split_args *a = arg;
+	(void)val;
+
+	/* Never the first key: the split must leave the left side non-empty. */
+	if (a->index > 0 && a->seen >= a->half) {
+		a->err = kv_buf_set(a->key, key, klen);
+		a->found = true;
+		return 1;
+	}
+	a->seen += klen + vlen;
+	a->index++;
+	return 0;
+}
+
+int
+kv_store_range_split_key(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                         kv_buf *key)
+{
+	int rv;
+
+	if (s == NULL || key == NULL || (slen && !start) || (elen && !end))
+		return KV_EINVAL;
+	/* Sample: the first partition that holds at least two keys of the range. */
+	for (unsigned pi = 0; pi < s->nparts; pi++) {
+		struct count_args c = {0, 0};
+		rv = kv_store_scan_partition(s, pi, start, slen, end, elen, 0, true, count_cb, &c,
+		                             NULL);
+		if (rv != KV_OK)
+			return rv;
+		if (c.keys < 2)
+			continue;
+		struct split_args a = {.half = c.bytes / 2, .key = key};
+		rv = kv_store_scan_partition(s, pi, start, slen, end, elen, 0, true, split_cb, &a,
+		                             NULL);
+		if (rv == KV_OK && a.err != 0)
+			rv = a.err;
+		if (rv != KV_OK)
+			return rv;
+		if (a.found)
+			return KV_OK;
+	}
+	/* Keys are spread one per partition: take the second smallest. */
+	struct split_args a = {.half = 0, .key = key};
+	rv = kv_store_scan(s, start, slen, end, elen, 2, false, split_cb, &a, NULL);
+	if (rv == KV_OK && a.err != 0)
+		rv = a.err;
+	if (rv != KV_OK)
+		return rv;
+	return a.found ? KV_OK : KV_ENOTFOUND;
+}
+
+/* --- statistics, tasks, life cycle -------------------------------------- */
+
+void
+kv_store_get_stats(kv_store *s, kv_store_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (s == NULL)
+		return;
+	for (unsigned pi = 0; pi < s->nparts; pi++) {
+		kv_part *p = &s->parts[pi];
+		st->keys += atomic_load_explicit(&p->keys, memory_order_relaxed);
+		st->bytes += atomic_load_explicit(&p->bytes, memory_order_relaxed);
+		st->index_bytes += atomic_load_explicit(&p->index_bytes, memory_order_relaxed);
+	}
+	st->mem_bytes = atomic_load_explicit(&s->mem_used, memory_order_relaxed);
+}
+
+int
+kv_store_run_on(kv_store *s, unsigned part, kv_store_task_fn fn, void *arg)
+{
+	if (s == NULL || fn == NULL || part >= s->nparts)
+		return KV_EINVAL;
+	if (s->o.mode == KV_STORE_STRIPED) {
+		fn(s, part, arg);
+		return KV_OK;
+	}
+	if (store__on_owner(s)) {
+		if (kv_tls_part != part)
+			return KV_EPERM;
+		fn(s, part, arg);
+		return KV_OK;
+	}
+	store__post_wait(s, part, fn, arg);
+	return KV_OK;
+}
+
+static unsigned
+store__round_pow2(unsigned n)
+{
+	unsigned p = 1;
+	while (p < n)
+		p <<= 1;
+	return p;
+}
+
+int
+kv_store_create(const kv_store_opts *opts, kv_store **out)
+{
+	kv_store_opts o;
+	kv_store *s;
+
+	if (out == NULL)
+		return KV_EINVAL;
+	if (opts)
+		o = *opts;
+	else
+		kv_store_opts_init(&o);
+	if (o.mode != KV_STORE_STRIPED && o.mode != KV_STORE_PERCORE)
+		return KV_EINVAL;
+	if (o.partitions == 0) {
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		o.partitions = o.mode == KV_STORE_STRIPED ? 64 : (unsigned)(ncpu > 0 ? ncpu : 1);
+	}
+	if (o.partitions > KV_STORE_MAX_PARTITIONS)
+		return KV_EINVAL;
+	if (o.max_key == 0)
+		o.max_key = KV_DEFAULT_MAX_KEY;
+	if (o.max_value == 0)
+		o.max_value = KV_DEFAULT_MAX_VALUE;
+	if (o.max_key > KV_HARD_MAX_KEY || o.max_value > KV_HARD_MAX_VALUE)
+		return KV_EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return KV_ENOMEM;
+	s->o = o;
+	s->nparts = o.mode == KV_STORE_STRIPED ? store__round_pow2(o.partitions) : o.partitions;
+	if (o.mode == KV_STORE_PERCORE)
+		s->nparts = store__round_pow2(o.partitions);
+	s->o.partitions = s->nparts;
+	s->mask = s->nparts - 1;
+	atomic_init(&s->mem_used, 0);
+	if (posix_memalign((void **)&s->parts, 64, s->nparts * sizeof(kv_part)) != 0) {
+		free(s);
+		return KV_ENOMEM;
+	}
+	memset(s->parts, 0, s->nparts * sizeof(kv_part));
+	for (unsigned pi = 0; pi < s->nparts; pi++) {
+		kv_part *p = &s->parts[pi];
+		pthread_mutex_init(&p->mu, NULL);
+		pthread_mutex_init(&p->qmu, NULL);
+		pthread_cond_init(&p->qcv, NULL);
+		kv_art_init(&p->art);
+		kv_arena_init(&p->arena, &s->mem_used, o.mem_limit);
+		p->store = s;
+		p->index = pi;
+	}
+	if (o.mode == KV_STORE_PERCORE) {
+		for (unsigned pi = 0; pi < s->nparts; pi++) {
+			kv_part *p = &s->parts[pi];
+			if (pthread_create(&p->thread, NULL, store__owner_main, p) != 0) {
+				kv_store_destroy(s);
+				return KV_ENOMEM;
+			}
+			p->started = true;
+		}
+	}
+	*out = s;
+	return KV_OK;
+}
+
+static void
+store__free_large(void *arg, uint8_t *item)
+{
+	kv_part *p = arg;
+	if (kv_item_total(item) > KV_ARENA_MAX_SMALL)
+		part__free_item(p, item);
+}
+
+void
+kv_store_destroy(kv_store *s)
+{
+	if (s == NULL)
+		return;
+	for (unsigned pi = 0; pi < s->nparts; pi++) {
+		kv_part *p = &s->parts[pi];
+		if (!p->started)
+			continue;
+		pthread_mutex_lock(&p->qmu);
+		p->stop = true;
+		pthread_cond_signal(&p->qcv);
+		pthread_mutex_unlock(&p->qmu);
+		pthread_join(p->thread, NULL);
+	}
+	for (unsigned pi = 0; pi < s->nparts; pi++) {
+		kv_part *p = &s->parts[pi];
+		/* Slab memory goes with the blocks; only large items need a walk. */
+		kv_art_clear(&p->art, &p->arena, p->nlarge ? store__free_large : NULL, p);
+		kv_arena_fini(&p->arena);
+		pthread_mutex_destroy(&p->mu);
+		pthread_mutex_destroy(&p->qmu);
+		pthread_cond_destroy(&p->qcv);
+	}
+	free(s->parts);
+	free(s);
+}
