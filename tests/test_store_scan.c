@@ -867,6 +867,64 @@ range_step_between_writes_visits_each_original_key_once(void **state)
 	entry_list_fini(&v.l);
 }
 
+static void
+nested_prefix_keys_of_every_length_scan_in_order(void **state)
+{
+	kv_store *s = FX(state)->s;
+	size_t maxk = KV_DEFAULT_MAX_KEY, n = 0, from500 = 0;
+	uint8_t *as = xmalloc(maxk), *branches = xcalloc(maxk / 50 + 1, maxk + 1);
+	kv_bytes *sorted = xcalloc(maxk + maxk / 50 + 1, sizeof *sorted);
+	step_visits v = {0};
+	entry_list l = {0};
+
+	/* "a", "aa", ... up to max_key bytes, every key a prefix of the next, and
+	 * branches "a...ab" every 50 lengths: a chain as deep as a key is long. */
+	memset(as, 'a', maxk);
+	for (size_t len = 1; len <= maxk; len++) {
+		sorted[n++] = (kv_bytes){as, len};
+		if (len % 50 == 0 && len < maxk) {
+			uint8_t *b = branches + (len / 50) * (maxk + 1);
+			memset(b, 'a', len);
+			b[len] = 'b';
+			sorted[n++] = (kv_bytes){b, len + 1};
+		}
+	}
+	qsort(sorted, n, sizeof *sorted, bytes_cmp);
+	for (size_t i = 0; i < n; i++) {
+		size_t r = (i * 7919) % n;
+		assert_int_equal(kv_store_put(s, sorted[r].p, sorted[r].len, "", 0), KV_OK);
+		if (kv_key_cmp(sorted[i].p, sorted[i].len, as, 500) >= 0)
+			from500++;
+	}
+	assert_int_equal(stats_of(s).keys, n);
+
+	scan_all(s, NULL, 0, NULL, 0, &l);
+	assert_int_equal(l.n, n);
+	for (size_t i = 0; i < n; i++)
+		assert_true(entry_key_is(&l, i, sorted[i].p, sorted[i].len));
+	walk_range(s, as, 500, NULL, 0, 7, &v);
+	assert_int_equal(v.l.n, from500);
+
+	/* Every other key gone: the chain keeps nodes whose only leaf went away. */
+	for (size_t i = 0; i < n; i += 2)
+		assert_int_equal(kv_store_del(s, sorted[i].p, sorted[i].len, NULL), KV_OK);
+	scan_all(s, NULL, 0, NULL, 0, &l);
+	assert_int_equal(l.n, n / 2);
+	for (size_t i = 1, j = 0; i < n; i += 2, j++)
+		assert_true(entry_key_is(&l, j, sorted[i].p, sorted[i].len));
+	for (size_t i = 1; i < n; i += 2)
+		assert_int_equal(kv_store_del(s, sorted[i].p, sorted[i].len, NULL), KV_OK);
+	assert_int_equal(stats_of(s).keys, 0);
+	scan_all(s, NULL, 0, NULL, 0, &l);
+	assert_int_equal(l.n, 0);
+
+	entry_list_fini(&l);
+	entry_list_fini(&v.l);
+	free(sorted);
+	free(branches);
+	free(as);
+}
+
 /* Deletes [start, end) with steps of at most `max`; returns the number deleted. */
 static uint64_t
 delete_range(kv_store *s, const void *start, size_t slen, const void *end, size_t elen, size_t max,
@@ -1132,6 +1190,7 @@ static const store_test scan_tests[] = {
     STORE_TEST(scan_of_random_binary_keys_matches_a_sorted_model),
     STORE_TEST(keys_with_long_shared_prefixes_stay_distinct_and_ordered),
     STORE_TEST(node_with_256_children_grows_and_shrinks_in_order),
+    STORE_TEST(nested_prefix_keys_of_every_length_scan_in_order),
     STORE_TEST(scan_sees_overwrites_and_deletes),
     STORE_TEST(scan_includes_start_and_excludes_end),
     STORE_TEST(scan_with_empty_end_is_unbounded),

@@ -1,0 +1,318 @@
+/*
+ * rpc.c - nng request/reply plumbing (see rpc.h).
+ *
+ * Server: one REP socket, a fixed pool of contexts, each with one aio whose
+ * callback walks RECV -> (handler) -> SEND -> RECV. A deferred request parks
+ * its context until kv_rpc_reply() sends the answer; the pool size bounds
+ * how many requests can wait at once. No lock is needed: each context is
+ * touched only by its own callback chain, and kv_rpc_reply() only starts a
+ * send on an idle context.
+ */
+#include "common/rpc.h"
+#include "common/err.h"
+
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/util/platform.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { RPC_RECV = 1, RPC_SEND = 2, RPC_DEFERRED = 3 };
+
+struct kv_rpc_pending {
+	kv_rpc_server *s; /* owner */
+	nng_ctx ctx;      /* this request slot's context */
+	nng_aio *aio;     /* its aio; the callback is rpc_ctx_cb */
+	int state;        /* RPC_* */
+};
+
+struct kv_rpc_server {
+	nng_socket sock;        /* REP socket */
+	kv_rpc_handler handler; /* request handler */
+	void *arg;              /* its argument */
+	unsigned n;             /* contexts */
+	kv_rpc_pending *slots;  /* n request slots */
+};
+
+struct kv_rpc_client {
+	nng_socket sock; /* REQ socket */
+	char *url;       /* dialed URL */
+};
+
+int
+kv_err_from_nng(int rv)
+{
+	switch (rv) {
+	case 0:
+		return KV_OK;
+	case NNG_ETIMEDOUT:
+		return KV_ETIMEDOUT;
+	case NNG_ECLOSED:
+	case NNG_ECANCELED:
+		return KV_ECLOSED;
+	case NNG_ENOMEM:
+		return KV_ENOMEM;
+	case NNG_EADDRINUSE:
+		return KV_EADDRINUSE;
+	case NNG_EINVAL:
+	case NNG_EADDRINVAL:
+	case NNG_ENOTSUP:
+	case NNG_EBADTYPE:
+		return KV_EINVAL;
+	case NNG_ECONNREFUSED:
+	case NNG_ECONNRESET:
+	case NNG_ECONNSHUT:
+	case NNG_EUNREACHABLE:
+	case NNG_ECONNABORTED:
+	case NNG_ESTATE:
+		return KV_EUNAVAIL;
+	case NNG_EMSGSIZE:
+		return KV_ELIMIT;
+	case NNG_EPERM:
+	case NNG_EPEERAUTH:
+	case NNG_ECRYPTO:
+		return KV_EAUTH;
+	default:
+		return KV_EIO;
+	}
+}
+
+static void
+rpc_ctx_cb(void *arg)
+{
+	kv_rpc_pending *p = arg;
+	kv_rpc_server *s = p->s;
+	nng_msg *req, *reply = NULL;
+	int rv;
+
+	switch (p->state) {
+	case RPC_RECV:
+		rv = nng_aio_result(p->aio);
+		if (rv != 0) {
+			if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
+				return;
+			nng_ctx_recv(p->ctx, p->aio);
+			return;
+		}
+		req = nng_aio_get_msg(p->aio);
+		nng_aio_set_msg(p->aio, NULL);
+		rv = s->handler(s->arg, req, &reply, p);
+		nng_msg_free(req);
+		if (rv == KV_RPC_DEFERRED) {
+			p->state = RPC_DEFERRED;
+			return;
+		}
+		if (rv != 0 || reply == NULL) {
+			if (reply)
+				nng_msg_free(reply);
+			nng_ctx_recv(p->ctx, p->aio); /* drop: REP forgets the request */
+			return;
+		}
+		p->state = RPC_SEND;
+		nng_aio_set_msg(p->aio, reply);
+		nng_ctx_send(p->ctx, p->aio);
+		return;
+	case RPC_SEND:
+		if (nng_aio_result(p->aio) != 0) {
+			nng_msg *m = nng_aio_get_msg(p->aio);
+			if (m)
+				nng_msg_free(m);
+			nng_aio_set_msg(p->aio, NULL);
+			if (nng_aio_result(p->aio) == NNG_ECLOSED)
+				return;
+		}
+		p->state = RPC_RECV;
+		nng_ctx_recv(p->ctx, p->aio);
+		return;
+	default:
+		return;
+	}
+}
+
+void
+kv_rpc_reply(kv_rpc_pending *p, nng_msg *msg)
+{
+	if (p == NULL || p->state != RPC_DEFERRED) {
+		if (msg)
+			nng_msg_free(msg);
+		return;
+	}
+	if (msg == NULL) {
+		p->state = RPC_RECV;
+		nng_ctx_recv(p->ctx, p->aio);
+		return;
+	}
+	p->state = RPC_SEND;
+	nng_aio_set_msg(p->aio, msg);
+	nng_ctx_send(p->ctx, p->aio);
+}
+
+int
+kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out)
+{
+	kv_rpc_server *s;
+	unsigned i;
+	int rv;
+
+	if (o == NULL || o->url == NULL || o->handler == NULL || out == NULL)
+		return KV_EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return KV_ENOMEM;
+	s->handler = o->handler;
+	s->arg = o->arg;
+	s->n = o->contexts ? o->contexts : 64;
+	s->slots = calloc(s->n, sizeof(*s->slots));
+	if (s->slots == NULL) {
+		free(s);
+		return KV_ENOMEM;
+	}
+	if ((rv = nng_rep0_open(&s->sock)) != 0)
+		goto err_after_alloc;
+	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, o->max_msg ? o->max_msg : KV_RPC_MAX_MSG);
+	for (i = 0; i < s->n; i++) {
+		kv_rpc_pending *p = &s->slots[i];
+		p->s = s;
+		if ((rv = nng_ctx_open(&p->ctx, s->sock)) != 0 ||
+		    (rv = nng_aio_alloc(&p->aio, rpc_ctx_cb, p)) != 0)
+			goto err_after_open;
+	}
+	if ((rv = nng_listen(s->sock, o->url, NULL, 0)) != 0)
+		goto err_after_open;
+	for (i = 0; i < s->n; i++) {
+		s->slots[i].state = RPC_RECV;
+		nng_ctx_recv(s->slots[i].ctx, s->slots[i].aio);
+	}
+	*out = s;
+	return KV_OK;
+
+err_after_open:
+	nng_close(s->sock);
+	for (i = 0; i < s->n; i++)
+		if (s->slots[i].aio)
+			nng_aio_free(s->slots[i].aio);
+	free(s->slots);
+	free(s);
+	return kv_err_from_nng(rv);
+err_after_alloc:
+	free(s->slots);
+	free(s);
+	return kv_err_from_nng(rv);
+}
+
+void
+kv_rpc_server_destroy(kv_rpc_server *s)
+{
+	if (s == NULL)
+		return;
+	nng_close(s->sock);
+	for (unsigned i = 0; i < s->n; i++) {
+		nng_aio_stop(s->slots[i].aio);
+		nng_msg *m = nng_aio_get_msg(s->slots[i].aio);
+		if (m)
+			nng_msg_free(m);
+		nng_aio_free(s->slots[i].aio);
+	}
+	free(s->slots);
+	free(s);
+}
+
+int
+kv_rpc_client_create(const char *url, kv_rpc_client **out)
+{
+	kv_rpc_client *c;
+	int rv;
+
+	if (url == NULL || out == NULL)
+		return KV_EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		return KV_ENOMEM;
+	c->url = strdup(url);
+	if (c->url == NULL) {
+		free(c);
+		return KV_ENOMEM;
+	}
+	if ((rv = nng_req0_open(&c->sock)) != 0) {
+		free(c->url);
+		free(c);
+		return kv_err_from_nng(rv);
+	}
+	/* Never resend on our own: a retried write must be the caller's choice. */
+	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, KV_RPC_MAX_MSG);
+	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
+	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500);
+	if ((rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+		nng_close(c->sock);
+		free(c->url);
+		free(c);
+		return kv_err_from_nng(rv);
+	}
+	*out = c;
+	return KV_OK;
+}
+
+void
+kv_rpc_client_destroy(kv_rpc_client *c)
+{
+	if (c == NULL)
+		return;
+	nng_close(c->sock);
+	free(c->url);
+	free(c);
+}
+
+const char *
+kv_rpc_client_url(const kv_rpc_client *c)
+{
+	return c->url;
+}
+
+int
+kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms)
+{
+	nng_ctx ctx;
+	nng_aio *aio;
+	nng_time deadline;
+	int rv;
+
+	if (c == NULL || req == NULL || reply == NULL) {
+		if (req)
+			nng_msg_free(req);
+		return KV_EINVAL;
+	}
+	if ((rv = nng_ctx_open(&ctx, c->sock)) != 0) {
+		nng_msg_free(req);
+		return kv_err_from_nng(rv);
+	}
+	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
+		nng_ctx_close(ctx);
+		nng_msg_free(req);
+		return kv_err_from_nng(rv);
+	}
+	deadline = nng_clock() + timeout_ms;
+	nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
+	nng_aio_set_msg(aio, req);
+	nng_ctx_send(ctx, aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio)) != 0) {
+		nng_msg_free(req); /* a failed send leaves the message with us */
+		rv = rv == NNG_ETIMEDOUT ? KV_EUNAVAIL : kv_err_from_nng(rv);
+		goto out;
+	}
+	nng_time now = nng_clock();
+	nng_aio_set_timeout(aio, now >= deadline ? 1 : (nng_duration)(deadline - now));
+	nng_ctx_recv(ctx, aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio)) != 0) {
+		rv = kv_err_from_nng(rv);
+		goto out;
+	}
+	*reply = nng_aio_get_msg(aio);
+	rv = KV_OK;
+out:
+	nng_aio_free(aio);
+	nng_ctx_close(ctx);
+	return rv;
+}

@@ -1,0 +1,85 @@
+/*
+ * rpc.h - request/reply messaging over nng, shared by every component.
+ *
+ * A server listens on one nng URL (REP protocol) and serves requests with a
+ * fixed pool of contexts; each request is handed to a handler callback on an
+ * nng thread. The handler either answers at once or keeps the request
+ * (KV_RPC_DEFERRED) and answers later with kv_rpc_reply() from any thread,
+ * which is how long polls (watch) and waits (fence) are done without
+ * blocking an nng thread.
+ *
+ * A client (REQ protocol) dials one URL and can have many calls in flight,
+ * each on its own nng context; request resending is switched off, so a
+ * request is never silently sent twice.
+ *
+ * Messages are opaque bytes here; the protobuf codec lives elsewhere.
+ */
+#ifndef KV_COMMON_RPC_H
+#define KV_COMMON_RPC_H
+
+#include <nng/nng.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Largest message either side accepts: a 64 MiB value plus framing. */
+#define KV_RPC_MAX_MSG (80u * 1024u * 1024u)
+
+typedef struct kv_rpc_server kv_rpc_server;
+typedef struct kv_rpc_pending kv_rpc_pending;
+typedef struct kv_rpc_client kv_rpc_client;
+
+/* Returned by a handler that keeps the request to answer later. */
+#define KV_RPC_DEFERRED 1
+
+/*
+ * Called on an nng thread for every request. `req` is the request message;
+ * it stays the caller's. To answer now, set *reply to a new message (the
+ * server takes it) and return 0. To answer later, keep `p` and return
+ * KV_RPC_DEFERRED; then call kv_rpc_reply(p, msg) exactly once. Returning
+ * a negative KV_E* code (or 0 with *reply NULL) drops the request: the
+ * client times out, so handlers should answer errors with a message instead.
+ */
+typedef int (*kv_rpc_handler)(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p);
+
+typedef struct {
+	const char *url;        /* nng URL to listen on */
+	unsigned contexts;      /* concurrent requests served; 0: 64 */
+	size_t max_msg;         /* receive limit; 0: KV_RPC_MAX_MSG */
+	kv_rpc_handler handler; /* request handler */
+	void *arg;              /* its argument */
+} kv_rpc_server_opts;
+
+/* Starts listening. Returns 0, KV_EADDRINUSE, KV_EINVAL (bad URL) or another
+ * KV_E* code. The caller destroys the server with kv_rpc_server_destroy(). */
+int kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out);
+
+/* Stops listening, waits for handlers in progress, drops deferred requests
+ * that were never answered. Accepts NULL. Not from a handler. */
+void kv_rpc_server_destroy(kv_rpc_server *s);
+
+/* Answers a deferred request; takes `msg` (NULL: drop the request). Safe
+ * from any thread, exactly once per deferred request. */
+void kv_rpc_reply(kv_rpc_pending *p, nng_msg *msg);
+
+/* Dials `url` (reconnecting in the background). Returns 0 or a KV_E* code. */
+int kv_rpc_client_create(const char *url, kv_rpc_client **out);
+
+/* Closes the socket; calls in progress fail with KV_ECLOSED. Accepts NULL. */
+void kv_rpc_client_destroy(kv_rpc_client *c);
+
+/* Returns the URL this client dials. */
+const char *kv_rpc_client_url(const kv_rpc_client *c);
+
+/*
+ * Sends `req` and waits up to timeout_ms for the reply. On 0 the request
+ * was taken and *reply is the caller's (free with nng_msg_free). On error
+ * the request was freed too. Returns 0, KV_ETIMEDOUT, KV_EUNAVAIL (no
+ * connection could be made in time), KV_ECLOSED or KV_ENOMEM. Thread-safe:
+ * many calls may be in flight on one client.
+ */
+int kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms);
+
+/* Translates an nng error code into a KV_E* code. */
+int kv_err_from_nng(int rv);
+
+#endif
