@@ -1,0 +1,243 @@
+/*
+ * config.c - configuration values: copy, free, validate, look up (config.h).
+ */
+#include "common/config.h"
+#include "common/err.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kv_config *
+kv_config_new(void)
+{
+	return calloc(1, sizeof(kv_config));
+}
+
+void
+kv_config_free(kv_config *c)
+{
+	if (c == NULL)
+		return;
+	for (size_t i = 0; i < c->nnodes; i++)
+		free(c->nodes[i].address);
+	for (size_t i = 0; i < c->nranges; i++) {
+		kv_buf_fini(&c->ranges[i].start);
+		kv_buf_fini(&c->ranges[i].end);
+	}
+	for (size_t i = 0; i < c->nmigs; i++) {
+		kv_buf_fini(&c->migs[i].start);
+		kv_buf_fini(&c->migs[i].end);
+	}
+	free(c->nodes);
+	free(c->ranges);
+	free(c->migs);
+	free(c->cluster_id);
+	free(c);
+}
+
+static int
+buf_copy(kv_buf *dst, const kv_buf *src)
+{
+	memset(dst, 0, sizeof(*dst));
+	return src->len ? kv_buf_set(dst, src->data, src->len) : KV_OK;
+}
+
+kv_config *
+kv_config_clone(const kv_config *c)
+{
+	kv_config *n = kv_config_new();
+
+	if (n == NULL)
+		return NULL;
+	n->epoch = c->epoch;
+	n->time_ms = c->time_ms;
+	if (c->cluster_id && (n->cluster_id = strdup(c->cluster_id)) == NULL)
+		goto err;
+	if (c->nnodes && (n->nodes = calloc(c->nnodes, sizeof(kv_node))) == NULL)
+		goto err;
+	for (size_t i = 0; i < c->nnodes; i++, n->nnodes++) {
+		n->nodes[i] = c->nodes[i];
+		n->nodes[i].address = NULL;
+		if (c->nodes[i].address &&
+		    (n->nodes[i].address = strdup(c->nodes[i].address)) == NULL)
+			goto err;
+	}
+	if (c->nranges && (n->ranges = calloc(c->nranges, sizeof(kv_range))) == NULL)
+		goto err;
+	for (size_t i = 0; i < c->nranges; i++, n->nranges++) {
+		n->ranges[i].node = c->ranges[i].node;
+		if (buf_copy(&n->ranges[i].start, &c->ranges[i].start) != KV_OK ||
+		    buf_copy(&n->ranges[i].end, &c->ranges[i].end) != KV_OK) {
+			n->nranges++;
+			goto err;
+		}
+	}
+	if (c->nmigs && (n->migs = calloc(c->nmigs, sizeof(kv_migration))) == NULL)
+		goto err;
+	for (size_t i = 0; i < c->nmigs; i++, n->nmigs++) {
+		n->migs[i] = c->migs[i];
+		if (buf_copy(&n->migs[i].start, &c->migs[i].start) != KV_OK ||
+		    buf_copy(&n->migs[i].end, &c->migs[i].end) != KV_OK) {
+			n->nmigs++;
+			goto err;
+		}
+	}
+	return n;
+err:
+	kv_config_free(n);
+	return NULL;
+}
+
+const kv_node *
+kv_config_node(const kv_config *c, uint32_t id)
+{
+	size_t lo = 0, hi = c->nnodes;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (c->nodes[mid].id == id)
+			return &c->nodes[mid];
+		if (c->nodes[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+const kv_node *
+kv_config_node_by_address(const kv_config *c, const char *address)
+{
+	for (size_t i = 0; i < c->nnodes; i++)
+		if (c->nodes[i].state != KV_NODE_GONE && c->nodes[i].address &&
+		    strcmp(c->nodes[i].address, address) == 0)
+			return &c->nodes[i];
+	return NULL;
+}
+
+int
+kv_config_validate(const kv_config *c)
+{
+	if (c == NULL)
+		return KV_EINVAL;
+	for (size_t i = 0; i < c->nnodes; i++) {
+		if (c->nodes[i].id == 0 || c->nodes[i].address == NULL ||
+		    c->nodes[i].state < KV_NODE_JOINING || c->nodes[i].state > KV_NODE_GONE)
+			return KV_EINVAL;
+		if (i > 0 && c->nodes[i - 1].id >= c->nodes[i].id)
+			return KV_EINVAL;
+	}
+	for (size_t i = 0; i < c->nranges; i++) {
+		const kv_range *r = &c->ranges[i];
+		if (kv_config_node(c, r->node) == NULL)
+			return KV_EINVAL;
+		if (i == 0 && r->start.len != 0)
+			return KV_EINVAL;
+		if (i > 0) {
+			const kv_range *p = &c->ranges[i - 1];
+			if (p->end.len == 0 ||
+			    kv_key_cmp(p->end.data, p->end.len, r->start.data, r->start.len) != 0)
+				return KV_EINVAL;
+			if (p->node == r->node)
+				return KV_EINVAL;
+		}
+		if (kv_range_is_empty(r->start.data, r->start.len, r->end.data, r->end.len))
+			return KV_EINVAL;
+		if (i + 1 == c->nranges && r->end.len != 0)
+			return KV_EINVAL;
+	}
+	for (size_t i = 0; i < c->nmigs; i++) {
+		const kv_migration *m = &c->migs[i];
+		if (kv_config_node(c, m->from) == NULL || kv_config_node(c, m->to) == NULL ||
+		    m->from == m->to)
+			return KV_EINVAL;
+		if (kv_range_is_empty(m->start.data, m->start.len, m->end.data, m->end.len))
+			return KV_EINVAL;
+	}
+	return KV_OK;
+}
+
+long
+kv_config_find_range(const kv_config *c, const void *key, size_t klen)
+{
+	size_t lo = 0, hi = c->nranges;
+
+	if (c->nranges == 0)
+		return -1;
+	/* The last range whose start is <= key. */
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		const kv_range *r = &c->ranges[mid];
+		if (kv_key_cmp(r->start.data, r->start.len, key, klen) <= 0)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return (long)lo;
+}
+
+const kv_migration *
+kv_config_migration_for(const kv_config *c, const void *key, size_t klen)
+{
+	for (size_t i = 0; i < c->nmigs; i++) {
+		const kv_migration *m = &c->migs[i];
+		if (m->phase >= KV_MIG_DONE)
+			continue;
+		if (kv_range_contains(m->start.data, m->start.len, m->end.data, m->end.len, key,
+		                      klen))
+			return m;
+	}
+	return NULL;
+}
+
+uint32_t
+kv_config_route(const kv_config *c, const void *key, size_t klen)
+{
+	const kv_migration *m = kv_config_migration_for(c, key, klen);
+	long i;
+
+	if (m != NULL)
+		return m->from;
+	i = kv_config_find_range(c, key, klen);
+	return i < 0 ? 0 : c->ranges[i].node;
+}
+
+const char *
+kv_node_state_name(kv_node_state s)
+{
+	switch (s) {
+	case KV_NODE_JOINING:
+		return "joining";
+	case KV_NODE_ACTIVE:
+		return "active";
+	case KV_NODE_DRAINING:
+		return "draining";
+	case KV_NODE_GONE:
+		return "gone";
+	default:
+		return "unknown";
+	}
+}
+
+const char *
+kv_mig_phase_name(kv_mig_phase p)
+{
+	switch (p) {
+	case KV_MIG_PENDING:
+		return "pending";
+	case KV_MIG_COPYING:
+		return "copying";
+	case KV_MIG_CATCHUP:
+		return "catchup";
+	case KV_MIG_FENCED:
+		return "fenced";
+	case KV_MIG_DONE:
+		return "done";
+	case KV_MIG_CANCELLED:
+		return "cancelled";
+	case KV_MIG_FAILED:
+		return "failed";
+	default:
+		return "unknown";
+	}
+}

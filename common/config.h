@@ -1,0 +1,118 @@
+/*
+ * config.h - a cluster configuration as plain C values: epoch, nodes, the
+ * range map and the migrations in flight (SPEC §2, doc/protocol.md).
+ *
+ * A kv_config is a value: every pointer in it is owned by it, it is never
+ * changed after it is published, and it is freed with kv_config_free().
+ * Conversions to and from the wire live in proto/codec.h.
+ *
+ * Range map invariant (kv_config_validate): ranges are sorted by start, the
+ * first starts at "" and the last ends at "" (the end of the key space), each
+ * starts where the previous ends, none is empty, every owner is a node of
+ * the configuration, and adjacent ranges have different owners.
+ */
+#ifndef KV_COMMON_CONFIG_H
+#define KV_COMMON_CONFIG_H
+
+#include "common/key.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+	KV_NODE_JOINING = 1,  /* registered, may not own ranges yet */
+	KV_NODE_ACTIVE = 2,   /* serving */
+	KV_NODE_DRAINING = 3, /* leaving: its ranges are moving away */
+	KV_NODE_GONE = 4,     /* left; owns nothing; its id is never reused */
+} kv_node_state;
+
+typedef enum {
+	KV_MIG_PENDING = 1,   /* decided, the source has not started */
+	KV_MIG_COPYING = 2,   /* bulk copy */
+	KV_MIG_CATCHUP = 3,   /* sending writes that arrived during the copy */
+	KV_MIG_FENCED = 4,    /* writes stopped, final handoff */
+	KV_MIG_DONE = 5,      /* the destination serves the range */
+	KV_MIG_CANCELLED = 6, /* cancelled before the fence */
+	KV_MIG_FAILED = 7,    /* gave up; see error */
+} kv_mig_phase;
+
+typedef struct {
+	uint32_t id;         /* assigned by the controller from 1, never reused */
+	char *address;       /* the server's --listen URL (owned) */
+	kv_node_state state; /* life-cycle state */
+} kv_node;
+
+typedef struct {
+	kv_buf start;  /* inclusive; empty: beginning of the key space */
+	kv_buf end;    /* exclusive; empty: end of the key space */
+	uint32_t node; /* owner */
+} kv_range;
+
+typedef struct {
+	uint64_t id;              /* assigned by the controller, never reused */
+	uint64_t epoch;           /* the epoch that decided the move */
+	kv_buf start;             /* the moving range [start, end) */
+	kv_buf end;               /* empty: end of the key space */
+	uint32_t from;            /* source node */
+	uint32_t to;              /* destination node */
+	kv_mig_phase phase;       /* progress as last reported */
+	uint64_t keys_copied;     /* acknowledged by the destination */
+	uint64_t bytes_copied;    /* acknowledged by the destination */
+	uint64_t keys_total;      /* estimate; 0: unknown */
+	uint64_t bytes_total;     /* estimate; 0: unknown */
+	uint64_t rate_bytes_s;    /* measured copy rate */
+	uint64_t eta_ms;          /* estimate; 0: unknown */
+	uint32_t rate_limit_mb_s; /* 0: unlimited */
+} kv_migration;
+
+typedef struct {
+	uint64_t epoch;     /* grows by one on every change, from 1 */
+	uint64_t time_ms;   /* publication time, Unix milliseconds */
+	char *cluster_id;   /* random id fixed at the first start (owned, may be NULL) */
+	size_t nnodes;      /* entries in nodes */
+	kv_node *nodes;     /* sorted by id */
+	size_t nranges;     /* entries in ranges */
+	kv_range *ranges;   /* the range map, sorted by start */
+	size_t nmigs;       /* entries in migs */
+	kv_migration *migs; /* migrations not finished, sorted by id */
+} kv_config;
+
+/* Returns a new empty configuration (epoch 0, nothing in it), or NULL. */
+kv_config *kv_config_new(void);
+
+/* Frees a configuration and everything in it. Accepts NULL. */
+void kv_config_free(kv_config *c);
+
+/* Returns a deep copy, or NULL when out of memory. */
+kv_config *kv_config_clone(const kv_config *c);
+
+/* Checks the range map invariant above and that node ids are unique and
+ * sorted and migrations name existing nodes. Returns 0 or KV_EINVAL. */
+int kv_config_validate(const kv_config *c);
+
+/* Returns the index of the range that contains key (binary search), or -1
+ * when the map is empty. */
+long kv_config_find_range(const kv_config *c, const void *key, size_t klen);
+
+/* Returns the node with this id, or NULL. */
+const kv_node *kv_config_node(const kv_config *c, uint32_t id);
+
+/* Returns the first node (not gone) with this address, or NULL. */
+const kv_node *kv_config_node_by_address(const kv_config *c, const char *address);
+
+/* Returns the migration in flight that covers key, or NULL. */
+const kv_migration *kv_config_migration_for(const kv_config *c, const void *key, size_t klen);
+
+/* Returns the node a client should send a request for key to: the source of
+ * a migration in flight that covers the key, else the range owner; 0 when
+ * the map is empty. */
+uint32_t kv_config_route(const kv_config *c, const void *key, size_t klen);
+
+/* Returns the name of a node state ("joining", "active", "draining", "gone"). */
+const char *kv_node_state_name(kv_node_state s);
+
+/* Returns the name of a migration phase ("pending", "copying", ...). */
+const char *kv_mig_phase_name(kv_mig_phase p);
+
+#endif
