@@ -66,6 +66,16 @@ typedef struct {
 #define LEAF_ITEM(p)  ((uint8_t *)((uintptr_t)(p) & ~(uintptr_t)1))
 #define MAKE_LEAF(it) ((void *)((uintptr_t)(it) | 1u))
 
+/*
+ * A reference to an inner node carries the node's type (bits 1-2) and
+ * whether it has a prefix (bit 3); nodes are 16-aligned. A lookup through a
+ * prefix-less N48 or N256 thus goes straight to the child slot without
+ * touching the node header: one cache line instead of two.
+ */
+#define NODE(p)           ((art_node *)((uintptr_t)(p) & ~(uintptr_t)0xf))
+#define REF_TYPE(p)       ((unsigned)(((uintptr_t)(p) >> 1) & 3u) + 1u)
+#define REF_HAS_PREFIX(p) (((uintptr_t)(p)&8u) != 0)
+
 static const size_t art_node_size[5] = {0, sizeof(art_n4), sizeof(art_n16), sizeof(art_n48),
                                         sizeof(art_n256)};
 
@@ -120,11 +130,10 @@ art__leaf_key(const uint8_t *it, size_t *klen)
 	return k;
 }
 
-void
-kv_art_init(kv_art *t)
+static inline void *
+node_ref(const art_node *n)
 {
-	t->root = NULL;
-	t->index_bytes = 0;
+	return (void *)((uintptr_t)n | ((uintptr_t)(n->type - 1u) << 1) | (n->plen ? 8u : 0u));
 }
 
 static art_node *
@@ -149,9 +158,9 @@ art__free(kv_art *t, kv_arena *a, art_node *n)
 
 /* Returns the slot holding the child for byte b, or NULL. */
 static inline void **
-art__find(art_node *n, uint8_t b)
+art__find_t(art_node *n, unsigned type, uint8_t b)
 {
-	switch (n->type) {
+	switch (type) {
 	case ART_N4: {
 		art_n4 *x = (art_n4 *)n;
 		for (unsigned i = 0; i < n->count; i++)
@@ -182,6 +191,12 @@ art__find(art_node *n, uint8_t b)
 		return x->child[b] ? &x->child[b] : NULL;
 	}
 	}
+}
+
+static inline void **
+art__find(art_node *n, uint8_t b)
+{
+	return art__find_t(n, n->type, b);
 }
 
 static inline bool
@@ -345,7 +360,7 @@ art__any_leaf(const art_node *n)
 			return NULL; /* unreachable for a well-formed tree */
 		if (IS_LEAF(c))
 			return LEAF_ITEM(c);
-		n = c;
+		n = NODE(c);
 	}
 }
 
@@ -376,44 +391,7 @@ art__prefix_mismatch(const art_node *n, const uint8_t *key, size_t klen, size_t 
 	return i;
 }
 
-uint8_t *
-kv_art_get(const kv_art *t, const uint8_t *key, size_t klen)
-{
-	void *p = t->root;
-	size_t depth = 0;
-
-	while (p != NULL) {
-		if (IS_LEAF(p)) {
-			uint8_t *it = LEAF_ITEM(p);
-			return art__leaf_matches(it, key, klen) ? it : NULL;
-		}
-		art_node *n = p;
-		if (n->plen != 0) {
-			size_t m = n->plen < ART_MAX_PREFIX ? n->plen : ART_MAX_PREFIX;
-			if (depth + n->plen > klen)
-				return NULL;
-			for (size_t i = 0; i < m; i++)
-				if (n->prefix[i] != key[depth + i])
-					return NULL;
-			/* Bytes past the stored ones are checked at the leaf. */
-			depth += n->plen;
-		}
-		if (depth == klen) {
-			if (n->term == NULL)
-				return NULL;
-			uint8_t *it = LEAF_ITEM(n->term);
-			return art__leaf_matches(it, key, klen) ? it : NULL;
-		}
-		void **slot = art__find(n, key[depth]);
-		if (slot == NULL)
-			return NULL;
-		p = *slot;
-		depth++;
-	}
-	return NULL;
-}
-
-/* Stores min(len, 8) bytes of key[from..from+len) as n's prefix. */
+/* Stores min(len, 8) bytes of src as n's prefix of length len. */
 static inline void
 art__set_prefix(art_node *n, const uint8_t *src, size_t len)
 {
@@ -421,62 +399,326 @@ art__set_prefix(art_node *n, const uint8_t *src, size_t len)
 	memcpy(n->prefix, src, len < ART_MAX_PREFIX ? len : ART_MAX_PREFIX);
 }
 
+/* --- leaves ------------------------------------------------------------- */
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "inline leaves assume a little-endian machine"
+#endif
+
+#define INLINE_BIT   ((uintptr_t)1 << 63)
+#define IS_INLINE(p) (((uintptr_t)(p)&INLINE_BIT) != 0)
+
+static inline size_t
+inline_vlen(uintptr_t w)
+{
+	return (size_t)((w >> 56) & 0x7fu);
+}
+
+static inline void *
+leaf_inline(const uint8_t *v, size_t vlen)
+{
+	uintptr_t w = 1u | INLINE_BIT | ((uintptr_t)vlen << 56);
+
+	for (size_t i = 0; i < vlen; i++)
+		w |= (uintptr_t)v[i] << (8 * (i + 1));
+	return (void *)w;
+}
+
+/* Value of the leaf held in *slot (pointers into the slot or the item). */
+static inline void
+leaf_value(void *const *slot, const uint8_t **v, size_t *vlen)
+{
+	uintptr_t w = (uintptr_t)*slot;
+
+	if (IS_INLINE(w)) {
+		*v = (const uint8_t *)slot + 1;
+		*vlen = inline_vlen(w);
+	} else {
+		const uint8_t *k;
+		size_t kl;
+		kv_item_parse(LEAF_ITEM(w), &k, &kl, v, vlen);
+	}
+}
+
+size_t
+kv_art_leaf_vlen(kv_leaf l)
+{
+	const uint8_t *v;
+	size_t vl;
+	void *w = (void *)l;
+
+	if (l == 0)
+		return 0;
+	leaf_value(&w, &v, &vl);
+	return vl;
+}
+
+static uint8_t *
+art__item_new(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const uint8_t *val,
+              size_t vlen)
+{
+	size_t sz = kv_item_size(klen, vlen);
+	uint8_t *it = kv_arena_alloc(a, sz);
+
+	if (it == NULL)
+		return NULL;
+	if (sz > KV_ARENA_MAX_SMALL)
+		t->nlarge++;
+	kv_item_write(it, key, klen, val, vlen);
+	return it;
+}
+
+static void
+art__item_free(kv_art *t, kv_arena *a, uint8_t *it)
+{
+	size_t sz = kv_item_total(it);
+
+	if (sz > KV_ARENA_MAX_SMALL)
+		t->nlarge--;
+	kv_arena_free(a, it, sz);
+}
+
 int
-kv_art_put(kv_art *t, kv_arena *a, uint8_t *item, uint8_t **old)
+kv_art_leaf_new(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const uint8_t *val,
+                size_t vlen, kv_leaf *out)
+{
+	uint8_t *it = art__item_new(t, a, key, klen, val, vlen);
+
+	if (it == NULL)
+		return KV_ENOMEM;
+	*out = (kv_leaf)MAKE_LEAF(it);
+	return KV_OK;
+}
+
+void
+kv_art_leaf_free(kv_art *t, kv_arena *a, kv_leaf l)
+{
+	if (l != 0 && !IS_INLINE(l))
+		art__item_free(t, a, LEAF_ITEM(l));
+}
+
+/*
+ * Whether a leaf for a key of length klen may be stored inline at a slot
+ * whose path from the root spells `pos` bytes: the path must spell the whole
+ * key, and every prefix on it must be fully stored (`safe`) so that lookups
+ * verify every byte.
+ */
+static inline bool
+inline_ok(bool safe, size_t klen, size_t pos, size_t vlen)
+{
+	return safe && klen == pos && vlen <= KV_ART_INLINE_MAX;
+}
+
+/* Does the leaf in *slot at a position spelling `pos` bytes hold key? */
+static inline bool
+leaf_matches(void *const *slot, bool safe, size_t pos, const uint8_t *key, size_t klen)
+{
+	uintptr_t w = (uintptr_t)*slot;
+
+	if (IS_INLINE(w))
+		return safe && klen == pos;
+	return art__leaf_matches(LEAF_ITEM(w), key, klen);
+}
+
+/* --- lookup ------------------------------------------------------------- */
+
+void
+kv_art_init(kv_art *t)
+{
+	t->root = NULL;
+	t->index_bytes = 0;
+	t->nlarge = 0;
+}
+
+/*
+ * Walks to the slot that holds key's leaf. Returns the slot (or NULL) and
+ * sets *safe and *pos for it. Shared by find and take.
+ */
+static void *const *
+art__lookup(const kv_art *t, const uint8_t *key, size_t klen, bool *safe_out, size_t *pos_out)
+{
+	void *const *ref = &t->root;
+	size_t depth = 0;
+	bool safe = true;
+
+	while (*ref != NULL) {
+		void *p = *ref;
+		if (IS_LEAF(p)) {
+			if (!leaf_matches(ref, safe, depth, key, klen))
+				return NULL;
+			*safe_out = safe;
+			*pos_out = depth;
+			return ref;
+		}
+		art_node *n = NODE(p);
+		if (REF_HAS_PREFIX(p)) {
+			size_t m = n->plen < ART_MAX_PREFIX ? n->plen : ART_MAX_PREFIX;
+			if (depth + n->plen > klen)
+				return NULL;
+			for (size_t i = 0; i < m; i++)
+				if (n->prefix[i] != key[depth + i])
+					return NULL;
+			/* Bytes past the stored ones are checked at the leaf. */
+			if (n->plen > ART_MAX_PREFIX)
+				safe = false;
+			depth += n->plen;
+		}
+		if (depth == klen) {
+			if (n->term == NULL || !leaf_matches(&n->term, safe, depth, key, klen))
+				return NULL;
+			*safe_out = safe;
+			*pos_out = depth;
+			return &n->term;
+		}
+		ref = art__find_t(n, REF_TYPE(p), key[depth]);
+		if (ref == NULL)
+			return NULL;
+		depth++;
+	}
+	return NULL;
+}
+
+bool
+kv_art_find(const kv_art *t, const uint8_t *key, size_t klen, const uint8_t **val, size_t *vlen)
+{
+	bool safe;
+	size_t pos;
+	void *const *slot = art__lookup(t, key, klen, &safe, &pos);
+
+	if (slot == NULL)
+		return false;
+	leaf_value(slot, val, vlen);
+	return true;
+}
+
+/* --- insertion ---------------------------------------------------------- */
+
+/* Where the new leaf comes from: a value to copy, or a given leaf. */
+typedef struct {
+	const uint8_t *val; /* value bytes when leaf == 0 */
+	size_t vlen;        /* their length */
+	kv_leaf leaf;       /* a given leaf (item or inline), or 0 */
+} art_src;
+
+/* Makes the word to store for src at a position (inline when allowed).
+ * Returns NULL when an item is needed and cannot be allocated. */
+static void *
+art__make(kv_art *t, kv_arena *a, const art_src *src, const uint8_t *key, size_t klen, bool inl)
+{
+	const uint8_t *v = src->val;
+	size_t vl = src->vlen;
+	void *w = (void *)src->leaf;
+
+	if (src->leaf != 0)
+		leaf_value(&w, &v, &vl);
+	if (inl && vl <= KV_ART_INLINE_MAX)
+		return leaf_inline(v, vl);
+	if (src->leaf != 0 && !IS_INLINE(src->leaf))
+		return (void *)src->leaf;
+	uint8_t *it = art__item_new(t, a, key, klen, v, vl);
+	return it ? MAKE_LEAF(it) : NULL;
+}
+
+/* After the made word is linked: a given item that was not used is freed. */
+static void
+art__made(kv_art *t, kv_arena *a, const art_src *src, void *made)
+{
+	if (src->leaf != 0 && !IS_INLINE(src->leaf) && (kv_leaf)made != src->leaf)
+		art__item_free(t, a, LEAF_ITEM(src->leaf));
+}
+
+/* Undoes art__make when a later allocation failed. */
+static void
+art__unmake(kv_art *t, kv_arena *a, const art_src *src, void *made)
+{
+	if (!IS_INLINE(made) && (kv_leaf)made != src->leaf)
+		art__item_free(t, a, LEAF_ITEM(made));
+}
+
+/*
+ * Inserts src at key. When the key exists: with `replace_out` the old word is
+ * handed back untouched; otherwise the value is rewritten (in place when the
+ * item's size class allows) and the old leaf freed. *existed and *old_vlen
+ * describe the old leaf.
+ */
+static int
+art__insert(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const art_src *src,
+            kv_leaf *replace_out, bool *existed, size_t *old_vlen)
 {
 	void **ref = &t->root;
-	size_t klen, depth = 0;
-	const uint8_t *key = art__leaf_key(item, &klen);
+	size_t depth = 0;
+	bool safe = true;
+	void *w;
 
-	*old = NULL;
+	*existed = false;
+	*old_vlen = 0;
 	for (;;) {
 		void *p = *ref;
 
 		if (p == NULL) {
-			*ref = MAKE_LEAF(item);
+			/* Only the root can be an empty slot: never inline there. */
+			if ((w = art__make(t, a, src, key, klen, false)) == NULL)
+				return KV_ENOMEM;
+			*ref = w;
+			art__made(t, a, src, w);
 			return KV_OK;
 		}
 		if (IS_LEAF(p)) {
-			uint8_t *cur = LEAF_ITEM(p);
+			if (leaf_matches(ref, safe, depth, key, klen))
+				goto replace;
+			/* Split the leaf: a node holding the common part of both keys. The
+			 * old key is spelled by the path when inline, else in its item. */
 			size_t ol, lcp = 0;
-			const uint8_t *ok = art__leaf_key(cur, &ol);
-
-			if (ol == klen && memcmp(ok, key, klen) == 0) {
-				*ref = MAKE_LEAF(item);
-				*old = cur;
-				return KV_OK;
-			}
-			/* Split the leaf: a node holding the common part of both keys. */
+			const uint8_t *ok = IS_INLINE(p) ? key : art__leaf_key(LEAF_ITEM(p), &ol);
+			if (IS_INLINE(p))
+				ol = depth;
 			while (depth + lcp < klen && depth + lcp < ol &&
 			       key[depth + lcp] == ok[depth + lcp])
 				lcp++;
-			art_node *nn = art__alloc(t, a, ART_N4);
-			if (nn == NULL)
-				return KV_ENOMEM;
-			art__set_prefix(nn, key + depth, lcp);
 			size_t d2 = depth + lcp;
+			bool safe2 = safe && lcp <= ART_MAX_PREFIX;
+			bool new_term = klen == d2;
+			w = art__make(t, a, src, key, klen,
+			              inline_ok(safe2, klen, new_term ? d2 : d2 + 1, 0));
+			if (w == NULL)
+				return KV_ENOMEM;
+			art_node *nn = art__alloc(t, a, ART_N4);
+			if (nn == NULL) {
+				art__unmake(t, a, src, w);
+				return KV_ENOMEM;
+			}
+			art__set_prefix(nn, key + depth, lcp);
 			if (ol == d2)
 				nn->term = p;
 			else
 				art__add(nn, ok[d2], p);
-			if (klen == d2)
-				nn->term = MAKE_LEAF(item);
+			if (new_term)
+				nn->term = w;
 			else
-				art__add(nn, key[d2], MAKE_LEAF(item));
-			*ref = nn;
+				art__add(nn, key[d2], w);
+			*ref = node_ref(nn);
+			art__made(t, a, src, w);
 			return KV_OK;
 		}
 
-		art_node *n = p;
-		if (n->plen != 0) {
+		art_node *n = NODE(p);
+		if (REF_HAS_PREFIX(p)) {
 			size_t mm = art__prefix_mismatch(n, key, klen, depth);
 			if (mm < n->plen) {
 				/* The key leaves the compressed path: split the prefix. */
 				const uint8_t *leafkey = NULL;
 				uint8_t nb = art__prefix_byte(n, depth, mm, &leafkey);
-				art_node *nn = art__alloc(t, a, ART_N4);
-				if (nn == NULL)
+				bool safe2 = safe && mm <= ART_MAX_PREFIX;
+				bool new_term = depth + mm == klen;
+				size_t pos = new_term ? depth + mm : depth + mm + 1;
+				w = art__make(t, a, src, key, klen, inline_ok(safe2, klen, pos, 0));
+				if (w == NULL)
 					return KV_ENOMEM;
+				art_node *nn = art__alloc(t, a, ART_N4);
+				if (nn == NULL) {
+					art__unmake(t, a, src, w);
+					return KV_ENOMEM;
+				}
 				art__set_prefix(nn, key + depth, mm);
 				/* n keeps the part after the byte it now hangs from. */
 				size_t rest = n->plen - mm - 1;
@@ -491,54 +733,130 @@ kv_art_put(kv_art *t, kv_arena *a, uint8_t *item, uint8_t **old)
 					memmove(n->prefix, n->prefix + mm + 1, rest);
 				}
 				n->plen = (uint32_t)rest;
-				art__add(nn, nb, n);
-				if (depth + mm == klen)
-					nn->term = MAKE_LEAF(item);
+				art__add(nn, nb, node_ref(n));
+				if (new_term)
+					nn->term = w;
 				else
-					art__add(nn, key[depth + mm], MAKE_LEAF(item));
-				*ref = nn;
+					art__add(nn, key[depth + mm], w);
+				*ref = node_ref(nn);
+				art__made(t, a, src, w);
 				return KV_OK;
 			}
+			if (n->plen > ART_MAX_PREFIX)
+				safe = false;
 			depth += n->plen;
 		}
 		if (depth == klen) {
-			/* The full path was verified above, so a term leaf has this key. */
-			*old = n->term ? LEAF_ITEM(n->term) : NULL;
-			n->term = MAKE_LEAF(item);
+			if (n->term != NULL) {
+				ref = &n->term;
+				goto replace;
+			}
+			if ((w = art__make(t, a, src, key, klen,
+			                   inline_ok(safe, klen, depth, 0))) == NULL)
+				return KV_ENOMEM;
+			n->term = w;
+			art__made(t, a, src, w);
 			return KV_OK;
 		}
-		void **slot = art__find(n, key[depth]);
+		void **slot = art__find_t(n, REF_TYPE(p), key[depth]);
 		if (slot != NULL) {
 			ref = slot;
 			depth++;
 			continue;
 		}
+		if ((w = art__make(t, a, src, key, klen, inline_ok(safe, klen, depth + 1, 0))) ==
+		    NULL)
+			return KV_ENOMEM;
 		if (art__full(n)) {
 			art_node *g = art__retype(t, a, n, (uint8_t)(n->type + 1));
-			if (g == NULL)
+			if (g == NULL) {
+				art__unmake(t, a, src, w);
 				return KV_ENOMEM;
-			*ref = g;
+			}
+			*ref = node_ref(g);
 			n = g;
 		}
-		art__add(n, key[depth], MAKE_LEAF(item));
+		art__add(n, key[depth], w);
+		art__made(t, a, src, w);
 		return KV_OK;
 	}
+
+replace : {
+	/* The key exists at *ref, a position spelling `depth` bytes. */
+	void *o = *ref;
+	bool inl = inline_ok(safe, klen, depth, 0);
+	const uint8_t *ov;
+	size_t ovl;
+
+	*existed = true;
+	leaf_value(ref, &ov, &ovl);
+	*old_vlen = ovl;
+	if (replace_out != NULL) {
+		if ((w = art__make(t, a, src, key, klen, inl)) == NULL)
+			return KV_ENOMEM;
+		*ref = w;
+		*replace_out = (kv_leaf)o;
+		art__made(t, a, src, w);
+		return KV_OK;
+	}
+	if (!(inl && src->vlen <= KV_ART_INLINE_MAX) && !IS_INLINE(o)) {
+		uint8_t *it = LEAF_ITEM(o);
+		if (kv_arena_same_class(kv_item_total(it), kv_item_size(klen, src->vlen))) {
+			kv_item_write(it, key, klen, src->val, src->vlen);
+			return KV_OK;
+		}
+	}
+	if ((w = art__make(t, a, src, key, klen, inl)) == NULL)
+		return KV_ENOMEM;
+	*ref = w;
+	kv_art_leaf_free(t, a, (kv_leaf)o);
+	return KV_OK;
+}
 }
 
-/* Restores the node invariants of *ref after a removal: shrink a sparse
- * node, replace a node with a single entry by that entry. */
-static void
+int
+kv_art_upsert(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const uint8_t *val,
+              size_t vlen, bool *existed, size_t *old_vlen)
+{
+	art_src src = {.val = val, .vlen = vlen, .leaf = 0};
+	return art__insert(t, a, key, klen, &src, NULL, existed, old_vlen);
+}
+
+int
+kv_art_put_leaf(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, kv_leaf leaf, kv_leaf *old)
+{
+	art_src src = {.leaf = leaf};
+	bool existed;
+	size_t ovl;
+
+	*old = 0;
+	return art__insert(t, a, key, klen, &src, old, &existed, &ovl);
+}
+
+/* --- removal ------------------------------------------------------------ */
+
+/*
+ * Restores the node invariants of *ref after a removal below it. Returns
+ * true when the node is left empty (no children, no term) for the caller to
+ * unlink. Never moves an inline leaf (its key is spelled by its position),
+ * and never merges prefixes past the stored 8 bytes (inline leaves below
+ * must stay verifiable); both only cost some compactness.
+ */
+static bool
 art__tidy(kv_art *t, kv_arena *a, void **ref)
 {
-	art_node *n = *ref;
+	art_node *n = NODE(*ref);
 	uint8_t smaller = 0;
 
 	if (n->count == 0) {
-		/* Only the term leaf can be left (a node always had two entries). */
-		void *leaf = n->term;
-		art__free(t, a, n);
-		*ref = leaf;
-		return;
+		if (n->term == NULL)
+			return true;
+		if (!IS_INLINE(n->term)) {
+			void *leaf = n->term;
+			art__free(t, a, n);
+			*ref = leaf;
+		}
+		return false;
 	}
 	if (n->count == 1 && n->term == NULL) {
 		void *c = NULL;
@@ -547,23 +865,28 @@ art__tidy(kv_art *t, kv_arena *a, void **ref)
 			b = bb;
 			c = cc;
 		});
-		if (!IS_LEAF(c)) {
-			/* Merge: child prefix = n prefix + b + child prefix. */
-			art_node *cn = c;
+		if (IS_LEAF(c)) {
+			if (IS_INLINE(c))
+				return false;
+			art__free(t, a, n);
+			*ref = c;
+			return false;
+		}
+		art_node *cn = NODE(c);
+		if ((size_t)n->plen + 1u + cn->plen <= ART_MAX_PREFIX) {
 			uint8_t buf[ART_MAX_PREFIX];
 			size_t k = 0;
-			for (size_t i = 0; i < n->plen && i < ART_MAX_PREFIX; i++)
+			for (size_t i = 0; i < n->plen; i++)
 				buf[k++] = n->prefix[i];
-			if (k < ART_MAX_PREFIX)
-				buf[k++] = b;
-			for (size_t i = 0; i < cn->plen && k < ART_MAX_PREFIX; i++)
+			buf[k++] = b;
+			for (size_t i = 0; i < cn->plen; i++)
 				buf[k++] = cn->prefix[i];
 			memcpy(cn->prefix, buf, k);
 			cn->plen = n->plen + 1u + cn->plen;
+			art__free(t, a, n);
+			*ref = node_ref(cn);
 		}
-		art__free(t, a, n);
-		*ref = c;
-		return;
+		return false;
 	}
 	switch (n->type) {
 	case ART_N256:
@@ -581,87 +904,149 @@ art__tidy(kv_art *t, kv_arena *a, void **ref)
 	if (smaller) {
 		art_node *m = art__retype(t, a, n, smaller);
 		if (m != NULL) /* on ENOMEM the node just stays larger */
-			*ref = m;
+			*ref = node_ref(m);
 	}
+	return false;
 }
 
-uint8_t *
-kv_art_del(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen)
-{
-	void **ref = &t->root;
-	size_t depth = 0;
-	void *p = *ref;
+#define ART_PATH_INLINE 64
 
-	if (p == NULL)
-		return NULL;
-	if (IS_LEAF(p)) {
-		if (!art__leaf_matches(LEAF_ITEM(p), key, klen))
-			return NULL;
-		*ref = NULL;
-		return LEAF_ITEM(p);
-	}
-	for (;;) {
-		art_node *n = p;
+kv_leaf
+kv_art_take(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen)
+{
+	void **inl_refs[ART_PATH_INLINE], ***refs = inl_refs;
+	uint8_t inl_bytes[ART_PATH_INLINE], *bytes = inl_bytes;
+	size_t nref = 0, cap = ART_PATH_INLINE, depth = 0;
+	void **ref = &t->root;
+	kv_leaf found = 0;
+	bool safe = true;
+
+	/* refs[i] is the slot of the i-th node on the path; bytes[i] the byte
+	 * under which it hangs from refs[i-1]'s node. */
+	while (*ref != NULL) {
+		void *p = *ref;
+		if (IS_LEAF(p)) {
+			if (!leaf_matches(ref, safe, depth, key, klen))
+				goto out;
+			found = (kv_leaf)p;
+			if (nref == 0) {
+				*ref = NULL; /* the root itself */
+				goto out;
+			}
+			art_node *parent = NODE(*refs[nref - 1]);
+			if (ref == &parent->term)
+				parent->term = NULL;
+			else
+				art__remove(parent, key[depth - 1]);
+			break;
+		}
+		art_node *n = NODE(p);
+		if (nref == cap) {
+			size_t ncap = cap * 2;
+			void ***nr = malloc(ncap * sizeof(*nr));
+			uint8_t *nb = malloc(ncap);
+			if (nr == NULL || nb == NULL) {
+				free(nr);
+				free(nb);
+				goto out; /* cannot record the path: leave the key */
+			}
+			memcpy(nr, refs, nref * sizeof(*nr));
+			memcpy(nb, bytes, nref);
+			if (refs != inl_refs) {
+				free(refs);
+				free(bytes);
+			}
+			refs = nr;
+			bytes = nb;
+			cap = ncap;
+		}
+		refs[nref] = ref;
+		bytes[nref] = depth > 0 ? key[depth - 1] : 0;
+		nref++;
 		if (n->plen != 0) {
 			size_t m = n->plen < ART_MAX_PREFIX ? n->plen : ART_MAX_PREFIX;
 			if (depth + n->plen > klen)
-				return NULL;
+				goto out;
 			for (size_t i = 0; i < m; i++)
 				if (n->prefix[i] != key[depth + i])
-					return NULL;
+					goto out;
+			if (n->plen > ART_MAX_PREFIX)
+				safe = false;
 			depth += n->plen;
 		}
 		if (depth == klen) {
-			if (n->term == NULL || !art__leaf_matches(LEAF_ITEM(n->term), key, klen))
-				return NULL;
-			uint8_t *it = LEAF_ITEM(n->term);
-			n->term = NULL;
-			art__tidy(t, a, ref);
-			return it;
+			ref = &n->term;
+			if (*ref == NULL)
+				goto out;
+			continue;
 		}
-		void **slot = art__find(n, key[depth]);
-		if (slot == NULL)
-			return NULL;
-		void *c = *slot;
-		if (IS_LEAF(c)) {
-			uint8_t *it = LEAF_ITEM(c);
-			if (!art__leaf_matches(it, key, klen))
-				return NULL;
-			art__remove(n, key[depth]);
-			art__tidy(t, a, ref);
-			return it;
-		}
-		ref = slot;
-		p = c;
+		ref = art__find(n, key[depth]);
+		if (ref == NULL)
+			goto out;
 		depth++;
 	}
+	if (found == 0)
+		goto out;
+	/* Tidy from the leaf's node upwards while nodes are left empty. */
+	while (nref > 0) {
+		void **nodeRef = refs[nref - 1];
+		if (!art__tidy(t, a, nodeRef))
+			break;
+		art_node *empty = NODE(*nodeRef);
+		art__free(t, a, empty);
+		if (nref == 1) {
+			*nodeRef = NULL;
+			break;
+		}
+		art__remove(NODE(*refs[nref - 2]), bytes[nref - 1]);
+		nref--;
+	}
+out:
+	if (refs != inl_refs) {
+		free(refs);
+		free(bytes);
+	}
+	return found;
 }
 
-static void
-art__clear_node(kv_art *t, kv_arena *a, void *p, void (*free_item)(void *, uint8_t *), void *arg)
+bool
+kv_art_remove(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, size_t *old_vlen)
 {
-	if (p == NULL)
-		return;
-	if (IS_LEAF(p)) {
-		if (free_item)
-			free_item(arg, LEAF_ITEM(p));
-		return;
-	}
-	/* An explicit stack: the depth is bounded only by the key length. */
+	kv_leaf l = kv_art_take(t, a, key, klen);
+
+	if (l == 0)
+		return false;
+	if (old_vlen)
+		*old_vlen = kv_art_leaf_vlen(l);
+	kv_art_leaf_free(t, a, l);
+	return true;
+}
+
+void
+kv_art_clear(kv_art *t, kv_arena *a)
+{
 	size_t cap = 64, depth = 0;
-	void **stack = malloc(cap * sizeof(void *));
-	if (stack == NULL)
-		return; /* leak rather than crash; arena blocks are freed anyway */
-	stack[depth++] = p;
+	void **stack;
+
+	/* Slab memory (nodes, small items) goes with the arena's blocks; only
+	 * large items need a walk. */
+	if (t->root == NULL || t->nlarge == 0)
+		goto done;
+	if (IS_LEAF(t->root)) {
+		kv_art_leaf_free(t, a, (kv_leaf)t->root);
+		goto done;
+	}
+	if ((stack = malloc(cap * sizeof(void *))) == NULL)
+		goto done; /* the large items leak rather than crash */
+	stack[depth++] = NODE(t->root);
 	while (depth > 0) {
 		art_node *n = stack[--depth];
-		if (n->term && free_item)
-			free_item(arg, LEAF_ITEM(n->term));
+		if (n->term)
+			kv_art_leaf_free(t, a, (kv_leaf)n->term);
 		ART_FOREACH(n, b, c, {
 			(void)b;
 			if (IS_LEAF(c)) {
-				if (free_item)
-					free_item(arg, LEAF_ITEM(c));
+				kv_art_leaf_free(t, a, (kv_leaf)c);
 			} else {
 				if (depth == cap) {
 					void **ns = realloc(stack, cap * 2 * sizeof(void *));
@@ -670,18 +1055,12 @@ art__clear_node(kv_art *t, kv_arena *a, void *p, void (*free_item)(void *, uint8
 					stack = ns;
 					cap *= 2;
 				}
-				stack[depth++] = c;
+				stack[depth++] = NODE(c);
 			}
 		});
-		art__free(t, a, n);
 	}
 	free(stack);
-}
-
-void
-kv_art_clear(kv_art *t, kv_arena *a, void (*free_item)(void *arg, uint8_t *item), void *arg)
-{
-	art__clear_node(t, a, t->root, free_item, arg);
+done:
 	t->root = NULL;
 }
 
@@ -690,6 +1069,7 @@ kv_art_clear(kv_art *t, kv_arena *a, void (*free_item)(void *arg, uint8_t *item)
 void
 kv_art_iter_init(kv_art_iter *it)
 {
+	memset(&it->path, 0, sizeof(it->path));
 	it->stack = it->inl;
 	it->cap = sizeof(it->inl) / sizeof(it->inl[0]);
 	it->depth = 0;
@@ -702,13 +1082,31 @@ kv_art_iter_fini(kv_art_iter *it)
 {
 	if (it->stack != it->inl)
 		free(it->stack);
+	kv_buf_fini(&it->path);
 	it->stack = it->inl;
 	it->cap = sizeof(it->inl) / sizeof(it->inl[0]);
 	it->depth = 0;
 }
 
+/* Makes path[dlen .. dlen+plen) hold n's prefix and truncates it there. */
 static int
-art__push(kv_art_iter *it, void *n, int pos)
+art__path_node(kv_art_iter *it, const art_node *n, size_t dlen)
+{
+	size_t need = dlen + n->plen + 1;
+	const uint8_t *leafkey = NULL;
+
+	if (kv_buf_reserve(&it->path, need) != KV_OK) {
+		it->err = KV_ENOMEM;
+		return KV_ENOMEM;
+	}
+	for (size_t i = 0; i < n->plen; i++)
+		it->path.data[dlen + i] = art__prefix_byte(n, dlen, i, &leafkey);
+	it->path.len = dlen + n->plen;
+	return KV_OK;
+}
+
+static int
+art__push(kv_art_iter *it, void *n, int pos, size_t dlen)
 {
 	if (it->depth == it->cap) {
 		size_t ncap = it->cap * 2;
@@ -727,8 +1125,11 @@ art__push(kv_art_iter *it, void *n, int pos)
 		it->stack = ns;
 		it->cap = ncap;
 	}
+	if (art__path_node(it, n, dlen) != KV_OK)
+		return KV_ENOMEM;
 	it->stack[it->depth].n = n;
 	it->stack[it->depth].pos = pos;
+	it->stack[it->depth].dlen = (uint32_t)dlen;
 	it->depth++;
 	return KV_OK;
 }
@@ -759,24 +1160,26 @@ kv_art_iter_seek(kv_art_iter *it, const kv_art *t, const uint8_t *start, size_t 
 	it->depth = 0;
 	it->pending = NULL;
 	it->err = 0;
+	it->path.len = 0;
 	while (p != NULL) {
 		if (IS_LEAF(p)) {
+			/* Only the root leaf gets here: below the root a leaf is
+			 * reached through its parent frame, never as `p` first. */
 			size_t kl;
 			const uint8_t *k = art__leaf_key(LEAF_ITEM(p), &kl);
 			if (kv_key_cmp(k, kl, start, slen) >= 0)
-				it->pending = LEAF_ITEM(p);
+				it->pending = p;
 			return KV_OK;
 		}
-		art_node *n = p;
+		art_node *n = NODE(p);
 		int c = art__prefix_cmp(n, depth, start, slen);
 		if (c < 0)
 			return KV_OK;
 		if (c > 0)
-			return art__push(it, n, -1);
-		depth += n->plen;
-		if (depth == slen)
-			return art__push(it, n, -1);
-		uint8_t b = start[depth];
+			return art__push(it, n, -1, depth);
+		if (depth + n->plen == slen)
+			return art__push(it, n, -1, depth);
+		uint8_t b = start[depth + n->plen];
 		int pos;
 		void *next = NULL;
 		switch (n->type) {
@@ -791,7 +1194,7 @@ kv_art_iter_seek(kv_art_iter *it, const kv_art *t, const uint8_t *start, size_t 
 				i++;
 			if (i < n->count && keys[i] == b) {
 				next = ch[i];
-				pos = (int)i + 1;
+				pos = (int)i;
 			} else {
 				pos = (int)i;
 			}
@@ -800,70 +1203,116 @@ kv_art_iter_seek(kv_art_iter *it, const kv_art *t, const uint8_t *start, size_t 
 		default: {
 			void **slot = art__find(n, b);
 			next = slot ? *slot : NULL;
-			pos = (int)b + 1;
+			pos = (int)b;
 			break;
 		}
 		}
-		if (art__push(it, n, pos) != KV_OK)
+		if (next == NULL)
+			return art__push(it, n, pos, depth); /* children after b */
+		if (IS_LEAF(next)) {
+			/* Visit the leaf at b only when its key is >= start. An
+			 * inline leaf's key is path + b, a prefix of start. */
+			bool ge;
+			if (IS_INLINE(next)) {
+				ge = slen == depth + n->plen + 1;
+			} else {
+				size_t kl;
+				const uint8_t *k = art__leaf_key(LEAF_ITEM(next), &kl);
+				ge = kv_key_cmp(k, kl, start, slen) >= 0;
+			}
+			return art__push(it, n, ge ? pos : pos + 1, depth);
+		}
+		if (art__push(it, n, pos + 1, depth) != KV_OK)
 			return KV_ENOMEM;
+		it->path.data[depth + n->plen] = b;
+		it->path.len = depth + n->plen + 1;
 		p = next;
-		depth++;
+		depth += n->plen + 1;
 	}
 	return KV_OK;
 }
 
-uint8_t *
-kv_art_iter_next(kv_art_iter *it)
+bool
+kv_art_iter_next(kv_art_iter *it, kv_art_entry *e)
 {
 	if (it->pending != NULL) {
-		uint8_t *r = it->pending;
+		void *p = it->pending;
 		it->pending = NULL;
-		return r;
+		kv_item_parse(LEAF_ITEM(p), &e->key, &e->klen, &e->val, &e->vlen);
+		return true;
 	}
 	while (it->depth > 0) {
 		kv_art_frame *f = &it->stack[it->depth - 1];
 		art_node *n = f->n;
-		void *c = NULL;
+		size_t base = f->dlen + n->plen;
+		void **slot = NULL;
+		int b = -1;
 
+		it->path.len = base;
 		if (f->pos < 0) {
 			f->pos = 0;
-			if (n->term != NULL)
-				return LEAF_ITEM(n->term);
+			if (n->term != NULL) {
+				slot = &n->term;
+				goto leaf;
+			}
 		}
 		switch (n->type) {
 		case ART_N4:
-			if (f->pos < n->count)
-				c = ((art_n4 *)n)->child[f->pos++];
+			if (f->pos < n->count) {
+				b = ((art_n4 *)n)->keys[f->pos];
+				slot = &((art_n4 *)n)->child[f->pos++];
+			}
 			break;
 		case ART_N16:
-			if (f->pos < n->count)
-				c = ((art_n16 *)n)->child[f->pos++];
+			if (f->pos < n->count) {
+				b = ((art_n16 *)n)->keys[f->pos];
+				slot = &((art_n16 *)n)->child[f->pos++];
+			}
 			break;
 		case ART_N48: {
 			art_n48 *x = (art_n48 *)n;
 			while (f->pos < 256 && x->index[f->pos] == 0)
 				f->pos++;
-			if (f->pos < 256)
-				c = x->child[x->index[f->pos++] - 1];
+			if (f->pos < 256) {
+				b = f->pos;
+				slot = &x->child[x->index[f->pos++] - 1];
+			}
 			break;
 		}
 		default: {
 			art_n256 *x = (art_n256 *)n;
 			while (f->pos < 256 && x->child[f->pos] == NULL)
 				f->pos++;
-			if (f->pos < 256)
-				c = x->child[f->pos++];
+			if (f->pos < 256) {
+				b = f->pos;
+				slot = &x->child[f->pos++];
+			}
 			break;
 		}
 		}
-		if (c == NULL) {
+		if (slot == NULL) {
 			it->depth--;
 			continue;
 		}
-		if (IS_LEAF(c))
-			return LEAF_ITEM(c);
-		if (art__push(it, c, -1) != KV_OK)
-			return NULL;
+		/* path has room for base + 1 bytes (art__path_node reserved it). */
+		it->path.data[base] = (uint8_t)b;
+		it->path.len = base + 1;
+		if (!IS_LEAF(*slot)) {
+			if (art__push(it, NODE(*slot), -1, base + 1) != KV_OK)
+				return false;
+			continue;
+		}
+	leaf:
+		if (IS_INLINE(*slot)) {
+			e->key = it->path.data;
+			e->klen = it->path.len;
+		} else {
+			const uint8_t *v;
+			size_t vl;
+			kv_item_parse(LEAF_ITEM(*slot), &e->key, &e->klen, &v, &vl);
+		}
+		leaf_value(slot, &e->val, &e->vlen);
+		return true;
 	}
-	return NULL;
+	return false;
 }

@@ -21,6 +21,7 @@
 #ifndef KV_SHARDSERVER_ART_H
 #define KV_SHARDSERVER_ART_H
 
+#include "common/key.h"
 #include "shardserver/arena.h"
 
 #include <stdbool.h>
@@ -30,6 +31,7 @@
 typedef struct {
 	void *root;           /* tagged pointer: NULL, a leaf, or an inner node */
 	uint64_t index_bytes; /* bytes of inner nodes, for statistics */
+	uint64_t nlarge;      /* items allocated outside the slabs */
 } kv_art;
 
 /* Returns the bytes an item with these lengths takes. */
@@ -96,40 +98,91 @@ kv_item_total(const uint8_t *it)
 	return (size_t)(v - it) + vl;
 }
 
+/*
+ * A leaf word: what a child slot or term holds for a key. Either an item
+ * pointer with the low bit set, or, when the key is fully implied by the
+ * path to the slot and the value has at most KV_ART_INLINE_MAX bytes, the
+ * value itself (bit 63 set, length in bits 56..62, bytes 1..6). Inline leaves
+ * are the "combined pointer/value slots" of the ART paper: no item, no second
+ * cache miss.
+ */
+typedef uintptr_t kv_leaf;
+
+#define KV_ART_INLINE_MAX 6u
+
+/* A visited entry; pointers are valid until the tree changes (inline keys
+ * until the iterator moves). */
+typedef struct {
+	const uint8_t *key; /* the key */
+	size_t klen;        /* its length */
+	const uint8_t *val; /* the value */
+	size_t vlen;        /* its length */
+} kv_art_entry;
+
 /* Initialises an empty tree. */
 void kv_art_init(kv_art *t);
 
-/* Returns the item with this key, or NULL. */
-uint8_t *kv_art_get(const kv_art *t, const uint8_t *key, size_t klen);
+/* Finds key; on true *val points at its value (valid until the next change). */
+bool kv_art_find(const kv_art *t, const uint8_t *key, size_t klen, const uint8_t **val,
+                 size_t *vlen);
 
 /*
- * Inserts `item` (a leaf made by kv_item_write, owned by the tree from now
- * on), replacing the item with the same key. On 0, *old is the replaced item
- * (the caller frees it) or NULL. Returns KV_ENOMEM, with the tree unchanged
- * and `item` still the caller's, when a node cannot be allocated.
+ * Inserts or overwrites key with a copy of val, in place when the old item's
+ * size class allows. Sets *existed and *old_vlen (value length before).
+ * Returns 0, or KV_ENOMEM with the tree unchanged.
  */
-int kv_art_put(kv_art *t, kv_arena *a, uint8_t *item, uint8_t **old);
+int kv_art_upsert(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const uint8_t *val,
+                  size_t vlen, bool *existed, size_t *old_vlen);
 
-/* Removes the item with this key and returns it (the caller frees it), or
- * returns NULL when absent. Never fails: when a smaller node cannot be
- * allocated the node is simply not shrunk. */
-uint8_t *kv_art_del(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen);
+/* Removes key. Returns whether it was there; *old_vlen gets its value length. */
+bool kv_art_remove(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, size_t *old_vlen);
 
-/* Frees every inner node and calls free_item on every item. */
-void kv_art_clear(kv_art *t, kv_arena *a, void (*free_item)(void *arg, uint8_t *item), void *arg);
+/*
+ * Leaves for all-or-nothing batches: make leaves first (the only step that
+ * needs item memory), then put them; a put returns the replaced leaf without
+ * freeing it, so a failed batch can put the old leaves back.
+ */
+
+/* Makes an item leaf holding a copy of key and value. Returns 0 or KV_ENOMEM. */
+int kv_art_leaf_new(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const uint8_t *val,
+                    size_t vlen, kv_leaf *out);
+
+/* Frees a leaf that is in no tree. Accepts 0. */
+void kv_art_leaf_free(kv_art *t, kv_arena *a, kv_leaf l);
+
+/* Returns the value length of a leaf (0 for 0). */
+size_t kv_art_leaf_vlen(kv_leaf l);
+
+/*
+ * Puts `leaf` (from kv_art_leaf_new, or an old leaf of the same key) at key.
+ * On 0 the tree owns it and *old is the replaced leaf (or 0), now the
+ * caller's. Returns KV_ENOMEM with nothing changed when a node cannot be
+ * allocated; replacing an existing key never allocates unless an inline old
+ * leaf has to go where only items may.
+ */
+int kv_art_put_leaf(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, kv_leaf leaf,
+                    kv_leaf *old);
+
+/* Removes key and returns its leaf (now the caller's), or 0 when absent. */
+kv_leaf kv_art_take(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen);
+
+/* Frees every large item (slab memory goes with the arena). */
+void kv_art_clear(kv_art *t, kv_arena *a);
 
 /* An in-order iterator. It is invalidated by any change to the tree. */
 typedef struct {
-	void *n; /* inner node */
-	int pos; /* -1: term leaf next; else next child position */
+	void *n;       /* inner node */
+	int pos;       /* -1: term leaf next; else next child position */
+	uint32_t dlen; /* path length where the node starts (before its prefix) */
 } kv_art_frame;
 
 typedef struct {
 	kv_art_frame *stack;  /* frames, `inl` or heap */
 	size_t depth;         /* frames in use */
 	size_t cap;           /* frames available */
-	uint8_t *pending;     /* a leaf to return before the stack */
+	void *pending;        /* a root leaf word to return before the stack */
 	int err;              /* KV_ENOMEM once a push failed */
+	kv_buf path;          /* key bytes of the current path (inline keys point here) */
 	kv_art_frame inl[48]; /* inline frames for common depths */
 } kv_art_iter;
 
@@ -140,8 +193,8 @@ void kv_art_iter_fini(kv_art_iter *it);
  * key). Returns 0 or KV_ENOMEM. */
 int kv_art_iter_seek(kv_art_iter *it, const kv_art *t, const uint8_t *start, size_t slen);
 
-/* Returns the next item in key order, or NULL at the end (or on ENOMEM, with
- * it->err set). */
-uint8_t *kv_art_iter_next(kv_art_iter *it);
+/* Fills *e with the next entry in key order and returns true, or returns
+ * false at the end (or on ENOMEM, with it->err set). */
+bool kv_art_iter_next(kv_art_iter *it, kv_art_entry *e);
 
 #endif

@@ -34,7 +34,8 @@
 #include <unistd.h>
 
 #define KV_STORE_MAX_PARTITIONS 4096u
-#define KV_STORE_SCAN_CHUNK     256u /* entries copied out of a partition per lock */
+#define KV_STORE_SCAN_CHUNK     256u       /* entries copied out of a partition per lock */
+#define KV_STORE_SCRATCH_KEEP   (1u << 20) /* scratch kept between appends */
 
 /* A unit of work for a percore owner thread. */
 typedef struct kv_task kv_task;
@@ -51,7 +52,7 @@ typedef struct {
 	pthread_mutex_t mu;
 	kv_art art;                   /* the ordered index */
 	kv_arena arena;               /* slab memory of nodes and items */
-	uint64_t nlarge;              /* items allocated outside the slabs */
+	kv_buf scratch;               /* room to build appended values */
 	_Atomic uint64_t keys;        /* live keys (written by the holder only) */
 	_Atomic uint64_t bytes;       /* key+value bytes (written by the holder only) */
 	_Atomic uint64_t index_bytes; /* copy of art.index_bytes for stats */
@@ -360,82 +361,31 @@ part__count(kv_part *p, int64_t dkeys, int64_t dbytes)
 	atomic_store_explicit(&p->index_bytes, p->art.index_bytes, memory_order_relaxed);
 }
 
-static inline size_t
-item_payload(const uint8_t *it)
-{
-	const uint8_t *k, *v;
-	size_t kl, vl;
-	kv_item_parse(it, &k, &kl, &v, &vl);
-	return kl + vl;
-}
-
-static void
-part__free_item(kv_part *p, uint8_t *it)
-{
-	size_t sz = kv_item_total(it);
-	if (sz > KV_ARENA_MAX_SMALL)
-		p->nlarge--;
-	kv_arena_free(&p->arena, it, sz);
-}
-
-static uint8_t *
-part__new_item(kv_part *p, const void *key, size_t klen, const void *val, size_t vlen)
-{
-	size_t sz = kv_item_size(klen, vlen);
-	uint8_t *it = kv_arena_alloc(&p->arena, sz);
-
-	if (it == NULL)
-		return NULL;
-	if (sz > KV_ARENA_MAX_SMALL)
-		p->nlarge++;
-	kv_item_write(it, key, klen, val, vlen);
-	return it;
-}
-
-/* Inserts or overwrites; rewrites in place when the size class allows. */
+/* Inserts or overwrites, keeping the counters. */
 static int
 part__put(kv_part *p, const uint8_t *key, size_t klen, const void *val, size_t vlen)
 {
-	uint8_t *cur = kv_art_get(&p->art, key, klen), *it, *old;
-	size_t sz = kv_item_size(klen, vlen);
-	int rv;
+	bool existed;
+	size_t ovl;
+	int rv = kv_art_upsert(&p->art, &p->arena, key, klen, val, vlen, &existed, &ovl);
 
-	if (cur != NULL) {
-		size_t cursz = kv_item_total(cur);
-		if (kv_arena_same_class(cursz, sz)) {
-			int64_t d = (int64_t)(klen + vlen) - (int64_t)item_payload(cur);
-			kv_item_write(cur, key, klen, val, vlen);
-			part__count(p, 0, d);
-			return KV_OK;
-		}
-	}
-	it = part__new_item(p, key, klen, val, vlen);
-	if (it == NULL)
-		return KV_ENOMEM;
-	rv = kv_art_put(&p->art, &p->arena, it, &old);
-	if (rv != KV_OK) {
-		part__free_item(p, it);
+	if (rv != KV_OK)
 		return rv;
-	}
-	if (old != NULL) {
-		part__count(p, 0, (int64_t)(klen + vlen) - (int64_t)item_payload(old));
-		part__free_item(p, old);
-	} else {
+	if (existed)
+		part__count(p, 0, (int64_t)vlen - (int64_t)ovl);
+	else
 		part__count(p, 1, (int64_t)(klen + vlen));
-	}
 	return KV_OK;
 }
 
 static int
 part__get(kv_part *p, const uint8_t *key, size_t klen, kv_buf *out)
 {
-	const uint8_t *k, *v;
-	size_t kl, vl;
-	uint8_t *it = kv_art_get(&p->art, key, klen);
+	const uint8_t *v;
+	size_t vl;
 
-	if (it == NULL)
+	if (!kv_art_find(&p->art, key, klen, &v, &vl))
 		return KV_ENOTFOUND;
-	kv_item_parse(it, &k, &kl, &v, &vl);
 	return out ? kv_buf_set(out, v, vl) : KV_OK;
 }
 
@@ -470,7 +420,7 @@ static int
 op_del(kv_store *s, kv_part *p, void *arg)
 {
 	struct op1 *o = arg;
-	uint8_t *it;
+	size_t ovl = 0;
 	int rv;
 	(void)s;
 
@@ -478,9 +428,8 @@ op_del(kv_store *s, kv_part *p, void *arg)
 	rv = part__get(p, o->key, o->klen, o->out);
 	if (rv != KV_OK)
 		return rv;
-	it = kv_art_del(&p->art, &p->arena, o->key, o->klen);
-	part__count(p, -1, -(int64_t)item_payload(it));
-	part__free_item(p, it);
+	(void)kv_art_remove(&p->art, &p->arena, o->key, o->klen, &ovl);
+	part__count(p, -1, -(int64_t)(o->klen + ovl));
 	return KV_OK;
 }
 
@@ -488,53 +437,31 @@ static int
 op_append(kv_store *s, kv_part *p, void *arg)
 {
 	struct op1 *o = arg;
-	const uint8_t *k, *v;
-	size_t kl, vl, nl, cursz, nsz, h;
-	uint8_t *cur = kv_art_get(&p->art, o->key, o->klen), *it, *old;
+	const uint8_t *v;
+	size_t vl, nl;
 	int rv;
 
-	if (cur == NULL) {
+	if (!kv_art_find(&p->art, o->key, o->klen, &v, &vl)) {
 		rv = part__put(p, o->key, o->klen, o->val, o->vlen);
 		if (rv == KV_OK && o->newlen)
 			*o->newlen = o->vlen;
 		return rv;
 	}
-	kv_item_parse(cur, &k, &kl, &v, &vl);
 	if (o->vlen > s->o.max_value - vl)
 		return KV_ETOOBIG;
 	nl = vl + o->vlen;
-	cursz = kv_item_total(cur);
-	nsz = kv_item_size(kl, nl);
-	if (kv_item_varint_len(nl) == kv_item_varint_len(vl) && kv_arena_same_class(cursz, nsz)) {
-		/* In place: the header keeps its width, so key and value stay put. */
-		if (o->vlen)
-			memcpy(cur + (size_t)(v - cur) + vl, o->val, o->vlen);
-		kv_item_write_header(cur, kl, nl);
-		part__count(p, 0, (int64_t)o->vlen);
-		if (o->newlen)
-			*o->newlen = nl;
-		return KV_OK;
-	}
-	it = kv_arena_alloc(&p->arena, nsz);
-	if (it == NULL)
-		return KV_ENOMEM;
-	if (nsz > KV_ARENA_MAX_SMALL)
-		p->nlarge++;
-	h = kv_item_write_header(it, kl, nl);
-	memcpy(it + h, k, kl);
-	memcpy(it + h + kl, v, vl);
-	if (o->vlen)
-		memcpy(it + h + kl + vl, o->val, o->vlen);
-	rv = kv_art_put(&p->art, &p->arena, it, &old);
-	if (rv != KV_OK) {
-		part__free_item(p, it);
+	/* Build the new value beside the tree, then store it like a put. */
+	if ((rv = kv_buf_reserve(&p->scratch, nl ? nl : 1)) != KV_OK)
 		return rv;
-	}
-	part__free_item(p, old);
-	part__count(p, 0, (int64_t)o->vlen);
-	if (o->newlen)
+	memcpy(p->scratch.data, v, vl);
+	if (o->vlen)
+		memcpy(p->scratch.data + vl, o->val, o->vlen);
+	rv = part__put(p, o->key, o->klen, p->scratch.data, nl);
+	if (p->scratch.cap > KV_STORE_SCRATCH_KEEP)
+		kv_buf_fini(&p->scratch);
+	if (rv == KV_OK && o->newlen)
 		*o->newlen = nl;
-	return KV_OK;
+	return rv;
 }
 
 int
@@ -712,60 +639,63 @@ struct mput_args {
 	const kv_bytes *keys;
 	const kv_bytes *vals;
 	const unsigned *parts;
-	uint8_t **items; /* new items, then replaced items */
+	kv_leaf *leaves; /* new leaves, then replaced leaves */
 };
 
-/* Applies every pair or none: items are allocated first, tree changes are
- * undone in reverse order if a node allocation fails. */
+/* Applies every pair or none: leaves are made first (the step that needs
+ * item memory); if putting one fails, the earlier puts are undone in reverse
+ * order by putting the old leaves back, which allocates nothing. */
 static int
 mput_run(kv_store *s, void *arg)
 {
 	struct mput_args *a = arg;
-	uint8_t **neu = a->items, **old = a->items + a->n;
+	kv_leaf *neu = a->leaves, *old = a->leaves + a->n;
 	size_t i, done;
 	int rv = KV_OK;
 
 	for (i = 0; i < a->n; i++) {
 		kv_part *p = &s->parts[a->parts[i]];
-		neu[i] =
-		    part__new_item(p, a->keys[i].p, a->keys[i].len, a->vals[i].p, a->vals[i].len);
-		if (neu[i] == NULL) {
+		if (kv_art_leaf_new(&p->art, &p->arena, a->keys[i].p, a->keys[i].len, a->vals[i].p,
+		                    a->vals[i].len, &neu[i]) != KV_OK) {
 			while (i-- > 0)
-				part__free_item(&s->parts[a->parts[i]], neu[i]);
+				kv_art_leaf_free(&s->parts[a->parts[i]].art,
+				                 &s->parts[a->parts[i]].arena, neu[i]);
 			return KV_ENOMEM;
 		}
 	}
 	for (done = 0; done < a->n; done++) {
 		kv_part *p = &s->parts[a->parts[done]];
-		rv = kv_art_put(&p->art, &p->arena, neu[done], &old[done]);
+		rv = kv_art_put_leaf(&p->art, &p->arena, a->keys[done].p, a->keys[done].len,
+		                     neu[done], &old[done]);
 		if (rv != KV_OK)
 			break;
 	}
 	if (rv != KV_OK) {
 		for (i = a->n; i-- > done;)
-			part__free_item(&s->parts[a->parts[i]], neu[i]);
+			kv_art_leaf_free(&s->parts[a->parts[i]].art, &s->parts[a->parts[i]].arena,
+			                 neu[i]);
 		while (done-- > 0) {
 			kv_part *p = &s->parts[a->parts[done]];
-			uint8_t *back;
-			if (old[done] != NULL) {
-				/* Replacing an existing key allocates nothing. */
-				(void)kv_art_put(&p->art, &p->arena, old[done], &back);
+			kv_leaf back;
+			if (old[done] != 0) {
+				(void)kv_art_put_leaf(&p->art, &p->arena, a->keys[done].p,
+				                      a->keys[done].len, old[done], &back);
 			} else {
-				back = kv_art_del(&p->art, &p->arena, a->keys[done].p,
-				                  a->keys[done].len);
+				back = kv_art_take(&p->art, &p->arena, a->keys[done].p,
+				                   a->keys[done].len);
 			}
-			part__free_item(p, back);
+			kv_art_leaf_free(&p->art, &p->arena, back);
 		}
 		return rv;
 	}
 	for (i = 0; i < a->n; i++) {
 		kv_part *p = &s->parts[a->parts[i]];
-		int64_t add = (int64_t)(a->keys[i].len + a->vals[i].len);
-		if (old[i] != NULL) {
-			part__count(p, 0, add - (int64_t)item_payload(old[i]));
-			part__free_item(p, old[i]);
+		if (old[i] != 0) {
+			part__count(p, 0,
+			            (int64_t)a->vals[i].len - (int64_t)kv_art_leaf_vlen(old[i]));
+			kv_art_leaf_free(&p->art, &p->arena, old[i]);
 		} else {
-			part__count(p, 1, add);
+			part__count(p, 1, (int64_t)(a->keys[i].len + a->vals[i].len));
 		}
 	}
 	return KV_OK;
@@ -775,7 +705,7 @@ int
 kv_store_mput(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const kv_bytes *vals)
 {
 	unsigned *parts = NULL;
-	uint8_t **items = NULL;
+	kv_leaf *items = NULL;
 	part_set *ps = NULL;
 	int rv;
 
@@ -796,7 +726,7 @@ kv_store_mput(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const kv_
 	rv = store__partition_keys(s, nk, keys, parts, ps);
 	if (rv == KV_OK) {
 		struct mput_args a = {
-		    .n = nk, .keys = keys, .vals = vals, .parts = parts, .items = items};
+		    .n = nk, .keys = keys, .vals = vals, .parts = parts, .leaves = items};
 		rv = store__with_set(s, ps, mput_run, &a);
 	}
 out:
@@ -820,17 +750,16 @@ part__walk(kv_part *p, const uint8_t *start, size_t slen, const uint8_t *end, si
            size_t *visited)
 {
 	kv_art_iter it;
-	uint8_t *item;
+	kv_art_entry e;
 	size_t n = 0;
 	int rv;
 
 	*more = false;
 	kv_art_iter_init(&it);
 	rv = kv_art_iter_seek(&it, &p->art, start, slen);
-	while (rv == KV_OK && (item = kv_art_iter_next(&it)) != NULL) {
-		const uint8_t *k, *v;
-		size_t kl, vl;
-		kv_item_parse(item, &k, &kl, &v, &vl);
+	while (rv == KV_OK && kv_art_iter_next(&it, &e)) {
+		const uint8_t *k = e.key, *v = e.val;
+		size_t kl = e.klen, vl = e.vlen;
 		if (elen != 0 && kv_key_cmp(k, kl, end, elen) >= 0)
 			break;
 		if (max != 0 && n == max) {
@@ -1025,9 +954,7 @@ kv_store_scan(kv_store *s, const void *start, size_t slen, const void *end, size
 		return KV_EINVAL;
 	if (kv_range_is_empty(start, slen, end, elen))
 		return KV_OK;
-	if (s->nparts == 1)
-		return kv_store_scan_partition(s, 0, start, slen, end, elen, limit, with_values, cb,
-		                               arg, more);
+
 	if (s->o.mode == KV_STORE_PERCORE && store__on_owner(s))
 		return KV_EPERM;
 	/* A chunk big enough that a limited scan usually needs one per partition. */
@@ -1200,6 +1127,17 @@ kv_store_range_step(kv_store *s, const void *start, size_t slen, const void *end
 	return rv;
 }
 
+static int
+store__found_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	(void)key;
+	(void)klen;
+	(void)val;
+	(void)vlen;
+	*(bool *)arg = true;
+	return 1;
+}
+
 struct rdel_args {
 	const uint8_t *start;
 	size_t slen;
@@ -1219,28 +1157,32 @@ op_range_delete(kv_store *s, kv_part *p, void *arg)
 
 	kv_art_iter_init(&it);
 	while (d->count < d->max) {
-		uint8_t *item, *gone;
-		const uint8_t *k, *v;
+		kv_art_entry e;
 		size_t kl, vl;
 
 		if ((rv = kv_art_iter_seek(&it, &p->art, d->start, d->slen)) != KV_OK)
 			break;
-		item = kv_art_iter_next(&it);
-		if (item == NULL) {
+		if (!kv_art_iter_next(&it, &e)) {
 			rv = it.err;
 			break;
 		}
-		kv_item_parse(item, &k, &kl, &v, &vl);
-		if (d->elen != 0 && kv_key_cmp(k, kl, d->end, d->elen) >= 0)
+		if (d->elen != 0 && kv_key_cmp(e.key, e.klen, d->end, d->elen) >= 0)
 			break;
-		gone = kv_art_del(&p->art, &p->arena, k, kl);
+		kl = e.klen;
+		vl = e.vlen;
+		(void)kv_art_remove(&p->art, &p->arena, e.key, e.klen, NULL);
 		part__count(p, -1, -(int64_t)(kl + vl));
-		part__free_item(p, gone);
 		d->count++;
 	}
+	if (rv == KV_OK && d->count == d->max) {
+		/* Out of budget: busy only if something of the range is left. */
+		kv_art_entry e;
+		if ((rv = kv_art_iter_seek(&it, &p->art, d->start, d->slen)) == KV_OK &&
+		    kv_art_iter_next(&it, &e) &&
+		    (d->elen == 0 || kv_key_cmp(e.key, e.klen, d->end, d->elen) < 0))
+			rv = KV_EBUSY;
+	}
 	kv_art_iter_fini(&it);
-	if (rv == KV_OK && d->count == d->max)
-		rv = KV_EBUSY; /* maybe more: the caller calls again */
 	return rv;
 }
 
@@ -1253,7 +1195,18 @@ kv_store_range_delete(kv_store *s, const void *start, size_t slen, const void *e
 
 	if (s == NULL || max == 0 || (slen && !start) || (elen && !end))
 		return KV_EINVAL;
-	for (unsigned pi = 0; pi < s->nparts && total < max; pi++) {
+	for (unsigned pi = 0; pi < s->nparts; pi++) {
+		if (total == max) {
+			/* Budget spent at a partition boundary: anything left here? */
+			bool left = false;
+			rv = kv_store_scan_partition(s, pi, start, slen, end, elen, 1, false,
+			                             store__found_cb, &left, NULL);
+			if (rv == KV_OK && left)
+				rv = KV_EBUSY;
+			if (rv != KV_OK)
+				break;
+			continue;
+		}
 		struct rdel_args d = {
 		    .start = start, .slen = slen, .end = end, .elen = elen, .max = max - total};
 		rv = store__with_part(s, pi, op_range_delete, &d);
@@ -1265,8 +1218,6 @@ kv_store_range_delete(kv_store *s, const void *start, size_t slen, const void *e
 	}
 	if (deleted)
 		*deleted += total;
-	if (rv == KV_OK && total == max)
-		rv = KV_EBUSY;
 	return rv;
 }
 
@@ -1482,14 +1433,6 @@ kv_store_create(const kv_store_opts *opts, kv_store **out)
 	return KV_OK;
 }
 
-static void
-store__free_large(void *arg, uint8_t *item)
-{
-	kv_part *p = arg;
-	if (kv_item_total(item) > KV_ARENA_MAX_SMALL)
-		part__free_item(p, item);
-}
-
 void
 kv_store_destroy(kv_store *s)
 {
@@ -1508,7 +1451,8 @@ kv_store_destroy(kv_store *s)
 	for (unsigned pi = 0; pi < s->nparts; pi++) {
 		kv_part *p = &s->parts[pi];
 		/* Slab memory goes with the blocks; only large items need a walk. */
-		kv_art_clear(&p->art, &p->arena, p->nlarge ? store__free_large : NULL, p);
+		kv_art_clear(&p->art, &p->arena);
+		kv_buf_fini(&p->scratch);
 		kv_arena_fini(&p->arena);
 		pthread_mutex_destroy(&p->mu);
 		pthread_mutex_destroy(&p->qmu);

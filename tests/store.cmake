@@ -14,3 +14,4 @@ kv_add_test(test_store_concurrency SOURCES test_store_concurrency.c LIBS kv_stor
   TIMEOUT 120 LABELS concurrency)
 kv_add_test(test_store_append SOURCES test_store_append.c LIBS kv_store_testutil
   TIMEOUT 120 LABELS concurrency)
+kv_add_test(test_store_model SOURCES test_store_model.c LIBS kv_store TIMEOUT 120)

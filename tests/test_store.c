@@ -3,7 +3,7 @@
  * multi-key operations, input validation, statistics, the memory limit and
  * owner-thread tasks, each run in striped and percore mode with one and with
  * several partitions. Ordered reads and range maintenance are in
- * test_store_scan.c, races in test_store_concurrency.c.
+ * test_store_scan.c, races in test_store_concurrency.c and test_store_append.c.
  */
 #include "tests/test_store_util.h"
 
@@ -11,16 +11,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FX(state) ((store_fixture *)*(state))
 
-/* Writes the skip-th key "part-<n>" that lies in partition `part`; returns its length. */
+/* Writes the first key "part-<n>" that lies in partition `part`; returns its length. */
 static size_t
-key_in_partition(kv_store *s, unsigned part, char *buf, size_t cap, size_t skip)
+key_in_partition(kv_store *s, unsigned part, char *buf, size_t cap)
 {
 	for (size_t i = 0; i < 1000000; i++) {
 		size_t len = fmt_key(buf, cap, "part-", i);
-		if (kv_store_partition_of(s, buf, len) == part && skip-- == 0)
+		if (kv_store_partition_of(s, buf, len) == part)
 			return len;
 	}
 	fail_msg("no key found for partition %u", part);
@@ -1220,9 +1221,9 @@ task_on_an_owner_thread_may_use_only_keys_of_its_partition(void **state)
 	owner_calls t = {0};
 	int other_rv = fx->cfg->mode == KV_STORE_PERCORE ? KV_EPERM : KV_OK;
 
-	t.own_len = key_in_partition(s, part, t.own, sizeof t.own, 0);
+	t.own_len = key_in_partition(s, part, t.own, sizeof t.own);
 	if (nparts > 1) {
-		t.other_len = key_in_partition(s, 0, t.other, sizeof t.other, 0);
+		t.other_len = key_in_partition(s, 0, t.other, sizeof t.other);
 		put_s(s, "unrelated", "u");
 	}
 	assert_int_equal(kv_store_run_on(s, part, owner_calls_task, &t), KV_OK);
@@ -1331,17 +1332,21 @@ create_with_null_opts_gives_a_striped_store_of_64_partitions(void **state)
 }
 
 static void
-percore_store_defaults_to_two_partitions(void **state)
+percore_store_defaults_to_one_partition_per_cpu(void **state)
 {
 	kv_store_opts o;
 	kv_store *s = NULL;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned want = 1;
 
 	(void)state;
+	while (want < (unsigned)(ncpu > 0 ? ncpu : 1))
+		want <<= 1;
 	kv_store_opts_init(&o);
 	o.mode = KV_STORE_PERCORE;
 	assert_int_equal(kv_store_create(&o, &s), KV_OK);
 	assert_int_equal(kv_store_get_mode(s), KV_STORE_PERCORE);
-	assert_int_equal(kv_store_partitions(s), 2);
+	assert_int_equal(kv_store_partitions(s), want);
 	kv_store_destroy(s);
 }
 
@@ -1513,7 +1518,7 @@ main(void)
 	static const struct CMUnitTest config_tests[] = {
 	    cmocka_unit_test(opts_init_gives_striped_defaults),
 	    cmocka_unit_test(create_with_null_opts_gives_a_striped_store_of_64_partitions),
-	    cmocka_unit_test(percore_store_defaults_to_two_partitions),
+	    cmocka_unit_test(percore_store_defaults_to_one_partition_per_cpu),
 	    cmocka_unit_test(partition_count_is_rounded_up_to_a_power_of_two),
 	    cmocka_unit_test(out_of_range_options_return_einval),
 	    cmocka_unit_test(hard_limits_are_accepted),

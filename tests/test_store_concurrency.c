@@ -298,7 +298,7 @@ scans_racing_deletes_and_reputs_stay_ordered_and_finish(void **state)
  */
 
 #define MIXED_THREADS    200
-#define MIXED_OPS        60
+#define MIXED_OPS        100
 #define MIXED_KEYS       256
 #define MIXED_BATCH      4
 #define MIXED_MAX_WRITES (MIXED_OPS * MIXED_BATCH)

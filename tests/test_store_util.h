@@ -2,10 +2,10 @@
  * test_store_util.h - fixtures and helpers shared by the store test programs.
  *
  * Every semantic test runs once per store configuration (mode x partition
- * count): main() loops over store_cfgs and runs the same table of tests as one
- * cmocka group per configuration, handing the configuration to each test as
- * its prestate. The fixture creates a fresh store for every test and destroys
- * it, and any extra store the test opened, on every path.
+ * count): run_store_groups() runs the same table of tests as one cmocka group
+ * per configuration, handing the configuration to each test as its prestate.
+ * The fixture creates a fresh store for every test and destroys it, and any
+ * extra store the test opened, on every path.
  *
  * cmocka's assertions longjmp, so they may be used only on the thread that
  * runs the test: store callbacks and worker threads record failures in plain
@@ -61,10 +61,9 @@ typedef struct {
 	const char *name;      /* the behaviour, as cmocka prints it */
 	CMUnitTestFunction fn; /* receives a store_fixture * */
 } store_test;
-#define STORE_TEST(f)                                                                              \
-	{                                                                                          \
-#f, f                                                                              \
-	}
+// clang-format off
+#define STORE_TEST(f) {#f, f}
+// clang-format on
 
 /*
  * Opens another store in the fixture's mode (partitions 0: the fixture's
