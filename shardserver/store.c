@@ -833,6 +833,7 @@ typedef struct {
 	size_t cap;     /* room in offs */
 	size_t pos;     /* next entry to merge */
 	bool exhausted; /* nothing of the range is left after this chunk */
+	size_t chunk;   /* entries to ask for next time (grows by doubling) */
 	kv_buf next;    /* where the next chunk starts */
 	int err;        /* an allocation failed while copying */
 } scan_src;
@@ -854,13 +855,19 @@ scan_copy_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, siz
 		src->offs = no;
 		src->cap = ncap;
 	}
+	if (val == NULL)
+		h[1] = 0;
 	src->offs[src->n] = src->data.len;
-	if ((rv = kv_buf_append(&src->data, h, sizeof(h))) != KV_OK ||
-	    (rv = kv_buf_append(&src->data, key, klen)) != KV_OK ||
-	    (val && (rv = kv_buf_append(&src->data, val, vlen)) != KV_OK)) {
+	if ((rv = kv_buf_reserve(&src->data, src->data.len + sizeof(h) + klen + h[1])) != KV_OK) {
 		src->err = rv;
 		return 1;
 	}
+	uint8_t *d = src->data.data + src->data.len;
+	memcpy(d, h, sizeof(h));
+	memcpy(d + sizeof(h), key, klen);
+	if (h[1])
+		memcpy(d + sizeof(h) + klen, val, h[1]);
+	src->data.len += sizeof(h) + klen + h[1];
 	src->n++;
 	return 0;
 }
@@ -889,6 +896,7 @@ scan_fill(kv_store *s, unsigned pi, scan_src *src, const uint8_t *end, size_t el
 	src->data.len = 0;
 	src->n = 0;
 	src->pos = 0;
+	src->chunk = chunk;
 	rv = kv_store_scan_partition(s, pi, src->next.data, src->next.len, end, elen, chunk,
 	                             with_values, scan_copy_cb, src, &more);
 	if (rv == KV_OK && src->err != 0)
@@ -957,8 +965,10 @@ kv_store_scan(kv_store *s, const void *start, size_t slen, const void *end, size
 
 	if (s->o.mode == KV_STORE_PERCORE && store__on_owner(s))
 		return KV_EPERM;
-	/* A chunk big enough that a limited scan usually needs one per partition. */
-	chunk = limit ? limit / s->nparts + 4 : KV_STORE_SCAN_CHUNK;
+	/* Start small (a limited scan takes about limit/partitions entries from
+	 * each partition), then double the chunk of the partitions that are
+	 * actually consumed: the copying stays near limit + partitions. */
+	chunk = limit ? limit / s->nparts + 1 : KV_STORE_SCAN_CHUNK;
 	if (chunk > KV_STORE_SCAN_CHUNK)
 		chunk = KV_STORE_SCAN_CHUNK;
 	srcs = calloc(s->nparts, sizeof(*srcs));
@@ -995,9 +1005,13 @@ kv_store_scan(kv_store *s, const void *start, size_t slen, const void *end, size
 		}
 		src->pos++;
 		if (src->pos == src->n) {
+			size_t want = src->chunk * 2;
+			if (want > KV_STORE_SCAN_CHUNK)
+				want = KV_STORE_SCAN_CHUNK;
+			if (limit != 0 && want > limit - emitted + 1)
+				want = limit - emitted + 1;
 			if (!src->exhausted &&
-			    (rv = scan_fill(s, pi, src, end, elen, KV_STORE_SCAN_CHUNK,
-			                    with_values)) != KV_OK)
+			    (rv = scan_fill(s, pi, src, end, elen, want, with_values)) != KV_OK)
 				goto out;
 			if (src->pos == src->n)
 				heap[0] = heap[--hn]; /* this partition is done */
@@ -1384,7 +1398,10 @@ kv_store_create(const kv_store_opts *opts, kv_store **out)
 		return KV_EINVAL;
 	if (o.partitions == 0) {
 		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-		o.partitions = o.mode == KV_STORE_STRIPED ? 64 : (unsigned)(ncpu > 0 ? ncpu : 1);
+		/* Striped: a few stripes per core keep lock collisions rare, and
+		 * few enough that a merged scan's per-partition seeks stay cheap. */
+		o.partitions = o.mode == KV_STORE_STRIPED ? (unsigned)(ncpu > 4 ? 4 * ncpu : 16)
+		                                          : (unsigned)(ncpu > 0 ? ncpu : 1);
 	}
 	if (o.partitions > KV_STORE_MAX_PARTITIONS)
 		return KV_EINVAL;

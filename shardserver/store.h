@@ -46,8 +46,7 @@ typedef enum {
 
 typedef struct {
 	kv_store_mode mode;  /* concurrency mode */
-	unsigned partitions; /* 0: striped 64, percore one per CPU; rounded up to a power of 2, max
-	                        4096 */
+	unsigned partitions; /* 0: striped max(16, 4/CPU), percore 1/CPU; power of 2, max 4096 */
 	size_t max_key;      /* 0: KV_DEFAULT_MAX_KEY; at most KV_HARD_MAX_KEY */
 	size_t max_value;    /* 0: KV_DEFAULT_MAX_VALUE; at most KV_HARD_MAX_VALUE */
 	size_t mem_limit; /* 0: none; else allocations past this many bytes fail with KV_ENOMEM */

@@ -1318,14 +1318,18 @@ opts_init_gives_striped_defaults(void **state)
 }
 
 static void
-create_with_null_opts_gives_a_striped_store_of_64_partitions(void **state)
+create_with_null_opts_gives_a_striped_store_of_four_stripes_per_cpu(void **state)
 {
 	kv_store *s = NULL;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned want = 1, min = ncpu > 4 ? 4u * (unsigned)ncpu : 16u;
 
 	(void)state;
+	while (want < min)
+		want <<= 1;
 	assert_int_equal(kv_store_create(NULL, &s), KV_OK);
 	assert_int_equal(kv_store_get_mode(s), KV_STORE_STRIPED);
-	assert_int_equal(kv_store_partitions(s), 64);
+	assert_int_equal(kv_store_partitions(s), want);
 	put_s(s, "k", "v");
 	assert_value_s(s, "k", "v");
 	kv_store_destroy(s);
@@ -1517,7 +1521,7 @@ main(void)
 {
 	static const struct CMUnitTest config_tests[] = {
 	    cmocka_unit_test(opts_init_gives_striped_defaults),
-	    cmocka_unit_test(create_with_null_opts_gives_a_striped_store_of_64_partitions),
+	    cmocka_unit_test(create_with_null_opts_gives_a_striped_store_of_four_stripes_per_cpu),
 	    cmocka_unit_test(percore_store_defaults_to_one_partition_per_cpu),
 	    cmocka_unit_test(partition_count_is_rounded_up_to_a_power_of_two),
 	    cmocka_unit_test(out_of_range_options_return_einval),
