@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# deploy/cluster.sh - a local shardkv cluster on loopback (SPEC §6).
+#
+#   cluster.sh up [-n NODES] [--dir DIR] [--base-port PORT]
+#                      start a controller and NODES servers (default 3), join
+#                      them, wait until they serve, print the controller address
+#   cluster.sh status  the cluster's status (shardkv status)
+#   cluster.sh add     start and join one more server
+#   cluster.sh stop N  stop server N gracefully (SIGTERM: it drains first)
+#   cluster.sh kill N  kill server N (SIGKILL)
+#   cluster.sh restart N  start server N again with its data dir
+#   cluster.sh down    stop everything (servers without draining), keep the data
+#   cluster.sh destroy stop everything and remove the data
+#
+# The controller listens on tcp://127.0.0.1:PORT (default 7000), server N on
+# PORT+100+N. State lives in DIR (default ./cluster, or $SHARDKV_CLUSTER_DIR):
+# one data dir, log file and pid file per process. Binaries come from
+# $SHARDKV_BIN_DIR, else build-release/bin or build/bin (built when missing).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+dir=${SHARDKV_CLUSTER_DIR:-$PWD/cluster}
+base=7000
+nodes=3
+wait_s=${SHARDKV_WAIT_S:-30}
+
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+find_bins() {
+	if [ -n "${SHARDKV_BIN_DIR:-}" ]; then
+		bin=$SHARDKV_BIN_DIR
+	elif [ -x "$here/build-release/bin/shardkv-server" ]; then
+		bin=$here/build-release/bin
+	elif [ -x "$here/build/bin/shardkv-server" ]; then
+		bin=$here/build/bin
+	else
+		echo "cluster.sh: building shardkv (Release)" >&2
+		bash "$here/scripts/setup.sh"
+		cmake -S "$here" -B "$here/build-release" -DCMAKE_BUILD_TYPE=Release \
+			-DKV_BUILD_TESTS=OFF >/dev/null
+		cmake --build "$here/build-release" -j"$(nproc)" >/dev/null
+		bin=$here/build-release/bin
+	fi
+	for b in shardkv-controller shardkv-server shardkv; do
+		[ -x "$bin/$b" ] || die "$bin/$b is missing"
+	done
+}
+
+load_state() {
+	[ -f "$dir/cluster.env" ] || die "no cluster in $dir (run: cluster.sh up)"
+	# shellcheck disable=SC1091
+	. "$dir/cluster.env"
+	ctl="tcp://127.0.0.1:$base"
+}
+
+save_state() {
+	mkdir -p "$dir"
+	printf 'base=%s\nbin=%s\n' "$base" "$bin" >"$dir/cluster.env"
+}
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+cli() { "$bin/shardkv" -c "$ctl" --timeout 2000 "$@"; }
+
+# Polls until the controller answers, or fails after the deadline.
+wait_controller() {
+	local deadline=$((SECONDS + wait_s))
+	until cli config >/dev/null 2>&1; do
+		alive "$dir/controller.pid" || die "controller exited; see $dir/controller.log"
+		[ $SECONDS -lt $deadline ] || die "controller not ready after ${wait_s}s"
+		sleep 0.05
+	done
+}
+
+# Polls until the server at $1 is an active node of the configuration.
+wait_server() {
+	local addr=$1 pidf=$2 deadline=$((SECONDS + wait_s))
+	until cli config --json 2>/dev/null | tr '{' '\n' | grep -F "\"address\": \"$addr\"" |
+		grep -q '"state": "active"'; do
+		alive "$pidf" || die "server $addr exited; see ${pidf%.pid}.log"
+		[ $SECONDS -lt $deadline ] || die "server $addr not active after ${wait_s}s"
+		sleep 0.05
+	done
+}
+
+start_controller() {
+	mkdir -p "$dir/controller"
+	alive "$dir/controller.pid" && return 0
+	"$bin/shardkv-controller" --listen "$ctl" --data-dir "$dir/controller" \
+		>>"$dir/controller.log" 2>&1 &
+	echo $! >"$dir/controller.pid"
+	wait_controller
+}
+
+start_server() {
+	local n=$1 port=$((base + 100 + $1))
+	local addr="tcp://127.0.0.1:$port" pidf="$dir/node-$n.pid"
+	mkdir -p "$dir/node-$n"
+	alive "$pidf" && return 0
+	"$bin/shardkv-server" --listen "$addr" --controller "$ctl" --data-dir "$dir/node-$n" \
+		--join >>"$dir/node-$n.log" 2>&1 &
+	echo $! >"$pidf"
+	wait_server "$addr" "$pidf"
+	echo "node $n: $addr (pid $(cat "$pidf"))" >&2
+}
+
+stop_pid() {
+	local pidf=$1 sig=$2 deadline
+	alive "$pidf" || { rm -f "$pidf"; return 0; }
+	kill "-$sig" "$(cat "$pidf")" 2>/dev/null || true
+	deadline=$((SECONDS + 90))
+	while alive "$pidf"; do
+		if [ $SECONDS -ge $deadline ]; then
+			kill -KILL "$(cat "$pidf")" 2>/dev/null || true
+			break
+		fi
+		sleep 0.05
+	done
+	rm -f "$pidf"
+}
+
+server_count() {
+	local n=0
+	for d in "$dir"/node-*/; do [ -d "$d" ] && n=$((n + 1)); done
+	echo $n
+}
+
+cmd=${1:-}
+[ -n "$cmd" ] || usage
+shift
+case "$cmd" in
+up)
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		-n) nodes=${2:?-n needs a number}; shift 2 ;;
+		--dir) dir=${2:?--dir needs a path}; shift 2 ;;
+		--base-port) base=${2:?--base-port needs a port}; shift 2 ;;
+		*) echo "cluster.sh: unknown option $1" >&2; usage ;;
+		esac
+	done
+	[[ $nodes =~ ^[0-9]+$ ]] && [ "$nodes" -ge 1 ] || die "-n wants a positive number"
+	[[ $base =~ ^[0-9]+$ ]] && [ "$base" -ge 1 ] && [ "$base" -le 65000 ] ||
+		die "--base-port wants a port number"
+	find_bins
+	dir=$(mkdir -p "$dir" && cd "$dir" && pwd)
+	save_state
+	ctl="tcp://127.0.0.1:$base"
+	start_controller
+	for ((i = 1; i <= nodes; i++)); do start_server "$i"; done
+	echo "$ctl"
+	;;
+status)
+	load_state
+	cli status "$@"
+	;;
+add)
+	load_state
+	start_server $(($(server_count) + 1))
+	;;
+stop | kill | restart)
+	n=${1:-}
+	[[ $n =~ ^[0-9]+$ ]] || die "$cmd wants a server number"
+	load_state
+	[ -d "$dir/node-$n" ] || die "no server $n in $dir"
+	case "$cmd" in
+	stop) stop_pid "$dir/node-$n.pid" TERM ;;
+	kill) stop_pid "$dir/node-$n.pid" KILL ;;
+	restart)
+		stop_pid "$dir/node-$n.pid" INT
+		start_server "$n"
+		;;
+	esac
+	;;
+down | destroy)
+	[ "$cmd" = destroy ] && [ ! -f "$dir/cluster.env" ] && { rm -rf "$dir"; exit 0; }
+	load_state
+	for p in "$dir"/node-*.pid; do [ -f "$p" ] && stop_pid "$p" INT; done
+	stop_pid "$dir/controller.pid" TERM
+	[ "$cmd" = destroy ] && rm -rf "$dir"
+	true
+	;;
+-h | --help | help) usage ;;
+*) echo "cluster.sh: unknown command $cmd" >&2; usage ;;
+esac
