@@ -14,16 +14,23 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { RPC_RECV = 1, RPC_SEND = 2, RPC_DEFERRED = 3 };
+enum { RPC_RECV = 1, RPC_SEND = 2, RPC_DEFERRED = 3, RPC_HANDLING = 4 };
 
 struct kv_rpc_pending {
 	kv_rpc_server *s; /* owner */
 	nng_ctx ctx;      /* this request slot's context */
 	nng_aio *aio;     /* its aio; the callback is rpc_ctx_cb */
-	int state;        /* RPC_* */
+	/* mu protects state and early: a deferred request can be answered from
+	 * another thread before its handler has even returned. */
+	pthread_mutex_t mu;
+	int state;      /* RPC_* */
+	nng_msg *early; /* answer given while the handler still ran (RPC_HANDLING) */
+	bool answered;  /* kv_rpc_reply was called while RPC_HANDLING */
 };
 
 struct kv_rpc_server {
@@ -83,9 +90,13 @@ rpc_ctx_cb(void *arg)
 	kv_rpc_pending *p = arg;
 	kv_rpc_server *s = p->s;
 	nng_msg *req, *reply = NULL;
-	int rv;
+	bool drop;
+	int rv, state;
 
-	switch (p->state) {
+	pthread_mutex_lock(&p->mu);
+	state = p->state;
+	pthread_mutex_unlock(&p->mu);
+	switch (state) {
 	case RPC_RECV:
 		rv = nng_aio_result(p->aio);
 		if (rv != 0) {
@@ -96,19 +107,35 @@ rpc_ctx_cb(void *arg)
 		}
 		req = nng_aio_get_msg(p->aio);
 		nng_aio_set_msg(p->aio, NULL);
+		pthread_mutex_lock(&p->mu);
+		p->state = RPC_HANDLING;
+		p->answered = false;
+		p->early = NULL;
+		pthread_mutex_unlock(&p->mu);
 		rv = s->handler(s->arg, req, &reply, p);
 		nng_msg_free(req);
 		if (rv == KV_RPC_DEFERRED) {
-			p->state = RPC_DEFERRED;
-			return;
+			pthread_mutex_lock(&p->mu);
+			if (!p->answered) {
+				p->state = RPC_DEFERRED;
+				pthread_mutex_unlock(&p->mu);
+				return;
+			}
+			reply = p->early; /* answered already, maybe with NULL (drop) */
+			p->early = NULL;
+			rv = 0;
+			pthread_mutex_unlock(&p->mu);
 		}
-		if (rv != 0 || reply == NULL) {
+		drop = rv != 0 || reply == NULL;
+		pthread_mutex_lock(&p->mu);
+		p->state = drop ? RPC_RECV : RPC_SEND;
+		pthread_mutex_unlock(&p->mu);
+		if (drop) {
 			if (reply)
 				nng_msg_free(reply);
 			nng_ctx_recv(p->ctx, p->aio); /* drop: REP forgets the request */
 			return;
 		}
-		p->state = RPC_SEND;
 		nng_aio_set_msg(p->aio, reply);
 		nng_ctx_send(p->ctx, p->aio);
 		return;
@@ -121,7 +148,9 @@ rpc_ctx_cb(void *arg)
 			if (nng_aio_result(p->aio) == NNG_ECLOSED)
 				return;
 		}
+		pthread_mutex_lock(&p->mu);
 		p->state = RPC_RECV;
+		pthread_mutex_unlock(&p->mu);
 		nng_ctx_recv(p->ctx, p->aio);
 		return;
 	default:
@@ -132,17 +161,31 @@ rpc_ctx_cb(void *arg)
 void
 kv_rpc_reply(kv_rpc_pending *p, nng_msg *msg)
 {
-	if (p == NULL || p->state != RPC_DEFERRED) {
+	if (p == NULL) {
 		if (msg)
 			nng_msg_free(msg);
 		return;
 	}
+	pthread_mutex_lock(&p->mu);
+	if (p->state == RPC_HANDLING && !p->answered) {
+		/* The handler has not returned yet: it sends this when it does. */
+		p->answered = true;
+		p->early = msg;
+		pthread_mutex_unlock(&p->mu);
+		return;
+	}
+	if (p->state != RPC_DEFERRED) {
+		pthread_mutex_unlock(&p->mu);
+		if (msg)
+			nng_msg_free(msg);
+		return;
+	}
+	p->state = msg ? RPC_SEND : RPC_RECV;
+	pthread_mutex_unlock(&p->mu);
 	if (msg == NULL) {
-		p->state = RPC_RECV;
 		nng_ctx_recv(p->ctx, p->aio);
 		return;
 	}
-	p->state = RPC_SEND;
 	nng_aio_set_msg(p->aio, msg);
 	nng_ctx_send(p->ctx, p->aio);
 }
@@ -173,6 +216,7 @@ kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out)
 	for (i = 0; i < s->n; i++) {
 		kv_rpc_pending *p = &s->slots[i];
 		p->s = s;
+		pthread_mutex_init(&p->mu, NULL);
 		if ((rv = nng_ctx_open(&p->ctx, s->sock)) != 0 ||
 		    (rv = nng_aio_alloc(&p->aio, rpc_ctx_cb, p)) != 0)
 			goto err_after_open;
@@ -212,6 +256,9 @@ kv_rpc_server_destroy(kv_rpc_server *s)
 		if (m)
 			nng_msg_free(m);
 		nng_aio_free(s->slots[i].aio);
+		if (s->slots[i].early)
+			nng_msg_free(s->slots[i].early);
+		pthread_mutex_destroy(&s->slots[i].mu);
 	}
 	free(s->slots);
 	free(s);
