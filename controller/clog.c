@@ -1,0 +1,423 @@
+/*
+ * clog.c - the configuration log (clog.h).
+ *
+ * The whole file is read at open (configurations are small and few), checked
+ * record by record, and then only appended to. Every append is one write(2)
+ * of the framed record followed by fsync(2); a failed append truncates the
+ * file back so the log never holds a half record that later records follow.
+ * The invariant: bytes [0, size) of the file are a valid header followed by
+ * intact records.
+ */
+#include "controller/clog.h"
+#include "common/err.h"
+#include "common/key.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char clog_magic[8] = {'S', 'K', 'V', 'C', 'L', 'O', 'G', '\0'};
+
+struct kv_clog {
+	int fd;           /* the open, locked log file */
+	uint64_t size;    /* bytes of valid data (header + intact records) */
+	bool broken;      /* a failed append could not be undone: refuse appends */
+	char cluster[25]; /* cluster id from the header */
+	char *path;       /* DIR/config.log */
+};
+
+static void
+put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void
+put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t
+get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static uint64_t
+get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static int fail(char *err, size_t errlen, int rv, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int
+fail(char *err, size_t errlen, int rv, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return rv;
+}
+
+static int
+write_all(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n > 0) {
+		ssize_t w = write(fd, b, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return kv_err_from_errno(errno);
+		}
+		b += w;
+		n -= (size_t)w;
+	}
+	return KV_OK;
+}
+
+static int
+fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY);
+	int rv = KV_OK;
+
+	if (fd < 0)
+		return kv_err_from_errno(errno);
+	if (fsync(fd) != 0)
+		rv = kv_err_from_errno(errno);
+	close(fd);
+	return rv;
+}
+
+static void
+random_id(char out[25])
+{
+	uint8_t b[8] = {0};
+	int fd = open("/dev/urandom", O_RDONLY);
+	uint64_t v;
+
+	if (fd >= 0) {
+		if (read(fd, b, sizeof(b)) != (ssize_t)sizeof(b))
+			memset(b, 0, sizeof(b));
+		close(fd);
+	}
+	v = get64(b) ^ kv_now_ns() ^ ((uint64_t)getpid() << 32);
+	memset(out, 0, 25);
+	snprintf(out, 25, "%016llx", (unsigned long long)v);
+}
+
+/* Writes a fresh header at offset 0 of an empty file and makes it durable,
+ * with the directory entry. */
+static int
+init_file(kv_clog *l, const char *dir, char *err, size_t errlen)
+{
+	uint8_t h[KV_CLOG_HEADER_SIZE] = {0};
+	int rv = KV_OK;
+
+	random_id(l->cluster);
+	memcpy(h, clog_magic, 8);
+	put32(h + 8, KV_CLOG_VERSION);
+	put32(h + 12, KV_CLOG_HEADER_SIZE);
+	memcpy(h + 16, l->cluster, 24);
+	put64(h + 40, kv_hash64(h, 40));
+	if (ftruncate(l->fd, 0) != 0 || lseek(l->fd, 0, SEEK_SET) != 0)
+		rv = kv_err_from_errno(errno);
+	if (rv == KV_OK)
+		rv = write_all(l->fd, h, sizeof(h));
+	if (rv == KV_OK && fsync(l->fd) != 0)
+		rv = kv_err_from_errno(errno);
+	if (rv == KV_OK)
+		rv = fsync_dir(dir);
+	if (rv != KV_OK)
+		return fail(err, errlen, rv, "cannot initialise config log %s: %s", l->path,
+		            kv_strerror(rv));
+	l->size = KV_CLOG_HEADER_SIZE;
+	return KV_OK;
+}
+
+/* Makes a new directory's entry durable by syncing its parent. */
+static void
+fsync_parent(const char *dir)
+{
+	char *p = strdup(dir), *slash;
+
+	if (p == NULL)
+		return;
+	while ((slash = strrchr(p, '/')) != NULL && slash[1] == '\0' && slash != p)
+		*slash = '\0'; /* trailing slashes */
+	slash = strrchr(p, '/');
+	if (slash == NULL)
+		(void)fsync_dir(".");
+	else {
+		slash[slash == p ? 1 : 0] = '\0';
+		(void)fsync_dir(p);
+	}
+	free(p);
+}
+
+static int
+read_file(int fd, uint8_t **out, size_t *outlen)
+{
+	struct stat st;
+	uint8_t *buf;
+	size_t n = 0;
+
+	if (fstat(fd, &st) != 0)
+		return kv_err_from_errno(errno);
+	buf = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
+	if (buf == NULL)
+		return KV_ENOMEM;
+	while (n < (size_t)st.st_size) {
+		ssize_t r = pread(fd, buf + n, (size_t)st.st_size - n, (off_t)n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	*out = buf;
+	*outlen = n;
+	return KV_OK;
+}
+
+static bool
+all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != 0)
+			return false;
+	return true;
+}
+
+/* Checks the header and replays the records; sets l->size to the end of the
+ * last intact record. */
+static int
+replay(kv_clog *l, const uint8_t *b, size_t n, kv_clog_record_cb cb, void *arg, kv_clog_info *info,
+       char *err, size_t errlen)
+{
+	size_t off = KV_CLOG_HEADER_SIZE;
+
+	if (memcmp(b, clog_magic, 8) != 0)
+		return fail(err, errlen, KV_EINVAL, "%s is not a shardkv config log (bad magic)",
+		            l->path);
+	if (get32(b + 8) != KV_CLOG_VERSION)
+		return fail(err, errlen, KV_EINVAL,
+		            "%s has format version %u; this controller reads version %u", l->path,
+		            get32(b + 8), KV_CLOG_VERSION);
+	if (get32(b + 12) != KV_CLOG_HEADER_SIZE || get64(b + 40) != kv_hash64(b, 40))
+		return fail(err, errlen, KV_ECORRUPT,
+		            "config log %s: corrupt header at offset 0 (checksum mismatch)",
+		            l->path);
+	memcpy(l->cluster, b + 16, 24);
+	l->cluster[24] = '\0';
+	while (off < n) {
+		size_t left = n - off;
+		uint32_t len;
+		bool last;
+		if (left < 12)
+			break; /* torn frame header */
+		len = get32(b + off);
+		if (len == 0 || len > KV_CLOG_MAX_RECORD) {
+			if (all_zero(b + off, left))
+				break; /* zero-filled tail of an interrupted append */
+			return fail(err, errlen, KV_ECORRUPT,
+			            "config log %s: corrupt record at offset %zu (bad length %u)",
+			            l->path, off, len);
+		}
+		if ((size_t)len > left - 12)
+			break; /* torn payload */
+		last = off + 12 + len == n;
+		if (get64(b + off + 4) != (kv_hash64(b + off, 4) ^ kv_hash64(b + off + 12, len))) {
+			if (last)
+				break; /* the last append did not reach the disk whole */
+			return fail(
+			    err, errlen, KV_ECORRUPT,
+			    "config log %s: corrupt record at offset %zu (checksum mismatch)",
+			    l->path, off);
+		}
+		if (cb != NULL) {
+			int rv = cb(arg, b + off + 12, len, off);
+			if (rv != KV_OK)
+				return fail(err, errlen, rv,
+				            "config log %s: record at offset %zu rejected: %s",
+				            l->path, off, kv_strerror(rv));
+		}
+		info->records++;
+		off += 12 + len;
+	}
+	l->size = off;
+	info->dropped_bytes = n - off;
+	return KV_OK;
+}
+
+int
+kv_clog_open(const char *dir, kv_clog_record_cb cb, void *arg, kv_clog **out, kv_clog_info *info,
+             char *err, size_t errlen)
+{
+	kv_clog_info dummy;
+	kv_clog *l;
+	struct stat st;
+	uint8_t *buf = NULL;
+	size_t n = 0;
+	int rv;
+
+	if (info == NULL)
+		info = &dummy;
+	memset(info, 0, sizeof(*info));
+	if (dir == NULL || dir[0] == '\0')
+		return fail(err, errlen, KV_EINVAL, "no data dir given");
+	if (stat(dir, &st) != 0) {
+		if (errno != ENOENT || mkdir(dir, 0755) != 0)
+			return fail(err, errlen, kv_err_from_errno(errno),
+			            "cannot create data dir %s: %s", dir, strerror(errno));
+		fsync_parent(dir);
+	} else if (!S_ISDIR(st.st_mode)) {
+		return fail(err, errlen, KV_EINVAL, "data dir %s is not a directory", dir);
+	}
+	if ((l = calloc(1, sizeof(*l))) == NULL)
+		return KV_ENOMEM;
+	l->fd = -1;
+	if ((l->path = malloc(strlen(dir) + sizeof(KV_CLOG_FILE) + 1)) == NULL) {
+		rv = KV_ENOMEM;
+		goto err;
+	}
+	sprintf(l->path, "%s/%s", dir, KV_CLOG_FILE);
+	l->fd = open(l->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (l->fd < 0) {
+		rv = fail(err, errlen, kv_err_from_errno(errno), "cannot open config log %s: %s",
+		          l->path, strerror(errno));
+		goto err;
+	}
+	if (flock(l->fd, LOCK_EX | LOCK_NB) != 0) {
+		rv = fail(err, errlen, errno == EWOULDBLOCK ? KV_EBUSY : kv_err_from_errno(errno),
+		          "config log %s is locked: another controller uses data dir %s", l->path,
+		          dir);
+		goto err;
+	}
+	if ((rv = read_file(l->fd, &buf, &n)) != KV_OK) {
+		fail(err, errlen, rv, "cannot read config log %s: %s", l->path, kv_strerror(rv));
+		goto err;
+	}
+	if (n < KV_CLOG_HEADER_SIZE) {
+		if (memcmp(buf, clog_magic, n < 8 ? n : 8) != 0) {
+			rv = fail(err, errlen, KV_EINVAL,
+			          "%s is not a shardkv config log (bad magic)", l->path);
+			goto err;
+		}
+		if (n > 0)
+			KV_WARN("clog", "re-initialising truncated config log header",
+			        "file=%s size=%zu", l->path, n);
+		if ((rv = init_file(l, dir, err, errlen)) != KV_OK)
+			goto err;
+		info->created = 1;
+	} else {
+		if ((rv = replay(l, buf, n, cb, arg, info, err, errlen)) != KV_OK)
+			goto err;
+		if (info->dropped_bytes > 0) {
+			KV_WARN("clog", "dropped torn tail of config log",
+			        "file=%s offset=%llu bytes=%llu", l->path,
+			        (unsigned long long)l->size,
+			        (unsigned long long)info->dropped_bytes);
+			if (ftruncate(l->fd, (off_t)l->size) != 0 || fsync(l->fd) != 0) {
+				rv = fail(err, errlen, kv_err_from_errno(errno),
+				          "cannot truncate config log %s: %s", l->path,
+				          strerror(errno));
+				goto err;
+			}
+		}
+	}
+	free(buf);
+	if (lseek(l->fd, (off_t)l->size, SEEK_SET) < 0) {
+		rv = fail(err, errlen, kv_err_from_errno(errno), "cannot seek in %s: %s", l->path,
+		          strerror(errno));
+		buf = NULL;
+		goto err;
+	}
+	*out = l;
+	return KV_OK;
+err:
+	free(buf);
+	kv_clog_close(l);
+	return rv;
+}
+
+int
+kv_clog_append(kv_clog *l, const void *p, size_t n)
+{
+	uint8_t hdr[12];
+	uint8_t *frame;
+	int rv;
+
+	if (n == 0 || n > KV_CLOG_MAX_RECORD)
+		return KV_EINVAL;
+	if (l->broken)
+		return KV_EIO;
+	if ((frame = malloc(12 + n)) == NULL)
+		return KV_ENOMEM;
+	put32(hdr, (uint32_t)n);
+	put64(hdr + 4, kv_hash64(hdr, 4) ^ kv_hash64(p, n));
+	memcpy(frame, hdr, 12);
+	memcpy(frame + 12, p, n);
+	rv = write_all(l->fd, frame, 12 + n);
+	free(frame);
+	if (rv == KV_OK && fsync(l->fd) != 0)
+		rv = kv_err_from_errno(errno);
+	if (rv != KV_OK) {
+		if (ftruncate(l->fd, (off_t)l->size) != 0 ||
+		    lseek(l->fd, (off_t)l->size, SEEK_SET) < 0)
+			l->broken = true;
+		KV_ERROR("clog", "config log append failed", "file=%s err=%s", l->path,
+		         kv_strerror(rv));
+		return rv;
+	}
+	l->size += 12 + n;
+	return KV_OK;
+}
+
+const char *
+kv_clog_cluster_id(const kv_clog *l)
+{
+	return l->cluster;
+}
+
+const char *
+kv_clog_path(const kv_clog *l)
+{
+	return l->path;
+}
+
+void
+kv_clog_close(kv_clog *l)
+{
+	if (l == NULL)
+		return;
+	if (l->fd >= 0)
+		close(l->fd);
+	free(l->path);
+	free(l);
+}

@@ -1,0 +1,1041 @@
+/*
+ * placement.c - range placement (placement.h).
+ *
+ * DESIGN. Every plan works on "atoms": the key space cut at every range and
+ * migration boundary and at every data sample (or, with no data, at keys
+ * interpolated in the key-space measure), so that each atom has one owner,
+ * one weight, and is either wholly inside a migration in flight (locked) or
+ * wholly outside. A plan only changes the owner of unlocked atoms; the new
+ * range map is the atoms merged by owner, and every maximal run of atoms that
+ * changed from owner A to owner B becomes one migration. The invariant: a
+ * plan never touches a range that is moving, and the result passes
+ * kv_config_validate().
+ *
+ * Work is bounded: at most KV_PLACE_MAX_STEPS chunks per command, each chosen
+ * in one pass over the atoms.
+ */
+#include "controller/placement.h"
+#include "common/err.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Atoms per range in the key-space measure when no data is known. */
+#define WIDTH_CUTS 64
+/* Weight of the whole key space in the key-space measure. */
+#define WIDTH_SCALE 1e12
+
+struct atom {
+	kv_buf key;   /* start of the atom; its end is the next atom's key */
+	uint64_t w;   /* weight (bytes, or key-space width) */
+	uint32_t old; /* owner in the current map */
+	uint32_t now; /* owner in the plan */
+	bool locked;  /* inside a migration in flight */
+};
+
+struct plan {
+	struct atom *a; /* sorted by key, a[0].key is "" */
+	size_t n;       /* atoms */
+	bool bytes;     /* weights are bytes (true) or key-space width (false) */
+};
+
+static void say(kv_place_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+say(kv_place_ctx *x, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(x->msg, sizeof(x->msg), fmt, ap);
+	va_end(ap);
+}
+
+void
+kv_place_fmt_key(const void *key, size_t len, char *buf, size_t buflen)
+{
+	const uint8_t *k = key;
+	size_t o = 0;
+
+	if (buflen == 0)
+		return;
+	buf[0] = '\0';
+	if (o + 1 < buflen)
+		buf[o++] = '"';
+	for (size_t i = 0; i < len && o + 6 < buflen; i++) {
+		if (k[i] >= 0x20 && k[i] < 0x7f && k[i] != '"' && k[i] != '\\')
+			buf[o++] = (char)k[i];
+		else
+			o += (size_t)snprintf(buf + o, buflen - o, "\\x%02x", k[i]);
+	}
+	if (o + 1 < buflen)
+		buf[o++] = '"';
+	buf[o < buflen ? o : buflen - 1] = '\0';
+}
+
+/* ---- key-space measure ---- */
+
+static double
+key_pos(const uint8_t *k, size_t n)
+{
+	double x = 0, scale = 1.0 / 95;
+
+	for (size_t i = 0; i < 6 && i < n; i++) {
+		unsigned b = k[i] < 0x20 ? 0x20 : k[i] > 0x7e ? 0x7e : k[i];
+		x += (double)(b - 0x20) * scale;
+		scale /= 95;
+	}
+	return x;
+}
+
+static double
+end_pos(const uint8_t *k, size_t n)
+{
+	return n == 0 ? 1.0 : key_pos(k, n);
+}
+
+static size_t
+key_at(double x, uint8_t out[8])
+{
+	size_t n = 0;
+
+	for (int i = 0; i < 6; i++) {
+		double d;
+		x *= 95;
+		d = floor(x);
+		if (d > 94)
+			d = 94;
+		if (d < 0)
+			d = 0;
+		out[n++] = (uint8_t)(0x20 + (int)d);
+		x -= d;
+	}
+	while (n > 0 && out[n - 1] == 0x20)
+		n--;
+	return n;
+}
+
+static bool
+strictly_inside(const uint8_t *k, size_t n, kv_bytes s, kv_bytes e)
+{
+	if (kv_key_cmp(k, n, s.p, s.len) <= 0)
+		return false;
+	return e.len == 0 || kv_key_cmp(k, n, e.p, e.len) < 0;
+}
+
+bool
+kv_place_midpoint(kv_bytes start, kv_bytes end, uint8_t *out, size_t *outlen)
+{
+	double a = key_pos(start.p, start.len), b = end_pos(end.p, end.len);
+	size_t n;
+
+	if (!(b > a))
+		return false;
+	n = key_at(a + (b - a) / 2, out);
+	if (n == 0 || !strictly_inside(out, n, start, end))
+		return false;
+	*outlen = n;
+	return true;
+}
+
+/* ---- atoms ---- */
+
+static kv_bytes
+kb(const kv_buf *b)
+{
+	kv_bytes r = {b->data, b->len};
+	return r;
+}
+
+struct cuts {
+	kv_buf *k; /* owned keys */
+	size_t n, cap;
+};
+
+static int
+cuts_add(struct cuts *c, const void *p, size_t n)
+{
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 64;
+		kv_buf *k = realloc(c->k, cap * sizeof(*k));
+		if (k == NULL)
+			return KV_ENOMEM;
+		c->k = k;
+		c->cap = cap;
+	}
+	memset(&c->k[c->n], 0, sizeof(kv_buf));
+	if (n && kv_buf_set(&c->k[c->n], p, n) != KV_OK)
+		return KV_ENOMEM;
+	c->n++;
+	return KV_OK;
+}
+
+static int
+buf_cmp(const void *a, const void *b)
+{
+	const kv_buf *x = a, *y = b;
+	return kv_key_cmp(x->data, x->len, y->data, y->len);
+}
+
+static void
+plan_free(struct plan *pl)
+{
+	for (size_t i = 0; i < pl->n; i++)
+		kv_buf_fini(&pl->a[i].key);
+	free(pl->a);
+	pl->a = NULL;
+	pl->n = 0;
+}
+
+static bool
+is_locked(const kv_config *c, const kv_buf *k)
+{
+	for (size_t i = 0; i < c->nmigs; i++) {
+		const kv_migration *m = &c->migs[i];
+		if (kv_range_contains(m->start.data, m->start.len, m->end.data, m->end.len, k->data,
+		                      k->len))
+			return true;
+	}
+	return false;
+}
+
+/* Index of the atom containing key (the last atom whose key <= key). */
+static size_t
+atom_find(const struct plan *pl, const void *key, size_t klen)
+{
+	size_t lo = 0, hi = pl->n;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (kv_key_cmp(pl->a[mid].key.data, pl->a[mid].key.len, key, klen) <= 0)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static bool
+has_bytes(const kv_place_ctx *x)
+{
+	for (size_t i = 0; x->points && i < x->npoints; i++)
+		if (x->points[i].bytes > 0)
+			return true;
+	return false;
+}
+
+/*
+ * Cuts the key space of a config with a non-empty map into atoms. `extra`
+ * (may be NULL) adds two more cut keys (move's bounds). With width, the
+ * key-space measure is used even when samples carry bytes.
+ */
+static int
+plan_build_mode(const kv_config *c, const kv_place_ctx *x, const kv_bytes *extra, bool width,
+                struct plan *pl)
+{
+	struct cuts cu = {0};
+	int rv = KV_ENOMEM;
+
+	memset(pl, 0, sizeof(*pl));
+	pl->bytes = !width && has_bytes(x);
+	for (size_t i = 0; i < c->nranges; i++) {
+		const kv_range *r = &c->ranges[i];
+		if (cuts_add(&cu, r->start.data, r->start.len) != KV_OK)
+			goto out;
+		if (pl->bytes)
+			continue;
+		double a = key_pos(r->start.data, r->start.len),
+		       b = end_pos(r->end.data, r->end.len);
+		for (int j = 1; b > a && j < WIDTH_CUTS; j++) {
+			uint8_t k[8];
+			size_t n = key_at(a + (b - a) * j / WIDTH_CUTS, k);
+			if (n && strictly_inside(k, n, kb(&r->start), kb(&r->end)) &&
+			    cuts_add(&cu, k, n) != KV_OK)
+				goto out;
+		}
+	}
+	for (size_t i = 0; i < c->nmigs; i++) {
+		if (cuts_add(&cu, c->migs[i].start.data, c->migs[i].start.len) != KV_OK)
+			goto out;
+		if (c->migs[i].end.len &&
+		    cuts_add(&cu, c->migs[i].end.data, c->migs[i].end.len) != KV_OK)
+			goto out;
+	}
+	for (size_t i = 0; extra && i < 2; i++)
+		if (extra[i].len && cuts_add(&cu, extra[i].p, extra[i].len) != KV_OK)
+			goto out;
+	for (size_t i = 0; pl->bytes && i < x->npoints; i++)
+		if (x->points[i].key.len &&
+		    cuts_add(&cu, x->points[i].key.p, x->points[i].key.len) != KV_OK)
+			goto out;
+	qsort(cu.k, cu.n, sizeof(kv_buf), buf_cmp);
+	pl->a = calloc(cu.n ? cu.n : 1, sizeof(struct atom));
+	if (pl->a == NULL)
+		goto out;
+	for (size_t i = 0; i < cu.n; i++) {
+		if (pl->n > 0 && buf_cmp(&pl->a[pl->n - 1].key, &cu.k[i]) == 0) {
+			kv_buf_fini(&cu.k[i]);
+			continue;
+		}
+		struct atom *t = &pl->a[pl->n++];
+		t->key = cu.k[i];
+		memset(&cu.k[i], 0, sizeof(kv_buf));
+		long ri = kv_config_find_range(c, t->key.data, t->key.len);
+		t->old = t->now = ri < 0 ? 0 : c->ranges[ri].node;
+		t->locked = is_locked(c, &t->key);
+	}
+	for (size_t i = 0; i < pl->n; i++) {
+		if (pl->bytes)
+			break;
+		double a = key_pos(pl->a[i].key.data, pl->a[i].key.len);
+		double b =
+		    i + 1 < pl->n ? key_pos(pl->a[i + 1].key.data, pl->a[i + 1].key.len) : 1.0;
+		pl->a[i].w = b > a ? (uint64_t)((b - a) * WIDTH_SCALE) : 0;
+	}
+	for (size_t i = 0; pl->bytes && i < x->npoints; i++) {
+		size_t j = atom_find(pl, x->points[i].key.p, x->points[i].key.len);
+		pl->a[j].w += x->points[i].bytes;
+	}
+	rv = KV_OK;
+out:
+	for (size_t i = 0; i < cu.n; i++)
+		kv_buf_fini(&cu.k[i]);
+	free(cu.k);
+	if (rv != KV_OK)
+		plan_free(pl);
+	return rv;
+}
+
+static int
+plan_build(const kv_config *c, const kv_place_ctx *x, const kv_bytes *extra, struct plan *pl)
+{
+	return plan_build_mode(c, x, extra, false, pl);
+}
+
+static kv_node *
+node_mut(kv_config *c, uint32_t id)
+{
+	return (kv_node *)kv_config_node(c, id);
+}
+
+static bool
+eligible(const kv_node *n)
+{
+	return n != NULL && (n->state == KV_NODE_ACTIVE || n->state == KV_NODE_JOINING);
+}
+
+/*
+ * Rewrites n's range map from the plan and, unless revert, appends one
+ * migration per run of atoms that changed owner. Returns the number of new
+ * migrations or KV_ENOMEM.
+ */
+static int
+plan_apply(const struct plan *pl, kv_config *n, kv_place_ctx *x, bool revert)
+{
+	kv_range *r = calloc(pl->n ? pl->n : 1, sizeof(*r));
+	size_t nr = 0, newm = 0;
+
+	if (r == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < pl->n; i++) {
+		if (nr > 0 && r[nr - 1].node == pl->a[i].now)
+			continue;
+		if (nr > 0 && kv_buf_set(&r[nr - 1].end, pl->a[i].key.data, pl->a[i].key.len) != 0)
+			goto err;
+		r[nr].node = pl->a[i].now;
+		if (pl->a[i].key.len &&
+		    kv_buf_set(&r[nr].start, pl->a[i].key.data, pl->a[i].key.len) != KV_OK) {
+			nr++;
+			goto err;
+		}
+		nr++;
+	}
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_buf_fini(&n->ranges[i].start);
+		kv_buf_fini(&n->ranges[i].end);
+	}
+	free(n->ranges);
+	/* configs live for ever in the history: give back the atoms' room */
+	kv_range *fit = realloc(r, (nr ? nr : 1) * sizeof(*r));
+	n->ranges = fit ? fit : r;
+	n->nranges = nr;
+	if (revert)
+		return 0;
+	for (size_t i = 0; i < pl->n;) {
+		size_t j = i + 1;
+		if (pl->a[i].old == pl->a[i].now) {
+			i++;
+			continue;
+		}
+		while (j < pl->n && pl->a[j].old == pl->a[i].old && pl->a[j].now == pl->a[i].now)
+			j++;
+		kv_migration *m = realloc(n->migs, (n->nmigs + 1) * sizeof(*m));
+		if (m == NULL)
+			return KV_ENOMEM;
+		n->migs = m;
+		m = &n->migs[n->nmigs];
+		memset(m, 0, sizeof(*m));
+		m->id = x->next_mig_id++;
+		m->epoch = n->epoch;
+		m->from = pl->a[i].old;
+		m->to = pl->a[i].now;
+		m->phase = KV_MIG_PENDING;
+		m->rate_limit_mb_s = x->rate_limit_mb_s;
+		n->nmigs++;
+		if (kv_buf_set(&m->start, pl->a[i].key.data, pl->a[i].key.len) != KV_OK ||
+		    (j < pl->n &&
+		     kv_buf_set(&m->end, pl->a[j].key.data, pl->a[j].key.len) != KV_OK))
+			return KV_ENOMEM;
+		newm++;
+		i = j;
+	}
+	return (int)newm;
+err:
+	for (size_t i = 0; i < nr; i++) {
+		kv_buf_fini(&r[i].start);
+		kv_buf_fini(&r[i].end);
+	}
+	free(r);
+	return KV_ENOMEM;
+}
+
+/* Makes the next config: a clone with the epoch bumped. */
+static kv_config *
+next_config(const kv_config *cur)
+{
+	kv_config *n = kv_config_clone(cur);
+
+	if (n != NULL)
+		n->epoch = cur->epoch + 1;
+	return n;
+}
+
+/* JOINING -> ACTIVE with no incoming migration; DRAINING -> GONE when it owns
+ * and moves nothing. */
+static void
+fix_states(kv_config *n)
+{
+	for (size_t i = 0; i < n->nnodes; i++) {
+		kv_node *nd = &n->nodes[i];
+		bool owns = false, in = false, moves = false;
+		for (size_t j = 0; j < n->nranges && !owns; j++)
+			owns = n->ranges[j].node == nd->id;
+		for (size_t j = 0; j < n->nmigs; j++) {
+			in = in || n->migs[j].to == nd->id;
+			moves = moves || n->migs[j].from == nd->id || n->migs[j].to == nd->id;
+		}
+		if (nd->state == KV_NODE_JOINING && !in)
+			nd->state = KV_NODE_ACTIVE;
+		if (nd->state == KV_NODE_DRAINING && !owns && !moves)
+			nd->state = KV_NODE_GONE;
+	}
+}
+
+/* ---- balancing ---- */
+
+struct loads {
+	uint32_t *id; /* node ids, as in the config */
+	uint64_t *l;  /* weight each owns in the plan */
+	size_t n;     /* nodes */
+};
+
+static int
+loads_init(const struct plan *pl, const kv_config *c, struct loads *L)
+{
+	L->n = c->nnodes;
+	L->id = calloc(L->n ? L->n : 1, sizeof(*L->id));
+	L->l = calloc(L->n ? L->n : 1, sizeof(*L->l));
+	if (L->id == NULL || L->l == NULL) {
+		free(L->id);
+		free(L->l);
+		return KV_ENOMEM;
+	}
+	for (size_t i = 0; i < L->n; i++)
+		L->id[i] = c->nodes[i].id;
+	for (size_t i = 0; i < pl->n; i++)
+		for (size_t j = 0; j < L->n; j++)
+			if (L->id[j] == pl->a[i].now)
+				L->l[j] += pl->a[i].w;
+	return KV_OK;
+}
+
+static void
+loads_fini(struct loads *L)
+{
+	free(L->id);
+	free(L->l);
+}
+
+static size_t
+loads_idx(const struct loads *L, uint32_t id)
+{
+	for (size_t j = 0; j < L->n; j++)
+		if (L->id[j] == id)
+			return j;
+	return 0;
+}
+
+/* Moves atoms [lo, hi) to r and updates the loads. */
+static void
+give(struct plan *pl, struct loads *L, size_t lo, size_t hi, uint32_t r)
+{
+	for (size_t i = lo; i < hi; i++) {
+		L->l[loads_idx(L, pl->a[i].now)] -= pl->a[i].w;
+		L->l[loads_idx(L, r)] += pl->a[i].w;
+		pl->a[i].now = r;
+	}
+}
+
+/*
+ * Finds a contiguous run of unlocked atoms of donor d (a prefix or suffix of
+ * one of its runs) weighing more than 0 and less than limit, as close to want
+ * as possible; ties go to pieces next to r's atoms (they merge).
+ */
+static bool
+pick_chunk(const struct plan *pl, uint32_t d, uint32_t r, uint64_t want, uint64_t limit, size_t *lo,
+           size_t *hi)
+{
+	bool found = false;
+	uint64_t best = 0;
+	bool best_adj = false;
+
+	for (size_t i = 0; i < pl->n;) {
+		size_t j = i;
+		if (pl->a[i].now != d || pl->a[i].locked) {
+			i++;
+			continue;
+		}
+		while (j < pl->n && pl->a[j].now == d && !pl->a[j].locked)
+			j++;
+		/* prefixes [i, k) then suffixes [k, j) */
+		for (int dir = 0; dir < 2; dir++) {
+			uint64_t w = 0;
+			bool adj = dir == 0 ? (i > 0 && pl->a[i - 1].now == r)
+			                    : (j < pl->n && pl->a[j].now == r);
+			for (size_t s = 0; s < j - i; s++) {
+				size_t k = dir == 0 ? i + s : j - 1 - s;
+				w += pl->a[k].w;
+				if (w >= limit)
+					break;
+				if (w == 0)
+					continue;
+				uint64_t diff = w > want ? w - want : want - w;
+				if (!found || diff < best || (diff == best && adj && !best_adj)) {
+					found = true;
+					best = diff;
+					best_adj = adj;
+					*lo = dir == 0 ? i : k;
+					*hi = dir == 0 ? k + 1 : j;
+				}
+			}
+		}
+		i = j;
+	}
+	return found;
+}
+
+/*
+ * Evens out the loads of the eligible nodes. With only != 0, only that node
+ * receives (join). Returns the number of chunks moved.
+ */
+static int
+balance(struct plan *pl, const kv_config *c, uint32_t only)
+{
+	struct loads L;
+	uint64_t total = 0, target;
+	size_t ne = 0;
+	bool *spent;
+	int moved = 0;
+
+	if (loads_init(pl, c, &L) != KV_OK)
+		return KV_ENOMEM;
+	spent = calloc(L.n ? L.n : 1, sizeof(bool));
+	if (spent == NULL) {
+		loads_fini(&L);
+		return KV_ENOMEM;
+	}
+	for (size_t j = 0; j < L.n; j++)
+		if (eligible(&c->nodes[j])) {
+			total += L.l[j];
+			ne++;
+		}
+	target = ne ? total / ne : 0;
+	for (int step = 0; ne > 1 && step < KV_PLACE_MAX_STEPS; step++) {
+		size_t d = L.n, r = L.n;
+		for (size_t j = 0; j < L.n; j++) {
+			if (!eligible(&c->nodes[j]))
+				continue;
+			if (!spent[j] && L.id[j] != only && (d == L.n || L.l[j] > L.l[d]))
+				d = j;
+			if ((only ? L.id[j] == only : true) && (r == L.n || L.l[j] < L.l[r]))
+				r = j;
+		}
+		if (d == L.n || r == L.n || d == r || L.l[d] <= target || L.l[r] >= target)
+			break;
+		uint64_t want =
+		    L.l[d] - target < target - L.l[r] ? L.l[d] - target : target - L.l[r];
+		if (want <= target / 20)
+			break;
+		size_t lo, hi;
+		if (!pick_chunk(pl, L.id[d], L.id[r], want, L.l[d] - L.l[r], &lo, &hi)) {
+			spent[d] = true;
+			continue;
+		}
+		give(pl, &L, lo, hi, L.id[r]);
+		moved++;
+	}
+	free(spent);
+	loads_fini(&L);
+	return moved;
+}
+
+/* Gives the unlocked atoms of node `from` to the eligible nodes (not from),
+ * contiguous pieces to whoever is furthest below the mean. */
+static int
+drain(struct plan *pl, const kv_config *c, uint32_t from)
+{
+	struct loads L;
+	uint64_t total = 0, target;
+	size_t ne = 0, cur = SIZE_MAX;
+	int moved = 0;
+
+	if (loads_init(pl, c, &L) != KV_OK)
+		return KV_ENOMEM;
+	for (size_t j = 0; j < L.n; j++)
+		if (eligible(&c->nodes[j]) && L.id[j] != from) {
+			total += L.l[j];
+			ne++;
+		}
+	for (size_t i = 0; i < pl->n; i++)
+		if (pl->a[i].now == from && !pl->a[i].locked)
+			total += pl->a[i].w;
+	target = ne ? total / ne : 0;
+	for (size_t i = 0; ne > 0 && i < pl->n; i++) {
+		if (pl->a[i].now != from || pl->a[i].locked) {
+			cur = SIZE_MAX;
+			continue;
+		}
+		if (cur == SIZE_MAX || L.l[cur] + pl->a[i].w / 2 > target) {
+			size_t best = SIZE_MAX;
+			for (size_t j = 0; j < L.n; j++)
+				if (eligible(&c->nodes[j]) && L.id[j] != from &&
+				    (best == SIZE_MAX || L.l[j] < L.l[best]))
+					best = j;
+			if (best != cur)
+				moved++;
+			cur = best;
+		}
+		give(pl, &L, i, i + 1, L.id[cur]);
+	}
+	loads_fini(&L);
+	return moved;
+}
+
+static bool
+owns_unlocked(const struct plan *pl, uint32_t node)
+{
+	for (size_t i = 0; i < pl->n; i++)
+		if (pl->a[i].now == node && !pl->a[i].locked)
+			return true;
+	return false;
+}
+
+/* ---- public functions ---- */
+
+int
+kv_place_find_node(const kv_config *cur, uint32_t id, const char *address, kv_place_ctx *x,
+                   uint32_t *out)
+{
+	const kv_node *n;
+
+	if (id != 0) {
+		if ((n = kv_config_node(cur, id)) == NULL) {
+			say(x, "unknown node %u", id);
+			return KV_ENOTFOUND;
+		}
+	} else if (address != NULL && address[0] != '\0') {
+		if ((n = kv_config_node_by_address(cur, address)) == NULL) {
+			say(x, "unknown node %.200s", address);
+			return KV_ENOTFOUND;
+		}
+	} else {
+		say(x, "no node given (an id or an address is required)");
+		return KV_EINVAL;
+	}
+	*out = n->id;
+	return KV_OK;
+}
+
+static bool
+address_ok(const char *a)
+{
+	const char *s = a ? strstr(a, "://") : NULL;
+	size_t n = a ? strlen(a) : 0;
+
+	if (s == NULL || s == a || s[3] == '\0' || n > 1024)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)a[i] <= 0x20 || (unsigned char)a[i] >= 0x7f || a[i] == ',')
+			return false;
+	return true;
+}
+
+int
+kv_place_join(const kv_config *cur, const char *address, bool rebalance, kv_place_ctx *x,
+              kv_config **out, uint32_t *node_id)
+{
+	const kv_node *old;
+	kv_config *n;
+	uint32_t id = 0;
+	kv_node *nodes;
+	struct plan pl;
+	int rv;
+
+	if (!address_ok(address)) {
+		say(x, "invalid address \"%.200s\" (want an nng URL such as tcp://host:port)",
+		    address ? address : "");
+		return KV_EINVAL;
+	}
+	if ((old = kv_config_node_by_address(cur, address)) != NULL) {
+		say(x, "address %.200s is already registered as node %u (%s)", address, old->id,
+		    kv_node_state_name(old->state));
+		return KV_EEXISTS;
+	}
+	for (size_t i = 0; i < cur->nnodes; i++)
+		if (cur->nodes[i].id > id)
+			id = cur->nodes[i].id;
+	id++;
+	if ((n = next_config(cur)) == NULL)
+		return KV_ENOMEM;
+	nodes = realloc(n->nodes, (n->nnodes + 1) * sizeof(*nodes));
+	if (nodes == NULL)
+		goto nomem;
+	n->nodes = nodes;
+	nodes[n->nnodes].id = id;
+	nodes[n->nnodes].state = KV_NODE_ACTIVE;
+	if ((nodes[n->nnodes].address = strdup(address)) == NULL)
+		goto nomem;
+	n->nnodes++;
+	if (n->nranges == 0) {
+		n->ranges = calloc(1, sizeof(kv_range));
+		if (n->ranges == NULL)
+			goto nomem;
+		n->ranges[0].node = id;
+		n->nranges = 1;
+	} else if (rebalance) {
+		nodes[n->nnodes - 1].state = KV_NODE_JOINING;
+		if ((rv = plan_build(n, x, NULL, &pl)) != KV_OK)
+			goto err;
+		rv = balance(&pl, n, id);
+		if (rv == 0 && pl.bytes) {
+			/* The samples cannot be cut (too few split keys): give the
+			 * newcomer its share of the key space instead, so that data
+			 * written later spreads. */
+			plan_free(&pl);
+			if ((rv = plan_build_mode(n, x, NULL, true, &pl)) != KV_OK)
+				goto err;
+			rv = balance(&pl, n, id);
+		}
+		if (rv >= 0)
+			rv = plan_apply(&pl, n, x, false);
+		plan_free(&pl);
+		if (rv < 0)
+			goto err;
+		fix_states(n);
+	}
+	*out = n;
+	*node_id = id;
+	return KV_OK;
+nomem:
+	rv = KV_ENOMEM;
+err:
+	kv_config_free(n);
+	say(x, "%s", kv_strerror(rv));
+	return rv;
+}
+
+int
+kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config **out)
+{
+	const kv_node *nd = kv_config_node(cur, node);
+	struct plan pl;
+	kv_config *n;
+	size_t others = 0;
+	int rv;
+
+	if (nd == NULL) {
+		say(x, "unknown node %u", node);
+		return KV_ENOTFOUND;
+	}
+	if (nd->state == KV_NODE_GONE) {
+		say(x, "node %u has already left", node);
+		return KV_EINVAL;
+	}
+	for (size_t i = 0; i < cur->nmigs; i++)
+		if (cur->migs[i].to == node) {
+			say(x,
+			    "node %u is the destination of migration %llu in flight; "
+			    "retry when it has finished",
+			    node, (unsigned long long)cur->migs[i].id);
+			return KV_EBUSY;
+		}
+	for (size_t i = 0; i < cur->nnodes; i++)
+		if (cur->nodes[i].id != node && eligible(&cur->nodes[i]))
+			others++;
+	if ((n = next_config(cur)) == NULL)
+		return KV_ENOMEM;
+	if (n->nranges == 0) {
+		pl.a = NULL;
+		pl.n = 0;
+	} else if ((rv = plan_build(n, x, NULL, &pl)) != KV_OK) {
+		kv_config_free(n);
+		return rv;
+	}
+	if (nd->state == KV_NODE_DRAINING && !owns_unlocked(&pl, node)) {
+		say(x, "node %u is already draining", node);
+		rv = KV_EEXISTS;
+		goto err;
+	}
+	if (owns_unlocked(&pl, node) && others == 0) {
+		say(x, "node %u is the last active node: no other node can take its ranges", node);
+		rv = KV_EINVAL;
+		goto err;
+	}
+	node_mut(n, node)->state = KV_NODE_DRAINING;
+	if (pl.n > 0) {
+		rv = drain(&pl, n, node);
+		if (rv >= 0)
+			rv = plan_apply(&pl, n, x, false);
+		if (rv < 0)
+			goto err;
+	}
+	plan_free(&pl);
+	fix_states(n);
+	*out = n;
+	return KV_OK;
+err:
+	plan_free(&pl);
+	kv_config_free(n);
+	if (rv == KV_ENOMEM)
+		say(x, "%s", kv_strerror(rv));
+	return rv;
+}
+
+int
+kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node, kv_place_ctx *x,
+              kv_config **out)
+{
+	const kv_node *nd = kv_config_node(cur, node);
+	kv_bytes ex[2] = {start, end};
+	struct plan pl;
+	kv_config *n;
+	bool changed = false;
+	int rv;
+
+	if (kv_range_is_empty(start.p, start.len, end.p, end.len)) {
+		char a[96], b[96];
+		kv_place_fmt_key(start.p, start.len, a, sizeof(a));
+		kv_place_fmt_key(end.p, end.len, b, sizeof(b));
+		say(x, "empty or inverted range [%s, %s): the end must sort after the start", a, b);
+		return KV_EINVAL;
+	}
+	if (start.len > KV_HARD_MAX_KEY || end.len > KV_HARD_MAX_KEY) {
+		say(x, "range bound longer than %u bytes", KV_HARD_MAX_KEY);
+		return KV_EINVAL;
+	}
+	if (nd == NULL) {
+		say(x, "unknown node %u", node);
+		return KV_ENOTFOUND;
+	}
+	if (!eligible(nd)) {
+		say(x, "node %u is %s, not active: it cannot take ranges", node,
+		    kv_node_state_name(nd->state));
+		return KV_EINVAL;
+	}
+	if (cur->nranges == 0) {
+		say(x, "the range map is empty (no node has joined)");
+		return KV_EINVAL;
+	}
+	if ((rv = plan_build(cur, x, ex, &pl)) != KV_OK)
+		return rv;
+	for (size_t i = atom_find(&pl, start.p, start.len); i < pl.n; i++) {
+		if (end.len && kv_key_cmp(pl.a[i].key.data, pl.a[i].key.len, end.p, end.len) >= 0)
+			break;
+		if (pl.a[i].locked) {
+			const kv_migration *m =
+			    kv_config_migration_for(cur, pl.a[i].key.data, pl.a[i].key.len);
+			char a[96], b[96];
+			kv_place_fmt_key(m->start.data, m->start.len, a, sizeof(a));
+			kv_place_fmt_key(m->end.data, m->end.len, b, sizeof(b));
+			say(x,
+			    "range is moving: it overlaps migration %llu [%s, %s) from node %u to "
+			    "%u",
+			    (unsigned long long)m->id, a, b, m->from, m->to);
+			plan_free(&pl);
+			return KV_EBUSY;
+		}
+		if (pl.a[i].now != node) {
+			pl.a[i].now = node;
+			changed = true;
+		}
+	}
+	if (!changed) {
+		plan_free(&pl);
+		*out = NULL;
+		return KV_OK;
+	}
+	if ((n = next_config(cur)) == NULL) {
+		plan_free(&pl);
+		return KV_ENOMEM;
+	}
+	rv = plan_apply(&pl, n, x, false);
+	plan_free(&pl);
+	if (rv < 0) {
+		kv_config_free(n);
+		return rv;
+	}
+	fix_states(n);
+	*out = n;
+	return KV_OK;
+}
+
+int
+kv_place_rebalance(const kv_config *cur, kv_place_ctx *x, kv_config **out)
+{
+	struct plan pl;
+	kv_config *n;
+	int rv, moved = 0;
+
+	*out = NULL;
+	if (cur->nranges == 0)
+		return KV_OK;
+	if ((rv = plan_build(cur, x, NULL, &pl)) != KV_OK)
+		return rv;
+	for (size_t i = 0; i < cur->nnodes; i++)
+		if (cur->nodes[i].state == KV_NODE_DRAINING &&
+		    owns_unlocked(&pl, cur->nodes[i].id)) {
+			if ((rv = drain(&pl, cur, cur->nodes[i].id)) < 0)
+				goto out;
+			moved += rv;
+		}
+	if ((rv = balance(&pl, cur, 0)) < 0)
+		goto out;
+	moved += rv;
+	rv = KV_OK;
+	if (moved == 0)
+		goto out;
+	if ((n = next_config(cur)) == NULL) {
+		rv = KV_ENOMEM;
+		goto out;
+	}
+	if ((rv = plan_apply(&pl, n, x, false)) < 0) {
+		kv_config_free(n);
+		goto out;
+	}
+	rv = KV_OK;
+	if (n->nmigs == cur->nmigs) {
+		kv_config_free(n); /* the plan ended where it started */
+		goto out;
+	}
+	fix_states(n);
+	*out = n;
+out:
+	plan_free(&pl);
+	return rv;
+}
+
+int
+kv_place_finish(const kv_config *cur, uint64_t mig_id, bool ok, kv_place_ctx *x, kv_config **out)
+{
+	const kv_migration *m = NULL;
+	kv_config *n;
+	size_t mi = 0;
+	int rv;
+
+	for (size_t i = 0; i < cur->nmigs; i++)
+		if (cur->migs[i].id == mig_id) {
+			m = &cur->migs[i];
+			mi = i;
+		}
+	if (m == NULL) {
+		say(x, "migration %llu is not in flight", (unsigned long long)mig_id);
+		return KV_ENOTFOUND;
+	}
+	if ((n = next_config(cur)) == NULL)
+		return KV_ENOMEM;
+	if (!ok) {
+		struct plan pl;
+		kv_bytes ex[2] = {kb(&m->start), kb(&m->end)};
+		if ((rv = plan_build(cur, x, ex, &pl)) != KV_OK)
+			goto err;
+		for (size_t i = atom_find(&pl, m->start.data, m->start.len); i < pl.n; i++) {
+			if (m->end.len && kv_key_cmp(pl.a[i].key.data, pl.a[i].key.len, m->end.data,
+			                             m->end.len) >= 0)
+				break;
+			pl.a[i].now = m->from;
+		}
+		rv = plan_apply(&pl, n, x, true);
+		plan_free(&pl);
+		if (rv < 0)
+			goto err;
+	}
+	kv_buf_fini(&n->migs[mi].start);
+	kv_buf_fini(&n->migs[mi].end);
+	memmove(&n->migs[mi], &n->migs[mi + 1], (n->nmigs - mi - 1) * sizeof(kv_migration));
+	n->nmigs--;
+	fix_states(n);
+	*out = n;
+	return KV_OK;
+err:
+	kv_config_free(n);
+	return rv;
+}
+
+int
+kv_place_readdress(const kv_config *cur, uint32_t node, const char *address, kv_place_ctx *x,
+                   kv_config **out)
+{
+	const kv_node *other = kv_config_node_by_address(cur, address);
+	kv_config *n;
+	kv_node *nd;
+	char *a;
+
+	if (!address_ok(address)) {
+		say(x, "invalid address \"%.200s\"", address ? address : "");
+		return KV_EINVAL;
+	}
+	if (other != NULL && other->id != node) {
+		say(x, "address %.200s is already registered as node %u", address, other->id);
+		return KV_EEXISTS;
+	}
+	if ((n = next_config(cur)) == NULL || (a = strdup(address)) == NULL) {
+		kv_config_free(n);
+		return KV_ENOMEM;
+	}
+	if ((nd = node_mut(n, node)) == NULL) {
+		free(a);
+		kv_config_free(n);
+		say(x, "unknown node %u", node);
+		return KV_ENOTFOUND;
+	}
+	free(nd->address);
+	nd->address = a;
+	*out = n;
+	return KV_OK;
+}
+
+uint64_t
+kv_place_node_bytes(const kv_config *cur, const kv_place_ctx *x, uint32_t node)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; x->points && i < x->npoints; i++) {
+		long r = kv_config_find_range(cur, x->points[i].key.p, x->points[i].key.len);
+		if (r >= 0 && cur->ranges[r].node == node)
+			sum += x->points[i].bytes;
+	}
+	return sum;
+}

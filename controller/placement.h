@@ -1,0 +1,120 @@
+/*
+ * placement.h - pure functions that decide who owns which key range.
+ *
+ * Every function takes the current configuration (never changed), and on
+ * success returns a new configuration with epoch cur->epoch + 1 whose range
+ * map already names the new owners and whose migrations list every range that
+ * changes hands (doc/protocol.md). The caller publishes it (or not). Nothing
+ * here includes the generated protobuf header, does I/O or takes a lock.
+ *
+ * Data sizes come from kv_place_point samples (built by the controller from
+ * heartbeat split keys). When no sample carries any bytes (an empty cluster,
+ * or no heartbeat yet), sizes are replaced by the width of the key space: a
+ * key is read as a base-95 fraction of its first six bytes, each clamped to
+ * printable ASCII 0x20..0x7e, and ranges are cut at keys interpolated in
+ * that measure (printable, at most six bytes). So two empty nodes each get
+ * about half of the printable key space, which is where keys typed by people
+ * and tools live; keys outside it still belong to a range, they just do not
+ * count when cutting.
+ */
+#ifndef KV_CONTROLLER_PLACEMENT_H
+#define KV_CONTROLLER_PLACEMENT_H
+
+#include "common/config.h"
+#include "common/key.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One sample of the data distribution: about `bytes` bytes of data live in
+ * [key, next sample). */
+typedef struct {
+	kv_bytes key;   /* where the mass starts (borrowed) */
+	uint64_t bytes; /* its size */
+} kv_place_point;
+
+/* In/out parameters shared by every planning function. */
+typedef struct {
+	uint64_t next_mig_id;         /* in: first migration id to use; out: next free */
+	uint32_t rate_limit_mb_s;     /* copied into the new migrations */
+	const kv_place_point *points; /* data samples, any order (borrowed); may be NULL */
+	size_t npoints;               /* entries in points */
+	char msg[256];                /* out: why a request was refused */
+} kv_place_ctx;
+
+/* Largest number of migrations one command creates (bounds the plan). */
+#define KV_PLACE_MAX_STEPS 64
+
+/*
+ * Resolves a node named by id (non-zero) or by address. Gone nodes are
+ * found by id only. Returns 0 and *out, or KV_ENOTFOUND / KV_EINVAL with x->msg.
+ */
+int kv_place_find_node(const kv_config *cur, uint32_t id, const char *address, kv_place_ctx *x,
+                       uint32_t *out);
+
+/*
+ * Adds a node at `address`. The first node owns the whole key space; with
+ * rebalance the newcomer (JOINING until its migrations finish) takes an even
+ * share of the data from the others, else it is ACTIVE and owns nothing.
+ * Returns 0 with *out and *node_id; KV_EEXISTS for an address registered and
+ * not gone; KV_EINVAL for a malformed address. The caller frees *out.
+ */
+int kv_place_join(const kv_config *cur, const char *address, bool rebalance, kv_place_ctx *x,
+                  kv_config **out, uint32_t *node_id);
+
+/*
+ * Drains a node: its ranges go to the other active nodes, balanced; it is
+ * DRAINING until its last migration finishes (GONE at once when it owns
+ * nothing). KV_EBUSY when it is the destination of a migration in flight,
+ * KV_EINVAL when gone or when no other node can take its ranges, KV_EEXISTS
+ * when it is already draining and nothing is left to move.
+ */
+int kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config **out);
+
+/*
+ * Gives [start, end) to `node`, carving it out of its current owners (one
+ * migration per owner piece). KV_EINVAL for an empty or inverted range,
+ * KV_EINVAL when the node is not active, KV_EBUSY when the range overlaps a
+ * migration in flight. *out is NULL when the node owns the range already.
+ */
+int kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node,
+                  kv_place_ctx *x, kv_config **out);
+
+/*
+ * Evens out data size across active nodes, moving as little as possible:
+ * only the excess of nodes more than 5% above the mean, in contiguous
+ * pieces; ranges left on draining nodes are drained first. *out is NULL
+ * when nothing needs to move.
+ */
+int kv_place_rebalance(const kv_config *cur, kv_place_ctx *x, kv_config **out);
+
+/*
+ * Ends migration `mig_id`. ok: it is dropped (the destination owns the range
+ * already). !ok (failed or cancelled): the range goes back to the source.
+ * Then a JOINING node with no incoming migration becomes ACTIVE and a
+ * DRAINING node that owns nothing and moves nothing becomes GONE.
+ * KV_ENOTFOUND for a migration not in flight.
+ */
+int kv_place_finish(const kv_config *cur, uint64_t mig_id, bool ok, kv_place_ctx *x,
+                    kv_config **out);
+
+/* Changes a node's address (a server restarted elsewhere). KV_EEXISTS when
+ * another node that is not gone has it. */
+int kv_place_readdress(const kv_config *cur, uint32_t node, const char *address, kv_place_ctx *x,
+                       kv_config **out);
+
+/*
+ * Writes a key cut strictly inside [start, end) at about the middle of the
+ * key-space measure above into out (capacity 8) and its length into *outlen.
+ * Returns false when the range is too narrow in that measure.
+ */
+bool kv_place_midpoint(kv_bytes start, kv_bytes end, uint8_t *out, size_t *outlen);
+
+/* Writes key bytes printably (\xNN for other bytes, "" quoted) into buf. */
+void kv_place_fmt_key(const void *key, size_t len, char *buf, size_t buflen);
+
+/* Returns the sum of sample bytes that fall in ranges owned by `node`. */
+uint64_t kv_place_node_bytes(const kv_config *cur, const kv_place_ctx *x, uint32_t node);
+
+#endif

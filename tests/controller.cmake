@@ -1,0 +1,11 @@
+# Controller tests: placement and config log units, and the real
+# shardkv-controller binary on a loopback port.
+kv_add_test(test_controller_placement SOURCES test_controller_placement.c
+  LIBS kv_controller TIMEOUT 30)
+kv_add_test(test_controller_clog SOURCES test_controller_clog.c
+  LIBS kv_controller kv_testutil TIMEOUT 30)
+kv_add_test(test_controller_integration SOURCES test_controller_integration.c
+  LIBS kv_controller kv_testutil TIMEOUT 240 LABELS integration concurrency)
+target_compile_definitions(test_controller_integration PRIVATE
+  KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
+add_dependencies(test_controller_integration shardkv-controller)

@@ -1,0 +1,741 @@
+/*
+ * test_controller_placement.c - range placement as pure functions: join
+ * splits, move carves and merges, leave balances, rebalance moves little,
+ * finished and failed migrations, and refusals that change nothing.
+ */
+#include "common/config.h"
+#include "common/err.h"
+#include "controller/placement.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+/* ---- helpers ---- */
+
+static kv_bytes
+B(const char *s)
+{
+	kv_bytes b = {(const uint8_t *)s, s ? strlen(s) : 0};
+	return b;
+}
+
+static void
+setbuf_str(kv_buf *b, const char *s)
+{
+	memset(b, 0, sizeof(*b));
+	if (s && s[0])
+		assert_int_equal(kv_buf_set(b, s, strlen(s)), KV_OK);
+}
+
+/* A config with nodes 1..nnodes (all active) and ranges split at cuts[],
+ * owned by owners[] (ncuts + 1 entries). */
+static kv_config *
+make(size_t nnodes, const char *const *cuts, size_t ncuts, const uint32_t *owners)
+{
+	kv_config *c = kv_config_new();
+	assert_non_null(c);
+	c->epoch = 5;
+	c->nodes = calloc(nnodes, sizeof(kv_node));
+	for (size_t i = 0; i < nnodes; i++) {
+		char a[64];
+		snprintf(a, sizeof(a), "tcp://127.0.0.1:%zu", 7101 + i);
+		c->nodes[i].id = (uint32_t)i + 1;
+		c->nodes[i].address = strdup(a);
+		c->nodes[i].state = KV_NODE_ACTIVE;
+	}
+	c->nnodes = nnodes;
+	if (owners != NULL) {
+		c->ranges = calloc(ncuts + 1, sizeof(kv_range));
+		for (size_t i = 0; i <= ncuts; i++) {
+			setbuf_str(&c->ranges[i].start, i ? cuts[i - 1] : NULL);
+			setbuf_str(&c->ranges[i].end, i < ncuts ? cuts[i] : NULL);
+			c->ranges[i].node = owners[i];
+		}
+		c->nranges = ncuts + 1;
+	}
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	return c;
+}
+
+static void
+add_mig(kv_config *c, uint64_t id, const char *s, const char *e, uint32_t from, uint32_t to)
+{
+	c->migs = realloc(c->migs, (c->nmigs + 1) * sizeof(kv_migration));
+	kv_migration *m = &c->migs[c->nmigs++];
+	memset(m, 0, sizeof(*m));
+	m->id = id;
+	m->epoch = c->epoch;
+	setbuf_str(&m->start, s);
+	setbuf_str(&m->end, e);
+	m->from = from;
+	m->to = to;
+	m->phase = KV_MIG_PENDING;
+}
+
+static uint32_t
+owner(const kv_config *c, const char *key)
+{
+	long i = kv_config_find_range(c, key, strlen(key));
+	return i < 0 ? 0 : c->ranges[i].node;
+}
+
+/* n points "kNNN" of `each` bytes, keys spaced from `from`. */
+struct pts {
+	kv_place_point p[400];
+	char keys[400][8];
+	size_t n;
+};
+
+static void
+pts_add(struct pts *s, const char *prefix, int from, int to, uint64_t each)
+{
+	for (int i = from; i < to; i++) {
+		snprintf(s->keys[s->n], sizeof(s->keys[0]), "%s%03d", prefix, i);
+		s->p[s->n].key = B(s->keys[s->n]);
+		s->p[s->n].bytes = each;
+		s->n++;
+	}
+}
+
+static kv_place_ctx
+ctx_of(struct pts *s)
+{
+	kv_place_ctx x;
+	memset(&x, 0, sizeof(x));
+	x.next_mig_id = 10;
+	if (s) {
+		x.points = s->p;
+		x.npoints = s->n;
+	}
+	return x;
+}
+
+static uint64_t
+within(uint64_t a, uint64_t b)
+{
+	return a > b ? a - b : b - a;
+}
+
+/* ---- join ---- */
+
+static void
+first_join_owns_the_whole_key_space(void **state)
+{
+	kv_config *c = kv_config_new(), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint32_t id = 0;
+	(void)state;
+
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7101", true, &x, &n, &id), KV_OK);
+	assert_int_equal(id, 1);
+	assert_int_equal(n->epoch, 1);
+	assert_int_equal(n->nranges, 1);
+	assert_int_equal(n->ranges[0].node, 1);
+	assert_int_equal(n->nodes[0].state, KV_NODE_ACTIVE);
+	assert_int_equal(n->nmigs, 0);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+join_of_empty_cluster_gives_newcomer_half_the_printable_key_space(void **state)
+{
+	uint32_t o1[] = {1};
+	kv_config *c = make(1, NULL, 0, o1), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint32_t id = 0;
+	int per[3] = {0};
+	(void)state;
+
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7102", true, &x, &n, &id), KV_OK);
+	assert_int_equal(id, 2);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(n->nmigs, 1);
+	assert_int_equal(n->migs[0].from, 1);
+	assert_int_equal(n->migs[0].to, 2);
+	assert_int_equal(n->migs[0].id, 10);
+	assert_int_equal(x.next_mig_id, 11);
+	assert_int_equal(kv_config_node(n, 2)->state, KV_NODE_JOINING);
+	/* Every printable first byte: each node owns about half of them. */
+	for (int b = 0x20; b < 0x7f; b++) {
+		char k[2] = {(char)b, 0};
+		per[owner(n, k)]++;
+	}
+	assert_true(per[1] >= 40 && per[1] <= 55);
+	assert_true(per[2] >= 40 && per[2] <= 55);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+join_splits_at_reported_split_keys_by_size(void **state)
+{
+	uint32_t o1[] = {1};
+	kv_config *c = make(1, NULL, 0, o1), *n = NULL;
+	struct pts s = {.n = 0};
+	kv_place_ctx x;
+	uint32_t id = 0;
+	(void)state;
+
+	pts_add(&s, "k", 0, 100, 10); /* 1000 bytes over k000..k099 */
+	x = ctx_of(&s);
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7102", true, &x, &n, &id), KV_OK);
+	assert_int_equal(n->nmigs, 1);
+	/* the cut is one of the reported keys */
+	const kv_migration *m = &n->migs[0];
+	const kv_buf *cut = m->start.len ? &m->start : &m->end;
+	assert_true(cut->len == 4 && cut->data[0] == 'k');
+	assert_true(within(kv_place_node_bytes(n, &x, 2), 500) <= 50);
+	assert_true(within(kv_place_node_bytes(n, &x, 1), 500) <= 50);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+join_with_data_that_cannot_be_cut_falls_back_to_key_space(void **state)
+{
+	uint32_t o1[] = {1};
+	kv_config *c = make(1, NULL, 0, o1), *n = NULL;
+	struct pts s = {.n = 0};
+	kv_place_ctx x;
+	uint32_t id = 0;
+	(void)state;
+
+	s.p[0].key = B("");
+	s.p[0].bytes = 500; /* one range, no split keys */
+	s.n = 1;
+	x = ctx_of(&s);
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7102", true, &x, &n, &id), KV_OK);
+	assert_int_equal(n->nmigs, 1);
+	assert_int_equal(n->nranges, 2);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+third_join_takes_a_third_from_both(void **state)
+{
+	const char *cuts[] = {"k050"};
+	uint32_t own[] = {1, 2};
+	kv_config *c = make(2, cuts, 1, own), *n = NULL;
+	struct pts s = {.n = 0};
+	kv_place_ctx x;
+	uint32_t id = 0;
+	(void)state;
+
+	pts_add(&s, "k", 0, 100, 30); /* 3000 bytes, 1500 each */
+	x = ctx_of(&s);
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7103", true, &x, &n, &id), KV_OK);
+	assert_int_equal(id, 3);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_true(within(kv_place_node_bytes(n, &x, 3), 1000) <= 100);
+	assert_true(within(kv_place_node_bytes(n, &x, 1), 1000) <= 100);
+	assert_true(within(kv_place_node_bytes(n, &x, 2), 1000) <= 100);
+	for (size_t i = 0; i < n->nmigs; i++)
+		assert_int_equal(n->migs[i].to, 3);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+duplicate_join_is_refused_and_changes_nothing(void **state)
+{
+	uint32_t o1[] = {1};
+	kv_config *c = make(1, NULL, 0, o1), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint32_t id = 0;
+	(void)state;
+
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7101", true, &x, &n, &id), KV_EEXISTS);
+	assert_null(n);
+	assert_int_equal(id, 0);
+	assert_non_null(strstr(x.msg, "already registered as node 1"));
+	assert_int_equal(kv_place_join(c, "not a url", true, &x, &n, &id), KV_EINVAL);
+	assert_null(n);
+	assert_int_equal(c->epoch, 5);
+	assert_int_equal(c->nnodes, 1);
+	kv_config_free(c);
+}
+
+static void
+join_without_rebalance_registers_only(void **state)
+{
+	uint32_t o1[] = {1};
+	kv_config *c = make(1, NULL, 0, o1), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint32_t id = 0;
+	(void)state;
+
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7102", false, &x, &n, &id), KV_OK);
+	assert_int_equal(n->nmigs, 0);
+	assert_int_equal(n->nranges, 1);
+	assert_int_equal(kv_config_node(n, 2)->state, KV_NODE_ACTIVE);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+join_of_gone_address_gets_a_new_id(void **state)
+{
+	uint32_t o[] = {1};
+	kv_config *c = make(2, NULL, 0, o), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint32_t id = 0;
+	(void)state;
+
+	c->nodes[1].state = KV_NODE_GONE;
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7102", false, &x, &n, &id), KV_OK);
+	assert_int_equal(id, 3);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+/* ---- move ---- */
+
+static void
+move_carves_from_every_owner_and_merges(void **state)
+{
+	const char *cuts[] = {"g", "p"};
+	uint32_t own[] = {1, 2, 3};
+	kv_config *c = make(3, cuts, 2, own), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	assert_int_equal(kv_place_move(c, B("e"), B("r"), 3, &x, &n), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(n->nranges, 2); /* [,e)1 [e,)3 */
+	assert_int_equal(n->ranges[0].node, 1);
+	assert_int_equal(n->ranges[1].node, 3);
+	assert_memory_equal(n->ranges[1].start.data, "e", 1);
+	assert_int_equal(n->nmigs, 2);
+	assert_int_equal(n->migs[0].from, 1);
+	assert_int_equal(n->migs[0].to, 3);
+	assert_memory_equal(n->migs[0].start.data, "e", 1);
+	assert_memory_equal(n->migs[0].end.data, "g", 1);
+	assert_int_equal(n->migs[1].from, 2);
+	assert_memory_equal(n->migs[1].start.data, "g", 1);
+	assert_memory_equal(n->migs[1].end.data, "p", 1);
+	assert_int_equal(n->migs[0].epoch, 6);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+move_inside_one_range_splits_it_in_three(void **state)
+{
+	uint32_t own[] = {1};
+	kv_config *c = make(2, NULL, 0, own), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	assert_int_equal(kv_place_move(c, B("b"), B("c"), 2, &x, &n), KV_OK);
+	assert_int_equal(n->nranges, 3);
+	assert_int_equal(owner(n, "a"), 1);
+	assert_int_equal(owner(n, "b"), 2);
+	assert_int_equal(owner(n, "bzzz"), 2);
+	assert_int_equal(owner(n, "c"), 1);
+	assert_int_equal(n->nmigs, 1);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+move_refusals_change_nothing(void **state)
+{
+	const char *cuts[] = {"m"};
+	uint32_t own[] = {1, 2};
+	kv_config *c = make(3, cuts, 1, own), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	assert_int_equal(kv_place_move(c, B("b"), B("b"), 2, &x, &n), KV_EINVAL);
+	assert_non_null(strstr(x.msg, "empty or inverted"));
+	assert_int_equal(kv_place_move(c, B("c"), B("b"), 2, &x, &n), KV_EINVAL);
+	assert_int_equal(kv_place_move(c, B("a"), B("b"), 9, &x, &n), KV_ENOTFOUND);
+	c->nodes[2].state = KV_NODE_DRAINING;
+	assert_int_equal(kv_place_move(c, B("a"), B("b"), 3, &x, &n), KV_EINVAL);
+	assert_non_null(strstr(x.msg, "not active"));
+	add_mig(c, 4, "k", "m", 1, 2);
+	c->ranges[0].end.data[0] = 'k'; /* [,k)1 [k,)2 with [k,m) moving */
+	c->ranges[1].start.data[0] = 'k';
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	assert_int_equal(kv_place_move(c, B("a"), B("l"), 1, &x, &n), KV_EBUSY);
+	assert_non_null(strstr(x.msg, "range is moving"));
+	assert_null(n);
+	assert_int_equal(x.next_mig_id, 10);
+	/* next to the migration is fine */
+	assert_int_equal(kv_place_move(c, B("m"), B("n"), 1, &x, &n), KV_OK);
+	assert_non_null(n);
+	assert_int_equal(n->nmigs, 2);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+move_to_current_owner_changes_nothing(void **state)
+{
+	const char *cuts[] = {"m"};
+	uint32_t own[] = {1, 2};
+	kv_config *c = make(2, cuts, 1, own), *n = (kv_config *)1;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	assert_int_equal(kv_place_move(c, B("a"), B("c"), 1, &x, &n), KV_OK);
+	assert_null(n);
+	kv_config_free(c);
+}
+
+/* ---- leave ---- */
+
+static void
+leave_spreads_ranges_over_remaining_nodes_balanced(void **state)
+{
+	const char *cuts[] = {"b", "c"};
+	uint32_t own[] = {1, 2, 3};
+	kv_config *c = make(3, cuts, 2, own), *n = NULL;
+	struct pts s = {.n = 0};
+	kv_place_ctx x;
+	(void)state;
+
+	pts_add(&s, "a", 0, 100, 30); /* node 1: 3000 */
+	pts_add(&s, "b", 0, 10, 100); /* node 2: 1000 */
+	pts_add(&s, "c", 0, 10, 100); /* node 3: 1000 */
+	x = ctx_of(&s);
+	assert_int_equal(kv_place_leave(c, 1, &x, &n), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(kv_config_node(n, 1)->state, KV_NODE_DRAINING);
+	assert_int_equal(kv_place_node_bytes(n, &x, 1), 0);
+	assert_true(within(kv_place_node_bytes(n, &x, 2), 2500) <= 100);
+	assert_true(within(kv_place_node_bytes(n, &x, 3), 2500) <= 100);
+	for (size_t i = 0; i < n->nmigs; i++)
+		assert_int_equal(n->migs[i].from, 1);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+leave_refusals_change_nothing(void **state)
+{
+	const char *cuts[] = {"m"};
+	uint32_t own[] = {1, 2};
+	kv_config *c = make(2, cuts, 1, own), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	assert_int_equal(kv_place_leave(c, 7, &x, &n), KV_ENOTFOUND);
+	c->nodes[1].state = KV_NODE_DRAINING;
+	assert_int_equal(kv_place_leave(c, 1, &x, &n), KV_EINVAL);
+	assert_non_null(strstr(x.msg, "last active node"));
+	c->nodes[1].state = KV_NODE_ACTIVE;
+	add_mig(c, 3, "m", "n", 1, 2);
+	assert_int_equal(kv_place_leave(c, 2, &x, &n), KV_EBUSY);
+	assert_non_null(strstr(x.msg, "destination of migration 3"));
+	assert_null(n);
+	kv_config_free(c);
+}
+
+static void
+leave_of_node_that_owns_nothing_makes_it_gone(void **state)
+{
+	uint32_t own[] = {1};
+	kv_config *c = make(2, NULL, 0, own), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	assert_int_equal(kv_place_leave(c, 2, &x, &n), KV_OK);
+	assert_int_equal(kv_config_node(n, 2)->state, KV_NODE_GONE);
+	assert_int_equal(n->nmigs, 0);
+	kv_config *n2 = NULL;
+	assert_int_equal(kv_place_leave(n, 2, &x, &n2), KV_EINVAL);
+	assert_non_null(strstr(x.msg, "already left"));
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+/* ---- finish ---- */
+
+static void
+finished_drain_makes_the_node_gone(void **state)
+{
+	const char *cuts[] = {"m"};
+	uint32_t own[] = {1, 2};
+	kv_config *c = make(2, cuts, 1, own), *n = NULL, *n2 = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	assert_int_equal(kv_place_leave(c, 2, &x, &n), KV_OK);
+	assert_int_equal(n->nmigs, 1);
+	assert_int_equal(n->nranges, 1);
+	assert_int_equal(kv_place_finish(n, n->migs[0].id, true, &x, &n2), KV_OK);
+	assert_int_equal(n2->nmigs, 0);
+	assert_int_equal(n2->epoch, n->epoch + 1);
+	assert_int_equal(kv_config_node(n2, 2)->state, KV_NODE_GONE);
+	kv_config *n3 = NULL;
+	assert_int_equal(kv_place_finish(n2, 99, true, &x, &n3), KV_ENOTFOUND);
+	assert_null(n3);
+	kv_config_free(n2);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+failed_migration_returns_the_range_to_its_source(void **state)
+{
+	uint32_t own[] = {1};
+	kv_config *c = make(2, NULL, 0, own), *n = NULL, *n2 = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	assert_int_equal(kv_place_move(c, B("b"), B("c"), 2, &x, &n), KV_OK);
+	assert_int_equal(owner(n, "b"), 2);
+	assert_int_equal(kv_place_finish(n, n->migs[0].id, false, &x, &n2), KV_OK);
+	assert_int_equal(kv_config_validate(n2), KV_OK);
+	assert_int_equal(n2->nranges, 1);
+	assert_int_equal(owner(n2, "b"), 1);
+	assert_int_equal(n2->nmigs, 0);
+	kv_config_free(n2);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+/* ---- rebalance ---- */
+
+static void
+rebalance_moves_only_the_excess(void **state)
+{
+	const char *cuts[] = {"b", "c"};
+	uint32_t own[] = {1, 2, 3};
+	kv_config *c = make(3, cuts, 2, own), *n = NULL;
+	struct pts s = {.n = 0};
+	kv_place_ctx x;
+	(void)state;
+
+	pts_add(&s, "a", 0, 100, 20); /* node 1: 2000 */
+	pts_add(&s, "b", 0, 100, 10); /* node 2: 1000 */
+	pts_add(&s, "c", 0, 1, 1);    /* node 3: ~0 */
+	x = ctx_of(&s);
+	assert_int_equal(kv_place_rebalance(c, &x, &n), KV_OK);
+	assert_non_null(n);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	for (size_t i = 0; i < n->nmigs; i++) {
+		assert_int_equal(n->migs[i].from, 1); /* node 2 is at the mean: untouched */
+		assert_int_equal(n->migs[i].to, 3);
+	}
+	assert_true(within(kv_place_node_bytes(n, &x, 1), 1000) <= 60);
+	assert_true(within(kv_place_node_bytes(n, &x, 2), 1000) <= 60);
+	assert_true(within(kv_place_node_bytes(n, &x, 3), 1000) <= 60);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+rebalance_of_a_balanced_cluster_moves_nothing(void **state)
+{
+	const char *cuts[] = {"b", "c"};
+	uint32_t own[] = {1, 2, 3};
+	kv_config *c = make(3, cuts, 2, own), *n = (kv_config *)1;
+	struct pts s = {.n = 0};
+	kv_place_ctx x;
+	(void)state;
+
+	pts_add(&s, "a", 0, 10, 100);
+	pts_add(&s, "b", 0, 10, 102);
+	pts_add(&s, "c", 0, 10, 98);
+	x = ctx_of(&s);
+	assert_int_equal(kv_place_rebalance(c, &x, &n), KV_OK);
+	assert_null(n);
+	kv_config_free(c);
+}
+
+static void
+rebalance_skips_ranges_in_flight(void **state)
+{
+	uint32_t own[] = {1};
+	kv_config *c = make(2, NULL, 0, own), *n = NULL;
+	struct pts s = {.n = 0};
+	kv_place_ctx x;
+	(void)state;
+
+	pts_add(&s, "a", 0, 100, 10);
+	add_mig(c, 3, "", "", 2, 1); /* the whole space is moving to 1 */
+	x = ctx_of(&s);
+	assert_int_equal(kv_place_rebalance(c, &x, &n), KV_OK);
+	assert_null(n);
+	kv_config_free(c);
+}
+
+static uint64_t rng = 88172645463325252ull;
+
+static uint32_t
+rnd(uint32_t n)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng % n);
+}
+
+/* Checks that next keeps every migration of cur that it still lists, and
+ * that no key inside a migration of cur changed owner. */
+static void
+assert_in_flight_untouched(const kv_config *cur, const kv_config *next)
+{
+	for (size_t i = 0; i < cur->nmigs; i++) {
+		const kv_migration *m = &cur->migs[i];
+		char probe[80];
+		size_t n = m->start.len < 70 ? m->start.len : 70;
+		if (n > 0)
+			memcpy(probe, m->start.data, n);
+		/* the start key and a key just after it */
+		for (int k = 0; k < 2; k++) {
+			size_t len = n + (size_t)k;
+			if (k)
+				probe[n] = '\0';
+			if (!kv_range_contains(m->start.data, m->start.len, m->end.data, m->end.len,
+			                       probe, len))
+				continue;
+			long a = kv_config_find_range(cur, probe, len);
+			long b = kv_config_find_range(next, probe, len);
+			bool still = false;
+			for (size_t j = 0; j < next->nmigs; j++)
+				still = still || next->migs[j].id == m->id;
+			if (still)
+				assert_int_equal(cur->ranges[a].node, next->ranges[b].node);
+		}
+	}
+}
+
+static void
+random_commands_keep_the_map_valid_and_leave_moving_ranges_alone(void **state)
+{
+	kv_config *c = kv_config_new();
+	uint64_t next_mig = 1;
+	int applied = 0, finished = 0;
+	(void)state;
+
+	for (int step = 0; step < 600; step++) {
+		struct pts s = {.n = 0};
+		kv_place_ctx x;
+		kv_config *n = NULL;
+		uint32_t id = 0, nn = (uint32_t)c->nnodes;
+		int rv = KV_OK;
+		char a[8], b[8];
+
+		for (int q = 0; q < 40; q++) {
+			snprintf(s.keys[s.n], sizeof(s.keys[0]), "%c%c", 'a' + rnd(26),
+			         'a' + rnd(26));
+			s.p[s.n].key = B(s.keys[s.n]);
+			s.p[s.n].bytes = 1 + rnd(1000);
+			s.n++;
+		}
+		x = ctx_of(rnd(4) ? &s : NULL);
+		x.next_mig_id = next_mig;
+		switch (nn == 0 ? 0 : rnd(6)) {
+		case 0: {
+			char addr[64];
+			snprintf(addr, sizeof(addr), "tcp://10.0.0.%u:7000", rnd(12));
+			rv = kv_place_join(c, addr, rnd(3) != 0, &x, &n, &id);
+			break;
+		}
+		case 1:
+			rv = kv_place_leave(c, 1 + rnd(nn), &x, &n);
+			break;
+		case 2:
+			snprintf(a, sizeof(a), "%c", 'a' + rnd(26));
+			snprintf(b, sizeof(b), "%c%c", 'a' + rnd(26), 'a' + rnd(26));
+			rv = kv_place_move(c, B(a), rnd(5) ? B(b) : B(""), 1 + rnd(nn), &x, &n);
+			break;
+		case 3:
+			rv = kv_place_rebalance(c, &x, &n);
+			break;
+		default:
+			if (c->nmigs)
+				rv = kv_place_finish(c, c->migs[rnd((uint32_t)c->nmigs)].id,
+				                     rnd(4) != 0, &x, &n);
+			break;
+		}
+		assert_true(rv == KV_OK || rv == KV_EEXISTS || rv == KV_EINVAL || rv == KV_EBUSY ||
+		            rv == KV_ENOTFOUND);
+		if (rv != KV_OK || n == NULL) {
+			assert_null(n);
+			continue;
+		}
+		assert_int_equal(kv_config_validate(n), KV_OK);
+		assert_int_equal(n->epoch, c->epoch + 1);
+		assert_in_flight_untouched(c, n);
+		for (size_t i = 0; i < n->nmigs; i++) {
+			const kv_node *to = kv_config_node(n, n->migs[i].to);
+			assert_true(to->state == KV_NODE_ACTIVE || to->state == KV_NODE_JOINING);
+			/* the map names the destination of every migration */
+			long r =
+			    kv_config_find_range(n, n->migs[i].start.data, n->migs[i].start.len);
+			assert_int_equal(n->ranges[r].node, n->migs[i].to);
+		}
+		for (size_t i = 0; i < n->nnodes; i++)
+			if (n->nodes[i].state == KV_NODE_GONE)
+				for (size_t r = 0; r < n->nranges; r++)
+					assert_int_not_equal(n->ranges[r].node, n->nodes[i].id);
+		assert_true(x.next_mig_id >= next_mig);
+		next_mig = x.next_mig_id;
+		applied++;
+		finished += n->nmigs < c->nmigs;
+		kv_config_free(c);
+		c = n;
+	}
+	print_message("applied %d commands, %d finished migrations, %zu nodes, %zu ranges\n",
+	              applied, finished, c->nnodes, c->nranges);
+	assert_true(applied > 150);
+	assert_true(finished > 30);
+	kv_config_free(c);
+}
+
+static void
+midpoint_lies_strictly_inside(void **state)
+{
+	uint8_t k[8];
+	size_t n = 0;
+	(void)state;
+
+	assert_true(kv_place_midpoint(B(""), B(""), k, &n));
+	assert_true(n > 0 && k[0] > 0x40 && k[0] < 0x60);
+	assert_true(kv_place_midpoint(B("a"), B("b"), k, &n));
+	assert_true(kv_key_cmp(k, n, "a", 1) > 0 && kv_key_cmp(k, n, "b", 1) < 0);
+	assert_false(kv_place_midpoint(B("a"), B("a\x01"), k, &n));
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(first_join_owns_the_whole_key_space),
+	    cmocka_unit_test(join_of_empty_cluster_gives_newcomer_half_the_printable_key_space),
+	    cmocka_unit_test(join_splits_at_reported_split_keys_by_size),
+	    cmocka_unit_test(join_with_data_that_cannot_be_cut_falls_back_to_key_space),
+	    cmocka_unit_test(third_join_takes_a_third_from_both),
+	    cmocka_unit_test(duplicate_join_is_refused_and_changes_nothing),
+	    cmocka_unit_test(join_without_rebalance_registers_only),
+	    cmocka_unit_test(join_of_gone_address_gets_a_new_id),
+	    cmocka_unit_test(move_carves_from_every_owner_and_merges),
+	    cmocka_unit_test(move_inside_one_range_splits_it_in_three),
+	    cmocka_unit_test(move_refusals_change_nothing),
+	    cmocka_unit_test(move_to_current_owner_changes_nothing),
+	    cmocka_unit_test(leave_spreads_ranges_over_remaining_nodes_balanced),
+	    cmocka_unit_test(leave_refusals_change_nothing),
+	    cmocka_unit_test(leave_of_node_that_owns_nothing_makes_it_gone),
+	    cmocka_unit_test(finished_drain_makes_the_node_gone),
+	    cmocka_unit_test(failed_migration_returns_the_range_to_its_source),
+	    cmocka_unit_test(rebalance_moves_only_the_excess),
+	    cmocka_unit_test(rebalance_of_a_balanced_cluster_moves_nothing),
+	    cmocka_unit_test(rebalance_skips_ranges_in_flight),
+	    cmocka_unit_test(random_commands_keep_the_map_valid_and_leave_moving_ranges_alone),
+	    cmocka_unit_test(midpoint_lies_strictly_inside),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
