@@ -1,0 +1,297 @@
+/*
+ * admin.c - the admin operations of libshardkv (SPEC §4) and the public
+ * configuration result.
+ *
+ * Each command is one AdminRequest to the controllers (kvc_controller_call
+ * finds one that answers and follows NOT_LEADER hints). The request id is
+ * fixed before the first attempt, so a command retried after a lost reply
+ * is applied once by the controller. A command that publishes a new
+ * configuration also updates the handle's cache when the reply carries it.
+ */
+#include "client/client_int.h"
+#include "common/err.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *
+shardkv_node_state_name(int state)
+{
+	return kv_node_state_name((kv_node_state)state);
+}
+
+/* Parses a node given as an id ("3") or an address. */
+static void
+node_ref(const char *node, kvc_admin_req *q)
+{
+	char *e;
+	unsigned long v;
+
+	if (node[0] >= '0' && node[0] <= '9') {
+		v = strtoul(node, &e, 10);
+		if (*e == 0 && v > 0 && v <= UINT32_MAX) {
+			q->node_id = (uint32_t)v;
+			return;
+		}
+	}
+	q->node_addr = node;
+}
+
+static int
+admin_run(shardkv_client *c, kvc_admin_req *q, kvc_admin_reply *r)
+{
+	int rv;
+
+	kvc_clear_error();
+	if ((rv = kvc_controller_call(c, q, kvc_deadline(c), r)) != KV_OK)
+		return rv;
+	if (r->status != KV_OK) {
+		rv = kvc_fail(r->status, "%s", r->error ? r->error : kv_strerror(r->status));
+		kvc_admin_reply_fini(r);
+		return rv;
+	}
+	return KV_OK;
+}
+
+static int
+admin_change(shardkv_client *c, kvc_admin_req *q, unsigned flags, shardkv_admin_result *out)
+{
+	kvc_admin_reply r;
+	int rv;
+
+	q->wait = (flags & SHARDKV_WAIT) != 0;
+	if ((rv = admin_run(c, q, &r)) != KV_OK)
+		return rv;
+	if (out) {
+		memset(out, 0, sizeof(*out));
+		out->epoch = r.epoch ? r.epoch : (r.config ? r.config->epoch : 0);
+		out->node_id = r.node_id;
+		out->nmigrations = r.nmig_ids;
+		out->first_mig_id = r.nmig_ids ? r.mig_ids[0] : 0;
+		out->wait_ms = r.wait_ms;
+	}
+	if (r.config) {
+		kvc_cfg_install(c, r.config);
+		r.config = NULL;
+	}
+	kvc_admin_reply_fini(&r);
+	return KV_OK;
+}
+
+int
+shardkv_join(shardkv_client *c, const char *address, unsigned flags, shardkv_admin_result *out)
+{
+	kvc_admin_req q = {.kind = KVC_ADMIN_JOIN, .address = address};
+
+	if (c == NULL || address == NULL || address[0] == 0)
+		return kvc_fail(KV_EINVAL, "no server address given");
+	q.no_rebalance = (flags & SHARDKV_NO_REBALANCE) != 0;
+	return admin_change(c, &q, flags, out);
+}
+
+int
+shardkv_leave(shardkv_client *c, const char *node, unsigned flags, shardkv_admin_result *out)
+{
+	kvc_admin_req q = {.kind = KVC_ADMIN_LEAVE};
+
+	if (c == NULL || node == NULL || node[0] == 0)
+		return kvc_fail(KV_EINVAL, "no node given");
+	node_ref(node, &q);
+	return admin_change(c, &q, flags, out);
+}
+
+int
+shardkv_move(shardkv_client *c, const void *start, size_t slen, const void *end, size_t elen,
+             const char *node, uint32_t rate_mb_s, unsigned flags, shardkv_admin_result *out)
+{
+	kvc_admin_req q = {.kind = KVC_ADMIN_MOVE, .rate_mb_s = rate_mb_s};
+
+	if (c == NULL || node == NULL || node[0] == 0)
+		return kvc_fail(KV_EINVAL, "no node given");
+	if (kv_range_is_empty(start, slen, end, elen))
+		return kvc_fail(KV_EINVAL, "empty or inverted range");
+	q.start = (kv_bytes){start, slen};
+	q.end = (kv_bytes){end, elen};
+	node_ref(node, &q);
+	return admin_change(c, &q, flags, out);
+}
+
+int
+shardkv_rebalance(shardkv_client *c, uint32_t rate_mb_s, unsigned flags, shardkv_admin_result *out)
+{
+	kvc_admin_req q = {.kind = KVC_ADMIN_REBALANCE, .rate_mb_s = rate_mb_s};
+
+	if (c == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	return admin_change(c, &q, flags, out);
+}
+
+/* Copies bytes into a NUL-terminated public buffer. */
+static int
+buf_dup(shardkv_buf *dst, const kv_buf *src)
+{
+	if ((dst->data = malloc(src->len + 1)) == NULL)
+		return KV_ENOMEM;
+	if (src->len)
+		memcpy(dst->data, src->data, src->len);
+	dst->data[src->len] = 0;
+	dst->len = src->len;
+	return KV_OK;
+}
+
+static int
+mig_fill(const kv_migration *m, shardkv_migration *x)
+{
+	x->id = m->id;
+	x->from = m->from;
+	x->to = m->to;
+	x->phase = kv_mig_phase_name(m->phase);
+	x->keys_copied = m->keys_copied;
+	x->bytes_copied = m->bytes_copied;
+	x->keys_total = m->keys_total;
+	x->bytes_total = m->bytes_total;
+	x->eta_ms = m->eta_ms;
+	if (buf_dup(&x->start, &m->start) != KV_OK || buf_dup(&x->end, &m->end) != KV_OK)
+		return KV_ENOMEM;
+	return KV_OK;
+}
+
+/* Copies the migrations of m[0..n) not finished yet into out. */
+static int
+migs_to_public(const kv_migration *m, size_t n, shardkv_config *out)
+{
+	size_t live = 0;
+
+	for (size_t i = 0; i < n; i++)
+		live += m[i].phase < KV_MIG_DONE;
+	if (live == 0)
+		return KV_OK;
+	if ((out->migrations = calloc(live, sizeof(*out->migrations))) == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		if (m[i].phase >= KV_MIG_DONE)
+			continue;
+		/* Counted before filling, so a failure frees what was copied. */
+		if (mig_fill(&m[i], &out->migrations[out->nmigrations++]) != KV_OK)
+			return KV_ENOMEM;
+	}
+	return KV_OK;
+}
+
+/* Builds the public form of a configuration (and report, when r has one). */
+static int
+config_to_public(const kvc_admin_reply *r, shardkv_config **out)
+{
+	const kv_config *cfg = r->config;
+	shardkv_config *p = calloc(1, sizeof(*p));
+
+	if (p == NULL)
+		return KV_ENOMEM;
+	p->epoch = cfg->epoch;
+	if (cfg->nnodes && (p->nodes = calloc(cfg->nnodes, sizeof(*p->nodes))) == NULL)
+		goto err;
+	for (size_t i = 0; i < cfg->nnodes; i++, p->nnodes++) {
+		shardkv_node *n = &p->nodes[i];
+		n->id = cfg->nodes[i].id;
+		n->state = (int)cfg->nodes[i].state;
+		if ((n->address = strdup(cfg->nodes[i].address)) == NULL)
+			goto err;
+		for (size_t j = 0; j < r->nstats; j++) {
+			const kvc_node_stats *s = &r->stats[j];
+			if (s->node_id != n->id)
+				continue;
+			n->has_stats = true;
+			n->keys = s->keys;
+			n->bytes = s->bytes;
+			n->ops_per_sec = s->ops_per_sec;
+			n->memory_bytes = s->memory_bytes;
+			n->last_seen_ms = s->last_seen_ms;
+		}
+	}
+	if (cfg->nranges && (p->ranges = calloc(cfg->nranges, sizeof(*p->ranges))) == NULL)
+		goto err;
+	for (size_t i = 0; i < cfg->nranges; i++, p->nranges++) {
+		p->ranges[i].node = cfg->ranges[i].node;
+		if (buf_dup(&p->ranges[i].start, &cfg->ranges[i].start) != KV_OK ||
+		    buf_dup(&p->ranges[i].end, &cfg->ranges[i].end) != KV_OK)
+			goto err;
+	}
+	/* A status report carries the migrations with live progress. */
+	if (r->has_report ? migs_to_public(r->rmigs, r->nrmigs, p) != KV_OK
+	                  : migs_to_public(cfg->migs, cfg->nmigs, p) != KV_OK)
+		goto err;
+	if (r->nreplicas &&
+	    (p->controllers = calloc(r->nreplicas, sizeof(*p->controllers))) == NULL)
+		goto err;
+	for (size_t i = 0; i < r->nreplicas; i++, p->ncontrollers++) {
+		shardkv_controller *x = &p->controllers[i];
+		x->id = r->replicas[i].id;
+		x->role = kvc_role_name(r->replicas[i].role);
+		x->term = r->replicas[i].term;
+		x->index = r->replicas[i].index;
+		if (r->replicas[i].address && (x->address = strdup(r->replicas[i].address)) == NULL)
+			goto err;
+	}
+	*out = p;
+	return KV_OK;
+err:
+	shardkv_config_free(p);
+	return KV_ENOMEM;
+}
+
+static int
+fetch(shardkv_client *c, kvc_admin_req *q, shardkv_config **out)
+{
+	kvc_admin_reply r;
+	int rv;
+
+	if (c == NULL || out == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if ((rv = admin_run(c, q, &r)) != KV_OK)
+		return rv;
+	if (r.config == NULL) {
+		kvc_admin_reply_fini(&r);
+		return kvc_fail(KV_EPROTO, "the controller sent no configuration");
+	}
+	rv = config_to_public(&r, out);
+	kvc_admin_reply_fini(&r);
+	return rv;
+}
+
+int
+shardkv_config_get(shardkv_client *c, uint64_t epoch, shardkv_config **out)
+{
+	kvc_admin_req q = {.kind = KVC_ADMIN_GET_CONFIG, .epoch = epoch};
+	return fetch(c, &q, out);
+}
+
+int
+shardkv_status(shardkv_client *c, shardkv_config **out)
+{
+	kvc_admin_req q = {.kind = KVC_ADMIN_STATUS};
+	return fetch(c, &q, out);
+}
+
+void
+shardkv_config_free(shardkv_config *cfg)
+{
+	if (cfg == NULL)
+		return;
+	for (size_t i = 0; i < cfg->nnodes; i++)
+		free(cfg->nodes[i].address);
+	free(cfg->nodes);
+	for (size_t i = 0; i < cfg->nranges; i++) {
+		free(cfg->ranges[i].start.data);
+		free(cfg->ranges[i].end.data);
+	}
+	free(cfg->ranges);
+	for (size_t i = 0; i < cfg->nmigrations; i++) {
+		free(cfg->migrations[i].start.data);
+		free(cfg->migrations[i].end.data);
+	}
+	free(cfg->migrations);
+	for (size_t i = 0; i < cfg->ncontrollers; i++)
+		free(cfg->controllers[i].address);
+	free(cfg->controllers);
+	free(cfg);
+}

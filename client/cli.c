@@ -1,0 +1,1041 @@
+/*
+ * cli.c - the `shardkv` command line: parsing, one handler per command,
+ * output formats and exit codes exactly as SPEC §5 states them.
+ *
+ * Commands are a table (name, argument counts, options allowed, usage,
+ * handler); parsing checks everything against it before any connection is
+ * made, so a usage error never touches the network. Options may appear
+ * before or after the command; `--` ends them (for values starting with
+ * `-`). Data commands print raw bytes; admin commands print a short report,
+ * or one JSON object with --json. Keys inside JSON strings map one byte to
+ * one code point.
+ */
+#include "client/cli.h"
+#include "client/include/shardkv.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_CONTROLLER "tcp://127.0.0.1:7000"
+#define WAIT_TIMEOUT_MS    600000u /* --wait without --timeout: ten minutes */
+
+/* Command options, as bits of cmd.opts. */
+enum {
+	OPT_WAIT = 1u << 0,
+	OPT_NOREB = 1u << 1,
+	OPT_PREFIX = 1u << 2,
+	OPT_LIMIT = 1u << 3,
+	OPT_RATE = 1u << 4,
+};
+
+typedef struct cli_ctx cli_ctx;
+typedef int (*cmd_fn)(cli_ctx *x);
+
+/* One CLI command. */
+typedef struct {
+	const char *name;  /* command word */
+	int min, max;      /* positional argument counts; max -1: unbounded */
+	unsigned opts;     /* OPT_* allowed */
+	bool admin;        /* talks to the controller only */
+	const char *usage; /* arguments, for --help and usage errors */
+	const char *help;  /* one line */
+	cmd_fn fn;         /* handler */
+} cli_cmd;
+
+/* What a handler works with. */
+struct cli_ctx {
+	kv_cli_args *a;     /* the parsed command line */
+	shardkv_client *c;  /* the open handle */
+	FILE *out;          /* results */
+	FILE *err;          /* errors */
+	const char *ctl;    /* the controller list in use */
+	uint8_t *stdin_buf; /* a value read from stdin (owned) */
+	bool stdin_used;    /* `-` was already consumed */
+};
+
+static int cmd_get(cli_ctx *x);
+static int cmd_put(cli_ctx *x);
+static int cmd_del(cli_ctx *x);
+static int cmd_append(cli_ctx *x);
+static int cmd_mget(cli_ctx *x);
+static int cmd_mput(cli_ctx *x);
+static int cmd_keys(cli_ctx *x);
+static int cmd_scan(cli_ctx *x);
+static int cmd_join(cli_ctx *x);
+static int cmd_leave(cli_ctx *x);
+static int cmd_move(cli_ctx *x);
+static int cmd_rebalance(cli_ctx *x);
+static int cmd_config(cli_ctx *x);
+static int cmd_status(cli_ctx *x);
+static int cmd_bench(cli_ctx *x);
+
+static const cli_cmd cmds[] = {
+    {"get", 1, 1, 0, false, "KEY", "print the value of KEY", cmd_get},
+    {"put", 2, 2, 0, false, "KEY VALUE", "set KEY to VALUE (`-`: read VALUE from stdin)", cmd_put},
+    {"del", 1, 1, 0, false, "KEY", "delete KEY and print the value it had", cmd_del},
+    {"append", 2, 2, 0, false, "KEY VALUE", "append VALUE to KEY's value (creates KEY)",
+     cmd_append},
+    {"mget", 1, -1, 0, false, "KEY...", "print the values of the KEYs, one per line", cmd_mget},
+    {"mput", 2, -1, 0, false, "KEY VALUE [KEY VALUE...]", "set several keys", cmd_mput},
+    {"keys", 0, 0, OPT_PREFIX, false, "[--prefix P]", "print every key, one per line", cmd_keys},
+    {"scan", 2, 2, OPT_LIMIT, false, "START END [--limit N]",
+     "print key<TAB>value for the keys of [START, END) (\"\": unbounded)", cmd_scan},
+    {"join", 1, 1, OPT_WAIT | OPT_NOREB, true, "ADDR [--no-rebalance] [--wait]",
+     "register the server at ADDR", cmd_join},
+    {"leave", 1, 1, OPT_WAIT, true, "NODE [--wait]", "drain and remove NODE (id or address)",
+     cmd_leave},
+    {"move", 3, 3, OPT_WAIT | OPT_RATE, true, "START END NODE [--rate MB/s] [--wait]",
+     "give [START, END) to NODE", cmd_move},
+    {"rebalance", 0, 0, OPT_WAIT | OPT_RATE, true, "[--rate MB/s] [--wait]",
+     "even out data across nodes", cmd_rebalance},
+    {"config", 0, 1, 0, true, "[EPOCH]", "print the configuration (default: latest)", cmd_config},
+    {"status", 0, 0, 0, true, "", "print nodes, ranges, statistics and migrations", cmd_status},
+    {"bench", 0, -1, 0, false, "[options]", "benchmark (not implemented yet)", cmd_bench},
+};
+
+#define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+static const cli_cmd *
+find_cmd(const char *name)
+{
+	for (size_t i = 0; i < NCMDS; i++)
+		if (strcmp(cmds[i].name, name) == 0)
+			return &cmds[i];
+	return NULL;
+}
+
+int
+kv_cli_exit_code(int err)
+{
+	switch (err) {
+	case SHARDKV_OK:
+		return KV_CLI_OK;
+	case SHARDKV_ENOTFOUND:
+		return KV_CLI_NOTFOUND;
+	case SHARDKV_EINVAL:
+	case SHARDKV_EEXISTS:
+		return KV_CLI_USAGE;
+	case SHARDKV_ETIMEDOUT:
+	case SHARDKV_EUNAVAIL:
+	case SHARDKV_ECLOSED:
+	case SHARDKV_EBUSY:
+	case SHARDKV_EMOVING:
+	case SHARDKV_EWRONGOWNER:
+	case SHARDKV_ESTALE:
+		return KV_CLI_UNAVAIL;
+	case SHARDKV_ETOOBIG:
+	case SHARDKV_ELIMIT:
+	case SHARDKV_EAUTH:
+	case SHARDKV_EPERM:
+		return KV_CLI_REJECTED;
+	default:
+		return KV_CLI_INTERNAL;
+	}
+}
+
+size_t
+kv_cli_json_escape(const void *p, size_t n, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789abcdef";
+	const uint8_t *s = p;
+	size_t len = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		char tmp[7];
+		size_t k = 0;
+		uint8_t b = s[i];
+		if (b == '"' || b == '\\') {
+			tmp[k++] = '\\';
+			tmp[k++] = (char)b;
+		} else if (b >= 0x20 && b < 0x7f) {
+			tmp[k++] = (char)b;
+		} else {
+			tmp[k++] = '\\';
+			tmp[k++] = 'u';
+			tmp[k++] = '0';
+			tmp[k++] = '0';
+			tmp[k++] = hex[b >> 4];
+			tmp[k++] = hex[b & 15];
+		}
+		for (size_t j = 0; j < k; j++, len++)
+			if (cap && len < cap - 1)
+				out[len] = tmp[j];
+	}
+	if (cap)
+		out[len < cap - 1 ? len : cap - 1] = 0;
+	return len;
+}
+
+/* Prints bytes as a quoted JSON string. */
+static void
+json_str(FILE *f, const void *p, size_t n)
+{
+	char buf[256];
+	const uint8_t *s = p;
+
+	fputc('"', f);
+	/* In pieces so that long keys need no allocation: 36 bytes escape to at
+	 * most 216 characters. */
+	for (size_t off = 0; off < n; off += 36) {
+		size_t k = n - off < 36 ? n - off : 36;
+		kv_cli_json_escape(s + off, k, buf, sizeof(buf));
+		fputs(buf, f);
+	}
+	fputc('"', f);
+}
+
+/* Prints bytes for humans: the JSON escape, quoted. */
+static void
+human_str(FILE *f, const void *p, size_t n)
+{
+	json_str(f, p, n);
+}
+
+/* ---------------------------------------------------------------------------
+ * Parsing
+ * ------------------------------------------------------------------------- */
+
+static int usage_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int
+usage_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return KV_CLI_USAGE;
+}
+
+static bool
+parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+	char *e;
+	unsigned long long v;
+
+	if (s == NULL || s[0] < '0' || s[0] > '9')
+		return false;
+	errno = 0;
+	v = strtoull(s, &e, 10);
+	if (errno != 0 || *e != 0 || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* Returns the value of an option that takes one: --opt=V or --opt V. */
+static const char *
+opt_value(int argc, char **argv, int *i, const char *arg, size_t namelen)
+{
+	if (arg[namelen] == '=')
+		return arg + namelen + 1;
+	if (*i + 1 >= argc)
+		return NULL;
+	return argv[++*i];
+}
+
+/* Returns whether arg is option `name` (exactly, or with =value when takes). */
+static bool
+is_opt(const char *arg, const char *name, bool takes)
+{
+	size_t n = strlen(name);
+	if (strncmp(arg, name, n) != 0)
+		return false;
+	return arg[n] == 0 || (takes && arg[n] == '=');
+}
+
+int
+kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
+{
+	const cli_cmd *cmd = NULL;
+	bool opts_done = false;
+	unsigned seen = 0;
+
+	memset(a, 0, sizeof(*a));
+	a->limit = -1;
+	err[0] = 0;
+	if (argc > 0 && (a->args = calloc((size_t)argc, sizeof(char *))) == NULL)
+		return usage_err(err, errlen, "out of memory");
+	for (int i = 1; i < argc; i++) {
+		const char *s = argv[i];
+		const char *v;
+		uint64_t n;
+
+		if (opts_done || s[0] != '-' || strcmp(s, "-") == 0) {
+			if (a->cmd == NULL) {
+				a->cmd = s;
+				if ((cmd = find_cmd(s)) == NULL)
+					return usage_err(
+					    err, errlen,
+					    "unknown command '%s' (try 'shardkv --help')", s);
+			} else {
+				a->args[a->nargs++] = s;
+			}
+			continue;
+		}
+		if (strcmp(s, "--") == 0) {
+			opts_done = true;
+		} else if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
+			a->help = true;
+		} else if (strcmp(s, "--json") == 0) {
+			a->json = true;
+		} else if (strcmp(s, "-c") == 0 || is_opt(s, "--controller", true)) {
+			size_t nl = s[1] == 'c' ? 2 : strlen("--controller");
+			if ((v = opt_value(argc, argv, &i, s, nl)) == NULL || v[0] == 0)
+				return usage_err(err, errlen, "%s needs an address", s);
+			a->controller = v;
+		} else if (is_opt(s, "--timeout", true)) {
+			if ((v = opt_value(argc, argv, &i, s, strlen("--timeout"))) == NULL ||
+			    !parse_u64(v, UINT32_MAX, &n) || n == 0)
+				return usage_err(
+				    err, errlen,
+				    "--timeout needs a positive number of milliseconds");
+			a->timeout_ms = (uint32_t)n;
+		} else if (is_opt(s, "--auth-token-file", true)) {
+			if ((v = opt_value(argc, argv, &i, s, strlen("--auth-token-file"))) == NULL)
+				return usage_err(err, errlen, "%s needs a file", s);
+			a->auth_token_file = v;
+		} else if (is_opt(s, "--tls-cert", true) || is_opt(s, "--tls-key", true) ||
+		           is_opt(s, "--tls-ca", true)) {
+			size_t nl = strchr(s, '=') ? (size_t)(strchr(s, '=') - s) : strlen(s);
+			if (opt_value(argc, argv, &i, s, nl) == NULL)
+				return usage_err(err, errlen, "%s needs a file", s);
+			a->tls = true;
+		} else if (strcmp(s, "--wait") == 0) {
+			a->wait = true;
+			seen |= OPT_WAIT;
+		} else if (strcmp(s, "--no-rebalance") == 0) {
+			a->no_rebalance = true;
+			seen |= OPT_NOREB;
+		} else if (is_opt(s, "--prefix", true)) {
+			if ((v = opt_value(argc, argv, &i, s, strlen("--prefix"))) == NULL)
+				return usage_err(err, errlen, "--prefix needs a value");
+			a->prefix = v;
+			seen |= OPT_PREFIX;
+		} else if (is_opt(s, "--limit", true)) {
+			if ((v = opt_value(argc, argv, &i, s, strlen("--limit"))) == NULL ||
+			    !parse_u64(v, (uint64_t)1 << 40, &n))
+				return usage_err(err, errlen, "--limit needs a number");
+			a->limit = (long long)n;
+			seen |= OPT_LIMIT;
+		} else if (is_opt(s, "--rate", true)) {
+			if ((v = opt_value(argc, argv, &i, s, strlen("--rate"))) == NULL ||
+			    !parse_u64(v, UINT32_MAX, &n))
+				return usage_err(err, errlen, "--rate needs a number of MB/s");
+			a->rate_mb_s = (uint32_t)n;
+			a->has_rate = true;
+			seen |= OPT_RATE;
+		} else if (cmd && strcmp(cmd->name, "bench") == 0) {
+			a->args[a->nargs++] = s; /* bench options are its own */
+		} else {
+			return usage_err(err, errlen, "unknown option '%s' (try 'shardkv --help')",
+			                 s);
+		}
+	}
+	if (a->help)
+		return KV_CLI_OK;
+	if (a->cmd == NULL)
+		return usage_err(err, errlen, "no command given (try 'shardkv --help')");
+	if (seen & ~cmd->opts) {
+		static const char *names[] = {"--wait", "--no-rebalance", "--prefix", "--limit",
+		                              "--rate"};
+		for (unsigned b = 0; b < 5; b++)
+			if ((seen & ~cmd->opts) & (1u << b))
+				return usage_err(err, errlen, "%s: option %s does not apply",
+				                 cmd->name, names[b]);
+	}
+	if (a->nargs < cmd->min || (cmd->max >= 0 && a->nargs > cmd->max)) {
+		char u[160];
+		snprintf(u, sizeof(u), "%s: %s (usage: shardkv %s %s)", cmd->name,
+		         a->nargs < cmd->min ? "missing arguments" : "too many arguments",
+		         cmd->name, cmd->usage);
+		return usage_err(err, errlen, "%s", u);
+	}
+	if (strcmp(cmd->name, "mput") == 0 && a->nargs % 2 != 0)
+		return usage_err(err, errlen,
+		                 "mput: the numbers of keys and values differ (every KEY needs a "
+		                 "VALUE; nothing was written)");
+	if (strcmp(cmd->name, "config") == 0 && a->nargs == 1) {
+		uint64_t n;
+		if (!parse_u64(a->args[0], UINT64_MAX, &n) || n == 0)
+			return usage_err(err, errlen,
+			                 "config: EPOCH must be a positive number, not '%s'",
+			                 a->args[0]);
+	}
+	return KV_CLI_OK;
+}
+
+void
+kv_cli_args_fini(kv_cli_args *a)
+{
+	free(a->args);
+	a->args = NULL;
+}
+
+static void
+print_help(FILE *f, const cli_cmd *cmd)
+{
+	if (cmd) {
+		fprintf(f, "usage: shardkv [global options] %s %s\n  %s\n", cmd->name, cmd->usage,
+		        cmd->help);
+		if (strcmp(cmd->name, "put") == 0 || strcmp(cmd->name, "append") == 0 ||
+		    strcmp(cmd->name, "mput") == 0)
+			fprintf(f, "  A VALUE of `-` is read from stdin (once per command).\n");
+		if (cmd->opts & OPT_WAIT)
+			fprintf(f,
+			        "  --wait blocks until the migrations finish and prints the time "
+			        "they took.\n");
+		return;
+	}
+	fprintf(f, "usage: shardkv [-c|--controller ADDR] [--json] [--timeout MS] COMMAND ARGS...\n"
+	           "\n"
+	           "Global options:\n"
+	           "  -c, --controller ADDR   controller URL(s), comma-separated "
+	           "(default: $SHARDKV_CONTROLLER, else " DEFAULT_CONTROLLER ")\n"
+	           "  --json                  admin commands print one JSON object\n"
+	           "  --timeout MS            per-call deadline in milliseconds (default 5000)\n"
+	           "  --auth-token-file F     send the shared secret in F\n"
+	           "  -h, --help              this help; COMMAND --help for a command\n"
+	           "\nCommands:\n");
+	for (size_t i = 0; i < NCMDS; i++)
+		fprintf(f, "  %-9s %-40s %s\n", cmds[i].name, cmds[i].usage, cmds[i].help);
+	fprintf(f, "\nExit codes: 0 success, 1 not found, 2 usage or invalid request, "
+	           "3 unavailable or timed out, 4 rejected, 5 internal error.\n"
+	           "Use -- before values that start with '-'.\n");
+}
+
+/* ---------------------------------------------------------------------------
+ * Helpers for handlers
+ * ------------------------------------------------------------------------- */
+
+/*
+ * Reports a library error and returns the exit code: the code's message,
+ * then the detail when it adds something. A refusal the cluster explained
+ * (not found, exists, invalid) shows the explanation alone.
+ */
+static int
+fail(cli_ctx *x, int err)
+{
+	const char *m = shardkv_errmsg(), *e = shardkv_strerror(err);
+
+	if (m[0] == 0 || strcmp(m, e) == 0)
+		fprintf(x->err, "shardkv: %s: %s\n", x->a->cmd, e);
+	else if (err == SHARDKV_ENOTFOUND || err == SHARDKV_EEXISTS || err == SHARDKV_EINVAL)
+		fprintf(x->err, "shardkv: %s: %s\n", x->a->cmd, m);
+	else
+		fprintf(x->err, "shardkv: %s: %s: %s\n", x->a->cmd, e, m);
+	return kv_cli_exit_code(err);
+}
+
+/* Returns a value argument's bytes; `-` reads stdin (once). */
+static int
+value_arg(cli_ctx *x, const char *arg, shardkv_bytes *out)
+{
+	size_t len = 0, cap = 0;
+
+	if (strcmp(arg, "-") != 0) {
+		out->data = arg;
+		out->len = strlen(arg);
+		return 0;
+	}
+	if (x->stdin_used) {
+		fprintf(x->err, "shardkv: %s: only one VALUE can be read from stdin\n", x->a->cmd);
+		return KV_CLI_USAGE;
+	}
+	x->stdin_used = true;
+	for (;;) {
+		if (len == cap) {
+			size_t ncap = cap ? cap * 2 : 65536;
+			uint8_t *n;
+			if (ncap > (size_t)64 * 1024 * 1024 + 65536) {
+				fprintf(x->err, "shardkv: %s: the value on stdin exceeds 64 MiB\n",
+				        x->a->cmd);
+				return KV_CLI_REJECTED;
+			}
+			if ((n = realloc(x->stdin_buf, ncap)) == NULL) {
+				fprintf(x->err, "shardkv: %s: out of memory\n", x->a->cmd);
+				return KV_CLI_INTERNAL;
+			}
+			x->stdin_buf = n;
+			cap = ncap;
+		}
+		size_t got = fread(x->stdin_buf + len, 1, cap - len, stdin);
+		len += got;
+		if (got == 0) {
+			if (ferror(stdin)) {
+				fprintf(x->err, "shardkv: %s: reading stdin: %s\n", x->a->cmd,
+				        strerror(errno));
+				return KV_CLI_INTERNAL;
+			}
+			break;
+		}
+	}
+	out->data = x->stdin_buf;
+	out->len = len;
+	return 0;
+}
+
+static void
+print_raw(FILE *f, const void *p, size_t n)
+{
+	if (n)
+		fwrite(p, 1, n, f);
+	fputc('\n', f);
+}
+
+/* ---------------------------------------------------------------------------
+ * Data commands
+ * ------------------------------------------------------------------------- */
+
+static int
+cmd_get(cli_ctx *x)
+{
+	const char *k = x->a->args[0];
+	shardkv_buf v;
+	int rv = shardkv_get(x->c, k, strlen(k), &v);
+
+	if (rv != 0)
+		return fail(x, rv);
+	print_raw(x->out, v.data, v.len);
+	shardkv_free(v.data);
+	return 0;
+}
+
+static int
+cmd_put(cli_ctx *x)
+{
+	const char *k = x->a->args[0];
+	shardkv_bytes v;
+	int rv;
+
+	if ((rv = value_arg(x, x->a->args[1], &v)) != 0)
+		return rv;
+	if ((rv = shardkv_put(x->c, k, strlen(k), v.data, v.len)) != 0)
+		return fail(x, rv);
+	return 0;
+}
+
+static int
+cmd_del(cli_ctx *x)
+{
+	const char *k = x->a->args[0];
+	shardkv_buf v;
+	int rv = shardkv_del(x->c, k, strlen(k), &v);
+
+	if (rv != 0)
+		return fail(x, rv);
+	print_raw(x->out, v.data, v.len);
+	shardkv_free(v.data);
+	return 0;
+}
+
+static int
+cmd_append(cli_ctx *x)
+{
+	const char *k = x->a->args[0];
+	shardkv_bytes v;
+	int rv;
+
+	if ((rv = value_arg(x, x->a->args[1], &v)) != 0)
+		return rv;
+	if ((rv = shardkv_append(x->c, k, strlen(k), v.data, v.len, NULL)) != 0)
+		return fail(x, rv);
+	return 0;
+}
+
+static int
+cmd_mget(cli_ctx *x)
+{
+	size_t n = (size_t)x->a->nargs;
+	shardkv_bytes *keys = calloc(n, sizeof(*keys));
+	shardkv_mget_result *r = NULL;
+	int rv;
+
+	if (keys == NULL)
+		return fail(x, SHARDKV_ENOMEM);
+	for (size_t i = 0; i < n; i++) {
+		keys[i].data = x->a->args[i];
+		keys[i].len = strlen(x->a->args[i]);
+	}
+	rv = shardkv_mget(x->c, n, keys, &r);
+	if (rv == SHARDKV_ENOTFOUND && r != NULL) {
+		/* The error names the missing keys. */
+		fprintf(x->err, "shardkv: mget: key not found:");
+		for (size_t i = 0; i < r->nmissing; i++) {
+			fputc(' ', x->err);
+			human_str(x->err, keys[r->missing[i]].data, keys[r->missing[i]].len);
+		}
+		fputc('\n', x->err);
+		shardkv_mget_result_free(r);
+		free(keys);
+		return KV_CLI_NOTFOUND;
+	}
+	free(keys);
+	if (rv != 0)
+		return fail(x, rv);
+	for (size_t i = 0; i < r->n; i++)
+		print_raw(x->out, r->values[i].data, r->values[i].len);
+	shardkv_mget_result_free(r);
+	return 0;
+}
+
+static int
+cmd_mput(cli_ctx *x)
+{
+	size_t n = (size_t)x->a->nargs / 2;
+	shardkv_bytes *keys = calloc(n, sizeof(*keys)), *vals = calloc(n, sizeof(*vals));
+	shardkv_mput_result *r = NULL;
+	int rv = 0;
+
+	if (keys == NULL || vals == NULL) {
+		free(keys);
+		free(vals);
+		return fail(x, SHARDKV_ENOMEM);
+	}
+	for (size_t i = 0; i < n && rv == 0; i++) {
+		keys[i].data = x->a->args[2 * i];
+		keys[i].len = strlen(x->a->args[2 * i]);
+		rv = value_arg(x, x->a->args[2 * i + 1], &vals[i]);
+	}
+	if (rv != 0)
+		goto out;
+	rv = shardkv_mput(x->c, n, keys, n, vals, &r);
+	if (rv != 0 && r != NULL && r->nfailed > 0) {
+		for (size_t i = 0; i < r->nfailed; i++) {
+			const shardkv_node_error *e = &r->failed[i];
+			fprintf(x->err,
+			        "shardkv: mput: node %" PRIu32 " (%s): %s (%zu keys not written)\n",
+			        e->node_id, e->address ? e->address : "?", shardkv_strerror(e->err),
+			        e->nkeys);
+		}
+		rv = kv_cli_exit_code(rv);
+	} else if (rv != 0) {
+		rv = fail(x, rv);
+	}
+out:
+	shardkv_mput_result_free(r);
+	free(keys);
+	free(vals);
+	return rv;
+}
+
+static int
+cmd_keys(cli_ctx *x)
+{
+	const char *p = x->a->prefix ? x->a->prefix : "";
+	shardkv_scan_result *r;
+	int rv = shardkv_keys(x->c, p, strlen(p), &r);
+
+	if (rv != 0)
+		return fail(x, rv);
+	for (size_t i = 0; i < r->n; i++)
+		print_raw(x->out, r->entries[i].key.data, r->entries[i].key.len);
+	shardkv_scan_result_free(r);
+	return 0;
+}
+
+static int
+cmd_scan(cli_ctx *x)
+{
+	const char *s = x->a->args[0], *e = x->a->args[1];
+	shardkv_scan_result *r;
+	size_t limit = x->a->limit > 0 ? (size_t)x->a->limit : 0;
+	int rv;
+
+	if (x->a->limit == 0)
+		return 0; /* --limit 0: nothing to print */
+	rv = shardkv_scan(x->c, s, strlen(s), e, strlen(e), limit, &r);
+	if (rv != 0)
+		return fail(x, rv);
+	for (size_t i = 0; i < r->n; i++) {
+		const shardkv_entry *en = &r->entries[i];
+		if (en->key.len)
+			fwrite(en->key.data, 1, en->key.len, x->out);
+		fputc('\t', x->out);
+		print_raw(x->out, en->value.data, en->value.len);
+	}
+	shardkv_scan_result_free(r);
+	return 0;
+}
+
+static int
+cmd_bench(cli_ctx *x)
+{
+	fprintf(x->err, "shardkv: bench: not implemented yet\n");
+	return KV_CLI_USAGE;
+}
+
+/* ---------------------------------------------------------------------------
+ * Admin commands
+ * ------------------------------------------------------------------------- */
+
+static double
+seconds_since(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* Prints the outcome of join/leave/move/rebalance. `what` is the human
+ * sentence before " in epoch N". */
+static int
+admin_report(cli_ctx *x, int rv, const shardkv_admin_result *r, const char *what,
+             const struct timespec *t0)
+{
+	double secs;
+
+	if (rv != 0)
+		return fail(x, rv);
+	secs = r->wait_ms ? (double)r->wait_ms / 1000.0 : seconds_since(t0);
+	if (x->a->json) {
+		fprintf(x->out, "{\"epoch\": %" PRIu64 ", \"command\": \"%s\", \"migrations\": %zu",
+		        r->epoch, x->a->cmd, r->nmigrations);
+		if (r->node_id)
+			fprintf(x->out, ", \"node\": %" PRIu32, r->node_id);
+		if (x->a->wait)
+			fprintf(x->out, ", \"wait_ms\": %" PRIu64 ", \"wait_s\": %.3f",
+			        r->wait_ms ? r->wait_ms : (uint64_t)(secs * 1000.0), secs);
+		fprintf(x->out, "}\n");
+		return 0;
+	}
+	fprintf(x->out, "%s in epoch %" PRIu64 " (%zu migration%s)\n", what, r->epoch,
+	        r->nmigrations, r->nmigrations == 1 ? "" : "s");
+	if (x->a->wait)
+		fprintf(x->out, "migrations finished in %.3f s\n", secs);
+	return 0;
+}
+
+static unsigned
+wait_flag(cli_ctx *x)
+{
+	return x->a->wait ? SHARDKV_WAIT : 0;
+}
+
+static int
+cmd_join(cli_ctx *x)
+{
+	shardkv_admin_result r = {0};
+	struct timespec t0;
+	char what[600];
+	int rv;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rv = shardkv_join(x->c, x->a->args[0],
+	                  wait_flag(x) | (x->a->no_rebalance ? SHARDKV_NO_REBALANCE : 0), &r);
+	snprintf(what, sizeof(what), "joined %s as node %" PRIu32, x->a->args[0], r.node_id);
+	return admin_report(x, rv, &r, what, &t0);
+}
+
+static int
+cmd_leave(cli_ctx *x)
+{
+	shardkv_admin_result r = {0};
+	struct timespec t0;
+	char what[600];
+	int rv;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rv = shardkv_leave(x->c, x->a->args[0], wait_flag(x), &r);
+	snprintf(what, sizeof(what), "node %s is leaving", x->a->args[0]);
+	return admin_report(x, rv, &r, what, &t0);
+}
+
+static int
+cmd_move(cli_ctx *x)
+{
+	const char *s = x->a->args[0], *e = x->a->args[1];
+	shardkv_admin_result r = {0};
+	struct timespec t0;
+	char what[600];
+	int rv;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rv = shardkv_move(x->c, s, strlen(s), e, strlen(e), x->a->args[2], x->a->rate_mb_s,
+	                  wait_flag(x), &r);
+	snprintf(what, sizeof(what), "moving [%.250s, %.250s) to node %s", s, e, x->a->args[2]);
+	return admin_report(x, rv, &r, what, &t0);
+}
+
+static int
+cmd_rebalance(cli_ctx *x)
+{
+	shardkv_admin_result r = {0};
+	struct timespec t0;
+	int rv;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rv = shardkv_rebalance(x->c, x->a->rate_mb_s, wait_flag(x), &r);
+	return admin_report(x, rv, &r, "rebalancing", &t0);
+}
+
+static void
+json_migrations(FILE *f, const shardkv_config *cfg)
+{
+	fprintf(f, "\"migrations\": [");
+	for (size_t i = 0; i < cfg->nmigrations; i++) {
+		const shardkv_migration *m = &cfg->migrations[i];
+		fprintf(f, "%s{\"id\": %" PRIu64 ", \"start\": ", i ? ", " : "", m->id);
+		json_str(f, m->start.data, m->start.len);
+		fprintf(f, ", \"end\": ");
+		json_str(f, m->end.data, m->end.len);
+		fprintf(f,
+		        ", \"from\": %" PRIu32 ", \"to\": %" PRIu32 ", \"phase\": \"%s\", "
+		        "\"keys_copied\": %" PRIu64 ", \"bytes_copied\": %" PRIu64
+		        ", \"keys_total\": %" PRIu64 ", \"bytes_total\": %" PRIu64
+		        ", \"eta_s\": %.3f}",
+		        m->from, m->to, m->phase, m->keys_copied, m->bytes_copied, m->keys_total,
+		        m->bytes_total, (double)m->eta_ms / 1000.0);
+	}
+	fprintf(f, "]");
+}
+
+static void
+json_config(cli_ctx *x, const shardkv_config *cfg, bool status)
+{
+	FILE *f = x->out;
+
+	fprintf(f, "{\"epoch\": %" PRIu64 ", \"nodes\": [", cfg->epoch);
+	for (size_t i = 0; i < cfg->nnodes; i++) {
+		const shardkv_node *n = &cfg->nodes[i];
+		fprintf(f, "%s{\"id\": %" PRIu32 ", \"address\": ", i ? ", " : "", n->id);
+		json_str(f, n->address, strlen(n->address));
+		fprintf(f, ", \"state\": \"%s\"", shardkv_node_state_name(n->state));
+		if (status) {
+			size_t nr = 0;
+			for (size_t j = 0; j < cfg->nranges; j++)
+				nr += cfg->ranges[j].node == n->id;
+			fprintf(f,
+			        ", \"keys\": %" PRIu64 ", \"bytes\": %" PRIu64
+			        ", \"ops_per_sec\": %.1f, \"memory_bytes\": %" PRIu64
+			        ", \"last_seen_ms\": %" PRIu64 ", \"ranges\": %zu",
+			        n->keys, n->bytes, n->ops_per_sec, n->memory_bytes, n->last_seen_ms,
+			        nr);
+		}
+		fputc('}', f);
+	}
+	fprintf(f, "], \"ranges\": [");
+	for (size_t i = 0; i < cfg->nranges; i++) {
+		const shardkv_range *r = &cfg->ranges[i];
+		fprintf(f, "%s{\"start\": ", i ? ", " : "");
+		json_str(f, r->start.data, r->start.len);
+		fprintf(f, ", \"end\": ");
+		json_str(f, r->end.data, r->end.len);
+		fprintf(f, ", \"node\": %" PRIu32 "}", r->node);
+	}
+	fprintf(f, "], ");
+	json_migrations(f, cfg);
+	if (status) {
+		fprintf(f, ", \"controllers\": [");
+		if (cfg->ncontrollers == 0 && strchr(x->ctl, ',') == NULL) {
+			/* A standalone controller may not report itself: it is the one asked. */
+			fprintf(f, "{\"id\": 1, \"address\": ");
+			json_str(f, x->ctl, strlen(x->ctl));
+			fprintf(f, ", \"role\": \"standalone\", \"term\": 0, \"index\": 0}");
+		}
+		for (size_t i = 0; i < cfg->ncontrollers; i++) {
+			const shardkv_controller *c = &cfg->controllers[i];
+			fprintf(f, "%s{\"id\": %" PRIu32 ", \"address\": ", i ? ", " : "", c->id);
+			json_str(f, c->address ? c->address : "",
+			         c->address ? strlen(c->address) : 0);
+			fprintf(
+			    f, ", \"role\": \"%s\", \"term\": %" PRIu64 ", \"index\": %" PRIu64 "}",
+			    c->role, c->term, c->index);
+		}
+		fputc(']', f);
+	}
+	fprintf(f, "}\n");
+}
+
+static void
+human_config(cli_ctx *x, const shardkv_config *cfg, bool status)
+{
+	FILE *f = x->out;
+
+	fprintf(f, "epoch %" PRIu64 "\nnodes:\n", cfg->epoch);
+	for (size_t i = 0; i < cfg->nnodes; i++) {
+		const shardkv_node *n = &cfg->nodes[i];
+		fprintf(f, "  %" PRIu32 "  %-28s %-9s", n->id, n->address,
+		        shardkv_node_state_name(n->state));
+		if (status) {
+			size_t nr = 0;
+			for (size_t j = 0; j < cfg->nranges; j++)
+				nr += cfg->ranges[j].node == n->id;
+			fprintf(f, " ranges=%zu", nr);
+		}
+		if (status && n->has_stats)
+			fprintf(f, " keys=%" PRIu64 " bytes=%" PRIu64 " ops/s=%.1f", n->keys,
+			        n->bytes, n->ops_per_sec);
+		fputc('\n', f);
+	}
+	fprintf(f, "ranges:\n");
+	for (size_t i = 0; i < cfg->nranges; i++) {
+		const shardkv_range *r = &cfg->ranges[i];
+		fprintf(f, "  [");
+		human_str(f, r->start.data, r->start.len);
+		fprintf(f, ", ");
+		human_str(f, r->end.data, r->end.len);
+		fprintf(f, ") -> node %" PRIu32 "\n", r->node);
+	}
+	fprintf(f, "migrations:%s\n", cfg->nmigrations ? "" : " none");
+	for (size_t i = 0; i < cfg->nmigrations; i++) {
+		const shardkv_migration *m = &cfg->migrations[i];
+		fprintf(f, "  #%" PRIu64 " [", m->id);
+		human_str(f, m->start.data, m->start.len);
+		fprintf(f, ", ");
+		human_str(f, m->end.data, m->end.len);
+		fprintf(f, ") %" PRIu32 " -> %" PRIu32 " %s keys=%" PRIu64 " bytes=%" PRIu64,
+		        m->from, m->to, m->phase, m->keys_copied, m->bytes_copied);
+		if (m->eta_ms)
+			fprintf(f, " eta=%.1fs", (double)m->eta_ms / 1000.0);
+		fputc('\n', f);
+	}
+	if (status && cfg->ncontrollers) {
+		fprintf(f, "controllers:\n");
+		for (size_t i = 0; i < cfg->ncontrollers; i++) {
+			const shardkv_controller *c = &cfg->controllers[i];
+			fprintf(f, "  %" PRIu32 "  %-28s %s term=%" PRIu64 " index=%" PRIu64 "\n",
+			        c->id, c->address ? c->address : "?", c->role, c->term, c->index);
+		}
+	}
+}
+
+static int
+cmd_config(cli_ctx *x)
+{
+	shardkv_config *cfg;
+	uint64_t epoch = 0;
+	int rv;
+
+	if (x->a->nargs == 1)
+		epoch = strtoull(x->a->args[0], NULL, 10);
+	if ((rv = shardkv_config_get(x->c, epoch, &cfg)) != 0)
+		return fail(x, rv);
+	if (x->a->json)
+		json_config(x, cfg, false);
+	else
+		human_config(x, cfg, false);
+	shardkv_config_free(cfg);
+	return 0;
+}
+
+static int
+cmd_status(cli_ctx *x)
+{
+	shardkv_config *cfg;
+	int rv;
+
+	if ((rv = shardkv_status(x->c, &cfg)) != 0)
+		return fail(x, rv);
+	if (x->a->json)
+		json_config(x, cfg, true);
+	else
+		human_config(x, cfg, true);
+	shardkv_config_free(cfg);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * main
+ * ------------------------------------------------------------------------- */
+
+/* Reads the auth token file; trailing newline characters are not part of it. */
+static int
+read_token(const char *path, uint8_t **out, size_t *len, FILE *err)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t *buf;
+	size_t n;
+
+	if (f == NULL) {
+		fprintf(err, "shardkv: --auth-token-file %s: %s\n", path, strerror(errno));
+		return KV_CLI_USAGE;
+	}
+	if ((buf = malloc(4097)) == NULL) {
+		fclose(f);
+		return KV_CLI_INTERNAL;
+	}
+	n = fread(buf, 1, 4097, f);
+	fclose(f);
+	if (n > 4096) {
+		free(buf);
+		fprintf(err, "shardkv: --auth-token-file %s: longer than 4096 bytes\n", path);
+		return KV_CLI_USAGE;
+	}
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+int
+kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
+{
+	kv_cli_args a;
+	cli_ctx x = {.a = &a, .out = out, .err = err};
+	shardkv_options opt = {0};
+	const cli_cmd *cmd;
+	uint8_t *token = NULL;
+	size_t token_len = 0;
+	char msg[256];
+	int rv;
+
+	if ((rv = kv_cli_parse(argc, argv, &a, msg, sizeof(msg))) != 0) {
+		fprintf(err, "shardkv: %s\n", msg);
+		kv_cli_args_fini(&a);
+		return rv;
+	}
+	cmd = a.cmd ? find_cmd(a.cmd) : NULL;
+	if (a.help) {
+		print_help(out, cmd);
+		kv_cli_args_fini(&a);
+		return 0;
+	}
+	if (a.tls) {
+		fprintf(err, "shardkv: TLS (--tls-*) is not supported by this build yet\n");
+		kv_cli_args_fini(&a);
+		return KV_CLI_USAGE;
+	}
+	if (strcmp(cmd->name, "bench") == 0) {
+		rv = cmd_bench(&x);
+		kv_cli_args_fini(&a);
+		return rv;
+	}
+	x.ctl = a.controller;
+	if (x.ctl == NULL)
+		x.ctl = getenv("SHARDKV_CONTROLLER");
+	if (x.ctl == NULL || x.ctl[0] == 0)
+		x.ctl = DEFAULT_CONTROLLER;
+	if (a.auth_token_file &&
+	    (rv = read_token(a.auth_token_file, &token, &token_len, err)) != 0) {
+		kv_cli_args_fini(&a);
+		return rv;
+	}
+	opt.timeout_ms = a.timeout_ms ? a.timeout_ms : a.wait ? WAIT_TIMEOUT_MS : 0;
+	opt.auth_token = token;
+	opt.auth_token_len = token_len;
+	/* A one-shot command has no use for a background watch. */
+	opt.no_watch = true;
+	if ((rv = shardkv_open(x.ctl, &opt, &x.c)) != 0) {
+		rv = fail(&x, rv);
+	} else {
+		rv = cmd->fn(&x);
+		if (fflush(out) != 0 && rv == 0) {
+			fprintf(err, "shardkv: %s: writing the output: %s\n", a.cmd,
+			        strerror(errno));
+			rv = KV_CLI_INTERNAL;
+		}
+	}
+	shardkv_close(x.c);
+	free(x.stdin_buf);
+	free(token);
+	kv_cli_args_fini(&a);
+	return rv;
+}

@@ -1,0 +1,762 @@
+/*
+ * client.c - the libshardkv handle: configuration cache, watch thread,
+ * connections, and the two transports every operation goes through
+ * (kvc_server_call to a shard server, kvc_controller_call to the
+ * controllers).
+ *
+ * DESIGN. The handle caches the newest configuration it has seen as a
+ * reference-counted immutable snapshot; an operation takes a reference,
+ * routes with it and drops it, so a new configuration can be installed at
+ * any time without waiting for operations. The cache only moves forward
+ * (a configuration is installed only when its epoch is newer). It learns
+ * new epochs three ways: the first operation fetches one (get_config), a
+ * background thread keeps one Watch long poll outstanding on a controller,
+ * and an operation that sees a newer epoch in an OwnerHint fetches one.
+ * WRONG_OWNER hints are also remembered (a few ranges, newest first) as
+ * amendments of the cached configuration, so that later calls for the same
+ * range skip the old owner until a newer configuration replaces them.
+ *
+ * Threads and locks (doc/threads.md has the project-wide list):
+ *   - caller threads: any number, running operations;
+ *   - mget/mput helper threads: one per server part, joined before the call
+ *     returns;
+ *   - the watch thread: started with the first configuration fetch unless
+ *     no_watch; stopped by shardkv_close, which closes its socket (that
+ *     wakes a blocking receive) and signals cfg_cv (that wakes a backoff).
+ *   conn_mu protects the connection table; cfg_mu protects the cache, the
+ *   remembered hints and the watch state. Neither is held across a network call, and they are never
+ *   held together.
+ */
+#include "client/client_int.h"
+#include "common/err.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The public codes are the KV_E* codes re-declared: every one must match. */
+#define KVC__CHECK_ERR(name, value, msg)                                                           \
+	_Static_assert((int)SHARDKV_E##name == (int)KV_E##name, "SHARDKV_E" #name " drifted");
+KV_ERR_MAP(KVC__CHECK_ERR)
+#undef KVC__CHECK_ERR
+_Static_assert((int)KV_ERR_MIN == (int)SHARDKV_EINTERNAL, "a KV_E* code has no SHARDKV_E*");
+
+#define KVC_DEFAULT_TIMEOUT_MS 5000u
+#define KVC_WATCH_POLL_MS      10000u /* how long the controller holds a watch */
+#define KVC_BACKOFF_MAX_MS     100u
+
+/* The detail of the last failure on this thread (shardkv_errmsg). */
+static _Thread_local char kvc_errbuf[512];
+
+int
+kvc_fail(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(kvc_errbuf, sizeof(kvc_errbuf), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+void
+kvc_clear_error(void)
+{
+	kvc_errbuf[0] = 0;
+}
+
+const char *
+shardkv_errmsg(void)
+{
+	return kvc_errbuf;
+}
+
+const char *
+shardkv_strerror(int err)
+{
+	return kv_strerror(err);
+}
+
+void
+shardkv_free(void *p)
+{
+	free(p);
+}
+
+bool
+kvc_retryable(int err)
+{
+	switch (err) {
+	case KV_ETIMEDOUT:
+	case KV_EUNAVAIL:
+	case KV_ECLOSED:
+	case KV_EBUSY:
+	case KV_EMOVING:
+	case KV_EWRONGOWNER:
+	case KV_ESTALE:
+		return true;
+	default:
+		return false;
+	}
+}
+
+uint64_t
+kvc_next_id(shardkv_client *c)
+{
+	return atomic_fetch_add(&c->next_id, 1);
+}
+
+uint64_t
+kvc_deadline(shardkv_client *c)
+{
+	return kv_now_ns() + (uint64_t)atomic_load(&c->timeout_ms) * 1000000u;
+}
+
+uint32_t
+kvc_remaining_ms(uint64_t deadline_ns)
+{
+	uint64_t now = kv_now_ns();
+
+	if (now >= deadline_ns)
+		return 0;
+	uint64_t ms = (deadline_ns - now + 999999u) / 1000000u;
+	return ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
+void
+kvc_backoff(uint64_t deadline_ns, uint32_t *backoff_ms)
+{
+	uint32_t left = kvc_remaining_ms(deadline_ns);
+	uint32_t ms = *backoff_ms < left ? *backoff_ms : left;
+	struct timespec ts = {.tv_sec = ms / 1000u, .tv_nsec = (long)(ms % 1000u) * 1000000L};
+
+	if (ms)
+		nanosleep(&ts, NULL);
+	*backoff_ms = *backoff_ms * 2 > KVC_BACKOFF_MAX_MS ? KVC_BACKOFF_MAX_MS : *backoff_ms * 2;
+}
+
+/* A random non-zero 64-bit id for the handle. */
+static uint64_t
+random_id(void)
+{
+	uint64_t v = 0;
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		if (read(fd, &v, sizeof(v)) != (ssize_t)sizeof(v))
+			v = 0;
+		close(fd);
+	}
+	if (v == 0)
+		v = kv_hash64(&fd, sizeof(fd)) ^ kv_now_ns() ^ ((uint64_t)getpid() << 32);
+	return v ? v : 1;
+}
+
+/* ---------------------------------------------------------------------------
+ * Connections
+ * ------------------------------------------------------------------------- */
+
+/* Returns the rpc client for `address`, creating it on first use. */
+static int
+conn_get(shardkv_client *c, const char *address, kv_rpc_client **out)
+{
+	int rv = KV_OK;
+
+	pthread_mutex_lock(&c->conn_mu);
+	for (size_t i = 0; i < c->nconns; i++) {
+		if (strcmp(c->conns[i].address, address) == 0) {
+			*out = c->conns[i].rpc;
+			goto out;
+		}
+	}
+	if (c->nconns == c->capconns) {
+		size_t cap = c->capconns ? c->capconns * 2 : 8;
+		kvc_conn *n = realloc(c->conns, cap * sizeof(*n));
+		if (n == NULL) {
+			rv = KV_ENOMEM;
+			goto out;
+		}
+		c->conns = n;
+		c->capconns = cap;
+	}
+	kvc_conn *k = &c->conns[c->nconns];
+	if ((k->address = strdup(address)) == NULL) {
+		rv = KV_ENOMEM;
+		goto out;
+	}
+	if ((rv = kv_rpc_client_create(address, &k->rpc)) != KV_OK) {
+		free(k->address);
+		goto out;
+	}
+	c->nconns++;
+	*out = k->rpc;
+out:
+	pthread_mutex_unlock(&c->conn_mu);
+	return rv;
+}
+
+int
+kvc_server_call(shardkv_client *c, const char *address, uint64_t epoch, const kvc_op *op,
+                uint64_t deadline_ns, kvc_reply *r)
+{
+	kvc_envelope env = {
+	    .client_id = c->client_id,
+	    .request_id = kvc_next_id(c),
+	    .epoch = epoch,
+	    .auth = {.p = c->auth.data, .len = c->auth.len},
+	};
+	kv_rpc_client *rpc;
+	nng_msg *req, *rep;
+	int rv;
+
+	if ((env.timeout_ms = kvc_remaining_ms(deadline_ns)) == 0)
+		return KV_ETIMEDOUT;
+	/* A lost reply must leave time for a retry: one attempt gets half of
+	 * what is left (at least a second, at most everything). */
+	if (env.timeout_ms > 1000u)
+		env.timeout_ms = env.timeout_ms / 2 > 1000u ? env.timeout_ms / 2 : 1000u;
+	if ((rv = conn_get(c, address, &rpc)) != KV_OK)
+		return rv;
+	if ((rv = kvc_encode_request(&env, op, &req)) != KV_OK)
+		return rv;
+	if ((rv = kv_rpc_call(rpc, req, &rep, env.timeout_ms)) != KV_OK)
+		return rv;
+	rv = kvc_decode_reply(nng_msg_body(rep), nng_msg_len(rep), r);
+	nng_msg_free(rep);
+	return rv;
+}
+
+/* One attempt at one controller address. */
+static int
+controller_try(shardkv_client *c, const char *address, const kvc_admin_req *q, uint32_t rpc_ms,
+               kvc_admin_reply *r)
+{
+	kv_rpc_client *rpc;
+	nng_msg *req, *rep;
+	int rv;
+
+	if ((rv = conn_get(c, address, &rpc)) != KV_OK)
+		return rv;
+	if ((rv = kvc_encode_admin(q, &req)) != KV_OK)
+		return rv;
+	if ((rv = kv_rpc_call(rpc, req, &rep, rpc_ms)) != KV_OK)
+		return rv;
+	rv = kvc_decode_admin(nng_msg_body(rep), nng_msg_len(rep), r);
+	nng_msg_free(rep);
+	return rv;
+}
+
+int
+kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns, kvc_admin_reply *r)
+{
+	uint32_t backoff = 1;
+	char *redirect = NULL; /* a leader named by a NOT_LEADER reply */
+	size_t first, tries = 0;
+	int rv = KV_EUNAVAIL;
+
+	/* A --wait can last long, so it must go to a live controller: when none
+	 * has answered yet, find one with a cheap request first. */
+	pthread_mutex_lock(&c->conn_mu);
+	bool known = c->ctl_known;
+	pthread_mutex_unlock(&c->conn_mu);
+	if (q->wait && c->nctl > 1 && !known) {
+		kvc_admin_req probe = {.kind = KVC_ADMIN_GET_CONFIG};
+		if ((rv = kvc_controller_call(c, &probe, deadline_ns, r)) != KV_OK)
+			return rv;
+		kvc_admin_reply_fini(r);
+	}
+	q->client_id = c->client_id;
+	q->request_id = kvc_next_id(c);
+	q->auth.p = c->auth.data;
+	q->auth.len = c->auth.len;
+	pthread_mutex_lock(&c->conn_mu);
+	first = c->ctl_next;
+	pthread_mutex_unlock(&c->conn_mu);
+	for (;;) {
+		uint32_t left = kvc_remaining_ms(deadline_ns);
+		size_t i = (first + tries) % c->nctl;
+		const char *addr = redirect ? redirect : c->ctl_addrs[i];
+
+		if (left == 0)
+			break;
+		if (q->timeout_ms == 0 || q->timeout_ms > left)
+			q->timeout_ms = left;
+		/* A dead replica must not eat the whole deadline: with several
+		 * controllers, one attempt gets a share (a --wait gets it all). */
+		uint32_t attempt = left;
+		if (!q->wait && c->nctl > 1 && redirect == NULL) {
+			attempt = left / (uint32_t)c->nctl;
+			attempt = attempt < 1000u ? (left < 1000u ? left : 1000u) : attempt;
+		}
+		rv = controller_try(c, addr, q, attempt, r);
+		if (rv == KV_OK && r->not_leader) {
+			free(redirect);
+			redirect = r->leader;
+			r->leader = NULL;
+			rv = kvc_fail(KV_EUNAVAIL, "controller %s is not the leader%s", addr,
+			              redirect ? "" : " (election in progress)");
+			kvc_admin_reply_fini(r);
+			if (redirect == NULL) {
+				tries++;
+				kvc_backoff(deadline_ns, &backoff);
+			}
+			continue;
+		}
+		if (rv == KV_OK && r->status == KV_EUNAVAIL) {
+			rv = kvc_fail(KV_EUNAVAIL, "controller %s: %s", addr,
+			              r->error ? r->error : "unavailable");
+			kvc_admin_reply_fini(r);
+		} else if (rv == KV_OK) {
+			pthread_mutex_lock(&c->conn_mu);
+			if (redirect == NULL)
+				c->ctl_next = i;
+			c->ctl_known = true;
+			pthread_mutex_unlock(&c->conn_mu);
+			free(redirect);
+			return KV_OK;
+		} else if (!kvc_retryable(rv) && rv != KV_EPROTO) {
+			break;
+		} else {
+			kvc_fail(rv, "controller %s did not answer", addr);
+		}
+		free(redirect);
+		redirect = NULL;
+		tries++;
+		/* Every controller was tried once: wait a little before the next round. */
+		if (tries % c->nctl == 0)
+			kvc_backoff(deadline_ns, &backoff);
+	}
+	free(redirect);
+	if (rv == KV_ETIMEDOUT || rv == KV_EUNAVAIL || rv == KV_ECLOSED)
+		return kvc_fail(rv == KV_ECLOSED ? KV_EUNAVAIL : rv,
+		                "no controller answered (%s%s)", c->ctl_addrs[0],
+		                c->nctl > 1 ? ", ..." : "");
+	return kvc_fail(rv, "controller %s", c->ctl_addrs[0]);
+}
+
+/* ---------------------------------------------------------------------------
+ * Configuration cache
+ * ------------------------------------------------------------------------- */
+
+static void
+hint_free(kvc_hintent *h)
+{
+	kv_buf_fini(&h->start);
+	kv_buf_fini(&h->end);
+	free(h->address);
+	memset(h, 0, sizeof(*h));
+}
+
+/* Drops every hint. Call with cfg_mu held. */
+static void
+hints_clear_locked(shardkv_client *c)
+{
+	for (size_t i = 0; i < c->nhints; i++)
+		hint_free(&c->hints[i]);
+	c->nhints = 0;
+}
+
+void
+kvc_hint_learn(shardkv_client *c, uint64_t epoch, const kvc_hint *h, const char *address,
+               kv_bytes key)
+{
+	kvc_hintent e = {.epoch = epoch};
+
+	if (!kv_range_contains(h->start.data, h->start.len, h->end.data, h->end.len, key.p,
+	                       key.len))
+		return;
+	if (kv_buf_set(&e.start, h->start.data, h->start.len) != KV_OK ||
+	    kv_buf_set(&e.end, h->end.data, h->end.len) != KV_OK ||
+	    (e.address = strdup(address)) == NULL) {
+		hint_free(&e);
+		return;
+	}
+	pthread_mutex_lock(&c->cfg_mu);
+	if (c->cfg == NULL || c->cfg->cfg->epoch != epoch) {
+		pthread_mutex_unlock(&c->cfg_mu); /* a newer config already came */
+		hint_free(&e);
+		return;
+	}
+	if (c->nhints == KVC_MAX_HINTS)
+		hint_free(&c->hints[--c->nhints]);
+	memmove(&c->hints[1], &c->hints[0], c->nhints * sizeof(kvc_hintent));
+	c->hints[0] = e;
+	c->nhints++;
+	pthread_mutex_unlock(&c->cfg_mu);
+}
+
+char *
+kvc_hint_lookup(shardkv_client *c, uint64_t epoch, kv_bytes key)
+{
+	char *a = NULL;
+
+	pthread_mutex_lock(&c->cfg_mu);
+	for (size_t i = 0; i < c->nhints; i++) {
+		const kvc_hintent *h = &c->hints[i];
+		if (h->epoch == epoch && kv_range_contains(h->start.data, h->start.len, h->end.data,
+		                                           h->end.len, key.p, key.len)) {
+			a = strdup(h->address);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->cfg_mu);
+	return a;
+}
+
+void
+kvc_hint_forget(shardkv_client *c, const char *address)
+{
+	pthread_mutex_lock(&c->cfg_mu);
+	for (size_t i = 0; i < c->nhints;) {
+		if (strcmp(c->hints[i].address, address) == 0) {
+			hint_free(&c->hints[i]);
+			memmove(&c->hints[i], &c->hints[i + 1],
+			        (c->nhints - i - 1) * sizeof(kvc_hintent));
+			c->nhints--;
+		} else {
+			i++;
+		}
+	}
+	pthread_mutex_unlock(&c->cfg_mu);
+}
+
+void
+kvc_cfg_put(kvc_cfgref *r)
+{
+	if (r == NULL)
+		return;
+	if (atomic_fetch_sub(&r->refs, 1) == 1) {
+		kv_config_free(r->cfg);
+		free(r);
+	}
+}
+
+void
+kvc_cfg_install(shardkv_client *c, kv_config *cfg)
+{
+	kvc_cfgref *n, *old = NULL;
+
+	if (cfg == NULL)
+		return;
+	if ((n = malloc(sizeof(*n))) == NULL) {
+		kv_config_free(cfg);
+		return;
+	}
+	n->cfg = cfg;
+	atomic_init(&n->refs, 1);
+	pthread_mutex_lock(&c->cfg_mu);
+	if (c->cfg == NULL || c->cfg->cfg->epoch < cfg->epoch) {
+		old = c->cfg;
+		c->cfg = n;
+		n = NULL;
+		hints_clear_locked(c); /* they amended the old configuration */
+		pthread_cond_broadcast(&c->cfg_cv);
+	}
+	pthread_mutex_unlock(&c->cfg_mu);
+	kvc_cfg_put(old);
+	kvc_cfg_put(n);
+}
+
+static void *watch_main(void *arg);
+
+int
+kvc_cfg_get(shardkv_client *c, uint64_t min_epoch, uint64_t deadline_ns, kvc_cfgref **out)
+{
+	kvc_admin_req q = {.kind = KVC_ADMIN_GET_CONFIG};
+	kvc_admin_reply r;
+	kvc_cfgref *ref = NULL;
+	int rv;
+
+	pthread_mutex_lock(&c->cfg_mu);
+	if (c->cfg && c->cfg->cfg->epoch >= min_epoch) {
+		ref = c->cfg;
+		atomic_fetch_add(&ref->refs, 1);
+	}
+	pthread_mutex_unlock(&c->cfg_mu);
+	if (ref) {
+		*out = ref;
+		return KV_OK;
+	}
+	if ((rv = kvc_controller_call(c, &q, deadline_ns, &r)) != KV_OK)
+		return rv;
+	if (r.status != KV_OK || r.config == NULL) {
+		rv = r.status != KV_OK ? r.status : KV_EPROTO;
+		kvc_fail(rv, "fetching the configuration: %s", r.error ? r.error : kv_strerror(rv));
+		kvc_admin_reply_fini(&r);
+		return rv;
+	}
+	kvc_cfg_install(c, r.config);
+	r.config = NULL;
+	kvc_admin_reply_fini(&r);
+	pthread_mutex_lock(&c->cfg_mu);
+	ref = c->cfg;
+	if (ref)
+		atomic_fetch_add(&ref->refs, 1);
+	if (!c->no_watch && !c->watch_started && !c->closing) {
+		if (pthread_create(&c->watch_thread, NULL, watch_main, c) == 0)
+			c->watch_started = true;
+	}
+	pthread_mutex_unlock(&c->cfg_mu);
+	if (ref == NULL)
+		return kvc_fail(KV_EUNAVAIL, "no configuration");
+	if (ref->cfg->nranges == 0) {
+		kvc_cfg_put(ref);
+		return kvc_fail(KV_EUNAVAIL, "the cluster has no servers yet (join one first)");
+	}
+	*out = ref;
+	return KV_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * Watch thread
+ * ------------------------------------------------------------------------- */
+
+/* Waits up to ms on cfg_cv; returns whether the handle is closing. */
+static bool
+watch_sleep(shardkv_client *c, uint32_t ms)
+{
+	struct timespec ts;
+	bool closing;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000u;
+	ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&c->cfg_mu);
+	if (!c->closing)
+		pthread_cond_timedwait(&c->cfg_cv, &c->cfg_mu, &ts);
+	closing = c->closing;
+	pthread_mutex_unlock(&c->cfg_mu);
+	return closing;
+}
+
+/*
+ * One long poll on a controller over the watch thread's own socket (not the
+ * shared rpc clients: shardkv_close must be able to interrupt it, which
+ * closing the socket does). Returns 0 with *cfg set (NULL on a poll timeout)
+ * or a KV_E* code.
+ */
+static int
+watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **cfg)
+{
+	kvc_admin_req q = {
+	    .kind = KVC_ADMIN_WATCH, .epoch = known, .timeout_ms = KVC_WATCH_POLL_MS};
+	kvc_admin_reply r;
+	nng_socket s;
+	nng_msg *msg = NULL;
+	int rv;
+
+	*cfg = NULL;
+	pthread_mutex_lock(&c->cfg_mu);
+	if (c->closing) {
+		pthread_mutex_unlock(&c->cfg_mu);
+		return KV_ECLOSED;
+	}
+	if ((rv = nng_req0_open(&s)) != 0) {
+		pthread_mutex_unlock(&c->cfg_mu);
+		return kv_err_from_nng(rv);
+	}
+	c->watch_sock = s;
+	c->watch_sock_open = true;
+	pthread_mutex_unlock(&c->cfg_mu);
+
+	nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, (nng_duration)(KVC_WATCH_POLL_MS + 5000u));
+	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 2000);
+	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, KV_RPC_MAX_MSG);
+	q.client_id = c->client_id;
+	q.request_id = kvc_next_id(c);
+	q.auth.p = c->auth.data;
+	q.auth.len = c->auth.len;
+	if ((rv = nng_dial(s, address, NULL, 0)) != 0) {
+		rv = kv_err_from_nng(rv);
+		goto out;
+	}
+	if ((rv = kvc_encode_admin(&q, &msg)) != KV_OK)
+		goto out;
+	if ((rv = nng_sendmsg(s, msg, 0)) != 0) {
+		nng_msg_free(msg);
+		rv = kv_err_from_nng(rv);
+		goto out;
+	}
+	if ((rv = nng_recvmsg(s, &msg, 0)) != 0) {
+		rv = kv_err_from_nng(rv);
+		goto out;
+	}
+	rv = kvc_decode_admin(nng_msg_body(msg), nng_msg_len(msg), &r);
+	nng_msg_free(msg);
+	if (rv == KV_OK) {
+		rv = r.status;
+		if (rv == KV_OK) {
+			*cfg = r.config;
+			r.config = NULL;
+		}
+		kvc_admin_reply_fini(&r);
+	}
+out:
+	pthread_mutex_lock(&c->cfg_mu);
+	if (c->watch_sock_open) {
+		c->watch_sock_open = false;
+		nng_close(s);
+	}
+	pthread_mutex_unlock(&c->cfg_mu);
+	return rv;
+}
+
+static void *
+watch_main(void *arg)
+{
+	shardkv_client *c = arg;
+	size_t ctl = 0;
+	uint32_t backoff = 100;
+
+	for (;;) {
+		uint64_t known = 0;
+		kv_config *cfg = NULL;
+		int rv;
+
+		pthread_mutex_lock(&c->cfg_mu);
+		if (c->closing) {
+			pthread_mutex_unlock(&c->cfg_mu);
+			break;
+		}
+		if (c->cfg)
+			known = c->cfg->cfg->epoch;
+		pthread_mutex_unlock(&c->cfg_mu);
+
+		rv = watch_once(c, c->ctl_addrs[ctl], known, &cfg);
+		if (rv == KV_OK) {
+			backoff = 100;
+			if (cfg != NULL)
+				kvc_cfg_install(c, cfg);
+			continue;
+		}
+		/* Another controller may answer (a follower, or a dead replica). */
+		ctl = (ctl + 1) % c->nctl;
+		if (watch_sleep(c, backoff))
+			break;
+		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+	}
+	return NULL;
+}
+
+/* ---------------------------------------------------------------------------
+ * Handle
+ * ------------------------------------------------------------------------- */
+
+static int
+split_controllers(shardkv_client *c, const char *list)
+{
+	const char *p = list;
+
+	while (*p) {
+		const char *e = strchr(p, ',');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (len > 0) {
+			char **n = realloc(c->ctl_addrs, (c->nctl + 1) * sizeof(char *));
+			if (n == NULL)
+				return KV_ENOMEM;
+			c->ctl_addrs = n;
+			if ((c->ctl_addrs[c->nctl] = strndup(p, len)) == NULL)
+				return KV_ENOMEM;
+			c->nctl++;
+		}
+		if (e == NULL)
+			break;
+		p = e + 1;
+	}
+	return c->nctl ? KV_OK : KV_EINVAL;
+}
+
+int
+shardkv_open(const char *controllers, const shardkv_options *opt, shardkv_client **out)
+{
+	shardkv_client *c;
+	int rv;
+
+	kvc_clear_error();
+	if (controllers == NULL || out == NULL)
+		return kvc_fail(KV_EINVAL, "no controller address");
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return KV_ENOMEM;
+	c->client_id = random_id();
+	atomic_init(&c->next_id, 1);
+	atomic_init(&c->timeout_ms,
+	            opt && opt->timeout_ms ? opt->timeout_ms : KVC_DEFAULT_TIMEOUT_MS);
+	c->no_watch = opt ? opt->no_watch : false;
+	if (opt && opt->auth_token_len &&
+	    kv_buf_set(&c->auth, opt->auth_token, opt->auth_token_len) != KV_OK) {
+		rv = KV_ENOMEM;
+		goto err;
+	}
+	if ((rv = split_controllers(c, controllers)) != KV_OK) {
+		if (rv == KV_EINVAL)
+			kvc_fail(rv, "empty controller address list");
+		goto err;
+	}
+	pthread_mutex_init(&c->conn_mu, NULL);
+	pthread_mutex_init(&c->cfg_mu, NULL);
+	pthread_cond_init(&c->cfg_cv, NULL);
+	*out = c;
+	return KV_OK;
+err:
+	for (size_t i = 0; i < c->nctl; i++)
+		free(c->ctl_addrs[i]);
+	free(c->ctl_addrs);
+	kv_buf_fini(&c->auth);
+	free(c);
+	return rv;
+}
+
+void
+shardkv_close(shardkv_client *c)
+{
+	bool started;
+
+	if (c == NULL)
+		return;
+	pthread_mutex_lock(&c->cfg_mu);
+	c->closing = true;
+	started = c->watch_started;
+	if (c->watch_sock_open) {
+		/* Wakes the watch thread's blocking receive with NNG_ECLOSED. */
+		c->watch_sock_open = false;
+		nng_close(c->watch_sock);
+	}
+	pthread_cond_broadcast(&c->cfg_cv);
+	pthread_mutex_unlock(&c->cfg_mu);
+	if (started)
+		pthread_join(c->watch_thread, NULL);
+
+	for (size_t i = 0; i < c->nconns; i++) {
+		kv_rpc_client_destroy(c->conns[i].rpc);
+		free(c->conns[i].address);
+	}
+	free(c->conns);
+	kvc_cfg_put(c->cfg);
+	hints_clear_locked(c);
+	for (size_t i = 0; i < c->nctl; i++)
+		free(c->ctl_addrs[i]);
+	free(c->ctl_addrs);
+	kv_buf_fini(&c->auth);
+	pthread_cond_destroy(&c->cfg_cv);
+	pthread_mutex_destroy(&c->cfg_mu);
+	pthread_mutex_destroy(&c->conn_mu);
+	free(c);
+}
+
+void
+shardkv_set_timeout(shardkv_client *c, uint32_t timeout_ms)
+{
+	atomic_store(&c->timeout_ms, timeout_ms ? timeout_ms : KVC_DEFAULT_TIMEOUT_MS);
+}

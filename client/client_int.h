@@ -1,0 +1,385 @@
+/*
+ * client_int.h - what the modules of libshardkv share among themselves.
+ *
+ *   client.c  the handle: configuration cache, watch thread, per-address rpc
+ *             clients, controller calls, the retry loop of one server call
+ *   ops.c     data operations (get ... scan) on top of the retry loop
+ *   admin.c   admin operations and the public configuration result
+ *   batch.c   pure logic: splitting keys per node, scan plans, merging
+ *   codec.c   plain C values <-> protobuf messages (the only file here that
+ *             includes the generated header)
+ *
+ * Nothing here is exported from the shared library.
+ */
+#ifndef KV_CLIENT_CLIENT_INT_H
+#define KV_CLIENT_CLIENT_INT_H
+
+#include "client/include/shardkv.h"
+#include "common/config.h"
+#include "common/key.h"
+#include "common/rpc.h"
+
+#include <nng/nng.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------------------
+ * codec.c: data plane
+ * ------------------------------------------------------------------------- */
+
+typedef enum {
+	KVC_GET = 1,
+	KVC_PUT,
+	KVC_DEL,
+	KVC_APPEND,
+	KVC_MGET,
+	KVC_MPUT,
+	KVC_SCAN,
+} kvc_op_kind;
+
+/* One data op as plain values; every pointer is borrowed. */
+typedef struct {
+	kvc_op_kind kind;       /* which op */
+	uint64_t request_id;    /* Op.request_id for exactly-once; 0: none */
+	kv_bytes key;           /* get, put, del, append */
+	kv_bytes value;         /* put, append */
+	size_t n;               /* mget, mput: number of keys */
+	const kv_bytes *keys;   /* mget, mput: n keys */
+	const kv_bytes *values; /* mput: n values */
+	kv_bytes start;         /* scan: inclusive start */
+	kv_bytes end;           /* scan: exclusive end; empty: end of key space */
+	kv_bytes prefix;        /* scan: prefix filter */
+	kv_bytes cursor;        /* scan: continuation */
+	uint32_t limit;         /* scan: at most this many entries; 0: server default */
+	bool keys_only;         /* scan: no values */
+} kvc_op;
+
+/* The envelope fields of a Request. */
+typedef struct {
+	uint64_t client_id;  /* Request.client_id */
+	uint64_t request_id; /* Request.request_id */
+	uint64_t epoch;      /* the epoch the client routed with */
+	kv_bytes auth;       /* auth token */
+	uint32_t timeout_ms; /* the sender's remaining deadline */
+} kvc_envelope;
+
+/* A decoded OwnerHint. */
+typedef struct {
+	bool set;       /* a hint came with the reply */
+	uint64_t epoch; /* epoch of the hint; 0: not yet published */
+	kv_buf start;   /* the owner's range */
+	kv_buf end;     /* empty: end of key space */
+	uint32_t node;  /* the node to go to */
+	char *address;  /* its URL (owned), may be NULL */
+} kvc_hint;
+
+/* One scan entry (owned buffers). */
+typedef struct {
+	kv_buf key;   /* the key */
+	kv_buf value; /* the value, empty for keys-only */
+} kvc_entry;
+
+/* A decoded Response with one op result; every buffer owned. */
+typedef struct {
+	int status;         /* envelope status as KV_E* */
+	char *error;        /* envelope or op error detail (owned), may be NULL */
+	uint64_t epoch;     /* the server's epoch */
+	uint32_t node_id;   /* the answering node */
+	int op_status;      /* the op's status as KV_E*; KV_EPROTO when no result */
+	kvc_hint hint;      /* WRONG_OWNER, MOVING */
+	kv_buf value;       /* get, del */
+	uint64_t value_len; /* append */
+	size_t nvalues;     /* mget */
+	kv_buf *values;     /* mget: one per key */
+	size_t nmissing;    /* mget */
+	uint32_t *missing;  /* mget: indexes of missing keys */
+	size_t nentries;    /* scan */
+	kvc_entry *entries; /* scan, key order */
+	bool more;          /* scan: stopped early */
+	kv_buf next_cursor; /* scan: where to continue */
+} kvc_reply;
+
+/* Packs a Request holding one op into a new message. Returns 0, KV_ENOMEM. */
+int kvc_encode_request(const kvc_envelope *env, const kvc_op *op, nng_msg **out);
+
+/* Decodes a Response into *r (zeroed first). Returns 0, KV_EPROTO or
+ * KV_ENOMEM; on error *r holds nothing. Free with kvc_reply_fini(). */
+int kvc_decode_reply(const void *p, size_t n, kvc_reply *r);
+
+/* Frees everything in a decoded reply. Accepts NULL. */
+void kvc_reply_fini(kvc_reply *r);
+
+/* ---------------------------------------------------------------------------
+ * codec.c: controller
+ * ------------------------------------------------------------------------- */
+
+typedef enum {
+	KVC_ADMIN_JOIN = 1,
+	KVC_ADMIN_LEAVE,
+	KVC_ADMIN_MOVE,
+	KVC_ADMIN_REBALANCE,
+	KVC_ADMIN_GET_CONFIG,
+	KVC_ADMIN_STATUS,
+	KVC_ADMIN_WATCH,
+} kvc_admin_kind;
+
+/* An AdminRequest as plain values; pointers borrowed. */
+typedef struct {
+	kvc_admin_kind kind;   /* which command */
+	uint64_t client_id;    /* dedup of retried commands */
+	uint64_t request_id;   /* unique per client_id; reused on retries */
+	kv_bytes auth;         /* auth token */
+	bool wait;             /* --wait */
+	uint32_t timeout_ms;   /* bound on wait / watch */
+	const char *address;   /* join: the server URL */
+	bool no_rebalance;     /* join */
+	uint32_t node_id;      /* leave, move: node by id (0: by address) */
+	const char *node_addr; /* leave, move: node by address */
+	kv_bytes start;        /* move */
+	kv_bytes end;          /* move */
+	uint32_t rate_mb_s;    /* move, rebalance */
+	uint64_t epoch;        /* get_config: the epoch; watch: known epoch */
+} kvc_admin_req;
+
+/* Live statistics of a node from a status report. */
+typedef struct {
+	uint32_t node_id;      /* the node */
+	uint64_t keys;         /* keys */
+	uint64_t bytes;        /* bytes */
+	double ops_per_sec;    /* op rate */
+	uint64_t memory_bytes; /* resident memory */
+	uint64_t last_seen_ms; /* since its last heartbeat */
+} kvc_node_stats;
+
+/* A controller replica from a status report. */
+typedef struct {
+	uint32_t id;    /* replica id */
+	char *address;  /* owned */
+	int role;       /* ReplicaRole value */
+	uint64_t term;  /* term */
+	uint64_t index; /* applied index */
+} kvc_replica;
+
+/* A decoded AdminResponse; every pointer owned. */
+typedef struct {
+	int status;            /* KV_E* */
+	char *error;           /* detail (owned), may be NULL */
+	uint64_t epoch;        /* latest or new epoch */
+	kv_config *config;     /* the configuration, may be NULL */
+	uint64_t wait_ms;      /* with wait */
+	uint32_t node_id;      /* join */
+	size_t nmig_ids;       /* migrations started */
+	uint64_t *mig_ids;     /* their ids */
+	char *leader;          /* NOT_LEADER: where to go (owned), may be NULL */
+	bool not_leader;       /* the status was STATUS_NOT_LEADER */
+	bool has_report;       /* status: the fields below are set */
+	size_t nstats;         /* node statistics */
+	kvc_node_stats *stats; /* one per node */
+	size_t nrmigs;         /* migrations in flight with live progress */
+	kv_migration *rmigs;   /* owned (free with kvc_migrations_free) */
+	size_t nreplicas;      /* controller replicas */
+	kvc_replica *replicas; /* owned */
+} kvc_admin_reply;
+
+/* Packs an AdminRequest into a new message. Returns 0, KV_EINVAL, KV_ENOMEM. */
+int kvc_encode_admin(const kvc_admin_req *q, nng_msg **out);
+
+/* Decodes an AdminResponse. Returns 0, KV_EPROTO or KV_ENOMEM. Free with
+ * kvc_admin_reply_fini(). */
+int kvc_decode_admin(const void *p, size_t n, kvc_admin_reply *r);
+
+/* Frees everything in a decoded admin reply. Accepts NULL. */
+void kvc_admin_reply_fini(kvc_admin_reply *r);
+
+/* Returns the static name of a ReplicaRole value. */
+const char *kvc_role_name(int role);
+
+/* ---------------------------------------------------------------------------
+ * batch.c: pure routing and merging logic (tested with hand-built configs)
+ * ------------------------------------------------------------------------- */
+
+/* The keys of a multi-key op that go to one node. */
+typedef struct {
+	uint32_t node; /* the node (0: no route) */
+	size_t n;      /* keys in this part */
+	size_t *idx;   /* their indexes into the caller's key array, ascending */
+} kvc_part;
+
+/*
+ * Splits n keys by the node each routes to under `cfg` (kv_config_route).
+ * Parts are ordered by node id; within a part the indexes ascend, so results
+ * can be put back in key order. On 0 the caller frees *parts with
+ * kvc_parts_free(*parts, *nparts). Returns 0 or KV_ENOMEM.
+ */
+int kvc_split_keys(const kv_config *cfg, size_t n, const kv_bytes *keys, kvc_part **parts,
+                   size_t *nparts);
+
+/* Frees parts made by kvc_split_keys(). Accepts NULL. */
+void kvc_parts_free(kvc_part *parts, size_t nparts);
+
+/* One piece of a scan: the part of the scanned range one node owns. */
+typedef struct {
+	kv_buf start;  /* inclusive */
+	kv_buf end;    /* exclusive; empty: end of key space */
+	uint32_t node; /* the node to ask (the migration source when moving) */
+} kvc_span;
+
+/*
+ * Cuts [start, end) (empty end: no bound) into spans at every range and
+ * migration boundary of cfg, in key order, each with the node that serves it
+ * now. On 0 the caller frees *spans with kvc_spans_free(). Returns 0,
+ * KV_EINVAL (empty range) or KV_ENOMEM.
+ */
+int kvc_scan_plan(const kv_config *cfg, kv_bytes start, kv_bytes end, kvc_span **spans,
+                  size_t *nspans);
+
+/* Frees spans. Accepts NULL. */
+void kvc_spans_free(kvc_span *spans, size_t n);
+
+/* A growing list of scan entries in key order. Zero-initialise. */
+typedef struct {
+	size_t n;           /* entries */
+	size_t cap;         /* allocated */
+	kvc_entry *entries; /* owned */
+} kvc_entries;
+
+/*
+ * Moves the entries of a per-server reply (in key order) to the end of `acc`,
+ * keeping `acc` strictly increasing: entries not greater than acc's last key
+ * are dropped (a server may repeat keys after a configuration change), and
+ * at most `limit` entries are kept in total (0: no limit). The taken buffers
+ * are cleared in `src`. Returns the number appended, or KV_ENOMEM.
+ */
+long kvc_entries_merge(kvc_entries *acc, kvc_entry *src, size_t nsrc, size_t limit);
+
+/* Frees the entries. Accepts NULL. */
+void kvc_entries_fini(kvc_entries *e);
+
+/* ---------------------------------------------------------------------------
+ * client.c: the handle
+ * ------------------------------------------------------------------------- */
+
+/* A reference-counted configuration snapshot. */
+typedef struct {
+	kv_config *cfg;  /* immutable */
+	atomic_int refs; /* holders */
+} kvc_cfgref;
+
+/* An owner hint remembered until the next configuration arrives. */
+typedef struct {
+	kv_buf start;   /* the owner's range [start, end) */
+	kv_buf end;     /* empty: end of the key space */
+	char *address;  /* where its keys go now (owned) */
+	uint64_t epoch; /* the cached epoch the hint amends */
+} kvc_hintent;
+
+#define KVC_MAX_HINTS 8
+
+/* An rpc client for one server or controller address. */
+typedef struct {
+	char *address;      /* the URL */
+	kv_rpc_client *rpc; /* dials it */
+} kvc_conn;
+
+struct shardkv_client {
+	uint64_t client_id;           /* random, non-zero */
+	atomic_uint_fast64_t next_id; /* request ids, envelope and op */
+	atomic_uint timeout_ms;       /* per-call deadline */
+	kv_buf auth;                  /* auth token */
+	bool no_watch;                /* no watch thread */
+
+	size_t nctl;      /* controller addresses */
+	char **ctl_addrs; /* from shardkv_open, owned */
+
+	pthread_mutex_t conn_mu; /* protects everything down to the blank line */
+	kvc_conn *conns;         /* one per address, created lazily, never removed */
+	size_t nconns;           /* entries */
+	size_t capconns;         /* allocated */
+	size_t ctl_next;         /* the controller that answered last */
+	bool ctl_known;          /* some controller has answered */
+
+	pthread_mutex_t cfg_mu;           /* protects everything down to the blank line */
+	pthread_cond_t cfg_cv;            /* signalled on a new config and on close */
+	kvc_cfgref *cfg;                  /* the newest configuration, NULL before the first */
+	bool watch_started;               /* the watch thread exists */
+	bool closing;                     /* shardkv_close is running */
+	nng_socket watch_sock;            /* the watch thread's socket (closed to stop it) */
+	bool watch_sock_open;             /* watch_sock is valid */
+	kvc_hintent hints[KVC_MAX_HINTS]; /* owner hints since the cached config, newest first */
+	size_t nhints;                    /* entries */
+
+	pthread_t watch_thread; /* long-polls the controller */
+};
+
+/* Returns a fresh request id (never 0). */
+uint64_t kvc_next_id(shardkv_client *c);
+
+/* Returns the per-call deadline as an absolute kv_now_ns() value. */
+uint64_t kvc_deadline(shardkv_client *c);
+
+/* Milliseconds left until `deadline_ns`, at least 1; 0 when it passed. */
+uint32_t kvc_remaining_ms(uint64_t deadline_ns);
+
+/* Sleeps *backoff_ms (bounded by the deadline), then doubles it up to 100. */
+void kvc_backoff(uint64_t deadline_ns, uint32_t *backoff_ms);
+
+/*
+ * Returns a reference to the cached configuration, fetching it from the
+ * controller first when there is none or when `min_epoch` is newer than the
+ * cached one. Release with kvc_cfg_put(). Returns 0 or a KV_E* code.
+ */
+int kvc_cfg_get(shardkv_client *c, uint64_t min_epoch, uint64_t deadline_ns, kvc_cfgref **out);
+
+/* Releases a configuration reference. Accepts NULL. */
+void kvc_cfg_put(kvc_cfgref *r);
+
+/*
+ * Remembers that keys of [h->start, h->end) go to `address` while the cached
+ * configuration is still at `epoch` (a newer configuration clears every
+ * hint). Copies what it keeps; ignores a hint that does not contain `key`.
+ */
+void kvc_hint_learn(shardkv_client *c, uint64_t epoch, const kvc_hint *h, const char *address,
+                    kv_bytes key);
+
+/* Returns a copy of the hinted address for key under the cached `epoch`
+ * (the caller frees it), or NULL. */
+char *kvc_hint_lookup(shardkv_client *c, uint64_t epoch, kv_bytes key);
+
+/* Forgets every hint that points at address (it did not answer). */
+void kvc_hint_forget(shardkv_client *c, const char *address);
+
+/* Installs cfg (taken) if it is newer than the cached one; frees it otherwise. */
+void kvc_cfg_install(shardkv_client *c, kv_config *cfg);
+
+/*
+ * Sends one op to the server at `address` and decodes the reply into *r
+ * (free with kvc_reply_fini). Returns 0 when a reply was decoded (its
+ * statuses may still be errors) or the transport error.
+ */
+int kvc_server_call(shardkv_client *c, const char *address, uint64_t epoch, const kvc_op *op,
+                    uint64_t deadline_ns, kvc_reply *r);
+
+/*
+ * Sends an admin request to the controllers: the last one that answered
+ * first, then the others, following NOT_LEADER hints, retrying transport
+ * errors until the deadline. q->client_id/request_id/auth are filled here.
+ * On 0 *r holds a reply whose status is not a transport problem (free with
+ * kvc_admin_reply_fini). `rpc_slack_ms` is added to the transport timeout
+ * (long polls).
+ */
+int kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns,
+                        kvc_admin_reply *r);
+
+/* Sets the thread's error detail (printf-style). Returns err. */
+int kvc_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Clears the thread's error detail. */
+void kvc_clear_error(void);
+
+/* Returns whether err is worth retrying within the deadline. */
+bool kvc_retryable(int err);
+
+#endif

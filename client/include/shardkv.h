@@ -1,0 +1,366 @@
+/*
+ * shardkv.h - the public C API of libshardkv, the client of a shardkv cluster.
+ *
+ * A shardkv_client is a handle on one cluster, named by its controller
+ * addresses. It caches the cluster configuration (kept fresh by a background
+ * watch on the controller), routes every key to the server that owns it,
+ * retries transparently while ranges move, and splits multi-key operations
+ * per server. Every call blocks until it succeeds, fails, or its deadline
+ * (shardkv_options.timeout_ms) passes.
+ *
+ * Conventions:
+ *   - Every function that can fail returns 0 or a negative SHARDKV_E* code;
+ *     shardkv_strerror() names the code, shardkv_errmsg() gives the detail of
+ *     the last failure on the calling thread.
+ *   - Keys and values are byte strings (pointer + length), never NUL-terminated
+ *     strings. Inputs are borrowed for the duration of the call only.
+ *   - Results are written only on success (exceptions are documented: mget on
+ *     SHARDKV_ENOTFOUND and mput on a partial failure also fill their result).
+ *   - Every returned buffer or result says who frees it and with what.
+ *   - A handle is thread-safe: any number of threads may call operations on
+ *     it at once. shardkv_close() must not race with calls in progress.
+ *
+ * This header includes no protobuf or nng header; the library is linked with
+ * `pkg-config --libs shardkv`.
+ */
+#ifndef SHARDKV_H
+#define SHARDKV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SHARDKV_API __attribute__((visibility("default")))
+#else
+#define SHARDKV_API
+#endif
+
+#define SHARDKV_VERSION_MAJOR 0
+#define SHARDKV_VERSION_MINOR 1
+
+/*
+ * Error codes. The values are those of the server-side vocabulary and are
+ * stable: scripts and logs may rely on them.
+ */
+enum shardkv_err {
+	SHARDKV_OK = 0,
+	SHARDKV_ENOTFOUND = -1,   /* key (or one of the mget keys) not found; unknown node */
+	SHARDKV_EINVAL = -2,      /* invalid argument (empty key, inverted range, count mismatch) */
+	SHARDKV_ENOMEM = -3,      /* out of memory */
+	SHARDKV_ETOOBIG = -4,     /* key or value over the configured limit */
+	SHARDKV_EWRONGOWNER = -5, /* routing did not converge before the deadline */
+	SHARDKV_ESTALE = -6,      /* configuration epoch is stale */
+	SHARDKV_ETIMEDOUT = -7,   /* the deadline passed */
+	SHARDKV_EUNAVAIL = -8,    /* no controller or server could be reached */
+	SHARDKV_EEXISTS = -9,     /* already exists (duplicate join) */
+	SHARDKV_EIO = -10,        /* a server's disk failed */
+	SHARDKV_ECORRUPT = -11,   /* stored data failed a checksum */
+	SHARDKV_EPROTO = -12,     /* malformed or unexpected message */
+	SHARDKV_EAUTH = -13,      /* authentication failed (missing or wrong token) */
+	SHARDKV_ECLOSED = -14,    /* the handle or a peer is shutting down */
+	SHARDKV_EBUSY = -15,      /* busy (e.g. the range is moving); try again */
+	SHARDKV_EMOVING = -16,    /* the key's range is being handed over */
+	SHARDKV_EPERM = -17,      /* operation not permitted */
+	SHARDKV_ENOSPC = -18,     /* a server's disk is full */
+	SHARDKV_ELIMIT = -19,     /* over a configured limit (batch size, scan limit) */
+	SHARDKV_EADDRINUSE = -20, /* address in use */
+	SHARDKV_EINTERNAL = -21,  /* internal error */
+};
+
+/* Returns a static message for a SHARDKV_E* code ("success" for 0). */
+SHARDKV_API const char *shardkv_strerror(int err);
+
+/*
+ * Returns a message describing the last failure of a shardkv call on this
+ * thread, with the server's detail when it sent one ("" when none). The string
+ * is thread-local and valid until the next shardkv call on this thread.
+ */
+SHARDKV_API const char *shardkv_errmsg(void);
+
+/* Frees memory returned by the library as a plain buffer. Accepts NULL. */
+SHARDKV_API void shardkv_free(void *p);
+
+/* An opaque client handle. */
+typedef struct shardkv_client shardkv_client;
+
+/* Options of shardkv_open(); zero-initialise, then set what you need. */
+typedef struct {
+	uint32_t timeout_ms;    /* per-call deadline; 0: 5000 */
+	const void *auth_token; /* shared secret sent with every request; NULL: none */
+	size_t auth_token_len;  /* its length in bytes */
+	bool no_watch;          /* true: no background watch thread (short-lived tools) */
+} shardkv_options;
+
+/*
+ * Opens a handle on the cluster whose controllers are `controllers`, a
+ * comma-separated list of nng URLs ("tcp://10.0.0.1:7000,tcp://10.0.0.2:7000").
+ * Connects lazily: an unreachable cluster is reported by the first call.
+ * `opt` may be NULL (defaults); it is copied. On 0 the caller owns *out and
+ * closes it with shardkv_close(). Returns 0, SHARDKV_EINVAL or SHARDKV_ENOMEM.
+ */
+SHARDKV_API int shardkv_open(const char *controllers, const shardkv_options *opt,
+                             shardkv_client **out);
+
+/* Stops the watch thread, closes every connection and frees the handle.
+ * Accepts NULL. No call may be in progress on the handle. */
+SHARDKV_API void shardkv_close(shardkv_client *c);
+
+/* Changes the per-call deadline of the handle (0: 5000 ms). Thread-safe. */
+SHARDKV_API void shardkv_set_timeout(shardkv_client *c, uint32_t timeout_ms);
+
+/* A borrowed byte string (input). */
+typedef struct {
+	const void *data; /* bytes; may be NULL when len is 0 */
+	size_t len;       /* length */
+} shardkv_bytes;
+
+/* A byte string returned by the library. `data` has one extra NUL byte after
+ * `len` bytes (so text can be printed directly); it is owned by the result
+ * that contains it, or, when returned alone, freed with shardkv_free(data). */
+typedef struct {
+	uint8_t *data; /* bytes, NUL-terminated; NULL for "absent" */
+	size_t len;    /* length without the NUL */
+} shardkv_buf;
+
+/* ---------------------------------------------------------------------------
+ * Data operations (SPEC §3)
+ * ------------------------------------------------------------------------- */
+
+/* Reads a key. On 0 *val holds the value; free val->data with shardkv_free().
+ * Returns 0, SHARDKV_ENOTFOUND, or another code. */
+SHARDKV_API int shardkv_get(shardkv_client *c, const void *key, size_t klen, shardkv_buf *val);
+
+/* Inserts or overwrites a key. Retries reuse the same request id, so the
+ * write is applied once. */
+SHARDKV_API int shardkv_put(shardkv_client *c, const void *key, size_t klen, const void *val,
+                            size_t vlen);
+
+/* Deletes a key. On 0, when `old` is not NULL, *old holds the deleted value
+ * (free old->data with shardkv_free()). Returns SHARDKV_ENOTFOUND when the
+ * key is absent. */
+SHARDKV_API int shardkv_del(shardkv_client *c, const void *key, size_t klen, shardkv_buf *old);
+
+/* Appends to a key's value (creating it when absent), once even if retried.
+ * On 0, when `new_len` is not NULL, it receives the length after the append. */
+SHARDKV_API int shardkv_append(shardkv_client *c, const void *key, size_t klen, const void *val,
+                               size_t vlen, uint64_t *new_len);
+
+/* The result of shardkv_mget(). Free with shardkv_mget_result_free(). */
+typedef struct {
+	size_t n;            /* number of keys asked */
+	shardkv_buf *values; /* values[i] for keys[i]; data NULL when keys[i] is missing */
+	size_t nmissing;     /* number of missing keys */
+	size_t *missing;     /* indexes of the missing keys, ascending */
+} shardkv_mget_result;
+
+/*
+ * Reads n keys (the parts owned by different servers concurrently; each part
+ * atomically on its server). Returns 0 when all exist and SHARDKV_ENOTFOUND
+ * when some are missing; in both cases *out is set (the caller frees it with
+ * shardkv_mget_result_free()) and lists the values in key order. On other
+ * errors *out is untouched.
+ */
+SHARDKV_API int shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys,
+                             shardkv_mget_result **out);
+
+/* Frees an mget result. Accepts NULL. */
+SHARDKV_API void shardkv_mget_result_free(shardkv_mget_result *r);
+
+/* One server's failure in a multi-node operation. */
+typedef struct {
+	uint32_t node_id; /* the node, 0 when unknown */
+	char *address;    /* its address (owned by the result); may be NULL */
+	int err;          /* SHARDKV_E* code */
+	size_t nkeys;     /* keys of the operation that went to this node */
+} shardkv_node_error;
+
+/* The failures of shardkv_mput(). Free with shardkv_mput_result_free(). */
+typedef struct {
+	size_t nfailed;             /* failed node parts; 0 on success */
+	shardkv_node_error *failed; /* one per failed part */
+} shardkv_mput_result;
+
+/*
+ * Writes nkeys pairs; keys[i] gets vals[i]. SHARDKV_EINVAL, with nothing
+ * written, when nkeys != nvals or nkeys is 0. The pairs of each server are
+ * written atomically there; the parts go to their servers concurrently. On a
+ * partial failure the return is the first part's error and, when `out` is
+ * not NULL, *out lists the failed nodes (the caller frees it with
+ * shardkv_mput_result_free()); on 0 *out is set too (nfailed 0).
+ */
+SHARDKV_API int shardkv_mput(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys,
+                             size_t nvals, const shardkv_bytes *vals, shardkv_mput_result **out);
+
+/* Frees an mput result. Accepts NULL. */
+SHARDKV_API void shardkv_mput_result_free(shardkv_mput_result *r);
+
+/* One key/value pair of a scan (value empty for keys-only scans). */
+typedef struct {
+	shardkv_buf key;   /* the key */
+	shardkv_buf value; /* the value */
+} shardkv_entry;
+
+/* A page of scan results. Free with shardkv_scan_result_free(). */
+typedef struct {
+	size_t n;               /* entries */
+	shardkv_entry *entries; /* in key order */
+	bool more;              /* the range holds more entries after these */
+	shardkv_buf next;       /* when more: the start to resume from */
+} shardkv_scan_result;
+
+/* What to scan. Zero-initialise. */
+typedef struct {
+	shardkv_bytes start;  /* inclusive; empty: the beginning of the key space */
+	shardkv_bytes end;    /* exclusive; empty: the end of the key space */
+	shardkv_bytes prefix; /* non-empty: only keys with this prefix */
+	size_t limit;         /* at most this many entries; 0: no limit */
+	bool keys_only;       /* leave values empty */
+} shardkv_scan_args;
+
+/*
+ * Reads the entries of [start, end) in key order, across every server that
+ * owns a part of it. Resumable: when the result says `more`, call again with
+ * start = result->next. On 0 the caller frees *out with
+ * shardkv_scan_result_free().
+ */
+SHARDKV_API int shardkv_scan_ex(shardkv_client *c, const shardkv_scan_args *a,
+                                shardkv_scan_result **out);
+
+/* shardkv_scan_ex() of [start, end) with at most `limit` entries (0: all). */
+SHARDKV_API int shardkv_scan(shardkv_client *c, const void *start, size_t slen, const void *end,
+                             size_t elen, size_t limit, shardkv_scan_result **out);
+
+/* Every key that starts with `prefix` (plen 0: every key), in key order,
+ * values empty. The caller frees *out with shardkv_scan_result_free(). */
+SHARDKV_API int shardkv_keys(shardkv_client *c, const void *prefix, size_t plen,
+                             shardkv_scan_result **out);
+
+/* Frees a scan result. Accepts NULL. */
+SHARDKV_API void shardkv_scan_result_free(shardkv_scan_result *r);
+
+/* ---------------------------------------------------------------------------
+ * Admin operations (SPEC §4)
+ * ------------------------------------------------------------------------- */
+
+/* Flags of the admin commands. */
+#define SHARDKV_WAIT         0x1u /* block until every migration of the new epoch has finished */
+#define SHARDKV_NO_REBALANCE 0x2u /* join: register only */
+
+/* What an admin command did. Plain values; nothing to free. */
+typedef struct {
+	uint64_t epoch;        /* the epoch the command published */
+	uint32_t node_id;      /* join: the new node's id */
+	size_t nmigrations;    /* migrations the command started */
+	uint64_t wait_ms;      /* with SHARDKV_WAIT: how long they took */
+	uint64_t first_mig_id; /* the first migration id, 0 when none */
+} shardkv_admin_result;
+
+typedef enum {
+	SHARDKV_NODE_JOINING = 1,
+	SHARDKV_NODE_ACTIVE = 2,
+	SHARDKV_NODE_DRAINING = 3,
+	SHARDKV_NODE_GONE = 4,
+} shardkv_node_state;
+
+/* Returns "joining", "active", "draining", "gone" or "unknown". */
+SHARDKV_API const char *shardkv_node_state_name(int state);
+
+/* A node of a configuration. */
+typedef struct {
+	uint32_t id;           /* node id, from 1 */
+	char *address;         /* its URL (owned by the containing result) */
+	int state;             /* shardkv_node_state */
+	uint64_t keys;         /* status only: keys held */
+	uint64_t bytes;        /* status only: key + value bytes held */
+	double ops_per_sec;    /* status only: recent op rate */
+	uint64_t memory_bytes; /* status only: resident memory */
+	uint64_t last_seen_ms; /* status only: ms since its last heartbeat */
+	bool has_stats;        /* status only: the fields above are known */
+} shardkv_node;
+
+/* One entry of the range map: [start, end) belongs to node. */
+typedef struct {
+	shardkv_buf start; /* inclusive; empty: beginning of the key space */
+	shardkv_buf end;   /* exclusive; empty: end of the key space */
+	uint32_t node;     /* owner */
+} shardkv_range;
+
+/* A migration in flight. */
+typedef struct {
+	uint64_t id;           /* migration id */
+	shardkv_buf start;     /* the moving range */
+	shardkv_buf end;       /* empty: end of the key space */
+	uint32_t from;         /* source node */
+	uint32_t to;           /* destination node */
+	const char *phase;     /* "pending", "copying", "catchup", "fenced", ... (static) */
+	uint64_t keys_copied;  /* acknowledged by the destination */
+	uint64_t bytes_copied; /* acknowledged by the destination */
+	uint64_t keys_total;   /* estimate; 0: unknown */
+	uint64_t bytes_total;  /* estimate; 0: unknown */
+	uint64_t eta_ms;       /* estimate; 0: unknown */
+} shardkv_migration;
+
+/* A controller replica (status only). */
+typedef struct {
+	uint32_t id;      /* replica id */
+	char *address;    /* its URL (owned by the containing result) */
+	const char *role; /* "leader", "follower", "standalone", "candidate", "unknown" (static) */
+	uint64_t term;    /* current term; 0 standalone */
+	uint64_t index;   /* last applied index; 0 standalone */
+} shardkv_controller;
+
+/* A configuration, or (from shardkv_status) a configuration with live
+ * statistics. Free with shardkv_config_free(). */
+typedef struct {
+	uint64_t epoch;                  /* the configuration's epoch */
+	size_t nnodes;                   /* nodes */
+	shardkv_node *nodes;             /* sorted by id */
+	size_t nranges;                  /* ranges */
+	shardkv_range *ranges;           /* sorted by start, covering the key space */
+	size_t nmigrations;              /* migrations in flight */
+	shardkv_migration *migrations;   /* with live progress in a status */
+	size_t ncontrollers;             /* status only */
+	shardkv_controller *controllers; /* status only */
+} shardkv_config;
+
+/* Registers the server at `address` (SHARDKV_NO_REBALANCE, SHARDKV_WAIT).
+ * On 0 *out (may be NULL) says the new epoch and node id. */
+SHARDKV_API int shardkv_join(shardkv_client *c, const char *address, unsigned flags,
+                             shardkv_admin_result *out);
+
+/* Drains and removes `node`, a node id ("3") or address (SHARDKV_WAIT). */
+SHARDKV_API int shardkv_leave(shardkv_client *c, const char *node, unsigned flags,
+                              shardkv_admin_result *out);
+
+/* Gives [start, end) to `node` (id or address), copying at most rate_mb_s
+ * MB/s (0: unlimited) (SHARDKV_WAIT). */
+SHARDKV_API int shardkv_move(shardkv_client *c, const void *start, size_t slen, const void *end,
+                             size_t elen, const char *node, uint32_t rate_mb_s, unsigned flags,
+                             shardkv_admin_result *out);
+
+/* Evens out data size across nodes (SHARDKV_WAIT). */
+SHARDKV_API int shardkv_rebalance(shardkv_client *c, uint32_t rate_mb_s, unsigned flags,
+                                  shardkv_admin_result *out);
+
+/* Fetches the configuration at `epoch` (0: the latest). On 0 the caller frees
+ * *out with shardkv_config_free(). SHARDKV_ENOTFOUND for an unknown epoch. */
+SHARDKV_API int shardkv_config_get(shardkv_client *c, uint64_t epoch, shardkv_config **out);
+
+/* Fetches the latest configuration with live statistics, migrations in
+ * flight and controller replicas. On 0 the caller frees *out with
+ * shardkv_config_free(). */
+SHARDKV_API int shardkv_status(shardkv_client *c, shardkv_config **out);
+
+/* Frees a configuration. Accepts NULL. */
+SHARDKV_API void shardkv_config_free(shardkv_config *cfg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

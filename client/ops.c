@@ -1,0 +1,983 @@
+/*
+ * ops.c - the data operations of libshardkv (SPEC §3) on top of the
+ * transports of client.c.
+ *
+ * Single-key ops and scan pages go through run_routed(): route the key with
+ * the cached configuration (or the last OwnerHint), send, and on
+ * WRONG_OWNER / MOVING / transient failures retry within the call's deadline
+ * with a backoff of 1 ms doubling to 100 ms. A write keeps its Op.request_id
+ * across every retry, so the server's exactly-once memory applies it once.
+ *
+ * mget and mput split the keys per node (batch.c) and send the parts
+ * concurrently, one thread per part. A part refused for ownership is split
+ * again with a fresher configuration; a part whose membership is unchanged
+ * keeps its request id. Results are written back in key order.
+ *
+ * Scans walk the requested range in key order, one server page at a time,
+ * each page clipped to the span the owner serves (kvc_scan_plan), continuing
+ * at next_cursor; pages are merged with kvc_entries_merge.
+ */
+#include "client/client_int.h"
+#include "common/err.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Whether a single op's reply status is final (returned to the caller). */
+static bool
+is_final(int st)
+{
+	return !kvc_retryable(st);
+}
+
+/* Looks up the address of node id in cfg. */
+static const char *
+node_address(const kv_config *cfg, uint32_t id)
+{
+	const kv_node *n = kv_config_node(cfg, id);
+	return n ? n->address : NULL;
+}
+
+/*
+ * Runs one op routed by `key` until it gets a final answer or the deadline
+ * passes. On 0 *out holds the reply, whose op_status is final (OK, NOTFOUND,
+ * INVAL...). On error nothing is in *out and the thread's error detail says why.
+ */
+static int
+run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadline, kvc_reply *out)
+{
+	uint32_t backoff = 1;
+	uint64_t min_epoch = 0;
+	char *hint_addr = NULL;
+	int last = KV_ETIMEDOUT;
+	char lastmsg[256] = "";
+
+	for (;;) {
+		kvc_cfgref *ref = NULL;
+		const char *addr;
+		uint64_t epoch;
+		kvc_reply r;
+		int rv;
+
+		if (kvc_remaining_ms(deadline) == 0)
+			break;
+		if ((rv = kvc_cfg_get(c, min_epoch, deadline, &ref)) != KV_OK) {
+			if (!kvc_retryable(rv)) {
+				free(hint_addr);
+				return rv;
+			}
+			last = rv;
+			snprintf(lastmsg, sizeof(lastmsg), "%s", shardkv_errmsg());
+			kvc_backoff(deadline, &backoff);
+			continue;
+		}
+		min_epoch = 0;
+		epoch = ref->cfg->epoch;
+		/* Where to go: the last hint of this call, a hint remembered for the
+		 * cached configuration, or the configuration itself. */
+		if (hint_addr == NULL)
+			hint_addr = kvc_hint_lookup(c, epoch, key);
+		addr = hint_addr
+		           ? hint_addr
+		           : node_address(ref->cfg, kv_config_route(ref->cfg, key.p, key.len));
+		if (addr == NULL) {
+			kvc_cfg_put(ref);
+			last = KV_EUNAVAIL;
+			snprintf(lastmsg, sizeof(lastmsg), "no server owns the key in epoch %llu",
+			         (unsigned long long)epoch);
+			min_epoch = epoch + 1;
+			kvc_backoff(deadline, &backoff);
+			continue;
+		}
+		rv = kvc_server_call(c, addr, epoch, op, deadline, &r);
+		if (rv != KV_OK) {
+			/* No answer: the server may be down or gone; ask for news. */
+			last = rv == KV_ECLOSED ? KV_EUNAVAIL : rv;
+			snprintf(lastmsg, sizeof(lastmsg), "server %s: %s", addr, kv_strerror(rv));
+			kvc_cfg_put(ref);
+			if (hint_addr)
+				kvc_hint_forget(c, hint_addr);
+			free(hint_addr);
+			hint_addr = NULL;
+			if (!kvc_retryable(rv) && rv != KV_EPROTO)
+				return kvc_fail(rv, "%s", lastmsg);
+			min_epoch = epoch + 1;
+			kvc_backoff(deadline, &backoff);
+			continue;
+		}
+		if (r.status != KV_OK) {
+			last = r.status;
+			snprintf(lastmsg, sizeof(lastmsg), "server %s: %s", addr,
+			         r.error ? r.error : kv_strerror(r.status));
+			if (r.epoch > epoch)
+				min_epoch = r.epoch;
+			kvc_reply_fini(&r);
+			kvc_cfg_put(ref);
+			if (is_final(last)) {
+				free(hint_addr);
+				return kvc_fail(last, "%s", lastmsg);
+			}
+			free(hint_addr);
+			hint_addr = NULL;
+			kvc_backoff(deadline, &backoff);
+			continue;
+		}
+		if (is_final(r.op_status)) {
+			kvc_cfg_put(ref);
+			free(hint_addr);
+			if (r.op_status != KV_OK)
+				kvc_fail(r.op_status, "%s",
+				         r.error ? r.error : kv_strerror(r.op_status));
+			*out = r;
+			return KV_OK;
+		}
+		/* WRONG_OWNER, MOVING or a transient refusal: go where the hint says. */
+		last = r.op_status;
+		snprintf(lastmsg, sizeof(lastmsg), "server %s: %s", addr,
+		         r.error ? r.error : kv_strerror(r.op_status));
+		bool moved = false;
+		if (r.hint.set && r.hint.epoch > epoch)
+			min_epoch = r.hint.epoch;
+		if (r.epoch > epoch && r.epoch > min_epoch)
+			min_epoch = r.epoch;
+		if (r.op_status == KV_EWRONGOWNER && r.hint.set) {
+			const char *h =
+			    r.hint.address ? r.hint.address : node_address(ref->cfg, r.hint.node);
+			if (h && strcmp(h, addr) != 0) {
+				char *dup = strdup(h);
+				/* Later calls for the hint's range go there directly too. */
+				kvc_hint_learn(c, epoch, &r.hint, h, key);
+				free(hint_addr);
+				hint_addr = dup;
+				moved = dup != NULL;
+			}
+		} else {
+			free(hint_addr);
+			hint_addr = NULL;
+		}
+		if (r.op_status == KV_EWRONGOWNER && !r.hint.set && min_epoch == 0)
+			min_epoch = epoch + 1;
+		kvc_reply_fini(&r);
+		kvc_cfg_put(ref);
+		if (!moved)
+			kvc_backoff(deadline, &backoff);
+	}
+	free(hint_addr);
+	if (last == KV_EWRONGOWNER || last == KV_EMOVING || last == KV_ESTALE || last == KV_EBUSY)
+		return kvc_fail(KV_ETIMEDOUT, "timed out while the key's range is moving (%s)",
+		                lastmsg);
+	return kvc_fail(last, "%s", lastmsg);
+}
+
+static int
+check_key(const void *key, size_t klen)
+{
+	if (key == NULL || klen == 0)
+		return kvc_fail(KV_EINVAL, "empty key");
+	if (klen > KV_HARD_MAX_KEY)
+		return kvc_fail(KV_ETOOBIG, "key of %zu bytes exceeds the limit of %u", klen,
+		                KV_HARD_MAX_KEY);
+	return KV_OK;
+}
+
+static int
+check_value(size_t vlen)
+{
+	if (vlen > KV_HARD_MAX_VALUE)
+		return kvc_fail(KV_ETOOBIG, "value of %zu bytes exceeds the limit of %u", vlen,
+		                KV_HARD_MAX_VALUE);
+	return KV_OK;
+}
+
+/* Moves a reply's value into a public buffer (always non-NULL data). */
+static int
+take_value(kv_buf *v, shardkv_buf *out)
+{
+	if (v->data == NULL) {
+		if ((out->data = calloc(1, 1)) == NULL)
+			return KV_ENOMEM;
+		out->len = 0;
+		return KV_OK;
+	}
+	out->data = v->data;
+	out->len = v->len;
+	memset(v, 0, sizeof(*v));
+	return KV_OK;
+}
+
+static int
+single(shardkv_client *c, kvc_op *op, kvc_reply *r)
+{
+	int rv;
+
+	kvc_clear_error();
+	if ((rv = check_key(op->key.p, op->key.len)) != KV_OK)
+		return rv;
+	if ((rv = check_value(op->value.len)) != KV_OK)
+		return rv;
+	if ((rv = run_routed(c, op, op->key, kvc_deadline(c), r)) != KV_OK)
+		return rv;
+	if (r->op_status != KV_OK) {
+		rv = r->op_status;
+		kvc_reply_fini(r);
+	}
+	return rv;
+}
+
+int
+shardkv_get(shardkv_client *c, const void *key, size_t klen, shardkv_buf *val)
+{
+	kvc_op op = {.kind = KVC_GET, .key = {key, klen}};
+	kvc_reply r;
+	int rv;
+
+	if (c == NULL || val == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if ((rv = single(c, &op, &r)) != KV_OK)
+		return rv;
+	rv = take_value(&r.value, val);
+	kvc_reply_fini(&r);
+	return rv;
+}
+
+int
+shardkv_put(shardkv_client *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	kvc_op op = {.kind = KVC_PUT, .key = {key, klen}, .value = {val, vlen}};
+	kvc_reply r;
+	int rv;
+
+	if (c == NULL || (val == NULL && vlen))
+		return kvc_fail(KV_EINVAL, "null argument");
+	op.request_id = kvc_next_id(c);
+	if ((rv = single(c, &op, &r)) != KV_OK)
+		return rv;
+	kvc_reply_fini(&r);
+	return KV_OK;
+}
+
+int
+shardkv_del(shardkv_client *c, const void *key, size_t klen, shardkv_buf *old)
+{
+	kvc_op op = {.kind = KVC_DEL, .key = {key, klen}};
+	kvc_reply r;
+	int rv = KV_OK;
+
+	if (c == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	op.request_id = kvc_next_id(c);
+	if ((rv = single(c, &op, &r)) != KV_OK)
+		return rv;
+	if (old)
+		rv = take_value(&r.value, old);
+	kvc_reply_fini(&r);
+	return rv;
+}
+
+int
+shardkv_append(shardkv_client *c, const void *key, size_t klen, const void *val, size_t vlen,
+               uint64_t *new_len)
+{
+	kvc_op op = {.kind = KVC_APPEND, .key = {key, klen}, .value = {val, vlen}};
+	kvc_reply r;
+	int rv;
+
+	if (c == NULL || (val == NULL && vlen))
+		return kvc_fail(KV_EINVAL, "null argument");
+	op.request_id = kvc_next_id(c);
+	if ((rv = single(c, &op, &r)) != KV_OK)
+		return rv;
+	if (new_len)
+		*new_len = r.value_len;
+	kvc_reply_fini(&r);
+	return KV_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * mget / mput
+ * ------------------------------------------------------------------------- */
+
+/* One node's part of a multi-key op, possibly retried over several rounds. */
+typedef struct {
+	shardkv_client *c; /* the handle */
+	kvc_op op;         /* MGET or MPUT over keys/vals below */
+	kv_bytes *keys;    /* the part's keys (owned array, borrowed bytes) */
+	kv_bytes *vals;    /* mput: the part's values */
+	size_t *idx;       /* indexes into the caller's arrays, ascending (owned) */
+	size_t n;          /* keys in the part */
+	uint32_t node;     /* where it goes */
+	char *address;     /* node's address this round (owned) */
+	uint64_t epoch;    /* the epoch it was routed with */
+	uint64_t deadline; /* the call's deadline */
+	int rv;            /* this round: transport result */
+	kvc_reply reply;   /* this round: the reply when rv == 0 */
+	int err;           /* the part's final or last error */
+	bool done;         /* finished (successfully or not) */
+	pthread_t thread;  /* runs the round */
+	bool threaded;     /* thread is running and must be joined */
+} mpart;
+
+static void
+mpart_free(mpart *p)
+{
+	if (p == NULL)
+		return;
+	free(p->keys);
+	free(p->vals);
+	free(p->idx);
+	free(p->address);
+	kvc_reply_fini(&p->reply);
+	free(p);
+}
+
+static void *
+mpart_round(void *arg)
+{
+	mpart *p = arg;
+
+	memset(&p->reply, 0, sizeof(p->reply));
+	p->rv = kvc_server_call(p->c, p->address, p->epoch, &p->op, p->deadline, &p->reply);
+	return NULL;
+}
+
+/* Builds a part of the caller's keys idx[0..n). Takes nothing. */
+static mpart *
+mpart_new(shardkv_client *c, kvc_op_kind kind, const kv_bytes *keys, const kv_bytes *vals,
+          const size_t *idx, size_t n, uint64_t deadline)
+{
+	mpart *p = calloc(1, sizeof(*p));
+
+	if (p == NULL)
+		return NULL;
+	p->keys = malloc(n * sizeof(kv_bytes));
+	p->idx = malloc(n * sizeof(size_t));
+	p->vals = vals ? malloc(n * sizeof(kv_bytes)) : NULL;
+	if (p->keys == NULL || p->idx == NULL || (vals && p->vals == NULL)) {
+		mpart_free(p);
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		p->idx[i] = idx[i];
+		p->keys[i] = keys[idx[i]];
+		if (vals)
+			p->vals[i] = vals[idx[i]];
+	}
+	p->c = c;
+	p->n = n;
+	p->deadline = deadline;
+	p->op.kind = kind;
+	p->op.n = n;
+	p->op.keys = p->keys;
+	p->op.values = p->vals;
+	p->op.request_id = kind == KVC_MPUT ? kvc_next_id(c) : 0;
+	p->err = KV_ETIMEDOUT;
+	return p;
+}
+
+/* A growable list of parts. */
+typedef struct {
+	mpart **v; /* parts */
+	size_t n;  /* entries */
+} mparts;
+
+static int
+mparts_push(mparts *l, mpart *p)
+{
+	mpart **v = realloc(l->v, (l->n + 1) * sizeof(*v));
+	if (v == NULL)
+		return KV_ENOMEM;
+	v[l->n++] = p;
+	l->v = v;
+	return KV_OK;
+}
+
+/*
+ * Routes every pending part with cfg: a part whose keys all still go to its
+ * node keeps its identity (and request id); others are split into new parts.
+ */
+static int
+mparts_route(shardkv_client *c, mparts *l, const kv_config *cfg, const kv_bytes *keys,
+             const kv_bytes *vals, kvc_op_kind kind)
+{
+	mparts out = {0};
+	int rv = KV_OK;
+
+	for (size_t i = 0; i < l->n; i++) {
+		mpart *p = l->v[i];
+		kvc_part *parts = NULL;
+		size_t np = 0;
+
+		if (p->done) {
+			if ((rv = mparts_push(&out, p)) != KV_OK)
+				goto err;
+			l->v[i] = NULL;
+			continue;
+		}
+		if ((rv = kvc_split_keys(cfg, p->n, p->keys, &parts, &np)) != KV_OK)
+			goto err;
+		if (np == 1 && (parts[0].node == p->node || p->node == 0)) {
+			p->node = parts[0].node;
+			kvc_parts_free(parts, np);
+			if ((rv = mparts_push(&out, p)) != KV_OK)
+				goto err;
+			l->v[i] = NULL;
+			continue;
+		}
+		for (size_t j = 0; j < np; j++) {
+			size_t *gidx = malloc(parts[j].n * sizeof(size_t));
+			mpart *q;
+			if (gidx == NULL) {
+				kvc_parts_free(parts, np);
+				rv = KV_ENOMEM;
+				goto err;
+			}
+			for (size_t k = 0; k < parts[j].n; k++)
+				gidx[k] = p->idx[parts[j].idx[k]];
+			q = mpart_new(c, kind, keys, vals, gidx, parts[j].n, p->deadline);
+			free(gidx);
+			if (q == NULL || mparts_push(&out, q) != KV_OK) {
+				mpart_free(q);
+				kvc_parts_free(parts, np);
+				rv = KV_ENOMEM;
+				goto err;
+			}
+			q->node = parts[j].node;
+		}
+		kvc_parts_free(parts, np);
+		mpart_free(p);
+		l->v[i] = NULL;
+	}
+	free(l->v);
+	*l = out;
+	return KV_OK;
+err:
+	for (size_t i = 0; i < l->n; i++)
+		mpart_free(l->v[i]);
+	free(l->v);
+	*l = out;
+	return rv;
+}
+
+static void
+mparts_fini(mparts *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		mpart_free(l->v[i]);
+	free(l->v);
+	l->v = NULL;
+	l->n = 0;
+}
+
+/*
+ * Runs a multi-key op to completion: every part ends done, with err 0 and
+ * its reply kept, or with its error. Returns 0 or KV_ENOMEM (then l is empty).
+ */
+static int
+multi_run(shardkv_client *c, kvc_op_kind kind, size_t n, const kv_bytes *keys, const kv_bytes *vals,
+          mparts *l)
+{
+	uint64_t deadline = kvc_deadline(c), min_epoch = 0;
+	uint32_t backoff = 1;
+	size_t *all;
+	mpart *p0;
+	int rv;
+
+	if ((all = malloc(n * sizeof(size_t))) == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		all[i] = i;
+	p0 = mpart_new(c, kind, keys, vals, all, n, deadline);
+	free(all);
+	if (p0 == NULL || mparts_push(l, p0) != KV_OK) {
+		mpart_free(p0);
+		return KV_ENOMEM;
+	}
+	for (;;) {
+		kvc_cfgref *ref = NULL;
+		size_t pending = 0;
+		bool progress = false;
+
+		rv = kvc_cfg_get(c, min_epoch, deadline, &ref);
+		if (rv != KV_OK) {
+			if (!kvc_retryable(rv) || kvc_remaining_ms(deadline) == 0) {
+				for (size_t i = 0; i < l->n; i++)
+					if (!l->v[i]->done) {
+						l->v[i]->done = true;
+						l->v[i]->err = rv;
+					}
+				return KV_OK;
+			}
+			kvc_backoff(deadline, &backoff);
+			continue;
+		}
+		min_epoch = 0;
+		if ((rv = mparts_route(c, l, ref->cfg, keys, vals, kind)) != KV_OK) {
+			kvc_cfg_put(ref);
+			mparts_fini(l);
+			return rv;
+		}
+		for (size_t i = 0; i < l->n; i++)
+			pending += !l->v[i]->done;
+		for (size_t i = 0; i < l->n; i++) {
+			mpart *p = l->v[i];
+			const char *a;
+			if (p->done)
+				continue;
+			free(p->address);
+			p->address = NULL;
+			p->epoch = ref->cfg->epoch;
+			a = node_address(ref->cfg, p->node);
+			if (a == NULL || (p->address = strdup(a)) == NULL) {
+				p->rv = a == NULL ? KV_EUNAVAIL : KV_ENOMEM;
+				continue;
+			}
+			/* One part runs on this thread; several run concurrently. */
+			p->threaded =
+			    pending > 1 && pthread_create(&p->thread, NULL, mpart_round, p) == 0;
+			if (!p->threaded)
+				mpart_round(p);
+		}
+		for (size_t i = 0; i < l->n; i++) {
+			mpart *p = l->v[i];
+			if (p->threaded) {
+				pthread_join(p->thread, NULL);
+				p->threaded = false;
+			}
+		}
+		/* Classify the answers. */
+		for (size_t i = 0; i < l->n; i++) {
+			mpart *p = l->v[i];
+			kvc_reply *r = &p->reply;
+			if (p->done)
+				continue;
+			if (p->rv != KV_OK) {
+				p->err = p->rv == KV_ECLOSED ? KV_EUNAVAIL : p->rv;
+				if (!kvc_retryable(p->rv) && p->rv != KV_EPROTO) {
+					p->done = true;
+					kvc_fail(p->err, "server %s: %s",
+					         p->address ? p->address : "?",
+					         kv_strerror(p->err));
+				}
+				min_epoch = ref->cfg->epoch + 1;
+				continue;
+			}
+			int st = r->status != KV_OK ? r->status : r->op_status;
+			if (r->epoch > ref->cfg->epoch && r->epoch > min_epoch)
+				min_epoch = r->epoch;
+			if (r->hint.set && r->hint.epoch > ref->cfg->epoch &&
+			    r->hint.epoch > min_epoch)
+				min_epoch = r->hint.epoch;
+			p->err = st;
+			if (!kvc_retryable(st)) {
+				p->done = true;
+				progress = true;
+				if (st != KV_OK && st != KV_ENOTFOUND)
+					kvc_fail(st, "server %s: %s", p->address,
+					         r->error ? r->error : kv_strerror(st));
+				continue;
+			}
+			if (st == KV_EWRONGOWNER && min_epoch == 0)
+				min_epoch = ref->cfg->epoch + 1;
+			kvc_reply_fini(r);
+		}
+		kvc_cfg_put(ref);
+		pending = 0;
+		for (size_t i = 0; i < l->n; i++)
+			pending += !l->v[i]->done;
+		if (pending == 0)
+			return KV_OK;
+		if (kvc_remaining_ms(deadline) == 0) {
+			for (size_t i = 0; i < l->n; i++) {
+				mpart *p = l->v[i];
+				if (p->done)
+					continue;
+				p->done = true;
+				if (p->err == KV_EWRONGOWNER || p->err == KV_EMOVING ||
+				    p->err == KV_EBUSY || p->err == KV_ESTALE)
+					p->err = KV_ETIMEDOUT;
+				kvc_fail(p->err, "server %s: %s", p->address ? p->address : "?",
+				         kv_strerror(p->err));
+			}
+			return KV_OK;
+		}
+		if (!progress)
+			kvc_backoff(deadline, &backoff);
+	}
+}
+
+static int
+check_keys(size_t n, const shardkv_bytes *keys, kv_bytes **out)
+{
+	kv_bytes *k;
+
+	if (n == 0 || keys == NULL)
+		return kvc_fail(KV_EINVAL, "no keys");
+	if ((k = malloc(n * sizeof(*k))) == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		int rv = check_key(keys[i].data, keys[i].len);
+		if (rv != KV_OK) {
+			free(k);
+			return rv;
+		}
+		k[i].p = keys[i].data;
+		k[i].len = keys[i].len;
+	}
+	*out = k;
+	return KV_OK;
+}
+
+int
+shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys, shardkv_mget_result **out)
+{
+	shardkv_mget_result *res = NULL;
+	mparts l = {0};
+	kv_bytes *k = NULL;
+	bool *missing = NULL;
+	int rv;
+
+	kvc_clear_error();
+	if (c == NULL || out == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if ((rv = check_keys(n, keys, &k)) != KV_OK)
+		return rv;
+	if ((rv = multi_run(c, KVC_MGET, n, k, NULL, &l)) != KV_OK)
+		goto out;
+	for (size_t i = 0; i < l.n; i++) {
+		if (l.v[i]->err != KV_OK && l.v[i]->err != KV_ENOTFOUND) {
+			rv = l.v[i]->err;
+			goto out;
+		}
+	}
+	rv = KV_ENOMEM;
+	if ((res = calloc(1, sizeof(*res))) == NULL ||
+	    (res->values = calloc(n, sizeof(shardkv_buf))) == NULL ||
+	    (missing = calloc(n, sizeof(bool))) == NULL)
+		goto out;
+	res->n = n;
+	for (size_t i = 0; i < l.n; i++) {
+		mpart *p = l.v[i];
+		kvc_reply *r = &p->reply;
+		for (size_t j = 0; j < r->nmissing; j++) {
+			if (r->missing[j] >= p->n) {
+				rv = kvc_fail(KV_EPROTO, "server %s: missing index out of range",
+				              p->address);
+				goto out;
+			}
+			missing[p->idx[r->missing[j]]] = true;
+		}
+		if (r->nvalues != p->n) {
+			rv = kvc_fail(KV_EPROTO, "server %s: %zu values for %zu keys", p->address,
+			              r->nvalues, p->n);
+			goto out;
+		}
+		for (size_t j = 0; j < p->n; j++) {
+			size_t at = p->idx[j];
+			if (missing[at])
+				continue;
+			res->values[at].data = r->values[j].data;
+			res->values[at].len = r->values[j].len;
+			memset(&r->values[j], 0, sizeof(kv_buf));
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		res->nmissing += missing[i];
+	if (res->nmissing && (res->missing = malloc(res->nmissing * sizeof(size_t))) == NULL)
+		goto out;
+	res->nmissing = 0;
+	for (size_t i = 0; i < n; i++)
+		if (missing[i])
+			res->missing[res->nmissing++] = i;
+	rv = res->nmissing ? kvc_fail(KV_ENOTFOUND, "%zu of %zu keys not found", res->nmissing, n)
+	                   : KV_OK;
+	*out = res;
+	res = NULL;
+out:
+	shardkv_mget_result_free(res);
+	free(missing);
+	mparts_fini(&l);
+	free(k);
+	return rv;
+}
+
+void
+shardkv_mget_result_free(shardkv_mget_result *r)
+{
+	if (r == NULL)
+		return;
+	if (r->values)
+		for (size_t i = 0; i < r->n; i++)
+			free(r->values[i].data);
+	free(r->values);
+	free(r->missing);
+	free(r);
+}
+
+int
+shardkv_mput(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t nvals,
+             const shardkv_bytes *vals, shardkv_mput_result **out)
+{
+	shardkv_mput_result *res = NULL;
+	mparts l = {0};
+	kv_bytes *k = NULL, *v = NULL;
+	int rv, first = KV_OK;
+
+	kvc_clear_error();
+	if (c == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if (nkeys != nvals)
+		return kvc_fail(KV_EINVAL, "%zu keys but %zu values", nkeys, nvals);
+	if ((rv = check_keys(nkeys, keys, &k)) != KV_OK)
+		return rv;
+	if ((v = malloc(nvals * sizeof(*v))) == NULL) {
+		rv = KV_ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < nvals; i++) {
+		if ((vals[i].data == NULL && vals[i].len) ||
+		    (rv = check_value(vals[i].len)) != KV_OK) {
+			rv = rv ? rv : kvc_fail(KV_EINVAL, "null value");
+			goto out;
+		}
+		v[i].p = vals[i].data;
+		v[i].len = vals[i].len;
+	}
+	if ((rv = multi_run(c, KVC_MPUT, nkeys, k, v, &l)) != KV_OK)
+		goto out;
+	rv = KV_ENOMEM;
+	if ((res = calloc(1, sizeof(*res))) == NULL)
+		goto out;
+	for (size_t i = 0; i < l.n; i++)
+		res->nfailed += l.v[i]->err != KV_OK;
+	if (res->nfailed && (res->failed = calloc(res->nfailed, sizeof(*res->failed))) == NULL)
+		goto out;
+	res->nfailed = 0;
+	for (size_t i = 0; i < l.n; i++) {
+		mpart *p = l.v[i];
+		shardkv_node_error *e;
+		if (p->err == KV_OK)
+			continue;
+		e = &res->failed[res->nfailed++];
+		e->node_id = p->node;
+		e->err = p->err;
+		e->nkeys = p->n;
+		e->address = p->address ? strdup(p->address) : NULL;
+		if (first == KV_OK)
+			first = p->err;
+	}
+	if (first != KV_OK && res->nfailed > 1)
+		kvc_fail(first, "%zu of %zu node parts failed (first: %s)", res->nfailed, l.n,
+		         kv_strerror(first));
+	rv = first;
+	if (out) {
+		*out = res;
+		res = NULL;
+	}
+out:
+	shardkv_mput_result_free(res);
+	mparts_fini(&l);
+	free(k);
+	free(v);
+	return rv;
+}
+
+void
+shardkv_mput_result_free(shardkv_mput_result *r)
+{
+	if (r == NULL)
+		return;
+	for (size_t i = 0; i < r->nfailed; i++)
+		free(r->failed[i].address);
+	free(r->failed);
+	free(r);
+}
+
+/* ---------------------------------------------------------------------------
+ * scan / keys
+ * ------------------------------------------------------------------------- */
+
+int
+shardkv_scan_ex(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_result **out)
+{
+	kv_buf cur = {0}, end = {0}, pend = {0};
+	kvc_entries acc = {0};
+	shardkv_scan_result *res = NULL;
+	bool finished = false;
+	int rv;
+
+	kvc_clear_error();
+	if (c == NULL || a == NULL || out == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if (kv_range_is_empty(a->start.data, a->start.len, a->end.data, a->end.len))
+		return kvc_fail(KV_EINVAL, "empty or inverted range");
+	if (a->start.len > KV_HARD_MAX_KEY || a->end.len > KV_HARD_MAX_KEY ||
+	    a->prefix.len > KV_HARD_MAX_KEY)
+		return kvc_fail(KV_ETOOBIG, "range bound longer than the key limit");
+	rv = KV_ENOMEM;
+	if (kv_buf_set(&cur, a->start.data, a->start.len) != KV_OK ||
+	    kv_buf_set(&end, a->end.data, a->end.len) != KV_OK)
+		goto out;
+	/* A prefix narrows the range to [prefix, prefix_end). */
+	if (a->prefix.len) {
+		if (kv_buf_reserve(&pend, a->prefix.len) != KV_OK)
+			goto out;
+		kv_prefix_end(a->prefix.data, a->prefix.len, pend.data, &pend.len);
+		if (kv_key_cmp(cur.data, cur.len, a->prefix.data, a->prefix.len) < 0 &&
+		    kv_buf_set(&cur, a->prefix.data, a->prefix.len) != KV_OK)
+			goto out;
+		if (pend.len &&
+		    (end.len == 0 || kv_key_cmp(pend.data, pend.len, end.data, end.len) < 0) &&
+		    kv_buf_set(&end, pend.data, pend.len) != KV_OK)
+			goto out;
+		if (kv_range_is_empty(cur.data, cur.len, end.data, end.len))
+			finished = true;
+	}
+	while (!finished && !(a->limit && acc.n >= a->limit)) {
+		uint64_t deadline = kvc_deadline(c); /* per page: a scan may take long */
+		kvc_cfgref *ref = NULL;
+		kvc_span *spans = NULL;
+		size_t nspans = 0;
+		kvc_op op = {.kind = KVC_SCAN, .keys_only = a->keys_only};
+		kvc_reply r;
+
+		if ((rv = kvc_cfg_get(c, 0, deadline, &ref)) != KV_OK)
+			goto out;
+		rv = kvc_scan_plan(ref->cfg, (kv_bytes){cur.data, cur.len},
+		                   (kv_bytes){end.data, end.len}, &spans, &nspans);
+		kvc_cfg_put(ref);
+		if (rv != KV_OK)
+			goto out;
+		/* This page: the first span, served by one node. */
+		op.start = (kv_bytes){cur.data, cur.len};
+		op.end = (kv_bytes){spans[0].end.data, spans[0].end.len};
+		op.prefix = (kv_bytes){a->prefix.data, a->prefix.len};
+		if (a->limit) {
+			size_t left = a->limit - acc.n;
+			op.limit = left > 100000 ? 100000 : (uint32_t)left;
+		}
+		rv = run_routed(c, &op, op.start, deadline, &r);
+		if (rv == KV_OK && r.op_status != KV_OK) {
+			rv = r.op_status;
+			kvc_reply_fini(&r);
+		}
+		if (rv != KV_OK) {
+			kvc_spans_free(spans, nspans);
+			goto out;
+		}
+		long added = kvc_entries_merge(&acc, r.entries, r.nentries, a->limit);
+		if (added < 0) {
+			rv = (int)added;
+			kvc_reply_fini(&r);
+			kvc_spans_free(spans, nspans);
+			goto out;
+		}
+		if (a->limit && acc.n >= a->limit && (size_t)added < r.nentries) {
+			/* Cut short inside this page: resume after the last key taken. */
+			const kv_buf *last = &acc.entries[acc.n - 1].key;
+			rv = KV_ENOMEM;
+			if (kv_buf_set(&cur, last->data, last->len) != KV_OK ||
+			    kv_buf_append(&cur, "", 1) != KV_OK) {
+				kvc_reply_fini(&r);
+				kvc_spans_free(spans, nspans);
+				goto out;
+			}
+		} else if (r.more && r.next_cursor.len &&
+		           kv_key_cmp(r.next_cursor.data, r.next_cursor.len, cur.data, cur.len) >
+		               0) {
+			rv = kv_buf_set(&cur, r.next_cursor.data, r.next_cursor.len);
+		} else if (r.more && r.nentries > 0) {
+			/* No usable cursor: continue after the last key returned. */
+			const kv_buf *last = &r.entries[r.nentries - 1].key;
+			kv_buf tmp = {0};
+			rv = kv_buf_set(&tmp, last->data ? last->data : (const uint8_t *)"",
+			                last->len);
+			if (rv == KV_OK)
+				rv = kv_buf_append(&tmp, "", 1);
+			if (rv == KV_OK) {
+				kv_buf_fini(&cur);
+				cur = tmp;
+			} else {
+				kv_buf_fini(&tmp);
+			}
+		} else if (r.more) {
+			rv = kvc_fail(KV_EPROTO, "server said more without a cursor or entries");
+		} else if (spans[0].end.len == 0 ||
+		           (end.len && kv_key_cmp(spans[0].end.data, spans[0].end.len, end.data,
+		                                  end.len) >= 0)) {
+			finished = true;
+			rv = KV_OK;
+		} else {
+			rv = kv_buf_set(&cur, spans[0].end.data, spans[0].end.len);
+		}
+		kvc_reply_fini(&r);
+		kvc_spans_free(spans, nspans);
+		if (rv != KV_OK)
+			goto out;
+		if (!finished && end.len && kv_key_cmp(cur.data, cur.len, end.data, end.len) >= 0)
+			finished = true;
+	}
+	rv = KV_ENOMEM;
+	if ((res = calloc(1, sizeof(*res))) == NULL)
+		goto out;
+	if (acc.n && (res->entries = calloc(acc.n, sizeof(shardkv_entry))) == NULL)
+		goto out;
+	for (size_t i = 0; i < acc.n; i++) {
+		kvc_entry *e = &acc.entries[i];
+		res->entries[i].key.data = e->key.data;
+		res->entries[i].key.len = e->key.len;
+		if (e->value.data == NULL && (e->value.data = calloc(1, 1)) == NULL)
+			goto out;
+		res->entries[i].value.data = e->value.data;
+		res->entries[i].value.len = e->value.len;
+		memset(e, 0, sizeof(*e));
+		res->n++;
+	}
+	res->more = !finished;
+	if (res->more) {
+		res->next.data = cur.data;
+		res->next.len = cur.len;
+		memset(&cur, 0, sizeof(cur));
+		if (res->next.data == NULL && (res->next.data = calloc(1, 1)) == NULL)
+			goto out;
+	}
+	*out = res;
+	res = NULL;
+	rv = KV_OK;
+out:
+	shardkv_scan_result_free(res);
+	kvc_entries_fini(&acc);
+	kv_buf_fini(&cur);
+	kv_buf_fini(&end);
+	kv_buf_fini(&pend);
+	return rv;
+}
+
+int
+shardkv_scan(shardkv_client *c, const void *start, size_t slen, const void *end, size_t elen,
+             size_t limit, shardkv_scan_result **out)
+{
+	shardkv_scan_args a = {.start = {start, slen}, .end = {end, elen}, .limit = limit};
+	return shardkv_scan_ex(c, &a, out);
+}
+
+int
+shardkv_keys(shardkv_client *c, const void *prefix, size_t plen, shardkv_scan_result **out)
+{
+	shardkv_scan_args a = {.prefix = {prefix, plen}, .keys_only = true};
+	return shardkv_scan_ex(c, &a, out);
+}
+
+void
+shardkv_scan_result_free(shardkv_scan_result *r)
+{
+	if (r == NULL)
+		return;
+	for (size_t i = 0; i < r->n; i++) {
+		free(r->entries[i].key.data);
+		free(r->entries[i].value.data);
+	}
+	free(r->entries);
+	free(r->next.data);
+	free(r);
+}

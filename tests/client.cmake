@@ -1,0 +1,14 @@
+# Tests of libshardkv and the shardkv CLI (client/).
+kv_add_test(test_client_json SOURCES test_client_json.c LIBS shardkv_cli kv_testutil TIMEOUT 30)
+kv_add_test(test_client_cli SOURCES test_client_cli.c LIBS shardkv_cli kv_testutil TIMEOUT 30)
+kv_add_test(test_client_batch SOURCES test_client_batch.c LIBS shardkv TIMEOUT 30)
+# libshardkv and the CLI against an in-process fake controller and servers.
+kv_add_test(test_client_fake SOURCES test_client_fake.c
+  LIBS shardkv_cli kv_proto kv_testutil TIMEOUT 90 LABELS concurrency)
+# The CLI and library against real daemons (built in this tree) on loopback.
+if(TARGET shardkv-controller AND TARGET shardkv-server)
+  kv_add_test(test_client_cluster SOURCES test_client_cluster.c
+    LIBS shardkv_cli kv_testutil TIMEOUT 180 LABELS integration)
+  target_compile_definitions(test_client_cluster PRIVATE KV_BIN_DIR="${CMAKE_BINARY_DIR}/bin")
+  add_dependencies(test_client_cluster shardkv-controller shardkv-server shardkv_bin)
+endif()

@@ -1,0 +1,333 @@
+/*
+ * test_client_batch.c - routing and merging of libshardkv with hand-built
+ * configurations: mget/mput keys split per node with indexes in key order,
+ * scans cut at every range and migration boundary, per-server scan pages
+ * merged in key order with the limit.
+ */
+#include "client/client_int.h"
+#include "common/err.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static void
+set(kv_buf *b, const char *s)
+{
+	assert_int_equal(kv_buf_set(b, s, strlen(s)), KV_OK);
+}
+
+/*
+ * Three nodes; ranges ["", "g") -> 1, ["g", "p") -> 2, ["p", "") -> 3;
+ * with `mig`, [“h”, “k”) is moving from 2 to 3 (the map already names 3 for
+ * it, as the controller publishes).
+ */
+static kv_config *
+make_config(bool mig)
+{
+	kv_config *c = kv_config_new();
+	assert_non_null(c);
+	c->epoch = 7;
+	c->nnodes = 3;
+	c->nodes = calloc(3, sizeof(kv_node));
+	for (uint32_t i = 0; i < 3; i++) {
+		char addr[64];
+		snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%u", 7101 + i);
+		c->nodes[i].id = i + 1;
+		c->nodes[i].address = strdup(addr);
+		c->nodes[i].state = KV_NODE_ACTIVE;
+	}
+	if (!mig) {
+		c->nranges = 3;
+		c->ranges = calloc(3, sizeof(kv_range));
+		set(&c->ranges[0].start, "");
+		set(&c->ranges[0].end, "g");
+		c->ranges[0].node = 1;
+		set(&c->ranges[1].start, "g");
+		set(&c->ranges[1].end, "p");
+		c->ranges[1].node = 2;
+		set(&c->ranges[2].start, "p");
+		set(&c->ranges[2].end, "");
+		c->ranges[2].node = 3;
+	} else {
+		c->nranges = 5;
+		c->ranges = calloc(5, sizeof(kv_range));
+		const char *b[] = {"", "g", "h", "k", "p", ""};
+		const uint32_t o[] = {1, 2, 3, 2, 3};
+		for (int i = 0; i < 5; i++) {
+			set(&c->ranges[i].start, b[i]);
+			set(&c->ranges[i].end, b[i + 1]);
+			c->ranges[i].node = o[i];
+		}
+		c->nmigs = 1;
+		c->migs = calloc(1, sizeof(kv_migration));
+		c->migs[0].id = 1;
+		c->migs[0].epoch = 7;
+		set(&c->migs[0].start, "h");
+		set(&c->migs[0].end, "k");
+		c->migs[0].from = 2;
+		c->migs[0].to = 3;
+		c->migs[0].phase = KV_MIG_COPYING;
+	}
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	return c;
+}
+
+static kv_bytes
+B(const char *s)
+{
+	return (kv_bytes){(const uint8_t *)s, strlen(s)};
+}
+
+static void
+split_groups_keys_per_node_in_key_order(void **state)
+{
+	kv_config *c = make_config(false);
+	kv_bytes keys[] = {B("zeta"), B("apple"), B("hat"), B("banana"), B("zoo"), B("g")};
+	kvc_part *p;
+	size_t np;
+	(void)state;
+
+	assert_int_equal(kvc_split_keys(c, 6, keys, &p, &np), KV_OK);
+	assert_int_equal(np, 3);
+	assert_int_equal(p[0].node, 1); /* apple, banana */
+	assert_int_equal(p[0].n, 2);
+	assert_int_equal(p[0].idx[0], 1);
+	assert_int_equal(p[0].idx[1], 3);
+	assert_int_equal(p[1].node, 2); /* hat, g */
+	assert_int_equal(p[1].n, 2);
+	assert_int_equal(p[1].idx[0], 2);
+	assert_int_equal(p[1].idx[1], 5);
+	assert_int_equal(p[2].node, 3); /* zeta, zoo */
+	assert_int_equal(p[2].n, 2);
+	assert_int_equal(p[2].idx[0], 0);
+	assert_int_equal(p[2].idx[1], 4);
+	kvc_parts_free(p, np);
+	kv_config_free(c);
+}
+
+static void
+split_of_keys_on_one_node_is_one_part(void **state)
+{
+	kv_config *c = make_config(false);
+	kv_bytes keys[] = {B("a"), B("b"), B("a")}; /* duplicates allowed */
+	kvc_part *p;
+	size_t np;
+	(void)state;
+
+	assert_int_equal(kvc_split_keys(c, 3, keys, &p, &np), KV_OK);
+	assert_int_equal(np, 1);
+	assert_int_equal(p[0].node, 1);
+	assert_int_equal(p[0].n, 3);
+	for (size_t i = 0; i < 3; i++)
+		assert_int_equal(p[0].idx[i], i);
+	kvc_parts_free(p, np);
+	kv_config_free(c);
+}
+
+static void
+split_sends_moving_keys_to_the_migration_source(void **state)
+{
+	kv_config *c = make_config(true);
+	kv_bytes keys[] = {B("i"), B("l"), B("q")};
+	kvc_part *p;
+	size_t np;
+	(void)state;
+
+	assert_int_equal(kvc_split_keys(c, 3, keys, &p, &np), KV_OK);
+	assert_int_equal(np, 2);
+	assert_int_equal(p[0].node, 2); /* i (moving 2 -> 3, still at 2) and l */
+	assert_int_equal(p[0].n, 2);
+	assert_int_equal(p[1].node, 3);
+	assert_int_equal(p[1].idx[0], 2);
+	kvc_parts_free(p, np);
+	kv_config_free(c);
+}
+
+static void
+assert_span(const kvc_span *s, const char *start, const char *end, uint32_t node)
+{
+	assert_int_equal(s->start.len, strlen(start));
+	if (s->start.len)
+		assert_memory_equal(s->start.data, start, s->start.len);
+	assert_int_equal(s->end.len, strlen(end));
+	if (s->end.len)
+		assert_memory_equal(s->end.data, end, s->end.len);
+	assert_int_equal(s->node, node);
+}
+
+static void
+scan_plan_cuts_at_range_boundaries(void **state)
+{
+	kv_config *c = make_config(false);
+	kvc_span *s;
+	size_t n;
+	(void)state;
+
+	assert_int_equal(kvc_scan_plan(c, B(""), B(""), &s, &n), KV_OK);
+	assert_int_equal(n, 3);
+	assert_span(&s[0], "", "g", 1);
+	assert_span(&s[1], "g", "p", 2);
+	assert_span(&s[2], "p", "", 3);
+	kvc_spans_free(s, n);
+
+	assert_int_equal(kvc_scan_plan(c, B("b"), B("h"), &s, &n), KV_OK);
+	assert_int_equal(n, 2);
+	assert_span(&s[0], "b", "g", 1);
+	assert_span(&s[1], "g", "h", 2);
+	kvc_spans_free(s, n);
+
+	assert_int_equal(kvc_scan_plan(c, B("q"), B("r"), &s, &n), KV_OK);
+	assert_int_equal(n, 1);
+	assert_span(&s[0], "q", "r", 3);
+	kvc_spans_free(s, n);
+
+	assert_int_equal(kvc_scan_plan(c, B("r"), B("q"), &s, &n), KV_EINVAL);
+	kv_config_free(c);
+}
+
+static void
+scan_plan_routes_moving_part_to_the_source(void **state)
+{
+	kv_config *c = make_config(true);
+	kvc_span *s;
+	size_t n;
+	(void)state;
+
+	assert_int_equal(kvc_scan_plan(c, B("a"), B("z"), &s, &n), KV_OK);
+	assert_int_equal(n, 5);
+	assert_span(&s[0], "a", "g", 1);
+	assert_span(&s[1], "g", "h", 2);
+	assert_span(&s[2], "h", "k", 2); /* owned by 3 in the map, moving from 2 */
+	assert_span(&s[3], "k", "p", 2);
+	assert_span(&s[4], "p", "z", 3);
+	kvc_spans_free(s, n);
+	kv_config_free(c);
+}
+
+/* Builds n heap entries from keys. */
+static kvc_entry *
+entries(const char **keys, size_t n)
+{
+	kvc_entry *e = calloc(n, sizeof(*e));
+	for (size_t i = 0; i < n; i++) {
+		set(&e[i].key, keys[i]);
+		set(&e[i].value, "v");
+	}
+	return e;
+}
+
+static void
+free_entries(kvc_entry *e, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		kv_buf_fini(&e[i].key);
+		kv_buf_fini(&e[i].value);
+	}
+	free(e);
+}
+
+static void
+assert_keys(const kvc_entries *acc, const char **want, size_t n)
+{
+	assert_int_equal(acc->n, n);
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(acc->entries[i].key.len, strlen(want[i]));
+		assert_memory_equal(acc->entries[i].key.data, want[i], strlen(want[i]));
+	}
+}
+
+static void
+merge_concatenates_server_pages_in_key_order(void **state)
+{
+	const char *a[] = {"apple", "banana"}, *b[] = {"grape", "hat"}, *c[] = {"zoo"};
+	const char *want[] = {"apple", "banana", "grape", "hat", "zoo"};
+	kvc_entries acc = {0};
+	kvc_entry *ea = entries(a, 2), *eb = entries(b, 2), *ec = entries(c, 1);
+	(void)state;
+
+	assert_int_equal(kvc_entries_merge(&acc, ea, 2, 0), 2);
+	assert_int_equal(kvc_entries_merge(&acc, eb, 2, 0), 2);
+	assert_int_equal(kvc_entries_merge(&acc, ec, 1, 0), 1);
+	assert_keys(&acc, want, 5);
+	free_entries(ea, 2);
+	free_entries(eb, 2);
+	free_entries(ec, 1);
+	kvc_entries_fini(&acc);
+}
+
+static void
+merge_drops_keys_repeated_after_a_config_change(void **state)
+{
+	const char *a[] = {"a", "b", "c"}, *b[] = {"b", "c", "d"};
+	const char *want[] = {"a", "b", "c", "d"};
+	kvc_entries acc = {0};
+	kvc_entry *ea = entries(a, 3), *eb = entries(b, 3);
+	(void)state;
+
+	assert_int_equal(kvc_entries_merge(&acc, ea, 3, 0), 3);
+	assert_int_equal(kvc_entries_merge(&acc, eb, 3, 0), 1);
+	assert_keys(&acc, want, 4);
+	free_entries(ea, 3);
+	free_entries(eb, 3);
+	kvc_entries_fini(&acc);
+}
+
+static void
+merge_stops_at_the_limit(void **state)
+{
+	const char *a[] = {"a", "b"}, *b[] = {"c", "d", "e"};
+	const char *want[] = {"a", "b", "c"};
+	kvc_entries acc = {0};
+	kvc_entry *ea = entries(a, 2), *eb = entries(b, 3);
+	(void)state;
+
+	assert_int_equal(kvc_entries_merge(&acc, ea, 2, 3), 2);
+	assert_int_equal(kvc_entries_merge(&acc, eb, 3, 3), 1);
+	assert_keys(&acc, want, 3);
+	/* Entries not taken stay with the caller. */
+	assert_non_null(eb[1].key.data);
+	assert_null(eb[0].key.data);
+	free_entries(ea, 2);
+	free_entries(eb, 3);
+	kvc_entries_fini(&acc);
+}
+
+static void
+merge_orders_binary_keys_bytewise(void **state)
+{
+	kvc_entries acc = {0};
+	kvc_entry *e = calloc(3, sizeof(*e));
+	(void)state;
+
+	assert_int_equal(kv_buf_set(&e[0].key, "a", 1), KV_OK);
+	assert_int_equal(kv_buf_set(&e[1].key, "a\0", 2), KV_OK); /* a prefix sorts first */
+	assert_int_equal(kv_buf_set(&e[2].key, "\xff", 1), KV_OK);
+	assert_int_equal(kvc_entries_merge(&acc, e, 3, 0), 3);
+	assert_int_equal(acc.entries[1].key.len, 2);
+	free_entries(e, 3);
+	kvc_entries_fini(&acc);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(split_groups_keys_per_node_in_key_order),
+	    cmocka_unit_test(split_of_keys_on_one_node_is_one_part),
+	    cmocka_unit_test(split_sends_moving_keys_to_the_migration_source),
+	    cmocka_unit_test(scan_plan_cuts_at_range_boundaries),
+	    cmocka_unit_test(scan_plan_routes_moving_part_to_the_source),
+	    cmocka_unit_test(merge_concatenates_server_pages_in_key_order),
+	    cmocka_unit_test(merge_drops_keys_repeated_after_a_config_change),
+	    cmocka_unit_test(merge_stops_at_the_limit),
+	    cmocka_unit_test(merge_orders_binary_keys_bytewise),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
