@@ -5,6 +5,7 @@
 #                      start a controller and NODES servers (default 3), join
 #                      them, wait until they serve, print the controller address
 #   cluster.sh status  the cluster's status (shardkv status)
+#   (--dir DIR may be given with any command)
 #   cluster.sh add     start and join one more server
 #   cluster.sh stop N  stop server N gracefully (SIGTERM: it drains first)
 #   cluster.sh kill N  kill server N (SIGKILL)
@@ -25,7 +26,7 @@ nodes=3
 wait_s=${SHARDKV_WAIT_S:-30}
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 
 find_bins() {
 	if [ -n "${SHARDKV_BIN_DIR:-}" ]; then
@@ -126,6 +127,16 @@ server_count() {
 	echo $n
 }
 
+# --dir DIR may come anywhere; the rest is the command and its arguments.
+args=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--dir) dir=${2:?--dir needs a path}; shift 2 ;;
+	--dir=*) dir=${1#--dir=}; shift ;;
+	*) args+=("$1"); shift ;;
+	esac
+done
+set -- "${args[@]+"${args[@]}"}"
 cmd=${1:-}
 [ -n "$cmd" ] || usage
 shift
@@ -134,7 +145,6 @@ up)
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		-n) nodes=${2:?-n needs a number}; shift 2 ;;
-		--dir) dir=${2:?--dir needs a path}; shift 2 ;;
 		--base-port) base=${2:?--base-port needs a port}; shift 2 ;;
 		*) echo "cluster.sh: unknown option $1" >&2; usage ;;
 		esac
