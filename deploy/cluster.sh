@@ -6,7 +6,8 @@
 #                      them, wait until they serve, print the controller address
 #   cluster.sh status  the cluster's status (shardkv status)
 #   (--dir DIR may be given with any command)
-#   cluster.sh add     start and join one more server
+#   cluster.sh add [--no-wait]  start and join one more server (--no-wait:
+#                      return once it runs, while its data may still move)
 #   cluster.sh stop N  stop server N gracefully (SIGTERM: it drains first)
 #   cluster.sh kill N  kill server N (SIGKILL)
 #   cluster.sh restart N  start server N again with its data dir
@@ -95,14 +96,24 @@ start_controller() {
 }
 
 start_server() {
-	local n=$1 port=$((base + 100 + $1))
+	local n=$1 port=$((base + 100 + $1)) nowait=${2:-}
 	local addr="tcp://127.0.0.1:$port" pidf="$dir/node-$n.pid"
 	mkdir -p "$dir/node-$n"
 	alive "$pidf" && return 0
 	"$bin/shardkv-server" --listen "$addr" --controller "$ctl" --data-dir "$dir/node-$n" \
 		--join >>"$dir/node-$n.log" 2>&1 &
 	echo $! >"$pidf"
-	wait_server "$addr" "$pidf"
+	if [ -n "$nowait" ]; then
+		# Running and registered is enough: poll until the controller knows it.
+		local deadline=$((SECONDS + wait_s))
+		until cli config --json 2>/dev/null | grep -qF "\"address\": \"$addr\""; do
+			alive "$pidf" || die "server $addr exited; see ${pidf%.pid}.log"
+			[ $SECONDS -lt $deadline ] || die "server $addr not registered after ${wait_s}s"
+			sleep 0.02
+		done
+	else
+		wait_server "$addr" "$pidf"
+	fi
 	echo "node $n: $addr (pid $(cat "$pidf"))" >&2
 }
 
@@ -166,7 +177,11 @@ status)
 	;;
 add)
 	load_state
-	start_server $(($(server_count) + 1))
+	case "${1:-}" in
+	"") start_server $(($(server_count) + 1)) ;;
+	--no-wait) start_server $(($(server_count) + 1)) nowait ;;
+	*) die "add takes only --no-wait" ;;
+	esac
 	;;
 stop | kill | restart)
 	n=${1:-}
