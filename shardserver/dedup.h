@@ -1,0 +1,72 @@
+/*
+ * dedup.h - the exactly-once memory of a shard server: (client_id,
+ * request_id) -> the result of a write, so that a retried write is answered
+ * from memory instead of being applied twice (SPEC §3, doc/protocol.md).
+ *
+ * Bounded: at most `per_client` results per client (the oldest is forgotten
+ * first), at most `max_clients` clients, and a client idle for `ttl_ms` is
+ * forgotten. Thread-safe: striped mutexes by client id, leaves in the lock
+ * order (no other lock is taken while one is held).
+ */
+#ifndef KV_SHARDSERVER_DEDUP_H
+#define KV_SHARDSERVER_DEDUP_H
+
+#include "common/key.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kv_dedup kv_dedup;
+
+/* The remembered result of one write. */
+typedef struct {
+	int status;         /* KV_OK or a KV_E* code the write returned */
+	uint64_t value_len; /* append: the length after the append */
+	kv_buf value;       /* del: the deleted value, when at most KV_DEDUP_MAX_VALUE */
+} kv_dedup_result;
+
+/* Deleted values longer than this are not remembered (the retry gets OK
+ * without the value). */
+#define KV_DEDUP_MAX_VALUE 4096u
+
+/* Creates a table. 0 arguments take defaults (128, 65536, 10 minutes).
+ * Returns NULL when out of memory. Free with kv_dedup_destroy (accepts NULL). */
+kv_dedup *kv_dedup_create(size_t per_client, size_t max_clients, uint64_t ttl_ms);
+void kv_dedup_destroy(kv_dedup *d);
+
+/*
+ * Starts a write. Returns KV_ENOTFOUND when the write is new (it is now
+ * marked in progress: the caller must call kv_dedup_finish or kv_dedup_abort),
+ * 0 when it was applied before (*out gets a copy of the result; the caller
+ * frees out->value with kv_buf_fini), KV_EBUSY while the first attempt is
+ * still in progress, or KV_ENOMEM.
+ */
+int kv_dedup_begin(kv_dedup *d, uint64_t client, uint64_t req, uint64_t now_ms,
+                   kv_dedup_result *out);
+
+/* Records the result of a write started with kv_dedup_begin. Copies res and key. */
+void kv_dedup_finish(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_result *res,
+                     const void *key, size_t klen, uint64_t now_ms);
+
+/* Forgets a write started with kv_dedup_begin that was not applied. */
+void kv_dedup_abort(kv_dedup *d, uint64_t client, uint64_t req);
+
+/* Inserts a result received from another server (range transfer); an entry
+ * already present is kept. Copies everything. Returns 0 or KV_ENOMEM. */
+int kv_dedup_insert(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_result *res,
+                    const void *key, size_t klen, uint64_t time_ms);
+
+/* Calls cb for every finished entry whose key lies in [start, end) (empty
+ * end: no bound). cb runs with a stripe lock held and must not call into
+ * the table. */
+typedef void (*kv_dedup_visit_cb)(void *arg, uint64_t client, uint64_t req,
+                                  const kv_dedup_result *res, const uint8_t *key, size_t klen,
+                                  uint64_t time_ms);
+void kv_dedup_visit_range(kv_dedup *d, const void *start, size_t slen, const void *end, size_t elen,
+                          kv_dedup_visit_cb cb, void *arg);
+
+/* Returns the number of clients remembered (for tests and statistics). */
+size_t kv_dedup_clients(kv_dedup *d);
+
+#endif

@@ -1,0 +1,174 @@
+/*
+ * main.c - shardkv-server: parses flags into an immutable kv_server_cfg and
+ * calls kv_server_run (server.h).
+ *
+ * DESIGN. Nothing here but flag parsing: every usage error exits 2 with one
+ * line naming the problem; a server that cannot start exits 1 (the reason
+ * was logged by kv_server_run); a clean stop exits 0.
+ */
+#include "common/err.h"
+#include "common/key.h"
+#include "common/log.h"
+#include "shardserver/server.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_text[] =
+    "usage: shardkv-server --listen ADDR --controller ADDR[,ADDR...] --data-dir DIR [--join]\n"
+    "                      [--threads N] [--store striped|percore] [--fsync always|batch|none]\n"
+    "                      [--max-key BYTES] [--max-value BYTES] [--metrics HOSTPORT]\n"
+    "                      [--log-level debug|info|warn|error|off] [--help]\n"
+    "\n"
+    "  --listen ADDR        nng URL to serve requests on, e.g. tcp://127.0.0.1:7101\n"
+    "  --controller ADDRS   the controller's URL (comma-separated replicas)\n"
+    "  --data-dir DIR       directory for the node identity (created if missing)\n"
+    "  --join               register as a new node on the first start\n"
+    "  --threads N          percore store: partition owner threads (default: one per CPU);\n"
+    "                       striped store: ignored (requests run on nng's worker threads)\n"
+    "  --store MODE         striped (default) or percore\n"
+    "  --fsync MODE         accepted, not yet effective: data is in memory only for now\n"
+    "  --max-key BYTES      largest key accepted (default 1024, at most 65536)\n"
+    "  --max-value BYTES    largest value accepted (default 1 MiB, at most 64 MiB)\n"
+    "  --metrics HOSTPORT   accepted, not yet effective\n"
+    "  --log-level L        lowest level logged (default info)\n";
+
+/* Prints "shardkv-server: WHAT[ 'ARG']" and returns the usage exit code. */
+static int
+usage_error(const char *what, const char *arg)
+{
+	if (arg)
+		fprintf(stderr, "shardkv-server: %s '%s' (see --help)\n", what, arg);
+	else
+		fprintf(stderr, "shardkv-server: %s (see --help)\n", what);
+	return 2;
+}
+
+static int
+parse_size(const char *s, size_t max, size_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (s == NULL || *s == '\0' || *s == '-')
+		return -1;
+	v = strtoull(s, &end, 10);
+	if (*end != '\0' || v == 0 || v > max)
+		return -1;
+	*out = (size_t)v;
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"listen", required_argument, NULL, 'l'},
+	    {"controller", required_argument, NULL, 'c'},
+	    {"data-dir", required_argument, NULL, 'd'},
+	    {"join", no_argument, NULL, 'j'},
+	    {"threads", required_argument, NULL, 't'},
+	    {"store", required_argument, NULL, 's'},
+	    {"fsync", required_argument, NULL, 'f'},
+	    {"max-key", required_argument, NULL, 'k'},
+	    {"max-value", required_argument, NULL, 'v'},
+	    {"metrics", required_argument, NULL, 'm'},
+	    {"log-level", required_argument, NULL, 'L'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	kv_server_cfg cfg = {0};
+	enum kv_log_level level = KV_LOG_INFO;
+	char *ctl_list = NULL;
+	const char *ctl[16];
+	size_t n;
+	int c, rv;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'l':
+			cfg.listen = optarg;
+			break;
+		case 'c':
+			ctl_list = optarg;
+			break;
+		case 'd':
+			cfg.data_dir = optarg;
+			break;
+		case 'j':
+			cfg.join = true;
+			break;
+		case 't':
+			if (parse_size(optarg, 4096, &n) != 0)
+				return usage_error("--threads wants 1..4096, not", optarg);
+			cfg.threads = (unsigned)n;
+			break;
+		case 's':
+			if (strcmp(optarg, "striped") == 0)
+				cfg.store_mode = KV_STORE_STRIPED;
+			else if (strcmp(optarg, "percore") == 0)
+				cfg.store_mode = KV_STORE_PERCORE;
+			else
+				return usage_error("--store wants striped or percore, not", optarg);
+			break;
+		case 'f':
+			if (strcmp(optarg, "always") == 0)
+				cfg.fsync = KV_FSYNC_ALWAYS;
+			else if (strcmp(optarg, "batch") == 0)
+				cfg.fsync = KV_FSYNC_BATCH;
+			else if (strcmp(optarg, "none") == 0)
+				cfg.fsync = KV_FSYNC_NONE;
+			else
+				return usage_error("--fsync wants always, batch or none, not",
+				                   optarg);
+			break;
+		case 'k':
+			if (parse_size(optarg, KV_HARD_MAX_KEY, &cfg.max_key) != 0)
+				return usage_error("--max-key wants 1..65536, not", optarg);
+			break;
+		case 'v':
+			if (parse_size(optarg, KV_HARD_MAX_VALUE, &cfg.max_value) != 0)
+				return usage_error("--max-value wants 1..67108864, not", optarg);
+			break;
+		case 'm':
+			cfg.metrics = optarg;
+			break;
+		case 'L':
+			if (kv_log_parse_level(optarg, &level) != 0)
+				return usage_error("--log-level wants debug, info, warn, error or "
+				                   "off, not",
+				                   optarg);
+			break;
+		case 'h':
+			fputs(usage_text, stdout);
+			return 0;
+		default:
+			return usage_error("unknown or incomplete option", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return usage_error("unexpected argument", argv[optind]);
+	if (cfg.listen == NULL)
+		return usage_error("--listen is required", NULL);
+	if (ctl_list == NULL)
+		return usage_error("--controller is required", NULL);
+	if (cfg.data_dir == NULL)
+		return usage_error("--data-dir is required", NULL);
+	n = 0;
+	for (char *save = NULL, *tok = strtok_r(ctl_list, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (n == sizeof(ctl) / sizeof(ctl[0]))
+			return usage_error("too many controller addresses", NULL);
+		ctl[n++] = tok;
+	}
+	if (n == 0)
+		return usage_error("--controller is empty", NULL);
+	cfg.ctl = ctl;
+	cfg.nctl = n;
+	kv_log_set_level(level);
+	rv = kv_server_run(&cfg);
+	return rv == 0 ? 0 : 1;
+}

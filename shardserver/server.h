@@ -1,0 +1,54 @@
+/*
+ * server.h - the shard server daemon (shardkv-server): serves Request
+ * batches from the local store for the ranges this node owns, follows the
+ * controller's configurations, and moves ranges to other servers
+ * (doc/protocol.md).
+ *
+ * main.c parses flags into a kv_server_cfg and calls kv_server_run; tests
+ * start the real binary. Thread model and lock order: doc/threads.md and the
+ * DESIGN paragraph of server.c.
+ */
+#ifndef KV_SHARDSERVER_SERVER_H
+#define KV_SHARDSERVER_SERVER_H
+
+#include "shardserver/store.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+	KV_FSYNC_BATCH = 0,  /* default (not yet effective: data is in memory only) */
+	KV_FSYNC_ALWAYS = 1, /* not yet effective */
+	KV_FSYNC_NONE = 2,   /* not yet effective */
+} kv_fsync_mode;
+
+/* The immutable start-up configuration (flags). Strings are borrowed and
+ * must outlive kv_server_run. */
+typedef struct {
+	const char *listen;        /* --listen nng URL */
+	const char *const *ctl;    /* --controller addresses */
+	size_t nctl;               /* number of controller addresses, >= 1 */
+	const char *data_dir;      /* --data-dir */
+	bool join;                 /* --join: register as a new node on first start */
+	unsigned threads;          /* --threads: percore owner threads; 0: default */
+	kv_store_mode store_mode;  /* --store */
+	kv_fsync_mode fsync;       /* --fsync (accepted, not yet effective) */
+	size_t max_key;            /* --max-key; 0: default */
+	size_t max_value;          /* --max-value; 0: default */
+	const char *metrics;       /* --metrics (accepted, not yet effective), may be NULL */
+	unsigned contexts;         /* concurrent requests served; 0: 256 */
+	uint32_t watch_timeout_ms; /* long-poll bound sent to the controller; 0: 1000 */
+	uint32_t leave_timeout_ms; /* graceful leave bound on SIGTERM; 0: 60000 */
+} kv_server_cfg;
+
+/*
+ * Runs the server until SIGTERM or SIGINT (a second one exits at once
+ * during a graceful leave). Blocks both signals in the calling thread and
+ * every thread it starts. Returns 0 after a clean stop, or a KV_E* code
+ * when it cannot start (KV_EADDRINUSE, KV_EPERM/KV_EIO for the data dir,
+ * KV_EINVAL for a bad option); the reason has been logged.
+ */
+int kv_server_run(const kv_server_cfg *cfg);
+
+#endif

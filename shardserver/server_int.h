@@ -1,0 +1,152 @@
+/*
+ * server_int.h - the shard server's shared state, for server.c (request
+ * dispatch, configuration following, heartbeats, the node file) and
+ * migrate.c (range transfer, both ends). Nothing outside shardserver/
+ * includes it.
+ *
+ * Lock order (outermost first), see also doc/threads.md:
+ *   owner.lock (read) -> kv_mig_out.mu (ascending migration id) -> dedup
+ *   stripe / store partition locks (leaves);
+ *   kv_mig_in.mu -> owner.lock (write) -> store partition locks;
+ *   kv_server.mig_mu, kv_server.cfg_mu, kv_server.ctl_mu are leaves: nothing
+ *   else is taken while one is held.
+ * No lock is ever held across an RPC to another process.
+ */
+#ifndef KV_SHARDSERVER_SERVER_INT_H
+#define KV_SHARDSERVER_SERVER_INT_H
+
+#include "common/config.h"
+#include "common/rpc.h"
+#include "shardserver/dedup.h"
+#include "shardserver/owner.h"
+#include "shardserver/server.h"
+#include "shardserver/server_codec.h"
+#include "shardserver/store.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* One write recorded while its range is being copied (a DeltaRecord). */
+typedef struct {
+	uint64_t seq;       /* source write sequence */
+	bool del;           /* delete, else put */
+	kv_buf key;         /* the key */
+	kv_buf value;       /* put: the whole value after the write */
+	bool has_dedup;     /* the write had (client, request) ids */
+	uint64_t client;    /* dedup: client id */
+	uint64_t req;       /* dedup: request id */
+	int status;         /* dedup: result status */
+	uint64_t value_len; /* dedup: append result */
+	uint64_t time_ms;   /* dedup: when applied */
+} kv_delta_rec;
+
+typedef struct kv_server kv_server;
+
+/* An outgoing migration: this node is the source (migrate.c). */
+typedef struct kv_mig_out {
+	kv_server *srv;                    /* owner */
+	uint64_t id;                       /* Migration.id */
+	uint64_t epoch;                    /* Migration.epoch */
+	kv_buf start;                      /* the moving range */
+	kv_buf end;                        /* empty: end of the key space */
+	uint32_t to;                       /* destination node */
+	char to_addr[256];                 /* its URL */
+	pthread_t thr;                     /* the task thread */
+	atomic_bool fenced;                /* writes refused (MOVING); set under mu */
+	atomic_bool cancel;                /* the configuration dropped the migration */
+	atomic_bool finished;              /* the thread has returned */
+	atomic_bool reported;              /* committed and MigrationDone acknowledged */
+	atomic_uint_fast64_t keys_copied;  /* acknowledged keys */
+	atomic_uint_fast64_t bytes_copied; /* acknowledged bytes */
+
+	pthread_mutex_t mu; /* orders writes to the range with `fenced`,
+	                       protects everything down to the blank line */
+	kv_delta_rec *recs; /* writes since the copy started */
+	size_t nrecs;       /* records in recs */
+	size_t caprecs;     /* capacity of recs */
+	size_t rec_bytes;   /* key + value bytes in recs */
+	uint64_t write_seq; /* last DeltaRecord.seq assigned */
+	bool lost;          /* a record could not be kept: restart the stream */
+
+	struct kv_mig_out *next; /* kv_server.outs list */
+} kv_mig_out;
+
+/* An incoming migration: this node is the destination (migrate.c). */
+typedef struct kv_mig_in {
+	uint64_t id;        /* Migration.id */
+	pthread_mutex_t mu; /* serialises the stream; protects down to the blank line */
+	uint64_t epoch;     /* Migration.epoch from Begin */
+	kv_buf start;       /* the range */
+	kv_buf end;         /* empty: end of the key space */
+	uint32_t from;      /* source node */
+	uint64_t acked;     /* highest contiguous seq applied */
+	uint64_t keys;      /* keys received */
+	uint64_t bytes;     /* bytes received */
+	bool committed;     /* serving the range */
+
+	struct kv_mig_in *next; /* kv_server.ins list */
+} kv_mig_in;
+
+struct kv_server {
+	const kv_server_cfg *cfg;          /* flags (immutable) */
+	kv_store *store;                   /* the data */
+	kv_owner owner;                    /* what this node serves (own rwlock) */
+	kv_dedup *dedup;                   /* exactly-once memory (own locks) */
+	kv_rpc_server *rpc;                /* the --listen endpoint */
+	size_t max_key;                    /* effective key limit */
+	size_t max_value;                  /* effective value limit */
+	uint64_t boot_id;                  /* random per start */
+	uint64_t admin_client_id;          /* client id of our AdminRequests */
+	atomic_uint_fast64_t admin_req_id; /* next AdminRequest.request_id */
+	atomic_uint node_id;               /* 0 until registered */
+	atomic_uint_fast64_t epoch;        /* last applied configuration epoch */
+	atomic_bool stopping;              /* shutting down: background loops return */
+	atomic_bool leaving;               /* graceful leave requested */
+	atomic_uint_fast64_t ops;          /* ops served, for ops/s */
+
+	pthread_mutex_t cfg_mu; /* protects cur and cluster_id */
+	kv_config *cur;         /* latest applied configuration, NULL before */
+	char cluster_id[128];   /* from the node file or the first config */
+
+	pthread_mutex_t ctl_mu; /* protects ctl_idx */
+	kv_rpc_client **ctl;    /* one client per controller address */
+	size_t ctl_idx;         /* the one to try first */
+
+	pthread_mutex_t mig_mu; /* protects outs and ins (the lists, not the items) */
+	kv_mig_out *outs;       /* every outgoing migration started since boot */
+	kv_mig_in *ins;         /* every incoming stream seen since boot */
+};
+
+/* Sends an AdminRequest to the controller (rotating through the addresses
+ * on failure) and decodes the answer. Fills the sender ids. On 0 the caller
+ * frees *resp with kv_sc_adm_resp_fini. Returns 0 or a transport KV_E* code. */
+int kv_server__ctl_call(kv_server *s, kv_adm_req *rq, kv_adm_resp *resp, uint32_t timeout_ms);
+
+/* Returns the current Unix time in milliseconds. */
+uint64_t kv_server__unix_ms(void);
+
+/* Sleeps up to ms, returning early when the server stops. */
+void kv_server__nap(kv_server *s, unsigned ms);
+
+/* migrate.c: starts the source task of migration m (a copy is made).
+ * Returns 0 or KV_ENOMEM. Called by the config thread. */
+int kv_mig_out_start(kv_server *s, const kv_migration *m, const char *to_addr);
+
+/* migrate.c: answers one transfer message (on an nng thread; never waits for
+ * another server). */
+void kv_mig_in_handle(kv_server *s, const kv_req *rq, kv_sc_ack *ack);
+
+/* migrate.c: records a write to a range with an outgoing migration. Caller
+ * holds m->mu. `value` NULL means delete. Copies everything. */
+void kv_mig_out_record_locked(kv_mig_out *m, const void *key, size_t klen, const void *value,
+                              size_t vlen, const kv_delta_rec *dedup);
+
+/* migrate.c: forgets an incoming stream the configuration dropped: removes
+ * its INCOMING entries and, unless committed, the data it brought. Called by
+ * the config thread. */
+void kv_mig_in_forget(kv_server *s, uint64_t id);
+
+/* migrate.c: joins every migration thread and frees both lists. */
+void kv_mig_fini_all(kv_server *s);
+
+#endif

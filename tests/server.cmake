@@ -1,0 +1,10 @@
+# Tests of the shard server (shardserver/server.h and its modules).
+# test_server_units: the pure modules (owner table, dedup table, codec).
+# test_server_integration: starts the real shardkv-server binary against a
+# fake controller that lives in the test process.
+kv_add_test(test_server_units SOURCES test_server_units.c LIBS kv_server TIMEOUT 60)
+kv_add_test(test_server_integration SOURCES test_server_integration.c
+  LIBS kv_server kv_testutil TIMEOUT 300 LABELS integration)
+target_compile_definitions(test_server_integration PRIVATE
+  KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>")
+add_dependencies(test_server_integration shardkv-server)

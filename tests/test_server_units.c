@@ -1,0 +1,297 @@
+/*
+ * test_server_units.c - unit tests of the shard server's pure modules: the
+ * ownership table (owner.h), the exactly-once table (dedup.h) and the
+ * request codec's validation of hostile input (server_codec.h).
+ */
+#include "common/err.h"
+#include "proto/shardkv.pb-c.h"
+#include "shardserver/dedup.h"
+#include "shardserver/owner.h"
+#include "shardserver/server_codec.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#define S(x) (x), strlen(x)
+
+static const kv_owner_entry *
+lookup(kv_owner *t, const char *k)
+{
+	const kv_owner_entry *e;
+	kv_owner_rdlock(t);
+	e = kv_owner_lookup_locked(t, k, strlen(k));
+	kv_owner_unlock(t);
+	return e;
+}
+
+static void
+owner_lookup_finds_the_entry_holding_the_key(void **state)
+{
+	kv_owner t;
+	(void)state;
+	assert_int_equal(kv_owner_init(&t), 0);
+	assert_null(lookup(&t, "a"));
+	assert_int_equal(kv_owner_fill(&t, S(""), S(""), KV_OWN_SERVE, 0, NULL, 1, 0), 0);
+	assert_int_equal(lookup(&t, "a")->state, KV_OWN_SERVE);
+	assert_int_equal(lookup(&t, "")->state, KV_OWN_SERVE);
+	/* Carve [g, m) out as MOVED. */
+	assert_int_equal(kv_owner_set(&t, S("g"), S("m"), KV_OWN_MOVED, 2, "tcp://x:1", 5, 7, NULL),
+	                 0);
+	assert_int_equal(t.n, 3);
+	assert_int_equal(lookup(&t, "f")->state, KV_OWN_SERVE);
+	assert_int_equal(lookup(&t, "g")->state, KV_OWN_MOVED);
+	assert_int_equal(lookup(&t, "g")->peer, 2);
+	assert_string_equal(lookup(&t, "lzzz")->peer_addr, "tcp://x:1");
+	assert_int_equal(lookup(&t, "m")->state, KV_OWN_SERVE);
+	assert_int_equal(lookup(&t, "\xff\xff")->state, KV_OWN_SERVE);
+	kv_owner_fini(&t);
+}
+
+static void
+owner_fill_leaves_served_parts_alone(void **state)
+{
+	kv_owner t;
+	(void)state;
+	assert_int_equal(kv_owner_init(&t), 0);
+	assert_int_equal(kv_owner_set(&t, S("c"), S("e"), KV_OWN_SERVE, 0, NULL, 1, 0, NULL), 0);
+	assert_int_equal(kv_owner_fill(&t, S("a"), S("z"), KV_OWN_INCOMING, 3, "u", 0, 9), 0);
+	assert_int_equal(lookup(&t, "b")->state, KV_OWN_INCOMING);
+	assert_int_equal(lookup(&t, "d")->state, KV_OWN_SERVE);
+	assert_int_equal(lookup(&t, "x")->state, KV_OWN_INCOMING);
+	assert_null(lookup(&t, "z"));
+	kv_owner_rdlock(&t);
+	assert_true(kv_owner_covers_locked(&t, S("c"), S("e"), KV_OWN_SERVE));
+	assert_false(kv_owner_covers_locked(&t, S("b"), S("e"), KV_OWN_SERVE));
+	assert_false(kv_owner_covers_locked(&t, S("a"), S("z"), KV_OWN_INCOMING));
+	kv_owner_unlock(&t);
+	assert_int_equal(kv_owner_drop_incoming(&t, 9), 2);
+	assert_null(lookup(&t, "b"));
+	assert_int_equal(lookup(&t, "d")->state, KV_OWN_SERVE);
+	kv_owner_fini(&t);
+}
+
+static void
+owner_served_merges_adjacent_ranges(void **state)
+{
+	kv_owner t;
+	kv_buf *r;
+	size_t n;
+	(void)state;
+	assert_int_equal(kv_owner_init(&t), 0);
+	assert_int_equal(kv_owner_set(&t, S("a"), S("c"), KV_OWN_SERVE, 0, NULL, 1, 0, NULL), 0);
+	assert_int_equal(kv_owner_set(&t, S("c"), S("f"), KV_OWN_SERVE, 0, NULL, 1, 0, NULL), 0);
+	assert_int_equal(kv_owner_set(&t, S("x"), S(""), KV_OWN_SERVE, 0, NULL, 1, 0, NULL), 0);
+	assert_int_equal(t.n, 2); /* [a, c) and [c, f) merged */
+	assert_int_equal(kv_owner_served(&t, &r, &n), 0);
+	assert_int_equal(n, 2);
+	assert_memory_equal(r[0].data, "a", 1);
+	assert_memory_equal(r[1].data, "f", 1);
+	assert_int_equal(r[3].len, 0);
+	kv_owner_ranges_free(r, n);
+	assert_int_equal(kv_owner_set(&t, S("q"), S("b"), KV_OWN_SERVE, 0, NULL, 1, 0, NULL),
+	                 KV_EINVAL);
+	kv_owner_fini(&t);
+}
+
+static void
+dedup_retry_returns_the_first_result(void **state)
+{
+	kv_dedup *d = kv_dedup_create(4, 16, 1000);
+	kv_dedup_result r = {.status = 0, .value_len = 7}, out;
+	(void)state;
+	assert_non_null(d);
+	assert_int_equal(kv_dedup_begin(d, 1, 10, 100, &out), KV_ENOTFOUND);
+	/* A retry racing with the first attempt is told to wait. */
+	assert_int_equal(kv_dedup_begin(d, 1, 10, 100, &out), KV_EBUSY);
+	kv_dedup_finish(d, 1, 10, &r, S("k"), 100);
+	assert_int_equal(kv_dedup_begin(d, 1, 10, 101, &out), 0);
+	assert_int_equal(out.value_len, 7);
+	kv_buf_fini(&out.value);
+	/* Another client with the same request id is a different write. */
+	assert_int_equal(kv_dedup_begin(d, 2, 10, 101, &out), KV_ENOTFOUND);
+	kv_dedup_abort(d, 2, 10);
+	assert_int_equal(kv_dedup_begin(d, 2, 10, 101, &out), KV_ENOTFOUND);
+	kv_dedup_destroy(d);
+}
+
+static void
+dedup_forgets_the_oldest_write_of_a_client(void **state)
+{
+	kv_dedup *d = kv_dedup_create(4, 16, 1000);
+	kv_dedup_result r = {0}, out;
+	(void)state;
+	for (uint64_t i = 1; i <= 5; i++) {
+		assert_int_equal(kv_dedup_begin(d, 1, i, 100, &out), KV_ENOTFOUND);
+		kv_dedup_finish(d, 1, i, &r, S("k"), 100);
+	}
+	assert_int_equal(kv_dedup_begin(d, 1, 5, 100, &out), 0);
+	kv_buf_fini(&out.value);
+	assert_int_equal(kv_dedup_begin(d, 1, 1, 100, &out), KV_ENOTFOUND);
+	/* Idle clients expire, and the client count stays bounded. */
+	for (uint64_t c = 2; c < 200; c++)
+		assert_int_equal(kv_dedup_begin(d, c, 1, 5000, &out), KV_ENOTFOUND);
+	assert_true(kv_dedup_clients(d) <= 16 + 16);
+	kv_dedup_destroy(d);
+}
+
+typedef struct {
+	int n;
+} visit_acc;
+
+static void
+count_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *res, const uint8_t *key,
+         size_t klen, uint64_t time_ms)
+{
+	(void)client, (void)req, (void)res, (void)key, (void)klen, (void)time_ms;
+	((visit_acc *)arg)->n++;
+}
+
+static void
+dedup_visit_range_selects_by_key(void **state)
+{
+	kv_dedup *d = kv_dedup_create(0, 0, 0);
+	kv_dedup_result r = {0};
+	visit_acc a = {0};
+	(void)state;
+	assert_int_equal(kv_dedup_insert(d, 1, 1, &r, S("apple"), 1), 0);
+	assert_int_equal(kv_dedup_insert(d, 1, 2, &r, S("melon"), 1), 0);
+	assert_int_equal(kv_dedup_insert(d, 3, 1, &r, S("zebra"), 1), 0);
+	kv_dedup_visit_range(d, S("m"), S(""), count_cb, &a);
+	assert_int_equal(a.n, 2);
+	kv_dedup_destroy(d);
+}
+
+/* Packs a Request into a malloc'd buffer. */
+static uint8_t *
+pack_req(Shardkv__Request *r, size_t *n)
+{
+	*n = shardkv__request__get_packed_size(r);
+	uint8_t *p = malloc(*n ? *n : 1);
+	shardkv__request__pack(r, p);
+	return p;
+}
+
+static void
+codec_refuses_hostile_requests_without_crashing(void **state)
+{
+	kv_req rq;
+	const char *why;
+	uint8_t buf[512];
+	(void)state;
+	srand(42);
+	/* Random bytes: decoded or refused, never a crash. */
+	for (int i = 0; i < 20000; i++) {
+		size_t n = (size_t)(rand() % (int)sizeof(buf));
+		for (size_t j = 0; j < n; j++)
+			buf[j] = (uint8_t)rand();
+		int rv = kv_sc_req_decode(buf, n, &rq, &why);
+		assert_true(rv == 0 || rv == KV_EPROTO || rv == KV_EINVAL || rv == KV_ELIMIT);
+		kv_sc_req_fini(&rq);
+	}
+	/* Wrong version. */
+	Shardkv__Request r = SHARDKV__REQUEST__INIT;
+	size_t n;
+	uint8_t *p = pack_req(&r, &n);
+	assert_int_equal(kv_sc_req_decode(p, n, &rq, &why), KV_EINVAL);
+	assert_non_null(strstr(why, "version"));
+	kv_sc_req_fini(&rq);
+	free(p);
+	/* An op with no command. */
+	Shardkv__Op op = SHARDKV__OP__INIT, *ops[1] = {&op};
+	r.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+	r.n_ops = 1;
+	r.ops = ops;
+	p = pack_req(&r, &n);
+	assert_int_equal(kv_sc_req_decode(p, n, &rq, &why), KV_EINVAL);
+	kv_sc_req_fini(&rq);
+	free(p);
+	/* A transfer chunk with a split value is refused. */
+	Shardkv__Transfer t = SHARDKV__TRANSFER__INIT;
+	Shardkv__TransferChunk c = SHARDKV__TRANSFER_CHUNK__INIT;
+	Shardkv__KeyValue kv = SHARDKV__KEY_VALUE__INIT, *kvs[1] = {&kv};
+	kv.key.data = (uint8_t *)"k";
+	kv.key.len = 1;
+	kv.value_total = 100;
+	c.n_entries = 1;
+	c.entries = kvs;
+	t.migration_id = 1;
+	t.seq = 2;
+	t.msg_case = SHARDKV__TRANSFER__MSG_CHUNK;
+	t.chunk = &c;
+	r.n_ops = 0;
+	r.ops = NULL;
+	r.transfer = &t;
+	p = pack_req(&r, &n);
+	assert_int_equal(kv_sc_req_decode(p, n, &rq, &why), KV_EINVAL);
+	kv_sc_req_fini(&rq);
+	free(p);
+	/* A valid mput with mismatched counts decodes; the dispatcher refuses it. */
+	Shardkv__MPutOp mp = SHARDKV__MPUT_OP__INIT;
+	ProtobufCBinaryData keys[2] = {{1, (uint8_t *)"a"}, {1, (uint8_t *)"b"}};
+	mp.n_keys = 2;
+	mp.keys = keys;
+	op.op_case = SHARDKV__OP__OP_MPUT;
+	op.mput = &mp;
+	r.transfer = NULL;
+	r.n_ops = 1;
+	r.ops = ops;
+	p = pack_req(&r, &n);
+	assert_int_equal(kv_sc_req_decode(p, n, &rq, &why), 0);
+	assert_int_equal(rq.ops[0].kind, KV_OP_MPUT);
+	assert_int_equal(rq.ops[0].nkeys, 2);
+	assert_int_equal(rq.ops[0].nvals, 0);
+	kv_sc_req_fini(&rq);
+	free(p);
+}
+
+static void
+codec_response_round_trips_results_and_hints(void **state)
+{
+	kv_sc_result res[2];
+	kv_resp r = {.request_id = 9, .epoch = 4, .node_id = 2, .nresults = 2, .results = res};
+	nng_msg *m;
+	(void)state;
+	memset(res, 0, sizeof(res));
+	res[0].status = KV_EWRONGOWNER;
+	res[0].has_hint = true;
+	res[0].hint.epoch = 3;
+	res[0].hint.node_id = 5;
+	snprintf(res[0].hint.address, sizeof(res[0].hint.address), "tcp://h:1");
+	kv_buf_set(&res[0].hint.start, "m", 1);
+	res[1].status = 0;
+	res[1].has_value = true;
+	kv_buf_set(&res[1].value, "val", 3);
+	assert_int_equal(kv_sc_resp_encode(&r, &m), 0);
+	Shardkv__Response *pb = shardkv__response__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
+	assert_non_null(pb);
+	assert_int_equal(pb->n_results, 2);
+	assert_int_equal(pb->results[0]->status, SHARDKV__STATUS__STATUS_WRONG_OWNER);
+	assert_int_equal(pb->results[0]->owner->node_id, 5);
+	assert_string_equal(pb->results[0]->owner->address, "tcp://h:1");
+	assert_memory_equal(pb->results[1]->value.data, "val", 3);
+	shardkv__response__free_unpacked(pb, NULL);
+	nng_msg_free(m);
+	kv_sc_result_fini(&res[0]);
+	kv_sc_result_fini(&res[1]);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(owner_lookup_finds_the_entry_holding_the_key),
+	    cmocka_unit_test(owner_fill_leaves_served_parts_alone),
+	    cmocka_unit_test(owner_served_merges_adjacent_ranges),
+	    cmocka_unit_test(dedup_retry_returns_the_first_result),
+	    cmocka_unit_test(dedup_forgets_the_oldest_write_of_a_client),
+	    cmocka_unit_test(dedup_visit_range_selects_by_key),
+	    cmocka_unit_test(codec_refuses_hostile_requests_without_crashing),
+	    cmocka_unit_test(codec_response_round_trips_results_and_hints),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
