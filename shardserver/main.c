@@ -33,7 +33,10 @@ static const char usage_text[] =
     "  --max-key BYTES      largest key accepted (default 1024, at most 65536)\n"
     "  --max-value BYTES    largest value accepted (default 1 MiB, at most 64 MiB)\n"
     "  --metrics HOSTPORT   accepted, not yet effective\n"
-    "  --log-level L        lowest level logged (default info)\n";
+    "  --log-level L        lowest level logged (default info)\n"
+    "\n"
+    "SIGTERM drains the node (its ranges move to other servers) and then exits;\n"
+    "SIGINT exits at once and keeps the node's ranges for a restart.\n";
 
 /* Prints "shardkv-server: WHAT[ 'ARG']" and returns the usage exit code. */
 static int

@@ -12,8 +12,9 @@
  * statistics every second. Each outgoing migration has its own thread
  * (migrate.c); incoming transfer messages are applied on the nng thread that
  * receives them and never wait for another server. The main thread waits
- * for SIGTERM/SIGINT (blocked everywhere, taken with sigtimedwait) and runs
- * the graceful leave.
+ * for SIGTERM/SIGINT (blocked everywhere, taken with sigtimedwait); on
+ * SIGTERM it runs the graceful leave (drain, then exit), on SIGINT it stops
+ * at once and keeps its ranges for a restart.
  *
  * Ownership is decided by the local ownership table (owner.h), not by the
  * epoch: the dispatcher looks every key of a KEYED/MULTI/RANGE op up once,
@@ -1249,7 +1250,7 @@ wait_signal(const sigset_t *set, unsigned ms)
 	return sig > 0 ? sig : 0;
 }
 
-/* The graceful leave after the first SIGTERM/SIGINT. */
+/* The graceful leave after SIGTERM; a second signal cuts it short. */
 static void
 graceful_leave(kv_server *s, const sigset_t *set)
 {
@@ -1404,8 +1405,11 @@ kv_server_run(const kv_server_cfg *cfg)
 		int sig = wait_signal(&set, 500);
 		if (sig == 0)
 			continue;
-		KV_INFO(COMP, "signal received", "sig=%d", sig);
-		graceful_leave(s, &set);
+		/* SIGTERM leaves the cluster gracefully (drains); SIGINT only
+		 * stops the process, keeping the node's ranges for a restart. */
+		KV_INFO(COMP, "signal received", "sig=%s", sig == SIGTERM ? "TERM" : "INT");
+		if (sig == SIGTERM)
+			graceful_leave(s, &set);
 		break;
 	}
 	rv = KV_OK;
