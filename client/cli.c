@@ -430,6 +430,12 @@ fail(cli_ctx *x, int err)
 		fprintf(x->err, "shardkv: %s: %s\n", x->a->cmd, m);
 	else
 		fprintf(x->err, "shardkv: %s: %s: %s\n", x->a->cmd, e, m);
+	/* An admin command naming an unknown node is an invalid request (2),
+	 * not a missing key (1). */
+	if (err == SHARDKV_ENOTFOUND &&
+	    (strcmp(x->a->cmd, "join") == 0 || strcmp(x->a->cmd, "leave") == 0 ||
+	     strcmp(x->a->cmd, "move") == 0 || strcmp(x->a->cmd, "rebalance") == 0))
+		return 2;
 	return kv_cli_exit_code(err);
 }
 

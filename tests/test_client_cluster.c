@@ -340,7 +340,7 @@ cli_admin_commands_report_epochs(void **state)
 	CLI_EXPECT(0, "x\n", "get", "mover");
 	CLI_EXPECT(0, NULL, "--json", "rebalance", "--wait");
 	CLI_EXPECT(2, "", "move", "n", "m", "1");
-	CLI_EXPECT(1, "", "leave", "99");
+	CLI_EXPECT(2, "", "leave", "99"); /* unknown node: an invalid request */
 	CLI_EXPECT(2, "", "join", tc.srv_url[0]);
 	/* A server that never runs can be registered without a rebalance. */
 	char ghost[64];

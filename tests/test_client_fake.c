@@ -1034,7 +1034,7 @@ cli_round_trip_of_every_command(void **state)
 	CLI_EXPECT(0, "{\"epoch\": 6, \"command\": \"join\", \"migrations\": 0, \"node\": 3}\n",
 	           "--json", "join", "tcp://127.0.0.1:9");
 	CLI_EXPECT(2, "", "join", g->srv[0].url);
-	CLI_EXPECT(1, "", "leave", "7");
+	CLI_EXPECT(2, "", "leave", "7"); /* unknown node: an invalid request */
 	CLI_EXPECT(0, "moving [a, b) to node 2 in epoch 6 (1 migration)\n", "move", "a", "b", "2");
 	CLI_EXPECT(0, "rebalancing in epoch 5 (0 migrations)\n", "rebalance");
 }
