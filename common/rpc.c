@@ -15,6 +15,7 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,7 @@ struct kv_rpc_server {
 	void *arg;              /* its argument */
 	unsigned n;             /* contexts */
 	kv_rpc_pending *slots;  /* n request slots */
+	atomic_bool closing;    /* destroy has begun: callbacks stop re-arming */
 };
 
 struct kv_rpc_client {
@@ -96,6 +98,13 @@ rpc_ctx_cb(void *arg)
 	pthread_mutex_lock(&p->mu);
 	state = p->state;
 	pthread_mutex_unlock(&p->mu);
+	if (atomic_load(&s->closing)) {
+		nng_msg *m = nng_aio_get_msg(p->aio);
+		nng_aio_set_msg(p->aio, NULL);
+		if (m)
+			nng_msg_free(m);
+		return;
+	}
 	switch (state) {
 	case RPC_RECV:
 		rv = nng_aio_result(p->aio);
@@ -167,6 +176,12 @@ kv_rpc_reply(kv_rpc_pending *p, nng_msg *msg)
 		return;
 	}
 	pthread_mutex_lock(&p->mu);
+	if (atomic_load(&p->s->closing)) {
+		pthread_mutex_unlock(&p->mu);
+		if (msg)
+			nng_msg_free(msg);
+		return;
+	}
 	if (p->state == RPC_HANDLING && !p->answered) {
 		/* The handler has not returned yet: it sends this when it does. */
 		p->answered = true;
@@ -249,9 +264,20 @@ kv_rpc_server_destroy(kv_rpc_server *s)
 {
 	if (s == NULL)
 		return;
+	/* Stop every slot before closing the socket: callbacks see `closing`
+	 * and do not re-arm, deferred answers are dropped, and nng_close then
+	 * has no operation in flight to wait for (closing first could hang when
+	 * a deferred request was answered during shutdown). */
+	atomic_store(&s->closing, true);
+	for (unsigned i = 0; i < s->n; i++) {
+		pthread_mutex_lock(&s->slots[i].mu);
+		pthread_mutex_unlock(&s->slots[i].mu);
+		nng_aio_stop(s->slots[i].aio);
+	}
+	for (unsigned i = 0; i < s->n; i++)
+		nng_ctx_close(s->slots[i].ctx);
 	nng_close(s->sock);
 	for (unsigned i = 0; i < s->n; i++) {
-		nng_aio_stop(s->slots[i].aio);
 		nng_msg *m = nng_aio_get_msg(s->slots[i].aio);
 		if (m)
 			nng_msg_free(m);

@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define COMP "migrate"
 
@@ -127,6 +128,27 @@ static bool
 should_quit(kv_mig_out *o, bool cancellable)
 {
 	return atomic_load(&o->srv->stopping) || (cancellable && atomic_load(&o->cancel));
+}
+
+/*
+ * Keeps the bulk copy at or under the migration's rate limit: after `bytes`
+ * sent since `t0`, sleeps until the time those bytes are due, in slices of
+ * at most 50 ms so that a cancel or a stop is noticed.
+ */
+static void
+pace(kv_mig_out *o, uint64_t t0, uint64_t bytes)
+{
+	uint64_t rate, due;
+
+	if (o->rate_mb_s == 0)
+		return;
+	rate = (uint64_t)o->rate_mb_s * 1000000u; /* bytes per second */
+	due = t0 + (uint64_t)((double)bytes * 1e9 / (double)rate);
+	for (uint64_t now = kv_now_ns(); now < due && !should_quit(o, true); now = kv_now_ns()) {
+		uint64_t ns = due - now < 50000000u ? due - now : 50000000u;
+		struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ns};
+		nanosleep(&ts, NULL);
+	}
 }
 
 /*
@@ -339,8 +361,10 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 	             .to_node = o->to};
 	if ((rv = xfer_send(o, cli, &b, true, &ack)) != 0)
 		goto cleanup;
-	KV_INFO(COMP, "copy started", "id=%llu to=%u", (unsigned long long)o->id, o->to);
+	KV_INFO(COMP, "copy started", "id=%llu to=%u rate_mb_s=%u", (unsigned long long)o->id,
+	        o->to, o->rate_mb_s);
 	report_progress(o, KV_MIG_COPYING, start_ns);
+	uint64_t copy_start = kv_now_ns();
 
 	/* Exactly-once memory of the range first. */
 	kv_dedup_visit_range(s->dedup, o->start.data, o->start.len, o->end.data, o->end.len,
@@ -399,6 +423,7 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 			goto cleanup;
 		atomic_fetch_add(&o->keys_copied, ca.n);
 		atomic_fetch_add(&o->bytes_copied, ca.bytes);
+		pace(o, copy_start, atomic_load(&o->bytes_copied));
 		uint64_t now = kv_now_ns();
 		if (now - last_progress > PROGRESS_MS * 1000000ull) {
 			report_progress(o, KV_MIG_COPYING, start_ns);
@@ -619,6 +644,7 @@ kv_mig_out_start(kv_server *s, const kv_migration *m, const char *to_addr)
 	o->id = m->id;
 	o->epoch = m->epoch;
 	o->to = m->to;
+	o->rate_mb_s = m->rate_limit_mb_s;
 	snprintf(o->to_addr, sizeof(o->to_addr), "%s", to_addr);
 	if (kv_buf_set(&o->start, m->start.data, m->start.len) != 0 ||
 	    kv_buf_set(&o->end, m->end.data, m->end.len) != 0) {

@@ -50,6 +50,7 @@ typedef struct kv_mig_out {
 	kv_buf start;                      /* the moving range */
 	kv_buf end;                        /* empty: end of the key space */
 	uint32_t to;                       /* destination node */
+	uint32_t rate_mb_s;                /* bulk copy rate limit, MB/s; 0: unlimited */
 	char to_addr[256];                 /* its URL */
 	pthread_t thr;                     /* the task thread */
 	atomic_bool fenced;                /* writes refused (MOVING); set under mu */

@@ -1,0 +1,28 @@
+# End-to-end tests of a whole cluster: real shardkv-controller and
+# shardkv-server processes on free loopback ports, driven through libshardkv
+# and the `shardkv` binary. kv_cluster_util (cluster_util.h) starts, waits
+# for and stops the processes; it knows the binaries from the definitions
+# below, and every test depends on them so that `ctest` after a build always
+# runs the current daemons.
+if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
+  add_library(kv_cluster_util STATIC cluster_util.c)
+  target_link_libraries(kv_cluster_util PUBLIC shardkv kv_testutil kv_flags)
+  target_compile_definitions(kv_cluster_util PUBLIC
+    KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>"
+    KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>"
+    KV_CLI_BIN="$<TARGET_FILE:shardkv_bin>")
+
+  # kv_cluster_test(NAME TIMEOUT) for tests/NAME.c.
+  function(kv_cluster_test name timeout)
+    kv_add_test(${name} SOURCES ${name}.c LIBS kv_cluster_util TIMEOUT ${timeout}
+      LABELS integration)
+    add_dependencies(${name} shardkv-controller shardkv-server shardkv_bin)
+  endfunction()
+
+  kv_cluster_test(test_cluster_admin 90)
+  kv_cluster_test(test_cluster_data 120)
+  kv_cluster_test(test_cluster_moves 120)
+  kv_cluster_test(test_cluster_controller 90)
+  kv_cluster_test(test_cluster_batch 120)
+  kv_cluster_test(test_cluster_cli 90)
+endif()
