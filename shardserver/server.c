@@ -1209,17 +1209,6 @@ heartbeat_main(void *arg)
  * Life cycle
  * ------------------------------------------------------------------------ */
 
-static bool
-serves_anything(kv_server *s)
-{
-	bool any = false;
-	kv_owner_rdlock(&s->owner);
-	for (size_t i = 0; i < s->owner.n; i++)
-		any |= s->owner.e[i].state == KV_OWN_SERVE;
-	kv_owner_unlock(&s->owner);
-	return any;
-}
-
 /* Whether the controller marks this node gone and every outgoing migration
  * has been reported. */
 static bool
@@ -1259,21 +1248,36 @@ graceful_leave(kv_server *s, const sigset_t *set)
 	kv_adm_resp r;
 	int rv;
 
-	if (me == 0 || !serves_anything(s))
+	uint64_t deadline = kv_now_ns() + (uint64_t)limit * 1000000u;
+
+	/* Leave even when serving nothing, or the node would stay active and be
+	 * picked as a migration destination after it exited. While the node is
+	 * the destination of a migration in flight the controller answers BUSY:
+	 * keep serving and ask again until the deadline. */
+	if (me == 0)
 		return;
 	kv_adm_req rq = {.kind = KV_ADM_LEAVE, .node_id = me};
-	rv = kv_server__ctl_call(s, &rq, &r, 2000);
-	if (rv != 0 || r.status != 0) {
-		KV_WARN(COMP, "leave not accepted, stopping now", "err=%s detail=\"%s\"",
-		        kv_errname(rv ? rv : r.status), rv ? "" : r.error);
-		if (rv == 0)
-			kv_sc_adm_resp_fini(&r);
-		return;
+	for (;;) {
+		rv = kv_server__ctl_call(s, &rq, &r, 2000);
+		if (rv == 0 && r.status == 0)
+			break;
+		bool busy = rv == 0 && r.status == KV_EBUSY;
+		if (!busy || kv_now_ns() >= deadline) {
+			KV_WARN(COMP, "leave not accepted, stopping now", "err=%s detail=\"%s\"",
+			        kv_errname(rv ? rv : r.status), rv ? "" : r.error);
+			if (rv == 0)
+				kv_sc_adm_resp_fini(&r);
+			return;
+		}
+		kv_sc_adm_resp_fini(&r);
+		if (wait_signal(set, 200) != 0) {
+			KV_WARN(COMP, "second signal, stopping without leaving", NULL);
+			return;
+		}
 	}
 	kv_sc_adm_resp_fini(&r);
 	atomic_store(&s->leaving, true);
 	KV_INFO(COMP, "leaving: draining ranges", "node_id=%u timeout_ms=%u", me, limit);
-	uint64_t deadline = kv_now_ns() + (uint64_t)limit * 1000000u;
 	while (kv_now_ns() < deadline) {
 		if (leave_complete(s)) {
 			KV_INFO(COMP, "drained", "node_id=%u", me);

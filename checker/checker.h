@@ -1,0 +1,244 @@
+/*
+ * checker.h - the parts of shardkv-checker: the options, the spawned
+ * cluster (procs.c), the client workload that records the history
+ * (workload.c) and the reconfiguration driver (driver.c). main.c wires them
+ * together; history.h is the model that judges the history.
+ *
+ * Threads: the main thread parses options, starts and stops every process
+ * (children die with the thread that forked them, PR_SET_PDEATHSIG) and runs
+ * the reconfiguration driver; one thread per client runs operations on its
+ * own shardkv_client handle and records them in its own buffer. The only
+ * shared state is a few atomics (stop flag, operation budget, the current
+ * generation of each append key).
+ */
+#ifndef KV_CHECKER_CHECKER_H
+#define KV_CHECKER_CHECKER_H
+
+#include "checker/history.h"
+#include "shardkv.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Bounds. */
+#define CHK_MAX_CLIENTS 256        /* --clients */
+#define CHK_MAX_KEYS    4096       /* --keys */
+#define CHK_MAX_SERVERS 64         /* servers of one --spawn run at a time */
+#define CHK_MAX_GEN     256        /* generations of one append key */
+#define CHK_ROLL_BYTES  (64 << 10) /* an append key past this size rolls to a new generation */
+#define CHK_DEFAULT_OPS 2000000u   /* --max-ops: operations recorded at most (56 bytes each) */
+
+/* The options of one run; read-only once parsed. */
+typedef struct {
+	const char *controllers; /* -c: the cluster to test (not with --spawn) */
+	unsigned clients;        /* --clients: concurrent client threads */
+	unsigned keys;           /* --keys: half append keys, half registers */
+	double duration_s;       /* --duration: seconds of load */
+	unsigned reconfig_ms;    /* --reconfig-interval: mean pause between steps */
+	uint64_t seed;           /* --seed */
+	const char *spawn_dir;   /* --spawn DIR: start a cluster under DIR */
+	unsigned servers;        /* --servers: servers of the spawned cluster */
+	bool kill;               /* --kill: also SIGKILL and restart servers */
+	bool no_reconfig;        /* --no-reconfig: load only */
+	bool json;               /* --json: the summary as one JSON object on stdout */
+	bool keep;               /* --keep: keep the spawned cluster's directory */
+	bool verbose;            /* -v: log every reconfiguration step */
+	unsigned op_timeout_ms;  /* --op-timeout: per-operation deadline */
+	size_t max_ops;          /* --max-ops: operations recorded at most */
+	unsigned fill;           /* --fill: filler keys written before the run */
+	unsigned fill_size;      /* --fill-size: their value size */
+} chk_opts;
+
+/* Monotonic nanoseconds. */
+uint64_t chk_now_ns(void);
+
+/* A splitmix64 random generator; seed it with any value. */
+typedef struct {
+	uint64_t s; /* state */
+} chk_rng;
+
+uint64_t chk_rng_next(chk_rng *r);
+
+/* A uniform integer in [0, n) (n > 0). */
+uint64_t chk_rng_below(chk_rng *r, uint64_t n);
+
+/* Set by SIGINT/SIGTERM: finish early and check what was recorded. */
+extern volatile sig_atomic_t chk_stop_requested;
+
+/*
+ * Installs the exit paths: the first SIGINT/SIGTERM sets chk_stop_requested,
+ * a second one (or SIGHUP, SIGQUIT, a crash) SIGKILLs every spawned child
+ * and dies; atexit does the same for a plain exit(). Idempotent.
+ */
+void chk_install_signals(void);
+
+/* Logs a line to stderr: "checker: <t> s <msg>". */
+void chk_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---------------------------------------------------------------------------
+ * The spawned cluster (procs.c)
+ * ------------------------------------------------------------------------- */
+
+/* What the checker did with a server it started. */
+typedef enum {
+	CHK_SRV_RUNNING = 1, /* started; a member once registered */
+	CHK_SRV_LEAVING,     /* `leave` accepted; stopped with SIGINT once gone */
+	CHK_SRV_TERMINATING, /* SIGTERM sent: it drains and exits */
+	CHK_SRV_STOPPING,    /* SIGINT sent after it was gone */
+	CHK_SRV_KILLED,      /* SIGKILLed (--kill); restarted at restart_ns */
+	CHK_SRV_STOPPED,     /* exited; not restarted */
+} chk_srv_state;
+
+/* One shardkv-server started by the checker. */
+typedef struct {
+	char url[64];        /* --listen */
+	char data[1100];     /* --data-dir */
+	char log[1100];      /* stderr and stdout */
+	pid_t pid;           /* running process; 0: none */
+	int state;           /* chk_srv_state */
+	uint64_t restart_ns; /* CHK_SRV_KILLED: when to start it again */
+	bool crashed;        /* it exited when nobody asked it to */
+	int exit_status;     /* waitpid status of its last exit */
+} chk_server;
+
+/* A controller and servers on free loopback ports under one directory. */
+typedef struct {
+	char dir[1024];                  /* DIR/run-XXXXXX */
+	char bindir[1024];               /* where the daemons are */
+	char ctl_url[64];                /* the controller's --listen */
+	char ctl_log[1100];              /* its log */
+	pid_t ctl_pid;                   /* 0: not running */
+	bool ctl_crashed;                /* it exited when nobody asked it to */
+	int nservers;                    /* slots of srv[] in use */
+	int nstarted;                    /* servers ever added (names their dirs) */
+	chk_server srv[CHK_MAX_SERVERS]; /* by index */
+} chk_cluster;
+
+/*
+ * Makes DIR (if needed) and a fresh DIR/run-XXXXXX in it, finds the daemons
+ * (`$SHARDKV_BIN_DIR`, else the checker's own directory) and starts the
+ * controller. Installs the exit paths that kill every child. Returns 0 or
+ * -1 (reason on stderr).
+ */
+int chk_cluster_create(chk_cluster *c, const char *dir);
+
+/* Starts a new server on a free port (with --join when `join`), in the slot
+ * of a server that was stopped as asked, or a new one. Returns its index or
+ * -1. Does not wait for it. */
+int chk_cluster_add_server(chk_cluster *c, bool join);
+
+/* Starts server i again with its data dir and URL, without --join.
+ * Returns 0 or -1. */
+int chk_cluster_restart_server(chk_cluster *c, int i);
+
+/* Sends sig to server i when it runs. */
+void chk_cluster_signal(chk_cluster *c, int i, int sig);
+
+/* Reaps server i when it has exited (no wait). Returns true when it had. */
+bool chk_cluster_poll_exit(chk_cluster *c, int i);
+
+/* Checks that the controller still runs (reaps it when not). */
+bool chk_cluster_controller_alive(chk_cluster *c);
+
+/*
+ * Stops everything (servers with SIGINT, the controller with SIGTERM,
+ * SIGKILL after 5 s) and removes the directory when `remove`.
+ */
+void chk_cluster_destroy(chk_cluster *c, bool remove);
+
+/* Prints the last `lines` lines of a log file to stderr. */
+void chk_print_log_tail(const char *path, int lines);
+
+/* ---------------------------------------------------------------------------
+ * The workload (workload.c)
+ * ------------------------------------------------------------------------- */
+
+typedef struct chk_workload chk_workload;
+
+/*
+ * Makes the key table (keys under `prefix`) and opens one client handle per
+ * client. Returns NULL on failure (reason on stderr).
+ */
+chk_workload *chk_workload_create(const chk_opts *o, const char *controllers, const char *prefix);
+
+/*
+ * Writes `n` filler keys of `size` bytes with `admin` (mput batches), spread
+ * over the gaps between the checker's keys ("<key>/f<NNNNNN>"), so that the
+ * ranges the driver moves carry data and migrations take time. The clients
+ * never touch them. Returns 0 or the first error.
+ */
+int chk_workload_fill(chk_workload *w, shardkv_client *admin, unsigned n, unsigned size);
+
+/* Starts the client threads; they run until `deadline_ns`, the operation
+ * budget or chk_workload_stop(). Returns 0 or -1. */
+int chk_workload_start(chk_workload *w, uint64_t deadline_ns);
+
+/* Stops and joins the client threads. */
+void chk_workload_stop(chk_workload *w);
+
+/* Operations recorded so far and how many of them failed (any thread). */
+void chk_workload_counts(chk_workload *w, uint64_t *ops, uint64_t *failed);
+
+/* The keys the driver may use as range boundaries: every key in use,
+ * sorted. The caller frees the array (not the strings, which live as long
+ * as w) with free(). */
+const char **chk_workload_boundaries(chk_workload *w, size_t *n);
+
+/*
+ * After the run: reads every key once more with `admin` (retrying; all keys
+ * within `ms` together), records register reads in the history and keeps the final value of
+ * every append key. Returns the number of keys it could not read.
+ */
+size_t chk_workload_final_reads(chk_workload *w, shardkv_client *admin, unsigned ms);
+
+/* The history and key table (valid until chk_workload_destroy). */
+void chk_workload_history(chk_workload *w, const chk_key **keys, size_t *nkeys, const chk_op **ops,
+                          size_t *nops);
+
+/* Counts of failed operations by error code (index -err, up to 31). */
+const uint64_t *chk_workload_errors(chk_workload *w);
+
+/* Frees everything. Accepts NULL. */
+void chk_workload_destroy(chk_workload *w);
+
+/* ---------------------------------------------------------------------------
+ * The reconfiguration driver (driver.c)
+ * ------------------------------------------------------------------------- */
+
+/* What the driver did. */
+typedef struct {
+	uint64_t reconfigs; /* successful steps (each published a new epoch) */
+	uint64_t noops;     /* accepted steps that changed nothing */
+	uint64_t busy;      /* steps refused because a range was moving (retried later) */
+	uint64_t failed;    /* steps that failed otherwise */
+	uint64_t moves, rebalances, joins, leaves, kills, restarts; /* successful, by kind */
+	uint64_t waited;                                            /* steps run with --wait */
+	uint64_t wait_timeouts; /* --wait steps that did not finish in time */
+	uint64_t crashes;       /* processes that exited when nobody asked */
+	uint64_t migrations;    /* migrations the steps started */
+} chk_driver_stats;
+
+typedef struct chk_driver chk_driver;
+
+/* A driver over the cluster of `admin` (a handle the driver borrows);
+ * `cl` is the spawned cluster or NULL. */
+chk_driver *chk_driver_create(const chk_opts *o, shardkv_client *admin, chk_cluster *cl,
+                              chk_workload *w);
+
+/* Runs one tick: reaps and restarts processes as due, then, when the pause
+ * is over, one random step. Returns how long to sleep before the next tick
+ * (ms). Main thread only. */
+unsigned chk_driver_tick(chk_driver *d, bool steps);
+
+/* Restarts killed servers and stops leaving ones that are gone (end of
+ * run). */
+void chk_driver_settle_procs(chk_driver *d);
+
+const chk_driver_stats *chk_driver_get_stats(const chk_driver *d);
+
+void chk_driver_destroy(chk_driver *d);
+
+#endif

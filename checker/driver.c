@@ -1,0 +1,529 @@
+/*
+ * driver.c - the reconfiguration driver of shardkv-checker: at random
+ * (seeded) moments it moves random ranges of the checker's keys between
+ * active nodes and rebalances; when it started the cluster itself it also
+ * joins new servers (either `shardkv join` or a server started with
+ * --join), removes servers (`shardkv leave`, or SIGTERM, which drains) and,
+ * with --kill, SIGKILLs servers and restarts them with their data dir.
+ *
+ * Admin calls refused with BUSY (a range is moving) are counted and simply
+ * tried again at a later step; a step counts as a reconfiguration only when
+ * the controller published a new epoch for it. Some steps wait for their
+ * migrations (--wait), others do not, so migrations overlap.
+ *
+ * Runs on the main thread only (it forks the servers).
+ */
+#include "checker/checker.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TICK_MS        50u  /* how often processes are polled */
+#define MIN_ACTIVE     2    /* never leave or kill below this many active nodes */
+#define WAIT_PERCENT   40   /* steps run with --wait */
+#define RESTART_MIN_MS 300u /* a killed server restarts after 300..1500 ms */
+#define RESTART_MAX_MS 1500u
+
+struct chk_driver {
+	const chk_opts *o;                  /* options */
+	shardkv_client *admin;              /* borrowed admin handle */
+	chk_cluster *cl;                    /* the spawned cluster, or NULL */
+	chk_workload *w;                    /* for the key boundaries */
+	chk_rng rng;                        /* the driver's random stream */
+	chk_driver_stats st;                /* what it did */
+	uint64_t next_step;                 /* when the next step is due (ns) */
+	bool join_pending[CHK_MAX_SERVERS]; /* started with --join, not yet seen in a config */
+	unsigned max_active;                /* join only below this many members */
+};
+
+chk_driver *
+chk_driver_create(const chk_opts *o, shardkv_client *admin, chk_cluster *cl, chk_workload *w)
+{
+	chk_driver *d = calloc(1, sizeof(*d));
+
+	if (d == NULL)
+		return NULL;
+	d->o = o;
+	d->admin = admin;
+	d->cl = cl;
+	d->w = w;
+	d->rng.s = o->seed ^ 0xd1b54a32d192ed03ull;
+	d->max_active = o->servers + 2;
+	d->next_step = chk_now_ns() + (uint64_t)o->reconfig_ms * 1000000u;
+	return d;
+}
+
+void
+chk_driver_destroy(chk_driver *d)
+{
+	free(d);
+}
+
+const chk_driver_stats *
+chk_driver_get_stats(const chk_driver *d)
+{
+	return &d->st;
+}
+
+/* The node of cfg at address url, or NULL. */
+static const shardkv_node *
+node_by_url(const shardkv_config *cfg, const char *url)
+{
+	for (size_t i = 0; i < cfg->nnodes; i++)
+		if (strcmp(cfg->nodes[i].address, url) == 0)
+			return &cfg->nodes[i];
+	return NULL;
+}
+
+/* The owner of key in cfg's range map. */
+static uint32_t
+owner_of(const shardkv_config *cfg, const char *key, size_t klen, size_t *range)
+{
+	for (size_t i = 0; i < cfg->nranges; i++) {
+		const shardkv_range *r = &cfg->ranges[i];
+		size_t sl = r->start.len, el = r->end.len;
+		int cs = memcmp(r->start.data ? (const char *)r->start.data : "", key,
+		                sl < klen ? sl : klen);
+		bool after_start = cs < 0 || (cs == 0 && sl <= klen);
+		int ce = el ? memcmp(key, r->end.data, klen < el ? klen : el) : -1;
+		bool before_end = el == 0 || ce < 0 || (ce == 0 && klen < el);
+		if (after_start && before_end) {
+			if (range)
+				*range = i;
+			return r->node;
+		}
+	}
+	return 0;
+}
+
+static size_t
+count_active(const shardkv_config *cfg)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < cfg->nnodes; i++)
+		n += cfg->nodes[i].state == SHARDKV_NODE_ACTIVE;
+	return n;
+}
+
+static unsigned
+step_flags(chk_driver *d)
+{
+	if (chk_rng_below(&d->rng, 100) < WAIT_PERCENT) {
+		d->st.waited++;
+		return SHARDKV_WAIT;
+	}
+	return 0;
+}
+
+/* Counts the outcome of an admin step. */
+static void
+outcome(chk_driver *d, const char *what, int rv, const shardkv_admin_result *res,
+        uint64_t epoch_before, unsigned flags, uint64_t *kind)
+{
+	if (rv == 0) {
+		if (res->epoch > epoch_before || res->nmigrations > 0) {
+			d->st.reconfigs++;
+			d->st.migrations += res->nmigrations;
+			(*kind)++;
+			if (d->o->verbose)
+				chk_log("%s: epoch %" PRIu64 ", %zu migrations%s", what, res->epoch,
+				        res->nmigrations, flags & SHARDKV_WAIT ? " (waited)" : "");
+		} else {
+			d->st.noops++;
+		}
+		return;
+	}
+	if (rv == SHARDKV_EBUSY) {
+		d->st.busy++;
+		if (d->o->verbose)
+			chk_log("%s: busy (%s)", what, shardkv_errmsg());
+		return;
+	}
+	if ((flags & SHARDKV_WAIT) && rv == SHARDKV_ETIMEDOUT)
+		d->st.wait_timeouts++;
+	d->st.failed++;
+	chk_log("%s failed: %s (%s)", what, shardkv_strerror(rv), shardkv_errmsg());
+}
+
+/* Whether node `id` of cfg is a server the checker is taking down (it
+ * must not receive ranges). */
+static bool
+going_away(const chk_driver *d, const shardkv_config *cfg, uint32_t id)
+{
+	if (d->cl == NULL)
+		return false;
+	for (int i = 0; i < d->cl->nservers; i++) {
+		const chk_server *s = &d->cl->srv[i];
+		const shardkv_node *nd = node_by_url(cfg, s->url);
+		if (nd && nd->id == id)
+			return s->state != CHK_SRV_RUNNING;
+	}
+	return false;
+}
+
+/* Picks a destination among the active nodes, not `avoid` when possible. */
+static uint32_t
+pick_node(chk_driver *d, const shardkv_config *cfg, uint32_t avoid)
+{
+	uint32_t ids[256];
+	size_t n = 0;
+
+	for (size_t i = 0; i < cfg->nnodes && n < 256; i++)
+		if (cfg->nodes[i].state == SHARDKV_NODE_ACTIVE && cfg->nodes[i].id != avoid &&
+		    !going_away(d, cfg, cfg->nodes[i].id))
+			ids[n++] = cfg->nodes[i].id;
+	if (n == 0)
+		return 0;
+	return ids[chk_rng_below(&d->rng, n)];
+}
+
+/* Writes key bytes printable (\xNN for the others) into buf. */
+static const char *
+printable(char *buf, size_t len, const char *k, size_t kl)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < kl && o + 5 < len; i++) {
+		unsigned char ch = (unsigned char)k[i];
+		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+			buf[o++] = (char)ch;
+		else
+			o += (size_t)snprintf(buf + o, len - o, "\\x%02x", ch);
+	}
+	buf[o] = 0;
+	return buf;
+}
+
+/* Moves a random range of the checker's keys to a random active node. */
+static void
+step_move(chk_driver *d, const shardkv_config *cfg)
+{
+	size_t nb = 0;
+	const char **b = chk_workload_boundaries(d->w, &nb);
+	char start[600], end[600], node[16], what[1400];
+	size_t sl, el;
+	uint64_t kind = chk_rng_below(&d->rng, 100);
+
+	if (b == NULL || nb == 0) {
+		free(b);
+		return;
+	}
+	if (kind < 55) {
+		/* Between two of the keys (or past the last one). */
+		size_t i = chk_rng_below(&d->rng, nb), j = chk_rng_below(&d->rng, nb + 1);
+		if (j <= i) {
+			size_t t = i;
+			i = j;
+			j = t + 1;
+		}
+		sl = (size_t)snprintf(start, sizeof(start), "%s", b[i]);
+		if (j >= nb)
+			el = (size_t)snprintf(end, sizeof(end), "%s~", b[nb - 1]);
+		else
+			el = (size_t)snprintf(end, sizeof(end), "%s", b[j]);
+	} else if (kind < 80) {
+		/* One key alone: [k, k + "\0"). */
+		size_t i = chk_rng_below(&d->rng, nb);
+		sl = (size_t)snprintf(start, sizeof(start), "%s", b[i]);
+		memcpy(end, start, sl);
+		end[sl] = 0;
+		el = sl + 1;
+	} else {
+		/* The whole current range that holds a random key. */
+		size_t i = chk_rng_below(&d->rng, nb), r = 0;
+		if (owner_of(cfg, b[i], strlen(b[i]), &r) == 0) {
+			free(b);
+			return;
+		}
+		const shardkv_range *rg = &cfg->ranges[r];
+		sl = rg->start.len < sizeof(start) ? rg->start.len : sizeof(start) - 1;
+		el = rg->end.len < sizeof(end) ? rg->end.len : sizeof(end) - 1;
+		if (sl)
+			memcpy(start, rg->start.data, sl);
+		if (el)
+			memcpy(end, rg->end.data, el);
+		start[sl] = end[el] = 0;
+	}
+	free(b);
+	uint32_t from = owner_of(cfg, start, sl, NULL);
+	uint32_t to = pick_node(d, cfg, from);
+	if (to == 0)
+		return;
+	snprintf(node, sizeof(node), "%" PRIu32, to);
+	unsigned flags = step_flags(d);
+	shardkv_admin_result res = {0};
+	int rv = shardkv_move(d->admin, start, sl, end, el, node, 0, flags, &res);
+	char ps[700], pe[700];
+	snprintf(what, sizeof(what), "move [%s, %s) -> node %s",
+	         printable(ps, sizeof(ps), start, sl), printable(pe, sizeof(pe), end, el), node);
+	outcome(d, what, rv, &res, cfg->epoch, flags, &d->st.moves);
+}
+
+static void
+step_rebalance(chk_driver *d, const shardkv_config *cfg)
+{
+	unsigned flags = step_flags(d);
+	shardkv_admin_result res = {0};
+	int rv = shardkv_rebalance(d->admin, 0, flags, &res);
+	outcome(d, "rebalance", rv, &res, cfg->epoch, flags, &d->st.rebalances);
+}
+
+/* Starts a server and joins it: `shardkv join` (half the time, maybe
+ * without rebalancing) or the server's own --join. */
+static void
+step_join(chk_driver *d, const shardkv_config *cfg)
+{
+	bool self = chk_rng_below(&d->rng, 2) == 0;
+	int i = chk_cluster_add_server(d->cl, self);
+
+	if (i < 0) {
+		d->st.failed++;
+		chk_log("join: cannot start a server");
+		return;
+	}
+	d->join_pending[i] = self; /* the slot may be reused */
+	if (self) {
+		if (d->o->verbose)
+			chk_log("join: started %s with --join", d->cl->srv[i].url);
+		return;
+	}
+	unsigned flags = step_flags(d);
+	if (chk_rng_below(&d->rng, 4) == 0)
+		flags |= SHARDKV_NO_REBALANCE;
+	shardkv_admin_result res = {0};
+	char what[128];
+	int rv = shardkv_join(d->admin, d->cl->srv[i].url, flags, &res);
+	snprintf(what, sizeof(what), "join %s%s", d->cl->srv[i].url,
+	         flags & SHARDKV_NO_REBALANCE ? " (no rebalance)" : "");
+	outcome(d, what, rv, &res, cfg->epoch, flags, &d->st.joins);
+	if (rv != 0 && rv != SHARDKV_ETIMEDOUT) {
+		/* Not a member: it would retry registering forever. */
+		chk_cluster_signal(d->cl, i, SIGINT);
+		d->cl->srv[i].state = CHK_SRV_STOPPING;
+	}
+}
+
+/* Servers that run and are active members of cfg, by index. */
+static size_t
+active_servers(chk_driver *d, const shardkv_config *cfg, int *idx)
+{
+	size_t n = 0;
+	for (int i = 0; i < d->cl->nservers; i++) {
+		const chk_server *s = &d->cl->srv[i];
+		const shardkv_node *nd = node_by_url(cfg, s->url);
+		if (s->state == CHK_SRV_RUNNING && s->pid > 0 && nd &&
+		    nd->state == SHARDKV_NODE_ACTIVE)
+			idx[n++] = i;
+	}
+	return n;
+}
+
+/* Removes a server: `shardkv leave` (it is stopped once gone), or SIGTERM
+ * when nothing moves and it owns a range (the server then drains itself
+ * and exits). A server that owns no range exits on SIGTERM without leaving
+ * and stays an active node, so it only ever gets `leave`. */
+static void
+step_leave(chk_driver *d, const shardkv_config *cfg)
+{
+	int idx[CHK_MAX_SERVERS];
+	size_t n = active_servers(d, cfg, idx);
+	bool quiet = cfg->nmigrations == 0;
+
+	if (n <= MIN_ACTIVE || count_active(cfg) <= MIN_ACTIVE)
+		return;
+	for (int i = 0; i < d->cl->nservers; i++)
+		quiet &= !d->join_pending[i];
+	int i = idx[chk_rng_below(&d->rng, n)];
+	chk_server *s = &d->cl->srv[i];
+	const shardkv_node *nd = node_by_url(cfg, s->url);
+	bool owns = false;
+	for (size_t r = 0; nd && r < cfg->nranges; r++)
+		owns |= cfg->ranges[r].node == nd->id;
+	if (quiet && owns && chk_rng_below(&d->rng, 100) < 40) {
+		chk_cluster_signal(d->cl, i, SIGTERM);
+		s->state = CHK_SRV_TERMINATING;
+		d->st.reconfigs++;
+		d->st.leaves++;
+		if (d->o->verbose)
+			chk_log("leave: SIGTERM to %s", s->url);
+		return;
+	}
+	unsigned flags = step_flags(d);
+	shardkv_admin_result res = {0};
+	char what[128];
+	int rv = shardkv_leave(d->admin, s->url, flags, &res);
+	snprintf(what, sizeof(what), "leave %s", s->url);
+	outcome(d, what, rv, &res, cfg->epoch, flags, &d->st.leaves);
+	if (rv == 0 || rv == SHARDKV_ETIMEDOUT)
+		s->state = CHK_SRV_LEAVING;
+}
+
+/* --kill: SIGKILLs an active server; it restarts a moment later. */
+static void
+step_kill(chk_driver *d, const shardkv_config *cfg)
+{
+	int idx[CHK_MAX_SERVERS];
+	size_t n = active_servers(d, cfg, idx);
+
+	if (n < MIN_ACTIVE)
+		return;
+	int i = idx[chk_rng_below(&d->rng, n)];
+	chk_server *s = &d->cl->srv[i];
+	chk_cluster_signal(d->cl, i, SIGKILL);
+	while (!chk_cluster_poll_exit(d->cl, i)) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	s->state = CHK_SRV_KILLED;
+	s->restart_ns =
+	    chk_now_ns() +
+	    (RESTART_MIN_MS + chk_rng_below(&d->rng, RESTART_MAX_MS - RESTART_MIN_MS)) * 1000000u;
+	d->st.kills++;
+	if (d->o->verbose)
+		chk_log("kill: SIGKILL to %s", s->url);
+}
+
+static void
+one_step(chk_driver *d)
+{
+	shardkv_config *cfg = NULL;
+	int rv = shardkv_config_get(d->admin, 0, &cfg);
+
+	if (rv != 0) {
+		d->st.failed++;
+		chk_log("config failed: %s (%s)", shardkv_strerror(rv), shardkv_errmsg());
+		return;
+	}
+	/* Weighted choice among the steps that are possible now. */
+	enum { MOVE, REBALANCE, JOIN, LEAVE, KILL, NKINDS };
+	static const unsigned weight[NKINDS] = {50, 12, 12, 12, 15};
+	bool ok[NKINDS] = {true, true, false, false, false};
+	if (d->cl) {
+		int idx[CHK_MAX_SERVERS];
+		size_t members = 0, act = active_servers(d, cfg, idx);
+		for (int i = 0; i < d->cl->nservers; i++)
+			members += d->cl->srv[i].pid > 0 && d->cl->srv[i].state == CHK_SRV_RUNNING;
+		ok[JOIN] = members < d->max_active && d->cl->nservers < CHK_MAX_SERVERS;
+		ok[LEAVE] = act > MIN_ACTIVE;
+		ok[KILL] = d->o->kill && act >= MIN_ACTIVE;
+	}
+	unsigned total = 0;
+	for (int k = 0; k < NKINDS; k++)
+		total += ok[k] ? weight[k] : 0;
+	uint64_t r = chk_rng_below(&d->rng, total);
+	int kind = 0;
+	while (!ok[kind] || r >= weight[kind]) {
+		r -= ok[kind] ? weight[kind] : 0;
+		kind++;
+	}
+	switch (kind) {
+	case MOVE:
+		step_move(d, cfg);
+		break;
+	case REBALANCE:
+		step_rebalance(d, cfg);
+		break;
+	case JOIN:
+		step_join(d, cfg);
+		break;
+	case LEAVE:
+		step_leave(d, cfg);
+		break;
+	default:
+		step_kill(d, cfg);
+		break;
+	}
+	shardkv_config_free(cfg);
+}
+
+/* Reaps exits, stops servers that are gone, restarts killed ones. */
+static void
+poll_procs(chk_driver *d, bool restart_now)
+{
+	chk_cluster *cl = d->cl;
+	shardkv_config *cfg = NULL;
+	bool need_cfg = false;
+
+	if (!chk_cluster_controller_alive(cl) && cl->ctl_crashed) {
+		d->st.crashes++;
+		cl->ctl_crashed = false;
+		chk_log("the controller exited unexpectedly");
+	}
+	for (int i = 0; i < cl->nservers; i++) {
+		chk_server *s = &cl->srv[i];
+		need_cfg |= s->state == CHK_SRV_LEAVING || s->state == CHK_SRV_TERMINATING ||
+		            d->join_pending[i];
+	}
+	if (need_cfg && shardkv_config_get(d->admin, 0, &cfg) != 0)
+		cfg = NULL;
+	for (int i = 0; i < cl->nservers; i++) {
+		chk_server *s = &cl->srv[i];
+		const shardkv_node *nd = cfg ? node_by_url(cfg, s->url) : NULL;
+		if (d->join_pending[i] && nd) {
+			d->join_pending[i] = false;
+			d->st.reconfigs++;
+			d->st.joins++;
+			if (d->o->verbose)
+				chk_log("join: %s registered as node %" PRIu32, s->url, nd->id);
+		}
+		if (s->state == CHK_SRV_LEAVING && nd && nd->state == SHARDKV_NODE_GONE) {
+			chk_cluster_signal(cl, i, SIGINT);
+			s->state = CHK_SRV_STOPPING;
+		}
+		if (s->pid > 0 && chk_cluster_poll_exit(cl, i)) {
+			if (s->state == CHK_SRV_TERMINATING && cfg && nd &&
+			    nd->state != SHARDKV_NODE_GONE) {
+				chk_log("%s exited after SIGTERM but is still %s: it did not drain "
+				        "(status 0x%x)",
+				        s->url, shardkv_node_state_name(nd->state), s->exit_status);
+				s->crashed = true;
+				d->st.crashes++;
+			} else if (s->state == CHK_SRV_RUNNING || s->state == CHK_SRV_LEAVING) {
+				chk_log("%s exited unexpectedly (status 0x%x); log %s", s->url,
+				        s->exit_status, s->log);
+				s->crashed = true;
+				d->st.crashes++;
+			}
+			if (s->state != CHK_SRV_KILLED)
+				s->state = CHK_SRV_STOPPED;
+		}
+		if (s->state == CHK_SRV_KILLED && (restart_now || chk_now_ns() >= s->restart_ns)) {
+			if (chk_cluster_restart_server(cl, i) == 0) {
+				d->st.restarts++;
+				if (d->o->verbose)
+					chk_log("restarted %s", s->url);
+			} else {
+				s->state = CHK_SRV_STOPPED;
+				chk_log("cannot restart %s", s->url);
+			}
+		}
+	}
+	shardkv_config_free(cfg);
+}
+
+unsigned
+chk_driver_tick(chk_driver *d, bool steps)
+{
+	uint64_t now;
+
+	if (d->cl)
+		poll_procs(d, false);
+	now = chk_now_ns();
+	if (!steps || d->o->no_reconfig || now < d->next_step)
+		return TICK_MS;
+	one_step(d);
+	/* The next step after 0.5..1.5 times the interval. */
+	uint64_t iv = (uint64_t)d->o->reconfig_ms * 1000000u;
+	d->next_step = chk_now_ns() + iv / 2 + chk_rng_below(&d->rng, iv + 1);
+	return TICK_MS;
+}
+
+void
+chk_driver_settle_procs(chk_driver *d)
+{
+	if (d->cl)
+		poll_procs(d, true);
+}

@@ -1,0 +1,849 @@
+/*
+ * history.c - the checks of a recorded history (see history.h).
+ *
+ * DESIGN. Operations are grouped per key; each key is checked on its own
+ * (single-key operations are linearizable per key, SPEC §3). Every check is
+ * a sweep over operations sorted by one of their two times, so a history of
+ * n operations costs O(n log n) time and O(n) memory, allocated once per
+ * call. A failed write has complete = CHK_NEVER: it never constrains what
+ * comes after it, and it may or may not show up.
+ *
+ * Each operation is reported at most once (the first check that finds it
+ * wrong), so one lost write does not drown the report in echoes.
+ */
+#include "checker/history.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE SIZE_MAX
+
+/* A time and an operation (or token) index, for sorting. */
+typedef struct {
+	uint64_t t; /* the sort key */
+	size_t i;   /* what it belongs to */
+} ev;
+
+/* One token of an append key's final value. */
+typedef struct {
+	size_t op;     /* the append that wrote it; NONE for bytes nobody appended */
+	uint64_t end;  /* offset just after its ';' */
+	uint64_t hash; /* chk_hash of the value up to end */
+	bool first;    /* the first occurrence of its append */
+} tok;
+
+/* Value identity -> index of the write that wrote it (open addressing). */
+typedef struct {
+	uint64_t *ids; /* 0: empty slot */
+	size_t *idx;   /* op index per slot */
+	size_t mask;   /* slots - 1 */
+} wtab;
+
+/* State of one chk_check() call. */
+typedef struct {
+	const chk_key *keys; /* the key table */
+	size_t nkeys;        /* its size */
+	const chk_op *ops;   /* the history */
+	size_t nops;         /* its size */
+	chk_result *res;     /* the result being filled */
+	wtab w;              /* writers by value identity */
+	size_t *pos;         /* per op: first position of its token in the final value, or NONE */
+	bool *flagged;       /* per op: already reported */
+} ctx;
+
+int
+chk_format_val(char *buf, size_t len, uint64_t id)
+{
+	return snprintf(buf, len, "c%" PRIu32 ".%" PRIu32, (uint32_t)(id >> 32), (uint32_t)id);
+}
+
+/* Parses decimal digits of p[*i..n) as a uint32 with no leading zeros. */
+static bool
+parse_u32(const uint8_t *p, size_t n, size_t *i, uint32_t *out)
+{
+	uint64_t v = 0;
+	size_t start = *i;
+
+	while (*i < n && p[*i] >= '0' && p[*i] <= '9') {
+		v = v * 10 + (uint64_t)(p[*i] - '0');
+		if (v > UINT32_MAX)
+			return false;
+		(*i)++;
+	}
+	if (*i == start || (p[start] == '0' && *i - start > 1))
+		return false;
+	*out = (uint32_t)v;
+	return true;
+}
+
+bool
+chk_parse_val(const void *pv, size_t n, uint64_t *id)
+{
+	const uint8_t *p = pv;
+	size_t i = 1;
+	uint32_t c, s;
+
+	if (n < 4 || p[0] != 'c')
+		return false;
+	if (!parse_u32(p, n, &i, &c) || i >= n || p[i] != '.')
+		return false;
+	i++;
+	if (!parse_u32(p, n, &i, &s) || i != n || c == 0 || s == 0)
+		return false;
+	*id = chk_val_id(c, s);
+	return true;
+}
+
+uint64_t
+chk_hash(uint64_t h, const void *pv, size_t n)
+{
+	const uint8_t *p = pv;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+const char *
+chk_violation_name(int kind)
+{
+	switch (kind) {
+	case CHK_V_LOST:
+		return "lost append";
+	case CHK_V_DUPLICATE:
+		return "duplicated append";
+	case CHK_V_REORDER:
+		return "appends out of real-time order";
+	case CHK_V_APPEND_LEN:
+		return "append length mismatch";
+	case CHK_V_UNKNOWN_TOKEN:
+		return "unknown bytes in value";
+	case CHK_V_STALE_READ:
+		return "stale read";
+	case CHK_V_FUTURE_READ:
+		return "read from the future";
+	case CHK_V_NEVER_WRITTEN:
+		return "read of a value never written";
+	case CHK_V_NOT_PREFIX:
+		return "read is not a prefix of the final value";
+	case CHK_V_BAD_HISTORY:
+		return "malformed history";
+	default:
+		return "unknown violation";
+	}
+}
+
+/* Records a violation of op (once per op unless op is NONE). */
+static void __attribute__((format(printf, 6, 7)))
+violation(ctx *x, int kind, uint32_t key, size_t op, size_t other, const char *fmt, ...)
+{
+	chk_result *r = x->res;
+	va_list ap;
+
+	if (op != NONE) {
+		if (x->flagged[op])
+			return;
+		x->flagged[op] = true;
+	}
+	r->nviolations++;
+	if (r->nkept >= CHK_MAX_KEPT)
+		return;
+	chk_violation *v = &r->v[r->nkept++];
+	v->kind = kind;
+	v->key = key;
+	v->op = op;
+	v->other = other;
+	va_start(ap, fmt);
+	vsnprintf(v->msg, sizeof(v->msg), fmt, ap);
+	va_end(ap);
+}
+
+static int
+ev_cmp(const void *a, const void *b)
+{
+	const ev *x = a, *y = b;
+
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static void
+ev_sort(ev *e, size_t n)
+{
+	if (n > 1)
+		qsort(e, n, sizeof(*e), ev_cmp);
+}
+
+/* ------------------------------------------------------------------------
+ * Writers by value identity
+ * ------------------------------------------------------------------------ */
+
+static uint64_t
+mix(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	return x;
+}
+
+static int
+wtab_init(wtab *t, size_t nwrites)
+{
+	size_t slots = 16;
+
+	while (slots < nwrites * 2)
+		slots *= 2;
+	t->ids = calloc(slots, sizeof(*t->ids));
+	t->idx = calloc(slots, sizeof(*t->idx));
+	t->mask = slots - 1;
+	return t->ids && t->idx ? 0 : -1;
+}
+
+static void
+wtab_fini(wtab *t)
+{
+	free(t->ids);
+	free(t->idx);
+}
+
+/* Returns the index of the write of id, or NONE. */
+static size_t
+wtab_find(const wtab *t, uint64_t id)
+{
+	if (id == 0)
+		return NONE;
+	for (size_t s = mix(id) & t->mask;; s = (s + 1) & t->mask) {
+		if (t->ids[s] == 0)
+			return NONE;
+		if (t->ids[s] == id)
+			return t->idx[s];
+	}
+}
+
+/* Adds the write op of id; returns the index already there, or NONE. */
+static size_t
+wtab_add(wtab *t, uint64_t id, size_t op)
+{
+	for (size_t s = mix(id) & t->mask;; s = (s + 1) & t->mask) {
+		if (t->ids[s] == 0) {
+			t->ids[s] = id;
+			t->idx[s] = op;
+			return NONE;
+		}
+		if (t->ids[s] == id)
+			return t->idx[s];
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * Append keys
+ * ------------------------------------------------------------------------ */
+
+static const char *
+val_str(char *buf, size_t len, uint64_t id)
+{
+	chk_format_val(buf, len, id);
+	return buf;
+}
+
+/* Splits the final value of key k into tokens and checks each one names an
+ * append of k, once. Returns the token count, or -1 on ENOMEM (*out NULL). */
+static long
+tokenize(ctx *x, uint32_t k, tok **out)
+{
+	const chk_key *key = &x->keys[k];
+	const uint8_t *p = key->final;
+	size_t n = key->final_found ? key->final_len : 0, ntok = 0, start = 0;
+	uint64_t h = CHK_HASH_INIT;
+	tok *t;
+	char b1[40];
+
+	for (size_t i = 0; i < n; i++)
+		ntok += p[i] == ';';
+	*out = t = calloc(ntok + 1, sizeof(*t));
+	if (t == NULL)
+		return -1;
+	ntok = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] != ';')
+			continue;
+		uint64_t id;
+		size_t op = NONE;
+		h = chk_hash(h, p + start, i + 1 - start);
+		if (!chk_parse_val(p + start, i - start, &id)) {
+			violation(x, CHK_V_UNKNOWN_TOKEN, k, NONE, NONE,
+			          "bytes %zu..%zu of the final value (\"%.*s\") are not a token",
+			          start, i, (int)(i - start > 40 ? 40 : i - start), p + start);
+		} else if ((op = wtab_find(&x->w, id)) == NONE) {
+			violation(x, CHK_V_UNKNOWN_TOKEN, k, NONE, NONE,
+			          "token %s at offset %zu was never appended",
+			          val_str(b1, sizeof(b1), id), start);
+		} else if (x->ops[op].kind != CHK_APPEND || x->ops[op].key != k) {
+			violation(x, CHK_V_UNKNOWN_TOKEN, k, NONE, op,
+			          "token %s at offset %zu was written to key %s, not here",
+			          val_str(b1, sizeof(b1), id), start, x->keys[x->ops[op].key].name);
+			op = NONE;
+		}
+		t[ntok].op = op;
+		t[ntok].end = i + 1;
+		t[ntok].hash = h;
+		if (op != NONE) {
+			if (x->pos[op] == NONE) {
+				x->pos[op] = ntok;
+				t[ntok].first = true;
+			} else {
+				violation(
+				    x, CHK_V_DUPLICATE, k, op, NONE,
+				    "token %s appears at positions %zu and %zu of the final value",
+				    val_str(b1, sizeof(b1), id), x->pos[op], ntok);
+			}
+		}
+		ntok++;
+		start = i + 1;
+	}
+	if (start < n)
+		violation(x, CHK_V_UNKNOWN_TOKEN, k, NONE, NONE,
+		          "the final value ends with %zu bytes that are not a token (\"%.*s\")",
+		          n - start, (int)(n - start > 40 ? 40 : n - start), p + start);
+	x->res->tokens += ntok;
+	return (long)ntok;
+}
+
+/* Finds how many tokens a get of an append key read: the k with
+ * t[k-1].end == len and a matching hash (0 for len 0). NONE: not a prefix. */
+static size_t
+prefix_tokens(const tok *t, size_t ntok, uint64_t len, uint64_t hash)
+{
+	size_t lo = 0, hi = ntok;
+
+	if (len == 0)
+		return hash == CHK_HASH_INIT ? 0 : NONE;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (t[mid].end < len)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < ntok && t[lo].end == len && t[lo].hash == hash)
+		return lo + 1;
+	return NONE;
+}
+
+static int
+check_append_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
+{
+	const chk_op *o = x->ops;
+	tok *t = NULL;
+	size_t *rk = NULL, *rop = NULL, nreads = 0, ne, nr;
+	ev *e = NULL, *r = NULL;
+	long ntl;
+	char b1[40], b2[40];
+	int rv = -1;
+
+	for (size_t j = 0; j < n; j++)
+		if (o[idx[j]].kind == CHK_APPEND) {
+			if (o[idx[j]].status == CHK_OK)
+				x->res->appends_acked++;
+			else
+				x->res->appends_failed++;
+		}
+	if (!x->keys[k].final_known) {
+		x->res->keys_unchecked++;
+		return 0;
+	}
+	if ((ntl = tokenize(x, k, &t)) < 0)
+		return -1;
+	size_t ntok = (size_t)ntl;
+
+	/* Lost and misplaced appends. */
+	for (size_t j = 0; j < n; j++) {
+		size_t a = idx[j];
+		if (o[a].kind != CHK_APPEND)
+			continue;
+		if (o[a].status == CHK_OK) {
+			if (x->pos[a] == NONE)
+				violation(x, CHK_V_LOST, k, a, NONE,
+				          "acknowledged append %s is not in the final value",
+				          val_str(b1, sizeof(b1), o[a].val));
+			else if (o[a].len != t[x->pos[a]].end)
+				violation(x, CHK_V_APPEND_LEN, k, a, NONE,
+				          "append %s returned length %" PRIu64
+				          " but its token ends at offset %" PRIu64,
+				          val_str(b1, sizeof(b1), o[a].val), o[a].len,
+				          t[x->pos[a]].end);
+		} else if (x->pos[a] != NONE) {
+			x->res->appends_failed_applied++;
+		}
+	}
+
+	/* Real-time order: no token may follow one whose append began after
+	 * it completed. Scan from the end keeping the earliest completion. */
+	uint64_t minc = CHK_NEVER;
+	size_t mino = NONE;
+	for (size_t j = ntok; j-- > 0;) {
+		size_t b = t[j].op;
+		if (b == NONE || !t[j].first)
+			continue;
+		if (minc < o[b].invoke)
+			violation(x, CHK_V_REORDER, k, mino, b,
+			          "append %s completed before append %s began, but its token comes "
+			          "after it (positions %zu and %zu)",
+			          val_str(b1, sizeof(b1), o[mino].val),
+			          val_str(b2, sizeof(b2), o[b].val), x->pos[mino], j);
+		if (o[b].complete < minc) {
+			minc = o[b].complete;
+			mino = b;
+		}
+	}
+
+	/* Gets: which prefix each one read. rop[q] is the q-th checked get,
+	 * rk[q] the number of tokens it read. */
+	rk = malloc((n + 1) * sizeof(*rk));
+	rop = malloc((n + 1) * sizeof(*rop));
+	e = malloc((n + ntok + 1) * sizeof(*e));
+	r = malloc((n + 1) * sizeof(*r));
+	if (rk == NULL || rop == NULL || e == NULL || r == NULL)
+		goto out;
+	for (size_t j = 0; j < n; j++) {
+		size_t g = idx[j];
+		if (o[g].kind != CHK_GET || o[g].status == CHK_FAILED)
+			continue;
+		size_t kk = 0;
+		if (o[g].status != CHK_NOTFOUND) {
+			kk = prefix_tokens(t, ntok, o[g].len, o[g].hash);
+			if (kk == NONE) {
+				violation(x, CHK_V_NOT_PREFIX, k, g, NONE,
+				          "a get read %" PRIu64
+				          " bytes that are not a prefix of the final value "
+				          "(%zu bytes)",
+				          o[g].len,
+				          x->keys[k].final_found ? x->keys[k].final_len : 0);
+				continue;
+			}
+		}
+		x->res->reads_checked++;
+		rk[nreads] = kk;
+		rop[nreads] = g;
+		nreads++;
+	}
+
+	/* Every append completed before a get began is in what it read. */
+	ne = 0;
+	for (size_t j = 0; j < ntok; j++)
+		if (t[j].op != NONE && t[j].first && o[t[j].op].complete != CHK_NEVER)
+			e[ne++] = (ev){o[t[j].op].complete, j};
+	ev_sort(e, ne);
+	for (size_t j = 0; j < nreads; j++)
+		r[j] = (ev){o[rop[j]].invoke, j};
+	ev_sort(r, nreads);
+	{
+		size_t c = 0, maxp = NONE;
+		for (size_t j = 0; j < nreads; j++) {
+			while (c < ne && e[c].t < r[j].t) {
+				if (maxp == NONE || e[c].i > maxp)
+					maxp = e[c].i;
+				c++;
+			}
+			size_t q = r[j].i;
+			if (maxp != NONE && maxp >= rk[q])
+				violation(x, CHK_V_STALE_READ, k, rop[q], t[maxp].op,
+				          "a get read %zu tokens, but append %s (position %zu) "
+				          "completed before the get began",
+				          rk[q], val_str(b1, sizeof(b1), o[t[maxp].op].val), maxp);
+		}
+	}
+
+	/* No append begun after a get ended is in what it read. */
+	ne = 0;
+	for (size_t j = 0; j < ntok; j++)
+		if (t[j].op != NONE && t[j].first)
+			e[ne++] = (ev){UINT64_MAX - o[t[j].op].invoke, j};
+	ev_sort(e, ne);
+	for (size_t j = 0; j < nreads; j++)
+		r[j] =
+		    (ev){o[rop[j]].complete == CHK_NEVER ? 0 : UINT64_MAX - o[rop[j]].complete, j};
+	ev_sort(r, nreads);
+	{
+		size_t c = 0, minp = NONE;
+		for (size_t j = 0; j < nreads; j++) {
+			/* descending times: tokens whose append began after the get ended */
+			while (c < ne && e[c].t < r[j].t) {
+				if (minp == NONE || e[c].i < minp)
+					minp = e[c].i;
+				c++;
+			}
+			size_t q = r[j].i;
+			if (minp != NONE && minp < rk[q])
+				violation(
+				    x, CHK_V_FUTURE_READ, k, rop[q], t[minp].op,
+				    "a get read %zu tokens, including append %s (position %zu) "
+				    "that began after the get ended",
+				    rk[q], val_str(b1, sizeof(b1), o[t[minp].op].val), minp);
+		}
+	}
+
+	/* A get reads no fewer tokens than a get that ended before it began. */
+	nr = 0;
+	for (size_t j = 0; j < nreads; j++)
+		if (o[rop[j]].complete != CHK_NEVER)
+			e[nr++] = (ev){o[rop[j]].complete, j};
+	ev_sort(e, nr);
+	for (size_t j = 0; j < nreads; j++)
+		r[j] = (ev){o[rop[j]].invoke, j};
+	ev_sort(r, nreads);
+	{
+		size_t c = 0, best = NONE;
+		for (size_t j = 0; j < nreads; j++) {
+			while (c < nr && e[c].t < r[j].t) {
+				if (best == NONE || rk[e[c].i] > rk[best])
+					best = e[c].i;
+				c++;
+			}
+			size_t q = r[j].i;
+			if (best != NONE && rk[best] > rk[q])
+				violation(
+				    x, CHK_V_STALE_READ, k, rop[q], rop[best],
+				    "a get read %zu tokens, but a get that ended before it began "
+				    "read %zu",
+				    rk[q], rk[best]);
+		}
+	}
+	rv = 0;
+out:
+	free(rop);
+	free(t);
+	free(rk);
+	free(e);
+	free(r);
+	return rv;
+}
+
+/* ------------------------------------------------------------------------
+ * Registers
+ * ------------------------------------------------------------------------ */
+
+static int
+check_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
+{
+	const chk_op *o = x->ops;
+	size_t *rw = NULL, *rop = NULL, nreads = 0, nw = 0;
+	ev *e = NULL, *r = NULL;
+	char b1[40], b2[40];
+	int rv = -1;
+
+	rw = malloc((n + 1) * sizeof(*rw));
+	rop = malloc((n + 1) * sizeof(*rop));
+	e = malloc((n + 1) * sizeof(*e));
+	r = malloc((n + 1) * sizeof(*r));
+	if (rw == NULL || rop == NULL || e == NULL || r == NULL)
+		goto out;
+
+	/* What each get read: rop[q] is the q-th checked get, rw[q] the put
+	 * it read (NONE: not found). */
+	for (size_t j = 0; j < n; j++) {
+		size_t g = idx[j];
+		if (o[g].kind == CHK_PUT) {
+			if (o[g].status == CHK_OK)
+				x->res->writes_acked++;
+			else
+				x->res->writes_failed++;
+			continue;
+		}
+		if (o[g].kind != CHK_GET || o[g].status == CHK_FAILED)
+			continue;
+		size_t w = NONE;
+		if (o[g].status == CHK_GARBAGE) {
+			violation(x, CHK_V_NEVER_WRITTEN, k, g, NONE,
+			          "a get read %" PRIu64 " bytes that are no value of the checker",
+			          o[g].len);
+			continue;
+		}
+		if (o[g].status == CHK_OK) {
+			w = wtab_find(&x->w, o[g].val);
+			if (w == NONE || o[w].kind != CHK_PUT || o[w].key != k) {
+				violation(x, CHK_V_NEVER_WRITTEN, k, g, w,
+				          "a get read %s, which was never put to this key",
+				          val_str(b1, sizeof(b1), o[g].val));
+				continue;
+			}
+			if (o[w].invoke > o[g].complete) {
+				violation(x, CHK_V_FUTURE_READ, k, g, w,
+				          "a get read %s, whose put began after the get ended",
+				          val_str(b1, sizeof(b1), o[g].val));
+				continue;
+			}
+		}
+		x->res->reads_checked++;
+		rw[nreads] = w;
+		rop[nreads] = g;
+		nreads++;
+	}
+
+	/* A get returns no value that a later put definitely overwrote before
+	 * the get began: with puts sorted by completion, track the latest
+	 * invocation among those completed before the get began. */
+	for (size_t j = 0; j < n; j++)
+		if (o[idx[j]].kind == CHK_PUT && o[idx[j]].complete != CHK_NEVER)
+			e[nw++] = (ev){o[idx[j]].complete, idx[j]};
+	ev_sort(e, nw);
+	for (size_t q = 0; q < nreads; q++)
+		r[q] = (ev){o[rop[q]].invoke, q};
+	ev_sort(r, nreads);
+	{
+		size_t c = 0, latest = NONE;
+		for (size_t j = 0; j < nreads; j++) {
+			while (c < nw && e[c].t < r[j].t) {
+				if (latest == NONE || o[e[c].i].invoke > o[latest].invoke)
+					latest = e[c].i;
+				c++;
+			}
+			size_t q = r[j].i, g = rop[q], w = rw[q];
+			if (latest == NONE)
+				continue;
+			if (w == NONE)
+				violation(
+				    x, CHK_V_STALE_READ, k, g, latest,
+				    "a get found no value, but put %s completed before it began",
+				    val_str(b1, sizeof(b1), o[latest].val));
+			else if (o[latest].invoke > o[w].complete)
+				violation(
+				    x, CHK_V_STALE_READ, k, g, latest,
+				    "a get read %s, but put %s began after that put completed "
+				    "and completed before the get began",
+				    val_str(b1, sizeof(b1), o[w].val),
+				    val_str(b2, sizeof(b2), o[latest].val));
+		}
+	}
+
+	/* Nor a value older than what a get that ended before it began read:
+	 * track, among such gets, the latest invocation of the put they read. */
+	nw = 0;
+	for (size_t q = 0; q < nreads; q++)
+		if (o[rop[q]].complete != CHK_NEVER)
+			e[nw++] = (ev){o[rop[q]].complete, q};
+	ev_sort(e, nw);
+	{
+		size_t c = 0, best = NONE; /* a get index q */
+		for (size_t j = 0; j < nreads; j++) {
+			while (c < nw && e[c].t < r[j].t) {
+				size_t q1 = e[c].i;
+				if (rw[q1] != NONE &&
+				    (best == NONE || o[rw[q1]].invoke > o[rw[best]].invoke))
+					best = q1;
+				c++;
+			}
+			size_t q = r[j].i, g = rop[q], w = rw[q];
+			if (best == NONE)
+				continue;
+			if (w == NONE)
+				violation(
+				    x, CHK_V_STALE_READ, k, g, rop[best],
+				    "a get found no value, but a get that ended before it began "
+				    "read %s",
+				    val_str(b1, sizeof(b1), o[rw[best]].val));
+			else if (o[rw[best]].invoke > o[w].complete)
+				violation(
+				    x, CHK_V_STALE_READ, k, g, rop[best],
+				    "a get read %s, but a get that ended before it began read %s, "
+				    "put after that one completed",
+				    val_str(b1, sizeof(b1), o[w].val),
+				    val_str(b2, sizeof(b2), o[rw[best]].val));
+		}
+	}
+	rv = 0;
+out:
+	free(rw);
+	free(rop);
+	free(e);
+	free(r);
+	return rv;
+}
+
+/* ------------------------------------------------------------------------
+ * The whole history
+ * ------------------------------------------------------------------------ */
+
+/* Checks what every key's check takes for granted. */
+static bool
+history_valid(ctx *x)
+{
+	for (size_t i = 0; i < x->nops; i++) {
+		const chk_op *o = &x->ops[i];
+		bool bad = o->key >= x->nkeys || o->kind < CHK_APPEND || o->kind > CHK_GET ||
+		           o->status > CHK_GARBAGE || o->complete < o->invoke ||
+		           (o->kind != CHK_GET && o->status != CHK_OK && o->status != CHK_FAILED);
+		if (!bad && o->kind != CHK_GET && x->keys[o->key].append != (o->kind == CHK_APPEND))
+			bad = true;
+		if (!bad && o->status == CHK_FAILED && o->complete != CHK_NEVER)
+			bad = true;
+		if (!bad && o->kind != CHK_GET &&
+		    (o->val == 0 || (uint32_t)o->val == 0 || wtab_add(&x->w, o->val, i) != NONE))
+			bad = true;
+		if (bad) {
+			violation(x, CHK_V_BAD_HISTORY, o->key < x->nkeys ? o->key : 0, NONE, i,
+			          "operation %zu is malformed (kind %u status %u key %u, or a "
+			          "value identity written twice)",
+			          i, o->kind, o->status, o->key);
+			return false;
+		}
+	}
+	return true;
+}
+
+int
+chk_check(const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops, chk_result *res)
+{
+	ctx x = {.keys = keys, .nkeys = nkeys, .ops = ops, .nops = nops, .res = res};
+	size_t *start = NULL, *idx = NULL, *fill = NULL, nwrites = 0;
+	int rv = -1;
+
+	memset(res, 0, sizeof(*res));
+	for (size_t i = 0; i < nops; i++)
+		nwrites += ops[i].kind != CHK_GET;
+	x.pos = malloc((nops + 1) * sizeof(*x.pos));
+	x.flagged = calloc(nops + 1, sizeof(*x.flagged));
+	start = calloc(nkeys + 1, sizeof(*start));
+	fill = calloc(nkeys + 1, sizeof(*fill));
+	idx = malloc((nops + 1) * sizeof(*idx));
+	if (x.pos == NULL || x.flagged == NULL || start == NULL || fill == NULL || idx == NULL ||
+	    wtab_init(&x.w, nwrites) != 0)
+		goto out;
+	for (size_t i = 0; i < nops; i++)
+		x.pos[i] = NONE;
+	if (!history_valid(&x)) {
+		rv = 0;
+		goto out;
+	}
+
+	/* Group the operations per key, in history order. */
+	for (size_t i = 0; i < nops; i++)
+		start[ops[i].key + 1]++;
+	for (size_t k = 0; k < nkeys; k++)
+		start[k + 1] += start[k];
+	for (size_t i = 0; i < nops; i++)
+		idx[start[ops[i].key] + fill[ops[i].key]++] = i;
+
+	for (uint32_t k = 0; k < nkeys; k++) {
+		const size_t *ki = idx + start[k];
+		size_t kn = start[k + 1] - start[k];
+		if ((keys[k].append ? check_append_key(&x, k, ki, kn)
+		                    : check_register_key(&x, k, ki, kn)) != 0)
+			goto out;
+	}
+	rv = 0;
+out:
+	wtab_fini(&x.w);
+	free(x.pos);
+	free(x.flagged);
+	free(start);
+	free(fill);
+	free(idx);
+	if (rv != 0)
+		memset(res, 0, sizeof(*res));
+	return rv;
+}
+
+/* ------------------------------------------------------------------------
+ * Reports
+ * ------------------------------------------------------------------------ */
+
+static double
+ms_since(uint64_t t, uint64_t t0)
+{
+	return t >= t0 ? (double)(t - t0) / 1e6 : -(double)(t0 - t) / 1e6;
+}
+
+void
+chk_print_op(FILE *f, const chk_key *keys, const chk_op *op, uint64_t t0)
+{
+	char v[40], when[64];
+	const char *name = keys[op->key].name;
+
+	if (op->complete == CHK_NEVER)
+		snprintf(when, sizeof(when), "[%.3f, ?]", ms_since(op->invoke, t0));
+	else
+		snprintf(when, sizeof(when), "[%.3f, %.3f]", ms_since(op->invoke, t0),
+		         ms_since(op->complete, t0));
+	fprintf(f, "c%-3" PRIu32 " ", op->client);
+	switch (op->kind) {
+	case CHK_APPEND:
+		chk_format_val(v, sizeof(v), op->val);
+		if (op->status == CHK_OK)
+			fprintf(f, "append %s %s; -> ok len=%" PRIu64, name, v, op->len);
+		else
+			fprintf(f, "append %s %s; -> failed (%d)", name, v, op->err);
+		break;
+	case CHK_PUT:
+		chk_format_val(v, sizeof(v), op->val);
+		if (op->status == CHK_OK)
+			fprintf(f, "put    %s %s -> ok", name, v);
+		else
+			fprintf(f, "put    %s %s -> failed (%d)", name, v, op->err);
+		break;
+	default:
+		fprintf(f, "get    %s -> ", name);
+		if (op->status == CHK_FAILED)
+			fprintf(f, "failed (%d)", op->err);
+		else if (op->status == CHK_NOTFOUND)
+			fprintf(f, "not found");
+		else if (keys[op->key].append || op->status == CHK_GARBAGE)
+			fprintf(f, "%" PRIu64 " bytes", op->len);
+		else
+			fprintf(f, "%s", (chk_format_val(v, sizeof(v), op->val), v));
+		break;
+	}
+	fprintf(f, "  %s ms\n", when);
+}
+
+void
+chk_print_violation(FILE *f, const chk_key *keys, const chk_op *ops, size_t nops,
+                    const chk_violation *v, uint64_t t0, size_t max_lines)
+{
+	uint64_t lo = UINT64_MAX, hi = 0;
+	size_t inv[2] = {v->op, v->other}, n = 0;
+	ev *e;
+
+	fprintf(f, "VIOLATION: %s on key %s: %s\n", chk_violation_name(v->kind), keys[v->key].name,
+	        v->msg);
+	for (int j = 0; j < 2; j++) {
+		if (inv[j] == NONE || inv[j] >= nops)
+			continue;
+		const chk_op *o = &ops[inv[j]];
+		lo = o->invoke < lo ? o->invoke : lo;
+		uint64_t end = o->complete == CHK_NEVER ? o->invoke : o->complete;
+		hi = end > hi ? end : hi;
+	}
+	if (lo == UINT64_MAX)
+		return;
+	if ((e = malloc(nops * sizeof(*e))) == NULL)
+		return;
+	for (size_t i = 0; i < nops; i++) {
+		const chk_op *o = &ops[i];
+		if (o->key == v->key && o->invoke <= hi && o->complete >= lo)
+			e[n++] = (ev){o->invoke, i};
+	}
+	ev_sort(e, n);
+	fprintf(f, "  history of %s between %.3f and %.3f ms (* marks the operations above):\n",
+	        keys[v->key].name, ms_since(lo, t0), ms_since(hi, t0));
+	size_t shown = 0, skipped = 0;
+	for (size_t j = 0; j < n; j++) {
+		bool mark = e[j].i == v->op || e[j].i == v->other;
+		if (!mark && shown >= max_lines) {
+			skipped++;
+			continue;
+		}
+		fprintf(f, "  %c ", mark ? '*' : ' ');
+		chk_print_op(f, keys, &ops[e[j].i], t0);
+		shown++;
+	}
+	if (skipped)
+		fprintf(f, "    ... %zu more concurrent operations on the key\n", skipped);
+	free(e);
+}

@@ -1,0 +1,163 @@
+/*
+ * history.h - the model of the history checker: a recorded history of
+ * appends, puts and gets on a fixed set of keys, and the checks that decide
+ * whether a cluster could have produced it.
+ *
+ * Every value written is unique: the value identity `chk_val_id(client,
+ * seq)` is spelled "c<client>.<seq>" (a register value) or "c<client>.<seq>;"
+ * (an append token), so a read names the write it observed. Times are
+ * CLOCK_MONOTONIC nanoseconds of one process. An operation that failed (a
+ * timeout, an unreachable server) may still take effect at any later time;
+ * its completion is CHK_NEVER.
+ *
+ * The module does no I/O except chk_print_*(); it neither allocates per
+ * operation nor keeps state between calls, so tests feed it hand-made
+ * histories.
+ */
+#ifndef KV_CHECKER_HISTORY_H
+#define KV_CHECKER_HISTORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* The completion time of an operation that failed or whose outcome is unknown. */
+#define CHK_NEVER UINT64_MAX
+
+/* How many violations chk_result keeps in detail (all are counted). */
+#define CHK_MAX_KEPT 16
+
+/* The kind of an operation. */
+typedef enum {
+	CHK_APPEND = 1, /* append of the token of `val` */
+	CHK_PUT = 2,    /* put of the register value `val` */
+	CHK_GET = 3,    /* get; what it read is in status, val, len, hash */
+} chk_kind;
+
+/* What an operation returned. */
+typedef enum {
+	CHK_OK = 0,       /* acknowledged (a get found the key) */
+	CHK_NOTFOUND = 1, /* a get found no key */
+	CHK_FAILED = 2,   /* failed or timed out: a write may or may not take effect */
+	CHK_GARBAGE = 3,  /* a get of a register read bytes that name no value */
+} chk_status;
+
+/* One recorded operation. 56 bytes, plain data. */
+typedef struct {
+	uint64_t invoke;   /* when the call began (ns) */
+	uint64_t complete; /* when it returned (ns); CHK_NEVER when it failed */
+	uint64_t val;      /* append/put: the identity written; get of a register: the one read */
+	uint64_t len;  /* append: the value length it returned; get of an append key: bytes read */
+	uint64_t hash; /* get of an append key: chk_hash() of the bytes read */
+	uint32_t key;  /* index into the key table */
+	uint32_t client; /* the client that ran it (0: the checker's final reads) */
+	uint8_t kind;    /* chk_kind */
+	uint8_t status;  /* chk_status */
+	int16_t err;     /* the client's error code when status is CHK_FAILED */
+} chk_op;
+
+/* One key of the history. */
+typedef struct {
+	const char *name;     /* for reports */
+	bool append;          /* true: an append key (tokens); false: a register (put/get) */
+	bool final_known;     /* append keys: the final value was read after the run */
+	bool final_found;     /* ... and the key existed */
+	const uint8_t *final; /* ... its bytes (borrowed) */
+	size_t final_len;     /* ... and length */
+} chk_key;
+
+/* The kinds of violation. */
+typedef enum {
+	CHK_V_LOST = 1,      /* an acknowledged append is missing from the final value */
+	CHK_V_DUPLICATE,     /* a token appears more than once */
+	CHK_V_REORDER,       /* tokens out of real-time order */
+	CHK_V_APPEND_LEN,    /* an append's returned length disagrees with its token's place */
+	CHK_V_UNKNOWN_TOKEN, /* the final value holds bytes that no append of this key wrote */
+	CHK_V_STALE_READ,    /* a read returned a value already overwritten (or not yet there) */
+	CHK_V_FUTURE_READ,   /* a read returned a write that began after the read ended */
+	CHK_V_NEVER_WRITTEN, /* a read returned a value no write of this key wrote */
+	CHK_V_NOT_PREFIX,    /* a read of an append key is not a prefix of the final value */
+	CHK_V_BAD_HISTORY,   /* the history itself is malformed (a recorder bug) */
+} chk_violation_kind;
+
+/* One violation: its kind, the key, the operations involved and a sentence. */
+typedef struct {
+	int kind;      /* chk_violation_kind */
+	uint32_t key;  /* key index */
+	size_t op;     /* the operation found wrong (index into ops); SIZE_MAX: none */
+	size_t other;  /* the operation it conflicts with; SIZE_MAX: none */
+	char msg[256]; /* what is wrong, in one sentence */
+} chk_violation;
+
+/* What chk_check() found. */
+typedef struct {
+	size_t nviolations;            /* all violations found */
+	size_t nkept;                  /* those kept in v[] (the first ones) */
+	chk_violation v[CHK_MAX_KEPT]; /* the first violations */
+	size_t appends_acked;          /* acknowledged appends */
+	size_t appends_failed;         /* failed appends */
+	size_t appends_failed_applied; /* failed appends that did take effect */
+	size_t tokens;                 /* tokens in the final values */
+	size_t reads_checked;          /* gets that were checked */
+	size_t writes_acked;           /* acknowledged puts */
+	size_t writes_failed;          /* failed puts */
+	size_t keys_unchecked;         /* append keys without a final value */
+} chk_result;
+
+/* The identity of value `seq` of client `client` (both from 1). */
+static inline uint64_t
+chk_val_id(uint32_t client, uint32_t seq)
+{
+	return ((uint64_t)client << 32) | seq;
+}
+
+/* Writes the register spelling of id ("c<client>.<seq>") into buf and
+ * returns its length (snprintf semantics). */
+int chk_format_val(char *buf, size_t len, uint64_t id);
+
+/* Parses a register value. Returns true and sets *id when `p` is exactly
+ * the spelling of a value identity. */
+bool chk_parse_val(const void *p, size_t n, uint64_t *id);
+
+/* FNV-1a of n bytes, continued from h (start with CHK_HASH_INIT). */
+#define CHK_HASH_INIT 0xcbf29ce484222325ull
+uint64_t chk_hash(uint64_t h, const void *p, size_t n);
+
+/*
+ * Checks the history `ops` over `keys`. Fills *res (zeroed first). Returns
+ * 0, or -1 when memory ran out (nothing was checked then).
+ *
+ * Append keys: every acknowledged append appears exactly once in the final
+ * value; failed appends at most once; nothing else appears; the order of the
+ * tokens respects real time (an append that completed before another began
+ * comes first); an append's returned length is where its token ends; a get
+ * reads a prefix of the final value that holds every append completed
+ * before it began, none begun after it ended, and no fewer tokens than a
+ * get that completed before it began.
+ *
+ * Registers: a get returns a value written to that key by a put that began
+ * before the get ended and that was not definitely overwritten before the
+ * get began (no put w2 with w.complete < w2.invoke and w2.complete <
+ * get.invoke), nor older than what a get that ended before it began read;
+ * not-found only when no put completed before the get began and no earlier
+ * get read a value.
+ */
+int chk_check(const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops, chk_result *res);
+
+/* Returns a short name of a violation kind ("lost append"). */
+const char *chk_violation_name(int kind);
+
+/*
+ * Prints a violation and the history around it: the operations on its key
+ * that overlap the time window of the operations involved (at most
+ * `max_lines`), times in ms relative to `t0`.
+ */
+void chk_print_violation(FILE *f, const chk_key *keys, const chk_op *ops, size_t nops,
+                         const chk_violation *v, uint64_t t0, size_t max_lines);
+
+/* Prints one operation on one line ("c3 append k/a000 c3.17; -> ok len=42
+ * [12.345, 12.512] ms"). */
+void chk_print_op(FILE *f, const chk_key *keys, const chk_op *op, uint64_t t0);
+
+#endif

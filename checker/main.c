@@ -1,0 +1,662 @@
+/*
+ * main.c - shardkv-checker: runs concurrent clients against a live cluster
+ * while a driver reconfigures it at random, records the history of every
+ * operation and checks it (history.h): no acknowledged append lost or
+ * duplicated, appends in real-time order, every read linearizable per key.
+ * Prints "N reconfigurations, M operations, V violations" (or the first
+ * violations with their histories) and exits 0 only when V is 0.
+ *
+ * Exit codes: 0 no violation; 1 violations (or a daemon crashed); 2 usage;
+ * 3 the cluster could not be started, reached or read back.
+ */
+#include "checker/checker.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SETTLE_MS     20000u /* wait for migrations to finish after the run */
+#define FINAL_READ_MS 20000u /* the final reads, all keys together, at most this long */
+#define ADMIN_MS      15000u /* deadline of admin calls (--wait steps) */
+#define START_MS      30000u /* a spawned server becomes active */
+#define SHOW_MAX      5      /* violations printed in full */
+
+volatile sig_atomic_t chk_stop_requested;
+static uint64_t t_start; /* chk_log's origin */
+
+uint64_t
+chk_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t
+chk_rng_next(chk_rng *r)
+{
+	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+uint64_t
+chk_rng_below(chk_rng *r, uint64_t n)
+{
+	return n ? chk_rng_next(r) % n : 0;
+}
+
+void
+chk_log(const char *fmt, ...)
+{
+	va_list ap;
+	char buf[2048];
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "checker: %7.2fs %s\n", (double)(chk_now_ns() - t_start) / 1e9, buf);
+}
+
+static void
+usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: shardkv-checker [-c CONTROLLERS | --spawn DIR [--servers N] [--kill]]\n"
+	    "                       [--clients N] [--keys K] [--duration S]\n"
+	    "                       [--reconfig-interval MS] [--no-reconfig] [--seed S]\n"
+	    "                       [--op-timeout MS] [--max-ops N] [--fill N [--fill-size B]]\n"
+	    "                       [--keep] [--json] [-v]\n"
+	    "\n"
+	    "Runs N clients doing appends of unique tokens and puts/gets of unique values\n"
+	    "on K keys while moving ranges, rebalancing and (with --spawn) joining and\n"
+	    "removing servers at random, then checks the recorded history: every\n"
+	    "acknowledged append exactly once and in real-time order, every read\n"
+	    "linearizable per key.\n"
+	    "\n"
+	    "  -c, --controller ADDRS  the cluster to test (default $SHARDKV_CONTROLLER or\n"
+	    "                          tcp://127.0.0.1:7000); moves and rebalances only\n"
+	    "  --spawn DIR             start a controller and servers under DIR/run-XXXXXX\n"
+	    "                          (daemons from $SHARDKV_BIN_DIR or beside the checker)\n"
+	    "  --servers N             servers to start with --spawn (default 3)\n"
+	    "  --kill                  also SIGKILL and restart servers (needs durability)\n"
+	    "  --clients N             concurrent clients (default 4)\n"
+	    "  --keys K                keys, half appended to, half put/get (default 16)\n"
+	    "  --duration S            seconds of load (default 30)\n"
+	    "  --reconfig-interval MS  mean pause between reconfiguration steps (default 400)\n"
+	    "  --no-reconfig           load and check only\n"
+	    "  --seed S                random seed (default: from the clock; printed)\n"
+	    "  --op-timeout MS         per-operation deadline (default 5000)\n"
+	    "  --max-ops N             record at most N operations (default %u)\n"
+	    "  --fill N                write N filler keys among the checker's keys first, so\n"
+	    "                          that moved ranges carry data (default 0)\n"
+	    "  --fill-size B           value size of the filler keys (default 1000)\n"
+	    "  --keep                  keep the spawned cluster's directory\n"
+	    "  --json                  print the summary as one JSON object on stdout\n"
+	    "  -v, --verbose           log every reconfiguration step\n"
+	    "\n"
+	    "Exit: 0 no violation, 1 violations or a daemon crash, 2 usage, 3 the cluster\n"
+	    "could not be started, reached or read back.\n",
+	    CHK_DEFAULT_OPS);
+}
+
+static int __attribute__((format(printf, 1, 2))) usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "shardkv-checker: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, " (see --help)\n");
+	return 2;
+}
+
+/* Parses an unsigned integer in [lo, hi]. */
+static bool
+parse_num(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 0);
+	if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+enum {
+	OPT_CLIENTS = 256,
+	OPT_KEYS,
+	OPT_DURATION,
+	OPT_INTERVAL,
+	OPT_SEED,
+	OPT_SPAWN,
+	OPT_SERVERS,
+	OPT_KILL,
+	OPT_NO_RECONFIG,
+	OPT_JSON,
+	OPT_KEEP,
+	OPT_OP_TIMEOUT,
+	OPT_MAX_OPS,
+	OPT_FILL,
+	OPT_FILL_SIZE,
+};
+
+static int
+parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
+{
+	static const struct option longs[] = {
+	    {"controller", required_argument, NULL, 'c'},
+	    {"clients", required_argument, NULL, OPT_CLIENTS},
+	    {"keys", required_argument, NULL, OPT_KEYS},
+	    {"duration", required_argument, NULL, OPT_DURATION},
+	    {"reconfig-interval", required_argument, NULL, OPT_INTERVAL},
+	    {"seed", required_argument, NULL, OPT_SEED},
+	    {"spawn", required_argument, NULL, OPT_SPAWN},
+	    {"servers", required_argument, NULL, OPT_SERVERS},
+	    {"kill", no_argument, NULL, OPT_KILL},
+	    {"no-reconfig", no_argument, NULL, OPT_NO_RECONFIG},
+	    {"json", no_argument, NULL, OPT_JSON},
+	    {"keep", no_argument, NULL, OPT_KEEP},
+	    {"op-timeout", required_argument, NULL, OPT_OP_TIMEOUT},
+	    {"max-ops", required_argument, NULL, OPT_MAX_OPS},
+	    {"fill", required_argument, NULL, OPT_FILL},
+	    {"fill-size", required_argument, NULL, OPT_FILL_SIZE},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	uint64_t v;
+	int ch;
+
+	*seeded = false;
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, ":c:vh", longs, NULL)) != -1) {
+		switch (ch) {
+		case 'c':
+			o->controllers = optarg;
+			break;
+		case OPT_CLIENTS:
+			if (!parse_num(optarg, 1, CHK_MAX_CLIENTS, &v))
+				return usage_error("--clients wants 1 to 256, not '%s'", optarg);
+			o->clients = (unsigned)v;
+			break;
+		case OPT_KEYS:
+			if (!parse_num(optarg, 2, CHK_MAX_KEYS, &v))
+				return usage_error("--keys wants 2 to 4096, not '%s'", optarg);
+			o->keys = (unsigned)v;
+			break;
+		case OPT_DURATION: {
+			char *end;
+			double d = strtod(optarg, &end);
+			if (end == optarg || *end || !(d > 0) || d > 7 * 86400.0)
+				return usage_error("--duration wants seconds (> 0), not '%s'",
+				                   optarg);
+			o->duration_s = d;
+			break;
+		}
+		case OPT_INTERVAL:
+			if (!parse_num(optarg, 1, 3600000, &v))
+				return usage_error(
+				    "--reconfig-interval wants milliseconds, not '%s'", optarg);
+			o->reconfig_ms = (unsigned)v;
+			break;
+		case OPT_SEED:
+			if (!parse_num(optarg, 0, UINT64_MAX, &v))
+				return usage_error("--seed wants an unsigned integer, not '%s'",
+				                   optarg);
+			o->seed = v;
+			*seeded = true;
+			break;
+		case OPT_SPAWN:
+			if (optarg[0] == 0)
+				return usage_error("--spawn wants a directory");
+			o->spawn_dir = optarg;
+			break;
+		case OPT_SERVERS:
+			if (!parse_num(optarg, 1, 8, &v))
+				return usage_error("--servers wants 1 to 8, not '%s'", optarg);
+			o->servers = (unsigned)v;
+			break;
+		case OPT_KILL:
+			o->kill = true;
+			break;
+		case OPT_NO_RECONFIG:
+			o->no_reconfig = true;
+			break;
+		case OPT_JSON:
+			o->json = true;
+			break;
+		case OPT_KEEP:
+			o->keep = true;
+			break;
+		case OPT_OP_TIMEOUT:
+			if (!parse_num(optarg, 1, 600000, &v))
+				return usage_error("--op-timeout wants milliseconds, not '%s'",
+				                   optarg);
+			o->op_timeout_ms = (unsigned)v;
+			break;
+		case OPT_MAX_OPS:
+			if (!parse_num(optarg, 1, 100000000, &v))
+				return usage_error("--max-ops wants 1 to 100000000, not '%s'",
+				                   optarg);
+			o->max_ops = (size_t)v;
+			break;
+		case OPT_FILL:
+			if (!parse_num(optarg, 0, 10000000, &v))
+				return usage_error("--fill wants 0 to 10000000 keys, not '%s'",
+				                   optarg);
+			o->fill = (unsigned)v;
+			break;
+		case OPT_FILL_SIZE:
+			if (!parse_num(optarg, 0, 1 << 20, &v))
+				return usage_error("--fill-size wants 0 to 1048576 bytes, not '%s'",
+				                   optarg);
+			o->fill_size = (unsigned)v;
+			break;
+		case 'v':
+			o->verbose = true;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case ':':
+			return usage_error("%s needs a value", argv[optind - 1]);
+		default:
+			return usage_error("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return usage_error("unexpected argument '%s'", argv[optind]);
+	if (o->spawn_dir && o->controllers)
+		return usage_error("-c and --spawn exclude each other");
+	if (o->kill && !o->spawn_dir)
+		return usage_error("--kill needs --spawn");
+	return 0;
+}
+
+/* Waits until the server at url is an active node of the configuration
+ * and nothing moves. */
+static int
+wait_active(shardkv_client *admin, chk_cluster *cl, int i)
+{
+	uint64_t t0 = chk_now_ns();
+
+	while (chk_now_ns() - t0 < (uint64_t)START_MS * 1000000u && !chk_stop_requested) {
+		shardkv_config *cfg = NULL;
+		bool ok = false;
+		if (shardkv_config_get(admin, 0, &cfg) == 0) {
+			for (size_t k = 0; k < cfg->nnodes; k++)
+				ok |= strcmp(cfg->nodes[k].address, cl->srv[i].url) == 0 &&
+				      cfg->nodes[k].state == SHARDKV_NODE_ACTIVE;
+			ok &= cfg->nmigrations == 0;
+			shardkv_config_free(cfg);
+		}
+		if (ok)
+			return 0;
+		if (chk_cluster_poll_exit(cl, i)) {
+			fprintf(stderr, "checker: server %s exited at start\n", cl->srv[i].url);
+			chk_print_log_tail(cl->srv[i].log, 20);
+			return -1;
+		}
+		struct timespec ts = {0, 20000000};
+		nanosleep(&ts, NULL);
+	}
+	fprintf(stderr, "checker: server %s not active after %u ms\n", cl->srv[i].url, START_MS);
+	chk_print_log_tail(cl->srv[i].log, 20);
+	return -1;
+}
+
+/* Waits until no migration is in flight. Returns how many still are. */
+static size_t
+wait_settled(shardkv_client *admin, unsigned ms)
+{
+	uint64_t t0 = chk_now_ns();
+	size_t last = 0;
+
+	while (chk_now_ns() - t0 < (uint64_t)ms * 1000000u) {
+		shardkv_config *cfg = NULL;
+		if (shardkv_config_get(admin, 0, &cfg) == 0) {
+			last = cfg->nmigrations;
+			shardkv_config_free(cfg);
+			if (last == 0)
+				return 0;
+		}
+		struct timespec ts = {0, 50000000};
+		nanosleep(&ts, NULL);
+	}
+	return last;
+}
+
+static void
+json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20 || ch >= 0x7f)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+/* Everything the summary reports. */
+typedef struct {
+	uint64_t seed;              /* the seed */
+	double seconds;             /* how long the load ran */
+	size_t nops;                /* operations recorded */
+	uint64_t failed;            /* of which failed */
+	const uint64_t *errs;       /* failed by -err */
+	const chk_driver_stats *ds; /* the driver's counters */
+	const chk_result *res;      /* the check */
+	const chk_key *keys;        /* for the violations */
+	size_t unsettled;           /* migrations in flight after the settle wait */
+	size_t unread;              /* keys the final reads could not read */
+	const char *dir;            /* the spawned cluster's directory, or NULL */
+} summary;
+
+static void
+print_json(const summary *s)
+{
+	FILE *f = stdout;
+	const chk_driver_stats *d = s->ds;
+
+	fprintf(f,
+	        "{\"seed\": %" PRIu64 ", \"duration_s\": %.1f, \"reconfigurations\": %" PRIu64
+	        ", \"operations\": %zu, \"violations\": %zu, \"failed_operations\": %" PRIu64,
+	        s->seed, s->seconds, d->reconfigs, s->nops, s->res->nviolations, s->failed);
+	fprintf(f,
+	        ", \"steps\": {\"moves\": %" PRIu64 ", \"rebalances\": %" PRIu64
+	        ", \"joins\": %" PRIu64 ", \"leaves\": %" PRIu64 ", \"kills\": %" PRIu64
+	        ", \"restarts\": %" PRIu64 ", \"noops\": %" PRIu64 ", \"busy\": %" PRIu64
+	        ", \"failed\": %" PRIu64 ", \"waited\": %" PRIu64 ", \"wait_timeouts\": %" PRIu64
+	        ", \"migrations\": %" PRIu64 "}",
+	        d->moves, d->rebalances, d->joins, d->leaves, d->kills, d->restarts, d->noops,
+	        d->busy, d->failed, d->waited, d->wait_timeouts, d->migrations);
+	fprintf(f,
+	        ", \"appends_acked\": %zu, \"appends_failed\": %zu, \"appends_failed_applied\": "
+	        "%zu, \"tokens\": %zu, \"reads_checked\": %zu, \"puts_acked\": %zu, "
+	        "\"puts_failed\": %zu, \"crashes\": %" PRIu64
+	        ", \"unsettled_migrations\": %zu, \"unread_keys\": %zu",
+	        s->res->appends_acked, s->res->appends_failed, s->res->appends_failed_applied,
+	        s->res->tokens, s->res->reads_checked, s->res->writes_acked, s->res->writes_failed,
+	        d->crashes, s->unsettled, s->unread);
+	fprintf(f, ", \"errors\": {");
+	bool first = true;
+	for (int e = 0; e < 32; e++)
+		if (s->errs[e]) {
+			fprintf(f, "%s\"%s\": %" PRIu64, first ? "" : ", ",
+			        e ? shardkv_strerror(-e) : "other", s->errs[e]);
+			first = false;
+		}
+	fprintf(f, "}, \"first_violations\": [");
+	for (size_t i = 0; i < s->res->nkept; i++) {
+		const chk_violation *v = &s->res->v[i];
+		fprintf(f, "%s{\"kind\": ", i ? ", " : "");
+		json_str(f, chk_violation_name(v->kind));
+		fprintf(f, ", \"key\": ");
+		json_str(f, s->keys[v->key].name);
+		fprintf(f, ", \"message\": ");
+		json_str(f, v->msg);
+		fprintf(f, "}");
+	}
+	fprintf(f, "]");
+	if (s->dir) {
+		fprintf(f, ", \"dir\": ");
+		json_str(f, s->dir);
+	}
+	fprintf(f, "}\n");
+}
+
+static void
+print_text(const summary *s)
+{
+	const chk_driver_stats *d = s->ds;
+	const chk_result *r = s->res;
+	FILE *f = stdout;
+
+	fprintf(f,
+	        "seed %" PRIu64 ", %.1f s: %" PRIu64 " moves, %" PRIu64 " rebalances, %" PRIu64
+	        " joins, %" PRIu64 " leaves, %" PRIu64 " kills (%" PRIu64 " restarts); %" PRIu64
+	        " migrations; %" PRIu64 " steps waited; %" PRIu64 " busy, %" PRIu64
+	        " failed, %" PRIu64 " no-op steps\n",
+	        s->seed, s->seconds, d->moves, d->rebalances, d->joins, d->leaves, d->kills,
+	        d->restarts, d->migrations, d->waited, d->busy, d->failed, d->noops);
+	fprintf(f,
+	        "appends: %zu acknowledged, %zu failed (%zu of them applied), %zu tokens; puts: "
+	        "%zu acknowledged, %zu failed; %zu reads checked\n",
+	        r->appends_acked, r->appends_failed, r->appends_failed_applied, r->tokens,
+	        r->writes_acked, r->writes_failed, r->reads_checked);
+	if (s->failed) {
+		fprintf(f, "failed operations: %" PRIu64 " (", s->failed);
+		bool first = true;
+		for (int e = 0; e < 32; e++)
+			if (s->errs[e]) {
+				fprintf(f, "%s%s: %" PRIu64, first ? "" : ", ",
+				        e ? shardkv_strerror(-e) : "other", s->errs[e]);
+				first = false;
+			}
+		fprintf(f, ")\n");
+	}
+	if (d->crashes)
+		fprintf(
+		    f, "%" PRIu64 " daemon crashes or exits without draining (see the log above)\n",
+		    d->crashes);
+	if (d->wait_timeouts)
+		fprintf(f, "%" PRIu64 " --wait steps did not finish within %u ms\n",
+		        d->wait_timeouts, ADMIN_MS);
+	if (s->unsettled)
+		fprintf(f, "%zu migrations still in flight %u ms after the load stopped\n",
+		        s->unsettled, SETTLE_MS);
+	if (s->unread)
+		fprintf(f, "%zu keys could not be read back: their appends are unchecked\n",
+		        s->unread);
+	fprintf(f, "%" PRIu64 " reconfigurations, %zu operations, %zu violations\n", d->reconfigs,
+	        s->nops, r->nviolations);
+}
+
+int
+main(int argc, char **argv)
+{
+	chk_opts o = {.clients = 4,
+	              .keys = 16,
+	              .duration_s = 30,
+	              .reconfig_ms = 400,
+	              .servers = 3,
+	              .op_timeout_ms = 5000,
+	              .max_ops = CHK_DEFAULT_OPS,
+	              .fill_size = 1000};
+	chk_cluster *cl = NULL;
+	shardkv_client *admin = NULL;
+	chk_workload *w = NULL;
+	chk_driver *d = NULL;
+	chk_result res;
+	bool seeded;
+	int rc = 3;
+	char prefix[64];
+
+	t_start = chk_now_ns();
+	if ((rc = parse_opts(argc, argv, &o, &seeded)) != 0)
+		return rc;
+	rc = 3;
+	if (!seeded) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		o.seed =
+		    ((uint64_t)ts.tv_sec * 1000003u) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid();
+		o.seed %= 1000000000u;
+	}
+	chk_install_signals();
+
+	/* The cluster. */
+	const char *controllers = o.controllers;
+	if (o.spawn_dir) {
+		if ((cl = calloc(1, sizeof(*cl))) == NULL ||
+		    chk_cluster_create(cl, o.spawn_dir) != 0)
+			goto out;
+		controllers = cl->ctl_url;
+	} else if (controllers == NULL) {
+		controllers = getenv("SHARDKV_CONTROLLER");
+		if (controllers == NULL || controllers[0] == 0)
+			controllers = "tcp://127.0.0.1:7000";
+	}
+	shardkv_options ao = {.timeout_ms = ADMIN_MS, .no_watch = true};
+	if (shardkv_open(controllers, &ao, &admin) != 0) {
+		fprintf(stderr, "checker: cannot open a client on %s\n", controllers);
+		goto out;
+	}
+	if (cl) {
+		for (unsigned i = 0; i < o.servers; i++) {
+			int k = chk_cluster_add_server(cl, true);
+			if (k < 0 || wait_active(admin, cl, k) != 0)
+				goto out;
+		}
+		chk_log("cluster of %u servers up in %s (controller %s)", o.servers, cl->dir,
+		        cl->ctl_url);
+	} else {
+		shardkv_config *cfg = NULL;
+		shardkv_set_timeout(admin, 5000);
+		int rv = shardkv_config_get(admin, 0, &cfg);
+		if (rv != 0) {
+			fprintf(stderr, "checker: cannot reach the cluster at %s: %s (%s)\n",
+			        controllers, shardkv_strerror(rv), shardkv_errmsg());
+			goto out;
+		}
+		chk_log("cluster at %s: epoch %" PRIu64 ", %zu nodes", controllers, cfg->epoch,
+		        cfg->nnodes);
+		shardkv_config_free(cfg);
+		shardkv_set_timeout(admin, ADMIN_MS);
+	}
+
+	/* A key prefix of this run, so runs against one cluster never mix. */
+	chk_rng pr = {o.seed ^ chk_now_ns() ^ ((uint64_t)getpid() << 20)};
+	snprintf(prefix, sizeof(prefix), "chk-%08" PRIx64 "/", chk_rng_next(&pr) & 0xffffffffu);
+	chk_log("seed %" PRIu64
+	        ", %u clients, %u keys under %s, %.1f s, reconfiguration every ~%u ms%s",
+	        o.seed, o.clients, o.keys, prefix, o.duration_s, o.reconfig_ms,
+	        o.no_reconfig ? " (off)" : "");
+	if ((w = chk_workload_create(&o, controllers, prefix)) == NULL ||
+	    (d = chk_driver_create(&o, admin, cl, w)) == NULL)
+		goto out;
+
+	if (o.fill) {
+		uint64_t tf = chk_now_ns();
+		int rv = chk_workload_fill(w, admin, o.fill, o.fill_size);
+		if (rv != 0) {
+			fprintf(stderr, "checker: writing the filler keys failed: %s (%s)\n",
+			        shardkv_strerror(rv), shardkv_errmsg());
+			goto out;
+		}
+		chk_log("wrote %u filler keys of %u bytes in %.1f s", o.fill, o.fill_size,
+		        (double)(chk_now_ns() - tf) / 1e9);
+	}
+
+	/* The run. */
+	uint64_t t0 = chk_now_ns();
+	uint64_t deadline = t0 + (uint64_t)(o.duration_s * 1e9);
+	uint64_t next_progress = t0 + 5000000000u;
+	if (chk_workload_start(w, deadline) != 0)
+		goto out;
+	while (chk_now_ns() < deadline && !chk_stop_requested) {
+		unsigned ms = chk_driver_tick(d, true);
+		uint64_t now = chk_now_ns();
+		if (now >= deadline)
+			break;
+		if (now >= next_progress) {
+			uint64_t n, f;
+			chk_workload_counts(w, &n, &f);
+			chk_log("%" PRIu64 " operations (%" PRIu64 " failed), %" PRIu64
+			        " reconfigurations (%" PRIu64 " busy)",
+			        n, f, chk_driver_get_stats(d)->reconfigs,
+			        chk_driver_get_stats(d)->busy);
+			next_progress = now + 5000000000u;
+		}
+		if (now + (uint64_t)ms * 1000000u > deadline)
+			ms = (unsigned)((deadline - now) / 1000000u) + 1;
+		struct timespec ts = {ms / 1000u, (long)(ms % 1000u) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	chk_workload_stop(w);
+	double seconds = (double)(chk_now_ns() - t0) / 1e9;
+
+	/* Let the cluster come to rest, then read every key back. */
+	chk_log("load stopped; waiting for migrations to finish");
+	chk_driver_settle_procs(d);
+	size_t unsettled = wait_settled(admin, SETTLE_MS);
+	chk_driver_settle_procs(d);
+	chk_log("reading every key back");
+	shardkv_set_timeout(admin, o.op_timeout_ms < 2000 ? o.op_timeout_ms : 2000);
+	size_t unread = chk_workload_final_reads(w, admin, FINAL_READ_MS);
+	chk_log("checking the history");
+
+	const chk_key *keys;
+	const chk_op *ops;
+	size_t nkeys, nops;
+	chk_workload_history(w, &keys, &nkeys, &ops, &nops);
+	if (ops == NULL || chk_check(keys, nkeys, ops, nops, &res) != 0) {
+		fprintf(stderr, "checker: out of memory while checking\n");
+		goto out;
+	}
+	uint64_t n_unused, failed;
+	chk_workload_counts(w, &n_unused, &failed);
+	summary s = {.seed = o.seed,
+	             .seconds = seconds,
+	             .nops = nops,
+	             .failed = failed,
+	             .errs = chk_workload_errors(w),
+	             .ds = chk_driver_get_stats(d),
+	             .res = &res,
+	             .keys = keys,
+	             .unsettled = unsettled,
+	             .unread = unread,
+	             .dir = cl && (o.keep || res.nviolations) ? cl->dir : NULL};
+	for (size_t i = 0; i < res.nkept && i < SHOW_MAX; i++) {
+		chk_print_violation(stderr, keys, ops, nops, &res.v[i], t0, 24);
+		fputc('\n', stderr);
+	}
+	if (res.nviolations > SHOW_MAX)
+		fprintf(stderr, "... and %zu more violations\n", res.nviolations - SHOW_MAX);
+	if (cl) {
+		for (int i = 0; i < cl->nservers; i++)
+			if (cl->srv[i].crashed)
+				chk_print_log_tail(cl->srv[i].log, 30);
+	}
+	if (o.json)
+		print_json(&s);
+	else
+		print_text(&s);
+	if (res.nviolations || s.ds->crashes)
+		rc = 1;
+	else if (unread)
+		rc = 3;
+	else
+		rc = 0;
+out:
+	if (cl && cl->dir[0] && (rc != 0 || o.keep))
+		fprintf(stderr, "checker: the cluster's data and logs are kept in %s\n", cl->dir);
+	if (o.verbose)
+		chk_log("stopping");
+	chk_workload_destroy(w);
+	chk_driver_destroy(d);
+	shardkv_close(admin);
+	if (cl) {
+		chk_cluster_destroy(cl, rc == 0 && !o.keep);
+		free(cl);
+	}
+	if (o.verbose)
+		chk_log("done");
+	return rc;
+}

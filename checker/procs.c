@@ -1,0 +1,468 @@
+/*
+ * procs.c - the cluster that `shardkv-checker --spawn DIR` starts: one
+ * shardkv-controller and shardkv-server processes on free loopback ports,
+ * each with its own data directory and log under DIR/run-XXXXXX.
+ *
+ * Every child is recorded in a process-wide table (the one mutable global
+ * besides the stop flag: the exit paths need it). atexit and the fatal
+ * signal handlers SIGKILL whatever is in it, and every child has
+ * PR_SET_PDEATHSIG, so no path leaves a daemon behind, not even SIGKILL of
+ * the checker. Children are forked from the main thread only: the death
+ * signal follows the thread that forked.
+ */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "checker/checker.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_PROCS (CHK_MAX_SERVERS + 4)
+#define STOP_MS   5000u  /* a daemon exits after SIGINT/SIGTERM */
+#define READY_MS  20000u /* the controller answers */
+
+static pid_t procs[MAX_PROCS]; /* children alive; 0: free slot */
+static bool exit_paths;        /* atexit and signal handlers installed */
+
+/* SIGKILLs and reaps every recorded child. Async-signal-safe. */
+static void
+kill_all(void)
+{
+	for (int i = 0; i < MAX_PROCS; i++)
+		if (procs[i] > 0)
+			kill(procs[i], SIGKILL);
+	for (int i = 0; i < MAX_PROCS; i++)
+		if (procs[i] > 0) {
+			waitpid(procs[i], NULL, 0);
+			procs[i] = 0;
+		}
+}
+
+static void
+on_fatal(int sig)
+{
+	kill_all();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* The first SIGINT/SIGTERM asks for an early end (the history is still
+ * checked); a second one kills everything. */
+static void
+on_stop(int sig)
+{
+	if (chk_stop_requested)
+		on_fatal(sig);
+	chk_stop_requested = 1;
+}
+
+void
+chk_install_signals(void)
+{
+	struct sigaction sa;
+
+	if (exit_paths)
+		return;
+	exit_paths = true;
+	atexit(kill_all);
+	memset(&sa, 0, sizeof(sa));
+	sigemptyset(&sa.sa_mask);
+	sa.sa_handler = on_stop;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sa.sa_handler = on_fatal;
+	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGQUIT, &sa, NULL);
+	sigaction(SIGABRT, &sa, NULL);
+	sigaction(SIGSEGV, &sa, NULL);
+	sigaction(SIGBUS, &sa, NULL);
+}
+
+static void
+proc_add(pid_t pid)
+{
+	for (int i = 0; i < MAX_PROCS; i++)
+		if (procs[i] == 0) {
+			procs[i] = pid;
+			return;
+		}
+	kill(pid, SIGKILL); /* cannot happen within CHK_MAX_SERVERS */
+	waitpid(pid, NULL, 0);
+}
+
+static void
+proc_del(pid_t pid)
+{
+	for (int i = 0; i < MAX_PROCS; i++)
+		if (procs[i] == pid)
+			procs[i] = 0;
+}
+
+/*
+ * Forks and execs path with argv; stdin /dev/null, stdout and stderr
+ * appended to log; the child dies with this thread. Returns the pid or -1.
+ */
+static pid_t
+spawn(const char *path, char *const argv[], const char *log)
+{
+	pid_t parent = getpid(), pid;
+	sigset_t none;
+
+	sigemptyset(&none);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(126); /* the checker died before prctl */
+		if (null >= 0)
+			dup2(null, 0);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		/* The checker's own connections stay with the checker. */
+		for (int k = 3; k < 4096; k++)
+			close(k);
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGPIPE, SIG_DFL);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execv(path, argv);
+		_exit(127);
+	}
+	proc_add(pid);
+	return pid;
+}
+
+/* Waits up to ms for pid to exit, then SIGKILLs it. Returns the status. */
+static int
+reap(pid_t pid, unsigned ms)
+{
+	uint64_t t0 = chk_now_ns();
+	int st = 0;
+
+	for (;;) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		if (r == pid || (r < 0 && errno != EINTR))
+			break;
+		if (chk_now_ns() - t0 > (uint64_t)ms * 1000000u) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			break;
+		}
+		struct timespec ts = {0, 5000000};
+		nanosleep(&ts, NULL);
+	}
+	proc_del(pid);
+	return st;
+}
+
+/* Writes "tcp://127.0.0.1:PORT" with a port that was free a moment ago. */
+static int
+free_url(char *buf, size_t len)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t al = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &al) != 0) {
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	snprintf(buf, len, "tcp://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+	return 0;
+}
+
+static bool
+is_exec(const char *dir, const char *name)
+{
+	char p[1100];
+	snprintf(p, sizeof(p), "%s/%.60s", dir, name);
+	return access(p, X_OK) == 0;
+}
+
+/* Finds the daemons: $SHARDKV_BIN_DIR, else the checker's directory. */
+static int
+find_bindir(chk_cluster *c)
+{
+	const char *env = getenv("SHARDKV_BIN_DIR");
+	char self[1024];
+	ssize_t n;
+
+	if (env && strlen(env) >= sizeof(c->bindir) - 64) {
+		fprintf(stderr, "checker: SHARDKV_BIN_DIR is too long\n");
+		return -1;
+	}
+	if (env && env[0]) {
+		snprintf(c->bindir, sizeof(c->bindir), "%s", env);
+	} else {
+		if ((n = readlink("/proc/self/exe", self, sizeof(self) - 64)) <= 0) {
+			fprintf(stderr, "checker: cannot find my own path: %s\n", strerror(errno));
+			return -1;
+		}
+		self[n] = 0;
+		char *slash = strrchr(self, '/');
+		if (slash)
+			*slash = 0;
+		memcpy(c->bindir, self, sizeof(c->bindir));
+	}
+	if (!is_exec(c->bindir, "shardkv-controller") || !is_exec(c->bindir, "shardkv-server")) {
+		fprintf(stderr,
+		        "checker: no shardkv-controller and shardkv-server in %s (set "
+		        "SHARDKV_BIN_DIR)\n",
+		        c->bindir);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+start_controller(chk_cluster *c)
+{
+	char bin[1100], data[1100];
+	snprintf(bin, sizeof(bin), "%s/shardkv-controller", c->bindir);
+	snprintf(data, sizeof(data), "%s/ctl", c->dir);
+	char *argv[] = {"shardkv-controller", "--listen", c->ctl_url, "--data-dir", data, NULL};
+	c->ctl_pid = spawn(bin, argv, c->ctl_log);
+	return c->ctl_pid > 0 ? 0 : -1;
+}
+
+/* Polls until the controller answers. */
+static int
+wait_controller(chk_cluster *c)
+{
+	shardkv_options o = {.timeout_ms = 500, .no_watch = true};
+	shardkv_client *cl = NULL;
+	uint64_t t0 = chk_now_ns();
+	int rv = -1;
+
+	if (shardkv_open(c->ctl_url, &o, &cl) != 0)
+		return -1;
+	while (chk_now_ns() - t0 < (uint64_t)READY_MS * 1000000u) {
+		shardkv_config *cfg = NULL;
+		if (shardkv_config_get(cl, 0, &cfg) == 0) {
+			shardkv_config_free(cfg);
+			rv = 0;
+			break;
+		}
+		if (!chk_cluster_controller_alive(c)) {
+			fprintf(stderr, "checker: the controller exited at start\n");
+			chk_print_log_tail(c->ctl_log, 20);
+			break;
+		}
+		struct timespec ts = {0, 20000000};
+		nanosleep(&ts, NULL);
+	}
+	shardkv_close(cl);
+	return rv;
+}
+
+int
+chk_cluster_create(chk_cluster *c, const char *dir)
+{
+	memset(c, 0, sizeof(*c));
+	chk_install_signals();
+	if (find_bindir(c) != 0)
+		return -1;
+	if (strlen(dir) > 900) {
+		fprintf(stderr, "checker: --spawn directory name too long\n");
+		return -1;
+	}
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		fprintf(stderr, "checker: mkdir %s: %s\n", dir, strerror(errno));
+		return -1;
+	}
+	snprintf(c->dir, sizeof(c->dir), "%s/run-XXXXXX", dir);
+	if (mkdtemp(c->dir) == NULL) {
+		fprintf(stderr, "checker: mkdtemp %s: %s\n", c->dir, strerror(errno));
+		c->dir[0] = 0;
+		return -1;
+	}
+	snprintf(c->ctl_log, sizeof(c->ctl_log), "%s/ctl.log", c->dir);
+	if (free_url(c->ctl_url, sizeof(c->ctl_url)) != 0 || start_controller(c) != 0 ||
+	    wait_controller(c) != 0) {
+		fprintf(stderr, "checker: the controller did not start (log %s)\n", c->ctl_log);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+start_server(chk_cluster *c, int i, bool join)
+{
+	chk_server *s = &c->srv[i];
+	char bin[1100];
+	snprintf(bin, sizeof(bin), "%s/shardkv-server", c->bindir);
+	char *argv[] = {"shardkv-server", "--listen", s->url,
+	                "--controller",   c->ctl_url, "--data-dir",
+	                s->data,          "--join",   NULL};
+	if (!join)
+		argv[7] = NULL;
+	s->pid = spawn(bin, argv, s->log);
+	if (s->pid <= 0)
+		return -1;
+	s->state = CHK_SRV_RUNNING;
+	return 0;
+}
+
+int
+chk_cluster_add_server(chk_cluster *c, bool join)
+{
+	int i = c->nservers;
+	chk_server *s;
+
+	/* Reuse the slot of a server that exited as asked, so that long runs
+	 * keep joining; slots of crashed servers keep their log path. */
+	for (int k = 0; k < c->nservers; k++)
+		if (c->srv[k].state == CHK_SRV_STOPPED && c->srv[k].pid == 0 &&
+		    !c->srv[k].crashed) {
+			i = k;
+			break;
+		}
+	if (i >= CHK_MAX_SERVERS)
+		return -1;
+	s = &c->srv[i];
+	memset(s, 0, sizeof(*s));
+	if (free_url(s->url, sizeof(s->url)) != 0)
+		return -1;
+	char dir[sizeof(c->dir)];
+	memcpy(dir, c->dir, sizeof(dir));
+	c->nstarted++;
+	snprintf(s->data, sizeof(s->data), "%s/s%d", dir, c->nstarted);
+	snprintf(s->log, sizeof(s->log), "%s/s%d.log", dir, c->nstarted);
+	if (i == c->nservers)
+		c->nservers++;
+	if (start_server(c, i, join) != 0) {
+		s->state = CHK_SRV_STOPPED;
+		return -1;
+	}
+	return i;
+}
+
+int
+chk_cluster_restart_server(chk_cluster *c, int i)
+{
+	if (i < 0 || i >= c->nservers || c->srv[i].pid > 0)
+		return -1;
+	return start_server(c, i, false);
+}
+
+void
+chk_cluster_signal(chk_cluster *c, int i, int sig)
+{
+	if (i >= 0 && i < c->nservers && c->srv[i].pid > 0)
+		kill(c->srv[i].pid, sig);
+}
+
+bool
+chk_cluster_poll_exit(chk_cluster *c, int i)
+{
+	chk_server *s = &c->srv[i];
+	int st = 0;
+
+	if (s->pid <= 0)
+		return true;
+	pid_t r = waitpid(s->pid, &st, WNOHANG);
+	if (r == 0 || (r < 0 && errno == EINTR))
+		return false;
+	proc_del(s->pid);
+	s->pid = 0;
+	s->exit_status = st;
+	return true;
+}
+
+bool
+chk_cluster_controller_alive(chk_cluster *c)
+{
+	int st = 0;
+
+	if (c->ctl_pid <= 0)
+		return false;
+	pid_t r = waitpid(c->ctl_pid, &st, WNOHANG);
+	if (r == 0 || (r < 0 && errno == EINTR))
+		return true;
+	proc_del(c->ctl_pid);
+	c->ctl_pid = 0;
+	c->ctl_crashed = true;
+	return false;
+}
+
+static int
+rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(path); /* best effort: keep going */
+	return 0;
+}
+
+void
+chk_cluster_destroy(chk_cluster *c, bool remove)
+{
+	for (int i = 0; i < c->nservers; i++)
+		if (c->srv[i].pid > 0)
+			kill(c->srv[i].pid, SIGINT);
+	for (int i = 0; i < c->nservers; i++)
+		if (c->srv[i].pid > 0) {
+			reap(c->srv[i].pid, STOP_MS);
+			c->srv[i].pid = 0;
+		}
+	if (c->ctl_pid > 0) {
+		kill(c->ctl_pid, SIGTERM);
+		reap(c->ctl_pid, STOP_MS);
+		c->ctl_pid = 0;
+	}
+	if (remove && c->dir[0])
+		nftw(c->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void
+chk_print_log_tail(const char *path, int lines)
+{
+	FILE *f = fopen(path, "r");
+	long pos;
+	int seen = 0;
+	char buf[1024];
+
+	if (f == NULL)
+		return;
+	if (fseek(f, 0, SEEK_END) == 0 && (pos = ftell(f)) > 0) {
+		/* Walk back over `lines` newlines, at most 64 KiB. */
+		long lim = pos > 65536 ? pos - 65536 : 0;
+		while (pos > lim && seen <= lines) {
+			pos--;
+			if (fseek(f, pos, SEEK_SET) != 0)
+				break;
+			if (fgetc(f) == '\n')
+				seen++;
+		}
+		if (fseek(f, seen > lines ? pos + 1 : pos, SEEK_SET) != 0)
+			rewind(f);
+	}
+	fprintf(stderr, "---- last lines of %s\n", path);
+	while (fgets(buf, sizeof(buf), f))
+		fputs(buf, stderr);
+	fclose(f);
+}

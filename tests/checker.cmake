@@ -1,0 +1,15 @@
+# Tests of the history checker (checker/): its model on hand-made histories,
+# and shardkv-checker itself against a cluster it starts (--spawn) for a
+# bounded time under random join, leave, move and rebalance steps. The
+# seed is fixed so a failure can be replayed with the same reconfiguration
+# steps; `shardkv-checker --help` shows how to run it longer or against a
+# running cluster.
+kv_add_test(test_checker_model SOURCES test_checker_model.c LIBS kv_checker_model TIMEOUT 30)
+
+if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-server)
+  add_test(NAME checker_cluster
+    COMMAND shardkv-checker --spawn ${CMAKE_CURRENT_BINARY_DIR}/checker-runs --servers 3
+      --clients 4 --duration 45 --reconfig-interval 400 --seed 4242)
+  set_tests_properties(checker_cluster PROPERTIES TIMEOUT 150 LABELS integration
+    ENVIRONMENT "SHARDKV_BIN_DIR=$<TARGET_FILE_DIR:shardkv-server>")
+endif()
