@@ -10,6 +10,7 @@
  * or one JSON object with --json. Keys inside JSON strings map one byte to
  * one code point.
  */
+#include "client/bench.h"
 #include "client/cli.h"
 #include "client/include/shardkv.h"
 
@@ -48,13 +49,15 @@ typedef struct {
 
 /* What a handler works with. */
 struct cli_ctx {
-	kv_cli_args *a;     /* the parsed command line */
-	shardkv_client *c;  /* the open handle */
-	FILE *out;          /* results */
-	FILE *err;          /* errors */
-	const char *ctl;    /* the controller list in use */
-	uint8_t *stdin_buf; /* a value read from stdin (owned) */
-	bool stdin_used;    /* `-` was already consumed */
+	kv_cli_args *a;       /* the parsed command line */
+	shardkv_client *c;    /* the open handle */
+	FILE *out;            /* results */
+	FILE *err;            /* errors */
+	const char *ctl;      /* the controller list in use */
+	const uint8_t *token; /* the auth token (bench opens its own handles) */
+	size_t token_len;     /* its length */
+	uint8_t *stdin_buf;   /* a value read from stdin (owned) */
+	bool stdin_used;      /* `-` was already consumed */
 };
 
 static int cmd_get(cli_ctx *x);
@@ -94,7 +97,8 @@ static const cli_cmd cmds[] = {
      "even out data across nodes", cmd_rebalance},
     {"config", 0, 1, 0, true, "[EPOCH]", "print the configuration (default: latest)", cmd_config},
     {"status", 0, 0, 0, true, "", "print nodes, ranges, statistics and migrations", cmd_status},
-    {"bench", 0, -1, 0, false, "[options]", "benchmark (not implemented yet)", cmd_bench},
+    {"bench", 0, -1, 0, false, "[options]", "measure throughput and latency (shardkv bench --help)",
+     cmd_bench},
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
@@ -307,6 +311,8 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 			if (opt_value(argc, argv, &i, s, nl) == NULL)
 				return usage_err(err, errlen, "%s needs a file", s);
 			a->tls = true;
+		} else if (cmd && strcmp(cmd->name, "bench") == 0) {
+			a->args[a->nargs++] = s; /* bench options (--rate ...) are its own */
 		} else if (strcmp(s, "--wait") == 0) {
 			a->wait = true;
 			seen |= OPT_WAIT;
@@ -331,8 +337,6 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 			a->rate_mb_s = (uint32_t)n;
 			a->has_rate = true;
 			seen |= OPT_RATE;
-		} else if (cmd && strcmp(cmd->name, "bench") == 0) {
-			a->args[a->nargs++] = s; /* bench options are its own */
 		} else {
 			return usage_err(err, errlen, "unknown option '%s' (try 'shardkv --help')",
 			                 s);
@@ -381,6 +385,10 @@ kv_cli_args_fini(kv_cli_args *a)
 static void
 print_help(FILE *f, const cli_cmd *cmd)
 {
+	if (cmd && strcmp(cmd->name, "bench") == 0) {
+		kv_bench_usage(f);
+		return;
+	}
 	if (cmd) {
 		fprintf(f, "usage: shardkv [global options] %s %s\n  %s\n", cmd->name, cmd->usage,
 		        cmd->help);
@@ -673,8 +681,8 @@ cmd_scan(cli_ctx *x)
 static int
 cmd_bench(cli_ctx *x)
 {
-	fprintf(x->err, "shardkv: bench: not implemented yet\n");
-	return KV_CLI_USAGE;
+	return kv_bench_main(x->a->nargs, x->a->args, x->ctl, x->c, x->token, x->token_len,
+	                     x->a->timeout_ms, x->a->json, x->out, x->err);
 }
 
 /* ---------------------------------------------------------------------------
@@ -1009,11 +1017,6 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 		kv_cli_args_fini(&a);
 		return KV_CLI_USAGE;
 	}
-	if (strcmp(cmd->name, "bench") == 0) {
-		rv = cmd_bench(&x);
-		kv_cli_args_fini(&a);
-		return rv;
-	}
 	x.ctl = a.controller;
 	if (x.ctl == NULL)
 		x.ctl = getenv("SHARDKV_CONTROLLER");
@@ -1027,6 +1030,8 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 	opt.timeout_ms = a.timeout_ms ? a.timeout_ms : a.wait ? WAIT_TIMEOUT_MS : 0;
 	opt.auth_token = token;
 	opt.auth_token_len = token_len;
+	x.token = token;
+	x.token_len = token_len;
 	/* A one-shot command has no use for a background watch. */
 	opt.no_watch = true;
 	if ((rv = shardkv_open(x.ctl, &opt, &x.c)) != 0) {

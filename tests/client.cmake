@@ -12,3 +12,13 @@ if(TARGET shardkv-controller AND TARGET shardkv-server)
   target_compile_definitions(test_client_cluster PRIVATE KV_BIN_DIR="${CMAKE_BINARY_DIR}/bin")
   add_dependencies(test_client_cluster shardkv-controller shardkv-server shardkv_bin)
 endif()
+# shardkv bench: histogram, parsing, report shapes (no cluster); short runs
+# against real daemons (the same source built with KV_BENCH_CLUSTER).
+kv_add_test(test_client_bench SOURCES test_client_bench.c LIBS shardkv_cli kv_testutil TIMEOUT 60)
+if(TARGET shardkv-controller AND TARGET shardkv-server)
+  kv_add_test(test_client_bench_cluster SOURCES test_client_bench.c
+    LIBS shardkv_cli kv_testutil TIMEOUT 120 LABELS integration)
+  target_compile_definitions(test_client_bench_cluster PRIVATE KV_BENCH_CLUSTER
+    KV_BIN_DIR="${CMAKE_BINARY_DIR}/bin")
+  add_dependencies(test_client_bench_cluster shardkv-controller shardkv-server)
+endif()

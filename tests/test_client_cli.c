@@ -154,8 +154,8 @@ usage_errors_exit_2_with_one_line(void **state)
 	assert_usage_error(ARGC(epoch), epoch, "EPOCH");
 	const char *move[] = {"shardkv", "move", "a", "b"};
 	assert_usage_error(ARGC(move), move, "START END NODE");
-	const char *bench[] = {"shardkv", "bench"};
-	assert_usage_error(ARGC(bench), bench, "not implemented");
+	const char *bench[] = {"shardkv", "bench", "--threads", "0"};
+	assert_usage_error(ARGC(bench), bench, "--threads");
 }
 
 static void

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# bench/compare-redis.sh - shardkv against Redis on loopback, same workload.
+#
+#   bench/compare-redis.sh [-c CLIENTS] [-n OPS] [-r KEYS] [-d BYTES] [-P K]
+#                          [-m "1 3"] [-b BIN_DIR] [-k]
+#
+#   -c CLIENTS  concurrent clients: redis-benchmark -c, shardkv bench
+#               --threads/--connections (default 16)
+#   -n OPS      operations per test (default 100000)
+#   -r KEYS     key space: keys "key:" + 12 digits (16 bytes) in both
+#               (default 100000)
+#   -d BYTES    value size (default 100)
+#   -P K        second pass with pipelining K (redis-benchmark -P K) against
+#               batching K (shardkv bench --batch K: mget/mput of K keys); 1:
+#               no second pass (default 16)
+#   -m MODES    "1": a one-node shardkv against one redis-server; "3": a
+#               three-node shardkv cluster against a three-node Redis Cluster
+#               (redis-benchmark --cluster) (default "1 3")
+#   -b BIN_DIR  where shardkv, shardkv-server and shardkv-controller are
+#               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
+#   -k          keep the work directory (logs, JSON reports)
+#
+# For each mode it starts the servers on free loopback ports, prefills the key
+# space on both sides, runs SET/put and GET/get with every client waiting for
+# its reply, then the pipelined/batched pass, and prints both results and
+# the ratio shardkv/redis. Redis runs without persistence (shardkv servers
+# keep their data in memory). redis-server and redis-benchmark come from
+# Debian's packages; they are installed with apt-get when missing. Each
+# command is bounded by `timeout`; everything started is stopped on exit,
+# also on failure or Ctrl-C.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+clients=16 ops=100000 keys=100000 vsize=100 pipe=16 modes="1 3" bin=${SHARDKV_BIN_DIR:-} keep=
+step_timeout=${COMPARE_STEP_TIMEOUT:-300}
+
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
+die() { echo "compare-redis: $*" >&2; exit 1; }
+
+while getopts "c:n:r:d:P:m:b:kh" o; do
+	case "$o" in
+	c) clients=$OPTARG ;;
+	n) ops=$OPTARG ;;
+	r) keys=$OPTARG ;;
+	d) vsize=$OPTARG ;;
+	P) pipe=$OPTARG ;;
+	m) modes=$OPTARG ;;
+	b) bin=$OPTARG ;;
+	k) keep=1 ;;
+	*) usage ;;
+	esac
+done
+for v in "$clients" "$ops" "$keys" "$vsize" "$pipe"; do
+	[[ $v =~ ^[0-9]+$ ]] || die "numbers expected, got '$v'"
+done
+if [ "$clients" -lt 1 ] || [ "$ops" -lt 1 ] || [ "$keys" -lt 1 ] || [ "$pipe" -lt 1 ]; then
+	die "-c, -n, -r and -P must be positive"
+fi
+[ "$keys" -le 999999999999 ] || die "-r is at most 999999999999 (12 digits)"
+for m in $modes; do [ "$m" = 1 ] || [ "$m" = 3 ] || die "-m takes 1 and/or 3"; done
+
+# --- tools -------------------------------------------------------------------
+command -v python3 >/dev/null || die "python3 is needed for the report"
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+	[ "$(id -u)" = 0 ] || die "redis-server/redis-benchmark missing; run: apt-get install redis-server redis-tools"
+	echo "compare-redis: installing redis-server and redis-tools (apt-get)" >&2
+	timeout "$step_timeout" apt-get install -y -q redis-server redis-tools >/dev/null ||
+		{ apt-get update -q >/dev/null && timeout "$step_timeout" apt-get install -y -q redis-server redis-tools >/dev/null; } ||
+		die "apt-get install redis-server redis-tools failed"
+fi
+if [ -z "$bin" ]; then
+	for d in "$here/build-release/bin" "$here/build/bin"; do
+		[ -x "$d/shardkv-server" ] && { bin=$d; break; }
+	done
+fi
+[ -n "$bin" ] || die "no shardkv binaries (build with cmake, or give -b BIN_DIR)"
+for b in shardkv shardkv-server shardkv-controller; do
+	[ -x "$bin/$b" ] || die "$bin/$b is missing"
+done
+
+# --- processes -----------------------------------------------------------------
+work=$(mktemp -d /tmp/shardkv-compare-redis-XXXXXX)
+pids=()
+
+# Stops every process started here: shardkv servers with SIGINT (SIGTERM would
+# drain them), the rest with SIGTERM, SIGKILL after 5 s.
+stop_all() {
+	local p deadline=$((SECONDS + 5))
+	for p in "${pids[@]+"${pids[@]}"}"; do
+		if [ -f "$work/$p.int" ]; then kill -INT "$p" 2>/dev/null || true; else kill -TERM "$p" 2>/dev/null || true; fi
+	done
+	for p in "${pids[@]+"${pids[@]}"}"; do
+		while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+		kill -KILL "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	pids=()
+}
+
+cleanup() {
+	stop_all
+	if [ -n "$keep" ]; then echo "compare-redis: logs and reports kept in $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Prints a TCP port on 127.0.0.1 that is free, and whose +10000 (Redis
+# Cluster bus) is free too.
+free_port() {
+	python3 - <<'EOF'
+import socket, random
+while True:
+    p = random.randint(20000, 54000)
+    ok = True
+    for q in (p, p + 10000):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", q))
+        except OSError:
+            ok = False
+        s.close()
+    if ok:
+        print(p)
+        break
+EOF
+}
+
+# Polls `cmd...` until it succeeds, at most $1 seconds.
+wait_for() {
+	local limit=$1 deadline
+	shift
+	deadline=$((SECONDS + limit))
+	until "$@" >/dev/null 2>&1; do
+		[ $SECONDS -lt $deadline ] || return 1
+		sleep 0.05
+	done
+}
+
+shardkv_active() { # CTL N: the configuration has N active nodes
+	"$bin/shardkv" -c "$1" --timeout 1000 config --json |
+		python3 -c 'import json,sys; c=json.load(sys.stdin); sys.exit(0 if sum(n["state"]=="active" for n in c["nodes"])==int(sys.argv[1]) else 1)' "$2"
+}
+
+shardkv_reported() { # CTL KEYS: the status accounts for at least KEYS keys
+	"$bin/shardkv" -c "$1" --timeout 1000 status --json |
+		python3 -c 'import json,sys; c=json.load(sys.stdin); sys.exit(0 if sum(n.get("keys", 0) for n in c["nodes"])>=int(sys.argv[1]) else 1)' "$2"
+}
+
+start_shardkv() { # N: sets ctl to the controller URL
+	local n=$1 port i dir=$work/shardkv-$1
+	mkdir -p "$dir"
+	port=$(free_port)
+	ctl="tcp://127.0.0.1:$port"
+	"$bin/shardkv-controller" --listen "$ctl" --data-dir "$dir/ctl" >/dev/null 2>"$dir/ctl.log" &
+	pids+=($!)
+	wait_for 30 "$bin/shardkv" -c "$ctl" --timeout 500 config || die "controller did not start (see $dir/ctl.log)"
+	for ((i = 1; i <= n; i++)); do
+		port=$(free_port)
+		"$bin/shardkv-server" --listen "tcp://127.0.0.1:$port" --controller "$ctl" \
+			--data-dir "$dir/s$i" --join >/dev/null 2>"$dir/s$i.log" &
+		pids+=($!)
+		: >"$work/$!.int"
+		wait_for 30 shardkv_active "$ctl" "$i" || die "server $i did not become active (see $dir/s$i.log)"
+	done
+}
+
+start_redis() { # N: sets rport to the first server's port
+	local n=$1 i port first='' dir=$work/redis-$1 hosts=()
+	mkdir -p "$dir"
+	for ((i = 1; i <= n; i++)); do
+		port=$(free_port)
+		[ -n "$first" ] || first=$port
+		mkdir -p "$dir/r$i"
+		local extra=()
+		[ "$n" -gt 1 ] && extra=(--cluster-enabled yes --cluster-config-file "$dir/r$i/nodes.conf")
+		redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
+			--dir "$dir/r$i" --protected-mode no "${extra[@]+"${extra[@]}"}" >"$dir/r$i.log" 2>&1 &
+		pids+=($!)
+		wait_for 20 redis-cli -p "$port" ping || die "redis-server did not start (see $dir/r$i.log)"
+		hosts+=("127.0.0.1:$port")
+	done
+	if [ "$n" -gt 1 ]; then
+		timeout 60 redis-cli --cluster create "${hosts[@]}" --cluster-replicas 0 --cluster-yes \
+			>"$dir/create.log" 2>&1 || die "redis-cli --cluster create failed (see $dir/create.log)"
+		wait_for 30 sh -c "redis-cli -p $first cluster info | grep -q cluster_state:ok" ||
+			die "Redis Cluster not ok"
+	fi
+	rport=$first
+}
+
+# --- measuring -------------------------------------------------------------------
+results=$work/results.tsv
+: >"$results"
+
+# redis_run NAME PORT CLUSTER TEST P: appends "NAME redis rps p50_ms p99_ms"
+redis_run() {
+	local name=$1 port=$2 cl=$3 test=$4 p=$5 csv
+	local args=(-h 127.0.0.1 -p "$port" -c "$clients" -n "$ops" -r "$keys" -d "$vsize" -P "$p" -t "$test" --csv)
+	[ "$cl" = 1 ] && args+=(--cluster)
+	csv=$(timeout "$step_timeout" redis-benchmark "${args[@]}" 2>"$work/redis-bench.err" | grep -E '^"(SET|GET)' | head -n 1) ||
+		die "redis-benchmark $test failed: $(tail -n 3 "$work/redis-bench.err")"
+	python3 - "$name" "$csv" >>"$results" <<'EOF'
+import csv, sys
+row = next(csv.reader([sys.argv[2]]))
+# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+p50 = row[4] if len(row) > 6 else "nan"
+p99 = row[6] if len(row) > 6 else "nan"
+print(f"{sys.argv[1]}\tredis\t{float(row[1]):.0f}\t{p50}\t{p99}")
+EOF
+}
+
+# shardkv_run NAME CTL MIX BATCH: appends "NAME shardkv ops/s p50_ms p99_ms"
+shardkv_run() {
+	local name=$1 ctl=$2 mix=$3 batch=$4 out
+	out=$work/$(echo "$1" | tr ' /' '__').json
+	timeout "$step_timeout" "$bin/shardkv" -c "$ctl" --json bench --threads "$clients" \
+		--connections "$clients" --keys "$keys" --key-size 16 --value-size "$vsize" \
+		--mix "$mix" --batch "$batch" --ops "$ops" --out "$out" >/dev/null \
+		2>"$work/shardkv-bench.err" || die "shardkv bench $mix failed: $(tail -n 3 "$work/shardkv-bench.err")"
+	python3 - "$name" "$out" >>"$results" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[2]))
+l = d["latency_us"]
+print(f"{sys.argv[1]}\tshardkv\t{d['ops_per_sec']:.0f}\t{l['p50']/1000:.3f}\t{l['p99']/1000:.3f}")
+EOF
+}
+
+for m in $modes; do
+	echo "compare-redis: $m node(s): starting shardkv and redis" >&2
+	start_shardkv "$m"
+	start_redis "$m"
+	cl=0
+	[ "$m" -gt 1 ] && cl=1
+
+	# Prefill: every key on shardkv (--load), then spread the data by size;
+	# redis gets three SET passes over the random key space (unmeasured).
+	timeout "$step_timeout" "$bin/shardkv" -c "$ctl" bench --threads "$clients" --keys "$keys" \
+		--key-size 16 --value-size "$vsize" --load --ops 0 >"$work/load-$m.log" 2>&1 ||
+		die "shardkv --load failed (see $work/load-$m.log)"
+	if [ "$m" -gt 1 ]; then
+		# The controller balances by the sizes the servers report in their
+		# heartbeats: wait until they account for the loaded keys.
+		wait_for 60 shardkv_reported "$ctl" "$keys" || die "servers never reported the loaded keys"
+		timeout "$step_timeout" "$bin/shardkv" -c "$ctl" --timeout 120000 rebalance --wait \
+			>>"$work/load-$m.log" 2>&1 || die "shardkv rebalance failed"
+	fi
+	pre=(-h 127.0.0.1 -p "$rport" -c "$clients" -n $((3 * keys)) -r "$keys" -d "$vsize" -P 16 -t set -q)
+	[ "$cl" = 1 ] && pre+=(--cluster)
+	timeout "$step_timeout" redis-benchmark "${pre[@]}" >/dev/null 2>&1 || die "redis prefill failed"
+
+	echo "compare-redis: $m node(s): measuring" >&2
+	redis_run "$m node SET" "$rport" "$cl" set 1
+	shardkv_run "$m node SET" "$ctl" put:1 1
+	redis_run "$m node GET" "$rport" "$cl" get 1
+	shardkv_run "$m node GET" "$ctl" get:1 1
+	if [ "$pipe" -gt 1 ]; then
+		redis_run "$m node SET P$pipe" "$rport" "$cl" set "$pipe"
+		shardkv_run "$m node SET P$pipe" "$ctl" put:1 "$pipe"
+		redis_run "$m node GET P$pipe" "$rport" "$cl" get "$pipe"
+		shardkv_run "$m node GET P$pipe" "$ctl" get:1 "$pipe"
+	fi
+	stop_all
+done
+
+cpus=$(nproc)
+python3 - "$results" "$clients" "$ops" "$keys" "$vsize" "$pipe" "$cpus" <<'EOF'
+import sys
+path, clients, ops, keys, vsize, pipe, cpus = sys.argv[1:]
+rows = {}
+order = []
+for line in open(path):
+    name, who, rps, p50, p99 = line.rstrip("\n").split("\t")
+    if name not in rows:
+        rows[name] = {}
+        order.append(name)
+    rows[name][who] = (float(rps), p50, p99)
+print(f"# shardkv bench vs redis-benchmark on loopback ({cpus} CPUs, clients and servers share them)")
+print(f"# {clients} clients, {ops} ops per test, {keys} keys of 16 B, values of {vsize} B;")
+print(f"# P{pipe}: redis pipelines {pipe} commands, shardkv sends mget/mput of {pipe} keys (one op per key)")
+print(f"{'test':<16} {'redis ops/s':>12} {'shardkv ops/s':>14} {'ratio':>7}   {'redis p50/p99 ms':>18}   {'shardkv p50/p99 ms':>20}")
+for name in order:
+    r = rows[name].get("redis")
+    s = rows[name].get("shardkv")
+    if not r or not s:
+        continue
+    ratio = s[0] / r[0] if r[0] else float("nan")
+    print(f"{name:<16} {r[0]:>12.0f} {s[0]:>14.0f} {ratio:>7.2f}   {r[1] + '/' + r[2]:>18}   {s[1] + '/' + s[2]:>20}")
+EOF
