@@ -4,7 +4,7 @@
 # fake controller that lives in the test process.
 kv_add_test(test_server_units SOURCES test_server_units.c LIBS kv_server TIMEOUT 60)
 kv_add_test(test_server_integration SOURCES test_server_integration.c
-  LIBS kv_server kv_testutil TIMEOUT 300 LABELS integration)
+  LIBS kv_server kv_testutil TIMEOUT 400 LABELS integration concurrency)
 target_compile_definitions(test_server_integration PRIVATE
   KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>")
 add_dependencies(test_server_integration shardkv-server)
