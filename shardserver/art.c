@@ -531,6 +531,28 @@ kv_art_init(kv_art *t)
 }
 
 /*
+ * Checks n's stored prefix bytes against key at *depth and moves *depth past
+ * the whole prefix. Bytes past the 8 stored ones are not checked here (the
+ * leaf's full key is), which makes the path unsafe for inline leaves.
+ * Returns false when the key cannot be below n.
+ */
+static inline bool
+art__skip_prefix(const art_node *n, const uint8_t *key, size_t klen, size_t *depth, bool *safe)
+{
+	size_t m = n->plen < ART_MAX_PREFIX ? n->plen : ART_MAX_PREFIX;
+
+	if (*depth + n->plen > klen)
+		return false;
+	for (size_t i = 0; i < m; i++)
+		if (n->prefix[i] != key[*depth + i])
+			return false;
+	if (n->plen > ART_MAX_PREFIX)
+		*safe = false;
+	*depth += n->plen;
+	return true;
+}
+
+/*
  * Walks to the slot that holds key's leaf. Returns the slot (or NULL) and
  * sets *safe and *pos for it. Shared by find and take.
  */
@@ -551,18 +573,8 @@ art__lookup(const kv_art *t, const uint8_t *key, size_t klen, bool *safe_out, si
 			return ref;
 		}
 		art_node *n = NODE(p);
-		if (REF_HAS_PREFIX(p)) {
-			size_t m = n->plen < ART_MAX_PREFIX ? n->plen : ART_MAX_PREFIX;
-			if (depth + n->plen > klen)
-				return NULL;
-			for (size_t i = 0; i < m; i++)
-				if (n->prefix[i] != key[depth + i])
-					return NULL;
-			/* Bytes past the stored ones are checked at the leaf. */
-			if (n->plen > ART_MAX_PREFIX)
-				safe = false;
-			depth += n->plen;
-		}
+		if (REF_HAS_PREFIX(p) && !art__skip_prefix(n, key, klen, &depth, &safe))
+			return NULL;
 		if (depth == klen) {
 			if (n->term == NULL || !leaf_matches(&n->term, safe, depth, key, klen))
 				return NULL;
@@ -963,17 +975,8 @@ kv_art_take(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen)
 		refs[nref] = ref;
 		bytes[nref] = depth > 0 ? key[depth - 1] : 0;
 		nref++;
-		if (n->plen != 0) {
-			size_t m = n->plen < ART_MAX_PREFIX ? n->plen : ART_MAX_PREFIX;
-			if (depth + n->plen > klen)
-				goto out;
-			for (size_t i = 0; i < m; i++)
-				if (n->prefix[i] != key[depth + i])
-					goto out;
-			if (n->plen > ART_MAX_PREFIX)
-				safe = false;
-			depth += n->plen;
-		}
+		if (n->plen != 0 && !art__skip_prefix(n, key, klen, &depth, &safe))
+			goto out;
 		if (depth == klen) {
 			ref = &n->term;
 			if (*ref == NULL)
