@@ -714,7 +714,8 @@ h_status(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		const struct ctl_stat *s = stat_find_locked(c, cur->nodes[i].id, false);
 		kv_admin_node_stat *n = &x->nstat[i];
 		n->node_id = cur->nodes[i].id;
-		if (s == NULL)
+		/* A gone node holds nothing; its last heartbeat is history. */
+		if (s == NULL || cur->nodes[i].state == KV_NODE_GONE)
 			continue;
 		n->keys = s->keys;
 		n->bytes = s->bytes;
