@@ -14,6 +14,7 @@
 #include "client/cli.h"
 #include "client/include/shardkv.h"
 #include "tests/testutil.h"
+#include "tests/two_node_cluster.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,152 +38,27 @@
 #error "KV_BIN_DIR must name the directory of the built binaries"
 #endif
 
-#define ARGC(a)  ((int)(sizeof(a) / sizeof((a)[0])))
-#define NSERVERS 2
-
-/* The processes of one test cluster. */
-typedef struct {
-	char dir[256];              /* temporary directory */
-	char ctl_url[64];           /* controller URL */
-	char srv_url[NSERVERS][64]; /* server URLs */
-	pid_t pids[1 + NSERVERS];   /* started processes; 0: none */
-} test_cluster;
-
+#define ARGC(a) ((int)(sizeof(a) / sizeof((a)[0])))
 static test_cluster tc;
-
-static void
-stop_all(void)
-{
-	/* SIGTERM first (servers drain), SIGKILL after a deadline. */
-	for (int i = 0; i < 1 + NSERVERS; i++)
-		if (tc.pids[i] > 0)
-			kill(tc.pids[i], SIGTERM);
-	uint64_t t0 = kv_test_now_ms();
-	for (int i = 0; i < 1 + NSERVERS; i++) {
-		while (tc.pids[i] > 0) {
-			pid_t r = waitpid(tc.pids[i], NULL, WNOHANG);
-			if (r == tc.pids[i] || (r < 0 && errno != EINTR)) {
-				tc.pids[i] = 0;
-				break;
-			}
-			if (kv_test_now_ms() - t0 > 3000) {
-				kill(tc.pids[i], SIGKILL);
-				waitpid(tc.pids[i], NULL, 0);
-				tc.pids[i] = 0;
-				break;
-			}
-			kv_test_sleep_ms(5);
-		}
-	}
-}
-
-/* Starts argv[0] from KV_BIN_DIR with stderr to `log`. Returns the pid. */
-static pid_t
-start(char *const argv[], const char *log)
-{
-	char path[512];
-	pid_t pid;
-
-	snprintf(path, sizeof(path), "%s/%s", KV_BIN_DIR, argv[0]);
-	pid = fork();
-	if (pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-		if (fd >= 0)
-			dup2(fd, 2);
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-		}
-		execv(path, argv);
-		_exit(127);
-	}
-	return pid;
-}
 
 static void
 print_logs(void)
 {
-	char cmd[600];
-	snprintf(cmd, sizeof(cmd), "tail -n 20 %s/*.log >&2", tc.dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "(no logs)\n");
+	test_cluster_print_logs(&tc);
 }
 
 static int
 setup(void **state)
 {
-	char path[512], data[512];
 	(void)state;
-
-	snprintf(tc.dir, sizeof(tc.dir), "/tmp/shardkv-client-cluster-XXXXXX");
-	if (mkdtemp(tc.dir) == NULL)
-		return -1;
-	kv_test_free_url(tc.ctl_url, sizeof(tc.ctl_url));
-	snprintf(data, sizeof(data), "%s/ctl", tc.dir);
-	snprintf(path, sizeof(path), "%s/ctl.log", tc.dir);
-	char *cargv[] = {"shardkv-controller", "--listen", tc.ctl_url, "--data-dir", data, NULL};
-	if ((tc.pids[0] = start(cargv, path)) < 0)
-		return -1;
-	for (int i = 0; i < NSERVERS; i++) {
-		char sdata[512], slog[512];
-		kv_test_free_url(tc.srv_url[i], sizeof(tc.srv_url[i]));
-		snprintf(sdata, sizeof(sdata), "%s/s%d", tc.dir, i + 1);
-		snprintf(slog, sizeof(slog), "%s/s%d.log", tc.dir, i + 1);
-		char *sargv[] = {"shardkv-server",
-		                 "--listen",
-		                 tc.srv_url[i],
-		                 "--controller",
-		                 tc.ctl_url,
-		                 "--data-dir",
-		                 sdata,
-		                 "--join",
-		                 NULL};
-		if ((tc.pids[1 + i] = start(sargv, slog)) < 0) {
-			stop_all();
-			return -1;
-		}
-	}
-	/* Ready when the configuration has both servers active and a range map
-	 * that gives each a range. */
-	shardkv_options o = {.timeout_ms = 500, .no_watch = true};
-	shardkv_client *c;
-	if (shardkv_open(tc.ctl_url, &o, &c) != 0) {
-		stop_all();
-		return -1;
-	}
-	bool ready = false;
-	for (uint64_t t0 = kv_test_now_ms(); !ready && kv_test_now_ms() - t0 < 15000;) {
-		shardkv_config *cfg = NULL;
-		if (shardkv_config_get(c, 0, &cfg) == 0) {
-			size_t active = 0;
-			for (size_t i = 0; i < cfg->nnodes; i++)
-				active += cfg->nodes[i].state == SHARDKV_NODE_ACTIVE;
-			ready = active == NSERVERS && cfg->nranges >= 2 && cfg->nmigrations == 0;
-			shardkv_config_free(cfg);
-		}
-		if (!ready)
-			kv_test_sleep_ms(20);
-	}
-	shardkv_close(c);
-	if (!ready) {
-		fprintf(stderr, "cluster not ready within 15 s\n");
-		print_logs();
-		stop_all();
-		return -1;
-	}
-	return 0;
+	return test_cluster_start(&tc, KV_BIN_DIR, "client-cluster");
 }
 
 static int
 teardown(void **state)
 {
-	char cmd[600];
 	(void)state;
-	stop_all();
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", tc.dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tc.dir);
+	test_cluster_destroy(&tc);
 	return 0;
 }
 
@@ -482,7 +358,6 @@ main(void)
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(the_shardkv_binary_runs_a_round_trip, setup, teardown),
 	};
-	atexit(stop_all); /* a failed assertion must not leave daemons behind */
 	signal(SIGPIPE, SIG_IGN);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
