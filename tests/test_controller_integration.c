@@ -786,7 +786,10 @@ watch_is_answered_within_milliseconds_of_a_change(void **state)
 	assert_non_null(w.r);
 	assert_int_equal(w.r->epoch, 3);
 	assert_int_equal(w.r->config->epoch, 3);
-	assert_true(w.t_done - t0 < 100);
+	/* Answered by the change, not by the 20 s long-poll timeout. The bound is
+	 * loose on purpose: sanitizer builds on a busy machine are slow, and
+	 * speed is measured by benchmarks, not asserted here. */
+	assert_true(w.t_done - t0 < 3000);
 	rfree(w.r);
 	assert_int_equal(metric(f, "shardkv_controller_epoch"), 3);
 	assert_int_equal(metric(f, "shardkv_controller_held_watches"), 0);
