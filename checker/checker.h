@@ -42,6 +42,7 @@ typedef struct {
 	const char *spawn_dir;   /* --spawn DIR: start a cluster under DIR */
 	unsigned servers;        /* --servers: servers of the spawned cluster */
 	bool kill;               /* --kill: also SIGKILL and restart servers */
+	const char *fsync;       /* --fsync for spawned servers, or NULL */
 	bool no_reconfig;        /* --no-reconfig: load only */
 	bool json;               /* --json: the summary as one JSON object on stdout */
 	bool keep;               /* --keep: keep the spawned cluster's directory */
@@ -108,6 +109,7 @@ typedef struct {
 typedef struct {
 	char dir[1024];                  /* DIR/run-XXXXXX */
 	char bindir[1024];               /* where the daemons are */
+	char fsync[8];                   /* --fsync for servers; empty: their default */
 	char ctl_url[64];                /* the controller's --listen */
 	char ctl_log[1100];              /* its log */
 	pid_t ctl_pid;                   /* 0: not running */
@@ -120,10 +122,11 @@ typedef struct {
 /*
  * Makes DIR (if needed) and a fresh DIR/run-XXXXXX in it, finds the daemons
  * (`$SHARDKV_BIN_DIR`, else the checker's own directory) and starts the
- * controller. Installs the exit paths that kill every child. Returns 0 or
+ * controller. Installs the exit paths that kill every child. Servers get
+ * `--fsync FSYNC` when it is not NULL. Returns 0 or
  * -1 (reason on stderr).
  */
-int chk_cluster_create(chk_cluster *c, const char *dir);
+int chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync);
 
 /* Starts a new server on a free port (with --join when `join`), in the slot
  * of a server that was stopped as asked, or a new one. Returns its index or

@@ -70,7 +70,8 @@ usage(FILE *f)
 {
 	fprintf(
 	    f,
-	    "usage: shardkv-checker [-c CONTROLLERS | --spawn DIR [--servers N] [--kill]]\n"
+	    "usage: shardkv-checker [-c CONTROLLERS | --spawn DIR [--servers N] [--kill]\n"
+	    "                       [--fsync MODE]]\n"
 	    "                       [--clients N] [--keys K] [--duration S]\n"
 	    "                       [--reconfig-interval MS] [--no-reconfig] [--seed S]\n"
 	    "                       [--op-timeout MS] [--max-ops N] [--fill N [--fill-size B]]\n"
@@ -87,7 +88,8 @@ usage(FILE *f)
 	    "  --spawn DIR             start a controller and servers under DIR/run-XXXXXX\n"
 	    "                          (daemons from $SHARDKV_BIN_DIR or beside the checker)\n"
 	    "  --servers N             servers to start with --spawn (default 3)\n"
-	    "  --kill                  also SIGKILL and restart servers (needs durability)\n"
+	    "  --kill                  also SIGKILL and restart servers with their data dir\n"
+	    "  --fsync MODE            spawned servers' --fsync (always, batch, none)\n"
 	    "  --clients N             concurrent clients (default 4)\n"
 	    "  --keys K                keys, half appended to, half put/get (default 16)\n"
 	    "  --duration S            seconds of load (default 30)\n"
@@ -149,6 +151,7 @@ enum {
 	OPT_MAX_OPS,
 	OPT_FILL,
 	OPT_FILL_SIZE,
+	OPT_FSYNC,
 };
 
 static int
@@ -164,6 +167,7 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"spawn", required_argument, NULL, OPT_SPAWN},
 	    {"servers", required_argument, NULL, OPT_SERVERS},
 	    {"kill", no_argument, NULL, OPT_KILL},
+	    {"fsync", required_argument, NULL, OPT_FSYNC},
 	    {"no-reconfig", no_argument, NULL, OPT_NO_RECONFIG},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"keep", no_argument, NULL, OPT_KEEP},
@@ -230,6 +234,13 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		case OPT_KILL:
 			o->kill = true;
 			break;
+		case OPT_FSYNC:
+			if (strcmp(optarg, "always") != 0 && strcmp(optarg, "batch") != 0 &&
+			    strcmp(optarg, "none") != 0)
+				return usage_error("--fsync wants always, batch or none, not '%s'",
+				                   optarg);
+			o->fsync = optarg;
+			break;
 		case OPT_NO_RECONFIG:
 			o->no_reconfig = true;
 			break;
@@ -281,6 +292,8 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		return usage_error("-c and --spawn exclude each other");
 	if (o->kill && !o->spawn_dir)
 		return usage_error("--kill needs --spawn");
+	if (o->fsync && !o->spawn_dir)
+		return usage_error("--fsync needs --spawn");
 	return 0;
 }
 
@@ -505,7 +518,7 @@ main(int argc, char **argv)
 	const char *controllers = o.controllers;
 	if (o.spawn_dir) {
 		if ((cl = calloc(1, sizeof(*cl))) == NULL ||
-		    chk_cluster_create(cl, o.spawn_dir) != 0)
+		    chk_cluster_create(cl, o.spawn_dir, o.fsync) != 0)
 			goto out;
 		controllers = cl->ctl_url;
 	} else if (controllers == NULL) {

@@ -279,9 +279,11 @@ wait_controller(chk_cluster *c)
 }
 
 int
-chk_cluster_create(chk_cluster *c, const char *dir)
+chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync)
 {
 	memset(c, 0, sizeof(*c));
+	if (fsync)
+		snprintf(c->fsync, sizeof(c->fsync), "%s", fsync);
 	chk_install_signals();
 	if (find_bindir(c) != 0)
 		return -1;
@@ -314,11 +316,16 @@ start_server(chk_cluster *c, int i, bool join)
 	chk_server *s = &c->srv[i];
 	char bin[1100];
 	snprintf(bin, sizeof(bin), "%s/shardkv-server", c->bindir);
-	char *argv[] = {"shardkv-server", "--listen", s->url,
-	                "--controller",   c->ctl_url, "--data-dir",
-	                s->data,          "--join",   NULL};
-	if (!join)
-		argv[7] = NULL;
+	char *argv[12] = {"shardkv-server", "--listen",   s->url, "--controller",
+	                  c->ctl_url,       "--data-dir", s->data};
+	int n = 7;
+	if (c->fsync[0]) {
+		argv[n++] = "--fsync";
+		argv[n++] = c->fsync;
+	}
+	if (join)
+		argv[n++] = "--join";
+	argv[n] = NULL;
 	s->pid = spawn(bin, argv, s->log);
 	if (s->pid <= 0)
 		return -1;

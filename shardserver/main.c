@@ -12,6 +12,7 @@
 #include "shardserver/server.h"
 
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,16 +21,23 @@ static const char usage_text[] =
     "usage: shardkv-server --listen ADDR --controller ADDR[,ADDR...] --data-dir DIR [--join]\n"
     "                      [--threads N] [--store striped|percore] [--fsync always|batch|none]\n"
     "                      [--max-key BYTES] [--max-value BYTES] [--metrics HOSTPORT]\n"
+    "                      [--snapshot-bytes N] [--wal-truncate-corrupt]\n"
     "                      [--log-level debug|info|warn|error|off] [--help]\n"
     "\n"
     "  --listen ADDR        nng URL to serve requests on, e.g. tcp://127.0.0.1:7101\n"
     "  --controller ADDRS   the controller's URL (comma-separated replicas)\n"
-    "  --data-dir DIR       directory for the node identity (created if missing)\n"
+    "  --data-dir DIR       directory for the node identity, log and snapshots (created if "
+    "missing)\n"
     "  --join               register as a new node on the first start\n"
     "  --threads N          percore store: partition owner threads (default: one per CPU);\n"
     "                       striped store: ignored (requests run on nng's worker threads)\n"
     "  --store MODE         striped (default) or percore\n"
-    "  --fsync MODE         accepted, not yet effective: data is in memory only for now\n"
+    "  --fsync MODE         always: acknowledge a write once it is on disk; batch (default):\n"
+    "                       fsync every 10 ms, a process crash loses nothing; none: the OS "
+    "decides\n"
+    "  --snapshot-bytes N   log growth that triggers a background snapshot (default 64 MiB,\n"
+    "                       or the size of the last snapshot when larger)\n"
+    "  --wal-truncate-corrupt  cut the log at a corrupt record instead of refusing to start\n"
     "  --max-key BYTES      largest key accepted (default 1024, at most 65536)\n"
     "  --max-value BYTES    largest value accepted (default 1 MiB, at most 64 MiB)\n"
     "  --metrics HOSTPORT   accepted, not yet effective\n"
@@ -79,10 +87,12 @@ main(int argc, char **argv)
 	    {"max-value", required_argument, NULL, 'v'},
 	    {"metrics", required_argument, NULL, 'm'},
 	    {"log-level", required_argument, NULL, 'L'},
+	    {"snapshot-bytes", required_argument, NULL, 'S'},
+	    {"wal-truncate-corrupt", no_argument, NULL, 'T'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	kv_server_cfg cfg = {0};
+	kv_server_cfg cfg = {.fsync = KV_FSYNC_BATCH};
 	enum kv_log_level level = KV_LOG_INFO;
 	char *ctl_list = NULL;
 	const char *ctl[16];
@@ -118,15 +128,18 @@ main(int argc, char **argv)
 				return usage_error("--store wants striped or percore, not", optarg);
 			break;
 		case 'f':
-			if (strcmp(optarg, "always") == 0)
-				cfg.fsync = KV_FSYNC_ALWAYS;
-			else if (strcmp(optarg, "batch") == 0)
-				cfg.fsync = KV_FSYNC_BATCH;
-			else if (strcmp(optarg, "none") == 0)
-				cfg.fsync = KV_FSYNC_NONE;
-			else
+			if (kv_fsync_mode_parse(optarg, &cfg.fsync) != 0)
 				return usage_error("--fsync wants always, batch or none, not",
 				                   optarg);
+			break;
+		case 'S':
+			if (parse_size(optarg, SIZE_MAX, &n) != 0 || n < 4096)
+				return usage_error("--snapshot-bytes wants a size >= 4096, not",
+				                   optarg);
+			cfg.snapshot_bytes = n;
+			break;
+		case 'T':
+			cfg.wal_truncate_corrupt = true;
 			break;
 		case 'k':
 			if (parse_size(optarg, KV_HARD_MAX_KEY, &cfg.max_key) != 0)

@@ -345,6 +345,19 @@ typedef struct {
 
 typedef int (*op_fn)(op_ctx *x);
 
+/* The dedup fields of the op for its log record, or NULL. */
+static const kv_dur_dedup *
+dur_dd(const op_ctx *x, kv_dur_dedup *out)
+{
+	if (!x->dd.has_dedup)
+		return NULL;
+	*out = (kv_dur_dedup){.client = x->dd.client,
+	                      .req = x->dd.req,
+	                      .value_len = x->dd.value_len,
+	                      .time_ms = x->dd.time_ms};
+	return out;
+}
+
 /* Records a write to key for its migration, if it has one. */
 static void
 record(op_ctx *x, const kv_owner_entry *e, const void *key, size_t klen, const void *val,
@@ -367,9 +380,14 @@ static int
 op_put(op_ctx *x)
 {
 	const kv_op *op = x->op;
+	kv_dur_dedup dd;
 	int rv = kv_store_put(x->s->store, op->key.p, op->key.len, op->value.p, op->value.len);
-	if (rv == 0)
-		record(x, x->ent, op->key.p, op->key.len, op->value.p, op->value.len, true);
+	if (rv != 0)
+		return rv;
+	record(x, x->ent, op->key.p, op->key.len, op->value.p, op->value.len, true);
+	if (x->s->dur)
+		rv = kv_dur_log_put(x->s->dur, op->key.p, op->key.len, op->value.p, op->value.len,
+		                    dur_dd(x, &dd), NULL);
 	return rv;
 }
 
@@ -377,11 +395,14 @@ static int
 op_del(op_ctx *x)
 {
 	const kv_op *op = x->op;
+	kv_dur_dedup dd;
 	int rv = kv_store_del(x->s->store, op->key.p, op->key.len, &x->res->value);
-	if (rv == 0) {
-		x->res->has_value = !op->no_value;
-		record(x, x->ent, op->key.p, op->key.len, NULL, 0, true);
-	}
+	if (rv != 0)
+		return rv;
+	x->res->has_value = !op->no_value;
+	record(x, x->ent, op->key.p, op->key.len, NULL, 0, true);
+	if (x->s->dur)
+		rv = kv_dur_log_del(x->s->dur, op->key.p, op->key.len, dur_dd(x, &dd), NULL);
 	return rv;
 }
 
@@ -396,12 +417,19 @@ op_append(op_ctx *x)
 		return rv;
 	x->res->value_len = newlen;
 	x->dd.value_len = newlen;
-	if (x->ent->mig != NULL) {
-		/* Deltas carry the whole value; the migration mutex keeps it current. */
+	if (x->ent->mig != NULL || x->s->dur) {
+		/* Deltas and log records carry the whole value; the migration mutex
+		 * and the key's stripe keep it current. */
 		kv_buf v = {0};
-		if (kv_store_get(x->s->store, op->key.p, op->key.len, &v) == 0)
-			record(x, x->ent, op->key.p, op->key.len, v.data ? v.data : (uint8_t *)"",
-			       v.len, true);
+		kv_dur_dedup dd;
+		rv = kv_store_get(x->s->store, op->key.p, op->key.len, &v);
+		if (rv == 0) {
+			const uint8_t *vp = v.data ? v.data : (const uint8_t *)"";
+			record(x, x->ent, op->key.p, op->key.len, vp, v.len, true);
+			if (x->s->dur)
+				rv = kv_dur_log_put(x->s->dur, op->key.p, op->key.len, vp, v.len,
+				                    dur_dd(x, &dd), NULL);
+		}
 		kv_buf_fini(&v);
 	}
 	return rv;
@@ -447,12 +475,18 @@ static int
 op_mput(op_ctx *x)
 {
 	const kv_op *op = x->op;
+	kv_dur_dedup dd;
 	int rv = kv_store_mput(x->s->store, op->nkeys, op->keys, op->nvals, op->vals);
-	if (rv == 0 && x->nmigs > 0)
+	if (rv != 0)
+		return rv;
+	if (x->nmigs > 0)
 		for (size_t i = 0; i < op->nkeys; i++)
 			record(x, x->ents[i], op->keys[i].p, op->keys[i].len,
 			       op->vals[i].p ? op->vals[i].p : (const uint8_t *)"", op->vals[i].len,
 			       i == 0);
+	if (x->s->dur)
+		rv =
+		    kv_dur_log_mput(x->s->dur, op->nkeys, op->keys, op->vals, dur_dd(x, &dd), NULL);
 	return rv;
 }
 
@@ -629,6 +663,8 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
 	op_ctx x = {.s = s, .rq = rq, .op = op, .res = res};
 	bool dedup = false, owned = true;
 	const kv_owner_entry *single[1];
+	bool durw = s->dur != NULL && (def->flags & OPF_WRITE);
+	kv_dur_held held;
 	int rv;
 
 	if ((rv = validate_op(s, op, def->flags, res)) != 0) {
@@ -719,7 +755,31 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
 		}
 	}
 	x.dd.status = 0;
+	if (durw) {
+		/* Refuse writes the log cannot take; then apply and log under the
+		 * key stripes so the log holds them in the store's order. */
+		if ((rv = kv_dur_health(s->dur)) != 0) {
+			res->status = rv;
+			res->error = "the write-ahead log cannot be written (disk full or I/O "
+			             "error): writes are refused until it can";
+			goto unlock_migs;
+		}
+		kv_dur_begin(s->dur);
+		if (def->flags & OPF_MULTI)
+			rv = kv_dur_lock_keys(s->dur, op->keys, op->nkeys, &held);
+		else
+			kv_dur_lock_key(s->dur, op->key.p, op->key.len, &held);
+		if (rv != 0) {
+			kv_dur_end(s->dur);
+			res->status = rv;
+			goto unlock_migs;
+		}
+	}
 	res->status = def->fn(&x);
+	if (durw) {
+		kv_dur_unlock(s->dur, &held);
+		kv_dur_end(s->dur);
+	}
 	if (dedup && rememberable(res->status)) {
 		kv_dedup_result r = {.status = res->status, .value_len = res->value_len};
 		if (op->kind == KV_OP_DEL && res->status == 0)
@@ -753,6 +813,42 @@ result_bytes(const kv_sc_result *r)
 	return n;
 }
 
+/* A reply held until the log has what the request did (kv_dur_notify). */
+typedef struct {
+	kv_server *s;      /* the server */
+	kv_rpc_pending *p; /* the request */
+	nng_msg *msg;      /* the answer when the log succeeds */
+	bool wrote;        /* the request changed data: a log failure fails it */
+	uint64_t req_id;   /* Request.request_id, for the failure answer */
+	uint64_t epoch;    /* Response.epoch */
+	uint32_t node_id;  /* Response.node_id */
+} held_reply;
+
+static void
+held_reply_done(void *arg, int status)
+{
+	held_reply *h = arg;
+	nng_msg *msg = h->msg;
+
+	if (status != 0 && h->wrote) {
+		/* The writes are in memory and buffered for the log, which keeps
+		 * retrying; the client must not take them as durable. */
+		kv_resp fail = {.request_id = h->req_id,
+		                .epoch = h->epoch,
+		                .node_id = h->node_id,
+		                .status = status,
+		                .error = "the write-ahead log could not be written: the "
+		                         "write may or may not survive a restart"};
+		nng_msg_free(msg);
+		msg = NULL;
+		if (kv_sc_resp_encode(&fail, &msg) != 0)
+			msg = NULL;
+	}
+	kv_rpc_reply(h->p, msg);
+	atomic_fetch_sub(&h->s->inflight, 1);
+	free(h);
+}
+
 static int
 rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 {
@@ -760,9 +856,12 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	kv_req rq;
 	kv_resp resp = {0};
 	const char *why = NULL;
+	bool wrote = false;
 	int rv;
 
-	(void)p;
+	/* Counted before `closing` is read: shutdown waits for zero after
+	 * setting it, so no request can start a log wait it misses. */
+	atomic_fetch_add(&s->inflight, 1);
 	rv = kv_sc_req_decode(nng_msg_body(req), nng_msg_len(req), &rq, &why);
 	resp.request_id = rq.request_id;
 	resp.epoch = atomic_load(&s->epoch);
@@ -772,6 +871,9 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		resp.error = why;
 		KV_DEBUG(COMP, "request refused", "err=%s why=\"%s\"", kv_errname(rv),
 		         why ? why : "");
+	} else if (atomic_load(&s->closing)) {
+		resp.status = KV_EUNAVAIL;
+		resp.error = "server is stopping";
 	} else if (rq.has_xfer) {
 		resp.has_ack = true;
 		kv_mig_in_handle(s, &rq, &resp.ack);
@@ -793,6 +895,7 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 				}
 				dispatch(s, &rq, &rq.ops[i], &resp.results[i]);
 				total += result_bytes(&resp.results[i]);
+				wrote |= (op_table[rq.ops[i].kind].flags & OPF_WRITE) != 0;
 			}
 		}
 	}
@@ -809,6 +912,40 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		kv_sc_result_fini(&resp.results[i]);
 	free(resp.results);
 	kv_sc_req_fini(&rq);
+
+	/* Answer only once the log holds everything this request may have
+	 * seen or done: its own writes, and writes by others it read (so no
+	 * reply reveals a write a crash could still take back). A log that is
+	 * failing does not hold up reads. */
+	uint64_t lsn =
+	    s->dur && rv == 0 && resp.nresults > 0 && kv_dur_mode(s->dur) != KV_FSYNC_NONE
+	        ? kv_dur_last_lsn(s->dur)
+	        : 0;
+	if (lsn > 0 && (wrote || kv_dur_health(s->dur) == 0)) {
+		held_reply *h = malloc(sizeof(*h));
+		if (h != NULL) {
+			*h = (held_reply){.s = s,
+			                  .p = p,
+			                  .msg = *reply,
+			                  .wrote = wrote,
+			                  .req_id = resp.request_id,
+			                  .epoch = resp.epoch,
+			                  .node_id = resp.node_id};
+			*reply = NULL;
+			if (kv_dur_notify(s->dur, lsn, held_reply_done, h) != 0)
+				held_reply_done(h, KV_ECLOSED);
+			return KV_RPC_DEFERRED;
+		}
+		nng_msg_free(*reply);
+		*reply = NULL;
+		kv_resp small = {.request_id = resp.request_id,
+		                 .epoch = resp.epoch,
+		                 .node_id = resp.node_id,
+		                 .status = KV_ENOMEM,
+		                 .error = "out of memory holding the reply"};
+		rv = kv_sc_resp_encode(&small, reply);
+	}
+	atomic_fetch_sub(&s->inflight, 1);
 	return rv;
 }
 
@@ -1291,6 +1428,23 @@ graceful_leave(kv_server *s, const sigset_t *set)
 	KV_WARN(COMP, "drain timed out, stopping", "timeout_ms=%u", limit);
 }
 
+/* Refuses new requests and waits (bounded) until every request taken has
+ * been answered, so no log notification outlives the rpc server. */
+static bool
+drain_requests(kv_server *s)
+{
+	uint64_t deadline = kv_now_ns() + 10ull * 1000000000ull;
+
+	atomic_store(&s->closing, true);
+	while (atomic_load(&s->inflight) > 0) {
+		if (kv_now_ns() > deadline)
+			return false;
+		struct timespec ts = {0, 2 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
 static int
 check_data_dir(const char *dir)
 {
@@ -1371,10 +1525,39 @@ kv_server_run(const kv_server_cfg *cfg)
 		KV_ERROR(COMP, "cannot create store", "err=%s", kv_strerror(rv));
 		goto err_after_owner;
 	}
+	kv_dur_opts dopts = {.dir = cfg->data_dir,
+	                     .mode = cfg->fsync,
+	                     .snapshot_bytes = cfg->snapshot_bytes,
+	                     .truncate_corrupt = cfg->wal_truncate_corrupt,
+	                     .store = s->store,
+	                     .dedup = s->dedup};
+	kv_dur_report drep;
+	char derr[768] = "";
+	if ((rv = kv_dur_open(&dopts, &s->dur, &drep, derr, sizeof(derr))) != 0) {
+		KV_ERROR(COMP, "cannot recover the data dir", "dir=%s err=%s detail=\"%s\"%s",
+		         cfg->data_dir, kv_errname(rv), derr,
+		         rv == KV_ECORRUPT ? " hint=\"--wal-truncate-corrupt cuts the log at the "
+		                             "corrupt record, losing what follows it\""
+		                           : "");
+		goto err_after_store;
+	}
+	if (drep.torn)
+		KV_WARN(COMP, "dropped a torn log tail", "file=%s bytes=%llu", drep.torn_file,
+		        (unsigned long long)drep.torn_bytes);
+	{
+		double secs = (double)drep.elapsed_ns / 1e9;
+		double mb = (double)(drep.snap_bytes + drep.log_bytes) / 1e6;
+		KV_INFO(COMP, "recovered",
+		        "snapshot_lsn=%llu snapshot_keys=%llu log_records=%llu "
+		        "mb=%.1f secs=%.3f mb_per_s=%.1f fsync=%s",
+		        (unsigned long long)drep.snap_lsn, (unsigned long long)drep.snap_entries,
+		        (unsigned long long)drep.log_records, mb, secs, secs > 0 ? mb / secs : 0.0,
+		        kv_fsync_mode_name(cfg->fsync));
+	}
 	s->ctl = calloc(cfg->nctl, sizeof(*s->ctl));
 	if (s->ctl == NULL) {
 		rv = KV_ENOMEM;
-		goto err_after_store;
+		goto err_after_dur;
 	}
 	for (size_t i = 0; i < cfg->nctl; i++)
 		if ((rv = kv_rpc_client_create(cfg->ctl[i], &s->ctl[i])) != 0) {
@@ -1393,8 +1576,6 @@ kv_server_run(const kv_server_cfg *cfg)
 	if (cfg->metrics)
 		KV_WARN(COMP, "--metrics is not implemented yet, ignored", "metrics=%s",
 		        cfg->metrics);
-	if (cfg->fsync != KV_FSYNC_BATCH)
-		KV_WARN(COMP, "--fsync has no effect yet: data is in memory only", NULL);
 	KV_INFO(COMP, "listening", "addr=%s node_id=%u store=%s contexts=%u", cfg->listen, id,
 	        cfg->store_mode == KV_STORE_PERCORE ? "percore" : "striped", ro.contexts);
 	if (pthread_create(&watch_thr, NULL, watch_main, s) == 0)
@@ -1419,6 +1600,13 @@ kv_server_run(const kv_server_cfg *cfg)
 	rv = KV_OK;
 stop:
 	atomic_store(&s->stopping, true);
+	if (!drain_requests(s)) {
+		/* Replies still wait for a failing disk: they cannot be answered
+		 * truthfully, and freeing what they use would be unsafe. */
+		KV_ERROR(COMP, "stopping with writes not on disk", "inflight=%d",
+		         atomic_load(&s->inflight));
+		return KV_EIO;
+	}
 	kv_rpc_server_destroy(s->rpc);
 	if (watch_started)
 		pthread_join(watch_thr, NULL);
@@ -1430,6 +1618,8 @@ err_after_ctl:
 	for (size_t i = 0; i < cfg->nctl; i++)
 		kv_rpc_client_destroy(s->ctl[i]);
 	free(s->ctl);
+err_after_dur:
+	kv_dur_close(s->dur);
 err_after_store:
 	kv_store_destroy(s->store);
 err_after_owner:

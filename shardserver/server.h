@@ -12,28 +12,26 @@
 #define KV_SHARDSERVER_SERVER_H
 
 #include "shardserver/store.h"
+#include "shardserver/wal.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum {
-	KV_FSYNC_BATCH = 0,  /* default (not yet effective: data is in memory only) */
-	KV_FSYNC_ALWAYS = 1, /* not yet effective */
-	KV_FSYNC_NONE = 2,   /* not yet effective */
-} kv_fsync_mode;
-
 /* The immutable start-up configuration (flags). Strings are borrowed and
  * must outlive kv_server_run. */
 typedef struct {
-	const char *listen;        /* --listen nng URL */
-	const char *const *ctl;    /* --controller addresses */
-	size_t nctl;               /* number of controller addresses, >= 1 */
-	const char *data_dir;      /* --data-dir */
-	bool join;                 /* --join: register as a new node on first start */
-	unsigned threads;          /* --threads: percore owner threads; 0: default */
-	kv_store_mode store_mode;  /* --store */
-	kv_fsync_mode fsync;       /* --fsync (accepted, not yet effective) */
+	const char *listen;       /* --listen nng URL */
+	const char *const *ctl;   /* --controller addresses */
+	size_t nctl;              /* number of controller addresses, >= 1 */
+	const char *data_dir;     /* --data-dir */
+	bool join;                /* --join: register as a new node on first start */
+	unsigned threads;         /* --threads: percore owner threads; 0: default */
+	kv_store_mode store_mode; /* --store */
+	kv_fsync_mode fsync;      /* --fsync */
+	uint64_t
+	    snapshot_bytes; /* --snapshot-bytes: log growth that triggers a snapshot; 0: default */
+	bool wal_truncate_corrupt; /* --wal-truncate-corrupt: cut the log at a corrupt record */
 	size_t max_key;            /* --max-key; 0: default */
 	size_t max_value;          /* --max-value; 0: default */
 	const char *metrics;       /* --metrics (accepted, not yet effective), may be NULL */

@@ -5,9 +5,11 @@
  * includes it.
  *
  * Lock order (outermost first), see also doc/threads.md:
- *   owner.lock (read) -> kv_mig_out.mu (ascending migration id) -> dedup
- *   stripe / store partition locks (leaves);
- *   kv_mig_in.mu -> owner.lock (write) -> store partition locks;
+ *   owner.lock (read) -> kv_mig_out.mu (ascending migration id) ->
+ *   durable barrier (read) -> durable key stripes (ascending) -> dedup
+ *   stripe / store partition locks -> the log's mutex (leaves);
+ *   kv_mig_in.mu -> owner.lock (write) -> durable barrier (read) -> store
+ *   partition locks -> the log's mutex;
  *   kv_server.mig_mu, kv_server.cfg_mu, kv_server.ctl_mu are leaves: nothing
  *   else is taken while one is held.
  * No lock is ever held across an RPC to another process.
@@ -18,6 +20,7 @@
 #include "common/config.h"
 #include "common/rpc.h"
 #include "shardserver/dedup.h"
+#include "shardserver/durable.h"
 #include "shardserver/owner.h"
 #include "shardserver/server.h"
 #include "shardserver/server_codec.h"
@@ -93,6 +96,9 @@ struct kv_server {
 	kv_store *store;                   /* the data */
 	kv_owner owner;                    /* what this node serves (own rwlock) */
 	kv_dedup *dedup;                   /* exactly-once memory (own locks) */
+	kv_dur *dur;                       /* log and snapshots (own locks) */
+	atomic_int inflight;               /* requests between handler entry and final reply */
+	atomic_bool closing;               /* shutting down: refuse new requests */
 	kv_rpc_server *rpc;                /* the --listen endpoint */
 	size_t max_key;                    /* effective key limit */
 	size_t max_value;                  /* effective value limit */

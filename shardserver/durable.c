@@ -1,0 +1,771 @@
+/*
+ * durable.c - the server's log records, recovery and background snapshots
+ * (durable.h).
+ *
+ * Record payload (little-endian), inside a wal.h record:
+ *   u8 type (REC_*), u8 flags (bit 0: dedup fields follow)
+ *   [u64 client, u64 request, u64 value_len, u64 time_ms]   when flagged
+ *   PUT:       u32 klen, key, u32 vlen, value
+ *   DEL:       u32 klen, key
+ *   MPUT:      u32 n, n x (u32 klen, key, u32 vlen, value)
+ *   RANGE_DEL: u32 slen, start, u32 elen, end (empty end: no bound)
+ *   DEDUP:     i32 status, u32 klen, key (the dedup fields are flagged)
+ *
+ * Snapshot entries (snap.h): type SNAP_KV is a key and its value; type
+ * SNAP_DEDUP is the write's key and the 36 bytes {client, request,
+ * value_len, time_ms, status}.
+ *
+ * The snapshot thread wakes every 200 ms and writes a snapshot when the log
+ * has grown by the threshold since the last one: it starts a new log
+ * segment under the barrier (write side, a few microseconds), walks the
+ * store in steps of SNAP_STEP entries (one partition lock per step, copied
+ * out and written with no store lock held), adds the exactly-once memory,
+ * commits the file, and drops the log segments it covers. Service goes on
+ * throughout; a write that lands behind the walk is in the log after the
+ * snapshot's lsn and is replayed.
+ */
+#include "shardserver/durable.h"
+#include "common/bytes.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "shardserver/snap.h"
+#include "shardserver/store.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#define COMP "durable"
+
+enum { REC_PUT = 1, REC_DEL = 2, REC_MPUT = 3, REC_RANGE_DEL = 4, REC_DEDUP = 5 };
+enum { SNAP_KV = 0, SNAP_DEDUP = 1 };
+
+#define REC_F_DEDUP 0x01u
+#define HDR_MAX     (2 + 32 + 4)          /* type, flags, dedup, first length */
+#define SNAP_STEP   512u                  /* entries copied per store step */
+#define SNAP_MIN    (64u * 1024u * 1024u) /* default snapshot threshold */
+#define DEDUP_VAL   36u
+
+struct kv_dur {
+	kv_dur_opts o;                 /* options; o.dir points at dir */
+	char *dir;                     /* owned copy of the data dir */
+	kv_wal *wal;                   /* the log */
+	atomic_uint_fast64_t last_lsn; /* last lsn appended */
+
+	pthread_rwlock_t barrier;               /* read: an apply+log section; write: rotate */
+	pthread_mutex_t stripe[KV_DUR_STRIPES]; /* per-key write order */
+
+	pthread_t thr;           /* snapshot thread */
+	bool thr_started;        /* whether thr runs */
+	pthread_mutex_t mu;      /* protects stop, stats below and wakes the thread */
+	pthread_cond_t cv;       /* signalled on stop */
+	bool stop;               /* the thread returns */
+	uint64_t snap_log_at;    /* log bytes written when the last snapshot began */
+	uint64_t last_snap_sz;   /* payload bytes of the last snapshot */
+	kv_dur_stats st;         /* snapshot statistics (st.wal is filled on read) */
+	pthread_mutex_t snap_mu; /* one snapshot at a time */
+};
+
+/* ------------------------------------------------------------------------
+ * Stripes and the barrier
+ * ------------------------------------------------------------------------ */
+
+static uint16_t
+stripe_of(const void *key, size_t klen)
+{
+	return (uint16_t)(kv_hash64(key, klen) & (KV_DUR_STRIPES - 1));
+}
+
+static int
+u16_cmp(const void *a, const void *b)
+{
+	uint16_t x = *(const uint16_t *)a, y = *(const uint16_t *)b;
+	return (x > y) - (x < y);
+}
+
+void
+kv_dur_begin(kv_dur *d)
+{
+	pthread_rwlock_rdlock(&d->barrier);
+}
+
+void
+kv_dur_end(kv_dur *d)
+{
+	pthread_rwlock_unlock(&d->barrier);
+}
+
+void
+kv_dur_lock_key(kv_dur *d, const void *key, size_t klen, kv_dur_held *h)
+{
+	h->idx = h->inl;
+	h->n = 1;
+	h->inl[0] = stripe_of(key, klen);
+	pthread_mutex_lock(&d->stripe[h->inl[0]]);
+}
+
+int
+kv_dur_lock_keys(kv_dur *d, const kv_bytes *keys, size_t n, kv_dur_held *h)
+{
+	size_t k = 0;
+
+	h->idx = h->inl;
+	h->n = 0;
+	if (n > sizeof(h->inl) / sizeof(h->inl[0])) {
+		h->idx = malloc(n * sizeof(*h->idx));
+		if (h->idx == NULL)
+			return KV_ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		h->idx[i] = stripe_of(keys[i].p, keys[i].len);
+	qsort(h->idx, n, sizeof(*h->idx), u16_cmp);
+	for (size_t i = 0; i < n; i++)
+		if (k == 0 || h->idx[k - 1] != h->idx[i])
+			h->idx[k++] = h->idx[i];
+	h->n = k;
+	for (size_t i = 0; i < k; i++)
+		pthread_mutex_lock(&d->stripe[h->idx[i]]);
+	return KV_OK;
+}
+
+void
+kv_dur_unlock(kv_dur *d, kv_dur_held *h)
+{
+	for (size_t i = h->n; i > 0; i--)
+		pthread_mutex_unlock(&d->stripe[h->idx[i - 1]]);
+	if (h->idx != h->inl)
+		free(h->idx);
+	h->idx = h->inl;
+	h->n = 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Records
+ * ------------------------------------------------------------------------ */
+
+/* Writes type, flags and the dedup fields into hdr; returns the length. */
+static size_t
+rec_head(uint8_t *hdr, uint8_t type, const kv_dur_dedup *dd)
+{
+	size_t n = 0;
+	hdr[n++] = type;
+	hdr[n++] = dd ? REC_F_DEDUP : 0;
+	if (dd) {
+		kv_put64(hdr + n, dd->client);
+		kv_put64(hdr + n + 8, dd->req);
+		kv_put64(hdr + n + 16, dd->value_len);
+		kv_put64(hdr + n + 24, dd->time_ms);
+		n += 32;
+	}
+	return n;
+}
+
+static int
+append(kv_dur *d, struct iovec *iov, int n, uint64_t *lsn)
+{
+	uint64_t l = 0;
+	int rv = kv_wal_appendv(d->wal, iov, n, &l);
+	if (rv != 0)
+		return rv;
+	/* Appends are ordered by the log's mutex; keep the highest. */
+	uint64_t cur = atomic_load(&d->last_lsn);
+	while (cur < l && !atomic_compare_exchange_weak(&d->last_lsn, &cur, l))
+		;
+	if (lsn)
+		*lsn = l;
+	return KV_OK;
+}
+
+int
+kv_dur_log_put(kv_dur *d, const void *key, size_t klen, const void *val, size_t vlen,
+               const kv_dur_dedup *dd, uint64_t *lsn)
+{
+	uint8_t hdr[HDR_MAX], vl[4];
+	size_t h = rec_head(hdr, REC_PUT, dd);
+
+	kv_put32(hdr + h, (uint32_t)klen);
+	kv_put32(vl, (uint32_t)vlen);
+	struct iovec iov[4] = {{hdr, h + 4}, {(void *)key, klen}, {vl, 4}, {(void *)val, vlen}};
+	return append(d, iov, 4, lsn);
+}
+
+int
+kv_dur_log_del(kv_dur *d, const void *key, size_t klen, const kv_dur_dedup *dd, uint64_t *lsn)
+{
+	uint8_t hdr[HDR_MAX];
+	size_t h = rec_head(hdr, REC_DEL, dd);
+
+	kv_put32(hdr + h, (uint32_t)klen);
+	struct iovec iov[2] = {{hdr, h + 4}, {(void *)key, klen}};
+	return append(d, iov, 2, lsn);
+}
+
+int
+kv_dur_log_mput(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
+                const kv_dur_dedup *dd, uint64_t *lsn)
+{
+	uint8_t hdr[HDR_MAX];
+	size_t h = rec_head(hdr, REC_MPUT, dd);
+	struct iovec *iov;
+	uint8_t *lens;
+	int rv;
+
+	if (n == 0 || n > (size_t)INT32_MAX / 4 - 1)
+		return KV_EINVAL;
+	iov = malloc((4 * n + 1) * sizeof(*iov));
+	lens = malloc(8 * n);
+	if (iov == NULL || lens == NULL) {
+		free(iov);
+		free(lens);
+		return KV_ENOMEM;
+	}
+	kv_put32(hdr + h, (uint32_t)n);
+	iov[0] = (struct iovec){hdr, h + 4};
+	for (size_t i = 0; i < n; i++) {
+		kv_put32(lens + 8 * i, (uint32_t)keys[i].len);
+		kv_put32(lens + 8 * i + 4, (uint32_t)vals[i].len);
+		iov[1 + 4 * i] = (struct iovec){lens + 8 * i, 4};
+		iov[2 + 4 * i] = (struct iovec){(void *)keys[i].p, keys[i].len};
+		iov[3 + 4 * i] = (struct iovec){lens + 8 * i + 4, 4};
+		iov[4 + 4 * i] = (struct iovec){(void *)vals[i].p, vals[i].len};
+	}
+	rv = append(d, iov, (int)(4 * n + 1), lsn);
+	free(iov);
+	free(lens);
+	return rv;
+}
+
+int
+kv_dur_log_range_del(kv_dur *d, const void *start, size_t slen, const void *end, size_t elen,
+                     uint64_t *lsn)
+{
+	uint8_t hdr[HDR_MAX], el[4];
+	size_t h = rec_head(hdr, REC_RANGE_DEL, NULL);
+
+	kv_put32(hdr + h, (uint32_t)slen);
+	kv_put32(el, (uint32_t)elen);
+	struct iovec iov[4] = {{hdr, h + 4}, {(void *)start, slen}, {el, 4}, {(void *)end, elen}};
+	return append(d, iov, 4, lsn);
+}
+
+int
+kv_dur_log_dedup(kv_dur *d, const kv_dur_dedup *dd, int status, const void *key, size_t klen,
+                 uint64_t *lsn)
+{
+	uint8_t hdr[HDR_MAX + 4];
+	size_t h = rec_head(hdr, REC_DEDUP, dd);
+
+	kv_put32(hdr + h, (uint32_t)status);
+	kv_put32(hdr + h + 4, (uint32_t)klen);
+	struct iovec iov[2] = {{hdr, h + 8}, {(void *)key, klen}};
+	return append(d, iov, 2, lsn);
+}
+
+/* A bounds-checked reader over one record. */
+typedef struct {
+	const uint8_t *p; /* next byte */
+	size_t n;         /* bytes left */
+	bool bad;         /* ran past the end */
+} rd;
+
+static uint32_t
+rd32(rd *r)
+{
+	if (r->n < 4) {
+		r->bad = true;
+		r->n = 0;
+		return 0;
+	}
+	uint32_t v = kv_get32(r->p);
+	r->p += 4;
+	r->n -= 4;
+	return v;
+}
+
+static uint64_t
+rd64(rd *r)
+{
+	if (r->n < 8) {
+		r->bad = true;
+		r->n = 0;
+		return 0;
+	}
+	uint64_t v = kv_get64(r->p);
+	r->p += 8;
+	r->n -= 8;
+	return v;
+}
+
+/* Takes a u32 length and that many bytes. */
+static kv_bytes
+rdbytes(rd *r)
+{
+	kv_bytes b = {0};
+	uint32_t len = rd32(r);
+	if (r->bad || len > r->n) {
+		r->bad = true;
+		r->n = 0;
+		return b;
+	}
+	b.p = r->p;
+	b.len = len;
+	r->p += len;
+	r->n -= len;
+	return b;
+}
+
+/* Applies one replayed record. */
+typedef struct {
+	kv_store *store;
+	kv_dedup *dedup;
+	uint64_t records;
+	uint64_t bytes;
+} replay_ctx;
+
+static void
+remember(replay_ctx *c, const kv_dur_dedup *dd, int status, const void *key, size_t klen)
+{
+	kv_dedup_result r = {.status = status, .value_len = dd->value_len};
+	/* Failing to remember only weakens exactly-once for that request. */
+	(void)kv_dedup_insert(c->dedup, dd->client, dd->req, &r, key, klen, dd->time_ms);
+}
+
+static int
+replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
+{
+	replay_ctx *c = arg;
+	rd r = {.p = p, .n = n};
+	kv_dur_dedup dd = {0};
+	bool has_dd;
+	uint8_t type;
+	int rv = KV_OK;
+
+	(void)lsn;
+	if (n < 2)
+		return KV_ECORRUPT;
+	type = p[0];
+	has_dd = (p[1] & REC_F_DEDUP) != 0;
+	r.p += 2;
+	r.n -= 2;
+	if (has_dd) {
+		dd.client = rd64(&r);
+		dd.req = rd64(&r);
+		dd.value_len = rd64(&r);
+		dd.time_ms = rd64(&r);
+	}
+	switch (type) {
+	case REC_PUT: {
+		kv_bytes k = rdbytes(&r), v = rdbytes(&r);
+		if (r.bad || k.len == 0)
+			return KV_ECORRUPT;
+		rv = kv_store_put(c->store, k.p, k.len, v.p ? v.p : (const uint8_t *)"", v.len);
+		if (rv == 0 && has_dd)
+			remember(c, &dd, 0, k.p, k.len);
+		break;
+	}
+	case REC_DEL: {
+		kv_bytes k = rdbytes(&r);
+		if (r.bad || k.len == 0)
+			return KV_ECORRUPT;
+		rv = kv_store_del(c->store, k.p, k.len, NULL);
+		if (rv == KV_ENOTFOUND)
+			rv = KV_OK; /* already gone in the snapshot */
+		if (rv == 0 && has_dd)
+			remember(c, &dd, 0, k.p, k.len);
+		break;
+	}
+	case REC_MPUT: {
+		uint32_t cnt = rd32(&r);
+		kv_bytes first = {0};
+		for (uint32_t i = 0; i < cnt && rv == 0; i++) {
+			kv_bytes k = rdbytes(&r), v = rdbytes(&r);
+			if (r.bad || k.len == 0)
+				return KV_ECORRUPT;
+			if (i == 0)
+				first = k;
+			rv = kv_store_put(c->store, k.p, k.len, v.p ? v.p : (const uint8_t *)"",
+			                  v.len);
+		}
+		if (r.bad || cnt == 0)
+			return KV_ECORRUPT;
+		if (rv == 0 && has_dd)
+			remember(c, &dd, 0, first.p, first.len);
+		break;
+	}
+	case REC_RANGE_DEL: {
+		kv_bytes s = rdbytes(&r), e = rdbytes(&r);
+		if (r.bad)
+			return KV_ECORRUPT;
+		do
+			rv = kv_store_range_delete(c->store, s.p, s.len, e.p, e.len, 4096, NULL);
+		while (rv == KV_EBUSY);
+		break;
+	}
+	case REC_DEDUP: {
+		int status = (int)rd32(&r);
+		kv_bytes k = rdbytes(&r);
+		if (r.bad || !has_dd)
+			return KV_ECORRUPT;
+		remember(c, &dd, status, k.p, k.len);
+		break;
+	}
+	default:
+		return KV_ECORRUPT;
+	}
+	if (r.n != 0)
+		return KV_ECORRUPT;
+	c->records++;
+	c->bytes += n;
+	return rv;
+}
+
+/* ------------------------------------------------------------------------
+ * Snapshots
+ * ------------------------------------------------------------------------ */
+
+static int
+snap_load_cb(void *arg, uint8_t type, const uint8_t *key, size_t klen, const uint8_t *val,
+             size_t vlen)
+{
+	replay_ctx *c = arg;
+
+	if (klen == 0)
+		return KV_ECORRUPT;
+	if (type == SNAP_KV)
+		return kv_store_put(c->store, key, klen, val ? val : (const uint8_t *)"", vlen);
+	if (type == SNAP_DEDUP) {
+		if (vlen != DEDUP_VAL)
+			return KV_ECORRUPT;
+		kv_dur_dedup dd = {.client = kv_get64(val),
+		                   .req = kv_get64(val + 8),
+		                   .value_len = kv_get64(val + 16),
+		                   .time_ms = kv_get64(val + 24)};
+		remember(c, &dd, (int)kv_get32(val + 32), key, klen);
+		return KV_OK;
+	}
+	return KV_ECORRUPT;
+}
+
+/* Entries copied out of one store step. */
+typedef struct {
+	kv_buf keys[SNAP_STEP];
+	kv_buf vals[SNAP_STEP];
+	size_t n;
+	bool oom;
+} snap_batch;
+
+static int
+snap_copy_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	snap_batch *b = arg;
+	if (b->n == SNAP_STEP)
+		return 1;
+	if (kv_buf_set(&b->keys[b->n], key, klen) != 0 ||
+	    kv_buf_set(&b->vals[b->n], val ? val : (const uint8_t *)"", vlen) != 0) {
+		b->oom = true;
+		return 1;
+	}
+	b->n++;
+	return 0;
+}
+
+/* Adds the exactly-once memory to the snapshot being written. */
+typedef struct {
+	kv_snap_writer *w;
+	int rv;
+} dedup_visit;
+
+static void
+snap_dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *res,
+              const uint8_t *key, size_t klen, uint64_t time_ms)
+{
+	dedup_visit *v = arg;
+	uint8_t val[DEDUP_VAL];
+
+	if (v->rv != 0 || klen == 0)
+		return;
+	kv_put64(val, client);
+	kv_put64(val + 8, req);
+	kv_put64(val + 16, res->value_len);
+	kv_put64(val + 24, time_ms);
+	kv_put32(val + 32, (uint32_t)res->status);
+	v->rv = kv_snap_add(v->w, SNAP_DEDUP, key, klen, val, sizeof(val));
+}
+
+static bool
+stopping(kv_dur *d)
+{
+	pthread_mutex_lock(&d->mu);
+	bool s = d->stop;
+	pthread_mutex_unlock(&d->mu);
+	return s;
+}
+
+static int
+snapshot(kv_dur *d, bool abortable)
+{
+	kv_snap_writer *w = NULL;
+	kv_store_cursor c;
+	snap_batch *b = NULL;
+	uint64_t lsn = 0, t0 = kv_now_ns(), bytes = 0, entries = 0;
+	kv_wal_stats ws;
+	char err[600] = "";
+	int rv;
+
+	pthread_mutex_lock(&d->snap_mu);
+	kv_wal_stats_get(d->wal, &ws);
+	/* Every record before the new segment has been applied once we hold
+	 * the barrier: apply+log sections hold it for reading. */
+	pthread_rwlock_wrlock(&d->barrier);
+	rv = kv_wal_rotate(d->wal, &lsn);
+	pthread_rwlock_unlock(&d->barrier);
+	if (rv != 0)
+		goto out;
+	pthread_mutex_lock(&d->mu);
+	d->snap_log_at = ws.bytes;
+	pthread_mutex_unlock(&d->mu);
+	if ((rv = kv_snap_begin(d->dir, lsn, &w, err, sizeof(err))) != 0)
+		goto out;
+	if ((b = calloc(1, sizeof(*b))) == NULL) {
+		rv = KV_ENOMEM;
+		goto out;
+	}
+	kv_store_cursor_init(&c);
+	while (!c.done) {
+		if (abortable && stopping(d)) {
+			rv = KV_ECLOSED;
+			break;
+		}
+		b->n = 0;
+		rv = kv_store_range_step(d->o.store, "", 0, "", 0, &c, SNAP_STEP, snap_copy_cb, b);
+		if (rv == 0 && b->oom)
+			rv = KV_ENOMEM;
+		for (size_t i = 0; i < b->n && rv == 0; i++) {
+			rv = kv_snap_add(w, SNAP_KV, b->keys[i].data, b->keys[i].len,
+			                 b->vals[i].data, b->vals[i].len);
+			bytes += b->keys[i].len + b->vals[i].len;
+			entries++;
+		}
+		if (rv != 0)
+			break;
+	}
+	kv_store_cursor_fini(&c);
+	for (size_t i = 0; i < SNAP_STEP; i++) {
+		kv_buf_fini(&b->keys[i]);
+		kv_buf_fini(&b->vals[i]);
+	}
+	if (rv == 0) {
+		dedup_visit v = {.w = w};
+		kv_dedup_visit_range(d->o.dedup, "", 0, "", 0, snap_dedup_cb, &v);
+		rv = v.rv;
+	}
+	if (rv != 0)
+		goto out;
+	rv = kv_snap_commit(w, err, sizeof(err));
+	w = NULL;
+	if (rv != 0)
+		goto out;
+	rv = kv_wal_drop_before(d->wal, lsn);
+	uint64_t ms = (kv_now_ns() - t0) / 1000000u;
+	pthread_mutex_lock(&d->mu);
+	d->st.snapshots++;
+	d->st.snapshot_ms = ms;
+	d->st.snapshot_bytes = bytes;
+	d->st.snapshot_lsn = lsn;
+	d->last_snap_sz = bytes;
+	pthread_mutex_unlock(&d->mu);
+	KV_INFO(COMP, "snapshot written", "lsn=%llu entries=%llu bytes=%llu ms=%llu",
+	        (unsigned long long)lsn, (unsigned long long)entries, (unsigned long long)bytes,
+	        (unsigned long long)ms);
+out:
+	if (w)
+		kv_snap_abort(w);
+	free(b);
+	if (rv != 0 && rv != KV_ECLOSED)
+		KV_WARN(COMP, "snapshot failed", "err=%s detail=\"%s\"", kv_errname(rv), err);
+	pthread_mutex_unlock(&d->snap_mu);
+	return rv;
+}
+
+int
+kv_dur_snapshot(kv_dur *d)
+{
+	return snapshot(d, false);
+}
+
+static void *
+snap_main(void *arg)
+{
+	kv_dur *d = arg;
+	uint64_t threshold = d->o.snapshot_bytes ? d->o.snapshot_bytes : SNAP_MIN;
+
+	pthread_mutex_lock(&d->mu);
+	while (!d->stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+		if (d->stop)
+			break;
+		uint64_t need = threshold;
+		if (!d->o.snapshot_bytes && d->last_snap_sz > need)
+			need = d->last_snap_sz; /* the log may grow as big as the data */
+		uint64_t at = d->snap_log_at;
+		pthread_mutex_unlock(&d->mu);
+		kv_wal_stats ws;
+		kv_wal_stats_get(d->wal, &ws);
+		if (ws.health == 0 && ws.bytes - at >= need)
+			(void)snapshot(d, true);
+		pthread_mutex_lock(&d->mu);
+	}
+	pthread_mutex_unlock(&d->mu);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Open, close
+ * ------------------------------------------------------------------------ */
+
+int
+kv_dur_open(const kv_dur_opts *o, kv_dur **out, kv_dur_report *rep, char *err, size_t errlen)
+{
+	kv_dur *d = calloc(1, sizeof(*d));
+	replay_ctx rc = {.store = o->store, .dedup = o->dedup};
+	kv_wal_report wr;
+	pthread_rwlockattr_t ra;
+	uint64_t t0 = kv_now_ns();
+	int rv;
+
+	memset(rep, 0, sizeof(*rep));
+	if (d == NULL || (d->dir = strdup(o->dir)) == NULL) {
+		free(d);
+		return KV_ENOMEM;
+	}
+	d->o = *o;
+	d->o.dir = d->dir;
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&d->barrier, &ra);
+	pthread_rwlockattr_destroy(&ra);
+	for (size_t i = 0; i < KV_DUR_STRIPES; i++)
+		pthread_mutex_init(&d->stripe[i], NULL);
+	pthread_mutex_init(&d->mu, NULL);
+	pthread_mutex_init(&d->snap_mu, NULL);
+	pthread_cond_init(&d->cv, NULL);
+
+	rv = kv_snap_load(d->dir, snap_load_cb, &rc, &rep->snap_lsn, &rep->snap_entries,
+	                  &rep->snap_bytes, err, errlen);
+	if (rv != 0)
+		goto fail;
+	rv = kv_wal_replay(d->dir, rep->snap_lsn, o->truncate_corrupt, replay_cb, &rc, &wr, err,
+	                   errlen);
+	if (rv != 0) {
+		if (rv != KV_ECORRUPT && err && errlen && err[0] == '\0')
+			snprintf(err, errlen, "replaying the log failed: %s", kv_strerror(rv));
+		goto fail;
+	}
+	rep->log_records = rc.records;
+	rep->log_bytes = rc.bytes;
+	rep->torn = wr.torn;
+	rep->torn_bytes = wr.torn_bytes;
+	snprintf(rep->torn_file, sizeof(rep->torn_file), "%s", wr.file);
+	kv_wal_opts wo = {.dir = d->dir, .mode = o->mode};
+	if ((rv = kv_wal_open(&wo, wr.next_lsn, &d->wal, err, errlen)) != 0)
+		goto fail;
+	atomic_store(&d->last_lsn, wr.next_lsn - 1);
+	d->last_snap_sz = rep->snap_bytes;
+	rep->elapsed_ns = kv_now_ns() - t0;
+	if (pthread_create(&d->thr, NULL, snap_main, d) != 0) {
+		kv_wal_close(d->wal);
+		rv = KV_ENOMEM;
+		goto fail;
+	}
+	d->thr_started = true;
+	*out = d;
+	return KV_OK;
+fail:
+	pthread_rwlock_destroy(&d->barrier);
+	for (size_t i = 0; i < KV_DUR_STRIPES; i++)
+		pthread_mutex_destroy(&d->stripe[i]);
+	pthread_mutex_destroy(&d->mu);
+	pthread_mutex_destroy(&d->snap_mu);
+	pthread_cond_destroy(&d->cv);
+	free(d->dir);
+	free(d);
+	return rv;
+}
+
+void
+kv_dur_close(kv_dur *d)
+{
+	if (d == NULL)
+		return;
+	pthread_mutex_lock(&d->mu);
+	d->stop = true;
+	pthread_cond_broadcast(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+	if (d->thr_started)
+		pthread_join(d->thr, NULL);
+	kv_wal_close(d->wal);
+	pthread_rwlock_destroy(&d->barrier);
+	for (size_t i = 0; i < KV_DUR_STRIPES; i++)
+		pthread_mutex_destroy(&d->stripe[i]);
+	pthread_mutex_destroy(&d->mu);
+	pthread_mutex_destroy(&d->snap_mu);
+	pthread_cond_destroy(&d->cv);
+	free(d->dir);
+	free(d);
+}
+
+/* ------------------------------------------------------------------------
+ * Pass-throughs
+ * ------------------------------------------------------------------------ */
+
+kv_fsync_mode
+kv_dur_mode(const kv_dur *d)
+{
+	return d->o.mode;
+}
+
+int
+kv_dur_health(kv_dur *d)
+{
+	return kv_wal_health(d->wal);
+}
+
+uint64_t
+kv_dur_last_lsn(kv_dur *d)
+{
+	return atomic_load(&d->last_lsn);
+}
+
+int
+kv_dur_notify(kv_dur *d, uint64_t lsn, kv_wal_done_fn done, void *arg)
+{
+	return kv_wal_notify(d->wal, lsn, done, arg);
+}
+
+int
+kv_dur_sync(kv_dur *d)
+{
+	uint64_t l = atomic_load(&d->last_lsn);
+	if (l == 0)
+		return KV_OK;
+	return kv_wal_wait(d->wal, l, d->o.mode != KV_FSYNC_NONE);
+}
+
+void
+kv_dur_stats_get(kv_dur *d, kv_dur_stats *st)
+{
+	pthread_mutex_lock(&d->mu);
+	*st = d->st;
+	pthread_mutex_unlock(&d->mu);
+	kv_wal_stats_get(d->wal, &st->wal);
+}

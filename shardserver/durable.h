@@ -1,0 +1,138 @@
+/*
+ * durable.h - what a shard server keeps on disk: every change to its store
+ * goes to the write-ahead log (wal.h) before it is acknowledged, a
+ * background snapshot (snap.h) lets the log be cut, and a restart rebuilds
+ * the store from the newest snapshot plus the log.
+ *
+ * Log records are blind writes ("key is now V", "key is gone", "range is
+ * gone", "this (client, request) was applied"), so replaying a record that
+ * a fuzzy snapshot already holds changes nothing: the state of a key after
+ * replay is the effect of the last record that touched it. Appends are
+ * logged as the whole value after the append.
+ *
+ * Ordering. Per key, the log must hold writes in the order the store applied
+ * them. Writes take the key's stripe lock (kv_dur_lock_keys) around "apply
+ * to the store, then append the record", so two writes to one key are
+ * applied and logged in the same order. Every apply+log section also holds
+ * the barrier lock for reading (kv_dur_begin/kv_dur_end); the snapshotter
+ * takes it for writing only to start a new log segment, after which every
+ * record before that segment is in the store.
+ *
+ * Lock order: owner.lock -> kv_mig_out.mu -> barrier (read) -> key stripes
+ * (ascending) -> store partition locks / dedup stripes -> the log's mutex.
+ */
+#ifndef KV_SHARDSERVER_DURABLE_H
+#define KV_SHARDSERVER_DURABLE_H
+
+#include "common/key.h"
+#include "shardserver/dedup.h"
+#include "shardserver/wal.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kv_dur kv_dur;
+typedef struct kv_store kv_store;
+
+/* Dedup fields of a logged write. */
+typedef struct {
+	uint64_t client;    /* Request.client_id */
+	uint64_t req;       /* Op.request_id */
+	uint64_t value_len; /* append: length after the append */
+	uint64_t time_ms;   /* when applied, Unix ms */
+} kv_dur_dedup;
+
+typedef struct {
+	const char *dir;         /* the data dir */
+	kv_fsync_mode mode;      /* --fsync */
+	uint64_t snapshot_bytes; /* log bytes that trigger a snapshot; 0: default */
+	bool truncate_corrupt;   /* --wal-truncate-corrupt */
+	kv_store *store;         /* where recovery loads data */
+	kv_dedup *dedup;         /* where recovery loads exactly-once memory */
+} kv_dur_opts;
+
+/* What recovery found, for the start-up log line. */
+typedef struct {
+	uint64_t snap_lsn;     /* snapshot loaded (1: none) */
+	uint64_t snap_entries; /* its entries */
+	uint64_t snap_bytes;   /* its payload bytes */
+	uint64_t log_records;  /* log records replayed */
+	uint64_t log_bytes;    /* their bytes */
+	uint64_t elapsed_ns;   /* wall time of recovery */
+	bool torn;             /* a torn tail was dropped */
+	uint64_t torn_bytes;   /* its size */
+	char torn_file[512];   /* where */
+} kv_dur_report;
+
+/* Recovers the store from DIR (snapshot + log), opens the log for appending
+ * and starts the snapshot thread. On failure writes the reason (naming the
+ * file and offset for corruption) into err. Returns 0, KV_ECORRUPT, KV_EIO,
+ * KV_ENOSPC or KV_ENOMEM. */
+int kv_dur_open(const kv_dur_opts *o, kv_dur **out, kv_dur_report *rep, char *err, size_t errlen);
+
+/* Stops the snapshot thread, writes and fsyncs what is buffered, closes.
+ * Accepts NULL. */
+void kv_dur_close(kv_dur *d);
+
+/* The fsync mode. */
+kv_fsync_mode kv_dur_mode(const kv_dur *d);
+
+/* 0 while the log accepts writes, else KV_ENOSPC/KV_EIO: refuse writes. */
+int kv_dur_health(kv_dur *d);
+
+/* Enter/leave an apply+log section (the snapshot barrier, read side). */
+void kv_dur_begin(kv_dur *d);
+void kv_dur_end(kv_dur *d);
+
+/* Key stripe locks held by one write (kv_dur_lock_keys). */
+#define KV_DUR_STRIPES 1024u
+typedef struct {
+	uint16_t *idx;   /* stripe indexes held, ascending (inl or heap) */
+	size_t n;        /* how many */
+	uint16_t inl[8]; /* storage for up to 8 */
+} kv_dur_held;
+
+/* Locks the stripes of n keys (duplicates once, ascending order). Returns 0
+ * or KV_ENOMEM (nothing held). Release with kv_dur_unlock. */
+int kv_dur_lock_keys(kv_dur *d, const kv_bytes *keys, size_t n, kv_dur_held *h);
+void kv_dur_lock_key(kv_dur *d, const void *key, size_t klen, kv_dur_held *h);
+void kv_dur_unlock(kv_dur *d, kv_dur_held *h);
+
+/* Log records. Each copies its arguments and returns the record's lsn in
+ * *lsn (may be NULL). dd may be NULL. Return 0, KV_ENOMEM or KV_ECLOSED. */
+int kv_dur_log_put(kv_dur *d, const void *key, size_t klen, const void *val, size_t vlen,
+                   const kv_dur_dedup *dd, uint64_t *lsn);
+int kv_dur_log_del(kv_dur *d, const void *key, size_t klen, const kv_dur_dedup *dd, uint64_t *lsn);
+int kv_dur_log_mput(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
+                    const kv_dur_dedup *dd, uint64_t *lsn);
+int kv_dur_log_range_del(kv_dur *d, const void *start, size_t slen, const void *end, size_t elen,
+                         uint64_t *lsn);
+/* A dedup entry received with a range (migration). */
+int kv_dur_log_dedup(kv_dur *d, const kv_dur_dedup *dd, int status, const void *key, size_t klen,
+                     uint64_t *lsn);
+
+/* The lsn of the last record appended (0: none since start). */
+uint64_t kv_dur_last_lsn(kv_dur *d);
+
+/* Calls done(arg, status) once lsn is durable by the mode (see wal.h). */
+int kv_dur_notify(kv_dur *d, uint64_t lsn, kv_wal_done_fn done, void *arg);
+
+/* Blocks until every record so far is on disk (fsynced unless the mode is
+ * none). For migration handoffs. Returns 0 or the log's error. */
+int kv_dur_sync(kv_dur *d);
+
+/* Statistics for status and metrics. */
+typedef struct {
+	kv_wal_stats wal;        /* the log */
+	uint64_t snapshots;      /* snapshots written since start */
+	uint64_t snapshot_ms;    /* duration of the last one */
+	uint64_t snapshot_bytes; /* its payload bytes */
+	uint64_t snapshot_lsn;   /* its lsn */
+} kv_dur_stats;
+void kv_dur_stats_get(kv_dur *d, kv_dur_stats *st);
+
+/* Takes a snapshot now (tests and shutdown); 0 or an error. */
+int kv_dur_snapshot(kv_dur *d);
+
+#endif

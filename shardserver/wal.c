@@ -1,0 +1,1590 @@
+/*
+ * wal.c - the write-ahead log (wal.h).
+ *
+ * Appending: appenders frame a record (header with a zero checksum, then the
+ * payload) at the end of the current buffer `cur` under `mu` and take the
+ * next lsn, so the byte order in the buffers is the lsn order. The single
+ * writer thread moves `cur` (the pointer, never the bytes) into its list of
+ * pending chunks, fills in the checksums outside the lock, writes all
+ * pending chunks with one pwritev(2) at the segment's good end, fdatasyncs
+ * by the policy, and then completes the notifications the new written or
+ * synced lsn covers, calling them outside the lock. Appenders that arrive
+ * while the writer is in write or fsync fill the next `cur`: that is the
+ * group commit.
+ *
+ * Failure and retry: the writer owns the bytes until they are safe - written
+ * (NONE) or fsynced (ALWAYS, BATCH) - and only then recycles the chunks. A
+ * failed write or fsync leaves the chunks in place, cuts the file back to
+ * its last good offset, sets the sticky health error and retries later from
+ * that offset; after a failed fsync every unsynced byte is rewritten, since
+ * the kernel may have dropped the dirty pages. So the file only ever holds a
+ * prefix of the lsn sequence, and no record is lost while the process lives.
+ *
+ * Segments: the writer switches to a new segment when the current one has
+ * grown past segment_bytes and more data arrives, or on kv_wal_rotate(). A
+ * switch first writes and fsyncs everything that belongs to the old segment,
+ * then creates the new file (header, fsync, dir fsync) and only then closes
+ * the old one.
+ *
+ * Locking: one mutex, `mu`, protects the fields marked "mu" below: the
+ * append buffer, the lsn counter, the rotation request, the published
+ * positions, health, the notification heap, the buffer pool and the
+ * counters. The fields marked "writer" belong to the writer thread, which
+ * uses them without the lock (fixed fields are set before the thread
+ * starts). Conditions: `work` wakes the writer (data, requests, close, test
+ * hook); `progress` wakes appenders waiting for buffer space and threads in
+ * kv_wal_wait() and kv_wal_rotate() (after every writer round). Callbacks run
+ * without the lock.
+ */
+#include "shardserver/wal.h"
+#include "common/bytes.h"
+#include "common/err.h"
+#include "common/key.h"
+#include "common/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define WAL_PATH_MAX    4096
+#define WAL_NAME_LEN    24                   /* "wal-" 16 hex ".log" */
+#define WAL_READ_CHUNK  (1u << 20)           /* replay reads ahead this much */
+#define WAL_MAX_CHUNKS  64                   /* pending buffers the writer holds */
+#define WAL_CHUNK_MIN   (64u * 1024u)        /* first allocation of a buffer */
+#define WAL_POOL_MAX    2                    /* spare buffers kept */
+#define WAL_POOL_CAP    (8u * 1024u * 1024u) /* ... if not bigger than this */
+#define WAL_FIRE_BATCH  128                  /* callbacks collected per unlock */
+#define WAL_RETRY_MIN   (100ull * 1000000ull)
+#define WAL_RETRY_MAX   (1000ull * 1000000ull)
+#define WAL_CLOSE_WAIT  (3000ull * 1000000ull)
+#define WAL_DEF_BATCH   10u
+#define WAL_DEF_SEGMENT (64ull * 1024ull * 1024ull)
+#define WAL_DEF_BUFFER  (64ull * 1024ull * 1024ull)
+
+static const char wal_magic[8] = {'S', 'K', 'V', 'W', 'A', 'L', '\0', '\0'};
+
+/* A buffer of whole framed records. */
+struct chunk {
+	uint8_t *data;     /* records, back to back */
+	size_t len;        /* bytes in use */
+	size_t cap;        /* bytes allocated */
+	uint64_t last_lsn; /* lsn of the last record (pending chunks only) */
+	bool hashed;       /* checksums filled in (pending chunks only) */
+};
+
+/* A requested notification. */
+struct note {
+	uint64_t lsn;
+	kv_wal_done_fn fn;
+	void *arg;
+};
+
+struct kv_wal {
+	/* fixed at open */
+	char *dir;              /* data dir */
+	kv_fsync_mode mode;     /* policy */
+	uint64_t batch_ns;      /* BATCH: fsync interval */
+	uint64_t segment_bytes; /* switch segments past this */
+	uint64_t buffer_bytes;  /* appenders block at this much unwritten */
+	pthread_t thread;       /* the writer */
+
+	pthread_mutex_t mu;
+	pthread_cond_t work;     /* the writer waits here */
+	pthread_cond_t progress; /* appenders, waiters and rotate wait here */
+
+	/* mu */
+	struct chunk cur;                /* records not yet taken by the writer */
+	uint64_t cur_records;            /* ... how many */
+	uint64_t next_lsn;               /* lsn of the next append */
+	struct chunk rot;                /* records before a requested rotation, not yet taken */
+	bool rot_pending;                /* a kv_wal_rotate() is in progress */
+	bool rot_taken;                  /* ... and the writer has taken `rot` */
+	uint64_t rot_req;                /* ... the first lsn of the segment it asked for */
+	uint64_t sync_req;               /* kv_wal_wait(sync) wants every record <= this fsynced */
+	uint64_t written_lsn;            /* published: every record <= this written */
+	uint64_t synced_lsn;             /* published: every record <= this fsynced */
+	uint64_t unwritten;              /* published: pending bytes the writer has not written */
+	uint64_t seg_first;              /* published: first lsn of the open segment */
+	int health;                      /* sticky I/O error, 0 when healthy */
+	uint64_t retry_at;               /* unhealthy: next retry (monotonic ns) */
+	uint64_t backoff;                /* ... current retry interval */
+	int fault;                       /* test hook: fail writes with this */
+	bool closing;                    /* kv_wal_close() has begun */
+	bool stopped;                    /* the writer thread has exited */
+	struct note *notes;              /* min-heap on lsn */
+	size_t nnotes;                   /* ... entries */
+	size_t notes_cap;                /* ... allocated */
+	struct chunk pool[WAL_POOL_MAX]; /* spare buffers */
+	int npool;                       /* ... how many */
+	uint64_t st_records;             /* appended records */
+	uint64_t st_bytes;               /* ... their payload bytes */
+	uint64_t st_writes;              /* published writer counter */
+	uint64_t st_fsyncs;              /* published writer counter */
+
+	/* writer */
+	int fd;                              /* the open segment */
+	uint64_t w_seg_first;                /* its first lsn */
+	uint64_t pend_off;                   /* file offset of chunks[0] */
+	struct chunk chunks[WAL_MAX_CHUNKS]; /* taken, not yet safe */
+	int nchunks;                         /* ... how many */
+	uint64_t pend_total;                 /* their bytes */
+	uint64_t pend_written;               /* ... of which written (a prefix) */
+	uint64_t seg_size;                   /* pend_off + pend_total */
+	uint64_t w_written;                  /* every record <= this written */
+	uint64_t w_synced;                   /* every record <= this fsynced */
+	uint64_t last_sync;                  /* time of the last fsync (ns) */
+	uint64_t switch_to;                  /* switch to a segment at this lsn, 0: no */
+	uint64_t n_writes, n_fsyncs;         /* counters */
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static int fail(char *err, size_t errlen, int rv, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int
+fail(char *err, size_t errlen, int rv, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return rv;
+}
+
+static int
+fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int rv = KV_OK;
+
+	if (fd < 0)
+		return kv_err_from_errno(errno);
+	if (fsync(fd) != 0)
+		rv = kv_err_from_errno(errno);
+	close(fd);
+	return rv;
+}
+
+/* Makes a new directory's entry durable by syncing its parent. */
+static void
+fsync_parent(const char *dir)
+{
+	char *p = strdup(dir), *slash;
+
+	if (p == NULL)
+		return;
+	while ((slash = strrchr(p, '/')) != NULL && slash[1] == '\0' && slash != p)
+		*slash = '\0'; /* trailing slashes */
+	slash = strrchr(p, '/');
+	if (slash == NULL)
+		(void)fsync_dir(".");
+	else {
+		slash[slash == p ? 1 : 0] = '\0';
+		(void)fsync_dir(p);
+	}
+	free(p);
+}
+
+static void
+seg_path(char *buf, size_t len, const char *dir, uint64_t first)
+{
+	snprintf(buf, len, "%s/wal-%016llx.log", dir, (unsigned long long)first);
+}
+
+/* Parses "wal-<16 lower-case hex digits>.log"; returns whether it is one. */
+static bool
+parse_seg_name(const char *name, uint64_t *first)
+{
+	uint64_t v = 0;
+
+	if (strlen(name) != WAL_NAME_LEN || strncmp(name, "wal-", 4) != 0 ||
+	    strcmp(name + 20, ".log") != 0)
+		return false;
+	for (int i = 4; i < 20; i++) {
+		char c = name[i];
+		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+		if (d < 0)
+			return false;
+		v = (v << 4) | (uint64_t)d;
+	}
+	*first = v;
+	return v > 0;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Lists the first lsns of DIR's segments, ascending. A missing dir has none. */
+static int
+list_segments(const char *dir, uint64_t **out, size_t *n, char *err, size_t errlen)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	uint64_t *v = NULL, first;
+	size_t cnt = 0, cap = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (d == NULL) {
+		if (errno == ENOENT)
+			return KV_OK;
+		return fail(err, errlen, kv_err_from_errno(errno), "cannot list wal dir %s: %s",
+		            dir, strerror(errno));
+	}
+	errno = 0;
+	while ((e = readdir(d)) != NULL) {
+		if (!parse_seg_name(e->d_name, &first))
+			continue;
+		if (cnt == cap) {
+			size_t ncap = cap ? 2 * cap : 16;
+			uint64_t *nv = realloc(v, ncap * sizeof(*v));
+			if (nv == NULL) {
+				free(v);
+				closedir(d);
+				return KV_ENOMEM;
+			}
+			v = nv;
+			cap = ncap;
+		}
+		v[cnt++] = first;
+	}
+	closedir(d);
+	if (cnt > 1)
+		qsort(v, cnt, sizeof(*v), cmp_u64);
+	*out = v;
+	*n = cnt;
+	return KV_OK;
+}
+
+static void
+encode_header(uint8_t h[KV_WAL_HEADER_SIZE], uint64_t first)
+{
+	memset(h, 0, KV_WAL_HEADER_SIZE);
+	memcpy(h, wal_magic, 8);
+	kv_put32(h + 8, KV_WAL_VERSION);
+	kv_put32(h + 12, KV_WAL_HEADER_SIZE);
+	kv_put64(h + 16, first);
+	kv_put64(h + 24, XXH3_64bits(h, 24));
+}
+
+static int
+pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+	while (n > 0) {
+		ssize_t r = pwrite(fd, p, n, (off_t)off);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return kv_err_from_errno(errno);
+		}
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return KV_OK;
+}
+
+/*
+ * Creates segment DIR/wal-<first>.log with its header, durable with its dir
+ * entry. An existing file of that name that holds no record (a crash while
+ * creating it, or a log closed without appends) is reused; one that holds
+ * records is KV_EEXISTS. Returns the descriptor in *fdp.
+ */
+static int
+create_segment(const char *dir, uint64_t first, int *fdp, char *err, size_t errlen)
+{
+	char path[WAL_PATH_MAX];
+	uint8_t h[KV_WAL_HEADER_SIZE];
+	struct stat st;
+	int fd, rv;
+
+	seg_path(path, sizeof(path), dir, first);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0 && errno == EEXIST) {
+		if (stat(path, &st) != 0)
+			return fail(err, errlen, kv_err_from_errno(errno), "cannot stat %s: %s",
+			            path, strerror(errno));
+		if (st.st_size > (off_t)KV_WAL_HEADER_SIZE)
+			return fail(err, errlen, KV_EEXISTS, "wal segment %s already holds records",
+			            path);
+		fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	}
+	if (fd < 0)
+		return fail(err, errlen, kv_err_from_errno(errno),
+		            "cannot create wal segment %s: %s", path, strerror(errno));
+	encode_header(h, first);
+	rv = pwrite_all(fd, h, sizeof(h), 0);
+	if (rv == KV_OK && fsync(fd) != 0)
+		rv = kv_err_from_errno(errno);
+	if (rv == KV_OK)
+		rv = fsync_dir(dir);
+	if (rv != KV_OK) {
+		close(fd);
+		unlink(path);
+		return fail(err, errlen, rv, "cannot create wal segment %s: %s", path,
+		            kv_strerror(rv));
+	}
+	*fdp = fd;
+	return KV_OK;
+}
+
+static void
+wait_until(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t ns)
+{
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+	                      .tv_nsec = (long)(ns % 1000000000ull)};
+	pthread_cond_timedwait(c, mu, &ts);
+}
+
+/* ---------------------------------------------------------------- fsync mode */
+
+int
+kv_fsync_mode_parse(const char *s, kv_fsync_mode *out)
+{
+	if (s == NULL)
+		return KV_EINVAL;
+	if (strcmp(s, "always") == 0)
+		*out = KV_FSYNC_ALWAYS;
+	else if (strcmp(s, "batch") == 0)
+		*out = KV_FSYNC_BATCH;
+	else if (strcmp(s, "none") == 0)
+		*out = KV_FSYNC_NONE;
+	else
+		return KV_EINVAL;
+	return KV_OK;
+}
+
+const char *
+kv_fsync_mode_name(kv_fsync_mode m)
+{
+	switch (m) {
+	case KV_FSYNC_ALWAYS:
+		return "always";
+	case KV_FSYNC_BATCH:
+		return "batch";
+	case KV_FSYNC_NONE:
+		return "none";
+	}
+	return "unknown";
+}
+
+/* ---------------------------------------------------------------- replay */
+
+/* A read-ahead window over one file, so records are read with few preads
+ * and the torn-tail scan can look at any offset. */
+struct reader {
+	int fd;
+	uint64_t size; /* file size */
+	uint8_t *buf;  /* window */
+	size_t cap;    /* ... allocated */
+	uint64_t boff; /* file offset of buf[0] */
+	size_t blen;   /* bytes valid in buf */
+};
+
+/* Points *p at bytes [off, off + n) of the file (off + n <= size). */
+static int
+rd_get(struct reader *r, uint64_t off, size_t n, const uint8_t **p)
+{
+	size_t want, got = 0;
+
+	if (off >= r->boff && off + n <= r->boff + r->blen) {
+		*p = r->buf + (off - r->boff);
+		return KV_OK;
+	}
+	want = n > WAL_READ_CHUNK ? n : WAL_READ_CHUNK;
+	if (want > r->size - off)
+		want = (size_t)(r->size - off);
+	if (want > r->cap) {
+		uint8_t *nb = realloc(r->buf, want);
+		if (nb == NULL)
+			return KV_ENOMEM;
+		r->buf = nb;
+		r->cap = want;
+	}
+	r->blen = 0;
+	while (got < want) {
+		ssize_t k = pread(r->fd, r->buf + got, want - got, (off_t)(off + got));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return kv_err_from_errno(errno);
+		if (k == 0)
+			return KV_EIO; /* the file shrank under us */
+		got += (size_t)k;
+	}
+	r->boff = off;
+	r->blen = want;
+	*p = r->buf;
+	return KV_OK;
+}
+
+/* Checks the record at off. Returns 1 when it is intact (*len, *lsn set), 0
+ * when not, or an error. */
+static int
+rec_intact(struct reader *r, uint64_t off, uint32_t *len, uint64_t *lsn)
+{
+	const uint8_t *p;
+	uint32_t n;
+	int rv;
+
+	if (r->size - off < KV_WAL_RECORD_HEADER)
+		return 0;
+	if ((rv = rd_get(r, off, KV_WAL_RECORD_HEADER, &p)) != KV_OK)
+		return rv;
+	n = kv_get32(p + 8);
+	if (n == 0 || n > KV_WAL_MAX_RECORD || kv_get32(p + 12) != 0 ||
+	    (uint64_t)n > r->size - off - KV_WAL_RECORD_HEADER)
+		return 0;
+	*len = n;
+	*lsn = kv_get64(p + 16);
+	if ((rv = rd_get(r, off, KV_WAL_RECORD_HEADER + (size_t)n, &p)) != KV_OK)
+		return rv;
+	return kv_get64(p) == XXH3_64bits(p + 8, 16 + (size_t)n) ? 1 : 0;
+}
+
+/* Returns 1 when an intact record with a plausible lsn (>= expect) starts
+ * anywhere after offset bad, 0 when none does, or an error. */
+static int
+intact_after(struct reader *r, uint64_t bad, uint64_t expect)
+{
+	uint64_t span = (r->size - bad) / KV_WAL_RECORD_HEADER + 1;
+
+	for (uint64_t off = bad + 1; off + KV_WAL_RECORD_HEADER <= r->size; off++) {
+		const uint8_t *p;
+		uint64_t lsn;
+		uint32_t len;
+		int rv = rd_get(r, off, KV_WAL_RECORD_HEADER, &p);
+		if (rv != KV_OK)
+			return rv;
+		/* cheap filters first: only plausible headers are hashed */
+		if (kv_get32(p + 12) != 0 || kv_get32(p + 8) == 0)
+			continue;
+		lsn = kv_get64(p + 16);
+		if (lsn < expect || lsn - expect > span)
+			continue;
+		if ((rv = rec_intact(r, off, &len, &lsn)) != 0)
+			return rv;
+	}
+	return 0;
+}
+
+static bool
+all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != 0)
+			return false;
+	return true;
+}
+
+/* Copies path into rep->file (cut to fit). */
+static void
+report_file(kv_wal_report *rep, const char *path)
+{
+	size_t n = strlen(path);
+
+	if (n >= sizeof(rep->file))
+		n = sizeof(rep->file) - 1;
+	memcpy(rep->file, path, n);
+	rep->file[n] = '\0';
+}
+
+/* State of one replay, for the cut and the messages. */
+struct replay {
+	const char *dir;
+	const uint64_t *segs; /* first lsns, ascending */
+	size_t nsegs;
+	kv_wal_report *rep;
+	char *err;
+	size_t errlen;
+	bool stop; /* the log was cut: read no further */
+};
+
+/*
+ * Handles damage at (segment i, offset off): without truncate_corrupt a
+ * KV_ECORRUPT naming both; with it, cuts the log there - truncates segment
+ * i to off (removes it when off is 0) and removes every later segment - and
+ * returns 0 with rp->stop set.
+ */
+static int
+damage(struct replay *rp, bool cut, size_t i, uint64_t off, uint64_t fsize, const char *what)
+{
+	char path[WAL_PATH_MAX];
+	kv_wal_report *rep = rp->rep;
+	uint64_t dropped = 0;
+	int rv = KV_OK;
+
+	seg_path(path, sizeof(path), rp->dir, rp->segs[i]);
+	report_file(rep, path);
+	rep->offset = off;
+	if (!cut)
+		return fail(rp->err, rp->errlen, KV_ECORRUPT, "wal segment %s: %s at offset %llu",
+		            path, what, (unsigned long long)off);
+	if (off == 0) {
+		if (unlink(path) != 0 && errno != ENOENT)
+			rv = kv_err_from_errno(errno);
+	} else {
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || ftruncate(fd, (off_t)off) != 0 || fsync(fd) != 0)
+			rv = kv_err_from_errno(errno);
+		if (fd >= 0)
+			close(fd);
+	}
+	dropped += fsize - off;
+	for (size_t j = i + 1; rv == KV_OK && j < rp->nsegs; j++) {
+		struct stat st;
+		seg_path(path, sizeof(path), rp->dir, rp->segs[j]);
+		if (stat(path, &st) == 0)
+			dropped += (uint64_t)st.st_size;
+		if (unlink(path) != 0 && errno != ENOENT)
+			rv = kv_err_from_errno(errno);
+	}
+	if (rv == KV_OK)
+		rv = fsync_dir(rp->dir);
+	if (rv != KV_OK)
+		return fail(rp->err, rp->errlen, rv, "cannot cut wal at %s offset %llu: %s",
+		            rep->file, (unsigned long long)off, kv_strerror(rv));
+	rep->torn = true;
+	rep->torn_bytes = dropped;
+	fail(rp->err, rp->errlen, KV_OK,
+	     "wal segment %s: %s at offset %llu; cut the log there, dropping %llu bytes", rep->file,
+	     what, (unsigned long long)off, (unsigned long long)dropped);
+	KV_ERROR("wal", "cut corrupt wal", "file=%s offset=%llu dropped=%llu what=\"%s\"",
+	         rep->file, (unsigned long long)off, (unsigned long long)dropped, what);
+	rp->stop = true;
+	return KV_OK;
+}
+
+/* Cuts the torn tail of the last segment at off (fd open for writing). */
+static int
+cut_torn(struct replay *rp, int fd, const char *path, uint64_t off, uint64_t size)
+{
+	kv_wal_report *rep = rp->rep;
+
+	if (ftruncate(fd, (off_t)off) != 0 || fsync(fd) != 0)
+		return fail(rp->err, rp->errlen, kv_err_from_errno(errno),
+		            "cannot truncate torn tail of %s at offset %llu: %s", path,
+		            (unsigned long long)off, strerror(errno));
+	rep->torn = true;
+	rep->torn_bytes = size - off;
+	rep->offset = off;
+	report_file(rep, path);
+	KV_WARN("wal", "dropped torn tail of wal", "file=%s offset=%llu bytes=%llu", path,
+	        (unsigned long long)off, (unsigned long long)(size - off));
+	return KV_OK;
+}
+
+/*
+ * Reads segment i. *expect is the lsn its first record must have (0: not
+ * known, the header says) and becomes the lsn after its last record.
+ * Returns 0 (with rp->stop set when the log was cut there) or an error.
+ */
+static int
+replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_replay_cb cb,
+               void *arg, uint64_t *expect)
+{
+	char path[WAL_PATH_MAX];
+	bool last = i + 1 == rp->nsegs;
+	struct reader r = {.fd = -1};
+	struct stat st;
+	const uint8_t *h;
+	uint64_t off;
+	int rv;
+
+	seg_path(path, sizeof(path), rp->dir, rp->segs[i]);
+	r.fd = open(path, O_RDWR | O_CLOEXEC);
+	if (r.fd < 0 || fstat(r.fd, &st) != 0) {
+		rv = fail(rp->err, rp->errlen, kv_err_from_errno(errno),
+		          "cannot open wal segment %s: %s", path, strerror(errno));
+		goto out;
+	}
+	r.size = (uint64_t)st.st_size;
+	if (r.size == KV_WAL_HEADER_SIZE && last) {
+		/* a header that never reached the disk (some file systems
+		 * show zeros after a crash): there is no record to lose */
+		if ((rv = rd_get(&r, 0, KV_WAL_HEADER_SIZE, &h)) != KV_OK) {
+			fail(rp->err, rp->errlen, rv, "cannot read wal segment %s: %s", path,
+			     kv_strerror(rv));
+			goto out;
+		}
+		if (all_zero(h, KV_WAL_HEADER_SIZE))
+			r.size = 0;
+	}
+	if (r.size < KV_WAL_HEADER_SIZE) {
+		if (!last) {
+			rv = damage(rp, cut, i, 0, r.size, "segment shorter than its header");
+			goto out;
+		}
+		/* a crash while creating the newest segment */
+		if (unlink(path) != 0) {
+			rv = fail(rp->err, rp->errlen, kv_err_from_errno(errno),
+			          "cannot remove torn wal segment %s: %s", path, strerror(errno));
+			goto out;
+		}
+		if ((rv = fsync_dir(rp->dir)) != KV_OK) {
+			fail(rp->err, rp->errlen, rv, "cannot fsync wal dir %s: %s", rp->dir,
+			     kv_strerror(rv));
+			goto out;
+		}
+		rp->rep->torn = true;
+		rp->rep->torn_bytes = (uint64_t)st.st_size;
+		rp->rep->offset = 0;
+		report_file(rp->rep, path);
+		KV_WARN("wal", "removed torn wal segment", "file=%s size=%llu", path,
+		        (unsigned long long)st.st_size);
+		if (*expect == 0)
+			*expect = rp->segs[i];
+		rv = KV_OK;
+		goto out;
+	}
+	if ((rv = rd_get(&r, 0, KV_WAL_HEADER_SIZE, &h)) != KV_OK) {
+		fail(rp->err, rp->errlen, rv, "cannot read wal segment %s: %s", path,
+		     kv_strerror(rv));
+		goto out;
+	}
+	if (memcmp(h, wal_magic, 8) != 0 || kv_get32(h + 8) != KV_WAL_VERSION ||
+	    kv_get32(h + 12) != KV_WAL_HEADER_SIZE || kv_get64(h + 24) != XXH3_64bits(h, 24) ||
+	    kv_get64(h + 16) != rp->segs[i]) {
+		rv = damage(rp, cut, i, 0, r.size, "bad segment header");
+		goto out;
+	}
+	if (*expect != 0 && rp->segs[i] != *expect) {
+		char what[128];
+		snprintf(what, sizeof(what),
+		         "log has a gap: segment starts at lsn %llu, expected %llu",
+		         (unsigned long long)rp->segs[i], (unsigned long long)*expect);
+		rv = damage(rp, cut, i, 0, r.size, what);
+		goto out;
+	}
+	*expect = rp->segs[i];
+	off = KV_WAL_HEADER_SIZE;
+	while (off < r.size) {
+		uint64_t lsn = 0;
+		uint32_t len = 0;
+		const uint8_t *p;
+
+		rv = rec_intact(&r, off, &len, &lsn);
+		if (rv < 0) {
+			fail(rp->err, rp->errlen, rv,
+			     "cannot read wal segment %s at offset %llu: %s", path,
+			     (unsigned long long)off, kv_strerror(rv));
+			goto out;
+		}
+		if (rv == 0) {
+			if (last) {
+				int after = intact_after(&r, off, *expect);
+				if (after < 0) {
+					rv = fail(rp->err, rp->errlen, after,
+					          "cannot read wal segment %s: %s", path,
+					          kv_strerror(after));
+					goto out;
+				}
+				if (after == 0) {
+					rv = cut_torn(rp, r.fd, path, off, r.size);
+					goto out;
+				}
+			}
+			rv = damage(rp, cut, i, off, r.size,
+			            "corrupt record (bad length or checksum)");
+			goto out;
+		}
+		if (lsn != *expect) {
+			char what[128];
+			snprintf(what, sizeof(what), "record has lsn %llu, expected %llu",
+			         (unsigned long long)lsn, (unsigned long long)*expect);
+			rv = damage(rp, cut, i, off, r.size, what);
+			goto out;
+		}
+		if (lsn >= from_lsn) {
+			if ((rv = rd_get(&r, off + KV_WAL_RECORD_HEADER, len, &p)) != KV_OK) {
+				fail(rp->err, rp->errlen, rv, "cannot read wal segment %s: %s",
+				     path, kv_strerror(rv));
+				goto out;
+			}
+			if (cb != NULL && (rv = cb(arg, lsn, p, len)) != KV_OK) {
+				fail(rp->err, rp->errlen, rv,
+				     "wal record lsn %llu (%s offset %llu) rejected: %s",
+				     (unsigned long long)lsn, path, (unsigned long long)off,
+				     kv_strerror(rv));
+				goto out;
+			}
+			rp->rep->records++;
+			rp->rep->bytes += len;
+		}
+		(*expect)++;
+		off += KV_WAL_RECORD_HEADER + len;
+	}
+	rv = KV_OK;
+out:
+	if (r.fd >= 0)
+		close(r.fd);
+	free(r.buf);
+	return rv;
+}
+
+int
+kv_wal_replay(const char *dir, uint64_t from_lsn, bool truncate_corrupt, kv_wal_replay_cb cb,
+              void *arg, kv_wal_report *rep, char *err, size_t errlen)
+{
+	kv_wal_report dummy;
+	struct replay rp;
+	uint64_t *segs = NULL, expect = 0;
+	size_t nsegs = 0, start;
+	int rv;
+
+	if (rep == NULL)
+		rep = &dummy;
+	memset(rep, 0, sizeof(*rep));
+	rep->next_lsn = from_lsn;
+	if (err && errlen)
+		err[0] = '\0';
+	if (dir == NULL || from_lsn == 0 || strlen(dir) + WAL_NAME_LEN + 2 > WAL_PATH_MAX)
+		return fail(err, errlen, KV_EINVAL, "bad wal replay arguments");
+	if ((rv = list_segments(dir, &segs, &nsegs, err, errlen)) != KV_OK)
+		return rv;
+	if (nsegs == 0)
+		return KV_OK;
+	/* the last segment that starts at or below from_lsn; earlier ones hold
+	 * only records below from_lsn and are not opened */
+	start = nsegs;
+	for (size_t i = 0; i < nsegs && segs[i] <= from_lsn; i++)
+		start = i;
+	if (start == nsegs) {
+		uint64_t first = segs[0];
+		seg_path(rep->file, sizeof(rep->file), dir, first);
+		free(segs);
+		return fail(err, errlen, KV_ECORRUPT,
+		            "wal in %s: log starts at %llu, need %llu (first segment %s)", dir,
+		            (unsigned long long)first, (unsigned long long)from_lsn, rep->file);
+	}
+	rp = (struct replay){
+	    .dir = dir, .segs = segs, .nsegs = nsegs, .rep = rep, .err = err, .errlen = errlen};
+	for (size_t i = start; i < nsegs; i++) {
+		rv = replay_segment(&rp, i, from_lsn, truncate_corrupt, cb, arg, &expect);
+		if (rv != KV_OK || rp.stop)
+			break;
+	}
+	free(segs);
+	if (rv != KV_OK)
+		return rv;
+	rep->next_lsn = expect > from_lsn ? expect : from_lsn;
+	return KV_OK;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+static void
+chunk_free(struct chunk *c)
+{
+	free(c->data);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Makes c hold at least need bytes, growing by doubling. */
+static int
+chunk_reserve(struct chunk *c, size_t need)
+{
+	size_t cap = c->cap ? c->cap : WAL_CHUNK_MIN;
+	uint8_t *p;
+
+	if (need <= c->cap)
+		return KV_OK;
+	while (cap < need)
+		cap *= 2;
+	if ((p = realloc(c->data, cap)) == NULL)
+		return KV_ENOMEM;
+	c->data = p;
+	c->cap = cap;
+	return KV_OK;
+}
+
+/* Keeps an emptied buffer for reuse, or frees it. mu held. */
+static void
+pool_put_locked(kv_wal *w, struct chunk *c)
+{
+	if (c->data != NULL && w->npool < WAL_POOL_MAX && c->cap <= WAL_POOL_CAP) {
+		c->len = 0;
+		c->last_lsn = 0;
+		c->hashed = false;
+		w->pool[w->npool++] = *c;
+		memset(c, 0, sizeof(*c));
+	} else {
+		chunk_free(c);
+	}
+}
+
+/* ---------------------------------------------------------------- notifications */
+
+/* Adds to the min-heap on lsn. mu held. */
+static int
+notes_push_locked(kv_wal *w, uint64_t lsn, kv_wal_done_fn fn, void *arg)
+{
+	size_t i;
+
+	if (w->nnotes == w->notes_cap) {
+		size_t ncap = w->notes_cap ? 2 * w->notes_cap : 64;
+		struct note *nn = realloc(w->notes, ncap * sizeof(*nn));
+		if (nn == NULL)
+			return KV_ENOMEM;
+		w->notes = nn;
+		w->notes_cap = ncap;
+	}
+	i = w->nnotes++;
+	while (i > 0) {
+		size_t parent = (i - 1) / 2;
+		if (w->notes[parent].lsn <= lsn)
+			break;
+		w->notes[i] = w->notes[parent];
+		i = parent;
+	}
+	w->notes[i] = (struct note){.lsn = lsn, .fn = fn, .arg = arg};
+	return KV_OK;
+}
+
+/* Removes and returns the lowest lsn. mu held, heap not empty. */
+static struct note
+notes_pop_locked(kv_wal *w)
+{
+	struct note top = w->notes[0], last = w->notes[--w->nnotes];
+	size_t i = 0, n = w->nnotes;
+
+	if (n == 0)
+		return top;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && w->notes[c + 1].lsn < w->notes[c].lsn)
+			c++;
+		if (w->notes[c].lsn >= last.lsn)
+			break;
+		w->notes[i] = w->notes[c];
+		i = c;
+	}
+	w->notes[i] = last;
+	return top;
+}
+
+/* Calls every notification with lsn <= durable with 0 and, when rest is
+ * non-zero, every other one with rest - in lsn order, without the lock (it
+ * is dropped and retaken per batch). mu held on entry and on return. */
+static void
+complete_locked(kv_wal *w, uint64_t durable, int rest)
+{
+	struct note fire[WAL_FIRE_BATCH];
+	int status[WAL_FIRE_BATCH];
+
+	for (;;) {
+		size_t n = 0;
+		while (n < WAL_FIRE_BATCH && w->nnotes > 0 &&
+		       (rest != KV_OK || w->notes[0].lsn <= durable)) {
+			status[n] = w->notes[0].lsn <= durable ? KV_OK : rest;
+			fire[n++] = notes_pop_locked(w);
+		}
+		if (n == 0)
+			return;
+		pthread_mutex_unlock(&w->mu);
+		for (size_t i = 0; i < n; i++)
+			fire[i].fn(fire[i].arg, status[i]);
+		pthread_mutex_lock(&w->mu);
+	}
+}
+
+static uint64_t
+durable_lsn(const kv_wal *w, uint64_t written, uint64_t synced)
+{
+	return w->mode == KV_FSYNC_ALWAYS ? synced : written;
+}
+
+/* ---------------------------------------------------------------- the writer */
+
+/* Whether the written-but-unsynced bytes must be fsynced now. sync_req and
+ * closing are the caller's copies of the mu fields. */
+static bool
+sync_due(const kv_wal *w, uint64_t now, uint64_t sync_req, bool closing)
+{
+	if (w->w_written <= w->w_synced)
+		return false;
+	if (w->mode == KV_FSYNC_ALWAYS || w->switch_to != 0 || closing || sync_req > w->w_synced ||
+	    w->nchunks == WAL_MAX_CHUNKS)
+		return true;
+	return w->mode == KV_FSYNC_BATCH && now >= w->last_sync + w->batch_ns;
+}
+
+/* Whether the writer has something to do. mu held. */
+static bool
+has_work_locked(const kv_wal *w, uint64_t now)
+{
+	if (w->switch_to != 0 || w->pend_written < w->pend_total)
+		return true;
+	if (w->nchunks < WAL_MAX_CHUNKS && ((w->rot_pending && !w->rot_taken) || w->cur.len > 0))
+		return true;
+	return sync_due(w, now, w->sync_req, w->closing);
+}
+
+static void
+push_chunk(kv_wal *w, struct chunk *c, uint64_t last_lsn)
+{
+	struct chunk *d = &w->chunks[w->nchunks++];
+
+	*d = *c;
+	d->last_lsn = last_lsn;
+	d->hashed = false;
+	w->pend_total += d->len;
+	w->seg_size += d->len;
+	memset(c, 0, sizeof(*c));
+}
+
+/* Moves what the writer should write next from the shared buffers into its
+ * pending chunks, or decides on a segment switch. mu held. */
+static void
+take_locked(kv_wal *w)
+{
+	if (w->switch_to != 0 || w->nchunks == WAL_MAX_CHUNKS)
+		return; /* finish the switch first; or make room with an fsync */
+	if (w->rot_pending && !w->rot_taken) {
+		if (w->rot.len > 0)
+			push_chunk(w, &w->rot, w->rot_req - 1);
+		else
+			chunk_free(&w->rot);
+		w->switch_to = w->rot_req;
+		w->rot_taken = true;
+		w->unwritten = w->pend_total - w->pend_written;
+		return;
+	}
+	if (w->cur.len == 0)
+		return;
+	if (w->seg_size >= w->segment_bytes && w->seg_size > KV_WAL_HEADER_SIZE) {
+		w->switch_to = w->next_lsn - w->cur_records;
+		return;
+	}
+	push_chunk(w, &w->cur, w->next_lsn - 1);
+	w->cur_records = 0;
+	if (w->npool > 0)
+		w->cur = w->pool[--w->npool];
+	w->unwritten = w->pend_total - w->pend_written;
+}
+
+/* Fills in the record checksums of newly taken chunks. */
+static void
+hash_chunks(kv_wal *w)
+{
+	for (int i = 0; i < w->nchunks; i++) {
+		struct chunk *c = &w->chunks[i];
+		if (c->hashed)
+			continue;
+		for (size_t off = 0; off < c->len;) {
+			uint8_t *p = c->data + off;
+			size_t n = kv_get32(p + 8);
+			kv_put64(p, XXH3_64bits(p + 8, 16 + n));
+			off += KV_WAL_RECORD_HEADER + n;
+		}
+		c->hashed = true;
+	}
+}
+
+/* Writes the first `limit` bytes described by iov at off. */
+static int
+pwritev_all(int fd, struct iovec *iov, int n, uint64_t off, uint64_t limit)
+{
+	uint64_t acc = 0;
+	int m = 0, i = 0;
+
+	for (; m < n && acc < limit; m++) {
+		if (iov[m].iov_len > limit - acc)
+			iov[m].iov_len = (size_t)(limit - acc);
+		acc += iov[m].iov_len;
+	}
+	n = m;
+	while (i < n) {
+		ssize_t r = pwritev(fd, iov + i, n - i, (off_t)off); /* n <= 64 < IOV_MAX */
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return kv_err_from_errno(errno);
+		}
+		if (r == 0)
+			return KV_EIO;
+		off += (uint64_t)r;
+		while (r > 0 && i < n) {
+			if ((size_t)r >= iov[i].iov_len) {
+				r -= (ssize_t)iov[i].iov_len;
+				i++;
+			} else {
+				iov[i].iov_base = (uint8_t *)iov[i].iov_base + r;
+				iov[i].iov_len -= (size_t)r;
+				r = 0;
+			}
+		}
+		while (i < n && iov[i].iov_len == 0)
+			i++;
+	}
+	return KV_OK;
+}
+
+/* Writes the unwritten pending bytes at the segment's good end. On failure
+ * cuts the file back to that end, so a retry starts clean. */
+static int
+write_pending(kv_wal *w, int fault)
+{
+	struct iovec iov[WAL_MAX_CHUNKS];
+	uint64_t skip = w->pend_written, left = w->pend_total - w->pend_written;
+	uint64_t good = w->pend_off + w->pend_written;
+	int n = 0, rv;
+
+	for (int i = 0; i < w->nchunks; i++) {
+		struct chunk *c = &w->chunks[i];
+		if (skip >= c->len) {
+			skip -= c->len;
+			continue;
+		}
+		iov[n].iov_base = c->data + skip;
+		iov[n].iov_len = c->len - (size_t)skip;
+		n++;
+		skip = 0;
+	}
+	rv = pwritev_all(w->fd, iov, n, good, fault != KV_OK ? left / 2 : left);
+	if (rv == KV_OK && fault != KV_OK)
+		rv = fault;
+	if (rv != KV_OK) {
+		if (ftruncate(w->fd, (off_t)good) != 0) {
+			/* the retry overwrites from `good` anyway */
+		}
+		return rv;
+	}
+	w->pend_written = w->pend_total;
+	w->w_written = w->chunks[w->nchunks - 1].last_lsn;
+	w->n_writes++;
+	return KV_OK;
+}
+
+static int
+sync_file(kv_wal *w, int fault)
+{
+	if (fault != KV_OK)
+		return fault;
+	if (fdatasync(w->fd) != 0)
+		return kv_err_from_errno(errno);
+	w->n_fsyncs++;
+	return KV_OK;
+}
+
+/* Recycles the pending chunks, which are safe now. */
+static void
+drop_chunks(kv_wal *w)
+{
+	pthread_mutex_lock(&w->mu);
+	for (int i = 0; i < w->nchunks; i++)
+		pool_put_locked(w, &w->chunks[i]);
+	pthread_mutex_unlock(&w->mu);
+	w->pend_off += w->pend_total;
+	w->pend_total = 0;
+	w->pend_written = 0;
+	w->nchunks = 0;
+}
+
+/* Starts the segment at switch_to; the old one is written and synced. */
+static int
+switch_segment(kv_wal *w, int fault)
+{
+	char err[256];
+	int fd, rv;
+
+	if (fault != KV_OK)
+		return fault;
+	if ((rv = create_segment(w->dir, w->switch_to, &fd, err, sizeof(err))) != KV_OK) {
+		KV_ERROR("wal", "cannot start wal segment", "err=\"%s\"", err);
+		return rv;
+	}
+	close(w->fd);
+	w->fd = fd;
+	w->w_seg_first = w->switch_to;
+	w->pend_off = KV_WAL_HEADER_SIZE;
+	w->seg_size = KV_WAL_HEADER_SIZE;
+	w->switch_to = 0;
+	KV_DEBUG("wal", "started wal segment", "dir=%s first_lsn=%llu", w->dir,
+	         (unsigned long long)w->w_seg_first);
+	return KV_OK;
+}
+
+/* Publishes the writer's positions (and with set_health its health) and
+ * wakes the waiters. mu held. */
+static void
+publish_locked(kv_wal *w, bool set_health, int rv)
+{
+	w->written_lsn = w->w_written;
+	w->synced_lsn = w->w_synced;
+	w->unwritten = w->pend_total - w->pend_written;
+	w->seg_first = w->w_seg_first;
+	w->st_writes = w->n_writes;
+	w->st_fsyncs = w->n_fsyncs;
+	if (w->rot_taken && w->w_seg_first >= w->rot_req) {
+		w->rot_pending = false;
+		w->rot_taken = false;
+	}
+	if (set_health && rv == KV_OK && w->health != KV_OK) {
+		KV_INFO("wal", "wal writes recovered", "dir=%s", w->dir);
+		w->health = KV_OK;
+		w->backoff = 0;
+	} else if (set_health && rv != KV_OK) {
+		if (w->health == KV_OK)
+			KV_ERROR("wal", "wal write failed, retrying", "dir=%s err=%s", w->dir,
+			         kv_errname(rv));
+		w->health = rv;
+		w->backoff = w->backoff == 0                  ? WAL_RETRY_MIN
+		             : w->backoff * 2 > WAL_RETRY_MAX ? WAL_RETRY_MAX
+		                                              : w->backoff * 2;
+		w->retry_at = kv_now_ns() + w->backoff;
+	}
+	pthread_cond_broadcast(&w->progress);
+}
+
+/* One round outside the lock: write, fsync by the policy, switch segments.
+ * sync_req and closing are copies of the mu fields. */
+static int
+writer_round(kv_wal *w, int fault, uint64_t sync_req, bool closing)
+{
+	bool wrote = false;
+	int rv;
+
+	hash_chunks(w);
+	if (w->pend_written < w->pend_total) {
+		if ((rv = write_pending(w, fault)) != KV_OK)
+			return rv;
+		wrote = true;
+		if (w->mode == KV_FSYNC_NONE)
+			drop_chunks(w);
+	}
+	if (sync_due(w, kv_now_ns(), sync_req, closing)) {
+		if (wrote && w->mode != KV_FSYNC_ALWAYS) {
+			/* the write is what BATCH and NONE promise: complete
+			 * before the fsync, not after it */
+			pthread_mutex_lock(&w->mu);
+			publish_locked(w, false, KV_OK);
+			complete_locked(w, w->w_written, KV_OK);
+			pthread_mutex_unlock(&w->mu);
+		}
+		if ((rv = sync_file(w, fault)) != KV_OK) {
+			/* the kernel may have dropped the dirty pages: rewrite
+			 * every unsynced byte we still hold */
+			if (w->mode != KV_FSYNC_NONE)
+				w->pend_written = 0;
+			return rv;
+		}
+		w->w_synced = w->w_written;
+		w->last_sync = kv_now_ns();
+		if (w->mode != KV_FSYNC_NONE)
+			drop_chunks(w);
+	}
+	if (w->switch_to != 0 && w->nchunks == 0 && w->w_written == w->w_synced)
+		return switch_segment(w, fault);
+	return KV_OK;
+}
+
+static void *
+writer_main(void *arg)
+{
+	kv_wal *w = arg;
+	uint64_t close_by = 0;
+
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		uint64_t now = kv_now_ns(), sync_req;
+		bool closing;
+		int fault, rv;
+
+		if (w->closing && close_by == 0)
+			close_by = now + WAL_CLOSE_WAIT;
+		if (w->health != KV_OK) {
+			if (w->closing && now >= close_by)
+				break; /* give up on a failed disk */
+			if (now < w->retry_at) {
+				uint64_t until = w->retry_at;
+				if (w->closing && close_by < until)
+					until = close_by;
+				wait_until(&w->work, &w->mu, until);
+				continue;
+			}
+		} else if (!has_work_locked(w, now)) {
+			if (w->closing)
+				break;
+			if (w->mode == KV_FSYNC_BATCH && w->w_written > w->w_synced)
+				wait_until(&w->work, &w->mu, w->last_sync + w->batch_ns);
+			else
+				pthread_cond_wait(&w->work, &w->mu);
+			continue;
+		}
+		take_locked(w);
+		fault = w->fault;
+		sync_req = w->sync_req;
+		closing = w->closing;
+		pthread_mutex_unlock(&w->mu);
+
+		rv = writer_round(w, fault, sync_req, closing);
+
+		pthread_mutex_lock(&w->mu);
+		publish_locked(w, true, rv);
+		complete_locked(w, durable_lsn(w, w->w_written, w->w_synced), rv);
+	}
+	if (w->health != KV_OK || w->cur.len + w->rot.len + w->pend_total > 0)
+		KV_ERROR("wal", "closing wal with unwritten records", "dir=%s err=%s bytes=%llu",
+		         w->dir, kv_errname(w->health),
+		         (unsigned long long)(w->cur.len + w->rot.len + w->pend_total -
+		                              w->pend_written));
+	w->stopped = true;
+	pthread_cond_broadcast(&w->progress);
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- API */
+
+int
+kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, size_t errlen)
+{
+	pthread_condattr_t ca;
+	struct stat st;
+	uint64_t *segs = NULL;
+	size_t nsegs = 0;
+	kv_wal *w;
+	int rv, rc;
+
+	if (o == NULL || o->dir == NULL || o->dir[0] == '\0' || out == NULL || next_lsn == 0 ||
+	    (o->mode != KV_FSYNC_ALWAYS && o->mode != KV_FSYNC_BATCH && o->mode != KV_FSYNC_NONE) ||
+	    strlen(o->dir) + WAL_NAME_LEN + 2 > WAL_PATH_MAX)
+		return fail(err, errlen, KV_EINVAL, "bad wal options");
+	if (stat(o->dir, &st) != 0) {
+		if (errno != ENOENT || mkdir(o->dir, 0755) != 0)
+			return fail(err, errlen, kv_err_from_errno(errno),
+			            "cannot create wal dir %s: %s", o->dir, strerror(errno));
+		fsync_parent(o->dir);
+	} else if (!S_ISDIR(st.st_mode)) {
+		return fail(err, errlen, KV_EINVAL, "wal dir %s is not a directory", o->dir);
+	}
+	if ((rv = list_segments(o->dir, &segs, &nsegs, err, errlen)) != KV_OK)
+		return rv;
+	for (size_t i = 0; i < nsegs; i++) {
+		if (segs[i] > next_lsn) {
+			char path[WAL_PATH_MAX];
+			seg_path(path, sizeof(path), o->dir, segs[i]);
+			free(segs);
+			return fail(err, errlen, KV_EEXISTS,
+			            "wal segment %s lies beyond the next lsn %llu", path,
+			            (unsigned long long)next_lsn);
+		}
+	}
+	free(segs);
+
+	if ((w = calloc(1, sizeof(*w))) == NULL || (w->dir = strdup(o->dir)) == NULL) {
+		free(w);
+		return KV_ENOMEM;
+	}
+	w->mode = o->mode;
+	w->batch_ns = (uint64_t)(o->batch_ms ? o->batch_ms : WAL_DEF_BATCH) * 1000000ull;
+	w->segment_bytes = o->segment_bytes ? o->segment_bytes : WAL_DEF_SEGMENT;
+	w->buffer_bytes = o->buffer_bytes ? o->buffer_bytes : WAL_DEF_BUFFER;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->work, &ca);
+	pthread_cond_init(&w->progress, &ca);
+	pthread_condattr_destroy(&ca);
+	w->fd = -1;
+	if ((rv = create_segment(w->dir, next_lsn, &w->fd, err, errlen)) != KV_OK)
+		goto err;
+	w->next_lsn = next_lsn;
+	w->seg_first = w->w_seg_first = next_lsn;
+	w->written_lsn = w->synced_lsn = w->w_written = w->w_synced = next_lsn - 1;
+	w->pend_off = w->seg_size = KV_WAL_HEADER_SIZE;
+	w->last_sync = kv_now_ns();
+	if ((rc = pthread_create(&w->thread, NULL, writer_main, w)) != 0) {
+		rv = fail(err, errlen, kv_err_from_errno(rc), "cannot start wal writer: %s",
+		          strerror(rc));
+		goto err;
+	}
+	KV_INFO("wal", "opened wal", "dir=%s next_lsn=%llu fsync=%s", w->dir,
+	        (unsigned long long)next_lsn, kv_fsync_mode_name(w->mode));
+	*out = w;
+	return KV_OK;
+err:
+	if (w->fd >= 0)
+		close(w->fd);
+	pthread_cond_destroy(&w->work);
+	pthread_cond_destroy(&w->progress);
+	pthread_mutex_destroy(&w->mu);
+	free(w->dir);
+	free(w);
+	return rv;
+}
+
+int
+kv_wal_appendv(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn)
+{
+	size_t total = 0, rec;
+	uint8_t *p;
+
+	if (w == NULL || lsn == NULL || n <= 0 || iov == NULL)
+		return KV_EINVAL;
+	for (int i = 0; i < n; i++) {
+		if (iov[i].iov_len > KV_WAL_MAX_RECORD - total ||
+		    (iov[i].iov_len > 0 && iov[i].iov_base == NULL))
+			return KV_EINVAL;
+		total += iov[i].iov_len;
+	}
+	if (total == 0)
+		return KV_EINVAL;
+	rec = KV_WAL_RECORD_HEADER + total;
+
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		if (w->closing) {
+			pthread_mutex_unlock(&w->mu);
+			return KV_ECLOSED;
+		}
+		if (w->health != KV_OK || w->cur.len + w->rot.len + w->unwritten < w->buffer_bytes)
+			break;
+		pthread_cond_wait(&w->progress, &w->mu);
+	}
+	if (w->cur.data == NULL && w->npool > 0)
+		w->cur = w->pool[--w->npool];
+	if (chunk_reserve(&w->cur, w->cur.len + rec) != KV_OK) {
+		pthread_mutex_unlock(&w->mu);
+		return KV_ENOMEM;
+	}
+	p = w->cur.data + w->cur.len;
+	kv_put64(p, 0); /* the writer fills in the checksum */
+	kv_put32(p + 8, (uint32_t)total);
+	kv_put32(p + 12, 0);
+	kv_put64(p + 16, w->next_lsn);
+	p += KV_WAL_RECORD_HEADER;
+	for (int i = 0; i < n; i++) {
+		if (iov[i].iov_len > 0)
+			memcpy(p, iov[i].iov_base, iov[i].iov_len);
+		p += iov[i].iov_len;
+	}
+	w->cur.len += rec;
+	w->cur_records++;
+	*lsn = w->next_lsn++;
+	w->st_records++;
+	w->st_bytes += total;
+	pthread_cond_signal(&w->work);
+	pthread_mutex_unlock(&w->mu);
+	return KV_OK;
+}
+
+int
+kv_wal_health(kv_wal *w)
+{
+	int h;
+
+	pthread_mutex_lock(&w->mu);
+	h = w->health;
+	pthread_mutex_unlock(&w->mu);
+	return h;
+}
+
+int
+kv_wal_notify(kv_wal *w, uint64_t lsn, kv_wal_done_fn done, void *arg)
+{
+	int rv = KV_OK, status = KV_OK;
+
+	if (w == NULL || done == NULL)
+		return KV_EINVAL;
+	pthread_mutex_lock(&w->mu);
+	if (lsn == 0 || lsn >= w->next_lsn)
+		rv = KV_EINVAL;
+	else if (w->closing)
+		rv = KV_ECLOSED;
+	else if (lsn <= durable_lsn(w, w->written_lsn, w->synced_lsn))
+		status = KV_OK;
+	else if (w->health != KV_OK)
+		status = w->health;
+	else {
+		rv = notes_push_locked(w, lsn, done, arg);
+		pthread_mutex_unlock(&w->mu);
+		return rv;
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (rv == KV_OK)
+		done(arg, status);
+	return rv;
+}
+
+int
+kv_wal_wait(kv_wal *w, uint64_t lsn, bool sync)
+{
+	int rv;
+
+	pthread_mutex_lock(&w->mu);
+	if (lsn >= w->next_lsn) {
+		pthread_mutex_unlock(&w->mu);
+		return KV_EINVAL;
+	}
+	for (;;) {
+		if ((sync ? w->synced_lsn : w->written_lsn) >= lsn) {
+			rv = KV_OK;
+			break;
+		}
+		if (w->health != KV_OK) {
+			rv = w->health;
+			break;
+		}
+		if (w->stopped) {
+			rv = KV_ECLOSED;
+			break;
+		}
+		if (sync && w->sync_req < lsn) {
+			w->sync_req = lsn;
+			pthread_cond_signal(&w->work);
+		}
+		pthread_cond_wait(&w->progress, &w->mu);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return rv;
+}
+
+int
+kv_wal_rotate(kv_wal *w, uint64_t *first_lsn)
+{
+	uint64_t target = 0;
+	int rv = KV_OK;
+
+	pthread_mutex_lock(&w->mu);
+	while (!w->closing && w->rot_pending && w->health == KV_OK)
+		pthread_cond_wait(&w->progress, &w->mu);
+	if (w->closing) {
+		rv = KV_ECLOSED;
+	} else if (w->rot_pending) {
+		rv = w->health;
+	} else if (w->next_lsn == w->seg_first) {
+		target = w->next_lsn; /* the open segment holds no record yet */
+	} else {
+		/* records before the rotation point go to the old segment:
+		 * hand them to the writer separately from later appends */
+		target = w->next_lsn;
+		w->rot = w->cur;
+		memset(&w->cur, 0, sizeof(w->cur));
+		w->cur_records = 0;
+		w->rot_req = target;
+		w->rot_pending = true;
+		w->rot_taken = false;
+		pthread_cond_signal(&w->work);
+		while (w->seg_first < target && w->health == KV_OK && !w->stopped)
+			pthread_cond_wait(&w->progress, &w->mu);
+		rv = w->seg_first >= target ? KV_OK : w->health != KV_OK ? w->health : KV_ECLOSED;
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (rv == KV_OK && first_lsn != NULL)
+		*first_lsn = target;
+	return rv;
+}
+
+int
+kv_wal_drop_before(kv_wal *w, uint64_t lsn)
+{
+	uint64_t *segs = NULL, open_first;
+	size_t nsegs = 0, removed = 0;
+	char path[WAL_PATH_MAX], err[256];
+	int rv;
+
+	if ((rv = list_segments(w->dir, &segs, &nsegs, err, sizeof(err))) != KV_OK)
+		return rv;
+	pthread_mutex_lock(&w->mu);
+	open_first = w->seg_first;
+	pthread_mutex_unlock(&w->mu);
+	for (size_t i = 0; i + 1 < nsegs; i++) {
+		if (segs[i] >= open_first || segs[i + 1] > lsn)
+			break;
+		seg_path(path, sizeof(path), w->dir, segs[i]);
+		if (unlink(path) != 0 && errno != ENOENT) {
+			rv = kv_err_from_errno(errno);
+			KV_ERROR("wal", "cannot remove wal segment", "file=%s err=%s", path,
+			         strerror(errno));
+			break;
+		}
+		removed++;
+	}
+	free(segs);
+	if (removed > 0) {
+		int frv = fsync_dir(w->dir);
+		if (rv == KV_OK)
+			rv = frv;
+		KV_DEBUG("wal", "dropped wal segments", "dir=%s count=%zu before_lsn=%llu", w->dir,
+		         removed, (unsigned long long)lsn);
+	}
+	return rv;
+}
+
+void
+kv_wal_stats_get(kv_wal *w, kv_wal_stats *st)
+{
+	pthread_mutex_lock(&w->mu);
+	st->records = w->st_records;
+	st->bytes = w->st_bytes;
+	st->writes = w->st_writes;
+	st->fsyncs = w->st_fsyncs;
+	st->next_lsn = w->next_lsn;
+	st->written_lsn = w->written_lsn;
+	st->synced_lsn = w->synced_lsn;
+	st->health = w->health;
+	pthread_mutex_unlock(&w->mu);
+}
+
+void
+kv_wal_close(kv_wal *w)
+{
+	if (w == NULL)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->closing = true;
+	pthread_cond_signal(&w->work);
+	pthread_cond_broadcast(&w->progress);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->thread, NULL);
+
+	pthread_mutex_lock(&w->mu);
+	complete_locked(w, durable_lsn(w, w->written_lsn, w->synced_lsn), KV_ECLOSED);
+	pthread_mutex_unlock(&w->mu);
+	if (w->fd >= 0)
+		close(w->fd);
+	for (int i = 0; i < w->nchunks; i++)
+		chunk_free(&w->chunks[i]);
+	for (int i = 0; i < w->npool; i++)
+		chunk_free(&w->pool[i]);
+	chunk_free(&w->cur);
+	chunk_free(&w->rot);
+	free(w->notes);
+	pthread_cond_destroy(&w->work);
+	pthread_cond_destroy(&w->progress);
+	pthread_mutex_destroy(&w->mu);
+	free(w->dir);
+	free(w);
+}
+
+void
+kv_wal_test_fail_writes(kv_wal *w, int err)
+{
+	pthread_mutex_lock(&w->mu);
+	w->fault = err > 0 ? kv_err_from_errno(err) : err;
+	if (err == 0)
+		w->retry_at = 0;
+	pthread_cond_signal(&w->work);
+	pthread_mutex_unlock(&w->mu);
+}
