@@ -6,8 +6,8 @@
  * itself to the ownership entry of the range (from then on every write to
  * the range takes the migration mutex and is appended to the delta buffer),
  * then streams Begin, the bulk copy in chunks of at most CHUNK_ENTRIES
- * entries or CHUNK_BYTES bytes (kv_store_range_step, bounded per step), the
- * deltas until few are left, and the fence: under the mutex it sets
+ * entries and about CHUNK_BYTES bytes (kv_store_range_step, bounded per
+ * step), the deltas until few are left, and the fence: under the mutex it sets
  * `fenced` (writes now answer MOVING) and takes the last deltas, sends them
  * with TransferFence and waits for the ack; then TransferCommit, then the
  * ownership entry becomes MOVED (WRONG_OWNER with the destination as hint),
@@ -24,6 +24,22 @@
  * MOVING), and clears stale data in bounded steps; Commit makes it SERVE.
  * Duplicates (seq <= acked) are acknowledged again without being applied,
  * gaps are refused with KV_EINVAL.
+ *
+ * Large values. Every chunk and delta message carries about CHUNK_BYTES of
+ * keys and values at most (plus one key), whatever the value sizes: a value
+ * larger than CHUNK_BYTES is sent in slices (KeyValue.value_offset and
+ * value_total) over consecutive messages with nothing in between; a delta
+ * put sends its slices as DeltaRecords with the same seq, the dedup record
+ * on the last one. The source holds one chunk of copies plus the value
+ * being sliced (copied once from the store: there is no ranged read), and
+ * the delta records it has taken, which it slices in place. The destination
+ * reassembles into one buffer per stream (at most --max-value bytes),
+ * refuses with KV_EPROTO any slice that does not continue the value in
+ * progress (offset, total, key, seq, interleaving, a value still incomplete
+ * at the end of the copy or at the fence) and drops the partial buffer, and
+ * puts the value into the store only when it is complete. Duplicates and
+ * refusals need nothing more: a duplicate is never applied, and a refusal
+ * makes the source restart from Begin, which drops any partial value.
  *
  * Correctness of copy + deltas: every write that can miss the bulk copy
  * happens after the attach, so it is in the deltas, and deltas are applied
@@ -44,7 +60,9 @@
 #define COMP "migrate"
 
 #define CHUNK_ENTRIES   1000u           /* entries per TransferChunk */
-#define CHUNK_BYTES     (1024u * 1024u) /* bytes per TransferChunk */
+#define CHUNK_BYTES     (1024u * 1024u) /* bytes per TransferChunk/Delta */
+#define SLICE_MIN       (64u * 1024u)   /* smallest slice started in a message */
+#define DEDUP_ENTRIES   5000u           /* dedup entries per TransferChunk */
 #define DELTA_RECS      1000u           /* records per TransferDelta */
 #define FENCE_RECS      256u            /* fence when fewer deltas are left */
 #define FENCE_BYTES     (256u * 1024u)  /* ... and fewer bytes */
@@ -208,27 +226,123 @@ report_progress(kv_mig_out *o, kv_mig_phase phase, uint64_t start_ns)
 		kv_sc_adm_resp_fini(&r);
 }
 
-/* A chunk being assembled: owned copies of entries. */
+/* Bytes left in a message budget of CHUNK_BYTES after `used`. */
+static size_t
+budget_left(size_t used)
+{
+	return used < CHUNK_BYTES ? CHUNK_BYTES - used : 0;
+}
+
+/* Where one entry of a chunk being assembled lies in chunk_acc.data. */
 typedef struct {
-	kv_buf *keys; /* CHUNK_ENTRIES keys */
-	kv_buf *vals; /* CHUNK_ENTRIES values */
-	size_t n;     /* entries */
-	size_t bytes; /* key + value bytes */
-	bool oom;     /* an allocation failed */
+	size_t koff, klen;     /* the key */
+	size_t voff, vlen;     /* the value or slice */
+	uint64_t value_offset; /* slice: offset in the whole value; 0 when whole */
+	uint64_t value_total;  /* slice: whole length; 0 when whole */
+} chunk_ent;
+
+/*
+ * A chunk being assembled. Copied keys and values go back to back into one
+ * buffer that is reused for every chunk, so what the copy keeps between
+ * chunks is about CHUNK_BYTES plus one entry, whatever the mix of sizes.
+ *
+ * An entry that does not fit the rest of the budget waits in `carry`: the
+ * store has no ranged read (kv_store_range_step hands the visitor the whole
+ * value under a partition lock, and the value may change once the lock is
+ * released), so a value too large for one chunk is copied out once, whole,
+ * and then sent in slices of the budget from carry_off on. That one copy is
+ * the only place the bulk copy holds more than a chunk.
+ */
+typedef struct {
+	kv_buf data;     /* keys and values of the chunk */
+	chunk_ent *ents; /* CHUNK_ENTRIES entries */
+	size_t n;        /* entries */
+	bool oom;        /* an allocation failed */
+	bool carrying;   /* carry_key/carry_val hold an entry still to send */
+	kv_buf carry_key;
+	kv_buf carry_val;
+	size_t carry_off; /* bytes of carry_val already in chunks */
 } chunk_acc;
 
+/* Appends an entry (or a slice: total != 0) to the chunk. Returns 0 or
+ * KV_ENOMEM. */
+static int
+chunk_add(chunk_acc *a, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
+          uint64_t off, uint64_t total)
+{
+	chunk_ent *e = &a->ents[a->n];
+	e->koff = a->data.len;
+	e->klen = klen;
+	if (kv_buf_append(&a->data, key, klen) != 0)
+		return KV_ENOMEM;
+	e->voff = a->data.len;
+	e->vlen = vlen;
+	if (vlen && kv_buf_append(&a->data, val, vlen) != 0)
+		return KV_ENOMEM;
+	e->value_offset = off;
+	e->value_total = total;
+	a->n++;
+	return KV_OK;
+}
+
+/* Store visitor of the bulk copy: copies entries that fit the chunk, stops
+ * at the first one that does not and keeps it in the carry. */
 static int
 chunk_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
 {
 	chunk_acc *a = arg;
-	if (kv_buf_set(&a->keys[a->n], key, klen) != 0 ||
-	    kv_buf_set(&a->vals[a->n], vlen ? val : (const uint8_t *)"", vlen) != 0) {
+	if (vlen > CHUNK_BYTES || (a->n > 0 && klen + vlen > budget_left(a->data.len))) {
+		if (kv_buf_set(&a->carry_key, key, klen) != 0 ||
+		    kv_buf_set(&a->carry_val, vlen ? val : (const uint8_t *)"", vlen) != 0)
+			a->oom = true;
+		a->carrying = !a->oom;
+		a->carry_off = 0;
+		return 1;
+	}
+	if (chunk_add(a, key, klen, vlen ? val : (const uint8_t *)"", vlen, 0, 0) != 0) {
 		a->oom = true;
 		return 1;
 	}
-	a->n++;
-	a->bytes += klen + vlen;
 	return 0;
+}
+
+/*
+ * Moves what it can of the carried entry into the chunk: the whole entry
+ * when it fits (values up to CHUNK_BYTES are never split), else a slice of
+ * what is left of the budget. A slice is not started in a chunk that has
+ * less than SLICE_MIN left, so slices stay large. Returns 1 when the carry
+ * is all in the chunk (and released), 0 when the chunk is full, or KV_ENOMEM.
+ */
+static int
+carry_emit(chunk_acc *a)
+{
+	size_t klen = a->carry_key.len, vlen = a->carry_val.len, left = budget_left(a->data.len);
+	int rv;
+
+	if (a->n == CHUNK_ENTRIES)
+		return 0;
+	if (vlen <= CHUNK_BYTES) {
+		if (a->n > 0 && klen + vlen > left)
+			return 0;
+		rv = chunk_add(a, a->carry_key.data, klen,
+		               vlen ? a->carry_val.data : (const uint8_t *)"", vlen, 0, 0);
+	} else {
+		if (a->n > 0 && left < SLICE_MIN)
+			return 0;
+		size_t take = vlen - a->carry_off < left ? vlen - a->carry_off : left;
+		rv = chunk_add(a, a->carry_key.data, klen, a->carry_val.data + a->carry_off, take,
+		               a->carry_off, vlen);
+		a->carry_off += take;
+		if (rv == 0 && a->carry_off < vlen)
+			return 0;
+	}
+	if (rv != 0)
+		return rv;
+	/* Give a large value's memory back now rather than at the next carry. */
+	if (a->carry_val.cap > CHUNK_BYTES)
+		kv_buf_fini(&a->carry_val);
+	a->carrying = false;
+	return 1;
 }
 
 /* Dedup entries of the range, collected for the first chunks. */
@@ -278,27 +392,57 @@ dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *res, c
 	a->n++;
 }
 
-/* Sends records as TransferDelta messages. */
+/*
+ * Sends records as TransferDelta messages, in record order, each of at most
+ * DELTA_RECS records and about CHUNK_BYTES of keys and values. A put whose
+ * value is larger than CHUNK_BYTES goes as consecutive DeltaRecords with the
+ * same seq, each carrying a slice (value_offset/value_total); its dedup
+ * record rides on the last slice, so the destination applies both when the
+ * value is complete. Slices point into the records: nothing is copied here.
+ */
 static int
 send_recs(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, kv_delta_rec *recs, size_t n,
           bool cancellable)
 {
 	kv_sc_delta *d = calloc(DELTA_RECS, sizeof(*d));
 	kv_sc_ack ack;
+	size_t i = 0;    /* next record */
+	size_t voff = 0; /* bytes of recs[i].value already sent (split puts) */
 	int rv = KV_OK;
 
 	if (d == NULL)
 		return KV_ENOMEM;
-	for (size_t off = 0; off < n && rv == 0;) {
+	while (i < n && rv == 0) {
 		size_t k = 0, bytes = 0;
-		while (off + k < n && k < DELTA_RECS && bytes < CHUNK_BYTES) {
-			const kv_delta_rec *r = &recs[off + k];
+		while (i < n && k < DELTA_RECS) {
+			const kv_delta_rec *r = &recs[i];
+			size_t klen = r->key.len, vlen = r->value.len, left = budget_left(bytes);
+			bool split = !r->del && vlen > CHUNK_BYTES;
+			size_t take = vlen;
 			kv_sc_delta *x = &d[k];
+			if (!split && k > 0 && klen + vlen > left)
+				break; /* whole records are never split: next message */
+			if (split) {
+				if (k > 0 && left < SLICE_MIN)
+					break;
+				take = vlen - voff < left ? vlen - voff : left;
+			}
 			memset(x, 0, sizeof(*x));
 			x->seq = r->seq;
 			x->del = r->del;
-			x->key = (kv_bytes){r->key.data, r->key.len};
-			x->value = (kv_bytes){r->value.data, r->value.len};
+			x->key = (kv_bytes){r->key.data, klen};
+			x->value = (kv_bytes){r->value.data ? r->value.data + voff : NULL, take};
+			if (split) {
+				x->value_offset = voff;
+				x->value_total = vlen;
+			}
+			k++;
+			bytes += klen + take;
+			voff += take;
+			if (voff < vlen)
+				break; /* the message is full; the value goes on in the next */
+			voff = 0;
+			i++;
 			if (r->has_dedup) {
 				x->has_dedup = true;
 				x->dedup = (kv_sc_dedup){.client_id = r->client,
@@ -308,8 +452,6 @@ send_recs(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, kv_delta_rec *recs, 
 				                         .key = x->key,
 				                         .time_ms = r->time_ms};
 			}
-			bytes += r->key.len + r->value.len;
-			k++;
 		}
 		kv_xfer x = {.migration_id = o->id,
 		             .seq = ++*seq,
@@ -317,7 +459,6 @@ send_recs(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, kv_delta_rec *recs, 
 		             .ndelta = k,
 		             .delta = d};
 		rv = xfer_send(o, cli, &x, cancellable, &ack);
-		off += k;
 	}
 	free(d);
 	return rv;
@@ -378,7 +519,12 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 		da.d[i].value = (kv_bytes){da.bufs[2 * i + 1].data, da.bufs[2 * i + 1].len};
 	}
 	for (size_t off = 0; off < da.n;) {
-		size_t k = da.n - off < 5000 ? da.n - off : 5000;
+		/* At most DEDUP_ENTRIES entries and about CHUNK_BYTES per message. */
+		size_t k = 0, bytes = 0;
+		while (off + k < da.n && k < DEDUP_ENTRIES && (k == 0 || bytes < CHUNK_BYTES)) {
+			bytes += da.d[off + k].key.len + da.d[off + k].value.len;
+			k++;
+		}
 		kv_xfer c = {.migration_id = o->id,
 		             .seq = ++*seq,
 		             .kind = KV_XFER_CHUNK,
@@ -389,18 +535,27 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 		off += k;
 	}
 
-	/* Bulk copy. */
-	ca.keys = calloc(CHUNK_ENTRIES, sizeof(kv_buf));
-	ca.vals = calloc(CHUNK_ENTRIES, sizeof(kv_buf));
+	/* Bulk copy: chunks of at most CHUNK_ENTRIES entries and about
+	 * CHUNK_BYTES (plus one key); a value larger than a chunk goes in
+	 * slices over consecutive chunks, with nothing in between. */
+	ca.ents = calloc(CHUNK_ENTRIES, sizeof(*ca.ents));
 	kvs = calloc(CHUNK_ENTRIES, sizeof(*kvs));
-	if (ca.keys == NULL || ca.vals == NULL || kvs == NULL) {
+	if (ca.ents == NULL || kvs == NULL) {
 		rv = KV_ENOMEM;
 		goto cleanup;
 	}
-	while (!cur.done) {
+	while (!cur.done || ca.carrying) {
+		size_t whole = 0; /* keys this chunk completes: whole entries, last slices */
 		ca.n = 0;
-		ca.bytes = 0;
-		while (!cur.done && ca.n < CHUNK_ENTRIES && ca.bytes < CHUNK_BYTES) {
+		ca.data.len = 0;
+		for (;;) {
+			if (ca.carrying && (rv = carry_emit(&ca)) <= 0) {
+				if (rv < 0)
+					goto cleanup;
+				break; /* chunk full, the carry goes on in the next */
+			}
+			if (cur.done || ca.n == CHUNK_ENTRIES || ca.data.len >= CHUNK_BYTES)
+				break;
 			rv = kv_store_range_step(s->store, o->start.data, o->start.len, o->end.data,
 			                         o->end.len, &cur, CHUNK_ENTRIES - ca.n, chunk_cb,
 			                         &ca);
@@ -410,19 +565,24 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 			}
 		}
 		for (size_t i = 0; i < ca.n; i++) {
-			kvs[i].key = (kv_bytes){ca.keys[i].data, ca.keys[i].len};
-			kvs[i].value = (kv_bytes){ca.vals[i].data, ca.vals[i].len};
+			const chunk_ent *e = &ca.ents[i];
+			kvs[i].key = (kv_bytes){ca.data.data + e->koff, e->klen};
+			kvs[i].value = (kv_bytes){ca.data.data + e->voff, e->vlen};
+			kvs[i].value_offset = e->value_offset;
+			kvs[i].value_total = e->value_total;
+			if (e->value_total == 0 || e->value_offset + e->vlen == e->value_total)
+				whole++;
 		}
 		kv_xfer c = {.migration_id = o->id,
 		             .seq = ++*seq,
 		             .kind = KV_XFER_CHUNK,
 		             .nkv = ca.n,
 		             .kv = kvs,
-		             .last = cur.done};
+		             .last = cur.done && !ca.carrying};
 		if ((rv = xfer_send(o, cli, &c, true, &ack)) != 0)
 			goto cleanup;
-		atomic_fetch_add(&o->keys_copied, ca.n);
-		atomic_fetch_add(&o->bytes_copied, ca.bytes);
+		atomic_fetch_add(&o->keys_copied, whole);
+		atomic_fetch_add(&o->bytes_copied, ca.data.len);
 		pace(o, copy_start, atomic_load(&o->bytes_copied));
 		uint64_t now = kv_now_ns();
 		if (now - last_progress > PROGRESS_MS * 1000000ull) {
@@ -490,12 +650,10 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 	report_progress(o, KV_MIG_FENCED, start_ns);
 cleanup:
 	free_recs(recs, nrecs);
-	for (size_t i = 0; ca.keys && i < CHUNK_ENTRIES; i++) {
-		kv_buf_fini(&ca.keys[i]);
-		kv_buf_fini(&ca.vals[i]);
-	}
-	free(ca.keys);
-	free(ca.vals);
+	kv_buf_fini(&ca.data);
+	kv_buf_fini(&ca.carry_key);
+	kv_buf_fini(&ca.carry_val);
+	free(ca.ents);
 	free(kvs);
 	for (size_t i = 0; i < 2 * da.cap; i++)
 		kv_buf_fini(&da.bufs[i]);
@@ -671,6 +829,108 @@ kv_mig_out_start(kv_server *s, const kv_migration *m, const char *to_addr)
  * Destination side
  * ------------------------------------------------------------------------ */
 
+/*
+ * Reassembly of one value that arrives in slices (KeyValue.value_total != 0),
+ * in chunk entries or in DeltaRecords. The sender must send the slices of a
+ * value in order, from offset 0, with the same key and total (and, in
+ * deltas, the same record seq), and nothing else in between; anything else
+ * is KV_EPROTO and the partial value is dropped. The value reaches the store
+ * only when complete. One buffer per incoming stream, of at most the
+ * server's max value.
+ */
+typedef struct {
+	bool active;    /* a value is being assembled */
+	bool delta;     /* its slices are DeltaRecords (else chunk entries) */
+	uint64_t seq;   /* delta: the DeltaRecord.seq of every slice */
+	kv_buf key;     /* its key */
+	kv_buf val;     /* the bytes so far; reserved to `total` at the first slice */
+	uint64_t total; /* value_total */
+} slice_rx;
+
+/*
+ * An incoming stream as this file allocates it: kv_mig_in (server_int.h)
+ * first, so that the two pointers are the same, then the state only the
+ * destination code here uses. Every kv_mig_in is allocated by in_find and
+ * freed by kv_mig_fini_all.
+ */
+typedef struct {
+	kv_mig_in in;          /* must stay first */
+	slice_rx rx;           /* protected by in.mu, as are the counters */
+	uint64_t split_chunks; /* split values assembled from chunks, this attempt */
+	uint64_t split_deltas; /* split values assembled from delta records */
+} mig_in_ext;
+
+/* The extension of a kv_mig_in allocated by in_find. */
+static mig_in_ext *
+ext_of(kv_mig_in *in)
+{
+	return (mig_in_ext *)in;
+}
+
+static slice_rx *
+rx_of(kv_mig_in *in)
+{
+	return &ext_of(in)->rx;
+}
+
+/* Drops a partially assembled value (caller holds in->mu). */
+static void
+rx_drop(slice_rx *rx)
+{
+	kv_buf_fini(&rx->val);
+	rx->active = false;
+	rx->total = 0;
+}
+
+/*
+ * Takes one slice (caller holds in->mu). `delta`/`seq` say where it came
+ * from. On 0, *complete tells whether rx->key/rx->val now hold the whole
+ * value (the caller applies it, then calls rx_drop). Returns KV_EPROTO (with
+ * *why) for a slice that does not continue the value in progress, or
+ * KV_ENOMEM. The codec has checked that the slice is not empty and lies
+ * inside its total.
+ */
+static int
+rx_slice(kv_server *s, slice_rx *rx, bool delta, uint64_t seq, kv_bytes key, kv_bytes val,
+         uint64_t off, uint64_t total, bool *complete, const char **why)
+{
+	*complete = false;
+	if (!rx->active) {
+		if (off != 0) {
+			*why = "split value does not start at offset 0";
+			return KV_EPROTO;
+		}
+		if (total > s->max_value) {
+			*why = "split value larger than this server's max value";
+			return KV_EPROTO;
+		}
+		/* Exactly `total` (kv_buf_reserve would round up to a power of 2). */
+		kv_buf_fini(&rx->val);
+		if (kv_buf_set(&rx->key, key.p, key.len) != 0 ||
+		    (rx->val.data = malloc((size_t)total)) == NULL)
+			return KV_ENOMEM;
+		rx->val.cap = (size_t)total;
+		rx->active = true;
+		rx->delta = delta;
+		rx->seq = seq;
+		rx->total = total;
+	} else if (rx->delta != delta || (delta && rx->seq != seq) || rx->key.len != key.len ||
+	           memcmp(rx->key.data, key.p, key.len) != 0) {
+		*why = "another entry interleaved with a split value";
+		return KV_EPROTO;
+	} else if (total != rx->total) {
+		*why = "value_total differs between slices of one value";
+		return KV_EPROTO;
+	} else if (off != rx->val.len) {
+		*why = "slices of a split value are not contiguous";
+		return KV_EPROTO;
+	}
+	if (kv_buf_append(&rx->val, val.p, val.len) != 0)
+		return KV_ENOMEM; /* cannot happen: reserved */
+	*complete = rx->val.len == rx->total;
+	return KV_OK;
+}
+
 static kv_mig_in *
 in_find(kv_server *s, uint64_t id, bool create)
 {
@@ -679,11 +939,15 @@ in_find(kv_server *s, uint64_t id, bool create)
 	pthread_mutex_lock(&s->mig_mu);
 	for (in = s->ins; in && in->id != id; in = in->next)
 		;
-	if (in == NULL && create && (in = calloc(1, sizeof(*in))) != NULL) {
-		in->id = id;
-		pthread_mutex_init(&in->mu, NULL);
-		in->next = s->ins;
-		s->ins = in;
+	if (in == NULL && create) {
+		mig_in_ext *x = calloc(1, sizeof(*x));
+		if (x != NULL) {
+			in = &x->in;
+			in->id = id;
+			pthread_mutex_init(&in->mu, NULL);
+			in->next = s->ins;
+			s->ins = in;
+		}
 	}
 	pthread_mutex_unlock(&s->mig_mu);
 	return in;
@@ -738,6 +1002,8 @@ in_begin(kv_server *s, kv_mig_in *in, const kv_req *rq, kv_sc_ack *ack)
 	if (n)
 		snprintf(addr, sizeof(addr), "%s", n->address);
 	pthread_mutex_unlock(&s->cfg_mu);
+	rx_drop(rx_of(in)); /* a restarted stream resends every slice */
+	ext_of(in)->split_chunks = ext_of(in)->split_deltas = 0;
 	kv_buf_fini(&in->start);
 	kv_buf_fini(&in->end);
 	if (kv_buf_set(&in->start, x->start.p, x->start.len) != 0 ||
@@ -766,50 +1032,139 @@ in_begin(kv_server *s, kv_mig_in *in, const kv_req *rq, kv_sc_ack *ack)
 	return KV_OK;
 }
 
+/* Puts one whole value of the stream into the store (caller holds in->mu). */
+static int
+in_put(kv_server *s, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	return kv_store_put(s->store, key, klen, vlen ? val : (const uint8_t *)"", vlen);
+}
+
+/* Applies the chunk entries of x, reassembling split values. */
+static int
+in_chunk(kv_server *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
+{
+	slice_rx *rx = rx_of(in);
+	int rv = KV_OK;
+
+	for (size_t i = 0; i < x->ndedup && rv == 0; i++)
+		rv = apply_dedup(s, &x->dedup[i]);
+	for (size_t i = 0; i < x->nkv && rv == 0; i++) {
+		const kv_sc_kv *kv = &x->kv[i];
+		bool complete;
+		if (!kv_range_contains(in->start.data, in->start.len, in->end.data, in->end.len,
+		                       kv->key.p, kv->key.len)) {
+			ack->error = "chunk entry outside the range";
+			return KV_EINVAL;
+		}
+		if (kv->value_total == 0) {
+			if (rx->active) {
+				ack->error = "a whole entry interleaved with a split value";
+				return KV_EPROTO;
+			}
+			rv = in_put(s, kv->key.p, kv->key.len, kv->value.p, kv->value.len);
+			in->keys++;
+			in->bytes += kv->key.len + kv->value.len;
+			continue;
+		}
+		rv = rx_slice(s, rx, false, 0, kv->key, kv->value, kv->value_offset,
+		              kv->value_total, &complete, &ack->error);
+		if (rv == 0 && complete) {
+			rv = in_put(s, rx->key.data, rx->key.len, rx->val.data, rx->val.len);
+			in->keys++;
+			in->bytes += rx->key.len + rx->val.len;
+			KV_DEBUG(COMP, "split value assembled", "id=%llu bytes=%zu delta=0",
+			         (unsigned long long)in->id, rx->val.len);
+			ext_of(in)->split_chunks++;
+			rx_drop(rx);
+		}
+	}
+	if (rv == 0 && x->last && rx->active) {
+		ack->error = "bulk copy ended inside a split value";
+		return KV_EPROTO;
+	}
+	return rv;
+}
+
+/* Applies one whole delta record: key, value (NULL for a delete), dedup. */
+static int
+in_delta_rec(kv_server *s, const kv_sc_delta *d, const uint8_t *val, size_t vlen)
+{
+	int rv;
+	if (d->del) {
+		rv = kv_store_del(s->store, d->key.p, d->key.len, NULL);
+		if (rv == KV_ENOTFOUND)
+			rv = KV_OK;
+	} else {
+		rv = in_put(s, d->key.p, d->key.len, val, vlen);
+	}
+	if (rv == 0 && d->has_dedup)
+		rv = apply_dedup(s, &d->dedup);
+	return rv;
+}
+
+/* Applies the records of a TransferDelta in order, reassembling split puts. */
+static int
+in_delta(kv_server *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
+{
+	slice_rx *rx = rx_of(in);
+	int rv = KV_OK;
+
+	for (size_t i = 0; i < x->ndelta && rv == 0; i++) {
+		const kv_sc_delta *d = &x->delta[i];
+		bool complete;
+		if (!kv_range_contains(in->start.data, in->start.len, in->end.data, in->end.len,
+		                       d->key.p, d->key.len)) {
+			ack->error = "delta entry outside the range";
+			return KV_EINVAL;
+		}
+		if (d->value_total == 0) {
+			if (rx->active) {
+				ack->error = "a whole record interleaved with a split value";
+				return KV_EPROTO;
+			}
+			rv = in_delta_rec(s, d, d->value.p, d->value.len);
+			continue;
+		}
+		if (d->del) {
+			ack->error = "a delete record cannot be split";
+			return KV_EPROTO;
+		}
+		rv = rx_slice(s, rx, true, d->seq, d->key, d->value, d->value_offset,
+		              d->value_total, &complete, &ack->error);
+		if (rv != 0)
+			break;
+		/* The record's dedup rides on its last slice: applied with the value. */
+		if (d->has_dedup && !complete) {
+			ack->error = "dedup record on a slice that is not the last";
+			return KV_EPROTO;
+		}
+		if (complete) {
+			rv = in_delta_rec(s, d, rx->val.data, rx->val.len);
+			KV_DEBUG(COMP, "split value assembled", "id=%llu bytes=%zu delta=1",
+			         (unsigned long long)in->id, rx->val.len);
+			ext_of(in)->split_deltas++;
+			rx_drop(rx);
+		}
+	}
+	return rv;
+}
+
 static int
 in_apply(kv_server *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
 {
 	int rv = KV_OK;
 
+	/* Slices of one value are consecutive: only chunks or deltas may follow. */
+	if (rx_of(in)->active && x->kind != KV_XFER_CHUNK && x->kind != KV_XFER_DELTA &&
+	    x->kind != KV_XFER_ABORT) {
+		ack->error = "split value incomplete at the fence";
+		return KV_EPROTO;
+	}
 	switch (x->kind) {
 	case KV_XFER_CHUNK:
-		for (size_t i = 0; i < x->ndedup && rv == 0; i++)
-			rv = apply_dedup(s, &x->dedup[i]);
-		for (size_t i = 0; i < x->nkv && rv == 0; i++) {
-			const kv_sc_kv *kv = &x->kv[i];
-			if (!kv_range_contains(in->start.data, in->start.len, in->end.data,
-			                       in->end.len, kv->key.p, kv->key.len)) {
-				ack->error = "chunk entry outside the range";
-				return KV_EINVAL;
-			}
-			rv = kv_store_put(s->store, kv->key.p, kv->key.len,
-			                  kv->value.len ? kv->value.p : (const uint8_t *)"",
-			                  kv->value.len);
-			in->keys++;
-			in->bytes += kv->key.len + kv->value.len;
-		}
-		return rv;
+		return in_chunk(s, in, x, ack);
 	case KV_XFER_DELTA:
-		for (size_t i = 0; i < x->ndelta && rv == 0; i++) {
-			const kv_sc_delta *d = &x->delta[i];
-			if (!kv_range_contains(in->start.data, in->start.len, in->end.data,
-			                       in->end.len, d->key.p, d->key.len)) {
-				ack->error = "delta entry outside the range";
-				return KV_EINVAL;
-			}
-			if (d->del) {
-				rv = kv_store_del(s->store, d->key.p, d->key.len, NULL);
-				if (rv == KV_ENOTFOUND)
-					rv = KV_OK;
-			} else {
-				rv = kv_store_put(s->store, d->key.p, d->key.len,
-				                  d->value.len ? d->value.p : (const uint8_t *)"",
-				                  d->value.len);
-			}
-			if (rv == 0 && d->has_dedup)
-				rv = apply_dedup(s, &d->dedup);
-		}
-		return rv;
+		return in_delta(s, in, x, ack);
 	case KV_XFER_FENCE:
 		KV_DEBUG(COMP, "incoming fence", "id=%llu keys=%llu", (unsigned long long)in->id,
 		         (unsigned long long)in->keys);
@@ -819,11 +1174,15 @@ in_apply(kv_server *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
 		                  in->end.len, KV_OWN_SERVE, 0, NULL, x->epoch, 0, NULL);
 		if (rv == 0) {
 			in->committed = true;
-			KV_INFO(COMP, "incoming range committed", "id=%llu keys=%llu",
-			        (unsigned long long)in->id, (unsigned long long)in->keys);
+			KV_INFO(COMP, "incoming range committed",
+			        "id=%llu keys=%llu split_chunk_values=%llu split_delta_values=%llu",
+			        (unsigned long long)in->id, (unsigned long long)in->keys,
+			        (unsigned long long)ext_of(in)->split_chunks,
+			        (unsigned long long)ext_of(in)->split_deltas);
 		}
 		return rv;
 	case KV_XFER_ABORT:
+		rx_drop(rx_of(in));
 		kv_owner_drop_incoming(&s->owner, in->id);
 		clear_range(s, in);
 		KV_INFO(COMP, "incoming transfer aborted", "id=%llu", (unsigned long long)in->id);
@@ -867,8 +1226,17 @@ kv_mig_in_handle(kv_server *s, const kv_req *rq, kv_sc_ack *ack)
 		in->acked = x->seq;
 	} else {
 		rv = in_apply(s, in, x, ack);
-		if (rv == 0)
+		if (rv == 0) {
 			in->acked = x->kind == KV_XFER_ABORT ? 0 : x->seq;
+		} else {
+			/* Refused: the source restarts from Begin (which clears the
+			 * range), so a partial value is never continued. */
+			rx_drop(rx_of(in));
+			KV_WARN(COMP, "transfer message refused",
+			        "id=%llu seq=%llu err=%s why=\"%s\"", (unsigned long long)in->id,
+			        (unsigned long long)x->seq, kv_errname(rv),
+			        ack->error ? ack->error : "");
+		}
 	}
 	ack->status = rv;
 	ack->seq = in->acked;
@@ -896,6 +1264,7 @@ kv_mig_in_forget(kv_server *s, uint64_t id)
 			clear_range(s, in);
 		in->acked = 0;
 	}
+	rx_drop(rx_of(in));
 	pthread_mutex_unlock(&in->mu);
 	KV_INFO(COMP, "incoming transfer forgotten", "id=%llu", (unsigned long long)id);
 }
@@ -924,9 +1293,11 @@ kv_mig_fini_all(kv_server *s)
 	}
 	for (; in; in = inn) {
 		inn = in->next;
+		rx_drop(rx_of(in));
+		kv_buf_fini(&rx_of(in)->key);
 		kv_buf_fini(&in->start);
 		kv_buf_fini(&in->end);
 		pthread_mutex_destroy(&in->mu);
-		free(in);
+		free(ext_of(in));
 	}
 }

@@ -7,8 +7,9 @@
  * the dispatcher never sees an unchecked field. Encoding builds a temporary
  * message tree that borrows the caller's bytes, packs it straight into an
  * nng message body, and frees only the tree's own arrays (never with
- * free_unpacked). Values are sent whole: KeyValue slices (value_total != 0)
- * are refused on receipt with KV_EINVAL, since this server never splits.
+ * free_unpacked). Transfer values may come in slices (KeyValue.value_total
+ * != 0): each slice is checked here on its own, and migrate.c checks that
+ * consecutive slices form one value.
  */
 #include "shardserver/server_codec.h"
 #include "common/err.h"
@@ -149,14 +150,35 @@ decode_dedup(const Shardkv__DedupEntry *d, kv_sc_dedup *out)
 	return KV_OK;
 }
 
+/*
+ * Decodes one transfer entry. A whole entry (value_total 0) must have offset
+ * 0; a slice must carry at least one byte and lie inside a total of at most
+ * KV_HARD_MAX_VALUE (the server's own --max-value is checked by migrate.c).
+ * Sets *why and returns KV_EINVAL otherwise.
+ */
 static int
-decode_kv(const Shardkv__KeyValue *kv, kv_sc_kv *out)
+decode_kv(const Shardkv__KeyValue *kv, kv_sc_kv *out, const char **why)
 {
-	if (kv == NULL || kv->key.len == 0 || !key_ok(kv->key) || kv->value_total != 0 ||
-	    kv->value_offset != 0 || kv->value.len > KV_HARD_MAX_VALUE)
+	if (kv == NULL || kv->key.len == 0 || !key_ok(kv->key) ||
+	    kv->value.len > KV_HARD_MAX_VALUE) {
+		*why = "bad transfer entry (key or value size)";
 		return KV_EINVAL;
+	}
+	if (kv->value_total == 0 && kv->value_offset != 0) {
+		*why = "bad transfer entry (offset without value_total)";
+		return KV_EINVAL;
+	}
+	if (kv->value_total != 0 && (kv->value_total > KV_HARD_MAX_VALUE || kv->value.len == 0 ||
+	                             kv->value_offset > kv->value_total ||
+	                             kv->value.len > kv->value_total - kv->value_offset)) {
+		*why = "bad value slice (empty, or outside value_total, or value_total over the "
+		       "hard limit)";
+		return KV_EINVAL;
+	}
 	out->key = bx(kv->key);
 	out->value = bx(kv->value);
+	out->value_offset = kv->value_offset;
+	out->value_total = kv->value_total;
 	return KV_OK;
 }
 
@@ -201,10 +223,8 @@ decode_xfer(const Shardkv__Transfer *t, kv_xfer *x, const char **why)
 		if (c->n_dedup && (x->dedup = calloc(c->n_dedup, sizeof(*x->dedup))) == NULL)
 			return KV_ENOMEM;
 		for (size_t i = 0; i < c->n_entries; i++, x->nkv++)
-			if ((rv = decode_kv(c->entries[i], &x->kv[i])) != 0) {
-				*why = "bad chunk entry (split values are not supported)";
+			if ((rv = decode_kv(c->entries[i], &x->kv[i], why)) != 0)
 				return rv;
-			}
 		for (size_t i = 0; i < c->n_dedup; i++, x->ndedup++)
 			if ((rv = decode_dedup(c->dedup[i], &x->dedup[i])) != 0) {
 				*why = "bad dedup entry";
@@ -230,14 +250,14 @@ decode_xfer(const Shardkv__Transfer *t, kv_xfer *x, const char **why)
 				*why = "bad delta op";
 				return KV_EINVAL;
 			}
-			if ((rv = decode_kv(r->kv, &kv)) != 0) {
-				*why = "bad delta entry";
+			if ((rv = decode_kv(r->kv, &kv, why)) != 0)
 				return rv;
-			}
 			o->seq = r->seq;
 			o->del = r->op == SHARDKV__DELTA_OP__DELTA_OP_DEL;
 			o->key = kv.key;
 			o->value = kv.value;
+			o->value_offset = kv.value_offset;
+			o->value_total = kv.value_total;
 			if (r->dedup) {
 				if ((rv = decode_dedup(r->dedup, &o->dedup)) != 0) {
 					*why = "bad dedup entry";
@@ -553,6 +573,8 @@ kv_sc_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, nng_msg 
 				kvs[i] = kinit;
 				kvs[i].key = pbk(x->kv[i].key);
 				kvs[i].value = pbk(x->kv[i].value);
+				kvs[i].value_offset = x->kv[i].value_offset;
+				kvs[i].value_total = x->kv[i].value_total;
 				kvp[i] = &kvs[i];
 			}
 			c.n_entries = x->nkv;
@@ -586,6 +608,8 @@ kv_sc_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, nng_msg 
 			                    : SHARDKV__DELTA_OP__DELTA_OP_PUT;
 			kvs[i].key = pbk(s->key);
 			kvs[i].value = pbk(s->value);
+			kvs[i].value_offset = s->value_offset;
+			kvs[i].value_total = s->value_total;
 			recs[i].kv = &kvs[i];
 			if (s->has_dedup) {
 				fill_dedup(&des[i], &dres[i], &s->dedup);

@@ -60,10 +60,19 @@ typedef struct {
 	uint64_t max_bytes;  /* scan: reply payload bound; 0: default */
 } kv_op;
 
-/* One key/value of a transfer (whole values only; see server_codec.c). */
+/*
+ * One key/value of a transfer, or one slice of a value too large for one
+ * message (KeyValue in shardkv.proto): value_total != 0 means `value` holds
+ * bytes [value_offset, value_offset + value.len) of a value of value_total
+ * bytes. Decoding checks each slice on its own (not empty, inside its total,
+ * total within KV_HARD_MAX_VALUE); whether consecutive slices fit together is
+ * the receiver's business (migrate.c).
+ */
 typedef struct {
-	kv_bytes key;   /* the key */
-	kv_bytes value; /* the value */
+	kv_bytes key;          /* the key */
+	kv_bytes value;        /* the value, or this slice of it */
+	uint64_t value_offset; /* offset of the slice; 0 when whole */
+	uint64_t value_total;  /* length of the whole value when split; 0 when whole */
 } kv_sc_kv;
 
 /* One exactly-once record on the wire (DedupEntry). */
@@ -79,12 +88,14 @@ typedef struct {
 
 /* One write recorded during a copy (DeltaRecord). */
 typedef struct {
-	uint64_t seq;      /* source write sequence */
-	bool del;          /* true: delete, false: put */
-	kv_bytes key;      /* the key */
-	kv_bytes value;    /* put: the value */
-	bool has_dedup;    /* dedup is set */
-	kv_sc_dedup dedup; /* the write's exactly-once record */
+	uint64_t seq;          /* source write sequence */
+	bool del;              /* true: delete, false: put */
+	kv_bytes key;          /* the key */
+	kv_bytes value;        /* put: the value, or this slice of it */
+	uint64_t value_offset; /* put, split: offset of the slice (as kv_sc_kv) */
+	uint64_t value_total;  /* put, split: whole length; 0 when whole */
+	bool has_dedup;        /* dedup is set */
+	kv_sc_dedup dedup;     /* the write's exactly-once record */
 } kv_sc_delta;
 
 typedef enum {
