@@ -126,6 +126,18 @@ shardkv_rebalance(shardkv_client *c, uint32_t rate_mb_s, unsigned flags, shardkv
 	return admin_change(c, &q, flags, out);
 }
 
+int
+shardkv_cancel(shardkv_client *c, uint64_t migration_id, shardkv_admin_result *out)
+{
+	kvc_admin_req q = {.kind = KVC_ADMIN_CANCEL, .mig_id = migration_id};
+
+	if (c == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if (migration_id == 0)
+		return kvc_fail(KV_EINVAL, "no migration id given (ids start at 1)");
+	return admin_change(c, &q, 0, out);
+}
+
 /* Copies bytes into a NUL-terminated public buffer. */
 static int
 buf_dup(shardkv_buf *dst, const kv_buf *src)
@@ -151,6 +163,7 @@ mig_fill(const kv_migration *m, shardkv_migration *x)
 	x->keys_total = m->keys_total;
 	x->bytes_total = m->bytes_total;
 	x->eta_ms = m->eta_ms;
+	x->rate_bytes_s = m->rate_bytes_s;
 	if (buf_dup(&x->start, &m->start) != KV_OK || buf_dup(&x->end, &m->end) != KV_OK)
 		return KV_ENOMEM;
 	return KV_OK;

@@ -72,6 +72,7 @@ static int cmd_join(cli_ctx *x);
 static int cmd_leave(cli_ctx *x);
 static int cmd_move(cli_ctx *x);
 static int cmd_rebalance(cli_ctx *x);
+static int cmd_cancel(cli_ctx *x);
 static int cmd_config(cli_ctx *x);
 static int cmd_status(cli_ctx *x);
 static int cmd_bench(cli_ctx *x);
@@ -95,6 +96,8 @@ static const cli_cmd cmds[] = {
      "give [START, END) to NODE", cmd_move},
     {"rebalance", 0, 0, OPT_WAIT | OPT_RATE, true, "[--rate MB/s] [--wait]",
      "even out data across nodes", cmd_rebalance},
+    {"cancel", 1, 1, 0, true, "MIGRATION_ID",
+     "stop a migration that has not fenced (ids: shardkv status)", cmd_cancel},
     {"config", 0, 1, 0, true, "[EPOCH]", "print the configuration (default: latest)", cmd_config},
     {"status", 0, 0, 0, true, "", "print nodes, ranges, statistics and migrations", cmd_status},
     {"bench", 0, -1, 0, false, "[options]", "measure throughput and latency (shardkv bench --help)",
@@ -372,6 +375,14 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 			                 "config: EPOCH must be a positive number, not '%s'",
 			                 a->args[0]);
 	}
+	if (strcmp(cmd->name, "cancel") == 0) {
+		uint64_t n;
+		if (!parse_u64(a->args[0], UINT64_MAX, &n) || n == 0)
+			return usage_err(
+			    err, errlen,
+			    "cancel: MIGRATION_ID must be a positive number, not '%.100s'",
+			    a->args[0]);
+	}
 	return KV_CLI_OK;
 }
 
@@ -399,6 +410,12 @@ print_help(FILE *f, const cli_cmd *cmd)
 			fprintf(f,
 			        "  --wait blocks until the migrations finish and prints the time "
 			        "they took.\n");
+		if (strcmp(cmd->name, "cancel") == 0)
+			fprintf(f,
+			        "  The range stays with its source; the destination drops what it\n"
+			        "  received. Exit 1 when no such migration is in flight (unknown,\n"
+			        "  finished or cancelled), 3 when it has already fenced (it then\n"
+			        "  completes on its own).\n");
 		return;
 	}
 	fprintf(f, "usage: shardkv [-c|--controller ADDR] [--json] [--timeout MS] COMMAND ARGS...\n"
@@ -789,6 +806,26 @@ cmd_rebalance(cli_ctx *x)
 	return admin_report(x, rv, &r, "rebalancing", &t0);
 }
 
+static int
+cmd_cancel(cli_ctx *x)
+{
+	uint64_t id = strtoull(x->a->args[0], NULL, 10); /* checked by kv_cli_parse */
+	shardkv_admin_result r = {0};
+	int rv = shardkv_cancel(x->c, id, &r);
+
+	if (rv != 0)
+		return fail(x, rv);
+	if (x->a->json)
+		fprintf(x->out,
+		        "{\"epoch\": %" PRIu64 ", \"command\": \"cancel\", \"migration\": %" PRIu64
+		        "}\n",
+		        r.epoch, id);
+	else
+		fprintf(x->out, "cancelled migration %" PRIu64 " in epoch %" PRIu64 "\n", id,
+		        r.epoch);
+	return 0;
+}
+
 static void
 json_migrations(FILE *f, const shardkv_config *cfg)
 {
@@ -803,9 +840,9 @@ json_migrations(FILE *f, const shardkv_config *cfg)
 		        ", \"from\": %" PRIu32 ", \"to\": %" PRIu32 ", \"phase\": \"%s\", "
 		        "\"keys_copied\": %" PRIu64 ", \"bytes_copied\": %" PRIu64
 		        ", \"keys_total\": %" PRIu64 ", \"bytes_total\": %" PRIu64
-		        ", \"eta_s\": %.3f}",
+		        ", \"rate_bytes_s\": %" PRIu64 ", \"eta_s\": %.3f}",
 		        m->from, m->to, m->phase, m->keys_copied, m->bytes_copied, m->keys_total,
-		        m->bytes_total, (double)m->eta_ms / 1000.0);
+		        m->bytes_total, m->rate_bytes_s, (double)m->eta_ms / 1000.0);
 	}
 	fprintf(f, "]");
 }
@@ -904,10 +941,25 @@ human_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 		human_str(f, m->start.data, m->start.len);
 		fprintf(f, ", ");
 		human_str(f, m->end.data, m->end.len);
-		fprintf(f, ") %" PRIu32 " -> %" PRIu32 " %s keys=%" PRIu64 " bytes=%" PRIu64,
-		        m->from, m->to, m->phase, m->keys_copied, m->bytes_copied);
-		if (m->eta_ms)
-			fprintf(f, " eta=%.1fs", (double)m->eta_ms / 1000.0);
+		fprintf(f, ") %" PRIu32 " -> %" PRIu32 " %s keys=%" PRIu64, m->from, m->to,
+		        m->phase, m->keys_copied);
+		if (m->keys_total)
+			fprintf(f, "/%" PRIu64, m->keys_total);
+		fprintf(f, " bytes=%" PRIu64, m->bytes_copied);
+		if (m->bytes_total)
+			fprintf(f, "/%" PRIu64, m->bytes_total);
+		/* Rate and ETA come from the source's progress reports, so only a
+		 * status has them; "?" until the first report. */
+		if (status) {
+			if (m->rate_bytes_s)
+				fprintf(f, " rate=%.2fMB/s", (double)m->rate_bytes_s / 1e6);
+			else
+				fprintf(f, " rate=?");
+			if (m->eta_ms)
+				fprintf(f, " eta=%.1fs", (double)m->eta_ms / 1000.0);
+			else
+				fprintf(f, " eta=?");
+		}
 		fputc('\n', f);
 	}
 	if (status && cfg->ncontrollers) {

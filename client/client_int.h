@@ -124,6 +124,7 @@ typedef enum {
 	KVC_ADMIN_GET_CONFIG,
 	KVC_ADMIN_STATUS,
 	KVC_ADMIN_WATCH,
+	KVC_ADMIN_CANCEL,
 } kvc_admin_kind;
 
 /* An AdminRequest as plain values; pointers borrowed. */
@@ -142,6 +143,7 @@ typedef struct {
 	kv_bytes end;          /* move */
 	uint32_t rate_mb_s;    /* move, rebalance */
 	uint64_t epoch;        /* get_config: the epoch; watch: known epoch */
+	uint64_t mig_id;       /* cancel: the migration */
 } kvc_admin_req;
 
 /* Live statistics of a node from a status report. */

@@ -309,6 +309,7 @@ kvc_encode_admin(const kvc_admin_req *q, nng_msg **out)
 	Shardkv__AdminGetConfig getc = SHARDKV__ADMIN_GET_CONFIG__INIT;
 	Shardkv__AdminStatus st = SHARDKV__ADMIN_STATUS__INIT;
 	Shardkv__Watch watch = SHARDKV__WATCH__INIT;
+	Shardkv__AdminCancelMigration cancel = SHARDKV__ADMIN_CANCEL_MIGRATION__INIT;
 	Shardkv__NodeRef ref = SHARDKV__NODE_REF__INIT;
 
 	req.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
@@ -357,6 +358,11 @@ kvc_encode_admin(const kvc_admin_req *q, nng_msg **out)
 		watch.known_epoch = q->epoch;
 		req.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_WATCH;
 		req.watch = &watch;
+		break;
+	case KVC_ADMIN_CANCEL:
+		cancel.migration_id = q->mig_id;
+		req.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_CANCEL_MIGRATION;
+		req.cancel_migration = &cancel;
 		break;
 	default:
 		return KV_EINVAL;

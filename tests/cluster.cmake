@@ -7,6 +7,9 @@
 if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   add_library(kv_cluster_util STATIC cluster_util.c)
   target_link_libraries(kv_cluster_util PUBLIC shardkv kv_testutil kv_flags)
+  # kv_tc_raw_op() packs Requests itself: it needs the generated header (the
+  # generated code and the rpc client are in libshardkv and kv_common).
+  add_dependencies(kv_cluster_util kv_proto_generate)
   target_compile_definitions(kv_cluster_util PUBLIC
     KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>"
     KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>"
@@ -25,4 +28,10 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   kv_cluster_test(test_cluster_controller 90)
   kv_cluster_test(test_cluster_batch 120)
   kv_cluster_test(test_cluster_cli 90)
+  kv_cluster_test(test_cluster_cancel 120)
+  kv_cluster_test(test_cluster_dedup 120)
+  # Migrations of values up to 64 MiB in slices; it also sends hand-made
+  # transfer messages (kv_sc_xfer_encode), hence kv_server.
+  kv_cluster_test(test_cluster_bigvalue 300)
+  target_link_libraries(test_cluster_bigvalue PRIVATE kv_server)
 endif()

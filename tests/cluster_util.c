@@ -8,6 +8,9 @@
  * the test process.
  */
 #include "tests/cluster_util.h"
+#include "common/rpc.h"
+#include "proto/shardkv.pb-c.h"
+#include "proto/wire.h"
 #include "tests/testutil.h"
 
 #include <errno.h>
@@ -722,6 +725,168 @@ kv_tc_wait_status_counts(kv_tc *c, const unsigned *counts, size_t ncounts, unsig
 		kv_test_sleep_ms(50);
 	}
 	fprintf(stderr, "cluster: status keys (have/want):%s after %u ms\n", last, ms);
+	return -1;
+}
+
+/* ---------------------------------------------------------------------------
+ * Raw requests and migrations
+ * ------------------------------------------------------------------------- */
+
+/* Packs a Request with the single op `op` into a new message. */
+static int
+raw_pack(uint64_t client_id, Shardkv__Op *op, unsigned ms, nng_msg **out)
+{
+	Shardkv__Request rq = SHARDKV__REQUEST__INIT;
+	Shardkv__Op *ops[1] = {op};
+	size_t n;
+
+	rq.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+	rq.client_id = client_id;
+	rq.request_id = op->request_id;
+	rq.n_ops = 1;
+	rq.ops = ops;
+	rq.timeout_ms = ms;
+	n = shardkv__request__get_packed_size(&rq);
+	if (nng_msg_alloc(out, n) != 0)
+		return SHARDKV_ENOMEM;
+	shardkv__request__pack(&rq, nng_msg_body(*out));
+	return 0;
+}
+
+/* Fills out from a decoded Response to a one-op request. */
+static int
+raw_result(const Shardkv__Response *r, kv_tc_raw_result *out)
+{
+	const Shardkv__OpResult *x;
+
+	out->node_id = r->node_id;
+	if (r->status != SHARDKV__STATUS__STATUS_OK) {
+		out->status = kv_err_from_wire((int)r->status);
+		return 0;
+	}
+	if (r->n_results != 1)
+		return SHARDKV_EPROTO;
+	x = r->results[0];
+	out->status = kv_err_from_wire((int)x->status);
+	out->value_len = x->value_len;
+	if (x->owner)
+		out->hint_node = x->owner->node_id;
+	if (x->value.len || x->status == SHARDKV__STATUS__STATUS_OK) {
+		if ((out->value.data = malloc(x->value.len + 1)) == NULL)
+			return SHARDKV_ENOMEM;
+		if (x->value.len)
+			memcpy(out->value.data, x->value.data, x->value.len);
+		out->value.data[x->value.len] = 0;
+		out->value.len = x->value.len;
+	}
+	return 0;
+}
+
+int
+kv_tc_raw_op(const char *url, uint64_t client_id, uint64_t request_id, kv_tc_raw_kind kind,
+             const void *key, size_t klen, const void *val, size_t vlen, unsigned ms,
+             kv_tc_raw_result *out)
+{
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__GetOp g = SHARDKV__GET_OP__INIT;
+	Shardkv__PutOp p = SHARDKV__PUT_OP__INIT;
+	Shardkv__AppendOp a = SHARDKV__APPEND_OP__INIT;
+	ProtobufCBinaryData k = {klen, (uint8_t *)key}, v = {vlen, (uint8_t *)val};
+	kv_rpc_client *cl = NULL;
+	Shardkv__Response *r;
+	nng_msg *req, *rep;
+	int rv;
+
+	memset(out, 0, sizeof(*out));
+	op.request_id = request_id;
+	switch (kind) {
+	case KV_TC_RAW_GET:
+		g.key = k;
+		op.op_case = SHARDKV__OP__OP_GET;
+		op.get = &g;
+		break;
+	case KV_TC_RAW_PUT:
+		p.key = k;
+		p.value = v;
+		op.op_case = SHARDKV__OP__OP_PUT;
+		op.put = &p;
+		break;
+	case KV_TC_RAW_APPEND:
+		a.key = k;
+		a.value = v;
+		op.op_case = SHARDKV__OP__OP_APPEND;
+		op.append = &a;
+		break;
+	default:
+		return SHARDKV_EINVAL;
+	}
+	/* A connection per call: these are rare, and nothing is left open. */
+	if ((rv = kv_rpc_client_create(url, &cl)) != 0)
+		return rv;
+	if ((rv = raw_pack(client_id, &op, ms, &req)) != 0) {
+		kv_rpc_client_destroy(cl);
+		return rv;
+	}
+	rv = kv_rpc_call(cl, req, &rep, ms);
+	kv_rpc_client_destroy(cl);
+	if (rv != 0)
+		return rv;
+	r = shardkv__response__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
+	nng_msg_free(rep);
+	if (r == NULL)
+		return SHARDKV_EPROTO;
+	rv = raw_result(r, out);
+	shardkv__response__free_unpacked(r, NULL);
+	if (rv != 0)
+		kv_tc_raw_free(out);
+	return rv;
+}
+
+void
+kv_tc_raw_free(kv_tc_raw_result *r)
+{
+	free(r->value.data);
+	r->value.data = NULL;
+	r->value.len = 0;
+}
+
+int
+kv_tc_wait_migration(kv_tc *c, uint64_t id, const char *phase, uint64_t min_keys, unsigned ms,
+                     shardkv_migration *out)
+{
+	uint64_t t0 = kv_test_now_ms();
+	char last[64] = "no status";
+
+	while (kv_test_now_ms() - t0 < ms) {
+		shardkv_config *st = NULL;
+		const shardkv_migration *m = NULL;
+		bool ok = false;
+		if (shardkv_status(c->admin, &st) == 0) {
+			for (size_t i = 0; i < st->nmigrations; i++)
+				if (st->migrations[i].id == id)
+					m = &st->migrations[i];
+			if (m == NULL) {
+				shardkv_config_free(st);
+				fprintf(stderr, "cluster: migration %" PRIu64 " is not in flight\n",
+				        id);
+				return -1;
+			}
+			snprintf(last, sizeof(last), "%s with %" PRIu64 " keys", m->phase,
+			         m->keys_copied);
+			ok = strcmp(m->phase, phase) == 0 && m->keys_copied >= min_keys;
+			if (ok && out) {
+				*out = *m;
+				out->start = out->end = (shardkv_buf){0};
+			}
+			shardkv_config_free(st);
+		}
+		if (ok)
+			return 0;
+		kv_test_sleep_ms(20);
+	}
+	fprintf(stderr,
+	        "cluster: migration %" PRIu64 " is %s, not %s with %" PRIu64 " keys, after %u ms\n",
+	        id, last, phase, min_keys, ms);
 	return -1;
 }
 

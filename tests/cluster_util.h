@@ -186,6 +186,50 @@ int kv_tc_wait_status_keys(kv_tc *c, uint64_t keys, unsigned ms);
 int kv_tc_wait_status_counts(kv_tc *c, const unsigned *counts, size_t ncounts, unsigned ms);
 
 /* ---------------------------------------------------------------------------
+ * Raw requests: one op sent straight to one server, with the client id and
+ * request id the caller chooses, bypassing libshardkv's routing and retries
+ * (for exactly-once tests, which must replay a write byte for byte).
+ * ------------------------------------------------------------------------- */
+
+/* The ops kv_tc_raw_op() can send. */
+typedef enum {
+	KV_TC_RAW_GET = 1, /* read key */
+	KV_TC_RAW_PUT,     /* key = val */
+	KV_TC_RAW_APPEND,  /* key += val */
+} kv_tc_raw_kind;
+
+/* What one server answered to kv_tc_raw_op(). Free with kv_tc_raw_free(). */
+typedef struct {
+	int status;         /* SHARDKV_E* of the op, or of the whole request when refused */
+	uint64_t value_len; /* append: the length after the append */
+	uint32_t hint_node; /* WRONG_OWNER, MOVING: the node the server named; 0: none */
+	uint32_t node_id;   /* the answering server's node id */
+	shardkv_buf value;  /* get: the value (data NULL when none) */
+} kv_tc_raw_result;
+
+/*
+ * Sends one op to the server at `url` in a Request with `client_id` and the
+ * op's `request_id` (0 for either: no exactly-once) and waits up to `ms`.
+ * Returns 0 when the server answered (out->status says how), or a negative
+ * SHARDKV_E* when it could not be reached or its answer was malformed.
+ */
+int kv_tc_raw_op(const char *url, uint64_t client_id, uint64_t request_id, kv_tc_raw_kind kind,
+                 const void *key, size_t klen, const void *val, size_t vlen, unsigned ms,
+                 kv_tc_raw_result *out);
+
+/* Frees what kv_tc_raw_op() returned. Accepts a zeroed result. */
+void kv_tc_raw_free(kv_tc_raw_result *r);
+
+/*
+ * Waits until the status lists migration `id` in phase `phase` ("copying",
+ * ...) with at least `min_keys` keys copied. On 0 *out (may be NULL) gets
+ * that entry's figures (its start and end are left empty). Returns 0, or -1
+ * on the deadline or when the migration is no longer listed (it ended).
+ */
+int kv_tc_wait_migration(kv_tc *c, uint64_t id, const char *phase, uint64_t min_keys, unsigned ms,
+                         shardkv_migration *out);
+
+/* ---------------------------------------------------------------------------
  * Processes
  * ------------------------------------------------------------------------- */
 

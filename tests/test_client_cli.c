@@ -244,6 +244,57 @@ library_rejects_bad_arguments_before_the_network(void **state)
 	shardkv_close(c);
 }
 
+static void
+cancel_checks_its_migration_id_before_the_network(void **state)
+{
+	shardkv_client *c;
+	char url[64];
+	(void)state;
+
+	const char *missing[] = {"shardkv", "cancel"};
+	assert_usage_error(ARGC(missing), missing, "usage: shardkv cancel MIGRATION_ID");
+	const char *word[] = {"shardkv", "cancel", "abc"};
+	assert_usage_error(ARGC(word), word, "MIGRATION_ID must be a positive number");
+	const char *zero[] = {"shardkv", "cancel", "0"};
+	assert_usage_error(ARGC(zero), zero, "MIGRATION_ID");
+	const char *trailing[] = {"shardkv", "cancel", "12x"};
+	assert_usage_error(ARGC(trailing), trailing, "MIGRATION_ID");
+	const char *huge[] = {"shardkv", "cancel", "99999999999999999999999"};
+	assert_usage_error(ARGC(huge), huge, "MIGRATION_ID");
+	const char *extra[] = {"shardkv", "cancel", "1", "2"};
+	assert_usage_error(ARGC(extra), extra, "too many");
+	const char *wait[] = {"shardkv", "cancel", "1", "--wait"};
+	assert_usage_error(ARGC(wait), wait, "--wait does not apply");
+
+	/* --help names the command and its argument. */
+	const char *global[] = {"shardkv", "--help"};
+	run_result r = run(ARGC(global), global);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "  cancel    MIGRATION_ID"));
+	run_free(&r);
+	const char *cmd[] = {"shardkv", "cancel", "--help"};
+	r = run(ARGC(cmd), cmd);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "usage: shardkv [global options] cancel MIGRATION_ID"));
+	run_free(&r);
+
+	/* A valid id goes to the controller: unreachable is exit 3. */
+	kv_test_free_url(url, sizeof(url));
+	const char *unreachable[] = {"shardkv", "-c", url, "--timeout", "200", "cancel", "7"};
+	r = run(ARGC(unreachable), unreachable);
+	assert_int_equal(r.rc, 3);
+	assert_int_equal(r.nout, 0);
+	assert_non_null(strstr(r.err, "shardkv: cancel:"));
+	run_free(&r);
+
+	/* The library refuses id 0 without a round trip. */
+	assert_int_equal(shardkv_open(url, NULL, &c), 0);
+	assert_int_equal(shardkv_cancel(c, 0, NULL), SHARDKV_EINVAL);
+	assert_non_null(strstr(shardkv_errmsg(), "migration id"));
+	assert_int_equal(shardkv_cancel(NULL, 1, NULL), SHARDKV_EINVAL);
+	shardkv_close(c);
+}
+
 int
 main(void)
 {
@@ -256,6 +307,7 @@ main(void)
 	    cmocka_unit_test(exit_codes_follow_the_spec),
 	    cmocka_unit_test(unreachable_controller_exits_3_within_the_timeout),
 	    cmocka_unit_test(library_rejects_bad_arguments_before_the_network),
+	    cmocka_unit_test(cancel_checks_its_migration_id_before_the_network),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -303,6 +303,7 @@ typedef struct {
 	uint64_t keys_total;   /* estimate; 0: unknown */
 	uint64_t bytes_total;  /* estimate; 0: unknown */
 	uint64_t eta_ms;       /* estimate; 0: unknown */
+	uint64_t rate_bytes_s; /* measured copy rate (status only); 0: unknown */
 } shardkv_migration;
 
 /* A controller replica (status only). */
@@ -342,6 +343,17 @@ SHARDKV_API int shardkv_leave(shardkv_client *c, const char *node, unsigned flag
 SHARDKV_API int shardkv_move(shardkv_client *c, const void *start, size_t slen, const void *end,
                              size_t elen, const char *node, uint32_t rate_mb_s, unsigned flags,
                              shardkv_admin_result *out);
+
+/*
+ * Cancels the migration `migration_id` (shardkv_migration.id, as the status
+ * lists it) if it has not fenced yet: the range stays with its source and
+ * the destination drops what it received. On 0 *out (may be NULL) holds the
+ * epoch that records the cancellation. SHARDKV_ENOTFOUND when no such
+ * migration is in flight (unknown, finished or already cancelled),
+ * SHARDKV_EBUSY when it has fenced (too late: it completes on its own),
+ * SHARDKV_EINVAL for id 0.
+ */
+SHARDKV_API int shardkv_cancel(shardkv_client *c, uint64_t migration_id, shardkv_admin_result *out);
 
 /* Evens out data size across nodes (SHARDKV_WAIT). */
 SHARDKV_API int shardkv_rebalance(shardkv_client *c, uint32_t rate_mb_s, unsigned flags,
