@@ -221,12 +221,56 @@ report_progress(kv_mig_out *o, kv_mig_phase phase, uint64_t start_ns)
 	                 .phase = (int)phase,
 	                 .keys = atomic_load(&o->keys_copied),
 	                 .bytes = bytes,
+	                 .keys_total = o->keys_total,
+	                 .bytes_total = o->bytes_total,
 	                 .rate_bytes_s = (uint64_t)((double)bytes * 1e9 / (double)el)};
 	if (kv_server__ctl_call(o->srv, &rq, &r, 300) == 0)
 		kv_sc_adm_resp_fini(&r);
 }
 
 /* Bytes left in a message budget of CHUNK_BYTES after `used`. */
+/*
+ * Tells the controller the range is fenced, and waits for its answer: once
+ * it has acknowledged, it refuses to cancel the migration, so the handover
+ * that follows cannot contradict the configuration. A migration it no
+ * longer lists (cancelled meanwhile) returns KV_ECLOSED; so does stopping.
+ */
+static int
+confirm_fence(kv_mig_out *o, uint64_t start_ns)
+{
+	kv_server *s = o->srv;
+	unsigned backoff = 20;
+
+	while (!atomic_load(&s->stopping)) {
+		kv_adm_resp r;
+		uint64_t el = kv_now_ns() - start_ns + 1;
+		uint64_t bytes = atomic_load(&o->bytes_copied);
+		kv_adm_req rq = {.kind = KV_ADM_PROGRESS,
+		                 .node_id = atomic_load(&s->node_id),
+		                 .migration_id = o->id,
+		                 .phase = (int)KV_MIG_FENCED,
+		                 .keys = atomic_load(&o->keys_copied),
+		                 .bytes = bytes,
+		                 .keys_total = o->keys_total,
+		                 .bytes_total = o->bytes_total,
+		                 .rate_bytes_s = (uint64_t)((double)bytes * 1e9 / (double)el)};
+		if (kv_server__ctl_call(s, &rq, &r, 1000) == 0) {
+			int st = r.status;
+			kv_sc_adm_resp_fini(&r);
+			if (st == KV_OK)
+				return KV_OK;
+			if (st == KV_ENOTFOUND) {
+				KV_INFO(COMP, "fence refused: migration no longer listed",
+				        "id=%llu", (unsigned long long)o->id);
+				return KV_ECLOSED;
+			}
+		}
+		kv_server__nap(s, backoff);
+		backoff = backoff * 2 > 500 ? 500 : backoff * 2;
+	}
+	return KV_ECLOSED;
+}
+
 static size_t
 budget_left(size_t used)
 {
@@ -491,6 +535,10 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 	atomic_store(&o->bytes_copied, 0);
 	kv_store_cursor_init(&cur);
 
+	/* Totals for progress and ETA: a walk in bounded steps, writes go on. */
+	if (kv_store_range_count(s->store, o->start.data, o->start.len, o->end.data, o->end.len,
+	                         &o->keys_total, &o->bytes_total) != 0)
+		o->keys_total = o->bytes_total = 0;
 	*seq = 1;
 	kv_xfer b = {.migration_id = o->id,
 	             .seq = 1,
@@ -499,7 +547,9 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 	             .start = {o->start.data, o->start.len},
 	             .end = {o->end.data, o->end.len},
 	             .from_node = atomic_load(&s->node_id),
-	             .to_node = o->to};
+	             .to_node = o->to,
+	             .keys = o->keys_total,
+	             .bytes = o->bytes_total};
 	if ((rv = xfer_send(o, cli, &b, true, &ack)) != 0)
 		goto cleanup;
 	KV_INFO(COMP, "copy started", "id=%llu to=%u rate_mb_s=%u", (unsigned long long)o->id,
@@ -645,9 +695,17 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 		pthread_mutex_unlock(&o->mu);
 		goto cleanup;
 	}
+	if ((rv = confirm_fence(o, start_ns)) != 0) {
+		/* Cancelled before the controller learnt of the fence: the cancel
+		 * wins, the range stays here (the destination never served it). */
+		pthread_mutex_lock(&o->mu);
+		atomic_store(&o->fenced, false);
+		atomic_store(&o->cancel, true);
+		pthread_mutex_unlock(&o->mu);
+		goto cleanup;
+	}
 	KV_INFO(COMP, "fenced", "id=%llu deltas=%zu fence_us=%llu", (unsigned long long)o->id,
 	        nrecs, (unsigned long long)((kv_now_ns() - fence_ns) / 1000));
-	report_progress(o, KV_MIG_FENCED, start_ns);
 cleanup:
 	free_recs(recs, nrecs);
 	kv_buf_fini(&ca.data);
@@ -675,9 +733,18 @@ delete_moved(kv_mig_out *o)
 		kv_owner_rdlock(&s->owner);
 		bool moved = kv_owner_covers_locked(&s->owner, o->start.data, o->start.len,
 		                                    o->end.data, o->end.len, KV_OWN_MOVED);
-		if (moved)
+		if (moved) {
+			kv_dur_begin(s->dur);
 			rv = kv_store_range_delete(s->store, o->start.data, o->start.len,
 			                           o->end.data, o->end.len, DELETE_STEP, &deleted);
+			/* Logged once the range is empty; a crash before that leaves
+			 * keys of a range this node does not serve, dropped when the
+			 * range next arrives (Begin clears it). */
+			if (rv == 0)
+				rv = kv_dur_log_range_del(s->dur, o->start.data, o->start.len,
+				                          o->end.data, o->end.len, NULL);
+			kv_dur_end(s->dur);
+		}
 		kv_owner_unlock(&s->owner);
 		if (!moved || rv != KV_EBUSY)
 			break;
@@ -749,7 +816,7 @@ mig_out_main(void *arg)
 		rv = stream(o, cli, &seq, start_ns);
 		if (rv == 0)
 			break;
-		if (should_quit(o, !atomic_load(&o->fenced)))
+		if (should_quit(o, !atomic_load(&o->fenced) || atomic_load(&o->handed_over)))
 			goto abort;
 		kv_server__nap(s, backoff);
 		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
@@ -769,6 +836,16 @@ mig_out_main(void *arg)
 	delete_moved(o);
 	goto out;
 abort:
+	if (atomic_load(&o->handed_over)) {
+		/* The destination serves the range (the configuration says so):
+		 * never serve it here again, and drop the copy. */
+		kv_owner_set(&s->owner, o->start.data, o->start.len, o->end.data, o->end.len,
+		             KV_OWN_MOVED, o->to, o->to_addr, o->epoch, o->id, NULL);
+		KV_INFO(COMP, "migration was completed before a restart", "id=%llu",
+		        (unsigned long long)o->id);
+		delete_moved(o);
+		goto out;
+	}
 	if (atomic_load(&o->cancel) && cli != NULL) {
 		kv_xfer a = {.migration_id = o->id,
 		             .seq = ++seq,
@@ -958,10 +1035,16 @@ static int
 clear_range(kv_server *s, kv_mig_in *in)
 {
 	int rv;
+	/* Applied, then logged, inside one barrier section (durable.h). */
+	kv_dur_begin(s->dur);
 	do
 		rv = kv_store_range_delete(s->store, in->start.data, in->start.len, in->end.data,
 		                           in->end.len, DELETE_STEP, NULL);
 	while (rv == KV_EBUSY);
+	if (rv == 0)
+		rv = kv_dur_log_range_del(s->dur, in->start.data, in->start.len, in->end.data,
+		                          in->end.len, NULL);
+	kv_dur_end(s->dur);
 	return rv;
 }
 
@@ -971,8 +1054,16 @@ apply_dedup(kv_server *s, const kv_sc_dedup *d)
 	kv_dedup_result r = {.status = d->status, .value_len = d->value_len};
 	if (d->value.len && kv_buf_set(&r.value, d->value.p, d->value.len) != 0)
 		return KV_ENOMEM;
+	kv_dur_dedup dd = {.client = d->client_id,
+	                   .req = d->request_id,
+	                   .value_len = d->value_len,
+	                   .time_ms = d->time_ms};
+	kv_dur_begin(s->dur);
 	int rv = kv_dedup_insert(s->dedup, d->client_id, d->request_id, &r, d->key.p, d->key.len,
 	                         d->time_ms);
+	if (rv == 0)
+		rv = kv_dur_log_dedup(s->dur, &dd, d->status, d->key.p, d->key.len, NULL);
+	kv_dur_end(s->dur);
 	kv_buf_fini(&r.value);
 	return rv;
 }
@@ -1036,7 +1127,15 @@ in_begin(kv_server *s, kv_mig_in *in, const kv_req *rq, kv_sc_ack *ack)
 static int
 in_put(kv_server *s, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
 {
-	return kv_store_put(s->store, key, klen, vlen ? val : (const uint8_t *)"", vlen);
+	const uint8_t *v = vlen ? val : (const uint8_t *)"";
+	/* No stripe lock: the range is not served here until the commit, and
+	 * the stream is serialised by in->mu. */
+	kv_dur_begin(s->dur);
+	int rv = kv_store_put(s->store, key, klen, v, vlen);
+	if (rv == 0)
+		rv = kv_dur_log_put(s->dur, key, klen, v, vlen, NULL, NULL);
+	kv_dur_end(s->dur);
+	return rv;
 }
 
 /* Applies the chunk entries of x, reassembling split values. */
@@ -1091,9 +1190,13 @@ in_delta_rec(kv_server *s, const kv_sc_delta *d, const uint8_t *val, size_t vlen
 {
 	int rv;
 	if (d->del) {
+		kv_dur_begin(s->dur);
 		rv = kv_store_del(s->store, d->key.p, d->key.len, NULL);
 		if (rv == KV_ENOTFOUND)
 			rv = KV_OK;
+		if (rv == 0)
+			rv = kv_dur_log_del(s->dur, d->key.p, d->key.len, NULL, NULL);
+		kv_dur_end(s->dur);
 	} else {
 		rv = in_put(s, d->key.p, d->key.len, val, vlen);
 	}
@@ -1166,6 +1269,12 @@ in_apply(kv_server *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
 	case KV_XFER_DELTA:
 		return in_delta(s, in, x, ack);
 	case KV_XFER_FENCE:
+		/* The source forgets the range once this is acknowledged and the
+		 * handover published: the range must be on disk here first. */
+		if ((rv = kv_dur_sync(s->dur)) != 0) {
+			ack->error = "cannot make the range durable here";
+			return rv;
+		}
 		KV_DEBUG(COMP, "incoming fence", "id=%llu keys=%llu", (unsigned long long)in->id,
 		         (unsigned long long)in->keys);
 		return KV_OK;
@@ -1221,7 +1330,11 @@ kv_mig_in_handle(kv_server *s, const kv_req *rq, kv_sc_ack *ack)
 	} else if (x->seq != in->acked + 1) {
 		ack->error = "gap in the transfer stream";
 		rv = KV_EINVAL;
-	} else if (in->committed && x->kind != KV_XFER_ABORT) {
+	} else if (in->committed && x->kind == KV_XFER_ABORT) {
+		/* The range is served here now: dropping it would lose it. */
+		ack->error = "transfer already committed";
+		rv = KV_EINVAL;
+	} else if (in->committed) {
 		rv = KV_OK;
 		in->acked = x->seq;
 	} else {

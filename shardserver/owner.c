@@ -215,7 +215,8 @@ kv_owner_set(kv_owner *t, const void *start, size_t slen, const void *end, size_
 	return rv;
 }
 
-/* Appends the parts of [s, e) not covered by entries in `state` to gaps (pairs). */
+/* Appends the parts of [s, e) not covered by entries in `state` (any state
+ * when `state` is 0) to gaps (pairs). */
 static int
 owner_gaps_locked(const kv_owner *t, const void *s, size_t slen, const void *e, size_t elen,
                   kv_own_state state, kv_buf **gaps, size_t *ngaps)
@@ -232,7 +233,7 @@ owner_gaps_locked(const kv_owner *t, const void *s, size_t slen, const void *e, 
 		goto err;
 	for (size_t i = 0; i < t->n && !inf; i++) {
 		const kv_owner_entry *x = &t->e[i];
-		if (x->state != state)
+		if (state != 0 && x->state != state)
 			continue;
 		if (!before_end(cur.data, cur.len, x->end.data, x->end.len))
 			continue; /* entirely before cur */
@@ -287,6 +288,27 @@ kv_owner_fill(kv_owner *t, const void *start, size_t slen, const void *end, size
 		return KV_EINVAL;
 	pthread_rwlock_wrlock(&t->lock);
 	rv = owner_gaps_locked(t, start, slen, end, elen, KV_OWN_SERVE, &g, &n);
+	for (size_t i = 0; rv == 0 && i < n; i++)
+		rv = owner_set_locked(t, g[2 * i].data, g[2 * i].len, g[2 * i + 1].data,
+		                      g[2 * i + 1].len, &nw);
+	pthread_rwlock_unlock(&t->lock);
+	kv_owner_ranges_free(g, n);
+	return rv;
+}
+
+int
+kv_owner_claim(kv_owner *t, const void *start, size_t slen, const void *end, size_t elen,
+               uint64_t epoch)
+{
+	kv_owner_entry nw = {.state = KV_OWN_SERVE, .epoch = epoch};
+	kv_buf *g = NULL;
+	size_t n = 0;
+	int rv;
+
+	if (kv_range_is_empty(start, slen, end, elen))
+		return KV_EINVAL;
+	pthread_rwlock_wrlock(&t->lock);
+	rv = owner_gaps_locked(t, start, slen, end, elen, 0, &g, &n);
 	for (size_t i = 0; rv == 0 && i < n; i++)
 		rv = owner_set_locked(t, g[2 * i].data, g[2 * i].len, g[2 * i + 1].data,
 		                      g[2 * i + 1].len, &nw);

@@ -79,6 +79,14 @@ int kv_owner_fill(kv_owner *t, const void *start, size_t slen, const void *end, 
                   kv_own_state state, uint32_t peer, const char *peer_addr, uint64_t epoch,
                   uint64_t mig_id);
 
+/* Makes the parts of [start, end) that have no entry at all SERVE: a
+ * restarted source takes back the range it was moving (it still owns it
+ * until the handover is published), without overriding an entry a running
+ * node holds (a MOVED range stays moved). Takes the write lock. Returns 0,
+ * KV_EINVAL (empty range) or KV_ENOMEM. */
+int kv_owner_claim(kv_owner *t, const void *start, size_t slen, const void *end, size_t elen,
+                   uint64_t epoch);
+
 /* Removes the INCOMING entries of migration mig_id (stream forgotten). Takes
  * the write lock. Returns the number removed. */
 size_t kv_owner_drop_incoming(kv_owner *t, uint64_t mig_id);

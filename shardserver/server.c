@@ -1075,6 +1075,15 @@ apply_config(kv_server *s, kv_config *c)
 				              NULL, c->epoch, 0);
 		kv_owner_ranges_free(p, cap);
 	}
+	/* 3b. Ranges moving away from here are still ours until the handover
+	 * is published; after a restart nothing in the table says so. */
+	for (size_t i = 0; i < c->nmigs; i++) {
+		const kv_migration *m = &c->migs[i];
+		if (m->from == me &&
+		    !kv_range_is_empty(m->start.data, m->start.len, m->end.data, m->end.len))
+			kv_owner_claim(&s->owner, m->start.data, m->start.len, m->end.data,
+			               m->end.len, c->epoch);
+	}
 	/* 4. Outgoing migrations: start new ones, cancel dropped ones. */
 	for (size_t i = 0; i < c->nmigs; i++) {
 		const kv_migration *m = &c->migs[i];
@@ -1091,9 +1100,17 @@ apply_config(kv_server *s, kv_config *c)
 			         (unsigned long long)m->id);
 	}
 	pthread_mutex_lock(&s->mig_mu);
-	for (kv_mig_out *o = s->outs; o; o = o->next)
-		if (!mig_listed(c, o->id) && !atomic_load(&o->fenced))
+	for (kv_mig_out *o = s->outs; o; o = o->next) {
+		if (mig_listed(c, o->id))
+			continue;
+		/* Dropped with the range given to the destination: an earlier
+		 * run of this node finished it (this one restarted meanwhile). */
+		long ri = kv_config_find_range(c, o->start.data, o->start.len);
+		if (ri >= 0 && c->ranges[ri].node == o->to)
+			atomic_store(&o->handed_over, true);
+		if (!atomic_load(&o->fenced) || atomic_load(&o->handed_over))
 			atomic_store(&o->cancel, true);
+	}
 	pthread_mutex_unlock(&s->mig_mu);
 	/* 5. Publish. */
 	pthread_mutex_lock(&s->cfg_mu);

@@ -58,10 +58,13 @@ typedef struct kv_mig_out {
 	pthread_t thr;                     /* the task thread */
 	atomic_bool fenced;                /* writes refused (MOVING); set under mu */
 	atomic_bool cancel;                /* the configuration dropped the migration */
+	atomic_bool handed_over;           /* ... and gives the range to `to`: it was done */
 	atomic_bool finished;              /* the thread has returned */
 	atomic_bool reported;              /* committed and MigrationDone acknowledged */
 	atomic_uint_fast64_t keys_copied;  /* acknowledged keys */
 	atomic_uint_fast64_t bytes_copied; /* acknowledged bytes */
+	uint64_t keys_total;               /* keys in the range when the copy began (task thread) */
+	uint64_t bytes_total;              /* their key + value bytes (task thread) */
 
 	pthread_mutex_t mu; /* orders writes to the range with `fenced`,
 	                       protects everything down to the blank line */
