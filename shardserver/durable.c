@@ -752,6 +752,12 @@ kv_dur_notify(kv_dur *d, uint64_t lsn, kv_wal_done_fn done, void *arg)
 	return kv_wal_notify(d->wal, lsn, done, arg);
 }
 
+uint64_t
+kv_dur_durable_lsn(kv_dur *d)
+{
+	return kv_wal_durable_lsn(d->wal);
+}
+
 int
 kv_dur_sync(kv_dur *d)
 {

@@ -115,6 +115,9 @@ int kv_dur_log_dedup(kv_dur *d, const kv_dur_dedup *dd, int status, const void *
 /* The lsn of the last record appended (0: none since start). */
 uint64_t kv_dur_last_lsn(kv_dur *d);
 
+/* Every record <= this lsn is durable by the mode (lock-free read). */
+uint64_t kv_dur_durable_lsn(kv_dur *d);
+
 /* Calls done(arg, status) once lsn is durable by the mode (see wal.h). */
 int kv_dur_notify(kv_dur *d, uint64_t lsn, kv_wal_done_fn done, void *arg);
 

@@ -921,7 +921,7 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	    s->dur && rv == 0 && resp.nresults > 0 && kv_dur_mode(s->dur) != KV_FSYNC_NONE
 	        ? kv_dur_last_lsn(s->dur)
 	        : 0;
-	if (lsn > 0 && (wrote || kv_dur_health(s->dur) == 0)) {
+	if (lsn > 0 && lsn > kv_dur_durable_lsn(s->dur) && (wrote || kv_dur_health(s->dur) == 0)) {
 		held_reply *h = malloc(sizeof(*h));
 		if (h != NULL) {
 			*h = (held_reply){.s = s,
@@ -1494,6 +1494,7 @@ kv_server_run(const kv_server_cfg *cfg)
 	sigaddset(&set, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGXFSZ, SIG_IGN); /* a file size limit is an I/O error, not a death */
 
 	if (cfg->nctl == 0 || cfg->listen == NULL || cfg->data_dir == NULL)
 		return KV_EINVAL;

@@ -47,6 +47,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,7 @@ struct kv_wal {
 	uint64_t sync_req;               /* kv_wal_wait(sync) wants every record <= this fsynced */
 	uint64_t written_lsn;            /* published: every record <= this written */
 	uint64_t synced_lsn;             /* published: every record <= this fsynced */
+	_Atomic uint64_t durable_pub;    /* durable_lsn() of the two above, read without mu */
 	uint64_t unwritten;              /* published: pending bytes the writer has not written */
 	uint64_t seg_first;              /* published: first lsn of the open segment */
 	int health;                      /* sticky I/O error, 0 when healthy */
@@ -1131,6 +1133,8 @@ publish_locked(kv_wal *w, bool set_health, int rv)
 {
 	w->written_lsn = w->w_written;
 	w->synced_lsn = w->w_synced;
+	atomic_store_explicit(&w->durable_pub, durable_lsn(w, w->written_lsn, w->synced_lsn),
+	                      memory_order_release);
 	w->unwritten = w->pend_total - w->pend_written;
 	w->seg_first = w->w_seg_first;
 	w->st_writes = w->n_writes;
@@ -1312,6 +1316,7 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	w->next_lsn = next_lsn;
 	w->seg_first = w->w_seg_first = next_lsn;
 	w->written_lsn = w->synced_lsn = w->w_written = w->w_synced = next_lsn - 1;
+	atomic_store(&w->durable_pub, next_lsn - 1);
 	w->pend_off = w->seg_size = KV_WAL_HEADER_SIZE;
 	w->last_sync = kv_now_ns();
 	if ((rc = pthread_create(&w->thread, NULL, writer_main, w)) != 0) {
@@ -1587,4 +1592,10 @@ kv_wal_test_fail_writes(kv_wal *w, int err)
 		w->retry_at = 0;
 	pthread_cond_signal(&w->work);
 	pthread_mutex_unlock(&w->mu);
+}
+
+uint64_t
+kv_wal_durable_lsn(kv_wal *w)
+{
+	return atomic_load_explicit(&w->durable_pub, memory_order_acquire);
 }

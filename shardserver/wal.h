@@ -185,6 +185,10 @@ typedef void (*kv_wal_done_fn)(void *arg, int status);
  */
 int kv_wal_notify(kv_wal *w, uint64_t lsn, kv_wal_done_fn done, void *arg);
 
+/* Every record <= the returned lsn is durable by the mode (as kv_wal_notify
+ * defines it); read without the mutex, for a fast path that skips notify. */
+uint64_t kv_wal_durable_lsn(kv_wal *w);
+
 /* Blocks until lsn is written (sync=false) or fsynced (sync=true; forces an
  * fsync in BATCH and NONE mode). Returns 0, the health error (at once when
  * the log is unhealthy), KV_EINVAL (lsn not assigned) or KV_ECLOSED. */
