@@ -9,7 +9,9 @@
  * intact records.
  */
 #include "controller/clog.h"
+#include "common/bytes.h"
 #include "common/err.h"
+#include "common/fileio.h"
 #include "common/key.h"
 #include "common/log.h"
 
@@ -35,86 +37,6 @@ struct kv_clog {
 };
 
 static void
-put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void
-put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t
-get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 3; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
-static uint64_t
-get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
-static int fail(char *err, size_t errlen, int rv, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int
-fail(char *err, size_t errlen, int rv, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rv;
-}
-
-static int
-write_all(int fd, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	while (n > 0) {
-		ssize_t w = write(fd, b, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return kv_err_from_errno(errno);
-		}
-		b += w;
-		n -= (size_t)w;
-	}
-	return KV_OK;
-}
-
-static int
-fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY);
-	int rv = KV_OK;
-
-	if (fd < 0)
-		return kv_err_from_errno(errno);
-	if (fsync(fd) != 0)
-		rv = kv_err_from_errno(errno);
-	close(fd);
-	return rv;
-}
-
-static void
 random_id(char out[25])
 {
 	uint8_t b[8] = {0};
@@ -126,7 +48,7 @@ random_id(char out[25])
 			memset(b, 0, sizeof(b));
 		close(fd);
 	}
-	v = get64(b) ^ kv_now_ns() ^ ((uint64_t)getpid() << 32);
+	v = kv_get64(b) ^ kv_now_ns() ^ ((uint64_t)getpid() << 32);
 	memset(out, 0, 25);
 	snprintf(out, 25, "%016llx", (unsigned long long)v);
 }
@@ -141,43 +63,23 @@ init_file(kv_clog *l, const char *dir, char *err, size_t errlen)
 
 	random_id(l->cluster);
 	memcpy(h, clog_magic, 8);
-	put32(h + 8, KV_CLOG_VERSION);
-	put32(h + 12, KV_CLOG_HEADER_SIZE);
+	kv_put32(h + 8, KV_CLOG_VERSION);
+	kv_put32(h + 12, KV_CLOG_HEADER_SIZE);
 	memcpy(h + 16, l->cluster, 24);
-	put64(h + 40, kv_hash64(h, 40));
+	kv_put64(h + 40, kv_hash64(h, 40));
 	if (ftruncate(l->fd, 0) != 0 || lseek(l->fd, 0, SEEK_SET) != 0)
 		rv = kv_err_from_errno(errno);
 	if (rv == KV_OK)
-		rv = write_all(l->fd, h, sizeof(h));
+		rv = kv_write_all(l->fd, h, sizeof(h));
 	if (rv == KV_OK && fsync(l->fd) != 0)
 		rv = kv_err_from_errno(errno);
 	if (rv == KV_OK)
-		rv = fsync_dir(dir);
+		rv = kv_fsync_dir(dir);
 	if (rv != KV_OK)
-		return fail(err, errlen, rv, "cannot initialise config log %s: %s", l->path,
-		            kv_strerror(rv));
+		return kv_errf(err, errlen, rv, "cannot initialise config log %s: %s", l->path,
+		               kv_strerror(rv));
 	l->size = KV_CLOG_HEADER_SIZE;
 	return KV_OK;
-}
-
-/* Makes a new directory's entry durable by syncing its parent. */
-static void
-fsync_parent(const char *dir)
-{
-	char *p = strdup(dir), *slash;
-
-	if (p == NULL)
-		return;
-	while ((slash = strrchr(p, '/')) != NULL && slash[1] == '\0' && slash != p)
-		*slash = '\0'; /* trailing slashes */
-	slash = strrchr(p, '/');
-	if (slash == NULL)
-		(void)fsync_dir(".");
-	else {
-		slash[slash == p ? 1 : 0] = '\0';
-		(void)fsync_dir(p);
-	}
-	free(p);
 }
 
 static int
@@ -223,16 +125,16 @@ replay(kv_clog *l, const uint8_t *b, size_t n, kv_clog_record_cb cb, void *arg, 
 	size_t off = KV_CLOG_HEADER_SIZE;
 
 	if (memcmp(b, clog_magic, 8) != 0)
-		return fail(err, errlen, KV_EINVAL, "%s is not a shardkv config log (bad magic)",
-		            l->path);
-	if (get32(b + 8) != KV_CLOG_VERSION)
-		return fail(err, errlen, KV_EINVAL,
-		            "%s has format version %u; this controller reads version %u", l->path,
-		            get32(b + 8), KV_CLOG_VERSION);
-	if (get32(b + 12) != KV_CLOG_HEADER_SIZE || get64(b + 40) != kv_hash64(b, 40))
-		return fail(err, errlen, KV_ECORRUPT,
-		            "config log %s: corrupt header at offset 0 (checksum mismatch)",
-		            l->path);
+		return kv_errf(err, errlen, KV_EINVAL, "%s is not a shardkv config log (bad magic)",
+		               l->path);
+	if (kv_get32(b + 8) != KV_CLOG_VERSION)
+		return kv_errf(err, errlen, KV_EINVAL,
+		               "%s has format version %u; this controller reads version %u",
+		               l->path, kv_get32(b + 8), KV_CLOG_VERSION);
+	if (kv_get32(b + 12) != KV_CLOG_HEADER_SIZE || kv_get64(b + 40) != kv_hash64(b, 40))
+		return kv_errf(err, errlen, KV_ECORRUPT,
+		               "config log %s: corrupt header at offset 0 (checksum mismatch)",
+		               l->path);
 	memcpy(l->cluster, b + 16, 24);
 	l->cluster[24] = '\0';
 	while (off < n) {
@@ -241,21 +143,23 @@ replay(kv_clog *l, const uint8_t *b, size_t n, kv_clog_record_cb cb, void *arg, 
 		bool last;
 		if (left < 12)
 			break; /* torn frame header */
-		len = get32(b + off);
+		len = kv_get32(b + off);
 		if (len == 0 || len > KV_CLOG_MAX_RECORD) {
 			if (all_zero(b + off, left))
 				break; /* zero-filled tail of an interrupted append */
-			return fail(err, errlen, KV_ECORRUPT,
-			            "config log %s: corrupt record at offset %zu (bad length %u)",
-			            l->path, off, len);
+			return kv_errf(
+			    err, errlen, KV_ECORRUPT,
+			    "config log %s: corrupt record at offset %zu (bad length %u)", l->path,
+			    off, len);
 		}
 		if ((size_t)len > left - 12)
 			break; /* torn payload */
 		last = off + 12 + len == n;
-		if (get64(b + off + 4) != (kv_hash64(b + off, 4) ^ kv_hash64(b + off + 12, len))) {
+		if (kv_get64(b + off + 4) !=
+		    (kv_hash64(b + off, 4) ^ kv_hash64(b + off + 12, len))) {
 			if (last)
 				break; /* the last append did not reach the disk whole */
-			return fail(
+			return kv_errf(
 			    err, errlen, KV_ECORRUPT,
 			    "config log %s: corrupt record at offset %zu (checksum mismatch)",
 			    l->path, off);
@@ -263,9 +167,9 @@ replay(kv_clog *l, const uint8_t *b, size_t n, kv_clog_record_cb cb, void *arg, 
 		if (cb != NULL) {
 			int rv = cb(arg, b + off + 12, len, off);
 			if (rv != KV_OK)
-				return fail(err, errlen, rv,
-				            "config log %s: record at offset %zu rejected: %s",
-				            l->path, off, kv_strerror(rv));
+				return kv_errf(err, errlen, rv,
+				               "config log %s: record at offset %zu rejected: %s",
+				               l->path, off, kv_strerror(rv));
 		}
 		info->records++;
 		off += 12 + len;
@@ -290,14 +194,14 @@ kv_clog_open(const char *dir, kv_clog_record_cb cb, void *arg, kv_clog **out, kv
 		info = &dummy;
 	memset(info, 0, sizeof(*info));
 	if (dir == NULL || dir[0] == '\0')
-		return fail(err, errlen, KV_EINVAL, "no data dir given");
+		return kv_errf(err, errlen, KV_EINVAL, "no data dir given");
 	if (stat(dir, &st) != 0) {
 		if (errno != ENOENT || mkdir(dir, 0755) != 0)
-			return fail(err, errlen, kv_err_from_errno(errno),
-			            "cannot create data dir %s: %s", dir, strerror(errno));
-		fsync_parent(dir);
+			return kv_errf(err, errlen, kv_err_from_errno(errno),
+			               "cannot create data dir %s: %s", dir, strerror(errno));
+		kv_fsync_parent(dir);
 	} else if (!S_ISDIR(st.st_mode)) {
-		return fail(err, errlen, KV_EINVAL, "data dir %s is not a directory", dir);
+		return kv_errf(err, errlen, KV_EINVAL, "data dir %s is not a directory", dir);
 	}
 	if ((l = calloc(1, sizeof(*l))) == NULL)
 		return KV_ENOMEM;
@@ -309,24 +213,24 @@ kv_clog_open(const char *dir, kv_clog_record_cb cb, void *arg, kv_clog **out, kv
 	sprintf(l->path, "%s/%s", dir, KV_CLOG_FILE);
 	l->fd = open(l->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (l->fd < 0) {
-		rv = fail(err, errlen, kv_err_from_errno(errno), "cannot open config log %s: %s",
-		          l->path, strerror(errno));
+		rv = kv_errf(err, errlen, kv_err_from_errno(errno), "cannot open config log %s: %s",
+		             l->path, strerror(errno));
 		goto err;
 	}
 	if (flock(l->fd, LOCK_EX | LOCK_NB) != 0) {
-		rv = fail(err, errlen, errno == EWOULDBLOCK ? KV_EBUSY : kv_err_from_errno(errno),
-		          "config log %s is locked: another controller uses data dir %s", l->path,
-		          dir);
+		rv = kv_errf(
+		    err, errlen, errno == EWOULDBLOCK ? KV_EBUSY : kv_err_from_errno(errno),
+		    "config log %s is locked: another controller uses data dir %s", l->path, dir);
 		goto err;
 	}
 	if ((rv = read_file(l->fd, &buf, &n)) != KV_OK) {
-		fail(err, errlen, rv, "cannot read config log %s: %s", l->path, kv_strerror(rv));
+		kv_errf(err, errlen, rv, "cannot read config log %s: %s", l->path, kv_strerror(rv));
 		goto err;
 	}
 	if (n < KV_CLOG_HEADER_SIZE) {
 		if (memcmp(buf, clog_magic, n < 8 ? n : 8) != 0) {
-			rv = fail(err, errlen, KV_EINVAL,
-			          "%s is not a shardkv config log (bad magic)", l->path);
+			rv = kv_errf(err, errlen, KV_EINVAL,
+			             "%s is not a shardkv config log (bad magic)", l->path);
 			goto err;
 		}
 		if (n > 0)
@@ -344,17 +248,17 @@ kv_clog_open(const char *dir, kv_clog_record_cb cb, void *arg, kv_clog **out, kv
 			        (unsigned long long)l->size,
 			        (unsigned long long)info->dropped_bytes);
 			if (ftruncate(l->fd, (off_t)l->size) != 0 || fsync(l->fd) != 0) {
-				rv = fail(err, errlen, kv_err_from_errno(errno),
-				          "cannot truncate config log %s: %s", l->path,
-				          strerror(errno));
+				rv = kv_errf(err, errlen, kv_err_from_errno(errno),
+				             "cannot truncate config log %s: %s", l->path,
+				             strerror(errno));
 				goto err;
 			}
 		}
 	}
 	free(buf);
 	if (lseek(l->fd, (off_t)l->size, SEEK_SET) < 0) {
-		rv = fail(err, errlen, kv_err_from_errno(errno), "cannot seek in %s: %s", l->path,
-		          strerror(errno));
+		rv = kv_errf(err, errlen, kv_err_from_errno(errno), "cannot seek in %s: %s",
+		             l->path, strerror(errno));
 		buf = NULL;
 		goto err;
 	}
@@ -379,11 +283,11 @@ kv_clog_append(kv_clog *l, const void *p, size_t n)
 		return KV_EIO;
 	if ((frame = malloc(12 + n)) == NULL)
 		return KV_ENOMEM;
-	put32(hdr, (uint32_t)n);
-	put64(hdr + 4, kv_hash64(hdr, 4) ^ kv_hash64(p, n));
+	kv_put32(hdr, (uint32_t)n);
+	kv_put64(hdr + 4, kv_hash64(hdr, 4) ^ kv_hash64(p, n));
 	memcpy(frame, hdr, 12);
 	memcpy(frame + 12, p, n);
-	rv = write_all(l->fd, frame, 12 + n);
+	rv = kv_write_all(l->fd, frame, 12 + n);
 	free(frame);
 	if (rv == KV_OK && fsync(l->fd) != 0)
 		rv = kv_err_from_errno(errno);

@@ -12,6 +12,7 @@
 #include "shardserver/snap.h"
 #include "common/bytes.h"
 #include "common/err.h"
+#include "common/fileio.h"
 #include "common/log.h"
 
 #include <dirent.h>
@@ -53,36 +54,6 @@ struct kv_snap_writer {
 	int err;            /* sticky write error, the .tmp is gone */
 };
 
-static int fail(char *err, size_t errlen, int rv, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int
-fail(char *err, size_t errlen, int rv, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rv;
-}
-
-static int
-fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int rv = KV_OK;
-
-	if (fd < 0)
-		return kv_err_from_errno(errno);
-	if (fsync(fd) != 0)
-		rv = kv_err_from_errno(errno);
-	close(fd);
-	return rv;
-}
-
 /* Parses "snap-<16 lower-case hex digits><ext>"; returns whether it is one. */
 static bool
 parse_snap_name(const char *name, const char *ext, uint64_t *lsn)
@@ -112,36 +83,6 @@ snap_path(const char *dir, uint64_t lsn, const char *ext)
 	if (p != NULL)
 		snprintf(p, n, "%s/snap-%016llx%s", dir, (unsigned long long)lsn, ext);
 	return p;
-}
-
-static int
-writev_all(int fd, struct iovec *iov, int n)
-{
-	int i = 0;
-
-	while (i < n) {
-		ssize_t r = writev(fd, iov + i, n - i);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return kv_err_from_errno(errno);
-		}
-		if (r == 0)
-			return KV_EIO;
-		while (r > 0 && i < n) {
-			if ((size_t)r >= iov[i].iov_len) {
-				r -= (ssize_t)iov[i].iov_len;
-				i++;
-			} else {
-				iov[i].iov_base = (uint8_t *)iov[i].iov_base + r;
-				iov[i].iov_len -= (size_t)r;
-				r = 0;
-			}
-		}
-		while (i < n && iov[i].iov_len == 0)
-			i++;
-	}
-	return KV_OK;
 }
 
 /* Adds a checksum to the running checksum of checksums. */
@@ -208,7 +149,7 @@ write_block(kv_snap_writer *w, uint8_t hdr[SNAP_BLOCK_HDR], uint32_t len, uint32
 	iov[0] = (struct iovec){.iov_base = hdr, .iov_len = SNAP_BLOCK_HDR};
 	for (int i = 0; i < nparts; i++)
 		iov[i + 1] = parts[i];
-	if ((rv = writev_all(w->fd, iov, nparts + 1)) != KV_OK)
+	if ((rv = kv_writev_all(w->fd, iov, nparts + 1)) != KV_OK)
 		return writer_broken(w, rv);
 	add_sum(w->sums, sum);
 	w->off += SNAP_BLOCK_HDR + (uint64_t)len;
@@ -247,7 +188,7 @@ kv_snap_begin(const char *dir, uint64_t lsn, kv_snap_writer **out, char *err, si
 	int rv;
 
 	if (dir == NULL || dir[0] == '\0' || lsn == 0 || out == NULL)
-		return fail(err, errlen, KV_EINVAL, "bad snapshot arguments");
+		return kv_errf(err, errlen, KV_EINVAL, "bad snapshot arguments");
 	if ((w = calloc(1, sizeof(*w))) == NULL)
 		return KV_ENOMEM;
 	w->fd = -1;
@@ -265,8 +206,8 @@ kv_snap_begin(const char *dir, uint64_t lsn, kv_snap_writer **out, char *err, si
 	XXH3_64bits_reset(w->sums);
 	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (w->fd < 0) {
-		rv = fail(err, errlen, kv_err_from_errno(errno), "cannot create snapshot %s: %s",
-		          w->tmp, strerror(errno));
+		rv = kv_errf(err, errlen, kv_err_from_errno(errno), "cannot create snapshot %s: %s",
+		             w->tmp, strerror(errno));
 		writer_free(w);
 		return rv;
 	}
@@ -276,8 +217,8 @@ kv_snap_begin(const char *dir, uint64_t lsn, kv_snap_writer **out, char *err, si
 	kv_put64(h + 16, lsn);
 	kv_put64(h + 24, XXH3_64bits(h, 24));
 	iov = (struct iovec){.iov_base = h, .iov_len = sizeof(h)};
-	if ((rv = writev_all(w->fd, &iov, 1)) != KV_OK) {
-		fail(err, errlen, rv, "cannot write snapshot %s: %s", w->tmp, kv_strerror(rv));
+	if ((rv = kv_writev_all(w->fd, &iov, 1)) != KV_OK) {
+		kv_errf(err, errlen, rv, "cannot write snapshot %s: %s", w->tmp, kv_strerror(rv));
 		writer_broken(w, rv);
 		writer_free(w);
 		return rv;
@@ -357,7 +298,7 @@ remove_stale(const char *dir, uint64_t keep)
 			        dir, e->d_name, strerror(errno));
 	}
 	closedir(d);
-	if (removed > 0 && fsync_dir(dir) != KV_OK)
+	if (removed > 0 && kv_fsync_dir(dir) != KV_OK)
 		KV_WARN("snap", "cannot fsync snapshot dir", "dir=%s", dir);
 }
 
@@ -369,7 +310,7 @@ kv_snap_commit(kv_snap_writer *w, char *err, size_t errlen)
 	int rv = w->err;
 
 	if (rv != KV_OK) {
-		fail(err, errlen, rv, "cannot write snapshot %s: %s", w->tmp, kv_strerror(rv));
+		kv_errf(err, errlen, rv, "cannot write snapshot %s: %s", w->tmp, kv_strerror(rv));
 		writer_free(w);
 		return rv;
 	}
@@ -391,11 +332,11 @@ kv_snap_commit(kv_snap_writer *w, char *err, size_t errlen)
 		rv = writer_broken(w, kv_err_from_errno(errno));
 		goto werr;
 	}
-	if ((rv = fsync_dir(w->dir)) != KV_OK) {
+	if ((rv = kv_fsync_dir(w->dir)) != KV_OK) {
 		/* the snapshot is complete but maybe not durable: the caller
 		 * must keep the log it covers */
-		fail(err, errlen, rv, "cannot fsync dir of snapshot %s: %s", w->path,
-		     kv_strerror(rv));
+		kv_errf(err, errlen, rv, "cannot fsync dir of snapshot %s: %s", w->path,
+		        kv_strerror(rv));
 		writer_free(w);
 		return rv;
 	}
@@ -406,7 +347,7 @@ kv_snap_commit(kv_snap_writer *w, char *err, size_t errlen)
 	writer_free(w);
 	return KV_OK;
 werr:
-	fail(err, errlen, rv, "cannot write snapshot %s: %s", w->tmp, kv_strerror(rv));
+	kv_errf(err, errlen, rv, "cannot write snapshot %s: %s", w->tmp, kv_strerror(rv));
 	writer_free(w);
 	return rv;
 }
@@ -423,24 +364,6 @@ kv_snap_abort(kv_snap_writer *w)
 
 /* ---------------------------------------------------------------- loader */
 
-static int
-pread_full(int fd, uint8_t *p, size_t n, uint64_t off)
-{
-	while (n > 0) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return kv_err_from_errno(errno);
-		if (r == 0)
-			return KV_EIO; /* the file shrank under us */
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return KV_OK;
-}
-
 /* Finds the newest DIR/snap-*.dat. Returns 0 with *lsn 0 when there is none. */
 static int
 newest_snapshot(const char *dir, uint64_t *lsn, char *err, size_t errlen)
@@ -453,8 +376,8 @@ newest_snapshot(const char *dir, uint64_t *lsn, char *err, size_t errlen)
 	if (d == NULL) {
 		if (errno == ENOENT)
 			return KV_OK;
-		return fail(err, errlen, kv_err_from_errno(errno),
-		            "cannot list snapshot dir %s: %s", dir, strerror(errno));
+		return kv_errf(err, errlen, kv_err_from_errno(errno),
+		               "cannot list snapshot dir %s: %s", dir, strerror(errno));
 	}
 	while ((e = readdir(d)) != NULL)
 		if (parse_snap_name(e->d_name, ".dat", &v) && v > *lsn)
@@ -484,18 +407,18 @@ corrupt(struct loader *l, uint64_t off, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	return fail(l->err, l->errlen, KV_ECORRUPT, "snapshot %s: %s at offset %llu", l->path, what,
-	            (unsigned long long)off);
+	return kv_errf(l->err, l->errlen, KV_ECORRUPT, "snapshot %s: %s at offset %llu", l->path,
+	               what, (unsigned long long)off);
 }
 
 static int
 read_at(struct loader *l, uint8_t *p, size_t n, uint64_t off)
 {
-	int rv = pread_full(l->fd, p, n, off);
+	int rv = kv_pread_full(l->fd, p, n, off);
 
 	if (rv != KV_OK)
-		return fail(l->err, l->errlen, rv, "cannot read snapshot %s at offset %llu: %s",
-		            l->path, (unsigned long long)off, kv_strerror(rv));
+		return kv_errf(l->err, l->errlen, rv, "cannot read snapshot %s at offset %llu: %s",
+		               l->path, (unsigned long long)off, kv_strerror(rv));
 	return KV_OK;
 }
 
@@ -549,9 +472,9 @@ load_entries(struct loader *l, uint64_t off, const uint8_t *p, uint32_t len, uin
 		pos += SNAP_ENTRY_HDR;
 		if (cb != NULL &&
 		    (rv = cb(arg, type, p + pos, klen, p + pos + klen, vlen)) != KV_OK)
-			return fail(l->err, l->errlen, rv,
-			            "snapshot %s: entry in block at offset %llu rejected: %s",
-			            l->path, (unsigned long long)off, kv_strerror(rv));
+			return kv_errf(l->err, l->errlen, rv,
+			               "snapshot %s: entry in block at offset %llu rejected: %s",
+			               l->path, (unsigned long long)off, kv_strerror(rv));
 		pos += (size_t)klen + vlen;
 		(*entries)++;
 		*bytes += (uint64_t)klen + vlen;
@@ -674,7 +597,7 @@ kv_snap_load(const char *dir, kv_snap_cb cb, void *arg, uint64_t *lsn, uint64_t 
 	if (err && errlen)
 		err[0] = '\0';
 	if (dir == NULL)
-		return fail(err, errlen, KV_EINVAL, "no snapshot dir given");
+		return kv_errf(err, errlen, KV_EINVAL, "no snapshot dir given");
 	if ((rv = newest_snapshot(dir, &newest, err, errlen)) != KV_OK || newest == 0)
 		return rv;
 	if ((path = snap_path(dir, newest, ".dat")) == NULL)
@@ -682,8 +605,8 @@ kv_snap_load(const char *dir, kv_snap_cb cb, void *arg, uint64_t *lsn, uint64_t 
 	l.path = path;
 	l.fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (l.fd < 0 || fstat(l.fd, &st) != 0) {
-		rv = fail(err, errlen, kv_err_from_errno(errno), "cannot open snapshot %s: %s",
-		          path, strerror(errno));
+		rv = kv_errf(err, errlen, kv_err_from_errno(errno), "cannot open snapshot %s: %s",
+		             path, strerror(errno));
 		goto out;
 	}
 	l.size = (uint64_t)st.st_size;

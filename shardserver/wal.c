@@ -39,6 +39,7 @@
 #include "shardserver/wal.h"
 #include "common/bytes.h"
 #include "common/err.h"
+#include "common/fileio.h"
 #include "common/key.h"
 #include "common/log.h"
 
@@ -150,56 +151,6 @@ struct kv_wal {
 
 /* ---------------------------------------------------------------- helpers */
 
-static int fail(char *err, size_t errlen, int rv, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int
-fail(char *err, size_t errlen, int rv, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rv;
-}
-
-static int
-fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int rv = KV_OK;
-
-	if (fd < 0)
-		return kv_err_from_errno(errno);
-	if (fsync(fd) != 0)
-		rv = kv_err_from_errno(errno);
-	close(fd);
-	return rv;
-}
-
-/* Makes a new directory's entry durable by syncing its parent. */
-static void
-fsync_parent(const char *dir)
-{
-	char *p = strdup(dir), *slash;
-
-	if (p == NULL)
-		return;
-	while ((slash = strrchr(p, '/')) != NULL && slash[1] == '\0' && slash != p)
-		*slash = '\0'; /* trailing slashes */
-	slash = strrchr(p, '/');
-	if (slash == NULL)
-		(void)fsync_dir(".");
-	else {
-		slash[slash == p ? 1 : 0] = '\0';
-		(void)fsync_dir(p);
-	}
-	free(p);
-}
-
 static void
 seg_path(char *buf, size_t len, const char *dir, uint64_t first)
 {
@@ -247,8 +198,8 @@ list_segments(const char *dir, uint64_t **out, size_t *n, char *err, size_t errl
 	if (d == NULL) {
 		if (errno == ENOENT)
 			return KV_OK;
-		return fail(err, errlen, kv_err_from_errno(errno), "cannot list wal dir %s: %s",
-		            dir, strerror(errno));
+		return kv_errf(err, errlen, kv_err_from_errno(errno), "cannot list wal dir %s: %s",
+		               dir, strerror(errno));
 	}
 	errno = 0;
 	while ((e = readdir(d)) != NULL) {
@@ -286,23 +237,6 @@ encode_header(uint8_t h[KV_WAL_HEADER_SIZE], uint64_t first)
 	kv_put64(h + 24, XXH3_64bits(h, 24));
 }
 
-static int
-pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
-{
-	while (n > 0) {
-		ssize_t r = pwrite(fd, p, n, (off_t)off);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return kv_err_from_errno(errno);
-		}
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return KV_OK;
-}
-
 /*
  * Creates segment DIR/wal-<first>.log with its header, durable with its dir
  * entry. An existing file of that name that holds no record (a crash while
@@ -321,27 +255,27 @@ create_segment(const char *dir, uint64_t first, int *fdp, char *err, size_t errl
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0 && errno == EEXIST) {
 		if (stat(path, &st) != 0)
-			return fail(err, errlen, kv_err_from_errno(errno), "cannot stat %s: %s",
-			            path, strerror(errno));
+			return kv_errf(err, errlen, kv_err_from_errno(errno), "cannot stat %s: %s",
+			               path, strerror(errno));
 		if (st.st_size > (off_t)KV_WAL_HEADER_SIZE)
-			return fail(err, errlen, KV_EEXISTS, "wal segment %s already holds records",
-			            path);
+			return kv_errf(err, errlen, KV_EEXISTS,
+			               "wal segment %s already holds records", path);
 		fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
 	}
 	if (fd < 0)
-		return fail(err, errlen, kv_err_from_errno(errno),
-		            "cannot create wal segment %s: %s", path, strerror(errno));
+		return kv_errf(err, errlen, kv_err_from_errno(errno),
+		               "cannot create wal segment %s: %s", path, strerror(errno));
 	encode_header(h, first);
-	rv = pwrite_all(fd, h, sizeof(h), 0);
+	rv = kv_pwrite_all(fd, h, sizeof(h), 0);
 	if (rv == KV_OK && fsync(fd) != 0)
 		rv = kv_err_from_errno(errno);
 	if (rv == KV_OK)
-		rv = fsync_dir(dir);
+		rv = kv_fsync_dir(dir);
 	if (rv != KV_OK) {
 		close(fd);
 		unlink(path);
-		return fail(err, errlen, rv, "cannot create wal segment %s: %s", path,
-		            kv_strerror(rv));
+		return kv_errf(err, errlen, rv, "cannot create wal segment %s: %s", path,
+		               kv_strerror(rv));
 	}
 	*fdp = fd;
 	return KV_OK;
@@ -537,8 +471,9 @@ damage(struct replay *rp, bool cut, size_t i, uint64_t off, uint64_t fsize, cons
 	report_file(rep, path);
 	rep->offset = off;
 	if (!cut)
-		return fail(rp->err, rp->errlen, KV_ECORRUPT, "wal segment %s: %s at offset %llu",
-		            path, what, (unsigned long long)off);
+		return kv_errf(rp->err, rp->errlen, KV_ECORRUPT,
+		               "wal segment %s: %s at offset %llu", path, what,
+		               (unsigned long long)off);
 	if (off == 0) {
 		if (unlink(path) != 0 && errno != ENOENT)
 			rv = kv_err_from_errno(errno);
@@ -559,15 +494,15 @@ damage(struct replay *rp, bool cut, size_t i, uint64_t off, uint64_t fsize, cons
 			rv = kv_err_from_errno(errno);
 	}
 	if (rv == KV_OK)
-		rv = fsync_dir(rp->dir);
+		rv = kv_fsync_dir(rp->dir);
 	if (rv != KV_OK)
-		return fail(rp->err, rp->errlen, rv, "cannot cut wal at %s offset %llu: %s",
-		            rep->file, (unsigned long long)off, kv_strerror(rv));
+		return kv_errf(rp->err, rp->errlen, rv, "cannot cut wal at %s offset %llu: %s",
+		               rep->file, (unsigned long long)off, kv_strerror(rv));
 	rep->torn = true;
 	rep->torn_bytes = dropped;
-	fail(rp->err, rp->errlen, KV_OK,
-	     "wal segment %s: %s at offset %llu; cut the log there, dropping %llu bytes", rep->file,
-	     what, (unsigned long long)off, (unsigned long long)dropped);
+	kv_errf(rp->err, rp->errlen, KV_OK,
+	        "wal segment %s: %s at offset %llu; cut the log there, dropping %llu bytes",
+	        rep->file, what, (unsigned long long)off, (unsigned long long)dropped);
 	KV_ERROR("wal", "cut corrupt wal", "file=%s offset=%llu dropped=%llu what=\"%s\"",
 	         rep->file, (unsigned long long)off, (unsigned long long)dropped, what);
 	rp->stop = true;
@@ -581,9 +516,9 @@ cut_torn(struct replay *rp, int fd, const char *path, uint64_t off, uint64_t siz
 	kv_wal_report *rep = rp->rep;
 
 	if (ftruncate(fd, (off_t)off) != 0 || fsync(fd) != 0)
-		return fail(rp->err, rp->errlen, kv_err_from_errno(errno),
-		            "cannot truncate torn tail of %s at offset %llu: %s", path,
-		            (unsigned long long)off, strerror(errno));
+		return kv_errf(rp->err, rp->errlen, kv_err_from_errno(errno),
+		               "cannot truncate torn tail of %s at offset %llu: %s", path,
+		               (unsigned long long)off, strerror(errno));
 	rep->torn = true;
 	rep->torn_bytes = size - off;
 	rep->offset = off;
@@ -613,8 +548,8 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 	seg_path(path, sizeof(path), rp->dir, rp->segs[i]);
 	r.fd = open(path, O_RDWR | O_CLOEXEC);
 	if (r.fd < 0 || fstat(r.fd, &st) != 0) {
-		rv = fail(rp->err, rp->errlen, kv_err_from_errno(errno),
-		          "cannot open wal segment %s: %s", path, strerror(errno));
+		rv = kv_errf(rp->err, rp->errlen, kv_err_from_errno(errno),
+		             "cannot open wal segment %s: %s", path, strerror(errno));
 		goto out;
 	}
 	r.size = (uint64_t)st.st_size;
@@ -622,8 +557,8 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 		/* a header that never reached the disk (some file systems
 		 * show zeros after a crash): there is no record to lose */
 		if ((rv = rd_get(&r, 0, KV_WAL_HEADER_SIZE, &h)) != KV_OK) {
-			fail(rp->err, rp->errlen, rv, "cannot read wal segment %s: %s", path,
-			     kv_strerror(rv));
+			kv_errf(rp->err, rp->errlen, rv, "cannot read wal segment %s: %s", path,
+			        kv_strerror(rv));
 			goto out;
 		}
 		if (all_zero(h, KV_WAL_HEADER_SIZE))
@@ -636,13 +571,14 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 		}
 		/* a crash while creating the newest segment */
 		if (unlink(path) != 0) {
-			rv = fail(rp->err, rp->errlen, kv_err_from_errno(errno),
-			          "cannot remove torn wal segment %s: %s", path, strerror(errno));
+			rv =
+			    kv_errf(rp->err, rp->errlen, kv_err_from_errno(errno),
+			            "cannot remove torn wal segment %s: %s", path, strerror(errno));
 			goto out;
 		}
-		if ((rv = fsync_dir(rp->dir)) != KV_OK) {
-			fail(rp->err, rp->errlen, rv, "cannot fsync wal dir %s: %s", rp->dir,
-			     kv_strerror(rv));
+		if ((rv = kv_fsync_dir(rp->dir)) != KV_OK) {
+			kv_errf(rp->err, rp->errlen, rv, "cannot fsync wal dir %s: %s", rp->dir,
+			        kv_strerror(rv));
 			goto out;
 		}
 		rp->rep->torn = true;
@@ -657,8 +593,8 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 		goto out;
 	}
 	if ((rv = rd_get(&r, 0, KV_WAL_HEADER_SIZE, &h)) != KV_OK) {
-		fail(rp->err, rp->errlen, rv, "cannot read wal segment %s: %s", path,
-		     kv_strerror(rv));
+		kv_errf(rp->err, rp->errlen, rv, "cannot read wal segment %s: %s", path,
+		        kv_strerror(rv));
 		goto out;
 	}
 	if (memcmp(h, wal_magic, 8) != 0 || kv_get32(h + 8) != KV_WAL_VERSION ||
@@ -684,18 +620,18 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 
 		rv = rec_intact(&r, off, &len, &lsn);
 		if (rv < 0) {
-			fail(rp->err, rp->errlen, rv,
-			     "cannot read wal segment %s at offset %llu: %s", path,
-			     (unsigned long long)off, kv_strerror(rv));
+			kv_errf(rp->err, rp->errlen, rv,
+			        "cannot read wal segment %s at offset %llu: %s", path,
+			        (unsigned long long)off, kv_strerror(rv));
 			goto out;
 		}
 		if (rv == 0) {
 			if (last) {
 				int after = intact_after(&r, off, *expect);
 				if (after < 0) {
-					rv = fail(rp->err, rp->errlen, after,
-					          "cannot read wal segment %s: %s", path,
-					          kv_strerror(after));
+					rv = kv_errf(rp->err, rp->errlen, after,
+					             "cannot read wal segment %s: %s", path,
+					             kv_strerror(after));
 					goto out;
 				}
 				if (after == 0) {
@@ -716,15 +652,15 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 		}
 		if (lsn >= from_lsn) {
 			if ((rv = rd_get(&r, off + KV_WAL_RECORD_HEADER, len, &p)) != KV_OK) {
-				fail(rp->err, rp->errlen, rv, "cannot read wal segment %s: %s",
-				     path, kv_strerror(rv));
+				kv_errf(rp->err, rp->errlen, rv, "cannot read wal segment %s: %s",
+				        path, kv_strerror(rv));
 				goto out;
 			}
 			if (cb != NULL && (rv = cb(arg, lsn, p, len)) != KV_OK) {
-				fail(rp->err, rp->errlen, rv,
-				     "wal record lsn %llu (%s offset %llu) rejected: %s",
-				     (unsigned long long)lsn, path, (unsigned long long)off,
-				     kv_strerror(rv));
+				kv_errf(rp->err, rp->errlen, rv,
+				        "wal record lsn %llu (%s offset %llu) rejected: %s",
+				        (unsigned long long)lsn, path, (unsigned long long)off,
+				        kv_strerror(rv));
 				goto out;
 			}
 			rp->rep->records++;
@@ -758,7 +694,7 @@ kv_wal_replay(const char *dir, uint64_t from_lsn, bool truncate_corrupt, kv_wal_
 	if (err && errlen)
 		err[0] = '\0';
 	if (dir == NULL || from_lsn == 0 || strlen(dir) + WAL_NAME_LEN + 2 > WAL_PATH_MAX)
-		return fail(err, errlen, KV_EINVAL, "bad wal replay arguments");
+		return kv_errf(err, errlen, KV_EINVAL, "bad wal replay arguments");
 	if ((rv = list_segments(dir, &segs, &nsegs, err, errlen)) != KV_OK)
 		return rv;
 	if (nsegs == 0)
@@ -772,9 +708,9 @@ kv_wal_replay(const char *dir, uint64_t from_lsn, bool truncate_corrupt, kv_wal_
 		uint64_t first = segs[0];
 		seg_path(rep->file, sizeof(rep->file), dir, first);
 		free(segs);
-		return fail(err, errlen, KV_ECORRUPT,
-		            "wal in %s: log starts at %llu, need %llu (first segment %s)", dir,
-		            (unsigned long long)first, (unsigned long long)from_lsn, rep->file);
+		return kv_errf(err, errlen, KV_ECORRUPT,
+		               "wal in %s: log starts at %llu, need %llu (first segment %s)", dir,
+		               (unsigned long long)first, (unsigned long long)from_lsn, rep->file);
 	}
 	rp = (struct replay){
 	    .dir = dir, .segs = segs, .nsegs = nsegs, .rep = rep, .err = err, .errlen = errlen};
@@ -1273,14 +1209,14 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	if (o == NULL || o->dir == NULL || o->dir[0] == '\0' || out == NULL || next_lsn == 0 ||
 	    (o->mode != KV_FSYNC_ALWAYS && o->mode != KV_FSYNC_BATCH && o->mode != KV_FSYNC_NONE) ||
 	    strlen(o->dir) + WAL_NAME_LEN + 2 > WAL_PATH_MAX)
-		return fail(err, errlen, KV_EINVAL, "bad wal options");
+		return kv_errf(err, errlen, KV_EINVAL, "bad wal options");
 	if (stat(o->dir, &st) != 0) {
 		if (errno != ENOENT || mkdir(o->dir, 0755) != 0)
-			return fail(err, errlen, kv_err_from_errno(errno),
-			            "cannot create wal dir %s: %s", o->dir, strerror(errno));
-		fsync_parent(o->dir);
+			return kv_errf(err, errlen, kv_err_from_errno(errno),
+			               "cannot create wal dir %s: %s", o->dir, strerror(errno));
+		kv_fsync_parent(o->dir);
 	} else if (!S_ISDIR(st.st_mode)) {
-		return fail(err, errlen, KV_EINVAL, "wal dir %s is not a directory", o->dir);
+		return kv_errf(err, errlen, KV_EINVAL, "wal dir %s is not a directory", o->dir);
 	}
 	if ((rv = list_segments(o->dir, &segs, &nsegs, err, errlen)) != KV_OK)
 		return rv;
@@ -1289,9 +1225,9 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 			char path[WAL_PATH_MAX];
 			seg_path(path, sizeof(path), o->dir, segs[i]);
 			free(segs);
-			return fail(err, errlen, KV_EEXISTS,
-			            "wal segment %s lies beyond the next lsn %llu", path,
-			            (unsigned long long)next_lsn);
+			return kv_errf(err, errlen, KV_EEXISTS,
+			               "wal segment %s lies beyond the next lsn %llu", path,
+			               (unsigned long long)next_lsn);
 		}
 	}
 	free(segs);
@@ -1320,8 +1256,8 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	w->pend_off = w->seg_size = KV_WAL_HEADER_SIZE;
 	w->last_sync = kv_now_ns();
 	if ((rc = pthread_create(&w->thread, NULL, writer_main, w)) != 0) {
-		rv = fail(err, errlen, kv_err_from_errno(rc), "cannot start wal writer: %s",
-		          strerror(rc));
+		rv = kv_errf(err, errlen, kv_err_from_errno(rc), "cannot start wal writer: %s",
+		             strerror(rc));
 		goto err;
 	}
 	KV_INFO("wal", "opened wal", "dir=%s next_lsn=%llu fsync=%s", w->dir,
@@ -1528,7 +1464,7 @@ kv_wal_drop_before(kv_wal *w, uint64_t lsn)
 	}
 	free(segs);
 	if (removed > 0) {
-		int frv = fsync_dir(w->dir);
+		int frv = kv_fsync_dir(w->dir);
 		if (rv == KV_OK)
 			rv = frv;
 		KV_DEBUG("wal", "dropped wal segments", "dir=%s count=%zu before_lsn=%llu", w->dir,
