@@ -26,38 +26,10 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-struct dir {
-	char path[256];
-};
+#include "tests/testutil.h"
 
-static int
-setup(void **state)
-{
-	struct dir *d = calloc(1, sizeof(*d));
-	snprintf(d->path, sizeof(d->path), "/tmp/kv_snap_test_XXXXXX");
-	if (d == NULL || mkdtemp(d->path) == NULL)
-		return -1;
-	*state = d;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct dir *d = *state;
-	DIR *dd = opendir(d->path);
-	struct dirent *e;
-
-	if (dd != NULL) {
-		while ((e = readdir(dd)) != NULL)
-			if (e->d_name[0] != '.')
-				unlinkat(dirfd(dd), e->d_name, 0);
-		closedir(dd);
-	}
-	rmdir(d->path);
-	free(d);
-	return 0;
-}
+#define setup    kv_test_dir_setup
+#define teardown kv_test_dir_teardown
 
 static void
 snap_file(char *buf, size_t len, const char *dir, uint64_t lsn, const char *ext)
@@ -239,7 +211,7 @@ block_offsets(const char *f, uint64_t *offs, int max)
 static void
 snapshot_round_trips_small_entries_block_edges_and_a_64_mib_value(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t bytes, lsn, entries, got_bytes, offs[64];
 	struct seen s;
 	char f[512], err[512];
@@ -267,7 +239,7 @@ snapshot_round_trips_small_entries_block_edges_and_a_64_mib_value(void **state)
 static void
 empty_snapshot_round_trips(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t bytes, lsn, entries, got;
 	struct seen s;
 	char err[512];
@@ -283,7 +255,7 @@ empty_snapshot_round_trips(void **state)
 static void
 no_snapshot_loads_as_lsn_1(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t lsn = 99, entries = 99, bytes = 99;
 	struct seen s;
 	char err[512], missing[512], f[512];
@@ -306,7 +278,7 @@ no_snapshot_loads_as_lsn_1(void **state)
 static void
 newest_snapshot_is_loaded_and_older_ones_are_removed(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t bytes, lsn;
 	struct seen s;
 	char f10[512], f20[512], keep[512], err[512];
@@ -335,7 +307,7 @@ newest_snapshot_is_loaded_and_older_ones_are_removed(void **state)
 static void
 tmp_files_are_ignored_and_cleaned_by_the_next_commit(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t bytes, lsn;
 	struct seen s;
 	char t30[512], t5[512], err[512];
@@ -357,7 +329,7 @@ tmp_files_are_ignored_and_cleaned_by_the_next_commit(void **state)
 static void
 abort_leaves_nothing_behind(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	kv_snap_writer *w;
 	uint64_t lsn;
 	struct seen s;
@@ -376,7 +348,7 @@ abort_leaves_nothing_behind(void **state)
 static void
 oversized_entries_are_rejected_and_the_writer_stays_usable(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	kv_snap_writer *w;
 	uint64_t lsn, entries;
 	struct seen s;
@@ -401,7 +373,7 @@ oversized_entries_are_rejected_and_the_writer_stays_usable(void **state)
 static void
 callback_error_stops_the_load(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t bytes, lsn;
 	struct seen s = {.stop_at = 3};
 	char err[512];
@@ -415,7 +387,7 @@ callback_error_stops_the_load(void **state)
 static void
 write_error_leaves_no_tmp_behind(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	struct rlimit old, small;
 	struct sigaction ign = {.sa_handler = SIG_IGN}, oldsa;
 	kv_snap_writer *w;
@@ -478,7 +450,7 @@ expect_corrupt(const char *dir, const char *f, uint64_t off, const char *what)
 static void
 flipped_bit_in_a_block_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t offs[64];
 	char f[512];
 	int n;
@@ -491,7 +463,7 @@ flipped_bit_in_a_block_is_corruption(void **state)
 static void
 flipped_bit_in_a_block_length_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t offs[64];
 	char f[512];
 	int n;
@@ -504,7 +476,7 @@ flipped_bit_in_a_block_length_is_corruption(void **state)
 static void
 flipped_bit_in_the_header_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t offs[64];
 	char f[512];
 	int n;
@@ -517,7 +489,7 @@ flipped_bit_in_the_header_is_corruption(void **state)
 static void
 flipped_bit_in_the_trailer_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t offs[64];
 	char f[512];
 	int n;
@@ -530,7 +502,7 @@ flipped_bit_in_the_trailer_is_corruption(void **state)
 static void
 truncated_file_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t offs[64];
 	char f[512];
 	int n;
@@ -545,7 +517,7 @@ truncated_file_is_corruption(void **state)
 static void
 missing_trailer_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t offs[64];
 	char f[512];
 	int n;
@@ -558,7 +530,7 @@ missing_trailer_is_corruption(void **state)
 static void
 data_after_the_trailer_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t offs[64];
 	char f[512];
 	int n;
@@ -573,7 +545,7 @@ data_after_the_trailer_is_corruption(void **state)
 static void
 dropped_block_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t offs[64];
 	char f[512];
 	uint8_t *buf;
@@ -600,7 +572,7 @@ dropped_block_is_corruption(void **state)
 static void
 truncated_header_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	char f[512];
 
 	snap_file(f, sizeof(f), d->path, 9, ".dat");
@@ -611,7 +583,7 @@ truncated_header_is_corruption(void **state)
 static void
 zero_length_snapshot_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t bytes;
 	char f[512];
 
@@ -625,7 +597,7 @@ zero_length_snapshot_is_corruption(void **state)
 static void
 snapshot_named_after_another_lsn_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	uint64_t bytes;
 	char f[512], g[512];
 

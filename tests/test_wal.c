@@ -33,44 +33,16 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "tests/testutil.h"
+
 /* helpers only one of the two builds uses */
 #define HELPER __attribute__((unused)) static
 
 #define HDR KV_WAL_HEADER_SIZE
 #define RH  KV_WAL_RECORD_HEADER
 
-struct dir {
-	char path[256];
-};
-
-static int
-setup(void **state)
-{
-	struct dir *d = calloc(1, sizeof(*d));
-	snprintf(d->path, sizeof(d->path), "/tmp/kv_wal_test_XXXXXX");
-	if (d == NULL || mkdtemp(d->path) == NULL)
-		return -1;
-	*state = d;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct dir *d = *state;
-	DIR *dd = opendir(d->path);
-	struct dirent *e;
-
-	if (dd != NULL) {
-		while ((e = readdir(dd)) != NULL)
-			if (e->d_name[0] != '.')
-				unlinkat(dirfd(dd), e->d_name, 0);
-		closedir(dd);
-	}
-	rmdir(d->path);
-	free(d);
-	return 0;
-}
+#define setup    kv_test_dir_setup
+#define teardown kv_test_dir_teardown
 
 HELPER void
 seg_file(char *buf, size_t len, const char *dir, uint64_t first)
@@ -308,7 +280,7 @@ fsync_modes_parse_and_name(void **state)
 static void
 replay_returns_records_in_order_across_segments(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	/* batches stay under buffer_bytes, so segments end near segment_bytes */
 	kv_wal_opts o = {.dir = d->path,
 	                 .mode = KV_FSYNC_BATCH,
@@ -344,7 +316,7 @@ replay_returns_records_in_order_across_segments(void **state)
 static void
 replay_from_an_lsn_inside_a_segment_starts_there(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {10, 10, 10};
 
 	write_segments(d->path, 1, counts, 3);
@@ -359,7 +331,7 @@ replay_from_an_lsn_inside_a_segment_starts_there(void **state)
 static void
 segments_below_from_lsn_are_not_read(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {10, 10};
 	char f[512];
 
@@ -373,7 +345,7 @@ segments_below_from_lsn_are_not_read(void **state)
 static void
 empty_or_missing_dir_replays_nothing_and_starts_at_from_lsn(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	char missing[512];
 
 	expect_records(d->path, 1, 1, 0);
@@ -385,7 +357,7 @@ empty_or_missing_dir_replays_nothing_and_starts_at_from_lsn(void **state)
 static void
 log_closed_without_appends_reopens_at_the_same_lsn(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
 	kv_wal_close(w);
 	expect_records(d->path, 1, 1, 0);
@@ -399,7 +371,7 @@ log_closed_without_appends_reopens_at_the_same_lsn(void **state)
 static void
 open_refuses_segments_at_or_beyond_next_lsn_that_hold_records(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {5};
 	kv_wal_opts o = {.dir = d->path, .mode = KV_FSYNC_NONE};
 	kv_wal *w = NULL;
@@ -416,7 +388,7 @@ open_refuses_segments_at_or_beyond_next_lsn_that_hold_records(void **state)
 static void
 close_flushes_buffered_records(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	kv_wal *w = open_log(d->path, KV_FSYNC_NONE, 1);
 
 	for (uint64_t i = 1; i <= 500; i++)
@@ -428,7 +400,7 @@ close_flushes_buffered_records(void **state)
 static void
 records_bigger_than_the_buffer_are_accepted(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	kv_wal_opts o = {.dir = d->path, .mode = KV_FSYNC_BATCH, .buffer_bytes = 100};
 	kv_wal *w;
 	char err[512];
@@ -476,7 +448,7 @@ expect_appendable(const char *dir, uint64_t next, uint64_t total)
 static void
 torn_last_record_is_dropped_at_every_cut_and_log_continues(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {5};
 	char f[512];
 	uint64_t end5 = rec_off(1, 6), off5 = rec_off(1, 5);
@@ -505,7 +477,7 @@ torn_last_record_is_dropped_at_every_cut_and_log_continues(void **state)
 static void
 zeros_after_the_last_record_are_a_torn_tail(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3};
 	uint8_t zeros[4096] = {0};
 	char f[512];
@@ -520,7 +492,7 @@ zeros_after_the_last_record_are_a_torn_tail(void **state)
 static void
 partial_record_header_at_the_end_is_a_torn_tail(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3};
 	uint8_t part[10] = {1, 2, 3, 4, 5, 6, 7, 8, 100, 0};
 	char f[512];
@@ -535,7 +507,7 @@ partial_record_header_at_the_end_is_a_torn_tail(void **state)
 static void
 flipped_bit_in_the_last_record_is_a_torn_tail(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {4, 6};
 	char f[512];
 
@@ -549,7 +521,7 @@ flipped_bit_in_the_last_record_is_a_torn_tail(void **state)
 static void
 flipped_bit_in_the_last_record_length_is_a_torn_tail(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {4};
 	char f[512];
 
@@ -562,7 +534,7 @@ flipped_bit_in_the_last_record_length_is_a_torn_tail(void **state)
 static void
 short_last_segment_header_is_a_torn_creation(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3};
 	uint8_t part[20] = {'S', 'K', 'V', 'W', 'A', 'L', 0, 0, 1};
 	kv_wal_report rep;
@@ -586,7 +558,7 @@ short_last_segment_header_is_a_torn_creation(void **state)
 static void
 zero_length_last_segment_is_removed(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3};
 	kv_wal_report rep;
 	struct got g;
@@ -624,7 +596,7 @@ expect_corrupt_at(const char *dir, const char *f, uint64_t off)
 static void
 zeroed_header_of_the_last_segment_is_a_torn_creation(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3};
 	uint8_t zeros[HDR] = {0};
 	kv_wal_report rep;
@@ -663,7 +635,7 @@ stop_at_third(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 static void
 callback_code_stops_the_replay(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3, 3};
 	struct stopper s = {0, KV_EINTERNAL};
 	kv_wal_report rep;
@@ -702,7 +674,7 @@ expect_corrupt(const char *dir, uint64_t from, const char *f, uint64_t off, cons
 static void
 flipped_bit_in_a_middle_record_is_corruption_naming_file_and_offset(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {6};
 	char f[512];
 
@@ -718,7 +690,7 @@ flipped_bit_in_a_middle_record_is_corruption_naming_file_and_offset(void **state
 static void
 truncate_corrupt_cuts_the_log_at_a_bad_middle_record(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {6, 4};
 	kv_wal_report rep;
 	struct got g;
@@ -747,7 +719,7 @@ truncate_corrupt_cuts_the_log_at_a_bad_middle_record(void **state)
 static void
 bad_record_in_a_segment_before_the_last_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {4, 4};
 	char f[512];
 
@@ -763,7 +735,7 @@ bad_record_in_a_segment_before_the_last_is_corruption(void **state)
 static void
 segment_named_after_another_lsn_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3};
 	char f[512], g[512];
 
@@ -777,7 +749,7 @@ segment_named_after_another_lsn_is_corruption(void **state)
 static void
 record_with_a_wrong_lsn_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3};
 	char f[512], g[512];
 	uint8_t *buf;
@@ -807,7 +779,7 @@ record_with_a_wrong_lsn_is_corruption(void **state)
 static void
 flipped_bit_in_a_segment_header_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3, 3};
 	char f[512];
 
@@ -823,7 +795,7 @@ flipped_bit_in_a_segment_header_is_corruption(void **state)
 static void
 truncated_header_of_a_middle_segment_is_corruption(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3, 3, 3};
 	kv_wal_report rep;
 	struct got g;
@@ -849,7 +821,7 @@ truncated_header_of_a_middle_segment_is_corruption(void **state)
 static void
 missing_middle_segment_is_a_gap(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3, 3, 3};
 	char f[512];
 
@@ -867,7 +839,7 @@ missing_middle_segment_is_a_gap(void **state)
 static void
 log_starting_after_from_lsn_is_missing_records(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	const int counts[] = {3};
 	kv_wal_report rep;
 	struct got g;
@@ -890,7 +862,7 @@ log_starting_after_from_lsn_is_missing_records(void **state)
 static void
 rotate_starts_a_segment_at_the_next_lsn(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	kv_wal *w = open_log(d->path, KV_FSYNC_BATCH, 1);
 	uint64_t at = 0;
 	char f[512];
@@ -924,7 +896,7 @@ rotate_starts_a_segment_at_the_next_lsn(void **state)
 static void
 drop_before_removes_only_fully_covered_segments(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
 	uint64_t at, lsn = 1;
 	char f[512];
@@ -1093,7 +1065,7 @@ run_workers(kv_wal *w, struct counters *c, uint32_t per_thread, bool wait_every)
 static void
 group_commit_makes_every_record_durable_with_fewer_fsyncs(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	struct counters c = {0};
 	uint64_t total = (uint64_t)THREADS * PER_THREAD;
 	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
@@ -1119,7 +1091,7 @@ group_commit_makes_every_record_durable_with_fewer_fsyncs(void **state)
 static void
 rotation_and_dropping_while_appending_keep_lsns_contiguous(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	struct counters c = {0};
 	kv_wal_opts o = {.dir = d->path,
 	                 .mode = KV_FSYNC_NONE,
@@ -1191,7 +1163,7 @@ flag_wait(struct flag *f)
 static void
 batch_notifications_fire_without_waiting_for_fsync(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	kv_wal_opts o = {.dir = d->path, .mode = KV_FSYNC_BATCH, .batch_ms = 600000};
 	struct flag f = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, -1};
 	kv_wal_stats st;
@@ -1275,7 +1247,7 @@ gate_done(void *arg, int status)
 static void
 notifications_registered_out_of_lsn_order_fire_in_lsn_order(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	struct gate g = {PTHREAD_MUTEX_INITIALIZER,
 	                 PTHREAD_COND_INITIALIZER,
 	                 pthread_self(),
@@ -1330,7 +1302,7 @@ notifications_registered_out_of_lsn_order_fire_in_lsn_order(void **state)
 static void
 injected_enospc_reports_errors_and_recovers_without_losing_records(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	struct counters c = {.expect_err = KV_ENOSPC};
 	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
 	uint64_t lsn = 1;
@@ -1378,7 +1350,7 @@ injected_enospc_reports_errors_and_recovers_without_losing_records(void **state)
 static void
 failed_fsync_rewrites_unsynced_records_exactly_once(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	kv_wal_opts o = {.dir = d->path, .mode = KV_FSYNC_BATCH, .batch_ms = 600000};
 	kv_wal_report rep;
 	kv_wal_stats st;
@@ -1411,7 +1383,7 @@ failed_fsync_rewrites_unsynced_records_exactly_once(void **state)
 static void
 close_completes_pending_notifications(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	struct counters c = {.expect_err = KV_ECLOSED};
 	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
 
@@ -1427,7 +1399,7 @@ close_completes_pending_notifications(void **state)
 static void
 close_on_a_failed_disk_gives_up_and_leaves_a_clean_prefix(void **state)
 {
-	struct dir *d = *state;
+	kv_test_dir *d = *state;
 	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
 	struct flag f = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, -1};
 	kv_wal_report rep;

@@ -4,8 +4,11 @@
 #include "tests/testutil.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -50,4 +53,38 @@ kv_test_sleep_ms(unsigned ms)
 {
 	struct timespec ts = {.tv_sec = ms / 1000u, .tv_nsec = (long)(ms % 1000u) * 1000000L};
 	nanosleep(&ts, NULL);
+}
+
+int
+kv_test_dir_setup(void **state)
+{
+	kv_test_dir *d = calloc(1, sizeof(*d));
+
+	if (d == NULL)
+		return -1;
+	snprintf(d->path, sizeof(d->path), "/tmp/kv_test_XXXXXX");
+	if (mkdtemp(d->path) == NULL) {
+		free(d);
+		return -1;
+	}
+	*state = d;
+	return 0;
+}
+
+int
+kv_test_dir_teardown(void **state)
+{
+	kv_test_dir *d = *state;
+	DIR *dd = opendir(d->path);
+	struct dirent *e;
+
+	if (dd != NULL) {
+		while ((e = readdir(dd)) != NULL)
+			if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+				unlinkat(dirfd(dd), e->d_name, 0);
+		closedir(dd);
+	}
+	rmdir(d->path);
+	free(d);
+	return 0;
 }

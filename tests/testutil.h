@@ -20,4 +20,13 @@ uint64_t kv_test_now_ms(void);
 /* Sleeps for ms milliseconds (polling loops only, never as a readiness wait). */
 void kv_test_sleep_ms(unsigned ms);
 
+/* A fresh, empty directory for one test: kv_test_dir_setup makes
+ * /tmp/kv_test_XXXXXX and stores a kv_test_dir in *state (a cmocka setup);
+ * kv_test_dir_teardown removes the files in it and the directory. */
+typedef struct {
+	char path[256];
+} kv_test_dir;
+int kv_test_dir_setup(void **state);
+int kv_test_dir_teardown(void **state);
+
 #endif
