@@ -163,9 +163,10 @@ random_id(void)
  * Connections
  * ------------------------------------------------------------------------- */
 
-/* Returns the rpc client for `address`, creating it on first use. */
+/* Returns the rpc client for `address` and its coalescing queue, creating
+ * them on first use. */
 static int
-conn_get(shardkv_client *c, const char *address, kv_rpc_client **out)
+conn_get(shardkv_client *c, const char *address, kv_rpc_client **out, kvc_coal **coal)
 {
 	int rv = KV_OK;
 
@@ -173,6 +174,7 @@ conn_get(shardkv_client *c, const char *address, kv_rpc_client **out)
 	for (size_t i = 0; i < c->nconns; i++) {
 		if (strcmp(c->conns[i].address, address) == 0) {
 			*out = c->conns[i].rpc;
+			*coal = c->conns[i].coal;
 			goto out;
 		}
 	}
@@ -187,43 +189,55 @@ conn_get(shardkv_client *c, const char *address, kv_rpc_client **out)
 		c->capconns = cap;
 	}
 	kvc_conn *k = &c->conns[c->nconns];
-	if ((k->address = strdup(address)) == NULL) {
+	if ((k->address = strdup(address)) == NULL ||
+	    (k->coal = calloc(1, sizeof(*k->coal))) == NULL) {
+		free(k->address);
 		rv = KV_ENOMEM;
 		goto out;
 	}
+	pthread_mutex_init(&k->coal->mu, NULL);
 	if ((rv = kv_rpc_client_create(address, &k->rpc)) != KV_OK) {
+		pthread_mutex_destroy(&k->coal->mu);
+		free(k->coal);
 		free(k->address);
 		goto out;
 	}
 	c->nconns++;
 	*out = k->rpc;
+	*coal = k->coal;
 out:
 	pthread_mutex_unlock(&c->conn_mu);
 	return rv;
 }
 
-int
-kvc_server_call(shardkv_client *c, const char *address, uint64_t epoch, const kvc_op *op,
-                uint64_t deadline_ns, kvc_reply *r)
+/* The timeout one attempt may take: a lost reply must leave time for a
+ * retry, so half of what is left (at least a second, at most everything). */
+static uint32_t
+attempt_ms(uint64_t deadline_ns)
+{
+	uint32_t ms = kvc_remaining_ms(deadline_ns);
+	if (ms > 1000u)
+		ms = ms / 2 > 1000u ? ms / 2 : 1000u;
+	return ms;
+}
+
+/* One op in one Request. */
+static int
+call_one(shardkv_client *c, kv_rpc_client *rpc, uint64_t epoch, const kvc_op *op,
+         uint64_t deadline_ns, kvc_reply *r)
 {
 	kvc_envelope env = {
 	    .client_id = c->client_id,
 	    .request_id = kvc_next_id(c),
 	    .epoch = epoch,
 	    .auth = {.p = c->auth.data, .len = c->auth.len},
+	    .timeout_ms = attempt_ms(deadline_ns),
 	};
-	kv_rpc_client *rpc;
 	nng_msg *req, *rep;
 	int rv;
 
-	if ((env.timeout_ms = kvc_remaining_ms(deadline_ns)) == 0)
+	if (env.timeout_ms == 0)
 		return KV_ETIMEDOUT;
-	/* A lost reply must leave time for a retry: one attempt gets half of
-	 * what is left (at least a second, at most everything). */
-	if (env.timeout_ms > 1000u)
-		env.timeout_ms = env.timeout_ms / 2 > 1000u ? env.timeout_ms / 2 : 1000u;
-	if ((rv = conn_get(c, address, &rpc)) != KV_OK)
-		return rv;
 	if ((rv = kvc_encode_request(&env, op, &req)) != KV_OK)
 		return rv;
 	if ((rv = kv_rpc_call(rpc, req, &rep, env.timeout_ms)) != KV_OK)
@@ -233,16 +247,202 @@ kvc_server_call(shardkv_client *c, const char *address, uint64_t epoch, const kv
 	return rv;
 }
 
+/*
+ * Coalescing. While fewer than COAL_INFLIGHT requests to a server are on
+ * the wire, a single-key op goes out alone at once. Beyond that, ops wait
+ * in the server's queue; when a slot frees, the op at the head sends
+ * itself and the ops behind it (up to COAL_MAX_OPS and COAL_MAX_BYTES) as
+ * one Request and hands each waiter its own result. Under light load
+ * nothing changes; under many concurrent callers the messages per op fall
+ * with the queue length, which is where a request/reply transport spends
+ * its time. Each op keeps its own request id, so exactly-once and retries
+ * (the caller's loop in ops.c) work per op as before.
+ */
+#define COAL_INFLIGHT  4u
+#define COAL_MAX_OPS   128u
+#define COAL_MAX_BYTES (1024u * 1024u)
+
+struct kvc_waiter {
+	const kvc_op *op;     /* the caller's op */
+	uint64_t epoch;       /* routing epoch */
+	uint64_t deadline_ns; /* the caller's deadline */
+	kvc_reply *r;         /* where its reply goes */
+	int rv;               /* its result, when done */
+	bool taken;           /* in a batch on the wire: wait for done */
+	bool done;            /* rv and *r are set */
+	pthread_cond_t cv;    /* signalled when done or at the head with a free slot */
+	kvc_waiter *next;     /* queue link */
+};
+
+static bool
+coalescable(const kvc_op *op)
+{
+	return op->kind == KVC_GET || op->kind == KVC_PUT || op->kind == KVC_DEL ||
+	       op->kind == KVC_APPEND;
+}
+
+/* Wakes the head of the queue when it may send. Caller holds q->mu. */
+static void
+coal_wake_locked(kvc_coal *q)
+{
+	if (q->head != NULL && q->inflight < COAL_INFLIGHT)
+		pthread_cond_signal(&q->head->cv);
+}
+
+/* Sends the n taken waiters as one Request and fills their results. */
+static void
+send_batch(shardkv_client *c, kv_rpc_client *rpc, kvc_waiter **ws, size_t n)
+{
+	uint64_t deadline = 0;
+	const kvc_op *ops[COAL_MAX_OPS];
+	kvc_reply *rs[COAL_MAX_OPS];
+	nng_msg *req, *rep;
+	int rv;
+
+	for (size_t i = 0; i < n; i++) {
+		ops[i] = ws[i]->op;
+		rs[i] = ws[i]->r;
+		if (ws[i]->deadline_ns > deadline)
+			deadline = ws[i]->deadline_ns;
+	}
+	kvc_envelope env = {
+	    .client_id = c->client_id,
+	    .request_id = kvc_next_id(c),
+	    .epoch = ws[0]->epoch,
+	    .auth = {.p = c->auth.data, .len = c->auth.len},
+	    .timeout_ms = attempt_ms(deadline),
+	};
+	if (env.timeout_ms == 0)
+		rv = KV_ETIMEDOUT;
+	else if ((rv = kvc_encode_request_batch(&env, ops, n, &req)) == KV_OK &&
+	         (rv = kv_rpc_call(rpc, req, &rep, env.timeout_ms)) == KV_OK) {
+		rv = kvc_decode_reply_batch(nng_msg_body(rep), nng_msg_len(rep), rs, n);
+		nng_msg_free(rep);
+	}
+	for (size_t i = 0; i < n; i++)
+		ws[i]->rv = rv;
+}
+
+/* Waits in the queue of q until the op is answered (by a batch someone
+ * else sent) or this waiter is at the head with a free slot and sends. */
+static int
+coal_call(shardkv_client *c, kv_rpc_client *rpc, kvc_coal *q, uint64_t epoch, const kvc_op *op,
+          uint64_t deadline_ns, kvc_reply *r)
+{
+	kvc_waiter w = {.op = op, .epoch = epoch, .deadline_ns = deadline_ns, .r = r};
+	pthread_condattr_t ca;
+	int rv;
+
+	pthread_mutex_lock(&q->mu);
+	if (q->inflight < COAL_INFLIGHT && q->head == NULL) {
+		q->inflight++;
+		pthread_mutex_unlock(&q->mu);
+		rv = call_one(c, rpc, epoch, op, deadline_ns, r);
+		pthread_mutex_lock(&q->mu);
+		q->inflight--;
+		coal_wake_locked(q);
+		pthread_mutex_unlock(&q->mu);
+		return rv;
+	}
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w.cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (q->tail)
+		q->tail->next = &w;
+	else
+		q->head = &w;
+	q->tail = &w;
+	for (;;) {
+		if (w.done)
+			break;
+		if (!w.taken && q->head == &w && q->inflight < COAL_INFLIGHT) {
+			kvc_waiter *ws[COAL_MAX_OPS];
+			size_t n = 0, bytes = 0;
+			while (q->head != NULL && n < COAL_MAX_OPS) {
+				kvc_waiter *x = q->head;
+				size_t b = x->op->key.len + x->op->value.len;
+				if (n > 0 && bytes + b > COAL_MAX_BYTES)
+					break;
+				q->head = x->next;
+				x->next = NULL;
+				x->taken = true;
+				ws[n++] = x;
+				bytes += b;
+			}
+			if (q->head == NULL)
+				q->tail = NULL;
+			q->inflight++;
+			pthread_mutex_unlock(&q->mu);
+			send_batch(c, rpc, ws, n);
+			pthread_mutex_lock(&q->mu);
+			q->inflight--;
+			for (size_t i = 0; i < n; i++) {
+				ws[i]->done = true;
+				if (ws[i] != &w)
+					pthread_cond_signal(&ws[i]->cv);
+			}
+			coal_wake_locked(q);
+			break;
+		}
+		if (!w.taken && kvc_remaining_ms(deadline_ns) == 0) {
+			/* Still queued at the deadline: leave the queue. */
+			kvc_waiter **pp = &q->head, *prev = NULL;
+			while (*pp != &w) {
+				prev = *pp;
+				pp = &(*pp)->next;
+			}
+			*pp = w.next;
+			if (q->tail == &w)
+				q->tail = prev;
+			w.rv = KV_ETIMEDOUT;
+			w.done = true;
+			coal_wake_locked(q);
+			break;
+		}
+		if (w.taken) {
+			pthread_cond_wait(&w.cv, &q->mu);
+		} else {
+			struct timespec ts;
+			uint64_t ns = deadline_ns;
+			ts.tv_sec = (time_t)(ns / 1000000000u);
+			ts.tv_nsec = (long)(ns % 1000000000u);
+			pthread_cond_timedwait(&w.cv, &q->mu, &ts);
+		}
+	}
+	pthread_mutex_unlock(&q->mu);
+	pthread_cond_destroy(&w.cv);
+	return w.rv;
+}
+
+int
+kvc_server_call(shardkv_client *c, const char *address, uint64_t epoch, const kvc_op *op,
+                uint64_t deadline_ns, kvc_reply *r)
+{
+	kv_rpc_client *rpc;
+	kvc_coal *q;
+	int rv;
+
+	if (kvc_remaining_ms(deadline_ns) == 0)
+		return KV_ETIMEDOUT;
+	if ((rv = conn_get(c, address, &rpc, &q)) != KV_OK)
+		return rv;
+	if (!coalescable(op))
+		return call_one(c, rpc, epoch, op, deadline_ns, r);
+	return coal_call(c, rpc, q, epoch, op, deadline_ns, r);
+}
+
 /* One attempt at one controller address. */
 static int
 controller_try(shardkv_client *c, const char *address, const kvc_admin_req *q, uint32_t rpc_ms,
                kvc_admin_reply *r)
 {
 	kv_rpc_client *rpc;
+	kvc_coal *unused;
 	nng_msg *req, *rep;
 	int rv;
 
-	if ((rv = conn_get(c, address, &rpc)) != KV_OK)
+	if ((rv = conn_get(c, address, &rpc, &unused)) != KV_OK)
 		return rv;
 	if ((rv = kvc_encode_admin(q, &req)) != KV_OK)
 		return rv;
@@ -740,6 +940,8 @@ shardkv_close(shardkv_client *c)
 
 	for (size_t i = 0; i < c->nconns; i++) {
 		kv_rpc_client_destroy(c->conns[i].rpc);
+		pthread_mutex_destroy(&c->conns[i].coal->mu);
+		free(c->conns[i].coal);
 		free(c->conns[i].address);
 	}
 	free(c->conns);

@@ -105,6 +105,17 @@ typedef struct {
 /* Packs a Request holding one op into a new message. Returns 0, KV_ENOMEM. */
 int kvc_encode_request(const kvc_envelope *env, const kvc_op *op, nng_msg **out);
 
+/* Packs a Request holding n single-key ops (get, put, del, append) into a
+ * new message. Returns 0, KV_EINVAL (another kind) or KV_ENOMEM. */
+int kvc_encode_request_batch(const kvc_envelope *env, const kvc_op *const *ops, size_t n,
+                             nng_msg **out);
+
+/* Decodes a Response to a batch of nr ops: result i into *rs[i] (each zeroed
+ * first, with the envelope fields copied). Returns 0, KV_EPROTO (e.g. a
+ * result count that differs) or KV_ENOMEM; on error no *rs[i] holds
+ * anything. */
+int kvc_decode_reply_batch(const void *p, size_t n, kvc_reply *const *rs, size_t nr);
+
 /* Decodes a Response into *r (zeroed first). Returns 0, KV_EPROTO or
  * KV_ENOMEM; on error *r holds nothing. Free with kvc_reply_fini(). */
 int kvc_decode_reply(const void *p, size_t n, kvc_reply *r);
@@ -280,10 +291,21 @@ typedef struct {
 
 #define KVC_MAX_HINTS 8
 
+/* Single-key ops from concurrent callers to one server, waiting for a free
+ * request slot; the first in line sends everything waiting as one Request
+ * (client.c, kvc_server_call). */
+typedef struct kvc_waiter kvc_waiter;
+typedef struct {
+	pthread_mutex_t mu;      /* protects everything below */
+	unsigned inflight;       /* requests to this server on the wire */
+	kvc_waiter *head, *tail; /* ops waiting for a slot, oldest first */
+} kvc_coal;
+
 /* An rpc client for one server or controller address. */
 typedef struct {
 	char *address;      /* the URL */
 	kv_rpc_client *rpc; /* dials it */
+	kvc_coal *coal;     /* its coalescing queue (heap: conns may move) */
 } kvc_conn;
 
 struct shardkv_client {

@@ -161,6 +161,82 @@ kvc_encode_request(const kvc_envelope *env, const kvc_op *op, nng_msg **out)
 	return rv;
 }
 
+/* The sub-messages of one single-key op in a batch. */
+typedef struct {
+	Shardkv__Op op;
+	union {
+		Shardkv__GetOp get;
+		Shardkv__PutOp put;
+		Shardkv__DelOp del;
+		Shardkv__AppendOp app;
+	} u;
+} batch_op;
+
+int
+kvc_encode_request_batch(const kvc_envelope *env, const kvc_op *const *ops, size_t n, nng_msg **out)
+{
+	Shardkv__Request req = SHARDKV__REQUEST__INIT;
+	batch_op *b = calloc(n ? n : 1, sizeof(*b));
+	Shardkv__Op **pops = calloc(n ? n : 1, sizeof(*pops));
+	int rv = KV_OK;
+
+	if (b == NULL || pops == NULL) {
+		rv = KV_ENOMEM;
+		goto out;
+	}
+	req.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+	req.client_id = env->client_id;
+	req.request_id = env->request_id;
+	req.epoch = env->epoch;
+	req.auth_token = pb_bytes(env->auth);
+	req.timeout_ms = env->timeout_ms;
+	req.n_ops = n;
+	req.ops = pops;
+	for (size_t i = 0; i < n && rv == KV_OK; i++) {
+		const kvc_op *op = ops[i];
+		Shardkv__Op *pop = &b[i].op;
+		shardkv__op__init(pop);
+		pops[i] = pop;
+		pop->request_id = op->request_id;
+		switch (op->kind) {
+		case KVC_GET:
+			shardkv__get_op__init(&b[i].u.get);
+			b[i].u.get.key = pb_bytes(op->key);
+			pop->op_case = SHARDKV__OP__OP_GET;
+			pop->get = &b[i].u.get;
+			break;
+		case KVC_PUT:
+			shardkv__put_op__init(&b[i].u.put);
+			b[i].u.put.key = pb_bytes(op->key);
+			b[i].u.put.value = pb_bytes(op->value);
+			pop->op_case = SHARDKV__OP__OP_PUT;
+			pop->put = &b[i].u.put;
+			break;
+		case KVC_DEL:
+			shardkv__del_op__init(&b[i].u.del);
+			b[i].u.del.key = pb_bytes(op->key);
+			pop->op_case = SHARDKV__OP__OP_DEL;
+			pop->del = &b[i].u.del;
+			break;
+		case KVC_APPEND:
+			shardkv__append_op__init(&b[i].u.app);
+			b[i].u.app.key = pb_bytes(op->key);
+			b[i].u.app.value = pb_bytes(op->value);
+			pop->op_case = SHARDKV__OP__OP_APPEND;
+			pop->append = &b[i].u.app;
+			break;
+		default:
+			rv = KV_EINVAL; /* only single-key ops are coalesced */
+		}
+	}
+	if (rv == KV_OK)
+		rv = pack_msg(&req.base, out);
+out:
+	free(b);
+	free(pops);
+	return rv;
+}
+
 static int
 hint_from_pb(const Shardkv__OwnerHint *h, kvc_hint *out)
 {
@@ -256,6 +332,45 @@ kvc_decode_reply(const void *p, size_t n, kvc_reply *r)
 err:
 	shardkv__response__free_unpacked(resp, NULL);
 	kvc_reply_fini(r);
+	return rv;
+}
+
+int
+kvc_decode_reply_batch(const void *p, size_t n, kvc_reply *const *rs, size_t nr)
+{
+	Shardkv__Response *resp;
+	int rv = KV_OK;
+	size_t done = 0;
+
+	for (size_t i = 0; i < nr; i++) {
+		memset(rs[i], 0, sizeof(*rs[i]));
+		rs[i]->op_status = KV_EPROTO;
+	}
+	resp = shardkv__response__unpack(NULL, n, p);
+	if (resp == NULL)
+		return KV_EPROTO;
+	if (resp->status == SHARDKV__STATUS__STATUS_OK && resp->n_results != nr) {
+		rv = KV_EPROTO;
+		goto err;
+	}
+	for (; done < nr; done++) {
+		kvc_reply *r = rs[done];
+		r->status = kv_err_from_wire((int)resp->status);
+		r->epoch = resp->epoch;
+		r->node_id = resp->node_id;
+		if ((rv = copy_str(&r->error, resp->error)) != KV_OK)
+			goto err;
+		if (r->status == KV_OK && (rv = result_from_pb(resp->results[done], r)) != KV_OK) {
+			done++;
+			goto err;
+		}
+	}
+	shardkv__response__free_unpacked(resp, NULL);
+	return KV_OK;
+err:
+	shardkv__response__free_unpacked(resp, NULL);
+	for (size_t i = 0; i < done; i++)
+		kvc_reply_fini(rs[i]);
 	return rv;
 }
 
