@@ -32,10 +32,10 @@
 #include "controller/controller.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/rpc.h"
 #include "controller/admin_codec.h"
 #include "controller/clog.h"
-#include "controller/metrics.h"
 #include "controller/placement.h"
 
 #include <errno.h>
@@ -1341,24 +1341,49 @@ kv_controller_epoch(kv_controller *c)
 	return e;
 }
 
-static void
-metrics_cb(void *arg, kv_metrics_sample *s)
+/* Renders the gauges for /metrics (on the metrics thread): reads them under
+ * mu, formats with mu released. The names are part of the interface. */
+static int
+metrics_render(void *arg, kv_buf *out)
 {
+	static const char *const states[] = {"joining", "active", "draining", "gone"};
 	kv_controller *c = arg;
+	uint64_t nodes[5] = {0}, epoch, ranges, migs, watches, waits, uptime;
 	const kv_config *cur;
 
 	pthread_mutex_lock(&c->mu);
 	cur = latest_locked(c);
-	memset(s, 0, sizeof(*s));
-	s->epoch = cur->epoch;
+	epoch = cur->epoch;
 	for (size_t i = 0; i < cur->nnodes; i++)
-		s->nodes[cur->nodes[i].state < 5 ? cur->nodes[i].state : 0]++;
-	s->ranges = cur->nranges;
-	s->migrations = cur->nmigs;
-	s->watches = c->nwatches;
-	s->waits = c->nwaits;
-	s->uptime_s = (now_ns() - c->started_ns) / 1000000000u;
+		nodes[cur->nodes[i].state < 5 ? cur->nodes[i].state : 0]++;
+	ranges = cur->nranges;
+	migs = cur->nmigs;
+	watches = c->nwatches;
+	waits = c->nwaits;
+	uptime = (now_ns() - c->started_ns) / 1000000000u;
 	pthread_mutex_unlock(&c->mu);
+
+	kv_metric m[] = {
+	    {"shardkv_controller_epoch", KV_METRIC_GAUGE, "Latest published configuration epoch.",
+	     .u = epoch},
+	    {"shardkv_controller_nodes", KV_METRIC_GAUGE, "Nodes by state.", "state", states[0],
+	     .u = nodes[1]},
+	    {"shardkv_controller_nodes", KV_METRIC_GAUGE, "Nodes by state.", "state", states[1],
+	     .u = nodes[2]},
+	    {"shardkv_controller_nodes", KV_METRIC_GAUGE, "Nodes by state.", "state", states[2],
+	     .u = nodes[3]},
+	    {"shardkv_controller_nodes", KV_METRIC_GAUGE, "Nodes by state.", "state", states[3],
+	     .u = nodes[4]},
+	    {"shardkv_controller_ranges", KV_METRIC_GAUGE, "Entries in the range map.",
+	     .u = ranges},
+	    {"shardkv_controller_migrations", KV_METRIC_GAUGE, "Migrations in flight.", .u = migs},
+	    {"shardkv_controller_held_watches", KV_METRIC_GAUGE, "Watches held.", .u = watches},
+	    {"shardkv_controller_held_waits", KV_METRIC_GAUGE, "Commands waiting for migrations.",
+	     .u = waits},
+	    {"shardkv_controller_uptime_seconds", KV_METRIC_GAUGE, "Seconds since start.",
+	     .u = uptime},
+	};
+	return kv_metrics_write(out, m, sizeof(m) / sizeof(m[0]));
 }
 
 int
@@ -1426,8 +1451,8 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 			         kv_strerror(rv));
 		goto err;
 	}
-	if (cfg->metrics && (rv = kv_metrics_create(cfg->metrics, metrics_cb, c, &c->metrics, err,
-	                                            errlen)) != KV_OK)
+	if (cfg->metrics && (rv = kv_metrics_create(cfg->metrics, metrics_render, c, &c->metrics,
+	                                            err, errlen)) != KV_OK)
 		goto err;
 	KV_INFO("controller", "listening", "address=%s epoch=%llu metrics=%s", c->listen,
 	        (unsigned long long)kv_controller_epoch(c), cfg->metrics ? cfg->metrics : "off");

@@ -633,6 +633,7 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 			goto cleanup;
 		atomic_fetch_add(&o->keys_copied, whole);
 		atomic_fetch_add(&o->bytes_copied, ca.data.len);
+		atomic_fetch_add_explicit(&s->mig_bytes_sent, ca.data.len, memory_order_relaxed);
 		pace(o, copy_start, atomic_load(&o->bytes_copied));
 		uint64_t now = kv_now_ns();
 		if (now - last_progress > PROGRESS_MS * 1000000ull) {

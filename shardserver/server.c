@@ -11,10 +11,11 @@
  * configurations strictly in epoch order. One heartbeat thread reports
  * statistics every second. Each outgoing migration has its own thread
  * (migrate.c); incoming transfer messages are applied on the nng thread that
- * receives them and never wait for another server. The main thread waits
- * for SIGTERM/SIGINT (blocked everywhere, taken with sigtimedwait); on
- * SIGTERM it runs the graceful leave (drain, then exit), on SIGINT it stops
- * at once and keeps its ranges for a restart.
+ * receives them and never wait for another server. With --metrics, one
+ * thread answers scrapes (metrics_srv.c). The main thread waits for
+ * SIGTERM/SIGINT (blocked everywhere, taken with sigtimedwait); on SIGTERM
+ * it runs the graceful leave (drain, then exit), on SIGINT it stops at once
+ * and keeps its ranges for a restart.
  *
  * Ownership is decided by the local ownership table (owner.h), not by the
  * epoch: the dispatcher looks every key of a KEYED/MULTI/RANGE op up once,
@@ -667,6 +668,7 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
 	kv_dur_held held;
 	int rv;
 
+	atomic_fetch_add_explicit(&s->op_count[op->kind], 1, memory_order_relaxed);
 	if ((rv = validate_op(s, op, def->flags, res)) != 0) {
 		res->status = rv;
 		return;
@@ -833,6 +835,7 @@ held_reply_done(void *arg, int status)
 	if (status != 0 && h->wrote) {
 		/* The writes are in memory and buffered for the log, which keeps
 		 * retrying; the client must not take them as durable. */
+		kv_srv_count_error(h->s, status);
 		kv_resp fail = {.request_id = h->req_id,
 		                .epoch = h->epoch,
 		                .node_id = h->node_id,
@@ -891,14 +894,17 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 				if (total > REPLY_MAX_BYTES) {
 					resp.results[i].status = KV_ELIMIT;
 					resp.results[i].error = "reply too large; send fewer ops";
+					kv_srv_count_error(s, KV_ELIMIT);
 					continue;
 				}
 				dispatch(s, &rq, &rq.ops[i], &resp.results[i]);
+				kv_srv_count_error(s, resp.results[i].status);
 				total += result_bytes(&resp.results[i]);
 				wrote |= (op_table[rq.ops[i].kind].flags & OPF_WRITE) != 0;
 			}
 		}
 	}
+	kv_srv_count_error(s, resp.status);
 	rv = kv_sc_resp_encode(&resp, reply);
 	if (rv != 0) {
 		kv_resp small = {.request_id = resp.request_id,
@@ -1583,6 +1589,8 @@ kv_server_run(const kv_server_cfg *cfg)
 			         kv_strerror(rv));
 			goto err_after_ctl;
 		}
+	if ((rv = kv_srv_metrics_start(s)) != 0)
+		goto err_after_ctl;
 	kv_rpc_server_opts ro = {.url = cfg->listen,
 	                         .contexts = cfg->contexts ? cfg->contexts : 256,
 	                         .handler = rpc_handler,
@@ -1591,11 +1599,9 @@ kv_server_run(const kv_server_cfg *cfg)
 		KV_ERROR(COMP, "cannot listen", "addr=%s err=%s", cfg->listen, kv_strerror(rv));
 		goto err_after_ctl;
 	}
-	if (cfg->metrics)
-		KV_WARN(COMP, "--metrics is not implemented yet, ignored", "metrics=%s",
-		        cfg->metrics);
-	KV_INFO(COMP, "listening", "addr=%s node_id=%u store=%s contexts=%u", cfg->listen, id,
-	        cfg->store_mode == KV_STORE_PERCORE ? "percore" : "striped", ro.contexts);
+	KV_INFO(COMP, "listening", "addr=%s node_id=%u store=%s contexts=%u metrics=%s",
+	        cfg->listen, id, cfg->store_mode == KV_STORE_PERCORE ? "percore" : "striped",
+	        ro.contexts, cfg->metrics ? cfg->metrics : "off");
 	if (pthread_create(&watch_thr, NULL, watch_main, s) == 0)
 		watch_started = true;
 	if (pthread_create(&hb_thr, NULL, heartbeat_main, s) == 0)
@@ -1625,6 +1631,7 @@ stop:
 		         atomic_load(&s->inflight));
 		return KV_EIO;
 	}
+	kv_srv_metrics_stop(s); /* before the migration lists are freed */
 	kv_rpc_server_destroy(s->rpc);
 	if (watch_started)
 		pthread_join(watch_thr, NULL);
@@ -1633,6 +1640,7 @@ stop:
 	kv_mig_fini_all(s);
 	KV_INFO(COMP, "stopped", "node_id=%u", atomic_load(&s->node_id));
 err_after_ctl:
+	kv_srv_metrics_stop(s);
 	for (size_t i = 0; i < cfg->nctl; i++)
 		kv_rpc_client_destroy(s->ctl[i]);
 	free(s->ctl);

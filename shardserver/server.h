@@ -34,7 +34,7 @@ typedef struct {
 	bool wal_truncate_corrupt; /* --wal-truncate-corrupt: cut the log at a corrupt record */
 	size_t max_key;            /* --max-key; 0: default */
 	size_t max_value;          /* --max-value; 0: default */
-	const char *metrics;       /* --metrics (accepted, not yet effective), may be NULL */
+	const char *metrics;       /* --metrics HOST:PORT for /metrics, or NULL: off */
 	unsigned contexts;         /* concurrent requests served; 0: 256 */
 	uint32_t watch_timeout_ms; /* long-poll bound sent to the controller; 0: 1000 */
 	uint32_t leave_timeout_ms; /* graceful leave bound on SIGTERM; 0: 60000 */

@@ -18,6 +18,8 @@
 #define KV_SHARDSERVER_SERVER_INT_H
 
 #include "common/config.h"
+#include "common/err.h"
+#include "common/metrics.h"
 #include "common/rpc.h"
 #include "shardserver/dedup.h"
 #include "shardserver/durable.h"
@@ -44,6 +46,10 @@ typedef struct {
 } kv_delta_rec;
 
 typedef struct kv_server kv_server;
+
+/* Slots of kv_server.err_count: slot -code for each KV_E* code, slot 0 for a
+ * status outside the table. */
+#define KV_SRV_ERR_SLOTS (1 - KV_ERR_MIN)
 
 /* An outgoing migration: this node is the source (migrate.c). */
 typedef struct kv_mig_out {
@@ -113,6 +119,12 @@ struct kv_server {
 	atomic_bool stopping;              /* shutting down: background loops return */
 	atomic_bool leaving;               /* graceful leave requested */
 	atomic_uint_fast64_t ops;          /* ops served, for ops/s */
+	kv_metrics *metrics;               /* the --metrics listener, or NULL (metrics_srv.c) */
+
+	/* Counters for /metrics only, updated with relaxed atomics. */
+	atomic_uint_fast64_t op_count[KV_OP__COUNT];      /* ops received, by kv_op_kind */
+	atomic_uint_fast64_t err_count[KV_SRV_ERR_SLOTS]; /* failed ops and requests */
+	atomic_uint_fast64_t mig_bytes_sent;              /* bulk copy bytes acked (migrate.c) */
 
 	pthread_mutex_t cfg_mu; /* protects cur and cluster_id */
 	kv_config *cur;         /* latest applied configuration, NULL before */
@@ -158,5 +170,26 @@ void kv_mig_in_forget(kv_server *s, uint64_t id);
 
 /* migrate.c: joins every migration thread and frees both lists. */
 void kv_mig_fini_all(kv_server *s);
+
+/* Counts a failed op or request in s->err_count for /metrics; 0 and
+ * KV_ENOTFOUND (an answer, not a failure) are not counted. Cheap: one
+ * relaxed atomic add on the failure path only. */
+static inline void
+kv_srv_count_error(kv_server *s, int status)
+{
+	if (status == KV_OK || status == KV_ENOTFOUND)
+		return;
+	size_t slot = status < 0 && status >= KV_ERR_MIN ? (size_t)-status : 0;
+	atomic_fetch_add_explicit(&s->err_count[slot], 1, memory_order_relaxed);
+}
+
+/* metrics_srv.c: starts the --metrics listener when configured. On failure
+ * logs the reason and returns KV_EINVAL, KV_EADDRINUSE or KV_ENOMEM. Call
+ * once the store and the log are open; stop it before they close. */
+int kv_srv_metrics_start(kv_server *s);
+
+/* metrics_srv.c: stops the listener (waits for a scrape in progress).
+ * Idempotent. */
+void kv_srv_metrics_stop(kv_server *s);
 
 #endif

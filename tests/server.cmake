@@ -8,3 +8,12 @@ kv_add_test(test_server_integration SOURCES test_server_integration.c
 target_compile_definitions(test_server_integration PRIVATE
   KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>")
 add_dependencies(test_server_integration shardkv-server)
+
+# test_server_metrics: a real controller and server with --metrics, scraped
+# over a plain socket (counters, text format, hostile requests, bad address).
+kv_add_test(test_server_metrics SOURCES test_server_metrics.c
+  LIBS shardkv kv_testutil TIMEOUT 120 LABELS integration)
+target_compile_definitions(test_server_metrics PRIVATE
+  KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>"
+  KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
+add_dependencies(test_server_metrics shardkv-server shardkv-controller)

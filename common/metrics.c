@@ -1,0 +1,392 @@
+/*
+ * metrics.c - the Prometheus text endpoint (metrics.h).
+ *
+ * The thread polls the listening socket and a pipe; kv_metrics_destroy
+ * writes to the pipe to stop it. Every connection is served to completion
+ * before the next is accepted, so a slow or hostile client delays only
+ * scrapes, and never for longer than REQ_MS to send its request head plus
+ * SEND_MS to take the answer. The request is read into a fixed buffer: a
+ * client cannot make the thread allocate. Sockets are polled, never waited
+ * on without a deadline, and written with MSG_NOSIGNAL.
+ */
+#include "common/metrics.h"
+#include "common/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define REQ_MAX       4096u /* request head bytes kept; more is a 400 */
+#define REQ_MS        1000  /* time a client has to send its request head */
+#define SEND_MS       2000  /* time a client has to take the answer */
+#define ACCEPT_NAP_MS 100   /* pause after a failed accept (e.g. out of fds) */
+
+/* Bodies of the error answers. */
+#define TOO_LONG  "request too long\n"
+#define NOT_FOUND "not found\n"
+#define FAILED    "cannot render metrics\n"
+
+struct kv_metrics {
+	int fd;                      /* listening socket */
+	int stop[2];                 /* stop pipe: [0] polled, [1] written by destroy */
+	pthread_t thread;            /* the server thread */
+	kv_metrics_render_fn render; /* produces the text */
+	void *arg;                   /* its argument */
+};
+
+static int64_t
+now_ms(void)
+{
+	return (int64_t)(kv_now_ns() / 1000000u);
+}
+
+/* Whether the n bytes at p hold a blank line ending the request head,
+ * looking only at bytes from `from` on (earlier ones were checked). */
+static bool
+head_complete(const char *p, size_t from, size_t n)
+{
+	for (size_t i = from; i < n; i++) {
+		if (p[i] != '\n')
+			continue;
+		if (i + 1 < n && p[i + 1] == '\n')
+			return true;
+		if (i + 2 < n && p[i + 1] == '\r' && p[i + 2] == '\n')
+			return true;
+	}
+	return false;
+}
+
+/* Reads the request head into req until its blank line, EOF, an error, the
+ * buffer's end or the deadline, whichever comes first. Returns its length. */
+static size_t
+read_head(int fd, char *req, size_t cap)
+{
+	int64_t deadline = now_ms() + REQ_MS;
+	size_t n = 0;
+
+	while (n < cap) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int64_t left = deadline - now_ms();
+		if (left <= 0)
+			break;
+		int r = poll(&p, 1, (int)left);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		ssize_t got = recv(fd, req + n, cap - n, MSG_DONTWAIT);
+		if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+			continue;
+		if (got <= 0)
+			break;
+		size_t from = n > 2 ? n - 2 : 0;
+		n += (size_t)got;
+		if (head_complete(req, from, n))
+			break;
+	}
+	return n;
+}
+
+/* Sends n bytes by the deadline. Returns 0 or KV_ETIMEDOUT / KV_EIO. */
+static int
+send_all(int fd, const void *buf, size_t n, int64_t deadline)
+{
+	const char *p = buf;
+
+	while (n > 0) {
+		struct pollfd pf = {.fd = fd, .events = POLLOUT};
+		int64_t left = deadline - now_ms();
+		if (left <= 0)
+			return KV_ETIMEDOUT;
+		int r = poll(&pf, 1, (int)left);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return KV_EIO;
+		if (r == 0)
+			return KV_ETIMEDOUT;
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+			continue;
+		if (w <= 0)
+			return KV_EIO;
+		p += w;
+		n -= (size_t)w;
+	}
+	return KV_OK;
+}
+
+/* Sends one HTTP/1.0 answer; a failure ends the connection and is not
+ * reported (the scraper sees a short answer). */
+static void
+answer(int fd, const char *status, const char *ctype, const void *body, size_t len)
+{
+	int64_t deadline = now_ms() + SEND_MS;
+	char hdr[256];
+	int h = snprintf(hdr, sizeof(hdr),
+	                 "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+	                 "Connection: close\r\n\r\n",
+	                 status, ctype, len);
+
+	if (h <= 0 || (size_t)h >= sizeof(hdr))
+		return;
+	if (send_all(fd, hdr, (size_t)h, deadline) == KV_OK && len > 0)
+		(void)send_all(fd, body, len, deadline);
+}
+
+static void
+serve(kv_metrics *m, int fd)
+{
+	static const char text[] = "text/plain; charset=utf-8";
+	char req[REQ_MAX];
+	size_t n = read_head(fd, req, sizeof(req));
+	const char *eol = memchr(req, '\n', n);
+
+	if (eol == NULL) {
+		/* No request line: too long, or the client went quiet or away. */
+		if (n == sizeof(req))
+			answer(fd, "400 Bad Request", text, TOO_LONG, sizeof(TOO_LONG) - 1);
+		return;
+	}
+	if (n < 13 ||
+	    (memcmp(req, "GET /metrics ", 13) != 0 && memcmp(req, "GET /metrics?", 13) != 0)) {
+		answer(fd, "404 Not Found", text, NOT_FOUND, sizeof(NOT_FOUND) - 1);
+		return;
+	}
+	kv_buf body = {0};
+	if (m->render(m->arg, &body) == KV_OK)
+		answer(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body.data,
+		       body.len);
+	else
+		answer(fd, "500 Internal Server Error", text, FAILED, sizeof(FAILED) - 1);
+	kv_buf_fini(&body);
+}
+
+static void *
+metrics_main(void *arg)
+{
+	kv_metrics *m = arg;
+
+	for (;;) {
+		struct pollfd p[2] = {{.fd = m->fd, .events = POLLIN},
+		                      {.fd = m->stop[0], .events = POLLIN}};
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (p[1].revents)
+			break;
+		if (!(p[0].revents & POLLIN))
+			continue;
+		int fd = accept(m->fd, NULL, NULL);
+		if (fd < 0) {
+			/* Out of descriptors or memory: the socket stays readable,
+			 * so pause instead of spinning (still honouring stop). */
+			if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED &&
+			    poll(&p[1], 1, ACCEPT_NAP_MS) > 0)
+				break;
+			continue;
+		}
+		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+		serve(m, fd);
+		shutdown(fd, SHUT_WR);
+		close(fd);
+	}
+	return NULL;
+}
+
+int
+kv_metrics_create(const char *hostport, kv_metrics_render_fn render, void *arg, kv_metrics **out,
+                  char *err, size_t errlen)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+	                         .ai_socktype = SOCK_STREAM,
+	                         .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+	                *ai = NULL;
+	char host[256];
+	const char *colon = hostport ? strrchr(hostport, ':') : NULL;
+	size_t hlen;
+	kv_metrics *m;
+	int one = 1, rv = KV_EINVAL;
+
+	if (render == NULL || out == NULL)
+		return KV_EINVAL;
+	if (colon == NULL || colon[1] == '\0' || (size_t)(colon - hostport) >= sizeof(host)) {
+		snprintf(err, errlen, "invalid --metrics address %s (want HOST:PORT)",
+		         hostport ? hostport : "(null)");
+		return KV_EINVAL;
+	}
+	hlen = (size_t)(colon - hostport);
+	memcpy(host, hostport, hlen);
+	host[hlen] = '\0';
+	if (hlen >= 2 && host[0] == '[' && host[hlen - 1] == ']') {
+		memmove(host, host + 1, hlen - 2);
+		host[hlen - 2] = '\0';
+	}
+	if (getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai) != 0 || ai == NULL) {
+		snprintf(err, errlen, "invalid --metrics address %s (want HOST:PORT)", hostport);
+		return KV_EINVAL;
+	}
+	if ((m = calloc(1, sizeof(*m))) == NULL) {
+		freeaddrinfo(ai);
+		snprintf(err, errlen, "out of memory");
+		return KV_ENOMEM;
+	}
+	m->render = render;
+	m->arg = arg;
+	m->stop[0] = m->stop[1] = -1;
+	m->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (m->fd < 0) {
+		snprintf(err, errlen, "cannot serve metrics on %s: %s", hostport, strerror(errno));
+		goto err;
+	}
+	setsockopt(m->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(m->fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(m->fd, 16) != 0) {
+		rv = errno == EADDRINUSE ? KV_EADDRINUSE : KV_EINVAL;
+		snprintf(err, errlen, "cannot serve metrics on %s: %s", hostport, strerror(errno));
+		goto err;
+	}
+	if (pipe(m->stop) != 0) {
+		m->stop[0] = m->stop[1] = -1;
+		rv = KV_ENOMEM;
+		snprintf(err, errlen, "cannot start the metrics thread: %s", strerror(errno));
+		goto err;
+	}
+	(void)fcntl(m->stop[0], F_SETFD, FD_CLOEXEC);
+	(void)fcntl(m->stop[1], F_SETFD, FD_CLOEXEC);
+	if (pthread_create(&m->thread, NULL, metrics_main, m) != 0) {
+		rv = KV_ENOMEM;
+		snprintf(err, errlen, "cannot start the metrics thread");
+		goto err;
+	}
+	freeaddrinfo(ai);
+	*out = m;
+	return KV_OK;
+err:
+	freeaddrinfo(ai);
+	if (m->fd >= 0)
+		close(m->fd);
+	if (m->stop[0] >= 0) {
+		close(m->stop[0]);
+		close(m->stop[1]);
+	}
+	free(m);
+	return rv;
+}
+
+void
+kv_metrics_destroy(kv_metrics *m)
+{
+	if (m == NULL)
+		return;
+	(void)!write(m->stop[1], "x", 1);
+	pthread_join(m->thread, NULL);
+	close(m->stop[0]);
+	close(m->stop[1]);
+	close(m->fd);
+	free(m);
+}
+
+/* ------------------------------------------------------------------------
+ * Text format
+ * ------------------------------------------------------------------------ */
+
+static int
+put(kv_buf *out, const char *s)
+{
+	return kv_buf_append(out, s, strlen(s));
+}
+
+/* Appends s with backslash and newline escaped, and '"' too when quoted
+ * (label values); HELP text escapes only the first two. */
+static int
+put_escaped(kv_buf *out, const char *s, bool quoted)
+{
+	int rv = KV_OK;
+
+	for (; *s && rv == KV_OK; s++) {
+		if (*s == '\\')
+			rv = put(out, "\\\\");
+		else if (*s == '\n')
+			rv = put(out, "\\n");
+		else if (*s == '"' && quoted)
+			rv = put(out, "\\\"");
+		else
+			rv = kv_buf_append(out, s, 1);
+	}
+	return rv;
+}
+
+/* Appends one sample's value as Prometheus spells it. */
+static int
+put_value(kv_buf *out, const kv_metric *m)
+{
+	char v[64];
+
+	if (!m->real)
+		snprintf(v, sizeof(v), "%" PRIu64, m->u);
+	else if (isnan(m->f))
+		snprintf(v, sizeof(v), "NaN");
+	else if (isinf(m->f))
+		snprintf(v, sizeof(v), "%cInf", m->f > 0 ? '+' : '-');
+	else
+		snprintf(v, sizeof(v), "%.15g", m->f);
+	return put(out, v);
+}
+
+/* HELP and TYPE lines of m's family. */
+static int
+write_head(kv_buf *out, const kv_metric *m)
+{
+	int rv;
+
+	if ((rv = put(out, "# HELP ")) != KV_OK || (rv = put(out, m->name)) != KV_OK ||
+	    (rv = put(out, " ")) != KV_OK || (rv = put_escaped(out, m->help, false)) != KV_OK ||
+	    (rv = put(out, "\n# TYPE ")) != KV_OK || (rv = put(out, m->name)) != KV_OK ||
+	    (rv = put(out, " ")) != KV_OK || (rv = put(out, m->type)) != KV_OK)
+		return rv;
+	return put(out, "\n");
+}
+
+/* One sample line: name{label="value"} value. */
+static int
+write_sample(kv_buf *out, const kv_metric *m)
+{
+	int rv;
+
+	if ((rv = put(out, m->name)) != KV_OK)
+		return rv;
+	if (m->label != NULL &&
+	    ((rv = put(out, "{")) != KV_OK || (rv = put(out, m->label)) != KV_OK ||
+	     (rv = put(out, "=\"")) != KV_OK ||
+	     (rv = put_escaped(out, m->lvalue ? m->lvalue : "", true)) != KV_OK ||
+	     (rv = put(out, "\"}")) != KV_OK))
+		return rv;
+	if ((rv = put(out, " ")) != KV_OK || (rv = put_value(out, m)) != KV_OK)
+		return rv;
+	return put(out, "\n");
+}
+
+int
+kv_metrics_write(kv_buf *out, const kv_metric *m, size_t n)
+{
+	int rv = KV_OK;
+
+	for (size_t i = 0; i < n && rv == KV_OK; i++) {
+		if (i == 0 || strcmp(m[i].name, m[i - 1].name) != 0)
+			rv = write_head(out, &m[i]);
+		if (rv == KV_OK)
+			rv = write_sample(out, &m[i]);
+	}
+	return rv;
+}

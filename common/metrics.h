@@ -1,0 +1,64 @@
+/*
+ * metrics.h - a tiny HTTP listener that serves a daemon's metrics in
+ * Prometheus text format at http://HOST:PORT/metrics (SPEC §5), shared by
+ * shardkv-controller and shardkv-server.
+ *
+ * One thread accepts one connection at a time, reads the request head
+ * (bounded: 4 KiB and 1 s), answers and closes. Only "GET /metrics" (with or
+ * without a query string) is answered with the metrics; any other request
+ * line gets a 404, an over-long one a 400, and a client that sends no
+ * complete line in time is dropped. The text comes from a render callback
+ * that runs on that thread, once per scrape.
+ */
+#ifndef KV_COMMON_METRICS_H
+#define KV_COMMON_METRICS_H
+
+#include "common/key.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Appends the daemon's metrics, in Prometheus text format, to out. Returns
+ * 0, or a negative KV_E* code (the scrape is then answered with a 500). */
+typedef int (*kv_metrics_render_fn)(void *arg, kv_buf *out);
+
+typedef struct kv_metrics kv_metrics;
+
+/*
+ * Listens on hostport ("127.0.0.1:9100", ":9100" or "[::1]:9100"; the port
+ * must be numeric) and starts the thread, which calls render(arg, out) for
+ * every scrape until kv_metrics_destroy() returns. Returns 0, KV_EINVAL (bad
+ * address), KV_EADDRINUSE or KV_ENOMEM, with a one-line reason in err.
+ */
+int kv_metrics_create(const char *hostport, kv_metrics_render_fn render, void *arg,
+                      kv_metrics **out, char *err, size_t errlen);
+
+/* Stops the thread (waiting for a scrape in progress) and closes the socket.
+ * Accepts NULL. */
+void kv_metrics_destroy(kv_metrics *m);
+
+/*
+ * Writing the text. A render callback fills an array of samples and hands
+ * it to kv_metrics_write(), which prints the HELP and TYPE lines of a
+ * family before its first sample. The samples of one family must be
+ * adjacent in the array (Prometheus requires a family to be contiguous).
+ */
+#define KV_METRIC_COUNTER "counter"
+#define KV_METRIC_GAUGE   "gauge"
+
+typedef struct {
+	const char *name;   /* metric family name, e.g. "shardkv_server_keys" */
+	const char *type;   /* KV_METRIC_COUNTER or KV_METRIC_GAUGE */
+	const char *help;   /* one line of HELP text, no newline */
+	const char *label;  /* name of this sample's one label, or NULL for none */
+	const char *lvalue; /* its value (escaped on output) */
+	bool real;          /* the value is f, else u */
+	uint64_t u;         /* integer value */
+	double f;           /* real value */
+} kv_metric;
+
+/* Appends n samples to out. Returns 0 or KV_ENOMEM. */
+int kv_metrics_write(kv_buf *out, const kv_metric *m, size_t n);
+
+#endif

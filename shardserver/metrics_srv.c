@@ -1,0 +1,167 @@
+/*
+ * metrics_srv.c - the shard server's /metrics (SPEC §5, doc/metrics.md):
+ * starts the shared listener (common/metrics.h) and renders the server's
+ * counters and gauges on its thread.
+ *
+ * Everything is read without stopping requests: the op and error counters
+ * are relaxed atomics bumped by server.c, store and log figures come from
+ * their own statistics calls (kv_store_get_stats, kv_dur_stats_get), and the
+ * migration list is walked under mig_mu, a leaf, reading only the atomics
+ * of its items. A scrape therefore sees each figure at a slightly different
+ * moment; no figure is torn. The listener is stopped before the store, the
+ * log or the migration lists are freed.
+ */
+#include "common/err.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "shardserver/server_int.h"
+
+#include <stdio.h>
+
+#define COMP "server"
+
+/* The status label of each KV_E* code, by -code (see KV_ERR_MAP): the same
+ * words as the benchmark's errors by kind. Slot 0 is any status outside the
+ * table. */
+static const char *const err_label[KV_SRV_ERR_SLOTS] = {
+    [0] = "other",
+    [-KV_ENOTFOUND] = "not_found",
+    [-KV_EINVAL] = "invalid",
+    [-KV_ENOMEM] = "no_memory",
+    [-KV_ETOOBIG] = "too_big",
+    [-KV_EWRONGOWNER] = "wrong_owner",
+    [-KV_ESTALE] = "stale",
+    [-KV_ETIMEDOUT] = "timed_out",
+    [-KV_EUNAVAIL] = "unavailable",
+    [-KV_EEXISTS] = "exists",
+    [-KV_EIO] = "io",
+    [-KV_ECORRUPT] = "corrupt",
+    [-KV_EPROTO] = "protocol",
+    [-KV_EAUTH] = "auth",
+    [-KV_ECLOSED] = "closed",
+    [-KV_EBUSY] = "busy",
+    [-KV_EMOVING] = "moving",
+    [-KV_EPERM] = "not_permitted",
+    [-KV_ENOSPC] = "no_space",
+    [-KV_ELIMIT] = "limit",
+    [-KV_EADDRINUSE] = "addr_in_use",
+    [-KV_EINTERNAL] = "internal",
+};
+
+/* The op label of each kv_op_kind. */
+static const char *const op_label[KV_OP__COUNT] = {
+    [KV_OP_GET] = "get",   [KV_OP_PUT] = "put",   [KV_OP_DEL] = "del",   [KV_OP_APPEND] = "append",
+    [KV_OP_MGET] = "mget", [KV_OP_MPUT] = "mput", [KV_OP_SCAN] = "scan",
+};
+
+/* Samples of one scrape: every op and error label plus the plain figures. */
+#define MAX_SAMPLES (KV_OP__COUNT + KV_SRV_ERR_SLOTS + 24)
+
+/* Appends a sample without a label. */
+static void
+add(kv_metric *m, size_t *n, const char *name, const char *type, const char *help, uint64_t v)
+{
+	m[(*n)++] = (kv_metric){.name = name, .type = type, .help = help, .u = v};
+}
+
+static int
+render(void *arg, kv_buf *out)
+{
+	kv_server *s = arg;
+	kv_metric m[MAX_SAMPLES];
+	size_t n = 0;
+	kv_store_stats st = {0};
+	kv_dur_stats ds = {0};
+	uint64_t active = 0;
+
+	for (int k = 1; k < KV_OP__COUNT; k++)
+		m[n++] =
+		    (kv_metric){.name = "shardkv_server_ops_total",
+		                .type = KV_METRIC_COUNTER,
+		                .help = "Ops received, by kind (a multi-key op counts once).",
+		                .label = "op",
+		                .lvalue = op_label[k],
+		                .u = atomic_load_explicit(&s->op_count[k], memory_order_relaxed)};
+	for (size_t i = 1; i <= KV_SRV_ERR_SLOTS; i++) {
+		size_t slot = i % KV_SRV_ERR_SLOTS; /* "other" last */
+		if (slot == (size_t)-KV_ENOTFOUND)
+			continue; /* an answer, not a failure: never counted */
+		m[n++] = (kv_metric){
+		    .name = "shardkv_server_errors_total",
+		    .type = KV_METRIC_COUNTER,
+		    .help = "Ops and requests that failed, by status (not found is not a failure).",
+		    .label = "status",
+		    .lvalue = err_label[slot],
+		    .u = atomic_load_explicit(&s->err_count[slot], memory_order_relaxed)};
+	}
+	kv_store_get_stats(s->store, &st);
+	add(m, &n, "shardkv_server_keys", KV_METRIC_GAUGE, "Live keys in the store.", st.keys);
+	add(m, &n, "shardkv_server_bytes", KV_METRIC_GAUGE, "Key and value bytes of the live keys.",
+	    st.bytes);
+	add(m, &n, "shardkv_server_memory_bytes", KV_METRIC_GAUGE,
+	    "Bytes the store has taken from the system.", st.mem_bytes);
+	add(m, &n, "shardkv_server_epoch", KV_METRIC_GAUGE,
+	    "Configuration epoch applied (0: none yet).", atomic_load(&s->epoch));
+	add(m, &n, "shardkv_server_node_id", KV_METRIC_GAUGE,
+	    "Node id of this server (0: not registered yet).", atomic_load(&s->node_id));
+	int inflight = atomic_load(&s->inflight);
+	add(m, &n, "shardkv_server_requests_inflight", KV_METRIC_GAUGE,
+	    "Requests received and not yet answered.", inflight > 0 ? (uint64_t)inflight : 0);
+
+	if (s->dur != NULL)
+		kv_dur_stats_get(s->dur, &ds);
+	add(m, &n, "shardkv_wal_records_total", KV_METRIC_COUNTER,
+	    "Records appended to the write-ahead log since start.", ds.wal.records);
+	add(m, &n, "shardkv_wal_bytes_total", KV_METRIC_COUNTER,
+	    "Payload bytes of the records appended since start.", ds.wal.bytes);
+	add(m, &n, "shardkv_wal_writes_total", KV_METRIC_COUNTER,
+	    "Batches written to the log since start.", ds.wal.writes);
+	add(m, &n, "shardkv_wal_fsyncs_total", KV_METRIC_COUNTER, "Log fsyncs since start.",
+	    ds.wal.fsyncs);
+	add(m, &n, "shardkv_wal_healthy", KV_METRIC_GAUGE,
+	    "1 while the log accepts writes, 0 while writes are refused (disk full, I/O error).",
+	    s->dur != NULL && ds.wal.health == KV_OK);
+	add(m, &n, "shardkv_snapshots_total", KV_METRIC_COUNTER, "Snapshots written since start.",
+	    ds.snapshots);
+	m[n++] = (kv_metric){.name = "shardkv_snapshot_last_duration_seconds",
+	                     .type = KV_METRIC_GAUGE,
+	                     .help = "Duration of the last snapshot (0: none since start).",
+	                     .real = true,
+	                     .f = (double)ds.snapshot_ms / 1000.0};
+	add(m, &n, "shardkv_snapshot_last_bytes", KV_METRIC_GAUGE,
+	    "Payload bytes of the last snapshot (0: none since start).", ds.snapshot_bytes);
+
+	pthread_mutex_lock(&s->mig_mu);
+	for (kv_mig_out *o = s->outs; o; o = o->next)
+		active += !atomic_load(&o->finished);
+	pthread_mutex_unlock(&s->mig_mu);
+	add(m, &n, "shardkv_migrations_out_active", KV_METRIC_GAUGE,
+	    "Outgoing migrations whose task is running.", active);
+	add(m, &n, "shardkv_migration_bytes_copied_total", KV_METRIC_COUNTER,
+	    "Bytes of outgoing bulk copies acknowledged by destinations since start.",
+	    atomic_load_explicit(&s->mig_bytes_sent, memory_order_relaxed));
+
+	return kv_metrics_write(out, m, n);
+}
+
+int
+kv_srv_metrics_start(kv_server *s)
+{
+	char err[300] = "";
+	int rv;
+
+	if (s->cfg->metrics == NULL)
+		return KV_OK;
+	rv = kv_metrics_create(s->cfg->metrics, render, s, &s->metrics, err, sizeof(err));
+	if (rv != KV_OK)
+		KV_ERROR(COMP, "cannot serve metrics", "metrics=%s err=%s detail=\"%s\"",
+		         s->cfg->metrics, kv_errname(rv), err);
+	return rv;
+}
+
+void
+kv_srv_metrics_stop(kv_server *s)
+{
+	kv_metrics_destroy(s->metrics);
+	s->metrics = NULL;
+}
