@@ -10,6 +10,7 @@
  */
 #include "common/rpc.h"
 #include "common/err.h"
+#include "common/log.h"
 
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -35,13 +36,37 @@ struct kv_rpc_pending {
 };
 
 struct kv_rpc_server {
-	nng_socket sock;        /* REP socket */
-	kv_rpc_handler handler; /* request handler */
-	void *arg;              /* its argument */
-	unsigned n;             /* contexts */
-	kv_rpc_pending *slots;  /* n request slots */
-	atomic_bool closing;    /* destroy has begun: callbacks stop re-arming */
+	nng_socket sock;              /* REP socket */
+	kv_rpc_handler handler;       /* request handler */
+	void *arg;                    /* its argument */
+	unsigned n;                   /* contexts */
+	kv_rpc_pending *slots;        /* n request slots */
+	atomic_bool closing;          /* destroy has begun: callbacks stop re-arming */
+	unsigned max_conns;           /* connections accepted at once; 0: no bound */
+	atomic_uint conns;            /* connections now */
+	atomic_uint_fast64_t refused; /* connections refused over max_conns */
 };
+
+/* Pipe events: counts connections and refuses those over the bound (a pipe
+ * closed before it is added gets no further events). */
+static void
+rpc_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	kv_rpc_server *s = arg;
+
+	if (ev == NNG_PIPE_EV_ADD_PRE) {
+		unsigned cur = atomic_fetch_add(&s->conns, 1);
+		if (s->max_conns != 0 && cur >= s->max_conns) {
+			atomic_fetch_sub(&s->conns, 1);
+			if (atomic_fetch_add(&s->refused, 1) % 1000 == 0)
+				KV_WARN("rpc", "connection refused: too many connections", "max=%u",
+				        s->max_conns);
+			nng_pipe_close(p);
+		}
+	} else if (ev == NNG_PIPE_EV_REM_POST) {
+		atomic_fetch_sub(&s->conns, 1);
+	}
+}
 
 struct kv_rpc_client {
 	nng_socket sock; /* REQ socket */
@@ -228,6 +253,10 @@ kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out)
 	if ((rv = nng_rep0_open(&s->sock)) != 0)
 		goto err_after_alloc;
 	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, o->max_msg ? o->max_msg : KV_RPC_MAX_MSG);
+	s->max_conns = o->max_conns;
+	if ((rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, rpc_pipe_cb, s)) != 0 ||
+	    (rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, rpc_pipe_cb, s)) != 0)
+		goto err_after_open;
 	for (i = 0; i < s->n; i++) {
 		kv_rpc_pending *p = &s->slots[i];
 		p->s = s;
@@ -388,4 +417,10 @@ out:
 	nng_aio_free(aio);
 	nng_ctx_close(ctx);
 	return rv;
+}
+
+unsigned
+kv_rpc_server_conns(const kv_rpc_server *s)
+{
+	return atomic_load(&((kv_rpc_server *)s)->conns);
 }

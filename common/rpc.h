@@ -45,6 +45,7 @@ typedef struct {
 	const char *url;        /* nng URL to listen on */
 	unsigned contexts;      /* concurrent requests served; 0: 64 */
 	size_t max_msg;         /* receive limit; 0: KV_RPC_MAX_MSG */
+	unsigned max_conns;     /* connections at once; more are closed at once; 0: no bound */
 	kv_rpc_handler handler; /* request handler */
 	void *arg;              /* its argument */
 } kv_rpc_server_opts;
@@ -56,6 +57,9 @@ int kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out);
 /* Stops listening, waits for handlers in progress, drops deferred requests
  * that were never answered. Accepts NULL. Not from a handler. */
 void kv_rpc_server_destroy(kv_rpc_server *s);
+
+/* Returns the number of connections now open to the server. */
+unsigned kv_rpc_server_conns(const kv_rpc_server *s);
 
 /* Answers a deferred request; takes `msg` (NULL: drop the request). Safe
  * from any thread, exactly once per deferred request. */

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "shardserver/server.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +41,13 @@ static const char usage_text[] =
     "  --wal-truncate-corrupt  cut the log at a corrupt record instead of refusing to start\n"
     "  --max-key BYTES      largest key accepted (default 1024, at most 65536)\n"
     "  --max-value BYTES    largest value accepted (default 1 MiB, at most 64 MiB)\n"
+    "  --max-memory BYTES   refuse puts and appends (out of memory) once the store holds\n"
+    "                       this much; reads and deletes go on (default: no bound)\n"
+    "  --max-batch N        operations per request, each key of mget/mput counted\n"
+    "                       (default 65536)\n"
+    "  --max-message BYTES  largest request accepted (default 80M, at least 1M)\n"
+    "  --max-connections N  connections at once; more are closed (default 4096)\n"
+    "  Sizes take a K, M or G suffix (powers of 1024).\n"
     "  --metrics HOSTPORT   serve Prometheus text at http://HOSTPORT/metrics, e.g.\n"
     "                       127.0.0.1:9101 (see doc/metrics.md); the server refuses to\n"
     "                       start when it cannot listen there\n"
@@ -59,18 +67,31 @@ usage_error(const char *what, const char *arg)
 	return 2;
 }
 
+/* Parses a positive number with an optional K, M or G suffix (powers of
+ * 1024) into *out when it is at most max. Returns 0 or -1. */
 static int
 parse_size(const char *s, size_t max, size_t *out)
 {
 	char *end;
-	unsigned long long v;
+	unsigned long long v, mul = 1;
 
-	if (s == NULL || *s == '\0' || *s == '-')
+	if (s[0] < '0' || s[0] > '9')
 		return -1;
+	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (*end != '\0' || v == 0 || v > max)
+	if (errno != 0)
 		return -1;
-	*out = (size_t)v;
+	if (*end == 'k' || *end == 'K')
+		mul = 1ull << 10;
+	else if (*end == 'm' || *end == 'M')
+		mul = 1ull << 20;
+	else if (*end == 'g' || *end == 'G')
+		mul = 1ull << 30;
+	if (mul != 1)
+		end++;
+	if (*end != '\0' || v == 0 || v > max / mul)
+		return -1;
+	*out = (size_t)(v * mul);
 	return 0;
 }
 
@@ -90,6 +111,10 @@ main(int argc, char **argv)
 	    {"metrics", required_argument, NULL, 'm'},
 	    {"log-level", required_argument, NULL, 'L'},
 	    {"snapshot-bytes", required_argument, NULL, 'S'},
+	    {"max-memory", required_argument, NULL, 'M'},
+	    {"max-batch", required_argument, NULL, 'B'},
+	    {"max-message", required_argument, NULL, 'G'},
+	    {"max-connections", required_argument, NULL, 'C'},
 	    {"wal-truncate-corrupt", no_argument, NULL, 'T'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -142,6 +167,27 @@ main(int argc, char **argv)
 			break;
 		case 'T':
 			cfg.wal_truncate_corrupt = true;
+			break;
+		case 'M':
+			if (parse_size(optarg, SIZE_MAX, &n) != 0 || n < (1u << 20))
+				return usage_error("--max-memory wants a size >= 1M, not", optarg);
+			cfg.max_memory = n;
+			break;
+		case 'B':
+			if (parse_size(optarg, 1u << 24, &n) != 0)
+				return usage_error("--max-batch wants 1..16777216, not", optarg);
+			cfg.max_batch = n;
+			break;
+		case 'G':
+			if (parse_size(optarg, 1u << 30, &n) != 0 || n < (1u << 20))
+				return usage_error("--max-message wants 1M..1G, not", optarg);
+			cfg.max_message = n;
+			break;
+		case 'C':
+			if (parse_size(optarg, 1u << 20, &n) != 0)
+				return usage_error("--max-connections wants 1..1048576, not",
+				                   optarg);
+			cfg.max_connections = (unsigned)n;
 			break;
 		case 'k':
 			if (parse_size(optarg, KV_HARD_MAX_KEY, &cfg.max_key) != 0)

@@ -617,6 +617,12 @@ validate_op(kv_server *s, const kv_op *op, unsigned flags, kv_sc_result *res)
 			return KV_ETOOBIG;
 		}
 	}
+	if ((flags & OPF_WRITE) && op->kind != KV_OP_DEL && s->cfg->max_memory != 0 &&
+	    kv_store_mem_used(s->store) >= s->cfg->max_memory) {
+		res->error = "memory limit reached (--max-memory): writes are refused, reads and "
+		             "deletes go on";
+		return KV_ENOMEM;
+	}
 	if (flags & OPF_MULTI) {
 		if (op->nkeys == 0) {
 			res->error = "no keys";
@@ -815,6 +821,16 @@ result_bytes(const kv_sc_result *r)
 	return n;
 }
 
+/* Operations in a request, each key of a multi-key op counted. */
+static size_t
+batch_size(const kv_req *rq)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < rq->nops; i++)
+		n += rq->ops[i].nkeys ? rq->ops[i].nkeys : 1;
+	return n;
+}
+
 /* A reply held until the log has what the request did (kv_dur_notify). */
 typedef struct {
 	kv_server *s;      /* the server */
@@ -883,6 +899,9 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	} else if (rq.nops > 0 && resp.epoch == 0) {
 		resp.status = KV_EUNAVAIL;
 		resp.error = "server has no configuration yet";
+	} else if (rq.nops > 0 && batch_size(&rq) > s->max_batch) {
+		resp.status = KV_ELIMIT;
+		resp.error = "too many operations in one request (--max-batch)";
 	} else if (rq.nops > 0) {
 		uint64_t total = 0;
 		resp.results = calloc(rq.nops, sizeof(kv_sc_result));
@@ -1510,6 +1529,7 @@ kv_server_run(const kv_server_cfg *cfg)
 	s->cfg = cfg;
 	s->max_key = cfg->max_key ? cfg->max_key : KV_DEFAULT_MAX_KEY;
 	s->max_value = cfg->max_value ? cfg->max_value : KV_DEFAULT_MAX_VALUE;
+	s->max_batch = cfg->max_batch ? cfg->max_batch : 65536;
 	s->boot_id = rand64();
 	s->admin_client_id = rand64();
 	atomic_store(&s->admin_req_id, 1);
@@ -1593,6 +1613,8 @@ kv_server_run(const kv_server_cfg *cfg)
 		goto err_after_ctl;
 	kv_rpc_server_opts ro = {.url = cfg->listen,
 	                         .contexts = cfg->contexts ? cfg->contexts : 256,
+	                         .max_msg = cfg->max_message,
+	                         .max_conns = cfg->max_connections ? cfg->max_connections : 4096,
 	                         .handler = rpc_handler,
 	                         .arg = s};
 	if ((rv = kv_rpc_server_create(&ro, &s->rpc)) != 0) {

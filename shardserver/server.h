@@ -34,6 +34,10 @@ typedef struct {
 	bool wal_truncate_corrupt; /* --wal-truncate-corrupt: cut the log at a corrupt record */
 	size_t max_key;            /* --max-key; 0: default */
 	size_t max_value;          /* --max-value; 0: default */
+	uint64_t max_memory;       /* --max-memory: refuse puts past this; 0: no bound */
+	size_t max_batch;          /* --max-batch: ops (keys) per request; 0: 65536 */
+	size_t max_message;        /* --max-message: request size bound; 0: KV_RPC_MAX_MSG */
+	unsigned max_connections;  /* --max-connections; 0: 4096 */
 	const char *metrics;       /* --metrics HOST:PORT for /metrics, or NULL: off */
 	unsigned contexts;         /* concurrent requests served; 0: 256 */
 	uint32_t watch_timeout_ms; /* long-poll bound sent to the controller; 0: 1000 */

@@ -111,6 +111,7 @@ struct kv_server {
 	kv_rpc_server *rpc;                /* the --listen endpoint */
 	size_t max_key;                    /* effective key limit */
 	size_t max_value;                  /* effective value limit */
+	size_t max_batch;                  /* ops (keys) per request */
 	uint64_t boot_id;                  /* random per start */
 	uint64_t admin_client_id;          /* client id of our AdminRequests */
 	atomic_uint_fast64_t admin_req_id; /* next AdminRequest.request_id */

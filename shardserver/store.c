@@ -1478,3 +1478,9 @@ kv_store_destroy(kv_store *s)
 	free(s->parts);
 	free(s);
 }
+
+uint64_t
+kv_store_mem_used(kv_store *s)
+{
+	return atomic_load_explicit(&s->mem_used, memory_order_relaxed);
+}

@@ -201,6 +201,10 @@ typedef struct {
 /* Sums the per-partition counters. Never blocks writers for long. */
 void kv_store_get_stats(kv_store *s, kv_store_stats *st);
 
+/* Returns the bytes taken from the system (kv_store_stats.mem_bytes), one
+ * atomic read. */
+uint64_t kv_store_mem_used(kv_store *s);
+
 /* Percore: runs fn(s, part, arg) on the owner thread of `part` and returns
  * when it has finished. In striped mode runs it on the calling thread with
  * the partition unlocked. Returns 0, KV_EINVAL (bad part) or KV_EPERM (called
