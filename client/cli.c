@@ -13,6 +13,8 @@
 #include "client/bench.h"
 #include "client/cli.h"
 #include "client/include/shardkv.h"
+#include "common/auth.h"
+#include "common/err.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -138,6 +140,8 @@ kv_cli_exit_code(int err)
 	case SHARDKV_ELIMIT:
 	case SHARDKV_EAUTH:
 	case SHARDKV_EPERM:
+	case SHARDKV_ENOMEM: /* a server's --max-memory */
+	case SHARDKV_ENOSPC: /* a server's disk is full */
 		return KV_CLI_REJECTED;
 	default:
 		return KV_CLI_INTERNAL;
@@ -425,7 +429,8 @@ print_help(FILE *f, const cli_cmd *cmd)
 	           "(default: $SHARDKV_CONTROLLER, else " DEFAULT_CONTROLLER ")\n"
 	           "  --json                  admin commands print one JSON object\n"
 	           "  --timeout MS            per-call deadline in milliseconds (default 5000)\n"
-	           "  --auth-token-file F     send the shared secret in F\n"
+	           "  --auth-token-file F     send the cluster's shared secret, read from F\n"
+	           "                          (default: $SHARDKV_AUTH_TOKEN_FILE)\n"
 	           "  -h, --help              this help; COMMAND --help for a command\n"
 	           "\nCommands:\n");
 	for (size_t i = 0; i < NCMDS; i++)
@@ -449,7 +454,11 @@ fail(cli_ctx *x, int err)
 {
 	const char *m = shardkv_errmsg(), *e = shardkv_strerror(err);
 
-	if (m[0] == 0 || strcmp(m, e) == 0)
+	if (err == SHARDKV_EAUTH)
+		fprintf(x->err, "shardkv: %s: authentication failed: %s%s\n", x->a->cmd,
+		        m[0] && strcmp(m, e) != 0 ? m : "the cluster refused the token",
+		        x->token_len ? "" : " (no --auth-token-file given)");
+	else if (m[0] == 0 || strcmp(m, e) == 0)
 		fprintf(x->err, "shardkv: %s: %s\n", x->a->cmd, e);
 	else if (err == SHARDKV_ENOTFOUND || err == SHARDKV_EEXISTS || err == SHARDKV_EINVAL)
 		fprintf(x->err, "shardkv: %s: %s\n", x->a->cmd, m);
@@ -1011,33 +1020,30 @@ cmd_status(cli_ctx *x)
  * main
  * ------------------------------------------------------------------------- */
 
-/* Reads the auth token file; trailing newline characters are not part of it. */
+/*
+ * Reads the auth token file (common/auth.h: one trailing newline cut, not
+ * empty, at most 4096 bytes). A file that cannot be used is a usage error
+ * (2); one that group or others may read draws a warning.
+ */
 static int
 read_token(const char *path, uint8_t **out, size_t *len, FILE *err)
 {
-	FILE *f = fopen(path, "rb");
-	uint8_t *buf;
-	size_t n;
+	kv_buf b = {0};
+	bool loose = false;
+	char msg[512];
+	int rv = kv_auth_load(path, &b, &loose, msg, sizeof(msg));
 
-	if (f == NULL) {
-		fprintf(err, "shardkv: --auth-token-file %s: %s\n", path, strerror(errno));
-		return KV_CLI_USAGE;
+	if (rv != 0) {
+		fprintf(err, "shardkv: %s\n", msg);
+		return rv == KV_ENOMEM ? KV_CLI_INTERNAL : KV_CLI_USAGE;
 	}
-	if ((buf = malloc(4097)) == NULL) {
-		fclose(f);
-		return KV_CLI_INTERNAL;
-	}
-	n = fread(buf, 1, 4097, f);
-	fclose(f);
-	if (n > 4096) {
-		free(buf);
-		fprintf(err, "shardkv: --auth-token-file %s: longer than 4096 bytes\n", path);
-		return KV_CLI_USAGE;
-	}
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-		n--;
-	*out = buf;
-	*len = n;
+	if (loose)
+		fprintf(err,
+		        "shardkv: warning: --auth-token-file %s is accessible by group or others "
+		        "(chmod 600 it)\n",
+		        path);
+	*out = b.data;
+	*len = b.len;
 	return 0;
 }
 
@@ -1074,6 +1080,11 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 		x.ctl = getenv("SHARDKV_CONTROLLER");
 	if (x.ctl == NULL || x.ctl[0] == 0)
 		x.ctl = DEFAULT_CONTROLLER;
+	/* The secret's file may also come from the environment, like the
+	 * controller; an empty variable means none. */
+	if (a.auth_token_file == NULL && getenv("SHARDKV_AUTH_TOKEN_FILE") != NULL &&
+	    getenv("SHARDKV_AUTH_TOKEN_FILE")[0] != 0)
+		a.auth_token_file = getenv("SHARDKV_AUTH_TOKEN_FILE");
 	if (a.auth_token_file &&
 	    (rv = read_token(a.auth_token_file, &token, &token_len, err)) != 0) {
 		kv_cli_args_fini(&a);
@@ -1098,6 +1109,8 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 	}
 	shardkv_close(x.c);
 	free(x.stdin_buf);
+	if (token != NULL)
+		memset(token, 0, token_len);
 	free(token);
 	kv_cli_args_fini(&a);
 	return rv;

@@ -90,6 +90,7 @@ kv_admin_decode(const void *p, size_t n, kv_admin_req *out, char *msg, size_t ms
 	out->client_id = rq->client_id;
 	out->wait = rq->wait;
 	out->timeout_ms = rq->timeout_ms;
+	out->auth = from_pb(rq->auth_token);
 	if (rq->version != SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1) {
 		snprintf(msg, msglen, "unsupported protocol version %d; this controller speaks 1",
 		         (int)rq->version);

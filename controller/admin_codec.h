@@ -52,6 +52,7 @@ typedef struct {
 	uint64_t client_id;  /* sender id; 0: none */
 	bool wait;           /* answer when the migrations have finished */
 	uint32_t timeout_ms; /* bound on wait and watch; 0: default */
+	kv_bytes auth;       /* AdminRequest.auth_token (common/auth.h); empty: none */
 	/* join, register: the address; leave, move: the node by address or id */
 	const char *address; /* may be NULL */
 	uint32_t

@@ -30,6 +30,7 @@
  * contexts stay free for admin commands and heartbeats.
  */
 #include "controller/controller.h"
+#include "common/auth.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -130,6 +131,7 @@ struct kv_controller {
 	pthread_t reaper;      /* answers held requests */
 	bool reaper_started;   /* reaper must be joined */
 	char cluster_id[25];   /* from the log header */
+	kv_buf auth;           /* --auth-token-file secret (immutable); empty: none */
 
 	pthread_mutex_t mu;                   /* protects everything down to the blank line */
 	pthread_cond_t cv;                    /* wakes the reaper (CLOCK_MONOTONIC) */
@@ -1125,11 +1127,25 @@ ctl_handle(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	kv_admin_req rq;
 	struct ctl_ctx x;
 	const struct ctl_cmd *cmd = NULL;
+	bool authed;
 	int rv;
 
 	memset(&x, 0, sizeof(x));
 	x.p = p;
 	rv = kv_admin_decode(nng_msg_body(req), nng_msg_len(req), &rq, x.msg, sizeof(x.msg));
+	/* Before anything else (the dedup memory included): a request without
+	 * the secret changes nothing and learns nothing, not even the epoch.
+	 * A request that did not decode carries no token to check; it is
+	 * refused for that, still without the epoch. */
+	authed = kv_auth_ok(&c->auth, rq.auth.p, rq.auth.len);
+	if (rv == KV_OK && !authed) {
+		const struct ctl_cmd *k = cmd_find(rq.op);
+		kv_auth_log_refused("controller", k ? k->name : "unknown", req, rq.auth.len);
+		snprintf(x.msg, sizeof(x.msg),
+		         "missing or wrong auth token (this controller requires the cluster's "
+		         "--auth-token-file)");
+		rv = KV_EAUTH;
+	}
 	if (rv == KV_OK && (cmd = cmd_find(rq.op)) == NULL) {
 		snprintf(x.msg, sizeof(x.msg), "unknown command %d", (int)rq.op);
 		rv = KV_EINVAL;
@@ -1168,7 +1184,7 @@ ctl_handle(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	if (rv != KV_OK) {
 		memset(&x.resp, 0, sizeof(x.resp));
 		x.resp.request_id = rq.request_id;
-		x.resp.epoch = latest_locked(c)->epoch;
+		x.resp.epoch = authed ? latest_locked(c)->epoch : 0;
 		x.resp.err = rv;
 		x.resp.error = x.msg;
 		x.held = false;
@@ -1421,6 +1437,16 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 		snprintf(err, errlen, "out of memory");
 		goto err;
 	}
+	if (cfg->auth_token_file != NULL) {
+		bool loose = false;
+		if ((rv = kv_auth_load(cfg->auth_token_file, &c->auth, &loose, err, errlen)) != 0) {
+			rv = KV_EINVAL;
+			goto err;
+		}
+		if (loose)
+			KV_WARN("controller", "auth token file is accessible by group or others",
+			        "file=%s hint=\"chmod 600 it\"", cfg->auth_token_file);
+	}
 	rc.c = c;
 	rc.err = 0;
 	rv = kv_clog_open(c->data_dir, replay_cb, &rc, &c->log, &info, err, errlen);
@@ -1454,8 +1480,9 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 	if (cfg->metrics && (rv = kv_metrics_create(cfg->metrics, metrics_render, c, &c->metrics,
 	                                            err, errlen)) != KV_OK)
 		goto err;
-	KV_INFO("controller", "listening", "address=%s epoch=%llu metrics=%s", c->listen,
-	        (unsigned long long)kv_controller_epoch(c), cfg->metrics ? cfg->metrics : "off");
+	KV_INFO("controller", "listening", "address=%s epoch=%llu metrics=%s auth=%s", c->listen,
+	        (unsigned long long)kv_controller_epoch(c), cfg->metrics ? cfg->metrics : "off",
+	        c->auth.len ? "token" : "off");
 	*out = c;
 	return KV_OK;
 err:
@@ -1497,6 +1524,9 @@ kv_controller_destroy(kv_controller *c)
 	pthread_mutex_destroy(&c->mu);
 	free(c->listen);
 	free(c->data_dir);
+	if (c->auth.data != NULL)
+		memset(c->auth.data, 0, c->auth.len);
+	kv_buf_fini(&c->auth);
 	free(c);
 }
 

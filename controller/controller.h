@@ -21,6 +21,9 @@ typedef struct {
 	uint32_t watch_max_ms; /* longest a watch is held; 0: 60000 */
 	uint32_t wait_max_ms;  /* default bound on --wait; 0: 600000 */
 	unsigned max_watches;  /* watches held at once; 0: contexts * 3 / 4 */
+	/* --auth-token-file: the shared secret every request must carry
+	 * (common/auth.h); NULL: none. */
+	const char *auth_token_file;
 } kv_controller_cfg;
 
 typedef struct kv_controller kv_controller;
@@ -28,8 +31,9 @@ typedef struct kv_controller kv_controller;
 /*
  * Opens the data dir, replays the log, and starts serving. On error writes a
  * one-line reason into err and returns KV_EADDRINUSE (listen address taken),
- * KV_EINVAL (bad URL), KV_ECORRUPT (damaged log), KV_EBUSY (data dir in use)
- * or another KV_E* code. The caller stops it with kv_controller_destroy().
+ * KV_EINVAL (bad URL), KV_ECORRUPT (damaged log), KV_EBUSY (data dir in use),
+ * KV_EINVAL (unusable --auth-token-file) or another KV_E* code. The caller
+ * stops it with kv_controller_destroy().
  */
 int kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *err,
                          size_t errlen);

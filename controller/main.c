@@ -17,6 +17,7 @@
 
 static const char usage_text[] =
     "usage: shardkv-controller --listen ADDR --data-dir DIR [--metrics HOSTPORT]\n"
+    "                          [--auth-token-file F]\n"
     "                          [--log-level debug|info|warn|error|off] [--help]\n"
     "\n"
     "Keeps the shardkv cluster configuration (nodes, range map, migrations) and\n"
@@ -25,6 +26,9 @@ static const char usage_text[] =
     "  --listen ADDR       nng URL to listen on, e.g. tcp://127.0.0.1:7000\n"
     "  --data-dir DIR      directory of the configuration log (created if missing)\n"
     "  --metrics HOSTPORT  serve Prometheus text at http://HOSTPORT/metrics\n"
+    "  --auth-token-file F the cluster's shared secret (the file's bytes, one trailing\n"
+    "                      newline cut; at most 4096): every request without it is\n"
+    "                      refused, servers' registrations and heartbeats included\n"
     "  --log-level L       lowest level logged to stderr (default info)\n"
     "  --help              print this text and exit\n";
 
@@ -41,9 +45,13 @@ int
 main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"listen", required_argument, NULL, 'l'},  {"data-dir", required_argument, NULL, 'd'},
-	    {"metrics", required_argument, NULL, 'm'}, {"log-level", required_argument, NULL, 'v'},
-	    {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+	    {"listen", required_argument, NULL, 'l'},
+	    {"data-dir", required_argument, NULL, 'd'},
+	    {"metrics", required_argument, NULL, 'm'},
+	    {"log-level", required_argument, NULL, 'v'},
+	    {"auth-token-file", required_argument, NULL, 'A'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	kv_controller_cfg cfg = {0};
 	enum kv_log_level level = KV_LOG_INFO;
@@ -70,6 +78,11 @@ main(int argc, char **argv)
 			break;
 		case 'm':
 			cfg.metrics = optarg;
+			break;
+		case 'A':
+			if (optarg[0] == '\0')
+				return usage_error("--auth-token-file needs a file name", NULL);
+			cfg.auth_token_file = optarg;
 			break;
 		case 'v':
 			if (kv_log_parse_level(optarg, &level) != KV_OK)

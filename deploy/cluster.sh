@@ -18,11 +18,15 @@
 # PORT+100+N. State lives in DIR (default ./cluster, or $SHARDKV_CLUSTER_DIR):
 # one data dir, log file and pid file per process. Binaries come from
 # $SHARDKV_BIN_DIR, else build-release/bin or build/bin (built when missing).
+# With $SHARDKV_AUTH_TOKEN_FILE set at `up`, the controller and every server
+# run with --auth-token-file FILE (the path is kept in DIR/cluster.env for the
+# later commands), and so does the CLI, which reads the same variable.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 dir=${SHARDKV_CLUSTER_DIR:-$PWD/cluster}
 base=7000
+auth=
 nodes=3
 wait_s=${SHARDKV_WAIT_S:-30}
 
@@ -54,11 +58,24 @@ load_state() {
 	# shellcheck disable=SC1091
 	. "$dir/cluster.env"
 	ctl="tcp://127.0.0.1:$base"
+	use_auth
 }
 
 save_state() {
 	mkdir -p "$dir"
-	printf 'base=%s\nbin=%s\n' "$base" "$bin" >"$dir/cluster.env"
+	printf 'base=%s\nbin=%s\nauth=%q\n' "$base" "$bin" "$auth" >"$dir/cluster.env"
+}
+
+# The shared secret, when the cluster has one: the daemons' flag, and the
+# variable the CLI reads.
+auth_args=()
+use_auth() {
+	auth_args=()
+	if [ -n "${auth:-}" ]; then
+		[ -r "$auth" ] || die "cannot read the auth token file $auth"
+		auth_args=(--auth-token-file "$auth")
+		export SHARDKV_AUTH_TOKEN_FILE=$auth
+	fi
 }
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -90,7 +107,7 @@ start_controller() {
 	mkdir -p "$dir/controller"
 	alive "$dir/controller.pid" && return 0
 	"$bin/shardkv-controller" --listen "$ctl" --data-dir "$dir/controller" \
-		>>"$dir/controller.log" 2>&1 &
+		${auth_args[@]+"${auth_args[@]}"} >>"$dir/controller.log" 2>&1 &
 	echo $! >"$dir/controller.pid"
 	wait_controller
 }
@@ -101,7 +118,7 @@ start_server() {
 	mkdir -p "$dir/node-$n"
 	alive "$pidf" && return 0
 	"$bin/shardkv-server" --listen "$addr" --controller "$ctl" --data-dir "$dir/node-$n" \
-		--join >>"$dir/node-$n.log" 2>&1 &
+		--join ${auth_args[@]+"${auth_args[@]}"} >>"$dir/node-$n.log" 2>&1 &
 	echo $! >"$pidf"
 	if [ -n "$nowait" ]; then
 		# Running and registered is enough: poll until the controller knows it.
@@ -165,6 +182,12 @@ up)
 		die "--base-port wants a port number"
 	find_bins
 	dir=$(mkdir -p "$dir" && cd "$dir" && pwd)
+	auth=${SHARDKV_AUTH_TOKEN_FILE:-}
+	if [ -n "$auth" ]; then
+		[ -r "$auth" ] || die "cannot read \$SHARDKV_AUTH_TOKEN_FILE $auth"
+		auth=$(cd "$(dirname "$auth")" && pwd)/$(basename "$auth")
+	fi
+	use_auth
 	save_state
 	ctl="tcp://127.0.0.1:$base"
 	start_controller

@@ -22,7 +22,7 @@ static const char usage_text[] =
     "usage: shardkv-server --listen ADDR --controller ADDR[,ADDR...] --data-dir DIR [--join]\n"
     "                      [--threads N] [--store striped|percore] [--fsync always|batch|none]\n"
     "                      [--max-key BYTES] [--max-value BYTES] [--metrics HOSTPORT]\n"
-    "                      [--snapshot-bytes N] [--wal-truncate-corrupt]\n"
+    "                      [--snapshot-bytes N] [--wal-truncate-corrupt] [--auth-token-file F]\n"
     "                      [--log-level debug|info|warn|error|off] [--help]\n"
     "\n"
     "  --listen ADDR        nng URL to serve requests on, e.g. tcp://127.0.0.1:7101\n"
@@ -51,6 +51,9 @@ static const char usage_text[] =
     "  --metrics HOSTPORT   serve Prometheus text at http://HOSTPORT/metrics, e.g.\n"
     "                       127.0.0.1:9101 (see doc/metrics.md); the server refuses to\n"
     "                       start when it cannot listen there\n"
+    "  --auth-token-file F  the cluster's shared secret (the file's bytes, one trailing\n"
+    "                       newline cut; at most 4096): requests without it are refused,\n"
+    "                       and it is sent to the controller and to other servers\n"
     "  --log-level L        lowest level logged (default info)\n"
     "\n"
     "SIGTERM drains the node (its ranges move to other servers) and then exits;\n"
@@ -116,6 +119,7 @@ main(int argc, char **argv)
 	    {"max-message", required_argument, NULL, 'G'},
 	    {"max-connections", required_argument, NULL, 'C'},
 	    {"wal-truncate-corrupt", no_argument, NULL, 'T'},
+	    {"auth-token-file", required_argument, NULL, 'A'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -167,6 +171,11 @@ main(int argc, char **argv)
 			break;
 		case 'T':
 			cfg.wal_truncate_corrupt = true;
+			break;
+		case 'A':
+			if (optarg[0] == '\0')
+				return usage_error("--auth-token-file needs a file name", NULL);
+			cfg.auth_token_file = optarg;
 			break;
 		case 'M':
 			if (parse_size(optarg, SIZE_MAX, &n) != 0 || n < (1u << 20))

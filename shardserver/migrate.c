@@ -182,7 +182,8 @@ xfer_send(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, bool cancellable,
 
 	while (!should_quit(o, cancellable)) {
 		nng_msg *req = NULL, *rep = NULL;
-		int rv = kv_sc_xfer_encode(x, o->epoch, atomic_load(&s->node_id), &req);
+		int rv = kv_sc_xfer_encode_auth(x, o->epoch, atomic_load(&s->node_id),
+		                                kv_server__auth(s), &req);
 		if (rv != 0)
 			return rv;
 		rv = kv_rpc_call(cli, req, &rep, XFER_TIMEOUT_MS);
@@ -853,7 +854,8 @@ abort:
 		             .kind = KV_XFER_ABORT,
 		             .reason = KV_ECLOSED};
 		nng_msg *req = NULL, *rep = NULL;
-		if (kv_sc_xfer_encode(&a, o->epoch, atomic_load(&s->node_id), &req) == 0 &&
+		if (kv_sc_xfer_encode_auth(&a, o->epoch, atomic_load(&s->node_id),
+		                           kv_server__auth(s), &req) == 0 &&
 		    kv_rpc_call(cli, req, &rep, 1000) == 0)
 			nng_msg_free(rep);
 		KV_INFO(COMP, "migration cancelled", "id=%llu", (unsigned long long)o->id);

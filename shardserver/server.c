@@ -29,6 +29,7 @@
  * stream itself (migrate.c) nor touch protobuf (server_codec.c).
  */
 #include "shardserver/server.h"
+#include "common/auth.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "shardserver/server_int.h"
@@ -205,6 +206,7 @@ kv_server__ctl_call(kv_server *s, kv_adm_req *rq, kv_adm_resp *resp, uint32_t ti
 	int rv = KV_EUNAVAIL;
 
 	rq->client_id = s->admin_client_id;
+	rq->auth = kv_server__auth(s);
 	for (size_t attempt = 0; attempt < s->cfg->nctl; attempt++) {
 		nng_msg *req = NULL, *rep = NULL;
 		size_t idx;
@@ -836,11 +838,45 @@ typedef struct {
 	kv_server *s;      /* the server */
 	kv_rpc_pending *p; /* the request */
 	nng_msg *msg;      /* the answer when the log succeeds */
-	bool wrote;        /* the request changed data: a log failure fails it */
 	uint64_t req_id;   /* Request.request_id, for the failure answer */
 	uint64_t epoch;    /* Response.epoch */
 	uint32_t node_id;  /* Response.node_id */
+	size_t nops;       /* ops in the request */
+	bool wrote;        /* some op put a record in the log */
+	bool logged[];     /* per op: it put a record in the log */
 } held_reply;
+
+/* The answer when the log failed: ops that logged a record get the log's
+ * error (they are applied in memory and the log keeps retrying them, so
+ * they may or may not survive a restart); the others shared the reply and
+ * get a retryable BUSY. Returns NULL when out of memory. */
+static nng_msg *
+held_reply_failure(const held_reply *h, int status)
+{
+	kv_sc_result *res = calloc(h->nops ? h->nops : 1, sizeof(*res));
+	kv_resp fail = {.request_id = h->req_id, .epoch = h->epoch, .node_id = h->node_id};
+	nng_msg *msg = NULL;
+
+	if (res == NULL) {
+		fail.status = status;
+		fail.error = "the write-ahead log could not be written";
+	} else {
+		for (size_t i = 0; i < h->nops; i++) {
+			res[i].status = h->logged[i] ? status : KV_EBUSY;
+			res[i].error = h->logged[i]
+			                   ? "the write-ahead log could not be written: the write "
+			                     "may or may not survive a restart"
+			                   : "the reply was shared with a write the log could not "
+			                     "take; retry";
+		}
+		fail.results = res;
+		fail.nresults = h->nops;
+	}
+	if (kv_sc_resp_encode(&fail, &msg) != 0)
+		msg = NULL;
+	free(res);
+	return msg;
+}
 
 static void
 held_reply_done(void *arg, int status)
@@ -849,19 +885,8 @@ held_reply_done(void *arg, int status)
 	nng_msg *msg = h->msg;
 
 	if (status != 0 && h->wrote) {
-		/* The writes are in memory and buffered for the log, which keeps
-		 * retrying; the client must not take them as durable. */
-		kv_srv_count_error(h->s, status);
-		kv_resp fail = {.request_id = h->req_id,
-		                .epoch = h->epoch,
-		                .node_id = h->node_id,
-		                .status = status,
-		                .error = "the write-ahead log could not be written: the "
-		                         "write may or may not survive a restart"};
 		nng_msg_free(msg);
-		msg = NULL;
-		if (kv_sc_resp_encode(&fail, &msg) != 0)
-			msg = NULL;
+		msg = held_reply_failure(h, status);
 	}
 	kv_rpc_reply(h->p, msg);
 	atomic_fetch_sub(&h->s->inflight, 1);
@@ -876,6 +901,7 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	kv_resp resp = {0};
 	const char *why = NULL;
 	bool wrote = false;
+	held_reply *h = NULL;
 	int rv;
 
 	/* Counted before `closing` is read: shutdown waits for zero after
@@ -885,7 +911,21 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	resp.request_id = rq.request_id;
 	resp.epoch = atomic_load(&s->epoch);
 	resp.node_id = atomic_load(&s->node_id);
-	if (rv != 0) {
+	if (!kv_auth_ok(&s->auth, rq.auth.p, rq.auth.len)) {
+		/* First, so that a peer without the secret learns nothing, not
+		 * even whether its message decoded, nor the epoch or node id. */
+		resp.status = KV_EAUTH;
+		resp.error = "missing or wrong auth token (this server requires the cluster's "
+		             "--auth-token-file)";
+		resp.epoch = 0;
+		resp.node_id = 0;
+		kv_auth_log_refused(COMP,
+		                    rv != 0       ? "undecodable"
+		                    : rq.has_xfer ? "transfer"
+		                    : rq.nops > 0 ? "ops"
+		                                  : "ping",
+		                    req, rq.auth.len);
+	} else if (rv != 0) {
 		resp.status = rv;
 		resp.error = why;
 		KV_DEBUG(COMP, "request refused", "err=%s why=\"%s\"", kv_errname(rv),
@@ -919,7 +959,16 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 				dispatch(s, &rq, &rq.ops[i], &resp.results[i]);
 				kv_srv_count_error(s, resp.results[i].status);
 				total += result_bytes(&resp.results[i]);
-				wrote |= (op_table[rq.ops[i].kind].flags & OPF_WRITE) != 0;
+				/* A successful write has a record in the log (a retry
+				 * answered from memory has one from its first attempt). */
+				if ((op_table[rq.ops[i].kind].flags & OPF_WRITE) &&
+				    resp.results[i].status == KV_OK) {
+					if (h == NULL)
+						h = calloc(1, sizeof(*h) + rq.nops * sizeof(bool));
+					if (h != NULL)
+						h->logged[i] = true;
+					wrote = true;
+				}
 			}
 		}
 	}
@@ -947,15 +996,17 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	        ? kv_dur_last_lsn(s->dur)
 	        : 0;
 	if (lsn > 0 && lsn > kv_dur_durable_lsn(s->dur) && (wrote || kv_dur_health(s->dur) == 0)) {
-		held_reply *h = malloc(sizeof(*h));
+		if (h == NULL)
+			h = calloc(1, sizeof(*h) + resp.nresults * sizeof(bool));
 		if (h != NULL) {
-			*h = (held_reply){.s = s,
-			                  .p = p,
-			                  .msg = *reply,
-			                  .wrote = wrote,
-			                  .req_id = resp.request_id,
-			                  .epoch = resp.epoch,
-			                  .node_id = resp.node_id};
+			h->s = s;
+			h->p = p;
+			h->msg = *reply;
+			h->wrote = wrote;
+			h->nops = resp.nresults;
+			h->req_id = resp.request_id;
+			h->epoch = resp.epoch;
+			h->node_id = resp.node_id;
 			*reply = NULL;
 			if (kv_dur_notify(s->dur, lsn, held_reply_done, h) != 0)
 				held_reply_done(h, KV_ECLOSED);
@@ -970,6 +1021,7 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		                 .error = "out of memory holding the reply"};
 		rv = kv_sc_resp_encode(&small, reply);
 	}
+	free(h);
 	atomic_fetch_sub(&s->inflight, 1);
 	return rv;
 }
@@ -1168,7 +1220,7 @@ static int
 do_register(kv_server *s)
 {
 	unsigned backoff = 50;
-	bool warned = false;
+	bool warned = false, auth_warned = false;
 
 	while (!atomic_load(&s->stopping)) {
 		char cid[128];
@@ -1195,9 +1247,20 @@ do_register(kv_server *s)
 			kv_sc_adm_resp_fini(&r);
 			return KV_OK;
 		}
-		if (!warned || rv == 0)
+		if (rv == 0 && r.status == KV_EAUTH) {
+			/* Misconfigured, not transient: say so once, clearly, and keep
+			 * asking quietly (the controller may be given the secret). */
+			if (!auth_warned)
+				KV_ERROR(COMP,
+				         "controller refused registration: authentication failed",
+				         "detail=\"%s\" hint=\"start the server with the cluster's "
+				         "--auth-token-file\"",
+				         r.error);
+			auth_warned = true;
+		} else if (!warned || rv == 0) {
 			KV_WARN(COMP, "register failed, retrying", "err=%s detail=\"%s\"",
 			        kv_errname(rv ? rv : r.status), rv ? "" : r.error);
+		}
 		warned = true;
 		if (rv == 0)
 			kv_sc_adm_resp_fini(&r);
@@ -1213,6 +1276,7 @@ watch_main(void *arg)
 	kv_server *s = arg;
 	unsigned backoff = 50;
 	uint32_t wt = s->cfg->watch_timeout_ms ? s->cfg->watch_timeout_ms : 1000;
+	bool auth_warned = false;
 
 	if (do_register(s) != 0)
 		return NULL;
@@ -1230,8 +1294,11 @@ watch_main(void *arg)
 			continue;
 		}
 		if (rv == 0) {
-			KV_WARN(COMP, "watch refused", "err=%s detail=\"%s\"", kv_errname(r.status),
-			        r.error);
+			/* An auth refusal repeats every second until fixed: once. */
+			if (r.status != KV_EAUTH || !auth_warned)
+				KV_WARN(COMP, "watch refused", "err=%s detail=\"%s\"",
+				        kv_errname(r.status), r.error);
+			auth_warned |= r.status == KV_EAUTH;
 			kv_sc_adm_resp_fini(&r);
 		} else {
 			KV_DEBUG(COMP, "watch failed", "err=%s", kv_errname(rv));
@@ -1537,6 +1604,20 @@ kv_server_run(const kv_server_cfg *cfg)
 	pthread_mutex_init(&s->ctl_mu, NULL);
 	pthread_mutex_init(&s->mig_mu, NULL);
 
+	if (cfg->auth_token_file != NULL) {
+		char aerr[512];
+		bool loose = false;
+		if ((rv = kv_auth_load(cfg->auth_token_file, &s->auth, &loose, aerr,
+		                       sizeof(aerr))) != 0) {
+			KV_ERROR(COMP, "cannot use the auth token", "err=%s detail=\"%s\"",
+			         kv_errname(rv), aerr);
+			rv = KV_EINVAL;
+			goto err_after_alloc;
+		}
+		if (loose)
+			KV_WARN(COMP, "auth token file is accessible by group or others",
+			        "file=%s hint=\"chmod 600 it\"", cfg->auth_token_file);
+	}
 	if ((rv = check_data_dir(cfg->data_dir)) != 0) {
 		KV_ERROR(COMP, "cannot use data dir", "dir=%s err=\"%s\"", cfg->data_dir,
 		         rv == KV_EINVAL ? "not a directory" : strerror(errno));
@@ -1621,9 +1702,9 @@ kv_server_run(const kv_server_cfg *cfg)
 		KV_ERROR(COMP, "cannot listen", "addr=%s err=%s", cfg->listen, kv_strerror(rv));
 		goto err_after_ctl;
 	}
-	KV_INFO(COMP, "listening", "addr=%s node_id=%u store=%s contexts=%u metrics=%s",
+	KV_INFO(COMP, "listening", "addr=%s node_id=%u store=%s contexts=%u metrics=%s auth=%s",
 	        cfg->listen, id, cfg->store_mode == KV_STORE_PERCORE ? "percore" : "striped",
-	        ro.contexts, cfg->metrics ? cfg->metrics : "off");
+	        ro.contexts, cfg->metrics ? cfg->metrics : "off", s->auth.len ? "token" : "off");
 	if (pthread_create(&watch_thr, NULL, watch_main, s) == 0)
 		watch_started = true;
 	if (pthread_create(&hb_thr, NULL, heartbeat_main, s) == 0)
@@ -1678,6 +1759,9 @@ err_after_alloc:
 	pthread_mutex_destroy(&s->cfg_mu);
 	pthread_mutex_destroy(&s->ctl_mu);
 	pthread_mutex_destroy(&s->mig_mu);
+	if (s->auth.data != NULL)
+		memset(s->auth.data, 0, s->auth.len);
+	kv_buf_fini(&s->auth);
 	free(s);
 	return rv;
 }

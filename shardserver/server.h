@@ -42,6 +42,9 @@ typedef struct {
 	unsigned contexts;         /* concurrent requests served; 0: 256 */
 	uint32_t watch_timeout_ms; /* long-poll bound sent to the controller; 0: 1000 */
 	uint32_t leave_timeout_ms; /* graceful leave bound on SIGTERM; 0: 60000 */
+	/* --auth-token-file: the cluster's shared secret, required of every
+	 * request and sent with every call (common/auth.h); NULL: none. */
+	const char *auth_token_file;
 } kv_server_cfg;
 
 /*
@@ -49,7 +52,8 @@ typedef struct {
  * during a graceful leave). Blocks both signals in the calling thread and
  * every thread it starts. Returns 0 after a clean stop, or a KV_E* code
  * when it cannot start (KV_EADDRINUSE, KV_EPERM/KV_EIO for the data dir,
- * KV_EINVAL for a bad option); the reason has been logged.
+ * KV_EINVAL for a bad option or an unusable --auth-token-file); the reason
+ * has been logged.
  */
 int kv_server_run(const kv_server_cfg *cfg);
 

@@ -306,6 +306,7 @@ kv_sc_req_decode(const void *p, size_t n, kv_req *out, const char **why)
 	out->request_id = rq->request_id;
 	out->epoch = rq->epoch;
 	out->from_node = rq->from_node;
+	out->auth = bx(rq->auth_token);
 	if (rq->version != SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1) {
 		*why = "unsupported protocol version; this server speaks version 1";
 		return KV_EINVAL;
@@ -519,6 +520,13 @@ fill_dedup(Shardkv__DedupEntry *d, Shardkv__OpResult *res, const kv_sc_dedup *s)
 int
 kv_sc_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, nng_msg **out)
 {
+	return kv_sc_xfer_encode_auth(x, epoch, from_node, (kv_bytes){0}, out);
+}
+
+int
+kv_sc_xfer_encode_auth(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes auth,
+                       nng_msg **out)
+{
 	Shardkv__Request m = SHARDKV__REQUEST__INIT;
 	Shardkv__Transfer t = SHARDKV__TRANSFER__INIT;
 	Shardkv__TransferBegin b = SHARDKV__TRANSFER_BEGIN__INIT;
@@ -537,6 +545,7 @@ kv_sc_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, nng_msg 
 	m.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
 	m.epoch = epoch;
 	m.from_node = from_node;
+	m.auth_token = pbk(auth);
 	m.transfer = &t;
 	t.migration_id = x->migration_id;
 	t.seq = x->seq;
@@ -698,6 +707,7 @@ kv_sc_adm_encode(const kv_adm_req *r, nng_msg **out)
 	m.client_id = r->client_id;
 	m.request_id = r->request_id;
 	m.timeout_ms = r->timeout_ms;
+	m.auth_token = pbk(r->auth);
 	switch (r->kind) {
 	case KV_ADM_REGISTER:
 		m.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_REGISTER_NODE;

@@ -137,6 +137,7 @@ typedef struct {
 	uint64_t request_id; /* envelope id, echoed */
 	uint64_t epoch;      /* the sender's epoch */
 	uint32_t from_node;  /* peer server id, 0 for clients */
+	kv_bytes auth;       /* Request.auth_token (common/auth.h); empty: none */
 	size_t nops;         /* ops */
 	kv_op *ops;          /* the batch (owned) */
 	bool has_xfer;       /* xfer is set */
@@ -218,6 +219,10 @@ int kv_sc_resp_encode(const kv_resp *r, nng_msg **out);
 /* Packs a transfer Request into a new nng message. Returns 0 or KV_ENOMEM. */
 int kv_sc_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, nng_msg **out);
 
+/* kv_sc_xfer_encode with the sender's auth token (empty: none). */
+int kv_sc_xfer_encode_auth(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes auth,
+                           nng_msg **out);
+
 /* Reads the TransferAck of a Response. Returns 0 (ack filled), KV_EPROTO,
  * or the envelope status of a refused request. */
 int kv_sc_ack_decode(const void *p, size_t n, kv_sc_ack *ack);
@@ -270,6 +275,7 @@ typedef struct {
 	uint64_t rate_bytes_s;     /* progress */
 	int status;                /* done: KV_E* */
 	uint64_t last_seq;         /* done */
+	kv_bytes auth;             /* AdminRequest.auth_token; empty: none */
 } kv_adm_req;
 
 /* Packs an AdminRequest. Returns 0 or KV_ENOMEM. */

@@ -121,6 +121,7 @@ struct kv_server {
 	atomic_bool leaving;               /* graceful leave requested */
 	atomic_uint_fast64_t ops;          /* ops served, for ops/s */
 	kv_metrics *metrics;               /* the --metrics listener, or NULL (metrics_srv.c) */
+	kv_buf auth;                       /* --auth-token-file secret (immutable); empty: none */
 
 	/* Counters for /metrics only, updated with relaxed atomics. */
 	atomic_uint_fast64_t op_count[KV_OP__COUNT];      /* ops received, by kv_op_kind */
@@ -144,6 +145,13 @@ struct kv_server {
  * on failure) and decodes the answer. Fills the sender ids. On 0 the caller
  * frees *resp with kv_sc_adm_resp_fini. Returns 0 or a transport KV_E* code. */
 int kv_server__ctl_call(kv_server *s, kv_adm_req *rq, kv_adm_resp *resp, uint32_t timeout_ms);
+
+/* The token this server sends to the controller and to other servers. */
+static inline kv_bytes
+kv_server__auth(const kv_server *s)
+{
+	return (kv_bytes){.p = s->auth.data, .len = s->auth.len};
+}
 
 /* Returns the current Unix time in milliseconds. */
 uint64_t kv_server__unix_ms(void);

@@ -34,4 +34,8 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   # transfer messages (kv_sc_xfer_encode), hence kv_server.
   kv_cluster_test(test_cluster_bigvalue 300)
   target_link_libraries(test_cluster_bigvalue PRIVATE kv_server)
+  # The shared secret (--auth-token-file) on every binary; it also sends
+  # hand-made transfer messages (kv_sc_xfer_encode_auth), hence kv_server.
+  kv_cluster_test(test_cluster_auth 180)
+  target_link_libraries(test_cluster_auth PRIVATE kv_server)
 endif()
