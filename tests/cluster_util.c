@@ -181,14 +181,64 @@ reap(pid_t pid, unsigned ms, int *status)
 }
 
 /* ---------------------------------------------------------------------------
+ * Authentication (kv_tc_set_auth, for test_cluster_auth.c): the secret every
+ * cluster made afterwards uses. The hooks that read it are marked "auth:"
+ * in start_controller_proc, kv_tc_create_ex, kv_tc_client and raw_pack.
+ * ------------------------------------------------------------------------- */
+
+static char tc_auth_file[320]; /* the controller's --auth-token-file; "": none */
+static char tc_auth[256];      /* the token the helpers send; "": none */
+
+int
+kv_tc_set_auth(const char *file, const char *token)
+{
+	if ((file && strlen(file) >= sizeof(tc_auth_file)) ||
+	    (token && strlen(token) >= sizeof(tc_auth))) {
+		fprintf(stderr, "cluster: auth file name or token too long\n");
+		return -1;
+	}
+	snprintf(tc_auth_file, sizeof(tc_auth_file), "%s", file ? file : "");
+	snprintf(tc_auth, sizeof(tc_auth), "%s", token ? token : "");
+	return 0;
+}
+
+/* Sets the helpers' token in client options. */
+static void
+tc_auth_opts(shardkv_options *o)
+{
+	o->auth_token = tc_auth[0] ? tc_auth : NULL;
+	o->auth_token_len = strlen(tc_auth);
+}
+
+/* ---------------------------------------------------------------------------
  * The cluster
  * ------------------------------------------------------------------------- */
+
+/* Copies a NULL-terminated flag list into args. Returns the count or -1. */
+static int
+copy_args(char (*args)[KV_TC_ARG_LEN], const char *const *from)
+{
+	int n = 0;
+
+	for (; from && from[n]; n++) {
+		if (n == KV_TC_MAX_ARGS || strlen(from[n]) >= KV_TC_ARG_LEN) {
+			fprintf(stderr, "cluster: too many or too long server flags\n");
+			return -1;
+		}
+		snprintf(args[n], KV_TC_ARG_LEN, "%s", from[n]);
+	}
+	return n;
+}
 
 static int
 start_controller_proc(kv_tc *c)
 {
-	char *argv[] = {"shardkv-controller", "--listen",  c->ctl_url,
-	                "--data-dir",         c->ctl_data, NULL};
+	char *argv[] = {"shardkv-controller", "--listen", c->ctl_url, "--data-dir",
+	                c->ctl_data,          NULL,       NULL,       NULL};
+	if (tc_auth_file[0]) { /* auth: */
+		argv[5] = "--auth-token-file";
+		argv[6] = tc_auth_file;
+	}
 	c->ctl_pid = spawn(KV_CONTROLLER_BIN, argv, c->ctl_log);
 	return c->ctl_pid > 0 ? 0 : -1;
 }
@@ -224,9 +274,20 @@ wait_controller(kv_tc *c, unsigned ms)
 int
 kv_tc_create(kv_tc *c, const char *tag)
 {
+	return kv_tc_create_ex(c, tag, NULL);
+}
+
+int
+kv_tc_create_ex(kv_tc *c, const char *tag, const char *const *server_args)
+{
 	shardkv_options o = {.timeout_ms = ADMIN_TIMEOUT_MS, .no_watch = true};
 
+	tc_auth_opts(&o); /* auth: */
 	memset(c, 0, sizeof(*c));
+	if ((c->nargs = copy_args(c->args, server_args)) < 0) {
+		c->nargs = 0;
+		return -1;
+	}
 	kv_tc_elapsed_ms();
 	snprintf(c->dir, sizeof(c->dir), "/tmp/shardkv-%s-XXXXXX", tag);
 	if (mkdtemp(c->dir) == NULL) {
@@ -248,18 +309,51 @@ err:
 	return -1;
 }
 
+int
+kv_tc_server_argv(kv_tc *c, int i, bool join, char **argv, size_t max)
+{
+	kv_tc_server *s = &c->srv[i];
+	size_t n = 0;
+
+	if (max < 8 + (size_t)s->nargs + 2)
+		return -1;
+	argv[n++] = KV_SERVER_BIN;
+	argv[n++] = "--listen";
+	argv[n++] = s->url;
+	argv[n++] = "--controller";
+	argv[n++] = c->ctl_url;
+	argv[n++] = "--data-dir";
+	argv[n++] = s->data;
+	for (int k = 0; k < s->nargs; k++)
+		argv[n++] = s->args[k];
+	if (join)
+		argv[n++] = "--join";
+	argv[n] = NULL;
+	return (int)n;
+}
+
 static int
 start_server_proc(kv_tc *c, int i, bool join)
 {
 	kv_tc_server *s = &c->srv[i];
-	char *argv[] = {"shardkv-server", "--listen", s->url,
-	                "--controller",   c->ctl_url, "--data-dir",
-	                s->data,          "--join",   NULL};
+	char *argv[8 + KV_TC_MAX_ARGS + 2];
 
-	if (!join)
-		argv[7] = NULL;
+	if (kv_tc_server_argv(c, i, join, argv, sizeof(argv) / sizeof(argv[0])) < 0)
+		return -1;
+	argv[0] = "shardkv-server";
 	s->pid = spawn(KV_SERVER_BIN, argv, s->log);
 	return s->pid > 0 ? 0 : -1;
+}
+
+int
+kv_tc_set_server_args(kv_tc *c, int i, const char *const *args)
+{
+	int n;
+
+	if (i < 0 || i >= c->nservers || (n = copy_args(c->srv[i].args, args)) < 0)
+		return -1;
+	c->srv[i].nargs = n;
+	return 0;
 }
 
 int
@@ -277,6 +371,8 @@ kv_tc_add_server(kv_tc *c, bool join)
 	memcpy(dir, c->dir, sizeof(dir));
 	snprintf(s->data, sizeof(s->data), "%s/s%d", dir, i + 1);
 	snprintf(s->log, sizeof(s->log), "%s/s%d.log", dir, i + 1);
+	memcpy(s->args, c->args, sizeof(s->args));
+	s->nargs = c->nargs;
 	c->nservers++;
 	if (start_server_proc(c, i, join) != 0)
 		return -1;
@@ -360,7 +456,13 @@ wait_owns_range(kv_tc *c, int i, unsigned ms)
 int
 kv_tc_start(kv_tc *c, const char *tag, int nservers)
 {
-	if (kv_tc_create(c, tag) != 0)
+	return kv_tc_start_ex(c, tag, nservers, NULL);
+}
+
+int
+kv_tc_start_ex(kv_tc *c, const char *tag, int nservers, const char *const *server_args)
+{
+	if (kv_tc_create_ex(c, tag, server_args) != 0)
 		return -1;
 	for (int k = 0; k < nservers; k++) {
 		int i = kv_tc_add_server(c, true);
@@ -454,6 +556,7 @@ kv_tc_client(const kv_tc *c, bool no_watch, uint32_t timeout_ms)
 	shardkv_options o = {.timeout_ms = timeout_ms, .no_watch = no_watch};
 	shardkv_client *cl = NULL;
 
+	tc_auth_opts(&o); /* auth: */
 	if (shardkv_open(c->ctl_url, &o, &cl) != 0)
 		return NULL;
 	return cl;
@@ -746,6 +849,7 @@ raw_pack(uint64_t client_id, Shardkv__Op *op, unsigned ms, nng_msg **out)
 	rq.n_ops = 1;
 	rq.ops = ops;
 	rq.timeout_ms = ms;
+	rq.auth_token = (ProtobufCBinaryData){strlen(tc_auth), (uint8_t *)tc_auth}; /* auth: */
 	n = shardkv__request__get_packed_size(&rq);
 	if (nng_msg_alloc(out, n) != 0)
 		return SHARDKV_ENOMEM;
@@ -888,6 +992,79 @@ kv_tc_wait_migration(kv_tc *c, uint64_t id, const char *phase, uint64_t min_keys
 	        "cluster: migration %" PRIu64 " is %s, not %s with %" PRIu64 " keys, after %u ms\n",
 	        id, last, phase, min_keys, ms);
 	return -1;
+}
+
+int
+kv_tc_wait_serving(kv_tc *c, int i, unsigned ms)
+{
+	kv_tc_server *s = &c->srv[i];
+	uint64_t t0 = kv_test_now_ms();
+	char last[160] = "no answer yet";
+
+	while (kv_test_now_ms() - t0 < ms) {
+		int st = 0;
+		if (s->pid <= 0) {
+			fprintf(stderr, "cluster: server %d is not running\n", i);
+			return -1;
+		}
+		if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+			proc_del(s->pid);
+			s->pid = 0;
+			fprintf(stderr, "cluster: server %d exited while starting (%s %d)\n", i,
+			        WIFEXITED(st) ? "exit code" : "signal",
+			        WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+			kv_tc_dump_logs(c, 30);
+			return -1;
+		}
+		shardkv_config *cfg = kv_tc_config(c);
+		if (cfg != NULL) {
+			const shardkv_range *own = NULL;
+			for (size_t k = 0; k < cfg->nnodes; k++)
+				if (strcmp(cfg->nodes[k].address, s->url) == 0)
+					s->id = cfg->nodes[k].id;
+			for (size_t r = 0; r < cfg->nranges && own == NULL; r++)
+				if (s->id != 0 && cfg->ranges[r].node == s->id)
+					own = &cfg->ranges[r];
+			/* A key of the range: its start, or one zero byte. */
+			char key[KEYLEN] = {0};
+			size_t klen = 1;
+			if (own && own->start.len > 0 && own->start.len <= sizeof(key)) {
+				memcpy(key, own->start.data, own->start.len);
+				klen = own->start.len;
+			}
+			shardkv_config_free(cfg);
+			kv_tc_raw_result r;
+			int rv =
+			    kv_tc_raw_op(s->url, 0, 0, KV_TC_RAW_GET, key, klen, NULL, 0, 1000, &r);
+			bool ok = rv == 0 &&
+			          (own == NULL || r.status == 0 || r.status == SHARDKV_ENOTFOUND ||
+			           r.status == SHARDKV_EMOVING);
+			snprintf(last, sizeof(last), "%s",
+			         rv != 0 ? shardkv_strerror(rv) : shardkv_strerror(r.status));
+			kv_tc_raw_free(&r);
+			if (ok)
+				return 0;
+		}
+		kv_test_sleep_ms(20);
+	}
+	fprintf(stderr, "cluster: server %d does not serve after %u ms (last answer: %s)\n", i, ms,
+	        last);
+	return -1;
+}
+
+long
+kv_tc_count_lines(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	long n = 0;
+
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL)
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
 }
 
 /* ---------------------------------------------------------------------------

@@ -28,6 +28,8 @@
 #include <sys/types.h>
 
 #define KV_TC_MAX_SERVERS 8
+#define KV_TC_MAX_ARGS    8   /* extra flags per server (kv_tc_set_server_args) */
+#define KV_TC_ARG_LEN     128 /* bytes per extra flag, with the NUL */
 
 /* Deadlines of the helpers, generous for a loaded 2-core machine. */
 #define KV_TC_READY_MS 20000u /* a process answers / a configuration settles */
@@ -40,6 +42,8 @@ typedef struct {
 	char log[320];  /* its stderr (appended across restarts) */
 	pid_t pid;      /* the running process; 0: not running */
 	uint32_t id;    /* its node id once registered; 0 before */
+	int nargs;      /* extra flags given to every start (kv_tc_set_server_args) */
+	char args[KV_TC_MAX_ARGS][KV_TC_ARG_LEN];
 } kv_tc_server;
 
 /* A test cluster. Zero-initialise, then kv_tc_start() or kv_tc_create(). */
@@ -52,6 +56,8 @@ typedef struct {
 	int nservers;                        /* servers added (running or not) */
 	kv_tc_server srv[KV_TC_MAX_SERVERS]; /* by index, in order of kv_tc_add_server */
 	shardkv_client *admin;               /* the helpers' own client (no watch) */
+	int nargs;                           /* extra flags of servers added later */
+	char args[KV_TC_MAX_ARGS][KV_TC_ARG_LEN];
 } kv_tc;
 
 /*
@@ -67,6 +73,38 @@ int kv_tc_create(kv_tc *c, const char *tag);
  * is in flight. Returns 0 or -1 (logs printed, everything stopped).
  */
 int kv_tc_start(kv_tc *c, const char *tag, int nservers);
+
+/*
+ * kv_tc_create() and kv_tc_start() with extra shardkv-server flags: every
+ * server added gets `server_args` (NULL-terminated, may be NULL; at most
+ * KV_TC_MAX_ARGS of fewer than KV_TC_ARG_LEN bytes each) after its usual
+ * ones, e.g. {"--fsync", "always", NULL}. Returns 0 or -1.
+ */
+int kv_tc_create_ex(kv_tc *c, const char *tag, const char *const *server_args);
+int kv_tc_start_ex(kv_tc *c, const char *tag, int nservers, const char *const *server_args);
+
+/* Replaces the extra flags of server i for its next starts (restarts and
+ * kv_tc_server_argv); NULL: none. Returns 0 or -1 (too many or too long). */
+int kv_tc_set_server_args(kv_tc *c, int i, const char *const *args);
+
+/*
+ * Fills argv (max entries with the NULL) with the command line that starts
+ * server i (binary path first), for running it with kv_tc_run(). The strings
+ * point into c. Returns the number of arguments or -1 when max is too small.
+ */
+int kv_tc_server_argv(kv_tc *c, int i, bool join, char **argv, size_t max);
+
+/*
+ * Waits until server i (just started or restarted) serves: it answers a
+ * read of a key of one of its ranges (in the latest configuration) with OK,
+ * NOT_FOUND or MOVING, or answers at all when it owns no range. Fails at
+ * once, with its log, when the process exits. Returns 0 or -1.
+ */
+int kv_tc_wait_serving(kv_tc *c, int i, unsigned ms);
+
+/* Counts the lines of `path` (a log) that contain `needle`; -1 when the file
+ * cannot be read. */
+long kv_tc_count_lines(const char *path, const char *needle);
 
 /* Stops every process of the cluster, servers first with SIGKILL (their data
  * is scratch, and no drain must start), then the controller with SIGTERM
@@ -256,6 +294,21 @@ void kv_tc_run_free(kv_tc_run_result *r);
 
 /* Milliseconds since the first call of any kv_tc_* helper (for messages). */
 uint64_t kv_tc_elapsed_ms(void);
+
+/* ---------------------------------------------------------------------------
+ * Authentication (test_cluster_auth.c)
+ * ------------------------------------------------------------------------- */
+
+/*
+ * Gives every cluster created afterwards in this process a shared secret:
+ * its controller is started with --auth-token-file `file` (which the caller
+ * wrote, holding `token`), and the helpers' own client, kv_tc_client() and
+ * kv_tc_raw_op() send `token`. Servers get the flag only through their extra
+ * flags (kv_tc_start_ex, kv_tc_set_server_args), so that a test can start
+ * one without it. NULL for both: no secret (the default). The strings are
+ * copied. Returns 0 or -1 (too long).
+ */
+int kv_tc_set_auth(const char *file, const char *token);
 
 /*
  * For test files (after <cmocka.h>): fails the test, with the tail of the
