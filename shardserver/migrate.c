@@ -59,17 +59,19 @@
 
 #define COMP "migrate"
 
-#define CHUNK_ENTRIES   1000u           /* entries per TransferChunk */
-#define CHUNK_BYTES     (1024u * 1024u) /* bytes per TransferChunk/Delta */
-#define SLICE_MIN       (64u * 1024u)   /* smallest slice started in a message */
-#define DEDUP_ENTRIES   5000u           /* dedup entries per TransferChunk */
-#define DELTA_RECS      1000u           /* records per TransferDelta */
-#define FENCE_RECS      256u            /* fence when fewer deltas are left */
-#define FENCE_BYTES     (256u * 1024u)  /* ... and fewer bytes */
-#define CATCHUP_ROUNDS  64              /* then fence anyway */
-#define DELETE_STEP     1000u           /* entries deleted per step */
-#define XFER_TIMEOUT_MS 5000u           /* one transfer message */
-#define PROGRESS_MS     500u            /* MigrationProgress period */
+#define CHUNK_ENTRIES     1000u                /* entries per TransferChunk */
+#define CHUNK_BYTES       (1024u * 1024u)      /* bytes per TransferChunk/Delta */
+#define SLICE_MIN         (64u * 1024u)        /* smallest slice started in a message */
+#define DEDUP_ENTRIES     5000u                /* dedup entries per TransferChunk */
+#define DELTA_RECS        1000u                /* records per TransferDelta */
+#define FENCE_RECS        256u                 /* fence when fewer deltas are left */
+#define FENCE_BYTES       (256u * 1024u)       /* ... and fewer bytes */
+#define DELTA_FLUSH_BYTES (8u * 1024u * 1024u) /* during the bulk copy, send the */
+#define DELTA_FLUSH_RECS  65536u               /* recorded writes past either */
+#define CATCHUP_ROUNDS    64                   /* then fence anyway */
+#define DELETE_STEP       1000u                /* entries deleted per step */
+#define XFER_TIMEOUT_MS   5000u                /* one transfer message */
+#define PROGRESS_MS       500u                 /* MigrationProgress period */
 
 /* ------------------------------------------------------------------------
  * Delta buffer
@@ -636,6 +638,25 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 		atomic_fetch_add(&o->bytes_copied, ca.data.len);
 		atomic_fetch_add_explicit(&s->mig_bytes_sent, ca.data.len, memory_order_relaxed);
 		pace(o, copy_start, atomic_load(&o->bytes_copied));
+		/* Bound the recorded writes while the copy runs (a slow copy
+		 * under heavy writes): send them between chunks. Safe because the
+		 * next chunk is read after them and holds the newer state, and
+		 * never inside a split value, whose slices must be consecutive. */
+		if (!ca.carrying && !c.last) {
+			pthread_mutex_lock(&o->mu);
+			if (!o->lost &&
+			    (o->rec_bytes >= DELTA_FLUSH_BYTES || o->nrecs >= DELTA_FLUSH_RECS))
+				take_recs_locked(o, &recs, &nrecs);
+			pthread_mutex_unlock(&o->mu);
+			if (nrecs > 0) {
+				rv = send_recs(o, cli, seq, recs, nrecs, true);
+				free_recs(recs, nrecs);
+				recs = NULL;
+				nrecs = 0;
+				if (rv != 0)
+					goto cleanup;
+			}
+		}
 		uint64_t now = kv_now_ns();
 		if (now - last_progress > PROGRESS_MS * 1000000ull) {
 			report_progress(o, KV_MIG_COPYING, start_ns);
