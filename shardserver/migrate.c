@@ -59,7 +59,7 @@
 
 #define COMP "migrate"
 
-#define CHUNK_ENTRIES     1000u                /* entries per TransferChunk */
+#define CHUNK_ENTRIES     4096u                /* entries per TransferChunk */
 #define CHUNK_BYTES       (1024u * 1024u)      /* bytes per TransferChunk/Delta */
 #define SLICE_MIN         (64u * 1024u)        /* smallest slice started in a message */
 #define DEDUP_ENTRIES     5000u                /* dedup entries per TransferChunk */

@@ -344,9 +344,19 @@ typedef struct {
 	kv_mig_out *migs[MAX_OP_MIGS]; /* WRITE: locked outgoing migrations */
 	size_t nmigs;                  /* entries in migs */
 	kv_delta_rec dd;               /* dedup fields for delta records */
+	uint64_t lsn;                  /* WRITE: the log record's lsn; 0: none */
 } op_ctx;
 
 typedef int (*op_fn)(op_ctx *x);
+
+/* Raises the highest lsn a reply may reveal to l. */
+static void
+visible(kv_server *s, uint64_t l)
+{
+	uint64_t cur = atomic_load(&s->visible_lsn);
+	while (cur < l && !atomic_compare_exchange_weak(&s->visible_lsn, &cur, l))
+		;
+}
 
 /* The dedup fields of the op for its log record, or NULL. */
 static const kv_dur_dedup *
@@ -390,7 +400,7 @@ op_put(op_ctx *x)
 	record(x, x->ent, op->key.p, op->key.len, op->value.p, op->value.len, true);
 	if (x->s->dur)
 		rv = kv_dur_log_put(x->s->dur, op->key.p, op->key.len, op->value.p, op->value.len,
-		                    dur_dd(x, &dd), NULL);
+		                    dur_dd(x, &dd), &x->lsn);
 	return rv;
 }
 
@@ -405,7 +415,7 @@ op_del(op_ctx *x)
 	x->res->has_value = !op->no_value;
 	record(x, x->ent, op->key.p, op->key.len, NULL, 0, true);
 	if (x->s->dur)
-		rv = kv_dur_log_del(x->s->dur, op->key.p, op->key.len, dur_dd(x, &dd), NULL);
+		rv = kv_dur_log_del(x->s->dur, op->key.p, op->key.len, dur_dd(x, &dd), &x->lsn);
 	return rv;
 }
 
@@ -431,7 +441,7 @@ op_append(op_ctx *x)
 			record(x, x->ent, op->key.p, op->key.len, vp, v.len, true);
 			if (x->s->dur)
 				rv = kv_dur_log_put(x->s->dur, op->key.p, op->key.len, vp, v.len,
-				                    dur_dd(x, &dd), NULL);
+				                    dur_dd(x, &dd), &x->lsn);
 		}
 		kv_buf_fini(&v);
 	}
@@ -488,8 +498,8 @@ op_mput(op_ctx *x)
 			       op->vals[i].p ? op->vals[i].p : (const uint8_t *)"", op->vals[i].len,
 			       i == 0);
 	if (x->s->dur)
-		rv =
-		    kv_dur_log_mput(x->s->dur, op->nkeys, op->keys, op->vals, dur_dd(x, &dd), NULL);
+		rv = kv_dur_log_mput(x->s->dur, op->nkeys, op->keys, op->vals, dur_dd(x, &dd),
+		                     &x->lsn);
 	return rv;
 }
 
@@ -789,6 +799,8 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
 	if (durw) {
 		kv_dur_unlock(s->dur, &held);
 		kv_dur_end(s->dur);
+		if (x.lsn != 0)
+			visible(s, x.lsn);
 	}
 	if (dedup && rememberable(res->status)) {
 		kv_dedup_result r = {.status = res->status, .value_len = res->value_len};
@@ -989,11 +1001,13 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 
 	/* Answer only once the log holds everything this request may have
 	 * seen or done: its own writes, and writes by others it read (so no
-	 * reply reveals a write a crash could still take back). A log that is
-	 * failing does not hold up reads. */
+	 * reply reveals a write a crash could still take back). Only client
+	 * writes count: an incoming transfer's records are synced before the
+	 * range is served, so a copy in progress holds up no reply. A log that
+	 * is failing does not hold up reads. */
 	uint64_t lsn =
 	    s->dur && rv == 0 && resp.nresults > 0 && kv_dur_mode(s->dur) != KV_FSYNC_NONE
-	        ? kv_dur_last_lsn(s->dur)
+	        ? atomic_load(&s->visible_lsn)
 	        : 0;
 	if (lsn > 0 && lsn > kv_dur_durable_lsn(s->dur) && (wrote || kv_dur_health(s->dur) == 0)) {
 		if (h == NULL)

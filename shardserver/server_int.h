@@ -106,6 +106,9 @@ struct kv_server {
 	kv_owner owner;                    /* what this node serves (own rwlock) */
 	kv_dedup *dedup;                   /* exactly-once memory (own locks) */
 	kv_dur *dur;                       /* log and snapshots (own locks) */
+	atomic_uint_fast64_t visible_lsn;  /* highest log record of a client write: what
+	                                      a reply may reveal (incoming transfers are
+	                                      synced before they are served) */
 	atomic_int inflight;               /* requests between handler entry and final reply */
 	atomic_bool closing;               /* shutting down: refuse new requests */
 	kv_rpc_server *rpc;                /* the --listen endpoint */
