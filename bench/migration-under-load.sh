@@ -1,0 +1,445 @@
+#!/usr/bin/env bash
+# bench/migration-under-load.sh - move a 1,000,000-key range between two
+# servers of a 3-node cluster while clients keep reading and writing it.
+#
+#   bench/migration-under-load.sh [-r RUNS] [-K KEYS] [-O KEYS] [-d BYTES]
+#                                 [-R OPS] [-T THREADS] [-B SECS] [-A SECS]
+#                                 [-M SECS] [-m MB/s] [-f MODE] [-x ARGS]
+#                                 [-p FILE.svg] [-b BIN_DIR] [-k]
+#
+#   -r RUNS     measured moves (default 3); the table shows medians and the
+#               run-to-run range
+#   -K KEYS     keys of the moving range (default 1000000): 8-byte keys
+#               "00000000".."00999999" (`shardkv bench --key-size 8`, digits
+#               only), all in the range ["", "key:")
+#   -O KEYS     keys of the other ranges (default 1000000): 16-byte keys
+#               "key:000000000000".., split in two ranges on nodes 2 and 3
+#   -d BYTES    value size (default 100)
+#   -R OPS      open-loop rate of each of the two benches, ops/s (default 2000)
+#   -T THREADS  workers (and connections) of each bench (default 16)
+#   -B SECS     load before the move (default 10)
+#   -A SECS     load after the move at least (default 10)
+#   -M SECS     longest move the benches make room for (default 20): each
+#               bench runs B + M + A seconds
+#   -m MB/s     `shardkv move --rate` (default 0: no limit, the servers'
+#               default)
+#   -f MODE     the servers' --fsync (default batch, their default)
+#   -x ARGS     more shardkv-server arguments, split on spaces (e.g.
+#               "--snapshot-bytes 1099511627776")
+#   -p FILE.svg where to copy the moving-range bench's --plot of the last
+#               run; FILE-other.svg gets the other ranges' (default: none)
+#   -b BIN_DIR  where shardkv, shardkv-server and shardkv-controller are
+#               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
+#   -k          keep the work directory (logs, JSON reports, plots)
+#
+# Layout: a controller and three servers on free loopback ports. Before any
+# data, the ranges are placed with `shardkv move`: ["", "key:") on node 1,
+# ["key:", "key:000000500000") on node 2 (500,000 of the other keys with the
+# default -O), the rest on node 3. Then both key sets are loaded with
+# `shardkv bench --load`. Each run starts two open-loop benches (--mix
+# get:90,put:10 --rate OPS, --out with the per-second series, --plot): one on
+# the moving range's keys, one on the other keys. After B seconds it runs
+# `shardkv move "" key: 2 --wait` (node 1 to node 2), and the benches go on
+# for the rest of their time. Between runs the range goes back to node 1
+# without load (not measured) and the script waits until node 2 has deleted
+# its copy, so every run moves node 1 -> node 2 from the same state.
+#
+# Reported per run, then as medians: the --wait time and the range's bytes
+# (from `shardkv status` before the move) as MB/s and keys/s; the source's
+# log times (migration started, fenced ... fence_us=, committed ... ms=,
+# moved range deleted); errors; and from each bench's series the largest
+# per-second max latency and p99 in the seconds that overlap the move,
+# against the median per-second p99 before and after it.
+#
+# Every command is bounded by `timeout`; everything started is stopped on
+# exit, also on failure or Ctrl-C. Run it at `nice -n -15` on a shared machine.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+runs=3 mkeys=1000000 okeys=1000000 vsize=100 rate=2000 threads=16 before=10 after=10 allow=20
+move_rate=0 fsync=batch xargs='' plot='' bin=${SHARDKV_BIN_DIR:-} keep=
+step_timeout=${MIGRATION_STEP_TIMEOUT:-600}
+
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
+die() { echo "migration-under-load: $*" >&2; exit 1; }
+say() { echo "migration-under-load: $*" >&2; }
+
+while getopts "r:K:O:d:R:T:B:A:M:m:f:x:p:b:kh" o; do
+	case "$o" in
+	r) runs=$OPTARG ;;
+	K) mkeys=$OPTARG ;;
+	O) okeys=$OPTARG ;;
+	d) vsize=$OPTARG ;;
+	R) rate=$OPTARG ;;
+	T) threads=$OPTARG ;;
+	B) before=$OPTARG ;;
+	A) after=$OPTARG ;;
+	M) allow=$OPTARG ;;
+	m) move_rate=$OPTARG ;;
+	f) fsync=$OPTARG ;;
+	x) xargs=$OPTARG ;;
+	p) plot=$OPTARG ;;
+	b) bin=$OPTARG ;;
+	k) keep=1 ;;
+	*) usage ;;
+	esac
+done
+for v in "$runs" "$mkeys" "$okeys" "$vsize" "$rate" "$threads" "$before" "$after" "$allow" "$move_rate"; do
+	[[ $v =~ ^[0-9]+$ ]] || die "numbers expected, got '$v'"
+done
+if [ "$runs" -lt 1 ] || [ "$mkeys" -lt 1 ] || [ "$okeys" -lt 2 ] || [ "$vsize" -lt 1 ] ||
+	[ "$rate" -lt 1 ] || [ "$threads" -lt 1 ] || [ "$before" -lt 2 ] || [ "$after" -lt 2 ]; then
+	die "-r, -K, -R, -T and -d must be positive, -O at least 2, -B and -A at least 2"
+fi
+[ "$mkeys" -le 99999999 ] || die "-K is at most 99999999 (8-digit keys)"
+[ "$okeys" -le 999999999999 ] || die "-O is at most 999999999999"
+case "$fsync" in always | batch | none) ;; *) die "-f takes always, batch or none" ;; esac
+if [ -n "$plot" ]; then
+	case "$plot" in *.svg) ;; *) die "-p wants a FILE.svg" ;; esac
+	[ -d "$(dirname "$plot")" ] || die "-p: no directory $(dirname "$plot")"
+	plot=$(cd "$(dirname "$plot")" && pwd)/$(basename "$plot")
+fi
+
+command -v python3 >/dev/null || die "python3 is needed for the report"
+if [ -z "$bin" ]; then
+	for d in "$here/build-release/bin" "$here/build/bin"; do
+		[ -x "$d/shardkv-server" ] && { bin=$d; break; }
+	done
+fi
+[ -n "$bin" ] || die "no shardkv binaries (build with cmake, or give -b BIN_DIR)"
+for b in shardkv shardkv-server shardkv-controller; do
+	[ -x "$bin/$b" ] || die "$bin/$b is missing"
+done
+
+# --- processes -----------------------------------------------------------------
+work=$(mktemp -d "${TMPDIR:-/tmp}/shardkv-migration-XXXXXX")
+pids=()
+
+# Stops every process started here: shardkv servers with SIGINT (SIGTERM would
+# drain them), the rest with SIGTERM, SIGKILL after 5 s.
+stop_all() {
+	local p deadline=$((SECONDS + 5))
+	for p in "${pids[@]+"${pids[@]}"}"; do
+		if [ -f "$work/$p.int" ]; then kill -INT "$p" 2>/dev/null || true; else kill -TERM "$p" 2>/dev/null || true; fi
+	done
+	for p in "${pids[@]+"${pids[@]}"}"; do
+		while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+		kill -KILL "$p" 2>/dev/null || true
+		{ wait "$p"; } 2>/dev/null || true
+		rm -f "$work/$p.int"
+	done
+	pids=()
+}
+
+cleanup() {
+	stop_all
+	if [ -n "$keep" ]; then say "logs and reports kept in $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Prints a TCP port on 127.0.0.1 that is free.
+free_port() {
+	python3 - <<'EOF'
+import socket, random
+while True:
+    p = random.randint(20000, 60000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        s.close()
+        continue
+    s.close()
+    print(p)
+    break
+EOF
+}
+
+# Polls `cmd...` until it succeeds, at most $1 seconds.
+wait_for() {
+	local limit=$1 deadline
+	shift
+	deadline=$((SECONDS + limit))
+	until "$@" >/dev/null 2>&1; do
+		[ $SECONDS -lt $deadline ] || return 1
+		sleep 0.1
+	done
+}
+
+cli() { timeout "$step_timeout" "$bin/shardkv" -c "$ctl" --timeout 5000 "$@"; }
+
+shardkv_active() { # N: the configuration has N active nodes
+	cli config --json |
+		python3 -c 'import json,sys; c=json.load(sys.stdin); sys.exit(0 if sum(n["state"]=="active" for n in c["nodes"])==int(sys.argv[1]) else 1)' "$1"
+}
+
+# Prints the field F ("keys", "bytes") of node N in the status.
+node_stat() { # N F
+	cli status --json | python3 -c 'import json,sys; c=json.load(sys.stdin); print(next(n.get(sys.argv[2], 0) for n in c["nodes"] if n["id"]==int(sys.argv[1])))' "$1" "$2"
+}
+
+no_migrations() {
+	cli status --json | python3 -c 'import json,sys; c=json.load(sys.stdin); sys.exit(0 if not c.get("migrations") else 1)'
+}
+
+node_keys_le() { # N MAX: node N reports at most MAX keys
+	[ "$(node_stat "$1" keys)" -le "$2" ]
+}
+
+node_keys_ge() { # N MIN
+	[ "$(node_stat "$1" keys)" -ge "$2" ]
+}
+
+# Runs `shardkv -c CTL ARGS...` (a bench writing --out OUT) in the background;
+# sets bpid. bench_wait then waits for it at most $step_timeout seconds. The
+# CLI sometimes hangs in shardkv_close() after it has written its report
+# (nng_close() never returns; see README "Durability figures"): 15 s after
+# OUT is complete JSON it is killed, noted in hangs.log, and the run counts.
+bench_start() { # OUT ERR ARGS...
+	local out=$1 err=$2
+	shift 2
+	rm -f "$out"
+	"$bin/shardkv" -c "$ctl" "$@" >/dev/null 2>"$err" &
+	bpid=$!
+}
+
+bench_wait() { # PID OUT ERR
+	local p=$1 out=$2 err=$3 deadline=$((SECONDS + step_timeout)) done_at='' rc=0
+	while kill -0 "$p" 2>/dev/null; do
+		if [ -z "$done_at" ] && [ -s "$out" ] &&
+			python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$out" 2>/dev/null; then
+			done_at=$SECONDS
+		fi
+		if [ -n "$done_at" ] && [ $((SECONDS - done_at)) -ge 15 ]; then
+			echo "$(date -u +%FT%TZ) bench writing $out hung at exit" >>"$work/hangs.log"
+			say "shardkv bench hung at exit after writing its report; killed (see $work/hangs.log)"
+			kill -KILL "$p" 2>/dev/null || true
+			{ wait "$p"; } 2>/dev/null || true
+			return 0
+		fi
+		if [ $SECONDS -ge $deadline ]; then
+			kill -KILL "$p" 2>/dev/null || true
+			{ wait "$p"; } 2>/dev/null || true
+			die "shardkv bench did not finish in ${step_timeout}s (see $err)"
+		fi
+		sleep 0.2
+	done
+	{ wait "$p"; } 2>/dev/null || rc=$?
+	[ "$rc" = 0 ] || die "shardkv bench failed (exit $rc): $(tail -n 3 "$err")"
+}
+
+# --- cluster -------------------------------------------------------------------------
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+say "work dir $work; starting a controller and 3 servers (--fsync $fsync${xargs:+ $xargs})"
+port=$(free_port)
+ctl="tcp://127.0.0.1:$port"
+"$bin/shardkv-controller" --listen "$ctl" --data-dir "$work/ctl" >/dev/null 2>"$work/ctl.log" &
+pids+=($!)
+wait_for 30 cli config || die "controller did not start (see $work/ctl.log)"
+addr=()
+for i in 1 2 3; do
+	a="tcp://127.0.0.1:$(free_port)"
+	# shellcheck disable=SC2086 # -x ARGS is split on purpose
+	"$bin/shardkv-server" --listen "$a" --controller "$ctl" --data-dir "$work/s$i" --join \
+		--fsync "$fsync" $xargs >/dev/null 2>"$work/s$i.log" &
+	pids+=($!)
+	: >"$work/$!.int"
+	wait_for 30 shardkv_active "$i" || die "server $i did not become active (see $work/s$i.log)"
+	addr[i]=$a
+done
+# Node ids by address (registration order makes them 1, 2, 3; check it).
+for i in 1 2 3; do
+	id=$(cli config --json | python3 -c 'import json,sys; c=json.load(sys.stdin); print(next(n["id"] for n in c["nodes"] if n["address"]==sys.argv[1]))' "${addr[i]}")
+	[ "$id" = "$i" ] || die "server $i registered as node $id"
+done
+
+split=$(printf 'key:%012d' $((okeys / 2)))
+say "placing [\"\", key:) on node 1, [key:, $split) on node 2, [$split, \"\") on node 3"
+wait_for 60 no_migrations || die "the joins' migrations did not finish"
+cli --timeout 60000 move "" "key:" 1 --wait >>"$work/setup.log" 2>&1 || die "setup move failed (see $work/setup.log)"
+cli --timeout 60000 move "key:" "$split" 2 --wait >>"$work/setup.log" 2>&1 || die "setup move failed (see $work/setup.log)"
+cli --timeout 60000 move "$split" "" 3 --wait >>"$work/setup.log" 2>&1 || die "setup move failed (see $work/setup.log)"
+cli config >>"$work/setup.log"
+
+say "loading $mkeys keys of 8 B and $okeys keys of 16 B, values of $vsize B"
+bench_start "$work/load-moving.json" "$work/load-moving.err" --json bench --threads 8 --keys "$mkeys" \
+	--key-size 8 --value-size "$vsize" --load --ops 0 --out "$work/load-moving.json"
+bench_wait "$bpid" "$work/load-moving.json" "$work/load-moving.err"
+bench_start "$work/load-other.json" "$work/load-other.err" --json bench --threads 8 --keys "$okeys" \
+	--key-size 16 --value-size "$vsize" --load --ops 0 --out "$work/load-other.json"
+bench_wait "$bpid" "$work/load-other.json" "$work/load-other.err"
+wait_for 60 node_keys_ge 1 "$mkeys" || die "node 1 never reported $mkeys keys"
+cli status >>"$work/setup.log"
+
+# --- runs -------------------------------------------------------------------------------
+results=$work/runs.tsv
+: >"$results"
+dur=$((before + allow + after))
+mix=get:90,put:10
+
+for ((run = 1; run <= runs; run++)); do
+	say "run $run/$runs: two benches at $rate ops/s each for ${dur}s; move after ${before}s"
+	rb=$(node_stat 1 bytes)
+	rk=$(node_stat 1 keys)
+	src_lines=$(wc -l <"$work/s1.log")
+	dst_lines=$(wc -l <"$work/s2.log")
+	ta=$(date +%s.%N)
+	bench_start "$work/run$run-moving.json" "$work/run$run-moving.err" --json bench \
+		--threads "$threads" --keys "$mkeys" --key-size 8 --value-size "$vsize" --mix "$mix" \
+		--rate "$rate" --duration "$dur" --seed "$run" \
+		--out "$work/run$run-moving.json" --plot "$work/run$run-moving.svg"
+	pa=$bpid
+	tb=$(date +%s.%N)
+	bench_start "$work/run$run-other.json" "$work/run$run-other.err" --json bench \
+		--threads "$threads" --keys "$okeys" --key-size 16 --value-size "$vsize" --mix "$mix" \
+		--rate "$rate" --duration "$dur" --seed "$run" \
+		--out "$work/run$run-other.json" --plot "$work/run$run-other.svg"
+	pb=$bpid
+	sleep "$before"
+	mv_args=(move "" "key:" 2 --wait)
+	[ "$move_rate" -gt 0 ] && mv_args+=(--rate "$move_rate")
+	t0=$(date +%s.%N)
+	cli --json --timeout $((step_timeout * 1000)) "${mv_args[@]}" >"$work/run$run-move.json" 2>"$work/run$run-move.err" ||
+		die "shardkv move failed: $(cat "$work/run$run-move.err")"
+	t1=$(date +%s.%N)
+	bench_wait "$pa" "$work/run$run-moving.json" "$work/run$run-moving.err"
+	bench_wait "$pb" "$work/run$run-other.json" "$work/run$run-other.err"
+	tail -n +"$((src_lines + 1))" "$work/s1.log" >"$work/run$run-src.log"
+	tail -n +"$((dst_lines + 1))" "$work/s2.log" >"$work/run$run-dst.log"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$ta" "$tb" "$t0" "$t1" "$rb" "$rk" >>"$results"
+
+	# Back to node 1, without load, and wait until both ends are clean.
+	if [ "$run" -lt "$runs" ]; then
+		say "run $run/$runs: moving the range back to node 1 (not measured)"
+		wait_for 120 node_keys_le 1 0 || die "node 1 kept the moved range"
+		cli --timeout $((step_timeout * 1000)) move "" "key:" 1 --wait >>"$work/setup.log" 2>&1 ||
+			die "move back failed (see $work/setup.log)"
+		wait_for 120 node_keys_le 2 $((okeys - okeys / 2)) || die "node 2 kept the range after the move back"
+		wait_for 60 node_keys_ge 1 "$mkeys" || die "node 1 never reported $mkeys keys again"
+		sleep 2
+	fi
+done
+
+if [ -n "$plot" ]; then
+	cp "$work/run$runs-moving.svg" "$plot"
+	cp "$work/run$runs-other.svg" "${plot%.svg}-other.svg"
+	say "plots: $plot (moving range), ${plot%.svg}-other.svg (other ranges), run $runs"
+fi
+
+# --- report ---------------------------------------------------------------------------------
+python3 - "$work" "$runs" "$mkeys" "$okeys" "$vsize" "$rate" "$threads" "$fsync${xargs:+ $xargs}" "$move_rate" \
+	"$(nproc) CPUs; load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end" <<'EOF'
+import json, re, statistics as st, sys
+from datetime import datetime, timezone
+work, runs, mkeys, okeys, vsize, rate, threads, fsync, move_rate, cpus = sys.argv[1:]
+
+def ts(line):
+    t = line.split(" ", 1)[0]
+    return datetime.strptime(t, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+
+def first(lines, pat):
+    for l in lines:
+        m = re.search(pat, l)
+        if m:
+            return ts(l), m
+    return None, None
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return st.median(xs) if xs else float("nan")
+
+def rng(xs, f="{:.1f}"):
+    xs = [x for x in xs if x is not None]
+    return f"{f.format(min(xs))}-{f.format(max(xs))}" if xs else "-"
+
+def windows(path, launch, m0, m1):
+    """Per-second points split by the move [m0, m1] (seconds since launch)."""
+    d = json.load(open(path))
+    pts = d["series"]
+    b = [p for p in pts if launch + p["t"] <= m0]
+    du = [p for p in pts if launch + p["t"] - p["dt"] < m1 and launch + p["t"] > m0]
+    a = [p for p in pts if launch + p["t"] - p["dt"] >= m1]
+    return d, b, du, a
+
+rows = []
+for line in open(f"{work}/runs.tsv"):
+    run, ta, tb, t0, t1, rb, rk = line.split()
+    ta, tb, t0, t1, rb, rk = float(ta), float(tb), float(t0), float(t1), int(rb), int(rk)
+    mv = json.load(open(f"{work}/run{run}-move.json"))
+    wait_s = mv.get("wait_s", t1 - t0)
+    src = open(f"{work}/run{run}-src.log").read().splitlines()
+    dst = open(f"{work}/run{run}-dst.log").read().splitlines()
+    s_start, _ = first(src, r" migration started ")
+    c_start, _ = first(src, r" copy started ")
+    f_t, fm = first(src, r" fenced .*fence_us=(\d+)")
+    cm_t, cm = first(src, r" migration committed .*keys=(\d+) ms=(\d+)")
+    del_t, _ = first(src, r" moved range deleted ")
+    r = {"run": int(run), "wait_s": wait_s, "bytes": rb, "keys": rk,
+         "mb_s": rb / 1e6 / wait_s if wait_s else None, "keys_s": rk / wait_s if wait_s else None,
+         "fence_ms": int(fm.group(1)) / 1000 if fm else None,
+         "copy_s": (f_t - c_start) if f_t and c_start else None,
+         "commit_ms": int(cm.group(2)) if cm else None,
+         "delete_s": (del_t - cm_t) if del_t and cm_t else None}
+    for name, launch in (("moving", ta), ("other", tb)):
+        d, b, du, a = windows(f"{work}/run{run}-{name}.json", launch, t0, t1)
+        r[name] = {
+            "errors": d["errors"], "errors_during": sum(p["errors"] for p in du),
+            "kinds": d.get("errors_by_kind", {}),
+            "max_during_ms": max((p["max_us"] for p in du), default=0) / 1000,
+            "max_all_ms": d["latency_us"]["max"] / 1000,
+            "p99_before": med([p["p99_us"] for p in b]) / 1000,
+            "p99_during": max((p["p99_us"] for p in du), default=float("nan")) / 1000,
+            "p99_after": med([p["p99_us"] for p in a]) / 1000,
+            "max_before_ms": max((p["max_us"] for p in b), default=0) / 1000,
+            "ops_s": d["ops_per_sec"], "npts": (len(b), len(du), len(a))}
+    rows.append(r)
+
+print(f"# moving [\"\", \"key:\") ({mkeys} keys of 8 B, values of {vsize} B) from node 1 to node 2 of a 3-node")
+print(f"# loopback cluster ({cpus};")
+print(f"# 3 servers, the controller and both benches share the CPUs), --fsync {fsync},")
+print(f"# move --rate {move_rate or 'unlimited'}; two open-loop benches --mix get:90,put:10 --rate {rate} --threads {threads}:")
+print(f"# 'moving' on the range's keys, 'other' on {okeys} keys on nodes 2 and 3. Per-second series: 'during' = the")
+print(f"# seconds that overlap the move (max of per-second p99 and max), before/after = median of per-second p99.")
+print()
+print(f"{'run':>3} {'wait s':>7} {'MB':>7} {'MB/s':>7} {'keys/s':>9} {'copy s':>7} {'fence ms':>9} {'commit ms':>10} {'delete s':>9}")
+for r in rows:
+    def f(x, fmt):
+        return fmt.format(x) if x is not None else "-"
+    print(f"{r['run']:>3} {r['wait_s']:>7.3f} {r['bytes']/1e6:>7.1f} {f(r['mb_s'], '{:.1f}'):>7} {f(r['keys_s'], '{:.0f}'):>9} "
+          f"{f(r['copy_s'], '{:.3f}'):>7} {f(r['fence_ms'], '{:.3f}'):>9} {f(r['commit_ms'], '{}'):>10} {f(r['delete_s'], '{:.2f}'):>9}")
+print(f"med {med([r['wait_s'] for r in rows]):>7.3f} {med([r['bytes']/1e6 for r in rows]):>7.1f} "
+      f"{med([r['mb_s'] for r in rows]):>7.1f} {med([r['keys_s'] for r in rows]):>9.0f} {med([r['copy_s'] for r in rows]):>7.3f} "
+      f"{med([r['fence_ms'] for r in rows]):>9.3f} {med([r['commit_ms'] for r in rows]):>10.0f} {med([r['delete_s'] for r in rows]):>9.2f}")
+print(f"range: wait {rng([r['wait_s'] for r in rows], '{:.3f}')} s, MB/s {rng([r['mb_s'] for r in rows])}, "
+      f"fence {rng([r['fence_ms'] for r in rows], '{:.3f}')} ms")
+print()
+print(f"{'bench':<7} {'run':>3} {'ops/s':>7} {'errors':>6} {'max during ms':>14} {'max before ms':>14} {'p99 before':>11} {'p99 during':>11} {'p99 after':>10} {'pts b/d/a':>10}")
+for name in ("moving", "other"):
+    for r in rows:
+        x = r[name]
+        print(f"{name:<7} {r['run']:>3} {x['ops_s']:>7.0f} {x['errors']:>6} {x['max_during_ms']:>14.2f} {x['max_before_ms']:>14.2f} "
+              f"{x['p99_before']:>11.3f} {x['p99_during']:>11.3f} {x['p99_after']:>10.3f} {'/'.join(map(str, x['npts'])):>10}"
+              + (f"  {x['kinds']}" if x['kinds'] else ""))
+    xs = [r[name] for r in rows]
+    print(f"{name:<7} {'med':>3} {med([x['ops_s'] for x in xs]):>7.0f} {sum(x['errors'] for x in xs):>6} "
+          f"{med([x['max_during_ms'] for x in xs]):>14.2f} {med([x['max_before_ms'] for x in xs]):>14.2f} "
+          f"{med([x['p99_before'] for x in xs]):>11.3f} {med([x['p99_during'] for x in xs]):>11.3f} {med([x['p99_after'] for x in xs]):>10.3f}")
+print()
+mx = max(max(r["moving"]["max_during_ms"], r["other"]["max_during_ms"]) for r in rows)
+errs = sum(r["moving"]["errors"] + r["other"]["errors"] for r in rows)
+ob = med([r["other"]["p99_before"] for r in rows])
+od = med([r["other"]["p99_during"] for r in rows])
+mbs = med([r["mb_s"] for r in rows])
+print("targets:")
+print(f"  longest wait < 50 ms: {mx:.1f} ms (largest per-second max in the move's seconds, both benches, all runs): "
+      f"{'met' if mx < 50 else 'missed'}")
+print(f"  0 errors: {errs}: {'met' if errs == 0 else 'missed'}")
+print(f"  other ranges' p99 within 20% of no migration: {od:.3f} ms during vs {ob:.3f} ms before "
+      f"({(od / ob - 1) * 100:+.0f}%): {'met' if od <= 1.2 * ob else 'missed'}")
+print(f"  migration > 100 MB/s: {mbs:.1f} MB/s ({med([r['keys_s'] for r in rows]):.0f} keys/s; Redis Cluster ~13k keys/s): "
+      f"{'met' if mbs > 100 else 'missed'}")
+EOF
+if [ -s "$work/hangs.log" ]; then
+	echo "note: $(wc -l <"$work/hangs.log") shardkv bench process(es) hung in shardkv_close() after writing their report and were killed; their results count"
+fi
