@@ -250,7 +250,7 @@ setup(void **state_)
 	}
 	if (getenv("KV_TEST_NO_MOUNT") == NULL && mount("tmpfs", mnt, "tmpfs", 0, FS_SIZE) == 0) {
 		mounted = true;
-		printf("    data dir on a tmpfs of %s%s\n", FS_SIZE + 5,
+		printf("    data dir on a tmpfs of %s%s\n", &FS_SIZE[5],
 		       own_namespace ? " (private mount namespace)" : "");
 	} else {
 		use_rlimit = true;

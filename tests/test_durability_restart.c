@@ -248,6 +248,9 @@ wait_writers_progress(unsigned more, const char *when)
 }
 
 /* Appends a problem to msg (the first few are kept). */
+static void problem(char *msg, size_t len, long *bad, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 static void
 problem(char *msg, size_t len, long *bad, const char *fmt, ...)
 {
