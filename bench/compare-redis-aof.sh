@@ -25,6 +25,10 @@
 #   -b BIN_DIR  where shardkv, shardkv-server and shardkv-controller are
 #               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
 #   -k          keep the work directory (logs, JSON reports, data)
+#   -s HANDLES  shardkv bench --connections: client handles the writers
+#               share (default: one per writer, like redis-benchmark's
+#               connections; 1: every writer on one handle, whose concurrent
+#               ops libshardkv coalesces into shared requests)
 #
 # Write passes: for every run and every writer count, a fresh one-node shardkv
 # (controller + one server) with --fsync always, batch and none, each followed
@@ -52,14 +56,14 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 clients="1 50" ops=50000 vsize=100 runs=3 keys=100000 load_keys=10000000
-parent=${TMPDIR:-/tmp} cold='' bin=${SHARDKV_BIN_DIR:-} keep=''
+parent=${TMPDIR:-/tmp} cold='' bin=${SHARDKV_BIN_DIR:-} keep='' handles=''
 step_timeout=${COMPARE_STEP_TIMEOUT:-600}
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 die() { echo "compare-redis-aof: $*" >&2; exit 1; }
 say() { echo "compare-redis-aof: $*" >&2; }
 
-while getopts "c:n:d:r:K:L:w:Cb:kh" o; do
+while getopts "c:n:d:r:K:L:w:Cb:ks:h" o; do
 	case "$o" in
 	c) clients=$OPTARG ;;
 	n) ops=$OPTARG ;;
@@ -71,10 +75,11 @@ while getopts "c:n:d:r:K:L:w:Cb:kh" o; do
 	C) cold=1 ;;
 	b) bin=$OPTARG ;;
 	k) keep=1 ;;
+	s) handles=$OPTARG ;;
 	*) usage ;;
 	esac
 done
-for v in $clients "$ops" "$vsize" "$runs" "$keys" "$load_keys"; do
+for v in $clients "$ops" "$vsize" "$runs" "$keys" "$load_keys" ${handles:+"$handles"}; do
 	[[ $v =~ ^[0-9]+$ ]] || die "numbers expected, got '$v'"
 done
 for v in $clients; do [ "$v" -ge 1 ] || die "-c takes positive writer counts"; done
@@ -287,7 +292,9 @@ shardkv_pass() {
 	local run=$1 c=$2 fs=$3 dir=$work/w/r$1-c$2-shardkv-$3 out
 	start_shardkv "$dir" "$fs"
 	out=$dir/bench.json
-	run_bench "$out" "$dir/bench.err" --json bench --threads "$c" --connections "$c" \
+	conns=$c
+	if [ -n "$handles" ] && [ "$handles" -lt "$c" ]; then conns=$handles; fi
+	run_bench "$out" "$dir/bench.err" --json bench --threads "$c" --connections "$conns" \
 		--keys "$keys" --key-size 16 --value-size "$vsize" --mix put:1 --ops "$ops" \
 		--out "$out" ||
 		die "shardkv bench ($fs, $c writers) failed: $(tail -n 3 "$dir/bench.err")"
