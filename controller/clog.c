@@ -116,6 +116,21 @@ all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
+/* Returns whether an intact record (a length that fits the file, a matching
+ * checksum) starts anywhere in b[from, n). */
+static bool
+intact_after(const uint8_t *b, size_t n, size_t from)
+{
+	for (size_t off = from; off < n && n - off >= 12; off++) {
+		uint32_t len = kv_get32(b + off);
+		if (len == 0 || len > KV_CLOG_MAX_RECORD || (size_t)len > n - off - 12)
+			continue;
+		if (kv_get64(b + off + 4) == (kv_hash64(b + off, 4) ^ kv_hash64(b + off + 12, len)))
+			return true;
+	}
+	return false;
+}
+
 /* Checks the header and replays the records; sets l->size to the end of the
  * last intact record. */
 static int
@@ -140,7 +155,7 @@ replay(kv_clog *l, const uint8_t *b, size_t n, kv_clog_record_cb cb, void *arg, 
 	while (off < n) {
 		size_t left = n - off;
 		uint32_t len;
-		bool last;
+		bool torn;
 		if (left < 12)
 			break; /* torn frame header */
 		len = kv_get32(b + off);
@@ -152,17 +167,28 @@ replay(kv_clog *l, const uint8_t *b, size_t n, kv_clog_record_cb cb, void *arg, 
 			    "config log %s: corrupt record at offset %zu (bad length %u)", l->path,
 			    off, len);
 		}
-		if ((size_t)len > left - 12)
-			break; /* torn payload */
-		last = off + 12 + len == n;
-		if (kv_get64(b + off + 4) !=
-		    (kv_hash64(b + off, 4) ^ kv_hash64(b + off + 12, len))) {
-			if (last)
-				break; /* the last append did not reach the disk whole */
-			return kv_errf(
-			    err, errlen, KV_ECORRUPT,
-			    "config log %s: corrupt record at offset %zu (checksum mismatch)",
-			    l->path, off);
+		/* A last record that runs past the end or fails its checksum
+		 * where the file ends is a torn append, cut off below - unless
+		 * an intact record follows it anywhere: then its length field
+		 * is damaged, and cutting would drop the records after it. */
+		torn = (size_t)len > left - 12;
+		if (!torn && kv_get64(b + off + 4) !=
+		                 (kv_hash64(b + off, 4) ^ kv_hash64(b + off + 12, len))) {
+			if (off + 12 + len != n)
+				return kv_errf(err, errlen, KV_ECORRUPT,
+				               "config log %s: corrupt record at offset %zu "
+				               "(checksum mismatch)",
+				               l->path, off);
+			torn = true;
+		}
+		if (torn) {
+			if (intact_after(b, n, off + 1))
+				return kv_errf(
+				    err, errlen, KV_ECORRUPT,
+				    "config log %s: corrupt record at offset %zu (bad length "
+				    "%u or checksum, and intact records follow)",
+				    l->path, off, len);
+			break; /* the last append did not reach the disk whole */
 		}
 		if (cb != NULL) {
 			int rv = cb(arg, b + off + 12, len, off);

@@ -3,7 +3,9 @@
 # Safe to run repeatedly: it installs only what is missing. Needs root (or sudo).
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config clang clang-format
+# libclang-rt-14-dev: clang's sanitizer and libFuzzer runtimes (only
+# recommended by clang, so --no-install-recommends would leave it out).
+pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
       libprotobuf-c-dev protobuf-c-compiler libnng-dev libcmocka-dev
       liburcu-dev libxxhash-dev)
 

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Builds shardkv with -Werror and runs every test; then builds with
-# ThreadSanitizer and runs the concurrency tests again. Exits non-zero on any
-# failure. Usage: scripts/test.sh [--no-tsan] [--asan]
+# ThreadSanitizer and runs the concurrency tests again; then runs every
+# libFuzzer harness of fuzz/ for a few seconds (scripts/fuzz.sh). Exits
+# non-zero on any failure. Usage: scripts/test.sh [--no-tsan] [--asan] [--no-fuzz]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tsan=1
 asan=0
+fuzz=1
 for a in "$@"; do
 	case "$a" in
 	--no-tsan) tsan=0 ;;
 	--asan) asan=1 ;;
-	*) echo "usage: scripts/test.sh [--no-tsan] [--asan]" >&2; exit 2 ;;
+	--no-fuzz) fuzz=0 ;;
+	*) echo "usage: scripts/test.sh [--no-tsan] [--asan] [--no-fuzz]" >&2; exit 2 ;;
 	esac
 done
 bash scripts/setup.sh
@@ -40,4 +43,9 @@ if [ "$tsan" = 1 ]; then
 	cmake --build build-tsan -j"$jobs"
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 		ctest --test-dir build-tsan --output-on-failure -L concurrency
+fi
+
+if [ "$fuzz" = 1 ]; then
+	echo "== fuzzers (bounded; scripts/fuzz.sh -t SECONDS for longer runs)"
+	bash scripts/fuzz.sh
 fi

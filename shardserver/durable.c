@@ -422,6 +422,13 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	return rv;
 }
 
+int
+kv_dur_replay_record_for_test(kv_store *store, kv_dedup *dedup, const uint8_t *p, size_t n)
+{
+	replay_ctx c = {.store = store, .dedup = dedup};
+	return replay_cb(&c, 1, p, n);
+}
+
 /* ------------------------------------------------------------------------
  * Snapshots
  * ------------------------------------------------------------------------ */

@@ -138,4 +138,9 @@ void kv_dur_stats_get(kv_dur *d, kv_dur_stats *st);
 /* Takes a snapshot now (tests and shutdown); 0 or an error. */
 int kv_dur_snapshot(kv_dur *d);
 
+/* Test hook (unit tests, fuzz/): applies one log record payload (the bytes
+ * of a wal.h record) to store and dedup exactly as recovery does. Returns 0,
+ * KV_ECORRUPT for a malformed record, or the store's error. */
+int kv_dur_replay_record_for_test(kv_store *store, kv_dedup *dedup, const uint8_t *p, size_t n);
+
 #endif

@@ -216,6 +216,65 @@ corrupt_length_in_the_middle_is_detected(void **state)
 	assert_non_null(strstr(err, "bad length"));
 }
 
+/* A length field damaged to a value that runs past the end of the file is
+ * not a torn last append when intact records follow it (found by
+ * fuzz/fuzz_clog_open): cutting there dropped every later configuration. */
+static void
+length_past_the_end_before_intact_records_is_detected(void **state)
+{
+	struct dir *d = *state;
+	struct seen s = {0};
+	char err[256] = "", want[64];
+	kv_clog *l = NULL;
+	off_t size;
+	int fd;
+
+	write_records(d->path, 3);
+	size = file_size(d->file);
+	fd = open(d->file, O_WRONLY);
+	/* 584 bytes of payload: more than the file has after the first frame */
+	assert_int_equal(pwrite(fd, "\x48\x02\x00\x00", 4, KV_CLOG_HEADER_SIZE), 4);
+	close(fd);
+	assert_int_equal(kv_clog_open(d->path, collect, &s, &l, NULL, err, sizeof(err)),
+	                 KV_ECORRUPT);
+	assert_null(l);
+	assert_int_equal(s.n, 0);
+	snprintf(want, sizeof(want), "offset %u", KV_CLOG_HEADER_SIZE);
+	assert_non_null(strstr(err, want));
+	assert_non_null(strstr(err, "intact records follow"));
+	assert_int_equal(file_size(d->file), size); /* nothing was cut */
+}
+
+/* The same with a length that ends exactly at the end of the file: its
+ * checksum fails where the file ends, like a torn last append, but the
+ * record after it is intact. */
+static void
+length_reaching_the_end_over_intact_records_is_detected(void **state)
+{
+	struct dir *d = *state;
+	struct seen s = {0};
+	char err[256] = "", want[64];
+	kv_clog *l = NULL;
+	off_t size;
+	int fd;
+
+	write_records(d->path, 3); /* frames of 12 + 8 bytes ("config-N") */
+	size = file_size(d->file);
+	fd = open(d->file, O_WRONLY);
+	/* the second record now claims its own payload and the third frame */
+	assert_int_equal(pwrite(fd, "\x1c\x00\x00\x00", 4, KV_CLOG_HEADER_SIZE + 20), 4);
+	close(fd);
+	assert_int_equal(KV_CLOG_HEADER_SIZE + 20 + 12 + 28, size);
+	assert_int_equal(kv_clog_open(d->path, collect, &s, &l, NULL, err, sizeof(err)),
+	                 KV_ECORRUPT);
+	assert_null(l);
+	assert_int_equal(s.n, 1);
+	snprintf(want, sizeof(want), "offset %u", KV_CLOG_HEADER_SIZE + 20);
+	assert_non_null(strstr(err, want));
+	assert_non_null(strstr(err, "intact records follow"));
+	assert_int_equal(file_size(d->file), size);
+}
+
 static void
 zero_length_file_is_initialised(void **state)
 {
@@ -330,6 +389,10 @@ main(void)
 	        corrupt_middle_record_stops_the_open_naming_file_and_offset, setup, teardown),
 	    cmocka_unit_test_setup_teardown(corrupt_length_in_the_middle_is_detected, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(length_past_the_end_before_intact_records_is_detected,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(length_reaching_the_end_over_intact_records_is_detected,
+	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(zero_length_file_is_initialised, setup, teardown),
 	    cmocka_unit_test_setup_teardown(truncated_header_is_reinitialised, setup, teardown),
 	    cmocka_unit_test_setup_teardown(damaged_header_is_refused, setup, teardown),

@@ -1,0 +1,92 @@
+/*
+ * fuzz_client_reply.c - what libshardkv decodes from a shard server: the
+ * bytes of a Response through kvc_decode_reply (one op) and
+ * kvc_decode_reply_batch (1 to 4 ops), as they come off the network. The
+ * scan entries of a decoded reply then go through kvc_entries_merge, as
+ * ops.c merges the replies of several servers.
+ */
+#include "client/client_int.h"
+#include "common/err.h"
+#include "fuzz/fuzz_util.h"
+
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void
+touch_buf(const kv_buf *b, int must_have_data)
+{
+	if (must_have_data)
+		FZ_CHECK(b->data != NULL);
+	if (b->data)
+		fz_touch(b->data, b->len);
+	else
+		FZ_CHECK(b->len == 0);
+}
+
+/* Everything a caller of the library may read in a decoded reply. */
+static void
+check_reply(kvc_reply *r)
+{
+	if (r->error)
+		fz_touch(r->error, strlen(r->error));
+	if (r->hint.set) {
+		touch_buf(&r->hint.start, 1);
+		touch_buf(&r->hint.end, 1);
+		if (r->hint.address)
+			fz_touch(r->hint.address, strlen(r->hint.address));
+	}
+	touch_buf(&r->value, 0);
+	FZ_CHECK(r->value.len <= KV_HARD_MAX_VALUE);
+	for (size_t i = 0; i < r->nvalues; i++)
+		touch_buf(&r->values[i], 1);
+	if (r->nmissing)
+		fz_touch(r->missing, r->nmissing * sizeof(*r->missing));
+	for (size_t i = 0; i < r->nentries; i++) {
+		touch_buf(&r->entries[i].key, 1);
+		touch_buf(&r->entries[i].value, 1);
+		FZ_CHECK(r->entries[i].key.len <= KV_HARD_MAX_KEY);
+	}
+	touch_buf(&r->next_cursor, 0);
+}
+
+/* Merges the reply's scan entries as ops.c does; the result must be
+ * strictly increasing and within the limit. */
+static void
+merge_entries(kvc_reply *r, size_t limit)
+{
+	kvc_entries acc = {0};
+	long got;
+
+	if (r->nentries == 0)
+		return;
+	got = kvc_entries_merge(&acc, r->entries, r->nentries, limit);
+	FZ_CHECK(got >= 0 && (size_t)got == acc.n && acc.n <= r->nentries);
+	FZ_CHECK(limit == 0 || acc.n <= limit);
+	for (size_t i = 1; i < acc.n; i++)
+		FZ_CHECK(kv_key_cmp(acc.entries[i - 1].key.data, acc.entries[i - 1].key.len,
+		                    acc.entries[i].key.data, acc.entries[i].key.len) < 0);
+	kvc_entries_fini(&acc);
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	kvc_reply r, b[4];
+	kvc_reply *bp[4] = {&b[0], &b[1], &b[2], &b[3]};
+
+	if (kvc_decode_reply(data, size, &r) == KV_OK) {
+		check_reply(&r);
+		merge_entries(&r, r.nentries > 1 ? r.nentries - 1 : 0);
+		kvc_reply_fini(&r);
+	}
+	for (size_t nr = 1; nr <= 4; nr++) {
+		if (kvc_decode_reply_batch(data, size, bp, nr) != KV_OK)
+			continue;
+		for (size_t i = 0; i < nr; i++) {
+			check_reply(bp[i]);
+			kvc_reply_fini(bp[i]);
+		}
+	}
+	return 0;
+}
