@@ -47,17 +47,18 @@ struct kv_rpc_server {
 	atomic_uint_fast64_t refused; /* connections refused over max_conns */
 };
 
-/* Pipe events: counts connections and refuses those over the bound (a pipe
- * closed before it is added gets no further events). */
+/* Pipe events: counts connections once they are added and closes those
+ * over the bound (a closed pipe then gets its REM_POST, which uncounts it;
+ * closing in ADD_PRE instead would leave the count to nng's version of
+ * which events follow). */
 static void
 rpc_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	kv_rpc_server *s = arg;
 
-	if (ev == NNG_PIPE_EV_ADD_PRE) {
-		unsigned cur = atomic_fetch_add(&s->conns, 1);
-		if (s->max_conns != 0 && cur >= s->max_conns) {
-			atomic_fetch_sub(&s->conns, 1);
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		unsigned now = atomic_fetch_add(&s->conns, 1) + 1;
+		if (s->max_conns != 0 && now > s->max_conns) {
 			if (atomic_fetch_add(&s->refused, 1) % 1000 == 0)
 				KV_WARN("rpc", "connection refused: too many connections", "max=%u",
 				        s->max_conns);
@@ -254,7 +255,7 @@ kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out)
 		goto err_after_alloc;
 	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, o->max_msg ? o->max_msg : KV_RPC_MAX_MSG);
 	s->max_conns = o->max_conns;
-	if ((rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, rpc_pipe_cb, s)) != 0 ||
+	if ((rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, rpc_pipe_cb, s)) != 0 ||
 	    (rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, rpc_pipe_cb, s)) != 0)
 		goto err_after_open;
 	for (i = 0; i < s->n; i++) {

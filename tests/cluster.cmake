@@ -37,5 +37,7 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   # The shared secret (--auth-token-file) on every binary; it also sends
   # hand-made transfer messages (kv_sc_xfer_encode_auth), hence kv_server.
   kv_cluster_test(test_cluster_auth 180)
+  # --max-memory, --max-batch, --max-message and --max-connections.
+  kv_cluster_test(test_server_limits 120)
   target_link_libraries(test_cluster_auth PRIVATE kv_server)
 endif()
