@@ -43,30 +43,60 @@ struct kv_rpc_server {
 	kv_rpc_pending *slots;        /* n request slots */
 	atomic_bool closing;          /* destroy has begun: callbacks stop re-arming */
 	unsigned max_conns;           /* connections accepted at once; 0: no bound */
-	atomic_uint conns;            /* connections now */
+	atomic_uint conns;            /* connections now (npipes, for lock-free reads) */
 	atomic_uint_fast64_t refused; /* connections refused over max_conns */
+	pthread_mutex_t pipe_mu;      /* protects pipes, npipes, cappipes (a leaf) */
+	uint32_t *pipes;              /* ids of the counted connections */
+	size_t npipes;                /* entries in pipes */
+	size_t cappipes;              /* allocated */
 };
 
-/* Pipe events: counts connections once they are added and closes those
- * over the bound (a closed pipe then gets its REM_POST, which uncounts it;
- * closing in ADD_PRE instead would leave the count to nng's version of
- * which events follow). */
+/* Pipe events. A connection is counted in ADD_PRE when there is room and
+ * its id remembered; one over the bound is closed there and never counted.
+ * REM_POST uncounts only remembered ids, so the count stays exact whichever
+ * events nng delivers for a pipe closed while it is being set up. */
 static void
 rpc_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	kv_rpc_server *s = arg;
+	uint32_t id = (uint32_t)nng_pipe_id(p);
 
-	if (ev == NNG_PIPE_EV_ADD_POST) {
-		unsigned now = atomic_fetch_add(&s->conns, 1) + 1;
-		if (s->max_conns != 0 && now > s->max_conns) {
+	pthread_mutex_lock(&s->pipe_mu);
+	if (ev == NNG_PIPE_EV_ADD_PRE) {
+		bool room = s->max_conns == 0 || s->npipes < s->max_conns;
+		if (room && s->npipes == s->cappipes) {
+			size_t nc = s->cappipes ? s->cappipes * 2 : 64;
+			uint32_t *n = realloc(s->pipes, nc * sizeof(*n));
+			if (n == NULL) {
+				room = false;
+			} else {
+				s->pipes = n;
+				s->cappipes = nc;
+			}
+		}
+		if (room) {
+			s->pipes[s->npipes++] = id;
+			atomic_store(&s->conns, (unsigned)s->npipes);
+		}
+		pthread_mutex_unlock(&s->pipe_mu);
+		if (!room) {
 			if (atomic_fetch_add(&s->refused, 1) % 1000 == 0)
 				KV_WARN("rpc", "connection refused: too many connections", "max=%u",
 				        s->max_conns);
 			nng_pipe_close(p);
 		}
-	} else if (ev == NNG_PIPE_EV_REM_POST) {
-		atomic_fetch_sub(&s->conns, 1);
+		return;
 	}
+	if (ev == NNG_PIPE_EV_REM_POST) {
+		for (size_t i = 0; i < s->npipes; i++) {
+			if (s->pipes[i] == id) {
+				s->pipes[i] = s->pipes[--s->npipes];
+				atomic_store(&s->conns, (unsigned)s->npipes);
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->pipe_mu);
 }
 
 struct kv_rpc_client {
@@ -255,7 +285,8 @@ kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out)
 		goto err_after_alloc;
 	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, o->max_msg ? o->max_msg : KV_RPC_MAX_MSG);
 	s->max_conns = o->max_conns;
-	if ((rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, rpc_pipe_cb, s)) != 0 ||
+	pthread_mutex_init(&s->pipe_mu, NULL);
+	if ((rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, rpc_pipe_cb, s)) != 0 ||
 	    (rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, rpc_pipe_cb, s)) != 0)
 		goto err_after_open;
 	for (i = 0; i < s->n; i++) {
@@ -280,6 +311,8 @@ err_after_open:
 	for (i = 0; i < s->n; i++)
 		if (s->slots[i].aio)
 			nng_aio_free(s->slots[i].aio);
+	pthread_mutex_destroy(&s->pipe_mu);
+	free(s->pipes);
 	free(s->slots);
 	free(s);
 	return kv_err_from_nng(rv);
@@ -316,6 +349,8 @@ kv_rpc_server_destroy(kv_rpc_server *s)
 			nng_msg_free(s->slots[i].early);
 		pthread_mutex_destroy(&s->slots[i].mu);
 	}
+	pthread_mutex_destroy(&s->pipe_mu);
+	free(s->pipes);
 	free(s->slots);
 	free(s);
 }
