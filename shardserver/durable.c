@@ -271,50 +271,42 @@ typedef struct {
 	bool bad;         /* ran past the end */
 } rd;
 
+/* Takes n bytes, or marks the reader bad and returns NULL. */
+static const uint8_t *
+rd_take(rd *r, size_t n)
+{
+	const uint8_t *p = r->p;
+	if (r->bad || r->n < n) {
+		r->bad = true;
+		r->n = 0;
+		return NULL;
+	}
+	r->p += n;
+	r->n -= n;
+	return p;
+}
+
 static uint32_t
 rd32(rd *r)
 {
-	if (r->n < 4) {
-		r->bad = true;
-		r->n = 0;
-		return 0;
-	}
-	uint32_t v = kv_get32(r->p);
-	r->p += 4;
-	r->n -= 4;
-	return v;
+	const uint8_t *p = rd_take(r, 4);
+	return p ? kv_get32(p) : 0;
 }
 
 static uint64_t
 rd64(rd *r)
 {
-	if (r->n < 8) {
-		r->bad = true;
-		r->n = 0;
-		return 0;
-	}
-	uint64_t v = kv_get64(r->p);
-	r->p += 8;
-	r->n -= 8;
-	return v;
+	const uint8_t *p = rd_take(r, 8);
+	return p ? kv_get64(p) : 0;
 }
 
 /* Takes a u32 length and that many bytes. */
 static kv_bytes
 rdbytes(rd *r)
 {
-	kv_bytes b = {0};
 	uint32_t len = rd32(r);
-	if (r->bad || len > r->n) {
-		r->bad = true;
-		r->n = 0;
-		return b;
-	}
-	b.p = r->p;
-	b.len = len;
-	r->p += len;
-	r->n -= len;
-	return b;
+	const uint8_t *p = rd_take(r, len);
+	return p ? (kv_bytes){p, len} : (kv_bytes){0};
 }
 
 /* Applies one replayed record. */

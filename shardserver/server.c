@@ -858,6 +858,14 @@ typedef struct {
 	bool logged[];     /* per op: it put a record in the log */
 } held_reply;
 
+/* Whether op i of the request put a record in the log: a successful write
+ * (a retry answered from memory has one from its first attempt). */
+static bool
+logged_write(const kv_req *rq, const kv_resp *resp, size_t i)
+{
+	return (op_table[rq->ops[i].kind].flags & OPF_WRITE) && resp->results[i].status == KV_OK;
+}
+
 /* The answer when the log failed: ops that logged a record get the log's
  * error (they are applied in memory and the log keeps retrying them, so
  * they may or may not survive a restart); the others shared the reply and
@@ -914,6 +922,7 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	const char *why = NULL;
 	bool wrote = false;
 	held_reply *h = NULL;
+	uint64_t lsn = 0;
 	int rv;
 
 	/* Counted before `closing` is read: shutdown waits for zero after
@@ -971,16 +980,7 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 				dispatch(s, &rq, &rq.ops[i], &resp.results[i]);
 				kv_srv_count_error(s, resp.results[i].status);
 				total += result_bytes(&resp.results[i]);
-				/* A successful write has a record in the log (a retry
-				 * answered from memory has one from its first attempt). */
-				if ((op_table[rq.ops[i].kind].flags & OPF_WRITE) &&
-				    resp.results[i].status == KV_OK) {
-					if (h == NULL)
-						h = calloc(1, sizeof(*h) + rq.nops * sizeof(bool));
-					if (h != NULL)
-						h->logged[i] = true;
-					wrote = true;
-				}
+				wrote |= logged_write(&rq, &resp, i);
 			}
 		}
 	}
@@ -994,48 +994,49 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		                 .error = "out of memory encoding the reply"};
 		rv = kv_sc_resp_encode(&small, reply);
 	}
-	for (size_t i = 0; i < resp.nresults; i++)
-		kv_sc_result_fini(&resp.results[i]);
-	free(resp.results);
-	kv_sc_req_fini(&rq);
-
 	/* Answer only once the log holds everything this request may have
 	 * seen or done: its own writes, and writes by others it read (so no
 	 * reply reveals a write a crash could still take back). Only client
 	 * writes count: an incoming transfer's records are synced before the
 	 * range is served, so a copy in progress holds up no reply. A log that
-	 * is failing does not hold up reads. */
-	uint64_t lsn =
-	    s->dur && rv == 0 && resp.nresults > 0 && kv_dur_mode(s->dur) != KV_FSYNC_NONE
-	        ? atomic_load(&s->visible_lsn)
-	        : 0;
+	 * is failing does not hold up reads. The common cases (--fsync none,
+	 * or the log already there) allocate nothing. */
+	if (s->dur && rv == 0 && resp.nresults > 0 && kv_dur_mode(s->dur) != KV_FSYNC_NONE)
+		lsn = atomic_load(&s->visible_lsn);
 	if (lsn > 0 && lsn > kv_dur_durable_lsn(s->dur) && (wrote || kv_dur_health(s->dur) == 0)) {
-		if (h == NULL)
-			h = calloc(1, sizeof(*h) + resp.nresults * sizeof(bool));
+		h = calloc(1, sizeof(*h) + resp.nresults * sizeof(bool));
 		if (h != NULL) {
-			h->s = s;
-			h->p = p;
-			h->msg = *reply;
-			h->wrote = wrote;
-			h->nops = resp.nresults;
-			h->req_id = resp.request_id;
-			h->epoch = resp.epoch;
-			h->node_id = resp.node_id;
+			*h = (held_reply){.s = s,
+			                  .p = p,
+			                  .msg = *reply,
+			                  .wrote = wrote,
+			                  .nops = resp.nresults,
+			                  .req_id = resp.request_id,
+			                  .epoch = resp.epoch,
+			                  .node_id = resp.node_id};
+			for (size_t i = 0; i < resp.nresults; i++)
+				h->logged[i] = logged_write(&rq, &resp, i);
 			*reply = NULL;
-			if (kv_dur_notify(s->dur, lsn, held_reply_done, h) != 0)
-				held_reply_done(h, KV_ECLOSED);
-			return KV_RPC_DEFERRED;
+		} else {
+			nng_msg_free(*reply);
+			*reply = NULL;
+			kv_resp small = {.request_id = resp.request_id,
+			                 .epoch = resp.epoch,
+			                 .node_id = resp.node_id,
+			                 .status = KV_ENOMEM,
+			                 .error = "out of memory holding the reply"};
+			rv = kv_sc_resp_encode(&small, reply);
 		}
-		nng_msg_free(*reply);
-		*reply = NULL;
-		kv_resp small = {.request_id = resp.request_id,
-		                 .epoch = resp.epoch,
-		                 .node_id = resp.node_id,
-		                 .status = KV_ENOMEM,
-		                 .error = "out of memory holding the reply"};
-		rv = kv_sc_resp_encode(&small, reply);
 	}
-	free(h);
+	for (size_t i = 0; i < resp.nresults; i++)
+		kv_sc_result_fini(&resp.results[i]);
+	free(resp.results);
+	kv_sc_req_fini(&rq);
+	if (h != NULL) {
+		if (kv_dur_notify(s->dur, lsn, held_reply_done, h) != 0)
+			held_reply_done(h, KV_ECLOSED);
+		return KV_RPC_DEFERRED;
+	}
 	atomic_fetch_sub(&s->inflight, 1);
 	return rv;
 }
