@@ -390,3 +390,76 @@ kv_metrics_write(kv_buf *out, const kv_metric *m, size_t n)
 	}
 	return rv;
 }
+
+/* ------------------------------------------------------------------------
+ * Latency histograms
+ * ------------------------------------------------------------------------ */
+
+/* Upper bounds of the finite buckets, in microseconds. */
+static const uint32_t lat_bounds_us[KV_LAT_BUCKETS] = {
+    50,    100,    250,    500,    1000,    2500,    5000,    10000,    25000,
+    50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000,
+};
+
+void
+kv_lat_hist_observe(kv_lat_hist *h, uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	size_t i = 0;
+
+	while (i < KV_LAT_BUCKETS && us > lat_bounds_us[i])
+		i++;
+	atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);
+}
+
+/* name_suffix{label="lvalue"[,le="le"]} value */
+static int
+write_hist_line(kv_buf *out, const char *name, const char *suffix, const char *label,
+                const char *lvalue, const char *le, const char *value)
+{
+	int rv;
+
+	if ((rv = put(out, name)) != KV_OK || (rv = put(out, suffix)) != KV_OK ||
+	    (rv = put(out, "{")) != KV_OK || (rv = put(out, label)) != KV_OK ||
+	    (rv = put(out, "=\"")) != KV_OK || (rv = put_escaped(out, lvalue, true)) != KV_OK ||
+	    (rv = put(out, "\"")) != KV_OK)
+		return rv;
+	if (le != NULL && ((rv = put(out, ",le=\"")) != KV_OK || (rv = put(out, le)) != KV_OK ||
+	                   (rv = put(out, "\"")) != KV_OK))
+		return rv;
+	if ((rv = put(out, "} ")) != KV_OK || (rv = put(out, value)) != KV_OK)
+		return rv;
+	return put(out, "\n");
+}
+
+int
+kv_metrics_write_hist(kv_buf *out, const char *name, const char *help, const char *label,
+                      const char *const *lvalues, const kv_lat_hist *const *h, size_t n)
+{
+	kv_metric head = {.name = name, .type = "histogram", .help = help};
+	char le[32], v[32];
+	int rv = write_head(out, &head);
+
+	for (size_t i = 0; i < n && rv == KV_OK; i++) {
+		uint64_t cum = 0;
+		for (size_t b = 0; b <= KV_LAT_BUCKETS && rv == KV_OK; b++) {
+			cum += atomic_load_explicit(&h[i]->bucket[b], memory_order_relaxed);
+			if (b < KV_LAT_BUCKETS)
+				snprintf(le, sizeof(le), "%.15g", lat_bounds_us[b] / 1e6);
+			else
+				snprintf(le, sizeof(le), "+Inf");
+			snprintf(v, sizeof(v), "%" PRIu64, cum);
+			rv = write_hist_line(out, name, "_bucket", label, lvalues[i], le, v);
+		}
+		if (rv != KV_OK)
+			break;
+		snprintf(v, sizeof(v), "%.9g",
+		         (double)atomic_load_explicit(&h[i]->sum_ns, memory_order_relaxed) / 1e9);
+		if ((rv = write_hist_line(out, name, "_sum", label, lvalues[i], NULL, v)) != KV_OK)
+			break;
+		snprintf(v, sizeof(v), "%" PRIu64, cum);
+		rv = write_hist_line(out, name, "_count", label, lvalues[i], NULL, v);
+	}
+	return rv;
+}

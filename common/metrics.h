@@ -15,6 +15,7 @@
 
 #include "common/key.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,5 +61,34 @@ typedef struct {
 
 /* Appends n samples to out. Returns 0 or KV_ENOMEM. */
 int kv_metrics_write(kv_buf *out, const kv_metric *m, size_t n);
+
+/*
+ * A latency histogram that many threads fill without a lock: one relaxed
+ * atomic add per bucket hit, one for the sum. The buckets are fixed (50 us
+ * to 30 s, 1-2.5-5 per decade; listed in metrics.c and doc/metrics.md), so
+ * histograms of every daemon and op aggregate in Prometheus.
+ * Zero-initialised is empty.
+ */
+#define KV_LAT_BUCKETS 18 /* finite bounds; one more bucket counts the rest */
+
+typedef struct {
+	atomic_uint_fast64_t bucket[KV_LAT_BUCKETS + 1]; /* not cumulative; last: > max bound */
+	atomic_uint_fast64_t sum_ns;
+} kv_lat_hist;
+
+/* Counts one observation of ns nanoseconds. */
+void kv_lat_hist_observe(kv_lat_hist *h, uint64_t ns);
+
+/*
+ * Appends a histogram family `name` (a name ending in "_seconds"): its HELP
+ * and TYPE lines, then for each of the n histograms, labelled
+ * label="lvalues[i]", the cumulative name_bucket{...,le="..."} lines, name_sum
+ * and name_count. A histogram is read bucket by bucket while others may
+ * add to it, so a scrape can be off by the observations made meanwhile;
+ * count is the total of the buckets read, so it always equals the +Inf
+ * bucket. Returns 0 or KV_ENOMEM.
+ */
+int kv_metrics_write_hist(kv_buf *out, const char *name, const char *help, const char *label,
+                          const char *const *lvalues, const kv_lat_hist *const *h, size_t n);
 
 #endif

@@ -17,6 +17,8 @@
 #include "shardserver/server_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define COMP "server"
 
@@ -65,6 +67,126 @@ add(kv_metric *m, size_t *n, const char *name, const char *type, const char *hel
 }
 
 static int
+render_latency(kv_server *s, kv_buf *out)
+{
+	const char *lv[KV_OP__COUNT];
+	const kv_lat_hist *h[KV_OP__COUNT];
+	size_t n = 0;
+
+	for (int k = 1; k < KV_OP__COUNT; k++) {
+		lv[n] = op_label[k];
+		h[n++] = &s->op_lat[k];
+	}
+	return kv_metrics_write_hist(
+	    out, "shardkv_server_request_duration_seconds",
+	    "Receipt to reply of requests carrying each op kind (a request with several "
+	    "kinds counts in each; held replies include the log wait).",
+	    "op", lv, h, n);
+}
+
+/* The per-range gauges, from the heartbeat's last count. */
+static int
+render_ranges(kv_server *s, kv_buf *out)
+{
+	kv_metric *m;
+	size_t n = 0;
+	int rv;
+
+	pthread_mutex_lock(&s->rfig_mu);
+	m = calloc(2 * s->nrfig + 1, sizeof(*m));
+	if (m == NULL) {
+		pthread_mutex_unlock(&s->rfig_mu);
+		return KV_ENOMEM;
+	}
+	for (size_t i = 0; i < s->nrfig; i++)
+		m[n++] = (kv_metric){.name = "shardkv_server_range_keys",
+		                     .type = KV_METRIC_GAUGE,
+		                     .help = "Live keys per served range (recounted every "
+		                             "heartbeat, less often for large stores).",
+		                     .label = "range",
+		                     .lvalue = s->rfig[i].label,
+		                     .u = s->rfig[i].keys};
+	for (size_t i = 0; i < s->nrfig; i++)
+		m[n++] = (kv_metric){.name = "shardkv_server_range_bytes",
+		                     .type = KV_METRIC_GAUGE,
+		                     .help = "Key and value bytes per served range.",
+		                     .label = "range",
+		                     .lvalue = s->rfig[i].label,
+		                     .u = s->rfig[i].bytes};
+	rv = kv_metrics_write(out, m, n);
+	pthread_mutex_unlock(&s->rfig_mu);
+	free(m);
+	return rv;
+}
+
+/* Appends key k to b: printable ASCII as is, other bytes as \xHH. Returns
+ * the new length, or 0 when it would not fit in cap. */
+static size_t
+put_key(char *b, size_t len, size_t cap, const uint8_t *k, size_t klen)
+{
+	for (size_t i = 0; i < klen; i++) {
+		if (len + 5 >= cap)
+			break;
+		if (k[i] >= 0x20 && k[i] < 0x7f && k[i] != '\\')
+			b[len++] = (char)k[i];
+		else
+			len += (size_t)snprintf(b + len, cap - len, "\\x%02x", k[i]);
+	}
+	return len;
+}
+
+/* "[start, end)" for a range, keys escaped (an empty end is the end of the
+ * key space: "[start, )"). Returns NULL when out of memory. */
+static char *
+range_label(const kv_sc_range_stats *r)
+{
+	size_t cap = 4 * (r->start.len + r->end.len) + 8, len = 0;
+	char *b = malloc(cap);
+
+	if (b == NULL)
+		return NULL;
+	b[len++] = '[';
+	len = put_key(b, len, cap, r->start.p, r->start.len);
+	b[len++] = ',';
+	b[len++] = ' ';
+	len = put_key(b, len, cap, r->end.p, r->end.len);
+	b[len++] = ')';
+	b[len] = 0;
+	return b;
+}
+
+void
+kv_srv_metrics_set_ranges(kv_server *s, const kv_sc_range_stats *rs, size_t n)
+{
+	kv_srv_range_fig *f = NULL, *old;
+	size_t nold;
+
+	if (n > 0) {
+		if ((f = calloc(n, sizeof(*f))) == NULL)
+			return;
+		for (size_t i = 0; i < n; i++) {
+			f[i] = (kv_srv_range_fig){
+			    .label = range_label(&rs[i]), .keys = rs[i].keys, .bytes = rs[i].bytes};
+			if (f[i].label == NULL) {
+				for (size_t j = 0; j < i; j++)
+					free(f[j].label);
+				free(f);
+				return;
+			}
+		}
+	}
+	pthread_mutex_lock(&s->rfig_mu);
+	old = s->rfig;
+	nold = s->nrfig;
+	s->rfig = f;
+	s->nrfig = n;
+	pthread_mutex_unlock(&s->rfig_mu);
+	for (size_t i = 0; i < nold; i++)
+		free(old[i].label);
+	free(old);
+}
+
+static int
 render(void *arg, kv_buf *out)
 {
 	kv_server *s = arg;
@@ -104,6 +226,10 @@ render(void *arg, kv_buf *out)
 	    "Configuration epoch applied (0: none yet).", atomic_load(&s->epoch));
 	add(m, &n, "shardkv_server_node_id", KV_METRIC_GAUGE,
 	    "Node id of this server (0: not registered yet).", atomic_load(&s->node_id));
+	kv_rpc_server *rpc = atomic_load(&s->rpc_pub);
+	add(m, &n, "shardkv_server_connections", KV_METRIC_GAUGE,
+	    "Client and peer connections open on the --listen address.",
+	    rpc ? kv_rpc_server_conns(rpc) : 0);
 	int inflight = atomic_load(&s->inflight);
 	add(m, &n, "shardkv_server_requests_inflight", KV_METRIC_GAUGE,
 	    "Requests received and not yet answered.", inflight > 0 ? (uint64_t)inflight : 0);
@@ -141,7 +267,12 @@ render(void *arg, kv_buf *out)
 	    "Bytes of outgoing bulk copies acknowledged by destinations since start.",
 	    atomic_load_explicit(&s->mig_bytes_sent, memory_order_relaxed));
 
-	return kv_metrics_write(out, m, n);
+	int rv = kv_metrics_write(out, m, n);
+	if (rv == KV_OK)
+		rv = render_latency(s, out);
+	if (rv == KV_OK)
+		rv = render_ranges(s, out);
+	return rv;
 }
 
 int

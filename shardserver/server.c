@@ -854,9 +854,36 @@ typedef struct {
 	uint64_t epoch;    /* Response.epoch */
 	uint32_t node_id;  /* Response.node_id */
 	size_t nops;       /* ops in the request */
+	uint64_t t0;       /* kv_now_ns() at receipt */
+	unsigned kinds;    /* bit k: the request carried an op of kind k */
 	bool wrote;        /* some op put a record in the log */
 	bool logged[];     /* per op: it put a record in the log */
 } held_reply;
+
+/* Bit k set for each kv_op_kind k among the request's ops. */
+static unsigned
+op_kinds(const kv_req *rq)
+{
+	unsigned kinds = 0;
+	for (size_t i = 0; i < rq->nops; i++)
+		kinds |= 1u << rq->ops[i].kind;
+	return kinds;
+}
+
+/* Counts the request received at t0 and answered now in the latency
+ * histogram of each op kind it carried (a transfer or ping carries none). */
+static void
+observe_latency(kv_server *s, unsigned kinds, uint64_t t0)
+{
+	uint64_t ns;
+
+	if (kinds == 0)
+		return;
+	ns = kv_now_ns() - t0;
+	for (int k = 1; k < KV_OP__COUNT; k++)
+		if (kinds & (1u << k))
+			kv_lat_hist_observe(&s->op_lat[k], ns);
+}
 
 /* Whether op i of the request put a record in the log: a successful write
  * (a retry answered from memory has one from its first attempt). */
@@ -909,6 +936,7 @@ held_reply_done(void *arg, int status)
 		msg = held_reply_failure(h, status);
 	}
 	kv_rpc_reply(h->p, msg);
+	observe_latency(h->s, h->kinds, h->t0);
 	atomic_fetch_sub(&h->s->inflight, 1);
 	free(h);
 }
@@ -922,7 +950,8 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	const char *why = NULL;
 	bool wrote = false;
 	held_reply *h = NULL;
-	uint64_t lsn = 0;
+	uint64_t lsn = 0, t0 = kv_now_ns();
+	unsigned kinds = 0;
 	int rv;
 
 	/* Counted before `closing` is read: shutdown waits for zero after
@@ -965,6 +994,7 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		resp.error = "too many operations in one request (--max-batch)";
 	} else if (rq.nops > 0) {
 		uint64_t total = 0;
+		kinds = op_kinds(&rq);
 		resp.results = calloc(rq.nops, sizeof(kv_sc_result));
 		if (resp.results == NULL) {
 			resp.status = KV_ENOMEM;
@@ -1013,7 +1043,9 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			                  .nops = resp.nresults,
 			                  .req_id = resp.request_id,
 			                  .epoch = resp.epoch,
-			                  .node_id = resp.node_id};
+			                  .node_id = resp.node_id,
+			                  .t0 = t0,
+			                  .kinds = kinds};
 			for (size_t i = 0; i < resp.nresults; i++)
 				h->logged[i] = logged_write(&rq, &resp, i);
 			*reply = NULL;
@@ -1037,6 +1069,7 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			held_reply_done(h, KV_ECLOSED);
 		return KV_RPC_DEFERRED;
 	}
+	observe_latency(s, kinds, t0);
 	atomic_fetch_sub(&s->inflight, 1);
 	return rv;
 }
@@ -1445,6 +1478,7 @@ heartbeat_main(void *arg)
 			for (size_t i = 0; i < n; i++)
 				range_stats(s, &cache.rg[2 * i], &cache.rg[2 * i + 1], &cache.rs[i],
 				            &cache.split[3 * i]);
+			kv_srv_metrics_set_ranges(s, cache.rs, cache.n);
 		}
 		kv_owner_ranges_free(rg, n);
 		for (size_t i = 0; i < cache.n; i++)
@@ -1618,6 +1652,7 @@ kv_server_run(const kv_server_cfg *cfg)
 	pthread_mutex_init(&s->cfg_mu, NULL);
 	pthread_mutex_init(&s->ctl_mu, NULL);
 	pthread_mutex_init(&s->mig_mu, NULL);
+	pthread_mutex_init(&s->rfig_mu, NULL);
 
 	if (cfg->auth_token_file != NULL) {
 		char aerr[512];
@@ -1717,6 +1752,7 @@ kv_server_run(const kv_server_cfg *cfg)
 		KV_ERROR(COMP, "cannot listen", "addr=%s err=%s", cfg->listen, kv_strerror(rv));
 		goto err_after_ctl;
 	}
+	atomic_store(&s->rpc_pub, s->rpc);
 	KV_INFO(COMP, "listening", "addr=%s node_id=%u store=%s contexts=%u metrics=%s auth=%s",
 	        cfg->listen, id, cfg->store_mode == KV_STORE_PERCORE ? "percore" : "striped",
 	        ro.contexts, cfg->metrics ? cfg->metrics : "off", s->auth.len ? "token" : "off");
@@ -1774,6 +1810,8 @@ err_after_alloc:
 	pthread_mutex_destroy(&s->cfg_mu);
 	pthread_mutex_destroy(&s->ctl_mu);
 	pthread_mutex_destroy(&s->mig_mu);
+	kv_srv_metrics_set_ranges(s, NULL, 0);
+	pthread_mutex_destroy(&s->rfig_mu);
 	if (s->auth.data != NULL)
 		memset(s->auth.data, 0, s->auth.len);
 	kv_buf_fini(&s->auth);

@@ -10,8 +10,8 @@
  *   stripe / store partition locks -> the log's mutex (leaves);
  *   kv_mig_in.mu -> owner.lock (write) -> durable barrier (read) -> store
  *   partition locks -> the log's mutex;
- *   kv_server.mig_mu, kv_server.cfg_mu, kv_server.ctl_mu are leaves: nothing
- *   else is taken while one is held.
+ *   kv_server.mig_mu, kv_server.cfg_mu, kv_server.ctl_mu, kv_server.rfig_mu
+ *   are leaves: nothing else is taken while one is held.
  * No lock is ever held across an RPC to another process.
  */
 #ifndef KV_SHARDSERVER_SERVER_INT_H
@@ -100,6 +100,13 @@ typedef struct kv_mig_in {
 	struct kv_mig_in *next; /* kv_server.ins list */
 } kv_mig_in;
 
+/* One served range's figures for /metrics. */
+typedef struct {
+	char *label;    /* "[start, end)", keys escaped for a label value */
+	uint64_t keys;  /* live keys */
+	uint64_t bytes; /* their key + value bytes */
+} kv_srv_range_fig;
+
 struct kv_server {
 	const kv_server_cfg *cfg;          /* flags (immutable) */
 	kv_store *store;                   /* the data */
@@ -112,6 +119,7 @@ struct kv_server {
 	atomic_int inflight;               /* requests between handler entry and final reply */
 	atomic_bool closing;               /* shutting down: refuse new requests */
 	kv_rpc_server *rpc;                /* the --listen endpoint */
+	kv_rpc_server *_Atomic rpc_pub;    /* rpc once it listens, for /metrics */
 	size_t max_key;                    /* effective key limit */
 	size_t max_value;                  /* effective value limit */
 	size_t max_batch;                  /* ops (keys) per request */
@@ -129,7 +137,8 @@ struct kv_server {
 	/* Counters for /metrics only, updated with relaxed atomics. */
 	atomic_uint_fast64_t op_count[KV_OP__COUNT];      /* ops received, by kv_op_kind */
 	atomic_uint_fast64_t err_count[KV_SRV_ERR_SLOTS]; /* failed ops and requests */
-	atomic_uint_fast64_t mig_bytes_sent;              /* bulk copy bytes acked (migrate.c) */
+	kv_lat_hist op_lat[KV_OP__COUNT];    /* receipt to reply of requests, by op kind in them */
+	atomic_uint_fast64_t mig_bytes_sent; /* bulk copy bytes acked (migrate.c) */
 
 	pthread_mutex_t cfg_mu; /* protects cur and cluster_id */
 	kv_config *cur;         /* latest applied configuration, NULL before */
@@ -142,6 +151,10 @@ struct kv_server {
 	pthread_mutex_t mig_mu; /* protects outs and ins (the lists, not the items) */
 	kv_mig_out *outs;       /* every outgoing migration started since boot */
 	kv_mig_in *ins;         /* every incoming stream seen since boot */
+
+	pthread_mutex_t rfig_mu; /* protects rfig and nrfig */
+	kv_srv_range_fig *rfig;  /* per served range, as of the heartbeat's last count */
+	size_t nrfig;
 };
 
 /* Sends an AdminRequest to the controller (rotating through the addresses
@@ -199,6 +212,10 @@ kv_srv_count_error(kv_server *s, int status)
  * logs the reason and returns KV_EINVAL, KV_EADDRINUSE or KV_ENOMEM. Call
  * once the store and the log are open; stop it before they close. */
 int kv_srv_metrics_start(kv_server *s);
+
+/* Publishes the per-range figures of the heartbeat's last count for
+ * /metrics (copies them; on out of memory the old ones stay). */
+void kv_srv_metrics_set_ranges(kv_server *s, const kv_sc_range_stats *rs, size_t n);
 
 /* metrics_srv.c: stops the listener (waits for a scrape in progress).
  * Idempotent. */

@@ -274,6 +274,7 @@ typedef struct {
 	bool help;      /* has a HELP line */
 	bool type;      /* has a TYPE line */
 	bool closed;    /* another family's lines came after its samples */
+	bool hist;      /* TYPE histogram */
 	int samples;    /* sample lines */
 } family;
 
@@ -375,8 +376,10 @@ check_format(const char *body)
 				f->help = true;
 			} else {
 				const char *t = line + 8 + nl;
-				assert_true(strcmp(t, "counter") == 0 || strcmp(t, "gauge") == 0);
+				assert_true(strcmp(t, "counter") == 0 || strcmp(t, "gauge") == 0 ||
+				            strcmp(t, "histogram") == 0);
 				f->type = true;
+				f->hist = strcmp(t, "histogram") == 0;
 			}
 			if (cur != NULL && cur != f)
 				cur->closed = true;
@@ -386,6 +389,14 @@ check_format(const char *body)
 		if (line[0] == '#')
 			fail_msg("unexpected comment: %s", line);
 		size_t nl = check_sample(line);
+		/* A histogram's samples are NAME_bucket, NAME_sum, NAME_count. */
+		static const char *const sfx[] = {"_bucket", "_sum", "_count"};
+		for (size_t i = 0; cur != NULL && cur->hist && i < 3; i++) {
+			size_t sl = strlen(sfx[i]), cl = strlen(cur->name);
+			if (nl == cl + sl && memcmp(line, cur->name, cl) == 0 &&
+			    memcmp(line + cl, sfx[i], sl) == 0)
+				nl = cl;
+		}
 		family *f = family_of(fam, &nfam, line, nl);
 		if (!f->help || !f->type)
 			fail_msg("%s has a sample before its HELP and TYPE", f->name);
@@ -399,6 +410,45 @@ check_format(const char *body)
 	for (size_t i = 0; i < nfam; i++)
 		if (fam[i].samples == 0)
 			fail_msg("%s has HELP/TYPE but no sample", fam[i].name);
+}
+
+/* Checks the latency histogram of `op`: buckets cumulative and ordered by
+ * bound, the +Inf bucket equal to _count, at least `min` requests, a
+ * positive sum. */
+static void
+check_histogram(const char *body, const char *op, double min)
+{
+	const char *name = "shardkv_server_request_duration_seconds";
+	char want[200];
+	const char *p = body;
+	double prev_le = 0, prev = 0, inf = NAN;
+	int buckets = 0;
+
+	snprintf(want, sizeof(want), "\n%s_bucket{op=\"%s\",le=\"", name, op);
+	while ((p = strstr(p, want)) != NULL) {
+		char *end;
+		p += strlen(want);
+		double le = strncmp(p, "+Inf", 4) == 0 ? INFINITY : strtod(p, &end);
+		const char *v = strstr(p, "} ");
+		assert_non_null(v);
+		double n = strtod(v + 2, NULL);
+		if (buckets > 0) {
+			assert_true(le > prev_le);
+			assert_true(n >= prev);
+		}
+		prev_le = le;
+		prev = n;
+		if (isinf(le))
+			inf = n;
+		buckets++;
+	}
+	assert_true(buckets >= 10);
+	assert_false(isnan(inf));
+	snprintf(want, sizeof(want), "%s_count{op=\"%s\"}", name, op);
+	assert_true(sample(body, want) == inf);
+	assert_true(inf >= min);
+	snprintf(want, sizeof(want), "%s_sum{op=\"%s\"}", name, op);
+	assert_true(sample(body, want) > 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -549,6 +599,14 @@ counters_follow_the_traffic_and_the_text_is_valid(void **state)
 	assert_true(sample(b, "shardkv_snapshot_last_bytes") >= 0);
 	assert_true(sample(b, "shardkv_migrations_out_active") == 0);
 	assert_true(sample(b, "shardkv_migration_bytes_copied_total") == 0);
+	assert_true(sample(b, "shardkv_server_connections") >= 1);
+	check_histogram(b, "put", NKEYS + 2);
+	check_histogram(b, "get", NKEYS);
+	check_histogram(b, "scan", 1);
+	check_histogram(b, "del", 1);
+	/* The heartbeat's count of the one range this server serves. */
+	assert_true(wait_sample("shardkv_server_range_keys{range=\"[, )\"}", NKEYS + 2, READY_MS) >=
+	            NKEYS + 2);
 	double puts = sample(b, "shardkv_server_ops_total{op=\"put\"}");
 	answer_free(&a);
 
