@@ -21,8 +21,10 @@
  *   - mget/mput helper threads: one per server part, joined before the call
  *     returns;
  *   - the watch thread: started with the first configuration fetch unless
- *     no_watch; stopped by shardkv_close, which closes its socket (that
- *     wakes a blocking receive) and signals cfg_cv (that wakes a backoff).
+ *     no_watch; stopped by shardkv_close, which cancels its send or receive
+ *     (an aio, so that its socket is only ever closed by the watch thread,
+ *     with nothing in progress on it) and signals cfg_cv (that wakes a
+ *     backoff).
  *   conn_mu protects the connection table; cfg_mu protects the cache, the
  *   remembered hints and the watch state. Neither is held across a network call, and they are never
  *   held together.
@@ -741,10 +743,28 @@ watch_sleep(shardkv_client *c, uint32_t ms)
 }
 
 /*
+ * Runs the operation `start` put on the watch aio and waits for it. The
+ * operation is cancelled when the handle is closing, whether shardkv_close
+ * came before (seen here) or comes after (it cancels c->watch_aio).
+ */
+static int
+watch_wait(shardkv_client *c, nng_aio *aio)
+{
+	pthread_mutex_lock(&c->cfg_mu);
+	if (c->closing)
+		nng_aio_cancel(aio);
+	pthread_mutex_unlock(&c->cfg_mu);
+	nng_aio_wait(aio);
+	return nng_aio_result(aio);
+}
+
+/*
  * One long poll on a controller over the watch thread's own socket (not the
- * shared rpc clients: shardkv_close must be able to interrupt it, which
- * closing the socket does). Returns 0 with *cfg set (NULL on a poll timeout)
- * or a KV_E* code.
+ * shared rpc clients: shardkv_close must be able to interrupt it). The send
+ * and the receive are aio operations that shardkv_close cancels; the socket
+ * is closed here once nothing is in progress on it (nng 1.5 can hang when a
+ * socket is closed under a blocking receive). Returns 0 with *cfg set (NULL
+ * on a poll timeout) or a KV_E* code.
  */
 static int
 watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **cfg)
@@ -753,46 +773,55 @@ watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **c
 	    .kind = KVC_ADMIN_WATCH, .epoch = known, .timeout_ms = KVC_WATCH_POLL_MS};
 	kvc_admin_reply r;
 	nng_socket s;
+	nng_aio *aio = NULL;
 	nng_msg *msg = NULL;
 	int rv;
 
 	*cfg = NULL;
+	if ((rv = nng_req0_open(&s)) != 0)
+		return kv_err_from_nng(rv);
+	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
+		nng_close(s);
+		return kv_err_from_nng(rv);
+	}
 	pthread_mutex_lock(&c->cfg_mu);
 	if (c->closing) {
 		pthread_mutex_unlock(&c->cfg_mu);
-		return KV_ECLOSED;
+		rv = KV_ECLOSED;
+		goto out;
 	}
-	if ((rv = nng_req0_open(&s)) != 0) {
-		pthread_mutex_unlock(&c->cfg_mu);
-		return kv_err_from_nng(rv);
-	}
-	c->watch_sock = s;
-	c->watch_sock_open = true;
+	c->watch_aio = aio;
 	pthread_mutex_unlock(&c->cfg_mu);
 
 	nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, (nng_duration)(KVC_WATCH_POLL_MS + 5000u));
-	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 2000);
 	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, KV_RPC_MAX_MSG);
 	q.client_id = c->client_id;
 	q.request_id = kvc_next_id(c);
 	q.auth.p = c->auth.data;
 	q.auth.len = c->auth.len;
-	if ((rv = nng_dial(s, address, NULL, 0)) != 0) {
+	/* Non-blocking: the connection is made in the background, and the
+	 * send below (bounded, cancellable) waits for it. */
+	if ((rv = nng_dial(s, address, NULL, NNG_FLAG_NONBLOCK)) != 0) {
 		rv = kv_err_from_nng(rv);
 		goto out;
 	}
 	if ((rv = kvc_encode_admin(&q, &msg)) != KV_OK)
 		goto out;
-	if ((rv = nng_sendmsg(s, msg, 0)) != 0) {
-		nng_msg_free(msg);
+	nng_aio_set_msg(aio, msg);
+	nng_aio_set_timeout(aio, 2000);
+	nng_send_aio(s, aio);
+	if ((rv = watch_wait(c, aio)) != 0) {
+		nng_msg_free(nng_aio_get_msg(aio));
 		rv = kv_err_from_nng(rv);
 		goto out;
 	}
-	if ((rv = nng_recvmsg(s, &msg, 0)) != 0) {
+	nng_aio_set_timeout(aio, (nng_duration)(KVC_WATCH_POLL_MS + 5000u));
+	nng_recv_aio(s, aio);
+	if ((rv = watch_wait(c, aio)) != 0) {
 		rv = kv_err_from_nng(rv);
 		goto out;
 	}
+	msg = nng_aio_get_msg(aio);
 	rv = kvc_decode_admin(nng_msg_body(msg), nng_msg_len(msg), &r);
 	nng_msg_free(msg);
 	if (rv == KV_OK) {
@@ -805,11 +834,10 @@ watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **c
 	}
 out:
 	pthread_mutex_lock(&c->cfg_mu);
-	if (c->watch_sock_open) {
-		c->watch_sock_open = false;
-		nng_close(s);
-	}
+	c->watch_aio = NULL;
 	pthread_mutex_unlock(&c->cfg_mu);
+	nng_aio_free(aio);
+	nng_close(s);
 	return rv;
 }
 
@@ -928,11 +956,8 @@ shardkv_close(shardkv_client *c)
 	pthread_mutex_lock(&c->cfg_mu);
 	c->closing = true;
 	started = c->watch_started;
-	if (c->watch_sock_open) {
-		/* Wakes the watch thread's blocking receive with NNG_ECLOSED. */
-		c->watch_sock_open = false;
-		nng_close(c->watch_sock);
-	}
+	if (c->watch_aio != NULL)
+		nng_aio_cancel(c->watch_aio); /* the watch thread then closes its socket */
 	pthread_cond_broadcast(&c->cfg_cv);
 	pthread_mutex_unlock(&c->cfg_mu);
 	if (started)

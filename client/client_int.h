@@ -325,13 +325,12 @@ struct shardkv_client {
 	size_t ctl_next;         /* the controller that answered last */
 	bool ctl_known;          /* some controller has answered */
 
-	pthread_mutex_t cfg_mu;           /* protects everything down to the blank line */
-	pthread_cond_t cfg_cv;            /* signalled on a new config and on close */
-	kvc_cfgref *cfg;                  /* the newest configuration, NULL before the first */
-	bool watch_started;               /* the watch thread exists */
-	bool closing;                     /* shardkv_close is running */
-	nng_socket watch_sock;            /* the watch thread's socket (closed to stop it) */
-	bool watch_sock_open;             /* watch_sock is valid */
+	pthread_mutex_t cfg_mu; /* protects everything down to the blank line */
+	pthread_cond_t cfg_cv;  /* signalled on a new config and on close */
+	kvc_cfgref *cfg;        /* the newest configuration, NULL before the first */
+	bool watch_started;     /* the watch thread exists */
+	bool closing;           /* shardkv_close is running */
+	nng_aio *watch_aio;     /* the watch thread's send or receive, cancelled to stop it */
 	kvc_hintent hints[KVC_MAX_HINTS]; /* owner hints since the cached config, newest first */
 	size_t nhints;                    /* entries */
 
