@@ -284,9 +284,10 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 			continue;
 		}
 		static const char *const with_value[] = {
-		    "--threads", "--connections", "--keys",     "--key-size", "--value-size",
-		    "--mix",     "--batch",       "--duration", "--ops",      "--out",
-		    "--plot",    "--rate",        "--dist",     "--seed",     "--scan-limit"};
+		    "--threads",    "--connections", "--keys",       "--key-size",
+		    "--value-size", "--mix",         "--batch",      "--duration",
+		    "--ops",        "--out",         "--plot",       "--rate",
+		    "--dist",       "--seed",        "--scan-limit", "--async"};
 		bool known = false;
 		for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++)
 			known |= strcmp(name, with_value[k]) == 0;
@@ -335,6 +336,10 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 				return usage(err, errlen, "bench: --batch needs a number 1..%u",
 				             MAX_BATCH);
 			p->batch = (unsigned)n;
+		} else if (strcmp(name, "--async") == 0) {
+			if (!parse_u64(v, 1, 4096, &n))
+				return usage(err, errlen, "bench: --async needs a number 1..4096");
+			p->async = (unsigned)n;
 		} else if (strcmp(name, "--scan-limit") == 0) {
 			if (!parse_u64(v, 1, 100000, &n))
 				return usage(err, errlen, "bench: --scan-limit needs 1..100000");
@@ -399,6 +404,11 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 		             "bench: --key-size %u is too small for %" PRIu64
 		             " distinct keys (needs %u)",
 		             p->key_size, p->keys, digits(p->keys - 1));
+	if (p->async && (p->rate > 0 || p->batch > 1 || p->mix[KV_BENCH_APPEND] ||
+	                 p->mix[KV_BENCH_MGET] || p->mix[KV_BENCH_MPUT] || p->mix[KV_BENCH_SCAN]))
+		return usage(err, errlen,
+		             "bench: --async runs a closed loop of get, put and del only (no "
+		             "--rate, --batch, append, mget, mput or scan)");
 	if (p->rate > 0 && p->rate < p->threads / 1000.0)
 		return usage(err, errlen, "bench: --rate %.3g is too low for %u threads", p->rate,
 		             p->threads);
@@ -424,6 +434,9 @@ kv_bench_usage(FILE *f)
 	           "  --dist D           uniform (default) or zipf[:THETA] (default 0.99)\n"
 	           "  --duration S       run for S seconds (default 10)\n"
 	           "  --ops N            run N operations instead\n"
+	           "  --async C          each thread keeps C callers in flight through the async\n"
+	           "                     API, each issuing its next call when the last completes\n"
+	           "                     (closed loop of get/put/del; T x C callers in all)\n"
 	           "  --rate OPS         open loop: issue OPS operations/s in total, latency from\n"
 	           "                     the intended send time (default: closed loop)\n"
 	           "  --load             first write all N keys (mput batches); with --duration 0\n"
@@ -760,6 +773,7 @@ typedef struct {
 	uint8_t *val;         /* one value */
 	unsigned load_batch;  /* keys per load mput */
 	uint64_t backlog;     /* open loop: operations still due at the end */
+	void *async;          /* --async: the callers' shared state while they run */
 	int fatal;            /* SHARDKV_ENOMEM when the tally could not grow */
 } bench_worker;
 
@@ -961,12 +975,145 @@ do_call(bench_worker *w, int op, unsigned n, uint64_t start_ns)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/* --async: one of a worker's callers, with one call in flight at a time. */
+typedef struct {
+	bench_worker *w; /* its worker */
+	int op;          /* the call in flight */
+	uint64_t start;  /* when it was issued (ns) */
+	uint64_t rng;    /* its own RNG (completions run on library threads) */
+	uint8_t *key;    /* its key (key_size bytes) */
+} async_caller;
+
+/* --async: what a worker's callers share. */
+typedef struct {
+	pthread_mutex_t mu; /* protects active; w->tally, w->rt and w->rt_gen in this mode */
+	pthread_cond_t cv;  /* active fell to 0 */
+	unsigned active;    /* callers with a call in flight */
+} async_group;
+
+static void async_issue(async_caller *a, bool fatal);
+
+/* A caller's call completed: records it and issues the next one. */
+static void
+async_done(void *arg, int status, const void *val, size_t vlen)
+{
+	async_caller *a = arg;
+	bench_worker *w = a->w;
+	uint64_t lat = now_ns() - a->start;
+	bool ok = status == 0 || status == SHARDKV_ENOTFOUND;
+	(void)val;
+	(void)vlen;
+
+	pthread_mutex_lock(&w->mu);
+	refresh_route(w);
+	if (kv_bench_tally_record(&w->tally, a->op, lat, ok, status == SHARDKV_ENOTFOUND, !ok,
+	                          ok ? 0 : status) != 0)
+		w->fatal = SHARDKV_ENOMEM;
+	if (ok) {
+		uint32_t node = route_key(w->rt, a->key, w->run->p->key_size);
+		w->tally.node_ops[node <= KV_BENCH_MAX_NODES ? node : 0]++;
+	}
+	bool fatal = w->fatal != 0;
+	pthread_mutex_unlock(&w->mu);
+	async_issue(a, fatal);
+}
+
+/* Issues the caller's next call, or retires it when the run is over. */
+static void
+async_issue(async_caller *a, bool fatal)
+{
+	bench_worker *w = a->w;
+	bench_run *r = w->run;
+	const kv_bench_params *p = r->p;
+	async_group *g = (async_group *)w->async;
+
+	for (;;) {
+		int rv;
+		if (atomic_load_explicit(&r->stop, memory_order_relaxed) || bench_interrupted ||
+		    fatal || (p->ops && atomic_fetch_add(&r->claimed, 1) >= p->ops))
+			break;
+		uint64_t x = rng_next(&a->rng);
+		unsigned pick = (unsigned)(x % r->nops_total);
+		a->op = KV_BENCH_GET;
+		for (int i = 0; i < KV_BENCH_NOPS; i++) {
+			if (pick < p->mix[i]) {
+				a->op = i;
+				break;
+			}
+			pick -= p->mix[i];
+		}
+		uint64_t y = rng_next(&a->rng);
+		uint64_t idx =
+		    p->dist.zipf ? zipf_next(&r->zipf, (double)(y >> 11) * 0x1.0p-53) : y % p->keys;
+		key_fill(a->key, p->key_size, r->key_prefix, idx);
+		a->start = now_ns();
+		if (a->op == KV_BENCH_PUT)
+			rv = shardkv_put_async(w->c, a->key, p->key_size, w->val, p->value_size,
+			                       async_done, a);
+		else if (a->op == KV_BENCH_DEL)
+			rv = shardkv_del_async(w->c, a->key, p->key_size, async_done, a);
+		else
+			rv = shardkv_get_async(w->c, a->key, p->key_size, async_done, a);
+		if (rv == 0)
+			return;
+		/* Refused at once: counted as a failed call, then the next. */
+		pthread_mutex_lock(&w->mu);
+		if (kv_bench_tally_record(&w->tally, a->op, now_ns() - a->start, 0, 0, 1, rv) != 0)
+			w->fatal = SHARDKV_ENOMEM;
+		fatal = w->fatal != 0;
+		pthread_mutex_unlock(&w->mu);
+		if (rv == SHARDKV_ECLOSED)
+			break;
+	}
+	pthread_mutex_lock(&g->mu);
+	if (--g->active == 0)
+		pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* --async: starts the worker's callers and waits until all have retired. */
+static void *
+async_worker(bench_worker *w)
+{
+	const kv_bench_params *p = w->run->p;
+	async_group g = {.active = p->async};
+	async_caller *a = calloc(p->async, sizeof(*a));
+	uint8_t *keys = calloc(p->async, p->key_size);
+
+	if (a == NULL || keys == NULL) {
+		free(a);
+		free(keys);
+		w->fatal = SHARDKV_ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&g.mu, NULL);
+	pthread_cond_init(&g.cv, NULL);
+	w->async = &g;
+	for (unsigned i = 0; i < p->async; i++)
+		a[i] = (async_caller){
+		    .w = w, .rng = splitmix(w->rng + i + 1), .key = keys + (size_t)i * p->key_size};
+	for (unsigned i = 0; i < p->async; i++)
+		async_issue(&a[i], false);
+	pthread_mutex_lock(&g.mu);
+	while (g.active > 0)
+		pthread_cond_wait(&g.cv, &g.mu);
+	pthread_mutex_unlock(&g.mu);
+	w->async = NULL;
+	pthread_cond_destroy(&g.cv);
+	pthread_mutex_destroy(&g.mu);
+	free(keys);
+	free(a);
+	return NULL;
+}
+
 static void *
 worker_main(void *arg)
 {
 	bench_worker *w = arg;
 	bench_run *r = w->run;
 	const kv_bench_params *p = r->p;
+	if (p->async)
+		return async_worker(w);
 	double ns_per_op = p->rate > 0 ? 1e9 * (double)r->nw / p->rate : 0;
 	double sched = (double)r->t0;
 
@@ -1459,10 +1606,10 @@ json_params(FILE *f, const kv_bench_params *p)
 	fprintf(f, "}, \"mix_spec\": ");
 	json_str(f, p->mix_str);
 	fprintf(f,
-	        ", \"batch\": %u, \"scan_limit\": %u, \"duration_s\": %.3f, \"ops\": %" PRIu64
-	        ", \"load\": %s, \"mode\": \"%s\", \"rate\": %.3f, \"dist\": ",
-	        p->batch, p->scan_limit, p->duration_s, p->ops, p->load ? "true" : "false",
-	        p->rate > 0 ? "open" : "closed", p->rate);
+	        ", \"batch\": %u, \"async\": %u, \"scan_limit\": %u, \"duration_s\": %.3f, "
+	        "\"ops\": %" PRIu64 ", \"load\": %s, \"mode\": \"%s\", \"rate\": %.3f, \"dist\": ",
+	        p->batch, p->async, p->scan_limit, p->duration_s, p->ops,
+	        p->load ? "true" : "false", p->rate > 0 ? "open" : "closed", p->rate);
 	json_str(f, p->dist_str);
 	fprintf(f, ", \"zipf_theta\": %.4f, \"seed\": %" PRIu64 ", \"timeout_ms\": %" PRIu32,
 	        p->dist.zipf ? p->dist.theta : 0.0, p->seed, p->timeout_ms);

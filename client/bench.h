@@ -9,7 +9,11 @@
  * omission). --connections C is the number of independent client handles
  * (shardkv_client, each with its own sockets to the controller and to every
  * server); worker i uses handle i % C, so C <= T and C = T (the default) gives
- * every worker its own connections.
+ * every worker its own connections. With --async C each worker instead keeps
+ * C callers in flight through the asynchronous API (shardkv_get_async...),
+ * each caller issuing its next call from the previous one's completion:
+ * T x C concurrent callers, each with one call outstanding, without a thread
+ * per caller (closed loop; get, put and del only).
  *
  * Counting: an operation is one key. A call with K keys (mget, mput, and get
  * or put when --batch K > 1 turns them into mget/mput) counts K operations;
@@ -74,6 +78,7 @@ typedef struct {
 	unsigned mix[KV_BENCH_NOPS]; /* --mix weights */
 	const char *mix_str;         /* --mix as given (or the default) */
 	unsigned batch;              /* --batch K */
+	unsigned async;              /* --async C: callers per thread on the async API; 0: off */
 	unsigned scan_limit;         /* --scan-limit: entries per scan call */
 	double duration_s;           /* --duration; 0 with --ops */
 	uint64_t ops;                /* --ops; 0: run for duration_s */

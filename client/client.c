@@ -167,8 +167,8 @@ random_id(void)
 
 /* Returns the rpc client for `address` and its coalescing queue, creating
  * them on first use. */
-static int
-conn_get(shardkv_client *c, const char *address, kv_rpc_client **out, kvc_coal **coal)
+int
+kvc_conn_get(shardkv_client *c, const char *address, kv_rpc_client **out, kvc_coal **coal)
 {
 	int rv = KV_OK;
 
@@ -427,7 +427,7 @@ kvc_server_call(shardkv_client *c, const char *address, uint64_t epoch, const kv
 
 	if (kvc_remaining_ms(deadline_ns) == 0)
 		return KV_ETIMEDOUT;
-	if ((rv = conn_get(c, address, &rpc, &q)) != KV_OK)
+	if ((rv = kvc_conn_get(c, address, &rpc, &q)) != KV_OK)
 		return rv;
 	if (!coalescable(op))
 		return call_one(c, rpc, epoch, op, deadline_ns, r);
@@ -444,7 +444,7 @@ controller_try(shardkv_client *c, const char *address, const kvc_admin_req *q, u
 	nng_msg *req, *rep;
 	int rv;
 
-	if ((rv = conn_get(c, address, &rpc, &unused)) != KV_OK)
+	if ((rv = kvc_conn_get(c, address, &rpc, &unused)) != KV_OK)
 		return rv;
 	if ((rv = kvc_encode_admin(q, &req)) != KV_OK)
 		return rv;
@@ -667,6 +667,18 @@ kvc_cfg_install(shardkv_client *c, kv_config *cfg)
 }
 
 static void *watch_main(void *arg);
+
+kvc_cfgref *
+kvc_cfg_peek(shardkv_client *c)
+{
+	kvc_cfgref *ref;
+
+	pthread_mutex_lock(&c->cfg_mu);
+	if ((ref = c->cfg) != NULL)
+		atomic_fetch_add(&ref->refs, 1);
+	pthread_mutex_unlock(&c->cfg_mu);
+	return ref;
+}
 
 int
 kvc_cfg_get(shardkv_client *c, uint64_t min_epoch, uint64_t deadline_ns, kvc_cfgref **out)
@@ -935,6 +947,8 @@ shardkv_open(const char *controllers, const shardkv_options *opt, shardkv_client
 	pthread_mutex_init(&c->conn_mu, NULL);
 	pthread_mutex_init(&c->cfg_mu, NULL);
 	pthread_cond_init(&c->cfg_cv, NULL);
+	pthread_mutex_init(&c->async_mu, NULL);
+	pthread_cond_init(&c->async_cv, NULL);
 	*out = c;
 	return KV_OK;
 err:
@@ -953,6 +967,7 @@ shardkv_close(shardkv_client *c)
 
 	if (c == NULL)
 		return;
+	kvc_async_close(c);
 	pthread_mutex_lock(&c->cfg_mu);
 	c->closing = true;
 	started = c->watch_started;
@@ -979,6 +994,8 @@ shardkv_close(shardkv_client *c)
 	pthread_cond_destroy(&c->cfg_cv);
 	pthread_mutex_destroy(&c->cfg_mu);
 	pthread_mutex_destroy(&c->conn_mu);
+	pthread_cond_destroy(&c->async_cv);
+	pthread_mutex_destroy(&c->async_mu);
 	free(c);
 }
 

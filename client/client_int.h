@@ -299,6 +299,7 @@ typedef struct {
 	pthread_mutex_t mu;      /* protects everything below */
 	unsigned inflight;       /* requests to this server on the wire */
 	kvc_waiter *head, *tail; /* ops waiting for a slot, oldest first */
+	struct kvc_aconn *aconn; /* the async queue (async.c), made on first use */
 } kvc_coal;
 
 /* An rpc client for one server or controller address. */
@@ -335,6 +336,17 @@ struct shardkv_client {
 	size_t nhints;                    /* entries */
 
 	pthread_t watch_thread; /* long-polls the controller */
+
+	pthread_mutex_t async_mu;    /* protects everything down to the blank line (async.c) */
+	pthread_cond_t async_cv;     /* retry queue grew, pending fell to 0, or closing */
+	struct kvc_aconn *aconns;    /* every server's async queue */
+	struct kvc_aop *rq_head;     /* ops for the retry thread, oldest first */
+	struct kvc_aop *rq_tail;     /* the newest */
+	unsigned long async_pending; /* async ops taken and not yet completed */
+	bool async_closing;          /* shardkv_close has begun */
+	bool rq_started;             /* the retry thread exists */
+
+	pthread_t rq_thread; /* runs the blocking path for async ops that need a retry */
 };
 
 /* Returns a fresh request id (never 0). */
@@ -358,6 +370,14 @@ int kvc_cfg_get(shardkv_client *c, uint64_t min_epoch, uint64_t deadline_ns, kvc
 
 /* Releases a configuration reference. Accepts NULL. */
 void kvc_cfg_put(kvc_cfgref *r);
+
+/* The cached configuration with a reference, without fetching or waiting;
+ * NULL before the first. Release with kvc_cfg_put(). */
+kvc_cfgref *kvc_cfg_peek(shardkv_client *c);
+
+/* The rpc client and coalescing queue of `address`, made on first use.
+ * Returns 0, KV_ENOMEM or a transport error. */
+int kvc_conn_get(shardkv_client *c, const char *address, kv_rpc_client **rpc, kvc_coal **coal);
 
 /*
  * Remembers that keys of [h->start, h->end) go to `address` while the cached
@@ -404,5 +424,26 @@ void kvc_clear_error(void);
 
 /* Returns whether err is worth retrying within the deadline. */
 bool kvc_retryable(int err);
+
+/*
+ * ops.c: runs one op routed by `key` until a final answer or the deadline
+ * (routing corrections, backoff, the op's request id kept). On 0 *out holds
+ * the reply, its op_status final; free it with kvc_reply_fini().
+ */
+int kvc_run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadline,
+                   kvc_reply *out);
+
+/*
+ * async.c: takes an async single-key op (key and value copied) and routes
+ * it; `done` runs exactly once. Returns 0, or KV_ENOMEM / KV_ECLOSED and
+ * done will not run.
+ */
+int kvc_async_submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t klen,
+                     const void *val, size_t vlen, shardkv_done_fn done, void *arg);
+
+/* async.c: refuses new async ops, completes the queued ones with
+ * KV_ECLOSED, waits for those in flight, stops the retry thread. First in
+ * shardkv_close. */
+void kvc_async_close(shardkv_client *c);
 
 #endif

@@ -2,7 +2,7 @@
  * ops.c - the data operations of libshardkv (SPEC §3) on top of the
  * transports of client.c.
  *
- * Single-key ops and scan pages go through run_routed(): route the key with
+ * Single-key ops and scan pages go through kvc_run_routed(): route the key with
  * the cached configuration (or the last OwnerHint), send, and on
  * WRONG_OWNER / MOVING / transient failures retry within the call's deadline
  * with a backoff of 1 ms doubling to 100 ms. A write keeps its Op.request_id
@@ -44,8 +44,8 @@ node_address(const kv_config *cfg, uint32_t id)
  * passes. On 0 *out holds the reply, whose op_status is final (OK, NOTFOUND,
  * INVAL...). On error nothing is in *out and the thread's error detail says why.
  */
-static int
-run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadline, kvc_reply *out)
+int
+kvc_run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadline, kvc_reply *out)
 {
 	uint32_t backoff = 1;
 	uint64_t min_epoch = 0;
@@ -216,7 +216,7 @@ single(shardkv_client *c, kvc_op *op, kvc_reply *r)
 		return rv;
 	if ((rv = check_value(op->value.len)) != KV_OK)
 		return rv;
-	if ((rv = run_routed(c, op, op->key, kvc_deadline(c), r)) != KV_OK)
+	if ((rv = kvc_run_routed(c, op, op->key, kvc_deadline(c), r)) != KV_OK)
 		return rv;
 	if (r->op_status != KV_OK) {
 		rv = r->op_status;
@@ -273,6 +273,40 @@ shardkv_del(shardkv_client *c, const void *key, size_t klen, shardkv_buf *old)
 		rv = take_value(&r.value, old);
 	kvc_reply_fini(&r);
 	return rv;
+}
+
+/* Checks an async op's arguments and hands it to async.c. */
+static int
+submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t klen, const void *val,
+       size_t vlen, shardkv_done_fn done, void *arg)
+{
+	int rv;
+
+	kvc_clear_error();
+	if (c == NULL || done == NULL || (key == NULL && klen) || (val == NULL && vlen))
+		return kvc_fail(KV_EINVAL, "null argument");
+	if ((rv = check_key(key, klen)) != KV_OK || (rv = check_value(vlen)) != KV_OK)
+		return rv;
+	return kvc_async_submit(c, kind, key, klen, val, vlen, done, arg);
+}
+
+int
+shardkv_get_async(shardkv_client *c, const void *key, size_t klen, shardkv_done_fn done, void *arg)
+{
+	return submit(c, KVC_GET, key, klen, NULL, 0, done, arg);
+}
+
+int
+shardkv_put_async(shardkv_client *c, const void *key, size_t klen, const void *val, size_t vlen,
+                  shardkv_done_fn done, void *arg)
+{
+	return submit(c, KVC_PUT, key, klen, val, vlen, done, arg);
+}
+
+int
+shardkv_del_async(shardkv_client *c, const void *key, size_t klen, shardkv_done_fn done, void *arg)
+{
+	return submit(c, KVC_DEL, key, klen, NULL, 0, done, arg);
 }
 
 int
@@ -856,7 +890,7 @@ shardkv_scan_ex(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_resu
 			size_t left = a->limit - acc.n;
 			op.limit = left > 100000 ? 100000 : (uint32_t)left;
 		}
-		rv = run_routed(c, &op, op.start, deadline, &r);
+		rv = kvc_run_routed(c, &op, op.start, deadline, &r);
 		if (rv == KV_OK && r.op_status != KV_OK) {
 			rv = r.op_status;
 			kvc_reply_fini(&r);

@@ -407,6 +407,101 @@ kv_rpc_client_url(const kv_rpc_client *c)
 	return c->url;
 }
 
+struct kv_rpc_async {
+	nng_ctx ctx;         /* the request context, reused */
+	nng_aio *aio;        /* its aio, reused; its callback is async_cb */
+	kv_rpc_done_fn done; /* the user's callback */
+	void *arg;           /* its argument */
+	nng_time deadline;   /* of the call in flight */
+	bool receiving;      /* the call is past its send */
+};
+
+/* Both phases of a call: the send completing starts the receive. */
+static void
+async_cb(void *arg)
+{
+	kv_rpc_async *a = arg;
+	int rv = nng_aio_result(a->aio);
+
+	if (!a->receiving) {
+		if (rv != 0) {
+			if (nng_aio_get_msg(a->aio) != NULL) /* a failed send leaves it to us */
+				nng_msg_free(nng_aio_get_msg(a->aio));
+			nng_aio_set_msg(a->aio, NULL);
+			a->done(a->arg, rv == NNG_ETIMEDOUT ? KV_EUNAVAIL : kv_err_from_nng(rv),
+			        NULL);
+			return;
+		}
+		nng_time now = nng_clock();
+		a->receiving = true;
+		nng_aio_set_timeout(a->aio,
+		                    now >= a->deadline ? 1 : (nng_duration)(a->deadline - now));
+		nng_ctx_recv(a->ctx, a->aio);
+		return;
+	}
+	if (rv != 0) {
+		a->done(a->arg, kv_err_from_nng(rv), NULL);
+		return;
+	}
+	nng_msg *rep = nng_aio_get_msg(a->aio);
+	nng_aio_set_msg(a->aio, NULL);
+	a->done(a->arg, KV_OK, rep);
+}
+
+int
+kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc_async **out)
+{
+	kv_rpc_async *a;
+	int rv;
+
+	if (c == NULL || done == NULL || out == NULL)
+		return KV_EINVAL;
+	if ((a = calloc(1, sizeof(*a))) == NULL)
+		return KV_ENOMEM;
+	a->done = done;
+	a->arg = arg;
+	if ((rv = nng_ctx_open(&a->ctx, c->sock)) != 0) {
+		free(a);
+		return kv_err_from_nng(rv);
+	}
+	if ((rv = nng_aio_alloc(&a->aio, async_cb, a)) != 0) {
+		nng_ctx_close(a->ctx);
+		free(a);
+		return kv_err_from_nng(rv);
+	}
+	*out = a;
+	return KV_OK;
+}
+
+void
+kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms)
+{
+	a->deadline = nng_clock() + timeout_ms;
+	a->receiving = false;
+	nng_aio_set_timeout(a->aio, (nng_duration)timeout_ms);
+	nng_aio_set_msg(a->aio, req);
+	nng_ctx_send(a->ctx, a->aio);
+}
+
+void
+kv_rpc_async_cancel(kv_rpc_async *a)
+{
+	nng_aio_cancel(a->aio);
+}
+
+void
+kv_rpc_async_destroy(kv_rpc_async *a)
+{
+	if (a == NULL)
+		return;
+	nng_aio_stop(a->aio); /* cancels, waits for the callback, and refuses new work */
+	if (nng_aio_get_msg(a->aio) != NULL)
+		nng_msg_free(nng_aio_get_msg(a->aio));
+	nng_aio_free(a->aio);
+	nng_ctx_close(a->ctx);
+	free(a);
+}
+
 int
 kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms)
 {

@@ -83,6 +83,33 @@ const char *kv_rpc_client_url(const kv_rpc_client *c);
  */
 int kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms);
 
+/*
+ * An asynchronous caller on a client: one request at a time, answered by a
+ * callback on an nng thread, with the context and aio kept between calls
+ * (nothing is allocated per call). For pipelines of requests, use several.
+ */
+typedef struct kv_rpc_async kv_rpc_async;
+
+/* Called once per kv_rpc_async_call: rv 0 with the reply (the callee's to
+ * free), or a KV_E* code as kv_rpc_call's and reply NULL. It may start the
+ * next call on the same caller. */
+typedef void (*kv_rpc_done_fn)(void *arg, int rv, nng_msg *reply);
+
+/* Makes a caller on c. Returns 0, KV_ENOMEM or a transport error. */
+int kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc_async **out);
+
+/* Sends req (taken in every case) and calls done when the reply comes, the
+ * timeout passes or the call is cancelled. At most one call in flight. */
+void kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms);
+
+/* Cancels the call in flight, if any: done runs with KV_ECLOSED. */
+void kv_rpc_async_cancel(kv_rpc_async *a);
+
+/* Cancels any call in flight, waits for its callback, and frees the
+ * caller. Not from its own callback. Accepts NULL. Call before destroying
+ * the client. */
+void kv_rpc_async_destroy(kv_rpc_async *a);
+
 /* Translates an nng error code into a KV_E* code. */
 int kv_err_from_nng(int rv);
 

@@ -150,6 +150,31 @@ SHARDKV_API int shardkv_del(shardkv_client *c, const void *key, size_t klen, sha
 SHARDKV_API int shardkv_append(shardkv_client *c, const void *key, size_t klen, const void *val,
                                size_t vlen, uint64_t *new_len);
 
+/*
+ * Asynchronous single-key operations. Each call routes the op, queues it on
+ * the owner's connection and returns at once; `done` then runs exactly once,
+ * on a library thread, with the op's status (0, SHARDKV_ENOTFOUND, ...) and,
+ * for get and del, the value (valid only during the callback; NULL and 0
+ * otherwise). Concurrent ops to one server share requests (up to 128 ops
+ * each, a few requests in flight per server), which is how a single thread
+ * can keep many operations in flight. Retries, routing corrections and the
+ * per-call deadline work as in the blocking calls; a write keeps its
+ * request id across retries. `done` must not block for long, may start
+ * further async ops, and must not call shardkv_close(). Key and value are
+ * copied. Returns 0 when the op was taken (done will run), or an error
+ * (SHARDKV_EINVAL, SHARDKV_ETOOBIG, SHARDKV_ENOMEM, SHARDKV_ECLOSED once
+ * shardkv_close has begun) and done will not run. shardkv_close() completes
+ * the ops still pending with SHARDKV_ECLOSED before it returns.
+ */
+typedef void (*shardkv_done_fn)(void *arg, int status, const void *val, size_t vlen);
+
+SHARDKV_API int shardkv_get_async(shardkv_client *c, const void *key, size_t klen,
+                                  shardkv_done_fn done, void *arg);
+SHARDKV_API int shardkv_put_async(shardkv_client *c, const void *key, size_t klen, const void *val,
+                                  size_t vlen, shardkv_done_fn done, void *arg);
+SHARDKV_API int shardkv_del_async(shardkv_client *c, const void *key, size_t klen,
+                                  shardkv_done_fn done, void *arg);
+
 /* The result of shardkv_mget(). Free with shardkv_mget_result_free(). */
 typedef struct {
 	size_t n;            /* number of keys asked */

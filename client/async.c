@@ -1,0 +1,440 @@
+/*
+ * async.c - the asynchronous single-key ops of libshardkv
+ * (shardkv_get_async and friends, include/shardkv.h).
+ *
+ * An op is routed with the cached configuration (and the remembered owner
+ * hints) without blocking and queued on its server's async queue. Each
+ * server has ASYNC_SLOTS request slots (an nng context with its aio, kept
+ * for the life of the handle); whenever a slot is free, everything queued
+ * (up to ASYNC_MAX_OPS ops and ASYNC_MAX_BYTES) leaves as one Request, and
+ * the reply's callback completes each op and refills the slot. No thread
+ * waits per op, so one caller thread can keep hundreds of ops in flight and
+ * the messages per op fall with the queue length.
+ *
+ * Anything but a final answer on the first try (no configuration yet, a
+ * WRONG_OWNER or MOVING refusal, a lost connection, a timeout) hands the op
+ * to the handle's retry thread, which runs the blocking path (ops.c,
+ * kvc_run_routed: routing corrections, backoff, the same request id) within
+ * the op's deadline and then completes it. That path is rare (around
+ * configuration changes) and keeps one definition of the retry rules.
+ *
+ * Locks: kvc_aconn.mu protects a server's queue and slot flags; c->async_mu
+ * protects the retry queue, the pending count and async_closing. They are
+ * leaves and never held together, nor across a callback or a network call.
+ */
+#include "client/client_int.h"
+#include "common/err.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ASYNC_SLOTS     4u
+#define ASYNC_MAX_OPS   128u
+#define ASYNC_MAX_BYTES (1024u * 1024u)
+
+typedef struct kvc_aop kvc_aop;
+typedef struct kvc_aconn kvc_aconn;
+
+struct kvc_aop {
+	shardkv_client *c;    /* the handle */
+	kvc_op op;            /* key and value point into buf */
+	uint64_t deadline_ns; /* the caller's deadline */
+	uint64_t epoch;       /* routing epoch */
+	shardkv_done_fn done; /* the caller's callback */
+	void *arg;            /* its argument */
+	kvc_aop *next;        /* queue link */
+	uint8_t buf[];        /* key, then value */
+};
+
+typedef struct {
+	kvc_aconn *ac;                    /* its server */
+	kv_rpc_async *rpc;                /* context and aio */
+	bool busy;                        /* a request is on the wire (under ac->mu) */
+	size_t n;                         /* ops in it */
+	kvc_aop *ops[ASYNC_MAX_OPS];      /* them */
+	kvc_reply replies[ASYNC_MAX_OPS]; /* decoded answers, one per op */
+} kvc_aslot;
+
+struct kvc_aconn {
+	shardkv_client *c;    /* the handle */
+	pthread_mutex_t mu;   /* protects head, tail, closed and the slots' busy flags */
+	kvc_aop *head, *tail; /* ops waiting for a slot, oldest first */
+	bool closed;          /* shardkv_close has taken the queue */
+	kvc_aslot slot[ASYNC_SLOTS];
+	kvc_aconn *next; /* every server's queue, in c->aconns */
+};
+
+/* Runs the caller's callback and frees the op. */
+static void
+complete(kvc_aop *op, int status, const void *val, size_t vlen)
+{
+	shardkv_client *c = op->c;
+
+	op->done(op->arg, status, val, vlen);
+	free(op);
+	pthread_mutex_lock(&c->async_mu);
+	if (--c->async_pending == 0)
+		pthread_cond_broadcast(&c->async_cv);
+	pthread_mutex_unlock(&c->async_mu);
+}
+
+/* Hands op to the retry thread (or completes it when closing). */
+static void
+to_retry(kvc_aop *op)
+{
+	shardkv_client *c = op->c;
+
+	pthread_mutex_lock(&c->async_mu);
+	if (!c->async_closing) {
+		op->next = NULL;
+		if (c->rq_tail)
+			c->rq_tail->next = op;
+		else
+			c->rq_head = op;
+		c->rq_tail = op;
+		pthread_cond_signal(&c->async_cv);
+		pthread_mutex_unlock(&c->async_mu);
+		return;
+	}
+	pthread_mutex_unlock(&c->async_mu);
+	complete(op, KV_ECLOSED, NULL, 0);
+}
+
+/* The timeout of one attempt: half of what is left, at least 1 s. */
+static uint32_t
+attempt_ms(uint64_t deadline_ns)
+{
+	uint32_t ms = kvc_remaining_ms(deadline_ns);
+	if (ms > 1000u)
+		ms = ms / 2 > 1000u ? ms / 2 : 1000u;
+	return ms;
+}
+
+/* Fills free slots with what is queued and sends. Takes ac->mu. */
+static void
+pump(kvc_aconn *ac)
+{
+	shardkv_client *c = ac->c;
+
+	for (;;) {
+		kvc_aslot *sl = NULL;
+		kvc_aop *late = NULL;
+		size_t bytes = 0;
+
+		pthread_mutex_lock(&ac->mu);
+		for (size_t i = 0; i < ASYNC_SLOTS && ac->head != NULL; i++)
+			if (!ac->slot[i].busy) {
+				sl = &ac->slot[i];
+				break;
+			}
+		if (sl == NULL) {
+			pthread_mutex_unlock(&ac->mu);
+			return;
+		}
+		sl->n = 0;
+		while (ac->head != NULL && sl->n < ASYNC_MAX_OPS) {
+			kvc_aop *op = ac->head;
+			size_t b = op->op.key.len + op->op.value.len;
+			if (sl->n > 0 && bytes + b > ASYNC_MAX_BYTES)
+				break;
+			ac->head = op->next;
+			op->next = NULL;
+			if (kvc_remaining_ms(op->deadline_ns) == 0) {
+				op->next = late; /* answered below, outside the lock */
+				late = op;
+				continue;
+			}
+			sl->ops[sl->n++] = op;
+			bytes += b;
+		}
+		if (ac->head == NULL)
+			ac->tail = NULL;
+		sl->busy = sl->n > 0;
+		pthread_mutex_unlock(&ac->mu);
+		while (late != NULL) {
+			kvc_aop *next = late->next;
+			complete(late, KV_ETIMEDOUT, NULL, 0);
+			late = next;
+		}
+		if (sl->n == 0)
+			continue;
+
+		const kvc_op *ops[ASYNC_MAX_OPS];
+		uint64_t deadline = 0;
+		nng_msg *req;
+		for (size_t i = 0; i < sl->n; i++) {
+			ops[i] = &sl->ops[i]->op;
+			if (sl->ops[i]->deadline_ns > deadline)
+				deadline = sl->ops[i]->deadline_ns;
+		}
+		kvc_envelope env = {
+		    .client_id = c->client_id,
+		    .request_id = kvc_next_id(c),
+		    .epoch = sl->ops[0]->epoch,
+		    .auth = {.p = c->auth.data, .len = c->auth.len},
+		    .timeout_ms = attempt_ms(deadline),
+		};
+		if (kvc_encode_request_batch(&env, ops, sl->n, &req) != KV_OK) {
+			size_t n = sl->n;
+			kvc_aop *taken[ASYNC_MAX_OPS];
+			memcpy(taken, sl->ops, n * sizeof(taken[0]));
+			pthread_mutex_lock(&ac->mu);
+			sl->busy = false;
+			pthread_mutex_unlock(&ac->mu);
+			for (size_t i = 0; i < n; i++)
+				to_retry(taken[i]);
+			continue;
+		}
+		kv_rpc_async_call(sl->rpc, req, env.timeout_ms);
+	}
+}
+
+/* A slot's request is answered (or failed): completes its ops. */
+static void
+slot_done(void *arg, int rv, nng_msg *rep)
+{
+	kvc_aslot *sl = arg;
+	kvc_aconn *ac = sl->ac;
+	size_t n = sl->n;
+	kvc_aop *ops[ASYNC_MAX_OPS];
+	kvc_reply *rp[ASYNC_MAX_OPS];
+
+	memcpy(ops, sl->ops, n * sizeof(ops[0]));
+	for (size_t i = 0; i < n; i++)
+		rp[i] = &sl->replies[i];
+	if (rv == KV_OK) {
+		rv = kvc_decode_reply_batch(nng_msg_body(rep), nng_msg_len(rep), rp, n);
+		nng_msg_free(rep);
+	}
+	/* The slot is free for the next request before the callbacks run. */
+	kvc_reply local[ASYNC_MAX_OPS];
+	if (rv == KV_OK)
+		memcpy(local, sl->replies, n * sizeof(local[0]));
+	pthread_mutex_lock(&ac->mu);
+	sl->busy = false;
+	pthread_mutex_unlock(&ac->mu);
+	pump(ac);
+
+	for (size_t i = 0; i < n; i++) {
+		kvc_reply *r = &local[i];
+		if (rv != KV_OK) {
+			to_retry(ops[i]);
+			continue;
+		}
+		if (r->status == KV_OK && !kvc_retryable(r->op_status))
+			complete(ops[i], r->op_status, r->value.data, r->value.len);
+		else
+			to_retry(ops[i]);
+		kvc_reply_fini(r);
+	}
+}
+
+/* Frees a queue made by aconn_new (its slots must be idle). */
+static void
+aconn_free(kvc_aconn *ac)
+{
+	for (size_t i = 0; i < ASYNC_SLOTS; i++)
+		kv_rpc_async_destroy(ac->slot[i].rpc);
+	pthread_mutex_destroy(&ac->mu);
+	free(ac);
+}
+
+/* Returns the async queue of the server at `address`, making it on first use. */
+static int
+aconn_get(shardkv_client *c, const char *address, kvc_aconn **out)
+{
+	kv_rpc_client *rpc;
+	kvc_coal *q;
+	kvc_aconn *ac;
+	int rv;
+
+	if ((rv = kvc_conn_get(c, address, &rpc, &q)) != KV_OK)
+		return rv;
+	pthread_mutex_lock(&q->mu);
+	if ((ac = q->aconn) != NULL) {
+		pthread_mutex_unlock(&q->mu);
+		*out = ac;
+		return KV_OK;
+	}
+	if ((ac = calloc(1, sizeof(*ac))) == NULL) {
+		pthread_mutex_unlock(&q->mu);
+		return KV_ENOMEM;
+	}
+	ac->c = c;
+	pthread_mutex_init(&ac->mu, NULL);
+	for (size_t i = 0; i < ASYNC_SLOTS; i++) {
+		ac->slot[i].ac = ac;
+		if ((rv = kv_rpc_async_create(rpc, slot_done, &ac->slot[i], &ac->slot[i].rpc)) !=
+		    KV_OK) {
+			aconn_free(ac);
+			pthread_mutex_unlock(&q->mu);
+			return rv;
+		}
+	}
+	q->aconn = ac;
+	pthread_mutex_unlock(&q->mu);
+	pthread_mutex_lock(&c->async_mu);
+	ac->next = c->aconns;
+	c->aconns = ac;
+	pthread_mutex_unlock(&c->async_mu);
+	*out = ac;
+	return KV_OK;
+}
+
+/* Routes op without blocking and queues it, or hands it to the retry thread. */
+static void
+route(kvc_aop *op)
+{
+	shardkv_client *c = op->c;
+	kvc_cfgref *ref = kvc_cfg_peek(c);
+	kvc_aconn *ac = NULL;
+	char *addr = NULL;
+
+	if (ref == NULL) {
+		to_retry(op);
+		return;
+	}
+	op->epoch = ref->cfg->epoch;
+	addr = kvc_hint_lookup(c, op->epoch, op->op.key);
+	if (addr == NULL) {
+		const kv_node *n = kv_config_node(
+		    ref->cfg, kv_config_route(ref->cfg, op->op.key.p, op->op.key.len));
+		if (n != NULL)
+			addr = strdup(n->address);
+	}
+	kvc_cfg_put(ref);
+	if (addr == NULL || aconn_get(c, addr, &ac) != KV_OK) {
+		free(addr);
+		to_retry(op);
+		return;
+	}
+	free(addr);
+	pthread_mutex_lock(&ac->mu);
+	if (ac->closed) {
+		pthread_mutex_unlock(&ac->mu);
+		complete(op, KV_ECLOSED, NULL, 0);
+		return;
+	}
+	if (ac->tail)
+		ac->tail->next = op;
+	else
+		ac->head = op;
+	ac->tail = op;
+	pthread_mutex_unlock(&ac->mu);
+	pump(ac);
+}
+
+/* The retry thread: runs the blocking path for each op handed to it. */
+static void *
+retry_main(void *arg)
+{
+	shardkv_client *c = arg;
+
+	pthread_mutex_lock(&c->async_mu);
+	for (;;) {
+		kvc_aop *op = c->rq_head;
+		if (op == NULL) {
+			if (c->async_closing)
+				break;
+			pthread_cond_wait(&c->async_cv, &c->async_mu);
+			continue;
+		}
+		c->rq_head = op->next;
+		if (c->rq_head == NULL)
+			c->rq_tail = NULL;
+		bool closing = c->async_closing;
+		pthread_mutex_unlock(&c->async_mu);
+		if (closing) {
+			complete(op, KV_ECLOSED, NULL, 0);
+		} else {
+			kvc_reply r;
+			int rv = kvc_run_routed(c, &op->op, op->op.key, op->deadline_ns, &r);
+			if (rv != KV_OK) {
+				complete(op, rv, NULL, 0);
+			} else {
+				complete(op, r.op_status, r.value.data, r.value.len);
+				kvc_reply_fini(&r);
+			}
+		}
+		pthread_mutex_lock(&c->async_mu);
+	}
+	pthread_mutex_unlock(&c->async_mu);
+	return NULL;
+}
+
+int
+kvc_async_submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t klen, const void *val,
+                 size_t vlen, shardkv_done_fn done, void *arg)
+{
+	kvc_aop *op;
+
+	if ((op = malloc(sizeof(*op) + klen + vlen)) == NULL)
+		return kvc_fail(KV_ENOMEM, "out of memory");
+	*op = (kvc_aop){.c = c, .done = done, .arg = arg, .deadline_ns = kvc_deadline(c)};
+	if (klen)
+		memcpy(op->buf, key, klen);
+	if (vlen)
+		memcpy(op->buf + klen, val, vlen);
+	op->op = (kvc_op){.kind = kind,
+	                  .key = {op->buf, klen},
+	                  .value = {op->buf + klen, vlen},
+	                  .request_id = kind == KVC_GET ? 0 : kvc_next_id(c)};
+	pthread_mutex_lock(&c->async_mu);
+	if (c->async_closing) {
+		pthread_mutex_unlock(&c->async_mu);
+		free(op);
+		return kvc_fail(KV_ECLOSED, "the handle is closing");
+	}
+	if (!c->rq_started) {
+		if (pthread_create(&c->rq_thread, NULL, retry_main, c) != 0) {
+			pthread_mutex_unlock(&c->async_mu);
+			free(op);
+			return kvc_fail(KV_ENOMEM, "cannot start the retry thread");
+		}
+		c->rq_started = true;
+	}
+	c->async_pending++;
+	pthread_mutex_unlock(&c->async_mu);
+	route(op);
+	return KV_OK;
+}
+
+void
+kvc_async_close(shardkv_client *c)
+{
+	kvc_aconn *list;
+	bool started;
+
+	pthread_mutex_lock(&c->async_mu);
+	c->async_closing = true;
+	pthread_cond_broadcast(&c->async_cv);
+	list = c->aconns;
+	started = c->rq_started;
+	pthread_mutex_unlock(&c->async_mu);
+	if (!started)
+		return; /* no async op was ever taken */
+	for (kvc_aconn *ac = list; ac; ac = ac->next) {
+		pthread_mutex_lock(&ac->mu);
+		ac->closed = true;
+		kvc_aop *op = ac->head;
+		ac->head = ac->tail = NULL;
+		pthread_mutex_unlock(&ac->mu);
+		while (op != NULL) {
+			kvc_aop *next = op->next;
+			complete(op, KV_ECLOSED, NULL, 0);
+			op = next;
+		}
+		for (size_t i = 0; i < ASYNC_SLOTS; i++)
+			kv_rpc_async_cancel(ac->slot[i].rpc);
+	}
+	pthread_mutex_lock(&c->async_mu);
+	while (c->async_pending > 0)
+		pthread_cond_wait(&c->async_cv, &c->async_mu);
+	pthread_mutex_unlock(&c->async_mu);
+	pthread_join(c->rq_thread, NULL);
+	while (list != NULL) {
+		kvc_aconn *next = list->next;
+		aconn_free(list);
+		list = next;
+	}
+}
