@@ -2,10 +2,14 @@
 # bench/compare-redis.sh - shardkv against Redis on loopback, same workload.
 #
 #   bench/compare-redis.sh [-c CLIENTS] [-n OPS] [-r KEYS] [-d BYTES] [-P K]
-#                          [-m "1 3"] [-b BIN_DIR] [-k]
+#                          [-m "1 3"] [-b BIN_DIR] [-S] [-k]
 #
-#   -c CLIENTS  concurrent clients: redis-benchmark -c, shardkv bench
-#               --threads/--connections (default 16)
+#   -c CLIENTS  concurrent callers, each with one command or call in flight:
+#               redis-benchmark -c CLIENTS (one event loop, CLIENTS
+#               connections); shardkv bench --threads 1 --async CLIENTS (one
+#               thread, CLIENTS callers on the async API, one handle) for
+#               single-key tests, --threads CLIENTS for the batched pass
+#               (default 50)
 #   -n OPS      operations per test (default 100000)
 #   -r KEYS     key space: keys "key:" + 12 digits (16 bytes) in both
 #               (default 100000)
@@ -18,6 +22,8 @@
 #               (redis-benchmark --cluster) (default "1 3")
 #   -b BIN_DIR  where shardkv, shardkv-server and shardkv-controller are
 #               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
+#   -S          single-key tests with a thread per caller instead (shardkv
+#               bench --threads CLIENTS --connections 1, blocking calls)
 #   -k          keep the work directory (logs, JSON reports)
 #
 # For each mode it starts the servers on free loopback ports, prefills the key
@@ -31,13 +37,13 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-clients=16 ops=100000 keys=100000 vsize=100 pipe=16 modes="1 3" bin=${SHARDKV_BIN_DIR:-} keep=
+clients=50 ops=100000 keys=100000 vsize=100 pipe=16 modes="1 3" bin=${SHARDKV_BIN_DIR:-} keep= sync=
 step_timeout=${COMPARE_STEP_TIMEOUT:-300}
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 die() { echo "compare-redis: $*" >&2; exit 1; }
 
-while getopts "c:n:r:d:P:m:b:kh" o; do
+while getopts "c:n:r:d:P:m:b:Skh" o; do
 	case "$o" in
 	c) clients=$OPTARG ;;
 	n) ops=$OPTARG ;;
@@ -46,6 +52,7 @@ while getopts "c:n:r:d:P:m:b:kh" o; do
 	P) pipe=$OPTARG ;;
 	m) modes=$OPTARG ;;
 	b) bin=$OPTARG ;;
+	S) sync=1 ;;
 	k) keep=1 ;;
 	*) usage ;;
 	esac
@@ -211,11 +218,18 @@ EOF
 
 # shardkv_run NAME CTL MIX BATCH: appends "NAME shardkv ops/s p50_ms p99_ms"
 shardkv_run() {
-	local name=$1 ctl=$2 mix=$3 batch=$4 out
+	local name=$1 ctl=$2 mix=$3 batch=$4 out callers
 	out=$work/$(echo "$1" | tr ' /' '__').json
-	timeout "$step_timeout" "$bin/shardkv" -c "$ctl" --json bench --threads "$clients" \
-		--connections "$clients" --keys "$keys" --key-size 16 --value-size "$vsize" \
-		--mix "$mix" --batch "$batch" --ops "$ops" --out "$out" >/dev/null \
+	if [ "$batch" -gt 1 ]; then
+		callers=(--threads "$clients" --connections "$clients" --batch "$batch")
+	elif [ -n "$sync" ]; then
+		callers=(--threads "$clients" --connections 1)
+	else
+		callers=(--threads 1 --async "$clients" --connections 1)
+	fi
+	timeout "$step_timeout" "$bin/shardkv" -c "$ctl" --json bench "${callers[@]}" \
+		--keys "$keys" --key-size 16 --value-size "$vsize" \
+		--mix "$mix" --ops "$ops" --out "$out" >/dev/null \
 		2>"$work/shardkv-bench.err" || die "shardkv bench $mix failed: $(tail -n 3 "$work/shardkv-bench.err")"
 	python3 - "$name" "$out" >>"$results" <<'EOF'
 import json, sys
@@ -275,7 +289,7 @@ for line in open(path):
         order.append(name)
     rows[name][who] = (float(rps), p50, p99)
 print(f"# shardkv bench vs redis-benchmark on loopback ({cpus} CPUs, clients and servers share them)")
-print(f"# {clients} clients, {ops} ops per test, {keys} keys of 16 B, values of {vsize} B;")
+print(f"# {clients} callers, {ops} ops per test, {keys} keys of 16 B, values of {vsize} B;")
 print(f"# P{pipe}: redis pipelines {pipe} commands, shardkv sends mget/mput of {pipe} keys (one op per key)")
 print(f"{'test':<16} {'redis ops/s':>12} {'shardkv ops/s':>14} {'ratio':>7}   {'redis p50/p99 ms':>18}   {'shardkv p50/p99 ms':>20}")
 for name in order:
