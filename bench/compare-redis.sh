@@ -7,21 +7,26 @@
 #   -c CLIENTS  concurrent callers, each with one command or call in flight:
 #               redis-benchmark -c CLIENTS (one event loop, CLIENTS
 #               connections); shardkv bench --threads 1 --async CLIENTS (one
-#               thread, CLIENTS callers on the async API, one handle) for
-#               single-key tests, --threads CLIENTS for the batched pass
+#               thread, CLIENTS callers on the async API, one handle)
 #               (default 50)
 #   -n OPS      operations per test (default 100000)
 #   -r KEYS     key space: keys "key:" + 12 digits (16 bytes) in both
 #               (default 100000)
 #   -d BYTES    value size (default 100)
-#   -P K        second pass with pipelining K (redis-benchmark -P K) against
-#               batching K (shardkv bench --batch K: mget/mput of K keys); 1:
-#               no second pass (default 16)
+#   -P K        second pass with pipelining K (redis-benchmark -P K: each
+#               client keeps K commands in flight) against K async ops in
+#               flight per caller (shardkv bench --async CLIENTS --batch K);
+#               1: no second pass (default 16)
+#   -M          in the second pass, batches instead of a pipeline on the
+#               shardkv side: --threads CLIENTS --batch K, each call an
+#               mget/mput of K keys on a thread of its own
 #   -m MODES    "1": a one-node shardkv against one redis-server; "3": a
 #               three-node shardkv cluster against a three-node Redis Cluster
 #               (redis-benchmark --cluster) (default "1 3")
 #   -b BIN_DIR  where shardkv, shardkv-server and shardkv-controller are
 #               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
+#   -p FILE     also draw the results as an SVG bar chart (ops/s per test,
+#               Redis beside shardkv, with the ratio)
 #   -S          single-key tests with a thread per caller instead (shardkv
 #               bench --threads CLIENTS --connections 1, blocking calls)
 #   -k          keep the work directory (logs, JSON reports)
@@ -37,13 +42,13 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-clients=50 ops=100000 keys=100000 vsize=100 pipe=16 modes="1 3" bin=${SHARDKV_BIN_DIR:-} keep= sync=
+clients=50 ops=100000 keys=100000 vsize=100 pipe=16 modes="1 3" bin=${SHARDKV_BIN_DIR:-} keep= sync= plot= mbatch=
 step_timeout=${COMPARE_STEP_TIMEOUT:-300}
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 die() { echo "compare-redis: $*" >&2; exit 1; }
 
-while getopts "c:n:r:d:P:m:b:Skh" o; do
+while getopts "c:n:r:d:P:m:b:p:SMkh" o; do
 	case "$o" in
 	c) clients=$OPTARG ;;
 	n) ops=$OPTARG ;;
@@ -52,7 +57,9 @@ while getopts "c:n:r:d:P:m:b:Skh" o; do
 	P) pipe=$OPTARG ;;
 	m) modes=$OPTARG ;;
 	b) bin=$OPTARG ;;
+	p) plot=$OPTARG ;;
 	S) sync=1 ;;
+	M) mbatch=1 ;;
 	k) keep=1 ;;
 	*) usage ;;
 	esac
@@ -220,8 +227,10 @@ EOF
 shardkv_run() {
 	local name=$1 ctl=$2 mix=$3 batch=$4 out callers
 	out=$work/$(echo "$1" | tr ' /' '__').json
-	if [ "$batch" -gt 1 ]; then
+	if [ "$batch" -gt 1 ] && [ -n "$mbatch" ]; then
 		callers=(--threads "$clients" --connections "$clients" --batch "$batch")
+	elif [ "$batch" -gt 1 ]; then
+		callers=(--threads 1 --async "$clients" --connections 1 --batch "$batch")
 	elif [ -n "$sync" ]; then
 		callers=(--threads "$clients" --connections 1)
 	else
@@ -277,9 +286,9 @@ for m in $modes; do
 done
 
 cpus=$(nproc)
-python3 - "$results" "$clients" "$ops" "$keys" "$vsize" "$pipe" "$cpus" <<'EOF'
+python3 - "$results" "$clients" "$ops" "$keys" "$vsize" "$pipe" "$cpus" "$plot" "$mbatch" <<'EOF'
 import sys
-path, clients, ops, keys, vsize, pipe, cpus = sys.argv[1:]
+path, clients, ops, keys, vsize, pipe, cpus, plot = sys.argv[1:9]
 rows = {}
 order = []
 for line in open(path):
@@ -290,7 +299,10 @@ for line in open(path):
     rows[name][who] = (float(rps), p50, p99)
 print(f"# shardkv bench vs redis-benchmark on loopback ({cpus} CPUs, clients and servers share them)")
 print(f"# {clients} callers, {ops} ops per test, {keys} keys of 16 B, values of {vsize} B;")
-print(f"# P{pipe}: redis pipelines {pipe} commands, shardkv sends mget/mput of {pipe} keys (one op per key)")
+if len(sys.argv) > 9 and sys.argv[9]:
+    print(f"# P{pipe}: redis pipelines {pipe} commands, shardkv sends mget/mput of {pipe} keys (one op per key)")
+else:
+    print(f"# P{pipe}: redis pipelines {pipe} commands per client, shardkv keeps {pipe} async ops in flight per caller")
 print(f"{'test':<16} {'redis ops/s':>12} {'shardkv ops/s':>14} {'ratio':>7}   {'redis p50/p99 ms':>18}   {'shardkv p50/p99 ms':>20}")
 for name in order:
     r = rows[name].get("redis")
@@ -299,4 +311,30 @@ for name in order:
         continue
     ratio = s[0] / r[0] if r[0] else float("nan")
     print(f"{name:<16} {r[0]:>12.0f} {s[0]:>14.0f} {ratio:>7.2f}   {r[1] + '/' + r[2]:>18}   {s[1] + '/' + s[2]:>20}")
+if plot:
+    names = [n for n in order if "redis" in rows[n] and "shardkv" in rows[n]]
+    top = max([max(rows[n]["redis"][0], rows[n]["shardkv"][0]) for n in names] + [1])
+    W, H, L, B, T = 120 + 110 * len(names), 360, 70, 70, 40
+    ph = H - B - T
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+           f'<text x="{W/2}" y="20" text-anchor="middle" font-size="14">ops/s, {clients} callers, {vsize}-byte values, {cpus} CPUs shared by clients and servers</text>']
+    for i in range(5):
+        v = top * i / 4
+        y = T + ph - ph * i / 4
+        out.append(f'<line x1="{L}" x2="{W-20}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{L-6}" y="{y+4:.1f}" text-anchor="end">{v/1000:.0f}k</text>')
+    for i, n in enumerate(names):
+        x = L + 20 + 110 * i
+        for j, (who, col) in enumerate((("redis", "#c44"), ("shardkv", "#37c"))):
+            v = rows[n][who][0]
+            h = ph * v / top
+            out.append(f'<rect x="{x + 36*j}" y="{T+ph-h:.1f}" width="32" height="{h:.1f}" fill="{col}"/>')
+        ratio = rows[n]["shardkv"][0] / rows[n]["redis"][0]
+        out.append(f'<text x="{x+34}" y="{T+ph+16}" text-anchor="middle">{n}</text>')
+        out.append(f'<text x="{x+34}" y="{T+ph+32}" text-anchor="middle">{ratio:.2f}x</text>')
+    out.append(f'<rect x="{W-190}" y="30" width="12" height="12" fill="#c44"/><text x="{W-172}" y="40">redis-server</text>')
+    out.append(f'<rect x="{W-100}" y="30" width="12" height="12" fill="#37c"/><text x="{W-82}" y="40">shardkv</text>')
+    out.append('</svg>')
+    open(plot, "w").write("\n".join(out) + "\n")
+    print(f"# chart: {plot}")
 EOF

@@ -11,12 +11,18 @@
  * waits per op, so one caller thread can keep hundreds of ops in flight and
  * the messages per op fall with the queue length.
  *
- * Anything but a final answer on the first try (no configuration yet, a
- * WRONG_OWNER or MOVING refusal, a lost connection, a timeout) hands the op
- * to the handle's retry thread, which runs the blocking path (ops.c,
- * kvc_run_routed: routing corrections, backoff, the same request id) within
- * the op's deadline and then completes it. That path is rare (around
- * configuration changes) and keeps one definition of the retry rules.
+ * A refusal that names a retry (WRONG_OWNER, MOVING, STALE, BUSY) goes to
+ * the handle's retry thread with a time to try again: at once after a
+ * WRONG_OWNER that came with the owner's hint (the hint is also remembered
+ * for the range, as the blocking calls do), else after a backoff of 1 ms
+ * doubling to 100 ms; the thread fetches a newer configuration first when
+ * the server knew of one, then routes the op again, asynchronously, with
+ * its request id unchanged. So a range that moves under thousands of async
+ * ops costs them a round trip or a backoff each, not a thread each. An op
+ * whose request got no answer at all (a lost connection, a timeout) is
+ * retried by the blocking path instead (ops.c, kvc_run_routed), run on the
+ * retry thread within the op's deadline: the server may be gone, and that
+ * path asks the controller for news.
  *
  * Locks: kvc_aconn.mu protects a server's queue and slot flags; c->async_mu
  * protects the retry queue, the pending count and async_closing. They are
@@ -27,6 +33,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define ASYNC_SLOTS     4u
 #define ASYNC_MAX_OPS   128u
@@ -42,6 +49,11 @@ struct kvc_aop {
 	uint64_t epoch;       /* routing epoch */
 	shardkv_done_fn done; /* the caller's callback */
 	void *arg;            /* its argument */
+	uint64_t min_epoch;   /* route with at least this epoch (0: any) */
+	uint64_t not_before;  /* retry: not before this time (ns) */
+	uint32_t backoff_ms;  /* retry: the next backoff */
+	int last;             /* retry: the last refusal */
+	bool blocking;        /* retry: by the blocking path */
 	kvc_aop *next;        /* queue link */
 	uint8_t buf[];        /* key, then value */
 };
@@ -98,6 +110,23 @@ to_retry(kvc_aop *op)
 	}
 	pthread_mutex_unlock(&c->async_mu);
 	complete(op, KV_ECLOSED, NULL, 0);
+}
+
+/* Schedules an op refused with `st` for another try: at once after a
+ * hint, else after its backoff. */
+static void
+retry_later(kvc_aop *op, int st, bool now)
+{
+	uint64_t t = kv_now_ns();
+
+	op->last = st;
+	if (now) {
+		op->not_before = t;
+	} else {
+		op->not_before = t + (uint64_t)op->backoff_ms * 1000000u;
+		op->backoff_ms = op->backoff_ms * 2 > 100 ? 100 : op->backoff_ms * 2;
+	}
+	to_retry(op);
 }
 
 /* The timeout of one attempt: half of what is left, at least 1 s. */
@@ -217,14 +246,50 @@ slot_done(void *arg, int rv, nng_msg *rep)
 
 	for (size_t i = 0; i < n; i++) {
 		kvc_reply *r = &local[i];
+		kvc_aop *op = ops[i];
 		if (rv != KV_OK) {
-			to_retry(ops[i]);
+			/* No answer: the blocking path asks the controller for news. */
+			op->blocking = true;
+			op->last = rv;
+			to_retry(op);
 			continue;
 		}
-		if (r->status == KV_OK && !kvc_retryable(r->op_status))
-			complete(ops[i], r->op_status, r->value.data, r->value.len);
-		else
-			to_retry(ops[i]);
+		if (r->status != KV_OK) {
+			/* The whole request was refused (stale, busy, auth...). */
+			if (!kvc_retryable(r->status)) {
+				complete(op, r->status, NULL, 0);
+			} else {
+				if (r->epoch > op->epoch)
+					op->min_epoch = r->epoch;
+				retry_later(op, r->status, false);
+			}
+		} else if (!kvc_retryable(r->op_status)) {
+			complete(op, r->op_status, r->value.data, r->value.len);
+		} else {
+			bool hinted = false;
+			if (r->hint.set && r->hint.epoch > op->epoch)
+				op->min_epoch = r->hint.epoch;
+			if (r->epoch > op->epoch && r->epoch > op->min_epoch)
+				op->min_epoch = r->epoch;
+			if (r->op_status == KV_EWRONGOWNER && r->hint.set) {
+				kvc_cfgref *ref = kvc_cfg_peek(ac->c);
+				const kv_node *nd = ref && !r->hint.address
+				                        ? kv_config_node(ref->cfg, r->hint.node)
+				                        : NULL;
+				const char *h = r->hint.address ? r->hint.address
+				                : nd            ? nd->address
+				                                : NULL;
+				if (h != NULL) {
+					/* Later ops for the range go there directly. */
+					kvc_hint_learn(ac->c, op->epoch, &r->hint, h, op->op.key);
+					hinted = true;
+				}
+				kvc_cfg_put(ref);
+			} else if (r->op_status == KV_EWRONGOWNER && op->min_epoch == 0) {
+				op->min_epoch = op->epoch + 1;
+			}
+			retry_later(op, r->op_status, hinted);
+		}
 		kvc_reply_fini(r);
 	}
 }
@@ -291,6 +356,7 @@ route(kvc_aop *op)
 	char *addr = NULL;
 
 	if (ref == NULL) {
+		op->blocking = true; /* it fetches the configuration */
 		to_retry(op);
 		return;
 	}
@@ -305,6 +371,7 @@ route(kvc_aop *op)
 	kvc_cfg_put(ref);
 	if (addr == NULL || aconn_get(c, addr, &ac) != KV_OK) {
 		free(addr);
+		op->blocking = true;
 		to_retry(op);
 		return;
 	}
@@ -324,7 +391,53 @@ route(kvc_aop *op)
 	pump(ac);
 }
 
-/* The retry thread: runs the blocking path for each op handed to it. */
+/* Runs the blocking path for op and completes it (retry thread). */
+static void
+retry_blocking(kvc_aop *op)
+{
+	kvc_reply r;
+	int rv = kvc_run_routed(op->c, &op->op, op->op.key, op->deadline_ns, &r);
+
+	if (rv != KV_OK) {
+		complete(op, rv, NULL, 0);
+	} else {
+		complete(op, r.op_status, r.value.data, r.value.len);
+		kvc_reply_fini(&r);
+	}
+}
+
+/* Routes a due op again (retry thread): with a newer configuration first
+ * when the server knew of one, unless its deadline has passed. */
+static void
+retry_route(kvc_aop *op)
+{
+	shardkv_client *c = op->c;
+
+	if (kvc_remaining_ms(op->deadline_ns) == 0) {
+		int st = op->last;
+		if (st == KV_EWRONGOWNER || st == KV_EMOVING || st == KV_ESTALE || st == KV_EBUSY)
+			st = KV_ETIMEDOUT;
+		complete(op, st, NULL, 0);
+		return;
+	}
+	if (op->min_epoch > 0) {
+		kvc_cfgref *ref = kvc_cfg_peek(c);
+		bool old = ref == NULL || ref->cfg->epoch < op->min_epoch;
+		kvc_cfg_put(ref);
+		if (old) {
+			/* Bounded by a short wait: the watch may bring it meanwhile. */
+			uint64_t d = kv_now_ns() + 200000000u;
+			if (kvc_cfg_get(c, op->min_epoch, d < op->deadline_ns ? d : op->deadline_ns,
+			                &ref) == KV_OK)
+				kvc_cfg_put(ref);
+		}
+		op->min_epoch = 0;
+	}
+	route(op);
+}
+
+/* The retry thread: takes the ops that are due, oldest first, and sleeps
+ * until the next one is. */
 static void *
 retry_main(void *arg)
 {
@@ -332,30 +445,41 @@ retry_main(void *arg)
 
 	pthread_mutex_lock(&c->async_mu);
 	for (;;) {
-		kvc_aop *op = c->rq_head;
+		uint64_t now = kv_now_ns(), next = UINT64_MAX;
+		kvc_aop **pp = &c->rq_head, *prev = NULL, *op = NULL;
+
+		for (kvc_aop *x = c->rq_head; x; prev = x, x = x->next, pp = &prev->next) {
+			if (c->async_closing || x->blocking || x->not_before <= now) {
+				op = x;
+				break;
+			}
+			if (x->not_before < next)
+				next = x->not_before;
+		}
 		if (op == NULL) {
 			if (c->async_closing)
 				break;
-			pthread_cond_wait(&c->async_cv, &c->async_mu);
+			if (next == UINT64_MAX) {
+				pthread_cond_wait(&c->async_cv, &c->async_mu);
+			} else {
+				struct timespec ts = {.tv_sec = (time_t)(next / 1000000000u),
+				                      .tv_nsec = (long)(next % 1000000000u)};
+				pthread_cond_timedwait(&c->async_cv, &c->async_mu, &ts);
+			}
 			continue;
 		}
-		c->rq_head = op->next;
-		if (c->rq_head == NULL)
-			c->rq_tail = NULL;
+		*pp = op->next;
+		if (c->rq_tail == op)
+			c->rq_tail = prev;
+		op->next = NULL;
 		bool closing = c->async_closing;
 		pthread_mutex_unlock(&c->async_mu);
-		if (closing) {
+		if (closing)
 			complete(op, KV_ECLOSED, NULL, 0);
-		} else {
-			kvc_reply r;
-			int rv = kvc_run_routed(c, &op->op, op->op.key, op->deadline_ns, &r);
-			if (rv != KV_OK) {
-				complete(op, rv, NULL, 0);
-			} else {
-				complete(op, r.op_status, r.value.data, r.value.len);
-				kvc_reply_fini(&r);
-			}
-		}
+		else if (op->blocking)
+			retry_blocking(op);
+		else
+			retry_route(op);
 		pthread_mutex_lock(&c->async_mu);
 	}
 	pthread_mutex_unlock(&c->async_mu);
@@ -370,7 +494,8 @@ kvc_async_submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t kl
 
 	if ((op = malloc(sizeof(*op) + klen + vlen)) == NULL)
 		return kvc_fail(KV_ENOMEM, "out of memory");
-	*op = (kvc_aop){.c = c, .done = done, .arg = arg, .deadline_ns = kvc_deadline(c)};
+	*op = (kvc_aop){
+	    .c = c, .done = done, .arg = arg, .deadline_ns = kvc_deadline(c), .backoff_ms = 1};
 	if (klen)
 		memcpy(op->buf, key, klen);
 	if (vlen)
@@ -395,6 +520,12 @@ kvc_async_submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t kl
 	}
 	c->async_pending++;
 	pthread_mutex_unlock(&c->async_mu);
+	/* The first op of a handle fetches the configuration here (the only
+	 * wait an async call makes), so that the ops after it route at once. */
+	kvc_cfgref *ref = kvc_cfg_peek(c);
+	if (ref == NULL && kvc_cfg_get(c, 0, op->deadline_ns, &ref) != KV_OK)
+		ref = NULL;
+	kvc_cfg_put(ref);
 	route(op);
 	return KV_OK;
 }

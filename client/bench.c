@@ -404,11 +404,11 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 		             "bench: --key-size %u is too small for %" PRIu64
 		             " distinct keys (needs %u)",
 		             p->key_size, p->keys, digits(p->keys - 1));
-	if (p->async && (p->rate > 0 || p->batch > 1 || p->mix[KV_BENCH_APPEND] ||
-	                 p->mix[KV_BENCH_MGET] || p->mix[KV_BENCH_MPUT] || p->mix[KV_BENCH_SCAN]))
+	if (p->async && (p->rate > 0 || p->mix[KV_BENCH_APPEND] || p->mix[KV_BENCH_MGET] ||
+	                 p->mix[KV_BENCH_MPUT] || p->mix[KV_BENCH_SCAN]))
 		return usage(err, errlen,
 		             "bench: --async runs a closed loop of get, put and del only (no "
-		             "--rate, --batch, append, mget, mput or scan)");
+		             "--rate, append, mget, mput or scan)");
 	if (p->rate > 0 && p->rate < p->threads / 1000.0)
 		return usage(err, errlen, "bench: --rate %.3g is too low for %u threads", p->rate,
 		             p->threads);
@@ -436,7 +436,9 @@ kv_bench_usage(FILE *f)
 	           "  --ops N            run N operations instead\n"
 	           "  --async C          each thread keeps C callers in flight through the async\n"
 	           "                     API, each issuing its next call when the last completes\n"
-	           "                     (closed loop of get/put/del; T x C callers in all)\n"
+	           "                     (closed loop of get/put/del; T x C callers in all); with\n"
+	           "                     --batch K a call is K single-key ops in flight at once\n"
+	           "                     (a pipeline of depth K), counted as K operations\n"
 	           "  --rate OPS         open loop: issue OPS operations/s in total, latency from\n"
 	           "                     the intended send time (default: closed loop)\n"
 	           "  --load             first write all N keys (mput batches); with --duration 0\n"
@@ -975,50 +977,88 @@ do_call(bench_worker *w, int op, unsigned n, uint64_t start_ns)
 	pthread_mutex_unlock(&w->mu);
 }
 
-/* --async: one of a worker's callers, with one call in flight at a time. */
+/* --async: one of a worker's callers, with one group of --batch ops (a
+ * pipeline of that depth) in flight at a time. */
 typedef struct {
-	bench_worker *w; /* its worker */
-	int op;          /* the call in flight */
-	uint64_t start;  /* when it was issued (ns) */
-	uint64_t rng;    /* its own RNG (completions run on library threads) */
-	uint8_t *key;    /* its key (key_size bytes) */
+	bench_worker *w;  /* its worker */
+	int op;           /* the group's op */
+	unsigned n;       /* ops in the group */
+	uint64_t start;   /* when it was issued (ns) */
+	uint64_t rng;     /* its own RNG (completions run on library threads) */
+	uint8_t *keys;    /* its keys (batch x key_size bytes) */
+	atomic_uint left; /* ops of the group not yet completed */
+	atomic_uint ok;   /* answered (misses included) */
+	atomic_uint miss; /* not found */
+	atomic_int err;   /* the last error, 0: none */
+	atomic_uint nerr; /* failed */
 } async_caller;
 
 /* --async: what a worker's callers share. */
 typedef struct {
 	pthread_mutex_t mu; /* protects active; w->tally, w->rt and w->rt_gen in this mode */
 	pthread_cond_t cv;  /* active fell to 0 */
-	unsigned active;    /* callers with a call in flight */
+	unsigned active;    /* callers with a group in flight */
 } async_group;
 
 static void async_issue(async_caller *a, bool fatal);
+static void async_group_done(async_caller *a);
 
-/* A caller's call completed: records it and issues the next one. */
+/* Drops the issuing thread's extra count of the group (see async_issue). */
+static void
+async_done_last(async_caller *a)
+{
+	if (atomic_fetch_sub(&a->left, 1) == 1)
+		async_group_done(a);
+}
+
+/* One op of a caller's group completed; the last one records the group as
+ * one call and issues the next group. */
 static void
 async_done(void *arg, int status, const void *val, size_t vlen)
 {
 	async_caller *a = arg;
-	bench_worker *w = a->w;
-	uint64_t lat = now_ns() - a->start;
-	bool ok = status == 0 || status == SHARDKV_ENOTFOUND;
 	(void)val;
 	(void)vlen;
 
+	if (status == 0 || status == SHARDKV_ENOTFOUND) {
+		atomic_fetch_add(&a->ok, 1);
+		if (status == SHARDKV_ENOTFOUND)
+			atomic_fetch_add(&a->miss, 1);
+	} else {
+		atomic_store(&a->err, status);
+		atomic_fetch_add(&a->nerr, 1);
+	}
+	if (atomic_fetch_sub(&a->left, 1) == 1)
+		async_group_done(a);
+}
+
+/* Every op of the group is done: records it as one call and issues the next. */
+static void
+async_group_done(async_caller *a)
+{
+	bench_worker *w = a->w;
+	unsigned ks = w->run->p->key_size;
+	uint64_t lat = now_ns() - a->start;
+	unsigned ok = atomic_load(&a->ok), nerr = atomic_load(&a->nerr);
 	pthread_mutex_lock(&w->mu);
 	refresh_route(w);
-	if (kv_bench_tally_record(&w->tally, a->op, lat, ok, status == SHARDKV_ENOTFOUND, !ok,
-	                          ok ? 0 : status) != 0)
+	if (kv_bench_tally_record(&w->tally, a->op, lat, ok, atomic_load(&a->miss), nerr,
+	                          nerr ? atomic_load(&a->err) : 0) != 0)
 		w->fatal = SHARDKV_ENOMEM;
-	if (ok) {
-		uint32_t node = route_key(w->rt, a->key, w->run->p->key_size);
-		w->tally.node_ops[node <= KV_BENCH_MAX_NODES ? node : 0]++;
+	if (nerr == 0) {
+		for (unsigned i = 0; i < a->n; i++) {
+			uint32_t node = route_key(w->rt, a->keys + (size_t)i * ks, ks);
+			w->tally.node_ops[node <= KV_BENCH_MAX_NODES ? node : 0]++;
+		}
+	} else {
+		w->tally.node_ops[0] += ok;
 	}
 	bool fatal = w->fatal != 0;
 	pthread_mutex_unlock(&w->mu);
 	async_issue(a, fatal);
 }
 
-/* Issues the caller's next call, or retires it when the run is over. */
+/* Issues the caller's next group, or retires it when the run is over. */
 static void
 async_issue(async_caller *a, bool fatal)
 {
@@ -1027,13 +1067,17 @@ async_issue(async_caller *a, bool fatal)
 	const kv_bench_params *p = r->p;
 	async_group *g = (async_group *)w->async;
 
-	for (;;) {
-		int rv;
-		if (atomic_load_explicit(&r->stop, memory_order_relaxed) || bench_interrupted ||
-		    fatal || (p->ops && atomic_fetch_add(&r->claimed, 1) >= p->ops))
-			break;
-		uint64_t x = rng_next(&a->rng);
-		unsigned pick = (unsigned)(x % r->nops_total);
+	while (
+	    !(atomic_load_explicit(&r->stop, memory_order_relaxed) || bench_interrupted || fatal)) {
+		unsigned n = p->batch, taken = 0;
+		if (p->ops) {
+			uint64_t prev = atomic_fetch_add(&r->claimed, n);
+			if (prev >= p->ops)
+				break;
+			if (prev + n > p->ops)
+				n = (unsigned)(p->ops - prev); /* the last group is cut to fit */
+		}
+		unsigned pick = (unsigned)(rng_next(&a->rng) % r->nops_total);
 		a->op = KV_BENCH_GET;
 		for (int i = 0; i < KV_BENCH_NOPS; i++) {
 			if (pick < p->mix[i]) {
@@ -1042,27 +1086,55 @@ async_issue(async_caller *a, bool fatal)
 			}
 			pick -= p->mix[i];
 		}
-		uint64_t y = rng_next(&a->rng);
-		uint64_t idx =
-		    p->dist.zipf ? zipf_next(&r->zipf, (double)(y >> 11) * 0x1.0p-53) : y % p->keys;
-		key_fill(a->key, p->key_size, r->key_prefix, idx);
+		for (unsigned i = 0; i < n; i++) {
+			uint64_t y = rng_next(&a->rng);
+			uint64_t idx = p->dist.zipf
+			                   ? zipf_next(&r->zipf, (double)(y >> 11) * 0x1.0p-53)
+			                   : y % p->keys;
+			key_fill(a->keys + (size_t)i * p->key_size, p->key_size, r->key_prefix,
+			         idx);
+		}
+		a->n = n;
+		atomic_store(&a->ok, 0);
+		atomic_store(&a->miss, 0);
+		atomic_store(&a->nerr, 0);
+		atomic_store(&a->err, 0);
+		/* One extra count, dropped below, so that the group cannot
+		 * complete before every op of it has been issued. */
+		atomic_store(&a->left, n + 1);
 		a->start = now_ns();
-		if (a->op == KV_BENCH_PUT)
-			rv = shardkv_put_async(w->c, a->key, p->key_size, w->val, p->value_size,
-			                       async_done, a);
-		else if (a->op == KV_BENCH_DEL)
-			rv = shardkv_del_async(w->c, a->key, p->key_size, async_done, a);
-		else
-			rv = shardkv_get_async(w->c, a->key, p->key_size, async_done, a);
-		if (rv == 0)
+		for (unsigned i = 0; i < n; i++) {
+			const uint8_t *k = a->keys + (size_t)i * p->key_size;
+			int rv;
+			if (a->op == KV_BENCH_PUT)
+				rv = shardkv_put_async(w->c, k, p->key_size, w->val, p->value_size,
+				                       async_done, a);
+			else if (a->op == KV_BENCH_DEL)
+				rv = shardkv_del_async(w->c, k, p->key_size, async_done, a);
+			else
+				rv = shardkv_get_async(w->c, k, p->key_size, async_done, a);
+			if (rv != 0) {
+				/* Refused at once: a failed op of the group. */
+				atomic_store(&a->err, rv);
+				atomic_fetch_add(&a->nerr, 1);
+				atomic_fetch_sub(&a->left, 1);
+				continue;
+			}
+			taken++;
+		}
+		if (taken > 0) {
+			async_done_last(a);
 			return;
-		/* Refused at once: counted as a failed call, then the next. */
+		}
+		/* Nothing taken: count the group as failed and stop on a closed
+		 * handle, else go on. */
+		int err = atomic_load(&a->err);
 		pthread_mutex_lock(&w->mu);
-		if (kv_bench_tally_record(&w->tally, a->op, now_ns() - a->start, 0, 0, 1, rv) != 0)
+		if (kv_bench_tally_record(&w->tally, a->op, now_ns() - a->start, 0, 0, n, err) != 0)
 			w->fatal = SHARDKV_ENOMEM;
 		fatal = w->fatal != 0;
 		pthread_mutex_unlock(&w->mu);
-		if (rv == SHARDKV_ECLOSED)
+		if (err == SHARDKV_ECLOSED)
 			break;
 	}
 	pthread_mutex_lock(&g->mu);
@@ -1078,7 +1150,7 @@ async_worker(bench_worker *w)
 	const kv_bench_params *p = w->run->p;
 	async_group g = {.active = p->async};
 	async_caller *a = calloc(p->async, sizeof(*a));
-	uint8_t *keys = calloc(p->async, p->key_size);
+	uint8_t *keys = calloc((size_t)p->async * p->batch, p->key_size);
 
 	if (a == NULL || keys == NULL) {
 		free(a);
@@ -1089,9 +1161,11 @@ async_worker(bench_worker *w)
 	pthread_mutex_init(&g.mu, NULL);
 	pthread_cond_init(&g.cv, NULL);
 	w->async = &g;
-	for (unsigned i = 0; i < p->async; i++)
-		a[i] = (async_caller){
-		    .w = w, .rng = splitmix(w->rng + i + 1), .key = keys + (size_t)i * p->key_size};
+	for (unsigned i = 0; i < p->async; i++) {
+		a[i].w = w;
+		a[i].rng = splitmix(w->rng + i + 1);
+		a[i].keys = keys + (size_t)i * p->batch * p->key_size;
+	}
 	for (unsigned i = 0; i < p->async; i++)
 		async_issue(&a[i], false);
 	pthread_mutex_lock(&g.mu);

@@ -948,7 +948,11 @@ shardkv_open(const char *controllers, const shardkv_options *opt, shardkv_client
 	pthread_mutex_init(&c->cfg_mu, NULL);
 	pthread_cond_init(&c->cfg_cv, NULL);
 	pthread_mutex_init(&c->async_mu, NULL);
-	pthread_cond_init(&c->async_cv, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the retry thread's timed waits */
+	pthread_cond_init(&c->async_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	*out = c;
 	return KV_OK;
 err:
