@@ -4,13 +4,13 @@
  * bridge; tests/netns_util.h) runs shardkv-checker from the client host
  * while the network misbehaves, in cycles until the checker's load ends:
  *
- *   1. a server host's link goes down for LINK_DOWN_MS, then up again;
+ *   1. a server host's link goes down for LINK_DOWN_S, then up again;
  *   2. another server host gets netem delay 50 ms and loss 5 % for
- *      IMPAIR_MS (loss only, about 3 %, on kernels without sch_netem);
+ *      IMPAIR_S (loss only, about 3 %, on kernels without sch_netem);
  *   3. two server hosts are partitioned from each other (their packets to
  *      each other vanish: SYNs dropped, not refused), a range of the first
  *      is moved to the second while they cannot talk, and after
- *      PARTITION_MS the partition heals.
+ *      PARTITION_S the partition heals.
  *
  * The checker's own reconfigurations (moves, rebalances) run throughout.
  * The test asserts that the checker finds no violation (nothing
@@ -21,8 +21,10 @@
  *
  * Needs root (network namespaces); skips with the reason otherwise. Run by
  * hand for longer: KV_NETNS_DURATION=300 build/tests/test_netns_faults
- * (seconds of load; default 40), KV_NETNS_SEED=N (checker seed), and
- * KV_NETNS_KEEP=1 keeps the logs and data dirs.
+ * (seconds of load; default 50), KV_NETNS_SEED=N (checker seed),
+ * KV_NETNS_LINK_DOWN_S, KV_NETNS_IMPAIR_S, KV_NETNS_PARTITION_S (fault
+ * lengths; default 4, 5, 16), and KV_NETNS_KEEP=1 keeps the logs and data
+ * dirs.
  */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "client/include/shardkv.h"
@@ -54,20 +56,20 @@
 #error "KV_CHECKER_BIN must name the shardkv-checker binary"
 #endif
 
-#define NSERVERS         3
-#define CTL_PORT         7000
-#define SRV_PORT         7100
-#define DEFAULT_DURATION 40u    /* seconds of checker load */
-#define DEFAULT_SEED     7777u  /* checker seed */
-#define READY_MS         30000u /* a daemon answers / a server is active */
-#define LINK_DOWN_MS     4000u
-#define IMPAIR_MS        5000u
-#define PARTITION_MS     6000u
-#define GAP_MS           2000u /* quiet time after each fault */
-#define CYCLE_MS         (LINK_DOWN_MS + IMPAIR_MS + PARTITION_MS + 3 * GAP_MS)
-#define CHECKER_EXTRA_S  90u    /* settle + final reads + slack after the load */
-#define RECOVER_MS       60000u /* after the checker: migrations done, ranges serve */
-#define OP_TIMEOUT_MS    3000u  /* the test's own client calls */
+#define NSERVERS          3
+#define CTL_PORT          7000
+#define SRV_PORT          7100
+#define DEFAULT_DURATION  45u    /* seconds of checker load: one fault cycle */
+#define DEFAULT_SEED      7777u  /* checker seed */
+#define READY_MS          30000u /* a daemon answers / a server is active */
+#define LINK_DOWN_S       4u     /* default fault lengths */
+#define IMPAIR_S          5u
+#define PARTITION_S       16u    /* long enough for SYN retransmission backoff */
+#define HEAL_MIGRATION_MS 8000u  /* a migration stalled by a partition ends after the heal */
+#define GAP_MS            2000u  /* quiet time after each fault */
+#define CHECKER_EXTRA_S   90u    /* settle + final reads + slack after the load */
+#define RECOVER_MS        60000u /* after the checker: migrations done, ranges serve */
+#define OP_TIMEOUT_MS     3000u  /* the test's own client calls */
 
 static struct {
 	kv_nn net;
@@ -88,6 +90,9 @@ static struct {
 	unsigned part_moves;       /* moves accepted while their ends were partitioned */
 	unsigned part_moves_stuck; /* of those, still in flight when the partition healed */
 	bool degraded;             /* no netem here: loss without delay */
+	unsigned link_down_ms;     /* fault lengths (KV_NETNS_*_S) */
+	unsigned impair_ms;
+	unsigned partition_ms;
 } g;
 
 static void
@@ -377,18 +382,18 @@ migration_listed(uint64_t id)
 	return found;
 }
 
-/* One cycle of faults (about CYCLE_MS); k rotates the hosts. Returns false
+/* One cycle of faults (the fault lengths plus 3 * GAP_MS); k rotates the hosts. Returns false
  * when the checker exited meanwhile (*chk_status set). */
 static bool
 fault_cycle(unsigned k, pid_t chk, int *chk_status)
 {
 	int down = (int)(k % NSERVERS), slow = (int)((k + 1) % NSERVERS);
 	int pa = (int)((k + 2) % NSERVERS), pb = (int)(k % NSERVERS);
-	uint64_t mig;
+	uint64_t mig, healed;
 
 	note("cycle %u: link of s%d down", k, down + 1);
 	NS_ASSERT(kv_nn_link(&g.net, g.hsrv[down], false) == 0, "link down failed");
-	if (!hold(LINK_DOWN_MS, chk, chk_status))
+	if (!hold(g.link_down_ms, chk, chk_status))
 		return false;
 	NS_ASSERT(kv_nn_link(&g.net, g.hsrv[down], true) == 0, "link up failed");
 	note("cycle %u: link of s%d up", k, down + 1);
@@ -399,7 +404,7 @@ fault_cycle(unsigned k, pid_t chk, int *chk_status)
 	note("cycle %u: s%d sends with %s", k, slow + 1,
 	     g.degraded ? "~3% loss (no sch_netem in this kernel: no delay)"
 	                : "netem delay 50ms loss 5%");
-	if (!hold(IMPAIR_MS, chk, chk_status))
+	if (!hold(g.impair_ms, chk, chk_status))
 		return false;
 	NS_ASSERT(kv_nn_heal_impair(&g.net, g.hsrv[slow]) == 0, "removing the impairment failed");
 	note("cycle %u: s%d's link healthy again", k, slow + 1);
@@ -412,14 +417,30 @@ fault_cycle(unsigned k, pid_t chk, int *chk_status)
 	     pa + 1, pb + 1, pa + 1, pb + 1, mig ? "accepted" : "not accepted", mig);
 	if (mig)
 		g.part_moves++;
-	if (!hold(PARTITION_MS, chk, chk_status))
+	if (!hold(g.partition_ms, chk, chk_status))
 		return false;
 	if (mig && migration_listed(mig))
 		g.part_moves_stuck++;
 	NS_ASSERT(kv_nn_partition(&g.net, g.hsrv[pa], g.hsrv[pb], false) == 0,
 	          "healing the partition failed");
-	note("cycle %u: partition healed (migration %" PRIu64 " %s)", k, mig,
-	     mig && migration_listed(mig) ? "still in flight" : "done");
+	healed = kv_test_now_ms();
+	if (mig && migration_listed(mig)) {
+		/* The source must reach the destination soon after the heal, not
+		 * when its connect's SYN backoff next fires. */
+		while (migration_listed(mig)) {
+			NS_ASSERT(kv_test_now_ms() - healed < HEAL_MIGRATION_MS,
+			          "migration %" PRIu64 " s%d -> s%d still in flight %u ms after "
+			          "the partition healed",
+			          mig, pa + 1, pb + 1, HEAL_MIGRATION_MS);
+			if (!hold(100, chk, chk_status))
+				return false;
+		}
+		note("cycle %u: partition healed; migration %" PRIu64 " finished %" PRIu64
+		     " ms later",
+		     k, mig, kv_test_now_ms() - healed);
+	} else {
+		note("cycle %u: partition healed", k);
+	}
 	return hold(GAP_MS, chk, chk_status);
 }
 
@@ -544,7 +565,7 @@ checker_finds_nothing_lost_under_link_loss_delay_and_partition(void **state)
 	                    (char *)"--fill",
 	                    (char *)"200",
 	                    NULL};
-	uint64_t t0, load_end, end;
+	uint64_t t0, load_end, end, cycle_ms;
 	int chk_status = 0;
 	bool chk_done = false;
 	pid_t chk;
@@ -552,6 +573,10 @@ checker_finds_nothing_lost_under_link_loss_delay_and_partition(void **state)
 	size_t nranges, bad;
 
 	(void)state;
+	g.link_down_ms = 1000u * env_num("KV_NETNS_LINK_DOWN_S", LINK_DOWN_S, 1, 3600);
+	g.impair_ms = 1000u * env_num("KV_NETNS_IMPAIR_S", IMPAIR_S, 1, 3600);
+	g.partition_ms = 1000u * env_num("KV_NETNS_PARTITION_S", PARTITION_S, 1, 3600);
+	cycle_ms = (uint64_t)g.link_down_ms + g.impair_ms + g.partition_ms + 3u * GAP_MS;
 	build_cluster();
 	snprintf(dur, sizeof(dur), "%u", duration);
 	snprintf(sd, sizeof(sd), "%u", seed);
@@ -565,7 +590,7 @@ checker_finds_nothing_lost_under_link_loss_delay_and_partition(void **state)
 	 * a whole one still fits in the load. */
 	if (!hold(3000, chk, &chk_status))
 		chk_done = true;
-	while (!chk_done && kv_test_now_ms() + CYCLE_MS <= load_end) {
+	while (!chk_done && kv_test_now_ms() + cycle_ms <= load_end) {
 		if (!fault_cycle(k++, chk, &chk_status))
 			chk_done = true;
 	}
