@@ -99,9 +99,23 @@ rpc_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	pthread_mutex_unlock(&s->pipe_mu);
 }
 
+/*
+ * A dialer whose connect attempt hangs (the peer's SYNs are dropped, e.g.
+ * by a partition) only tries again when the kernel gives up, after its SYN
+ * retransmissions (about two minutes); its next SYN can come a minute after
+ * the network healed. So a call that finds no connection at all for
+ * RPC_REDIAL_MS replaces the dialer, which starts a fresh connect at once.
+ * A client with a connection never redials (a slow pipe is left alone).
+ */
+#define RPC_REDIAL_MS 2000
+
 struct kv_rpc_client {
-	nng_socket sock; /* REQ socket */
-	char *url;       /* dialed URL */
+	nng_socket sock;    /* REQ socket */
+	char *url;          /* dialed URL */
+	atomic_int pipes;   /* connections open now (pipe events) */
+	pthread_mutex_t mu; /* protects dialer and dial_time */
+	nng_dialer dialer;  /* the current dialer */
+	nng_time dial_time; /* when it was started */
 };
 
 int
@@ -355,6 +369,43 @@ kv_rpc_server_destroy(kv_rpc_server *s)
 	free(s);
 }
 
+/* Counts the client's connections. Runs on an nng thread. */
+static void
+rpc_client_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	kv_rpc_client *c = arg;
+
+	(void)p;
+	if (ev == NNG_PIPE_EV_ADD_POST)
+		atomic_fetch_add(&c->pipes, 1);
+	else if (ev == NNG_PIPE_EV_REM_POST)
+		atomic_fetch_sub(&c->pipes, 1);
+}
+
+/* After a send found no connection: when there is still none and the
+ * dialer has tried for RPC_REDIAL_MS, replaces it (see RPC_REDIAL_MS). */
+static void
+rpc_client_maybe_redial(kv_rpc_client *c)
+{
+	nng_dialer d;
+
+	if (atomic_load(&c->pipes) > 0)
+		return;
+	pthread_mutex_lock(&c->mu);
+	if (atomic_load(&c->pipes) == 0 && nng_clock() - c->dial_time >= RPC_REDIAL_MS &&
+	    nng_dialer_create(&d, c->sock, c->url) == 0) {
+		if (nng_dialer_start(d, NNG_FLAG_NONBLOCK) == 0) {
+			nng_dialer_close(c->dialer); /* aborts its pending connect */
+			c->dialer = d;
+			c->dial_time = nng_clock();
+			KV_INFO("rpc", "redialing", "url=%s", c->url);
+		} else {
+			nng_dialer_close(d);
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
 int
 kv_rpc_client_create(const char *url, kv_rpc_client **out)
 {
@@ -376,13 +427,25 @@ kv_rpc_client_create(const char *url, kv_rpc_client **out)
 		free(c);
 		return kv_err_from_nng(rv);
 	}
+	pthread_mutex_init(&c->mu, NULL);
+	atomic_init(&c->pipes, 0);
+	if ((rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, rpc_client_pipe_cb, c)) != 0 ||
+	    (rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, rpc_client_pipe_cb, c)) != 0) {
+		nng_close(c->sock);
+		pthread_mutex_destroy(&c->mu);
+		free(c->url);
+		free(c);
+		return kv_err_from_nng(rv);
+	}
 	/* Never resend on our own: a retried write must be the caller's choice. */
 	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
 	nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, KV_RPC_MAX_MSG);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500);
-	if ((rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+	c->dial_time = nng_clock();
+	if ((rv = nng_dial(c->sock, url, &c->dialer, NNG_FLAG_NONBLOCK)) != 0) {
 		nng_close(c->sock);
+		pthread_mutex_destroy(&c->mu);
 		free(c->url);
 		free(c);
 		return kv_err_from_nng(rv);
@@ -397,6 +460,7 @@ kv_rpc_client_destroy(kv_rpc_client *c)
 	if (c == NULL)
 		return;
 	nng_close(c->sock);
+	pthread_mutex_destroy(&c->mu);
 	free(c->url);
 	free(c);
 }
@@ -531,6 +595,8 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0) {
 		nng_msg_free(req); /* a failed send leaves the message with us */
+		if (rv == NNG_ETIMEDOUT)
+			rpc_client_maybe_redial(c);
 		rv = rv == NNG_ETIMEDOUT ? KV_EUNAVAIL : kv_err_from_nng(rv);
 		goto out;
 	}
