@@ -27,6 +27,10 @@
 #               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
 #   -p FILE     also draw the results as an SVG bar chart (ops/s per test,
 #               Redis beside shardkv, with the ratio)
+#   -f MODE     the shardkv servers' --fsync (default none: like Redis here,
+#               which runs without persistence, shardkv then writes its log
+#               without waiting for it; bench/compare-redis-aof.sh compares
+#               durable writes)
 #   -S          single-key tests with a thread per caller instead (shardkv
 #               bench --threads CLIENTS --connections 1, blocking calls)
 #   -k          keep the work directory (logs, JSON reports)
@@ -34,21 +38,21 @@
 # For each mode it starts the servers on free loopback ports, prefills the key
 # space on both sides, runs SET/put and GET/get with every client waiting for
 # its reply, then the pipelined/batched pass, and prints both results and
-# the ratio shardkv/redis. Redis runs without persistence (shardkv servers
-# keep their data in memory). redis-server and redis-benchmark come from
+# the ratio shardkv/redis. Redis runs without persistence; the shardkv
+# servers run with --fsync none unless -f says otherwise. redis-server and redis-benchmark come from
 # Debian's packages; they are installed with apt-get when missing. Each
 # command is bounded by `timeout`; everything started is stopped on exit,
 # also on failure or Ctrl-C.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-clients=50 ops=100000 keys=100000 vsize=100 pipe=16 modes="1 3" bin=${SHARDKV_BIN_DIR:-} keep= sync= plot= mbatch=
+clients=50 ops=100000 keys=100000 vsize=100 pipe=16 modes="1 3" bin=${SHARDKV_BIN_DIR:-} keep= sync= plot= mbatch= fsync=none
 step_timeout=${COMPARE_STEP_TIMEOUT:-300}
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 die() { echo "compare-redis: $*" >&2; exit 1; }
 
-while getopts "c:n:r:d:P:m:b:p:SMkh" o; do
+while getopts "c:n:r:d:P:m:b:p:f:SMkh" o; do
 	case "$o" in
 	c) clients=$OPTARG ;;
 	n) ops=$OPTARG ;;
@@ -58,6 +62,7 @@ while getopts "c:n:r:d:P:m:b:p:SMkh" o; do
 	m) modes=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	p) plot=$OPTARG ;;
+	f) fsync=$OPTARG ;;
 	S) sync=1 ;;
 	M) mbatch=1 ;;
 	k) keep=1 ;;
@@ -72,6 +77,7 @@ if [ "$clients" -lt 1 ] || [ "$ops" -lt 1 ] || [ "$keys" -lt 1 ] || [ "$pipe" -l
 fi
 [ "$keys" -le 999999999999 ] || die "-r is at most 999999999999 (12 digits)"
 for m in $modes; do [ "$m" = 1 ] || [ "$m" = 3 ] || die "-m takes 1 and/or 3"; done
+case "$fsync" in always | batch | none) ;; *) die "-f takes always, batch or none" ;; esac
 
 # --- tools -------------------------------------------------------------------
 command -v python3 >/dev/null || die "python3 is needed for the report"
@@ -171,7 +177,7 @@ start_shardkv() { # N: sets ctl to the controller URL
 	for ((i = 1; i <= n; i++)); do
 		port=$(free_port)
 		"$bin/shardkv-server" --listen "tcp://127.0.0.1:$port" --controller "$ctl" \
-			--data-dir "$dir/s$i" --join >/dev/null 2>"$dir/s$i.log" &
+			--data-dir "$dir/s$i" --join --fsync "$fsync" >/dev/null 2>"$dir/s$i.log" &
 		pids+=($!)
 		: >"$work/$!.int"
 		wait_for 30 shardkv_active "$ctl" "$i" || die "server $i did not become active (see $dir/s$i.log)"
@@ -286,9 +292,10 @@ for m in $modes; do
 done
 
 cpus=$(nproc)
-python3 - "$results" "$clients" "$ops" "$keys" "$vsize" "$pipe" "$cpus" "$plot" "$mbatch" <<'EOF'
+python3 - "$results" "$clients" "$ops" "$keys" "$vsize" "$pipe" "$cpus" "$plot" "$mbatch" "$fsync" <<'EOF'
 import sys
 path, clients, ops, keys, vsize, pipe, cpus, plot = sys.argv[1:9]
+print(f"# redis-server without persistence; shardkv-server --fsync {sys.argv[10]}")
 rows = {}
 order = []
 for line in open(path):

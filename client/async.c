@@ -5,9 +5,12 @@
  * An op is routed with the cached configuration (and the remembered owner
  * hints) without blocking and queued on its server's async queue. Each
  * server has ASYNC_SLOTS request slots (an nng context with its aio, kept
- * for the life of the handle); whenever a slot is free, everything queued
- * (up to ASYNC_MAX_OPS ops and ASYNC_MAX_BYTES) leaves as one Request, and
- * the reply's callback completes each op and refills the slot. No thread
+ * for the life of the handle). With no request in flight, whatever is
+ * queued leaves at once as one Request (up to ASYNC_MAX_OPS ops and
+ * ASYNC_MAX_BYTES); with one in flight, a further slot is used only once
+ * ASYNC_MORE_OPS ops wait, else the reply's callback sends them. Fewer,
+ * fuller requests: on two cores shared by client and server, 50 callers
+ * ran 1.2-1.4x faster this way than with four slots always open. No thread
  * waits per op, so one caller thread can keep hundreds of ops in flight and
  * the messages per op fall with the queue length.
  *
@@ -36,6 +39,7 @@
 #include <time.h>
 
 #define ASYNC_SLOTS     4u
+#define ASYNC_MORE_OPS  16u /* queued ops that open a further slot */
 #define ASYNC_MAX_OPS   128u
 #define ASYNC_MAX_BYTES (1024u * 1024u)
 
@@ -69,8 +73,9 @@ typedef struct {
 
 struct kvc_aconn {
 	shardkv_client *c;    /* the handle */
-	pthread_mutex_t mu;   /* protects head, tail, closed and the slots' busy flags */
+	pthread_mutex_t mu;   /* protects head, tail, queued, closed and the slots' busy flags */
 	kvc_aop *head, *tail; /* ops waiting for a slot, oldest first */
+	size_t queued;        /* ops in that queue */
 	bool closed;          /* shardkv_close has taken the queue */
 	kvc_aslot slot[ASYNC_SLOTS];
 	kvc_aconn *next; /* every server's queue, in c->aconns */
@@ -150,12 +155,19 @@ pump(kvc_aconn *ac)
 		kvc_aop *late = NULL;
 		size_t bytes = 0;
 
+		unsigned busy = 0;
 		pthread_mutex_lock(&ac->mu);
-		for (size_t i = 0; i < ASYNC_SLOTS && ac->head != NULL; i++)
-			if (!ac->slot[i].busy) {
+		for (size_t i = 0; i < ASYNC_SLOTS; i++) {
+			if (ac->slot[i].busy)
+				busy++;
+			else if (sl == NULL)
 				sl = &ac->slot[i];
-				break;
-			}
+		}
+		/* With a request in flight, another goes out only for a batch
+		 * worth a message: fewer, fuller requests cost the server less
+		 * per op, and its reply will take what queued meanwhile. */
+		if (ac->head == NULL || (busy > 0 && ac->queued < ASYNC_MORE_OPS))
+			sl = NULL;
 		if (sl == NULL) {
 			pthread_mutex_unlock(&ac->mu);
 			return;
@@ -168,6 +180,7 @@ pump(kvc_aconn *ac)
 				break;
 			ac->head = op->next;
 			op->next = NULL;
+			ac->queued--;
 			if (kvc_remaining_ms(op->deadline_ns) == 0) {
 				op->next = late; /* answered below, outside the lock */
 				late = op;
@@ -387,6 +400,7 @@ route(kvc_aop *op)
 	else
 		ac->head = op;
 	ac->tail = op;
+	ac->queued++;
 	pthread_mutex_unlock(&ac->mu);
 	pump(ac);
 }
@@ -549,6 +563,7 @@ kvc_async_close(shardkv_client *c)
 		ac->closed = true;
 		kvc_aop *op = ac->head;
 		ac->head = ac->tail = NULL;
+		ac->queued = 0;
 		pthread_mutex_unlock(&ac->mu);
 		while (op != NULL) {
 			kvc_aop *next = op->next;
