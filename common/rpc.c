@@ -100,9 +100,24 @@ rpc_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 }
 
 struct kv_rpc_client {
-	nng_socket sock; /* REQ socket */
-	char *url;       /* dialed URL */
+	nng_socket sock;   /* REQ socket */
+	char *url;         /* dialed URL */
+	const kv_tls *tls; /* TLS configuration of a tls+tcp:// url (borrowed); else NULL */
 };
+
+/* The detail of the last failed kv_rpc_call on this thread (kv_rpc_why). */
+static _Thread_local char rpc_why[384];
+
+/* A TLS call that has no connection after RPC_PROBE_AFTER_MS spends up to
+ * RPC_PROBE_MS finding out whether the handshake is what fails. */
+#define RPC_PROBE_AFTER_MS 300u
+#define RPC_PROBE_MS       1000u
+
+const char *
+kv_rpc_why(void)
+{
+	return rpc_why;
+}
 
 int
 kv_err_from_nng(int rv)
@@ -297,8 +312,8 @@ kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out)
 		    (rv = nng_aio_alloc(&p->aio, rpc_ctx_cb, p)) != 0)
 			goto err_after_open;
 	}
-	if ((rv = nng_listen(s->sock, o->url, NULL, 0)) != 0)
-		goto err_after_open;
+	if ((rv = kv_tls_listen(s->sock, o->url, o->tls)) != 0)
+		goto err_after_open_kv;
 	for (i = 0; i < s->n; i++) {
 		s->slots[i].state = RPC_RECV;
 		nng_ctx_recv(s->slots[i].ctx, s->slots[i].aio);
@@ -307,6 +322,8 @@ kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out)
 	return KV_OK;
 
 err_after_open:
+	rv = kv_err_from_nng(rv);
+err_after_open_kv: /* rv is a KV_E* code already */
 	nng_close(s->sock);
 	for (i = 0; i < s->n; i++)
 		if (s->slots[i].aio)
@@ -315,7 +332,7 @@ err_after_open:
 	free(s->pipes);
 	free(s->slots);
 	free(s);
-	return kv_err_from_nng(rv);
+	return rv;
 err_after_alloc:
 	free(s->slots);
 	free(s);
@@ -358,6 +375,12 @@ kv_rpc_server_destroy(kv_rpc_server *s)
 int
 kv_rpc_client_create(const char *url, kv_rpc_client **out)
 {
+	return kv_rpc_client_create_tls(url, NULL, out);
+}
+
+int
+kv_rpc_client_create_tls(const char *url, const kv_tls *tls, kv_rpc_client **out)
+{
 	kv_rpc_client *c;
 	int rv;
 
@@ -381,11 +404,12 @@ kv_rpc_client_create(const char *url, kv_rpc_client **out)
 	nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, KV_RPC_MAX_MSG);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500);
-	if ((rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+	c->tls = kv_tls_url(url) ? tls : NULL;
+	if ((rv = kv_tls_dial(c->sock, url, tls, NNG_FLAG_NONBLOCK)) != 0) {
 		nng_close(c->sock);
 		free(c->url);
 		free(c);
-		return kv_err_from_nng(rv);
+		return rv;
 	}
 	*out = c;
 	return KV_OK;
@@ -413,8 +437,10 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	nng_ctx ctx;
 	nng_aio *aio;
 	nng_time deadline;
+	bool probe;
 	int rv;
 
+	rpc_why[0] = '\0';
 	if (c == NULL || req == NULL || reply == NULL) {
 		if (req)
 			nng_msg_free(req);
@@ -430,10 +456,31 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 		return kv_err_from_nng(rv);
 	}
 	deadline = nng_clock() + timeout_ms;
-	nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
+	/* Over TLS a refused handshake looks just like a peer that is down:
+	 * the send waits for a connection that never comes. So when none has
+	 * come after RPC_PROBE_AFTER_MS, one probe finds out which it is, and
+	 * a refusal fails the call at once instead of at its deadline. */
+	probe = c->tls != NULL && timeout_ms > RPC_PROBE_AFTER_MS;
+	nng_aio_set_timeout(aio, (nng_duration)(probe ? RPC_PROBE_AFTER_MS : timeout_ms));
 	nng_aio_set_msg(aio, req);
 	nng_ctx_send(ctx, aio);
 	nng_aio_wait(aio);
+	if (probe && nng_aio_result(aio) == NNG_ETIMEDOUT) {
+		nng_time left = deadline - nng_clock();
+		if (kv_tls_probe(c->url, c->tls,
+		                 left < RPC_PROBE_MS ? (uint32_t)left : RPC_PROBE_MS, rpc_why,
+		                 sizeof(rpc_why)) == KV_EAUTH) {
+			nng_msg_free(req);
+			rv = KV_EAUTH;
+			goto out;
+		}
+		rpc_why[0] = '\0';
+		nng_time now = nng_clock();
+		nng_aio_set_timeout(aio, now >= deadline ? 1 : (nng_duration)(deadline - now));
+		nng_aio_set_msg(aio, req);
+		nng_ctx_send(ctx, aio);
+		nng_aio_wait(aio);
+	}
 	if ((rv = nng_aio_result(aio)) != 0) {
 		nng_msg_free(req); /* a failed send leaves the message with us */
 		rv = rv == NNG_ETIMEDOUT ? KV_EUNAVAIL : kv_err_from_nng(rv);

@@ -9,6 +9,8 @@
 #ifndef KV_CONTROLLER_CONTROLLER_H
 #define KV_CONTROLLER_CONTROLLER_H
 
+#include "common/tls.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +26,9 @@ typedef struct {
 	/* --auth-token-file: the shared secret every request must carry
 	 * (common/auth.h); NULL: none. */
 	const char *auth_token_file;
+	/* --tls-cert, --tls-key, --tls-ca (common/tls.h): all three with a
+	 * tls+tcp:// --listen, none with another; NULL: not given. */
+	kv_tls_files tls;
 } kv_controller_cfg;
 
 typedef struct kv_controller kv_controller;
@@ -32,7 +37,7 @@ typedef struct kv_controller kv_controller;
  * Opens the data dir, replays the log, and starts serving. On error writes a
  * one-line reason into err and returns KV_EADDRINUSE (listen address taken),
  * KV_EINVAL (bad URL), KV_ECORRUPT (damaged log), KV_EBUSY (data dir in use),
- * KV_EINVAL (unusable --auth-token-file) or another KV_E* code. The caller
+ * KV_EINVAL (unusable --auth-token-file or TLS files) or another KV_E* code. The caller
  * stops it with kv_controller_destroy().
  */
 int kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *err,

@@ -17,7 +17,7 @@
 
 static const char usage_text[] =
     "usage: shardkv-controller --listen ADDR --data-dir DIR [--metrics HOSTPORT]\n"
-    "                          [--auth-token-file F]\n"
+    "                          [--auth-token-file F] [--tls-cert F --tls-key F --tls-ca F]\n"
     "                          [--log-level debug|info|warn|error|off] [--help]\n"
     "\n"
     "Keeps the shardkv cluster configuration (nodes, range map, migrations) and\n"
@@ -29,6 +29,11 @@ static const char usage_text[] =
     "  --auth-token-file F the cluster's shared secret (the file's bytes, one trailing\n"
     "                      newline cut; at most 4096): every request without it is\n"
     "                      refused, servers' registrations and heartbeats included\n"
+    "  --tls-cert F        this controller's certificate (PEM); with --tls-key and\n"
+    "                      --tls-ca, needed for a tls+tcp:// --listen\n"
+    "  --tls-key F         its private key (PEM, unencrypted)\n"
+    "  --tls-ca F          the CA (PEM) every peer's certificate must be signed by:\n"
+    "                      clients without such a certificate are refused\n"
     "  --log-level L       lowest level logged to stderr (default info)\n"
     "  --help              print this text and exit\n";
 
@@ -50,6 +55,9 @@ main(int argc, char **argv)
 	    {"metrics", required_argument, NULL, 'm'},
 	    {"log-level", required_argument, NULL, 'v'},
 	    {"auth-token-file", required_argument, NULL, 'A'},
+	    {"tls-cert", required_argument, NULL, 'C'},
+	    {"tls-key", required_argument, NULL, 'K'},
+	    {"tls-ca", required_argument, NULL, 'R'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -84,6 +92,15 @@ main(int argc, char **argv)
 				return usage_error("--auth-token-file needs a file name", NULL);
 			cfg.auth_token_file = optarg;
 			break;
+		case 'C':
+		case 'K':
+		case 'R':
+			if (optarg[0] == '\0')
+				return usage_error("missing file name for", argv[optind - 1]);
+			*(o == 'C'   ? &cfg.tls.cert
+			  : o == 'K' ? &cfg.tls.key
+			             : &cfg.tls.ca) = optarg;
+			break;
 		case 'v':
 			if (kv_log_parse_level(optarg, &level) != KV_OK)
 				return usage_error("invalid --log-level", optarg);
@@ -103,6 +120,11 @@ main(int argc, char **argv)
 		return usage_error("--listen ADDR is required", NULL);
 	if (cfg.data_dir == NULL || cfg.data_dir[0] == '\0')
 		return usage_error("--data-dir DIR is required", NULL);
+	if (kv_tls_files_any(&cfg.tls) && kv_tls_check_files(&cfg.tls, true, err, sizeof(err)) != 0)
+		return usage_error(err, NULL);
+	if (kv_tls_check_url(kv_tls_files_any(&cfg.tls), "--listen", cfg.listen, err,
+	                     sizeof(err)) != 0)
+		return usage_error(err, NULL);
 	kv_log_set_level(level);
 
 	rv = kv_controller_run(&cfg, err, sizeof(err));

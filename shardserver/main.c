@@ -23,6 +23,7 @@ static const char usage_text[] =
     "                      [--threads N] [--store striped|percore] [--fsync always|batch|none]\n"
     "                      [--max-key BYTES] [--max-value BYTES] [--metrics HOSTPORT]\n"
     "                      [--snapshot-bytes N] [--wal-truncate-corrupt] [--auth-token-file F]\n"
+    "                      [--tls-cert F --tls-key F --tls-ca F]\n"
     "                      [--log-level debug|info|warn|error|off] [--help]\n"
     "\n"
     "  --listen ADDR        nng URL to serve requests on, e.g. tcp://127.0.0.1:7101\n"
@@ -54,6 +55,12 @@ static const char usage_text[] =
     "  --auth-token-file F  the cluster's shared secret (the file's bytes, one trailing\n"
     "                       newline cut; at most 4096): requests without it are refused,\n"
     "                       and it is sent to the controller and to other servers\n"
+    "  --tls-cert F         this server's certificate (PEM); with --tls-key and --tls-ca,\n"
+    "                       needed for tls+tcp:// addresses, and then every address must\n"
+    "                       be one. It is also the client certificate this server shows\n"
+    "                       the controller and other servers\n"
+    "  --tls-key F          its private key (PEM, unencrypted)\n"
+    "  --tls-ca F           the CA (PEM) every peer's certificate must be signed by\n"
     "  --log-level L        lowest level logged (default info)\n"
     "\n"
     "SIGTERM drains the node (its ranges move to other servers) and then exits;\n"
@@ -98,6 +105,9 @@ parse_size(const char *s, size_t max, size_t *out)
 	return 0;
 }
 
+/* Long options without a short letter. */
+enum { OPT_TLS_CERT = 1000, OPT_TLS_KEY, OPT_TLS_CA };
+
 int
 main(int argc, char **argv)
 {
@@ -120,6 +130,9 @@ main(int argc, char **argv)
 	    {"max-connections", required_argument, NULL, 'C'},
 	    {"wal-truncate-corrupt", no_argument, NULL, 'T'},
 	    {"auth-token-file", required_argument, NULL, 'A'},
+	    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+	    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+	    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -127,6 +140,7 @@ main(int argc, char **argv)
 	enum kv_log_level level = KV_LOG_INFO;
 	char *ctl_list = NULL;
 	const char *ctl[16];
+	char terr[512];
 	size_t n;
 	int c, rv;
 
@@ -176,6 +190,15 @@ main(int argc, char **argv)
 			if (optarg[0] == '\0')
 				return usage_error("--auth-token-file needs a file name", NULL);
 			cfg.auth_token_file = optarg;
+			break;
+		case OPT_TLS_CERT:
+		case OPT_TLS_KEY:
+		case OPT_TLS_CA:
+			if (optarg[0] == '\0')
+				return usage_error("missing file name for", argv[optind - 1]);
+			*(c == OPT_TLS_CERT  ? &cfg.tls.cert
+			  : c == OPT_TLS_KEY ? &cfg.tls.key
+			                     : &cfg.tls.ca) = optarg;
 			break;
 		case 'M':
 			if (parse_size(optarg, SIZE_MAX, &n) != 0 || n < (1u << 20))
@@ -241,6 +264,14 @@ main(int argc, char **argv)
 		return usage_error("--controller is empty", NULL);
 	cfg.ctl = ctl;
 	cfg.nctl = n;
+	if (kv_tls_files_any(&cfg.tls) &&
+	    kv_tls_check_files(&cfg.tls, true, terr, sizeof(terr)) != 0)
+		return usage_error(terr, NULL);
+	for (size_t i = 0; i <= n; i++)
+		if (kv_tls_check_url(kv_tls_files_any(&cfg.tls),
+		                     i < n ? "--controller" : "--listen",
+		                     i < n ? ctl[i] : cfg.listen, terr, sizeof(terr)) != 0)
+			return usage_error(terr, NULL);
 	kv_log_set_level(level);
 	rv = kv_server_run(&cfg);
 	return rv == 0 ? 0 : 1;

@@ -11,6 +11,7 @@
 #ifndef KV_SHARDSERVER_SERVER_H
 #define KV_SHARDSERVER_SERVER_H
 
+#include "common/tls.h"
 #include "shardserver/store.h"
 #include "shardserver/wal.h"
 
@@ -45,6 +46,11 @@ typedef struct {
 	/* --auth-token-file: the cluster's shared secret, required of every
 	 * request and sent with every call (common/auth.h); NULL: none. */
 	const char *auth_token_file;
+	/* --tls-cert, --tls-key, --tls-ca (common/tls.h): all three with
+	 * tls+tcp:// --listen and --controller addresses, none with others. The
+	 * server's certificate is also its client certificate towards the
+	 * controller and other servers. NULL: not given. */
+	kv_tls_files tls;
 } kv_server_cfg;
 
 /*
@@ -52,7 +58,7 @@ typedef struct {
  * during a graceful leave). Blocks both signals in the calling thread and
  * every thread it starts. Returns 0 after a clean stop, or a KV_E* code
  * when it cannot start (KV_EADDRINUSE, KV_EPERM/KV_EIO for the data dir,
- * KV_EINVAL for a bad option or an unusable --auth-token-file); the reason
+ * KV_EINVAL for a bad option or an unusable --auth-token-file or TLS file); the reason
  * has been logged.
  */
 int kv_server_run(const kv_server_cfg *cfg);
