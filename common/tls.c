@@ -3,8 +3,12 @@
  * (tls.h).
  *
  * The files are read here rather than by nng so that a missing, unreadable
- * or oversized file is reported with its flag and name; nng (mbedtls) then
- * parses the PEM. Private key bytes are wiped from our buffers after use.
+ * or oversized file is reported with its flag and name, and parsed once
+ * with mbedtls (the engine of Debian's nng) so that a file that is not what
+ * its flag says, a key that is not the certificate's, or an expired
+ * certificate stops the start with a line naming it, instead of failing
+ * every handshake later. Private key bytes are wiped from our buffers after
+ * use.
  */
 #include "common/tls.h"
 #include "common/err.h"
@@ -13,6 +17,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <mbedtls/pk.h>
+#include <mbedtls/x509_crt.h>
 #include <nng/supplemental/tls/tls.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +133,53 @@ kv_tls_destroy(kv_tls *t)
 	free(t);
 }
 
+/* Parses the PEM files (NUL-terminated, len without the NUL) and checks
+ * that they are usable together. */
+static int
+files_check(const kv_tls_files *f, const char *ca, size_t calen, const char *cert, size_t certlen,
+            const char *key, size_t keylen, char *err, size_t errlen)
+{
+	mbedtls_x509_crt chain, own;
+	mbedtls_pk_context pk;
+	int rv = KV_OK;
+
+	mbedtls_x509_crt_init(&chain);
+	mbedtls_x509_crt_init(&own);
+	mbedtls_pk_init(&pk);
+	/* A CA file may hold other PEM blocks; it needs one CA certificate. */
+	if (mbedtls_x509_crt_parse(&chain, (const unsigned char *)ca, calen + 1) < 0 ||
+	    chain.version == 0) {
+		rv = kv_errf(err, errlen, KV_EINVAL, "--tls-ca %s holds no valid certificate",
+		             f->ca);
+		goto out;
+	}
+	if (cert == NULL)
+		goto out;
+	if (mbedtls_x509_crt_parse(&own, (const unsigned char *)cert, certlen + 1) != 0) {
+		rv = kv_errf(err, errlen, KV_EINVAL, "--tls-cert %s is not a valid certificate",
+		             f->cert);
+		goto out;
+	}
+	if (mbedtls_x509_time_is_past(&own.valid_to)) {
+		rv = kv_errf(err, errlen, KV_EINVAL, "--tls-cert %s expired on %04d-%02d-%02d",
+		             f->cert, own.valid_to.year, own.valid_to.mon, own.valid_to.day);
+		goto out;
+	}
+	if (mbedtls_pk_parse_key(&pk, (const unsigned char *)key, keylen + 1, NULL, 0) != 0) {
+		rv = kv_errf(err, errlen, KV_EINVAL,
+		             "--tls-key %s is not a valid unencrypted private key", f->key);
+		goto out;
+	}
+	if (mbedtls_pk_check_pair(&own.pk, &pk) != 0)
+		rv = kv_errf(err, errlen, KV_EINVAL, "--tls-key %s is not the key of --tls-cert %s",
+		             f->key, f->cert);
+out:
+	mbedtls_pk_free(&pk);
+	mbedtls_x509_crt_free(&own);
+	mbedtls_x509_crt_free(&chain);
+	return rv;
+}
+
 /* Loads the CA and (when given) our own certificate into one config. */
 static int
 config_load(nng_tls_config *cfg, const kv_tls_files *f, const char *ca, const char *cert,
@@ -182,6 +235,8 @@ kv_tls_create(const kv_tls_files *f, bool need_cert, kv_tls **out, char *err, si
 	if (f->cert != NULL &&
 	    ((rv = read_pem("--tls-cert", f->cert, &cert, &certlen, err, errlen)) != 0 ||
 	     (rv = read_pem("--tls-key", f->key, &key, &keylen, err, errlen)) != 0))
+		goto out;
+	if ((rv = files_check(f, ca, calen, cert, certlen, key, keylen, err, errlen)) != 0)
 		goto out;
 	if ((t = calloc(1, sizeof(*t))) == NULL) {
 		rv = kv_errf(err, errlen, KV_ENOMEM, "out of memory");

@@ -10,8 +10,10 @@
  * (SHARDKV_EAUTH, exit 4, "TLS handshake ... failed"); a plain tcp:// client
  * gets no answer from a TLS port (SHARDKV_EUNAVAIL, exit 3); none of them
  * changes anything. A server whose certificate is of another CA cannot
- * register. Daemons given a TLS setup that cannot work refuse to start with a
- * line naming the flag or the file.
+ * register. Daemons given a TLS setup that cannot work (flags without a
+ * tls+tcp:// address or the reverse, a missing or unusable file, a key that
+ * is not the certificate's) refuse to start with a line naming the flag or
+ * the file.
  *
  * Without openssl every test is skipped with a message.
  */
@@ -506,6 +508,17 @@ daemons_refuse_to_start_with_an_unusable_tls_setup(void **state)
 	              dir, "--tls-cert", srv_crt, "--tls-key",    junk,    "--tls-ca",
 	              ca,  NULL};
 	expect_no_start(a8, 1, junk);
+	char *a9[] = {C,       "--listen",  tls_url, "--data-dir", dir, "--tls-cert",
+	              srv_crt, "--tls-key", cli_key, "--tls-ca",   ca,  NULL};
+	expect_no_start(a9, 1, "is not the key of --tls-cert");
+	char *a10[] = {C,       "--listen",  tls_url, "--data-dir", dir, "--tls-cert",
+	               srv_key, "--tls-key", srv_key, "--tls-ca",   ca,  NULL};
+	expect_no_start(a10, 1, "is not a valid certificate");
+	/* The CLI checks its files the same way: a usage error, nothing sent. */
+	kv_tc_run_result r;
+	run_cli(&r, NULL, tc.ctl_url, "--tls-cert", cli_crt, "--tls-key", srv_key, "--tls-ca", ca,
+	        "get", "victim", NULL);
+	expect_exit(&r, 2, "is not the key of --tls-cert", "a client key of another certificate");
 }
 
 int
