@@ -9,8 +9,10 @@
 #ifndef KV_CONTROLLER_CONTROLLER_H
 #define KV_CONTROLLER_CONTROLLER_H
 
+#include "common/log.h"
 #include "common/tls.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +34,26 @@ typedef struct {
 } kv_controller_cfg;
 
 typedef struct kv_controller kv_controller;
+
+/* The parsed command line of shardkv-controller. */
+typedef struct {
+	kv_controller_cfg cfg;   /* strings point into argv */
+	enum kv_log_level level; /* --log-level (default info) */
+	bool help;               /* --help: print kv_controller_usage, exit 0 */
+} kv_controller_args;
+
+/* The --help text. */
+extern const char kv_controller_usage[];
+
+/*
+ * Parses the command line (argv[0] is the program) into *out without
+ * opening or reading anything. Checks what flags alone can tell: required
+ * flags, --log-level, the --tls-* combination and the --listen scheme. On
+ * KV_EINVAL err holds a one-line reason (main prints it and exits 2) and
+ * *out is untouched. May reorder argv (getopt) and can be called again.
+ */
+int kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *err,
+                             size_t errlen);
 
 /*
  * Opens the data dir, replays the log, and starts serving. On error writes a

@@ -11,6 +11,7 @@
 #ifndef KV_SHARDSERVER_SERVER_H
 #define KV_SHARDSERVER_SERVER_H
 
+#include "common/log.h"
 #include "common/tls.h"
 #include "shardserver/store.h"
 #include "shardserver/wal.h"
@@ -52,6 +53,30 @@ typedef struct {
 	 * controller and other servers. NULL: not given. */
 	kv_tls_files tls;
 } kv_server_cfg;
+
+/* Controller addresses --controller takes at most. */
+#define KV_SERVER_MAX_CTL 16
+
+/* The parsed command line of shardkv-server. */
+typedef struct {
+	kv_server_cfg cfg;                  /* strings point into argv; ctl into ctl below */
+	const char *ctl[KV_SERVER_MAX_CTL]; /* the --controller addresses */
+	enum kv_log_level level;            /* --log-level (default info) */
+	bool help;                          /* --help: print kv_server_usage, exit 0 */
+} kv_server_args;
+
+/* The --help text. */
+extern const char kv_server_usage[];
+
+/*
+ * Parses the command line (argv[0] is the program) into *out without
+ * opening or reading anything. Checks what flags alone can tell: values and
+ * their bounds, required flags, the --tls-* combination and the schemes of
+ * --listen and --controller. On KV_EINVAL err holds a one-line reason (main
+ * prints it and exits 2) and *out is partly filled. Cuts the --controller
+ * value in place and may reorder argv (getopt); can be called again.
+ */
+int kv_server_parse_args(int argc, char **argv, kv_server_args *out, char *err, size_t errlen);
 
 /*
  * Runs the server until SIGTERM or SIGINT (a second one exits at once
