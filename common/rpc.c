@@ -465,10 +465,11 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	nng_aio_set_msg(aio, req);
 	nng_ctx_send(ctx, aio);
 	nng_aio_wait(aio);
-	if (probe && nng_aio_result(aio) == NNG_ETIMEDOUT) {
-		nng_time left = deadline - nng_clock();
+	nng_time t = nng_clock();
+	if (probe && nng_aio_result(aio) == NNG_ETIMEDOUT && t < deadline) {
+		nng_time left = deadline - t;
 		if (kv_tls_probe(c->url, c->tls,
-		                 left < RPC_PROBE_MS ? (uint32_t)left : RPC_PROBE_MS, rpc_why,
+		                 left < RPC_PROBE_MS ? (uint32_t)left + 1 : RPC_PROBE_MS, rpc_why,
 		                 sizeof(rpc_why)) == KV_EAUTH) {
 			nng_msg_free(req);
 			rv = KV_EAUTH;
