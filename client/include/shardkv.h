@@ -88,7 +88,10 @@ SHARDKV_API void shardkv_free(void *p);
 /* An opaque client handle. */
 typedef struct shardkv_client shardkv_client;
 
-/* Options of shardkv_open(); zero-initialise, then set what you need. */
+/* Options of shardkv_open(); zero-initialise, then set what you need. Fields
+ * are only ever added at the end, and zero keeps the old behaviour; the
+ * library reads the whole struct, so a program is rebuilt with the header of
+ * the library it links. */
 typedef struct {
 	uint32_t timeout_ms;    /* per-call deadline; 0: 5000 */
 	const void *auth_token; /* shared secret sent with every request; NULL: none */
