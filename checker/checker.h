@@ -51,6 +51,9 @@ typedef struct {
 	size_t max_ops;          /* --max-ops: operations recorded at most */
 	unsigned fill;           /* --fill: filler keys written before the run */
 	unsigned fill_size;      /* --fill-size: their value size */
+	const char *tls_cert;    /* --tls-cert or $SHARDKV_TLS_CERT (-c only); NULL: none */
+	const char *tls_key;     /* --tls-key or $SHARDKV_TLS_KEY */
+	const char *tls_ca;      /* --tls-ca or $SHARDKV_TLS_CA; NULL: no TLS */
 } chk_opts;
 
 /* Monotonic nanoseconds. */

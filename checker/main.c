@@ -103,6 +103,9 @@ usage(FILE *f)
 	    "  --fill-size B           value size of the filler keys (default 1000)\n"
 	    "  --keep                  keep the spawned cluster's directory\n"
 	    "  --json                  print the summary as one JSON object on stdout\n"
+	    "  --tls-cert F, --tls-key F, --tls-ca F\n"
+	    "                          TLS client certificate, key and CA for a tls+tcp://\n"
+	    "                          cluster (-c only; default $SHARDKV_TLS_CERT, _KEY, _CA)\n"
 	    "  -v, --verbose           log every reconfiguration step\n"
 	    "\n"
 	    "Exit: 0 no violation, 1 violations or a daemon crash, 2 usage, 3 the cluster\n"
@@ -152,6 +155,9 @@ enum {
 	OPT_FILL,
 	OPT_FILL_SIZE,
 	OPT_FSYNC,
+	OPT_TLS_CERT,
+	OPT_TLS_KEY,
+	OPT_TLS_CA,
 };
 
 static int
@@ -175,6 +181,9 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"max-ops", required_argument, NULL, OPT_MAX_OPS},
 	    {"fill", required_argument, NULL, OPT_FILL},
 	    {"fill-size", required_argument, NULL, OPT_FILL_SIZE},
+	    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+	    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+	    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -188,6 +197,15 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		switch (ch) {
 		case 'c':
 			o->controllers = optarg;
+			break;
+		case OPT_TLS_CERT:
+		case OPT_TLS_KEY:
+		case OPT_TLS_CA:
+			if (optarg[0] == 0)
+				return usage_error("missing file name for %s", argv[optind - 1]);
+			*(ch == OPT_TLS_CERT  ? &o->tls_cert
+			  : ch == OPT_TLS_KEY ? &o->tls_key
+			                      : &o->tls_ca) = optarg;
 			break;
 		case OPT_CLIENTS:
 			if (!parse_num(optarg, 1, CHK_MAX_CLIENTS, &v))
@@ -288,6 +306,15 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
+	if (o->tls_cert == NULL && getenv("SHARDKV_TLS_CERT") && getenv("SHARDKV_TLS_CERT")[0])
+		o->tls_cert = getenv("SHARDKV_TLS_CERT");
+	if (o->tls_key == NULL && getenv("SHARDKV_TLS_KEY") && getenv("SHARDKV_TLS_KEY")[0])
+		o->tls_key = getenv("SHARDKV_TLS_KEY");
+	if (o->tls_ca == NULL && getenv("SHARDKV_TLS_CA") && getenv("SHARDKV_TLS_CA")[0])
+		o->tls_ca = getenv("SHARDKV_TLS_CA");
+	if ((o->tls_cert || o->tls_key || o->tls_ca) && o->spawn_dir)
+		return usage_error("TLS (--tls-*) works with -c only: --spawn starts plain "
+		                   "tcp:// daemons");
 	if (o->spawn_dir && o->controllers)
 		return usage_error("-c and --spawn exclude each other");
 	if (o->kill && !o->spawn_dir)
@@ -526,9 +553,14 @@ main(int argc, char **argv)
 		if (controllers == NULL || controllers[0] == 0)
 			controllers = "tcp://127.0.0.1:7000";
 	}
-	shardkv_options ao = {.timeout_ms = ADMIN_MS, .no_watch = true};
+	shardkv_options ao = {.timeout_ms = ADMIN_MS,
+	                      .no_watch = true,
+	                      .tls_cert = o.tls_cert,
+	                      .tls_key = o.tls_key,
+	                      .tls_ca = o.tls_ca};
 	if (shardkv_open(controllers, &ao, &admin) != 0) {
-		fprintf(stderr, "checker: cannot open a client on %s\n", controllers);
+		fprintf(stderr, "checker: cannot open a client on %s: %s\n", controllers,
+		        shardkv_errmsg());
 		goto out;
 	}
 	if (cl) {

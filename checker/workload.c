@@ -74,7 +74,10 @@ chk_workload *
 chk_workload_create(const chk_opts *o, const char *controllers, const char *prefix)
 {
 	chk_workload *w = calloc(1, sizeof(*w));
-	shardkv_options so = {.timeout_ms = o->op_timeout_ms};
+	shardkv_options so = {.timeout_ms = o->op_timeout_ms,
+	                      .tls_cert = o->tls_cert,
+	                      .tls_key = o->tls_key,
+	                      .tls_ca = o->tls_ca};
 
 	if (w == NULL)
 		return NULL;

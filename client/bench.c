@@ -2083,8 +2083,7 @@ close_out(FILE *f, const char *path, FILE *err)
 
 int
 kv_bench_main(int nargs, const char *const *args, const char *controller, shardkv_client *admin,
-              const void *token, size_t token_len, uint32_t timeout_ms, bool json, FILE *out,
-              FILE *err)
+              const shardkv_options *opt, bool json, FILE *out, FILE *err)
 {
 	kv_bench_params p = {0};
 	kv_bench_result res = {0};
@@ -2105,7 +2104,7 @@ kv_bench_main(int nargs, const char *const *args, const char *controller, shardk
 		return 0;
 	}
 	p.controller = controller;
-	p.timeout_ms = timeout_ms;
+	p.timeout_ms = opt->timeout_ms;
 	p.json = json;
 	if (p.out_path && (fout = open_out(p.out_path, err)) == NULL)
 		return KV_CLI_USAGE;
@@ -2157,8 +2156,8 @@ kv_bench_main(int nargs, const char *const *args, const char *controller, shardk
 		goto out;
 	}
 	for (unsigned i = 0; i < r.nc; i++) {
-		shardkv_options o = {
-		    .timeout_ms = timeout_ms, .auth_token = token, .auth_token_len = token_len};
+		shardkv_options o = *opt;
+		o.no_watch = false;
 		if ((rv = shardkv_open(controller, &o, &r.conns[i])) != 0) {
 			fprintf(err, "shardkv: bench: opening connection %u: %s\n", i,
 			        shardkv_strerror(rv));

@@ -211,12 +211,12 @@ void kv_bench_write_svg(FILE *f, const kv_bench_result *r);
 /*
  * Runs `shardkv bench` with its arguments (nargs, args: the words after the
  * command) against `controller`, using `admin` (an open handle, used for
- * the configuration poll) and opening the data handles itself with the
- * token. Prints progress and the summary to out (with json: the JSON on out,
+ * the configuration poll) and opening the data handles itself with `opt`
+ * (the token, the TLS files and the timeout; copied, no_watch ignored).
+ * Prints progress and the summary to out (with json: the JSON on out,
  * progress on err), errors to err. Returns the exit code.
  */
 int kv_bench_main(int nargs, const char *const *args, const char *controller, shardkv_client *admin,
-                  const void *token, size_t token_len, uint32_t timeout_ms, bool json, FILE *out,
-                  FILE *err);
+                  const shardkv_options *opt, bool json, FILE *out, FILE *err);
 
 #endif

@@ -14,6 +14,7 @@
 #include "client/cli.h"
 #include "client/include/shardkv.h"
 #include "common/auth.h"
+#include "common/tls.h"
 #include "common/err.h"
 
 #include <errno.h>
@@ -51,15 +52,16 @@ typedef struct {
 
 /* What a handler works with. */
 struct cli_ctx {
-	kv_cli_args *a;       /* the parsed command line */
-	shardkv_client *c;    /* the open handle */
-	FILE *out;            /* results */
-	FILE *err;            /* errors */
-	const char *ctl;      /* the controller list in use */
-	const uint8_t *token; /* the auth token (bench opens its own handles) */
-	size_t token_len;     /* its length */
-	uint8_t *stdin_buf;   /* a value read from stdin (owned) */
-	bool stdin_used;      /* `-` was already consumed */
+	kv_cli_args *a;             /* the parsed command line */
+	shardkv_client *c;          /* the open handle */
+	FILE *out;                  /* results */
+	FILE *err;                  /* errors */
+	const char *ctl;            /* the controller list in use */
+	const uint8_t *token;       /* the auth token (bench opens its own handles) */
+	size_t token_len;           /* its length */
+	const shardkv_options *opt; /* the options of c (bench opens its own handles) */
+	uint8_t *stdin_buf;         /* a value read from stdin (owned) */
+	bool stdin_used;            /* `-` was already consumed */
 };
 
 static int cmd_get(cli_ctx *x);
@@ -315,9 +317,11 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 		} else if (is_opt(s, "--tls-cert", true) || is_opt(s, "--tls-key", true) ||
 		           is_opt(s, "--tls-ca", true)) {
 			size_t nl = strchr(s, '=') ? (size_t)(strchr(s, '=') - s) : strlen(s);
-			if (opt_value(argc, argv, &i, s, nl) == NULL)
-				return usage_err(err, errlen, "%s needs a file", s);
-			a->tls = true;
+			if ((v = opt_value(argc, argv, &i, s, nl)) == NULL || v[0] == 0)
+				return usage_err(err, errlen, "%.*s needs a file", (int)nl, s);
+			*(s[6] == 'c' && s[7] == 'e' ? &a->tls_cert
+			  : s[6] == 'k'              ? &a->tls_key
+			                             : &a->tls_ca) = v;
 		} else if (cmd && strcmp(cmd->name, "bench") == 0) {
 			a->args[a->nargs++] = s; /* bench options (--rate ...) are its own */
 		} else if (strcmp(s, "--wait") == 0) {
@@ -431,6 +435,10 @@ print_help(FILE *f, const cli_cmd *cmd)
 	           "  --timeout MS            per-call deadline in milliseconds (default 5000)\n"
 	           "  --auth-token-file F     send the cluster's shared secret, read from F\n"
 	           "                          (default: $SHARDKV_AUTH_TOKEN_FILE)\n"
+	           "  --tls-ca F              TLS (tls+tcp:// addresses): the CA the servers'\n"
+	           "                          certificates must be signed by ($SHARDKV_TLS_CA)\n"
+	           "  --tls-cert F            this client's certificate ($SHARDKV_TLS_CERT)\n"
+	           "  --tls-key F             its private key ($SHARDKV_TLS_KEY)\n"
 	           "  -h, --help              this help; COMMAND --help for a command\n"
 	           "\nCommands:\n");
 	for (size_t i = 0; i < NCMDS; i++)
@@ -454,7 +462,9 @@ fail(cli_ctx *x, int err)
 {
 	const char *m = shardkv_errmsg(), *e = shardkv_strerror(err);
 
-	if (err == SHARDKV_EAUTH)
+	if (err == SHARDKV_EAUTH && strncmp(m, "TLS handshake", 13) == 0)
+		fprintf(x->err, "shardkv: %s: %s\n", x->a->cmd, m);
+	else if (err == SHARDKV_EAUTH)
 		fprintf(x->err, "shardkv: %s: authentication failed: %s%s\n", x->a->cmd,
 		        m[0] && strcmp(m, e) != 0 ? m : "the cluster refused the token",
 		        x->token_len ? "" : " (no --auth-token-file given)");
@@ -707,8 +717,9 @@ cmd_scan(cli_ctx *x)
 static int
 cmd_bench(cli_ctx *x)
 {
-	return kv_bench_main(x->a->nargs, x->a->args, x->ctl, x->c, x->token, x->token_len,
-	                     x->a->timeout_ms, x->a->json, x->out, x->err);
+	shardkv_options o = *x->opt;
+	o.timeout_ms = x->a->timeout_ms;
+	return kv_bench_main(x->a->nargs, x->a->args, x->ctl, x->c, &o, x->a->json, x->out, x->err);
 }
 
 /* ---------------------------------------------------------------------------
@@ -1047,6 +1058,15 @@ read_token(const char *path, uint8_t **out, size_t *len, FILE *err)
 	return 0;
 }
 
+/* Returns the file named by environment variable `name`; NULL when unset or
+ * empty. */
+static const char *
+env_file(const char *name)
+{
+	const char *v = getenv(name);
+	return v != NULL && v[0] != 0 ? v : NULL;
+}
+
 int
 kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 {
@@ -1070,11 +1090,6 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 		kv_cli_args_fini(&a);
 		return 0;
 	}
-	if (a.tls) {
-		fprintf(err, "shardkv: TLS (--tls-*) is not supported by this build yet\n");
-		kv_cli_args_fini(&a);
-		return KV_CLI_USAGE;
-	}
 	x.ctl = a.controller;
 	if (x.ctl == NULL)
 		x.ctl = getenv("SHARDKV_CONTROLLER");
@@ -1090,11 +1105,24 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 		kv_cli_args_fini(&a);
 		return rv;
 	}
+	/* The TLS files too; a flag wins over its variable. */
+	opt.tls_cert = a.tls_cert ? a.tls_cert : env_file("SHARDKV_TLS_CERT");
+	opt.tls_key = a.tls_key ? a.tls_key : env_file("SHARDKV_TLS_KEY");
+	opt.tls_ca = a.tls_ca ? a.tls_ca : env_file("SHARDKV_TLS_CA");
+	{
+		kv_tls_files f = {.cert = opt.tls_cert, .key = opt.tls_key, .ca = opt.tls_ca};
+		if (kv_tls_files_any(&f) && kv_tls_check_files(&f, false, msg, sizeof(msg)) != 0) {
+			fprintf(err, "shardkv: %s\n", msg);
+			rv = KV_CLI_USAGE;
+			goto out;
+		}
+	}
 	opt.timeout_ms = a.timeout_ms ? a.timeout_ms : a.wait ? WAIT_TIMEOUT_MS : 0;
 	opt.auth_token = token;
 	opt.auth_token_len = token_len;
 	x.token = token;
 	x.token_len = token_len;
+	x.opt = &opt;
 	/* A one-shot command has no use for a background watch. */
 	opt.no_watch = true;
 	if ((rv = shardkv_open(x.ctl, &opt, &x.c)) != 0) {
@@ -1107,6 +1135,7 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 			rv = KV_CLI_INTERNAL;
 		}
 	}
+out:
 	shardkv_close(x.c);
 	free(x.stdin_buf);
 	if (token != NULL)

@@ -29,7 +29,9 @@ typedef struct {
 	bool json;                   /* --json */
 	uint32_t timeout_ms;         /* --timeout; 0 when not given */
 	const char *auth_token_file; /* --auth-token-file */
-	bool tls;                    /* any --tls-* flag was given */
+	const char *tls_cert;        /* --tls-cert */
+	const char *tls_key;         /* --tls-key */
+	const char *tls_ca;          /* --tls-ca */
 	bool help;                   /* --help / -h */
 	const char *cmd;             /* the command; NULL with --help alone */
 	int nargs;                   /* positional arguments after the command */

@@ -198,7 +198,7 @@ kvc_conn_get(shardkv_client *c, const char *address, kv_rpc_client **out, kvc_co
 		goto out;
 	}
 	pthread_mutex_init(&k->coal->mu, NULL);
-	if ((rv = kv_rpc_client_create(address, &k->rpc)) != KV_OK) {
+	if ((rv = kv_rpc_client_create_tls(address, c->tls, &k->rpc)) != KV_OK) {
 		pthread_mutex_destroy(&k->coal->mu);
 		free(k->coal);
 		free(k->address);
@@ -448,8 +448,11 @@ controller_try(shardkv_client *c, const char *address, const kvc_admin_req *q, u
 		return rv;
 	if ((rv = kvc_encode_admin(q, &req)) != KV_OK)
 		return rv;
-	if ((rv = kv_rpc_call(rpc, req, &rep, rpc_ms)) != KV_OK)
+	if ((rv = kv_rpc_call(rpc, req, &rep, rpc_ms)) != KV_OK) {
+		if (rv == KV_EAUTH)
+			kvc_fail(rv, "%s", kv_rpc_why()[0] ? kv_rpc_why() : "TLS handshake failed");
 		return rv;
+	}
 	rv = kvc_decode_admin(nng_msg_body(rep), nng_msg_len(rep), r);
 	nng_msg_free(rep);
 	return rv;
@@ -523,6 +526,9 @@ kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns, k
 			pthread_mutex_unlock(&c->conn_mu);
 			free(redirect);
 			return KV_OK;
+		} else if (rv == KV_EAUTH) {
+			free(redirect);
+			return rv; /* a refused TLS handshake; controller_try said why */
 		} else if (!kvc_retryable(rv) && rv != KV_EPROTO) {
 			break;
 		} else {
@@ -813,10 +819,8 @@ watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **c
 	q.auth.len = c->auth.len;
 	/* Non-blocking: the connection is made in the background, and the
 	 * send below (bounded, cancellable) waits for it. */
-	if ((rv = nng_dial(s, address, NULL, NNG_FLAG_NONBLOCK)) != 0) {
-		rv = kv_err_from_nng(rv);
+	if ((rv = kv_tls_dial(s, address, c->tls, NNG_FLAG_NONBLOCK, NULL)) != 0)
 		goto out;
-	}
 	if ((rv = kvc_encode_admin(&q, &msg)) != KV_OK)
 		goto out;
 	nng_aio_set_msg(aio, msg);
@@ -944,6 +948,23 @@ shardkv_open(const char *controllers, const shardkv_options *opt, shardkv_client
 			kvc_fail(rv, "empty controller address list");
 		goto err;
 	}
+	if (opt != NULL) {
+		kv_tls_files f = {.cert = opt->tls_cert, .key = opt->tls_key, .ca = opt->tls_ca};
+		char terr[512];
+		if (kv_tls_files_any(&f) &&
+		    (rv = kv_tls_create(&f, false, &c->tls, terr, sizeof(terr))) != KV_OK) {
+			kvc_fail(rv, "%s", terr);
+			goto err;
+		}
+	}
+	for (size_t i = 0; i < c->nctl; i++) {
+		char terr[512];
+		if ((rv = kv_tls_check_url(c->tls != NULL, "controller", c->ctl_addrs[i], terr,
+		                           sizeof(terr))) != KV_OK) {
+			kvc_fail(rv, "%s", terr);
+			goto err;
+		}
+	}
 	pthread_mutex_init(&c->conn_mu, NULL);
 	pthread_mutex_init(&c->cfg_mu, NULL);
 	pthread_cond_init(&c->cfg_cv, NULL);
@@ -960,6 +981,7 @@ err:
 		free(c->ctl_addrs[i]);
 	free(c->ctl_addrs);
 	kv_buf_fini(&c->auth);
+	kv_tls_destroy(c->tls);
 	free(c);
 	return rv;
 }
@@ -995,6 +1017,7 @@ shardkv_close(shardkv_client *c)
 		free(c->ctl_addrs[i]);
 	free(c->ctl_addrs);
 	kv_buf_fini(&c->auth);
+	kv_tls_destroy(c->tls);
 	pthread_cond_destroy(&c->cfg_cv);
 	pthread_mutex_destroy(&c->cfg_mu);
 	pthread_mutex_destroy(&c->conn_mu);

@@ -314,6 +314,7 @@ struct shardkv_client {
 	atomic_uint_fast64_t next_id; /* request ids, envelope and op */
 	atomic_uint timeout_ms;       /* per-call deadline */
 	kv_buf auth;                  /* auth token */
+	kv_tls *tls;                  /* TLS configuration (immutable); NULL: none */
 	bool no_watch;                /* no watch thread */
 
 	size_t nctl;      /* controller addresses */

@@ -94,7 +94,12 @@ kvc_run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadl
 		if (rv != KV_OK) {
 			/* No answer: the server may be down or gone; ask for news. */
 			last = rv == KV_ECLOSED ? KV_EUNAVAIL : rv;
-			snprintf(lastmsg, sizeof(lastmsg), "server %s: %s", addr, kv_strerror(rv));
+			if (rv == KV_EAUTH) /* a refused TLS handshake */
+				snprintf(lastmsg, sizeof(lastmsg), "%s",
+				         kv_rpc_why()[0] ? kv_rpc_why() : "TLS handshake failed");
+			else
+				snprintf(lastmsg, sizeof(lastmsg), "server %s: %s", addr,
+				         kv_strerror(rv));
 			kvc_cfg_put(ref);
 			if (hint_addr)
 				kvc_hint_forget(c, hint_addr);

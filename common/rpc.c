@@ -112,11 +112,26 @@ rpc_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 struct kv_rpc_client {
 	nng_socket sock;    /* REQ socket */
 	char *url;          /* dialed URL */
+	const kv_tls *tls;  /* TLS configuration of a tls+tcp:// url (borrowed); else NULL */
 	atomic_int pipes;   /* connections open now (pipe events) */
 	pthread_mutex_t mu; /* protects dialer and dial_time */
 	nng_dialer dialer;  /* the current dialer */
 	nng_time dial_time; /* when it was started */
 };
+
+/* The detail of the last failed kv_rpc_call on this thread (kv_rpc_why). */
+static _Thread_local char rpc_why[384];
+
+/* A TLS call that has no connection after RPC_PROBE_AFTER_MS spends up to
+ * RPC_PROBE_MS finding out whether the handshake is what fails. */
+#define RPC_PROBE_AFTER_MS 300u
+#define RPC_PROBE_MS       1000u
+
+const char *
+kv_rpc_why(void)
+{
+	return rpc_why;
+}
 
 int
 kv_err_from_nng(int rv)
@@ -311,8 +326,8 @@ kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out)
 		    (rv = nng_aio_alloc(&p->aio, rpc_ctx_cb, p)) != 0)
 			goto err_after_open;
 	}
-	if ((rv = nng_listen(s->sock, o->url, NULL, 0)) != 0)
-		goto err_after_open;
+	if ((rv = kv_tls_listen(s->sock, o->url, o->tls)) != 0)
+		goto err_after_open_kv;
 	for (i = 0; i < s->n; i++) {
 		s->slots[i].state = RPC_RECV;
 		nng_ctx_recv(s->slots[i].ctx, s->slots[i].aio);
@@ -321,6 +336,8 @@ kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out)
 	return KV_OK;
 
 err_after_open:
+	rv = kv_err_from_nng(rv);
+err_after_open_kv: /* rv is a KV_E* code already */
 	nng_close(s->sock);
 	for (i = 0; i < s->n; i++)
 		if (s->slots[i].aio)
@@ -329,7 +346,7 @@ err_after_open:
 	free(s->pipes);
 	free(s->slots);
 	free(s);
-	return kv_err_from_nng(rv);
+	return rv;
 err_after_alloc:
 	free(s->slots);
 	free(s);
@@ -393,21 +410,23 @@ rpc_client_maybe_redial(kv_rpc_client *c)
 		return;
 	pthread_mutex_lock(&c->mu);
 	if (atomic_load(&c->pipes) == 0 && nng_clock() - c->dial_time >= RPC_REDIAL_MS &&
-	    nng_dialer_create(&d, c->sock, c->url) == 0) {
-		if (nng_dialer_start(d, NNG_FLAG_NONBLOCK) == 0) {
-			nng_dialer_close(c->dialer); /* aborts its pending connect */
-			c->dialer = d;
-			c->dial_time = nng_clock();
-			KV_INFO("rpc", "redialing", "url=%s", c->url);
-		} else {
-			nng_dialer_close(d);
-		}
+	    kv_tls_dial(c->sock, c->url, c->tls, NNG_FLAG_NONBLOCK, &d) == KV_OK) {
+		nng_dialer_close(c->dialer); /* aborts its pending connect */
+		c->dialer = d;
+		c->dial_time = nng_clock();
+		KV_INFO("rpc", "redialing", "url=%s", c->url);
 	}
 	pthread_mutex_unlock(&c->mu);
 }
 
 int
 kv_rpc_client_create(const char *url, kv_rpc_client **out)
+{
+	return kv_rpc_client_create_tls(url, NULL, out);
+}
+
+int
+kv_rpc_client_create_tls(const char *url, const kv_tls *tls, kv_rpc_client **out)
 {
 	kv_rpc_client *c;
 	int rv;
@@ -442,13 +461,14 @@ kv_rpc_client_create(const char *url, kv_rpc_client **out)
 	nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, KV_RPC_MAX_MSG);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500);
+	c->tls = kv_tls_url(url) ? tls : NULL;
 	c->dial_time = nng_clock();
-	if ((rv = nng_dial(c->sock, url, &c->dialer, NNG_FLAG_NONBLOCK)) != 0) {
+	if ((rv = kv_tls_dial(c->sock, url, tls, NNG_FLAG_NONBLOCK, &c->dialer)) != 0) {
 		nng_close(c->sock);
 		pthread_mutex_destroy(&c->mu);
 		free(c->url);
 		free(c);
-		return kv_err_from_nng(rv);
+		return rv;
 	}
 	*out = c;
 	return KV_OK;
@@ -572,8 +592,10 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	nng_ctx ctx;
 	nng_aio *aio;
 	nng_time deadline;
+	bool probe;
 	int rv;
 
+	rpc_why[0] = '\0';
 	if (c == NULL || req == NULL || reply == NULL) {
 		if (req)
 			nng_msg_free(req);
@@ -589,10 +611,32 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 		return kv_err_from_nng(rv);
 	}
 	deadline = nng_clock() + timeout_ms;
-	nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
+	/* Over TLS a refused handshake looks just like a peer that is down:
+	 * the send waits for a connection that never comes. So when none has
+	 * come after RPC_PROBE_AFTER_MS, one probe finds out which it is, and
+	 * a refusal fails the call at once instead of at its deadline. */
+	probe = c->tls != NULL && timeout_ms > RPC_PROBE_AFTER_MS;
+	nng_aio_set_timeout(aio, (nng_duration)(probe ? RPC_PROBE_AFTER_MS : timeout_ms));
 	nng_aio_set_msg(aio, req);
 	nng_ctx_send(ctx, aio);
 	nng_aio_wait(aio);
+	nng_time t = nng_clock();
+	if (probe && nng_aio_result(aio) == NNG_ETIMEDOUT && t < deadline) {
+		nng_time left = deadline - t;
+		if (kv_tls_probe(c->url, c->tls,
+		                 left < RPC_PROBE_MS ? (uint32_t)left + 1 : RPC_PROBE_MS, rpc_why,
+		                 sizeof(rpc_why)) == KV_EAUTH) {
+			nng_msg_free(req);
+			rv = KV_EAUTH;
+			goto out;
+		}
+		rpc_why[0] = '\0';
+		nng_time now = nng_clock();
+		nng_aio_set_timeout(aio, now >= deadline ? 1 : (nng_duration)(deadline - now));
+		nng_aio_set_msg(aio, req);
+		nng_ctx_send(ctx, aio);
+		nng_aio_wait(aio);
+	}
 	if ((rv = nng_aio_result(aio)) != 0) {
 		nng_msg_free(req); /* a failed send leaves the message with us */
 		if (rv == NNG_ETIMEDOUT)

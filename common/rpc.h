@@ -17,6 +17,8 @@
 #ifndef KV_COMMON_RPC_H
 #define KV_COMMON_RPC_H
 
+#include "common/tls.h"
+
 #include <nng/nng.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -48,6 +50,7 @@ typedef struct {
 	unsigned max_conns;     /* connections at once; more are closed at once; 0: no bound */
 	kv_rpc_handler handler; /* request handler */
 	void *arg;              /* its argument */
+	const kv_tls *tls;      /* for a tls+tcp:// url (required there); borrowed */
 } kv_rpc_server_opts;
 
 /* Starts listening. Returns 0, KV_EADDRINUSE, KV_EINVAL (bad URL) or another
@@ -68,6 +71,11 @@ void kv_rpc_reply(kv_rpc_pending *p, nng_msg *msg);
 /* Dials `url` (reconnecting in the background). Returns 0 or a KV_E* code. */
 int kv_rpc_client_create(const char *url, kv_rpc_client **out);
 
+/* kv_rpc_client_create with the TLS configuration for a tls+tcp:// url
+ * (required there, KV_EINVAL without; ignored for other URLs). tls is
+ * borrowed: it must outlive the client. */
+int kv_rpc_client_create_tls(const char *url, const kv_tls *tls, kv_rpc_client **out);
+
 /* Closes the socket; calls in progress fail with KV_ECLOSED. Accepts NULL. */
 void kv_rpc_client_destroy(kv_rpc_client *c);
 
@@ -78,8 +86,9 @@ const char *kv_rpc_client_url(const kv_rpc_client *c);
  * Sends `req` and waits up to timeout_ms for the reply. On 0 the request
  * was taken and *reply is the caller's (free with nng_msg_free). On error
  * the request was freed too. Returns 0, KV_ETIMEDOUT, KV_EUNAVAIL (no
- * connection could be made in time), KV_ECLOSED or KV_ENOMEM. Thread-safe:
- * many calls may be in flight on one client.
+ * connection could be made in time), KV_EAUTH (a TLS client found that the
+ * handshake fails: kv_rpc_why() says why), KV_ECLOSED or KV_ENOMEM.
+ * Thread-safe: many calls may be in flight on one client.
  */
 int kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms);
 
@@ -109,6 +118,11 @@ void kv_rpc_async_cancel(kv_rpc_async *a);
  * caller. Not from its own callback. Accepts NULL. Call before destroying
  * the client. */
 void kv_rpc_async_destroy(kv_rpc_async *a);
+
+/* Returns the detail of the last kv_rpc_call on this thread that failed with
+ * more known than its code ("" otherwise): the reason a TLS handshake fails.
+ * Valid until the next call on this thread. */
+const char *kv_rpc_why(void);
 
 /* Translates an nng error code into a KV_E* code. */
 int kv_err_from_nng(int rv);

@@ -132,6 +132,7 @@ struct kv_controller {
 	bool reaper_started;   /* reaper must be joined */
 	char cluster_id[25];   /* from the log header */
 	kv_buf auth;           /* --auth-token-file secret (immutable); empty: none */
+	kv_tls *tls;           /* --tls-* configuration (immutable); NULL: plain tcp */
 
 	pthread_mutex_t mu;                   /* protects everything down to the blank line */
 	pthread_cond_t cv;                    /* wakes the reaper (CLOCK_MONOTONIC) */
@@ -293,7 +294,7 @@ stat_store(struct ctl_stat *s, const kv_admin_req *rq)
 		r[i] = rq->ranges[i];
 		r[i].start = blob_put(&w, rq->ranges[i].start);
 		r[i].end = blob_put(&w, rq->ranges[i].end);
-		r[i].split = sp + nsplit;
+		r[i].split = sp != NULL ? sp + nsplit : NULL; /* no splits at all: sp is NULL */
 		for (size_t j = 0; j < rq->ranges[i].nsplit; j++)
 			sp[nsplit++] = blob_put(&w, rq->ranges[i].split[j]);
 	}
@@ -1447,6 +1448,11 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 			KV_WARN("controller", "auth token file is accessible by group or others",
 			        "file=%s hint=\"chmod 600 it\"", cfg->auth_token_file);
 	}
+	if (kv_tls_files_any(&cfg->tls) &&
+	    (rv = kv_tls_create(&cfg->tls, true, &c->tls, err, errlen)) != KV_OK)
+		goto err;
+	if ((rv = kv_tls_check_url(c->tls != NULL, "--listen", c->listen, err, errlen)) != KV_OK)
+		goto err;
 	rc.c = c;
 	rc.err = 0;
 	rv = kv_clog_open(c->data_dir, replay_cb, &rc, &c->log, &info, err, errlen);
@@ -1468,7 +1474,7 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 	}
 	c->reaper_started = true;
 	kv_rpc_server_opts o = {
-	    .url = c->listen, .contexts = contexts, .handler = ctl_handle, .arg = c};
+	    .url = c->listen, .contexts = contexts, .handler = ctl_handle, .arg = c, .tls = c->tls};
 	if ((rv = kv_rpc_server_create(&o, &c->rpc)) != KV_OK) {
 		if (rv == KV_EADDRINUSE)
 			snprintf(err, errlen, "cannot listen on %s: address in use", c->listen);
@@ -1480,9 +1486,10 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 	if (cfg->metrics && (rv = kv_metrics_create(cfg->metrics, metrics_render, c, &c->metrics,
 	                                            err, errlen)) != KV_OK)
 		goto err;
-	KV_INFO("controller", "listening", "address=%s epoch=%llu metrics=%s auth=%s", c->listen,
-	        (unsigned long long)kv_controller_epoch(c), cfg->metrics ? cfg->metrics : "off",
-	        c->auth.len ? "token" : "off");
+	KV_INFO("controller", "listening", "address=%s epoch=%llu metrics=%s auth=%s tls=%s",
+	        c->listen, (unsigned long long)kv_controller_epoch(c),
+	        cfg->metrics ? cfg->metrics : "off", c->auth.len ? "token" : "off",
+	        c->tls ? "mutual" : "off");
 	*out = c;
 	return KV_OK;
 err:
@@ -1527,6 +1534,7 @@ kv_controller_destroy(kv_controller *c)
 	if (c->auth.data != NULL)
 		memset(c->auth.data, 0, c->auth.len);
 	kv_buf_fini(&c->auth);
+	kv_tls_destroy(c->tls);
 	free(c);
 }
 

@@ -9,6 +9,10 @@
 #ifndef KV_CONTROLLER_CONTROLLER_H
 #define KV_CONTROLLER_CONTROLLER_H
 
+#include "common/log.h"
+#include "common/tls.h"
+
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,15 +28,38 @@ typedef struct {
 	/* --auth-token-file: the shared secret every request must carry
 	 * (common/auth.h); NULL: none. */
 	const char *auth_token_file;
+	/* --tls-cert, --tls-key, --tls-ca (common/tls.h): all three with a
+	 * tls+tcp:// --listen, none with another; NULL: not given. */
+	kv_tls_files tls;
 } kv_controller_cfg;
 
 typedef struct kv_controller kv_controller;
+
+/* The parsed command line of shardkv-controller. */
+typedef struct {
+	kv_controller_cfg cfg;   /* strings point into argv */
+	enum kv_log_level level; /* --log-level (default info) */
+	bool help;               /* --help: print kv_controller_usage, exit 0 */
+} kv_controller_args;
+
+/* The --help text. */
+extern const char kv_controller_usage[];
+
+/*
+ * Parses the command line (argv[0] is the program) into *out without
+ * opening or reading anything. Checks what flags alone can tell: required
+ * flags, --log-level, the --tls-* combination and the --listen scheme. On
+ * KV_EINVAL err holds a one-line reason (main prints it and exits 2) and
+ * *out is untouched. May reorder argv (getopt) and can be called again.
+ */
+int kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *err,
+                             size_t errlen);
 
 /*
  * Opens the data dir, replays the log, and starts serving. On error writes a
  * one-line reason into err and returns KV_EADDRINUSE (listen address taken),
  * KV_EINVAL (bad URL), KV_ECORRUPT (damaged log), KV_EBUSY (data dir in use),
- * KV_EINVAL (unusable --auth-token-file) or another KV_E* code. The caller
+ * KV_EINVAL (unusable --auth-token-file or TLS files) or another KV_E* code. The caller
  * stops it with kv_controller_destroy().
  */
 int kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *err,

@@ -1,6 +1,7 @@
 /*
  * main.c - shardkv-controller: parses the command line into an immutable
- * kv_controller_cfg and runs the controller until SIGTERM/SIGINT (SPEC §5).
+ * kv_controller_cfg (kv_controller_parse_args) and runs the controller until
+ * SIGTERM/SIGINT (SPEC §5).
  *
  * Exit codes: 0 clean stop, 1 cannot start (the reason on stderr), 2 usage.
  */
@@ -8,56 +9,17 @@
 #include "common/log.h"
 #include "controller/controller.h"
 
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-static const char usage_text[] =
-    "usage: shardkv-controller --listen ADDR --data-dir DIR [--metrics HOSTPORT]\n"
-    "                          [--auth-token-file F]\n"
-    "                          [--log-level debug|info|warn|error|off] [--help]\n"
-    "\n"
-    "Keeps the shardkv cluster configuration (nodes, range map, migrations) and\n"
-    "serves admin commands, server reports and watches.\n"
-    "\n"
-    "  --listen ADDR       nng URL to listen on, e.g. tcp://127.0.0.1:7000\n"
-    "  --data-dir DIR      directory of the configuration log (created if missing)\n"
-    "  --metrics HOSTPORT  serve Prometheus text at http://HOSTPORT/metrics\n"
-    "  --auth-token-file F the cluster's shared secret (the file's bytes, one trailing\n"
-    "                      newline cut; at most 4096): every request without it is\n"
-    "                      refused, servers' registrations and heartbeats included\n"
-    "  --log-level L       lowest level logged to stderr (default info)\n"
-    "  --help              print this text and exit\n";
-
-/* Prints "shardkv-controller: WHAT ARG (see --help)" and returns 2. */
-static int
-usage_error(const char *what, const char *arg)
-{
-	fprintf(stderr, "shardkv-controller: %s%s%s (see --help)\n", what, arg ? " " : "",
-	        arg ? arg : "");
-	return 2;
-}
 
 int
 main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"listen", required_argument, NULL, 'l'},
-	    {"data-dir", required_argument, NULL, 'd'},
-	    {"metrics", required_argument, NULL, 'm'},
-	    {"log-level", required_argument, NULL, 'v'},
-	    {"auth-token-file", required_argument, NULL, 'A'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
-	};
-	kv_controller_cfg cfg = {0};
-	enum kv_log_level level = KV_LOG_INFO;
+	kv_controller_args a;
 	sigset_t set;
 	char err[512] = "";
-	int o, rv;
+	int rv;
 
 	/* Before any thread exists, so that every thread inherits the mask and
 	 * only sigwait() in kv_controller_run sees the signals. */
@@ -67,45 +29,16 @@ main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	opterr = 0;
-	while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'l':
-			cfg.listen = optarg;
-			break;
-		case 'd':
-			cfg.data_dir = optarg;
-			break;
-		case 'm':
-			cfg.metrics = optarg;
-			break;
-		case 'A':
-			if (optarg[0] == '\0')
-				return usage_error("--auth-token-file needs a file name", NULL);
-			cfg.auth_token_file = optarg;
-			break;
-		case 'v':
-			if (kv_log_parse_level(optarg, &level) != KV_OK)
-				return usage_error("invalid --log-level", optarg);
-			break;
-		case 'h':
-			fputs(usage_text, stdout);
-			return 0;
-		case ':':
-			return usage_error("missing value for option", argv[optind - 1]);
-		default:
-			return usage_error("unknown option", argv[optind - 1]);
-		}
+	if (kv_controller_parse_args(argc, argv, &a, err, sizeof(err)) != KV_OK) {
+		fprintf(stderr, "shardkv-controller: %s (see --help)\n", err);
+		return 2;
 	}
-	if (optind < argc)
-		return usage_error("unexpected argument", argv[optind]);
-	if (cfg.listen == NULL || cfg.listen[0] == '\0')
-		return usage_error("--listen ADDR is required", NULL);
-	if (cfg.data_dir == NULL || cfg.data_dir[0] == '\0')
-		return usage_error("--data-dir DIR is required", NULL);
-	kv_log_set_level(level);
-
-	rv = kv_controller_run(&cfg, err, sizeof(err));
+	if (a.help) {
+		fputs(kv_controller_usage, stdout);
+		return 0;
+	}
+	kv_log_set_level(a.level);
+	rv = kv_controller_run(&a.cfg, err, sizeof(err));
 	if (rv != KV_OK) {
 		fprintf(stderr, "shardkv-controller: %s\n", err[0] ? err : kv_strerror(rv));
 		return 1;

@@ -21,12 +21,20 @@
 # With $SHARDKV_AUTH_TOKEN_FILE set at `up`, the controller and every server
 # run with --auth-token-file FILE (the path is kept in DIR/cluster.env for the
 # later commands), and so does the CLI, which reads the same variable.
+# With $SHARDKV_TLS_CERT, $SHARDKV_TLS_KEY and $SHARDKV_TLS_CA set at `up`
+# (PEM files; all three), every address is tls+tcp:// and the controller and
+# every server run with --tls-cert/--tls-key/--tls-ca; the CLI reads the same
+# variables, so it shows the same certificate (kept in DIR/cluster.env too).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 dir=${SHARDKV_CLUSTER_DIR:-$PWD/cluster}
 base=7000
 auth=
+tls_cert=
+tls_key=
+tls_ca=
+scheme=tcp
 nodes=3
 wait_s=${SHARDKV_WAIT_S:-30}
 
@@ -57,13 +65,15 @@ load_state() {
 	[ -f "$dir/cluster.env" ] || die "no cluster in $dir (run: cluster.sh up)"
 	# shellcheck disable=SC1091
 	. "$dir/cluster.env"
-	ctl="tcp://127.0.0.1:$base"
 	use_auth
+	use_tls
+	ctl="$scheme://127.0.0.1:$base"
 }
 
 save_state() {
 	mkdir -p "$dir"
-	printf 'base=%s\nbin=%s\nauth=%q\n' "$base" "$bin" "$auth" >"$dir/cluster.env"
+	printf 'base=%s\nbin=%s\nauth=%q\ntls_cert=%q\ntls_key=%q\ntls_ca=%q\n' "$base" "$bin" \
+		"$auth" "$tls_cert" "$tls_key" "$tls_ca" >"$dir/cluster.env"
 }
 
 # The shared secret, when the cluster has one: the daemons' flag, and the
@@ -77,6 +87,27 @@ use_auth() {
 		export SHARDKV_AUTH_TOKEN_FILE=$auth
 	fi
 }
+
+# TLS, when the cluster has it: the daemons' flags, the URL scheme, and the
+# variables the CLI reads (cleared for a plain cluster, where they would be
+# refused with tcp:// addresses).
+tls_args=()
+use_tls() {
+	tls_args=()
+	scheme=tcp
+	if [ -n "${tls_ca:-}" ]; then
+		for f in "$tls_cert" "$tls_key" "$tls_ca"; do
+			[ -r "$f" ] || die "cannot read the TLS file $f"
+		done
+		tls_args=(--tls-cert "$tls_cert" --tls-key "$tls_key" --tls-ca "$tls_ca")
+		scheme=tls+tcp
+		export SHARDKV_TLS_CERT=$tls_cert SHARDKV_TLS_KEY=$tls_key SHARDKV_TLS_CA=$tls_ca
+	else
+		unset SHARDKV_TLS_CERT SHARDKV_TLS_KEY SHARDKV_TLS_CA
+	fi
+}
+
+abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
@@ -107,18 +138,20 @@ start_controller() {
 	mkdir -p "$dir/controller"
 	alive "$dir/controller.pid" && return 0
 	"$bin/shardkv-controller" --listen "$ctl" --data-dir "$dir/controller" \
-		${auth_args[@]+"${auth_args[@]}"} >>"$dir/controller.log" 2>&1 &
+		${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"} \
+		>>"$dir/controller.log" 2>&1 &
 	echo $! >"$dir/controller.pid"
 	wait_controller
 }
 
 start_server() {
 	local n=$1 port=$((base + 100 + $1)) nowait=${2:-}
-	local addr="tcp://127.0.0.1:$port" pidf="$dir/node-$n.pid"
+	local addr="$scheme://127.0.0.1:$port" pidf="$dir/node-$n.pid"
 	mkdir -p "$dir/node-$n"
 	alive "$pidf" && return 0
 	"$bin/shardkv-server" --listen "$addr" --controller "$ctl" --data-dir "$dir/node-$n" \
-		--join ${auth_args[@]+"${auth_args[@]}"} >>"$dir/node-$n.log" 2>&1 &
+		--join ${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"} \
+		>>"$dir/node-$n.log" 2>&1 &
 	echo $! >"$pidf"
 	if [ -n "$nowait" ]; then
 		# Running and registered is enough: poll until the controller knows it.
@@ -188,8 +221,18 @@ up)
 		auth=$(cd "$(dirname "$auth")" && pwd)/$(basename "$auth")
 	fi
 	use_auth
+	tls_cert=${SHARDKV_TLS_CERT:-} tls_key=${SHARDKV_TLS_KEY:-} tls_ca=${SHARDKV_TLS_CA:-}
+	if [ -n "$tls_cert$tls_key$tls_ca" ]; then
+		[ -n "$tls_cert" ] && [ -n "$tls_key" ] && [ -n "$tls_ca" ] ||
+			die "TLS needs all of \$SHARDKV_TLS_CERT, \$SHARDKV_TLS_KEY and \$SHARDKV_TLS_CA"
+		for f in "$tls_cert" "$tls_key" "$tls_ca"; do
+			[ -r "$f" ] || die "cannot read the TLS file $f"
+		done
+		tls_cert=$(abspath "$tls_cert") tls_key=$(abspath "$tls_key") tls_ca=$(abspath "$tls_ca")
+	fi
+	use_tls
 	save_state
-	ctl="tcp://127.0.0.1:$base"
+	ctl="$scheme://127.0.0.1:$base"
 	start_controller
 	for ((i = 1; i <= nodes; i++)); do start_server "$i"; done
 	echo "$ctl"

@@ -1,8 +1,8 @@
 /*
  * fuzz_cli.c - the `shardkv` command line without a network: argument
  * parsing (kv_cli_parse, and kv_bench_parse for `shardkv bench`), every
- * path of kv_cli_main that ends before it connects (usage errors, --help,
- * --tls-*), and the JSON escaping of the output (kv_cli_json_escape).
+ * path of kv_cli_main that ends before it connects (usage errors and
+ * --help), and the JSON escaping of the output (kv_cli_json_escape).
  *
  * Input: the arguments after the program name, separated by NUL bytes (at
  * most 64). kv_cli_main runs only when the parse already shows that it
@@ -25,6 +25,9 @@ fz_init(void)
 	 * stops, but keep the process free of outside settings anyway. */
 	unsetenv("SHARDKV_CONTROLLER");
 	unsetenv("SHARDKV_AUTH_TOKEN_FILE");
+	unsetenv("SHARDKV_TLS_CERT");
+	unsetenv("SHARDKV_TLS_KEY");
+	unsetenv("SHARDKV_TLS_CA");
 }
 
 static void
@@ -79,7 +82,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FZ_CHECK(brv == 0 || berr[0] != 0);
 		}
 	}
-	int early = rv != KV_CLI_OK || a.help || a.tls;
+	/* With --tls-* flags kv_cli_main goes on to read the files and could
+	 * connect: only usage errors and --help end early. */
+	int early = rv != KV_CLI_OK || a.help;
 	kv_cli_args_fini(&a);
 	for (int i = 1; i < argc; i++) {
 		unsigned w[KV_BENCH_NOPS];

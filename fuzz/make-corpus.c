@@ -327,6 +327,50 @@ seeds_cli(void)
 		seed("fuzz_cli", cl[i].name, cl[i].args, cl[i].len);
 }
 
+/* The daemons' command lines and the shared secret's file. */
+static void
+seeds_daemons(void)
+{
+	static const struct {
+		const char *harness;
+		const char *name;
+		const char *args;
+		size_t len;
+	} dl[] = {
+#define A(h, name, s) {h, name, s, sizeof(s) - 1}
+	    A("fuzz_controller_args", "plain",
+	      "--listen\0tcp://127.0.0.1:7000\0--data-dir\0/tmp/c\0--metrics\0127.0.0.1:9100"),
+	    A("fuzz_controller_args", "tls",
+	      "--listen=tls+tcp://127.0.0.1:7000\0--data-dir=/tmp/c\0--tls-cert\0c.pem\0"
+	      "--tls-key\0k.pem\0--tls-ca\0ca.pem\0--auth-token-file\0tok"),
+	    A("fuzz_controller_args", "tls-no-key",
+	      "--listen\0tls+tcp://127.0.0.1:7000\0--data-dir\0d\0--tls-cert\0c\0--tls-ca\0a"),
+	    A("fuzz_controller_args", "help", "--log-level\0debug\0--help"),
+	    A("fuzz_controller_args", "missing", "--listen"),
+	    A("fuzz_server_args", "plain",
+	      "--listen\0tcp://127.0.0.1:7101\0--controller\0tcp://127.0.0.1:7000,tcp://127.0.0.1:"
+	      "7001\0--data-dir\0/tmp/s\0--join\0--threads\04\0--store\0percore\0--fsync\0always"),
+	    A("fuzz_server_args", "sizes",
+	      "--listen\0tcp://a:1\0--controller\0tcp://b:2\0--data-dir\0d\0--max-key\02K\0"
+	      "--max-value\064M\0--max-memory\01G\0--max-batch\0100\0--max-message\08m\0"
+	      "--max-connections\010\0--snapshot-bytes\04096\0--wal-truncate-corrupt"),
+	    A("fuzz_server_args", "tls",
+	      "--listen\0tls+tcp://127.0.0.1:7101\0--controller\0tls+tcp://127.0.0.1:7000\0"
+	      "--data-dir\0d\0--tls-cert\0c\0--tls-key\0k\0--tls-ca\0a"),
+	    A("fuzz_server_args", "tls-mixed",
+	      "--listen\0tls+tcp://127.0.0.1:7101\0--controller\0tcp://127.0.0.1:7000\0"
+	      "--data-dir\0d\0--tls-cert\0c\0--tls-key\0k\0--tls-ca\0a"),
+	    A("fuzz_server_args", "commas", "--listen\0x\0--controller\0,,\0--data-dir\0d"),
+	    A("fuzz_auth_token", "line", "s3cret-token\n"),
+	    A("fuzz_auth_token", "crlf", "s3cret\r\n"),
+	    A("fuzz_auth_token", "binary", "\x00\x01\xff\n\n"),
+	    A("fuzz_auth_token", "newline", "\n"),
+#undef A
+	};
+	for (size_t i = 0; i < sizeof(dl) / sizeof(dl[0]); i++)
+		seed(dl[i].harness, dl[i].name, dl[i].args, dl[i].len);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -343,6 +387,7 @@ main(int argc, char **argv)
 	seeds_admin_responses();
 	seeds_clog();
 	seeds_cli();
+	seeds_daemons();
 	kvmc_server_seeds();
 	return 0;
 }

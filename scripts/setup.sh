@@ -3,11 +3,13 @@
 # Safe to run repeatedly: it installs only what is missing. Needs root (or sudo).
 set -euo pipefail
 
+# libmbedtls-dev: common/tls.c checks the --tls-* files with it (nng's own
+# TLS engine on Debian). openssl: the TLS test makes its certificates with it.
 # libclang-rt-14-dev: clang's sanitizer and libFuzzer runtimes (only
 # recommended by clang, so --no-install-recommends would leave it out).
 pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
       libprotobuf-c-dev protobuf-c-compiler libnng-dev libcmocka-dev
-      liburcu-dev libxxhash-dev)
+      liburcu-dev libxxhash-dev libmbedtls-dev openssl)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -828,7 +828,7 @@ mig_out_main(void *arg)
 	}
 	if ((rv = kv_owner_set(&s->owner, o->start.data, o->start.len, o->end.data, o->end.len,
 	                       KV_OWN_SERVE, 0, NULL, o->epoch, o->id, o)) != 0 ||
-	    (rv = kv_rpc_client_create(o->to_addr, &cli)) != 0) {
+	    (rv = kv_rpc_client_create_tls(o->to_addr, s->tls, &cli)) != 0) {
 		KV_ERROR(COMP, "cannot start migration", "id=%llu err=%s",
 		         (unsigned long long)o->id, kv_errname(rv));
 		goto detach;

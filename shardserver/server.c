@@ -1306,8 +1306,9 @@ do_register(kv_server *s)
 				         r.error);
 			auth_warned = true;
 		} else if (!warned || rv == 0) {
+			/* A refused TLS handshake: kv_rpc_why() names the reason. */
 			KV_WARN(COMP, "register failed, retrying", "err=%s detail=\"%s\"",
-			        kv_errname(rv ? rv : r.status), rv ? "" : r.error);
+			        kv_errname(rv ? rv : r.status), rv ? kv_rpc_why() : r.error);
 		}
 		warned = true;
 		if (rv == 0)
@@ -1668,6 +1669,26 @@ kv_server_run(const kv_server_cfg *cfg)
 			KV_WARN(COMP, "auth token file is accessible by group or others",
 			        "file=%s hint=\"chmod 600 it\"", cfg->auth_token_file);
 	}
+	if (kv_tls_files_any(&cfg->tls)) {
+		char terr[512];
+		if ((rv = kv_tls_create(&cfg->tls, true, &s->tls, terr, sizeof(terr))) != 0) {
+			KV_ERROR(COMP, "cannot use the TLS files", "err=%s detail=\"%s\"",
+			         kv_errname(rv), terr);
+			rv = KV_EINVAL;
+			goto err_after_alloc;
+		}
+	}
+	{
+		char uerr[512];
+		rv = kv_tls_check_url(s->tls != NULL, "--listen", cfg->listen, uerr, sizeof(uerr));
+		for (size_t i = 0; rv == 0 && i < cfg->nctl; i++)
+			rv = kv_tls_check_url(s->tls != NULL, "--controller", cfg->ctl[i], uerr,
+			                      sizeof(uerr));
+		if (rv != 0) {
+			KV_ERROR(COMP, "cannot start", "err=EINVAL detail=\"%s\"", uerr);
+			goto err_after_alloc;
+		}
+	}
 	if ((rv = check_data_dir(cfg->data_dir)) != 0) {
 		KV_ERROR(COMP, "cannot use data dir", "dir=%s err=\"%s\"", cfg->data_dir,
 		         rv == KV_EINVAL ? "not a directory" : strerror(errno));
@@ -1735,7 +1756,7 @@ kv_server_run(const kv_server_cfg *cfg)
 		goto err_after_dur;
 	}
 	for (size_t i = 0; i < cfg->nctl; i++)
-		if ((rv = kv_rpc_client_create(cfg->ctl[i], &s->ctl[i])) != 0) {
+		if ((rv = kv_rpc_client_create_tls(cfg->ctl[i], s->tls, &s->ctl[i])) != 0) {
 			KV_ERROR(COMP, "bad controller address", "addr=%s err=%s", cfg->ctl[i],
 			         kv_strerror(rv));
 			goto err_after_ctl;
@@ -1747,15 +1768,18 @@ kv_server_run(const kv_server_cfg *cfg)
 	                         .max_msg = cfg->max_message,
 	                         .max_conns = cfg->max_connections ? cfg->max_connections : 4096,
 	                         .handler = rpc_handler,
-	                         .arg = s};
+	                         .arg = s,
+	                         .tls = s->tls};
 	if ((rv = kv_rpc_server_create(&ro, &s->rpc)) != 0) {
 		KV_ERROR(COMP, "cannot listen", "addr=%s err=%s", cfg->listen, kv_strerror(rv));
 		goto err_after_ctl;
 	}
 	atomic_store(&s->rpc_pub, s->rpc);
-	KV_INFO(COMP, "listening", "addr=%s node_id=%u store=%s contexts=%u metrics=%s auth=%s",
-	        cfg->listen, id, cfg->store_mode == KV_STORE_PERCORE ? "percore" : "striped",
-	        ro.contexts, cfg->metrics ? cfg->metrics : "off", s->auth.len ? "token" : "off");
+	KV_INFO(COMP, "listening",
+	        "addr=%s node_id=%u store=%s contexts=%u metrics=%s auth=%s tls=%s", cfg->listen,
+	        id, cfg->store_mode == KV_STORE_PERCORE ? "percore" : "striped", ro.contexts,
+	        cfg->metrics ? cfg->metrics : "off", s->auth.len ? "token" : "off",
+	        s->tls ? "mutual" : "off");
 	if (pthread_create(&watch_thr, NULL, watch_main, s) == 0)
 		watch_started = true;
 	if (pthread_create(&hb_thr, NULL, heartbeat_main, s) == 0)
@@ -1815,6 +1839,7 @@ err_after_alloc:
 	if (s->auth.data != NULL)
 		memset(s->auth.data, 0, s->auth.len);
 	kv_buf_fini(&s->auth);
+	kv_tls_destroy(s->tls);
 	free(s);
 	return rv;
 }

@@ -11,6 +11,8 @@
 #ifndef KV_SHARDSERVER_SERVER_H
 #define KV_SHARDSERVER_SERVER_H
 
+#include "common/log.h"
+#include "common/tls.h"
 #include "shardserver/store.h"
 #include "shardserver/wal.h"
 
@@ -45,14 +47,43 @@ typedef struct {
 	/* --auth-token-file: the cluster's shared secret, required of every
 	 * request and sent with every call (common/auth.h); NULL: none. */
 	const char *auth_token_file;
+	/* --tls-cert, --tls-key, --tls-ca (common/tls.h): all three with
+	 * tls+tcp:// --listen and --controller addresses, none with others. The
+	 * server's certificate is also its client certificate towards the
+	 * controller and other servers. NULL: not given. */
+	kv_tls_files tls;
 } kv_server_cfg;
+
+/* Controller addresses --controller takes at most. */
+#define KV_SERVER_MAX_CTL 16
+
+/* The parsed command line of shardkv-server. */
+typedef struct {
+	kv_server_cfg cfg;                  /* strings point into argv; ctl into ctl below */
+	const char *ctl[KV_SERVER_MAX_CTL]; /* the --controller addresses */
+	enum kv_log_level level;            /* --log-level (default info) */
+	bool help;                          /* --help: print kv_server_usage, exit 0 */
+} kv_server_args;
+
+/* The --help text. */
+extern const char kv_server_usage[];
+
+/*
+ * Parses the command line (argv[0] is the program) into *out without
+ * opening or reading anything. Checks what flags alone can tell: values and
+ * their bounds, required flags, the --tls-* combination and the schemes of
+ * --listen and --controller. On KV_EINVAL err holds a one-line reason (main
+ * prints it and exits 2) and *out is partly filled. Cuts the --controller
+ * value in place and may reorder argv (getopt); can be called again.
+ */
+int kv_server_parse_args(int argc, char **argv, kv_server_args *out, char *err, size_t errlen);
 
 /*
  * Runs the server until SIGTERM or SIGINT (a second one exits at once
  * during a graceful leave). Blocks both signals in the calling thread and
  * every thread it starts. Returns 0 after a clean stop, or a KV_E* code
  * when it cannot start (KV_EADDRINUSE, KV_EPERM/KV_EIO for the data dir,
- * KV_EINVAL for a bad option or an unusable --auth-token-file); the reason
+ * KV_EINVAL for a bad option or an unusable --auth-token-file or TLS file); the reason
  * has been logged.
  */
 int kv_server_run(const kv_server_cfg *cfg);

@@ -133,6 +133,7 @@ struct kv_server {
 	atomic_uint_fast64_t ops;          /* ops served, for ops/s */
 	kv_metrics *metrics;               /* the --metrics listener, or NULL (metrics_srv.c) */
 	kv_buf auth;                       /* --auth-token-file secret (immutable); empty: none */
+	kv_tls *tls;                       /* --tls-* configuration (immutable); NULL: plain tcp */
 
 	/* Counters for /metrics only, updated with relaxed atomics. */
 	atomic_uint_fast64_t op_count[KV_OP__COUNT];      /* ops received, by kv_op_kind */

@@ -39,6 +39,11 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   # The shared secret (--auth-token-file) on every binary; it also sends
   # hand-made transfer messages (kv_sc_xfer_encode_auth), hence kv_server.
   kv_cluster_test(test_cluster_auth 180)
+  # TLS (--tls-*) on every binary, with a PKI made at run time by
+  # tls_certs.sh (openssl); it also opens rpc clients itself, hence kv_common.
+  kv_cluster_test(test_cluster_tls 180)
+  target_compile_definitions(test_cluster_tls PRIVATE
+    KV_TLS_CERTS_SH="${CMAKE_CURRENT_SOURCE_DIR}/tls_certs.sh")
   # --max-memory, --max-batch, --max-message and --max-connections.
   kv_cluster_test(test_server_limits 120)
   target_link_libraries(test_cluster_auth PRIVATE kv_server)

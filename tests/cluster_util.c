@@ -202,12 +202,69 @@ kv_tc_set_auth(const char *file, const char *token)
 	return 0;
 }
 
-/* Sets the helpers' token in client options. */
+/* ---------------------------------------------------------------------------
+ * TLS (kv_tc_set_tls, for test_cluster_tls.c): the files every cluster made
+ * afterwards uses. The hooks that read them are marked "tls:".
+ * ------------------------------------------------------------------------- */
+
+static char tc_tls_srv[3][320]; /* the daemons' --tls-cert, --tls-key, --tls-ca; "": off */
+static char tc_tls_cli[2][320]; /* the helpers' client certificate and key; "": none */
+static kv_tls *tc_tls;          /* the helpers' raw-op configuration, made on first use */
+
+int
+kv_tc_set_tls(const char *cert, const char *key, const char *ca, const char *client_cert,
+              const char *client_key)
+{
+	const char *in[5] = {cert, key, ca, client_cert, client_key};
+
+	for (int i = 0; i < 5; i++) {
+		char *to = i < 3 ? tc_tls_srv[i] : tc_tls_cli[i - 3];
+		if (in[i] && strlen(in[i]) >= sizeof(tc_tls_srv[0])) {
+			fprintf(stderr, "cluster: TLS file name too long\n");
+			return -1;
+		}
+		snprintf(to, sizeof(tc_tls_srv[0]), "%s", in[i] ? in[i] : "");
+	}
+	kv_tls_destroy(tc_tls);
+	tc_tls = NULL;
+	return 0;
+}
+
+/* Makes url (from kv_test_free_url) a tls+tcp:// one when TLS is on. */
+static void
+tc_tls_url(char *url, size_t len)
+{
+	size_t n = strlen(url);
+
+	if (tc_tls_srv[2][0] == 0 || strncmp(url, "tcp://", 6) != 0 || n + 4 >= len)
+		return;
+	memmove(url + 4, url, n + 1);
+	memcpy(url, "tls+", 4);
+}
+
+/* Appends the daemons' TLS flags to argv at *n (6 entries) when TLS is on. */
+static void
+tc_tls_args(char **argv, size_t *n)
+{
+	static const char *const flags[3] = {"--tls-cert", "--tls-key", "--tls-ca"};
+
+	if (tc_tls_srv[2][0] == 0)
+		return;
+	for (int i = 0; i < 3; i++) {
+		argv[(*n)++] = (char *)flags[i];
+		argv[(*n)++] = tc_tls_srv[i];
+	}
+}
+
+/* Sets the helpers' token and TLS files in client options. */
 static void
 tc_auth_opts(shardkv_options *o)
 {
 	o->auth_token = tc_auth[0] ? tc_auth : NULL;
 	o->auth_token_len = strlen(tc_auth);
+	o->tls_ca = tc_tls_srv[2][0] ? tc_tls_srv[2] : NULL; /* tls: */
+	o->tls_cert = tc_tls_cli[0][0] ? tc_tls_cli[0] : NULL;
+	o->tls_key = tc_tls_cli[1][0] ? tc_tls_cli[1] : NULL;
 }
 
 /* ---------------------------------------------------------------------------
@@ -233,12 +290,13 @@ copy_args(char (*args)[KV_TC_ARG_LEN], const char *const *from)
 static int
 start_controller_proc(kv_tc *c)
 {
-	char *argv[] = {"shardkv-controller", "--listen", c->ctl_url, "--data-dir",
-	                c->ctl_data,          NULL,       NULL,       NULL};
+	char *argv[14] = {"shardkv-controller", "--listen", c->ctl_url, "--data-dir", c->ctl_data};
+	size_t n = 5;
 	if (tc_auth_file[0]) { /* auth: */
-		argv[5] = "--auth-token-file";
-		argv[6] = tc_auth_file;
+		argv[n++] = "--auth-token-file";
+		argv[n++] = tc_auth_file;
 	}
+	tc_tls_args(argv, &n); /* tls: */
 	c->ctl_pid = spawn(KV_CONTROLLER_BIN, argv, c->ctl_log);
 	return c->ctl_pid > 0 ? 0 : -1;
 }
@@ -296,6 +354,7 @@ kv_tc_create_ex(kv_tc *c, const char *tag, const char *const *server_args)
 		return -1;
 	}
 	kv_test_free_url(c->ctl_url, sizeof(c->ctl_url));
+	tc_tls_url(c->ctl_url, sizeof(c->ctl_url)); /* tls: */
 	snprintf(c->ctl_data, sizeof(c->ctl_data), "%s/ctl", c->dir);
 	snprintf(c->ctl_log, sizeof(c->ctl_log), "%s/ctl.log", c->dir);
 	if (shardkv_open(c->ctl_url, &o, &c->admin) != 0)
@@ -315,7 +374,7 @@ kv_tc_server_argv(kv_tc *c, int i, bool join, char **argv, size_t max)
 	kv_tc_server *s = &c->srv[i];
 	size_t n = 0;
 
-	if (max < 8 + (size_t)s->nargs + 2)
+	if (max < 8 + (size_t)s->nargs + 2 + (tc_tls_srv[2][0] ? 6 : 0))
 		return -1;
 	argv[n++] = KV_SERVER_BIN;
 	argv[n++] = "--listen";
@@ -324,6 +383,7 @@ kv_tc_server_argv(kv_tc *c, int i, bool join, char **argv, size_t max)
 	argv[n++] = c->ctl_url;
 	argv[n++] = "--data-dir";
 	argv[n++] = s->data;
+	tc_tls_args(argv, &n); /* tls: */
 	for (int k = 0; k < s->nargs; k++)
 		argv[n++] = s->args[k];
 	if (join)
@@ -336,7 +396,7 @@ static int
 start_server_proc(kv_tc *c, int i, bool join)
 {
 	kv_tc_server *s = &c->srv[i];
-	char *argv[8 + KV_TC_MAX_ARGS + 2];
+	char *argv[8 + KV_TC_MAX_ARGS + 2 + 6];
 
 	if (kv_tc_server_argv(c, i, join, argv, sizeof(argv) / sizeof(argv[0])) < 0)
 		return -1;
@@ -367,6 +427,7 @@ kv_tc_add_server(kv_tc *c, bool join)
 	s = &c->srv[i];
 	memset(s, 0, sizeof(*s));
 	kv_test_free_url(s->url, sizeof(s->url));
+	tc_tls_url(s->url, sizeof(s->url)); /* tls: */
 	char dir[sizeof(c->dir)];
 	memcpy(dir, c->dir, sizeof(dir));
 	snprintf(s->data, sizeof(s->data), "%s/s%d", dir, i + 1);
@@ -925,7 +986,17 @@ kv_tc_raw_op(const char *url, uint64_t client_id, uint64_t request_id, kv_tc_raw
 		return SHARDKV_EINVAL;
 	}
 	/* A connection per call: these are rare, and nothing is left open. */
-	if ((rv = kv_rpc_client_create(url, &cl)) != 0)
+	if (kv_tls_url(url) && tc_tls == NULL) { /* tls: */
+		kv_tls_files f = {.cert = tc_tls_cli[0][0] ? tc_tls_cli[0] : NULL,
+		                  .key = tc_tls_cli[1][0] ? tc_tls_cli[1] : NULL,
+		                  .ca = tc_tls_srv[2]};
+		char terr[512];
+		if ((rv = kv_tls_create(&f, false, &tc_tls, terr, sizeof(terr))) != 0) {
+			fprintf(stderr, "cluster: %s\n", terr);
+			return rv;
+		}
+	}
+	if ((rv = kv_rpc_client_create_tls(url, tc_tls, &cl)) != 0)
 		return rv;
 	if ((rv = raw_pack(client_id, &op, ms, &req)) != 0) {
 		kv_rpc_client_destroy(cl);

@@ -310,6 +310,21 @@ uint64_t kv_tc_elapsed_ms(void);
  */
 int kv_tc_set_auth(const char *file, const char *token);
 
+/* ---------------------------------------------------------------------------
+ * TLS (test_cluster_tls.c)
+ * ------------------------------------------------------------------------- */
+
+/*
+ * Puts every cluster created afterwards in this process on TLS: the
+ * controller and every server listen on tls+tcp:// URLs and are started with
+ * --tls-cert `cert` --tls-key `key` --tls-ca `ca`; the helpers' own client,
+ * kv_tc_client() and kv_tc_raw_op() use `ca` and the client certificate
+ * `client_cert`/`client_key` (NULL: none). `ca` NULL: no TLS (the default).
+ * The strings are copied. Returns 0 or -1 (too long).
+ */
+int kv_tc_set_tls(const char *cert, const char *key, const char *ca, const char *client_cert,
+                  const char *client_key);
+
 /*
  * For test files (after <cmocka.h>): fails the test, with the tail of the
  * cluster's logs, when the libshardkv call `expr` does not return `want`.

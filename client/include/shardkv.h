@@ -88,12 +88,23 @@ SHARDKV_API void shardkv_free(void *p);
 /* An opaque client handle. */
 typedef struct shardkv_client shardkv_client;
 
-/* Options of shardkv_open(); zero-initialise, then set what you need. */
+/* Options of shardkv_open(); zero-initialise, then set what you need. Fields
+ * are only ever added at the end, and zero keeps the old behaviour; the
+ * library reads the whole struct, so a program is rebuilt with the header of
+ * the library it links. */
 typedef struct {
 	uint32_t timeout_ms;    /* per-call deadline; 0: 5000 */
 	const void *auth_token; /* shared secret sent with every request; NULL: none */
 	size_t auth_token_len;  /* its length in bytes */
 	bool no_watch;          /* true: no background watch thread (short-lived tools) */
+	/* TLS (tls+tcp:// addresses; SPEC §5 --tls-*): PEM file names, read by
+	 * shardkv_open. tls_ca is needed for TLS (the servers' certificates must
+	 * be signed by it); tls_cert and tls_key, given together, are this
+	 * client's certificate, which servers started with --tls-ca require. All
+	 * NULL (the zero default): no TLS, and tls+tcp:// addresses are refused. */
+	const char *tls_cert; /* client certificate */
+	const char *tls_key;  /* its private key (unencrypted) */
+	const char *tls_ca;   /* CA the servers' certificates must be signed by */
 } shardkv_options;
 
 /*
@@ -101,7 +112,12 @@ typedef struct {
  * comma-separated list of nng URLs ("tcp://10.0.0.1:7000,tcp://10.0.0.2:7000").
  * Connects lazily: an unreachable cluster is reported by the first call.
  * `opt` may be NULL (defaults); it is copied. On 0 the caller owns *out and
- * closes it with shardkv_close(). Returns 0, SHARDKV_EINVAL or SHARDKV_ENOMEM.
+ * closes it with shardkv_close(). Returns 0, SHARDKV_EINVAL (also for
+ * unusable TLS files, or controller addresses whose scheme does not match the
+ * TLS options: shardkv_errmsg() says which) or SHARDKV_ENOMEM. A server that
+ * refuses this client's certificate (or whose certificate is not signed by
+ * tls_ca) makes calls fail with SHARDKV_EAUTH and a "TLS handshake ... failed"
+ * message.
  */
 SHARDKV_API int shardkv_open(const char *controllers, const shardkv_options *opt,
                              shardkv_client **out);
