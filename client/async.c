@@ -570,8 +570,10 @@ kvc_async_close(shardkv_client *c)
 			complete(op, KV_ECLOSED, NULL, 0);
 			op = next;
 		}
-		for (size_t i = 0; i < ASYNC_SLOTS; i++)
-			kv_rpc_async_cancel(ac->slot[i].rpc);
+		/* Requests on the wire are left to finish (answered, or failed at
+		 * their timeout, at most half the op's deadline): cancelling a
+		 * request context and then closing the socket can hang nng 1.5's
+		 * nng_close. */
 	}
 	pthread_mutex_lock(&c->async_mu);
 	while (c->async_pending > 0)

@@ -111,12 +111,10 @@ int kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc
  * timeout passes or the call is cancelled. At most one call in flight. */
 void kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms);
 
-/* Cancels the call in flight, if any: done runs with KV_ECLOSED. */
-void kv_rpc_async_cancel(kv_rpc_async *a);
-
-/* Cancels any call in flight, waits for its callback, and frees the
- * caller. Not from its own callback. Accepts NULL. Call before destroying
- * the client. */
+/* Stops the caller (a call still in flight is cancelled and its callback
+ * waited for) and frees it. Not from its own callback. Accepts NULL. Call
+ * before destroying the client, and preferably with no call in flight:
+ * nng 1.5 can hang closing a socket whose request context was cancelled. */
 void kv_rpc_async_destroy(kv_rpc_async *a);
 
 /* Returns the detail of the last kv_rpc_call on this thread that failed with

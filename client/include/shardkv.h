@@ -180,7 +180,8 @@ SHARDKV_API int shardkv_append(shardkv_client *c, const void *key, size_t klen, 
  * copied. Returns 0 when the op was taken (done will run), or an error
  * (SHARDKV_EINVAL, SHARDKV_ETOOBIG, SHARDKV_ENOMEM, SHARDKV_ECLOSED once
  * shardkv_close has begun) and done will not run. shardkv_close() completes
- * the ops still pending with SHARDKV_ECLOSED before it returns.
+ * the queued ops with SHARDKV_ECLOSED and waits for those already sent
+ * (answered, or failed at their timeout) before it returns.
  */
 typedef void (*shardkv_done_fn)(void *arg, int status, const void *val, size_t vlen);
 
