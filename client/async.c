@@ -134,16 +134,6 @@ retry_later(kvc_aop *op, int st, bool now)
 	to_retry(op);
 }
 
-/* The timeout of one attempt: half of what is left, at least 1 s. */
-static uint32_t
-attempt_ms(uint64_t deadline_ns)
-{
-	uint32_t ms = kvc_remaining_ms(deadline_ns);
-	if (ms > 1000u)
-		ms = ms / 2 > 1000u ? ms / 2 : 1000u;
-	return ms;
-}
-
 /* Fills free slots with what is queued and sends. Takes ac->mu. */
 static void
 pump(kvc_aconn *ac)
@@ -214,7 +204,7 @@ pump(kvc_aconn *ac)
 		    .request_id = kvc_next_id(c),
 		    .epoch = sl->ops[0]->epoch,
 		    .auth = {.p = c->auth.data, .len = c->auth.len},
-		    .timeout_ms = attempt_ms(deadline),
+		    .timeout_ms = kvc_attempt_ms(deadline),
 		};
 		if (kvc_encode_request_batch(&env, ops, sl->n, &req) != KV_OK) {
 			size_t n = sl->n;

@@ -212,10 +212,8 @@ out:
 	return rv;
 }
 
-/* The timeout one attempt may take: a lost reply must leave time for a
- * retry, so half of what is left (at least a second, at most everything). */
-static uint32_t
-attempt_ms(uint64_t deadline_ns)
+uint32_t
+kvc_attempt_ms(uint64_t deadline_ns)
 {
 	uint32_t ms = kvc_remaining_ms(deadline_ns);
 	if (ms > 1000u)
@@ -233,7 +231,7 @@ call_one(shardkv_client *c, kv_rpc_client *rpc, uint64_t epoch, const kvc_op *op
 	    .request_id = kvc_next_id(c),
 	    .epoch = epoch,
 	    .auth = {.p = c->auth.data, .len = c->auth.len},
-	    .timeout_ms = attempt_ms(deadline_ns),
+	    .timeout_ms = kvc_attempt_ms(deadline_ns),
 	};
 	nng_msg *req, *rep;
 	int rv;
@@ -312,7 +310,7 @@ send_batch(shardkv_client *c, kv_rpc_client *rpc, kvc_waiter **ws, size_t n)
 	    .request_id = kvc_next_id(c),
 	    .epoch = ws[0]->epoch,
 	    .auth = {.p = c->auth.data, .len = c->auth.len},
-	    .timeout_ms = attempt_ms(deadline),
+	    .timeout_ms = kvc_attempt_ms(deadline),
 	};
 	if (env.timeout_ms == 0)
 		rv = KV_ETIMEDOUT;

@@ -359,6 +359,10 @@ uint64_t kvc_deadline(shardkv_client *c);
 /* Milliseconds left until `deadline_ns`, at least 1; 0 when it passed. */
 uint32_t kvc_remaining_ms(uint64_t deadline_ns);
 
+/* The timeout one attempt may take: a lost reply must leave time for a
+ * retry, so half of what is left (at least a second, at most everything). */
+uint32_t kvc_attempt_ms(uint64_t deadline_ns);
+
 /* Sleeps *backoff_ms (bounded by the deadline), then doubles it up to 100. */
 void kvc_backoff(uint64_t deadline_ns, uint32_t *backoff_ms);
 
