@@ -495,6 +495,21 @@ kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns, k
 			attempt = left / (uint32_t)c->nctl;
 			attempt = attempt < 1000u ? (left < 1000u ? left : 1000u) : attempt;
 		}
+		/* A --wait gets the whole deadline, so first make sure this replica
+		 * answers at all: a follower may still name a leader that died. */
+		if (q->wait && c->nctl > 1) {
+			kvc_admin_req probe = {.kind = KVC_ADMIN_GET_CONFIG,
+			                       .client_id = q->client_id,
+			                       .request_id = kvc_next_id(c),
+			                       .auth = q->auth};
+			uint32_t pms = left < 1000u ? left : 1000u;
+			probe.timeout_ms = pms;
+			rv = controller_try(c, addr, &probe, pms, r);
+			if (rv == KV_OK)
+				kvc_admin_reply_fini(r);
+			else
+				goto unanswered;
+		}
 		rv = controller_try(c, addr, q, attempt, r);
 		if (rv == KV_OK && r->not_leader) {
 			free(redirect);
@@ -524,6 +539,7 @@ kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns, k
 		} else if (!kvc_retryable(rv) && rv != KV_EPROTO) {
 			break;
 		} else {
+		unanswered:
 			kvc_fail(rv, "controller %s did not answer", addr);
 		}
 		free(redirect);

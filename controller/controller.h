@@ -3,8 +3,11 @@
  * answers admin commands, server reports and watches (SPEC §4, §5;
  * doc/protocol.md).
  *
- * Standalone (one replica, no --id/--peers). Every configuration is made
- * durable in the config log (clog.h) before anyone can see it.
+ * Standalone (one replica, no --id/--peers): every configuration is made
+ * durable in the config log (clog.h) before anyone can see it. Replicated
+ * (--id/--peers): every configuration is committed through Raft
+ * (replica.h) by a majority of the replicas before anyone can see it; the
+ * leader plans and proposes, every replica applies and serves watches.
  */
 #ifndef KV_CONTROLLER_CONTROLLER_H
 #define KV_CONTROLLER_CONTROLLER_H
@@ -24,7 +27,19 @@ typedef struct {
 	/* --auth-token-file: the shared secret every request must carry
 	 * (common/auth.h); NULL: none. */
 	const char *auth_token_file;
+	/* Replication (all zero/NULL: standalone). */
+	uint32_t id;                   /* --id: this replica, 1 .. npeers */
+	size_t npeers;                 /* entries in peers */
+	const char *const *peers;      /* --peers: every replica's controller URL */
+	const char *const *raft_peers; /* HOST:PORT raft uses per replica; NULL:
+	                                  the controller URL's host, port + 1000 */
+	unsigned snapshot_threshold;   /* raft entries between snapshots; 0: 256 */
+	unsigned election_ms;          /* raft election timeout; 0: 1000 */
 } kv_controller_cfg;
+
+/* Derives the raft address of a controller URL tcp://HOST:PORT: HOST:PORT+1000
+ * into out. Returns 0 or KV_EINVAL (not tcp://, no port, port too big). */
+int kv_controller_raft_addr(const char *url, char *out, size_t outlen);
 
 typedef struct kv_controller kv_controller;
 

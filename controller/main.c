@@ -8,7 +8,9 @@
 #include "common/log.h"
 #include "controller/controller.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +20,8 @@
 static const char usage_text[] =
     "usage: shardkv-controller --listen ADDR --data-dir DIR [--metrics HOSTPORT]\n"
     "                          [--auth-token-file F]\n"
+    "                          [--id I --peers ADDR1,ADDR2,ADDR3 [--raft-peers H:P,...]\n"
+    "                           [--snapshot-threshold N] [--election-timeout MS]]\n"
     "                          [--log-level debug|info|warn|error|off] [--help]\n"
     "\n"
     "Keeps the shardkv cluster configuration (nodes, range map, migrations) and\n"
@@ -29,8 +33,54 @@ static const char usage_text[] =
     "  --auth-token-file F the cluster's shared secret (the file's bytes, one trailing\n"
     "                      newline cut; at most 4096): every request without it is\n"
     "                      refused, servers' registrations and heartbeats included\n"
+    "  --id I              replicated control plane: this replica's number, which\n"
+    "                      indexes --peers from 1\n"
+    "  --peers LIST        every replica's controller URL, comma-separated, the same\n"
+    "                      list and order on every replica (3 or 5; at most 9);\n"
+    "                      changes are committed by a majority through Raft\n"
+    "  --raft-peers LIST   HOST:PORT each replica's Raft transport listens on, in the\n"
+    "                      order of --peers (default: the peer's host and port + 1000)\n"
+    "  --snapshot-threshold N  Raft log entries between snapshots (default 256)\n"
+    "  --election-timeout MS   Raft election timeout (default 1000)\n"
     "  --log-level L       lowest level logged to stderr (default info)\n"
     "  --help              print this text and exit\n";
+
+#define MAX_PEERS 9
+
+/* Splits a comma-separated list in place into at most MAX_PEERS non-empty
+ * items. Returns the count, or 0 for an empty item or too many. */
+static size_t
+split_list(char *s, const char **out)
+{
+	size_t n = 0;
+
+	for (char *p = s;; p++) {
+		char *comma = strchr(p, ',');
+		if (comma)
+			*comma = '\0';
+		if (*p == '\0' || n == MAX_PEERS)
+			return 0;
+		out[n++] = p;
+		if (comma == NULL)
+			return n;
+		p = comma;
+	}
+}
+
+/* Parses a positive decimal no larger than max. */
+static bool
+parse_uint(const char *s, unsigned long max, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v == 0 || v > max)
+		return false;
+	*out = (unsigned)v;
+	return true;
+}
 
 /* Prints "shardkv-controller: WHAT ARG (see --help)" and returns 2. */
 static int
@@ -50,6 +100,11 @@ main(int argc, char **argv)
 	    {"metrics", required_argument, NULL, 'm'},
 	    {"log-level", required_argument, NULL, 'v'},
 	    {"auth-token-file", required_argument, NULL, 'A'},
+	    {"id", required_argument, NULL, 'i'},
+	    {"peers", required_argument, NULL, 'p'},
+	    {"raft-peers", required_argument, NULL, 'r'},
+	    {"snapshot-threshold", required_argument, NULL, 's'},
+	    {"election-timeout", required_argument, NULL, 'e'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -57,6 +112,9 @@ main(int argc, char **argv)
 	enum kv_log_level level = KV_LOG_INFO;
 	sigset_t set;
 	char err[512] = "";
+	const char *peers[MAX_PEERS], *raft_peers[MAX_PEERS];
+	size_t nraft = 0;
+	unsigned id = 0;
 	int o, rv;
 
 	/* Before any thread exists, so that every thread inherits the mask and
@@ -88,6 +146,33 @@ main(int argc, char **argv)
 			if (kv_log_parse_level(optarg, &level) != KV_OK)
 				return usage_error("invalid --log-level", optarg);
 			break;
+		case 'i':
+			if (!parse_uint(optarg, MAX_PEERS, &id))
+				return usage_error("--id must be a number from 1 to 9, not",
+				                   optarg);
+			break;
+		case 'p':
+			if ((cfg.npeers = split_list(optarg, peers)) == 0)
+				return usage_error("--peers needs 1 to 9 comma-separated URLs, not",
+				                   optarg);
+			cfg.peers = peers;
+			break;
+		case 'r':
+			if ((nraft = split_list(optarg, raft_peers)) == 0)
+				return usage_error(
+				    "--raft-peers needs 1 to 9 comma-separated HOST:PORT, not",
+				    optarg);
+			cfg.raft_peers = raft_peers;
+			break;
+		case 's':
+			if (!parse_uint(optarg, 1000000, &cfg.snapshot_threshold))
+				return usage_error("invalid --snapshot-threshold", optarg);
+			break;
+		case 'e':
+			if (!parse_uint(optarg, 600000, &cfg.election_ms) || cfg.election_ms < 50)
+				return usage_error(
+				    "--election-timeout must be 50 to 600000 ms, not", optarg);
+			break;
 		case 'h':
 			fputs(usage_text, stdout);
 			return 0;
@@ -103,6 +188,15 @@ main(int argc, char **argv)
 		return usage_error("--listen ADDR is required", NULL);
 	if (cfg.data_dir == NULL || cfg.data_dir[0] == '\0')
 		return usage_error("--data-dir DIR is required", NULL);
+	if ((id != 0) != (cfg.npeers != 0))
+		return usage_error("--id and --peers go together", NULL);
+	if (id > cfg.npeers)
+		return usage_error("--id is larger than the number of --peers", NULL);
+	if (cfg.raft_peers != NULL && nraft != cfg.npeers)
+		return usage_error("--raft-peers must list as many addresses as --peers", NULL);
+	if (cfg.raft_peers != NULL && cfg.npeers == 0)
+		return usage_error("--raft-peers needs --id and --peers", NULL);
+	cfg.id = id;
 	kv_log_set_level(level);
 
 	rv = kv_controller_run(&cfg, err, sizeof(err));
