@@ -489,14 +489,16 @@ kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns, k
 		if (q->timeout_ms == 0 || q->timeout_ms > left)
 			q->timeout_ms = left;
 		/* A dead replica must not eat the whole deadline: with several
-		 * controllers one attempt gets at most 2 s, also when a follower
-		 * sent us there (it may name a leader that just died). A --wait
-		 * gets it all, after the probe above. Watches are held for up to
-		 * their own timeout, so they get that plus a margin. */
+		 * controllers one attempt gets a share, also when a follower sent
+		 * us there (it may name a leader that just died), and at most 2 s
+		 * (watches excepted: they are held on purpose). A --wait gets it
+		 * all, after the probe above. */
 		uint32_t attempt = left;
 		if (!q->wait && c->nctl > 1) {
-			uint32_t cap = q->kind == KVC_ADMIN_WATCH ? q->timeout_ms + 2000u : 2000u;
-			attempt = left < cap ? left : cap;
+			attempt = left / (uint32_t)c->nctl;
+			attempt = attempt < 1000u ? (left < 1000u ? left : 1000u) : attempt;
+			if (q->kind != KVC_ADMIN_WATCH && attempt > 2000u)
+				attempt = 2000u;
 		}
 		/* A --wait gets the whole deadline, so first make sure this replica
 		 * answers at all: a follower may still name a leader that died. */

@@ -1687,9 +1687,14 @@ ctl_handle(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	/* Replicated: any replica serves configs and watches from what it has
 	 * applied (never older than what it served before); everything else
 	 * is the leader's, and changes go through the proposer thread. */
-	if (rv == KV_OK && c->repl != NULL && rq.op != KV_ADM_GET_CONFIG && rq.op != KV_ADM_WATCH) {
+	if (rv == KV_OK && c->repl != NULL && rq.op != KV_ADM_WATCH) {
 		kv_repl_info in;
 		kv_repl_get_info(c->repl, &in);
+		/* A follower serves configs it has; one it has not applied yet may
+		 * exist, so only the leader may say "never published". */
+		if (rq.op == KV_ADM_GET_CONFIG &&
+		    (in.role == KV_REPL_LEADER || rq.epoch <= kv_controller_epoch(c)))
+			goto local;
 		if (in.role != KV_REPL_LEADER) {
 			rv = answer_not_leader(c, &in, rq.request_id, reply);
 			kv_admin_req_fini(&rq);
@@ -1718,6 +1723,7 @@ ctl_handle(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			rv = j ? KV_ECLOSED : KV_ENOMEM;
 		}
 	}
+local:
 	pthread_mutex_lock(&c->mu);
 	rv = exec_locked(c, cmd, &rq, authed, rv, &x, reply);
 	pthread_mutex_unlock(&c->mu);

@@ -114,6 +114,7 @@ main(int argc, char **argv)
 	char err[512] = "";
 	const char *peers[MAX_PEERS], *raft_peers[MAX_PEERS];
 	size_t nraft = 0;
+	char *peers_buf = NULL, *raft_buf = NULL; /* split copies of the lists */
 	unsigned id = 0;
 	int o, rv;
 
@@ -152,13 +153,20 @@ main(int argc, char **argv)
 				                   optarg);
 			break;
 		case 'p':
-			if ((cfg.npeers = split_list(optarg, peers)) == 0)
+			/* Split a copy: argv stays intact for the error message. */
+			free(peers_buf);
+			if ((peers_buf = strdup(optarg)) == NULL)
+				return usage_error("out of memory", NULL);
+			if ((cfg.npeers = split_list(peers_buf, peers)) == 0)
 				return usage_error("--peers needs 1 to 9 comma-separated URLs, not",
 				                   optarg);
 			cfg.peers = peers;
 			break;
 		case 'r':
-			if ((nraft = split_list(optarg, raft_peers)) == 0)
+			free(raft_buf);
+			if ((raft_buf = strdup(optarg)) == NULL)
+				return usage_error("out of memory", NULL);
+			if ((nraft = split_list(raft_buf, raft_peers)) == 0)
 				return usage_error(
 				    "--raft-peers needs 1 to 9 comma-separated HOST:PORT, not",
 				    optarg);
@@ -200,6 +208,8 @@ main(int argc, char **argv)
 	kv_log_set_level(level);
 
 	rv = kv_controller_run(&cfg, err, sizeof(err));
+	free(peers_buf);
+	free(raft_buf);
 	if (rv != KV_OK) {
 		fprintf(stderr, "shardkv-controller: %s\n", err[0] ? err : kv_strerror(rv));
 		return 1;
