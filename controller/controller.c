@@ -1998,12 +1998,12 @@ kv_controller_raft_addr(const char *url, char *out, size_t outlen)
 	if (url == NULL || strncmp(url, "tcp://", 6) != 0)
 		return KV_EINVAL;
 	hp = url + 6;
-	if ((colon = strrchr(hp, ':')) == NULL || colon == hp || colon[1] == '\0' ||
+	if ((colon = strrchr(hp, ':')) == NULL || colon == hp || colon[1] < '0' || colon[1] > '9' ||
 	    strchr(hp, '/') != NULL)
-		return KV_EINVAL;
+		return KV_EINVAL; /* (strtoul would take "-5" or " 5") */
 	errno = 0;
 	port = strtoul(colon + 1, &end, 10);
-	if (errno != 0 || *end != '\0' || port == 0 || port + 1000 > 65535)
+	if (errno != 0 || *end != '\0' || port == 0 || port > 65535 - 1000)
 		return KV_EINVAL;
 	if ((size_t)snprintf(out, outlen, "%.*s:%lu", (int)(colon - hp), hp, port + 1000) >= outlen)
 		return KV_EINVAL;
