@@ -1964,6 +1964,9 @@ metrics_render(void *arg, kv_buf *out)
 	waits = c->nwaits;
 	uptime = (now_ns() - c->started_ns) / 1000000000u;
 	pthread_mutex_unlock(&c->mu);
+	kv_repl_info in = {0};
+	if (c->repl != NULL)
+		kv_repl_get_info(c->repl, &in);
 
 	kv_metric m[] = {
 	    {"shardkv_controller_epoch", KV_METRIC_GAUGE, "Latest published configuration epoch.",
@@ -1984,8 +1987,17 @@ metrics_render(void *arg, kv_buf *out)
 	     .u = waits},
 	    {"shardkv_controller_uptime_seconds", KV_METRIC_GAUGE, "Seconds since start.",
 	     .u = uptime},
+	    {"shardkv_controller_raft_leader", KV_METRIC_GAUGE,
+	     "1 when this replica is the Raft leader (replicated controllers only).",
+	     .u = in.role == KV_REPL_LEADER},
+	    {"shardkv_controller_raft_term", KV_METRIC_GAUGE, "Current Raft term.", .u = in.term},
+	    {"shardkv_controller_raft_commit_index", KV_METRIC_GAUGE, "Raft commit index.",
+	     .u = in.commit_index},
+	    {"shardkv_controller_raft_applied_index", KV_METRIC_GAUGE,
+	     "Raft index applied to the configuration history.", .u = in.applied},
 	};
-	return kv_metrics_write(out, m, sizeof(m) / sizeof(m[0]));
+	/* A standalone controller has no Raft gauges. */
+	return kv_metrics_write(out, m, sizeof(m) / sizeof(m[0]) - (c->repl ? 0 : 4));
 }
 
 int
