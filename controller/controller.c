@@ -58,6 +58,7 @@
 #define CTL_DEFAULT_CONFIGS 256u
 #define CTL_MAX_FAILS       64u
 #define CTL_DEDUP           256u
+#define CTL_STATS_GRACE_NS  1500000000u /* a new leader's wait for heartbeats */
 
 /* Live statistics of one node, from its latest heartbeat. */
 struct ctl_stat {
@@ -192,9 +193,11 @@ struct kv_controller {
 	pthread_t proposer;    /* runs mutating commands one at a time */
 	bool proposer_started; /* proposer must be joined */
 	/* The following are protected by mu too. */
-	pthread_cond_t pcv;                  /* wakes the proposer; proposal done */
+	pthread_cond_t pcv;                  /* wakes the proposer; proposal done
+	                                        (CLOCK_MONOTONIC) */
 	struct ctl_job *jobs, *jobs_tail;    /* mutating requests, oldest first */
 	uint64_t barrier_term;               /* term whose barrier has been applied */
+	uint64_t leader_since_ns;            /* when that barrier committed */
 	uint64_t cur_client_id, cur_req_id;  /* the command being proposed */
 	struct ctl_rdedup rdedup[CTL_DEDUP]; /* replicated answers, a ring */
 	size_t nextrdedup;                   /* its next slot */
@@ -1766,9 +1769,23 @@ proposer_main(void *arg)
 		kv_repl_get_info(c->repl, &in);
 		if (!c->closing && in.role == KV_REPL_LEADER && c->barrier_term != in.term) {
 			int res = 0;
-			if (repl_wait_locked(c, NULL, &res) == KV_OK)
+			if (repl_wait_locked(c, NULL, &res) == KV_OK) {
 				c->barrier_term = in.term;
+				c->leader_since_ns = now_ns();
+			}
 			kv_repl_get_info(c->repl, &in);
+		}
+		/* Placement by data size needs the servers' heartbeats, which a
+		 * new leader has only after a second: commands that place data
+		 * wait for them (bounded) rather than plan on empty statistics. */
+		if (!c->closing && (j->cmd->op == KV_ADM_JOIN || j->cmd->op == KV_ADM_LEAVE ||
+		                    j->cmd->op == KV_ADM_REBALANCE)) {
+			uint64_t ready = c->leader_since_ns + CTL_STATS_GRACE_NS;
+			while (!c->closing && now_ns() < ready) {
+				struct timespec ts = {.tv_sec = (time_t)(ready / 1000000000u),
+				                      .tv_nsec = (long)(ready % 1000000000u)};
+				pthread_cond_timedwait(&c->pcv, &c->mu, &ts);
+			}
 		}
 		if (!c->closing && (in.role != KV_REPL_LEADER || c->barrier_term != in.term)) {
 			pthread_mutex_unlock(&c->mu);
@@ -2109,10 +2126,10 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 	if (c->max_watches + CTL_MAX_WAITS + 16 > contexts)
 		c->max_watches = contexts > CTL_MAX_WAITS + 32 ? contexts - CTL_MAX_WAITS - 16 : 1;
 	pthread_mutex_init(&c->mu, NULL);
-	pthread_cond_init(&c->pcv, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cv, &ca);
+	pthread_cond_init(&c->pcv, &ca);
 	pthread_condattr_destroy(&ca);
 	if ((c->listen = strdup(cfg->listen)) == NULL ||
 	    (c->data_dir = strdup(cfg->data_dir)) == NULL || (c->empty = kv_config_new()) == NULL) {
