@@ -1114,6 +1114,50 @@ kv_tc_raw_op(const char *url, uint64_t client_id, uint64_t request_id, kv_tc_raw
 	return rv;
 }
 
+int
+kv_tc_raw_join(const char *url, uint64_t client_id, uint64_t request_id, const char *address,
+               unsigned ms, kv_tc_raw_admin *out)
+{
+	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__AdminJoin j = SHARDKV__ADMIN_JOIN__INIT;
+	Shardkv__AdminResponse *r;
+	kv_rpc_client *cl = NULL;
+	nng_msg *req = NULL, *rep = NULL;
+	size_t n;
+	int rv;
+
+	memset(out, 0, sizeof(*out));
+	rq.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+	rq.client_id = client_id;
+	rq.request_id = request_id;
+	rq.auth_token = (ProtobufCBinaryData){strlen(tc_auth), (uint8_t *)tc_auth}; /* auth: */
+	j.address = (char *)address;
+	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_JOIN;
+	rq.join = &j;
+	n = shardkv__admin_request__get_packed_size(&rq);
+	if (nng_msg_alloc(&req, n) != 0)
+		return SHARDKV_ENOMEM;
+	shardkv__admin_request__pack(&rq, nng_msg_body(req));
+	if ((rv = kv_rpc_client_create(url, &cl)) != 0) {
+		nng_msg_free(req);
+		return rv;
+	}
+	rv = kv_rpc_call(cl, req, &rep, ms);
+	kv_rpc_client_destroy(cl);
+	if (rv != 0)
+		return rv;
+	r = shardkv__admin_response__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
+	nng_msg_free(rep);
+	if (r == NULL)
+		return SHARDKV_EPROTO;
+	out->not_leader = r->status == SHARDKV__STATUS__STATUS_NOT_LEADER;
+	out->status = kv_err_from_wire(r->status);
+	out->epoch = r->epoch;
+	out->node_id = r->node_id;
+	shardkv__admin_response__free_unpacked(r, NULL);
+	return 0;
+}
+
 void
 kv_tc_raw_free(kv_tc_raw_result *r)
 {

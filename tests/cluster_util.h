@@ -297,6 +297,23 @@ int kv_tc_raw_op(const char *url, uint64_t client_id, uint64_t request_id, kv_tc
 /* Frees what kv_tc_raw_op() returned. Accepts a zeroed result. */
 void kv_tc_raw_free(kv_tc_raw_result *r);
 
+/* What a controller answered to kv_tc_raw_join(). */
+typedef struct {
+	int status;       /* SHARDKV_E* (NOT_LEADER reads as SHARDKV_EUNAVAIL) */
+	bool not_leader;  /* the answer was STATUS_NOT_LEADER */
+	uint64_t epoch;   /* AdminResponse.epoch */
+	uint32_t node_id; /* AdminResponse.node_id */
+} kv_tc_raw_admin;
+
+/*
+ * Sends one AdminRequest{join address} to the controller replica at `url`
+ * with the client id and request id the caller chooses (a retry of one
+ * command is the same ids), and waits up to `ms`. Returns 0 when it
+ * answered (*out says how), or a negative SHARDKV_E*.
+ */
+int kv_tc_raw_join(const char *url, uint64_t client_id, uint64_t request_id, const char *address,
+                   unsigned ms, kv_tc_raw_admin *out);
+
 /*
  * Waits until the status lists migration `id` in phase `phase` ("copying",
  * ...) with at least `min_keys` keys copied. On 0 *out (may be NULL) gets

@@ -307,6 +307,46 @@ follower_serves_configs_and_redirects_changes(void **state)
 	shardkv_close(cl);
 }
 
+static void
+retried_join_at_a_new_leader_is_answered_not_applied_again(void **state)
+{
+	int leader = kv_tc_wait_leader(&tc, KV_TC_READY_MS), nl, s = kv_tc_add_server(&tc, false);
+	kv_tc_raw_admin first, again, other;
+	(void)state;
+
+	assert_true(leader >= 0 && s >= 0);
+	/* The join commits at the leader, which then dies before the caller
+	 * could be sure (here: it did answer, and the caller retries anyway). */
+	KV_TC_EXPECT(&tc, 0,
+	             kv_tc_raw_join(tc.rurl[leader], 0x5eed, 1, tc.srv[s].url, 5000, &first));
+	KV_TC_ASSERT(&tc, first.status == 0 && first.node_id != 0, "join: status %d", first.status);
+	assert_int_equal(kv_tc_stop_replica(&tc, leader, SIGKILL, KV_TC_STOP_MS), 0);
+	nl = kv_tc_wait_leader(&tc, KV_TC_READY_MS);
+	KV_TC_ASSERT(&tc, nl >= 0 && nl != leader, "no new leader");
+	/* The same command (same ids) at the new leader: the same answer, no
+	 * second node and no new epoch. The retry may reach the new leader
+	 * before it has taken over (NOT_LEADER): try until it answers. */
+	uint64_t t0 = kv_test_now_ms();
+	do {
+		KV_TC_EXPECT(&tc, 0,
+		             kv_tc_raw_join(tc.rurl[nl], 0x5eed, 1, tc.srv[s].url, 5000, &again));
+	} while (again.not_leader && kv_test_now_ms() - t0 < KV_TC_READY_MS);
+	KV_TC_ASSERT(&tc, again.status == 0, "retried join: status %d", again.status);
+	assert_int_equal(again.epoch, first.epoch);
+	assert_int_equal(again.node_id, first.node_id);
+	/* A new command (new request id) for the same address is a duplicate
+	 * join, which shows the retry was recognised, not ignored. */
+	KV_TC_EXPECT(&tc, 0, kv_tc_raw_join(tc.rurl[nl], 0x5eed, 2, tc.srv[s].url, 5000, &other));
+	assert_int_equal(other.status, SHARDKV_EEXISTS);
+	shardkv_config *cfg = config_at(0);
+	assert_non_null(cfg);
+	size_t same = 0;
+	for (size_t i = 0; i < cfg->nnodes; i++)
+		same += strcmp(cfg->nodes[i].address, tc.srv[s].url) == 0;
+	assert_int_equal(same, 1);
+	shardkv_config_free(cfg);
+}
+
 int
 main(void)
 {
@@ -316,6 +356,8 @@ main(void)
 	        teardown),
 	    cmocka_unit_test_setup_teardown(follower_serves_configs_and_redirects_changes, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(
+	        retried_join_at_a_new_leader_is_answered_not_applied_again, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
