@@ -104,7 +104,13 @@ use_auth() {
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-cli() { "$bin/shardkv" -c "$ctl" --timeout 2000 "$@"; }
+# A dead replica costs the client up to a second before it tries the next
+# one, so the timeout grows with the number of controllers.
+cli() {
+	local t=2000
+	[ "${nctl:-1}" -gt 1 ] && t=$((1000 * nctl + 3000))
+	"$bin/shardkv" -c "$ctl" --timeout "$t" "$@"
+}
 
 # Polls until the controller answers (replicated: until one leads), or fails
 # after the deadline.
