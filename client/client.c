@@ -517,11 +517,13 @@ kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns, k
 		}
 		rv = controller_try(c, addr, q, attempt, r);
 		if (rv == KV_OK && r->not_leader) {
-			free(redirect);
-			redirect = r->leader;
+			/* addr may be the old redirect: use it before freeing that. */
+			char *next = r->leader;
 			r->leader = NULL;
 			rv = kvc_fail(KV_EUNAVAIL, "controller %s is not the leader%s", addr,
-			              redirect ? "" : " (election in progress)");
+			              next ? "" : " (election in progress)");
+			free(redirect);
+			redirect = next;
 			kvc_admin_reply_fini(r);
 			if (redirect == NULL) {
 				tries++;

@@ -343,7 +343,7 @@ stat_store(struct ctl_stat *s, const kv_admin_req *rq)
 		r[i] = rq->ranges[i];
 		r[i].start = blob_put(&w, rq->ranges[i].start);
 		r[i].end = blob_put(&w, rq->ranges[i].end);
-		r[i].split = sp + nsplit;
+		r[i].split = sp ? sp + nsplit : NULL; /* (no offset on NULL) */
 		for (size_t j = 0; j < rq->ranges[i].nsplit; j++)
 			sp[nsplit++] = blob_put(&w, rq->ranges[i].split[j]);
 	}

@@ -114,7 +114,7 @@ main(int argc, char **argv)
 	char err[512] = "";
 	const char *peers[MAX_PEERS], *raft_peers[MAX_PEERS];
 	size_t nraft = 0;
-	char *peers_buf = NULL, *raft_buf = NULL; /* split copies of the lists */
+	char peers_buf[4096], raft_buf[4096]; /* split copies of the lists */
 	unsigned id = 0;
 	int o, rv;
 
@@ -154,18 +154,18 @@ main(int argc, char **argv)
 			break;
 		case 'p':
 			/* Split a copy: argv stays intact for the error message. */
-			free(peers_buf);
-			if ((peers_buf = strdup(optarg)) == NULL)
-				return usage_error("out of memory", NULL);
+			if (strlen(optarg) >= sizeof(peers_buf))
+				return usage_error("--peers is too long", NULL);
+			memcpy(peers_buf, optarg, strlen(optarg) + 1);
 			if ((cfg.npeers = split_list(peers_buf, peers)) == 0)
 				return usage_error("--peers needs 1 to 9 comma-separated URLs, not",
 				                   optarg);
 			cfg.peers = peers;
 			break;
 		case 'r':
-			free(raft_buf);
-			if ((raft_buf = strdup(optarg)) == NULL)
-				return usage_error("out of memory", NULL);
+			if (strlen(optarg) >= sizeof(raft_buf))
+				return usage_error("--raft-peers is too long", NULL);
+			memcpy(raft_buf, optarg, strlen(optarg) + 1);
 			if ((nraft = split_list(raft_buf, raft_peers)) == 0)
 				return usage_error(
 				    "--raft-peers needs 1 to 9 comma-separated HOST:PORT, not",
@@ -208,8 +208,6 @@ main(int argc, char **argv)
 	kv_log_set_level(level);
 
 	rv = kv_controller_run(&cfg, err, sizeof(err));
-	free(peers_buf);
-	free(raft_buf);
 	if (rv != KV_OK) {
 		fprintf(stderr, "shardkv-controller: %s\n", err[0] ? err : kv_strerror(rv));
 		return 1;
