@@ -2028,9 +2028,14 @@ kv_controller_raft_addr(const char *url, char *out, size_t outlen)
 	char *end;
 	unsigned long port;
 
-	if (url == NULL || strncmp(url, "tcp://", 6) != 0)
+	/* tls+tcp:// too: TLS is the controller's listener only; raft's own
+	 * transport (raft_uv_tcp) is plain TCP either way. */
+	if (url != NULL && strncmp(url, "tcp://", 6) == 0)
+		hp = url + 6;
+	else if (url != NULL && strncmp(url, "tls+tcp://", 10) == 0)
+		hp = url + 10;
+	else
 		return KV_EINVAL;
-	hp = url + 6;
 	if ((colon = strrchr(hp, ':')) == NULL || colon == hp || colon[1] < '0' || colon[1] > '9' ||
 	    strchr(hp, '/') != NULL)
 		return KV_EINVAL; /* (strtoul would take "-5" or " 5") */
@@ -2072,7 +2077,8 @@ repl_open(kv_controller *c, const kv_controller_cfg *cfg, char *err, size_t errl
 		           KV_OK) {
 			return kv_errf(err, errlen, KV_EINVAL,
 			               "cannot derive a raft address from peer %s (need "
-			               "tcp://HOST:PORT with PORT <= 64535, or --raft-peers)",
+			               "tcp:// or tls+tcp://HOST:PORT with PORT <= 64535, or "
+			               "--raft-peers)",
 			               cfg->peers[i]);
 		}
 		ra[i] = raddr[i];

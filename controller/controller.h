@@ -44,8 +44,9 @@ typedef struct {
 	unsigned election_ms;          /* raft election timeout; 0: 1000 */
 } kv_controller_cfg;
 
-/* Derives the raft address of a controller URL tcp://HOST:PORT: HOST:PORT+1000
- * into out. Returns 0 or KV_EINVAL (not tcp://, no port, port too big). */
+/* Derives the raft address of a controller URL tcp://HOST:PORT (or
+ * tls+tcp://HOST:PORT): HOST:PORT+1000 into out. Returns 0 or KV_EINVAL (not
+ * tcp:// or tls+tcp://, no port, port too big). */
 int kv_controller_raft_addr(const char *url, char *out, size_t outlen);
 
 typedef struct kv_controller kv_controller;

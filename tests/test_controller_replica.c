@@ -30,6 +30,9 @@ raft_address_is_the_peer_port_plus_1000(void **state)
 	assert_string_equal(out, "127.0.0.1:8000");
 	assert_int_equal(kv_controller_raft_addr("tcp://ctl-1.example:64535", out, sizeof(out)), 0);
 	assert_string_equal(out, "ctl-1.example:65535");
+	/* A TLS listener: raft's own transport is plain TCP on port + 1000. */
+	assert_int_equal(kv_controller_raft_addr("tls+tcp://10.0.0.1:7000", out, sizeof(out)), 0);
+	assert_string_equal(out, "10.0.0.1:8000");
 }
 
 static void
@@ -41,6 +44,7 @@ raft_address_of_a_bad_peer_is_refused(void **state)
 	    "tcp://127.0.0.1:64536", "tcp://127.0.0.1:0",
 	    "tcp://127.0.0.1:70x",   "tcp://127.0.0.1:7000/path",
 	    "tcp://127.0.0.1:-5",    "",
+	    "tls+tcp://127.0.0.1",   "tls://127.0.0.1:7000",
 	};
 	char out[64];
 	(void)state;
