@@ -27,6 +27,7 @@
 #define CHK_MAX_CLIENTS 256        /* --clients */
 #define CHK_MAX_KEYS    4096       /* --keys */
 #define CHK_MAX_SERVERS 64         /* servers of one --spawn run at a time */
+#define CHK_MAX_CTLS    5          /* --controllers */
 #define CHK_MAX_GEN     256        /* generations of one append key */
 #define CHK_ROLL_BYTES  (64 << 10) /* an append key past this size rolls to a new generation */
 #define CHK_DEFAULT_OPS 2000000u   /* --max-ops: operations recorded at most (56 bytes each) */
@@ -43,6 +44,8 @@ typedef struct {
 	unsigned servers;        /* --servers: servers of the spawned cluster */
 	bool kill;               /* --kill: also SIGKILL and restart servers */
 	const char *fsync;       /* --fsync for spawned servers, or NULL */
+	unsigned nctl;           /* --controllers: spawned controller replicas (1: standalone) */
+	bool kill_ctl;           /* --kill-controller: SIGKILL the controller leader during steps */
 	bool no_reconfig;        /* --no-reconfig: load only */
 	bool json;               /* --json: the summary as one JSON object on stdout */
 	bool keep;               /* --keep: keep the spawned cluster's directory */
@@ -110,16 +113,24 @@ typedef struct {
 
 /* A controller and servers on free loopback ports under one directory. */
 typedef struct {
-	char dir[1024];                  /* DIR/run-XXXXXX */
-	char bindir[1024];               /* where the daemons are */
-	char fsync[8];                   /* --fsync for servers; empty: their default */
-	char ctl_url[64];                /* the controller's --listen */
-	char ctl_log[1100];              /* its log */
-	pid_t ctl_pid;                   /* 0: not running */
-	bool ctl_crashed;                /* it exited when nobody asked it to */
-	int nservers;                    /* slots of srv[] in use */
-	int nstarted;                    /* servers ever added (names their dirs) */
-	chk_server srv[CHK_MAX_SERVERS]; /* by index */
+	char dir[1024];                     /* DIR/run-XXXXXX */
+	char bindir[1024];                  /* where the daemons are */
+	char fsync[8];                      /* --fsync for servers; empty: their default */
+	char ctl_url[400];                  /* the controller's --listen; replicated: every
+	                                       replica's, comma-separated */
+	int nctl;                           /* controller replicas; 1: standalone (ctl_*) */
+	char rurl[CHK_MAX_CTLS][64];        /* replica k's URL */
+	char rraft[CHK_MAX_CTLS][64];       /* its raft HOST:PORT */
+	char rlog[CHK_MAX_CTLS][1100];      /* its log */
+	pid_t rpid[CHK_MAX_CTLS];           /* running replica; 0: not running */
+	bool rkilled[CHK_MAX_CTLS];         /* killed on purpose, to be restarted */
+	uint64_t rrestart_ns[CHK_MAX_CTLS]; /* when to restart it */
+	char ctl_log[1100];                 /* its log */
+	pid_t ctl_pid;                      /* 0: not running */
+	bool ctl_crashed;                   /* it exited when nobody asked it to */
+	int nservers;                       /* slots of srv[] in use */
+	int nstarted;                       /* servers ever added (names their dirs) */
+	chk_server srv[CHK_MAX_SERVERS];    /* by index */
 } chk_cluster;
 
 /*
@@ -129,7 +140,15 @@ typedef struct {
  * `--fsync FSYNC` when it is not NULL. Returns 0 or
  * -1 (reason on stderr).
  */
-int chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync);
+int chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned nctl);
+
+/* Replicated control plane: SIGKILLs replica k at once (no reaping; see
+ * chk_cluster_controller_alive), marks it to be restarted at restart_ns. */
+void chk_cluster_kill_replica(chk_cluster *c, int k, uint64_t restart_ns);
+
+/* Restarts the killed replicas whose time has come (all with `now`).
+ * Returns how many were started. */
+int chk_cluster_restart_replicas(chk_cluster *c, bool now);
 
 /* Starts a new server on a free port (with --join when `join`), in the slot
  * of a server that was stopped as asked, or a new one. Returns its index or
@@ -225,6 +244,7 @@ typedef struct {
 	uint64_t wait_timeouts; /* --wait steps that did not finish in time */
 	uint64_t crashes;       /* processes that exited when nobody asked */
 	uint64_t migrations;    /* migrations the steps started */
+	uint64_t ctl_kills;     /* --kill-controller: leader replicas killed */
 } chk_driver_stats;
 
 typedef struct chk_driver chk_driver;

@@ -5,6 +5,10 @@
  * joins new servers (either `shardkv join` or a server started with
  * --join), removes servers (`shardkv leave`, or SIGTERM, which drains) and,
  * with --kill, SIGKILLs servers and restarts them with their data dir.
+ * With --kill-controller (a replicated control plane) it SIGKILLs the
+ * controller leader a few milliseconds into a move or a rebalance, from a
+ * short-lived thread, so that the kill lands while the change is being
+ * planned, committed or answered; the replica restarts a moment later.
  *
  * Admin calls refused with BUSY (a range is moving) are counted and simply
  * tried again at a later step; a step counts as a reconfiguration only when
@@ -16,6 +20,8 @@
 #include "checker/checker.h"
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,6 +392,72 @@ step_kill(chk_driver *d, const shardkv_config *cfg)
 		chk_log("kill: SIGKILL to %s", s->url);
 }
 
+/* A delayed SIGKILL (the thread owns it). */
+struct delayed_kill {
+	pid_t pid;         /* whom */
+	unsigned delay_us; /* after how long */
+};
+
+static void *
+delayed_kill_main(void *arg)
+{
+	struct delayed_kill *k = arg;
+	struct timespec ts = {(time_t)(k->delay_us / 1000000u),
+	                      (long)(k->delay_us % 1000000u) * 1000};
+
+	nanosleep(&ts, NULL);
+	kill(k->pid, SIGKILL);
+	free(k);
+	return NULL;
+}
+
+/* --kill-controller: kills the leader replica 0..20 ms into a move or a
+ * rebalance. Only one replica is down at a time (a majority stays up). */
+static void
+step_kill_ctl(chk_driver *d, const shardkv_config *cfg)
+{
+	chk_cluster *cl = d->cl;
+	shardkv_config *st = NULL;
+	struct delayed_kill *k;
+	pthread_t t;
+	int leader = -1;
+	unsigned delay_us = (unsigned)chk_rng_below(&d->rng, 20000);
+
+	for (int i = 0; i < cl->nctl; i++)
+		if (cl->rkilled[i] || cl->rpid[i] <= 0)
+			return;
+	if (shardkv_status(d->admin, &st) != 0)
+		return;
+	for (size_t i = 0; i < st->ncontrollers; i++)
+		if (strcmp(st->controllers[i].role, "leader") == 0 && st->controllers[i].id >= 1 &&
+		    (int)st->controllers[i].id <= cl->nctl)
+			leader = (int)st->controllers[i].id - 1;
+	shardkv_config_free(st);
+	if (leader < 0 || (k = malloc(sizeof(*k))) == NULL)
+		return;
+	k->pid = cl->rpid[leader];
+	k->delay_us = delay_us;
+	/* Marked first, so that its exit does not count as a crash. */
+	cl->rkilled[leader] = true;
+	cl->rrestart_ns[leader] =
+	    chk_now_ns() +
+	    (RESTART_MIN_MS + chk_rng_below(&d->rng, RESTART_MAX_MS - RESTART_MIN_MS)) * 1000000u;
+	if (pthread_create(&t, NULL, delayed_kill_main, k) != 0) {
+		kill(k->pid, SIGKILL);
+		free(k);
+	} else {
+		pthread_detach(t);
+	}
+	d->st.ctl_kills++;
+	if (d->o->verbose)
+		chk_log("kill-controller: SIGKILL to leader replica %d in %u us", leader + 1,
+		        delay_us);
+	if (chk_rng_below(&d->rng, 2) == 0)
+		step_move(d, cfg);
+	else
+		step_rebalance(d, cfg);
+}
+
 static void
 one_step(chk_driver *d)
 {
@@ -398,9 +470,9 @@ one_step(chk_driver *d)
 		return;
 	}
 	/* Weighted choice among the steps that are possible now. */
-	enum { MOVE, REBALANCE, JOIN, LEAVE, KILL, NKINDS };
-	static const unsigned weight[NKINDS] = {50, 12, 12, 12, 15};
-	bool ok[NKINDS] = {true, true, false, false, false};
+	enum { MOVE, REBALANCE, JOIN, LEAVE, KILL, KILL_CTL, NKINDS };
+	static const unsigned weight[NKINDS] = {50, 12, 12, 12, 15, 15};
+	bool ok[NKINDS] = {true, true, false, false, false, false};
 	if (d->cl) {
 		int idx[CHK_MAX_SERVERS];
 		size_t members = 0, act = active_servers(d, cfg, idx);
@@ -409,6 +481,7 @@ one_step(chk_driver *d)
 		ok[JOIN] = members < d->max_active && d->cl->nservers < CHK_MAX_SERVERS;
 		ok[LEAVE] = act > MIN_ACTIVE;
 		ok[KILL] = d->o->kill && act >= MIN_ACTIVE;
+		ok[KILL_CTL] = d->o->kill_ctl && d->cl->nctl > 2;
 	}
 	unsigned total = 0;
 	for (int k = 0; k < NKINDS; k++)
@@ -432,8 +505,11 @@ one_step(chk_driver *d)
 	case LEAVE:
 		step_leave(d, cfg);
 		break;
-	default:
+	case KILL:
 		step_kill(d, cfg);
+		break;
+	default:
+		step_kill_ctl(d, cfg);
 		break;
 	}
 	shardkv_config_free(cfg);
@@ -447,6 +523,10 @@ poll_procs(chk_driver *d, bool restart_now)
 	shardkv_config *cfg = NULL;
 	bool need_cfg = false;
 
+	int back = chk_cluster_restart_replicas(cl, restart_now);
+	d->st.restarts += (uint64_t)back;
+	if (back && d->o->verbose)
+		chk_log("restarted %d controller replica(s)", back);
 	if (!chk_cluster_controller_alive(cl) && cl->ctl_crashed) {
 		d->st.crashes++;
 		cl->ctl_crashed = false;

@@ -71,7 +71,7 @@ usage(FILE *f)
 	fprintf(
 	    f,
 	    "usage: shardkv-checker [-c CONTROLLERS | --spawn DIR [--servers N] [--kill]\n"
-	    "                       [--fsync MODE]]\n"
+	    "                       [--fsync MODE] [--controllers C [--kill-controller]]]\n"
 	    "                       [--clients N] [--keys K] [--duration S]\n"
 	    "                       [--reconfig-interval MS] [--no-reconfig] [--seed S]\n"
 	    "                       [--op-timeout MS] [--max-ops N] [--fill N [--fill-size B]]\n"
@@ -90,6 +90,9 @@ usage(FILE *f)
 	    "  --servers N             servers to start with --spawn (default 3)\n"
 	    "  --kill                  also SIGKILL and restart servers with their data dir\n"
 	    "  --fsync MODE            spawned servers' --fsync (always, batch, none)\n"
+	    "  --controllers C         spawn C controller replicas (Raft; 3 or 5) instead of one\n"
+	    "  --kill-controller       with --controllers 3+: SIGKILL the controller leader a few\n"
+	    "                          ms into a move or rebalance, restart it a moment later\n"
 	    "  --clients N             concurrent clients (default 4)\n"
 	    "  --keys K                keys, half appended to, half put/get (default 16)\n"
 	    "  --duration S            seconds of load (default 30)\n"
@@ -158,6 +161,8 @@ enum {
 	OPT_TLS_CERT,
 	OPT_TLS_KEY,
 	OPT_TLS_CA,
+	OPT_CONTROLLERS,
+	OPT_KILL_CTL,
 };
 
 static int
@@ -174,6 +179,8 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"servers", required_argument, NULL, OPT_SERVERS},
 	    {"kill", no_argument, NULL, OPT_KILL},
 	    {"fsync", required_argument, NULL, OPT_FSYNC},
+	    {"controllers", required_argument, NULL, OPT_CONTROLLERS},
+	    {"kill-controller", no_argument, NULL, OPT_KILL_CTL},
 	    {"no-reconfig", no_argument, NULL, OPT_NO_RECONFIG},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"keep", no_argument, NULL, OPT_KEEP},
@@ -252,6 +259,14 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		case OPT_KILL:
 			o->kill = true;
 			break;
+		case OPT_CONTROLLERS:
+			if (!parse_num(optarg, 1, CHK_MAX_CTLS, &v))
+				return usage_error("--controllers wants 1 to 5, not '%s'", optarg);
+			o->nctl = (unsigned)v;
+			break;
+		case OPT_KILL_CTL:
+			o->kill_ctl = true;
+			break;
 		case OPT_FSYNC:
 			if (strcmp(optarg, "always") != 0 && strcmp(optarg, "batch") != 0 &&
 			    strcmp(optarg, "none") != 0)
@@ -321,6 +336,10 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		return usage_error("--kill needs --spawn");
 	if (o->fsync && !o->spawn_dir)
 		return usage_error("--fsync needs --spawn");
+	if (o->nctl > 1 && !o->spawn_dir)
+		return usage_error("--controllers needs --spawn");
+	if (o->kill_ctl && o->nctl < 3)
+		return usage_error("--kill-controller needs --controllers 3 or more");
 	return 0;
 }
 
@@ -423,9 +442,9 @@ print_json(const summary *s)
 	        ", \"joins\": %" PRIu64 ", \"leaves\": %" PRIu64 ", \"kills\": %" PRIu64
 	        ", \"restarts\": %" PRIu64 ", \"noops\": %" PRIu64 ", \"busy\": %" PRIu64
 	        ", \"failed\": %" PRIu64 ", \"waited\": %" PRIu64 ", \"wait_timeouts\": %" PRIu64
-	        ", \"migrations\": %" PRIu64 "}",
+	        ", \"migrations\": %" PRIu64 ", \"controller_kills\": %" PRIu64 "}",
 	        d->moves, d->rebalances, d->joins, d->leaves, d->kills, d->restarts, d->noops,
-	        d->busy, d->failed, d->waited, d->wait_timeouts, d->migrations);
+	        d->busy, d->failed, d->waited, d->wait_timeouts, d->migrations, d->ctl_kills);
 	fprintf(f,
 	        ", \"appends_acked\": %zu, \"appends_failed\": %zu, \"appends_failed_applied\": "
 	        "%zu, \"tokens\": %zu, \"reads_checked\": %zu, \"puts_acked\": %zu, "
@@ -470,11 +489,11 @@ print_text(const summary *s)
 
 	fprintf(f,
 	        "seed %" PRIu64 ", %.1f s: %" PRIu64 " moves, %" PRIu64 " rebalances, %" PRIu64
-	        " joins, %" PRIu64 " leaves, %" PRIu64 " kills (%" PRIu64 " restarts); %" PRIu64
-	        " migrations; %" PRIu64 " steps waited; %" PRIu64 " busy, %" PRIu64
-	        " failed, %" PRIu64 " no-op steps\n",
+	        " joins, %" PRIu64 " leaves, %" PRIu64 " kills, %" PRIu64
+	        " controller leader kills (%" PRIu64 " restarts); %" PRIu64 " migrations; %" PRIu64
+	        " steps waited; %" PRIu64 " busy, %" PRIu64 " failed, %" PRIu64 " no-op steps\n",
 	        s->seed, s->seconds, d->moves, d->rebalances, d->joins, d->leaves, d->kills,
-	        d->restarts, d->migrations, d->waited, d->busy, d->failed, d->noops);
+	        d->ctl_kills, d->restarts, d->migrations, d->waited, d->busy, d->failed, d->noops);
 	fprintf(f,
 	        "appends: %zu acknowledged, %zu failed (%zu of them applied), %zu tokens; puts: "
 	        "%zu acknowledged, %zu failed; %zu reads checked\n",
@@ -545,7 +564,7 @@ main(int argc, char **argv)
 	const char *controllers = o.controllers;
 	if (o.spawn_dir) {
 		if ((cl = calloc(1, sizeof(*cl))) == NULL ||
-		    chk_cluster_create(cl, o.spawn_dir, o.fsync) != 0)
+		    chk_cluster_create(cl, o.spawn_dir, o.fsync, o.nctl) != 0)
 			goto out;
 		controllers = cl->ctl_url;
 	} else if (controllers == NULL) {

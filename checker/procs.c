@@ -248,7 +248,69 @@ start_controller(chk_cluster *c)
 	return c->ctl_pid > 0 ? 0 : -1;
 }
 
-/* Polls until the controller answers. */
+/* Starts controller replica k of a replicated control plane. */
+static int
+start_replica(chk_cluster *c, int k)
+{
+	char bin[1100], data[1100], id[16], raft[CHK_MAX_CTLS * 33] = "";
+
+	for (int i = 0; i < c->nctl; i++)
+		snprintf(raft + strlen(raft), sizeof(raft) - strlen(raft), "%s%s", i ? "," : "",
+		         c->rraft[i]);
+	snprintf(bin, sizeof(bin), "%s/shardkv-controller", c->bindir);
+	snprintf(data, sizeof(data), "%s/ctl%d", c->dir, k + 1);
+	snprintf(id, sizeof(id), "%d", k + 1);
+	char *argv[] = {"shardkv-controller",
+	                "--id",
+	                id,
+	                "--peers",
+	                c->ctl_url,
+	                "--raft-peers",
+	                raft,
+	                "--listen",
+	                c->rurl[k],
+	                "--data-dir",
+	                data,
+	                "--election-timeout",
+	                "600",
+	                NULL};
+	c->rpid[k] = spawn(bin, argv, c->rlog[k]);
+	c->rkilled[k] = false;
+	return c->rpid[k] > 0 ? 0 : -1;
+}
+
+void
+chk_cluster_kill_replica(chk_cluster *c, int k, uint64_t restart_ns)
+{
+	if (k < 0 || k >= c->nctl || c->rpid[k] <= 0)
+		return;
+	kill(c->rpid[k], SIGKILL);
+	c->rkilled[k] = true;
+	c->rrestart_ns[k] = restart_ns;
+}
+
+int
+chk_cluster_restart_replicas(chk_cluster *c, bool now)
+{
+	int n = 0;
+
+	for (int k = 0; k < c->nctl && c->nctl > 1; k++) {
+		if (!c->rkilled[k])
+			continue;
+		if (c->rpid[k] > 0) { /* not reaped yet */
+			pid_t r = waitpid(c->rpid[k], NULL, WNOHANG);
+			if (r == 0 || (r < 0 && errno == EINTR))
+				continue;
+			proc_del(c->rpid[k]);
+			c->rpid[k] = 0;
+		}
+		if ((now || chk_now_ns() >= c->rrestart_ns[k]) && start_replica(c, k) == 0)
+			n++;
+	}
+	return n;
+}
+
+/* Polls until the controller answers (replicated: until one leads). */
 static int
 wait_controller(chk_cluster *c)
 {
@@ -261,7 +323,8 @@ wait_controller(chk_cluster *c)
 		return -1;
 	while (chk_now_ns() - t0 < (uint64_t)READY_MS * 1000000u) {
 		shardkv_config *cfg = NULL;
-		if (shardkv_config_get(cl, 0, &cfg) == 0) {
+		if ((c->nctl > 1 ? shardkv_status(cl, &cfg) : shardkv_config_get(cl, 0, &cfg)) ==
+		    0) {
 			shardkv_config_free(cfg);
 			rv = 0;
 			break;
@@ -279,9 +342,10 @@ wait_controller(chk_cluster *c)
 }
 
 int
-chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync)
+chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned nctl)
 {
 	memset(c, 0, sizeof(*c));
+	c->nctl = nctl > 1 && nctl <= CHK_MAX_CTLS ? (int)nctl : 1;
 	if (fsync)
 		snprintf(c->fsync, sizeof(c->fsync), "%s", fsync);
 	chk_install_signals();
@@ -302,6 +366,30 @@ chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync)
 		return -1;
 	}
 	snprintf(c->ctl_log, sizeof(c->ctl_log), "%s/ctl.log", c->dir);
+	if (c->nctl > 1) {
+		for (int k = 0; k < c->nctl; k++) {
+			char u[64];
+			if (free_url(c->rurl[k], sizeof(c->rurl[k])) != 0 ||
+			    free_url(u, sizeof(u)) != 0)
+				return -1;
+			snprintf(c->rraft[k], sizeof(c->rraft[k]), "%s", u + 6); /* HOST:PORT */
+			snprintf(c->rlog[k], sizeof(c->rlog[k]), "%s/ctl%d.log", c->dir, k + 1);
+			snprintf(c->ctl_url + strlen(c->ctl_url),
+			         sizeof(c->ctl_url) - strlen(c->ctl_url), "%s%s", k ? "," : "",
+			         c->rurl[k]);
+		}
+		for (int k = 0; k < c->nctl; k++)
+			if (start_replica(c, k) != 0)
+				return -1;
+		if (wait_controller(c) != 0) {
+			fprintf(
+			    stderr,
+			    "checker: the controllers did not elect a leader (logs %s/ctl*.log)\n",
+			    c->dir);
+			return -1;
+		}
+		return 0;
+	}
 	if (free_url(c->ctl_url, sizeof(c->ctl_url)) != 0 || start_controller(c) != 0 ||
 	    wait_controller(c) != 0) {
 		fprintf(stderr, "checker: the controller did not start (log %s)\n", c->ctl_log);
@@ -404,6 +492,24 @@ chk_cluster_controller_alive(chk_cluster *c)
 {
 	int st = 0;
 
+	if (c->nctl > 1) {
+		/* Replicated: a replica that exits without being killed crashed. */
+		bool any = false;
+		for (int k = 0; k < c->nctl; k++) {
+			if (c->rpid[k] <= 0 || c->rkilled[k]) {
+				continue;
+			}
+			pid_t r = waitpid(c->rpid[k], &st, WNOHANG);
+			if (r == 0 || (r < 0 && errno == EINTR)) {
+				any = true;
+				continue;
+			}
+			proc_del(c->rpid[k]);
+			c->rpid[k] = 0;
+			c->ctl_crashed = true;
+		}
+		return any && !c->ctl_crashed;
+	}
 	if (c->ctl_pid <= 0)
 		return false;
 	pid_t r = waitpid(c->ctl_pid, &st, WNOHANG);
@@ -441,6 +547,14 @@ chk_cluster_destroy(chk_cluster *c, bool remove)
 		reap(c->ctl_pid, STOP_MS);
 		c->ctl_pid = 0;
 	}
+	for (int k = 0; k < c->nctl && c->nctl > 1; k++)
+		if (c->rpid[k] > 0)
+			kill(c->rpid[k], c->rkilled[k] ? SIGKILL : SIGTERM);
+	for (int k = 0; k < c->nctl && c->nctl > 1; k++)
+		if (c->rpid[k] > 0) {
+			reap(c->rpid[k], STOP_MS);
+			c->rpid[k] = 0;
+		}
 	if (remove && c->dir[0])
 		nftw(c->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -492,19 +492,41 @@ kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns, k
 		if (q->timeout_ms == 0 || q->timeout_ms > left)
 			q->timeout_ms = left;
 		/* A dead replica must not eat the whole deadline: with several
-		 * controllers, one attempt gets a share (a --wait gets it all). */
+		 * controllers one attempt gets a share, also when a follower sent
+		 * us there (it may name a leader that just died), and at most 2 s
+		 * (watches excepted: they are held on purpose). A --wait gets it
+		 * all, after the probe above. */
 		uint32_t attempt = left;
-		if (!q->wait && c->nctl > 1 && redirect == NULL) {
+		if (!q->wait && c->nctl > 1) {
 			attempt = left / (uint32_t)c->nctl;
 			attempt = attempt < 1000u ? (left < 1000u ? left : 1000u) : attempt;
+			if (q->kind != KVC_ADMIN_WATCH && attempt > 2000u)
+				attempt = 2000u;
+		}
+		/* A --wait gets the whole deadline, so first make sure this replica
+		 * answers at all: a follower may still name a leader that died. */
+		if (q->wait && c->nctl > 1) {
+			kvc_admin_req probe = {.kind = KVC_ADMIN_GET_CONFIG,
+			                       .client_id = q->client_id,
+			                       .request_id = kvc_next_id(c),
+			                       .auth = q->auth};
+			uint32_t pms = left < 1000u ? left : 1000u;
+			probe.timeout_ms = pms;
+			rv = controller_try(c, addr, &probe, pms, r);
+			if (rv == KV_OK)
+				kvc_admin_reply_fini(r);
+			else
+				goto unanswered;
 		}
 		rv = controller_try(c, addr, q, attempt, r);
 		if (rv == KV_OK && r->not_leader) {
-			free(redirect);
-			redirect = r->leader;
+			/* addr may be the old redirect: use it before freeing that. */
+			char *next = r->leader;
 			r->leader = NULL;
 			rv = kvc_fail(KV_EUNAVAIL, "controller %s is not the leader%s", addr,
-			              redirect ? "" : " (election in progress)");
+			              next ? "" : " (election in progress)");
+			free(redirect);
+			redirect = next;
 			kvc_admin_reply_fini(r);
 			if (redirect == NULL) {
 				tries++;
@@ -530,6 +552,7 @@ kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns, k
 		} else if (!kvc_retryable(rv) && rv != KV_EPROTO) {
 			break;
 		} else {
+		unanswered:
 			kvc_fail(rv, "controller %s did not answer", addr);
 		}
 		free(redirect);

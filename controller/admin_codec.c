@@ -221,7 +221,7 @@ report_to_pb(const kv_admin_report *r, Shardkv__StatusReport *pb)
 	shardkv__status_report__init(pb);
 	pb->nodes = calloc(r->nnodes ? r->nnodes : 1, sizeof(*pb->nodes));
 	pb->migrations = calloc(r->nmigs ? r->nmigs : 1, sizeof(*pb->migrations));
-	pb->controllers = calloc(1, sizeof(*pb->controllers));
+	pb->controllers = calloc(r->nreplicas ? r->nreplicas : 1, sizeof(*pb->controllers));
 	if (pb->nodes == NULL || pb->migrations == NULL || pb->controllers == NULL)
 		return KV_ENOMEM;
 	for (size_t i = 0; i < r->nnodes; i++) {
@@ -270,14 +270,24 @@ report_to_pb(const kv_admin_report *r, Shardkv__StatusReport *pb)
 		kv_codec_migration_to_pb(&r->migs[i], m);
 		pb->migrations[pb->n_migrations++] = m;
 	}
-	Shardkv__ControllerReplica *c = malloc(sizeof(*c));
-	if (c == NULL)
-		return KV_ENOMEM;
-	shardkv__controller_replica__init(c);
-	c->id = 1;
-	c->address = (char *)(r->address ? r->address : "");
-	c->role = SHARDKV__REPLICA_ROLE__REPLICA_ROLE_STANDALONE;
-	pb->controllers[pb->n_controllers++] = c;
+	for (size_t i = 0; i < (r->nreplicas ? r->nreplicas : 1); i++) {
+		Shardkv__ControllerReplica *c = malloc(sizeof(*c));
+		if (c == NULL)
+			return KV_ENOMEM;
+		shardkv__controller_replica__init(c);
+		pb->controllers[pb->n_controllers++] = c;
+		if (r->nreplicas == 0) {
+			c->id = 1;
+			c->address = (char *)(r->address ? r->address : "");
+			c->role = SHARDKV__REPLICA_ROLE__REPLICA_ROLE_STANDALONE;
+			continue;
+		}
+		c->id = r->replicas[i].id;
+		c->address = (char *)(r->replicas[i].address ? r->replicas[i].address : "");
+		c->role = (Shardkv__ReplicaRole)r->replicas[i].role;
+		c->term = r->replicas[i].term;
+		c->index = r->replicas[i].index;
+	}
 	return KV_OK;
 }
 
@@ -286,6 +296,7 @@ kv_admin_encode(const kv_admin_resp *r, nng_msg **out)
 {
 	Shardkv__AdminResponse pb = SHARDKV__ADMIN_RESPONSE__INIT;
 	Shardkv__StatusReport rep;
+	Shardkv__LeaderHint hint;
 	Shardkv__Config **cfgs = NULL;
 	nng_msg *m = NULL;
 	size_t n;
@@ -298,6 +309,16 @@ kv_admin_encode(const kv_admin_resp *r, nng_msg **out)
 	if (r->err != KV_OK)
 		pb.error = (char *)(r->error && r->error[0] ? r->error : kv_strerror(r->err));
 	pb.epoch = r->epoch;
+	pb.term = r->term;
+	pb.commit_index = r->commit_index;
+	if (r->not_leader) {
+		pb.status = SHARDKV__STATUS__STATUS_NOT_LEADER;
+		shardkv__leader_hint__init(&hint);
+		hint.id = r->leader_id;
+		hint.address = (char *)(r->leader_address ? r->leader_address : "");
+		hint.term = r->term;
+		pb.leader = &hint;
+	}
 	pb.wait_ms = r->wait_ms;
 	pb.node_id = r->node_id;
 	pb.migration_ids = (uint64_t *)r->mig_ids;

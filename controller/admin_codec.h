@@ -90,6 +90,24 @@ typedef struct {
 	const kv_admin_range_stat *ranges;
 } kv_admin_node_stat;
 
+/* Controller replica roles (ReplicaRole). */
+enum {
+	KV_ADMIN_ROLE_UNKNOWN = 0,
+	KV_ADMIN_ROLE_STANDALONE = 1,
+	KV_ADMIN_ROLE_LEADER = 2,
+	KV_ADMIN_ROLE_FOLLOWER = 3,
+	KV_ADMIN_ROLE_CANDIDATE = 4,
+};
+
+/* One controller replica in the status report. */
+typedef struct {
+	uint32_t id;         /* --id */
+	const char *address; /* its --peers URL */
+	int role;            /* KV_ADMIN_ROLE_* */
+	uint64_t term;       /* its term; 0 standalone or unknown */
+	uint64_t index;      /* its log index; 0 standalone */
+} kv_admin_replica;
+
 /* The status report. Everything borrowed. */
 typedef struct {
 	size_t nnodes;
@@ -97,6 +115,9 @@ typedef struct {
 	size_t nmigs;
 	const kv_migration *migs; /* with live progress */
 	const char *address;      /* this controller's --listen */
+	/* Controller replicas; 0: a standalone controller at `address`. */
+	size_t nreplicas;
+	const kv_admin_replica *replicas;
 } kv_admin_report;
 
 /* An AdminResponse. Everything borrowed. */
@@ -113,6 +134,13 @@ typedef struct {
 	uint32_t node_id;
 	const uint64_t *mig_ids;
 	size_t nmig_ids;
+	/* Replicated controllers only. not_leader answers STATUS_NOT_LEADER
+	 * (err must be KV_EUNAVAIL) with the leader as known (id 0: none). */
+	bool not_leader;
+	uint32_t leader_id;         /* the leader's --id; 0: unknown */
+	const char *leader_address; /* its URL; may be NULL */
+	uint64_t term;              /* the answering replica's term */
+	uint64_t commit_index;      /* the answering replica's commit index */
 } kv_admin_resp;
 
 /*

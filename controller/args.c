@@ -10,13 +10,18 @@
 #include "common/tls.h"
 #include "controller/controller.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char kv_controller_usage[] =
     "usage: shardkv-controller --listen ADDR --data-dir DIR [--metrics HOSTPORT]\n"
     "                          [--auth-token-file F] [--tls-cert F --tls-key F --tls-ca F]\n"
+    "                          [--id I --peers ADDR1,ADDR2,ADDR3 [--raft-peers H:P,...]\n"
+    "                           [--snapshot-threshold N] [--election-timeout MS]]\n"
     "                          [--log-level debug|info|warn|error|off] [--help]\n"
     "\n"
     "Keeps the shardkv cluster configuration (nodes, range map, migrations) and\n"
@@ -33,8 +38,72 @@ const char kv_controller_usage[] =
     "  --tls-key F         its private key (PEM, unencrypted)\n"
     "  --tls-ca F          the CA (PEM) every peer's certificate must be signed by:\n"
     "                      clients without such a certificate are refused\n"
+    "  --id I              replicated control plane: this replica's number, which\n"
+    "                      indexes --peers from 1\n"
+    "  --peers LIST        every replica's controller URL, comma-separated, the same\n"
+    "                      list and order on every replica (3 or 5; at most 9);\n"
+    "                      changes are committed by a majority through Raft\n"
+    "  --raft-peers LIST   HOST:PORT each replica's Raft transport listens on, in the\n"
+    "                      order of --peers (default: the peer's host and port + 1000);\n"
+    "                      plain TCP, also with --tls-*\n"
+    "  --snapshot-threshold N  Raft log entries between snapshots (default 256)\n"
+    "  --election-timeout MS   Raft election timeout (default 1000)\n"
     "  --log-level L       lowest level logged to stderr (default info)\n"
     "  --help              print this text and exit\n";
+
+/* Splits a copy of the comma-separated list s into buf and at most
+ * KV_CONTROLLER_MAX_PEERS non-empty items. Returns the count, or 0 for an
+ * empty item, too many or a list too long for buf. */
+static size_t
+split_list(const char *s, char *buf, size_t buflen, const char **out)
+{
+	size_t n = 0, len = strlen(s);
+
+	if (len >= buflen)
+		return 0;
+	memcpy(buf, s, len + 1);
+	for (char *p = buf;; p++) {
+		char *comma = strchr(p, ',');
+		if (comma)
+			*comma = '\0';
+		if (*p == '\0' || n == KV_CONTROLLER_MAX_PEERS)
+			return 0;
+		out[n++] = p;
+		if (comma == NULL)
+			return n;
+		p = comma;
+	}
+}
+
+/* Parses a positive decimal no larger than max. */
+static bool
+parse_uint(const char *s, unsigned long max, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v == 0 || v > max)
+		return false;
+	*out = (unsigned)v;
+	return true;
+}
+
+/* Copies a into *out, pointing out's lists at its own buffers. */
+static void
+args_copy(kv_controller_args *out, const kv_controller_args *a)
+{
+	*out = *a;
+	for (size_t i = 0; i < KV_CONTROLLER_MAX_PEERS; i++) {
+		if (a->peers[i] != NULL)
+			out->peers[i] = out->peers_buf + (a->peers[i] - a->peers_buf);
+		if (a->raft_peers[i] != NULL)
+			out->raft_peers[i] = out->raft_buf + (a->raft_peers[i] - a->raft_buf);
+	}
+	out->cfg.peers = a->cfg.peers != NULL ? out->peers : NULL;
+	out->cfg.raft_peers = a->cfg.raft_peers != NULL ? out->raft_peers : NULL;
+}
 
 int
 kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *err, size_t errlen)
@@ -48,15 +117,24 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 	    {"tls-cert", required_argument, NULL, 'C'},
 	    {"tls-key", required_argument, NULL, 'K'},
 	    {"tls-ca", required_argument, NULL, 'R'},
+	    {"id", required_argument, NULL, 'i'},
+	    {"peers", required_argument, NULL, 'p'},
+	    {"raft-peers", required_argument, NULL, 'r'},
+	    {"snapshot-threshold", required_argument, NULL, 's'},
+	    {"election-timeout", required_argument, NULL, 'e'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	kv_controller_args a = {.level = KV_LOG_INFO};
+	kv_controller_args a; /* copied to *out on success only */
 	char terr[512];
+	size_t nraft = 0;
+	unsigned id = 0;
 	int o;
 
 	if (argc < 1 || argv == NULL)
 		return kv_errf(err, errlen, KV_EINVAL, "no arguments");
+	memset(&a, 0, sizeof(a));
+	a.level = KV_LOG_INFO;
 	/* 0, not 1: glibc then starts afresh, so that this can run more than
 	 * once in a process (tests, the fuzzer). */
 	optind = 0;
@@ -93,9 +171,50 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 				return kv_errf(err, errlen, KV_EINVAL, "invalid --log-level %s",
 				               optarg);
 			break;
+		case 'i':
+			if (!parse_uint(optarg, KV_CONTROLLER_MAX_PEERS, &id))
+				return kv_errf(err, errlen, KV_EINVAL,
+				               "--id must be a number from 1 to %d, not %s",
+				               KV_CONTROLLER_MAX_PEERS, optarg);
+			break;
+		case 'p':
+			if (strlen(optarg) >= sizeof(a.peers_buf))
+				return kv_errf(err, errlen, KV_EINVAL, "--peers is too long");
+			memset(a.peers, 0, sizeof(a.peers));
+			if ((a.cfg.npeers = split_list(optarg, a.peers_buf, sizeof(a.peers_buf),
+			                               a.peers)) == 0)
+				return kv_errf(err, errlen, KV_EINVAL,
+				               "--peers needs 1 to %d comma-separated URLs, not %s",
+				               KV_CONTROLLER_MAX_PEERS, optarg);
+			a.cfg.peers = a.peers;
+			break;
+		case 'r':
+			if (strlen(optarg) >= sizeof(a.raft_buf))
+				return kv_errf(err, errlen, KV_EINVAL, "--raft-peers is too long");
+			memset(a.raft_peers, 0, sizeof(a.raft_peers));
+			if ((nraft = split_list(optarg, a.raft_buf, sizeof(a.raft_buf),
+			                        a.raft_peers)) == 0)
+				return kv_errf(
+				    err, errlen, KV_EINVAL,
+				    "--raft-peers needs 1 to %d comma-separated HOST:PORT, not %s",
+				    KV_CONTROLLER_MAX_PEERS, optarg);
+			a.cfg.raft_peers = a.raft_peers;
+			break;
+		case 's':
+			if (!parse_uint(optarg, 1000000, &a.cfg.snapshot_threshold))
+				return kv_errf(err, errlen, KV_EINVAL,
+				               "invalid --snapshot-threshold %s", optarg);
+			break;
+		case 'e':
+			if (!parse_uint(optarg, 600000, &a.cfg.election_ms) ||
+			    a.cfg.election_ms < 50)
+				return kv_errf(err, errlen, KV_EINVAL,
+				               "--election-timeout must be 50 to 600000 ms, not %s",
+				               optarg);
+			break;
 		case 'h':
 			a.help = true;
-			*out = a;
+			args_copy(out, &a);
 			return KV_OK;
 		case ':':
 			return kv_errf(err, errlen, KV_EINVAL, "missing value for option %s",
@@ -116,6 +235,21 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 	    kv_tls_check_url(kv_tls_files_any(&a.cfg.tls), "--listen", a.cfg.listen, terr,
 	                     sizeof(terr)) != 0)
 		return kv_errf(err, errlen, KV_EINVAL, "%s", terr);
-	*out = a;
+	if ((id != 0) != (a.cfg.npeers != 0))
+		return kv_errf(err, errlen, KV_EINVAL, "--id and --peers go together");
+	if (id > a.cfg.npeers)
+		return kv_errf(err, errlen, KV_EINVAL, "--id is larger than the number of --peers");
+	if (a.cfg.raft_peers != NULL && a.cfg.npeers == 0)
+		return kv_errf(err, errlen, KV_EINVAL, "--raft-peers needs --id and --peers");
+	if (a.cfg.raft_peers != NULL && nraft != a.cfg.npeers)
+		return kv_errf(err, errlen, KV_EINVAL,
+		               "--raft-peers must list as many addresses as --peers");
+	/* Clients are sent to a peer's URL: it must be as encrypted as ours. */
+	for (size_t i = 0; i < a.cfg.npeers; i++)
+		if (kv_tls_check_url(kv_tls_files_any(&a.cfg.tls), "--peers", a.cfg.peers[i], terr,
+		                     sizeof(terr)) != 0)
+			return kv_errf(err, errlen, KV_EINVAL, "%s", terr);
+	a.cfg.id = id;
+	args_copy(out, &a);
 	return KV_OK;
 }

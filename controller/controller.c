@@ -32,27 +32,36 @@
 #include "controller/controller.h"
 #include "common/auth.h"
 #include "common/err.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/rpc.h"
 #include "controller/admin_codec.h"
 #include "controller/clog.h"
 #include "controller/placement.h"
+#include "controller/replica.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+_Static_assert(KV_CONTROLLER_MAX_PEERS == KV_REPL_MAX_PEERS,
+               "--peers (args.c) and raft agree on the most replicas");
 
 #define CTL_GRACE_NS        0u /* delay before a due held request is answered */
 #define CTL_MAX_WAITS       128u
 #define CTL_DEFAULT_CONFIGS 256u
 #define CTL_MAX_FAILS       64u
 #define CTL_DEDUP           256u
+#define CTL_STATS_GRACE_NS  1500000000u /* a new leader's wait for heartbeats */
 
 /* Live statistics of one node, from its latest heartbeat. */
 struct ctl_stat {
@@ -81,6 +90,31 @@ struct ctl_fail {
 	uint64_t id;   /* migration id; 0: unused slot */
 	int err;       /* KV_E* code */
 	char msg[160]; /* detail */
+};
+
+/* A change committed through Raft by a request that carried a client id:
+ * replicated, so that a retry sent to a new leader after the old one died
+ * is answered with what it did instead of being applied twice. */
+struct ctl_rdedup {
+	uint64_t client_id;  /* 0: unused slot */
+	uint64_t request_id; /* the sender's request id */
+	uint64_t epoch;      /* the epoch it published */
+};
+
+/* A mutating request waiting for the proposer thread (replicated mode). */
+struct ctl_job {
+	struct ctl_job *next;      /* queue link */
+	kv_rpc_pending *p;         /* the request slot */
+	kv_admin_req rq;           /* the decoded request (owned) */
+	const struct ctl_cmd *cmd; /* its command */
+};
+
+/* One proposal (or barrier) in flight; the proposer waits for `done`. */
+struct ctl_prop {
+	kv_controller *c; /* whose mu and pcv */
+	bool done;        /* the replica called back */
+	int status;       /* KV_OK or why it did not commit */
+	int result;       /* what apply returned */
 };
 
 /* The answer to a command that changed something, kept so that a retry of
@@ -153,19 +187,38 @@ struct kv_controller {
 	bool closing;                         /* stopping: hold nothing more */
 
 	uint64_t started_ns; /* for the metrics */
+
+	/* Replication; repl is NULL for a standalone controller. peers and
+	 * self_id are immutable. */
+	kv_repl *repl;         /* the Raft replica */
+	uint32_t self_id;      /* --id */
+	size_t npeers;         /* replicas */
+	char **peers;          /* their controller URLs (owned) */
+	pthread_t proposer;    /* runs mutating commands one at a time */
+	bool proposer_started; /* proposer must be joined */
+	/* The following are protected by mu too. */
+	pthread_cond_t pcv;                  /* wakes the proposer; proposal done
+	                                        (CLOCK_MONOTONIC) */
+	struct ctl_job *jobs, *jobs_tail;    /* mutating requests, oldest first */
+	uint64_t barrier_term;               /* term whose barrier has been applied */
+	uint64_t leader_since_ns;            /* when that barrier committed */
+	uint64_t cur_client_id, cur_req_id;  /* the command being proposed */
+	struct ctl_rdedup rdedup[CTL_DEDUP]; /* replicated answers, a ring */
+	size_t nextrdedup;                   /* its next slot */
 };
 
 /* The result of one handler, encoded by the dispatcher. */
 struct ctl_ctx {
-	kv_admin_resp resp;        /* the answer */
-	char msg[512];             /* resp.error storage */
-	kv_rpc_pending *p;         /* the request slot, for handlers that hold it */
-	bool held;                 /* the handler kept the request */
-	uint64_t *migs;            /* created migrations; freed after encoding */
-	kv_admin_node_stat *nstat; /* status: freed after encoding */
-	kv_migration *rmigs;       /* status: freed after encoding */
-	kv_admin_report report;    /* status */
-	const kv_config **cfgs;    /* watch: freed after encoding */
+	kv_admin_resp resp;                       /* the answer */
+	kv_admin_replica reps[KV_REPL_MAX_PEERS]; /* status: controller replicas */
+	char msg[512];                            /* resp.error storage */
+	kv_rpc_pending *p;                        /* the request slot, for handlers that hold it */
+	bool held;                                /* the handler kept the request */
+	uint64_t *migs;                           /* created migrations; freed after encoding */
+	kv_admin_node_stat *nstat;                /* status: freed after encoding */
+	kv_migration *rmigs;                      /* status: freed after encoding */
+	kv_admin_report report;                   /* status */
+	const kv_config **cfgs;                   /* watch: freed after encoding */
 };
 
 static uint64_t
@@ -439,6 +492,352 @@ wake_locked(kv_controller *c)
 		pthread_cond_signal(&c->cv);
 }
 
+/* Appends a configuration (taken; its epoch is nhist + 1 and the history
+ * has room) to the history and answers the held requests it concerns. */
+static void
+install_locked(kv_controller *c, kv_config *next)
+{
+	c->hist[c->nhist++] = next;
+	for (size_t i = 0; i < next->nmigs; i++)
+		if (next->migs[i].id >= c->next_mig_id)
+			c->next_mig_id = next->migs[i].id + 1;
+	prog_prune_locked(c, next);
+	wake_locked(c);
+}
+
+static int
+hist_reserve_locked(kv_controller *c, size_t more)
+{
+	while (c->nhist + more > c->caphist) {
+		size_t cap = c->caphist ? c->caphist * 2 : 64;
+		kv_config **h = realloc(c->hist, cap * sizeof(*h));
+		if (h == NULL)
+			return KV_ENOMEM;
+		c->hist = h;
+		c->caphist = cap;
+	}
+	return KV_OK;
+}
+
+static void
+random_cluster_id(char out[25])
+{
+	uint8_t b[8] = {0};
+	uint64_t v = 0;
+	int fd = open("/dev/urandom", O_RDONLY);
+
+	if (fd >= 0) {
+		if (read(fd, b, sizeof(b)) != (ssize_t)sizeof(b))
+			memset(b, 0, sizeof(b));
+		close(fd);
+	}
+	for (int i = 0; i < 8; i++)
+		v = (v << 8) | b[i];
+	v ^= kv_now_ns() ^ ((uint64_t)getpid() << 32);
+	snprintf(out, 25, "%016llx", (unsigned long long)v);
+}
+
+/* ---- replication: the command log ----
+ *
+ * A Raft command publishes one configuration. Layout (little-endian):
+ *
+ *   offset  size  field
+ *   0       4     magic "SKVE"
+ *   4       4     format version (CTL_ENTRY_VERSION)
+ *   8       8     client id of the admin request (0: none)
+ *   16      8     its request id
+ *   24      4     length L of the packed Config
+ *   28      4     zero
+ *   32      L     the packed Config (epoch = the epoch it must follow + 1)
+ *   32+L    0..7  zero padding to a multiple of 8 bytes (libraft's disk
+ *                 format pads entries; padding them here keeps the length
+ *                 that comes back from disk equal to what was proposed)
+ *
+ * Applying is a compare-and-set on the epoch: a command whose epoch is not
+ * the latest + 1 (planned on a state that another leader changed first)
+ * changes nothing, so a configuration is never applied twice nor out of
+ * order, and every replica decides the same way. Raft checksums entries.
+ */
+#define CTL_ENTRY_VERSION 1u
+#define CTL_ENTRY_HDR     32u
+#define CTL_SNAP_VERSION  1u
+
+static void
+put64le(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+get64le(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static void
+put32le(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t
+get32le(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void
+rdedup_put_locked(kv_controller *c, uint64_t client_id, uint64_t request_id, uint64_t epoch)
+{
+	struct ctl_rdedup *d = &c->rdedup[c->nextrdedup++ % CTL_DEDUP];
+
+	d->client_id = client_id;
+	d->request_id = request_id;
+	d->epoch = epoch;
+}
+
+static const struct ctl_rdedup *
+rdedup_find_locked(const kv_controller *c, uint64_t client_id, uint64_t request_id)
+{
+	for (size_t i = 0; i < CTL_DEDUP; i++)
+		if (c->rdedup[i].client_id == client_id && c->rdedup[i].request_id == request_id &&
+		    c->rdedup[i].epoch != 0 && c->rdedup[i].epoch <= c->nhist)
+			return &c->rdedup[i];
+	return NULL;
+}
+
+/* The state machine's apply (the replica's loop thread). */
+static int
+fsm_apply(void *arg, const uint8_t *p, size_t n)
+{
+	kv_controller *c = arg;
+	kv_config *cfg = NULL;
+	int rv;
+
+	if (n < CTL_ENTRY_HDR || memcmp(p, "SKVE", 4) != 0 || get32le(p + 4) != CTL_ENTRY_VERSION) {
+		KV_ERROR("controller", "ignored a raft entry of unknown format", "len=%zu", n);
+		return KV_EPROTO;
+	}
+	if (get32le(p + 24) > n - CTL_ENTRY_HDR) {
+		KV_ERROR("controller", "ignored a truncated raft entry", "len=%zu", n);
+		return KV_EPROTO;
+	}
+	if ((rv = kv_admin_config_unpack(p + CTL_ENTRY_HDR, get32le(p + 24), &cfg)) != KV_OK) {
+		KV_ERROR("controller", "ignored a raft entry that does not decode", "err=%s",
+		         kv_errname(rv));
+		return rv;
+	}
+	pthread_mutex_lock(&c->mu);
+	if (cfg->epoch != c->nhist + 1) {
+		KV_INFO("controller", "stale proposal not applied", "epoch=%llu latest=%zu",
+		        (unsigned long long)cfg->epoch, c->nhist);
+		kv_config_free(cfg);
+		rv = KV_ESTALE;
+	} else if ((rv = hist_reserve_locked(c, 1)) != KV_OK) {
+		kv_config_free(cfg); /* cannot happen twice the same way on all replicas */
+	} else {
+		if (c->cluster_id[0] == '\0' && cfg->cluster_id != NULL)
+			snprintf(c->cluster_id, sizeof(c->cluster_id), "%s", cfg->cluster_id);
+		if (get64le(p + 8) != 0)
+			rdedup_put_locked(c, get64le(p + 8), get64le(p + 16), cfg->epoch);
+		KV_DEBUG("controller", "applied configuration", "epoch=%llu",
+		         (unsigned long long)cfg->epoch);
+		install_locked(c, cfg);
+		rv = KV_OK;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rv;
+}
+
+/*
+ * Snapshot layout (little-endian): magic "SKVCSNAP", u32 version, u32
+ * dedup entries D, u64 configurations N, then D times (u64 client id, u64
+ * request id, u64 epoch), then N times (u32 length, packed Config) in epoch
+ * order from 1.
+ */
+static int
+fsm_snapshot(void *arg, uint8_t **out, size_t *len)
+{
+	kv_controller *c = arg;
+	kv_buf *bufs = NULL;
+	size_t total = 24 + CTL_DEDUP * 24 + 7, n;
+	uint8_t *p, *w;
+	int rv = KV_OK;
+
+	pthread_mutex_lock(&c->mu);
+	n = c->nhist;
+	if ((bufs = calloc(n ? n : 1, sizeof(*bufs))) == NULL)
+		rv = KV_ENOMEM;
+	for (size_t i = 0; rv == KV_OK && i < n; i++) {
+		rv = kv_admin_config_pack(c->hist[i], &bufs[i]);
+		total += 4 + bufs[i].len;
+	}
+	total &= ~(size_t)7; /* a multiple of 8, like the log entries */
+	if (rv == KV_OK && (p = calloc(1, total)) != NULL) {
+		memcpy(p, "SKVCSNAP", 8);
+		put32le(p + 8, CTL_SNAP_VERSION);
+		put32le(p + 12, CTL_DEDUP);
+		put64le(p + 16, n);
+		w = p + 24;
+		for (size_t i = 0; i < CTL_DEDUP; i++, w += 24) {
+			put64le(w, c->rdedup[i].client_id);
+			put64le(w + 8, c->rdedup[i].request_id);
+			put64le(w + 16, c->rdedup[i].epoch);
+		}
+		for (size_t i = 0; i < n; i++) {
+			put32le(w, (uint32_t)bufs[i].len);
+			memcpy(w + 4, bufs[i].data, bufs[i].len);
+			w += 4 + bufs[i].len;
+		}
+		*out = p;
+		*len = total;
+		KV_INFO("controller", "raft snapshot taken", "configs=%zu bytes=%zu", n, total);
+	} else if (rv == KV_OK) {
+		rv = KV_ENOMEM;
+	}
+	pthread_mutex_unlock(&c->mu);
+	for (size_t i = 0; bufs && i < n; i++)
+		kv_buf_fini(&bufs[i]);
+	free(bufs);
+	return rv;
+}
+
+/*
+ * Restores a snapshot. The history is append-only and the same on every
+ * replica, so only the configurations this replica lacks are added: the
+ * ones it has stay where they are (held requests and watches point at them).
+ */
+static int
+fsm_restore(void *arg, const uint8_t *p, size_t len)
+{
+	kv_controller *c = arg;
+	uint64_t n;
+	uint32_t nd;
+	size_t off;
+	kv_config **cfgs = NULL;
+	int rv = KV_OK;
+
+	if (len < 24 || memcmp(p, "SKVCSNAP", 8) != 0 || get32le(p + 8) != CTL_SNAP_VERSION)
+		return KV_ECORRUPT;
+	nd = get32le(p + 12);
+	n = get64le(p + 16);
+	if (nd > CTL_DEDUP || (len - 24) / 24 < nd || n > len)
+		return KV_ECORRUPT;
+	off = 24 + (size_t)nd * 24;
+	if ((cfgs = calloc(n ? n : 1, sizeof(*cfgs))) == NULL)
+		return KV_ENOMEM;
+	for (uint64_t i = 0; i < n && rv == KV_OK; i++) {
+		uint32_t l;
+		if (len - off < 4 || (l = get32le(p + off)) > len - off - 4) {
+			rv = KV_ECORRUPT;
+			break;
+		}
+		rv = kv_admin_config_unpack(p + off + 4, l, &cfgs[i]);
+		if (rv == KV_OK && cfgs[i]->epoch != i + 1)
+			rv = KV_ECORRUPT;
+		off += 4 + l;
+	}
+	pthread_mutex_lock(&c->mu);
+	if (rv == KV_OK &&
+	    (rv = hist_reserve_locked(c, n > c->nhist ? n - c->nhist : 0)) == KV_OK) {
+		for (uint64_t i = c->nhist; i < n; i++) {
+			install_locked(c, cfgs[i]);
+			cfgs[i] = NULL;
+		}
+		memset(c->rdedup, 0, sizeof(c->rdedup));
+		c->nextrdedup = 0;
+		for (uint32_t i = 0; i < nd; i++) {
+			const uint8_t *e = p + 24 + (size_t)i * 24;
+			rdedup_put_locked(c, get64le(e), get64le(e + 8), get64le(e + 16));
+		}
+		if (c->cluster_id[0] == '\0' && c->nhist && c->hist[0]->cluster_id)
+			snprintf(c->cluster_id, sizeof(c->cluster_id), "%s",
+			         c->hist[0]->cluster_id);
+		KV_INFO("controller", "raft snapshot restored", "epoch=%zu", c->nhist);
+	}
+	pthread_mutex_unlock(&c->mu);
+	for (uint64_t i = 0; i < n; i++)
+		kv_config_free(cfgs[i]);
+	free(cfgs);
+	return rv == KV_ENOMEM ? rv : (rv == KV_OK ? KV_OK : KV_ECORRUPT);
+}
+
+/* The replica's callback for a proposal or barrier (loop thread). */
+static void
+prop_done_cb(void *arg, int status, int result)
+{
+	struct ctl_prop *pr = arg;
+	kv_controller *c = pr->c;
+
+	pthread_mutex_lock(&c->mu);
+	pr->status = status;
+	pr->result = result;
+	pr->done = true;
+	pthread_cond_broadcast(&c->pcv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Submits a barrier or (cmd != NULL) a command and waits, with mu released,
+ * until the replica calls back. Returns the status; *result gets apply's. */
+static int
+repl_wait_locked(kv_controller *c, const kv_buf *cmd, int *result)
+{
+	struct ctl_prop *w = calloc(1, sizeof(*w));
+	int rv;
+
+	if (w == NULL)
+		return KV_ENOMEM;
+	w->c = c;
+	rv = cmd ? kv_repl_submit(c->repl, cmd->data, cmd->len, prop_done_cb, w)
+	         : kv_repl_barrier(c->repl, prop_done_cb, w);
+	if (rv == KV_OK) {
+		/* The replica always calls back, with KV_ECLOSED at shutdown. */
+		while (!w->done)
+			pthread_cond_wait(&c->pcv, &c->mu);
+		rv = w->status;
+		*result = w->result;
+	}
+	free(w);
+	return rv;
+}
+
+/* Commits a packed configuration of epoch `epoch` through Raft (the
+ * proposer thread, mu held; released while waiting). */
+static int
+propose_locked(kv_controller *c, const kv_buf *cfg, uint64_t epoch, char *msg, size_t msglen)
+{
+	kv_buf e = {0};
+	int result = 0, rv;
+
+	e.len = (CTL_ENTRY_HDR + cfg->len + 7) & ~(size_t)7;
+	if (cfg->len > UINT32_MAX || (e.data = calloc(1, e.len)) == NULL)
+		return KV_ENOMEM;
+	memcpy(e.data, "SKVE", 4);
+	put32le(e.data + 24, (uint32_t)cfg->len);
+	put32le(e.data + 4, CTL_ENTRY_VERSION);
+	put64le(e.data + 8, c->cur_client_id);
+	put64le(e.data + 16, c->cur_req_id);
+	memcpy(e.data + CTL_ENTRY_HDR, cfg->data, cfg->len);
+	rv = repl_wait_locked(c, &e, &result);
+	kv_buf_fini(&e);
+	if (rv != KV_OK) {
+		snprintf(msg, msglen,
+		         "the change did not commit: %s (leadership changed; retry at the leader)",
+		         kv_strerror(rv));
+		return rv == KV_ECLOSED ? rv : KV_EUNAVAIL;
+	}
+	if (result != KV_OK || c->nhist < epoch) {
+		snprintf(msg, msglen, "the configuration changed concurrently; retry");
+		return KV_EBUSY;
+	}
+	return KV_OK;
+}
+
 /*
  * Makes `next` (taken) durable and publishes it. On error writes the reason
  * into msg; nothing changes.
@@ -452,6 +851,8 @@ publish_locked(kv_controller *c, kv_config *next, const char *why, char *msg, si
 
 	next->epoch = cur->epoch + 1;
 	next->time_ms = unix_ms();
+	if (c->cluster_id[0] == '\0')
+		random_cluster_id(c->cluster_id); /* replicated: the first change names it */
 	if (next->cluster_id == NULL && (next->cluster_id = strdup(c->cluster_id)) == NULL) {
 		rv = KV_ENOMEM;
 		goto err;
@@ -463,18 +864,21 @@ publish_locked(kv_controller *c, kv_config *next, const char *why, char *msg, si
 		rv = KV_EINTERNAL;
 		goto err;
 	}
-	if (c->nhist == c->caphist) {
-		size_t cap = c->caphist ? c->caphist * 2 : 64;
-		kv_config **h = realloc(c->hist, cap * sizeof(*h));
-		if (h == NULL) {
-			rv = KV_ENOMEM;
-			goto err;
-		}
-		c->hist = h;
-		c->caphist = cap;
-	}
+	if ((rv = hist_reserve_locked(c, 1)) != KV_OK)
+		goto err;
 	if ((rv = kv_admin_config_pack(next, &buf)) != KV_OK)
 		goto err;
+	if (c->repl != NULL) {
+		rv = propose_locked(c, &buf, next->epoch, msg, msglen);
+		kv_buf_fini(&buf);
+		if (rv == KV_OK)
+			KV_INFO("controller", "committed configuration",
+			        "epoch=%llu why=%s nodes=%zu ranges=%zu migrations=%zu",
+			        (unsigned long long)next->epoch, why, next->nnodes, next->nranges,
+			        next->nmigs);
+		kv_config_free(next); /* apply installed its own copy */
+		return rv;
+	}
 	rv = kv_clog_append(c->log, buf.data, buf.len);
 	kv_buf_fini(&buf);
 	if (rv != KV_OK) {
@@ -483,15 +887,10 @@ publish_locked(kv_controller *c, kv_config *next, const char *why, char *msg, si
 		kv_config_free(next);
 		return rv;
 	}
-	c->hist[c->nhist++] = next;
-	for (size_t i = 0; i < next->nmigs; i++)
-		if (next->migs[i].id >= c->next_mig_id)
-			c->next_mig_id = next->migs[i].id + 1;
-	prog_prune_locked(c, next);
+	install_locked(c, next);
 	KV_INFO("controller", "published configuration",
 	        "epoch=%llu why=%s nodes=%zu ranges=%zu migrations=%zu",
 	        (unsigned long long)next->epoch, why, next->nnodes, next->nranges, next->nmigs);
-	wake_locked(c);
 	return KV_OK;
 err:
 	if (msg[0] == '\0')
@@ -749,6 +1148,30 @@ h_status(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	x->report.nmigs = cur->nmigs;
 	x->report.migs = x->rmigs;
 	x->report.address = c->listen;
+	if (c->repl != NULL) {
+		kv_repl_info in;
+		kv_repl_get_info(c->repl, &in);
+		for (size_t i = 0; i < c->npeers && i < KV_REPL_MAX_PEERS; i++) {
+			kv_admin_replica *r = &x->reps[i];
+			r->id = (uint32_t)i + 1;
+			r->address = c->peers[i];
+			if (r->id == c->self_id) {
+				r->role = in.role == KV_REPL_LEADER ? KV_ADMIN_ROLE_LEADER
+				                                    : KV_ADMIN_ROLE_FOLLOWER;
+				r->term = in.term;
+				r->index = in.applied;
+			} else if (in.role == KV_REPL_LEADER && in.reachable[i]) {
+				r->role = KV_ADMIN_ROLE_FOLLOWER;
+				r->term = in.term; /* it accepted this term's entries */
+				r->index = in.match[i];
+			} else {
+				r->role = KV_ADMIN_ROLE_UNKNOWN; /* not heard from lately */
+				r->index = in.match[i];
+			}
+		}
+		x->report.nreplicas = c->npeers;
+		x->report.replicas = x->reps;
+	}
 	x->resp.report = &x->report;
 	x->resp.epoch = cur->epoch;
 	x->resp.config = cur;
@@ -802,6 +1225,15 @@ h_cancel(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		snprintf(x->msg, sizeof(x->msg), "migration %llu is not in flight",
 		         (unsigned long long)rq->mig_id);
 		return KV_ENOTFOUND;
+	}
+	if (p == NULL && c->repl != NULL) {
+		/* A new leader has not heard from the source yet: the migration may
+		 * be fenced already, and cancelling it then would lose writes. */
+		snprintf(x->msg, sizeof(x->msg),
+		         "migration %llu has not reported its progress to this leader yet; "
+		         "retry in a few seconds",
+		         (unsigned long long)rq->mig_id);
+		return KV_EBUSY;
 	}
 	if (p != NULL && p->phase >= KV_MIG_FENCED) {
 		snprintf(x->msg, sizeof(x->msg),
@@ -1121,6 +1553,113 @@ dedup_store_locked(kv_controller *c, uint64_t client_id, uint64_t request_id, nn
 	d->len = nng_msg_len(reply);
 }
 
+/* Answers a retry of a change that was committed through Raft (perhaps by
+ * a leader that died before answering) with what the change did. */
+static void
+answer_rdedup_locked(kv_controller *c, const kv_admin_req *rq, const struct ctl_rdedup *d,
+                     struct ctl_ctx *x)
+{
+	const kv_config *cfg = c->hist[d->epoch - 1];
+	const kv_config *prev = d->epoch > 1 ? c->hist[d->epoch - 2] : c->empty;
+	const kv_node *n = NULL;
+
+	answer_published(x, prev, cfg);
+	if (rq->op == KV_ADM_JOIN || rq->op == KV_ADM_REGISTER)
+		n = rq->address ? kv_config_node_by_address(cfg, rq->address) : NULL;
+	x->resp.node_id = n ? n->id : rq->node_id;
+}
+
+/*
+ * Runs one decoded request with mu held: the dedup memories, the command and
+ * the encoding of its answer into *reply (unless the command held it).
+ * `rv` is the result of decoding and authentication so far. Returns 0 or the
+ * encoding error.
+ */
+static int
+exec_locked(kv_controller *c, const struct ctl_cmd *cmd, kv_admin_req *rq, bool authed, int rv,
+            struct ctl_ctx *x, nng_msg **reply)
+{
+	if (rv == KV_OK && (cmd->flags & CTL_MUTATES) && rq->client_id != 0) {
+		const struct ctl_dedup *d = dedup_find_locked(c, rq->client_id, rq->request_id);
+		const struct ctl_rdedup *rd =
+		    c->repl ? rdedup_find_locked(c, rq->client_id, rq->request_id) : NULL;
+		if (d != NULL) {
+			rv = nng_msg_alloc(reply, d->len) == 0 ? KV_OK : KV_ENOMEM;
+			if (rv == KV_OK)
+				memcpy(nng_msg_body(*reply), d->reply, d->len);
+			return rv;
+		}
+		if (rd != NULL) {
+			answer_rdedup_locked(c, rq, rd, x);
+			return kv_admin_encode(&x->resp, reply);
+		}
+	}
+	if (rv == KV_OK) {
+		if (c->closing && (cmd->flags & CTL_MUTATES)) {
+			snprintf(x->msg, sizeof(x->msg), "the controller is shutting down");
+			rv = KV_ECLOSED;
+		} else if (rq->wait && (cmd->flags & CTL_WAITS) && c->nwaits >= CTL_MAX_WAITS) {
+			snprintf(x->msg, sizeof(x->msg),
+			         "too many commands are waiting for migrations (%u); retry later",
+			         CTL_MAX_WAITS);
+			rv = KV_EBUSY;
+		} else {
+			if (!(cmd->flags & CTL_WAITS))
+				rq->wait = false;
+			c->cur_client_id = rq->client_id;
+			c->cur_req_id = rq->request_id;
+			rv = cmd->fn(c, rq, x);
+			c->cur_client_id = c->cur_req_id = 0;
+		}
+		if (rv != KV_OK && !(cmd->flags & CTL_QUIET))
+			KV_INFO("controller", "request refused", "cmd=%s err=%s msg=\"%s\"",
+			        cmd->name, kv_errname(rv), x->msg[0] ? x->msg : kv_strerror(rv));
+	}
+	if (rv != KV_OK) {
+		memset(&x->resp, 0, sizeof(x->resp));
+		x->resp.request_id = rq->request_id;
+		x->resp.epoch = authed ? latest_locked(c)->epoch : 0;
+		x->resp.err = rv;
+		x->resp.error = x->msg;
+		x->held = false;
+	}
+	rv = KV_OK;
+	if (!x->held)
+		rv = kv_admin_encode(&x->resp, reply);
+	if (!x->held && rv == KV_OK && cmd != NULL && (cmd->flags & CTL_MUTATES) && rq->client_id)
+		dedup_store_locked(c, rq->client_id, rq->request_id, *reply);
+	return rv;
+}
+
+static void
+ctx_fini(struct ctl_ctx *x)
+{
+	free(x->nstat);
+	free(x->rmigs);
+	free(x->cfgs);
+	free(x->migs);
+}
+
+/* Encodes a NOT_LEADER answer naming the leader this replica knows. */
+static int
+answer_not_leader(kv_controller *c, const kv_repl_info *in, uint64_t request_id, nng_msg **reply)
+{
+	kv_admin_resp r;
+
+	memset(&r, 0, sizeof(r));
+	r.request_id = request_id;
+	r.err = KV_EUNAVAIL;
+	r.error = in->leader_id ? "this controller replica is not the leader"
+	                        : "no controller leader at the moment (election in progress)";
+	r.epoch = kv_controller_epoch(c);
+	r.not_leader = true;
+	r.leader_id = in->leader_id != c->self_id ? in->leader_id : 0;
+	r.leader_address = r.leader_id ? c->peers[r.leader_id - 1] : NULL;
+	r.term = in->term;
+	r.commit_index = in->commit_index;
+	return kv_admin_encode(&r, reply);
+}
+
 static int
 ctl_handle(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 {
@@ -1152,57 +1691,124 @@ ctl_handle(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		rv = KV_EINVAL;
 	}
 	x.resp.request_id = rq.request_id;
-	pthread_mutex_lock(&c->mu);
-	if (rv == KV_OK && (cmd->flags & CTL_MUTATES) && rq.client_id != 0) {
-		const struct ctl_dedup *d = dedup_find_locked(c, rq.client_id, rq.request_id);
-		if (d != NULL) {
-			rv = nng_msg_alloc(reply, d->len) == 0 ? KV_OK : KV_ENOMEM;
-			if (rv == KV_OK)
-				memcpy(nng_msg_body(*reply), d->reply, d->len);
-			pthread_mutex_unlock(&c->mu);
+	/* Replicated: any replica serves configs and watches from what it has
+	 * applied (never older than what it served before); everything else
+	 * is the leader's, and changes go through the proposer thread. */
+	if (rv == KV_OK && c->repl != NULL && rq.op != KV_ADM_WATCH) {
+		kv_repl_info in;
+		kv_repl_get_info(c->repl, &in);
+		/* A follower serves configs it has; one it has not applied yet may
+		 * exist, so only the leader may say "never published". */
+		if (rq.op == KV_ADM_GET_CONFIG &&
+		    (in.role == KV_REPL_LEADER || rq.epoch <= kv_controller_epoch(c)))
+			goto local;
+		if (in.role != KV_REPL_LEADER) {
+			rv = answer_not_leader(c, &in, rq.request_id, reply);
 			kv_admin_req_fini(&rq);
 			return rv;
 		}
-	}
-	if (rv == KV_OK) {
-		if (c->closing && (cmd->flags & CTL_MUTATES)) {
-			snprintf(x.msg, sizeof(x.msg), "the controller is shutting down");
-			rv = KV_ECLOSED;
-		} else if (rq.wait && (cmd->flags & CTL_WAITS) && c->nwaits >= CTL_MAX_WAITS) {
-			snprintf(x.msg, sizeof(x.msg),
-			         "too many commands are waiting for migrations (%u); retry later",
-			         CTL_MAX_WAITS);
-			rv = KV_EBUSY;
-		} else {
-			if (!(cmd->flags & CTL_WAITS))
-				rq.wait = false;
-			rv = cmd->fn(c, &rq, &x);
+		if (cmd->flags & CTL_MUTATES) {
+			struct ctl_job *j = calloc(1, sizeof(*j));
+			pthread_mutex_lock(&c->mu);
+			if (j != NULL && !c->closing) {
+				j->p = p;
+				j->rq = rq;
+				j->cmd = cmd;
+				if (c->jobs_tail)
+					c->jobs_tail->next = j;
+				else
+					c->jobs = j;
+				c->jobs_tail = j;
+				pthread_cond_broadcast(&c->pcv);
+				pthread_mutex_unlock(&c->mu);
+				return KV_RPC_DEFERRED;
+			}
+			pthread_mutex_unlock(&c->mu);
+			free(j);
+			snprintf(x.msg, sizeof(x.msg), "%s",
+			         j ? "the controller is shutting down" : "out of memory");
+			rv = j ? KV_ECLOSED : KV_ENOMEM;
 		}
-		if (rv != KV_OK && !(cmd->flags & CTL_QUIET))
-			KV_INFO("controller", "request refused", "cmd=%s err=%s msg=\"%s\"",
-			        cmd->name, kv_errname(rv), x.msg[0] ? x.msg : kv_strerror(rv));
 	}
-	if (rv != KV_OK) {
-		memset(&x.resp, 0, sizeof(x.resp));
-		x.resp.request_id = rq.request_id;
-		x.resp.epoch = authed ? latest_locked(c)->epoch : 0;
-		x.resp.err = rv;
-		x.resp.error = x.msg;
-		x.held = false;
-	}
-	if (!x.held)
-		rv = kv_admin_encode(&x.resp, reply);
-	if (!x.held && rv == KV_OK && cmd != NULL && (cmd->flags & CTL_MUTATES) && rq.client_id)
-		dedup_store_locked(c, rq.client_id, rq.request_id, *reply);
+local:
+	pthread_mutex_lock(&c->mu);
+	rv = exec_locked(c, cmd, &rq, authed, rv, &x, reply);
 	pthread_mutex_unlock(&c->mu);
-	free(x.nstat);
-	free(x.rmigs);
-	free(x.cfgs);
-	free(x.migs);
+	ctx_fini(&x);
 	kv_admin_req_fini(&rq);
 	if (x.held)
 		return KV_RPC_DEFERRED;
 	return rv;
+}
+
+/*
+ * The proposer thread (replicated mode): runs the mutating commands one at a
+ * time, so each is planned on the state the previous one committed. On the
+ * first command of a new term it first commits a barrier, so that entries a
+ * previous leader left in the log are applied before anything is planned.
+ */
+static void *
+proposer_main(void *arg)
+{
+	kv_controller *c = arg;
+
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		struct ctl_job *j;
+		struct ctl_ctx x;
+		nng_msg *reply = NULL;
+		kv_repl_info in;
+		int rv = KV_OK;
+		bool answered = false;
+
+		while (c->jobs == NULL && !c->closing)
+			pthread_cond_wait(&c->pcv, &c->mu);
+		if ((j = c->jobs) == NULL)
+			break;
+		if ((c->jobs = j->next) == NULL)
+			c->jobs_tail = NULL;
+		memset(&x, 0, sizeof(x));
+		x.p = j->p;
+		x.resp.request_id = j->rq.request_id;
+		kv_repl_get_info(c->repl, &in);
+		if (!c->closing && in.role == KV_REPL_LEADER && c->barrier_term != in.term) {
+			int res = 0;
+			if (repl_wait_locked(c, NULL, &res) == KV_OK) {
+				c->barrier_term = in.term;
+				c->leader_since_ns = now_ns();
+			}
+			kv_repl_get_info(c->repl, &in);
+		}
+		/* Placement by data size needs the servers' heartbeats, which a
+		 * new leader has only after a second: commands that place data
+		 * wait for them (bounded) rather than plan on empty statistics. */
+		if (!c->closing && (j->cmd->op == KV_ADM_JOIN || j->cmd->op == KV_ADM_LEAVE ||
+		                    j->cmd->op == KV_ADM_REBALANCE)) {
+			uint64_t ready = c->leader_since_ns + CTL_STATS_GRACE_NS;
+			while (!c->closing && now_ns() < ready) {
+				struct timespec ts = {.tv_sec = (time_t)(ready / 1000000000u),
+				                      .tv_nsec = (long)(ready % 1000000000u)};
+				pthread_cond_timedwait(&c->pcv, &c->mu, &ts);
+			}
+		}
+		if (!c->closing && (in.role != KV_REPL_LEADER || c->barrier_term != in.term)) {
+			pthread_mutex_unlock(&c->mu);
+			rv = answer_not_leader(c, &in, j->rq.request_id, &reply);
+			pthread_mutex_lock(&c->mu);
+			answered = true;
+		}
+		if (!answered)
+			rv = exec_locked(c, j->cmd, &j->rq, true, KV_OK, &x, &reply);
+		pthread_mutex_unlock(&c->mu);
+		ctx_fini(&x);
+		if (!x.held)
+			kv_rpc_reply(j->p, rv == KV_OK ? reply : NULL);
+		kv_admin_req_fini(&j->rq);
+		free(j);
+		pthread_mutex_lock(&c->mu);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
 }
 
 /* ---- the reaper: answers held requests ---- */
@@ -1379,6 +1985,9 @@ metrics_render(void *arg, kv_buf *out)
 	waits = c->nwaits;
 	uptime = (now_ns() - c->started_ns) / 1000000000u;
 	pthread_mutex_unlock(&c->mu);
+	kv_repl_info in = {0};
+	if (c->repl != NULL)
+		kv_repl_get_info(c->repl, &in);
 
 	kv_metric m[] = {
 	    {"shardkv_controller_epoch", KV_METRIC_GAUGE, "Latest published configuration epoch.",
@@ -1399,8 +2008,107 @@ metrics_render(void *arg, kv_buf *out)
 	     .u = waits},
 	    {"shardkv_controller_uptime_seconds", KV_METRIC_GAUGE, "Seconds since start.",
 	     .u = uptime},
+	    {"shardkv_controller_raft_leader", KV_METRIC_GAUGE,
+	     "1 when this replica is the Raft leader (replicated controllers only).",
+	     .u = in.role == KV_REPL_LEADER},
+	    {"shardkv_controller_raft_term", KV_METRIC_GAUGE, "Current Raft term.", .u = in.term},
+	    {"shardkv_controller_raft_commit_index", KV_METRIC_GAUGE, "Raft commit index.",
+	     .u = in.commit_index},
+	    {"shardkv_controller_raft_applied_index", KV_METRIC_GAUGE,
+	     "Raft index applied to the configuration history.", .u = in.applied},
 	};
-	return kv_metrics_write(out, m, sizeof(m) / sizeof(m[0]));
+	/* A standalone controller has no Raft gauges. */
+	return kv_metrics_write(out, m, sizeof(m) / sizeof(m[0]) - (c->repl ? 0 : 4));
+}
+
+int
+kv_controller_raft_addr(const char *url, char *out, size_t outlen)
+{
+	const char *hp, *colon;
+	char *end;
+	unsigned long port;
+
+	/* tls+tcp:// too: TLS is the controller's listener only; raft's own
+	 * transport (raft_uv_tcp) is plain TCP either way. */
+	if (url != NULL && strncmp(url, "tcp://", 6) == 0)
+		hp = url + 6;
+	else if (url != NULL && strncmp(url, "tls+tcp://", 10) == 0)
+		hp = url + 10;
+	else
+		return KV_EINVAL;
+	if ((colon = strrchr(hp, ':')) == NULL || colon == hp || colon[1] < '0' || colon[1] > '9' ||
+	    strchr(hp, '/') != NULL)
+		return KV_EINVAL; /* (strtoul would take "-5" or " 5") */
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (errno != 0 || *end != '\0' || port == 0 || port > 65535 - 1000)
+		return KV_EINVAL;
+	if ((size_t)snprintf(out, outlen, "%.*s:%lu", (int)(colon - hp), hp, port + 1000) >= outlen)
+		return KV_EINVAL;
+	return KV_OK;
+}
+
+/* Starts the Raft replica of a replicated controller: its state (history,
+ * cluster id, dedup) comes from raft's snapshot and log, not config.log. */
+static int
+repl_open(kv_controller *c, const kv_controller_cfg *cfg, char *err, size_t errlen)
+{
+	char raddr[KV_REPL_MAX_PEERS][128];
+	const char *ra[KV_REPL_MAX_PEERS];
+	char dir[4096];
+	int rv;
+
+	if (cfg->npeers > KV_REPL_MAX_PEERS)
+		return kv_errf(err, errlen, KV_EINVAL, "--peers lists %zu controllers (at most %d)",
+		               cfg->npeers, KV_REPL_MAX_PEERS);
+	if (cfg->id < 1 || cfg->id > cfg->npeers)
+		return kv_errf(err, errlen, KV_EINVAL, "--id %u does not index --peers (1 .. %zu)",
+		               cfg->id, cfg->npeers);
+	if ((c->peers = calloc(cfg->npeers, sizeof(*c->peers))) == NULL)
+		return KV_ENOMEM;
+	c->npeers = cfg->npeers;
+	c->self_id = cfg->id;
+	for (size_t i = 0; i < cfg->npeers; i++) {
+		if ((c->peers[i] = strdup(cfg->peers[i])) == NULL)
+			return KV_ENOMEM;
+		if (cfg->raft_peers != NULL) {
+			snprintf(raddr[i], sizeof(raddr[i]), "%s", cfg->raft_peers[i]);
+		} else if (kv_controller_raft_addr(cfg->peers[i], raddr[i], sizeof(raddr[i])) !=
+		           KV_OK) {
+			return kv_errf(err, errlen, KV_EINVAL,
+			               "cannot derive a raft address from peer %s (need "
+			               "tcp:// or tls+tcp://HOST:PORT with PORT <= 64535, or "
+			               "--raft-peers)",
+			               cfg->peers[i]);
+		}
+		ra[i] = raddr[i];
+	}
+	if ((c->empty->cluster_id = strdup("")) == NULL)
+		return KV_ENOMEM;
+	if (mkdir(c->data_dir, 0755) != 0 && errno != EEXIST)
+		return kv_errf(err, errlen, kv_err_from_errno(errno), "cannot create %s: %s",
+		               c->data_dir, strerror(errno));
+	if ((size_t)snprintf(dir, sizeof(dir), "%s/raft", c->data_dir) >= sizeof(dir))
+		return kv_errf(err, errlen, KV_EINVAL, "--data-dir is too long");
+	kv_repl_cfg rc = {
+	    .id = cfg->id,
+	    .npeers = cfg->npeers,
+	    .raft_addrs = ra,
+	    .dir = dir,
+	    .election_ms = cfg->election_ms,
+	    .snapshot_threshold = cfg->snapshot_threshold,
+	    .snapshot_trailing = cfg->snapshot_threshold ? (cfg->snapshot_threshold + 3) / 4 : 0,
+	    .fsm = {.arg = c, .apply = fsm_apply, .snapshot = fsm_snapshot, .restore = fsm_restore},
+	};
+	if ((rv = kv_repl_create(&rc, &c->repl, err, errlen)) != KV_OK)
+		return rv;
+	if (pthread_create(&c->proposer, NULL, proposer_main, c) != 0)
+		return kv_errf(err, errlen, KV_ENOMEM, "cannot start a thread");
+	c->proposer_started = true;
+	KV_INFO("controller", "raft replica started", "id=%u peers=%zu raft=%s dir=%s epoch=%llu",
+	        cfg->id, cfg->npeers, ra[cfg->id - 1], dir,
+	        (unsigned long long)kv_controller_epoch(c));
+	return KV_OK;
 }
 
 int
@@ -1431,6 +2139,7 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cv, &ca);
+	pthread_cond_init(&c->pcv, &ca);
 	pthread_condattr_destroy(&ca);
 	if ((c->listen = strdup(cfg->listen)) == NULL ||
 	    (c->data_dir = strdup(cfg->data_dir)) == NULL || (c->empty = kv_config_new()) == NULL) {
@@ -1453,20 +2162,25 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 		goto err;
 	if ((rv = kv_tls_check_url(c->tls != NULL, "--listen", c->listen, err, errlen)) != KV_OK)
 		goto err;
-	rc.c = c;
-	rc.err = 0;
-	rv = kv_clog_open(c->data_dir, replay_cb, &rc, &c->log, &info, err, errlen);
-	if (rv != KV_OK)
-		goto err;
-	snprintf(c->cluster_id, sizeof(c->cluster_id), "%s", kv_clog_cluster_id(c->log));
-	if ((c->empty->cluster_id = strdup(c->cluster_id)) == NULL) {
-		rv = KV_ENOMEM;
-		goto err;
+	if (cfg->npeers > 0) {
+		if ((rv = repl_open(c, cfg, err, errlen)) != KV_OK)
+			goto err;
+	} else {
+		rc.c = c;
+		rc.err = 0;
+		rv = kv_clog_open(c->data_dir, replay_cb, &rc, &c->log, &info, err, errlen);
+		if (rv != KV_OK)
+			goto err;
+		snprintf(c->cluster_id, sizeof(c->cluster_id), "%s", kv_clog_cluster_id(c->log));
+		if ((c->empty->cluster_id = strdup(c->cluster_id)) == NULL) {
+			rv = KV_ENOMEM;
+			goto err;
+		}
+		KV_INFO("controller", "config log opened",
+		        "file=%s records=%llu epoch=%zu cluster=%s created=%d dropped_bytes=%llu",
+		        kv_clog_path(c->log), (unsigned long long)info.records, c->nhist,
+		        c->cluster_id, info.created, (unsigned long long)info.dropped_bytes);
 	}
-	KV_INFO("controller", "config log opened",
-	        "file=%s records=%llu epoch=%zu cluster=%s created=%d dropped_bytes=%llu",
-	        kv_clog_path(c->log), (unsigned long long)info.records, c->nhist, c->cluster_id,
-	        info.created, (unsigned long long)info.dropped_bytes);
 	if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
 		rv = KV_ENOMEM;
 		snprintf(err, errlen, "cannot start a thread");
@@ -1506,7 +2220,15 @@ kv_controller_destroy(kv_controller *c)
 	pthread_mutex_lock(&c->mu);
 	c->closing = true;
 	pthread_cond_signal(&c->cv);
+	pthread_cond_broadcast(&c->pcv);
 	pthread_mutex_unlock(&c->mu);
+	/* Replicated: stop raft first (a proposal in flight completes with
+	 * KV_ECLOSED), then the proposer (it answers what is queued), then the
+	 * reaper (it answers what the proposer held). */
+	if (c->repl != NULL)
+		kv_repl_stop(c->repl);
+	if (c->proposer_started)
+		pthread_join(c->proposer, NULL);
 	if (c->reaper_started)
 		pthread_join(c->reaper, NULL);
 	kv_rpc_server_destroy(c->rpc);
@@ -1517,6 +2239,10 @@ kv_controller_destroy(kv_controller *c)
 		held_free(h);
 	}
 	kv_clog_close(c->log);
+	kv_repl_destroy(c->repl);
+	for (size_t i = 0; i < c->npeers; i++)
+		free(c->peers[i]);
+	free(c->peers);
 	for (size_t i = 0; i < c->nhist; i++)
 		kv_config_free(c->hist[i]);
 	free(c->hist);
@@ -1528,6 +2254,7 @@ kv_controller_destroy(kv_controller *c)
 	for (size_t i = 0; i < CTL_DEDUP; i++)
 		free(c->dedup[i].reply);
 	pthread_cond_destroy(&c->cv);
+	pthread_cond_destroy(&c->pcv);
 	pthread_mutex_destroy(&c->mu);
 	free(c->listen);
 	free(c->data_dir);

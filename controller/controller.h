@@ -3,8 +3,11 @@
  * answers admin commands, server reports and watches (SPEC §4, §5;
  * doc/protocol.md).
  *
- * Standalone (one replica, no --id/--peers). Every configuration is made
- * durable in the config log (clog.h) before anyone can see it.
+ * Standalone (one replica, no --id/--peers): every configuration is made
+ * durable in the config log (clog.h) before anyone can see it. Replicated
+ * (--id/--peers): every configuration is committed through Raft
+ * (replica.h) by a majority of the replicas before anyone can see it; the
+ * leader plans and proposes, every replica applies and serves watches.
  */
 #ifndef KV_CONTROLLER_CONTROLLER_H
 #define KV_CONTROLLER_CONTROLLER_H
@@ -31,15 +34,37 @@ typedef struct {
 	/* --tls-cert, --tls-key, --tls-ca (common/tls.h): all three with a
 	 * tls+tcp:// --listen, none with another; NULL: not given. */
 	kv_tls_files tls;
+	/* Replication (all zero/NULL: standalone). */
+	uint32_t id;                   /* --id: this replica, 1 .. npeers */
+	size_t npeers;                 /* entries in peers */
+	const char *const *peers;      /* --peers: every replica's controller URL */
+	const char *const *raft_peers; /* HOST:PORT raft uses per replica; NULL:
+	                                  the controller URL's host, port + 1000 */
+	unsigned snapshot_threshold;   /* raft entries between snapshots; 0: 256 */
+	unsigned election_ms;          /* raft election timeout; 0: 1000 */
 } kv_controller_cfg;
+
+/* Derives the raft address of a controller URL tcp://HOST:PORT (or
+ * tls+tcp://HOST:PORT): HOST:PORT+1000 into out. Returns 0 or KV_EINVAL (not
+ * tcp:// or tls+tcp://, no port, port too big). */
+int kv_controller_raft_addr(const char *url, char *out, size_t outlen);
 
 typedef struct kv_controller kv_controller;
 
+/* Most replicas --peers may list. */
+#define KV_CONTROLLER_MAX_PEERS 9
+
 /* The parsed command line of shardkv-controller. */
 typedef struct {
-	kv_controller_cfg cfg;   /* strings point into argv */
+	kv_controller_cfg cfg;   /* strings point into argv, the lists below */
 	enum kv_log_level level; /* --log-level (default info) */
 	bool help;               /* --help: print kv_controller_usage, exit 0 */
+	/* What cfg.peers and cfg.raft_peers point to: copies of --peers and
+	 * --raft-peers split at the commas (argv is left intact). */
+	const char *peers[KV_CONTROLLER_MAX_PEERS];
+	const char *raft_peers[KV_CONTROLLER_MAX_PEERS];
+	char peers_buf[4096];
+	char raft_buf[4096];
 } kv_controller_args;
 
 /* The --help text. */
@@ -48,7 +73,9 @@ extern const char kv_controller_usage[];
 /*
  * Parses the command line (argv[0] is the program) into *out without
  * opening or reading anything. Checks what flags alone can tell: required
- * flags, --log-level, the --tls-* combination and the --listen scheme. On
+ * flags, --log-level, the --tls-* combination, the --listen and --peers
+ * schemes and the replication flags (--id with --peers, as many --raft-peers
+ * as --peers, the numbers' ranges). On
  * KV_EINVAL err holds a one-line reason (main prints it and exits 2) and
  * *out is untouched. May reorder argv (getopt) and can be called again.
  */

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # deploy/cluster.sh - a local shardkv cluster on loopback (SPEC §6).
 #
-#   cluster.sh up [-n NODES] [--dir DIR] [--base-port PORT]
-#                      start a controller and NODES servers (default 3), join
-#                      them, wait until they serve, print the controller address
+#   cluster.sh up [-n NODES] [--controllers C] [--dir DIR] [--base-port PORT]
+#                      start a controller (C replicas with Raft, e.g. 3 or 5;
+#                      default 1) and NODES servers (default 3), join them,
+#                      wait until they serve, print the controller address(es)
 #   cluster.sh status  the cluster's status (shardkv status)
 #   (--dir DIR may be given with any command)
 #   cluster.sh add [--no-wait]  start and join one more server (--no-wait:
@@ -13,9 +14,14 @@
 #   cluster.sh restart N  start server N again with its data dir
 #   cluster.sh down    stop everything (servers without draining), keep the data
 #   cluster.sh destroy stop everything and remove the data
+#   cluster.sh stop-controller K | kill-controller K | restart-controller K
+#                      SIGTERM / SIGKILL / start again controller replica K
+#                      (1-based; a single controller is replica 1)
 #
 # The controller listens on tcp://127.0.0.1:PORT (default 7000), server N on
-# PORT+100+N. State lives in DIR (default ./cluster, or $SHARDKV_CLUSTER_DIR):
+# PORT+100+N. With --controllers C, replica K listens on PORT+K-1 and its Raft
+# transport on PORT+K-1+1000; servers and the CLI get the comma-separated
+# list of all C addresses. State lives in DIR (default ./cluster, or $SHARDKV_CLUSTER_DIR):
 # one data dir, log file and pid file per process. Binaries come from
 # $SHARDKV_BIN_DIR, else build-release/bin or build/bin (built when missing).
 # With $SHARDKV_AUTH_TOKEN_FILE set at `up`, the controller and every server
@@ -25,6 +31,8 @@
 # (PEM files; all three), every address is tls+tcp:// and the controller and
 # every server run with --tls-cert/--tls-key/--tls-ca; the CLI reads the same
 # variables, so it shows the same certificate (kept in DIR/cluster.env too).
+# TLS covers the controllers' client-facing listeners only: the replicas'
+# Raft transport (PORT+K-1+1000) stays plain TCP on loopback.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,6 +44,7 @@ tls_key=
 tls_ca=
 scheme=tcp
 nodes=3
+nctl=1
 wait_s=${SHARDKV_WAIT_S:-30}
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
@@ -67,13 +76,30 @@ load_state() {
 	. "$dir/cluster.env"
 	use_auth
 	use_tls
-	ctl="$scheme://127.0.0.1:$base"
+	ctl_list
 }
 
 save_state() {
 	mkdir -p "$dir"
-	printf 'base=%s\nbin=%s\nauth=%q\ntls_cert=%q\ntls_key=%q\ntls_ca=%q\n' "$base" "$bin" \
-		"$auth" "$tls_cert" "$tls_key" "$tls_ca" >"$dir/cluster.env"
+	printf 'base=%s\nbin=%s\nauth=%q\ntls_cert=%q\ntls_key=%q\ntls_ca=%q\nnctl=%s\n' "$base" \
+		"$bin" "$auth" "$tls_cert" "$tls_key" "$tls_ca" "$nctl" >"$dir/cluster.env"
+}
+
+# ctl: the controller address, or the comma-separated replica addresses
+# (after use_tls, which sets the scheme).
+ctl_list() {
+	local k
+	ctl="$scheme://127.0.0.1:$base"
+	for ((k = 2; k <= ${nctl:-1}; k++)); do ctl="$ctl,$scheme://127.0.0.1:$((base + k - 1))"; done
+}
+
+# The pid file of controller replica $1 (controller.pid when standalone).
+ctl_pidf() { if [ "${nctl:-1}" -eq 1 ]; then echo "$dir/controller.pid"; else echo "$dir/controller-$1.pid"; fi; }
+
+any_ctl_alive() {
+	local k
+	for ((k = 1; k <= ${nctl:-1}; k++)); do alive "$(ctl_pidf $k)" && return 0; done
+	return 1
 }
 
 # The shared secret, when the cluster has one: the daemons' flag, and the
@@ -111,13 +137,21 @@ abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-cli() { "$bin/shardkv" -c "$ctl" --timeout 2000 "$@"; }
+# A dead replica costs the client up to a second before it tries the next
+# one, so the timeout grows with the number of controllers.
+cli() {
+	local t=2000
+	[ "${nctl:-1}" -gt 1 ] && t=$((1000 * nctl + 3000))
+	"$bin/shardkv" -c "$ctl" --timeout "$t" "$@"
+}
 
-# Polls until the controller answers, or fails after the deadline.
+# Polls until the controller answers (replicated: until one leads), or fails
+# after the deadline.
 wait_controller() {
-	local deadline=$((SECONDS + wait_s))
-	until cli config >/dev/null 2>&1; do
-		alive "$dir/controller.pid" || die "controller exited; see $dir/controller.log"
+	local deadline=$((SECONDS + wait_s)) what=config
+	[ "${nctl:-1}" -gt 1 ] && what=status
+	until cli $what >/dev/null 2>&1; do
+		any_ctl_alive || die "controller exited; see $dir/controller*.log"
 		[ $SECONDS -lt $deadline ] || die "controller not ready after ${wait_s}s"
 		sleep 0.05
 	done
@@ -135,13 +169,31 @@ wait_server() {
 }
 
 start_controller() {
-	mkdir -p "$dir/controller"
-	alive "$dir/controller.pid" && return 0
-	"$bin/shardkv-controller" --listen "$ctl" --data-dir "$dir/controller" \
-		${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"} \
-		>>"$dir/controller.log" 2>&1 &
-	echo $! >"$dir/controller.pid"
+	if [ "${nctl:-1}" -eq 1 ]; then
+		mkdir -p "$dir/controller"
+		alive "$dir/controller.pid" && return 0
+		"$bin/shardkv-controller" --listen "$ctl" --data-dir "$dir/controller" \
+			${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"} \
+			>>"$dir/controller.log" 2>&1 &
+		echo $! >"$dir/controller.pid"
+	else
+		local k
+		for ((k = 1; k <= nctl; k++)); do start_replica "$k"; done
+	fi
 	wait_controller
+}
+
+# Starts controller replica $1 of a replicated control plane (no wait).
+start_replica() {
+	local k=$1 pidf
+	pidf=$(ctl_pidf "$k")
+	alive "$pidf" && return 0
+	mkdir -p "$dir/controller-$k"
+	"$bin/shardkv-controller" --id "$k" --peers "$ctl" \
+		--listen "$scheme://127.0.0.1:$((base + k - 1))" --data-dir "$dir/controller-$k" \
+		${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"} \
+		>>"$dir/controller-$k.log" 2>&1 &
+	echo $! >"$pidf"
 }
 
 start_server() {
@@ -207,12 +259,15 @@ up)
 		case "$1" in
 		-n) nodes=${2:?-n needs a number}; shift 2 ;;
 		--base-port) base=${2:?--base-port needs a port}; shift 2 ;;
+		--controllers) nctl=${2:?--controllers needs a number}; shift 2 ;;
 		*) echo "cluster.sh: unknown option $1" >&2; usage ;;
 		esac
 	done
 	[[ $nodes =~ ^[0-9]+$ ]] && [ "$nodes" -ge 1 ] || die "-n wants a positive number"
-	[[ $base =~ ^[0-9]+$ ]] && [ "$base" -ge 1 ] && [ "$base" -le 65000 ] ||
-		die "--base-port wants a port number"
+	[[ $base =~ ^[0-9]+$ ]] && [ "$base" -ge 1 ] && [ "$base" -le 64000 ] ||
+		die "--base-port wants a port number (at most 64000)"
+	[[ $nctl =~ ^[0-9]+$ ]] && [ "$nctl" -ge 1 ] && [ "$nctl" -le 9 ] ||
+		die "--controllers wants 1 to 9 (3 or 5 for a replicated control plane)"
 	find_bins
 	dir=$(mkdir -p "$dir" && cd "$dir" && pwd)
 	auth=${SHARDKV_AUTH_TOKEN_FILE:-}
@@ -232,7 +287,7 @@ up)
 	fi
 	use_tls
 	save_state
-	ctl="$scheme://127.0.0.1:$base"
+	ctl_list
 	start_controller
 	for ((i = 1; i <= nodes; i++)); do start_server "$i"; done
 	echo "$ctl"
@@ -267,9 +322,23 @@ down | destroy)
 	[ "$cmd" = destroy ] && [ ! -f "$dir/cluster.env" ] && { rm -rf "$dir"; exit 0; }
 	load_state
 	for p in "$dir"/node-*.pid; do [ -f "$p" ] && stop_pid "$p" INT; done
-	stop_pid "$dir/controller.pid" TERM
+	for ((k = 1; k <= nctl; k++)); do stop_pid "$(ctl_pidf $k)" TERM; done
 	[ "$cmd" = destroy ] && rm -rf "$dir"
 	true
+	;;
+stop-controller | kill-controller | restart-controller)
+	k=${1:-}
+	[[ $k =~ ^[0-9]+$ ]] || die "$cmd wants a controller replica number"
+	load_state
+	[ "$k" -ge 1 ] && [ "$k" -le "$nctl" ] || die "no controller replica $k (1..$nctl)"
+	case "$cmd" in
+	stop-controller) stop_pid "$(ctl_pidf "$k")" TERM ;;
+	kill-controller) stop_pid "$(ctl_pidf "$k")" KILL ;;
+	restart-controller)
+		stop_pid "$(ctl_pidf "$k")" TERM
+		if [ "$nctl" -eq 1 ]; then start_controller; else start_replica "$k"; wait_controller; fi
+		;;
+	esac
 	;;
 -h | --help | help) usage ;;
 *) echo "cluster.sh: unknown command $cmd" >&2; usage ;;

@@ -7,7 +7,9 @@
  *
  * Checks: a refusal has a one-line reason; an accepted command line (not
  * --help) has a --listen and a --data-dir, and its TLS files are complete
- * (cert, key and CA) exactly when --listen is a tls+tcp:// URL; parsing the
+ * (cert, key and CA) exactly when --listen is a tls+tcp:// URL, and so
+ * are the --peers URLs; --id indexes --peers, --raft-peers has as many
+ * entries and the split lists live in the returned struct; parsing the
  * same arguments again (getopt state is reset) gives the same answer.
  */
 #include "common/err.h"
@@ -68,6 +70,25 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fz_touch(a.cfg.metrics, strlen(a.cfg.metrics));
 		if (a.cfg.auth_token_file)
 			FZ_CHECK(a.cfg.auth_token_file[0] != 0);
+		/* Replication: --id indexes --peers; --raft-peers matches it; the
+		 * lists point into the struct they were returned in. */
+		FZ_CHECK((a.cfg.id == 0) == (a.cfg.npeers == 0));
+		FZ_CHECK(a.cfg.id <= a.cfg.npeers && a.cfg.npeers <= KV_CONTROLLER_MAX_PEERS);
+		FZ_CHECK(a.cfg.npeers == b.cfg.npeers && a.cfg.id == b.cfg.id);
+		FZ_CHECK((a.cfg.peers != NULL) == (a.cfg.npeers != 0));
+		FZ_CHECK(a.cfg.raft_peers == NULL || a.cfg.npeers != 0);
+		for (size_t i = 0; i < a.cfg.npeers; i++) {
+			FZ_CHECK(a.cfg.peers[i] >= a.peers_buf &&
+			         a.cfg.peers[i] < a.peers_buf + sizeof(a.peers_buf));
+			FZ_CHECK(a.cfg.peers[i][0] != 0 && strchr(a.cfg.peers[i], ',') == NULL);
+			FZ_CHECK(strcmp(a.cfg.peers[i], b.cfg.peers[i]) == 0);
+			FZ_CHECK(kv_tls_url(a.cfg.peers[i]) == tls);
+			if (a.cfg.raft_peers != NULL) {
+				FZ_CHECK(a.cfg.raft_peers[i] >= a.raft_buf &&
+				         a.cfg.raft_peers[i] < a.raft_buf + sizeof(a.raft_buf));
+				FZ_CHECK(a.cfg.raft_peers[i][0] != 0);
+			}
+		}
 	}
 	free(buf1);
 	free(buf2);

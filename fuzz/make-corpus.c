@@ -347,6 +347,14 @@ seeds_daemons(void)
 	      "--listen\0tls+tcp://127.0.0.1:7000\0--data-dir\0d\0--tls-cert\0c\0--tls-ca\0a"),
 	    A("fuzz_controller_args", "help", "--log-level\0debug\0--help"),
 	    A("fuzz_controller_args", "missing", "--listen"),
+	    A("fuzz_controller_args", "raft",
+	      "--id\0002\0--peers\0tcp://10.0.0.1:7000,tcp://10.0.0.2:7000,tcp://10.0.0.3:7000\0"
+	      "--raft-peers\00010.0.0.1:9000,10.0.0.2:9000,10.0.0.3:9000\0"
+	      "--snapshot-threshold\00064\0--election-timeout\000500\0"
+	      "--listen\0tcp://10.0.0.2:7000\0--data-dir\0d"),
+	    A("fuzz_controller_args", "raft-tls",
+	      "--id\0001\0--peers\0tls+tcp://a:7000,tls+tcp://b:7000,tls+tcp://c:7000\0--listen\0"
+	      "tls+tcp://a:7000\0--data-dir\0d\0--tls-cert\0c\0--tls-key\0k\0--tls-ca\0a"),
 	    A("fuzz_server_args", "plain",
 	      "--listen\0tcp://127.0.0.1:7101\0--controller\0tcp://127.0.0.1:7000,tcp://127.0.0.1:"
 	      "7001\0--data-dir\0/tmp/s\0--join\0--threads\04\0--store\0percore\0--fsync\0always"),

@@ -7,9 +7,11 @@ set -euo pipefail
 # TLS engine on Debian). openssl: the TLS test makes its certificates with it.
 # libclang-rt-14-dev: clang's sanitizer and libFuzzer runtimes (only
 # recommended by clang, so --no-install-recommends would leave it out).
+# libraft-dev, libuv1-dev: the replicated controller (canonical raft and the
+# libuv loop its disk and TCP backend runs on).
 pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
       libprotobuf-c-dev protobuf-c-compiler libnng-dev libcmocka-dev
-      liburcu-dev libxxhash-dev libmbedtls-dev openssl)
+      liburcu-dev libxxhash-dev libmbedtls-dev openssl libraft-dev libuv1-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -32,6 +32,8 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   kv_cluster_test(test_cluster_cli 90)
   kv_cluster_test(test_cluster_cancel 120)
   kv_cluster_test(test_cluster_dedup 120)
+  # Three Raft controller replicas; the leader is killed during changes.
+  kv_cluster_test(test_cluster_raft 240)
   # Migrations of values up to 64 MiB in slices; it also sends hand-made
   # transfer messages (kv_sc_xfer_encode), hence kv_server.
   kv_cluster_test(test_cluster_bigvalue 300)

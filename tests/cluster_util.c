@@ -540,6 +540,26 @@ err:
 }
 
 int
+kv_tc_start_replicated(kv_tc *c, const char *tag, int nctl, const char *const *ctl_args,
+                       int nservers)
+{
+	if (kv_tc_create_replicated(c, tag, nctl, ctl_args) != 0)
+		return -1;
+	for (int k = 0; k < nservers; k++) {
+		int i = kv_tc_add_server(c, true);
+		if (i < 0 ||
+		    kv_tc_wait_node_state(c, i, SHARDKV_NODE_ACTIVE, KV_TC_READY_MS) != 0 ||
+		    wait_owns_range(c, i, KV_TC_READY_MS) != 0)
+			goto err;
+	}
+	return 0;
+err:
+	kv_tc_dump_logs(c, 30);
+	kv_tc_destroy(c);
+	return -1;
+}
+
+int
 kv_tc_stop_server(kv_tc *c, int i, int sig, unsigned ms, int *status)
 {
 	kv_tc_server *s = &c->srv[i];
@@ -576,9 +596,154 @@ kv_tc_start_controller(kv_tc *c)
 	return wait_controller(c, KV_TC_READY_MS);
 }
 
+/* ---------------------------------------------------------------------------
+ * Replicated control plane
+ * ------------------------------------------------------------------------- */
+
+static char tc_ctl_args[KV_TC_MAX_ARGS][KV_TC_ARG_LEN]; /* extra controller flags */
+static int tc_nctl_args;
+
+int
+kv_tc_start_replica(kv_tc *c, int k)
+{
+	char id[16], raft[KV_TC_MAX_CTLS * 33];
+	char *argv[16 + KV_TC_MAX_ARGS];
+	size_t n = 0;
+
+	if (k < 0 || k >= c->nctl || c->rpid[k] > 0)
+		return -1;
+	raft[0] = 0;
+	for (int i = 0; i < c->nctl; i++)
+		snprintf(raft + strlen(raft), sizeof(raft) - strlen(raft), "%s%s", i ? "," : "",
+		         c->rraft[i]);
+	snprintf(id, sizeof(id), "%d", k + 1);
+	argv[n++] = "shardkv-controller";
+	argv[n++] = "--id";
+	argv[n++] = id;
+	argv[n++] = "--peers";
+	argv[n++] = c->ctl_url;
+	argv[n++] = "--raft-peers";
+	argv[n++] = raft;
+	argv[n++] = "--listen";
+	argv[n++] = c->rurl[k];
+	argv[n++] = "--data-dir";
+	argv[n++] = c->rdata[k];
+	for (int i = 0; i < tc_nctl_args; i++)
+		argv[n++] = tc_ctl_args[i];
+	argv[n] = NULL;
+	c->rpid[k] = spawn(KV_CONTROLLER_BIN, argv, c->rlog[k]);
+	return c->rpid[k] > 0 ? 0 : -1;
+}
+
+int
+kv_tc_stop_replica(kv_tc *c, int k, int sig, unsigned ms)
+{
+	int rv;
+
+	if (k < 0 || k >= c->nctl || c->rpid[k] <= 0)
+		return -1;
+	kill(c->rpid[k], sig);
+	rv = reap(c->rpid[k], ms, NULL);
+	c->rpid[k] = 0;
+	return rv;
+}
+
+int
+kv_tc_wait_leader(kv_tc *c, unsigned ms)
+{
+	uint64_t t0 = kv_test_now_ms();
+
+	while (kv_test_now_ms() - t0 < ms) {
+		shardkv_config *cfg = NULL;
+		if (shardkv_status(c->admin, &cfg) == 0) {
+			for (size_t i = 0; i < cfg->ncontrollers; i++)
+				if (strcmp(cfg->controllers[i].role, "leader") == 0 &&
+				    cfg->controllers[i].id >= 1 &&
+				    (int)cfg->controllers[i].id <= c->nctl &&
+				    c->rpid[cfg->controllers[i].id - 1] > 0) {
+					int k = (int)cfg->controllers[i].id - 1;
+					shardkv_config_free(cfg);
+					return k;
+				}
+		}
+		shardkv_config_free(cfg);
+		kv_test_sleep_ms(20);
+	}
+	fprintf(stderr, "cluster: no controller leader within %u ms\n", ms);
+	return -1;
+}
+
+long long
+kv_tc_replica_epoch(kv_tc *c, int k)
+{
+	shardkv_options o = {.timeout_ms = 1000, .no_watch = true};
+	shardkv_client *cl = NULL;
+	shardkv_config *cfg = NULL;
+	long long e = -1;
+
+	tc_auth_opts(&o); /* auth: */
+	if (shardkv_open(c->rurl[k], &o, &cl) != 0)
+		return -1;
+	if (shardkv_config_get(cl, 0, &cfg) == 0)
+		e = (long long)cfg->epoch;
+	shardkv_config_free(cfg);
+	shardkv_close(cl);
+	return e;
+}
+
+/* A free port p whose neighbour is not needed: raft gets its own. */
+static void
+free_hostport(char *buf, size_t len)
+{
+	snprintf(buf, len, "127.0.0.1:%d", kv_test_free_port());
+}
+
+int
+kv_tc_create_replicated(kv_tc *c, const char *tag, int nctl, const char *const *ctl_args)
+{
+	shardkv_options o = {.timeout_ms = ADMIN_TIMEOUT_MS, .no_watch = true};
+
+	tc_auth_opts(&o); /* auth: */
+	memset(c, 0, sizeof(*c));
+	if (nctl < 1 || nctl > KV_TC_MAX_CTLS ||
+	    (tc_nctl_args = copy_args(tc_ctl_args, ctl_args)) < 0) {
+		tc_nctl_args = 0;
+		return -1;
+	}
+	kv_tc_elapsed_ms();
+	snprintf(c->dir, sizeof(c->dir), "/tmp/shardkv-%s-XXXXXX", tag);
+	if (mkdtemp(c->dir) == NULL) {
+		fprintf(stderr, "cluster: mkdtemp %s: %s\n", c->dir, strerror(errno));
+		c->dir[0] = 0;
+		return -1;
+	}
+	c->nctl = nctl;
+	for (int k = 0; k < nctl; k++) {
+		kv_test_free_url(c->rurl[k], sizeof(c->rurl[k]));
+		free_hostport(c->rraft[k], sizeof(c->rraft[k]));
+		snprintf(c->rdata[k], sizeof(c->rdata[k]), "%s/ctl%d", c->dir, k + 1);
+		snprintf(c->rlog[k], sizeof(c->rlog[k]), "%s/ctl%d.log", c->dir, k + 1);
+		snprintf(c->ctl_url + strlen(c->ctl_url), sizeof(c->ctl_url) - strlen(c->ctl_url),
+		         "%s%s", k ? "," : "", c->rurl[k]);
+	}
+	if (shardkv_open(c->ctl_url, &o, &c->admin) != 0)
+		goto err;
+	for (int k = 0; k < nctl; k++)
+		if (kv_tc_start_replica(c, k) != 0)
+			goto err;
+	if (kv_tc_wait_leader(c, KV_TC_READY_MS) < 0)
+		goto err;
+	return 0;
+err:
+	kv_tc_dump_logs(c, 30);
+	kv_tc_destroy(c);
+	return -1;
+}
+
 void
 kv_tc_destroy(kv_tc *c)
 {
+
 	/* Servers first (SIGKILL: no drain starts), then the controller. */
 	for (int i = 0; i < c->nservers; i++)
 		if (c->srv[i].pid > 0)
@@ -587,6 +752,9 @@ kv_tc_destroy(kv_tc *c)
 	c->admin = NULL;
 	if (c->ctl_pid > 0)
 		kv_tc_stop_controller(c, SIGTERM, KV_TC_STOP_MS, NULL);
+	for (int k = 0; k < c->nctl; k++)
+		if (c->rpid[k] > 0)
+			kv_tc_stop_replica(c, k, SIGTERM, KV_TC_STOP_MS);
 	if (c->dir[0] && getenv("KV_TC_KEEP") == NULL) {
 		char cmd[300];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->dir);
@@ -1015,6 +1183,50 @@ kv_tc_raw_op(const char *url, uint64_t client_id, uint64_t request_id, kv_tc_raw
 	if (rv != 0)
 		kv_tc_raw_free(out);
 	return rv;
+}
+
+int
+kv_tc_raw_join(const char *url, uint64_t client_id, uint64_t request_id, const char *address,
+               unsigned ms, kv_tc_raw_admin *out)
+{
+	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__AdminJoin j = SHARDKV__ADMIN_JOIN__INIT;
+	Shardkv__AdminResponse *r;
+	kv_rpc_client *cl = NULL;
+	nng_msg *req = NULL, *rep = NULL;
+	size_t n;
+	int rv;
+
+	memset(out, 0, sizeof(*out));
+	rq.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+	rq.client_id = client_id;
+	rq.request_id = request_id;
+	rq.auth_token = (ProtobufCBinaryData){strlen(tc_auth), (uint8_t *)tc_auth}; /* auth: */
+	j.address = (char *)address;
+	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_JOIN;
+	rq.join = &j;
+	n = shardkv__admin_request__get_packed_size(&rq);
+	if (nng_msg_alloc(&req, n) != 0)
+		return SHARDKV_ENOMEM;
+	shardkv__admin_request__pack(&rq, nng_msg_body(req));
+	if ((rv = kv_rpc_client_create(url, &cl)) != 0) {
+		nng_msg_free(req);
+		return rv;
+	}
+	rv = kv_rpc_call(cl, req, &rep, ms);
+	kv_rpc_client_destroy(cl);
+	if (rv != 0)
+		return rv;
+	r = shardkv__admin_response__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
+	nng_msg_free(rep);
+	if (r == NULL)
+		return SHARDKV_EPROTO;
+	out->not_leader = r->status == SHARDKV__STATUS__STATUS_NOT_LEADER;
+	out->status = kv_err_from_wire(r->status);
+	out->epoch = r->epoch;
+	out->node_id = r->node_id;
+	shardkv__admin_response__free_unpacked(r, NULL);
+	return 0;
 }
 
 void

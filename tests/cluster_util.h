@@ -28,6 +28,7 @@
 #include <sys/types.h>
 
 #define KV_TC_MAX_SERVERS 8
+#define KV_TC_MAX_CTLS    5   /* controller replicas (kv_tc_create_replicated) */
 #define KV_TC_MAX_ARGS    8   /* extra flags per server (kv_tc_set_server_args) */
 #define KV_TC_ARG_LEN     128 /* bytes per extra flag, with the NUL */
 
@@ -49,14 +50,24 @@ typedef struct {
 /* A test cluster. Zero-initialise, then kv_tc_start() or kv_tc_create(). */
 typedef struct {
 	char dir[256];                       /* temporary directory, removed by kv_tc_destroy */
-	char ctl_url[64];                    /* the controller's URL */
+	char ctl_url[400];                   /* the controller's URL; replicated: all of
+	                                        them, comma-separated (what servers and
+	                                        clients are given) */
 	char ctl_data[320];                  /* its --data-dir */
 	char ctl_log[320];                   /* its stderr (appended across restarts) */
 	pid_t ctl_pid;                       /* the running controller; 0: none */
 	int nservers;                        /* servers added (running or not) */
 	kv_tc_server srv[KV_TC_MAX_SERVERS]; /* by index, in order of kv_tc_add_server */
 	shardkv_client *admin;               /* the helpers' own client (no watch) */
-	int nargs;                           /* extra flags of servers added later */
+	/* Replicated control plane (kv_tc_create_replicated); nctl 0: one
+	 * standalone controller (the ctl_* fields above). */
+	int nctl;                        /* replicas */
+	char rurl[KV_TC_MAX_CTLS][64];   /* replica k's URL (--id k + 1) */
+	char rraft[KV_TC_MAX_CTLS][32];  /* its raft HOST:PORT */
+	char rdata[KV_TC_MAX_CTLS][320]; /* its --data-dir */
+	char rlog[KV_TC_MAX_CTLS][320];  /* its stderr */
+	pid_t rpid[KV_TC_MAX_CTLS];      /* running process; 0: none */
+	int nargs;                       /* extra flags of servers added later */
 	char args[KV_TC_MAX_ARGS][KV_TC_ARG_LEN];
 } kv_tc;
 
@@ -146,6 +157,34 @@ int kv_tc_stop_controller(kv_tc *c, int sig, unsigned ms, int *status);
 /* Starts the controller again with the same URL and data dir and waits
  * until it answers. Returns 0 or -1. */
 int kv_tc_start_controller(kv_tc *c);
+
+/*
+ * Like kv_tc_create(), with a replicated control plane of `nctl` (1 ..
+ * KV_TC_MAX_CTLS) controllers on free ports (--id/--peers/--raft-peers,
+ * plus `ctl_args`, NULL-terminated, may be NULL), and waits until one of
+ * them leads. Servers and clients get the comma-separated list. Returns 0
+ * or -1.
+ */
+int kv_tc_create_replicated(kv_tc *c, const char *tag, int nctl, const char *const *ctl_args);
+
+/* kv_tc_create_replicated(), then `nservers` servers as kv_tc_start(). */
+int kv_tc_start_replicated(kv_tc *c, const char *tag, int nctl, const char *const *ctl_args,
+                           int nservers);
+
+/* Sends `sig` to replica k and waits up to `ms` for it to exit (SIGKILL on
+ * the deadline, then -1). */
+int kv_tc_stop_replica(kv_tc *c, int k, int sig, unsigned ms);
+
+/* Starts replica k again with its data dir. Does not wait. Returns 0 or -1. */
+int kv_tc_start_replica(kv_tc *c, int k);
+
+/* Waits until some replica reports itself leader in a status; returns its
+ * index k (0-based), or -1 on the deadline. */
+int kv_tc_wait_leader(kv_tc *c, unsigned ms);
+
+/* Asks replica k alone for its latest configuration; returns its epoch or
+ * -1 when it does not answer. */
+long long kv_tc_replica_epoch(kv_tc *c, int k);
 
 /* Prints the last `lines` lines of every log of the cluster to stderr. */
 void kv_tc_dump_logs(const kv_tc *c, int lines);
@@ -257,6 +296,23 @@ int kv_tc_raw_op(const char *url, uint64_t client_id, uint64_t request_id, kv_tc
 
 /* Frees what kv_tc_raw_op() returned. Accepts a zeroed result. */
 void kv_tc_raw_free(kv_tc_raw_result *r);
+
+/* What a controller answered to kv_tc_raw_join(). */
+typedef struct {
+	int status;       /* SHARDKV_E* (NOT_LEADER reads as SHARDKV_EUNAVAIL) */
+	bool not_leader;  /* the answer was STATUS_NOT_LEADER */
+	uint64_t epoch;   /* AdminResponse.epoch */
+	uint32_t node_id; /* AdminResponse.node_id */
+} kv_tc_raw_admin;
+
+/*
+ * Sends one AdminRequest{join address} to the controller replica at `url`
+ * with the client id and request id the caller chooses (a retry of one
+ * command is the same ids), and waits up to `ms`. Returns 0 when it
+ * answered (*out says how), or a negative SHARDKV_E*.
+ */
+int kv_tc_raw_join(const char *url, uint64_t client_id, uint64_t request_id, const char *address,
+                   unsigned ms, kv_tc_raw_admin *out);
 
 /*
  * Waits until the status lists migration `id` in phase `phase` ("copying",

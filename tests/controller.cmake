@@ -9,3 +9,10 @@ kv_add_test(test_controller_integration SOURCES test_controller_integration.c
 target_compile_definitions(test_controller_integration PRIVATE
   KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
 add_dependencies(test_controller_integration shardkv-controller)
+# The replicated controller's start-up (raft addresses, flags, a one-replica
+# group), in process and through the binary.
+kv_add_test(test_controller_replica SOURCES test_controller_replica.c
+  LIBS kv_controller kv_testutil TIMEOUT 60)
+target_compile_definitions(test_controller_replica PRIVATE
+  KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
+add_dependencies(test_controller_replica shardkv-controller)

@@ -239,7 +239,7 @@ data_commands_print_raw_values_and_exit_1_when_not_found(void **state)
 static void
 data_commands_use_the_controller_from_the_environment(void **state)
 {
-	char env[100];
+	char env[440];
 	char *envv[] = {env, NULL};
 	kv_tc_run_result r;
 	(void)state;
