@@ -117,29 +117,11 @@ proc_del(pid_t pid)
 static pid_t
 spawn(const char *path, char *const argv[], const char *log)
 {
-	pid_t parent = getpid(), pid;
+	pid_t pid;
 
 	install_cleanup();
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126); /* the parent died before prctl */
-		if (null >= 0)
-			dup2(null, 0);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		signal(SIGPIPE, SIG_DFL);
-		execv(path, argv);
-		_exit(127);
-	}
-	proc_add(pid);
+	if ((pid = kv_test_fork_exec(path, argv, log)) > 0)
+		proc_add(pid);
 	return pid;
 }
 

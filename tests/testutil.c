@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -87,4 +89,27 @@ kv_test_dir_teardown(void **state)
 	rmdir(d->path);
 	free(d);
 	return 0;
+}
+
+pid_t
+kv_test_fork_exec(const char *path, char *const argv[], const char *log)
+{
+	pid_t parent = getpid(), pid = fork();
+
+	if (pid != 0)
+		return pid < 0 ? -1 : pid;
+	int fd = open(log ? log : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(126); /* the parent died before prctl */
+	if (null >= 0)
+		dup2(null, 0);
+	if (fd >= 0) {
+		dup2(fd, 1);
+		dup2(fd, 2);
+	}
+	signal(SIGPIPE, SIG_DFL);
+	execv(path, argv);
+	_exit(127);
 }

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Returns a TCP port on 127.0.0.1 that was free a moment ago. */
 int kv_test_free_port(void);
@@ -28,5 +29,10 @@ typedef struct {
 } kv_test_dir;
 int kv_test_dir_setup(void **state);
 int kv_test_dir_teardown(void **state);
+
+/* Forks and execs path with argv: stdin from /dev/null, stdout and stderr
+ * appended to log (NULL: discarded), SIGPIPE back to default, and the child
+ * killed when this process dies. Returns the pid or -1. */
+pid_t kv_test_fork_exec(const char *path, char *const argv[], const char *log);
 
 #endif
