@@ -97,6 +97,8 @@ static struct {
 	unsigned partition_ms;
 } g;
 
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 static void
 note(const char *fmt, ...)
 {
