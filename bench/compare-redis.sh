@@ -9,7 +9,8 @@
 #               connections); shardkv bench --threads 1 --async CLIENTS (one
 #               thread, CLIENTS callers on the async API, one handle)
 #               (default 50)
-#   -n OPS      operations per test (default 100000)
+#   -n OPS      operations per test, times K in the pipelined pass, so that
+#               both passes last about as long (default 100000)
 #   -r KEYS     key space: keys "key:" + 12 digits (16 bytes) in both
 #               (default 100000)
 #   -d BYTES    value size (default 100)
@@ -215,7 +216,7 @@ results=$work/results.tsv
 # redis_run NAME PORT CLUSTER TEST P: appends "NAME redis rps p50_ms p99_ms"
 redis_run() {
 	local name=$1 port=$2 cl=$3 test=$4 p=$5 csv
-	local args=(-h 127.0.0.1 -p "$port" -c "$clients" -n "$ops" -r "$keys" -d "$vsize" -P "$p" -t "$test" --csv)
+	local args=(-h 127.0.0.1 -p "$port" -c "$clients" -n $((ops * p)) -r "$keys" -d "$vsize" -P "$p" -t "$test" --csv)
 	[ "$cl" = 1 ] && args+=(--cluster)
 	csv=$(timeout "$step_timeout" redis-benchmark "${args[@]}" 2>"$work/redis-bench.err" | grep -E '^"(SET|GET)' | head -n 1) ||
 		die "redis-benchmark $test failed: $(tail -n 3 "$work/redis-bench.err")"
@@ -244,7 +245,7 @@ shardkv_run() {
 	fi
 	timeout "$step_timeout" "$bin/shardkv" -c "$ctl" --json bench "${callers[@]}" \
 		--keys "$keys" --key-size 16 --value-size "$vsize" \
-		--mix "$mix" --ops "$ops" --out "$out" >/dev/null \
+		--mix "$mix" --ops $((ops * batch)) --out "$out" >/dev/null \
 		2>"$work/shardkv-bench.err" || die "shardkv bench $mix failed: $(tail -n 3 "$work/shardkv-bench.err")"
 	python3 - "$name" "$out" >>"$results" <<'EOF'
 import json, sys
@@ -305,7 +306,7 @@ for line in open(path):
         order.append(name)
     rows[name][who] = (float(rps), p50, p99)
 print(f"# shardkv bench vs redis-benchmark on loopback ({cpus} CPUs, clients and servers share them)")
-print(f"# {clients} callers, {ops} ops per test, {keys} keys of 16 B, values of {vsize} B;")
+print(f"# {clients} callers, {ops} ops per test ({int(ops) * int(pipe)} pipelined), {keys} keys of 16 B, values of {vsize} B;")
 if len(sys.argv) > 9 and sys.argv[9]:
     print(f"# P{pipe}: redis pipelines {pipe} commands, shardkv sends mget/mput of {pipe} keys (one op per key)")
 else:
