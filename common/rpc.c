@@ -18,8 +18,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { RPC_RECV = 1, RPC_SEND = 2, RPC_DEFERRED = 3, RPC_HANDLING = 4 };
 
@@ -419,6 +421,66 @@ rpc_client_maybe_redial(kv_rpc_client *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
+/*
+ * nng 1.5's nng_close can wait forever on a REQ socket whose request
+ * context was cancelled or timed out while its connection was being closed
+ * by the peer (seen about once in 200 closes under test). So a client's
+ * socket is closed on a thread of its own, and kv_rpc_client_destroy waits
+ * for it at most RPC_CLOSE_WAIT_MS: past that the caller goes on and the
+ * socket, with its client (the pipe callbacks use it), is freed if and when
+ * the close returns.
+ */
+#define RPC_CLOSE_WAIT_MS 2000
+
+/* Set once a close has not finished in time: nng's reaper is then stuck for
+ * the life of the process, and later closes wait only RPC_CLOSE_STUCK_MS. */
+static atomic_bool rpc_close_stuck;
+#define RPC_CLOSE_STUCK_MS 50
+
+struct rpc_closer {
+	pthread_mutex_t mu; /* protects done and refs */
+	pthread_cond_t cv;  /* done set */
+	kv_rpc_client *c;   /* the client being closed */
+	bool done;          /* nng_close returned and c is freed */
+	int refs;           /* the destroyer and the closing thread */
+};
+
+static void
+rpc_client_free(kv_rpc_client *c)
+{
+	nng_close(c->sock);
+	pthread_mutex_destroy(&c->mu);
+	free(c->url);
+	free(c);
+}
+
+static void
+rpc_closer_put(struct rpc_closer *x)
+{
+	pthread_mutex_lock(&x->mu);
+	int left = --x->refs;
+	pthread_mutex_unlock(&x->mu);
+	if (left == 0) {
+		pthread_cond_destroy(&x->cv);
+		pthread_mutex_destroy(&x->mu);
+		free(x);
+	}
+}
+
+static void *
+rpc_closer_main(void *arg)
+{
+	struct rpc_closer *x = arg;
+
+	rpc_client_free(x->c);
+	pthread_mutex_lock(&x->mu);
+	x->done = true;
+	pthread_cond_signal(&x->cv);
+	pthread_mutex_unlock(&x->mu);
+	rpc_closer_put(x);
+	return NULL;
+}
+
 int
 kv_rpc_client_create(const char *url, kv_rpc_client **out)
 {
@@ -477,12 +539,52 @@ kv_rpc_client_create_tls(const char *url, const kv_tls *tls, kv_rpc_client **out
 void
 kv_rpc_client_destroy(kv_rpc_client *c)
 {
+	struct rpc_closer *x;
+	pthread_t th;
+	struct timespec ts;
+	char url[256];
+	bool done;
+
 	if (c == NULL)
 		return;
-	nng_close(c->sock);
-	pthread_mutex_destroy(&c->mu);
-	free(c->url);
-	free(c);
+	snprintf(url, sizeof(url), "%s", c->url); /* c may be gone when it is logged */
+	if ((x = calloc(1, sizeof(*x))) == NULL) {
+		rpc_client_free(c);
+		return;
+	}
+	x->c = c;
+	x->refs = 2;
+	pthread_mutex_init(&x->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&x->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (pthread_create(&th, NULL, rpc_closer_main, x) != 0) {
+		rpc_client_free(c);
+		x->refs = 1;
+		rpc_closer_put(x);
+		return;
+	}
+	pthread_detach(th);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	long wait_ms = atomic_load(&rpc_close_stuck) ? RPC_CLOSE_STUCK_MS : RPC_CLOSE_WAIT_MS;
+	ts.tv_sec += wait_ms / 1000;
+	ts.tv_nsec += (wait_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&x->mu);
+	while (!x->done)
+		if (pthread_cond_timedwait(&x->cv, &x->mu, &ts) != 0)
+			break;
+	done = x->done;
+	pthread_mutex_unlock(&x->mu);
+	if (!done && !atomic_exchange(&rpc_close_stuck, true))
+		KV_WARN("rpc", "socket close did not finish; left to finish in the background",
+		        "url=%s wait_ms=%ld", url, wait_ms);
+	rpc_closer_put(x);
 }
 
 const char *

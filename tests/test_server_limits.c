@@ -183,9 +183,13 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(batch_limit_refuses_a_request_with_too_many_keys),
-	    cmocka_unit_test(message_limit_drops_an_oversized_request_and_serves_others),
 	    cmocka_unit_test(memory_limit_refuses_puts_and_keeps_reads_and_deletes),
 	    cmocka_unit_test(connection_limit_closes_connections_over_it),
+	    /* Last: a request the server drops by closing the connection,
+	     * then timed out here, can leave nng 1.5's reaper stuck in this
+	     * process (every later nng_close would block); the library bounds
+	     * its own closes (rpc.c), the raw sockets above do not. */
+	    cmocka_unit_test(message_limit_drops_an_oversized_request_and_serves_others),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
