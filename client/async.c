@@ -63,12 +63,11 @@ struct kvc_aop {
 };
 
 typedef struct {
-	kvc_aconn *ac;                    /* its server */
-	kv_rpc_async *rpc;                /* context and aio */
-	bool busy;                        /* a request is on the wire (under ac->mu) */
-	size_t n;                         /* ops in it */
-	kvc_aop *ops[ASYNC_MAX_OPS];      /* them */
-	kvc_reply replies[ASYNC_MAX_OPS]; /* decoded answers, one per op */
+	kvc_aconn *ac;               /* its server */
+	kv_rpc_async *rpc;           /* context and aio */
+	bool busy;                   /* a request is on the wire (under ac->mu) */
+	size_t n;                    /* ops in it */
+	kvc_aop *ops[ASYNC_MAX_OPS]; /* them */
 } kvc_aslot;
 
 struct kvc_aconn {
@@ -232,16 +231,14 @@ slot_done(void *arg, int rv, nng_msg *rep)
 	kvc_reply *rp[ASYNC_MAX_OPS];
 
 	memcpy(ops, sl->ops, n * sizeof(ops[0]));
+	kvc_reply local[ASYNC_MAX_OPS];
 	for (size_t i = 0; i < n; i++)
-		rp[i] = &sl->replies[i];
+		rp[i] = &local[i];
 	if (rv == KV_OK) {
 		rv = kvc_decode_reply_batch(nng_msg_body(rep), nng_msg_len(rep), rp, n);
 		nng_msg_free(rep);
 	}
 	/* The slot is free for the next request before the callbacks run. */
-	kvc_reply local[ASYNC_MAX_OPS];
-	if (rv == KV_OK)
-		memcpy(local, sl->replies, n * sizeof(local[0]));
 	pthread_mutex_lock(&ac->mu);
 	sl->busy = false;
 	pthread_mutex_unlock(&ac->mu);
@@ -364,21 +361,23 @@ route(kvc_aop *op)
 		return;
 	}
 	op->epoch = ref->cfg->epoch;
+	/* A remembered hint wins; else the configuration's owner, whose
+	 * address stays valid while ref is held. */
 	addr = kvc_hint_lookup(c, op->epoch, op->op.key);
-	if (addr == NULL) {
+	const char *to = addr;
+	if (to == NULL) {
 		const kv_node *n = kv_config_node(
 		    ref->cfg, kv_config_route(ref->cfg, op->op.key.p, op->op.key.len));
-		if (n != NULL)
-			addr = strdup(n->address);
+		to = n ? n->address : NULL;
 	}
+	int rv = to ? aconn_get(c, to, &ac) : KV_EUNAVAIL;
 	kvc_cfg_put(ref);
-	if (addr == NULL || aconn_get(c, addr, &ac) != KV_OK) {
-		free(addr);
+	free(addr);
+	if (rv != KV_OK) {
 		op->blocking = true;
 		to_retry(op);
 		return;
 	}
-	free(addr);
 	pthread_mutex_lock(&ac->mu);
 	if (ac->closed) {
 		pthread_mutex_unlock(&ac->mu);
