@@ -103,30 +103,12 @@ done
 work=$(mktemp -d /tmp/shardkv-compare-redis-XXXXXX)
 pids=()
 
-# Stops every process started here: shardkv servers with SIGINT (SIGTERM would
-# drain them), the rest with SIGTERM, SIGKILL after 5 s.
-stop_all() {
-	local p deadline=$((SECONDS + 5))
-	for p in "${pids[@]+"${pids[@]}"}"; do
-		if [ -f "$work/$p.int" ]; then kill -INT "$p" 2>/dev/null || true; else kill -TERM "$p" 2>/dev/null || true; fi
-	done
-	for p in "${pids[@]+"${pids[@]}"}"; do
-		while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
-		kill -KILL "$p" 2>/dev/null || true
-		wait "$p" 2>/dev/null || true
-	done
-	pids=()
-}
-
-cleanup() {
-	stop_all
-	if [ -n "$keep" ]; then echo "compare-redis: logs and reports kept in $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+say() { echo "compare-redis: $*" >&2; }
+# stop_all, cleanup (installed on exit), free_port, wait_for
+. "$here/bench/lib.sh"
 
 # Prints a TCP port on 127.0.0.1 that is free, and whose +10000 (Redis
-# Cluster bus) is free too.
+# Cluster bus) is free too; replaces lib.sh's free_port.
 free_port() {
 	python3 - <<'EOF'
 import socket, random
@@ -144,17 +126,6 @@ while True:
         print(p)
         break
 EOF
-}
-
-# Polls `cmd...` until it succeeds, at most $1 seconds.
-wait_for() {
-	local limit=$1 deadline
-	shift
-	deadline=$((SECONDS + limit))
-	until "$@" >/dev/null 2>&1; do
-		[ $SECONDS -lt $deadline ] || return 1
-		sleep 0.05
-	done
 }
 
 shardkv_active() { # CTL N: the configuration has N active nodes

@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2154
 # bench/lib.sh - process handling shared by the benchmark scripts that start
-# their own cluster (compare-redis-aof.sh, migration-under-load.sh). Sourced;
+# their own cluster (compare-redis.sh, compare-redis-aof.sh,
+# migration-under-load.sh). Sourced;
 # the script defines `work` (its work directory), `pids` (the processes it
 # started; a file $work/PID.int marks a shardkv-server, stopped with SIGINT),
 # `keep` (non-empty: keep $work) and `say`. Installs the exit traps.
