@@ -16,8 +16,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define MAX_ARGS 64
-
 void
 fz_init(void)
 {
@@ -50,21 +48,12 @@ check_escape(const uint8_t *p, size_t n)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char *buf, *argv[MAX_ARGS + 2], err[256];
+	char *buf, *argv[FZ_MAX_ARGS + 2], err[256];
 	int argc = 0, rv;
 	kv_cli_args a;
 
 	check_escape(data, size);
-	if ((buf = malloc(size + 1)) == NULL)
-		return 0;
-	memcpy(buf, data, size);
-	buf[size] = 0;
-	argv[argc++] = "shardkv";
-	for (size_t i = 0; i <= size && argc <= MAX_ARGS;) {
-		argv[argc++] = buf + i;
-		i += strlen(buf + i) + 1;
-	}
-	argv[argc] = NULL;
+	argc = fz_split_args(data, size, "shardkv", &buf, argv);
 
 	rv = kv_cli_parse(argc, argv, &a, err, sizeof(err));
 	FZ_CHECK(memchr(err, 0, sizeof(err)) != NULL);

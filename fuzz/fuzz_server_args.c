@@ -22,36 +22,16 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define MAX_ARGS 64
-
-/* Splits a copy of the input into argv; returns argc. The caller frees *buf. */
-static int
-split(const uint8_t *data, size_t size, char **buf, char **argv)
-{
-	int argc = 0;
-
-	FZ_CHECK((*buf = malloc(size + 1)) != NULL);
-	memcpy(*buf, data, size);
-	(*buf)[size] = 0;
-	argv[argc++] = "shardkv-server";
-	for (size_t i = 0; i <= size && argc <= MAX_ARGS;) {
-		argv[argc++] = *buf + i;
-		i += strlen(*buf + i) + 1;
-	}
-	argv[argc] = NULL;
-	return argc;
-}
-
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char *buf1, *buf2, *argv1[MAX_ARGS + 2], *argv2[MAX_ARGS + 2];
+	char *buf1, *buf2, *argv1[FZ_MAX_ARGS + 2], *argv2[FZ_MAX_ARGS + 2];
 	char err1[600] = "", err2[600] = "";
 	kv_server_args a, b;
 	int argc, rv1, rv2;
 
-	argc = split(data, size, &buf1, argv1);
-	FZ_CHECK(split(data, size, &buf2, argv2) == argc);
+	argc = fz_split_args(data, size, "shardkv-server", &buf1, argv1);
+	FZ_CHECK(fz_split_args(data, size, "shardkv-server", &buf2, argv2) == argc);
 	rv1 = kv_server_parse_args(argc, argv1, &a, err1, sizeof(err1));
 	rv2 = kv_server_parse_args(argc, argv2, &b, err2, sizeof(err2));
 	FZ_CHECK(rv1 == rv2 && strcmp(err1, err2) == 0);

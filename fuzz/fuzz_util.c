@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -122,4 +123,21 @@ fz_exists(const char *dir, const char *name)
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	return stat(path, &st) == 0;
+}
+
+int
+fz_split_args(const uint8_t *data, size_t size, const char *prog, char **buf, char **argv)
+{
+	int argc = 0;
+
+	FZ_CHECK((*buf = malloc(size + 1)) != NULL);
+	memcpy(*buf, data, size);
+	(*buf)[size] = 0;
+	argv[argc++] = (char *)prog;
+	for (size_t i = 0; i <= size && argc <= FZ_MAX_ARGS;) {
+		argv[argc++] = *buf + i;
+		i += strlen(*buf + i) + 1;
+	}
+	argv[argc] = NULL;
+	return argc;
 }

@@ -28,6 +28,14 @@
 /* Where fz_touch leaves what it read, so the reads are not optimised away. */
 extern volatile uint8_t fz_sink;
 
+/* Most arguments a harness makes of its input (fz_split_args). */
+#define FZ_MAX_ARGS 64
+
+/* Splits a NUL-terminated copy of the input at its NUL bytes into argv
+ * (room for FZ_MAX_ARGS + 2 pointers), with argv[0] = prog and a final NULL;
+ * returns argc. The caller frees *buf. */
+int fz_split_args(const uint8_t *data, size_t size, const char *prog, char **buf, char **argv);
+
 /* Reads every byte of [p, p + n) (so ASan sees a bad buffer at once). */
 void fz_touch(const void *p, size_t n);
 
