@@ -82,6 +82,9 @@ extern volatile sig_atomic_t chk_stop_requested;
  */
 void chk_install_signals(void);
 
+/* Starts chk_log's clock: later lines show the seconds since this call. */
+void chk_log_start(void);
+
 /* Logs a line to stderr: "checker: <t> s <msg>". */
 void chk_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -27,44 +27,6 @@
 #define START_MS      30000u /* a spawned server becomes active */
 #define SHOW_MAX      5      /* violations printed in full */
 
-volatile sig_atomic_t chk_stop_requested;
-static uint64_t t_start; /* chk_log's origin */
-
-uint64_t
-chk_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t
-chk_rng_next(chk_rng *r)
-{
-	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-uint64_t
-chk_rng_below(chk_rng *r, uint64_t n)
-{
-	return n ? chk_rng_next(r) % n : 0;
-}
-
-void
-chk_log(const char *fmt, ...)
-{
-	va_list ap;
-	char buf[2048];
-
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "checker: %7.2fs %s\n", (double)(chk_now_ns() - t_start) / 1e9, buf);
-}
-
 static void
 usage(FILE *f)
 {
@@ -547,7 +509,7 @@ main(int argc, char **argv)
 	int rc = 3;
 	char prefix[64];
 
-	t_start = chk_now_ns();
+	chk_log_start();
 	if ((rc = parse_opts(argc, argv, &o, &seeded)) != 0)
 		return rc;
 	rc = 3;

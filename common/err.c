@@ -4,6 +4,7 @@
 #include "common/err.h"
 
 #include <errno.h>
+#include <nng/nng.h>
 
 const char *
 kv_strerror(int err)
@@ -67,6 +68,44 @@ kv_err_from_errno(int e)
 		return KV_EBUSY;
 	case EIO:
 		return KV_EIO;
+	default:
+		return KV_EIO;
+	}
+}
+
+int
+kv_err_from_nng(int rv)
+{
+	switch (rv) {
+	case 0:
+		return KV_OK;
+	case NNG_ETIMEDOUT:
+		return KV_ETIMEDOUT;
+	case NNG_ECLOSED:
+	case NNG_ECANCELED:
+		return KV_ECLOSED;
+	case NNG_ENOMEM:
+		return KV_ENOMEM;
+	case NNG_EADDRINUSE:
+		return KV_EADDRINUSE;
+	case NNG_EINVAL:
+	case NNG_EADDRINVAL:
+	case NNG_ENOTSUP:
+	case NNG_EBADTYPE:
+		return KV_EINVAL;
+	case NNG_ECONNREFUSED:
+	case NNG_ECONNRESET:
+	case NNG_ECONNSHUT:
+	case NNG_EUNREACHABLE:
+	case NNG_ECONNABORTED:
+	case NNG_ESTATE:
+		return KV_EUNAVAIL;
+	case NNG_EMSGSIZE:
+		return KV_ELIMIT;
+	case NNG_EPERM:
+	case NNG_EPEERAUTH:
+	case NNG_ECRYPTO:
+		return KV_EAUTH;
 	default:
 		return KV_EIO;
 	}

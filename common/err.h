@@ -51,4 +51,7 @@ const char *kv_errname(int err);
 /* Translates a positive errno value into a KV_E* code. */
 int kv_err_from_errno(int e);
 
+/* Translates an nng error code into a KV_E* code. */
+int kv_err_from_nng(int rv);
+
 #endif

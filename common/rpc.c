@@ -135,44 +135,6 @@ kv_rpc_why(void)
 	return rpc_why;
 }
 
-int
-kv_err_from_nng(int rv)
-{
-	switch (rv) {
-	case 0:
-		return KV_OK;
-	case NNG_ETIMEDOUT:
-		return KV_ETIMEDOUT;
-	case NNG_ECLOSED:
-	case NNG_ECANCELED:
-		return KV_ECLOSED;
-	case NNG_ENOMEM:
-		return KV_ENOMEM;
-	case NNG_EADDRINUSE:
-		return KV_EADDRINUSE;
-	case NNG_EINVAL:
-	case NNG_EADDRINVAL:
-	case NNG_ENOTSUP:
-	case NNG_EBADTYPE:
-		return KV_EINVAL;
-	case NNG_ECONNREFUSED:
-	case NNG_ECONNRESET:
-	case NNG_ECONNSHUT:
-	case NNG_EUNREACHABLE:
-	case NNG_ECONNABORTED:
-	case NNG_ESTATE:
-		return KV_EUNAVAIL;
-	case NNG_EMSGSIZE:
-		return KV_ELIMIT;
-	case NNG_EPERM:
-	case NNG_EPEERAUTH:
-	case NNG_ECRYPTO:
-		return KV_EAUTH;
-	default:
-		return KV_EIO;
-	}
-}
-
 static void
 rpc_ctx_cb(void *arg)
 {

@@ -122,7 +122,4 @@ void kv_rpc_async_destroy(kv_rpc_async *a);
  * Valid until the next call on this thread. */
 const char *kv_rpc_why(void);
 
-/* Translates an nng error code into a KV_E* code. */
-int kv_err_from_nng(int rv);
-
 #endif

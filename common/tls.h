@@ -83,7 +83,7 @@ int kv_tls_check_url(bool tls, const char *flag, const char *url, char *err, siz
 /*
  * Starts listening on url with sock: for a tls+tcp:// URL with the server
  * configuration of t (KV_EINVAL when t is NULL or has no certificate). t is
- * ignored for other URLs. Returns 0 or a KV_E* code (kv_err_from_nng).
+ * ignored for other URLs. Returns 0 or a KV_E* code (kv_err_from_nng, common/err.h).
  */
 int kv_tls_listen(nng_socket sock, const char *url, const kv_tls *t);
 

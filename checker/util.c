@@ -1,0 +1,54 @@
+/*
+ * util.c - the small services every part of shardkv-checker uses: the
+ * monotonic clock, the random generator, the log line and the stop flag.
+ * Nothing here knows about the cluster or the history.
+ */
+#include "checker/checker.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+volatile sig_atomic_t chk_stop_requested;
+static uint64_t t_start; /* chk_log's origin: chk_log_start */
+
+uint64_t
+chk_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t
+chk_rng_next(chk_rng *r)
+{
+	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+uint64_t
+chk_rng_below(chk_rng *r, uint64_t n)
+{
+	return n ? chk_rng_next(r) % n : 0;
+}
+
+void
+chk_log(const char *fmt, ...)
+{
+	va_list ap;
+	char buf[2048];
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "checker: %7.2fs %s\n", (double)(chk_now_ns() - t_start) / 1e9, buf);
+}
+
+void
+chk_log_start(void)
+{
+	t_start = chk_now_ns();
+}
