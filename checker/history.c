@@ -132,6 +132,8 @@ chk_violation_name(int kind)
 		return "read is not a prefix of the final value";
 	case CHK_V_BAD_HISTORY:
 		return "malformed history";
+	case CHK_V_UNORDERED:
+		return "no linearization of the writes";
 	default:
 		return "unknown violation";
 	}
@@ -170,6 +172,15 @@ ev_cmp(const void *a, const void *b)
 	if (x->t != y->t)
 		return x->t < y->t ? -1 : 1;
 	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Orders events by t alone (bsearch on a sorted array of distinct t). */
+static int
+ev_t_cmp(const void *a, const void *b)
+{
+	const ev *x = a, *y = b;
+
+	return x->t < y->t ? -1 : x->t > y->t;
 }
 
 static void
@@ -529,6 +540,155 @@ out:
  * Registers
  * ------------------------------------------------------------------------ */
 
+/*
+ * The complete check of one register (Gibbons and Korach's zones). The two
+ * sweeps above compare only operations ordered in real time and give the
+ * common anomalies a precise message; this one also uses the write order
+ * that the reads imply, and decides linearizability exactly.
+ *
+ * A cluster is a written value with the gets that read it; the value
+ * "absent" is written by a virtual put that completes at time 0. A failed
+ * put completes at infinity and its cluster is dropped when nobody read
+ * it (it may never have taken effect). A cluster's low end lo is the first
+ * completion among its operations, its high end hi the last invocation.
+ * When lo < hi the zone is forward, [lo, hi]: the value must be the
+ * register's from before lo until after hi, so nothing else is written in
+ * it. Otherwise it is backward, [hi, lo]: the put and all its reads fit in
+ * it. With every read after its put (checked above), the register is
+ * linearizable exactly when no two forward zones intersect and no
+ * backward zone lies strictly inside a forward one.
+ *
+ * Sorting the zones makes it O(n log n) in the key's operations.
+ */
+typedef struct {
+	uint64_t lo;  /* the first completion among the cluster's ops */
+	uint64_t hi;  /* the last invocation among them */
+	size_t lo_op; /* the op that completes at lo; NONE: the virtual put */
+	size_t hi_op; /* the op that is invoked at hi */
+	size_t put;   /* the put; NONE: the virtual put of "absent" */
+	bool used;    /* a real op belongs to it (the virtual one needs a read) */
+} zone;
+
+static int
+zone_cmp(const void *a, const void *b)
+{
+	const zone *x = a, *y = b;
+
+	if (x->lo != y->lo)
+		return x->lo < y->lo ? -1 : 1;
+	return x->hi < y->hi ? -1 : x->hi > y->hi;
+}
+
+static int
+zones_check(ctx *x, uint32_t k, const size_t *idx, size_t n, const size_t *rw, const size_t *rop,
+            size_t nreads)
+{
+	const chk_op *o = x->ops;
+	size_t nz = 0, nf = 0, nb = 0, nput = 0;
+	ev *byop = NULL;
+	zone *z = NULL, *fw = NULL, *bw = NULL;
+	char b1[40], b2[40];
+	int rv = -1;
+
+	byop = malloc((n + 1) * sizeof(*byop)); /* (put's op index, its zone) */
+	z = malloc((n + 1) * sizeof(*z));
+	fw = malloc((n + 1) * sizeof(*fw));
+	bw = malloc((n + 1) * sizeof(*bw));
+	if (byop == NULL || z == NULL || fw == NULL || bw == NULL)
+		goto out;
+	z[nz++] = (zone){.lo = 0, .hi = 0, .lo_op = NONE, .hi_op = NONE, .put = NONE};
+	for (size_t j = 0; j < n; j++) {
+		size_t g = idx[j];
+		if (o[g].kind != CHK_PUT)
+			continue;
+		byop[nput++] = (ev){g, nz};
+		z[nz++] = (zone){.lo = o[g].complete,
+		                 .hi = o[g].invoke,
+		                 .lo_op = g,
+		                 .hi_op = g,
+		                 .put = g,
+		                 .used = o[g].status == CHK_OK};
+	}
+	ev_sort(byop, nput);
+	for (size_t q = 0; q < nreads; q++) {
+		size_t g = rop[q];
+		zone *c = &z[0];
+		if (rw[q] != NONE) {
+			ev want = {rw[q], 0};
+			ev *hit = bsearch(&want, byop, nput, sizeof(*byop), ev_t_cmp);
+			if (hit == NULL)
+				continue; /* reported above: never put to this key */
+			c = &z[hit->i];
+		}
+		if (o[g].complete < c->lo) {
+			c->lo = o[g].complete;
+			c->lo_op = g;
+		}
+		if (o[g].invoke > c->hi) {
+			c->hi = o[g].invoke;
+			c->hi_op = g;
+		}
+		c->used = true;
+	}
+	for (size_t c = 0; c < nz; c++) {
+		if (!z[c].used || z[c].lo == CHK_NEVER)
+			continue;
+		if (z[c].lo < z[c].hi)
+			fw[nf++] = z[c];
+		else
+			bw[nb++] = (zone){.lo = z[c].hi,
+			                  .hi = z[c].lo,
+			                  .lo_op = z[c].hi_op,
+			                  .hi_op = z[c].lo_op,
+			                  .put = z[c].put};
+	}
+	if (nf > 1)
+		qsort(fw, nf, sizeof(*fw), zone_cmp);
+	if (nb > 1)
+		qsort(bw, nb, sizeof(*bw), zone_cmp);
+
+	/* No two forward zones intersect: sorted by start, each begins after
+	 * the furthest end so far. fw[far] is the zone that reaches furthest. */
+	for (size_t i = 1, far = 0; i < nf; i++) {
+		if (fw[i].lo < fw[far].hi) {
+			violation(x, CHK_V_UNORDERED, k, fw[far].hi_op, fw[i].lo_op,
+			          "no order of the puts explains the reads: %s stays visible until "
+			          "this get, but %s was written and seen in that time",
+			          fw[far].put == NONE ? "absent"
+			                              : val_str(b1, sizeof(b1), o[fw[far].put].val),
+			          fw[i].put == NONE ? "absent"
+			                            : val_str(b2, sizeof(b2), o[fw[i].put].val));
+		}
+		if (fw[i].hi > fw[far].hi)
+			far = i;
+	}
+	/* No backward zone inside a forward one: walk the backward zones by
+	 * start; among the forward zones that start before, the one that ends
+	 * latest is the only candidate. */
+	for (size_t b = 0, f = 0, far = NONE; b < nb; b++) {
+		while (f < nf && fw[f].lo < bw[b].lo) {
+			if (far == NONE || fw[f].hi > fw[far].hi)
+				far = f;
+			f++;
+		}
+		if (far == NONE || !(bw[b].hi < fw[far].hi))
+			continue;
+		violation(x, CHK_V_UNORDERED, k, fw[far].hi_op, bw[b].put,
+		          "no order of the puts explains the reads: %s stays visible until this "
+		          "get, but put %s took effect (with every read of it) in that time",
+		          fw[far].put == NONE ? "absent"
+		                              : val_str(b1, sizeof(b1), o[fw[far].put].val),
+		          bw[b].put == NONE ? "absent" : val_str(b2, sizeof(b2), o[bw[b].put].val));
+	}
+	rv = 0;
+out:
+	free(byop);
+	free(z);
+	free(fw);
+	free(bw);
+	return rv;
+}
+
 static int
 check_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 {
@@ -657,7 +817,7 @@ check_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 				    val_str(b2, sizeof(b2), o[rw[best]].val));
 		}
 	}
-	rv = 0;
+	rv = zones_check(x, k, idx, n, rw, rop, nreads);
 out:
 	free(rw);
 	free(rop);

@@ -79,6 +79,7 @@ typedef enum {
 	CHK_V_NEVER_WRITTEN, /* a read returned a value no write of this key wrote */
 	CHK_V_NOT_PREFIX,    /* a read of an append key is not a prefix of the final value */
 	CHK_V_BAD_HISTORY,   /* the history itself is malformed (a recorder bug) */
+	CHK_V_UNORDERED,     /* no order of a register's writes explains what its reads saw */
 } chk_violation_kind;
 
 /* One violation: its kind, the key, the operations involved and a sentence. */
@@ -136,12 +137,13 @@ uint64_t chk_hash(uint64_t h, const void *p, size_t n);
  * before it began, none begun after it ended, and no fewer tokens than a
  * get that completed before it began.
  *
- * Registers: a get returns a value written to that key by a put that began
- * before the get ended and that was not definitely overwritten before the
- * get began (no put w2 with w.complete < w2.invoke and w2.complete <
- * get.invoke), nor older than what a get that ended before it began read;
- * not-found only when no put completed before the get began and no earlier
- * get read a value.
+ * Registers: complete per-key linearizability of puts and gets with unique
+ * values. A get returns a value put to that key by a put that began before
+ * the get ended, and some order of the puts (each at a point inside its
+ * call; a failed put at any point after it began, or never) explains every
+ * read, not-found being the value before the first put. Common anomalies
+ * (a stale or future read) are named as such; the rest are
+ * CHK_V_UNORDERED, found with Gibbons and Korach's zones in O(n log n).
  */
 int chk_check(const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops, chk_result *res);
 

@@ -492,6 +492,267 @@ many_violations_are_counted_and_the_first_kept(void **state)
 	assert_int_equal(h.res.nkept, CHK_MAX_KEPT);
 }
 
+/*
+ * Register histories that pass when only operations ordered in real time
+ * are compared, but that no order of the puts explains: the write order the
+ * reads imply must be used too. Each has a valid mirror image.
+ */
+
+/* Puts A and B overlap; a get reads B after both completed, a later one A. */
+static void
+flip_flop_between_concurrent_puts_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);  /* A */
+	put(&h, 2, 1, 5, 20);  /* B */
+	get(&h, 2, 1, 25, 26); /* B */
+	get(&h, 1, 1, 30, 31); /* A again */
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+static void
+reads_of_one_value_after_concurrent_puts_pass(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	put(&h, 2, 1, 5, 20);
+	get(&h, 1, 1, 12, 13); /* A before B completed */
+	get(&h, 2, 1, 25, 26); /* then B, for good */
+	get(&h, 2, 1, 30, 31);
+	assert_int_equal(check(&h), 0);
+}
+
+/* X is read, Y is written after that read, and X is read again: X was put
+ * twice (a retried put applied again). */
+static void
+put_applied_twice_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 25);  /* X, acknowledged after an internal retry */
+	get(&h, 1, 1, 5, 6);   /* X */
+	put(&h, 2, 1, 10, 20); /* Y */
+	get(&h, 1, 1, 30, 31); /* X again */
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+static void
+late_effect_of_a_long_put_passes(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 25);  /* X takes effect at 24 */
+	put(&h, 2, 1, 10, 20); /* Y before it */
+	get(&h, 1, 1, 30, 31);
+	assert_int_equal(check(&h), 0);
+}
+
+/* The same with X failed: its window closes once a get has seen it. */
+static void
+failed_put_seen_then_overwritten_then_seen_again_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, CHK_NEVER); /* X, outcome unknown */
+	get(&h, 1, 1, 5, 6);
+	put(&h, 2, 1, 10, 20);
+	get(&h, 1, 1, 30, 31);
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+/* W completes; X fails but is read; then W is read again. */
+static void
+read_of_an_older_value_after_a_failed_put_was_seen_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 3);         /* W */
+	put(&h, 2, 1, 1, CHK_NEVER); /* X */
+	get(&h, 2, 1, 5, 6);         /* X */
+	get(&h, 1, 1, 10, 11);       /* W */
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+static void
+failed_put_seen_after_the_older_value_passes(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 3);
+	put(&h, 2, 1, 1, CHK_NEVER);
+	get(&h, 1, 1, 5, 6);   /* W */
+	get(&h, 2, 1, 10, 11); /* X took effect late */
+	assert_int_equal(check(&h), 0);
+}
+
+/* Three overlapping puts: B is read after C completed, then C. */
+static void
+order_of_three_puts_contradicted_by_two_reads_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);  /* A */
+	put(&h, 2, 1, 5, 20);  /* B */
+	put(&h, 3, 1, 15, 30); /* C */
+	get(&h, 2, 1, 35, 40); /* B */
+	get(&h, 3, 1, 45, 50); /* C */
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+static void
+order_of_three_puts_confirmed_by_two_reads_passes(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	put(&h, 2, 1, 5, 20);
+	put(&h, 3, 1, 15, 30);
+	get(&h, 2, 1, 22, 23); /* B before C took effect */
+	get(&h, 3, 1, 45, 50);
+	assert_int_equal(check(&h), 0);
+}
+
+/* Not found after a get saw a put that had not completed yet. */
+static void
+absent_after_a_value_was_seen_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 20);
+	get(&h, 1, 1, 5, 6);
+	get(&h, 0, 0, 10, 11);
+	assert_int_equal(check(&h), 1);
+}
+
+/*
+ * Brute force: a register history is linearizable when some order of its
+ * operations that respects real time (a before b when a completed before b
+ * began), leaving out any subset of the failed puts, gives every get the
+ * value it read. Small random histories must be judged alike by it and by
+ * chk_check.
+ */
+typedef struct {
+	const chk_op *ops;
+	size_t n;
+	bool placed[8];
+	bool dropped[8];
+} brute;
+
+static bool
+brute_dfs(brute *b, size_t done, uint64_t cur)
+{
+	if (done == b->n)
+		return true;
+	for (size_t i = 0; i < b->n; i++) {
+		if (b->placed[i] || b->dropped[i])
+			continue;
+		bool ready = true;
+		for (size_t j = 0; j < b->n && ready; j++)
+			if (j != i && !b->placed[j] && !b->dropped[j] &&
+			    b->ops[j].complete < b->ops[i].invoke)
+				ready = false;
+		if (!ready)
+			continue;
+		const chk_op *o = &b->ops[i];
+		uint64_t next = cur;
+		if (o->kind == CHK_PUT)
+			next = o->val;
+		else if ((o->status == CHK_NOTFOUND ? 0 : o->val) != cur)
+			continue;
+		b->placed[i] = true;
+		bool ok = brute_dfs(b, done + 1, next);
+		b->placed[i] = false;
+		if (ok)
+			return true;
+	}
+	return false;
+}
+
+static bool
+brute_linearizable(const chk_op *ops, size_t n)
+{
+	size_t failed[8], nf = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (ops[i].kind == CHK_PUT && ops[i].status == CHK_FAILED)
+			failed[nf++] = i;
+	for (unsigned m = 0; m < (1u << nf); m++) {
+		brute b = {.ops = ops, .n = n};
+		size_t dropped = 0;
+		for (size_t f = 0; f < nf; f++)
+			if (m & (1u << f)) {
+				b.dropped[failed[f]] = true;
+				dropped++;
+			}
+		if (brute_dfs(&b, dropped, 0))
+			return true;
+	}
+	return false;
+}
+
+static void
+register_check_agrees_with_brute_force_on_random_histories(void **state)
+{
+	uint64_t seed = 0x5eed;
+	size_t bad = 0, good = 0;
+	(void)state;
+
+	for (int round = 0; round < 20000; round++) {
+		hist h;
+		hist_init(&h, NULL);
+		size_t nput = 1 + (seed >> 7) % 3, nget = 1 + (seed >> 11) % 4;
+		for (size_t i = 0; i < nput + nget; i++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			uint64_t inv = (seed >> 33) % 40, len = 1 + (seed >> 45) % 15;
+			if (i < nput) {
+				bool fail = ((seed >> 20) & 7) == 0;
+				put(&h, (uint32_t)i + 1, 1, inv, fail ? CHK_NEVER : inv + len);
+			} else {
+				uint32_t r = (uint32_t)((seed >> 25) % (nput + 1)); /* 0: absent */
+				get(&h, r, r ? 1 : 0, inv, inv + len);
+			}
+		}
+		bool want = brute_linearizable(h.ops, h.n);
+		assert_int_equal(chk_check(h.keys, 2, h.ops, h.n, &h.res), 0);
+		bool got = h.res.nviolations == 0;
+		if (want != got) {
+			fprintf(stderr, "round %d: brute force says %s, chk_check %s\n", round,
+			        want ? "valid" : "invalid", got ? "valid" : "invalid");
+			for (size_t i = 0; i < h.n; i++)
+				chk_print_op(stderr, h.keys, &h.ops[i], 0);
+		}
+		assert_true(want == got);
+		if (want)
+			good++;
+		else
+			bad++;
+	}
+	/* Both kinds came up often enough to mean something. */
+	assert_true(good > 2000 && bad > 2000);
+}
+
 int
 main(void)
 {
@@ -518,6 +779,17 @@ main(void)
 	    cmocka_unit_test(malformed_history_is_reported),
 	    cmocka_unit_test(unread_append_key_is_counted_not_checked),
 	    cmocka_unit_test(many_violations_are_counted_and_the_first_kept),
+	    cmocka_unit_test(flip_flop_between_concurrent_puts_is_caught),
+	    cmocka_unit_test(reads_of_one_value_after_concurrent_puts_pass),
+	    cmocka_unit_test(put_applied_twice_is_caught),
+	    cmocka_unit_test(late_effect_of_a_long_put_passes),
+	    cmocka_unit_test(failed_put_seen_then_overwritten_then_seen_again_is_caught),
+	    cmocka_unit_test(read_of_an_older_value_after_a_failed_put_was_seen_is_caught),
+	    cmocka_unit_test(failed_put_seen_after_the_older_value_passes),
+	    cmocka_unit_test(order_of_three_puts_contradicted_by_two_reads_is_caught),
+	    cmocka_unit_test(order_of_three_puts_confirmed_by_two_reads_passes),
+	    cmocka_unit_test(absent_after_a_value_was_seen_is_caught),
+	    cmocka_unit_test(register_check_agrees_with_brute_force_on_random_histories),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
