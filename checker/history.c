@@ -134,6 +134,10 @@ chk_violation_name(int kind)
 		return "malformed history";
 	case CHK_V_UNORDERED:
 		return "no linearization of the writes";
+	case CHK_V_FRACTURED:
+		return "mput seen in part";
+	case CHK_V_TXN_CYCLE:
+		return "mput orders in a circle";
 	default:
 		return "unknown violation";
 	}
@@ -827,6 +831,276 @@ out:
 }
 
 /* ------------------------------------------------------------------------
+ * Multi-key operations
+ * ------------------------------------------------------------------------ */
+
+/* One multi-key operation: its ops, sorted by key, are grp[at .. at + n). */
+typedef struct {
+	uint32_t txn; /* its id */
+	size_t at;    /* first position in grp */
+	size_t n;     /* keys */
+} txn_span;
+
+typedef struct {
+	const chk_op *ops;
+	size_t *grp;     /* op indices of multi-key ops, by (txn, key) */
+	size_t ngrp;     /* their count */
+	txn_span *spans; /* one per multi-key op, by txn */
+	size_t nspans;   /* their count */
+	ev *edges;       /* (from node, to node) as (t, i): nodes are op indices */
+	size_t nedges;   /* used */
+	size_t capedges; /* allocated */
+} txn_ctx;
+
+static int
+span_cmp(const void *a, const void *b)
+{
+	const txn_span *x = a, *y = b;
+
+	return x->txn < y->txn ? -1 : x->txn > y->txn;
+}
+
+static const txn_span *
+span_find(const txn_ctx *t, uint32_t txn)
+{
+	txn_span want = {.txn = txn};
+
+	return bsearch(&want, t->spans, t->nspans, sizeof(*t->spans), span_cmp);
+}
+
+/* The op of multi-key op s on key k, or NONE. */
+static size_t
+span_key(const txn_ctx *t, const txn_span *s, uint32_t k)
+{
+	size_t lo = s->at, hi = s->at + s->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		uint32_t mk = t->ops[t->grp[mid]].key;
+		if (mk == k)
+			return t->grp[mid];
+		if (mk < k)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NONE;
+}
+
+/* The node of a write in the order graph: a multi-key op is one node, named
+ * by its first op; a single put is its own. */
+static size_t
+txn_node(const txn_ctx *t, size_t w)
+{
+	if (t->ops[w].txn == 0)
+		return w;
+	const txn_span *s = span_find(t, t->ops[w].txn);
+	return s ? t->grp[s->at] : w;
+}
+
+static int
+edge_add(txn_ctx *t, size_t from, size_t to)
+{
+	if (t->nedges == t->capedges) {
+		size_t cap = t->capedges ? 2 * t->capedges : 64;
+		ev *e = realloc(t->edges, cap * sizeof(*e));
+		if (e == NULL)
+			return -1;
+		t->edges = e;
+		t->capedges = cap;
+	}
+	t->edges[t->nedges++] = (ev){from, to};
+	return 0;
+}
+
+/* Groups the multi-key ops and checks each is well formed. Returns 0, 1
+ * when the history is malformed (reported), -1 when memory ran out. */
+static int
+txn_group(ctx *x, txn_ctx *t)
+{
+	const chk_op *o = x->ops;
+
+	ev *by = malloc((x->nops + 1) * sizeof(*by)); /* ((txn, key), op) */
+	size_t nby = 0;
+
+	if (by == NULL)
+		return -1;
+	for (size_t i = 0; i < x->nops; i++)
+		if (o[i].txn != 0)
+			by[nby++] = (ev){((uint64_t)o[i].txn << 32) | o[i].key, i};
+	ev_sort(by, nby);
+	for (size_t j = 0; j < nby; j++)
+		t->grp[t->ngrp++] = by[j].i;
+	free(by);
+	for (size_t j = 0; j < t->ngrp;) {
+		size_t first = t->grp[j], e = j + 1;
+		while (e < t->ngrp && o[t->grp[e]].txn == o[first].txn)
+			e++;
+		for (size_t m = j; m < e; m++) {
+			const chk_op *a = &o[t->grp[m]];
+			bool bad = x->keys[a->key].append || a->kind != o[first].kind ||
+			           a->invoke != o[first].invoke ||
+			           a->complete != o[first].complete ||
+			           a->client != o[first].client ||
+			           (a->kind == CHK_PUT && a->status != o[first].status) ||
+			           (a->status == CHK_FAILED) != (o[first].status == CHK_FAILED) ||
+			           (m > j && o[t->grp[m - 1]].key == a->key);
+			if (bad) {
+				violation(x, CHK_V_BAD_HISTORY, a->key, NONE, t->grp[m],
+				          "multi-key operation %" PRIu32
+				          " is malformed (its parts differ "
+				          "in kind, times, status or client, name a key twice, or "
+				          "name an append key)",
+				          a->txn);
+				return 1;
+			}
+		}
+		t->spans[t->nspans++] = (txn_span){.txn = o[first].txn, .at = j, .n = e - j};
+		if (o[first].kind == CHK_PUT)
+			x->res->mputs++;
+		j = e;
+	}
+	return 0;
+}
+
+/* Colours of the circle search. */
+enum { WHITE = 0, GREY = 1, BLACK = 2 };
+
+/* Looks for a circle in the order graph (iterative depth-first search) and
+ * reports the first one it meets. */
+static int
+txn_cycles(ctx *x, txn_ctx *t)
+{
+	uint8_t *colour = NULL;
+	size_t *stack = NULL, *next = NULL;
+	int rv = -1;
+
+	if (t->nedges == 0)
+		return 0;
+	ev_sort(t->edges, t->nedges);
+	colour = calloc(x->nops, 1);
+	stack = malloc(x->nops * sizeof(*stack));
+	next = malloc(x->nops * sizeof(*next)); /* per grey node: next edge to follow */
+	if (colour == NULL || stack == NULL || next == NULL)
+		goto out;
+	for (size_t e0 = 0; e0 < t->nedges; e0++) {
+		size_t root = t->edges[e0].t, sp = 0;
+		if (colour[root] != WHITE)
+			continue;
+		stack[sp++] = root;
+		colour[root] = GREY;
+		next[root] = e0;
+		while (sp > 0) {
+			size_t u = stack[sp - 1];
+			size_t e = next[u];
+			if (e < t->nedges && t->edges[e].t == u) {
+				next[u] = e + 1;
+				size_t v = t->edges[e].i;
+				if (colour[v] == GREY) {
+					char b1[40], b2[40];
+					violation(x, CHK_V_TXN_CYCLE, x->ops[v].key, v, u,
+					          "mgets order the writes of %s and %s both ways",
+					          val_str(b1, sizeof(b1), x->ops[u].val),
+					          val_str(b2, sizeof(b2), x->ops[v].val));
+					continue;
+				}
+				if (colour[v] == WHITE) {
+					/* Its first edge, by binary search. */
+					size_t lo = 0, hi = t->nedges;
+					while (lo < hi) {
+						size_t mid = lo + (hi - lo) / 2;
+						if (t->edges[mid].t < v)
+							lo = mid + 1;
+						else
+							hi = mid;
+					}
+					colour[v] = GREY;
+					next[v] = lo;
+					stack[sp++] = v;
+				}
+				continue;
+			}
+			colour[u] = BLACK;
+			sp--;
+		}
+	}
+	rv = 0;
+out:
+	free(colour);
+	free(stack);
+	free(next);
+	return rv;
+}
+
+/* The atomicity of every mget with respect to every mput (history.h). */
+static int
+check_txns(ctx *x)
+{
+	const chk_op *o = x->ops;
+	txn_ctx t = {.ops = o};
+	char b1[40], b2[40];
+	int rv = -1, g;
+
+	t.grp = malloc((x->nops + 1) * sizeof(*t.grp));
+	t.spans = malloc((x->nops + 1) * sizeof(*t.spans));
+	if (t.grp == NULL || t.spans == NULL)
+		goto out;
+	if ((g = txn_group(x, &t)) != 0) {
+		rv = g < 0 ? -1 : 0;
+		goto out;
+	}
+	for (size_t s = 0; s < t.nspans; s++) {
+		const txn_span *m = &t.spans[s];
+		const chk_op *m0 = &o[t.grp[m->at]];
+		if (m0->kind != CHK_GET || m0->status == CHK_FAILED)
+			continue;
+		x->res->mgets_checked++;
+		for (size_t a = m->at; a < m->at + m->n; a++) {
+			size_t ga = t.grp[a];
+			size_t wa = o[ga].status == CHK_OK ? wtab_find(&x->w, o[ga].val) : NONE;
+			if (wa == NONE || o[wa].txn == 0 || o[wa].key != o[ga].key)
+				continue;
+			const txn_span *p = span_find(&t, o[wa].txn);
+			if (p == NULL)
+				continue;
+			/* The mget saw mput p on key(ga): on its other keys it must
+			 * see p or later. */
+			for (size_t b = m->at; b < m->at + m->n; b++) {
+				size_t gb = t.grp[b];
+				size_t pb = b == a ? NONE : span_key(&t, p, o[gb].key);
+				if (pb == NONE)
+					continue;
+				size_t wb =
+				    o[gb].status == CHK_OK ? wtab_find(&x->w, o[gb].val) : NONE;
+				if (wb == pb)
+					continue;
+				if (wb == NONE || o[wb].key != o[gb].key ||
+				    (o[wb].complete != CHK_NEVER &&
+				     o[wb].complete < o[pb].invoke)) {
+					violation(x, CHK_V_FRACTURED, o[gb].key, gb, pb,
+					          "an mget read %s of an mput on one key but %s on "
+					          "another key the mput wrote %s",
+					          val_str(b1, sizeof(b1), o[wa].val),
+					          wb == NONE ? "nothing"
+					                     : val_str(b2, sizeof(b2), o[wb].val),
+					          wb == NONE ? "(not found)"
+					                     : "(put before the mput began)");
+					continue;
+				}
+				if (edge_add(&t, txn_node(&t, pb), txn_node(&t, wb)) != 0)
+					goto out;
+			}
+		}
+	}
+	rv = txn_cycles(x, &t);
+out:
+	free(t.grp);
+	free(t.spans);
+	free(t.edges);
+	return rv;
+}
+
+/* ------------------------------------------------------------------------
  * The whole history
  * ------------------------------------------------------------------------ */
 
@@ -897,6 +1171,8 @@ chk_check(const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops, chk
 		                    : check_register_key(&x, k, ki, kn)) != 0)
 			goto out;
 	}
+	if (check_txns(&x) != 0)
+		goto out;
 	rv = 0;
 out:
 	wtab_fini(&x.w);

@@ -43,7 +43,8 @@ typedef enum {
 	CHK_GARBAGE = 3,  /* a get of a register read bytes that name no value */
 } chk_status;
 
-/* One recorded operation. 56 bytes, plain data. */
+/* One recorded operation. 56 bytes, plain data. A multi-key operation is
+ * recorded as one op per key, tied by `txn`. */
 typedef struct {
 	uint64_t invoke;   /* when the call began (ns) */
 	uint64_t complete; /* when it returned (ns); CHK_NEVER when it failed */
@@ -55,6 +56,8 @@ typedef struct {
 	uint8_t kind;    /* chk_kind */
 	uint8_t status;  /* chk_status */
 	int16_t err;     /* the client's error code when status is CHK_FAILED */
+	uint32_t txn;    /* 0: a single-key op; else the ops with this id are one mput
+	                    (puts) or one mget (gets), with equal times and status */
 } chk_op;
 
 /* One key of the history. */
@@ -80,6 +83,8 @@ typedef enum {
 	CHK_V_NOT_PREFIX,    /* a read of an append key is not a prefix of the final value */
 	CHK_V_BAD_HISTORY,   /* the history itself is malformed (a recorder bug) */
 	CHK_V_UNORDERED,     /* no order of a register's writes explains what its reads saw */
+	CHK_V_FRACTURED,     /* an mget saw part of an mput's writes, not all */
+	CHK_V_TXN_CYCLE,     /* the write orders that mgets imply contradict each other */
 } chk_violation_kind;
 
 /* One violation: its kind, the key, the operations involved and a sentence. */
@@ -104,6 +109,8 @@ typedef struct {
 	size_t writes_acked;           /* acknowledged puts */
 	size_t writes_failed;          /* failed puts */
 	size_t keys_unchecked;         /* append keys without a final value */
+	size_t mgets_checked;          /* mgets whose atomicity was checked */
+	size_t mputs;                  /* mputs in the history */
 } chk_result;
 
 /* The identity of value `seq` of client `client` (both from 1). */
@@ -144,6 +151,15 @@ uint64_t chk_hash(uint64_t h, const void *p, size_t n);
  * read, not-found being the value before the first put. Common anomalies
  * (a stale or future read) are named as such; the rest are
  * CHK_V_UNORDERED, found with Gibbons and Korach's zones in O(n log n).
+ *
+ * Multi-key operations (ops tied by `txn`, register keys only): each key's
+ * part is checked as a single-key op, and every mget sees, for every mput,
+ * all or none of the mput's writes to the keys it read: where it read the
+ * mput's value on one key, on another key of the mput it read that value or
+ * one written after it, never "absent" or a value put before the mput
+ * began (CHK_V_FRACTURED). Reading a value put after the mput orders the
+ * mput first on that key; those orders must not form a circle
+ * (CHK_V_TXN_CYCLE).
  */
 int chk_check(const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops, chk_result *res);
 

@@ -19,12 +19,15 @@
 
 #define AK 0 /* the append key */
 #define RK 1 /* the register */
+#define K2 2 /* two more registers, for multi-key operations */
+#define K3 3
+#define NK 4
 
 /* A history under construction. */
 typedef struct {
 	chk_op ops[64]; /* the operations */
 	size_t n;       /* used */
-	chk_key keys[2];
+	chk_key keys[NK];
 	char final[512]; /* the append key's final value */
 	chk_result res;
 } hist;
@@ -35,6 +38,8 @@ hist_init(hist *h, const char *final)
 	memset(h, 0, sizeof(*h));
 	h->keys[AK] = (chk_key){.name = "k/a", .append = true, .final_known = true};
 	h->keys[RK] = (chk_key){.name = "k/r", .append = false};
+	h->keys[K2] = (chk_key){.name = "k/2", .append = false};
+	h->keys[K3] = (chk_key){.name = "k/3", .append = false};
 	if (final) {
 		snprintf(h->final, sizeof(h->final), "%s", final);
 		h->keys[AK].final_found = true;
@@ -102,7 +107,7 @@ aget(hist *h, const char *v, uint64_t inv, uint64_t comp)
 static size_t
 check(hist *h)
 {
-	assert_int_equal(chk_check(h->keys, 2, h->ops, h->n, &h->res), 0);
+	assert_int_equal(chk_check(h->keys, NK, h->ops, h->n, &h->res), 0);
 	if (h->res.nviolations) {
 		/* What the checker would print, for the first two. */
 		for (size_t i = 0; i < h->res.nkept && i < 2; i++)
@@ -735,7 +740,7 @@ register_check_agrees_with_brute_force_on_random_histories(void **state)
 			}
 		}
 		bool want = brute_linearizable(h.ops, h.n);
-		assert_int_equal(chk_check(h.keys, 2, h.ops, h.n, &h.res), 0);
+		assert_int_equal(chk_check(h.keys, NK, h.ops, h.n, &h.res), 0);
 		bool got = h.res.nviolations == 0;
 		if (want != got) {
 			fprintf(stderr, "round %d: brute force says %s, chk_check %s\n", round,
@@ -751,6 +756,136 @@ register_check_agrees_with_brute_force_on_random_histories(void **state)
 	}
 	/* Both kinds came up often enough to mean something. */
 	assert_true(good > 2000 && bad > 2000);
+}
+
+/*
+ * Multi-key operations over K2 and K3: an mget sees all or none of each
+ * mput's writes.
+ */
+
+/* An mput of c<client>.1 to K2 and c<client>.2 to K3, as multi-key op txn. */
+static void
+mput2(hist *h, uint32_t txn, uint32_t client, uint64_t inv, uint64_t comp)
+{
+	for (uint32_t j = 0; j < 2; j++) {
+		chk_op *o = add(h, CHK_PUT, j ? K3 : K2, client, inv, comp);
+		o->val = chk_val_id(client, j + 1);
+		o->txn = txn;
+	}
+}
+
+/* An mget of K2 and K3 that read the values named (client 0: not found). */
+static void
+mget2(hist *h, uint32_t txn, uint64_t inv, uint64_t comp, uint32_t c2, uint32_t s2, uint32_t c3,
+      uint32_t s3)
+{
+	uint32_t c[2] = {c2, c3}, sq[2] = {s2, s3};
+	for (int j = 0; j < 2; j++) {
+		chk_op *o = add(h, CHK_GET, j ? K3 : K2, 9, inv, comp);
+		o->txn = txn;
+		if (c[j] == 0)
+			o->status = CHK_NOTFOUND;
+		else
+			o->val = chk_val_id(c[j], sq[j]);
+	}
+}
+
+/* While an mput is in flight, an mget sees its write to one key only. */
+static void
+mget_seeing_half_an_mput_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	mput2(&h, 1, 1, 0, 30);
+	mget2(&h, 2, 5, 6, 1, 1, 0, 0);
+	expect_one(&h, CHK_V_FRACTURED);
+}
+
+static void
+mget_seeing_all_or_none_of_an_mput_passes(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	mput2(&h, 1, 1, 0, 30);
+	mget2(&h, 2, 5, 6, 0, 0, 0, 0);
+	mget2(&h, 3, 10, 11, 1, 1, 1, 2);
+	mget2(&h, 4, 40, 41, 1, 1, 1, 2);
+	assert_int_equal(check(&h), 0);
+	assert_int_equal(h.res.mputs, 1);
+	assert_int_equal(h.res.mgets_checked, 3);
+}
+
+/* The mget sees the mput on K2 but, on K3, a put that completed before the
+ * mput began. */
+static void
+mget_seeing_an_mput_beside_an_older_put_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	add(&h, CHK_PUT, K3, 3, 0, 2)->val = chk_val_id(3, 1);
+	mput2(&h, 1, 1, 5, 30);
+	mget2(&h, 2, 10, 11, 1, 1, 3, 1);
+	expect_one(&h, CHK_V_FRACTURED);
+}
+
+static void
+mget_seeing_a_later_put_beside_an_mput_passes(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	mput2(&h, 1, 1, 0, 5);
+	add(&h, CHK_PUT, K3, 3, 8, 30)->val = chk_val_id(3, 1); /* overwrites K3 */
+	mget2(&h, 2, 10, 11, 1, 1, 3, 1);
+	assert_int_equal(check(&h), 0);
+}
+
+/* Two concurrent mputs of both keys; an mget sees one on K2, the other on
+ * K3: each is ordered before the other. */
+static void
+mget_seeing_two_mputs_interleaved_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	mput2(&h, 1, 1, 0, 30);
+	mput2(&h, 2, 2, 0, 30);
+	mget2(&h, 3, 10, 11, 1, 1, 2, 2);
+	expect_one(&h, CHK_V_TXN_CYCLE);
+}
+
+static void
+mgets_seeing_two_mputs_in_turn_pass(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	mput2(&h, 1, 1, 0, 30);
+	mput2(&h, 2, 2, 0, 30);
+	mget2(&h, 3, 10, 11, 1, 1, 1, 2);
+	mget2(&h, 4, 20, 21, 2, 1, 2, 2);
+	assert_int_equal(check(&h), 0);
+}
+
+static void
+malformed_multi_key_operation_is_reported(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	mput2(&h, 1, 1, 0, 30);
+	h.ops[1].complete = 31; /* its parts disagree on the time */
+	expect_one(&h, CHK_V_BAD_HISTORY);
 }
 
 int
@@ -790,6 +925,13 @@ main(void)
 	    cmocka_unit_test(order_of_three_puts_confirmed_by_two_reads_passes),
 	    cmocka_unit_test(absent_after_a_value_was_seen_is_caught),
 	    cmocka_unit_test(register_check_agrees_with_brute_force_on_random_histories),
+	    cmocka_unit_test(mget_seeing_half_an_mput_is_caught),
+	    cmocka_unit_test(mget_seeing_all_or_none_of_an_mput_passes),
+	    cmocka_unit_test(mget_seeing_an_mput_beside_an_older_put_is_caught),
+	    cmocka_unit_test(mget_seeing_a_later_put_beside_an_mput_passes),
+	    cmocka_unit_test(mget_seeing_two_mputs_interleaved_is_caught),
+	    cmocka_unit_test(mgets_seeing_two_mputs_in_turn_pass),
+	    cmocka_unit_test(malformed_multi_key_operation_is_reported),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
