@@ -57,6 +57,8 @@ typedef struct {
 	const char *tls_cert;    /* --tls-cert or $SHARDKV_TLS_CERT (-c only); NULL: none */
 	const char *tls_key;     /* --tls-key or $SHARDKV_TLS_KEY */
 	const char *tls_ca;      /* --tls-ca or $SHARDKV_TLS_CA; NULL: no TLS */
+	const char *history;     /* --history FILE, or NULL: the default path */
+	const char *check;       /* --check FILE: check that history and exit */
 } chk_opts;
 
 /* Monotonic nanoseconds. */

@@ -43,31 +43,35 @@ typedef enum {
 	CHK_GARBAGE = 3,  /* a get of a register read bytes that name no value */
 } chk_status;
 
-/* One recorded operation. 56 bytes, plain data. A multi-key operation is
+/* One recorded operation. 64 bytes, plain data. A multi-key operation is
  * recorded as one op per key, tied by `txn`. */
 typedef struct {
 	uint64_t invoke;   /* when the call began (ns) */
 	uint64_t complete; /* when it returned (ns); CHK_NEVER when it failed */
+	uint64_t ret;      /* when it returned (ns), also when it failed (history files) */
 	uint64_t val;      /* append/put: the identity written; get of a register: the one read */
-	uint64_t len;  /* append: the value length it returned; get of an append key: bytes read */
-	uint64_t hash; /* get of an append key: chk_hash() of the bytes read */
-	uint32_t key;  /* index into the key table */
-	uint32_t client; /* the client that ran it (0: the checker's final reads) */
-	uint8_t kind;    /* chk_kind */
-	uint8_t status;  /* chk_status */
-	int16_t err;     /* the client's error code when status is CHK_FAILED */
-	uint32_t txn;    /* 0: a single-key op; else the ops with this id are one mput
-	                    (puts) or one mget (gets), with equal times and status */
+	uint64_t len;      /* append: the value length it returned (0: not known); get of an
+	                      append key: bytes read */
+	uint64_t hash;     /* get of an append key: chk_hash() of the bytes read */
+	uint32_t key;      /* index into the key table */
+	uint32_t client;   /* the client that ran it (0: the checker's final reads) */
+	uint8_t kind;      /* chk_kind */
+	uint8_t status;    /* chk_status */
+	int16_t err;       /* the client's error code when status is CHK_FAILED */
+	uint32_t txn;      /* 0: a single-key op; else the ops with this id are one mput
+	                      (puts) or one mget (gets), with equal times and status */
 } chk_op;
 
 /* One key of the history. */
 typedef struct {
-	const char *name;     /* for reports */
-	bool append;          /* true: an append key (tokens); false: a register (put/get) */
-	bool final_known;     /* append keys: the final value was read after the run */
-	bool final_found;     /* ... and the key existed */
-	const uint8_t *final; /* ... its bytes (borrowed) */
-	size_t final_len;     /* ... and length */
+	const char *name;        /* for reports */
+	bool append;             /* true: an append key (tokens); false: a register (put/get) */
+	bool final_known;        /* append keys: the final value was read after the run */
+	bool final_found;        /* ... and the key existed */
+	const uint8_t *final;    /* ... its bytes (borrowed) */
+	size_t final_len;        /* ... and length */
+	uint64_t final_invoke;   /* when that final read began (history files; 0: unknown) */
+	uint64_t final_complete; /* ... and returned */
 } chk_key;
 
 /* The kinds of violation. */

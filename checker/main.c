@@ -10,6 +10,7 @@
  * 3 the cluster could not be started, reached or read back.
  */
 #include "checker/checker.h"
+#include "checker/histfile.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -68,6 +69,11 @@ usage(FILE *f)
 	    "  --fill-size B           value size of the filler keys (default 1000)\n"
 	    "  --keep                  keep the spawned cluster's directory\n"
 	    "  --json                  print the summary as one JSON object on stdout\n"
+	    "  --history FILE          write the run's history there as JSON Lines (default:\n"
+	    "                          DIR/history-SEED.jsonl with --spawn, else\n"
+	    "                          ./shardkv-history-SEED.jsonl)\n"
+	    "  --check FILE            check the history in FILE (from any source) and exit:\n"
+	    "                          0 valid, 1 violations, 2 malformed file\n"
 	    "  --tls-cert F, --tls-key F, --tls-ca F\n"
 	    "                          TLS client certificate, key and CA for a tls+tcp://\n"
 	    "                          cluster (-c only; default $SHARDKV_TLS_CERT, _KEY, _CA)\n"
@@ -125,6 +131,8 @@ enum {
 	OPT_TLS_CA,
 	OPT_CONTROLLERS,
 	OPT_KILL_CTL,
+	OPT_HISTORY,
+	OPT_CHECK,
 };
 
 static int
@@ -143,6 +151,8 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"fsync", required_argument, NULL, OPT_FSYNC},
 	    {"controllers", required_argument, NULL, OPT_CONTROLLERS},
 	    {"kill-controller", no_argument, NULL, OPT_KILL_CTL},
+	    {"history", required_argument, NULL, OPT_HISTORY},
+	    {"check", required_argument, NULL, OPT_CHECK},
 	    {"no-reconfig", no_argument, NULL, OPT_NO_RECONFIG},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"keep", no_argument, NULL, OPT_KEEP},
@@ -229,6 +239,12 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		case OPT_KILL_CTL:
 			o->kill_ctl = true;
 			break;
+		case OPT_HISTORY:
+		case OPT_CHECK:
+			if (optarg[0] == 0)
+				return usage_error("%s wants a file name", argv[optind - 1]);
+			*(ch == OPT_HISTORY ? &o->history : &o->check) = optarg;
+			break;
 		case OPT_FSYNC:
 			if (strcmp(optarg, "always") != 0 && strcmp(optarg, "batch") != 0 &&
 			    strcmp(optarg, "none") != 0)
@@ -294,6 +310,8 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		                   "tcp:// daemons");
 	if (o->spawn_dir && o->controllers)
 		return usage_error("-c and --spawn exclude each other");
+	if (o->check && (o->spawn_dir || o->controllers || o->history))
+		return usage_error("--check reads a history: no -c, --spawn or --history with it");
 	if (o->kill && !o->spawn_dir)
 		return usage_error("--kill needs --spawn");
 	if (o->fsync && !o->spawn_dir)
@@ -388,6 +406,78 @@ typedef struct {
 	size_t unread;              /* keys the final reads could not read */
 	const char *dir;            /* the spawned cluster's directory, or NULL */
 } summary;
+
+/* Checks the history in file `path` (--check). Returns the exit code. */
+static int
+check_file(const char *path)
+{
+	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+	chk_histfile *h = NULL;
+	chk_result res;
+	char err[512];
+
+	if (f == NULL) {
+		fprintf(stderr, "shardkv-checker: cannot open %s: %s\n", path, strerror(errno));
+		return 2;
+	}
+	int rv = chk_histfile_read(f, &h, err, sizeof(err));
+	if (f != stdin)
+		fclose(f);
+	if (rv != 0) {
+		fprintf(stderr, "shardkv-checker: %s: %s\n", path,
+		        rv == -2 ? "out of memory" : err);
+		return 2;
+	}
+	const chk_key *keys;
+	const chk_op *ops;
+	size_t nkeys, nops;
+	chk_histfile_history(h, &keys, &nkeys, &ops, &nops);
+	if (chk_check(keys, nkeys, ops, nops, &res) != 0) {
+		fprintf(stderr, "shardkv-checker: out of memory while checking\n");
+		chk_histfile_free(h);
+		return 2;
+	}
+	for (size_t i = 0; i < res.nkept && i < SHOW_MAX; i++) {
+		const chk_violation *v = &res.v[i];
+		chk_print_violation(stderr, keys, ops, nops, v, 0, 24);
+		if (v->op < nops && v->other < nops)
+			fprintf(stderr, "  (lines %zu and %zu of %s)\n",
+			        chk_histfile_line(h, v->op), chk_histfile_line(h, v->other), path);
+		else if (v->op < nops || v->other < nops)
+			fprintf(stderr, "  (line %zu of %s)\n",
+			        chk_histfile_line(h, v->op < nops ? v->op : v->other), path);
+		fputc('\n', stderr);
+	}
+	printf("%zu operations on %zu keys, %zu reads checked, %zu mgets checked, %zu "
+	       "violations (values are shown by identity, c1.N, in the order the file first "
+	       "wrote them)\n",
+	       nops, nkeys, res.reads_checked, res.mgets_checked, res.nviolations);
+	chk_histfile_free(h);
+	return res.nviolations ? 1 : 0;
+}
+
+/* Writes the run's history (--history, or the default path). A failure to
+ * write it is reported, not fatal: the run is still checked. */
+static void
+write_history(const chk_opts *o, const chk_cluster *cl, const chk_key *keys, size_t nkeys,
+              const chk_op *ops, size_t nops)
+{
+	char path[4200];
+
+	if (o->history)
+		snprintf(path, sizeof(path), "%s", o->history);
+	else if (cl)
+		snprintf(path, sizeof(path), "%s/history-%" PRIu64 ".jsonl", o->spawn_dir, o->seed);
+	else
+		snprintf(path, sizeof(path), "shardkv-history-%" PRIu64 ".jsonl", o->seed);
+	FILE *f = fopen(path, "w");
+	if (f == NULL || chk_histfile_write(f, keys, nkeys, ops, nops) != 0 || fclose(f) != 0) {
+		fprintf(stderr, "checker: cannot write the history to %s: %s\n", path,
+		        strerror(errno));
+		return;
+	}
+	chk_log("history written to %s", path);
+}
 
 static void
 print_json(const summary *s)
@@ -512,6 +602,8 @@ main(int argc, char **argv)
 	chk_log_start();
 	if ((rc = parse_opts(argc, argv, &o, &seeded)) != 0)
 		return rc;
+	if (o.check)
+		return check_file(o.check);
 	rc = 3;
 	if (!seeded) {
 		struct timespec ts;
@@ -636,6 +728,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "checker: out of memory while checking\n");
 		goto out;
 	}
+	write_history(&o, cl, keys, nkeys, ops, nops);
 	uint64_t n_unused, failed;
 	chk_workload_counts(w, &n_unused, &failed);
 	summary s = {.seed = o.seed,

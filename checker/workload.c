@@ -251,6 +251,7 @@ one_op(client *c)
 			rv = 0;
 		}
 	}
+	op.ret = op.complete;
 	if (rv != 0) {
 		op.status = CHK_FAILED;
 		op.err = (int16_t)rv;
@@ -372,6 +373,7 @@ final_read_register(chk_workload *w, shardkv_client *admin, unsigned r)
 		        shardkv_errmsg());
 		return false;
 	}
+	op.ret = op.complete;
 	w->final_ops[w->nfinal++] = op;
 	return true;
 }
@@ -385,6 +387,8 @@ final_read_append(chk_workload *w, shardkv_client *admin, uint32_t k)
 	int rv = read_once(admin, w->names[k], &b, &t1, &t2);
 	chk_key *key = &w->keys[k];
 
+	key->final_invoke = t1;
+	key->final_complete = t2;
 	if (rv == 0) {
 		w->finals[k] = b.data;
 		key->final = b.data;

@@ -8,10 +8,11 @@ set -euo pipefail
 # libclang-rt-14-dev: clang's sanitizer and libFuzzer runtimes (only
 # recommended by clang, so --no-install-recommends would leave it out).
 # libraft-dev, libuv1-dev: the replicated controller (canonical raft and the
-# libuv loop its disk and TCP backend runs on).
+# libuv loop its disk and TCP backend runs on). libjansson-dev: the checker
+# reads history files (JSON Lines) with it.
 pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
       libprotobuf-c-dev protobuf-c-compiler libnng-dev libcmocka-dev
-      liburcu-dev libxxhash-dev libmbedtls-dev openssl libraft-dev libuv1-dev)
+      liburcu-dev libxxhash-dev libmbedtls-dev openssl libraft-dev libuv1-dev libjansson-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -5,6 +5,7 @@
 # steps; `shardkv-checker --help` shows how to run it longer or against a
 # running cluster.
 kv_add_test(test_checker_model SOURCES test_checker_model.c LIBS kv_checker_model TIMEOUT 30)
+kv_add_test(test_checker_histfile SOURCES test_checker_histfile.c LIBS kv_checker_model TIMEOUT 30)
 
 if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-server)
   add_test(NAME checker_cluster

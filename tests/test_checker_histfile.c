@@ -1,0 +1,303 @@
+/*
+ * test_checker_histfile.c - history files (checker/histfile.h): what the
+ * checker writes reads back to the same verdict; histories from outside,
+ * in the file format, are judged like recorded ones; malformed files are
+ * refused with the line and the reason.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "checker/histfile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads `text` as a history file. Returns chk_histfile_read's code; on 0
+ * *res holds the check. */
+static int
+check_text(const char *text, chk_result *res, char *err, size_t errlen)
+{
+	FILE *f = fmemopen((void *)text, strlen(text), "r");
+	chk_histfile *h = NULL;
+
+	assert_non_null(f);
+	int rv = chk_histfile_read(f, &h, err, errlen);
+	fclose(f);
+	if (rv != 0)
+		return rv;
+	const chk_key *keys;
+	const chk_op *ops;
+	size_t nkeys, nops;
+	chk_histfile_history(h, &keys, &nkeys, &ops, &nops);
+	assert_int_equal(chk_check(keys, nkeys, ops, nops, res), 0);
+	for (size_t i = 0; i < res->nkept && i < 2; i++)
+		chk_print_violation(stderr, keys, ops, nops, &res->v[i], 0, 10);
+	chk_histfile_free(h);
+	return 0;
+}
+
+/* The violations in text (which must read). */
+static size_t
+violations(const char *text)
+{
+	chk_result res;
+	char err[256];
+
+	assert_int_equal(check_text(text, &res, err, sizeof(err)), 0);
+	return res.nviolations;
+}
+
+/* Asserts that text is refused, with a reason that contains `why`. */
+static void
+refused(const char *text, const char *why)
+{
+	chk_result res;
+	char err[256];
+
+	assert_int_equal(check_text(text, &res, err, sizeof(err)), -1);
+	if (strstr(err, why) == NULL)
+		fail_msg("reason \"%s\" does not say \"%s\"", err, why);
+}
+
+#define INV(p, f, k, v, t)                                                                         \
+	"{\"process\": " #p ", \"type\": \"invoke\", \"f\": \"" f "\", \"key\": \"" k              \
+	"\", \"value\": " v ", \"time\": " #t "}\n"
+#define DONE(p, ty, f, k, v, t)                                                                    \
+	"{\"process\": " #p ", \"type\": \"" ty "\", \"f\": \"" f "\", \"key\": \"" k              \
+	"\", \"value\": " v ", \"time\": " #t "}\n"
+#define PUT(p, k, v, t0, t1)                                                                       \
+	INV(p, "put", k, "\"" v "\"", t0) DONE(p, "ok", "put", k, "\"" v "\"", t1)
+#define GET(p, k, v, t0, t1) INV(p, "get", k, "null", t0) DONE(p, "ok", "get", k, v, t1)
+
+static void
+valid_register_history_passes(void **state)
+{
+	(void)state;
+	assert_int_equal(violations(PUT(1, "k", "a", 0, 10) PUT(2, "k", "b", 20, 30)
+	                                GET(3, "k", "\"b\"", 35, 36) GET(3, "k", "\"b\"", 40, 41)),
+	                 0);
+}
+
+/* The anomalies that comparing only operations ordered in real time lets
+ * through, written as files. */
+static void
+flip_flop_in_a_file_is_caught(void **state)
+{
+	(void)state;
+	/* A [0,10] and B [5,20] overlap; B is read, then A. Events in time order. */
+	const char *t = INV(1, "put", "k", "\"A\"", 0) INV(2, "put", "k", "\"B\"", 5)
+	    DONE(1, "ok", "put", "k", "\"A\"", 10) DONE(2, "ok", "put", "k", "\"B\"", 20)
+	        GET(3, "k", "\"B\"", 25, 26) GET(3, "k", "\"A\"", 30, 31);
+	assert_int_equal(violations(t), 1);
+}
+
+static void
+failed_put_seen_then_overwritten_in_a_file_is_caught(void **state)
+{
+	(void)state;
+	/* W [0,3] ok; X [1, ?) info; X read at [5,6]; W read at [10,11]. */
+	const char *t = INV(1, "put", "k", "\"W\"", 0) INV(2, "put", "k", "\"X\"", 1)
+	    DONE(1, "ok", "put", "k", "\"W\"", 3) DONE(2, "info", "put", "k", "\"X\"", 4)
+	        GET(3, "k", "\"X\"", 5, 6) GET(3, "k", "\"W\"", 10, 11);
+	assert_int_equal(violations(t), 1);
+}
+
+static void
+put_left_open_at_the_end_may_have_taken_effect(void **state)
+{
+	(void)state;
+	/* Process 2's put never completes, but a get sees it: valid. */
+	const char *t =
+	    PUT(1, "k", "a", 0, 10) INV(2, "put", "k", "\"b\"", 12) GET(3, "k", "\"b\"", 20, 21);
+	assert_int_equal(violations(t), 0);
+}
+
+static void
+appends_and_their_final_read_are_checked(void **state)
+{
+	(void)state;
+	const char *ok =
+	    INV(1, "append", "a", "\"x;\"",
+	        0) "{\"process\": 1, \"type\": \"ok\", \"f\": \"append\", \"key\": \"a\", "
+	           "\"value\": \"x;\", "
+	           "\"result_len\": 2, \"time\": 5}\n" INV(2, "append", "a", "\"yy;\"", 6)
+	               GET(3, "a", "\"x;\"", 7, 8) DONE(2, "ok", "append", "a", "\"yy;\"", 9)
+	                   GET(3, "a", "\"x;yy;\"", 20, 21);
+	assert_int_equal(violations(ok), 0);
+	/* The final read lost the acknowledged yy;. */
+	const char *lost = INV(1, "append", "a", "\"x;\"", 0)
+	    DONE(1, "ok", "append", "a", "\"x;\"", 5) INV(2, "append", "a", "\"yy;\"", 6)
+	        DONE(2, "ok", "append", "a", "\"yy;\"", 9) GET(3, "a", "\"x;\"", 20, 21);
+	assert_int_equal(violations(lost), 1);
+	/* A result_len that ends no token of the final value. */
+	const char *len = INV(1, "append", "a", "\"x;\"",
+	                      0) "{\"process\": 1, \"type\": \"ok\", \"f\": \"append\", \"key\": "
+	                         "\"a\", \"value\": \"x;\", "
+	                         "\"result_len\": 3, \"time\": 5}\n" GET(3, "a", "\"x;\"", 20, 21);
+	assert_int_equal(violations(len), 1);
+}
+
+static void
+mget_seeing_half_an_mput_in_a_file_is_caught(void **state)
+{
+	(void)state;
+	const char *t =
+	    "{\"process\": 6, \"type\": \"invoke\", \"f\": \"mput\", \"kvs\": {\"k1\": \"v1\", "
+	    "\"k2\": "
+	    "\"v2\"}, \"time\": 0}\n"
+	    "{\"process\": 7, \"type\": \"invoke\", \"f\": \"mget\", \"kvs\": {\"k1\": null, "
+	    "\"k2\": "
+	    "null}, \"time\": 5}\n"
+	    "{\"process\": 7, \"type\": \"ok\", \"f\": \"mget\", \"kvs\": {\"k1\": \"v1\", \"k2\": "
+	    "null}, \"time\": 6}\n"
+	    "{\"process\": 6, \"type\": \"ok\", \"f\": \"mput\", \"kvs\": {\"k1\": \"v1\", \"k2\": "
+	    "\"v2\"}, \"time\": 30}\n";
+	assert_int_equal(violations(t), 1);
+}
+
+static void
+malformed_files_are_refused_with_the_line_and_reason(void **state)
+{
+	(void)state;
+	refused("not json\n", "line 1: not JSON");
+	refused("[1, 2]\n", "line 1: not a JSON object");
+	refused("{\"process\": \"x\", \"type\": \"invoke\", \"f\": \"get\", \"time\": 1}\n",
+	        "\"process\" is not an integer");
+	refused(INV(1, "get", "k", "null", 1) INV(1, "get", "k", "null", 2),
+	        "line 2: process 1 invokes with an operation open");
+	refused(DONE(1, "ok", "get", "k", "null", 1), "did not invoke");
+	refused(INV(1, "get", "k", "null", 5) DONE(1, "ok", "get", "k", "null", 4),
+	        "time goes backwards");
+	refused(PUT(1, "k", "a", 0, 1) PUT(1, "k", "a", 2, 3), "written to key k twice");
+	refused(PUT(1, "k", "a;", 0, 1) INV(1, "append", "k", "\"b;\"", 2)
+	            DONE(1, "ok", "append", "k", "\"b;\"", 3),
+	        "both appended to and put");
+	refused(INV(1, "append", "k", "\"b\"", 2) DONE(1, "ok", "append", "k", "\"b\"", 3),
+	        "is no token");
+	refused(INV(1, "del", "k", "null", 2) DONE(1, "ok", "del", "k", "null", 3),
+	        "\"del\" is not checked by this version");
+	refused(INV(1, "get", "k", "null", 1) DONE(1, "ok", "put", "k", "\"a\"", 2), "f differs");
+	refused(INV(1, "put", "k", "null", 1) DONE(1, "ok", "put", "k", "null", 2),
+	        "put of a null value");
+}
+
+/* A recorded history written out and read back is judged the same. */
+static void
+written_history_reads_back_to_the_same_verdict(void **state)
+{
+	chk_key keys[3] = {{.name = "a"}, {.name = "r"}, {.name = "s"}};
+	chk_op ops[16];
+	size_t n = 0;
+	static const char final[] = "c1.1;c2.1;";
+	(void)state;
+
+	keys[0].append = true;
+	keys[0].final_known = keys[0].final_found = true;
+	keys[0].final = (const uint8_t *) final;
+	keys[0].final_len = strlen(final);
+	memset(ops, 0, sizeof(ops));
+	ops[n++] = (chk_op){.invoke = 1,
+	                    .complete = 5,
+	                    .ret = 5,
+	                    .val = chk_val_id(1, 1),
+	                    .len = 5,
+	                    .key = 0,
+	                    .client = 1,
+	                    .kind = CHK_APPEND};
+	ops[n++] = (chk_op){.invoke = 6,
+	                    .complete = CHK_NEVER,
+	                    .ret = 9,
+	                    .val = chk_val_id(2, 1),
+	                    .key = 0,
+	                    .client = 2,
+	                    .kind = CHK_APPEND,
+	                    .status = CHK_FAILED};
+	ops[n++] = (chk_op){.invoke = 10,
+	                    .complete = 12,
+	                    .ret = 12,
+	                    .len = 5,
+	                    .hash = chk_hash(CHK_HASH_INIT, final, 5),
+	                    .key = 0,
+	                    .client = 3,
+	                    .kind = CHK_GET};
+	ops[n++] = (chk_op){.invoke = 2,
+	                    .complete = 4,
+	                    .ret = 4,
+	                    .val = chk_val_id(4, 1),
+	                    .key = 1,
+	                    .client = 4,
+	                    .kind = CHK_PUT,
+	                    .txn = 1};
+	ops[n++] = (chk_op){.invoke = 2,
+	                    .complete = 4,
+	                    .ret = 4,
+	                    .val = chk_val_id(4, 2),
+	                    .key = 2,
+	                    .client = 4,
+	                    .kind = CHK_PUT,
+	                    .txn = 1};
+	ops[n++] = (chk_op){.invoke = 13,
+	                    .complete = 14,
+	                    .ret = 14,
+	                    .val = chk_val_id(4, 1),
+	                    .key = 1,
+	                    .client = 3,
+	                    .kind = CHK_GET,
+	                    .txn = 2};
+	ops[n++] = (chk_op){.invoke = 13,
+	                    .complete = 14,
+	                    .ret = 14,
+	                    .val = chk_val_id(4, 2),
+	                    .key = 2,
+	                    .client = 3,
+	                    .kind = CHK_GET,
+	                    .txn = 2};
+	ops[n++] = (chk_op){.invoke = 15,
+	                    .complete = 16,
+	                    .ret = 16,
+	                    .key = 1,
+	                    .client = 0,
+	                    .kind = CHK_GET,
+	                    .status = CHK_NOTFOUND}; /* a stale final read */
+	chk_result want, got;
+	assert_int_equal(chk_check(keys, 3, ops, n, &want), 0);
+	assert_int_equal(want.nviolations, 1);
+
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_non_null(f);
+	assert_int_equal(chk_histfile_write(f, keys, 3, ops, n), 0);
+	fclose(f);
+	char err[256];
+	assert_int_equal(check_text(buf, &got, err, sizeof(err)), 0);
+	assert_int_equal(got.nviolations, want.nviolations);
+	assert_int_equal(got.v[0].kind, want.v[0].kind);
+	/* The file also holds the append key's final read, as a get. */
+	assert_int_equal(got.reads_checked, want.reads_checked + 1);
+	assert_int_equal(got.appends_acked, want.appends_acked);
+	assert_int_equal(got.appends_failed_applied, want.appends_failed_applied);
+	assert_int_equal(got.mgets_checked, want.mgets_checked);
+	assert_int_equal(got.mputs, want.mputs);
+	free(buf);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(valid_register_history_passes),
+	    cmocka_unit_test(flip_flop_in_a_file_is_caught),
+	    cmocka_unit_test(failed_put_seen_then_overwritten_in_a_file_is_caught),
+	    cmocka_unit_test(put_left_open_at_the_end_may_have_taken_effect),
+	    cmocka_unit_test(appends_and_their_final_read_are_checked),
+	    cmocka_unit_test(mget_seeing_half_an_mput_in_a_file_is_caught),
+	    cmocka_unit_test(malformed_files_are_refused_with_the_line_and_reason),
+	    cmocka_unit_test(written_history_reads_back_to_the_same_verdict),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
