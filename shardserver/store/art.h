@@ -22,7 +22,7 @@
 #define KV_SHARDSERVER_ART_H
 
 #include "common/key.h"
-#include "shardserver/arena.h"
+#include "shardserver/store/arena.h"
 
 #include <stdbool.h>
 #include <stddef.h>

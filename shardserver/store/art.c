@@ -14,7 +14,7 @@
  * most 256 slots (grow, shrink or split). Nothing here allocates except node
  * copies and the iterator's overflow stack.
  */
-#include "shardserver/art.h"
+#include "shardserver/store/art.h"
 #include "common/err.h"
 #include "common/key.h"
 

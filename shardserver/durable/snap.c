@@ -9,7 +9,7 @@
  * with that error, so no partial snapshot is ever left behind. The loader
  * reads and checks one block at a time before handing its entries out.
  */
-#include "shardserver/snap.h"
+#include "shardserver/durable/snap.h"
 #include "common/bytes.h"
 #include "common/err.h"
 #include "common/fileio.h"

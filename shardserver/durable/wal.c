@@ -36,7 +36,7 @@
  * kv_wal_wait() and kv_wal_rotate() (after every writer round). Callbacks run
  * without the lock.
  */
-#include "shardserver/wal.h"
+#include "shardserver/durable/wal.h"
 #include "common/bytes.h"
 #include "common/err.h"
 #include "common/fileio.h"

@@ -22,8 +22,8 @@
  * belong to the shard server above it.
  */
 #define _GNU_SOURCE /* pthread_setaffinity_np */
-#include "shardserver/store.h"
-#include "shardserver/art.h"
+#include "shardserver/store/store.h"
+#include "shardserver/store/art.h"
 #include "common/err.h"
 
 #include <pthread.h>

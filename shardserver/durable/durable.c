@@ -24,12 +24,13 @@
  * throughout; a write that lands behind the walk is in the log after the
  * snapshot's lsn and is replayed.
  */
-#include "shardserver/durable.h"
+#include "shardserver/durable/durable.h"
 #include "common/bytes.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "shardserver/snap.h"
-#include "shardserver/store.h"
+#include "shardserver/durable/snap.h"
+#include "shardserver/durable/wal.h"
+#include "shardserver/store/store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -5,7 +5,7 @@
  * malloc'd large chunk), and a chunk on a free list is never also in use.
  * Work per call is O(1): a free-list pop, a bump, or one block allocation.
  */
-#include "shardserver/arena.h"
+#include "shardserver/store/arena.h"
 
 #include <stdlib.h>
 #include <string.h>
