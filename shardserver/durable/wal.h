@@ -12,7 +12,8 @@
  * Files in the data dir: one segment per `wal-<first lsn, 16 hex digits>.log`.
  * All integers little-endian:
  *
- *   segment header (KV_WAL_HEADER_SIZE bytes)
+ *   segment header (KV_WAL_HEADER_SIZE bytes; the file header of
+ *   common/frame.h, with the first lsn as its one field)
  *   offset  size  field
  *   ------  ----  --------------------------------------------------------
  *   0       8     magic "SKVWAL\0\0"
