@@ -20,9 +20,16 @@
  *
  * Lock order: owner.lock -> kv_mig_out.mu -> barrier (read) -> key stripes
  * (ascending) -> store partition locks / dedup stripes -> the log's mutex.
+ *
+ * This is the public header of kv_durable (shardserver/durable/): the
+ * server includes it, and only it. It also holds the few types of the log
+ * that the server sees (the fsync mode, the completion callback, the log's
+ * statistics). The dependency points one way: durability loads into and
+ * snapshots the store (store.h) and the exactly-once memory (dedup.h) and
+ * never calls into the server.
  */
-#ifndef KV_SHARDSERVER_DURABLE_H
-#define KV_SHARDSERVER_DURABLE_H
+#ifndef KV_SHARDSERVER_DURABLE_DURABLE_H
+#define KV_SHARDSERVER_DURABLE_DURABLE_H
 
 #include "common/key.h"
 #include "shardserver/dedup.h"
@@ -47,11 +54,12 @@ int kv_fsync_mode_parse(const char *s, kv_fsync_mode *out);
 /* Returns "always", "batch", "none" or "unknown". */
 const char *kv_fsync_mode_name(kv_fsync_mode m);
 
-/* Completion callback of kv_wal_notify(). Must not block or call into the log
+/* Completion callback of kv_wal_notify() and kv_dur_notify(). Must not block or call into the log
  * except kv_wal_health() and kv_wal_stats_get(). */
 typedef void (*kv_wal_done_fn)(void *arg, int status);
 
-/* Counters and positions, read under the lock. */
+/* The log's counters and positions (kv_wal_stats_get, read under the
+ * log's mutex; kv_dur_stats.wal). */
 typedef struct {
 	uint64_t records;     /* records appended since open */
 	uint64_t bytes;       /* their payload bytes */

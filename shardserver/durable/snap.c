@@ -8,6 +8,13 @@
  * are. The first failed write removes the .tmp and makes the writer sticky
  * with that error, so no partial snapshot is ever left behind. The loader
  * reads and checks one block at a time before handing its entries out.
+ *
+ * Invariant: a `.dat` file is complete (header, blocks, trailer, fsynced
+ * before its rename); only a `.tmp` can be partial. The file header and the
+ * checksums are the shared framing of common/frame.h.
+ *
+ * What this module does not do: interpret entries (their types belong to
+ * durable.c), walk the store, or fall back to an older snapshot.
  */
 #include "shardserver/durable/snap.h"
 #include "common/bytes.h"

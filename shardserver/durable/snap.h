@@ -43,9 +43,13 @@
  * Thread safety: a writer is used by one thread at a time; one snapshot is
  * written per data dir at a time (commit removes other .tmp files).
  * kv_snap_load() may run at any time.
+ *
+ * A module header of kv_durable: included by the files of
+ * shardserver/durable/, the snapshot unit tests and fuzzers. Everything else
+ * includes durable.h.
  */
-#ifndef KV_SHARDSERVER_SNAP_H
-#define KV_SHARDSERVER_SNAP_H
+#ifndef KV_SHARDSERVER_DURABLE_SNAP_H
+#define KV_SHARDSERVER_DURABLE_SNAP_H
 
 #include <stddef.h>
 #include <stdint.h>

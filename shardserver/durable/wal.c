@@ -35,6 +35,11 @@
  * hook); `progress` wakes appenders waiting for buffer space and threads in
  * kv_wal_wait() and kv_wal_rotate() (after every writer round). Callbacks run
  * without the lock.
+ *
+ * The segment header and the record checksum are the shared framing of
+ * common/frame.h. What this module does not do: interpret record payloads
+ * (durable.c does), decide when to snapshot, or answer clients (completions
+ * are the caller's callbacks).
  */
 #include "shardserver/durable/wal.h"
 #include "common/bytes.h"

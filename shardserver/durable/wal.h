@@ -41,9 +41,14 @@
  * with the others, except kv_wal_close(), which must be the last call.
  * kv_wal_replay() works on a directory and must not run while the log of
  * that directory is open.
+ *
+ * A module header of kv_durable: included by the files of
+ * shardserver/durable/, the log's unit tests and its fuzzers. Everything
+ * else includes durable.h (which holds kv_fsync_mode, kv_wal_done_fn and
+ * kv_wal_stats, used here).
  */
-#ifndef KV_SHARDSERVER_WAL_H
-#define KV_SHARDSERVER_WAL_H
+#ifndef KV_SHARDSERVER_DURABLE_WAL_H
+#define KV_SHARDSERVER_DURABLE_WAL_H
 
 #include "shardserver/durable/durable.h"
 
@@ -192,6 +197,8 @@ int kv_wal_rotate(kv_wal *w, uint64_t *first_lsn);
  * dir. Returns 0, KV_EIO or KV_ENOMEM. */
 int kv_wal_drop_before(kv_wal *w, uint64_t lsn);
 
+/* Copies the counters and positions (kv_wal_stats, durable.h) into *st,
+ * under the mutex. */
 void kv_wal_stats_get(kv_wal *w, kv_wal_stats *st);
 
 /*
