@@ -8,7 +8,7 @@
  * Usage: shardkv-scan-cost [--partitions P] [--scans S] N... (default 1M 10M)
  */
 #include "common/err.h"
-#include "shardserver/store.h"
+#include "shardserver/store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -63,7 +63,7 @@
 
 #include "common/err.h"
 #include "common/key.h"
-#include "shardserver/store.h"
+#include "shardserver/store/store.h"
 
 /* Inline the QSBR fast paths (rcu_read_lock is then free, and a quiescent
  * state a load and a compare), as liburcu allows for its short functions. */

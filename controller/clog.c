@@ -12,6 +12,7 @@
 #include "common/bytes.h"
 #include "common/err.h"
 #include "common/fileio.h"
+#include "common/frame.h"
 #include "common/key.h"
 #include "common/log.h"
 
@@ -28,6 +29,8 @@
 
 static const char clog_magic[8] = {'S', 'K', 'V', 'C', 'L', 'O', 'G', '\0'};
 
+#define CLOG_REC_HDR 12u /* length and checksum before each payload */
+
 struct kv_clog {
 	int fd;           /* the open, locked log file */
 	uint64_t size;    /* bytes of valid data (header + intact records) */
@@ -35,6 +38,14 @@ struct kv_clog {
 	char cluster[25]; /* cluster id from the header */
 	char *path;       /* DIR/config.log */
 };
+
+/* Returns a record's checksum: that of its 4-byte length field XOR that of
+ * its payload (clog.h). */
+static uint64_t
+rec_sum(const uint8_t *len_field, const void *p, size_t n)
+{
+	return kv_frame_sum(len_field, 4) ^ kv_frame_sum(p, n);
+}
 
 static void
 random_id(char out[25])
@@ -58,15 +69,13 @@ random_id(char out[25])
 static int
 init_file(kv_clog *l, const char *dir, char *err, size_t errlen)
 {
-	uint8_t h[KV_CLOG_HEADER_SIZE] = {0};
+	uint8_t h[KV_CLOG_HEADER_SIZE];
 	int rv = KV_OK;
 
 	random_id(l->cluster);
-	memcpy(h, clog_magic, 8);
-	kv_put32(h + 8, KV_CLOG_VERSION);
-	kv_put32(h + 12, KV_CLOG_HEADER_SIZE);
+	kv_frame_header_init(h, clog_magic, KV_CLOG_VERSION, KV_CLOG_HEADER_SIZE);
 	memcpy(h + 16, l->cluster, 24);
-	kv_put64(h + 40, kv_hash64(h, 40));
+	kv_frame_header_seal(h, KV_CLOG_HEADER_SIZE);
 	if (ftruncate(l->fd, 0) != 0 || lseek(l->fd, 0, SEEK_SET) != 0)
 		rv = kv_err_from_errno(errno);
 	if (rv == KV_OK)
@@ -121,11 +130,11 @@ all_zero(const uint8_t *p, size_t n)
 static bool
 intact_after(const uint8_t *b, size_t n, size_t from)
 {
-	for (size_t off = from; off < n && n - off >= 12; off++) {
+	for (size_t off = from; off < n && n - off >= CLOG_REC_HDR; off++) {
 		uint32_t len = kv_get32(b + off);
-		if (len == 0 || len > KV_CLOG_MAX_RECORD || (size_t)len > n - off - 12)
+		if (len == 0 || len > KV_CLOG_MAX_RECORD || (size_t)len > n - off - CLOG_REC_HDR)
 			continue;
-		if (kv_get64(b + off + 4) == (kv_hash64(b + off, 4) ^ kv_hash64(b + off + 12, len)))
+		if (kv_get64(b + off + 4) == rec_sum(b + off, b + off + CLOG_REC_HDR, len))
 			return true;
 	}
 	return false;
@@ -139,24 +148,29 @@ replay(kv_clog *l, const uint8_t *b, size_t n, kv_clog_record_cb cb, void *arg, 
 {
 	size_t off = KV_CLOG_HEADER_SIZE;
 
-	if (memcmp(b, clog_magic, 8) != 0)
+	switch (kv_frame_header_check(b, clog_magic, KV_CLOG_VERSION, KV_CLOG_HEADER_SIZE)) {
+	case KV_FRAME_OK:
+		break;
+	case KV_FRAME_BAD_MAGIC:
 		return kv_errf(err, errlen, KV_EINVAL, "%s is not a shardkv config log (bad magic)",
 		               l->path);
-	if (kv_get32(b + 8) != KV_CLOG_VERSION)
+	case KV_FRAME_BAD_VERSION:
 		return kv_errf(err, errlen, KV_EINVAL,
 		               "%s has format version %u; this controller reads version %u",
-		               l->path, kv_get32(b + 8), KV_CLOG_VERSION);
-	if (kv_get32(b + 12) != KV_CLOG_HEADER_SIZE || kv_get64(b + 40) != kv_hash64(b, 40))
+		               l->path, kv_frame_header_version(b), KV_CLOG_VERSION);
+	case KV_FRAME_BAD_SIZE:
+	case KV_FRAME_BAD_SUM:
 		return kv_errf(err, errlen, KV_ECORRUPT,
 		               "config log %s: corrupt header at offset 0 (checksum mismatch)",
 		               l->path);
+	}
 	memcpy(l->cluster, b + 16, 24);
 	l->cluster[24] = '\0';
 	while (off < n) {
 		size_t left = n - off;
 		uint32_t len;
 		bool torn;
-		if (left < 12)
+		if (left < CLOG_REC_HDR)
 			break; /* torn frame header */
 		len = kv_get32(b + off);
 		if (len == 0 || len > KV_CLOG_MAX_RECORD) {
@@ -171,10 +185,10 @@ replay(kv_clog *l, const uint8_t *b, size_t n, kv_clog_record_cb cb, void *arg, 
 		 * where the file ends is a torn append, cut off below - unless
 		 * an intact record follows it anywhere: then its length field
 		 * is damaged, and cutting would drop the records after it. */
-		torn = (size_t)len > left - 12;
-		if (!torn && kv_get64(b + off + 4) !=
-		                 (kv_hash64(b + off, 4) ^ kv_hash64(b + off + 12, len))) {
-			if (off + 12 + len != n)
+		torn = (size_t)len > left - CLOG_REC_HDR;
+		if (!torn &&
+		    kv_get64(b + off + 4) != rec_sum(b + off, b + off + CLOG_REC_HDR, len)) {
+			if (off + CLOG_REC_HDR + len != n)
 				return kv_errf(err, errlen, KV_ECORRUPT,
 				               "config log %s: corrupt record at offset %zu "
 				               "(checksum mismatch)",
@@ -191,14 +205,14 @@ replay(kv_clog *l, const uint8_t *b, size_t n, kv_clog_record_cb cb, void *arg, 
 			break; /* the last append did not reach the disk whole */
 		}
 		if (cb != NULL) {
-			int rv = cb(arg, b + off + 12, len, off);
+			int rv = cb(arg, b + off + CLOG_REC_HDR, len, off);
 			if (rv != KV_OK)
 				return kv_errf(err, errlen, rv,
 				               "config log %s: record at offset %zu rejected: %s",
 				               l->path, off, kv_strerror(rv));
 		}
 		info->records++;
-		off += 12 + len;
+		off += CLOG_REC_HDR + len;
 	}
 	l->size = off;
 	info->dropped_bytes = n - off;
@@ -299,7 +313,7 @@ err:
 int
 kv_clog_append(kv_clog *l, const void *p, size_t n)
 {
-	uint8_t hdr[12];
+	uint8_t hdr[CLOG_REC_HDR];
 	uint8_t *frame;
 	int rv;
 
@@ -307,13 +321,13 @@ kv_clog_append(kv_clog *l, const void *p, size_t n)
 		return KV_EINVAL;
 	if (l->broken)
 		return KV_EIO;
-	if ((frame = malloc(12 + n)) == NULL)
+	if ((frame = malloc(CLOG_REC_HDR + n)) == NULL)
 		return KV_ENOMEM;
 	kv_put32(hdr, (uint32_t)n);
-	kv_put64(hdr + 4, kv_hash64(hdr, 4) ^ kv_hash64(p, n));
-	memcpy(frame, hdr, 12);
-	memcpy(frame + 12, p, n);
-	rv = kv_write_all(l->fd, frame, 12 + n);
+	kv_put64(hdr + 4, rec_sum(hdr, p, n));
+	memcpy(frame, hdr, CLOG_REC_HDR);
+	memcpy(frame + CLOG_REC_HDR, p, n);
+	rv = kv_write_all(l->fd, frame, CLOG_REC_HDR + n);
 	free(frame);
 	if (rv == KV_OK && fsync(l->fd) != 0)
 		rv = kv_err_from_errno(errno);
@@ -325,7 +339,7 @@ kv_clog_append(kv_clog *l, const void *p, size_t n)
 		         kv_strerror(rv));
 		return rv;
 	}
-	l->size += 12 + n;
+	l->size += CLOG_REC_HDR + n;
 	return KV_OK;
 }
 

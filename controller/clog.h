@@ -7,7 +7,9 @@
  * and fsynced) when kv_clog_append() returns 0. Not thread-safe: the caller
  * serialises calls (the controller holds its mutex).
  *
- * File layout (all integers little-endian):
+ * File layout (all integers little-endian; the header is the file header
+ * of common/frame.h, with the cluster id as its one field, and every
+ * checksum is its kv_frame_sum):
  *
  *   offset  size  field
  *   ------  ----  --------------------------------------------------------

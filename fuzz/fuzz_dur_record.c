@@ -18,8 +18,8 @@
 #include "common/key.h"
 #include "fuzz/fuzz_util.h"
 #include "shardserver/dedup.h"
-#include "shardserver/durable.h"
-#include "shardserver/store.h"
+#include "shardserver/durable/durable.h"
+#include "shardserver/store/store.h"
 
 #include <string.h>
 

@@ -17,7 +17,7 @@
 #include "common/bytes.h"
 #include "common/err.h"
 #include "fuzz/fuzz_util.h"
-#include "shardserver/snap.h"
+#include "shardserver/durable/snap.h"
 
 #include <string.h>
 #include <xxhash.h>

@@ -22,7 +22,7 @@
 #include "common/bytes.h"
 #include "common/err.h"
 #include "fuzz/fuzz_util.h"
-#include "shardserver/wal.h"
+#include "shardserver/durable/wal.h"
 
 #include <string.h>
 #include <sys/stat.h>

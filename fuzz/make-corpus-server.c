@@ -12,11 +12,11 @@
 #include "fuzz/fuzz_util.h"
 #include "fuzz/make-corpus.h"
 #include "shardserver/dedup.h"
-#include "shardserver/durable.h"
+#include "shardserver/durable/durable.h"
 #include "shardserver/server_codec.h"
-#include "shardserver/snap.h"
-#include "shardserver/store.h"
-#include "shardserver/wal.h"
+#include "shardserver/durable/snap.h"
+#include "shardserver/store/store.h"
+#include "shardserver/durable/wal.h"
 
 #include <stdlib.h>
 #include <string.h>

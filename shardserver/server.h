@@ -13,8 +13,8 @@
 
 #include "common/log.h"
 #include "common/tls.h"
-#include "shardserver/store.h"
-#include "shardserver/wal.h"
+#include "shardserver/store/store.h"
+#include "shardserver/durable/durable.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -22,11 +22,11 @@
 #include "common/metrics.h"
 #include "common/rpc.h"
 #include "shardserver/dedup.h"
-#include "shardserver/durable.h"
+#include "shardserver/durable/durable.h"
 #include "shardserver/owner.h"
 #include "shardserver/server.h"
 #include "shardserver/server_codec.h"
-#include "shardserver/store.h"
+#include "shardserver/store/store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -8,3 +8,5 @@ kv_add_test(test_auth SOURCES test_auth.c LIBS kv_testutil TIMEOUT 30)
 kv_add_test(test_tls SOURCES test_tls.c LIBS kv_testutil TIMEOUT 60)
 target_compile_definitions(test_tls PRIVATE
   KV_TLS_CERTS_SH="${CMAKE_CURRENT_SOURCE_DIR}/tls_certs.sh")
+# The on-disk framing shared by the log, snapshots and the config log.
+kv_add_test(test_frame SOURCES test_frame.c TIMEOUT 30)

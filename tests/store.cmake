@@ -1,4 +1,4 @@
-# Tests of the local store (shardserver/store.h). Every semantic test runs in
+# Tests of the local store (shardserver/store/store.h). Every semantic test runs in
 # striped and percore mode, with one partition and with several
 # (run_store_groups in test_store_util.c loops over the configurations). The
 # concurrency programs also run under ThreadSanitizer in CI (label

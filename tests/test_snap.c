@@ -8,7 +8,7 @@
 #include "common/bytes.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "shardserver/snap.h"
+#include "shardserver/durable/snap.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
  * modes and several partition counts. Every answer must equal the model's.
  */
 #include "common/err.h"
-#include "shardserver/store.h"
+#include "shardserver/store/store.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

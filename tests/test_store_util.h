@@ -24,7 +24,7 @@
 
 #include "common/err.h"
 #include "common/key.h"
-#include "shardserver/store.h"
+#include "shardserver/store/store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

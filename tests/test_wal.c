@@ -14,7 +14,7 @@
 #include "common/err.h"
 #include "common/key.h"
 #include "common/log.h"
-#include "shardserver/wal.h"
+#include "shardserver/durable/wal.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -4,8 +4,11 @@
  * Invariant: every chunk handed out lies in one block of `blocks` (or is a
  * malloc'd large chunk), and a chunk on a free list is never also in use.
  * Work per call is O(1): a free-list pop, a bump, or one block allocation.
+ *
+ * What this module does not do: locking (its partition's holder is the only
+ * user), item layout (art.h), or returning slab memory before kv_arena_fini.
  */
-#include "shardserver/arena.h"
+#include "shardserver/store/arena.h"
 
 #include <stdlib.h>
 #include <string.h>

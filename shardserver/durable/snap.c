@@ -8,11 +8,19 @@
  * are. The first failed write removes the .tmp and makes the writer sticky
  * with that error, so no partial snapshot is ever left behind. The loader
  * reads and checks one block at a time before handing its entries out.
+ *
+ * Invariant: a `.dat` file is complete (header, blocks, trailer, fsynced
+ * before its rename); only a `.tmp` can be partial. The file header and the
+ * checksums are the shared framing of common/frame.h.
+ *
+ * What this module does not do: interpret entries (their types belong to
+ * durable.c), walk the store, or fall back to an older snapshot.
  */
-#include "shardserver/snap.h"
+#include "shardserver/durable/snap.h"
 #include "common/bytes.h"
 #include "common/err.h"
 #include "common/fileio.h"
+#include "common/frame.h"
 #include "common/log.h"
 
 #include <dirent.h>
@@ -26,7 +34,6 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define SNAP_BLOCK_HDR   16u
 #define SNAP_ENTRY_HDR   9u
@@ -38,20 +45,20 @@
 static const char snap_magic[8] = {'S', 'K', 'V', 'S', 'N', 'A', 'P', '\0'};
 
 struct kv_snap_writer {
-	char *dir;          /* data dir */
-	char *tmp;          /* DIR/snap-<lsn>.tmp */
-	char *path;         /* DIR/snap-<lsn>.dat */
-	uint64_t lsn;       /* the snapshot's lsn */
-	int fd;             /* the .tmp, -1 after an error */
-	uint8_t *blk;       /* block header space + payload being filled */
-	size_t blen;        /* payload bytes in blk */
-	uint32_t bcount;    /* entries in blk */
-	uint64_t off;       /* bytes written to the file */
-	uint64_t entries;   /* entries added */
-	uint64_t bytes;     /* their key + value bytes */
-	XXH3_state_t *hash; /* block checksum of a big entry */
-	XXH3_state_t *sums; /* over the header and block checksums */
-	int err;            /* sticky write error, the .tmp is gone */
+	char *dir;                /* data dir */
+	char *tmp;                /* DIR/snap-<lsn>.tmp */
+	char *path;               /* DIR/snap-<lsn>.dat */
+	uint64_t lsn;             /* the snapshot's lsn */
+	int fd;                   /* the .tmp, -1 after an error */
+	uint8_t *blk;             /* block header space + payload being filled */
+	size_t blen;              /* payload bytes in blk */
+	uint32_t bcount;          /* entries in blk */
+	uint64_t off;             /* bytes written to the file */
+	uint64_t entries;         /* entries added */
+	uint64_t bytes;           /* their key + value bytes */
+	kv_frame_sum_state *hash; /* block checksum of a big entry */
+	kv_frame_sum_state *sums; /* over the header and block checksums */
+	int err;                  /* sticky write error, the .tmp is gone */
 };
 
 /* Parses "snap-<16 lower-case hex digits><ext>"; returns whether it is one. */
@@ -87,12 +94,12 @@ snap_path(const char *dir, uint64_t lsn, const char *ext)
 
 /* Adds a checksum to the running checksum of checksums. */
 static void
-add_sum(XXH3_state_t *sums, uint64_t sum)
+add_sum(kv_frame_sum_state *sums, uint64_t sum)
 {
 	uint8_t b[8];
 
 	kv_put64(b, sum);
-	XXH3_64bits_update(sums, b, sizeof(b));
+	kv_frame_sum_update(sums, b, sizeof(b));
 }
 
 /* ---------------------------------------------------------------- writer */
@@ -103,10 +110,8 @@ writer_free(kv_snap_writer *w)
 	if (w->fd >= 0)
 		close(w->fd);
 	free(w->blk);
-	if (w->hash)
-		XXH3_freeState(w->hash);
-	if (w->sums)
-		XXH3_freeState(w->sums);
+	kv_frame_sum_destroy(w->hash);
+	kv_frame_sum_destroy(w->sums);
 	free(w->dir);
 	free(w->tmp);
 	free(w->path);
@@ -140,11 +145,11 @@ write_block(kv_snap_writer *w, uint8_t hdr[SNAP_BLOCK_HDR], uint32_t len, uint32
 
 	kv_put32(hdr, len);
 	kv_put32(hdr + 4, count);
-	XXH3_64bits_reset(w->hash);
-	XXH3_64bits_update(w->hash, hdr, 8);
+	kv_frame_sum_reset(w->hash);
+	kv_frame_sum_update(w->hash, hdr, 8);
 	for (int i = 0; i < nparts; i++)
-		XXH3_64bits_update(w->hash, parts[i].iov_base, parts[i].iov_len);
-	sum = XXH3_64bits_digest(w->hash);
+		kv_frame_sum_update(w->hash, parts[i].iov_base, parts[i].iov_len);
+	sum = kv_frame_sum_digest(w->hash);
 	kv_put64(hdr + 8, sum);
 	iov[0] = (struct iovec){.iov_base = hdr, .iov_len = SNAP_BLOCK_HDR};
 	for (int i = 0; i < nparts; i++)
@@ -197,13 +202,12 @@ kv_snap_begin(const char *dir, uint64_t lsn, kv_snap_writer **out, char *err, si
 	w->tmp = snap_path(dir, lsn, ".tmp");
 	w->path = snap_path(dir, lsn, ".dat");
 	w->blk = malloc(SNAP_BLOCK_HDR + KV_SNAP_BLOCK);
-	w->hash = XXH3_createState();
-	w->sums = XXH3_createState();
+	w->hash = kv_frame_sum_create();
+	w->sums = kv_frame_sum_create();
 	if (!w->dir || !w->tmp || !w->path || !w->blk || !w->hash || !w->sums) {
 		writer_free(w);
 		return KV_ENOMEM;
 	}
-	XXH3_64bits_reset(w->sums);
 	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (w->fd < 0) {
 		rv = kv_errf(err, errlen, kv_err_from_errno(errno), "cannot create snapshot %s: %s",
@@ -211,11 +215,9 @@ kv_snap_begin(const char *dir, uint64_t lsn, kv_snap_writer **out, char *err, si
 		writer_free(w);
 		return rv;
 	}
-	memcpy(h, snap_magic, 8);
-	kv_put32(h + 8, KV_SNAP_VERSION);
-	kv_put32(h + 12, KV_SNAP_HEADER_SIZE);
+	kv_frame_header_init(h, snap_magic, KV_SNAP_VERSION, KV_SNAP_HEADER_SIZE);
 	kv_put64(h + 16, lsn);
-	kv_put64(h + 24, XXH3_64bits(h, 24));
+	kv_frame_header_seal(h, KV_SNAP_HEADER_SIZE);
 	iov = (struct iovec){.iov_base = h, .iov_len = sizeof(h)};
 	if ((rv = kv_writev_all(w->fd, &iov, 1)) != KV_OK) {
 		kv_errf(err, errlen, rv, "cannot write snapshot %s: %s", w->tmp, kv_strerror(rv));
@@ -319,7 +321,7 @@ kv_snap_commit(kv_snap_writer *w, char *err, size_t errlen)
 	kv_put64(t, w->entries);
 	kv_put64(t + 8, w->bytes);
 	kv_put64(t + 16, w->off);
-	kv_put64(t + 24, XXH3_64bits_digest(w->sums));
+	kv_put64(t + 24, kv_frame_sum_digest(w->sums));
 	if ((rv = write_block(w, hdr, SNAP_TRAILER_LEN, SNAP_TRAILER, &part, 1)) != KV_OK)
 		goto werr;
 	if (fsync(w->fd) != 0) {
@@ -434,13 +436,18 @@ load_header(struct loader *l, uint64_t lsn, uint64_t *sum)
 		               (unsigned long long)l->size);
 	if ((rv = read_at(l, h, sizeof(h), 0)) != KV_OK)
 		return rv;
-	if (memcmp(h, snap_magic, 8) != 0)
+	switch (kv_frame_header_check(h, snap_magic, KV_SNAP_VERSION, KV_SNAP_HEADER_SIZE)) {
+	case KV_FRAME_OK:
+		break;
+	case KV_FRAME_BAD_MAGIC:
 		return corrupt(l, 0, "bad magic");
-	if (kv_get32(h + 8) != KV_SNAP_VERSION || kv_get32(h + 12) != KV_SNAP_HEADER_SIZE)
-		return corrupt(l, 0, "unknown version %u or header size %u", kv_get32(h + 8),
-		               kv_get32(h + 12));
-	if (kv_get64(h + 24) != XXH3_64bits(h, 24))
+	case KV_FRAME_BAD_VERSION:
+	case KV_FRAME_BAD_SIZE:
+		return corrupt(l, 0, "unknown version %u or header size %u",
+		               kv_frame_header_version(h), kv_frame_header_size(h));
+	case KV_FRAME_BAD_SUM:
 		return corrupt(l, 0, "header checksum mismatch");
+	}
 	if (kv_get64(h + 16) != lsn)
 		return corrupt(l, 0, "header lsn %llu does not match the file name",
 		               (unsigned long long)kv_get64(h + 16));
@@ -489,7 +496,7 @@ static int
 load_blocks(struct loader *l, kv_snap_cb cb, void *arg, uint64_t hsum, uint64_t *entries,
             uint64_t *bytes)
 {
-	XXH3_state_t *hash = XXH3_createState(), *sums = XXH3_createState();
+	kv_frame_sum_state *hash = kv_frame_sum_create(), *sums = kv_frame_sum_create();
 	uint64_t off = KV_SNAP_HEADER_SIZE;
 	uint8_t *buf = NULL;
 	size_t cap = 0;
@@ -499,7 +506,6 @@ load_blocks(struct loader *l, kv_snap_cb cb, void *arg, uint64_t hsum, uint64_t 
 		rv = KV_ENOMEM;
 		goto out;
 	}
-	XXH3_64bits_reset(sums);
 	add_sum(sums, hsum);
 	for (;;) {
 		uint8_t h[SNAP_BLOCK_HDR];
@@ -546,17 +552,17 @@ load_blocks(struct loader *l, kv_snap_cb cb, void *arg, uint64_t hsum, uint64_t 
 		}
 		if (len > 0 && (rv = read_at(l, buf, len, off + SNAP_BLOCK_HDR)) != KV_OK)
 			break;
-		XXH3_64bits_reset(hash);
-		XXH3_64bits_update(hash, h, 8);
-		XXH3_64bits_update(hash, buf, len);
-		if (XXH3_64bits_digest(hash) != sum) {
+		kv_frame_sum_reset(hash);
+		kv_frame_sum_update(hash, h, 8);
+		kv_frame_sum_update(hash, buf, len);
+		if (kv_frame_sum_digest(hash) != sum) {
 			rv = corrupt(l, off, "block checksum mismatch");
 			break;
 		}
 		if (count == SNAP_TRAILER) {
 			if (kv_get64(buf) != *entries || kv_get64(buf + 8) != *bytes ||
 			    kv_get64(buf + 16) != off ||
-			    kv_get64(buf + 24) != XXH3_64bits_digest(sums))
+			    kv_get64(buf + 24) != kv_frame_sum_digest(sums))
 				rv = corrupt(l, off, "trailer does not match the blocks");
 			else if (off + SNAP_BLOCK_HDR + SNAP_TRAILER_LEN != l->size)
 				rv = corrupt(l, off + SNAP_BLOCK_HDR + SNAP_TRAILER_LEN,
@@ -571,10 +577,8 @@ load_blocks(struct loader *l, kv_snap_cb cb, void *arg, uint64_t hsum, uint64_t 
 	}
 out:
 	free(buf);
-	if (hash)
-		XXH3_freeState(hash);
-	if (sums)
-		XXH3_freeState(sums);
+	kv_frame_sum_destroy(hash);
+	kv_frame_sum_destroy(sums);
 	return rv;
 }
 

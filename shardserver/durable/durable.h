@@ -20,13 +20,19 @@
  *
  * Lock order: owner.lock -> kv_mig_out.mu -> barrier (read) -> key stripes
  * (ascending) -> store partition locks / dedup stripes -> the log's mutex.
+ *
+ * This is the public header of kv_durable (shardserver/durable/): the
+ * server includes it, and only it. It also holds the few types of the log
+ * that the server sees (the fsync mode, the completion callback, the log's
+ * statistics). The dependency points one way: durability loads into and
+ * snapshots the store (store.h) and the exactly-once memory (dedup.h) and
+ * never calls into the server.
  */
-#ifndef KV_SHARDSERVER_DURABLE_H
-#define KV_SHARDSERVER_DURABLE_H
+#ifndef KV_SHARDSERVER_DURABLE_DURABLE_H
+#define KV_SHARDSERVER_DURABLE_DURABLE_H
 
 #include "common/key.h"
 #include "shardserver/dedup.h"
-#include "shardserver/wal.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -34,6 +40,36 @@
 
 typedef struct kv_dur kv_dur;
 typedef struct kv_store kv_store;
+
+/* When an append counts as done. */
+typedef enum {
+	KV_FSYNC_ALWAYS, /* fdatasync before a record is reported durable (group commit) */
+	KV_FSYNC_BATCH,  /* write(2) promptly, fdatasync at most every batch_ms */
+	KV_FSYNC_NONE    /* write(2) promptly, fsync only at rotate and close */
+} kv_fsync_mode;
+
+/* Parses "always", "batch" or "none". Returns 0 or KV_EINVAL. */
+int kv_fsync_mode_parse(const char *s, kv_fsync_mode *out);
+
+/* Returns "always", "batch", "none" or "unknown". */
+const char *kv_fsync_mode_name(kv_fsync_mode m);
+
+/* Completion callback of kv_wal_notify() and kv_dur_notify(). Must not block or call into the log
+ * except kv_wal_health() and kv_wal_stats_get(). */
+typedef void (*kv_wal_done_fn)(void *arg, int status);
+
+/* The log's counters and positions (kv_wal_stats_get, read under the
+ * log's mutex; kv_dur_stats.wal). */
+typedef struct {
+	uint64_t records;     /* records appended since open */
+	uint64_t bytes;       /* their payload bytes */
+	uint64_t writes;      /* successful pwritev(2) batches */
+	uint64_t fsyncs;      /* successful fdatasync(2) calls */
+	uint64_t next_lsn;    /* lsn the next append gets */
+	uint64_t written_lsn; /* every record <= this is written */
+	uint64_t synced_lsn;  /* every record <= this is fsynced */
+	int health;           /* kv_wal_health() */
+} kv_wal_stats;
 
 /* Dedup fields of a logged write. */
 typedef struct {

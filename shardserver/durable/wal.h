@@ -12,7 +12,8 @@
  * Files in the data dir: one segment per `wal-<first lsn, 16 hex digits>.log`.
  * All integers little-endian:
  *
- *   segment header (KV_WAL_HEADER_SIZE bytes)
+ *   segment header (KV_WAL_HEADER_SIZE bytes; the file header of
+ *   common/frame.h, with the first lsn as its one field)
  *   offset  size  field
  *   ------  ----  --------------------------------------------------------
  *   0       8     magic "SKVWAL\0\0"
@@ -40,9 +41,16 @@
  * with the others, except kv_wal_close(), which must be the last call.
  * kv_wal_replay() works on a directory and must not run while the log of
  * that directory is open.
+ *
+ * A module header of kv_durable: included by the files of
+ * shardserver/durable/, the log's unit tests and its fuzzers. Everything
+ * else includes durable.h (which holds kv_fsync_mode, kv_wal_done_fn and
+ * kv_wal_stats, used here).
  */
-#ifndef KV_SHARDSERVER_WAL_H
-#define KV_SHARDSERVER_WAL_H
+#ifndef KV_SHARDSERVER_DURABLE_WAL_H
+#define KV_SHARDSERVER_DURABLE_WAL_H
+
+#include "shardserver/durable/durable.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -53,19 +61,6 @@
 #define KV_WAL_HEADER_SIZE   32u
 #define KV_WAL_RECORD_HEADER 24u
 #define KV_WAL_MAX_RECORD    (80u * 1024u * 1024u)
-
-/* When an append counts as done. */
-typedef enum {
-	KV_FSYNC_ALWAYS, /* fdatasync before a record is reported durable (group commit) */
-	KV_FSYNC_BATCH,  /* write(2) promptly, fdatasync at most every batch_ms */
-	KV_FSYNC_NONE    /* write(2) promptly, fsync only at rotate and close */
-} kv_fsync_mode;
-
-/* Parses "always", "batch" or "none". Returns 0 or KV_EINVAL. */
-int kv_fsync_mode_parse(const char *s, kv_fsync_mode *out);
-
-/* Returns "always", "batch", "none" or "unknown". */
-const char *kv_fsync_mode_name(kv_fsync_mode m);
 
 /* What kv_wal_replay() found. */
 typedef struct {
@@ -167,10 +162,6 @@ int kv_wal_appendv(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn);
  */
 int kv_wal_health(kv_wal *w);
 
-/* Completion callback of kv_wal_notify(). Must not block or call into the log
- * except kv_wal_health() and kv_wal_stats_get(). */
-typedef void (*kv_wal_done_fn)(void *arg, int status);
-
 /*
  * Asks for done(arg, status) once lsn (an lsn returned by kv_wal_appendv)
  * is durable by the policy - ALWAYS: fdatasynced; BATCH and NONE: written
@@ -206,18 +197,8 @@ int kv_wal_rotate(kv_wal *w, uint64_t *first_lsn);
  * dir. Returns 0, KV_EIO or KV_ENOMEM. */
 int kv_wal_drop_before(kv_wal *w, uint64_t lsn);
 
-/* Counters and positions, read under the lock. */
-typedef struct {
-	uint64_t records;     /* records appended since open */
-	uint64_t bytes;       /* their payload bytes */
-	uint64_t writes;      /* successful pwritev(2) batches */
-	uint64_t fsyncs;      /* successful fdatasync(2) calls */
-	uint64_t next_lsn;    /* lsn the next append gets */
-	uint64_t written_lsn; /* every record <= this is written */
-	uint64_t synced_lsn;  /* every record <= this is fsynced */
-	int health;           /* kv_wal_health() */
-} kv_wal_stats;
-
+/* Copies the counters and positions (kv_wal_stats, durable.h) into *st,
+ * under the mutex. */
 void kv_wal_stats_get(kv_wal *w, kv_wal_stats *st);
 
 /*

@@ -18,12 +18,15 @@
  * Counters are relaxed atomics written only by the partition's holder, so
  * statistics can be read from any thread without locks.
  *
+ * Invariant: a partition's tree, arena and counters are touched only by the
+ * holder of that partition (its mutex, or its owner thread).
+ *
  * What this module does not do: durability, ownership checks, epochs. Those
- * belong to the shard server above it.
+ * belong to the shard server above it (and to shardserver/durable/).
  */
 #define _GNU_SOURCE /* pthread_setaffinity_np */
-#include "shardserver/store.h"
-#include "shardserver/art.h"
+#include "shardserver/store/store.h"
+#include "shardserver/store/art.h"
 #include "common/err.h"
 
 #include <pthread.h>

@@ -23,13 +23,24 @@
  * commits the file, and drops the log segments it covers. Service goes on
  * throughout; a write that lands behind the walk is in the log after the
  * snapshot's lsn and is replayed.
+ *
+ * Invariant: per key, the log holds the writes in the order the store
+ * applied them (the key's stripe is held around apply+log), so replaying the
+ * log from a snapshot's lsn leaves every key as its last record made it.
+ *
+ * What this module does not do: decide what a request means or whether this
+ * server owns a key (the server applies a write, then calls kv_dur_log_*),
+ * answer clients, or call into the server. It uses the store and the
+ * exactly-once memory (dedup.h) only to load them at recovery and to copy
+ * them into snapshots.
  */
-#include "shardserver/durable.h"
+#include "shardserver/durable/durable.h"
 #include "common/bytes.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "shardserver/snap.h"
-#include "shardserver/store.h"
+#include "shardserver/durable/snap.h"
+#include "shardserver/durable/wal.h"
+#include "shardserver/store/store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -17,12 +17,15 @@
  * child pointer tags a leaf with its low bit.
  *
  * A tree is not thread-safe; the store serialises access per partition.
+ *
+ * Internal to shardserver/store/: only the store's own files (and its unit
+ * tests) include this header; everything else includes store.h.
  */
-#ifndef KV_SHARDSERVER_ART_H
-#define KV_SHARDSERVER_ART_H
+#ifndef KV_SHARDSERVER_STORE_ART_H
+#define KV_SHARDSERVER_STORE_ART_H
 
 #include "common/key.h"
-#include "shardserver/arena.h"
+#include "shardserver/store/arena.h"
 
 #include <stdbool.h>
 #include <stddef.h>

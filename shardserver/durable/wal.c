@@ -35,11 +35,17 @@
  * hook); `progress` wakes appenders waiting for buffer space and threads in
  * kv_wal_wait() and kv_wal_rotate() (after every writer round). Callbacks run
  * without the lock.
+ *
+ * The segment header and the record checksum are the shared framing of
+ * common/frame.h. What this module does not do: interpret record payloads
+ * (durable.c does), decide when to snapshot, or answer clients (completions
+ * are the caller's callbacks).
  */
-#include "shardserver/wal.h"
+#include "shardserver/durable/wal.h"
 #include "common/bytes.h"
 #include "common/err.h"
 #include "common/fileio.h"
+#include "common/frame.h"
 #include "common/key.h"
 #include "common/log.h"
 
@@ -55,7 +61,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define WAL_PATH_MAX    4096
 #define WAL_NAME_LEN    24                   /* "wal-" 16 hex ".log" */
@@ -229,12 +234,9 @@ list_segments(const char *dir, uint64_t **out, size_t *n, char *err, size_t errl
 static void
 encode_header(uint8_t h[KV_WAL_HEADER_SIZE], uint64_t first)
 {
-	memset(h, 0, KV_WAL_HEADER_SIZE);
-	memcpy(h, wal_magic, 8);
-	kv_put32(h + 8, KV_WAL_VERSION);
-	kv_put32(h + 12, KV_WAL_HEADER_SIZE);
+	kv_frame_header_init(h, wal_magic, KV_WAL_VERSION, KV_WAL_HEADER_SIZE);
 	kv_put64(h + 16, first);
-	kv_put64(h + 24, XXH3_64bits(h, 24));
+	kv_frame_header_seal(h, KV_WAL_HEADER_SIZE);
 }
 
 /*
@@ -392,7 +394,7 @@ rec_intact(struct reader *r, uint64_t off, uint32_t *len, uint64_t *lsn)
 	*lsn = kv_get64(p + 16);
 	if ((rv = rd_get(r, off, KV_WAL_RECORD_HEADER + (size_t)n, &p)) != KV_OK)
 		return rv;
-	return kv_get64(p) == XXH3_64bits(p + 8, 16 + (size_t)n) ? 1 : 0;
+	return kv_get64(p) == kv_frame_sum(p + 8, 16 + (size_t)n) ? 1 : 0;
 }
 
 /* Returns 1 when an intact record with a plausible lsn (>= expect) starts
@@ -597,8 +599,8 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 		        kv_strerror(rv));
 		goto out;
 	}
-	if (memcmp(h, wal_magic, 8) != 0 || kv_get32(h + 8) != KV_WAL_VERSION ||
-	    kv_get32(h + 12) != KV_WAL_HEADER_SIZE || kv_get64(h + 24) != XXH3_64bits(h, 24) ||
+	if (kv_frame_header_check(h, wal_magic, KV_WAL_VERSION, KV_WAL_HEADER_SIZE) !=
+	        KV_FRAME_OK ||
 	    kv_get64(h + 16) != rp->segs[i]) {
 		rv = damage(rp, cut, i, 0, r.size, "bad segment header");
 		goto out;
@@ -931,7 +933,7 @@ hash_chunks(kv_wal *w)
 		for (size_t off = 0; off < c->len;) {
 			uint8_t *p = c->data + off;
 			size_t n = kv_get32(p + 8);
-			kv_put64(p, XXH3_64bits(p + 8, 16 + n));
+			kv_put64(p, kv_frame_sum(p + 8, 16 + n));
 			off += KV_WAL_RECORD_HEADER + n;
 		}
 		c->hashed = true;

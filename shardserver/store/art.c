@@ -13,8 +13,11 @@
  * Work per operation: one root-to-leaf walk plus at most one node copy of at
  * most 256 slots (grow, shrink or split). Nothing here allocates except node
  * copies and the iterator's overflow stack.
+ *
+ * What this module does not do: locking, partitioning or counting keys and
+ * bytes (the store does those around it), or memory accounting (the arena).
  */
-#include "shardserver/art.h"
+#include "shardserver/store/art.h"
 #include "common/err.h"
 #include "common/key.h"
 

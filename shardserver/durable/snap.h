@@ -9,7 +9,8 @@
  *
  * File layout (all integers little-endian):
  *
- *   header (KV_SNAP_HEADER_SIZE bytes)
+ *   header (KV_SNAP_HEADER_SIZE bytes; the file header of common/frame.h,
+ *   with the lsn as its one field)
  *   offset  size  field
  *   ------  ----  --------------------------------------------------------
  *   0       8     magic "SKVSNAP\0"
@@ -21,7 +22,8 @@
  *
  *   block:  4 bytes payload length N
  *           4 bytes entry count C (1 .. ; 0xffffffff marks the trailer)
- *           8 bytes XXH3-64 of the 8 bytes above followed by the payload
+ *           8 bytes XXH3-64 (kv_frame_sum) of the 8 bytes above followed
+ *                   by the payload
  *           N bytes payload: C entries back to back, each
  *             1 byte type, 4 bytes key length K, 4 bytes value length V,
  *             K bytes key, V bytes value
@@ -41,9 +43,13 @@
  * Thread safety: a writer is used by one thread at a time; one snapshot is
  * written per data dir at a time (commit removes other .tmp files).
  * kv_snap_load() may run at any time.
+ *
+ * A module header of kv_durable: included by the files of
+ * shardserver/durable/, the snapshot unit tests and fuzzers. Everything else
+ * includes durable.h.
  */
-#ifndef KV_SHARDSERVER_SNAP_H
-#define KV_SHARDSERVER_SNAP_H
+#ifndef KV_SHARDSERVER_DURABLE_SNAP_H
+#define KV_SHARDSERVER_DURABLE_SNAP_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -12,9 +12,12 @@
  * that partition's lock (striped) or by its owner thread (percore). The only
  * shared state is the store-wide byte counter `used`, updated atomically per
  * block, never per chunk.
+ *
+ * Internal to shardserver/store/: only the store's own files (and its unit
+ * tests) include this header; everything else includes store.h.
  */
-#ifndef KV_SHARDSERVER_ARENA_H
-#define KV_SHARDSERVER_ARENA_H
+#ifndef KV_SHARDSERVER_STORE_ARENA_H
+#define KV_SHARDSERVER_STORE_ARENA_H
 
 #include <stdatomic.h>
 #include <stddef.h>

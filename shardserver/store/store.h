@@ -27,9 +27,12 @@
  *
  * Returned values are copied into caller-owned kv_buf buffers, so no pointer
  * into the store ever escapes a lock.
+ *
+ * This is the one public header of kv_store (shardserver/store/): any
+ * component may include it. art.h and arena.h are internal to that folder.
  */
-#ifndef KV_SHARDSERVER_STORE_H
-#define KV_SHARDSERVER_STORE_H
+#ifndef KV_SHARDSERVER_STORE_STORE_H
+#define KV_SHARDSERVER_STORE_STORE_H
 
 #include "common/key.h"
 
