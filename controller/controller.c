@@ -44,7 +44,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +161,9 @@ struct kv_controller {
 	kv_rpc_server *rpc;    /* the listener */
 	kv_clog *log;          /* the config log; used under mu */
 	kv_metrics *metrics;   /* the /metrics listener, or NULL */
+	char *metrics_addr;    /* --metrics HOST:PORT (owned); NULL: off */
+	unsigned contexts;     /* nng contexts of the listener */
+	bool started;          /* kv_controller_start ran (once only) */
 	pthread_t reaper;      /* answers held requests */
 	bool reaper_started;   /* reaper must be joined */
 	char cluster_id[25];   /* from the log header */
@@ -190,12 +192,16 @@ struct kv_controller {
 
 	/* Replication; repl is NULL for a standalone controller. peers and
 	 * self_id are immutable. */
-	kv_repl *repl;         /* the Raft replica */
-	uint32_t self_id;      /* --id */
-	size_t npeers;         /* replicas */
-	char **peers;          /* their controller URLs (owned) */
-	pthread_t proposer;    /* runs mutating commands one at a time */
-	bool proposer_started; /* proposer must be joined */
+	kv_repl *repl;                          /* the Raft replica */
+	uint32_t self_id;                       /* --id */
+	size_t npeers;                          /* replicas */
+	char **peers;                           /* their controller URLs (owned) */
+	pthread_t proposer;                     /* runs mutating commands one at a time */
+	bool proposer_started;                  /* proposer must be joined */
+	char raft_addr[KV_REPL_MAX_PEERS][128]; /* HOST:PORT raft uses, per replica */
+	char raft_dir[4096];                    /* DATA_DIR/raft */
+	unsigned election_ms;                   /* --election-timeout; 0: raft's default */
+	unsigned snapshot_threshold;            /* --snapshot-threshold; 0: raft's default */
 	/* The following are protected by mu too. */
 	pthread_cond_t pcv;                  /* wakes the proposer; proposal done
 	                                        (CLOCK_MONOTONIC) */
@@ -2048,16 +2054,13 @@ kv_controller_raft_addr(const char *url, char *out, size_t outlen)
 	return KV_OK;
 }
 
-/* Starts the Raft replica of a replicated controller: its state (history,
- * cluster id, dedup) comes from raft's snapshot and log, not config.log. */
+/* Checks the replication flags and keeps what kv_controller_start needs to
+ * start the Raft replica: the peers' controller URLs and raft addresses.
+ * Its state (history, cluster id, dedup) comes from raft's snapshot and
+ * log, not config.log. */
 static int
-repl_open(kv_controller *c, const kv_controller_cfg *cfg, char *err, size_t errlen)
+repl_prepare(kv_controller *c, const kv_controller_cfg *cfg, char *err, size_t errlen)
 {
-	char raddr[KV_REPL_MAX_PEERS][128];
-	const char *ra[KV_REPL_MAX_PEERS];
-	char dir[4096];
-	int rv;
-
 	if (cfg->npeers > KV_REPL_MAX_PEERS)
 		return kv_errf(err, errlen, KV_EINVAL, "--peers lists %zu controllers (at most %d)",
 		               cfg->npeers, KV_REPL_MAX_PEERS);
@@ -2068,36 +2071,52 @@ repl_open(kv_controller *c, const kv_controller_cfg *cfg, char *err, size_t errl
 		return KV_ENOMEM;
 	c->npeers = cfg->npeers;
 	c->self_id = cfg->id;
+	c->election_ms = cfg->election_ms;
+	c->snapshot_threshold = cfg->snapshot_threshold;
 	for (size_t i = 0; i < cfg->npeers; i++) {
 		if ((c->peers[i] = strdup(cfg->peers[i])) == NULL)
 			return KV_ENOMEM;
 		if (cfg->raft_peers != NULL) {
-			snprintf(raddr[i], sizeof(raddr[i]), "%s", cfg->raft_peers[i]);
-		} else if (kv_controller_raft_addr(cfg->peers[i], raddr[i], sizeof(raddr[i])) !=
-		           KV_OK) {
+			snprintf(c->raft_addr[i], sizeof(c->raft_addr[i]), "%s",
+			         cfg->raft_peers[i]);
+		} else if (kv_controller_raft_addr(cfg->peers[i], c->raft_addr[i],
+		                                   sizeof(c->raft_addr[i])) != KV_OK) {
 			return kv_errf(err, errlen, KV_EINVAL,
 			               "cannot derive a raft address from peer %s (need "
 			               "tcp:// or tls+tcp://HOST:PORT with PORT <= 64535, or "
 			               "--raft-peers)",
 			               cfg->peers[i]);
 		}
-		ra[i] = raddr[i];
 	}
 	if ((c->empty->cluster_id = strdup("")) == NULL)
 		return KV_ENOMEM;
 	if (mkdir(c->data_dir, 0755) != 0 && errno != EEXIST)
 		return kv_errf(err, errlen, kv_err_from_errno(errno), "cannot create %s: %s",
 		               c->data_dir, strerror(errno));
-	if ((size_t)snprintf(dir, sizeof(dir), "%s/raft", c->data_dir) >= sizeof(dir))
+	if ((size_t)snprintf(c->raft_dir, sizeof(c->raft_dir), "%s/raft", c->data_dir) >=
+	    sizeof(c->raft_dir))
 		return kv_errf(err, errlen, KV_EINVAL, "--data-dir is too long");
+	return KV_OK;
+}
+
+/* Starts the Raft replica (which restores its snapshot and replays its log
+ * into the history) and the proposer thread. */
+static int
+repl_start(kv_controller *c, char *err, size_t errlen)
+{
+	const char *ra[KV_REPL_MAX_PEERS];
+	int rv;
+
+	for (size_t i = 0; i < c->npeers; i++)
+		ra[i] = c->raft_addr[i];
 	kv_repl_cfg rc = {
-	    .id = cfg->id,
-	    .npeers = cfg->npeers,
+	    .id = c->self_id,
+	    .npeers = c->npeers,
 	    .raft_addrs = ra,
-	    .dir = dir,
-	    .election_ms = cfg->election_ms,
-	    .snapshot_threshold = cfg->snapshot_threshold,
-	    .snapshot_trailing = cfg->snapshot_threshold ? (cfg->snapshot_threshold + 3) / 4 : 0,
+	    .dir = c->raft_dir,
+	    .election_ms = c->election_ms,
+	    .snapshot_threshold = c->snapshot_threshold,
+	    .snapshot_trailing = c->snapshot_threshold ? (c->snapshot_threshold + 3) / 4 : 0,
 	    .fsm = {.arg = c, .apply = fsm_apply, .snapshot = fsm_snapshot, .restore = fsm_restore},
 	};
 	if ((rv = kv_repl_create(&rc, &c->repl, err, errlen)) != KV_OK)
@@ -2106,7 +2125,7 @@ repl_open(kv_controller *c, const kv_controller_cfg *cfg, char *err, size_t errl
 		return kv_errf(err, errlen, KV_ENOMEM, "cannot start a thread");
 	c->proposer_started = true;
 	KV_INFO("controller", "raft replica started", "id=%u peers=%zu raft=%s dir=%s epoch=%llu",
-	        cfg->id, cfg->npeers, ra[cfg->id - 1], dir,
+	        c->self_id, c->npeers, ra[c->self_id - 1], c->raft_dir,
 	        (unsigned long long)kv_controller_epoch(c));
 	return KV_OK;
 }
@@ -2131,10 +2150,11 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 	c->next_mig_id = 1;
 	c->watch_max_ms = cfg->watch_max_ms ? cfg->watch_max_ms : 60000;
 	c->wait_max_ms = cfg->wait_max_ms ? cfg->wait_max_ms : 600000;
-	unsigned contexts = cfg->contexts ? cfg->contexts : 1024;
-	c->max_watches = cfg->max_watches ? cfg->max_watches : contexts * 3 / 4;
-	if (c->max_watches + CTL_MAX_WAITS + 16 > contexts)
-		c->max_watches = contexts > CTL_MAX_WAITS + 32 ? contexts - CTL_MAX_WAITS - 16 : 1;
+	c->contexts = cfg->contexts ? cfg->contexts : 1024;
+	c->max_watches = cfg->max_watches ? cfg->max_watches : c->contexts * 3 / 4;
+	if (c->max_watches + CTL_MAX_WAITS + 16 > c->contexts)
+		c->max_watches =
+		    c->contexts > CTL_MAX_WAITS + 32 ? c->contexts - CTL_MAX_WAITS - 16 : 1;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -2142,7 +2162,8 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 	pthread_cond_init(&c->pcv, &ca);
 	pthread_condattr_destroy(&ca);
 	if ((c->listen = strdup(cfg->listen)) == NULL ||
-	    (c->data_dir = strdup(cfg->data_dir)) == NULL || (c->empty = kv_config_new()) == NULL) {
+	    (c->data_dir = strdup(cfg->data_dir)) == NULL || (c->empty = kv_config_new()) == NULL ||
+	    (cfg->metrics != NULL && (c->metrics_addr = strdup(cfg->metrics)) == NULL)) {
 		rv = KV_ENOMEM;
 		snprintf(err, errlen, "out of memory");
 		goto err;
@@ -2163,7 +2184,7 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 	if ((rv = kv_tls_check_url(c->tls != NULL, "--listen", c->listen, err, errlen)) != KV_OK)
 		goto err;
 	if (cfg->npeers > 0) {
-		if ((rv = repl_open(c, cfg, err, errlen)) != KV_OK)
+		if ((rv = repl_prepare(c, cfg, err, errlen)) != KV_OK)
 			goto err;
 	} else {
 		rc.c = c;
@@ -2181,14 +2202,36 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 		        kv_clog_path(c->log), (unsigned long long)info.records, c->nhist,
 		        c->cluster_id, info.created, (unsigned long long)info.dropped_bytes);
 	}
+	*out = c;
+	return KV_OK;
+err:
+	kv_controller_destroy(c);
+	return rv;
+}
+
+int
+kv_controller_start(kv_controller *c, char *err, size_t errlen)
+{
+	int rv;
+
+	if (c->started) {
+		snprintf(err, errlen, "the controller was started before");
+		return KV_EINVAL;
+	}
+	c->started = true;
+	if (c->npeers > 0 && (rv = repl_start(c, err, errlen)) != KV_OK)
+		goto err;
 	if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
 		rv = KV_ENOMEM;
 		snprintf(err, errlen, "cannot start a thread");
 		goto err;
 	}
 	c->reaper_started = true;
-	kv_rpc_server_opts o = {
-	    .url = c->listen, .contexts = contexts, .handler = ctl_handle, .arg = c, .tls = c->tls};
+	kv_rpc_server_opts o = {.url = c->listen,
+	                        .contexts = c->contexts,
+	                        .handler = ctl_handle,
+	                        .arg = c,
+	                        .tls = c->tls};
 	if ((rv = kv_rpc_server_create(&o, &c->rpc)) != KV_OK) {
 		if (rv == KV_EADDRINUSE)
 			snprintf(err, errlen, "cannot listen on %s: address in use", c->listen);
@@ -2197,26 +2240,26 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 			         kv_strerror(rv));
 		goto err;
 	}
-	if (cfg->metrics && (rv = kv_metrics_create(cfg->metrics, metrics_render, c, &c->metrics,
-	                                            err, errlen)) != KV_OK)
+	if (c->metrics_addr && (rv = kv_metrics_create(c->metrics_addr, metrics_render, c,
+	                                               &c->metrics, err, errlen)) != KV_OK)
 		goto err;
 	KV_INFO("controller", "listening", "address=%s epoch=%llu metrics=%s auth=%s tls=%s",
 	        c->listen, (unsigned long long)kv_controller_epoch(c),
-	        cfg->metrics ? cfg->metrics : "off", c->auth.len ? "token" : "off",
+	        c->metrics_addr ? c->metrics_addr : "off", c->auth.len ? "token" : "off",
 	        c->tls ? "mutual" : "off");
-	*out = c;
 	return KV_OK;
 err:
-	kv_controller_destroy(c);
+	kv_controller_stop(c);
 	return rv;
 }
 
 void
-kv_controller_destroy(kv_controller *c)
+kv_controller_stop(kv_controller *c)
 {
 	if (c == NULL)
 		return;
 	kv_metrics_destroy(c->metrics);
+	c->metrics = NULL;
 	pthread_mutex_lock(&c->mu);
 	c->closing = true;
 	pthread_cond_signal(&c->cv);
@@ -2229,9 +2272,22 @@ kv_controller_destroy(kv_controller *c)
 		kv_repl_stop(c->repl);
 	if (c->proposer_started)
 		pthread_join(c->proposer, NULL);
+	c->proposer_started = false;
 	if (c->reaper_started)
 		pthread_join(c->reaper, NULL);
+	c->reaper_started = false;
+	/* Handlers still running see `closing`: they answer at once and hold
+	 * nothing, so the server's wait for them is short. */
 	kv_rpc_server_destroy(c->rpc);
+	c->rpc = NULL;
+}
+
+void
+kv_controller_destroy(kv_controller *c)
+{
+	if (c == NULL)
+		return;
+	kv_controller_stop(c);
 	/* Requests held after the reaper stopped (none: closing refuses them). */
 	while (c->held.next != &c->held) {
 		struct ctl_held *h = c->held.next;
@@ -2258,30 +2314,10 @@ kv_controller_destroy(kv_controller *c)
 	pthread_mutex_destroy(&c->mu);
 	free(c->listen);
 	free(c->data_dir);
+	free(c->metrics_addr);
 	if (c->auth.data != NULL)
 		memset(c->auth.data, 0, c->auth.len);
 	kv_buf_fini(&c->auth);
 	kv_tls_destroy(c->tls);
 	free(c);
-}
-
-int
-kv_controller_run(const kv_controller_cfg *cfg, char *err, size_t errlen)
-{
-	kv_controller *c;
-	sigset_t set;
-	int sig = 0, rv;
-
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	if ((rv = kv_controller_create(cfg, &c, err, errlen)) != KV_OK)
-		return rv;
-	while (sigwait(&set, &sig) != 0)
-		;
-	KV_INFO("controller", "stopping", "signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
-	kv_controller_destroy(c);
-	KV_INFO("controller", "stopped", NULL);
-	return KV_OK;
 }
