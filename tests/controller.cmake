@@ -16,3 +16,8 @@ kv_add_test(test_controller_replica SOURCES test_controller_replica.c
 target_compile_definitions(test_controller_replica PRIVATE
   KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
 add_dependencies(test_controller_replica shardkv-controller)
+# Controllers inside the test process through their life cycle: restart on
+# a data dir, stop with a held watch, refused starts, and a three-replica
+# Raft group over loopback TCP.
+kv_add_test(test_controller_inproc SOURCES test_controller_inproc.c
+  LIBS kv_controller kv_testutil TIMEOUT 60 LABELS component concurrency)
