@@ -58,8 +58,9 @@ teardown(void **state)
 
 /* ---- requests ---- */
 
-/* Sends rq (its request id set here) and returns the answer, or NULL when
- * none came within timeout_ms. The caller frees it with rfree(). */
+/* Sends rq (with a new request id unless it has one) and returns the
+ * answer, or NULL when none came within timeout_ms. The caller frees it
+ * with rfree(). */
 static Shardkv__AdminResponse *
 call(kv_rpc_client *cli, Shardkv__AdminRequest *rq, uint32_t timeout_ms)
 {
@@ -68,7 +69,8 @@ call(kv_rpc_client *cli, Shardkv__AdminRequest *rq, uint32_t timeout_ms)
 	Shardkv__AdminResponse *r;
 
 	rq->version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
-	rq->request_id = next_rid++;
+	if (rq->request_id == 0)
+		rq->request_id = next_rid++;
 	size_t n = shardkv__admin_request__get_packed_size(rq);
 	assert_int_equal(nng_msg_alloc(&m, n), 0);
 	shardkv__admin_request__pack(rq, nng_msg_body(m));
@@ -88,8 +90,9 @@ rfree(Shardkv__AdminResponse *r)
 		shardkv__admin_response__free_unpacked(r, NULL);
 }
 
+/* A join; client_id and request_id 0: none / a new one. */
 static Shardkv__AdminResponse *
-join(kv_rpc_client *cli, const char *addr, uint64_t client_id)
+join_as(kv_rpc_client *cli, const char *addr, uint64_t client_id, uint64_t request_id)
 {
 	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
 	Shardkv__AdminJoin j = SHARDKV__ADMIN_JOIN__INIT;
@@ -98,7 +101,14 @@ join(kv_rpc_client *cli, const char *addr, uint64_t client_id)
 	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_JOIN;
 	rq.join = &j;
 	rq.client_id = client_id;
+	rq.request_id = request_id;
 	return call(cli, &rq, 10000);
+}
+
+static Shardkv__AdminResponse *
+join(kv_rpc_client *cli, const char *addr)
+{
+	return join_as(cli, addr, 0, 0);
 }
 
 static Shardkv__AdminResponse *
@@ -183,12 +193,12 @@ standalone_controller_restarted_on_its_data_dir_keeps_its_epochs(void **state)
 
 	ctl_init(&k, d->path, "ctl");
 	ctl_start(&k);
-	r = join(k.cli, "tcp://127.0.0.1:7101", 0);
+	r = join(k.cli, "tcp://127.0.0.1:7101");
 	assert_int_equal(err_of(r), KV_OK);
 	assert_int_equal(r->epoch, 1);
 	snprintf(cluster, sizeof(cluster), "%s", r->config->cluster_id);
 	rfree(r);
-	r = join(k.cli, "tcp://127.0.0.1:7102", 0);
+	r = join(k.cli, "tcp://127.0.0.1:7102");
 	assert_int_equal(err_of(r), KV_OK);
 	assert_int_equal(r->epoch, 2);
 	rfree(r);
@@ -210,7 +220,7 @@ standalone_controller_restarted_on_its_data_dir_keeps_its_epochs(void **state)
 	assert_int_equal(r->config->n_nodes, 1);
 	assert_string_equal(r->config->cluster_id, cluster);
 	rfree(r);
-	r = join(k.cli, "tcp://127.0.0.1:7103", 0);
+	r = join(k.cli, "tcp://127.0.0.1:7103");
 	assert_int_equal(err_of(r), KV_OK);
 	assert_int_equal(r->node_id, 3); /* ids continue */
 	assert_int_equal(r->epoch, 3);
@@ -293,7 +303,7 @@ start_refuses_a_taken_address_and_create_a_data_dir_in_use(void **state)
 	assert_null(c);
 	assert_non_null(strstr(err, "another controller"));
 	/* The controller that runs is unharmed. */
-	Shardkv__AdminResponse *r = join(a.cli, "tcp://127.0.0.1:7101", 0);
+	Shardkv__AdminResponse *r = join(a.cli, "tcp://127.0.0.1:7101");
 	assert_int_equal(err_of(r), KV_OK);
 	rfree(r);
 	ctl_fini(&b);
@@ -324,27 +334,35 @@ group_init(struct ctl g[NREPL], const char *base)
 	}
 }
 
-/* Sends a join to the running replicas until one of them (the leader)
- * commits it, within 20 s. Returns the leader's index; *epoch gets the
- * epoch it published. */
+/*
+ * Sends a join to the running replicas until the leader commits it, within
+ * 20 s. Tries refused with NOT_LEADER or unanswered keep their request id,
+ * so one that committed without an answer is answered, not applied again;
+ * after any other refusal (a leader that lost its term, or planned on a
+ * state another leader changed first) the next try is a new request, and
+ * "already a member" then means an earlier try committed. Returns the index
+ * of the replica that answered; *epoch gets the epoch it published.
+ */
 static int
 join_at_leader(struct ctl g[NREPL], const char *addr, uint64_t client_id, uint64_t *epoch)
 {
-	uint64_t deadline = kv_test_now_ms() + 20000;
+	uint64_t deadline = kv_test_now_ms() + 20000, rid = 1;
 
 	for (int i = 0;; i = (i + 1) % NREPL) {
 		assert_true(kv_test_now_ms() < deadline);
 		if (g[i].c == NULL)
 			continue;
-		Shardkv__AdminResponse *r = join(g[i].cli, addr, client_id);
+		Shardkv__AdminResponse *r = join_as(g[i].cli, addr, client_id, rid);
 		int rv = r ? err_of(r) : KV_ETIMEDOUT;
-		if (rv == KV_OK) {
+		if (rv == KV_OK || (rv == KV_EEXISTS && rid > 1)) {
 			*epoch = r->epoch;
 			rfree(r);
 			return i;
 		}
-		/* Not the leader, no leader yet, or a leader that lost its term. */
-		assert_true(rv == KV_EUNAVAIL || rv == KV_ETIMEDOUT);
+		if (r != NULL && r->status != SHARDKV__STATUS__STATUS_NOT_LEADER) {
+			assert_true(rv == KV_EUNAVAIL || rv == KV_EBUSY);
+			rid++;
+		}
 		rfree(r);
 		kv_test_sleep_ms(50);
 	}
