@@ -1,5 +1,6 @@
-# Controller tests: placement and config log units, and the real
-# shardkv-controller binary on a loopback port.
+# Controller tests: placement and config log units, controllers in the test
+# process on loopback ports, and the real shardkv-controller binary for its
+# command line, exit codes and signals.
 kv_add_test(test_controller_placement SOURCES test_controller_placement.c
   LIBS kv_controller TIMEOUT 30)
 kv_add_test(test_controller_clog SOURCES test_controller_clog.c
