@@ -5,7 +5,7 @@
  *
  * The metrics thread calls the renderer: it copies the numbers under mu and
  * formats them with mu released. The metric names are part of the
- * interface (doc/protocol.md); this file changes nothing.
+ * interface (doc/metrics.md); this file changes nothing.
  */
 #include "common/err.h"
 #include "common/log.h"

@@ -341,10 +341,12 @@ group_init(struct ctl g[NREPL], const char *base)
  * after any other refusal (a leader that lost its term, or planned on a
  * state another leader changed first) the next try is a new request, and
  * "already a member" then means an earlier try committed. Returns the index
- * of the replica that answered; *epoch gets the epoch it published.
+ * of the replica that answered; *epoch gets the epoch it published and
+ * *rid_out the request id of the last try.
  */
 static int
-join_at_leader(struct ctl g[NREPL], const char *addr, uint64_t client_id, uint64_t *epoch)
+join_at_leader(struct ctl g[NREPL], const char *addr, uint64_t client_id, uint64_t *epoch,
+               uint64_t *rid_out)
 {
 	uint64_t deadline = kv_test_now_ms() + 20000, rid = 1;
 
@@ -356,6 +358,7 @@ join_at_leader(struct ctl g[NREPL], const char *addr, uint64_t client_id, uint64
 		int rv = r ? err_of(r) : KV_ETIMEDOUT;
 		if (rv == KV_OK || (rv == KV_EEXISTS && rid > 1)) {
 			*epoch = r->epoch;
+			*rid_out = rid;
 			rfree(r);
 			return i;
 		}
@@ -389,28 +392,45 @@ three_replicas_in_one_process_elect_a_leader_and_commit_a_join(void **state)
 {
 	kv_test_dir *d = *state;
 	struct ctl g[NREPL];
-	uint64_t epoch = 0, e2 = 0;
+	uint64_t epoch = 0, e2 = 0, rid1 = 0, rid2 = 0;
 	int leader, next;
 
 	group_init(g, d->path);
 	for (int i = 0; i < NREPL; i++)
 		ctl_start(&g[i]);
-	leader = join_at_leader(g, "tcp://127.0.0.1:7101", 11, &epoch);
+	leader = join_at_leader(g, "tcp://127.0.0.1:7101", 11, &epoch, &rid1);
 	assert_int_equal(epoch, 1);
 	wait_applied(g, 1);
-	/* A follower serves the config it applied. */
+	/* A follower serves the config it applied, and sends changes to the
+	 * leader. */
 	Shardkv__AdminResponse *r = get_config(g[(leader + 1) % NREPL].cli, 1);
 	assert_non_null(r);
 	assert_int_equal(err_of(r), KV_OK);
 	assert_int_equal(r->config->n_nodes, 1);
 	rfree(r);
+	r = join(g[(leader + 1) % NREPL].cli, "tcp://127.0.0.1:7109");
+	assert_non_null(r);
+	assert_int_equal(r->status, SHARDKV__STATUS__STATUS_NOT_LEADER);
+	assert_non_null(r->leader);
+	assert_int_equal(r->leader->id, leader + 1);
+	assert_string_equal(r->leader->address, g[leader].url);
+	rfree(r);
 
 	/* The leader stops: the other two elect another and commit. */
 	ctl_stop(&g[leader]);
-	next = join_at_leader(g, "tcp://127.0.0.1:7102", 12, &e2);
+	next = join_at_leader(g, "tcp://127.0.0.1:7102", 12, &e2, &rid2);
 	assert_true(next != leader);
 	assert_int_equal(e2, 2);
 	wait_applied(g, 2);
+	/* The first join retried at the new leader (the old one might have died
+	 * before answering) is answered with what it did, not applied again. */
+	r = join_as(g[next].cli, "tcp://127.0.0.1:7101", 11, rid1);
+	assert_non_null(r);
+	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(r->epoch, 1);
+	assert_int_equal(r->node_id, 1);
+	rfree(r);
+	assert_int_equal(kv_controller_epoch(g[next].c), 2);
 
 	/* The stopped replica starts again in the same process and catches up. */
 	ctl_start(&g[leader]);
