@@ -211,8 +211,8 @@ kv_controller_start(kv_controller *c, char *err, size_t errlen)
 {
 	int rv;
 
-	if (c->started) {
-		snprintf(err, errlen, "the controller was started before");
+	if (c->started || c->closing) { /* (no thread runs yet: no lock needed) */
+		snprintf(err, errlen, "the controller was started or stopped before");
 		return KV_EINVAL;
 	}
 	c->started = true;

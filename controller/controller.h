@@ -108,7 +108,7 @@ int kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char
  * Starts serving: the Raft replica and its proposer (replicated), the
  * thread that answers held requests, the listener and --metrics. On error
  * writes a one-line reason into err and returns KV_EADDRINUSE (listen or
- * raft address taken), KV_EINVAL (called twice) or another KV_E* code;
+ * raft address taken), KV_EINVAL (called twice, or after stop) or another KV_E* code;
  * what was started is stopped again and the caller still destroys c.
  */
 int kv_controller_start(kv_controller *c, char *err, size_t errlen);
@@ -120,8 +120,9 @@ uint64_t kv_controller_epoch(kv_controller *c);
  * Answers every held request (watches with the current config, waits with
  * STATUS_CLOSED), stops the Raft replica and the threads and closes the
  * listener; it waits for nothing but requests already being handled, which
- * answer at once. kv_controller_epoch stays usable. Idempotent; a no-op
- * before start. Accepts NULL. Not from a request handler.
+ * answer at once. kv_controller_epoch stays usable. Idempotent; before
+ * start it only makes start refuse. Accepts NULL. Not from a request
+ * handler.
  */
 void kv_controller_stop(kv_controller *c);
 
