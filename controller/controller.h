@@ -83,28 +83,50 @@ int kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, cha
                              size_t errlen);
 
 /*
- * Opens the data dir, replays the log, and starts serving. On error writes a
- * one-line reason into err and returns KV_EADDRINUSE (listen address taken),
- * KV_EINVAL (bad URL), KV_ECORRUPT (damaged log), KV_EBUSY (data dir in use),
- * KV_EINVAL (unusable --auth-token-file or TLS files) or another KV_E* code. The caller
- * stops it with kv_controller_destroy().
+ * Life cycle: kv_controller_create, kv_controller_start, kv_controller_stop,
+ * kv_controller_destroy, each called once, in that order, from one thread
+ * (stop and destroy may be skipped to destroy; destroy also stops). Nothing
+ * here touches signals or other process-wide state: one process may run
+ * several controllers (a Raft group in a test), each on its own --listen,
+ * --data-dir and raft addresses.
+ */
+
+/*
+ * Checks the configuration, loads the auth token and TLS files and opens
+ * the data dir: standalone, locks and replays the config log; replicated,
+ * creates DATA_DIR and checks the peers. Starts no thread and opens no
+ * socket. Copies what it keeps of cfg. On error writes a one-line reason
+ * into err, leaves *out untouched and returns KV_EINVAL (bad URL, unusable
+ * --auth-token-file or TLS files, peers), KV_ECORRUPT (damaged log),
+ * KV_EBUSY (data dir in use) or another KV_E* code. On 0 the caller frees
+ * *out with kv_controller_destroy().
  */
 int kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *err,
                          size_t errlen);
 
+/*
+ * Starts serving: the Raft replica and its proposer (replicated), the
+ * thread that answers held requests, the listener and --metrics. On error
+ * writes a one-line reason into err and returns KV_EADDRINUSE (listen or
+ * raft address taken), KV_EINVAL (called twice, or after stop) or another KV_E* code;
+ * what was started is stopped again and the caller still destroys c.
+ */
+int kv_controller_start(kv_controller *c, char *err, size_t errlen);
+
 /* Returns the latest published epoch (0 before the first join). Thread-safe. */
 uint64_t kv_controller_epoch(kv_controller *c);
 
-/* Answers every held request (watches with the current config, waits with
- * STATUS_CLOSED), stops serving and frees everything. Accepts NULL. */
-void kv_controller_destroy(kv_controller *c);
-
 /*
- * Runs a controller until SIGTERM or SIGINT. The caller must block those
- * signals in every thread first (main does, before any thread starts).
- * Returns 0 after a clean stop, or the error of kv_controller_create with
- * the reason in err.
+ * Answers every held request (watches with the current config, waits with
+ * STATUS_CLOSED), stops the Raft replica and the threads and closes the
+ * listener; it waits for nothing but requests already being handled, which
+ * answer at once. kv_controller_epoch stays usable. Idempotent; before
+ * start it only makes start refuse. Accepts NULL. Not from a request
+ * handler.
  */
-int kv_controller_run(const kv_controller_cfg *cfg, char *err, size_t errlen);
+void kv_controller_stop(kv_controller *c);
+
+/* Stops (if not yet) and frees everything. Accepts NULL. */
+void kv_controller_destroy(kv_controller *c);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * main.c - shardkv-controller: parses the command line into an immutable
- * kv_controller_cfg (kv_controller_parse_args) and runs the controller until
- * SIGTERM/SIGINT (SPEC §5).
+ * kv_controller_cfg (kv_controller_parse_args), starts the controller and
+ * stops it on SIGTERM/SIGINT (SPEC §5). This is the only place that deals
+ * with signals.
  *
  * Exit codes: 0 clean stop, 1 cannot start (the reason on stderr), 2 usage.
  */
@@ -17,12 +18,13 @@ int
 main(int argc, char **argv)
 {
 	kv_controller_args a;
+	kv_controller *c = NULL;
 	sigset_t set;
 	char err[512] = "";
-	int rv;
+	int sig = 0, rv;
 
 	/* Before any thread exists, so that every thread inherits the mask and
-	 * only sigwait() in kv_controller_run sees the signals. */
+	 * only the sigwait() below sees the signals. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
@@ -38,10 +40,17 @@ main(int argc, char **argv)
 		return 0;
 	}
 	kv_log_set_level(a.level);
-	rv = kv_controller_run(&a.cfg, err, sizeof(err));
-	if (rv != KV_OK) {
+	if ((rv = kv_controller_create(&a.cfg, &c, err, sizeof(err))) != KV_OK ||
+	    (rv = kv_controller_start(c, err, sizeof(err))) != KV_OK) {
+		kv_controller_destroy(c);
 		fprintf(stderr, "shardkv-controller: %s\n", err[0] ? err : kv_strerror(rv));
 		return 1;
 	}
+	while (sigwait(&set, &sig) != 0)
+		;
+	KV_INFO("controller", "stopping", "signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	kv_controller_stop(c);
+	kv_controller_destroy(c);
+	KV_INFO("controller", "stopped", NULL);
 	return 0;
 }

@@ -2,7 +2,7 @@
  * fuzz_clog_open.c - the controller's config log reader (kv_clog_open) on a
  * config.log built from the input, in a fresh directory, with the record
  * callback the controller uses (every record a packed Config, epochs
- * 1, 2, 3, ... in order; controller.c replay_cb).
+ * 1, 2, 3, ... in order; kv_ctl__replay_cb in controller/history.c).
  *
  * Input: one control byte, then the bytes of the file. Control bit 0x01
  * fixes checksums: the header checksum and those of the records a reader

@@ -1,16 +1,18 @@
 /*
- * test_controller_integration.c - the real shardkv-controller binary on a
- * free loopback port with a temporary data dir, driven over nng with
- * AdminRequest messages: every admin rule and refusal, migrations and
- * --wait, watch long polls, server registration and heartbeats, 1,000
- * concurrent joins of one address, restart with the same data dir, and the
- * command line.
+ * test_controller_integration.c - a controller on a free loopback port with
+ * a temporary data dir, driven over nng with AdminRequest messages: every
+ * admin rule and refusal, migrations and --wait, watch long polls, server
+ * registration and heartbeats, 1,000 concurrent joins of one address,
+ * restart with the same data dir, and the command line.
  *
- * Each test starts its own controller (setup) and stops it (teardown); an
- * atexit handler and PR_SET_PDEATHSIG kill it on every other path.
+ * Each test starts its own controller in this process (setup:
+ * kv_controller_create and kv_controller_start, with --metrics) and stops
+ * it (teardown). The command line test runs the real shardkv-controller
+ * binary next to it (PR_SET_PDEATHSIG kills it if this process dies).
  */
 #include "common/err.h"
 #include "common/rpc.h"
+#include "controller/controller.h"
 #include "proto/shardkv.pb-c.h"
 #include "proto/wire.h"
 #include "tests/testutil.h"
@@ -38,26 +40,13 @@
 #error "KV_CONTROLLER_BIN must name the shardkv-controller binary"
 #endif
 
-/* The controller under test. Global so that the atexit handler can kill it. */
-static pid_t ctl_pid = -1;
-
 struct fx {
 	char url[64];       /* --listen */
 	char metrics[64];   /* --metrics host:port */
 	char dir[128];      /* --data-dir */
-	char logf[160];     /* its stderr */
+	kv_controller *ctl; /* the controller under test; NULL: stopped */
 	kv_rpc_client *cli; /* a client to it */
 };
-
-static void
-kill_controller(void)
-{
-	if (ctl_pid > 0) {
-		kill(ctl_pid, SIGKILL);
-		waitpid(ctl_pid, NULL, 0);
-		ctl_pid = -1;
-	}
-}
 
 static pid_t
 spawn(const char *const argv[], const char *logf)
@@ -268,43 +257,24 @@ owner_of(const Shardkv__Config *c, const char *key)
 static void
 start_controller(struct fx *f)
 {
-	char mhost[80];
-	snprintf(mhost, sizeof(mhost), "%s", f->metrics);
-	const char *argv[] = {KV_CONTROLLER_BIN, "--listen", f->url,        "--data-dir", f->dir,
-	                      "--metrics",       mhost,      "--log-level", "info",       NULL};
-	ctl_pid = spawn(argv, f->logf);
-	assert_true(ctl_pid > 0);
+	kv_controller_cfg cfg = {.listen = f->url, .data_dir = f->dir, .metrics = f->metrics};
+	char err[512] = "";
+
+	assert_null(f->ctl);
+	assert_int_equal(kv_controller_create(&cfg, &f->ctl, err, sizeof(err)), KV_OK);
+	if (kv_controller_start(f->ctl, err, sizeof(err)) != KV_OK)
+		fail_msg("cannot start the controller: %s", err);
 	if (f->cli == NULL)
 		assert_int_equal(kv_rpc_client_create(f->url, &f->cli), KV_OK);
-	/* Ready when it answers a config request. */
-	for (uint64_t deadline = kv_test_now_ms() + 10000;;) {
-		Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
-		Shardkv__AdminGetConfig g = SHARDKV__ADMIN_GET_CONFIG__INIT;
-		int rv = 0;
-		rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_GET_CONFIG;
-		rq.get_config = &g;
-		Shardkv__AdminResponse *r = call_to(f->cli, &rq, 200, &rv);
-		if (r != NULL) {
-			rfree(r);
-			return;
-		}
-		assert_true(kv_test_now_ms() < deadline);
-		assert_int_equal(waitpid(ctl_pid, NULL, WNOHANG), 0); /* still running */
-		kv_test_sleep_ms(5);
-	}
 }
 
-/* Stops it with SIGTERM and checks the clean exit. */
+/* Stops it (answering what it holds) and frees it. */
 static void
-stop_controller(void)
+stop_controller(struct fx *f)
 {
-	int st = 0;
-	assert_true(ctl_pid > 0);
-	kill(ctl_pid, SIGTERM);
-	assert_int_equal(waitpid(ctl_pid, &st, 0), ctl_pid);
-	ctl_pid = -1;
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	kv_controller_stop(f->ctl);
+	kv_controller_destroy(f->ctl);
+	f->ctl = NULL;
 }
 
 static int
@@ -316,30 +286,9 @@ setup(void **state)
 	snprintf(f->dir, sizeof(f->dir), "/tmp/kv_ctl_it_XXXXXX");
 	if (mkdtemp(f->dir) == NULL)
 		return -1;
-	snprintf(f->logf, sizeof(f->logf), "%s.log", f->dir);
 	*state = f;
 	start_controller(f);
 	return 0;
-}
-
-/* Stops the controller with SIGTERM; returns its exit status, or -1 when it
- * had to be killed (no clean stop within 10 s). */
-static int
-term_controller(void)
-{
-	int st = 0;
-	if (ctl_pid <= 0)
-		return 0;
-	kill(ctl_pid, SIGTERM);
-	for (uint64_t deadline = kv_test_now_ms() + 10000; kv_test_now_ms() < deadline;) {
-		if (waitpid(ctl_pid, &st, WNOHANG) == ctl_pid) {
-			ctl_pid = -1;
-			return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-		}
-		kv_test_sleep_ms(5);
-	}
-	kill_controller();
-	return -1;
 }
 
 static int
@@ -347,19 +296,15 @@ teardown(void **state)
 {
 	struct fx *f = *state;
 	char cmd[400];
-	int rv = term_controller();
-	if (rv != 0) {
-		/* show what the controller said (a sanitizer report, say) */
-		snprintf(cmd, sizeof(cmd), "tail -n 40 '%s' >&2", f->logf);
-		if (system(cmd) != 0)
-			fprintf(stderr, "controller exit status %d\n", rv);
-	}
+	int rv = 0;
+
+	stop_controller(f);
 	kv_rpc_client_destroy(f->cli);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", f->dir, f->logf);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
 	if (system(cmd) != 0)
 		rv = -1;
 	free(f);
-	return rv == 0 ? 0 : -1;
+	return rv;
 }
 
 /* ---- tests ---- */
@@ -923,7 +868,7 @@ restart_with_the_same_data_dir_keeps_history(void **state)
 	e = epoch_of(f->cli);
 	assert_int_equal(e, 4);
 
-	stop_controller();
+	stop_controller(f);
 	start_controller(f);
 
 	assert_int_equal(epoch_of(f->cli), e);
@@ -1191,6 +1136,66 @@ command_line_errors_exit_2_and_start_failures_exit_1(void **state)
 	assert_non_null(strstr(out, "cannot create data dir"));
 }
 
+/* The binary: SIGTERM answers a held watch, logs "stopping" and "stopped"
+ * and exits 0 (main.c is the only place that handles signals). */
+static void
+binary_stops_on_sigterm_answering_held_watches_with_exit_0(void **state)
+{
+	struct fx *f = *state;
+	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__Watch wa = SHARDKV__WATCH__INIT;
+	struct waiter w = {.rq = &rq, .timeout_ms = 20000};
+	char url[64], dir[160], logf[180], out[8192] = "";
+	pthread_t t;
+	int st = 0;
+
+	kv_test_free_url(url, sizeof(url));
+	snprintf(dir, sizeof(dir), "%s/bin", f->dir);
+	snprintf(logf, sizeof(logf), "%s/bin.log", f->dir);
+	const char *argv[] = {KV_CONTROLLER_BIN, "--listen", url, "--data-dir", dir, NULL};
+	pid_t pid = spawn(argv, logf);
+	assert_true(pid > 0);
+	assert_int_equal(kv_rpc_client_create(url, &w.cli), KV_OK);
+	/* Ready when it answers a config request. */
+	for (uint64_t deadline = kv_test_now_ms() + 10000;;) {
+		Shardkv__AdminRequest g = SHARDKV__ADMIN_REQUEST__INIT;
+		Shardkv__AdminGetConfig gc = SHARDKV__ADMIN_GET_CONFIG__INIT;
+		g.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_GET_CONFIG;
+		g.get_config = &gc;
+		Shardkv__AdminResponse *r = call_to(w.cli, &g, 200, NULL);
+		if (r != NULL) {
+			rfree(r);
+			break;
+		}
+		assert_true(kv_test_now_ms() < deadline);
+		assert_int_equal(waitpid(pid, NULL, WNOHANG), 0); /* still running */
+		kv_test_sleep_ms(5);
+	}
+	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_WATCH;
+	rq.watch = &wa;
+	rq.timeout_ms = 15000;
+	assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+	kv_test_sleep_ms(200); /* held: nothing changes */
+	uint64_t t0 = kv_test_now_ms();
+	kill(pid, SIGTERM);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(kv_test_now_ms() - t0 < 5000);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	pthread_join(t, NULL);
+	assert_non_null(w.r);
+	assert_int_equal(err_of(w.r), KV_OK);
+	rfree(w.r);
+	kv_rpc_client_destroy(w.cli);
+	int fd = open(logf, O_RDONLY);
+	assert_true(fd >= 0);
+	ssize_t n = read(fd, out, sizeof(out) - 1);
+	out[n > 0 ? n : 0] = '\0';
+	close(fd);
+	assert_non_null(strstr(out, "stopping signal=SIGTERM"));
+	assert_non_null(strstr(out, "controller stopped"));
+}
+
 int
 main(void)
 {
@@ -1216,8 +1221,9 @@ main(void)
 	    cmocka_unit_test_setup_teardown(malformed_requests_get_clear_errors, setup, teardown),
 	    cmocka_unit_test_setup_teardown(command_line_errors_exit_2_and_start_failures_exit_1,
 	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        binary_stops_on_sigterm_answering_held_watches_with_exit_0, setup, teardown),
 	};
-	atexit(kill_controller);
 	signal(SIGPIPE, SIG_IGN);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

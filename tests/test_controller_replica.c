@@ -142,7 +142,9 @@ one_replica_group_starts_stops_and_restarts_from_its_raft_data(void **state)
 	cfg.raft_peers = rpeers;
 	for (int round = 0; round < 2; round++) {
 		assert_int_equal(kv_controller_create(&cfg, &c, err, sizeof(err)), 0);
+		assert_int_equal(kv_controller_start(c, err, sizeof(err)), 0);
 		assert_int_equal(kv_controller_epoch(c), 0);
+		kv_controller_stop(c);
 		kv_controller_destroy(c);
 		c = NULL;
 	}

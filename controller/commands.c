@@ -1,0 +1,624 @@
+/*
+ * commands.c - the controller's commands (SPEC §4, §5; doc/protocol.md):
+ * join, leave, move, rebalance, cancel and the servers' register, heartbeat
+ * and migration reports, config, status and watch. Each runs with mu held,
+ * reads the latest configuration and fills the answer in a struct ctl_ctx
+ * that the dispatcher encodes.
+ *
+ * A command that changes something asks placement.c for the next
+ * configuration and publishes it: standalone, it appends it to the config
+ * log (fsync) and only then installs it in the history; replicated, it
+ * commits it through Raft (fsm.c), whose apply installs it on every
+ * replica. Nobody sees a configuration before it is durable. Refusals are
+ * a KV_E* code with a reason in x->msg; nothing changes then. What is
+ * common to every command (authentication, dedup of retries, leadership,
+ * the caps on held requests) is done once by the dispatcher.
+ */
+#include "common/err.h"
+#include "common/log.h"
+#include "controller/controller_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t
+unix_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void
+random_cluster_id(char out[25])
+{
+	uint8_t b[8] = {0};
+	uint64_t v = 0;
+	int fd = open("/dev/urandom", O_RDONLY);
+
+	if (fd >= 0) {
+		if (read(fd, b, sizeof(b)) != (ssize_t)sizeof(b))
+			memset(b, 0, sizeof(b));
+		close(fd);
+	}
+	for (int i = 0; i < 8; i++)
+		v = (v << 8) | b[i];
+	v ^= kv_now_ns() ^ ((uint64_t)getpid() << 32);
+	snprintf(out, 25, "%016llx", (unsigned long long)v);
+}
+
+/*
+ * Makes `next` (taken) durable and publishes it. On error writes the reason
+ * into msg; nothing changes.
+ */
+static int
+publish_locked(kv_controller *c, kv_config *next, const char *why, char *msg, size_t msglen)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	kv_buf buf = {0};
+	int rv;
+
+	next->epoch = cur->epoch + 1;
+	next->time_ms = unix_ms();
+	if (c->cluster_id[0] == '\0')
+		random_cluster_id(c->cluster_id); /* replicated: the first change names it */
+	if (next->cluster_id == NULL && (next->cluster_id = strdup(c->cluster_id)) == NULL) {
+		rv = KV_ENOMEM;
+		goto err;
+	}
+	if (kv_config_validate(next) != KV_OK) {
+		snprintf(msg, msglen, "internal error: the planned configuration is invalid");
+		KV_ERROR("controller", "planned configuration is invalid", "epoch=%llu why=%s",
+		         (unsigned long long)next->epoch, why);
+		rv = KV_EINTERNAL;
+		goto err;
+	}
+	if ((rv = kv_ctl__hist_reserve_locked(c, 1)) != KV_OK)
+		goto err;
+	if ((rv = kv_admin_config_pack(next, &buf)) != KV_OK)
+		goto err;
+	if (c->repl != NULL) {
+		rv = kv_ctl__propose_locked(c, &buf, next->epoch, msg, msglen);
+		kv_buf_fini(&buf);
+		if (rv == KV_OK)
+			KV_INFO("controller", "committed configuration",
+			        "epoch=%llu why=%s nodes=%zu ranges=%zu migrations=%zu",
+			        (unsigned long long)next->epoch, why, next->nnodes, next->nranges,
+			        next->nmigs);
+		kv_config_free(next); /* apply installed its own copy */
+		return rv;
+	}
+	rv = kv_clog_append(c->log, buf.data, buf.len);
+	kv_buf_fini(&buf);
+	if (rv != KV_OK) {
+		snprintf(msg, msglen, "cannot write the config log %s: %s", kv_clog_path(c->log),
+		         kv_strerror(rv));
+		kv_config_free(next);
+		return rv;
+	}
+	kv_ctl__install_locked(c, next);
+	KV_INFO("controller", "published configuration",
+	        "epoch=%llu why=%s nodes=%zu ranges=%zu migrations=%zu",
+	        (unsigned long long)next->epoch, why, next->nnodes, next->nranges, next->nmigs);
+	return KV_OK;
+err:
+	if (msg[0] == '\0')
+		snprintf(msg, msglen, "%s", kv_strerror(rv));
+	kv_config_free(next);
+	return rv;
+}
+
+/* Fills the usual answer of a command that published cfg: epoch, config and
+ * the ids of the migrations it created (those not in prev). */
+void
+kv_ctl__answer_published(struct ctl_ctx *x, const kv_config *prev, const kv_config *cfg)
+{
+	size_t n = 0;
+
+	x->resp.epoch = cfg->epoch;
+	x->resp.config = cfg;
+	free(x->migs);
+	/* Out of memory: the ids are not reported (the command is done). */
+	x->migs = calloc(cfg->nmigs ? cfg->nmigs : 1, sizeof(uint64_t));
+	for (size_t i = 0; x->migs && i < cfg->nmigs; i++)
+		if (!kv_ctl__mig_in(prev, cfg->migs[i].id))
+			x->migs[n++] = cfg->migs[i].id;
+	x->resp.mig_ids = x->migs;
+	x->resp.nmig_ids = n;
+}
+
+static int
+refuse(struct ctl_ctx *x, int err, const kv_place_ctx *px)
+{
+	snprintf(x->msg, sizeof(x->msg), "%s", px->msg[0] ? px->msg : kv_strerror(err));
+	return err;
+}
+
+/* Runs a planning result: publishes it (if anything changed) and answers. */
+static int
+commit_locked(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x, kv_place_ctx *px, int rv,
+              kv_config *next, const char *why)
+{
+	const kv_config *prev = kv_ctl__latest_locked(c);
+
+	if (rv != KV_OK)
+		return refuse(x, rv, px);
+	if (next == NULL) { /* nothing to change */
+		x->resp.epoch = prev->epoch;
+		x->resp.config = prev;
+		return KV_OK;
+	}
+	if ((rv = publish_locked(c, next, why, x->msg, sizeof(x->msg))) != KV_OK)
+		return rv;
+	kv_ctl__answer_published(x, prev, kv_ctl__latest_locked(c));
+	if (rq->wait)
+		return kv_ctl__hold_wait_locked(c, rq, x);
+	return KV_OK;
+}
+
+static int
+with_points(kv_controller *c, const kv_config *cur, kv_place_ctx *px, kv_place_point **pts)
+{
+	size_t n = 0;
+	int rv = kv_ctl__points_locked(c, cur, pts, &n);
+
+	memset(px, 0, sizeof(*px));
+	px->next_mig_id = c->next_mig_id;
+	px->points = *pts;
+	px->npoints = n;
+	return rv;
+}
+
+int
+kv_ctl__cmd_join(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	kv_place_point *pts = NULL;
+	kv_config *next = NULL;
+	kv_place_ctx px;
+	uint32_t id = 0;
+	int rv;
+
+	if ((rv = with_points(c, cur, &px, &pts)) != KV_OK)
+		return rv;
+	rv = kv_place_join(cur, rq->address, !rq->no_rebalance, &px, &next, &id);
+	free(pts);
+	if (rv == KV_OK) {
+		KV_INFO("controller", "node joined", "node=%u address=%s rebalance=%d", id,
+		        rq->address, !rq->no_rebalance);
+		x->resp.node_id = id;
+	}
+	return commit_locked(c, rq, x, &px, rv, next, "join");
+}
+
+static int
+node_of(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x, uint32_t *id)
+{
+	kv_place_ctx px = {0};
+	int rv = kv_place_find_node(kv_ctl__latest_locked(c), rq->node_id, rq->address, &px, id);
+
+	return rv == KV_OK ? KV_OK : refuse(x, rv, &px);
+}
+
+int
+kv_ctl__cmd_leave(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	kv_place_point *pts = NULL;
+	kv_config *next = NULL;
+	kv_place_ctx px;
+	uint32_t id;
+	int rv;
+
+	if ((rv = node_of(c, rq, x, &id)) != KV_OK)
+		return rv;
+	if ((rv = with_points(c, cur, &px, &pts)) != KV_OK)
+		return rv;
+	rv = kv_place_leave(cur, id, &px, &next);
+	free(pts);
+	if (rv == KV_OK)
+		KV_INFO("controller", "node leaving", "node=%u", id);
+	x->resp.node_id = id;
+	return commit_locked(c, rq, x, &px, rv, next, "leave");
+}
+
+int
+kv_ctl__cmd_move(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	kv_config *next = NULL;
+	kv_place_ctx px = {0};
+	uint32_t id;
+	int rv;
+
+	if ((rv = node_of(c, rq, x, &id)) != KV_OK)
+		return rv;
+	px.next_mig_id = c->next_mig_id;
+	px.rate_limit_mb_s = rq->rate_mb_s;
+	rv = kv_place_move(cur, rq->start, rq->end, id, &px, &next);
+	if (rv == KV_OK && next != NULL) {
+		char a[96], b[96];
+		kv_place_fmt_key(rq->start.p, rq->start.len, a, sizeof(a));
+		kv_place_fmt_key(rq->end.p, rq->end.len, b, sizeof(b));
+		KV_INFO("controller", "range moving", "start=%s end=%s node=%u", a, b, id);
+	}
+	return commit_locked(c, rq, x, &px, rv, next, "move");
+}
+
+int
+kv_ctl__cmd_rebalance(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	kv_place_point *pts = NULL;
+	kv_config *next = NULL;
+	kv_place_ctx px;
+	int rv;
+
+	if ((rv = with_points(c, cur, &px, &pts)) != KV_OK)
+		return rv;
+	px.rate_limit_mb_s = rq->rate_mb_s;
+	rv = kv_place_rebalance(cur, &px, &next);
+	free(pts);
+	return commit_locked(c, rq, x, &px, rv, next, "rebalance");
+}
+
+int
+kv_ctl__cmd_get_config(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+
+	if (rq->epoch > cur->epoch) {
+		snprintf(x->msg, sizeof(x->msg), "epoch %llu was never published (latest is %llu)",
+		         (unsigned long long)rq->epoch, (unsigned long long)cur->epoch);
+		return KV_ENOTFOUND;
+	}
+	x->resp.epoch = cur->epoch;
+	x->resp.config = rq->epoch ? c->hist[rq->epoch - 1] : cur;
+	return KV_OK;
+}
+
+int
+kv_ctl__cmd_status(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	uint64_t now = kv_now_ns();
+	(void)rq;
+
+	x->nstat = calloc(cur->nnodes ? cur->nnodes : 1, sizeof(*x->nstat));
+	x->rmigs = calloc(cur->nmigs ? cur->nmigs : 1, sizeof(*x->rmigs));
+	if (x->nstat == NULL || x->rmigs == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < cur->nnodes; i++) {
+		const struct ctl_stat *s = kv_ctl__stat_find_locked(c, cur->nodes[i].id, false);
+		kv_admin_node_stat *n = &x->nstat[i];
+		n->node_id = cur->nodes[i].id;
+		/* A gone node holds nothing; its last heartbeat is history. */
+		if (s == NULL || cur->nodes[i].state == KV_NODE_GONE)
+			continue;
+		n->keys = s->keys;
+		n->bytes = s->bytes;
+		n->memory = s->memory;
+		n->ops = s->ops;
+		n->epoch_applied = s->epoch_applied;
+		n->last_seen_ms = s->last_seen_ns ? (now - s->last_seen_ns) / 1000000u : 0;
+		n->nranges = s->nranges;
+		n->ranges = s->ranges;
+	}
+	for (size_t i = 0; i < cur->nmigs; i++) {
+		kv_migration *m = &x->rmigs[i];
+		const struct ctl_prog *p = kv_ctl__prog_find_locked(c, cur->migs[i].id, false);
+		*m = cur->migs[i];
+		if (p == NULL)
+			continue;
+		m->phase = p->phase ? p->phase : m->phase;
+		m->keys_copied = p->keys_copied;
+		m->bytes_copied = p->bytes_copied;
+		m->keys_total = p->keys_total;
+		m->bytes_total = p->bytes_total;
+		m->rate_bytes_s = p->rate_bytes_s;
+		if (p->rate_bytes_s && p->bytes_total > p->bytes_copied)
+			m->eta_ms = (p->bytes_total - p->bytes_copied) * 1000u / p->rate_bytes_s;
+	}
+	x->report.nnodes = cur->nnodes;
+	x->report.nodes = x->nstat;
+	x->report.nmigs = cur->nmigs;
+	x->report.migs = x->rmigs;
+	x->report.address = c->listen;
+	if (c->repl != NULL) {
+		kv_repl_info in;
+		kv_repl_get_info(c->repl, &in);
+		for (size_t i = 0; i < c->npeers && i < KV_REPL_MAX_PEERS; i++) {
+			kv_admin_replica *r = &x->reps[i];
+			r->id = (uint32_t)i + 1;
+			r->address = c->peers[i];
+			if (r->id == c->self_id) {
+				r->role = in.role == KV_REPL_LEADER ? KV_ADMIN_ROLE_LEADER
+				                                    : KV_ADMIN_ROLE_FOLLOWER;
+				r->term = in.term;
+				r->index = in.applied;
+			} else if (in.role == KV_REPL_LEADER && in.reachable[i]) {
+				r->role = KV_ADMIN_ROLE_FOLLOWER;
+				r->term = in.term; /* it accepted this term's entries */
+				r->index = in.match[i];
+			} else {
+				r->role = KV_ADMIN_ROLE_UNKNOWN; /* not heard from lately */
+				r->index = in.match[i];
+			}
+		}
+		x->report.nreplicas = c->npeers;
+		x->report.replicas = x->reps;
+	}
+	x->resp.report = &x->report;
+	x->resp.epoch = cur->epoch;
+	x->resp.config = cur;
+	return KV_OK;
+}
+
+/* Ends a migration (ok or not) and publishes the result. */
+static int
+finish_locked(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x, uint64_t id, bool ok,
+              int err, const char *detail, const char *why)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	kv_config *next = NULL;
+	kv_place_ctx px = {0};
+	int rv;
+
+	px.next_mig_id = c->next_mig_id;
+	rv = kv_place_finish(cur, id, ok, &px, &next);
+	if (rv != KV_OK)
+		return refuse(x, rv, &px);
+	if (!ok)
+		kv_ctl__fail_record_locked(c, id, err, detail);
+	(void)rq;
+	if ((rv = publish_locked(c, next, why, x->msg, sizeof(x->msg))) != KV_OK)
+		return rv;
+	x->resp.epoch = kv_ctl__latest_locked(c)->epoch;
+	x->resp.config = kv_ctl__latest_locked(c);
+	return KV_OK;
+}
+
+int
+kv_ctl__cmd_cancel(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_migration *m = kv_ctl__mig_find(kv_ctl__latest_locked(c), rq->mig_id);
+	const struct ctl_prog *p = kv_ctl__prog_find_locked(c, rq->mig_id, false);
+
+	if (m == NULL) {
+		snprintf(x->msg, sizeof(x->msg), "migration %llu is not in flight",
+		         (unsigned long long)rq->mig_id);
+		return KV_ENOTFOUND;
+	}
+	if (p == NULL && c->repl != NULL) {
+		/* A new leader has not heard from the source yet: the migration may
+		 * be fenced already, and cancelling it then would lose writes. */
+		snprintf(x->msg, sizeof(x->msg),
+		         "migration %llu has not reported its progress to this leader yet; "
+		         "retry in a few seconds",
+		         (unsigned long long)rq->mig_id);
+		return KV_EBUSY;
+	}
+	if (p != NULL && p->phase >= KV_MIG_FENCED) {
+		snprintf(x->msg, sizeof(x->msg),
+		         "migration %llu is already fenced and will complete",
+		         (unsigned long long)rq->mig_id);
+		return KV_EBUSY;
+	}
+	KV_INFO("controller", "migration cancelled", "migration=%llu",
+	        (unsigned long long)rq->mig_id);
+	return finish_locked(c, rq, x, rq->mig_id, false, KV_ECLOSED, "was cancelled", "cancel");
+}
+
+int
+kv_ctl__cmd_register(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	const kv_node *n = NULL;
+	struct ctl_stat *s;
+	int rv;
+
+	if (rq->cluster_id && rq->cluster_id[0] && strcmp(rq->cluster_id, c->cluster_id) != 0) {
+		snprintf(
+		    x->msg, sizeof(x->msg),
+		    "cluster id mismatch: the server belongs to cluster %.40s, this controller "
+		    "runs cluster %s",
+		    rq->cluster_id, c->cluster_id);
+		return KV_EINVAL;
+	}
+	if (rq->address == NULL || rq->address[0] == '\0') {
+		snprintf(x->msg, sizeof(x->msg), "register without an address");
+		return KV_EINVAL;
+	}
+	if (rq->node_id != 0) {
+		n = kv_config_node(cur, rq->node_id);
+		if (n == NULL) {
+			snprintf(x->msg, sizeof(x->msg), "unknown node %u", rq->node_id);
+			return KV_ENOTFOUND;
+		}
+		if (n->state == KV_NODE_GONE) {
+			snprintf(x->msg, sizeof(x->msg),
+			         "node %u has left the cluster; start it with an empty data dir "
+			         "and --join",
+			         n->id);
+			return KV_EINVAL;
+		}
+		if (strcmp(n->address, rq->address) != 0) {
+			kv_config *next = NULL;
+			kv_place_ctx px = {0};
+			uint32_t id = n->id;
+			rv = kv_place_readdress(cur, id, rq->address, &px, &next);
+			if (rv != KV_OK)
+				return refuse(x, rv, &px);
+			if ((rv = publish_locked(c, next, "readdress", x->msg, sizeof(x->msg))) !=
+			    KV_OK)
+				return rv;
+			KV_INFO("controller", "node address changed", "node=%u address=%s", id,
+			        rq->address);
+			cur = kv_ctl__latest_locked(c);
+			n = kv_config_node(cur, id);
+		}
+	} else {
+		n = kv_config_node_by_address(cur, rq->address);
+	}
+	if (n == NULL) {
+		if (!rq->join) {
+			snprintf(x->msg, sizeof(x->msg),
+			         "%.200s is not a member of the cluster; start the server with "
+			         "--join or run `shardkv join %.200s`",
+			         rq->address, rq->address);
+			return KV_ENOTFOUND;
+		}
+		kv_admin_req j = *rq;
+		j.wait = false;
+		if ((rv = kv_ctl__cmd_join(c, &j, x)) != KV_OK)
+			return rv;
+		cur = kv_ctl__latest_locked(c);
+		n = kv_config_node(cur, x->resp.node_id);
+	}
+	if ((s = kv_ctl__stat_find_locked(c, n->id, true)) != NULL) {
+		s->boot_id = rq->boot_id;
+		s->epoch_applied = rq->epoch;
+		s->last_seen_ns = kv_now_ns();
+	}
+	KV_INFO("controller", "node registered", "node=%u address=%s boot_id=%llx", n->id,
+	        n->address, (unsigned long long)rq->boot_id);
+	x->resp.node_id = n->id;
+	x->resp.epoch = cur->epoch;
+	x->resp.config = cur;
+	return KV_OK;
+}
+
+int
+kv_ctl__cmd_heartbeat(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	const kv_node *n = kv_config_node(cur, rq->node_id);
+	struct ctl_stat *s;
+	int rv;
+
+	if (n == NULL || n->state == KV_NODE_GONE) {
+		snprintf(x->msg, sizeof(x->msg), "node %u is not a member of the cluster",
+		         rq->node_id);
+		return KV_ENOTFOUND;
+	}
+	if ((s = kv_ctl__stat_find_locked(c, n->id, true)) == NULL)
+		return KV_ENOMEM;
+	if ((rv = kv_ctl__stat_store(s, rq)) != KV_OK)
+		return rv;
+	s->boot_id = rq->boot_id;
+	s->epoch_applied = rq->epoch;
+	s->keys = rq->keys;
+	s->bytes = rq->bytes;
+	s->memory = rq->memory;
+	s->ops = rq->ops;
+	s->last_seen_ns = kv_now_ns();
+	x->resp.epoch = cur->epoch;
+	return KV_OK;
+}
+
+int
+kv_ctl__cmd_progress(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_migration *m = kv_ctl__mig_find(kv_ctl__latest_locked(c), rq->mig_id);
+	struct ctl_prog *p;
+
+	if (m == NULL) {
+		snprintf(x->msg, sizeof(x->msg), "migration %llu is not in flight",
+		         (unsigned long long)rq->mig_id);
+		return KV_ENOTFOUND;
+	}
+	if (rq->node_id != 0 && rq->node_id != m->from) {
+		snprintf(x->msg, sizeof(x->msg), "node %u is not the source of migration %llu",
+		         rq->node_id, (unsigned long long)rq->mig_id);
+		return KV_EINVAL;
+	}
+	if ((p = kv_ctl__prog_find_locked(c, m->id, true)) == NULL)
+		return KV_ENOMEM;
+	if (rq->phase >= KV_MIG_PENDING && rq->phase <= KV_MIG_FENCED)
+		p->phase = rq->phase;
+	p->keys_copied = rq->keys_copied;
+	p->bytes_copied = rq->bytes_copied;
+	p->keys_total = rq->keys_total;
+	p->bytes_total = rq->bytes_total;
+	p->rate_bytes_s = rq->rate_bytes_s;
+	x->resp.epoch = kv_ctl__latest_locked(c)->epoch;
+	return KV_OK;
+}
+
+int
+kv_ctl__cmd_done(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	const kv_migration *m = kv_ctl__mig_find(cur, rq->mig_id);
+	char detail[160];
+
+	if (m == NULL) {
+		if (rq->mig_id != 0 && rq->mig_id < c->next_mig_id) {
+			x->resp.epoch = cur->epoch; /* a retried report: already finished */
+			x->resp.config = cur;
+			return KV_OK;
+		}
+		snprintf(x->msg, sizeof(x->msg), "unknown migration %llu",
+		         (unsigned long long)rq->mig_id);
+		return KV_ENOTFOUND;
+	}
+	if (rq->node_id != 0 && rq->node_id != m->from) {
+		snprintf(x->msg, sizeof(x->msg), "node %u is not the source of migration %llu",
+		         rq->node_id, (unsigned long long)rq->mig_id);
+		return KV_EINVAL;
+	}
+	if (rq->result == KV_OK) {
+		KV_INFO("controller", "migration done",
+		        "migration=%llu from=%u to=%u keys=%llu "
+		        "bytes=%llu",
+		        (unsigned long long)m->id, m->from, m->to, (unsigned long long)rq->keys,
+		        (unsigned long long)rq->bytes);
+		return finish_locked(c, rq, x, rq->mig_id, true, KV_OK, "", "migration done");
+	}
+	snprintf(detail, sizeof(detail), "failed: %s%s%.120s", kv_strerror(rq->result),
+	         rq->error && rq->error[0] ? ": " : "", rq->error ? rq->error : "");
+	KV_WARN("controller", "migration failed", "migration=%llu from=%u to=%u err=%s",
+	        (unsigned long long)m->id, m->from, m->to, kv_errname(rq->result));
+	return finish_locked(c, rq, x, rq->mig_id, false, rq->result, detail, "migration failed");
+}
+
+int
+kv_ctl__cmd_watch(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	struct ctl_held *h;
+	uint64_t now = kv_now_ns();
+	uint32_t t =
+	    rq->timeout_ms && rq->timeout_ms < c->watch_max_ms ? rq->timeout_ms : c->watch_max_ms;
+
+	if (cur->epoch > rq->epoch || c->closing)
+		return kv_ctl__watch_answer_locked(c, rq->epoch, rq->history, rq->max_configs,
+		                                   &x->resp, &x->cfgs);
+	if ((h = calloc(1, sizeof(*h))) == NULL)
+		return KV_ENOMEM;
+	if (c->nwatches >= c->max_watches) {
+		/* Answer the oldest watch now (as on a timeout) to make room. */
+		for (struct ctl_held *o = c->held.next; o != &c->held; o = o->next)
+			if (o->kind == HELD_WATCH && !o->ready) {
+				o->ready = true;
+				pthread_cond_signal(&c->cv);
+				break;
+			}
+	}
+	h->kind = HELD_WATCH;
+	h->p = x->p;
+	h->request_id = rq->request_id;
+	h->born_ns = now;
+	h->deadline_ns = now + (uint64_t)t * 1000000u;
+	h->known = rq->epoch;
+	h->history = rq->history;
+	h->max_configs = rq->max_configs;
+	kv_ctl__held_push(c, h);
+	pthread_cond_signal(&c->cv);
+	x->held = true;
+	return KV_OK;
+}

@@ -1,0 +1,140 @@
+/*
+ * stats.c - live statistics of the shard servers, from their heartbeats:
+ * totals per node and, per range, its bytes and split keys, which
+ * placement uses to cut ranges by data size (kv_ctl__points_locked).
+ *
+ * Statistics are not durable and not replicated: a new leader or a
+ * restarted controller knows nothing until the servers report again (at
+ * most a second). A node's entry is replaced as a whole by its next
+ * heartbeat; its key bytes live in one blob the entry owns.
+ */
+#include "common/err.h"
+#include "common/log.h"
+#include "controller/controller_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ctl_stat *
+kv_ctl__stat_find_locked(kv_controller *c, uint32_t id, bool create)
+{
+	struct ctl_stat *s;
+
+	for (size_t i = 0; i < c->nstats; i++)
+		if (c->stats[i].id == id)
+			return &c->stats[i];
+	if (!create)
+		return NULL;
+	s = realloc(c->stats, (c->nstats + 1) * sizeof(*s));
+	if (s == NULL)
+		return NULL;
+	c->stats = s;
+	s = &c->stats[c->nstats++];
+	memset(s, 0, sizeof(*s));
+	s->id = id;
+	return s;
+}
+
+void
+kv_ctl__stat_clear(struct ctl_stat *s)
+{
+	free(s->ranges);
+	free(s->splits);
+	free(s->blob);
+	s->ranges = NULL;
+	s->splits = NULL;
+	s->blob = NULL;
+	s->nranges = 0;
+}
+
+static kv_bytes
+blob_put(uint8_t **w, kv_bytes b)
+{
+	kv_bytes r = {*w, b.len};
+	if (b.len)
+		memcpy(*w, b.p, b.len);
+	*w += b.len;
+	return r;
+}
+
+/* Copies a heartbeat's per-range statistics into s. */
+int
+kv_ctl__stat_store(struct ctl_stat *s, const kv_admin_req *rq)
+{
+	size_t bytes = 0, nsplit = 0;
+	kv_admin_range_stat *r = NULL;
+	kv_bytes *sp = NULL;
+	uint8_t *blob = NULL, *w;
+
+	for (size_t i = 0; i < rq->nranges; i++) {
+		bytes += rq->ranges[i].start.len + rq->ranges[i].end.len;
+		nsplit += rq->ranges[i].nsplit;
+		for (size_t j = 0; j < rq->ranges[i].nsplit; j++)
+			bytes += rq->ranges[i].split[j].len;
+	}
+	if ((rq->nranges && (r = calloc(rq->nranges, sizeof(*r))) == NULL) ||
+	    (nsplit && (sp = calloc(nsplit, sizeof(*sp))) == NULL) ||
+	    (blob = malloc(bytes ? bytes : 1)) == NULL) {
+		free(r);
+		free(sp);
+		return KV_ENOMEM;
+	}
+	w = blob;
+	nsplit = 0;
+	for (size_t i = 0; i < rq->nranges; i++) {
+		r[i] = rq->ranges[i];
+		r[i].start = blob_put(&w, rq->ranges[i].start);
+		r[i].end = blob_put(&w, rq->ranges[i].end);
+		r[i].split = sp != NULL ? sp + nsplit : NULL; /* no splits at all: sp is NULL */
+		for (size_t j = 0; j < rq->ranges[i].nsplit; j++)
+			sp[nsplit++] = blob_put(&w, rq->ranges[i].split[j]);
+	}
+	kv_ctl__stat_clear(s);
+	s->ranges = r;
+	s->nranges = rq->nranges;
+	s->splits = sp;
+	s->blob = blob;
+	return KV_OK;
+}
+
+/*
+ * Builds the data samples for placement: for every range a node reported,
+ * its bytes spread evenly over its start and split keys, keeping only the
+ * samples in key space the reporter serves in cur (so a range reported by a
+ * source and a destination is not counted twice). The caller frees *out;
+ * the keys borrow from c->stats.
+ */
+int
+kv_ctl__points_locked(kv_controller *c, const kv_config *cur, kv_place_point **out, size_t *n)
+{
+	size_t cap = 0, k = 0;
+	kv_place_point *pts;
+
+	for (size_t i = 0; i < c->nstats; i++)
+		for (size_t j = 0; j < c->stats[i].nranges; j++)
+			cap += 1 + c->stats[i].ranges[j].nsplit;
+	pts = calloc(cap ? cap : 1, sizeof(*pts));
+	if (pts == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < c->nstats; i++) {
+		const struct ctl_stat *s = &c->stats[i];
+		for (size_t j = 0; j < s->nranges; j++) {
+			const kv_admin_range_stat *r = &s->ranges[j];
+			uint64_t each = r->bytes / (r->nsplit + 1);
+			if (r->bytes == 0)
+				continue;
+			for (size_t q = 0; q <= r->nsplit; q++) {
+				kv_bytes key = q == 0 ? r->start : r->split[q - 1];
+				if (kv_config_route(cur, key.p, key.len) != s->id)
+					continue;
+				pts[k].key = key;
+				pts[k].bytes = each ? each : 1;
+				k++;
+			}
+		}
+	}
+	*out = pts;
+	*n = k;
+	return KV_OK;
+}
