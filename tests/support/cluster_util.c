@@ -1,13 +1,14 @@
 /*
  * cluster_util.c - see cluster_util.h.
  *
- * Every child process is recorded in `procs` (a fixed table, touched only by
- * the main thread and by the exit paths) so that an early exit of the test
- * program, through a failed assertion that ends the process, exit(), or a
- * termination signal, still stops it; PR_SET_PDEATHSIG covers SIGKILL of
- * the test process.
+ * Every child process is started through common/proc.h, whose table and
+ * exit paths stop it on an early exit of the test program (a failed
+ * assertion that ends the process, exit(), a termination signal);
+ * PR_SET_PDEATHSIG covers SIGKILL of the test process.
  */
 #include "tests/support/cluster_util.h"
+#include "common/err.h"
+#include "common/proc.h"
 #include "common/rpc.h"
 #include "proto/shardkv.pb-c.h"
 #include "proto/wire.h"
@@ -21,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,16 +36,12 @@
 extern char **environ;
 
 /* ---------------------------------------------------------------------------
- * The process table and the exit paths
+ * Processes (common/proc.h keeps the table and the exit paths)
  * ------------------------------------------------------------------------- */
-
-#define MAX_PROCS 64
 
 #define ADMIN_TIMEOUT_MS 30000u /* the helpers' client: admin calls with --wait */
 
-static pid_t procs[MAX_PROCS]; /* children alive; 0: free slot */
-static bool cleanup_installed; /* atexit and signal handlers are in place */
-static uint64_t t_first;       /* kv_tc_elapsed_ms origin */
+static uint64_t t_first; /* kv_tc_elapsed_ms origin */
 
 uint64_t
 kv_tc_elapsed_ms(void)
@@ -55,111 +51,46 @@ kv_tc_elapsed_ms(void)
 	return kv_test_now_ms() - t_first;
 }
 
-/* Kills and reaps every recorded child. Async-signal-safe. */
-static void
-kill_all_procs(void)
-{
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (procs[i] > 0)
-			kill(procs[i], SIGKILL);
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (procs[i] > 0) {
-			waitpid(procs[i], NULL, 0);
-			procs[i] = 0;
-		}
-}
-
-static void
-on_fatal_signal(int sig)
-{
-	kill_all_procs();
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
+/* The exit paths, and SIGPIPE ignored (kv_tc_run writes to a child's stdin
+ * that may close early). */
 static void
 install_cleanup(void)
 {
-	if (cleanup_installed)
-		return;
-	cleanup_installed = true;
-	atexit(kill_all_procs);
-	signal(SIGINT, on_fatal_signal);
-	signal(SIGTERM, on_fatal_signal);
-	signal(SIGHUP, on_fatal_signal);
+	kv_proc_install_exit_paths(0);
 	signal(SIGPIPE, SIG_IGN);
 }
 
-static void
-proc_add(pid_t pid)
-{
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (procs[i] == 0) {
-			procs[i] = pid;
-			return;
-		}
-	/* Cannot happen with the bounds of kv_tc; never leave a child behind. */
-	kill(pid, SIGKILL);
-}
-
-static void
-proc_del(pid_t pid)
-{
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (procs[i] == pid)
-			procs[i] = 0;
-}
-
-/*
- * Forks and execs path with argv; stdin from /dev/null, stdout and stderr
- * appended to `log`. The child dies with its parent. Returns the pid or -1.
- */
+/* Starts a daemon: stdin from /dev/null, stdout and stderr appended to
+ * `log`. Returns the pid or -1. */
 static pid_t
 spawn(const char *path, char *const argv[], const char *log)
 {
-	pid_t pid;
-
 	install_cleanup();
-	if ((pid = kv_test_fork_exec(path, argv, log)) > 0)
-		proc_add(pid);
-	return pid;
+	return kv_proc_spawn(path, argv, log);
 }
 
-/* Waits up to ms for pid to exit; SIGKILL after that. Returns 0 when it
- * exited on its own (status set) or -1. */
+/* Waits up to ms for pid to exit; SIGKILL after that (with the threads'
+ * stacks first when KV_TC_GDB is set). Returns 0 when it exited on its own
+ * (status set) or -1. */
 static int
 reap(pid_t pid, unsigned ms, int *status)
 {
-	uint64_t t0 = kv_test_now_ms();
-	int st = 0;
+	int rv = kv_proc_wait(pid, ms, status);
 
-	for (;;) {
-		pid_t r = waitpid(pid, &st, WNOHANG);
-		if (r == pid || (r < 0 && errno == ECHILD)) {
-			proc_del(pid);
-			if (status)
-				*status = st;
-			return r == pid ? 0 : -1;
-		}
-		if (kv_test_now_ms() - t0 > ms) {
-			fprintf(stderr, "cluster: pid %d did not exit within %u ms; killing it\n",
-			        (int)pid, ms);
-			if (getenv("KV_TC_GDB")) {
-				char cmd[200];
-				snprintf(cmd, sizeof(cmd),
-				         "gdb -p %d -batch -ex 'thread apply all bt' 2>/dev/null | "
-				         "sed -n '/^Thread 1 /,$p' >&2",
-				         (int)pid);
-				if (system(cmd) != 0)
-					fprintf(stderr, "cluster: gdb failed\n");
-			}
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-			proc_del(pid);
-			return -1;
-		}
-		kv_test_sleep_ms(5);
+	if (rv != KV_ETIMEDOUT)
+		return rv == 0 ? 0 : -1;
+	fprintf(stderr, "cluster: pid %d did not exit within %u ms; killing it\n", (int)pid, ms);
+	if (getenv("KV_TC_GDB")) {
+		char cmd[200];
+		snprintf(cmd, sizeof(cmd),
+		         "gdb -p %d -batch -ex 'thread apply all bt' 2>/dev/null | "
+		         "sed -n '/^Thread 1 /,$p' >&2",
+		         (int)pid);
+		if (system(cmd) != 0)
+			fprintf(stderr, "cluster: gdb failed\n");
 	}
+	kv_proc_reap(pid, 0, NULL);
+	return -1;
 }
 
 /* ---------------------------------------------------------------------------
@@ -283,32 +214,34 @@ start_controller_proc(kv_tc *c)
 	return c->ctl_pid > 0 ? 0 : -1;
 }
 
+/* kv_proc_ready_cb: the controller answers a status request. */
+static int
+controller_answers(void *arg)
+{
+	kv_tc *c = arg;
+	shardkv_config *cfg = NULL;
+	int rv = shardkv_status(c->admin, &cfg);
+
+	shardkv_config_free(cfg);
+	return rv == 0 ? 0 : 1;
+}
+
 /* Waits until the controller answers a status request. */
 static int
 wait_controller(kv_tc *c, unsigned ms)
 {
-	uint64_t t0 = kv_test_now_ms();
+	int rv;
 
 	shardkv_set_timeout(c->admin, 500);
-	while (kv_test_now_ms() - t0 < ms) {
-		shardkv_config *cfg = NULL;
-		int rv = shardkv_status(c->admin, &cfg);
-		shardkv_config_free(cfg);
-		if (rv == 0) {
-			shardkv_set_timeout(c->admin, ADMIN_TIMEOUT_MS);
-			return 0;
-		}
-		if (c->ctl_pid > 0 && waitpid(c->ctl_pid, NULL, WNOHANG) == c->ctl_pid) {
-			proc_del(c->ctl_pid);
-			c->ctl_pid = 0;
-			fprintf(stderr, "cluster: the controller exited at start\n");
-			return -1;
-		}
-		kv_test_sleep_ms(20);
-	}
+	rv = kv_proc_wait_ready(c->ctl_pid, ms, 20, controller_answers, c, NULL);
 	shardkv_set_timeout(c->admin, ADMIN_TIMEOUT_MS);
-	fprintf(stderr, "cluster: the controller did not answer within %u ms\n", ms);
-	return -1;
+	if (rv == KV_ECLOSED) {
+		c->ctl_pid = 0;
+		fprintf(stderr, "cluster: the controller exited at start\n");
+	} else if (rv != 0) {
+		fprintf(stderr, "cluster: the controller did not answer within %u ms\n", ms);
+	}
+	return rv == 0 ? 0 : -1;
 }
 
 int
@@ -1259,62 +1192,74 @@ kv_tc_wait_migration(kv_tc *c, uint64_t id, const char *phase, uint64_t min_keys
 	return -1;
 }
 
+/* What kv_tc_wait_serving() polls. */
+typedef struct {
+	kv_tc *c;       /* the cluster */
+	int i;          /* the server's index */
+	char last[160]; /* its last answer, for the message */
+} serving_wait;
+
+/* kv_proc_ready_cb: server w->i answers a read of a key of its range. */
+static int
+server_serves(void *arg)
+{
+	serving_wait *w = arg;
+	kv_tc_server *s = &w->c->srv[w->i];
+	shardkv_config *cfg = kv_tc_config(w->c);
+	const shardkv_range *own = NULL;
+
+	if (cfg == NULL)
+		return 1;
+	for (size_t k = 0; k < cfg->nnodes; k++)
+		if (strcmp(cfg->nodes[k].address, s->url) == 0)
+			s->id = cfg->nodes[k].id;
+	for (size_t r = 0; r < cfg->nranges && own == NULL; r++)
+		if (s->id != 0 && cfg->ranges[r].node == s->id)
+			own = &cfg->ranges[r];
+	/* A key of the range: its start, or one zero byte. */
+	char key[KEYLEN] = {0};
+	size_t klen = 1;
+	if (own && own->start.len > 0 && own->start.len <= sizeof(key)) {
+		memcpy(key, own->start.data, own->start.len);
+		klen = own->start.len;
+	}
+	shardkv_config_free(cfg);
+	kv_tc_raw_result r;
+	int rv = kv_tc_raw_op(s->url, 0, 0, KV_TC_RAW_GET, key, klen, NULL, 0, 1000, &r);
+	bool ok = rv == 0 && (own == NULL || r.status == 0 || r.status == SHARDKV_ENOTFOUND ||
+	                      r.status == SHARDKV_EMOVING);
+	snprintf(w->last, sizeof(w->last), "%s",
+	         rv != 0 ? shardkv_strerror(rv) : shardkv_strerror(r.status));
+	kv_tc_raw_free(&r);
+	return ok ? 0 : 1;
+}
+
 int
 kv_tc_wait_serving(kv_tc *c, int i, unsigned ms)
 {
 	kv_tc_server *s = &c->srv[i];
-	uint64_t t0 = kv_test_now_ms();
-	char last[160] = "no answer yet";
+	serving_wait w = {.c = c, .i = i, .last = "no answer yet"};
+	int st = 0, rv;
 
-	while (kv_test_now_ms() - t0 < ms) {
-		int st = 0;
-		if (s->pid <= 0) {
-			fprintf(stderr, "cluster: server %d is not running\n", i);
-			return -1;
-		}
-		if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-			proc_del(s->pid);
-			s->pid = 0;
-			fprintf(stderr, "cluster: server %d exited while starting (%s %d)\n", i,
-			        WIFEXITED(st) ? "exit code" : "signal",
-			        WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-			kv_tc_dump_logs(c, 30);
-			return -1;
-		}
-		shardkv_config *cfg = kv_tc_config(c);
-		if (cfg != NULL) {
-			const shardkv_range *own = NULL;
-			for (size_t k = 0; k < cfg->nnodes; k++)
-				if (strcmp(cfg->nodes[k].address, s->url) == 0)
-					s->id = cfg->nodes[k].id;
-			for (size_t r = 0; r < cfg->nranges && own == NULL; r++)
-				if (s->id != 0 && cfg->ranges[r].node == s->id)
-					own = &cfg->ranges[r];
-			/* A key of the range: its start, or one zero byte. */
-			char key[KEYLEN] = {0};
-			size_t klen = 1;
-			if (own && own->start.len > 0 && own->start.len <= sizeof(key)) {
-				memcpy(key, own->start.data, own->start.len);
-				klen = own->start.len;
-			}
-			shardkv_config_free(cfg);
-			kv_tc_raw_result r;
-			int rv =
-			    kv_tc_raw_op(s->url, 0, 0, KV_TC_RAW_GET, key, klen, NULL, 0, 1000, &r);
-			bool ok = rv == 0 &&
-			          (own == NULL || r.status == 0 || r.status == SHARDKV_ENOTFOUND ||
-			           r.status == SHARDKV_EMOVING);
-			snprintf(last, sizeof(last), "%s",
-			         rv != 0 ? shardkv_strerror(rv) : shardkv_strerror(r.status));
-			kv_tc_raw_free(&r);
-			if (ok)
-				return 0;
-		}
-		kv_test_sleep_ms(20);
+	if (s->pid <= 0) {
+		fprintf(stderr, "cluster: server %d is not running\n", i);
+		return -1;
 	}
-	fprintf(stderr, "cluster: server %d does not serve after %u ms (last answer: %s)\n", i, ms,
-	        last);
-	return -1;
+	rv = kv_proc_wait_ready(s->pid, ms, 20, server_serves, &w, &st);
+	if (rv == KV_ECLOSED) {
+		s->pid = 0;
+		fprintf(stderr, "cluster: server %d exited while starting (%s %d)\n", i,
+		        WIFEXITED(st) ? "exit code" : "signal",
+		        WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+		kv_tc_dump_logs(c, 30);
+		return -1;
+	}
+	if (rv != 0) {
+		fprintf(stderr, "cluster: server %d does not serve after %u ms (last answer: %s)\n",
+		        i, ms, w.last);
+		return -1;
+	}
+	return 0;
 }
 
 long
@@ -1383,10 +1328,10 @@ int
 kv_tc_run(char *const argv[], char *const env[], const void *in, size_t inlen, unsigned ms,
           kv_tc_run_result *r)
 {
-	int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1};
+	int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1}, child_fds[3];
 	size_t capo = 0, cape = 0, off = 0;
 	uint64_t t0 = kv_test_now_ms();
-	pid_t pid, parent = getpid();
+	pid_t pid;
 	char **envp = NULL;
 	size_t nenv = 0;
 	int st = 0;
@@ -1396,7 +1341,7 @@ kv_tc_run(char *const argv[], char *const env[], const void *in, size_t inlen, u
 	install_cleanup();
 	if (pipe_cloexec(pin) != 0 || pipe_cloexec(pout) != 0 || pipe_cloexec(perr) != 0)
 		goto err;
-	/* The environment is built before fork: the child only calls
+	/* The environment is built before the fork: the child only calls
 	 * async-signal-safe functions. */
 	for (size_t i = 0; environ[i]; i++)
 		nenv++;
@@ -1410,20 +1355,11 @@ kv_tc_run(char *const argv[], char *const env[], const void *in, size_t inlen, u
 	for (size_t i = 0; environ[i]; i++)
 		if (!env_overridden(env, environ[i]))
 			envp[nenv++] = environ[i];
-	if ((pid = fork()) < 0)
+	child_fds[0] = pin[0];
+	child_fds[1] = pout[1];
+	child_fds[2] = perr[1];
+	if ((pid = kv_proc_spawn_stdio(argv[0], argv, envp, child_fds)) < 0)
 		goto err;
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126);
-		dup2(pin[0], 0);
-		dup2(pout[1], 1);
-		dup2(perr[1], 2);
-		signal(SIGPIPE, SIG_DFL);
-		execve(argv[0], argv, envp);
-		_exit(127);
-	}
-	proc_add(pid);
 	free(envp);
 	envp = NULL;
 	close(pin[0]);

@@ -5,10 +5,10 @@
  * directory, plus helpers to wait for configurations, to write and check
  * numbered keys, and to run the `shardkv` binary.
  *
- * Every process is started from the calling (main) thread with
- * PR_SET_PDEATHSIG, so it dies with the test process even on SIGKILL (a ctest
- * timeout), and is recorded in a process-wide table that an atexit handler
- * and a SIGINT/SIGTERM/SIGHUP handler empty; kv_tc_destroy() stops the
+ * Every process is started from the calling (main) thread through
+ * common/proc.h: with PR_SET_PDEATHSIG, so it dies with the test process
+ * even on SIGKILL (a ctest timeout), and recorded in its process table, which
+ * its atexit and fatal-signal handlers empty; kv_tc_destroy() stops the
  * cluster's processes on the normal path. Readiness is always a poll with a
  * deadline, never a fixed sleep.
  *

@@ -5,10 +5,13 @@
  * `ip -n` find them) and removed the way `ip netns del` does it: the bind
  * mount under /run/netns is detached and the file unlinked, which a signal
  * handler can do too. The namespace dies with its last process; its veth
- * ends and the bridge go with it.
+ * ends and the bridge go with it. Processes (ip, tc, the daemons) are
+ * common/proc.h's: its exit paths kill them, then remove the namespaces
+ * recorded here (the exit hook).
  */
 #define _GNU_SOURCE /* setns */
 #include "tests/support/netns_util.h"
+#include "common/proc.h"
 #include "tests/support/testutil.h"
 
 #include <dirent.h>
@@ -21,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,15 +31,12 @@
 #define NETNS_DIR  "/run/netns"
 #define NAME_PFX   "kvnn"
 #define MAX_NS     16
-#define MAX_PROCS  32
 #define MAX_ARGS   48
 #define CMD_MS     15000u /* one ip or tc command */
 #define BOGUS_MAC  "02:00:00:00:00:01"
 #define LOSS_MATCH "0x0005" /* IP ids with these low 5 bits are dropped (1 in 32) */
 
-static char ns_table[MAX_NS][48];   /* namespaces to remove on exit; "" free */
-static pid_t proc_table[MAX_PROCS]; /* children to kill on exit; 0 free */
-static bool exit_installed;
+static char ns_table[MAX_NS][48]; /* namespaces to remove on exit; "" free */
 
 /* ---------------------------------------------------------------------------
  * Exit paths (async-signal-safe)
@@ -58,17 +57,11 @@ ns_remove(const char *ns)
 	unlink(path);
 }
 
+/* Removes every recorded namespace: common/proc.h's exit hook, run after
+ * the children are killed. Async-signal-safe. */
 static void
-cleanup_all(void)
+ns_remove_all(void)
 {
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (proc_table[i] > 0)
-			kill(proc_table[i], SIGKILL);
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (proc_table[i] > 0) {
-			waitpid(proc_table[i], NULL, 0);
-			proc_table[i] = 0;
-		}
 	for (int i = 0; i < MAX_NS; i++)
 		if (ns_table[i][0]) {
 			ns_remove(ns_table[i]);
@@ -76,24 +69,12 @@ cleanup_all(void)
 		}
 }
 
-static void
-on_fatal_signal(int sig)
-{
-	cleanup_all();
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
+/* The exit paths of common/proc.h, which also remove the namespaces. */
 static void
 install_exit(void)
 {
-	if (exit_installed)
-		return;
-	exit_installed = true;
-	atexit(cleanup_all);
-	signal(SIGINT, on_fatal_signal);
-	signal(SIGTERM, on_fatal_signal);
-	signal(SIGHUP, on_fatal_signal);
+	kv_proc_install_exit_paths(0);
+	kv_proc_set_exit_hook(ns_remove_all);
 	signal(SIGPIPE, SIG_IGN);
 }
 
@@ -114,25 +95,6 @@ ns_forget(const char *ns)
 	for (int i = 0; i < MAX_NS; i++)
 		if (strcmp(ns_table[i], ns) == 0)
 			ns_table[i][0] = '\0';
-}
-
-static void
-proc_record(pid_t pid)
-{
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (proc_table[i] == 0) {
-			proc_table[i] = pid;
-			return;
-		}
-	kill(pid, SIGKILL); /* never leave a child behind */
-}
-
-static void
-proc_forget(pid_t pid)
-{
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (proc_table[i] == pid)
-			proc_table[i] = 0;
 }
 
 /* ---------------------------------------------------------------------------
@@ -160,47 +122,13 @@ tool_path(const char *name)
 	return NULL;
 }
 
-/* Forks and execs path with argv, output appended to log (NULL: discarded).
- * Returns the pid or -1. */
+/* Starts path with argv, output appended to log (NULL: discarded). Returns
+ * the pid or -1. */
 static pid_t
 fork_exec(const char *path, char *const argv[], const char *log)
 {
-	pid_t pid;
-
 	install_exit();
-	if ((pid = kv_test_fork_exec(path, argv, log)) > 0)
-		proc_record(pid);
-	return pid;
-}
-
-/* Waits up to ms for pid; SIGKILL after that. Returns 0 with *status set
- * when it exited on its own, else -1. */
-static int
-reap(pid_t pid, unsigned ms, int *status)
-{
-	uint64_t t0 = kv_test_now_ms();
-	int st = 0;
-
-	for (;;) {
-		pid_t r = waitpid(pid, &st, WNOHANG);
-		if (r == pid) {
-			proc_forget(pid);
-			if (status)
-				*status = st;
-			return 0;
-		}
-		if (r < 0) {
-			proc_forget(pid);
-			return -1;
-		}
-		if (kv_test_now_ms() - t0 >= ms) {
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-			proc_forget(pid);
-			return -1;
-		}
-		kv_test_sleep_ms(5);
-	}
+	return kv_proc_spawn(path, argv, log);
 }
 
 /* Runs tool (ip or tc) with the NULL-terminated args in ap; quiet: output
@@ -233,7 +161,7 @@ vrun_tool(kv_nn *n, const char *tool, bool quiet, const char *arg, va_list ap)
 		}
 	}
 	pid = fork_exec(path, argv, quiet || n == NULL || !n->log[0] ? NULL : n->log);
-	if (pid < 0 || reap(pid, CMD_MS, &st) != 0)
+	if (pid < 0 || kv_proc_reap(pid, CMD_MS, &st) != 0)
 		return -1;
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
@@ -442,25 +370,13 @@ kv_nn_spawn_here(char *const argv[], const char *log)
 bool
 kv_nn_exited(pid_t pid, int *status)
 {
-	int st = 0;
-
-	if (pid <= 0)
-		return true;
-	if (waitpid(pid, &st, WNOHANG) != pid)
-		return false;
-	proc_forget(pid);
-	if (status)
-		*status = st;
-	return true;
+	return kv_proc_exited(pid, status);
 }
 
 int
 kv_nn_stop(pid_t pid, int sig, unsigned ms, int *status)
 {
-	if (pid <= 0)
-		return -1;
-	kill(pid, sig);
-	return reap(pid, ms, status);
+	return kv_proc_stop(pid, sig, ms, status) == 0 ? 0 : -1;
 }
 
 int

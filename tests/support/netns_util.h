@@ -14,10 +14,10 @@
  * MAC address on both sides: their frames are sent but nobody takes them,
  * so connects see their SYNs dropped, not refused).
  *
- * Every namespace made and every process started is recorded in a
- * process-wide table that an atexit handler and a SIGINT/SIGTERM/SIGHUP
- * handler empty (processes killed, namespaces unmounted and removed);
- * processes also get PR_SET_PDEATHSIG. Namespaces left behind by a test
+ * Every namespace made is recorded in a process-wide table, and every
+ * process started is in common/proc.h's; its atexit and fatal-signal
+ * handlers kill the processes and then remove the namespaces (unmounted and
+ * unlinked); processes also get PR_SET_PDEATHSIG. Namespaces left behind by a test
  * process that was SIGKILLed are removed by the next kv_nn_create().
  *
  * Needs root and the `ip` and `tc` programs (iproute2). Not thread-safe:

@@ -5,7 +5,7 @@
 
 # Free ports, clocks, scratch directories (every layer).
 add_library(kv_testutil STATIC support/testutil.c)
-target_link_libraries(kv_testutil PUBLIC kv_flags)
+target_link_libraries(kv_testutil PUBLIC kv_proc kv_flags)
 
 # Store fixtures: every semantic store test runs in striped and percore mode,
 # with one partition and with several (run_store_groups in store_util.c).

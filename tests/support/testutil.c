@@ -2,44 +2,26 @@
  * testutil.c - see testutil.h.
  */
 #include "tests/support/testutil.h"
+#include "common/proc.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 int
 kv_test_free_port(void)
 {
-	struct sockaddr_in a;
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	if (fd < 0)
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	a.sin_port = 0;
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
+	return kv_proc_free_port();
 }
 
 void
 kv_test_free_url(char *buf, size_t len)
 {
-	snprintf(buf, len, "tcp://127.0.0.1:%d", kv_test_free_port());
+	if (kv_proc_free_url(buf, len) != 0 && len > 0)
+		buf[0] = 0;
 }
 
 uint64_t
@@ -91,25 +73,10 @@ kv_test_dir_teardown(void **state)
 	return 0;
 }
 
-pid_t
-kv_test_fork_exec(const char *path, char *const argv[], const char *log)
+int
+kv_test_stop_procs(void **state)
 {
-	pid_t parent = getpid(), pid = fork();
-
-	if (pid != 0)
-		return pid < 0 ? -1 : pid;
-	int fd = open(log ? log : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
-		_exit(126); /* the parent died before prctl */
-	if (null >= 0)
-		dup2(null, 0);
-	if (fd >= 0) {
-		dup2(fd, 1);
-		dup2(fd, 2);
-	}
-	signal(SIGPIPE, SIG_DFL);
-	execv(path, argv);
-	_exit(127);
+	(void)state;
+	kv_proc_stop_all(KV_TEST_STOP_MS);
+	return 0;
 }

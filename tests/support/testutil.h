@@ -1,6 +1,7 @@
 /*
- * testutil.h - helpers shared by the tests: free loopback ports, clocks,
- * and (integration tests) starting and stopping real daemons.
+ * testutil.h - helpers shared by the tests of every layer: free loopback
+ * ports, clocks, scratch directories, and a cmocka teardown that stops every
+ * child process. Starting and stopping processes is common/proc.h.
  */
 #ifndef KV_TESTS_SUPPORT_TESTUTIL_H
 #define KV_TESTS_SUPPORT_TESTUTIL_H
@@ -9,10 +10,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Returns a TCP port on 127.0.0.1 that was free a moment ago. */
+/* Returns a TCP port on 127.0.0.1 that was free a moment ago
+ * (kv_proc_free_port). */
 int kv_test_free_port(void);
 
-/* Writes "tcp://127.0.0.1:PORT" with a free port into buf. */
+/* Writes "tcp://127.0.0.1:PORT" with a free port into buf
+ * (kv_proc_free_url). */
 void kv_test_free_url(char *buf, size_t len);
 
 /* Monotonic milliseconds. */
@@ -30,9 +33,9 @@ typedef struct {
 int kv_test_dir_setup(void **state);
 int kv_test_dir_teardown(void **state);
 
-/* Forks and execs path with argv: stdin from /dev/null, stdout and stderr
- * appended to log (NULL: discarded), SIGPIPE back to default, and the child
- * killed when this process dies. Returns the pid or -1. */
-pid_t kv_test_fork_exec(const char *path, char *const argv[], const char *log);
+/* A cmocka (group) teardown: stops every child of common/proc.h's table
+ * (SIGTERM, SIGKILL after KV_TEST_STOP_MS). Always returns 0. */
+#define KV_TEST_STOP_MS 5000u
+int kv_test_stop_procs(void **state);
 
 #endif

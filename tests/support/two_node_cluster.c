@@ -1,77 +1,52 @@
 /*
  * two_node_cluster.c - see two_node_cluster.h.
+ *
+ * The processes are started, waited for and stopped through common/proc.h,
+ * whose exit paths also stop them when a failed assertion ends the test.
  */
 #include "tests/support/two_node_cluster.h"
 #include "client/include/shardkv.h"
+#include "common/err.h"
+#include "common/proc.h"
 #include "tests/support/testutil.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-/* The cluster the atexit handler stops. */
-static test_cluster *live;
+#define READY_MS 15000u /* both servers active with a range each */
+#define STOP_MS  3000u  /* SIGTERM to exit, before SIGKILL */
 
 void
 test_cluster_stop(test_cluster *tc)
 {
-	/* SIGTERM first (servers drain), SIGKILL after a deadline. */
+	/* SIGTERM to all first (servers drain in parallel), then reap each
+	 * within what is left of one deadline. */
+	uint64_t t0 = kv_test_now_ms();
+
 	for (int i = 0; i < 1 + NSERVERS; i++)
 		if (tc->pids[i] > 0)
 			kill(tc->pids[i], SIGTERM);
-	uint64_t t0 = kv_test_now_ms();
 	for (int i = 0; i < 1 + NSERVERS; i++) {
-		while (tc->pids[i] > 0) {
-			pid_t r = waitpid(tc->pids[i], NULL, WNOHANG);
-			if (r == tc->pids[i] || (r < 0 && errno != EINTR)) {
-				tc->pids[i] = 0;
-				break;
-			}
-			if (kv_test_now_ms() - t0 > 3000) {
-				kill(tc->pids[i], SIGKILL);
-				waitpid(tc->pids[i], NULL, 0);
-				tc->pids[i] = 0;
-				break;
-			}
-			kv_test_sleep_ms(5);
-		}
+		uint64_t used = kv_test_now_ms() - t0;
+		if (tc->pids[i] > 0)
+			kv_proc_reap(tc->pids[i], used < STOP_MS ? (unsigned)(STOP_MS - used) : 0,
+			             NULL);
+		tc->pids[i] = 0;
 	}
 }
 
-static void
-stop_live(void)
-{
-	if (live != NULL)
-		test_cluster_stop(live);
-}
-
-/* Starts bin_dir/argv[0] with stderr to `log`. Returns the pid. */
+/* Starts bin_dir/argv[0] with its output appended to `log`. Returns the pid
+ * or -1. */
 static pid_t
 start(const char *bin_dir, char *const argv[], const char *log)
 {
 	char path[512];
-	pid_t pid;
 
 	snprintf(path, sizeof(path), "%s/%s", bin_dir, argv[0]);
-	pid = fork();
-	if (pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-		if (fd >= 0)
-			dup2(fd, 2);
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-		}
-		execv(path, argv);
-		_exit(127);
-	}
-	return pid;
+	return kv_proc_spawn(path, argv, log);
 }
 
 void
@@ -83,17 +58,30 @@ test_cluster_print_logs(const test_cluster *tc)
 		fprintf(stderr, "(no logs)\n");
 }
 
+/* kv_proc_ready_cb: the configuration has both servers active and a range
+ * map that gives each a range. */
+static int
+both_serve(void *arg)
+{
+	shardkv_client *c = arg;
+	shardkv_config *cfg = NULL;
+	bool ready = false;
+
+	if (shardkv_config_get(c, 0, &cfg) == 0) {
+		size_t active = 0;
+		for (size_t i = 0; i < cfg->nnodes; i++)
+			active += cfg->nodes[i].state == SHARDKV_NODE_ACTIVE;
+		ready = active == NSERVERS && cfg->nranges >= 2 && cfg->nmigrations == 0;
+		shardkv_config_free(cfg);
+	}
+	return ready ? 0 : 1;
+}
+
 int
 test_cluster_start(test_cluster *tc, const char *bin_dir, const char *tag)
 {
-	static bool registered;
 	char path[512], data[512];
 
-	if (!registered) {
-		atexit(stop_live);
-		registered = true;
-	}
-	live = tc;
 	snprintf(tc->dir, sizeof(tc->dir), "/tmp/shardkv-%s-XXXXXX", tag);
 	if (mkdtemp(tc->dir) == NULL)
 		return -1;
@@ -122,30 +110,19 @@ test_cluster_start(test_cluster *tc, const char *bin_dir, const char *tag)
 			return -1;
 		}
 	}
-	/* Ready when the configuration has both servers active and a range map
-	 * that gives each a range. */
 	shardkv_options o = {.timeout_ms = 500, .no_watch = true};
 	shardkv_client *c;
 	if (shardkv_open(tc->ctl_url, &o, &c) != 0) {
 		test_cluster_stop(tc);
 		return -1;
 	}
-	bool ready = false;
-	for (uint64_t t0 = kv_test_now_ms(); !ready && kv_test_now_ms() - t0 < 15000;) {
-		shardkv_config *cfg = NULL;
-		if (shardkv_config_get(c, 0, &cfg) == 0) {
-			size_t active = 0;
-			for (size_t i = 0; i < cfg->nnodes; i++)
-				active += cfg->nodes[i].state == SHARDKV_NODE_ACTIVE;
-			ready = active == NSERVERS && cfg->nranges >= 2 && cfg->nmigrations == 0;
-			shardkv_config_free(cfg);
-		}
-		if (!ready)
-			kv_test_sleep_ms(20);
-	}
+	int rv = kv_proc_wait_ready(tc->pids[0], READY_MS, 20, both_serve, c, NULL);
 	shardkv_close(c);
-	if (!ready) {
-		fprintf(stderr, "cluster not ready within 15 s\n");
+	if (rv != 0) {
+		if (rv == KV_ECLOSED)
+			tc->pids[0] = 0;
+		fprintf(stderr, "cluster not ready within %u s%s\n", READY_MS / 1000,
+		        rv == KV_ECLOSED ? " (the controller exited)" : "");
 		test_cluster_print_logs(tc);
 		test_cluster_stop(tc);
 		return -1;

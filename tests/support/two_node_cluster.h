@@ -1,6 +1,8 @@
 /*
  * two_node_cluster.h - a controller and two joined servers, real processes
- * on free loopback ports, for the client library's integration tests.
+ * on free loopback ports, for the client library's cluster tests
+ * (test_client_cluster, test_client_bench_cluster). The richer
+ * cluster_util.h serves the other cluster tests.
  */
 #ifndef KV_TESTS_SUPPORT_TWO_NODE_CLUSTER_H
 #define KV_TESTS_SUPPORT_TWO_NODE_CLUSTER_H
@@ -20,8 +22,8 @@ typedef struct {
 /* Starts the controller and servers from bin_dir with data and logs under a
  * new /tmp/shardkv-TAG-XXXXXX, and waits (at most 15 s) until both servers
  * are active with a range each. Returns 0, or -1 with everything stopped.
- * Registers an atexit handler that stops the processes of the cluster most
- * recently started, so a failed assertion leaves no daemon behind. */
+ * The processes are in common/proc.h's table, whose exit paths kill them
+ * when a failed assertion ends the test, so no daemon is left behind. */
 int test_cluster_start(test_cluster *tc, const char *bin_dir, const char *tag);
 
 /* Stops every process (SIGTERM, then SIGKILL after 3 s). */
