@@ -29,42 +29,22 @@
 _Static_assert(KV_PROC_MAX >= CHK_MAX_SERVERS + CHK_MAX_CTLS + 1,
                "common/proc.h's table holds every daemon of a run");
 
-/* Kills every child, then dies of sig. */
-static void
-on_fatal(int sig)
-{
-	kv_proc_kill_all();
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
 /* The first SIGINT/SIGTERM asks for an early end (the history is still
  * checked); a second one kills everything. */
 static void
 on_stop(int sig)
 {
 	if (chk_stop_requested)
-		on_fatal(sig);
+		kv_proc_die(sig);
 	chk_stop_requested = 1;
 }
 
 void
 chk_install_signals(void)
 {
-	static bool installed;
-	struct sigaction sa;
-
-	if (installed)
-		return;
-	installed = true;
 	/* atexit and SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS kill every
-	 * child; SIGINT and SIGTERM are ours. */
-	kv_proc_install_exit_paths(KV_PROC_OWN_STOP_SIGNALS);
-	memset(&sa, 0, sizeof(sa));
-	sigemptyset(&sa.sa_mask);
-	sa.sa_handler = on_stop;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	 * child; SIGINT and SIGTERM go to on_stop. */
+	kv_proc_install_exit_paths(on_stop);
 }
 
 static bool

@@ -99,8 +99,8 @@ kv_proc_kill_all(void)
 	errno = saved;
 }
 
-static void
-on_fatal_signal(int sig)
+void
+kv_proc_die(int sig)
 {
 	kv_proc_kill_all();
 	signal(sig, SIG_DFL);
@@ -108,7 +108,7 @@ on_fatal_signal(int sig)
 }
 
 void
-kv_proc_install_exit_paths(unsigned flags)
+kv_proc_install_exit_paths(void (*on_stop)(int sig))
 {
 	static const int fatal[] = {SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS};
 	struct sigaction sa;
@@ -119,13 +119,13 @@ kv_proc_install_exit_paths(unsigned flags)
 	atexit(kv_proc_kill_all);
 	memset(&sa, 0, sizeof(sa));
 	sigemptyset(&sa.sa_mask);
-	sa.sa_handler = on_fatal_signal;
+	sa.sa_handler = kv_proc_die;
 	for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
 		sigaction(fatal[i], &sa, NULL);
-	if (!(flags & KV_PROC_OWN_STOP_SIGNALS)) {
-		sigaction(SIGINT, &sa, NULL);
-		sigaction(SIGTERM, &sa, NULL);
-	}
+	if (on_stop)
+		sa.sa_handler = on_stop;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
 }
 
 void
@@ -148,7 +148,7 @@ kv_proc_spawn_stdio(const char *path, char *const argv[], char *const envp[], co
 	pid_t parent = getpid(), pid;
 	sigset_t none;
 
-	kv_proc_install_exit_paths(0);
+	kv_proc_install_exit_paths(NULL);
 	sigemptyset(&none);
 	pid = fork();
 	if (pid < 0)

@@ -31,18 +31,19 @@
 
 #define KV_PROC_MAX 128 /* children alive at a time */
 
-/* kv_proc_install_exit_paths() flags. */
-#define KV_PROC_OWN_STOP_SIGNALS 1u /* leave SIGINT and SIGTERM to the caller */
-
 /*
  * Installs, once per process (later calls do nothing): atexit of
  * kv_proc_kill_all(), and handlers that kill every child and then die of
  * the signal for SIGHUP, SIGQUIT, SIGABRT, SIGSEGV and SIGBUS, and for
- * SIGINT and SIGTERM unless `flags` has KV_PROC_OWN_STOP_SIGNALS (the
- * caller's handlers must then call kv_proc_kill_all() before dying).
- * kv_proc_spawn*() call it with no flags.
+ * SIGINT and SIGTERM when `on_stop` is NULL; otherwise those two call
+ * on_stop(sig), a signal handler of the caller's (which may end with
+ * kv_proc_die(sig)). kv_proc_spawn*() call it with NULL.
  */
-void kv_proc_install_exit_paths(unsigned flags);
+void kv_proc_install_exit_paths(void (*on_stop)(int sig));
+
+/* Kills every child (kv_proc_kill_all), then dies of `sig` by its default
+ * action. Async-signal-safe: for signal handlers. */
+void kv_proc_die(int sig);
 
 /*
  * Sets a function that kv_proc_kill_all() calls after the children are

@@ -14,6 +14,7 @@
  * (PR_SET_PDEATHSIG) and are stopped by the group teardown.
  */
 #include "client/include/shardkv.h"
+#include "common/proc.h"
 #include "tests/support/testutil.h"
 
 #include <arpa/inet.h>
@@ -26,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,22 +66,12 @@ static struct {
  * Processes
  * ------------------------------------------------------------------------ */
 
+/* Starts argv[0] with its output appended to log (common/proc.h: stopped on
+ * every exit path). Returns the pid or -1. */
 static pid_t
 spawn(const char *const argv[], const char *log)
 {
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	return pid;
+	return kv_proc_spawn(argv[0], (char *const *)argv, log);
 }
 
 /* Waits up to ms for pid to exit. Returns its wait status, or -1 (still
@@ -89,25 +79,15 @@ spawn(const char *const argv[], const char *log)
 static int
 wait_exit(pid_t pid, unsigned ms)
 {
-	uint64_t deadline = kv_test_now_ms() + ms;
-	int st;
+	int st = 0;
 
-	while (waitpid(pid, &st, WNOHANG) == 0) {
-		if (kv_test_now_ms() > deadline) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			return -1;
-		}
-		kv_test_sleep_ms(10);
-	}
-	return st;
+	return kv_proc_reap(pid, ms, &st) == 0 ? st : -1;
 }
 
 static bool
 alive(pid_t pid)
 {
-	int st;
-	return pid > 0 && waitpid(pid, &st, WNOHANG) == 0;
+	return pid > 0 && !kv_proc_exited(pid, NULL);
 }
 
 /* Prints the tail of a log (after a failure). */

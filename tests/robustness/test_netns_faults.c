@@ -28,6 +28,7 @@
  */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "client/include/shardkv.h"
+#include "common/proc.h"
 #include "tests/support/netns_util.h"
 #include "tests/support/testutil.h"
 
@@ -117,29 +118,7 @@ note(const char *fmt, ...)
 static void
 tail_file(const char *path, int lines)
 {
-	FILE *f = fopen(path, "r");
-	long pos;
-	int seen = 0;
-	char buf[1024];
-
-	if (f == NULL)
-		return;
-	fprintf(stderr, "---- %s (last %d lines)\n", path, lines);
-	fseek(f, 0, SEEK_END);
-	pos = ftell(f);
-	while (pos > 0 && seen <= lines) {
-		pos--;
-		fseek(f, pos, SEEK_SET);
-		if (fgetc(f) == '\n')
-			seen++;
-	}
-	if (pos > 0)
-		fseek(f, pos + 1, SEEK_SET);
-	else
-		fseek(f, 0, SEEK_SET);
-	while (fgets(buf, sizeof(buf), f))
-		fputs(buf, stderr);
-	fclose(f);
+	kv_proc_print_log_tail(path, lines);
 }
 
 static void

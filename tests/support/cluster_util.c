@@ -56,7 +56,7 @@ kv_tc_elapsed_ms(void)
 static void
 install_cleanup(void)
 {
-	kv_proc_install_exit_paths(0);
+	kv_proc_install_exit_paths(NULL);
 	signal(SIGPIPE, SIG_IGN);
 }
 
@@ -91,6 +91,37 @@ reap(pid_t pid, unsigned ms, int *status)
 	}
 	kv_proc_reap(pid, 0, NULL);
 	return -1;
+}
+
+/* Sends sig to *pid and reaps it (SIGKILL after ms); *pid becomes 0.
+ * Returns 0 when it exited on its own (status set), -1 otherwise or when
+ * nothing runs. */
+static int
+stop(pid_t *pid, int sig, unsigned ms, int *status)
+{
+	int rv;
+
+	if (*pid <= 0)
+		return -1;
+	kill(*pid, sig);
+	rv = reap(*pid, ms, status);
+	*pid = 0;
+	return rv;
+}
+
+/* Makes the cluster's temporary directory /tmp/shardkv-TAG-XXXXXX. Returns 0
+ * or -1 (c->dir empty). */
+static int
+make_dir(kv_tc *c, const char *tag)
+{
+	kv_tc_elapsed_ms();
+	snprintf(c->dir, sizeof(c->dir), "/tmp/shardkv-%s-XXXXXX", tag);
+	if (mkdtemp(c->dir) == NULL) {
+		fprintf(stderr, "cluster: mkdtemp %s: %s\n", c->dir, strerror(errno));
+		c->dir[0] = 0;
+		return -1;
+	}
+	return 0;
 }
 
 /* ---------------------------------------------------------------------------
@@ -261,13 +292,8 @@ kv_tc_create_ex(kv_tc *c, const char *tag, const char *const *server_args)
 		c->nargs = 0;
 		return -1;
 	}
-	kv_tc_elapsed_ms();
-	snprintf(c->dir, sizeof(c->dir), "/tmp/shardkv-%s-XXXXXX", tag);
-	if (mkdtemp(c->dir) == NULL) {
-		fprintf(stderr, "cluster: mkdtemp %s: %s\n", c->dir, strerror(errno));
-		c->dir[0] = 0;
+	if (make_dir(c, tag) != 0)
 		return -1;
-	}
 	kv_test_free_url(c->ctl_url, sizeof(c->ctl_url));
 	tc_tls_url(c->ctl_url, sizeof(c->ctl_url)); /* tls: */
 	snprintf(c->ctl_data, sizeof(c->ctl_data), "%s/ctl", c->dir);
@@ -435,23 +461,31 @@ kv_tc_start(kv_tc *c, const char *tag, int nservers)
 	return kv_tc_start_ex(c, tag, nservers, NULL);
 }
 
+/* Joins `nservers` servers one after the other, each waited for until it is
+ * active, owns a range and nothing moves. On failure prints the logs and
+ * destroys the cluster. Returns 0 or -1. */
+static int
+join_servers(kv_tc *c, int nservers)
+{
+	for (int k = 0; k < nservers; k++) {
+		int i = kv_tc_add_server(c, true);
+		if (i < 0 ||
+		    kv_tc_wait_node_state(c, i, SHARDKV_NODE_ACTIVE, KV_TC_READY_MS) != 0 ||
+		    wait_owns_range(c, i, KV_TC_READY_MS) != 0) {
+			kv_tc_dump_logs(c, 30);
+			kv_tc_destroy(c);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int
 kv_tc_start_ex(kv_tc *c, const char *tag, int nservers, const char *const *server_args)
 {
 	if (kv_tc_create_ex(c, tag, server_args) != 0)
 		return -1;
-	for (int k = 0; k < nservers; k++) {
-		int i = kv_tc_add_server(c, true);
-		if (i < 0 ||
-		    kv_tc_wait_node_state(c, i, SHARDKV_NODE_ACTIVE, KV_TC_READY_MS) != 0 ||
-		    wait_owns_range(c, i, KV_TC_READY_MS) != 0)
-			goto err;
-	}
-	return 0;
-err:
-	kv_tc_dump_logs(c, 30);
-	kv_tc_destroy(c);
-	return -1;
+	return join_servers(c, nservers);
 }
 
 int
@@ -460,45 +494,19 @@ kv_tc_start_replicated(kv_tc *c, const char *tag, int nctl, const char *const *c
 {
 	if (kv_tc_create_replicated(c, tag, nctl, ctl_args) != 0)
 		return -1;
-	for (int k = 0; k < nservers; k++) {
-		int i = kv_tc_add_server(c, true);
-		if (i < 0 ||
-		    kv_tc_wait_node_state(c, i, SHARDKV_NODE_ACTIVE, KV_TC_READY_MS) != 0 ||
-		    wait_owns_range(c, i, KV_TC_READY_MS) != 0)
-			goto err;
-	}
-	return 0;
-err:
-	kv_tc_dump_logs(c, 30);
-	kv_tc_destroy(c);
-	return -1;
+	return join_servers(c, nservers);
 }
 
 int
 kv_tc_stop_server(kv_tc *c, int i, int sig, unsigned ms, int *status)
 {
-	kv_tc_server *s = &c->srv[i];
-	int rv;
-
-	if (s->pid <= 0)
-		return -1;
-	kill(s->pid, sig);
-	rv = reap(s->pid, ms, status);
-	s->pid = 0;
-	return rv;
+	return stop(&c->srv[i].pid, sig, ms, status);
 }
 
 int
 kv_tc_stop_controller(kv_tc *c, int sig, unsigned ms, int *status)
 {
-	int rv;
-
-	if (c->ctl_pid <= 0)
-		return -1;
-	kill(c->ctl_pid, sig);
-	rv = reap(c->ctl_pid, ms, status);
-	c->ctl_pid = 0;
-	return rv;
+	return stop(&c->ctl_pid, sig, ms, status);
 }
 
 int
@@ -553,14 +561,9 @@ kv_tc_start_replica(kv_tc *c, int k)
 int
 kv_tc_stop_replica(kv_tc *c, int k, int sig, unsigned ms)
 {
-	int rv;
-
-	if (k < 0 || k >= c->nctl || c->rpid[k] <= 0)
+	if (k < 0 || k >= c->nctl)
 		return -1;
-	kill(c->rpid[k], sig);
-	rv = reap(c->rpid[k], ms, NULL);
-	c->rpid[k] = 0;
-	return rv;
+	return stop(&c->rpid[k], sig, ms, NULL);
 }
 
 int
@@ -625,13 +628,8 @@ kv_tc_create_replicated(kv_tc *c, const char *tag, int nctl, const char *const *
 		tc_nctl_args = 0;
 		return -1;
 	}
-	kv_tc_elapsed_ms();
-	snprintf(c->dir, sizeof(c->dir), "/tmp/shardkv-%s-XXXXXX", tag);
-	if (mkdtemp(c->dir) == NULL) {
-		fprintf(stderr, "cluster: mkdtemp %s: %s\n", c->dir, strerror(errno));
-		c->dir[0] = 0;
+	if (make_dir(c, tag) != 0)
 		return -1;
-	}
 	c->nctl = nctl;
 	for (int k = 0; k < nctl; k++) {
 		kv_test_free_url(c->rurl[k], sizeof(c->rurl[k]));

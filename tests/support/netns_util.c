@@ -73,7 +73,7 @@ ns_remove_all(void)
 static void
 install_exit(void)
 {
-	kv_proc_install_exit_paths(0);
+	kv_proc_install_exit_paths(NULL);
 	kv_proc_set_exit_hook(ns_remove_all);
 	signal(SIGPIPE, SIG_IGN);
 }
