@@ -3,4 +3,4 @@
 
 # libshardkv and the CLI against an in-process fake controller and servers.
 kv_add_test(test_client_fake SOURCES component/test_client_fake.c
-  LIBS shardkv_cli kv_proto kv_testutil TIMEOUT 90 LABELS concurrency)
+  LIBS shardkv_cli kv_fake_cluster kv_proto kv_testutil TIMEOUT 90 LABELS concurrency)

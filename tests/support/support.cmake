@@ -50,3 +50,10 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv-checke
   add_library(kv_netns_util STATIC support/netns_util.c)
   target_link_libraries(kv_netns_util PUBLIC kv_testutil kv_flags)
 endif()
+
+# A fake controller and fake shard servers in the test process, for
+# libshardkv and the CLI (fake_cluster.h).
+add_library(kv_fake_cluster STATIC support/fake_cluster.c)
+target_include_directories(kv_fake_cluster PUBLIC ${CMOCKA_INCLUDE_DIRS})
+target_link_libraries(kv_fake_cluster PUBLIC kv_proto kv_common kv_testutil kv_flags
+  Threads::Threads ${CMOCKA_LIBRARIES})
