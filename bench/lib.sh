@@ -6,19 +6,20 @@
 # started; a file $work/PID.int marks a shardkv-server, stopped with SIGINT),
 # `keep` (non-empty: keep $work) and `say`. Installs the exit traps.
 
+# proc_start, proc_wait_ready, proc_reap, proc_stop: the process functions of
+# deploy/cluster.sh.
+# shellcheck source=deploy/proc.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../deploy/proc.sh"
+
 # Stops every process started here: shardkv servers with SIGINT (SIGTERM would
 # drain them), the rest with SIGTERM, SIGKILL after 5 s.
 stop_all() {
-	local p deadline=$((SECONDS + 5))
+	local p
 	for p in "${pids[@]+"${pids[@]}"}"; do
 		if [ -f "$work/$p.int" ]; then kill -INT "$p" 2>/dev/null || true; else kill -TERM "$p" 2>/dev/null || true; fi
 	done
-	for p in "${pids[@]+"${pids[@]}"}"; do
-		while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
-		kill -KILL "$p" 2>/dev/null || true
-		{ wait "$p"; } 2>/dev/null || true
-		rm -f "$work/$p.int"
-	done
+	proc_reap 5 "${pids[@]+"${pids[@]}"}" || true
+	for p in "${pids[@]+"${pids[@]}"}"; do rm -f "$work/$p.int"; done
 	pids=()
 }
 
@@ -47,13 +48,9 @@ EOF
 
 # Polls `cmd...` until it succeeds, at most $1 seconds.
 wait_for() {
-	local limit=$1 deadline
+	local limit=$1
 	shift
-	deadline=$((SECONDS + limit))
-	until "$@" >/dev/null 2>&1; do
-		[ $SECONDS -lt $deadline ] || return 1
-		sleep 0.1
-	done
+	proc_wait_ready "$limit" "" "$@"
 }
 
 trap cleanup EXIT

@@ -179,9 +179,6 @@ bool chk_cluster_controller_alive(chk_cluster *c);
  */
 void chk_cluster_destroy(chk_cluster *c, bool remove);
 
-/* Prints the last `lines` lines of a log file to stderr. */
-void chk_print_log_tail(const char *path, int lines);
-
 /* ---------------------------------------------------------------------------
  * The workload (workload.c)
  * ------------------------------------------------------------------------- */

@@ -209,7 +209,11 @@ step_move(chk_driver *d, const shardkv_config *cfg)
 {
 	size_t nb = 0;
 	const char **b = chk_workload_boundaries(d->w, &nb);
-	char start[600], end[600], node[16], what[1400];
+	char start[600], end[600], node[16];
+	/* The step's description: two printable() keys, the node and the
+	 * words around them always fit, so it is never cut. */
+	char ps[700], pe[700],
+	    what[sizeof(ps) + sizeof(pe) + sizeof(node) + sizeof("move [, ) -> node ")];
 	size_t sl, el;
 	uint64_t kind = chk_rng_below(&d->rng, 100);
 
@@ -262,7 +266,6 @@ step_move(chk_driver *d, const shardkv_config *cfg)
 	unsigned flags = step_flags(d);
 	shardkv_admin_result res = {0};
 	int rv = shardkv_move(d->admin, start, sl, end, el, node, 0, flags, &res);
-	char ps[700], pe[700];
 	snprintf(what, sizeof(what), "move [%s, %s) -> node %s",
 	         printable(ps, sizeof(ps), start, sl), printable(pe, sizeof(pe), end, el), node);
 	outcome(d, what, rv, &res, cfg->epoch, flags, &d->st.moves);

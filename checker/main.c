@@ -11,6 +11,7 @@
  */
 #include "checker/checker.h"
 #include "checker/histfile.h"
+#include "common/proc.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -344,14 +345,14 @@ wait_active(shardkv_client *admin, chk_cluster *cl, int i)
 			return 0;
 		if (chk_cluster_poll_exit(cl, i)) {
 			fprintf(stderr, "checker: server %s exited at start\n", cl->srv[i].url);
-			chk_print_log_tail(cl->srv[i].log, 20);
+			kv_proc_print_log_tail(cl->srv[i].log, 20);
 			return -1;
 		}
 		struct timespec ts = {0, 20000000};
 		nanosleep(&ts, NULL);
 	}
 	fprintf(stderr, "checker: server %s not active after %u ms\n", cl->srv[i].url, START_MS);
-	chk_print_log_tail(cl->srv[i].log, 20);
+	kv_proc_print_log_tail(cl->srv[i].log, 20);
 	return -1;
 }
 
@@ -751,7 +752,7 @@ main(int argc, char **argv)
 	if (cl) {
 		for (int i = 0; i < cl->nservers; i++)
 			if (cl->srv[i].crashed)
-				chk_print_log_tail(cl->srv[i].log, 30);
+				kv_proc_print_log_tail(cl->srv[i].log, 30);
 	}
 	if (o.json)
 		print_json(&s);

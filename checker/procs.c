@@ -3,60 +3,31 @@
  * shardkv-controller and shardkv-server processes on free loopback ports,
  * each with its own data directory and log under DIR/run-XXXXXX.
  *
- * Every child is recorded in a process-wide table (the one mutable global
- * besides the stop flag: the exit paths need it). atexit and the fatal
- * signal handlers SIGKILL whatever is in it, and every child has
+ * Every child is started through common/proc.h, whose process table (the
+ * one mutable global besides the stop flag: the exit paths need it) atexit
+ * and the fatal signal handlers empty with SIGKILL; every child has
  * PR_SET_PDEATHSIG, so no path leaves a daemon behind, not even SIGKILL of
  * the checker. Children are forked from the main thread only: the death
  * signal follows the thread that forked.
  */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "checker/checker.h"
+#include "common/err.h"
+#include "common/proc.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ftw.h>
-#include <limits.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#define MAX_PROCS (CHK_MAX_SERVERS + 4)
-#define STOP_MS   5000u  /* a daemon exits after SIGINT/SIGTERM */
-#define READY_MS  20000u /* the controller answers */
+#define STOP_MS  5000u  /* a daemon exits after SIGINT/SIGTERM */
+#define READY_MS 20000u /* the controller answers */
 
-static pid_t procs[MAX_PROCS]; /* children alive; 0: free slot */
-static bool exit_paths;        /* atexit and signal handlers installed */
-
-/* SIGKILLs and reaps every recorded child. Async-signal-safe. */
-static void
-kill_all(void)
-{
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (procs[i] > 0)
-			kill(procs[i], SIGKILL);
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (procs[i] > 0) {
-			waitpid(procs[i], NULL, 0);
-			procs[i] = 0;
-		}
-}
-
-static void
-on_fatal(int sig)
-{
-	kill_all();
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
+_Static_assert(KV_PROC_MAX >= CHK_MAX_SERVERS + CHK_MAX_CTLS + 1,
+               "common/proc.h's table holds every daemon of a run");
 
 /* The first SIGINT/SIGTERM asks for an early end (the history is still
  * checked); a second one kills everything. */
@@ -64,134 +35,16 @@ static void
 on_stop(int sig)
 {
 	if (chk_stop_requested)
-		on_fatal(sig);
+		kv_proc_die(sig);
 	chk_stop_requested = 1;
 }
 
 void
 chk_install_signals(void)
 {
-	struct sigaction sa;
-
-	if (exit_paths)
-		return;
-	exit_paths = true;
-	atexit(kill_all);
-	memset(&sa, 0, sizeof(sa));
-	sigemptyset(&sa.sa_mask);
-	sa.sa_handler = on_stop;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sa.sa_handler = on_fatal;
-	sigaction(SIGHUP, &sa, NULL);
-	sigaction(SIGQUIT, &sa, NULL);
-	sigaction(SIGABRT, &sa, NULL);
-	sigaction(SIGSEGV, &sa, NULL);
-	sigaction(SIGBUS, &sa, NULL);
-}
-
-static void
-proc_add(pid_t pid)
-{
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (procs[i] == 0) {
-			procs[i] = pid;
-			return;
-		}
-	kill(pid, SIGKILL); /* cannot happen within CHK_MAX_SERVERS */
-	waitpid(pid, NULL, 0);
-}
-
-static void
-proc_del(pid_t pid)
-{
-	for (int i = 0; i < MAX_PROCS; i++)
-		if (procs[i] == pid)
-			procs[i] = 0;
-}
-
-/*
- * Forks and execs path with argv; stdin /dev/null, stdout and stderr
- * appended to log; the child dies with this thread. Returns the pid or -1.
- */
-static pid_t
-spawn(const char *path, char *const argv[], const char *log)
-{
-	pid_t parent = getpid(), pid;
-	sigset_t none;
-
-	sigemptyset(&none);
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126); /* the checker died before prctl */
-		if (null >= 0)
-			dup2(null, 0);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		/* The checker's own connections stay with the checker. */
-		for (int k = 3; k < 4096; k++)
-			close(k);
-		signal(SIGINT, SIG_DFL);
-		signal(SIGTERM, SIG_DFL);
-		signal(SIGPIPE, SIG_DFL);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execv(path, argv);
-		_exit(127);
-	}
-	proc_add(pid);
-	return pid;
-}
-
-/* Waits up to ms for pid to exit, then SIGKILLs it. Returns the status. */
-static int
-reap(pid_t pid, unsigned ms)
-{
-	uint64_t t0 = chk_now_ns();
-	int st = 0;
-
-	for (;;) {
-		pid_t r = waitpid(pid, &st, WNOHANG);
-		if (r == pid || (r < 0 && errno != EINTR))
-			break;
-		if (chk_now_ns() - t0 > (uint64_t)ms * 1000000u) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			break;
-		}
-		struct timespec ts = {0, 5000000};
-		nanosleep(&ts, NULL);
-	}
-	proc_del(pid);
-	return st;
-}
-
-/* Writes "tcp://127.0.0.1:PORT" with a port that was free a moment ago. */
-static int
-free_url(char *buf, size_t len)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	socklen_t al = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -1;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-	    getsockname(fd, (struct sockaddr *)&a, &al) != 0) {
-		close(fd);
-		return -1;
-	}
-	close(fd);
-	snprintf(buf, len, "tcp://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
-	return 0;
+	/* atexit and SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS kill every
+	 * child; SIGINT and SIGTERM go to on_stop. */
+	kv_proc_install_exit_paths(on_stop);
 }
 
 static bool
@@ -244,7 +97,7 @@ start_controller(chk_cluster *c)
 	snprintf(bin, sizeof(bin), "%s/shardkv-controller", c->bindir);
 	snprintf(data, sizeof(data), "%s/ctl", c->dir);
 	char *argv[] = {"shardkv-controller", "--listen", c->ctl_url, "--data-dir", data, NULL};
-	c->ctl_pid = spawn(bin, argv, c->ctl_log);
+	c->ctl_pid = kv_proc_spawn(bin, argv, c->ctl_log);
 	return c->ctl_pid > 0 ? 0 : -1;
 }
 
@@ -274,7 +127,7 @@ start_replica(chk_cluster *c, int k)
 	                "--election-timeout",
 	                "600",
 	                NULL};
-	c->rpid[k] = spawn(bin, argv, c->rlog[k]);
+	c->rpid[k] = kv_proc_spawn(bin, argv, c->rlog[k]);
 	c->rkilled[k] = false;
 	return c->rpid[k] > 0 ? 0 : -1;
 }
@@ -298,10 +151,8 @@ chk_cluster_restart_replicas(chk_cluster *c, bool now)
 		if (!c->rkilled[k])
 			continue;
 		if (c->rpid[k] > 0) { /* not reaped yet */
-			pid_t r = waitpid(c->rpid[k], NULL, WNOHANG);
-			if (r == 0 || (r < 0 && errno == EINTR))
+			if (!kv_proc_exited(c->rpid[k], NULL))
 				continue;
-			proc_del(c->rpid[k]);
 			c->rpid[k] = 0;
 		}
 		if ((now || chk_now_ns() >= c->rrestart_ns[k]) && start_replica(c, k) == 0)
@@ -310,35 +161,45 @@ chk_cluster_restart_replicas(chk_cluster *c, bool now)
 	return n;
 }
 
+/* What wait_controller() polls. */
+typedef struct {
+	chk_cluster *c;     /* the cluster */
+	shardkv_client *cl; /* a client of its controller(s) */
+} ctl_wait;
+
+/* kv_proc_ready_cb: the controller answers (replicated: one leads); gives
+ * up when it exited. */
+static int
+controller_answers(void *arg)
+{
+	ctl_wait *w = arg;
+	shardkv_config *cfg = NULL;
+	int rv = w->c->nctl > 1 ? shardkv_status(w->cl, &cfg) : shardkv_config_get(w->cl, 0, &cfg);
+
+	shardkv_config_free(cfg);
+	if (rv == 0)
+		return 0;
+	if (!chk_cluster_controller_alive(w->c)) {
+		fprintf(stderr, "checker: the controller exited at start\n");
+		kv_proc_print_log_tail(w->c->ctl_log, 20);
+		return KV_ECLOSED;
+	}
+	return 1;
+}
+
 /* Polls until the controller answers (replicated: until one leads). */
 static int
 wait_controller(chk_cluster *c)
 {
 	shardkv_options o = {.timeout_ms = 500, .no_watch = true};
-	shardkv_client *cl = NULL;
-	uint64_t t0 = chk_now_ns();
-	int rv = -1;
+	ctl_wait w = {.c = c};
+	int rv;
 
-	if (shardkv_open(c->ctl_url, &o, &cl) != 0)
+	if (shardkv_open(c->ctl_url, &o, &w.cl) != 0)
 		return -1;
-	while (chk_now_ns() - t0 < (uint64_t)READY_MS * 1000000u) {
-		shardkv_config *cfg = NULL;
-		if ((c->nctl > 1 ? shardkv_status(cl, &cfg) : shardkv_config_get(cl, 0, &cfg)) ==
-		    0) {
-			shardkv_config_free(cfg);
-			rv = 0;
-			break;
-		}
-		if (!chk_cluster_controller_alive(c)) {
-			fprintf(stderr, "checker: the controller exited at start\n");
-			chk_print_log_tail(c->ctl_log, 20);
-			break;
-		}
-		struct timespec ts = {0, 20000000};
-		nanosleep(&ts, NULL);
-	}
-	shardkv_close(cl);
-	return rv;
+	rv = kv_proc_wait_ready(0, READY_MS, 20, controller_answers, &w, NULL);
+	shardkv_close(w.cl);
+	return rv == 0 ? 0 : -1;
 }
 
 int
@@ -369,8 +230,8 @@ chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned 
 	if (c->nctl > 1) {
 		for (int k = 0; k < c->nctl; k++) {
 			char u[64];
-			if (free_url(c->rurl[k], sizeof(c->rurl[k])) != 0 ||
-			    free_url(u, sizeof(u)) != 0)
+			if (kv_proc_free_url(c->rurl[k], sizeof(c->rurl[k])) != 0 ||
+			    kv_proc_free_url(u, sizeof(u)) != 0)
 				return -1;
 			snprintf(c->rraft[k], sizeof(c->rraft[k]), "%s", u + 6); /* HOST:PORT */
 			snprintf(c->rlog[k], sizeof(c->rlog[k]), "%s/ctl%d.log", c->dir, k + 1);
@@ -390,7 +251,7 @@ chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned 
 		}
 		return 0;
 	}
-	if (free_url(c->ctl_url, sizeof(c->ctl_url)) != 0 || start_controller(c) != 0 ||
+	if (kv_proc_free_url(c->ctl_url, sizeof(c->ctl_url)) != 0 || start_controller(c) != 0 ||
 	    wait_controller(c) != 0) {
 		fprintf(stderr, "checker: the controller did not start (log %s)\n", c->ctl_log);
 		return -1;
@@ -414,7 +275,7 @@ start_server(chk_cluster *c, int i, bool join)
 	if (join)
 		argv[n++] = "--join";
 	argv[n] = NULL;
-	s->pid = spawn(bin, argv, s->log);
+	s->pid = kv_proc_spawn(bin, argv, s->log);
 	if (s->pid <= 0)
 		return -1;
 	s->state = CHK_SRV_RUNNING;
@@ -439,7 +300,7 @@ chk_cluster_add_server(chk_cluster *c, bool join)
 		return -1;
 	s = &c->srv[i];
 	memset(s, 0, sizeof(*s));
-	if (free_url(s->url, sizeof(s->url)) != 0)
+	if (kv_proc_free_url(s->url, sizeof(s->url)) != 0)
 		return -1;
 	char dir[sizeof(c->dir)];
 	memcpy(dir, c->dir, sizeof(dir));
@@ -478,10 +339,8 @@ chk_cluster_poll_exit(chk_cluster *c, int i)
 
 	if (s->pid <= 0)
 		return true;
-	pid_t r = waitpid(s->pid, &st, WNOHANG);
-	if (r == 0 || (r < 0 && errno == EINTR))
+	if (!kv_proc_exited(s->pid, &st))
 		return false;
-	proc_del(s->pid);
 	s->pid = 0;
 	s->exit_status = st;
 	return true;
@@ -499,12 +358,10 @@ chk_cluster_controller_alive(chk_cluster *c)
 			if (c->rpid[k] <= 0 || c->rkilled[k]) {
 				continue;
 			}
-			pid_t r = waitpid(c->rpid[k], &st, WNOHANG);
-			if (r == 0 || (r < 0 && errno == EINTR)) {
+			if (!kv_proc_exited(c->rpid[k], &st)) {
 				any = true;
 				continue;
 			}
-			proc_del(c->rpid[k]);
 			c->rpid[k] = 0;
 			c->ctl_crashed = true;
 		}
@@ -512,10 +369,8 @@ chk_cluster_controller_alive(chk_cluster *c)
 	}
 	if (c->ctl_pid <= 0)
 		return false;
-	pid_t r = waitpid(c->ctl_pid, &st, WNOHANG);
-	if (r == 0 || (r < 0 && errno == EINTR))
+	if (!kv_proc_exited(c->ctl_pid, &st))
 		return true;
-	proc_del(c->ctl_pid);
 	c->ctl_pid = 0;
 	c->ctl_crashed = true;
 	return false;
@@ -539,12 +394,12 @@ chk_cluster_destroy(chk_cluster *c, bool remove)
 			kill(c->srv[i].pid, SIGINT);
 	for (int i = 0; i < c->nservers; i++)
 		if (c->srv[i].pid > 0) {
-			reap(c->srv[i].pid, STOP_MS);
+			kv_proc_reap(c->srv[i].pid, STOP_MS, NULL);
 			c->srv[i].pid = 0;
 		}
 	if (c->ctl_pid > 0) {
 		kill(c->ctl_pid, SIGTERM);
-		reap(c->ctl_pid, STOP_MS);
+		kv_proc_reap(c->ctl_pid, STOP_MS, NULL);
 		c->ctl_pid = 0;
 	}
 	for (int k = 0; k < c->nctl && c->nctl > 1; k++)
@@ -552,38 +407,9 @@ chk_cluster_destroy(chk_cluster *c, bool remove)
 			kill(c->rpid[k], c->rkilled[k] ? SIGKILL : SIGTERM);
 	for (int k = 0; k < c->nctl && c->nctl > 1; k++)
 		if (c->rpid[k] > 0) {
-			reap(c->rpid[k], STOP_MS);
+			kv_proc_reap(c->rpid[k], STOP_MS, NULL);
 			c->rpid[k] = 0;
 		}
 	if (remove && c->dir[0])
 		nftw(c->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-void
-chk_print_log_tail(const char *path, int lines)
-{
-	FILE *f = fopen(path, "r");
-	long pos;
-	int seen = 0;
-	char buf[1024];
-
-	if (f == NULL)
-		return;
-	if (fseek(f, 0, SEEK_END) == 0 && (pos = ftell(f)) > 0) {
-		/* Walk back over `lines` newlines, at most 64 KiB. */
-		long lim = pos > 65536 ? pos - 65536 : 0;
-		while (pos > lim && seen <= lines) {
-			pos--;
-			if (fseek(f, pos, SEEK_SET) != 0)
-				break;
-			if (fgetc(f) == '\n')
-				seen++;
-		}
-		if (fseek(f, seen > lines ? pos + 1 : pos, SEEK_SET) != 0)
-			rewind(f);
-	}
-	fprintf(stderr, "---- last lines of %s\n", path);
-	while (fgets(buf, sizeof(buf), f))
-		fputs(buf, stderr);
-	fclose(f);
 }

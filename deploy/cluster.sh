@@ -36,6 +36,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
+# proc_start, proc_alive, proc_wait_ready, proc_stop (shared with bench/lib.sh)
+# shellcheck source=deploy/proc.sh
+. "$here/deploy/proc.sh"
 dir=${SHARDKV_CLUSTER_DIR:-$PWD/cluster}
 base=7000
 auth=
@@ -96,10 +99,14 @@ ctl_list() {
 # The pid file of controller replica $1 (controller.pid when standalone).
 ctl_pidf() { if [ "${nctl:-1}" -eq 1 ]; then echo "$dir/controller.pid"; else echo "$dir/controller-$1.pid"; fi; }
 
-any_ctl_alive() {
-	local k
-	for ((k = 1; k <= ${nctl:-1}; k++)); do alive "$(ctl_pidf $k)" && return 0; done
-	return 1
+# The pids of the controller replicas that have a pid file.
+ctl_pids() {
+	local k f
+	for ((k = 1; k <= ${nctl:-1}; k++)); do
+		f=$(ctl_pidf $k)
+		[ -f "$f" ] && cat "$f"
+	done
+	true
 }
 
 # The shared secret, when the cluster has one: the daemons' flag, and the
@@ -135,7 +142,7 @@ use_tls() {
 
 abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+alive() { [ -f "$1" ] && proc_alive "$(cat "$1")"; }
 
 # A dead replica costs the client up to a second before it tries the next
 # one, so the timeout grows with the number of controllers.
@@ -148,34 +155,39 @@ cli() {
 # Polls until the controller answers (replicated: until one leads), or fails
 # after the deadline.
 wait_controller() {
-	local deadline=$((SECONDS + wait_s)) what=config
+	local what=config rv=0
 	[ "${nctl:-1}" -gt 1 ] && what=status
-	until cli $what >/dev/null 2>&1; do
-		any_ctl_alive || die "controller exited; see $dir/controller*.log"
-		[ $SECONDS -lt $deadline ] || die "controller not ready after ${wait_s}s"
-		sleep 0.05
-	done
+	proc_wait_ready "$wait_s" "$(ctl_pids)" cli $what || rv=$?
+	[ $rv -ne 2 ] || die "controller exited; see $dir/controller*.log"
+	[ $rv -eq 0 ] || die "controller not ready after ${wait_s}s"
 }
 
-# Polls until the server at $1 is an active node of the configuration.
+# Whether the server at $1 is an active node of the configuration.
+server_active() {
+	cli config --json 2>/dev/null | tr '{' '\n' | grep -F "\"address\": \"$1\"" |
+		grep -q '"state": "active"'
+}
+
+# Whether the controller knows the server at $1 (registered, in any state).
+server_registered() { cli config --json 2>/dev/null | grep -qF "\"address\": \"$1\""; }
+
+# Polls until the server at $1 (pid file $2) passes the check $3 (default
+# server_active), or dies after the deadline or when it exits.
 wait_server() {
-	local addr=$1 pidf=$2 deadline=$((SECONDS + wait_s))
-	until cli config --json 2>/dev/null | tr '{' '\n' | grep -F "\"address\": \"$addr\"" |
-		grep -q '"state": "active"'; do
-		alive "$pidf" || die "server $addr exited; see ${pidf%.pid}.log"
-		[ $SECONDS -lt $deadline ] || die "server $addr not active after ${wait_s}s"
-		sleep 0.05
-	done
+	local addr=$1 pidf=$2 check=${3:-server_active} rv=0
+	proc_wait_ready "$wait_s" "$(cat "$pidf")" "$check" "$addr" || rv=$?
+	[ $rv -ne 2 ] || die "server $addr exited; see ${pidf%.pid}.log"
+	[ $rv -eq 0 ] || die "server $addr not ready ($check) after ${wait_s}s"
 }
 
 start_controller() {
 	if [ "${nctl:-1}" -eq 1 ]; then
 		mkdir -p "$dir/controller"
 		alive "$dir/controller.pid" && return 0
-		"$bin/shardkv-controller" --listen "$ctl" --data-dir "$dir/controller" \
-			${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"} \
-			>>"$dir/controller.log" 2>&1 &
-		echo $! >"$dir/controller.pid"
+		proc_start "$dir/controller.log" "$bin/shardkv-controller" --listen "$ctl" \
+			--data-dir "$dir/controller" \
+			${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"}
+		echo "$proc_pid" >"$dir/controller.pid"
 	else
 		local k
 		for ((k = 1; k <= nctl; k++)); do start_replica "$k"; done
@@ -189,11 +201,10 @@ start_replica() {
 	pidf=$(ctl_pidf "$k")
 	alive "$pidf" && return 0
 	mkdir -p "$dir/controller-$k"
-	"$bin/shardkv-controller" --id "$k" --peers "$ctl" \
+	proc_start "$dir/controller-$k.log" "$bin/shardkv-controller" --id "$k" --peers "$ctl" \
 		--listen "$scheme://127.0.0.1:$((base + k - 1))" --data-dir "$dir/controller-$k" \
-		${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"} \
-		>>"$dir/controller-$k.log" 2>&1 &
-	echo $! >"$pidf"
+		${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"}
+	echo "$proc_pid" >"$pidf"
 }
 
 start_server() {
@@ -201,36 +212,24 @@ start_server() {
 	local addr="$scheme://127.0.0.1:$port" pidf="$dir/node-$n.pid"
 	mkdir -p "$dir/node-$n"
 	alive "$pidf" && return 0
-	"$bin/shardkv-server" --listen "$addr" --controller "$ctl" --data-dir "$dir/node-$n" \
-		--join ${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"} \
-		>>"$dir/node-$n.log" 2>&1 &
-	echo $! >"$pidf"
+	proc_start "$dir/node-$n.log" "$bin/shardkv-server" --listen "$addr" --controller "$ctl" \
+		--data-dir "$dir/node-$n" \
+		--join ${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"}
+	echo "$proc_pid" >"$pidf"
 	if [ -n "$nowait" ]; then
 		# Running and registered is enough: poll until the controller knows it.
-		local deadline=$((SECONDS + wait_s))
-		until cli config --json 2>/dev/null | grep -qF "\"address\": \"$addr\""; do
-			alive "$pidf" || die "server $addr exited; see ${pidf%.pid}.log"
-			[ $SECONDS -lt $deadline ] || die "server $addr not registered after ${wait_s}s"
-			sleep 0.02
-		done
+		wait_server "$addr" "$pidf" server_registered
 	else
 		wait_server "$addr" "$pidf"
 	fi
 	echo "node $n: $addr (pid $(cat "$pidf"))" >&2
 }
 
+# Stops the process of pid file $1 with signal $2 (SIGKILL after 90 s: a
+# draining server may take that long).
 stop_pid() {
-	local pidf=$1 sig=$2 deadline
-	alive "$pidf" || { rm -f "$pidf"; return 0; }
-	kill "-$sig" "$(cat "$pidf")" 2>/dev/null || true
-	deadline=$((SECONDS + 90))
-	while alive "$pidf"; do
-		if [ $SECONDS -ge $deadline ]; then
-			kill -KILL "$(cat "$pidf")" 2>/dev/null || true
-			break
-		fi
-		sleep 0.05
-	done
+	local pidf=$1 sig=$2
+	if alive "$pidf"; then proc_stop "$sig" 90 "$(cat "$pidf")" || true; fi
 	rm -f "$pidf"
 }
 

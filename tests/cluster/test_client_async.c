@@ -1,0 +1,425 @@
+/*
+ * test_client_async.c - the asynchronous single-key ops of libshardkv
+ * against real daemons: every op taken completes exactly once with its own
+ * result (values to the right callers, deletes with their old values,
+ * misses as not found); bad arguments are refused with no callback; keys
+ * keep their last acknowledged value while their ranges move back and forth
+ * under async writes; and closing the handle with ops in flight completes
+ * every one of them before it returns.
+ */
+#include "tests/support/cluster_util.h"
+#include "tests/support/testutil.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#define NKEYS  2000
+#define WINDOW 64
+
+static kv_tc tc;
+
+static int
+setup(void **state)
+{
+	(void)state;
+	return kv_tc_start(&tc, "client-async", 2);
+}
+
+static int
+teardown(void **state)
+{
+	(void)state;
+	kv_tc_destroy(&tc);
+	return 0;
+}
+
+/* One op's record: how often its callback ran, with what. */
+typedef struct {
+	atomic_int calls;
+	int status;
+	char val[64];
+	size_t vlen;
+} slot;
+
+/* A window of at most WINDOW ops in flight, with per-op records. */
+typedef struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned inflight;
+	slot *slots;
+} window;
+
+typedef struct {
+	window *w;
+	unsigned i;
+} ticket;
+
+static void
+record(void *arg, int status, const void *val, size_t vlen)
+{
+	ticket *t = arg;
+	window *w = t->w;
+	slot *s = &w->slots[t->i];
+
+	s->status = status;
+	s->vlen = vlen;
+	if (val != NULL && vlen < sizeof(s->val))
+		memcpy(s->val, val, vlen);
+	atomic_fetch_add(&s->calls, 1);
+	free(t);
+	pthread_mutex_lock(&w->mu);
+	w->inflight--;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void
+window_init(window *w, unsigned n)
+{
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	w->inflight = 0;
+	w->slots = calloc(n, sizeof(slot));
+	assert_non_null(w->slots);
+}
+
+static void
+window_fini(window *w)
+{
+	pthread_cond_destroy(&w->cv);
+	pthread_mutex_destroy(&w->mu);
+	free(w->slots);
+}
+
+/* Waits until at most `max` ops are in flight (deadline 30 s). */
+static void
+window_wait(window *w, unsigned max)
+{
+	uint64_t deadline = kv_test_now_ms() + 30000;
+
+	pthread_mutex_lock(&w->mu);
+	while (w->inflight > max) {
+		pthread_mutex_unlock(&w->mu);
+		if (kv_test_now_ms() > deadline)
+			fail_msg("%u async ops never completed", w->inflight);
+		kv_test_sleep_ms(1);
+		pthread_mutex_lock(&w->mu);
+	}
+	pthread_mutex_unlock(&w->mu);
+}
+
+static ticket *
+take(window *w, unsigned i)
+{
+	ticket *t = malloc(sizeof(*t));
+	assert_non_null(t);
+	t->w = w;
+	t->i = i;
+	window_wait(w, WINDOW - 1);
+	pthread_mutex_lock(&w->mu);
+	w->inflight++;
+	pthread_mutex_unlock(&w->mu);
+	return t;
+}
+
+static void
+give_back(window *w, ticket *t)
+{
+	pthread_mutex_lock(&w->mu);
+	w->inflight--;
+	pthread_mutex_unlock(&w->mu);
+	free(t);
+}
+
+static void
+async_ops_complete_once_with_their_own_results(void **state)
+{
+	shardkv_client *cl = kv_tc_client(&tc, false, 10000);
+	window w;
+	char key[32], val[32];
+	(void)state;
+
+	/* Two servers, each owning half of the keys, so batches go to both. */
+	const int idx[2] = {0, 1};
+	assert_int_equal(kv_tc_spread(&tc, "a", NKEYS, idx, 2), 0);
+
+	window_init(&w, NKEYS);
+	for (unsigned i = 0; i < NKEYS; i++) {
+		size_t kl = kv_tc_key(key, sizeof(key), "a", i);
+		int vl = snprintf(val, sizeof(val), "v-%u", i);
+		ticket *t = take(&w, i);
+		int rv = shardkv_put_async(cl, key, kl, val, (size_t)vl, record, t);
+		if (rv != 0) {
+			give_back(&w, t);
+			fail_msg("put_async %u: %s", i, shardkv_strerror(rv));
+		}
+	}
+	window_wait(&w, 0);
+	for (unsigned i = 0; i < NKEYS; i++) {
+		assert_int_equal(atomic_load(&w.slots[i].calls), 1);
+		if (w.slots[i].status != 0)
+			fail_msg("put %u: %s", i, shardkv_strerror(w.slots[i].status));
+	}
+	window_fini(&w);
+
+	/* Every get answers with its own key's value. */
+	window_init(&w, NKEYS + 2);
+	for (unsigned i = 0; i < NKEYS; i++) {
+		size_t kl = kv_tc_key(key, sizeof(key), "a", i);
+		ticket *t = take(&w, i);
+		assert_int_equal(shardkv_get_async(cl, key, kl, record, t), 0);
+	}
+	ticket *t = take(&w, NKEYS);
+	assert_int_equal(shardkv_get_async(cl, "a-missing", 9, record, t), 0);
+	window_wait(&w, 0);
+	for (unsigned i = 0; i < NKEYS; i++) {
+		int vl = snprintf(val, sizeof(val), "v-%u", i);
+		slot *s = &w.slots[i];
+		assert_int_equal(atomic_load(&s->calls), 1);
+		assert_int_equal(s->status, 0);
+		if (s->vlen != (size_t)vl || memcmp(s->val, val, s->vlen) != 0)
+			fail_msg("get %u read '%.*s', want '%s'", i, (int)s->vlen, s->val, val);
+	}
+	assert_int_equal(atomic_load(&w.slots[NKEYS].calls), 1);
+	assert_int_equal(w.slots[NKEYS].status, SHARDKV_ENOTFOUND);
+	assert_int_equal(w.slots[NKEYS].vlen, 0);
+
+	/* A delete answers with the old value, then the key is gone. */
+	size_t kl = kv_tc_key(key, sizeof(key), "a", 7);
+	t = take(&w, NKEYS + 1);
+	assert_int_equal(shardkv_del_async(cl, key, kl, record, t), 0);
+	window_wait(&w, 0);
+	assert_int_equal(w.slots[NKEYS + 1].status, 0);
+	assert_int_equal(w.slots[NKEYS + 1].vlen, 3);
+	assert_memory_equal(w.slots[NKEYS + 1].val, "v-7", 3);
+	shardkv_buf b;
+	assert_int_equal(shardkv_get(cl, key, kl, &b), SHARDKV_ENOTFOUND);
+	window_fini(&w);
+	shardkv_close(cl);
+}
+
+static atomic_int stray_calls;
+
+static void
+stray(void *arg, int status, const void *val, size_t vlen)
+{
+	(void)arg;
+	(void)status;
+	(void)val;
+	(void)vlen;
+	atomic_fetch_add(&stray_calls, 1);
+}
+
+static void
+bad_arguments_are_refused_without_a_callback(void **state)
+{
+	shardkv_client *cl = kv_tc_client(&tc, true, 5000);
+	static char big[64 * 1024 + 1];
+	window w;
+	(void)state;
+
+	memset(big, 'k', sizeof(big));
+	atomic_store(&stray_calls, 0);
+	assert_int_equal(shardkv_get_async(cl, "k", 1, NULL, NULL), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_get_async(NULL, "k", 1, stray, NULL), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_put_async(cl, NULL, 3, "v", 1, stray, NULL), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_put_async(cl, "k", 1, NULL, 5, stray, NULL), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_get_async(cl, big, sizeof(big), stray, NULL), SHARDKV_ETOOBIG);
+	assert_int_equal(shardkv_del_async(cl, "", 0, stray, NULL), SHARDKV_EINVAL);
+	assert_int_equal(atomic_load(&stray_calls), 0);
+	/* Over the server's --max-key (1 KiB) but not the library's bound: the
+	 * server refuses it and the callback says so. */
+	window_init(&w, 1);
+	ticket *t = take(&w, 0);
+	assert_int_equal(shardkv_put_async(cl, big, 1100, "v", 1, record, t), 0);
+	window_wait(&w, 0);
+	assert_int_equal(atomic_load(&w.slots[0].calls), 1);
+	assert_int_equal(w.slots[0].status, SHARDKV_ETOOBIG);
+	window_fini(&w);
+	shardkv_close(cl);
+	assert_int_equal(atomic_load(&stray_calls), 0);
+}
+
+/* Closed-loop writers: caller j writes its keys in turn with a growing
+ * counter, each write issued from the previous one's completion. */
+#define CALLERS 16
+#define PER     8
+
+typedef struct writer writer;
+typedef struct {
+	shardkv_client *cl;
+	atomic_bool stop;
+	atomic_int active;
+	atomic_int errors;
+	atomic_int first_err;
+	unsigned acked[CALLERS * PER]; /* last acknowledged counter per key */
+	writer *w;
+} loop;
+
+struct writer {
+	loop *l;
+	unsigned j;    /* caller */
+	unsigned next; /* next counter */
+	unsigned key;  /* key index of the write in flight */
+};
+
+static void writer_issue(writer *w);
+
+static void
+writer_done(void *arg, int status, const void *val, size_t vlen)
+{
+	writer *w = arg;
+	(void)val;
+	(void)vlen;
+
+	if (status == 0) {
+		w->l->acked[w->key] = w->next;
+	} else {
+		atomic_fetch_add(&w->l->errors, 1);
+		atomic_store(&w->l->first_err, status);
+	}
+	__atomic_store_n(&w->next, w->next + 1, __ATOMIC_RELAXED);
+	writer_issue(w);
+}
+
+static void
+writer_issue(writer *w)
+{
+	char key[32], val[32];
+
+	if (atomic_load(&w->l->stop)) {
+		atomic_fetch_sub(&w->l->active, 1);
+		return;
+	}
+	w->key = w->j * PER + w->next % PER;
+	size_t kl = kv_tc_key(key, sizeof(key), "m", w->key);
+	int vl = snprintf(val, sizeof(val), "%u", w->next);
+	if (shardkv_put_async(w->l->cl, key, kl, val, (size_t)vl, writer_done, w) != 0) {
+		atomic_fetch_add(&w->l->errors, 1);
+		atomic_fetch_sub(&w->l->active, 1);
+	}
+}
+
+/* Whether every writer has finished at least n writes. */
+static bool
+writers_done(writer *ws, unsigned n)
+{
+	for (unsigned j = 0; j < CALLERS; j++)
+		if (__atomic_load_n(&ws[j].next, __ATOMIC_RELAXED) <= n)
+			return false;
+	return true;
+}
+
+static void
+writes_keep_their_last_acknowledged_value_across_moves(void **state)
+{
+	static loop l;
+	static writer ws[CALLERS];
+	char node[64];
+	size_t moves = 0;
+	(void)state;
+
+	memset(&l, 0, sizeof(l));
+	l.cl = kv_tc_client(&tc, false, 20000);
+	atomic_store(&l.active, CALLERS);
+	for (unsigned j = 0; j < CALLERS; j++) {
+		ws[j] = (writer){.l = &l, .j = j, .next = 1};
+		writer_issue(&ws[j]);
+	}
+	/* Move the writers' keys back and forth while they write, and let every
+	 * writer cover each of its keys a few times. */
+	for (int rep = 0; rep < 4 || !writers_done(ws, 3 * PER); rep++) {
+		if (rep > 40)
+			fail_msg("the writers made no progress");
+		shardkv_admin_result res = {0};
+		kv_tc_node_arg(&tc, (rep + 1) % 2, node, sizeof(node));
+		int rv = shardkv_move(l.cl, "m", 1, "n", 1, node, 0, SHARDKV_WAIT, &res);
+		if (rv != 0) {
+			kv_tc_dump_logs(&tc, 40);
+			fail_msg("move %d: %s (%s)", rep, shardkv_strerror(rv), shardkv_errmsg());
+		}
+		moves += res.nmigrations;
+	}
+	atomic_store(&l.stop, true);
+	uint64_t deadline = kv_test_now_ms() + 30000;
+	while (atomic_load(&l.active) > 0) {
+		if (kv_test_now_ms() > deadline)
+			fail_msg("%d writers never finished", atomic_load(&l.active));
+		kv_test_sleep_ms(5);
+	}
+	if (atomic_load(&l.errors) != 0)
+		fail_msg("%d async writes failed (last: %s)", atomic_load(&l.errors),
+		         shardkv_strerror(atomic_load(&l.first_err)));
+	assert_true(moves >= 3); /* the keys really changed hands under the writers */
+	unsigned total = 0;
+	for (unsigned j = 0; j < CALLERS; j++)
+		total += ws[j].next - 1;
+	assert_true(total >= CALLERS * PER);
+	for (unsigned k = 0; k < CALLERS * PER; k++) {
+		char key[32], want[32];
+		size_t kl = kv_tc_key(key, sizeof(key), "m", k);
+		int wl = snprintf(want, sizeof(want), "%u", l.acked[k]);
+		shardkv_buf b;
+		assert_int_equal(shardkv_get(l.cl, key, kl, &b), 0);
+		if (b.len != (size_t)wl || memcmp(b.data, want, b.len) != 0)
+			fail_msg("key %u reads '%.*s', last acknowledged '%s'", k, (int)b.len,
+			         (const char *)b.data, want);
+		shardkv_free(b.data);
+	}
+	shardkv_close(l.cl);
+}
+
+static atomic_int closed_calls, closed_bad;
+
+static void
+count_close(void *arg, int status, const void *val, size_t vlen)
+{
+	(void)arg;
+	(void)val;
+	(void)vlen;
+	if (status != 0 && status != SHARDKV_ECLOSED && status != SHARDKV_ENOTFOUND)
+		atomic_fetch_add(&closed_bad, 1);
+	atomic_fetch_add(&closed_calls, 1);
+}
+
+static void
+closing_completes_every_op_in_flight(void **state)
+{
+	enum { N = 3000 };
+	char key[32];
+	int taken = 0;
+	(void)state;
+
+	atomic_store(&closed_calls, 0);
+	atomic_store(&closed_bad, 0);
+	shardkv_client *cl = kv_tc_client(&tc, false, 10000);
+	for (unsigned i = 0; i < N; i++) {
+		size_t kl = kv_tc_key(key, sizeof(key), "c", i);
+		if (shardkv_put_async(cl, key, kl, "x", 1, count_close, NULL) == 0)
+			taken++;
+	}
+	shardkv_close(cl);
+	assert_int_equal(taken, N);
+	assert_int_equal(atomic_load(&closed_calls), N);
+	assert_int_equal(atomic_load(&closed_bad), 0);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(async_ops_complete_once_with_their_own_results),
+	    cmocka_unit_test(bad_arguments_are_refused_without_a_callback),
+	    cmocka_unit_test(writes_keep_their_last_acknowledged_value_across_moves),
+	    cmocka_unit_test(closing_completes_every_op_in_flight),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,83 @@
+# Cluster tests: the real shardkv-controller, shardkv-server and shardkv
+# binaries built in this tree, spawned on free loopback ports (each test
+# depends on them, so `ctest` after a build always runs the current ones).
+# Processes are started, waited for and stopped through support/ (which
+# uses common/proc.h); every one is stopped on every path.
+
+if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
+  # Whole clusters through support/cluster_util.h (kv_cluster_test).
+  kv_cluster_test(test_cluster_admin 90)
+  kv_cluster_test(test_cluster_data 120)
+  kv_cluster_test(test_client_async 120)
+  set_property(TEST test_client_async APPEND PROPERTY LABELS concurrency)
+  kv_cluster_test(test_cluster_moves 120)
+  kv_cluster_test(test_cluster_controller 90)
+  kv_cluster_test(test_cluster_batch 120)
+  kv_cluster_test(test_cluster_cli 90)
+  kv_cluster_test(test_cluster_cancel 120)
+  kv_cluster_test(test_cluster_dedup 120)
+  # Three Raft controller replicas; the leader is killed during changes.
+  kv_cluster_test(test_cluster_raft 240)
+  # Migrations of values up to 64 MiB in slices; it also sends hand-made
+  # transfer messages (kv_sc_xfer_encode), hence kv_server.
+  kv_cluster_test(test_cluster_bigvalue 300)
+  target_link_libraries(test_cluster_bigvalue PRIVATE kv_server)
+  # The shared secret (--auth-token-file) on every binary; it also sends
+  # hand-made transfer messages (kv_sc_xfer_encode_auth), hence kv_server.
+  kv_cluster_test(test_cluster_auth 180)
+  target_link_libraries(test_cluster_auth PRIVATE kv_server)
+  # TLS (--tls-*) on every binary, with a PKI made at run time by
+  # support/tls_certs.sh (openssl); it also opens rpc clients itself.
+  kv_cluster_test(test_cluster_tls 180)
+  target_compile_definitions(test_cluster_tls PRIVATE
+    KV_TLS_CERTS_SH="${CMAKE_CURRENT_SOURCE_DIR}/support/tls_certs.sh")
+  # --max-memory, --max-batch, --max-message and --max-connections.
+  kv_cluster_test(test_server_limits 120)
+endif()
+
+if(TARGET shardkv-controller AND TARGET shardkv-server)
+  # The CLI and library against a controller and two servers
+  # (support/two_node_cluster.h).
+  kv_add_test(test_client_cluster SOURCES cluster/test_client_cluster.c
+    LIBS shardkv_cli kv_two_node_cluster TIMEOUT 180 LABELS integration)
+  target_compile_definitions(test_client_cluster PRIVATE KV_BIN_DIR="${CMAKE_BINARY_DIR}/bin")
+  add_dependencies(test_client_cluster shardkv-controller shardkv-server shardkv_bin)
+  # Short `shardkv bench` runs against real daemons: unit/test_client_bench.c
+  # built with KV_BENCH_CLUSTER.
+  kv_add_test(test_client_bench_cluster SOURCES unit/test_client_bench.c
+    LIBS shardkv_cli kv_two_node_cluster TIMEOUT 120 LABELS integration)
+  target_compile_definitions(test_client_bench_cluster PRIVATE KV_BENCH_CLUSTER
+    KV_BIN_DIR="${CMAKE_BINARY_DIR}/bin")
+  add_dependencies(test_client_bench_cluster shardkv-controller shardkv-server)
+
+  # The real shardkv-controller binary on a loopback port, driven over nng
+  # with AdminRequest messages.
+  kv_add_test(test_controller_integration SOURCES cluster/test_controller_integration.c
+    LIBS kv_controller kv_testutil TIMEOUT 240 LABELS integration concurrency)
+  target_compile_definitions(test_controller_integration PRIVATE
+    KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
+  add_dependencies(test_controller_integration shardkv-controller)
+  # The replicated controller's start-up (raft addresses, flags, a
+  # one-replica group), in process and through the binary.
+  kv_add_test(test_controller_replica SOURCES cluster/test_controller_replica.c
+    LIBS kv_controller kv_testutil TIMEOUT 60)
+  target_compile_definitions(test_controller_replica PRIVATE
+    KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
+  add_dependencies(test_controller_replica shardkv-controller)
+
+  # The real shardkv-server binary against a fake controller that lives in
+  # the test process.
+  kv_add_test(test_server_integration SOURCES cluster/test_server_integration.c
+    LIBS kv_server kv_testutil TIMEOUT 400 LABELS integration concurrency)
+  target_compile_definitions(test_server_integration PRIVATE
+    KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>")
+  add_dependencies(test_server_integration shardkv-server)
+  # A real controller and server with --metrics, scraped over a plain socket
+  # (counters, text format, hostile requests, bad address).
+  kv_add_test(test_server_metrics SOURCES cluster/test_server_metrics.c
+    LIBS shardkv kv_testutil TIMEOUT 120 LABELS integration)
+  target_compile_definitions(test_server_metrics PRIVATE
+    KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>"
+    KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
+  add_dependencies(test_server_metrics shardkv-server shardkv-controller)
+endif()

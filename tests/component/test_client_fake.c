@@ -1,0 +1,513 @@
+/*
+ * test_client_fake.c - libshardkv and the CLI against an in-process fake
+ * cluster (support/fake_cluster.h): a fake controller (get_config, watch,
+ * status, join) and two fake shard servers (get, put, del, append, mget,
+ * mput, scan with ownership checks, OwnerHints and exactly-once memory), all
+ * on free loopback ports.
+ *
+ * The fakes implement just enough of doc/protocol.md to test the client's
+ * side of it: routing with the cached configuration, following
+ * WRONG_OWNER hints to a newer owner, reusing a write's request id when a
+ * reply is lost, splitting mget/mput per node and sending the parts
+ * concurrently, merging scans across servers, and learning new epochs from
+ * the watch.
+ */
+#include "client/cli.h"
+#include "client/client_int.h"
+#include "common/err.h"
+#include "common/rpc.h"
+#include "proto/codec.h"
+#include "proto/shardkv.pb-c.h"
+#include "proto/wire.h"
+#include "tests/support/fake_cluster.h"
+#include "tests/support/testutil.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#define ARGC(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static kv_fake_cluster *g; /* the cluster of the running test (set up per test) */
+
+/* ---------------------------------------------------------------------------
+ * Fixture (support/fake_cluster.h)
+ * ------------------------------------------------------------------------- */
+
+/* A config of the cluster's servers with ranges split at `split` (NULL: one
+ * range) owned by owner_lo and owner_hi. */
+static kv_config *
+make_cfg(uint64_t epoch, const char *split, uint32_t owner_lo, uint32_t owner_hi)
+{
+	return kv_fake_cluster_config(g, epoch, split, owner_lo, owner_hi);
+}
+
+/* Publishes cfg (taken) as the controller's latest and answers the watches. */
+static void
+publish(kv_config *cfg)
+{
+	kv_fake_cluster_publish(g, cfg);
+}
+
+/* Sets what the servers serve (cfg taken). */
+static void
+set_truth(kv_config *cfg)
+{
+	kv_fake_cluster_set_truth(g, cfg);
+}
+
+static int
+setup(void **state)
+{
+	(void)state;
+	return kv_fake_cluster_create(&g);
+}
+
+static int
+teardown(void **state)
+{
+	(void)state;
+	kv_fake_cluster_destroy(g);
+	g = NULL;
+	return 0;
+}
+
+static shardkv_client *
+open_client(uint32_t timeout_ms, bool watch)
+{
+	shardkv_options o = {.timeout_ms = timeout_ms, .no_watch = !watch};
+	shardkv_client *c;
+	char list[160];
+	/* A dead controller first: the client must go on to the next one. */
+	char dead[64];
+	kv_test_free_url(dead, sizeof(dead));
+	snprintf(list, sizeof(list), "%s,%s", dead, g->ctl_url);
+	assert_int_equal(shardkv_open(list, &o, &c), 0);
+	return c;
+}
+
+static size_t
+server_keys(int i)
+{
+	return kv_fake_server_nkeys(g, i);
+}
+
+/* ---------------------------------------------------------------------------
+ * Tests
+ * ------------------------------------------------------------------------- */
+
+static void
+single_key_ops_are_routed_to_the_owner(void **state)
+{
+	shardkv_client *c = open_client(3000, false);
+	shardkv_buf v;
+	uint64_t len;
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "apple", 5, "red", 3), 0);
+	assert_int_equal(shardkv_put(c, "zebra", 5, "striped", 7), 0);
+	assert_int_equal(server_keys(0), 1);
+	assert_int_equal(server_keys(1), 1);
+	assert_int_equal(shardkv_get(c, "zebra", 5, &v), 0);
+	assert_int_equal(v.len, 7);
+	assert_string_equal((char *)v.data, "striped");
+	shardkv_free(v.data);
+	assert_int_equal(shardkv_append(c, "apple", 5, "!", 1, &len), 0);
+	assert_int_equal(len, 4);
+	assert_int_equal(shardkv_append(c, "new", 3, "x", 1, &len), 0);
+	assert_int_equal(len, 1);
+	assert_int_equal(shardkv_del(c, "apple", 5, &v), 0);
+	assert_string_equal((char *)v.data, "red!");
+	shardkv_free(v.data);
+	assert_int_equal(shardkv_del(c, "apple", 5, NULL), SHARDKV_ENOTFOUND);
+	assert_int_equal(shardkv_get(c, "apple", 5, &v), SHARDKV_ENOTFOUND);
+	/* Empty values are values. */
+	assert_int_equal(shardkv_put(c, "empty", 5, "", 0), 0);
+	assert_int_equal(shardkv_get(c, "empty", 5, &v), 0);
+	assert_int_equal(v.len, 0);
+	assert_non_null(v.data);
+	shardkv_free(v.data);
+	shardkv_close(c);
+}
+
+static void
+client_retries_after_wrong_owner_with_new_epoch(void **state)
+{
+	shardkv_client *c = open_client(3000, false);
+	shardkv_buf v;
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* caches epoch 5 */
+	/* Node 2 now serves everything; the controller has not published it. */
+	set_truth(make_cfg(6, NULL, 2, 2));
+	assert_int_equal(shardkv_put(c, "banana", 6, "two", 3), 0);
+	assert_true(g->srv[0].wrong_owner >= 1);
+	assert_int_equal(server_keys(1), 1); /* banana went to node 2 via the hint */
+	assert_int_equal(shardkv_get(c, "banana", 6, &v), 0);
+	assert_string_equal((char *)v.data, "two");
+	shardkv_free(v.data);
+	/* The hint's epoch was newer: the client asked the controller again. */
+	assert_true(g->get_config_calls >= 2);
+	/* The hint is remembered: other keys of its range go to node 2 directly. */
+	int wrong = g->srv[0].wrong_owner;
+	assert_int_equal(shardkv_put(c, "cherry", 6, "three", 5), 0);
+	assert_int_equal(g->srv[0].wrong_owner, wrong);
+	assert_int_equal(server_keys(1), 2);
+	/* Until the controller publishes a newer configuration, which replaces it. */
+	publish(make_cfg(6, NULL, 2, 2));
+	assert_int_equal(shardkv_put(c, "date", 4, "four", 4), 0);
+	assert_int_equal(g->srv[0].wrong_owner, wrong);
+	shardkv_close(c);
+}
+
+static void
+lost_reply_is_retried_with_the_same_request_id(void **state)
+{
+	shardkv_client *c = open_client(2500, false);
+	shardkv_buf v;
+	(void)state;
+
+	g->srv[0].drop_lossy = true;
+	assert_int_equal(shardkv_put(c, "lossy", 5, "once", 4), 0);
+	assert_int_equal(g->srv[0].received_lossy, 2);
+	assert_int_equal(g->srv[0].lossy_ids[0], g->srv[0].lossy_ids[1]);
+	assert_int_equal(g->srv[0].applied_lossy, 1);
+	/* A new put is a new write: a new id. */
+	assert_int_equal(shardkv_put(c, "lossy", 5, "twice", 5), 0);
+	assert_int_equal(g->srv[0].received_lossy, 3);
+	assert_true(g->srv[0].lossy_ids[2] != g->srv[0].lossy_ids[0]);
+	assert_int_equal(g->srv[0].applied_lossy, 2);
+	assert_int_equal(shardkv_get(c, "lossy", 5, &v), 0);
+	assert_string_equal((char *)v.data, "twice");
+	shardkv_free(v.data);
+	shardkv_close(c);
+}
+
+static void
+mput_and_mget_split_per_node_concurrently_in_key_order(void **state)
+{
+	shardkv_client *c = open_client(3000, false);
+	shardkv_bytes keys[] = {{"zz", 2}, {"aa", 2}, {"mm", 2}, {"bb", 2}};
+	shardkv_bytes vals[] = {{"4", 1}, {"1", 1}, {"3", 1}, {"2", 1}};
+	shardkv_mput_result *mr = NULL;
+	shardkv_mget_result *gr = NULL;
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "warm", 4, "up", 2), 0); /* config cached */
+	g->srv[0].mput_delay_ms = 300;
+	g->srv[1].mput_delay_ms = 300;
+	uint64_t t0 = kv_test_now_ms();
+	assert_int_equal(shardkv_mput(c, 4, keys, 4, vals, &mr), 0);
+	uint64_t took = kv_test_now_ms() - t0;
+	assert_non_null(mr);
+	assert_int_equal(mr->nfailed, 0);
+	shardkv_mput_result_free(mr);
+	/* One MPutOp per node, and both ran at once. */
+	assert_int_equal(g->srv[0].mput_ops, 1);
+	assert_int_equal(g->srv[1].mput_ops, 1);
+	assert_true(took < 550);
+	assert_int_equal(server_keys(0), 2);
+	assert_int_equal(server_keys(1), 3);
+
+	assert_int_equal(shardkv_mget(c, 4, keys, &gr), 0);
+	assert_int_equal(gr->n, 4);
+	assert_int_equal(gr->nmissing, 0);
+	for (size_t i = 0; i < 4; i++) {
+		assert_int_equal(gr->values[i].len, 1);
+		assert_memory_equal(gr->values[i].data, vals[i].data, 1);
+	}
+	shardkv_mget_result_free(gr);
+	assert_int_equal(g->srv[0].mget_ops, 1);
+	assert_int_equal(g->srv[1].mget_ops, 1);
+
+	/* Missing keys are named by index, in key order; the others are there. */
+	shardkv_bytes some[] = {{"zz", 2}, {"nope", 4}, {"aa", 2}, {"none", 4}};
+	assert_int_equal(shardkv_mget(c, 4, some, &gr), SHARDKV_ENOTFOUND);
+	assert_non_null(gr);
+	assert_int_equal(gr->nmissing, 2);
+	assert_int_equal(gr->missing[0], 1);
+	assert_int_equal(gr->missing[1], 3);
+	assert_null(gr->values[1].data);
+	assert_memory_equal(gr->values[2].data, "1", 1);
+	shardkv_mget_result_free(gr);
+	shardkv_close(c);
+}
+
+static void
+mput_reports_the_node_that_failed(void **state)
+{
+	shardkv_client *c = open_client(2000, false);
+	shardkv_bytes keys[] = {{"aa", 2}, {"zz", 2}, {"zy", 2}};
+	shardkv_bytes vals[] = {{"1", 1}, {"2", 1}, {"3", 1}};
+	shardkv_mput_result *mr = NULL;
+	(void)state;
+
+	g->srv[1].mput_fail = SHARDKV__STATUS__STATUS_NO_SPACE;
+	assert_int_equal(shardkv_mput(c, 3, keys, 3, vals, &mr), SHARDKV_ENOSPC);
+	assert_non_null(mr);
+	assert_int_equal(mr->nfailed, 1);
+	assert_int_equal(mr->failed[0].node_id, 2);
+	assert_int_equal(mr->failed[0].err, SHARDKV_ENOSPC);
+	assert_int_equal(mr->failed[0].nkeys, 2);
+	assert_string_equal(mr->failed[0].address, g->srv[1].url);
+	shardkv_mput_result_free(mr);
+	assert_int_equal(server_keys(0), 1); /* node 1's part was written */
+	assert_int_equal(server_keys(1), 0);
+	shardkv_close(c);
+}
+
+static void
+scan_merges_servers_in_key_order_and_resumes(void **state)
+{
+	shardkv_client *c = open_client(3000, false);
+	const char *k[] = {"k1", "k2", "k3", "k4", "k5", "n1", "n2", "x", "y"};
+	shardkv_scan_result *r;
+	(void)state;
+
+	for (size_t i = 0; i < 9; i++)
+		assert_int_equal(shardkv_put(c, k[i], strlen(k[i]), k[i], strlen(k[i])), 0);
+	/* Everything, across both nodes and several pages of 3. */
+	assert_int_equal(shardkv_scan(c, "", 0, "", 0, 0, &r), 0);
+	assert_int_equal(r->n, 9);
+	assert_false(r->more);
+	for (size_t i = 0; i < 9; i++) {
+		assert_string_equal((char *)r->entries[i].key.data, k[i]);
+		assert_string_equal((char *)r->entries[i].value.data, k[i]);
+	}
+	shardkv_scan_result_free(r);
+	/* A limited page that crosses the node boundary, then its resumption. */
+	assert_int_equal(shardkv_scan(c, "k3", 2, "y", 1, 4, &r), 0);
+	assert_int_equal(r->n, 4);
+	assert_true(r->more);
+	assert_string_equal((char *)r->entries[3].key.data, "n1");
+	shardkv_buf next = r->next;
+	r->next.data = NULL;
+	shardkv_scan_result_free(r);
+	assert_int_equal(shardkv_scan(c, next.data, next.len, "y", 1, 4, &r), 0);
+	shardkv_free(next.data);
+	assert_int_equal(r->n, 2);
+	assert_string_equal((char *)r->entries[0].key.data, "n2");
+	assert_string_equal((char *)r->entries[1].key.data, "x");
+	assert_false(r->more);
+	shardkv_scan_result_free(r);
+	/* keys with a prefix. */
+	assert_int_equal(shardkv_keys(c, "n", 1, &r), 0);
+	assert_int_equal(r->n, 2);
+	assert_string_equal((char *)r->entries[1].key.data, "n2");
+	assert_int_equal(r->entries[1].value.len, 0);
+	shardkv_scan_result_free(r);
+	assert_int_equal(shardkv_scan(c, "b", 1, "a", 1, 0, &r), SHARDKV_EINVAL);
+	shardkv_close(c);
+}
+
+/* The epoch the handle has cached. */
+static uint64_t
+cached_epoch(shardkv_client *c)
+{
+	uint64_t e = 0;
+	pthread_mutex_lock(&c->cfg_mu);
+	if (c->cfg)
+		e = c->cfg->cfg->epoch;
+	pthread_mutex_unlock(&c->cfg_mu);
+	return e;
+}
+
+static void
+watch_learns_a_new_epoch_within_milliseconds(void **state)
+{
+	shardkv_client *c = open_client(3000, true);
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "a", 1, "1", 1), 0);
+	assert_int_equal(cached_epoch(c), 5);
+	/* Wait until the watch is parked at the controller, then publish. */
+	for (uint64_t t0 = kv_test_now_ms(); kv_test_now_ms() - t0 < 3000;) {
+		pthread_mutex_lock(&g->mu);
+		int n = g->watching;
+		pthread_mutex_unlock(&g->mu);
+		if (n > 0)
+			break;
+		kv_test_sleep_ms(2);
+	}
+	int calls = g->get_config_calls;
+	set_truth(make_cfg(6, "q", 1, 2));
+	publish(make_cfg(6, "q", 1, 2));
+	uint64_t t0 = kv_test_now_ms();
+	while (cached_epoch(c) < 6 && kv_test_now_ms() - t0 < 2000)
+		kv_test_sleep_ms(1);
+	assert_int_equal(cached_epoch(c), 6);
+	assert_true(kv_test_now_ms() - t0 < 200);
+	assert_int_equal(g->get_config_calls, calls); /* learnt by the watch alone */
+	/* "n" now belongs to node 1 and goes there directly. */
+	int wrong = g->srv[1].wrong_owner + g->srv[0].wrong_owner;
+	assert_int_equal(shardkv_put(c, "n", 1, "1", 1), 0);
+	assert_int_equal(g->srv[1].wrong_owner + g->srv[0].wrong_owner, wrong);
+	shardkv_close(c); /* stops the parked watch at once */
+}
+
+static void
+admin_results_and_config_are_reported(void **state)
+{
+	shardkv_client *c = open_client(2000, false);
+	shardkv_admin_result ar;
+	shardkv_config *cfg;
+	(void)state;
+
+	assert_int_equal(shardkv_join(c, "tcp://127.0.0.1:1", SHARDKV_WAIT, &ar), 0);
+	assert_int_equal(ar.epoch, 6);
+	assert_int_equal(ar.node_id, 3);
+	assert_int_equal(ar.wait_ms, 1500);
+	assert_int_equal(shardkv_join(c, g->srv[0].url, 0, &ar), SHARDKV_EEXISTS);
+	assert_non_null(strstr(shardkv_errmsg(), "already registered"));
+	assert_int_equal(shardkv_leave(c, "9", 0, &ar), SHARDKV_ENOTFOUND);
+	assert_int_equal(shardkv_move(c, "a", 1, "b", 1, "2", 10, 0, &ar), 0);
+	assert_int_equal(ar.nmigrations, 1);
+	assert_int_equal(ar.first_mig_id, 42);
+	assert_int_equal(shardkv_config_get(c, 0, &cfg), 0);
+	assert_int_equal(cfg->epoch, 5);
+	assert_int_equal(cfg->nnodes, 2);
+	assert_int_equal(cfg->nranges, 2);
+	assert_string_equal((char *)cfg->ranges[1].start.data, "m");
+	shardkv_config_free(cfg);
+	assert_int_equal(shardkv_config_get(c, 3, &cfg), SHARDKV_ENOTFOUND);
+	assert_int_equal(shardkv_status(c, &cfg), 0);
+	assert_int_equal(cfg->nodes[1].keys, 20);
+	assert_true(cfg->nodes[1].has_stats);
+	assert_int_equal(cfg->ncontrollers, 1);
+	assert_string_equal(cfg->controllers[0].role, "standalone");
+	shardkv_config_free(cfg);
+	shardkv_close(c);
+}
+
+/* Runs the CLI against the fake cluster; returns stdout (owned) and the code. */
+static int
+cli(char **out, size_t *nout, char **err, int argc, const char **args)
+{
+	const char *argv[32] = {"shardkv", "-c", g->ctl_url, "--timeout", "2000"};
+	size_t nerr;
+	char *e = NULL;
+	FILE *fo = open_memstream(out, nout), *fe = open_memstream(&e, &nerr);
+	int rc;
+
+	for (int i = 0; i < argc; i++)
+		argv[5 + i] = args[i];
+	rc = kv_cli_main(5 + argc, (char **)argv, fo, fe);
+	fclose(fo);
+	fclose(fe);
+	if (err)
+		*err = e;
+	else
+		free(e);
+	return rc;
+}
+
+/* Whether output o is want (NULL: anything). */
+static bool
+out_matches(const char *o, const char *want)
+{
+	return want == NULL || strcmp(o, want) == 0;
+}
+
+#define CLI_EXPECT(code, expect_out, ...)                                                          \
+	do {                                                                                       \
+		const char *a_[] = {__VA_ARGS__};                                                  \
+		char *o_ = NULL, *e_ = NULL;                                                       \
+		size_t n_;                                                                         \
+		int rc_ = cli(&o_, &n_, &e_, ARGC(a_), a_);                                        \
+		if (rc_ != (code) || !out_matches(o_, (expect_out)))                               \
+			fail_msg("%s: rc %d (want %d) out '%s' err '%s'", a_[0], rc_, (code), o_,  \
+			         e_);                                                              \
+		free(o_);                                                                          \
+		free(e_);                                                                          \
+	} while (0)
+
+static void
+cli_round_trip_of_every_command(void **state)
+{
+	(void)state;
+	CLI_EXPECT(0, "", "put", "apple", "red");
+	CLI_EXPECT(0, "", "put", "zoo", "animals");
+	CLI_EXPECT(0, "red\n", "get", "apple");
+	CLI_EXPECT(1, "", "get", "pear");
+	CLI_EXPECT(0, "", "append", "apple", "dish");
+	CLI_EXPECT(0, "", "mput", "b", "2", "y", "25");
+	CLI_EXPECT(0, "reddish\n25\n2\n", "mget", "apple", "y", "b");
+	CLI_EXPECT(1, "", "mget", "apple", "nope");
+	CLI_EXPECT(0, "apple\nb\ny\nzoo\n", "keys");
+	CLI_EXPECT(0, "y\n", "keys", "--prefix", "y");
+	CLI_EXPECT(0, "b\t2\ny\t25\n", "scan", "b", "z");
+	CLI_EXPECT(0, "apple\treddish\n", "scan", "", "", "--limit", "1");
+	CLI_EXPECT(0, "reddish\n", "del", "apple");
+	CLI_EXPECT(1, "", "del", "apple");
+	CLI_EXPECT(0, NULL, "config");
+	CLI_EXPECT(0, NULL, "status");
+	CLI_EXPECT(0, "{\"epoch\": 6, \"command\": \"join\", \"migrations\": 0, \"node\": 3}\n",
+	           "--json", "join", "tcp://127.0.0.1:9");
+	CLI_EXPECT(2, "", "join", g->srv[0].url);
+	CLI_EXPECT(2, "", "leave", "7"); /* unknown node: an invalid request */
+	CLI_EXPECT(0, "moving [a, b) to node 2 in epoch 6 (1 migration)\n", "move", "a", "b", "2");
+	CLI_EXPECT(0, "rebalancing in epoch 5 (0 migrations)\n", "rebalance");
+}
+
+static void
+cli_json_config_and_status_have_the_spec_shape(void **state)
+{
+	char *out, want[1024];
+	size_t n;
+	const char *cfg[] = {"--json", "config"};
+	(void)state;
+
+	assert_int_equal(cli(&out, &n, NULL, 2, cfg), 0);
+	assert_int_equal(
+	    snprintf(want, sizeof(want),
+	             "{\"epoch\": 5, \"nodes\": [{\"id\": 1, \"address\": \"%s\", "
+	             "\"state\": \"active\"}, {\"id\": 2, \"address\": \"%s\", "
+	             "\"state\": \"active\"}], \"ranges\": [{\"start\": \"\", \"end\": "
+	             "\"m\", \"node\": 1}, {\"start\": \"m\", \"end\": \"\", \"node\": "
+	             "2}], \"migrations\": []}\n",
+	             g->srv[0].url, g->srv[1].url) > 0,
+	    true);
+	assert_string_equal(out, want);
+	free(out);
+
+	const char *st[] = {"--json", "status"};
+	assert_int_equal(cli(&out, &n, NULL, 2, st), 0);
+	assert_non_null(strstr(out, "\"keys\": 20, \"bytes\": 200, \"ops_per_sec\": 1.5"));
+	assert_non_null(strstr(out, "\"migrations\": []"));
+	assert_non_null(strstr(out, "\"controllers\": [{\"id\": 1, \"address\": \""));
+	assert_non_null(strstr(out, "\"role\": \"standalone\", \"term\": 0, \"index\": 0}]}\n"));
+	free(out);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(single_key_ops_are_routed_to_the_owner, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(client_retries_after_wrong_owner_with_new_epoch, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(lost_reply_is_retried_with_the_same_request_id, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(mput_and_mget_split_per_node_concurrently_in_key_order,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(mput_reports_the_node_that_failed, setup, teardown),
+	    cmocka_unit_test_setup_teardown(scan_merges_servers_in_key_order_and_resumes, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(watch_learns_a_new_epoch_within_milliseconds, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(admin_results_and_config_are_reported, setup, teardown),
+	    cmocka_unit_test_setup_teardown(cli_round_trip_of_every_command, setup, teardown),
+	    cmocka_unit_test_setup_teardown(cli_json_config_and_status_have_the_spec_shape, setup,
+	                                    teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

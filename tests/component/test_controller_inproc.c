@@ -1,0 +1,460 @@
+/*
+ * test_controller_inproc.c - controllers run inside the test process through
+ * their life cycle (kv_controller_create / start / stop / destroy), driven
+ * over loopback TCP with raw AdminRequest messages (common/rpc.h): a
+ * standalone controller restarted on its data dir keeps its epochs, stop
+ * answers a held watch and returns at once, start and create refuse a taken
+ * address and a data dir in use, and a three-replica Raft group in one
+ * process elects a leader, commits a join on every replica, survives the
+ * leader's stop and lets the stopped replica catch up when it starts again.
+ *
+ * Nothing here needs a process of its own: killing a controller with
+ * SIGKILL is what test_cluster_raft and checker_kill_controller do.
+ */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "common/err.h"
+#include "common/rpc.h"
+#include "controller/controller.h"
+#include "proto/shardkv.pb-c.h"
+#include "proto/wire.h"
+#include "tests/support/testutil.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ftw.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define NREPL 3
+
+static int
+rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+/* Removes the test dir with everything in it (the controllers make
+ * subdirectories that kv_test_dir_teardown does not remove). */
+static int
+teardown(void **state)
+{
+	kv_test_dir *d = *state;
+
+	nftw(d->path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return kv_test_dir_teardown(state);
+}
+
+/* ---- requests ---- */
+
+/* Sends rq (with a new request id unless it has one) and returns the
+ * answer, or NULL when none came within timeout_ms. The caller frees it
+ * with rfree(). */
+static Shardkv__AdminResponse *
+call(kv_rpc_client *cli, Shardkv__AdminRequest *rq, uint32_t timeout_ms)
+{
+	static _Atomic uint64_t next_rid = 1;
+	nng_msg *m, *reply = NULL;
+	Shardkv__AdminResponse *r;
+
+	rq->version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+	if (rq->request_id == 0)
+		rq->request_id = next_rid++;
+	size_t n = shardkv__admin_request__get_packed_size(rq);
+	assert_int_equal(nng_msg_alloc(&m, n), 0);
+	shardkv__admin_request__pack(rq, nng_msg_body(m));
+	if (kv_rpc_call(cli, m, &reply, timeout_ms) != KV_OK)
+		return NULL;
+	r = shardkv__admin_response__unpack(NULL, nng_msg_len(reply), nng_msg_body(reply));
+	nng_msg_free(reply);
+	assert_non_null(r);
+	assert_int_equal(r->request_id, rq->request_id);
+	return r;
+}
+
+static void
+rfree(Shardkv__AdminResponse *r)
+{
+	if (r)
+		shardkv__admin_response__free_unpacked(r, NULL);
+}
+
+/* A join; client_id and request_id 0: none / a new one. */
+static Shardkv__AdminResponse *
+join_as(kv_rpc_client *cli, const char *addr, uint64_t client_id, uint64_t request_id)
+{
+	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__AdminJoin j = SHARDKV__ADMIN_JOIN__INIT;
+
+	j.address = (char *)addr;
+	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_JOIN;
+	rq.join = &j;
+	rq.client_id = client_id;
+	rq.request_id = request_id;
+	return call(cli, &rq, 10000);
+}
+
+static Shardkv__AdminResponse *
+join(kv_rpc_client *cli, const char *addr)
+{
+	return join_as(cli, addr, 0, 0);
+}
+
+static Shardkv__AdminResponse *
+get_config(kv_rpc_client *cli, uint64_t epoch)
+{
+	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__AdminGetConfig g = SHARDKV__ADMIN_GET_CONFIG__INIT;
+
+	g.epoch = epoch;
+	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_GET_CONFIG;
+	rq.get_config = &g;
+	return call(cli, &rq, 10000);
+}
+
+static int
+err_of(const Shardkv__AdminResponse *r)
+{
+	return kv_err_from_wire(r->status);
+}
+
+/* ---- one controller ---- */
+
+struct ctl {
+	char url[64];             /* --listen */
+	char raft[64];            /* its raft address (replicated) */
+	char dir[300];            /* --data-dir */
+	kv_controller_cfg cfg;    /* points into the fields above */
+	kv_controller *c;         /* NULL: not running */
+	kv_rpc_client *cli;       /* a client to it */
+	const char *peers[NREPL]; /* replicated: every replica's url */
+	const char *rpeers[NREPL];
+};
+
+static void
+ctl_init(struct ctl *k, const char *base, const char *name)
+{
+	memset(k, 0, sizeof(*k));
+	kv_test_free_url(k->url, sizeof(k->url));
+	snprintf(k->raft, sizeof(k->raft), "127.0.0.1:%d", kv_test_free_port());
+	snprintf(k->dir, sizeof(k->dir), "%s/%s", base, name);
+	k->cfg.listen = k->url;
+	k->cfg.data_dir = k->dir;
+	assert_int_equal(kv_rpc_client_create(k->url, &k->cli), KV_OK);
+}
+
+static void
+ctl_start(struct ctl *k)
+{
+	char err[512] = "";
+
+	assert_null(k->c);
+	assert_int_equal(kv_controller_create(&k->cfg, &k->c, err, sizeof(err)), KV_OK);
+	if (kv_controller_start(k->c, err, sizeof(err)) != KV_OK)
+		fail_msg("start: %s", err);
+}
+
+static void
+ctl_stop(struct ctl *k)
+{
+	kv_controller_stop(k->c);
+	kv_controller_destroy(k->c);
+	k->c = NULL;
+}
+
+static void
+ctl_fini(struct ctl *k)
+{
+	kv_rpc_client_destroy(k->cli);
+	k->cli = NULL;
+	ctl_stop(k);
+}
+
+/* ---- standalone ---- */
+
+static void
+standalone_controller_restarted_on_its_data_dir_keeps_its_epochs(void **state)
+{
+	kv_test_dir *d = *state;
+	struct ctl k;
+	Shardkv__AdminResponse *r;
+	char cluster[32];
+
+	ctl_init(&k, d->path, "ctl");
+	ctl_start(&k);
+	r = join(k.cli, "tcp://127.0.0.1:7101");
+	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(r->epoch, 1);
+	snprintf(cluster, sizeof(cluster), "%s", r->config->cluster_id);
+	rfree(r);
+	r = join(k.cli, "tcp://127.0.0.1:7102");
+	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(r->epoch, 2);
+	rfree(r);
+	kv_controller_stop(k.c);
+	assert_int_equal(kv_controller_epoch(k.c), 2); /* still readable after stop */
+	kv_controller_stop(k.c);                       /* idempotent */
+	kv_controller_destroy(k.c);
+	k.c = NULL;
+
+	/* Created again: the log is replayed before anything starts. */
+	char err[512] = "";
+	assert_int_equal(kv_controller_create(&k.cfg, &k.c, err, sizeof(err)), KV_OK);
+	assert_int_equal(kv_controller_epoch(k.c), 2);
+	assert_int_equal(kv_controller_start(k.c, err, sizeof(err)), KV_OK);
+	r = get_config(k.cli, 1);
+	assert_non_null(r);
+	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(r->config->epoch, 1);
+	assert_int_equal(r->config->n_nodes, 1);
+	assert_string_equal(r->config->cluster_id, cluster);
+	rfree(r);
+	r = join(k.cli, "tcp://127.0.0.1:7103");
+	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(r->node_id, 3); /* ids continue */
+	assert_int_equal(r->epoch, 3);
+	rfree(r);
+	ctl_fini(&k);
+}
+
+struct watcher {
+	kv_rpc_client *cli;
+	Shardkv__AdminResponse *r; /* the answer; NULL: none came */
+};
+
+static void *
+watch_main(void *arg)
+{
+	struct watcher *w = arg;
+	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__Watch wa = SHARDKV__WATCH__INIT;
+
+	wa.known_epoch = 0;
+	rq.timeout_ms = 30000;
+	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_WATCH;
+	rq.watch = &wa;
+	w->r = call(w->cli, &rq, 40000);
+	return NULL;
+}
+
+static void
+stop_answers_a_held_watch_and_returns_at_once(void **state)
+{
+	kv_test_dir *d = *state;
+	struct ctl k;
+	struct watcher w = {0};
+	pthread_t t;
+
+	ctl_init(&k, d->path, "ctl");
+	ctl_start(&k);
+	w.cli = k.cli;
+	assert_int_equal(pthread_create(&t, NULL, watch_main, &w), 0);
+	kv_test_sleep_ms(300); /* the watch is held: nothing has changed */
+	assert_null(w.r);
+	uint64_t t0 = kv_test_now_ms();
+	kv_controller_stop(k.c);
+	uint64_t took = kv_test_now_ms() - t0;
+	assert_true(took < 2000);
+	pthread_join(t, NULL);
+	assert_non_null(w.r); /* answered with the current (empty) config */
+	assert_int_equal(err_of(w.r), KV_OK);
+	assert_int_equal(w.r->epoch, 0);
+	rfree(w.r);
+	ctl_fini(&k);
+}
+
+static void
+start_refuses_a_taken_address_and_create_a_data_dir_in_use(void **state)
+{
+	kv_test_dir *d = *state;
+	struct ctl a, b;
+	kv_controller *c = NULL;
+	char err[512] = "";
+
+	kv_controller_destroy(NULL);
+	kv_controller_stop(NULL);
+	ctl_init(&a, d->path, "a");
+	ctl_start(&a);
+	/* The same --listen, another data dir: create works, start does not. */
+	ctl_init(&b, d->path, "b");
+	b.cfg.listen = a.url;
+	assert_int_equal(kv_controller_create(&b.cfg, &c, err, sizeof(err)), KV_OK);
+	assert_int_equal(kv_controller_start(c, err, sizeof(err)), KV_EADDRINUSE);
+	assert_non_null(strstr(err, "address in use"));
+	assert_int_equal(kv_controller_start(c, err, sizeof(err)), KV_EINVAL); /* once only */
+	kv_controller_destroy(c);
+	c = NULL;
+	/* Another --listen, the same data dir: create refuses, *out untouched. */
+	b.cfg.listen = b.url;
+	b.cfg.data_dir = a.dir;
+	err[0] = '\0';
+	assert_int_equal(kv_controller_create(&b.cfg, &c, err, sizeof(err)), KV_EBUSY);
+	assert_null(c);
+	assert_non_null(strstr(err, "another controller"));
+	/* The controller that runs is unharmed. */
+	Shardkv__AdminResponse *r = join(a.cli, "tcp://127.0.0.1:7101");
+	assert_int_equal(err_of(r), KV_OK);
+	rfree(r);
+	ctl_fini(&b);
+	ctl_fini(&a);
+}
+
+/* ---- a replicated group in one process ---- */
+
+static void
+group_init(struct ctl g[NREPL], const char *base)
+{
+	char name[16];
+
+	for (int i = 0; i < NREPL; i++) {
+		snprintf(name, sizeof(name), "ctl%d", i + 1);
+		ctl_init(&g[i], base, name);
+	}
+	for (int i = 0; i < NREPL; i++) {
+		for (int j = 0; j < NREPL; j++) {
+			g[i].peers[j] = g[j].url;
+			g[i].rpeers[j] = g[j].raft;
+		}
+		g[i].cfg.id = (uint32_t)i + 1;
+		g[i].cfg.npeers = NREPL;
+		g[i].cfg.peers = g[i].peers;
+		g[i].cfg.raft_peers = g[i].rpeers;
+		g[i].cfg.election_ms = 400;
+	}
+}
+
+/*
+ * Sends a join to the running replicas until the leader commits it, within
+ * 20 s. Tries refused with NOT_LEADER or unanswered keep their request id,
+ * so one that committed without an answer is answered, not applied again;
+ * after any other refusal (a leader that lost its term, or planned on a
+ * state another leader changed first) the next try is a new request, and
+ * "already a member" then means an earlier try committed. Returns the index
+ * of the replica that answered; *epoch gets the epoch it published and
+ * *rid_out the request id of the last try.
+ */
+static int
+join_at_leader(struct ctl g[NREPL], const char *addr, uint64_t client_id, uint64_t *epoch,
+               uint64_t *rid_out)
+{
+	uint64_t deadline = kv_test_now_ms() + 20000, rid = 1;
+
+	for (int i = 0;; i = (i + 1) % NREPL) {
+		assert_true(kv_test_now_ms() < deadline);
+		if (g[i].c == NULL)
+			continue;
+		Shardkv__AdminResponse *r = join_as(g[i].cli, addr, client_id, rid);
+		int rv = r ? err_of(r) : KV_ETIMEDOUT;
+		if (rv == KV_OK || (rv == KV_EEXISTS && rid > 1)) {
+			*epoch = r->epoch;
+			*rid_out = rid;
+			rfree(r);
+			return i;
+		}
+		if (r != NULL && r->status != SHARDKV__STATUS__STATUS_NOT_LEADER) {
+			assert_true(rv == KV_EUNAVAIL || rv == KV_EBUSY);
+			rid++;
+		}
+		rfree(r);
+		kv_test_sleep_ms(50);
+	}
+}
+
+/* Waits (at most 10 s) until every running replica has applied `epoch`. */
+static void
+wait_applied(struct ctl g[NREPL], uint64_t epoch)
+{
+	uint64_t deadline = kv_test_now_ms() + 10000;
+
+	for (int i = 0; i < NREPL; i++)
+		while (g[i].c != NULL && kv_controller_epoch(g[i].c) < epoch) {
+			assert_true(kv_test_now_ms() < deadline);
+			kv_test_sleep_ms(20);
+		}
+	for (int i = 0; i < NREPL; i++)
+		if (g[i].c != NULL)
+			assert_int_equal(kv_controller_epoch(g[i].c), epoch);
+}
+
+static void
+three_replicas_in_one_process_elect_a_leader_and_commit_a_join(void **state)
+{
+	kv_test_dir *d = *state;
+	struct ctl g[NREPL];
+	uint64_t epoch = 0, e2 = 0, rid1 = 0, rid2 = 0;
+	int leader, next;
+
+	group_init(g, d->path);
+	for (int i = 0; i < NREPL; i++)
+		ctl_start(&g[i]);
+	leader = join_at_leader(g, "tcp://127.0.0.1:7101", 11, &epoch, &rid1);
+	assert_int_equal(epoch, 1);
+	wait_applied(g, 1);
+	/* A follower serves the config it applied, and sends changes to the
+	 * leader. */
+	Shardkv__AdminResponse *r = get_config(g[(leader + 1) % NREPL].cli, 1);
+	assert_non_null(r);
+	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(r->config->n_nodes, 1);
+	rfree(r);
+	r = join(g[(leader + 1) % NREPL].cli, "tcp://127.0.0.1:7109");
+	assert_non_null(r);
+	assert_int_equal(r->status, SHARDKV__STATUS__STATUS_NOT_LEADER);
+	assert_non_null(r->leader);
+	assert_int_equal(r->leader->id, leader + 1);
+	assert_string_equal(r->leader->address, g[leader].url);
+	rfree(r);
+
+	/* The leader stops: the other two elect another and commit. */
+	ctl_stop(&g[leader]);
+	next = join_at_leader(g, "tcp://127.0.0.1:7102", 12, &e2, &rid2);
+	assert_true(next != leader);
+	assert_int_equal(e2, 2);
+	wait_applied(g, 2);
+	/* The first join retried at the new leader (the old one might have died
+	 * before answering) is answered with what it did, not applied again. */
+	r = join_as(g[next].cli, "tcp://127.0.0.1:7101", 11, rid1);
+	assert_non_null(r);
+	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(r->epoch, 1);
+	assert_int_equal(r->node_id, 1);
+	rfree(r);
+	assert_int_equal(kv_controller_epoch(g[next].c), 2);
+
+	/* The stopped replica starts again in the same process and catches up. */
+	ctl_start(&g[leader]);
+	wait_applied(g, 2);
+	for (int i = 0; i < NREPL; i++)
+		ctl_fini(&g[i]);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(
+	        standalone_controller_restarted_on_its_data_dir_keeps_its_epochs, kv_test_dir_setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(stop_answers_a_held_watch_and_returns_at_once,
+	                                    kv_test_dir_setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        start_refuses_a_taken_address_and_create_a_data_dir_in_use, kv_test_dir_setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        three_replicas_in_one_process_elect_a_leader_and_commit_a_join, kv_test_dir_setup,
+	        teardown),
+	};
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,118 @@
+/*
+ * fake_cluster.h - a fake shardkv cluster inside the test process, for
+ * testing libshardkv and the CLI without daemons (component/
+ * test_client_fake.c): a fake controller (get_config, watch, status, join,
+ * leave, move, rebalance) and KV_FAKE_NSERVERS fake shard servers (get, put,
+ * del, append, mget, mput, scan with ownership checks, OwnerHints and
+ * exactly-once memory), each an nng listener on a free loopback port.
+ *
+ * The fakes implement just enough of doc/protocol.md to test the client's
+ * side of it. Two configurations are kept apart: `published` is what the
+ * controller hands out, `truth` what the servers serve (a test makes the
+ * client's cache stale by changing the truth first). The servers check
+ * every request with cmocka assertions, so a malformed request fails the
+ * test.
+ *
+ * Which fake serves what (tests/support/README.md): this one fakes the
+ * whole cluster for the client side. The fake controller that drives a real
+ * shardkv-server (the server side of the protocol: registration, heartbeats,
+ * configuration pushes) is the one of cluster/test_server_integration.c
+ * (moving to a file of its own); the two are to become one.
+ *
+ * The struct is open: tests read the counters and set the fault switches of
+ * `srv[i]` while holding `srv[i].mu` where the comment says so.
+ */
+#ifndef KV_TESTS_SUPPORT_FAKE_CLUSTER_H
+#define KV_TESTS_SUPPORT_FAKE_CLUSTER_H
+
+#include "common/config.h"
+#include "common/rpc.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KV_FAKE_NSERVERS 2 /* fake shard servers, node ids 1 .. KV_FAKE_NSERVERS */
+
+typedef struct kv_fake_cluster kv_fake_cluster;
+
+/* One stored pair of a fake server. */
+typedef struct {
+	kv_buf key; /* the key */
+	kv_buf val; /* the value */
+} kv_fake_pair;
+
+/* A remembered write (exactly-once). */
+typedef struct {
+	uint64_t client_id;  /* Request.client_id */
+	uint64_t request_id; /* Op.request_id */
+} kv_fake_seen;
+
+/* A fake shard server. */
+typedef struct kv_fake_server {
+	kv_fake_cluster *cl;    /* the cluster it belongs to */
+	uint32_t id;            /* node id */
+	char url[64];           /* listen URL */
+	kv_rpc_server *rpc;     /* the listener */
+	pthread_mutex_t mu;     /* protects everything below */
+	kv_fake_pair *kv;       /* the data */
+	size_t nkv;             /* entries */
+	kv_fake_seen seen[256]; /* writes applied, by id */
+	size_t nseen;           /* entries */
+	int requests;           /* requests answered */
+	int wrong_owner;        /* WRONG_OWNER answers */
+	int mput_ops;           /* MPutOp received */
+	int mget_ops;           /* MGetOp received */
+	int applied_lossy;      /* puts of key "lossy" applied */
+	int received_lossy;     /* puts of key "lossy" received */
+	uint64_t lossy_ids[8];  /* their Op.request_ids */
+	bool drop_lossy;        /* drop the reply of the first "lossy" put */
+	unsigned mput_delay_ms; /* sleep in mput (concurrency check) */
+	int mput_fail;          /* wire status to answer mput with; 0: none */
+} kv_fake_server;
+
+struct kv_fake_cluster {
+	pthread_mutex_t mu;   /* protects everything down to the blank line */
+	kv_config *truth;     /* what the servers serve */
+	kv_config *published; /* what the controller hands out */
+	pthread_cond_t cv;    /* signalled on publish */
+	int watching;         /* watches waiting on cv */
+	int get_config_calls; /* AdminGetConfig received */
+
+	char ctl_url[64];                     /* controller URL */
+	kv_rpc_server *ctl;                   /* controller listener */
+	kv_fake_server srv[KV_FAKE_NSERVERS]; /* the servers */
+};
+
+/*
+ * Starts the fake controller and servers on free loopback ports, with node 1
+ * owning [, "m") and node 2 ["m", ) at epoch 5, both published and served.
+ * On 0 *out is the cluster (the caller destroys it); returns -1 when a
+ * listener cannot start.
+ */
+int kv_fake_cluster_create(kv_fake_cluster **out);
+
+/* Stops the listeners and frees the cluster. Accepts NULL. */
+void kv_fake_cluster_destroy(kv_fake_cluster *c);
+
+/*
+ * Returns a new configuration at `epoch` of the cluster's servers, with one
+ * range owned by owner_lo when split is NULL or the owners are equal, else
+ * [, split) owned by owner_lo and [split, ) by owner_hi. The caller owns it
+ * (kv_config_free, or hands it to publish / set_truth). Fails the test on
+ * out-of-memory.
+ */
+kv_config *kv_fake_cluster_config(kv_fake_cluster *c, uint64_t epoch, const char *split,
+                                  uint32_t owner_lo, uint32_t owner_hi);
+
+/* Makes cfg (taken) the controller's latest and answers the waiting watches. */
+void kv_fake_cluster_publish(kv_fake_cluster *c, kv_config *cfg);
+
+/* Makes cfg (taken) what the servers serve. */
+void kv_fake_cluster_set_truth(kv_fake_cluster *c, kv_config *cfg);
+
+/* Returns how many keys fake server i holds. */
+size_t kv_fake_server_nkeys(kv_fake_cluster *c, int i);
+
+#endif

@@ -1,0 +1,59 @@
+# Helpers the tests link; README.md beside this file says which serves what.
+# Process handling itself (spawn, readiness, stop, reap, kill-all on every
+# exit path, free ports) is common/proc.h (library kv_proc), which
+# shardkv-checker links too.
+
+# Free ports, clocks, scratch directories (every layer).
+add_library(kv_testutil STATIC support/testutil.c)
+target_link_libraries(kv_testutil PUBLIC kv_proc kv_flags)
+
+# Store fixtures: every semantic store test runs in striped and percore mode,
+# with one partition and with several (run_store_groups in store_util.c).
+add_library(kv_store_testutil STATIC support/store_util.c)
+target_include_directories(kv_store_testutil PUBLIC ${CMOCKA_INCLUDE_DIRS})
+target_link_libraries(kv_store_testutil PUBLIC kv_store kv_common kv_flags Threads::Threads
+  ${CMOCKA_LIBRARIES})
+
+if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
+  # A real cluster (cluster_util.h): shardkv-controller and shardkv-server
+  # processes on free loopback ports, driven through libshardkv and the
+  # `shardkv` binary. It knows the binaries from the definitions below.
+  add_library(kv_cluster_util STATIC support/cluster_util.c)
+  target_link_libraries(kv_cluster_util PUBLIC shardkv kv_testutil kv_flags)
+  # kv_tc_raw_op() packs Requests itself: it needs the generated header (the
+  # generated code and the rpc client are in libshardkv and kv_common).
+  add_dependencies(kv_cluster_util kv_proto_generate)
+  target_compile_definitions(kv_cluster_util PUBLIC
+    KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>"
+    KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>"
+    KV_CLI_BIN="$<TARGET_FILE:shardkv_bin>")
+
+  # kv_cluster_test(NAME TIMEOUT) for tests/<layer>/NAME.c on kv_cluster_util.
+  # Every such test depends on the daemons, so that `ctest` after a build
+  # always runs the current ones.
+  function(kv_cluster_test name timeout)
+    kv_add_test(${name} SOURCES ${KV_TEST_LAYER}/${name}.c LIBS kv_cluster_util
+      TIMEOUT ${timeout} LABELS integration)
+    add_dependencies(${name} shardkv-controller shardkv-server shardkv_bin)
+  endfunction()
+endif()
+
+if(TARGET shardkv-controller AND TARGET shardkv-server)
+  # A controller and two joined servers as real processes, for the client
+  # library's own cluster tests (two_node_cluster.h).
+  add_library(kv_two_node_cluster STATIC support/two_node_cluster.c)
+  target_link_libraries(kv_two_node_cluster PUBLIC shardkv kv_testutil kv_flags)
+endif()
+
+if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv-checker)
+  # Network namespaces, veth pairs and faults (netns_util.h).
+  add_library(kv_netns_util STATIC support/netns_util.c)
+  target_link_libraries(kv_netns_util PUBLIC kv_testutil kv_flags)
+endif()
+
+# A fake controller and fake shard servers in the test process, for
+# libshardkv and the CLI (fake_cluster.h).
+add_library(kv_fake_cluster STATIC support/fake_cluster.c)
+target_include_directories(kv_fake_cluster PUBLIC ${CMOCKA_INCLUDE_DIRS})
+target_link_libraries(kv_fake_cluster PUBLIC kv_proto kv_common kv_testutil kv_flags
+  Threads::Threads ${CMOCKA_LIBRARIES})

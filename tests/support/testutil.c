@@ -1,0 +1,82 @@
+/*
+ * testutil.c - see testutil.h.
+ */
+#include "tests/support/testutil.h"
+#include "common/proc.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int
+kv_test_free_port(void)
+{
+	return kv_proc_free_port();
+}
+
+void
+kv_test_free_url(char *buf, size_t len)
+{
+	if (kv_proc_free_url(buf, len) != 0 && len > 0)
+		buf[0] = 0;
+}
+
+uint64_t
+kv_test_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void
+kv_test_sleep_ms(unsigned ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000u, .tv_nsec = (long)(ms % 1000u) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+int
+kv_test_dir_setup(void **state)
+{
+	kv_test_dir *d = calloc(1, sizeof(*d));
+
+	if (d == NULL)
+		return -1;
+	snprintf(d->path, sizeof(d->path), "/tmp/kv_test_XXXXXX");
+	if (mkdtemp(d->path) == NULL) {
+		free(d);
+		return -1;
+	}
+	*state = d;
+	return 0;
+}
+
+int
+kv_test_dir_teardown(void **state)
+{
+	kv_test_dir *d = *state;
+	DIR *dd = opendir(d->path);
+	struct dirent *e;
+
+	if (dd != NULL) {
+		while ((e = readdir(dd)) != NULL)
+			if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+				unlinkat(dirfd(dd), e->d_name, 0);
+		closedir(dd);
+	}
+	rmdir(d->path);
+	free(d);
+	return 0;
+}
+
+int
+kv_test_stop_procs(void **state)
+{
+	(void)state;
+	kv_proc_stop_all(KV_TEST_STOP_MS);
+	return 0;
+}

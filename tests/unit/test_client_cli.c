@@ -1,0 +1,313 @@
+/*
+ * test_client_cli.c - the shardkv command line without a cluster: argument
+ * parsing, usage errors (exit 2 with a one-line reason, before any network
+ * use), --help, exit codes, and an unreachable controller (exit 3).
+ */
+#include "client/cli.h"
+#include "client/include/shardkv.h"
+#include "tests/support/testutil.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#define ARGC(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* Output of one in-process run. */
+typedef struct {
+	int rc;      /* exit code */
+	char *out;   /* stdout text (owned) */
+	size_t nout; /* its length */
+	char *err;   /* stderr text (owned) */
+	size_t nerr; /* its length */
+} run_result;
+
+static run_result
+run(int argc, const char **argv)
+{
+	run_result r = {0};
+	FILE *out = open_memstream(&r.out, &r.nout);
+	FILE *err = open_memstream(&r.err, &r.nerr);
+	assert_non_null(out);
+	assert_non_null(err);
+	r.rc = kv_cli_main(argc, (char **)argv, out, err);
+	fclose(out);
+	fclose(err);
+	return r;
+}
+
+static void
+run_free(run_result *r)
+{
+	free(r->out);
+	free(r->err);
+}
+
+/* Asserts a usage error: exit 2, nothing on stdout, exactly one line on stderr. */
+static void
+assert_usage_error(int argc, const char **argv, const char *needle)
+{
+	run_result r = run(argc, argv);
+	assert_int_equal(r.rc, KV_CLI_USAGE);
+	assert_int_equal(r.nout, 0);
+	assert_true(r.nerr > 0);
+	assert_int_equal(r.err[r.nerr - 1], '\n');
+	assert_null(memchr(r.err, '\n', r.nerr - 1));
+	if (needle && strstr(r.err, needle) == NULL)
+		fail_msg("stderr '%s' lacks '%s'", r.err, needle);
+	run_free(&r);
+}
+
+static void
+parse_reads_global_and_command_options(void **state)
+{
+	const char *argv[] = {
+	    "shardkv", "-c", "tcp://h:1,tcp://h:2", "--json", "--timeout", "250", "scan", "a", "z",
+	    "--limit", "10"};
+	kv_cli_args a;
+	char err[256];
+	(void)state;
+
+	assert_int_equal(kv_cli_parse(ARGC(argv), (char **)argv, &a, err, sizeof(err)), 0);
+	assert_string_equal(a.controller, "tcp://h:1,tcp://h:2");
+	assert_true(a.json);
+	assert_int_equal(a.timeout_ms, 250);
+	assert_string_equal(a.cmd, "scan");
+	assert_int_equal(a.nargs, 2);
+	assert_string_equal(a.args[0], "a");
+	assert_string_equal(a.args[1], "z");
+	assert_int_equal(a.limit, 10);
+	kv_cli_args_fini(&a);
+}
+
+static void
+parse_accepts_equals_forms_and_options_after_the_command(void **state)
+{
+	const char *argv[] = {"shardkv", "move",     "a",      "m",
+	                      "2",       "--rate=5", "--wait", "--controller=tcp://x:9"};
+	kv_cli_args a;
+	char err[256];
+	(void)state;
+
+	assert_int_equal(kv_cli_parse(ARGC(argv), (char **)argv, &a, err, sizeof(err)), 0);
+	assert_string_equal(a.cmd, "move");
+	assert_int_equal(a.nargs, 3);
+	assert_int_equal(a.rate_mb_s, 5);
+	assert_true(a.wait);
+	assert_string_equal(a.controller, "tcp://x:9");
+	kv_cli_args_fini(&a);
+}
+
+static void
+double_dash_ends_options_for_dash_values(void **state)
+{
+	const char *argv[] = {"shardkv", "put", "--", "k", "-5"};
+	kv_cli_args a;
+	char err[256];
+	(void)state;
+
+	assert_int_equal(kv_cli_parse(ARGC(argv), (char **)argv, &a, err, sizeof(err)), 0);
+	assert_int_equal(a.nargs, 2);
+	assert_string_equal(a.args[1], "-5");
+	kv_cli_args_fini(&a);
+
+	/* A lone "-" is a value (read from stdin), not an option. */
+	const char *argv2[] = {"shardkv", "put", "k", "-"};
+	assert_int_equal(kv_cli_parse(ARGC(argv2), (char **)argv2, &a, err, sizeof(err)), 0);
+	assert_string_equal(a.args[1], "-");
+	kv_cli_args_fini(&a);
+}
+
+static void
+usage_errors_exit_2_with_one_line(void **state)
+{
+	(void)state;
+	const char *none[] = {"shardkv"};
+	assert_usage_error(ARGC(none), none, "no command");
+	const char *unknown[] = {"shardkv", "frobnicate"};
+	assert_usage_error(ARGC(unknown), unknown, "unknown command");
+	const char *badopt[] = {"shardkv", "--bogus", "get", "k"};
+	assert_usage_error(ARGC(badopt), badopt, "unknown option");
+	const char *missing[] = {"shardkv", "get"};
+	assert_usage_error(ARGC(missing), missing, "usage: shardkv get KEY");
+	const char *extra[] = {"shardkv", "get", "a", "b"};
+	assert_usage_error(ARGC(extra), extra, "too many");
+	const char *odd[] = {"shardkv", "mput", "a", "1", "b"};
+	assert_usage_error(ARGC(odd), odd, "differ");
+	const char *misplaced[] = {"shardkv", "get", "k", "--wait"};
+	assert_usage_error(ARGC(misplaced), misplaced, "--wait does not apply");
+	const char *timeout[] = {"shardkv", "--timeout", "soon", "get", "k"};
+	assert_usage_error(ARGC(timeout), timeout, "--timeout");
+	const char *zero[] = {"shardkv", "--timeout", "0", "get", "k"};
+	assert_usage_error(ARGC(zero), zero, "--timeout");
+	const char *novalue[] = {"shardkv", "get", "k", "-c"};
+	assert_usage_error(ARGC(novalue), novalue, "-c needs");
+	const char *limit[] = {"shardkv", "scan", "a", "b", "--limit", "-3"};
+	assert_usage_error(ARGC(limit), limit, "--limit");
+	const char *epoch[] = {"shardkv", "config", "latest"};
+	assert_usage_error(ARGC(epoch), epoch, "EPOCH");
+	const char *move[] = {"shardkv", "move", "a", "b"};
+	assert_usage_error(ARGC(move), move, "START END NODE");
+	const char *bench[] = {"shardkv", "bench", "--threads", "0"};
+	assert_usage_error(ARGC(bench), bench, "--threads");
+}
+
+static void
+help_prints_usage_and_exits_0(void **state)
+{
+	(void)state;
+	const char *global[] = {"shardkv", "--help"};
+	run_result r = run(ARGC(global), global);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "usage: shardkv"));
+	for (const char *c = "get put del append mget mput keys scan join leave move rebalance "
+	                     "config status";
+	     *c;) {
+		char name[16];
+		size_t n = strcspn(c, " ");
+		snprintf(name, sizeof(name), "  %.*s ", (int)n, c);
+		if (strstr(r.out, name) == NULL)
+			fail_msg("help lacks %s", name);
+		c += n + (c[n] == ' ');
+	}
+	run_free(&r);
+
+	const char *cmd[] = {"shardkv", "join", "--help"};
+	r = run(ARGC(cmd), cmd);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "join ADDR"));
+	run_free(&r);
+}
+
+static void
+exit_codes_follow_the_spec(void **state)
+{
+	(void)state;
+	assert_int_equal(kv_cli_exit_code(0), 0);
+	assert_int_equal(kv_cli_exit_code(SHARDKV_ENOTFOUND), 1);
+	assert_int_equal(kv_cli_exit_code(SHARDKV_EINVAL), 2);
+	assert_int_equal(kv_cli_exit_code(SHARDKV_EEXISTS), 2);
+	assert_int_equal(kv_cli_exit_code(SHARDKV_EUNAVAIL), 3);
+	assert_int_equal(kv_cli_exit_code(SHARDKV_ETIMEDOUT), 3);
+	assert_int_equal(kv_cli_exit_code(SHARDKV_EAUTH), 4);
+	assert_int_equal(kv_cli_exit_code(SHARDKV_ETOOBIG), 4);
+	assert_int_equal(kv_cli_exit_code(SHARDKV_ELIMIT), 4);
+	assert_int_equal(kv_cli_exit_code(SHARDKV_EINTERNAL), 5);
+	assert_int_equal(kv_cli_exit_code(SHARDKV_EPROTO), 5);
+}
+
+static void
+unreachable_controller_exits_3_within_the_timeout(void **state)
+{
+	char url[64];
+	(void)state;
+	kv_test_free_url(url, sizeof(url));
+	const char *argv[] = {"shardkv", "-c", url, "--timeout", "300", "get", "k"};
+	uint64_t t0 = kv_test_now_ms();
+	run_result r = run(ARGC(argv), argv);
+	assert_int_equal(r.rc, 3);
+	assert_true(kv_test_now_ms() - t0 < 3000);
+	assert_int_equal(r.nout, 0);
+	assert_non_null(strstr(r.err, "shardkv: get:"));
+	run_free(&r);
+
+	const char *admin[] = {"shardkv", "-c", url, "--timeout", "200", "--json", "status"};
+	r = run(ARGC(admin), admin);
+	assert_int_equal(r.rc, 3);
+	assert_int_equal(r.nout, 0);
+	run_free(&r);
+}
+
+static void
+library_rejects_bad_arguments_before_the_network(void **state)
+{
+	shardkv_client *c;
+	shardkv_buf v;
+	shardkv_bytes k[2] = {{"a", 1}, {"b", 1}};
+	shardkv_mput_result *mr = NULL;
+	(void)state;
+
+	assert_int_equal(shardkv_open("", NULL, &c), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_open("tcp://127.0.0.1:1", NULL, &c), 0);
+	assert_int_equal(shardkv_get(c, "", 0, &v), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_mput(c, 2, k, 1, k, &mr), SHARDKV_EINVAL);
+	assert_null(mr);
+	assert_non_null(strstr(shardkv_errmsg(), "2 keys but 1 values"));
+	assert_int_equal(shardkv_move(c, "z", 1, "a", 1, "1", 0, 0, NULL), SHARDKV_EINVAL);
+	assert_string_equal(shardkv_strerror(SHARDKV_ENOTFOUND), "key not found");
+	shardkv_close(c);
+}
+
+static void
+cancel_checks_its_migration_id_before_the_network(void **state)
+{
+	shardkv_client *c;
+	char url[64];
+	(void)state;
+
+	const char *missing[] = {"shardkv", "cancel"};
+	assert_usage_error(ARGC(missing), missing, "usage: shardkv cancel MIGRATION_ID");
+	const char *word[] = {"shardkv", "cancel", "abc"};
+	assert_usage_error(ARGC(word), word, "MIGRATION_ID must be a positive number");
+	const char *zero[] = {"shardkv", "cancel", "0"};
+	assert_usage_error(ARGC(zero), zero, "MIGRATION_ID");
+	const char *trailing[] = {"shardkv", "cancel", "12x"};
+	assert_usage_error(ARGC(trailing), trailing, "MIGRATION_ID");
+	const char *huge[] = {"shardkv", "cancel", "99999999999999999999999"};
+	assert_usage_error(ARGC(huge), huge, "MIGRATION_ID");
+	const char *extra[] = {"shardkv", "cancel", "1", "2"};
+	assert_usage_error(ARGC(extra), extra, "too many");
+	const char *wait[] = {"shardkv", "cancel", "1", "--wait"};
+	assert_usage_error(ARGC(wait), wait, "--wait does not apply");
+
+	/* --help names the command and its argument. */
+	const char *global[] = {"shardkv", "--help"};
+	run_result r = run(ARGC(global), global);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "  cancel    MIGRATION_ID"));
+	run_free(&r);
+	const char *cmd[] = {"shardkv", "cancel", "--help"};
+	r = run(ARGC(cmd), cmd);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "usage: shardkv [global options] cancel MIGRATION_ID"));
+	run_free(&r);
+
+	/* A valid id goes to the controller: unreachable is exit 3. */
+	kv_test_free_url(url, sizeof(url));
+	const char *unreachable[] = {"shardkv", "-c", url, "--timeout", "200", "cancel", "7"};
+	r = run(ARGC(unreachable), unreachable);
+	assert_int_equal(r.rc, 3);
+	assert_int_equal(r.nout, 0);
+	assert_non_null(strstr(r.err, "shardkv: cancel:"));
+	run_free(&r);
+
+	/* The library refuses id 0 without a round trip. */
+	assert_int_equal(shardkv_open(url, NULL, &c), 0);
+	assert_int_equal(shardkv_cancel(c, 0, NULL), SHARDKV_EINVAL);
+	assert_non_null(strstr(shardkv_errmsg(), "migration id"));
+	assert_int_equal(shardkv_cancel(NULL, 1, NULL), SHARDKV_EINVAL);
+	shardkv_close(c);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(parse_reads_global_and_command_options),
+	    cmocka_unit_test(parse_accepts_equals_forms_and_options_after_the_command),
+	    cmocka_unit_test(double_dash_ends_options_for_dash_values),
+	    cmocka_unit_test(usage_errors_exit_2_with_one_line),
+	    cmocka_unit_test(help_prints_usage_and_exits_0),
+	    cmocka_unit_test(exit_codes_follow_the_spec),
+	    cmocka_unit_test(unreachable_controller_exits_3_within_the_timeout),
+	    cmocka_unit_test(library_rejects_bad_arguments_before_the_network),
+	    cmocka_unit_test(cancel_checks_its_migration_id_before_the_network),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,186 @@
+/*
+ * test_rpc.c - request/reply plumbing: echo, deferred answers, timeouts,
+ * address in use.
+ */
+#include "common/err.h"
+#include "common/rpc.h"
+#include "tests/support/testutil.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+struct defer_state {
+	pthread_mutex_t mu;
+	kv_rpc_pending *kept; /* the deferred request, protected by mu */
+};
+
+static int
+echo_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
+{
+	struct defer_state *d = arg;
+	nng_msg *m;
+
+	if (nng_msg_len(req) == 5 && memcmp(nng_msg_body(req), "defer", 5) == 0) {
+		pthread_mutex_lock(&d->mu);
+		d->kept = p;
+		pthread_mutex_unlock(&d->mu);
+		return KV_RPC_DEFERRED;
+	}
+	if (nng_msg_len(req) == 4 && memcmp(nng_msg_body(req), "drop", 4) == 0)
+		return KV_EINVAL;
+	if (nng_msg_alloc(&m, 0) != 0)
+		return KV_ENOMEM;
+	nng_msg_append(m, nng_msg_body(req), nng_msg_len(req));
+	*reply = m;
+	return 0;
+}
+
+static nng_msg *
+msg_of(const char *s)
+{
+	nng_msg *m;
+	assert_int_equal(nng_msg_alloc(&m, 0), 0);
+	nng_msg_append(m, s, strlen(s));
+	return m;
+}
+
+static void
+call_returns_the_reply_of_the_handler(void **state)
+{
+	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	char url[64];
+	kv_rpc_server *srv;
+	kv_rpc_client *cli;
+	nng_msg *reply;
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
+	for (int i = 0; i < 100; i++) {
+		char buf[32];
+		snprintf(buf, sizeof(buf), "hello %d", i);
+		assert_int_equal(kv_rpc_call(cli, msg_of(buf), &reply, 5000), KV_OK);
+		assert_int_equal(nng_msg_len(reply), strlen(buf));
+		assert_memory_equal(nng_msg_body(reply), buf, strlen(buf));
+		nng_msg_free(reply);
+	}
+	kv_rpc_client_destroy(cli);
+	kv_rpc_server_destroy(srv);
+}
+
+struct caller {
+	kv_rpc_client *cli;
+	int rv;
+	nng_msg *reply;
+};
+
+static void *
+call_defer(void *arg)
+{
+	struct caller *c = arg;
+	c->rv = kv_rpc_call(c->cli, msg_of("defer"), &c->reply, 5000);
+	return NULL;
+}
+
+static void
+deferred_request_is_answered_by_kv_rpc_reply(void **state)
+{
+	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	char url[64];
+	kv_rpc_server *srv;
+	struct caller c = {0};
+	pthread_t t;
+	kv_rpc_pending *p = NULL;
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	assert_int_equal(kv_rpc_client_create(url, &c.cli), KV_OK);
+	assert_int_equal(pthread_create(&t, NULL, call_defer, &c), 0);
+	for (uint64_t deadline = kv_test_now_ms() + 5000; p == NULL;) {
+		pthread_mutex_lock(&d.mu);
+		p = d.kept;
+		pthread_mutex_unlock(&d.mu);
+		assert_true(kv_test_now_ms() < deadline);
+		kv_test_sleep_ms(1);
+	}
+	kv_rpc_reply(p, msg_of("later"));
+	pthread_join(t, NULL);
+	assert_int_equal(c.rv, KV_OK);
+	assert_int_equal(nng_msg_len(c.reply), 5);
+	assert_memory_equal(nng_msg_body(c.reply), "later", 5);
+	nng_msg_free(c.reply);
+	kv_rpc_client_destroy(c.cli);
+	kv_rpc_server_destroy(srv);
+}
+
+static void
+dropped_request_times_out_at_the_client(void **state)
+{
+	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	char url[64];
+	kv_rpc_server *srv;
+	kv_rpc_client *cli;
+	nng_msg *reply = NULL;
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
+	assert_int_equal(kv_rpc_call(cli, msg_of("drop"), &reply, 200), KV_ETIMEDOUT);
+	assert_null(reply);
+	kv_rpc_client_destroy(cli);
+	kv_rpc_server_destroy(srv);
+}
+
+static void
+call_without_server_is_unavailable(void **state)
+{
+	char url[64];
+	kv_rpc_client *cli;
+	nng_msg *reply = NULL;
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
+	assert_int_equal(kv_rpc_call(cli, msg_of("x"), &reply, 200), KV_EUNAVAIL);
+	kv_rpc_client_destroy(cli);
+}
+
+static void
+second_listener_on_same_address_gets_eaddrinuse(void **state)
+{
+	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	char url[64];
+	kv_rpc_server *a, *b = NULL;
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d};
+	assert_int_equal(kv_rpc_server_create(&o, &a), KV_OK);
+	assert_int_equal(kv_rpc_server_create(&o, &b), KV_EADDRINUSE);
+	assert_null(b);
+	kv_rpc_server_destroy(a);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(call_returns_the_reply_of_the_handler),
+	    cmocka_unit_test(deferred_request_is_answered_by_kv_rpc_reply),
+	    cmocka_unit_test(dropped_request_times_out_at_the_client),
+	    cmocka_unit_test(call_without_server_is_unavailable),
+	    cmocka_unit_test(second_listener_on_same_address_gets_eaddrinuse),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

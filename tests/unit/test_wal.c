@@ -1,0 +1,1476 @@
+/*
+ * test_wal.c - the write-ahead log (shardserver/wal.h).
+ *
+ * Built twice (tests/durability.cmake): test_wal runs the format and
+ * recovery cases - round trips across segments, torn tails of every shape,
+ * corruption in the middle, bad and missing segments, replay from an lsn,
+ * rotation and dropping; test_wal_concurrency (KV_WAL_TEST_CONCURRENCY)
+ * runs the cases with many threads and the writer's failure handling, and
+ * also runs under ThreadSanitizer. Every test uses a fresh directory under
+ * /tmp and removes it. Assertions are on counts and contents, never on
+ * timing; waits for the writer are bounded polls. Worker threads never call
+ * cmocka assertions: they count failures, checked after joining them.
+ */
+#include "common/err.h"
+#include "common/key.h"
+#include "common/log.h"
+#include "shardserver/durable/wal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "tests/support/testutil.h"
+
+/* helpers only one of the two builds uses */
+#define HELPER __attribute__((unused)) static
+
+#define HDR KV_WAL_HEADER_SIZE
+#define RH  KV_WAL_RECORD_HEADER
+
+#define setup    kv_test_dir_setup
+#define teardown kv_test_dir_teardown
+
+HELPER void
+seg_file(char *buf, size_t len, const char *dir, uint64_t first)
+{
+	snprintf(buf, len, "%s/wal-%016llx.log", dir, (unsigned long long)first);
+}
+
+HELPER off_t
+file_size(const char *f)
+{
+	struct stat st;
+	assert_int_equal(stat(f, &st), 0);
+	return st.st_size;
+}
+
+HELPER bool
+exists(const char *f)
+{
+	struct stat st;
+	return stat(f, &st) == 0;
+}
+
+static int
+count_segments(const char *dir)
+{
+	DIR *dd = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(dd);
+	while ((e = readdir(dd)) != NULL)
+		if (strncmp(e->d_name, "wal-", 4) == 0)
+			n++;
+	closedir(dd);
+	return n;
+}
+
+HELPER void
+flip_bit(const char *f, uint64_t off)
+{
+	int fd = open(f, O_RDWR);
+	uint8_t b;
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, (off_t)off), 1);
+	b ^= 0x10;
+	assert_int_equal(pwrite(fd, &b, 1, (off_t)off), 1);
+	close(fd);
+}
+
+HELPER void
+truncate_to(const char *f, off_t size)
+{
+	assert_int_equal(truncate(f, size), 0);
+}
+
+HELPER void
+append_raw(const char *f, const void *p, size_t n)
+{
+	int fd = open(f, O_WRONLY | O_APPEND | O_CREAT, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, p, n), (ssize_t)n);
+	close(fd);
+}
+
+/* ---------------------------------------------------------------- records */
+
+static uint64_t big_lsn; /* this lsn gets a 3 MiB payload; 0: none */
+
+/* Deterministic payload size and bytes of a record. */
+static size_t
+rec_len(uint64_t lsn)
+{
+	if (lsn == big_lsn)
+		return 3u * 1024u * 1024u + 17u;
+	return 1 + (size_t)((lsn * 7919u) % 3000u);
+}
+
+static uint8_t
+rec_byte(uint64_t lsn, size_t i)
+{
+	return (uint8_t)(lsn * 131u + i * 7u);
+}
+
+static uint8_t *
+make_payload(uint64_t lsn, size_t *n)
+{
+	uint8_t *p;
+	*n = rec_len(lsn);
+	p = malloc(*n);
+	assert_non_null(p);
+	for (size_t i = 0; i < *n; i++)
+		p[i] = rec_byte(lsn, i);
+	return p;
+}
+
+/* Offset of record lsn in a segment starting at first. */
+HELPER uint64_t
+rec_off(uint64_t first, uint64_t lsn)
+{
+	uint64_t off = HDR;
+	for (uint64_t l = first; l < lsn; l++)
+		off += RH + rec_len(l);
+	return off;
+}
+
+static void
+append_one(kv_wal *w, uint64_t expect_lsn)
+{
+	size_t n;
+	uint8_t *p = make_payload(expect_lsn, &n);
+	struct iovec iov[2] = {{p, n / 2}, {p + n / 2, n - n / 2}};
+	uint64_t lsn = 0;
+
+	assert_int_equal(kv_wal_appendv(w, iov, 2, &lsn), KV_OK);
+	assert_int_equal(lsn, expect_lsn);
+	free(p);
+}
+
+static kv_wal *
+open_log(const char *dir, kv_fsync_mode mode, uint64_t next)
+{
+	kv_wal_opts o = {.dir = dir, .mode = mode};
+	kv_wal *w = NULL;
+	char err[512];
+	int rv = kv_wal_open(&o, next, &w, err, sizeof(err));
+	if (rv != KV_OK)
+		fail_msg("kv_wal_open: %s: %s", kv_errname(rv), err);
+	return w;
+}
+
+/*
+ * Writes segments holding counts[0], counts[1], ... records, starting at
+ * lsn first (each segment after the first made with kv_wal_rotate).
+ */
+HELPER void
+write_segments(const char *dir, uint64_t first, const int *counts, int nseg)
+{
+	kv_wal *w = open_log(dir, KV_FSYNC_NONE, first);
+	uint64_t lsn = first, at;
+
+	for (int s = 0; s < nseg; s++) {
+		if (s > 0) {
+			assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+			assert_int_equal(at, lsn);
+		}
+		for (int i = 0; i < counts[s]; i++)
+			append_one(w, lsn++);
+	}
+	kv_wal_close(w);
+}
+
+/* What a replay saw. */
+struct got {
+	uint64_t n;     /* records */
+	uint64_t first; /* first lsn */
+	uint64_t last;  /* last lsn */
+	uint64_t bad;   /* records out of order or with wrong bytes */
+	uint64_t bytes; /* payload bytes */
+};
+
+static int
+collect(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
+{
+	struct got *g = arg;
+
+	if (g->n == 0)
+		g->first = lsn;
+	else if (lsn != g->last + 1)
+		g->bad++;
+	g->last = lsn;
+	g->n++;
+	g->bytes += n;
+	if (n != rec_len(lsn))
+		g->bad++;
+	else
+		for (size_t i = 0; i < n; i++)
+			if (p[i] != rec_byte(lsn, i)) {
+				g->bad++;
+				break;
+			}
+	return KV_OK;
+}
+
+static int
+replay(const char *dir, uint64_t from, bool cut, struct got *g, kv_wal_report *rep, char *err,
+       size_t errlen)
+{
+	memset(g, 0, sizeof(*g));
+	return kv_wal_replay(dir, from, cut, collect, g, rep, err, errlen);
+}
+
+/* Replays from from and expects success with records [first, last]. */
+static void
+expect_records(const char *dir, uint64_t from, uint64_t first, uint64_t last)
+{
+	struct got g;
+	kv_wal_report rep;
+	char err[512];
+	int rv = replay(dir, from, false, &g, &rep, err, sizeof(err));
+	if (rv != KV_OK)
+		fail_msg("replay: %s: %s", kv_errname(rv), err);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(g.n, last + 1 - first);
+	if (g.n > 0) {
+		assert_int_equal(g.first, first);
+		assert_int_equal(g.last, last);
+	}
+	assert_int_equal(rep.records, g.n);
+	assert_int_equal(rep.bytes, g.bytes);
+	assert_int_equal(rep.next_lsn, last + 1 > from ? last + 1 : from);
+}
+
+#ifndef KV_WAL_TEST_CONCURRENCY
+
+/* ---------------------------------------------------------------- round trip */
+
+static void
+fsync_modes_parse_and_name(void **state)
+{
+	kv_fsync_mode m;
+	(void)state;
+	assert_int_equal(kv_fsync_mode_parse("always", &m), KV_OK);
+	assert_int_equal(m, KV_FSYNC_ALWAYS);
+	assert_int_equal(kv_fsync_mode_parse("batch", &m), KV_OK);
+	assert_int_equal(m, KV_FSYNC_BATCH);
+	assert_int_equal(kv_fsync_mode_parse("none", &m), KV_OK);
+	assert_int_equal(m, KV_FSYNC_NONE);
+	assert_int_equal(kv_fsync_mode_parse("sometimes", &m), KV_EINVAL);
+	assert_int_equal(kv_fsync_mode_parse(NULL, &m), KV_EINVAL);
+	assert_string_equal(kv_fsync_mode_name(KV_FSYNC_ALWAYS), "always");
+	assert_string_equal(kv_fsync_mode_name(KV_FSYNC_BATCH), "batch");
+	assert_string_equal(kv_fsync_mode_name(KV_FSYNC_NONE), "none");
+}
+
+static void
+replay_returns_records_in_order_across_segments(void **state)
+{
+	kv_test_dir *d = *state;
+	/* batches stay under buffer_bytes, so segments end near segment_bytes */
+	kv_wal_opts o = {.dir = d->path,
+	                 .mode = KV_FSYNC_BATCH,
+	                 .segment_bytes = 256 * 1024,
+	                 .buffer_bytes = 64 * 1024};
+	uint8_t one = 1;
+	struct iovec empty = {&one, 0}, huge = {&one, (size_t)KV_WAL_MAX_RECORD + 1};
+	uint64_t lsn = 0;
+	kv_wal_stats st;
+	kv_wal *w;
+	char err[512];
+
+	big_lsn = 300;
+	assert_int_equal(kv_wal_open(&o, 1, &w, err, sizeof(err)), KV_OK);
+	assert_int_equal(kv_wal_appendv(w, &empty, 1, &lsn), KV_EINVAL);
+	assert_int_equal(kv_wal_appendv(w, &huge, 1, &lsn), KV_EINVAL);
+	assert_int_equal(kv_wal_appendv(w, NULL, 0, &lsn), KV_EINVAL);
+	for (uint64_t i = 1; i <= 1000; i++)
+		append_one(w, i);
+	assert_int_equal(kv_wal_wait(w, 1000, true), KV_OK);
+	kv_wal_stats_get(w, &st);
+	assert_int_equal(st.records, 1000);
+	assert_int_equal(st.next_lsn, 1001);
+	assert_int_equal(st.written_lsn, 1000);
+	assert_int_equal(st.synced_lsn, 1000);
+	assert_int_equal(st.health, KV_OK);
+	kv_wal_close(w);
+	assert_true(count_segments(d->path) >= 5);
+	expect_records(d->path, 1, 1, 1000);
+	big_lsn = 0;
+}
+
+static void
+replay_from_an_lsn_inside_a_segment_starts_there(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {10, 10, 10};
+
+	write_segments(d->path, 1, counts, 3);
+	expect_records(d->path, 15, 15, 30);
+	expect_records(d->path, 11, 11, 30);
+	expect_records(d->path, 30, 30, 30);
+	/* past the end: nothing to replay, the log continues at from_lsn */
+	expect_records(d->path, 31, 31, 30);
+	expect_records(d->path, 40, 40, 39);
+}
+
+static void
+segments_below_from_lsn_are_not_read(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {10, 10};
+	char f[512];
+
+	write_segments(d->path, 1, counts, 2);
+	seg_file(f, sizeof(f), d->path, 1);
+	flip_bit(f, rec_off(1, 5) + RH + 1);
+	expect_records(d->path, 11, 11, 20);
+	expect_records(d->path, 12, 12, 20);
+}
+
+static void
+empty_or_missing_dir_replays_nothing_and_starts_at_from_lsn(void **state)
+{
+	kv_test_dir *d = *state;
+	char missing[512];
+
+	expect_records(d->path, 1, 1, 0);
+	expect_records(d->path, 7, 7, 6);
+	snprintf(missing, sizeof(missing), "%s/nope", d->path);
+	expect_records(missing, 3, 3, 2);
+}
+
+static void
+log_closed_without_appends_reopens_at_the_same_lsn(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
+	kv_wal_close(w);
+	expect_records(d->path, 1, 1, 0);
+	w = open_log(d->path, KV_FSYNC_ALWAYS, 1); /* reuses the empty segment */
+	append_one(w, 1);
+	kv_wal_close(w);
+	expect_records(d->path, 1, 1, 1);
+	assert_int_equal(count_segments(d->path), 1);
+}
+
+static void
+open_refuses_segments_at_or_beyond_next_lsn_that_hold_records(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {5};
+	kv_wal_opts o = {.dir = d->path, .mode = KV_FSYNC_NONE};
+	kv_wal *w = NULL;
+	char err[512];
+
+	write_segments(d->path, 10, counts, 1);
+	assert_int_equal(kv_wal_open(&o, 10, &w, err, sizeof(err)), KV_EEXISTS);
+	assert_non_null(strstr(err, "wal-000000000000000a.log"));
+	assert_int_equal(kv_wal_open(&o, 3, &w, err, sizeof(err)), KV_EEXISTS);
+	assert_int_equal(kv_wal_open(&o, 0, &w, err, sizeof(err)), KV_EINVAL);
+	expect_records(d->path, 10, 10, 14);
+}
+
+static void
+close_flushes_buffered_records(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = open_log(d->path, KV_FSYNC_NONE, 1);
+
+	for (uint64_t i = 1; i <= 500; i++)
+		append_one(w, i);
+	kv_wal_close(w);
+	expect_records(d->path, 1, 1, 500);
+}
+
+static void
+records_bigger_than_the_buffer_are_accepted(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal_opts o = {.dir = d->path, .mode = KV_FSYNC_BATCH, .buffer_bytes = 100};
+	kv_wal *w;
+	char err[512];
+
+	assert_int_equal(kv_wal_open(&o, 1, &w, err, sizeof(err)), KV_OK);
+	for (uint64_t i = 1; i <= 200; i++)
+		append_one(w, i);
+	kv_wal_close(w);
+	expect_records(d->path, 1, 1, 200);
+}
+
+/* ---------------------------------------------------------------- torn tails */
+
+/* Checks a replay that drops a torn tail at off of file f. */
+static void
+expect_torn(const char *dir, const char *f, uint64_t off, uint64_t bytes, uint64_t last)
+{
+	struct got g;
+	kv_wal_report rep;
+	char err[512];
+	int rv = replay(dir, 1, false, &g, &rep, err, sizeof(err));
+	if (rv != KV_OK)
+		fail_msg("replay: %s: %s", kv_errname(rv), err);
+	assert_true(rep.torn);
+	assert_string_equal(rep.file, f);
+	assert_int_equal(rep.offset, off);
+	assert_int_equal(rep.torn_bytes, bytes);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(g.n, last);
+	assert_int_equal(rep.next_lsn, last + 1);
+	assert_int_equal(file_size(f), (off_t)off);
+}
+
+/* After a torn tail was dropped, the log continues with contiguous lsns. */
+static void
+expect_appendable(const char *dir, uint64_t next, uint64_t total)
+{
+	kv_wal *w = open_log(dir, KV_FSYNC_ALWAYS, next);
+	for (uint64_t l = next; l <= total; l++)
+		append_one(w, l);
+	kv_wal_close(w);
+	expect_records(dir, 1, 1, total);
+}
+
+static void
+torn_last_record_is_dropped_at_every_cut_and_log_continues(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {5};
+	char f[512];
+	uint64_t end5 = rec_off(1, 6), off5 = rec_off(1, 5);
+	uint64_t cuts[] = {1,
+	                   2,
+	                   7,
+	                   rec_len(5) - 1,
+	                   rec_len(5),
+	                   rec_len(5) + 1,
+	                   rec_len(5) + 10,
+	                   rec_len(5) + RH - 1};
+
+	seg_file(f, sizeof(f), d->path, 1);
+	for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+		write_segments(d->path, 1, counts, 1);
+		truncate_to(f, (off_t)(end5 - cuts[c]));
+		expect_torn(d->path, f, off5, RH + rec_len(5) - cuts[c], 4);
+		expect_appendable(d->path, 5, 9);
+		teardown(state);
+		assert_int_equal(setup(state), 0);
+		d = *state;
+		seg_file(f, sizeof(f), d->path, 1);
+	}
+}
+
+static void
+zeros_after_the_last_record_are_a_torn_tail(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3};
+	uint8_t zeros[4096] = {0};
+	char f[512];
+
+	write_segments(d->path, 1, counts, 1);
+	seg_file(f, sizeof(f), d->path, 1);
+	append_raw(f, zeros, sizeof(zeros));
+	expect_torn(d->path, f, rec_off(1, 4), sizeof(zeros), 3);
+	expect_appendable(d->path, 4, 6);
+}
+
+static void
+partial_record_header_at_the_end_is_a_torn_tail(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3};
+	uint8_t part[10] = {1, 2, 3, 4, 5, 6, 7, 8, 100, 0};
+	char f[512];
+
+	write_segments(d->path, 1, counts, 1);
+	seg_file(f, sizeof(f), d->path, 1);
+	append_raw(f, part, sizeof(part));
+	expect_torn(d->path, f, rec_off(1, 4), sizeof(part), 3);
+	expect_appendable(d->path, 4, 5);
+}
+
+static void
+flipped_bit_in_the_last_record_is_a_torn_tail(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {4, 6};
+	char f[512];
+
+	write_segments(d->path, 1, counts, 2);
+	seg_file(f, sizeof(f), d->path, 5);
+	flip_bit(f, rec_off(5, 10) + RH + rec_len(10) / 2);
+	expect_torn(d->path, f, rec_off(5, 10), RH + rec_len(10), 9);
+	expect_appendable(d->path, 10, 12);
+}
+
+static void
+flipped_bit_in_the_last_record_length_is_a_torn_tail(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {4};
+	char f[512];
+
+	write_segments(d->path, 1, counts, 1);
+	seg_file(f, sizeof(f), d->path, 1);
+	flip_bit(f, rec_off(1, 4) + 8); /* length field */
+	expect_torn(d->path, f, rec_off(1, 4), RH + rec_len(4), 3);
+}
+
+static void
+short_last_segment_header_is_a_torn_creation(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3};
+	uint8_t part[20] = {'S', 'K', 'V', 'W', 'A', 'L', 0, 0, 1};
+	kv_wal_report rep;
+	struct got g;
+	char f[512], err[512];
+
+	write_segments(d->path, 1, counts, 1);
+	seg_file(f, sizeof(f), d->path, 4);
+	append_raw(f, part, sizeof(part));
+	assert_int_equal(replay(d->path, 1, false, &g, &rep, err, sizeof(err)), KV_OK);
+	assert_true(rep.torn);
+	assert_string_equal(rep.file, f);
+	assert_int_equal(rep.offset, 0);
+	assert_int_equal(rep.torn_bytes, sizeof(part));
+	assert_int_equal(g.n, 3);
+	assert_int_equal(rep.next_lsn, 4);
+	assert_false(exists(f));
+	expect_appendable(d->path, 4, 6);
+}
+
+static void
+zero_length_last_segment_is_removed(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3};
+	kv_wal_report rep;
+	struct got g;
+	char f[512], err[512];
+
+	write_segments(d->path, 1, counts, 1);
+	seg_file(f, sizeof(f), d->path, 4);
+	append_raw(f, "", 0);
+	assert_int_equal(replay(d->path, 1, false, &g, &rep, err, sizeof(err)), KV_OK);
+	assert_true(rep.torn);
+	assert_int_equal(rep.torn_bytes, 0);
+	assert_false(exists(f));
+	assert_int_equal(rep.next_lsn, 4);
+	/* the same when it is the only segment replay starts from */
+	append_raw(f, "", 0);
+	assert_int_equal(replay(d->path, 4, false, &g, &rep, err, sizeof(err)), KV_OK);
+	assert_true(rep.torn);
+	assert_int_equal(g.n, 0);
+	assert_int_equal(rep.next_lsn, 4);
+	assert_false(exists(f));
+}
+
+/* ---------------------------------------------------------------- corruption */
+
+/* Expects KV_ECORRUPT at file f, offset off. */
+static void expect_corrupt(const char *dir, uint64_t from, const char *f, uint64_t off,
+                           const char *what);
+
+static void
+expect_corrupt_at(const char *dir, const char *f, uint64_t off)
+{
+	expect_corrupt(dir, 1, f, off, NULL);
+}
+
+static void
+zeroed_header_of_the_last_segment_is_a_torn_creation(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3};
+	uint8_t zeros[HDR] = {0};
+	kv_wal_report rep;
+	struct got g;
+	char f[512], err[512];
+
+	write_segments(d->path, 1, counts, 1);
+	seg_file(f, sizeof(f), d->path, 4);
+	append_raw(f, zeros, sizeof(zeros));
+	assert_int_equal(replay(d->path, 1, false, &g, &rep, err, sizeof(err)), KV_OK);
+	assert_true(rep.torn);
+	assert_int_equal(rep.torn_bytes, HDR);
+	assert_false(exists(f));
+	assert_int_equal(rep.next_lsn, 4);
+	/* with a record after it, the same header is corruption */
+	append_raw(f, zeros, sizeof(zeros));
+	append_raw(f, zeros, sizeof(zeros));
+	expect_corrupt_at(d->path, f, 0);
+}
+
+struct stopper {
+	uint64_t n;
+	int code;
+};
+
+static int
+stop_at_third(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
+{
+	struct stopper *s = arg;
+	(void)lsn;
+	(void)p;
+	(void)n;
+	return ++s->n == 3 ? s->code : KV_OK;
+}
+
+static void
+callback_code_stops_the_replay(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3, 3};
+	struct stopper s = {0, KV_EINTERNAL};
+	kv_wal_report rep;
+	char err[512];
+
+	write_segments(d->path, 1, counts, 2);
+	assert_int_equal(
+	    kv_wal_replay(d->path, 1, false, stop_at_third, &s, &rep, err, sizeof(err)),
+	    KV_EINTERNAL);
+	assert_int_equal(s.n, 3);
+	assert_non_null(strstr(err, "lsn 3"));
+	s = (struct stopper){0, 7}; /* any non-zero code, even a positive one */
+	assert_int_equal(
+	    kv_wal_replay(d->path, 1, false, stop_at_third, &s, &rep, err, sizeof(err)), 7);
+	expect_records(d->path, 1, 1, 6);
+}
+
+/* Expects KV_ECORRUPT naming file f and offset off. */
+static void
+expect_corrupt(const char *dir, uint64_t from, const char *f, uint64_t off, const char *what)
+{
+	kv_wal_report rep;
+	struct got g;
+	char err[512], offs[64];
+
+	assert_int_equal(replay(dir, from, false, &g, &rep, err, sizeof(err)), KV_ECORRUPT);
+	assert_string_equal(rep.file, f);
+	assert_int_equal(rep.offset, off);
+	assert_non_null(strstr(err, f));
+	snprintf(offs, sizeof(offs), "offset %llu", (unsigned long long)off);
+	assert_non_null(strstr(err, offs));
+	if (what != NULL && strstr(err, what) == NULL)
+		fail_msg("error \"%s\" does not say \"%s\"", err, what);
+}
+
+static void
+flipped_bit_in_a_middle_record_is_corruption_naming_file_and_offset(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {6};
+	char f[512];
+
+	write_segments(d->path, 1, counts, 1);
+	seg_file(f, sizeof(f), d->path, 1);
+	flip_bit(f, rec_off(1, 3) + RH + 2);
+	expect_corrupt(d->path, 1, f, rec_off(1, 3), "corrupt record");
+	/* also when replay starts after the bad record: it is still read */
+	expect_corrupt(d->path, 5, f, rec_off(1, 3), NULL);
+	assert_int_equal(file_size(f), (off_t)rec_off(1, 7)); /* nothing cut */
+}
+
+static void
+truncate_corrupt_cuts_the_log_at_a_bad_middle_record(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {6, 4};
+	kv_wal_report rep;
+	struct got g;
+	char f[512], f2[512], err[512];
+
+	write_segments(d->path, 1, counts, 2);
+	seg_file(f, sizeof(f), d->path, 1);
+	seg_file(f2, sizeof(f2), d->path, 7);
+	flip_bit(f, rec_off(1, 3) + 9); /* length field */
+	expect_corrupt(d->path, 1, f, rec_off(1, 3), NULL);
+	assert_int_equal(replay(d->path, 1, true, &g, &rep, err, sizeof(err)), KV_OK);
+	assert_true(rep.torn);
+	assert_string_equal(rep.file, f);
+	assert_int_equal(rep.offset, rec_off(1, 3));
+	assert_int_equal(rep.torn_bytes,
+	                 rec_off(1, 7) - rec_off(1, 3) + rec_off(7, 11)); /* + all of f2 */
+	assert_non_null(strstr(err, f));
+	assert_int_equal(g.n, 2);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(rep.next_lsn, 3);
+	assert_int_equal(file_size(f), (off_t)rec_off(1, 3));
+	assert_false(exists(f2));
+	expect_appendable(d->path, 3, 8);
+}
+
+static void
+bad_record_in_a_segment_before_the_last_is_corruption(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {4, 4};
+	char f[512];
+
+	write_segments(d->path, 1, counts, 2);
+	seg_file(f, sizeof(f), d->path, 1);
+	flip_bit(f, rec_off(1, 4) + RH); /* its last record */
+	expect_corrupt(d->path, 1, f, rec_off(1, 4), NULL);
+	/* and a torn tail there too */
+	truncate_to(f, (off_t)rec_off(1, 5) - 3);
+	expect_corrupt(d->path, 1, f, rec_off(1, 4), NULL);
+}
+
+static void
+segment_named_after_another_lsn_is_corruption(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3};
+	char f[512], g[512];
+
+	write_segments(d->path, 1, counts, 1);
+	seg_file(f, sizeof(f), d->path, 1);
+	seg_file(g, sizeof(g), d->path, 2);
+	assert_int_equal(rename(f, g), 0);
+	expect_corrupt(d->path, 2, g, 0, "bad segment header");
+}
+
+static void
+record_with_a_wrong_lsn_is_corruption(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3};
+	char f[512], g[512];
+	uint8_t *buf;
+	off_t n;
+	int fd;
+
+	/* a copy of segment 1 with a valid header claiming lsn 4: its first
+	 * record has a good checksum but lsn 1 */
+	write_segments(d->path, 1, counts, 1);
+	seg_file(f, sizeof(f), d->path, 1);
+	seg_file(g, sizeof(g), d->path, 4);
+	n = file_size(f);
+	buf = malloc((size_t)n);
+	assert_non_null(buf);
+	fd = open(f, O_RDONLY);
+	assert_int_equal(read(fd, buf, (size_t)n), (ssize_t)n);
+	close(fd);
+	buf[16] = 4;
+	uint64_t sum = kv_hash64(buf, 24);
+	for (int i = 0; i < 8; i++)
+		buf[24 + i] = (uint8_t)(sum >> (8 * i));
+	append_raw(g, buf, (size_t)n);
+	free(buf);
+	expect_corrupt(d->path, 1, g, HDR, "record has lsn 1, expected 4");
+}
+
+static void
+flipped_bit_in_a_segment_header_is_corruption(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3, 3};
+	char f[512];
+
+	write_segments(d->path, 1, counts, 2);
+	seg_file(f, sizeof(f), d->path, 4);
+	flip_bit(f, 17);
+	expect_corrupt(d->path, 1, f, 0, "bad segment header");
+	seg_file(f, sizeof(f), d->path, 1);
+	flip_bit(f, 2);
+	expect_corrupt(d->path, 1, f, 0, "bad segment header");
+}
+
+static void
+truncated_header_of_a_middle_segment_is_corruption(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3, 3, 3};
+	kv_wal_report rep;
+	struct got g;
+	char f[512], f3[512], err[512];
+
+	write_segments(d->path, 1, counts, 3);
+	seg_file(f, sizeof(f), d->path, 4);
+	seg_file(f3, sizeof(f3), d->path, 7);
+	truncate_to(f, 20);
+	expect_corrupt(d->path, 1, f, 0, "shorter than its header");
+	truncate_to(f, 0);
+	expect_corrupt(d->path, 1, f, 0, "shorter than its header");
+	/* with truncate_corrupt: that segment and the later ones go */
+	assert_int_equal(replay(d->path, 1, true, &g, &rep, err, sizeof(err)), KV_OK);
+	assert_true(rep.torn);
+	assert_int_equal(g.n, 3);
+	assert_int_equal(rep.next_lsn, 4);
+	assert_false(exists(f));
+	assert_false(exists(f3));
+	expect_appendable(d->path, 4, 6);
+}
+
+static void
+missing_middle_segment_is_a_gap(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3, 3, 3};
+	char f[512];
+
+	write_segments(d->path, 1, counts, 3);
+	seg_file(f, sizeof(f), d->path, 4);
+	assert_int_equal(unlink(f), 0);
+	seg_file(f, sizeof(f), d->path, 7);
+	expect_corrupt(d->path, 1, f, 0, "gap");
+	/* replay from inside the missing range: the segment before covers it */
+	expect_corrupt(d->path, 5, f, 0, "gap");
+	/* but from the last segment on, nothing is missing */
+	expect_records(d->path, 7, 7, 9);
+}
+
+static void
+log_starting_after_from_lsn_is_missing_records(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3};
+	kv_wal_report rep;
+	struct got g;
+	char f[512], err[512];
+
+	write_segments(d->path, 5, counts, 1);
+	seg_file(f, sizeof(f), d->path, 5);
+	assert_int_equal(replay(d->path, 1, false, &g, &rep, err, sizeof(err)), KV_ECORRUPT);
+	assert_non_null(strstr(err, "log starts at 5, need 1"));
+	assert_string_equal(rep.file, f);
+	assert_int_equal(replay(d->path, 4, true, &g, &rep, err, sizeof(err)), KV_ECORRUPT);
+	assert_non_null(strstr(err, "log starts at 5, need 4"));
+	assert_int_equal(g.n, 0);
+	expect_records(d->path, 5, 5, 7);
+	expect_records(d->path, 6, 6, 7);
+}
+
+/* ---------------------------------------------------------------- rotate, drop */
+
+static void
+rotate_starts_a_segment_at_the_next_lsn(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = open_log(d->path, KV_FSYNC_BATCH, 1);
+	uint64_t at = 0;
+	char f[512];
+
+	assert_int_equal(kv_wal_rotate(w, &at), KV_OK); /* empty: nothing to do */
+	assert_int_equal(at, 1);
+	assert_int_equal(count_segments(d->path), 1);
+	for (uint64_t l = 1; l <= 5; l++)
+		append_one(w, l);
+	assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+	assert_int_equal(at, 6);
+	seg_file(f, sizeof(f), d->path, 6);
+	assert_true(exists(f));
+	assert_int_equal(file_size(f), HDR);
+	assert_int_equal(kv_wal_rotate(w, &at), KV_OK); /* still empty */
+	assert_int_equal(at, 6);
+	assert_int_equal(count_segments(d->path), 2);
+	/* the old segment was fsynced by the rotation */
+	kv_wal_stats st;
+	kv_wal_stats_get(w, &st);
+	assert_int_equal(st.synced_lsn, 5);
+	for (uint64_t l = 6; l <= 8; l++)
+		append_one(w, l);
+	kv_wal_close(w);
+	seg_file(f, sizeof(f), d->path, 1);
+	assert_int_equal(file_size(f), (off_t)rec_off(1, 6));
+	expect_records(d->path, 1, 1, 8);
+	expect_records(d->path, 6, 6, 8);
+}
+
+static void
+drop_before_removes_only_fully_covered_segments(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
+	uint64_t at, lsn = 1;
+	char f[512];
+
+	for (int s = 0; s < 4; s++) {
+		if (s > 0)
+			assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+		for (int i = 0; i < 5; i++)
+			append_one(w, lsn++);
+	}
+	/* segments start at 1, 6, 11, 16 (open) */
+	assert_int_equal(kv_wal_drop_before(w, 5), KV_OK); /* 1 holds 5 */
+	assert_int_equal(count_segments(d->path), 4);
+	assert_int_equal(kv_wal_drop_before(w, 6), KV_OK);
+	assert_int_equal(count_segments(d->path), 3);
+	seg_file(f, sizeof(f), d->path, 1);
+	assert_false(exists(f));
+	assert_int_equal(kv_wal_drop_before(w, 13), KV_OK); /* 6..10 go, 11 holds 11, 12 */
+	assert_int_equal(count_segments(d->path), 2);
+	assert_int_equal(kv_wal_drop_before(w, 1000), KV_OK); /* never the open one */
+	assert_int_equal(count_segments(d->path), 1);
+	seg_file(f, sizeof(f), d->path, 16);
+	assert_true(exists(f));
+	append_one(w, lsn++);
+	kv_wal_close(w);
+	expect_records(d->path, 16, 16, 21);
+	expect_records(d->path, 18, 18, 21);
+}
+
+#else /* KV_WAL_TEST_CONCURRENCY */
+
+/* ---------------------------------------------------------------- concurrency */
+
+#define THREADS    8
+#define PER_THREAD 2000
+#define REC_BYTES  24
+
+struct counters {
+	atomic_uint_fast64_t ok;    /* notifications with status 0 */
+	atomic_uint_fast64_t err;   /* ... with the expected error */
+	atomic_uint_fast64_t other; /* ... with anything else */
+	int expect_err;             /* the expected error */
+};
+
+static void
+count_done(void *arg, int status)
+{
+	struct counters *c = arg;
+	if (status == KV_OK)
+		atomic_fetch_add(&c->ok, 1);
+	else if (status == c->expect_err)
+		atomic_fetch_add(&c->err, 1);
+	else
+		atomic_fetch_add(&c->other, 1);
+}
+
+/* A record of thread t, sequence s: both in the payload, to check later. */
+static void
+thread_payload(uint8_t *p, uint32_t t, uint32_t s)
+{
+	memset(p, 0, REC_BYTES);
+	memcpy(p, &t, 4);
+	memcpy(p + 4, &s, 4);
+	for (int i = 8; i < REC_BYTES; i++)
+		p[i] = (uint8_t)(t * 17 + s * 3 + (uint32_t)i);
+}
+
+struct seq_check {
+	uint32_t next[THREADS]; /* next sequence per thread */
+	uint64_t n, last, bad;
+};
+
+static int
+check_seq(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
+{
+	struct seq_check *c = arg;
+	uint8_t want[REC_BYTES];
+	uint32_t t, s;
+
+	if (c->n > 0 && lsn != c->last + 1)
+		c->bad++;
+	c->last = lsn;
+	c->n++;
+	if (n != REC_BYTES) {
+		c->bad++;
+		return KV_OK;
+	}
+	memcpy(&t, p, 4);
+	memcpy(&s, p + 4, 4);
+	thread_payload(want, t, s);
+	if (t >= THREADS || s != c->next[t] || memcmp(p, want, REC_BYTES) != 0)
+		c->bad++;
+	else
+		c->next[t]++;
+	return KV_OK;
+}
+
+struct worker {
+	kv_wal *w;
+	uint32_t id;
+	uint32_t count;
+	struct counters *c;
+	atomic_uint_fast64_t *failures;
+	bool wait_every; /* wait for durability every 50 appends */
+};
+
+static void *
+append_worker(void *p)
+{
+	struct worker *a = p;
+	uint8_t rec[REC_BYTES];
+	uint64_t lsn = 0;
+
+	for (uint32_t s = 0; s < a->count; s++) {
+		struct iovec iov = {rec, sizeof(rec)};
+		thread_payload(rec, a->id, s);
+		if (kv_wal_appendv(a->w, &iov, 1, &lsn) != KV_OK ||
+		    kv_wal_notify(a->w, lsn, count_done, a->c) != KV_OK) {
+			atomic_fetch_add(a->failures, 1);
+			continue;
+		}
+		if (a->wait_every && s % 50 == 49 && kv_wal_wait(a->w, lsn, true) != KV_OK)
+			atomic_fetch_add(a->failures, 1);
+	}
+	return NULL;
+}
+
+static void
+expect_thread_records(const char *dir, uint64_t total)
+{
+	struct seq_check c = {{0}};
+	kv_wal_report rep;
+	char err[512];
+	int rv = kv_wal_replay(dir, 1, false, check_seq, &c, &rep, err, sizeof(err));
+	if (rv != KV_OK)
+		fail_msg("replay: %s: %s", kv_errname(rv), err);
+	assert_false(rep.torn);
+	assert_int_equal(c.bad, 0);
+	assert_int_equal(c.n, total);
+	assert_int_equal(rep.next_lsn, total + 1);
+	for (int t = 0; t < THREADS; t++)
+		assert_int_equal(c.next[t], total / THREADS);
+}
+
+static void
+run_workers(kv_wal *w, struct counters *c, uint32_t per_thread, bool wait_every)
+{
+	pthread_t th[THREADS];
+	struct worker a[THREADS];
+	atomic_uint_fast64_t failures = 0;
+
+	for (uint32_t t = 0; t < THREADS; t++) {
+		a[t] = (struct worker){.w = w,
+		                       .id = t,
+		                       .count = per_thread,
+		                       .c = c,
+		                       .failures = &failures,
+		                       .wait_every = wait_every};
+		assert_int_equal(pthread_create(&th[t], NULL, append_worker, &a[t]), 0);
+	}
+	for (int t = 0; t < THREADS; t++)
+		pthread_join(th[t], NULL);
+	assert_int_equal(atomic_load(&failures), 0);
+}
+
+static void
+group_commit_makes_every_record_durable_with_fewer_fsyncs(void **state)
+{
+	kv_test_dir *d = *state;
+	struct counters c = {0};
+	uint64_t total = (uint64_t)THREADS * PER_THREAD;
+	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
+	kv_wal_stats st;
+
+	run_workers(w, &c, PER_THREAD, true);
+	assert_int_equal(kv_wal_wait(w, total, true), KV_OK);
+	kv_wal_stats_get(w, &st);
+	assert_int_equal(st.records, total);
+	assert_int_equal(st.synced_lsn, total);
+	assert_int_equal(st.health, KV_OK);
+	print_message("%llu records, %llu writes, %llu fsyncs\n", (unsigned long long)total,
+	              (unsigned long long)st.writes, (unsigned long long)st.fsyncs);
+	assert_true(st.fsyncs > 0);
+	assert_true(st.fsyncs < total);
+	assert_true(st.writes < total);
+	kv_wal_close(w);
+	assert_int_equal(atomic_load(&c.ok), total);
+	assert_int_equal(atomic_load(&c.other), 0);
+	expect_thread_records(d->path, total);
+}
+
+static void
+rotation_and_dropping_while_appending_keep_lsns_contiguous(void **state)
+{
+	kv_test_dir *d = *state;
+	struct counters c = {0};
+	kv_wal_opts o = {.dir = d->path,
+	                 .mode = KV_FSYNC_NONE,
+	                 .segment_bytes = 16 * 1024,
+	                 .buffer_bytes = 4096};
+	uint64_t total = (uint64_t)THREADS * 500;
+	pthread_t th[THREADS];
+	struct worker a[THREADS];
+	atomic_uint_fast64_t failures = 0;
+	kv_wal *w;
+	char err[512];
+
+	assert_int_equal(kv_wal_open(&o, 1, &w, err, sizeof(err)), KV_OK);
+	for (uint32_t t = 0; t < THREADS; t++) {
+		a[t] =
+		    (struct worker){.w = w, .id = t, .count = 500, .c = &c, .failures = &failures};
+		assert_int_equal(pthread_create(&th[t], NULL, append_worker, &a[t]), 0);
+	}
+	for (int i = 0; i < 20; i++) {
+		uint64_t at;
+		assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+		assert_int_equal(kv_wal_drop_before(w, 1), KV_OK); /* keeps everything */
+	}
+	for (int t = 0; t < THREADS; t++)
+		pthread_join(th[t], NULL);
+	assert_int_equal(atomic_load(&failures), 0);
+	kv_wal_close(w);
+	assert_int_equal(atomic_load(&c.ok), total);
+	assert_true(count_segments(d->path) > 2);
+	expect_thread_records(d->path, total);
+}
+
+/* A flag a notification sets, to wait for without sleeping blindly. */
+struct flag {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool set;
+	int status;
+};
+
+static void
+flag_done(void *arg, int status)
+{
+	struct flag *f = arg;
+	pthread_mutex_lock(&f->mu);
+	f->set = true;
+	f->status = status;
+	pthread_cond_broadcast(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+}
+
+/* Waits for the flag, at most 30 s (a liveness bound, not a timing check). */
+static bool
+flag_wait(struct flag *f)
+{
+	struct timespec ts;
+	bool set;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	pthread_mutex_lock(&f->mu);
+	while (!f->set && pthread_cond_timedwait(&f->cv, &f->mu, &ts) == 0)
+		;
+	set = f->set;
+	pthread_mutex_unlock(&f->mu);
+	return set;
+}
+
+static void
+batch_notifications_fire_without_waiting_for_fsync(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal_opts o = {.dir = d->path, .mode = KV_FSYNC_BATCH, .batch_ms = 600000};
+	struct flag f = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, -1};
+	kv_wal_stats st;
+	kv_wal *w;
+	char err[512];
+
+	assert_int_equal(kv_wal_open(&o, 1, &w, err, sizeof(err)), KV_OK);
+	append_one(w, 1);
+	append_one(w, 2);
+	assert_int_equal(kv_wal_notify(w, 2, flag_done, &f), KV_OK);
+	assert_true(flag_wait(&f));
+	assert_int_equal(f.status, KV_OK);
+	kv_wal_stats_get(w, &st);
+	assert_int_equal(st.fsyncs, 0); /* the interval is ten minutes */
+	assert_int_equal(st.written_lsn, 2);
+	assert_int_equal(st.synced_lsn, 0);
+	assert_int_equal(kv_wal_wait(w, 2, false), KV_OK);
+	assert_int_equal(kv_wal_wait(w, 2, true), KV_OK); /* forces the fsync */
+	kv_wal_stats_get(w, &st);
+	assert_int_equal(st.fsyncs, 1);
+	assert_int_equal(st.synced_lsn, 2);
+	assert_int_equal(kv_wal_wait(w, 3, false), KV_EINVAL);
+	assert_int_equal(kv_wal_notify(w, 3, flag_done, &f), KV_EINVAL);
+	kv_wal_close(w);
+	expect_records(d->path, 1, 1, 2);
+}
+
+/* Records the order in which notifications fire. */
+struct order {
+	pthread_mutex_t mu;
+	uint64_t fired[128];
+	int n;
+	int bad; /* fired with a non-zero status */
+};
+
+struct order_arg {
+	struct order *o;
+	uint64_t lsn;
+};
+
+static void
+order_done(void *arg, int status)
+{
+	struct order_arg *a = arg;
+	pthread_mutex_lock(&a->o->mu);
+	if (status != KV_OK)
+		a->o->bad++;
+	if (a->o->n < 128)
+		a->o->fired[a->o->n] = a->lsn;
+	a->o->n++;
+	pthread_mutex_unlock(&a->o->mu);
+}
+
+/* Blocks the writer thread (inside a notification) until released; a
+ * notification that fires inline, on the test thread, only says so. */
+struct gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	pthread_t test_thread;
+	bool entered, open, inline_call;
+};
+
+static void
+gate_done(void *arg, int status)
+{
+	struct gate *g = arg;
+	(void)status;
+	pthread_mutex_lock(&g->mu);
+	if (pthread_equal(pthread_self(), g->test_thread)) {
+		g->inline_call = true;
+		pthread_mutex_unlock(&g->mu);
+		return;
+	}
+	g->entered = true;
+	pthread_cond_broadcast(&g->cv);
+	while (!g->open)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+}
+
+static void
+notifications_registered_out_of_lsn_order_fire_in_lsn_order(void **state)
+{
+	kv_test_dir *d = *state;
+	struct gate g = {PTHREAD_MUTEX_INITIALIZER,
+	                 PTHREAD_COND_INITIALIZER,
+	                 pthread_self(),
+	                 false,
+	                 false,
+	                 false};
+	struct order o = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct order_arg args[99];
+	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
+	uint64_t k = 0;
+
+	/* hold the writer in lsn k's notification while k+1..k+99 queue up
+	 * (k: the first record whose notification did not fire inline) */
+	for (;;) {
+		append_one(w, ++k);
+		assert_int_equal(kv_wal_notify(w, k, gate_done, &g), KV_OK);
+		pthread_mutex_lock(&g.mu);
+		bool was_inline = g.inline_call;
+		g.inline_call = false;
+		pthread_mutex_unlock(&g.mu);
+		if (!was_inline)
+			break;
+		assert_true(k < 1000);
+	}
+	pthread_mutex_lock(&g.mu);
+	while (!g.entered)
+		pthread_cond_wait(&g.cv, &g.mu);
+	pthread_mutex_unlock(&g.mu);
+	for (uint64_t l = k + 1; l <= k + 99; l++)
+		append_one(w, l);
+	for (int i = 98; i >= 0; i--) {
+		args[i] = (struct order_arg){&o, k + 1 + (uint64_t)i};
+		assert_int_equal(kv_wal_notify(w, k + 1 + (uint64_t)i, order_done, &args[i]),
+		                 KV_OK);
+	}
+	pthread_mutex_lock(&o.mu);
+	assert_int_equal(o.n, 0); /* none durable yet: all queued */
+	pthread_mutex_unlock(&o.mu);
+	pthread_mutex_lock(&g.mu);
+	g.open = true;
+	pthread_cond_broadcast(&g.cv);
+	pthread_mutex_unlock(&g.mu);
+	assert_int_equal(kv_wal_wait(w, k + 99, true), KV_OK);
+	kv_wal_close(w);
+	assert_int_equal(o.n, 99);
+	assert_int_equal(o.bad, 0);
+	for (int i = 0; i < 99; i++)
+		assert_int_equal(o.fired[i], k + 1 + (uint64_t)i);
+	expect_records(d->path, 1, 1, k + 99);
+}
+
+static void
+injected_enospc_reports_errors_and_recovers_without_losing_records(void **state)
+{
+	kv_test_dir *d = *state;
+	struct counters c = {.expect_err = KV_ENOSPC};
+	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
+	uint64_t lsn = 1;
+	kv_wal_stats st;
+
+	for (; lsn <= 10; lsn++)
+		append_one(w, lsn);
+	assert_int_equal(kv_wal_wait(w, 10, true), KV_OK);
+
+	kv_wal_test_fail_writes(w, KV_ENOSPC);
+	for (; lsn <= 30; lsn++) {
+		append_one(w, lsn);
+		assert_int_equal(kv_wal_notify(w, lsn, count_done, &c), KV_OK);
+	}
+	/* every notification fires with the error: the failed write reports
+	 * them, or they are registered after it and fire inline */
+	for (int i = 0; i < 3000 && atomic_load(&c.err) < 20; i++)
+		usleep(10 * 1000);
+	assert_int_equal(atomic_load(&c.err), 20);
+	assert_int_equal(atomic_load(&c.ok), 0);
+	assert_int_equal(kv_wal_health(w), KV_ENOSPC);
+	assert_int_equal(kv_wal_wait(w, 30, true), KV_ENOSPC);
+	assert_int_equal(kv_wal_notify(w, 30, count_done, &c), KV_OK);
+	assert_int_equal(atomic_load(&c.err), 21); /* inline */
+	/* appends still buffer while unhealthy (the caller refuses new ones) */
+	for (; lsn <= 40; lsn++)
+		append_one(w, lsn);
+	kv_wal_stats_get(w, &st);
+	assert_int_equal(st.health, KV_ENOSPC);
+	assert_int_equal(st.synced_lsn, 10);
+
+	kv_wal_test_fail_writes(w, 0);
+	for (int i = 0; i < 3000 && kv_wal_health(w) != KV_OK; i++)
+		usleep(10 * 1000);
+	assert_int_equal(kv_wal_health(w), KV_OK);
+	assert_int_equal(kv_wal_wait(w, 40, true), KV_OK);
+	assert_int_equal(kv_wal_notify(w, 25, count_done, &c), KV_OK);
+	assert_int_equal(atomic_load(&c.ok), 1); /* inline: durable now */
+	append_one(w, lsn);
+	kv_wal_close(w);
+	assert_int_equal(atomic_load(&c.other), 0);
+	expect_records(d->path, 1, 1, 41);
+}
+
+static void
+failed_fsync_rewrites_unsynced_records_exactly_once(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal_opts o = {.dir = d->path, .mode = KV_FSYNC_BATCH, .batch_ms = 600000};
+	kv_wal_report rep;
+	kv_wal_stats st;
+	struct got g;
+	kv_wal *w;
+	char err[512];
+
+	assert_int_equal(kv_wal_open(&o, 1, &w, err, sizeof(err)), KV_OK);
+	for (uint64_t l = 1; l <= 10; l++)
+		append_one(w, l);
+	assert_int_equal(kv_wal_wait(w, 10, false), KV_OK); /* written, not synced */
+	kv_wal_test_fail_writes(w, EIO);                    /* an errno works too */
+	assert_int_equal(kv_wal_wait(w, 10, true), KV_EIO);
+	assert_int_equal(kv_wal_health(w), KV_EIO);
+	for (uint64_t l = 11; l <= 15; l++)
+		append_one(w, l);
+	kv_wal_test_fail_writes(w, 0);
+	for (int i = 0; i < 3000 && kv_wal_health(w) != KV_OK; i++)
+		usleep(10 * 1000);
+	assert_int_equal(kv_wal_wait(w, 15, true), KV_OK);
+	kv_wal_stats_get(w, &st);
+	assert_int_equal(st.synced_lsn, 15);
+	kv_wal_close(w);
+	assert_int_equal(replay(d->path, 1, false, &g, &rep, err, sizeof(err)), KV_OK);
+	assert_false(rep.torn);
+	assert_int_equal(g.n, 15);
+	assert_int_equal(g.bad, 0);
+}
+
+static void
+close_completes_pending_notifications(void **state)
+{
+	kv_test_dir *d = *state;
+	struct counters c = {.expect_err = KV_ECLOSED};
+	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
+
+	for (uint64_t l = 1; l <= 200; l++) {
+		append_one(w, l);
+		assert_int_equal(kv_wal_notify(w, l, count_done, &c), KV_OK);
+	}
+	kv_wal_close(w);
+	assert_int_equal(atomic_load(&c.ok), 200);
+	expect_records(d->path, 1, 1, 200);
+}
+
+static void
+close_on_a_failed_disk_gives_up_and_leaves_a_clean_prefix(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
+	struct flag f = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, -1};
+	kv_wal_report rep;
+	struct got g;
+	char err[512];
+
+	append_one(w, 1);
+	assert_int_equal(kv_wal_wait(w, 1, true), KV_OK);
+	kv_wal_test_fail_writes(w, KV_EIO);
+	append_one(w, 2);
+	assert_int_equal(kv_wal_notify(w, 2, flag_done, &f), KV_OK);
+	assert_true(flag_wait(&f));
+	assert_int_equal(f.status, KV_EIO);
+	append_one(w, 3);
+	kv_wal_close(w); /* gives up after a few seconds */
+	/* the half-written batch was cut back: no torn tail, only record 1 */
+	assert_int_equal(replay(d->path, 1, false, &g, &rep, err, sizeof(err)), KV_OK);
+	assert_false(rep.torn);
+	assert_int_equal(g.n, 1);
+	assert_int_equal(g.bad, 0);
+}
+
+#endif /* KV_WAL_TEST_CONCURRENCY */
+
+int
+main(void)
+{
+	kv_log_set_level(KV_LOG_OFF);
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+	const struct CMUnitTest tests[] = {
+#ifndef KV_WAL_TEST_CONCURRENCY
+	    T(fsync_modes_parse_and_name),
+	    T(replay_returns_records_in_order_across_segments),
+	    T(replay_from_an_lsn_inside_a_segment_starts_there),
+	    T(segments_below_from_lsn_are_not_read),
+	    T(empty_or_missing_dir_replays_nothing_and_starts_at_from_lsn),
+	    T(log_closed_without_appends_reopens_at_the_same_lsn),
+	    T(open_refuses_segments_at_or_beyond_next_lsn_that_hold_records),
+	    T(close_flushes_buffered_records),
+	    T(records_bigger_than_the_buffer_are_accepted),
+	    T(torn_last_record_is_dropped_at_every_cut_and_log_continues),
+	    T(zeros_after_the_last_record_are_a_torn_tail),
+	    T(partial_record_header_at_the_end_is_a_torn_tail),
+	    T(flipped_bit_in_the_last_record_is_a_torn_tail),
+	    T(flipped_bit_in_the_last_record_length_is_a_torn_tail),
+	    T(short_last_segment_header_is_a_torn_creation),
+	    T(zero_length_last_segment_is_removed),
+	    T(zeroed_header_of_the_last_segment_is_a_torn_creation),
+	    T(callback_code_stops_the_replay),
+	    T(flipped_bit_in_a_middle_record_is_corruption_naming_file_and_offset),
+	    T(truncate_corrupt_cuts_the_log_at_a_bad_middle_record),
+	    T(bad_record_in_a_segment_before_the_last_is_corruption),
+	    T(segment_named_after_another_lsn_is_corruption),
+	    T(record_with_a_wrong_lsn_is_corruption),
+	    T(flipped_bit_in_a_segment_header_is_corruption),
+	    T(truncated_header_of_a_middle_segment_is_corruption),
+	    T(missing_middle_segment_is_a_gap),
+	    T(log_starting_after_from_lsn_is_missing_records),
+	    T(rotate_starts_a_segment_at_the_next_lsn),
+	    T(drop_before_removes_only_fully_covered_segments),
+#else
+	    T(group_commit_makes_every_record_durable_with_fewer_fsyncs),
+	    T(rotation_and_dropping_while_appending_keep_lsns_contiguous),
+	    T(batch_notifications_fire_without_waiting_for_fsync),
+	    T(notifications_registered_out_of_lsn_order_fire_in_lsn_order),
+	    T(injected_enospc_reports_errors_and_recovers_without_losing_records),
+	    T(failed_fsync_rewrites_unsynced_records_exactly_once),
+	    T(close_completes_pending_notifications),
+	    T(close_on_a_failed_disk_gives_up_and_leaves_a_clean_prefix),
+#endif
+	};
+#undef T
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
