@@ -36,7 +36,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,7 +134,7 @@ get64(const uint8_t *p)
 /* Reads the node file. Returns 0 (found), KV_ENOTFOUND (first start),
  * KV_ECORRUPT or KV_EIO. */
 static int
-nodefile_load(const char *dir, uint32_t *id, char *cluster, size_t clen)
+kv_nodefile_load(const char *dir, uint32_t *id, char *cluster, size_t clen)
 {
 	char path[4096];
 	uint8_t buf[16 + 128 + 8];
@@ -163,7 +162,7 @@ nodefile_load(const char *dir, uint32_t *id, char *cluster, size_t clen)
 
 /* Writes the node file atomically. Returns 0 or KV_EIO/KV_ENOSPC/KV_EPERM. */
 static int
-nodefile_save(const char *dir, uint32_t id, const char *cluster)
+kv_nodefile_save(const char *dir, uint32_t id, const char *cluster)
 {
 	char path[4096], tmp[4096];
 	uint8_t buf[16 + 128 + 8];
@@ -1133,7 +1132,7 @@ save_identity(kv_server *s)
 	pthread_mutex_lock(&s->cfg_mu);
 	memcpy(cid, s->cluster_id, sizeof(cid));
 	pthread_mutex_unlock(&s->cfg_mu);
-	rv = nodefile_save(s->cfg->data_dir, atomic_load(&s->node_id), cid);
+	rv = kv_nodefile_save(s->cfg->data_dir, atomic_load(&s->node_id), cid);
 	if (rv != 0)
 		KV_ERROR(COMP, "cannot write node file", "dir=%s err=%s", s->cfg->data_dir,
 		         kv_errname(rv));
@@ -1526,21 +1525,22 @@ leave_complete(kv_server *s)
 	return gone && !pending;
 }
 
-/* Waits for a signal up to ms. Returns the signal or 0. */
-static int
-wait_signal(const sigset_t *set, unsigned ms)
+/* Waits up to ms through the caller's callback, or sleeps. Returns true
+ * when the callback cuts the leave short. */
+static bool
+leave_wait(kv_server *s, kv_server_wait_cb wait, void *arg, unsigned ms)
 {
-	struct timespec ts = {.tv_sec = ms / 1000u, .tv_nsec = (long)(ms % 1000u) * 1000000L};
-	int sig = sigtimedwait(set, NULL, &ts);
-	return sig > 0 ? sig : 0;
+	if (wait != NULL)
+		return wait(arg, ms);
+	kv_server__nap(s, ms);
+	return false;
 }
 
-/* The graceful leave after SIGTERM; a second signal cuts it short. */
-static void
-graceful_leave(kv_server *s, const sigset_t *set)
+kv_server_leave_result
+kv_server_leave(kv_server *s, uint32_t timeout_ms, kv_server_wait_cb wait, void *arg)
 {
 	uint32_t me = atomic_load(&s->node_id);
-	uint32_t limit = s->cfg->leave_timeout_ms ? s->cfg->leave_timeout_ms : 60000;
+	uint32_t limit = timeout_ms ? timeout_ms : 60000;
 	kv_adm_resp r;
 	int rv;
 
@@ -1551,7 +1551,7 @@ graceful_leave(kv_server *s, const sigset_t *set)
 	 * the destination of a migration in flight the controller answers BUSY:
 	 * keep serving and ask again until the deadline. */
 	if (me == 0)
-		return;
+		return KV_LEAVE_UNREGISTERED;
 	kv_adm_req rq = {.kind = KV_ADM_LEAVE, .node_id = me};
 	for (;;) {
 		rv = kv_server__ctl_call(s, &rq, &r, 2000);
@@ -1563,13 +1563,11 @@ graceful_leave(kv_server *s, const sigset_t *set)
 			        kv_errname(rv ? rv : r.status), rv ? "" : r.error);
 			if (rv == 0)
 				kv_sc_adm_resp_fini(&r);
-			return;
+			return KV_LEAVE_REFUSED;
 		}
 		kv_sc_adm_resp_fini(&r);
-		if (wait_signal(set, 200) != 0) {
-			KV_WARN(COMP, "second signal, stopping without leaving", NULL);
-			return;
-		}
+		if (leave_wait(s, wait, arg, 200))
+			return KV_LEAVE_CUT_ASKING;
 	}
 	kv_sc_adm_resp_fini(&r);
 	atomic_store(&s->leaving, true);
@@ -1577,14 +1575,13 @@ graceful_leave(kv_server *s, const sigset_t *set)
 	while (kv_now_ns() < deadline) {
 		if (leave_complete(s)) {
 			KV_INFO(COMP, "drained", "node_id=%u", me);
-			return;
+			return KV_LEAVE_DRAINED;
 		}
-		if (wait_signal(set, 100) != 0) {
-			KV_WARN(COMP, "second signal, stopping without draining", NULL);
-			return;
-		}
+		if (leave_wait(s, wait, arg, 100))
+			return KV_LEAVE_CUT_DRAINING;
 	}
 	KV_WARN(COMP, "drain timed out, stopping", "timeout_ms=%u", limit);
+	return KV_LEAVE_TIMED_OUT;
 }
 
 /* Refuses new requests and waits (bounded) until every request taken has
@@ -1621,29 +1618,50 @@ check_data_dir(const char *dir)
 	return KV_OK;
 }
 
+/* Copies a one-line reason for the caller of kv_server_create. */
+static void
+set_err(char *err, size_t errlen, const char *msg)
+{
+	if (err != NULL && errlen > 0)
+		snprintf(err, errlen, "%s", msg);
+}
+
+/* Frees what kv_server_create set up before the store: the parts every
+ * path owns. */
+static void
+free_base(kv_server *s)
+{
+	kv_config_free(s->cur);
+	pthread_mutex_destroy(&s->cfg_mu);
+	pthread_mutex_destroy(&s->ctl_mu);
+	pthread_mutex_destroy(&s->mig_mu);
+	kv_srv_metrics_set_ranges(s, NULL, 0);
+	pthread_mutex_destroy(&s->rfig_mu);
+	if (s->auth.data != NULL)
+		memset(s->auth.data, 0, s->auth.len);
+	kv_buf_fini(&s->auth);
+	kv_tls_destroy(s->tls);
+	free(s);
+}
+
 int
-kv_server_run(const kv_server_cfg *cfg)
+kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t errlen)
 {
 	kv_server *s;
-	sigset_t set;
-	pthread_t watch_thr, hb_thr;
-	bool watch_started = false, hb_started = false;
 	kv_store_opts so;
 	int rv;
 
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	signal(SIGXFSZ, SIG_IGN); /* a file size limit is an I/O error, not a death */
-
-	if (cfg->nctl == 0 || cfg->listen == NULL || cfg->data_dir == NULL)
+	set_err(err, errlen, "");
+	if (cfg->nctl == 0 || cfg->listen == NULL || cfg->data_dir == NULL) {
+		set_err(err, errlen, "a listen address, a controller and a data dir are required");
 		return KV_EINVAL;
+	}
 	s = calloc(1, sizeof(*s));
 	if (s == NULL)
 		return KV_ENOMEM;
-	s->cfg = cfg;
+	s->cfg_copy = *cfg;
+	s->cfg = &s->cfg_copy;
+	cfg = s->cfg;
 	s->max_key = cfg->max_key ? cfg->max_key : KV_DEFAULT_MAX_KEY;
 	s->max_value = cfg->max_value ? cfg->max_value : KV_DEFAULT_MAX_VALUE;
 	s->max_batch = cfg->max_batch ? cfg->max_batch : 65536;
@@ -1662,6 +1680,7 @@ kv_server_run(const kv_server_cfg *cfg)
 		                       sizeof(aerr))) != 0) {
 			KV_ERROR(COMP, "cannot use the auth token", "err=%s detail=\"%s\"",
 			         kv_errname(rv), aerr);
+			set_err(err, errlen, "cannot use the auth token");
 			rv = KV_EINVAL;
 			goto err_after_alloc;
 		}
@@ -1674,6 +1693,7 @@ kv_server_run(const kv_server_cfg *cfg)
 		if ((rv = kv_tls_create(&cfg->tls, true, &s->tls, terr, sizeof(terr))) != 0) {
 			KV_ERROR(COMP, "cannot use the TLS files", "err=%s detail=\"%s\"",
 			         kv_errname(rv), terr);
+			set_err(err, errlen, "cannot use the TLS files");
 			rv = KV_EINVAL;
 			goto err_after_alloc;
 		}
@@ -1686,25 +1706,29 @@ kv_server_run(const kv_server_cfg *cfg)
 			                      sizeof(uerr));
 		if (rv != 0) {
 			KV_ERROR(COMP, "cannot start", "err=EINVAL detail=\"%s\"", uerr);
+			set_err(err, errlen, uerr);
 			goto err_after_alloc;
 		}
 	}
 	if ((rv = check_data_dir(cfg->data_dir)) != 0) {
 		KV_ERROR(COMP, "cannot use data dir", "dir=%s err=\"%s\"", cfg->data_dir,
 		         rv == KV_EINVAL ? "not a directory" : strerror(errno));
+		set_err(err, errlen, "cannot use data dir");
 		goto err_after_alloc;
 	}
 	uint32_t id = 0;
-	rv = nodefile_load(cfg->data_dir, &id, s->cluster_id, sizeof(s->cluster_id));
+	rv = kv_nodefile_load(cfg->data_dir, &id, s->cluster_id, sizeof(s->cluster_id));
 	if (rv != 0 && rv != KV_ENOTFOUND) {
 		KV_ERROR(COMP, "cannot read node file", "dir=%s err=%s", cfg->data_dir,
 		         kv_strerror(rv));
+		set_err(err, errlen, "cannot read node file");
 		goto err_after_alloc;
 	}
 	atomic_store(&s->node_id, id);
-	if (rv == KV_ENOTFOUND && (rv = nodefile_save(cfg->data_dir, 0, "")) != 0) {
+	if (rv == KV_ENOTFOUND && (rv = kv_nodefile_save(cfg->data_dir, 0, "")) != 0) {
 		KV_ERROR(COMP, "cannot write to data dir", "dir=%s err=%s", cfg->data_dir,
 		         kv_strerror(rv));
+		set_err(err, errlen, "cannot write to data dir");
 		goto err_after_alloc;
 	}
 	if (kv_owner_init(&s->owner) != 0 || (s->dedup = kv_dedup_create(0, 0, 0)) == NULL) {
@@ -1719,6 +1743,7 @@ kv_server_run(const kv_server_cfg *cfg)
 		so.partitions = cfg->threads;
 	if ((rv = kv_store_create(&so, &s->store)) != 0) {
 		KV_ERROR(COMP, "cannot create store", "err=%s", kv_strerror(rv));
+		set_err(err, errlen, "cannot create store");
 		goto err_after_owner;
 	}
 	kv_dur_opts dopts = {.dir = cfg->data_dir,
@@ -1735,6 +1760,7 @@ kv_server_run(const kv_server_cfg *cfg)
 		         rv == KV_ECORRUPT ? " hint=\"--wal-truncate-corrupt cuts the log at the "
 		                             "corrupt record, losing what follows it\""
 		                           : "");
+		set_err(err, errlen, "cannot recover the data dir");
 		goto err_after_store;
 	}
 	if (drep.torn)
@@ -1759,66 +1785,13 @@ kv_server_run(const kv_server_cfg *cfg)
 		if ((rv = kv_rpc_client_create_tls(cfg->ctl[i], s->tls, &s->ctl[i])) != 0) {
 			KV_ERROR(COMP, "bad controller address", "addr=%s err=%s", cfg->ctl[i],
 			         kv_strerror(rv));
+			set_err(err, errlen, "bad controller address");
 			goto err_after_ctl;
 		}
-	if ((rv = kv_srv_metrics_start(s)) != 0)
-		goto err_after_ctl;
-	kv_rpc_server_opts ro = {.url = cfg->listen,
-	                         .contexts = cfg->contexts ? cfg->contexts : 256,
-	                         .max_msg = cfg->max_message,
-	                         .max_conns = cfg->max_connections ? cfg->max_connections : 4096,
-	                         .handler = rpc_handler,
-	                         .arg = s,
-	                         .tls = s->tls};
-	if ((rv = kv_rpc_server_create(&ro, &s->rpc)) != 0) {
-		KV_ERROR(COMP, "cannot listen", "addr=%s err=%s", cfg->listen, kv_strerror(rv));
-		goto err_after_ctl;
-	}
-	atomic_store(&s->rpc_pub, s->rpc);
-	KV_INFO(COMP, "listening",
-	        "addr=%s node_id=%u store=%s contexts=%u metrics=%s auth=%s tls=%s", cfg->listen,
-	        id, cfg->store_mode == KV_STORE_PERCORE ? "percore" : "striped", ro.contexts,
-	        cfg->metrics ? cfg->metrics : "off", s->auth.len ? "token" : "off",
-	        s->tls ? "mutual" : "off");
-	if (pthread_create(&watch_thr, NULL, watch_main, s) == 0)
-		watch_started = true;
-	if (pthread_create(&hb_thr, NULL, heartbeat_main, s) == 0)
-		hb_started = true;
-	if (!watch_started || !hb_started) {
-		rv = KV_ENOMEM;
-		goto stop;
-	}
-	for (;;) {
-		int sig = wait_signal(&set, 500);
-		if (sig == 0)
-			continue;
-		/* SIGTERM leaves the cluster gracefully (drains); SIGINT only
-		 * stops the process, keeping the node's ranges for a restart. */
-		KV_INFO(COMP, "signal received", "sig=%s", sig == SIGTERM ? "TERM" : "INT");
-		if (sig == SIGTERM)
-			graceful_leave(s, &set);
-		break;
-	}
-	rv = KV_OK;
-stop:
-	atomic_store(&s->stopping, true);
-	if (!drain_requests(s)) {
-		/* Replies still wait for a failing disk: they cannot be answered
-		 * truthfully, and freeing what they use would be unsafe. */
-		KV_ERROR(COMP, "stopping with writes not on disk", "inflight=%d",
-		         atomic_load(&s->inflight));
-		return KV_EIO;
-	}
-	kv_srv_metrics_stop(s); /* before the migration lists are freed */
-	kv_rpc_server_destroy(s->rpc);
-	if (watch_started)
-		pthread_join(watch_thr, NULL);
-	if (hb_started)
-		pthread_join(hb_thr, NULL);
-	kv_mig_fini_all(s);
-	KV_INFO(COMP, "stopped", "node_id=%u", atomic_load(&s->node_id));
+	*out = s;
+	return KV_OK;
+
 err_after_ctl:
-	kv_srv_metrics_stop(s);
 	for (size_t i = 0; i < cfg->nctl; i++)
 		kv_rpc_client_destroy(s->ctl[i]);
 	free(s->ctl);
@@ -1830,16 +1803,103 @@ err_after_owner:
 	kv_owner_fini(&s->owner);
 	kv_dedup_destroy(s->dedup);
 err_after_alloc:
-	kv_config_free(s->cur);
-	pthread_mutex_destroy(&s->cfg_mu);
-	pthread_mutex_destroy(&s->ctl_mu);
-	pthread_mutex_destroy(&s->mig_mu);
-	kv_srv_metrics_set_ranges(s, NULL, 0);
-	pthread_mutex_destroy(&s->rfig_mu);
-	if (s->auth.data != NULL)
-		memset(s->auth.data, 0, s->auth.len);
-	kv_buf_fini(&s->auth);
-	kv_tls_destroy(s->tls);
-	free(s);
+	free_base(s);
 	return rv;
+}
+
+int
+kv_server_start(kv_server *s)
+{
+	const kv_server_cfg *cfg = s->cfg;
+	int rv;
+
+	if (s->started || s->stopped)
+		return KV_EINVAL;
+	if ((rv = kv_srv_metrics_start(s)) != 0)
+		return rv;
+	kv_rpc_server_opts ro = {.url = cfg->listen,
+	                         .contexts = cfg->contexts ? cfg->contexts : 256,
+	                         .max_msg = cfg->max_message,
+	                         .max_conns = cfg->max_connections ? cfg->max_connections : 4096,
+	                         .handler = rpc_handler,
+	                         .arg = s,
+	                         .tls = s->tls};
+	if ((rv = kv_rpc_server_create(&ro, &s->rpc)) != 0) {
+		KV_ERROR(COMP, "cannot listen", "addr=%s err=%s", cfg->listen, kv_strerror(rv));
+		kv_srv_metrics_stop(s);
+		return rv;
+	}
+	atomic_store(&s->rpc_pub, s->rpc);
+	KV_INFO(COMP, "listening",
+	        "addr=%s node_id=%u store=%s contexts=%u metrics=%s auth=%s tls=%s", cfg->listen,
+	        atomic_load(&s->node_id),
+	        cfg->store_mode == KV_STORE_PERCORE ? "percore" : "striped", ro.contexts,
+	        cfg->metrics ? cfg->metrics : "off", s->auth.len ? "token" : "off",
+	        s->tls ? "mutual" : "off");
+	s->started = true;
+	if (pthread_create(&s->watch_thr, NULL, watch_main, s) == 0)
+		s->watch_started = true;
+	if (pthread_create(&s->hb_thr, NULL, heartbeat_main, s) == 0)
+		s->hb_started = true;
+	if (!s->watch_started || !s->hb_started) {
+		kv_server_stop(s);
+		return KV_ENOMEM;
+	}
+	return KV_OK;
+}
+
+/*
+ * Stop order: refuse new requests and wait for the ones taken (their held
+ * replies use the log), stop the metrics listener (it walks the migration
+ * list), close the rpc server, join the watch and heartbeat threads, join
+ * the migration threads, close the controller clients, close the log.
+ */
+int
+kv_server_stop(kv_server *s)
+{
+	if (s->stopped)
+		return s->stop_rv;
+	s->stopped = true;
+	atomic_store(&s->stopping, true);
+	if (s->started && !drain_requests(s)) {
+		/* Replies still wait for a failing disk: they cannot be answered
+		 * truthfully, and freeing what they use would be unsafe. */
+		KV_ERROR(COMP, "stopping with writes not on disk", "inflight=%d",
+		         atomic_load(&s->inflight));
+		s->wedged = true;
+		s->stop_rv = KV_EIO;
+		return s->stop_rv;
+	}
+	kv_srv_metrics_stop(s); /* before the migration lists are freed */
+	kv_rpc_server_destroy(s->rpc);
+	s->rpc = NULL;
+	if (s->watch_started)
+		pthread_join(s->watch_thr, NULL);
+	if (s->hb_started)
+		pthread_join(s->hb_thr, NULL);
+	kv_mig_fini_all(s);
+	if (s->started)
+		KV_INFO(COMP, "stopped", "node_id=%u", atomic_load(&s->node_id));
+	for (size_t i = 0; i < s->cfg->nctl; i++)
+		kv_rpc_client_destroy(s->ctl[i]);
+	free(s->ctl);
+	s->ctl = NULL;
+	kv_dur_close(s->dur);
+	s->dur = NULL;
+	s->stop_rv = KV_OK;
+	return s->stop_rv;
+}
+
+void
+kv_server_destroy(kv_server *s)
+{
+	if (s == NULL)
+		return;
+	kv_server_stop(s);
+	if (s->wedged)
+		return; /* held replies may still use it: kept, on purpose */
+	kv_store_destroy(s->store);
+	kv_owner_fini(&s->owner);
+	kv_dedup_destroy(s->dedup);
+	free_base(s);
 }

@@ -45,8 +45,6 @@ typedef struct {
 	uint64_t time_ms;   /* dedup: when applied */
 } kv_delta_rec;
 
-typedef struct kv_server kv_server;
-
 /* Slots of kv_server.err_count: slot -code for each KV_E* code, slot 0 for a
  * status outside the table. */
 #define KV_SRV_ERR_SLOTS (1 - KV_ERR_MIN)
@@ -108,7 +106,8 @@ typedef struct {
 } kv_srv_range_fig;
 
 struct kv_server {
-	const kv_server_cfg *cfg;          /* flags (immutable) */
+	const kv_server_cfg *cfg;          /* flags (immutable): &cfg_copy */
+	kv_server_cfg cfg_copy;            /* the caller's kv_server_cfg, copied */
 	kv_store *store;                   /* the data */
 	kv_owner owner;                    /* what this node serves (own rwlock) */
 	kv_dedup *dedup;                   /* exactly-once memory (own locks) */
@@ -134,6 +133,16 @@ struct kv_server {
 	kv_metrics *metrics;               /* the --metrics listener, or NULL (metrics_srv.c) */
 	kv_buf auth;                       /* --auth-token-file secret (immutable); empty: none */
 	kv_tls *tls;                       /* --tls-* configuration (immutable); NULL: plain tcp */
+
+	/* Life cycle, used only by the thread that calls create/start/stop. */
+	pthread_t watch_thr; /* follows the configurations (watch_main) */
+	pthread_t hb_thr;    /* heartbeats (heartbeat_main) */
+	bool watch_started;  /* watch_thr runs */
+	bool hb_started;     /* hb_thr runs */
+	bool started;        /* kv_server_start got as far as listening */
+	bool stopped;        /* kv_server_stop ran */
+	bool wedged;         /* stop found replies waiting for a failing disk */
+	int stop_rv;         /* what kv_server_stop returned */
 
 	/* Counters for /metrics only, updated with relaxed atomics. */
 	atomic_uint_fast64_t op_count[KV_OP__COUNT];      /* ops received, by kv_op_kind */
