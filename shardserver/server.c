@@ -282,6 +282,19 @@ hint_from_config(kv_server *s, const void *key, size_t klen, kv_sc_result *res)
 	pthread_mutex_unlock(&s->cfg_mu);
 }
 
+/* Fills a MOVING answer for a range whose handover has begun. */
+static void
+hint_moving(kv_sc_result *res, const kv_mig_out *m)
+{
+	kv_bytes st, en;
+	uint32_t to;
+	const char *addr;
+
+	kv_mig_out_target(m, &st, &en, &to, &addr);
+	hint_set(res, KV_EMOVING, 0, st.p, st.len, en.p, en.len, to, addr);
+	res->error = "range is being handed over";
+}
+
 /* Checks that key is served here. Caller holds the owner read lock. Returns
  * true and sets *ent when it is; otherwise fills res and returns false. */
 static bool
@@ -292,10 +305,8 @@ own_check_locked(kv_server *s, const void *key, size_t klen, const kv_owner_entr
 
 	if (e != NULL && e->state == KV_OWN_SERVE) {
 		kv_mig_out *m = e->mig;
-		if (m != NULL && atomic_load(&m->fenced)) {
-			hint_set(res, KV_EMOVING, 0, m->start.data, m->start.len, m->end.data,
-			         m->end.len, m->to, m->to_addr);
-			res->error = "range is being handed over";
+		if (m != NULL && kv_mig_out_fenced(m)) {
+			hint_moving(res, m);
 			return false;
 		}
 		*ent = e;
@@ -342,7 +353,8 @@ typedef struct {
 	const kv_owner_entry **ents;   /* MULTI: one entry per key */
 	kv_mig_out *migs[MAX_OP_MIGS]; /* WRITE: locked outgoing migrations */
 	size_t nmigs;                  /* entries in migs */
-	kv_delta_rec dd;               /* dedup fields for delta records */
+	bool has_dd;                   /* DEDUP: the op has (client, request) ids */
+	kv_mig_dedup dd;               /* ... the fields for log and delta records */
 	uint64_t lsn;                  /* WRITE: the log record's lsn; 0: none */
 } op_ctx;
 
@@ -361,7 +373,7 @@ visible(kv_server *s, uint64_t l)
 static const kv_dur_dedup *
 dur_dd(const op_ctx *x, kv_dur_dedup *out)
 {
-	if (!x->dd.has_dedup)
+	if (!x->has_dd)
 		return NULL;
 	*out = (kv_dur_dedup){.client = x->dd.client,
 	                      .req = x->dd.req,
@@ -377,7 +389,8 @@ record(op_ctx *x, const kv_owner_entry *e, const void *key, size_t klen, const v
 {
 	if (e == NULL || e->mig == NULL)
 		return;
-	kv_mig_out_record_locked(e->mig, key, klen, val, vlen, with_dedup ? &x->dd : NULL);
+	kv_mig_out_record_locked(e->mig, key, klen, val, vlen,
+	                         with_dedup && x->has_dd ? &x->dd : NULL);
 }
 
 static int
@@ -661,8 +674,9 @@ validate_op(kv_server *s, const kv_op *op, unsigned flags, kv_sc_result *res)
 static int
 mig_id_cmp(const void *a, const void *b)
 {
-	const kv_mig_out *x = *(kv_mig_out *const *)a, *y = *(kv_mig_out *const *)b;
-	return x->id < y->id ? -1 : x->id > y->id;
+	uint64_t x = kv_mig_out_id(*(kv_mig_out *const *)a);
+	uint64_t y = kv_mig_out_id(*(kv_mig_out *const *)b);
+	return x < y ? -1 : x > y;
 }
 
 /* Whether a result is deterministic enough to answer a retry with. */
@@ -738,7 +752,7 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
 			goto unlock;
 		}
 		dedup = true;
-		x.dd.has_dedup = true;
+		x.has_dd = true;
 		x.dd.client = rq->client_id;
 		x.dd.req = op->request_id;
 		x.dd.time_ms = now;
@@ -762,18 +776,14 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
 		}
 		qsort(x.migs, x.nmigs, sizeof(x.migs[0]), mig_id_cmp);
 		for (size_t j = 0; j < x.nmigs; j++)
-			pthread_mutex_lock(&x.migs[j]->mu);
+			kv_mig_out_lock(x.migs[j]);
 		for (size_t j = 0; j < x.nmigs; j++) {
-			kv_mig_out *m = x.migs[j];
-			if (atomic_load(&m->fenced)) {
-				hint_set(res, KV_EMOVING, 0, m->start.data, m->start.len,
-				         m->end.data, m->end.len, m->to, m->to_addr);
-				res->error = "range is being handed over";
+			if (kv_mig_out_fenced(x.migs[j])) {
+				hint_moving(res, x.migs[j]);
 				goto unlock_migs;
 			}
 		}
 	}
-	x.dd.status = 0;
 	if (durw) {
 		/* Refuse writes the log cannot take; then apply and log under the
 		 * key stripes so the log holds them in the store's order. */
@@ -812,7 +822,7 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
 	}
 unlock_migs:
 	for (size_t j = x.nmigs; j > 0; j--)
-		pthread_mutex_unlock(&x.migs[j - 1]->mu);
+		kv_mig_out_unlock(x.migs[j - 1]);
 undo_dedup:
 	if (dedup)
 		kv_dedup_abort(s->dedup, rq->client_id, op->request_id);
@@ -984,7 +994,7 @@ rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		resp.error = "server is stopping";
 	} else if (rq.has_xfer) {
 		resp.has_ack = true;
-		kv_mig_in_handle(s, &rq, &resp.ack);
+		kv_mig_in_handle(s->mig, &rq, &resp.ack);
 	} else if (rq.nops > 0 && resp.epoch == 0) {
 		resp.status = KV_EUNAVAIL;
 		resp.error = "server has no configuration yet";
@@ -1161,7 +1171,7 @@ apply_config(kv_server *s, kv_config *c)
 	}
 	kv_owner_unlock(&s->owner);
 	for (size_t i = 0; i < ndrop; i++)
-		kv_mig_in_forget(s, drop[i]);
+		kv_mig_in_forget(s->mig, drop[i]);
 	free(drop);
 	/* 2. Migrations into this node: MOVING until their commit. */
 	for (size_t i = 0; i < c->nmigs; i++) {
@@ -1212,30 +1222,13 @@ apply_config(kv_server *s, kv_config *c)
 	for (size_t i = 0; i < c->nmigs; i++) {
 		const kv_migration *m = &c->migs[i];
 		const kv_node *dst = kv_config_node(c, m->to);
-		bool known = false;
 		if (m->from != me || dst == NULL)
 			continue;
-		pthread_mutex_lock(&s->mig_mu);
-		for (kv_mig_out *o = s->outs; o; o = o->next)
-			known |= o->id == m->id;
-		pthread_mutex_unlock(&s->mig_mu);
-		if (!known && kv_mig_out_start(s, m, dst->address) != 0)
+		if (kv_mig_out_start(s->mig, m, dst->address) != 0)
 			KV_ERROR(COMP, "cannot start migration", "id=%llu",
 			         (unsigned long long)m->id);
 	}
-	pthread_mutex_lock(&s->mig_mu);
-	for (kv_mig_out *o = s->outs; o; o = o->next) {
-		if (mig_listed(c, o->id))
-			continue;
-		/* Dropped with the range given to the destination: an earlier
-		 * run of this node finished it (this one restarted meanwhile). */
-		long ri = kv_config_find_range(c, o->start.data, o->start.len);
-		if (ri >= 0 && c->ranges[ri].node == o->to)
-			atomic_store(&o->handed_over, true);
-		if (!atomic_load(&o->fenced) || atomic_load(&o->handed_over))
-			atomic_store(&o->cancel, true);
-	}
-	pthread_mutex_unlock(&s->mig_mu);
+	kv_mig_out_reconcile(s->mig, c);
 	/* 5. Publish. */
 	pthread_mutex_lock(&s->cfg_mu);
 	if (s->cluster_id[0] == '\0' && c->cluster_id && c->cluster_id[0]) {
@@ -1509,7 +1502,7 @@ heartbeat_main(void *arg)
 static bool
 leave_complete(kv_server *s)
 {
-	bool gone = false, pending = false;
+	bool gone = false;
 	uint32_t me = atomic_load(&s->node_id);
 
 	pthread_mutex_lock(&s->cfg_mu);
@@ -1518,11 +1511,7 @@ leave_complete(kv_server *s)
 		gone = n == NULL || n->state == KV_NODE_GONE;
 	}
 	pthread_mutex_unlock(&s->cfg_mu);
-	pthread_mutex_lock(&s->mig_mu);
-	for (kv_mig_out *o = s->outs; o; o = o->next)
-		pending |= !atomic_load(&o->reported) && !atomic_load(&o->finished);
-	pthread_mutex_unlock(&s->mig_mu);
-	return gone && !pending;
+	return gone && !kv_mig_out_pending(s->mig);
 }
 
 /* Waits up to ms through the caller's callback, or sleeps. Returns true
@@ -1618,6 +1607,38 @@ check_data_dir(const char *dir)
 	return KV_OK;
 }
 
+/* kv_mig_env callbacks: what migrations read of the server. */
+static uint32_t
+mig_node_id(void *arg)
+{
+	return atomic_load(&((kv_server *)arg)->node_id);
+}
+
+static uint64_t
+mig_epoch(void *arg)
+{
+	return atomic_load(&((kv_server *)arg)->epoch);
+}
+
+static int
+mig_ctl_call(void *arg, kv_adm_req *rq, kv_adm_resp *resp, uint32_t timeout_ms)
+{
+	return kv_server__ctl_call(arg, rq, resp, timeout_ms);
+}
+
+static void
+mig_node_addr(void *arg, uint32_t id, char *addr, size_t len)
+{
+	kv_server *s = arg;
+
+	addr[0] = '\0';
+	pthread_mutex_lock(&s->cfg_mu);
+	const kv_node *n = s->cur ? kv_config_node(s->cur, id) : NULL;
+	if (n)
+		snprintf(addr, len, "%s", n->address);
+	pthread_mutex_unlock(&s->cfg_mu);
+}
+
 /* Copies a one-line reason for the caller of kv_server_create. */
 static void
 set_err(char *err, size_t errlen, const char *msg)
@@ -1634,7 +1655,6 @@ free_base(kv_server *s)
 	kv_config_free(s->cur);
 	pthread_mutex_destroy(&s->cfg_mu);
 	pthread_mutex_destroy(&s->ctl_mu);
-	pthread_mutex_destroy(&s->mig_mu);
 	kv_srv_metrics_set_ranges(s, NULL, 0);
 	pthread_mutex_destroy(&s->rfig_mu);
 	if (s->auth.data != NULL)
@@ -1670,7 +1690,6 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	atomic_store(&s->admin_req_id, 1);
 	pthread_mutex_init(&s->cfg_mu, NULL);
 	pthread_mutex_init(&s->ctl_mu, NULL);
-	pthread_mutex_init(&s->mig_mu, NULL);
 	pthread_mutex_init(&s->rfig_mu, NULL);
 
 	if (cfg->auth_token_file != NULL) {
@@ -1788,6 +1807,20 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 			set_err(err, errlen, "bad controller address");
 			goto err_after_ctl;
 		}
+	kv_mig_env env = {.store = s->store,
+	                  .dur = s->dur,
+	                  .owner = &s->owner,
+	                  .dedup = s->dedup,
+	                  .tls = s->tls,
+	                  .auth = kv_server__auth(s),
+	                  .max_value = s->max_value,
+	                  .arg = s,
+	                  .node_id = mig_node_id,
+	                  .epoch = mig_epoch,
+	                  .ctl_call = mig_ctl_call,
+	                  .node_addr = mig_node_addr};
+	if ((rv = kv_mig_create(&env, &s->mig)) != 0)
+		goto err_after_ctl;
 	*out = s;
 	return KV_OK;
 
@@ -1861,6 +1894,7 @@ kv_server_stop(kv_server *s)
 		return s->stop_rv;
 	s->stopped = true;
 	atomic_store(&s->stopping, true);
+	kv_mig_stop(s->mig);
 	if (s->started && !drain_requests(s)) {
 		/* Replies still wait for a failing disk: they cannot be answered
 		 * truthfully, and freeing what they use would be unsafe. */
@@ -1877,7 +1911,8 @@ kv_server_stop(kv_server *s)
 		pthread_join(s->watch_thr, NULL);
 	if (s->hb_started)
 		pthread_join(s->hb_thr, NULL);
-	kv_mig_fini_all(s);
+	kv_mig_destroy(s->mig);
+	s->mig = NULL;
 	if (s->started)
 		KV_INFO(COMP, "stopped", "node_id=%u", atomic_load(&s->node_id));
 	for (size_t i = 0; i < s->cfg->nctl; i++)
