@@ -1,18 +1,11 @@
 /*
- * server_int.h - the shard server's shared state, for server.c (request
- * dispatch, configuration following, heartbeats, the node file) and
- * migrate.c (range transfer, both ends). Nothing outside shardserver/
- * includes it.
+ * server_int.h - the shard server's shared state (struct kv_server), for
+ * the server's own files: server.c (life cycle), dispatch.c, follow.c,
+ * heartbeat.c, ctlcall.c and metrics_srv.c. The migration files do not
+ * include it (they see the server through kv_mig_env, migrate.h), and
+ * nothing outside shardserver/ does.
  *
- * Lock order (outermost first), see also doc/threads.md:
- *   owner.lock (read) -> kv_mig_out.mu (ascending migration id) ->
- *   durable barrier (read) -> durable key stripes (ascending) -> dedup
- *   stripe / store partition locks -> the log's mutex (leaves);
- *   kv_mig_in.mu -> owner.lock (write) -> durable barrier (read) -> store
- *   partition locks -> the log's mutex;
- *   kv_server.mig_mu, kv_server.cfg_mu, kv_server.ctl_mu, kv_server.rfig_mu
- *   are leaves: nothing else is taken while one is held.
- * No lock is ever held across an RPC to another process.
+ * Threads, what each owns and the lock order: doc/threads.md.
  */
 #ifndef KV_SHARDSERVER_SERVER_INT_H
 #define KV_SHARDSERVER_SERVER_INT_H
@@ -22,8 +15,8 @@
 #include "common/metrics.h"
 #include "common/rpc.h"
 #include "shardserver/dedup.h"
-#include "shardserver/migrate.h"
 #include "shardserver/durable.h"
+#include "shardserver/migrate.h"
 #include "shardserver/owner.h"
 #include "shardserver/server.h"
 #include "shardserver/server_codec.h"
@@ -73,8 +66,8 @@ struct kv_server {
 	kv_tls *tls;                       /* --tls-* configuration (immutable); NULL: plain tcp */
 
 	/* Life cycle, used only by the thread that calls create/start/stop. */
-	pthread_t watch_thr; /* follows the configurations (watch_main) */
-	pthread_t hb_thr;    /* heartbeats (heartbeat_main) */
+	pthread_t watch_thr; /* follows the configurations (kv_srv_watch_main) */
+	pthread_t hb_thr;    /* heartbeats (kv_srv_heartbeat_main) */
 	bool watch_started;  /* watch_thr runs */
 	bool hb_started;     /* hb_thr runs */
 	bool started;        /* kv_server_start got as far as listening */
@@ -101,11 +94,6 @@ struct kv_server {
 	kv_srv_range_fig *rfig;  /* per served range, as of the heartbeat's last count */
 	size_t nrfig;
 };
-
-/* Sends an AdminRequest to the controller (rotating through the addresses
- * on failure) and decodes the answer. Fills the sender ids. On 0 the caller
- * frees *resp with kv_sc_adm_resp_fini. Returns 0 or a transport KV_E* code. */
-int kv_server__ctl_call(kv_server *s, kv_adm_req *rq, kv_adm_resp *resp, uint32_t timeout_ms);
 
 /* The token this server sends to the controller and to other servers. */
 static inline kv_bytes
