@@ -1,19 +1,24 @@
 /*
- * test_server_integration.c - starts the real shardkv-server binary
- * (KV_SERVER_BIN) on free loopback ports against a fake controller that
- * lives in this process (a kv_rpc_server answering Register, Watch with
- * crafted configurations, Heartbeat, MigrationProgress and MigrationDone),
- * and checks serving, owner hints, migrations between two real server
- * processes, simultaneous swaps and exactly-once retries.
+ * test_server_integration.c - shard servers on free loopback ports against
+ * the fake controller (tests/fake_ctl.h: Register, Watch with crafted
+ * configurations, Heartbeat, MigrationProgress, MigrationDone, Leave), and
+ * checks serving, owner hints, migrations between two servers,
+ * simultaneous swaps, exactly-once retries and restarts.
  *
- * Every wait polls with a deadline; every process is stopped by the
- * per-test teardown, whatever the outcome.
+ * Servers run inside this process through their life cycle (server.h)
+ * wherever a test does not need a process of its own; the tests of the
+ * binary itself (flags and exit codes, SIGTERM's graceful leave) start the
+ * real shardkv-server (KV_SERVER_BIN).
+ *
+ * Every wait polls with a deadline; every server and process is stopped by
+ * the per-test teardown, whatever the outcome.
  */
 #include "common/config.h"
 #include "common/err.h"
 #include "common/rpc.h"
 #include "proto/codec.h"
 #include "proto/shardkv.pb-c.h"
+#include "shardserver/server.h"
 #include "tests/fake_ctl.h"
 #include "tests/srv_client.h"
 #include "tests/testutil.h"
@@ -45,14 +50,17 @@ now_ms(void)
 }
 
 /* ------------------------------------------------------------------------
- * Server processes
+ * Servers: in this process, or the binary
  * ------------------------------------------------------------------------ */
 
 typedef struct {
-	pid_t pid;     /* 0: not running */
-	char url[64];  /* --listen */
-	char dir[200]; /* --data-dir */
-	char log[220]; /* its stderr */
+	pid_t pid;           /* the binary's process; 0: not running */
+	kv_server *s;        /* the in-process server; NULL: none */
+	kv_server_cfg cfg;   /* its flags (in-process) */
+	const char *ctlv[1]; /* its --controller (in-process) */
+	char url[64];        /* --listen */
+	char dir[200];       /* --data-dir */
+	char log[220];       /* the binary's stderr */
 } srv_proc;
 
 static srv_proc procs[MAX_NODES];
@@ -74,6 +82,43 @@ proc_start(srv_proc *p, const char *ctl_url)
 		      (char *)NULL);
 		_exit(127);
 	}
+}
+
+/* Creates and starts an in-process server with the flags proc_start gives
+ * the binary (--join, --store store_mode, the default --fsync). */
+static void
+node_start(srv_proc *p, const char *ctl_url)
+{
+	char err[256];
+	int rv;
+
+	p->ctlv[0] = ctl_url;
+	p->cfg = (kv_server_cfg){
+	    .listen = p->url,
+	    .ctl = p->ctlv,
+	    .nctl = 1,
+	    .data_dir = p->dir,
+	    .join = true,
+	    .store_mode = strcmp(store_mode, "percore") == 0 ? KV_STORE_PERCORE : KV_STORE_STRIPED,
+	    .fsync = KV_FSYNC_BATCH};
+	if ((rv = kv_server_create(&p->cfg, &p->s, err, sizeof(err))) != 0)
+		fail_msg("cannot create server %s: %s: %s", p->url, kv_errname(rv), err);
+	assert_int_equal(kv_server_start(p->s), 0);
+}
+
+/* Stops and destroys an in-process server (none: -1). Returns what
+ * kv_server_stop returned. */
+static int
+node_stop(srv_proc *p)
+{
+	int rv;
+
+	if (p->s == NULL)
+		return -1;
+	rv = kv_server_stop(p->s);
+	kv_server_destroy(p->s);
+	p->s = NULL;
+	return rv;
 }
 
 /* Stops a server: SIGTERM, then SIGKILL after 10 s. Returns its exit status. */
@@ -119,8 +164,11 @@ teardown(void **state)
 {
 	char cmd[300];
 	(void)state;
-	for (int i = 0; i < MAX_NODES; i++)
+	clients_close();
+	for (int i = 0; i < MAX_NODES; i++) {
 		proc_stop(&procs[i]);
+		node_stop(&procs[i]);
+	}
 	fake_ctl_stop(ctl);
 	ctl = NULL;
 	if (getenv("KV_TEST_KEEP") == NULL) {
@@ -250,7 +298,7 @@ server_serves_after_first_config_and_hints_other_owners(void **state)
 	fake_cfg_range(&b, "", 1);
 	fake_cfg_range(&b, "m", 2);
 	fake_cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, 1);
 	const char *u = procs[0].url;
 
@@ -339,7 +387,7 @@ server_serves_after_first_config_and_hints_other_owners(void **state)
 	assert_memory_equal(r->results[0]->next_cursor.data, "m", 1);
 	shardkv__response__free_unpacked(r, NULL);
 
-	assert_int_equal(WEXITSTATUS(proc_stop(&procs[0])), 0);
+	assert_int_equal(node_stop(&procs[0]), 0);
 	clients_close();
 }
 
@@ -351,7 +399,7 @@ retried_append_is_applied_once(void **state)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
 	fake_cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, 1);
 	const char *u = procs[0].url;
 	res1 a = do_append(u, "log", "x", 77, 1);
@@ -434,8 +482,8 @@ migration_moves_data_written_before_and_during_the_copy(void **state)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
 	uint64_t e = fake_cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
-	proc_start(&procs[1], ctl->url);
+	node_start(&procs[0], ctl->url);
+	node_start(&procs[1], ctl->url);
 	wait_ready(procs[0].url, e);
 	wait_ready(procs[1].url, e);
 	load_keys(procs[0].url, "k", 20000);
@@ -496,8 +544,8 @@ write_acknowledged_after_a_move_is_never_replaced_by_migrated_data(void **state)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
 	uint64_t e = fake_cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
-	proc_start(&procs[1], ctl->url);
+	node_start(&procs[0], ctl->url);
+	node_start(&procs[1], ctl->url);
 	wait_ready(procs[0].url, e);
 	wait_ready(procs[1].url, e);
 	load_keys(procs[0].url, "x", 2000);
@@ -554,8 +602,8 @@ two_servers_swapping_ranges_at_the_same_time_both_complete(void **state)
 	fake_cfg_range(&b, "", 1);
 	fake_cfg_range(&b, "m", 2);
 	uint64_t e = fake_cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
-	proc_start(&procs[1], ctl->url);
+	node_start(&procs[0], ctl->url);
+	node_start(&procs[1], ctl->url);
 	wait_ready(procs[0].url, e);
 	wait_ready(procs[1].url, e);
 	load_keys(procs[0].url, "a", 10000);
@@ -619,7 +667,7 @@ destination_down_delays_only_its_migration(void **state)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
 	uint64_t e = fake_cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, e);
 	load_keys(procs[0].url, "a", 500);
 	load_keys(procs[0].url, "t", 500);
@@ -638,7 +686,7 @@ destination_down_delays_only_its_migration(void **state)
 		kv_test_sleep_ms(10);
 	}
 	assert_false(fake_ctl_done(ctl, 1));
-	proc_start(&procs[1], ctl->url);
+	node_start(&procs[1], ctl->url);
 	fake_ctl_wait_done(ctl, 1, 30000);
 	b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
@@ -658,7 +706,7 @@ transfer_out_of_order_is_refused_and_the_server_survives(void **state)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
 	uint64_t e = fake_cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, e);
 	Shardkv__Request rq = SHARDKV__REQUEST__INIT;
 	Shardkv__Transfer t = SHARDKV__TRANSFER__INIT;
@@ -709,7 +757,7 @@ sigterm_drains_the_node_before_it_exits(void **state)
 	fake_cfg_range(&b, "", 1);
 	uint64_t e = fake_cfg_publish(ctl, &b);
 	proc_start(&procs[0], ctl->url);
-	proc_start(&procs[1], ctl->url);
+	node_start(&procs[1], ctl->url);
 	wait_ready(procs[0].url, e);
 	wait_ready(procs[1].url, e);
 	load_keys(procs[0].url, "l", 3000);
@@ -761,16 +809,16 @@ restart_with_the_data_dir_resumes_the_node_id(void **state)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
 	fake_cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, 1);
-	assert_int_equal(WEXITSTATUS(proc_stop(&procs[0])), 0);
+	assert_int_equal(node_stop(&procs[0]), 0);
 	pthread_mutex_lock(&ctl->mu);
 	unsigned regs = ctl->registers;
 	assert_int_equal(ctl->last_resume, 0);
 	/* Forget the address, so only the stored id can name the node. */
 	snprintf(ctl->addrs[1], sizeof(ctl->addrs[1]), "tcp://forgotten");
 	pthread_mutex_unlock(&ctl->mu);
-	proc_start(&procs[0], ctl->url);
+	node_start(&procs[0], ctl->url);
 	uint64_t deadline = now_ms() + 10000;
 	for (;;) {
 		pthread_mutex_lock(&ctl->mu);
@@ -862,7 +910,7 @@ server_throughput_bench(void **state)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
 	fake_cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, 1);
 	load_keys(procs[0].url, "b", 100000);
 	atomic_bool stop = false;
