@@ -4,7 +4,7 @@
  * counters and gauges on its thread.
  *
  * Everything is read without stopping requests: the op and error counters
- * are relaxed atomics bumped by server.c, store and log figures come from
+ * are relaxed atomics bumped by dispatch.c, store and log figures come from
  * their own statistics calls (kv_store_get_stats, kv_dur_stats_get), and the
  * migration figures from kv_mig_stats (the list walked under its mutex, a
  * leaf, reading only the atomics of its items). A scrape therefore sees each figure at a slightly

@@ -36,8 +36,9 @@
 
 /* What migrations use of the server. Fixed at kv_mig_create; the modules
  * and the token are borrowed and must outlive kv_mig_destroy. The callbacks
- * may be called from any migration thread or nng thread, with no lock of
- * the migration held, and must not call back into kv_mig. */
+ * are called from migration threads and nng threads, must take only leaf
+ * locks and must not call back into kv_mig; node_addr may be called with
+ * an incoming stream's mutex held, ctl_call is called with no lock held. */
 typedef struct {
 	kv_store *store;  /* the data */
 	kv_dur *dur;      /* the log and snapshots */
