@@ -156,17 +156,21 @@ enum {
 
 /* Everything a handler needs; built by the dispatcher. */
 typedef struct {
-	kv_server *s;                  /* the server */
-	const kv_req *rq;              /* the request */
-	const kv_op *op;               /* the op */
-	kv_sc_result *res;             /* its result */
-	const kv_owner_entry *ent;     /* KEYED/RANGE: the entry serving the key */
-	const kv_owner_entry **ents;   /* MULTI: one entry per key */
-	kv_mig_out *migs[MAX_OP_MIGS]; /* WRITE: locked outgoing migrations */
-	size_t nmigs;                  /* entries in migs */
-	bool has_dd;                   /* DEDUP: the op has (client, request) ids */
-	kv_mig_dedup dd;               /* ... the fields for log and delta records */
-	uint64_t lsn;                  /* WRITE: the log record's lsn; 0: none */
+	kv_server *s;                    /* the server */
+	const kv_req *rq;                /* the request */
+	const kv_op *op;                 /* the op */
+	kv_sc_result *res;               /* its result */
+	const kv_owner_entry *ent;       /* KEYED/RANGE: the entry serving the key */
+	const kv_owner_entry **ents;     /* KEYED, MULTI: one entry per key */
+	const kv_owner_entry *single[1]; /* KEYED: ents points here */
+	kv_mig_out *migs[MAX_OP_MIGS];   /* WRITE: locked outgoing migrations */
+	size_t nmigs;                    /* entries in migs */
+	bool has_dd;                     /* DEDUP: the op has (client, request) ids */
+	kv_mig_dedup dd;                 /* ... the fields for log and delta records */
+	uint64_t lsn;                    /* WRITE: the log record's lsn; 0: none */
+	bool durw;                       /* WRITE with a log: applied and logged under stripes */
+	bool dedup_begun;                /* kv_dedup_begin ran: finish or abort it */
+	bool migs_locked;                /* the mutexes of migs are held */
 } op_ctx;
 
 typedef int (*op_fn)(op_ctx *x);
@@ -424,18 +428,33 @@ at_end:
 	return KV_OK;
 }
 
+/*
+ * The ops. The flags are what the dispatcher does for the op before its
+ * handler runs, once: validate_op checks sizes (KEYED, MULTI) and the memory
+ * bound (WRITE but del); step_owner_locked checks ownership (KEYED: the key,
+ * MULTI: every key, RANGE: the first key); step_dedup answers retries
+ * (DEDUP); step_fence and step_log_begin order writes with a moving range's
+ * fence and with the log (WRITE). A handler only touches the store, the log
+ * and the delta record.
+ */
 static const struct op_def {
 	const char *name; /* for logs */
 	unsigned flags;   /* OPF_* */
 	op_fn fn;         /* the handler */
+	const char *what; /* what the op does */
 } op_table[KV_OP__COUNT] = {
-    [KV_OP_GET] = {"get", OPF_READ | OPF_KEYED, op_get},
-    [KV_OP_PUT] = {"put", OPF_WRITE | OPF_KEYED | OPF_DEDUP, op_put},
-    [KV_OP_DEL] = {"del", OPF_WRITE | OPF_KEYED | OPF_DEDUP, op_del},
-    [KV_OP_APPEND] = {"append", OPF_WRITE | OPF_KEYED | OPF_DEDUP, op_append},
-    [KV_OP_MGET] = {"mget", OPF_READ | OPF_MULTI, op_mget},
-    [KV_OP_MPUT] = {"mput", OPF_WRITE | OPF_MULTI | OPF_DEDUP, op_mput},
-    [KV_OP_SCAN] = {"scan", OPF_READ | OPF_RANGE, op_scan},
+    [KV_OP_GET] = {"get", OPF_READ | OPF_KEYED, op_get, "the value of one key"},
+    [KV_OP_PUT] = {"put", OPF_WRITE | OPF_KEYED | OPF_DEDUP, op_put, "sets one key"},
+    [KV_OP_DEL] = {"del", OPF_WRITE | OPF_KEYED | OPF_DEDUP, op_del,
+                   "removes one key, answering its last value"},
+    [KV_OP_APPEND] = {"append", OPF_WRITE | OPF_KEYED | OPF_DEDUP, op_append,
+                      "appends to one key's value, answering the new length"},
+    [KV_OP_MGET] = {"mget", OPF_READ | OPF_MULTI, op_mget,
+                    "the values of several keys, all served here"},
+    [KV_OP_MPUT] = {"mput", OPF_WRITE | OPF_MULTI | OPF_DEDUP, op_mput,
+                    "sets several keys, all or none"},
+    [KV_OP_SCAN] = {"scan", OPF_READ | OPF_RANGE, op_scan,
+                    "entries in key order from a start, clipped to the served range"},
 };
 
 /* Checks sizes against the configured limits. Returns 0 or fills res. */
@@ -498,18 +517,163 @@ rememberable(int status)
 	       status == KV_EINVAL;
 }
 
-/* Runs one op: validation, ownership, exactly-once, fence, handler. */
+/*
+ * The steps of dispatch, in order. Each returns true to go on, or false
+ * once it has answered the op in x->res; dispatch then undoes what earlier
+ * steps did (x->dedup_begun, x->migs_locked). All run with the ownership
+ * table's read lock held.
+ */
+
+/* Ownership, once per op: the key of a KEYED op, every key of a MULTI op,
+ * the first key of a RANGE op must be served here. */
+static bool
+step_owner_locked(op_ctx *x, unsigned flags)
+{
+	const kv_op *op = x->op;
+	bool owned = true;
+
+	if (flags & OPF_KEYED) {
+		owned = own_check_locked(x->s, op->key.p, op->key.len, &x->ent, x->res);
+		x->single[0] = x->ent;
+		x->ents = x->single;
+	} else if (flags & OPF_RANGE) {
+		kv_bytes from = op->cursor.len ? op->cursor : op->start;
+		if (op->prefix.len &&
+		    kv_key_cmp(from.p, from.len, op->prefix.p, op->prefix.len) < 0)
+			from = op->prefix;
+		owned = own_check_locked(x->s, from.p, from.len, &x->ent, x->res);
+	} else if (flags & OPF_MULTI) {
+		x->ents = calloc(op->nkeys, sizeof(*x->ents));
+		if (x->ents == NULL) {
+			x->res->status = KV_ENOMEM;
+			return false;
+		}
+		for (size_t i = 0; i < op->nkeys && owned; i++)
+			owned = own_check_locked(x->s, op->keys[i].p, op->keys[i].len, &x->ents[i],
+			                         x->res);
+		if (!owned)
+			x->res->error = "a key of the multi-key op is not served here";
+	}
+	return owned;
+}
+
+/* Exactly-once (DEDUP with both ids): a retry is answered from memory, a
+ * first attempt is begun (x->dedup_begun). */
+static bool
+step_dedup(op_ctx *x, unsigned flags)
+{
+	const kv_op *op = x->op;
+	kv_sc_result *res = x->res;
+	kv_dedup_result old;
+	uint64_t now;
+	int rv;
+
+	if (!(flags & OPF_DEDUP) || x->rq->client_id == 0 || op->request_id == 0)
+		return true;
+	now = kv_server__unix_ms();
+	rv = kv_dedup_begin(x->s->dedup, x->rq->client_id, op->request_id, now, &old);
+	if (rv == 0) {
+		res->status = old.status;
+		res->value_len = old.value_len;
+		if (op->kind == KV_OP_DEL && old.status == 0 && !op->no_value) {
+			res->value = old.value;
+			res->has_value = true;
+		} else {
+			kv_buf_fini(&old.value);
+		}
+		return false;
+	}
+	if (rv != KV_ENOTFOUND) {
+		res->status = rv;
+		res->error = rv == KV_EBUSY ? "the first attempt is still in progress" : NULL;
+		return false;
+	}
+	x->dedup_begun = true;
+	x->has_dd = true;
+	x->dd.client = x->rq->client_id;
+	x->dd.req = op->request_id;
+	x->dd.time_ms = now;
+	return true;
+}
+
+/* The fence (WRITE): locks the outgoing migrations of the keys' ranges in
+ * ascending id (x->migs_locked) and refuses the write once one is fenced. */
+static bool
+step_fence(op_ctx *x, unsigned flags)
+{
+	size_t nk = (flags & OPF_MULTI) ? x->op->nkeys : 1;
+
+	if (!(flags & OPF_WRITE))
+		return true;
+	for (size_t i = 0; i < nk; i++) {
+		kv_mig_out *m = x->ents[i]->mig;
+		bool seen = false;
+		if (m == NULL)
+			continue;
+		for (size_t j = 0; j < x->nmigs; j++)
+			seen |= x->migs[j] == m;
+		if (!seen && x->nmigs == MAX_OP_MIGS) {
+			x->res->status = KV_ELIMIT;
+			x->res->error = "write spans too many moving ranges";
+			return false;
+		}
+		if (!seen)
+			x->migs[x->nmigs++] = m;
+	}
+	qsort(x->migs, x->nmigs, sizeof(x->migs[0]), mig_id_cmp);
+	for (size_t j = 0; j < x->nmigs; j++)
+		kv_mig_out_lock(x->migs[j]);
+	x->migs_locked = true;
+	for (size_t j = 0; j < x->nmigs; j++) {
+		if (kv_mig_out_fenced(x->migs[j])) {
+			hint_moving(x->res, x->migs[j]);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* The log (WRITE with a data dir): refuses writes the log cannot take, then
+ * enters the barrier and takes the keys' stripes, so that the log holds
+ * writes in the store's order. */
+static bool
+step_log_begin(op_ctx *x, unsigned flags, kv_dur_held *held)
+{
+	kv_dur *dur = x->s->dur;
+	int rv = KV_OK;
+
+	if (!x->durw)
+		return true;
+	if ((rv = kv_dur_health(dur)) != 0) {
+		x->res->status = rv;
+		x->res->error = "the write-ahead log cannot be written (disk full or I/O "
+		                "error): writes are refused until it can";
+		return false;
+	}
+	kv_dur_begin(dur);
+	if (flags & OPF_MULTI)
+		rv = kv_dur_lock_keys(dur, x->op->keys, x->op->nkeys, held);
+	else
+		kv_dur_lock_key(dur, x->op->key.p, x->op->key.len, held);
+	if (rv != 0) {
+		kv_dur_end(dur);
+		x->res->status = rv;
+		return false;
+	}
+	return true;
+}
+
+/* Runs one op: validation, then the steps above (ownership, exactly-once,
+ * fence, log), the handler from op_table, and the undo in reverse. */
 static void
 dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
 {
 	const struct op_def *def = &op_table[op->kind];
 	op_ctx x = {.s = s, .rq = rq, .op = op, .res = res};
-	bool dedup = false, owned = true;
-	const kv_owner_entry *single[1];
-	bool durw = s->dur != NULL && (def->flags & OPF_WRITE);
 	kv_dur_held held;
 	int rv;
 
+	x.durw = s->dur != NULL && (def->flags & OPF_WRITE);
 	atomic_fetch_add_explicit(&s->op_count[op->kind], 1, memory_order_relaxed);
 	if ((rv = validate_op(s, op, def->flags, res)) != 0) {
 		res->status = rv;
@@ -517,129 +681,33 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
 	}
 	atomic_fetch_add_explicit(&s->ops, op->nkeys ? op->nkeys : 1, memory_order_relaxed);
 	kv_owner_rdlock(&s->owner);
-	if (def->flags & OPF_KEYED) {
-		owned = own_check_locked(s, op->key.p, op->key.len, &x.ent, res);
-		single[0] = x.ent;
-		x.ents = single;
-	} else if (def->flags & OPF_RANGE) {
-		kv_bytes from = op->cursor.len ? op->cursor : op->start;
-		if (op->prefix.len &&
-		    kv_key_cmp(from.p, from.len, op->prefix.p, op->prefix.len) < 0)
-			from = op->prefix;
-		owned = own_check_locked(s, from.p, from.len, &x.ent, res);
-	} else if (def->flags & OPF_MULTI) {
-		x.ents = calloc(op->nkeys, sizeof(*x.ents));
-		if (x.ents == NULL) {
-			res->status = KV_ENOMEM;
-			goto unlock;
-		}
-		for (size_t i = 0; i < op->nkeys && owned; i++)
-			owned =
-			    own_check_locked(s, op->keys[i].p, op->keys[i].len, &x.ents[i], res);
-		if (!owned)
-			res->error = "a key of the multi-key op is not served here";
-	}
-	if (!owned)
-		goto unlock;
-	if ((def->flags & OPF_DEDUP) && rq->client_id != 0 && op->request_id != 0) {
-		kv_dedup_result old;
-		uint64_t now = kv_server__unix_ms();
-		rv = kv_dedup_begin(s->dedup, rq->client_id, op->request_id, now, &old);
-		if (rv == 0) {
-			res->status = old.status;
-			res->value_len = old.value_len;
-			if (op->kind == KV_OP_DEL && old.status == 0 && !op->no_value) {
-				res->value = old.value;
-				res->has_value = true;
-			} else {
-				kv_buf_fini(&old.value);
-			}
-			goto unlock;
-		}
-		if (rv != KV_ENOTFOUND) {
-			res->status = rv;
-			res->error =
-			    rv == KV_EBUSY ? "the first attempt is still in progress" : NULL;
-			goto unlock;
-		}
-		dedup = true;
-		x.has_dd = true;
-		x.dd.client = rq->client_id;
-		x.dd.req = op->request_id;
-		x.dd.time_ms = now;
-	}
-	if (def->flags & OPF_WRITE) {
-		size_t nk = (def->flags & OPF_MULTI) ? op->nkeys : 1;
-		for (size_t i = 0; i < nk; i++) {
-			kv_mig_out *m = x.ents[i]->mig;
-			bool seen = false;
-			if (m == NULL)
-				continue;
-			for (size_t j = 0; j < x.nmigs; j++)
-				seen |= x.migs[j] == m;
-			if (!seen && x.nmigs == MAX_OP_MIGS) {
-				res->status = KV_ELIMIT;
-				res->error = "write spans too many moving ranges";
-				goto undo_dedup;
-			}
-			if (!seen)
-				x.migs[x.nmigs++] = m;
-		}
-		qsort(x.migs, x.nmigs, sizeof(x.migs[0]), mig_id_cmp);
-		for (size_t j = 0; j < x.nmigs; j++)
-			kv_mig_out_lock(x.migs[j]);
-		for (size_t j = 0; j < x.nmigs; j++) {
-			if (kv_mig_out_fenced(x.migs[j])) {
-				hint_moving(res, x.migs[j]);
-				goto unlock_migs;
-			}
-		}
-	}
-	if (durw) {
-		/* Refuse writes the log cannot take; then apply and log under the
-		 * key stripes so the log holds them in the store's order. */
-		if ((rv = kv_dur_health(s->dur)) != 0) {
-			res->status = rv;
-			res->error = "the write-ahead log cannot be written (disk full or I/O "
-			             "error): writes are refused until it can";
-			goto unlock_migs;
-		}
-		kv_dur_begin(s->dur);
-		if (def->flags & OPF_MULTI)
-			rv = kv_dur_lock_keys(s->dur, op->keys, op->nkeys, &held);
-		else
-			kv_dur_lock_key(s->dur, op->key.p, op->key.len, &held);
-		if (rv != 0) {
+	if (step_owner_locked(&x, def->flags) && step_dedup(&x, def->flags) &&
+	    step_fence(&x, def->flags) && step_log_begin(&x, def->flags, &held)) {
+		res->status = def->fn(&x);
+		if (x.durw) {
+			kv_dur_unlock(s->dur, &held);
 			kv_dur_end(s->dur);
-			res->status = rv;
-			goto unlock_migs;
+			if (x.lsn != 0)
+				visible(s, x.lsn);
+		}
+		if (x.dedup_begun && rememberable(res->status)) {
+			kv_dedup_result r = {.status = res->status, .value_len = res->value_len};
+			if (op->kind == KV_OP_DEL && res->status == 0)
+				r.value = res->value;
+			const void *k = (def->flags & OPF_MULTI) ? op->keys[0].p : op->key.p;
+			size_t kl = (def->flags & OPF_MULTI) ? op->keys[0].len : op->key.len;
+			kv_dedup_finish(s->dedup, rq->client_id, op->request_id, &r, k, kl,
+			                x.dd.time_ms);
+			x.dedup_begun = false;
 		}
 	}
-	res->status = def->fn(&x);
-	if (durw) {
-		kv_dur_unlock(s->dur, &held);
-		kv_dur_end(s->dur);
-		if (x.lsn != 0)
-			visible(s, x.lsn);
-	}
-	if (dedup && rememberable(res->status)) {
-		kv_dedup_result r = {.status = res->status, .value_len = res->value_len};
-		if (op->kind == KV_OP_DEL && res->status == 0)
-			r.value = res->value;
-		const void *k = (def->flags & OPF_MULTI) ? op->keys[0].p : op->key.p;
-		size_t kl = (def->flags & OPF_MULTI) ? op->keys[0].len : op->key.len;
-		kv_dedup_finish(s->dedup, rq->client_id, op->request_id, &r, k, kl, x.dd.time_ms);
-		dedup = false;
-	}
-unlock_migs:
-	for (size_t j = x.nmigs; j > 0; j--)
-		kv_mig_out_unlock(x.migs[j - 1]);
-undo_dedup:
-	if (dedup)
+	if (x.migs_locked)
+		for (size_t j = x.nmigs; j > 0; j--)
+			kv_mig_out_unlock(x.migs[j - 1]);
+	if (x.dedup_begun)
 		kv_dedup_abort(s->dedup, rq->client_id, op->request_id);
-unlock:
 	kv_owner_unlock(&s->owner);
-	if (x.ents != single)
+	if (x.ents != x.single)
 		free(x.ents);
 }
 

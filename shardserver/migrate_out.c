@@ -90,6 +90,7 @@ struct kv_mig_out {
 	uint32_t rate_mb_s;                /* bulk copy rate limit, MB/s; 0: unlimited */
 	char to_addr[256];                 /* its URL */
 	pthread_t thr;                     /* the task thread */
+	bool thr_started;                  /* thr runs (set under kv_mig.mu) */
 	atomic_bool fenced;                /* writes refused (MOVING); set under mu */
 	atomic_bool cancel;                /* the configuration dropped the migration */
 	atomic_bool handed_over;           /* ... and gives the range to `to`: it was done */
@@ -1046,10 +1047,10 @@ kv_mig_out_start(kv_mig *s, const kv_migration *m, const char *to_addr)
 	s->outs = o;
 	if (pthread_create(&o->thr, NULL, mig_out_main, o) != 0) {
 		atomic_store(&o->finished, true);
-		o->thr = pthread_self();
 		pthread_mutex_unlock(&s->mu);
 		return KV_ENOMEM;
 	}
+	o->thr_started = true;
 	pthread_mutex_unlock(&s->mu);
 	return KV_OK;
 }
@@ -1181,7 +1182,7 @@ kv_mig_destroy(kv_mig *g)
 	pthread_mutex_unlock(&g->mu);
 	for (; o; o = on) {
 		on = o->next;
-		if (!pthread_equal(o->thr, pthread_self()))
+		if (o->thr_started)
 			pthread_join(o->thr, NULL);
 		free_recs(o->recs, o->nrecs);
 		kv_buf_fini(&o->start);
