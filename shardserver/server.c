@@ -45,25 +45,6 @@
  * Small helpers
  * ------------------------------------------------------------------------ */
 
-uint64_t
-kv_server__unix_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-void
-kv_server__nap(kv_server *s, unsigned ms)
-{
-	while (ms > 0 && !atomic_load(&s->stopping)) {
-		unsigned step = ms < 20 ? ms : 20;
-		struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)step * 1000000L};
-		nanosleep(&ts, NULL);
-		ms -= step;
-	}
-}
-
 static uint64_t
 rand64(void)
 {

@@ -9,8 +9,10 @@
  * optionally kv_server_leave (hands the ranges away), kv_server_stop and
  * kv_server_destroy. It keeps no process-wide state, so one process can run
  * several servers and a controller; signals are the business of main.c,
- * which parses flags into a kv_server_cfg and drives that life cycle. Thread
- * model and lock order: doc/threads.md.
+ * which parses flags into a kv_server_cfg and drives that life cycle. A
+ * process that embeds a server should ignore SIGPIPE and SIGXFSZ as main.c
+ * does (a file size limit is then an I/O error of the log, not a death).
+ * Thread model and lock order: doc/threads.md.
  */
 #ifndef KV_SHARDSERVER_SERVER_H
 #define KV_SHARDSERVER_SERVER_H

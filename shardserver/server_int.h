@@ -24,6 +24,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 /* Slots of kv_server.err_count: slot -code for each KV_E* code, slot 0 for a
  * status outside the table. */
@@ -103,10 +104,25 @@ kv_server__auth(const kv_server *s)
 }
 
 /* Returns the current Unix time in milliseconds. */
-uint64_t kv_server__unix_ms(void);
+static inline uint64_t
+kv_server__unix_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 /* Sleeps up to ms, returning early when the server stops. */
-void kv_server__nap(kv_server *s, unsigned ms);
+static inline void
+kv_server__nap(kv_server *s, unsigned ms)
+{
+	while (ms > 0 && !atomic_load(&s->stopping)) {
+		unsigned step = ms < 20 ? ms : 20;
+		struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)step * 1000000L};
+		nanosleep(&ts, NULL);
+		ms -= step;
+	}
+}
 
 /* Counts a failed op or request in s->err_count for /metrics; 0 and
  * KV_ENOTFOUND (an answer, not a failure) are not counted. Cheap: one
