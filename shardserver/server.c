@@ -100,6 +100,8 @@ kv_server_leave(kv_server *s, uint32_t timeout_ms, kv_server_wait_cb wait, void 
 	 * picked as a migration destination after it exited. While the node is
 	 * the destination of a migration in flight the controller answers BUSY:
 	 * keep serving and ask again until the deadline. */
+	if (!s->started || s->stopped)
+		return KV_LEAVE_NOT_RUNNING;
 	if (me == 0)
 		return KV_LEAVE_UNREGISTERED;
 	kv_adm_req rq = {.kind = KV_ADM_LEAVE, .node_id = me};

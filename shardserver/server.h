@@ -116,6 +116,7 @@ typedef enum {
 	KV_LEAVE_TIMED_OUT,    /* the drain did not finish in time (logged) */
 	KV_LEAVE_CUT_ASKING,   /* the wait callback cut it short before it was accepted */
 	KV_LEAVE_CUT_DRAINING, /* ... after it was accepted, while draining */
+	KV_LEAVE_NOT_RUNNING,  /* not started, or stopped already */
 } kv_server_leave_result;
 
 /* Waits up to ms; returns true to cut a leave short (main.c: a second
@@ -128,7 +129,8 @@ typedef bool (*kv_server_wait_cb)(void *arg, unsigned ms);
  * and returns once the controller marks the node gone and every outgoing
  * migration is reported, or after timeout_ms (0: 60000). Between attempts
  * and polls it waits through wait(arg, ms) (NULL: sleeps), which may cut the
- * leave short. Blocks the caller; does not stop the server.
+ * leave short. Blocks the caller; does not stop the server. Call it between
+ * kv_server_start and kv_server_stop, never concurrently with the latter.
  */
 kv_server_leave_result kv_server_leave(kv_server *s, uint32_t timeout_ms, kv_server_wait_cb wait,
                                        void *arg);

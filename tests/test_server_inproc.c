@@ -336,9 +336,11 @@ server_created_but_never_started_stops_and_is_destroyed(void **state)
 	(void)state;
 	char err[256];
 	assert_int_equal(kv_server_create(&srvs[0].cfg, &srvs[0].s, err, sizeof(err)), 0);
+	assert_int_equal(kv_server_leave(srvs[0].s, 100, NULL, NULL), KV_LEAVE_NOT_RUNNING);
 	assert_int_equal(kv_server_stop(srvs[0].s), 0);
 	assert_int_equal(kv_server_stop(srvs[0].s), 0);
 	assert_int_equal(kv_server_start(srvs[0].s), KV_EINVAL);
+	assert_int_equal(kv_server_leave(srvs[0].s, 100, NULL, NULL), KV_LEAVE_NOT_RUNNING);
 	kv_server_destroy(srvs[0].s);
 	srvs[0].s = NULL;
 }
