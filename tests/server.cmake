@@ -11,7 +11,7 @@ target_compile_definitions(test_server_integration PRIVATE
   KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>")
 add_dependencies(test_server_integration shardkv-server)
 kv_add_test(test_server_inproc SOURCES test_server_inproc.c fake_ctl.c srv_client.c
-  LIBS kv_server kv_testutil TIMEOUT 90 LABELS component concurrency)
+  LIBS kv_server kv_testutil TIMEOUT 60 LABELS component concurrency)
 
 # test_server_metrics: a real controller and server with --metrics, scraped
 # over a plain socket (counters, text format, hostile requests, bad address).

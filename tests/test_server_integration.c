@@ -801,6 +801,41 @@ sigterm_drains_the_node_before_it_exits(void **state)
 	clients_close();
 }
 
+/* The binary's exit code after a stop by signal: SIGTERM whose leave the
+ * controller refuses, and SIGINT (no leave at all), both exit 0. */
+static void
+sigterm_with_a_refused_leave_and_sigint_both_exit_zero(void **state)
+{
+	(void)state;
+	int st;
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	proc_start(&procs[0], ctl->url);
+	wait_ready(procs[0].url, e);
+	st = proc_stop(&procs[0]);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	pthread_mutex_lock(&ctl->mu);
+	assert_int_equal(ctl->leave_from, 1);
+	pthread_mutex_unlock(&ctl->mu);
+	clients_close();
+	proc_start(&procs[0], ctl->url);
+	wait_ready(procs[0].url, e);
+	kill(procs[0].pid, SIGINT);
+	uint64_t deadline = now_ms() + 10000;
+	while (waitpid(procs[0].pid, &st, WNOHANG) == 0) {
+		if (now_ms() > deadline)
+			fail_msg("server did not exit on SIGINT");
+		kv_test_sleep_ms(5);
+	}
+	procs[0].pid = 0;
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	clients_close();
+}
+
 static void
 restart_with_the_data_dir_resumes_the_node_id(void **state)
 {
@@ -955,6 +990,8 @@ main(void)
 	        transfer_out_of_order_is_refused_and_the_server_survives, setup, teardown),
 	    cmocka_unit_test_setup_teardown(sigterm_drains_the_node_before_it_exits, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(sigterm_with_a_refused_leave_and_sigint_both_exit_zero,
+	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(restart_with_the_data_dir_resumes_the_node_id, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(server_throughput_bench, setup, teardown),
