@@ -836,6 +836,54 @@ sigterm_with_a_refused_leave_and_sigint_both_exit_zero(void **state)
 	clients_close();
 }
 
+/* A second signal during the graceful leave stops the binary at once,
+ * without draining, and it still exits 0. */
+static void
+second_sigterm_cuts_the_drain_short(void **state)
+{
+	(void)state;
+	int st;
+	ctl->accept_leave = true;
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	proc_start(&procs[0], ctl->url);
+	wait_ready(procs[0].url, e);
+	kill(procs[0].pid, SIGTERM);
+	uint64_t deadline = now_ms() + 10000;
+	for (;;) {
+		pthread_mutex_lock(&ctl->mu);
+		uint32_t from = ctl->leave_from;
+		pthread_mutex_unlock(&ctl->mu);
+		if (from == 1)
+			break;
+		if (now_ms() > deadline)
+			fail_msg("no leave request after SIGTERM");
+		kv_test_sleep_ms(5);
+	}
+	/* Draining now: nothing will ever mark the node gone. */
+	kv_test_sleep_ms(200);
+	assert_int_equal(waitpid(procs[0].pid, &st, WNOHANG), 0);
+	kill(procs[0].pid, SIGTERM);
+	deadline = now_ms() + 5000;
+	while (waitpid(procs[0].pid, &st, WNOHANG) == 0) {
+		if (now_ms() > deadline) {
+			dump_logs();
+			fail_msg("second SIGTERM did not stop the server");
+		}
+		kv_test_sleep_ms(5);
+	}
+	procs[0].pid = 0;
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "grep -q 'second signal, stopping without draining' '%s'",
+	         procs[0].log);
+	assert_int_equal(system(cmd), 0);
+	clients_close();
+}
+
 static void
 restart_with_the_data_dir_resumes_the_node_id(void **state)
 {
@@ -992,6 +1040,7 @@ main(void)
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(sigterm_with_a_refused_leave_and_sigint_both_exit_zero,
 	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(second_sigterm_cuts_the_drain_short, setup, teardown),
 	    cmocka_unit_test_setup_teardown(restart_with_the_data_dir_resumes_the_node_id, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(server_throughput_bench, setup, teardown),
