@@ -74,7 +74,7 @@ xfer_eq(const kv_xfer *a, const kv_xfer *b)
 	}
 }
 
-/* A transfer entry as server_codec.h promises it to migrate.c. */
+/* A transfer entry as server_codec.h promises it to migrate_in.c. */
 static void
 check_kv(kv_bytes key, kv_bytes value, uint64_t offset, uint64_t total)
 {

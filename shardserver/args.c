@@ -2,7 +2,7 @@
  * args.c - the shardkv-server command line (server.h: kv_server_parse_args),
  * apart from main so that it can be tested and fuzzed without starting a
  * server. Nothing is opened or read here: the files named by flags are read
- * by kv_server_run.
+ * by kv_server_create.
  */
 #include "common/err.h"
 #include "common/key.h"

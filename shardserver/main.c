@@ -1,22 +1,52 @@
 /*
  * main.c - shardkv-server: parses flags into an immutable kv_server_cfg
- * (kv_server_parse_args) and calls kv_server_run (server.h).
+ * (kv_server_parse_args), creates and starts the server (server.h) and
+ * turns signals into its life cycle.
  *
- * DESIGN. Nothing here but the exit codes: every usage error exits 2 with
- * one line naming the problem; a server that cannot start exits 1 (the
- * reason was logged by kv_server_run); a clean stop exits 0.
+ * DESIGN. SIGTERM and SIGINT are blocked before the server starts any
+ * thread (so every thread inherits the mask) and taken here with
+ * sigtimedwait. SIGTERM runs the graceful leave (kv_server_leave: drain,
+ * then stop); SIGINT stops at once and keeps the ranges for a restart; a
+ * second signal during the leave cuts it short. SIGPIPE and SIGXFSZ are
+ * ignored (a file size limit is an I/O error, not a death). Exit codes:
+ * every usage error exits 2 with one line naming the problem; a server that
+ * cannot start, or stops with writes not on disk, exits 1 (the reason was
+ * logged); a clean stop exits 0.
  */
 #include "common/err.h"
 #include "common/log.h"
 #include "shardserver/server.h"
 
+#include <signal.h>
 #include <stdio.h>
+#include <time.h>
+
+#define COMP "server"
+
+/* Waits for a signal of set up to ms. Returns the signal or 0. */
+static int
+wait_signal(const sigset_t *set, unsigned ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000u, .tv_nsec = (long)(ms % 1000u) * 1000000L};
+	int sig = sigtimedwait(set, NULL, &ts);
+	return sig > 0 ? sig : 0;
+}
+
+/* kv_server_wait_cb of the graceful leave: a second signal cuts it short. */
+static bool
+second_signal(void *arg, unsigned ms)
+{
+	return wait_signal(arg, ms) != 0;
+}
 
 int
 main(int argc, char **argv)
 {
 	kv_server_args a;
+	kv_server *s = NULL;
+	sigset_t set;
 	char err[600];
+	int rv;
 
 	if (kv_server_parse_args(argc, argv, &a, err, sizeof(err)) != KV_OK) {
 		fprintf(stderr, "shardkv-server: %s (see --help)\n", err);
@@ -27,5 +57,37 @@ main(int argc, char **argv)
 		return 0;
 	}
 	kv_log_set_level(a.level);
-	return kv_server_run(&a.cfg) == 0 ? 0 : 1;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGXFSZ, SIG_IGN);
+
+	if (kv_server_create(&a.cfg, &s, err, sizeof(err)) != KV_OK)
+		return 1;
+	if (kv_server_start(s) != KV_OK) {
+		kv_server_destroy(s);
+		return 1;
+	}
+	for (;;) {
+		int sig = wait_signal(&set, 500);
+		if (sig == 0)
+			continue;
+		/* SIGTERM leaves the cluster gracefully (drains); SIGINT only
+		 * stops the process, keeping the node's ranges for a restart. */
+		KV_INFO(COMP, "signal received", "sig=%s", sig == SIGTERM ? "TERM" : "INT");
+		if (sig == SIGTERM) {
+			kv_server_leave_result lr =
+			    kv_server_leave(s, a.cfg.leave_timeout_ms, second_signal, &set);
+			if (lr == KV_LEAVE_CUT_ASKING)
+				KV_WARN(COMP, "second signal, stopping without leaving", NULL);
+			else if (lr == KV_LEAVE_CUT_DRAINING)
+				KV_WARN(COMP, "second signal, stopping without draining", NULL);
+		}
+		break;
+	}
+	rv = kv_server_stop(s);
+	kv_server_destroy(s);
+	return rv == KV_OK ? 0 : 1;
 }

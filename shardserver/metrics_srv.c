@@ -4,12 +4,12 @@
  * counters and gauges on its thread.
  *
  * Everything is read without stopping requests: the op and error counters
- * are relaxed atomics bumped by server.c, store and log figures come from
+ * are relaxed atomics bumped by dispatch.c, store and log figures come from
  * their own statistics calls (kv_store_get_stats, kv_dur_stats_get), and the
- * migration list is walked under mig_mu, a leaf, reading only the atomics
- * of its items. A scrape therefore sees each figure at a slightly different
- * moment; no figure is torn. The listener is stopped before the store, the
- * log or the migration lists are freed.
+ * migration figures from kv_mig_stats (the list walked under its mutex, a
+ * leaf, reading only the atomics of its items). A scrape therefore sees each figure at a slightly
+ * different moment; no figure is torn. The listener is stopped before the store, the log or the
+ * migration lists are freed.
  */
 #include "common/err.h"
 #include "common/log.h"
@@ -194,7 +194,7 @@ render(void *arg, kv_buf *out)
 	size_t n = 0;
 	kv_store_stats st = {0};
 	kv_dur_stats ds = {0};
-	uint64_t active = 0;
+	uint64_t active = 0, bytes_sent = 0;
 
 	for (int k = 1; k < KV_OP__COUNT; k++)
 		m[n++] =
@@ -257,15 +257,11 @@ render(void *arg, kv_buf *out)
 	add(m, &n, "shardkv_snapshot_last_bytes", KV_METRIC_GAUGE,
 	    "Payload bytes of the last snapshot (0: none since start).", ds.snapshot_bytes);
 
-	pthread_mutex_lock(&s->mig_mu);
-	for (kv_mig_out *o = s->outs; o; o = o->next)
-		active += !atomic_load(&o->finished);
-	pthread_mutex_unlock(&s->mig_mu);
+	kv_mig_stats(s->mig, &active, &bytes_sent);
 	add(m, &n, "shardkv_migrations_out_active", KV_METRIC_GAUGE,
 	    "Outgoing migrations whose task is running.", active);
 	add(m, &n, "shardkv_migration_bytes_copied_total", KV_METRIC_COUNTER,
-	    "Bytes of outgoing bulk copies acknowledged by destinations since start.",
-	    atomic_load_explicit(&s->mig_bytes_sent, memory_order_relaxed));
+	    "Bytes of outgoing bulk copies acknowledged by destinations since start.", bytes_sent);
 
 	int rv = kv_metrics_write(out, m, n);
 	if (rv == KV_OK)

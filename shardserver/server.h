@@ -4,9 +4,15 @@
  * controller's configurations, and moves ranges to other servers
  * (doc/protocol.md).
  *
- * main.c parses flags into a kv_server_cfg and calls kv_server_run; tests
- * start the real binary. Thread model and lock order: doc/threads.md and the
- * DESIGN paragraph of server.c.
+ * A server is a handle with a life cycle: kv_server_create (opens the data
+ * dir, recovers), kv_server_start (listens, follows the controller),
+ * optionally kv_server_leave (hands the ranges away), kv_server_stop and
+ * kv_server_destroy. It keeps no process-wide state, so one process can run
+ * several servers and a controller; signals are the business of main.c,
+ * which parses flags into a kv_server_cfg and drives that life cycle. A
+ * process that embeds a server should ignore SIGPIPE and SIGXFSZ as main.c
+ * does (a file size limit is then an I/O error of the log, not a death).
+ * Thread model and lock order: doc/threads.md.
  */
 #ifndef KV_SHARDSERVER_SERVER_H
 #define KV_SHARDSERVER_SERVER_H
@@ -20,8 +26,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The immutable start-up configuration (flags). Strings are borrowed and
- * must outlive kv_server_run. */
+/* The immutable start-up configuration (flags). kv_server_create copies the
+ * struct; the strings and the ctl array stay borrowed and must outlive
+ * kv_server_destroy. */
 typedef struct {
 	const char *listen;       /* --listen nng URL */
 	const char *const *ctl;   /* --controller addresses */
@@ -78,14 +85,68 @@ extern const char kv_server_usage[];
  */
 int kv_server_parse_args(int argc, char **argv, kv_server_args *out, char *err, size_t errlen);
 
+/* A shard server (opaque). */
+typedef struct kv_server kv_server;
+
 /*
- * Runs the server until SIGTERM or SIGINT (a second one exits at once
- * during a graceful leave). Blocks both signals in the calling thread and
- * every thread it starts. Returns 0 after a clean stop, or a KV_E* code
- * when it cannot start (KV_EADDRINUSE, KV_EPERM/KV_EIO for the data dir,
- * KV_EINVAL for a bad option or an unusable --auth-token-file or TLS file); the reason
- * has been logged.
+ * Creates a server from cfg: checks the options, loads the auth token and
+ * the TLS files, opens (creating if needed) the data dir, reads the node
+ * file and recovers the store from the snapshot and the log. Listens on
+ * nothing yet. On 0 *out is the server (free it with kv_server_destroy);
+ * otherwise returns KV_EINVAL (a bad option, --auth-token-file or TLS file),
+ * KV_EPERM/KV_EIO/KV_ECORRUPT (the data dir) or KV_ENOMEM, the reason has
+ * been logged, and err holds a one-line summary.
  */
-int kv_server_run(const kv_server_cfg *cfg);
+int kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t errlen);
+
+/*
+ * Starts the --metrics listener and the --listen endpoint, then the watch
+ * thread (registers and follows the configurations) and the heartbeat
+ * thread. Returns 0, KV_EADDRINUSE (--listen or --metrics taken; logged),
+ * KV_EINVAL (called twice or after stop) or KV_ENOMEM. On failure the server
+ * serves nothing; destroy it.
+ */
+int kv_server_start(kv_server *s);
+
+/* The outcome of kv_server_leave. */
+typedef enum {
+	KV_LEAVE_DRAINED = 0,  /* the controller marks the node gone, migrations reported */
+	KV_LEAVE_UNREGISTERED, /* never registered: nothing to leave */
+	KV_LEAVE_REFUSED,      /* the controller did not accept the leave (logged) */
+	KV_LEAVE_TIMED_OUT,    /* the drain did not finish in time (logged) */
+	KV_LEAVE_CUT_ASKING,   /* the wait callback cut it short before it was accepted */
+	KV_LEAVE_CUT_DRAINING, /* ... after it was accepted, while draining */
+	KV_LEAVE_NOT_RUNNING,  /* not started, or stopped already */
+} kv_server_leave_result;
+
+/* Waits up to ms; returns true to cut a leave short (main.c: a second
+ * signal arrived). */
+typedef bool (*kv_server_wait_cb)(void *arg, unsigned ms);
+
+/*
+ * The graceful leave (SIGTERM): asks the controller to move every range
+ * away (asking again while it answers BUSY), keeps serving while they move,
+ * and returns once the controller marks the node gone and every outgoing
+ * migration is reported, or after timeout_ms (0: 60000). Between attempts
+ * and polls it waits through wait(arg, ms) (NULL: sleeps), which may cut the
+ * leave short. Blocks the caller; does not stop the server. Call it between
+ * kv_server_start and kv_server_stop, never concurrently with the latter.
+ */
+kv_server_leave_result kv_server_leave(kv_server *s, uint32_t timeout_ms, kv_server_wait_cb wait,
+                                       void *arg);
+
+/*
+ * Stops: refuses new requests, waits (at most 10 s) until every request
+ * taken has been answered, stops the metrics listener, closes the
+ * endpoint, joins the watch, heartbeat and migration threads, closes the
+ * controller clients and the log. The ranges stay the node's (a restart on
+ * the same data dir resumes them). Returns 0, or KV_EIO when replies still
+ * wait for a failing disk: the server is then left as it is (destroy frees
+ * nothing). Idempotent; not concurrent with another call on s.
+ */
+int kv_server_stop(kv_server *s);
+
+/* Stops the server if needed and frees it. Accepts NULL. */
+void kv_server_destroy(kv_server *s);
 
 #endif

@@ -8,7 +8,7 @@
  * message tree that borrows the caller's bytes, packs it straight into an
  * nng message body, and frees only the tree's own arrays (never with
  * free_unpacked). Transfer values may come in slices (KeyValue.value_total
- * != 0): each slice is checked here on its own, and migrate.c checks that
+ * != 0): each slice is checked here on its own, and migrate_in.c checks that
  * consecutive slices form one value.
  */
 #include "shardserver/server_codec.h"
@@ -153,7 +153,7 @@ decode_dedup(const Shardkv__DedupEntry *d, kv_sc_dedup *out)
 /*
  * Decodes one transfer entry. A whole entry (value_total 0) must have offset
  * 0; a slice must carry at least one byte and lie inside a total of at most
- * KV_HARD_MAX_VALUE (the server's own --max-value is checked by migrate.c).
+ * KV_HARD_MAX_VALUE (the server's own --max-value is checked by migrate_in.c).
  * Sets *why and returns KV_EINVAL otherwise.
  */
 static int

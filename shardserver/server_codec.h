@@ -66,7 +66,7 @@ typedef struct {
  * bytes [value_offset, value_offset + value.len) of a value of value_total
  * bytes. Decoding checks each slice on its own (not empty, inside its total,
  * total within KV_HARD_MAX_VALUE); whether consecutive slices fit together is
- * the receiver's business (migrate.c).
+ * the receiver's business (migrate_in.c).
  */
 typedef struct {
 	kv_bytes key;          /* the key */

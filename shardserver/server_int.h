@@ -1,18 +1,11 @@
 /*
- * server_int.h - the shard server's shared state, for server.c (request
- * dispatch, configuration following, heartbeats, the node file) and
- * migrate.c (range transfer, both ends). Nothing outside shardserver/
- * includes it.
+ * server_int.h - the shard server's shared state (struct kv_server), for
+ * the server's own files: server.c (life cycle), dispatch.c, follow.c,
+ * heartbeat.c, ctlcall.c and metrics_srv.c. The migration files do not
+ * include it (they see the server through kv_mig_env, migrate.h), and
+ * nothing outside shardserver/ does.
  *
- * Lock order (outermost first), see also doc/threads.md:
- *   owner.lock (read) -> kv_mig_out.mu (ascending migration id) ->
- *   durable barrier (read) -> durable key stripes (ascending) -> dedup
- *   stripe / store partition locks -> the log's mutex (leaves);
- *   kv_mig_in.mu -> owner.lock (write) -> durable barrier (read) -> store
- *   partition locks -> the log's mutex;
- *   kv_server.mig_mu, kv_server.cfg_mu, kv_server.ctl_mu, kv_server.rfig_mu
- *   are leaves: nothing else is taken while one is held.
- * No lock is ever held across an RPC to another process.
+ * Threads, what each owns and the lock order: doc/threads.md.
  */
 #ifndef KV_SHARDSERVER_SERVER_INT_H
 #define KV_SHARDSERVER_SERVER_INT_H
@@ -23,6 +16,7 @@
 #include "common/rpc.h"
 #include "shardserver/dedup.h"
 #include "shardserver/durable/durable.h"
+#include "shardserver/migrate.h"
 #include "shardserver/owner.h"
 #include "shardserver/server.h"
 #include "shardserver/server_codec.h"
@@ -30,75 +24,11 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-
-/* One write recorded while its range is being copied (a DeltaRecord). */
-typedef struct {
-	uint64_t seq;       /* source write sequence */
-	bool del;           /* delete, else put */
-	kv_buf key;         /* the key */
-	kv_buf value;       /* put: the whole value after the write */
-	bool has_dedup;     /* the write had (client, request) ids */
-	uint64_t client;    /* dedup: client id */
-	uint64_t req;       /* dedup: request id */
-	int status;         /* dedup: result status */
-	uint64_t value_len; /* dedup: append result */
-	uint64_t time_ms;   /* dedup: when applied */
-} kv_delta_rec;
-
-typedef struct kv_server kv_server;
+#include <time.h>
 
 /* Slots of kv_server.err_count: slot -code for each KV_E* code, slot 0 for a
  * status outside the table. */
 #define KV_SRV_ERR_SLOTS (1 - KV_ERR_MIN)
-
-/* An outgoing migration: this node is the source (migrate.c). */
-typedef struct kv_mig_out {
-	kv_server *srv;                    /* owner */
-	uint64_t id;                       /* Migration.id */
-	uint64_t epoch;                    /* Migration.epoch */
-	kv_buf start;                      /* the moving range */
-	kv_buf end;                        /* empty: end of the key space */
-	uint32_t to;                       /* destination node */
-	uint32_t rate_mb_s;                /* bulk copy rate limit, MB/s; 0: unlimited */
-	char to_addr[256];                 /* its URL */
-	pthread_t thr;                     /* the task thread */
-	atomic_bool fenced;                /* writes refused (MOVING); set under mu */
-	atomic_bool cancel;                /* the configuration dropped the migration */
-	atomic_bool handed_over;           /* ... and gives the range to `to`: it was done */
-	atomic_bool finished;              /* the thread has returned */
-	atomic_bool reported;              /* committed and MigrationDone acknowledged */
-	atomic_uint_fast64_t keys_copied;  /* acknowledged keys */
-	atomic_uint_fast64_t bytes_copied; /* acknowledged bytes */
-	uint64_t keys_total;               /* keys in the range when the copy began (task thread) */
-	uint64_t bytes_total;              /* their key + value bytes (task thread) */
-
-	pthread_mutex_t mu; /* orders writes to the range with `fenced`,
-	                       protects everything down to the blank line */
-	kv_delta_rec *recs; /* writes since the copy started */
-	size_t nrecs;       /* records in recs */
-	size_t caprecs;     /* capacity of recs */
-	size_t rec_bytes;   /* key + value bytes in recs */
-	uint64_t write_seq; /* last DeltaRecord.seq assigned */
-	bool lost;          /* a record could not be kept: restart the stream */
-
-	struct kv_mig_out *next; /* kv_server.outs list */
-} kv_mig_out;
-
-/* An incoming migration: this node is the destination (migrate.c). */
-typedef struct kv_mig_in {
-	uint64_t id;        /* Migration.id */
-	pthread_mutex_t mu; /* serialises the stream; protects down to the blank line */
-	uint64_t epoch;     /* Migration.epoch from Begin */
-	kv_buf start;       /* the range */
-	kv_buf end;         /* empty: end of the key space */
-	uint32_t from;      /* source node */
-	uint64_t acked;     /* highest contiguous seq applied */
-	uint64_t keys;      /* keys received */
-	uint64_t bytes;     /* bytes received */
-	bool committed;     /* serving the range */
-
-	struct kv_mig_in *next; /* kv_server.ins list */
-} kv_mig_in;
 
 /* One served range's figures for /metrics. */
 typedef struct {
@@ -108,7 +38,8 @@ typedef struct {
 } kv_srv_range_fig;
 
 struct kv_server {
-	const kv_server_cfg *cfg;          /* flags (immutable) */
+	const kv_server_cfg *cfg;          /* flags (immutable): &cfg_copy */
+	kv_server_cfg cfg_copy;            /* the caller's kv_server_cfg, copied */
 	kv_store *store;                   /* the data */
 	kv_owner owner;                    /* what this node serves (own rwlock) */
 	kv_dedup *dedup;                   /* exactly-once memory (own locks) */
@@ -135,11 +66,20 @@ struct kv_server {
 	kv_buf auth;                       /* --auth-token-file secret (immutable); empty: none */
 	kv_tls *tls;                       /* --tls-* configuration (immutable); NULL: plain tcp */
 
+	/* Life cycle, used only by the thread that calls create/start/stop. */
+	pthread_t watch_thr; /* follows the configurations (kv_srv_watch_main) */
+	pthread_t hb_thr;    /* heartbeats (kv_srv_heartbeat_main) */
+	bool watch_started;  /* watch_thr runs */
+	bool hb_started;     /* hb_thr runs */
+	bool started;        /* kv_server_start got as far as listening */
+	bool stopped;        /* kv_server_stop ran */
+	bool wedged;         /* stop found replies waiting for a failing disk */
+	int stop_rv;         /* what kv_server_stop returned */
+
 	/* Counters for /metrics only, updated with relaxed atomics. */
 	atomic_uint_fast64_t op_count[KV_OP__COUNT];      /* ops received, by kv_op_kind */
 	atomic_uint_fast64_t err_count[KV_SRV_ERR_SLOTS]; /* failed ops and requests */
-	kv_lat_hist op_lat[KV_OP__COUNT];    /* receipt to reply of requests, by op kind in them */
-	atomic_uint_fast64_t mig_bytes_sent; /* bulk copy bytes acked (migrate.c) */
+	kv_lat_hist op_lat[KV_OP__COUNT]; /* receipt to reply of requests, by op kind in them */
 
 	pthread_mutex_t cfg_mu; /* protects cur and cluster_id */
 	kv_config *cur;         /* latest applied configuration, NULL before */
@@ -149,19 +89,12 @@ struct kv_server {
 	kv_rpc_client **ctl;    /* one client per controller address */
 	size_t ctl_idx;         /* the one to try first */
 
-	pthread_mutex_t mig_mu; /* protects outs and ins (the lists, not the items) */
-	kv_mig_out *outs;       /* every outgoing migration started since boot */
-	kv_mig_in *ins;         /* every incoming stream seen since boot */
+	kv_mig *mig; /* the migrations, both directions (migrate.h; own locks) */
 
 	pthread_mutex_t rfig_mu; /* protects rfig and nrfig */
 	kv_srv_range_fig *rfig;  /* per served range, as of the heartbeat's last count */
 	size_t nrfig;
 };
-
-/* Sends an AdminRequest to the controller (rotating through the addresses
- * on failure) and decodes the answer. Fills the sender ids. On 0 the caller
- * frees *resp with kv_sc_adm_resp_fini. Returns 0 or a transport KV_E* code. */
-int kv_server__ctl_call(kv_server *s, kv_adm_req *rq, kv_adm_resp *resp, uint32_t timeout_ms);
 
 /* The token this server sends to the controller and to other servers. */
 static inline kv_bytes
@@ -171,31 +104,25 @@ kv_server__auth(const kv_server *s)
 }
 
 /* Returns the current Unix time in milliseconds. */
-uint64_t kv_server__unix_ms(void);
+static inline uint64_t
+kv_server__unix_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 /* Sleeps up to ms, returning early when the server stops. */
-void kv_server__nap(kv_server *s, unsigned ms);
-
-/* migrate.c: starts the source task of migration m (a copy is made).
- * Returns 0 or KV_ENOMEM. Called by the config thread. */
-int kv_mig_out_start(kv_server *s, const kv_migration *m, const char *to_addr);
-
-/* migrate.c: answers one transfer message (on an nng thread; never waits for
- * another server). */
-void kv_mig_in_handle(kv_server *s, const kv_req *rq, kv_sc_ack *ack);
-
-/* migrate.c: records a write to a range with an outgoing migration. Caller
- * holds m->mu. `value` NULL means delete. Copies everything. */
-void kv_mig_out_record_locked(kv_mig_out *m, const void *key, size_t klen, const void *value,
-                              size_t vlen, const kv_delta_rec *dedup);
-
-/* migrate.c: forgets an incoming stream the configuration dropped: removes
- * its INCOMING entries and, unless committed, the data it brought. Called by
- * the config thread. */
-void kv_mig_in_forget(kv_server *s, uint64_t id);
-
-/* migrate.c: joins every migration thread and frees both lists. */
-void kv_mig_fini_all(kv_server *s);
+static inline void
+kv_server__nap(kv_server *s, unsigned ms)
+{
+	while (ms > 0 && !atomic_load(&s->stopping)) {
+		unsigned step = ms < 20 ? ms : 20;
+		struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)step * 1000000L};
+		nanosleep(&ts, NULL);
+		ms -= step;
+	}
+}
 
 /* Counts a failed op or request in s->err_count for /metrics; 0 and
  * KV_ENOTFOUND (an answer, not a failure) are not counted. Cheap: one

@@ -1,19 +1,26 @@
 /*
- * test_server_integration.c - starts the real shardkv-server binary
- * (KV_SERVER_BIN) on free loopback ports against a fake controller that
- * lives in this process (a kv_rpc_server answering Register, Watch with
- * crafted configurations, Heartbeat, MigrationProgress and MigrationDone),
- * and checks serving, owner hints, migrations between two real server
- * processes, simultaneous swaps and exactly-once retries.
+ * test_server_integration.c - shard servers on free loopback ports against
+ * the fake controller (tests/fake_ctl.h: Register, Watch with crafted
+ * configurations, Heartbeat, MigrationProgress, MigrationDone, Leave), and
+ * checks serving, owner hints, migrations between two servers,
+ * simultaneous swaps, exactly-once retries and restarts.
  *
- * Every wait polls with a deadline; every process is stopped by the
- * per-test teardown, whatever the outcome.
+ * Servers run inside this process through their life cycle (server.h)
+ * wherever a test does not need a process of its own; the tests of the
+ * binary itself (flags and exit codes, SIGTERM's graceful leave) start the
+ * real shardkv-server (KV_SERVER_BIN).
+ *
+ * Every wait polls with a deadline; every server and process is stopped by
+ * the per-test teardown, whatever the outcome.
  */
 #include "common/config.h"
 #include "common/err.h"
 #include "common/rpc.h"
 #include "proto/codec.h"
 #include "proto/shardkv.pb-c.h"
+#include "shardserver/server.h"
+#include "tests/support/fake_ctl.h"
+#include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
 #include <pthread.h>
@@ -34,41 +41,7 @@
 #error "KV_SERVER_BIN must name the shardkv-server binary"
 #endif
 
-#define MAX_NODES 4
-#define MAX_CFGS  512
-
-/* ------------------------------------------------------------------------
- * Fake controller
- * ------------------------------------------------------------------------ */
-
-typedef struct {
-	kv_rpc_pending *p; /* the deferred watch */
-	uint64_t known;    /* its known_epoch */
-	uint64_t since;    /* when it arrived, ms */
-} pend_watch;
-
-typedef struct {
-	kv_rpc_server *rpc;        /* the endpoint */
-	char url[64];              /* its URL */
-	pthread_mutex_t mu;        /* protects everything down to the blank line */
-	kv_config *cfgs[MAX_CFGS]; /* cfgs[i] has epoch i + 1 */
-	size_t ncfgs;              /* published configurations */
-	char addrs[MAX_NODES][64]; /* node i + 1 listens on addrs[i] */
-	uint32_t nnodes;           /* nodes known */
-	pend_watch pend[128];      /* held watches */
-	size_t npend;              /* entries in pend */
-	uint64_t done[256];        /* MigrationDone ids received */
-	size_t ndone;              /* entries in done */
-	unsigned heartbeats;       /* heartbeats received */
-	uint64_t hb_range_keys;    /* largest per-range key count reported */
-	unsigned registers;        /* Register requests received */
-	uint32_t last_resume;      /* resume_node_id of the last Register */
-	bool accept_leave;         /* answer AdminLeave with OK */
-	uint32_t leave_from;       /* node that asked to leave */
-
-	pthread_t ticker; /* answers held watches after 300 ms */
-	atomic_bool stop; /* stops the ticker */
-} fake_ctl;
+#define MAX_NODES FAKE_CTL_MAX_NODES
 
 static uint64_t
 now_ms(void)
@@ -76,265 +49,18 @@ now_ms(void)
 	return kv_test_now_ms();
 }
 
-/* Packs an AdminResponse with the configurations (known, latest]. Caller holds mu. */
-static nng_msg *
-ctl_reply_locked(fake_ctl *f, uint64_t reqid, int status, uint32_t node_id, uint64_t known,
-                 bool history, bool single)
-{
-	Shardkv__AdminResponse r = SHARDKV__ADMIN_RESPONSE__INIT;
-	Shardkv__Config *pbs[MAX_CFGS];
-	size_t n = 0;
-	nng_msg *m;
-
-	r.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
-	r.request_id = reqid;
-	r.status = status;
-	r.epoch = f->ncfgs;
-	r.node_id = node_id;
-	if (history)
-		for (uint64_t e = known + 1; e <= f->ncfgs; e++)
-			pbs[n++] = kv_codec_config_to_pb(f->cfgs[e - 1]);
-	if (single && f->ncfgs > 0) {
-		pbs[n++] = kv_codec_config_to_pb(f->cfgs[f->ncfgs - 1]);
-		r.config = pbs[0];
-	} else {
-		r.n_configs = n;
-		r.configs = pbs;
-	}
-	size_t len = shardkv__admin_response__get_packed_size(&r);
-	assert_int_equal(nng_msg_alloc(&m, len), 0);
-	shardkv__admin_response__pack(&r, nng_msg_body(m));
-	for (size_t i = 0; i < n; i++)
-		kv_codec_config_pb_free(pbs[i]);
-	return m;
-}
-
-static int
-ctl_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
-{
-	fake_ctl *f = arg;
-	Shardkv__AdminRequest *rq =
-	    shardkv__admin_request__unpack(NULL, nng_msg_len(req), nng_msg_body(req));
-	int rv = 0;
-
-	if (rq == NULL)
-		return KV_EPROTO;
-	pthread_mutex_lock(&f->mu);
-	switch (rq->cmd_case) {
-	case SHARDKV__ADMIN_REQUEST__CMD_REGISTER_NODE: {
-		uint32_t id = 0;
-		f->registers++;
-		f->last_resume = rq->register_node->resume_node_id;
-		for (uint32_t i = 0; i < f->nnodes; i++)
-			if (strcmp(f->addrs[i], rq->register_node->address) == 0)
-				id = i + 1;
-		if (id == 0 && f->nnodes < MAX_NODES) {
-			snprintf(f->addrs[f->nnodes], sizeof(f->addrs[0]), "%s",
-			         rq->register_node->address);
-			id = ++f->nnodes;
-		}
-		*reply = ctl_reply_locked(f, rq->request_id, 0, id, 0, false, true);
-		break;
-	}
-	case SHARDKV__ADMIN_REQUEST__CMD_WATCH:
-		if (f->ncfgs > rq->watch->known_epoch || f->npend == 128) {
-			*reply = ctl_reply_locked(f, rq->request_id, 0, 0, rq->watch->known_epoch,
-			                          true, false);
-		} else {
-			f->pend[f->npend++] = (pend_watch){
-			    .p = p, .known = rq->watch->known_epoch, .since = now_ms()};
-			rv = KV_RPC_DEFERRED;
-		}
-		break;
-	case SHARDKV__ADMIN_REQUEST__CMD_HEARTBEAT:
-		f->heartbeats++;
-		for (size_t i = 0; i < rq->heartbeat->n_ranges; i++)
-			if (rq->heartbeat->ranges[i]->keys > f->hb_range_keys)
-				f->hb_range_keys = rq->heartbeat->ranges[i]->keys;
-		*reply = ctl_reply_locked(f, rq->request_id, 0, 0, 0, false, false);
-		break;
-	case SHARDKV__ADMIN_REQUEST__CMD_MIGRATION_DONE:
-		if (f->ndone < 256)
-			f->done[f->ndone++] = rq->migration_done->migration_id;
-		*reply = ctl_reply_locked(f, rq->request_id, 0, 0, 0, false, false);
-		break;
-	case SHARDKV__ADMIN_REQUEST__CMD_LEAVE:
-		f->leave_from = rq->leave->node->id;
-		*reply = ctl_reply_locked(f, rq->request_id,
-		                          f->accept_leave ? 0 : SHARDKV__STATUS__STATUS_INVALID, 0,
-		                          0, false, false);
-		break;
-	default:
-		*reply = ctl_reply_locked(f, rq->request_id, 0, 0, 0, false, false);
-		break;
-	}
-	pthread_mutex_unlock(&f->mu);
-	shardkv__admin_request__free_unpacked(rq, NULL);
-	return rv;
-}
-
-static void *
-ctl_ticker(void *arg)
-{
-	fake_ctl *f = arg;
-	while (!atomic_load(&f->stop)) {
-		kv_test_sleep_ms(50);
-		pthread_mutex_lock(&f->mu);
-		size_t j = 0;
-		for (size_t i = 0; i < f->npend; i++) {
-			if (now_ms() - f->pend[i].since >= 300)
-				kv_rpc_reply(f->pend[i].p,
-				             ctl_reply_locked(f, 0, 0, 0, f->ncfgs, true, false));
-			else
-				f->pend[j++] = f->pend[i];
-		}
-		f->npend = j;
-		pthread_mutex_unlock(&f->mu);
-	}
-	return NULL;
-}
-
-static fake_ctl *
-ctl_start(void)
-{
-	fake_ctl *f = calloc(1, sizeof(*f));
-	assert_non_null(f);
-	pthread_mutex_init(&f->mu, NULL);
-	kv_test_free_url(f->url, sizeof(f->url));
-	kv_rpc_server_opts o = {.url = f->url, .contexts = 256, .handler = ctl_handler, .arg = f};
-	assert_int_equal(kv_rpc_server_create(&o, &f->rpc), 0);
-	assert_int_equal(pthread_create(&f->ticker, NULL, ctl_ticker, f), 0);
-	return f;
-}
-
-static void
-ctl_stop(fake_ctl *f)
-{
-	if (f == NULL)
-		return;
-	atomic_store(&f->stop, true);
-	pthread_join(f->ticker, NULL);
-	kv_rpc_server_destroy(f->rpc);
-	for (size_t i = 0; i < f->ncfgs; i++)
-		kv_config_free(f->cfgs[i]);
-	pthread_mutex_destroy(&f->mu);
-	free(f);
-}
-
-/* Pre-assigns node ids to addresses (node i + 1 is addrs[i]). */
-static void
-ctl_add_node(fake_ctl *f, const char *url)
-{
-	pthread_mutex_lock(&f->mu);
-	snprintf(f->addrs[f->nnodes++], sizeof(f->addrs[0]), "%s", url);
-	pthread_mutex_unlock(&f->mu);
-}
-
-/* A configuration under construction. */
-typedef struct {
-	kv_config *c; /* the configuration */
-} cfg_b;
-
-static cfg_b
-cfg_new(fake_ctl *f)
-{
-	cfg_b b = {.c = kv_config_new()};
-	assert_non_null(b.c);
-	pthread_mutex_lock(&f->mu);
-	b.c->epoch = f->ncfgs + 1;
-	b.c->cluster_id = strdup("test-cluster");
-	b.c->nnodes = f->nnodes;
-	b.c->nodes = calloc(f->nnodes, sizeof(kv_node));
-	for (uint32_t i = 0; i < f->nnodes; i++) {
-		b.c->nodes[i].id = i + 1;
-		b.c->nodes[i].address = strdup(f->addrs[i]);
-		b.c->nodes[i].state = KV_NODE_ACTIVE;
-	}
-	pthread_mutex_unlock(&f->mu);
-	return b;
-}
-
-/* Appends a range starting at start (ranges in key order; ends filled later). */
-static void
-cfg_range(cfg_b *b, const char *start, uint32_t node)
-{
-	kv_config *c = b->c;
-	c->ranges = realloc(c->ranges, (c->nranges + 1) * sizeof(kv_range));
-	memset(&c->ranges[c->nranges], 0, sizeof(kv_range));
-	kv_buf_set(&c->ranges[c->nranges].start, start, strlen(start));
-	c->ranges[c->nranges].node = node;
-	if (c->nranges > 0)
-		kv_buf_set(&c->ranges[c->nranges - 1].end, start, strlen(start));
-	c->nranges++;
-}
-
-static void
-cfg_mig(cfg_b *b, uint64_t id, const char *start, const char *end, uint32_t from, uint32_t to)
-{
-	kv_config *c = b->c;
-	c->migs = realloc(c->migs, (c->nmigs + 1) * sizeof(kv_migration));
-	kv_migration *m = &c->migs[c->nmigs++];
-	memset(m, 0, sizeof(*m));
-	m->id = id;
-	m->epoch = c->epoch;
-	kv_buf_set(&m->start, start, strlen(start));
-	kv_buf_set(&m->end, end, strlen(end));
-	m->from = from;
-	m->to = to;
-	m->phase = KV_MIG_PENDING;
-}
-
-/* Publishes the configuration and answers every held watch. Returns its epoch. */
-static uint64_t
-cfg_publish(fake_ctl *f, cfg_b *b)
-{
-	uint64_t e;
-	assert_int_equal(kv_config_validate(b->c), 0);
-	pthread_mutex_lock(&f->mu);
-	assert_int_equal(b->c->epoch, f->ncfgs + 1);
-	f->cfgs[f->ncfgs++] = b->c;
-	e = f->ncfgs;
-	for (size_t i = 0; i < f->npend; i++)
-		kv_rpc_reply(f->pend[i].p,
-		             ctl_reply_locked(f, 0, 0, 0, f->pend[i].known, true, false));
-	f->npend = 0;
-	pthread_mutex_unlock(&f->mu);
-	b->c = NULL;
-	return e;
-}
-
-static bool
-ctl_done(fake_ctl *f, uint64_t id)
-{
-	bool d = false;
-	pthread_mutex_lock(&f->mu);
-	for (size_t i = 0; i < f->ndone; i++)
-		d |= f->done[i] == id;
-	pthread_mutex_unlock(&f->mu);
-	return d;
-}
-
-static void
-wait_done(fake_ctl *f, uint64_t id, unsigned ms)
-{
-	uint64_t deadline = now_ms() + ms;
-	while (!ctl_done(f, id)) {
-		if (now_ms() > deadline)
-			fail_msg("migration %llu not done within %u ms", (unsigned long long)id,
-			         ms);
-		kv_test_sleep_ms(5);
-	}
-}
-
 /* ------------------------------------------------------------------------
- * Server processes
+ * Servers: in this process, or the binary
  * ------------------------------------------------------------------------ */
 
 typedef struct {
-	pid_t pid;     /* 0: not running */
-	char url[64];  /* --listen */
-	char dir[200]; /* --data-dir */
-	char log[220]; /* its stderr */
+	pid_t pid;           /* the binary's process; 0: not running */
+	kv_server *s;        /* the in-process server; NULL: none */
+	kv_server_cfg cfg;   /* its flags (in-process) */
+	const char *ctlv[1]; /* its --controller (in-process) */
+	char url[64];        /* --listen */
+	char dir[200];       /* --data-dir */
+	char log[220];       /* the binary's stderr */
 } srv_proc;
 
 static srv_proc procs[MAX_NODES];
@@ -356,6 +82,43 @@ proc_start(srv_proc *p, const char *ctl_url)
 		      (char *)NULL);
 		_exit(127);
 	}
+}
+
+/* Creates and starts an in-process server with the flags proc_start gives
+ * the binary (--join, --store store_mode, the default --fsync). */
+static void
+node_start(srv_proc *p, const char *ctl_url)
+{
+	char err[256];
+	int rv;
+
+	p->ctlv[0] = ctl_url;
+	p->cfg = (kv_server_cfg){
+	    .listen = p->url,
+	    .ctl = p->ctlv,
+	    .nctl = 1,
+	    .data_dir = p->dir,
+	    .join = true,
+	    .store_mode = strcmp(store_mode, "percore") == 0 ? KV_STORE_PERCORE : KV_STORE_STRIPED,
+	    .fsync = KV_FSYNC_BATCH};
+	if ((rv = kv_server_create(&p->cfg, &p->s, err, sizeof(err))) != 0)
+		fail_msg("cannot create server %s: %s: %s", p->url, kv_errname(rv), err);
+	assert_int_equal(kv_server_start(p->s), 0);
+}
+
+/* Stops and destroys an in-process server (none: -1). Returns what
+ * kv_server_stop returned. */
+static int
+node_stop(srv_proc *p)
+{
+	int rv;
+
+	if (p->s == NULL)
+		return -1;
+	rv = kv_server_stop(p->s);
+	kv_server_destroy(p->s);
+	p->s = NULL;
+	return rv;
 }
 
 /* Stops a server: SIGTERM, then SIGKILL after 10 s. Returns its exit status. */
@@ -386,7 +149,7 @@ setup(void **state)
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvsrvtest.XXXXXX");
 	assert_non_null(mkdtemp(tmpdir));
 	store_mode = getenv("KV_TEST_STORE") ? getenv("KV_TEST_STORE") : "striped";
-	ctl = ctl_start();
+	ctl = fake_ctl_start();
 	for (int i = 0; i < MAX_NODES; i++) {
 		memset(&procs[i], 0, sizeof(procs[i]));
 		kv_test_free_url(procs[i].url, sizeof(procs[i].url));
@@ -401,9 +164,12 @@ teardown(void **state)
 {
 	char cmd[300];
 	(void)state;
-	for (int i = 0; i < MAX_NODES; i++)
+	clients_close();
+	for (int i = 0; i < MAX_NODES; i++) {
 		proc_stop(&procs[i]);
-	ctl_stop(ctl);
+		node_stop(&procs[i]);
+	}
+	fake_ctl_stop(ctl);
 	ctl = NULL;
 	if (getenv("KV_TEST_KEEP") == NULL) {
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
@@ -421,177 +187,6 @@ dump_logs(void)
 	snprintf(cmd, sizeof(cmd), "tail -n 40 %s/*.log >&2", tmpdir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "no logs\n");
-}
-
-/* ------------------------------------------------------------------------
- * A tiny client
- * ------------------------------------------------------------------------ */
-
-static struct {
-	char url[64];     /* dialed URL */
-	kv_rpc_client *c; /* client */
-} clients[16];
-static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static kv_rpc_client *
-client_for(const char *url)
-{
-	kv_rpc_client *c = NULL;
-	pthread_mutex_lock(&clients_mu);
-	for (int i = 0; i < 16 && c == NULL; i++) {
-		if (clients[i].c && strcmp(clients[i].url, url) == 0)
-			c = clients[i].c;
-		else if (clients[i].c == NULL) {
-			assert_int_equal(kv_rpc_client_create(url, &clients[i].c), 0);
-			snprintf(clients[i].url, sizeof(clients[i].url), "%s", url);
-			c = clients[i].c;
-		}
-	}
-	pthread_mutex_unlock(&clients_mu);
-	return c;
-}
-
-static void
-clients_close(void)
-{
-	pthread_mutex_lock(&clients_mu);
-	for (int i = 0; i < 16; i++) {
-		kv_rpc_client_destroy(clients[i].c);
-		clients[i].c = NULL;
-	}
-	pthread_mutex_unlock(&clients_mu);
-}
-
-/* Sends raw bytes; returns the unpacked Response or NULL on transport failure. */
-static Shardkv__Response *
-call_raw(const char *url, const void *p, size_t n)
-{
-	nng_msg *req, *rep;
-	Shardkv__Response *r;
-	assert_int_equal(nng_msg_alloc(&req, n), 0);
-	memcpy(nng_msg_body(req), p, n);
-	if (kv_rpc_call(client_for(url), req, &rep, 5000) != 0)
-		return NULL;
-	r = shardkv__response__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
-	nng_msg_free(rep);
-	assert_non_null(r);
-	return r;
-}
-
-static Shardkv__Response *
-call(const char *url, Shardkv__Request *rq)
-{
-	rq->version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
-	size_t n = shardkv__request__get_packed_size(rq);
-	uint8_t *buf = malloc(n ? n : 1);
-	shardkv__request__pack(rq, buf);
-	Shardkv__Response *r = call_raw(url, buf, n);
-	free(buf);
-	return r;
-}
-
-/* The result of one single-key op. */
-typedef struct {
-	int status;          /* wire status; -1: transport failure */
-	char value[256];     /* value (NUL-terminated, truncated) */
-	uint64_t value_len;  /* append */
-	uint32_t hint_node;  /* hint */
-	char hint_addr[64];  /* hint address */
-	uint64_t hint_epoch; /* hint epoch */
-	char hint_start[64]; /* hint range start */
-} res1;
-
-static res1
-one_op(const char *url, Shardkv__Op *op, uint64_t client)
-{
-	Shardkv__Request rq = SHARDKV__REQUEST__INIT;
-	Shardkv__Op *ops[1] = {op};
-	res1 out;
-	memset(&out, 0, sizeof(out));
-	rq.client_id = client;
-	rq.n_ops = 1;
-	rq.ops = ops;
-	rq.epoch = 1;
-	Shardkv__Response *r = call(url, &rq);
-	if (r == NULL) {
-		out.status = -1;
-		return out;
-	}
-	if (r->status != 0 || r->n_results != 1) {
-		if (r->status != SHARDKV__STATUS__STATUS_UNAVAILABLE)
-			fprintf(stderr, "request refused: status %d: %s\n", r->status, r->error);
-		out.status = r->status ? (int)r->status : -2;
-		shardkv__response__free_unpacked(r, NULL);
-		return out;
-	}
-	Shardkv__OpResult *x = r->results[0];
-	out.status = x->status;
-	snprintf(out.value, sizeof(out.value), "%.*s", (int)x->value.len, (char *)x->value.data);
-	out.value_len = x->value_len;
-	if (x->owner) {
-		out.hint_node = x->owner->node_id;
-		out.hint_epoch = x->owner->epoch;
-		snprintf(out.hint_addr, sizeof(out.hint_addr), "%s", x->owner->address);
-		snprintf(out.hint_start, sizeof(out.hint_start), "%.*s", (int)x->owner->start.len,
-		         (char *)x->owner->start.data);
-	}
-	shardkv__response__free_unpacked(r, NULL);
-	return out;
-}
-
-static ProtobufCBinaryData
-bd(const char *s)
-{
-	ProtobufCBinaryData d = {strlen(s), (uint8_t *)s};
-	return d;
-}
-
-static res1
-do_put(const char *url, const char *k, const char *v, uint64_t client, uint64_t reqid)
-{
-	Shardkv__Op op = SHARDKV__OP__INIT;
-	Shardkv__PutOp p = SHARDKV__PUT_OP__INIT;
-	p.key = bd(k);
-	p.value = bd(v);
-	op.op_case = SHARDKV__OP__OP_PUT;
-	op.put = &p;
-	op.request_id = reqid;
-	return one_op(url, &op, client);
-}
-
-static res1
-do_get(const char *url, const char *k)
-{
-	Shardkv__Op op = SHARDKV__OP__INIT;
-	Shardkv__GetOp g = SHARDKV__GET_OP__INIT;
-	g.key = bd(k);
-	op.op_case = SHARDKV__OP__OP_GET;
-	op.get = &g;
-	return one_op(url, &op, 0);
-}
-
-static res1
-do_append(const char *url, const char *k, const char *v, uint64_t client, uint64_t reqid)
-{
-	Shardkv__Op op = SHARDKV__OP__INIT;
-	Shardkv__AppendOp a = SHARDKV__APPEND_OP__INIT;
-	a.key = bd(k);
-	a.value = bd(v);
-	op.op_case = SHARDKV__OP__OP_APPEND;
-	op.append = &a;
-	op.request_id = reqid;
-	return one_op(url, &op, client);
-}
-
-static res1
-do_del(const char *url, const char *k)
-{
-	Shardkv__Op op = SHARDKV__OP__INIT;
-	Shardkv__DelOp d = SHARDKV__DEL_OP__INIT;
-	d.key = bd(k);
-	op.op_case = SHARDKV__OP__OP_DEL;
-	op.del = &d;
-	return one_op(url, &op, 0);
 }
 
 /* Follows WRONG_OWNER hints and retries MOVING/UNAVAILABLE until a final
@@ -697,13 +292,13 @@ static void
 server_serves_after_first_config_and_hints_other_owners(void **state)
 {
 	(void)state;
-	ctl_add_node(ctl, procs[0].url);
-	ctl_add_node(ctl, procs[1].url); /* never started */
-	cfg_b b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	cfg_range(&b, "m", 2);
-	cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_ctl_add_node(ctl, procs[1].url); /* never started */
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_range(&b, "m", 2);
+	fake_cfg_publish(ctl, &b);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, 1);
 	const char *u = procs[0].url;
 
@@ -792,7 +387,7 @@ server_serves_after_first_config_and_hints_other_owners(void **state)
 	assert_memory_equal(r->results[0]->next_cursor.data, "m", 1);
 	shardkv__response__free_unpacked(r, NULL);
 
-	assert_int_equal(WEXITSTATUS(proc_stop(&procs[0])), 0);
+	assert_int_equal(node_stop(&procs[0]), 0);
 	clients_close();
 }
 
@@ -800,11 +395,11 @@ static void
 retried_append_is_applied_once(void **state)
 {
 	(void)state;
-	ctl_add_node(ctl, procs[0].url);
-	cfg_b b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_publish(ctl, &b);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, 1);
 	const char *u = procs[0].url;
 	res1 a = do_append(u, "log", "x", 77, 1);
@@ -882,13 +477,13 @@ static void
 migration_moves_data_written_before_and_during_the_copy(void **state)
 {
 	(void)state;
-	ctl_add_node(ctl, procs[0].url);
-	ctl_add_node(ctl, procs[1].url);
-	cfg_b b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	uint64_t e = cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
-	proc_start(&procs[1], ctl->url);
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_ctl_add_node(ctl, procs[1].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	node_start(&procs[0], ctl->url);
+	node_start(&procs[1], ctl->url);
 	wait_ready(procs[0].url, e);
 	wait_ready(procs[1].url, e);
 	load_keys(procs[0].url, "k", 20000);
@@ -902,16 +497,16 @@ migration_moves_data_written_before_and_during_the_copy(void **state)
 	while (atomic_load(&w.writes) < 20)
 		kv_test_sleep_ms(1);
 
-	b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	cfg_range(&b, "k", 2);
-	cfg_mig(&b, 1, "k", "", 1, 2);
-	cfg_publish(ctl, &b);
-	wait_done(ctl, 1, 60000);
-	b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	cfg_range(&b, "k", 2);
-	e = cfg_publish(ctl, &b);
+	b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_range(&b, "k", 2);
+	fake_cfg_mig(&b, 1, "k", "", 1, 2);
+	fake_cfg_publish(ctl, &b);
+	fake_ctl_wait_done(ctl, 1, 60000);
+	b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_range(&b, "k", 2);
+	e = fake_cfg_publish(ctl, &b);
 	long before = atomic_load(&w.writes);
 	while (atomic_load(&w.writes) < before + 20)
 		kv_test_sleep_ms(1);
@@ -944,13 +539,13 @@ static void
 write_acknowledged_after_a_move_is_never_replaced_by_migrated_data(void **state)
 {
 	(void)state;
-	ctl_add_node(ctl, procs[0].url);
-	ctl_add_node(ctl, procs[1].url);
-	cfg_b b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	uint64_t e = cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
-	proc_start(&procs[1], ctl->url);
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_ctl_add_node(ctl, procs[1].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	node_start(&procs[0], ctl->url);
+	node_start(&procs[1], ctl->url);
 	wait_ready(procs[0].url, e);
 	wait_ready(procs[1].url, e);
 	load_keys(procs[0].url, "x", 2000);
@@ -965,14 +560,14 @@ write_acknowledged_after_a_move_is_never_replaced_by_migrated_data(void **state)
 	snprintf(url, sizeof(url), "%s", procs[0].url);
 	for (uint64_t round = 1; round <= 20; round++) {
 		uint32_t from = round % 2 ? 1 : 2, to = round % 2 ? 2 : 1;
-		b = cfg_new(ctl);
-		cfg_range(&b, "", to);
-		cfg_mig(&b, round, "", "", from, to);
-		cfg_publish(ctl, &b);
-		wait_done(ctl, round, 60000);
-		b = cfg_new(ctl);
-		cfg_range(&b, "", to);
-		cfg_publish(ctl, &b);
+		b = fake_cfg_new(ctl);
+		fake_cfg_range(&b, "", to);
+		fake_cfg_mig(&b, round, "", "", from, to);
+		fake_cfg_publish(ctl, &b);
+		fake_ctl_wait_done(ctl, round, 60000);
+		b = fake_cfg_new(ctl);
+		fake_cfg_range(&b, "", to);
+		fake_cfg_publish(ctl, &b);
 		/* Let the writer reach the new owner, then compare. */
 		long before = atomic_load(&w.writes);
 		while (atomic_load(&w.writes) < before + 5 && w.failed == 0)
@@ -1001,32 +596,32 @@ static void
 two_servers_swapping_ranges_at_the_same_time_both_complete(void **state)
 {
 	(void)state;
-	ctl_add_node(ctl, procs[0].url);
-	ctl_add_node(ctl, procs[1].url);
-	cfg_b b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	cfg_range(&b, "m", 2);
-	uint64_t e = cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
-	proc_start(&procs[1], ctl->url);
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_ctl_add_node(ctl, procs[1].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_range(&b, "m", 2);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	node_start(&procs[0], ctl->url);
+	node_start(&procs[1], ctl->url);
 	wait_ready(procs[0].url, e);
 	wait_ready(procs[1].url, e);
 	load_keys(procs[0].url, "a", 10000);
 	load_keys(procs[1].url, "n", 10000);
 	for (uint64_t round = 0; round < 4; round++) {
 		uint32_t left = round % 2 ? 1 : 2, right = round % 2 ? 2 : 1;
-		b = cfg_new(ctl);
-		cfg_range(&b, "", left);
-		cfg_range(&b, "m", right);
-		cfg_mig(&b, 10 + 2 * round, "", "m", right, left);
-		cfg_mig(&b, 11 + 2 * round, "m", "", left, right);
-		cfg_publish(ctl, &b);
-		wait_done(ctl, 10 + 2 * round, 60000);
-		wait_done(ctl, 11 + 2 * round, 60000);
-		b = cfg_new(ctl);
-		cfg_range(&b, "", left);
-		cfg_range(&b, "m", right);
-		cfg_publish(ctl, &b);
+		b = fake_cfg_new(ctl);
+		fake_cfg_range(&b, "", left);
+		fake_cfg_range(&b, "m", right);
+		fake_cfg_mig(&b, 10 + 2 * round, "", "m", right, left);
+		fake_cfg_mig(&b, 11 + 2 * round, "m", "", left, right);
+		fake_cfg_publish(ctl, &b);
+		fake_ctl_wait_done(ctl, 10 + 2 * round, 60000);
+		fake_ctl_wait_done(ctl, 11 + 2 * round, 60000);
+		b = fake_cfg_new(ctl);
+		fake_cfg_range(&b, "", left);
+		fake_cfg_range(&b, "m", right);
+		fake_cfg_publish(ctl, &b);
 		check_keys(procs[left - 1].url, "a", 10000);
 		check_keys(procs[right - 1].url, "n", 10000);
 		assert_int_equal(do_get(procs[right - 1].url, "a00000").status,
@@ -1050,7 +645,7 @@ server_refuses_bad_flags_and_busy_ports(void **state)
 	waitpid(pid, &st, 0);
 	assert_int_equal(WEXITSTATUS(st), 2);
 	/* A listen address already taken: exit 1. */
-	ctl_add_node(ctl, ctl->url);
+	fake_ctl_add_node(ctl, ctl->url);
 	snprintf(procs[0].url, sizeof(procs[0].url), "%s", ctl->url);
 	proc_start(&procs[0], ctl->url);
 	uint64_t deadline = now_ms() + 10000;
@@ -1067,20 +662,20 @@ static void
 destination_down_delays_only_its_migration(void **state)
 {
 	(void)state;
-	ctl_add_node(ctl, procs[0].url);
-	ctl_add_node(ctl, procs[1].url); /* the destination, started late */
-	cfg_b b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	uint64_t e = cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_ctl_add_node(ctl, procs[1].url); /* the destination, started late */
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, e);
 	load_keys(procs[0].url, "a", 500);
 	load_keys(procs[0].url, "t", 500);
-	b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	cfg_range(&b, "m", 2);
-	cfg_mig(&b, 1, "m", "", 1, 2);
-	e = cfg_publish(ctl, &b);
+	b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_range(&b, "m", 2);
+	fake_cfg_mig(&b, 1, "m", "", 1, 2);
+	e = fake_cfg_publish(ctl, &b);
 	wait_ready(procs[0].url, e);
 	/* The source keeps serving both ranges, reads and writes, while it retries. */
 	uint64_t until = now_ms() + 1500;
@@ -1090,13 +685,13 @@ destination_down_delays_only_its_migration(void **state)
 		assert_string_equal(do_get(procs[0].url, "t00002").value, "v2");
 		kv_test_sleep_ms(10);
 	}
-	assert_false(ctl_done(ctl, 1));
-	proc_start(&procs[1], ctl->url);
-	wait_done(ctl, 1, 30000);
-	b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	cfg_range(&b, "m", 2);
-	cfg_publish(ctl, &b);
+	assert_false(fake_ctl_done(ctl, 1));
+	node_start(&procs[1], ctl->url);
+	fake_ctl_wait_done(ctl, 1, 30000);
+	b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_range(&b, "m", 2);
+	fake_cfg_publish(ctl, &b);
 	assert_string_equal(do_get(procs[1].url, "t00001").value, "v1");
 	assert_string_equal(do_get(procs[1].url, "t00499").value, "v499");
 	assert_string_equal(do_get(procs[0].url, "a00001").value, "v1");
@@ -1107,11 +702,11 @@ static void
 transfer_out_of_order_is_refused_and_the_server_survives(void **state)
 {
 	(void)state;
-	ctl_add_node(ctl, procs[0].url);
-	cfg_b b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	uint64_t e = cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, e);
 	Shardkv__Request rq = SHARDKV__REQUEST__INIT;
 	Shardkv__Transfer t = SHARDKV__TRANSFER__INIT;
@@ -1156,13 +751,13 @@ sigterm_drains_the_node_before_it_exits(void **state)
 {
 	(void)state;
 	ctl->accept_leave = true;
-	ctl_add_node(ctl, procs[0].url);
-	ctl_add_node(ctl, procs[1].url);
-	cfg_b b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	uint64_t e = cfg_publish(ctl, &b);
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_ctl_add_node(ctl, procs[1].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
 	proc_start(&procs[0], ctl->url);
-	proc_start(&procs[1], ctl->url);
+	node_start(&procs[1], ctl->url);
 	wait_ready(procs[0].url, e);
 	wait_ready(procs[1].url, e);
 	load_keys(procs[0].url, "l", 3000);
@@ -1180,16 +775,16 @@ sigterm_drains_the_node_before_it_exits(void **state)
 	}
 	/* Still serving while draining. */
 	assert_int_equal(do_get(procs[0].url, "l00007").status, 0);
-	b = cfg_new(ctl);
+	b = fake_cfg_new(ctl);
 	b.c->nodes[0].state = KV_NODE_DRAINING;
-	cfg_range(&b, "", 2);
-	cfg_mig(&b, 1, "", "", 1, 2);
-	cfg_publish(ctl, &b);
-	wait_done(ctl, 1, 30000);
-	b = cfg_new(ctl);
+	fake_cfg_range(&b, "", 2);
+	fake_cfg_mig(&b, 1, "", "", 1, 2);
+	fake_cfg_publish(ctl, &b);
+	fake_ctl_wait_done(ctl, 1, 30000);
+	b = fake_cfg_new(ctl);
 	b.c->nodes[0].state = KV_NODE_GONE;
-	cfg_range(&b, "", 2);
-	cfg_publish(ctl, &b);
+	fake_cfg_range(&b, "", 2);
+	fake_cfg_publish(ctl, &b);
 	int st;
 	deadline = now_ms() + 15000;
 	while (waitpid(procs[0].pid, &st, WNOHANG) == 0) {
@@ -1206,24 +801,107 @@ sigterm_drains_the_node_before_it_exits(void **state)
 	clients_close();
 }
 
+/* The binary's exit code after a stop by signal: SIGTERM whose leave the
+ * controller refuses, and SIGINT (no leave at all), both exit 0. */
+static void
+sigterm_with_a_refused_leave_and_sigint_both_exit_zero(void **state)
+{
+	(void)state;
+	int st;
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	proc_start(&procs[0], ctl->url);
+	wait_ready(procs[0].url, e);
+	st = proc_stop(&procs[0]);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	pthread_mutex_lock(&ctl->mu);
+	assert_int_equal(ctl->leave_from, 1);
+	pthread_mutex_unlock(&ctl->mu);
+	clients_close();
+	proc_start(&procs[0], ctl->url);
+	wait_ready(procs[0].url, e);
+	kill(procs[0].pid, SIGINT);
+	uint64_t deadline = now_ms() + 10000;
+	while (waitpid(procs[0].pid, &st, WNOHANG) == 0) {
+		if (now_ms() > deadline)
+			fail_msg("server did not exit on SIGINT");
+		kv_test_sleep_ms(5);
+	}
+	procs[0].pid = 0;
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	clients_close();
+}
+
+/* A second signal during the graceful leave stops the binary at once,
+ * without draining, and it still exits 0. */
+static void
+second_sigterm_cuts_the_drain_short(void **state)
+{
+	(void)state;
+	int st;
+	ctl->accept_leave = true;
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	proc_start(&procs[0], ctl->url);
+	wait_ready(procs[0].url, e);
+	kill(procs[0].pid, SIGTERM);
+	uint64_t deadline = now_ms() + 10000;
+	for (;;) {
+		pthread_mutex_lock(&ctl->mu);
+		uint32_t from = ctl->leave_from;
+		pthread_mutex_unlock(&ctl->mu);
+		if (from == 1)
+			break;
+		if (now_ms() > deadline)
+			fail_msg("no leave request after SIGTERM");
+		kv_test_sleep_ms(5);
+	}
+	/* Draining now: nothing will ever mark the node gone. */
+	kv_test_sleep_ms(200);
+	assert_int_equal(waitpid(procs[0].pid, &st, WNOHANG), 0);
+	kill(procs[0].pid, SIGTERM);
+	deadline = now_ms() + 5000;
+	while (waitpid(procs[0].pid, &st, WNOHANG) == 0) {
+		if (now_ms() > deadline) {
+			dump_logs();
+			fail_msg("second SIGTERM did not stop the server");
+		}
+		kv_test_sleep_ms(5);
+	}
+	procs[0].pid = 0;
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "grep -q 'second signal, stopping without draining' '%s'",
+	         procs[0].log);
+	assert_int_equal(system(cmd), 0);
+	clients_close();
+}
+
 static void
 restart_with_the_data_dir_resumes_the_node_id(void **state)
 {
 	(void)state;
-	ctl_add_node(ctl, procs[1].url); /* node 1 is someone else */
-	cfg_b b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	fake_ctl_add_node(ctl, procs[1].url); /* node 1 is someone else */
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_publish(ctl, &b);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, 1);
-	assert_int_equal(WEXITSTATUS(proc_stop(&procs[0])), 0);
+	assert_int_equal(node_stop(&procs[0]), 0);
 	pthread_mutex_lock(&ctl->mu);
 	unsigned regs = ctl->registers;
 	assert_int_equal(ctl->last_resume, 0);
 	/* Forget the address, so only the stored id can name the node. */
 	snprintf(ctl->addrs[1], sizeof(ctl->addrs[1]), "tcp://forgotten");
 	pthread_mutex_unlock(&ctl->mu);
-	proc_start(&procs[0], ctl->url);
+	node_start(&procs[0], ctl->url);
 	uint64_t deadline = now_ms() + 10000;
 	for (;;) {
 		pthread_mutex_lock(&ctl->mu);
@@ -1311,11 +989,11 @@ server_throughput_bench(void **state)
 	                    : 16;
 	unsigned batch =
 	    getenv("KV_SERVER_BENCH_BATCH") ? (unsigned)atoi(getenv("KV_SERVER_BENCH_BATCH")) : 1;
-	ctl_add_node(ctl, procs[0].url);
-	cfg_b b = cfg_new(ctl);
-	cfg_range(&b, "", 1);
-	cfg_publish(ctl, &b);
-	proc_start(&procs[0], ctl->url);
+	fake_ctl_add_node(ctl, procs[0].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_publish(ctl, &b);
+	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, 1);
 	load_keys(procs[0].url, "b", 100000);
 	atomic_bool stop = false;
@@ -1360,6 +1038,9 @@ main(void)
 	        transfer_out_of_order_is_refused_and_the_server_survives, setup, teardown),
 	    cmocka_unit_test_setup_teardown(sigterm_drains_the_node_before_it_exits, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(sigterm_with_a_refused_leave_and_sigint_both_exit_zero,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(second_sigterm_cuts_the_drain_short, setup, teardown),
 	    cmocka_unit_test_setup_teardown(restart_with_the_data_dir_resumes_the_node_id, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(server_throughput_bench, setup, teardown),

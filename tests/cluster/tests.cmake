@@ -65,10 +65,11 @@ if(TARGET shardkv-controller AND TARGET shardkv-server)
     KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
   add_dependencies(test_controller_replica shardkv-controller)
 
-  # The real shardkv-server binary against a fake controller that lives in
-  # the test process.
+  # Servers against a fake controller that lives in the test process
+  # (support/fake_ctl.h): in the test process, and as the real
+  # shardkv-server binary where its flags, exit codes and signals are tested.
   kv_add_test(test_server_integration SOURCES cluster/test_server_integration.c
-    LIBS kv_server kv_testutil TIMEOUT 400 LABELS integration concurrency)
+    LIBS kv_server kv_fake_ctl kv_testutil TIMEOUT 400 LABELS integration concurrency)
   target_compile_definitions(test_server_integration PRIVATE
     KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>")
   add_dependencies(test_server_integration shardkv-server)

@@ -10,3 +10,9 @@ kv_add_test(test_client_fake SOURCES component/test_client_fake.c
 # Raft group over loopback TCP.
 kv_add_test(test_controller_inproc SOURCES component/test_controller_inproc.c
   LIBS kv_controller kv_testutil TIMEOUT 60 LABELS concurrency)
+
+# Servers inside the test process through their life cycle (server.h)
+# against the fake controller: serve and stop, two servers moving a range,
+# restart on a data dir, leave, refused starts.
+kv_add_test(test_server_inproc SOURCES component/test_server_inproc.c
+  LIBS kv_server kv_fake_ctl kv_testutil TIMEOUT 60 LABELS concurrency)

@@ -7,6 +7,12 @@
 add_library(kv_testutil STATIC support/testutil.c)
 target_link_libraries(kv_testutil PUBLIC kv_proc kv_flags)
 
+# The fake controller for servers under test (fake_ctl.h: registration,
+# configurations pushed by the test, watch, heartbeats, migration reports)
+# and a tiny client that sends raw Requests to a server (srv_client.h).
+add_library(kv_fake_ctl STATIC support/fake_ctl.c support/srv_client.c)
+target_link_libraries(kv_fake_ctl PUBLIC kv_proto kv_common kv_testutil kv_flags)
+
 # Store fixtures: every semantic store test runs in striped and percore mode,
 # with one partition and with several (run_store_groups in store_util.c).
 add_library(kv_store_testutil STATIC support/store_util.c)

@@ -1,8 +1,9 @@
 /*
- * migrate.c - range transfer between shard servers, both ends
- * (doc/protocol.md "Migrations"; wire: Transfer in shardkv.proto).
+ * migrate_out.c - the source side of range transfer (migrate.h;
+ * doc/protocol.md "Migrations"; wire: Transfer in shardkv.proto), and the
+ * migration set's life cycle.
  *
- * DESIGN. Source: one thread per outgoing migration. It first attaches
+ * DESIGN. One thread per outgoing migration. It first attaches
  * itself to the ownership entry of the range (from then on every write to
  * the range takes the migration mutex and is appended to the delta buffer),
  * then streams Begin, the bulk copy in chunks of at most CHUNK_ENTRIES
@@ -15,15 +16,9 @@
  * local copy is deleted in bounded steps. Every send is retried with backoff
  * while the destination is down; a refused message restarts the stream from
  * Begin (the destination then drops what it had), so only this thread ever
- * waits for the destination and nothing else is blocked.
- *
- * Destination: transfer messages are applied on the nng thread that
- * receives them, in seq order per stream (kv_mig_in.mu), without waiting for
- * anyone. Begin is refused with BUSY until the configuration of the
- * migration's epoch is applied, marks the range INCOMING (clients get
- * MOVING), and clears stale data in bounded steps; Commit makes it SERVE.
- * Duplicates (seq <= acked) are acknowledged again without being applied,
- * gaps are refused with KV_EINVAL.
+ * waits for the destination and nothing else is blocked. The stream is a
+ * state machine (stream_phase): Begin, the exactly-once entries, the bulk
+ * copy, the catch-up and the fence, one function each.
  *
  * Large values. Every chunk and delta message carries about CHUNK_BYTES of
  * keys and values at most (plus one key), whatever the value sizes: a value
@@ -33,23 +28,21 @@
  * on the last one. The source holds one chunk of copies plus the value
  * being sliced (copied once from the store: there is no ranged read), and
  * the delta records it has taken, which it slices in place. The destination
- * reassembles into one buffer per stream (at most --max-value bytes),
- * refuses with KV_EPROTO any slice that does not continue the value in
- * progress (offset, total, key, seq, interleaving, a value still incomplete
- * at the end of the copy or at the fence) and drops the partial buffer, and
- * puts the value into the store only when it is complete. Duplicates and
- * refusals need nothing more: a duplicate is never applied, and a refusal
- * makes the source restart from Begin, which drops any partial value.
+ * (migrate_in.c) reassembles them and puts a value into the store only when
+ * it is complete.
  *
  * Correctness of copy + deltas: every write that can miss the bulk copy
  * happens after the attach, so it is in the deltas, and deltas are applied
  * after every chunk in write order, so the destination ends with the last
  * write of every key. Nothing here decides ownership beyond the stream:
- * the configuration thread (server.c) starts and cancels migrations.
+ * the server's configuration thread starts and cancels migrations
+ * (kv_mig_out_start, kv_mig_out_reconcile). This file reaches the server
+ * only through kv_mig_env.
  */
 #include "common/err.h"
 #include "common/log.h"
-#include "shardserver/server_int.h"
+#include "common/rpc.h"
+#include "shardserver/migrate_int.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -69,9 +62,56 @@
 #define DELTA_FLUSH_BYTES (8u * 1024u * 1024u) /* during the bulk copy, send the */
 #define DELTA_FLUSH_RECS  65536u               /* recorded writes past either */
 #define CATCHUP_ROUNDS    64                   /* then fence anyway */
-#define DELETE_STEP       1000u                /* entries deleted per step */
 #define XFER_TIMEOUT_MS   5000u                /* one transfer message */
 #define PROGRESS_MS       500u                 /* MigrationProgress period */
+
+/* One write recorded while its range is being copied (a DeltaRecord). */
+typedef struct {
+	uint64_t seq;       /* source write sequence */
+	bool del;           /* delete, else put */
+	kv_buf key;         /* the key */
+	kv_buf value;       /* put: the whole value after the write */
+	bool has_dedup;     /* the write had (client, request) ids */
+	uint64_t client;    /* dedup: client id */
+	uint64_t req;       /* dedup: request id */
+	int status;         /* dedup: result status */
+	uint64_t value_len; /* dedup: append result */
+	uint64_t time_ms;   /* dedup: when applied */
+} kv_delta_rec;
+
+/* An outgoing migration: this node is the source. */
+struct kv_mig_out {
+	kv_mig *mig;                       /* the set it belongs to */
+	uint64_t id;                       /* Migration.id */
+	uint64_t epoch;                    /* Migration.epoch */
+	kv_buf start;                      /* the moving range */
+	kv_buf end;                        /* empty: end of the key space */
+	uint32_t to;                       /* destination node */
+	uint32_t rate_mb_s;                /* bulk copy rate limit, MB/s; 0: unlimited */
+	char to_addr[256];                 /* its URL */
+	pthread_t thr;                     /* the task thread */
+	bool thr_started;                  /* thr runs (set under kv_mig.mu) */
+	atomic_bool fenced;                /* writes refused (MOVING); set under mu */
+	atomic_bool cancel;                /* the configuration dropped the migration */
+	atomic_bool handed_over;           /* ... and gives the range to `to`: it was done */
+	atomic_bool finished;              /* the thread has returned */
+	atomic_bool reported;              /* committed and MigrationDone acknowledged */
+	atomic_uint_fast64_t keys_copied;  /* acknowledged keys */
+	atomic_uint_fast64_t bytes_copied; /* acknowledged bytes */
+	uint64_t keys_total;               /* keys in the range when the copy began (task thread) */
+	uint64_t bytes_total;              /* their key + value bytes (task thread) */
+
+	pthread_mutex_t mu; /* orders writes to the range with `fenced`,
+	                       protects everything down to the blank line */
+	kv_delta_rec *recs; /* writes since the copy started */
+	size_t nrecs;       /* records in recs */
+	size_t caprecs;     /* capacity of recs */
+	size_t rec_bytes;   /* key + value bytes in recs */
+	uint64_t write_seq; /* last DeltaRecord.seq assigned */
+	bool lost;          /* a record could not be kept: restart the stream */
+
+	struct kv_mig_out *next; /* kv_mig.outs list */
+};
 
 /* ------------------------------------------------------------------------
  * Delta buffer
@@ -86,7 +126,7 @@ rec_fini(kv_delta_rec *r)
 
 void
 kv_mig_out_record_locked(kv_mig_out *m, const void *key, size_t klen, const void *value,
-                         size_t vlen, const kv_delta_rec *dedup)
+                         size_t vlen, const kv_mig_dedup *dedup)
 {
 	kv_delta_rec *r;
 
@@ -110,7 +150,7 @@ kv_mig_out_record_locked(kv_mig_out *m, const void *key, size_t klen, const void
 	}
 	r->del = value == NULL;
 	r->seq = ++m->write_seq;
-	if (dedup && dedup->has_dedup) {
+	if (dedup != NULL) {
 		r->has_dedup = true;
 		r->client = dedup->client;
 		r->req = dedup->req;
@@ -147,7 +187,7 @@ free_recs(kv_delta_rec *recs, size_t n)
 static bool
 should_quit(kv_mig_out *o, bool cancellable)
 {
-	return atomic_load(&o->srv->stopping) || (cancellable && atomic_load(&o->cancel));
+	return atomic_load(&o->mig->stopping) || (cancellable && atomic_load(&o->cancel));
 }
 
 /*
@@ -179,13 +219,12 @@ pace(kv_mig_out *o, uint64_t t0, uint64_t bytes)
 static int
 xfer_send(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, bool cancellable, kv_sc_ack *ack)
 {
-	kv_server *s = o->srv;
+	kv_mig *s = o->mig;
 	unsigned backoff = 20;
 
 	while (!should_quit(o, cancellable)) {
 		nng_msg *req = NULL, *rep = NULL;
-		int rv = kv_sc_xfer_encode_auth(x, o->epoch, atomic_load(&s->node_id),
-		                                kv_server__auth(s), &req);
+		int rv = kv_sc_xfer_encode_auth(x, o->epoch, kv_mig__node_id(s), s->env.auth, &req);
 		if (rv != 0)
 			return rv;
 		rv = kv_rpc_call(cli, req, &rep, XFER_TIMEOUT_MS);
@@ -206,7 +245,7 @@ xfer_send(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, bool cancellable,
 		KV_DEBUG(COMP, "transfer retry", "id=%llu seq=%llu err=%s backoff_ms=%u",
 		         (unsigned long long)o->id, (unsigned long long)x->seq, kv_errname(rv),
 		         backoff);
-		kv_server__nap(s, backoff);
+		kv_mig__nap(s, backoff);
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
 	}
 	return KV_ECLOSED;
@@ -219,7 +258,7 @@ report_progress(kv_mig_out *o, kv_mig_phase phase, uint64_t start_ns)
 	uint64_t el = kv_now_ns() - start_ns + 1;
 	uint64_t bytes = atomic_load(&o->bytes_copied);
 	kv_adm_req rq = {.kind = KV_ADM_PROGRESS,
-	                 .node_id = atomic_load(&o->srv->node_id),
+	                 .node_id = kv_mig__node_id(o->mig),
 	                 .migration_id = o->id,
 	                 .phase = (int)phase,
 	                 .keys = atomic_load(&o->keys_copied),
@@ -227,11 +266,10 @@ report_progress(kv_mig_out *o, kv_mig_phase phase, uint64_t start_ns)
 	                 .keys_total = o->keys_total,
 	                 .bytes_total = o->bytes_total,
 	                 .rate_bytes_s = (uint64_t)((double)bytes * 1e9 / (double)el)};
-	if (kv_server__ctl_call(o->srv, &rq, &r, 300) == 0)
+	if (kv_mig__ctl_call(o->mig, &rq, &r, 300) == 0)
 		kv_sc_adm_resp_fini(&r);
 }
 
-/* Bytes left in a message budget of CHUNK_BYTES after `used`. */
 /*
  * Tells the controller the range is fenced, and waits for its answer: once
  * it has acknowledged, it refuses to cancel the migration, so the handover
@@ -241,7 +279,7 @@ report_progress(kv_mig_out *o, kv_mig_phase phase, uint64_t start_ns)
 static int
 confirm_fence(kv_mig_out *o, uint64_t start_ns)
 {
-	kv_server *s = o->srv;
+	kv_mig *s = o->mig;
 	unsigned backoff = 20;
 
 	while (!atomic_load(&s->stopping)) {
@@ -249,7 +287,7 @@ confirm_fence(kv_mig_out *o, uint64_t start_ns)
 		uint64_t el = kv_now_ns() - start_ns + 1;
 		uint64_t bytes = atomic_load(&o->bytes_copied);
 		kv_adm_req rq = {.kind = KV_ADM_PROGRESS,
-		                 .node_id = atomic_load(&s->node_id),
+		                 .node_id = kv_mig__node_id(s),
 		                 .migration_id = o->id,
 		                 .phase = (int)KV_MIG_FENCED,
 		                 .keys = atomic_load(&o->keys_copied),
@@ -257,7 +295,7 @@ confirm_fence(kv_mig_out *o, uint64_t start_ns)
 		                 .keys_total = o->keys_total,
 		                 .bytes_total = o->bytes_total,
 		                 .rate_bytes_s = (uint64_t)((double)bytes * 1e9 / (double)el)};
-		if (kv_server__ctl_call(s, &rq, &r, 1000) == 0) {
+		if (kv_mig__ctl_call(s, &rq, &r, 1000) == 0) {
 			int st = r.status;
 			kv_sc_adm_resp_fini(&r);
 			if (st == KV_OK)
@@ -268,12 +306,13 @@ confirm_fence(kv_mig_out *o, uint64_t start_ns)
 				return KV_ECLOSED;
 			}
 		}
-		kv_server__nap(s, backoff);
+		kv_mig__nap(s, backoff);
 		backoff = backoff * 2 > 500 ? 500 : backoff * 2;
 	}
 	return KV_ECLOSED;
 }
 
+/* Bytes left in a message budget of CHUNK_BYTES after `used`. */
 static size_t
 budget_left(size_t used)
 {
@@ -511,264 +550,347 @@ send_recs(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, kv_delta_rec *recs, 
 	return rv;
 }
 
-/* Streams Begin, chunks, deltas and the fence. Returns 0 when the
- * destination holds everything (o->fenced is then set), else an error. */
-static int
-stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
+/*
+ * The stream as a state machine: one function per phase, each returning the
+ * next phase, or STREAM_FAILED with the error in x->rv. Every attempt starts
+ * at STREAM_BEGIN (a refused message restarts from there); STREAM_FENCED
+ * means the destination holds everything and the range is fenced here.
+ */
+typedef enum {
+	STREAM_BEGIN,   /* TransferBegin: the destination clears the range */
+	STREAM_DEDUP,   /* the range's exactly-once entries, in chunks */
+	STREAM_COPY,    /* the bulk copy, with recorded writes between chunks */
+	STREAM_CATCHUP, /* recorded writes until few are left */
+	STREAM_FENCE,   /* fence, the last writes, TransferFence, controller ack */
+	STREAM_FENCED,  /* done: the destination holds everything */
+	STREAM_FAILED,  /* x->rv says why */
+} stream_phase;
+
+/* The state of one attempt at streaming, shared by the phases. */
+typedef struct {
+	kv_mig_out *o;          /* the migration */
+	kv_rpc_client *cli;     /* to the destination */
+	uint64_t *seq;          /* last seq sent */
+	uint64_t start_ns;      /* when the migration started (progress rates) */
+	uint64_t copy_start;    /* when the bulk copy started (pacing) */
+	uint64_t last_progress; /* last MigrationProgress of the copy */
+	kv_sc_ack ack;          /* the last acknowledgement */
+	kv_store_cursor cur;    /* bulk copy position */
+	chunk_acc ca;           /* the chunk being assembled */
+	dedup_acc da;           /* the range's exactly-once entries */
+	kv_sc_kv *kvs;          /* CHUNK_ENTRIES wire entries pointing into ca */
+	kv_delta_rec *recs;     /* records taken and not yet freed */
+	size_t nrecs;           /* entries in recs */
+	int rv;                 /* STREAM_FAILED: the error */
+} stream_ctx;
+
+/* Fails the attempt with rv. */
+static stream_phase
+stream_fail(stream_ctx *x, int rv)
 {
-	kv_server *s = o->srv;
-	kv_sc_ack ack;
-	kv_store_cursor cur;
-	chunk_acc ca = {0};
-	dedup_acc da = {0};
-	kv_sc_kv *kvs = NULL;
-	kv_delta_rec *recs = NULL;
-	size_t nrecs = 0;
-	uint64_t last_progress = 0;
+	x->rv = rv;
+	return STREAM_FAILED;
+}
+
+/* Sends the records taken into x->recs and frees them. */
+static int
+stream_send_recs(stream_ctx *x, bool cancellable)
+{
+	int rv = send_recs(x->o, x->cli, x->seq, x->recs, x->nrecs, cancellable);
+	free_recs(x->recs, x->nrecs);
+	x->recs = NULL;
+	x->nrecs = 0;
+	return rv;
+}
+
+/* Drops what earlier attempts recorded, counts the range and sends Begin. */
+static stream_phase
+phase_begin(stream_ctx *x)
+{
+	kv_mig_out *o = x->o;
+	kv_mig *s = o->mig;
 	int rv;
 
 	pthread_mutex_lock(&o->mu);
-	take_recs_locked(o, &recs, &nrecs);
+	take_recs_locked(o, &x->recs, &x->nrecs);
 	o->lost = false;
 	pthread_mutex_unlock(&o->mu);
-	free_recs(recs, nrecs);
-	recs = NULL;
-	nrecs = 0;
+	free_recs(x->recs, x->nrecs);
+	x->recs = NULL;
+	x->nrecs = 0;
 	atomic_store(&o->keys_copied, 0);
 	atomic_store(&o->bytes_copied, 0);
-	kv_store_cursor_init(&cur);
 
 	/* Totals for progress and ETA: a walk in bounded steps, writes go on. */
-	if (kv_store_range_count(s->store, o->start.data, o->start.len, o->end.data, o->end.len,
+	if (kv_store_range_count(s->env.store, o->start.data, o->start.len, o->end.data, o->end.len,
 	                         &o->keys_total, &o->bytes_total) != 0)
 		o->keys_total = o->bytes_total = 0;
-	*seq = 1;
+	*x->seq = 1;
 	kv_xfer b = {.migration_id = o->id,
 	             .seq = 1,
 	             .kind = KV_XFER_BEGIN,
 	             .epoch = o->epoch,
 	             .start = {o->start.data, o->start.len},
 	             .end = {o->end.data, o->end.len},
-	             .from_node = atomic_load(&s->node_id),
+	             .from_node = kv_mig__node_id(s),
 	             .to_node = o->to,
 	             .keys = o->keys_total,
 	             .bytes = o->bytes_total};
-	if ((rv = xfer_send(o, cli, &b, true, &ack)) != 0)
-		goto cleanup;
+	if ((rv = xfer_send(o, x->cli, &b, true, &x->ack)) != 0)
+		return stream_fail(x, rv);
 	KV_INFO(COMP, "copy started", "id=%llu to=%u rate_mb_s=%u", (unsigned long long)o->id,
 	        o->to, o->rate_mb_s);
-	report_progress(o, KV_MIG_COPYING, start_ns);
-	uint64_t copy_start = kv_now_ns();
+	report_progress(o, KV_MIG_COPYING, x->start_ns);
+	x->copy_start = kv_now_ns();
+	return STREAM_DEDUP;
+}
 
-	/* Exactly-once memory of the range first. */
-	kv_dedup_visit_range(s->dedup, o->start.data, o->start.len, o->end.data, o->end.len,
-	                     dedup_cb, &da);
-	if (da.oom) {
-		rv = KV_ENOMEM;
-		goto cleanup;
+/* Sends the exactly-once memory of the range, before any data. */
+static stream_phase
+phase_dedup(stream_ctx *x)
+{
+	kv_mig_out *o = x->o;
+	dedup_acc *da = &x->da;
+	int rv;
+
+	kv_dedup_visit_range(o->mig->env.dedup, o->start.data, o->start.len, o->end.data,
+	                     o->end.len, dedup_cb, da);
+	if (da->oom)
+		return stream_fail(x, KV_ENOMEM);
+	for (size_t i = 0; i < da->n; i++) {
+		da->d[i].key = (kv_bytes){da->bufs[2 * i].data, da->bufs[2 * i].len};
+		da->d[i].value = (kv_bytes){da->bufs[2 * i + 1].data, da->bufs[2 * i + 1].len};
 	}
-	for (size_t i = 0; i < da.n; i++) {
-		da.d[i].key = (kv_bytes){da.bufs[2 * i].data, da.bufs[2 * i].len};
-		da.d[i].value = (kv_bytes){da.bufs[2 * i + 1].data, da.bufs[2 * i + 1].len};
-	}
-	for (size_t off = 0; off < da.n;) {
+	for (size_t off = 0; off < da->n;) {
 		/* At most DEDUP_ENTRIES entries and about CHUNK_BYTES per message. */
 		size_t k = 0, bytes = 0;
-		while (off + k < da.n && k < DEDUP_ENTRIES && (k == 0 || bytes < CHUNK_BYTES)) {
-			bytes += da.d[off + k].key.len + da.d[off + k].value.len;
+		while (off + k < da->n && k < DEDUP_ENTRIES && (k == 0 || bytes < CHUNK_BYTES)) {
+			bytes += da->d[off + k].key.len + da->d[off + k].value.len;
 			k++;
 		}
 		kv_xfer c = {.migration_id = o->id,
-		             .seq = ++*seq,
+		             .seq = ++*x->seq,
 		             .kind = KV_XFER_CHUNK,
 		             .ndedup = k,
-		             .dedup = da.d + off};
-		if ((rv = xfer_send(o, cli, &c, true, &ack)) != 0)
-			goto cleanup;
+		             .dedup = da->d + off};
+		if ((rv = xfer_send(o, x->cli, &c, true, &x->ack)) != 0)
+			return stream_fail(x, rv);
 		off += k;
 	}
+	return STREAM_COPY;
+}
 
-	/* Bulk copy: chunks of at most CHUNK_ENTRIES entries and about
-	 * CHUNK_BYTES (plus one key); a value larger than a chunk goes in
-	 * slices over consecutive chunks, with nothing in between. */
-	ca.ents = calloc(CHUNK_ENTRIES, sizeof(*ca.ents));
-	kvs = calloc(CHUNK_ENTRIES, sizeof(*kvs));
-	if (ca.ents == NULL || kvs == NULL) {
-		rv = KV_ENOMEM;
-		goto cleanup;
-	}
-	while (!cur.done || ca.carrying) {
+/*
+ * Bulk copy: chunks of at most CHUNK_ENTRIES entries and about CHUNK_BYTES
+ * (plus one key); a value larger than a chunk goes in slices over
+ * consecutive chunks, with nothing in between.
+ */
+static stream_phase
+phase_copy(stream_ctx *x)
+{
+	kv_mig_out *o = x->o;
+	kv_mig *s = o->mig;
+	chunk_acc *ca = &x->ca;
+	int rv;
+
+	ca->ents = calloc(CHUNK_ENTRIES, sizeof(*ca->ents));
+	x->kvs = calloc(CHUNK_ENTRIES, sizeof(*x->kvs));
+	if (ca->ents == NULL || x->kvs == NULL)
+		return stream_fail(x, KV_ENOMEM);
+	while (!x->cur.done || ca->carrying) {
 		size_t whole = 0; /* keys this chunk completes: whole entries, last slices */
-		ca.n = 0;
-		ca.data.len = 0;
+		ca->n = 0;
+		ca->data.len = 0;
 		for (;;) {
-			if (ca.carrying && (rv = carry_emit(&ca)) <= 0) {
+			if (ca->carrying && (rv = carry_emit(ca)) <= 0) {
 				if (rv < 0)
-					goto cleanup;
+					return stream_fail(x, rv);
 				break; /* chunk full, the carry goes on in the next */
 			}
-			if (cur.done || ca.n == CHUNK_ENTRIES || ca.data.len >= CHUNK_BYTES)
+			if (x->cur.done || ca->n == CHUNK_ENTRIES || ca->data.len >= CHUNK_BYTES)
 				break;
-			rv = kv_store_range_step(s->store, o->start.data, o->start.len, o->end.data,
-			                         o->end.len, &cur, CHUNK_ENTRIES - ca.n, chunk_cb,
-			                         &ca);
-			if (rv != 0 || ca.oom) {
-				rv = rv ? rv : KV_ENOMEM;
-				goto cleanup;
-			}
+			rv = kv_store_range_step(s->env.store, o->start.data, o->start.len,
+			                         o->end.data, o->end.len, &x->cur,
+			                         CHUNK_ENTRIES - ca->n, chunk_cb, ca);
+			if (rv != 0 || ca->oom)
+				return stream_fail(x, rv ? rv : KV_ENOMEM);
 		}
-		for (size_t i = 0; i < ca.n; i++) {
-			const chunk_ent *e = &ca.ents[i];
-			kvs[i].key = (kv_bytes){ca.data.data + e->koff, e->klen};
-			kvs[i].value = (kv_bytes){ca.data.data + e->voff, e->vlen};
-			kvs[i].value_offset = e->value_offset;
-			kvs[i].value_total = e->value_total;
+		for (size_t i = 0; i < ca->n; i++) {
+			const chunk_ent *e = &ca->ents[i];
+			x->kvs[i].key = (kv_bytes){ca->data.data + e->koff, e->klen};
+			x->kvs[i].value = (kv_bytes){ca->data.data + e->voff, e->vlen};
+			x->kvs[i].value_offset = e->value_offset;
+			x->kvs[i].value_total = e->value_total;
 			if (e->value_total == 0 || e->value_offset + e->vlen == e->value_total)
 				whole++;
 		}
 		kv_xfer c = {.migration_id = o->id,
-		             .seq = ++*seq,
+		             .seq = ++*x->seq,
 		             .kind = KV_XFER_CHUNK,
-		             .nkv = ca.n,
-		             .kv = kvs,
-		             .last = cur.done && !ca.carrying};
-		if ((rv = xfer_send(o, cli, &c, true, &ack)) != 0)
-			goto cleanup;
+		             .nkv = ca->n,
+		             .kv = x->kvs,
+		             .last = x->cur.done && !ca->carrying};
+		if ((rv = xfer_send(o, x->cli, &c, true, &x->ack)) != 0)
+			return stream_fail(x, rv);
 		atomic_fetch_add(&o->keys_copied, whole);
-		atomic_fetch_add(&o->bytes_copied, ca.data.len);
-		atomic_fetch_add_explicit(&s->mig_bytes_sent, ca.data.len, memory_order_relaxed);
-		pace(o, copy_start, atomic_load(&o->bytes_copied));
+		atomic_fetch_add(&o->bytes_copied, ca->data.len);
+		atomic_fetch_add_explicit(&s->bytes_sent, ca->data.len, memory_order_relaxed);
+		pace(o, x->copy_start, atomic_load(&o->bytes_copied));
 		/* Bound the recorded writes while the copy runs (a slow copy
 		 * under heavy writes): send them between chunks. Safe because the
 		 * next chunk is read after them and holds the newer state, and
 		 * never inside a split value, whose slices must be consecutive. */
-		if (!ca.carrying && !c.last) {
+		if (!ca->carrying && !c.last) {
 			pthread_mutex_lock(&o->mu);
 			if (!o->lost &&
 			    (o->rec_bytes >= DELTA_FLUSH_BYTES || o->nrecs >= DELTA_FLUSH_RECS))
-				take_recs_locked(o, &recs, &nrecs);
+				take_recs_locked(o, &x->recs, &x->nrecs);
 			pthread_mutex_unlock(&o->mu);
-			if (nrecs > 0) {
-				rv = send_recs(o, cli, seq, recs, nrecs, true);
-				free_recs(recs, nrecs);
-				recs = NULL;
-				nrecs = 0;
-				if (rv != 0)
-					goto cleanup;
-			}
+			if (x->nrecs > 0 && (rv = stream_send_recs(x, true)) != 0)
+				return stream_fail(x, rv);
 		}
 		uint64_t now = kv_now_ns();
-		if (now - last_progress > PROGRESS_MS * 1000000ull) {
-			report_progress(o, KV_MIG_COPYING, start_ns);
-			last_progress = now;
+		if (now - x->last_progress > PROGRESS_MS * 1000000ull) {
+			report_progress(o, KV_MIG_COPYING, x->start_ns);
+			x->last_progress = now;
 		}
 	}
+	return STREAM_CATCHUP;
+}
 
-	/* Catch up until few writes are left. */
-	report_progress(o, KV_MIG_CATCHUP, start_ns);
+/* Catches up until few writes are left (at most CATCHUP_ROUNDS rounds). */
+static stream_phase
+phase_catchup(stream_ctx *x)
+{
+	kv_mig_out *o = x->o;
+	int rv;
+
+	report_progress(o, KV_MIG_CATCHUP, x->start_ns);
 	for (int round = 0; round < CATCHUP_ROUNDS; round++) {
 		pthread_mutex_lock(&o->mu);
 		if (o->lost) {
 			pthread_mutex_unlock(&o->mu);
-			rv = KV_ENOMEM;
-			goto cleanup;
+			return stream_fail(x, KV_ENOMEM);
 		}
 		if (o->nrecs < FENCE_RECS && o->rec_bytes < FENCE_BYTES) {
 			pthread_mutex_unlock(&o->mu);
 			break;
 		}
-		take_recs_locked(o, &recs, &nrecs);
+		take_recs_locked(o, &x->recs, &x->nrecs);
 		pthread_mutex_unlock(&o->mu);
-		rv = send_recs(o, cli, seq, recs, nrecs, true);
-		free_recs(recs, nrecs);
-		recs = NULL;
-		nrecs = 0;
-		if (rv != 0)
-			goto cleanup;
+		if ((rv = stream_send_recs(x, true)) != 0)
+			return stream_fail(x, rv);
 	}
-	if (should_quit(o, true)) {
-		rv = KV_ECLOSED;
-		goto cleanup;
-	}
+	if (should_quit(o, true))
+		return stream_fail(x, KV_ECLOSED);
+	return STREAM_FENCE;
+}
 
-	/* Fence: from here writes to the range answer MOVING. */
+/* Fence: from here writes to the range answer MOVING. Sends the last
+ * writes and TransferFence, then has the controller acknowledge the fence. */
+static stream_phase
+phase_fence(stream_ctx *x)
+{
+	kv_mig_out *o = x->o;
+	int rv;
+
 	pthread_mutex_lock(&o->mu);
 	if (o->lost) {
 		pthread_mutex_unlock(&o->mu);
-		rv = KV_ENOMEM;
-		goto cleanup;
+		return stream_fail(x, KV_ENOMEM);
 	}
 	atomic_store(&o->fenced, true);
-	take_recs_locked(o, &recs, &nrecs);
+	take_recs_locked(o, &x->recs, &x->nrecs);
 	uint64_t last_write = o->write_seq;
 	pthread_mutex_unlock(&o->mu);
 	uint64_t fence_ns = kv_now_ns();
-	rv = send_recs(o, cli, seq, recs, nrecs, false);
+	size_t nlast = x->nrecs;
+	rv = stream_send_recs(x, false);
 	if (rv == 0) {
 		kv_xfer f = {.migration_id = o->id,
-		             .seq = ++*seq,
+		             .seq = ++*x->seq,
 		             .kind = KV_XFER_FENCE,
 		             .last_write_seq = last_write};
-		rv = xfer_send(o, cli, &f, false, &ack);
+		rv = xfer_send(o, x->cli, &f, false, &x->ack);
 	}
 	if (rv != 0) {
 		/* The destination does not serve before Commit: lifting the fence is safe. */
 		pthread_mutex_lock(&o->mu);
 		atomic_store(&o->fenced, false);
 		pthread_mutex_unlock(&o->mu);
-		goto cleanup;
+		return stream_fail(x, rv);
 	}
-	if ((rv = confirm_fence(o, start_ns)) != 0) {
+	if ((rv = confirm_fence(o, x->start_ns)) != 0) {
 		/* Cancelled before the controller learnt of the fence: the cancel
 		 * wins, the range stays here (the destination never served it). */
 		pthread_mutex_lock(&o->mu);
 		atomic_store(&o->fenced, false);
 		atomic_store(&o->cancel, true);
 		pthread_mutex_unlock(&o->mu);
-		goto cleanup;
+		return stream_fail(x, rv);
 	}
 	KV_INFO(COMP, "fenced", "id=%llu deltas=%zu fence_us=%llu", (unsigned long long)o->id,
-	        nrecs, (unsigned long long)((kv_now_ns() - fence_ns) / 1000));
-cleanup:
-	free_recs(recs, nrecs);
-	kv_buf_fini(&ca.data);
-	kv_buf_fini(&ca.carry_key);
-	kv_buf_fini(&ca.carry_val);
-	free(ca.ents);
-	free(kvs);
-	for (size_t i = 0; i < 2 * da.cap; i++)
-		kv_buf_fini(&da.bufs[i]);
-	free(da.bufs);
-	free(da.d);
-	kv_store_cursor_fini(&cur);
-	return rv;
+	        nlast, (unsigned long long)((kv_now_ns() - fence_ns) / 1000));
+	return STREAM_FENCED;
+}
+
+/* The phases that run, in order (STREAM_FENCED and STREAM_FAILED end). */
+static stream_phase (*const stream_phases[])(stream_ctx *) = {
+    [STREAM_BEGIN] = phase_begin,     [STREAM_DEDUP] = phase_dedup, [STREAM_COPY] = phase_copy,
+    [STREAM_CATCHUP] = phase_catchup, [STREAM_FENCE] = phase_fence,
+};
+
+/* Streams Begin, chunks, deltas and the fence. Returns 0 when the
+ * destination holds everything (o->fenced is then set), else an error. */
+static int
+stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
+{
+	stream_ctx x = {.o = o, .cli = cli, .seq = seq, .start_ns = start_ns};
+	stream_phase ph = STREAM_BEGIN;
+
+	kv_store_cursor_init(&x.cur);
+	while (ph != STREAM_FENCED && ph != STREAM_FAILED)
+		ph = stream_phases[ph](&x);
+	free_recs(x.recs, x.nrecs);
+	kv_buf_fini(&x.ca.data);
+	kv_buf_fini(&x.ca.carry_key);
+	kv_buf_fini(&x.ca.carry_val);
+	free(x.ca.ents);
+	free(x.kvs);
+	for (size_t i = 0; i < 2 * x.da.cap; i++)
+		kv_buf_fini(&x.da.bufs[i]);
+	free(x.da.bufs);
+	free(x.da.d);
+	kv_store_cursor_fini(&x.cur);
+	return ph == STREAM_FENCED ? KV_OK : x.rv;
 }
 
 /* Deletes the moved range in bounded steps while it stays MOVED. */
 static void
 delete_moved(kv_mig_out *o)
 {
-	kv_server *s = o->srv;
+	kv_mig *s = o->mig;
 	uint64_t deleted = 0;
 
 	while (!atomic_load(&s->stopping)) {
 		int rv = KV_EBUSY;
-		kv_owner_rdlock(&s->owner);
-		bool moved = kv_owner_covers_locked(&s->owner, o->start.data, o->start.len,
+		kv_owner_rdlock(s->env.owner);
+		bool moved = kv_owner_covers_locked(s->env.owner, o->start.data, o->start.len,
 		                                    o->end.data, o->end.len, KV_OWN_MOVED);
 		if (moved) {
-			kv_dur_begin(s->dur);
-			rv = kv_store_range_delete(s->store, o->start.data, o->start.len,
-			                           o->end.data, o->end.len, DELETE_STEP, &deleted);
+			kv_dur_begin(s->env.dur);
+			rv = kv_store_range_delete(s->env.store, o->start.data, o->start.len,
+			                           o->end.data, o->end.len, KV_MIG_DELETE_STEP,
+			                           &deleted);
 			/* Logged once the range is empty; a crash before that leaves
 			 * keys of a range this node does not serve, dropped when the
 			 * range next arrives (Begin clears it). */
 			if (rv == 0)
-				rv = kv_dur_log_range_del(s->dur, o->start.data, o->start.len,
+				rv = kv_dur_log_range_del(s->env.dur, o->start.data, o->start.len,
 				                          o->end.data, o->end.len, NULL);
-			kv_dur_end(s->dur);
+			kv_dur_end(s->env.dur);
 		}
-		kv_owner_unlock(&s->owner);
+		kv_owner_unlock(s->env.owner);
 		if (!moved || rv != KV_EBUSY)
 			break;
 		sched_yield();
@@ -782,16 +904,16 @@ report_done(kv_mig_out *o, uint64_t seq)
 {
 	unsigned backoff = 50;
 
-	while (!atomic_load(&o->srv->stopping)) {
+	while (!atomic_load(&o->mig->stopping)) {
 		kv_adm_resp r;
 		kv_adm_req rq = {.kind = KV_ADM_DONE,
-		                 .node_id = atomic_load(&o->srv->node_id),
+		                 .node_id = kv_mig__node_id(o->mig),
 		                 .migration_id = o->id,
 		                 .status = KV_OK,
 		                 .keys = atomic_load(&o->keys_copied),
 		                 .bytes = atomic_load(&o->bytes_copied),
 		                 .last_seq = seq};
-		int rv = kv_server__ctl_call(o->srv, &rq, &r, 2000);
+		int rv = kv_mig__ctl_call(o->mig, &rq, &r, 2000);
 		if (rv == 0) {
 			int st = r.status;
 			kv_sc_adm_resp_fini(&r);
@@ -801,7 +923,7 @@ report_done(kv_mig_out *o, uint64_t seq)
 			atomic_store(&o->reported, true);
 			return;
 		}
-		kv_server__nap(o->srv, backoff);
+		kv_mig__nap(o->mig, backoff);
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
 	}
 }
@@ -810,25 +932,25 @@ static void *
 mig_out_main(void *arg)
 {
 	kv_mig_out *o = arg;
-	kv_server *s = o->srv;
+	kv_mig *s = o->mig;
 	kv_rpc_client *cli = NULL;
 	uint64_t seq = 0, start_ns = kv_now_ns();
 	unsigned backoff = 50;
 	bool served;
 	int rv;
 
-	kv_owner_rdlock(&s->owner);
-	served = kv_owner_covers_locked(&s->owner, o->start.data, o->start.len, o->end.data,
+	kv_owner_rdlock(s->env.owner);
+	served = kv_owner_covers_locked(s->env.owner, o->start.data, o->start.len, o->end.data,
 	                                o->end.len, KV_OWN_SERVE);
-	kv_owner_unlock(&s->owner);
+	kv_owner_unlock(s->env.owner);
 	if (!served) {
 		KV_WARN(COMP, "migration of a range not served here ignored", "id=%llu",
 		        (unsigned long long)o->id);
 		goto out;
 	}
-	if ((rv = kv_owner_set(&s->owner, o->start.data, o->start.len, o->end.data, o->end.len,
+	if ((rv = kv_owner_set(s->env.owner, o->start.data, o->start.len, o->end.data, o->end.len,
 	                       KV_OWN_SERVE, 0, NULL, o->epoch, o->id, o)) != 0 ||
-	    (rv = kv_rpc_client_create_tls(o->to_addr, s->tls, &cli)) != 0) {
+	    (rv = kv_rpc_client_create_tls(o->to_addr, s->env.tls, &cli)) != 0) {
 		KV_ERROR(COMP, "cannot start migration", "id=%llu err=%s",
 		         (unsigned long long)o->id, kv_errname(rv));
 		goto detach;
@@ -841,7 +963,7 @@ mig_out_main(void *arg)
 			break;
 		if (should_quit(o, !atomic_load(&o->fenced) || atomic_load(&o->handed_over)))
 			goto abort;
-		kv_server__nap(s, backoff);
+		kv_mig__nap(s, backoff);
 		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
 	}
 	/* Commit: the destination serves from now on. */
@@ -850,8 +972,8 @@ mig_out_main(void *arg)
 	    .migration_id = o->id, .seq = ++seq, .kind = KV_XFER_COMMIT, .epoch = o->epoch};
 	if (xfer_send(o, cli, &c, false, &ack) != 0)
 		goto out; /* stopping while fenced: the range stays unavailable here */
-	kv_owner_set(&s->owner, o->start.data, o->start.len, o->end.data, o->end.len, KV_OWN_MOVED,
-	             o->to, o->to_addr, o->epoch, o->id, NULL);
+	kv_owner_set(s->env.owner, o->start.data, o->start.len, o->end.data, o->end.len,
+	             KV_OWN_MOVED, o->to, o->to_addr, o->epoch, o->id, NULL);
 	KV_INFO(COMP, "migration committed", "id=%llu to=%u keys=%llu ms=%llu",
 	        (unsigned long long)o->id, o->to, (unsigned long long)atomic_load(&o->keys_copied),
 	        (unsigned long long)((kv_now_ns() - start_ns) / 1000000));
@@ -862,7 +984,7 @@ abort:
 	if (atomic_load(&o->handed_over)) {
 		/* The destination serves the range (the configuration says so):
 		 * never serve it here again, and drop the copy. */
-		kv_owner_set(&s->owner, o->start.data, o->start.len, o->end.data, o->end.len,
+		kv_owner_set(s->env.owner, o->start.data, o->start.len, o->end.data, o->end.len,
 		             KV_OWN_MOVED, o->to, o->to_addr, o->epoch, o->id, NULL);
 		KV_INFO(COMP, "migration was completed before a restart", "id=%llu",
 		        (unsigned long long)o->id);
@@ -875,8 +997,8 @@ abort:
 		             .kind = KV_XFER_ABORT,
 		             .reason = KV_ECLOSED};
 		nng_msg *req = NULL, *rep = NULL;
-		if (kv_sc_xfer_encode_auth(&a, o->epoch, atomic_load(&s->node_id),
-		                           kv_server__auth(s), &req) == 0 &&
+		if (kv_sc_xfer_encode_auth(&a, o->epoch, kv_mig__node_id(s), s->env.auth, &req) ==
+		        0 &&
 		    kv_rpc_call(cli, req, &rep, 1000) == 0)
 			nng_msg_free(rep);
 		KV_INFO(COMP, "migration cancelled", "id=%llu", (unsigned long long)o->id);
@@ -884,7 +1006,7 @@ abort:
 detach:
 	/* Still ours: serve it without the migration. */
 	if (!atomic_load(&s->stopping))
-		kv_owner_set(&s->owner, o->start.data, o->start.len, o->end.data, o->end.len,
+		kv_owner_set(s->env.owner, o->start.data, o->start.len, o->end.data, o->end.len,
 		             KV_OWN_SERVE, 0, NULL, o->epoch, 0, NULL);
 out:
 	kv_rpc_client_destroy(cli);
@@ -893,13 +1015,20 @@ out:
 }
 
 int
-kv_mig_out_start(kv_server *s, const kv_migration *m, const char *to_addr)
+kv_mig_out_start(kv_mig *s, const kv_migration *m, const char *to_addr)
 {
-	kv_mig_out *o = calloc(1, sizeof(*o));
+	kv_mig_out *o;
+	bool known = false;
 
-	if (o == NULL)
+	pthread_mutex_lock(&s->mu);
+	for (o = s->outs; o; o = o->next)
+		known |= o->id == m->id;
+	pthread_mutex_unlock(&s->mu);
+	if (known)
+		return KV_OK;
+	if ((o = calloc(1, sizeof(*o))) == NULL)
 		return KV_ENOMEM;
-	o->srv = s;
+	o->mig = s;
 	o->id = m->id;
 	o->epoch = m->epoch;
 	o->to = m->to;
@@ -913,514 +1042,147 @@ kv_mig_out_start(kv_server *s, const kv_migration *m, const char *to_addr)
 		return KV_ENOMEM;
 	}
 	pthread_mutex_init(&o->mu, NULL);
-	pthread_mutex_lock(&s->mig_mu);
+	pthread_mutex_lock(&s->mu);
 	o->next = s->outs;
 	s->outs = o;
 	if (pthread_create(&o->thr, NULL, mig_out_main, o) != 0) {
 		atomic_store(&o->finished, true);
-		o->thr = pthread_self();
-		pthread_mutex_unlock(&s->mig_mu);
+		pthread_mutex_unlock(&s->mu);
 		return KV_ENOMEM;
 	}
-	pthread_mutex_unlock(&s->mig_mu);
+	o->thr_started = true;
+	pthread_mutex_unlock(&s->mu);
 	return KV_OK;
+}
+
+/* Whether configuration c lists migration id. */
+static bool
+mig_listed(const kv_config *c, uint64_t id)
+{
+	for (size_t i = 0; i < c->nmigs; i++)
+		if (c->migs[i].id == id)
+			return true;
+	return false;
+}
+
+void
+kv_mig_out_reconcile(kv_mig *g, const kv_config *c)
+{
+	pthread_mutex_lock(&g->mu);
+	for (kv_mig_out *o = g->outs; o; o = o->next) {
+		if (mig_listed(c, o->id))
+			continue;
+		/* Dropped with the range given to the destination: an earlier
+		 * run of this node finished it (this one restarted meanwhile). */
+		long ri = kv_config_find_range(c, o->start.data, o->start.len);
+		if (ri >= 0 && c->ranges[ri].node == o->to)
+			atomic_store(&o->handed_over, true);
+		if (!atomic_load(&o->fenced) || atomic_load(&o->handed_over))
+			atomic_store(&o->cancel, true);
+	}
+	pthread_mutex_unlock(&g->mu);
+}
+
+bool
+kv_mig_out_pending(kv_mig *g)
+{
+	bool pending = false;
+
+	pthread_mutex_lock(&g->mu);
+	for (kv_mig_out *o = g->outs; o; o = o->next)
+		pending |= !atomic_load(&o->reported) && !atomic_load(&o->finished);
+	pthread_mutex_unlock(&g->mu);
+	return pending;
+}
+
+void
+kv_mig_stats(kv_mig *g, uint64_t *active_out, uint64_t *bytes_sent)
+{
+	uint64_t active = 0;
+
+	pthread_mutex_lock(&g->mu);
+	for (kv_mig_out *o = g->outs; o; o = o->next)
+		active += !atomic_load(&o->finished);
+	pthread_mutex_unlock(&g->mu);
+	*active_out = active;
+	*bytes_sent = atomic_load_explicit(&g->bytes_sent, memory_order_relaxed);
+}
+
+uint64_t
+kv_mig_out_id(const kv_mig_out *m)
+{
+	return m->id;
+}
+
+void
+kv_mig_out_lock(kv_mig_out *m)
+{
+	pthread_mutex_lock(&m->mu);
+}
+
+void
+kv_mig_out_unlock(kv_mig_out *m)
+{
+	pthread_mutex_unlock(&m->mu);
+}
+
+bool
+kv_mig_out_fenced(kv_mig_out *m)
+{
+	return atomic_load(&m->fenced);
+}
+
+void
+kv_mig_out_target(const kv_mig_out *m, kv_bytes *start, kv_bytes *end, uint32_t *to,
+                  const char **to_addr)
+{
+	*start = (kv_bytes){m->start.data, m->start.len};
+	*end = (kv_bytes){m->end.data, m->end.len};
+	*to = m->to;
+	*to_addr = m->to_addr;
 }
 
 /* ------------------------------------------------------------------------
- * Destination side
+ * The migration set
  * ------------------------------------------------------------------------ */
 
-/*
- * Reassembly of one value that arrives in slices (KeyValue.value_total != 0),
- * in chunk entries or in DeltaRecords. The sender must send the slices of a
- * value in order, from offset 0, with the same key and total (and, in
- * deltas, the same record seq), and nothing else in between; anything else
- * is KV_EPROTO and the partial value is dropped. The value reaches the store
- * only when complete. One buffer per incoming stream, of at most the
- * server's max value.
- */
-typedef struct {
-	bool active;    /* a value is being assembled */
-	bool delta;     /* its slices are DeltaRecords (else chunk entries) */
-	uint64_t seq;   /* delta: the DeltaRecord.seq of every slice */
-	kv_buf key;     /* its key */
-	kv_buf val;     /* the bytes so far; reserved to `total` at the first slice */
-	uint64_t total; /* value_total */
-} slice_rx;
-
-/*
- * An incoming stream as this file allocates it: kv_mig_in (server_int.h)
- * first, so that the two pointers are the same, then the state only the
- * destination code here uses. Every kv_mig_in is allocated by in_find and
- * freed by kv_mig_fini_all.
- */
-typedef struct {
-	kv_mig_in in;          /* must stay first */
-	slice_rx rx;           /* protected by in.mu, as are the counters */
-	uint64_t split_chunks; /* split values assembled from chunks, this attempt */
-	uint64_t split_deltas; /* split values assembled from delta records */
-} mig_in_ext;
-
-/* The extension of a kv_mig_in allocated by in_find. */
-static mig_in_ext *
-ext_of(kv_mig_in *in)
+int
+kv_mig_create(const kv_mig_env *env, kv_mig **out)
 {
-	return (mig_in_ext *)in;
-}
+	kv_mig *g = calloc(1, sizeof(*g));
 
-static slice_rx *
-rx_of(kv_mig_in *in)
-{
-	return &ext_of(in)->rx;
-}
-
-/* Drops a partially assembled value (caller holds in->mu). */
-static void
-rx_drop(slice_rx *rx)
-{
-	kv_buf_fini(&rx->val);
-	rx->active = false;
-	rx->total = 0;
-}
-
-/*
- * Takes one slice (caller holds in->mu). `delta`/`seq` say where it came
- * from. On 0, *complete tells whether rx->key/rx->val now hold the whole
- * value (the caller applies it, then calls rx_drop). Returns KV_EPROTO (with
- * *why) for a slice that does not continue the value in progress, or
- * KV_ENOMEM. The codec has checked that the slice is not empty and lies
- * inside its total.
- */
-static int
-rx_slice(kv_server *s, slice_rx *rx, bool delta, uint64_t seq, kv_bytes key, kv_bytes val,
-         uint64_t off, uint64_t total, bool *complete, const char **why)
-{
-	*complete = false;
-	if (!rx->active) {
-		if (off != 0) {
-			*why = "split value does not start at offset 0";
-			return KV_EPROTO;
-		}
-		if (total > s->max_value) {
-			*why = "split value larger than this server's max value";
-			return KV_EPROTO;
-		}
-		/* Exactly `total` (kv_buf_reserve would round up to a power of 2). */
-		kv_buf_fini(&rx->val);
-		if (kv_buf_set(&rx->key, key.p, key.len) != 0 ||
-		    (rx->val.data = malloc((size_t)total)) == NULL)
-			return KV_ENOMEM;
-		rx->val.cap = (size_t)total;
-		rx->active = true;
-		rx->delta = delta;
-		rx->seq = seq;
-		rx->total = total;
-	} else if (rx->delta != delta || (delta && rx->seq != seq) || rx->key.len != key.len ||
-	           memcmp(rx->key.data, key.p, key.len) != 0) {
-		*why = "another entry interleaved with a split value";
-		return KV_EPROTO;
-	} else if (total != rx->total) {
-		*why = "value_total differs between slices of one value";
-		return KV_EPROTO;
-	} else if (off != rx->val.len) {
-		*why = "slices of a split value are not contiguous";
-		return KV_EPROTO;
-	}
-	if (kv_buf_append(&rx->val, val.p, val.len) != 0)
-		return KV_ENOMEM; /* cannot happen: reserved */
-	*complete = rx->val.len == rx->total;
+	if (g == NULL)
+		return KV_ENOMEM;
+	g->env = *env;
+	pthread_mutex_init(&g->mu, NULL);
+	*out = g;
 	return KV_OK;
 }
 
-static kv_mig_in *
-in_find(kv_server *s, uint64_t id, bool create)
+void
+kv_mig_stop(kv_mig *g)
 {
-	kv_mig_in *in;
-
-	pthread_mutex_lock(&s->mig_mu);
-	for (in = s->ins; in && in->id != id; in = in->next)
-		;
-	if (in == NULL && create) {
-		mig_in_ext *x = calloc(1, sizeof(*x));
-		if (x != NULL) {
-			in = &x->in;
-			in->id = id;
-			pthread_mutex_init(&in->mu, NULL);
-			in->next = s->ins;
-			s->ins = in;
-		}
-	}
-	pthread_mutex_unlock(&s->mig_mu);
-	return in;
-}
-
-/* Drops every key of the stream's range (bounded steps, caller holds in->mu). */
-static int
-clear_range(kv_server *s, kv_mig_in *in)
-{
-	int rv;
-	/* Applied, then logged, inside one barrier section (durable.h). */
-	kv_dur_begin(s->dur);
-	do
-		rv = kv_store_range_delete(s->store, in->start.data, in->start.len, in->end.data,
-		                           in->end.len, DELETE_STEP, NULL);
-	while (rv == KV_EBUSY);
-	if (rv == 0)
-		rv = kv_dur_log_range_del(s->dur, in->start.data, in->start.len, in->end.data,
-		                          in->end.len, NULL);
-	kv_dur_end(s->dur);
-	return rv;
-}
-
-static int
-apply_dedup(kv_server *s, const kv_sc_dedup *d)
-{
-	kv_dedup_result r = {.status = d->status, .value_len = d->value_len};
-	if (d->value.len && kv_buf_set(&r.value, d->value.p, d->value.len) != 0)
-		return KV_ENOMEM;
-	kv_dur_dedup dd = {.client = d->client_id,
-	                   .req = d->request_id,
-	                   .value_len = d->value_len,
-	                   .time_ms = d->time_ms};
-	kv_dur_begin(s->dur);
-	int rv = kv_dedup_insert(s->dedup, d->client_id, d->request_id, &r, d->key.p, d->key.len,
-	                         d->time_ms);
-	if (rv == 0)
-		rv = kv_dur_log_dedup(s->dur, &dd, d->status, d->key.p, d->key.len, NULL);
-	kv_dur_end(s->dur);
-	kv_buf_fini(&r.value);
-	return rv;
-}
-
-static int
-in_begin(kv_server *s, kv_mig_in *in, const kv_req *rq, kv_sc_ack *ack)
-{
-	const kv_xfer *x = &rq->xfer;
-	char addr[256] = "";
-	bool ok;
-	int rv;
-
-	if (x->to_node != atomic_load(&s->node_id)) {
-		ack->error = "this node is not the destination";
-		return KV_EINVAL;
-	}
-	if (atomic_load(&s->epoch) < x->epoch) {
-		ack->error = "configuration of the migration not applied yet";
-		return KV_EBUSY;
-	}
-	if (in->committed) {
-		ack->seq = in->acked;
-		return KV_OK;
-	}
-	pthread_mutex_lock(&s->cfg_mu);
-	const kv_node *n = s->cur ? kv_config_node(s->cur, x->from_node) : NULL;
-	if (n)
-		snprintf(addr, sizeof(addr), "%s", n->address);
-	pthread_mutex_unlock(&s->cfg_mu);
-	rx_drop(rx_of(in)); /* a restarted stream resends every slice */
-	ext_of(in)->split_chunks = ext_of(in)->split_deltas = 0;
-	kv_buf_fini(&in->start);
-	kv_buf_fini(&in->end);
-	if (kv_buf_set(&in->start, x->start.p, x->start.len) != 0 ||
-	    kv_buf_set(&in->end, x->end.p, x->end.len) != 0)
-		return KV_ENOMEM;
-	in->epoch = x->epoch;
-	in->from = x->from_node;
-	in->acked = 0;
-	in->keys = in->bytes = 0;
-	rv = kv_owner_fill(&s->owner, x->start.p, x->start.len, x->end.p, x->end.len,
-	                   KV_OWN_INCOMING, x->from_node, addr[0] ? addr : NULL, 0, in->id);
-	if (rv != 0)
-		return rv;
-	kv_owner_rdlock(&s->owner);
-	ok = kv_owner_covers_locked(&s->owner, x->start.p, x->start.len, x->end.p, x->end.len,
-	                            KV_OWN_INCOMING);
-	kv_owner_unlock(&s->owner);
-	if (!ok) {
-		ack->error = "part of the range is served here";
-		return KV_EINVAL;
-	}
-	if ((rv = clear_range(s, in)) != 0)
-		return rv;
-	in->acked = 1;
-	KV_INFO(COMP, "incoming transfer", "id=%llu from=%u", (unsigned long long)in->id, in->from);
-	return KV_OK;
-}
-
-/* Puts one whole value of the stream into the store (caller holds in->mu). */
-static int
-in_put(kv_server *s, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
-{
-	const uint8_t *v = vlen ? val : (const uint8_t *)"";
-	/* No stripe lock: the range is not served here until the commit, and
-	 * the stream is serialised by in->mu. */
-	kv_dur_begin(s->dur);
-	int rv = kv_store_put(s->store, key, klen, v, vlen);
-	if (rv == 0)
-		rv = kv_dur_log_put(s->dur, key, klen, v, vlen, NULL, NULL);
-	kv_dur_end(s->dur);
-	return rv;
-}
-
-/* Applies the chunk entries of x, reassembling split values. */
-static int
-in_chunk(kv_server *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
-{
-	slice_rx *rx = rx_of(in);
-	int rv = KV_OK;
-
-	for (size_t i = 0; i < x->ndedup && rv == 0; i++)
-		rv = apply_dedup(s, &x->dedup[i]);
-	for (size_t i = 0; i < x->nkv && rv == 0; i++) {
-		const kv_sc_kv *kv = &x->kv[i];
-		bool complete;
-		if (!kv_range_contains(in->start.data, in->start.len, in->end.data, in->end.len,
-		                       kv->key.p, kv->key.len)) {
-			ack->error = "chunk entry outside the range";
-			return KV_EINVAL;
-		}
-		if (kv->value_total == 0) {
-			if (rx->active) {
-				ack->error = "a whole entry interleaved with a split value";
-				return KV_EPROTO;
-			}
-			rv = in_put(s, kv->key.p, kv->key.len, kv->value.p, kv->value.len);
-			in->keys++;
-			in->bytes += kv->key.len + kv->value.len;
-			continue;
-		}
-		rv = rx_slice(s, rx, false, 0, kv->key, kv->value, kv->value_offset,
-		              kv->value_total, &complete, &ack->error);
-		if (rv == 0 && complete) {
-			rv = in_put(s, rx->key.data, rx->key.len, rx->val.data, rx->val.len);
-			in->keys++;
-			in->bytes += rx->key.len + rx->val.len;
-			KV_DEBUG(COMP, "split value assembled", "id=%llu bytes=%zu delta=0",
-			         (unsigned long long)in->id, rx->val.len);
-			ext_of(in)->split_chunks++;
-			rx_drop(rx);
-		}
-	}
-	if (rv == 0 && x->last && rx->active) {
-		ack->error = "bulk copy ended inside a split value";
-		return KV_EPROTO;
-	}
-	return rv;
-}
-
-/* Applies one whole delta record: key, value (NULL for a delete), dedup. */
-static int
-in_delta_rec(kv_server *s, const kv_sc_delta *d, const uint8_t *val, size_t vlen)
-{
-	int rv;
-	if (d->del) {
-		kv_dur_begin(s->dur);
-		rv = kv_store_del(s->store, d->key.p, d->key.len, NULL);
-		if (rv == KV_ENOTFOUND)
-			rv = KV_OK;
-		if (rv == 0)
-			rv = kv_dur_log_del(s->dur, d->key.p, d->key.len, NULL, NULL);
-		kv_dur_end(s->dur);
-	} else {
-		rv = in_put(s, d->key.p, d->key.len, val, vlen);
-	}
-	if (rv == 0 && d->has_dedup)
-		rv = apply_dedup(s, &d->dedup);
-	return rv;
-}
-
-/* Applies the records of a TransferDelta in order, reassembling split puts. */
-static int
-in_delta(kv_server *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
-{
-	slice_rx *rx = rx_of(in);
-	int rv = KV_OK;
-
-	for (size_t i = 0; i < x->ndelta && rv == 0; i++) {
-		const kv_sc_delta *d = &x->delta[i];
-		bool complete;
-		if (!kv_range_contains(in->start.data, in->start.len, in->end.data, in->end.len,
-		                       d->key.p, d->key.len)) {
-			ack->error = "delta entry outside the range";
-			return KV_EINVAL;
-		}
-		if (d->value_total == 0) {
-			if (rx->active) {
-				ack->error = "a whole record interleaved with a split value";
-				return KV_EPROTO;
-			}
-			rv = in_delta_rec(s, d, d->value.p, d->value.len);
-			continue;
-		}
-		if (d->del) {
-			ack->error = "a delete record cannot be split";
-			return KV_EPROTO;
-		}
-		rv = rx_slice(s, rx, true, d->seq, d->key, d->value, d->value_offset,
-		              d->value_total, &complete, &ack->error);
-		if (rv != 0)
-			break;
-		/* The record's dedup rides on its last slice: applied with the value. */
-		if (d->has_dedup && !complete) {
-			ack->error = "dedup record on a slice that is not the last";
-			return KV_EPROTO;
-		}
-		if (complete) {
-			rv = in_delta_rec(s, d, rx->val.data, rx->val.len);
-			KV_DEBUG(COMP, "split value assembled", "id=%llu bytes=%zu delta=1",
-			         (unsigned long long)in->id, rx->val.len);
-			ext_of(in)->split_deltas++;
-			rx_drop(rx);
-		}
-	}
-	return rv;
-}
-
-static int
-in_apply(kv_server *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
-{
-	int rv = KV_OK;
-
-	/* Slices of one value are consecutive: only chunks or deltas may follow. */
-	if (rx_of(in)->active && x->kind != KV_XFER_CHUNK && x->kind != KV_XFER_DELTA &&
-	    x->kind != KV_XFER_ABORT) {
-		ack->error = "split value incomplete at the fence";
-		return KV_EPROTO;
-	}
-	switch (x->kind) {
-	case KV_XFER_CHUNK:
-		return in_chunk(s, in, x, ack);
-	case KV_XFER_DELTA:
-		return in_delta(s, in, x, ack);
-	case KV_XFER_FENCE:
-		/* The source forgets the range once this is acknowledged and the
-		 * handover published: the range must be on disk here first. */
-		if ((rv = kv_dur_sync(s->dur)) != 0) {
-			ack->error = "cannot make the range durable here";
-			return rv;
-		}
-		KV_DEBUG(COMP, "incoming fence", "id=%llu keys=%llu", (unsigned long long)in->id,
-		         (unsigned long long)in->keys);
-		return KV_OK;
-	case KV_XFER_COMMIT:
-		rv = kv_owner_set(&s->owner, in->start.data, in->start.len, in->end.data,
-		                  in->end.len, KV_OWN_SERVE, 0, NULL, x->epoch, 0, NULL);
-		if (rv == 0) {
-			in->committed = true;
-			KV_INFO(COMP, "incoming range committed",
-			        "id=%llu keys=%llu split_chunk_values=%llu split_delta_values=%llu",
-			        (unsigned long long)in->id, (unsigned long long)in->keys,
-			        (unsigned long long)ext_of(in)->split_chunks,
-			        (unsigned long long)ext_of(in)->split_deltas);
-		}
-		return rv;
-	case KV_XFER_ABORT:
-		rx_drop(rx_of(in));
-		kv_owner_drop_incoming(&s->owner, in->id);
-		clear_range(s, in);
-		KV_INFO(COMP, "incoming transfer aborted", "id=%llu", (unsigned long long)in->id);
-		return KV_OK;
-	default:
-		return KV_EINVAL;
-	}
+	atomic_store(&g->stopping, true);
 }
 
 void
-kv_mig_in_handle(kv_server *s, const kv_req *rq, kv_sc_ack *ack)
-{
-	const kv_xfer *x = &rq->xfer;
-	kv_mig_in *in;
-	int rv;
-
-	memset(ack, 0, sizeof(*ack));
-	ack->migration_id = x->migration_id;
-	in = in_find(s, x->migration_id, x->kind == KV_XFER_BEGIN);
-	if (in == NULL) {
-		ack->status = x->kind == KV_XFER_BEGIN ? KV_ENOMEM : KV_EINVAL;
-		ack->error = "unknown transfer stream";
-		return;
-	}
-	pthread_mutex_lock(&in->mu);
-	if (x->kind == KV_XFER_BEGIN) {
-		rv = in_begin(s, in, rq, ack);
-	} else if (in->acked == 0) {
-		ack->error = "transfer stream not begun";
-		rv = KV_EINVAL;
-	} else if (rq->epoch < in->epoch) {
-		ack->error = "transfer from an older epoch";
-		rv = KV_ESTALE;
-	} else if (x->seq <= in->acked) {
-		rv = KV_OK; /* duplicate: acknowledged again, not applied */
-	} else if (x->seq != in->acked + 1) {
-		ack->error = "gap in the transfer stream";
-		rv = KV_EINVAL;
-	} else if (in->committed && x->kind == KV_XFER_ABORT) {
-		/* The range is served here now: dropping it would lose it. */
-		ack->error = "transfer already committed";
-		rv = KV_EINVAL;
-	} else if (in->committed) {
-		rv = KV_OK;
-		in->acked = x->seq;
-	} else {
-		rv = in_apply(s, in, x, ack);
-		if (rv == 0) {
-			in->acked = x->kind == KV_XFER_ABORT ? 0 : x->seq;
-		} else {
-			/* Refused: the source restarts from Begin (which clears the
-			 * range), so a partial value is never continued. */
-			rx_drop(rx_of(in));
-			KV_WARN(COMP, "transfer message refused",
-			        "id=%llu seq=%llu err=%s why=\"%s\"", (unsigned long long)in->id,
-			        (unsigned long long)x->seq, kv_errname(rv),
-			        ack->error ? ack->error : "");
-		}
-	}
-	ack->status = rv;
-	ack->seq = in->acked;
-	ack->keys = in->keys;
-	ack->bytes = in->bytes;
-	pthread_mutex_unlock(&in->mu);
-}
-
-void
-kv_mig_in_forget(kv_server *s, uint64_t id)
-{
-	kv_mig_in *in = in_find(s, id, false);
-
-	kv_owner_drop_incoming(&s->owner, id);
-	if (in == NULL)
-		return;
-	pthread_mutex_lock(&in->mu);
-	if (!in->committed && in->acked > 0) {
-		/* The range is not served here: drop what arrived of it. */
-		kv_owner_rdlock(&s->owner);
-		bool unserved = !kv_owner_covers_locked(&s->owner, in->start.data, in->start.len,
-		                                        in->end.data, in->end.len, KV_OWN_SERVE);
-		kv_owner_unlock(&s->owner);
-		if (unserved)
-			clear_range(s, in);
-		in->acked = 0;
-	}
-	rx_drop(rx_of(in));
-	pthread_mutex_unlock(&in->mu);
-	KV_INFO(COMP, "incoming transfer forgotten", "id=%llu", (unsigned long long)id);
-}
-
-void
-kv_mig_fini_all(kv_server *s)
+kv_mig_destroy(kv_mig *g)
 {
 	kv_mig_out *o, *on;
-	kv_mig_in *in, *inn;
+	struct kv_mig_in *in;
 
-	pthread_mutex_lock(&s->mig_mu);
-	o = s->outs;
-	in = s->ins;
-	s->outs = NULL;
-	s->ins = NULL;
-	pthread_mutex_unlock(&s->mig_mu);
+	if (g == NULL)
+		return;
+	kv_mig_stop(g);
+	pthread_mutex_lock(&g->mu);
+	o = g->outs;
+	in = g->ins;
+	g->outs = NULL;
+	g->ins = NULL;
+	pthread_mutex_unlock(&g->mu);
 	for (; o; o = on) {
 		on = o->next;
-		if (!pthread_equal(o->thr, pthread_self()))
+		if (o->thr_started)
 			pthread_join(o->thr, NULL);
 		free_recs(o->recs, o->nrecs);
 		kv_buf_fini(&o->start);
@@ -1428,13 +1190,7 @@ kv_mig_fini_all(kv_server *s)
 		pthread_mutex_destroy(&o->mu);
 		free(o);
 	}
-	for (; in; in = inn) {
-		inn = in->next;
-		rx_drop(rx_of(in));
-		kv_buf_fini(&rx_of(in)->key);
-		kv_buf_fini(&in->start);
-		kv_buf_fini(&in->end);
-		pthread_mutex_destroy(&in->mu);
-		free(ext_of(in));
-	}
+	kv_mig__ins_free(in);
+	pthread_mutex_destroy(&g->mu);
+	free(g);
 }

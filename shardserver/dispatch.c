@@ -1,0 +1,963 @@
+/*
+ * dispatch.c - the shard server's request path (dispatch.h): decodes a
+ * Request, checks auth, state and limits, runs each op through the op
+ * table, encodes the Response and holds it until the log has what it may
+ * reveal.
+ *
+ * DESIGN. nng's worker threads run kv_srv_rpc_handler for up to `contexts`
+ * requests at once and execute ops directly against the store, so every
+ * core serves requests without a hand-off (striped store: partition locks;
+ * percore store: the store hands each op to its partition owner). Incoming
+ * transfer messages go to the migrations (kv_mig_in_handle) on the same
+ * thread.
+ *
+ * The op table (op_table) is the list of ops: name, flags, handler. The
+ * flags say what the dispatcher does before the handler runs, once per op:
+ * READ/WRITE (writes are refused past --max-memory, check the fence of a
+ * moving range and are logged), KEYED/MULTI/RANGE (which keys are looked up
+ * in the ownership table: a KEYED op's key, every key of a MULTI op, the
+ * start of a RANGE op), DEDUP (exactly-once by client and request id).
+ * Handlers only touch the store, the log and the delta record.
+ *
+ * Ownership is decided by the local ownership table (owner.h), not by the
+ * epoch: the dispatcher looks every key up once, with the table's read lock
+ * held for the whole op, so a handover (write lock) never overlaps an op on
+ * the old owner. Writes to a range with an outgoing migration also take that
+ * migration's mutex (kv_mig_out_lock), which orders them with the fence and
+ * appends them to the migration's delta buffer; ranges that are not moving
+ * take no lock of ours beyond the read lock. A request with ops is refused
+ * as a whole until the first configuration is applied (epoch 0).
+ *
+ * This file does not touch protobuf (server_codec.c) nor implement the
+ * transfer stream (migrate_in.c). Lock order: doc/threads.md.
+ */
+#include "shardserver/dispatch.h"
+#include "common/auth.h"
+#include "common/err.h"
+#include "common/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COMP "server"
+
+/* Defaults and bounds of the data path. */
+#define SCAN_DEFAULT_LIMIT 1000u
+#define SCAN_MAX_LIMIT     10000u
+#define SCAN_DEFAULT_BYTES (4u * 1024u * 1024u)
+#define SCAN_MAX_BYTES     (64u * 1024u * 1024u)
+#define REPLY_MAX_BYTES    (64u * 1024u * 1024u)
+
+/* ------------------------------------------------------------------------
+ * Owner hints
+ * ------------------------------------------------------------------------ */
+
+static void
+hint_set(kv_sc_result *res, int status, uint64_t epoch, const void *st, size_t sl, const void *en,
+         size_t el, uint32_t node, const char *addr)
+{
+	res->status = status;
+	res->has_hint = true;
+	res->hint.epoch = epoch;
+	res->hint.node_id = node;
+	snprintf(res->hint.address, sizeof(res->hint.address), "%s", addr ? addr : "");
+	if (kv_buf_set(&res->hint.start, st, sl) != 0 || kv_buf_set(&res->hint.end, en, el) != 0)
+		res->has_hint = false;
+}
+
+/* Fills a WRONG_OWNER answer from the latest configuration. */
+static void
+hint_from_config(kv_server *s, const void *key, size_t klen, kv_sc_result *res)
+{
+	uint32_t me = atomic_load(&s->node_id);
+
+	res->status = KV_EWRONGOWNER;
+	res->error = "this node does not serve the key";
+	pthread_mutex_lock(&s->cfg_mu);
+	if (s->cur != NULL) {
+		const kv_config *c = s->cur;
+		const kv_migration *m = kv_config_migration_for(c, key, klen);
+		long i = kv_config_find_range(c, key, klen);
+		uint32_t node = kv_config_route(c, key, klen);
+		const kv_node *n = kv_config_node(c, node);
+		const kv_buf *st = m ? &m->start : i >= 0 ? &c->ranges[i].start : NULL;
+		const kv_buf *en = m ? &m->end : i >= 0 ? &c->ranges[i].end : NULL;
+		int status = node == me ? KV_EMOVING : KV_EWRONGOWNER;
+		if (st != NULL)
+			hint_set(res, status, c->epoch, st->data, st->len, en->data, en->len, node,
+			         n ? n->address : "");
+		if (node == me)
+			res->error = "range is not ready on this node yet";
+	}
+	pthread_mutex_unlock(&s->cfg_mu);
+}
+
+/* Fills a MOVING answer for a range whose handover has begun. */
+static void
+hint_moving(kv_sc_result *res, const kv_mig_out *m)
+{
+	kv_bytes st, en;
+	uint32_t to;
+	const char *addr;
+
+	kv_mig_out_target(m, &st, &en, &to, &addr);
+	hint_set(res, KV_EMOVING, 0, st.p, st.len, en.p, en.len, to, addr);
+	res->error = "range is being handed over";
+}
+
+/* Checks that key is served here. Caller holds the owner read lock. Returns
+ * true and sets *ent when it is; otherwise fills res and returns false. */
+static bool
+own_check_locked(kv_server *s, const void *key, size_t klen, const kv_owner_entry **ent,
+                 kv_sc_result *res)
+{
+	const kv_owner_entry *e = kv_owner_lookup_locked(&s->owner, key, klen);
+
+	if (e != NULL && e->state == KV_OWN_SERVE) {
+		kv_mig_out *m = e->mig;
+		if (m != NULL && kv_mig_out_fenced(m)) {
+			hint_moving(res, m);
+			return false;
+		}
+		*ent = e;
+		return true;
+	}
+	if (e != NULL && e->state == KV_OWN_INCOMING) {
+		hint_set(res, KV_EMOVING, 0, e->start.data, e->start.len, e->end.data, e->end.len,
+		         e->peer, e->peer_addr);
+		res->error = "range is arriving on this node";
+		return false;
+	}
+	if (e != NULL && e->state == KV_OWN_MOVED) {
+		hint_set(res, KV_EWRONGOWNER, e->epoch, e->start.data, e->start.len, e->end.data,
+		         e->end.len, e->peer, e->peer_addr);
+		res->error = "range has moved";
+		return false;
+	}
+	hint_from_config(s, key, klen, res);
+	return false;
+}
+
+/* ------------------------------------------------------------------------
+ * Ops and the dispatch table
+ * ------------------------------------------------------------------------ */
+
+enum {
+	OPF_READ = 1u << 0,  /* reads only */
+	OPF_WRITE = 1u << 1, /* changes data: fence check, delta record */
+	OPF_KEYED = 1u << 2, /* one key: op->key */
+	OPF_MULTI = 1u << 3, /* several keys: op->keys, all must be served */
+	OPF_RANGE = 1u << 4, /* a key range starting at the scan start/cursor */
+	OPF_DEDUP = 1u << 5, /* exactly-once with (client_id, request_id) */
+};
+
+#define MAX_OP_MIGS 8 /* distinct moving ranges one op may write to */
+
+/* Everything a handler needs; built by the dispatcher. */
+typedef struct {
+	kv_server *s;                    /* the server */
+	const kv_req *rq;                /* the request */
+	const kv_op *op;                 /* the op */
+	kv_sc_result *res;               /* its result */
+	const kv_owner_entry *ent;       /* KEYED/RANGE: the entry serving the key */
+	const kv_owner_entry **ents;     /* KEYED, MULTI: one entry per key */
+	const kv_owner_entry *single[1]; /* KEYED: ents points here */
+	kv_mig_out *migs[MAX_OP_MIGS];   /* WRITE: locked outgoing migrations */
+	size_t nmigs;                    /* entries in migs */
+	bool has_dd;                     /* DEDUP: the op has (client, request) ids */
+	kv_mig_dedup dd;                 /* ... the fields for log and delta records */
+	uint64_t lsn;                    /* WRITE: the log record's lsn; 0: none */
+	bool durw;                       /* WRITE with a log: applied and logged under stripes */
+	bool dedup_begun;                /* kv_dedup_begin ran: finish or abort it */
+	bool migs_locked;                /* the mutexes of migs are held */
+} op_ctx;
+
+typedef int (*op_fn)(op_ctx *x);
+
+/* Raises the highest lsn a reply may reveal to l. */
+static void
+visible(kv_server *s, uint64_t l)
+{
+	uint64_t cur = atomic_load(&s->visible_lsn);
+	while (cur < l && !atomic_compare_exchange_weak(&s->visible_lsn, &cur, l))
+		;
+}
+
+/* The dedup fields of the op for its log record, or NULL. */
+static const kv_dur_dedup *
+dur_dd(const op_ctx *x, kv_dur_dedup *out)
+{
+	if (!x->has_dd)
+		return NULL;
+	*out = (kv_dur_dedup){.client = x->dd.client,
+	                      .req = x->dd.req,
+	                      .value_len = x->dd.value_len,
+	                      .time_ms = x->dd.time_ms};
+	return out;
+}
+
+/* Records a write to key for its migration, if it has one. */
+static void
+record(op_ctx *x, const kv_owner_entry *e, const void *key, size_t klen, const void *val,
+       size_t vlen, bool with_dedup)
+{
+	if (e == NULL || e->mig == NULL)
+		return;
+	kv_mig_out_record_locked(e->mig, key, klen, val, vlen,
+	                         with_dedup && x->has_dd ? &x->dd : NULL);
+}
+
+static int
+op_get(op_ctx *x)
+{
+	int rv = kv_store_get(x->s->store, x->op->key.p, x->op->key.len, &x->res->value);
+	x->res->has_value = rv == 0;
+	return rv;
+}
+
+static int
+op_put(op_ctx *x)
+{
+	const kv_op *op = x->op;
+	kv_dur_dedup dd;
+	int rv = kv_store_put(x->s->store, op->key.p, op->key.len, op->value.p, op->value.len);
+	if (rv != 0)
+		return rv;
+	record(x, x->ent, op->key.p, op->key.len, op->value.p, op->value.len, true);
+	if (x->s->dur)
+		rv = kv_dur_log_put(x->s->dur, op->key.p, op->key.len, op->value.p, op->value.len,
+		                    dur_dd(x, &dd), &x->lsn);
+	return rv;
+}
+
+static int
+op_del(op_ctx *x)
+{
+	const kv_op *op = x->op;
+	kv_dur_dedup dd;
+	int rv = kv_store_del(x->s->store, op->key.p, op->key.len, &x->res->value);
+	if (rv != 0)
+		return rv;
+	x->res->has_value = !op->no_value;
+	record(x, x->ent, op->key.p, op->key.len, NULL, 0, true);
+	if (x->s->dur)
+		rv = kv_dur_log_del(x->s->dur, op->key.p, op->key.len, dur_dd(x, &dd), &x->lsn);
+	return rv;
+}
+
+static int
+op_append(op_ctx *x)
+{
+	const kv_op *op = x->op;
+	size_t newlen = 0;
+	int rv = kv_store_append(x->s->store, op->key.p, op->key.len, op->value.p, op->value.len,
+	                         &newlen);
+	if (rv != 0)
+		return rv;
+	x->res->value_len = newlen;
+	x->dd.value_len = newlen;
+	if (x->ent->mig != NULL || x->s->dur) {
+		/* Deltas and log records carry the whole value; the migration mutex
+		 * and the key's stripe keep it current. */
+		kv_buf v = {0};
+		kv_dur_dedup dd;
+		rv = kv_store_get(x->s->store, op->key.p, op->key.len, &v);
+		if (rv == 0) {
+			const uint8_t *vp = v.data ? v.data : (const uint8_t *)"";
+			record(x, x->ent, op->key.p, op->key.len, vp, v.len, true);
+			if (x->s->dur)
+				rv = kv_dur_log_put(x->s->dur, op->key.p, op->key.len, vp, v.len,
+				                    dur_dd(x, &dd), &x->lsn);
+		}
+		kv_buf_fini(&v);
+	}
+	return rv;
+}
+
+static int
+op_mget(op_ctx *x)
+{
+	const kv_op *op = x->op;
+	kv_sc_result *r = x->res;
+	bool *missing = NULL;
+	int rv;
+
+	r->values = calloc(op->nkeys, sizeof(kv_buf));
+	missing = calloc(op->nkeys, sizeof(bool));
+	if (r->values == NULL || missing == NULL) {
+		free(missing);
+		return KV_ENOMEM;
+	}
+	r->nvalues = op->nkeys;
+	rv = kv_store_mget(x->s->store, op->nkeys, op->keys, r->values, missing);
+	if (rv == KV_ENOTFOUND) {
+		size_t nm = 0;
+		for (size_t i = 0; i < op->nkeys; i++)
+			nm += missing[i];
+		r->missing = calloc(nm ? nm : 1, sizeof(uint32_t));
+		if (r->missing == NULL) {
+			free(missing);
+			return KV_ENOMEM;
+		}
+		for (size_t i = 0; i < op->nkeys; i++)
+			if (missing[i]) {
+				r->missing[r->nmissing++] = (uint32_t)i;
+				r->values[i].len = 0;
+			}
+		r->error = "some keys are missing";
+	}
+	free(missing);
+	return rv;
+}
+
+static int
+op_mput(op_ctx *x)
+{
+	const kv_op *op = x->op;
+	kv_dur_dedup dd;
+	int rv = kv_store_mput(x->s->store, op->nkeys, op->keys, op->nvals, op->vals);
+	if (rv != 0)
+		return rv;
+	if (x->nmigs > 0)
+		for (size_t i = 0; i < op->nkeys; i++)
+			record(x, x->ents[i], op->keys[i].p, op->keys[i].len,
+			       op->vals[i].p ? op->vals[i].p : (const uint8_t *)"", op->vals[i].len,
+			       i == 0);
+	if (x->s->dur)
+		rv = kv_dur_log_mput(x->s->dur, op->nkeys, op->keys, op->vals, dur_dd(x, &dd),
+		                     &x->lsn);
+	return rv;
+}
+
+/* Collects scan entries up to a byte bound. */
+typedef struct {
+	kv_sc_result *res;  /* where entries go */
+	size_t cap;         /* capacity of res->entries */
+	uint64_t bytes;     /* payload so far */
+	uint64_t max_bytes; /* stop after this much */
+	bool stopped;       /* stopped on the byte bound */
+	bool oom;           /* allocation failed */
+} scan_acc;
+
+static int
+scan_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	scan_acc *a = arg;
+	kv_sc_result *r = a->res;
+
+	if (r->nentries == a->cap) {
+		size_t nc = a->cap ? a->cap * 2 : 64;
+		kv_sc_entry *ne = realloc(r->entries, nc * sizeof(*ne));
+		if (ne == NULL) {
+			a->oom = true;
+			return 1;
+		}
+		memset(ne + a->cap, 0, (nc - a->cap) * sizeof(*ne));
+		r->entries = ne;
+		a->cap = nc;
+	}
+	kv_sc_entry *e = &r->entries[r->nentries];
+	if (kv_buf_set(&e->key, key, klen) != 0 || (val && kv_buf_set(&e->value, val, vlen) != 0)) {
+		kv_buf_fini(&e->key);
+		a->oom = true;
+		return 1;
+	}
+	r->nentries++;
+	a->bytes += klen + vlen;
+	if (a->bytes >= a->max_bytes) {
+		a->stopped = true;
+		return 1;
+	}
+	return 0;
+}
+
+static int
+op_scan(op_ctx *x)
+{
+	const kv_op *op = x->op;
+	const kv_owner_entry *e = x->ent;
+	kv_sc_result *r = x->res;
+	kv_bytes from = op->cursor.len ? op->cursor : op->start;
+	kv_bytes to = op->end;
+	uint8_t pend[KV_HARD_MAX_KEY];
+	size_t pendlen = 0;
+	bool clipped = false, more = false;
+	scan_acc a = {.res = r};
+	size_t limit = op->limit ? op->limit : SCAN_DEFAULT_LIMIT;
+	int rv;
+
+	if (limit > SCAN_MAX_LIMIT)
+		limit = SCAN_MAX_LIMIT;
+	a.max_bytes = op->max_bytes ? op->max_bytes : SCAN_DEFAULT_BYTES;
+	if (a.max_bytes > SCAN_MAX_BYTES)
+		a.max_bytes = SCAN_MAX_BYTES;
+	if (op->prefix.len) {
+		if (kv_key_cmp(from.p, from.len, op->prefix.p, op->prefix.len) < 0)
+			from = op->prefix;
+		kv_prefix_end(op->prefix.p, op->prefix.len, pend, &pendlen);
+		if (pendlen && (to.len == 0 || kv_key_cmp(pend, pendlen, to.p, to.len) < 0)) {
+			to.p = pend;
+			to.len = pendlen;
+		}
+	}
+	/* Clip to the served entry that holds the start. */
+	if (e->end.len && (to.len == 0 || kv_key_cmp(e->end.data, e->end.len, to.p, to.len) < 0)) {
+		to.p = e->end.data;
+		to.len = e->end.len;
+		clipped = true;
+	}
+	if (kv_range_is_empty(from.p, from.len, to.p, to.len))
+		goto at_end;
+	rv = kv_store_scan(x->s->store, from.p, from.len, to.p, to.len, limit, !op->keys_only,
+	                   scan_cb, &a, &more);
+	if (a.oom)
+		return KV_ENOMEM;
+	if (rv != 0)
+		return rv;
+	if ((more || a.stopped) && r->nentries > 0) {
+		const kv_buf *last = &r->entries[r->nentries - 1].key;
+		r->more = true;
+		return kv_scan_resume_key(last->data, last->len, &r->next_cursor);
+	}
+at_end:
+	if (clipped) {
+		r->more = true;
+		return kv_buf_set(&r->next_cursor, e->end.data, e->end.len);
+	}
+	return KV_OK;
+}
+
+/*
+ * The ops. The flags are what the dispatcher does for the op before its
+ * handler runs, once: validate_op checks sizes (KEYED, MULTI) and the memory
+ * bound (WRITE but del); step_owner_locked checks ownership (KEYED: the key,
+ * MULTI: every key, RANGE: the first key); step_dedup answers retries
+ * (DEDUP); step_fence and step_log_begin order writes with a moving range's
+ * fence and with the log (WRITE). A handler only touches the store, the log
+ * and the delta record.
+ */
+static const struct op_def {
+	const char *name; /* for logs */
+	unsigned flags;   /* OPF_* */
+	op_fn fn;         /* the handler */
+	const char *what; /* what the op does */
+} op_table[KV_OP__COUNT] = {
+    [KV_OP_GET] = {"get", OPF_READ | OPF_KEYED, op_get, "the value of one key"},
+    [KV_OP_PUT] = {"put", OPF_WRITE | OPF_KEYED | OPF_DEDUP, op_put, "sets one key"},
+    [KV_OP_DEL] = {"del", OPF_WRITE | OPF_KEYED | OPF_DEDUP, op_del,
+                   "removes one key, answering its last value"},
+    [KV_OP_APPEND] = {"append", OPF_WRITE | OPF_KEYED | OPF_DEDUP, op_append,
+                      "appends to one key's value, answering the new length"},
+    [KV_OP_MGET] = {"mget", OPF_READ | OPF_MULTI, op_mget,
+                    "the values of several keys, all served here"},
+    [KV_OP_MPUT] = {"mput", OPF_WRITE | OPF_MULTI | OPF_DEDUP, op_mput,
+                    "sets several keys, all or none"},
+    [KV_OP_SCAN] = {"scan", OPF_READ | OPF_RANGE, op_scan,
+                    "entries in key order from a start, clipped to the served range"},
+};
+
+/* Checks sizes against the configured limits. Returns 0 or fills res. */
+static int
+validate_op(kv_server *s, const kv_op *op, unsigned flags, kv_sc_result *res)
+{
+	if (flags & OPF_KEYED) {
+		if (op->key.len == 0) {
+			res->error = "empty key";
+			return KV_EINVAL;
+		}
+		if (op->key.len > s->max_key || op->value.len > s->max_value) {
+			res->error = "key or value over the configured limit";
+			return KV_ETOOBIG;
+		}
+	}
+	if ((flags & OPF_WRITE) && op->kind != KV_OP_DEL && s->cfg->max_memory != 0 &&
+	    kv_store_mem_used(s->store) >= s->cfg->max_memory) {
+		res->error = "memory limit reached (--max-memory): writes are refused, reads and "
+		             "deletes go on";
+		return KV_ENOMEM;
+	}
+	if (flags & OPF_MULTI) {
+		if (op->nkeys == 0) {
+			res->error = "no keys";
+			return KV_EINVAL;
+		}
+		if (op->kind == KV_OP_MPUT && op->nkeys != op->nvals) {
+			res->error = "key and value counts differ";
+			return KV_EINVAL;
+		}
+		for (size_t i = 0; i < op->nkeys; i++) {
+			if (op->keys[i].len == 0) {
+				res->error = "empty key";
+				return KV_EINVAL;
+			}
+			if (op->keys[i].len > s->max_key ||
+			    (op->vals && op->vals[i].len > s->max_value)) {
+				res->error = "key or value over the configured limit";
+				return KV_ETOOBIG;
+			}
+		}
+	}
+	return KV_OK;
+}
+
+static int
+mig_id_cmp(const void *a, const void *b)
+{
+	uint64_t x = kv_mig_out_id(*(kv_mig_out *const *)a);
+	uint64_t y = kv_mig_out_id(*(kv_mig_out *const *)b);
+	return x < y ? -1 : x > y;
+}
+
+/* Whether a result is deterministic enough to answer a retry with. */
+static bool
+rememberable(int status)
+{
+	return status == KV_OK || status == KV_ENOTFOUND || status == KV_ETOOBIG ||
+	       status == KV_EINVAL;
+}
+
+/*
+ * The steps of dispatch, in order. Each returns true to go on, or false
+ * once it has answered the op in x->res; dispatch then undoes what earlier
+ * steps did (x->dedup_begun, x->migs_locked). All run with the ownership
+ * table's read lock held.
+ */
+
+/* Ownership, once per op: the key of a KEYED op, every key of a MULTI op,
+ * the first key of a RANGE op must be served here. */
+static bool
+step_owner_locked(op_ctx *x, unsigned flags)
+{
+	const kv_op *op = x->op;
+	bool owned = true;
+
+	if (flags & OPF_KEYED) {
+		owned = own_check_locked(x->s, op->key.p, op->key.len, &x->ent, x->res);
+		x->single[0] = x->ent;
+		x->ents = x->single;
+	} else if (flags & OPF_RANGE) {
+		kv_bytes from = op->cursor.len ? op->cursor : op->start;
+		if (op->prefix.len &&
+		    kv_key_cmp(from.p, from.len, op->prefix.p, op->prefix.len) < 0)
+			from = op->prefix;
+		owned = own_check_locked(x->s, from.p, from.len, &x->ent, x->res);
+	} else if (flags & OPF_MULTI) {
+		x->ents = calloc(op->nkeys, sizeof(*x->ents));
+		if (x->ents == NULL) {
+			x->res->status = KV_ENOMEM;
+			return false;
+		}
+		for (size_t i = 0; i < op->nkeys && owned; i++)
+			owned = own_check_locked(x->s, op->keys[i].p, op->keys[i].len, &x->ents[i],
+			                         x->res);
+		if (!owned)
+			x->res->error = "a key of the multi-key op is not served here";
+	}
+	return owned;
+}
+
+/* Exactly-once (DEDUP with both ids): a retry is answered from memory, a
+ * first attempt is begun (x->dedup_begun). */
+static bool
+step_dedup(op_ctx *x, unsigned flags)
+{
+	const kv_op *op = x->op;
+	kv_sc_result *res = x->res;
+	kv_dedup_result old;
+	uint64_t now;
+	int rv;
+
+	if (!(flags & OPF_DEDUP) || x->rq->client_id == 0 || op->request_id == 0)
+		return true;
+	now = kv_server__unix_ms();
+	rv = kv_dedup_begin(x->s->dedup, x->rq->client_id, op->request_id, now, &old);
+	if (rv == 0) {
+		res->status = old.status;
+		res->value_len = old.value_len;
+		if (op->kind == KV_OP_DEL && old.status == 0 && !op->no_value) {
+			res->value = old.value;
+			res->has_value = true;
+		} else {
+			kv_buf_fini(&old.value);
+		}
+		return false;
+	}
+	if (rv != KV_ENOTFOUND) {
+		res->status = rv;
+		res->error = rv == KV_EBUSY ? "the first attempt is still in progress" : NULL;
+		return false;
+	}
+	x->dedup_begun = true;
+	x->has_dd = true;
+	x->dd.client = x->rq->client_id;
+	x->dd.req = op->request_id;
+	x->dd.time_ms = now;
+	return true;
+}
+
+/* The fence (WRITE): locks the outgoing migrations of the keys' ranges in
+ * ascending id (x->migs_locked) and refuses the write once one is fenced. */
+static bool
+step_fence(op_ctx *x, unsigned flags)
+{
+	size_t nk = (flags & OPF_MULTI) ? x->op->nkeys : 1;
+
+	if (!(flags & OPF_WRITE))
+		return true;
+	for (size_t i = 0; i < nk; i++) {
+		kv_mig_out *m = x->ents[i]->mig;
+		bool seen = false;
+		if (m == NULL)
+			continue;
+		for (size_t j = 0; j < x->nmigs; j++)
+			seen |= x->migs[j] == m;
+		if (!seen && x->nmigs == MAX_OP_MIGS) {
+			x->res->status = KV_ELIMIT;
+			x->res->error = "write spans too many moving ranges";
+			return false;
+		}
+		if (!seen)
+			x->migs[x->nmigs++] = m;
+	}
+	qsort(x->migs, x->nmigs, sizeof(x->migs[0]), mig_id_cmp);
+	for (size_t j = 0; j < x->nmigs; j++)
+		kv_mig_out_lock(x->migs[j]);
+	x->migs_locked = true;
+	for (size_t j = 0; j < x->nmigs; j++) {
+		if (kv_mig_out_fenced(x->migs[j])) {
+			hint_moving(x->res, x->migs[j]);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* The log (WRITE with a data dir): refuses writes the log cannot take, then
+ * enters the barrier and takes the keys' stripes, so that the log holds
+ * writes in the store's order. */
+static bool
+step_log_begin(op_ctx *x, unsigned flags, kv_dur_held *held)
+{
+	kv_dur *dur = x->s->dur;
+	int rv = KV_OK;
+
+	if (!x->durw)
+		return true;
+	if ((rv = kv_dur_health(dur)) != 0) {
+		x->res->status = rv;
+		x->res->error = "the write-ahead log cannot be written (disk full or I/O "
+		                "error): writes are refused until it can";
+		return false;
+	}
+	kv_dur_begin(dur);
+	if (flags & OPF_MULTI)
+		rv = kv_dur_lock_keys(dur, x->op->keys, x->op->nkeys, held);
+	else
+		kv_dur_lock_key(dur, x->op->key.p, x->op->key.len, held);
+	if (rv != 0) {
+		kv_dur_end(dur);
+		x->res->status = rv;
+		return false;
+	}
+	return true;
+}
+
+/* Runs one op: validation, then the steps above (ownership, exactly-once,
+ * fence, log), the handler from op_table, and the undo in reverse. */
+static void
+dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
+{
+	const struct op_def *def = &op_table[op->kind];
+	op_ctx x = {.s = s, .rq = rq, .op = op, .res = res};
+	kv_dur_held held;
+	int rv;
+
+	x.durw = s->dur != NULL && (def->flags & OPF_WRITE);
+	atomic_fetch_add_explicit(&s->op_count[op->kind], 1, memory_order_relaxed);
+	if ((rv = validate_op(s, op, def->flags, res)) != 0) {
+		res->status = rv;
+		return;
+	}
+	atomic_fetch_add_explicit(&s->ops, op->nkeys ? op->nkeys : 1, memory_order_relaxed);
+	kv_owner_rdlock(&s->owner);
+	if (step_owner_locked(&x, def->flags) && step_dedup(&x, def->flags) &&
+	    step_fence(&x, def->flags) && step_log_begin(&x, def->flags, &held)) {
+		res->status = def->fn(&x);
+		if (x.durw) {
+			kv_dur_unlock(s->dur, &held);
+			kv_dur_end(s->dur);
+			if (x.lsn != 0)
+				visible(s, x.lsn);
+		}
+		if (x.dedup_begun && rememberable(res->status)) {
+			kv_dedup_result r = {.status = res->status, .value_len = res->value_len};
+			if (op->kind == KV_OP_DEL && res->status == 0)
+				r.value = res->value;
+			const void *k = (def->flags & OPF_MULTI) ? op->keys[0].p : op->key.p;
+			size_t kl = (def->flags & OPF_MULTI) ? op->keys[0].len : op->key.len;
+			kv_dedup_finish(s->dedup, rq->client_id, op->request_id, &r, k, kl,
+			                x.dd.time_ms);
+			x.dedup_begun = false;
+		}
+	}
+	if (x.migs_locked)
+		for (size_t j = x.nmigs; j > 0; j--)
+			kv_mig_out_unlock(x.migs[j - 1]);
+	if (x.dedup_begun)
+		kv_dedup_abort(s->dedup, rq->client_id, op->request_id);
+	kv_owner_unlock(&s->owner);
+	if (x.ents != x.single)
+		free(x.ents);
+}
+
+/* Returns the payload bytes of a result, to bound a reply. */
+static uint64_t
+result_bytes(const kv_sc_result *r)
+{
+	uint64_t n = r->value.len + 64;
+	for (size_t i = 0; i < r->nvalues; i++)
+		n += r->values[i].len + 4;
+	for (size_t i = 0; i < r->nentries; i++)
+		n += r->entries[i].key.len + r->entries[i].value.len + 8;
+	return n;
+}
+
+/* Operations in a request, each key of a multi-key op counted. */
+static size_t
+batch_size(const kv_req *rq)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < rq->nops; i++)
+		n += rq->ops[i].nkeys ? rq->ops[i].nkeys : 1;
+	return n;
+}
+
+/* A reply held until the log has what the request did (kv_dur_notify). */
+typedef struct {
+	kv_server *s;      /* the server */
+	kv_rpc_pending *p; /* the request */
+	nng_msg *msg;      /* the answer when the log succeeds */
+	uint64_t req_id;   /* Request.request_id, for the failure answer */
+	uint64_t epoch;    /* Response.epoch */
+	uint32_t node_id;  /* Response.node_id */
+	size_t nops;       /* ops in the request */
+	uint64_t t0;       /* kv_now_ns() at receipt */
+	unsigned kinds;    /* bit k: the request carried an op of kind k */
+	bool wrote;        /* some op put a record in the log */
+	bool logged[];     /* per op: it put a record in the log */
+} held_reply;
+
+/* Bit k set for each kv_op_kind k among the request's ops. */
+static unsigned
+op_kinds(const kv_req *rq)
+{
+	unsigned kinds = 0;
+	for (size_t i = 0; i < rq->nops; i++)
+		kinds |= 1u << rq->ops[i].kind;
+	return kinds;
+}
+
+/* Counts the request received at t0 and answered now in the latency
+ * histogram of each op kind it carried (a transfer or ping carries none). */
+static void
+observe_latency(kv_server *s, unsigned kinds, uint64_t t0)
+{
+	uint64_t ns;
+
+	if (kinds == 0)
+		return;
+	ns = kv_now_ns() - t0;
+	for (int k = 1; k < KV_OP__COUNT; k++)
+		if (kinds & (1u << k))
+			kv_lat_hist_observe(&s->op_lat[k], ns);
+}
+
+/* Whether op i of the request put a record in the log: a successful write
+ * (a retry answered from memory has one from its first attempt). */
+static bool
+logged_write(const kv_req *rq, const kv_resp *resp, size_t i)
+{
+	return (op_table[rq->ops[i].kind].flags & OPF_WRITE) && resp->results[i].status == KV_OK;
+}
+
+/* The answer when the log failed: ops that logged a record get the log's
+ * error (they are applied in memory and the log keeps retrying them, so
+ * they may or may not survive a restart); the others shared the reply and
+ * get a retryable BUSY. Returns NULL when out of memory. */
+static nng_msg *
+held_reply_failure(const held_reply *h, int status)
+{
+	kv_sc_result *res = calloc(h->nops ? h->nops : 1, sizeof(*res));
+	kv_resp fail = {.request_id = h->req_id, .epoch = h->epoch, .node_id = h->node_id};
+	nng_msg *msg = NULL;
+
+	if (res == NULL) {
+		fail.status = status;
+		fail.error = "the write-ahead log could not be written";
+	} else {
+		for (size_t i = 0; i < h->nops; i++) {
+			res[i].status = h->logged[i] ? status : KV_EBUSY;
+			res[i].error = h->logged[i]
+			                   ? "the write-ahead log could not be written: the write "
+			                     "may or may not survive a restart"
+			                   : "the reply was shared with a write the log could not "
+			                     "take; retry";
+		}
+		fail.results = res;
+		fail.nresults = h->nops;
+	}
+	if (kv_sc_resp_encode(&fail, &msg) != 0)
+		msg = NULL;
+	free(res);
+	return msg;
+}
+
+static void
+held_reply_done(void *arg, int status)
+{
+	held_reply *h = arg;
+	nng_msg *msg = h->msg;
+
+	if (status != 0 && h->wrote) {
+		nng_msg_free(msg);
+		msg = held_reply_failure(h, status);
+	}
+	kv_rpc_reply(h->p, msg);
+	observe_latency(h->s, h->kinds, h->t0);
+	atomic_fetch_sub(&h->s->inflight, 1);
+	free(h);
+}
+
+int
+kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
+{
+	kv_server *s = arg;
+	kv_req rq;
+	kv_resp resp = {0};
+	const char *why = NULL;
+	bool wrote = false;
+	held_reply *h = NULL;
+	uint64_t lsn = 0, t0 = kv_now_ns();
+	unsigned kinds = 0;
+	int rv;
+
+	/* Counted before `closing` is read: shutdown waits for zero after
+	 * setting it, so no request can start a log wait it misses. */
+	atomic_fetch_add(&s->inflight, 1);
+	rv = kv_sc_req_decode(nng_msg_body(req), nng_msg_len(req), &rq, &why);
+	resp.request_id = rq.request_id;
+	resp.epoch = atomic_load(&s->epoch);
+	resp.node_id = atomic_load(&s->node_id);
+	if (!kv_auth_ok(&s->auth, rq.auth.p, rq.auth.len)) {
+		/* First, so that a peer without the secret learns nothing, not
+		 * even whether its message decoded, nor the epoch or node id. */
+		resp.status = KV_EAUTH;
+		resp.error = "missing or wrong auth token (this server requires the cluster's "
+		             "--auth-token-file)";
+		resp.epoch = 0;
+		resp.node_id = 0;
+		kv_auth_log_refused(COMP,
+		                    rv != 0       ? "undecodable"
+		                    : rq.has_xfer ? "transfer"
+		                    : rq.nops > 0 ? "ops"
+		                                  : "ping",
+		                    req, rq.auth.len);
+	} else if (rv != 0) {
+		resp.status = rv;
+		resp.error = why;
+		KV_DEBUG(COMP, "request refused", "err=%s why=\"%s\"", kv_errname(rv),
+		         why ? why : "");
+	} else if (atomic_load(&s->closing)) {
+		resp.status = KV_EUNAVAIL;
+		resp.error = "server is stopping";
+	} else if (rq.has_xfer) {
+		resp.has_ack = true;
+		kv_mig_in_handle(s->mig, &rq, &resp.ack);
+	} else if (rq.nops > 0 && resp.epoch == 0) {
+		resp.status = KV_EUNAVAIL;
+		resp.error = "server has no configuration yet";
+	} else if (rq.nops > 0 && batch_size(&rq) > s->max_batch) {
+		resp.status = KV_ELIMIT;
+		resp.error = "too many operations in one request (--max-batch)";
+	} else if (rq.nops > 0) {
+		uint64_t total = 0;
+		kinds = op_kinds(&rq);
+		resp.results = calloc(rq.nops, sizeof(kv_sc_result));
+		if (resp.results == NULL) {
+			resp.status = KV_ENOMEM;
+		} else {
+			resp.nresults = rq.nops;
+			for (size_t i = 0; i < rq.nops; i++) {
+				if (total > REPLY_MAX_BYTES) {
+					resp.results[i].status = KV_ELIMIT;
+					resp.results[i].error = "reply too large; send fewer ops";
+					kv_srv_count_error(s, KV_ELIMIT);
+					continue;
+				}
+				dispatch(s, &rq, &rq.ops[i], &resp.results[i]);
+				kv_srv_count_error(s, resp.results[i].status);
+				total += result_bytes(&resp.results[i]);
+				wrote |= logged_write(&rq, &resp, i);
+			}
+		}
+	}
+	kv_srv_count_error(s, resp.status);
+	rv = kv_sc_resp_encode(&resp, reply);
+	if (rv != 0) {
+		kv_resp small = {.request_id = resp.request_id,
+		                 .epoch = resp.epoch,
+		                 .node_id = resp.node_id,
+		                 .status = KV_ENOMEM,
+		                 .error = "out of memory encoding the reply"};
+		rv = kv_sc_resp_encode(&small, reply);
+	}
+	/* Answer only once the log holds everything this request may have
+	 * seen or done: its own writes, and writes by others it read (so no
+	 * reply reveals a write a crash could still take back). Only client
+	 * writes count: an incoming transfer's records are synced before the
+	 * range is served, so a copy in progress holds up no reply. A log that
+	 * is failing does not hold up reads. The common cases (--fsync none,
+	 * or the log already there) allocate nothing. */
+	if (s->dur && rv == 0 && resp.nresults > 0 && kv_dur_mode(s->dur) != KV_FSYNC_NONE)
+		lsn = atomic_load(&s->visible_lsn);
+	if (lsn > 0 && lsn > kv_dur_durable_lsn(s->dur) && (wrote || kv_dur_health(s->dur) == 0)) {
+		h = calloc(1, sizeof(*h) + resp.nresults * sizeof(bool));
+		if (h != NULL) {
+			*h = (held_reply){.s = s,
+			                  .p = p,
+			                  .msg = *reply,
+			                  .wrote = wrote,
+			                  .nops = resp.nresults,
+			                  .req_id = resp.request_id,
+			                  .epoch = resp.epoch,
+			                  .node_id = resp.node_id,
+			                  .t0 = t0,
+			                  .kinds = kinds};
+			for (size_t i = 0; i < resp.nresults; i++)
+				h->logged[i] = logged_write(&rq, &resp, i);
+			*reply = NULL;
+		} else {
+			nng_msg_free(*reply);
+			*reply = NULL;
+			kv_resp small = {.request_id = resp.request_id,
+			                 .epoch = resp.epoch,
+			                 .node_id = resp.node_id,
+			                 .status = KV_ENOMEM,
+			                 .error = "out of memory holding the reply"};
+			rv = kv_sc_resp_encode(&small, reply);
+		}
+	}
+	for (size_t i = 0; i < resp.nresults; i++)
+		kv_sc_result_fini(&resp.results[i]);
+	free(resp.results);
+	kv_sc_req_fini(&rq);
+	if (h != NULL) {
+		if (kv_dur_notify(s->dur, lsn, held_reply_done, h) != 0)
+			held_reply_done(h, KV_ECLOSED);
+		return KV_RPC_DEFERRED;
+	}
+	observe_latency(s, kinds, t0);
+	atomic_fetch_sub(&s->inflight, 1);
+	return rv;
+}

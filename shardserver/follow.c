@@ -1,0 +1,288 @@
+/*
+ * follow.c - the shard server follows the controller's configurations
+ * (follow.h): the watch thread registers (retrying until the controller
+ * answers), then keeps one Watch(history) long poll outstanding and applies
+ * every configuration strictly in epoch order (apply_config).
+ *
+ * Applying a configuration changes the ownership table (ranges assigned
+ * here, ranges arriving, ranges moving away after a restart), starts the
+ * outgoing migrations it lists and cancels the ones it dropped
+ * (kv_mig_out_start, kv_mig_out_reconcile), forgets incoming streams it no
+ * longer lists, and only then publishes it (s->cur and s->epoch under
+ * cfg_mu, a leaf). Only the watch thread applies configurations; nothing
+ * here serves requests or moves data.
+ */
+#include "shardserver/follow.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "shardserver/ctlcall.h"
+#include "shardserver/nodefile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COMP "server"
+
+/* Splits the pieces (pairs in p, *n of them, capacity cap) by removing [s, e). */
+static int
+pieces_subtract(kv_buf *p, size_t *n, size_t cap, const kv_buf *s, const kv_buf *e)
+{
+	size_t cnt = *n;
+	for (size_t i = 0; i < cnt; i++) {
+		kv_buf *ps = &p[2 * i], *pe = &p[2 * i + 1];
+		bool before = e->len && kv_key_cmp(ps->data, ps->len, e->data, e->len) >= 0;
+		bool after = pe->len && kv_key_cmp(s->data, s->len, pe->data, pe->len) >= 0;
+		if (before || after || kv_range_is_empty(ps->data, ps->len, pe->data, pe->len))
+			continue;
+		/* right remainder [e, pe) */
+		if (e->len &&
+		    (pe->len == 0 || kv_key_cmp(e->data, e->len, pe->data, pe->len) < 0)) {
+			if (*n >= cap)
+				return KV_ENOMEM;
+			if (kv_buf_set(&p[2 * *n], e->data, e->len) != 0 ||
+			    kv_buf_set(&p[2 * *n + 1], pe->data, pe->len) != 0)
+				return KV_ENOMEM;
+			(*n)++;
+		}
+		/* left remainder [ps, s), or nothing */
+		if (kv_key_cmp(ps->data, ps->len, s->data, s->len) < 0) {
+			if (kv_buf_set(pe, s->data, s->len) != 0)
+				return KV_ENOMEM;
+		} else {
+			/* empty piece: make it [x, x) */
+			if (kv_buf_set(pe, ps->data, ps->len) != 0)
+				return KV_ENOMEM;
+			if (pe->len == 0 && kv_buf_set(pe, "\0", 1) == 0 &&
+			    kv_buf_set(ps, "\0", 1) != 0)
+				return KV_ENOMEM;
+		}
+	}
+	return KV_OK;
+}
+
+static bool
+mig_listed(const kv_config *c, uint64_t id)
+{
+	for (size_t i = 0; i < c->nmigs; i++)
+		if (c->migs[i].id == id)
+			return true;
+	return false;
+}
+
+static void
+save_identity(kv_server *s)
+{
+	char cid[128];
+	int rv;
+
+	pthread_mutex_lock(&s->cfg_mu);
+	memcpy(cid, s->cluster_id, sizeof(cid));
+	pthread_mutex_unlock(&s->cfg_mu);
+	rv = kv_nodefile_save(s->cfg->data_dir, atomic_load(&s->node_id), cid);
+	if (rv != 0)
+		KV_ERROR(COMP, "cannot write node file", "dir=%s err=%s", s->cfg->data_dir,
+		         kv_errname(rv));
+}
+
+/* Applies one configuration (takes c). Called only by the watch thread. */
+static void
+apply_config(kv_server *s, kv_config *c)
+{
+	uint32_t me = atomic_load(&s->node_id);
+	uint64_t *drop = NULL;
+	size_t ndrop = 0;
+	bool new_cluster = false;
+
+	if (c->epoch <= atomic_load(&s->epoch)) {
+		kv_config_free(c);
+		return;
+	}
+	/* 1. Incoming streams the configuration no longer lists are forgotten. */
+	kv_owner_rdlock(&s->owner);
+	drop = calloc(s->owner.n + 1, sizeof(*drop));
+	for (size_t i = 0; drop && i < s->owner.n; i++) {
+		const kv_owner_entry *e = &s->owner.e[i];
+		if (e->state == KV_OWN_INCOMING && !mig_listed(c, e->mig_id))
+			drop[ndrop++] = e->mig_id;
+	}
+	kv_owner_unlock(&s->owner);
+	for (size_t i = 0; i < ndrop; i++)
+		kv_mig_in_forget(s->mig, drop[i]);
+	free(drop);
+	/* 2. Migrations into this node: MOVING until their commit. */
+	for (size_t i = 0; i < c->nmigs; i++) {
+		const kv_migration *m = &c->migs[i];
+		const kv_node *src = kv_config_node(c, m->from);
+		if (m->to != me)
+			continue;
+		kv_owner_fill(&s->owner, m->start.data, m->start.len, m->end.data, m->end.len,
+		              KV_OWN_INCOMING, m->from, src ? src->address : NULL, 0, m->id);
+	}
+	/* 3. The initial assignment: ranges of the map owned here, minus ranges
+	 * arriving by migration. */
+	for (size_t i = 0; i < c->nranges; i++) {
+		const kv_range *r = &c->ranges[i];
+		size_t cap = 2 * c->nmigs + 2, n = 1;
+		kv_buf *p;
+		if (r->node != me)
+			continue;
+		p = calloc(2 * cap, sizeof(kv_buf));
+		if (p == NULL || kv_buf_set(&p[0], r->start.data, r->start.len) != 0 ||
+		    kv_buf_set(&p[1], r->end.data, r->end.len) != 0) {
+			kv_owner_ranges_free(p, cap);
+			KV_ERROR(COMP, "out of memory applying config", "epoch=%llu",
+			         (unsigned long long)c->epoch);
+			continue;
+		}
+		for (size_t j = 0; j < c->nmigs; j++)
+			if (c->migs[j].to == me)
+				pieces_subtract(p, &n, cap, &c->migs[j].start, &c->migs[j].end);
+		for (size_t j = 0; j < n; j++)
+			if (!kv_range_is_empty(p[2 * j].data, p[2 * j].len, p[2 * j + 1].data,
+			                       p[2 * j + 1].len))
+				kv_owner_fill(&s->owner, p[2 * j].data, p[2 * j].len,
+				              p[2 * j + 1].data, p[2 * j + 1].len, KV_OWN_SERVE, 0,
+				              NULL, c->epoch, 0);
+		kv_owner_ranges_free(p, cap);
+	}
+	/* 3b. Ranges moving away from here are still ours until the handover
+	 * is published; after a restart nothing in the table says so. */
+	for (size_t i = 0; i < c->nmigs; i++) {
+		const kv_migration *m = &c->migs[i];
+		if (m->from == me &&
+		    !kv_range_is_empty(m->start.data, m->start.len, m->end.data, m->end.len))
+			kv_owner_claim(&s->owner, m->start.data, m->start.len, m->end.data,
+			               m->end.len, c->epoch);
+	}
+	/* 4. Outgoing migrations: start new ones, cancel dropped ones. */
+	for (size_t i = 0; i < c->nmigs; i++) {
+		const kv_migration *m = &c->migs[i];
+		const kv_node *dst = kv_config_node(c, m->to);
+		if (m->from != me || dst == NULL)
+			continue;
+		if (kv_mig_out_start(s->mig, m, dst->address) != 0)
+			KV_ERROR(COMP, "cannot start migration", "id=%llu",
+			         (unsigned long long)m->id);
+	}
+	kv_mig_out_reconcile(s->mig, c);
+	/* 5. Publish. */
+	pthread_mutex_lock(&s->cfg_mu);
+	if (s->cluster_id[0] == '\0' && c->cluster_id && c->cluster_id[0]) {
+		snprintf(s->cluster_id, sizeof(s->cluster_id), "%s", c->cluster_id);
+		new_cluster = true;
+	}
+	kv_config_free(s->cur);
+	s->cur = c;
+	atomic_store(&s->epoch, c->epoch);
+	pthread_mutex_unlock(&s->cfg_mu);
+	if (new_cluster)
+		save_identity(s);
+	KV_INFO(COMP, "config applied", "epoch=%llu ranges=%zu migrations=%zu",
+	        (unsigned long long)c->epoch, c->nranges, c->nmigs);
+}
+
+static void
+apply_resp_configs(kv_server *s, kv_adm_resp *r)
+{
+	for (size_t i = 0; i < r->nconfigs; i++) {
+		apply_config(s, r->configs[i]);
+		r->configs[i] = NULL;
+	}
+	r->nconfigs = 0;
+}
+
+/* Registers with the controller; retries until it answers or the server stops. */
+static int
+do_register(kv_server *s)
+{
+	unsigned backoff = 50;
+	bool warned = false, auth_warned = false;
+
+	while (!atomic_load(&s->stopping)) {
+		char cid[128];
+		kv_adm_resp r;
+		pthread_mutex_lock(&s->cfg_mu);
+		memcpy(cid, s->cluster_id, sizeof(cid));
+		pthread_mutex_unlock(&s->cfg_mu);
+		kv_adm_req rq = {.kind = KV_ADM_REGISTER,
+		                 .address = s->cfg->listen,
+		                 .node_id = atomic_load(&s->node_id),
+		                 .join = s->cfg->join,
+		                 .boot_id = s->boot_id,
+		                 .cluster_id = cid,
+		                 .epoch = atomic_load(&s->epoch)};
+		int rv = kv_server__ctl_call(s, &rq, &r, 3000);
+		if (rv == 0 && r.status == 0 && r.node_id != 0) {
+			uint32_t old = atomic_load(&s->node_id);
+			atomic_store(&s->node_id, r.node_id);
+			KV_INFO(COMP, "registered", "node_id=%u epoch=%llu", r.node_id,
+			        (unsigned long long)r.epoch);
+			if (old != r.node_id)
+				save_identity(s);
+			apply_resp_configs(s, &r);
+			kv_sc_adm_resp_fini(&r);
+			return KV_OK;
+		}
+		if (rv == 0 && r.status == KV_EAUTH) {
+			/* Misconfigured, not transient: say so once, clearly, and keep
+			 * asking quietly (the controller may be given the secret). */
+			if (!auth_warned)
+				KV_ERROR(COMP,
+				         "controller refused registration: authentication failed",
+				         "detail=\"%s\" hint=\"start the server with the cluster's "
+				         "--auth-token-file\"",
+				         r.error);
+			auth_warned = true;
+		} else if (!warned || rv == 0) {
+			/* A refused TLS handshake: kv_rpc_why() names the reason. */
+			KV_WARN(COMP, "register failed, retrying", "err=%s detail=\"%s\"",
+			        kv_errname(rv ? rv : r.status), rv ? kv_rpc_why() : r.error);
+		}
+		warned = true;
+		if (rv == 0)
+			kv_sc_adm_resp_fini(&r);
+		kv_server__nap(s, backoff);
+		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+	}
+	return KV_ECLOSED;
+}
+
+void *
+kv_srv_watch_main(void *arg)
+{
+	kv_server *s = arg;
+	unsigned backoff = 50;
+	uint32_t wt = s->cfg->watch_timeout_ms ? s->cfg->watch_timeout_ms : 1000;
+	bool auth_warned = false;
+
+	if (do_register(s) != 0)
+		return NULL;
+	while (!atomic_load(&s->stopping)) {
+		kv_adm_resp r;
+		kv_adm_req rq = {.kind = KV_ADM_WATCH,
+		                 .timeout_ms = wt,
+		                 .node_id = atomic_load(&s->node_id),
+		                 .epoch = atomic_load(&s->epoch)};
+		int rv = kv_server__ctl_call(s, &rq, &r, wt + 2000);
+		if (rv == 0 && r.status == 0) {
+			apply_resp_configs(s, &r);
+			kv_sc_adm_resp_fini(&r);
+			backoff = 50;
+			continue;
+		}
+		if (rv == 0) {
+			/* An auth refusal repeats every second until fixed: once. */
+			if (r.status != KV_EAUTH || !auth_warned)
+				KV_WARN(COMP, "watch refused", "err=%s detail=\"%s\"",
+				        kv_errname(r.status), r.error);
+			auth_warned |= r.status == KV_EAUTH;
+			kv_sc_adm_resp_fini(&r);
+		} else {
+			KV_DEBUG(COMP, "watch failed", "err=%s", kv_errname(rv));
+		}
+		kv_server__nap(s, backoff);
+		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+	}
+	return NULL;
+}

@@ -1,0 +1,154 @@
+/*
+ * heartbeat.c - the shard server's heartbeats (heartbeat.h): once a second
+ * the heartbeat thread reports the node's totals (keys, bytes, ops/s, RSS)
+ * and per-range figures (keys, bytes, up to three split keys) to the
+ * controller, and publishes the per-range figures for /metrics. It reads
+ * the store's counters and the ownership table; it changes nothing.
+ */
+#include "shardserver/heartbeat.h"
+#include "common/err.h"
+#include "shardserver/ctlcall.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint64_t
+rss_bytes(void)
+{
+	unsigned long size = 0, rss = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f == NULL)
+		return 0;
+	if (fscanf(f, "%lu %lu", &size, &rss) != 2)
+		rss = 0;
+	fclose(f);
+	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Fills the statistics of one range: counts and up to three quantile keys. */
+static void
+range_stats(kv_server *s, const kv_buf *st, const kv_buf *en, kv_sc_range_stats *out,
+            kv_buf split[3])
+{
+	kv_buf mid = {0};
+
+	kv_store_range_count(s->store, st->data, st->len, en->data, en->len, &out->keys,
+	                     &out->bytes);
+	out->start.p = st->data;
+	out->start.len = st->len;
+	out->end.p = en->data;
+	out->end.len = en->len;
+	out->nsplit = 0;
+	if (kv_store_range_split_key(s->store, st->data, st->len, en->data, en->len, &mid) != 0)
+		return;
+	if (kv_store_range_split_key(s->store, st->data, st->len, mid.data, mid.len, &split[0]) ==
+	    0)
+		out->split[out->nsplit++] = (kv_bytes){split[0].data, split[0].len};
+	kv_buf_set(&split[1], mid.data, mid.len);
+	out->split[out->nsplit++] = (kv_bytes){split[1].data, split[1].len};
+	if (kv_store_range_split_key(s->store, mid.data, mid.len, en->data, en->len, &split[2]) ==
+	    0)
+		out->split[out->nsplit++] = (kv_bytes){split[2].data, split[2].len};
+	kv_buf_fini(&mid);
+}
+
+/* Per-range statistics of the last count, reused between counts. */
+typedef struct {
+	kv_buf *rg;            /* served ranges (start, end pairs) */
+	size_t n;              /* ranges */
+	kv_sc_range_stats *rs; /* n statistics, borrowing rg and split */
+	kv_buf *split;         /* 3 split keys per range */
+} hb_cache;
+
+static void
+hb_cache_fini(hb_cache *c)
+{
+	if (c->split)
+		for (size_t i = 0; i < 3 * (c->n + 1); i++)
+			kv_buf_fini(&c->split[i]);
+	free(c->split);
+	free(c->rs);
+	kv_owner_ranges_free(c->rg, c->n);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Whether two range lists are the same. */
+static bool
+ranges_equal(const kv_buf *a, size_t na, const kv_buf *b, size_t nb)
+{
+	if (na != nb)
+		return false;
+	for (size_t i = 0; i < 2 * na; i++)
+		if (kv_key_cmp(a[i].data, a[i].len, b[i].data, b[i].len) != 0)
+			return false;
+	return true;
+}
+
+/*
+ * Counting a range walks it (kv_store_range_count), so the per-range figures
+ * are recounted every heartbeat only for small stores: every
+ * 1 + keys / 500000 heartbeats otherwise, and whenever the served ranges
+ * change. Node totals come from the store's counters every time.
+ */
+void *
+kv_srv_heartbeat_main(void *arg)
+{
+	kv_server *s = arg;
+	uint64_t last_ops = 0, last_ns = kv_now_ns(), tick = 0;
+	hb_cache cache = {0};
+
+	while (!atomic_load(&s->stopping)) {
+		kv_buf *rg = NULL;
+		kv_store_stats st;
+		kv_adm_resp r;
+		size_t n = 0;
+
+		kv_server__nap(s, 1000);
+		if (atomic_load(&s->stopping))
+			break;
+		uint32_t me = atomic_load(&s->node_id);
+		uint64_t now = kv_now_ns(), ops = atomic_load(&s->ops);
+		double rate = (double)(ops - last_ops) * 1e9 / (double)(now - last_ns + 1);
+		last_ops = ops;
+		last_ns = now;
+		if (me == 0 || kv_owner_served(&s->owner, &rg, &n) != 0)
+			continue;
+		kv_store_get_stats(s->store, &st);
+		uint64_t period = 1 + st.keys / 500000u;
+		if (tick++ % period == 0 || !ranges_equal(rg, n, cache.rg, cache.n)) {
+			hb_cache_fini(&cache);
+			cache.rg = rg;
+			cache.n = n;
+			rg = NULL;
+			cache.rs = calloc(n + 1, sizeof(*cache.rs));
+			cache.split = calloc(3 * (n + 1), sizeof(*cache.split));
+			if (cache.rs == NULL || cache.split == NULL) {
+				hb_cache_fini(&cache);
+				continue;
+			}
+			for (size_t i = 0; i < n; i++)
+				range_stats(s, &cache.rg[2 * i], &cache.rg[2 * i + 1], &cache.rs[i],
+				            &cache.split[3 * i]);
+			kv_srv_metrics_set_ranges(s, cache.rs, cache.n);
+		}
+		kv_owner_ranges_free(rg, n);
+		for (size_t i = 0; i < cache.n; i++)
+			cache.rs[i].ops_per_sec = rate / (double)cache.n;
+		kv_adm_req rq = {.kind = KV_ADM_HEARTBEAT,
+		                 .node_id = me,
+		                 .boot_id = s->boot_id,
+		                 .epoch = atomic_load(&s->epoch),
+		                 .nranges = cache.n,
+		                 .ranges = cache.rs,
+		                 .keys = st.keys,
+		                 .bytes = st.bytes,
+		                 .ops_per_sec = rate,
+		                 .memory_bytes = rss_bytes()};
+		if (kv_server__ctl_call(s, &rq, &r, 1000) == 0)
+			kv_sc_adm_resp_fini(&r);
+	}
+	hb_cache_fini(&cache);
+	return NULL;
+}

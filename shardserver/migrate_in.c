@@ -1,0 +1,516 @@
+/*
+ * migrate_in.c - the destination side of range transfer (migrate.h;
+ * doc/protocol.md "Migrations"; wire: Transfer in shardkv.proto).
+ *
+ * DESIGN. Transfer messages are applied on the nng thread that receives
+ * them, in seq order per stream (kv_mig_in.mu), without waiting for anyone.
+ * Begin is refused with BUSY until the configuration of the migration's
+ * epoch is applied, marks the range INCOMING (clients get MOVING), and
+ * clears stale data in bounded steps; Commit makes it SERVE. Duplicates
+ * (seq <= acked) are acknowledged again without being applied, gaps are
+ * refused with KV_EINVAL.
+ *
+ * Large values arrive in slices (KeyValue.value_offset and value_total)
+ * over consecutive messages. They are reassembled into one buffer per
+ * stream (at most the server's max value); any slice that does not continue
+ * the value in progress (offset, total, key, seq, interleaving, a value
+ * still incomplete at the end of the copy or at the fence) is refused with
+ * KV_EPROTO and the partial buffer dropped, and a value reaches the store
+ * only when it is complete. Duplicates and refusals need nothing more: a
+ * duplicate is never applied, and a refusal makes the source restart from
+ * Begin, which drops any partial value.
+ *
+ * Nothing here waits for another server or decides ownership beyond the
+ * stream; the server's configuration thread forgets streams it drops
+ * (kv_mig_in_forget). This file reaches the server only through
+ * kv_mig_env.
+ */
+#include "common/err.h"
+#include "common/log.h"
+#include "shardserver/migrate_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COMP "migrate"
+
+/*
+ * Reassembly of one value that arrives in slices (KeyValue.value_total != 0),
+ * in chunk entries or in DeltaRecords. The sender must send the slices of a
+ * value in order, from offset 0, with the same key and total (and, in
+ * deltas, the same record seq), and nothing else in between; anything else
+ * is KV_EPROTO and the partial value is dropped. The value reaches the store
+ * only when complete. One buffer per incoming stream, of at most the
+ * server's max value.
+ */
+typedef struct {
+	bool active;    /* a value is being assembled */
+	bool delta;     /* its slices are DeltaRecords (else chunk entries) */
+	uint64_t seq;   /* delta: the DeltaRecord.seq of every slice */
+	kv_buf key;     /* its key */
+	kv_buf val;     /* the bytes so far; reserved to `total` at the first slice */
+	uint64_t total; /* value_total */
+} slice_rx;
+
+/* An incoming stream: this node is the destination. */
+typedef struct kv_mig_in {
+	uint64_t id;           /* Migration.id */
+	pthread_mutex_t mu;    /* serialises the stream; protects down to the blank line */
+	uint64_t epoch;        /* Migration.epoch from Begin */
+	kv_buf start;          /* the range */
+	kv_buf end;            /* empty: end of the key space */
+	uint32_t from;         /* source node */
+	uint64_t acked;        /* highest contiguous seq applied */
+	uint64_t keys;         /* keys received */
+	uint64_t bytes;        /* bytes received */
+	bool committed;        /* serving the range */
+	slice_rx rx;           /* the split value being reassembled */
+	uint64_t split_chunks; /* split values assembled from chunks, this attempt */
+	uint64_t split_deltas; /* split values assembled from delta records */
+
+	struct kv_mig_in *next; /* kv_mig.ins list */
+} kv_mig_in;
+
+/* Drops a partially assembled value (caller holds in->mu). */
+static void
+rx_drop(slice_rx *rx)
+{
+	kv_buf_fini(&rx->val);
+	rx->active = false;
+	rx->total = 0;
+}
+
+/*
+ * Takes one slice (caller holds in->mu). `delta`/`seq` say where it came
+ * from. On 0, *complete tells whether rx->key/rx->val now hold the whole
+ * value (the caller applies it, then calls rx_drop). Returns KV_EPROTO (with
+ * *why) for a slice that does not continue the value in progress, or
+ * KV_ENOMEM. The codec has checked that the slice is not empty and lies
+ * inside its total.
+ */
+static int
+rx_slice(kv_mig *s, slice_rx *rx, bool delta, uint64_t seq, kv_bytes key, kv_bytes val,
+         uint64_t off, uint64_t total, bool *complete, const char **why)
+{
+	*complete = false;
+	if (!rx->active) {
+		if (off != 0) {
+			*why = "split value does not start at offset 0";
+			return KV_EPROTO;
+		}
+		if (total > s->env.max_value) {
+			*why = "split value larger than this server's max value";
+			return KV_EPROTO;
+		}
+		/* Exactly `total` (kv_buf_reserve would round up to a power of 2). */
+		kv_buf_fini(&rx->val);
+		if (kv_buf_set(&rx->key, key.p, key.len) != 0 ||
+		    (rx->val.data = malloc((size_t)total)) == NULL)
+			return KV_ENOMEM;
+		rx->val.cap = (size_t)total;
+		rx->active = true;
+		rx->delta = delta;
+		rx->seq = seq;
+		rx->total = total;
+	} else if (rx->delta != delta || (delta && rx->seq != seq) || rx->key.len != key.len ||
+	           memcmp(rx->key.data, key.p, key.len) != 0) {
+		*why = "another entry interleaved with a split value";
+		return KV_EPROTO;
+	} else if (total != rx->total) {
+		*why = "value_total differs between slices of one value";
+		return KV_EPROTO;
+	} else if (off != rx->val.len) {
+		*why = "slices of a split value are not contiguous";
+		return KV_EPROTO;
+	}
+	if (kv_buf_append(&rx->val, val.p, val.len) != 0)
+		return KV_ENOMEM; /* cannot happen: reserved */
+	*complete = rx->val.len == rx->total;
+	return KV_OK;
+}
+
+static kv_mig_in *
+in_find(kv_mig *s, uint64_t id, bool create)
+{
+	kv_mig_in *in;
+
+	pthread_mutex_lock(&s->mu);
+	for (in = s->ins; in && in->id != id; in = in->next)
+		;
+	if (in == NULL && create) {
+		in = calloc(1, sizeof(*in));
+		if (in != NULL) {
+			in->id = id;
+			pthread_mutex_init(&in->mu, NULL);
+			in->next = s->ins;
+			s->ins = in;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return in;
+}
+
+/* Drops every key of the stream's range (bounded steps, caller holds in->mu). */
+static int
+clear_range(kv_mig *s, kv_mig_in *in)
+{
+	int rv;
+	/* Applied, then logged, inside one barrier section (durable.h). */
+	kv_dur_begin(s->env.dur);
+	do
+		rv = kv_store_range_delete(s->env.store, in->start.data, in->start.len,
+		                           in->end.data, in->end.len, KV_MIG_DELETE_STEP, NULL);
+	while (rv == KV_EBUSY);
+	if (rv == 0)
+		rv = kv_dur_log_range_del(s->env.dur, in->start.data, in->start.len, in->end.data,
+		                          in->end.len, NULL);
+	kv_dur_end(s->env.dur);
+	return rv;
+}
+
+static int
+apply_dedup(kv_mig *s, const kv_sc_dedup *d)
+{
+	kv_dedup_result r = {.status = d->status, .value_len = d->value_len};
+	if (d->value.len && kv_buf_set(&r.value, d->value.p, d->value.len) != 0)
+		return KV_ENOMEM;
+	kv_dur_dedup dd = {.client = d->client_id,
+	                   .req = d->request_id,
+	                   .value_len = d->value_len,
+	                   .time_ms = d->time_ms};
+	kv_dur_begin(s->env.dur);
+	int rv = kv_dedup_insert(s->env.dedup, d->client_id, d->request_id, &r, d->key.p,
+	                         d->key.len, d->time_ms);
+	if (rv == 0)
+		rv = kv_dur_log_dedup(s->env.dur, &dd, d->status, d->key.p, d->key.len, NULL);
+	kv_dur_end(s->env.dur);
+	kv_buf_fini(&r.value);
+	return rv;
+}
+
+static int
+in_begin(kv_mig *s, kv_mig_in *in, const kv_req *rq, kv_sc_ack *ack)
+{
+	const kv_xfer *x = &rq->xfer;
+	char addr[256] = "";
+	bool ok;
+	int rv;
+
+	if (x->to_node != kv_mig__node_id(s)) {
+		ack->error = "this node is not the destination";
+		return KV_EINVAL;
+	}
+	if (kv_mig__epoch(s) < x->epoch) {
+		ack->error = "configuration of the migration not applied yet";
+		return KV_EBUSY;
+	}
+	if (in->committed) {
+		ack->seq = in->acked;
+		return KV_OK;
+	}
+	s->env.node_addr(s->env.arg, x->from_node, addr, sizeof(addr));
+	rx_drop((&in->rx)); /* a restarted stream resends every slice */
+	in->split_chunks = in->split_deltas = 0;
+	kv_buf_fini(&in->start);
+	kv_buf_fini(&in->end);
+	if (kv_buf_set(&in->start, x->start.p, x->start.len) != 0 ||
+	    kv_buf_set(&in->end, x->end.p, x->end.len) != 0)
+		return KV_ENOMEM;
+	in->epoch = x->epoch;
+	in->from = x->from_node;
+	in->acked = 0;
+	in->keys = in->bytes = 0;
+	rv = kv_owner_fill(s->env.owner, x->start.p, x->start.len, x->end.p, x->end.len,
+	                   KV_OWN_INCOMING, x->from_node, addr[0] ? addr : NULL, 0, in->id);
+	if (rv != 0)
+		return rv;
+	kv_owner_rdlock(s->env.owner);
+	ok = kv_owner_covers_locked(s->env.owner, x->start.p, x->start.len, x->end.p, x->end.len,
+	                            KV_OWN_INCOMING);
+	kv_owner_unlock(s->env.owner);
+	if (!ok) {
+		ack->error = "part of the range is served here";
+		return KV_EINVAL;
+	}
+	if ((rv = clear_range(s, in)) != 0)
+		return rv;
+	in->acked = 1;
+	KV_INFO(COMP, "incoming transfer", "id=%llu from=%u", (unsigned long long)in->id, in->from);
+	return KV_OK;
+}
+
+/* Puts one whole value of the stream into the store (caller holds in->mu). */
+static int
+in_put(kv_mig *s, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	const uint8_t *v = vlen ? val : (const uint8_t *)"";
+	/* No stripe lock: the range is not served here until the commit, and
+	 * the stream is serialised by in->mu. */
+	kv_dur_begin(s->env.dur);
+	int rv = kv_store_put(s->env.store, key, klen, v, vlen);
+	if (rv == 0)
+		rv = kv_dur_log_put(s->env.dur, key, klen, v, vlen, NULL, NULL);
+	kv_dur_end(s->env.dur);
+	return rv;
+}
+
+/* Applies the chunk entries of x, reassembling split values. */
+static int
+in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
+{
+	slice_rx *rx = (&in->rx);
+	int rv = KV_OK;
+
+	for (size_t i = 0; i < x->ndedup && rv == 0; i++)
+		rv = apply_dedup(s, &x->dedup[i]);
+	for (size_t i = 0; i < x->nkv && rv == 0; i++) {
+		const kv_sc_kv *kv = &x->kv[i];
+		bool complete;
+		if (!kv_range_contains(in->start.data, in->start.len, in->end.data, in->end.len,
+		                       kv->key.p, kv->key.len)) {
+			ack->error = "chunk entry outside the range";
+			return KV_EINVAL;
+		}
+		if (kv->value_total == 0) {
+			if (rx->active) {
+				ack->error = "a whole entry interleaved with a split value";
+				return KV_EPROTO;
+			}
+			rv = in_put(s, kv->key.p, kv->key.len, kv->value.p, kv->value.len);
+			in->keys++;
+			in->bytes += kv->key.len + kv->value.len;
+			continue;
+		}
+		rv = rx_slice(s, rx, false, 0, kv->key, kv->value, kv->value_offset,
+		              kv->value_total, &complete, &ack->error);
+		if (rv == 0 && complete) {
+			rv = in_put(s, rx->key.data, rx->key.len, rx->val.data, rx->val.len);
+			in->keys++;
+			in->bytes += rx->key.len + rx->val.len;
+			KV_DEBUG(COMP, "split value assembled", "id=%llu bytes=%zu delta=0",
+			         (unsigned long long)in->id, rx->val.len);
+			in->split_chunks++;
+			rx_drop(rx);
+		}
+	}
+	if (rv == 0 && x->last && rx->active) {
+		ack->error = "bulk copy ended inside a split value";
+		return KV_EPROTO;
+	}
+	return rv;
+}
+
+/* Applies one whole delta record: key, value (NULL for a delete), dedup. */
+static int
+in_delta_rec(kv_mig *s, const kv_sc_delta *d, const uint8_t *val, size_t vlen)
+{
+	int rv;
+	if (d->del) {
+		kv_dur_begin(s->env.dur);
+		rv = kv_store_del(s->env.store, d->key.p, d->key.len, NULL);
+		if (rv == KV_ENOTFOUND)
+			rv = KV_OK;
+		if (rv == 0)
+			rv = kv_dur_log_del(s->env.dur, d->key.p, d->key.len, NULL, NULL);
+		kv_dur_end(s->env.dur);
+	} else {
+		rv = in_put(s, d->key.p, d->key.len, val, vlen);
+	}
+	if (rv == 0 && d->has_dedup)
+		rv = apply_dedup(s, &d->dedup);
+	return rv;
+}
+
+/* Applies the records of a TransferDelta in order, reassembling split puts. */
+static int
+in_delta(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
+{
+	slice_rx *rx = (&in->rx);
+	int rv = KV_OK;
+
+	for (size_t i = 0; i < x->ndelta && rv == 0; i++) {
+		const kv_sc_delta *d = &x->delta[i];
+		bool complete;
+		if (!kv_range_contains(in->start.data, in->start.len, in->end.data, in->end.len,
+		                       d->key.p, d->key.len)) {
+			ack->error = "delta entry outside the range";
+			return KV_EINVAL;
+		}
+		if (d->value_total == 0) {
+			if (rx->active) {
+				ack->error = "a whole record interleaved with a split value";
+				return KV_EPROTO;
+			}
+			rv = in_delta_rec(s, d, d->value.p, d->value.len);
+			continue;
+		}
+		if (d->del) {
+			ack->error = "a delete record cannot be split";
+			return KV_EPROTO;
+		}
+		rv = rx_slice(s, rx, true, d->seq, d->key, d->value, d->value_offset,
+		              d->value_total, &complete, &ack->error);
+		if (rv != 0)
+			break;
+		/* The record's dedup rides on its last slice: applied with the value. */
+		if (d->has_dedup && !complete) {
+			ack->error = "dedup record on a slice that is not the last";
+			return KV_EPROTO;
+		}
+		if (complete) {
+			rv = in_delta_rec(s, d, rx->val.data, rx->val.len);
+			KV_DEBUG(COMP, "split value assembled", "id=%llu bytes=%zu delta=1",
+			         (unsigned long long)in->id, rx->val.len);
+			in->split_deltas++;
+			rx_drop(rx);
+		}
+	}
+	return rv;
+}
+
+static int
+in_apply(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
+{
+	int rv = KV_OK;
+
+	/* Slices of one value are consecutive: only chunks or deltas may follow. */
+	if ((&in->rx)->active && x->kind != KV_XFER_CHUNK && x->kind != KV_XFER_DELTA &&
+	    x->kind != KV_XFER_ABORT) {
+		ack->error = "split value incomplete at the fence";
+		return KV_EPROTO;
+	}
+	switch (x->kind) {
+	case KV_XFER_CHUNK:
+		return in_chunk(s, in, x, ack);
+	case KV_XFER_DELTA:
+		return in_delta(s, in, x, ack);
+	case KV_XFER_FENCE:
+		/* The source forgets the range once this is acknowledged and the
+		 * handover published: the range must be on disk here first. */
+		if ((rv = kv_dur_sync(s->env.dur)) != 0) {
+			ack->error = "cannot make the range durable here";
+			return rv;
+		}
+		KV_DEBUG(COMP, "incoming fence", "id=%llu keys=%llu", (unsigned long long)in->id,
+		         (unsigned long long)in->keys);
+		return KV_OK;
+	case KV_XFER_COMMIT:
+		rv = kv_owner_set(s->env.owner, in->start.data, in->start.len, in->end.data,
+		                  in->end.len, KV_OWN_SERVE, 0, NULL, x->epoch, 0, NULL);
+		if (rv == 0) {
+			in->committed = true;
+			KV_INFO(COMP, "incoming range committed",
+			        "id=%llu keys=%llu split_chunk_values=%llu split_delta_values=%llu",
+			        (unsigned long long)in->id, (unsigned long long)in->keys,
+			        (unsigned long long)in->split_chunks,
+			        (unsigned long long)in->split_deltas);
+		}
+		return rv;
+	case KV_XFER_ABORT:
+		rx_drop((&in->rx));
+		kv_owner_drop_incoming(s->env.owner, in->id);
+		clear_range(s, in);
+		KV_INFO(COMP, "incoming transfer aborted", "id=%llu", (unsigned long long)in->id);
+		return KV_OK;
+	default:
+		return KV_EINVAL;
+	}
+}
+
+void
+kv_mig_in_handle(kv_mig *s, const kv_req *rq, kv_sc_ack *ack)
+{
+	const kv_xfer *x = &rq->xfer;
+	kv_mig_in *in;
+	int rv;
+
+	memset(ack, 0, sizeof(*ack));
+	ack->migration_id = x->migration_id;
+	in = in_find(s, x->migration_id, x->kind == KV_XFER_BEGIN);
+	if (in == NULL) {
+		ack->status = x->kind == KV_XFER_BEGIN ? KV_ENOMEM : KV_EINVAL;
+		ack->error = "unknown transfer stream";
+		return;
+	}
+	pthread_mutex_lock(&in->mu);
+	if (x->kind == KV_XFER_BEGIN) {
+		rv = in_begin(s, in, rq, ack);
+	} else if (in->acked == 0) {
+		ack->error = "transfer stream not begun";
+		rv = KV_EINVAL;
+	} else if (rq->epoch < in->epoch) {
+		ack->error = "transfer from an older epoch";
+		rv = KV_ESTALE;
+	} else if (x->seq <= in->acked) {
+		rv = KV_OK; /* duplicate: acknowledged again, not applied */
+	} else if (x->seq != in->acked + 1) {
+		ack->error = "gap in the transfer stream";
+		rv = KV_EINVAL;
+	} else if (in->committed && x->kind == KV_XFER_ABORT) {
+		/* The range is served here now: dropping it would lose it. */
+		ack->error = "transfer already committed";
+		rv = KV_EINVAL;
+	} else if (in->committed) {
+		rv = KV_OK;
+		in->acked = x->seq;
+	} else {
+		rv = in_apply(s, in, x, ack);
+		if (rv == 0) {
+			in->acked = x->kind == KV_XFER_ABORT ? 0 : x->seq;
+		} else {
+			/* Refused: the source restarts from Begin (which clears the
+			 * range), so a partial value is never continued. */
+			rx_drop((&in->rx));
+			KV_WARN(COMP, "transfer message refused",
+			        "id=%llu seq=%llu err=%s why=\"%s\"", (unsigned long long)in->id,
+			        (unsigned long long)x->seq, kv_errname(rv),
+			        ack->error ? ack->error : "");
+		}
+	}
+	ack->status = rv;
+	ack->seq = in->acked;
+	ack->keys = in->keys;
+	ack->bytes = in->bytes;
+	pthread_mutex_unlock(&in->mu);
+}
+
+void
+kv_mig_in_forget(kv_mig *s, uint64_t id)
+{
+	kv_mig_in *in = in_find(s, id, false);
+
+	kv_owner_drop_incoming(s->env.owner, id);
+	if (in == NULL)
+		return;
+	pthread_mutex_lock(&in->mu);
+	if (!in->committed && in->acked > 0) {
+		/* The range is not served here: drop what arrived of it. */
+		kv_owner_rdlock(s->env.owner);
+		bool unserved = !kv_owner_covers_locked(s->env.owner, in->start.data, in->start.len,
+		                                        in->end.data, in->end.len, KV_OWN_SERVE);
+		kv_owner_unlock(s->env.owner);
+		if (unserved)
+			clear_range(s, in);
+		in->acked = 0;
+	}
+	rx_drop((&in->rx));
+	pthread_mutex_unlock(&in->mu);
+	KV_INFO(COMP, "incoming transfer forgotten", "id=%llu", (unsigned long long)id);
+}
+
+void
+kv_mig__ins_free(kv_mig_in *in)
+{
+	kv_mig_in *inn;
+
+	for (; in; in = inn) {
+		inn = in->next;
+		rx_drop(&in->rx);
+		kv_buf_fini(&in->rx.key);
+		kv_buf_fini(&in->start);
+		kv_buf_fini(&in->end);
+		pthread_mutex_destroy(&in->mu);
+		free(in);
+	}
+}

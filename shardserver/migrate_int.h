@@ -1,0 +1,65 @@
+/*
+ * migrate_int.h - the migration set shared by migrate_out.c (source) and
+ * migrate_in.c (destination). Nothing else includes it.
+ */
+#ifndef KV_SHARDSERVER_MIGRATE_INT_H
+#define KV_SHARDSERVER_MIGRATE_INT_H
+
+#include "shardserver/migrate.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#define KV_MIG_DELETE_STEP 1000u /* entries deleted per step */
+
+struct kv_mig_in;
+
+struct kv_mig {
+	kv_mig_env env;                  /* the server's side (immutable) */
+	atomic_bool stopping;            /* kv_mig_stop: tasks return */
+	atomic_uint_fast64_t bytes_sent; /* bulk copy bytes acked, for /metrics */
+
+	pthread_mutex_t mu;    /* protects outs and ins (the lists, not the items): a leaf */
+	kv_mig_out *outs;      /* every outgoing migration started since creation */
+	struct kv_mig_in *ins; /* every incoming stream seen since creation */
+};
+
+/* This node's id (0 until registered). */
+static inline uint32_t
+kv_mig__node_id(kv_mig *g)
+{
+	return g->env.node_id(g->env.arg);
+}
+
+/* The epoch of the server's latest configuration. */
+static inline uint64_t
+kv_mig__epoch(kv_mig *g)
+{
+	return g->env.epoch(g->env.arg);
+}
+
+/* A controller call (kv_mig_env.ctl_call). */
+static inline int
+kv_mig__ctl_call(kv_mig *g, kv_adm_req *rq, kv_adm_resp *resp, uint32_t timeout_ms)
+{
+	return g->env.ctl_call(g->env.arg, rq, resp, timeout_ms);
+}
+
+/* Sleeps up to ms, returning early once the set stops. */
+static inline void
+kv_mig__nap(kv_mig *g, unsigned ms)
+{
+	while (ms > 0 && !atomic_load(&g->stopping)) {
+		unsigned step = ms < 20 ? ms : 20;
+		struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)step * 1000000L};
+		nanosleep(&ts, NULL);
+		ms -= step;
+	}
+}
+
+/* migrate_in.c: frees every incoming stream of the list (no call in
+ * progress). */
+void kv_mig__ins_free(struct kv_mig_in *in);
+
+#endif

@@ -1,0 +1,120 @@
+/*
+ * nodefile.c - the node file of a shard server's data dir: the identity
+ * (node id, cluster id) that survives a restart (nodefile.h). It knows
+ * nothing of the server; the server reads it at create and writes it when
+ * it registers or learns its cluster.
+ *
+ * Layout:
+ *
+ *   offset  size  field
+ *   0       4     magic "SKVN"
+ *   4       4     format version, 1 (little endian, as every integer here)
+ *   8       4     node id
+ *   12      4     cluster id length n (< 128)
+ *   16      n     cluster id bytes
+ *   16+n    8     xxh3-64 of bytes [0, 16+n)
+ *
+ * Written to node.id.tmp, fsynced, renamed over node.id, directory fsynced.
+ */
+#include "shardserver/nodefile.h"
+#include "common/err.h"
+#include "common/key.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NODEFILE_MAGIC   "SKVN"
+#define NODEFILE_VERSION 1u
+
+static void
+put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t
+get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void
+put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+int
+kv_nodefile_load(const char *dir, uint32_t *id, char *cluster, size_t clen)
+{
+	char path[4096];
+	uint8_t buf[16 + 128 + 8];
+	ssize_t n;
+	int fd, rv = KV_ECORRUPT;
+
+	snprintf(path, sizeof(path), "%s/node.id", dir);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return errno == ENOENT ? KV_ENOTFOUND : KV_EIO;
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n < 24 || memcmp(buf, NODEFILE_MAGIC, 4) != 0 || get32(buf + 4) != NODEFILE_VERSION)
+		return rv;
+	uint32_t cl = get32(buf + 12);
+	if (cl >= 128 || (size_t)n != 16 + cl + 8 || cl >= clen)
+		return rv;
+	if (get64(buf + 16 + cl) != kv_hash64(buf, 16 + cl))
+		return rv;
+	*id = get32(buf + 8);
+	memcpy(cluster, buf + 16, cl);
+	cluster[cl] = '\0';
+	return KV_OK;
+}
+
+int
+kv_nodefile_save(const char *dir, uint32_t id, const char *cluster)
+{
+	char path[4096], tmp[4096];
+	uint8_t buf[16 + 128 + 8];
+	size_t cl = strlen(cluster), n;
+	int fd, rv = KV_OK;
+
+	if (cl >= 128)
+		cl = 127;
+	memcpy(buf, NODEFILE_MAGIC, 4);
+	put32(buf + 4, NODEFILE_VERSION);
+	put32(buf + 8, id);
+	put32(buf + 12, (uint32_t)cl);
+	memcpy(buf + 16, cluster, cl);
+	put64(buf + 16 + cl, kv_hash64(buf, 16 + cl));
+	n = 16 + cl + 8;
+	snprintf(path, sizeof(path), "%s/node.id", dir);
+	snprintf(tmp, sizeof(tmp), "%s/node.id.tmp", dir);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		return kv_err_from_errno(errno);
+	if (write(fd, buf, n) != (ssize_t)n || fsync(fd) != 0)
+		rv = kv_err_from_errno(errno ? errno : EIO);
+	close(fd);
+	if (rv == 0 && rename(tmp, path) != 0)
+		rv = kv_err_from_errno(errno);
+	if (rv == 0 && (fd = open(dir, O_RDONLY | O_DIRECTORY)) >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+	return rv;
+}

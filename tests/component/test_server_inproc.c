@@ -1,0 +1,375 @@
+/*
+ * test_server_inproc.c - shard servers run inside the test process through
+ * their life cycle (kv_server_create/start/leave/stop/destroy, server.h)
+ * against the fake controller (tests/fake_ctl.h): serving, two servers in
+ * one process moving a range, a restart on the same data dir, the graceful
+ * leave, and the failures of create and start.
+ *
+ * Every server a test creates is destroyed by the teardown, whatever the
+ * outcome; every wait polls with a deadline.
+ */
+#include "common/err.h"
+#include "shardserver/server.h"
+#include "tests/support/fake_ctl.h"
+#include "tests/support/srv_client.h"
+#include "tests/support/testutil.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#define NSRV 2
+
+/* One in-process server and what its configuration borrows. */
+typedef struct {
+	kv_server *s;       /* NULL: not created */
+	kv_server_cfg cfg;  /* its flags */
+	char url[64];       /* --listen */
+	char dir[200];      /* --data-dir */
+	const char *ctl[1]; /* --controller */
+} srv;
+
+static srv srvs[NSRV];
+static fake_ctl *ctl;
+static char tmpdir[128];
+
+static int
+setup(void **state)
+{
+	(void)state;
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvinproc.XXXXXX");
+	assert_non_null(mkdtemp(tmpdir));
+	ctl = fake_ctl_start();
+	for (int i = 0; i < NSRV; i++) {
+		srv *v = &srvs[i];
+		memset(v, 0, sizeof(*v));
+		kv_test_free_url(v->url, sizeof(v->url));
+		snprintf(v->dir, sizeof(v->dir), "%s/n%d", tmpdir, i + 1);
+		v->ctl[0] = ctl->url;
+		v->cfg = (kv_server_cfg){.listen = v->url,
+		                         .ctl = v->ctl,
+		                         .nctl = 1,
+		                         .data_dir = v->dir,
+		                         .join = true,
+		                         .fsync = KV_FSYNC_BATCH,
+		                         .contexts = 16,
+		                         .watch_timeout_ms = 500};
+	}
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	char cmd[300];
+	(void)state;
+	clients_close();
+	for (int i = 0; i < NSRV; i++) {
+		kv_server_destroy(srvs[i].s);
+		srvs[i].s = NULL;
+	}
+	fake_ctl_stop(ctl);
+	ctl = NULL;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", tmpdir);
+	return 0;
+}
+
+/* Creates and starts server i. */
+static void
+srv_up(int i)
+{
+	char err[256];
+	srv *v = &srvs[i];
+	int rv = kv_server_create(&v->cfg, &v->s, err, sizeof(err));
+	if (rv != 0)
+		fail_msg("create: %s: %s", kv_errname(rv), err);
+	assert_int_equal(kv_server_start(v->s), 0);
+}
+
+/* Stops and destroys server i. */
+static void
+srv_down(int i)
+{
+	assert_int_equal(kv_server_stop(srvs[i].s), 0);
+	kv_server_destroy(srvs[i].s);
+	srvs[i].s = NULL;
+}
+
+/* Polls until the server answers a ping with a node id and at least epoch. */
+static void
+wait_ready(const char *url, uint64_t epoch)
+{
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	for (;;) {
+		Shardkv__Request rq = SHARDKV__REQUEST__INIT;
+		Shardkv__Response *r = call(url, &rq);
+		bool ok = r && r->node_id != 0 && r->epoch >= epoch;
+		if (r)
+			shardkv__response__free_unpacked(r, NULL);
+		if (ok)
+			return;
+		if (kv_test_now_ms() > deadline)
+			fail_msg("server %s not ready at epoch %llu", url,
+			         (unsigned long long)epoch);
+		kv_test_sleep_ms(10);
+	}
+}
+
+static void
+server_in_process_serves_after_its_first_configuration_and_stops_cleanly(void **state)
+{
+	(void)state;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url); /* never started */
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_range(&b, "m", 2);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	srv_up(0);
+	wait_ready(srvs[0].url, e);
+	const char *u = srvs[0].url;
+	assert_int_equal(do_put(u, "apple", "red", 0, 0).status, 0);
+	assert_string_equal(do_get(u, "apple").value, "red");
+	assert_int_equal(do_append(u, "apple", "!", 9, 1).value_len, 4);
+	assert_int_equal(do_append(u, "apple", "!", 9, 1).value_len, 4); /* a retry */
+	res1 w = do_put(u, "zebra", "x", 0, 0);
+	assert_int_equal(w.status, SHARDKV__STATUS__STATUS_WRONG_OWNER);
+	assert_int_equal(w.hint_node, 2);
+	assert_string_equal(w.hint_addr, srvs[1].url);
+	srv_down(0);
+	/* Stopped: nothing listens any more. */
+	clients_close();
+	assert_int_equal(do_get(u, "apple").status, -1);
+}
+
+static void
+two_servers_in_one_process_move_a_range_between_them(void **state)
+{
+	(void)state;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	srv_up(0);
+	srv_up(1);
+	wait_ready(srvs[0].url, e);
+	wait_ready(srvs[1].url, e);
+	char k[32], v[32];
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof(k), "%c%03d", i % 2 ? 'a' : 'p', i);
+		snprintf(v, sizeof(v), "v%d", i);
+		assert_int_equal(do_put(srvs[0].url, k, v, 0, 0).status, 0);
+	}
+	b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_range(&b, "m", 2);
+	fake_cfg_mig(&b, 1, "m", "", 1, 2);
+	fake_cfg_publish(ctl, &b);
+	fake_ctl_wait_done(ctl, 1, 30000);
+	b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_range(&b, "m", 2);
+	e = fake_cfg_publish(ctl, &b);
+	wait_ready(srvs[1].url, e);
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof(k), "%c%03d", i % 2 ? 'a' : 'p', i);
+		snprintf(v, sizeof(v), "v%d", i);
+		const char *owner = i % 2 ? srvs[0].url : srvs[1].url;
+		res1 r = do_get(owner, k);
+		assert_int_equal(r.status, 0);
+		assert_string_equal(r.value, v);
+	}
+	res1 r = do_get(srvs[0].url, "p000");
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_WRONG_OWNER);
+	assert_int_equal(r.hint_node, 2);
+	srv_down(1);
+	srv_down(0);
+}
+
+static void
+restarted_on_the_same_data_dir_a_server_keeps_its_data_and_node_id(void **state)
+{
+	(void)state;
+	fake_ctl_add_node(ctl, srvs[1].url); /* node 1 is someone else */
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 2);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	srv_up(0);
+	wait_ready(srvs[0].url, e);
+	assert_int_equal(do_put(srvs[0].url, "kept", "yes", 0, 0).status, 0);
+	srv_down(0);
+	clients_close();
+	pthread_mutex_lock(&ctl->mu);
+	unsigned regs = ctl->registers;
+	assert_int_equal(ctl->last_resume, 0);
+	pthread_mutex_unlock(&ctl->mu);
+	srv_up(0);
+	uint64_t deadline = kv_test_now_ms() + 10000;
+	for (;;) {
+		pthread_mutex_lock(&ctl->mu);
+		bool again = ctl->registers > regs;
+		uint32_t resume = ctl->last_resume;
+		pthread_mutex_unlock(&ctl->mu);
+		if (again) {
+			assert_int_equal(resume, 2);
+			break;
+		}
+		if (kv_test_now_ms() > deadline)
+			fail_msg("restarted server did not register");
+		kv_test_sleep_ms(5);
+	}
+	/* Serves what the log held. */
+	deadline = kv_test_now_ms() + 10000;
+	res1 r;
+	while ((r = do_get(srvs[0].url, "kept")).status != 0 && kv_test_now_ms() < deadline)
+		kv_test_sleep_ms(10);
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.value, "yes");
+	srv_down(0);
+}
+
+static void
+leave_returns_drained_once_the_controller_marks_the_node_gone(void **state)
+{
+	(void)state;
+	ctl->accept_leave = true;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	srv_up(0);
+	srv_up(1);
+	wait_ready(srvs[0].url, e);
+	wait_ready(srvs[1].url, e);
+	assert_int_equal(do_put(srvs[0].url, "l1", "v", 0, 0).status, 0);
+	/* Nothing published yet: the leave times out, the node still serves. */
+	assert_int_equal(kv_server_leave(srvs[0].s, 300, NULL, NULL), KV_LEAVE_TIMED_OUT);
+	assert_int_equal(do_get(srvs[0].url, "l1").status, 0);
+	b = fake_cfg_new(ctl);
+	b.c->nodes[0].state = KV_NODE_DRAINING;
+	fake_cfg_range(&b, "", 2);
+	fake_cfg_mig(&b, 1, "", "", 1, 2);
+	fake_cfg_publish(ctl, &b);
+	fake_ctl_wait_done(ctl, 1, 30000);
+	b = fake_cfg_new(ctl);
+	b.c->nodes[0].state = KV_NODE_GONE;
+	fake_cfg_range(&b, "", 2);
+	fake_cfg_publish(ctl, &b);
+	assert_int_equal(kv_server_leave(srvs[0].s, 15000, NULL, NULL), KV_LEAVE_DRAINED);
+	pthread_mutex_lock(&ctl->mu);
+	assert_int_equal(ctl->leave_from, 1);
+	pthread_mutex_unlock(&ctl->mu);
+	srv_down(0);
+	res1 r = do_get(srvs[1].url, "l1");
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.value, "v");
+	srv_down(1);
+}
+
+/* kv_server_wait_cb that cuts the leave short at once. */
+static bool
+cut_at_once(void *arg, unsigned ms)
+{
+	(void)ms;
+	(*(int *)arg)++;
+	return true;
+}
+
+static void
+leave_cut_short_by_the_wait_callback_reports_where(void **state)
+{
+	(void)state;
+	int calls = 0;
+	ctl->accept_leave = true;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	srv_up(0);
+	wait_ready(srvs[0].url, e);
+	assert_int_equal(kv_server_leave(srvs[0].s, 5000, cut_at_once, &calls),
+	                 KV_LEAVE_CUT_DRAINING);
+	assert_int_equal(calls, 1);
+	srv_down(0);
+}
+
+static void
+start_on_a_busy_listen_address_fails_and_destroy_cleans_up(void **state)
+{
+	(void)state;
+	char err[256];
+	snprintf(srvs[0].url, sizeof(srvs[0].url), "%s", ctl->url);
+	assert_int_equal(kv_server_create(&srvs[0].cfg, &srvs[0].s, err, sizeof(err)), 0);
+	assert_int_equal(kv_server_start(srvs[0].s), KV_EADDRINUSE);
+	kv_server_destroy(srvs[0].s);
+	srvs[0].s = NULL;
+	kv_server_destroy(NULL);
+}
+
+static void
+create_refuses_a_data_dir_that_is_a_file(void **state)
+{
+	(void)state;
+	char err[256] = "";
+	FILE *f = fopen(srvs[0].dir, "w");
+	assert_non_null(f);
+	fclose(f);
+	assert_int_equal(kv_server_create(&srvs[0].cfg, &srvs[0].s, err, sizeof(err)), KV_EINVAL);
+	assert_null(srvs[0].s);
+	assert_string_equal(err, "cannot use data dir");
+}
+
+static void
+server_created_but_never_started_stops_and_is_destroyed(void **state)
+{
+	(void)state;
+	char err[256];
+	assert_int_equal(kv_server_create(&srvs[0].cfg, &srvs[0].s, err, sizeof(err)), 0);
+	assert_int_equal(kv_server_leave(srvs[0].s, 100, NULL, NULL), KV_LEAVE_NOT_RUNNING);
+	assert_int_equal(kv_server_stop(srvs[0].s), 0);
+	assert_int_equal(kv_server_stop(srvs[0].s), 0);
+	assert_int_equal(kv_server_start(srvs[0].s), KV_EINVAL);
+	assert_int_equal(kv_server_leave(srvs[0].s, 100, NULL, NULL), KV_LEAVE_NOT_RUNNING);
+	kv_server_destroy(srvs[0].s);
+	srvs[0].s = NULL;
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(
+	        server_in_process_serves_after_its_first_configuration_and_stops_cleanly, setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(two_servers_in_one_process_move_a_range_between_them,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        restarted_on_the_same_data_dir_a_server_keeps_its_data_and_node_id, setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        leave_returns_drained_once_the_controller_marks_the_node_gone, setup, teardown),
+	    cmocka_unit_test_setup_teardown(leave_cut_short_by_the_wait_callback_reports_where,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        start_on_a_busy_listen_address_fails_and_destroy_cleans_up, setup, teardown),
+	    cmocka_unit_test_setup_teardown(create_refuses_a_data_dir_that_is_a_file, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(server_created_but_never_started_stops_and_is_destroyed,
+	                                    setup, teardown),
+	};
+	signal(SIGPIPE, SIG_IGN);
+	if (getenv("KV_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("KV_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
