@@ -17,7 +17,7 @@
 #include "common/err.h"
 #include "common/key.h"
 #include "fuzz/fuzz_util.h"
-#include "shardserver/dedup.h"
+#include "shardserver/dedup/dedup.h"
 #include "shardserver/durable/durable.h"
 #include "shardserver/store/store.h"
 

@@ -11,7 +11,7 @@
 #include "common/key.h"
 #include "fuzz/fuzz_util.h"
 #include "fuzz/make-corpus.h"
-#include "shardserver/dedup.h"
+#include "shardserver/dedup/dedup.h"
 #include "shardserver/durable/durable.h"
 #include "shardserver/server_codec.h"
 #include "shardserver/durable/snap.h"

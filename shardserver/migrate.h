@@ -24,7 +24,7 @@
 #include "common/config.h"
 #include "common/key.h"
 #include "common/tls.h"
-#include "shardserver/dedup.h"
+#include "shardserver/dedup/dedup.h"
 #include "shardserver/durable/durable.h"
 #include "shardserver/owner.h"
 #include "shardserver/server_codec.h"

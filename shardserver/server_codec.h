@@ -17,7 +17,7 @@
 
 #include "common/config.h"
 #include "common/key.h"
-#include "shardserver/dedup.h"
+#include "shardserver/dedup/dedup.h"
 
 #include <nng/nng.h>
 #include <stdbool.h>

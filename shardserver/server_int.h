@@ -14,7 +14,7 @@
 #include "common/err.h"
 #include "common/metrics.h"
 #include "common/rpc.h"
-#include "shardserver/dedup.h"
+#include "shardserver/dedup/dedup.h"
 #include "shardserver/durable/durable.h"
 #include "shardserver/migrate.h"
 #include "shardserver/owner.h"

@@ -32,7 +32,7 @@
 #define KV_SHARDSERVER_DURABLE_DURABLE_H
 
 #include "common/key.h"
-#include "shardserver/dedup.h"
+#include "shardserver/dedup/dedup.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -5,7 +5,7 @@
  */
 #include "common/err.h"
 #include "proto/shardkv.pb-c.h"
-#include "shardserver/dedup.h"
+#include "shardserver/dedup/dedup.h"
 #include "shardserver/owner.h"
 #include "shardserver/server_codec.h"
 

@@ -12,7 +12,7 @@
  * clients idle past the TTL are dropped whenever a stripe is full or every
  * 4096th insertion. The table never applies writes itself.
  */
-#include "shardserver/dedup.h"
+#include "shardserver/dedup/dedup.h"
 #include "common/err.h"
 
 #include <pthread.h>

@@ -8,8 +8,8 @@
  * forgotten. Thread-safe: striped mutexes by client id, leaves in the lock
  * order (no other lock is taken while one is held).
  */
-#ifndef KV_SHARDSERVER_DEDUP_H
-#define KV_SHARDSERVER_DEDUP_H
+#ifndef KV_SHARDSERVER_DEDUP_DEDUP_H
+#define KV_SHARDSERVER_DEDUP_DEDUP_H
 
 #include "common/key.h"
 
