@@ -352,8 +352,8 @@ struct chk_histfile {
 	smap vals;        /* (key, written value) -> identity */
 	uint64_t next_id; /* identities handed out */
 	chk_nemesis *nem; /* the nemesis lines, in file order */
-	size_t nnem;
-	size_t capnem;
+	size_t nnem;      /* used */
+	size_t capnem;    /* allocated */
 };
 
 static uint64_t

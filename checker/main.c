@@ -452,7 +452,49 @@ typedef struct {
 	size_t unread;              /* keys the final reads could not read */
 	const char *dir;            /* the spawned cluster's directory, or NULL */
 	chk_workload_more more;     /* indeterminate ops, multi-key and async counts */
+	size_t failed_puts_seen;    /* failed puts that a read saw */
 } summary;
+
+static int
+u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* How many failed puts (indeterminate) some read saw: those took effect
+ * although the client gave up on them (a late apply, or a lost answer). */
+static size_t
+failed_puts_seen(const chk_op *ops, size_t nops)
+{
+	uint64_t *v = malloc((nops + 1) * sizeof(*v));
+	bool *seen;
+	size_t n = 0, count = 0;
+
+	if (v == NULL)
+		return 0;
+	for (size_t i = 0; i < nops; i++)
+		if (ops[i].kind == CHK_PUT && ops[i].status == CHK_FAILED)
+			v[n++] = ops[i].val;
+	qsort(v, n, sizeof(*v), u64_cmp);
+	if ((seen = calloc(n + 1, sizeof(*seen))) == NULL) {
+		free(v);
+		return 0;
+	}
+	for (size_t i = 0; i < nops && n; i++) {
+		if (ops[i].kind != CHK_GET || ops[i].status != CHK_OK || ops[i].val == 0)
+			continue;
+		uint64_t *p = bsearch(&ops[i].val, v, n, sizeof(*v), u64_cmp);
+		if (p != NULL && !seen[p - v]) {
+			seen[p - v] = true;
+			count++;
+		}
+	}
+	free(seen);
+	free(v);
+	return count;
+}
 
 /* The time window of a violation's operations; false when it names none. */
 static bool
@@ -591,10 +633,11 @@ print_json(const summary *s)
 	        ", \"indeterminate_operations\": %" PRIu64 ", \"timeouts\": %" PRIu64
 	        ", \"mputs\": %" PRIu64 ", \"mgets\": %" PRIu64 ", \"mgets_checked\": %zu"
 	        ", \"multi_skipped\": %" PRIu64 ", \"gate_leaks\": %" PRIu64
-	        ", \"async_operations\": %" PRIu64 ", \"hot_operations\": %" PRIu64,
+	        ", \"async_operations\": %" PRIu64 ", \"hot_operations\": %" PRIu64
+	        ", \"failed_puts_seen\": %zu",
 	        s->more.indeterminate, s->more.timeouts, s->more.mputs, s->more.mgets,
 	        s->res->mgets_checked, s->more.mk_skipped, d->gate_leaks, s->more.async_ops,
-	        s->more.hot_ops);
+	        s->more.hot_ops, s->failed_puts_seen);
 	fprintf(f, ", \"errors\": {");
 	bool first = true;
 	for (int e = 0; e < 32; e++)
@@ -647,8 +690,11 @@ print_text(const summary *s)
 	        " ops on moving keys\n",
 	        s->more.mputs, s->more.mgets, r->mgets_checked, s->more.mk_skipped, d->gate_leaks,
 	        s->more.async_ops, s->more.hot_ops);
-	fprintf(f, "indeterminate operations: %" PRIu64 " (failed writes); %" PRIu64 " timeouts\n",
-	        s->more.indeterminate, s->more.timeouts);
+	fprintf(f,
+	        "indeterminate operations: %" PRIu64 " (failed writes; %zu failed puts and %zu "
+	        "failed appends took effect); %" PRIu64 " timeouts\n",
+	        s->more.indeterminate, s->failed_puts_seen, r->appends_failed_applied,
+	        s->more.timeouts);
 	if (s->failed) {
 		fprintf(f, "failed operations: %" PRIu64 " (", s->failed);
 		bool first = true;
@@ -850,6 +896,7 @@ main(int argc, char **argv)
 	             .unread = unread,
 	             .dir = cl && (o.keep || res.nviolations) ? cl->dir : NULL};
 	chk_workload_more_counts(w, &s.more);
+	s.failed_puts_seen = failed_puts_seen(ops, nops);
 	for (size_t i = 0; i < res.nkept && i < SHOW_MAX; i++) {
 		show_violation(keys, ops, nops, &res.v[i], t0, nem, nnem);
 		fputc('\n', stderr);

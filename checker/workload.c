@@ -95,7 +95,8 @@ struct chk_workload {
 	atomic_size_t budget;              /* operations started so far (against max_ops) */
 	atomic_uint_fast64_t ndone;        /* operations recorded */
 	atomic_uint_fast64_t nfail;        /* failed operations */
-	atomic_uint_fast64_t nindet, ntimeout, nmput, nmget, nskip, nasync, nhot; /* more */
+	/* the counts of chk_workload_more, in its order */
+	atomic_uint_fast64_t nindet, ntimeout, nmput, nmget, nskip, nasync, nhot;
 	_Atomic uint64_t errs[32]; /* failed operations by -err */
 	uint64_t deadline;         /* when the clients stop (ns) */
 	chk_op *all;               /* the merged history (after the run) */
@@ -515,8 +516,11 @@ one_op(client *c)
 
 	if (w->ngrp && r >= 42 && r < 70) { /* mput or mget of a group */
 		unsigned g = pick(c, U_GROUP);
-		if (mk_begin(w, g))
+		if (mk_begin(w, g)) {
+			/* One op of the budget was taken; its other parts too. */
+			atomic_fetch_add(&w->budget, w->gsize[g] - 1);
 			return r < 55 ? do_mput(c, g) : do_mget(c, g);
+		}
 		r = r < 55 ? 40 : 75; /* the gate is closed: a single put or get */
 	}
 	if (r < 30) { /* append */
