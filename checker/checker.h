@@ -30,18 +30,19 @@
 #include <sys/types.h>
 
 /* Bounds. */
-#define CHK_MAX_CLIENTS 256        /* --clients */
-#define CHK_MAX_KEYS    4096       /* --keys */
-#define CHK_MAX_SERVERS 64         /* servers of one --spawn run at a time */
-#define CHK_MAX_CTLS    5          /* --controllers */
-#define CHK_MAX_GEN     256        /* generations of one append key */
-#define CHK_ROLL_BYTES  (64 << 10) /* an append key past this size rolls to a new generation */
-#define CHK_DEFAULT_OPS 2000000u   /* --max-ops: operations recorded at most (64 bytes each) */
-#define CHK_MAX_ASYNC   64         /* --async: ops in flight per client thread */
-#define CHK_MAX_HANDLES 16         /* --handles: handles per client thread */
-#define CHK_MAX_GROUPS  256        /* --multi: groups of keys for mput/mget */
-#define CHK_MAX_HOT     256        /* keys the driver marks as moving at once */
-#define CHK_MAX_NEM     65536      /* nemesis events kept for the history file */
+#define CHK_MAX_CLIENTS    256        /* --clients */
+#define CHK_MAX_KEYS       4096       /* --keys */
+#define CHK_MAX_SERVERS    64         /* servers of one --spawn run at a time */
+#define CHK_MAX_CTLS       5          /* --controllers */
+#define CHK_MAX_GEN        256        /* generations of one append key */
+#define CHK_ROLL_BYTES     (64 << 10) /* an append key past this size rolls to a new generation */
+#define CHK_DEFAULT_OPS    2000000u   /* --max-ops: operations recorded at most (64 bytes each) */
+#define CHK_MAX_ASYNC      64         /* --async: ops in flight per client thread */
+#define CHK_MAX_HANDLES    16         /* --handles: handles per client thread */
+#define CHK_MAX_GROUPS     256        /* --multi: groups of keys for mput/mget */
+#define CHK_MAX_HOT        256        /* keys the driver marks as moving at once */
+#define CHK_MAX_NEM        65536      /* nemesis events kept for the history file */
+#define CHK_WHOLE_GRACE_MS 1000 /* a split group takes mputs again this long after it is whole */
 
 /* The options of one run; read-only once parsed. */
 typedef struct {
@@ -262,11 +263,14 @@ bool chk_workload_mk_block(chk_workload *w, unsigned ms);
 void chk_workload_mk_unblock(chk_workload *w);
 
 /*
- * Marks each group split or whole in cfg (split: its keys are not all in
- * one range). Called with the gate closed it just records; with it open a
- * group found split that was whole is a leak of the gate (a step cut it
- * while mputs could run): it is marked, logged, and counted in the return
- * value.
+ * Marks each group split or whole in cfg. Split: its keys are not all in
+ * one range, or a migration in flight takes part of it only (its pieces
+ * move from different nodes). A split group takes mputs and mgets again
+ * CHK_WHOLE_GRACE_MS after it is first seen whole (clients may still route
+ * by a configuration that splits it). Called with the gate closed it just
+ * records; with it open a group found split that was whole is a leak of
+ * the gate (a step cut it while mputs could run): it is marked, logged,
+ * and counted in the return value.
  */
 size_t chk_workload_mk_audit(chk_workload *w, const shardkv_config *cfg, bool gated);
 

@@ -84,6 +84,7 @@ struct chk_workload {
 	uint8_t **finals;                  /* final values of append keys (owned) */
 	_Atomic unsigned *gen;             /* current generation per append slot */
 	atomic_bool *gsplit;               /* per group: not held by one range (no mput/mget) */
+	uint64_t *gwhole;                  /* per split group: since when it looks whole (0: not) */
 	atomic_int mk_block;               /* gate: > 0 closed (driver) */
 	atomic_int mk_inflight;            /* mputs and mgets in flight (clients) */
 	_Atomic uint32_t hot_n;            /* hot units in hot[] */
@@ -166,7 +167,8 @@ chk_workload_create(const chk_opts *o, const char *controllers, const char *pref
 	w->gfirst = calloc(w->ngrp + 1, sizeof(*w->gfirst));
 	w->gsize = calloc(w->ngrp + 1, sizeof(*w->gsize));
 	w->gsplit = calloc(w->ngrp + 1, sizeof(*w->gsplit));
-	if (!w->gname || !w->gfirst || !w->gsize || !w->gsplit)
+	w->gwhole = calloc(w->ngrp + 1, sizeof(*w->gwhole));
+	if (!w->gname || !w->gfirst || !w->gsize || !w->gsplit || !w->gwhole)
 		goto err;
 	for (unsigned g = 0; g < w->ngrp; g++) {
 		char buf[512];
@@ -757,28 +759,65 @@ chk_workload_mk_blocked(chk_workload *w)
 	return atomic_load(&w->mk_block) > 0;
 }
 
+static bool in_range(const char *key, const void *start, size_t sl, const void *end, size_t el);
+
+/* Whether group g lies in one range of cfg and no migration of cfg takes
+ * part of it only (pieces of a group moving from different nodes). */
+static bool
+group_whole(const chk_workload *w, unsigned g, const shardkv_config *cfg)
+{
+	const char *a = w->names[w->gfirst[g]], *b = w->names[w->gfirst[g] + w->gsize[g] - 1];
+	size_t ra = chk_config_range(cfg, a, strlen(a)), rb = chk_config_range(cfg, b, strlen(b));
+
+	if (ra != rb || ra == SIZE_MAX)
+		return false;
+	for (size_t m = 0; m < cfg->nmigrations; m++) {
+		const shardkv_migration *x = &cfg->migrations[m];
+		bool ia = in_range(a, x->start.data, x->start.len, x->end.data, x->end.len);
+		bool ib = in_range(b, x->start.data, x->start.len, x->end.data, x->end.len);
+		if (ia != ib)
+			return false;
+	}
+	return true;
+}
+
 size_t
 chk_workload_mk_audit(chk_workload *w, const shardkv_config *cfg, bool gated)
 {
+	uint64_t now = chk_now_ns();
 	size_t leaks = 0;
 
 	for (unsigned g = 0; g < w->ngrp; g++) {
-		const char *a = w->names[w->gfirst[g]],
-		           *b = w->names[w->gfirst[g] + w->gsize[g] - 1];
-		size_t ra = chk_config_range(cfg, a, strlen(a)),
-		       rb = chk_config_range(cfg, b, strlen(b));
-		bool split = ra != rb || ra == SIZE_MAX;
+		bool split = !group_whole(w, g, cfg);
 		bool was = atomic_load(&w->gsplit[g]);
 		if (split && !was && !gated) {
 			leaks++;
 			chk_log("group %s was split (epoch %" PRIu64 ") while mputs could run",
 			        w->gname[g], cfg->epoch);
 		}
-		if (split != was) {
-			atomic_store(&w->gsplit[g], split);
+		if (split) {
+			w->gwhole[g] = 0;
+			if (!was) {
+				atomic_store(&w->gsplit[g], true);
+				if (w->o->verbose)
+					chk_log("group %s split at epoch %" PRIu64 ": no mput/mget",
+					        w->gname[g], cfg->epoch);
+			}
+			continue;
+		}
+		if (!was)
+			continue;
+		/* Whole again: mputs resume after a grace period, so that the
+		 * clients' cached configurations, which may still split it
+		 * across nodes, have caught up. */
+		if (w->gwhole[g] == 0)
+			w->gwhole[g] = now;
+		if (now - w->gwhole[g] >= (uint64_t)CHK_WHOLE_GRACE_MS * 1000000u) {
+			atomic_store(&w->gsplit[g], false);
+			w->gwhole[g] = 0;
 			if (w->o->verbose)
-				chk_log("group %s %s at epoch %" PRIu64, w->gname[g],
-				        split ? "split: no mput/mget" : "whole again", cfg->epoch);
+				chk_log("group %s whole again at epoch %" PRIu64, w->gname[g],
+				        cfg->epoch);
 		}
 	}
 	return leaks;
@@ -1036,6 +1075,7 @@ chk_workload_destroy(chk_workload *w)
 	free(w->gfirst);
 	free(w->gsize);
 	free((void *)w->gsplit);
+	free(w->gwhole);
 	free(w->names);
 	free(w->finals);
 	free(w->keys);
