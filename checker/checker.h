@@ -75,6 +75,7 @@ typedef struct {
 	unsigned handles;        /* --handles: handles per client thread (>= 1) */
 	unsigned groups;         /* --multi: groups of 2-4 registers for mput/mget (0: none) */
 	unsigned hot_pct;        /* --hot: % of ops on keys the driver is moving */
+	unsigned move_rate;      /* --move-rate: MB/s of half the unwaited copies (0: unpaced) */
 } chk_opts;
 
 /* Monotonic nanoseconds. */

@@ -343,6 +343,17 @@ printable(char *buf, size_t len, const char *k, size_t kl)
 	return buf;
 }
 
+/* The copy rate of a step: --move-rate for half the steps that do not
+ * wait (a paced copy lasts long enough for operations to meet it), else
+ * unpaced. */
+static uint32_t
+step_rate(chk_driver *d, unsigned flags)
+{
+	if (d->o->move_rate == 0 || (flags & SHARDKV_WAIT) || chk_rng_below(&d->rng, 2))
+		return 0;
+	return d->o->move_rate;
+}
+
 /* Moves a random range of the checker's keys to a random active node. */
 static void
 step_move(chk_driver *d, const shardkv_config *cfg)
@@ -405,6 +416,7 @@ step_move(chk_driver *d, const shardkv_config *cfg)
 		return;
 	snprintf(node, sizeof(node), "%" PRIu32, to);
 	unsigned flags = step_flags(d);
+	uint32_t rate = step_rate(d, flags);
 	shardkv_admin_result res = {0};
 	char js[200], je[200];
 	chk_workload_hot_clear(d->w);
@@ -413,10 +425,10 @@ step_move(chk_driver *d, const shardkv_config *cfg)
 	size_t ne =
 	    nem_begin(d, "move",
 	              "\"start\": \"%s\", \"end\": \"%s\", \"from\": %" PRIu32 ", \"to\": %" PRIu32
-	              ", \"wait\": %s",
+	              ", \"wait\": %s, \"rate_mb_s\": %" PRIu32,
 	              json_esc(js, sizeof(js), start, sl), json_esc(je, sizeof(je), end, el), from,
-	              to, flags & SHARDKV_WAIT ? "true" : "false");
-	int rv = shardkv_move(d->admin, start, sl, end, el, node, 0, flags, &res);
+	              to, flags & SHARDKV_WAIT ? "true" : "false", rate);
+	int rv = shardkv_move(d->admin, start, sl, end, el, node, rate, flags, &res);
 	nem_end_rv(d, ne, rv, &res);
 	char ps[700], pe[700];
 	snprintf(what, sizeof(what), "move [%s, %s) -> node %s",
@@ -430,9 +442,10 @@ step_rebalance(chk_driver *d, const shardkv_config *cfg)
 	unsigned flags = step_flags(d);
 	shardkv_admin_result res = {0};
 	gate_close(d);
-	size_t ne =
-	    nem_begin(d, "rebalance", "\"wait\": %s", flags & SHARDKV_WAIT ? "true" : "false");
-	int rv = shardkv_rebalance(d->admin, 0, flags, &res);
+	uint32_t rate = step_rate(d, flags);
+	size_t ne = nem_begin(d, "rebalance", "\"wait\": %s, \"rate_mb_s\": %" PRIu32,
+	                      flags & SHARDKV_WAIT ? "true" : "false", rate);
+	int rv = shardkv_rebalance(d->admin, rate, flags, &res);
 	nem_end_rv(d, ne, rv, &res);
 	gate_after(d, rv, &res);
 	outcome(d, "rebalance", rv, &res, cfg->epoch, flags, &d->st.rebalances);

@@ -42,6 +42,7 @@ usage(FILE *f)
 	    "                       [--reconfig-interval MS] [--no-reconfig] [--seed S]\n"
 	    "                       [--op-timeout MS] [--max-ops N] [--fill N [--fill-size B]]\n"
 	    "                       [--multi G] [--async N] [--handles H] [--hot PCT]\n"
+	    "                       [--move-rate MB]\n"
 	    "                       [--history FILE] [--keep] [--json] [-v]\n"
 	    "       shardkv-checker --check FILE\n"
 	    "\n"
@@ -77,6 +78,8 @@ usage(FILE *f)
 	    "                          async API (get, put), each slot a process (default 0)\n"
 	    "  --handles H             per client, spread its ops over H handles (default 1)\n"
 	    "  --hot PCT               PCT%% of ops pick a key the driver is moving (default 50)\n"
+	    "  --move-rate MB          pace half the moves and rebalances that do not wait at\n"
+	    "                          MB MB/s, so that copies last (default 0: unpaced)\n"
 	    "  --max-ops N             record at most N operations (default %u)\n"
 	    "  --fill N                write N filler keys among the checker's keys first, so\n"
 	    "                          that moved ranges carry data (default 0)\n"
@@ -152,6 +155,7 @@ enum {
 	OPT_ASYNC,
 	OPT_HANDLES,
 	OPT_HOT,
+	OPT_MOVE_RATE,
 };
 
 static int
@@ -186,6 +190,7 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"async", required_argument, NULL, OPT_ASYNC},
 	    {"handles", required_argument, NULL, OPT_HANDLES},
 	    {"hot", required_argument, NULL, OPT_HOT},
+	    {"move-rate", required_argument, NULL, OPT_MOVE_RATE},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -330,6 +335,11 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 			if (!parse_num(optarg, 0, 100, &v))
 				return usage_error("--hot wants 0 to 100, not '%s'", optarg);
 			o->hot_pct = (unsigned)v;
+			break;
+		case OPT_MOVE_RATE:
+			if (!parse_num(optarg, 0, 100000, &v))
+				return usage_error("--move-rate wants MB/s, not '%s'", optarg);
+			o->move_rate = (unsigned)v;
 			break;
 		case 'v':
 			o->verbose = true;

@@ -9,7 +9,10 @@
 # so a moved range holds data and a copy lasts long enough for operations
 # to meet it), mputs and mgets over groups of registers (--multi), async
 # operations in flight beside the blocking ones (--async, --handles), and
-# half the operations aimed at the keys being moved (--hot, default 50).
+# half the operations aimed at the keys being moved (--hot, default 50);
+# checker_cluster paces half its unwaited copies at 4 MB/s (--move-rate),
+# so that some copies last seconds (with --kill, paced copies held most
+# later steps off as busy: 11 reconfigurations instead of 58).
 # checker_kill_always also runs with 150 ms operation deadlines, so that
 # operations time out (indeterminate) and the library retries with the
 # same request ids.
@@ -20,7 +23,7 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   add_test(NAME checker_cluster
     COMMAND shardkv-checker --spawn ${CMAKE_CURRENT_BINARY_DIR}/checker-runs --servers 3
       --clients 4 --duration 45 --reconfig-interval 400 --seed 4242
-      --fill 20000 --fill-size 1000 --multi 8 --async 4 --handles 2)
+      --fill 20000 --fill-size 1000 --multi 8 --async 4 --handles 2 --move-rate 4)
   set_tests_properties(checker_cluster PROPERTIES TIMEOUT 150 LABELS integration
     ENVIRONMENT "SHARDKV_BIN_DIR=$<TARGET_FILE_DIR:shardkv-server>")
   # The same under SIGKILL of servers (restarted with their data dir) with
