@@ -26,10 +26,10 @@
  * This header exposes the parsing, the tallies and the report writers so
  * that tests can drive them without a cluster.
  */
-#ifndef KV_CLIENT_BENCH_H
-#define KV_CLIENT_BENCH_H
+#ifndef KV_CLIENT_CLI_BENCH_H
+#define KV_CLIENT_CLI_BENCH_H
 
-#include "client/hdr.h"
+#include "client/cli/hdr.h"
 #include "client/include/shardkv.h"
 
 #include <stdbool.h>
