@@ -594,6 +594,7 @@ kv_rpc_client_url(const kv_rpc_client *c)
 }
 
 struct kv_rpc_async {
+	kv_rpc_client *cl;   /* the client it calls on (borrowed) */
 	nng_ctx ctx;         /* the request context, reused */
 	nng_aio *aio;        /* its aio, reused; its callback is async_cb */
 	kv_rpc_done_fn done; /* the user's callback */
@@ -614,6 +615,8 @@ async_cb(void *arg)
 			if (nng_aio_get_msg(a->aio) != NULL) /* a failed send leaves it to us */
 				nng_msg_free(nng_aio_get_msg(a->aio));
 			nng_aio_set_msg(a->aio, NULL);
+			if (rv == NNG_ETIMEDOUT) /* as kv_rpc_call: no connection came */
+				rpc_client_maybe_redial(a->cl);
 			a->done(a->arg, rv == NNG_ETIMEDOUT ? KV_EUNAVAIL : kv_err_from_nng(rv),
 			        NULL);
 			return;
@@ -644,6 +647,7 @@ kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc_asy
 		return KV_EINVAL;
 	if ((a = calloc(1, sizeof(*a))) == NULL)
 		return KV_ENOMEM;
+	a->cl = c;
 	a->done = done;
 	a->arg = arg;
 	if ((rv = nng_ctx_open(&a->ctx, c->sock)) != 0) {
