@@ -485,9 +485,6 @@ struct kvc_req {
 	kvc_req *next;        /* queue link */
 };
 
-/* Sets q->why (printf-style). */
-void kvc_req_why(kvc_req *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /*
  * Takes a routed req: routes it by q->key and retries it until a final
  * answer or its deadline (owner hints, backoff, request id kept). Returns 0

@@ -83,7 +83,10 @@ static void to_retry(kvc_req *q);
  * Requests and latches
  * ------------------------------------------------------------------------- */
 
-void
+/* Sets q->why (printf-style). */
+static void kvc_req_why(kvc_req *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
 kvc_req_why(kvc_req *q, const char *fmt, ...)
 {
 	va_list ap;
