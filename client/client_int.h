@@ -477,8 +477,8 @@ struct kvc_req {
 	char *hint_addr;      /* the next attempt goes here (owned); NULL: route */
 	uint64_t min_epoch;   /* the next attempt needs at least this epoch (0: any) */
 	bool refresh;         /* fetch a configuration before the next attempt */
-	bool probe;           /* probe probe_addr's TLS handshake before it */
-	char probe_addr[256]; /* the server that did not answer */
+	bool quiet;           /* its last request found no connection to quiet_addr */
+	char quiet_addr[256]; /* that server: redial it (and probe its TLS) first */
 	uint64_t not_before;  /* the next attempt, not before (kv_now_ns) */
 	uint32_t backoff_ms;  /* the next backoff */
 	int last;             /* the last refusal or transport error */

@@ -334,10 +334,11 @@ no_answer(kvc_req *q, const char *address, int rv)
 		return;
 	}
 	q->min_epoch = q->epoch + 1;
-	/* Over TLS a refused handshake looks like a server that is down. */
-	q->probe = q->c->tls != NULL && rv == KV_EUNAVAIL;
-	if (q->probe)
-		snprintf(q->probe_addr, sizeof(q->probe_addr), "%s", address);
+	/* KV_EUNAVAIL: the send found no connection (the retry thread kicks
+	 * the dialer, and over TLS probes the handshake). */
+	q->quiet = rv == KV_EUNAVAIL;
+	if (q->quiet)
+		snprintf(q->quiet_addr, sizeof(q->quiet_addr), "%s", address);
 	retry_later(q, false);
 }
 
@@ -579,9 +580,9 @@ typedef struct {
 	char why[384];     /* and its reason */
 } probe_memo;
 
-/* Runs the waiting part of a routed req's retry (retry thread): a TLS
- * probe after a request that found no connection, a configuration fetch
- * when one is due; then routes it again. */
+/* Runs the waiting part of a routed req's retry (retry thread): after a
+ * request that found no connection, a redial and (TLS) a probe; a
+ * configuration fetch when one is due; then routes it again. */
 static void
 retry_route(kvc_req *q, probe_memo *pm)
 {
@@ -592,19 +593,27 @@ retry_route(kvc_req *q, probe_memo *pm)
 		fail_deadline(q);
 		return;
 	}
-	if (q->probe && q->probe_addr[0]) {
-		q->probe = false;
-		if (strcmp(pm->address, q->probe_addr) != 0 ||
-		    now - pm->at > (uint64_t)ENG_PROBE_MS * 1000000u) {
+	if (q->quiet && q->quiet_addr[0]) {
+		kv_rpc_client *rpc;
+		kvc_conn *k;
+		q->quiet = false;
+		/* As kv_rpc_call does: a dialer stuck in its backoff starts over
+		 * (not on an nng thread: closing a dialer waits for them). */
+		if (kvc_conn_get(c, q->quiet_addr, &rpc, &k) == KV_OK)
+			kv_rpc_client_redial(rpc);
+		/* Over TLS a refused handshake looks like a server that is down. */
+		if (c->tls != NULL && (strcmp(pm->address, q->quiet_addr) != 0 ||
+		                       now - pm->at > (uint64_t)ENG_PROBE_MS * 1000000u)) {
 			uint32_t ms = kvc_remaining_ms(q->deadline_ns);
 			pm->why[0] = 0;
-			pm->rv = kv_tls_probe(q->probe_addr, c->tls,
+			pm->rv = kv_tls_probe(q->quiet_addr, c->tls,
 			                      ms < ENG_PROBE_MS ? ms : ENG_PROBE_MS, pm->why,
 			                      sizeof(pm->why));
-			snprintf(pm->address, sizeof(pm->address), "%s", q->probe_addr);
+			snprintf(pm->address, sizeof(pm->address), "%s", q->quiet_addr);
 			pm->at = kv_now_ns();
 		}
-		if (pm->rv == KV_EAUTH) {
+		if (c->tls != NULL && pm->rv == KV_EAUTH &&
+		    strcmp(pm->address, q->quiet_addr) == 0) {
 			fail(q, KV_EAUTH, "%s", pm->why[0] ? pm->why : "TLS handshake failed");
 			return;
 		}

@@ -406,6 +406,8 @@ rpc_client_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 static void
 rpc_client_maybe_redial(kv_rpc_client *c)
 {
+	if (c == NULL)
+		return;
 	nng_dialer d;
 
 	if (atomic_load(&c->pipes) > 0)
@@ -587,6 +589,12 @@ kv_rpc_client_destroy(kv_rpc_client *c)
 	rpc_closer_put(x);
 }
 
+void
+kv_rpc_client_redial(kv_rpc_client *c)
+{
+	rpc_client_maybe_redial(c);
+}
+
 const char *
 kv_rpc_client_url(const kv_rpc_client *c)
 {
@@ -594,7 +602,6 @@ kv_rpc_client_url(const kv_rpc_client *c)
 }
 
 struct kv_rpc_async {
-	kv_rpc_client *cl;   /* the client it calls on (borrowed) */
 	nng_ctx ctx;         /* the request context, reused */
 	nng_aio *aio;        /* its aio, reused; its callback is async_cb */
 	kv_rpc_done_fn done; /* the user's callback */
@@ -615,8 +622,6 @@ async_cb(void *arg)
 			if (nng_aio_get_msg(a->aio) != NULL) /* a failed send leaves it to us */
 				nng_msg_free(nng_aio_get_msg(a->aio));
 			nng_aio_set_msg(a->aio, NULL);
-			if (rv == NNG_ETIMEDOUT) /* as kv_rpc_call: no connection came */
-				rpc_client_maybe_redial(a->cl);
 			a->done(a->arg, rv == NNG_ETIMEDOUT ? KV_EUNAVAIL : kv_err_from_nng(rv),
 			        NULL);
 			return;
@@ -647,7 +652,6 @@ kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc_asy
 		return KV_EINVAL;
 	if ((a = calloc(1, sizeof(*a))) == NULL)
 		return KV_ENOMEM;
-	a->cl = c;
 	a->done = done;
 	a->arg = arg;
 	if ((rv = nng_ctx_open(&a->ctx, c->sock)) != 0) {
