@@ -211,6 +211,16 @@ out:
 	return rv;
 }
 
+void
+kvc_conn_redial(shardkv_client *c, const char *address)
+{
+	kv_rpc_client *rpc;
+	kvc_conn *k;
+
+	if (kvc_conn_get(c, address, &rpc, &k) == KV_OK)
+		kv_rpc_client_redial(rpc);
+}
+
 uint32_t
 kvc_attempt_ms(uint64_t deadline_ns)
 {

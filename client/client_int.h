@@ -379,6 +379,11 @@ kvc_cfgref *kvc_cfg_peek(shardkv_client *c);
  * transport error. */
 int kvc_conn_get(shardkv_client *c, const char *address, kv_rpc_client **rpc, kvc_conn **conn);
 
+/* After a request to `address` found no connection: lets its dialer start
+ * over, as kv_rpc_call does by itself (kv_rpc_client_redial). Never on an
+ * nng thread. */
+void kvc_conn_redial(shardkv_client *c, const char *address);
+
 /*
  * Remembers that keys of [h->start, h->end) go to `address` while the cached
  * configuration is still at `epoch` (a newer configuration clears every

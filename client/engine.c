@@ -594,13 +594,8 @@ retry_route(kvc_req *q, probe_memo *pm)
 		return;
 	}
 	if (q->quiet && q->quiet_addr[0]) {
-		kv_rpc_client *rpc;
-		kvc_conn *k;
 		q->quiet = false;
-		/* As kv_rpc_call does: a dialer stuck in its backoff starts over
-		 * (not on an nng thread: closing a dialer waits for them). */
-		if (kvc_conn_get(c, q->quiet_addr, &rpc, &k) == KV_OK)
-			kv_rpc_client_redial(rpc);
+		kvc_conn_redial(c, q->quiet_addr); /* not on an nng thread */
 		/* Over TLS a refused handshake looks like a server that is down. */
 		if (c->tls != NULL && (strcmp(pm->address, q->quiet_addr) != 0 ||
 		                       now - pm->at > (uint64_t)ENG_PROBE_MS * 1000000u)) {

@@ -504,6 +504,8 @@ multi_run(shardkv_client *c, kvc_op_kind kind, size_t n, const kv_bytes *keys, c
 				continue;
 			if (p->rv != KV_OK) {
 				p->err = p->rv == KV_ECLOSED ? KV_EUNAVAIL : p->rv;
+				if (p->rv == KV_EUNAVAIL && p->address) /* no connection came */
+					kvc_conn_redial(c, p->address);
 				if (!kvc_retryable(p->rv) && p->rv != KV_EPROTO) {
 					p->done = true;
 					kvc_fail(p->err, "server %s: %s",
