@@ -257,7 +257,11 @@ pump(kvc_queue *sq)
 		}
 		if (sq->head == NULL)
 			sq->tail = NULL;
-		sl->busy = sl->n > 0;
+		/* A slot that took nothing is free again at the unlock, and
+		 * another thread may fill it at once: past the unlock only
+		 * `mine` says whether it is ours, never sl->n. */
+		bool mine = sl->n > 0;
+		sl->busy = mine;
 		pthread_mutex_unlock(&sq->mu);
 		while (late != NULL) {
 			kvc_req *next = late->next;
@@ -267,7 +271,7 @@ pump(kvc_queue *sq)
 			fail_deadline(late);
 			late = next;
 		}
-		if (sl->n == 0)
+		if (!mine)
 			continue;
 
 		const kvc_op *ops[ENG_MAX_OPS];

@@ -632,6 +632,8 @@ kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc_asy
 void
 kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms)
 {
+	if (timeout_ms == 0)
+		timeout_ms = 1; /* 0 is nng's "poll": no expiry would be scheduled */
 	a->deadline = nng_clock() + timeout_ms;
 	a->receiving = false;
 	nng_aio_set_timeout(a->aio, (nng_duration)timeout_ms);
