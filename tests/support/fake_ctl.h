@@ -48,6 +48,10 @@ typedef struct {
 	uint32_t last_resume;               /* resume_node_id of the last Register */
 	bool accept_leave;                  /* answer AdminLeave with OK */
 	uint32_t leave_from;                /* node that asked to leave */
+	bool hold_fence;                    /* answer FENCED progress BUSY (the source retries) */
+	int fence_status;                   /* else answer it with this wire status (0: OK) */
+	unsigned fenced_seen;               /* FENCED progress reports received */
+	uint64_t getconfig_epoch;           /* GetConfig answers this epoch; 0: the latest */
 
 	pthread_t ticker; /* answers held watches after 300 ms */
 	atomic_bool stop; /* stops the ticker */
@@ -86,5 +90,19 @@ bool fake_ctl_done(fake_ctl *f, uint64_t id);
 
 /* Waits up to ms for MigrationDone of id; fails the test otherwise. */
 void fake_ctl_wait_done(fake_ctl *f, uint64_t id, unsigned ms);
+
+/* Holds the fence: from now on the controller's answer to a source's FENCED
+ * report is BUSY, so the source stays fenced between the destination's fence
+ * acknowledgement and the commit (it asks again with backoff). */
+void fake_ctl_hold_fence(fake_ctl *f);
+
+/* Waits up to ms until a FENCED report arrived while the fence was held;
+ * fails the test otherwise. */
+void fake_ctl_wait_fenced(fake_ctl *f, unsigned ms);
+
+/* Stops holding: the next FENCED reports get `status` (0: OK, the source
+ * commits; SHARDKV__STATUS__STATUS_NOT_FOUND: the migration is no longer
+ * listed, the source lifts the fence and keeps the range). */
+void fake_ctl_release_fence(fake_ctl *f, int status);
 
 #endif
