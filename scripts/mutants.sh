@@ -229,13 +229,13 @@ while IFS=$'\t' read -r name tests about; do
 	why=$(py apply "$defs" "$name" "$src" "$save")
 	rc=$?
 	if [ $rc -ne 0 ]; then
-		printf '%-28s does not apply: %s\n' "$name" "$why"
+		printf '%-34s does not apply: %s\n' "$name" "$why"
 		survived=$((survived + 1))
 		py restore "$src" "$save"
 		continue
 	fi
 	if ! cmake --build "$bld" -j"$jobs" >"$tmp/build-$name.log" 2>&1; then
-		printf '%-28s does not build (log: %s)\n' "$name" "$tmp/build-$name.log"
+		printf '%-34s does not build (log: %s)\n' "$name" "$tmp/build-$name.log"
 		keep=1
 		survived=$((survived + 1))
 		py restore "$src" "$save"
@@ -248,7 +248,7 @@ while IFS=$'\t' read -r name tests about; do
 			break
 		fi
 	done
-	printf '%-28s %s (%ss)\n' "$name" "$result" "$(($(date +%s) - t0))"
+	printf '%-34s %s (%ss)\n' "$name" "$result" "$(($(date +%s) - t0))"
 	[ "$result" = SURVIVED ] && survived=$((survived + 1))
 	py restore "$src" "$save"
 done <<<"$table"

@@ -2,8 +2,9 @@
  * fake_ctl.h - a fake controller for shard server tests: a kv_rpc_server in
  * the test process that answers Register (node ids by address), Watch
  * (held up to 300 ms, answered with the configurations the test
- * published), Heartbeat, MigrationDone, Leave and the rest with OK, and
- * records what it saw. The test builds configurations with fake_cfg_* and
+ * published), GetConfig (the latest, or a pinned epoch), MigrationProgress
+ * (a FENCED report can be held: fake_ctl_hold_fence), Heartbeat,
+ * MigrationDone, Leave and the rest with OK, and records what it saw. The test builds configurations with fake_cfg_* and
  * publishes them in epoch order.
  *
  * Used by test_server_integration and test_server_inproc until the shared
