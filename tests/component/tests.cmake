@@ -24,4 +24,4 @@ kv_add_test(test_server_inproc SOURCES component/test_server_inproc.c
 # client configured before an earlier move; many handovers under heavy
 # appends lose none. scripts/mutants.sh relies on these.
 kv_add_test(test_server_migration SOURCES component/test_server_migration.c
-  LIBS kv_server kv_fake_ctl shardkv kv_testutil TIMEOUT 150 LABELS concurrency)
+  LIBS kv_server kv_fake_ctl shardkv kv_testutil TIMEOUT 90 LABELS concurrency)
