@@ -220,7 +220,7 @@ run_test() {
 
 survived=0
 total=0
-while IFS=$'\t' read -r name tests about; do
+while IFS=$'\t' read -r name tests _; do
 	if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx -- "$name"; then
 		continue
 	fi

@@ -4,10 +4,12 @@
  * (held up to 300 ms, answered with the configurations the test
  * published), GetConfig (the latest, or a pinned epoch), MigrationProgress
  * (a FENCED report can be held: fake_ctl_hold_fence), Heartbeat,
- * MigrationDone, Leave and the rest with OK, and records what it saw. The test builds configurations with fake_cfg_* and
- * publishes them in epoch order.
+ * MigrationDone, Leave and the rest with OK, and records what it saw. The
+ * test builds configurations with fake_cfg_* and publishes them in epoch
+ * order.
  *
- * Used by test_server_integration and test_server_inproc until the shared
+ * Used by test_server_integration, test_server_inproc,
+ * test_server_migration and test_server_crash_handover until the shared
  * fake controller of tests/support/ replaces it. Failures abort the test
  * (cmocka asserts).
  */
