@@ -2,7 +2,7 @@
  * history.c - the checks of a recorded history (see history.h).
  *
  * DESIGN. Operations are grouped per key; each key is checked on its own
- * (single-key operations are linearizable per key, SPEC §3). Every check is
+ * (single-key operations are linearizable per key, doc/contract.md §3). Every check is
  * a sweep over operations sorted by one of their two times, so a history of
  * n operations costs O(n log n) time and O(n) memory, allocated once per
  * call. A failed write has complete = CHK_NEVER: it never constrains what

@@ -1,5 +1,5 @@
 /*
- * auth.h - the shared secret of a cluster (--auth-token-file, SPEC §5):
+ * auth.h - the shared secret of a cluster (--auth-token-file, doc/contract.md §5):
  * loading it from its file, checking the token a request carries, and the
  * log line for a refused request.
  *

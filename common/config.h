@@ -1,6 +1,6 @@
 /*
  * config.h - a cluster configuration as plain C values: epoch, nodes, the
- * range map and the migrations in flight (SPEC §2, doc/protocol.md).
+ * range map and the migrations in flight (doc/contract.md §2, doc/protocol.md).
  *
  * A kv_config is a value: every pointer in it is owned by it, it is never
  * changed after it is published, and it is freed with kv_config_free().

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Default and hard limits of SPEC §2. */
+/* Default and hard limits of doc/contract.md §2. */
 #define KV_DEFAULT_MAX_KEY   1024u
 #define KV_DEFAULT_MAX_VALUE (1024u * 1024u)
 #define KV_HARD_MAX_KEY      (64u * 1024u)

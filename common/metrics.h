@@ -1,6 +1,6 @@
 /*
  * metrics.h - a tiny HTTP listener that serves a daemon's metrics in
- * Prometheus text format at http://HOST:PORT/metrics (SPEC §5), shared by
+ * Prometheus text format at http://HOST:PORT/metrics (doc/contract.md §5), shared by
  * shardkv-controller and shardkv-server.
  *
  * One thread accepts one connection at a time, reads the request head

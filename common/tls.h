@@ -1,6 +1,6 @@
 /*
  * tls.h - TLS for every nng socket of shardkv (--tls-cert, --tls-key,
- * --tls-ca, SPEC §5): loading the PEM files into nng TLS configurations and
+ * --tls-ca, doc/contract.md §5): loading the PEM files into nng TLS configurations and
  * applying them to listeners and dialers of tls+tcp:// URLs.
  *
  * A kv_tls holds two nng configurations built from the same files: a server

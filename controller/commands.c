@@ -1,5 +1,5 @@
 /*
- * commands.c - the controller's commands (SPEC §4, §5; doc/protocol.md):
+ * commands.c - the controller's commands (doc/contract.md §4, §5; doc/protocol.md):
  * join, leave, move, rebalance, cancel and the servers' register, heartbeat
  * and migration reports, config, status and watch. Each runs with mu held,
  * reads the latest configuration and fills the answer in a struct ctl_ctx

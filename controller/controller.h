@@ -1,6 +1,6 @@
 /*
  * controller.h - the shardkv controller: keeps the configuration history,
- * answers admin commands, server reports and watches (SPEC §4, §5;
+ * answers admin commands, server reports and watches (doc/contract.md §4, §5;
  * doc/protocol.md).
  *
  * Standalone (one replica, no --id/--peers): every configuration is made

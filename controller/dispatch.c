@@ -33,7 +33,7 @@ struct ctl_job {
 
 /* What the dispatcher does for a command, besides running it. */
 enum {
-	CTL_ADMIN = 1u << 0,   /* an operator command (SPEC §4) */
+	CTL_ADMIN = 1u << 0,   /* an operator command (doc/contract.md §4) */
 	CTL_SERVER = 1u << 1,  /* sent by shard servers */
 	CTL_MUTATES = 1u << 2, /* may publish a configuration: deduplicated by
 	                          client id, refused while stopping, and

@@ -1,7 +1,7 @@
 /*
  * main.c - shardkv-controller: parses the command line into an immutable
  * kv_controller_cfg (kv_controller_parse_args), starts the controller and
- * stops it on SIGTERM/SIGINT (SPEC §5). This is the only place that deals
+ * stops it on SIGTERM/SIGINT (doc/contract.md §5). This is the only place that deals
  * with signals.
  *
  * Exit codes: 0 clean stop, 1 cannot start (the reason on stderr), 2 usage.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/cluster.sh - a local shardkv cluster on loopback (SPEC §6).
+# deploy/cluster.sh - a local shardkv cluster on loopback (doc/contract.md §6).
 #
 #   cluster.sh up [-n NODES] [--controllers C] [--dir DIR] [--base-port PORT]
 #                      start a controller (C replicas with Raft, e.g. 3 or 5;

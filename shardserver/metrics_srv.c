@@ -1,5 +1,5 @@
 /*
- * metrics_srv.c - the shard server's /metrics (SPEC §5, doc/metrics.md):
+ * metrics_srv.c - the shard server's /metrics (doc/contract.md §5, doc/metrics.md):
  * starts the shared listener (common/metrics.h) and renders the server's
  * counters and gauges on its thread.
  *

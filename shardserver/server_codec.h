@@ -6,7 +6,7 @@
  * This is the only server module (besides tests) that includes the generated
  * protobuf header (STYLE §8). Decoding validates structure: protocol version,
  * that every oneof is set, counts and enum values, byte lengths against the
- * hard limits of SPEC §2. Size limits configured on the server (--max-key,
+ * hard limits of doc/contract.md §2. Size limits configured on the server (--max-key,
  * --max-value) are checked by the dispatcher, per op.
  *
  * Decoded values borrow bytes from the unpacked message: they are valid until

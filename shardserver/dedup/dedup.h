@@ -1,7 +1,7 @@
 /*
  * dedup.h - the exactly-once memory of a shard server: (client_id,
  * request_id) -> the result of a write, so that a retried write is answered
- * from memory instead of being applied twice (SPEC §3, doc/protocol.md).
+ * from memory instead of being applied twice (doc/contract.md §3, doc/protocol.md).
  *
  * Bounded: at most `per_client` results per client (the oldest is forgotten
  * first), at most `max_clients` clients, and a client idle for `ttl_ms` is

@@ -2,7 +2,7 @@
  * store.h - the local in-memory key-value store of a shard server.
  *
  * Keys are byte strings of 1..max_key bytes, values 0..max_value bytes, with
- * the semantics of SPEC §3. The store is split into partitions; a key's
+ * the semantics of doc/contract.md §3. The store is split into partitions; a key's
  * partition is a hash of the key without its last byte, so keys that differ
  * only in their last byte share a partition (and a leaf node of its index).
  * Each partition is an ordered index (an adaptive radix tree) over items kept

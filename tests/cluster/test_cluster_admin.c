@@ -1,5 +1,5 @@
 /*
- * test_cluster_admin.c - the admin rules of SPEC §4 against real daemons: a
+ * test_cluster_admin.c - the admin rules of doc/contract.md §4 against real daemons: a
  * join rebalances so that the newcomer takes a share of the data, and every
  * bad request (duplicate join, leave of an unknown node, empty or inverted
  * move, move to an unknown or inactive node) fails with its own error and

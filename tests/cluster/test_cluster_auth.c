@@ -1,5 +1,5 @@
 /*
- * test_cluster_auth.c - the shared secret (--auth-token-file, SPEC §5) with
+ * test_cluster_auth.c - the shared secret (--auth-token-file, doc/contract.md §5) with
  * real daemons: a controller and two servers started with the secret serve
  * the library and the `shardkv` binary that send it, for data and admin
  * commands alike; without it or with a wrong one, data and admin commands

@@ -1,6 +1,6 @@
 /*
  * test_cluster_cli.c - the real `shardkv` binary against real daemons: every
- * command of SPEC §5 with its output format and exit code (0 success, 1 not
+ * command of doc/contract.md §5 with its output format and exit code (0 success, 1 not
  * found, 2 usage or invalid request (an unknown node too), 3 unavailable,
  * 4 rejected), `-` values
  * from stdin (binary, with NUL bytes), values that start with '-', keys

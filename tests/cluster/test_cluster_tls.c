@@ -1,5 +1,5 @@
 /*
- * test_cluster_tls.c - TLS (--tls-cert, --tls-key, --tls-ca, SPEC §5) with
+ * test_cluster_tls.c - TLS (--tls-cert, --tls-key, --tls-ca, doc/contract.md §5) with
  * real daemons. A throw-away PKI is made at run time with the openssl CLI
  * (tests/tls_certs.sh): the cluster's CA, the daemons' certificate, a client
  * certificate, and a certificate signed by another CA. A controller and two

@@ -1,5 +1,5 @@
 /*
- * test_client_bench.c - `shardkv bench` (SPEC §7).
+ * test_client_bench.c - `shardkv bench` (doc/contract.md §7).
  *
  * Built twice from this file. Without KV_BENCH_CLUSTER (test_client_bench):
  * the latency histogram against a sorted-array reference, --mix and --dist
