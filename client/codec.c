@@ -7,7 +7,7 @@
  * Requests are built on the stack from borrowed bytes, never with
  * free_unpacked; replies are unpacked, copied out and freed with
  * *__free_unpacked on every path. Decoding checks sizes against the hard
- * limits of SPEC §2 so that a hostile reply is KV_EPROTO, never a crash.
+ * limits of doc/contract.md §2 so that a hostile reply is KV_EPROTO, never a crash.
  * This is the only file of the client that includes the generated header.
  */
 #include "client/client_int.h"
