@@ -75,6 +75,14 @@ if(TARGET shardkv-controller AND TARGET shardkv-server)
   target_compile_definitions(test_server_integration PRIVATE
     KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>")
   add_dependencies(test_server_integration shardkv-server)
+  # A source (the binary) SIGKILLed between the fence acknowledgement and
+  # the controller's answer, held by the fake controller: restarted on its
+  # data dir, it hands over every key (scripts/mutants.sh relies on it).
+  kv_add_test(test_server_crash_handover SOURCES cluster/test_server_crash_handover.c
+    LIBS kv_server kv_fake_ctl kv_testutil TIMEOUT 60 LABELS integration)
+  target_compile_definitions(test_server_crash_handover PRIVATE
+    KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>")
+  add_dependencies(test_server_crash_handover shardkv-server)
   # A real controller and server with --metrics, scraped over a plain socket
   # (counters, text format, hostile requests, bad address).
   kv_add_test(test_server_metrics SOURCES cluster/test_server_metrics.c

@@ -16,3 +16,12 @@ kv_add_test(test_controller_inproc SOURCES component/test_controller_inproc.c
 # restart on a data dir, leave, refused starts.
 kv_add_test(test_server_inproc SOURCES component/test_server_inproc.c
   LIBS kv_server kv_fake_ctl kv_testutil TIMEOUT 60 LABELS concurrency)
+
+# The safety of a handover between two in-process servers, at the moments
+# that matter (the fake controller holds its answer to the fence): a source
+# stopped or a migration cancelled between the fence and the commit keeps
+# every key; the destination answers MOVING until the commit, also to a
+# client configured before an earlier move; many handovers under heavy
+# appends lose none. scripts/mutants.sh relies on these.
+kv_add_test(test_server_migration SOURCES component/test_server_migration.c
+  LIBS kv_server kv_fake_ctl shardkv kv_testutil TIMEOUT 90 LABELS concurrency)

@@ -106,6 +106,25 @@ ctl_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			f->done[f->ndone++] = rq->migration_done->migration_id;
 		*reply = ctl_reply_locked(f, rq->request_id, 0, 0, 0, false, false);
 		break;
+	case SHARDKV__ADMIN_REQUEST__CMD_MIGRATION_PROGRESS: {
+		int st = 0;
+		if (rq->migration_progress->phase ==
+		    SHARDKV__MIGRATION_PHASE__MIGRATION_PHASE_FENCED) {
+			f->fenced_seen += f->hold_fence;
+			st = f->hold_fence ? SHARDKV__STATUS__STATUS_BUSY : f->fence_status;
+		}
+		*reply = ctl_reply_locked(f, rq->request_id, st, 0, 0, false, false);
+		break;
+	}
+	case SHARDKV__ADMIN_REQUEST__CMD_GET_CONFIG: {
+		/* single: the latest, or the one the test pinned. */
+		size_t n = f->ncfgs;
+		if (f->getconfig_epoch != 0 && f->getconfig_epoch < n)
+			f->ncfgs = f->getconfig_epoch;
+		*reply = ctl_reply_locked(f, rq->request_id, 0, 0, 0, false, true);
+		f->ncfgs = n;
+		break;
+	}
 	case SHARDKV__ADMIN_REQUEST__CMD_LEAVE:
 		f->leave_from = rq->leave->node->id;
 		*reply = ctl_reply_locked(f, rq->request_id,
@@ -268,4 +287,38 @@ fake_ctl_wait_done(fake_ctl *f, uint64_t id, unsigned ms)
 			         ms);
 		kv_test_sleep_ms(5);
 	}
+}
+
+void
+fake_ctl_hold_fence(fake_ctl *f)
+{
+	pthread_mutex_lock(&f->mu);
+	f->hold_fence = true;
+	f->fenced_seen = 0;
+	pthread_mutex_unlock(&f->mu);
+}
+
+void
+fake_ctl_wait_fenced(fake_ctl *f, unsigned ms)
+{
+	uint64_t deadline = now_ms() + ms;
+	for (;;) {
+		pthread_mutex_lock(&f->mu);
+		bool seen = f->fenced_seen > 0;
+		pthread_mutex_unlock(&f->mu);
+		if (seen)
+			return;
+		if (now_ms() > deadline)
+			fail_msg("no FENCED report within %u ms", ms);
+		kv_test_sleep_ms(5);
+	}
+}
+
+void
+fake_ctl_release_fence(fake_ctl *f, int status)
+{
+	pthread_mutex_lock(&f->mu);
+	f->hold_fence = false;
+	f->fence_status = status;
+	pthread_mutex_unlock(&f->mu);
 }

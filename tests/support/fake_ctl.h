@@ -2,11 +2,14 @@
  * fake_ctl.h - a fake controller for shard server tests: a kv_rpc_server in
  * the test process that answers Register (node ids by address), Watch
  * (held up to 300 ms, answered with the configurations the test
- * published), Heartbeat, MigrationDone, Leave and the rest with OK, and
- * records what it saw. The test builds configurations with fake_cfg_* and
- * publishes them in epoch order.
+ * published), GetConfig (the latest, or a pinned epoch), MigrationProgress
+ * (a FENCED report can be held: fake_ctl_hold_fence), Heartbeat,
+ * MigrationDone, Leave and the rest with OK, and records what it saw. The
+ * test builds configurations with fake_cfg_* and publishes them in epoch
+ * order.
  *
- * Used by test_server_integration and test_server_inproc until the shared
+ * Used by test_server_integration, test_server_inproc,
+ * test_server_migration and test_server_crash_handover until the shared
  * fake controller of tests/support/ replaces it. Failures abort the test
  * (cmocka asserts).
  */
@@ -48,6 +51,10 @@ typedef struct {
 	uint32_t last_resume;               /* resume_node_id of the last Register */
 	bool accept_leave;                  /* answer AdminLeave with OK */
 	uint32_t leave_from;                /* node that asked to leave */
+	bool hold_fence;                    /* answer FENCED progress BUSY (the source retries) */
+	int fence_status;                   /* else answer it with this wire status (0: OK) */
+	unsigned fenced_seen;               /* FENCED progress reports received */
+	uint64_t getconfig_epoch;           /* GetConfig answers this epoch; 0: the latest */
 
 	pthread_t ticker; /* answers held watches after 300 ms */
 	atomic_bool stop; /* stops the ticker */
@@ -86,5 +93,19 @@ bool fake_ctl_done(fake_ctl *f, uint64_t id);
 
 /* Waits up to ms for MigrationDone of id; fails the test otherwise. */
 void fake_ctl_wait_done(fake_ctl *f, uint64_t id, unsigned ms);
+
+/* Holds the fence: from now on the controller's answer to a source's FENCED
+ * report is BUSY, so the source stays fenced between the destination's fence
+ * acknowledgement and the commit (it asks again with backoff). */
+void fake_ctl_hold_fence(fake_ctl *f);
+
+/* Waits up to ms until a FENCED report arrived while the fence was held;
+ * fails the test otherwise. */
+void fake_ctl_wait_fenced(fake_ctl *f, unsigned ms);
+
+/* Stops holding: the next FENCED reports get `status` (0: OK, the source
+ * commits; SHARDKV__STATUS__STATUS_NOT_FOUND: the migration is no longer
+ * listed, the source lifts the fence and keeps the range). */
+void fake_ctl_release_fence(fake_ctl *f, int status);
 
 #endif

@@ -1,0 +1,610 @@
+/*
+ * test_server_migration.c - the safety of a range handover between two
+ * in-process shard servers (server.h) driven by the fake controller
+ * (tests/support/fake_ctl.h), at the moments that matter:
+ *
+ * - between the destination's fence acknowledgement and the controller's
+ *   answer (the fake holds it): a source stopped there and restarted, or a
+ *   migration cancelled there, keeps every key;
+ * - during a slow copy (a rate limit) and while the fence is held: the
+ *   destination answers MOVING with the source as hint, raw and through a
+ *   client whose configuration predates an earlier move of the range;
+ * - many handovers under heavy appends to few keys: no acknowledged append
+ *   is lost or applied twice (the fence is atomic with writes).
+ *
+ * scripts/mutants.sh runs these against known-bad changes of the migration
+ * code. Every server is destroyed by the teardown; every wait has a deadline.
+ */
+#include "common/err.h"
+#include "shardkv.h"
+#include "shardserver/server.h"
+#include "tests/support/fake_ctl.h"
+#include "tests/support/srv_client.h"
+#include "tests/support/testutil.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#define NSRV      2
+#define ST_MOVING SHARDKV__STATUS__STATUS_MOVING
+#define ST_WRONG  SHARDKV__STATUS__STATUS_WRONG_OWNER
+
+/* One in-process server and what its configuration borrows. */
+typedef struct {
+	kv_server *s;       /* NULL: not created */
+	kv_server_cfg cfg;  /* its flags */
+	char url[64];       /* --listen */
+	char dir[200];      /* --data-dir */
+	const char *ctl[1]; /* --controller */
+} srv;
+
+static srv srvs[NSRV];
+static fake_ctl *ctl;
+static char tmpdir[128];
+
+static int
+setup(void **state)
+{
+	(void)state;
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmig.XXXXXX");
+	assert_non_null(mkdtemp(tmpdir));
+	ctl = fake_ctl_start();
+	for (int i = 0; i < NSRV; i++) {
+		srv *v = &srvs[i];
+		memset(v, 0, sizeof(*v));
+		kv_test_free_url(v->url, sizeof(v->url));
+		snprintf(v->dir, sizeof(v->dir), "%s/n%d", tmpdir, i + 1);
+		v->ctl[0] = ctl->url;
+		v->cfg = (kv_server_cfg){.listen = v->url,
+		                         .ctl = v->ctl,
+		                         .nctl = 1,
+		                         .data_dir = v->dir,
+		                         .join = true,
+		                         .fsync = KV_FSYNC_BATCH,
+		                         .contexts = 32,
+		                         .watch_timeout_ms = 500};
+		fake_ctl_add_node(ctl, v->url);
+	}
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	char cmd[300];
+	(void)state;
+	clients_close();
+	for (int i = 0; i < NSRV; i++) {
+		kv_server_destroy(srvs[i].s);
+		srvs[i].s = NULL;
+	}
+	fake_ctl_stop(ctl);
+	ctl = NULL;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", tmpdir);
+	return 0;
+}
+
+static void
+srv_up(int i)
+{
+	char err[256];
+	srv *v = &srvs[i];
+	int rv = kv_server_create(&v->cfg, &v->s, err, sizeof(err));
+	if (rv != 0)
+		fail_msg("create: %s: %s", kv_errname(rv), err);
+	assert_int_equal(kv_server_start(v->s), 0);
+}
+
+/* Stops and destroys server i without a leave: its ranges stay its own. */
+static void
+srv_down(int i)
+{
+	assert_int_equal(kv_server_stop(srvs[i].s), 0);
+	kv_server_destroy(srvs[i].s);
+	srvs[i].s = NULL;
+}
+
+/* Polls until the server answers a ping with a node id and at least epoch. */
+static void
+wait_ready(const char *url, uint64_t epoch)
+{
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	for (;;) {
+		Shardkv__Request rq = SHARDKV__REQUEST__INIT;
+		Shardkv__Response *r = call(url, &rq);
+		bool ok = r && r->node_id != 0 && r->epoch >= epoch;
+		if (r)
+			shardkv__response__free_unpacked(r, NULL);
+		if (ok)
+			return;
+		if (kv_test_now_ms() > deadline)
+			fail_msg("server %s not ready at epoch %llu", url,
+			         (unsigned long long)epoch);
+		kv_test_sleep_ms(10);
+	}
+}
+
+/* Both servers up at a configuration giving everything to node 1. */
+static void
+two_servers_node1_owns_all(void)
+{
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	srv_up(0);
+	srv_up(1);
+	wait_ready(srvs[0].url, e);
+	wait_ready(srvs[1].url, e);
+}
+
+/* Publishes [m, "") moving from `from` to `to` (migration id), at rate MB/s. */
+static uint64_t
+publish_move(uint64_t id, uint32_t from, uint32_t to, uint32_t rate)
+{
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", from);
+	fake_cfg_range(&b, "m", to);
+	fake_cfg_mig(&b, id, "m", "", from, to);
+	b.c->migs[b.c->nmigs - 1].rate_limit_mb_s = rate;
+	return fake_cfg_publish(ctl, &b);
+}
+
+/* Publishes [m, "") owned by `owner`, "" .. m by node 1, no migration. */
+static uint64_t
+publish_owner(uint32_t owner)
+{
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", 1);
+	if (owner != 1)
+		fake_cfg_range(&b, "m", owner);
+	return fake_cfg_publish(ctl, &b);
+}
+
+static void
+key_of(char *k, size_t n, int i)
+{
+	snprintf(k, n, "p%05d", i);
+}
+
+/* A value of about `len` bytes that names key i and version ver. */
+static void
+value_of(char *v, size_t n, int i, int ver, size_t len)
+{
+	int w = snprintf(v, n, "v%d.%d.", ver, i);
+	size_t l = len < n - 1 ? len : n - 1;
+	for (size_t j = (size_t)w; j < l; j++)
+		v[j] = (char)('a' + (j + (size_t)i) % 26);
+	v[l > (size_t)w ? l : (size_t)w] = '\0';
+}
+
+/* Puts keys 0..n-1 (version ver) on url. */
+static void
+put_keys(const char *url, int n, int ver, size_t len)
+{
+	char k[32], v[8192];
+	for (int i = 0; i < n; i++) {
+		key_of(k, sizeof(k), i);
+		value_of(v, sizeof(v), i, ver, len);
+		res1 r = do_put(url, k, v, 0, 0);
+		if (r.status != 0)
+			fail_msg("put %s on %s: status %d", k, url, r.status);
+	}
+}
+
+/* Checks that url serves keys 0..n-1, key i with version ver(i). The
+ * comparison is on the first 255 bytes (res1.value). */
+static void
+check_keys(const char *url, int n, int (*ver)(int), size_t len)
+{
+	char k[32], v[8192];
+	for (int i = 0; i < n; i++) {
+		key_of(k, sizeof(k), i);
+		value_of(v, sizeof(v), i, ver(i), len);
+		v[255] = '\0';
+		res1 r = do_get(url, k);
+		if (r.status != 0)
+			fail_msg("key %s lost: get on %s answers status %d", k, url, r.status);
+		if (strcmp(r.value, v) != 0)
+			fail_msg("key %s on %s: \"%.20s...\", expected \"%.20s...\"", k, url,
+			         r.value, v);
+	}
+}
+
+static int
+ver1(int i)
+{
+	(void)i;
+	return 1;
+}
+
+/* Keys rewritten during the slow copy: the even ones below rewritten_below. */
+static int rewritten_below;
+
+static int
+ver_even2(int i)
+{
+	return i % 2 || i >= rewritten_below ? 1 : 2;
+}
+
+/* Waits until a put of a fresh key to url succeeds (the range is served). */
+static void
+wait_serves(const char *url, const char *key)
+{
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	res1 r;
+	while ((r = do_put(url, key, "x", 0, 0)).status != 0) {
+		if (kv_test_now_ms() > deadline)
+			fail_msg("%s does not serve %s: status %d", url, key, r.status);
+		kv_test_sleep_ms(10);
+	}
+}
+
+/* Checks that a get and a put of key on url answer MOVING naming node `hint`. */
+static void
+expect_moving(const char *url, const char *key, uint32_t hint, const char *hint_addr)
+{
+	res1 g = do_get(url, key);
+	res1 p = do_put(url, key, "must-not-land", 0, 0);
+	if (g.status != ST_MOVING || g.hint_node != hint)
+		fail_msg("get %s on %s: status %d hint %u, expected MOVING hint %u", key, url,
+		         g.status, g.hint_node, hint);
+	if (p.status != ST_MOVING || p.hint_node != hint)
+		fail_msg("put %s on %s: status %d hint %u, expected MOVING hint %u", key, url,
+		         p.status, p.hint_node, hint);
+	assert_string_equal(g.hint_addr, hint_addr);
+}
+
+#define NKEYS_SMALL 300
+
+static void
+source_stopped_between_fence_ack_and_commit_restarts_and_hands_over_every_key(void **state)
+{
+	(void)state;
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
+	fake_ctl_hold_fence(ctl);
+	publish_move(1, 1, 2, 0);
+	/* The destination has acknowledged the fence; the controller has not
+	 * answered: the source dies here (no leave, its log is all it keeps). */
+	fake_ctl_wait_fenced(ctl, 15000);
+	srv_down(0);
+	clients_close();
+	fake_ctl_release_fence(ctl, 0);
+	srv_up(0);
+	fake_ctl_wait_done(ctl, 1, 20000);
+	uint64_t e = publish_owner(2);
+	wait_ready(srvs[1].url, e);
+	wait_ready(srvs[0].url, e);
+	check_keys(srvs[1].url, NKEYS_SMALL, ver1, 100);
+	res1 r = do_get(srvs[0].url, "p00000");
+	assert_int_equal(r.status, ST_WRONG);
+	assert_int_equal(r.hint_node, 2);
+}
+
+static void
+migration_cancelled_between_fence_ack_and_commit_leaves_every_key_on_the_source(void **state)
+{
+	(void)state;
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
+	fake_ctl_hold_fence(ctl);
+	publish_move(1, 1, 2, 0);
+	fake_ctl_wait_fenced(ctl, 15000);
+	/* The fenced source answers MOVING with the destination as hint. */
+	expect_moving(srvs[0].url, "p00001", 2, srvs[1].url);
+	/* Cancelled meanwhile: the controller no longer lists the migration. */
+	uint64_t e = publish_owner(1);
+	fake_ctl_release_fence(ctl, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	wait_ready(srvs[0].url, e);
+	wait_ready(srvs[1].url, e);
+	wait_serves(srvs[0].url, "pz-after-cancel");
+	check_keys(srvs[0].url, NKEYS_SMALL, ver1, 100);
+	res1 r = do_get(srvs[1].url, "p00000");
+	assert_int_equal(r.status, ST_WRONG);
+	assert_int_equal(r.hint_node, 1);
+}
+
+/* 900 keys of 4 KiB: about 3.6 MB, so a copy at 1 MB/s takes 3 s. */
+#define NKEYS_SLOW 900
+#define VLEN_SLOW  4000
+
+static void
+destination_answers_moving_naming_the_source_until_the_commit(void **state)
+{
+	(void)state;
+	char k[32], v[8192];
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, NKEYS_SLOW, 1, VLEN_SLOW);
+	fake_ctl_hold_fence(ctl);
+	publish_move(1, 1, 2, 1);
+	/* Begin has arrived once the destination says MOVING. */
+	uint64_t deadline = kv_test_now_ms() + 10000;
+	res1 r;
+	while ((r = do_get(srvs[1].url, "p00000")).status != ST_MOVING) {
+		if (r.status != ST_WRONG || kv_test_now_ms() > deadline)
+			fail_msg("destination before Begin: status %d", r.status);
+		kv_test_sleep_ms(2);
+	}
+	/* During the copy: every key, copied or not, is MOVING there (hint:
+	 * the source); writes go on at the source and reach the destination. */
+	int checked = 0;
+	for (int i = 0; i < NKEYS_SLOW; i += 2) {
+		pthread_mutex_lock(&ctl->mu);
+		bool fenced = ctl->fenced_seen > 0;
+		pthread_mutex_unlock(&ctl->mu);
+		if (fenced)
+			break; /* a slow machine: the rest is checked at the fence */
+		key_of(k, sizeof(k), i);
+		value_of(v, sizeof(v), i, 2, VLEN_SLOW);
+		assert_int_equal(do_put(srvs[0].url, k, v, 0, 0).status, 0);
+		key_of(k, sizeof(k), (i * 7) % NKEYS_SLOW);
+		expect_moving(srvs[1].url, k, 1, srvs[0].url);
+		checked++;
+	}
+	rewritten_below = 2 * checked;
+	if (checked < 20)
+		fail_msg("the copy at 1 MB/s ended after %d checks: not a slow copy", checked);
+	/* Held between the fence acknowledgement and the commit: still MOVING
+	 * at the destination, and MOVING (hint: the destination) at the source. */
+	fake_ctl_wait_fenced(ctl, 20000);
+	expect_moving(srvs[1].url, "p00003", 1, srvs[0].url);
+	expect_moving(srvs[1].url, "pzz-new", 1, srvs[0].url);
+	expect_moving(srvs[0].url, "p00004", 2, srvs[1].url);
+	fake_ctl_release_fence(ctl, 0);
+	fake_ctl_wait_done(ctl, 1, 20000);
+	uint64_t e = publish_owner(2);
+	wait_ready(srvs[1].url, e);
+	check_keys(srvs[1].url, NKEYS_SLOW, ver_even2, VLEN_SLOW);
+	assert_int_equal(do_get(srvs[1].url, "pzz-new").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+}
+
+static void
+client_configured_before_an_earlier_move_reads_every_key_while_the_range_comes_back(void **state)
+{
+	(void)state;
+	char k[32], v[8192];
+	shardkv_client *c = NULL;
+	shardkv_options o = {.no_watch = true, .timeout_ms = 8000};
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, NKEYS_SLOW, 1, VLEN_SLOW);
+	/* The client learns epoch 1 (node 1 owns everything) and no other. */
+	pthread_mutex_lock(&ctl->mu);
+	ctl->getconfig_epoch = 1;
+	pthread_mutex_unlock(&ctl->mu);
+	assert_int_equal(shardkv_open(ctl->url, &o, &c), 0);
+	shardkv_buf got = {0};
+	assert_int_equal(shardkv_get(c, "p00000", 6, &got), 0);
+	shardkv_free(got.data);
+	/* Later fetches get the latest (as from a real controller): the client
+	 * refreshes once a server's answer shows it is behind. */
+	pthread_mutex_lock(&ctl->mu);
+	ctl->getconfig_epoch = 0;
+	pthread_mutex_unlock(&ctl->mu);
+	/* An earlier move: [m, "") to node 2. */
+	publish_move(1, 1, 2, 0);
+	fake_ctl_wait_done(ctl, 1, 20000);
+	uint64_t e = publish_owner(2);
+	wait_ready(srvs[1].url, e);
+	/* It comes back slowly; node 1 has it INCOMING while the stale client
+	 * still routes it to node 1. The first get is of the last key, which
+	 * the copy (in key order) has not reached yet. */
+	fake_ctl_hold_fence(ctl);
+	publish_move(2, 2, 1, 1);
+	uint64_t deadline = kv_test_now_ms() + 10000;
+	res1 r;
+	while ((r = do_get(srvs[0].url, "p00000")).status != ST_MOVING) {
+		if (kv_test_now_ms() > deadline)
+			fail_msg("node 1 never had the range incoming: status %d", r.status);
+		kv_test_sleep_ms(2);
+	}
+	for (int n = 0; n < 60; n++) {
+		int i = NKEYS_SLOW - 1 - (n * 13) % NKEYS_SLOW;
+		key_of(k, sizeof(k), i);
+		value_of(v, sizeof(v), i, 1, VLEN_SLOW);
+		int rv = shardkv_get(c, k, strlen(k), &got);
+		if (rv != 0)
+			fail_msg("client get %s during the move back: %d (%s)", k, rv,
+			         shardkv_errmsg());
+		if (got.len != strlen(v) || memcmp(got.data, v, got.len) != 0)
+			fail_msg("client get %s during the move back: wrong value", k);
+		shardkv_free(got.data);
+	}
+	/* After the handover the client finds every key at node 1. */
+	fake_ctl_wait_fenced(ctl, 20000);
+	fake_ctl_release_fence(ctl, 0);
+	fake_ctl_wait_done(ctl, 2, 20000);
+	for (int i = 0; i < NKEYS_SLOW; i += 97) {
+		key_of(k, sizeof(k), i);
+		value_of(v, sizeof(v), i, 1, VLEN_SLOW);
+		assert_int_equal(shardkv_get(c, k, strlen(k), &got), 0);
+		assert_int_equal(got.len, strlen(v));
+		assert_memory_equal(got.data, v, got.len);
+		shardkv_free(got.data);
+	}
+	shardkv_close(c);
+}
+
+/* The handover stress: writers append numbered tokens to few keys of the
+ * moving range while it moves back and forth. */
+#define NWRITERS   6
+#define KEY_ROTATE 64        /* appends per key before a writer takes a new one */
+#define MAX_APPS   (1 << 18) /* appends per writer at most */
+#define STRESS_MS  12000u    /* how long the range moves at most */
+#define HANDOVERS  200       /* handovers at most (two configurations each) */
+
+typedef struct {
+	int w;             /* writer number */
+	atomic_bool *stop; /* set by the test */
+	int acked;         /* appends 1..acked were acknowledged */
+	int failures;      /* transport failures (retried) */
+	char url[64];      /* where it sends now */
+} writer;
+
+static void *
+writer_main(void *arg)
+{
+	writer *wr = arg;
+	char k[32], tok[32];
+	snprintf(wr->url, sizeof(wr->url), "%s", srvs[0].url);
+	for (int seq = 1; seq < MAX_APPS && !atomic_load(wr->stop); seq++) {
+		snprintf(k, sizeof(k), "q%d-%05d", wr->w, seq / KEY_ROTATE);
+		snprintf(tok, sizeof(tok), "%d,", seq);
+		uint64_t deadline = kv_test_now_ms() + 20000;
+		for (;;) {
+			/* Same request id on every retry: exactly once. */
+			res1 r = do_append(wr->url, k, tok, 1000 + (uint64_t)wr->w, (uint64_t)seq);
+			if (r.status == 0)
+				break;
+			if (kv_test_now_ms() > deadline) {
+				fprintf(stderr, "writer %d: append %d unanswered (status %d)\n",
+				        wr->w, seq, r.status);
+				return NULL;
+			}
+			if (r.status == -1)
+				wr->failures++;
+			if ((r.status == ST_MOVING || r.status == ST_WRONG) && r.hint_addr[0])
+				snprintf(wr->url, sizeof(wr->url), "%s", r.hint_addr);
+			if (r.status != ST_WRONG)
+				kv_test_sleep_ms(1);
+		}
+		wr->acked = seq;
+	}
+	return NULL;
+}
+
+/* The full value of key on url (malloc'd, NUL-terminated), or NULL. */
+static char *
+get_full(const char *url, const char *key)
+{
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__GetOp g = SHARDKV__GET_OP__INIT;
+	Shardkv__Request rq = SHARDKV__REQUEST__INIT;
+	Shardkv__Op *ops[1] = {&op};
+	char *out = NULL;
+	g.key = bd(key);
+	op.op_case = SHARDKV__OP__OP_GET;
+	op.get = &g;
+	rq.n_ops = 1;
+	rq.ops = ops;
+	rq.epoch = 1;
+	Shardkv__Response *r = call(url, &rq);
+	if (r != NULL && r->n_results == 1 && r->results[0]->status == 0) {
+		out = malloc(r->results[0]->value.len + 1);
+		memcpy(out, r->results[0]->value.data, r->results[0]->value.len);
+		out[r->results[0]->value.len] = '\0';
+	}
+	if (r)
+		shardkv__response__free_unpacked(r, NULL);
+	return out;
+}
+
+static void
+many_handovers_under_heavy_appends_lose_and_double_no_acknowledged_append(void **state)
+{
+	(void)state;
+	writer wrs[NWRITERS];
+	pthread_t thr[NWRITERS];
+	atomic_bool stop = false;
+	uint32_t owner = 1;
+	uint64_t id = 0, t0;
+
+	for (int i = 0; i < NSRV; i++)
+		srvs[i].cfg.fsync = KV_FSYNC_NONE;
+	two_servers_node1_owns_all();
+	for (int w = 0; w < NWRITERS; w++) {
+		wrs[w] = (writer){.w = w, .stop = &stop};
+		assert_int_equal(pthread_create(&thr[w], NULL, writer_main, &wrs[w]), 0);
+	}
+	t0 = kv_test_now_ms();
+	while (kv_test_now_ms() - t0 < STRESS_MS && id < HANDOVERS) {
+		uint32_t to = owner == 1 ? 2 : 1;
+		publish_move(++id, owner, to, 0);
+		fake_ctl_wait_done(ctl, id, 20000);
+		owner = to;
+		publish_owner(owner);
+	}
+	atomic_store(&stop, true);
+	for (int w = 0; w < NWRITERS; w++)
+		pthread_join(thr[w], NULL);
+	/* Every acknowledged token once, in order, at the final owner. */
+	const char *url = srvs[owner - 1].url;
+	int total = 0;
+	for (int w = 0; w < NWRITERS; w++) {
+		int acked = wrs[w].acked;
+		total += acked;
+		for (int gen = 0; gen <= acked / KEY_ROTATE; gen++) {
+			char k[32];
+			snprintf(k, sizeof(k), "q%d-%05d", w, gen);
+			char *val = get_full(url, k);
+			int first = gen == 0 ? 1 : gen * KEY_ROTATE;
+			int last = (gen + 1) * KEY_ROTATE - 1;
+			if (last > acked)
+				last = acked;
+			if (first > last) {
+				free(val);
+				continue;
+			}
+			if (val == NULL)
+				fail_msg("key %s lost (writer %d acked %d appends)", k, w, acked);
+			char *p = val;
+			for (int seq = first; seq <= last; seq++) {
+				char *end;
+				long n = strtol(p, &end, 10);
+				if (end == p || *end != ',' || n != seq)
+					fail_msg(
+					    "key %s: acknowledged append %d %s (value \"%.60s\")",
+					    k, seq, end == p ? "lost" : "lost or doubled", p);
+				p = end + 1;
+			}
+			/* At most the one unacknowledged append after the last ack. */
+			if (*p != '\0' && last == acked) {
+				long n = strtol(p, NULL, 10);
+				if (n != acked + 1)
+					fail_msg("key %s: unexpected \"%.40s\" after %d", k, p,
+					         acked);
+			} else if (*p != '\0') {
+				fail_msg("key %s: extra \"%.40s\" after %d", k, p, last);
+			}
+			free(val);
+		}
+	}
+	fprintf(stderr, "%llu handovers, %d acknowledged appends\n", (unsigned long long)id, total);
+	assert_true(id >= 20);
+	assert_true(total > 1000);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(
+	        source_stopped_between_fence_ack_and_commit_restarts_and_hands_over_every_key,
+	        setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        migration_cancelled_between_fence_ack_and_commit_leaves_every_key_on_the_source,
+	        setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        destination_answers_moving_naming_the_source_until_the_commit, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        client_configured_before_an_earlier_move_reads_every_key_while_the_range_comes_back,
+	        setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        many_handovers_under_heavy_appends_lose_and_double_no_acknowledged_append, setup,
+	        teardown),
+	};
+	signal(SIGPIPE, SIG_IGN);
+	if (getenv("KV_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("KV_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
