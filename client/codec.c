@@ -12,7 +12,7 @@
  */
 #include "client/client_int.h"
 #include "common/err.h"
-#include "proto/codec.h"
+#include "proto/codec_int.h"
 #include "proto/shardkv.pb-c.h"
 #include "proto/wire.h"
 

@@ -9,7 +9,7 @@
 #include "common/config.h"
 #include "common/err.h"
 #include "fuzz/fuzz_util.h"
-#include "proto/codec.h"
+#include "proto/config_codec.h"
 
 #include <string.h>
 

@@ -1,12 +1,13 @@
 /*
  * fuzz_server_request.c - a shard server's request decoder: the bytes of a
  * Request as a client (ops) or a peer server (range transfer) sends them,
- * through kv_sc_req_decode. A transfer that decodes is encoded again with
- * kv_sc_xfer_encode and decoded once more: both decodings must agree.
+ * through kv_data_req_decode. A transfer that decodes is encoded again with
+ * kv_xfer_encode and decoded once more: both decodings must agree.
  */
 #include "common/err.h"
 #include "fuzz/fuzz_util.h"
-#include "shardserver/server_codec.h"
+#include "proto/admin_codec.h"
+#include "proto/data_codec.h"
 
 #include <string.h>
 
@@ -19,7 +20,7 @@ bytes_eq(kv_bytes a, kv_bytes b)
 }
 
 static void
-dedup_eq(const kv_sc_dedup *a, const kv_sc_dedup *b)
+dedup_eq(const kv_xfer_dedup *a, const kv_xfer_dedup *b)
 {
 	FZ_CHECK(a->client_id == b->client_id && a->request_id == b->request_id);
 	FZ_CHECK(a->status == b->status && a->value_len == b->value_len);
@@ -51,7 +52,7 @@ xfer_eq(const kv_xfer *a, const kv_xfer *b)
 	case KV_XFER_DELTA:
 		FZ_CHECK(a->ndelta == b->ndelta);
 		for (size_t i = 0; i < a->ndelta; i++) {
-			const kv_sc_delta *x = &a->delta[i], *y = &b->delta[i];
+			const kv_xfer_delta *x = &a->delta[i], *y = &b->delta[i];
 			FZ_CHECK(x->seq == y->seq && x->del == y->del);
 			FZ_CHECK(bytes_eq(x->key, y->key) && bytes_eq(x->value, y->value));
 			FZ_CHECK(x->value_offset == y->value_offset);
@@ -74,7 +75,7 @@ xfer_eq(const kv_xfer *a, const kv_xfer *b)
 	}
 }
 
-/* A transfer entry as server_codec.h promises it to migrate_in.c. */
+/* A transfer entry as xfer_codec.h promises it to migrate_in.c. */
 static void
 check_kv(kv_bytes key, kv_bytes value, uint64_t offset, uint64_t total)
 {
@@ -91,7 +92,7 @@ check_kv(kv_bytes key, kv_bytes value, uint64_t offset, uint64_t total)
 }
 
 static void
-check_dedup(const kv_sc_dedup *d)
+check_dedup(const kv_xfer_dedup *d)
 {
 	FZ_CHECK(d->client_id != 0 && d->request_id != 0 && d->key.len <= KV_HARD_MAX_KEY);
 	fz_touch(d->key.p, d->key.len);
@@ -108,7 +109,7 @@ check_xfer(const kv_xfer *x)
 		FZ_CHECK(!kv_range_is_empty(x->start.p, x->start.len, x->end.p, x->end.len));
 		break;
 	case KV_XFER_CHUNK:
-		FZ_CHECK(x->nkv <= KV_SC_MAX_XFER_RECS && x->ndedup <= KV_SC_MAX_XFER_RECS);
+		FZ_CHECK(x->nkv <= KV_XFER_MAX_RECS && x->ndedup <= KV_XFER_MAX_RECS);
 		for (size_t i = 0; i < x->nkv; i++)
 			check_kv(x->kv[i].key, x->kv[i].value, x->kv[i].value_offset,
 			         x->kv[i].value_total);
@@ -116,9 +117,9 @@ check_xfer(const kv_xfer *x)
 			check_dedup(&x->dedup[i]);
 		break;
 	case KV_XFER_DELTA:
-		FZ_CHECK(x->ndelta <= KV_SC_MAX_XFER_RECS);
+		FZ_CHECK(x->ndelta <= KV_XFER_MAX_RECS);
 		for (size_t i = 0; i < x->ndelta; i++) {
-			const kv_sc_delta *d = &x->delta[i];
+			const kv_xfer_delta *d = &x->delta[i];
 			check_kv(d->key, d->value, d->value_offset, d->value_total);
 			if (d->has_dedup)
 				check_dedup(&d->dedup);
@@ -137,12 +138,12 @@ check_xfer(const kv_xfer *x)
 static void
 check_ops(const kv_req *r)
 {
-	FZ_CHECK(r->nops <= KV_SC_MAX_OPS);
+	FZ_CHECK(r->nops <= KV_DATA_MAX_OPS);
 	for (size_t i = 0; i < r->nops; i++) {
 		const kv_op *op = &r->ops[i];
 		FZ_CHECK(op->kind >= KV_OP_GET && op->kind < KV_OP__COUNT);
 		if (op->kind == KV_OP_MGET || op->kind == KV_OP_MPUT) {
-			FZ_CHECK(op->nkeys <= KV_SC_MAX_MULTI && op->nvals <= KV_SC_MAX_MULTI);
+			FZ_CHECK(op->nkeys <= KV_DATA_MAX_MULTI && op->nvals <= KV_DATA_MAX_MULTI);
 			for (size_t k = 0; k < op->nkeys; k++)
 				FZ_CHECK(op->keys[k].len == 0 || op->keys[k].p != NULL);
 		}
@@ -161,24 +162,24 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	nng_msg *m = NULL;
 	int rv;
 
-	rv = kv_sc_req_decode(data, size, &r, &why);
+	rv = kv_data_req_decode(data, size, &r, &why);
 	if (rv != KV_OK) {
 		FZ_CHECK(why != NULL || rv == KV_ENOMEM);
-		kv_sc_req_fini(&r);
+		kv_data_req_fini(&r);
 		return 0;
 	}
 	check_ops(&r);
 	if (r.has_xfer) {
 		FZ_CHECK(r.nops == 0);
 		check_xfer(&r.xfer);
-		FZ_CHECK(kv_sc_xfer_encode(&r.xfer, r.epoch, r.from_node, &m) == KV_OK);
-		rv = kv_sc_req_decode(nng_msg_body(m), nng_msg_len(m), &r2, &why);
+		FZ_CHECK(kv_xfer_encode(&r.xfer, r.epoch, r.from_node, r.auth, &m) == KV_OK);
+		rv = kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &r2, &why);
 		FZ_CHECK(rv == KV_OK);
 		FZ_CHECK(r2.has_xfer && r2.epoch == r.epoch && r2.from_node == r.from_node);
 		xfer_eq(&r.xfer, &r2.xfer);
-		kv_sc_req_fini(&r2);
+		kv_data_req_fini(&r2);
 		nng_msg_free(m);
 	}
-	kv_sc_req_fini(&r);
+	kv_data_req_fini(&r);
 	return 0;
 }
