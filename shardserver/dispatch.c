@@ -61,7 +61,8 @@ hint_set(kv_data_result *res, int status, uint64_t epoch, const void *st, size_t
 	res->has_hint = true;
 	res->hint.epoch = epoch;
 	res->hint.node_id = node;
-	snprintf(res->hint.address, sizeof(res->hint.address), "%s", addr ? addr : "");
+	free(res->hint.address);
+	res->hint.address = addr && addr[0] ? strdup(addr) : NULL; /* NULL: sent without one */
 	if (kv_buf_set(&res->hint.start, st, sl) != 0 || kv_buf_set(&res->hint.end, en, el) != 0)
 		res->has_hint = false;
 }

@@ -502,6 +502,242 @@ undecodable_admin_response_leaves_nothing_to_free(void **state)
 	kv_admin_resp_fini(&d);
 }
 
+/* ------------------------------------------------------------ data */
+
+static void
+assert_op(const kv_op *a, const kv_op *b)
+{
+	assert_int_equal(a->kind, b->kind);
+	assert_int_equal(a->request_id, b->request_id);
+	assert_bytes(a->key, b->key);
+	assert_bytes(a->value, b->value);
+	assert_int_equal(a->no_value, b->no_value);
+	assert_int_equal(a->nkeys, b->nkeys);
+	for (size_t i = 0; i < a->nkeys; i++)
+		assert_bytes(a->keys[i], b->keys[i]);
+	assert_int_equal(a->nvals, b->nvals);
+	for (size_t i = 0; i < a->nvals; i++)
+		assert_bytes(a->vals[i], b->vals[i]);
+	assert_bytes(a->start, b->start);
+	assert_bytes(a->end, b->end);
+	assert_bytes(a->prefix, b->prefix);
+	assert_bytes(a->cursor, b->cursor);
+	assert_int_equal(a->limit, b->limit);
+	assert_int_equal(a->keys_only, b->keys_only);
+	assert_int_equal(a->max_bytes, b->max_bytes);
+}
+
+static void
+every_request_op_round_trips_alone_and_in_one_batch(void **state)
+{
+	kv_bytes keys[3] = {B("k1"), B("k2"), B("k1")}, vals[3] = {B("v1"), B(""), B("v3")};
+	kv_op ops[] = {
+	    {.kind = KV_OP_GET, .request_id = 0, .key = B("k")},
+	    {.kind = KV_OP_PUT, .request_id = 11, .key = B("k"), .value = B("v")},
+	    {.kind = KV_OP_DEL, .request_id = 12, .key = B("k"), .no_value = true},
+	    {.kind = KV_OP_APPEND, .request_id = 13, .key = B("k"), .value = B("+")},
+	    {.kind = KV_OP_MGET, .nkeys = 3, .keys = keys},
+	    {.kind = KV_OP_MPUT,
+	     .request_id = 14,
+	     .nkeys = 3,
+	     .keys = keys,
+	     .nvals = 3,
+	     .vals = vals},
+	    {.kind = KV_OP_SCAN,
+	     .start = B("a"),
+	     .end = B("z"),
+	     .prefix = B("u:"),
+	     .cursor = B("u:5"),
+	     .limit = 10,
+	     .keys_only = true,
+	     .max_bytes = 4096},
+	};
+
+	(void)state;
+	for (size_t i = 0; i <= ARRAY_LEN(ops); i++) {
+		/* i < ARRAY_LEN: one op; then the whole batch. */
+		kv_req r = {.client_id = 77,
+		            .request_id = 5,
+		            .epoch = 9,
+		            .auth = B("tok"),
+		            .timeout_ms = 1500,
+		            .nops = i < ARRAY_LEN(ops) ? 1 : ARRAY_LEN(ops),
+		            .ops = i < ARRAY_LEN(ops) ? &ops[i] : ops};
+		kv_req d;
+		nng_msg *m;
+		const char *why;
+		assert_int_equal(kv_data_req_encode(&r, &m), KV_OK);
+		assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why),
+		                 KV_OK);
+		assert_int_equal(d.client_id, r.client_id);
+		assert_int_equal(d.request_id, r.request_id);
+		assert_int_equal(d.epoch, r.epoch);
+		assert_int_equal(d.from_node, 0);
+		assert_int_equal(d.timeout_ms, r.timeout_ms);
+		assert_bytes(d.auth, r.auth);
+		assert_false(d.has_xfer);
+		assert_int_equal(d.nops, r.nops);
+		for (size_t j = 0; j < r.nops; j++)
+			assert_op(&r.ops[j], &d.ops[j]);
+		kv_data_req_fini(&d);
+		nng_msg_free(m);
+	}
+}
+
+static void
+requests_the_encoder_cannot_state_are_refused(void **state)
+{
+	kv_op empty_mget = {.kind = KV_OP_MGET};
+	kv_bytes k = B("k");
+	kv_op uneven = {.kind = KV_OP_MPUT, .nkeys = 1, .keys = &k, .nvals = 0};
+	kv_op unknown = {.kind = KV_OP__COUNT};
+	kv_op *bad[] = {&empty_mget, &uneven, &unknown};
+	kv_req xfer = {.has_xfer = true};
+	nng_msg *m = NULL;
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+		kv_req r = {.nops = 1, .ops = bad[i]};
+		assert_int_equal(kv_data_req_encode(&r, &m), KV_EINVAL);
+	}
+	assert_int_equal(kv_data_req_encode(&xfer, &m), KV_EINVAL);
+	assert_null(m);
+}
+
+static void
+set_buf(kv_buf *b, const char *s, size_t n)
+{
+	memset(b, 0, sizeof(*b));
+	assert_int_equal(kv_buf_set(b, s, n), KV_OK);
+}
+
+static void
+assert_result(const kv_data_result *a, const kv_data_result *b)
+{
+	assert_int_equal(a->status, b->status);
+	assert_str(a->error, b->error);
+	assert_int_equal(a->has_value, b->has_value);
+	assert_buf(&a->value, &b->value);
+	assert_int_equal(a->nvalues, b->nvalues);
+	for (size_t i = 0; i < a->nvalues; i++) {
+		assert_buf(&a->values[i], &b->values[i]);
+		assert_non_null(b->values[i].data);
+	}
+	assert_int_equal(a->nmissing, b->nmissing);
+	for (size_t i = 0; i < a->nmissing; i++)
+		assert_int_equal(a->missing[i], b->missing[i]);
+	assert_int_equal(a->nentries, b->nentries);
+	for (size_t i = 0; i < a->nentries; i++) {
+		assert_buf(&a->entries[i].key, &b->entries[i].key);
+		assert_buf(&a->entries[i].value, &b->entries[i].value);
+	}
+	assert_int_equal(a->more, b->more);
+	assert_buf(&a->next_cursor, &b->next_cursor);
+	assert_int_equal(a->value_len, b->value_len);
+	assert_int_equal(a->has_hint, b->has_hint);
+	if (!a->has_hint)
+		return;
+	assert_int_equal(a->hint.epoch, b->hint.epoch);
+	assert_buf(&a->hint.start, &b->hint.start);
+	assert_buf(&a->hint.end, &b->hint.end);
+	assert_int_equal(a->hint.node_id, b->hint.node_id);
+	assert_str(a->hint.address, b->hint.address);
+}
+
+static void
+every_response_shape_round_trips(void **state)
+{
+	kv_data_result res[6];
+	kv_buf vals[2];
+	uint32_t missing[1] = {1};
+	kv_data_entry ents[2];
+	kv_resp r, d;
+	nng_msg *m;
+
+	(void)state;
+	memset(res, 0, sizeof(res));
+	res[0].has_value = true; /* get */
+	set_buf(&res[0].value, "val", 3);
+	res[1].value_len = 42;     /* append */
+	set_buf(&vals[0], "a", 1); /* mget */
+	set_buf(&vals[1], "", 0);
+	res[2] = (kv_data_result){.status = KV_ENOTFOUND,
+	                          .error = "some keys are missing",
+	                          .nvalues = 2,
+	                          .values = vals,
+	                          .nmissing = 1,
+	                          .missing = missing};
+	set_buf(&ents[0].key, "k1", 2); /* scan */
+	set_buf(&ents[0].value, "v1", 2);
+	set_buf(&ents[1].key, "k2", 2);
+	set_buf(&ents[1].value, "", 0);
+	res[3] = (kv_data_result){.nentries = 2, .entries = ents, .more = true};
+	set_buf(&res[3].next_cursor, "k3", 2);
+	res[4] =
+	    (kv_data_result){.status = KV_EWRONGOWNER,
+	                     .error = "moved",
+	                     .has_hint = true,
+	                     .hint = {.epoch = 8, .node_id = 2, .address = strdup("tcp://h:2")}};
+	set_buf(&res[4].hint.start, "m", 1);
+	set_buf(&res[4].hint.end, "", 0);
+	res[5] = (kv_data_result){.status = KV_EMOVING,
+	                          .has_hint = true,
+	                          .hint = {.node_id = 3}}; /* not yet published: no address */
+	set_buf(&res[5].hint.start, "", 0);
+	set_buf(&res[5].hint.end, "q", 1);
+	r = (kv_resp){.request_id = 5, .epoch = 7, .node_id = 1, .nresults = 6, .results = res};
+	assert_int_equal(kv_data_resp_encode(&r, &m), KV_OK);
+	assert_int_equal(kv_data_resp_decode(nng_msg_body(m), nng_msg_len(m), &d), KV_OK);
+	nng_msg_free(m);
+	assert_int_equal(d.request_id, 5);
+	assert_int_equal(d.epoch, 7);
+	assert_int_equal(d.node_id, 1);
+	assert_int_equal(d.status, KV_OK);
+	assert_false(d.has_ack);
+	assert_int_equal(d.nresults, 6);
+	for (size_t i = 0; i < 6; i++)
+		assert_result(&res[i], &d.results[i]);
+	kv_data_resp_fini(&d);
+
+	/* A refused request: an envelope status and detail, no results. */
+	r = (kv_resp){.request_id = 6, .epoch = 7, .status = KV_EAUTH, .error = "no"};
+	assert_int_equal(kv_data_resp_encode(&r, &m), KV_OK);
+	assert_int_equal(kv_data_resp_decode(nng_msg_body(m), nng_msg_len(m), &d), KV_OK);
+	nng_msg_free(m);
+	assert_int_equal(d.status, KV_EAUTH);
+	assert_str(d.error, "no");
+	assert_int_equal(d.nresults, 0);
+	kv_data_resp_fini(&d);
+
+	kv_data_result_fini(&res[0]);
+	kv_data_result_fini(&res[1]);
+	kv_buf_fini(&vals[0]);
+	kv_buf_fini(&vals[1]);
+	for (size_t i = 0; i < 2; i++) {
+		kv_buf_fini(&ents[i].key);
+		kv_buf_fini(&ents[i].value);
+	}
+	kv_buf_fini(&res[3].next_cursor);
+	kv_data_result_fini(&res[4]);
+	kv_data_result_fini(&res[5]);
+}
+
+static void
+split_scan_entry_in_a_response_is_refused(void **state)
+{
+	/* A Response whose scan entry claims to be a slice (KeyValue.value_total
+	 * = 9), built by hand: results(6){entries(5){key "k", value "v",
+	 * value_total 9}}. */
+	static const uint8_t pb[] = {0x32, 0x0a, 0x2a, 0x08, 0x0a, 0x01,
+	                             'k',  0x12, 0x01, 'v',  0x20, 0x09};
+	kv_resp d;
+
+	(void)state;
+	assert_int_equal(kv_data_resp_decode(pb, sizeof(pb), &d), KV_EPROTO);
+	assert_null(d.pb);
+	kv_data_resp_fini(&d);
+}
+
 /* ------------------------------------------------------------ transfer */
 
 static void
@@ -667,6 +903,10 @@ main(void)
 	    cmocka_unit_test(every_admin_response_round_trips),
 	    cmocka_unit_test(taken_configs_belong_to_the_caller_oldest_first),
 	    cmocka_unit_test(undecodable_admin_response_leaves_nothing_to_free),
+	    cmocka_unit_test(every_request_op_round_trips_alone_and_in_one_batch),
+	    cmocka_unit_test(requests_the_encoder_cannot_state_are_refused),
+	    cmocka_unit_test(every_response_shape_round_trips),
+	    cmocka_unit_test(split_scan_entry_in_a_response_is_refused),
 	    cmocka_unit_test(every_transfer_message_round_trips),
 	    cmocka_unit_test(transfer_ack_round_trips_and_a_refused_envelope_is_its_status),
 	};

@@ -262,7 +262,7 @@ codec_response_round_trips_results_and_hints(void **state)
 	res[0].has_hint = true;
 	res[0].hint.epoch = 3;
 	res[0].hint.node_id = 5;
-	snprintf(res[0].hint.address, sizeof(res[0].hint.address), "tcp://h:1");
+	res[0].hint.address = strdup("tcp://h:1");
 	kv_buf_set(&res[0].hint.start, "m", 1);
 	res[1].status = 0;
 	res[1].has_value = true;
