@@ -25,22 +25,27 @@
 static void
 seeds_requests(void)
 {
-	const char *h = "fuzz_server_request";
-	kvc_envelope env = {.client_id = 77, .request_id = 5, .epoch = 7, .timeout_ms = 5000};
+	const char *h = "fuzz_data_request";
 	kv_bytes keys[3] = {B("a"), B("b"), B("user:1")}, vals[3] = {B("1"), B(""), B("three")};
 	nng_msg *m;
 	struct {
 		const char *name;
-		kvc_op op;
+		kv_op op;
 	} ops[] = {
-	    {"get", {.kind = KVC_GET, .key = B("user:1")}},
-	    {"put", {.kind = KVC_PUT, .request_id = 9, .key = B("user:1"), .value = B("alice")}},
-	    {"del", {.kind = KVC_DEL, .request_id = 10, .key = B("user:1")}},
-	    {"append", {.kind = KVC_APPEND, .request_id = 11, .key = B("log"), .value = B("x")}},
-	    {"mget", {.kind = KVC_MGET, .n = 3, .keys = keys}},
-	    {"mput", {.kind = KVC_MPUT, .request_id = 12, .n = 3, .keys = keys, .values = vals}},
+	    {"get", {.kind = KV_OP_GET, .key = B("user:1")}},
+	    {"put", {.kind = KV_OP_PUT, .request_id = 9, .key = B("user:1"), .value = B("alice")}},
+	    {"del", {.kind = KV_OP_DEL, .request_id = 10, .key = B("user:1")}},
+	    {"append", {.kind = KV_OP_APPEND, .request_id = 11, .key = B("log"), .value = B("x")}},
+	    {"mget", {.kind = KV_OP_MGET, .nkeys = 3, .keys = keys}},
+	    {"mput",
+	     {.kind = KV_OP_MPUT,
+	      .request_id = 12,
+	      .nkeys = 3,
+	      .keys = keys,
+	      .nvals = 3,
+	      .vals = vals}},
 	    {"scan",
-	     {.kind = KVC_SCAN,
+	     {.kind = KV_OP_SCAN,
 	      .start = B("a"),
 	      .end = B("z"),
 	      .prefix = B("u"),
@@ -48,11 +53,16 @@ seeds_requests(void)
 	      .limit = 10,
 	      .keys_only = true}},
 	};
+	kv_req env = {.client_id = 77, .request_id = 5, .epoch = 7, .timeout_ms = 5000, .nops = 1};
 
-	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
-		seed_msg(h, ops[i].name, kvc_encode_request(&env, &ops[i].op, &m), m);
-	const kvc_op *batch[3] = {&ops[0].op, &ops[1].op, &ops[3].op};
-	seed_msg(h, "batch", kvc_encode_request_batch(&env, batch, 3, &m), m);
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		env.ops = &ops[i].op;
+		seed_msg(h, ops[i].name, kv_data_req_encode(&env, &m), m);
+	}
+	kv_op batch[3] = {ops[0].op, ops[1].op, ops[3].op};
+	env.ops = batch;
+	env.nops = 3;
+	seed_msg(h, "batch", kv_data_req_encode(&env, &m), m);
 
 	/* Range transfer, as a source server sends it. */
 	kv_xfer_kv kv[3] = {
@@ -137,12 +147,12 @@ seeds_responses(void)
 	for (size_t i = 0; i < sizeof(rs) / sizeof(rs[0]); i++) {
 		kv_resp r = {
 		    .request_id = 5, .epoch = 7, .node_id = 1, .nresults = 1, .results = &rs[i]};
-		seed_msg("fuzz_client_reply", names[i], kv_data_resp_encode(&r, &m), m);
+		seed_msg("fuzz_data_response", names[i], kv_data_resp_encode(&r, &m), m);
 	}
 	kv_resp batch = {.request_id = 6, .epoch = 7, .node_id = 1, .nresults = 3, .results = rs};
-	seed_msg("fuzz_client_reply", "batch", kv_data_resp_encode(&batch, &m), m);
+	seed_msg("fuzz_data_response", "batch", kv_data_resp_encode(&batch, &m), m);
 	kv_resp refused = {.request_id = 7, .status = KV_ESTALE, .error = "stale epoch"};
-	seed_msg("fuzz_client_reply", "refused", kv_data_resp_encode(&refused, &m), m);
+	seed_msg("fuzz_data_response", "refused", kv_data_resp_encode(&refused, &m), m);
 
 	kv_resp ack = {.request_id = 8,
 	               .epoch = 7,

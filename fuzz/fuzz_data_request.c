@@ -1,13 +1,14 @@
 /*
- * fuzz_server_request.c - a shard server's request decoder: the bytes of a
- * Request as a client (ops) or a peer server (range transfer) sends them,
- * through kv_data_req_decode. A transfer that decodes is encoded again with
- * kv_xfer_encode and decoded once more: both decodings must agree.
+ * fuzz_data_request.c - the Request decoder (proto/data_codec.h): the bytes
+ * of a Request as a client (ops) or a peer server (range transfer) sends
+ * them, through kv_data_req_decode. What decodes is encoded again
+ * (kv_data_req_encode for ops the encoder can state, kv_xfer_encode for a
+ * transfer) and decoded once more: both decodings must agree.
  */
 #include "common/err.h"
 #include "fuzz/fuzz_util.h"
-#include "proto/admin_codec.h"
 #include "proto/data_codec.h"
+#include "proto/xfer_codec.h"
 
 #include <string.h>
 
@@ -134,6 +135,34 @@ check_xfer(const kv_xfer *x)
 	}
 }
 
+/* Two decodings of the same ops. */
+static void
+ops_eq(const kv_req *a, const kv_req *b)
+{
+	FZ_CHECK(a->client_id == b->client_id && a->request_id == b->request_id &&
+	         a->epoch == b->epoch && a->from_node == b->from_node &&
+	         a->timeout_ms == b->timeout_ms && a->nops == b->nops && !b->has_xfer);
+	FZ_CHECK(bytes_eq(a->auth, b->auth));
+	for (size_t i = 0; i < a->nops; i++) {
+		const kv_op *x = &a->ops[i], *y = &b->ops[i];
+		FZ_CHECK(x->kind == y->kind && x->request_id == y->request_id &&
+		         x->nkeys == y->nkeys && x->nvals == y->nvals && x->limit == y->limit &&
+		         x->keys_only == y->keys_only && x->max_bytes == y->max_bytes);
+		if (x->kind == KV_OP_DEL)
+			FZ_CHECK(x->no_value == y->no_value);
+		FZ_CHECK(bytes_eq(x->key, y->key));
+		FZ_CHECK(bytes_eq(x->value, y->value));
+		FZ_CHECK(bytes_eq(x->start, y->start));
+		FZ_CHECK(bytes_eq(x->end, y->end));
+		FZ_CHECK(bytes_eq(x->prefix, y->prefix));
+		FZ_CHECK(bytes_eq(x->cursor, y->cursor));
+		for (size_t k = 0; k < x->nkeys; k++)
+			FZ_CHECK(bytes_eq(x->keys[k], y->keys[k]));
+		for (size_t k = 0; k < x->nvals; k++)
+			FZ_CHECK(bytes_eq(x->vals[k], y->vals[k]));
+	}
+}
+
 /* What the dispatcher relies on after a successful decode. */
 static void
 check_ops(const kv_req *r)
@@ -169,6 +198,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	check_ops(&r);
+	if (!r.has_xfer && kv_data_req_encode(&r, &m) == KV_OK) {
+		rv = kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &r2, &why);
+		FZ_CHECK(rv == KV_OK);
+		ops_eq(&r, &r2);
+		kv_data_req_fini(&r2);
+		nng_msg_free(m);
+	}
 	if (r.has_xfer) {
 		FZ_CHECK(r.nops == 0);
 		check_xfer(&r.xfer);
