@@ -7,13 +7,19 @@
  * Threads: the main thread parses options, starts and stops every process
  * (children die with the thread that forked them, PR_SET_PDEATHSIG) and runs
  * the reconfiguration driver; one thread per client runs operations on its
- * own shardkv_client handle and records them in its own buffer. The only
- * shared state is a few atomics (stop flag, operation budget, the current
- * generation of each append key).
+ * own shardkv_client handles (--handles) and records them. A client thread
+ * is one process of the history for its blocking calls and one more per
+ * async slot (--async): each process has its own buffer, written by the
+ * client thread (blocking calls) or by the library thread that runs the
+ * slot's callback (one op in flight per slot), so recording takes no lock.
+ * The only shared state is atomics: the stop flag, the operation budget,
+ * the current generation of each append key, the "hot" keys the driver is
+ * moving, and the multi-key gate (chk_workload_mk_block).
  */
 #ifndef KV_CHECKER_CHECKER_H
 #define KV_CHECKER_CHECKER_H
 
+#include "checker/histfile.h"
 #include "checker/history.h"
 #include "shardkv.h"
 
@@ -24,13 +30,19 @@
 #include <sys/types.h>
 
 /* Bounds. */
-#define CHK_MAX_CLIENTS 256        /* --clients */
-#define CHK_MAX_KEYS    4096       /* --keys */
-#define CHK_MAX_SERVERS 64         /* servers of one --spawn run at a time */
-#define CHK_MAX_CTLS    5          /* --controllers */
-#define CHK_MAX_GEN     256        /* generations of one append key */
-#define CHK_ROLL_BYTES  (64 << 10) /* an append key past this size rolls to a new generation */
-#define CHK_DEFAULT_OPS 2000000u   /* --max-ops: operations recorded at most (56 bytes each) */
+#define CHK_MAX_CLIENTS    256        /* --clients */
+#define CHK_MAX_KEYS       4096       /* --keys */
+#define CHK_MAX_SERVERS    64         /* servers of one --spawn run at a time */
+#define CHK_MAX_CTLS       5          /* --controllers */
+#define CHK_MAX_GEN        256        /* generations of one append key */
+#define CHK_ROLL_BYTES     (64 << 10) /* an append key past this size rolls to a new generation */
+#define CHK_DEFAULT_OPS    2000000u   /* --max-ops: operations recorded at most (64 bytes each) */
+#define CHK_MAX_ASYNC      64         /* --async: ops in flight per client thread */
+#define CHK_MAX_HANDLES    16         /* --handles: handles per client thread */
+#define CHK_MAX_GROUPS     256        /* --multi: groups of keys for mput/mget */
+#define CHK_MAX_HOT        256        /* keys the driver marks as moving at once */
+#define CHK_MAX_NEM        65536      /* nemesis events kept for the history file */
+#define CHK_WHOLE_GRACE_MS 1000 /* a split group takes mputs again this long after it is whole */
 
 /* The options of one run; read-only once parsed. */
 typedef struct {
@@ -59,6 +71,11 @@ typedef struct {
 	const char *tls_ca;      /* --tls-ca or $SHARDKV_TLS_CA; NULL: no TLS */
 	const char *history;     /* --history FILE, or NULL: the default path */
 	const char *check;       /* --check FILE: check that history and exit */
+	unsigned async;          /* --async: async ops in flight per client thread (0: none) */
+	unsigned handles;        /* --handles: handles per client thread (>= 1) */
+	unsigned groups;         /* --multi: groups of 2-4 registers for mput/mget (0: none) */
+	unsigned hot_pct;        /* --hot: % of ops on keys the driver is moving */
+	unsigned move_rate;      /* --move-rate: MB/s of half the unwaited copies (0: unpaced) */
 } chk_opts;
 
 /* Monotonic nanoseconds. */
@@ -83,6 +100,9 @@ extern volatile sig_atomic_t chk_stop_requested;
  * and dies; atexit does the same for a plain exit(). Idempotent.
  */
 void chk_install_signals(void);
+
+/* The index of the range of cfg that holds key, or SIZE_MAX. */
+size_t chk_config_range(const shardkv_config *cfg, const void *key, size_t klen);
 
 /* Starts chk_log's clock: later lines show the seconds since this call. */
 void chk_log_start(void);
@@ -186,8 +206,17 @@ void chk_cluster_destroy(chk_cluster *c, bool remove);
 typedef struct chk_workload chk_workload;
 
 /*
- * Makes the key table (keys under `prefix`) and opens one client handle per
- * client. Returns NULL on failure (reason on stderr).
+ * Makes the key table (keys under `prefix`) and opens o->handles client
+ * handles per client. Returns NULL on failure (reason on stderr).
+ *
+ * Multi-key groups (--multi G): group g is the registers
+ * "<prefix>m<GGG>/<i>" (i from 0, 2 to 4 of them), and only the group's
+ * prefix "<prefix>m<GGG>/" is a boundary (chk_workload_boundaries), so a
+ * move between boundaries never splits a group. Rebalance, join and leave
+ * cut ranges at keys the servers sample, which may fall inside a group:
+ * the driver closes the multi-key gate around such steps and marks the
+ * groups they split (chk_workload_mk_audit); mputs and mgets run only on
+ * groups that one range holds.
  */
 chk_workload *chk_workload_create(const chk_opts *o, const char *controllers, const char *prefix);
 
@@ -209,8 +238,56 @@ void chk_workload_stop(chk_workload *w);
 /* Operations recorded so far and how many of them failed (any thread). */
 void chk_workload_counts(chk_workload *w, uint64_t *ops, uint64_t *failed);
 
-/* The keys the driver may use as range boundaries: every key in use,
- * sorted. The caller frees the array (not the strings, which live as long
+/* More counts of the run (any thread, after chk_workload_stop for the final
+ * numbers). */
+typedef struct {
+	uint64_t indeterminate; /* failed writes (put, append, mput): outcome unknown */
+	uint64_t timeouts;      /* operations that failed with SHARDKV_ETIMEDOUT */
+	uint64_t mputs, mgets;  /* multi-key operations issued */
+	uint64_t mk_skipped;    /* multi-key ops not issued: gate closed or group split */
+	uint64_t async_ops;     /* operations issued through the async API */
+	uint64_t hot_ops;       /* operations on keys the driver was moving */
+} chk_workload_more;
+
+void chk_workload_more_counts(chk_workload *w, chk_workload_more *out);
+
+/*
+ * The multi-key gate. chk_workload_mk_block closes it (nestable) and waits
+ * up to `ms` for the mputs and mgets in flight to finish; while it is
+ * closed no new one starts. Returns true when none is in flight.
+ * chk_workload_mk_unblock opens it one level. Driver thread only.
+ */
+bool chk_workload_mk_block(chk_workload *w, unsigned ms);
+void chk_workload_mk_unblock(chk_workload *w);
+
+/*
+ * Marks each group split or whole in cfg. Split: its keys are not all in
+ * one range, or a migration in flight takes part of it only (its pieces
+ * move from different nodes). A split group takes mputs and mgets again
+ * CHK_WHOLE_GRACE_MS after it is first seen whole (clients may still route
+ * by a configuration that splits it). Called with the gate closed it just
+ * records; with it open a group found split that was whole is a leak of
+ * the gate (a step cut it while mputs could run): it is marked, logged,
+ * and counted in the return value.
+ */
+size_t chk_workload_mk_audit(chk_workload *w, const shardkv_config *cfg, bool gated);
+
+/* Whether the gate is closed now. */
+bool chk_workload_mk_blocked(chk_workload *w);
+
+/*
+ * The hot keys: chk_workload_hot_add marks every key of [start, end) (end
+ * empty: to the end) as moving, so that --hot percent of the operations
+ * pick one of them; chk_workload_hot_clear unmarks all. Driver thread only;
+ * the clients read the marks lock-free.
+ */
+void chk_workload_hot_add(chk_workload *w, const void *start, size_t sl, const void *end,
+                          size_t el);
+void chk_workload_hot_clear(chk_workload *w);
+bool chk_workload_hot_any(chk_workload *w);
+
+/* The keys the driver may use as range boundaries: every key in use (of a
+ * group, its prefix only), sorted. The caller frees the array (not the strings, which live as long
  * as w) with free(). */
 const char **chk_workload_boundaries(chk_workload *w, size_t *n);
 
@@ -247,6 +324,7 @@ typedef struct {
 	uint64_t crashes;       /* processes that exited when nobody asked */
 	uint64_t migrations;    /* migrations the steps started */
 	uint64_t ctl_kills;     /* --kill-controller: leader replicas killed */
+	uint64_t gate_leaks;    /* groups found split while mputs could run (see workload) */
 } chk_driver_stats;
 
 typedef struct chk_driver chk_driver;
@@ -266,6 +344,10 @@ unsigned chk_driver_tick(chk_driver *d, bool steps);
 void chk_driver_settle_procs(chk_driver *d);
 
 const chk_driver_stats *chk_driver_get_stats(const chk_driver *d);
+
+/* The driver's record of its steps (in the order they began; at most
+ * CHK_MAX_NEM), valid until the next tick or chk_driver_destroy. */
+void chk_driver_nemesis(const chk_driver *d, const chk_nemesis **nem, size_t *n);
 
 void chk_driver_destroy(chk_driver *d);
 

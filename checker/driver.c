@@ -15,6 +15,21 @@
  * the controller published a new epoch for it. Some steps wait for their
  * migrations (--wait), others do not, so migrations overlap.
  *
+ * Every step (and every restart) is kept as a nemesis event, its start and
+ * end on the operations' clock, for the history file and for lining a
+ * violation up with the step that caused it. A move or leave marks the keys
+ * it moves as hot (chk_workload_hot_add) until no migration is in flight.
+ *
+ * The multi-key gate: moves cut only at the workload's boundaries, which
+ * never split a group; rebalance, join and leave cut where the servers'
+ * samples say, which may. Around those steps (and while a server joins by
+ * itself or drains after SIGTERM, and for a while after a step that failed
+ * under --kill-controller, whose change may still commit) the gate is
+ * closed; it opens again once a configuration at least as new as the
+ * step's epoch has been read and the groups it split are marked. Every
+ * tick also reads each new epoch and audits the groups, so a split the
+ * gate missed is counted as a leak (chk_driver_stats.gate_leaks).
+ *
  * Runs on the main thread only (it forks the servers).
  */
 #include "checker/checker.h"
@@ -22,6 +37,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +48,8 @@
 #define WAIT_PERCENT   40   /* steps run with --wait */
 #define RESTART_MIN_MS 300u /* a killed server restarts after 300..1500 ms */
 #define RESTART_MAX_MS 1500u
+#define GATE_HOLD_MS   3000u /* the gate stays closed after a failed cutting step */
+#define AUDIT_MAX      64    /* epochs read per tick at most */
 
 struct chk_driver {
 	const chk_opts *o;                  /* options */
@@ -43,6 +61,14 @@ struct chk_driver {
 	uint64_t next_step;                 /* when the next step is due (ns) */
 	bool join_pending[CHK_MAX_SERVERS]; /* started with --join, not yet seen in a config */
 	unsigned max_active;                /* join only below this many members */
+	size_t join_nem[CHK_MAX_SERVERS];   /* per server: its open join or SIGTERM event */
+	chk_nemesis *nem;                   /* the steps so far, in start order */
+	size_t nnem, capnem;                /* used and allocated (at most CHK_MAX_NEM) */
+	bool gate;                          /* the multi-key gate is closed by the driver */
+	uint64_t gate_until;                /* keep it closed until then (ns) */
+	uint64_t gate_epoch;                /* ... and until a config of this epoch is read */
+	uint64_t seen_epoch;                /* the last epoch audited */
+	bool hot;                           /* hot keys are marked */
 };
 
 chk_driver *
@@ -59,13 +85,130 @@ chk_driver_create(const chk_opts *o, shardkv_client *admin, chk_cluster *cl, chk
 	d->rng.s = o->seed ^ 0xd1b54a32d192ed03ull;
 	d->max_active = o->servers + 2;
 	d->next_step = chk_now_ns() + (uint64_t)o->reconfig_ms * 1000000u;
+	for (int i = 0; i < CHK_MAX_SERVERS; i++)
+		d->join_nem[i] = SIZE_MAX;
 	return d;
 }
 
 void
 chk_driver_destroy(chk_driver *d)
 {
+	if (d == NULL)
+		return;
+	if (d->gate)
+		chk_workload_mk_unblock(d->w);
+	free(d->nem);
 	free(d);
+}
+
+void
+chk_driver_nemesis(const chk_driver *d, const chk_nemesis **nem, size_t *n)
+{
+	*nem = d->nem;
+	*n = d->nnem;
+}
+
+/* Writes n bytes of p as the inside of a JSON string into buf, bytes
+ * outside printable ASCII as the four characters \xNN. */
+static const char *
+json_esc(char *buf, size_t len, const void *p, size_t n)
+{
+	const unsigned char *s = p;
+	size_t o = 0;
+
+	for (size_t i = 0; i < n && o + 7 < len; i++) {
+		if (s[i] == '"' || s[i] == '\\') {
+			buf[o++] = '\\';
+			buf[o++] = (char)s[i];
+		} else if (s[i] < 0x20 || s[i] >= 0x7f) {
+			/* Spelled as the log does (\xNN), so that the file holds no
+			 * NUL a JSON reader may refuse. */
+			o += (size_t)snprintf(buf + o, len - o, "\\\\x%02x", s[i]);
+		} else {
+			buf[o++] = (char)s[i];
+		}
+	}
+	buf[o] = 0;
+	return buf;
+}
+
+/* Starts a nemesis event: f and the JSON members of its value. Returns its
+ * index, or SIZE_MAX when the record is full. */
+static size_t __attribute__((format(printf, 3, 4)))
+nem_begin(chk_driver *d, const char *f, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (d->nnem == d->capnem) {
+		size_t cap = d->capnem ? 2 * d->capnem : 256;
+		if (cap > CHK_MAX_NEM)
+			cap = CHK_MAX_NEM;
+		chk_nemesis *x = cap > d->capnem ? realloc(d->nem, cap * sizeof(*x)) : NULL;
+		if (x == NULL)
+			return SIZE_MAX;
+		d->nem = x;
+		d->capnem = cap;
+	}
+	chk_nemesis *e = &d->nem[d->nnem];
+	memset(e, 0, sizeof(*e));
+	e->start = chk_now_ns();
+	snprintf(e->f, sizeof(e->f), "%s", f);
+	va_start(ap, fmt);
+	vsnprintf(e->args, sizeof(e->args), fmt, ap);
+	va_end(ap);
+	return d->nnem++;
+}
+
+/* Ends nemesis event i with the JSON members of its outcome. */
+static void __attribute__((format(printf, 3, 4)))
+nem_end(chk_driver *d, size_t i, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (i >= d->nnem)
+		return;
+	d->nem[i].end = chk_now_ns();
+	va_start(ap, fmt);
+	vsnprintf(d->nem[i].result, sizeof(d->nem[i].result), fmt, ap);
+	va_end(ap);
+}
+
+/* Ends an admin step's event with its result. */
+static void
+nem_end_rv(chk_driver *d, size_t i, int rv, const shardkv_admin_result *res)
+{
+	if (rv == 0)
+		nem_end(d, i, "\"result\": \"ok\", \"epoch\": %" PRIu64 ", \"migrations\": %zu",
+		        res->epoch, res->nmigrations);
+	else
+		nem_end(d, i, "\"result\": \"%s\"", shardkv_strerror(rv));
+}
+
+/* Closes the multi-key gate for a step that may cut inside a group. */
+static void
+gate_close(chk_driver *d)
+{
+	if (d->o->groups == 0)
+		return;
+	if (!d->gate) {
+		if (!chk_workload_mk_block(d->w, d->o->op_timeout_ms + 1000))
+			chk_log("multi-key operations still in flight after %u ms",
+			        d->o->op_timeout_ms + 1000);
+		d->gate = true;
+	}
+}
+
+/* After a cutting step: the gate opens once a config of `epoch` (or
+ * newer) is audited, and not before `hold_ms`. */
+static void
+gate_after(chk_driver *d, int rv, const shardkv_admin_result *res)
+{
+	uint64_t hold = rv != 0 && d->o->kill_ctl ? GATE_HOLD_MS : 0;
+
+	if (rv == 0 && res->epoch > d->gate_epoch)
+		d->gate_epoch = res->epoch;
+	if (chk_now_ns() + hold * 1000000u > d->gate_until)
+		d->gate_until = chk_now_ns() + hold * 1000000u;
 }
 
 const chk_driver_stats *
@@ -88,21 +231,13 @@ node_by_url(const shardkv_config *cfg, const char *url)
 static uint32_t
 owner_of(const shardkv_config *cfg, const char *key, size_t klen, size_t *range)
 {
-	for (size_t i = 0; i < cfg->nranges; i++) {
-		const shardkv_range *r = &cfg->ranges[i];
-		size_t sl = r->start.len, el = r->end.len;
-		int cs = memcmp(r->start.data ? (const char *)r->start.data : "", key,
-		                sl < klen ? sl : klen);
-		bool after_start = cs < 0 || (cs == 0 && sl <= klen);
-		int ce = el ? memcmp(key, r->end.data, klen < el ? klen : el) : -1;
-		bool before_end = el == 0 || ce < 0 || (ce == 0 && klen < el);
-		if (after_start && before_end) {
-			if (range)
-				*range = i;
-			return r->node;
-		}
-	}
-	return 0;
+	size_t i = chk_config_range(cfg, key, klen);
+
+	if (i == SIZE_MAX)
+		return 0;
+	if (range)
+		*range = i;
+	return cfg->ranges[i].node;
 }
 
 static size_t
@@ -117,6 +252,11 @@ count_active(const shardkv_config *cfg)
 static unsigned
 step_flags(chk_driver *d)
 {
+	/* No --wait while a killed server waits for its restart: the driver
+	 * restarts it, so a migration to or from it would wait for nothing. */
+	for (int i = 0; d->cl && i < d->cl->nservers; i++)
+		if (d->cl->srv[i].state == CHK_SRV_KILLED)
+			return 0;
 	if (chk_rng_below(&d->rng, 100) < WAIT_PERCENT) {
 		d->st.waited++;
 		return SHARDKV_WAIT;
@@ -203,6 +343,17 @@ printable(char *buf, size_t len, const char *k, size_t kl)
 	return buf;
 }
 
+/* The copy rate of a step: --move-rate for half the steps that do not
+ * wait (a paced copy lasts long enough for operations to meet it), else
+ * unpaced. */
+static uint32_t
+step_rate(chk_driver *d, unsigned flags)
+{
+	if (d->o->move_rate == 0 || (flags & SHARDKV_WAIT) || chk_rng_below(&d->rng, 2))
+		return 0;
+	return d->o->move_rate;
+}
+
 /* Moves a random range of the checker's keys to a random active node. */
 static void
 step_move(chk_driver *d, const shardkv_config *cfg)
@@ -235,12 +386,17 @@ step_move(chk_driver *d, const shardkv_config *cfg)
 		else
 			el = (size_t)snprintf(end, sizeof(end), "%s", b[j]);
 	} else if (kind < 80) {
-		/* One key alone: [k, k + "\0"). */
+		/* One key alone: [k, k + "\0"); a group's prefix: the whole
+		 * group with its filler keys, [p, p + "~~"). */
 		size_t i = chk_rng_below(&d->rng, nb);
 		sl = (size_t)snprintf(start, sizeof(start), "%s", b[i]);
 		memcpy(end, start, sl);
 		end[sl] = 0;
 		el = sl + 1;
+		if (sl > 0 && start[sl - 1] == '/' && sl + 3 < sizeof(end)) {
+			memcpy(end + sl, "~~", 3);
+			el = sl + 2;
+		}
 	} else {
 		/* The whole current range that holds a random key. */
 		size_t i = chk_rng_below(&d->rng, nb), r = 0;
@@ -264,8 +420,20 @@ step_move(chk_driver *d, const shardkv_config *cfg)
 		return;
 	snprintf(node, sizeof(node), "%" PRIu32, to);
 	unsigned flags = step_flags(d);
+	uint32_t rate = step_rate(d, flags);
 	shardkv_admin_result res = {0};
-	int rv = shardkv_move(d->admin, start, sl, end, el, node, 0, flags, &res);
+	char js[200], je[200];
+	chk_workload_hot_clear(d->w);
+	chk_workload_hot_add(d->w, start, sl, end, el);
+	d->hot = true;
+	size_t ne =
+	    nem_begin(d, "move",
+	              "\"start\": \"%s\", \"end\": \"%s\", \"from\": %" PRIu32 ", \"to\": %" PRIu32
+	              ", \"wait\": %s, \"rate_mb_s\": %" PRIu32,
+	              json_esc(js, sizeof(js), start, sl), json_esc(je, sizeof(je), end, el), from,
+	              to, flags & SHARDKV_WAIT ? "true" : "false", rate);
+	int rv = shardkv_move(d->admin, start, sl, end, el, node, rate, flags, &res);
+	nem_end_rv(d, ne, rv, &res);
 	snprintf(what, sizeof(what), "move [%s, %s) -> node %s",
 	         printable(ps, sizeof(ps), start, sl), printable(pe, sizeof(pe), end, el), node);
 	outcome(d, what, rv, &res, cfg->epoch, flags, &d->st.moves);
@@ -276,7 +444,13 @@ step_rebalance(chk_driver *d, const shardkv_config *cfg)
 {
 	unsigned flags = step_flags(d);
 	shardkv_admin_result res = {0};
-	int rv = shardkv_rebalance(d->admin, 0, flags, &res);
+	gate_close(d);
+	uint32_t rate = step_rate(d, flags);
+	size_t ne = nem_begin(d, "rebalance", "\"wait\": %s, \"rate_mb_s\": %" PRIu32,
+	                      flags & SHARDKV_WAIT ? "true" : "false", rate);
+	int rv = shardkv_rebalance(d->admin, rate, flags, &res);
+	nem_end_rv(d, ne, rv, &res);
+	gate_after(d, rv, &res);
 	outcome(d, "rebalance", rv, &res, cfg->epoch, flags, &d->st.rebalances);
 }
 
@@ -286,6 +460,8 @@ static void
 step_join(chk_driver *d, const shardkv_config *cfg)
 {
 	bool self = chk_rng_below(&d->rng, 2) == 0;
+	if (self)
+		gate_close(d); /* until it is seen registered (poll_procs) */
 	int i = chk_cluster_add_server(d->cl, self);
 
 	if (i < 0) {
@@ -295,6 +471,8 @@ step_join(chk_driver *d, const shardkv_config *cfg)
 	}
 	d->join_pending[i] = self; /* the slot may be reused */
 	if (self) {
+		d->join_nem[i] = nem_begin(d, "join", "\"server\": \"%s\", \"how\": \"--join\"",
+		                           d->cl->srv[i].url);
 		if (d->o->verbose)
 			chk_log("join: started %s with --join", d->cl->srv[i].url);
 		return;
@@ -304,7 +482,15 @@ step_join(chk_driver *d, const shardkv_config *cfg)
 		flags |= SHARDKV_NO_REBALANCE;
 	shardkv_admin_result res = {0};
 	char what[128];
+	bool cuts = !(flags & SHARDKV_NO_REBALANCE);
+	if (cuts)
+		gate_close(d);
+	size_t ne = nem_begin(d, "join", "\"server\": \"%s\", \"how\": \"join\", \"rebalance\": %s",
+	                      d->cl->srv[i].url, cuts ? "true" : "false");
 	int rv = shardkv_join(d->admin, d->cl->srv[i].url, flags, &res);
+	nem_end_rv(d, ne, rv, &res);
+	if (cuts)
+		gate_after(d, rv, &res);
 	snprintf(what, sizeof(what), "join %s%s", d->cl->srv[i].url,
 	         flags & SHARDKV_NO_REBALANCE ? " (no rebalance)" : "");
 	outcome(d, what, rv, &res, cfg->epoch, flags, &d->st.joins);
@@ -351,7 +537,19 @@ step_leave(chk_driver *d, const shardkv_config *cfg)
 	bool owns = false;
 	for (size_t r = 0; nd && r < cfg->nranges; r++)
 		owns |= cfg->ranges[r].node == nd->id;
+	/* Its ranges are hot while they move away. */
+	chk_workload_hot_clear(d->w);
+	for (size_t r = 0; nd && r < cfg->nranges; r++)
+		if (cfg->ranges[r].node == nd->id)
+			chk_workload_hot_add(d->w, cfg->ranges[r].start.data,
+			                     cfg->ranges[r].start.len, cfg->ranges[r].end.data,
+			                     cfg->ranges[r].end.len);
+	d->hot = true;
+	gate_close(d);
 	if (quiet && owns && chk_rng_below(&d->rng, 100) < 40) {
+		/* The gate stays closed until it has exited (poll_procs). */
+		d->join_nem[i] =
+		    nem_begin(d, "leave", "\"server\": \"%s\", \"how\": \"SIGTERM\"", s->url);
 		chk_cluster_signal(d->cl, i, SIGTERM);
 		s->state = CHK_SRV_TERMINATING;
 		d->st.reconfigs++;
@@ -363,7 +561,10 @@ step_leave(chk_driver *d, const shardkv_config *cfg)
 	unsigned flags = step_flags(d);
 	shardkv_admin_result res = {0};
 	char what[128];
+	size_t ne = nem_begin(d, "leave", "\"server\": \"%s\", \"how\": \"leave\"", s->url);
 	int rv = shardkv_leave(d->admin, s->url, flags, &res);
+	nem_end_rv(d, ne, rv, &res);
+	gate_after(d, rv, &res);
 	snprintf(what, sizeof(what), "leave %s", s->url);
 	outcome(d, what, rv, &res, cfg->epoch, flags, &d->st.leaves);
 	if (rv == 0 || rv == SHARDKV_ETIMEDOUT)
@@ -381,11 +582,13 @@ step_kill(chk_driver *d, const shardkv_config *cfg)
 		return;
 	int i = idx[chk_rng_below(&d->rng, n)];
 	chk_server *s = &d->cl->srv[i];
+	size_t ne = nem_begin(d, "kill", "\"server\": \"%s\", \"signal\": \"SIGKILL\"", s->url);
 	chk_cluster_signal(d->cl, i, SIGKILL);
 	while (!chk_cluster_poll_exit(d->cl, i)) {
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
 	}
+	nem_end(d, ne, "\"result\": \"exited\"");
 	s->state = CHK_SRV_KILLED;
 	s->restart_ns =
 	    chk_now_ns() +
@@ -452,6 +655,9 @@ step_kill_ctl(chk_driver *d, const shardkv_config *cfg)
 		pthread_detach(t);
 	}
 	d->st.ctl_kills++;
+	size_t ne = nem_begin(d, "kill-controller", "\"replica\": %d, \"delay_us\": %u", leader + 1,
+	                      delay_us);
+	nem_end(d, ne, "\"result\": \"sent\"");
 	if (d->o->verbose)
 		chk_log("kill-controller: SIGKILL to leader replica %d in %u us", leader + 1,
 		        delay_us);
@@ -528,6 +734,10 @@ poll_procs(chk_driver *d, bool restart_now)
 
 	int back = chk_cluster_restart_replicas(cl, restart_now);
 	d->st.restarts += (uint64_t)back;
+	if (back > 0) {
+		size_t ne = nem_begin(d, "restart", "\"controller_replicas\": %d", back);
+		nem_end(d, ne, "\"result\": \"started\"");
+	}
 	if (back && d->o->verbose)
 		chk_log("restarted %d controller replica(s)", back);
 	if (!chk_cluster_controller_alive(cl) && cl->ctl_crashed) {
@@ -547,6 +757,9 @@ poll_procs(chk_driver *d, bool restart_now)
 		const shardkv_node *nd = cfg ? node_by_url(cfg, s->url) : NULL;
 		if (d->join_pending[i] && nd) {
 			d->join_pending[i] = false;
+			nem_end(d, d->join_nem[i], "\"result\": \"registered\", \"node\": %" PRIu32,
+			        nd->id);
+			d->join_nem[i] = SIZE_MAX;
 			d->st.reconfigs++;
 			d->st.joins++;
 			if (d->o->verbose)
@@ -570,19 +783,72 @@ poll_procs(chk_driver *d, bool restart_now)
 				s->crashed = true;
 				d->st.crashes++;
 			}
+			if (s->state == CHK_SRV_TERMINATING && d->join_nem[i] != SIZE_MAX) {
+				nem_end(d, d->join_nem[i], "\"result\": \"exited\"");
+				d->join_nem[i] = SIZE_MAX;
+			}
 			if (s->state != CHK_SRV_KILLED)
 				s->state = CHK_SRV_STOPPED;
 		}
 		if (s->state == CHK_SRV_KILLED && (restart_now || chk_now_ns() >= s->restart_ns)) {
+			size_t ne = nem_begin(d, "restart", "\"server\": \"%s\"", s->url);
 			if (chk_cluster_restart_server(cl, i) == 0) {
+				nem_end(d, ne, "\"result\": \"started\"");
 				d->st.restarts++;
 				if (d->o->verbose)
 					chk_log("restarted %s", s->url);
 			} else {
+				nem_end(d, ne, "\"result\": \"failed\"");
 				s->state = CHK_SRV_STOPPED;
 				chk_log("cannot restart %s", s->url);
 			}
 		}
+	}
+	shardkv_config_free(cfg);
+}
+
+/* Whether something that may cut inside a group is under way: a server
+ * joining by itself or draining after SIGTERM, or a recent failed step. */
+static bool
+cutting(const chk_driver *d)
+{
+	for (int i = 0; d->cl && i < d->cl->nservers; i++)
+		if (d->join_pending[i] || d->cl->srv[i].state == CHK_SRV_TERMINATING)
+			return true;
+	return chk_now_ns() < d->gate_until;
+}
+
+/* Audits every epoch published since the last tick, clears the hot keys
+ * once nothing moves, and opens the gate when nothing cuts any more. */
+static void
+watch_config(chk_driver *d)
+{
+	shardkv_config *cfg = NULL;
+
+	if ((d->o->groups == 0 && !d->hot) || shardkv_config_get(d->admin, 0, &cfg) != 0)
+		return;
+	if (d->o->groups) {
+		uint64_t from = d->seen_epoch + 1;
+		if (cfg->epoch > AUDIT_MAX && from < cfg->epoch - AUDIT_MAX)
+			from = cfg->epoch - AUDIT_MAX;
+		for (uint64_t e = from; d->seen_epoch && e < cfg->epoch; e++) {
+			shardkv_config *old = NULL;
+			if (shardkv_config_get(d->admin, e, &old) == 0)
+				d->st.gate_leaks += chk_workload_mk_audit(d->w, old, d->gate);
+			shardkv_config_free(old);
+		}
+		if (cfg->epoch >= d->seen_epoch) {
+			d->st.gate_leaks += chk_workload_mk_audit(d->w, cfg, d->gate);
+			d->seen_epoch = cfg->epoch;
+		}
+		if (d->gate && cfg->epoch >= d->gate_epoch && !cutting(d)) {
+			chk_workload_mk_unblock(d->w);
+			d->gate = false;
+		}
+	}
+	if (d->hot && cfg->nmigrations == 0) {
+		chk_workload_hot_clear(d->w);
+		d->hot = false;
 	}
 	shardkv_config_free(cfg);
 }
@@ -594,10 +860,12 @@ chk_driver_tick(chk_driver *d, bool steps)
 
 	if (d->cl)
 		poll_procs(d, false);
+	watch_config(d);
 	now = chk_now_ns();
 	if (!steps || d->o->no_reconfig || now < d->next_step)
 		return TICK_MS;
 	one_step(d);
+	watch_config(d);
 	/* The next step after 0.5..1.5 times the interval. */
 	uint64_t iv = (uint64_t)d->o->reconfig_ms * 1000000u;
 	d->next_step = chk_now_ns() + iv / 2 + chk_rng_below(&d->rng, iv + 1);

@@ -11,6 +11,10 @@
  * invocation comes later in the file only when it is a violation, which
  * the model must see rather than the reader refuse.
  *
+ * Nemesis events (the driver's steps) are lines of their own, "process":
+ * "nemesis", merged in by time; the reader keeps them for reports and
+ * leaves them out of the check.
+ *
  * The reader trusts nothing: a line over 16 MiB, a field of the wrong type,
  * a completion without an invocation, times going backwards, a value
  * written twice or a key both put and appended to make the file malformed.
@@ -165,18 +169,60 @@ write_finals(FILE *f, const chk_key *keys, size_t nkeys, uint32_t maxclient, uin
 	return ferror(f) ? -1 : 0;
 }
 
+/* One nemesis line: event i's start or end. */
+typedef struct {
+	uint64_t t; /* its time */
+	size_t i;   /* the event */
+	bool end;   /* its end line */
+} nline;
+
+static int
+nline_cmp(const void *a, const void *b)
+{
+	const nline *x = a, *y = b;
+
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	if (x->i != y->i)
+		return x->i < y->i ? -1 : 1;
+	return (int)x->end - (int)y->end;
+}
+
+static void
+put_nemesis(FILE *f, const chk_nemesis *n, bool end, uint64_t t)
+{
+	fprintf(f, "{\"process\": \"nemesis\", \"type\": \"info\", \"f\": ");
+	put_cstr(f, n->f);
+	fprintf(f, ", \"value\": {%s%s\"phase\": \"%s\"", n->args, n->args[0] ? ", " : "",
+	        end ? "end" : "start");
+	if (end && n->result[0])
+		fprintf(f, ", %s", n->result);
+	fprintf(f, "}, \"time\": %" PRIu64 "}\n", t);
+}
+
 int
-chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops)
+chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops,
+                   const chk_nemesis *nem, size_t nnem)
 {
 	wev *e = malloc((2 * nops + 1) * sizeof(*e));
+	nline *nl = malloc((2 * nnem + 1) * sizeof(*nl));
+	size_t nn = 0, nj = 0;
 	size_t *parts = malloc((nops + 1) * sizeof(*parts)); /* op -> next part of its txn */
 	size_t *head = malloc((nops + 1) * sizeof(*head));   /* op -> first part of its txn */
 	uint32_t maxclient = 0;
 	size_t ne = 0;
 	int rv = -1;
 
-	if (e == NULL || parts == NULL || head == NULL)
+	if (e == NULL || parts == NULL || head == NULL || nl == NULL)
 		goto out;
+	for (size_t i = 0; i < nnem; i++) {
+		nl[nn++] = (nline){nem[i].start, i, false};
+		if (nem[i].end)
+			nl[nn++] =
+			    (nline){nem[i].end < nem[i].start ? nem[i].start : nem[i].end, i, true};
+	}
+	if (nn > 1)
+		qsort(nl, nn, sizeof(*nl), nline_cmp);
 	/* Tie the parts of each multi-key op: the ops of one txn sit together
 	 * in a client's record, so a linear pass finds them. */
 	for (size_t i = 0; i < nops; i++) {
@@ -199,8 +245,16 @@ chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops
 	if (ne > 1)
 		qsort(e, ne, sizeof(*e), wev_cmp);
 	for (size_t j = 0; j <= ne; j++) {
+		/* The nemesis lines up to this event's time (all at the end). */
+		while (nj < nn && (j == ne || nl[nj].t <= e[j].t)) {
+			put_nemesis(f, &nem[nl[nj].i], nl[nj].end, nl[nj].t);
+			nj++;
+		}
 		if (j == ne) {
-			if (write_finals(f, keys, nkeys, maxclient, ne ? e[ne - 1].t : 0) != 0)
+			uint64_t last = ne ? e[ne - 1].t : 0;
+			if (nn && nl[nn - 1].t > last)
+				last = nl[nn - 1].t;
+			if (write_finals(f, keys, nkeys, maxclient, last) != 0)
 				goto out;
 			break;
 		}
@@ -210,6 +264,12 @@ chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops
 			type = o->status != CHK_FAILED ? "ok"
 			       : o->kind == CHK_GET    ? "fail"
 			                               : "info";
+		/* A read of an append key whose final value was never read back:
+		 * its bytes are not in the history (only their length and hash),
+		 * so the file cannot say what it read. */
+		if (!e[j].invoke && o->txn == 0 && o->kind == CHK_GET && o->status == CHK_OK &&
+		    keys[o->key].append && !keys[o->key].final_known)
+			type = "info";
 		fprintf(f, "{\"process\": %" PRIu64 ", \"type\": \"%s\", \"f\": \"%s\", ",
 		        op_process(ops, e[j].op, maxclient), type, op_name(o));
 		if (o->txn == 0) {
@@ -235,6 +295,7 @@ chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops
 	rv = ferror(f) ? -1 : 0;
 out:
 	free(e);
+	free(nl);
 	free(parts);
 	free(head);
 	return rv;
@@ -290,6 +351,9 @@ struct chk_histfile {
 	smap names_map;   /* key name -> index (key field unused) */
 	smap vals;        /* (key, written value) -> identity */
 	uint64_t next_id; /* identities handed out */
+	chk_nemesis *nem; /* the nemesis lines, in file order */
+	size_t nnem;      /* used */
+	size_t capnem;    /* allocated */
 };
 
 static uint64_t
@@ -662,6 +726,51 @@ complete(rd *r, json_t *inv, size_t inv_line, json_t *done, const char *type, ui
 	return 0;
 }
 
+/* Keeps a nemesis line (a step of whatever reconfigured or hurt the
+ * cluster) for reports: it takes no part in the check. */
+static int
+nemesis_event(rd *r, json_t *ev)
+{
+	chk_histfile *h = r->h;
+	json_t *type = json_object_get(ev, "type"), *f = json_object_get(ev, "f"),
+	       *time = json_object_get(ev, "time"), *value = json_object_get(ev, "value");
+
+	if (!json_is_string(type) || !json_is_string(f))
+		return bad(r, "\"type\" or \"f\" is not a string");
+	if (!json_is_integer(time) || json_integer_value(time) < 0)
+		return bad(r, "\"time\" is not a non-negative integer");
+	uint64_t t = (uint64_t)json_integer_value(time);
+	if (t < r->last_t)
+		return bad(r, "time goes backwards");
+	r->last_t = t;
+	if (h->nnem == h->capnem) {
+		size_t cap = h->capnem ? 2 * h->capnem : 64;
+		chk_nemesis *x = realloc(h->nem, cap * sizeof(*x));
+		if (x == NULL)
+			return oom(r);
+		h->nem = x;
+		h->capnem = cap;
+	}
+	chk_nemesis *n = &h->nem[h->nnem++];
+	memset(n, 0, sizeof(*n));
+	n->start = n->end = t;
+	snprintf(n->f, sizeof(n->f), "%s", json_string_value(f));
+	if (value != NULL) {
+		char *js = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (js == NULL)
+			return oom(r);
+		size_t l = strlen(js);
+		if (json_is_object(value) && l >= 2) { /* the members, without braces */
+			js[l - 1] = '\0';
+			snprintf(n->args, sizeof(n->args), "%s", js + 1);
+		} else {
+			snprintf(n->args, sizeof(n->args), "\"value\": %s", js);
+		}
+		free(js);
+	}
+	return 0;
+}
+
 /* Reads one event. */
 static int
 event(rd *r, pmap *pm, json_t *ev)
@@ -671,8 +780,10 @@ event(rd *r, pmap *pm, json_t *ev)
 
 	if (!json_is_object(ev))
 		return bad(r, "not a JSON object");
+	if (json_is_string(process) && strcmp(json_string_value(process), "nemesis") == 0)
+		return nemesis_event(r, ev);
 	if (!json_is_integer(process))
-		return bad(r, "\"process\" is not an integer");
+		return bad(r, "\"process\" is not an integer (nor \"nemesis\")");
 	if (!json_is_string(type) || !json_is_string(f))
 		return bad(r, "\"type\" or \"f\" is not a string");
 	if (!json_is_integer(time) || json_integer_value(time) < 0)
@@ -1044,6 +1155,42 @@ chk_histfile_history(const chk_histfile *h, const chk_key **keys, size_t *nkeys,
 	*nops = h->nops;
 }
 
+void
+chk_histfile_nemesis(const chk_histfile *h, const chk_nemesis **nem, size_t *nnem)
+{
+	*nem = h->nem;
+	*nnem = h->nnem;
+}
+
+void
+chk_print_nemesis(FILE *f, const chk_nemesis *nem, size_t nnem, uint64_t lo, uint64_t hi,
+                  uint64_t t0, size_t max_lines)
+{
+	const uint64_t margin = 1000000000u; /* 1 s */
+	uint64_t from = lo > margin ? lo - margin : 0, to = hi + margin;
+	size_t shown = 0, more = 0;
+
+	for (size_t i = 0; i < nnem; i++) {
+		const chk_nemesis *n = &nem[i];
+		uint64_t end = n->end > n->start ? n->end : n->start;
+		if (end < from || n->start > to)
+			continue;
+		if (shown == max_lines) {
+			more++;
+			continue;
+		}
+		if (shown++ == 0)
+			fprintf(f, "  nemesis events within 1 s (ms; [start, end]):\n");
+		double a =
+		    n->start >= t0 ? (double)(n->start - t0) / 1e6 : -(double)(t0 - n->start) / 1e6;
+		double b = end >= t0 ? (double)(end - t0) / 1e6 : -(double)(t0 - end) / 1e6;
+		fprintf(f, "    [%.3f, %.3f] %s {%s}%s%s%s\n", a, b, n->f, n->args,
+		        n->result[0] ? " -> {" : "", n->result, n->result[0] ? "}" : "");
+	}
+	if (more)
+		fprintf(f, "    ... %zu more\n", more);
+}
+
 size_t
 chk_histfile_line(const chk_histfile *h, size_t op)
 {
@@ -1067,5 +1214,6 @@ chk_histfile_free(chk_histfile *h)
 	free(h->lines);
 	smap_free(&h->names_map);
 	smap_free(&h->vals);
+	free(h->nem);
 	free(h);
 }

@@ -2,7 +2,9 @@
  * main.c - shardkv-checker: runs concurrent clients against a live cluster
  * while a driver reconfigures it at random, records the history of every
  * operation and checks it (history.h): no acknowledged append lost or
- * duplicated, appends in real-time order, every read linearizable per key.
+ * duplicated, appends in real-time order, every read linearizable per key,
+ * every mget atomic with respect to every mput. The history, with the
+ * driver's steps as nemesis events, is written to a history file.
  * Prints "N reconfigurations, M operations, V violations" (or the first
  * violations with their histories) and exits 0 only when V is 0.
  *
@@ -26,6 +28,7 @@
 #define SETTLE_MS     20000u /* wait for migrations to finish after the run */
 #define FINAL_READ_MS 20000u /* the final reads, all keys together, at most this long */
 #define ADMIN_MS      15000u /* deadline of admin calls (--wait steps) */
+#define FINAL_OP_MS   2000u  /* deadline of each final read */
 #define START_MS      30000u /* a spawned server becomes active */
 #define SHOW_MAX      5      /* violations printed in full */
 
@@ -39,13 +42,17 @@ usage(FILE *f)
 	    "                       [--clients N] [--keys K] [--duration S]\n"
 	    "                       [--reconfig-interval MS] [--no-reconfig] [--seed S]\n"
 	    "                       [--op-timeout MS] [--max-ops N] [--fill N [--fill-size B]]\n"
-	    "                       [--keep] [--json] [-v]\n"
+	    "                       [--multi G] [--async N] [--handles H] [--hot PCT]\n"
+	    "                       [--move-rate MB]\n"
+	    "                       [--history FILE] [--keep] [--json] [-v]\n"
+	    "       shardkv-checker --check FILE\n"
 	    "\n"
-	    "Runs N clients doing appends of unique tokens and puts/gets of unique values\n"
-	    "on K keys while moving ranges, rebalancing and (with --spawn) joining and\n"
-	    "removing servers at random, then checks the recorded history: every\n"
-	    "acknowledged append exactly once and in real-time order, every read\n"
-	    "linearizable per key.\n"
+	    "Runs N clients doing appends of unique tokens, puts/gets of unique values and\n"
+	    "(with --multi) mputs/mgets on K keys while moving ranges, rebalancing and\n"
+	    "(with --spawn) joining and removing servers at random, then checks the\n"
+	    "recorded history: every acknowledged append exactly once and in real-time\n"
+	    "order, every read linearizable per key, every mget atomic with respect to\n"
+	    "every mput.\n"
 	    "\n"
 	    "  -c, --controller ADDRS  the cluster to test (default $SHARDKV_CONTROLLER or\n"
 	    "                          tcp://127.0.0.1:7000); moves and rebalances only\n"
@@ -63,14 +70,25 @@ usage(FILE *f)
 	    "  --reconfig-interval MS  mean pause between reconfiguration steps (default 400)\n"
 	    "  --no-reconfig           load and check only\n"
 	    "  --seed S                random seed (default: from the clock; printed)\n"
-	    "  --op-timeout MS         per-operation deadline (default 5000)\n"
+	    "  --op-timeout MS         per-operation deadline (default 5000; 50-200 makes many\n"
+	    "                          ops time out: recorded as indeterminate, retried by the\n"
+	    "                          library with the same request id until then)\n"
+	    "  --multi G               also mput/mget G groups of 2-4 registers that one range\n"
+	    "                          holds (default 0)\n"
+	    "  --async N               per client, N more single-key ops in flight through the\n"
+	    "                          async API (get, put), each slot a process (default 0)\n"
+	    "  --handles H             per client, spread its ops over H handles (default 1)\n"
+	    "  --hot PCT               PCT%% of ops pick a key the driver is moving (default 50)\n"
+	    "  --move-rate MB          pace half the moves and rebalances that do not wait at\n"
+	    "                          MB MB/s, so that copies last (default 0: unpaced)\n"
 	    "  --max-ops N             record at most N operations (default %u)\n"
 	    "  --fill N                write N filler keys among the checker's keys first, so\n"
 	    "                          that moved ranges carry data (default 0)\n"
 	    "  --fill-size B           value size of the filler keys (default 1000)\n"
 	    "  --keep                  keep the spawned cluster's directory\n"
 	    "  --json                  print the summary as one JSON object on stdout\n"
-	    "  --history FILE          write the run's history there as JSON Lines (default:\n"
+	    "  --history FILE          write the run's history there as JSON Lines, with the\n"
+	    "                          driver's steps as \"nemesis\" events (default:\n"
 	    "                          DIR/history-SEED.jsonl with --spawn, else\n"
 	    "                          ./shardkv-history-SEED.jsonl)\n"
 	    "  --check FILE            check the history in FILE (from any source) and exit:\n"
@@ -134,6 +152,11 @@ enum {
 	OPT_KILL_CTL,
 	OPT_HISTORY,
 	OPT_CHECK,
+	OPT_MULTI,
+	OPT_ASYNC,
+	OPT_HANDLES,
+	OPT_HOT,
+	OPT_MOVE_RATE,
 };
 
 static int
@@ -164,6 +187,11 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
 	    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
 	    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
+	    {"multi", required_argument, NULL, OPT_MULTI},
+	    {"async", required_argument, NULL, OPT_ASYNC},
+	    {"handles", required_argument, NULL, OPT_HANDLES},
+	    {"hot", required_argument, NULL, OPT_HOT},
+	    {"move-rate", required_argument, NULL, OPT_MOVE_RATE},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -286,6 +314,34 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 				                   optarg);
 			o->fill_size = (unsigned)v;
 			break;
+		case OPT_MULTI:
+			if (!parse_num(optarg, 0, CHK_MAX_GROUPS, &v))
+				return usage_error("--multi wants 0 to %d groups, not '%s'",
+				                   CHK_MAX_GROUPS, optarg);
+			o->groups = (unsigned)v;
+			break;
+		case OPT_ASYNC:
+			if (!parse_num(optarg, 0, CHK_MAX_ASYNC, &v))
+				return usage_error("--async wants 0 to %d, not '%s'", CHK_MAX_ASYNC,
+				                   optarg);
+			o->async = (unsigned)v;
+			break;
+		case OPT_HANDLES:
+			if (!parse_num(optarg, 1, CHK_MAX_HANDLES, &v))
+				return usage_error("--handles wants 1 to %d, not '%s'",
+				                   CHK_MAX_HANDLES, optarg);
+			o->handles = (unsigned)v;
+			break;
+		case OPT_HOT:
+			if (!parse_num(optarg, 0, 100, &v))
+				return usage_error("--hot wants 0 to 100, not '%s'", optarg);
+			o->hot_pct = (unsigned)v;
+			break;
+		case OPT_MOVE_RATE:
+			if (!parse_num(optarg, 0, 100000, &v))
+				return usage_error("--move-rate wants MB/s, not '%s'", optarg);
+			o->move_rate = (unsigned)v;
+			break;
 		case 'v':
 			o->verbose = true;
 			break;
@@ -406,7 +462,81 @@ typedef struct {
 	size_t unsettled;           /* migrations in flight after the settle wait */
 	size_t unread;              /* keys the final reads could not read */
 	const char *dir;            /* the spawned cluster's directory, or NULL */
+	chk_workload_more more;     /* indeterminate ops, multi-key and async counts */
+	size_t failed_puts_seen;    /* failed puts that a read saw */
 } summary;
+
+static int
+u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* How many failed puts (indeterminate) some read saw: those took effect
+ * although the client gave up on them (a late apply, or a lost answer). */
+static size_t
+failed_puts_seen(const chk_op *ops, size_t nops)
+{
+	uint64_t *v = malloc((nops + 1) * sizeof(*v));
+	bool *seen;
+	size_t n = 0, count = 0;
+
+	if (v == NULL)
+		return 0;
+	for (size_t i = 0; i < nops; i++)
+		if (ops[i].kind == CHK_PUT && ops[i].status == CHK_FAILED)
+			v[n++] = ops[i].val;
+	qsort(v, n, sizeof(*v), u64_cmp);
+	if ((seen = calloc(n + 1, sizeof(*seen))) == NULL) {
+		free(v);
+		return 0;
+	}
+	for (size_t i = 0; i < nops && n; i++) {
+		if (ops[i].kind != CHK_GET || ops[i].status != CHK_OK || ops[i].val == 0)
+			continue;
+		uint64_t *p = bsearch(&ops[i].val, v, n, sizeof(*v), u64_cmp);
+		if (p != NULL && !seen[p - v]) {
+			seen[p - v] = true;
+			count++;
+		}
+	}
+	free(seen);
+	free(v);
+	return count;
+}
+
+/* The time window of a violation's operations; false when it names none. */
+static bool
+violation_window(const chk_op *ops, size_t nops, const chk_violation *v, uint64_t *lo, uint64_t *hi)
+{
+	size_t idx[2] = {v->op, v->other};
+
+	*lo = UINT64_MAX;
+	*hi = 0;
+	for (int j = 0; j < 2; j++) {
+		if (idx[j] >= nops)
+			continue;
+		const chk_op *o = &ops[idx[j]];
+		uint64_t end = o->complete == CHK_NEVER ? o->ret : o->complete;
+		*lo = o->invoke < *lo ? o->invoke : *lo;
+		*hi = end > *hi ? end : *hi;
+	}
+	return *lo != UINT64_MAX;
+}
+
+/* Prints a violation, its history and the nemesis events around it. */
+static void
+show_violation(const chk_key *keys, const chk_op *ops, size_t nops, const chk_violation *v,
+               uint64_t t0, const chk_nemesis *nem, size_t nnem)
+{
+	uint64_t lo, hi;
+
+	chk_print_violation(stderr, keys, ops, nops, v, t0, 24);
+	if (nnem && violation_window(ops, nops, v, &lo, &hi))
+		chk_print_nemesis(stderr, nem, nnem, lo, hi, t0, 16);
+}
 
 /* Checks the history in file `path` (--check). Returns the exit code. */
 static int
@@ -438,9 +568,12 @@ check_file(const char *path)
 		chk_histfile_free(h);
 		return 2;
 	}
+	const chk_nemesis *nem;
+	size_t nnem;
+	chk_histfile_nemesis(h, &nem, &nnem);
 	for (size_t i = 0; i < res.nkept && i < SHOW_MAX; i++) {
 		const chk_violation *v = &res.v[i];
-		chk_print_violation(stderr, keys, ops, nops, v, 0, 24);
+		show_violation(keys, ops, nops, v, 0, nem, nnem);
 		if (v->op < nops && v->other < nops)
 			fprintf(stderr, "  (lines %zu and %zu of %s)\n",
 			        chk_histfile_line(h, v->op), chk_histfile_line(h, v->other), path);
@@ -449,10 +582,10 @@ check_file(const char *path)
 			        chk_histfile_line(h, v->op < nops ? v->op : v->other), path);
 		fputc('\n', stderr);
 	}
-	printf("%zu operations on %zu keys, %zu reads checked, %zu mgets checked, %zu "
-	       "violations (values are shown by identity, c1.N, in the order the file first "
-	       "wrote them)\n",
-	       nops, nkeys, res.reads_checked, res.mgets_checked, res.nviolations);
+	printf("%zu operations on %zu keys, %zu reads checked, %zu mgets checked, %zu nemesis "
+	       "events, %zu violations (values are shown by identity, c1.N, in the order the "
+	       "file first wrote them)\n",
+	       nops, nkeys, res.reads_checked, res.mgets_checked, nnem, res.nviolations);
 	chk_histfile_free(h);
 	return res.nviolations ? 1 : 0;
 }
@@ -461,7 +594,7 @@ check_file(const char *path)
  * write it is reported, not fatal: the run is still checked. */
 static void
 write_history(const chk_opts *o, const chk_cluster *cl, const chk_key *keys, size_t nkeys,
-              const chk_op *ops, size_t nops)
+              const chk_op *ops, size_t nops, const chk_nemesis *nem, size_t nnem)
 {
 	char path[4200];
 
@@ -472,7 +605,8 @@ write_history(const chk_opts *o, const chk_cluster *cl, const chk_key *keys, siz
 	else
 		snprintf(path, sizeof(path), "shardkv-history-%" PRIu64 ".jsonl", o->seed);
 	FILE *f = fopen(path, "w");
-	if (f == NULL || chk_histfile_write(f, keys, nkeys, ops, nops) != 0 || fclose(f) != 0) {
+	if (f == NULL || chk_histfile_write(f, keys, nkeys, ops, nops, nem, nnem) != 0 ||
+	    fclose(f) != 0) {
 		fprintf(stderr, "checker: cannot write the history to %s: %s\n", path,
 		        strerror(errno));
 		return;
@@ -506,6 +640,15 @@ print_json(const summary *s)
 	        s->res->appends_acked, s->res->appends_failed, s->res->appends_failed_applied,
 	        s->res->tokens, s->res->reads_checked, s->res->writes_acked, s->res->writes_failed,
 	        d->crashes, s->unsettled, s->unread);
+	fprintf(f,
+	        ", \"indeterminate_operations\": %" PRIu64 ", \"timeouts\": %" PRIu64
+	        ", \"mputs\": %" PRIu64 ", \"mgets\": %" PRIu64 ", \"mgets_checked\": %zu"
+	        ", \"multi_skipped\": %" PRIu64 ", \"gate_leaks\": %" PRIu64
+	        ", \"async_operations\": %" PRIu64 ", \"hot_operations\": %" PRIu64
+	        ", \"failed_puts_seen\": %zu",
+	        s->more.indeterminate, s->more.timeouts, s->more.mputs, s->more.mgets,
+	        s->res->mgets_checked, s->more.mk_skipped, d->gate_leaks, s->more.async_ops,
+	        s->more.hot_ops, s->failed_puts_seen);
 	fprintf(f, ", \"errors\": {");
 	bool first = true;
 	for (int e = 0; e < 32; e++)
@@ -552,6 +695,17 @@ print_text(const summary *s)
 	        "%zu acknowledged, %zu failed; %zu reads checked\n",
 	        r->appends_acked, r->appends_failed, r->appends_failed_applied, r->tokens,
 	        r->writes_acked, r->writes_failed, r->reads_checked);
+	fprintf(f,
+	        "multi-key: %" PRIu64 " mputs, %" PRIu64 " mgets (%zu checked), %" PRIu64
+	        " skipped at the gate, %" PRIu64 " gate leaks; %" PRIu64 " async ops, %" PRIu64
+	        " ops on moving keys\n",
+	        s->more.mputs, s->more.mgets, r->mgets_checked, s->more.mk_skipped, d->gate_leaks,
+	        s->more.async_ops, s->more.hot_ops);
+	fprintf(f,
+	        "indeterminate operations: %" PRIu64 " (failed writes; %zu failed puts and %zu "
+	        "failed appends took effect); %" PRIu64 " timeouts\n",
+	        s->more.indeterminate, s->failed_puts_seen, r->appends_failed_applied,
+	        s->more.timeouts);
 	if (s->failed) {
 		fprintf(f, "failed operations: %" PRIu64 " (", s->failed);
 		bool first = true;
@@ -590,7 +744,9 @@ main(int argc, char **argv)
 	              .servers = 3,
 	              .op_timeout_ms = 5000,
 	              .max_ops = CHK_DEFAULT_OPS,
-	              .fill_size = 1000};
+	              .fill_size = 1000,
+	              .handles = 1,
+	              .hot_pct = 50};
 	chk_cluster *cl = NULL;
 	shardkv_client *admin = NULL;
 	chk_workload *w = NULL;
@@ -664,9 +820,10 @@ main(int argc, char **argv)
 	chk_rng pr = {o.seed ^ chk_now_ns() ^ ((uint64_t)getpid() << 20)};
 	snprintf(prefix, sizeof(prefix), "chk-%08" PRIx64 "/", chk_rng_next(&pr) & 0xffffffffu);
 	chk_log("seed %" PRIu64
-	        ", %u clients, %u keys under %s, %.1f s, reconfiguration every ~%u ms%s",
-	        o.seed, o.clients, o.keys, prefix, o.duration_s, o.reconfig_ms,
-	        o.no_reconfig ? " (off)" : "");
+	        ", %u clients, %u keys and %u groups under %s, %.1f s, reconfiguration every ~%u "
+	        "ms%s; %u async, %u handles per client, op timeout %u ms",
+	        o.seed, o.clients, o.keys, o.groups, prefix, o.duration_s, o.reconfig_ms,
+	        o.no_reconfig ? " (off)" : "", o.async, o.handles, o.op_timeout_ms);
 	if ((w = chk_workload_create(&o, controllers, prefix)) == NULL ||
 	    (d = chk_driver_create(&o, admin, cl, w)) == NULL)
 		goto out;
@@ -717,7 +874,10 @@ main(int argc, char **argv)
 	size_t unsettled = wait_settled(admin, SETTLE_MS);
 	chk_driver_settle_procs(d);
 	chk_log("reading every key back");
-	shardkv_set_timeout(admin, o.op_timeout_ms < 2000 ? o.op_timeout_ms : 2000);
+	/* 2 s whatever --op-timeout: with a deadline as short as 150 ms a read
+	 * routed by the admin handle's stale cache to a server that has left
+	 * can keep failing (unavailable) instead of refreshing the route. */
+	shardkv_set_timeout(admin, FINAL_OP_MS);
 	size_t unread = chk_workload_final_reads(w, admin, FINAL_READ_MS);
 	chk_log("checking the history");
 
@@ -729,7 +889,10 @@ main(int argc, char **argv)
 		fprintf(stderr, "checker: out of memory while checking\n");
 		goto out;
 	}
-	write_history(&o, cl, keys, nkeys, ops, nops);
+	const chk_nemesis *nem;
+	size_t nnem;
+	chk_driver_nemesis(d, &nem, &nnem);
+	write_history(&o, cl, keys, nkeys, ops, nops, nem, nnem);
 	uint64_t n_unused, failed;
 	chk_workload_counts(w, &n_unused, &failed);
 	summary s = {.seed = o.seed,
@@ -743,8 +906,10 @@ main(int argc, char **argv)
 	             .unsettled = unsettled,
 	             .unread = unread,
 	             .dir = cl && (o.keep || res.nviolations) ? cl->dir : NULL};
+	chk_workload_more_counts(w, &s.more);
+	s.failed_puts_seen = failed_puts_seen(ops, nops);
 	for (size_t i = 0; i < res.nkept && i < SHOW_MAX; i++) {
-		chk_print_violation(stderr, keys, ops, nops, &res.v[i], t0, 24);
+		show_violation(keys, ops, nops, &res.v[i], t0, nem, nnem);
 		fputc('\n', stderr);
 	}
 	if (res.nviolations > SHOW_MAX)

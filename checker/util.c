@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 volatile sig_atomic_t chk_stop_requested;
@@ -51,4 +52,20 @@ void
 chk_log_start(void)
 {
 	t_start = chk_now_ns();
+}
+
+size_t
+chk_config_range(const shardkv_config *cfg, const void *key, size_t klen)
+{
+	for (size_t i = 0; i < cfg->nranges; i++) {
+		const shardkv_range *r = &cfg->ranges[i];
+		size_t sl = r->start.len, el = r->end.len;
+		int cs = sl ? memcmp(r->start.data, key, sl < klen ? sl : klen) : 0;
+		bool after_start = cs < 0 || (cs == 0 && sl <= klen);
+		int ce = el ? memcmp(key, r->end.data, klen < el ? klen : el) : -1;
+		bool before_end = el == 0 || ce < 0 || (ce == 0 && klen < el);
+		if (after_start && before_end)
+			return i;
+	}
+	return SIZE_MAX;
 }

@@ -1,60 +1,109 @@
 /*
  * workload.c - the clients of shardkv-checker: each thread runs random
- * appends, puts and gets on the key table through its own shardkv_client
- * and records every operation (invocation and completion time, result) in
- * its own buffer, so recording takes no lock.
+ * appends, puts, gets and (with --multi) mputs and mgets on the key table
+ * through its own shardkv_client handles and records every operation
+ * (invocation and completion time, result). With --async N a thread also
+ * keeps N single-key ops in flight through the async API (get and put; the
+ * library has no async append), each slot a process of its own, so that
+ * the library's coalescing path runs under the checker.
  *
- * Keys live under the run's prefix: registers "<prefix>r<NNN>" and append
- * keys "<prefix>a<NNN>.<gen>". Every value is unique: client c writes
- * "c<c>.<seq>" (put) or appends "c<c>.<seq>;" with a per-client sequence.
- * An append key rolls to its next generation once its value passes
+ * Keys live under the run's prefix: registers "<prefix>r<NNN>", group
+ * registers "<prefix>m<GGG>/<i>" and append keys "<prefix>a<NNN>.<gen>".
+ * Every value is unique: process p writes "c<p>.<seq>" (put, one per key
+ * of an mput) or appends "c<p>.<seq>;" with a per-process sequence. An
+ * append key rolls to its next generation once its value passes
  * CHK_ROLL_BYTES, which bounds every value (and every get) whatever the
  * duration. Memory is bounded by the operation budget (--max-ops).
+ *
+ * Recording takes no lock: each process (a thread's blocking calls, or one
+ * async slot) appends to its own buffer, and an async slot has at most one
+ * op in flight, so its buffer has one writer at a time (the callback
+ * records, then frees the slot with a release store the thread acquires).
  */
 #include "checker/checker.h"
 
+#include <inttypes.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* One client thread. */
+#define SLOT_WAIT_MS 20 /* a thread with async slots looks at them this often */
+
+/* One process of the history: a thread's blocking calls, or an async slot. */
 typedef struct {
-	struct chk_workload *w; /* the workload */
-	uint32_t id;            /* client id, from 1 */
-	shardkv_client *cl;     /* its own handle */
-	chk_rng rng;            /* its random stream */
-	uint32_t seq;           /* last value sequence used */
-	chk_op *ops;            /* its history, in order */
-	size_t nops, cap;       /* used and allocated */
-	pthread_t thr;          /* the thread */
-	bool started;           /* thr is running */
-	bool oom;               /* stopped because memory ran out */
+	uint32_t id;      /* its id in the history (chk_op.client), from 1 */
+	uint32_t seq;     /* last value sequence used */
+	chk_op *ops;      /* its history, in order */
+	size_t nops, cap; /* used and allocated */
+	bool oom;         /* memory ran out */
+} proc;
+
+struct client;
+
+/* One async slot: at most one op in flight. */
+typedef struct {
+	struct client *c; /* its thread */
+	proc p;           /* its process */
+	chk_op op;        /* the op in flight */
+	atomic_bool busy; /* an op is in flight (the callback clears it) */
+} aslot;
+
+/* One client thread. */
+typedef struct client {
+	struct chk_workload *w;             /* the workload */
+	uint32_t idx;                       /* thread index, from 0 */
+	shardkv_client *h[CHK_MAX_HANDLES]; /* its handles */
+	unsigned nh;                        /* how many */
+	chk_rng rng;                        /* its random stream */
+	proc p;                             /* the process of its blocking calls */
+	aslot *slots;                       /* o->async async slots */
+	sem_t sem;                          /* posted by every async completion */
+	bool sem_ok;                        /* sem is initialised */
+	pthread_t thr;                      /* the thread */
+	bool started;                       /* thr is running */
 } client;
 
+/* The kinds of unit an op picks: a register, a group, an append slot. */
+enum { U_REG, U_GROUP, U_SLOT };
+
 struct chk_workload {
-	const chk_opts *o;          /* options */
-	unsigned nreg;              /* registers */
-	unsigned nslot;             /* append keys (each with generations) */
-	size_t nkeys;               /* nreg + nslot * CHK_MAX_GEN */
-	chk_key *keys;              /* key table of the model */
-	char **names;               /* key names (NUL-terminated), per key */
-	uint8_t **finals;           /* final values of append keys (owned) */
-	_Atomic unsigned *gen;      /* current generation per append slot */
-	client *cl;                 /* clients */
-	unsigned ncl;               /* their number */
-	atomic_bool stop;           /* ask the clients to stop */
-	atomic_size_t budget;       /* operations started so far (against max_ops) */
-	atomic_uint_fast64_t ndone; /* operations recorded */
-	atomic_uint_fast64_t nfail; /* failed operations */
-	_Atomic uint64_t errs[32];  /* failed operations by -err */
-	uint64_t deadline;          /* when the clients stop (ns) */
-	chk_op *all;                /* the merged history (after the run) */
-	size_t nall;                /* its length */
-	chk_op *final_ops;          /* register reads of the final pass */
-	size_t nfinal;              /* their number */
+	const chk_opts *o;                 /* options */
+	unsigned nreg;                     /* single registers */
+	unsigned ngrp;                     /* groups */
+	unsigned nrk;                      /* registers in all: single and group members */
+	unsigned nslot;                    /* append keys (each with generations) */
+	size_t nkeys;                      /* nrk + nslot * CHK_MAX_GEN */
+	chk_key *keys;                     /* key table of the model */
+	char **names;                      /* key names (NUL-terminated), per key */
+	char **gname;                      /* per group: its prefix "<prefix>m<GGG>/" */
+	unsigned *gfirst, *gsize;          /* per group: first key index, keys */
+	uint8_t **finals;                  /* final values of append keys (owned) */
+	_Atomic unsigned *gen;             /* current generation per append slot */
+	atomic_bool *gsplit;               /* per group: not held by one range (no mput/mget) */
+	uint64_t *gwhole;                  /* per split group: since when it looks whole (0: not) */
+	atomic_int mk_block;               /* gate: > 0 closed (driver) */
+	atomic_int mk_inflight;            /* mputs and mgets in flight (clients) */
+	_Atomic uint32_t hot_n;            /* hot units in hot[] */
+	_Atomic uint32_t hot[CHK_MAX_HOT]; /* units the driver is moving: unit ids */
+	atomic_uint_fast32_t txns;         /* multi-key op ids handed out */
+	client *cl;                        /* clients */
+	unsigned ncl;                      /* their number */
+	atomic_bool stop;                  /* ask the clients to stop */
+	atomic_size_t budget;              /* operations started so far (against max_ops) */
+	atomic_uint_fast64_t ndone;        /* operations recorded */
+	atomic_uint_fast64_t nfail;        /* failed operations */
+	/* the counts of chk_workload_more, in its order */
+	atomic_uint_fast64_t nindet, ntimeout, nmput, nmget, nskip, nasync, nhot;
+	_Atomic uint64_t errs[32]; /* failed operations by -err */
+	uint64_t deadline;         /* when the clients stop (ns) */
+	chk_op *all;               /* the merged history (after the run) */
+	size_t nall;               /* its length */
+	chk_op *final_ops;         /* register reads of the final pass */
+	size_t nfinal;             /* their number */
 };
 
 static uint32_t
@@ -67,24 +116,70 @@ reg_key(const chk_workload *w, unsigned r)
 static uint32_t
 append_key(const chk_workload *w, unsigned slot, unsigned gen)
 {
-	return w->nreg + slot * CHK_MAX_GEN + gen;
+	return w->nrk + slot * CHK_MAX_GEN + gen;
+}
+
+/* Unit ids: [0, nreg) registers, then groups, then append slots. */
+static int
+unit_kind(const chk_workload *w, uint32_t u, unsigned *i)
+{
+	if (u < w->nreg) {
+		*i = u;
+		return U_REG;
+	}
+	if (u < w->nreg + w->ngrp) {
+		*i = u - w->nreg;
+		return U_GROUP;
+	}
+	*i = u - w->nreg - w->ngrp;
+	return U_SLOT;
+}
+
+static int
+open_handle(const chk_opts *o, const char *controllers, shardkv_client **out)
+{
+	shardkv_options so = {.timeout_ms = o->op_timeout_ms,
+	                      .tls_cert = o->tls_cert,
+	                      .tls_key = o->tls_key,
+	                      .tls_ca = o->tls_ca};
+
+	if (shardkv_open(controllers, &so, out) != 0) {
+		fprintf(stderr, "checker: cannot open a client on %s\n", controllers);
+		return -1;
+	}
+	return 0;
 }
 
 chk_workload *
 chk_workload_create(const chk_opts *o, const char *controllers, const char *prefix)
 {
 	chk_workload *w = calloc(1, sizeof(*w));
-	shardkv_options so = {.timeout_ms = o->op_timeout_ms,
-	                      .tls_cert = o->tls_cert,
-	                      .tls_key = o->tls_key,
-	                      .tls_ca = o->tls_ca};
+	uint32_t next_proc = 1;
 
 	if (w == NULL)
 		return NULL;
 	w->o = o;
 	w->nslot = o->keys / 2 > 0 ? o->keys / 2 : 1;
 	w->nreg = o->keys - w->nslot > 0 ? o->keys - w->nslot : 1;
-	w->nkeys = w->nreg + (size_t)w->nslot * CHK_MAX_GEN;
+	w->ngrp = o->groups;
+	w->nrk = w->nreg;
+	w->gname = calloc(w->ngrp + 1, sizeof(*w->gname));
+	w->gfirst = calloc(w->ngrp + 1, sizeof(*w->gfirst));
+	w->gsize = calloc(w->ngrp + 1, sizeof(*w->gsize));
+	w->gsplit = calloc(w->ngrp + 1, sizeof(*w->gsplit));
+	w->gwhole = calloc(w->ngrp + 1, sizeof(*w->gwhole));
+	if (!w->gname || !w->gfirst || !w->gsize || !w->gsplit || !w->gwhole)
+		goto err;
+	for (unsigned g = 0; g < w->ngrp; g++) {
+		char buf[512];
+		w->gfirst[g] = w->nrk;
+		w->gsize[g] = 2 + g % 3; /* 2, 3, 4 keys */
+		w->nrk += w->gsize[g];
+		snprintf(buf, sizeof(buf), "%sm%03u/", prefix, g);
+		if ((w->gname[g] = strdup(buf)) == NULL)
+			goto err;
+	}
+	w->nkeys = w->nrk + (size_t)w->nslot * CHK_MAX_GEN;
 	w->keys = calloc(w->nkeys, sizeof(*w->keys));
 	w->names = calloc(w->nkeys, sizeof(*w->names));
 	w->finals = calloc(w->nkeys, sizeof(*w->finals));
@@ -95,26 +190,45 @@ chk_workload_create(const chk_opts *o, const char *controllers, const char *pref
 		goto err;
 	for (size_t k = 0; k < w->nkeys; k++) {
 		char buf[512];
-		if (k < w->nreg)
+		if (k < w->nreg) {
 			snprintf(buf, sizeof(buf), "%sr%03zu", prefix, k);
-		else
+		} else if (k < w->nrk) {
+			unsigned g = 0;
+			while (g + 1 < w->ngrp && w->gfirst[g + 1] <= k)
+				g++;
+			snprintf(buf, sizeof(buf), "%s%u", w->gname[g],
+			         (unsigned)(k - w->gfirst[g]));
+		} else {
 			snprintf(buf, sizeof(buf), "%sa%03zu.%03zu", prefix,
-			         (k - w->nreg) / CHK_MAX_GEN, (k - w->nreg) % CHK_MAX_GEN);
+			         (k - w->nrk) / CHK_MAX_GEN, (k - w->nrk) % CHK_MAX_GEN);
+		}
 		if ((w->names[k] = strdup(buf)) == NULL)
 			goto err;
 		w->keys[k].name = w->names[k];
-		w->keys[k].append = k >= w->nreg;
+		w->keys[k].append = k >= w->nrk;
 		/* Unused generations hold nothing: checked as empty. */
 		w->keys[k].final_known = true;
 	}
 	for (unsigned i = 0; i < w->ncl; i++) {
 		client *c = &w->cl[i];
 		c->w = w;
-		c->id = i + 1;
+		c->idx = i;
 		c->rng.s = o->seed ^ (0x9e3779b97f4a7c15ull * (i + 1));
-		if (shardkv_open(controllers, &so, &c->cl) != 0) {
-			fprintf(stderr, "checker: cannot open a client on %s\n", controllers);
-			goto err;
+		c->p.id = next_proc++;
+		c->nh = o->handles ? o->handles : 1;
+		for (unsigned h = 0; h < c->nh; h++)
+			if (open_handle(o, controllers, &c->h[h]) != 0)
+				goto err;
+		if (o->async) {
+			if ((c->slots = calloc(o->async, sizeof(*c->slots))) == NULL)
+				goto err;
+			for (unsigned s = 0; s < o->async; s++) {
+				c->slots[s].c = c;
+				c->slots[s].p.id = next_proc++;
+			}
+			if (sem_init(&c->sem, 0, 0) != 0)
+				goto err;
+			c->sem_ok = true;
 		}
 	}
 	return w;
@@ -130,7 +244,7 @@ chk_workload_fill(chk_workload *w, shardkv_client *admin, unsigned n, unsigned s
 	shardkv_bytes keys[BATCH], vals[BATCH];
 	char(*kb)[600] = malloc(BATCH * sizeof(*kb));
 	char *val = malloc(size + 1);
-	size_t nk = w->nreg + w->nslot, m = 0;
+	size_t nk = w->nreg + w->ngrp + w->nslot, m = 0;
 	int rv = 0;
 
 	if (kb == NULL || val == NULL) {
@@ -141,10 +255,23 @@ chk_workload_fill(chk_workload *w, shardkv_client *admin, unsigned n, unsigned s
 	for (unsigned i = 0; i < size; i++)
 		val[i] = (char)('a' + i % 26);
 	for (unsigned i = 0; i < n && rv == 0; i++) {
-		size_t k = i % nk;
-		const char *base =
-		    k < w->nreg ? w->names[k] : w->names[append_key(w, (unsigned)(k - w->nreg), 0)];
-		int kl = snprintf(kb[m], sizeof(kb[m]), "%s/f%06u", base, i);
+		uint32_t u = (uint32_t)(i % nk);
+		unsigned x;
+		int kl;
+		/* After each register and append key; after the last key of a
+		 * group ("~" sorts after its digits), never among its keys. */
+		switch (unit_kind(w, u, &x)) {
+		case U_REG:
+			kl = snprintf(kb[m], sizeof(kb[m]), "%s/f%06u", w->names[reg_key(w, x)], i);
+			break;
+		case U_GROUP:
+			kl = snprintf(kb[m], sizeof(kb[m]), "%s~/f%06u", w->gname[x], i);
+			break;
+		default:
+			kl = snprintf(kb[m], sizeof(kb[m]), "%s/f%06u",
+			              w->names[append_key(w, x, 0)], i);
+			break;
+		}
 		keys[m] = (shardkv_bytes){kb[m], (size_t)kl};
 		vals[m] = (shardkv_bytes){val, size};
 		if (++m == BATCH || i + 1 == n) {
@@ -159,106 +286,348 @@ chk_workload_fill(chk_workload *w, shardkv_client *admin, unsigned n, unsigned s
 	return rv;
 }
 
-/* Appends an operation to the client's history. */
+/* Appends an operation to a process's history. */
 static bool
-record(client *c, const chk_op *op)
+record(proc *p, const chk_op *op)
 {
-	if (c->nops == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 4096;
-		chk_op *p = realloc(c->ops, cap * sizeof(*p));
-		if (p == NULL) {
-			c->oom = true;
+	if (p->nops == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 1024;
+		chk_op *x = realloc(p->ops, cap * sizeof(*x));
+		if (x == NULL) {
+			p->oom = true;
 			return false;
 		}
-		c->ops = p;
-		c->cap = cap;
+		p->ops = x;
+		p->cap = cap;
 	}
-	c->ops[c->nops++] = *op;
+	p->ops[p->nops++] = *op;
 	return true;
 }
 
 static void
-count_failure(chk_workload *w, int err)
+count_failure(chk_workload *w, const chk_op *op, int err)
 {
 	int e = -err;
 	atomic_fetch_add(&w->nfail, 1);
 	atomic_fetch_add(&w->errs[e > 0 && e < 32 ? e : 0], 1);
+	if (op->kind != CHK_GET)
+		atomic_fetch_add(&w->nindet, 1);
+	if (err == SHARDKV_ETIMEDOUT)
+		atomic_fetch_add(&w->ntimeout, 1);
 }
 
-/* One random operation; returns false to stop. */
+/* Fills in the end of op from the call's result rv (0, ENOTFOUND or an
+ * error) and, for a get, the bytes read. */
+static void
+finish(chk_workload *w, chk_op *op, int rv, const void *data, size_t len)
+{
+	op->complete = chk_now_ns();
+	if (op->kind == CHK_GET) {
+		if (rv == 0) {
+			op->len = len;
+			if (w->keys[op->key].append) {
+				op->hash = chk_hash(CHK_HASH_INIT, data, len);
+			} else if (!chk_parse_val(data, len, &op->val)) {
+				op->status = CHK_GARBAGE;
+				op->val = 0;
+			}
+		} else if (rv == SHARDKV_ENOTFOUND) {
+			op->status = CHK_NOTFOUND;
+			rv = 0;
+		}
+	}
+	op->ret = op->complete;
+	if (rv != 0) {
+		op->status = CHK_FAILED;
+		op->err = (int16_t)rv;
+		op->complete = CHK_NEVER;
+		count_failure(w, op, rv);
+	}
+}
+
+/* Picks a unit of kind `want` (U_SLOT also takes a register's kind for
+ * gets when want is U_REG: a register unit is a register or a group's
+ * key): --hot percent of the time one the driver is moving, when there is
+ * one of that kind. Returns the unit's index within its kind. */
+static unsigned
+pick(client *c, int want)
+{
+	chk_workload *w = c->w;
+	unsigned n = want == U_REG ? w->nreg : want == U_GROUP ? w->ngrp : w->nslot;
+	uint32_t nh = atomic_load(&w->hot_n);
+
+	if (nh > 0 && chk_rng_below(&c->rng, 100) < w->o->hot_pct) {
+		for (int tries = 0; tries < 4; tries++) {
+			uint32_t u = atomic_load(&w->hot[chk_rng_below(&c->rng, nh)]);
+			unsigned i;
+			if (unit_kind(w, u, &i) == want) {
+				atomic_fetch_add(&w->nhot, 1);
+				return i;
+			}
+		}
+	}
+	return (unsigned)chk_rng_below(&c->rng, n);
+}
+
+/* A register key for a single-key op: a single register, or a key of a
+ * group (as often as the group's share of the register keys). */
+static uint32_t
+pick_register(client *c)
+{
+	chk_workload *w = c->w;
+
+	if (w->ngrp && chk_rng_below(&c->rng, w->nrk) >= w->nreg) {
+		unsigned g = pick(c, U_GROUP);
+		return w->gfirst[g] + (uint32_t)chk_rng_below(&c->rng, w->gsize[g]);
+	}
+	return reg_key(w, pick(c, U_REG));
+}
+
+static shardkv_client *
+handle(client *c)
+{
+	return c->h[c->nh > 1 ? chk_rng_below(&c->rng, c->nh) : 0];
+}
+
+/* Whether a multi-key op may run on group g now; on true the caller ends
+ * it with mk_end(). */
+static bool
+mk_begin(chk_workload *w, unsigned g)
+{
+	/* Counted in flight first, then the gate read: the driver closes the
+	 * gate first, then reads the count (both sequentially consistent), so
+	 * one of the two sees the other. */
+	atomic_fetch_add(&w->mk_inflight, 1);
+	if (atomic_load(&w->mk_block) > 0 || atomic_load(&w->gsplit[g])) {
+		atomic_fetch_sub(&w->mk_inflight, 1);
+		atomic_fetch_add(&w->nskip, 1);
+		return false;
+	}
+	return true;
+}
+
+static void
+mk_end(chk_workload *w)
+{
+	atomic_fetch_sub(&w->mk_inflight, 1);
+}
+
+/* An mput of fresh values to every key of group g, recorded as one op per
+ * key. Returns false when recording failed. */
+static bool
+do_mput(client *c, unsigned g)
+{
+	chk_workload *w = c->w;
+	unsigned n = w->gsize[g];
+	shardkv_bytes keys[4], vals[4];
+	char vb[4][40];
+	chk_op op[4];
+	shardkv_mput_result *res = NULL;
+	uint32_t txn = (uint32_t)atomic_fetch_add(&w->txns, 1) + 1;
+
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t k = w->gfirst[g] + i;
+		op[i] = (chk_op){.client = c->p.id, .kind = CHK_PUT, .key = k, .txn = txn};
+		op[i].val = chk_val_id(c->p.id, ++c->p.seq);
+		int l = chk_format_val(vb[i], sizeof(vb[i]), op[i].val);
+		keys[i] = (shardkv_bytes){w->names[k], strlen(w->names[k])};
+		vals[i] = (shardkv_bytes){vb[i], (size_t)l};
+	}
+	uint64_t t0 = chk_now_ns();
+	int rv = shardkv_mput(handle(c), n, keys, n, vals, &res);
+	shardkv_mput_result_free(res);
+	mk_end(w);
+	atomic_fetch_add(&w->nmput, 1);
+	for (unsigned i = 0; i < n; i++) {
+		op[i].invoke = t0;
+		finish(w, &op[i], rv, NULL, 0);
+		if (i > 0) { /* one failure counted, equal times for all parts */
+			op[i].complete = op[0].complete;
+			op[i].ret = op[0].ret;
+		}
+		if (i > 0 && rv != 0) {
+			atomic_fetch_sub(&w->nfail, 1);
+			atomic_fetch_sub(&w->nindet, 1);
+			atomic_fetch_sub(&w->errs[-rv > 0 && -rv < 32 ? -rv : 0], 1);
+			if (rv == SHARDKV_ETIMEDOUT)
+				atomic_fetch_sub(&w->ntimeout, 1);
+		}
+		if (!record(&c->p, &op[i]))
+			return false;
+	}
+	return true;
+}
+
+/* An mget of every key of group g, recorded as one get per key. */
+static bool
+do_mget(client *c, unsigned g)
+{
+	chk_workload *w = c->w;
+	unsigned n = w->gsize[g];
+	shardkv_bytes keys[4];
+	chk_op op[4];
+	shardkv_mget_result *res = NULL;
+	uint32_t txn = (uint32_t)atomic_fetch_add(&w->txns, 1) + 1;
+
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t k = w->gfirst[g] + i;
+		op[i] = (chk_op){.client = c->p.id, .kind = CHK_GET, .key = k, .txn = txn};
+		keys[i] = (shardkv_bytes){w->names[k], strlen(w->names[k])};
+	}
+	uint64_t t0 = chk_now_ns();
+	int rv = shardkv_mget(handle(c), n, keys, &res);
+	mk_end(w);
+	atomic_fetch_add(&w->nmget, 1);
+	if ((rv == 0 || rv == SHARDKV_ENOTFOUND) && (res == NULL || res->n != n))
+		rv = SHARDKV_EPROTO; /* no per-key answer: nothing to check */
+	for (unsigned i = 0; i < n; i++) {
+		op[i].invoke = t0;
+		if (rv == 0 || rv == SHARDKV_ENOTFOUND) {
+			const shardkv_buf *b = &res->values[i];
+			finish(w, &op[i], b->data ? 0 : SHARDKV_ENOTFOUND, b->data, b->len);
+		} else {
+			finish(w, &op[i], rv, NULL, 0);
+			if (i > 0) {
+				atomic_fetch_sub(&w->nfail, 1);
+				atomic_fetch_sub(&w->errs[-rv > 0 && -rv < 32 ? -rv : 0], 1);
+				if (rv == SHARDKV_ETIMEDOUT)
+					atomic_fetch_sub(&w->ntimeout, 1);
+			}
+		}
+		if (i > 0) {
+			op[i].complete = op[0].complete;
+			op[i].ret = op[0].ret;
+		}
+	}
+	shardkv_mget_result_free(res);
+	for (unsigned i = 0; i < n; i++)
+		if (!record(&c->p, &op[i]))
+			return false;
+	return true;
+}
+
+/* One random blocking operation; returns false to stop. */
 static bool
 one_op(client *c)
 {
 	chk_workload *w = c->w;
 	uint64_t r = chk_rng_below(&c->rng, 100);
-	chk_op op = {.client = c->id};
+	chk_op op = {.client = c->p.id};
 	char val[40];
 	int rv;
 
+	if (w->ngrp && r >= 42 && r < 70) { /* mput or mget of a group */
+		unsigned g = pick(c, U_GROUP);
+		if (mk_begin(w, g)) {
+			/* One op of the budget was taken; its other parts too. */
+			atomic_fetch_add(&w->budget, w->gsize[g] - 1);
+			return r < 55 ? do_mput(c, g) : do_mget(c, g);
+		}
+		r = r < 55 ? 40 : 75; /* the gate is closed: a single put or get */
+	}
 	if (r < 30) { /* append */
-		unsigned slot = (unsigned)chk_rng_below(&c->rng, w->nslot);
+		unsigned slot = pick(c, U_SLOT);
 		unsigned g = atomic_load(&w->gen[slot]);
 		const char *key = w->names[append_key(w, slot, g)];
 		uint64_t nl = 0;
 		op.kind = CHK_APPEND;
 		op.key = append_key(w, slot, g);
-		op.val = chk_val_id(c->id, ++c->seq);
+		op.val = chk_val_id(c->p.id, ++c->p.seq);
 		int n = chk_format_val(val, sizeof(val) - 1, op.val);
 		val[n++] = ';';
 		op.invoke = chk_now_ns();
-		rv = shardkv_append(c->cl, key, strlen(key), val, (size_t)n, &nl);
-		op.complete = chk_now_ns();
+		rv = shardkv_append(handle(c), key, strlen(key), val, (size_t)n, &nl);
+		finish(w, &op, rv, NULL, 0);
 		if (rv == 0) {
 			op.len = nl;
 			if (nl > CHK_ROLL_BYTES && g + 1 < CHK_MAX_GEN)
 				atomic_compare_exchange_strong(&w->gen[slot], &g, g + 1);
 		}
 	} else if (r < 55) { /* put */
-		unsigned k = (unsigned)chk_rng_below(&c->rng, w->nreg);
-		const char *key = w->names[reg_key(w, k)];
 		op.kind = CHK_PUT;
-		op.key = reg_key(w, k);
-		op.val = chk_val_id(c->id, ++c->seq);
+		op.key = pick_register(c);
+		op.val = chk_val_id(c->p.id, ++c->p.seq);
+		const char *key = w->names[op.key];
 		int n = chk_format_val(val, sizeof(val), op.val);
 		op.invoke = chk_now_ns();
-		rv = shardkv_put(c->cl, key, strlen(key), val, (size_t)n);
-		op.complete = chk_now_ns();
+		rv = shardkv_put(handle(c), key, strlen(key), val, (size_t)n);
+		finish(w, &op, rv, NULL, 0);
 	} else { /* get: registers mostly, append keys sometimes */
 		shardkv_buf b = {0};
-		bool app = r >= 85;
-		if (app) {
-			unsigned slot = (unsigned)chk_rng_below(&c->rng, w->nslot);
+		if (r >= 85) {
+			unsigned slot = pick(c, U_SLOT);
 			op.key = append_key(w, slot, atomic_load(&w->gen[slot]));
 		} else {
-			op.key = reg_key(w, (unsigned)chk_rng_below(&c->rng, w->nreg));
+			op.key = pick_register(c);
 		}
 		const char *key = w->names[op.key];
 		op.kind = CHK_GET;
 		op.invoke = chk_now_ns();
-		rv = shardkv_get(c->cl, key, strlen(key), &b);
-		op.complete = chk_now_ns();
-		if (rv == 0) {
-			op.len = b.len;
-			if (app) {
-				op.hash = chk_hash(CHK_HASH_INIT, b.data, b.len);
-			} else if (!chk_parse_val(b.data, b.len, &op.val)) {
-				op.status = CHK_GARBAGE;
-				op.val = 0;
-			}
-			shardkv_free(b.data);
-		} else if (rv == SHARDKV_ENOTFOUND) {
-			op.status = CHK_NOTFOUND;
-			rv = 0;
+		rv = shardkv_get(handle(c), key, strlen(key), &b);
+		finish(w, &op, rv, b.data, b.len);
+		shardkv_free(b.data);
+	}
+	return record(&c->p, &op);
+}
+
+/* The callback of an async slot's op (a library thread). */
+static void
+slot_done(void *arg, int status, const void *val, size_t vlen)
+{
+	aslot *s = arg;
+	client *c = s->c;
+
+	finish(c->w, &s->op, status, val, vlen);
+	record(&s->p, &s->op);
+	atomic_fetch_add(&c->w->ndone, 1);
+	atomic_store_explicit(&s->busy, false, memory_order_release);
+	sem_post(&c->sem);
+}
+
+/* Starts the next op of a free slot: a put or get of a register, or a get
+ * of an append key. */
+static void
+slot_start(client *c, aslot *s)
+{
+	chk_workload *w = c->w;
+	uint64_t r = chk_rng_below(&c->rng, 100);
+	char val[40];
+	int rv;
+
+	s->op = (chk_op){.client = s->p.id};
+	if (r < 40) {
+		s->op.kind = CHK_PUT;
+		s->op.key = pick_register(c);
+		s->op.val = chk_val_id(s->p.id, ++s->p.seq);
+	} else {
+		s->op.kind = CHK_GET;
+		if (r >= 85) {
+			unsigned slot = pick(c, U_SLOT);
+			s->op.key = append_key(w, slot, atomic_load(&w->gen[slot]));
+		} else {
+			s->op.key = pick_register(c);
 		}
 	}
-	op.ret = op.complete;
-	if (rv != 0) {
-		op.status = CHK_FAILED;
-		op.err = (int16_t)rv;
-		op.complete = CHK_NEVER;
-		count_failure(w, rv);
+	const char *key = w->names[s->op.key];
+	atomic_store(&s->busy, true);
+	atomic_fetch_add(&w->nasync, 1);
+	s->op.invoke = chk_now_ns();
+	if (s->op.kind == CHK_PUT) {
+		int n = chk_format_val(val, sizeof(val), s->op.val);
+		rv = shardkv_put_async(handle(c), key, strlen(key), val, (size_t)n, slot_done, s);
+	} else {
+		rv = shardkv_get_async(handle(c), key, strlen(key), slot_done, s);
 	}
-	return record(c, &op);
+	if (rv != 0) /* not taken: the callback will not run */
+		slot_done(s, rv, NULL, 0);
+}
+
+static bool
+may_start(chk_workload *w)
+{
+	if (atomic_load(&w->stop) || chk_stop_requested || chk_now_ns() >= w->deadline)
+		return false;
+	return atomic_fetch_add(&w->budget, 1) < w->o->max_ops;
 }
 
 static void *
@@ -266,14 +635,44 @@ client_main(void *arg)
 {
 	client *c = arg;
 	chk_workload *w = c->w;
+	unsigned na = w->o->async;
+	bool go = true;
 
-	while (!atomic_load(&w->stop) && !chk_stop_requested && chk_now_ns() < w->deadline) {
-		if (atomic_fetch_add(&w->budget, 1) >= w->o->max_ops)
+	while (go) {
+		/* Refill the free async slots, then one blocking op half the
+		 * time, else wait for a completion. */
+		for (unsigned i = 0; i < na && go; i++) {
+			aslot *s = &c->slots[i];
+			if (atomic_load_explicit(&s->busy, memory_order_acquire) || s->p.oom)
+				continue;
+			if ((go = may_start(w)))
+				slot_start(c, s);
+		}
+		if (!go)
 			break;
-		if (!one_op(c))
-			break;
-		atomic_fetch_add(&w->ndone, 1);
+		if (na == 0 || chk_rng_below(&c->rng, 2) == 0) {
+			if (!(go = may_start(w)))
+				break;
+			if (!(go = one_op(c)))
+				break;
+			atomic_fetch_add(&w->ndone, 1);
+		} else {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += SLOT_WAIT_MS * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			sem_timedwait(&c->sem, &ts);
+		}
 	}
+	/* Wait for the slots in flight (each ends by its deadline). */
+	for (unsigned i = 0; i < na; i++)
+		while (atomic_load_explicit(&c->slots[i].busy, memory_order_acquire)) {
+			struct timespec ts = {0, 2000000};
+			nanosleep(&ts, NULL);
+		}
 	return NULL;
 }
 
@@ -299,9 +698,12 @@ chk_workload_stop(chk_workload *w)
 		if (w->cl[i].started) {
 			pthread_join(w->cl[i].thr, NULL);
 			w->cl[i].started = false;
-			if (w->cl[i].oom)
+			bool oom = w->cl[i].p.oom;
+			for (unsigned s = 0; s < w->o->async; s++)
+				oom |= w->cl[i].slots[s].p.oom;
+			if (oom)
 				fprintf(stderr, "checker: client %u ran out of memory\n",
-				        w->cl[i].id);
+				        w->cl[i].idx + 1);
 		}
 }
 
@@ -312,10 +714,163 @@ chk_workload_counts(chk_workload *w, uint64_t *ops, uint64_t *failed)
 	*failed = atomic_load(&w->nfail);
 }
 
+void
+chk_workload_more_counts(chk_workload *w, chk_workload_more *out)
+{
+	*out = (chk_workload_more){.indeterminate = atomic_load(&w->nindet),
+	                           .timeouts = atomic_load(&w->ntimeout),
+	                           .mputs = atomic_load(&w->nmput),
+	                           .mgets = atomic_load(&w->nmget),
+	                           .mk_skipped = atomic_load(&w->nskip),
+	                           .async_ops = atomic_load(&w->nasync),
+	                           .hot_ops = atomic_load(&w->nhot)};
+}
+
 const uint64_t *
 chk_workload_errors(chk_workload *w)
 {
 	return (const uint64_t *)w->errs;
+}
+
+bool
+chk_workload_mk_block(chk_workload *w, unsigned ms)
+{
+	uint64_t until = chk_now_ns() + (uint64_t)ms * 1000000u;
+
+	atomic_fetch_add(&w->mk_block, 1);
+	while (atomic_load(&w->mk_inflight) > 0) {
+		if (chk_now_ns() >= until)
+			return false;
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+void
+chk_workload_mk_unblock(chk_workload *w)
+{
+	atomic_fetch_sub(&w->mk_block, 1);
+}
+
+bool
+chk_workload_mk_blocked(chk_workload *w)
+{
+	return atomic_load(&w->mk_block) > 0;
+}
+
+static bool in_range(const char *key, const void *start, size_t sl, const void *end, size_t el);
+
+/* Whether group g lies in one range of cfg and no migration of cfg takes
+ * part of it only (pieces of a group moving from different nodes). */
+static bool
+group_whole(const chk_workload *w, unsigned g, const shardkv_config *cfg)
+{
+	const char *a = w->names[w->gfirst[g]], *b = w->names[w->gfirst[g] + w->gsize[g] - 1];
+	size_t ra = chk_config_range(cfg, a, strlen(a)), rb = chk_config_range(cfg, b, strlen(b));
+
+	if (ra != rb || ra == SIZE_MAX)
+		return false;
+	for (size_t m = 0; m < cfg->nmigrations; m++) {
+		const shardkv_migration *x = &cfg->migrations[m];
+		bool ia = in_range(a, x->start.data, x->start.len, x->end.data, x->end.len);
+		bool ib = in_range(b, x->start.data, x->start.len, x->end.data, x->end.len);
+		if (ia != ib)
+			return false;
+	}
+	return true;
+}
+
+size_t
+chk_workload_mk_audit(chk_workload *w, const shardkv_config *cfg, bool gated)
+{
+	uint64_t now = chk_now_ns();
+	size_t leaks = 0;
+
+	for (unsigned g = 0; g < w->ngrp; g++) {
+		bool split = !group_whole(w, g, cfg);
+		bool was = atomic_load(&w->gsplit[g]);
+		if (split && !was && !gated) {
+			leaks++;
+			chk_log("group %s was split (epoch %" PRIu64 ") while mputs could run",
+			        w->gname[g], cfg->epoch);
+		}
+		if (split) {
+			w->gwhole[g] = 0;
+			if (!was) {
+				atomic_store(&w->gsplit[g], true);
+				if (w->o->verbose)
+					chk_log("group %s split at epoch %" PRIu64 ": no mput/mget",
+					        w->gname[g], cfg->epoch);
+			}
+			continue;
+		}
+		if (!was)
+			continue;
+		/* Whole again: mputs resume after a grace period, so that the
+		 * clients' cached configurations, which may still split it
+		 * across nodes, have caught up. */
+		if (w->gwhole[g] == 0)
+			w->gwhole[g] = now;
+		if (now - w->gwhole[g] >= (uint64_t)CHK_WHOLE_GRACE_MS * 1000000u) {
+			atomic_store(&w->gsplit[g], false);
+			w->gwhole[g] = 0;
+			if (w->o->verbose)
+				chk_log("group %s whole again at epoch %" PRIu64, w->gname[g],
+				        cfg->epoch);
+		}
+	}
+	return leaks;
+}
+
+/* Whether key lies in [start, end) (end empty: no end). */
+static bool
+in_range(const char *key, const void *start, size_t sl, const void *end, size_t el)
+{
+	size_t kl = strlen(key);
+	int cs = sl ? memcmp(start, key, sl < kl ? sl : kl) : 0;
+	if (!(cs < 0 || (cs == 0 && sl <= kl)))
+		return false;
+	int ce = el ? memcmp(key, end, kl < el ? kl : el) : -1;
+	return el == 0 || ce < 0 || (ce == 0 && kl < el);
+}
+
+void
+chk_workload_hot_add(chk_workload *w, const void *start, size_t sl, const void *end, size_t el)
+{
+	uint32_t n = atomic_load(&w->hot_n), nu = w->nreg + w->ngrp + w->nslot;
+
+	for (uint32_t u = 0; u < nu && n < CHK_MAX_HOT; u++) {
+		unsigned i;
+		const char *name;
+		switch (unit_kind(w, u, &i)) {
+		case U_REG:
+			name = w->names[reg_key(w, i)];
+			break;
+		case U_GROUP:
+			name = w->names[w->gfirst[i]];
+			break;
+		default:
+			name = w->names[append_key(w, i, atomic_load(&w->gen[i]))];
+			break;
+		}
+		if (!in_range(name, start, sl, end, el))
+			continue;
+		atomic_store(&w->hot[n], u);
+		atomic_store(&w->hot_n, ++n);
+	}
+}
+
+void
+chk_workload_hot_clear(chk_workload *w)
+{
+	atomic_store(&w->hot_n, 0);
+}
+
+bool
+chk_workload_hot_any(chk_workload *w)
+{
+	return atomic_load(&w->hot_n) > 0;
 }
 
 static int
@@ -327,7 +882,7 @@ str_cmp(const void *a, const void *b)
 const char **
 chk_workload_boundaries(chk_workload *w, size_t *n)
 {
-	const char **b = malloc((w->nreg + w->nslot) * sizeof(*b));
+	const char **b = malloc((w->nreg + w->ngrp + w->nslot + 1) * sizeof(*b));
 	size_t m = 0;
 
 	if (b == NULL) {
@@ -336,6 +891,8 @@ chk_workload_boundaries(chk_workload *w, size_t *n)
 	}
 	for (unsigned r = 0; r < w->nreg; r++)
 		b[m++] = w->names[reg_key(w, r)];
+	for (unsigned g = 0; g < w->ngrp; g++)
+		b[m++] = w->gname[g];
 	for (unsigned s = 0; s < w->nslot; s++)
 		b[m++] = w->names[append_key(w, s, atomic_load(&w->gen[s]))];
 	qsort(b, m, sizeof(*b), str_cmp);
@@ -410,15 +967,15 @@ chk_workload_final_reads(chk_workload *w, shardkv_client *admin, unsigned ms)
 	size_t pending = 0;
 	bool *done = calloc(w->nkeys, sizeof(*done));
 
-	w->final_ops = calloc(w->nreg + 1, sizeof(*w->final_ops));
+	w->final_ops = calloc(w->nrk + 1, sizeof(*w->final_ops));
 	if (done == NULL || w->final_ops == NULL) {
 		free(done);
 		return w->nkeys;
 	}
 	/* Keys never used need no read; the others are unknown until read. */
-	for (size_t k = w->nreg; k < w->nkeys; k++) {
-		unsigned slot = (unsigned)((k - w->nreg) / CHK_MAX_GEN);
-		unsigned g = (unsigned)((k - w->nreg) % CHK_MAX_GEN);
+	for (size_t k = w->nrk; k < w->nkeys; k++) {
+		unsigned slot = (unsigned)((k - w->nrk) / CHK_MAX_GEN);
+		unsigned g = (unsigned)((k - w->nrk) % CHK_MAX_GEN);
 		done[k] = g > atomic_load(&w->gen[slot]);
 		w->keys[k].final_known = done[k];
 	}
@@ -433,8 +990,8 @@ chk_workload_final_reads(chk_workload *w, shardkv_client *admin, unsigned ms)
 				pending++;
 				continue;
 			}
-			done[k] = k < w->nreg ? final_read_register(w, admin, (unsigned)k)
-			                      : final_read_append(w, admin, (uint32_t)k);
+			done[k] = k < w->nrk ? final_read_register(w, admin, (unsigned)k)
+			                     : final_read_append(w, admin, (uint32_t)k);
 			pending += !done[k];
 		}
 		if (pending == 0 || chk_now_ns() >= deadline)
@@ -448,24 +1005,35 @@ chk_workload_final_reads(chk_workload *w, shardkv_client *admin, unsigned ms)
 	return pending;
 }
 
+/* Moves a process's history into w->all. */
+static void
+take(chk_workload *w, proc *p)
+{
+	if (p->nops)
+		memcpy(w->all + w->nall, p->ops, p->nops * sizeof(*w->all));
+	w->nall += p->nops;
+	free(p->ops);
+	p->ops = NULL;
+	p->nops = 0;
+}
+
 void
 chk_workload_history(chk_workload *w, const chk_key **keys, size_t *nkeys, const chk_op **ops,
                      size_t *nops)
 {
 	if (w->all == NULL) {
 		size_t n = w->nfinal;
-		for (unsigned i = 0; i < w->ncl; i++)
-			n += w->cl[i].nops;
+		for (unsigned i = 0; i < w->ncl; i++) {
+			n += w->cl[i].p.nops;
+			for (unsigned s = 0; s < w->o->async; s++)
+				n += w->cl[i].slots[s].p.nops;
+		}
 		w->all = malloc((n + 1) * sizeof(*w->all));
 		if (w->all != NULL) {
 			for (unsigned i = 0; i < w->ncl; i++) {
-				if (w->cl[i].nops)
-					memcpy(w->all + w->nall, w->cl[i].ops,
-					       w->cl[i].nops * sizeof(*w->all));
-				w->nall += w->cl[i].nops;
-				free(w->cl[i].ops);
-				w->cl[i].ops = NULL;
-				w->cl[i].nops = 0;
+				take(w, &w->cl[i].p);
+				for (unsigned s = 0; s < w->o->async; s++)
+					take(w, &w->cl[i].slots[s].p);
 			}
 			if (w->nfinal)
 				memcpy(w->all + w->nall, w->final_ops, w->nfinal * sizeof(*w->all));
@@ -485,8 +1053,15 @@ chk_workload_destroy(chk_workload *w)
 		return;
 	chk_workload_stop(w);
 	for (unsigned i = 0; w->cl && i < w->ncl; i++) {
-		shardkv_close(w->cl[i].cl);
-		free(w->cl[i].ops);
+		client *c = &w->cl[i];
+		for (unsigned h = 0; h < c->nh; h++)
+			shardkv_close(c->h[h]);
+		free(c->p.ops);
+		for (unsigned s = 0; c->slots && s < w->o->async; s++)
+			free(c->slots[s].p.ops);
+		free(c->slots);
+		if (c->sem_ok)
+			sem_destroy(&c->sem);
 	}
 	for (size_t k = 0; k < w->nkeys; k++) {
 		if (w->names)
@@ -494,6 +1069,13 @@ chk_workload_destroy(chk_workload *w)
 		if (w->finals)
 			shardkv_free(w->finals[k]);
 	}
+	for (unsigned g = 0; w->gname && g < w->ngrp; g++)
+		free(w->gname[g]);
+	free(w->gname);
+	free(w->gfirst);
+	free(w->gsize);
+	free((void *)w->gsplit);
+	free(w->gwhole);
 	free(w->names);
 	free(w->finals);
 	free(w->keys);

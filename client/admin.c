@@ -1,5 +1,5 @@
 /*
- * admin.c - the admin operations of libshardkv (SPEC §4) and the public
+ * admin.c - the admin operations of libshardkv (doc/contract.md §4) and the public
  * configuration result.
  *
  * Each command is one AdminRequest to the controllers (kvc_controller_call

@@ -1,8 +1,8 @@
 /*
- * client.c - the libshardkv handle: configuration cache, watch thread,
- * connections, and the two transports every operation goes through
- * (kvc_server_call to a shard server, kvc_controller_call to the
- * controllers).
+ * client.c - the libshardkv handle: configuration cache, owner hints,
+ * watch thread, the table of connections and the calls to the controllers
+ * (kvc_controller_call). Requests to shard servers go through the engine
+ * (engine.c), which uses this file and is not used by it.
  *
  * DESIGN. The handle caches the newest configuration it has seen as a
  * reference-counted immutable snapshot; an operation takes a reference,
@@ -17,17 +17,16 @@
  * range skip the old owner until a newer configuration replaces them.
  *
  * Threads and locks (doc/threads.md has the project-wide list):
- *   - caller threads: any number, running operations;
- *   - mget/mput helper threads: one per server part, joined before the call
- *     returns;
+ *   - caller threads: any number, running operations (and controller
+ *     calls, which block the caller);
  *   - the watch thread: started with the first configuration fetch unless
  *     no_watch; stopped by shardkv_close, which cancels its send or receive
  *     (an aio, so that its socket is only ever closed by the watch thread,
  *     with nothing in progress on it) and signals cfg_cv (that wakes a
  *     backoff).
  *   conn_mu protects the connection table; cfg_mu protects the cache, the
- *   remembered hints and the watch state. Neither is held across a network call, and they are never
- *   held together.
+ *   remembered hints and the watch state. Neither is held across a network
+ *   call, and they are never held together (nor with an engine lock).
  */
 #include "client/client_int.h"
 #include "common/err.h"
@@ -165,24 +164,23 @@ random_id(void)
  * Connections
  * ------------------------------------------------------------------------- */
 
-/* Returns the rpc client for `address` and its coalescing queue, creating
- * them on first use. */
 int
-kvc_conn_get(shardkv_client *c, const char *address, kv_rpc_client **out, kvc_coal **coal)
+kvc_conn_get(shardkv_client *c, const char *address, kv_rpc_client **out, kvc_conn **conn)
 {
 	int rv = KV_OK;
+	kvc_conn *k;
 
 	pthread_mutex_lock(&c->conn_mu);
 	for (size_t i = 0; i < c->nconns; i++) {
-		if (strcmp(c->conns[i].address, address) == 0) {
-			*out = c->conns[i].rpc;
-			*coal = c->conns[i].coal;
+		if (strcmp(c->conns[i]->address, address) == 0) {
+			*out = c->conns[i]->rpc;
+			*conn = c->conns[i];
 			goto out;
 		}
 	}
 	if (c->nconns == c->capconns) {
 		size_t cap = c->capconns ? c->capconns * 2 : 8;
-		kvc_conn *n = realloc(c->conns, cap * sizeof(*n));
+		kvc_conn **n = realloc(c->conns, cap * sizeof(*n));
 		if (n == NULL) {
 			rv = KV_ENOMEM;
 			goto out;
@@ -190,26 +188,37 @@ kvc_conn_get(shardkv_client *c, const char *address, kv_rpc_client **out, kvc_co
 		c->conns = n;
 		c->capconns = cap;
 	}
-	kvc_conn *k = &c->conns[c->nconns];
-	if ((k->address = strdup(address)) == NULL ||
-	    (k->coal = calloc(1, sizeof(*k->coal))) == NULL) {
-		free(k->address);
+	if ((k = calloc(1, sizeof(*k))) == NULL) {
 		rv = KV_ENOMEM;
 		goto out;
 	}
-	pthread_mutex_init(&k->coal->mu, NULL);
-	if ((rv = kv_rpc_client_create_tls(address, c->tls, &k->rpc)) != KV_OK) {
-		pthread_mutex_destroy(&k->coal->mu);
-		free(k->coal);
-		free(k->address);
+	if ((k->address = strdup(address)) == NULL) {
+		free(k);
+		rv = KV_ENOMEM;
 		goto out;
 	}
-	c->nconns++;
+	atomic_init(&k->queue, NULL);
+	if ((rv = kv_rpc_client_create_tls(address, c->tls, &k->rpc)) != KV_OK) {
+		free(k->address);
+		free(k);
+		goto out;
+	}
+	c->conns[c->nconns++] = k;
 	*out = k->rpc;
-	*coal = k->coal;
+	*conn = k;
 out:
 	pthread_mutex_unlock(&c->conn_mu);
 	return rv;
+}
+
+void
+kvc_conn_redial(shardkv_client *c, const char *address)
+{
+	kv_rpc_client *rpc;
+	kvc_conn *k;
+
+	if (kvc_conn_get(c, address, &rpc, &k) == KV_OK)
+		kv_rpc_client_redial(rpc);
 }
 
 uint32_t
@@ -221,224 +230,13 @@ kvc_attempt_ms(uint64_t deadline_ns)
 	return ms;
 }
 
-/* One op in one Request. */
-static int
-call_one(shardkv_client *c, kv_rpc_client *rpc, uint64_t epoch, const kvc_op *op,
-         uint64_t deadline_ns, kvc_reply *r)
-{
-	kvc_envelope env = {
-	    .client_id = c->client_id,
-	    .request_id = kvc_next_id(c),
-	    .epoch = epoch,
-	    .auth = {.p = c->auth.data, .len = c->auth.len},
-	    .timeout_ms = kvc_attempt_ms(deadline_ns),
-	};
-	nng_msg *req, *rep;
-	int rv;
-
-	if (env.timeout_ms == 0)
-		return KV_ETIMEDOUT;
-	if ((rv = kvc_encode_request(&env, op, &req)) != KV_OK)
-		return rv;
-	if ((rv = kv_rpc_call(rpc, req, &rep, env.timeout_ms)) != KV_OK)
-		return rv;
-	rv = kvc_decode_reply(nng_msg_body(rep), nng_msg_len(rep), r);
-	nng_msg_free(rep);
-	return rv;
-}
-
-/*
- * Coalescing. While fewer than COAL_INFLIGHT requests to a server are on
- * the wire, a single-key op goes out alone at once. Beyond that, ops wait
- * in the server's queue; when a slot frees, the op at the head sends
- * itself and the ops behind it (up to COAL_MAX_OPS and COAL_MAX_BYTES) as
- * one Request and hands each waiter its own result. Under light load
- * nothing changes; under many concurrent callers the messages per op fall
- * with the queue length, which is where a request/reply transport spends
- * its time. Each op keeps its own request id, so exactly-once and retries
- * (the caller's loop in ops.c) work per op as before.
- */
-#define COAL_INFLIGHT  4u
-#define COAL_MAX_OPS   128u
-#define COAL_MAX_BYTES (1024u * 1024u)
-
-struct kvc_waiter {
-	const kvc_op *op;     /* the caller's op */
-	uint64_t epoch;       /* routing epoch */
-	uint64_t deadline_ns; /* the caller's deadline */
-	kvc_reply *r;         /* where its reply goes */
-	int rv;               /* its result, when done */
-	bool taken;           /* in a batch on the wire: wait for done */
-	bool done;            /* rv and *r are set */
-	pthread_cond_t cv;    /* signalled when done or at the head with a free slot */
-	kvc_waiter *next;     /* queue link */
-};
-
-static bool
-coalescable(const kvc_op *op)
-{
-	return op->kind == KVC_GET || op->kind == KVC_PUT || op->kind == KVC_DEL ||
-	       op->kind == KVC_APPEND;
-}
-
-/* Wakes the head of the queue when it may send. Caller holds q->mu. */
-static void
-coal_wake_locked(kvc_coal *q)
-{
-	if (q->head != NULL && q->inflight < COAL_INFLIGHT)
-		pthread_cond_signal(&q->head->cv);
-}
-
-/* Sends the n taken waiters as one Request and fills their results. */
-static void
-send_batch(shardkv_client *c, kv_rpc_client *rpc, kvc_waiter **ws, size_t n)
-{
-	uint64_t deadline = 0;
-	const kvc_op *ops[COAL_MAX_OPS];
-	kvc_reply *rs[COAL_MAX_OPS];
-	nng_msg *req, *rep;
-	int rv;
-
-	for (size_t i = 0; i < n; i++) {
-		ops[i] = ws[i]->op;
-		rs[i] = ws[i]->r;
-		if (ws[i]->deadline_ns > deadline)
-			deadline = ws[i]->deadline_ns;
-	}
-	kvc_envelope env = {
-	    .client_id = c->client_id,
-	    .request_id = kvc_next_id(c),
-	    .epoch = ws[0]->epoch,
-	    .auth = {.p = c->auth.data, .len = c->auth.len},
-	    .timeout_ms = kvc_attempt_ms(deadline),
-	};
-	if (env.timeout_ms == 0)
-		rv = KV_ETIMEDOUT;
-	else if ((rv = kvc_encode_request_batch(&env, ops, n, &req)) == KV_OK &&
-	         (rv = kv_rpc_call(rpc, req, &rep, env.timeout_ms)) == KV_OK) {
-		rv = kvc_decode_reply_batch(nng_msg_body(rep), nng_msg_len(rep), rs, n);
-		nng_msg_free(rep);
-	}
-	for (size_t i = 0; i < n; i++)
-		ws[i]->rv = rv;
-}
-
-/* Waits in the queue of q until the op is answered (by a batch someone
- * else sent) or this waiter is at the head with a free slot and sends. */
-static int
-coal_call(shardkv_client *c, kv_rpc_client *rpc, kvc_coal *q, uint64_t epoch, const kvc_op *op,
-          uint64_t deadline_ns, kvc_reply *r)
-{
-	kvc_waiter w = {.op = op, .epoch = epoch, .deadline_ns = deadline_ns, .r = r};
-	pthread_condattr_t ca;
-	int rv;
-
-	pthread_mutex_lock(&q->mu);
-	if (q->inflight < COAL_INFLIGHT && q->head == NULL) {
-		q->inflight++;
-		pthread_mutex_unlock(&q->mu);
-		rv = call_one(c, rpc, epoch, op, deadline_ns, r);
-		pthread_mutex_lock(&q->mu);
-		q->inflight--;
-		coal_wake_locked(q);
-		pthread_mutex_unlock(&q->mu);
-		return rv;
-	}
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&w.cv, &ca);
-	pthread_condattr_destroy(&ca);
-	if (q->tail)
-		q->tail->next = &w;
-	else
-		q->head = &w;
-	q->tail = &w;
-	for (;;) {
-		if (w.done)
-			break;
-		if (!w.taken && q->head == &w && q->inflight < COAL_INFLIGHT) {
-			kvc_waiter *ws[COAL_MAX_OPS];
-			size_t n = 0, bytes = 0;
-			while (q->head != NULL && n < COAL_MAX_OPS) {
-				kvc_waiter *x = q->head;
-				size_t b = x->op->key.len + x->op->value.len;
-				if (n > 0 && bytes + b > COAL_MAX_BYTES)
-					break;
-				q->head = x->next;
-				x->next = NULL;
-				x->taken = true;
-				ws[n++] = x;
-				bytes += b;
-			}
-			if (q->head == NULL)
-				q->tail = NULL;
-			q->inflight++;
-			pthread_mutex_unlock(&q->mu);
-			send_batch(c, rpc, ws, n);
-			pthread_mutex_lock(&q->mu);
-			q->inflight--;
-			for (size_t i = 0; i < n; i++) {
-				ws[i]->done = true;
-				if (ws[i] != &w)
-					pthread_cond_signal(&ws[i]->cv);
-			}
-			coal_wake_locked(q);
-			break;
-		}
-		if (!w.taken && kvc_remaining_ms(deadline_ns) == 0) {
-			/* Still queued at the deadline: leave the queue. */
-			kvc_waiter **pp = &q->head, *prev = NULL;
-			while (*pp != &w) {
-				prev = *pp;
-				pp = &(*pp)->next;
-			}
-			*pp = w.next;
-			if (q->tail == &w)
-				q->tail = prev;
-			w.rv = KV_ETIMEDOUT;
-			w.done = true;
-			coal_wake_locked(q);
-			break;
-		}
-		if (w.taken) {
-			pthread_cond_wait(&w.cv, &q->mu);
-		} else {
-			struct timespec ts;
-			uint64_t ns = deadline_ns;
-			ts.tv_sec = (time_t)(ns / 1000000000u);
-			ts.tv_nsec = (long)(ns % 1000000000u);
-			pthread_cond_timedwait(&w.cv, &q->mu, &ts);
-		}
-	}
-	pthread_mutex_unlock(&q->mu);
-	pthread_cond_destroy(&w.cv);
-	return w.rv;
-}
-
-int
-kvc_server_call(shardkv_client *c, const char *address, uint64_t epoch, const kvc_op *op,
-                uint64_t deadline_ns, kvc_reply *r)
-{
-	kv_rpc_client *rpc;
-	kvc_coal *q;
-	int rv;
-
-	if (kvc_remaining_ms(deadline_ns) == 0)
-		return KV_ETIMEDOUT;
-	if ((rv = kvc_conn_get(c, address, &rpc, &q)) != KV_OK)
-		return rv;
-	if (!coalescable(op))
-		return call_one(c, rpc, epoch, op, deadline_ns, r);
-	return coal_call(c, rpc, q, epoch, op, deadline_ns, r);
-}
-
 /* One attempt at one controller address. */
 static int
 controller_try(shardkv_client *c, const char *address, const kvc_admin_req *q, uint32_t rpc_ms,
                kvc_admin_reply *r)
 {
 	kv_rpc_client *rpc;
-	kvc_coal *unused;
+	kvc_conn *unused;
 	nng_msg *req, *rep;
 	int rv;
 
@@ -989,11 +787,12 @@ shardkv_open(const char *controllers, const shardkv_options *opt, shardkv_client
 	pthread_mutex_init(&c->conn_mu, NULL);
 	pthread_mutex_init(&c->cfg_mu, NULL);
 	pthread_cond_init(&c->cfg_cv, NULL);
-	pthread_mutex_init(&c->async_mu, NULL);
+	pthread_mutex_init(&c->eng_mu, NULL);
+	pthread_cond_init(&c->eng_cv, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the retry thread's timed waits */
-	pthread_cond_init(&c->async_cv, &ca);
+	pthread_cond_init(&c->rq_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	*out = c;
 	return KV_OK;
@@ -1008,13 +807,10 @@ err:
 }
 
 void
-shardkv_close(shardkv_client *c)
+kvc_handle_free(shardkv_client *c)
 {
 	bool started;
 
-	if (c == NULL)
-		return;
-	kvc_async_close(c);
 	pthread_mutex_lock(&c->cfg_mu);
 	c->closing = true;
 	started = c->watch_started;
@@ -1026,10 +822,9 @@ shardkv_close(shardkv_client *c)
 		pthread_join(c->watch_thread, NULL);
 
 	for (size_t i = 0; i < c->nconns; i++) {
-		kv_rpc_client_destroy(c->conns[i].rpc);
-		pthread_mutex_destroy(&c->conns[i].coal->mu);
-		free(c->conns[i].coal);
-		free(c->conns[i].address);
+		kv_rpc_client_destroy(c->conns[i]->rpc);
+		free(c->conns[i]->address);
+		free(c->conns[i]);
 	}
 	free(c->conns);
 	kvc_cfg_put(c->cfg);
@@ -1042,8 +837,9 @@ shardkv_close(shardkv_client *c)
 	pthread_cond_destroy(&c->cfg_cv);
 	pthread_mutex_destroy(&c->cfg_mu);
 	pthread_mutex_destroy(&c->conn_mu);
-	pthread_cond_destroy(&c->async_cv);
-	pthread_mutex_destroy(&c->async_mu);
+	pthread_cond_destroy(&c->rq_cv);
+	pthread_cond_destroy(&c->eng_cv);
+	pthread_mutex_destroy(&c->eng_mu);
 	free(c);
 }
 

@@ -1,9 +1,12 @@
 /*
  * client_int.h - what the modules of libshardkv share among themselves.
  *
- *   client.c  the handle: configuration cache, watch thread, per-address rpc
- *             clients, controller calls, the retry loop of one server call
- *   ops.c     data operations (get ... scan) on top of the retry loop
+ *   client.c  the handle: configuration cache, owner hints, watch thread,
+ *             per-address rpc clients, controller calls
+ *   engine.c  the request engine: per-server queues and request slots,
+ *             routing and retries of data requests, the retry thread, close
+ *   ops.c     data operations (get ... scan, mget/mput, async) as requests
+ *             of the engine
  *   admin.c   admin operations and the public configuration result
  *   batch.c   pure logic: splitting keys per node, scan plans, merging
  *   codec.c   plain C values <-> protobuf messages (the only file here that
@@ -291,22 +294,12 @@ typedef struct {
 
 #define KVC_MAX_HINTS 8
 
-/* Single-key ops from concurrent callers to one server, waiting for a free
- * request slot; the first in line sends everything waiting as one Request
- * (client.c, kvc_server_call). */
-typedef struct kvc_waiter kvc_waiter;
+/* An rpc client for one server or controller address. Heap-allocated, so
+ * that the engine's queue pointer stays put while the table grows. */
 typedef struct {
-	pthread_mutex_t mu;      /* protects everything below */
-	unsigned inflight;       /* requests to this server on the wire */
-	kvc_waiter *head, *tail; /* ops waiting for a slot, oldest first */
-	struct kvc_aconn *aconn; /* the async queue (async.c), made on first use */
-} kvc_coal;
-
-/* An rpc client for one server or controller address. */
-typedef struct {
-	char *address;      /* the URL */
-	kv_rpc_client *rpc; /* dials it */
-	kvc_coal *coal;     /* its coalescing queue (heap: conns may move) */
+	char *address;                     /* the URL */
+	kv_rpc_client *rpc;                /* dials it */
+	_Atomic(struct kvc_queue *) queue; /* its engine queue (engine.c), made on first use */
 } kvc_conn;
 
 struct shardkv_client {
@@ -321,7 +314,7 @@ struct shardkv_client {
 	char **ctl_addrs; /* from shardkv_open, owned */
 
 	pthread_mutex_t conn_mu; /* protects everything down to the blank line */
-	kvc_conn *conns;         /* one per address, created lazily, never removed */
+	kvc_conn **conns;        /* one per address, created lazily, never removed */
 	size_t nconns;           /* entries */
 	size_t capconns;         /* allocated */
 	size_t ctl_next;         /* the controller that answered last */
@@ -338,16 +331,17 @@ struct shardkv_client {
 
 	pthread_t watch_thread; /* long-polls the controller */
 
-	pthread_mutex_t async_mu;    /* protects everything down to the blank line (async.c) */
-	pthread_cond_t async_cv;     /* retry queue grew, pending fell to 0, or closing */
-	struct kvc_aconn *aconns;    /* every server's async queue */
-	struct kvc_aop *rq_head;     /* ops for the retry thread, oldest first */
-	struct kvc_aop *rq_tail;     /* the newest */
-	unsigned long async_pending; /* async ops taken and not yet completed */
-	bool async_closing;          /* shardkv_close has begun */
-	bool rq_started;             /* the retry thread exists */
+	pthread_mutex_t eng_mu;       /* protects everything down to the blank line (engine.c) */
+	pthread_cond_t eng_cv;        /* pending fell to 0 */
+	pthread_cond_t rq_cv;         /* the retry queue grew, or closing (CLOCK_MONOTONIC) */
+	struct kvc_queue *eng_queues; /* every server's queue */
+	struct kvc_req *rq_head;      /* reqs for the retry thread, in arrival order */
+	struct kvc_req *rq_tail;      /* the newest */
+	unsigned long eng_pending;    /* reqs taken and not yet completed */
+	bool eng_closing;             /* shardkv_close has begun */
+	bool rq_started;              /* the retry thread exists */
 
-	pthread_t rq_thread; /* runs the blocking path for async ops that need a retry */
+	pthread_t rq_thread; /* backoffs, configuration fetches and TLS probes of retries */
 };
 
 /* Returns a fresh request id (never 0). */
@@ -380,9 +374,15 @@ void kvc_cfg_put(kvc_cfgref *r);
  * NULL before the first. Release with kvc_cfg_put(). */
 kvc_cfgref *kvc_cfg_peek(shardkv_client *c);
 
-/* The rpc client and coalescing queue of `address`, made on first use.
- * Returns 0, KV_ENOMEM or a transport error. */
-int kvc_conn_get(shardkv_client *c, const char *address, kv_rpc_client **rpc, kvc_coal **coal);
+/* The rpc client of `address` and its table entry (*conn stays valid until
+ * the handle is freed), made on first use. Returns 0, KV_ENOMEM or a
+ * transport error. */
+int kvc_conn_get(shardkv_client *c, const char *address, kv_rpc_client **rpc, kvc_conn **conn);
+
+/* After a request to `address` found no connection: lets its dialer start
+ * over, as kv_rpc_call does by itself (kv_rpc_client_redial). Never on an
+ * nng thread. */
+void kvc_conn_redial(shardkv_client *c, const char *address);
 
 /*
  * Remembers that keys of [h->start, h->end) go to `address` while the cached
@@ -401,14 +401,6 @@ void kvc_hint_forget(shardkv_client *c, const char *address);
 
 /* Installs cfg (taken) if it is newer than the cached one; frees it otherwise. */
 void kvc_cfg_install(shardkv_client *c, kv_config *cfg);
-
-/*
- * Sends one op to the server at `address` and decodes the reply into *r
- * (free with kvc_reply_fini). Returns 0 when a reply was decoded (its
- * statuses may still be errors) or the transport error.
- */
-int kvc_server_call(shardkv_client *c, const char *address, uint64_t epoch, const kvc_op *op,
-                    uint64_t deadline_ns, kvc_reply *r);
 
 /*
  * Sends an admin request to the controllers: the last one that answered
@@ -430,25 +422,97 @@ void kvc_clear_error(void);
 /* Returns whether err is worth retrying within the deadline. */
 bool kvc_retryable(int err);
 
+/* Stops the watch thread, closes every connection and frees the handle and
+ * what it owns. The engine must be closed first (kvc_engine_close). */
+void kvc_handle_free(shardkv_client *c);
+
+/* ---------------------------------------------------------------------------
+ * engine.c: the request engine
+ * ------------------------------------------------------------------------- */
+
+/* A countdown a caller waits on: one per blocking call (count 1) or per
+ * round of mget/mput parts (count = parts). */
+typedef struct {
+	pthread_mutex_t mu; /* protects count */
+	pthread_cond_t cv;  /* signalled when count reaches 0 */
+	unsigned count;     /* reqs still to finish */
+} kvc_latch;
+
+/* Sets the latch to count. */
+void kvc_latch_init(kvc_latch *l, unsigned count);
+
+/* Counts one down (a req that finished, or one that was never submitted)
+ * and wakes the waiter at zero. */
+void kvc_latch_down(kvc_latch *l);
+
+/* Waits until every req of the latch has finished. */
+void kvc_latch_wait(kvc_latch *l);
+
+/* Frees the latch (no req of it left). */
+void kvc_latch_fini(kvc_latch *l);
+
+typedef struct kvc_req kvc_req;
+
+/* Runs when a req without a latch finishes: rv 0 with *r (the callee owns
+ * its buffers; NULL only on errors) or a KV_E* code with q->why. On a
+ * library thread, no lock held; the callee may free q. */
+typedef void (*kvc_req_done_fn)(kvc_req *q, int rv, kvc_reply *r);
+
 /*
- * ops.c: runs one op routed by `key` until a final answer or the deadline
- * (routing corrections, backoff, the op's request id kept). On 0 *out holds
- * the reply, its op_status final; free it with kvc_reply_fini().
+ * One request of the engine. The submitter fills the fields above the blank
+ * line (zero the rest) and keeps q, with what op points to, until it
+ * finishes. Routed reqs finish with rv 0 and a reply whose op_status is
+ * final, or with an error; a part req (kvc_submit_to) finishes with rv 0
+ * and whatever reply came (statuses may be refusals), or a transport error.
+ */
+struct kvc_req {
+	shardkv_client *c;    /* the handle */
+	kvc_op op;            /* the op; its pointers borrowed from the submitter */
+	kv_bytes key;         /* routed: the routing key (op.key, or a scan's start) */
+	uint64_t deadline_ns; /* the caller's deadline (kv_now_ns) */
+	kvc_latch *latch;     /* counted down when it finishes; NULL: done runs */
+	kvc_req_done_fn done; /* with latch NULL */
+	void *arg;            /* for done */
+
+	int rv;               /* with a latch: the result */
+	kvc_reply reply;      /* with a latch and rv 0: the reply (the waiter frees it) */
+	char why[256];        /* the detail of a failure, or of the last refusal */
+	bool routed;          /* the engine routes and retries it */
+	uint64_t epoch;       /* the epoch of its current attempt */
+	char *hint_addr;      /* the next attempt goes here (owned); NULL: route */
+	uint64_t min_epoch;   /* the next attempt needs at least this epoch (0: any) */
+	bool refresh;         /* fetch a configuration before the next attempt */
+	bool quiet;           /* its last request found no connection to quiet_addr */
+	char quiet_addr[256]; /* that server: redial it (and probe its TLS) first */
+	uint64_t not_before;  /* the next attempt, not before (kv_now_ns) */
+	uint32_t backoff_ms;  /* the next backoff */
+	int last;             /* the last refusal or transport error */
+	kvc_req *next;        /* queue link */
+};
+
+/*
+ * Takes a routed req: routes it by q->key and retries it until a final
+ * answer or its deadline (owner hints, backoff, request id kept). Returns 0
+ * (q will finish), or KV_ECLOSED once shardkv_close has begun (it will not).
+ */
+int kvc_submit_routed(kvc_req *q);
+
+/* Takes a part req for one attempt at `address` with `epoch`. Returns 0 (q
+ * will finish) or KV_ECLOSED (it will not). */
+int kvc_submit_to(kvc_req *q, const char *address, uint64_t epoch);
+
+/*
+ * Runs one op routed by `key` as a routed req and waits for it. On 0 *out
+ * holds the reply, its op_status final (the thread's error detail set when
+ * it is not OK); free it with kvc_reply_fini(). On error the thread's error
+ * detail says why.
  */
 int kvc_run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadline,
                    kvc_reply *out);
 
-/*
- * async.c: takes an async single-key op (key and value copied) and routes
- * it; `done` runs exactly once. Returns 0, or KV_ENOMEM / KV_ECLOSED and
- * done will not run.
- */
-int kvc_async_submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t klen,
-                     const void *val, size_t vlen, shardkv_done_fn done, void *arg);
-
-/* async.c: refuses new async ops, completes the queued ones with
- * KV_ECLOSED, waits for those in flight, stops the retry thread. First in
+/* Refuses new reqs, finishes the queued ones with KV_ECLOSED, waits for
+ * those on the wire, stops the retry thread and frees the queues. First in
  * shardkv_close. */
-void kvc_async_close(shardkv_client *c);
+void kvc_engine_close(shardkv_client *c);
 
 #endif

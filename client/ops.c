@@ -1,17 +1,19 @@
 /*
- * ops.c - the data operations of libshardkv (SPEC §3) on top of the
- * transports of client.c.
+ * ops.c - the data operations of libshardkv (doc/contract.md §3) as requests of the
+ * engine (engine.c).
  *
- * Single-key ops and scan pages go through kvc_run_routed(): route the key with
- * the cached configuration (or the last OwnerHint), send, and on
- * WRONG_OWNER / MOVING / transient failures retry within the call's deadline
- * with a backoff of 1 ms doubling to 100 ms. A write keeps its Op.request_id
- * across every retry, so the server's exactly-once memory applies it once.
+ * A blocking single-key op or scan page is one routed request and a wait
+ * (kvc_run_routed): the engine routes it with the cached configuration (or
+ * an OwnerHint) and retries WRONG_OWNER / MOVING / transient failures
+ * within the call's deadline; a write keeps its Op.request_id across every
+ * retry, so the server's exactly-once memory applies it once. An async op
+ * is the same routed request with a callback instead of a wait.
  *
- * mget and mput split the keys per node (batch.c) and send the parts
- * concurrently, one thread per part. A part refused for ownership is split
- * again with a fresher configuration; a part whose membership is unchanged
- * keeps its request id. Results are written back in key order.
+ * mget and mput split the keys per node (batch.c) and submit the parts to
+ * their servers' queues, all at once, then wait for all of them on one
+ * latch: no thread per part. A part refused for ownership is split again
+ * with a fresher configuration in the next round; a part whose membership
+ * is unchanged keeps its request id. Results are written back in key order.
  *
  * Scans walk the requested range in key order, one server page at a time,
  * each page clipped to the span the owner serves (kvc_scan_plan), continuing
@@ -24,155 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether a single op's reply status is final (returned to the caller). */
-static bool
-is_final(int st)
-{
-	return !kvc_retryable(st);
-}
-
 /* Looks up the address of node id in cfg. */
 static const char *
 node_address(const kv_config *cfg, uint32_t id)
 {
 	const kv_node *n = kv_config_node(cfg, id);
 	return n ? n->address : NULL;
-}
-
-/*
- * Runs one op routed by `key` until it gets a final answer or the deadline
- * passes. On 0 *out holds the reply, whose op_status is final (OK, NOTFOUND,
- * INVAL...). On error nothing is in *out and the thread's error detail says why.
- */
-int
-kvc_run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadline, kvc_reply *out)
-{
-	uint32_t backoff = 1;
-	uint64_t min_epoch = 0;
-	char *hint_addr = NULL;
-	int last = KV_ETIMEDOUT;
-	char lastmsg[256] = "";
-
-	for (;;) {
-		kvc_cfgref *ref = NULL;
-		const char *addr;
-		uint64_t epoch;
-		kvc_reply r;
-		int rv;
-
-		if (kvc_remaining_ms(deadline) == 0)
-			break;
-		if ((rv = kvc_cfg_get(c, min_epoch, deadline, &ref)) != KV_OK) {
-			if (!kvc_retryable(rv)) {
-				free(hint_addr);
-				return rv;
-			}
-			last = rv;
-			snprintf(lastmsg, sizeof(lastmsg), "%s", shardkv_errmsg());
-			kvc_backoff(deadline, &backoff);
-			continue;
-		}
-		min_epoch = 0;
-		epoch = ref->cfg->epoch;
-		/* Where to go: the last hint of this call, a hint remembered for the
-		 * cached configuration, or the configuration itself. */
-		if (hint_addr == NULL)
-			hint_addr = kvc_hint_lookup(c, epoch, key);
-		addr = hint_addr
-		           ? hint_addr
-		           : node_address(ref->cfg, kv_config_route(ref->cfg, key.p, key.len));
-		if (addr == NULL) {
-			kvc_cfg_put(ref);
-			last = KV_EUNAVAIL;
-			snprintf(lastmsg, sizeof(lastmsg), "no server owns the key in epoch %llu",
-			         (unsigned long long)epoch);
-			min_epoch = epoch + 1;
-			kvc_backoff(deadline, &backoff);
-			continue;
-		}
-		rv = kvc_server_call(c, addr, epoch, op, deadline, &r);
-		if (rv != KV_OK) {
-			/* No answer: the server may be down or gone; ask for news. */
-			last = rv == KV_ECLOSED ? KV_EUNAVAIL : rv;
-			if (rv == KV_EAUTH) /* a refused TLS handshake */
-				snprintf(lastmsg, sizeof(lastmsg), "%s",
-				         kv_rpc_why()[0] ? kv_rpc_why() : "TLS handshake failed");
-			else
-				snprintf(lastmsg, sizeof(lastmsg), "server %s: %s", addr,
-				         kv_strerror(rv));
-			kvc_cfg_put(ref);
-			if (hint_addr)
-				kvc_hint_forget(c, hint_addr);
-			free(hint_addr);
-			hint_addr = NULL;
-			if (!kvc_retryable(rv) && rv != KV_EPROTO)
-				return kvc_fail(rv, "%s", lastmsg);
-			min_epoch = epoch + 1;
-			kvc_backoff(deadline, &backoff);
-			continue;
-		}
-		if (r.status != KV_OK) {
-			last = r.status;
-			snprintf(lastmsg, sizeof(lastmsg), "server %s: %s", addr,
-			         r.error ? r.error : kv_strerror(r.status));
-			if (r.epoch > epoch)
-				min_epoch = r.epoch;
-			kvc_reply_fini(&r);
-			kvc_cfg_put(ref);
-			if (is_final(last)) {
-				free(hint_addr);
-				return kvc_fail(last, "%s", lastmsg);
-			}
-			free(hint_addr);
-			hint_addr = NULL;
-			kvc_backoff(deadline, &backoff);
-			continue;
-		}
-		if (is_final(r.op_status)) {
-			kvc_cfg_put(ref);
-			free(hint_addr);
-			if (r.op_status != KV_OK)
-				kvc_fail(r.op_status, "%s",
-				         r.error ? r.error : kv_strerror(r.op_status));
-			*out = r;
-			return KV_OK;
-		}
-		/* WRONG_OWNER, MOVING or a transient refusal: go where the hint says. */
-		last = r.op_status;
-		snprintf(lastmsg, sizeof(lastmsg), "server %s: %s", addr,
-		         r.error ? r.error : kv_strerror(r.op_status));
-		bool moved = false;
-		if (r.hint.set && r.hint.epoch > epoch)
-			min_epoch = r.hint.epoch;
-		if (r.epoch > epoch && r.epoch > min_epoch)
-			min_epoch = r.epoch;
-		if (r.op_status == KV_EWRONGOWNER && r.hint.set) {
-			const char *h =
-			    r.hint.address ? r.hint.address : node_address(ref->cfg, r.hint.node);
-			if (h && strcmp(h, addr) != 0) {
-				char *dup = strdup(h);
-				/* Later calls for the hint's range go there directly too. */
-				kvc_hint_learn(c, epoch, &r.hint, h, key);
-				free(hint_addr);
-				hint_addr = dup;
-				moved = dup != NULL;
-			}
-		} else {
-			free(hint_addr);
-			hint_addr = NULL;
-		}
-		if (r.op_status == KV_EWRONGOWNER && !r.hint.set && min_epoch == 0)
-			min_epoch = epoch + 1;
-		kvc_reply_fini(&r);
-		kvc_cfg_put(ref);
-		if (!moved)
-			kvc_backoff(deadline, &backoff);
-	}
-	free(hint_addr);
-	if (last == KV_EWRONGOWNER || last == KV_EMOVING || last == KV_ESTALE || last == KV_EBUSY)
-		return kvc_fail(KV_ETIMEDOUT, "timed out while the key's range is moving (%s)",
-		                lastmsg);
-	return kvc_fail(last, "%s", lastmsg);
 }
 
 static int
@@ -280,11 +139,35 @@ shardkv_del(shardkv_client *c, const void *key, size_t klen, shardkv_buf *old)
 	return rv;
 }
 
-/* Checks an async op's arguments and hands it to async.c. */
+/* An async op: its request and its copies of key and value. */
+typedef struct {
+	kvc_req req;          /* first: the engine hands back &req */
+	shardkv_done_fn done; /* the caller's callback */
+	void *arg;            /* its argument */
+	uint8_t buf[];        /* key, then value */
+} async_op;
+
+/* An async op finished: runs the caller's callback and frees the op. */
+static void
+async_done(kvc_req *q, int rv, kvc_reply *r)
+{
+	async_op *a = (async_op *)q;
+
+	if (rv != KV_OK || r == NULL)
+		a->done(a->arg, rv, NULL, 0);
+	else
+		a->done(a->arg, r->op_status, r->value.data, r->value.len);
+	if (r != NULL)
+		kvc_reply_fini(r);
+	free(a);
+}
+
+/* Checks an async op's arguments, copies them and submits the op. */
 static int
 submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t klen, const void *val,
        size_t vlen, shardkv_done_fn done, void *arg)
 {
+	async_op *a;
 	int rv;
 
 	kvc_clear_error();
@@ -292,7 +175,34 @@ submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t klen, const 
 		return kvc_fail(KV_EINVAL, "null argument");
 	if ((rv = check_key(key, klen)) != KV_OK || (rv = check_value(vlen)) != KV_OK)
 		return rv;
-	return kvc_async_submit(c, kind, key, klen, val, vlen, done, arg);
+	if ((a = malloc(sizeof(*a) + klen + vlen)) == NULL)
+		return kvc_fail(KV_ENOMEM, "out of memory");
+	memcpy(a->buf, key, klen);
+	if (vlen)
+		memcpy(a->buf + klen, val, vlen);
+	a->done = done;
+	a->arg = arg;
+	a->req = (kvc_req){
+	    .c = c,
+	    .op = {.kind = kind,
+	           .key = {a->buf, klen},
+	           .value = {a->buf + klen, vlen},
+	           .request_id = kind == KVC_GET ? 0 : kvc_next_id(c)},
+	    .key = {a->buf, klen},
+	    .deadline_ns = kvc_deadline(c),
+	    .done = async_done,
+	};
+	/* The first op of a handle fetches the configuration here (the only
+	 * wait an async call makes), so that the ops after it route at once. */
+	kvc_cfgref *ref = kvc_cfg_peek(c);
+	if (ref == NULL && kvc_cfg_get(c, 0, a->req.deadline_ns, &ref) != KV_OK)
+		ref = NULL;
+	kvc_cfg_put(ref);
+	if ((rv = kvc_submit_routed(&a->req)) != KV_OK) {
+		free(a);
+		return rv;
+	}
+	return KV_OK;
 }
 
 int
@@ -353,8 +263,8 @@ typedef struct {
 	kvc_reply reply;   /* this round: the reply when rv == 0 */
 	int err;           /* the part's final or last error */
 	bool done;         /* finished (successfully or not) */
-	pthread_t thread;  /* runs the round */
-	bool threaded;     /* thread is running and must be joined */
+	bool sent;         /* this round: submitted, req finished */
+	kvc_req req;       /* this round's request */
 } mpart;
 
 static void
@@ -368,16 +278,6 @@ mpart_free(mpart *p)
 	free(p->address);
 	kvc_reply_fini(&p->reply);
 	free(p);
-}
-
-static void *
-mpart_round(void *arg)
-{
-	mpart *p = arg;
-
-	memset(&p->reply, 0, sizeof(p->reply));
-	p->rv = kvc_server_call(p->c, p->address, p->epoch, &p->op, p->deadline, &p->reply);
-	return NULL;
 }
 
 /* Builds a part of the caller's keys idx[0..n). Takes nothing. */
@@ -558,6 +458,9 @@ multi_run(shardkv_client *c, kvc_op_kind kind, size_t n, const kv_bytes *keys, c
 		}
 		for (size_t i = 0; i < l->n; i++)
 			pending += !l->v[i]->done;
+		/* Every part to its server's queue at once, then one wait. */
+		kvc_latch lt;
+		kvc_latch_init(&lt, (unsigned)pending);
 		for (size_t i = 0; i < l->n; i++) {
 			mpart *p = l->v[i];
 			const char *a;
@@ -565,24 +468,33 @@ multi_run(shardkv_client *c, kvc_op_kind kind, size_t n, const kv_bytes *keys, c
 				continue;
 			free(p->address);
 			p->address = NULL;
+			p->sent = false;
+			memset(&p->reply, 0, sizeof(p->reply));
 			p->epoch = ref->cfg->epoch;
 			a = node_address(ref->cfg, p->node);
 			if (a == NULL || (p->address = strdup(a)) == NULL) {
 				p->rv = a == NULL ? KV_EUNAVAIL : KV_ENOMEM;
+				kvc_latch_down(&lt);
 				continue;
 			}
-			/* One part runs on this thread; several run concurrently. */
-			p->threaded =
-			    pending > 1 && pthread_create(&p->thread, NULL, mpart_round, p) == 0;
-			if (!p->threaded)
-				mpart_round(p);
+			p->req = (kvc_req){
+			    .c = c, .op = p->op, .deadline_ns = p->deadline, .latch = &lt};
+			if ((p->rv = kvc_submit_to(&p->req, p->address, p->epoch)) != KV_OK) {
+				kvc_latch_down(&lt);
+				continue;
+			}
+			p->sent = true;
 		}
+		kvc_latch_wait(&lt);
+		kvc_latch_fini(&lt);
 		for (size_t i = 0; i < l->n; i++) {
 			mpart *p = l->v[i];
-			if (p->threaded) {
-				pthread_join(p->thread, NULL);
-				p->threaded = false;
-			}
+			if (!p->sent)
+				continue;
+			p->sent = false;
+			p->rv = p->req.rv;
+			if (p->rv == KV_OK)
+				p->reply = p->req.reply;
 		}
 		/* Classify the answers. */
 		for (size_t i = 0; i < l->n; i++) {
@@ -592,6 +504,8 @@ multi_run(shardkv_client *c, kvc_op_kind kind, size_t n, const kv_bytes *keys, c
 				continue;
 			if (p->rv != KV_OK) {
 				p->err = p->rv == KV_ECLOSED ? KV_EUNAVAIL : p->rv;
+				if (p->rv == KV_EUNAVAIL && p->address) /* no connection came */
+					kvc_conn_redial(c, p->address);
 				if (!kvc_retryable(p->rv) && p->rv != KV_EPROTO) {
 					p->done = true;
 					kvc_fail(p->err, "server %s: %s",

@@ -368,6 +368,8 @@ rpc_client_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 static void
 rpc_client_maybe_redial(kv_rpc_client *c)
 {
+	if (c == NULL)
+		return;
 	nng_dialer d;
 
 	if (atomic_load(&c->pipes) > 0)
@@ -547,6 +549,12 @@ kv_rpc_client_destroy(kv_rpc_client *c)
 		KV_WARN("rpc", "socket close did not finish; left to finish in the background",
 		        "url=%s wait_ms=%ld", url, wait_ms);
 	rpc_closer_put(x);
+}
+
+void
+kv_rpc_client_redial(kv_rpc_client *c)
+{
+	rpc_client_maybe_redial(c);
 }
 
 const char *

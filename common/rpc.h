@@ -79,6 +79,12 @@ int kv_rpc_client_create_tls(const char *url, const kv_tls *tls, kv_rpc_client *
 /* Closes the socket; calls in progress fail with KV_ECLOSED. Accepts NULL. */
 void kv_rpc_client_destroy(kv_rpc_client *c);
 
+/* What kv_rpc_call does after a send that found no connection, for callers
+ * of kv_rpc_async: when there is still none and the dialer has tried for a
+ * while, starts a fresh one. It closes the old dialer, which waits on nng's
+ * threads: never call it from an nng callback. Accepts NULL. */
+void kv_rpc_client_redial(kv_rpc_client *c);
+
 /* Returns the URL this client dials. */
 const char *kv_rpc_client_url(const kv_rpc_client *c);
 

@@ -8,8 +8,8 @@
  * most 64). kv_cli_main runs only when the parse already shows that it
  * stops before connecting, and prints into memory.
  */
-#include "client/bench.h"
-#include "client/cli.h"
+#include "client/cli/bench.h"
+#include "client/cli/cli.h"
 #include "fuzz/fuzz_util.h"
 
 #include <string.h>

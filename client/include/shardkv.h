@@ -97,7 +97,7 @@ typedef struct {
 	const void *auth_token; /* shared secret sent with every request; NULL: none */
 	size_t auth_token_len;  /* its length in bytes */
 	bool no_watch;          /* true: no background watch thread (short-lived tools) */
-	/* TLS (tls+tcp:// addresses; SPEC §5 --tls-*): PEM file names, read by
+	/* TLS (tls+tcp:// addresses; doc/contract.md §5 --tls-*): PEM file names, read by
 	 * shardkv_open. tls_ca is needed for TLS (the servers' certificates must
 	 * be signed by it); tls_cert and tls_key, given together, are this
 	 * client's certificate, which servers started with --tls-ca require. All
@@ -144,7 +144,7 @@ typedef struct {
 } shardkv_buf;
 
 /* ---------------------------------------------------------------------------
- * Data operations (SPEC §3)
+ * Data operations (doc/contract.md §3)
  * ------------------------------------------------------------------------- */
 
 /* Reads a key. On 0 *val holds the value; free val->data with shardkv_free().
@@ -286,7 +286,7 @@ SHARDKV_API int shardkv_keys(shardkv_client *c, const void *prefix, size_t plen,
 SHARDKV_API void shardkv_scan_result_free(shardkv_scan_result *r);
 
 /* ---------------------------------------------------------------------------
- * Admin operations (SPEC §4)
+ * Admin operations (doc/contract.md §4)
  * ------------------------------------------------------------------------- */
 
 /* Flags of the admin commands. */

@@ -4,8 +4,10 @@
  * result (values to the right callers, deletes with their old values,
  * misses as not found); bad arguments are refused with no callback; keys
  * keep their last acknowledged value while their ranges move back and forth
- * under async writes; and closing the handle with ops in flight completes
- * every one of them before it returns.
+ * under async writes; closing the handle with ops in flight completes
+ * every one of them before it returns; and blocking calls from several
+ * threads share a handle's connections with async ops in flight, each
+ * getting its own answer.
  */
 #include "tests/support/cluster_util.h"
 #include "tests/support/testutil.h"
@@ -412,6 +414,89 @@ closing_completes_every_op_in_flight(void **state)
 	assert_int_equal(atomic_load(&closed_bad), 0);
 }
 
+/* A thread of blocking calls on a shared handle: put, get, append, get,
+ * del of its own keys, checking every answer. */
+typedef struct {
+	shardkv_client *cl;
+	unsigned id;
+	atomic_int *bad;
+} blocker;
+
+static void *
+blocker_main(void *arg)
+{
+	blocker *b = arg;
+	char key[32], val[32], want[64];
+
+	for (unsigned i = 0; i < 100; i++) {
+		shardkv_buf v = {0};
+		uint64_t len = 0;
+		size_t kl = (size_t)snprintf(key, sizeof(key), "blk/%u/%03u", b->id, i);
+		size_t vl = (size_t)snprintf(val, sizeof(val), "v%u.%u", b->id, i);
+		int ok = shardkv_put(b->cl, key, kl, val, vl) == 0 &&
+		         shardkv_get(b->cl, key, kl, &v) == 0 && v.len == vl &&
+		         memcmp(v.data, val, vl) == 0;
+		shardkv_free(v.data);
+		v = (shardkv_buf){0};
+		snprintf(want, sizeof(want), "%s+", val);
+		ok = ok && shardkv_append(b->cl, key, kl, "+", 1, &len) == 0 && len == vl + 1 &&
+		     shardkv_del(b->cl, key, kl, &v) == 0 && v.len == vl + 1 &&
+		     memcmp(v.data, want, vl + 1) == 0;
+		shardkv_free(v.data);
+		v = (shardkv_buf){0};
+		ok = ok && shardkv_get(b->cl, key, kl, &v) == SHARDKV_ENOTFOUND;
+		if (!ok)
+			atomic_fetch_add(b->bad, 1);
+	}
+	return NULL;
+}
+
+static atomic_int mixed_calls, mixed_bad;
+
+static void
+count_mixed(void *arg, int status, const void *val, size_t vlen)
+{
+	(void)arg;
+	(void)val;
+	(void)vlen;
+	if (status != 0)
+		atomic_fetch_add(&mixed_bad, 1);
+	atomic_fetch_add(&mixed_calls, 1);
+}
+
+static void
+blocking_and_async_ops_share_one_handle(void **state)
+{
+	enum { THREADS = 8, N = 2000 };
+	shardkv_client *cl = kv_tc_client(&tc, false, 10000);
+	pthread_t th[THREADS];
+	blocker b[THREADS];
+	atomic_int bad = 0;
+	char key[32];
+	(void)state;
+
+	assert_non_null(cl);
+	atomic_store(&mixed_calls, 0);
+	atomic_store(&mixed_bad, 0);
+	for (unsigned i = 0; i < THREADS; i++) {
+		b[i] = (blocker){.cl = cl, .id = i, .bad = &bad};
+		assert_int_equal(pthread_create(&th[i], NULL, blocker_main, &b[i]), 0);
+	}
+	for (unsigned i = 0; i < N; i++) {
+		size_t kl = kv_tc_key(key, sizeof(key), "mix/", i);
+		assert_int_equal(shardkv_put_async(cl, key, kl, "m", 1, count_mixed, NULL), 0);
+	}
+	for (unsigned i = 0; i < THREADS; i++)
+		pthread_join(th[i], NULL);
+	uint64_t t0 = kv_test_now_ms();
+	while (atomic_load(&mixed_calls) < N && kv_test_now_ms() - t0 < 20000)
+		kv_test_sleep_ms(10);
+	assert_int_equal(atomic_load(&mixed_calls), N);
+	assert_int_equal(atomic_load(&mixed_bad), 0);
+	assert_int_equal(atomic_load(&bad), 0);
+	shardkv_close(cl);
+}
+
 int
 main(void)
 {
@@ -420,6 +505,7 @@ main(void)
 	    cmocka_unit_test(bad_arguments_are_refused_without_a_callback),
 	    cmocka_unit_test(writes_keep_their_last_acknowledged_value_across_moves),
 	    cmocka_unit_test(closing_completes_every_op_in_flight),
+	    cmocka_unit_test(blocking_and_async_ops_share_one_handle),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -11,7 +11,7 @@
  * (kv_cli_main, the code of the `shardkv` binary), and once as the real
  * binary to check the program itself.
  */
-#include "client/cli.h"
+#include "client/cli/cli.h"
 #include "client/include/shardkv.h"
 #include "tests/support/testutil.h"
 #include "tests/support/two_node_cluster.h"

@@ -4,7 +4,9 @@
  * moves back and forth under concurrent batches, no batch fails, an mget of
  * keys that live on one node never sees an mput half-applied, every mget
  * sees at least what was acknowledged before it started (and nothing that
- * was never written), and the final values are the last ones written.
+ * was never written), and the final values are the last ones written. And
+ * the parts of an mget/mput go out on the servers' connections without a
+ * thread per part (pthread_create is wrapped to count the threads made).
  */
 #include "tests/support/cluster_util.h"
 #include "tests/support/testutil.h"
@@ -19,6 +21,34 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <dirent.h>
+
+/* Every thread the process makes goes through here (-Wl,--wrap). */
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg);
+
+static atomic_uint threads_made;
+
+int
+__wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
+{
+	atomic_fetch_add(&threads_made, 1);
+	return __real_pthread_create(t, a, fn, arg);
+}
+
+/* The threads the process has now, from /proc/self/task. */
+static unsigned
+threads_now(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	unsigned n = 0;
+
+	assert_non_null(d);
+	for (struct dirent *e; (e = readdir(d)) != NULL;)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
 
 #define NCOUNT (KV_TC_MAX_SERVERS + 2)
 #define NODES  4
@@ -343,6 +373,48 @@ batches_stay_atomic_per_node_while_a_range_moves_back_and_forth(void **state)
 	shardkv_close(l.r);
 }
 
+static void
+mget_and_mput_over_four_nodes_make_no_thread(void **state)
+{
+	enum { N = 100, ROUNDS = 20 };
+	shardkv_client *cl = kv_tc_client(&tc, false, 10000);
+	shardkv_bytes keys[N], vals[N];
+	char kb[N][32], vb[N][64];
+	(void)state;
+
+	assert_non_null(cl);
+	for (unsigned i = 0; i < N; i++) {
+		unsigned at = i * 4; /* 100 of the 400 spread keys: 25 per node */
+		keys[i] = (shardkv_bytes){kb[i], kv_tc_key(kb[i], sizeof(kb[i]), "mb/", at)};
+		vals[i] = (shardkv_bytes){vb[i], kv_tc_value(vb[i], sizeof(vb[i]), 3, at, 20)};
+	}
+	/* The first call fetches the configuration, starts the watch thread and
+	 * connects to the four servers; the calls after it make no thread. */
+	KV_TC_EXPECT(&tc, 0, shardkv_mput(cl, N, keys, N, vals, NULL));
+	unsigned made = atomic_load(&threads_made), before = threads_now();
+	assert_true(made > 0); /* the wrap counts: the watch thread went through it */
+	for (int r = 0; r < ROUNDS; r++) {
+		shardkv_mget_result *mg = NULL;
+		shardkv_mput_result *mp = NULL;
+		KV_TC_EXPECT(&tc, 0, shardkv_mput(cl, N, keys, N, vals, &mp));
+		assert_int_equal(mp->nfailed, 0);
+		shardkv_mput_result_free(mp);
+		KV_TC_EXPECT(&tc, 0, shardkv_mget(cl, N, keys, &mg));
+		assert_int_equal(mg->nmissing, 0);
+		for (unsigned i = 0; i < N; i++) {
+			assert_int_equal(mg->values[i].len, vals[i].len);
+			assert_memory_equal(mg->values[i].data, vals[i].data, vals[i].len);
+		}
+		shardkv_mget_result_free(mg);
+	}
+	KV_TC_ASSERT(&tc, atomic_load(&threads_made) == made,
+	             "%u threads were made by %d mget/mput rounds over %d nodes",
+	             atomic_load(&threads_made) - made, ROUNDS, NODES);
+	KV_TC_ASSERT(&tc, threads_now() == before, "threads: %u before, %u after", before,
+	             threads_now());
+	shardkv_close(cl);
+}
+
 int
 main(void)
 {
@@ -351,6 +423,8 @@ main(void)
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(
 	        batches_stay_atomic_per_node_while_a_range_moves_back_and_forth, setup4, teardown),
+	    cmocka_unit_test_setup_teardown(mget_and_mput_over_four_nodes_make_no_thread, setup4,
+	                                    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,7 @@
  * concurrently, merging scans across servers, and learning new epochs from
  * the watch.
  */
-#include "client/cli.h"
+#include "client/cli/cli.h"
 #include "client/client_int.h"
 #include "common/err.h"
 #include "common/rpc.h"

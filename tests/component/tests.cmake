@@ -3,7 +3,7 @@
 
 # libshardkv and the CLI against an in-process fake controller and servers.
 kv_add_test(test_client_fake SOURCES component/test_client_fake.c
-  LIBS shardkv_cli kv_fake_cluster kv_proto kv_testutil TIMEOUT 90 LABELS concurrency)
+  LIBS kv_cli kv_fake_cluster kv_proto kv_testutil TIMEOUT 90 LABELS concurrency)
 
 # Controllers inside the test process through their life cycle: restart on
 # a data dir, stop with a held watch, refused starts, and a three-replica

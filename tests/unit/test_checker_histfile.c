@@ -271,7 +271,10 @@ written_history_reads_back_to_the_same_verdict(void **state)
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
 	assert_non_null(f);
-	assert_int_equal(chk_histfile_write(f, keys, 3, ops, n), 0);
+	chk_nemesis nem[2] = {{.start = 3, .end = 11, .f = "move", .args = "\"to\": 2"},
+	                      {.start = 100, .f = "kill", .args = "\"server\": \"tcp://x\""}};
+	snprintf(nem[0].result, sizeof(nem[0].result), "\"result\": \"ok\"");
+	assert_int_equal(chk_histfile_write(f, keys, 3, ops, n, nem, 2), 0);
 	fclose(f);
 	char err[256];
 	assert_int_equal(check_text(buf, &got, err, sizeof(err)), 0);
@@ -283,7 +286,58 @@ written_history_reads_back_to_the_same_verdict(void **state)
 	assert_int_equal(got.appends_failed_applied, want.appends_failed_applied);
 	assert_int_equal(got.mgets_checked, want.mgets_checked);
 	assert_int_equal(got.mputs, want.mputs);
+	/* The nemesis lines are there, in time order among the operations. */
+	assert_non_null(strstr(buf, "{\"process\": \"nemesis\", \"type\": \"info\", \"f\": "
+	                            "\"move\", \"value\": {\"to\": 2, \"phase\": \"start\"}, "
+	                            "\"time\": 3}"));
+	assert_non_null(strstr(buf, "\"phase\": \"end\", \"result\": \"ok\"}, \"time\": 11}"));
 	free(buf);
+}
+
+/* Lines of the driver ("process": "nemesis") are read as events for the
+ * report and left out of the check; a process named otherwise is refused. */
+static void
+nemesis_lines_are_skipped_by_the_check_and_kept(void **state)
+{
+	const char *t =
+	    PUT(1, "k", "a", 0,
+	        10) "{\"process\": \"nemesis\", \"type\": \"info\", \"f\": \"move\", \"value\": "
+	            "{\"start\": \"k\", \"end\": \"l\", \"phase\": \"start\"}, \"time\": 12}\n"
+	            "{\"process\": \"nemesis\", \"type\": \"info\", \"f\": \"move\", \"value\": "
+	            "{\"phase\": \"end\", \"result\": \"ok\"}, \"time\": 14}\n"
+	            "{\"process\": \"nemesis\", \"type\": \"info\", \"f\": \"kill\", \"time\": "
+	            "15}\n" GET(3, "k", "\"a\"", 20, 21);
+	(void)state;
+	assert_int_equal(violations(t), 0);
+
+	FILE *f = fmemopen((void *)t, strlen(t), "r");
+	chk_histfile *h = NULL;
+	char err[256];
+	assert_non_null(f);
+	assert_int_equal(chk_histfile_read(f, &h, err, sizeof(err)), 0);
+	fclose(f);
+	const chk_nemesis *nem;
+	size_t nnem;
+	chk_histfile_nemesis(h, &nem, &nnem);
+	assert_int_equal(nnem, 3);
+	assert_string_equal(nem[0].f, "move");
+	assert_int_equal(nem[0].start, 12);
+	assert_string_equal(nem[0].args, "\"start\":\"k\",\"end\":\"l\",\"phase\":\"start\"");
+	assert_string_equal(nem[2].f, "kill");
+	const chk_key *keys;
+	const chk_op *ops;
+	size_t nkeys, nops;
+	chk_histfile_history(h, &keys, &nkeys, &ops, &nops);
+	assert_int_equal(nops, 2); /* the put and the get only */
+	chk_histfile_free(h);
+
+	/* Out of time order, or a process that is neither a number nor the
+	 * nemesis, is malformed. */
+	refused(PUT(1, "k", "a", 0, 10) "{\"process\": \"nemesis\", \"type\": \"info\", \"f\": "
+	                                "\"kill\", \"time\": 5}\n",
+	        "line 3: time goes backwards");
+	refused("{\"process\": \"chaos\", \"type\": \"info\", \"f\": \"kill\", \"time\": 5}\n",
+	        "\"process\" is not an integer");
 }
 
 int
@@ -298,6 +352,7 @@ main(void)
 	    cmocka_unit_test(mget_seeing_half_an_mput_in_a_file_is_caught),
 	    cmocka_unit_test(malformed_files_are_refused_with_the_line_and_reason),
 	    cmocka_unit_test(written_history_reads_back_to_the_same_verdict),
+	    cmocka_unit_test(nemesis_lines_are_skipped_by_the_check_and_kept),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,9 +12,9 @@
  * A tiny JSON parser below reads the reports back, so the checks are on
  * parsed values, not on substrings.
  */
-#include "client/bench.h"
-#include "client/cli.h"
-#include "client/hdr.h"
+#include "client/cli/bench.h"
+#include "client/cli/cli.h"
+#include "client/cli/hdr.h"
 #include "client/include/shardkv.h"
 #include "tests/support/testutil.h"
 #include "tests/support/two_node_cluster.h"

@@ -3,7 +3,7 @@
  * parsing, usage errors (exit 2 with a one-line reason, before any network
  * use), --help, exit codes, and an unreachable controller (exit 3).
  */
-#include "client/cli.h"
+#include "client/cli/cli.h"
 #include "client/include/shardkv.h"
 #include "tests/support/testutil.h"
 

@@ -3,7 +3,7 @@
  * point, so keys with arbitrary bytes survive a round trip through any JSON
  * parser.
  */
-#include "client/cli.h"
+#include "client/cli/cli.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

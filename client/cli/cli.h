@@ -1,27 +1,19 @@
 /*
- * cli.h - the `shardkv` command line (SPEC §5), as a library so that tests
+ * cli.h - the `shardkv` command line (doc/contract.md §5), as a library so that tests
  * can drive argument parsing, output formatting and exit codes in-process.
  *
- * The CLI uses only the public API of libshardkv (client/include/shardkv.h):
- * no protobuf, no nng.
+ * The CLI uses only the public API of libshardkv (client/include/shardkv.h)
+ * and a few common/ utilities: no protobuf, no nng, no library internals.
  */
-#ifndef KV_CLIENT_CLI_H
-#define KV_CLIENT_CLI_H
+#ifndef KV_CLIENT_CLI_CLI_H
+#define KV_CLIENT_CLI_CLI_H
+
+#include "client/cli/cliutil.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-
-/* Exit codes of SPEC §5. */
-enum {
-	KV_CLI_OK = 0,
-	KV_CLI_NOTFOUND = 1,
-	KV_CLI_USAGE = 2,
-	KV_CLI_UNAVAIL = 3,
-	KV_CLI_REJECTED = 4,
-	KV_CLI_INTERNAL = 5,
-};
 
 /* The parsed command line. Strings point into argv. */
 typedef struct {
@@ -57,16 +49,5 @@ void kv_cli_args_fini(kv_cli_args *a);
 /* Runs the command line: prints results to out and errors to err. Returns
  * the process exit code. */
 int kv_cli_main(int argc, char **argv, FILE *out, FILE *err);
-
-/* Returns the exit code for a SHARDKV_E* code (0 for 0). */
-int kv_cli_exit_code(int err);
-
-/*
- * Writes `n` bytes as the body of a JSON string (no quotes): printable ASCII
- * as is except `"` and `\`, which are escaped, every other byte as \u00XX,
- * so each byte maps to one code point. Writes at most cap-1 characters and a
- * NUL into out (when cap > 0); returns the length of the full escape.
- */
-size_t kv_cli_json_escape(const void *p, size_t n, char *out, size_t cap);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * main.c - the `shardkv` command line program; everything is in cli.c.
  */
-#include "client/cli.h"
+#include "client/cli/cli.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -5,8 +5,7 @@
  * vertical line across both panels and labelled, so that the effect of a
  * migration shows at a glance. Plain SVG 1.1, no script, no external font.
  */
-#include "client/bench.h"
-#include "client/cli.h"
+#include "client/cli/bench.h"
 
 #include <inttypes.h>
 #include <string.h>

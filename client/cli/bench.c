@@ -24,8 +24,8 @@
  * own tally (a few microseconds). Nothing here knows which server answered
  * a call: per-node counts route keys through the polled range map.
  */
-#include "client/bench.h"
-#include "client/cli.h"
+#include "client/cli/bench.h"
+#include "client/cli/cliutil.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -8,7 +8,7 @@
  * The histogram also keeps the exact min and max and the span of non-empty
  * buckets, so merging and resetting touch only that span.
  */
-#include "client/hdr.h"
+#include "client/cli/hdr.h"
 
 #include <stdlib.h>
 #include <string.h>

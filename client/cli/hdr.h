@@ -9,8 +9,8 @@
  * values up to 2^H - 1; larger values are clamped to the top (and counted as
  * clamped). A histogram is not thread-safe: one writer, or a lock.
  */
-#ifndef KV_CLIENT_HDR_H
-#define KV_CLIENT_HDR_H
+#ifndef KV_CLIENT_CLI_HDR_H
+#define KV_CLIENT_CLI_HDR_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * bench.h - `shardkv bench` (SPEC §7): a load generator and latency meter
+ * bench.h - `shardkv bench` (doc/contract.md §7): a load generator and latency meter
  * for a shardkv cluster, built on the public client API only.
  *
  * Model: --threads T workers, each a loop that issues one call and waits for
@@ -26,10 +26,10 @@
  * This header exposes the parsing, the tallies and the report writers so
  * that tests can drive them without a cluster.
  */
-#ifndef KV_CLIENT_BENCH_H
-#define KV_CLIENT_BENCH_H
+#ifndef KV_CLIENT_CLI_BENCH_H
+#define KV_CLIENT_CLI_BENCH_H
 
-#include "client/hdr.h"
+#include "client/cli/hdr.h"
 #include "client/include/shardkv.h"
 
 #include <stdbool.h>
@@ -199,7 +199,7 @@ int kv_bench_result_add_event(kv_bench_result *r, const kv_bench_event *ev);
 /* Frees what the result owns. */
 void kv_bench_result_fini(kv_bench_result *r);
 
-/* Writes the result as one JSON object (SPEC §7) followed by a newline. */
+/* Writes the result as one JSON object (doc/contract.md §7) followed by a newline. */
 void kv_bench_write_json(FILE *f, const kv_bench_result *r);
 
 /* Writes the human summary. */

@@ -1,6 +1,6 @@
 /*
  * cli.c - the `shardkv` command line: parsing, one handler per command,
- * output formats and exit codes exactly as SPEC §5 states them.
+ * output formats and exit codes exactly as doc/contract.md §5 states them.
  *
  * Commands are a table (name, argument counts, options allowed, usage,
  * handler); parsing checks everything against it before any connection is
@@ -10,8 +10,8 @@
  * or one JSON object with --json. Keys inside JSON strings map one byte to
  * one code point.
  */
-#include "client/bench.h"
-#include "client/cli.h"
+#include "client/cli/bench.h"
+#include "client/cli/cli.h"
 #include "client/include/shardkv.h"
 #include "common/auth.h"
 #include "common/tls.h"
@@ -117,70 +117,6 @@ find_cmd(const char *name)
 		if (strcmp(cmds[i].name, name) == 0)
 			return &cmds[i];
 	return NULL;
-}
-
-int
-kv_cli_exit_code(int err)
-{
-	switch (err) {
-	case SHARDKV_OK:
-		return KV_CLI_OK;
-	case SHARDKV_ENOTFOUND:
-		return KV_CLI_NOTFOUND;
-	case SHARDKV_EINVAL:
-	case SHARDKV_EEXISTS:
-		return KV_CLI_USAGE;
-	case SHARDKV_ETIMEDOUT:
-	case SHARDKV_EUNAVAIL:
-	case SHARDKV_ECLOSED:
-	case SHARDKV_EBUSY:
-	case SHARDKV_EMOVING:
-	case SHARDKV_EWRONGOWNER:
-	case SHARDKV_ESTALE:
-		return KV_CLI_UNAVAIL;
-	case SHARDKV_ETOOBIG:
-	case SHARDKV_ELIMIT:
-	case SHARDKV_EAUTH:
-	case SHARDKV_EPERM:
-	case SHARDKV_ENOMEM: /* a server's --max-memory */
-	case SHARDKV_ENOSPC: /* a server's disk is full */
-		return KV_CLI_REJECTED;
-	default:
-		return KV_CLI_INTERNAL;
-	}
-}
-
-size_t
-kv_cli_json_escape(const void *p, size_t n, char *out, size_t cap)
-{
-	static const char hex[] = "0123456789abcdef";
-	const uint8_t *s = p;
-	size_t len = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		char tmp[7];
-		size_t k = 0;
-		uint8_t b = s[i];
-		if (b == '"' || b == '\\') {
-			tmp[k++] = '\\';
-			tmp[k++] = (char)b;
-		} else if (b >= 0x20 && b < 0x7f) {
-			tmp[k++] = (char)b;
-		} else {
-			tmp[k++] = '\\';
-			tmp[k++] = 'u';
-			tmp[k++] = '0';
-			tmp[k++] = '0';
-			tmp[k++] = hex[b >> 4];
-			tmp[k++] = hex[b & 15];
-		}
-		for (size_t j = 0; j < k; j++, len++)
-			if (cap && len < cap - 1)
-				out[len] = tmp[j];
-	}
-	if (cap)
-		out[len < cap - 1 ? len : cap - 1] = 0;
-	return len;
 }
 
 /* Prints bytes as a quoted JSON string. */
