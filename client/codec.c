@@ -1,19 +1,17 @@
 /*
- * codec.c - the client's side of the wire in the client's own terms: plain
- * C requests (kvc_op, kvc_admin_req) go out through the codecs of proto/
- * (data_codec.h, admin_codec.h), and their decoded replies become kvc_reply
- * and kvc_admin_reply, which own everything they hold (buffers are moved
- * out of the decoded message, never copied twice).
+ * codec.c - data requests and replies in the client's own terms: plain C
+ * requests (kvc_op) go out through proto/data_codec.h, and decoded
+ * Responses become kvc_reply, which owns everything it holds (buffers are
+ * moved out of the decoded message, never copied twice).
  *
  * No wire coding happens here: validation and the protobuf messages are
  * proto/'s. What is left is the mapping between the client's structs and
- * the shared ones, and the rules the client adds on top of a decoded reply
- * (a reply to n ops carries n results; the newest configuration of a watch
- * answer is the one installed).
+ * the shared ones, and the rule the client adds on top of a decoded reply
+ * (a reply to n ops carries n results). The controller's messages need no
+ * mapping: client.c and admin.c use proto/admin_codec.h directly.
  */
 #include "client/client_int.h"
 #include "common/err.h"
-#include "proto/admin_codec.h"
 #include "proto/data_codec.h"
 
 #include <stdlib.h>
@@ -266,199 +264,4 @@ kvc_reply_fini(kvc_reply *r)
 	free(r->entries);
 	kv_buf_fini(&r->next_cursor);
 	memset(r, 0, sizeof(*r));
-}
-
-/* ---------------------------------------------------------------------------
- * Controller
- * ------------------------------------------------------------------------- */
-
-int
-kvc_encode_admin(const kvc_admin_req *q, nng_msg **out)
-{
-	kv_admin_req r = {.client_id = q->client_id,
-	                  .request_id = q->request_id,
-	                  .auth = q->auth,
-	                  .wait = q->wait,
-	                  .timeout_ms = q->timeout_ms};
-
-	switch (q->kind) {
-	case KVC_ADMIN_JOIN:
-		r.op = KV_ADM_JOIN;
-		r.address = q->address;
-		r.no_rebalance = q->no_rebalance;
-		break;
-	case KVC_ADMIN_LEAVE:
-		r.op = KV_ADM_LEAVE;
-		r.node_id = q->node_id;
-		r.address = q->node_addr;
-		break;
-	case KVC_ADMIN_MOVE:
-		r.op = KV_ADM_MOVE;
-		r.node_id = q->node_id;
-		r.address = q->node_addr;
-		r.start = q->start;
-		r.end = q->end;
-		r.rate_mb_s = q->rate_mb_s;
-		break;
-	case KVC_ADMIN_REBALANCE:
-		r.op = KV_ADM_REBALANCE;
-		r.rate_mb_s = q->rate_mb_s;
-		break;
-	case KVC_ADMIN_GET_CONFIG:
-		r.op = KV_ADM_GET_CONFIG;
-		r.epoch = q->epoch;
-		break;
-	case KVC_ADMIN_STATUS:
-		r.op = KV_ADM_STATUS;
-		break;
-	case KVC_ADMIN_WATCH:
-		r.op = KV_ADM_WATCH;
-		r.epoch = q->epoch;
-		break;
-	case KVC_ADMIN_CANCEL:
-		r.op = KV_ADM_CANCEL;
-		r.mig_id = q->mig_id;
-		break;
-	default:
-		return KV_EINVAL;
-	}
-	return kv_admin_req_encode(&r, out);
-}
-
-static int
-migration_copy(kv_migration *dst, const kv_migration *src)
-{
-	*dst = *src;
-	memset(&dst->start, 0, sizeof(dst->start));
-	memset(&dst->end, 0, sizeof(dst->end));
-	if (kv_buf_set(&dst->start, src->start.data, src->start.len) != KV_OK ||
-	    kv_buf_set(&dst->end, src->end.data, src->end.len) != KV_OK)
-		return KV_ENOMEM;
-	return KV_OK;
-}
-
-static int
-report_copy(const kv_admin_report *rep, kvc_admin_reply *r)
-{
-	int rv;
-
-	r->has_report = true;
-	if (rep->nnodes) {
-		if ((r->stats = calloc(rep->nnodes, sizeof(*r->stats))) == NULL)
-			return KV_ENOMEM;
-		for (size_t i = 0; i < rep->nnodes; i++, r->nstats++) {
-			const kv_admin_node_stat *s = &rep->nodes[i];
-			r->stats[i].node_id = s->node_id;
-			r->stats[i].keys = s->keys;
-			r->stats[i].bytes = s->bytes;
-			r->stats[i].ops_per_sec = s->ops;
-			r->stats[i].memory_bytes = s->memory;
-			r->stats[i].last_seen_ms = s->last_seen_ms;
-		}
-	}
-	if (rep->nmigs) {
-		if ((r->rmigs = calloc(rep->nmigs, sizeof(*r->rmigs))) == NULL)
-			return KV_ENOMEM;
-		for (size_t i = 0; i < rep->nmigs; i++) {
-			r->nrmigs++;
-			if ((rv = migration_copy(&r->rmigs[i], &rep->migs[i])) != KV_OK)
-				return rv;
-		}
-	}
-	if (rep->nreplicas) {
-		if ((r->replicas = calloc(rep->nreplicas, sizeof(*r->replicas))) == NULL)
-			return KV_ENOMEM;
-		for (size_t i = 0; i < rep->nreplicas; i++, r->nreplicas++) {
-			const kv_admin_replica *c = &rep->replicas[i];
-			r->replicas[i].id = c->id;
-			r->replicas[i].role = c->role;
-			r->replicas[i].term = c->term;
-			r->replicas[i].index = c->index;
-			if ((rv = copy_str(&r->replicas[i].address, c->address)) != KV_OK)
-				return rv;
-		}
-	}
-	return KV_OK;
-}
-
-int
-kvc_decode_admin(const void *p, size_t n, kvc_admin_reply *r)
-{
-	kv_admin_resp d;
-	const kv_config *cfg;
-	int rv;
-
-	memset(r, 0, sizeof(*r));
-	if ((rv = kv_admin_resp_decode(p, n, &d)) != KV_OK)
-		return rv;
-	r->not_leader = d.not_leader;
-	r->status = d.err;
-	r->epoch = d.epoch;
-	r->wait_ms = d.wait_ms;
-	r->node_id = d.node_id;
-	if ((rv = copy_str(&r->error, d.error)) != KV_OK ||
-	    (rv = copy_str(&r->leader, d.leader_address)) != KV_OK)
-		goto err;
-	if (d.nmig_ids) {
-		if ((r->mig_ids = calloc(d.nmig_ids, sizeof(uint64_t))) == NULL) {
-			rv = KV_ENOMEM;
-			goto err;
-		}
-		memcpy(r->mig_ids, d.mig_ids, d.nmig_ids * sizeof(uint64_t));
-		r->nmig_ids = d.nmig_ids;
-	}
-	/* A watch with history answers in `configs`; the newest is the last. */
-	cfg = d.config;
-	if (cfg == NULL && d.nconfigs)
-		cfg = d.configs[d.nconfigs - 1];
-	if (cfg && (r->config = kv_config_clone(cfg)) == NULL) {
-		rv = KV_ENOMEM;
-		goto err;
-	}
-	if (d.report && (rv = report_copy(d.report, r)) != KV_OK)
-		goto err;
-	kv_admin_resp_fini(&d);
-	return KV_OK;
-err:
-	kv_admin_resp_fini(&d);
-	kvc_admin_reply_fini(r);
-	return rv;
-}
-
-void
-kvc_admin_reply_fini(kvc_admin_reply *r)
-{
-	if (r == NULL)
-		return;
-	free(r->error);
-	kv_config_free(r->config);
-	free(r->mig_ids);
-	free(r->leader);
-	free(r->stats);
-	for (size_t i = 0; i < r->nrmigs; i++) {
-		kv_buf_fini(&r->rmigs[i].start);
-		kv_buf_fini(&r->rmigs[i].end);
-	}
-	free(r->rmigs);
-	for (size_t i = 0; i < r->nreplicas; i++)
-		free(r->replicas[i].address);
-	free(r->replicas);
-	memset(r, 0, sizeof(*r));
-}
-
-const char *
-kvc_role_name(int role)
-{
-	switch (role) {
-	case KV_ADMIN_ROLE_STANDALONE:
-		return "standalone";
-	case KV_ADMIN_ROLE_LEADER:
-		return "leader";
-	case KV_ADMIN_ROLE_FOLLOWER:
-		return "follower";
-	case KV_ADMIN_ROLE_CANDIDATE:
-		return "candidate";
-	default:
-		return "unknown";
-	}
 }

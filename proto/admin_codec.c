@@ -740,6 +740,26 @@ kv_admin_resp_take_configs(kv_admin_resp *r, kv_config ***out)
 	return n;
 }
 
+kv_config *
+kv_admin_resp_take_config(kv_admin_resp *r)
+{
+	resp_store *st = r->priv;
+	kv_config *c = NULL;
+
+	if (st == NULL)
+		return NULL;
+	if (st->config) {
+		c = st->config;
+		st->config = NULL;
+		r->config = NULL;
+	} else if (st->nconfigs) {
+		c = st->configs[--st->nconfigs];
+		st->configs[st->nconfigs] = NULL;
+		r->nconfigs = st->nconfigs;
+	}
+	return c;
+}
+
 void
 kv_admin_resp_fini(kv_admin_resp *r)
 {

@@ -199,6 +199,14 @@ int kv_admin_resp_decode(const void *p, size_t n, kv_admin_resp *out);
  */
 size_t kv_admin_resp_take_configs(kv_admin_resp *r, kv_config ***out);
 
+/*
+ * Takes the newest configuration out of a decoded response:
+ * AdminResponse.config, or the last of AdminResponse.configs when config is
+ * absent. Returns it (the caller frees it with kv_config_free()) or NULL
+ * when there is none; the response no longer points at it.
+ */
+kv_config *kv_admin_resp_take_config(kv_admin_resp *r);
+
 /* Frees what kv_admin_resp_decode kept. Accepts a zeroed response. */
 void kv_admin_resp_fini(kv_admin_resp *r);
 
