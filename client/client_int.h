@@ -9,8 +9,9 @@
  *             of the engine
  *   admin.c   admin operations and the public configuration result
  *   batch.c   pure logic: splitting keys per node, scan plans, merging
- *   codec.c   plain C values <-> protobuf messages (the only file here that
- *             includes the generated header)
+ *   codec.c   data requests and replies in the client's terms, on
+ *             proto/data_codec.h (no wire coding; the controller's messages
+ *             are proto/admin_codec.h's, used as they are)
  *
  * Nothing here is exported from the shared library.
  */
@@ -22,6 +23,7 @@
 #include "common/key.h"
 #include "common/rpc.h"
 #include "proto/admin_codec.h"
+#include "proto/data_codec.h"
 
 #include <nng/nng.h>
 #include <pthread.h>
@@ -80,30 +82,24 @@ typedef struct {
 	char *address;  /* its URL (owned), may be NULL */
 } kvc_hint;
 
-/* One scan entry (owned buffers). */
-typedef struct {
-	kv_buf key;   /* the key */
-	kv_buf value; /* the value, empty for keys-only */
-} kvc_entry;
-
 /* A decoded Response with one op result; every buffer owned. */
 typedef struct {
-	int status;         /* envelope status as KV_E* */
-	char *error;        /* envelope or op error detail (owned), may be NULL */
-	uint64_t epoch;     /* the server's epoch */
-	uint32_t node_id;   /* the answering node */
-	int op_status;      /* the op's status as KV_E*; KV_EPROTO when no result */
-	kvc_hint hint;      /* WRONG_OWNER, MOVING */
-	kv_buf value;       /* get, del */
-	uint64_t value_len; /* append */
-	size_t nvalues;     /* mget */
-	kv_buf *values;     /* mget: one per key */
-	size_t nmissing;    /* mget */
-	uint32_t *missing;  /* mget: indexes of missing keys */
-	size_t nentries;    /* scan */
-	kvc_entry *entries; /* scan, key order */
-	bool more;          /* scan: stopped early */
-	kv_buf next_cursor; /* scan: where to continue */
+	int status;             /* envelope status as KV_E* */
+	char *error;            /* envelope or op error detail (owned), may be NULL */
+	uint64_t epoch;         /* the server's epoch */
+	uint32_t node_id;       /* the answering node */
+	int op_status;          /* the op's status as KV_E*; KV_EPROTO when no result */
+	kvc_hint hint;          /* WRONG_OWNER, MOVING */
+	kv_buf value;           /* get, del */
+	uint64_t value_len;     /* append */
+	size_t nvalues;         /* mget */
+	kv_buf *values;         /* mget: one per key */
+	size_t nmissing;        /* mget */
+	uint32_t *missing;      /* mget: indexes of missing keys */
+	size_t nentries;        /* scan */
+	kv_data_entry *entries; /* scan, key order */
+	bool more;              /* scan: stopped early */
+	kv_buf next_cursor;     /* scan: where to continue */
 } kvc_reply;
 
 /* Packs a Request holding one op into a new message. Returns 0, KV_ENOMEM. */
@@ -178,9 +174,9 @@ void kvc_spans_free(kvc_span *spans, size_t n);
 
 /* A growing list of scan entries in key order. Zero-initialise. */
 typedef struct {
-	size_t n;           /* entries */
-	size_t cap;         /* allocated */
-	kvc_entry *entries; /* owned */
+	size_t n;               /* entries */
+	size_t cap;             /* allocated */
+	kv_data_entry *entries; /* owned */
 } kvc_entries;
 
 /*
@@ -190,7 +186,7 @@ typedef struct {
  * at most `limit` entries are kept in total (0: no limit). The taken buffers
  * are cleared in `src`. Returns the number appended, or KV_ENOMEM.
  */
-long kvc_entries_merge(kvc_entries *acc, kvc_entry *src, size_t nsrc, size_t limit);
+long kvc_entries_merge(kvc_entries *acc, kv_data_entry *src, size_t nsrc, size_t limit);
 
 /* Frees the entries. Accepts NULL. */
 void kvc_entries_fini(kvc_entries *e);

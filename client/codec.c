@@ -168,14 +168,10 @@ reply_result(kv_data_result *res, kvc_reply *r)
 	r->nmissing = res->nmissing;
 	res->missing = NULL;
 	res->nmissing = 0;
-	if (res->nentries) {
-		if ((r->entries = calloc(res->nentries, sizeof(*r->entries))) == NULL)
-			return KV_ENOMEM;
-		for (size_t i = 0; i < res->nentries; i++, r->nentries++) {
-			buf_move(&r->entries[i].key, &res->entries[i].key);
-			buf_move(&r->entries[i].value, &res->entries[i].value);
-		}
-	}
+	r->entries = res->entries;
+	r->nentries = res->nentries;
+	res->entries = NULL;
+	res->nentries = 0;
 	r->more = res->more;
 	buf_move(&r->next_cursor, &res->next_cursor);
 	return KV_OK;
