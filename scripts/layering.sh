@@ -83,6 +83,7 @@ src_of() { # build/x/CMakeFiles/t.dir/a/b.c.o -> x/a/b.c (the source path)
 : >"$tmp/uses"
 while read -r o; do
 	s=$(src_of "$o")
+	[ -f "$s" ] || continue # a stale object whose source moved or went
 	nm -g --defined-only "$o" 2>/dev/null | awk -v s="$s" 'NF == 3 { print $3, s }' >>"$tmp/defs"
 	nm -u "$o" 2>/dev/null | awk -v s="$s" '{ print $NF, s }' >>"$tmp/uses"
 done <"$tmp/objs"

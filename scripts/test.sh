@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds shardkv with -Werror and runs every test; then builds with
+# Builds shardkv with -Werror, checks the layering (scripts/layering.sh) and
+# runs every test; then builds with
 # ThreadSanitizer and runs the concurrency tests again; then runs every
 # libFuzzer harness of fuzz/ for a few seconds (scripts/fuzz.sh). Exits
 # non-zero on any failure. Usage: scripts/test.sh [--no-tsan] [--asan] [--no-fuzz]
@@ -25,6 +26,8 @@ git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
 echo "== build (-Werror)"
 cmake -S . -B build-ci -DKV_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-ci -j"$jobs"
+echo "== layering (internal headers, component order, call circles)"
+bash scripts/layering.sh build-ci
 echo "== tests"
 ctest --test-dir build-ci --output-on-failure -j"$jobs"
 
