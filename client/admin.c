@@ -22,7 +22,7 @@ shardkv_node_state_name(int state)
 
 /* Parses a node given as an id ("3") or an address. */
 static void
-node_ref(const char *node, kvc_admin_req *q)
+node_ref(const char *node, kv_admin_req *q)
 {
 	char *e;
 	unsigned long v;
@@ -34,54 +34,55 @@ node_ref(const char *node, kvc_admin_req *q)
 			return;
 		}
 	}
-	q->node_addr = node;
+	q->address = node;
 }
 
 static int
-admin_run(shardkv_client *c, kvc_admin_req *q, kvc_admin_reply *r)
+admin_run(shardkv_client *c, kv_admin_req *q, kv_admin_resp *r)
 {
 	int rv;
 
 	kvc_clear_error();
 	if ((rv = kvc_controller_call(c, q, kvc_deadline(c), r)) != KV_OK)
 		return rv;
-	if (r->status != KV_OK) {
-		rv = kvc_fail(r->status, "%s", r->error ? r->error : kv_strerror(r->status));
-		kvc_admin_reply_fini(r);
+	if (r->err != KV_OK) {
+		rv = kvc_fail(r->err, "%s",
+		              r->error && r->error[0] ? r->error : kv_strerror(r->err));
+		kv_admin_resp_fini(r);
 		return rv;
 	}
 	return KV_OK;
 }
 
 static int
-admin_change(shardkv_client *c, kvc_admin_req *q, unsigned flags, shardkv_admin_result *out)
+admin_change(shardkv_client *c, kv_admin_req *q, unsigned flags, shardkv_admin_result *out)
 {
-	kvc_admin_reply r;
+	kv_admin_resp r;
+	kv_config *cfg;
 	int rv;
 
 	q->wait = (flags & SHARDKV_WAIT) != 0;
 	if ((rv = admin_run(c, q, &r)) != KV_OK)
 		return rv;
+	cfg = kv_admin_resp_take_config(&r);
 	if (out) {
 		memset(out, 0, sizeof(*out));
-		out->epoch = r.epoch ? r.epoch : (r.config ? r.config->epoch : 0);
+		out->epoch = r.epoch ? r.epoch : (cfg ? cfg->epoch : 0);
 		out->node_id = r.node_id;
 		out->nmigrations = r.nmig_ids;
 		out->first_mig_id = r.nmig_ids ? r.mig_ids[0] : 0;
 		out->wait_ms = r.wait_ms;
 	}
-	if (r.config) {
-		kvc_cfg_install(c, r.config);
-		r.config = NULL;
-	}
-	kvc_admin_reply_fini(&r);
+	if (cfg)
+		kvc_cfg_install(c, cfg);
+	kv_admin_resp_fini(&r);
 	return KV_OK;
 }
 
 int
 shardkv_join(shardkv_client *c, const char *address, unsigned flags, shardkv_admin_result *out)
 {
-	kvc_admin_req q = {.kind = KVC_ADMIN_JOIN, .address = address};
+	kv_admin_req q = {.op = KV_ADM_JOIN, .address = address};
 
 	if (c == NULL || address == NULL || address[0] == 0)
 		return kvc_fail(KV_EINVAL, "no server address given");
@@ -92,7 +93,7 @@ shardkv_join(shardkv_client *c, const char *address, unsigned flags, shardkv_adm
 int
 shardkv_leave(shardkv_client *c, const char *node, unsigned flags, shardkv_admin_result *out)
 {
-	kvc_admin_req q = {.kind = KVC_ADMIN_LEAVE};
+	kv_admin_req q = {.op = KV_ADM_LEAVE};
 
 	if (c == NULL || node == NULL || node[0] == 0)
 		return kvc_fail(KV_EINVAL, "no node given");
@@ -104,7 +105,7 @@ int
 shardkv_move(shardkv_client *c, const void *start, size_t slen, const void *end, size_t elen,
              const char *node, uint32_t rate_mb_s, unsigned flags, shardkv_admin_result *out)
 {
-	kvc_admin_req q = {.kind = KVC_ADMIN_MOVE, .rate_mb_s = rate_mb_s};
+	kv_admin_req q = {.op = KV_ADM_MOVE, .rate_mb_s = rate_mb_s};
 
 	if (c == NULL || node == NULL || node[0] == 0)
 		return kvc_fail(KV_EINVAL, "no node given");
@@ -119,7 +120,7 @@ shardkv_move(shardkv_client *c, const void *start, size_t slen, const void *end,
 int
 shardkv_rebalance(shardkv_client *c, uint32_t rate_mb_s, unsigned flags, shardkv_admin_result *out)
 {
-	kvc_admin_req q = {.kind = KVC_ADMIN_REBALANCE, .rate_mb_s = rate_mb_s};
+	kv_admin_req q = {.op = KV_ADM_REBALANCE, .rate_mb_s = rate_mb_s};
 
 	if (c == NULL)
 		return kvc_fail(KV_EINVAL, "null argument");
@@ -129,7 +130,7 @@ shardkv_rebalance(shardkv_client *c, uint32_t rate_mb_s, unsigned flags, shardkv
 int
 shardkv_cancel(shardkv_client *c, uint64_t migration_id, shardkv_admin_result *out)
 {
-	kvc_admin_req q = {.kind = KVC_ADMIN_CANCEL, .mig_id = migration_id};
+	kv_admin_req q = {.op = KV_ADM_CANCEL, .mig_id = migration_id};
 
 	if (c == NULL)
 		return kvc_fail(KV_EINVAL, "null argument");
@@ -191,12 +192,13 @@ migs_to_public(const kv_migration *m, size_t n, shardkv_config *out)
 	return KV_OK;
 }
 
-/* Builds the public form of a configuration (and report, when r has one). */
+/* Builds the public form of a configuration (and of the report, when the
+ * reply has one). */
 static int
-config_to_public(const kvc_admin_reply *r, shardkv_config **out)
+config_to_public(const kv_config *cfg, const kv_admin_report *rep, shardkv_config **out)
 {
-	const kv_config *cfg = r->config;
 	shardkv_config *p = calloc(1, sizeof(*p));
+	size_t nstats = rep ? rep->nnodes : 0, nreplicas = rep ? rep->nreplicas : 0;
 
 	if (p == NULL)
 		return KV_ENOMEM;
@@ -209,15 +211,15 @@ config_to_public(const kvc_admin_reply *r, shardkv_config **out)
 		n->state = (int)cfg->nodes[i].state;
 		if ((n->address = strdup(cfg->nodes[i].address)) == NULL)
 			goto err;
-		for (size_t j = 0; j < r->nstats; j++) {
-			const kvc_node_stats *s = &r->stats[j];
+		for (size_t j = 0; j < nstats; j++) {
+			const kv_admin_node_stat *s = &rep->nodes[j];
 			if (s->node_id != n->id)
 				continue;
 			n->has_stats = true;
 			n->keys = s->keys;
 			n->bytes = s->bytes;
-			n->ops_per_sec = s->ops_per_sec;
-			n->memory_bytes = s->memory_bytes;
+			n->ops_per_sec = s->ops;
+			n->memory_bytes = s->memory;
 			n->last_seen_ms = s->last_seen_ms;
 		}
 	}
@@ -230,19 +232,19 @@ config_to_public(const kvc_admin_reply *r, shardkv_config **out)
 			goto err;
 	}
 	/* A status report carries the migrations with live progress. */
-	if (r->has_report ? migs_to_public(r->rmigs, r->nrmigs, p) != KV_OK
-	                  : migs_to_public(cfg->migs, cfg->nmigs, p) != KV_OK)
+	if (rep ? migs_to_public(rep->migs, rep->nmigs, p) != KV_OK
+	        : migs_to_public(cfg->migs, cfg->nmigs, p) != KV_OK)
 		goto err;
-	if (r->nreplicas &&
-	    (p->controllers = calloc(r->nreplicas, sizeof(*p->controllers))) == NULL)
+	if (nreplicas && (p->controllers = calloc(nreplicas, sizeof(*p->controllers))) == NULL)
 		goto err;
-	for (size_t i = 0; i < r->nreplicas; i++, p->ncontrollers++) {
+	for (size_t i = 0; i < nreplicas; i++, p->ncontrollers++) {
+		const kv_admin_replica *y = &rep->replicas[i];
 		shardkv_controller *x = &p->controllers[i];
-		x->id = r->replicas[i].id;
-		x->role = kvc_role_name(r->replicas[i].role);
-		x->term = r->replicas[i].term;
-		x->index = r->replicas[i].index;
-		if (r->replicas[i].address && (x->address = strdup(r->replicas[i].address)) == NULL)
+		x->id = y->id;
+		x->role = kvc_role_name(y->role);
+		x->term = y->term;
+		x->index = y->index;
+		if (y->address && y->address[0] && (x->address = strdup(y->address)) == NULL)
 			goto err;
 	}
 	*out = p;
@@ -253,35 +255,38 @@ err:
 }
 
 static int
-fetch(shardkv_client *c, kvc_admin_req *q, shardkv_config **out)
+fetch(shardkv_client *c, kv_admin_req *q, shardkv_config **out)
 {
-	kvc_admin_reply r;
+	kv_admin_resp r;
+	const kv_config *cfg;
 	int rv;
 
 	if (c == NULL || out == NULL)
 		return kvc_fail(KV_EINVAL, "null argument");
 	if ((rv = admin_run(c, q, &r)) != KV_OK)
 		return rv;
-	if (r.config == NULL) {
-		kvc_admin_reply_fini(&r);
+	/* The newest: a watch with history answers in configs, oldest first. */
+	cfg = r.config ? r.config : (r.nconfigs ? r.configs[r.nconfigs - 1] : NULL);
+	if (cfg == NULL) {
+		kv_admin_resp_fini(&r);
 		return kvc_fail(KV_EPROTO, "the controller sent no configuration");
 	}
-	rv = config_to_public(&r, out);
-	kvc_admin_reply_fini(&r);
+	rv = config_to_public(cfg, r.report, out);
+	kv_admin_resp_fini(&r);
 	return rv;
 }
 
 int
 shardkv_config_get(shardkv_client *c, uint64_t epoch, shardkv_config **out)
 {
-	kvc_admin_req q = {.kind = KVC_ADMIN_GET_CONFIG, .epoch = epoch};
+	kv_admin_req q = {.op = KV_ADM_GET_CONFIG, .epoch = epoch};
 	return fetch(c, &q, out);
 }
 
 int
 shardkv_status(shardkv_client *c, shardkv_config **out)
 {
-	kvc_admin_req q = {.kind = KVC_ADMIN_STATUS};
+	kv_admin_req q = {.op = KV_ADM_STATUS};
 	return fetch(c, &q, out);
 }
 
@@ -307,4 +312,21 @@ shardkv_config_free(shardkv_config *cfg)
 		free(cfg->controllers[i].address);
 	free(cfg->controllers);
 	free(cfg);
+}
+
+const char *
+kvc_role_name(int role)
+{
+	switch (role) {
+	case KV_ADMIN_ROLE_STANDALONE:
+		return "standalone";
+	case KV_ADMIN_ROLE_LEADER:
+		return "leader";
+	case KV_ADMIN_ROLE_FOLLOWER:
+		return "follower";
+	case KV_ADMIN_ROLE_CANDIDATE:
+		return "candidate";
+	default:
+		return "unknown";
+	}
 }

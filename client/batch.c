@@ -160,7 +160,7 @@ kvc_spans_free(kvc_span *spans, size_t n)
 }
 
 long
-kvc_entries_merge(kvc_entries *acc, kvc_entry *src, size_t nsrc, size_t limit)
+kvc_entries_merge(kvc_entries *acc, kv_data_entry *src, size_t nsrc, size_t limit)
 {
 	long added = 0;
 
@@ -174,7 +174,7 @@ kvc_entries_merge(kvc_entries *acc, kvc_entry *src, size_t nsrc, size_t limit)
 		}
 		if (acc->n == acc->cap) {
 			size_t cap = acc->cap ? acc->cap * 2 : 64;
-			kvc_entry *e = realloc(acc->entries, cap * sizeof(*e));
+			kv_data_entry *e = realloc(acc->entries, cap * sizeof(*e));
 			if (e == NULL)
 				return KV_ENOMEM;
 			acc->entries = e;

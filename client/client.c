@@ -232,8 +232,8 @@ kvc_attempt_ms(uint64_t deadline_ns)
 
 /* One attempt at one controller address. */
 static int
-controller_try(shardkv_client *c, const char *address, const kvc_admin_req *q, uint32_t rpc_ms,
-               kvc_admin_reply *r)
+controller_try(shardkv_client *c, const char *address, const kv_admin_req *q, uint32_t rpc_ms,
+               kv_admin_resp *r)
 {
 	kv_rpc_client *rpc;
 	kvc_conn *unused;
@@ -242,20 +242,20 @@ controller_try(shardkv_client *c, const char *address, const kvc_admin_req *q, u
 
 	if ((rv = kvc_conn_get(c, address, &rpc, &unused)) != KV_OK)
 		return rv;
-	if ((rv = kvc_encode_admin(q, &req)) != KV_OK)
+	if ((rv = kv_admin_req_encode(q, &req)) != KV_OK)
 		return rv;
 	if ((rv = kv_rpc_call(rpc, req, &rep, rpc_ms)) != KV_OK) {
 		if (rv == KV_EAUTH)
 			kvc_fail(rv, "%s", kv_rpc_why()[0] ? kv_rpc_why() : "TLS handshake failed");
 		return rv;
 	}
-	rv = kvc_decode_admin(nng_msg_body(rep), nng_msg_len(rep), r);
+	rv = kv_admin_resp_decode(nng_msg_body(rep), nng_msg_len(rep), r);
 	nng_msg_free(rep);
 	return rv;
 }
 
 int
-kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns, kvc_admin_reply *r)
+kvc_controller_call(shardkv_client *c, kv_admin_req *q, uint64_t deadline_ns, kv_admin_resp *r)
 {
 	uint32_t backoff = 1;
 	char *redirect = NULL; /* a leader named by a NOT_LEADER reply */
@@ -268,10 +268,10 @@ kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns, k
 	bool known = c->ctl_known;
 	pthread_mutex_unlock(&c->conn_mu);
 	if (q->wait && c->nctl > 1 && !known) {
-		kvc_admin_req probe = {.kind = KVC_ADMIN_GET_CONFIG};
+		kv_admin_req probe = {.op = KV_ADM_GET_CONFIG};
 		if ((rv = kvc_controller_call(c, &probe, deadline_ns, r)) != KV_OK)
 			return rv;
-		kvc_admin_reply_fini(r);
+		kv_admin_resp_fini(r);
 	}
 	q->client_id = c->client_id;
 	q->request_id = kvc_next_id(c);
@@ -298,44 +298,45 @@ kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns, k
 		if (!q->wait && c->nctl > 1) {
 			attempt = left / (uint32_t)c->nctl;
 			attempt = attempt < 1000u ? (left < 1000u ? left : 1000u) : attempt;
-			if (q->kind != KVC_ADMIN_WATCH && attempt > 2000u)
+			if (q->op != KV_ADM_WATCH && attempt > 2000u)
 				attempt = 2000u;
 		}
 		/* A --wait gets the whole deadline, so first make sure this replica
 		 * answers at all: a follower may still name a leader that died. */
 		if (q->wait && c->nctl > 1) {
-			kvc_admin_req probe = {.kind = KVC_ADMIN_GET_CONFIG,
-			                       .client_id = q->client_id,
-			                       .request_id = kvc_next_id(c),
-			                       .auth = q->auth};
+			kv_admin_req probe = {.op = KV_ADM_GET_CONFIG,
+			                      .client_id = q->client_id,
+			                      .request_id = kvc_next_id(c),
+			                      .auth = q->auth};
 			uint32_t pms = left < 1000u ? left : 1000u;
 			probe.timeout_ms = pms;
 			rv = controller_try(c, addr, &probe, pms, r);
 			if (rv == KV_OK)
-				kvc_admin_reply_fini(r);
+				kv_admin_resp_fini(r);
 			else
 				goto unanswered;
 		}
 		rv = controller_try(c, addr, q, attempt, r);
 		if (rv == KV_OK && r->not_leader) {
 			/* addr may be the old redirect: use it before freeing that. */
-			char *next = r->leader;
-			r->leader = NULL;
+			char *next = r->leader_address && r->leader_address[0]
+			                 ? strdup(r->leader_address)
+			                 : NULL;
 			rv = kvc_fail(KV_EUNAVAIL, "controller %s is not the leader%s", addr,
 			              next ? "" : " (election in progress)");
 			free(redirect);
 			redirect = next;
-			kvc_admin_reply_fini(r);
+			kv_admin_resp_fini(r);
 			if (redirect == NULL) {
 				tries++;
 				kvc_backoff(deadline_ns, &backoff);
 			}
 			continue;
 		}
-		if (rv == KV_OK && r->status == KV_EUNAVAIL) {
+		if (rv == KV_OK && r->err == KV_EUNAVAIL) {
 			rv = kvc_fail(KV_EUNAVAIL, "controller %s: %s", addr,
-			              r->error ? r->error : "unavailable");
-			kvc_admin_reply_fini(r);
+			              r->error[0] ? r->error : "unavailable");
+			kv_admin_resp_fini(r);
 		} else if (rv == KV_OK) {
 			pthread_mutex_lock(&c->conn_mu);
 			if (redirect == NULL)
@@ -508,8 +509,9 @@ kvc_cfg_peek(shardkv_client *c)
 int
 kvc_cfg_get(shardkv_client *c, uint64_t min_epoch, uint64_t deadline_ns, kvc_cfgref **out)
 {
-	kvc_admin_req q = {.kind = KVC_ADMIN_GET_CONFIG};
-	kvc_admin_reply r;
+	kv_admin_req q = {.op = KV_ADM_GET_CONFIG};
+	kv_admin_resp r;
+	kv_config *cfg;
 	kvc_cfgref *ref = NULL;
 	int rv;
 
@@ -525,15 +527,16 @@ kvc_cfg_get(shardkv_client *c, uint64_t min_epoch, uint64_t deadline_ns, kvc_cfg
 	}
 	if ((rv = kvc_controller_call(c, &q, deadline_ns, &r)) != KV_OK)
 		return rv;
-	if (r.status != KV_OK || r.config == NULL) {
-		rv = r.status != KV_OK ? r.status : KV_EPROTO;
-		kvc_fail(rv, "fetching the configuration: %s", r.error ? r.error : kv_strerror(rv));
-		kvc_admin_reply_fini(&r);
+	cfg = r.err == KV_OK ? kv_admin_resp_take_config(&r) : NULL;
+	if (cfg == NULL) {
+		rv = r.err != KV_OK ? r.err : KV_EPROTO;
+		kvc_fail(rv, "fetching the configuration: %s",
+		         r.error[0] ? r.error : kv_strerror(rv));
+		kv_admin_resp_fini(&r);
 		return rv;
 	}
-	kvc_cfg_install(c, r.config);
-	r.config = NULL;
-	kvc_admin_reply_fini(&r);
+	kvc_cfg_install(c, cfg);
+	kv_admin_resp_fini(&r);
 	pthread_mutex_lock(&c->cfg_mu);
 	ref = c->cfg;
 	if (ref)
@@ -606,9 +609,8 @@ watch_wait(shardkv_client *c, nng_aio *aio)
 static int
 watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **cfg)
 {
-	kvc_admin_req q = {
-	    .kind = KVC_ADMIN_WATCH, .epoch = known, .timeout_ms = KVC_WATCH_POLL_MS};
-	kvc_admin_reply r;
+	kv_admin_req q = {.op = KV_ADM_WATCH, .epoch = known, .timeout_ms = KVC_WATCH_POLL_MS};
+	kv_admin_resp r;
 	nng_socket s;
 	nng_aio *aio = NULL;
 	nng_msg *msg = NULL;
@@ -640,7 +642,7 @@ watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **c
 	 * send below (bounded, cancellable) waits for it. */
 	if ((rv = kv_tls_dial(s, address, c->tls, NNG_FLAG_NONBLOCK, NULL)) != 0)
 		goto out;
-	if ((rv = kvc_encode_admin(&q, &msg)) != KV_OK)
+	if ((rv = kv_admin_req_encode(&q, &msg)) != KV_OK)
 		goto out;
 	nng_aio_set_msg(aio, msg);
 	nng_aio_set_timeout(aio, 2000);
@@ -657,15 +659,13 @@ watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **c
 		goto out;
 	}
 	msg = nng_aio_get_msg(aio);
-	rv = kvc_decode_admin(nng_msg_body(msg), nng_msg_len(msg), &r);
+	rv = kv_admin_resp_decode(nng_msg_body(msg), nng_msg_len(msg), &r);
 	nng_msg_free(msg);
 	if (rv == KV_OK) {
-		rv = r.status;
-		if (rv == KV_OK) {
-			*cfg = r.config;
-			r.config = NULL;
-		}
-		kvc_admin_reply_fini(&r);
+		rv = r.err;
+		if (rv == KV_OK)
+			*cfg = kv_admin_resp_take_config(&r);
+		kv_admin_resp_fini(&r);
 	}
 out:
 	pthread_mutex_lock(&c->cfg_mu);

@@ -9,8 +9,9 @@
  *             of the engine
  *   admin.c   admin operations and the public configuration result
  *   batch.c   pure logic: splitting keys per node, scan plans, merging
- *   codec.c   plain C values <-> protobuf messages (the only file here that
- *             includes the generated header)
+ *   codec.c   data requests and replies in the client's terms, on
+ *             proto/data_codec.h (no wire coding; the controller's messages
+ *             are proto/admin_codec.h's, used as they are)
  *
  * Nothing here is exported from the shared library.
  */
@@ -21,6 +22,8 @@
 #include "common/config.h"
 #include "common/key.h"
 #include "common/rpc.h"
+#include "proto/admin_codec.h"
+#include "proto/data_codec.h"
 
 #include <nng/nng.h>
 #include <pthread.h>
@@ -79,30 +82,24 @@ typedef struct {
 	char *address;  /* its URL (owned), may be NULL */
 } kvc_hint;
 
-/* One scan entry (owned buffers). */
-typedef struct {
-	kv_buf key;   /* the key */
-	kv_buf value; /* the value, empty for keys-only */
-} kvc_entry;
-
 /* A decoded Response with one op result; every buffer owned. */
 typedef struct {
-	int status;         /* envelope status as KV_E* */
-	char *error;        /* envelope or op error detail (owned), may be NULL */
-	uint64_t epoch;     /* the server's epoch */
-	uint32_t node_id;   /* the answering node */
-	int op_status;      /* the op's status as KV_E*; KV_EPROTO when no result */
-	kvc_hint hint;      /* WRONG_OWNER, MOVING */
-	kv_buf value;       /* get, del */
-	uint64_t value_len; /* append */
-	size_t nvalues;     /* mget */
-	kv_buf *values;     /* mget: one per key */
-	size_t nmissing;    /* mget */
-	uint32_t *missing;  /* mget: indexes of missing keys */
-	size_t nentries;    /* scan */
-	kvc_entry *entries; /* scan, key order */
-	bool more;          /* scan: stopped early */
-	kv_buf next_cursor; /* scan: where to continue */
+	int status;             /* envelope status as KV_E* */
+	char *error;            /* envelope or op error detail (owned), may be NULL */
+	uint64_t epoch;         /* the server's epoch */
+	uint32_t node_id;       /* the answering node */
+	int op_status;          /* the op's status as KV_E*; KV_EPROTO when no result */
+	kvc_hint hint;          /* WRONG_OWNER, MOVING */
+	kv_buf value;           /* get, del */
+	uint64_t value_len;     /* append */
+	size_t nvalues;         /* mget */
+	kv_buf *values;         /* mget: one per key */
+	size_t nmissing;        /* mget */
+	uint32_t *missing;      /* mget: indexes of missing keys */
+	size_t nentries;        /* scan */
+	kv_data_entry *entries; /* scan, key order */
+	bool more;              /* scan: stopped early */
+	kv_buf next_cursor;     /* scan: where to continue */
 } kvc_reply;
 
 /* Packs a Request holding one op into a new message. Returns 0, KV_ENOMEM. */
@@ -127,90 +124,10 @@ int kvc_decode_reply(const void *p, size_t n, kvc_reply *r);
 void kvc_reply_fini(kvc_reply *r);
 
 /* ---------------------------------------------------------------------------
- * codec.c: controller
+ * admin.c: the controller's messages are proto/admin_codec.h's
  * ------------------------------------------------------------------------- */
 
-typedef enum {
-	KVC_ADMIN_JOIN = 1,
-	KVC_ADMIN_LEAVE,
-	KVC_ADMIN_MOVE,
-	KVC_ADMIN_REBALANCE,
-	KVC_ADMIN_GET_CONFIG,
-	KVC_ADMIN_STATUS,
-	KVC_ADMIN_WATCH,
-	KVC_ADMIN_CANCEL,
-} kvc_admin_kind;
-
-/* An AdminRequest as plain values; pointers borrowed. */
-typedef struct {
-	kvc_admin_kind kind;   /* which command */
-	uint64_t client_id;    /* dedup of retried commands */
-	uint64_t request_id;   /* unique per client_id; reused on retries */
-	kv_bytes auth;         /* auth token */
-	bool wait;             /* --wait */
-	uint32_t timeout_ms;   /* bound on wait / watch */
-	const char *address;   /* join: the server URL */
-	bool no_rebalance;     /* join */
-	uint32_t node_id;      /* leave, move: node by id (0: by address) */
-	const char *node_addr; /* leave, move: node by address */
-	kv_bytes start;        /* move */
-	kv_bytes end;          /* move */
-	uint32_t rate_mb_s;    /* move, rebalance */
-	uint64_t epoch;        /* get_config: the epoch; watch: known epoch */
-	uint64_t mig_id;       /* cancel: the migration */
-} kvc_admin_req;
-
-/* Live statistics of a node from a status report. */
-typedef struct {
-	uint32_t node_id;      /* the node */
-	uint64_t keys;         /* keys */
-	uint64_t bytes;        /* bytes */
-	double ops_per_sec;    /* op rate */
-	uint64_t memory_bytes; /* resident memory */
-	uint64_t last_seen_ms; /* since its last heartbeat */
-} kvc_node_stats;
-
-/* A controller replica from a status report. */
-typedef struct {
-	uint32_t id;    /* replica id */
-	char *address;  /* owned */
-	int role;       /* ReplicaRole value */
-	uint64_t term;  /* term */
-	uint64_t index; /* applied index */
-} kvc_replica;
-
-/* A decoded AdminResponse; every pointer owned. */
-typedef struct {
-	int status;            /* KV_E* */
-	char *error;           /* detail (owned), may be NULL */
-	uint64_t epoch;        /* latest or new epoch */
-	kv_config *config;     /* the configuration, may be NULL */
-	uint64_t wait_ms;      /* with wait */
-	uint32_t node_id;      /* join */
-	size_t nmig_ids;       /* migrations started */
-	uint64_t *mig_ids;     /* their ids */
-	char *leader;          /* NOT_LEADER: where to go (owned), may be NULL */
-	bool not_leader;       /* the status was STATUS_NOT_LEADER */
-	bool has_report;       /* status: the fields below are set */
-	size_t nstats;         /* node statistics */
-	kvc_node_stats *stats; /* one per node */
-	size_t nrmigs;         /* migrations in flight with live progress */
-	kv_migration *rmigs;   /* owned (free with kvc_migrations_free) */
-	size_t nreplicas;      /* controller replicas */
-	kvc_replica *replicas; /* owned */
-} kvc_admin_reply;
-
-/* Packs an AdminRequest into a new message. Returns 0, KV_EINVAL, KV_ENOMEM. */
-int kvc_encode_admin(const kvc_admin_req *q, nng_msg **out);
-
-/* Decodes an AdminResponse. Returns 0, KV_EPROTO or KV_ENOMEM. Free with
- * kvc_admin_reply_fini(). */
-int kvc_decode_admin(const void *p, size_t n, kvc_admin_reply *r);
-
-/* Frees everything in a decoded admin reply. Accepts NULL. */
-void kvc_admin_reply_fini(kvc_admin_reply *r);
-
-/* Returns the static name of a ReplicaRole value. */
+/* Returns the static name of a KV_ADMIN_ROLE_* value. */
 const char *kvc_role_name(int role);
 
 /* ---------------------------------------------------------------------------
@@ -257,9 +174,9 @@ void kvc_spans_free(kvc_span *spans, size_t n);
 
 /* A growing list of scan entries in key order. Zero-initialise. */
 typedef struct {
-	size_t n;           /* entries */
-	size_t cap;         /* allocated */
-	kvc_entry *entries; /* owned */
+	size_t n;               /* entries */
+	size_t cap;             /* allocated */
+	kv_data_entry *entries; /* owned */
 } kvc_entries;
 
 /*
@@ -269,7 +186,7 @@ typedef struct {
  * at most `limit` entries are kept in total (0: no limit). The taken buffers
  * are cleared in `src`. Returns the number appended, or KV_ENOMEM.
  */
-long kvc_entries_merge(kvc_entries *acc, kvc_entry *src, size_t nsrc, size_t limit);
+long kvc_entries_merge(kvc_entries *acc, kv_data_entry *src, size_t nsrc, size_t limit);
 
 /* Frees the entries. Accepts NULL. */
 void kvc_entries_fini(kvc_entries *e);
@@ -406,12 +323,10 @@ void kvc_cfg_install(shardkv_client *c, kv_config *cfg);
  * Sends an admin request to the controllers: the last one that answered
  * first, then the others, following NOT_LEADER hints, retrying transport
  * errors until the deadline. q->client_id/request_id/auth are filled here.
- * On 0 *r holds a reply whose status is not a transport problem (free with
- * kvc_admin_reply_fini). `rpc_slack_ms` is added to the transport timeout
- * (long polls).
+ * On 0 *r holds a decoded reply whose status is not a transport problem
+ * (free it with kv_admin_resp_fini).
  */
-int kvc_controller_call(shardkv_client *c, kvc_admin_req *q, uint64_t deadline_ns,
-                        kvc_admin_reply *r);
+int kvc_controller_call(shardkv_client *c, kv_admin_req *q, uint64_t deadline_ns, kv_admin_resp *r);
 
 /* Sets the thread's error detail (printf-style). Returns err. */
 int kvc_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -876,7 +876,7 @@ shardkv_scan_ex(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_resu
 	if (acc.n && (res->entries = calloc(acc.n, sizeof(shardkv_entry))) == NULL)
 		goto out;
 	for (size_t i = 0; i < acc.n; i++) {
-		kvc_entry *e = &acc.entries[i];
+		kv_data_entry *e = &acc.entries[i];
 		res->entries[i].key.data = e->key.data;
 		res->entries[i].key.len = e->key.len;
 		if (e->value.data == NULL && (e->value.data = calloc(1, 1)) == NULL)

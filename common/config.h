@@ -4,7 +4,7 @@
  *
  * A kv_config is a value: every pointer in it is owned by it, it is never
  * changed after it is published, and it is freed with kv_config_free().
- * Conversions to and from the wire live in proto/codec.h.
+ * Conversions to and from the wire live in proto/config_codec.h.
  *
  * Range map invariant (kv_config_validate): ranges are sorted by start, the
  * first starts at "" and the last ends at "" (the end of the key space), each

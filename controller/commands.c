@@ -79,7 +79,7 @@ publish_locked(kv_controller *c, kv_config *next, const char *why, char *msg, si
 	}
 	if ((rv = kv_ctl__hist_reserve_locked(c, 1)) != KV_OK)
 		goto err;
-	if ((rv = kv_admin_config_pack(next, &buf)) != KV_OK)
+	if ((rv = kv_codec_config_pack(next, &buf)) != KV_OK)
 		goto err;
 	if (c->repl != NULL) {
 		rv = kv_ctl__propose_locked(c, &buf, next->epoch, msg, msglen);

@@ -31,11 +31,12 @@
 #include "common/metrics.h"
 #include "common/rpc.h"
 #include "common/tls.h"
-#include "controller/admin_codec.h"
 #include "controller/clog.h"
 #include "controller/controller.h"
 #include "controller/placement.h"
 #include "controller/replica.h"
+#include "proto/admin_codec.h"
+#include "proto/config_codec.h"
 
 #include <pthread.h>
 #include <stdbool.h>

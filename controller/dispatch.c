@@ -151,7 +151,7 @@ exec_locked(kv_controller *c, const struct ctl_cmd *cmd, kv_admin_req *rq, bool 
 		}
 		if (rd != NULL) {
 			answer_rdedup_locked(c, rq, rd, x);
-			return kv_admin_encode(&x->resp, reply);
+			return kv_admin_resp_encode(&x->resp, reply);
 		}
 	}
 	if (rv == KV_OK) {
@@ -185,7 +185,7 @@ exec_locked(kv_controller *c, const struct ctl_cmd *cmd, kv_admin_req *rq, bool 
 	}
 	rv = KV_OK;
 	if (!x->held)
-		rv = kv_admin_encode(&x->resp, reply);
+		rv = kv_admin_resp_encode(&x->resp, reply);
 	if (!x->held && rv == KV_OK && cmd != NULL && (cmd->flags & CTL_MUTATES) && rq->client_id)
 		dedup_store_locked(c, rq->client_id, rq->request_id, *reply);
 	return rv;
@@ -217,7 +217,7 @@ answer_not_leader(kv_controller *c, const kv_repl_info *in, uint64_t request_id,
 	r.leader_address = r.leader_id ? c->peers[r.leader_id - 1] : NULL;
 	r.term = in->term;
 	r.commit_index = in->commit_index;
-	return kv_admin_encode(&r, reply);
+	return kv_admin_resp_encode(&r, reply);
 }
 
 int
@@ -232,7 +232,7 @@ kv_ctl__handle(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 
 	memset(&x, 0, sizeof(x));
 	x.p = p;
-	rv = kv_admin_decode(nng_msg_body(req), nng_msg_len(req), &rq, x.msg, sizeof(x.msg));
+	rv = kv_admin_req_decode(nng_msg_body(req), nng_msg_len(req), &rq, x.msg, sizeof(x.msg));
 	/* Before anything else (the dedup memory included): a request without
 	 * the secret changes nothing and learns nothing, not even the epoch.
 	 * A request that did not decode carries no token to check; it is

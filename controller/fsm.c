@@ -107,7 +107,7 @@ fsm_apply(void *arg, const uint8_t *p, size_t n)
 		KV_ERROR("controller", "ignored a truncated raft entry", "len=%zu", n);
 		return KV_EPROTO;
 	}
-	if ((rv = kv_admin_config_unpack(p + CTL_ENTRY_HDR, get32le(p + 24), &cfg)) != KV_OK) {
+	if ((rv = kv_codec_config_unpack(p + CTL_ENTRY_HDR, get32le(p + 24), &cfg)) != KV_OK) {
 		KV_ERROR("controller", "ignored a raft entry that does not decode", "err=%s",
 		         kv_errname(rv));
 		return rv;
@@ -154,7 +154,7 @@ fsm_snapshot(void *arg, uint8_t **out, size_t *len)
 	if ((bufs = calloc(n ? n : 1, sizeof(*bufs))) == NULL)
 		rv = KV_ENOMEM;
 	for (size_t i = 0; rv == KV_OK && i < n; i++) {
-		rv = kv_admin_config_pack(c->hist[i], &bufs[i]);
+		rv = kv_codec_config_pack(c->hist[i], &bufs[i]);
 		total += 4 + bufs[i].len;
 	}
 	total &= ~(size_t)7; /* a multiple of 8, like the log entries */
@@ -217,7 +217,7 @@ fsm_restore(void *arg, const uint8_t *p, size_t len)
 			rv = KV_ECORRUPT;
 			break;
 		}
-		rv = kv_admin_config_unpack(p + off + 4, l, &cfgs[i]);
+		rv = kv_codec_config_unpack(p + off + 4, l, &cfgs[i]);
 		if (rv == KV_OK && cfgs[i]->epoch != i + 1)
 			rv = KV_ECORRUPT;
 		off += 4 + l;

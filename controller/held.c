@@ -156,7 +156,7 @@ reply_held(struct ctl_held *h, const kv_admin_resp *resp)
 {
 	nng_msg *m = NULL;
 
-	if (kv_admin_encode(resp, &m) != KV_OK)
+	if (kv_admin_resp_encode(resp, &m) != KV_OK)
 		m = NULL; /* drop: the caller times out and retries */
 	kv_rpc_reply(h->p, m);
 }

@@ -53,7 +53,7 @@ kv_ctl__replay_cb(void *arg, const uint8_t *p, size_t n, uint64_t offset)
 	int rv;
 
 	(void)offset;
-	if ((rv = kv_admin_config_unpack(p, n, &cfg)) != KV_OK)
+	if ((rv = kv_codec_config_unpack(p, n, &cfg)) != KV_OK)
 		return rv == KV_ENOMEM ? rv : KV_ECORRUPT;
 	if (cfg->epoch != c->nhist + 1) {
 		kv_config_free(cfg);

@@ -2,10 +2,10 @@
  * fuzz_admin_request.c - the controller's request decoder: the bytes of an
  * AdminRequest from the CLI, a client or a shard server (register,
  * heartbeat with range statistics, migration reports, watch) through
- * kv_admin_decode.
+ * kv_admin_req_decode.
  */
 #include "common/err.h"
-#include "controller/admin_codec.h"
+#include "proto/admin_codec.h"
 #include "fuzz/fuzz_util.h"
 
 #include <string.h>
@@ -20,7 +20,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rv;
 
 	msg[0] = 0;
-	rv = kv_admin_decode(data, size, &r, msg, sizeof(msg));
+	rv = kv_admin_req_decode(data, size, &r, msg, sizeof(msg));
 	if (rv != KV_OK) {
 		FZ_CHECK(msg[0] != 0);
 		FZ_CHECK(r.priv == NULL && r.ranges == NULL);

@@ -19,7 +19,7 @@
 #include "common/config.h"
 #include "common/err.h"
 #include "common/key.h"
-#include "controller/admin_codec.h"
+#include "proto/config_codec.h"
 #include "controller/clog.h"
 #include "fuzz/fuzz_util.h"
 
@@ -47,7 +47,7 @@ cb(void *arg, const uint8_t *p, size_t n, uint64_t offset)
 	(void)offset;
 	FZ_CHECK(n >= 1 && n <= KV_CLOG_MAX_RECORD);
 	h->nrec++;
-	if ((rv = kv_admin_config_unpack(p, n, &cfg)) != KV_OK)
+	if ((rv = kv_codec_config_unpack(p, n, &cfg)) != KV_OK)
 		return rv == KV_ENOMEM ? rv : KV_ECORRUPT;
 	if (cfg->epoch != h->nhist + 1 || h->nhist == MAX_HIST) {
 		kv_config_free(cfg);
@@ -140,7 +140,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* One more configuration, as the controller would publish it. */
 	FZ_CHECK((next = kv_config_new()) != NULL);
 	next->epoch = h1.nhist + 1;
-	FZ_CHECK(kv_admin_config_pack(next, &rec) == KV_OK);
+	FZ_CHECK(kv_codec_config_pack(next, &rec) == KV_OK);
 	kv_config_free(next);
 	FZ_CHECK(kv_clog_append(l, rec.data, rec.len) == KV_OK);
 	kv_buf_fini(&rec);

@@ -1,5 +1,5 @@
 /*
- * fuzz_config.c - the configuration codec (proto/codec.c): the bytes of a
+ * fuzz_config.c - the configuration codec (proto/config_codec.c): the bytes of a
  * packed Config, as the controller reads them back from its config log and
  * every component receives them inside AdminResponses, through
  * kv_codec_config_unpack. A configuration that decodes must be valid, pack
@@ -9,7 +9,7 @@
 #include "common/config.h"
 #include "common/err.h"
 #include "fuzz/fuzz_util.h"
-#include "proto/codec.h"
+#include "proto/config_codec.h"
 
 #include <string.h>
 

@@ -13,7 +13,8 @@
 #include "fuzz/make-corpus.h"
 #include "shardserver/dedup/dedup.h"
 #include "shardserver/durable/durable.h"
-#include "shardserver/server_codec.h"
+#include "proto/admin_codec.h"
+#include "proto/data_codec.h"
 #include "shardserver/durable/snap.h"
 #include "shardserver/store/store.h"
 #include "shardserver/durable/wal.h"
@@ -24,22 +25,27 @@
 static void
 seeds_requests(void)
 {
-	const char *h = "fuzz_server_request";
-	kvc_envelope env = {.client_id = 77, .request_id = 5, .epoch = 7, .timeout_ms = 5000};
+	const char *h = "fuzz_data_request";
 	kv_bytes keys[3] = {B("a"), B("b"), B("user:1")}, vals[3] = {B("1"), B(""), B("three")};
 	nng_msg *m;
 	struct {
 		const char *name;
-		kvc_op op;
+		kv_op op;
 	} ops[] = {
-	    {"get", {.kind = KVC_GET, .key = B("user:1")}},
-	    {"put", {.kind = KVC_PUT, .request_id = 9, .key = B("user:1"), .value = B("alice")}},
-	    {"del", {.kind = KVC_DEL, .request_id = 10, .key = B("user:1")}},
-	    {"append", {.kind = KVC_APPEND, .request_id = 11, .key = B("log"), .value = B("x")}},
-	    {"mget", {.kind = KVC_MGET, .n = 3, .keys = keys}},
-	    {"mput", {.kind = KVC_MPUT, .request_id = 12, .n = 3, .keys = keys, .values = vals}},
+	    {"get", {.kind = KV_OP_GET, .key = B("user:1")}},
+	    {"put", {.kind = KV_OP_PUT, .request_id = 9, .key = B("user:1"), .value = B("alice")}},
+	    {"del", {.kind = KV_OP_DEL, .request_id = 10, .key = B("user:1")}},
+	    {"append", {.kind = KV_OP_APPEND, .request_id = 11, .key = B("log"), .value = B("x")}},
+	    {"mget", {.kind = KV_OP_MGET, .nkeys = 3, .keys = keys}},
+	    {"mput",
+	     {.kind = KV_OP_MPUT,
+	      .request_id = 12,
+	      .nkeys = 3,
+	      .keys = keys,
+	      .nvals = 3,
+	      .vals = vals}},
 	    {"scan",
-	     {.kind = KVC_SCAN,
+	     {.kind = KV_OP_SCAN,
 	      .start = B("a"),
 	      .end = B("z"),
 	      .prefix = B("u"),
@@ -47,25 +53,31 @@ seeds_requests(void)
 	      .limit = 10,
 	      .keys_only = true}},
 	};
+	kv_req env = {.client_id = 77, .request_id = 5, .epoch = 7, .timeout_ms = 5000, .nops = 1};
 
-	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
-		seed_msg(h, ops[i].name, kvc_encode_request(&env, &ops[i].op, &m), m);
-	const kvc_op *batch[3] = {&ops[0].op, &ops[1].op, &ops[3].op};
-	seed_msg(h, "batch", kvc_encode_request_batch(&env, batch, 3, &m), m);
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		env.ops = &ops[i].op;
+		seed_msg(h, ops[i].name, kv_data_req_encode(&env, &m), m);
+	}
+	kv_op batch[3] = {ops[0].op, ops[1].op, ops[3].op};
+	env.ops = batch;
+	env.nops = 3;
+	seed_msg(h, "batch", kv_data_req_encode(&env, &m), m);
 
 	/* Range transfer, as a source server sends it. */
-	kv_sc_kv kv[3] = {{.key = B("a1"), .value = B("v1")},
-	                  {.key = B("a2"), .value = B("")},
-	                  {.key = B("a3"), .value = B("sli"), .value_offset = 0, .value_total = 6}};
-	kv_sc_dedup dd[1] = {{.client_id = 77,
-	                      .request_id = 9,
-	                      .status = KV_OK,
-	                      .value_len = 3,
-	                      .value = B("old"),
-	                      .key = B("a1"),
-	                      .time_ms = 1700000000000ull}};
-	kv_sc_delta delta[2] = {{.seq = 1, .key = B("a4"), .value = B("v4")},
-	                        {.seq = 2, .del = true, .key = B("a1"), .has_dedup = true}};
+	kv_xfer_kv kv[3] = {
+	    {.key = B("a1"), .value = B("v1")},
+	    {.key = B("a2"), .value = B("")},
+	    {.key = B("a3"), .value = B("sli"), .value_offset = 0, .value_total = 6}};
+	kv_xfer_dedup dd[1] = {{.client_id = 77,
+	                        .request_id = 9,
+	                        .status = KV_OK,
+	                        .value_len = 3,
+	                        .value = B("old"),
+	                        .key = B("a1"),
+	                        .time_ms = 1700000000000ull}};
+	kv_xfer_delta delta[2] = {{.seq = 1, .key = B("a4"), .value = B("v4")},
+	                          {.seq = 2, .del = true, .key = B("a1"), .has_dedup = true}};
 	delta[1].dedup = dd[0];
 	kv_xfer xs[] = {
 	    {.migration_id = 4,
@@ -99,7 +111,7 @@ seeds_requests(void)
 	static const char *xnames[] = {"xfer-begin", "xfer-chunk",  "xfer-delta",
 	                               "xfer-fence", "xfer-commit", "xfer-abort"};
 	for (size_t i = 0; i < sizeof(xs) / sizeof(xs[0]); i++)
-		seed_msg(h, xnames[i], kv_sc_xfer_encode(&xs[i], 7, 1, &m), m);
+		seed_msg(h, xnames[i], kv_xfer_encode(&xs[i], 7, 1, (kv_bytes){0}, &m), m);
 }
 
 /* Responses of a shard server: to clients (results) and to peers (acks). */
@@ -108,7 +120,7 @@ seeds_responses(void)
 {
 	kv_buf v = {0}, vals[2] = {{0}, {0}}, k1 = {0}, k2 = {0}, cur = {0};
 	uint32_t missing[1] = {1};
-	kv_sc_entry ents[2];
+	kv_data_entry ents[2];
 	nng_msg *m;
 
 	set_buf(&v, "alice");
@@ -117,9 +129,9 @@ seeds_responses(void)
 	set_buf(&k1, "user:1");
 	set_buf(&k2, "user:2");
 	set_buf(&cur, "user:2");
-	ents[0] = (kv_sc_entry){k1, v};
-	ents[1] = (kv_sc_entry){k2, vals[0]};
-	kv_sc_result rs[] = {
+	ents[0] = (kv_data_entry){k1, v};
+	ents[1] = (kv_data_entry){k2, vals[0]};
+	kv_data_result rs[] = {
 	    {.status = KV_OK, .has_value = true, .value = v},
 	    {.status = KV_ENOTFOUND},
 	    {.status = KV_EWRONGOWNER,
@@ -135,19 +147,19 @@ seeds_responses(void)
 	for (size_t i = 0; i < sizeof(rs) / sizeof(rs[0]); i++) {
 		kv_resp r = {
 		    .request_id = 5, .epoch = 7, .node_id = 1, .nresults = 1, .results = &rs[i]};
-		seed_msg("fuzz_client_reply", names[i], kv_sc_resp_encode(&r, &m), m);
+		seed_msg("fuzz_data_response", names[i], kv_data_resp_encode(&r, &m), m);
 	}
 	kv_resp batch = {.request_id = 6, .epoch = 7, .node_id = 1, .nresults = 3, .results = rs};
-	seed_msg("fuzz_client_reply", "batch", kv_sc_resp_encode(&batch, &m), m);
+	seed_msg("fuzz_data_response", "batch", kv_data_resp_encode(&batch, &m), m);
 	kv_resp refused = {.request_id = 7, .status = KV_ESTALE, .error = "stale epoch"};
-	seed_msg("fuzz_client_reply", "refused", kv_sc_resp_encode(&refused, &m), m);
+	seed_msg("fuzz_data_response", "refused", kv_data_resp_encode(&refused, &m), m);
 
 	kv_resp ack = {.request_id = 8,
 	               .epoch = 7,
 	               .node_id = 2,
 	               .has_ack = true,
 	               .ack = {.migration_id = 4, .seq = 3, .keys = 12, .bytes = 1200}};
-	seed_msg("fuzz_server_reply", "xfer-ack", kv_sc_resp_encode(&ack, &m), m);
+	seed_msg("fuzz_xfer_ack", "xfer-ack", kv_data_resp_encode(&ack, &m), m);
 	kv_buf_fini(&v);
 	kv_buf_fini(&vals[0]);
 	kv_buf_fini(&vals[1]);
@@ -163,25 +175,30 @@ seeds_server_admin(void)
 {
 	const char *h = "fuzz_admin_request";
 	nng_msg *m;
-
-	kv_sc_range_stats rs[2] = {{.start = B(""),
-	                            .end = B("g"),
-	                            .keys = 10,
-	                            .bytes = 100,
-	                            .ops_per_sec = 1.5,
-	                            .nsplit = 3,
-	                            .split = {B("b"), B("d"), B("f")}},
-	                           {.start = B("g"), .end = B(""), .keys = 3, .bytes = 30}};
-	kv_adm_req as[] = {
-	    {.kind = KV_ADM_REGISTER,
+	kv_bytes split[3] = {B("b"), B("d"), B("f")};
+	kv_admin_range_stat rs[2] = {{.start = B(""),
+	                              .end = B("g"),
+	                              .keys = 10,
+	                              .bytes = 100,
+	                              .ops = 1.5,
+	                              .nsplit = 3,
+	                              .split = split},
+	                             {.start = B("g"), .end = B(""), .keys = 3, .bytes = 30}};
+	kv_admin_req as[] = {
+	    {.op = KV_ADM_REGISTER,
 	     .client_id = 5,
 	     .request_id = 1,
 	     .address = "tcp://127.0.0.1:7101",
 	     .join = true,
 	     .boot_id = 123,
 	     .cluster_id = "00000000c0ffee00"},
-	    {.kind = KV_ADM_WATCH, .request_id = 2, .epoch = 3, .node_id = 1, .timeout_ms = 500},
-	    {.kind = KV_ADM_HEARTBEAT,
+	    {.op = KV_ADM_WATCH,
+	     .request_id = 2,
+	     .epoch = 3,
+	     .history = true,
+	     .node_id = 1,
+	     .timeout_ms = 500},
+	    {.op = KV_ADM_HEARTBEAT,
 	     .request_id = 3,
 	     .node_id = 1,
 	     .boot_id = 123,
@@ -190,32 +207,32 @@ seeds_server_admin(void)
 	     .ranges = rs,
 	     .keys = 13,
 	     .bytes = 130,
-	     .ops_per_sec = 2.5,
-	     .memory_bytes = 1 << 20},
-	    {.kind = KV_ADM_PROGRESS,
+	     .ops = 2.5,
+	     .memory = 1 << 20},
+	    {.op = KV_ADM_PROGRESS,
 	     .request_id = 4,
 	     .node_id = 1,
-	     .migration_id = 4,
+	     .mig_id = 4,
 	     .phase = KV_MIG_CATCHUP,
-	     .keys = 5,
-	     .bytes = 50,
+	     .keys_copied = 5,
+	     .bytes_copied = 50,
 	     .keys_total = 10,
 	     .bytes_total = 100,
 	     .rate_bytes_s = 1000},
-	    {.kind = KV_ADM_DONE,
+	    {.op = KV_ADM_DONE,
 	     .request_id = 5,
 	     .node_id = 1,
-	     .migration_id = 4,
-	     .status = KV_OK,
+	     .mig_id = 4,
+	     .result = KV_OK,
 	     .keys = 10,
 	     .bytes = 100,
 	     .last_seq = 9},
-	    {.kind = KV_ADM_LEAVE, .request_id = 6, .node_id = 3},
+	    {.op = KV_ADM_LEAVE, .request_id = 6, .node_id = 3},
 	};
 	static const char *anames[] = {"srv-register", "srv-watch", "srv-heartbeat",
 	                               "srv-progress", "srv-done",  "srv-leave"};
 	for (size_t i = 0; i < sizeof(as) / sizeof(as[0]); i++)
-		seed_msg(h, anames[i], kv_sc_adm_encode(&as[i], &m), m);
+		seed_msg(h, anames[i], kv_admin_req_encode(&as[i], &m), m);
 }
 
 static void

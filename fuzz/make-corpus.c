@@ -16,11 +16,11 @@
 #include "common/err.h"
 #include "common/key.h"
 #include "common/log.h"
-#include "controller/admin_codec.h"
+#include "proto/admin_codec.h"
 #include "controller/clog.h"
 #include "fuzz/fuzz_util.h"
 #include "fuzz/make-corpus.h"
-#include "proto/codec.h"
+#include "proto/config_codec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -190,25 +190,25 @@ seeds_admin_requests(void)
 {
 	const char *h = "fuzz_admin_request";
 	nng_msg *m;
-	kvc_admin_req qs[] = {
-	    {.kind = KVC_ADMIN_JOIN, .request_id = 1, .address = "tcp://127.0.0.1:7104"},
-	    {.kind = KVC_ADMIN_LEAVE, .request_id = 2, .node_id = 2, .wait = true},
-	    {.kind = KVC_ADMIN_MOVE,
+	kv_admin_req qs[] = {
+	    {.op = KV_ADM_JOIN, .request_id = 1, .address = "tcp://127.0.0.1:7104"},
+	    {.op = KV_ADM_LEAVE, .request_id = 2, .node_id = 2, .wait = true},
+	    {.op = KV_ADM_MOVE,
 	     .request_id = 3,
-	     .node_addr = "tcp://127.0.0.1:7103",
+	     .address = "tcp://127.0.0.1:7103",
 	     .start = B("user:0"),
 	     .end = B("user:5"),
 	     .rate_mb_s = 10},
-	    {.kind = KVC_ADMIN_REBALANCE, .request_id = 4, .client_id = 99},
-	    {.kind = KVC_ADMIN_GET_CONFIG, .request_id = 5, .epoch = 4},
-	    {.kind = KVC_ADMIN_STATUS, .request_id = 6},
-	    {.kind = KVC_ADMIN_WATCH, .request_id = 7, .epoch = 3, .timeout_ms = 1000},
-	    {.kind = KVC_ADMIN_CANCEL, .request_id = 8, .mig_id = 6},
+	    {.op = KV_ADM_REBALANCE, .request_id = 4, .client_id = 99},
+	    {.op = KV_ADM_GET_CONFIG, .request_id = 5, .epoch = 4},
+	    {.op = KV_ADM_STATUS, .request_id = 6},
+	    {.op = KV_ADM_WATCH, .request_id = 7, .epoch = 3, .timeout_ms = 1000},
+	    {.op = KV_ADM_CANCEL, .request_id = 8, .mig_id = 6},
 	};
 	static const char *names[] = {"join",   "leave",  "move",  "rebalance",
 	                              "config", "status", "watch", "cancel"};
 	for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
-		seed_msg(h, names[i], kvc_encode_admin(&qs[i], &m), m);
+		seed_msg(h, names[i], kv_admin_req_encode(&qs[i], &m), m);
 }
 
 /* AdminResponses: what clients and shard servers decode. */
@@ -242,12 +242,7 @@ seeds_admin_responses(void)
 
 	for (size_t i = 0; i < sizeof(rs) / sizeof(rs[0]); i++) {
 		nng_msg *m;
-		int rv = kv_admin_encode(&rs[i].r, &m);
-		nng_msg *m2;
-		if (rv != KV_OK || nng_msg_dup(&m2, m) != 0)
-			die("admin encode");
-		seed_msg("fuzz_client_admin", rs[i].name, rv, m);
-		seed_msg("fuzz_server_reply", rs[i].name, KV_OK, m2);
+		seed_msg("fuzz_admin_response", rs[i].name, kv_admin_resp_encode(&rs[i].r, &m), m);
 	}
 	kv_config_free(c1);
 	kv_config_free(c3);

@@ -10,7 +10,7 @@
 #include "common/err.h"
 
 int
-kv_server__ctl_call(kv_server *s, kv_adm_req *rq, kv_adm_resp *resp, uint32_t timeout_ms)
+kv_server__ctl_call(kv_server *s, kv_admin_req *rq, kv_admin_resp *resp, uint32_t timeout_ms)
 {
 	int rv = KV_EUNAVAIL;
 
@@ -24,17 +24,17 @@ kv_server__ctl_call(kv_server *s, kv_adm_req *rq, kv_adm_resp *resp, uint32_t ti
 		idx = s->ctl_idx;
 		pthread_mutex_unlock(&s->ctl_mu);
 		rq->request_id = atomic_fetch_add(&s->admin_req_id, 1);
-		if ((rv = kv_sc_adm_encode(rq, &req)) != 0)
+		if ((rv = kv_admin_req_encode(rq, &req)) != 0)
 			return rv;
 		rv = kv_rpc_call(s->ctl[idx], req, &rep, timeout_ms);
 		if (rv == 0) {
-			rv = kv_sc_adm_decode(nng_msg_body(rep), nng_msg_len(rep), resp);
+			rv = kv_admin_resp_decode(nng_msg_body(rep), nng_msg_len(rep), resp);
 			nng_msg_free(rep);
 			/* A follower answers NOT_LEADER, which reads as EUNAVAIL. */
-			if (rv == 0 && !(resp->status == KV_EUNAVAIL && s->cfg->nctl > 1))
+			if (rv == 0 && !(resp->err == KV_EUNAVAIL && s->cfg->nctl > 1))
 				return KV_OK;
 			if (rv == 0) {
-				kv_sc_adm_resp_fini(resp);
+				kv_admin_resp_fini(resp);
 				rv = KV_EUNAVAIL;
 			}
 		}
@@ -42,7 +42,7 @@ kv_server__ctl_call(kv_server *s, kv_adm_req *rq, kv_adm_resp *resp, uint32_t ti
 		if (s->ctl_idx == idx)
 			s->ctl_idx = (idx + 1) % s->cfg->nctl;
 		pthread_mutex_unlock(&s->ctl_mu);
-		if (rv == KV_ETIMEDOUT && rq->kind == KV_ADM_WATCH)
+		if (rv == KV_ETIMEDOUT && rq->op == KV_ADM_WATCH)
 			return rv;
 	}
 	return rv;

@@ -28,7 +28,7 @@
  * take no lock of ours beyond the read lock. A request with ops is refused
  * as a whole until the first configuration is applied (epoch 0).
  *
- * This file does not touch protobuf (server_codec.c) nor implement the
+ * This file does not touch protobuf (proto/data_codec.c) nor implement the
  * transfer stream (migrate_in.c). Lock order: doc/threads.md.
  */
 #include "shardserver/dispatch.h"
@@ -54,21 +54,22 @@
  * ------------------------------------------------------------------------ */
 
 static void
-hint_set(kv_sc_result *res, int status, uint64_t epoch, const void *st, size_t sl, const void *en,
+hint_set(kv_data_result *res, int status, uint64_t epoch, const void *st, size_t sl, const void *en,
          size_t el, uint32_t node, const char *addr)
 {
 	res->status = status;
 	res->has_hint = true;
 	res->hint.epoch = epoch;
 	res->hint.node_id = node;
-	snprintf(res->hint.address, sizeof(res->hint.address), "%s", addr ? addr : "");
+	free(res->hint.address);
+	res->hint.address = addr && addr[0] ? strdup(addr) : NULL; /* NULL: sent without one */
 	if (kv_buf_set(&res->hint.start, st, sl) != 0 || kv_buf_set(&res->hint.end, en, el) != 0)
 		res->has_hint = false;
 }
 
 /* Fills a WRONG_OWNER answer from the latest configuration. */
 static void
-hint_from_config(kv_server *s, const void *key, size_t klen, kv_sc_result *res)
+hint_from_config(kv_server *s, const void *key, size_t klen, kv_data_result *res)
 {
 	uint32_t me = atomic_load(&s->node_id);
 
@@ -95,7 +96,7 @@ hint_from_config(kv_server *s, const void *key, size_t klen, kv_sc_result *res)
 
 /* Fills a MOVING answer for a range whose handover has begun. */
 static void
-hint_moving(kv_sc_result *res, const kv_mig_out *m)
+hint_moving(kv_data_result *res, const kv_mig_out *m)
 {
 	kv_bytes st, en;
 	uint32_t to;
@@ -110,7 +111,7 @@ hint_moving(kv_sc_result *res, const kv_mig_out *m)
  * true and sets *ent when it is; otherwise fills res and returns false. */
 static bool
 own_check_locked(kv_server *s, const void *key, size_t klen, const kv_owner_entry **ent,
-                 kv_sc_result *res)
+                 kv_data_result *res)
 {
 	const kv_owner_entry *e = kv_owner_lookup_locked(&s->owner, key, klen);
 
@@ -159,7 +160,7 @@ typedef struct {
 	kv_server *s;                    /* the server */
 	const kv_req *rq;                /* the request */
 	const kv_op *op;                 /* the op */
-	kv_sc_result *res;               /* its result */
+	kv_data_result *res;             /* its result */
 	const kv_owner_entry *ent;       /* KEYED/RANGE: the entry serving the key */
 	const kv_owner_entry **ents;     /* KEYED, MULTI: one entry per key */
 	const kv_owner_entry *single[1]; /* KEYED: ents points here */
@@ -279,7 +280,7 @@ static int
 op_mget(op_ctx *x)
 {
 	const kv_op *op = x->op;
-	kv_sc_result *r = x->res;
+	kv_data_result *r = x->res;
 	bool *missing = NULL;
 	int rv;
 
@@ -332,23 +333,23 @@ op_mput(op_ctx *x)
 
 /* Collects scan entries up to a byte bound. */
 typedef struct {
-	kv_sc_result *res;  /* where entries go */
-	size_t cap;         /* capacity of res->entries */
-	uint64_t bytes;     /* payload so far */
-	uint64_t max_bytes; /* stop after this much */
-	bool stopped;       /* stopped on the byte bound */
-	bool oom;           /* allocation failed */
+	kv_data_result *res; /* where entries go */
+	size_t cap;          /* capacity of res->entries */
+	uint64_t bytes;      /* payload so far */
+	uint64_t max_bytes;  /* stop after this much */
+	bool stopped;        /* stopped on the byte bound */
+	bool oom;            /* allocation failed */
 } scan_acc;
 
 static int
 scan_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
 {
 	scan_acc *a = arg;
-	kv_sc_result *r = a->res;
+	kv_data_result *r = a->res;
 
 	if (r->nentries == a->cap) {
 		size_t nc = a->cap ? a->cap * 2 : 64;
-		kv_sc_entry *ne = realloc(r->entries, nc * sizeof(*ne));
+		kv_data_entry *ne = realloc(r->entries, nc * sizeof(*ne));
 		if (ne == NULL) {
 			a->oom = true;
 			return 1;
@@ -357,7 +358,7 @@ scan_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t v
 		r->entries = ne;
 		a->cap = nc;
 	}
-	kv_sc_entry *e = &r->entries[r->nentries];
+	kv_data_entry *e = &r->entries[r->nentries];
 	if (kv_buf_set(&e->key, key, klen) != 0 || (val && kv_buf_set(&e->value, val, vlen) != 0)) {
 		kv_buf_fini(&e->key);
 		a->oom = true;
@@ -377,7 +378,7 @@ op_scan(op_ctx *x)
 {
 	const kv_op *op = x->op;
 	const kv_owner_entry *e = x->ent;
-	kv_sc_result *r = x->res;
+	kv_data_result *r = x->res;
 	kv_bytes from = op->cursor.len ? op->cursor : op->start;
 	kv_bytes to = op->end;
 	uint8_t pend[KV_HARD_MAX_KEY];
@@ -459,7 +460,7 @@ static const struct op_def {
 
 /* Checks sizes against the configured limits. Returns 0 or fills res. */
 static int
-validate_op(kv_server *s, const kv_op *op, unsigned flags, kv_sc_result *res)
+validate_op(kv_server *s, const kv_op *op, unsigned flags, kv_data_result *res)
 {
 	if (flags & OPF_KEYED) {
 		if (op->key.len == 0) {
@@ -563,7 +564,7 @@ static bool
 step_dedup(op_ctx *x, unsigned flags)
 {
 	const kv_op *op = x->op;
-	kv_sc_result *res = x->res;
+	kv_data_result *res = x->res;
 	kv_dedup_result old;
 	uint64_t now;
 	int rv;
@@ -666,7 +667,7 @@ step_log_begin(op_ctx *x, unsigned flags, kv_dur_held *held)
 /* Runs one op: validation, then the steps above (ownership, exactly-once,
  * fence, log), the handler from op_table, and the undo in reverse. */
 static void
-dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
+dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_data_result *res)
 {
 	const struct op_def *def = &op_table[op->kind];
 	op_ctx x = {.s = s, .rq = rq, .op = op, .res = res};
@@ -713,7 +714,7 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_sc_result *res)
 
 /* Returns the payload bytes of a result, to bound a reply. */
 static uint64_t
-result_bytes(const kv_sc_result *r)
+result_bytes(const kv_data_result *r)
 {
 	uint64_t n = r->value.len + 64;
 	for (size_t i = 0; i < r->nvalues; i++)
@@ -788,7 +789,7 @@ logged_write(const kv_req *rq, const kv_resp *resp, size_t i)
 static nng_msg *
 held_reply_failure(const held_reply *h, int status)
 {
-	kv_sc_result *res = calloc(h->nops ? h->nops : 1, sizeof(*res));
+	kv_data_result *res = calloc(h->nops ? h->nops : 1, sizeof(*res));
 	kv_resp fail = {.request_id = h->req_id, .epoch = h->epoch, .node_id = h->node_id};
 	nng_msg *msg = NULL;
 
@@ -807,7 +808,7 @@ held_reply_failure(const held_reply *h, int status)
 		fail.results = res;
 		fail.nresults = h->nops;
 	}
-	if (kv_sc_resp_encode(&fail, &msg) != 0)
+	if (kv_data_resp_encode(&fail, &msg) != 0)
 		msg = NULL;
 	free(res);
 	return msg;
@@ -845,7 +846,7 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	/* Counted before `closing` is read: shutdown waits for zero after
 	 * setting it, so no request can start a log wait it misses. */
 	atomic_fetch_add(&s->inflight, 1);
-	rv = kv_sc_req_decode(nng_msg_body(req), nng_msg_len(req), &rq, &why);
+	rv = kv_data_req_decode(nng_msg_body(req), nng_msg_len(req), &rq, &why);
 	resp.request_id = rq.request_id;
 	resp.epoch = atomic_load(&s->epoch);
 	resp.node_id = atomic_load(&s->node_id);
@@ -883,7 +884,7 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	} else if (rq.nops > 0) {
 		uint64_t total = 0;
 		kinds = op_kinds(&rq);
-		resp.results = calloc(rq.nops, sizeof(kv_sc_result));
+		resp.results = calloc(rq.nops, sizeof(kv_data_result));
 		if (resp.results == NULL) {
 			resp.status = KV_ENOMEM;
 		} else {
@@ -903,14 +904,14 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		}
 	}
 	kv_srv_count_error(s, resp.status);
-	rv = kv_sc_resp_encode(&resp, reply);
+	rv = kv_data_resp_encode(&resp, reply);
 	if (rv != 0) {
 		kv_resp small = {.request_id = resp.request_id,
 		                 .epoch = resp.epoch,
 		                 .node_id = resp.node_id,
 		                 .status = KV_ENOMEM,
 		                 .error = "out of memory encoding the reply"};
-		rv = kv_sc_resp_encode(&small, reply);
+		rv = kv_data_resp_encode(&small, reply);
 	}
 	/* Answer only once the log holds everything this request may have
 	 * seen or done: its own writes, and writes by others it read (so no
@@ -945,13 +946,13 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			                 .node_id = resp.node_id,
 			                 .status = KV_ENOMEM,
 			                 .error = "out of memory holding the reply"};
-			rv = kv_sc_resp_encode(&small, reply);
+			rv = kv_data_resp_encode(&small, reply);
 		}
 	}
 	for (size_t i = 0; i < resp.nresults; i++)
-		kv_sc_result_fini(&resp.results[i]);
+		kv_data_result_fini(&resp.results[i]);
 	free(resp.results);
-	kv_sc_req_fini(&rq);
+	kv_data_req_fini(&rq);
 	if (h != NULL) {
 		if (kv_dur_notify(s->dur, lsn, held_reply_done, h) != 0)
 			held_reply_done(h, KV_ECLOSED);

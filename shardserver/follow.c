@@ -183,13 +183,14 @@ apply_config(kv_server *s, kv_config *c)
 }
 
 static void
-apply_resp_configs(kv_server *s, kv_adm_resp *r)
+apply_resp_configs(kv_server *s, kv_admin_resp *r)
 {
-	for (size_t i = 0; i < r->nconfigs; i++) {
-		apply_config(s, r->configs[i]);
-		r->configs[i] = NULL;
-	}
-	r->nconfigs = 0;
+	kv_config **cfgs;
+	size_t n = kv_admin_resp_take_configs(r, &cfgs);
+
+	for (size_t i = 0; i < n; i++)
+		apply_config(s, cfgs[i]);
+	free(cfgs);
 }
 
 /* Registers with the controller; retries until it answers or the server stops. */
@@ -201,19 +202,19 @@ do_register(kv_server *s)
 
 	while (!atomic_load(&s->stopping)) {
 		char cid[128];
-		kv_adm_resp r;
+		kv_admin_resp r;
 		pthread_mutex_lock(&s->cfg_mu);
 		memcpy(cid, s->cluster_id, sizeof(cid));
 		pthread_mutex_unlock(&s->cfg_mu);
-		kv_adm_req rq = {.kind = KV_ADM_REGISTER,
-		                 .address = s->cfg->listen,
-		                 .node_id = atomic_load(&s->node_id),
-		                 .join = s->cfg->join,
-		                 .boot_id = s->boot_id,
-		                 .cluster_id = cid,
-		                 .epoch = atomic_load(&s->epoch)};
+		kv_admin_req rq = {.op = KV_ADM_REGISTER,
+		                   .address = s->cfg->listen,
+		                   .node_id = atomic_load(&s->node_id),
+		                   .join = s->cfg->join,
+		                   .boot_id = s->boot_id,
+		                   .cluster_id = cid,
+		                   .epoch = atomic_load(&s->epoch)};
 		int rv = kv_server__ctl_call(s, &rq, &r, 3000);
-		if (rv == 0 && r.status == 0 && r.node_id != 0) {
+		if (rv == 0 && r.err == 0 && r.node_id != 0) {
 			uint32_t old = atomic_load(&s->node_id);
 			atomic_store(&s->node_id, r.node_id);
 			KV_INFO(COMP, "registered", "node_id=%u epoch=%llu", r.node_id,
@@ -221,10 +222,10 @@ do_register(kv_server *s)
 			if (old != r.node_id)
 				save_identity(s);
 			apply_resp_configs(s, &r);
-			kv_sc_adm_resp_fini(&r);
+			kv_admin_resp_fini(&r);
 			return KV_OK;
 		}
-		if (rv == 0 && r.status == KV_EAUTH) {
+		if (rv == 0 && r.err == KV_EAUTH) {
 			/* Misconfigured, not transient: say so once, clearly, and keep
 			 * asking quietly (the controller may be given the secret). */
 			if (!auth_warned)
@@ -237,11 +238,11 @@ do_register(kv_server *s)
 		} else if (!warned || rv == 0) {
 			/* A refused TLS handshake: kv_rpc_why() names the reason. */
 			KV_WARN(COMP, "register failed, retrying", "err=%s detail=\"%s\"",
-			        kv_errname(rv ? rv : r.status), rv ? kv_rpc_why() : r.error);
+			        kv_errname(rv ? rv : r.err), rv ? kv_rpc_why() : r.error);
 		}
 		warned = true;
 		if (rv == 0)
-			kv_sc_adm_resp_fini(&r);
+			kv_admin_resp_fini(&r);
 		kv_server__nap(s, backoff);
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
 	}
@@ -259,25 +260,26 @@ kv_srv_watch_main(void *arg)
 	if (do_register(s) != 0)
 		return NULL;
 	while (!atomic_load(&s->stopping)) {
-		kv_adm_resp r;
-		kv_adm_req rq = {.kind = KV_ADM_WATCH,
-		                 .timeout_ms = wt,
-		                 .node_id = atomic_load(&s->node_id),
-		                 .epoch = atomic_load(&s->epoch)};
+		kv_admin_resp r;
+		kv_admin_req rq = {.op = KV_ADM_WATCH,
+		                   .history = true,
+		                   .timeout_ms = wt,
+		                   .node_id = atomic_load(&s->node_id),
+		                   .epoch = atomic_load(&s->epoch)};
 		int rv = kv_server__ctl_call(s, &rq, &r, wt + 2000);
-		if (rv == 0 && r.status == 0) {
+		if (rv == 0 && r.err == 0) {
 			apply_resp_configs(s, &r);
-			kv_sc_adm_resp_fini(&r);
+			kv_admin_resp_fini(&r);
 			backoff = 50;
 			continue;
 		}
 		if (rv == 0) {
 			/* An auth refusal repeats every second until fixed: once. */
-			if (r.status != KV_EAUTH || !auth_warned)
+			if (r.err != KV_EAUTH || !auth_warned)
 				KV_WARN(COMP, "watch refused", "err=%s detail=\"%s\"",
-				        kv_errname(r.status), r.error);
-			auth_warned |= r.status == KV_EAUTH;
-			kv_sc_adm_resp_fini(&r);
+				        kv_errname(r.err), r.error);
+			auth_warned |= r.err == KV_EAUTH;
+			kv_admin_resp_fini(&r);
 		} else {
 			KV_DEBUG(COMP, "watch failed", "err=%s", kv_errname(rv));
 		}

@@ -29,10 +29,12 @@ rss_bytes(void)
 
 /* Fills the statistics of one range: counts and up to three quantile keys. */
 static void
-range_stats(kv_server *s, const kv_buf *st, const kv_buf *en, kv_sc_range_stats *out,
-            kv_buf split[3])
+range_stats(kv_server *s, const kv_buf *st, const kv_buf *en, kv_admin_range_stat *out,
+            kv_buf split[3], kv_bytes splitv[3])
 {
 	kv_buf mid = {0};
+
+	out->split = splitv;
 
 	kv_store_range_count(s->store, st->data, st->len, en->data, en->len, &out->keys,
 	                     &out->bytes);
@@ -56,10 +58,11 @@ range_stats(kv_server *s, const kv_buf *st, const kv_buf *en, kv_sc_range_stats 
 
 /* Per-range statistics of the last count, reused between counts. */
 typedef struct {
-	kv_buf *rg;            /* served ranges (start, end pairs) */
-	size_t n;              /* ranges */
-	kv_sc_range_stats *rs; /* n statistics, borrowing rg and split */
-	kv_buf *split;         /* 3 split keys per range */
+	kv_buf *rg;              /* served ranges (start, end pairs) */
+	size_t n;                /* ranges */
+	kv_admin_range_stat *rs; /* n statistics, borrowing rg and split */
+	kv_buf *split;           /* 3 split keys per range */
+	kv_bytes *splitv;        /* views of split, what rs[i].split points at */
 } hb_cache;
 
 static void
@@ -69,6 +72,7 @@ hb_cache_fini(hb_cache *c)
 		for (size_t i = 0; i < 3 * (c->n + 1); i++)
 			kv_buf_fini(&c->split[i]);
 	free(c->split);
+	free(c->splitv);
 	free(c->rs);
 	kv_owner_ranges_free(c->rg, c->n);
 	memset(c, 0, sizeof(*c));
@@ -102,7 +106,7 @@ kv_srv_heartbeat_main(void *arg)
 	while (!atomic_load(&s->stopping)) {
 		kv_buf *rg = NULL;
 		kv_store_stats st;
-		kv_adm_resp r;
+		kv_admin_resp r;
 		size_t n = 0;
 
 		kv_server__nap(s, 1000);
@@ -124,30 +128,31 @@ kv_srv_heartbeat_main(void *arg)
 			rg = NULL;
 			cache.rs = calloc(n + 1, sizeof(*cache.rs));
 			cache.split = calloc(3 * (n + 1), sizeof(*cache.split));
-			if (cache.rs == NULL || cache.split == NULL) {
+			cache.splitv = calloc(3 * (n + 1), sizeof(*cache.splitv));
+			if (cache.rs == NULL || cache.split == NULL || cache.splitv == NULL) {
 				hb_cache_fini(&cache);
 				continue;
 			}
 			for (size_t i = 0; i < n; i++)
 				range_stats(s, &cache.rg[2 * i], &cache.rg[2 * i + 1], &cache.rs[i],
-				            &cache.split[3 * i]);
+				            &cache.split[3 * i], &cache.splitv[3 * i]);
 			kv_srv_metrics_set_ranges(s, cache.rs, cache.n);
 		}
 		kv_owner_ranges_free(rg, n);
 		for (size_t i = 0; i < cache.n; i++)
-			cache.rs[i].ops_per_sec = rate / (double)cache.n;
-		kv_adm_req rq = {.kind = KV_ADM_HEARTBEAT,
-		                 .node_id = me,
-		                 .boot_id = s->boot_id,
-		                 .epoch = atomic_load(&s->epoch),
-		                 .nranges = cache.n,
-		                 .ranges = cache.rs,
-		                 .keys = st.keys,
-		                 .bytes = st.bytes,
-		                 .ops_per_sec = rate,
-		                 .memory_bytes = rss_bytes()};
+			cache.rs[i].ops = rate / (double)cache.n;
+		kv_admin_req rq = {.op = KV_ADM_HEARTBEAT,
+		                   .node_id = me,
+		                   .boot_id = s->boot_id,
+		                   .epoch = atomic_load(&s->epoch),
+		                   .nranges = cache.n,
+		                   .ranges = cache.rs,
+		                   .keys = st.keys,
+		                   .bytes = st.bytes,
+		                   .ops = rate,
+		                   .memory = rss_bytes()};
 		if (kv_server__ctl_call(s, &rq, &r, 1000) == 0)
-			kv_sc_adm_resp_fini(&r);
+			kv_admin_resp_fini(&r);
 	}
 	hb_cache_fini(&cache);
 	return NULL;

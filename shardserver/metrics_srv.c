@@ -138,7 +138,7 @@ put_key(char *b, size_t len, size_t cap, const uint8_t *k, size_t klen)
 /* "[start, end)" for a range, keys escaped (an empty end is the end of the
  * key space: "[start, )"). Returns NULL when out of memory. */
 static char *
-range_label(const kv_sc_range_stats *r)
+range_label(const kv_admin_range_stat *r)
 {
 	size_t cap = 4 * (r->start.len + r->end.len) + 8, len = 0;
 	char *b = malloc(cap);
@@ -156,7 +156,7 @@ range_label(const kv_sc_range_stats *r)
 }
 
 void
-kv_srv_metrics_set_ranges(kv_server *s, const kv_sc_range_stats *rs, size_t n)
+kv_srv_metrics_set_ranges(kv_server *s, const kv_admin_range_stat *rs, size_t n)
 {
 	kv_srv_range_fig *f = NULL, *old;
 	size_t nold;

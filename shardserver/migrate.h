@@ -27,7 +27,8 @@
 #include "shardserver/dedup/dedup.h"
 #include "shardserver/durable/durable.h"
 #include "shardserver/owner.h"
-#include "shardserver/server_codec.h"
+#include "proto/admin_codec.h"
+#include "proto/data_codec.h"
 #include "shardserver/store/store.h"
 
 #include <stdbool.h>
@@ -53,8 +54,8 @@ typedef struct {
 	/* The last configuration epoch the server applied. */
 	uint64_t (*epoch)(void *arg);
 	/* Sends an AdminRequest to the controller; on 0 the caller frees *resp
-	 * with kv_sc_adm_resp_fini. Returns 0 or a transport KV_E* code. */
-	int (*ctl_call)(void *arg, kv_adm_req *rq, kv_adm_resp *resp, uint32_t timeout_ms);
+	 * with kv_admin_resp_fini. Returns 0 or a transport KV_E* code. */
+	int (*ctl_call)(void *arg, kv_admin_req *rq, kv_admin_resp *resp, uint32_t timeout_ms);
 	/* Copies the address of node `id` in the latest configuration into
 	 * addr (len bytes), or "" when it lists no such node. */
 	void (*node_addr)(void *arg, uint32_t id, char *addr, size_t len);
@@ -132,7 +133,7 @@ void kv_mig_out_record_locked(kv_mig_out *m, const void *key, size_t klen, const
 
 /* Answers one transfer message of rq into *ack (on an nng thread; never
  * waits for another server). */
-void kv_mig_in_handle(kv_mig *g, const kv_req *rq, kv_sc_ack *ack);
+void kv_mig_in_handle(kv_mig *g, const kv_req *rq, kv_xfer_ack *ack);
 
 /* Forgets an incoming stream the configuration dropped: removes its
  * INCOMING entries and, unless committed, the data it brought. Called by

@@ -170,7 +170,7 @@ clear_range(kv_mig *s, kv_mig_in *in)
 }
 
 static int
-apply_dedup(kv_mig *s, const kv_sc_dedup *d)
+apply_dedup(kv_mig *s, const kv_xfer_dedup *d)
 {
 	kv_dedup_result r = {.status = d->status, .value_len = d->value_len};
 	if (d->value.len && kv_buf_set(&r.value, d->value.p, d->value.len) != 0)
@@ -190,7 +190,7 @@ apply_dedup(kv_mig *s, const kv_sc_dedup *d)
 }
 
 static int
-in_begin(kv_mig *s, kv_mig_in *in, const kv_req *rq, kv_sc_ack *ack)
+in_begin(kv_mig *s, kv_mig_in *in, const kv_req *rq, kv_xfer_ack *ack)
 {
 	const kv_xfer *x = &rq->xfer;
 	char addr[256] = "";
@@ -257,7 +257,7 @@ in_put(kv_mig *s, const uint8_t *key, size_t klen, const uint8_t *val, size_t vl
 
 /* Applies the chunk entries of x, reassembling split values. */
 static int
-in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
+in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 {
 	slice_rx *rx = (&in->rx);
 	int rv = KV_OK;
@@ -265,7 +265,7 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
 	for (size_t i = 0; i < x->ndedup && rv == 0; i++)
 		rv = apply_dedup(s, &x->dedup[i]);
 	for (size_t i = 0; i < x->nkv && rv == 0; i++) {
-		const kv_sc_kv *kv = &x->kv[i];
+		const kv_xfer_kv *kv = &x->kv[i];
 		bool complete;
 		if (!kv_range_contains(in->start.data, in->start.len, in->end.data, in->end.len,
 		                       kv->key.p, kv->key.len)) {
@@ -303,7 +303,7 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
 
 /* Applies one whole delta record: key, value (NULL for a delete), dedup. */
 static int
-in_delta_rec(kv_mig *s, const kv_sc_delta *d, const uint8_t *val, size_t vlen)
+in_delta_rec(kv_mig *s, const kv_xfer_delta *d, const uint8_t *val, size_t vlen)
 {
 	int rv;
 	if (d->del) {
@@ -324,13 +324,13 @@ in_delta_rec(kv_mig *s, const kv_sc_delta *d, const uint8_t *val, size_t vlen)
 
 /* Applies the records of a TransferDelta in order, reassembling split puts. */
 static int
-in_delta(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
+in_delta(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 {
 	slice_rx *rx = (&in->rx);
 	int rv = KV_OK;
 
 	for (size_t i = 0; i < x->ndelta && rv == 0; i++) {
-		const kv_sc_delta *d = &x->delta[i];
+		const kv_xfer_delta *d = &x->delta[i];
 		bool complete;
 		if (!kv_range_contains(in->start.data, in->start.len, in->end.data, in->end.len,
 		                       d->key.p, d->key.len)) {
@@ -370,7 +370,7 @@ in_delta(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
 }
 
 static int
-in_apply(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
+in_apply(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 {
 	int rv = KV_OK;
 
@@ -419,7 +419,7 @@ in_apply(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_sc_ack *ack)
 }
 
 void
-kv_mig_in_handle(kv_mig *s, const kv_req *rq, kv_sc_ack *ack)
+kv_mig_in_handle(kv_mig *s, const kv_req *rq, kv_xfer_ack *ack)
 {
 	const kv_xfer *x = &rq->xfer;
 	kv_mig_in *in;

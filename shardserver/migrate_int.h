@@ -41,7 +41,7 @@ kv_mig__epoch(kv_mig *g)
 
 /* A controller call (kv_mig_env.ctl_call). */
 static inline int
-kv_mig__ctl_call(kv_mig *g, kv_adm_req *rq, kv_adm_resp *resp, uint32_t timeout_ms)
+kv_mig__ctl_call(kv_mig *g, kv_admin_req *rq, kv_admin_resp *resp, uint32_t timeout_ms)
 {
 	return g->env.ctl_call(g->env.arg, rq, resp, timeout_ms);
 }

@@ -217,19 +217,19 @@ pace(kv_mig_out *o, uint64_t t0, uint64_t bytes)
  * destination's refusal (the caller restarts the stream).
  */
 static int
-xfer_send(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, bool cancellable, kv_sc_ack *ack)
+xfer_send(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, bool cancellable, kv_xfer_ack *ack)
 {
 	kv_mig *s = o->mig;
 	unsigned backoff = 20;
 
 	while (!should_quit(o, cancellable)) {
 		nng_msg *req = NULL, *rep = NULL;
-		int rv = kv_sc_xfer_encode_auth(x, o->epoch, kv_mig__node_id(s), s->env.auth, &req);
+		int rv = kv_xfer_encode(x, o->epoch, kv_mig__node_id(s), s->env.auth, &req);
 		if (rv != 0)
 			return rv;
 		rv = kv_rpc_call(cli, req, &rep, XFER_TIMEOUT_MS);
 		if (rv == 0) {
-			rv = kv_sc_ack_decode(nng_msg_body(rep), nng_msg_len(rep), ack);
+			rv = kv_xfer_ack_decode(nng_msg_body(rep), nng_msg_len(rep), ack);
 			nng_msg_free(rep);
 			if (rv == 0 && ack->status == 0 && ack->seq >= x->seq)
 				return KV_OK;
@@ -254,20 +254,20 @@ xfer_send(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, bool cancellable,
 static void
 report_progress(kv_mig_out *o, kv_mig_phase phase, uint64_t start_ns)
 {
-	kv_adm_resp r;
+	kv_admin_resp r;
 	uint64_t el = kv_now_ns() - start_ns + 1;
 	uint64_t bytes = atomic_load(&o->bytes_copied);
-	kv_adm_req rq = {.kind = KV_ADM_PROGRESS,
-	                 .node_id = kv_mig__node_id(o->mig),
-	                 .migration_id = o->id,
-	                 .phase = (int)phase,
-	                 .keys = atomic_load(&o->keys_copied),
-	                 .bytes = bytes,
-	                 .keys_total = o->keys_total,
-	                 .bytes_total = o->bytes_total,
-	                 .rate_bytes_s = (uint64_t)((double)bytes * 1e9 / (double)el)};
+	kv_admin_req rq = {.op = KV_ADM_PROGRESS,
+	                   .node_id = kv_mig__node_id(o->mig),
+	                   .mig_id = o->id,
+	                   .phase = phase,
+	                   .keys_copied = atomic_load(&o->keys_copied),
+	                   .bytes_copied = bytes,
+	                   .keys_total = o->keys_total,
+	                   .bytes_total = o->bytes_total,
+	                   .rate_bytes_s = (uint64_t)((double)bytes * 1e9 / (double)el)};
 	if (kv_mig__ctl_call(o->mig, &rq, &r, 300) == 0)
-		kv_sc_adm_resp_fini(&r);
+		kv_admin_resp_fini(&r);
 }
 
 /*
@@ -283,21 +283,21 @@ confirm_fence(kv_mig_out *o, uint64_t start_ns)
 	unsigned backoff = 20;
 
 	while (!atomic_load(&s->stopping)) {
-		kv_adm_resp r;
+		kv_admin_resp r;
 		uint64_t el = kv_now_ns() - start_ns + 1;
 		uint64_t bytes = atomic_load(&o->bytes_copied);
-		kv_adm_req rq = {.kind = KV_ADM_PROGRESS,
-		                 .node_id = kv_mig__node_id(s),
-		                 .migration_id = o->id,
-		                 .phase = (int)KV_MIG_FENCED,
-		                 .keys = atomic_load(&o->keys_copied),
-		                 .bytes = bytes,
-		                 .keys_total = o->keys_total,
-		                 .bytes_total = o->bytes_total,
-		                 .rate_bytes_s = (uint64_t)((double)bytes * 1e9 / (double)el)};
+		kv_admin_req rq = {.op = KV_ADM_PROGRESS,
+		                   .node_id = kv_mig__node_id(s),
+		                   .mig_id = o->id,
+		                   .phase = KV_MIG_FENCED,
+		                   .keys_copied = atomic_load(&o->keys_copied),
+		                   .bytes_copied = bytes,
+		                   .keys_total = o->keys_total,
+		                   .bytes_total = o->bytes_total,
+		                   .rate_bytes_s = (uint64_t)((double)bytes * 1e9 / (double)el)};
 		if (kv_mig__ctl_call(s, &rq, &r, 1000) == 0) {
-			int st = r.status;
-			kv_sc_adm_resp_fini(&r);
+			int st = r.err;
+			kv_admin_resp_fini(&r);
 			if (st == KV_OK)
 				return KV_OK;
 			if (st == KV_ENOTFOUND) {
@@ -433,11 +433,11 @@ carry_emit(chunk_acc *a)
 
 /* Dedup entries of the range, collected for the first chunks. */
 typedef struct {
-	kv_sc_dedup *d; /* entries (bytes in bufs) */
-	kv_buf *bufs;   /* 2 per entry: key, value */
-	size_t n;       /* entries */
-	size_t cap;     /* capacity */
-	bool oom;       /* allocation failed */
+	kv_xfer_dedup *d; /* entries (bytes in bufs) */
+	kv_buf *bufs;     /* 2 per entry: key, value */
+	size_t n;         /* entries */
+	size_t cap;       /* capacity */
+	bool oom;         /* allocation failed */
 } dedup_acc;
 
 static void
@@ -449,7 +449,7 @@ dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *res, c
 		return;
 	if (a->n == a->cap) {
 		size_t nc = a->cap ? a->cap * 2 : 64;
-		kv_sc_dedup *nd = realloc(a->d, nc * sizeof(*nd));
+		kv_xfer_dedup *nd = realloc(a->d, nc * sizeof(*nd));
 		if (nd == NULL) {
 			a->oom = true;
 			return;
@@ -470,11 +470,11 @@ dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *res, c
 		a->oom = true;
 		return;
 	}
-	a->d[a->n] = (kv_sc_dedup){.client_id = client,
-	                           .request_id = req,
-	                           .status = res->status,
-	                           .value_len = res->value_len,
-	                           .time_ms = time_ms};
+	a->d[a->n] = (kv_xfer_dedup){.client_id = client,
+	                             .request_id = req,
+	                             .status = res->status,
+	                             .value_len = res->value_len,
+	                             .time_ms = time_ms};
 	a->n++;
 }
 
@@ -490,8 +490,8 @@ static int
 send_recs(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, kv_delta_rec *recs, size_t n,
           bool cancellable)
 {
-	kv_sc_delta *d = calloc(DELTA_RECS, sizeof(*d));
-	kv_sc_ack ack;
+	kv_xfer_delta *d = calloc(DELTA_RECS, sizeof(*d));
+	kv_xfer_ack ack;
 	size_t i = 0;    /* next record */
 	size_t voff = 0; /* bytes of recs[i].value already sent (split puts) */
 	int rv = KV_OK;
@@ -505,7 +505,7 @@ send_recs(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, kv_delta_rec *recs, 
 			size_t klen = r->key.len, vlen = r->value.len, left = budget_left(bytes);
 			bool split = !r->del && vlen > CHUNK_BYTES;
 			size_t take = vlen;
-			kv_sc_delta *x = &d[k];
+			kv_xfer_delta *x = &d[k];
 			if (!split && k > 0 && klen + vlen > left)
 				break; /* whole records are never split: next message */
 			if (split) {
@@ -531,12 +531,12 @@ send_recs(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, kv_delta_rec *recs, 
 			i++;
 			if (r->has_dedup) {
 				x->has_dedup = true;
-				x->dedup = (kv_sc_dedup){.client_id = r->client,
-				                         .request_id = r->req,
-				                         .status = r->status,
-				                         .value_len = r->value_len,
-				                         .key = x->key,
-				                         .time_ms = r->time_ms};
+				x->dedup = (kv_xfer_dedup){.client_id = r->client,
+				                           .request_id = r->req,
+				                           .status = r->status,
+				                           .value_len = r->value_len,
+				                           .key = x->key,
+				                           .time_ms = r->time_ms};
 			}
 		}
 		kv_xfer x = {.migration_id = o->id,
@@ -574,11 +574,11 @@ typedef struct {
 	uint64_t start_ns;      /* when the migration started (progress rates) */
 	uint64_t copy_start;    /* when the bulk copy started (pacing) */
 	uint64_t last_progress; /* last MigrationProgress of the copy */
-	kv_sc_ack ack;          /* the last acknowledgement */
+	kv_xfer_ack ack;        /* the last acknowledgement */
 	kv_store_cursor cur;    /* bulk copy position */
 	chunk_acc ca;           /* the chunk being assembled */
 	dedup_acc da;           /* the range's exactly-once entries */
-	kv_sc_kv *kvs;          /* CHUNK_ENTRIES wire entries pointing into ca */
+	kv_xfer_kv *kvs;        /* CHUNK_ENTRIES wire entries pointing into ca */
 	kv_delta_rec *recs;     /* records taken and not yet freed */
 	size_t nrecs;           /* entries in recs */
 	int rv;                 /* STREAM_FAILED: the error */
@@ -905,18 +905,18 @@ report_done(kv_mig_out *o, uint64_t seq)
 	unsigned backoff = 50;
 
 	while (!atomic_load(&o->mig->stopping)) {
-		kv_adm_resp r;
-		kv_adm_req rq = {.kind = KV_ADM_DONE,
-		                 .node_id = kv_mig__node_id(o->mig),
-		                 .migration_id = o->id,
-		                 .status = KV_OK,
-		                 .keys = atomic_load(&o->keys_copied),
-		                 .bytes = atomic_load(&o->bytes_copied),
-		                 .last_seq = seq};
+		kv_admin_resp r;
+		kv_admin_req rq = {.op = KV_ADM_DONE,
+		                   .node_id = kv_mig__node_id(o->mig),
+		                   .mig_id = o->id,
+		                   .result = KV_OK,
+		                   .keys = atomic_load(&o->keys_copied),
+		                   .bytes = atomic_load(&o->bytes_copied),
+		                   .last_seq = seq};
 		int rv = kv_mig__ctl_call(o->mig, &rq, &r, 2000);
 		if (rv == 0) {
-			int st = r.status;
-			kv_sc_adm_resp_fini(&r);
+			int st = r.err;
+			kv_admin_resp_fini(&r);
 			if (st != 0)
 				KV_WARN(COMP, "controller refused migration done", "id=%llu err=%s",
 				        (unsigned long long)o->id, kv_errname(st));
@@ -967,7 +967,7 @@ mig_out_main(void *arg)
 		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
 	}
 	/* Commit: the destination serves from now on. */
-	kv_sc_ack ack;
+	kv_xfer_ack ack;
 	kv_xfer c = {
 	    .migration_id = o->id, .seq = ++seq, .kind = KV_XFER_COMMIT, .epoch = o->epoch};
 	if (xfer_send(o, cli, &c, false, &ack) != 0)
@@ -997,8 +997,7 @@ abort:
 		             .kind = KV_XFER_ABORT,
 		             .reason = KV_ECLOSED};
 		nng_msg *req = NULL, *rep = NULL;
-		if (kv_sc_xfer_encode_auth(&a, o->epoch, kv_mig__node_id(s), s->env.auth, &req) ==
-		        0 &&
+		if (kv_xfer_encode(&a, o->epoch, kv_mig__node_id(s), s->env.auth, &req) == 0 &&
 		    kv_rpc_call(cli, req, &rep, 1000) == 0)
 			nng_msg_free(rep);
 		KV_INFO(COMP, "migration cancelled", "id=%llu", (unsigned long long)o->id);

@@ -91,7 +91,7 @@ kv_server_leave(kv_server *s, uint32_t timeout_ms, kv_server_wait_cb wait, void 
 {
 	uint32_t me = atomic_load(&s->node_id);
 	uint32_t limit = timeout_ms ? timeout_ms : 60000;
-	kv_adm_resp r;
+	kv_admin_resp r;
 	int rv;
 
 	uint64_t deadline = kv_now_ns() + (uint64_t)limit * 1000000u;
@@ -104,24 +104,24 @@ kv_server_leave(kv_server *s, uint32_t timeout_ms, kv_server_wait_cb wait, void 
 		return KV_LEAVE_NOT_RUNNING;
 	if (me == 0)
 		return KV_LEAVE_UNREGISTERED;
-	kv_adm_req rq = {.kind = KV_ADM_LEAVE, .node_id = me};
+	kv_admin_req rq = {.op = KV_ADM_LEAVE, .node_id = me};
 	for (;;) {
 		rv = kv_server__ctl_call(s, &rq, &r, 2000);
-		if (rv == 0 && r.status == 0)
+		if (rv == 0 && r.err == 0)
 			break;
-		bool busy = rv == 0 && r.status == KV_EBUSY;
+		bool busy = rv == 0 && r.err == KV_EBUSY;
 		if (!busy || kv_now_ns() >= deadline) {
 			KV_WARN(COMP, "leave not accepted, stopping now", "err=%s detail=\"%s\"",
-			        kv_errname(rv ? rv : r.status), rv ? "" : r.error);
+			        kv_errname(rv ? rv : r.err), rv ? "" : r.error);
 			if (rv == 0)
-				kv_sc_adm_resp_fini(&r);
+				kv_admin_resp_fini(&r);
 			return KV_LEAVE_REFUSED;
 		}
-		kv_sc_adm_resp_fini(&r);
+		kv_admin_resp_fini(&r);
 		if (leave_wait(s, wait, arg, 200))
 			return KV_LEAVE_CUT_ASKING;
 	}
-	kv_sc_adm_resp_fini(&r);
+	kv_admin_resp_fini(&r);
 	atomic_store(&s->leaving, true);
 	KV_INFO(COMP, "leaving: draining ranges", "node_id=%u timeout_ms=%u", me, limit);
 	while (kv_now_ns() < deadline) {
@@ -184,7 +184,7 @@ mig_epoch(void *arg)
 }
 
 static int
-mig_ctl_call(void *arg, kv_adm_req *rq, kv_adm_resp *resp, uint32_t timeout_ms)
+mig_ctl_call(void *arg, kv_admin_req *rq, kv_admin_resp *resp, uint32_t timeout_ms)
 {
 	return kv_server__ctl_call(arg, rq, resp, timeout_ms);
 }

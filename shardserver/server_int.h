@@ -19,7 +19,8 @@
 #include "shardserver/migrate.h"
 #include "shardserver/owner.h"
 #include "shardserver/server.h"
-#include "shardserver/server_codec.h"
+#include "proto/admin_codec.h"
+#include "proto/data_codec.h"
 #include "shardserver/store/store.h"
 
 #include <pthread.h>
@@ -143,7 +144,7 @@ int kv_srv_metrics_start(kv_server *s);
 
 /* Publishes the per-range figures of the heartbeat's last count for
  * /metrics (copies them; on out of memory the old ones stay). */
-void kv_srv_metrics_set_ranges(kv_server *s, const kv_sc_range_stats *rs, size_t n);
+void kv_srv_metrics_set_ranges(kv_server *s, const kv_admin_range_stat *rs, size_t n);
 
 /* metrics_srv.c: stops the listener (waits for a scrape in progress).
  * Idempotent. */

@@ -15,7 +15,8 @@
 #include "common/rpc.h"
 #include "proto/shardkv.pb-c.h"
 #include "proto/wire.h"
-#include "shardserver/server_codec.h"
+#include "proto/admin_codec.h"
+#include "proto/data_codec.h"
 #include "tests/support/cluster_util.h"
 #include "tests/support/testutil.h"
 
@@ -214,15 +215,15 @@ raw_transfer(int i, const kv_xfer *x, const char *token)
 {
 	kv_bytes auth = {(const uint8_t *)token, token ? strlen(token) : 0};
 	kv_rpc_client *cl = NULL;
-	kv_sc_ack ack;
+	kv_xfer_ack ack;
 	nng_msg *req, *rep;
 	int rv;
 
-	assert_int_equal(kv_sc_xfer_encode_auth(x, epoch_now(), tc.srv[0].id, auth, &req), 0);
+	assert_int_equal(kv_xfer_encode(x, epoch_now(), tc.srv[0].id, auth, &req), 0);
 	assert_int_equal(kv_rpc_client_create(tc.srv[i].url, &cl), 0);
 	assert_int_equal(kv_rpc_call(cl, req, &rep, RAW_MS), 0);
 	kv_rpc_client_destroy(cl);
-	rv = kv_sc_ack_decode(nng_msg_body(rep), nng_msg_len(rep), &ack);
+	rv = kv_xfer_ack_decode(nng_msg_body(rep), nng_msg_len(rep), &ack);
 	nng_msg_free(rep);
 	return rv != 0 ? rv : ack.status;
 }

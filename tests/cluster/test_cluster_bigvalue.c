@@ -5,7 +5,7 @@
  * with the peak memory growth of both servers measured and bounded; a 20 MiB
  * value written during a rate-limited copy travels as sliced delta records;
  * and a destination refuses malformed slice sequences sent to it directly
- * (TransferChunk/TransferDelta through kv_sc_xfer_encode) while accepting a
+ * (TransferChunk/TransferDelta through kv_xfer_encode) while accepting a
  * valid one with a resent (duplicate) slice in the middle.
  *
  * The servers are started here rather than by kv_tc_start because they need
@@ -16,7 +16,8 @@
 #include "common/rpc.h"
 #include "proto/shardkv.pb-c.h"
 #include "proto/wire.h"
-#include "shardserver/server_codec.h"
+#include "proto/admin_codec.h"
+#include "proto/data_codec.h"
 #include "tests/support/cluster_util.h"
 #include "tests/support/testutil.h"
 
@@ -583,7 +584,7 @@ xfer(kv_xfer *x)
 	int rv;
 
 	x->migration_id = MIG_ID;
-	assert_int_equal(kv_sc_xfer_encode(x, st.epoch, tc.srv[0].id, &req), 0);
+	assert_int_equal(kv_xfer_encode(x, st.epoch, tc.srv[0].id, (kv_bytes){0}, &req), 0);
 	assert_int_equal(kv_rpc_call(raw_client(1), req, &rep, RAW_MS), 0);
 	Shardkv__Response *r = shardkv__response__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
 	nng_msg_free(rep);
@@ -608,10 +609,10 @@ xfer(kv_xfer *x)
 static int
 chunk1(const char *key, const uint8_t *val, uint64_t off, size_t len, uint64_t total, bool last)
 {
-	kv_sc_kv kv = {.key = {(const uint8_t *)key, strlen(key)},
-	               .value = {val + off, len},
-	               .value_offset = off,
-	               .value_total = total};
+	kv_xfer_kv kv = {.key = {(const uint8_t *)key, strlen(key)},
+	                 .value = {val + off, len},
+	                 .value_offset = off,
+	                 .value_total = total};
 	kv_xfer x = {.seq = st.seq + 1, .kind = KV_XFER_CHUNK, .nkv = 1, .kv = &kv, .last = last};
 	return xfer(&x);
 }
@@ -685,16 +686,16 @@ malformed_slice_sequences_are_refused_and_a_resent_slice_is_harmless(void **stat
 	EXPECT_REFUSED(xfer(&f), KV_EPROTO, "incomplete at the fence");
 	/* Deltas: a split delete; dedup before the last slice; a chunk value
 	 * continued by a delta record. */
-	kv_sc_delta d[2] = {{.seq = 9,
-	                     .del = true,
-	                     .key = {(const uint8_t *)k1, strlen(k1)},
-	                     .value = {val, 4},
-	                     .value_total = tot}};
+	kv_xfer_delta d[2] = {{.seq = 9,
+	                       .del = true,
+	                       .key = {(const uint8_t *)k1, strlen(k1)},
+	                       .value = {val, 4},
+	                       .value_total = tot}};
 	kv_xfer dx = {.seq = st.seq + 1, .kind = KV_XFER_DELTA, .ndelta = 1, .delta = d};
 	EXPECT_REFUSED(xfer(&dx), KV_EPROTO, "delete");
 	d[0].del = false;
 	d[0].has_dedup = true;
-	d[0].dedup = (kv_sc_dedup){.client_id = 5, .request_id = 6, .key = d[0].key};
+	d[0].dedup = (kv_xfer_dedup){.client_id = 5, .request_id = 6, .key = d[0].key};
 	dx.seq = st.seq + 1;
 	EXPECT_REFUSED(xfer(&dx), KV_EPROTO, "dedup");
 	d[0].has_dedup = false;
@@ -721,10 +722,10 @@ malformed_slice_sequences_are_refused_and_a_resent_slice_is_harmless(void **stat
 		size_t len = tot - off < MIB ? tot - off : MIB;
 		assert_int_equal(chunk1(k1, val, off, len, tot, false), 0);
 		if (p == 1) {
-			kv_sc_kv kv = {.key = {(const uint8_t *)k1, strlen(k1)},
-			               .value = {val + off, len},
-			               .value_offset = off,
-			               .value_total = tot};
+			kv_xfer_kv kv = {.key = {(const uint8_t *)k1, strlen(k1)},
+			                 .value = {val + off, len},
+			                 .value_offset = off,
+			                 .value_total = tot};
 			kv_xfer dup = {.seq = st.seq, .kind = KV_XFER_CHUNK, .nkv = 1, .kv = &kv};
 			uint64_t acked = st.seq;
 			assert_int_equal(xfer(&dup), 0);
@@ -734,20 +735,20 @@ malformed_slice_sequences_are_refused_and_a_resent_slice_is_harmless(void **stat
 	}
 	kv_xfer last = {.seq = st.seq + 1, .kind = KV_XFER_CHUNK, .last = true};
 	assert_int_equal(xfer(&last), 0);
-	d[0] = (kv_sc_delta){.seq = 10,
-	                     .key = {(const uint8_t *)k2, strlen(k2)},
-	                     .value = {val, 2 * MIB},
-	                     .value_total = 3 * MIB};
-	d[1] = (kv_sc_delta){.seq = 10,
-	                     .key = {(const uint8_t *)k2, strlen(k2)},
-	                     .value = {val + 2 * MIB, MIB},
-	                     .value_offset = 2 * MIB,
-	                     .value_total = 3 * MIB};
+	d[0] = (kv_xfer_delta){.seq = 10,
+	                       .key = {(const uint8_t *)k2, strlen(k2)},
+	                       .value = {val, 2 * MIB},
+	                       .value_total = 3 * MIB};
+	d[1] = (kv_xfer_delta){.seq = 10,
+	                       .key = {(const uint8_t *)k2, strlen(k2)},
+	                       .value = {val + 2 * MIB, MIB},
+	                       .value_offset = 2 * MIB,
+	                       .value_total = 3 * MIB};
 	dx = (kv_xfer){.seq = st.seq + 1, .kind = KV_XFER_DELTA, .ndelta = 1, .delta = &d[0]};
 	assert_int_equal(xfer(&dx), 0);
 	assert_int_equal(xfer(&dx), 0); /* duplicate */
 	d[1].has_dedup = true;
-	d[1].dedup = (kv_sc_dedup){.client_id = 5, .request_id = 6, .key = d[1].key};
+	d[1].dedup = (kv_xfer_dedup){.client_id = 5, .request_id = 6, .key = d[1].key};
 	dx = (kv_xfer){.seq = st.seq + 1, .kind = KV_XFER_DELTA, .ndelta = 1, .delta = &d[1]};
 	assert_int_equal(xfer(&dx), 0);
 	f.seq = st.seq + 1;

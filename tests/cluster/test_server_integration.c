@@ -16,7 +16,6 @@
 #include "common/config.h"
 #include "common/err.h"
 #include "common/rpc.h"
-#include "proto/codec.h"
 #include "proto/shardkv.pb-c.h"
 #include "shardserver/server.h"
 #include "tests/support/fake_ctl.h"

@@ -21,11 +21,11 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   # Three Raft controller replicas; the leader is killed during changes.
   kv_cluster_test(test_cluster_raft 240)
   # Migrations of values up to 64 MiB in slices; it also sends hand-made
-  # transfer messages (kv_sc_xfer_encode), hence kv_server.
+  # transfer messages (kv_xfer_encode, proto/xfer_codec.h).
   kv_cluster_test(test_cluster_bigvalue 300)
   target_link_libraries(test_cluster_bigvalue PRIVATE kv_server)
   # The shared secret (--auth-token-file) on every binary; it also sends
-  # hand-made transfer messages (kv_sc_xfer_encode_auth), hence kv_server.
+  # hand-made transfer messages (kv_xfer_encode, proto/xfer_codec.h).
   kv_cluster_test(test_cluster_auth 180)
   target_link_libraries(test_cluster_auth PRIVATE kv_server)
   # TLS (--tls-*) on every binary, with a PKI made at run time by

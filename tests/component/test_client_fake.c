@@ -16,7 +16,6 @@
 #include "client/client_int.h"
 #include "common/err.h"
 #include "common/rpc.h"
-#include "proto/codec.h"
 #include "proto/shardkv.pb-c.h"
 #include "proto/wire.h"
 #include "tests/support/fake_cluster.h"

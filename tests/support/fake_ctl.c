@@ -5,7 +5,8 @@
  */
 #include "tests/support/fake_ctl.h"
 #include "common/err.h"
-#include "proto/codec.h"
+#include "proto/codec_int.h"
+#include "proto/config_codec.h"
 #include "proto/shardkv.pb-c.h"
 #include "tests/support/testutil.h"
 

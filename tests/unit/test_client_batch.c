@@ -212,10 +212,10 @@ scan_plan_routes_moving_part_to_the_source(void **state)
 }
 
 /* Builds n heap entries from keys. */
-static kvc_entry *
+static kv_data_entry *
 entries(const char **keys, size_t n)
 {
-	kvc_entry *e = calloc(n, sizeof(*e));
+	kv_data_entry *e = calloc(n, sizeof(*e));
 	for (size_t i = 0; i < n; i++) {
 		set(&e[i].key, keys[i]);
 		set(&e[i].value, "v");
@@ -224,7 +224,7 @@ entries(const char **keys, size_t n)
 }
 
 static void
-free_entries(kvc_entry *e, size_t n)
+free_entries(kv_data_entry *e, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		kv_buf_fini(&e[i].key);
@@ -249,7 +249,7 @@ merge_concatenates_server_pages_in_key_order(void **state)
 	const char *a[] = {"apple", "banana"}, *b[] = {"grape", "hat"}, *c[] = {"zoo"};
 	const char *want[] = {"apple", "banana", "grape", "hat", "zoo"};
 	kvc_entries acc = {0};
-	kvc_entry *ea = entries(a, 2), *eb = entries(b, 2), *ec = entries(c, 1);
+	kv_data_entry *ea = entries(a, 2), *eb = entries(b, 2), *ec = entries(c, 1);
 	(void)state;
 
 	assert_int_equal(kvc_entries_merge(&acc, ea, 2, 0), 2);
@@ -268,7 +268,7 @@ merge_drops_keys_repeated_after_a_config_change(void **state)
 	const char *a[] = {"a", "b", "c"}, *b[] = {"b", "c", "d"};
 	const char *want[] = {"a", "b", "c", "d"};
 	kvc_entries acc = {0};
-	kvc_entry *ea = entries(a, 3), *eb = entries(b, 3);
+	kv_data_entry *ea = entries(a, 3), *eb = entries(b, 3);
 	(void)state;
 
 	assert_int_equal(kvc_entries_merge(&acc, ea, 3, 0), 3);
@@ -285,7 +285,7 @@ merge_stops_at_the_limit(void **state)
 	const char *a[] = {"a", "b"}, *b[] = {"c", "d", "e"};
 	const char *want[] = {"a", "b", "c"};
 	kvc_entries acc = {0};
-	kvc_entry *ea = entries(a, 2), *eb = entries(b, 3);
+	kv_data_entry *ea = entries(a, 2), *eb = entries(b, 3);
 	(void)state;
 
 	assert_int_equal(kvc_entries_merge(&acc, ea, 2, 3), 2);
@@ -303,7 +303,7 @@ static void
 merge_orders_binary_keys_bytewise(void **state)
 {
 	kvc_entries acc = {0};
-	kvc_entry *e = calloc(3, sizeof(*e));
+	kv_data_entry *e = calloc(3, sizeof(*e));
 	(void)state;
 
 	assert_int_equal(kv_buf_set(&e[0].key, "a", 1), KV_OK);

@@ -1,13 +1,14 @@
 /*
  * test_server_units.c - unit tests of the shard server's pure modules: the
  * ownership table (owner.h), the exactly-once table (dedup.h) and the
- * request codec's validation of hostile input (server_codec.h).
+ * request codec's validation of hostile input (proto/data_codec.h).
  */
 #include "common/err.h"
 #include "proto/shardkv.pb-c.h"
 #include "shardserver/dedup/dedup.h"
 #include "shardserver/owner.h"
-#include "shardserver/server_codec.h"
+#include "proto/admin_codec.h"
+#include "proto/data_codec.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -189,17 +190,17 @@ codec_refuses_hostile_requests_without_crashing(void **state)
 		size_t n = (size_t)(rand() % (int)sizeof(buf));
 		for (size_t j = 0; j < n; j++)
 			buf[j] = (uint8_t)rand();
-		int rv = kv_sc_req_decode(buf, n, &rq, &why);
+		int rv = kv_data_req_decode(buf, n, &rq, &why);
 		assert_true(rv == 0 || rv == KV_EPROTO || rv == KV_EINVAL || rv == KV_ELIMIT);
-		kv_sc_req_fini(&rq);
+		kv_data_req_fini(&rq);
 	}
 	/* Wrong version. */
 	Shardkv__Request r = SHARDKV__REQUEST__INIT;
 	size_t n;
 	uint8_t *p = pack_req(&r, &n);
-	assert_int_equal(kv_sc_req_decode(p, n, &rq, &why), KV_EINVAL);
+	assert_int_equal(kv_data_req_decode(p, n, &rq, &why), KV_EINVAL);
 	assert_non_null(strstr(why, "version"));
-	kv_sc_req_fini(&rq);
+	kv_data_req_fini(&rq);
 	free(p);
 	/* An op with no command. */
 	Shardkv__Op op = SHARDKV__OP__INIT, *ops[1] = {&op};
@@ -207,8 +208,8 @@ codec_refuses_hostile_requests_without_crashing(void **state)
 	r.n_ops = 1;
 	r.ops = ops;
 	p = pack_req(&r, &n);
-	assert_int_equal(kv_sc_req_decode(p, n, &rq, &why), KV_EINVAL);
-	kv_sc_req_fini(&rq);
+	assert_int_equal(kv_data_req_decode(p, n, &rq, &why), KV_EINVAL);
+	kv_data_req_fini(&rq);
 	free(p);
 	/* A transfer chunk with a split value is refused. */
 	Shardkv__Transfer t = SHARDKV__TRANSFER__INIT;
@@ -227,8 +228,8 @@ codec_refuses_hostile_requests_without_crashing(void **state)
 	r.ops = NULL;
 	r.transfer = &t;
 	p = pack_req(&r, &n);
-	assert_int_equal(kv_sc_req_decode(p, n, &rq, &why), KV_EINVAL);
-	kv_sc_req_fini(&rq);
+	assert_int_equal(kv_data_req_decode(p, n, &rq, &why), KV_EINVAL);
+	kv_data_req_fini(&rq);
 	free(p);
 	/* A valid mput with mismatched counts decodes; the dispatcher refuses it. */
 	Shardkv__MPutOp mp = SHARDKV__MPUT_OP__INIT;
@@ -241,18 +242,18 @@ codec_refuses_hostile_requests_without_crashing(void **state)
 	r.n_ops = 1;
 	r.ops = ops;
 	p = pack_req(&r, &n);
-	assert_int_equal(kv_sc_req_decode(p, n, &rq, &why), 0);
+	assert_int_equal(kv_data_req_decode(p, n, &rq, &why), 0);
 	assert_int_equal(rq.ops[0].kind, KV_OP_MPUT);
 	assert_int_equal(rq.ops[0].nkeys, 2);
 	assert_int_equal(rq.ops[0].nvals, 0);
-	kv_sc_req_fini(&rq);
+	kv_data_req_fini(&rq);
 	free(p);
 }
 
 static void
 codec_response_round_trips_results_and_hints(void **state)
 {
-	kv_sc_result res[2];
+	kv_data_result res[2];
 	kv_resp r = {.request_id = 9, .epoch = 4, .node_id = 2, .nresults = 2, .results = res};
 	nng_msg *m;
 	(void)state;
@@ -261,12 +262,12 @@ codec_response_round_trips_results_and_hints(void **state)
 	res[0].has_hint = true;
 	res[0].hint.epoch = 3;
 	res[0].hint.node_id = 5;
-	snprintf(res[0].hint.address, sizeof(res[0].hint.address), "tcp://h:1");
+	res[0].hint.address = strdup("tcp://h:1");
 	kv_buf_set(&res[0].hint.start, "m", 1);
 	res[1].status = 0;
 	res[1].has_value = true;
 	kv_buf_set(&res[1].value, "val", 3);
-	assert_int_equal(kv_sc_resp_encode(&r, &m), 0);
+	assert_int_equal(kv_data_resp_encode(&r, &m), 0);
 	Shardkv__Response *pb = shardkv__response__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
 	assert_non_null(pb);
 	assert_int_equal(pb->n_results, 2);
@@ -276,8 +277,8 @@ codec_response_round_trips_results_and_hints(void **state)
 	assert_memory_equal(pb->results[1]->value.data, "val", 3);
 	shardkv__response__free_unpacked(pb, NULL);
 	nng_msg_free(m);
-	kv_sc_result_fini(&res[0]);
-	kv_sc_result_fini(&res[1]);
+	kv_data_result_fini(&res[0]);
+	kv_data_result_fini(&res[1]);
 }
 
 int

@@ -14,6 +14,8 @@ kv_add_test(test_frame SOURCES unit/test_frame.c TIMEOUT 30)
 
 # proto/: the wire schema and the status translation.
 kv_add_test(test_wire SOURCES unit/test_wire.c LIBS kv_proto TIMEOUT 30)
+# Every message of every codec family of proto/ through encode and decode.
+kv_add_test(test_codec SOURCES unit/test_codec.c LIBS kv_proto TIMEOUT 30)
 
 # The local store (shardserver/store.h). The concurrency programs also run
 # under ThreadSanitizer in CI (label "concurrency"); each is sized to stay

@@ -1,8 +1,14 @@
 /*
- * codec.c - configuration <-> protobuf (codec.h).
+ * config_codec.c - configuration <-> protobuf (config_codec.h), and the
+ * helpers every codec of proto/ shares (codec_int.h).
+ *
+ * Decoding copies everything out of the unpacked message, which is freed
+ * before returning; encoding builds a tree that borrows the config's bytes
+ * and frees only the tree's own nodes.
  */
-#include "proto/codec.h"
+#include "proto/config_codec.h"
 #include "common/err.h"
+#include "proto/codec_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -66,27 +72,8 @@ kv_codec_config_from_pb(const Shardkv__Config *pb, kv_config **out)
 		goto err;
 	}
 	for (size_t i = 0; i < pb->n_migrations; i++) {
-		const Shardkv__Migration *m = pb->migrations[i];
-		kv_migration *x = &c->migs[i];
 		c->nmigs++;
-		x->id = m->id;
-		x->epoch = m->epoch;
-		x->from = m->from_node;
-		x->to = m->to_node;
-		x->phase = (kv_mig_phase)m->phase;
-		x->keys_copied = m->keys_copied;
-		x->bytes_copied = m->bytes_copied;
-		x->keys_total = m->keys_total;
-		x->bytes_total = m->bytes_total;
-		x->rate_bytes_s = m->rate_bytes_s;
-		x->eta_ms = m->eta_ms;
-		x->rate_limit_mb_s = m->rate_limit_mb_s;
-		if (x->phase < KV_MIG_PENDING || x->phase > KV_MIG_FAILED) {
-			rv = KV_EPROTO;
-			goto err;
-		}
-		if ((rv = bytes_from_pb(&x->start, m->start, KV_HARD_MAX_KEY)) != KV_OK ||
-		    (rv = bytes_from_pb(&x->end, m->end, KV_HARD_MAX_KEY)) != KV_OK)
+		if ((rv = kv_codec_migration_from_pb(pb->migrations[i], &c->migs[i])) != KV_OK)
 			goto err;
 	}
 	if (kv_config_validate(c) != KV_OK) {
@@ -98,6 +85,47 @@ kv_codec_config_from_pb(const Shardkv__Config *pb, kv_config **out)
 err:
 	kv_config_free(c);
 	return rv == KV_ENOMEM || rv == KV_EPROTO ? rv : KV_EPROTO;
+}
+
+int
+kv_codec__pack(const ProtobufCMessage *m, nng_msg **out)
+{
+	size_t n = protobuf_c_message_get_packed_size(m);
+	nng_msg *msg;
+
+	if (nng_msg_alloc(&msg, n) != 0)
+		return KV_ENOMEM;
+	protobuf_c_message_pack(m, nng_msg_body(msg));
+	*out = msg;
+	return KV_OK;
+}
+
+int
+kv_codec_migration_from_pb(const Shardkv__Migration *m, kv_migration *x)
+{
+	int rv;
+
+	memset(x, 0, sizeof(*x));
+	if (m == NULL)
+		return KV_EPROTO;
+	x->id = m->id;
+	x->epoch = m->epoch;
+	x->from = m->from_node;
+	x->to = m->to_node;
+	x->phase = (kv_mig_phase)m->phase;
+	x->keys_copied = m->keys_copied;
+	x->bytes_copied = m->bytes_copied;
+	x->keys_total = m->keys_total;
+	x->bytes_total = m->bytes_total;
+	x->rate_bytes_s = m->rate_bytes_s;
+	x->eta_ms = m->eta_ms;
+	x->rate_limit_mb_s = m->rate_limit_mb_s;
+	if (x->phase < KV_MIG_PENDING || x->phase > KV_MIG_FAILED)
+		return KV_EPROTO;
+	if ((rv = bytes_from_pb(&x->start, m->start, KV_HARD_MAX_KEY)) != KV_OK ||
+	    (rv = bytes_from_pb(&x->end, m->end, KV_HARD_MAX_KEY)) != KV_OK)
+		return rv;
+	return KV_OK;
 }
 
 void

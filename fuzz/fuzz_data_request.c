@@ -1,12 +1,14 @@
 /*
- * fuzz_server_request.c - a shard server's request decoder: the bytes of a
- * Request as a client (ops) or a peer server (range transfer) sends them,
- * through kv_sc_req_decode. A transfer that decodes is encoded again with
- * kv_sc_xfer_encode and decoded once more: both decodings must agree.
+ * fuzz_data_request.c - the Request decoder (proto/data_codec.h): the bytes
+ * of a Request as a client (ops) or a peer server (range transfer) sends
+ * them, through kv_data_req_decode. What decodes is encoded again
+ * (kv_data_req_encode for ops the encoder can state, kv_xfer_encode for a
+ * transfer) and decoded once more: both decodings must agree.
  */
 #include "common/err.h"
 #include "fuzz/fuzz_util.h"
-#include "shardserver/server_codec.h"
+#include "proto/data_codec.h"
+#include "proto/xfer_codec.h"
 
 #include <string.h>
 
@@ -19,7 +21,7 @@ bytes_eq(kv_bytes a, kv_bytes b)
 }
 
 static void
-dedup_eq(const kv_sc_dedup *a, const kv_sc_dedup *b)
+dedup_eq(const kv_xfer_dedup *a, const kv_xfer_dedup *b)
 {
 	FZ_CHECK(a->client_id == b->client_id && a->request_id == b->request_id);
 	FZ_CHECK(a->status == b->status && a->value_len == b->value_len);
@@ -51,7 +53,7 @@ xfer_eq(const kv_xfer *a, const kv_xfer *b)
 	case KV_XFER_DELTA:
 		FZ_CHECK(a->ndelta == b->ndelta);
 		for (size_t i = 0; i < a->ndelta; i++) {
-			const kv_sc_delta *x = &a->delta[i], *y = &b->delta[i];
+			const kv_xfer_delta *x = &a->delta[i], *y = &b->delta[i];
 			FZ_CHECK(x->seq == y->seq && x->del == y->del);
 			FZ_CHECK(bytes_eq(x->key, y->key) && bytes_eq(x->value, y->value));
 			FZ_CHECK(x->value_offset == y->value_offset);
@@ -74,7 +76,7 @@ xfer_eq(const kv_xfer *a, const kv_xfer *b)
 	}
 }
 
-/* A transfer entry as server_codec.h promises it to migrate_in.c. */
+/* A transfer entry as xfer_codec.h promises it to migrate_in.c. */
 static void
 check_kv(kv_bytes key, kv_bytes value, uint64_t offset, uint64_t total)
 {
@@ -91,7 +93,7 @@ check_kv(kv_bytes key, kv_bytes value, uint64_t offset, uint64_t total)
 }
 
 static void
-check_dedup(const kv_sc_dedup *d)
+check_dedup(const kv_xfer_dedup *d)
 {
 	FZ_CHECK(d->client_id != 0 && d->request_id != 0 && d->key.len <= KV_HARD_MAX_KEY);
 	fz_touch(d->key.p, d->key.len);
@@ -108,7 +110,7 @@ check_xfer(const kv_xfer *x)
 		FZ_CHECK(!kv_range_is_empty(x->start.p, x->start.len, x->end.p, x->end.len));
 		break;
 	case KV_XFER_CHUNK:
-		FZ_CHECK(x->nkv <= KV_SC_MAX_XFER_RECS && x->ndedup <= KV_SC_MAX_XFER_RECS);
+		FZ_CHECK(x->nkv <= KV_XFER_MAX_RECS && x->ndedup <= KV_XFER_MAX_RECS);
 		for (size_t i = 0; i < x->nkv; i++)
 			check_kv(x->kv[i].key, x->kv[i].value, x->kv[i].value_offset,
 			         x->kv[i].value_total);
@@ -116,9 +118,9 @@ check_xfer(const kv_xfer *x)
 			check_dedup(&x->dedup[i]);
 		break;
 	case KV_XFER_DELTA:
-		FZ_CHECK(x->ndelta <= KV_SC_MAX_XFER_RECS);
+		FZ_CHECK(x->ndelta <= KV_XFER_MAX_RECS);
 		for (size_t i = 0; i < x->ndelta; i++) {
-			const kv_sc_delta *d = &x->delta[i];
+			const kv_xfer_delta *d = &x->delta[i];
 			check_kv(d->key, d->value, d->value_offset, d->value_total);
 			if (d->has_dedup)
 				check_dedup(&d->dedup);
@@ -133,16 +135,44 @@ check_xfer(const kv_xfer *x)
 	}
 }
 
+/* Two decodings of the same ops. */
+static void
+ops_eq(const kv_req *a, const kv_req *b)
+{
+	FZ_CHECK(a->client_id == b->client_id && a->request_id == b->request_id &&
+	         a->epoch == b->epoch && a->from_node == b->from_node &&
+	         a->timeout_ms == b->timeout_ms && a->nops == b->nops && !b->has_xfer);
+	FZ_CHECK(bytes_eq(a->auth, b->auth));
+	for (size_t i = 0; i < a->nops; i++) {
+		const kv_op *x = &a->ops[i], *y = &b->ops[i];
+		FZ_CHECK(x->kind == y->kind && x->request_id == y->request_id &&
+		         x->nkeys == y->nkeys && x->nvals == y->nvals && x->limit == y->limit &&
+		         x->keys_only == y->keys_only && x->max_bytes == y->max_bytes);
+		if (x->kind == KV_OP_DEL)
+			FZ_CHECK(x->no_value == y->no_value);
+		FZ_CHECK(bytes_eq(x->key, y->key));
+		FZ_CHECK(bytes_eq(x->value, y->value));
+		FZ_CHECK(bytes_eq(x->start, y->start));
+		FZ_CHECK(bytes_eq(x->end, y->end));
+		FZ_CHECK(bytes_eq(x->prefix, y->prefix));
+		FZ_CHECK(bytes_eq(x->cursor, y->cursor));
+		for (size_t k = 0; k < x->nkeys; k++)
+			FZ_CHECK(bytes_eq(x->keys[k], y->keys[k]));
+		for (size_t k = 0; k < x->nvals; k++)
+			FZ_CHECK(bytes_eq(x->vals[k], y->vals[k]));
+	}
+}
+
 /* What the dispatcher relies on after a successful decode. */
 static void
 check_ops(const kv_req *r)
 {
-	FZ_CHECK(r->nops <= KV_SC_MAX_OPS);
+	FZ_CHECK(r->nops <= KV_DATA_MAX_OPS);
 	for (size_t i = 0; i < r->nops; i++) {
 		const kv_op *op = &r->ops[i];
 		FZ_CHECK(op->kind >= KV_OP_GET && op->kind < KV_OP__COUNT);
 		if (op->kind == KV_OP_MGET || op->kind == KV_OP_MPUT) {
-			FZ_CHECK(op->nkeys <= KV_SC_MAX_MULTI && op->nvals <= KV_SC_MAX_MULTI);
+			FZ_CHECK(op->nkeys <= KV_DATA_MAX_MULTI && op->nvals <= KV_DATA_MAX_MULTI);
 			for (size_t k = 0; k < op->nkeys; k++)
 				FZ_CHECK(op->keys[k].len == 0 || op->keys[k].p != NULL);
 		}
@@ -161,24 +191,31 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	nng_msg *m = NULL;
 	int rv;
 
-	rv = kv_sc_req_decode(data, size, &r, &why);
+	rv = kv_data_req_decode(data, size, &r, &why);
 	if (rv != KV_OK) {
 		FZ_CHECK(why != NULL || rv == KV_ENOMEM);
-		kv_sc_req_fini(&r);
+		kv_data_req_fini(&r);
 		return 0;
 	}
 	check_ops(&r);
+	if (!r.has_xfer && kv_data_req_encode(&r, &m) == KV_OK) {
+		rv = kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &r2, &why);
+		FZ_CHECK(rv == KV_OK);
+		ops_eq(&r, &r2);
+		kv_data_req_fini(&r2);
+		nng_msg_free(m);
+	}
 	if (r.has_xfer) {
 		FZ_CHECK(r.nops == 0);
 		check_xfer(&r.xfer);
-		FZ_CHECK(kv_sc_xfer_encode(&r.xfer, r.epoch, r.from_node, &m) == KV_OK);
-		rv = kv_sc_req_decode(nng_msg_body(m), nng_msg_len(m), &r2, &why);
+		FZ_CHECK(kv_xfer_encode(&r.xfer, r.epoch, r.from_node, r.auth, &m) == KV_OK);
+		rv = kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &r2, &why);
 		FZ_CHECK(rv == KV_OK);
 		FZ_CHECK(r2.has_xfer && r2.epoch == r.epoch && r2.from_node == r.from_node);
 		xfer_eq(&r.xfer, &r2.xfer);
-		kv_sc_req_fini(&r2);
+		kv_data_req_fini(&r2);
 		nng_msg_free(m);
 	}
-	kv_sc_req_fini(&r);
+	kv_data_req_fini(&r);
 	return 0;
 }

@@ -1,13 +1,16 @@
 /*
- * fuzz_client_reply.c - what libshardkv decodes from a shard server: the
- * bytes of a Response through kvc_decode_reply (one op) and
- * kvc_decode_reply_batch (1 to 4 ops), as they come off the network. The
- * scan entries of a decoded reply then go through kvc_entries_merge, as
- * ops.c merges the replies of several servers.
+ * fuzz_data_response.c - the Response decoder (kv_data_resp_decode,
+ * proto/data_codec.h): the bytes a shard server answers a client with, as
+ * they come off the network. A decoded response must hold only bounded,
+ * allocated buffers. Then the bytes go the client's way: kvc_decode_reply
+ * (one op) and kvc_decode_reply_batch (1 to 4 ops), and the scan entries of
+ * a decoded reply through kvc_entries_merge, as the client merges the
+ * replies of several servers.
  */
 #include "client/client_int.h"
 #include "common/err.h"
 #include "fuzz/fuzz_util.h"
+#include "proto/data_codec.h"
 
 #include <string.h>
 
@@ -69,12 +72,54 @@ merge_entries(kvc_reply *r, size_t limit)
 	kvc_entries_fini(&acc);
 }
 
+/* Everything a reader may touch in a decoded Response. */
+static void
+check_resp(const kv_resp *d)
+{
+	FZ_CHECK(d->nresults <= KV_DATA_MAX_OPS && (d->nresults == 0 || d->results != NULL));
+	if (d->error)
+		fz_touch(d->error, strlen(d->error));
+	if (d->has_ack && d->ack.error)
+		fz_touch(d->ack.error, strlen(d->ack.error));
+	for (size_t i = 0; i < d->nresults; i++) {
+		const kv_data_result *r = &d->results[i];
+		if (r->error)
+			fz_touch(r->error, strlen(r->error));
+		if (r->has_hint) {
+			touch_buf(&r->hint.start, 1);
+			touch_buf(&r->hint.end, 1);
+			if (r->hint.address)
+				fz_touch(r->hint.address, strlen(r->hint.address));
+		}
+		FZ_CHECK(r->has_value == (r->value.data != NULL));
+		touch_buf(&r->value, 0);
+		FZ_CHECK(r->nvalues <= KV_DATA_MAX_MULTI && r->nmissing <= KV_DATA_MAX_MULTI);
+		for (size_t k = 0; k < r->nvalues; k++)
+			touch_buf(&r->values[k], 1);
+		if (r->nmissing)
+			fz_touch(r->missing, r->nmissing * sizeof(*r->missing));
+		for (size_t k = 0; k < r->nentries; k++) {
+			touch_buf(&r->entries[k].key, 1);
+			touch_buf(&r->entries[k].value, 1);
+			FZ_CHECK(r->entries[k].key.len <= KV_HARD_MAX_KEY);
+		}
+		touch_buf(&r->next_cursor, 0);
+	}
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	kv_resp d;
 	kvc_reply r, b[4];
 	kvc_reply *bp[4] = {&b[0], &b[1], &b[2], &b[3]};
 
+	if (kv_data_resp_decode(data, size, &d) == KV_OK) {
+		check_resp(&d);
+		kv_data_resp_fini(&d);
+	} else {
+		FZ_CHECK(d.pb == NULL && d.results == NULL);
+	}
 	if (kvc_decode_reply(data, size, &r) == KV_OK) {
 		check_reply(&r);
 		merge_entries(&r, r.nentries > 1 ? r.nentries - 1 : 0);

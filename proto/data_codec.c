@@ -1,0 +1,595 @@
+/*
+ * data_codec.c - the data family (data_codec.h).
+ *
+ * DESIGN. Decoding unpacks with protobuf-c and then walks the message once,
+ * checking everything a peer could get wrong (version, oneofs, counts, hard
+ * byte limits, enum values) before copying pointers into plain C structs, so
+ * the dispatcher never sees an unchecked field; a transfer inside the
+ * Request is checked by xfer_codec.c. Encoding builds a temporary message
+ * tree that borrows the caller's bytes, packs it straight into an nng
+ * message body, and frees only the tree's own arrays (never with
+ * free_unpacked).
+ */
+#include "proto/data_codec.h"
+#include "common/err.h"
+#include "proto/codec_int.h"
+#include "proto/wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Returns whether a byte field fits the hard limit. */
+static bool
+key_ok(ProtobufCBinaryData d)
+{
+	return d.len <= KV_HARD_MAX_KEY;
+}
+
+static int
+decode_op(const Shardkv__Op *o, kv_op *op, const char **why)
+{
+	memset(op, 0, sizeof(*op));
+	op->request_id = o->request_id;
+	switch (o->op_case) {
+	case SHARDKV__OP__OP_GET:
+		op->kind = KV_OP_GET;
+		op->key = kv_codec__bytes(o->get->key);
+		break;
+	case SHARDKV__OP__OP_PUT:
+		op->kind = KV_OP_PUT;
+		op->key = kv_codec__bytes(o->put->key);
+		op->value = kv_codec__bytes(o->put->value);
+		break;
+	case SHARDKV__OP__OP_DEL:
+		op->kind = KV_OP_DEL;
+		op->key = kv_codec__bytes(o->del->key);
+		op->no_value = o->del->no_value;
+		break;
+	case SHARDKV__OP__OP_APPEND:
+		op->kind = KV_OP_APPEND;
+		op->key = kv_codec__bytes(o->append->key);
+		op->value = kv_codec__bytes(o->append->value);
+		break;
+	case SHARDKV__OP__OP_MGET:
+	case SHARDKV__OP__OP_MPUT: {
+		size_t nk, nv = 0;
+		ProtobufCBinaryData *ks, *vs = NULL;
+		if (o->op_case == SHARDKV__OP__OP_MGET) {
+			op->kind = KV_OP_MGET;
+			nk = o->mget->n_keys;
+			ks = o->mget->keys;
+		} else {
+			op->kind = KV_OP_MPUT;
+			nk = o->mput->n_keys;
+			ks = o->mput->keys;
+			nv = o->mput->n_values;
+			vs = o->mput->values;
+		}
+		if (nk > KV_DATA_MAX_MULTI || nv > KV_DATA_MAX_MULTI) {
+			*why = "too many keys in one mget/mput";
+			return KV_ELIMIT;
+		}
+		kv_bytes *kk = NULL, *vv = NULL;
+		if (nk && (op->keys = kk = calloc(nk, sizeof(kv_bytes))) == NULL)
+			return KV_ENOMEM;
+		if (nv && (op->vals = vv = calloc(nv, sizeof(kv_bytes))) == NULL)
+			return KV_ENOMEM;
+		for (size_t i = 0; i < nk; i++)
+			kk[i] = kv_codec__bytes(ks[i]);
+		for (size_t i = 0; i < nv; i++)
+			vv[i] = kv_codec__bytes(vs[i]);
+		op->nkeys = nk;
+		op->nvals = nv;
+		break;
+	}
+	case SHARDKV__OP__OP_SCAN:
+		op->kind = KV_OP_SCAN;
+		op->start = kv_codec__bytes(o->scan->start);
+		op->end = kv_codec__bytes(o->scan->end);
+		op->prefix = kv_codec__bytes(o->scan->prefix);
+		op->cursor = kv_codec__bytes(o->scan->cursor);
+		op->limit = o->scan->limit;
+		op->keys_only = o->scan->keys_only;
+		op->max_bytes = o->scan->max_bytes;
+		if (!key_ok(o->scan->start) || !key_ok(o->scan->end) || !key_ok(o->scan->prefix) ||
+		    o->scan->cursor.len > KV_HARD_MAX_KEY + 1) {
+			*why = "scan bound longer than the largest key";
+			return KV_EINVAL;
+		}
+		break;
+	default:
+		*why = "op without a command";
+		return KV_EINVAL;
+	}
+	return KV_OK;
+}
+
+int
+kv_data_req_decode(const void *p, size_t n, kv_req *out, const char **why)
+{
+	Shardkv__Request *rq;
+	int rv;
+
+	memset(out, 0, sizeof(*out));
+	*why = NULL;
+	rq = shardkv__request__unpack(NULL, n, p);
+	if (rq == NULL) {
+		*why = "undecodable request";
+		return KV_EPROTO;
+	}
+	out->pb = rq;
+	out->client_id = rq->client_id;
+	out->request_id = rq->request_id;
+	out->epoch = rq->epoch;
+	out->from_node = rq->from_node;
+	out->timeout_ms = rq->timeout_ms;
+	out->auth = kv_codec__bytes(rq->auth_token);
+	if (rq->version != SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1) {
+		*why = "unsupported protocol version; this server speaks version 1";
+		return KV_EINVAL;
+	}
+	if (rq->n_ops && rq->transfer) {
+		*why = "a request carries ops or a transfer, not both";
+		return KV_EINVAL;
+	}
+	if (rq->n_ops > KV_DATA_MAX_OPS) {
+		*why = "too many ops in one request";
+		return KV_ELIMIT;
+	}
+	if (rq->n_ops && (out->ops = calloc(rq->n_ops, sizeof(kv_op))) == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < rq->n_ops; i++, out->nops++)
+		if ((rv = decode_op(rq->ops[i], &out->ops[i], why)) != 0) {
+			out->nops++;
+			return rv;
+		}
+	if (rq->transfer) {
+		out->has_xfer = true;
+		if ((rv = kv_xfer__from_pb(rq->transfer, &out->xfer, why)) != 0)
+			return rv;
+	}
+	return KV_OK;
+}
+
+void
+kv_data_req_fini(kv_req *r)
+{
+	if (r == NULL)
+		return;
+	for (size_t i = 0; i < r->nops; i++) {
+		/* Decoded: the arrays are the request's (data_codec.h). */
+		free((kv_bytes *)r->ops[i].keys);
+		free((kv_bytes *)r->ops[i].vals);
+	}
+	free(r->ops);
+	kv_xfer__fini(&r->xfer);
+	if (r->pb)
+		shardkv__request__free_unpacked(r->pb, NULL);
+	memset(r, 0, sizeof(*r));
+}
+
+void
+kv_data_result_fini(kv_data_result *r)
+{
+	if (r == NULL)
+		return;
+	kv_buf_fini(&r->value);
+	for (size_t i = 0; i < r->nvalues; i++)
+		kv_buf_fini(&r->values[i]);
+	free(r->values);
+	free(r->missing);
+	for (size_t i = 0; i < r->nentries; i++) {
+		kv_buf_fini(&r->entries[i].key);
+		kv_buf_fini(&r->entries[i].value);
+	}
+	free(r->entries);
+	kv_buf_fini(&r->next_cursor);
+	kv_buf_fini(&r->hint.start);
+	kv_buf_fini(&r->hint.end);
+	free(r->hint.address);
+	memset(r, 0, sizeof(*r));
+}
+
+/* Per-result temporary storage for encoding. */
+typedef struct {
+	Shardkv__OpResult r;         /* the result message */
+	Shardkv__OwnerHint h;        /* its hint */
+	ProtobufCBinaryData *values; /* mget values */
+	Shardkv__KeyValue *kvs;      /* scan entries */
+	Shardkv__KeyValue **kvp;     /* pointers to kvs */
+} enc_result;
+
+static int
+fill_result(enc_result *e, const kv_data_result *r)
+{
+	Shardkv__OpResult init = SHARDKV__OP_RESULT__INIT;
+	Shardkv__OwnerHint hinit = SHARDKV__OWNER_HINT__INIT;
+
+	e->r = init;
+	e->h = hinit;
+	e->r.status = kv_wire_from_err(r->status);
+	if (r->error)
+		e->r.error = (char *)r->error;
+	if (r->has_value)
+		e->r.value = kv_codec__pbuf(&r->value);
+	e->r.value_len = r->value_len;
+	if (r->nvalues) {
+		if ((e->values = calloc(r->nvalues, sizeof(*e->values))) == NULL)
+			return KV_ENOMEM;
+		for (size_t i = 0; i < r->nvalues; i++)
+			e->values[i] = kv_codec__pbuf(&r->values[i]);
+		e->r.n_values = r->nvalues;
+		e->r.values = e->values;
+	}
+	e->r.n_missing = r->nmissing;
+	e->r.missing = r->missing;
+	if (r->nentries) {
+		Shardkv__KeyValue kinit = SHARDKV__KEY_VALUE__INIT;
+		e->kvs = calloc(r->nentries, sizeof(*e->kvs));
+		e->kvp = calloc(r->nentries, sizeof(*e->kvp));
+		if (e->kvs == NULL || e->kvp == NULL)
+			return KV_ENOMEM;
+		for (size_t i = 0; i < r->nentries; i++) {
+			e->kvs[i] = kinit;
+			e->kvs[i].key = kv_codec__pbuf(&r->entries[i].key);
+			e->kvs[i].value = kv_codec__pbuf(&r->entries[i].value);
+			e->kvp[i] = &e->kvs[i];
+		}
+		e->r.n_entries = r->nentries;
+		e->r.entries = e->kvp;
+	}
+	e->r.more = r->more;
+	e->r.next_cursor = kv_codec__pbuf(&r->next_cursor);
+	if (r->has_hint) {
+		e->h.epoch = r->hint.epoch;
+		e->h.start = kv_codec__pbuf(&r->hint.start);
+		e->h.end = kv_codec__pbuf(&r->hint.end);
+		e->h.node_id = r->hint.node_id;
+		e->h.address = r->hint.address ? r->hint.address : "";
+		e->r.owner = &e->h;
+	}
+	return KV_OK;
+}
+
+int
+kv_data_resp_encode(const kv_resp *r, nng_msg **out)
+{
+	Shardkv__Response m = SHARDKV__RESPONSE__INIT;
+	Shardkv__TransferAck ack = SHARDKV__TRANSFER_ACK__INIT;
+	enc_result *er = NULL;
+	Shardkv__OpResult **rp = NULL;
+	int rv = KV_ENOMEM;
+
+	m.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+	m.request_id = r->request_id;
+	m.epoch = r->epoch;
+	m.node_id = r->node_id;
+	m.status = kv_wire_from_err(r->status);
+	if (r->error)
+		m.error = (char *)r->error;
+	if (r->nresults) {
+		er = calloc(r->nresults, sizeof(*er));
+		rp = calloc(r->nresults, sizeof(*rp));
+		if (er == NULL || rp == NULL)
+			goto cleanup;
+		for (size_t i = 0; i < r->nresults; i++) {
+			if (fill_result(&er[i], &r->results[i]) != 0)
+				goto cleanup;
+			rp[i] = &er[i].r;
+		}
+		m.n_results = r->nresults;
+		m.results = rp;
+	}
+	if (r->has_ack) {
+		ack.migration_id = r->ack.migration_id;
+		ack.status = kv_wire_from_err(r->ack.status);
+		if (r->ack.error)
+			ack.error = (char *)r->ack.error;
+		ack.seq = r->ack.seq;
+		ack.keys = r->ack.keys;
+		ack.bytes = r->ack.bytes;
+		m.transfer_ack = &ack;
+	}
+	rv = kv_codec__pack(&m.base, out);
+cleanup:
+	if (er)
+		for (size_t i = 0; i < r->nresults; i++) {
+			free(er[i].values);
+			free(er[i].kvs);
+			free(er[i].kvp);
+		}
+	free(er);
+	free(rp);
+	return rv;
+}
+
+/* The sub-messages of one op of an encoded Request. */
+typedef struct {
+	Shardkv__Op op;              /* the op */
+	ProtobufCBinaryData *keys;   /* mget, mput keys */
+	ProtobufCBinaryData *values; /* mput values */
+	union {
+		Shardkv__GetOp get;
+		Shardkv__PutOp put;
+		Shardkv__DelOp del;
+		Shardkv__AppendOp app;
+		Shardkv__MGetOp mget;
+		Shardkv__MPutOp mput;
+		Shardkv__ScanOp scan;
+	} u; /* the oneof */
+} enc_op;
+
+static int
+fill_op(enc_op *e, const kv_op *o)
+{
+	Shardkv__Op *p = &e->op;
+
+	shardkv__op__init(p);
+	p->request_id = o->request_id;
+	switch (o->kind) {
+	case KV_OP_GET:
+		shardkv__get_op__init(&e->u.get);
+		e->u.get.key = kv_codec__pb(o->key);
+		p->op_case = SHARDKV__OP__OP_GET;
+		p->get = &e->u.get;
+		return KV_OK;
+	case KV_OP_PUT:
+		shardkv__put_op__init(&e->u.put);
+		e->u.put.key = kv_codec__pb(o->key);
+		e->u.put.value = kv_codec__pb(o->value);
+		p->op_case = SHARDKV__OP__OP_PUT;
+		p->put = &e->u.put;
+		return KV_OK;
+	case KV_OP_DEL:
+		shardkv__del_op__init(&e->u.del);
+		e->u.del.key = kv_codec__pb(o->key);
+		e->u.del.no_value = o->no_value;
+		p->op_case = SHARDKV__OP__OP_DEL;
+		p->del = &e->u.del;
+		return KV_OK;
+	case KV_OP_APPEND:
+		shardkv__append_op__init(&e->u.app);
+		e->u.app.key = kv_codec__pb(o->key);
+		e->u.app.value = kv_codec__pb(o->value);
+		p->op_case = SHARDKV__OP__OP_APPEND;
+		p->append = &e->u.app;
+		return KV_OK;
+	case KV_OP_MGET:
+	case KV_OP_MPUT:
+		if (o->nkeys == 0 || (o->kind == KV_OP_MPUT && o->nvals != o->nkeys))
+			return KV_EINVAL;
+		if ((e->keys = calloc(o->nkeys, sizeof(*e->keys))) == NULL)
+			return KV_ENOMEM;
+		for (size_t i = 0; i < o->nkeys; i++)
+			e->keys[i] = kv_codec__pb(o->keys[i]);
+		if (o->kind == KV_OP_MGET) {
+			shardkv__mget_op__init(&e->u.mget);
+			e->u.mget.n_keys = o->nkeys;
+			e->u.mget.keys = e->keys;
+			p->op_case = SHARDKV__OP__OP_MGET;
+			p->mget = &e->u.mget;
+			return KV_OK;
+		}
+		if ((e->values = calloc(o->nvals, sizeof(*e->values))) == NULL)
+			return KV_ENOMEM;
+		for (size_t i = 0; i < o->nvals; i++)
+			e->values[i] = kv_codec__pb(o->vals[i]);
+		shardkv__mput_op__init(&e->u.mput);
+		e->u.mput.n_keys = o->nkeys;
+		e->u.mput.keys = e->keys;
+		e->u.mput.n_values = o->nvals;
+		e->u.mput.values = e->values;
+		p->op_case = SHARDKV__OP__OP_MPUT;
+		p->mput = &e->u.mput;
+		return KV_OK;
+	case KV_OP_SCAN:
+		shardkv__scan_op__init(&e->u.scan);
+		e->u.scan.start = kv_codec__pb(o->start);
+		e->u.scan.end = kv_codec__pb(o->end);
+		e->u.scan.prefix = kv_codec__pb(o->prefix);
+		e->u.scan.cursor = kv_codec__pb(o->cursor);
+		e->u.scan.limit = o->limit;
+		e->u.scan.keys_only = o->keys_only;
+		e->u.scan.max_bytes = o->max_bytes;
+		p->op_case = SHARDKV__OP__OP_SCAN;
+		p->scan = &e->u.scan;
+		return KV_OK;
+	default:
+		return KV_EINVAL;
+	}
+}
+
+int
+kv_data_req_encode(const kv_req *r, nng_msg **out)
+{
+	Shardkv__Request m = SHARDKV__REQUEST__INIT;
+	enc_op *eo = NULL;
+	Shardkv__Op **po = NULL;
+	int rv = KV_ENOMEM;
+
+	if (r->has_xfer)
+		return KV_EINVAL; /* transfers are kv_xfer_encode's */
+	m.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+	m.client_id = r->client_id;
+	m.request_id = r->request_id;
+	m.epoch = r->epoch;
+	m.auth_token = kv_codec__pb(r->auth);
+	m.timeout_ms = r->timeout_ms;
+	m.from_node = r->from_node;
+	if (r->nops) {
+		eo = calloc(r->nops, sizeof(*eo));
+		po = calloc(r->nops, sizeof(*po));
+		if (eo == NULL || po == NULL)
+			goto cleanup;
+		for (size_t i = 0; i < r->nops; i++) {
+			if ((rv = fill_op(&eo[i], &r->ops[i])) != KV_OK)
+				goto cleanup;
+			po[i] = &eo[i].op;
+		}
+		m.n_ops = r->nops;
+		m.ops = po;
+	}
+	rv = kv_codec__pack(&m.base, out);
+cleanup:
+	for (size_t i = 0; eo && i < r->nops; i++) {
+		free(eo[i].keys);
+		free(eo[i].values);
+	}
+	free(eo);
+	free(po);
+	return rv;
+}
+
+/* Bound on a decoded string (error details, addresses). */
+#define STR_MAX (64 * 1024)
+
+static bool
+str_ok(const char *s)
+{
+	return s == NULL || strlen(s) <= STR_MAX;
+}
+
+/* Copies b into dst, always allocating (data != NULL even for an empty
+ * field, NUL-terminated), when it fits max. */
+static int
+copy_bytes(kv_buf *dst, ProtobufCBinaryData b, size_t max)
+{
+	memset(dst, 0, sizeof(*dst));
+	if (b.len > max)
+		return KV_EPROTO;
+	if ((dst->data = malloc(b.len + 1)) == NULL)
+		return KV_ENOMEM;
+	dst->cap = b.len + 1;
+	if (b.len)
+		memcpy(dst->data, b.data, b.len);
+	dst->data[b.len] = 0;
+	dst->len = b.len;
+	return KV_OK;
+}
+
+static int
+result_from_pb(const Shardkv__OpResult *res, kv_data_result *r)
+{
+	int rv;
+
+	r->status = kv_err_from_wire((int)res->status);
+	if (!str_ok(res->error))
+		return KV_EPROTO;
+	r->error = res->error && res->error[0] ? res->error : NULL;
+	if (res->owner) {
+		const Shardkv__OwnerHint *h = res->owner;
+		r->has_hint = true;
+		r->hint.epoch = h->epoch;
+		r->hint.node_id = h->node_id;
+		if ((rv = copy_bytes(&r->hint.start, h->start, KV_HARD_MAX_KEY)) != KV_OK ||
+		    (rv = copy_bytes(&r->hint.end, h->end, KV_HARD_MAX_KEY)) != KV_OK)
+			return rv;
+		if (!str_ok(h->address))
+			return KV_EPROTO;
+		if (h->address && h->address[0] && (r->hint.address = strdup(h->address)) == NULL)
+			return KV_ENOMEM;
+	}
+	if (res->value.len) {
+		r->has_value = true;
+		if ((rv = copy_bytes(&r->value, res->value, KV_HARD_MAX_VALUE)) != KV_OK)
+			return rv;
+	}
+	r->value_len = res->value_len;
+	if (res->n_values > KV_DATA_MAX_MULTI || res->n_missing > KV_DATA_MAX_MULTI)
+		return KV_EPROTO;
+	if (res->n_values) {
+		if ((r->values = calloc(res->n_values, sizeof(kv_buf))) == NULL)
+			return KV_ENOMEM;
+		for (size_t i = 0; i < res->n_values; i++, r->nvalues++)
+			if ((rv = copy_bytes(&r->values[i], res->values[i], KV_HARD_MAX_VALUE)) !=
+			    KV_OK)
+				return rv;
+	}
+	if (res->n_missing) {
+		if ((r->missing = calloc(res->n_missing, sizeof(uint32_t))) == NULL)
+			return KV_ENOMEM;
+		memcpy(r->missing, res->missing, res->n_missing * sizeof(uint32_t));
+		r->nmissing = res->n_missing;
+	}
+	if (res->n_entries) {
+		if ((r->entries = calloc(res->n_entries, sizeof(kv_data_entry))) == NULL)
+			return KV_ENOMEM;
+		for (size_t i = 0; i < res->n_entries; i++, r->nentries++) {
+			const Shardkv__KeyValue *kv = res->entries[i];
+			if (kv->value_total != 0)
+				return KV_EPROTO; /* scans never split values */
+			if ((rv = copy_bytes(&r->entries[i].key, kv->key, KV_HARD_MAX_KEY)) !=
+			        KV_OK ||
+			    (rv = copy_bytes(&r->entries[i].value, kv->value, KV_HARD_MAX_VALUE)) !=
+			        KV_OK) {
+				r->nentries++;
+				return rv;
+			}
+		}
+	}
+	r->more = res->more;
+	if (res->next_cursor.len &&
+	    (rv = copy_bytes(&r->next_cursor, res->next_cursor, KV_HARD_MAX_KEY)) != KV_OK)
+		return rv;
+	return KV_OK;
+}
+
+int
+kv_data_resp_decode(const void *p, size_t n, kv_resp *out)
+{
+	Shardkv__Response *m;
+	kv_data_result *res = NULL;
+	int rv = KV_EPROTO;
+
+	memset(out, 0, sizeof(*out));
+	if ((m = shardkv__response__unpack(NULL, n, p)) == NULL)
+		return KV_EPROTO;
+	if (!str_ok(m->error) || m->n_results > KV_DATA_MAX_OPS ||
+	    (m->transfer_ack && !str_ok(m->transfer_ack->error)))
+		goto err;
+	if (m->n_results && (res = calloc(m->n_results, sizeof(*res))) == NULL) {
+		rv = KV_ENOMEM;
+		goto err;
+	}
+	out->results = res;
+	for (size_t i = 0; i < m->n_results; i++) {
+		out->nresults++;
+		if ((rv = result_from_pb(m->results[i], &res[i])) != KV_OK)
+			goto err;
+	}
+	out->request_id = m->request_id;
+	out->epoch = m->epoch;
+	out->node_id = m->node_id;
+	out->status = kv_err_from_wire((int)m->status);
+	out->error = m->error && m->error[0] ? m->error : NULL;
+	if (m->transfer_ack) {
+		out->has_ack = true;
+		out->ack.migration_id = m->transfer_ack->migration_id;
+		out->ack.status = kv_err_from_wire(m->transfer_ack->status);
+		out->ack.error = m->transfer_ack->error && m->transfer_ack->error[0]
+		                     ? m->transfer_ack->error
+		                     : NULL;
+		out->ack.seq = m->transfer_ack->seq;
+		out->ack.keys = m->transfer_ack->keys;
+		out->ack.bytes = m->transfer_ack->bytes;
+	}
+	out->pb = m;
+	return KV_OK;
+err:
+	out->pb = m;
+	kv_data_resp_fini(out);
+	return rv == KV_ENOMEM ? KV_ENOMEM : KV_EPROTO;
+}
+
+void
+kv_data_resp_fini(kv_resp *r)
+{
+	if (r == NULL)
+		return;
+	for (size_t i = 0; r->results && i < r->nresults; i++)
+		kv_data_result_fini(&r->results[i]);
+	free(r->results);
+	if (r->pb)
+		shardkv__response__free_unpacked(r->pb, NULL);
+	memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,372 @@
+/*
+ * xfer_codec.c - the transfer family (xfer_codec.h).
+ *
+ * DESIGN. Decoding walks the unpacked Transfer once, checking everything a
+ * peer could get wrong before copying pointers into plain C structs, so
+ * migrate_in.c never sees an unchecked field; the Request envelope around it
+ * is data_codec.c's. Encoding builds a temporary message tree that borrows
+ * the caller's bytes, packs it straight into an nng message body, and frees
+ * only the tree's own arrays (never with free_unpacked).
+ */
+#include "proto/xfer_codec.h"
+#include "common/err.h"
+#include "proto/codec_int.h"
+#include "proto/wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Returns whether a byte field fits the hard key limit. */
+static bool
+key_ok(ProtobufCBinaryData d)
+{
+	return d.len <= KV_HARD_MAX_KEY;
+}
+
+static int
+decode_dedup(const Shardkv__DedupEntry *d, kv_xfer_dedup *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (d == NULL || d->client_id == 0 || d->request_id == 0 || !key_ok(d->key))
+		return KV_EINVAL;
+	out->client_id = d->client_id;
+	out->request_id = d->request_id;
+	out->key = kv_codec__bytes(d->key);
+	out->time_ms = d->time_ms;
+	if (d->result) {
+		out->status = kv_err_from_wire(d->result->status);
+		out->value_len = d->result->value_len;
+		out->value = kv_codec__bytes(d->result->value);
+	}
+	return KV_OK;
+}
+
+/*
+ * Decodes one transfer entry. A whole entry (value_total 0) must have offset
+ * 0; a slice must carry at least one byte and lie inside a total of at most
+ * KV_HARD_MAX_VALUE (the server's own --max-value is checked by migrate_in.c).
+ * Sets *why and returns KV_EINVAL otherwise.
+ */
+static int
+decode_kv(const Shardkv__KeyValue *kv, kv_xfer_kv *out, const char **why)
+{
+	if (kv == NULL || kv->key.len == 0 || !key_ok(kv->key) ||
+	    kv->value.len > KV_HARD_MAX_VALUE) {
+		*why = "bad transfer entry (key or value size)";
+		return KV_EINVAL;
+	}
+	if (kv->value_total == 0 && kv->value_offset != 0) {
+		*why = "bad transfer entry (offset without value_total)";
+		return KV_EINVAL;
+	}
+	if (kv->value_total != 0 && (kv->value_total > KV_HARD_MAX_VALUE || kv->value.len == 0 ||
+	                             kv->value_offset > kv->value_total ||
+	                             kv->value.len > kv->value_total - kv->value_offset)) {
+		*why = "bad value slice (empty, or outside value_total, or value_total over the "
+		       "hard limit)";
+		return KV_EINVAL;
+	}
+	out->key = kv_codec__bytes(kv->key);
+	out->value = kv_codec__bytes(kv->value);
+	out->value_offset = kv->value_offset;
+	out->value_total = kv->value_total;
+	return KV_OK;
+}
+
+int
+kv_xfer__from_pb(const Shardkv__Transfer *t, kv_xfer *x, const char **why)
+{
+	int rv;
+
+	memset(x, 0, sizeof(*x));
+	x->migration_id = t->migration_id;
+	x->seq = t->seq;
+	if (t->migration_id == 0 || t->seq == 0) {
+		*why = "transfer without migration id or seq";
+		return KV_EINVAL;
+	}
+	switch (t->msg_case) {
+	case SHARDKV__TRANSFER__MSG_BEGIN:
+		x->kind = KV_XFER_BEGIN;
+		x->epoch = t->begin->epoch;
+		x->start = kv_codec__bytes(t->begin->start);
+		x->end = kv_codec__bytes(t->begin->end);
+		x->from_node = t->begin->from_node;
+		x->to_node = t->begin->to_node;
+		x->keys = t->begin->keys_total;
+		x->bytes = t->begin->bytes_total;
+		if (!key_ok(t->begin->start) || !key_ok(t->begin->end) ||
+		    kv_range_is_empty(x->start.p, x->start.len, x->end.p, x->end.len)) {
+			*why = "bad transfer range";
+			return KV_EINVAL;
+		}
+		return KV_OK;
+	case SHARDKV__TRANSFER__MSG_CHUNK: {
+		const Shardkv__TransferChunk *c = t->chunk;
+		x->kind = KV_XFER_CHUNK;
+		x->last = c->last;
+		if (c->n_entries > KV_XFER_MAX_RECS || c->n_dedup > KV_XFER_MAX_RECS) {
+			*why = "chunk too large";
+			return KV_ELIMIT;
+		}
+		if (c->n_entries && (x->kv = calloc(c->n_entries, sizeof(*x->kv))) == NULL)
+			return KV_ENOMEM;
+		if (c->n_dedup && (x->dedup = calloc(c->n_dedup, sizeof(*x->dedup))) == NULL)
+			return KV_ENOMEM;
+		for (size_t i = 0; i < c->n_entries; i++, x->nkv++)
+			if ((rv = decode_kv(c->entries[i], &x->kv[i], why)) != 0)
+				return rv;
+		for (size_t i = 0; i < c->n_dedup; i++, x->ndedup++)
+			if ((rv = decode_dedup(c->dedup[i], &x->dedup[i])) != 0) {
+				*why = "bad dedup entry";
+				return rv;
+			}
+		return KV_OK;
+	}
+	case SHARDKV__TRANSFER__MSG_DELTA: {
+		const Shardkv__TransferDelta *d = t->delta;
+		x->kind = KV_XFER_DELTA;
+		if (d->n_records > KV_XFER_MAX_RECS) {
+			*why = "delta too large";
+			return KV_ELIMIT;
+		}
+		if (d->n_records && (x->delta = calloc(d->n_records, sizeof(*x->delta))) == NULL)
+			return KV_ENOMEM;
+		for (size_t i = 0; i < d->n_records; i++, x->ndelta++) {
+			const Shardkv__DeltaRecord *r = d->records[i];
+			kv_xfer_delta *o = &x->delta[i];
+			kv_xfer_kv kv;
+			if (r->op != SHARDKV__DELTA_OP__DELTA_OP_PUT &&
+			    r->op != SHARDKV__DELTA_OP__DELTA_OP_DEL) {
+				*why = "bad delta op";
+				return KV_EINVAL;
+			}
+			if ((rv = decode_kv(r->kv, &kv, why)) != 0)
+				return rv;
+			o->seq = r->seq;
+			o->del = r->op == SHARDKV__DELTA_OP__DELTA_OP_DEL;
+			o->key = kv.key;
+			o->value = kv.value;
+			o->value_offset = kv.value_offset;
+			o->value_total = kv.value_total;
+			if (r->dedup) {
+				if ((rv = decode_dedup(r->dedup, &o->dedup)) != 0) {
+					*why = "bad dedup entry";
+					return rv;
+				}
+				o->has_dedup = true;
+			}
+		}
+		return KV_OK;
+	}
+	case SHARDKV__TRANSFER__MSG_FENCE:
+		x->kind = KV_XFER_FENCE;
+		x->last_write_seq = t->fence->last_write_seq;
+		x->keys = t->fence->keys;
+		x->bytes = t->fence->bytes;
+		return KV_OK;
+	case SHARDKV__TRANSFER__MSG_COMMIT:
+		x->kind = KV_XFER_COMMIT;
+		x->epoch = t->commit->epoch;
+		return KV_OK;
+	case SHARDKV__TRANSFER__MSG_ABORT:
+		x->kind = KV_XFER_ABORT;
+		x->reason = kv_err_from_wire(t->abort->reason);
+		return KV_OK;
+	default:
+		*why = "transfer without a message";
+		return KV_EINVAL;
+	}
+}
+
+void
+kv_xfer__fini(kv_xfer *x)
+{
+	if (x == NULL)
+		return;
+	free(x->kv);
+	free(x->dedup);
+	free(x->delta);
+	memset(x, 0, sizeof(*x));
+}
+
+static void
+fill_dedup(Shardkv__DedupEntry *d, Shardkv__OpResult *res, const kv_xfer_dedup *s)
+{
+	Shardkv__DedupEntry dinit = SHARDKV__DEDUP_ENTRY__INIT;
+	Shardkv__OpResult rinit = SHARDKV__OP_RESULT__INIT;
+	*d = dinit;
+	*res = rinit;
+	d->client_id = s->client_id;
+	d->request_id = s->request_id;
+	d->key = kv_codec__pb(s->key);
+	d->time_ms = s->time_ms;
+	res->status = kv_wire_from_err(s->status);
+	res->value_len = s->value_len;
+	res->value = kv_codec__pb(s->value);
+	d->result = res;
+}
+
+int
+kv_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes auth, nng_msg **out)
+{
+	Shardkv__Request m = SHARDKV__REQUEST__INIT;
+	Shardkv__Transfer t = SHARDKV__TRANSFER__INIT;
+	Shardkv__TransferBegin b = SHARDKV__TRANSFER_BEGIN__INIT;
+	Shardkv__TransferChunk c = SHARDKV__TRANSFER_CHUNK__INIT;
+	Shardkv__TransferDelta d = SHARDKV__TRANSFER_DELTA__INIT;
+	Shardkv__TransferFence f = SHARDKV__TRANSFER_FENCE__INIT;
+	Shardkv__TransferCommit cm = SHARDKV__TRANSFER_COMMIT__INIT;
+	Shardkv__TransferAbort ab = SHARDKV__TRANSFER_ABORT__INIT;
+	Shardkv__KeyValue *kvs = NULL, **kvp = NULL;
+	Shardkv__DedupEntry *des = NULL, **dep = NULL;
+	Shardkv__OpResult *dres = NULL;
+	Shardkv__DeltaRecord *recs = NULL, **recp = NULL;
+	size_t nd = x->kind == KV_XFER_DELTA ? x->ndelta : x->ndedup;
+	int rv = KV_ENOMEM;
+
+	m.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+	m.epoch = epoch;
+	m.from_node = from_node;
+	m.auth_token = kv_codec__pb(auth);
+	m.transfer = &t;
+	t.migration_id = x->migration_id;
+	t.seq = x->seq;
+	if (nd) {
+		des = calloc(nd, sizeof(*des));
+		dep = calloc(nd, sizeof(*dep));
+		dres = calloc(nd, sizeof(*dres));
+		if (des == NULL || dep == NULL || dres == NULL)
+			goto cleanup;
+	}
+	switch (x->kind) {
+	case KV_XFER_BEGIN:
+		t.msg_case = SHARDKV__TRANSFER__MSG_BEGIN;
+		t.begin = &b;
+		b.epoch = x->epoch;
+		b.start = kv_codec__pb(x->start);
+		b.end = kv_codec__pb(x->end);
+		b.from_node = x->from_node;
+		b.to_node = x->to_node;
+		b.keys_total = x->keys;
+		b.bytes_total = x->bytes;
+		break;
+	case KV_XFER_CHUNK:
+		t.msg_case = SHARDKV__TRANSFER__MSG_CHUNK;
+		t.chunk = &c;
+		c.last = x->last;
+		if (x->nkv) {
+			Shardkv__KeyValue kinit = SHARDKV__KEY_VALUE__INIT;
+			kvs = calloc(x->nkv, sizeof(*kvs));
+			kvp = calloc(x->nkv, sizeof(*kvp));
+			if (kvs == NULL || kvp == NULL)
+				goto cleanup;
+			for (size_t i = 0; i < x->nkv; i++) {
+				kvs[i] = kinit;
+				kvs[i].key = kv_codec__pb(x->kv[i].key);
+				kvs[i].value = kv_codec__pb(x->kv[i].value);
+				kvs[i].value_offset = x->kv[i].value_offset;
+				kvs[i].value_total = x->kv[i].value_total;
+				kvp[i] = &kvs[i];
+			}
+			c.n_entries = x->nkv;
+			c.entries = kvp;
+		}
+		for (size_t i = 0; i < x->ndedup; i++) {
+			fill_dedup(&des[i], &dres[i], &x->dedup[i]);
+			dep[i] = &des[i];
+		}
+		c.n_dedup = x->ndedup;
+		c.dedup = dep;
+		break;
+	case KV_XFER_DELTA: {
+		Shardkv__DeltaRecord rinit = SHARDKV__DELTA_RECORD__INIT;
+		Shardkv__KeyValue kinit = SHARDKV__KEY_VALUE__INIT;
+		t.msg_case = SHARDKV__TRANSFER__MSG_DELTA;
+		t.delta = &d;
+		if (x->ndelta) {
+			recs = calloc(x->ndelta, sizeof(*recs));
+			recp = calloc(x->ndelta, sizeof(*recp));
+			kvs = calloc(x->ndelta, sizeof(*kvs));
+			if (recs == NULL || recp == NULL || kvs == NULL)
+				goto cleanup;
+		}
+		for (size_t i = 0; i < x->ndelta; i++) {
+			const kv_xfer_delta *s = &x->delta[i];
+			recs[i] = rinit;
+			kvs[i] = kinit;
+			recs[i].seq = s->seq;
+			recs[i].op = s->del ? SHARDKV__DELTA_OP__DELTA_OP_DEL
+			                    : SHARDKV__DELTA_OP__DELTA_OP_PUT;
+			kvs[i].key = kv_codec__pb(s->key);
+			kvs[i].value = kv_codec__pb(s->value);
+			kvs[i].value_offset = s->value_offset;
+			kvs[i].value_total = s->value_total;
+			recs[i].kv = &kvs[i];
+			if (s->has_dedup) {
+				fill_dedup(&des[i], &dres[i], &s->dedup);
+				recs[i].dedup = &des[i];
+			}
+			recp[i] = &recs[i];
+		}
+		d.n_records = x->ndelta;
+		d.records = recp;
+		break;
+	}
+	case KV_XFER_FENCE:
+		t.msg_case = SHARDKV__TRANSFER__MSG_FENCE;
+		t.fence = &f;
+		f.last_write_seq = x->last_write_seq;
+		f.keys = x->keys;
+		f.bytes = x->bytes;
+		break;
+	case KV_XFER_COMMIT:
+		t.msg_case = SHARDKV__TRANSFER__MSG_COMMIT;
+		t.commit = &cm;
+		cm.epoch = x->epoch;
+		break;
+	case KV_XFER_ABORT:
+		t.msg_case = SHARDKV__TRANSFER__MSG_ABORT;
+		t.abort = &ab;
+		ab.reason = kv_wire_from_err(x->reason);
+		break;
+	}
+	rv = kv_codec__pack(&m.base, out);
+cleanup:
+	free(kvs);
+	free(kvp);
+	free(des);
+	free(dep);
+	free(dres);
+	free(recs);
+	free(recp);
+	return rv;
+}
+
+int
+kv_xfer_ack_decode(const void *p, size_t n, kv_xfer_ack *ack)
+{
+	Shardkv__Response *r = shardkv__response__unpack(NULL, n, p);
+	int rv;
+
+	memset(ack, 0, sizeof(*ack));
+	if (r == NULL)
+		return KV_EPROTO;
+	if (r->status != SHARDKV__STATUS__STATUS_OK) {
+		rv = kv_err_from_wire(r->status);
+		goto out;
+	}
+	if (r->transfer_ack == NULL) {
+		rv = KV_EPROTO;
+		goto out;
+	}
+	ack->migration_id = r->transfer_ack->migration_id;
+	ack->status = kv_err_from_wire(r->transfer_ack->status);
+	ack->seq = r->transfer_ack->seq;
+	ack->keys = r->transfer_ack->keys;
+	ack->bytes = r->transfer_ack->bytes;
+	rv = KV_OK;
+out:
+	shardkv__response__free_unpacked(r, NULL);
+	return rv;
+}
