@@ -89,24 +89,15 @@ src_start(void)
 }
 
 static void
+print_src_log(void)
+{
+	kv_proc_print_log_tail(src_log, 30);
+}
+
+static void
 wait_ready(const char *url, uint64_t epoch)
 {
-	uint64_t deadline = kv_test_now_ms() + 15000;
-	for (;;) {
-		Shardkv__Request rq = SHARDKV__REQUEST__INIT;
-		Shardkv__Response *r = call(url, &rq);
-		bool ok = r && r->node_id != 0 && r->epoch >= epoch;
-		if (r)
-			shardkv__response__free_unpacked(r, NULL);
-		if (ok)
-			return;
-		if (kv_test_now_ms() > deadline) {
-			kv_proc_print_log_tail(src_log, 30);
-			fail_msg("server %s not ready at epoch %llu", url,
-			         (unsigned long long)epoch);
-		}
-		kv_test_sleep_ms(10);
-	}
+	srv_wait_ready(url, epoch, 15000, print_src_log);
 }
 
 static void

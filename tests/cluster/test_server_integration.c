@@ -216,22 +216,7 @@ routed(char *url, size_t ulen, bool put, const char *k, const char *v, uint64_t 
 static void
 wait_ready(const char *url, uint64_t epoch)
 {
-	uint64_t deadline = now_ms() + 15000;
-	for (;;) {
-		Shardkv__Request rq = SHARDKV__REQUEST__INIT;
-		Shardkv__Response *r = call(url, &rq);
-		bool ok = r && r->node_id != 0 && r->epoch >= epoch;
-		if (r)
-			shardkv__response__free_unpacked(r, NULL);
-		if (ok)
-			return;
-		if (now_ms() > deadline) {
-			dump_logs();
-			fail_msg("server %s not ready at epoch %llu", url,
-			         (unsigned long long)epoch);
-		}
-		kv_test_sleep_ms(10);
-	}
+	srv_wait_ready(url, epoch, 15000, dump_logs);
 }
 
 /* Writes n keys fmt%05d = "v%d" with batches of 100 puts. */

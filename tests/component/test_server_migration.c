@@ -19,6 +19,7 @@
 #include "shardkv.h"
 #include "shardserver/server.h"
 #include "tests/support/fake_ctl.h"
+#include "tests/support/inproc_srv.h"
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
@@ -38,14 +39,7 @@
 #define ST_MOVING SHARDKV__STATUS__STATUS_MOVING
 #define ST_WRONG  SHARDKV__STATUS__STATUS_WRONG_OWNER
 
-/* One in-process server and what its configuration borrows. */
-typedef struct {
-	kv_server *s;       /* NULL: not created */
-	kv_server_cfg cfg;  /* its flags */
-	char url[64];       /* --listen */
-	char dir[200];      /* --data-dir */
-	const char *ctl[1]; /* --controller */
-} srv;
+typedef inproc_srv srv;
 
 static srv srvs[NSRV];
 static fake_ctl *ctl;
@@ -60,18 +54,7 @@ setup(void **state)
 	ctl = fake_ctl_start();
 	for (int i = 0; i < NSRV; i++) {
 		srv *v = &srvs[i];
-		memset(v, 0, sizeof(*v));
-		kv_test_free_url(v->url, sizeof(v->url));
-		snprintf(v->dir, sizeof(v->dir), "%s/n%d", tmpdir, i + 1);
-		v->ctl[0] = ctl->url;
-		v->cfg = (kv_server_cfg){.listen = v->url,
-		                         .ctl = v->ctl,
-		                         .nctl = 1,
-		                         .data_dir = v->dir,
-		                         .join = true,
-		                         .fsync = KV_FSYNC_BATCH,
-		                         .contexts = 32,
-		                         .watch_timeout_ms = 500};
+		inproc_srv_init(v, tmpdir, i, ctl->url, 32);
 		fake_ctl_add_node(ctl, v->url);
 	}
 	return 0;
@@ -98,41 +81,21 @@ teardown(void **state)
 static void
 srv_up(int i)
 {
-	char err[256];
-	srv *v = &srvs[i];
-	int rv = kv_server_create(&v->cfg, &v->s, err, sizeof(err));
-	if (rv != 0)
-		fail_msg("create: %s: %s", kv_errname(rv), err);
-	assert_int_equal(kv_server_start(v->s), 0);
+	inproc_srv_up(&srvs[i]);
 }
 
 /* Stops and destroys server i without a leave: its ranges stay its own. */
 static void
 srv_down(int i)
 {
-	assert_int_equal(kv_server_stop(srvs[i].s), 0);
-	kv_server_destroy(srvs[i].s);
-	srvs[i].s = NULL;
+	inproc_srv_down(&srvs[i]);
 }
 
 /* Polls until the server answers a ping with a node id and at least epoch. */
 static void
 wait_ready(const char *url, uint64_t epoch)
 {
-	uint64_t deadline = kv_test_now_ms() + 15000;
-	for (;;) {
-		Shardkv__Request rq = SHARDKV__REQUEST__INIT;
-		Shardkv__Response *r = call(url, &rq);
-		bool ok = r && r->node_id != 0 && r->epoch >= epoch;
-		if (r)
-			shardkv__response__free_unpacked(r, NULL);
-		if (ok)
-			return;
-		if (kv_test_now_ms() > deadline)
-			fail_msg("server %s not ready at epoch %llu", url,
-			         (unsigned long long)epoch);
-		kv_test_sleep_ms(10);
-	}
+	srv_wait_ready(url, epoch, 15000, NULL);
 }
 
 /* Both servers up at a configuration giving everything to node 1. */

@@ -15,7 +15,7 @@ kv_add_test(test_controller_inproc SOURCES component/test_controller_inproc.c
 # against the fake controller: serve and stop, two servers moving a range,
 # restart on a data dir, leave, refused starts.
 kv_add_test(test_server_inproc SOURCES component/test_server_inproc.c
-  LIBS kv_server kv_fake_ctl kv_testutil TIMEOUT 60 LABELS concurrency)
+  LIBS kv_inproc_srv kv_testutil TIMEOUT 60 LABELS concurrency)
 
 # The safety of a handover between two in-process servers, at the moments
 # that matter (the fake controller holds its answer to the fence): a source
@@ -24,4 +24,4 @@ kv_add_test(test_server_inproc SOURCES component/test_server_inproc.c
 # client configured before an earlier move; many handovers under heavy
 # appends lose none. scripts/mutants.sh relies on these.
 kv_add_test(test_server_migration SOURCES component/test_server_migration.c
-  LIBS kv_server kv_fake_ctl shardkv kv_testutil TIMEOUT 90 LABELS concurrency)
+  LIBS kv_inproc_srv shardkv kv_testutil TIMEOUT 90 LABELS concurrency)

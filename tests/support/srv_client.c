@@ -3,6 +3,7 @@
  * clients_mu protects the client cache.
  */
 #include "tests/support/srv_client.h"
+#include "tests/support/testutil.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -168,4 +169,26 @@ do_del(const char *url, const char *k)
 	op.op_case = SHARDKV__OP__OP_DEL;
 	op.del = &d;
 	return one_op(url, &op, 0);
+}
+
+void
+srv_wait_ready(const char *url, uint64_t epoch, unsigned ms, void (*on_timeout)(void))
+{
+	uint64_t deadline = kv_test_now_ms() + ms;
+	for (;;) {
+		Shardkv__Request rq = SHARDKV__REQUEST__INIT;
+		Shardkv__Response *r = call(url, &rq);
+		bool ok = r && r->node_id != 0 && r->epoch >= epoch;
+		if (r)
+			shardkv__response__free_unpacked(r, NULL);
+		if (ok)
+			return;
+		if (kv_test_now_ms() > deadline) {
+			if (on_timeout)
+				on_timeout();
+			fail_msg("server %s not ready at epoch %llu", url,
+			         (unsigned long long)epoch);
+		}
+		kv_test_sleep_ms(5);
+	}
 }

@@ -27,6 +27,11 @@ typedef struct {
 /* The cached client for url (created on first use). */
 kv_rpc_client *client_for(const char *url);
 
+/* Polls url with empty requests until it answers with a node id and an
+ * epoch of at least `epoch`, for at most ms. Past that it calls on_timeout
+ * (when not NULL: to print a log, say) and fails the test. */
+void srv_wait_ready(const char *url, uint64_t epoch, unsigned ms, void (*on_timeout)(void));
+
 /* Closes every cached client. */
 void clients_close(void);
 

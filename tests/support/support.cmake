@@ -11,7 +11,11 @@ target_link_libraries(kv_testutil PUBLIC kv_proc kv_flags)
 # configurations pushed by the test, watch, heartbeats, migration reports)
 # and a tiny client that sends raw Requests to a server (srv_client.h).
 add_library(kv_fake_ctl STATIC support/fake_ctl.c support/srv_client.c)
+target_include_directories(kv_fake_ctl PUBLIC ${CMOCKA_INCLUDE_DIRS})
 target_link_libraries(kv_fake_ctl PUBLIC kv_proto kv_common kv_testutil kv_flags)
+# Shard servers inside the test process against that fake (inproc_srv.h).
+add_library(kv_inproc_srv STATIC support/inproc_srv.c)
+target_link_libraries(kv_inproc_srv PUBLIC kv_server kv_fake_ctl kv_testutil kv_flags)
 
 # Store fixtures: every semantic store test runs in striped and percore mode,
 # with one partition and with several (run_store_groups in store_util.c).

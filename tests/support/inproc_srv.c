@@ -1,0 +1,51 @@
+/*
+ * inproc_srv.c - in-process shard servers for component tests (see
+ * inproc_srv.h).
+ */
+#include "tests/support/inproc_srv.h"
+
+#include "common/err.h"
+#include "tests/support/testutil.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+void
+inproc_srv_init(inproc_srv *v, const char *tmpdir, int i, const char *ctl_url, unsigned contexts)
+{
+	memset(v, 0, sizeof(*v));
+	kv_test_free_url(v->url, sizeof(v->url));
+	snprintf(v->dir, sizeof(v->dir), "%s/n%d", tmpdir, i + 1);
+	v->ctl[0] = ctl_url;
+	v->cfg = (kv_server_cfg){.listen = v->url,
+	                         .ctl = v->ctl,
+	                         .nctl = 1,
+	                         .data_dir = v->dir,
+	                         .join = true,
+	                         .fsync = KV_FSYNC_BATCH,
+	                         .contexts = contexts,
+	                         .watch_timeout_ms = 500};
+}
+
+void
+inproc_srv_up(inproc_srv *v)
+{
+	char err[256];
+	int rv = kv_server_create(&v->cfg, &v->s, err, sizeof(err));
+	if (rv != 0)
+		fail_msg("create: %s: %s", kv_errname(rv), err);
+	assert_int_equal(kv_server_start(v->s), 0);
+}
+
+void
+inproc_srv_down(inproc_srv *v)
+{
+	assert_int_equal(kv_server_stop(v->s), 0);
+	kv_server_destroy(v->s);
+	v->s = NULL;
+}

@@ -1,0 +1,33 @@
+/*
+ * inproc_srv.h - shard servers inside the test process (server.h's life
+ * cycle) against the fake controller (fake_ctl.h), for component tests:
+ * their flags and what those borrow, and bringing one up and down. A
+ * failure fails the test.
+ */
+#ifndef KV_TESTS_SUPPORT_INPROC_SRV_H
+#define KV_TESTS_SUPPORT_INPROC_SRV_H
+
+#include "shardserver/server.h"
+
+/* One in-process server and what its configuration borrows. */
+typedef struct {
+	kv_server *s;       /* NULL: not created */
+	kv_server_cfg cfg;  /* its flags */
+	char url[64];       /* --listen */
+	char dir[200];      /* --data-dir */
+	const char *ctl[1]; /* --controller */
+} inproc_srv;
+
+/* Fills v (zeroed first) for server i: a free loopback URL, the data dir
+ * TMPDIR/n<i+1>, the controller at ctl_url (borrowed), --join, batch
+ * fsync, `contexts` request contexts and 500 ms watch polls. */
+void inproc_srv_init(inproc_srv *v, const char *tmpdir, int i, const char *ctl_url,
+                     unsigned contexts);
+
+/* Creates and starts v's server. */
+void inproc_srv_up(inproc_srv *v);
+
+/* Stops and destroys v's server. */
+void inproc_srv_down(inproc_srv *v);
+
+#endif
