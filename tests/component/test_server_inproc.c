@@ -50,40 +50,9 @@ setup(void **state)
 static int
 teardown(void **state)
 {
-	char cmd[300];
 	(void)state;
-	clients_close();
-	for (int i = 0; i < NSRV; i++) {
-		kv_server_destroy(srvs[i].s);
-		srvs[i].s = NULL;
-	}
-	fake_ctl_stop(ctl);
-	ctl = NULL;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", tmpdir);
+	inproc_srv_cleanup(srvs, NSRV, &ctl, tmpdir);
 	return 0;
-}
-
-/* Creates and starts server i. */
-static void
-srv_up(int i)
-{
-	inproc_srv_up(&srvs[i]);
-}
-
-/* Stops and destroys server i. */
-static void
-srv_down(int i)
-{
-	inproc_srv_down(&srvs[i]);
-}
-
-/* Polls until the server answers a ping with a node id and at least epoch. */
-static void
-wait_ready(const char *url, uint64_t epoch)
-{
-	srv_wait_ready(url, epoch, 15000, NULL);
 }
 
 static void
@@ -96,8 +65,8 @@ server_in_process_serves_after_its_first_configuration_and_stops_cleanly(void **
 	fake_cfg_range(&b, "", 1);
 	fake_cfg_range(&b, "m", 2);
 	uint64_t e = fake_cfg_publish(ctl, &b);
-	srv_up(0);
-	wait_ready(srvs[0].url, e);
+	inproc_srv_up(&srvs[0]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
 	const char *u = srvs[0].url;
 	assert_int_equal(do_put(u, "apple", "red", 0, 0).status, 0);
 	assert_string_equal(do_get(u, "apple").value, "red");
@@ -107,7 +76,7 @@ server_in_process_serves_after_its_first_configuration_and_stops_cleanly(void **
 	assert_int_equal(w.status, SHARDKV__STATUS__STATUS_WRONG_OWNER);
 	assert_int_equal(w.hint_node, 2);
 	assert_string_equal(w.hint_addr, srvs[1].url);
-	srv_down(0);
+	inproc_srv_down(&srvs[0]);
 	/* Stopped: nothing listens any more. */
 	clients_close();
 	assert_int_equal(do_get(u, "apple").status, -1);
@@ -122,10 +91,10 @@ two_servers_in_one_process_move_a_range_between_them(void **state)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
 	uint64_t e = fake_cfg_publish(ctl, &b);
-	srv_up(0);
-	srv_up(1);
-	wait_ready(srvs[0].url, e);
-	wait_ready(srvs[1].url, e);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
 	char k[32], v[32];
 	for (int i = 0; i < 200; i++) {
 		snprintf(k, sizeof(k), "%c%03d", i % 2 ? 'a' : 'p', i);
@@ -142,7 +111,7 @@ two_servers_in_one_process_move_a_range_between_them(void **state)
 	fake_cfg_range(&b, "", 1);
 	fake_cfg_range(&b, "m", 2);
 	e = fake_cfg_publish(ctl, &b);
-	wait_ready(srvs[1].url, e);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
 	for (int i = 0; i < 200; i++) {
 		snprintf(k, sizeof(k), "%c%03d", i % 2 ? 'a' : 'p', i);
 		snprintf(v, sizeof(v), "v%d", i);
@@ -154,8 +123,8 @@ two_servers_in_one_process_move_a_range_between_them(void **state)
 	res1 r = do_get(srvs[0].url, "p000");
 	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_WRONG_OWNER);
 	assert_int_equal(r.hint_node, 2);
-	srv_down(1);
-	srv_down(0);
+	inproc_srv_down(&srvs[1]);
+	inproc_srv_down(&srvs[0]);
 }
 
 static void
@@ -167,16 +136,16 @@ restarted_on_the_same_data_dir_a_server_keeps_its_data_and_node_id(void **state)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 2);
 	uint64_t e = fake_cfg_publish(ctl, &b);
-	srv_up(0);
-	wait_ready(srvs[0].url, e);
+	inproc_srv_up(&srvs[0]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
 	assert_int_equal(do_put(srvs[0].url, "kept", "yes", 0, 0).status, 0);
-	srv_down(0);
+	inproc_srv_down(&srvs[0]);
 	clients_close();
 	pthread_mutex_lock(&ctl->mu);
 	unsigned regs = ctl->registers;
 	assert_int_equal(ctl->last_resume, 0);
 	pthread_mutex_unlock(&ctl->mu);
-	srv_up(0);
+	inproc_srv_up(&srvs[0]);
 	uint64_t deadline = kv_test_now_ms() + 10000;
 	for (;;) {
 		pthread_mutex_lock(&ctl->mu);
@@ -198,7 +167,7 @@ restarted_on_the_same_data_dir_a_server_keeps_its_data_and_node_id(void **state)
 		kv_test_sleep_ms(10);
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.value, "yes");
-	srv_down(0);
+	inproc_srv_down(&srvs[0]);
 }
 
 static void
@@ -211,10 +180,10 @@ leave_returns_drained_once_the_controller_marks_the_node_gone(void **state)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
 	uint64_t e = fake_cfg_publish(ctl, &b);
-	srv_up(0);
-	srv_up(1);
-	wait_ready(srvs[0].url, e);
-	wait_ready(srvs[1].url, e);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
 	assert_int_equal(do_put(srvs[0].url, "l1", "v", 0, 0).status, 0);
 	/* Nothing published yet: the leave times out, the node still serves. */
 	assert_int_equal(kv_server_leave(srvs[0].s, 300, NULL, NULL), KV_LEAVE_TIMED_OUT);
@@ -233,11 +202,11 @@ leave_returns_drained_once_the_controller_marks_the_node_gone(void **state)
 	pthread_mutex_lock(&ctl->mu);
 	assert_int_equal(ctl->leave_from, 1);
 	pthread_mutex_unlock(&ctl->mu);
-	srv_down(0);
+	inproc_srv_down(&srvs[0]);
 	res1 r = do_get(srvs[1].url, "l1");
 	assert_int_equal(r.status, 0);
 	assert_string_equal(r.value, "v");
-	srv_down(1);
+	inproc_srv_down(&srvs[1]);
 }
 
 /* kv_server_wait_cb that cuts the leave short at once. */
@@ -259,12 +228,12 @@ leave_cut_short_by_the_wait_callback_reports_where(void **state)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
 	uint64_t e = fake_cfg_publish(ctl, &b);
-	srv_up(0);
-	wait_ready(srvs[0].url, e);
+	inproc_srv_up(&srvs[0]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
 	assert_int_equal(kv_server_leave(srvs[0].s, 5000, cut_at_once, &calls),
 	                 KV_LEAVE_CUT_DRAINING);
 	assert_int_equal(calls, 1);
-	srv_down(0);
+	inproc_srv_down(&srvs[0]);
 }
 
 static void

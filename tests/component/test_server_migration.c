@@ -63,39 +63,9 @@ setup(void **state)
 static int
 teardown(void **state)
 {
-	char cmd[300];
 	(void)state;
-	clients_close();
-	for (int i = 0; i < NSRV; i++) {
-		kv_server_destroy(srvs[i].s);
-		srvs[i].s = NULL;
-	}
-	fake_ctl_stop(ctl);
-	ctl = NULL;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", tmpdir);
+	inproc_srv_cleanup(srvs, NSRV, &ctl, tmpdir);
 	return 0;
-}
-
-static void
-srv_up(int i)
-{
-	inproc_srv_up(&srvs[i]);
-}
-
-/* Stops and destroys server i without a leave: its ranges stay its own. */
-static void
-srv_down(int i)
-{
-	inproc_srv_down(&srvs[i]);
-}
-
-/* Polls until the server answers a ping with a node id and at least epoch. */
-static void
-wait_ready(const char *url, uint64_t epoch)
-{
-	srv_wait_ready(url, epoch, 15000, NULL);
 }
 
 /* Both servers up at a configuration giving everything to node 1. */
@@ -105,10 +75,10 @@ two_servers_node1_owns_all(void)
 	fake_cfg b = fake_cfg_new(ctl);
 	fake_cfg_range(&b, "", 1);
 	uint64_t e = fake_cfg_publish(ctl, &b);
-	srv_up(0);
-	srv_up(1);
-	wait_ready(srvs[0].url, e);
-	wait_ready(srvs[1].url, e);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
 }
 
 /* Publishes [m, "") moving from `from` to `to` (migration id), at rate MB/s. */
@@ -241,14 +211,14 @@ source_stopped_between_fence_ack_and_commit_restarts_and_hands_over_every_key(vo
 	/* The destination has acknowledged the fence; the controller has not
 	 * answered: the source dies here (no leave, its log is all it keeps). */
 	fake_ctl_wait_fenced(ctl, 15000);
-	srv_down(0);
+	inproc_srv_down(&srvs[0]);
 	clients_close();
 	fake_ctl_release_fence(ctl, 0);
-	srv_up(0);
+	inproc_srv_up(&srvs[0]);
 	fake_ctl_wait_done(ctl, 1, 20000);
 	uint64_t e = publish_owner(2);
-	wait_ready(srvs[1].url, e);
-	wait_ready(srvs[0].url, e);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
 	check_keys(srvs[1].url, NKEYS_SMALL, ver1, 100);
 	res1 r = do_get(srvs[0].url, "p00000");
 	assert_int_equal(r.status, ST_WRONG);
@@ -269,8 +239,8 @@ migration_cancelled_between_fence_ack_and_commit_leaves_every_key_on_the_source(
 	/* Cancelled meanwhile: the controller no longer lists the migration. */
 	uint64_t e = publish_owner(1);
 	fake_ctl_release_fence(ctl, SHARDKV__STATUS__STATUS_NOT_FOUND);
-	wait_ready(srvs[0].url, e);
-	wait_ready(srvs[1].url, e);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
 	wait_serves(srvs[0].url, "pz-after-cancel");
 	check_keys(srvs[0].url, NKEYS_SMALL, ver1, 100);
 	res1 r = do_get(srvs[1].url, "p00000");
@@ -327,7 +297,7 @@ destination_answers_moving_naming_the_source_until_the_commit(void **state)
 	fake_ctl_release_fence(ctl, 0);
 	fake_ctl_wait_done(ctl, 1, 20000);
 	uint64_t e = publish_owner(2);
-	wait_ready(srvs[1].url, e);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
 	check_keys(srvs[1].url, NKEYS_SLOW, ver_even2, VLEN_SLOW);
 	assert_int_equal(do_get(srvs[1].url, "pzz-new").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
 }
@@ -358,7 +328,7 @@ client_configured_before_an_earlier_move_reads_every_key_while_the_range_comes_b
 	publish_move(1, 1, 2, 0);
 	fake_ctl_wait_done(ctl, 1, 20000);
 	uint64_t e = publish_owner(2);
-	wait_ready(srvs[1].url, e);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
 	/* It comes back slowly; node 1 has it INCOMING while the stale client
 	 * still routes it to node 1. The first get is of the last key, which
 	 * the copy (in key order) has not reached yet. */

@@ -5,9 +5,11 @@
 #include "tests/support/inproc_srv.h"
 
 #include "common/err.h"
+#include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <setjmp.h>
@@ -48,4 +50,21 @@ inproc_srv_down(inproc_srv *v)
 	assert_int_equal(kv_server_stop(v->s), 0);
 	kv_server_destroy(v->s);
 	v->s = NULL;
+}
+
+void
+inproc_srv_cleanup(inproc_srv *v, int n, fake_ctl **ctl, const char *tmpdir)
+{
+	char cmd[300];
+
+	clients_close();
+	for (int i = 0; i < n; i++) {
+		kv_server_destroy(v[i].s);
+		v[i].s = NULL;
+	}
+	fake_ctl_stop(*ctl);
+	*ctl = NULL;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", tmpdir);
 }

@@ -8,6 +8,7 @@
 #define KV_TESTS_SUPPORT_INPROC_SRV_H
 
 #include "shardserver/server.h"
+#include "tests/support/fake_ctl.h"
 
 /* One in-process server and what its configuration borrows. */
 typedef struct {
@@ -29,5 +30,10 @@ void inproc_srv_up(inproc_srv *v);
 
 /* Stops and destroys v's server. */
 void inproc_srv_down(inproc_srv *v);
+
+/* A component test's teardown: closes the cached raw clients, destroys
+ * every server of v[0..n) still there, stops *ctl (set to NULL) and
+ * removes tmpdir. */
+void inproc_srv_cleanup(inproc_srv *v, int n, fake_ctl **ctl, const char *tmpdir);
 
 #endif
