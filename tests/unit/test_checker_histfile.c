@@ -274,7 +274,7 @@ written_history_reads_back_to_the_same_verdict(void **state)
 	chk_nemesis nem[2] = {{.start = 3, .end = 11, .f = "move", .args = "\"to\": 2"},
 	                      {.start = 100, .f = "kill", .args = "\"server\": \"tcp://x\""}};
 	snprintf(nem[0].result, sizeof(nem[0].result), "\"result\": \"ok\"");
-	assert_int_equal(chk_histfile_write(f, keys, 3, ops, n, nem, 2), 0);
+	assert_int_equal(chk_histfile_write(f, keys, 3, ops, n, NULL, 0, nem, 2), 0);
 	fclose(f);
 	char err[256];
 	assert_int_equal(check_text(buf, &got, err, sizeof(err)), 0);
