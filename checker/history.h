@@ -165,7 +165,9 @@ uint64_t chk_hash(uint64_t h, const void *p, size_t n);
  * comes first); an append's returned length is where its token ends; a get
  * reads a prefix of the final value that holds every append completed
  * before it began, none begun after it ended, and no fewer tokens than a
- * get that completed before it began.
+ * get that completed before it began. With final_partial (the final read
+ * failed and `final` is the longest read), an acknowledged append need be
+ * in it only when it completed before that read began.
  *
  * Registers: complete per-key linearizability of puts and gets with unique
  * values. A get returns a value put to that key by a put that began before
@@ -194,9 +196,9 @@ uint64_t chk_hash(uint64_t h, const void *p, size_t n);
  * all or none of the mput's writes to the keys it read: where it read the
  * mput's value on one key, on another key of the mput it read that value or
  * one written after it, never "absent" or a value put before the mput
- * began (CHK_V_FRACTURED). Reading a value put after the mput orders the
- * mput first on that key; those orders must not form a circle
- * (CHK_V_TXN_CYCLE).
+ * began (CHK_V_FRACTURED; "absent" on a key with deletes is left to the
+ * key's own check, since a delete after the mput may explain it). Reading a value put after the
+ * mput orders the mput first on that key; those orders must not form a circle (CHK_V_TXN_CYCLE).
  */
 int chk_check(const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops, chk_result *res);
 
