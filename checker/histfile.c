@@ -1032,7 +1032,7 @@ event(rd *r, pmap *pm, json_t *ev)
 
 /* Keys of the register parts all scans may make together (a file of many
  * wide scans over many keys is refused rather than expanded). */
-#define MAX_SCAN_PARTS ((size_t)1 << 24)
+#define MAX_SCAN_PARTS ((size_t)1 << 22)
 
 /* A register by name. */
 typedef struct {
