@@ -12,9 +12,11 @@
  * async slot (--async): each process has its own buffer, written by the
  * client thread (blocking calls) or by the library thread that runs the
  * slot's callback (one op in flight per slot), so recording takes no lock.
- * The only shared state is atomics: the stop flag, the operation budget,
- * the current generation of each append key, the "hot" keys the driver is
- * moving, and the multi-key gate (chk_workload_mk_block).
+ * The shared state is atomics: the stop flag, the operation budget, the
+ * current generation of each append key, the "hot" keys the driver is
+ * moving, and the multi-key gate (chk_workload_mk_block); and the longest
+ * read of each append key, under one mutex that is a leaf (taken by client
+ * threads and library callbacks, with no other lock of the checker held).
  */
 #ifndef KV_CHECKER_CHECKER_H
 #define KV_CHECKER_CHECKER_H
