@@ -950,7 +950,7 @@ search_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 	/* The walk. h1, h2: the set placed (per call entry e: z[e], and z[e] mixed
 	 * again); val: the register's value (0: absent). */
 	uint64_t h1 = 0, h2 = 0, val = 0;
-	size_t sp = 0, done = 0, best = 0, blocker = NONE, e = next[0];
+	size_t sp = 0, done = 0, best = 0, blocker = NONE, last = NONE, e = next[0];
 	int m = smemo_add(&memo, h1, h2, val);
 	if (m < 0)
 		goto out;
@@ -960,6 +960,7 @@ search_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 			if (e <= ne && (blocker == NONE || done > best)) {
 				best = done;
 				blocker = en[e].op;
+				last = sp ? en[stack[sp - 1].e].op : NONE;
 			}
 			if (sp == 0)
 				break;
@@ -1009,10 +1010,11 @@ search_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 		e = next[e];
 	}
 	if (done < nreq && blocker != NONE)
-		violation(x, CHK_V_UNORDERED, k, blocker, NONE,
+		violation(x, CHK_V_UNORDERED, k, blocker, last,
 		          "no order of the puts and deletes explains what the gets and deletes "
 		          "returned: at most %zu of the key's %zu completed operations can be "
-		          "placed in order before this one",
+		          "placed in order before this one (the other one marked is the last "
+		          "of the longest such order)",
 		          best, nreq);
 	rv = 0;
 out:
