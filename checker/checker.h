@@ -12,9 +12,11 @@
  * async slot (--async): each process has its own buffer, written by the
  * client thread (blocking calls) or by the library thread that runs the
  * slot's callback (one op in flight per slot), so recording takes no lock.
- * The only shared state is atomics: the stop flag, the operation budget,
- * the current generation of each append key, the "hot" keys the driver is
- * moving, and the multi-key gate (chk_workload_mk_block).
+ * The shared state is atomics: the stop flag, the operation budget, the
+ * current generation of each append key, the "hot" keys the driver is
+ * moving, and the multi-key gate (chk_workload_mk_block); and the longest
+ * read of each append key, under one mutex that is a leaf (taken by client
+ * threads and library callbacks, with no other lock of the checker held).
  */
 #ifndef KV_CHECKER_CHECKER_H
 #define KV_CHECKER_CHECKER_H
@@ -76,6 +78,9 @@ typedef struct {
 	unsigned groups;         /* --multi: groups of 2-4 registers for mput/mget (0: none) */
 	unsigned hot_pct;        /* --hot: % of ops on keys the driver is moving */
 	unsigned move_rate;      /* --move-rate: MB/s of half the unwaited copies (0: unpaced) */
+	unsigned del_pct;        /* --deletes: % of single-key ops that delete a register */
+	unsigned scan_pct;       /* --scans: % of blocking ops that scan registers (0: none) */
+	unsigned scan_limit;     /* --scan-limit: entries a scan asks for at most */
 } chk_opts;
 
 /* Monotonic nanoseconds. */
@@ -247,6 +252,7 @@ typedef struct {
 	uint64_t mk_skipped;    /* multi-key ops not issued: gate closed or group split */
 	uint64_t async_ops;     /* operations issued through the async API */
 	uint64_t hot_ops;       /* operations on keys the driver was moving */
+	uint64_t dels, scans;   /* deletes and scans issued */
 } chk_workload_more;
 
 void chk_workload_more_counts(chk_workload *w, chk_workload_more *out);
@@ -301,6 +307,10 @@ size_t chk_workload_final_reads(chk_workload *w, shardkv_client *admin, unsigned
 /* The history and key table (valid until chk_workload_destroy). */
 void chk_workload_history(chk_workload *w, const chk_key **keys, size_t *nkeys, const chk_op **ops,
                           size_t *nops);
+
+/* The scans of the history, for the history file (valid until
+ * chk_workload_destroy; after chk_workload_history). */
+void chk_workload_scans(chk_workload *w, const chk_scan **scans, size_t *n);
 
 /* Counts of failed operations by error code (index -err, up to 31). */
 const uint64_t *chk_workload_errors(chk_workload *w);

@@ -88,7 +88,7 @@ put_value(FILE *f, const chk_key *keys, const chk_op *o, bool completion)
 	char b[64];
 	const chk_key *k = &keys[o->key];
 
-	if (o->kind == CHK_GET) {
+	if (o->kind == CHK_GET || o->kind == CHK_DEL || o->kind == CHK_SCAN) {
 		if (!completion || o->status == CHK_FAILED || o->status == CHK_NOTFOUND) {
 			fputs("null", f);
 		} else if (o->status == CHK_GARBAGE) {
@@ -121,6 +121,10 @@ op_name(const chk_op *o)
 		return "append";
 	case CHK_PUT:
 		return o->txn ? "mput" : "put";
+	case CHK_DEL:
+		return "del";
+	case CHK_SCAN:
+		return "scan";
 	default:
 		return o->txn ? "mget" : "get";
 	}
@@ -146,8 +150,8 @@ write_finals(FILE *f, const chk_key *keys, size_t nkeys, uint32_t maxclient, uin
 
 	for (size_t k = 0; k < nkeys; k++) {
 		const chk_key *key = &keys[k];
-		if (!key->append || !key->final_known)
-			continue;
+		if (!key->append || !key->final_known || key->final_partial)
+			continue; /* a partial final value is a read of the history */
 		uint64_t t1 = key->final_invoke > last ? key->final_invoke : last + 1;
 		uint64_t t2 = key->final_complete > t1 ? key->final_complete : t1 + 1;
 		last = t2;
@@ -200,10 +204,50 @@ put_nemesis(FILE *f, const chk_nemesis *n, bool end, uint64_t t)
 	fprintf(f, "}, \"time\": %" PRIu64 "}\n", t);
 }
 
+static int
+scan_txn_cmp(const void *a, const void *b)
+{
+	const chk_scan *x = a, *y = b;
+
+	return x->txn < y->txn ? -1 : x->txn > y->txn;
+}
+
+/* A scan's fields: its range and limit, and on completion what it returned. */
+static void
+put_scan(FILE *f, const chk_key *keys, const chk_op *ops, const size_t *parts, size_t first,
+         const chk_scan *sc, bool completion)
+{
+	fputs("\"start\": ", f);
+	put_cstr(f, sc->start);
+	fputs(", \"end\": ", f);
+	put_cstr(f, sc->end);
+	fprintf(f, ", \"limit\": %" PRIu32, sc->limit);
+	if (!completion || ops[first].status == CHK_FAILED)
+		return;
+	fputs(", \"kvs\": {", f);
+	bool any = false;
+	for (size_t p = first; p != NONE; p = parts[p]) {
+		if (ops[p].status == CHK_NOTFOUND)
+			continue;
+		if (any)
+			fputs(", ", f);
+		any = true;
+		put_cstr(f, keys[ops[p].key].name);
+		fputs(": ", f);
+		put_value(f, keys, &ops[p], true);
+	}
+	fputc('}', f);
+	if (sc->cut) {
+		fputs(", \"cut\": ", f);
+		put_cstr(f, sc->cut);
+	}
+}
+
 int
 chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops,
-                   const chk_nemesis *nem, size_t nnem)
+                   const chk_scan *scans, size_t nscans, const chk_nemesis *nem, size_t nnem)
 {
+	chk_scan *sc = malloc((nscans + 1) * sizeof(*sc)); /* by txn */
 	wev *e = malloc((2 * nops + 1) * sizeof(*e));
 	nline *nl = malloc((2 * nnem + 1) * sizeof(*nl));
 	size_t nn = 0, nj = 0;
@@ -213,8 +257,12 @@ chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops
 	size_t ne = 0;
 	int rv = -1;
 
-	if (e == NULL || parts == NULL || head == NULL || nl == NULL)
+	if (e == NULL || parts == NULL || head == NULL || nl == NULL || sc == NULL)
 		goto out;
+	if (nscans)
+		memcpy(sc, scans, nscans * sizeof(*sc));
+	if (nscans > 1)
+		qsort(sc, nscans, sizeof(*sc), scan_txn_cmp);
 	for (size_t i = 0; i < nnem; i++) {
 		nl[nn++] = (nline){nem[i].start, i, false};
 		if (nem[i].end)
@@ -238,6 +286,11 @@ chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops
 	for (size_t i = 0; i < nops; i++) {
 		if (head[i] != i)
 			continue;
+		if (ops[i].kind == CHK_SCAN) {
+			chk_scan want = {.txn = ops[i].txn};
+			if (bsearch(&want, sc, nscans, sizeof(*sc), scan_txn_cmp) == NULL)
+				continue; /* not described: left out */
+		}
 		uint64_t done = ops[i].complete == CHK_NEVER ? ops[i].ret : ops[i].complete;
 		e[ne++] = (wev){ops[i].invoke, i, true};
 		e[ne++] = (wev){done < ops[i].invoke ? ops[i].invoke : done, i, false};
@@ -261,9 +314,9 @@ chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops
 		const chk_op *o = &ops[e[j].op];
 		const char *type = "invoke";
 		if (!e[j].invoke)
-			type = o->status != CHK_FAILED ? "ok"
-			       : o->kind == CHK_GET    ? "fail"
-			                               : "info";
+			type = o->status != CHK_FAILED                     ? "ok"
+			       : o->kind == CHK_GET || o->kind == CHK_SCAN ? "fail"
+			                                                   : "info";
 		/* A read of an append key whose final value was never read back:
 		 * its bytes are not in the history (only their length and hash),
 		 * so the file cannot say what it read. */
@@ -272,7 +325,11 @@ chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops
 			type = "info";
 		fprintf(f, "{\"process\": %" PRIu64 ", \"type\": \"%s\", \"f\": \"%s\", ",
 		        op_process(ops, e[j].op, maxclient), type, op_name(o));
-		if (o->txn == 0) {
+		if (o->kind == CHK_SCAN) {
+			chk_scan want = {.txn = o->txn};
+			const chk_scan *d = bsearch(&want, sc, nscans, sizeof(*sc), scan_txn_cmp);
+			put_scan(f, keys, ops, parts, e[j].op, d, !e[j].invoke);
+		} else if (o->txn == 0) {
 			fputs("\"key\": ", f);
 			put_cstr(f, keys[o->key].name);
 			fputs(", \"value\": ", f);
@@ -298,6 +355,7 @@ out:
 	free(nl);
 	free(parts);
 	free(head);
+	free(sc);
 	return rv;
 }
 
@@ -319,6 +377,27 @@ typedef struct {
 	size_t mask; /* slots - 1 */
 	size_t n;    /* used */
 } smap;
+
+/* One key a scan returned. */
+typedef struct {
+	const char *name; /* the key's name (the key table's, stable) */
+	uint32_t key;     /* key index */
+	char *val;        /* the value (owned) */
+	size_t vlen;      /* its length */
+} rkv;
+
+/* One completed scan of the file: [start, end), up to cut when its limit
+ * stopped it. */
+struct rscan {
+	char *start, *end, *cut; /* owned; end "": no end; cut NULL: not cut */
+	size_t sl, el, cl;       /* their lengths */
+	rkv *kv;                 /* what it returned (owned), in key order */
+	size_t nkv;
+	uint64_t invoke, complete; /* times */
+	size_t line;               /* the invoke's line */
+	uint32_t process;          /* for reports */
+	uint32_t txn;              /* the id its parts carry */
+};
 
 /* One completed operation of the file, before naming. */
 typedef struct {
@@ -348,6 +427,9 @@ struct chk_histfile {
 	rop *raw;      /* the file's operations */
 	size_t nraw;
 	size_t capraw;
+	struct rscan *scans; /* the file's scans, expanded into ops after the last line */
+	size_t nscans;
+	size_t capscans;
 	smap names_map;   /* key name -> index (key field unused) */
 	smap vals;        /* (key, written value) -> identity */
 	uint64_t next_id; /* identities handed out */
@@ -617,6 +699,128 @@ key_kind(rd *r, uint32_t k, bool append)
 	return 0;
 }
 
+/* Copies a JSON string member `name` of ev (NULL when absent and !need). */
+static int
+dup_member(rd *r, json_t *ev, const char *name, bool need, char **out, size_t *len)
+{
+	json_t *v = json_object_get(ev, name);
+
+	*out = NULL;
+	*len = 0;
+	if (v == NULL && !need)
+		return 0;
+	if (!json_is_string(v))
+		return bad(r, "\"%s\" is not a string", name);
+	return dup_value(r, v, name, out, len);
+}
+
+/* Byte order of keys, a shorter key first among equal bytes. */
+static int
+key_cmp(const char *a, size_t al, const char *b, size_t bl)
+{
+	int c = memcmp(a, b, al < bl ? al : bl);
+
+	return c ? c : (al > bl) - (al < bl);
+}
+
+/* Orders rkv (and anything that starts with a name) by name. */
+static int
+rkv_cmp(const void *a, const void *b)
+{
+	const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+
+	return key_cmp(x, strlen(x), y, strlen(y));
+}
+
+static void
+rscan_free(struct rscan *s)
+{
+	free(s->start);
+	free(s->end);
+	free(s->cut);
+	for (size_t i = 0; i < s->nkv; i++)
+		free(s->kv[i].val);
+	free(s->kv);
+}
+
+/* A scan: kept whole until every register of the file is known (see
+ * expand_scans). A failed scan, or one of unknown outcome, tells nothing. */
+static int
+scan_event(rd *r, json_t *inv, size_t inv_line, json_t *done, bool ok, uint64_t t)
+{
+	chk_histfile *h = r->h;
+	json_t *limit = json_object_get(inv, "limit");
+
+	if (limit != NULL && (!json_is_integer(limit) || json_integer_value(limit) < 0))
+		return bad(r, "\"limit\" is not a count");
+	if (!ok)
+		return 0;
+	if (h->nscans == h->capscans) {
+		size_t cap = h->capscans ? 2 * h->capscans : 64;
+		struct rscan *x = realloc(h->scans, cap * sizeof(*x));
+		if (x == NULL)
+			return oom(r);
+		h->scans = x;
+		h->capscans = cap;
+	}
+	if (r->txns == UINT32_MAX)
+		return bad(r, "too many multi-key operations");
+	struct rscan *s = &h->scans[h->nscans++];
+	memset(s, 0, sizeof(*s));
+	s->invoke = (uint64_t)json_integer_value(json_object_get(inv, "time"));
+	s->complete = t;
+	s->line = inv_line;
+	s->process = (uint32_t)json_integer_value(json_object_get(inv, "process"));
+	s->txn = ++r->txns;
+	if (dup_member(r, inv, "start", true, &s->start, &s->sl) != 0 ||
+	    dup_member(r, inv, "end", true, &s->end, &s->el) != 0 ||
+	    dup_member(r, done, "cut", false, &s->cut, &s->cl) != 0)
+		return -1;
+	if (s->el && key_cmp(s->start, s->sl, s->end, s->el) >= 0)
+		return bad(r, "scan of an empty range");
+	json_t *kvs = json_object_get(done, "kvs");
+	if (!json_is_object(kvs))
+		return bad(r, "scan has no \"kvs\" object");
+	if ((s->kv = calloc(json_object_size(kvs) + 1, sizeof(*s->kv))) == NULL)
+		return oom(r);
+	const char *name;
+	json_t *v;
+	json_object_foreach(kvs, name, v)
+	{
+		size_t nl = strlen(name);
+		rkv *kv = &s->kv[s->nkv];
+		if (key_cmp(name, nl, s->start, s->sl) < 0 ||
+		    (s->el && key_cmp(name, nl, s->end, s->el) >= 0) ||
+		    (s->cut && key_cmp(name, nl, s->cut, s->cl) > 0))
+			return bad(r, "scan returned key %s, outside its range", name);
+		if (key_index(r, name, nl, &kv->key) != 0)
+			return -1;
+		kv->name = h->keys[kv->key].name;
+		if (r->h->key_append[kv->key] == 1)
+			return bad(r, "scan returned append key %s: not checked by this version",
+			           name);
+		if (key_kind(r, kv->key, false) != 0)
+			return -1;
+		if (!json_is_string(v))
+			return bad(r, "scan's value of %s is not a string", name);
+		if (dup_value(r, v, "a value of \"kvs\"", &kv->val, &kv->vlen) != 0)
+			return -1;
+		s->nkv++;
+	}
+	if (s->nkv > 1)
+		qsort(s->kv, s->nkv, sizeof(*s->kv), rkv_cmp);
+	/* Stopped by its limit: keys after the last one it returned were not
+	 * looked at. */
+	if (s->cut == NULL && limit != NULL && s->nkv > 0 &&
+	    (uint64_t)json_integer_value(limit) <= s->nkv) {
+		const char *last = s->kv[s->nkv - 1].name;
+		if ((s->cut = strdup(last)) == NULL)
+			return oom(r);
+		s->cl = strlen(last);
+	}
+	return 0;
+}
+
 /* Records the operation that inv (its invocation) and done (its
  * completion) make. */
 static int
@@ -638,12 +842,18 @@ complete(rd *r, json_t *inv, size_t inv_line, json_t *done, const char *type, ui
 		kind = CHK_PUT;
 	else if (strcmp(f, "append") == 0)
 		kind = CHK_APPEND;
+	else if (strcmp(f, "del") == 0)
+		kind = CHK_DEL;
+	else if (strcmp(f, "scan") == 0)
+		kind = CHK_SCAN;
 	else
 		return bad(r, "operation \"%s\" is not checked by this version of the checker", f);
+	if (kind == CHK_SCAN)
+		return scan_event(r, inv, inv_line, done, ok, t);
 	if (kind == CHK_GET && failed)
 		return 0; /* a read that certainly did not happen tells nothing */
 	if (kind != CHK_GET && failed)
-		return 0;   /* nor a write that certainly did not happen */
+		return 0;   /* nor a write (or delete) that certainly did not happen */
 	bool unknown = !ok; /* "info" */
 	if (kind == CHK_GET && unknown)
 		return 0; /* a read of unknown outcome tells nothing either */
@@ -654,7 +864,7 @@ complete(rd *r, json_t *inv, size_t inv_line, json_t *done, const char *type, ui
 			return bad(r, "too many multi-key operations");
 		txn = ++r->txns;
 	}
-	json_t *src = kind == CHK_GET ? done : inv; /* where the values are */
+	json_t *src = kind == CHK_GET || kind == CHK_DEL ? done : inv; /* where the values are */
 	if (!multi) {
 		json_t *key = json_object_get(inv, "key");
 		if (!json_is_string(key))
@@ -663,7 +873,7 @@ complete(rd *r, json_t *inv, size_t inv_line, json_t *done, const char *type, ui
 		if (key_index(r, json_string_value(key), json_string_length(key), &k) != 0)
 			return -1;
 		if (kind != CHK_GET && key_kind(r, k, kind == CHK_APPEND) != 0)
-			return -1;
+			return -1; /* a delete makes a register */
 		rop *o = raw_add(r);
 		if (o == NULL)
 			return oom(r);
@@ -676,11 +886,13 @@ complete(rd *r, json_t *inv, size_t inv_line, json_t *done, const char *type, ui
 		           .status = unknown ? CHK_FAILED : CHK_OK,
 		           .complete = unknown ? CHK_NEVER : t};
 		json_t *v = json_object_get(src, "value");
+		if (kind == CHK_DEL && unknown)
+			return 0; /* what it deleted is not known */
 		if (v == NULL)
 			return bad(r, "%s has no \"value\"", f);
 		if (dup_value(r, v, "\"value\"", &o->val, &o->vlen) != 0)
 			return -1;
-		if (kind != CHK_GET && o->val == NULL)
+		if (kind != CHK_GET && kind != CHK_DEL && o->val == NULL)
 			return bad(r, "%s of a null value", f);
 		if (kind == CHK_APPEND && ok) {
 			json_t *rl = json_object_get(done, "result_len");
@@ -818,6 +1030,91 @@ event(rd *r, pmap *pm, json_t *ev)
 	return rv;
 }
 
+/* Keys of the register parts all scans may make together (a file of many
+ * wide scans over many keys is refused rather than expanded). */
+#define MAX_SCAN_PARTS ((size_t)1 << 22)
+
+/* A register by name. */
+typedef struct {
+	const char *name; /* first: rkv_cmp orders by it */
+	uint32_t key;
+} rname;
+
+/* Each scan becomes one op per register of the file in its range (up to
+ * its cut): a read of what it returned for the key, or "not found" for a
+ * key it passed over. */
+static int
+expand_scans(rd *r)
+{
+	chk_histfile *h = r->h;
+	rname *regs = NULL;
+	size_t nregs = 0, parts = 0;
+	int rv = -1;
+
+	if (h->nscans == 0)
+		return 0;
+	if ((regs = malloc((h->nkeys + 1) * sizeof(*regs))) == NULL)
+		return oom(r);
+	for (size_t k = 0; k < h->nkeys; k++)
+		if (h->key_append[k] != 1)
+			regs[nregs++] = (rname){h->keys[k].name, (uint32_t)k};
+	if (nregs > 1)
+		qsort(regs, nregs, sizeof(*regs), rkv_cmp);
+	for (size_t i = 0; i < h->nscans; i++) {
+		struct rscan *s = &h->scans[i];
+		size_t lo = 0, hi = nregs, j = 0;
+		r->line = s->line;
+		while (lo < hi) { /* the first register >= start */
+			size_t mid = lo + (hi - lo) / 2;
+			const char *nm = regs[mid].name;
+			if (key_cmp(nm, strlen(nm), s->start, s->sl) < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		for (size_t q = lo; q < nregs; q++) {
+			uint32_t k = regs[q].key;
+			const char *nm = regs[q].name;
+			size_t nl = strlen(nm);
+			if ((s->el && key_cmp(nm, nl, s->end, s->el) >= 0) ||
+			    (s->cut && key_cmp(nm, nl, s->cut, s->cl) > 0))
+				break;
+			if (++parts > MAX_SCAN_PARTS) {
+				bad(r, "the scans pass over more than %zu keys in all",
+				    MAX_SCAN_PARTS);
+				goto out;
+			}
+			rop *o = raw_add(r);
+			if (o == NULL) {
+				oom(r);
+				goto out;
+			}
+			*o = (rop){.kind = CHK_SCAN,
+			           .key = k,
+			           .invoke = s->invoke,
+			           .complete = s->complete,
+			           .ret = s->complete,
+			           .line = s->line,
+			           .process = s->process,
+			           .txn = s->txn,
+			           .status = CHK_OK};
+			while (j < s->nkv && s->kv[j].key != k &&
+			       key_cmp(s->kv[j].name, strlen(s->kv[j].name), nm, nl) < 0)
+				j++;
+			if (j < s->nkv && s->kv[j].key == k) { /* it returned the key */
+				o->val = s->kv[j].val;
+				o->vlen = s->kv[j].vlen;
+				s->kv[j].val = NULL;
+				j++;
+			}
+		}
+	}
+	rv = 0;
+out:
+	free(regs);
+	return rv;
+}
+
 /* A fresh identity. */
 static uint64_t
 new_id(chk_histfile *h)
@@ -835,7 +1132,7 @@ name_writes(rd *r)
 
 	for (size_t i = 0; i < h->nraw; i++) {
 		rop *o = &h->raw[i];
-		if (o->kind == CHK_GET)
+		if (o->kind != CHK_PUT && o->kind != CHK_APPEND)
 			continue;
 		r->line = o->line;
 		if (o->kind == CHK_APPEND) {
@@ -954,6 +1251,7 @@ build_ops(rd *r)
 {
 	chk_histfile *h = r->h;
 	size_t *final = NULL;      /* per key: the raw get chosen as its final read */
+	size_t *longest = NULL;    /* per key: the raw get that read the most */
 	uint64_t *last_ack = NULL; /* per key: the last completion of an acked append */
 	int rv = -1;
 
@@ -961,14 +1259,15 @@ build_ops(rd *r)
 	h->lines = calloc(h->nraw + 1, sizeof(*h->lines));
 	h->finals = calloc(h->nkeys + 1, sizeof(*h->finals));
 	final = malloc((h->nkeys + 1) * sizeof(*final));
+	longest = malloc((h->nkeys + 1) * sizeof(*longest));
 	last_ack = calloc(h->nkeys + 1, sizeof(*last_ack));
 	if (h->ops == NULL || h->lines == NULL || h->finals == NULL || final == NULL ||
-	    last_ack == NULL) {
+	    longest == NULL || last_ack == NULL) {
 		oom(r);
 		goto out;
 	}
 	for (size_t k = 0; k < h->nkeys; k++) {
-		final[k] = NONE;
+		final[k] = longest[k] = NONE;
 		h->keys[k].append = h->key_append[k] == 1;
 	}
 	for (size_t i = 0; i < h->nraw; i++) {
@@ -985,13 +1284,15 @@ build_ops(rd *r)
 		if (x->status == CHK_FAILED)
 			o->err = -1;
 		h->lines[h->nops] = x->line;
-		if (x->kind != CHK_GET) {
+		if (x->kind == CHK_PUT || x->kind == CHK_APPEND) {
 			sent *s = smap_get(&h->vals, x->key, x->val, x->vlen, false, NULL);
 			o->val = s ? s->id : 0;
 			if (x->kind == CHK_APPEND && x->status == CHK_OK) {
 				if (x->complete > last_ack[x->key])
 					last_ack[x->key] = x->complete;
 			}
+		} else if (x->status == CHK_FAILED) {
+			/* a delete of unknown outcome: nothing read */
 		} else if (x->val == NULL) {
 			o->status = CHK_NOTFOUND;
 		} else if (!h->keys[x->key].append) {
@@ -1017,6 +1318,8 @@ build_ops(rd *r)
 			free(c);
 			if (final[x->key] == NONE || x->invoke > h->raw[final[x->key]].invoke)
 				final[x->key] = i;
+			if (longest[x->key] == NONE || x->vlen > h->raw[longest[x->key]].vlen)
+				longest[x->key] = i;
 		}
 		h->nops++;
 	}
@@ -1026,8 +1329,16 @@ build_ops(rd *r)
 			continue;
 		size_t g = final[k];
 		/* The final value is known when the last read of the key began after
-		 * every acknowledged append of it completed. */
-		if (g == NONE || h->raw[g].invoke <= last_ack[k]) {
+		 * every acknowledged append of it completed. Else the longest read
+		 * stands in for it: every read is a prefix of it, and it holds the
+		 * appends completed before it began. */
+		if (g != NONE && h->raw[g].invoke <= last_ack[k]) {
+			g = final[k] = longest[k];
+			key->final_partial = true;
+			key->final_invoke = h->raw[g].invoke;
+			key->final_complete = h->raw[g].complete;
+		}
+		if (g == NONE) {
 			key->final_known = false;
 			continue;
 		}
@@ -1064,6 +1375,7 @@ build_ops(rd *r)
 	rv = 0;
 out:
 	free(final);
+	free(longest);
 	free(last_ack);
 	return rv;
 }
@@ -1131,7 +1443,7 @@ chk_histfile_read(FILE *f, chk_histfile **out, char *err, size_t errlen)
 		if (e != 0)
 			goto out;
 	}
-	if (name_writes(&r) != 0 || build_ops(&r) != 0)
+	if (expand_scans(&r) != 0 || name_writes(&r) != 0 || build_ops(&r) != 0)
 		goto out;
 	rv = 0;
 out:
@@ -1205,6 +1517,9 @@ chk_histfile_free(chk_histfile *h)
 	for (size_t i = 0; i < h->nraw; i++)
 		free(h->raw[i].val);
 	free(h->raw);
+	for (size_t i = 0; i < h->nscans; i++)
+		rscan_free(&h->scans[i]);
+	free(h->scans);
 	for (size_t k = 0; h->finals && k < h->nkeys; k++)
 		free(h->finals[k]);
 	free(h->finals);

@@ -30,19 +30,32 @@ typedef struct {
 	char result[128]; /* JSON members the end line adds ("\"result\": \"ok\""); may be "" */
 } chk_nemesis;
 
+/* One scan, as the file names it: its parts are the ops of kind CHK_SCAN
+ * with its txn (one per register of its range up to `cut`; those that read
+ * "not found" are the keys it passed over). Plain data, strings borrowed. */
+typedef struct {
+	uint32_t txn;      /* the txn of its parts */
+	uint32_t limit;    /* the entries it asked for at most (0: no limit) */
+	const char *start; /* its range [start, end); "" end: to the end */
+	const char *end;
+	const char *cut; /* NULL, or the last key it returned when its limit stopped it
+	                    (keys after it were not looked at) */
+} chk_scan;
+
 /*
  * Writes ops (any order) over keys to f as JSON Lines, events sorted by
  * time, with the nemesis events nem[0..nnem) (any order; NULL when none)
- * merged in by time. Values are spelled as the workload wrote them; a read of an append
- * key is the prefix of the key's final value it read (or, when its bytes
- * are not such a prefix, a string naming its length). A failed write is an
- * "info" (it may have taken effect), a failed read a "fail", and a read of
- * an append key whose final value was not read back an "info" (its bytes
- * are not kept, so the file cannot name them). Returns 0, or
- * -1 when memory ran out or a write failed (errno tells).
+ * merged in by time. Each scan's parts (ops of kind CHK_SCAN, consecutive
+ * in ops) are one "scan" event, described by the entry of scans[0..nscans)
+ * with their txn (a scan without one is left out). Values are spelled as the workload wrote them; a
+ * read of an append key is the prefix of the key's final value it read (or, when its bytes are not
+ * such a prefix, a string naming its length). A failed write is an "info" (it may have taken
+ * effect), a failed read a "fail", and a read of an append key whose final value was not read back
+ * an "info" (its bytes are not kept, so the file cannot name them). Returns 0, or -1 when memory
+ * ran out or a write failed (errno tells).
  */
 int chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops,
-                       const chk_nemesis *nem, size_t nnem);
+                       const chk_scan *scans, size_t nscans, const chk_nemesis *nem, size_t nnem);
 
 /* A history read from a file: its keys, operations and the storage behind
  * them. */
@@ -52,8 +65,11 @@ typedef struct chk_histfile chk_histfile;
  * Reads a history from f. On 0 the caller owns *out and frees it with
  * chk_histfile_free(). On -1 the file is malformed, and err holds the line
  * and the reason; on -2 memory ran out. Never trusts the file: every field
- * is checked, and an operation the model does not know yet ("del", "cas")
- * is refused by name. Lines of "process": "nemesis" are not operations:
+ * is checked, and an operation the model does not know yet ("cas") is
+ * refused by name. A "scan" becomes one CHK_SCAN op per register of the
+ * file in its range (doc/contract.md §9); an append key whose last read
+ * began before its last append completed is checked against its longest
+ * read (chk_key.final_partial). Lines of "process": "nemesis" are not operations:
  * they are kept as nemesis events (each line one event, start = end = its
  * time) for reports and do not enter the check.
  */

@@ -51,7 +51,17 @@ typedef struct {
 	wtab w;              /* writers by value identity */
 	size_t *pos;         /* per op: first position of its token in the final value, or NONE */
 	bool *flagged;       /* per op: already reported */
+	bool *has_del;       /* per key: a delete of it is in the history */
+	bool *mark;          /* per op: scratch of the search (all false between keys) */
+	size_t max_states;   /* bound of the search of one register with deletes */
 } ctx;
+
+/* Whether an op reads a register like a get (a get or a scan's part). */
+static bool
+is_read(uint8_t kind)
+{
+	return kind == CHK_GET || kind == CHK_SCAN;
+}
 
 int
 chk_format_val(char *buf, size_t len, uint64_t id)
@@ -383,10 +393,19 @@ check_append_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 		if (o[a].kind != CHK_APPEND)
 			continue;
 		if (o[a].status == CHK_OK) {
-			if (x->pos[a] == NONE)
+			/* A partial final value (the longest read) need only hold
+			 * the appends completed before that read began. */
+			bool owed =
+			    !x->keys[k].final_partial || o[a].complete < x->keys[k].final_invoke;
+			if (x->pos[a] == NONE && owed)
 				violation(x, CHK_V_LOST, k, a, NONE,
-				          "acknowledged append %s is not in the final value",
-				          val_str(b1, sizeof(b1), o[a].val));
+				          "acknowledged append %s is not in the %s",
+				          val_str(b1, sizeof(b1), o[a].val),
+				          x->keys[k].final_partial
+				              ? "longest read, which began after it completed"
+				              : "final value");
+			else if (x->pos[a] == NONE)
+				continue;
 			else if (o[a].len != 0 && o[a].len != t[x->pos[a]].end)
 				violation(x, CHK_V_APPEND_LEN, k, a, NONE,
 				          "append %s returned length %" PRIu64
@@ -693,6 +712,322 @@ out:
 	return rv;
 }
 
+/*
+ * Registers with deletes: the search (Wing and Gong's, with Lowe's memo).
+ *
+ * The operations of the key become a list of call and return entries in
+ * time order (at equal times calls first: operations that touch are
+ * concurrent). The search walks the list from its head: a call whose
+ * operation may take effect now (a put always; a get or delete when the
+ * register holds what it returned; a failed delete when the register holds
+ * a value) is placed, its entries lifted out of the list, and the walk
+ * starts over; a return entry reached means the operation it ends could
+ * not be placed before it, so the last placement is undone and the walk
+ * goes on after it. Every acknowledged operation placed is a
+ * linearization. A state, the set of operations placed and the register's
+ * value, is visited once: the set is kept as a 128-bit sum of random
+ * words per operation (a collision could only hide a valid order, never a
+ * violation), and the states visited are bounded by x->max_states.
+ *
+ * A failed put that no get or delete read is left out: whatever it
+ * overwrote, the next operation that looks at the register is a write, so
+ * an order with it is valid without it too. A failed delete is placed only
+ * where the register holds a value (where it is absent the delete changes
+ * nothing). Failed gets and scans were dropped before.
+ */
+
+/* One entry of the search's list. */
+typedef struct {
+	size_t op;    /* the key's op (index into ops) */
+	size_t match; /* a call: its return entry (NONE: a failed op, none); a return: NONE */
+	bool call;    /* call or return */
+	uint64_t t;   /* its time (for sorting) */
+} sentry;
+
+/* One visited state of the memo. */
+typedef struct {
+	uint64_t h1, h2; /* the set of placed ops (h1 | 1: used) */
+	uint64_t val;    /* the register's value (0: absent) */
+} sstate;
+
+typedef struct {
+	sstate *s;   /* slots */
+	size_t mask; /* slots - 1 */
+	size_t n;    /* used */
+} smemo;
+
+/* Adds a state; returns 1 when it is new, 0 when it was seen, -1 on ENOMEM. */
+static int
+smemo_add(smemo *m, uint64_t h1, uint64_t h2, uint64_t val)
+{
+	if (2 * (m->n + 1) > m->mask + 1) {
+		size_t slots = m->s ? 2 * (m->mask + 1) : 1024;
+		sstate *s = calloc(slots, sizeof(*s));
+		if (s == NULL)
+			return -1;
+		for (size_t i = 0; m->s && i <= m->mask; i++) {
+			if (m->s[i].h1 == 0)
+				continue;
+			size_t j = mix(m->s[i].h1 ^ m->s[i].val) & (slots - 1);
+			while (s[j].h1 != 0)
+				j = (j + 1) & (slots - 1);
+			s[j] = m->s[i];
+		}
+		free(m->s);
+		m->s = s;
+		m->mask = slots - 1;
+	}
+	h1 |= 1;
+	for (size_t j = mix(h1 ^ val) & m->mask;; j = (j + 1) & m->mask) {
+		if (m->s[j].h1 == 0) {
+			m->s[j] = (sstate){h1, h2, val};
+			m->n++;
+			return 1;
+		}
+		if (m->s[j].h1 == h1 && m->s[j].h2 == h2 && m->s[j].val == val)
+			return 0;
+	}
+}
+
+static int
+sentry_cmp(const void *a, const void *b)
+{
+	const sentry *x = a, *y = b;
+
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	if (x->call != y->call)
+		return x->call ? -1 : 1; /* calls first: touching ops are concurrent */
+	return x->op < y->op ? -1 : x->op > y->op;
+}
+
+/* What op does to the register holding `cur`: false when it cannot take
+ * effect there, else true and *next is the value after it. */
+static bool
+search_apply(const chk_op *o, uint64_t cur, uint64_t *next)
+{
+	uint64_t seen = o->status == CHK_OK ? o->val : 0;
+
+	switch (o->kind) {
+	case CHK_PUT:
+		*next = o->val;
+		return true;
+	case CHK_DEL:
+		*next = 0;
+		return o->status == CHK_FAILED ? cur != 0 : seen == cur;
+	default:
+		*next = cur;
+		return seen == cur;
+	}
+}
+
+static int
+search_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
+{
+	const chk_op *o = x->ops;
+	size_t *keep = NULL, nkeep = 0, ne = 0, nreq = 0, *next = NULL, *prev = NULL;
+	sentry *en = NULL;
+	uint64_t *z = NULL;
+	bool bad = false;
+	smemo memo = {0};
+	struct frame {
+		size_t e;     /* the call entry placed */
+		uint64_t val; /* the value before it */
+	} *stack = NULL;
+	char b1[40];
+	int rv = -1;
+
+	keep = malloc((n + 1) * sizeof(*keep));
+	if (keep == NULL)
+		goto out;
+
+	/* What each get and delete read must have been put to this key, and
+	 * not after the read ended. */
+	for (size_t j = 0; j < n; j++) {
+		size_t g = idx[j];
+		if (o[g].kind == CHK_PUT) {
+			if (o[g].status == CHK_OK)
+				x->res->writes_acked++;
+			else
+				x->res->writes_failed++;
+			continue;
+		}
+		if (o[g].kind == CHK_DEL) {
+			if (o[g].status == CHK_FAILED)
+				x->res->deletes_failed++;
+			else
+				x->res->deletes_acked++;
+		}
+		if (o[g].status == CHK_FAILED)
+			continue;
+		const char *what = o[g].kind == CHK_DEL ? "a delete" : "a get";
+		if (o[g].status == CHK_GARBAGE) {
+			violation(x, CHK_V_NEVER_WRITTEN, k, g, NONE,
+			          "%s read %" PRIu64 " bytes that are no value of the checker",
+			          what, o[g].len);
+			bad = true;
+			continue;
+		}
+		if (o[g].status != CHK_OK)
+			continue;
+		size_t w = wtab_find(&x->w, o[g].val);
+		if (w == NONE || o[w].kind != CHK_PUT || o[w].key != k) {
+			violation(x, CHK_V_NEVER_WRITTEN, k, g, w,
+			          "%s read %s, which was never put to this key", what,
+			          val_str(b1, sizeof(b1), o[g].val));
+			bad = true;
+			continue;
+		}
+		if (o[w].invoke > o[g].complete) {
+			violation(x, CHK_V_FUTURE_READ, k, g, w,
+			          "%s read %s, whose put began after it ended", what,
+			          val_str(b1, sizeof(b1), o[g].val));
+			bad = true;
+			continue;
+		}
+		x->mark[w] = true;
+	}
+	for (size_t j = 0; j < n; j++) {
+		size_t g = idx[j];
+		bool unread = o[g].kind == CHK_PUT && !x->mark[g];
+		x->mark[g] = false;
+		if (o[g].status == CHK_FAILED && (is_read(o[g].kind) || unread))
+			continue;
+		if (is_read(o[g].kind))
+			x->res->reads_checked++;
+		keep[nkeep++] = g;
+	}
+	if (bad) { /* reported above: the search would only echo it */
+		rv = 0;
+		goto out;
+	}
+	x->res->registers_searched++;
+
+	/* The list: entries 1..ne in time order between the sentinels 0 and
+	 * ne + 1. */
+	en = malloc((2 * nkeep + 2) * sizeof(*en));
+	z = malloc((2 * nkeep + 1) * sizeof(*z));
+	stack = malloc((nkeep + 1) * sizeof(*stack));
+	if (en == NULL || z == NULL || stack == NULL)
+		goto out;
+	for (size_t j = 0; j < nkeep; j++) {
+		const chk_op *a = &o[keep[j]];
+		en[ne++] = (sentry){.op = keep[j], .match = NONE, .call = true, .t = a->invoke};
+		if (a->complete != CHK_NEVER) {
+			en[ne++] =
+			    (sentry){.op = keep[j], .match = NONE, .call = false, .t = a->complete};
+			nreq++;
+		}
+	}
+	if (ne > 1)
+		qsort(en, ne, sizeof(*en), sentry_cmp);
+	memmove(en + 1, en, ne * sizeof(*en));
+	next = malloc((ne + 2) * sizeof(*next));
+	prev = malloc((ne + 2) * sizeof(*prev));
+	if (next == NULL || prev == NULL)
+		goto out;
+	{
+		/* Pair each call with its return: by op, the entries sorted. */
+		ev *byop = malloc((ne + 1) * sizeof(*byop));
+		if (byop == NULL)
+			goto out;
+		for (size_t i = 1; i <= ne; i++)
+			byop[i - 1] = (ev){.t = (uint64_t)en[i].op * 2 + !en[i].call, .i = i};
+		ev_sort(byop, ne);
+		for (size_t i = 0; i + 1 < ne; i++)
+			if (byop[i].t / 2 == byop[i + 1].t / 2)
+				en[byop[i].i].match = byop[i + 1].i;
+		free(byop);
+	}
+	uint64_t seed = 0x9e3779b97f4a7c15ull * (k + 1);
+	for (size_t i = 0; i <= ne; i++) {
+		next[i] = i + 1;
+		prev[i + 1] = i;
+		seed += 0x9e3779b97f4a7c15ull;
+		z[i] = mix(seed) ^ mix(seed ^ 0x5555555555555555ull) << 1;
+	}
+
+	/* The walk. h1, h2: the set placed (per call entry e: z[e], and z[e] mixed
+	 * again); val: the register's value (0: absent). */
+	uint64_t h1 = 0, h2 = 0, val = 0;
+	size_t sp = 0, done = 0, best = 0, blocker = NONE, last = NONE, e = next[0];
+	int m = smemo_add(&memo, h1, h2, val);
+	if (m < 0)
+		goto out;
+	while (done < nreq) {
+		if (e == ne + 1 || !en[e].call) {
+			/* The op of this return could not be placed before it. */
+			if (e <= ne && (blocker == NONE || done > best)) {
+				best = done;
+				blocker = en[e].op;
+				last = sp ? en[stack[sp - 1].e].op : NONE;
+			}
+			if (sp == 0)
+				break;
+			struct frame f = stack[--sp];
+			size_t c = f.e, r = en[c].match;
+			/* Put its entries back (the reverse of lifting). */
+			if (r != NONE) {
+				next[prev[r]] = r;
+				prev[next[r]] = r;
+				done--;
+			}
+			next[prev[c]] = c;
+			prev[next[c]] = c;
+			h1 ^= z[c];
+			h2 ^= mix(z[c]);
+			val = f.val;
+			e = next[c];
+			continue;
+		}
+		uint64_t nv;
+		if (search_apply(&o[en[e].op], val, &nv)) {
+			m = smemo_add(&memo, h1 ^ z[e], h2 ^ mix(z[e]), nv);
+			if (m < 0)
+				goto out;
+			if (m > 0) {
+				if (memo.n > x->max_states) {
+					x->res->registers_unchecked++;
+					rv = 0;
+					goto out;
+				}
+				stack[sp++] = (struct frame){e, val};
+				h1 ^= z[e];
+				h2 ^= mix(z[e]);
+				val = nv;
+				next[prev[e]] = next[e];
+				prev[next[e]] = prev[e];
+				size_t r = en[e].match;
+				if (r != NONE) {
+					next[prev[r]] = next[r];
+					prev[next[r]] = prev[r];
+					done++;
+				}
+				e = next[0];
+				continue;
+			}
+		}
+		e = next[e];
+	}
+	if (done < nreq && blocker != NONE)
+		violation(x, CHK_V_UNORDERED, k, blocker, last,
+		          "no order of the puts and deletes explains what the gets and deletes "
+		          "returned: at most %zu of the key's %zu completed operations can be "
+		          "placed in order before this one (the other one marked is the last "
+		          "of the longest such order)",
+		          best, nreq);
+	rv = 0;
+out:
+	free(keep);
+	free(en);
+	free(z);
+	free(stack);
+	free(next);
+	free(prev);
+	free(memo.s);
+	return rv;
+}
+
 static int
 check_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 {
@@ -702,6 +1037,8 @@ check_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 	char b1[40], b2[40];
 	int rv = -1;
 
+	if (x->has_del[k])
+		return search_register_key(x, k, idx, n);
 	rw = malloc((n + 1) * sizeof(*rw));
 	rop = malloc((n + 1) * sizeof(*rop));
 	e = malloc((n + 1) * sizeof(*e));
@@ -720,7 +1057,7 @@ check_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 				x->res->writes_failed++;
 			continue;
 		}
-		if (o[g].kind != CHK_GET || o[g].status == CHK_FAILED)
+		if (!is_read(o[g].kind) || o[g].status == CHK_FAILED)
 			continue;
 		size_t w = NONE;
 		if (o[g].status == CHK_GARBAGE) {
@@ -926,7 +1263,7 @@ txn_group(ctx *x, txn_ctx *t)
 	if (by == NULL)
 		return -1;
 	for (size_t i = 0; i < x->nops; i++)
-		if (o[i].txn != 0)
+		if (o[i].txn != 0 && o[i].kind != CHK_SCAN)
 			by[nby++] = (ev){((uint64_t)o[i].txn << 32) | o[i].key, i};
 	ev_sort(by, nby);
 	for (size_t j = 0; j < nby; j++)
@@ -1074,6 +1411,10 @@ check_txns(ctx *x)
 				    o[gb].status == CHK_OK ? wtab_find(&x->w, o[gb].val) : NONE;
 				if (wb == pb)
 					continue;
+				/* A delete after the mput may explain "absent" on a
+				 * key that has deletes: the key's own check judges it. */
+				if (wb == NONE && x->has_del[o[gb].key])
+					continue;
 				if (wb == NONE || o[wb].key != o[gb].key ||
 				    (o[wb].complete != CHK_NEVER &&
 				     o[wb].complete < o[pb].invoke)) {
@@ -1110,16 +1451,19 @@ history_valid(ctx *x)
 {
 	for (size_t i = 0; i < x->nops; i++) {
 		const chk_op *o = &x->ops[i];
-		bool bad = o->key >= x->nkeys || o->kind < CHK_APPEND || o->kind > CHK_GET ||
+		bool write = o->kind == CHK_APPEND || o->kind == CHK_PUT;
+		bool bad = o->key >= x->nkeys || o->kind < CHK_APPEND || o->kind > CHK_SCAN ||
 		           o->status > CHK_GARBAGE || o->complete < o->invoke ||
-		           (o->kind != CHK_GET && o->status != CHK_OK && o->status != CHK_FAILED);
+		           (write && o->status != CHK_OK && o->status != CHK_FAILED);
 		if (!bad && o->kind != CHK_GET && x->keys[o->key].append != (o->kind == CHK_APPEND))
-			bad = true;
+			bad = true; /* puts, deletes and scans of registers, appends of the rest */
 		if (!bad && o->status == CHK_FAILED && o->complete != CHK_NEVER)
 			bad = true;
-		if (!bad && o->kind != CHK_GET &&
+		if (!bad && write &&
 		    (o->val == 0 || (uint32_t)o->val == 0 || wtab_add(&x->w, o->val, i) != NONE))
 			bad = true;
+		if (!bad && o->kind == CHK_DEL)
+			x->has_del[o->key] = true;
 		if (bad) {
 			violation(x, CHK_V_BAD_HISTORY, o->key < x->nkeys ? o->key : 0, NONE, i,
 			          "operation %zu is malformed (kind %u status %u key %u, or a "
@@ -1134,20 +1478,34 @@ history_valid(ctx *x)
 int
 chk_check(const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops, chk_result *res)
 {
-	ctx x = {.keys = keys, .nkeys = nkeys, .ops = ops, .nops = nops, .res = res};
+	return chk_check_bounded(keys, nkeys, ops, nops, CHK_SEARCH_STATES, res);
+}
+
+int
+chk_check_bounded(const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops,
+                  size_t max_states, chk_result *res)
+{
+	ctx x = {.keys = keys,
+	         .nkeys = nkeys,
+	         .ops = ops,
+	         .nops = nops,
+	         .res = res,
+	         .max_states = max_states};
 	size_t *start = NULL, *idx = NULL, *fill = NULL, nwrites = 0;
 	int rv = -1;
 
 	memset(res, 0, sizeof(*res));
 	for (size_t i = 0; i < nops; i++)
-		nwrites += ops[i].kind != CHK_GET;
+		nwrites += ops[i].kind == CHK_PUT || ops[i].kind == CHK_APPEND;
 	x.pos = malloc((nops + 1) * sizeof(*x.pos));
 	x.flagged = calloc(nops + 1, sizeof(*x.flagged));
+	x.has_del = calloc(nkeys + 1, sizeof(*x.has_del));
+	x.mark = calloc(nops + 1, sizeof(*x.mark));
 	start = calloc(nkeys + 1, sizeof(*start));
 	fill = calloc(nkeys + 1, sizeof(*fill));
 	idx = malloc((nops + 1) * sizeof(*idx));
-	if (x.pos == NULL || x.flagged == NULL || start == NULL || fill == NULL || idx == NULL ||
-	    wtab_init(&x.w, nwrites) != 0)
+	if (x.pos == NULL || x.flagged == NULL || x.has_del == NULL || x.mark == NULL ||
+	    start == NULL || fill == NULL || idx == NULL || wtab_init(&x.w, nwrites) != 0)
 		goto out;
 	for (size_t i = 0; i < nops; i++)
 		x.pos[i] = NONE;
@@ -1178,6 +1536,8 @@ out:
 	wtab_fini(&x.w);
 	free(x.pos);
 	free(x.flagged);
+	free(x.has_del);
+	free(x.mark);
 	free(start);
 	free(fill);
 	free(idx);
@@ -1223,8 +1583,19 @@ chk_print_op(FILE *f, const chk_key *keys, const chk_op *op, uint64_t t0)
 		else
 			fprintf(f, "put    %s %s -> failed (%d)", name, v, op->err);
 		break;
+	case CHK_DEL:
+		fprintf(f, "del    %s -> ", name);
+		if (op->status == CHK_FAILED)
+			fprintf(f, "failed (%d)", op->err);
+		else if (op->status == CHK_NOTFOUND)
+			fprintf(f, "not found");
+		else if (op->status == CHK_GARBAGE)
+			fprintf(f, "%" PRIu64 " bytes", op->len);
+		else
+			fprintf(f, "%s", (chk_format_val(v, sizeof(v), op->val), v));
+		break;
 	default:
-		fprintf(f, "get    %s -> ", name);
+		fprintf(f, "%s %s -> ", op->kind == CHK_SCAN ? "scan  " : "get   ", name);
 		if (op->status == CHK_FAILED)
 			fprintf(f, "failed (%d)", op->err);
 		else if (op->status == CHK_NOTFOUND)

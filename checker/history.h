@@ -1,7 +1,7 @@
 /*
  * history.h - the model of the history checker: a recorded history of
- * appends, puts and gets on a fixed set of keys, and the checks that decide
- * whether a cluster could have produced it.
+ * appends, puts, deletes, gets and scans on a fixed set of keys, and the
+ * checks that decide whether a cluster could have produced it.
  *
  * Every value written is unique: the value identity `chk_val_id(client,
  * seq)` is spelled "c<client>.<seq>" (a register value) or "c<client>.<seq>;"
@@ -28,19 +28,29 @@
 /* How many violations chk_result keeps in detail (all are counted). */
 #define CHK_MAX_KEPT 16
 
+/* The default bound of the search of one register with deletes: states
+ * (sets of linearized operations with a value) it visits at most. */
+#define CHK_SEARCH_STATES 1000000u
+
 /* The kind of an operation. */
 typedef enum {
 	CHK_APPEND = 1, /* append of the token of `val` */
 	CHK_PUT = 2,    /* put of the register value `val` */
 	CHK_GET = 3,    /* get; what it read is in status, val, len, hash */
+	CHK_DEL = 4,    /* delete of a register; what it deleted is in status and val, like a
+	                   get's read (CHK_NOTFOUND: it found no key) */
+	CHK_SCAN = 5,   /* one register's part of a scan, read like a get (a key the scan
+	                   did not return is CHK_NOTFOUND); the parts of one scan share
+	                   `txn` but, unlike an mget's, are not atomic together */
 } chk_kind;
 
 /* What an operation returned. */
 typedef enum {
-	CHK_OK = 0,       /* acknowledged (a get found the key) */
-	CHK_NOTFOUND = 1, /* a get found no key */
-	CHK_FAILED = 2,   /* failed or timed out: a write may or may not take effect */
-	CHK_GARBAGE = 3,  /* a get of a register read bytes that name no value */
+	CHK_OK = 0,       /* acknowledged (a get, scan or delete found the key) */
+	CHK_NOTFOUND = 1, /* a get, scan or delete found no key */
+	CHK_FAILED = 2,   /* failed or timed out: a write (or delete) may or may not take
+	                     effect */
+	CHK_GARBAGE = 3,  /* a get or delete of a register read bytes that name no value */
 } chk_status;
 
 /* One recorded operation. 64 bytes, plain data. A multi-key operation is
@@ -49,7 +59,8 @@ typedef struct {
 	uint64_t invoke;   /* when the call began (ns) */
 	uint64_t complete; /* when it returned (ns); CHK_NEVER when it failed */
 	uint64_t ret;      /* when it returned (ns), also when it failed (history files) */
-	uint64_t val;      /* append/put: the identity written; get of a register: the one read */
+	uint64_t val;      /* append/put: the identity written; get, scan or delete of a
+	                      register: the one read (deleted) */
 	uint64_t len;      /* append: the value length it returned (0: not known); get of an
 	                      append key: bytes read */
 	uint64_t hash;     /* get of an append key: chk_hash() of the bytes read */
@@ -59,7 +70,8 @@ typedef struct {
 	uint8_t status;    /* chk_status */
 	int16_t err;       /* the client's error code when status is CHK_FAILED */
 	uint32_t txn;      /* 0: a single-key op; else the ops with this id are one mput
-	                      (puts) or one mget (gets), with equal times and status */
+	                      (puts), one mget (gets) or one scan (CHK_SCAN parts), with
+	                      equal times */
 } chk_op;
 
 /* One key of the history. */
@@ -72,6 +84,9 @@ typedef struct {
 	size_t final_len;        /* ... and length */
 	uint64_t final_invoke;   /* when that final read began (history files; 0: unknown) */
 	uint64_t final_complete; /* ... and returned */
+	bool final_partial;      /* the final read failed: `final` is the longest value a
+	                            get read (between final_invoke and final_complete), so
+	                            only appends completed before it began must be in it */
 } chk_key;
 
 /* The kinds of violation. */
@@ -112,7 +127,11 @@ typedef struct {
 	size_t reads_checked;          /* gets that were checked */
 	size_t writes_acked;           /* acknowledged puts */
 	size_t writes_failed;          /* failed puts */
-	size_t keys_unchecked;         /* append keys without a final value */
+	size_t keys_unchecked;         /* append keys without a final value (nor any read) */
+	size_t deletes_acked;          /* deletes that returned (a value or not found) */
+	size_t deletes_failed;         /* deletes of unknown outcome */
+	size_t registers_searched;     /* registers with deletes checked by the search */
+	size_t registers_unchecked;    /* ... whose search hit its bound: not checked */
 	size_t mgets_checked;          /* mgets whose atomicity was checked */
 	size_t mputs;                  /* mputs in the history */
 } chk_result;
@@ -146,7 +165,9 @@ uint64_t chk_hash(uint64_t h, const void *p, size_t n);
  * comes first); an append's returned length is where its token ends; a get
  * reads a prefix of the final value that holds every append completed
  * before it began, none begun after it ended, and no fewer tokens than a
- * get that completed before it began.
+ * get that completed before it began. With final_partial (the final read
+ * failed and `final` is the longest read), an acknowledged append need be
+ * in it only when it completed before that read began.
  *
  * Registers: complete per-key linearizability of puts and gets with unique
  * values. A get returns a value put to that key by a put that began before
@@ -156,16 +177,35 @@ uint64_t chk_hash(uint64_t h, const void *p, size_t n);
  * (a stale or future read) are named as such; the rest are
  * CHK_V_UNORDERED, found with Gibbons and Korach's zones in O(n log n).
  *
+ * Registers with deletes: a delete writes "absent" and returns what it
+ * removed, so "absent" is no unique value and the zones do not apply. Such
+ * a register is decided by a search over the orders of its operations
+ * (Wing and Gong, with Lowe's memo of visited states: the set of operations
+ * placed and the register's value), complete and exact: every get and
+ * delete returns the value the order gives it at its place, every
+ * acknowledged operation is placed inside its call, a failed put or delete
+ * anywhere after it began or never. The search visits at most
+ * `max_states` states per register; one that needs more is counted in
+ * registers_unchecked, never reported valid or violated.
+ *
+ * Scans: each key's part of a scan (CHK_SCAN) is checked as a get of that
+ * key over the scan's call, "not found" for a key the scan passed over.
+ *
  * Multi-key operations (ops tied by `txn`, register keys only): each key's
  * part is checked as a single-key op, and every mget sees, for every mput,
  * all or none of the mput's writes to the keys it read: where it read the
  * mput's value on one key, on another key of the mput it read that value or
  * one written after it, never "absent" or a value put before the mput
- * began (CHK_V_FRACTURED). Reading a value put after the mput orders the
- * mput first on that key; those orders must not form a circle
- * (CHK_V_TXN_CYCLE).
+ * began (CHK_V_FRACTURED; "absent" on a key with deletes is left to the
+ * key's own check, since a delete after the mput may explain it). Reading a value put after the
+ * mput orders the mput first on that key; those orders must not form a circle (CHK_V_TXN_CYCLE).
  */
 int chk_check(const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops, chk_result *res);
+
+/* chk_check with the search of registers with deletes bounded by
+ * `max_states` (chk_check: CHK_SEARCH_STATES). */
+int chk_check_bounded(const chk_key *keys, size_t nkeys, const chk_op *ops, size_t nops,
+                      size_t max_states, chk_result *res);
 
 /* Returns a short name of a violation kind ("lost append"). */
 const char *chk_violation_name(int kind);

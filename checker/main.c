@@ -43,16 +43,17 @@ usage(FILE *f)
 	    "                       [--reconfig-interval MS] [--no-reconfig] [--seed S]\n"
 	    "                       [--op-timeout MS] [--max-ops N] [--fill N [--fill-size B]]\n"
 	    "                       [--multi G] [--async N] [--handles H] [--hot PCT]\n"
-	    "                       [--move-rate MB]\n"
+	    "                       [--move-rate MB] [--deletes PCT] [--scans PCT [--scan-limit "
+	    "N]]\n"
 	    "                       [--history FILE] [--keep] [--json] [-v]\n"
 	    "       shardkv-checker --check FILE\n"
 	    "\n"
-	    "Runs N clients doing appends of unique tokens, puts/gets of unique values and\n"
-	    "(with --multi) mputs/mgets on K keys while moving ranges, rebalancing and\n"
-	    "(with --spawn) joining and removing servers at random, then checks the\n"
-	    "recorded history: every acknowledged append exactly once and in real-time\n"
-	    "order, every read linearizable per key, every mget atomic with respect to\n"
-	    "every mput.\n"
+	    "Runs N clients doing appends of unique tokens, puts/gets/deletes of unique\n"
+	    "values, (with --scans) scans and (with --multi) mputs/mgets on K keys while\n"
+	    "moving ranges, rebalancing and (with --spawn) joining and removing servers\n"
+	    "at random, then checks the recorded history: every acknowledged append\n"
+	    "exactly once and in real-time order, every read and delete linearizable per\n"
+	    "key, every mget atomic with respect to every mput.\n"
 	    "\n"
 	    "  -c, --controller ADDRS  the cluster to test (default $SHARDKV_CONTROLLER or\n"
 	    "                          tcp://127.0.0.1:7000); moves and rebalances only\n"
@@ -81,6 +82,9 @@ usage(FILE *f)
 	    "  --hot PCT               PCT%% of ops pick a key the driver is moving (default 50)\n"
 	    "  --move-rate MB          pace half the moves and rebalances that do not wait at\n"
 	    "                          MB MB/s, so that copies last (default 0: unpaced)\n"
+	    "  --deletes PCT           PCT%% of single-key ops delete a register (default 5)\n"
+	    "  --scans PCT             PCT%% of blocking ops scan 1-4 registers (default 0)\n"
+	    "  --scan-limit N          entries a scan asks for at most (default 100)\n"
 	    "  --max-ops N             record at most N operations (default %u)\n"
 	    "  --fill N                write N filler keys among the checker's keys first, so\n"
 	    "                          that moved ranges carry data (default 0)\n"
@@ -157,6 +161,9 @@ enum {
 	OPT_HANDLES,
 	OPT_HOT,
 	OPT_MOVE_RATE,
+	OPT_DELETES,
+	OPT_SCANS,
+	OPT_SCAN_LIMIT,
 };
 
 static int
@@ -192,6 +199,9 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"handles", required_argument, NULL, OPT_HANDLES},
 	    {"hot", required_argument, NULL, OPT_HOT},
 	    {"move-rate", required_argument, NULL, OPT_MOVE_RATE},
+	    {"deletes", required_argument, NULL, OPT_DELETES},
+	    {"scans", required_argument, NULL, OPT_SCANS},
+	    {"scan-limit", required_argument, NULL, OPT_SCAN_LIMIT},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -341,6 +351,19 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 			if (!parse_num(optarg, 0, 100000, &v))
 				return usage_error("--move-rate wants MB/s, not '%s'", optarg);
 			o->move_rate = (unsigned)v;
+			break;
+		case OPT_DELETES:
+		case OPT_SCANS:
+			if (!parse_num(optarg, 0, 100, &v))
+				return usage_error("%s wants 0 to 100, not '%s'", argv[optind - 1],
+				                   optarg);
+			*(ch == OPT_DELETES ? &o->del_pct : &o->scan_pct) = (unsigned)v;
+			break;
+		case OPT_SCAN_LIMIT:
+			if (!parse_num(optarg, 1, 100000, &v))
+				return usage_error("--scan-limit wants 1 to 100000, not '%s'",
+				                   optarg);
+			o->scan_limit = (unsigned)v;
 			break;
 		case 'v':
 			o->verbose = true;
@@ -582,6 +605,9 @@ check_file(const char *path)
 			        chk_histfile_line(h, v->op < nops ? v->op : v->other), path);
 		fputc('\n', stderr);
 	}
+	if (res.registers_unchecked)
+		printf("%zu registers with deletes not checked: their search hit its bound\n",
+		       res.registers_unchecked);
 	printf("%zu operations on %zu keys, %zu reads checked, %zu mgets checked, %zu nemesis "
 	       "events, %zu violations (values are shown by identity, c1.N, in the order the "
 	       "file first wrote them)\n",
@@ -593,8 +619,8 @@ check_file(const char *path)
 /* Writes the run's history (--history, or the default path). A failure to
  * write it is reported, not fatal: the run is still checked. */
 static void
-write_history(const chk_opts *o, const chk_cluster *cl, const chk_key *keys, size_t nkeys,
-              const chk_op *ops, size_t nops, const chk_nemesis *nem, size_t nnem)
+write_history(const chk_opts *o, const chk_cluster *cl, chk_workload *w, const chk_key *keys,
+              size_t nkeys, const chk_op *ops, size_t nops, const chk_nemesis *nem, size_t nnem)
 {
 	char path[4200];
 
@@ -605,7 +631,12 @@ write_history(const chk_opts *o, const chk_cluster *cl, const chk_key *keys, siz
 	else
 		snprintf(path, sizeof(path), "shardkv-history-%" PRIu64 ".jsonl", o->seed);
 	FILE *f = fopen(path, "w");
-	if (f == NULL || chk_histfile_write(f, keys, nkeys, ops, nops, nem, nnem) != 0 ||
+	const chk_scan *scans = NULL;
+	size_t nscans = 0;
+	if (w)
+		chk_workload_scans(w, &scans, &nscans);
+	if (f == NULL ||
+	    chk_histfile_write(f, keys, nkeys, ops, nops, scans, nscans, nem, nnem) != 0 ||
 	    fclose(f) != 0) {
 		fprintf(stderr, "checker: cannot write the history to %s: %s\n", path,
 		        strerror(errno));
@@ -649,6 +680,12 @@ print_json(const summary *s)
 	        s->more.indeterminate, s->more.timeouts, s->more.mputs, s->more.mgets,
 	        s->res->mgets_checked, s->more.mk_skipped, d->gate_leaks, s->more.async_ops,
 	        s->more.hot_ops, s->failed_puts_seen);
+	fprintf(f,
+	        ", \"deletes\": %" PRIu64 ", \"deletes_acked\": %zu, \"deletes_failed\": %zu"
+	        ", \"scans\": %" PRIu64 ", \"registers_searched\": %zu"
+	        ", \"registers_unchecked\": %zu",
+	        s->more.dels, s->res->deletes_acked, s->res->deletes_failed, s->more.scans,
+	        s->res->registers_searched, s->res->registers_unchecked);
 	fprintf(f, ", \"errors\": {");
 	bool first = true;
 	for (int e = 0; e < 32; e++)
@@ -702,6 +739,11 @@ print_text(const summary *s)
 	        s->more.mputs, s->more.mgets, r->mgets_checked, s->more.mk_skipped, d->gate_leaks,
 	        s->more.async_ops, s->more.hot_ops);
 	fprintf(f,
+	        "deletes: %zu returned, %zu failed; %" PRIu64 " scans; %zu registers with "
+	        "deletes searched, %zu cut off at the bound (unchecked)\n",
+	        r->deletes_acked, r->deletes_failed, s->more.scans, r->registers_searched,
+	        r->registers_unchecked);
+	fprintf(f,
 	        "indeterminate operations: %" PRIu64 " (failed writes; %zu failed puts and %zu "
 	        "failed appends took effect); %" PRIu64 " timeouts\n",
 	        s->more.indeterminate, s->failed_puts_seen, r->appends_failed_applied,
@@ -728,7 +770,9 @@ print_text(const summary *s)
 		fprintf(f, "%zu migrations still in flight %u ms after the load stopped\n",
 		        s->unsettled, SETTLE_MS);
 	if (s->unread)
-		fprintf(f, "%zu keys could not be read back: their appends are unchecked\n",
+		fprintf(f,
+		        "%zu keys could not be read back: their appends are checked against "
+		        "their longest read only\n",
 		        s->unread);
 	fprintf(f, "%" PRIu64 " reconfigurations, %zu operations, %zu violations\n", d->reconfigs,
 	        s->nops, r->nviolations);
@@ -746,7 +790,9 @@ main(int argc, char **argv)
 	              .max_ops = CHK_DEFAULT_OPS,
 	              .fill_size = 1000,
 	              .handles = 1,
-	              .hot_pct = 50};
+	              .hot_pct = 50,
+	              .del_pct = 5,
+	              .scan_limit = 100};
 	chk_cluster *cl = NULL;
 	shardkv_client *admin = NULL;
 	chk_workload *w = NULL;
@@ -892,7 +938,7 @@ main(int argc, char **argv)
 	const chk_nemesis *nem;
 	size_t nnem;
 	chk_driver_nemesis(d, &nem, &nnem);
-	write_history(&o, cl, keys, nkeys, ops, nops, nem, nnem);
+	write_history(&o, cl, w, keys, nkeys, ops, nops, nem, nnem);
 	uint64_t n_unused, failed;
 	chk_workload_counts(w, &n_unused, &failed);
 	summary s = {.seed = o.seed,

@@ -1,14 +1,19 @@
 /*
  * workload.c - the clients of shardkv-checker: each thread runs random
- * appends, puts, gets and (with --multi) mputs and mgets on the key table
+ * appends, puts, deletes, gets, (with --scans) scans of registers and
+ * (with --multi) mputs and mgets on the key table
  * through its own shardkv_client handles and records every operation
  * (invocation and completion time, result). With --async N a thread also
- * keeps N single-key ops in flight through the async API (get and put; the
- * library has no async append), each slot a process of its own, so that
+ * keeps N single-key ops in flight through the async API (get, put and
+ * delete; the library has no async append), each slot a process of its own, so that
  * the library's coalescing path runs under the checker.
  *
  * Keys live under the run's prefix: registers "<prefix>r<NNN>", group
  * registers "<prefix>m<GGG>/<i>" and append keys "<prefix>a<NNN>.<gen>".
+ * Deletes and scans touch the single registers only (never a group's keys,
+ * whose "absent" the mput/mget atomicity check reads as a torn mput). A
+ * scan of [r<i>, r<j>) is recorded as one op per register of its range, up
+ * to where its limit stopped it (filler keys it returned are left out).
  * Every value is unique: process p writes "c<p>.<seq>" (put, one per key
  * of an mput) or appends "c<p>.<seq>;" with a per-process sequence. An
  * append key rolls to its next generation once its value passes
@@ -65,6 +70,8 @@ typedef struct client {
 	bool sem_ok;                        /* sem is initialised */
 	pthread_t thr;                      /* the thread */
 	bool started;                       /* thr is running */
+	chk_scan *scans;                    /* its scans (for the history file) */
+	size_t nscans, capscans;            /* used and allocated */
 } client;
 
 /* The kinds of unit an op picks: a register, a group, an append slot. */
@@ -98,12 +105,22 @@ struct chk_workload {
 	atomic_uint_fast64_t nfail;        /* failed operations */
 	/* the counts of chk_workload_more, in its order */
 	atomic_uint_fast64_t nindet, ntimeout, nmput, nmget, nskip, nasync, nhot;
-	_Atomic uint64_t errs[32]; /* failed operations by -err */
-	uint64_t deadline;         /* when the clients stop (ns) */
-	chk_op *all;               /* the merged history (after the run) */
-	size_t nall;               /* its length */
-	chk_op *final_ops;         /* register reads of the final pass */
-	size_t nfinal;             /* their number */
+	_Atomic uint64_t errs[32];        /* failed operations by -err */
+	uint64_t deadline;                /* when the clients stop (ns) */
+	chk_op *all;                      /* the merged history (after the run) */
+	size_t nall;                      /* its length */
+	chk_op *final_ops;                /* register reads of the final pass */
+	size_t nfinal;                    /* their number */
+	atomic_uint_fast64_t ndel, nscan; /* deletes and scans issued */
+	chk_scan *allscans;               /* every client's scans (after the run) */
+	size_t nallscans;                 /* their number */
+	/* The longest value a get read of each append key, the final value's
+	 * stand-in when the final read fails. */
+	pthread_mutex_t longest_mu; /* protects longest, longest_len, longest_t */
+	bool longest_mu_ok;         /* longest_mu is initialised */
+	uint8_t **longest;          /* per key: the bytes (owned) or NULL */
+	size_t *longest_len;        /* per key: their length */
+	uint64_t (*longest_t)[2];   /* per key: that get's invocation and completion */
 };
 
 static uint32_t
@@ -186,8 +203,15 @@ chk_workload_create(const chk_opts *o, const char *controllers, const char *pref
 	w->gen = calloc(w->nslot, sizeof(*w->gen));
 	w->ncl = o->clients;
 	w->cl = calloc(w->ncl, sizeof(*w->cl));
-	if (!w->keys || !w->names || !w->finals || !w->gen || !w->cl)
+	w->longest = calloc(w->nkeys, sizeof(*w->longest));
+	w->longest_len = calloc(w->nkeys, sizeof(*w->longest_len));
+	w->longest_t = calloc(w->nkeys, sizeof(*w->longest_t));
+	if (!w->keys || !w->names || !w->finals || !w->gen || !w->cl || !w->longest ||
+	    !w->longest_len || !w->longest_t)
 		goto err;
+	if (pthread_mutex_init(&w->longest_mu, NULL) != 0)
+		goto err;
+	w->longest_mu_ok = true;
 	for (size_t k = 0; k < w->nkeys; k++) {
 		char buf[512];
 		if (k < w->nreg) {
@@ -316,17 +340,39 @@ count_failure(chk_workload *w, const chk_op *op, int err)
 		atomic_fetch_add(&w->ntimeout, 1);
 }
 
+/* Keeps what a get of an append key read when it is the longest so far. */
+static void
+keep_longest(chk_workload *w, const chk_op *op, const void *data, size_t len)
+{
+	uint32_t k = op->key;
+
+	pthread_mutex_lock(&w->longest_mu);
+	if (w->longest[k] == NULL || len > w->longest_len[k]) {
+		uint8_t *b = realloc(w->longest[k], len + 1);
+		if (b != NULL) {
+			if (len)
+				memcpy(b, data, len);
+			w->longest[k] = b;
+			w->longest_len[k] = len;
+			w->longest_t[k][0] = op->invoke;
+			w->longest_t[k][1] = op->complete;
+		}
+	}
+	pthread_mutex_unlock(&w->longest_mu);
+}
+
 /* Fills in the end of op from the call's result rv (0, ENOTFOUND or an
- * error) and, for a get, the bytes read. */
+ * error) and, for a get or delete, the bytes read. */
 static void
 finish(chk_workload *w, chk_op *op, int rv, const void *data, size_t len)
 {
 	op->complete = chk_now_ns();
-	if (op->kind == CHK_GET) {
+	if (op->kind == CHK_GET || op->kind == CHK_DEL) {
 		if (rv == 0) {
 			op->len = len;
 			if (w->keys[op->key].append) {
 				op->hash = chk_hash(CHK_HASH_INIT, data, len);
+				keep_longest(w, op, data, len);
 			} else if (!chk_parse_val(data, len, &op->val)) {
 				op->status = CHK_GARBAGE;
 				op->val = 0;
@@ -506,6 +552,110 @@ do_mget(client *c, unsigned g)
 	return true;
 }
 
+/* A delete of a single register. */
+static bool
+do_del(client *c)
+{
+	chk_workload *w = c->w;
+	chk_op op = {.client = c->p.id, .kind = CHK_DEL, .key = reg_key(w, pick(c, U_REG))};
+	const char *key = w->names[op.key];
+	shardkv_buf old = {0};
+
+	atomic_fetch_add(&w->ndel, 1);
+	op.invoke = chk_now_ns();
+	int rv = shardkv_del(handle(c), key, strlen(key), &old);
+	finish(w, &op, rv, old.data, old.len);
+	shardkv_free(old.data);
+	return record(&c->p, &op);
+}
+
+/* Byte order of keys (a prefix first), as the servers order them. */
+static int
+key_order(const void *a, size_t al, const void *b, size_t bl)
+{
+	int cmp = memcmp(a, b, al < bl ? al : bl);
+
+	return cmp ? cmp : (al > bl) - (al < bl);
+}
+
+/* A scan of [r<i>, r<j>) (1 to 4 single registers) with the --scan-limit,
+ * recorded as one op per register up to where the limit stopped it. A
+ * failed scan is counted, not recorded (a read that failed tells nothing). */
+static bool
+do_scan(client *c)
+{
+	chk_workload *w = c->w;
+	unsigned i = pick(c, U_REG) % (w->nreg - 1);
+	unsigned j = i + 1 + (unsigned)chk_rng_below(&c->rng, 4);
+	shardkv_scan_result *res = NULL;
+	uint32_t txn = (uint32_t)atomic_fetch_add(&w->txns, 1) + 1;
+
+	if (j > w->nreg - 1)
+		j = w->nreg - 1;
+	const char *start = w->names[reg_key(w, i)], *end = w->names[reg_key(w, j)];
+	chk_op op = {.client = c->p.id, .kind = CHK_SCAN, .txn = txn};
+	atomic_fetch_add(&w->nscan, 1);
+	op.invoke = chk_now_ns();
+	int rv =
+	    shardkv_scan(handle(c), start, strlen(start), end, strlen(end), w->o->scan_limit, &res);
+	op.complete = op.ret = chk_now_ns();
+	if (rv != 0) {
+		count_failure(w, &op, rv);
+		return true;
+	}
+	if (c->nscans == c->capscans) {
+		size_t cap = c->capscans ? 2 * c->capscans : 256;
+		chk_scan *x = realloc(c->scans, cap * sizeof(*x));
+		if (x == NULL) {
+			shardkv_scan_result_free(res);
+			c->p.oom = true;
+			return false;
+		}
+		c->scans = x;
+		c->capscans = cap;
+	}
+	chk_scan *sc = &c->scans[c->nscans++];
+	*sc = (chk_scan){.txn = txn, .limit = w->o->scan_limit, .start = start, .end = end};
+	const shardkv_buf *last = res->more && res->n ? &res->entries[res->n - 1].key : NULL;
+	size_t e = 0, parts = 0;
+	for (unsigned q = i; q < j; q++) {
+		const char *name = w->names[reg_key(w, q)];
+		size_t nl = strlen(name);
+		if (res->more && (last == NULL || key_order(name, nl, last->data, last->len) > 0))
+			break; /* past where the limit stopped it */
+		if (res->more)
+			sc->cut = name; /* the last register it looked at */
+		while (e < res->n &&
+		       key_order(res->entries[e].key.data, res->entries[e].key.len, name, nl) < 0)
+			e++;
+		op.key = reg_key(w, q);
+		op.status = CHK_OK;
+		op.val = op.len = 0;
+		if (e < res->n &&
+		    key_order(res->entries[e].key.data, res->entries[e].key.len, name, nl) == 0) {
+			const shardkv_buf *v = &res->entries[e].value;
+			op.len = v->len;
+			if (!chk_parse_val(v->data, v->len, &op.val)) {
+				op.status = CHK_GARBAGE;
+				op.val = 0;
+			}
+		} else {
+			op.status = CHK_NOTFOUND;
+		}
+		if (!record(&c->p, &op)) {
+			shardkv_scan_result_free(res);
+			return false;
+		}
+		parts++;
+	}
+	if (parts == 0) /* cut before its first key: not in the history */
+		c->nscans--;
+	else
+		atomic_fetch_add(&w->budget, parts - 1);
+	shardkv_scan_result_free(res);
+	return true;
+}
+
 /* One random blocking operation; returns false to stop. */
 static bool
 one_op(client *c)
@@ -515,6 +665,11 @@ one_op(client *c)
 	chk_op op = {.client = c->p.id};
 	char val[40];
 	int rv;
+
+	if (w->o->scan_pct && w->nreg > 1 && chk_rng_below(&c->rng, 100) < w->o->scan_pct)
+		return do_scan(c);
+	if (w->o->del_pct && chk_rng_below(&c->rng, 100) < w->o->del_pct)
+		return do_del(c);
 
 	if (w->ngrp && r >= 42 && r < 70) { /* mput or mget of a group */
 		unsigned g = pick(c, U_GROUP);
@@ -584,8 +739,8 @@ slot_done(void *arg, int status, const void *val, size_t vlen)
 	sem_post(&c->sem);
 }
 
-/* Starts the next op of a free slot: a put or get of a register, or a get
- * of an append key. */
+/* Starts the next op of a free slot: a put, delete or get of a register,
+ * or a get of an append key. */
 static void
 slot_start(client *c, aslot *s)
 {
@@ -595,7 +750,11 @@ slot_start(client *c, aslot *s)
 	int rv;
 
 	s->op = (chk_op){.client = s->p.id};
-	if (r < 40) {
+	if (w->o->del_pct && chk_rng_below(&c->rng, 100) < w->o->del_pct) {
+		s->op.kind = CHK_DEL;
+		s->op.key = reg_key(w, pick(c, U_REG));
+		atomic_fetch_add(&w->ndel, 1);
+	} else if (r < 40) {
 		s->op.kind = CHK_PUT;
 		s->op.key = pick_register(c);
 		s->op.val = chk_val_id(s->p.id, ++s->p.seq);
@@ -615,6 +774,8 @@ slot_start(client *c, aslot *s)
 	if (s->op.kind == CHK_PUT) {
 		int n = chk_format_val(val, sizeof(val), s->op.val);
 		rv = shardkv_put_async(handle(c), key, strlen(key), val, (size_t)n, slot_done, s);
+	} else if (s->op.kind == CHK_DEL) {
+		rv = shardkv_del_async(handle(c), key, strlen(key), slot_done, s);
 	} else {
 		rv = shardkv_get_async(handle(c), key, strlen(key), slot_done, s);
 	}
@@ -723,7 +884,9 @@ chk_workload_more_counts(chk_workload *w, chk_workload_more *out)
 	                           .mgets = atomic_load(&w->nmget),
 	                           .mk_skipped = atomic_load(&w->nskip),
 	                           .async_ops = atomic_load(&w->nasync),
-	                           .hot_ops = atomic_load(&w->nhot)};
+	                           .hot_ops = atomic_load(&w->nhot),
+	                           .dels = atomic_load(&w->ndel),
+	                           .scans = atomic_load(&w->nscan)};
 }
 
 const uint64_t *
@@ -1001,6 +1164,17 @@ chk_workload_final_reads(chk_workload *w, shardkv_client *admin, unsigned ms)
 		struct timespec ts = {0, 200000000};
 		nanosleep(&ts, NULL);
 	}
+	/* An append key not read back is checked against its longest read. */
+	for (size_t k = w->nrk; k < w->nkeys; k++) {
+		if (done[k] || w->longest[k] == NULL)
+			continue;
+		chk_key *key = &w->keys[k];
+		key->final = w->longest[k];
+		key->final_len = w->longest_len[k];
+		key->final_found = key->final_known = key->final_partial = true;
+		key->final_invoke = w->longest_t[k][0];
+		key->final_complete = w->longest_t[k][1];
+	}
 	free(done);
 	return pending;
 }
@@ -1047,6 +1221,25 @@ chk_workload_history(chk_workload *w, const chk_key **keys, size_t *nkeys, const
 }
 
 void
+chk_workload_scans(chk_workload *w, const chk_scan **scans, size_t *n)
+{
+	if (w->allscans == NULL) {
+		size_t m = 0;
+		for (unsigned i = 0; i < w->ncl; i++)
+			m += w->cl[i].nscans;
+		w->allscans = malloc((m + 1) * sizeof(*w->allscans));
+		for (unsigned i = 0; w->allscans && i < w->ncl; i++) {
+			if (w->cl[i].nscans)
+				memcpy(w->allscans + w->nallscans, w->cl[i].scans,
+				       w->cl[i].nscans * sizeof(*w->allscans));
+			w->nallscans += w->cl[i].nscans;
+		}
+	}
+	*scans = w->allscans;
+	*n = w->allscans ? w->nallscans : 0;
+}
+
+void
 chk_workload_destroy(chk_workload *w)
 {
 	if (w == NULL)
@@ -1060,6 +1253,7 @@ chk_workload_destroy(chk_workload *w)
 		for (unsigned s = 0; c->slots && s < w->o->async; s++)
 			free(c->slots[s].p.ops);
 		free(c->slots);
+		free(c->scans);
 		if (c->sem_ok)
 			sem_destroy(&c->sem);
 	}
@@ -1068,7 +1262,15 @@ chk_workload_destroy(chk_workload *w)
 			free(w->names[k]);
 		if (w->finals)
 			shardkv_free(w->finals[k]);
+		if (w->longest)
+			free(w->longest[k]);
 	}
+	free(w->longest);
+	free(w->longest_len);
+	free(w->longest_t);
+	free(w->allscans);
+	if (w->longest_mu_ok)
+		pthread_mutex_destroy(&w->longest_mu);
 	for (unsigned g = 0; w->gname && g < w->ngrp; g++)
 		free(w->gname[g]);
 	free(w->gname);

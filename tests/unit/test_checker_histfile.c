@@ -73,6 +73,16 @@ refused(const char *text, const char *why)
 	INV(p, "put", k, "\"" v "\"", t0) DONE(p, "ok", "put", k, "\"" v "\"", t1)
 #define GET(p, k, v, t0, t1) INV(p, "get", k, "null", t0) DONE(p, "ok", "get", k, v, t1)
 
+#define DEL(p, k, v, t0, t1) INV(p, "del", k, "null", t0) DONE(p, "ok", "del", k, v, t1)
+#define SCAN_INV(p, a, b, t)                                                                       \
+	"{\"process\": " #p ", \"type\": \"invoke\", \"f\": \"scan\", \"start\": \"" a             \
+	"\", \"end\": \"" b "\", \"limit\": 10, \"time\": " #t "}\n"
+/* kvs: a JSON object; more: "" or further members (", \"cut\": \"k\""). */
+#define SCAN_OK(p, a, b, kvs, more, t)                                                             \
+	"{\"process\": " #p ", \"type\": \"ok\", \"f\": \"scan\", \"start\": \"" a                 \
+	"\", \"end\": \"" b "\", \"kvs\": " kvs more ", \"time\": " #t "}\n"
+#define SCAN(p, a, b, kvs, more, t0, t1) SCAN_INV(p, a, b, t0) SCAN_OK(p, a, b, kvs, more, t1)
+
 static void
 valid_register_history_passes(void **state)
 {
@@ -159,6 +169,123 @@ mget_seeing_half_an_mput_in_a_file_is_caught(void **state)
 	assert_int_equal(violations(t), 1);
 }
 
+/* Deletes in a file: the value deleted is the delete's "value" on ok
+ * (null: not found); a delete of unknown outcome ("info") may or may not
+ * have happened; a failed one ("fail") did not. */
+static void
+deletes_in_a_file_are_checked(void **state)
+{
+	(void)state;
+	/* A get reads a value after a delete of it completed. */
+	assert_int_equal(violations(PUT(1, "k", "a", 0, 10) DEL(2, "k", "\"a\"", 20, 30)
+	                                GET(3, "k", "\"a\"", 40, 50)),
+	                 1);
+	/* Mirror: the get finds nothing, then a second delete finds nothing. */
+	assert_int_equal(violations(PUT(1, "k", "a", 0, 10) DEL(2, "k", "\"a\"", 20, 30)
+	                                GET(3, "k", "null", 40, 50) DEL(2, "k", "null", 60, 70)),
+	                 0);
+	/* A delete returns a value nobody put. */
+	assert_int_equal(violations(PUT(1, "k", "a", 0, 10) DEL(2, "k", "\"zz\"", 20, 30)), 1);
+	/* Absent between two puts: only a delete of unknown outcome explains it. */
+	const char *absent = PUT(1, "k", "a", 0, 10) GET(3, "k", "null", 20, 30)
+	    PUT(1, "k", "b", 40, 50) DEL(2, "k", "\"b\"", 60, 70);
+	assert_int_equal(violations(absent), 1);
+	const char *info = PUT(1, "k", "a", 0, 10) INV(2, "del", "k", "null", 12)
+	    DONE(2, "info", "del", "k", "null", 15) GET(3, "k", "null", 20, 30)
+	        PUT(1, "k", "b", 40, 50) DEL(2, "k", "\"b\"", 60, 70);
+	assert_int_equal(violations(info), 0);
+	const char *failed = PUT(1, "k", "a", 0, 10) INV(2, "del", "k", "null", 12)
+	    DONE(2, "fail", "del", "k", "null", 15) GET(3, "k", "null", 20, 30)
+	        PUT(1, "k", "b", 40, 50) DEL(2, "k", "\"b\"", 60, 70);
+	assert_int_equal(violations(failed), 1);
+}
+
+/* Scans in a file: each register of the range is read over the scan's
+ * call, "not found" when the scan passed over it. */
+static void
+scans_in_a_file_are_checked(void **state)
+{
+	(void)state;
+	const char *keys = PUT(1, "b", "b1", 0, 10) PUT(1, "c", "c1", 11, 20);
+	/* Valid: both keys as they are. */
+	char t[4096];
+	snprintf(t, sizeof(t), "%s%s", keys,
+	         SCAN(2, "a", "z", "{\"b\": \"b1\", \"c\": \"c1\"}", "", 30, 40));
+	assert_int_equal(violations(t), 0);
+	/* A stale value of b. */
+	snprintf(t, sizeof(t), "%s%s%s", keys, PUT(1, "b", "b2", 21, 25),
+	         SCAN(2, "a", "z", "{\"b\": \"b1\", \"c\": \"c1\"}", "", 30, 40));
+	assert_int_equal(violations(t), 1);
+	/* c is missing although it was there all along. */
+	snprintf(t, sizeof(t), "%s%s", keys, SCAN(2, "a", "z", "{\"b\": \"b1\"}", "", 30, 40));
+	assert_int_equal(violations(t), 1);
+	/* ... unless the scan was cut after b by its limit ... */
+	snprintf(t, sizeof(t), "%s%s", keys,
+	         SCAN(2, "a", "z", "{\"b\": \"b1\"}", ", \"cut\": \"b\"", 30, 40));
+	assert_int_equal(violations(t), 0);
+	/* ... or its range ends before c. */
+	snprintf(t, sizeof(t), "%s%s", keys, SCAN(2, "a", "c", "{\"b\": \"b1\"}", "", 30, 40));
+	assert_int_equal(violations(t), 0);
+	/* A scan that returned as many keys as its limit was cut there. */
+	char lim[4096] = "";
+	for (int i = 0; i < 10; i++) {
+		char put[512];
+		snprintf(put, sizeof(put),
+		         "{\"process\": 1, \"type\": \"invoke\", \"f\": \"put\", \"key\": \"k%d\", "
+		         "\"value\": \"v%d\", \"time\": %d}\n"
+		         "{\"process\": 1, \"type\": \"ok\", \"f\": \"put\", \"key\": \"k%d\", "
+		         "\"value\": \"v%d\", \"time\": %d}\n",
+		         i, i, 2 * i, i, i, 2 * i + 1);
+		strcat(lim, put);
+	}
+	strcat(lim, PUT(1, "z9", "v", 20, 21));
+	strcat(lim, SCAN(2, "a", "zz",
+	                 "{\"k0\": \"v0\", \"k1\": \"v1\", \"k2\": \"v2\", \"k3\": \"v3\", "
+	                 "\"k4\": \"v4\", \"k5\": \"v5\", \"k6\": \"v6\", \"k7\": \"v7\", "
+	                 "\"k8\": \"v8\", \"k9\": \"v9\"}",
+	                 "", 30, 40));
+	assert_int_equal(violations(lim), 0);
+	/* Scans are not atomic together: old on one key, new on another. */
+	snprintf(t, sizeof(t), "%s%s%s%s", keys, INV(1, "put", "b", "\"b2\"", 25),
+	         SCAN(2, "a", "z", "{\"b\": \"b2\", \"c\": \"c1\"}", "", 30, 40),
+	         DONE(1, "ok", "put", "b", "\"b2\"", 45));
+	assert_int_equal(violations(t), 0);
+}
+
+/* An append key whose last read began before its last append completed has
+ * no final value: its longest read stands in for it. */
+static void
+append_key_without_final_read_in_a_file_is_checked_against_its_longest_read(void **state)
+{
+	(void)state;
+	/* x; and yy; acknowledged before the longest read began; zz; after. */
+	const char *ok =
+	    INV(1, "append", "a", "\"x;\"", 0) DONE(1, "ok", "append", "a", "\"x;\"", 5)
+	        INV(2, "append", "a", "\"yy;\"", 6) DONE(2, "ok", "append", "a", "\"yy;\"", 9)
+	            GET(3, "a", "\"x;yy;\"", 20, 21) INV(1, "append", "a", "\"zz;\"", 22)
+	                GET(3, "a", "\"x;\"", 23, 24) DONE(1, "ok", "append", "a", "\"zz;\"", 30);
+	/* The read of x; after x;yy; ended is stale: caught although the key
+	 * was never read after its last append. */
+	assert_int_equal(violations(ok), 1);
+	const char *lost =
+	    INV(1, "append", "a", "\"x;\"", 0) DONE(1, "ok", "append", "a", "\"x;\"", 5)
+	        INV(2, "append", "a", "\"yy;\"", 6) DONE(2, "ok", "append", "a", "\"yy;\"", 9)
+	            GET(3, "a", "\"x;\"", 20, 21) INV(1, "append", "a", "\"zz;\"", 22)
+	                DONE(1, "ok", "append", "a", "\"zz;\"", 30);
+	assert_int_equal(violations(lost), 1); /* yy; is not in the longest read */
+	const char *valid = INV(1, "append", "a", "\"x;\"", 0)
+	    DONE(1, "ok", "append", "a", "\"x;\"", 5) INV(2, "append", "a", "\"yy;\"", 6)
+	        GET(3, "a", "\"x;\"", 7, 8) DONE(2, "ok", "append", "a", "\"yy;\"", 9)
+	            GET(3, "a", "\"x;yy;\"", 20, 21) INV(1, "append", "a", "\"zz;\"", 22)
+	                DONE(1, "ok", "append", "a", "\"zz;\"", 30);
+	chk_result res;
+	char err[256];
+	assert_int_equal(check_text(valid, &res, err, sizeof(err)), 0);
+	assert_int_equal(res.nviolations, 0);
+	assert_int_equal(res.keys_unchecked, 0);
+	assert_int_equal(res.reads_checked, 2);
+}
+
 static void
 malformed_files_are_refused_with_the_line_and_reason(void **state)
 {
@@ -178,8 +305,15 @@ malformed_files_are_refused_with_the_line_and_reason(void **state)
 	        "both appended to and put");
 	refused(INV(1, "append", "k", "\"b\"", 2) DONE(1, "ok", "append", "k", "\"b\"", 3),
 	        "is no token");
-	refused(INV(1, "del", "k", "null", 2) DONE(1, "ok", "del", "k", "null", 3),
-	        "\"del\" is not checked by this version");
+	refused(INV(1, "cas", "k", "null", 2) DONE(1, "ok", "cas", "k", "null", 3),
+	        "\"cas\" is not checked by this version");
+	refused(SCAN_INV(1, "b", "d", 2) SCAN_OK(1, "b", "d", "{\"e\": \"x\"}", "", 3),
+	        "scan returned key e, outside its range");
+	refused(SCAN_INV(1, "d", "b", 2) SCAN_OK(1, "d", "b", "{}", "", 3),
+	        "scan of an empty range");
+	refused(INV(1, "append", "k", "\"b;\"", 2) DONE(1, "ok", "append", "k", "\"b;\"", 3)
+	            SCAN_INV(1, "a", "z", 4) SCAN_OK(1, "a", "z", "{\"k\": \"b;\"}", "", 5),
+	        "scan returned append key k");
 	refused(INV(1, "get", "k", "null", 1) DONE(1, "ok", "put", "k", "\"a\"", 2), "f differs");
 	refused(INV(1, "put", "k", "null", 1) DONE(1, "ok", "put", "k", "null", 2),
 	        "put of a null value");
@@ -274,7 +408,7 @@ written_history_reads_back_to_the_same_verdict(void **state)
 	chk_nemesis nem[2] = {{.start = 3, .end = 11, .f = "move", .args = "\"to\": 2"},
 	                      {.start = 100, .f = "kill", .args = "\"server\": \"tcp://x\""}};
 	snprintf(nem[0].result, sizeof(nem[0].result), "\"result\": \"ok\"");
-	assert_int_equal(chk_histfile_write(f, keys, 3, ops, n, nem, 2), 0);
+	assert_int_equal(chk_histfile_write(f, keys, 3, ops, n, NULL, 0, nem, 2), 0);
 	fclose(f);
 	char err[256];
 	assert_int_equal(check_text(buf, &got, err, sizeof(err)), 0);
@@ -291,6 +425,86 @@ written_history_reads_back_to_the_same_verdict(void **state)
 	                            "\"move\", \"value\": {\"to\": 2, \"phase\": \"start\"}, "
 	                            "\"time\": 3}"));
 	assert_non_null(strstr(buf, "\"phase\": \"end\", \"result\": \"ok\"}, \"time\": 11}"));
+	free(buf);
+}
+
+/* Deletes and scans written out read back to the same verdict. */
+static void
+written_deletes_and_scans_read_back_to_the_same_verdict(void **state)
+{
+	chk_key keys[2] = {{.name = "r"}, {.name = "s"}};
+	chk_op ops[8];
+	size_t n = 0;
+	(void)state;
+
+	memset(ops, 0, sizeof(ops));
+	ops[n++] = (chk_op){.invoke = 1,
+	                    .complete = 2,
+	                    .ret = 2,
+	                    .val = chk_val_id(1, 1),
+	                    .key = 0,
+	                    .client = 1,
+	                    .kind = CHK_PUT};
+	ops[n++] = (chk_op){.invoke = 1,
+	                    .complete = 2,
+	                    .ret = 2,
+	                    .val = chk_val_id(2, 1),
+	                    .key = 1,
+	                    .client = 2,
+	                    .kind = CHK_PUT};
+	ops[n++] = (chk_op){.invoke = 3,
+	                    .complete = 4,
+	                    .ret = 4,
+	                    .val = chk_val_id(1, 1),
+	                    .key = 0,
+	                    .client = 3,
+	                    .kind = CHK_DEL};
+	/* A scan of [r, t): r absent (deleted), s present. */
+	ops[n++] = (chk_op){.invoke = 5,
+	                    .complete = 6,
+	                    .ret = 6,
+	                    .key = 0,
+	                    .client = 4,
+	                    .kind = CHK_SCAN,
+	                    .status = CHK_NOTFOUND,
+	                    .txn = 7};
+	ops[n++] = (chk_op){.invoke = 5,
+	                    .complete = 6,
+	                    .ret = 6,
+	                    .val = chk_val_id(2, 1),
+	                    .key = 1,
+	                    .client = 4,
+	                    .kind = CHK_SCAN,
+	                    .txn = 7};
+	/* The deleted value read again: a violation. */
+	ops[n++] = (chk_op){.invoke = 7,
+	                    .complete = 8,
+	                    .ret = 8,
+	                    .val = chk_val_id(1, 1),
+	                    .key = 0,
+	                    .client = 5,
+	                    .kind = CHK_GET};
+	chk_scan sc = {.txn = 7, .limit = 5, .start = "r", .end = "t"};
+	chk_result want, got;
+	assert_int_equal(chk_check(keys, 2, ops, n, &want), 0);
+	assert_int_equal(want.nviolations, 1);
+
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_non_null(f);
+	assert_int_equal(chk_histfile_write(f, keys, 2, ops, n, &sc, 1, NULL, 0), 0);
+	fclose(f);
+	char err[256];
+	assert_int_equal(check_text(buf, &got, err, sizeof(err)), 0);
+	assert_int_equal(got.nviolations, want.nviolations);
+	assert_int_equal(got.v[0].kind, want.v[0].kind);
+	assert_int_equal(got.reads_checked, want.reads_checked);
+	assert_int_equal(got.deletes_acked, 1);
+	assert_non_null(strstr(buf, "\"f\": \"scan\", \"start\": \"r\", \"end\": \"t\", "
+	                            "\"limit\": 5, \"kvs\": {\"s\": \"c2.1\"}"));
+	assert_non_null(strstr(buf, "\"type\": \"ok\", \"f\": \"del\", \"key\": \"r\", "
+	                            "\"value\": \"c1.1\""));
 	free(buf);
 }
 
@@ -350,8 +564,13 @@ main(void)
 	    cmocka_unit_test(put_left_open_at_the_end_may_have_taken_effect),
 	    cmocka_unit_test(appends_and_their_final_read_are_checked),
 	    cmocka_unit_test(mget_seeing_half_an_mput_in_a_file_is_caught),
+	    cmocka_unit_test(deletes_in_a_file_are_checked),
+	    cmocka_unit_test(scans_in_a_file_are_checked),
+	    cmocka_unit_test(
+	        append_key_without_final_read_in_a_file_is_checked_against_its_longest_read),
 	    cmocka_unit_test(malformed_files_are_refused_with_the_line_and_reason),
 	    cmocka_unit_test(written_history_reads_back_to_the_same_verdict),
+	    cmocka_unit_test(written_deletes_and_scans_read_back_to_the_same_verdict),
 	    cmocka_unit_test(nemesis_lines_are_skipped_by_the_check_and_kept),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

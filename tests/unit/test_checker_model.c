@@ -91,6 +91,34 @@ get(hist *h, uint32_t client, uint32_t seq, uint64_t inv, uint64_t comp)
 		o->val = chk_val_id(client, seq);
 }
 
+/* A delete of the register that returned c<client>.<seq> (client 0: not
+ * found; comp CHK_NEVER: failed). */
+static void
+del(hist *h, uint32_t client, uint32_t seq, uint64_t inv, uint64_t comp)
+{
+	chk_op *o = add(h, CHK_DEL, RK, 8, inv, comp);
+	if (comp == CHK_NEVER)
+		return;
+	if (client == 0)
+		o->status = CHK_NOTFOUND;
+	else
+		o->val = chk_val_id(client, seq);
+}
+
+/* A scan's part on register `key` that read c<client>.<seq> (client 0: the
+ * scan passed over the key), as part of scan `txn`. */
+static void
+scan_part(hist *h, uint32_t txn, uint32_t key, uint32_t client, uint32_t seq, uint64_t inv,
+          uint64_t comp)
+{
+	chk_op *o = add(h, CHK_SCAN, key, 7, inv, comp);
+	o->txn = txn;
+	if (client == 0)
+		o->status = CHK_NOTFOUND;
+	else
+		o->val = chk_val_id(client, seq);
+}
+
 /* A get of the append key that read `v` (NULL: not found). */
 static void
 aget(hist *h, const char *v, uint64_t inv, uint64_t comp)
@@ -684,8 +712,12 @@ brute_dfs(brute *b, size_t done, uint64_t cur)
 		uint64_t next = cur;
 		if (o->kind == CHK_PUT)
 			next = o->val;
+		else if (o->kind == CHK_DEL && o->status == CHK_FAILED)
+			next = 0;
 		else if ((o->status == CHK_NOTFOUND ? 0 : o->val) != cur)
 			continue;
+		else if (o->kind == CHK_DEL)
+			next = 0;
 		b->placed[i] = true;
 		bool ok = brute_dfs(b, done + 1, next);
 		b->placed[i] = false;
@@ -701,7 +733,7 @@ brute_linearizable(const chk_op *ops, size_t n)
 	size_t failed[8], nf = 0;
 
 	for (size_t i = 0; i < n; i++)
-		if (ops[i].kind == CHK_PUT && ops[i].status == CHK_FAILED)
+		if (ops[i].kind != CHK_GET && ops[i].status == CHK_FAILED)
 			failed[nf++] = i;
 	for (unsigned m = 0; m < (1u << nf); m++) {
 		brute b = {.ops = ops, .n = n};
@@ -756,6 +788,337 @@ register_check_agrees_with_brute_force_on_random_histories(void **state)
 	}
 	/* Both kinds came up often enough to mean something. */
 	assert_true(good > 2000 && bad > 2000);
+}
+
+/*
+ * Deletes. A delete writes "absent" and returns what it removed, so the
+ * register is decided by the search; each case below is a violation (or
+ * not) that the zones alone, with deletes read as nothing, judge the other
+ * way.
+ */
+
+/* A get reads a value after a delete that removed it completed (the
+ * delete began after the put completed, and ended before the get began). */
+static void
+read_of_a_deleted_value_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	del(&h, 1, 1, 20, 30);
+	get(&h, 1, 1, 40, 50);
+	expect_one(&h, CHK_V_UNORDERED);
+	assert_int_equal(h.res.registers_searched, 1);
+}
+
+/* Mirror: the get overlaps the delete, so it may come first. */
+static void
+read_of_a_value_during_its_delete_passes(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	del(&h, 1, 1, 20, 45);
+	get(&h, 1, 1, 40, 50);
+	get(&h, 0, 0, 60, 70);
+	assert_int_equal(check(&h), 0);
+	assert_int_equal(h.res.deletes_acked, 1);
+}
+
+/* A delete returns a value nobody put. */
+static void
+delete_returning_a_value_never_written_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	del(&h, 5, 5, 20, 30);
+	expect_one(&h, CHK_V_NEVER_WRITTEN);
+}
+
+/* A delete returns a value a later put overwrote before it began. */
+static void
+delete_returning_an_overwritten_value_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	put(&h, 2, 1, 12, 15);
+	del(&h, 1, 1, 20, 30);
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+/* Mirror: the delete returns the value that was there, and the next one
+ * finds nothing. */
+static void
+deletes_returning_what_was_there_pass(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	put(&h, 2, 1, 12, 15);
+	del(&h, 2, 1, 20, 30);
+	del(&h, 0, 0, 40, 50);
+	put(&h, 3, 1, 60, 70);
+	get(&h, 3, 1, 80, 90);
+	assert_int_equal(check(&h), 0);
+}
+
+/* Two deletes of one value that both found it. */
+static void
+value_deleted_twice_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	del(&h, 1, 1, 20, 30);
+	del(&h, 1, 1, 25, 35);
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+/* Absent read between two puts, on a key that has deletes elsewhere but
+ * none there. */
+static void
+absent_between_two_puts_without_a_delete_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	get(&h, 0, 0, 20, 30);
+	put(&h, 2, 1, 40, 50);
+	del(&h, 2, 1, 60, 70);
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+/* Mirror: a failed delete in between may explain the absent read. */
+static void
+absent_between_two_puts_after_a_failed_delete_passes(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	del(&h, 0, 0, 12, CHK_NEVER);
+	get(&h, 0, 0, 20, 30);
+	put(&h, 2, 1, 40, 50);
+	del(&h, 2, 1, 60, 70);
+	assert_int_equal(check(&h), 0);
+	assert_int_equal(h.res.deletes_failed, 1);
+}
+
+/* Not found from a delete while the key certainly held a value. */
+static void
+delete_finding_nothing_while_a_value_is_there_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	del(&h, 0, 0, 20, 30);
+	get(&h, 1, 1, 40, 50);
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+/* A search bounded too tightly reports the register unchecked, not valid
+ * and not violated. */
+static void
+register_whose_search_is_cut_off_is_unchecked(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	for (uint32_t i = 0; i < 8; i++)
+		put(&h, i + 1, 1, 0, 100); /* eight concurrent puts: 2^8 sets */
+	del(&h, 0, 0, 0, 100);
+	get(&h, 0, 0, 200, 210);
+	assert_int_equal(chk_check_bounded(h.keys, NK, h.ops, h.n, 50, &h.res), 0);
+	assert_int_equal(h.res.nviolations, 0);
+	assert_int_equal(h.res.registers_unchecked, 1);
+	assert_int_equal(chk_check(h.keys, NK, h.ops, h.n, &h.res), 0);
+	assert_int_equal(h.res.nviolations, 1); /* a delete of nothing, then absent: no */
+	assert_int_equal(h.res.registers_unchecked, 0);
+}
+
+static void
+register_with_deletes_agrees_with_brute_force_on_random_histories(void **state)
+{
+	uint64_t seed = 0xde1e7e;
+	size_t bad = 0, good = 0;
+	(void)state;
+
+	for (int round = 0; round < 20000; round++) {
+		hist h;
+		hist_init(&h, NULL);
+		size_t nput = 1 + (seed >> 7) % 3, ndel = 1 + (seed >> 9) % 2,
+		       nget = (seed >> 11) % 4;
+		for (size_t i = 0; i < nput + ndel + nget; i++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			uint64_t inv = (seed >> 33) % 40, len = 1 + (seed >> 45) % 15;
+			bool fail = ((seed >> 20) & 7) == 0;
+			uint32_t r = (uint32_t)((seed >> 25) % (nput + 1)); /* 0: absent */
+			if (i < nput)
+				put(&h, (uint32_t)i + 1, 1, inv, fail ? CHK_NEVER : inv + len);
+			else if (i < nput + ndel)
+				del(&h, r, r ? 1 : 0, inv, fail ? CHK_NEVER : inv + len);
+			else
+				get(&h, r, r ? 1 : 0, inv, inv + len);
+		}
+		bool want = brute_linearizable(h.ops, h.n);
+		assert_int_equal(chk_check(h.keys, NK, h.ops, h.n, &h.res), 0);
+		bool got = h.res.nviolations == 0;
+		if (want != got) {
+			fprintf(stderr, "round %d: brute force says %s, chk_check %s\n", round,
+			        want ? "valid" : "invalid", got ? "valid" : "invalid");
+			for (size_t i = 0; i < h.n; i++)
+				chk_print_op(stderr, h.keys, &h.ops[i], 0);
+		}
+		assert_true(want == got);
+		assert_int_equal(h.res.registers_unchecked, 0);
+		if (want)
+			good++;
+		else
+			bad++;
+	}
+	assert_true(good > 2000 && bad > 2000);
+}
+
+/*
+ * Scans: each key's part is a get over the scan's call; a key the scan
+ * passed over reads absent.
+ */
+
+/* A scan returns a value overwritten before it began. */
+static void
+scan_returning_a_stale_value_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	put(&h, 2, 1, 20, 30);
+	scan_part(&h, 1, RK, 1, 1, 40, 50);
+	scan_part(&h, 1, K2, 0, 0, 40, 50);
+	expect_one(&h, CHK_V_STALE_READ);
+}
+
+/* A scan passes over a key that was there all along. */
+static void
+scan_missing_a_present_key_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	add(&h, CHK_PUT, K2, 1, 0, 10)->val = chk_val_id(1, 2);
+	scan_part(&h, 1, RK, 1, 1, 40, 50);
+	scan_part(&h, 1, K2, 0, 0, 40, 50);
+	expect_one(&h, CHK_V_STALE_READ);
+}
+
+/* Mirrors: a scan overlapping a put may see the old or the new value on one
+ * key, and its parts need not be atomic together (unlike an mget's). */
+static void
+scans_overlapping_writes_pass(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	add(&h, CHK_PUT, K2, 1, 0, 10)->val = chk_val_id(1, 2);
+	put(&h, 2, 1, 20, 60);
+	add(&h, CHK_PUT, K3, 2, 20, 60)->val = chk_val_id(2, 2);
+	scan_part(&h, 1, RK, 2, 1, 30, 40); /* new value on RK ... */
+	scan_part(&h, 1, K2, 1, 2, 30, 40);
+	scan_part(&h, 1, K3, 0, 0, 30, 40); /* ... K3 not yet */
+	scan_part(&h, 2, RK, 1, 1, 25, 45); /* old value on RK */
+	scan_part(&h, 2, K3, 2, 2, 25, 45);
+	assert_int_equal(check(&h), 0);
+	assert_int_equal(h.res.mgets_checked, 0);
+}
+
+/* A scan on a key with deletes goes through the search like a get. */
+static void
+scan_of_a_deleted_key_is_checked_by_the_search(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	del(&h, 1, 1, 20, 30);
+	scan_part(&h, 1, RK, 1, 1, 40, 50);
+	expect_one(&h, CHK_V_UNORDERED);
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	del(&h, 1, 1, 20, 30);
+	scan_part(&h, 1, RK, 0, 0, 40, 50);
+	assert_int_equal(check(&h), 0);
+}
+
+/* The final read of an append key failed: the longest read stands in for
+ * it, so its reads and appends are still checked. */
+static void
+append_key_without_final_read_is_checked_against_its_longest_read(void **state)
+{
+	hist h;
+	(void)state;
+
+	/* Lost: c1.1 completed before the longest read began, and is not in it. */
+	hist_init(&h, "c2.1;");
+	h.keys[AK].final_partial = true;
+	h.keys[AK].final_invoke = 30;
+	h.keys[AK].final_complete = 31;
+	app(&h, 1, 1, 0, 10, 0);
+	app(&h, 2, 1, 5, 20, 0);
+	aget(&h, "c2.1;", 30, 31);
+	app(&h, 3, 1, 40, 50, 0); /* after the read: need not be in it */
+	expect_one(&h, CHK_V_LOST);
+	assert_int_equal(h.res.keys_unchecked, 0);
+
+	/* A read out of real-time order with the longest one is still caught. */
+	hist_init(&h, "c1.1;c2.1;");
+	h.keys[AK].final_partial = true;
+	h.keys[AK].final_invoke = 40;
+	h.keys[AK].final_complete = 41;
+	app(&h, 1, 1, 0, 10, 5);
+	app(&h, 2, 1, 12, 20, 10);
+	aget(&h, "c1.1;c2.1;", 22, 23);
+	aget(&h, "c1.1;", 30, 31); /* fewer tokens than a read that ended before */
+	aget(&h, "c1.1;c2.1;", 40, 41);
+	app(&h, 3, 1, 35, 50, 0);
+	expect_one(&h, CHK_V_STALE_READ);
+
+	/* Mirror: the same history with the reads in order passes. */
+	hist_init(&h, "c1.1;c2.1;");
+	h.keys[AK].final_partial = true;
+	h.keys[AK].final_invoke = 40;
+	h.keys[AK].final_complete = 41;
+	app(&h, 1, 1, 0, 10, 5);
+	app(&h, 2, 1, 12, 20, 10);
+	aget(&h, "c1.1;", 11, 13);
+	aget(&h, "c1.1;c2.1;", 40, 41);
+	app(&h, 3, 1, 35, 50, 0);
+	assert_int_equal(check(&h), 0);
 }
 
 /*
@@ -925,6 +1288,22 @@ main(void)
 	    cmocka_unit_test(order_of_three_puts_confirmed_by_two_reads_passes),
 	    cmocka_unit_test(absent_after_a_value_was_seen_is_caught),
 	    cmocka_unit_test(register_check_agrees_with_brute_force_on_random_histories),
+	    cmocka_unit_test(read_of_a_deleted_value_is_caught),
+	    cmocka_unit_test(read_of_a_value_during_its_delete_passes),
+	    cmocka_unit_test(delete_returning_a_value_never_written_is_caught),
+	    cmocka_unit_test(delete_returning_an_overwritten_value_is_caught),
+	    cmocka_unit_test(deletes_returning_what_was_there_pass),
+	    cmocka_unit_test(value_deleted_twice_is_caught),
+	    cmocka_unit_test(absent_between_two_puts_without_a_delete_is_caught),
+	    cmocka_unit_test(absent_between_two_puts_after_a_failed_delete_passes),
+	    cmocka_unit_test(delete_finding_nothing_while_a_value_is_there_is_caught),
+	    cmocka_unit_test(register_whose_search_is_cut_off_is_unchecked),
+	    cmocka_unit_test(register_with_deletes_agrees_with_brute_force_on_random_histories),
+	    cmocka_unit_test(scan_returning_a_stale_value_is_caught),
+	    cmocka_unit_test(scan_missing_a_present_key_is_caught),
+	    cmocka_unit_test(scans_overlapping_writes_pass),
+	    cmocka_unit_test(scan_of_a_deleted_key_is_checked_by_the_search),
+	    cmocka_unit_test(append_key_without_final_read_is_checked_against_its_longest_read),
 	    cmocka_unit_test(mget_seeing_half_an_mput_is_caught),
 	    cmocka_unit_test(mget_seeing_all_or_none_of_an_mput_passes),
 	    cmocka_unit_test(mget_seeing_an_mput_beside_an_older_put_is_caught),
