@@ -1,6 +1,6 @@
 /*
  * test_server_integration.c - shard servers on free loopback ports against
- * the fake controller (tests/fake_ctl.h: Register, Watch with crafted
+ * the fake controller (tests/support/fake_ctl.h: Register, Watch with crafted
  * configurations, Heartbeat, MigrationProgress, MigrationDone, Leave), and
  * checks serving, owner hints, migrations between two servers,
  * simultaneous swaps, exactly-once retries and restarts.

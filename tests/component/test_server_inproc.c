@@ -1,7 +1,7 @@
 /*
  * test_server_inproc.c - shard servers run inside the test process through
  * their life cycle (kv_server_create/start/leave/stop/destroy, server.h)
- * against the fake controller (tests/fake_ctl.h): serving, two servers in
+ * against the fake controller (tests/support/fake_ctl.h): serving, two servers in
  * one process moving a range, a restart on the same data dir, the graceful
  * leave, and the failures of create and start.
  *

@@ -7,9 +7,10 @@
 add_library(kv_testutil STATIC support/testutil.c)
 target_link_libraries(kv_testutil PUBLIC kv_proc kv_flags)
 
-# The fake controller for servers under test (fake_ctl.h: registration,
-# configurations pushed by the test, watch, heartbeats, migration reports)
-# and a tiny client that sends raw Requests to a server (srv_client.h).
+# The one fake controller (fake_ctl.h): configurations published by the
+# test, watch, registration, heartbeats, migration reports (with the fence
+# hold), and the admin commands of clients and the CLI; and a tiny client
+# that sends raw Requests to a server (srv_client.h).
 add_library(kv_fake_ctl STATIC support/fake_ctl.c support/srv_client.c)
 target_include_directories(kv_fake_ctl PUBLIC ${CMOCKA_INCLUDE_DIRS})
 target_link_libraries(kv_fake_ctl PUBLIC kv_proto kv_common kv_testutil kv_flags)
@@ -61,9 +62,8 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv-checke
   target_link_libraries(kv_netns_util PUBLIC kv_testutil kv_flags)
 endif()
 
-# A fake controller and fake shard servers in the test process, for
-# libshardkv and the CLI (fake_cluster.h).
+# Fake shard servers in the test process, with the fake controller above
+# (fake_cluster.h), for libshardkv and the CLI.
 add_library(kv_fake_cluster STATIC support/fake_cluster.c)
-target_include_directories(kv_fake_cluster PUBLIC ${CMOCKA_INCLUDE_DIRS})
-target_link_libraries(kv_fake_cluster PUBLIC kv_proto kv_common kv_testutil kv_flags
+target_link_libraries(kv_fake_cluster PUBLIC kv_fake_ctl kv_proto kv_common kv_testutil kv_flags
   Threads::Threads ${CMOCKA_LIBRARIES})
