@@ -669,10 +669,7 @@ kv_tc_destroy(kv_tc *c)
 		if (c->rpid[k] > 0)
 			kv_tc_stop_replica(c, k, SIGTERM, KV_TC_STOP_MS);
 	if (c->dir[0] && getenv("KV_TC_KEEP") == NULL) {
-		char cmd[300];
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "cluster: could not remove %s\n", c->dir);
+		kv_test_rmtree(c->dir);
 	} else if (c->dir[0]) {
 		fprintf(stderr, "cluster: kept %s\n", c->dir);
 	}

@@ -31,10 +31,7 @@ kv_config *
 kv_fake_cluster_config(kv_fake_cluster *fc, uint64_t epoch, const char *split, uint32_t owner_lo,
                        uint32_t owner_hi)
 {
-	fake_cfg b = fake_cfg_at(fc->ctl, epoch);
-	fake_cfg_range(&b, "", owner_lo);
-	if (split != NULL && owner_lo != owner_hi)
-		fake_cfg_range(&b, split, owner_hi);
+	fake_cfg b = fake_cfg_owners(fc->ctl, epoch, split, owner_lo, owner_hi);
 	assert_int_equal(kv_config_validate(b.c), KV_OK);
 	return b.c;
 }

@@ -365,6 +365,23 @@ fake_cfg_new(fake_ctl *f)
 	return fake_cfg_at(f, e);
 }
 
+fake_cfg
+fake_cfg_owners(fake_ctl *f, uint64_t epoch, const char *split, uint32_t lo, uint32_t hi)
+{
+	fake_cfg b = epoch ? fake_cfg_at(f, epoch) : fake_cfg_new(f);
+	fake_cfg_range(&b, "", lo);
+	if (split != NULL && lo != hi)
+		fake_cfg_range(&b, split, hi);
+	return b;
+}
+
+uint64_t
+fake_ctl_publish_owners(fake_ctl *f, const char *split, uint32_t lo, uint32_t hi)
+{
+	fake_cfg b = fake_cfg_owners(f, 0, split, lo, hi);
+	return fake_cfg_publish(f, &b);
+}
+
 void
 fake_cfg_range(fake_cfg *b, const char *start, uint32_t node)
 {
@@ -438,6 +455,39 @@ fake_ctl_wait_done(fake_ctl *f, uint64_t id, unsigned ms)
 		if (now_ms() > deadline)
 			fail_msg("migration %llu not done within %u ms", (unsigned long long)id,
 			         ms);
+		kv_test_sleep_ms(5);
+	}
+}
+
+uint32_t
+fake_ctl_wait_register(fake_ctl *f, unsigned after, unsigned ms)
+{
+	uint64_t deadline = now_ms() + ms;
+	for (;;) {
+		pthread_mutex_lock(&f->mu);
+		bool again = f->registers > after;
+		uint32_t resume = f->last_resume;
+		pthread_mutex_unlock(&f->mu);
+		if (again)
+			return resume;
+		if (now_ms() > deadline)
+			fail_msg("no Register within %u ms", ms);
+		kv_test_sleep_ms(5);
+	}
+}
+
+void
+fake_ctl_wait_leave(fake_ctl *f, uint32_t node, unsigned ms)
+{
+	uint64_t deadline = now_ms() + ms;
+	for (;;) {
+		pthread_mutex_lock(&f->mu);
+		uint32_t from = f->leave_from;
+		pthread_mutex_unlock(&f->mu);
+		if (from == node)
+			return;
+		if (now_ms() > deadline)
+			fail_msg("no Leave of node %u within %u ms", node, ms);
 		kv_test_sleep_ms(5);
 	}
 }

@@ -96,6 +96,11 @@ fake_cfg fake_cfg_new(fake_ctl *f);
  * publishes first: the history may start at any epoch). */
 fake_cfg fake_cfg_at(fake_ctl *f, uint64_t epoch);
 
+/* A configuration at `epoch` (0: the next) listing every known node, with
+ * [, split) owned by node lo and [split, ) by node hi, or one range owned by
+ * lo when split is NULL or lo == hi. */
+fake_cfg fake_cfg_owners(fake_ctl *f, uint64_t epoch, const char *split, uint32_t lo, uint32_t hi);
+
 /* Appends a range starting at start (ranges in key order; ends filled later). */
 void fake_cfg_range(fake_cfg *b, const char *start, uint32_t node);
 
@@ -107,11 +112,22 @@ void fake_cfg_mig(fake_cfg *b, uint64_t id, const char *start, const char *end, 
  * and answers every held watch. Returns its epoch. */
 uint64_t fake_cfg_publish(fake_ctl *f, fake_cfg *b);
 
+/* Publishes fake_cfg_owners(f, 0, split, lo, hi); returns its epoch. */
+uint64_t fake_ctl_publish_owners(fake_ctl *f, const char *split, uint32_t lo, uint32_t hi);
+
 /* Whether MigrationDone arrived for migration id. */
 bool fake_ctl_done(fake_ctl *f, uint64_t id);
 
 /* Waits up to ms for MigrationDone of id; fails the test otherwise. */
 void fake_ctl_wait_done(fake_ctl *f, uint64_t id, unsigned ms);
+
+/* Waits up to ms until more than `after` Register requests arrived (read
+ * `registers` under mu first); returns the resume_node_id of the last one.
+ * Fails the test otherwise. */
+uint32_t fake_ctl_wait_register(fake_ctl *f, unsigned after, unsigned ms);
+
+/* Waits up to ms until a Leave named node; fails the test otherwise. */
+void fake_ctl_wait_leave(fake_ctl *f, uint32_t node, unsigned ms);
 
 /* Holds the fence: from now on the controller's answer to a source's FENCED
  * report is BUSY, so the source stays fenced between the destination's fence

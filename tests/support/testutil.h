@@ -33,6 +33,10 @@ typedef struct {
 int kv_test_dir_setup(void **state);
 int kv_test_dir_teardown(void **state);
 
+/* Removes path and everything below it (links are not followed); says on
+ * stderr what it cannot remove. Accepts NULL and "". */
+void kv_test_rmtree(const char *path);
+
 /* A cmocka (group) teardown: stops every child of common/proc.h's table
  * (SIGTERM, SIGKILL after KV_TEST_STOP_MS). Always returns 0. */
 #define KV_TEST_STOP_MS 5000u
