@@ -117,15 +117,13 @@ setup(void **state)
 static int
 teardown(void **state)
 {
-	char cmd[128];
-
 	(void)state;
 	if (!have_openssl)
 		return 0;
 	kv_tc_destroy(&tc);
 	kv_tc_set_tls(NULL, NULL, NULL, NULL, NULL);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", pki);
-	return system(cmd) == 0 ? 0 : -1;
+	kv_test_rmtree(pki);
+	return 0;
 }
 
 #define NEED_OPENSSL()                                                                             \
@@ -219,20 +217,6 @@ expect_key_holds(const char *key, const char *want)
 	assert_memory_equal(v.data, want, v.len);
 	shardkv_free(v.data);
 	shardkv_close(c);
-}
-
-/* Waits until `path` has a line with `needle`. */
-static bool
-wait_log_line(const char *path, const char *needle, unsigned ms)
-{
-	uint64_t t0 = kv_test_now_ms();
-
-	while (kv_test_now_ms() - t0 < ms) {
-		if (kv_tc_count_lines(path, needle) > 0)
-			return true;
-		kv_test_sleep_ms(50);
-	}
-	return false;
 }
 
 /* A refused library client: the call fails with `want`, the message says
@@ -438,7 +422,7 @@ a_server_with_a_certificate_of_another_ca_cannot_join(void **state)
 	i = kv_tc_add_server(&tc, true);
 	tc.nargs = saved;
 	assert_true(i >= 0);
-	KV_TC_ASSERT(&tc, wait_log_line(tc.srv[i].log, "TLS handshake", KV_TC_READY_MS),
+	KV_TC_ASSERT(&tc, kv_tc_wait_log_line(tc.srv[i].log, "TLS handshake", KV_TC_READY_MS),
 	             "the server did not log the refused handshake");
 	cfg = kv_tc_config(&tc);
 	assert_non_null(cfg);

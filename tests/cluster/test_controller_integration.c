@@ -11,6 +11,7 @@
  * binary next to it (PR_SET_PDEATHSIG kills it if this process dies).
  */
 #include "common/err.h"
+#include "common/proc.h"
 #include "common/rpc.h"
 #include "controller/controller.h"
 #include "proto/shardkv.pb-c.h"
@@ -30,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,22 +48,12 @@ struct fx {
 	kv_rpc_client *cli; /* a client to it */
 };
 
+/* Starts argv[0] with its output appended to logf (common/proc.h: killed on
+ * every exit path of the test). */
 static pid_t
 spawn(const char *const argv[], const char *logf)
 {
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (fd >= 0) {
-			dup2(fd, 2);
-			dup2(fd, 1);
-		}
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	return pid;
+	return kv_proc_spawn(argv[0], (char *const *)argv, logf);
 }
 
 /* ---- requests ---- */
@@ -295,16 +285,12 @@ static int
 teardown(void **state)
 {
 	struct fx *f = *state;
-	char cmd[400];
-	int rv = 0;
 
 	stop_controller(f);
 	kv_rpc_client_destroy(f->cli);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-	if (system(cmd) != 0)
-		rv = -1;
+	kv_test_rmtree(f->dir);
 	free(f);
-	return rv;
+	return 0;
 }
 
 /* ---- tests ---- */
@@ -1094,7 +1080,8 @@ run_cli(const char *const argv[], char *out, size_t outlen)
 	assert_true(fd >= 0);
 	close(fd);
 	pid = spawn(argv, logf);
-	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(pid > 0);
+	assert_int_equal(kv_proc_wait(pid, 10000, &st), 0);
 	fd = open(logf, O_RDONLY);
 	n = read(fd, out, outlen - 1);
 	out[n > 0 ? n : 0] = '\0';
@@ -1168,7 +1155,7 @@ binary_stops_on_sigterm_answering_held_watches_with_exit_0(void **state)
 			break;
 		}
 		assert_true(kv_test_now_ms() < deadline);
-		assert_int_equal(waitpid(pid, NULL, WNOHANG), 0); /* still running */
+		assert_false(kv_proc_exited(pid, NULL)); /* still running */
 		kv_test_sleep_ms(5);
 	}
 	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_WATCH;
@@ -1178,7 +1165,7 @@ binary_stops_on_sigterm_answering_held_watches_with_exit_0(void **state)
 	kv_test_sleep_ms(200); /* held: nothing changes */
 	uint64_t t0 = kv_test_now_ms();
 	kill(pid, SIGTERM);
-	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(kv_proc_wait(pid, 10000, &st), 0);
 	assert_true(kv_test_now_ms() - t0 < 5000);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);

@@ -11,7 +11,6 @@
  * Nothing here needs a process of its own: killing a controller with
  * SIGKILL is what test_cluster_raft and checker_kill_controller do.
  */
-#define _XOPEN_SOURCE 700 /* nftw */
 #include "common/err.h"
 #include "common/rpc.h"
 #include "controller/controller.h"
@@ -30,20 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <ftw.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #define NREPL 3
-
-static int
-rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)ftw;
-	return flag == FTW_DP ? rmdir(path) : unlink(path);
-}
 
 /* Removes the test dir with everything in it (the controllers make
  * subdirectories that kv_test_dir_teardown does not remove). */
@@ -52,7 +42,7 @@ teardown(void **state)
 {
 	kv_test_dir *d = *state;
 
-	nftw(d->path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	kv_test_rmtree(d->path);
 	return kv_test_dir_teardown(state);
 }
 

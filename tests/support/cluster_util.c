@@ -1272,6 +1272,20 @@ kv_tc_count_lines(const char *path, const char *needle)
 	return n;
 }
 
+bool
+kv_tc_wait_log_line(const char *path, const char *needle, unsigned ms)
+{
+	uint64_t t0 = kv_test_now_ms();
+
+	for (;;) {
+		if (kv_tc_count_lines(path, needle) > 0)
+			return true;
+		if (kv_test_now_ms() - t0 >= ms)
+			return false;
+		kv_test_sleep_ms(50);
+	}
+}
+
 /* ---------------------------------------------------------------------------
  * Running a program
  * ------------------------------------------------------------------------- */

@@ -117,6 +117,10 @@ int kv_tc_wait_serving(kv_tc *c, int i, unsigned ms);
  * cannot be read. */
 long kv_tc_count_lines(const char *path, const char *needle);
 
+/* Waits up to ms until `path` (a log) has a line containing `needle`;
+ * returns whether it came. */
+bool kv_tc_wait_log_line(const char *path, const char *needle, unsigned ms);
+
 /* Stops every process of the cluster, servers first with SIGKILL (their data
  * is scratch, and no drain must start), then the controller with SIGTERM
  * (SIGKILL after KV_TC_STOP_MS), and removes the directory unless the

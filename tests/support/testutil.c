@@ -7,9 +7,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,6 +75,21 @@ kv_test_dir_teardown(void **state)
 	rmdir(d->path);
 	free(d);
 	return 0;
+}
+
+const char *
+kv_test_put_file(const kv_test_dir *d, const char *name, const void *p, size_t n, mode_t mode)
+{
+	static char path[320];
+	int fd;
+	bool ok;
+
+	snprintf(path, sizeof(path), "%s/%s", d->path, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return NULL;
+	ok = write(fd, p, n) == (ssize_t)n && fchmod(fd, mode) == 0;
+	return close(fd) == 0 && ok ? path : NULL;
 }
 
 /* Removes everything in the directory open as dfd (taken; closed), which
