@@ -122,26 +122,17 @@ epoch_now(void)
 	return e;
 }
 
-#define MAXARGS 24
-
 /* Runs `shardkv -c CONTROLLER ARGS...` (NULL-terminated) with extra
  * environment entries `env` (may be NULL). */
 static void
 run_cli(kv_tc_run_result *r, char *const env[], const char *arg, ...)
 {
-	char *argv[MAXARGS + 4];
-	int n = 0;
 	va_list ap;
 
-	argv[n++] = KV_CLI_BIN;
-	argv[n++] = "-c";
-	argv[n++] = tc.ctl_url;
 	va_start(ap, arg);
-	for (const char *a = arg; a != NULL && n < MAXARGS; a = va_arg(ap, const char *))
-		argv[n++] = (char *)a;
+	int rv = kv_tc_cliv(r, tc.ctl_url, env, NULL, 0, 60000, arg, ap);
 	va_end(ap);
-	argv[n] = NULL;
-	assert_int_equal(kv_tc_run(argv, env, NULL, 0, 60000, r), 0);
+	assert_int_equal(rv, 0);
 }
 
 /* Fails unless the CLI run exited with `code` (and, for 4, said why). */

@@ -44,7 +44,6 @@
 #define CLIENT_MS  10000u /* library calls; a refusal takes well under a second */
 #define REFUSED_MS 3000u  /* calls that get no answer at all (plain tcp) */
 #define MOVE_KEYS  300u   /* keys in the range that moves */
-#define MAXARGS    24
 
 static kv_tc tc;
 static bool have_openssl; /* false: every test skips */
@@ -163,19 +162,12 @@ plain_url(const char *tls_url, char *buf, size_t len)
 static void
 run_cli(kv_tc_run_result *r, char *const env[], const char *url, const char *arg, ...)
 {
-	char *argv[MAXARGS + 4];
-	int n = 0;
 	va_list ap;
 
-	argv[n++] = KV_CLI_BIN;
-	argv[n++] = "-c";
-	argv[n++] = (char *)url;
 	va_start(ap, arg);
-	for (const char *a = arg; a != NULL && n < MAXARGS; a = va_arg(ap, const char *))
-		argv[n++] = (char *)a;
+	int rv = kv_tc_cliv(r, url, env, NULL, 0, 60000, arg, ap);
 	va_end(ap);
-	argv[n] = NULL;
-	assert_int_equal(kv_tc_run(argv, env, NULL, 0, 60000, r), 0);
+	assert_int_equal(rv, 0);
 }
 
 /* Fails unless the CLI run exited with `code` and, when `says` is set, its

@@ -1457,6 +1457,40 @@ err:
 	return -1;
 }
 
+int
+kv_tc_cliv(kv_tc_run_result *r, const char *url, char *const env[], const void *in, size_t inlen,
+           unsigned ms, const char *arg, va_list ap)
+{
+	char *argv[KV_TC_CLI_MAX_ARGS + 4];
+	int n = 0;
+
+	argv[n++] = KV_CLI_BIN;
+	if (url != NULL) {
+		argv[n++] = "-c";
+		argv[n++] = (char *)url;
+	}
+	for (const char *a = arg; a != NULL; a = va_arg(ap, const char *)) {
+		if (n == KV_TC_CLI_MAX_ARGS + 3)
+			return -1;
+		argv[n++] = (char *)a;
+	}
+	argv[n] = NULL;
+	return kv_tc_run(argv, env, in, inlen, ms, r);
+}
+
+int
+kv_tc_cli(kv_tc_run_result *r, const char *url, char *const env[], const void *in, size_t inlen,
+          unsigned ms, const char *arg, ...)
+{
+	va_list ap;
+	int rv;
+
+	va_start(ap, arg);
+	rv = kv_tc_cliv(r, url, env, in, inlen, ms, arg, ap);
+	va_end(ap);
+	return rv;
+}
+
 void
 kv_tc_run_free(kv_tc_run_result *r)
 {

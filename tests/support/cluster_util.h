@@ -22,6 +22,7 @@
 
 #include "client/include/shardkv.h"
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -351,6 +352,18 @@ int kv_tc_run(char *const argv[], char *const env[], const void *in, size_t inle
 
 /* Frees what kv_tc_run() captured. */
 void kv_tc_run_free(kv_tc_run_result *r);
+
+/*
+ * Runs the `shardkv` binary (KV_CLI_BIN) as `shardkv -c URL ARGS...` (no -c
+ * when url is NULL) with kv_tc_run(.., env, in, inlen, ms, r); the
+ * arguments end with NULL (at most KV_TC_CLI_MAX_ARGS, or -1). kv_tc_cliv
+ * takes them as a va_list, for a test's own variadic wrapper.
+ */
+#define KV_TC_CLI_MAX_ARGS 60
+int kv_tc_cli(kv_tc_run_result *r, const char *url, char *const env[], const void *in, size_t inlen,
+              unsigned ms, const char *arg, ...);
+int kv_tc_cliv(kv_tc_run_result *r, const char *url, char *const env[], const void *in,
+               size_t inlen, unsigned ms, const char *arg, va_list ap);
 
 /* Milliseconds since the first call of any kv_tc_* helper (for messages). */
 uint64_t kv_tc_elapsed_ms(void);
