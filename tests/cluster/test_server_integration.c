@@ -713,16 +713,7 @@ sigterm_drains_the_node_before_it_exits(void **state)
 	fake_ctl_wait_leave(ctl, 1, 10000);
 	/* Still serving while draining. */
 	assert_int_equal(do_get(procs[0].url, "l00007").status, 0);
-	fake_cfg b = fake_cfg_new(ctl);
-	b.c->nodes[0].state = KV_NODE_DRAINING;
-	fake_cfg_range(&b, "", 2);
-	fake_cfg_mig(&b, 1, "", "", 1, 2);
-	fake_cfg_publish(ctl, &b);
-	fake_ctl_wait_done(ctl, 1, 30000);
-	b = fake_cfg_new(ctl);
-	b.c->nodes[0].state = KV_NODE_GONE;
-	fake_cfg_range(&b, "", 2);
-	fake_cfg_publish(ctl, &b);
+	fake_ctl_drain(ctl, 1, 2, 1, 30000);
 	int st = proc_wait_exit(&procs[0], 15000, "drained server did not exit");
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);

@@ -155,16 +155,7 @@ leave_returns_drained_once_the_controller_marks_the_node_gone(void **state)
 	/* Nothing published yet: the leave times out, the node still serves. */
 	assert_int_equal(kv_server_leave(srvs[0].s, 300, NULL, NULL), KV_LEAVE_TIMED_OUT);
 	assert_int_equal(do_get(srvs[0].url, "l1").status, 0);
-	fake_cfg b = fake_cfg_new(ctl);
-	b.c->nodes[0].state = KV_NODE_DRAINING;
-	fake_cfg_range(&b, "", 2);
-	fake_cfg_mig(&b, 1, "", "", 1, 2);
-	fake_cfg_publish(ctl, &b);
-	fake_ctl_wait_done(ctl, 1, 30000);
-	b = fake_cfg_new(ctl);
-	b.c->nodes[0].state = KV_NODE_GONE;
-	fake_cfg_range(&b, "", 2);
-	fake_cfg_publish(ctl, &b);
+	fake_ctl_drain(ctl, 1, 2, 1, 30000);
 	assert_int_equal(kv_server_leave(srvs[0].s, 15000, NULL, NULL), KV_LEAVE_DRAINED);
 	pthread_mutex_lock(&ctl->mu);
 	assert_int_equal(ctl->leave_from, 1);

@@ -436,13 +436,59 @@ fake_cfg_publish(fake_ctl *f, fake_cfg *b)
 	return e;
 }
 
+/* A condition on the fake's state, checked with mu held. */
+typedef bool fake_ctl_cond(const fake_ctl *f, uint64_t arg);
+
+/* Polls until cond(f, arg) holds; false when ms pass first. */
+static bool
+wait_for(fake_ctl *f, fake_ctl_cond *cond, uint64_t arg, unsigned ms)
+{
+	uint64_t deadline = now_ms() + ms;
+	for (;;) {
+		pthread_mutex_lock(&f->mu);
+		bool ok = cond(f, arg);
+		pthread_mutex_unlock(&f->mu);
+		if (ok)
+			return true;
+		if (now_ms() > deadline)
+			return false;
+		kv_test_sleep_ms(5);
+	}
+}
+
+static bool
+done_locked(const fake_ctl *f, uint64_t id)
+{
+	for (size_t i = 0; i < f->ndone; i++)
+		if (f->done[i] == id)
+			return true;
+	return false;
+}
+
+static bool
+registered_after_locked(const fake_ctl *f, uint64_t after)
+{
+	return f->registers > after;
+}
+
+static bool
+left_locked(const fake_ctl *f, uint64_t node)
+{
+	return f->leave_from == node;
+}
+
+static bool
+fenced_locked(const fake_ctl *f, uint64_t unused)
+{
+	(void)unused;
+	return f->fenced_seen > 0;
+}
+
 bool
 fake_ctl_done(fake_ctl *f, uint64_t id)
 {
-	bool d = false;
 	pthread_mutex_lock(&f->mu);
-	for (size_t i = 0; i < f->ndone; i++)
-		d |= f->done[i] == id;
+	bool d = done_locked(f, id);
 	pthread_mutex_unlock(&f->mu);
 	return d;
 }
@@ -450,46 +496,41 @@ fake_ctl_done(fake_ctl *f, uint64_t id)
 void
 fake_ctl_wait_done(fake_ctl *f, uint64_t id, unsigned ms)
 {
-	uint64_t deadline = now_ms() + ms;
-	while (!fake_ctl_done(f, id)) {
-		if (now_ms() > deadline)
-			fail_msg("migration %llu not done within %u ms", (unsigned long long)id,
-			         ms);
-		kv_test_sleep_ms(5);
-	}
+	if (!wait_for(f, done_locked, id, ms))
+		fail_msg("migration %llu not done within %u ms", (unsigned long long)id, ms);
 }
 
 uint32_t
 fake_ctl_wait_register(fake_ctl *f, unsigned after, unsigned ms)
 {
-	uint64_t deadline = now_ms() + ms;
-	for (;;) {
-		pthread_mutex_lock(&f->mu);
-		bool again = f->registers > after;
-		uint32_t resume = f->last_resume;
-		pthread_mutex_unlock(&f->mu);
-		if (again)
-			return resume;
-		if (now_ms() > deadline)
-			fail_msg("no Register within %u ms", ms);
-		kv_test_sleep_ms(5);
-	}
+	if (!wait_for(f, registered_after_locked, after, ms))
+		fail_msg("no Register within %u ms", ms);
+	pthread_mutex_lock(&f->mu);
+	uint32_t resume = f->last_resume;
+	pthread_mutex_unlock(&f->mu);
+	return resume;
 }
 
 void
 fake_ctl_wait_leave(fake_ctl *f, uint32_t node, unsigned ms)
 {
-	uint64_t deadline = now_ms() + ms;
-	for (;;) {
-		pthread_mutex_lock(&f->mu);
-		uint32_t from = f->leave_from;
-		pthread_mutex_unlock(&f->mu);
-		if (from == node)
-			return;
-		if (now_ms() > deadline)
-			fail_msg("no Leave of node %u within %u ms", node, ms);
-		kv_test_sleep_ms(5);
-	}
+	if (!wait_for(f, left_locked, node, ms))
+		fail_msg("no Leave of node %u within %u ms", node, ms);
+}
+
+uint64_t
+fake_ctl_drain(fake_ctl *f, uint32_t node, uint32_t to, uint64_t mig_id, unsigned ms)
+{
+	fake_cfg b = fake_cfg_new(f);
+	b.c->nodes[node - 1].state = KV_NODE_DRAINING;
+	fake_cfg_range(&b, "", to);
+	fake_cfg_mig(&b, mig_id, "", "", node, to);
+	fake_cfg_publish(f, &b);
+	fake_ctl_wait_done(f, mig_id, ms);
+	b = fake_cfg_new(f);
+	b.c->nodes[node - 1].state = KV_NODE_GONE;
+	fake_cfg_range(&b, "", to);
+	return fake_cfg_publish(f, &b);
 }
 
 void
@@ -504,17 +545,8 @@ fake_ctl_hold_fence(fake_ctl *f)
 void
 fake_ctl_wait_fenced(fake_ctl *f, unsigned ms)
 {
-	uint64_t deadline = now_ms() + ms;
-	for (;;) {
-		pthread_mutex_lock(&f->mu);
-		bool seen = f->fenced_seen > 0;
-		pthread_mutex_unlock(&f->mu);
-		if (seen)
-			return;
-		if (now_ms() > deadline)
-			fail_msg("no FENCED report within %u ms", ms);
-		kv_test_sleep_ms(5);
-	}
+	if (!wait_for(f, fenced_locked, 0, ms))
+		fail_msg("no FENCED report within %u ms", ms);
 }
 
 void

@@ -129,6 +129,12 @@ uint32_t fake_ctl_wait_register(fake_ctl *f, unsigned after, unsigned ms);
 /* Waits up to ms until a Leave named node; fails the test otherwise. */
 void fake_ctl_wait_leave(fake_ctl *f, uint32_t node, unsigned ms);
 
+/* The drain of a leaving node as a controller runs it: publishes `node`
+ * DRAINING with the whole key space moving to node `to` (migration mig_id),
+ * waits up to ms for its MigrationDone, then publishes `node` GONE. Returns
+ * the last epoch. */
+uint64_t fake_ctl_drain(fake_ctl *f, uint32_t node, uint32_t to, uint64_t mig_id, unsigned ms);
+
 /* Holds the fence: from now on the controller's answer to a source's FENCED
  * report is BUSY, so the source stays fenced between the destination's fence
  * acknowledgement and the commit (it asks again with backoff). */
