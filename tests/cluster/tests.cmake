@@ -55,7 +55,7 @@ if(TARGET shardkv-controller AND TARGET shardkv-server)
   # The real shardkv-controller binary on a loopback port, driven over nng
   # with AdminRequest messages.
   kv_add_test(test_controller_integration SOURCES cluster/test_controller_integration.c
-    LIBS kv_controller kv_testutil TIMEOUT 240 LABELS integration concurrency)
+    LIBS kv_controller kv_ctl_client kv_testutil TIMEOUT 240 LABELS integration concurrency)
   target_compile_definitions(test_controller_integration PRIVATE
     KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
   add_dependencies(test_controller_integration shardkv-controller)

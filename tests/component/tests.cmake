@@ -11,7 +11,7 @@ kv_add_test(test_client_fake SOURCES component/test_client_fake.c
 # a data dir, stop with a held watch, refused starts, and a three-replica
 # Raft group over loopback TCP.
 kv_add_test(test_controller_inproc SOURCES component/test_controller_inproc.c
-  LIBS kv_controller kv_testutil TIMEOUT 60 LABELS concurrency)
+  LIBS kv_controller kv_ctl_client kv_testutil TIMEOUT 60 LABELS concurrency)
 
 # Servers inside the test process through their life cycle (server.h)
 # against the fake controller: serve and stop, two servers moving a range,

@@ -14,6 +14,10 @@ target_link_libraries(kv_testutil PUBLIC kv_proc kv_flags)
 add_library(kv_fake_ctl STATIC support/fake_ctl.c support/srv_client.c)
 target_include_directories(kv_fake_ctl PUBLIC ${CMOCKA_INCLUDE_DIRS})
 target_link_libraries(kv_fake_ctl PUBLIC kv_proto kv_common kv_testutil kv_flags)
+# Raw AdminRequests to a real controller (ctl_client.h), for the
+# controller tests.
+add_library(kv_ctl_client STATIC support/ctl_client.c)
+target_link_libraries(kv_ctl_client PUBLIC kv_proto kv_common kv_flags)
 # Shard servers inside the test process against that fake (inproc_srv.h).
 add_library(kv_inproc_srv STATIC support/inproc_srv.c)
 target_link_libraries(kv_inproc_srv PUBLIC kv_server kv_fake_ctl kv_testutil kv_flags)
