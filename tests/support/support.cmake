@@ -14,6 +14,11 @@ target_link_libraries(kv_testutil PUBLIC kv_proc kv_flags)
 add_library(kv_fake_ctl STATIC support/fake_ctl.c support/srv_client.c)
 target_include_directories(kv_fake_ctl PUBLIC ${CMOCKA_INCLUDE_DIRS})
 target_link_libraries(kv_fake_ctl PUBLIC kv_proto kv_common kv_testutil kv_flags)
+# The shardkv CLI run inside the test process with its output captured
+# (cli_run.h).
+add_library(kv_cli_run STATIC support/cli_run.c)
+target_link_libraries(kv_cli_run PUBLIC kv_cli kv_flags)
+
 # Raw AdminRequests to a real controller (ctl_client.h), for the
 # controller tests.
 add_library(kv_ctl_client STATIC support/ctl_client.c)
