@@ -12,6 +12,7 @@
 #include "common/rpc.h"
 #include "proto/shardkv.pb-c.h"
 #include "proto/wire.h"
+#include "tests/support/ctl_client.h"
 #include "tests/support/testutil.h"
 
 #include <errno.h>
@@ -1103,8 +1104,6 @@ kv_tc_raw_join(const char *url, uint64_t client_id, uint64_t request_id, const c
 	Shardkv__AdminJoin j = SHARDKV__ADMIN_JOIN__INIT;
 	Shardkv__AdminResponse *r;
 	kv_rpc_client *cl = NULL;
-	nng_msg *req = NULL, *rep = NULL;
-	size_t n;
 	int rv;
 
 	memset(out, 0, sizeof(*out));
@@ -1115,27 +1114,17 @@ kv_tc_raw_join(const char *url, uint64_t client_id, uint64_t request_id, const c
 	j.address = (char *)address;
 	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_JOIN;
 	rq.join = &j;
-	n = shardkv__admin_request__get_packed_size(&rq);
-	if (nng_msg_alloc(&req, n) != 0)
-		return SHARDKV_ENOMEM;
-	shardkv__admin_request__pack(&rq, nng_msg_body(req));
-	if ((rv = kv_rpc_client_create(url, &cl)) != 0) {
-		nng_msg_free(req);
+	if ((rv = kv_rpc_client_create(url, &cl)) != 0)
 		return rv;
-	}
-	rv = kv_rpc_call(cl, req, &rep, ms);
+	r = ctl_client_call(cl, &rq, ms, &rv);
 	kv_rpc_client_destroy(cl);
-	if (rv != 0)
-		return rv;
-	r = shardkv__admin_response__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
-	nng_msg_free(rep);
 	if (r == NULL)
-		return SHARDKV_EPROTO;
+		return rv;
 	out->not_leader = r->status == SHARDKV__STATUS__STATUS_NOT_LEADER;
-	out->status = kv_err_from_wire(r->status);
+	out->status = ctl_client_err(r);
 	out->epoch = r->epoch;
 	out->node_id = r->node_id;
-	shardkv__admin_response__free_unpacked(r, NULL);
+	ctl_client_free(r);
 	return 0;
 }
 

@@ -39,7 +39,7 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   # processes on free loopback ports, driven through libshardkv and the
   # `shardkv` binary. It knows the binaries from the definitions below.
   add_library(kv_cluster_util STATIC support/cluster_util.c)
-  target_link_libraries(kv_cluster_util PUBLIC shardkv kv_testutil kv_flags)
+  target_link_libraries(kv_cluster_util PUBLIC shardkv kv_ctl_client kv_testutil kv_flags)
   # kv_tc_raw_op() packs Requests itself: it needs the generated header (the
   # generated code and the rpc client are in libshardkv and kv_common).
   add_dependencies(kv_cluster_util kv_proto_generate)
