@@ -229,6 +229,22 @@ wait_ready(const char *url, uint64_t epoch)
 	srv_wait_ready(url, epoch, 15000, dump_logs);
 }
 
+/* Makes procs[0 .. known) the fake controller's nodes 1 .., publishes the
+ * owners (split, lo, hi) of fake_cfg_owners, starts the first `up` of them
+ * in this process and waits until they serve that epoch. Returns it. */
+static uint64_t
+nodes_up(int known, int up, const char *split, uint32_t lo, uint32_t hi)
+{
+	for (int i = 0; i < known; i++)
+		fake_ctl_add_node(ctl, procs[i].url);
+	uint64_t e = fake_ctl_publish_owners(ctl, split, lo, hi);
+	for (int i = 0; i < up; i++)
+		node_start(&procs[i], ctl->url);
+	for (int i = 0; i < up; i++)
+		wait_ready(procs[i].url, e);
+	return e;
+}
+
 /* Writes n keys fmt%05d = "v%d" with batches of 100 puts. */
 static void
 load_keys(const char *url, const char *prefix, int n)
@@ -286,11 +302,7 @@ static void
 server_serves_after_first_config_and_hints_other_owners(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_add_node(ctl, procs[1].url); /* never started */
-	fake_ctl_publish_owners(ctl, "m", 1, 2);
-	node_start(&procs[0], ctl->url);
-	wait_ready(procs[0].url, 1);
+	nodes_up(2, 1, "m", 1, 2); /* node 2 never started */
 	const char *u = procs[0].url;
 
 	assert_int_equal(do_put(u, "apple", "red", 0, 0).status, 0);
@@ -386,10 +398,7 @@ static void
 retried_append_is_applied_once(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_publish_owners(ctl, NULL, 1, 1);
-	node_start(&procs[0], ctl->url);
-	wait_ready(procs[0].url, 1);
+	nodes_up(1, 1, NULL, 1, 1);
 	const char *u = procs[0].url;
 	res1 a = do_append(u, "log", "x", 77, 1);
 	assert_int_equal(a.status, 0);
@@ -466,13 +475,7 @@ static void
 migration_moves_data_written_before_and_during_the_copy(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_add_node(ctl, procs[1].url);
-	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
-	node_start(&procs[0], ctl->url);
-	node_start(&procs[1], ctl->url);
-	wait_ready(procs[0].url, e);
-	wait_ready(procs[1].url, e);
+	nodes_up(2, 2, NULL, 1, 1);
 	load_keys(procs[0].url, "k", 20000);
 	load_keys(procs[0].url, "a", 100);
 
@@ -488,7 +491,7 @@ migration_moves_data_written_before_and_during_the_copy(void **state)
 	fake_cfg_mig(&b, 1, "k", "", 1, 2);
 	fake_cfg_publish(ctl, &b);
 	fake_ctl_wait_done(ctl, 1, 60000);
-	e = fake_ctl_publish_owners(ctl, "k", 1, 2);
+	fake_ctl_publish_owners(ctl, "k", 1, 2);
 	long before = atomic_load(&w.writes);
 	while (atomic_load(&w.writes) < before + 20)
 		kv_test_sleep_ms(1);
@@ -521,13 +524,7 @@ static void
 write_acknowledged_after_a_move_is_never_replaced_by_migrated_data(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_add_node(ctl, procs[1].url);
-	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
-	node_start(&procs[0], ctl->url);
-	node_start(&procs[1], ctl->url);
-	wait_ready(procs[0].url, e);
-	wait_ready(procs[1].url, e);
+	nodes_up(2, 2, NULL, 1, 1);
 	load_keys(procs[0].url, "x", 2000);
 
 	writer w = {.key = "x"};
@@ -573,13 +570,7 @@ static void
 two_servers_swapping_ranges_at_the_same_time_both_complete(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_add_node(ctl, procs[1].url);
-	uint64_t e = fake_ctl_publish_owners(ctl, "m", 1, 2);
-	node_start(&procs[0], ctl->url);
-	node_start(&procs[1], ctl->url);
-	wait_ready(procs[0].url, e);
-	wait_ready(procs[1].url, e);
+	nodes_up(2, 2, "m", 1, 2);
 	load_keys(procs[0].url, "a", 10000);
 	load_keys(procs[1].url, "n", 10000);
 	for (uint64_t round = 0; round < 4; round++) {
@@ -621,11 +612,7 @@ static void
 destination_down_delays_only_its_migration(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_add_node(ctl, procs[1].url); /* the destination, started late */
-	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
-	node_start(&procs[0], ctl->url);
-	wait_ready(procs[0].url, e);
+	uint64_t e = nodes_up(2, 1, NULL, 1, 1); /* node 2, the destination, starts late */
 	load_keys(procs[0].url, "a", 500);
 	load_keys(procs[0].url, "t", 500);
 	fake_cfg b = fake_cfg_owners(ctl, 0, "m", 1, 2);
@@ -654,10 +641,7 @@ static void
 transfer_out_of_order_is_refused_and_the_server_survives(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
-	node_start(&procs[0], ctl->url);
-	wait_ready(procs[0].url, e);
+	uint64_t e = nodes_up(1, 1, NULL, 1, 1);
 	Shardkv__Request rq = SHARDKV__REQUEST__INIT;
 	Shardkv__Transfer t = SHARDKV__TRANSFER__INIT;
 	Shardkv__TransferChunk c = SHARDKV__TRANSFER_CHUNK__INIT;
@@ -866,10 +850,7 @@ server_throughput_bench(void **state)
 	                    : 16;
 	unsigned batch =
 	    getenv("KV_SERVER_BENCH_BATCH") ? (unsigned)atoi(getenv("KV_SERVER_BENCH_BATCH")) : 1;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_publish_owners(ctl, NULL, 1, 1);
-	node_start(&procs[0], ctl->url);
-	wait_ready(procs[0].url, 1);
+	nodes_up(1, 1, NULL, 1, 1);
 	load_keys(procs[0].url, "b", 100000);
 	atomic_bool stop = false;
 	bench_thr t[64];
