@@ -10,16 +10,17 @@
  * - clients and the CLI: GetConfig (the latest, a pinned epoch, or a given
  *   one; NOT_FOUND for an epoch never published), Status (made-up
  *   statistics: node i has 10 * i keys and 100 * i bytes), Join, Leave,
- *   Move and Rebalance answered as a controller would (the new epoch, the
- *   new node id 3 .. or migration id FAKE_CTL_MIG_ID) without changing the
+ *   Move and Rebalance answered as a controller would (the next epoch, a
+ *   new node the next id, Leave and Move of a known node the migration
+ *   FAKE_CTL_MIG_ID, an unknown node NOT_FOUND) without changing the
  *   configuration: the test publishes what it wants;
  * - both: Watch, answered at once when a newer configuration exists, else
  *   held (deferred) until fake_cfg_publish or for 300 ms; with history it
  *   answers every configuration after the known epoch, else the latest.
  *
  * It records what it saw (counters below). The struct is open: tests read
- * and set the fields mu protects while holding mu. The fake
- * shard servers for client tests are in fake_cluster.h, built on this one.
+ * and set the fields mu protects while holding mu. The fake shard servers
+ * of the client tests are in fake_cluster.h, built on this one.
  * Failures abort the test (cmocka asserts).
  */
 #ifndef KV_TESTS_FAKE_CTL_H
