@@ -13,6 +13,7 @@
  */
 #include "client/cli/cli.h"
 #include "client/include/shardkv.h"
+#include "tests/support/cli_run.h"
 #include "tests/support/testutil.h"
 #include "tests/support/two_node_cluster.h"
 
@@ -67,22 +68,18 @@ static int
 cli(char **out, char **err, int argc, const char **args)
 {
 	const char *argv[40] = {"shardkv", "-c", tc.ctl_url, "--timeout", "5000"};
-	size_t nout, nerr;
-	char *e = NULL;
-	FILE *fo = open_memstream(out, &nout), *fe = open_memstream(&e, &nerr);
-	int rc;
+	kv_cli_run_result r;
 
 	assert_true(argc <= 35);
 	for (int i = 0; i < argc; i++)
 		argv[5 + i] = args[i];
-	rc = kv_cli_main(5 + argc, (char **)argv, fo, fe);
-	fclose(fo);
-	fclose(fe);
+	assert_int_equal(kv_cli_run(5 + argc, argv, &r), 0);
+	*out = r.out;
 	if (err)
-		*err = e;
+		*err = r.err;
 	else
-		free(e);
-	return rc;
+		free(r.err);
+	return r.rc;
 }
 
 static bool

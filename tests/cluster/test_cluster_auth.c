@@ -83,13 +83,11 @@ setup(void **state)
 static int
 teardown(void **state)
 {
-	char cmd[128];
-
 	(void)state;
 	kv_tc_destroy(&tc);
 	kv_tc_set_auth(NULL, NULL);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tokdir);
-	return system(cmd) == 0 ? 0 : -1;
+	kv_test_rmtree(tokdir);
+	return 0;
 }
 
 /* ---------------------------------------------------------------------------
@@ -124,26 +122,17 @@ epoch_now(void)
 	return e;
 }
 
-#define MAXARGS 24
-
 /* Runs `shardkv -c CONTROLLER ARGS...` (NULL-terminated) with extra
  * environment entries `env` (may be NULL). */
 static void
 run_cli(kv_tc_run_result *r, char *const env[], const char *arg, ...)
 {
-	char *argv[MAXARGS + 4];
-	int n = 0;
 	va_list ap;
 
-	argv[n++] = KV_CLI_BIN;
-	argv[n++] = "-c";
-	argv[n++] = tc.ctl_url;
 	va_start(ap, arg);
-	for (const char *a = arg; a != NULL && n < MAXARGS; a = va_arg(ap, const char *))
-		argv[n++] = (char *)a;
+	int rv = kv_tc_cliv(r, tc.ctl_url, env, NULL, 0, 60000, arg, ap);
 	va_end(ap);
-	argv[n] = NULL;
-	assert_int_equal(kv_tc_run(argv, env, NULL, 0, 60000, r), 0);
+	assert_int_equal(rv, 0);
 }
 
 /* Fails unless the CLI run exited with `code` (and, for 4, said why). */
@@ -226,20 +215,6 @@ raw_transfer(int i, const kv_xfer *x, const char *token)
 	rv = kv_xfer_ack_decode(nng_msg_body(rep), nng_msg_len(rep), &ack);
 	nng_msg_free(rep);
 	return rv != 0 ? rv : ack.status;
-}
-
-/* Waits until `path` has a line with `needle`. */
-static bool
-wait_log_line(const char *path, const char *needle, unsigned ms)
-{
-	uint64_t t0 = kv_test_now_ms();
-
-	while (kv_test_now_ms() - t0 < ms) {
-		if (kv_tc_count_lines(path, needle) > 0)
-			return true;
-		kv_test_sleep_ms(50);
-	}
-	return false;
 }
 
 /* ---------------------------------------------------------------------------
@@ -382,9 +357,9 @@ a_server_refuses_requests_without_the_token(void **state)
 	assert_memory_equal(v.data, "y", 1);
 	shardkv_free(v.data);
 	shardkv_close(c);
-	KV_TC_ASSERT(&tc,
-	             wait_log_line(tc.srv[i].log, "request refused: authentication failed", 5000),
-	             "no refusal in the server's log");
+	KV_TC_ASSERT(
+	    &tc, kv_tc_wait_log_line(tc.srv[i].log, "request refused: authentication failed", 5000),
+	    "no refusal in the server's log");
 }
 
 /* A transfer message without the secret is refused and opens no stream. */
@@ -407,7 +382,7 @@ a_transfer_without_the_token_is_refused(void **state)
 	assert_int_equal(raw_transfer(1, &begin, "not-the-token"), KV_EAUTH);
 	/* No stream was opened: the next message of it is unknown there. */
 	assert_int_equal(raw_transfer(1, &fence, TOKEN), KV_EINVAL);
-	KV_TC_ASSERT(&tc, wait_log_line(tc.srv[1].log, "cmd=transfer", 5000),
+	KV_TC_ASSERT(&tc, kv_tc_wait_log_line(tc.srv[1].log, "cmd=transfer", 5000),
 	             "no transfer refusal in the destination's log");
 }
 
@@ -458,11 +433,11 @@ a_server_without_the_token_cannot_join(void **state)
 	tc.nargs = saved;
 	assert_true(i >= 0);
 	KV_TC_ASSERT(&tc,
-	             wait_log_line(tc.srv[i].log,
-	                           "controller refused registration: authentication failed",
-	                           KV_TC_READY_MS),
+	             kv_tc_wait_log_line(tc.srv[i].log,
+	                                 "controller refused registration: authentication failed",
+	                                 KV_TC_READY_MS),
 	             "the server did not log its refusal");
-	KV_TC_ASSERT(&tc, wait_log_line(tc.ctl_log, "cmd=register", KV_TC_READY_MS),
+	KV_TC_ASSERT(&tc, kv_tc_wait_log_line(tc.ctl_log, "cmd=register", KV_TC_READY_MS),
 	             "the controller did not log the refused registration");
 	cfg = kv_tc_config(&tc);
 	assert_non_null(cfg);

@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -66,75 +65,13 @@ static uint8_t *bufs[2]; /* large test buffers, freed by teardown */
  * Servers with options
  * ------------------------------------------------------------------------ */
 
-/* Starts server i (already described in tc.srv[i]) with --max-value. */
-static int
-spawn_server(int i, const char *max_value)
-{
-	kv_tc_server *s = &tc.srv[i];
-	pid_t parent = getpid(), pid = fork();
-
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		int fd = open(s->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126);
-		if (null >= 0)
-			dup2(null, 0);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execl(KV_SERVER_BIN, "shardkv-server", "--listen", s->url, "--controller",
-		      tc.ctl_url, "--data-dir", s->data, "--join", "--max-value", max_value,
-		      (char *)NULL);
-		_exit(127);
-	}
-	s->pid = pid;
-	return 0;
-}
-
-/* Waits until server i owns a range and nothing moves. */
-static int
-wait_owns_range(int i)
-{
-	uint64_t t0 = kv_test_now_ms();
-	while (kv_test_now_ms() - t0 < KV_TC_READY_MS) {
-		shardkv_config *cfg = kv_tc_config(&tc);
-		bool ok = cfg && cfg->nmigrations == 0 && kv_tc_nranges_of(cfg, tc.srv[i].id) > 0;
-		shardkv_config_free(cfg);
-		if (ok)
-			return 0;
-		kv_test_sleep_ms(20);
-	}
-	return -1;
-}
-
 /* A controller and two servers with --max-value `max_value`, joined one
- * after the other as kv_tc_start does. */
+ * after the other (kv_tc_start_ex). */
 static int
 start_cluster(const char *tag, const char *max_value)
 {
-	if (kv_tc_create(&tc, tag) != 0)
-		return -1;
-	for (int i = 0; i < 2; i++) {
-		kv_tc_server *s = &tc.srv[i];
-		memset(s, 0, sizeof(*s));
-		kv_test_free_url(s->url, sizeof(s->url));
-		snprintf(s->data, sizeof(s->data), "%.250s/s%d", tc.dir, i + 1);
-		snprintf(s->log, sizeof(s->log), "%.250s/s%d.log", tc.dir, i + 1);
-		tc.nservers++;
-		if (spawn_server(i, max_value) != 0 ||
-		    kv_tc_wait_node_state(&tc, i, SHARDKV_NODE_ACTIVE, KV_TC_READY_MS) != 0 ||
-		    wait_owns_range(i) != 0) {
-			kv_tc_dump_logs(&tc, 30);
-			kv_tc_destroy(&tc);
-			return -1;
-		}
-	}
-	return 0;
+	const char *const args[] = {"--max-value", max_value, NULL};
+	return kv_tc_start_ex(&tc, tag, 2, args);
 }
 
 static int

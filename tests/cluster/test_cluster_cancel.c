@@ -183,19 +183,12 @@ cancelling_an_unknown_migration_is_not_found(void **state)
 static void
 run_cli(kv_tc_run_result *r, const char *arg, ...)
 {
-	char *argv[16];
-	int n = 0;
 	va_list ap;
 
-	argv[n++] = KV_CLI_BIN;
-	argv[n++] = "-c";
-	argv[n++] = tc.ctl_url;
 	va_start(ap, arg);
-	for (const char *a = arg; a != NULL && n < 15; a = va_arg(ap, const char *))
-		argv[n++] = (char *)a;
+	int rv = kv_tc_cliv(r, tc.ctl_url, NULL, NULL, 0, 30000, arg, ap);
 	va_end(ap);
-	argv[n] = NULL;
-	assert_int_equal(kv_tc_run(argv, NULL, NULL, 0, 30000, r), 0);
+	assert_int_equal(rv, 0);
 }
 
 /* Fails with the output unless the run exited with `code` and its stdout

@@ -45,8 +45,6 @@ teardown(void **state)
 	return 0;
 }
 
-#define MAXARGS 32
-
 /*
  * Runs `shardkv -c CONTROLLER ARGS...` (without -c when `ctl` is false),
  * with `in` on stdin. The argument list ends with NULL.
@@ -55,21 +53,12 @@ static void
 run_cli(kv_tc_run_result *r, bool ctl, const void *in, size_t inlen, char *const env[],
         const char *arg, ...)
 {
-	char *argv[MAXARGS + 4];
-	int n = 0;
 	va_list ap;
 
-	argv[n++] = KV_CLI_BIN;
-	if (ctl) {
-		argv[n++] = "-c";
-		argv[n++] = tc.ctl_url;
-	}
 	va_start(ap, arg);
-	for (const char *a = arg; a != NULL && n < MAXARGS; a = va_arg(ap, const char *))
-		argv[n++] = (char *)a;
+	int rv = kv_tc_cliv(r, ctl ? tc.ctl_url : NULL, env, in, inlen, 30000, arg, ap);
 	va_end(ap);
-	argv[n] = NULL;
-	assert_int_equal(kv_tc_run(argv, env, in, inlen, 30000, r), 0);
+	assert_int_equal(rv, 0);
 }
 
 /* Prints bytes with escapes for a failure message. */

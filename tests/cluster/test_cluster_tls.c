@@ -44,7 +44,6 @@
 #define CLIENT_MS  10000u /* library calls; a refusal takes well under a second */
 #define REFUSED_MS 3000u  /* calls that get no answer at all (plain tcp) */
 #define MOVE_KEYS  300u   /* keys in the range that moves */
-#define MAXARGS    24
 
 static kv_tc tc;
 static bool have_openssl; /* false: every test skips */
@@ -117,15 +116,13 @@ setup(void **state)
 static int
 teardown(void **state)
 {
-	char cmd[128];
-
 	(void)state;
 	if (!have_openssl)
 		return 0;
 	kv_tc_destroy(&tc);
 	kv_tc_set_tls(NULL, NULL, NULL, NULL, NULL);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", pki);
-	return system(cmd) == 0 ? 0 : -1;
+	kv_test_rmtree(pki);
+	return 0;
 }
 
 #define NEED_OPENSSL()                                                                             \
@@ -165,19 +162,12 @@ plain_url(const char *tls_url, char *buf, size_t len)
 static void
 run_cli(kv_tc_run_result *r, char *const env[], const char *url, const char *arg, ...)
 {
-	char *argv[MAXARGS + 4];
-	int n = 0;
 	va_list ap;
 
-	argv[n++] = KV_CLI_BIN;
-	argv[n++] = "-c";
-	argv[n++] = (char *)url;
 	va_start(ap, arg);
-	for (const char *a = arg; a != NULL && n < MAXARGS; a = va_arg(ap, const char *))
-		argv[n++] = (char *)a;
+	int rv = kv_tc_cliv(r, url, env, NULL, 0, 60000, arg, ap);
 	va_end(ap);
-	argv[n] = NULL;
-	assert_int_equal(kv_tc_run(argv, env, NULL, 0, 60000, r), 0);
+	assert_int_equal(rv, 0);
 }
 
 /* Fails unless the CLI run exited with `code` and, when `says` is set, its
@@ -219,20 +209,6 @@ expect_key_holds(const char *key, const char *want)
 	assert_memory_equal(v.data, want, v.len);
 	shardkv_free(v.data);
 	shardkv_close(c);
-}
-
-/* Waits until `path` has a line with `needle`. */
-static bool
-wait_log_line(const char *path, const char *needle, unsigned ms)
-{
-	uint64_t t0 = kv_test_now_ms();
-
-	while (kv_test_now_ms() - t0 < ms) {
-		if (kv_tc_count_lines(path, needle) > 0)
-			return true;
-		kv_test_sleep_ms(50);
-	}
-	return false;
 }
 
 /* A refused library client: the call fails with `want`, the message says
@@ -438,7 +414,7 @@ a_server_with_a_certificate_of_another_ca_cannot_join(void **state)
 	i = kv_tc_add_server(&tc, true);
 	tc.nargs = saved;
 	assert_true(i >= 0);
-	KV_TC_ASSERT(&tc, wait_log_line(tc.srv[i].log, "TLS handshake", KV_TC_READY_MS),
+	KV_TC_ASSERT(&tc, kv_tc_wait_log_line(tc.srv[i].log, "TLS handshake", KV_TC_READY_MS),
 	             "the server did not log the refused handshake");
 	cfg = kv_tc_config(&tc);
 	assert_non_null(cfg);

@@ -11,10 +11,12 @@
  * binary next to it (PR_SET_PDEATHSIG kills it if this process dies).
  */
 #include "common/err.h"
+#include "common/proc.h"
 #include "common/rpc.h"
 #include "controller/controller.h"
 #include "proto/shardkv.pb-c.h"
 #include "proto/wire.h"
+#include "tests/support/ctl_client.h"
 #include "tests/support/testutil.h"
 
 #include <arpa/inet.h>
@@ -30,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,22 +49,12 @@ struct fx {
 	kv_rpc_client *cli; /* a client to it */
 };
 
+/* Starts argv[0] with its output appended to logf (common/proc.h: killed on
+ * every exit path of the test). */
 static pid_t
 spawn(const char *const argv[], const char *logf)
 {
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (fd >= 0) {
-			dup2(fd, 2);
-			dup2(fd, 1);
-		}
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	return pid;
+	return kv_proc_spawn(argv[0], (char *const *)argv, logf);
 }
 
 /* ---- requests ---- */
@@ -73,25 +64,10 @@ static uint64_t next_rid = 1;
 static Shardkv__AdminResponse *
 call_to(kv_rpc_client *cli, Shardkv__AdminRequest *rq, uint32_t timeout_ms, int *rv_out)
 {
-	nng_msg *m, *reply = NULL;
-	Shardkv__AdminResponse *r;
-	int rv;
-
 	if (rq->version == 0)
 		rq->version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
 	rq->request_id = __atomic_fetch_add(&next_rid, 1, __ATOMIC_RELAXED);
-	size_t n = shardkv__admin_request__get_packed_size(rq);
-	if (nng_msg_alloc(&m, n) != 0)
-		return NULL;
-	shardkv__admin_request__pack(rq, nng_msg_body(m));
-	rv = kv_rpc_call(cli, m, &reply, timeout_ms);
-	if (rv_out)
-		*rv_out = rv;
-	if (rv != KV_OK)
-		return NULL;
-	r = shardkv__admin_response__unpack(NULL, nng_msg_len(reply), nng_msg_body(reply));
-	nng_msg_free(reply);
-	return r;
+	return ctl_client_call(cli, rq, timeout_ms, rv_out);
 }
 
 static Shardkv__AdminResponse *
@@ -103,20 +79,6 @@ call(kv_rpc_client *cli, Shardkv__AdminRequest *rq)
 	assert_non_null(r);
 	assert_int_equal(r->request_id, rq->request_id);
 	return r;
-}
-
-static void
-rfree(Shardkv__AdminResponse *r)
-{
-	if (r)
-		shardkv__admin_response__free_unpacked(r, NULL);
-}
-
-/* Error code of the response (KV_OK or a KV_E*). */
-static int
-err_of(const Shardkv__AdminResponse *r)
-{
-	return kv_err_from_wire(r->status);
 }
 
 static Shardkv__AdminResponse *
@@ -224,7 +186,7 @@ epoch_of(kv_rpc_client *cli)
 {
 	Shardkv__AdminResponse *r = do_config(cli, 0);
 	uint64_t e = r->epoch;
-	rfree(r);
+	ctl_client_free(r);
 	return e;
 }
 
@@ -295,16 +257,12 @@ static int
 teardown(void **state)
 {
 	struct fx *f = *state;
-	char cmd[400];
-	int rv = 0;
 
 	stop_controller(f);
 	kv_rpc_client_destroy(f->cli);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-	if (system(cmd) != 0)
-		rv = -1;
+	kv_test_rmtree(f->dir);
 	free(f);
-	return rv;
+	return 0;
 }
 
 /* ---- tests ---- */
@@ -316,16 +274,16 @@ join_rules_and_refusals(void **state)
 	Shardkv__AdminResponse *r;
 
 	r = do_join(f->cli, "tcp://127.0.0.1:7101", false, false);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 1);
 	assert_int_equal(r->node_id, 1);
 	assert_int_equal(r->config->n_ranges, 1);
 	assert_int_equal(r->config->ranges[0]->node_id, 1);
 	assert_true(r->config->cluster_id && strlen(r->config->cluster_id) == 16);
-	rfree(r);
+	ctl_client_free(r);
 
 	r = do_join(f->cli, "tcp://127.0.0.1:7102", false, false);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 2);
 	assert_int_equal(r->node_id, 2);
 	assert_int_equal(r->config->n_ranges, 2); /* node 2 got a share of the key space */
@@ -336,37 +294,37 @@ join_rules_and_refusals(void **state)
 	assert_int_equal(r->config->migrations[0]->phase,
 	                 SHARDKV__MIGRATION_PHASE__MIGRATION_PHASE_PENDING);
 	assert_int_equal(node_in(r->config, 2)->state, SHARDKV__NODE_STATE__NODE_STATE_JOINING);
-	rfree(r);
+	ctl_client_free(r);
 
 	/* refusals: each with a message, none bumps the epoch */
 	r = do_join(f->cli, "tcp://127.0.0.1:7101", false, false);
-	assert_int_equal(err_of(r), KV_EEXISTS);
+	assert_int_equal(ctl_client_err(r), KV_EEXISTS);
 	assert_non_null(strstr(r->error, "already registered"));
-	rfree(r);
+	ctl_client_free(r);
 	r = do_join(f->cli, "", false, false);
-	assert_int_equal(err_of(r), KV_EINVAL);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_EINVAL);
+	ctl_client_free(r);
 	r = do_leave(f->cli, 42, NULL);
-	assert_int_equal(err_of(r), KV_ENOTFOUND);
+	assert_int_equal(ctl_client_err(r), KV_ENOTFOUND);
 	assert_non_null(strstr(r->error, "unknown node 42"));
-	rfree(r);
+	ctl_client_free(r);
 	r = do_leave(f->cli, 0, "tcp://nowhere:1");
-	assert_int_equal(err_of(r), KV_ENOTFOUND);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_ENOTFOUND);
+	ctl_client_free(r);
 	r = do_leave(f->cli, 2, NULL); /* destination of the join's migration */
-	assert_int_equal(err_of(r), KV_EBUSY);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_EBUSY);
+	ctl_client_free(r);
 	r = do_config(f->cli, 99);
-	assert_int_equal(err_of(r), KV_ENOTFOUND);
+	assert_int_equal(ctl_client_err(r), KV_ENOTFOUND);
 	assert_non_null(strstr(r->error, "never published"));
-	rfree(r);
+	ctl_client_free(r);
 	assert_int_equal(epoch_of(f->cli), 2);
 
 	r = do_config(f->cli, 1);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->config->epoch, 1);
 	assert_int_equal(r->config->n_nodes, 1);
-	rfree(r);
+	ctl_client_free(r);
 }
 
 static void
@@ -376,64 +334,64 @@ move_rules_and_refusals(void **state)
 	Shardkv__AdminResponse *r;
 	uint64_t mig;
 
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7102", true, false)); /* register only */
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7103", true, false));
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7102", true, false)); /* register only */
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7103", true, false));
 	assert_int_equal(epoch_of(f->cli), 3);
 
 	r = do_move(f->cli, "b", "a", 2, NULL);
-	assert_int_equal(err_of(r), KV_EINVAL);
+	assert_int_equal(ctl_client_err(r), KV_EINVAL);
 	assert_non_null(strstr(r->error, "empty or inverted"));
-	rfree(r);
+	ctl_client_free(r);
 	r = do_move(f->cli, "b", "b", 2, NULL);
-	assert_int_equal(err_of(r), KV_EINVAL);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_EINVAL);
+	ctl_client_free(r);
 	r = do_move(f->cli, "a", "b", 9, NULL);
-	assert_int_equal(err_of(r), KV_ENOTFOUND);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_ENOTFOUND);
+	ctl_client_free(r);
 
 	r = do_move(f->cli, "d", "m", 0, "tcp://127.0.0.1:7102");
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 4);
 	assert_int_equal(r->n_migration_ids, 1);
 	mig = r->migration_ids[0];
-	rfree(r);
+	ctl_client_free(r);
 	r = do_move(f->cli, "k", "p", 3, NULL); /* overlaps [d, m) in flight */
-	assert_int_equal(err_of(r), KV_EBUSY);
+	assert_int_equal(ctl_client_err(r), KV_EBUSY);
 	assert_non_null(strstr(r->error, "range is moving"));
-	rfree(r);
+	ctl_client_free(r);
 	r = do_move(f->cli, "m", "p", 3, NULL); /* next to it is fine */
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 5);
-	rfree(r);
+	ctl_client_free(r);
 	r = do_done(f->cli, mig, 1, SHARDKV__STATUS__STATUS_OK);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 6);
 	for (size_t i = 0; i < r->config->n_migrations; i++)
 		assert_true(r->config->migrations[i]->id != mig);
-	rfree(r);
+	ctl_client_free(r);
 	r = do_done(f->cli, mig, 1, SHARDKV__STATUS__STATUS_OK); /* a retried report */
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 6);
-	rfree(r);
+	ctl_client_free(r);
 	r = do_done(f->cli, 777, 1, SHARDKV__STATUS__STATUS_OK);
-	assert_int_equal(err_of(r), KV_ENOTFOUND);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_ENOTFOUND);
+	ctl_client_free(r);
 	/* once done, the range can move again */
 	r = do_move(f->cli, "k", "l", 1, NULL);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 7);
-	rfree(r);
+	ctl_client_free(r);
 	/* a range in flight cannot move, even back to where it is going */
 	r = do_move(f->cli, "k", "l", 1, NULL);
-	assert_int_equal(err_of(r), KV_EBUSY);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_EBUSY);
+	ctl_client_free(r);
 	/* a move to the current owner changes nothing */
 	r = do_move(f->cli, "a", "b", 1, NULL);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 7);
 	assert_int_equal(r->n_migration_ids, 0);
-	rfree(r);
+	ctl_client_free(r);
 }
 
 static void
@@ -443,45 +401,45 @@ leave_drains_and_node_becomes_gone(void **state)
 	Shardkv__AdminResponse *r;
 	uint64_t mig;
 
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7102", false, false));
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7102", false, false));
 	r = do_config(f->cli, 0);
 	mig = r->config->migrations[0]->id;
-	rfree(r);
+	ctl_client_free(r);
 	r = do_done(f->cli, mig, 1, SHARDKV__STATUS__STATUS_OK);
 	assert_int_equal(node_in(r->config, 2)->state, SHARDKV__NODE_STATE__NODE_STATE_ACTIVE);
-	rfree(r);
+	ctl_client_free(r);
 
 	r = do_leave(f->cli, 1, NULL);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(node_in(r->config, 1)->state, SHARDKV__NODE_STATE__NODE_STATE_DRAINING);
 	assert_int_equal(r->config->n_ranges, 1); /* node 2 owns everything now */
 	assert_int_equal(r->config->ranges[0]->node_id, 2);
 	assert_int_equal(r->n_migration_ids, 1);
 	mig = r->migration_ids[0];
-	rfree(r);
+	ctl_client_free(r);
 	r = do_leave(f->cli, 1, NULL);
-	assert_int_equal(err_of(r), KV_EEXISTS);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_EEXISTS);
+	ctl_client_free(r);
 	r = do_leave(f->cli, 2, NULL);
-	assert_int_equal(err_of(r), KV_EBUSY); /* destination of the drain */
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_EBUSY); /* destination of the drain */
+	ctl_client_free(r);
 	r = do_done(f->cli, mig, 2, SHARDKV__STATUS__STATUS_OK); /* not the source */
-	assert_int_equal(err_of(r), KV_EINVAL);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_EINVAL);
+	ctl_client_free(r);
 	r = do_done(f->cli, mig, 1, SHARDKV__STATUS__STATUS_OK);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(node_in(r->config, 1)->state, SHARDKV__NODE_STATE__NODE_STATE_GONE);
-	rfree(r);
+	ctl_client_free(r);
 	r = do_leave(f->cli, 2, NULL);
-	assert_int_equal(err_of(r), KV_EINVAL); /* the last active node */
+	assert_int_equal(ctl_client_err(r), KV_EINVAL); /* the last active node */
 	assert_non_null(strstr(r->error, "last active node"));
-	rfree(r);
+	ctl_client_free(r);
 	/* the address of a gone node may join again, with a new id */
 	r = do_join(f->cli, "tcp://127.0.0.1:7101", true, false);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->node_id, 3);
-	rfree(r);
+	ctl_client_free(r);
 }
 
 static void
@@ -491,30 +449,30 @@ failed_migration_returns_range_to_source(void **state)
 	Shardkv__AdminResponse *r;
 	uint64_t mig, e;
 
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7102", false, false));
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7102", false, false));
 	r = do_config(f->cli, 0);
 	mig = r->config->migrations[0]->id;
 	e = r->epoch;
-	rfree(r);
+	ctl_client_free(r);
 	r = do_done(f->cli, mig, 1, SHARDKV__STATUS__STATUS_UNAVAILABLE);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, e + 1);
 	assert_int_equal(r->config->n_migrations, 0);
 	assert_int_equal(r->config->n_ranges, 1);
 	assert_int_equal(r->config->ranges[0]->node_id, 1);
-	rfree(r);
+	ctl_client_free(r);
 	/* rebalance tries again */
 	r = do_rebalance(f->cli);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->n_migration_ids, 1);
-	rfree(r);
+	ctl_client_free(r);
 	/* and a second rebalance has nothing left to do */
 	r = do_rebalance(f->cli);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->n_migration_ids, 0);
 	assert_int_equal(r->epoch, e + 2);
-	rfree(r);
+	ctl_client_free(r);
 }
 
 struct waiter {
@@ -546,7 +504,7 @@ wait_answers_when_migrations_finish(void **state)
 	pthread_t t;
 	uint64_t mig = 0;
 
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
 	j.address = "tcp://127.0.0.1:7102";
 	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_JOIN;
 	rq.join = &j;
@@ -556,21 +514,21 @@ wait_answers_when_migrations_finish(void **state)
 		r = do_config(f->cli, 0);
 		if (r->config && r->config->n_migrations)
 			mig = r->config->migrations[0]->id;
-		rfree(r);
+		ctl_client_free(r);
 		assert_true(kv_test_now_ms() < deadline);
 		if (mig == 0)
 			kv_test_sleep_ms(2);
 	}
 	kv_test_sleep_ms(30); /* so that wait_ms is visibly non-zero */
-	rfree(do_done(f->cli, mig, 1, SHARDKV__STATUS__STATUS_OK));
+	ctl_client_free(do_done(f->cli, mig, 1, SHARDKV__STATUS__STATUS_OK));
 	pthread_join(t, NULL);
 	assert_non_null(w.r);
-	assert_int_equal(err_of(w.r), KV_OK);
+	assert_int_equal(ctl_client_err(w.r), KV_OK);
 	assert_int_equal(w.r->node_id, 2);
 	assert_int_equal(w.r->n_migration_ids, 1);
 	assert_int_equal(w.r->migration_ids[0], mig);
 	assert_true(w.r->wait_ms >= 20);
-	rfree(w.r);
+	ctl_client_free(w.r);
 
 	/* A wait that runs out of time says so; the command stays done. */
 	Shardkv__AdminResponse *mv;
@@ -580,7 +538,7 @@ wait_answers_when_migrations_finish(void **state)
 	r = do_config(f->cli, 0);
 	ref.ref_case = SHARDKV__NODE_REF__REF_ID;
 	ref.id = 3 - owner_of(r->config, "x");
-	rfree(r);
+	ctl_client_free(r);
 	m.start.data = (uint8_t *)"x";
 	m.start.len = 1;
 	m.node = &ref;
@@ -590,11 +548,11 @@ wait_answers_when_migrations_finish(void **state)
 	rq2.timeout_ms = 200;
 	uint64_t t0 = kv_test_now_ms();
 	mv = call(f->cli, &rq2);
-	assert_int_equal(err_of(mv), KV_ETIMEDOUT);
+	assert_int_equal(ctl_client_err(mv), KV_ETIMEDOUT);
 	assert_true(kv_test_now_ms() - t0 >= 180);
 	assert_true(kv_test_now_ms() - t0 < 800);
 	assert_int_equal(mv->n_migration_ids, 1);
-	rfree(mv);
+	ctl_client_free(mv);
 
 	/* A failed migration fails the wait with its reason. */
 	rq2.timeout_ms = 20000;
@@ -603,7 +561,7 @@ wait_answers_when_migrations_finish(void **state)
 	m.end.len = 1;
 	r = do_config(f->cli, 0);
 	ref.id = 3 - owner_of(r->config, "\x01");
-	rfree(r);
+	ctl_client_free(r);
 	w.rq = &rq2;
 	w.r = NULL;
 	uint64_t before = epoch_of(f->cli);
@@ -614,13 +572,13 @@ wait_answers_when_migrations_finish(void **state)
 	}
 	r = do_config(f->cli, 0);
 	mig = r->config->migrations[r->config->n_migrations - 1]->id;
-	rfree(r);
-	rfree(do_done(f->cli, mig, 0, SHARDKV__STATUS__STATUS_UNAVAILABLE));
+	ctl_client_free(r);
+	ctl_client_free(do_done(f->cli, mig, 0, SHARDKV__STATUS__STATUS_UNAVAILABLE));
 	pthread_join(t, NULL);
 	assert_non_null(w.r);
-	assert_int_equal(err_of(w.r), KV_EUNAVAIL);
+	assert_int_equal(ctl_client_err(w.r), KV_EUNAVAIL);
 	assert_non_null(strstr(w.r->error, "failed"));
-	rfree(w.r);
+	ctl_client_free(w.r);
 }
 
 /* Reads a gauge from the metrics endpoint; -1 when unavailable. */
@@ -680,8 +638,8 @@ watch_is_answered_within_milliseconds_of_a_change(void **state)
 	pthread_t t;
 	uint64_t t0;
 
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7102", false, false));
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7102", false, false));
 
 	/* newer config known: answered at once */
 	rq = watch_req(&wm, 0, false, 5000);
@@ -690,7 +648,7 @@ watch_is_answered_within_milliseconds_of_a_change(void **state)
 	assert_true(kv_test_now_ms() - t0 < 1000);
 	assert_int_equal(r->epoch, 2);
 	assert_int_equal(r->config->epoch, 2);
-	rfree(r);
+	ctl_client_free(r);
 
 	/* history: every config after known, oldest first */
 	rq = watch_req(&wm, 0, true, 5000);
@@ -698,21 +656,21 @@ watch_is_answered_within_milliseconds_of_a_change(void **state)
 	assert_int_equal(r->n_configs, 2);
 	assert_int_equal(r->configs[0]->epoch, 1);
 	assert_int_equal(r->configs[1]->epoch, 2);
-	rfree(r);
+	ctl_client_free(r);
 	wm.max_configs = 1;
 	r = call(f->cli, &rq);
 	assert_int_equal(r->n_configs, 1);
 	assert_int_equal(r->configs[0]->epoch, 1);
-	rfree(r);
+	ctl_client_free(r);
 
 	/* nothing new: held until the timeout, then the current config */
 	rq = watch_req(&wm, 2, false, 300);
 	t0 = kv_test_now_ms();
 	r = call(f->cli, &rq);
 	assert_true(kv_test_now_ms() - t0 >= 250);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 2);
-	rfree(r);
+	ctl_client_free(r);
 
 	/* held, then a change: answered within milliseconds */
 	rq = watch_req(&wm, 2, false, 15000);
@@ -728,7 +686,7 @@ watch_is_answered_within_milliseconds_of_a_change(void **state)
 	t0 = kv_test_now_ms();
 	r = do_join(f->cli, "tcp://127.0.0.1:7103", true, false);
 	assert_int_equal(r->epoch, 3);
-	rfree(r);
+	ctl_client_free(r);
 	pthread_join(t, NULL);
 	assert_non_null(w.r);
 	assert_int_equal(w.r->epoch, 3);
@@ -737,7 +695,7 @@ watch_is_answered_within_milliseconds_of_a_change(void **state)
 	 * loose on purpose: sanitizer builds on a busy machine are slow, and
 	 * speed is measured by benchmarks, not asserted here. */
 	assert_true(w.t_done >= t0 && w.t_done - t0 < 3000);
-	rfree(w.r);
+	ctl_client_free(w.r);
 	assert_int_equal(metric(f, "shardkv_controller_epoch"), 3);
 	assert_int_equal(metric(f, "shardkv_controller_held_watches"), 0);
 }
@@ -754,7 +712,7 @@ many_held_watches_leave_room_for_admin_commands(void **state)
 	Shardkv__AdminResponse *r;
 	int ok = 0;
 
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
 	for (int i = 0; i < N; i++) {
 		rq[i] = watch_req(&wm[i], 1, false, 30000);
 		w[i] = (struct waiter){.cli = f->cli, .rq = &rq[i], .timeout_ms = 40000};
@@ -769,16 +727,16 @@ many_held_watches_leave_room_for_admin_commands(void **state)
 		kv_test_sleep_ms(5);
 	}
 	r = do_status(f->cli);
-	assert_int_equal(err_of(r), KV_OK);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_OK);
+	ctl_client_free(r);
 	r = do_join(f->cli, "tcp://127.0.0.1:7102", true, false);
-	assert_int_equal(err_of(r), KV_OK);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_OK);
+	ctl_client_free(r);
 	for (int i = 0; i < N; i++) {
 		pthread_join(t[i], NULL);
-		if (w[i].r != NULL && err_of(w[i].r) == KV_OK)
+		if (w[i].r != NULL && ctl_client_err(w[i].r) == KV_OK)
 			ok++;
-		rfree(w[i].r);
+		ctl_client_free(w[i].r);
 	}
 	assert_int_equal(ok, N);
 }
@@ -808,13 +766,13 @@ joiner_main(void *arg)
 		Shardkv__AdminResponse *r = call_to(cli, &rq, 20000, &rv);
 		if (r == NULL)
 			j->other++;
-		else if (err_of(r) == KV_OK)
+		else if (ctl_client_err(r) == KV_OK)
 			j->ok++;
-		else if (err_of(r) == KV_EEXISTS)
+		else if (ctl_client_err(r) == KV_EEXISTS)
 			j->exists++;
 		else
 			j->other++;
-		rfree(r);
+		ctl_client_free(r);
 	}
 	kv_rpc_client_destroy(cli);
 	return NULL;
@@ -845,7 +803,7 @@ thousand_concurrent_joins_of_one_address_give_exactly_one_success(void **state)
 	r = do_config(f->cli, 0);
 	assert_int_equal(r->epoch, 1);
 	assert_int_equal(r->config->n_nodes, 1);
-	rfree(r);
+	ctl_client_free(r);
 }
 
 static void
@@ -856,15 +814,15 @@ restart_with_the_same_data_dir_keeps_history(void **state)
 	uint64_t mig1, e;
 	char cluster[32];
 
-	rfree(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
+	ctl_client_free(do_join(f->cli, "tcp://127.0.0.1:7101", false, false));
 	r = do_join(f->cli, "tcp://127.0.0.1:7102", false, false);
 	mig1 = r->migration_ids[0];
 	snprintf(cluster, sizeof(cluster), "%s", r->config->cluster_id);
-	rfree(r);
-	rfree(do_done(f->cli, mig1, 1, SHARDKV__STATUS__STATUS_OK));
+	ctl_client_free(r);
+	ctl_client_free(do_done(f->cli, mig1, 1, SHARDKV__STATUS__STATUS_OK));
 	r = do_move(f->cli, "a", "b", 2, NULL);
-	assert_int_equal(err_of(r), KV_OK);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_OK);
+	ctl_client_free(r);
 	e = epoch_of(f->cli);
 	assert_int_equal(e, 4);
 
@@ -876,22 +834,22 @@ restart_with_the_same_data_dir_keeps_history(void **state)
 	assert_int_equal(r->config->epoch, 1);
 	assert_int_equal(r->config->n_nodes, 1);
 	assert_string_equal(r->config->cluster_id, cluster);
-	rfree(r);
+	ctl_client_free(r);
 	r = do_config(f->cli, 0);
 	assert_int_equal(r->config->n_migrations, 1); /* the move is still in flight */
 	uint64_t mig2 = r->config->migrations[0]->id;
 	assert_true(mig2 > mig1);
-	rfree(r);
+	ctl_client_free(r);
 	r = do_join(f->cli, "tcp://127.0.0.1:7103", true, false);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->node_id, 3); /* ids continue */
 	assert_int_equal(r->epoch, e + 1);
 	for (size_t i = 0; i < r->n_migration_ids; i++)
 		assert_true(r->migration_ids[i] > mig2);
-	rfree(r);
+	ctl_client_free(r);
 	r = do_done(f->cli, mig2, 0, SHARDKV__STATUS__STATUS_OK);
-	assert_int_equal(err_of(r), KV_OK);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_OK);
+	ctl_client_free(r);
 }
 
 static void
@@ -907,30 +865,30 @@ servers_register_heartbeat_and_show_in_status(void **state)
 	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_REGISTER_NODE;
 	rq.register_node = &reg;
 	r = call(f->cli, &rq);
-	assert_int_equal(err_of(r), KV_ENOTFOUND);
+	assert_int_equal(ctl_client_err(r), KV_ENOTFOUND);
 	assert_non_null(strstr(r->error, "--join"));
-	rfree(r);
+	ctl_client_free(r);
 	/* join */
 	reg.join = true;
 	reg.boot_id = 77;
 	r = call(f->cli, &rq);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->node_id, 1);
 	assert_int_equal(r->epoch, 1);
-	rfree(r);
+	ctl_client_free(r);
 	/* a restart resumes by id, and by address */
 	reg.join = false;
 	reg.resume_node_id = 1;
 	r = call(f->cli, &rq);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->node_id, 1);
 	assert_int_equal(r->epoch, 1);
-	rfree(r);
+	ctl_client_free(r);
 	reg.cluster_id = "0000000000000000";
 	r = call(f->cli, &rq);
-	assert_int_equal(err_of(r), KV_EINVAL);
+	assert_int_equal(ctl_client_err(r), KV_EINVAL);
 	assert_non_null(strstr(r->error, "cluster id mismatch"));
-	rfree(r);
+	ctl_client_free(r);
 
 	/* heartbeat with split keys: the join cuts at one of them */
 	Shardkv__AdminRequest hb = SHARDKV__ADMIN_REQUEST__INIT;
@@ -954,13 +912,13 @@ servers_register_heartbeat_and_show_in_status(void **state)
 	hb.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_HEARTBEAT;
 	hb.heartbeat = &h;
 	r = call(f->cli, &hb);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 1);
-	rfree(r);
+	ctl_client_free(r);
 	h.node_id = 9;
 	r = call(f->cli, &hb);
-	assert_int_equal(err_of(r), KV_ENOTFOUND);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_ENOTFOUND);
+	ctl_client_free(r);
 
 	r = do_join(f->cli, "tcp://127.0.0.1:7102", false, false);
 	assert_int_equal(r->n_migration_ids, 1);
@@ -969,7 +927,7 @@ servers_register_heartbeat_and_show_in_status(void **state)
 	assert_int_equal(cut.len, 3);
 	assert_memory_equal(cut.data, "k50", 3);
 	uint64_t mig = m->id;
-	rfree(r);
+	ctl_client_free(r);
 
 	/* progress shows in status, not as a new epoch */
 	Shardkv__AdminRequest pr = SHARDKV__ADMIN_REQUEST__INIT;
@@ -984,12 +942,12 @@ servers_register_heartbeat_and_show_in_status(void **state)
 	pr.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_MIGRATION_PROGRESS;
 	pr.migration_progress = &p;
 	r = call(f->cli, &pr);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 2);
-	rfree(r);
+	ctl_client_free(r);
 
 	r = do_status(f->cli);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 2);
 	assert_non_null(r->report);
 	assert_int_equal(r->report->n_nodes, 2);
@@ -1010,7 +968,7 @@ servers_register_heartbeat_and_show_in_status(void **state)
 	assert_string_equal(r->report->controllers[0]->address, f->url);
 	assert_int_equal(r->report->controllers[0]->role,
 	                 SHARDKV__REPLICA_ROLE__REPLICA_ROLE_STANDALONE);
-	rfree(r);
+	ctl_client_free(r);
 }
 
 static void
@@ -1028,26 +986,20 @@ retried_command_with_same_request_id_applies_once(void **state)
 	rq.client_id = 4242;
 	a = call(f->cli, &rq);
 	rid = rq.request_id;
-	assert_int_equal(err_of(a), KV_OK);
+	assert_int_equal(ctl_client_err(a), KV_OK);
 	/* the same request again: the first answer, nothing applied */
-	nng_msg *m, *reply = NULL;
-	size_t n = shardkv__admin_request__get_packed_size(&rq);
-	assert_int_equal(nng_msg_alloc(&m, n), 0);
-	shardkv__admin_request__pack(&rq, nng_msg_body(m));
-	assert_int_equal(kv_rpc_call(f->cli, m, &reply, 5000), KV_OK);
-	b = shardkv__admin_response__unpack(NULL, nng_msg_len(reply), nng_msg_body(reply));
-	nng_msg_free(reply);
+	b = ctl_client_call(f->cli, &rq, 5000, NULL);
 	assert_non_null(b);
 	assert_int_equal(b->request_id, rid);
-	assert_int_equal(err_of(b), KV_OK);
+	assert_int_equal(ctl_client_err(b), KV_OK);
 	assert_int_equal(b->epoch, a->epoch);
 	assert_int_equal(b->node_id, a->node_id);
-	rfree(a);
-	rfree(b);
+	ctl_client_free(a);
+	ctl_client_free(b);
 	/* a new request id is a new command */
 	a = call(f->cli, &rq);
-	assert_int_equal(err_of(a), KV_EEXISTS);
-	rfree(a);
+	assert_int_equal(ctl_client_err(a), KV_EEXISTS);
+	ctl_client_free(a);
 	assert_int_equal(epoch_of(f->cli), 1);
 }
 
@@ -1061,17 +1013,17 @@ malformed_requests_get_clear_errors(void **state)
 
 	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD__NOT_SET;
 	r = call(f->cli, &rq);
-	assert_int_equal(err_of(r), KV_EINVAL);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_EINVAL);
+	ctl_client_free(r);
 
 	Shardkv__AdminStatus st = SHARDKV__ADMIN_STATUS__INIT;
 	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_STATUS;
 	rq.status = &st;
 	rq.version = 7;
 	r = call(f->cli, &rq);
-	assert_int_equal(err_of(r), KV_EINVAL);
+	assert_int_equal(ctl_client_err(r), KV_EINVAL);
 	assert_non_null(strstr(r->error, "version"));
-	rfree(r);
+	ctl_client_free(r);
 
 	assert_int_equal(nng_msg_alloc(&m, 0), 0);
 	assert_int_equal(nng_msg_append(m, "\xff\xff\xff\xff garbage", 12), 0);
@@ -1080,7 +1032,7 @@ malformed_requests_get_clear_errors(void **state)
 	nng_msg_free(reply);
 	assert_non_null(r);
 	assert_int_equal(r->status, SHARDKV__STATUS__STATUS_PROTOCOL_ERROR);
-	rfree(r);
+	ctl_client_free(r);
 }
 
 static int
@@ -1094,7 +1046,8 @@ run_cli(const char *const argv[], char *out, size_t outlen)
 	assert_true(fd >= 0);
 	close(fd);
 	pid = spawn(argv, logf);
-	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(pid > 0);
+	assert_int_equal(kv_proc_wait(pid, 10000, &st), 0);
 	fd = open(logf, O_RDONLY);
 	n = read(fd, out, outlen - 1);
 	out[n > 0 ? n : 0] = '\0';
@@ -1164,11 +1117,11 @@ binary_stops_on_sigterm_answering_held_watches_with_exit_0(void **state)
 		g.get_config = &gc;
 		Shardkv__AdminResponse *r = call_to(w.cli, &g, 200, NULL);
 		if (r != NULL) {
-			rfree(r);
+			ctl_client_free(r);
 			break;
 		}
 		assert_true(kv_test_now_ms() < deadline);
-		assert_int_equal(waitpid(pid, NULL, WNOHANG), 0); /* still running */
+		assert_false(kv_proc_exited(pid, NULL)); /* still running */
 		kv_test_sleep_ms(5);
 	}
 	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_WATCH;
@@ -1178,14 +1131,14 @@ binary_stops_on_sigterm_answering_held_watches_with_exit_0(void **state)
 	kv_test_sleep_ms(200); /* held: nothing changes */
 	uint64_t t0 = kv_test_now_ms();
 	kill(pid, SIGTERM);
-	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(kv_proc_wait(pid, 10000, &st), 0);
 	assert_true(kv_test_now_ms() - t0 < 5000);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
 	pthread_join(t, NULL);
 	assert_non_null(w.r);
-	assert_int_equal(err_of(w.r), KV_OK);
-	rfree(w.r);
+	assert_int_equal(ctl_client_err(w.r), KV_OK);
+	ctl_client_free(w.r);
 	kv_rpc_client_destroy(w.cli);
 	int fd = open(logf, O_RDONLY);
 	assert_true(fd >= 0);

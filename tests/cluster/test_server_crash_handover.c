@@ -62,7 +62,6 @@ setup(void **state)
 static int
 teardown(void **state)
 {
-	char cmd[300];
 	(void)state;
 	clients_close();
 	if (src_pid > 0)
@@ -72,9 +71,7 @@ teardown(void **state)
 	dst = NULL;
 	fake_ctl_stop(ctl);
 	ctl = NULL;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", tmpdir);
+	kv_test_rmtree(tmpdir);
 	return 0;
 }
 
@@ -105,9 +102,7 @@ source_sigkilled_between_fence_ack_and_commit_restarts_and_hands_over_every_key(
 {
 	(void)state;
 	char err[256], k[32], v[64];
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
 	src_start();
 	dst_ctl[0] = ctl->url;
 	dst_cfg = (kv_server_cfg){.listen = dst_url,
@@ -130,9 +125,7 @@ source_sigkilled_between_fence_ack_and_commit_restarts_and_hands_over_every_key(
 		assert_int_equal(do_put(src_url, k, v, 0, 0).status, 0);
 	}
 	fake_ctl_hold_fence(ctl);
-	b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_range(&b, "m", 2);
+	fake_cfg b = fake_cfg_owners(ctl, 0, "m", 1, 2);
 	fake_cfg_mig(&b, 1, "m", "", 1, 2);
 	fake_cfg_publish(ctl, &b);
 	/* The destination has the range and acked the fence; the source dies
@@ -145,10 +138,7 @@ source_sigkilled_between_fence_ack_and_commit_restarts_and_hands_over_every_key(
 	fake_ctl_release_fence(ctl, 0);
 	src_start();
 	fake_ctl_wait_done(ctl, 1, 30000);
-	b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_range(&b, "m", 2);
-	e = fake_cfg_publish(ctl, &b);
+	e = fake_ctl_publish_owners(ctl, "m", 1, 2);
 	wait_ready(dst_url, e);
 	for (int i = 0; i < NKEYS; i++) {
 		snprintf(k, sizeof(k), "p%04d", i);

@@ -1,6 +1,6 @@
 /*
  * test_server_integration.c - shard servers on free loopback ports against
- * the fake controller (tests/fake_ctl.h: Register, Watch with crafted
+ * the fake controller (tests/support/fake_ctl.h: Register, Watch with crafted
  * configurations, Heartbeat, MigrationProgress, MigrationDone, Leave), and
  * checks serving, owner hints, migrations between two servers,
  * simultaneous swaps, exactly-once retries and restarts.
@@ -15,6 +15,7 @@
  */
 #include "common/config.h"
 #include "common/err.h"
+#include "common/proc.h"
 #include "common/rpc.h"
 #include "proto/shardkv.pb-c.h"
 #include "shardserver/server.h"
@@ -67,20 +68,42 @@ static const char *store_mode = "striped"; /* --store of the servers started */
 static fake_ctl *ctl;
 static char tmpdir[128];
 
+static void dump_logs(void);
+
+/* Starts the binary (common/proc.h: its output appended to p->log, killed
+ * on every exit path of the test). */
 static void
 proc_start(srv_proc *p, const char *ctl_url)
 {
-	p->pid = fork();
-	assert_true(p->pid >= 0);
-	if (p->pid == 0) {
-		FILE *lf = fopen(p->log, "a");
-		if (lf)
-			dup2(fileno(lf), 2);
-		execl(KV_SERVER_BIN, KV_SERVER_BIN, "--listen", p->url, "--controller", ctl_url,
-		      "--data-dir", p->dir, "--join", "--log-level", "info", "--store", store_mode,
-		      (char *)NULL);
-		_exit(127);
+	char *argv[] = {(char *)KV_SERVER_BIN,
+	                "--listen",
+	                p->url,
+	                "--controller",
+	                (char *)ctl_url,
+	                "--data-dir",
+	                p->dir,
+	                "--join",
+	                "--log-level",
+	                "info",
+	                "--store",
+	                (char *)store_mode,
+	                NULL};
+	p->pid = kv_proc_spawn(KV_SERVER_BIN, argv, p->log);
+	assert_true(p->pid > 0);
+}
+
+/* Waits up to ms for the binary to exit by itself; fails with its log
+ * otherwise. Returns its wait status. */
+static int
+proc_wait_exit(srv_proc *p, unsigned ms, const char *what)
+{
+	int st = -1;
+	if (kv_proc_wait(p->pid, ms, &st) != 0) {
+		dump_logs();
+		fail_msg("%s", what);
 	}
+	p->pid = 0;
+	return st;
 }
 
 /* Creates and starts an in-process server with the flags proc_start gives
@@ -127,16 +150,7 @@ proc_stop(srv_proc *p)
 	int st = -1;
 	if (p->pid <= 0)
 		return -1;
-	kill(p->pid, SIGTERM);
-	uint64_t deadline = now_ms() + 10000;
-	while (waitpid(p->pid, &st, WNOHANG) == 0) {
-		if (now_ms() > deadline) {
-			kill(p->pid, SIGKILL);
-			waitpid(p->pid, &st, 0);
-			break;
-		}
-		kv_test_sleep_ms(5);
-	}
+	kv_proc_stop(p->pid, SIGTERM, 10000, &st);
 	p->pid = 0;
 	return st;
 }
@@ -161,7 +175,6 @@ setup(void **state)
 static int
 teardown(void **state)
 {
-	char cmd[300];
 	(void)state;
 	clients_close();
 	for (int i = 0; i < MAX_NODES; i++) {
@@ -170,11 +183,8 @@ teardown(void **state)
 	}
 	fake_ctl_stop(ctl);
 	ctl = NULL;
-	if (getenv("KV_TEST_KEEP") == NULL) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "cannot remove %s\n", tmpdir);
-	}
+	if (getenv("KV_TEST_KEEP") == NULL)
+		kv_test_rmtree(tmpdir);
 	return 0;
 }
 
@@ -217,6 +227,22 @@ static void
 wait_ready(const char *url, uint64_t epoch)
 {
 	srv_wait_ready(url, epoch, 15000, dump_logs);
+}
+
+/* Makes procs[0 .. known) the fake controller's nodes 1 .., publishes the
+ * owners (split, lo, hi) of fake_cfg_owners, starts the first `up` of them
+ * in this process and waits until they serve that epoch. Returns it. */
+static uint64_t
+nodes_up(int known, int up, const char *split, uint32_t lo, uint32_t hi)
+{
+	for (int i = 0; i < known; i++)
+		fake_ctl_add_node(ctl, procs[i].url);
+	uint64_t e = fake_ctl_publish_owners(ctl, split, lo, hi);
+	for (int i = 0; i < up; i++)
+		node_start(&procs[i], ctl->url);
+	for (int i = 0; i < up; i++)
+		wait_ready(procs[i].url, e);
+	return e;
 }
 
 /* Writes n keys fmt%05d = "v%d" with batches of 100 puts. */
@@ -276,14 +302,7 @@ static void
 server_serves_after_first_config_and_hints_other_owners(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_add_node(ctl, procs[1].url); /* never started */
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_range(&b, "m", 2);
-	fake_cfg_publish(ctl, &b);
-	node_start(&procs[0], ctl->url);
-	wait_ready(procs[0].url, 1);
+	nodes_up(2, 1, "m", 1, 2); /* node 2 never started */
 	const char *u = procs[0].url;
 
 	assert_int_equal(do_put(u, "apple", "red", 0, 0).status, 0);
@@ -379,12 +398,7 @@ static void
 retried_append_is_applied_once(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_publish(ctl, &b);
-	node_start(&procs[0], ctl->url);
-	wait_ready(procs[0].url, 1);
+	nodes_up(1, 1, NULL, 1, 1);
 	const char *u = procs[0].url;
 	res1 a = do_append(u, "log", "x", 77, 1);
 	assert_int_equal(a.status, 0);
@@ -461,15 +475,7 @@ static void
 migration_moves_data_written_before_and_during_the_copy(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_add_node(ctl, procs[1].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
-	node_start(&procs[0], ctl->url);
-	node_start(&procs[1], ctl->url);
-	wait_ready(procs[0].url, e);
-	wait_ready(procs[1].url, e);
+	nodes_up(2, 2, NULL, 1, 1);
 	load_keys(procs[0].url, "k", 20000);
 	load_keys(procs[0].url, "a", 100);
 
@@ -481,16 +487,11 @@ migration_moves_data_written_before_and_during_the_copy(void **state)
 	while (atomic_load(&w.writes) < 20)
 		kv_test_sleep_ms(1);
 
-	b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_range(&b, "k", 2);
+	fake_cfg b = fake_cfg_owners(ctl, 0, "k", 1, 2);
 	fake_cfg_mig(&b, 1, "k", "", 1, 2);
 	fake_cfg_publish(ctl, &b);
 	fake_ctl_wait_done(ctl, 1, 60000);
-	b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_range(&b, "k", 2);
-	e = fake_cfg_publish(ctl, &b);
+	fake_ctl_publish_owners(ctl, "k", 1, 2);
 	long before = atomic_load(&w.writes);
 	while (atomic_load(&w.writes) < before + 20)
 		kv_test_sleep_ms(1);
@@ -523,15 +524,7 @@ static void
 write_acknowledged_after_a_move_is_never_replaced_by_migrated_data(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_add_node(ctl, procs[1].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
-	node_start(&procs[0], ctl->url);
-	node_start(&procs[1], ctl->url);
-	wait_ready(procs[0].url, e);
-	wait_ready(procs[1].url, e);
+	nodes_up(2, 2, NULL, 1, 1);
 	load_keys(procs[0].url, "x", 2000);
 
 	writer w = {.key = "x"};
@@ -544,14 +537,11 @@ write_acknowledged_after_a_move_is_never_replaced_by_migrated_data(void **state)
 	snprintf(url, sizeof(url), "%s", procs[0].url);
 	for (uint64_t round = 1; round <= 20; round++) {
 		uint32_t from = round % 2 ? 1 : 2, to = round % 2 ? 2 : 1;
-		b = fake_cfg_new(ctl);
-		fake_cfg_range(&b, "", to);
+		fake_cfg b = fake_cfg_owners(ctl, 0, NULL, to, to);
 		fake_cfg_mig(&b, round, "", "", from, to);
 		fake_cfg_publish(ctl, &b);
 		fake_ctl_wait_done(ctl, round, 60000);
-		b = fake_cfg_new(ctl);
-		fake_cfg_range(&b, "", to);
-		fake_cfg_publish(ctl, &b);
+		fake_ctl_publish_owners(ctl, NULL, to, to);
 		/* Let the writer reach the new owner, then compare. */
 		long before = atomic_load(&w.writes);
 		while (atomic_load(&w.writes) < before + 5 && w.failed == 0)
@@ -580,32 +570,18 @@ static void
 two_servers_swapping_ranges_at_the_same_time_both_complete(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_add_node(ctl, procs[1].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_range(&b, "m", 2);
-	uint64_t e = fake_cfg_publish(ctl, &b);
-	node_start(&procs[0], ctl->url);
-	node_start(&procs[1], ctl->url);
-	wait_ready(procs[0].url, e);
-	wait_ready(procs[1].url, e);
+	nodes_up(2, 2, "m", 1, 2);
 	load_keys(procs[0].url, "a", 10000);
 	load_keys(procs[1].url, "n", 10000);
 	for (uint64_t round = 0; round < 4; round++) {
 		uint32_t left = round % 2 ? 1 : 2, right = round % 2 ? 2 : 1;
-		b = fake_cfg_new(ctl);
-		fake_cfg_range(&b, "", left);
-		fake_cfg_range(&b, "m", right);
+		fake_cfg b = fake_cfg_owners(ctl, 0, "m", left, right);
 		fake_cfg_mig(&b, 10 + 2 * round, "", "m", right, left);
 		fake_cfg_mig(&b, 11 + 2 * round, "m", "", left, right);
 		fake_cfg_publish(ctl, &b);
 		fake_ctl_wait_done(ctl, 10 + 2 * round, 60000);
 		fake_ctl_wait_done(ctl, 11 + 2 * round, 60000);
-		b = fake_cfg_new(ctl);
-		fake_cfg_range(&b, "", left);
-		fake_cfg_range(&b, "m", right);
-		fake_cfg_publish(ctl, &b);
+		fake_ctl_publish_owners(ctl, "m", left, right);
 		check_keys(procs[left - 1].url, "a", 10000);
 		check_keys(procs[right - 1].url, "n", 10000);
 		assert_int_equal(do_get(procs[right - 1].url, "a00000").status,
@@ -619,26 +595,16 @@ server_refuses_bad_flags_and_busy_ports(void **state)
 {
 	(void)state;
 	int st;
-	pid_t pid = fork();
-	if (pid == 0) {
-		int fd = fileno(fopen("/dev/null", "w"));
-		dup2(fd, 2);
-		execl(KV_SERVER_BIN, KV_SERVER_BIN, "--listen", (char *)NULL);
-		_exit(127);
-	}
-	waitpid(pid, &st, 0);
+	char *argv[] = {(char *)KV_SERVER_BIN, "--listen", NULL};
+	procs[0].pid = kv_proc_spawn(KV_SERVER_BIN, argv, NULL);
+	assert_true(procs[0].pid > 0);
+	st = proc_wait_exit(&procs[0], 10000, "server with a bad flag did not exit");
 	assert_int_equal(WEXITSTATUS(st), 2);
 	/* A listen address already taken: exit 1. */
 	fake_ctl_add_node(ctl, ctl->url);
 	snprintf(procs[0].url, sizeof(procs[0].url), "%s", ctl->url);
 	proc_start(&procs[0], ctl->url);
-	uint64_t deadline = now_ms() + 10000;
-	while (waitpid(procs[0].pid, &st, WNOHANG) == 0) {
-		if (now_ms() > deadline)
-			fail_msg("server with a busy port did not exit");
-		kv_test_sleep_ms(5);
-	}
-	procs[0].pid = 0;
+	st = proc_wait_exit(&procs[0], 10000, "server with a busy port did not exit");
 	assert_int_equal(WEXITSTATUS(st), 1);
 }
 
@@ -646,18 +612,10 @@ static void
 destination_down_delays_only_its_migration(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_ctl_add_node(ctl, procs[1].url); /* the destination, started late */
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
-	node_start(&procs[0], ctl->url);
-	wait_ready(procs[0].url, e);
+	uint64_t e = nodes_up(2, 1, NULL, 1, 1); /* node 2, the destination, starts late */
 	load_keys(procs[0].url, "a", 500);
 	load_keys(procs[0].url, "t", 500);
-	b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_range(&b, "m", 2);
+	fake_cfg b = fake_cfg_owners(ctl, 0, "m", 1, 2);
 	fake_cfg_mig(&b, 1, "m", "", 1, 2);
 	e = fake_cfg_publish(ctl, &b);
 	wait_ready(procs[0].url, e);
@@ -672,10 +630,7 @@ destination_down_delays_only_its_migration(void **state)
 	assert_false(fake_ctl_done(ctl, 1));
 	node_start(&procs[1], ctl->url);
 	fake_ctl_wait_done(ctl, 1, 30000);
-	b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_range(&b, "m", 2);
-	fake_cfg_publish(ctl, &b);
+	fake_ctl_publish_owners(ctl, "m", 1, 2);
 	assert_string_equal(do_get(procs[1].url, "t00001").value, "v1");
 	assert_string_equal(do_get(procs[1].url, "t00499").value, "v499");
 	assert_string_equal(do_get(procs[0].url, "a00001").value, "v1");
@@ -686,12 +641,7 @@ static void
 transfer_out_of_order_is_refused_and_the_server_survives(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
-	node_start(&procs[0], ctl->url);
-	wait_ready(procs[0].url, e);
+	uint64_t e = nodes_up(1, 1, NULL, 1, 1);
 	Shardkv__Request rq = SHARDKV__REQUEST__INIT;
 	Shardkv__Transfer t = SHARDKV__TRANSFER__INIT;
 	Shardkv__TransferChunk c = SHARDKV__TRANSFER_CHUNK__INIT;
@@ -737,48 +687,18 @@ sigterm_drains_the_node_before_it_exits(void **state)
 	ctl->accept_leave = true;
 	fake_ctl_add_node(ctl, procs[0].url);
 	fake_ctl_add_node(ctl, procs[1].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
 	proc_start(&procs[0], ctl->url);
 	node_start(&procs[1], ctl->url);
 	wait_ready(procs[0].url, e);
 	wait_ready(procs[1].url, e);
 	load_keys(procs[0].url, "l", 3000);
 	kill(procs[0].pid, SIGTERM);
-	uint64_t deadline = now_ms() + 10000;
-	for (;;) {
-		pthread_mutex_lock(&ctl->mu);
-		uint32_t from = ctl->leave_from;
-		pthread_mutex_unlock(&ctl->mu);
-		if (from == 1)
-			break;
-		if (now_ms() > deadline)
-			fail_msg("no leave request after SIGTERM");
-		kv_test_sleep_ms(5);
-	}
+	fake_ctl_wait_leave(ctl, 1, 10000);
 	/* Still serving while draining. */
 	assert_int_equal(do_get(procs[0].url, "l00007").status, 0);
-	b = fake_cfg_new(ctl);
-	b.c->nodes[0].state = KV_NODE_DRAINING;
-	fake_cfg_range(&b, "", 2);
-	fake_cfg_mig(&b, 1, "", "", 1, 2);
-	fake_cfg_publish(ctl, &b);
-	fake_ctl_wait_done(ctl, 1, 30000);
-	b = fake_cfg_new(ctl);
-	b.c->nodes[0].state = KV_NODE_GONE;
-	fake_cfg_range(&b, "", 2);
-	fake_cfg_publish(ctl, &b);
-	int st;
-	deadline = now_ms() + 15000;
-	while (waitpid(procs[0].pid, &st, WNOHANG) == 0) {
-		if (now_ms() > deadline) {
-			dump_logs();
-			fail_msg("drained server did not exit");
-		}
-		kv_test_sleep_ms(5);
-	}
-	procs[0].pid = 0;
+	fake_ctl_drain(ctl, 1, 2, 1, 30000);
+	int st = proc_wait_exit(&procs[0], 15000, "drained server did not exit");
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
 	check_keys(procs[1].url, "l", 3000);
@@ -793,9 +713,7 @@ sigterm_with_a_refused_leave_and_sigint_both_exit_zero(void **state)
 	(void)state;
 	int st;
 	fake_ctl_add_node(ctl, procs[0].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
 	proc_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, e);
 	st = proc_stop(&procs[0]);
@@ -808,13 +726,7 @@ sigterm_with_a_refused_leave_and_sigint_both_exit_zero(void **state)
 	proc_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, e);
 	kill(procs[0].pid, SIGINT);
-	uint64_t deadline = now_ms() + 10000;
-	while (waitpid(procs[0].pid, &st, WNOHANG) == 0) {
-		if (now_ms() > deadline)
-			fail_msg("server did not exit on SIGINT");
-		kv_test_sleep_ms(5);
-	}
-	procs[0].pid = 0;
+	st = proc_wait_exit(&procs[0], 10000, "server did not exit on SIGINT");
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
 	clients_close();
@@ -829,36 +741,16 @@ second_sigterm_cuts_the_drain_short(void **state)
 	int st;
 	ctl->accept_leave = true;
 	fake_ctl_add_node(ctl, procs[0].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
 	proc_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, e);
 	kill(procs[0].pid, SIGTERM);
-	uint64_t deadline = now_ms() + 10000;
-	for (;;) {
-		pthread_mutex_lock(&ctl->mu);
-		uint32_t from = ctl->leave_from;
-		pthread_mutex_unlock(&ctl->mu);
-		if (from == 1)
-			break;
-		if (now_ms() > deadline)
-			fail_msg("no leave request after SIGTERM");
-		kv_test_sleep_ms(5);
-	}
+	fake_ctl_wait_leave(ctl, 1, 10000);
 	/* Draining now: nothing will ever mark the node gone. */
 	kv_test_sleep_ms(200);
-	assert_int_equal(waitpid(procs[0].pid, &st, WNOHANG), 0);
+	assert_false(kv_proc_exited(procs[0].pid, &st));
 	kill(procs[0].pid, SIGTERM);
-	deadline = now_ms() + 5000;
-	while (waitpid(procs[0].pid, &st, WNOHANG) == 0) {
-		if (now_ms() > deadline) {
-			dump_logs();
-			fail_msg("second SIGTERM did not stop the server");
-		}
-		kv_test_sleep_ms(5);
-	}
-	procs[0].pid = 0;
+	st = proc_wait_exit(&procs[0], 5000, "second SIGTERM did not stop the server");
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
 	char cmd[400];
@@ -873,9 +765,7 @@ restart_with_the_data_dir_resumes_the_node_id(void **state)
 {
 	(void)state;
 	fake_ctl_add_node(ctl, procs[1].url); /* node 1 is someone else */
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_publish(ctl, &b);
+	fake_ctl_publish_owners(ctl, NULL, 1, 1);
 	node_start(&procs[0], ctl->url);
 	wait_ready(procs[0].url, 1);
 	assert_int_equal(node_stop(&procs[0]), 0);
@@ -886,20 +776,7 @@ restart_with_the_data_dir_resumes_the_node_id(void **state)
 	snprintf(ctl->addrs[1], sizeof(ctl->addrs[1]), "tcp://forgotten");
 	pthread_mutex_unlock(&ctl->mu);
 	node_start(&procs[0], ctl->url);
-	uint64_t deadline = now_ms() + 10000;
-	for (;;) {
-		pthread_mutex_lock(&ctl->mu);
-		bool again = ctl->registers > regs;
-		uint32_t resume = ctl->last_resume;
-		pthread_mutex_unlock(&ctl->mu);
-		if (again) {
-			assert_int_equal(resume, 2);
-			break;
-		}
-		if (now_ms() > deadline)
-			fail_msg("restarted server did not register");
-		kv_test_sleep_ms(5);
-	}
+	assert_int_equal(fake_ctl_wait_register(ctl, regs, 10000), 2);
 	clients_close();
 }
 
@@ -973,12 +850,7 @@ server_throughput_bench(void **state)
 	                    : 16;
 	unsigned batch =
 	    getenv("KV_SERVER_BENCH_BATCH") ? (unsigned)atoi(getenv("KV_SERVER_BENCH_BATCH")) : 1;
-	fake_ctl_add_node(ctl, procs[0].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_publish(ctl, &b);
-	node_start(&procs[0], ctl->url);
-	wait_ready(procs[0].url, 1);
+	nodes_up(1, 1, NULL, 1, 1);
 	load_keys(procs[0].url, "b", 100000);
 	atomic_bool stop = false;
 	bench_thr t[64];

@@ -477,7 +477,6 @@ group_setup(void **state)
 static int
 group_teardown(void **state)
 {
-	char cmd[200];
 	(void)state;
 
 	shardkv_close(g.cl);
@@ -493,11 +492,8 @@ group_teardown(void **state)
 		kill(g.ctl, SIGTERM);
 		wait_exit(g.ctl, 5000);
 	}
-	if (getenv("KV_TEST_KEEP") == NULL) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g.dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "cannot remove %s\n", g.dir);
-	}
+	if (getenv("KV_TEST_KEEP") == NULL)
+		kv_test_rmtree(g.dir);
 	return 0;
 }
 

@@ -41,13 +41,13 @@ if(TARGET shardkv-controller AND TARGET shardkv-server)
   # The CLI and library against a controller and two servers
   # (support/two_node_cluster.h).
   kv_add_test(test_client_cluster SOURCES cluster/test_client_cluster.c
-    LIBS kv_cli kv_two_node_cluster TIMEOUT 180 LABELS integration)
+    LIBS kv_cli_run kv_two_node_cluster TIMEOUT 180 LABELS integration)
   target_compile_definitions(test_client_cluster PRIVATE KV_BIN_DIR="${CMAKE_BINARY_DIR}/bin")
   add_dependencies(test_client_cluster shardkv-controller shardkv-server shardkv_bin)
   # Short `shardkv bench` runs against real daemons: unit/test_client_bench.c
   # built with KV_BENCH_CLUSTER.
   kv_add_test(test_client_bench_cluster SOURCES unit/test_client_bench.c
-    LIBS kv_cli kv_two_node_cluster TIMEOUT 120 LABELS integration)
+    LIBS kv_cli_run kv_two_node_cluster TIMEOUT 120 LABELS integration)
   target_compile_definitions(test_client_bench_cluster PRIVATE KV_BENCH_CLUSTER
     KV_BIN_DIR="${CMAKE_BINARY_DIR}/bin")
   add_dependencies(test_client_bench_cluster shardkv-controller shardkv-server)
@@ -55,7 +55,7 @@ if(TARGET shardkv-controller AND TARGET shardkv-server)
   # The real shardkv-controller binary on a loopback port, driven over nng
   # with AdminRequest messages.
   kv_add_test(test_controller_integration SOURCES cluster/test_controller_integration.c
-    LIBS kv_controller kv_testutil TIMEOUT 240 LABELS integration concurrency)
+    LIBS kv_controller kv_ctl_client kv_testutil TIMEOUT 240 LABELS integration concurrency)
   target_compile_definitions(test_controller_integration PRIVATE
     KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
   add_dependencies(test_controller_integration shardkv-controller)

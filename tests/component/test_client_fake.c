@@ -88,7 +88,7 @@ open_client(uint32_t timeout_ms, bool watch)
 	/* A dead controller first: the client must go on to the next one. */
 	char dead[64];
 	kv_test_free_url(dead, sizeof(dead));
-	snprintf(list, sizeof(list), "%s,%s", dead, g->ctl_url);
+	snprintf(list, sizeof(list), "%s,%s", dead, g->ctl->url);
 	assert_int_equal(shardkv_open(list, &o, &c), 0);
 	return c;
 }
@@ -154,7 +154,7 @@ client_retries_after_wrong_owner_with_new_epoch(void **state)
 	assert_string_equal((char *)v.data, "two");
 	shardkv_free(v.data);
 	/* The hint's epoch was newer: the client asked the controller again. */
-	assert_true(g->get_config_calls >= 2);
+	assert_true(g->ctl->get_configs >= 2);
 	/* The hint is remembered: other keys of its range go to node 2 directly. */
 	int wrong = g->srv[0].wrong_owner;
 	assert_int_equal(shardkv_put(c, "cherry", 6, "three", 5), 0);
@@ -329,14 +329,14 @@ watch_learns_a_new_epoch_within_milliseconds(void **state)
 	assert_int_equal(cached_epoch(c), 5);
 	/* Wait until the watch is parked at the controller, then publish. */
 	for (uint64_t t0 = kv_test_now_ms(); kv_test_now_ms() - t0 < 3000;) {
-		pthread_mutex_lock(&g->mu);
-		int n = g->watching;
-		pthread_mutex_unlock(&g->mu);
+		pthread_mutex_lock(&g->ctl->mu);
+		size_t n = g->ctl->npend;
+		pthread_mutex_unlock(&g->ctl->mu);
 		if (n > 0)
 			break;
 		kv_test_sleep_ms(2);
 	}
-	int calls = g->get_config_calls;
+	unsigned calls = g->ctl->get_configs;
 	set_truth(make_cfg(6, "q", 1, 2));
 	publish(make_cfg(6, "q", 1, 2));
 	uint64_t t0 = kv_test_now_ms();
@@ -344,7 +344,7 @@ watch_learns_a_new_epoch_within_milliseconds(void **state)
 		kv_test_sleep_ms(1);
 	assert_int_equal(cached_epoch(c), 6);
 	assert_true(kv_test_now_ms() - t0 < 200);
-	assert_int_equal(g->get_config_calls, calls); /* learnt by the watch alone */
+	assert_int_equal(g->ctl->get_configs, calls); /* learnt by the watch alone */
 	/* "n" now belongs to node 1 and goes there directly. */
 	int wrong = g->srv[1].wrong_owner + g->srv[0].wrong_owner;
 	assert_int_equal(shardkv_put(c, "n", 1, "1", 1), 0);
@@ -390,7 +390,7 @@ admin_results_and_config_are_reported(void **state)
 static int
 cli(char **out, size_t *nout, char **err, int argc, const char **args)
 {
-	const char *argv[32] = {"shardkv", "-c", g->ctl_url, "--timeout", "2000"};
+	const char *argv[32] = {"shardkv", "-c", g->ctl->url, "--timeout", "2000"};
 	size_t nerr;
 	char *e = NULL;
 	FILE *fo = open_memstream(out, nout), *fe = open_memstream(&e, &nerr);

@@ -11,12 +11,12 @@
  * Nothing here needs a process of its own: killing a controller with
  * SIGKILL is what test_cluster_raft and checker_kill_controller do.
  */
-#define _XOPEN_SOURCE 700 /* nftw */
 #include "common/err.h"
 #include "common/rpc.h"
 #include "controller/controller.h"
 #include "proto/shardkv.pb-c.h"
 #include "proto/wire.h"
+#include "tests/support/ctl_client.h"
 #include "tests/support/testutil.h"
 
 #include <pthread.h>
@@ -30,20 +30,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <ftw.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #define NREPL 3
-
-static int
-rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)ftw;
-	return flag == FTW_DP ? rmdir(path) : unlink(path);
-}
 
 /* Removes the test dir with everything in it (the controllers make
  * subdirectories that kv_test_dir_teardown does not remove). */
@@ -52,7 +43,7 @@ teardown(void **state)
 {
 	kv_test_dir *d = *state;
 
-	nftw(d->path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	kv_test_rmtree(d->path);
 	return kv_test_dir_teardown(state);
 }
 
@@ -60,34 +51,23 @@ teardown(void **state)
 
 /* Sends rq (with a new request id unless it has one) and returns the
  * answer, or NULL when none came within timeout_ms. The caller frees it
- * with rfree(). */
+ * with ctl_client_free(). */
 static Shardkv__AdminResponse *
 call(kv_rpc_client *cli, Shardkv__AdminRequest *rq, uint32_t timeout_ms)
 {
 	static _Atomic uint64_t next_rid = 1;
-	nng_msg *m, *reply = NULL;
-	Shardkv__AdminResponse *r;
+	int rv;
 
 	rq->version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
 	if (rq->request_id == 0)
 		rq->request_id = next_rid++;
-	size_t n = shardkv__admin_request__get_packed_size(rq);
-	assert_int_equal(nng_msg_alloc(&m, n), 0);
-	shardkv__admin_request__pack(rq, nng_msg_body(m));
-	if (kv_rpc_call(cli, m, &reply, timeout_ms) != KV_OK)
+	Shardkv__AdminResponse *r = ctl_client_call(cli, rq, timeout_ms, &rv);
+	if (r == NULL) {
+		assert_int_not_equal(rv, KV_EPROTO);
 		return NULL;
-	r = shardkv__admin_response__unpack(NULL, nng_msg_len(reply), nng_msg_body(reply));
-	nng_msg_free(reply);
-	assert_non_null(r);
+	}
 	assert_int_equal(r->request_id, rq->request_id);
 	return r;
-}
-
-static void
-rfree(Shardkv__AdminResponse *r)
-{
-	if (r)
-		shardkv__admin_response__free_unpacked(r, NULL);
 }
 
 /* A join; client_id and request_id 0: none / a new one. */
@@ -121,12 +101,6 @@ get_config(kv_rpc_client *cli, uint64_t epoch)
 	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_GET_CONFIG;
 	rq.get_config = &g;
 	return call(cli, &rq, 10000);
-}
-
-static int
-err_of(const Shardkv__AdminResponse *r)
-{
-	return kv_err_from_wire(r->status);
 }
 
 /* ---- one controller ---- */
@@ -194,14 +168,14 @@ standalone_controller_restarted_on_its_data_dir_keeps_its_epochs(void **state)
 	ctl_init(&k, d->path, "ctl");
 	ctl_start(&k);
 	r = join(k.cli, "tcp://127.0.0.1:7101");
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 1);
 	snprintf(cluster, sizeof(cluster), "%s", r->config->cluster_id);
-	rfree(r);
+	ctl_client_free(r);
 	r = join(k.cli, "tcp://127.0.0.1:7102");
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 2);
-	rfree(r);
+	ctl_client_free(r);
 	kv_controller_stop(k.c);
 	assert_int_equal(kv_controller_epoch(k.c), 2); /* still readable after stop */
 	kv_controller_stop(k.c);                       /* idempotent */
@@ -215,16 +189,16 @@ standalone_controller_restarted_on_its_data_dir_keeps_its_epochs(void **state)
 	assert_int_equal(kv_controller_start(k.c, err, sizeof(err)), KV_OK);
 	r = get_config(k.cli, 1);
 	assert_non_null(r);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->config->epoch, 1);
 	assert_int_equal(r->config->n_nodes, 1);
 	assert_string_equal(r->config->cluster_id, cluster);
-	rfree(r);
+	ctl_client_free(r);
 	r = join(k.cli, "tcp://127.0.0.1:7103");
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->node_id, 3); /* ids continue */
 	assert_int_equal(r->epoch, 3);
-	rfree(r);
+	ctl_client_free(r);
 	ctl_fini(&k);
 }
 
@@ -268,9 +242,9 @@ stop_answers_a_held_watch_and_returns_at_once(void **state)
 	assert_true(took < 2000);
 	pthread_join(t, NULL);
 	assert_non_null(w.r); /* answered with the current (empty) config */
-	assert_int_equal(err_of(w.r), KV_OK);
+	assert_int_equal(ctl_client_err(w.r), KV_OK);
 	assert_int_equal(w.r->epoch, 0);
-	rfree(w.r);
+	ctl_client_free(w.r);
 	ctl_fini(&k);
 }
 
@@ -304,8 +278,8 @@ start_refuses_a_taken_address_and_create_a_data_dir_in_use(void **state)
 	assert_non_null(strstr(err, "another controller"));
 	/* The controller that runs is unharmed. */
 	Shardkv__AdminResponse *r = join(a.cli, "tcp://127.0.0.1:7101");
-	assert_int_equal(err_of(r), KV_OK);
-	rfree(r);
+	assert_int_equal(ctl_client_err(r), KV_OK);
+	ctl_client_free(r);
 	ctl_fini(&b);
 	ctl_fini(&a);
 }
@@ -355,18 +329,18 @@ join_at_leader(struct ctl g[NREPL], const char *addr, uint64_t client_id, uint64
 		if (g[i].c == NULL)
 			continue;
 		Shardkv__AdminResponse *r = join_as(g[i].cli, addr, client_id, rid);
-		int rv = r ? err_of(r) : KV_ETIMEDOUT;
+		int rv = r ? ctl_client_err(r) : KV_ETIMEDOUT;
 		if (rv == KV_OK || (rv == KV_EEXISTS && rid > 1)) {
 			*epoch = r->epoch;
 			*rid_out = rid;
-			rfree(r);
+			ctl_client_free(r);
 			return i;
 		}
 		if (r != NULL && r->status != SHARDKV__STATUS__STATUS_NOT_LEADER) {
 			assert_true(rv == KV_EUNAVAIL || rv == KV_EBUSY);
 			rid++;
 		}
-		rfree(r);
+		ctl_client_free(r);
 		kv_test_sleep_ms(50);
 	}
 }
@@ -405,16 +379,16 @@ three_replicas_in_one_process_elect_a_leader_and_commit_a_join(void **state)
 	 * leader. */
 	Shardkv__AdminResponse *r = get_config(g[(leader + 1) % NREPL].cli, 1);
 	assert_non_null(r);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->config->n_nodes, 1);
-	rfree(r);
+	ctl_client_free(r);
 	r = join(g[(leader + 1) % NREPL].cli, "tcp://127.0.0.1:7109");
 	assert_non_null(r);
 	assert_int_equal(r->status, SHARDKV__STATUS__STATUS_NOT_LEADER);
 	assert_non_null(r->leader);
 	assert_int_equal(r->leader->id, leader + 1);
 	assert_string_equal(r->leader->address, g[leader].url);
-	rfree(r);
+	ctl_client_free(r);
 
 	/* The leader stops: the other two elect another and commit. */
 	ctl_stop(&g[leader]);
@@ -426,10 +400,10 @@ three_replicas_in_one_process_elect_a_leader_and_commit_a_join(void **state)
 	 * before answering) is answered with what it did, not applied again. */
 	r = join_as(g[next].cli, "tcp://127.0.0.1:7101", 11, rid1);
 	assert_non_null(r);
-	assert_int_equal(err_of(r), KV_OK);
+	assert_int_equal(ctl_client_err(r), KV_OK);
 	assert_int_equal(r->epoch, 1);
 	assert_int_equal(r->node_id, 1);
-	rfree(r);
+	ctl_client_free(r);
 	assert_int_equal(kv_controller_epoch(g[next].c), 2);
 
 	/* The stopped replica starts again in the same process and catches up. */

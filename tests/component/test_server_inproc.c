@@ -1,7 +1,7 @@
 /*
  * test_server_inproc.c - shard servers run inside the test process through
  * their life cycle (kv_server_create/start/leave/stop/destroy, server.h)
- * against the fake controller (tests/fake_ctl.h): serving, two servers in
+ * against the fake controller (tests/support/fake_ctl.h): serving, two servers in
  * one process moving a range, a restart on the same data dir, the graceful
  * leave, and the failures of create and start.
  *
@@ -37,13 +37,7 @@ static int
 setup(void **state)
 {
 	(void)state;
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvinproc.XXXXXX");
-	assert_non_null(mkdtemp(tmpdir));
-	ctl = fake_ctl_start();
-	for (int i = 0; i < NSRV; i++) {
-		srv *v = &srvs[i];
-		inproc_srv_init(v, tmpdir, i, ctl->url, 16);
-	}
+	inproc_srv_setup(srvs, NSRV, &ctl, tmpdir, sizeof(tmpdir), "kvinproc", 16);
 	return 0;
 }
 
@@ -61,10 +55,7 @@ server_in_process_serves_after_its_first_configuration_and_stops_cleanly(void **
 	(void)state;
 	fake_ctl_add_node(ctl, srvs[0].url);
 	fake_ctl_add_node(ctl, srvs[1].url); /* never started */
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_range(&b, "m", 2);
-	uint64_t e = fake_cfg_publish(ctl, &b);
+	uint64_t e = fake_ctl_publish_owners(ctl, "m", 1, 2);
 	inproc_srv_up(&srvs[0]);
 	srv_wait_ready(srvs[0].url, e, 15000, NULL);
 	const char *u = srvs[0].url;
@@ -88,9 +79,7 @@ two_servers_in_one_process_move_a_range_between_them(void **state)
 	(void)state;
 	fake_ctl_add_node(ctl, srvs[0].url);
 	fake_ctl_add_node(ctl, srvs[1].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
 	inproc_srv_up(&srvs[0]);
 	inproc_srv_up(&srvs[1]);
 	srv_wait_ready(srvs[0].url, e, 15000, NULL);
@@ -101,16 +90,11 @@ two_servers_in_one_process_move_a_range_between_them(void **state)
 		snprintf(v, sizeof(v), "v%d", i);
 		assert_int_equal(do_put(srvs[0].url, k, v, 0, 0).status, 0);
 	}
-	b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_range(&b, "m", 2);
+	fake_cfg b = fake_cfg_owners(ctl, 0, "m", 1, 2);
 	fake_cfg_mig(&b, 1, "m", "", 1, 2);
 	fake_cfg_publish(ctl, &b);
 	fake_ctl_wait_done(ctl, 1, 30000);
-	b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	fake_cfg_range(&b, "m", 2);
-	e = fake_cfg_publish(ctl, &b);
+	e = fake_ctl_publish_owners(ctl, "m", 1, 2);
 	srv_wait_ready(srvs[1].url, e, 15000, NULL);
 	for (int i = 0; i < 200; i++) {
 		snprintf(k, sizeof(k), "%c%03d", i % 2 ? 'a' : 'p', i);
@@ -133,9 +117,7 @@ restarted_on_the_same_data_dir_a_server_keeps_its_data_and_node_id(void **state)
 	(void)state;
 	fake_ctl_add_node(ctl, srvs[1].url); /* node 1 is someone else */
 	fake_ctl_add_node(ctl, srvs[0].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 2);
-	uint64_t e = fake_cfg_publish(ctl, &b);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 2, 2);
 	inproc_srv_up(&srvs[0]);
 	srv_wait_ready(srvs[0].url, e, 15000, NULL);
 	assert_int_equal(do_put(srvs[0].url, "kept", "yes", 0, 0).status, 0);
@@ -146,22 +128,9 @@ restarted_on_the_same_data_dir_a_server_keeps_its_data_and_node_id(void **state)
 	assert_int_equal(ctl->last_resume, 0);
 	pthread_mutex_unlock(&ctl->mu);
 	inproc_srv_up(&srvs[0]);
-	uint64_t deadline = kv_test_now_ms() + 10000;
-	for (;;) {
-		pthread_mutex_lock(&ctl->mu);
-		bool again = ctl->registers > regs;
-		uint32_t resume = ctl->last_resume;
-		pthread_mutex_unlock(&ctl->mu);
-		if (again) {
-			assert_int_equal(resume, 2);
-			break;
-		}
-		if (kv_test_now_ms() > deadline)
-			fail_msg("restarted server did not register");
-		kv_test_sleep_ms(5);
-	}
+	assert_int_equal(fake_ctl_wait_register(ctl, regs, 10000), 2);
 	/* Serves what the log held. */
-	deadline = kv_test_now_ms() + 10000;
+	uint64_t deadline = kv_test_now_ms() + 10000;
 	res1 r;
 	while ((r = do_get(srvs[0].url, "kept")).status != 0 && kv_test_now_ms() < deadline)
 		kv_test_sleep_ms(10);
@@ -177,9 +146,7 @@ leave_returns_drained_once_the_controller_marks_the_node_gone(void **state)
 	ctl->accept_leave = true;
 	fake_ctl_add_node(ctl, srvs[0].url);
 	fake_ctl_add_node(ctl, srvs[1].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
 	inproc_srv_up(&srvs[0]);
 	inproc_srv_up(&srvs[1]);
 	srv_wait_ready(srvs[0].url, e, 15000, NULL);
@@ -188,16 +155,7 @@ leave_returns_drained_once_the_controller_marks_the_node_gone(void **state)
 	/* Nothing published yet: the leave times out, the node still serves. */
 	assert_int_equal(kv_server_leave(srvs[0].s, 300, NULL, NULL), KV_LEAVE_TIMED_OUT);
 	assert_int_equal(do_get(srvs[0].url, "l1").status, 0);
-	b = fake_cfg_new(ctl);
-	b.c->nodes[0].state = KV_NODE_DRAINING;
-	fake_cfg_range(&b, "", 2);
-	fake_cfg_mig(&b, 1, "", "", 1, 2);
-	fake_cfg_publish(ctl, &b);
-	fake_ctl_wait_done(ctl, 1, 30000);
-	b = fake_cfg_new(ctl);
-	b.c->nodes[0].state = KV_NODE_GONE;
-	fake_cfg_range(&b, "", 2);
-	fake_cfg_publish(ctl, &b);
+	fake_ctl_drain(ctl, 1, 2, 1, 30000);
 	assert_int_equal(kv_server_leave(srvs[0].s, 15000, NULL, NULL), KV_LEAVE_DRAINED);
 	pthread_mutex_lock(&ctl->mu);
 	assert_int_equal(ctl->leave_from, 1);
@@ -225,9 +183,7 @@ leave_cut_short_by_the_wait_callback_reports_where(void **state)
 	int calls = 0;
 	ctl->accept_leave = true;
 	fake_ctl_add_node(ctl, srvs[0].url);
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
 	inproc_srv_up(&srvs[0]);
 	srv_wait_ready(srvs[0].url, e, 15000, NULL);
 	assert_int_equal(kv_server_leave(srvs[0].s, 5000, cut_at_once, &calls),

@@ -49,14 +49,9 @@ static int
 setup(void **state)
 {
 	(void)state;
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmig.XXXXXX");
-	assert_non_null(mkdtemp(tmpdir));
-	ctl = fake_ctl_start();
-	for (int i = 0; i < NSRV; i++) {
-		srv *v = &srvs[i];
-		inproc_srv_init(v, tmpdir, i, ctl->url, 32);
-		fake_ctl_add_node(ctl, v->url);
-	}
+	inproc_srv_setup(srvs, NSRV, &ctl, tmpdir, sizeof(tmpdir), "kvmig", 32);
+	for (int i = 0; i < NSRV; i++)
+		fake_ctl_add_node(ctl, srvs[i].url);
 	return 0;
 }
 
@@ -72,9 +67,7 @@ teardown(void **state)
 static void
 two_servers_node1_owns_all(void)
 {
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	uint64_t e = fake_cfg_publish(ctl, &b);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
 	inproc_srv_up(&srvs[0]);
 	inproc_srv_up(&srvs[1]);
 	srv_wait_ready(srvs[0].url, e, 15000, NULL);
@@ -85,9 +78,7 @@ two_servers_node1_owns_all(void)
 static uint64_t
 publish_move(uint64_t id, uint32_t from, uint32_t to, uint32_t rate)
 {
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", from);
-	fake_cfg_range(&b, "m", to);
+	fake_cfg b = fake_cfg_owners(ctl, 0, "m", from, to);
 	fake_cfg_mig(&b, id, "m", "", from, to);
 	b.c->migs[b.c->nmigs - 1].rate_limit_mb_s = rate;
 	return fake_cfg_publish(ctl, &b);
@@ -97,11 +88,7 @@ publish_move(uint64_t id, uint32_t from, uint32_t to, uint32_t rate)
 static uint64_t
 publish_owner(uint32_t owner)
 {
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", 1);
-	if (owner != 1)
-		fake_cfg_range(&b, "m", owner);
-	return fake_cfg_publish(ctl, &b);
+	return fake_ctl_publish_owners(ctl, "m", 1, owner);
 }
 
 static void

@@ -1,7 +1,9 @@
 # Component tests: one process. The code under test runs in the test
-# process against in-process fakes of its peers (support/fake_cluster.h).
+# process against in-process fakes of its peers: the one fake controller
+# (support/fake_ctl.h) and, for the client, fake shard servers
+# (support/fake_cluster.h).
 
-# libshardkv and the CLI against an in-process fake controller and servers.
+# libshardkv and the CLI against the fake controller and fake servers.
 kv_add_test(test_client_fake SOURCES component/test_client_fake.c
   LIBS kv_cli kv_fake_cluster kv_proto kv_testutil TIMEOUT 90 LABELS concurrency)
 
@@ -9,7 +11,7 @@ kv_add_test(test_client_fake SOURCES component/test_client_fake.c
 # a data dir, stop with a held watch, refused starts, and a three-replica
 # Raft group over loopback TCP.
 kv_add_test(test_controller_inproc SOURCES component/test_controller_inproc.c
-  LIBS kv_controller kv_testutil TIMEOUT 60 LABELS concurrency)
+  LIBS kv_controller kv_ctl_client kv_testutil TIMEOUT 60 LABELS concurrency)
 
 # Servers inside the test process through their life cycle (server.h)
 # against the fake controller: serve and stop, two servers moving a range,

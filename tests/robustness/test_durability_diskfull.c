@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE /* unshare, CLONE_NEWNS */
 
+#include "common/proc.h"
 #include "tests/support/cluster_util.h"
 #include "tests/support/testutil.h"
 
@@ -126,7 +127,7 @@ check_server_alive(const char *when)
 {
 	int st = 0;
 
-	if (tc.srv[0].pid > 0 && waitpid(tc.srv[0].pid, &st, WNOHANG) == tc.srv[0].pid) {
+	if (tc.srv[0].pid > 0 && kv_proc_exited(tc.srv[0].pid, &st)) {
 		tc.srv[0].pid = 0;
 		kv_tc_dump_logs(&tc, 40);
 		if (WIFSIGNALED(st) && WTERMSIG(st) == SIGXFSZ)

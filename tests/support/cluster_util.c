@@ -12,6 +12,7 @@
 #include "common/rpc.h"
 #include "proto/shardkv.pb-c.h"
 #include "proto/wire.h"
+#include "tests/support/ctl_client.h"
 #include "tests/support/testutil.h"
 
 #include <errno.h>
@@ -669,10 +670,7 @@ kv_tc_destroy(kv_tc *c)
 		if (c->rpid[k] > 0)
 			kv_tc_stop_replica(c, k, SIGTERM, KV_TC_STOP_MS);
 	if (c->dir[0] && getenv("KV_TC_KEEP") == NULL) {
-		char cmd[300];
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "cluster: could not remove %s\n", c->dir);
+		kv_test_rmtree(c->dir);
 	} else if (c->dir[0]) {
 		fprintf(stderr, "cluster: kept %s\n", c->dir);
 	}
@@ -1106,8 +1104,6 @@ kv_tc_raw_join(const char *url, uint64_t client_id, uint64_t request_id, const c
 	Shardkv__AdminJoin j = SHARDKV__ADMIN_JOIN__INIT;
 	Shardkv__AdminResponse *r;
 	kv_rpc_client *cl = NULL;
-	nng_msg *req = NULL, *rep = NULL;
-	size_t n;
 	int rv;
 
 	memset(out, 0, sizeof(*out));
@@ -1118,27 +1114,17 @@ kv_tc_raw_join(const char *url, uint64_t client_id, uint64_t request_id, const c
 	j.address = (char *)address;
 	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_JOIN;
 	rq.join = &j;
-	n = shardkv__admin_request__get_packed_size(&rq);
-	if (nng_msg_alloc(&req, n) != 0)
-		return SHARDKV_ENOMEM;
-	shardkv__admin_request__pack(&rq, nng_msg_body(req));
-	if ((rv = kv_rpc_client_create(url, &cl)) != 0) {
-		nng_msg_free(req);
+	if ((rv = kv_rpc_client_create(url, &cl)) != 0)
 		return rv;
-	}
-	rv = kv_rpc_call(cl, req, &rep, ms);
+	r = ctl_client_call(cl, &rq, ms, &rv);
 	kv_rpc_client_destroy(cl);
-	if (rv != 0)
-		return rv;
-	r = shardkv__admin_response__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
-	nng_msg_free(rep);
 	if (r == NULL)
-		return SHARDKV_EPROTO;
+		return rv;
 	out->not_leader = r->status == SHARDKV__STATUS__STATUS_NOT_LEADER;
-	out->status = kv_err_from_wire(r->status);
+	out->status = ctl_client_err(r);
 	out->epoch = r->epoch;
 	out->node_id = r->node_id;
-	shardkv__admin_response__free_unpacked(r, NULL);
+	ctl_client_free(r);
 	return 0;
 }
 
@@ -1273,6 +1259,20 @@ kv_tc_count_lines(const char *path, const char *needle)
 		n += strstr(line, needle) != NULL;
 	fclose(f);
 	return n;
+}
+
+bool
+kv_tc_wait_log_line(const char *path, const char *needle, unsigned ms)
+{
+	uint64_t t0 = kv_test_now_ms();
+
+	for (;;) {
+		if (kv_tc_count_lines(path, needle) > 0)
+			return true;
+		if (kv_test_now_ms() - t0 >= ms)
+			return false;
+		kv_test_sleep_ms(50);
+	}
 }
 
 /* ---------------------------------------------------------------------------
@@ -1444,6 +1444,40 @@ err:
 			close(perr[k]);
 	}
 	return -1;
+}
+
+int
+kv_tc_cliv(kv_tc_run_result *r, const char *url, char *const env[], const void *in, size_t inlen,
+           unsigned ms, const char *arg, va_list ap)
+{
+	char *argv[KV_TC_CLI_MAX_ARGS + 4];
+	int n = 0;
+
+	argv[n++] = KV_CLI_BIN;
+	if (url != NULL) {
+		argv[n++] = "-c";
+		argv[n++] = (char *)url;
+	}
+	for (const char *a = arg; a != NULL; a = va_arg(ap, const char *)) {
+		if (n == KV_TC_CLI_MAX_ARGS + 3)
+			return -1;
+		argv[n++] = (char *)a;
+	}
+	argv[n] = NULL;
+	return kv_tc_run(argv, env, in, inlen, ms, r);
+}
+
+int
+kv_tc_cli(kv_tc_run_result *r, const char *url, char *const env[], const void *in, size_t inlen,
+          unsigned ms, const char *arg, ...)
+{
+	va_list ap;
+	int rv;
+
+	va_start(ap, arg);
+	rv = kv_tc_cliv(r, url, env, in, inlen, ms, arg, ap);
+	va_end(ap);
+	return rv;
 }
 
 void

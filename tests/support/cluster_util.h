@@ -22,6 +22,7 @@
 
 #include "client/include/shardkv.h"
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -116,6 +117,10 @@ int kv_tc_wait_serving(kv_tc *c, int i, unsigned ms);
 /* Counts the lines of `path` (a log) that contain `needle`; -1 when the file
  * cannot be read. */
 long kv_tc_count_lines(const char *path, const char *needle);
+
+/* Waits up to ms until `path` (a log) has a line containing `needle`;
+ * returns whether it came. */
+bool kv_tc_wait_log_line(const char *path, const char *needle, unsigned ms);
 
 /* Stops every process of the cluster, servers first with SIGKILL (their data
  * is scratch, and no drain must start), then the controller with SIGTERM
@@ -347,6 +352,18 @@ int kv_tc_run(char *const argv[], char *const env[], const void *in, size_t inle
 
 /* Frees what kv_tc_run() captured. */
 void kv_tc_run_free(kv_tc_run_result *r);
+
+/*
+ * Runs the `shardkv` binary (KV_CLI_BIN) as `shardkv -c URL ARGS...` (no -c
+ * when url is NULL) with kv_tc_run(.., env, in, inlen, ms, r); the
+ * arguments end with NULL (at most KV_TC_CLI_MAX_ARGS, or -1). kv_tc_cliv
+ * takes them as a va_list, for a test's own variadic wrapper.
+ */
+#define KV_TC_CLI_MAX_ARGS 60
+int kv_tc_cli(kv_tc_run_result *r, const char *url, char *const env[], const void *in, size_t inlen,
+              unsigned ms, const char *arg, ...);
+int kv_tc_cliv(kv_tc_run_result *r, const char *url, char *const env[], const void *in,
+               size_t inlen, unsigned ms, const char *arg, va_list ap);
 
 /* Milliseconds since the first call of any kv_tc_* helper (for messages). */
 uint64_t kv_tc_elapsed_ms(void);

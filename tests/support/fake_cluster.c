@@ -1,15 +1,14 @@
 /*
- * fake_cluster.c - see fake_cluster.h: the fake controller's and the fake
- * shard servers' request handlers, and the cluster's life cycle.
+ * fake_cluster.c - see fake_cluster.h: the fake shard servers' request
+ * handler and the cluster's life cycle; the controller is fake_ctl.c.
  *
- * Lock order: the cluster's mu before a server's mu. Handlers run on nng's
- * threads; the watch is a short long poll held on the handler's thread.
+ * Lock order: the cluster's mu before a server's mu; neither is held while
+ * calling into the fake controller (its mu is a leaf here). Handlers run on
+ * nng's threads.
  */
 #include "tests/support/fake_cluster.h"
 #include "common/err.h"
 #include "common/key.h"
-#include "proto/codec_int.h"
-#include "proto/config_codec.h"
 #include "proto/shardkv.pb-c.h"
 #include "proto/wire.h"
 #include "tests/support/testutil.h"
@@ -21,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
@@ -29,78 +27,20 @@
  * Configurations
  * ------------------------------------------------------------------------- */
 
-static void
-bset(kv_buf *b, const char *s)
-{
-	assert_int_equal(kv_buf_set(b, s, strlen(s)), KV_OK);
-}
-
 kv_config *
 kv_fake_cluster_config(kv_fake_cluster *fc, uint64_t epoch, const char *split, uint32_t owner_lo,
                        uint32_t owner_hi)
 {
-	kv_config *c = kv_config_new();
-	assert_non_null(c);
-	c->epoch = epoch;
-	c->nnodes = KV_FAKE_NSERVERS;
-	c->nodes = calloc(KV_FAKE_NSERVERS, sizeof(kv_node));
-	for (uint32_t i = 0; i < KV_FAKE_NSERVERS; i++) {
-		c->nodes[i].id = i + 1;
-		c->nodes[i].address = strdup(fc->srv[i].url);
-		c->nodes[i].state = KV_NODE_ACTIVE;
-	}
-	if (split == NULL || owner_lo == owner_hi) {
-		c->nranges = 1;
-		c->ranges = calloc(1, sizeof(kv_range));
-		c->ranges[0].node = owner_lo;
-	} else {
-		c->nranges = 2;
-		c->ranges = calloc(2, sizeof(kv_range));
-		bset(&c->ranges[0].end, split);
-		c->ranges[0].node = owner_lo;
-		bset(&c->ranges[1].start, split);
-		c->ranges[1].node = owner_hi;
-	}
-	assert_int_equal(kv_config_validate(c), KV_OK);
-	return c;
-}
-
-/* Packs an AdminResponse into a reply message. */
-static nng_msg *
-pack_admin(Shardkv__AdminResponse *r)
-{
-	nng_msg *m;
-	size_t n = protobuf_c_message_get_packed_size(&r->base);
-	assert_int_equal(nng_msg_alloc(&m, n), 0);
-	protobuf_c_message_pack(&r->base, nng_msg_body(m));
-	return m;
-}
-
-/* Builds the reply to a watch or get_config with cfg. Call with cl->mu held. */
-static nng_msg *
-config_reply(const kv_config *cfg, uint64_t request_id)
-{
-	Shardkv__AdminResponse r = SHARDKV__ADMIN_RESPONSE__INIT;
-	Shardkv__Config *pb = kv_codec_config_to_pb(cfg);
-	nng_msg *m;
-
-	r.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
-	r.request_id = request_id;
-	r.epoch = cfg->epoch;
-	r.config = pb;
-	m = pack_admin(&r);
-	kv_codec_config_pb_free(pb);
-	return m;
+	fake_cfg b = fake_cfg_owners(fc->ctl, epoch, split, owner_lo, owner_hi);
+	assert_int_equal(kv_config_validate(b.c), KV_OK);
+	return b.c;
 }
 
 void
 kv_fake_cluster_publish(kv_fake_cluster *fc, kv_config *cfg)
 {
-	pthread_mutex_lock(&fc->mu);
-	kv_config_free(fc->published);
-	fc->published = cfg;
-	pthread_cond_broadcast(&fc->cv);
-	pthread_mutex_unlock(&fc->mu);
+	fake_cfg b = {.c = cfg};
+	fake_cfg_publish(fc->ctl, &b);
 }
 
 void
@@ -110,129 +50,6 @@ kv_fake_cluster_set_truth(kv_fake_cluster *fc, kv_config *cfg)
 	kv_config_free(fc->truth);
 	fc->truth = cfg;
 	pthread_mutex_unlock(&fc->mu);
-}
-
-/* ---------------------------------------------------------------------------
- * Fake controller
- * ------------------------------------------------------------------------- */
-
-static int
-ctl_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
-{
-	(void)p;
-	kv_fake_cluster *cl = arg;
-	Shardkv__AdminRequest *q =
-	    shardkv__admin_request__unpack(NULL, nng_msg_len(req), nng_msg_body(req));
-	Shardkv__AdminResponse r = SHARDKV__ADMIN_RESPONSE__INIT;
-	if (q == NULL)
-		return KV_EPROTO;
-	r.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
-	r.request_id = q->request_id;
-	pthread_mutex_lock(&cl->mu);
-	switch (q->cmd_case) {
-	case SHARDKV__ADMIN_REQUEST__CMD_GET_CONFIG:
-		cl->get_config_calls++;
-		if (q->get_config->epoch && q->get_config->epoch != cl->published->epoch) {
-			r.status = SHARDKV__STATUS__STATUS_NOT_FOUND;
-			r.error = "no configuration with that epoch";
-			*reply = pack_admin(&r);
-		} else {
-			*reply = config_reply(cl->published, q->request_id);
-		}
-		break;
-	case SHARDKV__ADMIN_REQUEST__CMD_WATCH: {
-		/* A short long poll held on this thread, not deferred: answering a
-		 * deferred request from another thread races in common/rpc.c (see
-		 * the report of this change). */
-		uint64_t t0 = kv_test_now_ms();
-		while (q->watch->known_epoch >= cl->published->epoch &&
-		       kv_test_now_ms() - t0 < 100) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 10 * 1000000L;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
-			cl->watching++;
-			pthread_cond_timedwait(&cl->cv, &cl->mu, &ts);
-			cl->watching--;
-		}
-		if (q->watch->known_epoch < cl->published->epoch) {
-			*reply = config_reply(cl->published, q->request_id);
-		} else {
-			r.epoch = cl->published->epoch;
-			*reply = pack_admin(&r);
-		}
-		break;
-	}
-	case SHARDKV__ADMIN_REQUEST__CMD_STATUS: {
-		Shardkv__StatusReport rep = SHARDKV__STATUS_REPORT__INIT;
-		Shardkv__NodeStats ns[KV_FAKE_NSERVERS], *nsp[KV_FAKE_NSERVERS];
-		Shardkv__ControllerReplica cr = SHARDKV__CONTROLLER_REPLICA__INIT, *crp = &cr;
-		for (int i = 0; i < KV_FAKE_NSERVERS; i++) {
-			shardkv__node_stats__init(&ns[i]);
-			ns[i].node_id = (uint32_t)i + 1;
-			ns[i].keys = 10u * ((uint64_t)i + 1);
-			ns[i].bytes = 100u * ((uint64_t)i + 1);
-			ns[i].ops_per_sec = 1.5;
-			nsp[i] = &ns[i];
-		}
-		cr.id = 1;
-		cr.address = cl->ctl_url;
-		cr.role = SHARDKV__REPLICA_ROLE__REPLICA_ROLE_STANDALONE;
-		rep.n_nodes = KV_FAKE_NSERVERS;
-		rep.nodes = nsp;
-		rep.n_controllers = 1;
-		rep.controllers = &crp;
-		r.report = &rep;
-		r.config = kv_codec_config_to_pb(cl->published);
-		r.epoch = cl->published->epoch;
-		*reply = pack_admin(&r);
-		kv_codec_config_pb_free(r.config);
-		break;
-	}
-	case SHARDKV__ADMIN_REQUEST__CMD_JOIN:
-		if (strcmp(q->join->address, cl->srv[0].url) == 0) {
-			r.status = SHARDKV__STATUS__STATUS_EXISTS;
-			r.error = "address already registered";
-		} else {
-			r.epoch = cl->published->epoch + 1;
-			r.node_id = 3;
-			r.wait_ms = q->wait ? 1500 : 0;
-		}
-		*reply = pack_admin(&r);
-		break;
-	case SHARDKV__ADMIN_REQUEST__CMD_LEAVE:
-	case SHARDKV__ADMIN_REQUEST__CMD_MOVE: {
-		Shardkv__NodeRef *ref = q->cmd_case == SHARDKV__ADMIN_REQUEST__CMD_LEAVE
-		                            ? q->leave->node
-		                            : q->move->node;
-		uint64_t ids[1] = {42};
-		if (ref == NULL || ref->ref_case != SHARDKV__NODE_REF__REF_ID ||
-		    ref->id > KV_FAKE_NSERVERS) {
-			r.status = SHARDKV__STATUS__STATUS_NOT_FOUND;
-			r.error = "unknown node";
-		} else {
-			r.epoch = cl->published->epoch + 1;
-			r.n_migration_ids = 1;
-			r.migration_ids = ids;
-		}
-		*reply = pack_admin(&r);
-		break;
-	}
-	case SHARDKV__ADMIN_REQUEST__CMD_REBALANCE:
-		r.epoch = cl->published->epoch;
-		*reply = pack_admin(&r);
-		break;
-	default:
-		r.status = SHARDKV__STATUS__STATUS_INVALID;
-		*reply = pack_admin(&r);
-		break;
-	}
-	pthread_mutex_unlock(&cl->mu);
-	shardkv__admin_request__free_unpacked(q, NULL);
-	return 0;
 }
 
 /* ---------------------------------------------------------------------------
@@ -554,7 +371,7 @@ kv_fake_cluster_create(kv_fake_cluster **out)
 		return -1;
 	*out = fc;
 	pthread_mutex_init(&fc->mu, NULL);
-	pthread_cond_init(&fc->cv, NULL);
+	fc->ctl = fake_ctl_start();
 	for (int i = 0; i < KV_FAKE_NSERVERS; i++) {
 		kv_fake_server *s = &fc->srv[i];
 		kv_rpc_server_opts o = {.handler = srv_handler, .arg = s, .contexts = 16};
@@ -565,14 +382,11 @@ kv_fake_cluster_create(kv_fake_cluster **out)
 		o.url = s->url;
 		if (kv_rpc_server_create(&o, &s->rpc) != KV_OK)
 			goto err;
+		fake_ctl_add_node(fc->ctl, s->url);
 	}
 	/* Node 1 owns [, "m"), node 2 owns ["m", ). */
 	fc->truth = kv_fake_cluster_config(fc, 5, "m", 1, 2);
-	fc->published = kv_fake_cluster_config(fc, 5, "m", 1, 2);
-	kv_test_free_url(fc->ctl_url, sizeof(fc->ctl_url));
-	kv_rpc_server_opts o = {.url = fc->ctl_url, .handler = ctl_handler, .arg = fc};
-	if (kv_rpc_server_create(&o, &fc->ctl) != KV_OK)
-		goto err;
+	kv_fake_cluster_publish(fc, kv_fake_cluster_config(fc, 5, "m", 1, 2));
 	return 0;
 err:
 	kv_fake_cluster_destroy(fc);
@@ -585,7 +399,7 @@ kv_fake_cluster_destroy(kv_fake_cluster *fc)
 {
 	if (fc == NULL)
 		return;
-	kv_rpc_server_destroy(fc->ctl);
+	fake_ctl_stop(fc->ctl);
 	for (int i = 0; i < KV_FAKE_NSERVERS; i++) {
 		kv_fake_server *s = &fc->srv[i];
 		kv_rpc_server_destroy(s->rpc);
@@ -597,8 +411,6 @@ kv_fake_cluster_destroy(kv_fake_cluster *fc)
 		pthread_mutex_destroy(&s->mu);
 	}
 	kv_config_free(fc->truth);
-	kv_config_free(fc->published);
-	pthread_cond_destroy(&fc->cv);
 	pthread_mutex_destroy(&fc->mu);
 	free(fc);
 }

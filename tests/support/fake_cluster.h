@@ -1,32 +1,27 @@
 /*
  * fake_cluster.h - a fake shardkv cluster inside the test process, for
  * testing libshardkv and the CLI without daemons (component/
- * test_client_fake.c): a fake controller (get_config, watch, status, join,
- * leave, move, rebalance) and KV_FAKE_NSERVERS fake shard servers (get, put,
- * del, append, mget, mput, scan with ownership checks, OwnerHints and
- * exactly-once memory), each an nng listener on a free loopback port.
+ * test_client_fake.c): the shared fake controller of fake_ctl.h and
+ * KV_FAKE_NSERVERS fake shard servers (get, put, del, append, mget, mput,
+ * scan with ownership checks, OwnerHints and exactly-once memory), each an
+ * nng listener on a free loopback port.
  *
- * The fakes implement just enough of doc/protocol.md to test the client's
- * side of it. Two configurations are kept apart: `published` is what the
- * controller hands out, `truth` what the servers serve (a test makes the
- * client's cache stale by changing the truth first). The servers check
- * every request with cmocka assertions, so a malformed request fails the
- * test.
+ * The fake servers implement just enough of doc/protocol.md to test the
+ * client's side of it. Two configurations are kept apart: what the
+ * controller hands out (published to fake_ctl, in epoch order) and `truth`,
+ * what the servers serve (a test makes the client's cache stale by changing
+ * the truth first). The servers check every request with cmocka
+ * assertions, so a malformed request fails the test.
  *
- * Which fake serves what (tests/support/README.md): this one fakes the
- * whole cluster for the client side. The fake controller that drives a real
- * shardkv-server (the server side of the protocol: registration, heartbeats,
- * configuration pushes) is the one of cluster/test_server_integration.c
- * (moving to a file of its own); the two are to become one.
- *
- * The struct is open: tests read the counters and set the fault switches of
- * `srv[i]` while holding `srv[i].mu` where the comment says so.
+ * The struct is open: tests read the controller's counters through `ctl`
+ * (fake_ctl.h), and the counters and fault switches of `srv[i]`.
  */
 #ifndef KV_TESTS_SUPPORT_FAKE_CLUSTER_H
 #define KV_TESTS_SUPPORT_FAKE_CLUSTER_H
 
 #include "common/config.h"
 #include "common/rpc.h"
+#include "tests/support/fake_ctl.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -73,21 +68,16 @@ typedef struct kv_fake_server {
 } kv_fake_server;
 
 struct kv_fake_cluster {
-	pthread_mutex_t mu;   /* protects everything down to the blank line */
-	kv_config *truth;     /* what the servers serve */
-	kv_config *published; /* what the controller hands out */
-	pthread_cond_t cv;    /* signalled on publish */
-	int watching;         /* watches waiting on cv */
-	int get_config_calls; /* AdminGetConfig received */
-
-	char ctl_url[64];                     /* controller URL */
-	kv_rpc_server *ctl;                   /* controller listener */
+	fake_ctl *ctl;                        /* the controller: url, history, counters */
+	pthread_mutex_t mu;                   /* protects truth */
+	kv_config *truth;                     /* what the servers serve */
 	kv_fake_server srv[KV_FAKE_NSERVERS]; /* the servers */
 };
 
 /*
  * Starts the fake controller and servers on free loopback ports, with node 1
- * owning [, "m") and node 2 ["m", ) at epoch 5, both published and served.
+ * owning [, "m") and node 2 ["m", ) at epoch 5, both published (the first
+ * configuration the controller has) and served.
  * On 0 *out is the cluster (the caller destroys it); returns -1 when a
  * listener cannot start.
  */
@@ -106,7 +96,8 @@ void kv_fake_cluster_destroy(kv_fake_cluster *c);
 kv_config *kv_fake_cluster_config(kv_fake_cluster *c, uint64_t epoch, const char *split,
                                   uint32_t owner_lo, uint32_t owner_hi);
 
-/* Makes cfg (taken) the controller's latest and answers the waiting watches. */
+/* Makes cfg (taken; its epoch follows the latest published) the controller's
+ * latest and answers the waiting watches (fake_cfg_publish). */
 void kv_fake_cluster_publish(kv_fake_cluster *c, kv_config *cfg);
 
 /* Makes cfg (taken) what the servers serve. */

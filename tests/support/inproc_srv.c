@@ -53,10 +53,19 @@ inproc_srv_down(inproc_srv *v)
 }
 
 void
+inproc_srv_setup(inproc_srv *v, int n, fake_ctl **ctl, char *tmpdir, size_t tmplen,
+                 const char *name, unsigned contexts)
+{
+	snprintf(tmpdir, tmplen, "/tmp/%s.XXXXXX", name);
+	assert_non_null(mkdtemp(tmpdir));
+	*ctl = fake_ctl_start();
+	for (int i = 0; i < n; i++)
+		inproc_srv_init(&v[i], tmpdir, i, (*ctl)->url, contexts);
+}
+
+void
 inproc_srv_cleanup(inproc_srv *v, int n, fake_ctl **ctl, const char *tmpdir)
 {
-	char cmd[300];
-
 	clients_close();
 	for (int i = 0; i < n; i++) {
 		kv_server_destroy(v[i].s);
@@ -64,7 +73,5 @@ inproc_srv_cleanup(inproc_srv *v, int n, fake_ctl **ctl, const char *tmpdir)
 	}
 	fake_ctl_stop(*ctl);
 	*ctl = NULL;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", tmpdir);
+	kv_test_rmtree(tmpdir);
 }

@@ -31,6 +31,12 @@ void inproc_srv_up(inproc_srv *v);
 /* Stops and destroys v's server. */
 void inproc_srv_down(inproc_srv *v);
 
+/* A component test's setup: makes the scratch directory /tmp/NAME.XXXXXX
+ * in tmpdir (tmplen bytes), starts the fake controller in *ctl and fills
+ * v[0..n) with inproc_srv_init(.., contexts); no node is known to it yet. */
+void inproc_srv_setup(inproc_srv *v, int n, fake_ctl **ctl, char *tmpdir, size_t tmplen,
+                      const char *name, unsigned contexts);
+
 /* A component test's teardown: closes the cached raw clients, destroys
  * every server of v[0..n) still there, stops *ctl (set to NULL) and
  * removes tmpdir. */

@@ -7,12 +7,22 @@
 add_library(kv_testutil STATIC support/testutil.c)
 target_link_libraries(kv_testutil PUBLIC kv_proc kv_flags)
 
-# The fake controller for servers under test (fake_ctl.h: registration,
-# configurations pushed by the test, watch, heartbeats, migration reports)
-# and a tiny client that sends raw Requests to a server (srv_client.h).
+# The one fake controller (fake_ctl.h): configurations published by the
+# test, watch, registration, heartbeats, migration reports (with the fence
+# hold), and the admin commands of clients and the CLI; and a tiny client
+# that sends raw Requests to a server (srv_client.h).
 add_library(kv_fake_ctl STATIC support/fake_ctl.c support/srv_client.c)
 target_include_directories(kv_fake_ctl PUBLIC ${CMOCKA_INCLUDE_DIRS})
 target_link_libraries(kv_fake_ctl PUBLIC kv_proto kv_common kv_testutil kv_flags)
+# The shardkv CLI run inside the test process with its output captured
+# (cli_run.h).
+add_library(kv_cli_run STATIC support/cli_run.c)
+target_link_libraries(kv_cli_run PUBLIC kv_cli kv_flags)
+
+# Raw AdminRequests to a real controller (ctl_client.h), for the
+# controller tests.
+add_library(kv_ctl_client STATIC support/ctl_client.c)
+target_link_libraries(kv_ctl_client PUBLIC kv_proto kv_common kv_flags)
 # Shard servers inside the test process against that fake (inproc_srv.h).
 add_library(kv_inproc_srv STATIC support/inproc_srv.c)
 target_link_libraries(kv_inproc_srv PUBLIC kv_server kv_fake_ctl kv_testutil kv_flags)
@@ -29,7 +39,7 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   # processes on free loopback ports, driven through libshardkv and the
   # `shardkv` binary. It knows the binaries from the definitions below.
   add_library(kv_cluster_util STATIC support/cluster_util.c)
-  target_link_libraries(kv_cluster_util PUBLIC shardkv kv_testutil kv_flags)
+  target_link_libraries(kv_cluster_util PUBLIC shardkv kv_ctl_client kv_testutil kv_flags)
   # kv_tc_raw_op() packs Requests itself: it needs the generated header (the
   # generated code and the rpc client are in libshardkv and kv_common).
   add_dependencies(kv_cluster_util kv_proto_generate)
@@ -61,9 +71,8 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv-checke
   target_link_libraries(kv_netns_util PUBLIC kv_testutil kv_flags)
 endif()
 
-# A fake controller and fake shard servers in the test process, for
-# libshardkv and the CLI (fake_cluster.h).
+# Fake shard servers in the test process, with the fake controller above
+# (fake_cluster.h), for libshardkv and the CLI.
 add_library(kv_fake_cluster STATIC support/fake_cluster.c)
-target_include_directories(kv_fake_cluster PUBLIC ${CMOCKA_INCLUDE_DIRS})
-target_link_libraries(kv_fake_cluster PUBLIC kv_proto kv_common kv_testutil kv_flags
+target_link_libraries(kv_fake_cluster PUBLIC kv_fake_ctl kv_proto kv_common kv_testutil kv_flags
   Threads::Threads ${CMOCKA_LIBRARIES})

@@ -5,9 +5,13 @@
 #include "common/proc.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,6 +75,60 @@ kv_test_dir_teardown(void **state)
 	rmdir(d->path);
 	free(d);
 	return 0;
+}
+
+const char *
+kv_test_put_file(const kv_test_dir *d, const char *name, const void *p, size_t n, mode_t mode)
+{
+	static char path[320];
+	int fd;
+	bool ok;
+
+	snprintf(path, sizeof(path), "%s/%s", d->path, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return NULL;
+	ok = write(fd, p, n) == (ssize_t)n && fchmod(fd, mode) == 0;
+	return close(fd) == 0 && ok ? path : NULL;
+}
+
+/* Removes everything in the directory open as dfd (taken; closed), which
+ * is `path`, depth first, without following links. */
+static void
+rm_below(int dfd, const char *path)
+{
+	DIR *d = fdopendir(dfd);
+	struct dirent *e;
+
+	if (d == NULL) {
+		close(dfd);
+		return;
+	}
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+			continue;
+		int sub =
+		    openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub >= 0)
+			rm_below(sub, e->d_name);
+		if (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) != 0)
+			fprintf(stderr, "cannot remove %s/%s\n", path, e->d_name);
+	}
+	closedir(d);
+}
+
+void
+kv_test_rmtree(const char *path)
+{
+	if (path == NULL || path[0] == 0)
+		return;
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0)
+		rm_below(fd, path);
+	if (fd >= 0 ? rmdir(path) != 0 : unlink(path) != 0 && errno != ENOENT)
+		fprintf(stderr, "cannot remove %s\n", path);
 }
 
 int

@@ -33,6 +33,16 @@ typedef struct {
 int kv_test_dir_setup(void **state);
 int kv_test_dir_teardown(void **state);
 
+/* Writes n bytes to the file `name` of d (created or truncated) with
+ * `mode`; returns its path (in a static buffer, valid until the next call)
+ * or NULL when it cannot be written. */
+const char *kv_test_put_file(const kv_test_dir *d, const char *name, const void *p, size_t n,
+                             mode_t mode);
+
+/* Removes path and everything below it (links are not followed); says on
+ * stderr what it cannot remove. Accepts NULL and "". */
+void kv_test_rmtree(const char *path);
+
 /* A cmocka (group) teardown: stops every child of common/proc.h's table
  * (SIGTERM, SIGKILL after KV_TEST_STOP_MS). Always returns 0. */
 #define KV_TEST_STOP_MS 5000u

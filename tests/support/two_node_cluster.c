@@ -133,10 +133,6 @@ test_cluster_start(test_cluster *tc, const char *bin_dir, const char *tag)
 void
 test_cluster_destroy(test_cluster *tc)
 {
-	char cmd[600];
-
 	test_cluster_stop(tc);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", tc->dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tc->dir);
+	kv_test_rmtree(tc->dir);
 }

@@ -24,16 +24,8 @@
 static const char *
 put_file(void **state, const char *name, const void *p, size_t n, mode_t mode)
 {
-	static char path[320];
-	const kv_test_dir *d = *state;
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/%s", d->path, name);
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, p, n), (ssize_t)n);
-	assert_int_equal(fchmod(fd, mode), 0);
-	close(fd);
+	const char *path = kv_test_put_file(*state, name, p, n, mode);
+	assert_non_null(path);
 	return path;
 }
 

@@ -16,6 +16,7 @@
 #include "client/cli/cli.h"
 #include "client/cli/hdr.h"
 #include "client/include/shardkv.h"
+#include "tests/support/cli_run.h"
 #include "tests/support/testutil.h"
 #include "tests/support/two_node_cluster.h"
 
@@ -241,33 +242,15 @@ jtyped(const jnode *j, const char *path, jtype t)
  * Running the CLI in-process
  * ------------------------------------------------------------------------- */
 
-typedef struct {
-	int rc;      /* exit code */
-	char *out;   /* stdout (owned) */
-	size_t nout; /* its length */
-	char *err;   /* stderr (owned) */
-	size_t nerr; /* its length */
-} run_result;
+/* Output of one in-process run (cli_run.h). */
+typedef kv_cli_run_result run_result;
 
 static run_result
 run(int argc, const char **argv)
 {
-	run_result r = {0};
-	FILE *out = open_memstream(&r.out, &r.nout);
-	FILE *err = open_memstream(&r.err, &r.nerr);
-	assert_non_null(out);
-	assert_non_null(err);
-	r.rc = kv_cli_main(argc, (char **)argv, out, err);
-	fclose(out);
-	fclose(err);
+	run_result r;
+	assert_int_equal(kv_cli_run(argc, argv, &r), 0);
 	return r;
-}
-
-static void
-run_free(run_result *r)
-{
-	free(r->out);
-	free(r->err);
 }
 
 #ifndef KV_BENCH_CLUSTER
@@ -533,7 +516,7 @@ assert_bench_usage_error(int argc, const char **argv, const char *needle)
 	    memchr(r.err, '\n', r.nerr - 1) != NULL || strstr(r.err, needle) == NULL)
 		fail_msg("%s %s: rc %d out '%s' err '%s' (want 2 and '%s')", argv[1], argv[2], r.rc,
 		         r.out, r.err, needle);
-	run_free(&r);
+	kv_cli_run_free(&r);
 }
 
 static void
@@ -578,7 +561,7 @@ bench_help_lists_the_options(void **state)
 	assert_non_null(strstr(r.out, "--connections C"));
 	assert_non_null(strstr(r.out, "--rate OPS"));
 	assert_non_null(strstr(r.out, "--plot FILE.svg"));
-	run_free(&r);
+	kv_cli_run_free(&r);
 }
 
 /* ---------------------------------------------------------------------------
@@ -855,7 +838,7 @@ duration_run_writes_the_json_report(void **state)
 	assert_non_null(text);
 	assert_non_null(strstr(text, "<polyline"));
 	free(text);
-	run_free(&r);
+	kv_cli_run_free(&r);
 }
 
 static void
@@ -883,7 +866,7 @@ ops_run_counts_each_key_of_a_batch(void **state)
 	assert_string_equal(jtyped(j, "params.dist", J_STR)->str, "zipf:0.9");
 	assert_non_null(strstr(r.err, "bench: closed loop"));
 	jfree(j);
-	run_free(&r);
+	kv_cli_run_free(&r);
 }
 
 static void
@@ -904,7 +887,7 @@ open_loop_run_keeps_the_asked_rate(void **state)
 	assert_string_equal(jtyped(j, "params.mode", J_STR)->str, "open");
 	jnum(j, "open_loop_backlog_ops");
 	jfree(j);
-	run_free(&r);
+	kv_cli_run_free(&r);
 }
 
 static void
@@ -917,7 +900,7 @@ unreachable_cluster_exits_3(void **state)
 	run_result r = run(ARGC(argv), argv);
 	assert_int_equal(r.rc, KV_CLI_UNAVAIL);
 	assert_int_equal(r.nout, 0);
-	run_free(&r);
+	kv_cli_run_free(&r);
 }
 
 int

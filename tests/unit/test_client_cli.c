@@ -5,6 +5,7 @@
  */
 #include "client/cli/cli.h"
 #include "client/include/shardkv.h"
+#include "tests/support/cli_run.h"
 #include "tests/support/testutil.h"
 
 #include <setjmp.h>
@@ -19,34 +20,15 @@
 
 #define ARGC(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-/* Output of one in-process run. */
-typedef struct {
-	int rc;      /* exit code */
-	char *out;   /* stdout text (owned) */
-	size_t nout; /* its length */
-	char *err;   /* stderr text (owned) */
-	size_t nerr; /* its length */
-} run_result;
+/* Output of one in-process run (cli_run.h). */
+typedef kv_cli_run_result run_result;
 
 static run_result
 run(int argc, const char **argv)
 {
-	run_result r = {0};
-	FILE *out = open_memstream(&r.out, &r.nout);
-	FILE *err = open_memstream(&r.err, &r.nerr);
-	assert_non_null(out);
-	assert_non_null(err);
-	r.rc = kv_cli_main(argc, (char **)argv, out, err);
-	fclose(out);
-	fclose(err);
+	run_result r;
+	assert_int_equal(kv_cli_run(argc, argv, &r), 0);
 	return r;
-}
-
-static void
-run_free(run_result *r)
-{
-	free(r->out);
-	free(r->err);
 }
 
 /* Asserts a usage error: exit 2, nothing on stdout, exactly one line on stderr. */
@@ -61,7 +43,7 @@ assert_usage_error(int argc, const char **argv, const char *needle)
 	assert_null(memchr(r.err, '\n', r.nerr - 1));
 	if (needle && strstr(r.err, needle) == NULL)
 		fail_msg("stderr '%s' lacks '%s'", r.err, needle);
-	run_free(&r);
+	kv_cli_run_free(&r);
 }
 
 static void
@@ -176,13 +158,13 @@ help_prints_usage_and_exits_0(void **state)
 			fail_msg("help lacks %s", name);
 		c += n + (c[n] == ' ');
 	}
-	run_free(&r);
+	kv_cli_run_free(&r);
 
 	const char *cmd[] = {"shardkv", "join", "--help"};
 	r = run(ARGC(cmd), cmd);
 	assert_int_equal(r.rc, 0);
 	assert_non_null(strstr(r.out, "join ADDR"));
-	run_free(&r);
+	kv_cli_run_free(&r);
 }
 
 static void
@@ -215,13 +197,13 @@ unreachable_controller_exits_3_within_the_timeout(void **state)
 	assert_true(kv_test_now_ms() - t0 < 3000);
 	assert_int_equal(r.nout, 0);
 	assert_non_null(strstr(r.err, "shardkv: get:"));
-	run_free(&r);
+	kv_cli_run_free(&r);
 
 	const char *admin[] = {"shardkv", "-c", url, "--timeout", "200", "--json", "status"};
 	r = run(ARGC(admin), admin);
 	assert_int_equal(r.rc, 3);
 	assert_int_equal(r.nout, 0);
-	run_free(&r);
+	kv_cli_run_free(&r);
 }
 
 static void
@@ -271,12 +253,12 @@ cancel_checks_its_migration_id_before_the_network(void **state)
 	run_result r = run(ARGC(global), global);
 	assert_int_equal(r.rc, 0);
 	assert_non_null(strstr(r.out, "  cancel    MIGRATION_ID"));
-	run_free(&r);
+	kv_cli_run_free(&r);
 	const char *cmd[] = {"shardkv", "cancel", "--help"};
 	r = run(ARGC(cmd), cmd);
 	assert_int_equal(r.rc, 0);
 	assert_non_null(strstr(r.out, "usage: shardkv [global options] cancel MIGRATION_ID"));
-	run_free(&r);
+	kv_cli_run_free(&r);
 
 	/* A valid id goes to the controller: unreachable is exit 3. */
 	kv_test_free_url(url, sizeof(url));
@@ -285,7 +267,7 @@ cancel_checks_its_migration_id_before_the_network(void **state)
 	assert_int_equal(r.rc, 3);
 	assert_int_equal(r.nout, 0);
 	assert_non_null(strstr(r.err, "shardkv: cancel:"));
-	run_free(&r);
+	kv_cli_run_free(&r);
 
 	/* The library refuses id 0 without a round trip. */
 	assert_int_equal(shardkv_open(url, NULL, &c), 0);

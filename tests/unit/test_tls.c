@@ -62,13 +62,11 @@ group_setup(void **state)
 static int
 group_teardown(void **state)
 {
-	char cmd[128];
-
 	(void)state;
 	if (pki[0] == 0)
 		return 0;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", pki);
-	return system(cmd) == 0 ? 0 : -1;
+	kv_test_rmtree(pki);
+	return 0;
 }
 
 #define NEED_PKI()                                                                                 \
@@ -83,15 +81,8 @@ group_teardown(void **state)
 static const char *
 put_file(void **state, const char *name, const void *p, size_t n)
 {
-	static char path[320];
-	const kv_test_dir *d = *state;
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/%s", d->path, name);
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, p, n), (ssize_t)n);
-	close(fd);
+	const char *path = kv_test_put_file(*state, name, p, n, 0600);
+	assert_non_null(path);
 	return path;
 }
 

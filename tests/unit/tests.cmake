@@ -52,12 +52,12 @@ kv_add_test(test_controller_clog SOURCES unit/test_controller_clog.c
 # libshardkv's routing and merging, and the CLI without a cluster.
 kv_add_test(test_client_json SOURCES unit/test_client_json.c LIBS kv_cli kv_testutil
   TIMEOUT 30)
-kv_add_test(test_client_cli SOURCES unit/test_client_cli.c LIBS kv_cli kv_testutil
+kv_add_test(test_client_cli SOURCES unit/test_client_cli.c LIBS kv_cli_run kv_testutil
   TIMEOUT 30)
 kv_add_test(test_client_batch SOURCES unit/test_client_batch.c LIBS shardkv TIMEOUT 30)
 # shardkv bench: histogram, parsing, report shapes (no cluster); the same
 # source runs against real daemons as cluster/'s test_client_bench_cluster.
-kv_add_test(test_client_bench SOURCES unit/test_client_bench.c LIBS kv_cli kv_testutil
+kv_add_test(test_client_bench SOURCES unit/test_client_bench.c LIBS kv_cli_run kv_testutil
   TIMEOUT 60)
 
 # The history checker's model on hand-made histories (checker/history.c).
