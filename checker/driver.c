@@ -662,6 +662,23 @@ pick_victim(chk_driver *d, const shardkv_config *cfg, const int *idx, size_t n)
 	return v;
 }
 
+/* Waits up to AIM_MS for a thread of server i to be inside a log write or
+ * sync. Returns the system call, or -1 when none came. */
+static long
+aim(chk_cluster *cl, int i)
+{
+	uint64_t until = chk_now_ns() + (uint64_t)AIM_MS * 1000000u;
+	size_t n = sizeof(write_calls) / sizeof(write_calls[0]);
+	long nr;
+
+	while ((nr = chk_cluster_server_syscall(cl, i, write_calls, n)) < 0 &&
+	       chk_now_ns() < until) {
+		struct timespec ts = {0, (long)AIM_POLL_US * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return nr;
+}
+
 /* --kill-interval: SIGKILLs a server, in a log write when one comes within
  * AIM_MS, and restarts it at once. One server down at a time. */
 static void
@@ -685,13 +702,15 @@ timed_kill(chk_driver *d)
 	shardkv_config_free(cfg);
 	chk_server *s = &cl->srv[i];
 
-	uint64_t until = chk_now_ns() + (uint64_t)AIM_MS * 1000000u;
-	long nr;
-	while ((nr = chk_cluster_server_syscall(
-	            cl, i, write_calls, sizeof(write_calls) / sizeof(write_calls[0]))) < 0 &&
-	       chk_now_ns() < until) {
-		struct timespec ts = {0, (long)AIM_POLL_US * 1000};
-		nanosleep(&ts, NULL);
+	long nr = aim(cl, i);
+	if (chk_cluster_poll_exit(cl, i)) {
+		/* It exited by itself while the kill was aimed. */
+		chk_log("%s exited unexpectedly (status 0x%x); log %s", s->url, s->exit_status,
+		        s->log);
+		s->crashed = true;
+		s->state = CHK_SRV_STOPPED;
+		d->st.crashes++;
+		return;
 	}
 	size_t ne = nem_begin(d, "kill",
 	                      "\"server\": \"%s\", \"signal\": \"SIGKILL\", \"timed\": true, "
