@@ -57,6 +57,8 @@ typedef struct {
 	const char *spawn_dir;   /* --spawn DIR: start a cluster under DIR */
 	unsigned servers;        /* --servers: servers of the spawned cluster */
 	bool kill;               /* --kill: also SIGKILL and restart servers */
+	unsigned kill_ms;        /* --kill-interval: SIGKILL a server this often (mean ms), in a
+	                            log write when one is seen, restarted at once; 0: off */
 	const char *fsync;       /* --fsync for spawned servers, or NULL */
 	unsigned nctl;           /* --controllers: spawned controller replicas (1: standalone) */
 	bool kill_ctl;           /* --kill-controller: SIGKILL the controller leader during steps */
@@ -188,6 +190,14 @@ int chk_cluster_add_server(chk_cluster *c, bool join);
 /* Starts server i again with its data dir and URL, without --join.
  * Returns 0 or -1. */
 int chk_cluster_restart_server(chk_cluster *c, int i);
+
+/*
+ * Whether a thread of server i is inside one of the system calls nrs[0..n)
+ * now (/proc/PID/task/TID/syscall; the checker is the parent, so it may read
+ * it). Returns the first number found, or -1 (none, not running, or /proc
+ * not readable).
+ */
+long chk_cluster_server_syscall(chk_cluster *c, int i, const long *nrs, size_t n);
 
 /* Sends sig to server i when it runs. */
 void chk_cluster_signal(chk_cluster *c, int i, int sig);
@@ -335,6 +345,7 @@ typedef struct {
 	uint64_t migrations;    /* migrations the steps started */
 	uint64_t ctl_kills;     /* --kill-controller: leader replicas killed */
 	uint64_t gate_leaks;    /* groups found split while mputs could run (see workload) */
+	uint64_t kills_in_log;  /* --kill-interval kills that landed in a log write or sync */
 } chk_driver_stats;
 
 typedef struct chk_driver chk_driver;

@@ -10,6 +10,15 @@
  * short-lived thread, so that the kill lands while the change is being
  * planned, committed or answered; the replica restarts a moment later.
  *
+ * With --kill-interval MS, apart from the steps, a server is SIGKILLed
+ * every 0.5..1.5 MS: one that owns a key of the checker's, at a moment one
+ * of its threads is inside a log write or sync (polled in /proc for up to
+ * AIM_MS; killed anyway after that), so that writes it applied and logged
+ * are still unanswered. It restarts at once, and the clients' retries of
+ * those writes, under the same request ids, reach it within their
+ * deadline: it must answer them from its exactly-once memory (doc/contract.md
+ * §3), or the history shows an append token twice or a put come back.
+ *
  * Admin calls refused with BUSY (a range is moving) are counted and simply
  * tried again at a later step; a step counts as a reconfiguration only when
  * the controller published a new epoch for it. Some steps wait for their
@@ -41,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 #define TICK_MS        50u  /* how often processes are polled */
@@ -50,6 +60,8 @@
 #define RESTART_MAX_MS 1500u
 #define GATE_HOLD_MS   3000u /* the gate stays closed after a failed cutting step */
 #define AUDIT_MAX      64    /* epochs read per tick at most */
+#define AIM_MS         300u  /* a timed kill waits this long at most for a log write */
+#define AIM_POLL_US    100u  /* ... polling the victim's threads this often */
 
 struct chk_driver {
 	const chk_opts *o;                  /* options */
@@ -69,6 +81,7 @@ struct chk_driver {
 	uint64_t gate_epoch;                /* ... and until a config of this epoch is read */
 	uint64_t seen_epoch;                /* the last epoch audited */
 	bool hot;                           /* hot keys are marked */
+	uint64_t next_kill;                 /* --kill-interval: the next timed kill (ns) */
 };
 
 chk_driver *
@@ -85,6 +98,7 @@ chk_driver_create(const chk_opts *o, shardkv_client *admin, chk_cluster *cl, chk
 	d->rng.s = o->seed ^ 0xd1b54a32d192ed03ull;
 	d->max_active = o->servers + 2;
 	d->next_step = chk_now_ns() + (uint64_t)o->reconfig_ms * 1000000u;
+	d->next_kill = chk_now_ns() + (uint64_t)o->kill_ms * 1000000u;
 	for (int i = 0; i < CHK_MAX_SERVERS; i++)
 		d->join_nem[i] = SIZE_MAX;
 	return d;
@@ -253,7 +267,11 @@ static unsigned
 step_flags(chk_driver *d)
 {
 	/* No --wait while a killed server waits for its restart: the driver
-	 * restarts it, so a migration to or from it would wait for nothing. */
+	 * restarts it, so a migration to or from it would wait for nothing.
+	 * None with --kill-interval either: a waiting step would hold the
+	 * timed kills off for as long as it waits. */
+	if (d->o->kill_ms)
+		return 0;
 	for (int i = 0; d->cl && i < d->cl->nservers; i++)
 		if (d->cl->srv[i].state == CHK_SRV_KILLED)
 			return 0;
@@ -598,6 +616,127 @@ step_kill(chk_driver *d, const shardkv_config *cfg)
 		chk_log("kill: SIGKILL to %s", s->url);
 }
 
+/* The system calls of a log write: the records go to the file, then (with
+ * --fsync always) to the disk, and only then are their writes answered. */
+static const long write_calls[] = {
+    SYS_fdatasync, SYS_fsync, SYS_pwrite64, SYS_pwritev,
+#ifdef SYS_pwritev2
+    SYS_pwritev2,
+#endif
+};
+
+static const char *
+write_call_name(long nr)
+{
+	if (nr == SYS_fdatasync)
+		return "fdatasync";
+	if (nr == SYS_fsync)
+		return "fsync";
+	if (nr < 0)
+		return "none";
+	return "pwrite";
+}
+
+/* The victim of a timed kill: the owner of a random key of the checker's
+ * among the active servers idx[0..n) (not a server that holds filler
+ * only), else any of them. */
+static int
+pick_victim(chk_driver *d, const shardkv_config *cfg, const int *idx, size_t n)
+{
+	size_t nb = 0;
+	const char **b = chk_workload_boundaries(d->w, &nb);
+	int v = idx[chk_rng_below(&d->rng, n)];
+
+	for (int tries = 0; b != NULL && nb > 0 && tries < 8; tries++) {
+		const char *k = b[chk_rng_below(&d->rng, nb)];
+		uint32_t id = owner_of(cfg, k, strlen(k), NULL);
+		for (size_t j = 0; j < n; j++) {
+			const shardkv_node *nd = node_by_url(cfg, d->cl->srv[idx[j]].url);
+			if (nd != NULL && nd->id == id) {
+				free(b);
+				return idx[j];
+			}
+		}
+	}
+	free(b);
+	return v;
+}
+
+/* Waits up to AIM_MS for a thread of server i to be inside a log write or
+ * sync. Returns the system call, or -1 when none came. */
+static long
+aim(chk_cluster *cl, int i)
+{
+	uint64_t until = chk_now_ns() + (uint64_t)AIM_MS * 1000000u;
+	size_t n = sizeof(write_calls) / sizeof(write_calls[0]);
+	long nr;
+
+	while ((nr = chk_cluster_server_syscall(cl, i, write_calls, n)) < 0 &&
+	       chk_now_ns() < until) {
+		struct timespec ts = {0, (long)AIM_POLL_US * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return nr;
+}
+
+/* --kill-interval: SIGKILLs a server, in a log write when one comes within
+ * AIM_MS, and restarts it at once. One server down at a time. */
+static void
+timed_kill(chk_driver *d)
+{
+	chk_cluster *cl = d->cl;
+	shardkv_config *cfg = NULL;
+	int idx[CHK_MAX_SERVERS];
+
+	for (int i = 0; i < cl->nservers; i++)
+		if (cl->srv[i].state == CHK_SRV_KILLED)
+			return;
+	if (shardkv_config_get(d->admin, 0, &cfg) != 0)
+		return;
+	size_t n = active_servers(d, cfg, idx);
+	if (n < MIN_ACTIVE) {
+		shardkv_config_free(cfg);
+		return;
+	}
+	int i = pick_victim(d, cfg, idx, n);
+	shardkv_config_free(cfg);
+	chk_server *s = &cl->srv[i];
+
+	long nr = aim(cl, i);
+	if (chk_cluster_poll_exit(cl, i)) {
+		/* It exited by itself while the kill was aimed. */
+		chk_log("%s exited unexpectedly (status 0x%x); log %s", s->url, s->exit_status,
+		        s->log);
+		s->crashed = true;
+		s->state = CHK_SRV_STOPPED;
+		d->st.crashes++;
+		return;
+	}
+	size_t ne = nem_begin(d, "kill",
+	                      "\"server\": \"%s\", \"signal\": \"SIGKILL\", \"timed\": true, "
+	                      "\"in\": \"%s\"",
+	                      s->url, write_call_name(nr));
+	chk_cluster_signal(cl, i, SIGKILL);
+	while (!chk_cluster_poll_exit(cl, i)) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	nem_end(d, ne, "\"result\": \"exited\"");
+	d->st.kills++;
+	d->st.kills_in_log += nr >= 0;
+	if (d->o->verbose)
+		chk_log("kill: SIGKILL to %s (in %s)", s->url, write_call_name(nr));
+	ne = nem_begin(d, "restart", "\"server\": \"%s\"", s->url);
+	if (chk_cluster_restart_server(cl, i) == 0) {
+		nem_end(d, ne, "\"result\": \"started\"");
+		d->st.restarts++;
+	} else {
+		nem_end(d, ne, "\"result\": \"failed\"");
+		s->state = CHK_SRV_STOPPED;
+		chk_log("cannot restart %s", s->url);
+	}
+}
+
 /* A delayed SIGKILL (the thread owns it). */
 struct delayed_kill {
 	pid_t pid;         /* whom */
@@ -862,6 +1001,12 @@ chk_driver_tick(chk_driver *d, bool steps)
 		poll_procs(d, false);
 	watch_config(d);
 	now = chk_now_ns();
+	if (steps && d->cl && d->o->kill_ms && now >= d->next_kill) {
+		timed_kill(d);
+		uint64_t iv = (uint64_t)d->o->kill_ms * 1000000u;
+		d->next_kill = chk_now_ns() + iv / 2 + chk_rng_below(&d->rng, iv + 1);
+		now = chk_now_ns();
+	}
 	if (!steps || d->o->no_reconfig || now < d->next_step)
 		return TICK_MS;
 	one_step(d);

@@ -38,6 +38,7 @@ usage(FILE *f)
 	fprintf(
 	    f,
 	    "usage: shardkv-checker [-c CONTROLLERS | --spawn DIR [--servers N] [--kill]\n"
+	    "                       [--kill-interval MS]\n"
 	    "                       [--fsync MODE] [--controllers C [--kill-controller]]]\n"
 	    "                       [--clients N] [--keys K] [--duration S]\n"
 	    "                       [--reconfig-interval MS] [--no-reconfig] [--seed S]\n"
@@ -61,6 +62,10 @@ usage(FILE *f)
 	    "                          (daemons from $SHARDKV_BIN_DIR or beside the checker)\n"
 	    "  --servers N             servers to start with --spawn (default 3)\n"
 	    "  --kill                  also SIGKILL and restart servers with their data dir\n"
+	    "  --kill-interval MS      besides the steps, SIGKILL a server every ~MS ms while one\n"
+	    "                          of its threads writes or syncs its log (writes logged,\n"
+	    "                          not yet answered) and restart it at once, so that the\n"
+	    "                          clients' retries reach it; steps then never --wait\n"
 	    "  --fsync MODE            spawned servers' --fsync (always, batch, none)\n"
 	    "  --controllers C         spawn C controller replicas (Raft; 3 or 5) instead of one\n"
 	    "  --kill-controller       with --controllers 3+: SIGKILL the controller leader a few\n"
@@ -164,6 +169,7 @@ enum {
 	OPT_DELETES,
 	OPT_SCANS,
 	OPT_SCAN_LIMIT,
+	OPT_KILL_INTERVAL,
 };
 
 static int
@@ -179,6 +185,7 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"spawn", required_argument, NULL, OPT_SPAWN},
 	    {"servers", required_argument, NULL, OPT_SERVERS},
 	    {"kill", no_argument, NULL, OPT_KILL},
+	    {"kill-interval", required_argument, NULL, OPT_KILL_INTERVAL},
 	    {"fsync", required_argument, NULL, OPT_FSYNC},
 	    {"controllers", required_argument, NULL, OPT_CONTROLLERS},
 	    {"kill-controller", no_argument, NULL, OPT_KILL_CTL},
@@ -269,6 +276,13 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 			break;
 		case OPT_KILL:
 			o->kill = true;
+			break;
+		case OPT_KILL_INTERVAL:
+			if (!parse_num(optarg, 100, 3600000, &v))
+				return usage_error(
+				    "--kill-interval wants 100 to 3600000 milliseconds, not '%s'",
+				    optarg);
+			o->kill_ms = (unsigned)v;
 			break;
 		case OPT_CONTROLLERS:
 			if (!parse_num(optarg, 1, CHK_MAX_CTLS, &v))
@@ -394,6 +408,8 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		return usage_error("--check reads a history: no -c, --spawn or --history with it");
 	if (o->kill && !o->spawn_dir)
 		return usage_error("--kill needs --spawn");
+	if (o->kill_ms && !o->spawn_dir)
+		return usage_error("--kill-interval needs --spawn");
 	if (o->fsync && !o->spawn_dir)
 		return usage_error("--fsync needs --spawn");
 	if (o->nctl > 1 && !o->spawn_dir)
@@ -655,14 +671,15 @@ print_json(const summary *s)
 	        "{\"seed\": %" PRIu64 ", \"duration_s\": %.1f, \"reconfigurations\": %" PRIu64
 	        ", \"operations\": %zu, \"violations\": %zu, \"failed_operations\": %" PRIu64,
 	        s->seed, s->seconds, d->reconfigs, s->nops, s->res->nviolations, s->failed);
-	fprintf(f,
-	        ", \"steps\": {\"moves\": %" PRIu64 ", \"rebalances\": %" PRIu64
-	        ", \"joins\": %" PRIu64 ", \"leaves\": %" PRIu64 ", \"kills\": %" PRIu64
-	        ", \"restarts\": %" PRIu64 ", \"noops\": %" PRIu64 ", \"busy\": %" PRIu64
-	        ", \"failed\": %" PRIu64 ", \"waited\": %" PRIu64 ", \"wait_timeouts\": %" PRIu64
-	        ", \"migrations\": %" PRIu64 ", \"controller_kills\": %" PRIu64 "}",
-	        d->moves, d->rebalances, d->joins, d->leaves, d->kills, d->restarts, d->noops,
-	        d->busy, d->failed, d->waited, d->wait_timeouts, d->migrations, d->ctl_kills);
+	fprintf(
+	    f,
+	    ", \"steps\": {\"moves\": %" PRIu64 ", \"rebalances\": %" PRIu64 ", \"joins\": %" PRIu64
+	    ", \"leaves\": %" PRIu64 ", \"kills\": %" PRIu64 ", \"restarts\": %" PRIu64
+	    ", \"noops\": %" PRIu64 ", \"busy\": %" PRIu64 ", \"failed\": %" PRIu64
+	    ", \"waited\": %" PRIu64 ", \"wait_timeouts\": %" PRIu64 ", \"migrations\": %" PRIu64
+	    ", \"controller_kills\": %" PRIu64 ", \"kills_in_log\": %" PRIu64 "}",
+	    d->moves, d->rebalances, d->joins, d->leaves, d->kills, d->restarts, d->noops, d->busy,
+	    d->failed, d->waited, d->wait_timeouts, d->migrations, d->ctl_kills, d->kills_in_log);
 	fprintf(f,
 	        ", \"appends_acked\": %zu, \"appends_failed\": %zu, \"appends_failed_applied\": "
 	        "%zu, \"tokens\": %zu, \"reads_checked\": %zu, \"puts_acked\": %zu, "
@@ -722,11 +739,13 @@ print_text(const summary *s)
 
 	fprintf(f,
 	        "seed %" PRIu64 ", %.1f s: %" PRIu64 " moves, %" PRIu64 " rebalances, %" PRIu64
-	        " joins, %" PRIu64 " leaves, %" PRIu64 " kills, %" PRIu64
-	        " controller leader kills (%" PRIu64 " restarts); %" PRIu64 " migrations; %" PRIu64
-	        " steps waited; %" PRIu64 " busy, %" PRIu64 " failed, %" PRIu64 " no-op steps\n",
+	        " joins, %" PRIu64 " leaves, %" PRIu64 " kills (%" PRIu64
+	        " in a log write), %" PRIu64 " controller leader kills (%" PRIu64
+	        " restarts); %" PRIu64 " migrations; %" PRIu64 " steps waited; %" PRIu64
+	        " busy, %" PRIu64 " failed, %" PRIu64 " no-op steps\n",
 	        s->seed, s->seconds, d->moves, d->rebalances, d->joins, d->leaves, d->kills,
-	        d->ctl_kills, d->restarts, d->migrations, d->waited, d->busy, d->failed, d->noops);
+	        d->kills_in_log, d->ctl_kills, d->restarts, d->migrations, d->waited, d->busy,
+	        d->failed, d->noops);
 	fprintf(f,
 	        "appends: %zu acknowledged, %zu failed (%zu of them applied), %zu tokens; puts: "
 	        "%zu acknowledged, %zu failed; %zu reads checked\n",

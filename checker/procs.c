@@ -15,7 +15,9 @@
 #include "common/err.h"
 #include "common/proc.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,6 +324,47 @@ chk_cluster_restart_server(chk_cluster *c, int i)
 	if (i < 0 || i >= c->nservers || c->srv[i].pid > 0)
 		return -1;
 	return start_server(c, i, false);
+}
+
+long
+chk_cluster_server_syscall(chk_cluster *c, int i, const long *nrs, size_t n)
+{
+	char path[96], buf[128];
+	struct dirent *e;
+	long found = -1;
+	DIR *dir;
+
+	if (i < 0 || i >= c->nservers || c->srv[i].pid <= 0)
+		return -1;
+	int pid = (int)c->srv[i].pid;
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	if ((dir = opendir(path)) == NULL)
+		return -1;
+	while (found < 0 && (e = readdir(dir)) != NULL) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%.20s/syscall", pid, e->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t r = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (r <= 0)
+			continue;
+		buf[r] = 0;
+		/* "NR ARGS... SP PC" inside a call; "running", or "-1 SP PC"
+		 * outside one. */
+		char *end;
+		errno = 0;
+		long nr = strtol(buf, &end, 10);
+		if (errno != 0 || end == buf || *end != ' ')
+			continue;
+		for (size_t k = 0; k < n && found < 0; k++)
+			if (nr == nrs[k])
+				found = nr;
+	}
+	closedir(dir);
+	return found;
 }
 
 void

@@ -25,9 +25,16 @@ endif()
 # checker_cluster paces half its unwaited copies at 4 MB/s (--move-rate),
 # so that some copies last seconds (with --kill, paced copies held most
 # later steps off as busy: 11 reconfigurations instead of 58).
-# checker_kill_always also runs with 150 ms operation deadlines, so that
+# checker_kill_batch also runs with 150 ms operation deadlines, so that
 # operations time out (indeterminate) and the library retries with the
-# same request ids. Each run writes its history file into checker-runs/.
+# same request ids. checker_kill_always adds the timed kills of
+# --kill-interval: a server SIGKILLed about every second while it syncs its
+# log (writes logged, not yet answered) and restarted at once, so that the
+# clients' retries under the same request ids reach it within the default
+# 5 s deadline and must be answered from its exactly-once memory (it
+# catches the mutants a-dedup-never-matches and
+# h-client-retry-new-request-id, doc/testing.md). Each run writes its
+# history file into checker-runs/.
 if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-server)
   set(checker_env "SHARDKV_BIN_DIR=$<TARGET_FILE_DIR:shardkv-server>")
   set(checker_runs ${CMAKE_CURRENT_BINARY_DIR}/checker-runs)
@@ -39,8 +46,8 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   # The same under SIGKILL of servers (restarted with their data dir) with
   # each durable --fsync mode: nothing acknowledged may be lost or applied
   # twice across crashes, including crashes in the middle of migrations.
-  set(checker_kill_always_extra --op-timeout 150 --async 2)
-  set(checker_kill_batch_extra --async 4 --handles 2)
+  set(checker_kill_always_extra --kill-interval 1000 --async 2)
+  set(checker_kill_batch_extra --op-timeout 150 --async 4 --handles 2)
   foreach(mode always batch)
     kv_add_test(checker_kill_${mode} TIMEOUT 150 LABELS integration
       COMMAND shardkv-checker --spawn ${checker_runs} --servers 3
