@@ -22,7 +22,9 @@ endif()
 # to meet it), mputs and mgets over groups of registers (--multi), async
 # operations in flight beside the blocking ones (--async, --handles), and
 # half the operations aimed at the keys being moved (--hot, default 50);
-# checker_cluster paces half its unwaited copies at 4 MB/s (--move-rate),
+# Every run deletes registers too (--deletes, 5% by default);
+# checker_cluster also scans them (--scans 5) and paces half its unwaited
+# copies at 4 MB/s (--move-rate),
 # so that some copies last seconds (with --kill, paced copies held most
 # later steps off as busy: 11 reconfigurations instead of 58).
 # checker_kill_batch also runs with 150 ms operation deadlines, so that
@@ -41,7 +43,8 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   kv_add_test(checker_cluster TIMEOUT 150 LABELS integration
     COMMAND shardkv-checker --spawn ${checker_runs} --servers 3
       --clients 4 --duration 45 --reconfig-interval 400 --seed 4242
-      --fill 20000 --fill-size 1000 --multi 8 --async 4 --handles 2 --move-rate 4)
+      --fill 20000 --fill-size 1000 --multi 8 --async 4 --handles 2 --move-rate 4
+      --scans 5)
   set_tests_properties(checker_cluster PROPERTIES ENVIRONMENT "${checker_env}")
   # The same under SIGKILL of servers (restarted with their data dir) with
   # each durable --fsync mode: nothing acknowledged may be lost or applied
