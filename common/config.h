@@ -84,6 +84,7 @@ typedef struct {
 	uint64_t rate_bytes_s;    /* measured copy rate */
 	uint64_t eta_ms;          /* estimate; 0: unknown */
 	uint32_t rate_limit_mb_s; /* 0: unlimited */
+	uint64_t progress_age_ms; /* status only: since the last progress report */
 } kv_migration;
 
 typedef struct {

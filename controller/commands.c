@@ -323,6 +323,9 @@ kv_ctl__cmd_status(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		kv_migration *m = &x->rmigs[i];
 		const struct ctl_prog *p = kv_ctl__prog_find_locked(c, cur->migs[i].id, false);
 		*m = cur->migs[i];
+		m->progress_age_ms =
+		    (now - (p && p->last_ns > c->live_since_ns ? p->last_ns : c->live_since_ns)) /
+		    1000000u;
 		if (p == NULL)
 			continue;
 		m->phase = p->phase ? p->phase : m->phase;
@@ -587,6 +590,7 @@ kv_ctl__cmd_progress(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 	p->keys_total = rq->keys_total;
 	p->bytes_total = rq->bytes_total;
 	p->rate_bytes_s = rq->rate_bytes_s;
+	p->last_ns = kv_now_ns();
 	x->resp.epoch = kv_ctl__latest_locked(c)->epoch;
 	return KV_OK;
 }

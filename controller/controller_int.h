@@ -70,6 +70,7 @@ struct ctl_prog {
 	kv_mig_phase phase;                             /* phase reached */
 	uint64_t keys_copied, bytes_copied;             /* acknowledged so far */
 	uint64_t keys_total, bytes_total, rate_bytes_s; /* estimates */
+	uint64_t last_ns;                               /* monotonic time of the last report */
 };
 
 /* A migration that ended without success, for --wait answers. */
