@@ -176,8 +176,12 @@ kv_srv_set_gone(kv_server *s, const char *detail)
 	snprintf(s->gone_why, sizeof(s->gone_why), "%s", detail);
 	pthread_mutex_unlock(&s->cfg_mu);
 	atomic_store(&s->gone, true);
-	KV_ERROR("server", "node is gone from the cluster: serving nothing more",
-	         "node_id=%u detail=\"%s\"", atomic_load(&s->node_id), detail);
+	if (atomic_load(&s->leaving)) /* the end of kv_server_leave: expected */
+		KV_INFO("server", "node is gone from the cluster", "node_id=%u",
+		        atomic_load(&s->node_id));
+	else
+		KV_ERROR("server", "node is gone from the cluster: serving nothing more",
+		         "node_id=%u detail=\"%s\"", atomic_load(&s->node_id), detail);
 }
 
 bool
