@@ -188,9 +188,13 @@ kv_ctl__cmd_join(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	rv = kv_place_join(cur, rq->address, !rq->no_rebalance, &px, &next, &id);
 	free(pts);
 	if (rv == KV_OK) {
+		struct ctl_stat *s = kv_ctl__stat_find_locked(c, id, true);
 		KV_INFO("controller", "node joined", "node=%u address=%s rebalance=%d", id,
 		        rq->address, !rq->no_rebalance);
 		x->resp.node_id = id;
+		/* A new node is as fresh as its join: counted from now. */
+		if (s != NULL)
+			s->last_seen_ns = kv_now_ns();
 	}
 	return commit_locked(c, rq, x, &px, rv, next, "join");
 }
@@ -222,7 +226,7 @@ kv_ctl__cmd_leave(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		         "node %u is down: restart it, or forget it with remove "
 		         "(doc/contract.md §4)",
 		         id);
-		return KV_EUNAVAIL;
+		return KV_EBUSY; /* not KV_EUNAVAIL, which callers retry */
 	}
 	if ((rv = with_points(c, cur, &px, &pts)) != KV_OK)
 		return rv;

@@ -1124,7 +1124,7 @@ kv_place_remove(const kv_config *cur, uint32_t node, bool accept_loss, kv_place_
 	if (k > 0 && to == 0) {
 		say(x, "no active node can take the %u range%s of node %u", k, k == 1 ? "" : "s",
 		    node);
-		rv = KV_EUNAVAIL;
+		rv = KV_EBUSY;
 		goto err;
 	}
 	for (size_t i = 0; i < n->nranges; i++)

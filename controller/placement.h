@@ -110,7 +110,7 @@ int kv_place_readdress(const kv_config *cur, uint32_t node, const char *address,
  * the ranges it then holds alone go, empty, to the active node with the
  * least data; the node becomes GONE. *lost gets the number of those
  * ranges. KV_EPERM when the node is not DOWN, or when it holds ranges and
- * !accept_loss (nothing changes); KV_EUNAVAIL when no active node can take
+ * !accept_loss (nothing changes); KV_EBUSY when no active node can take
  * them; KV_ENOTFOUND for an unknown node.
  */
 int kv_place_remove(const kv_config *cur, uint32_t node, bool accept_loss, kv_place_ctx *x,
