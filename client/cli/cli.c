@@ -797,7 +797,7 @@ cmd_cancel(cli_ctx *x)
 }
 
 static void
-json_migrations(FILE *f, const shardkv_config *cfg)
+json_migrations(FILE *f, const shardkv_config *cfg, bool status)
 {
 	fprintf(f, "\"migrations\": [");
 	for (size_t i = 0; i < cfg->nmigrations; i++) {
@@ -810,9 +810,12 @@ json_migrations(FILE *f, const shardkv_config *cfg)
 		        ", \"from\": %" PRIu32 ", \"to\": %" PRIu32 ", \"phase\": \"%s\", "
 		        "\"keys_copied\": %" PRIu64 ", \"bytes_copied\": %" PRIu64
 		        ", \"keys_total\": %" PRIu64 ", \"bytes_total\": %" PRIu64
-		        ", \"rate_bytes_s\": %" PRIu64 ", \"eta_s\": %.3f}",
+		        ", \"rate_bytes_s\": %" PRIu64 ", \"eta_s\": %.3f",
 		        m->from, m->to, m->phase, m->keys_copied, m->bytes_copied, m->keys_total,
 		        m->bytes_total, m->rate_bytes_s, (double)m->eta_ms / 1000.0);
+		if (status) /* since the source's last progress report */
+			fprintf(f, ", \"progress_age_ms\": %" PRIu64, m->progress_age_ms);
+		fputc('}', f);
 	}
 	fprintf(f, "]");
 }
@@ -851,7 +854,7 @@ json_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 		fprintf(f, ", \"node\": %" PRIu32 "}", r->node);
 	}
 	fprintf(f, "], ");
-	json_migrations(f, cfg);
+	json_migrations(f, cfg, status);
 	if (status) {
 		fprintf(f, ", \"controllers\": [");
 		if (cfg->ncontrollers == 0 && strchr(x->ctl, ',') == NULL) {
