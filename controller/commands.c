@@ -693,7 +693,11 @@ kv_ctl__cmd_remove(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		free(failed);
 		return rv;
 	}
-	rv = kv_place_remove(cur, id, rq->accept_data_loss, &px, &next, &lost, failed, &nfailed);
+	/* A joining or draining node keeps its state when silent; silent for
+	 * the down delay, it may be removed like a down one. */
+	bool silent = kv_now_ns() - kv_ctl__live_seen_locked(c, id) > c->down_ns;
+	rv = kv_place_remove(cur, id, silent, rq->accept_data_loss, &px, &next, &lost, failed,
+	                     &nfailed);
 	free(pts);
 	if (rv != KV_OK) {
 		free(failed);

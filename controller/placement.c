@@ -1059,7 +1059,7 @@ merge_ranges(kv_config *n)
 }
 
 int
-kv_place_remove(const kv_config *cur, uint32_t node, bool accept_loss, kv_place_ctx *x,
+kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_loss, kv_place_ctx *x,
                 kv_config **out, uint32_t *lost, uint64_t *failed, size_t *nfailed)
 {
 	const kv_node *nd = kv_config_node(cur, node);
@@ -1079,7 +1079,8 @@ kv_place_remove(const kv_config *cur, uint32_t node, bool accept_loss, kv_place_
 		say(x, "node %u is gone already", node);
 		return KV_EPERM;
 	}
-	if (nd->state != KV_NODE_DOWN) {
+	if (nd->state != KV_NODE_DOWN &&
+	    !(silent && (nd->state == KV_NODE_JOINING || nd->state == KV_NODE_DRAINING))) {
 		say(x, "node %u is %s: use leave (remove forgets only a node that is down)", node,
 		    kv_node_state_name(nd->state));
 		return KV_EPERM;

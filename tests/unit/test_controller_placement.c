@@ -724,10 +724,19 @@ remove_refuses_a_node_that_is_not_down(void **state)
 	uint32_t lost = 9;
 	(void)state;
 
-	assert_int_equal(kv_place_remove(c, 2, true, &x, &n, &lost, failed, &nf), KV_EPERM);
+	assert_int_equal(kv_place_remove(c, 2, false, true, &x, &n, &lost, failed, &nf), KV_EPERM);
 	assert_null(n);
 	assert_non_null(strstr(x.msg, "node 2 is active: use leave"));
-	assert_int_equal(kv_place_remove(c, 7, true, &x, &n, &lost, failed, &nf), KV_ENOTFOUND);
+	assert_int_equal(kv_place_remove(c, 7, false, true, &x, &n, &lost, failed, &nf),
+	                 KV_ENOTFOUND);
+	/* A draining node keeps its state when silent: silent, it may go. */
+	c->nodes[1].state = KV_NODE_DRAINING;
+	assert_int_equal(kv_place_remove(c, 2, false, true, &x, &n, &lost, failed, &nf), KV_EPERM);
+	assert_int_equal(kv_place_remove(c, 2, true, true, &x, &n, &lost, failed, &nf), KV_OK);
+	assert_int_equal(kv_config_node(n, 2)->state, KV_NODE_GONE);
+	kv_config_free(n);
+	c->nodes[1].state = KV_NODE_ACTIVE;
+	assert_int_equal(kv_place_remove(c, 2, true, true, &x, &n, &lost, failed, &nf), KV_EPERM);
 	kv_config_free(c);
 }
 
@@ -744,7 +753,7 @@ remove_of_a_down_node_with_ranges_needs_the_data_loss_flag(void **state)
 	(void)state;
 
 	c->nodes[1].state = KV_NODE_DOWN;
-	assert_int_equal(kv_place_remove(c, 2, false, &x, &n, &lost, failed, &nf), KV_EPERM);
+	assert_int_equal(kv_place_remove(c, 2, false, false, &x, &n, &lost, failed, &nf), KV_EPERM);
 	assert_null(n);
 	assert_non_null(strstr(x.msg, "holds the only copy of 2 ranges"));
 	kv_config_free(c);
@@ -767,7 +776,7 @@ remove_with_data_loss_gives_the_ranges_to_the_least_loaded_active_node(void **st
 	pts_add(&p, "n", 0, 2, 1000);
 	x = ctx_of(&p);
 	c->nodes[1].state = KV_NODE_DOWN;
-	assert_int_equal(kv_place_remove(c, 2, true, &x, &n, &lost, failed, &nf), KV_OK);
+	assert_int_equal(kv_place_remove(c, 2, false, true, &x, &n, &lost, failed, &nf), KV_OK);
 	assert_non_null(n);
 	assert_int_equal(lost, 2);
 	assert_int_equal(nf, 0);
@@ -809,7 +818,7 @@ remove_fails_the_migrations_of_the_node(void **state)
 	add_mig(c, 3, "a", "c", 1, 2);
 	assert_int_equal(kv_config_validate(c), KV_OK);
 	c->nodes[1].state = KV_NODE_DOWN;
-	assert_int_equal(kv_place_remove(c, 2, true, &x, &n, &lost, failed, &nf), KV_OK);
+	assert_int_equal(kv_place_remove(c, 2, false, true, &x, &n, &lost, failed, &nf), KV_OK);
 	assert_int_equal(nf, 1);
 	assert_int_equal(failed[0], 3);
 	assert_int_equal(n->nmigs, 0);
