@@ -102,6 +102,35 @@ shardkv_leave(shardkv_client *c, const char *node, unsigned flags, shardkv_admin
 }
 
 int
+shardkv_remove(shardkv_client *c, const char *node, unsigned flags, shardkv_admin_result *out,
+               uint32_t *ranges_lost)
+{
+	kv_admin_req q = {.op = KV_ADM_REMOVE};
+	kv_admin_resp r;
+	kv_config *cfg;
+	int rv;
+
+	if (c == NULL || node == NULL || node[0] == 0)
+		return kvc_fail(KV_EINVAL, "no node given");
+	node_ref(node, &q);
+	q.accept_data_loss = (flags & SHARDKV_ACCEPT_DATA_LOSS) != 0;
+	if ((rv = admin_run(c, &q, &r)) != KV_OK)
+		return rv;
+	cfg = kv_admin_resp_take_config(&r);
+	if (out) {
+		memset(out, 0, sizeof(*out));
+		out->epoch = r.epoch ? r.epoch : (cfg ? cfg->epoch : 0);
+		out->node_id = r.node_id;
+	}
+	if (ranges_lost)
+		*ranges_lost = r.ranges_lost;
+	if (cfg)
+		kvc_cfg_install(c, cfg);
+	kv_admin_resp_fini(&r);
+	return KV_OK;
+}
+
+int
 shardkv_move(shardkv_client *c, const void *start, size_t slen, const void *end, size_t elen,
              const char *node, uint32_t rate_mb_s, unsigned flags, shardkv_admin_result *out)
 {
@@ -165,6 +194,7 @@ mig_fill(const kv_migration *m, shardkv_migration *x)
 	x->bytes_total = m->bytes_total;
 	x->eta_ms = m->eta_ms;
 	x->rate_bytes_s = m->rate_bytes_s;
+	x->progress_age_ms = m->progress_age_ms;
 	if (buf_dup(&x->start, &m->start) != KV_OK || buf_dup(&x->end, &m->end) != KV_OK)
 		return KV_ENOMEM;
 	return KV_OK;

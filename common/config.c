@@ -122,7 +122,7 @@ kv_config_validate(const kv_config *c)
 		return KV_EINVAL;
 	for (size_t i = 0; i < c->nnodes; i++) {
 		if (c->nodes[i].id == 0 || c->nodes[i].address == NULL ||
-		    c->nodes[i].state < KV_NODE_JOINING || c->nodes[i].state > KV_NODE_GONE)
+		    c->nodes[i].state < KV_NODE_JOINING || c->nodes[i].state > KV_NODE_DOWN)
 			return KV_EINVAL;
 		if (i > 0 && c->nodes[i - 1].id >= c->nodes[i].id)
 			return KV_EINVAL;
@@ -214,6 +214,8 @@ kv_node_state_name(kv_node_state s)
 		return "draining";
 	case KV_NODE_GONE:
 		return "gone";
+	case KV_NODE_DOWN:
+		return "down";
 	default:
 		return "unknown";
 	}

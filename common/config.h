@@ -20,11 +20,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * Liveness and leases (doc/contract.md §2, doc/operations.md "Leases"), the
+ * one place these numbers live. A server renews its lease with a light
+ * heartbeat every KV_LEASE_RENEW_MS; its lease runs from the send time of
+ * the last renewal the controller answered OK, for KV_LEASE_MS on the
+ * monotonic clock, and it answers no data request once it has run out.
+ * The controller leader declares a node down when it has received no
+ * heartbeat for KV_LEASE_MS + KV_LEASE_MARGIN_MS (+ the Raft election
+ * timeout when replicated: a deposed leader may renew leases for up to
+ * one election timeout). The server measures from the send time, the
+ * controller from the receive time, which is later, so the server always
+ * stops first; the margin covers clock-rate drift between the two. Tests
+ * shorten them through the create options of the controller and server.
+ */
+#define KV_LEASE_RENEW_MS  250u
+#define KV_LEASE_MS        2000u
+#define KV_LEASE_MARGIN_MS 1000u
+
 typedef enum {
 	KV_NODE_JOINING = 1,  /* registered, may not own ranges yet */
 	KV_NODE_ACTIVE = 2,   /* serving */
 	KV_NODE_DRAINING = 3, /* leaving: its ranges are moving away */
-	KV_NODE_GONE = 4,     /* left; owns nothing; its id is never reused */
+	KV_NODE_GONE = 4,     /* left or removed; owns nothing; its id is never reused */
+	KV_NODE_DOWN = 5,     /* was active, missed heartbeats for longer than the lease
+	                         (doc/contract.md §2); keeps its ranges */
 } kv_node_state;
 
 typedef enum {
@@ -64,6 +84,7 @@ typedef struct {
 	uint64_t rate_bytes_s;    /* measured copy rate */
 	uint64_t eta_ms;          /* estimate; 0: unknown */
 	uint32_t rate_limit_mb_s; /* 0: unlimited */
+	uint64_t progress_age_ms; /* status only: since the last progress report */
 } kv_migration;
 
 typedef struct {
@@ -109,7 +130,8 @@ const kv_migration *kv_config_migration_for(const kv_config *c, const void *key,
  * the map is empty. */
 uint32_t kv_config_route(const kv_config *c, const void *key, size_t klen);
 
-/* Returns the name of a node state ("joining", "active", "draining", "gone"). */
+/* Returns the name of a node state ("joining", "active", "draining", "gone",
+ * "down"). */
 const char *kv_node_state_name(kv_node_state s);
 
 /* Returns the name of a migration phase ("pending", "copying", ...). */

@@ -22,6 +22,7 @@ const char kv_controller_usage[] =
     "                          [--auth-token-file F] [--tls-cert F --tls-key F --tls-ca F]\n"
     "                          [--id I --peers ADDR1,ADDR2,ADDR3 [--raft-peers H:P,...]\n"
     "                           [--snapshot-threshold N] [--election-timeout MS]]\n"
+    "                          [--down-after SECONDS]\n"
     "                          [--log-level debug|info|warn|error|off] [--help]\n"
     "\n"
     "Keeps the shardkv cluster configuration (nodes, range map, migrations) and\n"
@@ -48,6 +49,9 @@ const char kv_controller_usage[] =
     "                      plain TCP, also with --tls-*\n"
     "  --snapshot-threshold N  Raft log entries between snapshots (default 256)\n"
     "  --election-timeout MS   Raft election timeout (default 1000)\n"
+    "  --down-after S      how long a node may stay down before its replicas are\n"
+    "                      re-created elsewhere (default 60, 1 to 86400); acts once\n"
+    "                      ranges are replicated (planned)\n"
     "  --log-level L       lowest level logged to stderr (default info)\n"
     "  --help              print this text and exit\n";
 
@@ -122,6 +126,7 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 	    {"raft-peers", required_argument, NULL, 'r'},
 	    {"snapshot-threshold", required_argument, NULL, 's'},
 	    {"election-timeout", required_argument, NULL, 'e'},
+	    {"down-after", required_argument, NULL, 'D'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -210,6 +215,13 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 			    a.cfg.election_ms < 50)
 				return kv_errf(err, errlen, KV_EINVAL,
 				               "--election-timeout must be 50 to 600000 ms, not %s",
+				               optarg);
+			break;
+		case 'D':
+			if (!parse_uint(optarg, 86400, &a.cfg.down_after_s) ||
+			    a.cfg.down_after_s < 1)
+				return kv_errf(err, errlen, KV_EINVAL,
+				               "--down-after must be 1 to 86400 seconds, not %s",
 				               optarg);
 			break;
 		case 'h':

@@ -188,9 +188,13 @@ kv_ctl__cmd_join(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	rv = kv_place_join(cur, rq->address, !rq->no_rebalance, &px, &next, &id);
 	free(pts);
 	if (rv == KV_OK) {
+		struct ctl_stat *s = kv_ctl__stat_find_locked(c, id, true);
 		KV_INFO("controller", "node joined", "node=%u address=%s rebalance=%d", id,
 		        rq->address, !rq->no_rebalance);
 		x->resp.node_id = id;
+		/* A new node is as fresh as its join: counted from now. */
+		if (s != NULL)
+			s->last_seen_ns = kv_now_ns();
 	}
 	return commit_locked(c, rq, x, &px, rv, next, "join");
 }
@@ -216,6 +220,14 @@ kv_ctl__cmd_leave(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 
 	if ((rv = node_of(c, rq, x, &id)) != KV_OK)
 		return rv;
+	if (kv_config_node(cur, id)->state == KV_NODE_DOWN) {
+		/* Its ranges cannot be copied from a node that does not answer. */
+		snprintf(x->msg, sizeof(x->msg),
+		         "node %u is down: restart it, or forget it with remove "
+		         "(doc/contract.md §4)",
+		         id);
+		return KV_EBUSY; /* not KV_EUNAVAIL, which callers retry */
+	}
 	if ((rv = with_points(c, cur, &px, &pts)) != KV_OK)
 		return rv;
 	rv = kv_place_leave(cur, id, &px, &next);
@@ -297,14 +309,17 @@ kv_ctl__cmd_status(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		kv_admin_node_stat *n = &x->nstat[i];
 		n->node_id = cur->nodes[i].id;
 		/* A gone node holds nothing; its last heartbeat is history. */
-		if (s == NULL || cur->nodes[i].state == KV_NODE_GONE)
+		if (cur->nodes[i].state == KV_NODE_GONE)
+			continue;
+		/* Not heard from since this leader started: at least that long. */
+		n->last_seen_ms = (now - kv_ctl__live_seen_locked(c, n->node_id)) / 1000000u;
+		if (s == NULL)
 			continue;
 		n->keys = s->keys;
 		n->bytes = s->bytes;
 		n->memory = s->memory;
 		n->ops = s->ops;
 		n->epoch_applied = s->epoch_applied;
-		n->last_seen_ms = s->last_seen_ns ? (now - s->last_seen_ns) / 1000000u : 0;
 		n->nranges = s->nranges;
 		n->ranges = s->ranges;
 	}
@@ -312,6 +327,9 @@ kv_ctl__cmd_status(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		kv_migration *m = &x->rmigs[i];
 		const struct ctl_prog *p = kv_ctl__prog_find_locked(c, cur->migs[i].id, false);
 		*m = cur->migs[i];
+		m->progress_age_ms =
+		    (now - (p && p->last_ns > c->live_since_ns ? p->last_ns : c->live_since_ns)) /
+		    1000000u;
 		if (p == NULL)
 			continue;
 		m->phase = p->phase ? p->phase : m->phase;
@@ -440,11 +458,12 @@ kv_ctl__cmd_register(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 			return KV_ENOTFOUND;
 		}
 		if (n->state == KV_NODE_GONE) {
+			/* KV_EPERM tells the server to stop for good (doc/contract.md §2). */
 			snprintf(x->msg, sizeof(x->msg),
-			         "node %u has left the cluster; start it with an empty data dir "
-			         "and --join",
+			         "node %u is gone (it left or was removed from the cluster); start "
+			         "it with an empty data dir and --join",
 			         n->id);
-			return KV_EINVAL;
+			return KV_EPERM;
 		}
 		if (strcmp(n->address, rq->address) != 0) {
 			kv_config *next = NULL;
@@ -484,6 +503,19 @@ kv_ctl__cmd_register(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 		s->epoch_applied = rq->epoch;
 		s->last_seen_ns = kv_now_ns();
 	}
+	if (n->state == KV_NODE_DOWN) {
+		/* Back before it is answered: a lease is granted to live nodes only. */
+		kv_config *next = NULL;
+		uint32_t id = n->id;
+		kv_node_state st = KV_NODE_ACTIVE;
+		if ((rv = kv_place_set_state(cur, &id, &st, 1, &next)) != KV_OK)
+			return rv;
+		if ((rv = publish_locked(c, next, "node back", x->msg, sizeof(x->msg))) != KV_OK)
+			return rv;
+		KV_INFO("controller", "node is back", "node=%u via=register", id);
+		cur = kv_ctl__latest_locked(c);
+		n = kv_config_node(cur, id);
+	}
 	KV_INFO("controller", "node registered", "node=%u address=%s boot_id=%llx", n->id,
 	        n->address, (unsigned long long)rq->boot_id);
 	x->resp.node_id = n->id;
@@ -500,22 +532,39 @@ kv_ctl__cmd_heartbeat(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *
 	struct ctl_stat *s;
 	int rv;
 
-	if (n == NULL || n->state == KV_NODE_GONE) {
+	if (n == NULL) {
 		snprintf(x->msg, sizeof(x->msg), "node %u is not a member of the cluster",
 		         rq->node_id);
 		return KV_ENOTFOUND;
 	}
+	if (n->state == KV_NODE_GONE) {
+		/* KV_EPERM tells the server to stop for good (doc/contract.md §2). */
+		snprintf(x->msg, sizeof(x->msg),
+		         "node %u is gone (it left or was removed from the cluster)", n->id);
+		return KV_EPERM;
+	}
 	if ((s = kv_ctl__stat_find_locked(c, n->id, true)) == NULL)
 		return KV_ENOMEM;
-	if ((rv = kv_ctl__stat_store(s, rq)) != KV_OK)
-		return rv;
+	if (!rq->lease_only) {
+		if ((rv = kv_ctl__stat_store(s, rq)) != KV_OK)
+			return rv;
+		s->keys = rq->keys;
+		s->bytes = rq->bytes;
+		s->memory = rq->memory;
+		s->ops = rq->ops;
+	}
 	s->boot_id = rq->boot_id;
 	s->epoch_applied = rq->epoch;
-	s->keys = rq->keys;
-	s->bytes = rq->bytes;
-	s->memory = rq->memory;
-	s->ops = rq->ops;
 	s->last_seen_ns = kv_now_ns();
+	if (n->state == KV_NODE_DOWN) {
+		/* No lease for a node declared down: the liveness thread commits
+		 * its return, and the next renewal after that is granted. */
+		pthread_cond_broadcast(&c->pcv);
+		snprintf(x->msg, sizeof(x->msg),
+		         "node %u is down; its return is being committed, renew again shortly",
+		         n->id);
+		return KV_EBUSY;
+	}
 	x->resp.epoch = cur->epoch;
 	return KV_OK;
 }
@@ -545,6 +594,7 @@ kv_ctl__cmd_progress(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 	p->keys_total = rq->keys_total;
 	p->bytes_total = rq->bytes_total;
 	p->rate_bytes_s = rq->rate_bytes_s;
+	p->last_ns = kv_now_ns();
 	x->resp.epoch = kv_ctl__latest_locked(c)->epoch;
 	return KV_OK;
 }
@@ -621,4 +671,140 @@ kv_ctl__cmd_watch(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	pthread_cond_signal(&c->cv);
 	x->held = true;
 	return KV_OK;
+}
+
+int
+kv_ctl__cmd_remove(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	kv_place_point *pts = NULL;
+	kv_config *next = NULL;
+	kv_place_ctx px;
+	uint64_t *failed;
+	size_t nfailed = 0;
+	uint32_t id, lost = 0;
+	int rv;
+
+	if ((rv = node_of(c, rq, x, &id)) != KV_OK)
+		return rv;
+	if ((failed = calloc(cur->nmigs ? cur->nmigs : 1, sizeof(*failed))) == NULL)
+		return KV_ENOMEM;
+	if ((rv = with_points(c, cur, &px, &pts)) != KV_OK) {
+		free(failed);
+		return rv;
+	}
+	/* A joining or draining node keeps its state when silent; silent for
+	 * the down delay, it may be removed like a down one. */
+	bool silent = kv_now_ns() - kv_ctl__live_seen_locked(c, id) > c->down_ns;
+	rv = kv_place_remove(cur, id, silent, rq->accept_data_loss, &px, &next, &lost, failed,
+	                     &nfailed);
+	free(pts);
+	if (rv != KV_OK) {
+		free(failed);
+		return refuse(x, rv, &px);
+	}
+	for (size_t i = 0; i < nfailed; i++)
+		kv_ctl__fail_record_locked(c, failed[i], KV_EUNAVAIL, "its node was removed");
+	free(failed);
+	if ((rv = publish_locked(c, next, "remove", x->msg, sizeof(x->msg))) != KV_OK)
+		return rv;
+	if (lost > 0)
+		KV_WARN("controller", "node removed, data lost", "node=%u ranges_lost=%u", id,
+		        lost);
+	else
+		KV_INFO("controller", "node removed", "node=%u", id);
+	x->resp.epoch = kv_ctl__latest_locked(c)->epoch;
+	x->resp.config = kv_ctl__latest_locked(c);
+	x->resp.node_id = id;
+	x->resp.ranges_lost = lost;
+	return KV_OK;
+}
+
+uint64_t
+kv_ctl__live_seen_locked(kv_controller *c, uint32_t id)
+{
+	const struct ctl_stat *s = kv_ctl__stat_find_locked(c, id, false);
+
+	return s != NULL && s->last_seen_ns > c->live_since_ns ? s->last_seen_ns : c->live_since_ns;
+}
+
+/* Fills the liveness changes due now (ids[k], states[k]); returns their
+ * number. ids and states have room for every node. */
+static size_t
+live_plan_locked(kv_controller *c, uint64_t now, uint32_t *ids, kv_node_state *states)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	size_t k = 0;
+
+	for (size_t i = 0; i < cur->nnodes; i++) {
+		const kv_node *n = &cur->nodes[i];
+		const struct ctl_stat *s = kv_ctl__stat_find_locked(c, n->id, false);
+		uint64_t seen = kv_ctl__live_seen_locked(c, n->id);
+		/* Only an active node goes down: joining and draining ones keep
+		 * their state (status shows how long they have been silent). */
+		if (n->state == KV_NODE_ACTIVE && now - seen > c->down_ns) {
+			ids[k] = n->id;
+			states[k++] = KV_NODE_DOWN;
+		} else if (n->state == KV_NODE_DOWN && s != NULL &&
+		           s->last_seen_ns > c->live_since_ns &&
+		           now - s->last_seen_ns < c->lease_ns) {
+			ids[k] = n->id;
+			states[k++] = KV_NODE_ACTIVE;
+		}
+	}
+	return k;
+}
+
+bool
+kv_ctl__live_due_locked(kv_controller *c, uint64_t now)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	uint32_t *ids = calloc(cur->nnodes + 1, sizeof(*ids));
+	kv_node_state *st = calloc(cur->nnodes + 1, sizeof(*st));
+	bool due = ids && st && live_plan_locked(c, now, ids, st) > 0;
+
+	free(ids);
+	free(st);
+	return due;
+}
+
+int
+kv_ctl__cmd_liveness(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	uint64_t now = kv_now_ns();
+	uint32_t *ids = calloc(cur->nnodes + 1, sizeof(*ids));
+	kv_node_state *st = calloc(cur->nnodes + 1, sizeof(*st));
+	kv_config *next = NULL;
+	size_t k;
+	int rv = KV_ENOMEM;
+
+	(void)rq;
+	if (ids == NULL || st == NULL)
+		goto out;
+	rv = KV_OK;
+	x->resp.epoch = cur->epoch;
+	if ((k = live_plan_locked(c, now, ids, st)) == 0)
+		goto out;
+	if ((rv = kv_place_set_state(cur, ids, st, k, &next)) != KV_OK)
+		goto out;
+	if ((rv = publish_locked(c, next, "liveness", x->msg, sizeof(x->msg))) != KV_OK)
+		goto out;
+	for (size_t i = 0; i < k; i++) {
+		uint64_t age = (now - kv_ctl__live_seen_locked(c, ids[i])) / 1000000u;
+		if (st[i] == KV_NODE_DOWN) {
+			c->downs_total++;
+			KV_WARN("controller", "node declared down",
+			        "node=%u last_seen_ms=%llu limit_ms=%llu", ids[i],
+			        (unsigned long long)age,
+			        (unsigned long long)(c->down_ns / 1000000u));
+		} else {
+			KV_INFO("controller", "node is back", "node=%u via=heartbeat", ids[i]);
+		}
+	}
+	x->resp.epoch = kv_ctl__latest_locked(c)->epoch;
+out:
+	free(ids);
+	free(st);
+	return rv;
 }

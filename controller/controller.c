@@ -154,6 +154,21 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 	if (c->max_watches + CTL_MAX_WAITS + 16 > c->contexts)
 		c->max_watches =
 		    c->contexts > CTL_MAX_WAITS + 32 ? c->contexts - CTL_MAX_WAITS - 16 : 1;
+	{
+		uint64_t lease = cfg->lease_ms ? cfg->lease_ms : KV_LEASE_MS;
+		uint64_t margin = cfg->lease_margin_ms ? cfg->lease_margin_ms : KV_LEASE_MARGIN_MS;
+		/* Replicated, a deposed leader may renew leases for up to one
+		 * election timeout after its successor started counting. */
+		uint64_t elect = cfg->npeers > 0 ? (cfg->election_ms ? cfg->election_ms : 1000) : 0;
+		c->lease_ns = lease * 1000000u;
+		c->down_ns = (lease + margin + elect) * 1000000u;
+		c->live_tick_ns = c->lease_ns / 8;
+		if (c->live_tick_ns > 100000000u)
+			c->live_tick_ns = 100000000u;
+		if (c->live_tick_ns < 5000000u)
+			c->live_tick_ns = 5000000u;
+		c->down_after_s = cfg->down_after_s ? cfg->down_after_s : 60;
+	}
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -224,6 +239,15 @@ kv_controller_start(kv_controller *c, char *err, size_t errlen)
 		goto err;
 	}
 	c->reaper_started = true;
+	/* A freshly started controller has heard from nobody: it counts every
+	 * node as seen now, so it declares nothing down for a full down_ns. */
+	c->live_since_ns = kv_now_ns();
+	if (pthread_create(&c->live_thr, NULL, kv_ctl__liveness_main, c) != 0) {
+		rv = KV_ENOMEM;
+		snprintf(err, errlen, "cannot start a thread");
+		goto err;
+	}
+	c->live_started = true;
 	kv_rpc_server_opts o = {.url = c->listen,
 	                        .contexts = c->contexts,
 	                        .handler = kv_ctl__handle,
@@ -240,10 +264,13 @@ kv_controller_start(kv_controller *c, char *err, size_t errlen)
 	if (c->metrics_addr && (rv = kv_metrics_create(c->metrics_addr, kv_ctl__metrics_render, c,
 	                                               &c->metrics, err, errlen)) != KV_OK)
 		goto err;
-	KV_INFO("controller", "listening", "address=%s epoch=%llu metrics=%s auth=%s tls=%s",
+	KV_INFO("controller", "listening",
+	        "address=%s epoch=%llu metrics=%s auth=%s tls=%s lease_ms=%llu down_ms=%llu "
+	        "down_after_s=%u",
 	        c->listen, (unsigned long long)kv_controller_epoch(c),
 	        c->metrics_addr ? c->metrics_addr : "off", c->auth.len ? "token" : "off",
-	        c->tls ? "mutual" : "off");
+	        c->tls ? "mutual" : "off", (unsigned long long)(c->lease_ns / 1000000u),
+	        (unsigned long long)(c->down_ns / 1000000u), c->down_after_s);
 	return KV_OK;
 err:
 	kv_controller_stop(c);
@@ -270,6 +297,9 @@ kv_controller_stop(kv_controller *c)
 	if (c->proposer_started)
 		pthread_join(c->proposer, NULL);
 	c->proposer_started = false;
+	if (c->live_started)
+		pthread_join(c->live_thr, NULL);
+	c->live_started = false;
 	if (c->reaper_started)
 		pthread_join(c->reaper, NULL);
 	c->reaper_started = false;

@@ -42,6 +42,16 @@ typedef struct {
 	                                  the controller URL's host, port + 1000 */
 	unsigned snapshot_threshold;   /* raft entries between snapshots; 0: 256 */
 	unsigned election_ms;          /* raft election timeout; 0: 1000 */
+	/* --down-after: seconds a node may stay down before its replicas are
+	 * re-created elsewhere; 0: 60. Stored and reported; it acts once ranges
+	 * are replicated (doc/contract.md §4, planned). */
+	unsigned down_after_s;
+	/* Liveness (common/config.h KV_LEASE_*), for tests only (no flag):
+	 * 0 takes the default. A node is declared down after lease_ms +
+	 * lease_margin_ms (+ the election timeout when replicated) without a
+	 * heartbeat; servers must use the same lease_ms. */
+	unsigned lease_ms;
+	unsigned lease_margin_ms;
 } kv_controller_cfg;
 
 /* Derives the raft address of a controller URL tcp://HOST:PORT (or

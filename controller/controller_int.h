@@ -70,6 +70,7 @@ struct ctl_prog {
 	kv_mig_phase phase;                             /* phase reached */
 	uint64_t keys_copied, bytes_copied;             /* acknowledged so far */
 	uint64_t keys_total, bytes_total, rate_bytes_s; /* estimates */
+	uint64_t last_ns;                               /* monotonic time of the last report */
 };
 
 /* A migration that ended without success, for --wait answers. */
@@ -163,6 +164,20 @@ struct kv_controller {
 	bool closing;                         /* stopping: hold nothing more */
 
 	uint64_t started_ns; /* for the metrics */
+
+	/* Liveness (doc/contract.md §2; common/config.h KV_LEASE_*); the
+	 * first four are immutable. */
+	uint64_t lease_ns;      /* a server's lease */
+	uint64_t down_ns;       /* no heartbeat for longer than this: down */
+	uint64_t live_tick_ns;  /* how often the liveness thread looks */
+	unsigned down_after_s;  /* --down-after (acts once ranges are replicated) */
+	pthread_t live_thr;     /* the liveness thread (kv_ctl__liveness_main) */
+	bool live_started;      /* live_thr must be joined */
+	uint64_t live_term;     /* mu: replicated, the term this replica leads; 0: none */
+	uint64_t live_since_ns; /* mu: when it became leader (standalone: started);
+	                           nobody is older than that to it */
+	bool live_queued;       /* mu: a liveness change waits for the proposer */
+	uint64_t downs_total;   /* mu: nodes declared down, for the metrics */
 
 	/* Replication; repl is NULL for a standalone controller. peers and
 	 * self_id are immutable. */
@@ -329,6 +344,19 @@ int kv_ctl__cmd_heartbeat(kv_controller *c, const kv_admin_req *rq, struct ctl_c
 int kv_ctl__cmd_progress(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
 int kv_ctl__cmd_done(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
 int kv_ctl__cmd_watch(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
+int kv_ctl__cmd_remove(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
+
+/* The liveness change (internal, never from the network): declares down
+ * the active nodes not heard from for down_ns and active again the down
+ * nodes heard from lately, in one configuration. rq is unused. */
+int kv_ctl__cmd_liveness(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
+
+/* Whether kv_ctl__cmd_liveness would change something now. */
+bool kv_ctl__live_due_locked(kv_controller *c, uint64_t now);
+
+/* When node id was last heard from as far as this leader knows: its last
+ * heartbeat, or the moment it became leader if later (monotonic ns). */
+uint64_t kv_ctl__live_seen_locked(kv_controller *c, uint32_t id);
 
 /* Fills the usual answer of a command that published cfg: epoch, config
  * and the ids of the migrations it created (those not in prev). */
@@ -341,6 +369,11 @@ int kv_ctl__handle(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p);
 
 /* The proposer thread (replicated; arg is the controller). */
 void *kv_ctl__proposer_main(void *arg);
+
+/* The liveness thread (arg is the controller): every live_tick_ns, at the
+ * leader, runs kv_ctl__cmd_liveness when it is due (replicated: queued for
+ * the proposer), until `closing`. */
+void *kv_ctl__liveness_main(void *arg);
 
 /* ---- metrics_ctl.c ---- */
 

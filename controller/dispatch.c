@@ -72,9 +72,15 @@ static const struct ctl_cmd ctl_cmds[] = {
     {KV_ADM_PROGRESS, "migration-progress", kv_ctl__cmd_progress,
      CTL_SERVER | CTL_LEADER | CTL_QUIET},
     {KV_ADM_DONE, "migration-done", kv_ctl__cmd_done, CTL_SERVER | CTL_MUTATES | CTL_LEADER},
+    {KV_ADM_REMOVE, "remove", kv_ctl__cmd_remove,
+     CTL_ADMIN | CTL_MUTATES | CTL_LEADER | CTL_PLACES},
     /* Any replica holds watches and answers them from what it applied. */
     {KV_ADM_WATCH, "watch", kv_ctl__cmd_watch, CTL_QUIET},
 };
+
+/* The liveness change: not in the table, so nothing from the network runs
+ * it; the liveness thread queues it (a job without a request slot). */
+static const struct ctl_cmd ctl_liveness = {0, "liveness", kv_ctl__cmd_liveness, CTL_MUTATES};
 
 static const struct ctl_cmd *
 cmd_find(kv_admin_op op)
@@ -350,7 +356,13 @@ kv_ctl__proposer_main(void *arg)
 				pthread_cond_timedwait(&c->pcv, &c->mu, &ts);
 			}
 		}
-		if (!c->closing && (in.role != KV_REPL_LEADER || c->barrier_term != in.term)) {
+		if (j->cmd == &ctl_liveness)
+			c->live_queued = false;
+		if (j->p == NULL &&
+		    (c->closing || in.role != KV_REPL_LEADER || c->barrier_term != in.term)) {
+			answered = true; /* an internal job: nobody to answer */
+		} else if (!c->closing &&
+		           (in.role != KV_REPL_LEADER || c->barrier_term != in.term)) {
 			pthread_mutex_unlock(&c->mu);
 			rv = answer_not_leader(c, &in, j->rq.request_id, &reply);
 			pthread_mutex_lock(&c->mu);
@@ -360,11 +372,80 @@ kv_ctl__proposer_main(void *arg)
 			rv = exec_locked(c, j->cmd, &j->rq, true, KV_OK, &x, &reply);
 		pthread_mutex_unlock(&c->mu);
 		ctx_fini(&x);
-		if (!x.held)
+		if (j->p == NULL)
+			nng_msg_free(reply); /* (NULL when not encoded) */
+		else if (!x.held)
 			kv_rpc_reply(j->p, rv == KV_OK ? reply : NULL);
 		kv_admin_req_fini(&j->rq);
 		free(j);
 		pthread_mutex_lock(&c->mu);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+/*
+ * The liveness thread: at the leader, every live_tick_ns, checks whether a
+ * node must be declared down or back (kv_ctl__live_due_locked) and runs the
+ * liveness change: standalone here, replicated through the proposer (one
+ * job queued at a time; it decides again on the state it runs on). A
+ * replica that becomes leader starts counting from that moment
+ * (live_since_ns), so it declares nothing for a full down_ns.
+ */
+void *
+kv_ctl__liveness_main(void *arg)
+{
+	kv_controller *c = arg;
+
+	pthread_mutex_lock(&c->mu);
+	while (!c->closing) {
+		uint64_t wake = kv_now_ns() + c->live_tick_ns;
+		struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000u),
+		                      .tv_nsec = (long)(wake % 1000000000u)};
+		/* pcv: also woken by a heartbeat from a down node. */
+		pthread_cond_timedwait(&c->pcv, &c->mu, &ts);
+		if (c->closing)
+			break;
+		if (c->repl != NULL) {
+			kv_repl_info in;
+			pthread_mutex_unlock(&c->mu);
+			kv_repl_get_info(c->repl, &in);
+			pthread_mutex_lock(&c->mu);
+			if (in.role != KV_REPL_LEADER) {
+				c->live_term = 0;
+				continue;
+			}
+			if (c->live_term != in.term) {
+				c->live_term = in.term;
+				c->live_since_ns = kv_now_ns();
+				KV_INFO("controller", "liveness: leading, counting from now",
+				        "term=%llu down_after_ms=%llu", (unsigned long long)in.term,
+				        (unsigned long long)(c->down_ns / 1000000u));
+				continue;
+			}
+		}
+		if (c->live_queued || !kv_ctl__live_due_locked(c, kv_now_ns()))
+			continue;
+		if (c->repl == NULL) {
+			struct ctl_ctx x;
+			memset(&x, 0, sizeof(x));
+			if (ctl_liveness.fn(c, NULL, &x) != KV_OK)
+				KV_WARN("controller", "liveness change not published", "msg=\"%s\"",
+				        x.msg);
+			ctx_fini(&x);
+			continue;
+		}
+		struct ctl_job *j = calloc(1, sizeof(*j));
+		if (j == NULL)
+			continue;
+		j->cmd = &ctl_liveness;
+		if (c->jobs_tail)
+			c->jobs_tail->next = j;
+		else
+			c->jobs = j;
+		c->jobs_tail = j;
+		c->live_queued = true;
+		pthread_cond_broadcast(&c->pcv);
 	}
 	pthread_mutex_unlock(&c->mu);
 	return NULL;

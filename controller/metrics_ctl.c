@@ -20,16 +20,35 @@
 int
 kv_ctl__metrics_render(void *arg, kv_buf *out)
 {
-	static const char *const states[] = {"joining", "active", "draining", "gone"};
+	static const char *const states[] = {"joining", "active", "draining", "gone", "down"};
 	kv_controller *c = arg;
-	uint64_t nodes[5] = {0}, epoch, ranges, migs, watches, waits, uptime;
+	uint64_t nodes[6] = {0}, epoch, ranges, migs, watches, waits, uptime, downs;
 	const kv_config *cur;
+	size_t nlive = 0;
+	struct {
+		char id[16];
+		double age;
+	} *live = NULL;
+	kv_metric *all = NULL;
+	int rv;
 
 	pthread_mutex_lock(&c->mu);
 	cur = kv_ctl__latest_locked(c);
 	epoch = cur->epoch;
 	for (size_t i = 0; i < cur->nnodes; i++)
-		nodes[cur->nodes[i].state < 5 ? cur->nodes[i].state : 0]++;
+		nodes[cur->nodes[i].state < 6 ? cur->nodes[i].state : 0]++;
+	/* Heartbeat age per node not gone, at the leader (bounded by the node
+	 * count); out of memory it is left out. */
+	if (cur->nnodes && (live = calloc(cur->nnodes, sizeof(*live))) != NULL)
+		for (size_t i = 0; i < cur->nnodes; i++) {
+			if (cur->nodes[i].state == KV_NODE_GONE)
+				continue;
+			snprintf(live[nlive].id, sizeof(live[nlive].id), "%u", cur->nodes[i].id);
+			live[nlive++].age =
+			    (double)(kv_now_ns() - kv_ctl__live_seen_locked(c, cur->nodes[i].id)) /
+			    1e9;
+		}
+	downs = c->downs_total;
 	ranges = cur->nranges;
 	migs = cur->nmigs;
 	watches = c->nwatches;
@@ -51,6 +70,10 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	     .u = nodes[3]},
 	    {"shardkv_controller_nodes", KV_METRIC_GAUGE, "Nodes by state.", "state", states[3],
 	     .u = nodes[4]},
+	    {"shardkv_controller_nodes", KV_METRIC_GAUGE, "Nodes by state.", "state", states[4],
+	     .u = nodes[5]},
+	    {"shardkv_controller_nodes_declared_down_total", KV_METRIC_COUNTER,
+	     "Nodes this controller declared down (missed heartbeats past the lease).", .u = downs},
 	    {"shardkv_controller_ranges", KV_METRIC_GAUGE, "Entries in the range map.",
 	     .u = ranges},
 	    {"shardkv_controller_migrations", KV_METRIC_GAUGE, "Migrations in flight.", .u = migs},
@@ -69,5 +92,24 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	     "Raft index applied to the configuration history.", .u = in.applied},
 	};
 	/* A standalone controller has no Raft gauges. */
-	return kv_metrics_write(out, m, sizeof(m) / sizeof(m[0]) - (c->repl ? 0 : 4));
+	size_t nm = sizeof(m) / sizeof(m[0]) - (c->repl ? 0 : 4);
+	if ((all = calloc(nm + nlive + 1, sizeof(*all))) == NULL) {
+		free(live);
+		return KV_ENOMEM;
+	}
+	memcpy(all, m, nm * sizeof(*m));
+	/* Only the leader hears heartbeats: a follower reports no ages. */
+	for (size_t i = 0; i < nlive && (c->repl == NULL || in.role == KV_REPL_LEADER); i++)
+		all[nm++] = (kv_metric){"shardkv_controller_node_heartbeat_age_seconds",
+		                        KV_METRIC_GAUGE,
+		                        "Seconds since the node's last heartbeat reached this "
+		                        "leader (since it became leader, if none).",
+		                        "node",
+		                        live[i].id,
+		                        .real = true,
+		                        .f = live[i].age};
+	rv = kv_metrics_write(out, all, nm);
+	free(all);
+	free(live);
+	return rv;
 }

@@ -1039,3 +1039,128 @@ kv_place_node_bytes(const kv_config *cur, const kv_place_ctx *x, uint32_t node)
 	}
 	return sum;
 }
+
+/* Merges adjacent ranges of the same owner (the range map invariant). */
+static void
+merge_ranges(kv_config *n)
+{
+	size_t w = 0;
+
+	for (size_t i = 0; i < n->nranges; i++) {
+		if (w > 0 && n->ranges[w - 1].node == n->ranges[i].node) {
+			kv_buf_fini(&n->ranges[w - 1].end);
+			n->ranges[w - 1].end = n->ranges[i].end;
+			kv_buf_fini(&n->ranges[i].start);
+			continue;
+		}
+		n->ranges[w++] = n->ranges[i];
+	}
+	n->nranges = w;
+}
+
+int
+kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_loss, kv_place_ctx *x,
+                kv_config **out, uint32_t *lost, uint64_t *failed, size_t *nfailed)
+{
+	const kv_node *nd = kv_config_node(cur, node);
+	kv_config *n = NULL, *t;
+	uint32_t to = 0, k = 0;
+	uint64_t best = 0;
+	int rv;
+
+	*out = NULL;
+	*lost = 0;
+	*nfailed = 0;
+	if (nd == NULL) {
+		say(x, "unknown node %u", node);
+		return KV_ENOTFOUND;
+	}
+	if (nd->state == KV_NODE_GONE) {
+		say(x, "node %u is gone already", node);
+		return KV_EPERM;
+	}
+	if (nd->state != KV_NODE_DOWN &&
+	    !(silent && (nd->state == KV_NODE_JOINING || nd->state == KV_NODE_DRAINING))) {
+		say(x, "node %u is %s: use leave (remove forgets only a node that is down)", node,
+		    kv_node_state_name(nd->state));
+		return KV_EPERM;
+	}
+	/* Its migrations end as failed: a range it was receiving goes back to
+	 * its source, a range it was sending comes back to it (and is then
+	 * counted below). */
+	if ((n = kv_config_clone(cur)) == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < cur->nmigs; i++) {
+		const kv_migration *m = &cur->migs[i];
+		if (m->from != node && m->to != node)
+			continue;
+		if ((rv = kv_place_finish(n, m->id, false, x, &t)) != KV_OK)
+			goto err;
+		t->epoch = cur->epoch; /* one change in the end, not one per migration */
+		kv_config_free(n);
+		n = t;
+		failed[(*nfailed)++] = m->id;
+	}
+	for (size_t i = 0; i < n->nranges; i++)
+		k += n->ranges[i].node == node;
+	if (k > 0 && !accept_loss) {
+		say(x,
+		    "node %u holds the only copy of %u range%s: they would lose their data "
+		    "(add --accept-data-loss to give them to other nodes empty, or restart the "
+		    "node)",
+		    node, k, k == 1 ? "" : "s");
+		rv = KV_EPERM;
+		goto err;
+	}
+	for (size_t i = 0; k > 0 && i < n->nnodes; i++) {
+		uint64_t b;
+		if (n->nodes[i].state != KV_NODE_ACTIVE || n->nodes[i].id == node)
+			continue;
+		b = kv_place_node_bytes(n, x, n->nodes[i].id);
+		if (to == 0 || b < best) {
+			to = n->nodes[i].id;
+			best = b;
+		}
+	}
+	if (k > 0 && to == 0) {
+		say(x, "no active node can take the %u range%s of node %u", k, k == 1 ? "" : "s",
+		    node);
+		rv = KV_EBUSY;
+		goto err;
+	}
+	for (size_t i = 0; i < n->nranges; i++)
+		if (n->ranges[i].node == node)
+			n->ranges[i].node = to;
+	merge_ranges(n);
+	node_mut(n, node)->state = KV_NODE_GONE;
+	fix_states(n);
+	n->epoch = cur->epoch + 1;
+	*lost = k;
+	*out = n;
+	return KV_OK;
+err:
+	kv_config_free(n);
+	*nfailed = 0;
+	return rv;
+}
+
+int
+kv_place_set_state(const kv_config *cur, const uint32_t *ids, const kv_node_state *states,
+                   size_t nids, kv_config **out)
+{
+	kv_config *n = next_config(cur);
+
+	*out = NULL;
+	if (n == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < nids; i++) {
+		kv_node *nd = node_mut(n, ids[i]);
+		if (nd == NULL) {
+			kv_config_free(n);
+			return KV_ENOTFOUND;
+		}
+		nd->state = states[i];
+	}
+	*out = n;
+	return KV_OK;
+}

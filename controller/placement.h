@@ -105,6 +105,26 @@ int kv_place_readdress(const kv_config *cur, uint32_t node, const char *address,
                        kv_config **out);
 
 /*
+ * Forgets a DOWN node (doc/contract.md §4 remove), or with `silent` (the
+ * controller has not heard from it for the down delay) a JOINING or
+ * DRAINING one, which keep their state when silent: its migrations end as
+ * failed (their ids go to failed[0..*nfailed), capacity cur->nmigs), and
+ * the ranges it then holds alone go, empty, to the active node with the
+ * least data; the node becomes GONE. *lost gets the number of those
+ * ranges. KV_EPERM when the node is not DOWN (nor silent), or when it holds ranges and
+ * !accept_loss (nothing changes); KV_EBUSY when no active node can take
+ * them; KV_ENOTFOUND for an unknown node.
+ */
+int kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_loss,
+                    kv_place_ctx *x, kv_config **out, uint32_t *lost, uint64_t *failed,
+                    size_t *nfailed);
+
+/* Sets the state of nodes ids[i] to states[i] (liveness: ACTIVE <-> DOWN).
+ * KV_ENOTFOUND for an unknown id. */
+int kv_place_set_state(const kv_config *cur, const uint32_t *ids, const kv_node_state *states,
+                       size_t nids, kv_config **out);
+
+/*
  * Writes a key cut strictly inside [start, end) at about the middle of the
  * key-space measure above into out (capacity 8) and its length into *outlen.
  * Returns false when the range is too narrow in that measure.

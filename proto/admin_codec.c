@@ -54,6 +54,7 @@ heartbeat(const Shardkv__Heartbeat *h, kv_admin_req *out)
 	out->bytes = h->bytes;
 	out->ops = h->ops_per_sec;
 	out->memory = h->memory_bytes;
+	out->lease_only = h->lease_only;
 	if (h->n_ranges == 0)
 		return KV_OK;
 	out->ranges = calloc(h->n_ranges, sizeof(kv_admin_range_stat));
@@ -166,6 +167,10 @@ kv_admin_req_decode(const void *p, size_t n, kv_admin_req *out, char *msg, size_
 		out->last_seq = m->last_seq;
 		break;
 	}
+	case SHARDKV__ADMIN_REQUEST__CMD_REMOVE:
+		node_ref(rq->remove->node, out);
+		out->accept_data_loss = rq->remove->accept_data_loss;
+		break;
 	case SHARDKV__ADMIN_REQUEST__CMD_WATCH:
 		out->epoch = rq->watch->known_epoch;
 		out->history = rq->watch->history;
@@ -327,6 +332,7 @@ kv_admin_resp_encode(const kv_admin_resp *r, nng_msg **out)
 	}
 	pb.wait_ms = r->wait_ms;
 	pb.node_id = r->node_id;
+	pb.ranges_lost = r->ranges_lost;
 	pb.migration_ids = (uint64_t *)r->mig_ids;
 	pb.n_migration_ids = r->nmig_ids;
 	if (r->config && (pb.config = kv_codec_config_to_pb(r->config)) == NULL)
@@ -380,6 +386,7 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 	Shardkv__AdminRequest m = SHARDKV__ADMIN_REQUEST__INIT;
 	Shardkv__AdminJoin join = SHARDKV__ADMIN_JOIN__INIT;
 	Shardkv__AdminLeave lv = SHARDKV__ADMIN_LEAVE__INIT;
+	Shardkv__AdminRemove rm = SHARDKV__ADMIN_REMOVE__INIT;
 	Shardkv__AdminMove move = SHARDKV__ADMIN_MOVE__INIT;
 	Shardkv__AdminRebalance reb = SHARDKV__ADMIN_REBALANCE__INIT;
 	Shardkv__AdminGetConfig getc = SHARDKV__ADMIN_GET_CONFIG__INIT;
@@ -414,6 +421,13 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 		m.leave = &lv;
 		node_ref_fill(r, &ref);
 		lv.node = &ref;
+		break;
+	case KV_ADM_REMOVE:
+		m.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_REMOVE;
+		m.remove = &rm;
+		node_ref_fill(r, &ref);
+		rm.node = &ref;
+		rm.accept_data_loss = r->accept_data_loss;
 		break;
 	case KV_ADM_MOVE:
 		m.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_MOVE;
@@ -473,6 +487,7 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 		hb.bytes = r->bytes;
 		hb.ops_per_sec = r->ops;
 		hb.memory_bytes = r->memory;
+		hb.lease_only = r->lease_only;
 		if (r->nranges == 0)
 			break;
 		for (size_t i = 0; i < r->nranges; i++)
@@ -698,6 +713,7 @@ kv_admin_resp_decode(const void *p, size_t n, kv_admin_resp *out)
 	out->report = r->report ? &st->report : NULL;
 	out->wait_ms = r->wait_ms;
 	out->node_id = r->node_id;
+	out->ranges_lost = r->ranges_lost;
 	out->mig_ids = r->migration_ids;
 	out->nmig_ids = r->n_migration_ids;
 	if (r->leader) {

@@ -1,7 +1,8 @@
 /*
  * admin_codec.h - the admin family: AdminRequest and AdminResponse between
  * the controller and its callers (the CLI and clients: admin commands and
- * config queries; shard servers: register, heartbeat, migration reports,
+ * config queries, remove; shard servers: register, heartbeat (statistics or
+ * lease renewal), migration reports,
  * watch), as plain C values. One struct per message serves both ends: the
  * sender fills a kv_admin_req and calls kv_admin_req_encode, the controller
  * gets the same struct from kv_admin_req_decode; the controller fills a
@@ -38,6 +39,7 @@ typedef enum {
 	KV_ADM_PROGRESS = 16,
 	KV_ADM_DONE = 17,
 	KV_ADM_WATCH = 18,
+	KV_ADM_REMOVE = 19,
 } kv_admin_op;
 
 /* Live statistics of one range (Heartbeat.ranges, NodeStats.ranges). */
@@ -63,10 +65,12 @@ typedef struct {
 	 * node_id is 0) or by id */
 	const char *address; /* may be NULL */
 	uint32_t node_id; /* node ref; heartbeat/progress/done/watch: sender; register: resume id */
-	bool no_rebalance;   /* join, register */
-	bool join;           /* register: join if unknown */
-	kv_bytes start, end; /* move */
-	uint32_t rate_mb_s;  /* move, rebalance */
+	bool no_rebalance;     /* join, register */
+	bool join;             /* register: join if unknown */
+	bool accept_data_loss; /* remove: give away ranges only the node held */
+	bool lease_only;       /* heartbeat: a lease renewal without statistics */
+	kv_bytes start, end;   /* move */
+	uint32_t rate_mb_s;    /* move, rebalance */
 	uint64_t epoch;  /* get_config: epoch; watch: known epoch; heartbeat/register: applied */
 	uint64_t mig_id; /* cancel, progress, done */
 	bool history;    /* watch */
@@ -151,6 +155,7 @@ typedef struct {
 	uint32_t node_id;                /* join, register: the node's id */
 	const uint64_t *mig_ids;         /* migrations created by the command */
 	size_t nmig_ids;                 /* entries in mig_ids */
+	uint32_t ranges_lost;            /* remove: ranges whose only copy was on the node */
 	/* Replicated controllers only. not_leader answers STATUS_NOT_LEADER
 	 * (err must be KV_EUNAVAIL) with the leader as known (id 0: none). */
 	bool not_leader;

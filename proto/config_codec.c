@@ -119,6 +119,7 @@ kv_codec_migration_from_pb(const Shardkv__Migration *m, kv_migration *x)
 	x->bytes_total = m->bytes_total;
 	x->rate_bytes_s = m->rate_bytes_s;
 	x->eta_ms = m->eta_ms;
+	x->progress_age_ms = m->progress_age_ms;
 	x->rate_limit_mb_s = m->rate_limit_mb_s;
 	if (x->phase < KV_MIG_PENDING || x->phase > KV_MIG_FAILED)
 		return KV_EPROTO;
@@ -146,6 +147,7 @@ kv_codec_migration_to_pb(const kv_migration *m, Shardkv__Migration *pb)
 	pb->rate_limit_mb_s = m->rate_limit_mb_s;
 	pb->rate_bytes_s = m->rate_bytes_s;
 	pb->eta_ms = m->eta_ms;
+	pb->progress_age_ms = m->progress_age_ms;
 }
 
 Shardkv__Config *

@@ -63,7 +63,9 @@ const char kv_server_usage[] =
     "  --log-level L        lowest level logged (default info)\n"
     "\n"
     "SIGTERM drains the node (its ranges move to other servers) and then exits;\n"
-    "SIGINT exits at once and keeps the node's ranges for a restart.\n";
+    "SIGINT exits at once and keeps the node's ranges for a restart.\n"
+    "A node the controller says is gone (removed, or left by `shardkv leave`)\n"
+    "stops and exits 4.\n";
 
 /* Writes "WHAT[ 'ARG']" into err and returns KV_EINVAL. */
 static int

@@ -841,6 +841,7 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	held_reply *h = NULL;
 	uint64_t lsn = 0, t0 = kv_now_ns();
 	unsigned kinds = 0;
+	char lease_why[128];
 	int rv;
 
 	/* Counted before `closing` is read: shutdown waits for zero after
@@ -878,6 +879,12 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	} else if (rq.nops > 0 && resp.epoch == 0) {
 		resp.status = KV_EUNAVAIL;
 		resp.error = "server has no configuration yet";
+	} else if (rq.nops > 0 && !kv_srv_lease_ok(s, lease_why, sizeof(lease_why))) {
+		/* Reads and writes need the lease (doc/contract.md §2): without it
+		 * the controller may have given the ranges away. Transfers this
+		 * node receives (above) do not. */
+		resp.status = KV_EUNAVAIL;
+		resp.error = lease_why;
 	} else if (rq.nops > 0 && batch_size(&rq) > s->max_batch) {
 		resp.status = KV_ELIMIT;
 		resp.error = "too many operations in one request (--max-batch)";

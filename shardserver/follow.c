@@ -213,9 +213,11 @@ do_register(kv_server *s)
 		                   .boot_id = s->boot_id,
 		                   .cluster_id = cid,
 		                   .epoch = atomic_load(&s->epoch)};
+		uint64_t sent = kv_now_ns();
 		int rv = kv_server__ctl_call(s, &rq, &r, 3000);
 		if (rv == 0 && r.err == 0 && r.node_id != 0) {
 			uint32_t old = atomic_load(&s->node_id);
+			kv_srv_lease_renewed(s, sent); /* an answered register grants the lease */
 			atomic_store(&s->node_id, r.node_id);
 			KV_INFO(COMP, "registered", "node_id=%u epoch=%llu", r.node_id,
 			        (unsigned long long)r.epoch);
@@ -224,6 +226,14 @@ do_register(kv_server *s)
 			apply_resp_configs(s, &r);
 			kv_admin_resp_fini(&r);
 			return KV_OK;
+		}
+		if (rv == 0 && r.err == KV_EPERM) {
+			/* Removed or left: registering again cannot succeed. */
+			char why[256];
+			snprintf(why, sizeof(why), "%s", r.error);
+			kv_admin_resp_fini(&r);
+			kv_srv_set_gone(s, why);
+			return KV_EPERM;
 		}
 		if (rv == 0 && r.err == KV_EAUTH) {
 			/* Misconfigured, not transient: say so once, clearly, and keep

@@ -4,9 +4,18 @@
  * and per-range figures (keys, bytes, up to three split keys) to the
  * controller, and publishes the per-range figures for /metrics. It reads
  * the store's counters and the ownership table; it changes nothing.
+ *
+ * The lease thread renews the server's lease (doc/contract.md §2, the
+ * arithmetic in doc/operations.md "Leases") with a light heartbeat every
+ * renew_ns that measures nothing. The lease runs from the send time of the
+ * last renewal the controller answered OK, for lease_ns; without one the
+ * server answers no data request (dispatch.c, kv_srv_lease_ok). The
+ * controller refuses renewals from a node it declared down (BUSY: its
+ * return is being committed) or gone (PERM: the server stops for good).
  */
 #include "shardserver/heartbeat.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "shardserver/ctlcall.h"
 
 #include <stdio.h>
@@ -155,5 +164,111 @@ kv_srv_heartbeat_main(void *arg)
 			kv_admin_resp_fini(&r);
 	}
 	hb_cache_fini(&cache);
+	return NULL;
+}
+
+void
+kv_srv_set_gone(kv_server *s, const char *detail)
+{
+	if (atomic_load(&s->gone))
+		return;
+	pthread_mutex_lock(&s->cfg_mu);
+	snprintf(s->gone_why, sizeof(s->gone_why), "%s", detail);
+	pthread_mutex_unlock(&s->cfg_mu);
+	atomic_store(&s->gone, true);
+	if (atomic_load(&s->leaving)) /* the end of kv_server_leave: expected */
+		KV_INFO("server", "node is gone from the cluster", "node_id=%u",
+		        atomic_load(&s->node_id));
+	else
+		KV_ERROR("server", "node is gone from the cluster: serving nothing more",
+		         "node_id=%u detail=\"%s\"", atomic_load(&s->node_id), detail);
+}
+
+bool
+kv_srv_lease_ok(kv_server *s, char *msg, size_t msglen)
+{
+	uint64_t sent = atomic_load(&s->lease_sent_ns), now;
+
+	if (atomic_load(&s->gone)) {
+		snprintf(msg, msglen, "node is gone from the cluster (removed or left)");
+		return false;
+	}
+	now = kv_now_ns();
+	if (sent != 0 && now < sent + s->lease_ns)
+		return true;
+	if (sent == 0)
+		snprintf(msg, msglen, "no lease yet: the controller has not confirmed this node");
+	else
+		snprintf(msg, msglen, "lease expired: controller unreachable for %llu ms",
+		         (unsigned long long)((now - sent) / 1000000u));
+	return false;
+}
+
+/* Whether the configuration this server follows says it is gone while it
+ * is not leaving on its own (kv_server_leave ends that way by design). */
+static bool
+gone_in_config(kv_server *s, uint32_t me)
+{
+	bool gone = false;
+
+	pthread_mutex_lock(&s->cfg_mu);
+	if (s->cur != NULL && me != 0) {
+		const kv_node *n = kv_config_node(s->cur, me);
+		gone = n != NULL && n->state == KV_NODE_GONE;
+	}
+	pthread_mutex_unlock(&s->cfg_mu);
+	return gone && !atomic_load(&s->leaving);
+}
+
+void *
+kv_srv_lease_main(void *arg)
+{
+	kv_server *s = arg;
+	bool held = false, busy_logged = false;
+
+	while (!atomic_load(&s->stopping)) {
+		uint32_t me = atomic_load(&s->node_id);
+		uint64_t sent = kv_now_ns();
+		kv_admin_resp r;
+		char why[160];
+
+		if (me != 0 && !atomic_load(&s->gone)) {
+			kv_admin_req rq = {.op = KV_ADM_HEARTBEAT,
+			                   .node_id = me,
+			                   .boot_id = s->boot_id,
+			                   .epoch = atomic_load(&s->epoch),
+			                   .lease_only = true};
+			uint32_t t = (uint32_t)(s->lease_ns / 2000000u);
+			int rv = kv_server__ctl_call(s, &rq, &r, t ? t : 1);
+			if (rv == KV_OK) {
+				if (r.err == KV_OK) {
+					kv_srv_lease_renewed(s, sent);
+					busy_logged = false;
+				} else if (r.err == KV_EPERM) {
+					snprintf(why, sizeof(why), "%s", r.error);
+					kv_srv_set_gone(s, why);
+				} else if (r.err == KV_EBUSY && !busy_logged) {
+					KV_WARN("server", "lease renewal refused", "detail=\"%s\"",
+					        r.error);
+					busy_logged = true;
+				}
+				kv_admin_resp_fini(&r);
+			}
+		}
+		if (gone_in_config(s, me))
+			kv_srv_set_gone(s, "the configuration marks this node gone (removed or "
+			                   "left by an operator)");
+		bool ok = kv_srv_lease_ok(s, why, sizeof(why));
+		if (held && !ok)
+			KV_WARN("server", "lease lost: answering no data request", "detail=\"%s\"",
+			        why);
+		else if (!held && ok && atomic_load(&s->lease_sent_ns) != 0)
+			KV_INFO("server", "lease held: serving", "node_id=%u", me);
+		held = ok;
+		/* The next renewal one period after this one was sent. */
+		uint64_t now = kv_now_ns(), next = sent + s->renew_ns;
+		if (next > now)
+			kv_server__nap(s, (unsigned)((next - now + 999999u) / 1000000u));
+	}
 	return NULL;
 }

@@ -11,7 +11,8 @@
  * ignored (a file size limit is an I/O error, not a death). Exit codes:
  * every usage error exits 2 with one line naming the problem; a server that
  * cannot start, or stops with writes not on disk, exits 1 (the reason was
- * logged); a clean stop exits 0.
+ * logged); a node the controller says is gone (removed, or left by
+ * `shardkv leave`) stops and exits 4; a clean stop exits 0.
  */
 #include "common/err.h"
 #include "common/log.h"
@@ -72,6 +73,13 @@ main(int argc, char **argv)
 	}
 	for (;;) {
 		int sig = wait_signal(&set, 500);
+		if (sig == 0 && kv_server_gone(s, err, sizeof(err))) {
+			/* Removed or left: no restart can bring this node back. */
+			fprintf(stderr, "shardkv-server: node is gone from the cluster: %s\n", err);
+			kv_server_stop(s);
+			kv_server_destroy(s);
+			return 4;
+		}
 		if (sig == 0)
 			continue;
 		/* SIGTERM leaves the cluster gracefully (drains); SIGINT only

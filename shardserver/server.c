@@ -86,6 +86,18 @@ leave_wait(kv_server *s, kv_server_wait_cb wait, void *arg, unsigned ms)
 	return false;
 }
 
+bool
+kv_server_gone(kv_server *s, char *why, size_t whylen)
+{
+	if (!atomic_load(&s->gone))
+		return false;
+	pthread_mutex_lock(&s->cfg_mu);
+	if (whylen > 0)
+		snprintf(why, whylen, "%s", s->gone_why);
+	pthread_mutex_unlock(&s->cfg_mu);
+	return true;
+}
+
 kv_server_leave_result
 kv_server_leave(kv_server *s, uint32_t timeout_ms, kv_server_wait_cb wait, void *arg)
 {
@@ -249,6 +261,9 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	s->max_value = cfg->max_value ? cfg->max_value : KV_DEFAULT_MAX_VALUE;
 	s->max_batch = cfg->max_batch ? cfg->max_batch : 65536;
 	s->boot_id = rand64();
+	s->lease_ns = (uint64_t)(cfg->lease_ms ? cfg->lease_ms : KV_LEASE_MS) * 1000000u;
+	s->renew_ns =
+	    (uint64_t)(cfg->lease_renew_ms ? cfg->lease_renew_ms : KV_LEASE_RENEW_MS) * 1000000u;
 	s->admin_client_id = rand64();
 	atomic_store(&s->admin_req_id, 1);
 	pthread_mutex_init(&s->cfg_mu, NULL);
@@ -437,7 +452,9 @@ kv_server_start(kv_server *s)
 		s->watch_started = true;
 	if (pthread_create(&s->hb_thr, NULL, kv_srv_heartbeat_main, s) == 0)
 		s->hb_started = true;
-	if (!s->watch_started || !s->hb_started) {
+	if (pthread_create(&s->lease_thr, NULL, kv_srv_lease_main, s) == 0)
+		s->lease_started = true;
+	if (!s->watch_started || !s->hb_started || !s->lease_started) {
 		kv_server_stop(s);
 		return KV_ENOMEM;
 	}
@@ -474,6 +491,8 @@ kv_server_stop(kv_server *s)
 		pthread_join(s->watch_thr, NULL);
 	if (s->hb_started)
 		pthread_join(s->hb_thr, NULL);
+	if (s->lease_started)
+		pthread_join(s->lease_thr, NULL);
 	kv_mig_destroy(s->mig);
 	s->mig = NULL;
 	if (s->started)

@@ -59,6 +59,10 @@ typedef struct {
 	 * server's certificate is also its client certificate towards the
 	 * controller and other servers. NULL: not given. */
 	kv_tls_files tls;
+	/* The lease (common/config.h KV_LEASE_*), for tests only (no flag): 0
+	 * takes the default. lease_ms must not exceed the controller's. */
+	unsigned lease_ms;       /* how long a renewal lasts from its send time */
+	unsigned lease_renew_ms; /* how often the lease is renewed */
 } kv_server_cfg;
 
 /* Controller addresses --controller takes at most. */
@@ -145,6 +149,14 @@ kv_server_leave_result kv_server_leave(kv_server *s, uint32_t timeout_ms, kv_ser
  * nothing). Idempotent; not concurrent with another call on s.
  */
 int kv_server_stop(kv_server *s);
+
+/*
+ * Whether the controller has said this node is gone (removed, or left by
+ * `shardkv leave` rather than kv_server_leave): the server then answers no
+ * data request and stops registering; the caller should stop it and exit
+ * non-zero (main.c exits 4). Copies the reason into why. Thread-safe.
+ */
+bool kv_server_gone(kv_server *s, char *why, size_t whylen);
 
 /* Stops the server if needed and frees it. Accepts NULL. */
 void kv_server_destroy(kv_server *s);

@@ -64,12 +64,21 @@ struct kv_server {
 	atomic_bool leaving;               /* graceful leave requested */
 	atomic_uint_fast64_t ops;          /* ops served, for ops/s */
 	kv_metrics *metrics;               /* the --metrics listener, or NULL (metrics_srv.c) */
-	kv_buf auth;                       /* --auth-token-file secret (immutable); empty: none */
-	kv_tls *tls;                       /* --tls-* configuration (immutable); NULL: plain tcp */
+	/* The lease (doc/contract.md §2; heartbeat.c). lease_ns and renew_ns
+	 * are immutable. */
+	uint64_t lease_ns;                  /* a renewal lasts this long from its send */
+	uint64_t renew_ns;                  /* renewal period */
+	atomic_uint_fast64_t lease_sent_ns; /* send time of the last renewal answered OK;
+	                                       0: none yet */
+	atomic_bool gone;                   /* the controller said the node is gone */
+	kv_buf auth;                        /* --auth-token-file secret (immutable); empty: none */
+	kv_tls *tls;                        /* --tls-* configuration (immutable); NULL: plain tcp */
 
 	/* Life cycle, used only by the thread that calls create/start/stop. */
 	pthread_t watch_thr; /* follows the configurations (kv_srv_watch_main) */
 	pthread_t hb_thr;    /* heartbeats (kv_srv_heartbeat_main) */
+	pthread_t lease_thr; /* lease renewals (kv_srv_lease_main) */
+	bool lease_started;  /* lease_thr runs */
 	bool watch_started;  /* watch_thr runs */
 	bool hb_started;     /* hb_thr runs */
 	bool started;        /* kv_server_start got as far as listening */
@@ -82,9 +91,10 @@ struct kv_server {
 	atomic_uint_fast64_t err_count[KV_SRV_ERR_SLOTS]; /* failed ops and requests */
 	kv_lat_hist op_lat[KV_OP__COUNT]; /* receipt to reply of requests, by op kind in them */
 
-	pthread_mutex_t cfg_mu; /* protects cur and cluster_id */
+	pthread_mutex_t cfg_mu; /* protects cur, cluster_id and gone_why */
 	kv_config *cur;         /* latest applied configuration, NULL before */
 	char cluster_id[128];   /* from the node file or the first config */
+	char gone_why[256];     /* why the node is gone (with `gone`) */
 
 	pthread_mutex_t ctl_mu; /* protects ctl_idx */
 	kv_rpc_client **ctl;    /* one client per controller address */
@@ -136,6 +146,24 @@ kv_srv_count_error(kv_server *s, int status)
 	size_t slot = status < 0 && status >= KV_ERR_MIN ? (size_t)-status : 0;
 	atomic_fetch_add_explicit(&s->err_count[slot], 1, memory_order_relaxed);
 }
+
+/* Records a renewal the controller answered OK (register or heartbeat),
+ * sent at sent_ns (monotonic): the lease runs until sent_ns + lease_ns. */
+static inline void
+kv_srv_lease_renewed(kv_server *s, uint64_t sent_ns)
+{
+	uint64_t old = atomic_load(&s->lease_sent_ns);
+	while (old < sent_ns && !atomic_compare_exchange_weak(&s->lease_sent_ns, &old, sent_ns))
+		;
+}
+
+/* Whether the server may answer data requests now: it holds a lease and is
+ * not gone. Otherwise writes why into msg. Cheap: two atomic loads and a
+ * clock read. */
+bool kv_srv_lease_ok(kv_server *s, char *msg, size_t msglen);
+
+/* The controller said the node is gone: stop serving for good (heartbeat.c). */
+void kv_srv_set_gone(kv_server *s, const char *detail);
 
 /* metrics_srv.c: starts the --metrics listener when configured. On failure
  * logs the reason and returns KV_EINVAL, KV_EADDRINUSE or KV_ENOMEM. Call

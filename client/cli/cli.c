@@ -34,6 +34,7 @@ enum {
 	OPT_PREFIX = 1u << 2,
 	OPT_LIMIT = 1u << 3,
 	OPT_RATE = 1u << 4,
+	OPT_LOSS = 1u << 5,
 };
 
 typedef struct cli_ctx cli_ctx;
@@ -79,6 +80,9 @@ static int cmd_rebalance(cli_ctx *x);
 static int cmd_cancel(cli_ctx *x);
 static int cmd_config(cli_ctx *x);
 static int cmd_status(cli_ctx *x);
+static int cmd_remove(cli_ctx *x);
+static int cmd_locate(cli_ctx *x);
+static int cmd_check(cli_ctx *x);
 static int cmd_bench(cli_ctx *x);
 
 static const cli_cmd cmds[] = {
@@ -100,10 +104,16 @@ static const cli_cmd cmds[] = {
      "give [START, END) to NODE", cmd_move},
     {"rebalance", 0, 0, OPT_WAIT | OPT_RATE, true, "[--rate MB/s] [--wait]",
      "even out data across nodes", cmd_rebalance},
+    {"remove", 1, 1, OPT_LOSS, true, "NODE [--accept-data-loss]",
+     "forget a node that is down (a live one: use leave)", cmd_remove},
     {"cancel", 1, 1, 0, true, "MIGRATION_ID",
      "stop a migration that has not fenced (ids: shardkv status)", cmd_cancel},
     {"config", 0, 1, 0, true, "[EPOCH]", "print the configuration (default: latest)", cmd_config},
     {"status", 0, 0, 0, true, "", "print nodes, ranges, statistics and migrations", cmd_status},
+    {"locate", 1, 1, 0, true, "KEY", "print the range holding KEY, its node and replicas",
+     cmd_locate},
+    {"check", 0, 0, 0, true, "",
+     "exit 0 when every range has a live primary, else 3 and the problems", cmd_check},
     {"bench", 0, -1, 0, false, "[options]", "measure throughput and latency (shardkv bench --help)",
      cmd_bench},
 };
@@ -263,6 +273,9 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 		} else if (strcmp(s, "--wait") == 0) {
 			a->wait = true;
 			seen |= OPT_WAIT;
+		} else if (strcmp(s, "--accept-data-loss") == 0) {
+			a->accept_data_loss = true;
+			seen |= OPT_LOSS;
 		} else if (strcmp(s, "--no-rebalance") == 0) {
 			a->no_rebalance = true;
 			seen |= OPT_NOREB;
@@ -294,9 +307,9 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 	if (a->cmd == NULL)
 		return usage_err(err, errlen, "no command given (try 'shardkv --help')");
 	if (seen & ~cmd->opts) {
-		static const char *names[] = {"--wait", "--no-rebalance", "--prefix", "--limit",
-		                              "--rate"};
-		for (unsigned b = 0; b < 5; b++)
+		static const char *names[] = {"--wait",  "--no-rebalance", "--prefix",
+		                              "--limit", "--rate",         "--accept-data-loss"};
+		for (unsigned b = 0; b < 6; b++)
 			if ((seen & ~cmd->opts) & (1u << b))
 				return usage_err(err, errlen, "%s: option %s does not apply",
 				                 cmd->name, names[b]);
@@ -414,7 +427,8 @@ fail(cli_ctx *x, int err)
 	 * not a missing key (1). */
 	if (err == SHARDKV_ENOTFOUND &&
 	    (strcmp(x->a->cmd, "join") == 0 || strcmp(x->a->cmd, "leave") == 0 ||
-	     strcmp(x->a->cmd, "move") == 0 || strcmp(x->a->cmd, "rebalance") == 0))
+	     strcmp(x->a->cmd, "remove") == 0 || strcmp(x->a->cmd, "move") == 0 ||
+	     strcmp(x->a->cmd, "rebalance") == 0))
 		return 2;
 	return kv_cli_exit_code(err);
 }
@@ -783,7 +797,7 @@ cmd_cancel(cli_ctx *x)
 }
 
 static void
-json_migrations(FILE *f, const shardkv_config *cfg)
+json_migrations(FILE *f, const shardkv_config *cfg, bool status)
 {
 	fprintf(f, "\"migrations\": [");
 	for (size_t i = 0; i < cfg->nmigrations; i++) {
@@ -796,9 +810,12 @@ json_migrations(FILE *f, const shardkv_config *cfg)
 		        ", \"from\": %" PRIu32 ", \"to\": %" PRIu32 ", \"phase\": \"%s\", "
 		        "\"keys_copied\": %" PRIu64 ", \"bytes_copied\": %" PRIu64
 		        ", \"keys_total\": %" PRIu64 ", \"bytes_total\": %" PRIu64
-		        ", \"rate_bytes_s\": %" PRIu64 ", \"eta_s\": %.3f}",
+		        ", \"rate_bytes_s\": %" PRIu64 ", \"eta_s\": %.3f",
 		        m->from, m->to, m->phase, m->keys_copied, m->bytes_copied, m->keys_total,
 		        m->bytes_total, m->rate_bytes_s, (double)m->eta_ms / 1000.0);
+		if (status) /* since the source's last progress report */
+			fprintf(f, ", \"progress_age_ms\": %" PRIu64, m->progress_age_ms);
+		fputc('}', f);
 	}
 	fprintf(f, "]");
 }
@@ -837,7 +854,7 @@ json_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 		fprintf(f, ", \"node\": %" PRIu32 "}", r->node);
 	}
 	fprintf(f, "], ");
-	json_migrations(f, cfg);
+	json_migrations(f, cfg, status);
 	if (status) {
 		fprintf(f, ", \"controllers\": [");
 		if (cfg->ncontrollers == 0 && strchr(x->ctl, ',') == NULL) {
@@ -876,9 +893,10 @@ human_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 				nr += cfg->ranges[j].node == n->id;
 			fprintf(f, " ranges=%zu", nr);
 		}
-		if (status && n->has_stats)
-			fprintf(f, " keys=%" PRIu64 " bytes=%" PRIu64 " ops/s=%.1f", n->keys,
-			        n->bytes, n->ops_per_sec);
+		if (status && n->has_stats && n->state != SHARDKV_NODE_GONE)
+			fprintf(f, " keys=%" PRIu64 " bytes=%" PRIu64 " ops/s=%.1f last_seen=%.1fs",
+			        n->keys, n->bytes, n->ops_per_sec,
+			        (double)n->last_seen_ms / 1000.0);
 		fputc('\n', f);
 	}
 	fprintf(f, "ranges:\n");
@@ -961,6 +979,202 @@ cmd_status(cli_ctx *x)
 		human_config(x, cfg, true);
 	shardkv_config_free(cfg);
 	return 0;
+}
+
+static int
+cmd_remove(cli_ctx *x)
+{
+	shardkv_admin_result r = {0};
+	uint32_t lost = 0;
+	int rv = shardkv_remove(x->c, x->a->args[0],
+	                        x->a->accept_data_loss ? SHARDKV_ACCEPT_DATA_LOSS : 0, &r, &lost);
+
+	if (rv != 0)
+		return fail(x, rv);
+	if (x->a->json)
+		fprintf(x->out,
+		        "{\"epoch\": %" PRIu64 ", \"removed\": %" PRIu32
+		        ", \"ranges_lost\": %" PRIu32 "}\n",
+		        r.epoch, r.node_id, lost);
+	else
+		fprintf(x->out,
+		        "removed node %" PRIu32 " in epoch %" PRIu64 " (%" PRIu32
+		        " range%s lost data)\n",
+		        r.node_id, r.epoch, lost, lost == 1 ? "" : "s");
+	return 0;
+}
+
+/* Returns the index of the range of cfg holding key, or -1 (empty map). */
+static long
+range_of(const shardkv_config *cfg, const char *key, size_t klen)
+{
+	long found = -1;
+
+	for (size_t i = 0; i < cfg->nranges; i++) {
+		const shardkv_buf *st = &cfg->ranges[i].start;
+		size_t n = st->len < klen ? st->len : klen;
+		int c = n ? memcmp(st->data, key, n) : 0;
+		if (c < 0 || (c == 0 && st->len <= klen))
+			found = (long)i; /* start <= key */
+		else
+			break;
+	}
+	return found;
+}
+
+static const shardkv_node *
+node_of(const shardkv_config *cfg, uint32_t id)
+{
+	for (size_t i = 0; i < cfg->nnodes; i++)
+		if (cfg->nodes[i].id == id)
+			return &cfg->nodes[i];
+	return NULL;
+}
+
+static int
+cmd_locate(cli_ctx *x)
+{
+	const char *key = x->a->args[0];
+	shardkv_config *cfg;
+	const shardkv_range *r;
+	const shardkv_node *n;
+	long i;
+	int rv;
+
+	if ((rv = shardkv_config_get(x->c, 0, &cfg)) != 0)
+		return fail(x, rv);
+	if ((i = range_of(cfg, key, strlen(key))) < 0) {
+		fprintf(x->err, "shardkv: locate: the cluster has no ranges yet (join a node)\n");
+		shardkv_config_free(cfg);
+		return KV_CLI_UNAVAIL;
+	}
+	r = &cfg->ranges[i];
+	n = node_of(cfg, r->node);
+	/* One copy per range until replication: the replicas are the primary. */
+	if (x->a->json) {
+		fprintf(x->out, "{\"key\": ");
+		json_str(x->out, key, strlen(key));
+		fprintf(x->out, ", \"start\": ");
+		json_str(x->out, r->start.data, r->start.len);
+		fprintf(x->out, ", \"end\": ");
+		json_str(x->out, r->end.data, r->end.len);
+		fprintf(x->out, ", \"node\": %" PRIu32 ", \"address\": ", r->node);
+		json_str(x->out, n ? n->address : "", n ? strlen(n->address) : 0);
+		fprintf(x->out, ", \"state\": \"%s\", \"replicas\": [%" PRIu32 "]}\n",
+		        n ? shardkv_node_state_name(n->state) : "unknown", r->node);
+	} else {
+		fprintf(x->out, "key ");
+		human_str(x->out, key, strlen(key));
+		fprintf(x->out, " is in [");
+		human_str(x->out, r->start.data, r->start.len);
+		fprintf(x->out, ", ");
+		human_str(x->out, r->end.data, r->end.len);
+		fprintf(x->out, ")\nprimary: node %" PRIu32 " %s (%s)\nreplicas: %" PRIu32 "\n",
+		        r->node, n ? n->address : "?",
+		        n ? shardkv_node_state_name(n->state) : "unknown", r->node);
+	}
+	shardkv_config_free(cfg);
+	return 0;
+}
+
+/* check: a joining or draining node not heard from for this long is a
+ * problem (the lease plus its margin, common/config.h). */
+#define CHECK_SILENT_MS 3000u
+/* check: a migration whose source has not reported progress for this long
+ * is stuck (sources report about once a second). */
+#define CHECK_STUCK_MS 30000u
+
+/* One problem found by check: printed as a line, or a JSON object. */
+static void check_problem(cli_ctx *x, size_t *np, const char *kind, uint32_t node, uint64_t mig,
+                          const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void
+check_problem(cli_ctx *x, size_t *np, const char *kind, uint32_t node, uint64_t mig,
+              const char *fmt, ...)
+{
+	char line[600];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (x->a->json) {
+		fprintf(x->out, "%s{\"kind\": \"%s\"", (*np)++ ? ", " : "", kind);
+		if (node)
+			fprintf(x->out, ", \"node\": %" PRIu32, node);
+		if (mig)
+			fprintf(x->out, ", \"migration\": %" PRIu64, mig);
+		fprintf(x->out, ", \"detail\": ");
+		json_str(x->out, line, strlen(line));
+		fputc('}', x->out);
+	} else {
+		(*np)++;
+		fprintf(x->out, "%s\n", line);
+	}
+}
+
+static int
+cmd_check(cli_ctx *x)
+{
+	shardkv_config *cfg;
+	size_t np = 0, nlive = 0;
+	int rv;
+
+	if ((rv = shardkv_status(x->c, &cfg)) != 0)
+		return fail(x, rv);
+	if (x->a->json)
+		fprintf(x->out, "{\"epoch\": %" PRIu64 ", \"problems\": [", cfg->epoch);
+	for (size_t i = 0; i < cfg->nnodes; i++) {
+		const shardkv_node *n = &cfg->nodes[i];
+		double s = (double)n->last_seen_ms / 1000.0;
+		nlive += n->state == SHARDKV_NODE_ACTIVE;
+		if (n->state == SHARDKV_NODE_DOWN)
+			check_problem(x, &np, "node_down", n->id, 0,
+			              "node %" PRIu32 " (%s) is down: no heartbeat for %.1f s",
+			              n->id, n->address, s);
+		else if ((n->state == SHARDKV_NODE_JOINING || n->state == SHARDKV_NODE_DRAINING) &&
+		         n->last_seen_ms > CHECK_SILENT_MS)
+			check_problem(x, &np, "node_silent", n->id, 0,
+			              "node %" PRIu32
+			              " (%s, %s) has not sent a heartbeat for %.1f s",
+			              n->id, n->address, shardkv_node_state_name(n->state), s);
+	}
+	for (size_t i = 0; i < cfg->nranges; i++) {
+		const shardkv_range *r = &cfg->ranges[i];
+		const shardkv_node *n = node_of(cfg, r->node);
+		char a[300], b[300];
+		if (n != NULL && n->state != SHARDKV_NODE_DOWN && n->state != SHARDKV_NODE_GONE)
+			continue;
+		kv_cli_json_escape(r->start.data, r->start.len < 40 ? r->start.len : 40, a,
+		                   sizeof(a));
+		kv_cli_json_escape(r->end.data, r->end.len < 40 ? r->end.len : 40, b, sizeof(b));
+		check_problem(x, &np, "no_live_primary", r->node, 0,
+		              "range [\"%s\", \"%s\") has no live primary: node %" PRIu32 " is %s",
+		              a, b, r->node, n ? shardkv_node_state_name(n->state) : "unknown");
+	}
+	for (size_t i = 0; i < cfg->nmigrations; i++) {
+		const shardkv_migration *m = &cfg->migrations[i];
+		const shardkv_node *f = node_of(cfg, m->from), *t = node_of(cfg, m->to);
+		bool down =
+		    (f && f->state == SHARDKV_NODE_DOWN) || (t && t->state == SHARDKV_NODE_DOWN);
+		if (down || m->progress_age_ms > CHECK_STUCK_MS)
+			check_problem(x, &np, "migration_stuck", 0, m->id,
+			              "migration %" PRIu64 " (%" PRIu32 " -> %" PRIu32
+			              ", %s) is stuck: %s",
+			              m->id, m->from, m->to, m->phase,
+			              down ? "a node it involves is down"
+			                   : "no progress report for over 30 s");
+	}
+	if (x->a->json)
+		fprintf(x->out, "], \"ok\": %s}\n", np ? "false" : "true");
+	else if (np == 0)
+		fprintf(x->out,
+		        "ok: epoch %" PRIu64
+		        ", %zu active node%s, %zu range%s, every range has a live primary\n",
+		        cfg->epoch, nlive, nlive == 1 ? "" : "s", cfg->nranges,
+		        cfg->nranges == 1 ? "" : "s");
+	shardkv_config_free(cfg);
+	return np ? KV_CLI_UNAVAIL : 0;
 }
 
 /* ---------------------------------------------------------------------------

@@ -30,6 +30,7 @@ typedef struct {
 	const char **args;           /* the positional arguments, in order (array owned) */
 	bool wait;                   /* --wait */
 	bool no_rebalance;           /* --no-rebalance */
+	bool accept_data_loss;       /* --accept-data-loss */
 	const char *prefix;          /* --prefix */
 	long long limit;             /* --limit; -1 when not given */
 	uint32_t rate_mb_s;          /* --rate */

@@ -290,8 +290,9 @@ SHARDKV_API void shardkv_scan_result_free(shardkv_scan_result *r);
  * ------------------------------------------------------------------------- */
 
 /* Flags of the admin commands. */
-#define SHARDKV_WAIT         0x1u /* block until every migration of the new epoch has finished */
-#define SHARDKV_NO_REBALANCE 0x2u /* join: register only */
+#define SHARDKV_WAIT             0x1u /* block until every migration of the new epoch has finished */
+#define SHARDKV_NO_REBALANCE     0x2u /* join: register only */
+#define SHARDKV_ACCEPT_DATA_LOSS 0x4u /* remove: give away ranges only the node held */
 
 /* What an admin command did. Plain values; nothing to free. */
 typedef struct {
@@ -307,9 +308,10 @@ typedef enum {
 	SHARDKV_NODE_ACTIVE = 2,
 	SHARDKV_NODE_DRAINING = 3,
 	SHARDKV_NODE_GONE = 4,
+	SHARDKV_NODE_DOWN = 5, /* no heartbeat for longer than the lease; keeps its ranges */
 } shardkv_node_state;
 
-/* Returns "joining", "active", "draining", "gone" or "unknown". */
+/* Returns "joining", "active", "draining", "gone", "down" or "unknown". */
 SHARDKV_API const char *shardkv_node_state_name(int state);
 
 /* A node of a configuration. */
@@ -334,18 +336,19 @@ typedef struct {
 
 /* A migration in flight. */
 typedef struct {
-	uint64_t id;           /* migration id */
-	shardkv_buf start;     /* the moving range */
-	shardkv_buf end;       /* empty: end of the key space */
-	uint32_t from;         /* source node */
-	uint32_t to;           /* destination node */
-	const char *phase;     /* "pending", "copying", "catchup", "fenced", ... (static) */
-	uint64_t keys_copied;  /* acknowledged by the destination */
-	uint64_t bytes_copied; /* acknowledged by the destination */
-	uint64_t keys_total;   /* estimate; 0: unknown */
-	uint64_t bytes_total;  /* estimate; 0: unknown */
-	uint64_t eta_ms;       /* estimate; 0: unknown */
-	uint64_t rate_bytes_s; /* measured copy rate (status only); 0: unknown */
+	uint64_t id;              /* migration id */
+	shardkv_buf start;        /* the moving range */
+	shardkv_buf end;          /* empty: end of the key space */
+	uint32_t from;            /* source node */
+	uint32_t to;              /* destination node */
+	const char *phase;        /* "pending", "copying", "catchup", "fenced", ... (static) */
+	uint64_t keys_copied;     /* acknowledged by the destination */
+	uint64_t bytes_copied;    /* acknowledged by the destination */
+	uint64_t keys_total;      /* estimate; 0: unknown */
+	uint64_t bytes_total;     /* estimate; 0: unknown */
+	uint64_t eta_ms;          /* estimate; 0: unknown */
+	uint64_t rate_bytes_s;    /* measured copy rate (status only); 0: unknown */
+	uint64_t progress_age_ms; /* status only: since the source last reported progress */
 } shardkv_migration;
 
 /* A controller replica (status only). */
@@ -385,6 +388,17 @@ SHARDKV_API int shardkv_leave(shardkv_client *c, const char *node, unsigned flag
 SHARDKV_API int shardkv_move(shardkv_client *c, const void *start, size_t slen, const void *end,
                              size_t elen, const char *node, uint32_t rate_mb_s, unsigned flags,
                              shardkv_admin_result *out);
+
+/*
+ * Forgets `node` (id or address), which must be down (doc/contract.md §4):
+ * SHARDKV_EPERM for a live node (use shardkv_leave) and, without
+ * SHARDKV_ACCEPT_DATA_LOSS, for a node that holds the only copy of ranges;
+ * with it those ranges go to another node empty. On 0 *out (may be NULL)
+ * holds the epoch and *ranges_lost (may be NULL) how many ranges lost
+ * their data.
+ */
+SHARDKV_API int shardkv_remove(shardkv_client *c, const char *node, unsigned flags,
+                               shardkv_admin_result *out, uint32_t *ranges_lost);
 
 /*
  * Cancels the migration `migration_id` (shardkv_migration.id, as the status

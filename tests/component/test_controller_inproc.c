@@ -6,7 +6,9 @@
  * answers a held watch and returns at once, start and create refuse a taken
  * address and a data dir in use, and a three-replica Raft group in one
  * process elects a leader, commits a join on every replica, survives the
- * leader's stop and lets the stopped replica catch up when it starts again.
+ * leader's stop and lets the stopped replica catch up when it starts again;
+ * and the group's leader declares a silent node down through Raft and
+ * back when it heartbeats.
  *
  * Nothing here needs a process of its own: killing a controller with
  * SIGKILL is what test_cluster_raft and checker_kill_controller do.
@@ -125,6 +127,10 @@ ctl_init(struct ctl *k, const char *base, const char *name)
 	snprintf(k->dir, sizeof(k->dir), "%s/%s", base, name);
 	k->cfg.listen = k->url;
 	k->cfg.data_dir = k->dir;
+	/* The joins here name addresses where no server runs: a lease long
+	 * enough that no liveness change adds epochs the tests count. The
+	 * liveness tests set their own. */
+	k->cfg.lease_ms = 600000;
 	assert_int_equal(kv_rpc_client_create(k->url, &k->cli), KV_OK);
 }
 
@@ -413,6 +419,101 @@ three_replicas_in_one_process_elect_a_leader_and_commit_a_join(void **state)
 		ctl_fini(&g[i]);
 }
 
+/* ---- liveness in a replicated group ---- */
+
+/* The status of an answer as a KV_E* code. */
+static int
+live_err(const Shardkv__AdminResponse *r)
+{
+	return kv_err_from_wire(r->status);
+}
+
+/* Frees an answer; accepts NULL. */
+static void
+live_free(Shardkv__AdminResponse *r)
+{
+	if (r != NULL)
+		shardkv__admin_response__free_unpacked(r, NULL);
+}
+
+/* The state of node id in the config r carries; 0 when absent. */
+static int
+state_in(const Shardkv__AdminResponse *r, uint32_t id)
+{
+	for (size_t i = 0; r->config && i < r->config->n_nodes; i++)
+		if (r->config->nodes[i]->id == id)
+			return (int)r->config->nodes[i]->state;
+	return 0;
+}
+
+static void
+replicated_leader_declares_a_silent_node_down_through_raft(void **state)
+{
+	kv_test_dir *d = *state;
+	struct ctl g[NREPL];
+	uint64_t epoch = 0, rid = 0, t0;
+	int leader;
+
+	group_init(g, d->path);
+	for (int i = 0; i < NREPL; i++) {
+		g[i].cfg.lease_ms = 200;
+		g[i].cfg.lease_margin_ms = 100; /* down after 200 + 100 + 400 (election) */
+	}
+	for (int i = 0; i < NREPL; i++)
+		ctl_start(&g[i]);
+	t0 = kv_test_now_ms();
+	leader = join_at_leader(g, "tcp://127.0.0.1:7101", 21, &epoch, &rid);
+	assert_int_equal(epoch, 1);
+	/* Nothing heartbeats for it: the leader commits it down, and every
+	 * replica applies that. */
+	wait_applied(g, 2);
+	assert_true(kv_test_now_ms() - t0 >= 700);
+	for (int i = 0; i < NREPL; i++) {
+		Shardkv__AdminResponse *r = get_config(g[i].cli, 2);
+		assert_non_null(r);
+		assert_int_equal(live_err(r), KV_OK);
+		assert_int_equal(state_in(r, 1), SHARDKV__NODE_STATE__NODE_STATE_DOWN);
+		live_free(r);
+	}
+	/* A heartbeat from it is refused (no lease for a down node) and brings
+	 * it back by another commit. */
+	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__Heartbeat hb = SHARDKV__HEARTBEAT__INIT;
+	hb.node_id = 1;
+	hb.lease_only = true;
+	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_HEARTBEAT;
+	rq.heartbeat = &hb;
+	Shardkv__AdminResponse *r = call(g[leader].cli, &rq, 10000);
+	assert_non_null(r);
+	assert_int_equal(live_err(r), KV_EBUSY);
+	live_free(r);
+	/* (Exactly epoch 3: it goes down again 700 ms later, silent.) */
+	for (t0 = kv_test_now_ms();; kv_test_sleep_ms(10)) {
+		assert_true(kv_test_now_ms() - t0 < 10000);
+		r = get_config(g[leader].cli, 3);
+		assert_non_null(r);
+		if (live_err(r) == KV_OK)
+			break;
+		live_free(r);
+	}
+	assert_int_equal(state_in(r, 1), SHARDKV__NODE_STATE__NODE_STATE_ACTIVE);
+	live_free(r);
+	/* Once back, its renewals are granted. */
+	for (t0 = kv_test_now_ms();; kv_test_sleep_ms(10)) {
+		assert_true(kv_test_now_ms() - t0 < 10000);
+		rq.request_id = 0;
+		r = call(g[leader].cli, &rq, 10000);
+		assert_non_null(r);
+		int rv = live_err(r);
+		live_free(r);
+		if (rv == KV_OK)
+			break;
+		assert_int_equal(rv, KV_EBUSY);
+	}
+	for (int i = 0; i < NREPL; i++)
+		ctl_fini(&g[i]);
+}
+
 int
 main(void)
 {
@@ -427,6 +528,9 @@ main(void)
 	        teardown),
 	    cmocka_unit_test_setup_teardown(
 	        three_replicas_in_one_process_elect_a_leader_and_commit_a_join, kv_test_dir_setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        replicated_leader_declares_a_silent_node_down_through_raft, kv_test_dir_setup,
 	        teardown),
 	};
 	signal(SIGPIPE, SIG_IGN);

@@ -27,3 +27,11 @@ kv_add_test(test_server_inproc SOURCES component/test_server_inproc.c
 # appends lose none. scripts/mutants.sh relies on these.
 kv_add_test(test_server_migration SOURCES component/test_server_migration.c
   LIBS kv_inproc_srv shardkv kv_testutil TIMEOUT 90 LABELS concurrency)
+
+# Node liveness and server leases with a real controller and real servers in
+# the test process, short leases through their create options: a stopped
+# server declared down and back, a fresh controller waiting a full lease,
+# a server cut off from the controller refusing data requests, remove, and
+# the CLI's locate and check.
+kv_add_test(test_liveness_inproc SOURCES component/test_liveness_inproc.c
+  LIBS kv_controller kv_inproc_srv kv_cli kv_proto kv_testutil TIMEOUT 120 LABELS concurrency)

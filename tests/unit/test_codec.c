@@ -94,7 +94,8 @@ sample_config(uint64_t e)
 	                            .bytes_total = 2000,
 	                            .rate_bytes_s = 500,
 	                            .eta_ms = 2000,
-	                            .rate_limit_mb_s = 3};
+	                            .rate_limit_mb_s = 3,
+	                            .progress_age_ms = e};
 	set(&c->migs[0].start, "a");
 	set(&c->migs[0].end, "c");
 	c->nmigs = 1;
@@ -119,6 +120,7 @@ assert_migration(const kv_migration *a, const kv_migration *b)
 	assert_int_equal(a->rate_bytes_s, b->rate_bytes_s);
 	assert_int_equal(a->eta_ms, b->eta_ms);
 	assert_int_equal(a->rate_limit_mb_s, b->rate_limit_mb_s);
+	assert_int_equal(a->progress_age_ms, b->progress_age_ms);
 }
 
 static void
@@ -159,6 +161,15 @@ config_round_trips_through_pack_and_unpack(void **state)
 	assert_int_equal(kv_codec_config_unpack(b.data, b.len, &d), KV_OK);
 	assert_config(c, d);
 	kv_config_free(d);
+	kv_buf_fini(&b);
+	/* A node that is down (doc/contract.md §2) keeps its state. */
+	c->nodes[0].state = KV_NODE_DOWN;
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	assert_int_equal(kv_codec_config_pack(c, &b), KV_OK);
+	assert_int_equal(kv_codec_config_unpack(b.data, b.len, &d), KV_OK);
+	assert_int_equal(d->nodes[0].state, KV_NODE_DOWN);
+	assert_config(c, d);
+	kv_config_free(d);
 	kv_config_free(c);
 	kv_buf_fini(&b);
 }
@@ -191,6 +202,8 @@ assert_admin_req(const kv_admin_req *a, const kv_admin_req *b)
 	assert_int_equal(a->node_id, b->node_id);
 	assert_int_equal(a->no_rebalance, b->no_rebalance);
 	assert_int_equal(a->join, b->join);
+	assert_int_equal(a->accept_data_loss, b->accept_data_loss);
+	assert_int_equal(a->lease_only, b->lease_only);
 	assert_bytes(a->start, b->start);
 	assert_bytes(a->end, b->end);
 	assert_int_equal(a->rate_mb_s, b->rate_mb_s);
@@ -292,6 +305,13 @@ every_admin_request_round_trips(void **state)
 	     .keys = 6,
 	     .bytes = 60,
 	     .last_seq = 99},
+	    {.op = KV_ADM_HEARTBEAT,
+	     .request_id = 15,
+	     .node_id = 3,
+	     .boot_id = 7,
+	     .lease_only = true},
+	    {.op = KV_ADM_REMOVE, .request_id = 16, .node_id = 2, .accept_data_loss = true},
+	    {.op = KV_ADM_REMOVE, .request_id = 17, .address = "tcp://h:2"},
 	    {.op = KV_ADM_WATCH,
 	     .request_id = 14,
 	     .epoch = 5,
@@ -343,6 +363,7 @@ assert_admin_resp(const kv_admin_resp *a, const kv_admin_resp *b)
 		assert_config(a->configs[i], b->configs[i]);
 	assert_int_equal(a->wait_ms, b->wait_ms);
 	assert_int_equal(a->node_id, b->node_id);
+	assert_int_equal(a->ranges_lost, b->ranges_lost);
 	assert_int_equal(a->nmig_ids, b->nmig_ids);
 	for (size_t i = 0; i < a->nmig_ids; i++)
 		assert_int_equal(a->mig_ids[i], b->mig_ids[i]);
@@ -432,6 +453,7 @@ every_admin_response_round_trips(void **state)
 	    {.request_id = 5, .epoch = 4, .report = &raft, .term = 3, .commit_index = 9},
 	    {.request_id = 6, .epoch = 5, .mig_ids = ids, .nmig_ids = 2, .wait_ms = 14},
 	    {.request_id = 7, .err = KV_ENOTFOUND, .error = "no node 9"},
+	    {.request_id = 10, .epoch = 6, .node_id = 2, .ranges_lost = 3, .config = c4},
 	    {.request_id = 8, .err = KV_EUNAVAIL},
 	    {.request_id = 9,
 	     .err = KV_EUNAVAIL,

@@ -710,11 +710,157 @@ midpoint_lies_strictly_inside(void **state)
 	assert_false(kv_place_midpoint(B("a"), B("a\x01"), k, &n));
 }
 
+/* ---- remove ---- */
+
+static void
+remove_refuses_a_node_that_is_not_down(void **state)
+{
+	static const char *const cuts[] = {"m"};
+	static const uint32_t own[] = {1, 2};
+	kv_config *c = make(3, cuts, 1, own), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint64_t failed[4];
+	size_t nf = 9;
+	uint32_t lost = 9;
+	(void)state;
+
+	assert_int_equal(kv_place_remove(c, 2, false, true, &x, &n, &lost, failed, &nf), KV_EPERM);
+	assert_null(n);
+	assert_non_null(strstr(x.msg, "node 2 is active: use leave"));
+	assert_int_equal(kv_place_remove(c, 7, false, true, &x, &n, &lost, failed, &nf),
+	                 KV_ENOTFOUND);
+	/* A draining node keeps its state when silent: silent, it may go. */
+	c->nodes[1].state = KV_NODE_DRAINING;
+	assert_int_equal(kv_place_remove(c, 2, false, true, &x, &n, &lost, failed, &nf), KV_EPERM);
+	assert_int_equal(kv_place_remove(c, 2, true, true, &x, &n, &lost, failed, &nf), KV_OK);
+	assert_int_equal(kv_config_node(n, 2)->state, KV_NODE_GONE);
+	kv_config_free(n);
+	c->nodes[1].state = KV_NODE_ACTIVE;
+	assert_int_equal(kv_place_remove(c, 2, true, true, &x, &n, &lost, failed, &nf), KV_EPERM);
+	kv_config_free(c);
+}
+
+static void
+remove_of_a_down_node_with_ranges_needs_the_data_loss_flag(void **state)
+{
+	static const char *const cuts[] = {"g", "m", "t"};
+	static const uint32_t own[] = {1, 2, 3, 2};
+	kv_config *c = make(3, cuts, 3, own), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint64_t failed[4];
+	size_t nf = 0;
+	uint32_t lost = 0;
+	(void)state;
+
+	c->nodes[1].state = KV_NODE_DOWN;
+	assert_int_equal(kv_place_remove(c, 2, false, false, &x, &n, &lost, failed, &nf), KV_EPERM);
+	assert_null(n);
+	assert_non_null(strstr(x.msg, "holds the only copy of 2 ranges"));
+	kv_config_free(c);
+}
+
+static void
+remove_with_data_loss_gives_the_ranges_to_the_least_loaded_active_node(void **state)
+{
+	static const char *const cuts[] = {"g", "m", "t"};
+	static const uint32_t own[] = {1, 2, 3, 2};
+	kv_config *c = make(3, cuts, 3, own), *n = NULL;
+	struct pts p = {0};
+	kv_place_ctx x;
+	uint64_t failed[4];
+	size_t nf = 0;
+	uint32_t lost = 0;
+	(void)state;
+
+	pts_add(&p, "a", 0, 10, 1000); /* node 1 holds more than node 3 */
+	pts_add(&p, "n", 0, 2, 1000);
+	x = ctx_of(&p);
+	c->nodes[1].state = KV_NODE_DOWN;
+	assert_int_equal(kv_place_remove(c, 2, false, true, &x, &n, &lost, failed, &nf), KV_OK);
+	assert_non_null(n);
+	assert_int_equal(lost, 2);
+	assert_int_equal(nf, 0);
+	assert_int_equal(n->epoch, c->epoch + 1);
+	assert_int_equal(kv_config_node(n, 2)->state, KV_NODE_GONE);
+	assert_int_equal(owner(n, "h"), 3);
+	assert_int_equal(owner(n, "z"), 3);
+	assert_int_equal(owner(n, "a"), 1);
+	/* [m, t) and [t, "") merged with their new owner's neighbours. */
+	assert_int_equal(n->nranges, 2);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+remove_fails_the_migrations_of_the_node(void **state)
+{
+	static const char *const cuts[] = {"m"};
+	static const uint32_t own[] = {1, 2};
+	kv_config *c = make(2, cuts, 1, own), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint64_t failed[4];
+	size_t nf = 0;
+	uint32_t lost = 0;
+	(void)state;
+
+	/* [a, c) was moving from 1 to 2 (the map names 2 already). */
+	kv_buf_fini(&c->ranges[0].end);
+	setbuf_str(&c->ranges[0].end, "a");
+	c->ranges = realloc(c->ranges, 3 * sizeof(kv_range));
+	memmove(&c->ranges[2], &c->ranges[1], sizeof(kv_range));
+	memset(&c->ranges[1], 0, sizeof(kv_range));
+	setbuf_str(&c->ranges[1].start, "a");
+	setbuf_str(&c->ranges[1].end, "m");
+	c->ranges[1].node = 2;
+	c->nranges = 3;
+	c->ranges[2].node = 1; /* [m, "") back to 1: 2 owns only [a, m) */
+	add_mig(c, 3, "a", "c", 1, 2);
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	c->nodes[1].state = KV_NODE_DOWN;
+	assert_int_equal(kv_place_remove(c, 2, false, true, &x, &n, &lost, failed, &nf), KV_OK);
+	assert_int_equal(nf, 1);
+	assert_int_equal(failed[0], 3);
+	assert_int_equal(n->nmigs, 0);
+	/* [a, c) went back to its source; [c, m) had no other copy. */
+	assert_int_equal(lost, 1);
+	assert_int_equal(n->nranges, 1);
+	assert_int_equal(owner(n, "b"), 1);
+	assert_int_equal(n->epoch, c->epoch + 1);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+set_state_marks_nodes_down_and_back(void **state)
+{
+	kv_config *c = make(2, NULL, 0, NULL), *n = NULL;
+	uint32_t ids[] = {2};
+	kv_node_state st[] = {KV_NODE_DOWN};
+	(void)state;
+
+	assert_int_equal(kv_place_set_state(c, ids, st, 1, &n), KV_OK);
+	assert_int_equal(kv_config_node(n, 2)->state, KV_NODE_DOWN);
+	assert_int_equal(kv_config_node(n, 1)->state, KV_NODE_ACTIVE);
+	assert_int_equal(n->epoch, c->epoch + 1);
+	assert_string_equal(kv_node_state_name(KV_NODE_DOWN), "down");
+	kv_config_free(n);
+	ids[0] = 9;
+	assert_int_equal(kv_place_set_state(c, ids, st, 1, &n), KV_ENOTFOUND);
+	kv_config_free(c);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(first_join_owns_the_whole_key_space),
+	    cmocka_unit_test(remove_refuses_a_node_that_is_not_down),
+	    cmocka_unit_test(remove_of_a_down_node_with_ranges_needs_the_data_loss_flag),
+	    cmocka_unit_test(
+	        remove_with_data_loss_gives_the_ranges_to_the_least_loaded_active_node),
+	    cmocka_unit_test(remove_fails_the_migrations_of_the_node),
+	    cmocka_unit_test(set_state_marks_nodes_down_and_back),
 	    cmocka_unit_test(join_of_empty_cluster_gives_newcomer_half_the_printable_key_space),
 	    cmocka_unit_test(join_splits_at_reported_split_keys_by_size),
 	    cmocka_unit_test(join_with_data_that_cannot_be_cut_falls_back_to_key_space),
