@@ -256,7 +256,16 @@ config_to_public(const kv_config *cfg, const kv_admin_report *rep, shardkv_confi
 	if (cfg->nranges && (p->ranges = calloc(cfg->nranges, sizeof(*p->ranges))) == NULL)
 		goto err;
 	for (size_t i = 0; i < cfg->nranges; i++, p->nranges++) {
-		p->ranges[i].node = cfg->ranges[i].node;
+		const kv_range *cr = &cfg->ranges[i];
+		shardkv_range *pr = &p->ranges[i];
+		pr->node = cr->node;
+		pr->leader_epoch = cr->leader_epoch;
+		pr->nreplicas = kv_range_nreplicas(cr);
+		pr->ninsync = kv_range_ninsync(cr);
+		for (uint32_t k = 0; k < pr->nreplicas && k < SHARDKV_MAX_REPLICAS; k++)
+			pr->replicas[k] = kv_range_replica(cr, k);
+		for (uint32_t k = 0; k < pr->ninsync && k < SHARDKV_MAX_REPLICAS; k++)
+			pr->insync[k] = kv_range_insync(cr, k);
 		if (buf_dup(&p->ranges[i].start, &cfg->ranges[i].start) != KV_OK ||
 		    buf_dup(&p->ranges[i].end, &cfg->ranges[i].end) != KV_OK)
 			goto err;

@@ -65,7 +65,7 @@ kv_config_clone(const kv_config *c)
 	if (c->nranges && (n->ranges = calloc(c->nranges, sizeof(kv_range))) == NULL)
 		goto err;
 	for (size_t i = 0; i < c->nranges; i++, n->nranges++) {
-		n->ranges[i].node = c->ranges[i].node;
+		n->ranges[i] = c->ranges[i];
 		if (buf_copy(&n->ranges[i].start, &c->ranges[i].start) != KV_OK ||
 		    buf_copy(&n->ranges[i].end, &c->ranges[i].end) != KV_OK) {
 			n->nranges++;
@@ -115,6 +115,68 @@ kv_config_node_by_address(const kv_config *c, const char *address)
 	return NULL;
 }
 
+void
+kv_range_set_single(kv_range *r, uint32_t node)
+{
+	r->node = node;
+	r->nreplicas = r->ninsync = 0;
+	memset(r->replicas, 0, sizeof(r->replicas));
+	memset(r->insync, 0, sizeof(r->insync));
+}
+
+bool
+kv_range_has_replica(const kv_range *r, uint32_t node, bool in_isr)
+{
+	uint32_t n = in_isr ? kv_range_ninsync(r) : kv_range_nreplicas(r);
+
+	for (uint32_t i = 0; i < n && i < KV_MAX_REPLICAS; i++)
+		if ((in_isr ? kv_range_insync(r, i) : kv_range_replica(r, i)) == node)
+			return true;
+	return false;
+}
+
+bool
+kv_range_same_placement(const kv_range *a, const kv_range *b)
+{
+	if (a->node != b->node || kv_range_nreplicas(a) != kv_range_nreplicas(b) ||
+	    kv_range_ninsync(a) != kv_range_ninsync(b) || a->leader_epoch != b->leader_epoch)
+		return false;
+	for (uint32_t i = 0; i < kv_range_nreplicas(a) && i < KV_MAX_REPLICAS; i++)
+		if (!kv_range_has_replica(b, kv_range_replica(a, i), false))
+			return false;
+	for (uint32_t i = 0; i < kv_range_ninsync(a) && i < KV_MAX_REPLICAS; i++)
+		if (!kv_range_has_replica(b, kv_range_insync(a, i), true))
+			return false;
+	return true;
+}
+
+/* The replica set and ISR of one range against the invariant of config.h. */
+static int
+range_sets_check(const kv_config *c, const kv_range *r)
+{
+	if (r->nreplicas == 0)
+		return r->ninsync == 0 ? KV_OK : KV_EINVAL;
+	if (r->nreplicas < 2 || r->nreplicas > KV_MAX_REPLICAS || r->ninsync < 1 ||
+	    r->ninsync > r->nreplicas || r->replicas[0] != r->node || r->insync[0] != r->node)
+		return KV_EINVAL;
+	for (uint32_t i = 0; i < r->nreplicas; i++) {
+		const kv_node *nd = kv_config_node(c, r->replicas[i]);
+		if (nd == NULL || nd->state == KV_NODE_GONE)
+			return KV_EINVAL;
+		for (uint32_t j = 0; j < i; j++)
+			if (r->replicas[j] == r->replicas[i])
+				return KV_EINVAL;
+	}
+	for (uint32_t i = 0; i < r->ninsync; i++) {
+		if (!kv_range_has_replica(r, r->insync[i], false))
+			return KV_EINVAL;
+		for (uint32_t j = 0; j < i; j++)
+			if (r->insync[j] == r->insync[i])
+				return KV_EINVAL;
+	}
+	return KV_OK;
+}
+
 int
 kv_config_validate(const kv_config *c)
 {
@@ -129,7 +191,7 @@ kv_config_validate(const kv_config *c)
 	}
 	for (size_t i = 0; i < c->nranges; i++) {
 		const kv_range *r = &c->ranges[i];
-		if (kv_config_node(c, r->node) == NULL)
+		if (kv_config_node(c, r->node) == NULL || range_sets_check(c, r) != KV_OK)
 			return KV_EINVAL;
 		if (i == 0 && r->start.len != 0)
 			return KV_EINVAL;
@@ -138,7 +200,7 @@ kv_config_validate(const kv_config *c)
 			if (p->end.len == 0 ||
 			    kv_key_cmp(p->end.data, p->end.len, r->start.data, r->start.len) != 0)
 				return KV_EINVAL;
-			if (p->node == r->node)
+			if (kv_range_same_placement(p, r))
 				return KV_EINVAL;
 		}
 		if (kv_range_is_empty(r->start.data, r->start.len, r->end.data, r->end.len))

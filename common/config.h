@@ -8,8 +8,11 @@
  *
  * Range map invariant (kv_config_validate): ranges are sorted by start, the
  * first starts at "" and the last ends at "" (the end of the key space), each
- * starts where the previous ends, none is empty, every owner is a node of
- * the configuration, and adjacent ranges have different owners.
+ * starts where the previous ends, none is empty, every replica is a node of
+ * the configuration that is not gone (at most once per range), the primary
+ * leads both the replica set and the ISR, the ISR is a subset of the
+ * replicas, and adjacent ranges differ in placement
+ * (kv_range_same_placement).
  */
 #ifndef KV_COMMON_CONFIG_H
 #define KV_COMMON_CONFIG_H
@@ -63,11 +66,52 @@ typedef struct {
 	kv_node_state state; /* life-cycle state */
 } kv_node;
 
+/* The most replicas a range can have (controller --replicas). */
+#define KV_MAX_REPLICAS 5
+
+/*
+ * One range of the map and its replica set (doc/replication.md). With
+ * several replicas, replicas[0] and insync[0] are the primary (node) and
+ * the ISR is a subset of the replicas. nreplicas == ninsync == 0 means the
+ * primary is the only replica and the whole ISR: one copy, the form every
+ * configuration had before replica sets (kv_range_set_single). Read the
+ * sets through kv_range_nreplicas/kv_range_replica/kv_range_ninsync/
+ * kv_range_insync, which see a single range as {node}. leader_epoch is the
+ * configuration epoch in which the range's primary last changed; it never
+ * decreases for any key.
+ */
 typedef struct {
-	kv_buf start;  /* inclusive; empty: beginning of the key space */
-	kv_buf end;    /* exclusive; empty: end of the key space */
-	uint32_t node; /* owner */
+	kv_buf start;                       /* inclusive; empty: beginning of the key space */
+	kv_buf end;                         /* exclusive; empty: end of the key space */
+	uint32_t node;                      /* the primary: serves reads and writes */
+	uint32_t nreplicas;                 /* 0 (single), or 2..KV_MAX_REPLICAS */
+	uint32_t ninsync;                   /* 0 (single), or 1..nreplicas */
+	uint32_t replicas[KV_MAX_REPLICAS]; /* node ids, primary first */
+	uint32_t insync[KV_MAX_REPLICAS];   /* in-sync replicas, primary first */
+	uint64_t leader_epoch;              /* epoch of the last change of primary */
 } kv_range;
+
+/* The replica set and ISR as lists, a single range being {node}. */
+static inline uint32_t
+kv_range_nreplicas(const kv_range *r)
+{
+	return r->nreplicas ? r->nreplicas : 1;
+}
+static inline uint32_t
+kv_range_replica(const kv_range *r, uint32_t i)
+{
+	return r->nreplicas ? r->replicas[i] : r->node;
+}
+static inline uint32_t
+kv_range_ninsync(const kv_range *r)
+{
+	return r->nreplicas ? r->ninsync : 1;
+}
+static inline uint32_t
+kv_range_insync(const kv_range *r, uint32_t i)
+{
+	return r->nreplicas ? r->insync[i] : r->node;
+}
 
 typedef struct {
 	uint64_t id;              /* assigned by the controller, never reused */
@@ -115,6 +159,17 @@ int kv_config_validate(const kv_config *c);
 /* Returns the index of the range that contains key (binary search), or -1
  * when the map is empty. */
 long kv_config_find_range(const kv_config *c, const void *key, size_t klen);
+
+/* Makes node the range's primary and only replica. The leader epoch is
+ * left to the caller. */
+void kv_range_set_single(kv_range *r, uint32_t node);
+
+/* True when two ranges have the same primary, replica set, ISR and leader
+ * epoch, so that adjacent ones are one range. */
+bool kv_range_same_placement(const kv_range *a, const kv_range *b);
+
+/* True when node is one of the range's replicas (in_isr: of its ISR). */
+bool kv_range_has_replica(const kv_range *r, uint32_t node, bool in_isr);
 
 /* Returns the node with this id, or NULL. */
 const kv_node *kv_config_node(const kv_config *c, uint32_t id);

@@ -341,11 +341,24 @@ plan_apply(const struct plan *pl, kv_config *n, kv_place_ctx *x, bool revert)
 	if (r == NULL)
 		return KV_ENOMEM;
 	for (size_t i = 0; i < pl->n; i++) {
-		if (nr > 0 && r[nr - 1].node == pl->a[i].now)
+		/* The leader epoch (config.h) stays while an atom keeps its owner
+		 * and becomes this epoch where the owner changes; a merged range
+		 * takes the largest, so no key's leader epoch goes down. */
+		uint64_t le = n->epoch;
+		if (pl->a[i].old == pl->a[i].now) {
+			long j = kv_config_find_range(n, pl->a[i].key.data, pl->a[i].key.len);
+			if (j >= 0)
+				le = n->ranges[j].leader_epoch;
+		}
+		if (nr > 0 && r[nr - 1].node == pl->a[i].now) {
+			if (le > r[nr - 1].leader_epoch)
+				r[nr - 1].leader_epoch = le;
 			continue;
+		}
 		if (nr > 0 && kv_buf_set(&r[nr - 1].end, pl->a[i].key.data, pl->a[i].key.len) != 0)
 			goto err;
-		r[nr].node = pl->a[i].now;
+		kv_range_set_single(&r[nr], pl->a[i].now);
+		r[nr].leader_epoch = le;
 		if (pl->a[i].key.len &&
 		    kv_buf_set(&r[nr].start, pl->a[i].key.data, pl->a[i].key.len) != KV_OK) {
 			nr++;
@@ -723,7 +736,8 @@ kv_place_join(const kv_config *cur, const char *address, bool rebalance, kv_plac
 		n->ranges = calloc(1, sizeof(kv_range));
 		if (n->ranges == NULL)
 			goto nomem;
-		n->ranges[0].node = id;
+		kv_range_set_single(&n->ranges[0], id);
+		n->ranges[0].leader_epoch = cur->epoch + 1;
 		n->nranges = 1;
 	} else if (rebalance) {
 		nodes[n->nnodes - 1].state = KV_NODE_JOINING;
@@ -1048,6 +1062,8 @@ merge_ranges(kv_config *n)
 
 	for (size_t i = 0; i < n->nranges; i++) {
 		if (w > 0 && n->ranges[w - 1].node == n->ranges[i].node) {
+			if (n->ranges[i].leader_epoch > n->ranges[w - 1].leader_epoch)
+				n->ranges[w - 1].leader_epoch = n->ranges[i].leader_epoch;
 			kv_buf_fini(&n->ranges[w - 1].end);
 			n->ranges[w - 1].end = n->ranges[i].end;
 			kv_buf_fini(&n->ranges[i].start);
@@ -1129,8 +1145,10 @@ kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_lo
 		goto err;
 	}
 	for (size_t i = 0; i < n->nranges; i++)
-		if (n->ranges[i].node == node)
-			n->ranges[i].node = to;
+		if (n->ranges[i].node == node) {
+			kv_range_set_single(&n->ranges[i], to);
+			n->ranges[i].leader_epoch = cur->epoch + 1;
+		}
 	merge_ranges(n);
 	node_mut(n, node)->state = KV_NODE_GONE;
 	fix_states(n);

@@ -29,6 +29,30 @@ bytes_to_pb(const kv_buf *b)
 	return d;
 }
 
+/* A range's primary, replica set, ISR and leader epoch. A range that
+ * names no sets, or only its primary in both, is single (config.h);
+ * kv_config_validate checks the rest. */
+static int
+range_sets_from_pb(const Shardkv__Range *r, kv_range *x)
+{
+	x->leader_epoch = r->leader_epoch;
+	x->node = r->node_id;
+	if ((r->n_replicas == 0 && r->n_insync == 0) ||
+	    (r->n_replicas == 1 && r->n_insync == 1 && r->replicas[0] == r->node_id &&
+	     r->insync[0] == r->node_id)) {
+		kv_range_set_single(x, r->node_id);
+		return KV_OK;
+	}
+	if (r->n_replicas < 2 || r->n_replicas > KV_MAX_REPLICAS || r->n_insync < 1 ||
+	    r->n_insync > r->n_replicas)
+		return KV_EPROTO;
+	x->nreplicas = (uint32_t)r->n_replicas;
+	x->ninsync = (uint32_t)r->n_insync;
+	memcpy(x->replicas, r->replicas, r->n_replicas * sizeof(uint32_t));
+	memcpy(x->insync, r->insync, r->n_insync * sizeof(uint32_t));
+	return KV_OK;
+}
+
 int
 kv_codec_config_from_pb(const Shardkv__Config *pb, kv_config **out)
 {
@@ -61,7 +85,8 @@ kv_codec_config_from_pb(const Shardkv__Config *pb, kv_config **out)
 	for (size_t i = 0; i < pb->n_ranges; i++) {
 		const Shardkv__Range *r = pb->ranges[i];
 		c->nranges++;
-		c->ranges[i].node = r->node_id;
+		if ((rv = range_sets_from_pb(r, &c->ranges[i])) != KV_OK)
+			goto err;
 		if ((rv = bytes_from_pb(&c->ranges[i].start, r->start, KV_HARD_MAX_KEY)) != KV_OK ||
 		    (rv = bytes_from_pb(&c->ranges[i].end, r->end, KV_HARD_MAX_KEY)) != KV_OK)
 			goto err;
@@ -185,6 +210,16 @@ kv_codec_config_to_pb(const kv_config *c)
 		r->start = bytes_to_pb(&c->ranges[i].start);
 		r->end = bytes_to_pb(&c->ranges[i].end);
 		r->node_id = c->ranges[i].node;
+		/* The arrays are borrowed from the config, like the bytes; a range
+		 * whose only replica is its primary sends neither (the form
+		 * configurations had before replica sets). */
+		if (c->ranges[i].nreplicas > 0) {
+			r->n_replicas = c->ranges[i].nreplicas;
+			r->replicas = (uint32_t *)c->ranges[i].replicas;
+			r->n_insync = c->ranges[i].ninsync;
+			r->insync = (uint32_t *)c->ranges[i].insync;
+		}
+		r->leader_epoch = c->ranges[i].leader_epoch;
 		pb->ranges[i] = r;
 	}
 	for (size_t i = 0; i < c->nmigs; i++, pb->n_migrations++) {

@@ -796,6 +796,35 @@ cmd_cancel(cli_ctx *x)
 	return 0;
 }
 
+/* Node ids as a JSON array and as "1,2,3". */
+static void
+json_ids(FILE *f, const uint32_t *ids, size_t n)
+{
+	fputc('[', f);
+	for (size_t i = 0; i < n && i < SHARDKV_MAX_REPLICAS; i++)
+		fprintf(f, "%s%" PRIu32, i ? ", " : "", ids[i]);
+	fputc(']', f);
+}
+
+static void
+human_ids(FILE *f, const uint32_t *ids, size_t n)
+{
+	for (size_t i = 0; i < n && i < SHARDKV_MAX_REPLICAS; i++)
+		fprintf(f, "%s%" PRIu32, i ? "," : "", ids[i]);
+}
+
+/* Ranges whose in-sync set is smaller than their replica set
+ * (doc/contract.md §2). */
+static size_t
+under_replicated(const shardkv_config *cfg)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < cfg->nranges; i++)
+		k += cfg->ranges[i].ninsync < cfg->ranges[i].nreplicas;
+	return k;
+}
+
 static void
 json_migrations(FILE *f, const shardkv_config *cfg, bool status)
 {
@@ -851,9 +880,15 @@ json_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 		json_str(f, r->start.data, r->start.len);
 		fprintf(f, ", \"end\": ");
 		json_str(f, r->end.data, r->end.len);
-		fprintf(f, ", \"node\": %" PRIu32 "}", r->node);
+		fprintf(f, ", \"node\": %" PRIu32 ", \"replicas\": ", r->node);
+		json_ids(f, r->replicas, r->nreplicas);
+		fprintf(f, ", \"insync\": ");
+		json_ids(f, r->insync, r->ninsync);
+		fprintf(f, ", \"leader_epoch\": %" PRIu64 "}", r->leader_epoch);
 	}
 	fprintf(f, "], ");
+	if (status)
+		fprintf(f, "\"under_replicated\": %zu, ", under_replicated(cfg));
 	json_migrations(f, cfg, status);
 	if (status) {
 		fprintf(f, ", \"controllers\": [");
@@ -906,8 +941,17 @@ human_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 		human_str(f, r->start.data, r->start.len);
 		fprintf(f, ", ");
 		human_str(f, r->end.data, r->end.len);
-		fprintf(f, ") -> node %" PRIu32 "\n", r->node);
+		fprintf(f, ") -> node %" PRIu32, r->node);
+		if (r->nreplicas > 1) {
+			fprintf(f, " replicas=");
+			human_ids(f, r->replicas, r->nreplicas);
+			fprintf(f, " insync=");
+			human_ids(f, r->insync, r->ninsync);
+		}
+		fprintf(f, " leader_epoch=%" PRIu64 "\n", r->leader_epoch);
 	}
+	if (status)
+		fprintf(f, "under-replicated ranges: %zu\n", under_replicated(cfg));
 	fprintf(f, "migrations:%s\n", cfg->nmigrations ? "" : " none");
 	for (size_t i = 0; i < cfg->nmigrations; i++) {
 		const shardkv_migration *m = &cfg->migrations[i];
@@ -1050,7 +1094,6 @@ cmd_locate(cli_ctx *x)
 	}
 	r = &cfg->ranges[i];
 	n = node_of(cfg, r->node);
-	/* One copy per range until replication: the replicas are the primary. */
 	if (x->a->json) {
 		fprintf(x->out, "{\"key\": ");
 		json_str(x->out, key, strlen(key));
@@ -1060,8 +1103,12 @@ cmd_locate(cli_ctx *x)
 		json_str(x->out, r->end.data, r->end.len);
 		fprintf(x->out, ", \"node\": %" PRIu32 ", \"address\": ", r->node);
 		json_str(x->out, n ? n->address : "", n ? strlen(n->address) : 0);
-		fprintf(x->out, ", \"state\": \"%s\", \"replicas\": [%" PRIu32 "]}\n",
-		        n ? shardkv_node_state_name(n->state) : "unknown", r->node);
+		fprintf(x->out, ", \"state\": \"%s\", \"replicas\": ",
+		        n ? shardkv_node_state_name(n->state) : "unknown");
+		json_ids(x->out, r->replicas, r->nreplicas);
+		fprintf(x->out, ", \"insync\": ");
+		json_ids(x->out, r->insync, r->ninsync);
+		fprintf(x->out, ", \"leader_epoch\": %" PRIu64 "}\n", r->leader_epoch);
 	} else {
 		fprintf(x->out, "key ");
 		human_str(x->out, key, strlen(key));
@@ -1069,9 +1116,12 @@ cmd_locate(cli_ctx *x)
 		human_str(x->out, r->start.data, r->start.len);
 		fprintf(x->out, ", ");
 		human_str(x->out, r->end.data, r->end.len);
-		fprintf(x->out, ")\nprimary: node %" PRIu32 " %s (%s)\nreplicas: %" PRIu32 "\n",
-		        r->node, n ? n->address : "?",
-		        n ? shardkv_node_state_name(n->state) : "unknown", r->node);
+		fprintf(x->out, ")\nprimary: node %" PRIu32 " %s (%s)\nreplicas: ", r->node,
+		        n ? n->address : "?", n ? shardkv_node_state_name(n->state) : "unknown");
+		human_ids(x->out, r->replicas, r->nreplicas);
+		fprintf(x->out, "\ninsync: ");
+		human_ids(x->out, r->insync, r->ninsync);
+		fprintf(x->out, "\nleader epoch: %" PRIu64 "\n", r->leader_epoch);
 	}
 	shardkv_config_free(cfg);
 	return 0;
@@ -1143,14 +1193,23 @@ cmd_check(cli_ctx *x)
 		const shardkv_range *r = &cfg->ranges[i];
 		const shardkv_node *n = node_of(cfg, r->node);
 		char a[300], b[300];
-		if (n != NULL && n->state != SHARDKV_NODE_DOWN && n->state != SHARDKV_NODE_GONE)
+		bool dead =
+		    n == NULL || n->state == SHARDKV_NODE_DOWN || n->state == SHARDKV_NODE_GONE;
+		if (!dead && r->ninsync >= r->nreplicas)
 			continue;
 		kv_cli_json_escape(r->start.data, r->start.len < 40 ? r->start.len : 40, a,
 		                   sizeof(a));
 		kv_cli_json_escape(r->end.data, r->end.len < 40 ? r->end.len : 40, b, sizeof(b));
-		check_problem(x, &np, "no_live_primary", r->node, 0,
-		              "range [\"%s\", \"%s\") has no live primary: node %" PRIu32 " is %s",
-		              a, b, r->node, n ? shardkv_node_state_name(n->state) : "unknown");
+		if (dead)
+			check_problem(
+			    x, &np, "no_live_primary", r->node, 0,
+			    "range [\"%s\", \"%s\") has no live primary: node %" PRIu32 " is %s", a,
+			    b, r->node, n ? shardkv_node_state_name(n->state) : "unknown");
+		if (r->ninsync < r->nreplicas)
+			check_problem(x, &np, "under_replicated", r->node, 0,
+			              "range [\"%s\", \"%s\") is under-replicated: %zu of %zu "
+			              "replicas in sync",
+			              a, b, r->ninsync, r->nreplicas);
 	}
 	for (size_t i = 0; i < cfg->nmigrations; i++) {
 		const shardkv_migration *m = &cfg->migrations[i];
@@ -1170,7 +1229,8 @@ cmd_check(cli_ctx *x)
 	else if (np == 0)
 		fprintf(x->out,
 		        "ok: epoch %" PRIu64
-		        ", %zu active node%s, %zu range%s, every range has a live primary\n",
+		        ", %zu active node%s, %zu range%s, every range has a live primary and "
+		        "a full in-sync set\n",
 		        cfg->epoch, nlive, nlive == 1 ? "" : "s", cfg->nranges,
 		        cfg->nranges == 1 ? "" : "s");
 	shardkv_config_free(cfg);

@@ -327,11 +327,22 @@ typedef struct {
 	bool has_stats;        /* status only: the fields above are known */
 } shardkv_node;
 
-/* One entry of the range map: [start, end) belongs to node. */
+/* The most replicas a range can have. */
+#define SHARDKV_MAX_REPLICAS 5
+
+/* One entry of the range map: [start, end), its primary (node, which
+ * serves reads and writes), its replicas and in-sync replicas (primary
+ * first; with one copy both are {node}) and its leader epoch (the epoch in
+ * which its primary last changed). */
 typedef struct {
-	shardkv_buf start; /* inclusive; empty: beginning of the key space */
-	shardkv_buf end;   /* exclusive; empty: end of the key space */
-	uint32_t node;     /* owner */
+	shardkv_buf start;                       /* inclusive; empty: beginning of the key space */
+	shardkv_buf end;                         /* exclusive; empty: end of the key space */
+	uint32_t node;                           /* the primary (owner) */
+	size_t nreplicas;                        /* 1..SHARDKV_MAX_REPLICAS */
+	uint32_t replicas[SHARDKV_MAX_REPLICAS]; /* node ids, primary first */
+	size_t ninsync;                          /* 1..nreplicas */
+	uint32_t insync[SHARDKV_MAX_REPLICAS];   /* in-sync replicas, primary first */
+	uint64_t leader_epoch;                   /* epoch of the last change of primary */
 } shardkv_range;
 
 /* A migration in flight. */

@@ -142,6 +142,8 @@ assert_config(const kv_config *a, const kv_config *b)
 		assert_buf(&a->ranges[i].start, &b->ranges[i].start);
 		assert_buf(&a->ranges[i].end, &b->ranges[i].end);
 		assert_int_equal(a->ranges[i].node, b->ranges[i].node);
+		assert_int_equal(a->ranges[i].leader_epoch, b->ranges[i].leader_epoch);
+		assert_true(kv_range_same_placement(&a->ranges[i], &b->ranges[i]));
 	}
 	assert_int_equal(a->nmigs, b->nmigs);
 	for (size_t i = 0; i < a->nmigs; i++)
@@ -172,6 +174,108 @@ config_round_trips_through_pack_and_unpack(void **state)
 	kv_config_free(d);
 	kv_config_free(c);
 	kv_buf_fini(&b);
+}
+
+/* Three nodes; range 0 has replicas {1, 3, 2} with ISR {1, 3}. */
+static kv_config *
+replicated_config(void)
+{
+	kv_config *c = sample_config(9);
+	kv_node *n = realloc(c->nodes, 3 * sizeof(kv_node));
+
+	assert_non_null(n);
+	c->nodes = n;
+	c->nodes[2] = (kv_node){.id = 3, .address = strdup("tcp://h:3"), .state = KV_NODE_ACTIVE};
+	c->nnodes = 3;
+	kv_range *r = &c->ranges[0];
+	r->nreplicas = 3;
+	r->replicas[0] = 1;
+	r->replicas[1] = 3;
+	r->replicas[2] = 2;
+	r->ninsync = 2;
+	r->insync[0] = 1;
+	r->insync[1] = 3;
+	r->leader_epoch = 8;
+	c->ranges[1].leader_epoch = 5;
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	return c;
+}
+
+static void
+replica_sets_and_leader_epochs_round_trip(void **state)
+{
+	kv_config *c = replicated_config(), *d = NULL;
+	kv_buf b = {0};
+
+	(void)state;
+	assert_int_equal(kv_codec_config_pack(c, &b), KV_OK);
+	assert_int_equal(kv_codec_config_unpack(b.data, b.len, &d), KV_OK);
+	assert_config(c, d);
+	assert_int_equal(kv_range_nreplicas(&d->ranges[0]), 3);
+	assert_int_equal(kv_range_replica(&d->ranges[0], 1), 3);
+	assert_int_equal(kv_range_ninsync(&d->ranges[0]), 2);
+	assert_true(kv_range_has_replica(&d->ranges[0], 2, false));
+	assert_false(kv_range_has_replica(&d->ranges[0], 2, true));
+	/* A single range reads as {node} in both sets. */
+	assert_int_equal(kv_range_nreplicas(&d->ranges[1]), 1);
+	assert_int_equal(kv_range_insync(&d->ranges[1], 0), 2);
+	kv_config_free(d);
+	kv_config_free(c);
+	kv_buf_fini(&b);
+}
+
+static void
+bad_replica_sets_are_refused(void **state)
+{
+	(void)state;
+	/* Each case breaks one rule of config.h's invariant. */
+	for (int k = 0; k < 7; k++) {
+		kv_config *c = replicated_config();
+		kv_range *r = &c->ranges[0];
+		switch (k) {
+		case 0: /* the primary is not first */
+			r->replicas[0] = 3;
+			r->replicas[1] = 1;
+			break;
+		case 1:                   /* an ISR member is not a replica */
+			r->nreplicas = 2; /* {1, 3}; the ISR names 3, then 2 */
+			r->insync[1] = 2;
+			break;
+		case 2: /* a replica twice */
+			r->replicas[2] = 3;
+			break;
+		case 3: /* an unknown node */
+			r->replicas[2] = 9;
+			break;
+		case 4: /* a gone node */
+			c->nodes[1].state = KV_NODE_GONE;
+			c->ranges[1].node = 1; /* the gone node owns no range itself */
+			c->ranges[1].leader_epoch = 6;
+			break;
+		case 5: /* an ISR larger than the replica set */
+			r->ninsync = 4;
+			break;
+		case 6: /* a single range with an ISR */
+			c->ranges[1].ninsync = 1;
+			break;
+		}
+		assert_int_equal(kv_config_validate(c), KV_EINVAL);
+		kv_config_free(c);
+	}
+}
+
+static void
+adjacent_ranges_with_the_same_placement_are_refused(void **state)
+{
+	kv_config *c = sample_config(3);
+
+	(void)state;
+	c->ranges[1].node = 1;
+	assert_int_equal(kv_config_validate(c), KV_EINVAL);
+	/* The same primary with another leader epoch is another range. */
+	c->ranges[1].leader_epoch = 2;
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	kv_config_free(c);
 }
 
 /* ------------------------------------------------------------ admin */
@@ -920,6 +1024,9 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(config_round_trips_through_pack_and_unpack),
+	    cmocka_unit_test(replica_sets_and_leader_epochs_round_trip),
+	    cmocka_unit_test(bad_replica_sets_are_refused),
+	    cmocka_unit_test(adjacent_ranges_with_the_same_placement_are_refused),
 	    cmocka_unit_test(every_admin_request_round_trips),
 	    cmocka_unit_test(admin_request_without_a_command_is_refused),
 	    cmocka_unit_test(every_admin_response_round_trips),

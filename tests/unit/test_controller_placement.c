@@ -300,6 +300,32 @@ join_of_gone_address_gets_a_new_id(void **state)
 /* ---- move ---- */
 
 static void
+a_new_primary_gets_the_new_epoch_as_leader_epoch(void **state)
+{
+	const char *cuts[] = {"g", "p"};
+	uint32_t own[] = {1, 2, 1};
+	kv_config *c = make(3, cuts, 2, own), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	c->ranges[0].leader_epoch = 2;
+	c->ranges[1].leader_epoch = 3;
+	c->ranges[2].leader_epoch = 4;
+	/* [a, b) leaves node 1 for node 3; the rest of [, g) stays on 1. */
+	assert_int_equal(kv_place_move(c, B("a"), B("b"), 3, &x, &n), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(n->nranges, 5); /* [,a)1 [a,b)3 [b,g)1 [g,p)2 [p,)1 */
+	assert_int_equal(n->ranges[0].leader_epoch, 2);
+	assert_int_equal(n->ranges[1].node, 3);
+	assert_int_equal(n->ranges[1].leader_epoch, 6);
+	assert_int_equal(n->ranges[2].leader_epoch, 2);
+	assert_int_equal(n->ranges[3].leader_epoch, 3);
+	assert_int_equal(n->ranges[4].leader_epoch, 4);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
 move_carves_from_every_owner_and_merges(void **state)
 {
 	const char *cuts[] = {"g", "p"};
@@ -869,6 +895,7 @@ main(void)
 	    cmocka_unit_test(join_without_rebalance_registers_only),
 	    cmocka_unit_test(join_of_gone_address_gets_a_new_id),
 	    cmocka_unit_test(move_carves_from_every_owner_and_merges),
+	    cmocka_unit_test(a_new_primary_gets_the_new_epoch_as_leader_epoch),
 	    cmocka_unit_test(move_inside_one_range_splits_it_in_three),
 	    cmocka_unit_test(move_refusals_change_nothing),
 	    cmocka_unit_test(move_to_current_owner_changes_nothing),
