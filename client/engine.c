@@ -130,23 +130,26 @@ kvc_latch_wait(kvc_latch *l)
 }
 
 /*
- * Finishes q: rv 0 with *r (taken; NULL: an empty reply) or an error with
- * q->why. A req with a latch keeps its result and counts the latch down
- * (its waiter may free q and the handle right after); else its done
- * callback runs. Then the handle's pending count falls.
+ * Finishes q: rv 0 with the answer in q->status and q->res, or an error
+ * with q->why (and nothing in q->res). A req with a latch keeps its result
+ * and counts the latch down (its waiter may free q and the handle right
+ * after); else its done callback runs. Then the handle's pending count
+ * falls.
  */
 static void
-complete(kvc_req *q, int rv, kvc_reply *r)
+complete(kvc_req *q, int rv)
 {
 	shardkv_client *c = q->c;
 	kvc_latch *l = q->latch;
 
 	free(q->hint_addr);
 	q->hint_addr = NULL;
+	free(q->quiet_addr);
+	q->quiet_addr = NULL;
+	q->rv = rv;
+	if (rv != KV_OK)
+		kv_data_result_fini(&q->res);
 	if (l != NULL) {
-		q->rv = rv;
-		if (r != NULL)
-			q->reply = *r;
 		pthread_mutex_lock(&c->eng_mu);
 		if (--c->eng_pending == 0)
 			pthread_cond_broadcast(&c->eng_cv);
@@ -154,7 +157,7 @@ complete(kvc_req *q, int rv, kvc_reply *r)
 		kvc_latch_down(l);
 		return;
 	}
-	q->done(q, rv, r);
+	q->done(q, rv);
 	pthread_mutex_lock(&c->eng_mu);
 	if (--c->eng_pending == 0)
 		pthread_cond_broadcast(&c->eng_cv);
@@ -172,7 +175,7 @@ fail(kvc_req *q, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(q->why, sizeof(q->why), fmt, ap);
 	va_end(ap);
-	complete(q, err, NULL);
+	complete(q, err);
 }
 
 /* Fails q whose deadline passed, with what stopped it last. */
@@ -189,7 +192,7 @@ fail_deadline(kvc_req *q)
 	}
 	if (q->why[0] == 0)
 		kvc_req_why(q, "timed out");
-	complete(q, st, NULL);
+	complete(q, st);
 }
 
 /* ---------------------------------------------------------------------------
@@ -199,10 +202,10 @@ fail_deadline(kvc_req *q)
 static void slot_done(void *arg, int rv, nng_msg *rep);
 
 static bool
-single_key(const kvc_op *op)
+single_key(const kv_op *op)
 {
-	return op->kind == KVC_GET || op->kind == KVC_PUT || op->kind == KVC_DEL ||
-	       op->kind == KVC_APPEND;
+	return op->kind == KV_OP_GET || op->kind == KV_OP_PUT || op->kind == KV_OP_DEL ||
+	       op->kind == KV_OP_APPEND;
 }
 
 /* Fills free slots with what is queued and sends. Takes sq->mu. */
@@ -274,26 +277,28 @@ pump(kvc_queue *sq)
 		if (!mine)
 			continue;
 
-		const kvc_op *ops[ENG_MAX_OPS];
+		/* One op is encoded where it lies; a batch of single-key ops
+		 * is gathered into one array (only those are ever batched). */
+		kv_op ops[ENG_MAX_OPS];
 		uint64_t deadline = 0;
 		nng_msg *req;
 		int rv;
 		for (size_t i = 0; i < sl->n; i++) {
-			ops[i] = &sl->reqs[i]->op;
+			if (sl->n > 1)
+				ops[i] = sl->reqs[i]->op;
 			if (sl->reqs[i]->deadline_ns > deadline)
 				deadline = sl->reqs[i]->deadline_ns;
 		}
-		kvc_envelope env = {
+		kv_req env = {
 		    .client_id = c->client_id,
 		    .request_id = kvc_next_id(c),
 		    .epoch = sl->reqs[0]->epoch,
 		    .auth = {.p = c->auth.data, .len = c->auth.len},
 		    .timeout_ms = kvc_attempt_ms(deadline),
+		    .nops = sl->n,
+		    .ops = sl->n > 1 ? ops : &sl->reqs[0]->op,
 		};
-		if (single_key(ops[0]))
-			rv = kvc_encode_request_batch(&env, ops, sl->n, &req);
-		else
-			rv = kvc_encode_request(&env, ops[0], &req);
+		rv = kv_data_req_encode(&env, &req);
 		if (rv != KV_OK) {
 			size_t n = sl->n;
 			kvc_req *taken[ENG_MAX_OPS];
@@ -334,56 +339,57 @@ no_answer(kvc_req *q, const char *address, int rv)
 	kvc_req_why(q, "server %s: %s", address, kv_strerror(rv));
 	kvc_hint_forget(q->c, address);
 	if (!kvc_retryable(rv) && rv != KV_EPROTO) {
-		complete(q, q->last, NULL);
+		complete(q, q->last);
 		return;
 	}
 	q->min_epoch = q->epoch + 1;
 	/* KV_EUNAVAIL: the send found no connection (the retry thread kicks
-	 * the dialer, and over TLS probes the handshake). */
-	q->quiet = rv == KV_EUNAVAIL;
-	if (q->quiet)
-		snprintf(q->quiet_addr, sizeof(q->quiet_addr), "%s", address);
+	 * the dialer, and over TLS probes the handshake; without memory for
+	 * the address, it only waits). */
+	free(q->quiet_addr);
+	q->quiet_addr = rv == KV_EUNAVAIL ? strdup(address) : NULL;
 	retry_later(q, false);
 }
 
-/* Classifies the answer *r to routed req q from `address`: completes q or
- * schedules its retry. Takes *r. */
+/* Classifies the answer to routed req q from `address` (q->status, q->res;
+ * err: the Response's detail, NULL when none): completes q or schedules its
+ * retry. */
 static void
-answered(kvc_req *q, const char *address, kvc_reply *r)
+answered(kvc_req *q, const char *address, const char *err)
 {
 	shardkv_client *c = q->c;
+	kv_data_result *r = &q->res;
 
-	if (r->status != KV_OK) {
+	if (q->status != KV_OK) {
 		/* The whole request was refused (stale, busy, auth...). */
-		q->last = r->status;
-		kvc_req_why(q, "server %s: %s", address,
-		            r->error ? r->error : kv_strerror(r->status));
-		if (r->epoch > q->epoch)
-			q->min_epoch = r->epoch;
-		kvc_reply_fini(r);
+		q->last = q->status;
+		kvc_req_why(q, "server %s: %s", address, err ? err : kv_strerror(q->status));
+		if (q->srv_epoch > q->epoch)
+			q->min_epoch = q->srv_epoch;
+		kv_data_result_fini(r);
 		if (!kvc_retryable(q->last))
-			complete(q, q->last, NULL);
+			complete(q, q->last);
 		else
 			retry_later(q, false);
 		return;
 	}
-	if (!kvc_retryable(r->op_status)) {
-		if (r->op_status != KV_OK)
-			kvc_req_why(q, "%s", r->error ? r->error : kv_strerror(r->op_status));
-		complete(q, KV_OK, r);
+	if (!kvc_retryable(r->status)) {
+		if (r->status != KV_OK)
+			kvc_req_why(q, "%s", err ? err : kv_strerror(r->status));
+		complete(q, KV_OK);
 		return;
 	}
 	/* WRONG_OWNER, MOVING or a transient refusal: go where the hint says. */
 	bool moved = false;
-	q->last = r->op_status;
-	kvc_req_why(q, "server %s: %s", address, r->error ? r->error : kv_strerror(r->op_status));
-	if (r->hint.set && r->hint.epoch > q->epoch)
+	q->last = r->status;
+	kvc_req_why(q, "server %s: %s", address, err ? err : kv_strerror(r->status));
+	if (r->has_hint && r->hint.epoch > q->epoch)
 		q->min_epoch = r->hint.epoch;
-	if (r->epoch > q->epoch && r->epoch > q->min_epoch)
-		q->min_epoch = r->epoch;
-	if (r->op_status == KV_EWRONGOWNER && r->hint.set) {
+	if (q->srv_epoch > q->epoch && q->srv_epoch > q->min_epoch)
+		q->min_epoch = q->srv_epoch;
+	if (r->status == KV_EWRONGOWNER && r->has_hint) {
 		kvc_cfgref *ref = r->hint.address ? NULL : kvc_cfg_peek(c);
-		const kv_node *nd = ref ? kv_config_node(ref->cfg, r->hint.node) : NULL;
+		const kv_node *nd = ref ? kv_config_node(ref->cfg, r->hint.node_id) : NULL;
 		const char *h = r->hint.address ? r->hint.address : nd ? nd->address : NULL;
 		if (h != NULL && strcmp(h, address) != 0) {
 			/* Later calls for the hint's range go there directly too. */
@@ -393,10 +399,39 @@ answered(kvc_req *q, const char *address, kvc_reply *r)
 		}
 		kvc_cfg_put(ref);
 	}
-	if (r->op_status == KV_EWRONGOWNER && !r->hint.set && q->min_epoch == 0)
+	if (r->status == KV_EWRONGOWNER && !r->has_hint && q->min_epoch == 0)
 		q->min_epoch = q->epoch + 1;
-	kvc_reply_fini(r);
+	kv_data_result_fini(r);
 	retry_later(q, moved);
+}
+
+int
+kvc_reply_take(const void *p, size_t len, kvc_req *const *reqs, size_t n, kv_resp *d)
+{
+	int rv = kv_data_resp_decode(p, len, d);
+
+	if (rv != KV_OK) {
+		memset(d, 0, sizeof(*d));
+		return rv;
+	}
+	if (d->status == KV_OK && d->nresults != n) {
+		kv_data_resp_fini(d);
+		memset(d, 0, sizeof(*d));
+		return KV_EPROTO;
+	}
+	for (size_t i = 0; i < n; i++) {
+		kvc_req *q = reqs[i];
+		q->status = d->status;
+		q->srv_epoch = d->epoch;
+		kv_data_result_fini(&q->res);
+		if (d->status == KV_OK) {
+			q->res = d->results[i];
+			memset(&d->results[i], 0, sizeof(d->results[i]));
+		} else {
+			q->res.status = KV_EPROTO; /* no result came */
+		}
+	}
+	return KV_OK;
 }
 
 /* A slot's request is answered (or failed): finishes or retries its reqs. */
@@ -407,17 +442,11 @@ slot_done(void *arg, int rv, nng_msg *rep)
 	kvc_queue *sq = sl->sq;
 	size_t n = sl->n;
 	kvc_req *reqs[ENG_MAX_OPS];
-	kvc_reply local[ENG_MAX_OPS];
-	kvc_reply *rp[ENG_MAX_OPS];
+	kv_resp d = {0};
 
 	memcpy(reqs, sl->reqs, n * sizeof(reqs[0]));
-	for (size_t i = 0; i < n; i++)
-		rp[i] = &local[i];
 	if (rv == KV_OK) {
-		if (single_key(&reqs[0]->op))
-			rv = kvc_decode_reply_batch(nng_msg_body(rep), nng_msg_len(rep), rp, n);
-		else
-			rv = kvc_decode_reply(nng_msg_body(rep), nng_msg_len(rep), rp[0]);
+		rv = kvc_reply_take(nng_msg_body(rep), nng_msg_len(rep), reqs, n, &d);
 		nng_msg_free(rep);
 	}
 	/* The slot is free for the next request before the reqs finish. */
@@ -428,17 +457,28 @@ slot_done(void *arg, int rv, nng_msg *rep)
 
 	for (size_t i = 0; i < n; i++) {
 		kvc_req *q = reqs[i];
+		/* The envelope's detail, else the op's (both borrowed from d). */
+		const char *err = d.error                                          ? d.error
+		                  : rv == KV_OK && q->res.error && q->res.error[0] ? q->res.error
+		                                                                   : NULL;
+		if (rv == KV_OK)
+			q->res.error = NULL;
 		if (!q->routed) {
-			if (rv != KV_OK)
+			if (rv != KV_OK) {
 				fail(q, rv, "server %s: %s", sq->address, kv_strerror(rv));
-			else
-				complete(q, KV_OK, &local[i]);
+			} else {
+				q->why[0] = 0;
+				if (err != NULL)
+					kvc_req_why(q, "%s", err);
+				complete(q, KV_OK);
+			}
 		} else if (rv != KV_OK) {
 			no_answer(q, sq->address, rv);
 		} else {
-			answered(q, sq->address, &local[i]);
+			answered(q, sq->address, err);
 		}
 	}
+	kv_data_resp_fini(&d);
 }
 
 /* Frees a queue made by queue_get (its slots idle). */
@@ -597,8 +637,7 @@ retry_route(kvc_req *q, probe_memo *pm)
 		fail_deadline(q);
 		return;
 	}
-	if (q->quiet && q->quiet_addr[0]) {
-		q->quiet = false;
+	if (q->quiet_addr != NULL) {
 		kvc_conn_redial(c, q->quiet_addr); /* not on an nng thread */
 		/* Over TLS a refused handshake looks like a server that is down. */
 		if (c->tls != NULL && (strcmp(pm->address, q->quiet_addr) != 0 ||
@@ -616,6 +655,8 @@ retry_route(kvc_req *q, probe_memo *pm)
 			fail(q, KV_EAUTH, "%s", pm->why[0] ? pm->why : "TLS handshake failed");
 			return;
 		}
+		free(q->quiet_addr);
+		q->quiet_addr = NULL;
 	}
 	kvc_cfgref *ref = kvc_cfg_peek(c);
 	bool fetch = q->refresh || ref == NULL || ref->cfg->epoch < q->min_epoch;
@@ -629,7 +670,7 @@ retry_route(kvc_req *q, probe_memo *pm)
 			q->last = rv;
 			kvc_req_why(q, "%s", shardkv_errmsg());
 			if (!kvc_retryable(rv)) {
-				complete(q, rv, NULL);
+				complete(q, rv);
 				return;
 			}
 			retry_later(q, false);
@@ -776,7 +817,8 @@ kvc_submit_to(kvc_req *q, const char *address, uint64_t epoch)
 }
 
 int
-kvc_run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadline, kvc_reply *out)
+kvc_run_routed(shardkv_client *c, const kv_op *op, kv_bytes key, uint64_t deadline,
+               kv_data_result *out)
 {
 	kvc_latch l;
 	kvc_req q = {.c = c, .op = *op, .key = key, .deadline_ns = deadline, .latch = &l};
@@ -805,9 +847,9 @@ kvc_run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadl
 	kvc_latch_fini(&l);
 	if (q.rv != KV_OK)
 		return kvc_fail(q.rv, "%s", q.why);
-	if (q.reply.op_status != KV_OK)
-		kvc_fail(q.reply.op_status, "%s", q.why);
-	*out = q.reply;
+	if (q.res.status != KV_OK)
+		kvc_fail(q.res.status, "%s", q.why);
+	*out = q.res;
 	return KV_OK;
 }
 
