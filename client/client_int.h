@@ -165,8 +165,9 @@ struct shardkv_client {
 	struct kvc_queue *eng_queues; /* every server's queue */
 	struct kvc_req *rq_head;      /* reqs for the retry thread, in arrival order */
 	struct kvc_req *rq_tail;      /* the newest */
-	unsigned long eng_pending;    /* reqs taken and not yet completed */
-	bool eng_closing;             /* shardkv_close has begun */
+	atomic_ulong eng_pending;     /* reqs taken and not yet completed: atomic, and its
+	                               * fall to 0 is made under eng_mu (engine.c pending_down) */
+	atomic_bool eng_closing;      /* shardkv_close has begun (set under eng_mu) */
 	bool rq_started;              /* the retry thread exists */
 
 	pthread_t rq_thread; /* backoffs, configuration fetches and TLS probes of retries */
@@ -257,11 +258,13 @@ void kvc_handle_free(shardkv_client *c);
  * ------------------------------------------------------------------------- */
 
 /* A countdown a caller waits on: one per blocking call (count 1) or per
- * round of mget/mput parts (count = parts). */
+ * round of mget/mput parts (count = parts). Only the last count down takes
+ * the lock, so parts finishing together do not queue on it. */
 typedef struct {
-	pthread_mutex_t mu; /* protects count */
-	pthread_cond_t cv;  /* signalled when count reaches 0 */
-	unsigned count;     /* reqs still to finish */
+	atomic_uint count;  /* reqs still to finish */
+	pthread_mutex_t mu; /* protects zero */
+	pthread_cond_t cv;  /* signalled when zero is set */
+	bool zero;          /* count reached 0 */
 } kvc_latch;
 
 /* Sets the latch to count. */

@@ -30,11 +30,14 @@
  * that must be split again is split with a fresh configuration.
  *
  * Locks: kvc_queue.mu protects one server's queue and its slots' busy
- * flags; c->eng_mu protects the retry queue, the pending count, the closing
- * flag and the list of queues. Both are leaves, never held together, nor
- * across a callback, a completion or a network call. Completions run with
- * no lock held, on nng's threads (a reply), the retry thread, or the
- * submitting thread (a req refused at once).
+ * flags; c->eng_mu protects the retry queue and the list of queues, and is
+ * held where the closing flag is set and the pending count falls to 0 (both
+ * atomics otherwise: a req taken or finished while others are pending
+ * takes no handle-wide lock); kvc_latch.mu protects a latch's zero flag.
+ * All are leaves, never held together, nor across a callback, a completion
+ * or a network call. Completions run with no lock held, on nng's threads
+ * (a reply), the retry thread, or the submitting thread (a req refused at
+ * once).
  */
 #include "client/client_int.h"
 #include "common/err.h"
@@ -101,7 +104,8 @@ kvc_latch_init(kvc_latch *l, unsigned count)
 {
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
-	l->count = count;
+	atomic_init(&l->count, count);
+	l->zero = count == 0;
 }
 
 void
@@ -114,9 +118,13 @@ kvc_latch_fini(kvc_latch *l)
 void
 kvc_latch_down(kvc_latch *l)
 {
+	if (atomic_fetch_sub(&l->count, 1) != 1)
+		return;
+	/* The last one: the waiter returns (and may free l) only once it
+	 * sees zero under the lock, so l stays valid until the unlock. */
 	pthread_mutex_lock(&l->mu);
-	if (--l->count == 0)
-		pthread_cond_signal(&l->cv);
+	l->zero = true;
+	pthread_cond_signal(&l->cv);
 	pthread_mutex_unlock(&l->mu);
 }
 
@@ -124,9 +132,29 @@ void
 kvc_latch_wait(kvc_latch *l)
 {
 	pthread_mutex_lock(&l->mu);
-	while (l->count > 0)
+	while (!l->zero)
 		pthread_cond_wait(&l->cv, &l->mu);
 	pthread_mutex_unlock(&l->mu);
+}
+
+/*
+ * Counts one req of the handle as finished. A fall from n > 1 is a bare
+ * atomic step; the fall to 0 is made under eng_mu, so that shardkv_close,
+ * which waits under eng_mu for 0, cannot see it and free the handle before
+ * this thread is done with the lock.
+ */
+static void
+pending_down(shardkv_client *c)
+{
+	unsigned long n = atomic_load(&c->eng_pending);
+
+	while (n > 1)
+		if (atomic_compare_exchange_weak(&c->eng_pending, &n, n - 1))
+			return;
+	pthread_mutex_lock(&c->eng_mu);
+	if (atomic_fetch_sub(&c->eng_pending, 1) == 1)
+		pthread_cond_broadcast(&c->eng_cv);
+	pthread_mutex_unlock(&c->eng_mu);
 }
 
 /*
@@ -150,18 +178,12 @@ complete(kvc_req *q, int rv)
 	if (rv != KV_OK)
 		kv_data_result_fini(&q->res);
 	if (l != NULL) {
-		pthread_mutex_lock(&c->eng_mu);
-		if (--c->eng_pending == 0)
-			pthread_cond_broadcast(&c->eng_cv);
-		pthread_mutex_unlock(&c->eng_mu);
+		pending_down(c);
 		kvc_latch_down(l);
 		return;
 	}
 	q->done(q, rv);
-	pthread_mutex_lock(&c->eng_mu);
-	if (--c->eng_pending == 0)
-		pthread_cond_broadcast(&c->eng_cv);
-	pthread_mutex_unlock(&c->eng_mu);
+	pending_down(c);
 }
 
 /* Fails q with code err and a message (printf-style). */
@@ -774,13 +796,14 @@ take(kvc_req *q)
 
 	if (q->last == KV_OK)
 		q->last = KV_ETIMEDOUT; /* what a req that never got an answer says */
-	pthread_mutex_lock(&c->eng_mu);
-	if (c->eng_closing) {
-		pthread_mutex_unlock(&c->eng_mu);
+	/* Counted first, then the flag checked: shardkv_close sets the flag
+	 * first, then waits for the count (both sequentially consistent), so
+	 * either it waits for this req or this req sees it closing. */
+	atomic_fetch_add(&c->eng_pending, 1);
+	if (atomic_load(&c->eng_closing)) {
+		pending_down(c);
 		return kvc_fail(KV_ECLOSED, "the handle is closing");
 	}
-	c->eng_pending++;
-	pthread_mutex_unlock(&c->eng_mu);
 	return KV_OK;
 }
 
@@ -887,7 +910,7 @@ kvc_engine_close(shardkv_client *c)
 		 * nng_close. */
 	}
 	pthread_mutex_lock(&c->eng_mu);
-	while (c->eng_pending > 0)
+	while (atomic_load(&c->eng_pending) > 0)
 		pthread_cond_wait(&c->eng_cv, &c->eng_mu);
 	pthread_mutex_unlock(&c->eng_mu);
 	if (started)

@@ -248,24 +248,22 @@ shardkv_append(shardkv_client *c, const void *key, size_t klen, const void *val,
 
 /* One node's part of a multi-key op, possibly retried over several rounds. */
 typedef struct {
-	shardkv_client *c;  /* the handle */
-	kv_op op;           /* MGET or MPUT over keys/vals below */
-	kv_bytes *keys;     /* the part's keys (owned array, borrowed bytes) */
-	kv_bytes *vals;     /* mput: the part's values */
-	size_t *idx;        /* indexes into the caller's arrays, ascending (owned) */
-	size_t n;           /* keys in the part */
-	uint32_t node;      /* where it goes */
-	char *address;      /* node's address this round (owned) */
-	uint64_t epoch;     /* the epoch it was routed with */
-	uint64_t deadline;  /* the call's deadline */
-	int rv;             /* this round: transport result */
-	int status;         /* this round, rv 0: the Response's envelope status */
-	uint64_t srv_epoch; /* this round, rv 0: the server's epoch */
-	kv_data_result res; /* this round, rv 0: the part's result (moved out of req) */
-	int err;            /* the part's final or last error */
-	bool done;          /* finished (successfully or not) */
-	bool sent;          /* this round: submitted, req finished */
-	kvc_req req;        /* this round's request */
+	shardkv_client *c; /* the handle */
+	kv_op_kind kind;   /* KV_OP_MGET or KV_OP_MPUT over keys/vals below */
+	uint64_t op_id;    /* mput: its Op.request_id, the same in every round */
+	kv_bytes *keys;    /* the part's keys (owned array, borrowed bytes) */
+	kv_bytes *vals;    /* mput: the part's values */
+	size_t *idx;       /* indexes into the caller's arrays, ascending (owned) */
+	size_t n;          /* keys in the part */
+	uint32_t node;     /* where it goes */
+	char *address;     /* node's address this round (owned) */
+	uint64_t epoch;    /* the epoch it was routed with */
+	uint64_t deadline; /* the call's deadline */
+	int rv;            /* this round: transport result */
+	int err;           /* the part's final or last error */
+	bool done;         /* finished (successfully or not) */
+	bool sent;         /* this round: submitted, req finished */
+	kvc_req req;       /* this round's request; rv 0: its answer (req.status, req.res) */
 } mpart;
 
 static void
@@ -277,7 +275,7 @@ mpart_free(mpart *p)
 	free(p->vals);
 	free(p->idx);
 	free(p->address);
-	kv_data_result_fini(&p->res);
+	kv_data_result_fini(&p->req.res);
 	free(p);
 }
 
@@ -306,14 +304,8 @@ mpart_new(shardkv_client *c, kv_op_kind kind, const kv_bytes *keys, const kv_byt
 	p->c = c;
 	p->n = n;
 	p->deadline = deadline;
-	p->op.kind = kind;
-	p->op.nkeys = n;
-	p->op.keys = p->keys;
-	if (vals) {
-		p->op.nvals = n;
-		p->op.vals = p->vals;
-	}
-	p->op.request_id = kind == KV_OP_MPUT ? kvc_next_id(c) : 0;
+	p->kind = kind;
+	p->op_id = kind == KV_OP_MPUT ? kvc_next_id(c) : 0;
 	p->err = KV_ETIMEDOUT;
 	return p;
 }
@@ -473,7 +465,7 @@ multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, co
 			free(p->address);
 			p->address = NULL;
 			p->sent = false;
-			kv_data_result_fini(&p->res);
+			kv_data_result_fini(&p->req.res);
 			p->epoch = ref->cfg->epoch;
 			a = node_address(ref->cfg, p->node);
 			if (a == NULL || (p->address = strdup(a)) == NULL) {
@@ -481,8 +473,15 @@ multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, co
 				kvc_latch_down(&lt);
 				continue;
 			}
-			p->req = (kvc_req){
-			    .c = c, .op = p->op, .deadline_ns = p->deadline, .latch = &lt};
+			p->req = (kvc_req){.c = c,
+			                   .op = {.kind = p->kind,
+			                          .request_id = p->op_id,
+			                          .nkeys = p->n,
+			                          .keys = p->keys,
+			                          .nvals = p->vals ? p->n : 0,
+			                          .vals = p->vals},
+			                   .deadline_ns = p->deadline,
+			                   .latch = &lt};
 			if ((p->rv = kvc_submit_to(&p->req, p->address, p->epoch)) != KV_OK) {
 				kvc_latch_down(&lt);
 				continue;
@@ -497,17 +496,11 @@ multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, co
 				continue;
 			p->sent = false;
 			p->rv = p->req.rv;
-			if (p->rv == KV_OK) {
-				p->status = p->req.status;
-				p->srv_epoch = p->req.srv_epoch;
-				p->res = p->req.res;
-				memset(&p->req.res, 0, sizeof(p->req.res));
-			}
 		}
 		/* Classify the answers. */
 		for (size_t i = 0; i < l->n; i++) {
 			mpart *p = l->v[i];
-			kv_data_result *r = &p->res;
+			kv_data_result *r = &p->req.res;
 			if (p->done)
 				continue;
 			if (p->rv != KV_OK) {
@@ -523,9 +516,9 @@ multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, co
 				min_epoch = ref->cfg->epoch + 1;
 				continue;
 			}
-			int st = p->status != KV_OK ? p->status : r->status;
-			if (p->srv_epoch > ref->cfg->epoch && p->srv_epoch > min_epoch)
-				min_epoch = p->srv_epoch;
+			int st = p->req.status != KV_OK ? p->req.status : r->status;
+			if (p->req.srv_epoch > ref->cfg->epoch && p->req.srv_epoch > min_epoch)
+				min_epoch = p->req.srv_epoch;
 			if (r->has_hint && r->hint.epoch > ref->cfg->epoch &&
 			    r->hint.epoch > min_epoch)
 				min_epoch = r->hint.epoch;
@@ -619,7 +612,7 @@ shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys, shardkv_mge
 	res->n = n;
 	for (size_t i = 0; i < l.n; i++) {
 		mpart *p = l.v[i];
-		kv_data_result *r = &p->res;
+		kv_data_result *r = &p->req.res;
 		for (size_t j = 0; j < r->nmissing; j++) {
 			if (r->missing[j] >= p->n) {
 				rv = kvc_fail(KV_EPROTO, "server %s: missing index out of range",
