@@ -282,62 +282,77 @@ void kvc_latch_fini(kvc_latch *l);
 
 typedef struct kvc_req kvc_req;
 
-/* Runs when a req without a latch finishes: rv 0 with q->res (the callee
- * owns its buffers) or a KV_E* code with q->why. On a library thread, no
- * lock held; the callee may free q. */
-typedef void (*kvc_req_done_fn)(kvc_req *q, int rv);
+/* Runs when a req without a latch finishes: rv 0 with q->status and *r,
+ * the op's result where it lies in the decoded Response (an empty result
+ * with KV_EPROTO when the Response was refused whole), or a KV_E* code with
+ * q->why and r NULL. The callee may take r's buffers (clearing them); the
+ * rest is freed with the Response after it returns. On a library thread,
+ * no lock held; the callee may free q. */
+typedef void (*kvc_req_done_fn)(kvc_req *q, int rv, kv_data_result *r);
 
 /*
  * One request of the engine. The submitter fills the fields above the blank
- * line (zero the rest) and keeps q, with what op points to, until it
- * finishes. Routed reqs finish with rv 0 and a result whose status is
- * final, or with an error; a part req (kvc_submit_to) finishes with rv 0
- * and whatever answer came (the envelope's status in q->status, the op's in
- * q->res.status; either may be a refusal), or a transport error.
+ * line but next (zero the rest) and keeps q, with what op points to, until
+ * it finishes, then frees it with kvc_req_fini. What the engine reads of
+ * every queued req to send it (next, the deadline, the op's kind and sizes)
+ * comes first, in one cache line. Routed reqs finish with rv 0 and a
+ * result whose status is final, or with an error; a part req (kvc_submit_to) finishes with rv 0 and
+ * whatever answer came (the envelope's status in q->status, the op's in q->res.status; either may
+ * be a refusal), or a transport error.
  *
- * The answer is the op's kv_data_result moved out of the decoded Response,
- * so its buffers are q's (kv_data_result_fini frees them) and res.error is
- * always NULL: the decoded strings die with the Response, so the detail of
- * a refusal is copied to why.
+ * With a latch, the answer is the op's kv_data_result moved out of the
+ * decoded Response into *out, so its buffers are the waiter's
+ * (kv_data_result_fini frees them) and its error is always NULL: the
+ * decoded strings die with the Response, so the detail of a refusal is
+ * copied to why. Without one, the done callback reads the result in place.
+ * A req stays small (its result and detail live elsewhere): an async op
+ * allocates one per op, written on one core and sent from another.
  */
 struct kvc_req {
-	shardkv_client *c;    /* the handle */
-	kv_op op;             /* the op; its pointers borrowed from the submitter */
-	kv_bytes key;         /* routed: the routing key (op.key, or a scan's start) */
+	kvc_req *next;        /* queue link (the engine's; zero it) */
 	uint64_t deadline_ns; /* the caller's deadline (kv_now_ns) */
+	kv_op op;             /* the op; its pointers borrowed from the submitter */
+	shardkv_client *c;    /* the handle */
+	kv_bytes key;         /* routed: the routing key (op.key, or a scan's start) */
 	kvc_latch *latch;     /* counted down when it finishes; NULL: done runs */
+	kv_data_result *out;  /* with a latch: receives the op's result on rv 0 */
 	kvc_req_done_fn done; /* with latch NULL */
 	void *arg;            /* for done */
 
-	int rv;             /* the result, once finished */
-	int status;         /* rv 0: the Response's envelope status */
-	uint64_t srv_epoch; /* rv 0: the answering server's epoch */
-	kv_data_result res; /* rv 0: the op's result (status KV_EPROTO when the envelope refused) */
-	char why[256];      /* the detail of a failure, or of the last refusal */
-	bool routed;        /* the engine routes and retries it */
-	bool refresh;       /* fetch a configuration before the next attempt */
-	uint64_t epoch;     /* the epoch of its current attempt */
-	char *hint_addr;    /* the next attempt goes here (owned); NULL: route */
-	char *quiet_addr;   /* its last request found no connection to this server
-	                     * (owned): redial it (and probe its TLS) first */
-	uint64_t min_epoch; /* the next attempt needs at least this epoch (0: any) */
+	int rv;              /* the result, once finished */
+	int status;          /* rv 0: the Response's envelope status */
+	uint64_t srv_epoch;  /* rv 0: the answering server's epoch */
+	char *why;           /* the detail of a failure, or of the last refusal
+	                      * (owned, KVC_WHY_LEN bytes once set; NULL: none) */
+	bool routed;         /* the engine routes and retries it */
+	bool refresh;        /* fetch a configuration before the next attempt */
+	uint64_t epoch;      /* the epoch of its current attempt */
+	char *hint_addr;     /* the next attempt goes here (owned); NULL: route */
+	char *quiet_addr;    /* its last request found no connection to this server
+	                      * (owned): redial it (and probe its TLS) first */
+	uint64_t min_epoch;  /* the next attempt needs at least this epoch (0: any) */
 	uint64_t not_before; /* the next attempt, not before (kv_now_ns) */
 	uint32_t backoff_ms; /* the next backoff */
 	int last;            /* the last refusal or transport error */
-	kvc_req *next;       /* queue link */
 };
 
+/* The room of a req's detail (longer ones are cut). */
+#define KVC_WHY_LEN 256
+
+/* The detail of q's failure or last refusal; "" when none. */
+const char *kvc_req_detail(const kvc_req *q);
+
+/* Frees what a finished req still owns (its detail). Accepts a zeroed req. */
+void kvc_req_fini(kvc_req *q);
+
 /*
- * Decodes the Response `p` (len bytes) to a request of the n ops of reqs:
- * each req gets the envelope's status and epoch, and (status OK) its own
- * result, moved out of the Response (whatever its res held is freed
- * first). A Response that cannot be decoded, or that answers a different
- * number of ops than were sent, is KV_EPROTO and changes no req. On 0 *d
- * holds what the results' error strings borrow until the caller's
- * kv_data_resp_fini(d); on error *d is zeroed. Returns 0, KV_EPROTO or
+ * Decodes the Response `p` (len bytes) to a request of n ops into *d. A
+ * Response that cannot be decoded, or whose status is OK but that carries
+ * other than n results, is KV_EPROTO. On 0 the caller frees *d with
+ * kv_data_resp_fini; on error *d is zeroed. Returns 0, KV_EPROTO or
  * KV_ENOMEM.
  */
-int kvc_reply_take(const void *p, size_t len, kvc_req *const *reqs, size_t n, kv_resp *d);
+int kvc_reply_decode(const void *p, size_t len, size_t n, kv_resp *d);
 
 /*
  * Takes a routed req: routes it by q->key and retries it until a final

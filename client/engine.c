@@ -86,6 +86,16 @@ static void to_retry(kvc_req *q);
  * Requests and latches
  * ------------------------------------------------------------------------- */
 
+/* Sets q->why, allocating it on first use (without memory, the code alone
+ * says what happened). */
+static void
+why_vset(kvc_req *q, const char *fmt, va_list ap)
+{
+	if (q->why == NULL && (q->why = malloc(KVC_WHY_LEN)) == NULL)
+		return;
+	vsnprintf(q->why, KVC_WHY_LEN, fmt, ap);
+}
+
 /* Sets q->why (printf-style). */
 static void kvc_req_why(kvc_req *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -95,8 +105,21 @@ kvc_req_why(kvc_req *q, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(q->why, sizeof(q->why), fmt, ap);
+	why_vset(q, fmt, ap);
 	va_end(ap);
+}
+
+const char *
+kvc_req_detail(const kvc_req *q)
+{
+	return q->why ? q->why : "";
+}
+
+void
+kvc_req_fini(kvc_req *q)
+{
+	free(q->why);
+	q->why = NULL;
 }
 
 void
@@ -158,14 +181,15 @@ pending_down(shardkv_client *c)
 }
 
 /*
- * Finishes q: rv 0 with the answer in q->status and q->res, or an error
- * with q->why (and nothing in q->res). A req with a latch keeps its result
- * and counts the latch down (its waiter may free q and the handle right
- * after); else its done callback runs. Then the handle's pending count
- * falls.
+ * Finishes q: rv 0 with the answer in q->status and *r (a result of the
+ * decoded Response, whose buffers the finished req may take; NULL: none),
+ * or an error with q->why. A req with a latch moves *r into *q->out (its
+ * waiter reads it after the slot's Response is freed) and counts the latch
+ * down (its waiter may free q and the handle right after); else its done
+ * callback reads *r in place. Then the handle's pending count falls.
  */
 static void
-complete(kvc_req *q, int rv)
+complete_with(kvc_req *q, int rv, kv_data_result *r)
 {
 	shardkv_client *c = q->c;
 	kvc_latch *l = q->latch;
@@ -175,15 +199,26 @@ complete(kvc_req *q, int rv)
 	free(q->quiet_addr);
 	q->quiet_addr = NULL;
 	q->rv = rv;
-	if (rv != KV_OK)
-		kv_data_result_fini(&q->res);
 	if (l != NULL) {
+		if (rv == KV_OK && r != NULL && q->out != NULL) {
+			*q->out = *r;
+			memset(r, 0, sizeof(*r));
+			q->out->error = NULL;
+		}
 		pending_down(c);
 		kvc_latch_down(l);
 		return;
 	}
-	q->done(q, rv);
+	q->done(q, rv, rv == KV_OK ? r : NULL);
 	pending_down(c);
+}
+
+/* Finishes q without a result: an error, or rv 0 with a refusal of the
+ * whole Response in q->status. */
+static void
+complete(kvc_req *q, int rv)
+{
+	complete_with(q, rv, NULL);
 }
 
 /* Fails q with code err and a message (printf-style). */
@@ -195,7 +230,7 @@ fail(kvc_req *q, int err, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(q->why, sizeof(q->why), fmt, ap);
+	why_vset(q, fmt, ap);
 	va_end(ap);
 	complete(q, err);
 }
@@ -207,12 +242,12 @@ fail_deadline(kvc_req *q)
 	int st = q->last;
 
 	if (st == KV_EWRONGOWNER || st == KV_EMOVING || st == KV_ESTALE || st == KV_EBUSY) {
-		char tmp[sizeof(q->why)];
-		memcpy(tmp, q->why, sizeof(tmp));
+		char tmp[KVC_WHY_LEN];
+		snprintf(tmp, sizeof(tmp), "%s", kvc_req_detail(q));
 		fail(q, KV_ETIMEDOUT, "timed out while the key's range is moving (%.200s)", tmp);
 		return;
 	}
-	if (q->why[0] == 0)
+	if (kvc_req_detail(q)[0] == 0)
 		kvc_req_why(q, "timed out");
 	complete(q, st);
 }
@@ -290,7 +325,7 @@ pump(kvc_queue *sq)
 		pthread_mutex_unlock(&sq->mu);
 		while (late != NULL) {
 			kvc_req *next = late->next;
-			if (late->why[0] == 0)
+			if (kvc_req_detail(late)[0] == 0)
 				kvc_req_why(late, "timed out waiting to be sent to %s",
 				            sq->address);
 			fail_deadline(late);
@@ -373,14 +408,13 @@ no_answer(kvc_req *q, const char *address, int rv)
 	retry_later(q, false);
 }
 
-/* Classifies the answer to routed req q from `address` (q->status, q->res;
- * err: the Response's detail, NULL when none): completes q or schedules its
- * retry. */
+/* Classifies the answer to routed req q from `address` (q->status, and *r,
+ * its result in the decoded Response; err: the Response's detail, NULL when
+ * none): completes q or schedules its retry. */
 static void
-answered(kvc_req *q, const char *address, const char *err)
+answered(kvc_req *q, const char *address, const char *err, kv_data_result *r)
 {
 	shardkv_client *c = q->c;
-	kv_data_result *r = &q->res;
 
 	if (q->status != KV_OK) {
 		/* The whole request was refused (stale, busy, auth...). */
@@ -388,7 +422,6 @@ answered(kvc_req *q, const char *address, const char *err)
 		kvc_req_why(q, "server %s: %s", address, err ? err : kv_strerror(q->status));
 		if (q->srv_epoch > q->epoch)
 			q->min_epoch = q->srv_epoch;
-		kv_data_result_fini(r);
 		if (!kvc_retryable(q->last))
 			complete(q, q->last);
 		else
@@ -398,7 +431,7 @@ answered(kvc_req *q, const char *address, const char *err)
 	if (!kvc_retryable(r->status)) {
 		if (r->status != KV_OK)
 			kvc_req_why(q, "%s", err ? err : kv_strerror(r->status));
-		complete(q, KV_OK);
+		complete_with(q, KV_OK, r);
 		return;
 	}
 	/* WRONG_OWNER, MOVING or a transient refusal: go where the hint says. */
@@ -423,12 +456,11 @@ answered(kvc_req *q, const char *address, const char *err)
 	}
 	if (r->status == KV_EWRONGOWNER && !r->has_hint && q->min_epoch == 0)
 		q->min_epoch = q->epoch + 1;
-	kv_data_result_fini(r);
 	retry_later(q, moved);
 }
 
 int
-kvc_reply_take(const void *p, size_t len, kvc_req *const *reqs, size_t n, kv_resp *d)
+kvc_reply_decode(const void *p, size_t len, size_t n, kv_resp *d)
 {
 	int rv = kv_data_resp_decode(p, len, d);
 
@@ -440,18 +472,6 @@ kvc_reply_take(const void *p, size_t len, kvc_req *const *reqs, size_t n, kv_res
 		kv_data_resp_fini(d);
 		memset(d, 0, sizeof(*d));
 		return KV_EPROTO;
-	}
-	for (size_t i = 0; i < n; i++) {
-		kvc_req *q = reqs[i];
-		q->status = d->status;
-		q->srv_epoch = d->epoch;
-		kv_data_result_fini(&q->res);
-		if (d->status == KV_OK) {
-			q->res = d->results[i];
-			memset(&d->results[i], 0, sizeof(d->results[i]));
-		} else {
-			q->res.status = KV_EPROTO; /* no result came */
-		}
 	}
 	return KV_OK;
 }
@@ -468,7 +488,7 @@ slot_done(void *arg, int rv, nng_msg *rep)
 
 	memcpy(reqs, sl->reqs, n * sizeof(reqs[0]));
 	if (rv == KV_OK) {
-		rv = kvc_reply_take(nng_msg_body(rep), nng_msg_len(rep), reqs, n, &d);
+		rv = kvc_reply_decode(nng_msg_body(rep), nng_msg_len(rep), n, &d);
 		nng_msg_free(rep);
 	}
 	/* The slot is free for the next request before the reqs finish. */
@@ -477,27 +497,33 @@ slot_done(void *arg, int rv, nng_msg *rep)
 	pthread_mutex_unlock(&sq->mu);
 	pump(sq);
 
+	/* Each req reads its result where it lies in d (a refused Response
+	 * has none: an empty result with KV_EPROTO stands in); a req with a
+	 * latch moves it out, d frees what the others left. */
 	for (size_t i = 0; i < n; i++) {
 		kvc_req *q = reqs[i];
+		kv_data_result none = {.status = KV_EPROTO};
+		kv_data_result *r = rv == KV_OK && d.status == KV_OK ? &d.results[i] : &none;
 		/* The envelope's detail, else the op's (both borrowed from d). */
-		const char *err = d.error                                          ? d.error
-		                  : rv == KV_OK && q->res.error && q->res.error[0] ? q->res.error
-		                                                                   : NULL;
-		if (rv == KV_OK)
-			q->res.error = NULL;
+		const char *err = d.error ? d.error : r->error && r->error[0] ? r->error : NULL;
+		if (rv == KV_OK) {
+			q->status = d.status;
+			q->srv_epoch = d.epoch;
+		}
 		if (!q->routed) {
 			if (rv != KV_OK) {
 				fail(q, rv, "server %s: %s", sq->address, kv_strerror(rv));
 			} else {
-				q->why[0] = 0;
+				if (q->why != NULL)
+					q->why[0] = 0;
 				if (err != NULL)
 					kvc_req_why(q, "%s", err);
-				complete(q, KV_OK);
+				complete_with(q, KV_OK, r);
 			}
 		} else if (rv != KV_OK) {
 			no_answer(q, sq->address, rv);
 		} else {
-			answered(q, sq->address, err);
+			answered(q, sq->address, err, r);
 		}
 	}
 	kv_data_resp_fini(&d);
@@ -844,7 +870,9 @@ kvc_run_routed(shardkv_client *c, const kv_op *op, kv_bytes key, uint64_t deadli
                kv_data_result *out)
 {
 	kvc_latch l;
-	kvc_req q = {.c = c, .op = *op, .key = key, .deadline_ns = deadline, .latch = &l};
+	kv_data_result res = {0};
+	kvc_req q = {
+	    .c = c, .op = *op, .key = key, .deadline_ns = deadline, .latch = &l, .out = &res};
 	kvc_cfgref *ref;
 	int rv;
 
@@ -864,16 +892,20 @@ kvc_run_routed(shardkv_client *c, const kv_op *op, kv_bytes key, uint64_t deadli
 	kvc_latch_init(&l, 1);
 	if ((rv = kvc_submit_routed(&q)) != KV_OK) {
 		kvc_latch_fini(&l);
+		kvc_req_fini(&q);
 		return rv;
 	}
 	kvc_latch_wait(&l);
 	kvc_latch_fini(&l);
-	if (q.rv != KV_OK)
-		return kvc_fail(q.rv, "%s", q.why);
-	if (q.res.status != KV_OK)
-		kvc_fail(q.res.status, "%s", q.why);
-	*out = q.res;
-	return KV_OK;
+	rv = q.rv;
+	if (rv != KV_OK)
+		kvc_fail(rv, "%s", kvc_req_detail(&q));
+	else if (res.status != KV_OK)
+		kvc_fail(res.status, "%s", kvc_req_detail(&q));
+	kvc_req_fini(&q);
+	if (rv == KV_OK)
+		*out = res;
+	return rv;
 }
 
 /* ---------------------------------------------------------------------------

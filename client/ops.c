@@ -147,17 +147,18 @@ typedef struct {
 	uint8_t buf[];        /* key, then value */
 } async_op;
 
-/* An async op finished: runs the caller's callback and frees the op. */
+/* An async op finished: runs the caller's callback (the value stays the
+ * engine's, freed with the Response after the callback) and frees the op. */
 static void
-async_done(kvc_req *q, int rv)
+async_done(kvc_req *q, int rv, kv_data_result *r)
 {
 	async_op *a = (async_op *)q;
 
-	if (rv != KV_OK)
-		a->done(a->arg, rv, NULL, 0);
+	if (rv != KV_OK || r == NULL)
+		a->done(a->arg, rv != KV_OK ? rv : KV_EPROTO, NULL, 0);
 	else
-		a->done(a->arg, q->res.status, q->res.value.data, q->res.value.len);
-	kv_data_result_fini(&q->res);
+		a->done(a->arg, r->status, r->value.data, r->value.len);
+	kvc_req_fini(q);
 	free(a);
 }
 
@@ -181,16 +182,17 @@ submit(shardkv_client *c, kv_op_kind kind, const void *key, size_t klen, const v
 		memcpy(a->buf + klen, val, vlen);
 	a->done = done;
 	a->arg = arg;
-	a->req = (kvc_req){
-	    .c = c,
-	    .op = {.kind = kind,
-	           .key = {a->buf, klen},
-	           .value = {a->buf + klen, vlen},
-	           .request_id = kind == KV_OP_GET ? 0 : kvc_next_id(c)},
-	    .key = {a->buf, klen},
-	    .deadline_ns = kvc_deadline(c),
-	    .done = async_done,
-	};
+	/* Field by field: a compound literal is built on the stack and then
+	 * copied, for every op. */
+	memset(&a->req, 0, sizeof(a->req));
+	a->req.c = c;
+	a->req.op.kind = kind;
+	a->req.op.key = (kv_bytes){a->buf, klen};
+	a->req.op.value = (kv_bytes){a->buf + klen, vlen};
+	a->req.op.request_id = kind == KV_OP_GET ? 0 : kvc_next_id(c);
+	a->req.key = a->req.op.key;
+	a->req.deadline_ns = kvc_deadline(c);
+	a->req.done = async_done;
 	/* The first op of a handle fetches the configuration here (the only
 	 * wait an async call makes), so that the ops after it route at once. */
 	kvc_cfgref *ref = kvc_cfg_peek(c);
@@ -198,6 +200,7 @@ submit(shardkv_client *c, kv_op_kind kind, const void *key, size_t klen, const v
 		ref = NULL;
 	kvc_cfg_put(ref);
 	if ((rv = kvc_submit_routed(&a->req)) != KV_OK) {
+		kvc_req_fini(&a->req);
 		free(a);
 		return rv;
 	}
@@ -248,22 +251,23 @@ shardkv_append(shardkv_client *c, const void *key, size_t klen, const void *val,
 
 /* One node's part of a multi-key op, possibly retried over several rounds. */
 typedef struct {
-	shardkv_client *c; /* the handle */
-	kv_op_kind kind;   /* KV_OP_MGET or KV_OP_MPUT over keys/vals below */
-	uint64_t op_id;    /* mput: its Op.request_id, the same in every round */
-	kv_bytes *keys;    /* the part's keys (owned array, borrowed bytes) */
-	kv_bytes *vals;    /* mput: the part's values */
-	size_t *idx;       /* indexes into the caller's arrays, ascending (owned) */
-	size_t n;          /* keys in the part */
-	uint32_t node;     /* where it goes */
-	char *address;     /* node's address this round (owned) */
-	uint64_t epoch;    /* the epoch it was routed with */
-	uint64_t deadline; /* the call's deadline */
-	int rv;            /* this round: transport result */
-	int err;           /* the part's final or last error */
-	bool done;         /* finished (successfully or not) */
-	bool sent;         /* this round: submitted, req finished */
-	kvc_req req;       /* this round's request; rv 0: its answer (req.status, req.res) */
+	shardkv_client *c;  /* the handle */
+	kv_op_kind kind;    /* KV_OP_MGET or KV_OP_MPUT over keys/vals below */
+	uint64_t op_id;     /* mput: its Op.request_id, the same in every round */
+	kv_bytes *keys;     /* the part's keys (owned array, borrowed bytes) */
+	kv_bytes *vals;     /* mput: the part's values */
+	size_t *idx;        /* indexes into the caller's arrays, ascending (owned) */
+	size_t n;           /* keys in the part */
+	uint32_t node;      /* where it goes */
+	char *address;      /* node's address this round (owned) */
+	uint64_t epoch;     /* the epoch it was routed with */
+	uint64_t deadline;  /* the call's deadline */
+	int rv;             /* this round: transport result */
+	kv_data_result res; /* this round, rv 0: the part's result */
+	int err;            /* the part's final or last error */
+	bool done;          /* finished (successfully or not) */
+	bool sent;          /* this round: submitted, req finished */
+	kvc_req req;        /* this round's request; rv 0: its answer (req.status, req.res) */
 } mpart;
 
 static void
@@ -275,7 +279,8 @@ mpart_free(mpart *p)
 	free(p->vals);
 	free(p->idx);
 	free(p->address);
-	kv_data_result_fini(&p->req.res);
+	kv_data_result_fini(&p->res);
+	kvc_req_fini(&p->req);
 	free(p);
 }
 
@@ -465,7 +470,8 @@ multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, co
 			free(p->address);
 			p->address = NULL;
 			p->sent = false;
-			kv_data_result_fini(&p->req.res);
+			kv_data_result_fini(&p->res);
+			kvc_req_fini(&p->req);
 			p->epoch = ref->cfg->epoch;
 			a = node_address(ref->cfg, p->node);
 			if (a == NULL || (p->address = strdup(a)) == NULL) {
@@ -481,7 +487,8 @@ multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, co
 			                          .nvals = p->vals ? p->n : 0,
 			                          .vals = p->vals},
 			                   .deadline_ns = p->deadline,
-			                   .latch = &lt};
+			                   .latch = &lt,
+			                   .out = &p->res};
 			if ((p->rv = kvc_submit_to(&p->req, p->address, p->epoch)) != KV_OK) {
 				kvc_latch_down(&lt);
 				continue;
@@ -500,7 +507,7 @@ multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, co
 		/* Classify the answers. */
 		for (size_t i = 0; i < l->n; i++) {
 			mpart *p = l->v[i];
-			kv_data_result *r = &p->req.res;
+			kv_data_result *r = &p->res;
 			if (p->done)
 				continue;
 			if (p->rv != KV_OK) {
@@ -528,7 +535,9 @@ multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, co
 				progress = true;
 				if (st != KV_OK && st != KV_ENOTFOUND)
 					kvc_fail(st, "server %s: %s", p->address,
-					         p->req.why[0] ? p->req.why : kv_strerror(st));
+					         kvc_req_detail(&p->req)[0]
+					             ? kvc_req_detail(&p->req)
+					             : kv_strerror(st));
 				continue;
 			}
 			if (st == KV_EWRONGOWNER && min_epoch == 0)
@@ -612,7 +621,7 @@ shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys, shardkv_mge
 	res->n = n;
 	for (size_t i = 0; i < l.n; i++) {
 		mpart *p = l.v[i];
-		kv_data_result *r = &p->req.res;
+		kv_data_result *r = &p->res;
 		for (size_t j = 0; j < r->nmissing; j++) {
 			if (r->missing[j] >= p->n) {
 				rv = kvc_fail(KV_EPROTO, "server %s: missing index out of range",

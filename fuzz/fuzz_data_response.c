@@ -2,10 +2,10 @@
  * fuzz_data_response.c - the Response decoder (kv_data_resp_decode,
  * proto/data_codec.h): the bytes a shard server answers a client with, as
  * they come off the network. A decoded response must hold only bounded,
- * allocated buffers. Then the bytes go the client's way: kvc_reply_take
- * as the request engine reads the reply to 1 to 4 ops, and the scan
- * entries of the first op's result through kvc_entries_merge, as the
- * client merges the replies of several servers.
+ * allocated buffers. Then the bytes go the client's way: kvc_reply_decode
+ * as the request engine reads the reply to 1 to 4 ops, every result as a
+ * caller may read it, and the scan entries of a one-op reply through
+ * kvc_entries_merge, as the client merges the replies of several servers.
  */
 #include "client/client_int.h"
 #include "common/err.h"
@@ -27,8 +27,7 @@ touch_buf(const kv_buf *b, int must_have_data)
 		FZ_CHECK(b->len == 0);
 }
 
-/* Everything a caller of the library may read in a result the engine took
- * (its error string is never kept: the engine copies it to the req). */
+/* Everything a caller of the library may read in a result. */
 static void
 check_reply(const kv_data_result *r)
 {
@@ -110,8 +109,6 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	kv_resp d;
-	kvc_req b[4];
-	kvc_req *bp[4] = {&b[0], &b[1], &b[2], &b[3]};
 
 	if (kv_data_resp_decode(data, size, &d) == KV_OK) {
 		check_resp(&d);
@@ -120,28 +117,21 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FZ_CHECK(d.pb == NULL && d.results == NULL);
 	}
 	for (size_t nr = 1; nr <= 4; nr++) {
-		memset(b, 0, sizeof(b));
-		if (kvc_reply_take(data, size, bp, nr, &d) != KV_OK) {
+		if (kvc_reply_decode(data, size, nr, &d) != KV_OK) {
 			FZ_CHECK(d.pb == NULL && d.results == NULL);
-			for (size_t i = 0; i < nr; i++)
-				FZ_CHECK(b[i].res.status == 0 && b[i].res.values == NULL);
 			continue;
 		}
-		for (size_t i = 0; i < nr; i++) {
-			FZ_CHECK(b[i].status == d.status);
-			FZ_CHECK(d.status == KV_OK || b[i].res.status == KV_EPROTO);
-			if (b[i].res.error)
-				fz_touch(b[i].res.error, strlen(b[i].res.error));
-			b[i].res.error = NULL;
-			check_reply(&b[i].res);
+		FZ_CHECK(d.status != KV_OK || d.nresults == nr);
+		for (size_t i = 0; i < d.nresults; i++) {
+			if (d.results[i].error)
+				fz_touch(d.results[i].error, strlen(d.results[i].error));
+			check_reply(&d.results[i]);
 		}
-		kv_data_resp_fini(&d);
-		if (nr == 1) {
-			kv_data_result *r = &b[0].res;
+		if (nr == 1 && d.nresults == 1) {
+			kv_data_result *r = &d.results[0];
 			merge_entries(r, r->nentries > 1 ? r->nentries - 1 : 0);
 		}
-		for (size_t i = 0; i < nr; i++)
-			kv_data_result_fini(&b[i].res);
+		kv_data_resp_fini(&d);
 	}
 	return 0;
 }

@@ -2,8 +2,8 @@
  * test_client_batch.c - routing and merging of libshardkv with hand-built
  * configurations: mget/mput keys split per node with indexes in key order,
  * scans cut at every range and migration boundary, per-server scan pages
- * merged in key order with the limit; a Response taken apart into the
- * requests of its ops (kvc_reply_take).
+ * merged in key order with the limit; a Response read as the reply to a
+ * request of n ops (kvc_reply_decode).
  */
 #include "client/client_int.h"
 #include "common/err.h"
@@ -324,14 +324,13 @@ pack(const kv_resp *r, nng_msg **msg)
 }
 
 static void
-reply_moves_each_result_into_its_request(void **state)
+reply_with_a_result_per_op_decodes(void **state)
 {
 	kv_data_result res[2] = {
 	    {.status = KV_OK, .has_value = true},
 	    {.status = KV_EWRONGOWNER, .error = "not mine", .has_hint = true},
 	};
 	kv_resp r = {.request_id = 9, .epoch = 12, .node_id = 2, .nresults = 2, .results = res};
-	kvc_req q[2] = {0}, *qs[2] = {&q[0], &q[1]};
 	kv_resp d;
 	nng_msg *m;
 
@@ -342,23 +341,18 @@ reply_moves_each_result_into_its_request(void **state)
 	res[1].hint.node_id = 3;
 	res[1].hint.epoch = 13;
 	pack(&r, &m);
-	assert_int_equal(kvc_reply_take(nng_msg_body(m), nng_msg_len(m), qs, 2, &d), KV_OK);
-	assert_int_equal(q[0].status, KV_OK);
-	assert_int_equal(q[0].srv_epoch, 12);
-	assert_int_equal(q[0].res.status, KV_OK);
-	assert_int_equal(q[0].res.value.len, 2);
-	assert_memory_equal(q[0].res.value.data, "v1", 2);
-	assert_int_equal(q[1].res.status, KV_EWRONGOWNER);
-	assert_string_equal(q[1].res.error, "not mine");
-	assert_true(q[1].res.has_hint);
-	assert_int_equal(q[1].res.hint.node_id, 3);
-	assert_int_equal(q[1].res.hint.epoch, 13);
-	assert_memory_equal(q[1].res.hint.end.data, "m", 1);
-	/* The buffers are the reqs' now: the Response frees only its own. */
+	assert_int_equal(kvc_reply_decode(nng_msg_body(m), nng_msg_len(m), 2, &d), KV_OK);
+	assert_int_equal(d.status, KV_OK);
+	assert_int_equal(d.epoch, 12);
+	assert_int_equal(d.nresults, 2);
+	assert_int_equal(d.results[0].value.len, 2);
+	assert_memory_equal(d.results[0].value.data, "v1", 2);
+	assert_int_equal(d.results[1].status, KV_EWRONGOWNER);
+	assert_string_equal(d.results[1].error, "not mine");
+	assert_true(d.results[1].has_hint);
+	assert_int_equal(d.results[1].hint.node_id, 3);
+	assert_memory_equal(d.results[1].hint.end.data, "m", 1);
 	kv_data_resp_fini(&d);
-	q[1].res.error = NULL;
-	for (size_t i = 0; i < 2; i++)
-		kv_data_result_fini(&q[i].res);
 	for (size_t i = 0; i < 2; i++)
 		kv_data_result_fini(&res[i]);
 	nng_msg_free(m);
@@ -369,41 +363,37 @@ reply_with_a_result_count_that_differs_is_a_protocol_error(void **state)
 {
 	kv_data_result res[1] = {{.status = KV_OK}};
 	kv_resp r = {.epoch = 1, .nresults = 1, .results = res};
-	kvc_req q[2] = {0}, *qs[2] = {&q[0], &q[1]};
 	kv_resp d;
 	nng_msg *m;
 
 	(void)state;
 	pack(&r, &m);
-	assert_int_equal(kvc_reply_take(nng_msg_body(m), nng_msg_len(m), qs, 2, &d), KV_EPROTO);
+	assert_int_equal(kvc_reply_decode(nng_msg_body(m), nng_msg_len(m), 2, &d), KV_EPROTO);
 	assert_null(d.pb);
-	assert_int_equal(q[0].srv_epoch, 0);
+	assert_null(d.results);
 	r.nresults = 0;
 	nng_msg_free(m);
 	pack(&r, &m);
-	assert_int_equal(kvc_reply_take(nng_msg_body(m), nng_msg_len(m), qs, 1, &d), KV_EPROTO);
-	assert_int_equal(kvc_reply_take("\xff\xff\xff", 3, qs, 1, &d), KV_EPROTO);
+	assert_int_equal(kvc_reply_decode(nng_msg_body(m), nng_msg_len(m), 1, &d), KV_EPROTO);
+	assert_int_equal(kvc_reply_decode("\xff\xff\xff", 3, 1, &d), KV_EPROTO);
+	assert_null(d.pb);
 	nng_msg_free(m);
 }
 
 static void
-refused_reply_gives_every_request_the_status_and_no_result(void **state)
+refused_reply_needs_no_results(void **state)
 {
 	kv_resp r = {.epoch = 20, .status = KV_ESTALE, .error = "epoch 3 is stale"};
-	kvc_req q[2] = {0}, *qs[2] = {&q[0], &q[1]};
 	kv_resp d;
 	nng_msg *m;
 
 	(void)state;
 	pack(&r, &m);
-	assert_int_equal(kvc_reply_take(nng_msg_body(m), nng_msg_len(m), qs, 2, &d), KV_OK);
+	assert_int_equal(kvc_reply_decode(nng_msg_body(m), nng_msg_len(m), 2, &d), KV_OK);
+	assert_int_equal(d.status, KV_ESTALE);
+	assert_int_equal(d.epoch, 20);
 	assert_string_equal(d.error, "epoch 3 is stale");
-	for (size_t i = 0; i < 2; i++) {
-		assert_int_equal(q[i].status, KV_ESTALE);
-		assert_int_equal(q[i].srv_epoch, 20);
-		assert_int_equal(q[i].res.status, KV_EPROTO);
-		assert_null(q[i].res.value.data);
-	}
+	assert_int_equal(d.nresults, 0);
 	kv_data_resp_fini(&d);
 	nng_msg_free(m);
 }
@@ -421,9 +411,9 @@ main(void)
 	    cmocka_unit_test(merge_drops_keys_repeated_after_a_config_change),
 	    cmocka_unit_test(merge_stops_at_the_limit),
 	    cmocka_unit_test(merge_orders_binary_keys_bytewise),
-	    cmocka_unit_test(reply_moves_each_result_into_its_request),
+	    cmocka_unit_test(reply_with_a_result_per_op_decodes),
 	    cmocka_unit_test(reply_with_a_result_count_that_differs_is_a_protocol_error),
-	    cmocka_unit_test(refused_reply_gives_every_request_the_status_and_no_result),
+	    cmocka_unit_test(refused_reply_needs_no_results),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
