@@ -88,6 +88,8 @@ static void to_retry(kvc_req *q);
 
 /* Sets q->why, allocating it on first use (without memory, the code alone
  * says what happened). */
+static void why_vset(kvc_req *q, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+
 static void
 why_vset(kvc_req *q, const char *fmt, va_list ap)
 {
