@@ -392,7 +392,7 @@ hints_clear_locked(shardkv_client *c)
 }
 
 void
-kvc_hint_learn(shardkv_client *c, uint64_t epoch, const kvc_hint *h, const char *address,
+kvc_hint_learn(shardkv_client *c, uint64_t epoch, const kv_data_hint *h, const char *address,
                kv_bytes key)
 {
 	kvc_hintent e = {.epoch = epoch};

@@ -9,9 +9,11 @@
  *             of the engine
  *   admin.c   admin operations and the public configuration result
  *   batch.c   pure logic: splitting keys per node, scan plans, merging
- *   codec.c   data requests and replies in the client's terms, on
- *             proto/data_codec.h (no wire coding; the controller's messages
- *             are proto/admin_codec.h's, used as they are)
+ *
+ * Data requests and replies are proto/data_codec.h's structs as they are: an
+ * op is a kv_op, and the answer to it the kv_data_result moved out of the
+ * decoded Response (engine.c). The controller's messages are
+ * proto/admin_codec.h's, likewise.
  *
  * Nothing here is exported from the shared library.
  */
@@ -31,97 +33,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* ---------------------------------------------------------------------------
- * codec.c: data plane
- * ------------------------------------------------------------------------- */
-
-typedef enum {
-	KVC_GET = 1,
-	KVC_PUT,
-	KVC_DEL,
-	KVC_APPEND,
-	KVC_MGET,
-	KVC_MPUT,
-	KVC_SCAN,
-} kvc_op_kind;
-
-/* One data op as plain values; every pointer is borrowed. */
-typedef struct {
-	kvc_op_kind kind;       /* which op */
-	uint64_t request_id;    /* Op.request_id for exactly-once; 0: none */
-	kv_bytes key;           /* get, put, del, append */
-	kv_bytes value;         /* put, append */
-	size_t n;               /* mget, mput: number of keys */
-	const kv_bytes *keys;   /* mget, mput: n keys */
-	const kv_bytes *values; /* mput: n values */
-	kv_bytes start;         /* scan: inclusive start */
-	kv_bytes end;           /* scan: exclusive end; empty: end of key space */
-	kv_bytes prefix;        /* scan: prefix filter */
-	kv_bytes cursor;        /* scan: continuation */
-	uint32_t limit;         /* scan: at most this many entries; 0: server default */
-	bool keys_only;         /* scan: no values */
-} kvc_op;
-
-/* The envelope fields of a Request. */
-typedef struct {
-	uint64_t client_id;  /* Request.client_id */
-	uint64_t request_id; /* Request.request_id */
-	uint64_t epoch;      /* the epoch the client routed with */
-	kv_bytes auth;       /* auth token */
-	uint32_t timeout_ms; /* the sender's remaining deadline */
-} kvc_envelope;
-
-/* A decoded OwnerHint. */
-typedef struct {
-	bool set;       /* a hint came with the reply */
-	uint64_t epoch; /* epoch of the hint; 0: not yet published */
-	kv_buf start;   /* the owner's range */
-	kv_buf end;     /* empty: end of key space */
-	uint32_t node;  /* the node to go to */
-	char *address;  /* its URL (owned), may be NULL */
-} kvc_hint;
-
-/* A decoded Response with one op result; every buffer owned. */
-typedef struct {
-	int status;             /* envelope status as KV_E* */
-	char *error;            /* envelope or op error detail (owned), may be NULL */
-	uint64_t epoch;         /* the server's epoch */
-	uint32_t node_id;       /* the answering node */
-	int op_status;          /* the op's status as KV_E*; KV_EPROTO when no result */
-	kvc_hint hint;          /* WRONG_OWNER, MOVING */
-	kv_buf value;           /* get, del */
-	uint64_t value_len;     /* append */
-	size_t nvalues;         /* mget */
-	kv_buf *values;         /* mget: one per key */
-	size_t nmissing;        /* mget */
-	uint32_t *missing;      /* mget: indexes of missing keys */
-	size_t nentries;        /* scan */
-	kv_data_entry *entries; /* scan, key order */
-	bool more;              /* scan: stopped early */
-	kv_buf next_cursor;     /* scan: where to continue */
-} kvc_reply;
-
-/* Packs a Request holding one op into a new message. Returns 0, KV_ENOMEM. */
-int kvc_encode_request(const kvc_envelope *env, const kvc_op *op, nng_msg **out);
-
-/* Packs a Request holding n single-key ops (get, put, del, append) into a
- * new message. Returns 0, KV_EINVAL (another kind) or KV_ENOMEM. */
-int kvc_encode_request_batch(const kvc_envelope *env, const kvc_op *const *ops, size_t n,
-                             nng_msg **out);
-
-/* Decodes a Response to a batch of nr ops: result i into *rs[i] (each zeroed
- * first, with the envelope fields copied). Returns 0, KV_EPROTO (e.g. a
- * result count that differs) or KV_ENOMEM; on error no *rs[i] holds
- * anything. */
-int kvc_decode_reply_batch(const void *p, size_t n, kvc_reply *const *rs, size_t nr);
-
-/* Decodes a Response into *r (zeroed first). Returns 0, KV_EPROTO or
- * KV_ENOMEM; on error *r holds nothing. Free with kvc_reply_fini(). */
-int kvc_decode_reply(const void *p, size_t n, kvc_reply *r);
-
-/* Frees everything in a decoded reply. Accepts NULL. */
-void kvc_reply_fini(kvc_reply *r);
 
 /* ---------------------------------------------------------------------------
  * admin.c: the controller's messages are proto/admin_codec.h's
@@ -254,8 +165,9 @@ struct shardkv_client {
 	struct kvc_queue *eng_queues; /* every server's queue */
 	struct kvc_req *rq_head;      /* reqs for the retry thread, in arrival order */
 	struct kvc_req *rq_tail;      /* the newest */
-	unsigned long eng_pending;    /* reqs taken and not yet completed */
-	bool eng_closing;             /* shardkv_close has begun */
+	atomic_ulong eng_pending;     /* reqs taken and not yet completed: atomic, and its
+	                               * fall to 0 is made under eng_mu (engine.c pending_down) */
+	atomic_bool eng_closing;      /* shardkv_close has begun (set under eng_mu) */
 	bool rq_started;              /* the retry thread exists */
 
 	pthread_t rq_thread; /* backoffs, configuration fetches and TLS probes of retries */
@@ -306,7 +218,7 @@ void kvc_conn_redial(shardkv_client *c, const char *address);
  * configuration is still at `epoch` (a newer configuration clears every
  * hint). Copies what it keeps; ignores a hint that does not contain `key`.
  */
-void kvc_hint_learn(shardkv_client *c, uint64_t epoch, const kvc_hint *h, const char *address,
+void kvc_hint_learn(shardkv_client *c, uint64_t epoch, const kv_data_hint *h, const char *address,
                     kv_bytes key);
 
 /* Returns a copy of the hinted address for key under the cached `epoch`
@@ -346,11 +258,13 @@ void kvc_handle_free(shardkv_client *c);
  * ------------------------------------------------------------------------- */
 
 /* A countdown a caller waits on: one per blocking call (count 1) or per
- * round of mget/mput parts (count = parts). */
+ * round of mget/mput parts (count = parts). Only the last count down takes
+ * the lock, so parts finishing together do not queue on it. */
 typedef struct {
-	pthread_mutex_t mu; /* protects count */
-	pthread_cond_t cv;  /* signalled when count reaches 0 */
-	unsigned count;     /* reqs still to finish */
+	atomic_uint count;  /* reqs still to finish */
+	pthread_mutex_t mu; /* protects zero */
+	pthread_cond_t cv;  /* signalled when zero is set */
+	bool zero;          /* count reached 0 */
 } kvc_latch;
 
 /* Sets the latch to count. */
@@ -368,42 +282,77 @@ void kvc_latch_fini(kvc_latch *l);
 
 typedef struct kvc_req kvc_req;
 
-/* Runs when a req without a latch finishes: rv 0 with *r (the callee owns
- * its buffers; NULL only on errors) or a KV_E* code with q->why. On a
- * library thread, no lock held; the callee may free q. */
-typedef void (*kvc_req_done_fn)(kvc_req *q, int rv, kvc_reply *r);
+/* Runs when a req without a latch finishes: rv 0 with q->status and *r,
+ * the op's result where it lies in the decoded Response (an empty result
+ * with KV_EPROTO when the Response was refused whole), or a KV_E* code with
+ * q->why and r NULL. The callee may take r's buffers (clearing them); the
+ * rest is freed with the Response after it returns. On a library thread,
+ * no lock held; the callee may free q. */
+typedef void (*kvc_req_done_fn)(kvc_req *q, int rv, kv_data_result *r);
 
 /*
  * One request of the engine. The submitter fills the fields above the blank
- * line (zero the rest) and keeps q, with what op points to, until it
- * finishes. Routed reqs finish with rv 0 and a reply whose op_status is
- * final, or with an error; a part req (kvc_submit_to) finishes with rv 0
- * and whatever reply came (statuses may be refusals), or a transport error.
+ * line but next (zero the rest) and keeps q, with what op points to, until
+ * it finishes, then frees it with kvc_req_fini. What the engine reads of
+ * every queued req to send it (next, the deadline, the op's kind and sizes)
+ * comes first, in one cache line. Routed reqs finish with rv 0 and a
+ * result whose status is final, or with an error; a part req (kvc_submit_to) finishes with rv 0 and
+ * whatever answer came (the envelope's status in q->status, the op's in q->res.status; either may
+ * be a refusal), or a transport error.
+ *
+ * With a latch, the answer is the op's kv_data_result moved out of the
+ * decoded Response into *out, so its buffers are the waiter's
+ * (kv_data_result_fini frees them) and its error is always NULL: the
+ * decoded strings die with the Response, so the detail of a refusal is
+ * copied to why. Without one, the done callback reads the result in place.
+ * A req stays small (its result and detail live elsewhere): an async op
+ * allocates one per op, written on one core and sent from another.
  */
 struct kvc_req {
-	shardkv_client *c;    /* the handle */
-	kvc_op op;            /* the op; its pointers borrowed from the submitter */
-	kv_bytes key;         /* routed: the routing key (op.key, or a scan's start) */
+	kvc_req *next;        /* queue link (the engine's; zero it) */
 	uint64_t deadline_ns; /* the caller's deadline (kv_now_ns) */
+	kv_op op;             /* the op; its pointers borrowed from the submitter */
+	shardkv_client *c;    /* the handle */
+	kv_bytes key;         /* routed: the routing key (op.key, or a scan's start) */
 	kvc_latch *latch;     /* counted down when it finishes; NULL: done runs */
+	kv_data_result *out;  /* with a latch: receives the op's result on rv 0 */
 	kvc_req_done_fn done; /* with latch NULL */
 	void *arg;            /* for done */
 
-	int rv;               /* with a latch: the result */
-	kvc_reply reply;      /* with a latch and rv 0: the reply (the waiter frees it) */
-	char why[256];        /* the detail of a failure, or of the last refusal */
-	bool routed;          /* the engine routes and retries it */
-	uint64_t epoch;       /* the epoch of its current attempt */
-	char *hint_addr;      /* the next attempt goes here (owned); NULL: route */
-	uint64_t min_epoch;   /* the next attempt needs at least this epoch (0: any) */
-	bool refresh;         /* fetch a configuration before the next attempt */
-	bool quiet;           /* its last request found no connection to quiet_addr */
-	char quiet_addr[256]; /* that server: redial it (and probe its TLS) first */
-	uint64_t not_before;  /* the next attempt, not before (kv_now_ns) */
-	uint32_t backoff_ms;  /* the next backoff */
-	int last;             /* the last refusal or transport error */
-	kvc_req *next;        /* queue link */
+	int rv;              /* the result, once finished */
+	int status;          /* rv 0: the Response's envelope status */
+	uint64_t srv_epoch;  /* rv 0: the answering server's epoch */
+	char *why;           /* the detail of a failure, or of the last refusal
+	                      * (owned, KVC_WHY_LEN bytes once set; NULL: none) */
+	bool routed;         /* the engine routes and retries it */
+	bool refresh;        /* fetch a configuration before the next attempt */
+	uint64_t epoch;      /* the epoch of its current attempt */
+	char *hint_addr;     /* the next attempt goes here (owned); NULL: route */
+	char *quiet_addr;    /* its last request found no connection to this server
+	                      * (owned): redial it (and probe its TLS) first */
+	uint64_t min_epoch;  /* the next attempt needs at least this epoch (0: any) */
+	uint64_t not_before; /* the next attempt, not before (kv_now_ns) */
+	uint32_t backoff_ms; /* the next backoff */
+	int last;            /* the last refusal or transport error */
 };
+
+/* The room of a req's detail (longer ones are cut). */
+#define KVC_WHY_LEN 256
+
+/* The detail of q's failure or last refusal; "" when none. */
+const char *kvc_req_detail(const kvc_req *q);
+
+/* Frees what a finished req still owns (its detail). Accepts a zeroed req. */
+void kvc_req_fini(kvc_req *q);
+
+/*
+ * Decodes the Response `p` (len bytes) to a request of n ops into *d. A
+ * Response that cannot be decoded, or whose status is OK but that carries
+ * other than n results, is KV_EPROTO. On 0 the caller frees *d with
+ * kv_data_resp_fini; on error *d is zeroed. Returns 0, KV_EPROTO or
+ * KV_ENOMEM.
+ */
+int kvc_reply_decode(const void *p, size_t len, size_t n, kv_resp *d);
 
 /*
  * Takes a routed req: routes it by q->key and retries it until a final
@@ -418,12 +367,12 @@ int kvc_submit_to(kvc_req *q, const char *address, uint64_t epoch);
 
 /*
  * Runs one op routed by `key` as a routed req and waits for it. On 0 *out
- * holds the reply, its op_status final (the thread's error detail set when
- * it is not OK); free it with kvc_reply_fini(). On error the thread's error
- * detail says why.
+ * holds the op's result, its status final (the thread's error detail set
+ * when it is not OK); free it with kv_data_result_fini(). On error the
+ * thread's error detail says why.
  */
-int kvc_run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadline,
-                   kvc_reply *out);
+int kvc_run_routed(shardkv_client *c, const kv_op *op, kv_bytes key, uint64_t deadline,
+                   kv_data_result *out);
 
 /* Refuses new reqs, finishes the queued ones with KV_ECLOSED, waits for
  * those on the wire, stops the retry thread and frees the queues. First in

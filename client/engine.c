@@ -30,11 +30,14 @@
  * that must be split again is split with a fresh configuration.
  *
  * Locks: kvc_queue.mu protects one server's queue and its slots' busy
- * flags; c->eng_mu protects the retry queue, the pending count, the closing
- * flag and the list of queues. Both are leaves, never held together, nor
- * across a callback, a completion or a network call. Completions run with
- * no lock held, on nng's threads (a reply), the retry thread, or the
- * submitting thread (a req refused at once).
+ * flags; c->eng_mu protects the retry queue and the list of queues, and is
+ * held where the closing flag is set and the pending count falls to 0 (both
+ * atomics otherwise: a req taken or finished while others are pending
+ * takes no handle-wide lock); kvc_latch.mu protects a latch's zero flag.
+ * All are leaves, never held together, nor across a callback, a completion
+ * or a network call. Completions run with no lock held, on nng's threads
+ * (a reply), the retry thread, or the submitting thread (a req refused at
+ * once).
  */
 #include "client/client_int.h"
 #include "common/err.h"
@@ -83,6 +86,18 @@ static void to_retry(kvc_req *q);
  * Requests and latches
  * ------------------------------------------------------------------------- */
 
+/* Sets q->why, allocating it on first use (without memory, the code alone
+ * says what happened). */
+static void why_vset(kvc_req *q, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+
+static void
+why_vset(kvc_req *q, const char *fmt, va_list ap)
+{
+	if (q->why == NULL && (q->why = malloc(KVC_WHY_LEN)) == NULL)
+		return;
+	vsnprintf(q->why, KVC_WHY_LEN, fmt, ap);
+}
+
 /* Sets q->why (printf-style). */
 static void kvc_req_why(kvc_req *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -92,8 +107,21 @@ kvc_req_why(kvc_req *q, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(q->why, sizeof(q->why), fmt, ap);
+	why_vset(q, fmt, ap);
 	va_end(ap);
+}
+
+const char *
+kvc_req_detail(const kvc_req *q)
+{
+	return q->why ? q->why : "";
+}
+
+void
+kvc_req_fini(kvc_req *q)
+{
+	free(q->why);
+	q->why = NULL;
 }
 
 void
@@ -101,7 +129,8 @@ kvc_latch_init(kvc_latch *l, unsigned count)
 {
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
-	l->count = count;
+	atomic_init(&l->count, count);
+	l->zero = count == 0;
 }
 
 void
@@ -114,9 +143,13 @@ kvc_latch_fini(kvc_latch *l)
 void
 kvc_latch_down(kvc_latch *l)
 {
+	if (atomic_fetch_sub(&l->count, 1) != 1)
+		return;
+	/* The last one: the waiter returns (and may free l) only once it
+	 * sees zero under the lock, so l stays valid until the unlock. */
 	pthread_mutex_lock(&l->mu);
-	if (--l->count == 0)
-		pthread_cond_signal(&l->cv);
+	l->zero = true;
+	pthread_cond_signal(&l->cv);
 	pthread_mutex_unlock(&l->mu);
 }
 
@@ -124,41 +157,70 @@ void
 kvc_latch_wait(kvc_latch *l)
 {
 	pthread_mutex_lock(&l->mu);
-	while (l->count > 0)
+	while (!l->zero)
 		pthread_cond_wait(&l->cv, &l->mu);
 	pthread_mutex_unlock(&l->mu);
 }
 
 /*
- * Finishes q: rv 0 with *r (taken; NULL: an empty reply) or an error with
- * q->why. A req with a latch keeps its result and counts the latch down
- * (its waiter may free q and the handle right after); else its done
- * callback runs. Then the handle's pending count falls.
+ * Counts one req of the handle as finished. A fall from n > 1 is a bare
+ * atomic step; the fall to 0 is made under eng_mu, so that shardkv_close,
+ * which waits under eng_mu for 0, cannot see it and free the handle before
+ * this thread is done with the lock.
  */
 static void
-complete(kvc_req *q, int rv, kvc_reply *r)
+pending_down(shardkv_client *c)
+{
+	unsigned long n = atomic_load(&c->eng_pending);
+
+	while (n > 1)
+		if (atomic_compare_exchange_weak(&c->eng_pending, &n, n - 1))
+			return;
+	pthread_mutex_lock(&c->eng_mu);
+	if (atomic_fetch_sub(&c->eng_pending, 1) == 1)
+		pthread_cond_broadcast(&c->eng_cv);
+	pthread_mutex_unlock(&c->eng_mu);
+}
+
+/*
+ * Finishes q: rv 0 with the answer in q->status and *r (a result of the
+ * decoded Response, whose buffers the finished req may take; NULL: none),
+ * or an error with q->why. A req with a latch moves *r into *q->out (its
+ * waiter reads it after the slot's Response is freed) and counts the latch
+ * down (its waiter may free q and the handle right after); else its done
+ * callback reads *r in place. Then the handle's pending count falls.
+ */
+static void
+complete_with(kvc_req *q, int rv, kv_data_result *r)
 {
 	shardkv_client *c = q->c;
 	kvc_latch *l = q->latch;
 
 	free(q->hint_addr);
 	q->hint_addr = NULL;
+	free(q->quiet_addr);
+	q->quiet_addr = NULL;
+	q->rv = rv;
 	if (l != NULL) {
-		q->rv = rv;
-		if (r != NULL)
-			q->reply = *r;
-		pthread_mutex_lock(&c->eng_mu);
-		if (--c->eng_pending == 0)
-			pthread_cond_broadcast(&c->eng_cv);
-		pthread_mutex_unlock(&c->eng_mu);
+		if (rv == KV_OK && r != NULL && q->out != NULL) {
+			*q->out = *r;
+			memset(r, 0, sizeof(*r));
+			q->out->error = NULL;
+		}
+		pending_down(c);
 		kvc_latch_down(l);
 		return;
 	}
-	q->done(q, rv, r);
-	pthread_mutex_lock(&c->eng_mu);
-	if (--c->eng_pending == 0)
-		pthread_cond_broadcast(&c->eng_cv);
-	pthread_mutex_unlock(&c->eng_mu);
+	q->done(q, rv, rv == KV_OK ? r : NULL);
+	pending_down(c);
+}
+
+/* Finishes q without a result: an error, or rv 0 with a refusal of the
+ * whole Response in q->status. */
+static void
+complete(kvc_req *q, int rv)
+{
+	complete_with(q, rv, NULL);
 }
 
 /* Fails q with code err and a message (printf-style). */
@@ -170,9 +232,9 @@ fail(kvc_req *q, int err, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(q->why, sizeof(q->why), fmt, ap);
+	why_vset(q, fmt, ap);
 	va_end(ap);
-	complete(q, err, NULL);
+	complete(q, err);
 }
 
 /* Fails q whose deadline passed, with what stopped it last. */
@@ -182,14 +244,14 @@ fail_deadline(kvc_req *q)
 	int st = q->last;
 
 	if (st == KV_EWRONGOWNER || st == KV_EMOVING || st == KV_ESTALE || st == KV_EBUSY) {
-		char tmp[sizeof(q->why)];
-		memcpy(tmp, q->why, sizeof(tmp));
+		char tmp[KVC_WHY_LEN];
+		snprintf(tmp, sizeof(tmp), "%s", kvc_req_detail(q));
 		fail(q, KV_ETIMEDOUT, "timed out while the key's range is moving (%.200s)", tmp);
 		return;
 	}
-	if (q->why[0] == 0)
+	if (kvc_req_detail(q)[0] == 0)
 		kvc_req_why(q, "timed out");
-	complete(q, st, NULL);
+	complete(q, st);
 }
 
 /* ---------------------------------------------------------------------------
@@ -199,10 +261,10 @@ fail_deadline(kvc_req *q)
 static void slot_done(void *arg, int rv, nng_msg *rep);
 
 static bool
-single_key(const kvc_op *op)
+single_key(const kv_op *op)
 {
-	return op->kind == KVC_GET || op->kind == KVC_PUT || op->kind == KVC_DEL ||
-	       op->kind == KVC_APPEND;
+	return op->kind == KV_OP_GET || op->kind == KV_OP_PUT || op->kind == KV_OP_DEL ||
+	       op->kind == KV_OP_APPEND;
 }
 
 /* Fills free slots with what is queued and sends. Takes sq->mu. */
@@ -265,7 +327,7 @@ pump(kvc_queue *sq)
 		pthread_mutex_unlock(&sq->mu);
 		while (late != NULL) {
 			kvc_req *next = late->next;
-			if (late->why[0] == 0)
+			if (kvc_req_detail(late)[0] == 0)
 				kvc_req_why(late, "timed out waiting to be sent to %s",
 				            sq->address);
 			fail_deadline(late);
@@ -274,26 +336,28 @@ pump(kvc_queue *sq)
 		if (!mine)
 			continue;
 
-		const kvc_op *ops[ENG_MAX_OPS];
+		/* One op is encoded where it lies; a batch of single-key ops
+		 * is gathered into one array (only those are ever batched). */
+		kv_op ops[ENG_MAX_OPS];
 		uint64_t deadline = 0;
 		nng_msg *req;
 		int rv;
 		for (size_t i = 0; i < sl->n; i++) {
-			ops[i] = &sl->reqs[i]->op;
+			if (sl->n > 1)
+				ops[i] = sl->reqs[i]->op;
 			if (sl->reqs[i]->deadline_ns > deadline)
 				deadline = sl->reqs[i]->deadline_ns;
 		}
-		kvc_envelope env = {
+		kv_req env = {
 		    .client_id = c->client_id,
 		    .request_id = kvc_next_id(c),
 		    .epoch = sl->reqs[0]->epoch,
 		    .auth = {.p = c->auth.data, .len = c->auth.len},
 		    .timeout_ms = kvc_attempt_ms(deadline),
+		    .nops = sl->n,
+		    .ops = sl->n > 1 ? ops : &sl->reqs[0]->op,
 		};
-		if (single_key(ops[0]))
-			rv = kvc_encode_request_batch(&env, ops, sl->n, &req);
-		else
-			rv = kvc_encode_request(&env, ops[0], &req);
+		rv = kv_data_req_encode(&env, &req);
 		if (rv != KV_OK) {
 			size_t n = sl->n;
 			kvc_req *taken[ENG_MAX_OPS];
@@ -334,56 +398,55 @@ no_answer(kvc_req *q, const char *address, int rv)
 	kvc_req_why(q, "server %s: %s", address, kv_strerror(rv));
 	kvc_hint_forget(q->c, address);
 	if (!kvc_retryable(rv) && rv != KV_EPROTO) {
-		complete(q, q->last, NULL);
+		complete(q, q->last);
 		return;
 	}
 	q->min_epoch = q->epoch + 1;
 	/* KV_EUNAVAIL: the send found no connection (the retry thread kicks
-	 * the dialer, and over TLS probes the handshake). */
-	q->quiet = rv == KV_EUNAVAIL;
-	if (q->quiet)
-		snprintf(q->quiet_addr, sizeof(q->quiet_addr), "%s", address);
+	 * the dialer, and over TLS probes the handshake; without memory for
+	 * the address, it only waits). */
+	free(q->quiet_addr);
+	q->quiet_addr = rv == KV_EUNAVAIL ? strdup(address) : NULL;
 	retry_later(q, false);
 }
 
-/* Classifies the answer *r to routed req q from `address`: completes q or
- * schedules its retry. Takes *r. */
+/* Classifies the answer to routed req q from `address` (q->status, and *r,
+ * its result in the decoded Response; err: the Response's detail, NULL when
+ * none): completes q or schedules its retry. */
 static void
-answered(kvc_req *q, const char *address, kvc_reply *r)
+answered(kvc_req *q, const char *address, const char *err, kv_data_result *r)
 {
 	shardkv_client *c = q->c;
 
-	if (r->status != KV_OK) {
+	if (q->status != KV_OK) {
 		/* The whole request was refused (stale, busy, auth...). */
-		q->last = r->status;
-		kvc_req_why(q, "server %s: %s", address,
-		            r->error ? r->error : kv_strerror(r->status));
-		if (r->epoch > q->epoch)
-			q->min_epoch = r->epoch;
-		kvc_reply_fini(r);
+		q->last = q->status;
+		kvc_req_why(q, "server %s: %s", address, err ? err : kv_strerror(q->status));
+		if (q->srv_epoch > q->epoch)
+			q->min_epoch = q->srv_epoch;
 		if (!kvc_retryable(q->last))
-			complete(q, q->last, NULL);
+			complete(q, q->last);
 		else
 			retry_later(q, false);
 		return;
 	}
-	if (!kvc_retryable(r->op_status)) {
-		if (r->op_status != KV_OK)
-			kvc_req_why(q, "%s", r->error ? r->error : kv_strerror(r->op_status));
-		complete(q, KV_OK, r);
+	if (!kvc_retryable(r->status)) {
+		if (r->status != KV_OK)
+			kvc_req_why(q, "%s", err ? err : kv_strerror(r->status));
+		complete_with(q, KV_OK, r);
 		return;
 	}
 	/* WRONG_OWNER, MOVING or a transient refusal: go where the hint says. */
 	bool moved = false;
-	q->last = r->op_status;
-	kvc_req_why(q, "server %s: %s", address, r->error ? r->error : kv_strerror(r->op_status));
-	if (r->hint.set && r->hint.epoch > q->epoch)
+	q->last = r->status;
+	kvc_req_why(q, "server %s: %s", address, err ? err : kv_strerror(r->status));
+	if (r->has_hint && r->hint.epoch > q->epoch)
 		q->min_epoch = r->hint.epoch;
-	if (r->epoch > q->epoch && r->epoch > q->min_epoch)
-		q->min_epoch = r->epoch;
-	if (r->op_status == KV_EWRONGOWNER && r->hint.set) {
+	if (q->srv_epoch > q->epoch && q->srv_epoch > q->min_epoch)
+		q->min_epoch = q->srv_epoch;
+	if (r->status == KV_EWRONGOWNER && r->has_hint) {
 		kvc_cfgref *ref = r->hint.address ? NULL : kvc_cfg_peek(c);
-		const kv_node *nd = ref ? kv_config_node(ref->cfg, r->hint.node) : NULL;
+		const kv_node *nd = ref ? kv_config_node(ref->cfg, r->hint.node_id) : NULL;
 		const char *h = r->hint.address ? r->hint.address : nd ? nd->address : NULL;
 		if (h != NULL && strcmp(h, address) != 0) {
 			/* Later calls for the hint's range go there directly too. */
@@ -393,10 +456,26 @@ answered(kvc_req *q, const char *address, kvc_reply *r)
 		}
 		kvc_cfg_put(ref);
 	}
-	if (r->op_status == KV_EWRONGOWNER && !r->hint.set && q->min_epoch == 0)
+	if (r->status == KV_EWRONGOWNER && !r->has_hint && q->min_epoch == 0)
 		q->min_epoch = q->epoch + 1;
-	kvc_reply_fini(r);
 	retry_later(q, moved);
+}
+
+int
+kvc_reply_decode(const void *p, size_t len, size_t n, kv_resp *d)
+{
+	int rv = kv_data_resp_decode(p, len, d);
+
+	if (rv != KV_OK) {
+		memset(d, 0, sizeof(*d));
+		return rv;
+	}
+	if (d->status == KV_OK && d->nresults != n) {
+		kv_data_resp_fini(d);
+		memset(d, 0, sizeof(*d));
+		return KV_EPROTO;
+	}
+	return KV_OK;
 }
 
 /* A slot's request is answered (or failed): finishes or retries its reqs. */
@@ -407,17 +486,11 @@ slot_done(void *arg, int rv, nng_msg *rep)
 	kvc_queue *sq = sl->sq;
 	size_t n = sl->n;
 	kvc_req *reqs[ENG_MAX_OPS];
-	kvc_reply local[ENG_MAX_OPS];
-	kvc_reply *rp[ENG_MAX_OPS];
+	kv_resp d = {0};
 
 	memcpy(reqs, sl->reqs, n * sizeof(reqs[0]));
-	for (size_t i = 0; i < n; i++)
-		rp[i] = &local[i];
 	if (rv == KV_OK) {
-		if (single_key(&reqs[0]->op))
-			rv = kvc_decode_reply_batch(nng_msg_body(rep), nng_msg_len(rep), rp, n);
-		else
-			rv = kvc_decode_reply(nng_msg_body(rep), nng_msg_len(rep), rp[0]);
+		rv = kvc_reply_decode(nng_msg_body(rep), nng_msg_len(rep), n, &d);
 		nng_msg_free(rep);
 	}
 	/* The slot is free for the next request before the reqs finish. */
@@ -426,19 +499,36 @@ slot_done(void *arg, int rv, nng_msg *rep)
 	pthread_mutex_unlock(&sq->mu);
 	pump(sq);
 
+	/* Each req reads its result where it lies in d (a refused Response
+	 * has none: an empty result with KV_EPROTO stands in); a req with a
+	 * latch moves it out, d frees what the others left. */
 	for (size_t i = 0; i < n; i++) {
 		kvc_req *q = reqs[i];
+		kv_data_result none = {.status = KV_EPROTO};
+		kv_data_result *r = rv == KV_OK && d.status == KV_OK ? &d.results[i] : &none;
+		/* The envelope's detail, else the op's (both borrowed from d). */
+		const char *err = d.error ? d.error : r->error && r->error[0] ? r->error : NULL;
+		if (rv == KV_OK) {
+			q->status = d.status;
+			q->srv_epoch = d.epoch;
+		}
 		if (!q->routed) {
-			if (rv != KV_OK)
+			if (rv != KV_OK) {
 				fail(q, rv, "server %s: %s", sq->address, kv_strerror(rv));
-			else
-				complete(q, KV_OK, &local[i]);
+			} else {
+				if (q->why != NULL)
+					q->why[0] = 0;
+				if (err != NULL)
+					kvc_req_why(q, "%s", err);
+				complete_with(q, KV_OK, r);
+			}
 		} else if (rv != KV_OK) {
 			no_answer(q, sq->address, rv);
 		} else {
-			answered(q, sq->address, &local[i]);
+			answered(q, sq->address, err, r);
 		}
 	}
+	kv_data_resp_fini(&d);
 }
 
 /* Frees a queue made by queue_get (its slots idle). */
@@ -597,8 +687,7 @@ retry_route(kvc_req *q, probe_memo *pm)
 		fail_deadline(q);
 		return;
 	}
-	if (q->quiet && q->quiet_addr[0]) {
-		q->quiet = false;
+	if (q->quiet_addr != NULL) {
 		kvc_conn_redial(c, q->quiet_addr); /* not on an nng thread */
 		/* Over TLS a refused handshake looks like a server that is down. */
 		if (c->tls != NULL && (strcmp(pm->address, q->quiet_addr) != 0 ||
@@ -616,6 +705,8 @@ retry_route(kvc_req *q, probe_memo *pm)
 			fail(q, KV_EAUTH, "%s", pm->why[0] ? pm->why : "TLS handshake failed");
 			return;
 		}
+		free(q->quiet_addr);
+		q->quiet_addr = NULL;
 	}
 	kvc_cfgref *ref = kvc_cfg_peek(c);
 	bool fetch = q->refresh || ref == NULL || ref->cfg->epoch < q->min_epoch;
@@ -629,7 +720,7 @@ retry_route(kvc_req *q, probe_memo *pm)
 			q->last = rv;
 			kvc_req_why(q, "%s", shardkv_errmsg());
 			if (!kvc_retryable(rv)) {
-				complete(q, rv, NULL);
+				complete(q, rv);
 				return;
 			}
 			retry_later(q, false);
@@ -733,13 +824,14 @@ take(kvc_req *q)
 
 	if (q->last == KV_OK)
 		q->last = KV_ETIMEDOUT; /* what a req that never got an answer says */
-	pthread_mutex_lock(&c->eng_mu);
-	if (c->eng_closing) {
-		pthread_mutex_unlock(&c->eng_mu);
+	/* Counted first, then the flag checked: shardkv_close sets the flag
+	 * first, then waits for the count (both sequentially consistent), so
+	 * either it waits for this req or this req sees it closing. */
+	atomic_fetch_add(&c->eng_pending, 1);
+	if (atomic_load(&c->eng_closing)) {
+		pending_down(c);
 		return kvc_fail(KV_ECLOSED, "the handle is closing");
 	}
-	c->eng_pending++;
-	pthread_mutex_unlock(&c->eng_mu);
 	return KV_OK;
 }
 
@@ -776,10 +868,13 @@ kvc_submit_to(kvc_req *q, const char *address, uint64_t epoch)
 }
 
 int
-kvc_run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadline, kvc_reply *out)
+kvc_run_routed(shardkv_client *c, const kv_op *op, kv_bytes key, uint64_t deadline,
+               kv_data_result *out)
 {
 	kvc_latch l;
-	kvc_req q = {.c = c, .op = *op, .key = key, .deadline_ns = deadline, .latch = &l};
+	kv_data_result res = {0};
+	kvc_req q = {
+	    .c = c, .op = *op, .key = key, .deadline_ns = deadline, .latch = &l, .out = &res};
 	kvc_cfgref *ref;
 	int rv;
 
@@ -799,16 +894,20 @@ kvc_run_routed(shardkv_client *c, const kvc_op *op, kv_bytes key, uint64_t deadl
 	kvc_latch_init(&l, 1);
 	if ((rv = kvc_submit_routed(&q)) != KV_OK) {
 		kvc_latch_fini(&l);
+		kvc_req_fini(&q);
 		return rv;
 	}
 	kvc_latch_wait(&l);
 	kvc_latch_fini(&l);
-	if (q.rv != KV_OK)
-		return kvc_fail(q.rv, "%s", q.why);
-	if (q.reply.op_status != KV_OK)
-		kvc_fail(q.reply.op_status, "%s", q.why);
-	*out = q.reply;
-	return KV_OK;
+	rv = q.rv;
+	if (rv != KV_OK)
+		kvc_fail(rv, "%s", kvc_req_detail(&q));
+	else if (res.status != KV_OK)
+		kvc_fail(res.status, "%s", kvc_req_detail(&q));
+	kvc_req_fini(&q);
+	if (rv == KV_OK)
+		*out = res;
+	return rv;
 }
 
 /* ---------------------------------------------------------------------------
@@ -845,7 +944,7 @@ kvc_engine_close(shardkv_client *c)
 		 * nng_close. */
 	}
 	pthread_mutex_lock(&c->eng_mu);
-	while (c->eng_pending > 0)
+	while (atomic_load(&c->eng_pending) > 0)
 		pthread_cond_wait(&c->eng_cv, &c->eng_mu);
 	pthread_mutex_unlock(&c->eng_mu);
 	if (started)

@@ -71,7 +71,7 @@ take_value(kv_buf *v, shardkv_buf *out)
 }
 
 static int
-single(shardkv_client *c, kvc_op *op, kvc_reply *r)
+single(shardkv_client *c, kv_op *op, kv_data_result *r)
 {
 	int rv;
 
@@ -82,9 +82,9 @@ single(shardkv_client *c, kvc_op *op, kvc_reply *r)
 		return rv;
 	if ((rv = kvc_run_routed(c, op, op->key, kvc_deadline(c), r)) != KV_OK)
 		return rv;
-	if (r->op_status != KV_OK) {
-		rv = r->op_status;
-		kvc_reply_fini(r);
+	if (r->status != KV_OK) {
+		rv = r->status;
+		kv_data_result_fini(r);
 	}
 	return rv;
 }
@@ -92,8 +92,8 @@ single(shardkv_client *c, kvc_op *op, kvc_reply *r)
 int
 shardkv_get(shardkv_client *c, const void *key, size_t klen, shardkv_buf *val)
 {
-	kvc_op op = {.kind = KVC_GET, .key = {key, klen}};
-	kvc_reply r;
+	kv_op op = {.kind = KV_OP_GET, .key = {key, klen}};
+	kv_data_result r;
 	int rv;
 
 	if (c == NULL || val == NULL)
@@ -101,15 +101,15 @@ shardkv_get(shardkv_client *c, const void *key, size_t klen, shardkv_buf *val)
 	if ((rv = single(c, &op, &r)) != KV_OK)
 		return rv;
 	rv = take_value(&r.value, val);
-	kvc_reply_fini(&r);
+	kv_data_result_fini(&r);
 	return rv;
 }
 
 int
 shardkv_put(shardkv_client *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
-	kvc_op op = {.kind = KVC_PUT, .key = {key, klen}, .value = {val, vlen}};
-	kvc_reply r;
+	kv_op op = {.kind = KV_OP_PUT, .key = {key, klen}, .value = {val, vlen}};
+	kv_data_result r;
 	int rv;
 
 	if (c == NULL || (val == NULL && vlen))
@@ -117,15 +117,15 @@ shardkv_put(shardkv_client *c, const void *key, size_t klen, const void *val, si
 	op.request_id = kvc_next_id(c);
 	if ((rv = single(c, &op, &r)) != KV_OK)
 		return rv;
-	kvc_reply_fini(&r);
+	kv_data_result_fini(&r);
 	return KV_OK;
 }
 
 int
 shardkv_del(shardkv_client *c, const void *key, size_t klen, shardkv_buf *old)
 {
-	kvc_op op = {.kind = KVC_DEL, .key = {key, klen}};
-	kvc_reply r;
+	kv_op op = {.kind = KV_OP_DEL, .key = {key, klen}};
+	kv_data_result r;
 	int rv = KV_OK;
 
 	if (c == NULL)
@@ -135,7 +135,7 @@ shardkv_del(shardkv_client *c, const void *key, size_t klen, shardkv_buf *old)
 		return rv;
 	if (old)
 		rv = take_value(&r.value, old);
-	kvc_reply_fini(&r);
+	kv_data_result_fini(&r);
 	return rv;
 }
 
@@ -147,24 +147,24 @@ typedef struct {
 	uint8_t buf[];        /* key, then value */
 } async_op;
 
-/* An async op finished: runs the caller's callback and frees the op. */
+/* An async op finished: runs the caller's callback (the value stays the
+ * engine's, freed with the Response after the callback) and frees the op. */
 static void
-async_done(kvc_req *q, int rv, kvc_reply *r)
+async_done(kvc_req *q, int rv, kv_data_result *r)
 {
 	async_op *a = (async_op *)q;
 
 	if (rv != KV_OK || r == NULL)
-		a->done(a->arg, rv, NULL, 0);
+		a->done(a->arg, rv != KV_OK ? rv : KV_EPROTO, NULL, 0);
 	else
-		a->done(a->arg, r->op_status, r->value.data, r->value.len);
-	if (r != NULL)
-		kvc_reply_fini(r);
+		a->done(a->arg, r->status, r->value.data, r->value.len);
+	kvc_req_fini(q);
 	free(a);
 }
 
 /* Checks an async op's arguments, copies them and submits the op. */
 static int
-submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t klen, const void *val,
+submit(shardkv_client *c, kv_op_kind kind, const void *key, size_t klen, const void *val,
        size_t vlen, shardkv_done_fn done, void *arg)
 {
 	async_op *a;
@@ -182,16 +182,17 @@ submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t klen, const 
 		memcpy(a->buf + klen, val, vlen);
 	a->done = done;
 	a->arg = arg;
-	a->req = (kvc_req){
-	    .c = c,
-	    .op = {.kind = kind,
-	           .key = {a->buf, klen},
-	           .value = {a->buf + klen, vlen},
-	           .request_id = kind == KVC_GET ? 0 : kvc_next_id(c)},
-	    .key = {a->buf, klen},
-	    .deadline_ns = kvc_deadline(c),
-	    .done = async_done,
-	};
+	/* Field by field: a compound literal is built on the stack and then
+	 * copied, for every op. */
+	memset(&a->req, 0, sizeof(a->req));
+	a->req.c = c;
+	a->req.op.kind = kind;
+	a->req.op.key = (kv_bytes){a->buf, klen};
+	a->req.op.value = (kv_bytes){a->buf + klen, vlen};
+	a->req.op.request_id = kind == KV_OP_GET ? 0 : kvc_next_id(c);
+	a->req.key = a->req.op.key;
+	a->req.deadline_ns = kvc_deadline(c);
+	a->req.done = async_done;
 	/* The first op of a handle fetches the configuration here (the only
 	 * wait an async call makes), so that the ops after it route at once. */
 	kvc_cfgref *ref = kvc_cfg_peek(c);
@@ -199,6 +200,7 @@ submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t klen, const 
 		ref = NULL;
 	kvc_cfg_put(ref);
 	if ((rv = kvc_submit_routed(&a->req)) != KV_OK) {
+		kvc_req_fini(&a->req);
 		free(a);
 		return rv;
 	}
@@ -208,28 +210,28 @@ submit(shardkv_client *c, kvc_op_kind kind, const void *key, size_t klen, const 
 int
 shardkv_get_async(shardkv_client *c, const void *key, size_t klen, shardkv_done_fn done, void *arg)
 {
-	return submit(c, KVC_GET, key, klen, NULL, 0, done, arg);
+	return submit(c, KV_OP_GET, key, klen, NULL, 0, done, arg);
 }
 
 int
 shardkv_put_async(shardkv_client *c, const void *key, size_t klen, const void *val, size_t vlen,
                   shardkv_done_fn done, void *arg)
 {
-	return submit(c, KVC_PUT, key, klen, val, vlen, done, arg);
+	return submit(c, KV_OP_PUT, key, klen, val, vlen, done, arg);
 }
 
 int
 shardkv_del_async(shardkv_client *c, const void *key, size_t klen, shardkv_done_fn done, void *arg)
 {
-	return submit(c, KVC_DEL, key, klen, NULL, 0, done, arg);
+	return submit(c, KV_OP_DEL, key, klen, NULL, 0, done, arg);
 }
 
 int
 shardkv_append(shardkv_client *c, const void *key, size_t klen, const void *val, size_t vlen,
                uint64_t *new_len)
 {
-	kvc_op op = {.kind = KVC_APPEND, .key = {key, klen}, .value = {val, vlen}};
-	kvc_reply r;
+	kv_op op = {.kind = KV_OP_APPEND, .key = {key, klen}, .value = {val, vlen}};
+	kv_data_result r;
 	int rv;
 
 	if (c == NULL || (val == NULL && vlen))
@@ -239,7 +241,7 @@ shardkv_append(shardkv_client *c, const void *key, size_t klen, const void *val,
 		return rv;
 	if (new_len)
 		*new_len = r.value_len;
-	kvc_reply_fini(&r);
+	kv_data_result_fini(&r);
 	return KV_OK;
 }
 
@@ -249,22 +251,23 @@ shardkv_append(shardkv_client *c, const void *key, size_t klen, const void *val,
 
 /* One node's part of a multi-key op, possibly retried over several rounds. */
 typedef struct {
-	shardkv_client *c; /* the handle */
-	kvc_op op;         /* MGET or MPUT over keys/vals below */
-	kv_bytes *keys;    /* the part's keys (owned array, borrowed bytes) */
-	kv_bytes *vals;    /* mput: the part's values */
-	size_t *idx;       /* indexes into the caller's arrays, ascending (owned) */
-	size_t n;          /* keys in the part */
-	uint32_t node;     /* where it goes */
-	char *address;     /* node's address this round (owned) */
-	uint64_t epoch;    /* the epoch it was routed with */
-	uint64_t deadline; /* the call's deadline */
-	int rv;            /* this round: transport result */
-	kvc_reply reply;   /* this round: the reply when rv == 0 */
-	int err;           /* the part's final or last error */
-	bool done;         /* finished (successfully or not) */
-	bool sent;         /* this round: submitted, req finished */
-	kvc_req req;       /* this round's request */
+	shardkv_client *c;  /* the handle */
+	kv_op_kind kind;    /* KV_OP_MGET or KV_OP_MPUT over keys/vals below */
+	uint64_t op_id;     /* mput: its Op.request_id, the same in every round */
+	kv_bytes *keys;     /* the part's keys (owned array, borrowed bytes) */
+	kv_bytes *vals;     /* mput: the part's values */
+	size_t *idx;        /* indexes into the caller's arrays, ascending (owned) */
+	size_t n;           /* keys in the part */
+	uint32_t node;      /* where it goes */
+	char *address;      /* node's address this round (owned) */
+	uint64_t epoch;     /* the epoch it was routed with */
+	uint64_t deadline;  /* the call's deadline */
+	int rv;             /* this round: transport result */
+	kv_data_result res; /* this round, rv 0: the part's result */
+	int err;            /* the part's final or last error */
+	bool done;          /* finished (successfully or not) */
+	bool sent;          /* this round: submitted, req finished */
+	kvc_req req;        /* this round's request; rv 0: its answer (req.status, req.res) */
 } mpart;
 
 static void
@@ -276,13 +279,14 @@ mpart_free(mpart *p)
 	free(p->vals);
 	free(p->idx);
 	free(p->address);
-	kvc_reply_fini(&p->reply);
+	kv_data_result_fini(&p->res);
+	kvc_req_fini(&p->req);
 	free(p);
 }
 
 /* Builds a part of the caller's keys idx[0..n). Takes nothing. */
 static mpart *
-mpart_new(shardkv_client *c, kvc_op_kind kind, const kv_bytes *keys, const kv_bytes *vals,
+mpart_new(shardkv_client *c, kv_op_kind kind, const kv_bytes *keys, const kv_bytes *vals,
           const size_t *idx, size_t n, uint64_t deadline)
 {
 	mpart *p = calloc(1, sizeof(*p));
@@ -305,11 +309,8 @@ mpart_new(shardkv_client *c, kvc_op_kind kind, const kv_bytes *keys, const kv_by
 	p->c = c;
 	p->n = n;
 	p->deadline = deadline;
-	p->op.kind = kind;
-	p->op.n = n;
-	p->op.keys = p->keys;
-	p->op.values = p->vals;
-	p->op.request_id = kind == KVC_MPUT ? kvc_next_id(c) : 0;
+	p->kind = kind;
+	p->op_id = kind == KV_OP_MPUT ? kvc_next_id(c) : 0;
 	p->err = KV_ETIMEDOUT;
 	return p;
 }
@@ -337,7 +338,7 @@ mparts_push(mparts *l, mpart *p)
  */
 static int
 mparts_route(shardkv_client *c, mparts *l, const kv_config *cfg, const kv_bytes *keys,
-             const kv_bytes *vals, kvc_op_kind kind)
+             const kv_bytes *vals, kv_op_kind kind)
 {
 	mparts out = {0};
 	int rv = KV_OK;
@@ -413,7 +414,7 @@ mparts_fini(mparts *l)
  * its reply kept, or with its error. Returns 0 or KV_ENOMEM (then l is empty).
  */
 static int
-multi_run(shardkv_client *c, kvc_op_kind kind, size_t n, const kv_bytes *keys, const kv_bytes *vals,
+multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, const kv_bytes *vals,
           mparts *l)
 {
 	uint64_t deadline = kvc_deadline(c), min_epoch = 0;
@@ -469,7 +470,8 @@ multi_run(shardkv_client *c, kvc_op_kind kind, size_t n, const kv_bytes *keys, c
 			free(p->address);
 			p->address = NULL;
 			p->sent = false;
-			memset(&p->reply, 0, sizeof(p->reply));
+			kv_data_result_fini(&p->res);
+			kvc_req_fini(&p->req);
 			p->epoch = ref->cfg->epoch;
 			a = node_address(ref->cfg, p->node);
 			if (a == NULL || (p->address = strdup(a)) == NULL) {
@@ -477,8 +479,16 @@ multi_run(shardkv_client *c, kvc_op_kind kind, size_t n, const kv_bytes *keys, c
 				kvc_latch_down(&lt);
 				continue;
 			}
-			p->req = (kvc_req){
-			    .c = c, .op = p->op, .deadline_ns = p->deadline, .latch = &lt};
+			p->req = (kvc_req){.c = c,
+			                   .op = {.kind = p->kind,
+			                          .request_id = p->op_id,
+			                          .nkeys = p->n,
+			                          .keys = p->keys,
+			                          .nvals = p->vals ? p->n : 0,
+			                          .vals = p->vals},
+			                   .deadline_ns = p->deadline,
+			                   .latch = &lt,
+			                   .out = &p->res};
 			if ((p->rv = kvc_submit_to(&p->req, p->address, p->epoch)) != KV_OK) {
 				kvc_latch_down(&lt);
 				continue;
@@ -493,13 +503,11 @@ multi_run(shardkv_client *c, kvc_op_kind kind, size_t n, const kv_bytes *keys, c
 				continue;
 			p->sent = false;
 			p->rv = p->req.rv;
-			if (p->rv == KV_OK)
-				p->reply = p->req.reply;
 		}
 		/* Classify the answers. */
 		for (size_t i = 0; i < l->n; i++) {
 			mpart *p = l->v[i];
-			kvc_reply *r = &p->reply;
+			kv_data_result *r = &p->res;
 			if (p->done)
 				continue;
 			if (p->rv != KV_OK) {
@@ -515,10 +523,10 @@ multi_run(shardkv_client *c, kvc_op_kind kind, size_t n, const kv_bytes *keys, c
 				min_epoch = ref->cfg->epoch + 1;
 				continue;
 			}
-			int st = r->status != KV_OK ? r->status : r->op_status;
-			if (r->epoch > ref->cfg->epoch && r->epoch > min_epoch)
-				min_epoch = r->epoch;
-			if (r->hint.set && r->hint.epoch > ref->cfg->epoch &&
+			int st = p->req.status != KV_OK ? p->req.status : r->status;
+			if (p->req.srv_epoch > ref->cfg->epoch && p->req.srv_epoch > min_epoch)
+				min_epoch = p->req.srv_epoch;
+			if (r->has_hint && r->hint.epoch > ref->cfg->epoch &&
 			    r->hint.epoch > min_epoch)
 				min_epoch = r->hint.epoch;
 			p->err = st;
@@ -527,12 +535,14 @@ multi_run(shardkv_client *c, kvc_op_kind kind, size_t n, const kv_bytes *keys, c
 				progress = true;
 				if (st != KV_OK && st != KV_ENOTFOUND)
 					kvc_fail(st, "server %s: %s", p->address,
-					         r->error ? r->error : kv_strerror(st));
+					         kvc_req_detail(&p->req)[0]
+					             ? kvc_req_detail(&p->req)
+					             : kv_strerror(st));
 				continue;
 			}
 			if (st == KV_EWRONGOWNER && min_epoch == 0)
 				min_epoch = ref->cfg->epoch + 1;
-			kvc_reply_fini(r);
+			kv_data_result_fini(r);
 		}
 		kvc_cfg_put(ref);
 		pending = 0;
@@ -595,7 +605,7 @@ shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys, shardkv_mge
 		return kvc_fail(KV_EINVAL, "null argument");
 	if ((rv = check_keys(n, keys, &k)) != KV_OK)
 		return rv;
-	if ((rv = multi_run(c, KVC_MGET, n, k, NULL, &l)) != KV_OK)
+	if ((rv = multi_run(c, KV_OP_MGET, n, k, NULL, &l)) != KV_OK)
 		goto out;
 	for (size_t i = 0; i < l.n; i++) {
 		if (l.v[i]->err != KV_OK && l.v[i]->err != KV_ENOTFOUND) {
@@ -611,7 +621,7 @@ shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys, shardkv_mge
 	res->n = n;
 	for (size_t i = 0; i < l.n; i++) {
 		mpart *p = l.v[i];
-		kvc_reply *r = &p->reply;
+		kv_data_result *r = &p->res;
 		for (size_t j = 0; j < r->nmissing; j++) {
 			if (r->missing[j] >= p->n) {
 				rv = kvc_fail(KV_EPROTO, "server %s: missing index out of range",
@@ -696,7 +706,7 @@ shardkv_mput(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t 
 		v[i].p = vals[i].data;
 		v[i].len = vals[i].len;
 	}
-	if ((rv = multi_run(c, KVC_MPUT, nkeys, k, v, &l)) != KV_OK)
+	if ((rv = multi_run(c, KV_OP_MPUT, nkeys, k, v, &l)) != KV_OK)
 		goto out;
 	rv = KV_ENOMEM;
 	if ((res = calloc(1, sizeof(*res))) == NULL)
@@ -791,8 +801,8 @@ shardkv_scan_ex(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_resu
 		kvc_cfgref *ref = NULL;
 		kvc_span *spans = NULL;
 		size_t nspans = 0;
-		kvc_op op = {.kind = KVC_SCAN, .keys_only = a->keys_only};
-		kvc_reply r;
+		kv_op op = {.kind = KV_OP_SCAN, .keys_only = a->keys_only};
+		kv_data_result r;
 
 		if ((rv = kvc_cfg_get(c, 0, deadline, &ref)) != KV_OK)
 			goto out;
@@ -810,9 +820,9 @@ shardkv_scan_ex(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_resu
 			op.limit = left > 100000 ? 100000 : (uint32_t)left;
 		}
 		rv = kvc_run_routed(c, &op, op.start, deadline, &r);
-		if (rv == KV_OK && r.op_status != KV_OK) {
-			rv = r.op_status;
-			kvc_reply_fini(&r);
+		if (rv == KV_OK && r.status != KV_OK) {
+			rv = r.status;
+			kv_data_result_fini(&r);
 		}
 		if (rv != KV_OK) {
 			kvc_spans_free(spans, nspans);
@@ -821,7 +831,7 @@ shardkv_scan_ex(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_resu
 		long added = kvc_entries_merge(&acc, r.entries, r.nentries, a->limit);
 		if (added < 0) {
 			rv = (int)added;
-			kvc_reply_fini(&r);
+			kv_data_result_fini(&r);
 			kvc_spans_free(spans, nspans);
 			goto out;
 		}
@@ -831,7 +841,7 @@ shardkv_scan_ex(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_resu
 			rv = KV_ENOMEM;
 			if (kv_buf_set(&cur, last->data, last->len) != KV_OK ||
 			    kv_buf_append(&cur, "", 1) != KV_OK) {
-				kvc_reply_fini(&r);
+				kv_data_result_fini(&r);
 				kvc_spans_free(spans, nspans);
 				goto out;
 			}
@@ -863,7 +873,7 @@ shardkv_scan_ex(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_resu
 		} else {
 			rv = kv_buf_set(&cur, spans[0].end.data, spans[0].end.len);
 		}
-		kvc_reply_fini(&r);
+		kv_data_result_fini(&r);
 		kvc_spans_free(spans, nspans);
 		if (rv != KV_OK)
 			goto out;

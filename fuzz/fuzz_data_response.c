@@ -2,10 +2,10 @@
  * fuzz_data_response.c - the Response decoder (kv_data_resp_decode,
  * proto/data_codec.h): the bytes a shard server answers a client with, as
  * they come off the network. A decoded response must hold only bounded,
- * allocated buffers. Then the bytes go the client's way: kvc_decode_reply
- * (one op) and kvc_decode_reply_batch (1 to 4 ops), and the scan entries of
- * a decoded reply through kvc_entries_merge, as the client merges the
- * replies of several servers.
+ * allocated buffers. Then the bytes go the client's way: kvc_reply_decode
+ * as the request engine reads the reply to 1 to 4 ops, every result as a
+ * caller may read it, and the scan entries of a one-op reply through
+ * kvc_entries_merge, as the client merges the replies of several servers.
  */
 #include "client/client_int.h"
 #include "common/err.h"
@@ -27,13 +27,11 @@ touch_buf(const kv_buf *b, int must_have_data)
 		FZ_CHECK(b->len == 0);
 }
 
-/* Everything a caller of the library may read in a decoded reply. */
+/* Everything a caller of the library may read in a result. */
 static void
-check_reply(kvc_reply *r)
+check_reply(const kv_data_result *r)
 {
-	if (r->error)
-		fz_touch(r->error, strlen(r->error));
-	if (r->hint.set) {
+	if (r->has_hint) {
 		touch_buf(&r->hint.start, 1);
 		touch_buf(&r->hint.end, 1);
 		if (r->hint.address)
@@ -56,7 +54,7 @@ check_reply(kvc_reply *r)
 /* Merges the reply's scan entries as ops.c does; the result must be
  * strictly increasing and within the limit. */
 static void
-merge_entries(kvc_reply *r, size_t limit)
+merge_entries(kv_data_result *r, size_t limit)
 {
 	kvc_entries acc = {0};
 	long got;
@@ -111,8 +109,6 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	kv_resp d;
-	kvc_reply r, b[4];
-	kvc_reply *bp[4] = {&b[0], &b[1], &b[2], &b[3]};
 
 	if (kv_data_resp_decode(data, size, &d) == KV_OK) {
 		check_resp(&d);
@@ -120,18 +116,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else {
 		FZ_CHECK(d.pb == NULL && d.results == NULL);
 	}
-	if (kvc_decode_reply(data, size, &r) == KV_OK) {
-		check_reply(&r);
-		merge_entries(&r, r.nentries > 1 ? r.nentries - 1 : 0);
-		kvc_reply_fini(&r);
-	}
 	for (size_t nr = 1; nr <= 4; nr++) {
-		if (kvc_decode_reply_batch(data, size, bp, nr) != KV_OK)
+		if (kvc_reply_decode(data, size, nr, &d) != KV_OK) {
+			FZ_CHECK(d.pb == NULL && d.results == NULL);
 			continue;
-		for (size_t i = 0; i < nr; i++) {
-			check_reply(bp[i]);
-			kvc_reply_fini(bp[i]);
 		}
+		FZ_CHECK(d.status != KV_OK || d.nresults == nr);
+		for (size_t i = 0; i < d.nresults; i++) {
+			if (d.results[i].error)
+				fz_touch(d.results[i].error, strlen(d.results[i].error));
+			check_reply(&d.results[i]);
+		}
+		if (nr == 1 && d.nresults == 1) {
+			kv_data_result *r = &d.results[0];
+			merge_entries(r, r->nentries > 1 ? r->nentries - 1 : 0);
+		}
+		kv_data_resp_fini(&d);
 	}
 	return 0;
 }

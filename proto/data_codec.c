@@ -168,25 +168,33 @@ kv_data_req_fini(kv_req *r)
 	memset(r, 0, sizeof(*r));
 }
 
+/* Frees the buffers of one result, leaving the struct as it is (a kv_buf
+ * owns its data alone: kv_buf_fini is free and clear). */
+static void
+result_free(kv_data_result *r)
+{
+	free(r->value.data);
+	for (size_t i = 0; r->values && i < r->nvalues; i++)
+		free(r->values[i].data);
+	free(r->values);
+	free(r->missing);
+	for (size_t i = 0; r->entries && i < r->nentries; i++) {
+		free(r->entries[i].key.data);
+		free(r->entries[i].value.data);
+	}
+	free(r->entries);
+	free(r->next_cursor.data);
+	free(r->hint.start.data);
+	free(r->hint.end.data);
+	free(r->hint.address);
+}
+
 void
 kv_data_result_fini(kv_data_result *r)
 {
 	if (r == NULL)
 		return;
-	kv_buf_fini(&r->value);
-	for (size_t i = 0; i < r->nvalues; i++)
-		kv_buf_fini(&r->values[i]);
-	free(r->values);
-	free(r->missing);
-	for (size_t i = 0; i < r->nentries; i++) {
-		kv_buf_fini(&r->entries[i].key);
-		kv_buf_fini(&r->entries[i].value);
-	}
-	free(r->entries);
-	kv_buf_fini(&r->next_cursor);
-	kv_buf_fini(&r->hint.start);
-	kv_buf_fini(&r->hint.end);
-	free(r->hint.address);
+	result_free(r);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -586,8 +594,9 @@ kv_data_resp_fini(kv_resp *r)
 {
 	if (r == NULL)
 		return;
+	/* The results go with their array: no need to clear each. */
 	for (size_t i = 0; r->results && i < r->nresults; i++)
-		kv_data_result_fini(&r->results[i]);
+		result_free(&r->results[i]);
 	free(r->results);
 	if (r->pb)
 		shardkv__response__free_unpacked(r->pb, NULL);

@@ -2,7 +2,8 @@
  * test_client_batch.c - routing and merging of libshardkv with hand-built
  * configurations: mget/mput keys split per node with indexes in key order,
  * scans cut at every range and migration boundary, per-server scan pages
- * merged in key order with the limit.
+ * merged in key order with the limit; a Response read as the reply to a
+ * request of n ops (kvc_reply_decode).
  */
 #include "client/client_int.h"
 #include "common/err.h"
@@ -315,6 +316,88 @@ merge_orders_binary_keys_bytewise(void **state)
 	kvc_entries_fini(&acc);
 }
 
+/* Packs a Response into bytes (*msg owns them). */
+static void
+pack(const kv_resp *r, nng_msg **msg)
+{
+	assert_int_equal(kv_data_resp_encode(r, msg), KV_OK);
+}
+
+static void
+reply_with_a_result_per_op_decodes(void **state)
+{
+	kv_data_result res[2] = {
+	    {.status = KV_OK, .has_value = true},
+	    {.status = KV_EWRONGOWNER, .error = "not mine", .has_hint = true},
+	};
+	kv_resp r = {.request_id = 9, .epoch = 12, .node_id = 2, .nresults = 2, .results = res};
+	kv_resp d;
+	nng_msg *m;
+
+	(void)state;
+	set(&res[0].value, "v1");
+	set(&res[1].hint.start, "a");
+	set(&res[1].hint.end, "m");
+	res[1].hint.node_id = 3;
+	res[1].hint.epoch = 13;
+	pack(&r, &m);
+	assert_int_equal(kvc_reply_decode(nng_msg_body(m), nng_msg_len(m), 2, &d), KV_OK);
+	assert_int_equal(d.status, KV_OK);
+	assert_int_equal(d.epoch, 12);
+	assert_int_equal(d.nresults, 2);
+	assert_int_equal(d.results[0].value.len, 2);
+	assert_memory_equal(d.results[0].value.data, "v1", 2);
+	assert_int_equal(d.results[1].status, KV_EWRONGOWNER);
+	assert_string_equal(d.results[1].error, "not mine");
+	assert_true(d.results[1].has_hint);
+	assert_int_equal(d.results[1].hint.node_id, 3);
+	assert_memory_equal(d.results[1].hint.end.data, "m", 1);
+	kv_data_resp_fini(&d);
+	for (size_t i = 0; i < 2; i++)
+		kv_data_result_fini(&res[i]);
+	nng_msg_free(m);
+}
+
+static void
+reply_with_a_result_count_that_differs_is_a_protocol_error(void **state)
+{
+	kv_data_result res[1] = {{.status = KV_OK}};
+	kv_resp r = {.epoch = 1, .nresults = 1, .results = res};
+	kv_resp d;
+	nng_msg *m;
+
+	(void)state;
+	pack(&r, &m);
+	assert_int_equal(kvc_reply_decode(nng_msg_body(m), nng_msg_len(m), 2, &d), KV_EPROTO);
+	assert_null(d.pb);
+	assert_null(d.results);
+	r.nresults = 0;
+	nng_msg_free(m);
+	pack(&r, &m);
+	assert_int_equal(kvc_reply_decode(nng_msg_body(m), nng_msg_len(m), 1, &d), KV_EPROTO);
+	assert_int_equal(kvc_reply_decode("\xff\xff\xff", 3, 1, &d), KV_EPROTO);
+	assert_null(d.pb);
+	nng_msg_free(m);
+}
+
+static void
+refused_reply_needs_no_results(void **state)
+{
+	kv_resp r = {.epoch = 20, .status = KV_ESTALE, .error = "epoch 3 is stale"};
+	kv_resp d;
+	nng_msg *m;
+
+	(void)state;
+	pack(&r, &m);
+	assert_int_equal(kvc_reply_decode(nng_msg_body(m), nng_msg_len(m), 2, &d), KV_OK);
+	assert_int_equal(d.status, KV_ESTALE);
+	assert_int_equal(d.epoch, 20);
+	assert_string_equal(d.error, "epoch 3 is stale");
+	assert_int_equal(d.nresults, 0);
+	kv_data_resp_fini(&d);
+	nng_msg_free(m);
+}
+
 int
 main(void)
 {
@@ -328,6 +411,9 @@ main(void)
 	    cmocka_unit_test(merge_drops_keys_repeated_after_a_config_change),
 	    cmocka_unit_test(merge_stops_at_the_limit),
 	    cmocka_unit_test(merge_orders_binary_keys_bytewise),
+	    cmocka_unit_test(reply_with_a_result_per_op_decodes),
+	    cmocka_unit_test(reply_with_a_result_count_that_differs_is_a_protocol_error),
+	    cmocka_unit_test(refused_reply_needs_no_results),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
