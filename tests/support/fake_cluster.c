@@ -348,8 +348,16 @@ srv_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	free(missing);
 	free(app);
 	shardkv__request__free_unpacked(q, NULL);
-	if (delay)
+	if (delay) {
+		/* How many delayed mputs overlap, over both servers: the client
+		 * sends the parts of one mput at once when this reaches 2. */
+		int now = atomic_fetch_add(&cl->mput_inflight, 1) + 1;
+		for (int most = atomic_load(&cl->mput_max_inflight); now > most;)
+			if (atomic_compare_exchange_weak(&cl->mput_max_inflight, &most, now))
+				break;
 		kv_test_sleep_ms(delay);
+		atomic_fetch_sub(&cl->mput_inflight, 1);
+	}
 	if (drop) {
 		nng_msg_free(m);
 		return KV_EIO; /* the reply is lost; the client must retry */

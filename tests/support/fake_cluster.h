@@ -24,6 +24,7 @@
 #include "tests/support/fake_ctl.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -72,6 +73,8 @@ struct kv_fake_cluster {
 	pthread_mutex_t mu;                   /* protects truth */
 	kv_config *truth;                     /* what the servers serve */
 	kv_fake_server srv[KV_FAKE_NSERVERS]; /* the servers */
+	atomic_int mput_inflight;             /* delayed mputs being answered now */
+	atomic_int mput_max_inflight;         /* the most at once */
 };
 
 /*
