@@ -133,8 +133,12 @@ shardkv_del(shardkv_client *c, const void *key, size_t klen, shardkv_buf *old)
 	op.request_id = kvc_next_id(c);
 	if ((rv = single(c, &op, &r)) != KV_OK)
 		return rv;
-	if (old)
+	if (old && r.value_unknown) {
+		old->data = NULL; /* a retry the server answered without the value */
+		old->len = 0;
+	} else if (old) {
 		rv = take_value(&r.value, old);
+	}
 	kv_data_result_fini(&r);
 	return rv;
 }
@@ -157,7 +161,8 @@ async_done(kvc_req *q, int rv, kv_data_result *r)
 	if (rv != KV_OK || r == NULL)
 		a->done(a->arg, rv != KV_OK ? rv : KV_EPROTO, NULL, 0);
 	else
-		a->done(a->arg, r->status, r->value.data, r->value.len);
+		a->done(a->arg, r->status, r->value_unknown ? NULL : r->value.data,
+		        r->value_unknown ? 0 : r->value.len);
 	kvc_req_fini(q);
 	free(a);
 }

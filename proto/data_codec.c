@@ -221,6 +221,7 @@ fill_result(enc_result *e, const kv_data_result *r)
 	if (r->has_value)
 		e->r.value = kv_codec__pbuf(&r->value);
 	e->r.value_len = r->value_len;
+	e->r.value_unknown = r->value_unknown;
 	if (r->nvalues) {
 		if ((e->values = calloc(r->nvalues, sizeof(*e->values))) == NULL)
 			return KV_ENOMEM;
@@ -503,6 +504,7 @@ result_from_pb(const Shardkv__OpResult *res, kv_data_result *r)
 			return rv;
 	}
 	r->value_len = res->value_len;
+	r->value_unknown = res->value_unknown;
 	if (res->n_values > KV_DATA_MAX_MULTI || res->n_missing > KV_DATA_MAX_MULTI)
 		return KV_EPROTO;
 	if (res->n_values) {

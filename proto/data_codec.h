@@ -117,6 +117,7 @@ typedef struct {
 	int status;             /* KV_OK or KV_E* */
 	const char *error;      /* static detail, or NULL */
 	bool has_value;         /* value is set */
+	bool value_unknown;     /* del retried: applied, the deleted value is not known */
 	kv_buf value;           /* get, del */
 	size_t nvalues;         /* mget */
 	kv_buf *values;         /* mget values */

@@ -38,6 +38,9 @@ decode_dedup(const Shardkv__DedupEntry *d, kv_xfer_dedup *out)
 		out->value_len = d->result->value_len;
 		out->value = kv_codec__bytes(d->result->value);
 	}
+	out->has_value = d->has_value;
+	if (out->has_value && out->value.len > KV_HARD_MAX_VALUE)
+		return KV_EINVAL;
 	return KV_OK;
 }
 
@@ -204,6 +207,7 @@ fill_dedup(Shardkv__DedupEntry *d, Shardkv__OpResult *res, const kv_xfer_dedup *
 	res->status = kv_wire_from_err(s->status);
 	res->value_len = s->value_len;
 	res->value = kv_codec__pb(s->value);
+	d->has_value = s->has_value;
 	d->result = res;
 }
 

@@ -46,7 +46,8 @@ typedef struct {
 	uint64_t request_id; /* Op.request_id */
 	int status;          /* KV_E* result */
 	uint64_t value_len;  /* append result */
-	kv_bytes value;      /* del result (may be empty) */
+	kv_bytes value;      /* del result, when has_value (may be empty) */
+	bool has_value;      /* a delete's returned value is known */
 	kv_bytes key;        /* the key written */
 	uint64_t time_ms;    /* when applied */
 } kv_xfer_dedup;

@@ -241,9 +241,20 @@ op_del(op_ctx *x)
 	if (rv != 0)
 		return rv;
 	x->res->has_value = !op->no_value;
+	/* The exactly-once memory keeps what the delete returned, so a retry
+	 * gets the same answer after a restart or a move (dedup.h). */
+	const kv_buf *dv = &x->res->value;
+	x->dd.has_del_value = dv->len <= KV_DEDUP_MAX_VALUE;
+	x->dd.del_value = (kv_bytes){dv->data, dv->len};
 	record(x, x->ent, op->key.p, op->key.len, NULL, 0, true);
-	if (x->s->dur)
-		rv = kv_dur_log_del(x->s->dur, op->key.p, op->key.len, dur_dd(x, &dd), &x->lsn);
+	if (x->s->dur) {
+		const kv_dur_dedup *d = dur_dd(x, &dd);
+		if (d != NULL) {
+			dd.has_del_value = x->dd.has_del_value;
+			dd.del_value = x->dd.del_value;
+		}
+		rv = kv_dur_log_del(x->s->dur, op->key.p, op->key.len, d, &x->lsn);
+	}
 	return rv;
 }
 
@@ -576,10 +587,12 @@ step_dedup(op_ctx *x, unsigned flags)
 	if (rv == 0) {
 		res->status = old.status;
 		res->value_len = old.value_len;
-		if (op->kind == KV_OP_DEL && old.status == 0 && !op->no_value) {
+		if (op->kind == KV_OP_DEL && old.status == 0 && !op->no_value && old.has_value) {
 			res->value = old.value;
 			res->has_value = true;
 		} else {
+			res->value_unknown =
+			    op->kind == KV_OP_DEL && old.status == 0 && !op->no_value;
 			kv_buf_fini(&old.value);
 		}
 		return false;
@@ -693,8 +706,10 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_data_result *res)
 		}
 		if (x.dedup_begun && rememberable(res->status)) {
 			kv_dedup_result r = {.status = res->status, .value_len = res->value_len};
-			if (op->kind == KV_OP_DEL && res->status == 0)
+			if (op->kind == KV_OP_DEL && res->status == 0) {
 				r.value = res->value;
+				r.has_value = true;
+			}
 			const void *k = (def->flags & OPF_MULTI) ? op->keys[0].p : op->key.p;
 			size_t kl = (def->flags & OPF_MULTI) ? op->keys[0].len : op->key.len;
 			kv_dedup_finish(s->dedup, rq->client_id, op->request_id, &r, k, kl,

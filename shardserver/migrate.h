@@ -74,6 +74,8 @@ typedef struct {
 	uint64_t req;       /* request id */
 	uint64_t value_len; /* append result */
 	uint64_t time_ms;   /* when applied */
+	bool has_del_value; /* a delete: del_value is what it returned */
+	kv_bytes del_value; /* ... (at most KV_DEDUP_MAX_VALUE bytes) */
 } kv_mig_dedup;
 
 /* Creates the migration set (copies env). Returns 0 or KV_ENOMEM. */

@@ -172,13 +172,17 @@ clear_range(kv_mig *s, kv_mig_in *in)
 static int
 apply_dedup(kv_mig *s, const kv_xfer_dedup *d)
 {
-	kv_dedup_result r = {.status = d->status, .value_len = d->value_len};
-	if (d->value.len && kv_buf_set(&r.value, d->value.p, d->value.len) != 0)
+	kv_dedup_result r = {.status = d->status,
+	                     .value_len = d->value_len,
+	                     .has_value = d->has_value && d->value.len <= KV_DEDUP_MAX_VALUE};
+	if (r.has_value && d->value.len && kv_buf_set(&r.value, d->value.p, d->value.len) != 0)
 		return KV_ENOMEM;
 	kv_dur_dedup dd = {.client = d->client_id,
 	                   .req = d->request_id,
 	                   .value_len = d->value_len,
-	                   .time_ms = d->time_ms};
+	                   .time_ms = d->time_ms,
+	                   .has_del_value = r.has_value,
+	                   .del_value = {d->value.p, d->value.len}};
 	kv_dur_begin(s->env.dur);
 	int rv = kv_dedup_insert(s->env.dedup, d->client_id, d->request_id, &r, d->key.p,
 	                         d->key.len, d->time_ms);

@@ -77,6 +77,7 @@ typedef struct {
 	int status;         /* dedup: result status */
 	uint64_t value_len; /* dedup: append result */
 	uint64_t time_ms;   /* dedup: when applied */
+	bool has_del_value; /* dedup of a delete: value holds what it returned */
 } kv_delta_rec;
 
 /* An outgoing migration: this node is the source. */
@@ -142,12 +143,18 @@ kv_mig_out_record_locked(kv_mig_out *m, const void *key, size_t klen, const void
 	}
 	r = &m->recs[m->nrecs];
 	memset(r, 0, sizeof(*r));
+	/* A delete's record keeps the value it returned in `value`, for its
+	 * dedup entry; the delete itself carries no value. */
+	bool dv = value == NULL && dedup != NULL && dedup->has_del_value;
 	if (kv_buf_set(&r->key, key, klen) != 0 ||
-	    (value && kv_buf_set(&r->value, vlen ? value : "", vlen) != 0)) {
+	    (value && kv_buf_set(&r->value, vlen ? value : "", vlen) != 0) ||
+	    (dv && dedup->del_value.len &&
+	     kv_buf_set(&r->value, dedup->del_value.p, dedup->del_value.len) != 0)) {
 		rec_fini(r);
 		m->lost = true;
 		return;
 	}
+	r->has_del_value = dv;
 	r->del = value == NULL;
 	r->seq = ++m->write_seq;
 	if (dedup != NULL) {
@@ -474,6 +481,7 @@ dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *res, c
 	                             .request_id = req,
 	                             .status = res->status,
 	                             .value_len = res->value_len,
+	                             .has_value = res->has_value,
 	                             .time_ms = time_ms};
 	a->n++;
 }
@@ -517,7 +525,9 @@ send_recs(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, kv_delta_rec *recs, 
 			x->seq = r->seq;
 			x->del = r->del;
 			x->key = (kv_bytes){r->key.data, klen};
-			x->value = (kv_bytes){r->value.data ? r->value.data + voff : NULL, take};
+			x->value =
+			    r->del ? (kv_bytes){0}
+			           : (kv_bytes){r->value.data ? r->value.data + voff : NULL, take};
 			if (split) {
 				x->value_offset = voff;
 				x->value_total = vlen;
@@ -537,6 +547,10 @@ send_recs(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, kv_delta_rec *recs, 
 				                           .value_len = r->value_len,
 				                           .key = x->key,
 				                           .time_ms = r->time_ms};
+				if (r->del && r->has_del_value) {
+					x->dedup.has_value = true;
+					x->dedup.value = (kv_bytes){r->value.data, r->value.len};
+				}
 			}
 		}
 		kv_xfer x = {.migration_id = o->id,

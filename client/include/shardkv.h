@@ -157,8 +157,10 @@ SHARDKV_API int shardkv_put(shardkv_client *c, const void *key, size_t klen, con
                             size_t vlen);
 
 /* Deletes a key. On 0, when `old` is not NULL, *old holds the deleted value
- * (free old->data with shardkv_free()). Returns SHARDKV_ENOTFOUND when the
- * key is absent. */
+ * (free old->data with shardkv_free()). A delete the library had to retry
+ * is answered from the server's exactly-once memory, which keeps deleted
+ * values of up to 4096 bytes: for a larger one old->data is NULL (deleted,
+ * value not known). Returns SHARDKV_ENOTFOUND when the key is absent. */
 SHARDKV_API int shardkv_del(shardkv_client *c, const void *key, size_t klen, shardkv_buf *old);
 
 /* Appends to a key's value (creating it when absent), once even if retried.
@@ -181,7 +183,9 @@ SHARDKV_API int shardkv_append(shardkv_client *c, const void *key, size_t klen, 
  * (SHARDKV_EINVAL, SHARDKV_ETOOBIG, SHARDKV_ENOMEM, SHARDKV_ECLOSED once
  * shardkv_close has begun) and done will not run. shardkv_close() completes
  * the queued ops with SHARDKV_ECLOSED and waits for those already sent
- * (answered, or failed at their timeout) before it returns.
+ * (answered, or failed at their timeout) before it returns. A delete's val
+ * is the deleted value, or NULL when a retry was answered without it (as
+ * shardkv_del's old->data).
  */
 typedef void (*shardkv_done_fn)(void *arg, int status, const void *val, size_t vlen);
 

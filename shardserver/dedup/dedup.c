@@ -206,7 +206,8 @@ result_copy(kv_dedup_result *dst, const kv_dedup_result *src)
 	memset(dst, 0, sizeof(*dst));
 	dst->status = src->status;
 	dst->value_len = src->value_len;
-	if (src->value.len && src->value.len <= KV_DEDUP_MAX_VALUE)
+	dst->has_value = src->has_value && src->value.len <= KV_DEDUP_MAX_VALUE;
+	if (dst->has_value && src->value.len)
 		return kv_buf_set(&dst->value, src->value.data, src->value.len);
 	return KV_OK;
 }

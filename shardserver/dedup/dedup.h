@@ -23,11 +23,14 @@ typedef struct kv_dedup kv_dedup;
 typedef struct {
 	int status;         /* KV_OK or a KV_E* code the write returned */
 	uint64_t value_len; /* append: the length after the append */
-	kv_buf value;       /* del: the deleted value, when at most KV_DEDUP_MAX_VALUE */
+	kv_buf value;       /* del: the deleted value, when has_value */
+	bool has_value;     /* del: value is the deleted value (at most KV_DEDUP_MAX_VALUE
+	                       bytes); false: not remembered, a retry gets no value */
 } kv_dedup_result;
 
 /* Deleted values longer than this are not remembered (the retry gets OK
- * without the value). */
+ * without a value: has_value false). The remembered ones travel with the
+ * memory through the log, snapshots and range transfers. */
 #define KV_DEDUP_MAX_VALUE 4096u
 
 /* Creates a table. 0 arguments take defaults (128, 65536, 10 minutes).

@@ -3,17 +3,20 @@
  * (durable.h).
  *
  * Record payload (little-endian), inside a wal.h record:
- *   u8 type (REC_*), u8 flags (bit 0: dedup fields follow)
+ *   u8 type (REC_*), u8 flags (bit 0: dedup fields follow; bit 1: DEL and
+ *      DEDUP end with the value a delete returned)
  *   [u64 client, u64 request, u64 value_len, u64 time_ms]   when flagged
  *   PUT:       u32 klen, key, u32 vlen, value
- *   DEL:       u32 klen, key
+ *   DEL:       u32 klen, key [, u32 dlen, deleted value]
  *   MPUT:      u32 n, n x (u32 klen, key, u32 vlen, value)
  *   RANGE_DEL: u32 slen, start, u32 elen, end (empty end: no bound)
- *   DEDUP:     i32 status, u32 klen, key (the dedup fields are flagged)
+ *   DEDUP:     i32 status, u32 klen, key [, u32 dlen, deleted value]
+ *              (the dedup fields are flagged)
  *
  * Snapshot entries (snap.h): type SNAP_KV is a key and its value; type
  * SNAP_DEDUP is the write's key and the 36 bytes {client, request,
- * value_len, time_ms, status}.
+ * value_len, time_ms, status}, followed, for a delete whose value is
+ * remembered, by one byte 1 and that value.
  *
  * The snapshot thread wakes every 200 ms and writes a snapshot when the log
  * has grown by the threshold since the last one: it starts a new log
@@ -54,11 +57,12 @@
 enum { REC_PUT = 1, REC_DEL = 2, REC_MPUT = 3, REC_RANGE_DEL = 4, REC_DEDUP = 5 };
 enum { SNAP_KV = 0, SNAP_DEDUP = 1 };
 
-#define REC_F_DEDUP 0x01u
-#define HDR_MAX     (2 + 32 + 4)          /* type, flags, dedup, first length */
-#define SNAP_STEP   512u                  /* entries copied per store step */
-#define SNAP_MIN    (64u * 1024u * 1024u) /* default snapshot threshold */
-#define DEDUP_VAL   36u
+#define REC_F_DEDUP  0x01u
+#define REC_F_DELVAL 0x02u                 /* DEL, DEDUP: the deleted value ends the record */
+#define HDR_MAX      (2 + 32 + 4)          /* type, flags, dedup, first length */
+#define SNAP_STEP    512u                  /* entries copied per store step */
+#define SNAP_MIN     (64u * 1024u * 1024u) /* default snapshot threshold */
+#define DEDUP_VAL    36u
 
 struct kv_dur {
 	kv_dur_opts o;                 /* options; o.dir points at dir */
@@ -163,7 +167,10 @@ rec_head(uint8_t *hdr, uint8_t type, const kv_dur_dedup *dd)
 {
 	size_t n = 0;
 	hdr[n++] = type;
-	hdr[n++] = dd ? REC_F_DEDUP : 0;
+	hdr[n++] = (uint8_t)((dd ? REC_F_DEDUP : 0) |
+	                     (dd && dd->has_del_value && (type == REC_DEL || type == REC_DEDUP)
+	                          ? REC_F_DELVAL
+	                          : 0));
 	if (dd) {
 		kv_put64(hdr + n, dd->client);
 		kv_put64(hdr + n + 8, dd->req);
@@ -206,12 +213,17 @@ kv_dur_log_put(kv_dur *d, const void *key, size_t klen, const void *val, size_t 
 int
 kv_dur_log_del(kv_dur *d, const void *key, size_t klen, const kv_dur_dedup *dd, uint64_t *lsn)
 {
-	uint8_t hdr[HDR_MAX];
+	uint8_t hdr[HDR_MAX], dl[4];
 	size_t h = rec_head(hdr, REC_DEL, dd);
+	bool dv = dd && dd->has_del_value;
 
 	kv_put32(hdr + h, (uint32_t)klen);
-	struct iovec iov[2] = {{hdr, h + 4}, {(void *)key, klen}};
-	return append(d, iov, 2, lsn);
+	kv_put32(dl, dv ? (uint32_t)dd->del_value.len : 0);
+	struct iovec iov[4] = {{hdr, h + 4},
+	                       {(void *)key, klen},
+	                       {dl, 4},
+	                       {dv ? (void *)dd->del_value.p : NULL, dv ? dd->del_value.len : 0}};
+	return append(d, iov, dv ? 4 : 2, lsn);
 }
 
 int
@@ -269,10 +281,17 @@ kv_dur_log_dedup(kv_dur *d, const kv_dur_dedup *dd, int status, const void *key,
 	uint8_t hdr[HDR_MAX + 4];
 	size_t h = rec_head(hdr, REC_DEDUP, dd);
 
+	uint8_t dl[4];
+	bool dv = dd && dd->has_del_value;
+
 	kv_put32(hdr + h, (uint32_t)status);
 	kv_put32(hdr + h + 4, (uint32_t)klen);
-	struct iovec iov[2] = {{hdr, h + 8}, {(void *)key, klen}};
-	return append(d, iov, 2, lsn);
+	kv_put32(dl, dv ? (uint32_t)dd->del_value.len : 0);
+	struct iovec iov[4] = {{hdr, h + 8},
+	                       {(void *)key, klen},
+	                       {dl, 4},
+	                       {dv ? (void *)dd->del_value.p : NULL, dv ? dd->del_value.len : 0}};
+	return append(d, iov, dv ? 4 : 2, lsn);
 }
 
 /* A bounds-checked reader over one record. */
@@ -331,8 +350,13 @@ typedef struct {
 static void
 remember(replay_ctx *c, const kv_dur_dedup *dd, int status, const void *key, size_t klen)
 {
-	kv_dedup_result r = {.status = status, .value_len = dd->value_len};
-	/* Failing to remember only weakens exactly-once for that request. */
+	kv_dedup_result r = {
+	    .status = status,
+	    .value_len = dd->value_len,
+	    .has_value = dd->has_del_value,
+	    .value = {.data = (uint8_t *)dd->del_value.p, .len = dd->del_value.len}};
+	/* Failing to remember only weakens exactly-once for that request
+	 * (kv_dedup_insert copies the value). */
 	(void)kv_dedup_insert(c->dedup, dd->client, dd->req, &r, key, klen, dd->time_ms);
 }
 
@@ -351,6 +375,9 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 		return KV_ECORRUPT;
 	type = p[0];
 	has_dd = (p[1] & REC_F_DEDUP) != 0;
+	bool has_dv = (p[1] & REC_F_DELVAL) != 0;
+	if (has_dv && (!has_dd || (type != REC_DEL && type != REC_DEDUP)))
+		return KV_ECORRUPT;
 	r.p += 2;
 	r.n -= 2;
 	if (has_dd) {
@@ -371,6 +398,10 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	}
 	case REC_DEL: {
 		kv_bytes k = rdbytes(&r);
+		if (has_dv) {
+			dd.del_value = rdbytes(&r);
+			dd.has_del_value = dd.del_value.len <= KV_DEDUP_MAX_VALUE;
+		}
 		if (r.bad || k.len == 0)
 			return KV_ECORRUPT;
 		rv = kv_store_del(c->store, k.p, k.len, NULL);
@@ -410,6 +441,10 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	case REC_DEDUP: {
 		int status = (int)rd32(&r);
 		kv_bytes k = rdbytes(&r);
+		if (has_dv) {
+			dd.del_value = rdbytes(&r);
+			dd.has_del_value = dd.del_value.len <= KV_DEDUP_MAX_VALUE;
+		}
 		if (r.bad || !has_dd)
 			return KV_ECORRUPT;
 		remember(c, &dd, status, k.p, k.len);
@@ -447,12 +482,17 @@ snap_load_cb(void *arg, uint8_t type, const uint8_t *key, size_t klen, const uin
 	if (type == SNAP_KV)
 		return kv_store_put(c->store, key, klen, val ? val : (const uint8_t *)"", vlen);
 	if (type == SNAP_DEDUP) {
-		if (vlen != DEDUP_VAL)
+		if (vlen < DEDUP_VAL || (vlen > DEDUP_VAL && val[DEDUP_VAL] != 1) ||
+		    vlen > DEDUP_VAL + 1 + KV_DEDUP_MAX_VALUE)
 			return KV_ECORRUPT;
 		kv_dur_dedup dd = {.client = kv_get64(val),
 		                   .req = kv_get64(val + 8),
 		                   .value_len = kv_get64(val + 16),
 		                   .time_ms = kv_get64(val + 24)};
+		if (vlen > DEDUP_VAL) {
+			dd.has_del_value = true;
+			dd.del_value = (kv_bytes){val + DEDUP_VAL + 1, vlen - DEDUP_VAL - 1};
+		}
 		remember(c, &dd, (int)kv_get32(val + 32), key, klen);
 		return KV_OK;
 	}
@@ -493,7 +533,8 @@ snap_dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *r
               const uint8_t *key, size_t klen, uint64_t time_ms)
 {
 	dedup_visit *v = arg;
-	uint8_t val[DEDUP_VAL];
+	uint8_t val[DEDUP_VAL + 1 + KV_DEDUP_MAX_VALUE];
+	size_t n = DEDUP_VAL;
 
 	if (v->rv != 0 || klen == 0)
 		return;
@@ -502,7 +543,13 @@ snap_dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *r
 	kv_put64(val + 16, res->value_len);
 	kv_put64(val + 24, time_ms);
 	kv_put32(val + 32, (uint32_t)res->status);
-	v->rv = kv_snap_add(v->w, SNAP_DEDUP, key, klen, val, sizeof(val));
+	if (res->has_value && res->value.len <= KV_DEDUP_MAX_VALUE) {
+		val[n++] = 1;
+		if (res->value.len)
+			memcpy(val + n, res->value.data, res->value.len);
+		n += res->value.len;
+	}
+	v->rv = kv_snap_add(v->w, SNAP_DEDUP, key, klen, val, n);
 }
 
 static bool

@@ -77,6 +77,8 @@ typedef struct {
 	uint64_t req;       /* Op.request_id */
 	uint64_t value_len; /* append: length after the append */
 	uint64_t time_ms;   /* when applied, Unix ms */
+	bool has_del_value; /* del and dedup records: del_value is the deleted value */
+	kv_bytes del_value; /* ... (at most KV_DEDUP_MAX_VALUE bytes) */
 } kv_dur_dedup;
 
 typedef struct {

@@ -16,6 +16,7 @@
 
 #include <inttypes.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -233,6 +234,67 @@ a_write_made_during_the_copy_is_applied_once_when_retried_after_the_commit(void 
 	             "%ld keys differ from their first value (want the 2 appended): %s", bad, msg);
 }
 
+/* Sends the delete of key as (client, req) to server i; fails unless that
+ * server answered OK with the value `want` (not "value unknown"). */
+static void
+del_answers(int i, const char *what, const char *key, uint64_t client, uint64_t req,
+            const char *want)
+{
+	kv_tc_raw_result r;
+	int rv = kv_tc_raw_op(tc.srv[i].url, client, req, KV_TC_RAW_DEL, key, strlen(key), NULL, 0,
+	                      RAW_MS, &r);
+
+	KV_TC_ASSERT(&tc, rv == 0, "%s: del %s at %s: %s", what, key, tc.srv[i].url,
+	             shardkv_strerror(rv));
+	KV_TC_ASSERT(&tc, r.status == 0 && r.node_id == tc.srv[i].id,
+	             "%s: del %s: %s from node %u (want node %u)", what, key,
+	             shardkv_strerror(r.status), r.node_id, tc.srv[i].id);
+	KV_TC_ASSERT(&tc,
+	             !r.value_unknown && r.value.len == strlen(want) &&
+	                 memcmp(r.value.data, want, r.value.len) == 0,
+	             "%s: del %s answered '%.*s'%s, want '%s'", what, key, (int)r.value.len,
+	             r.value.data ? (const char *)r.value.data : "",
+	             r.value_unknown ? " (value unknown)" : "", want);
+	kv_tc_raw_free(&r);
+}
+
+static void
+a_retried_delete_gets_the_deleted_value_after_a_move_and_a_crash(void **state)
+{
+	const uint64_t client = 0x5eed0000c11e0003ull, req = 77;
+	const char *key = "dl/key", *val = "v-deleted-once";
+	int idx[1] = {0};
+	char n2[16];
+	(void)state;
+
+	KV_TC_EXPECT(&tc, 0, kv_tc_spread(&tc, "dl/", 1, idx, 1));
+	KV_TC_EXPECT(&tc, 0, shardkv_put(tc.admin, key, strlen(key), val, strlen(val)));
+	check_owner("before the move", key, 0);
+	del_answers(0, "first attempt", key, client, req, val);
+
+	/* The answer comes back from the log after a SIGKILL. */
+	KV_TC_EXPECT(&tc, 0, kv_tc_stop_server(&tc, 0, SIGKILL, KV_TC_STOP_MS, NULL));
+	KV_TC_EXPECT(&tc, 0, kv_tc_restart_server(&tc, 0, false));
+	KV_TC_EXPECT(&tc, 0, kv_tc_wait_serving(&tc, 0, KV_TC_READY_MS));
+	del_answers(0, "retry after a crash", key, client, req, val);
+
+	/* The exactly-once memory moves with the range. */
+	kv_tc_node_arg(&tc, 1, n2, sizeof(n2));
+	KV_TC_EXPECT(&tc, 0, shardkv_move(tc.admin, "dl/", 3, "dl0", 3, n2, 0, SHARDKV_WAIT, NULL));
+	check_owner("after the move", key, 1);
+	del_answers(1, "retry after the move", key, client, req, val);
+
+	/* ... and comes back from the new owner's log after its SIGKILL. */
+	KV_TC_EXPECT(&tc, 0, kv_tc_stop_server(&tc, 1, SIGKILL, KV_TC_STOP_MS, NULL));
+	KV_TC_EXPECT(&tc, 0, kv_tc_restart_server(&tc, 1, false));
+	KV_TC_EXPECT(&tc, 0, kv_tc_wait_serving(&tc, 1, KV_TC_READY_MS));
+	del_answers(1, "retry after the new owner's crash", key, client, req, val);
+
+	/* The key is gone: a new delete finds nothing. */
+	shardkv_buf v = {0};
+	KV_TC_EXPECT(&tc, SHARDKV_ENOTFOUND, shardkv_get(tc.admin, key, strlen(key), &v));
+}
+
 int
 main(void)
 {
@@ -240,6 +302,7 @@ main(void)
 	    cmocka_unit_test(a_retry_after_a_move_is_answered_from_memory_by_the_new_owner),
 	    cmocka_unit_test(
 	        a_write_made_during_the_copy_is_applied_once_when_retried_after_the_commit),
+	    cmocka_unit_test(a_retried_delete_gets_the_deleted_value_after_a_move_and_a_crash),
 	};
 	return cmocka_run_group_tests(tests, setup2, teardown);
 }

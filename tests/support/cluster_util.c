@@ -1013,6 +1013,7 @@ raw_result(const Shardkv__Response *r, kv_tc_raw_result *out)
 	x = r->results[0];
 	out->status = kv_err_from_wire((int)x->status);
 	out->value_len = x->value_len;
+	out->value_unknown = x->value_unknown;
 	if (x->owner)
 		out->hint_node = x->owner->node_id;
 	if (x->value.len || x->status == SHARDKV__STATUS__STATUS_OK) {
@@ -1035,6 +1036,7 @@ kv_tc_raw_op(const char *url, uint64_t client_id, uint64_t request_id, kv_tc_raw
 	Shardkv__GetOp g = SHARDKV__GET_OP__INIT;
 	Shardkv__PutOp p = SHARDKV__PUT_OP__INIT;
 	Shardkv__AppendOp a = SHARDKV__APPEND_OP__INIT;
+	Shardkv__DelOp d = SHARDKV__DEL_OP__INIT;
 	ProtobufCBinaryData k = {klen, (uint8_t *)key}, v = {vlen, (uint8_t *)val};
 	kv_rpc_client *cl = NULL;
 	Shardkv__Response *r;
@@ -1060,6 +1062,11 @@ kv_tc_raw_op(const char *url, uint64_t client_id, uint64_t request_id, kv_tc_raw
 		a.value = v;
 		op.op_case = SHARDKV__OP__OP_APPEND;
 		op.append = &a;
+		break;
+	case KV_TC_RAW_DEL:
+		d.key = k;
+		op.op_case = SHARDKV__OP__OP_DEL;
+		op.del = &d;
 		break;
 	default:
 		return SHARDKV_EINVAL;

@@ -278,6 +278,7 @@ typedef enum {
 	KV_TC_RAW_GET = 1, /* read key */
 	KV_TC_RAW_PUT,     /* key = val */
 	KV_TC_RAW_APPEND,  /* key += val */
+	KV_TC_RAW_DEL,     /* delete key, returning its value */
 } kv_tc_raw_kind;
 
 /* What one server answered to kv_tc_raw_op(). Free with kv_tc_raw_free(). */
@@ -286,7 +287,8 @@ typedef struct {
 	uint64_t value_len; /* append: the length after the append */
 	uint32_t hint_node; /* WRONG_OWNER, MOVING: the node the server named; 0: none */
 	uint32_t node_id;   /* the answering server's node id */
-	shardkv_buf value;  /* get: the value (data NULL when none) */
+	shardkv_buf value;  /* get, del: the value (data NULL when none) */
+	bool value_unknown; /* del retried: applied, the value was not kept */
 } kv_tc_raw_result;
 
 /*

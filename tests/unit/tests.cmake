@@ -39,6 +39,10 @@ kv_add_test(test_wal_concurrency SOURCES unit/test_wal.c LIBS kv_durable kv_test
   LABELS concurrency)
 target_compile_definitions(test_wal_concurrency PRIVATE KV_WAL_TEST_CONCURRENCY=1)
 kv_add_test(test_snap SOURCES unit/test_snap.c LIBS kv_durable kv_testutil TIMEOUT 120)
+# test_durable_dedup: the exactly-once memory (with a delete's returned
+# value) comes back from the log and from snapshots after a restart.
+kv_add_test(test_durable_dedup SOURCES unit/test_durable_dedup.c
+  LIBS kv_durable kv_testutil TIMEOUT 60)
 
 # The shard server's pure modules (owner table, dedup table, codec).
 kv_add_test(test_server_units SOURCES unit/test_server_units.c LIBS kv_server TIMEOUT 60)

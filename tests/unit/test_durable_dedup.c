@@ -1,0 +1,153 @@
+/*
+ * test_durable_dedup.c - the exactly-once memory survives a restart with
+ * what each write answered: a delete's returned value comes back from the
+ * log and from a snapshot, so a retry after a crash gets the same answer
+ * (shardserver/durable/durable.h, shardserver/dedup/dedup.h).
+ */
+#include "common/err.h"
+#include "shardserver/dedup/dedup.h"
+#include "shardserver/durable/durable.h"
+#include "shardserver/store/store.h"
+#include "tests/support/testutil.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* A store, an exactly-once memory and the log over one data dir. */
+typedef struct {
+	kv_store *store;
+	kv_dedup *dedup;
+	kv_dur *dur;
+} node;
+
+static void
+node_open(node *n, const char *dir)
+{
+	kv_dur_opts o = {.dir = dir, .mode = KV_FSYNC_NONE};
+	kv_dur_report rep;
+	char err[256];
+
+	memset(n, 0, sizeof(*n));
+	assert_int_equal(kv_store_create(NULL, &n->store), KV_OK);
+	assert_non_null(n->dedup = kv_dedup_create(0, 0, 0));
+	o.store = n->store;
+	o.dedup = n->dedup;
+	assert_int_equal(kv_dur_open(&o, &n->dur, &rep, err, sizeof(err)), KV_OK);
+}
+
+static void
+node_close(node *n)
+{
+	kv_dur_close(n->dur);
+	kv_dedup_destroy(n->dedup);
+	kv_store_destroy(n->store);
+}
+
+/* Applies and logs `del key` from (client 7, request req) as the server
+ * does: the store first, then the record with the value it returned. */
+static void
+logged_del(node *n, const char *key, uint64_t req)
+{
+	kv_buf old = {0};
+	kv_dedup_result out;
+
+	assert_int_equal(kv_dedup_begin(n->dedup, 7, req, 1000, &out), KV_ENOTFOUND);
+	assert_int_equal(kv_store_del(n->store, key, strlen(key), &old), KV_OK);
+	kv_dur_dedup dd = {.client = 7,
+	                   .req = req,
+	                   .time_ms = 1000,
+	                   .has_del_value = old.len <= KV_DEDUP_MAX_VALUE,
+	                   .del_value = {old.data, old.len}};
+	kv_dur_begin(n->dur);
+	assert_int_equal(kv_dur_log_del(n->dur, key, strlen(key), &dd, NULL), KV_OK);
+	kv_dur_end(n->dur);
+	kv_dedup_result r = {.has_value = dd.has_del_value, .value = old};
+	kv_dedup_finish(n->dedup, 7, req, &r, key, strlen(key), 1000);
+	kv_buf_fini(&old);
+}
+
+static void
+logged_put(node *n, const char *key, const void *val, size_t vlen)
+{
+	assert_int_equal(kv_store_put(n->store, key, strlen(key), val, vlen), KV_OK);
+	kv_dur_begin(n->dur);
+	assert_int_equal(kv_dur_log_put(n->dur, key, strlen(key), val, vlen, NULL, NULL), KV_OK);
+	kv_dur_end(n->dur);
+}
+
+/* The remembered answer of (client 7, req): 0 and has_value/value. */
+static kv_dedup_result
+remembered(node *n, uint64_t req)
+{
+	kv_dedup_result out;
+	memset(&out, 0, sizeof(out));
+	assert_int_equal(kv_dedup_begin(n->dedup, 7, req, 2000, &out), 0);
+	return out;
+}
+
+/* Deletes of a short, an empty and a too-long value, then a restart;
+ * snap: with a snapshot taken before the restart. */
+static void
+restart_keeps_deleted_values(const char *dir, bool snap)
+{
+	static uint8_t big[KV_DEDUP_MAX_VALUE + 1];
+	node n;
+
+	node_open(&n, dir);
+	logged_put(&n, "a", "v17", 3);
+	logged_put(&n, "b", "", 0);
+	logged_put(&n, "c", big, sizeof(big));
+	logged_del(&n, "a", 1);
+	logged_del(&n, "b", 2);
+	logged_del(&n, "c", 3);
+	if (snap)
+		assert_int_equal(kv_dur_snapshot(n.dur), KV_OK);
+	node_close(&n);
+
+	node_open(&n, dir);
+	kv_dedup_result r = remembered(&n, 1);
+	assert_true(r.has_value);
+	assert_int_equal(r.value.len, 3);
+	assert_memory_equal(r.value.data, "v17", 3);
+	kv_buf_fini(&r.value);
+	r = remembered(&n, 2);
+	assert_true(r.has_value); /* an empty value is a value */
+	assert_int_equal(r.value.len, 0);
+	kv_buf_fini(&r.value);
+	r = remembered(&n, 3);
+	assert_false(r.has_value); /* over the bound: applied, value not kept */
+	kv_buf_fini(&r.value);
+	node_close(&n);
+}
+
+static void
+a_deleted_value_comes_back_from_the_log(void **state)
+{
+	const kv_test_dir *d = *state;
+	restart_keeps_deleted_values(d->path, false);
+}
+
+static void
+a_deleted_value_comes_back_from_a_snapshot(void **state)
+{
+	const kv_test_dir *d = *state;
+	restart_keeps_deleted_values(d->path, true);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(a_deleted_value_comes_back_from_the_log,
+	                                    kv_test_dir_setup, kv_test_dir_teardown),
+	    cmocka_unit_test_setup_teardown(a_deleted_value_comes_back_from_a_snapshot,
+	                                    kv_test_dir_setup, kv_test_dir_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
