@@ -92,3 +92,9 @@ if(TARGET shardkv-controller AND TARGET shardkv-server)
     KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
   add_dependencies(test_server_metrics shardkv-server shardkv-controller)
 endif()
+
+# An outside program against the installed library: `cmake --install` into a
+# temporary prefix, client/example.c compiled and linked with the flags of
+# the installed shardkv.pc only.
+kv_add_test(test_install_pkgconfig COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cluster/test_install_pkgconfig.sh
+  ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR} ${CMAKE_C_COMPILER} TIMEOUT 120 LABELS install)
