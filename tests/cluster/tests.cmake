@@ -35,6 +35,11 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
     KV_TLS_CERTS_SH="${CMAKE_CURRENT_SOURCE_DIR}/support/tls_certs.sh")
   # --max-memory, --max-batch, --max-message and --max-connections.
   kv_cluster_test(test_server_limits 120)
+  # What operators rely on: /healthz (a server's follows its lease), build
+  # and process figures, read hits and misses on every daemon's /metrics; a
+  # server restarted after its node left exits 4 with the reason.
+  kv_cluster_test(test_cluster_ops 120)
+  target_compile_definitions(test_cluster_ops PRIVATE KV_PROJECT_VERSION="${PROJECT_VERSION}")
 endif()
 
 if(TARGET shardkv-controller AND TARGET shardkv-server)
