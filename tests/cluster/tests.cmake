@@ -103,3 +103,11 @@ endif()
 # the installed shardkv.pc only.
 kv_add_test(test_install_pkgconfig COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cluster/test_install_pkgconfig.sh
   ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR} ${CMAKE_C_COMPILER} TIMEOUT 120 LABELS install)
+
+# deploy/cluster.sh: --help, up --metrics (a metrics port per daemon, printed
+# and listed for Prometheus, /healthz on each), and restart of a node that
+# left failing with exit 4 and the reason.
+if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
+  kv_add_test(test_cluster_sh COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cluster/test_cluster_sh.sh
+    ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/bin TIMEOUT 120 LABELS integration)
+endif()
