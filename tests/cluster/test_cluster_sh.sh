@@ -33,7 +33,9 @@ def free(p):
     finally:
         s.close()
 for _ in range(200):
-    b = random.randrange(20000, 50000)
+    # Below the ephemeral range (32768 on), where outgoing connections
+    # cannot take a port between the check and the start.
+    b = random.randrange(10000, 32000)
     if all(free(b + d) for d in (0, 101, 102, 300, 401, 402)):
         print(b); break
 PY
@@ -64,7 +66,11 @@ jobs = {g["labels"]["job"]: g["targets"] for g in groups}
 assert jobs["shardkv-controller"] == ["127.0.0.1:%d" % (base + 300)], jobs
 assert jobs["shardkv-server"] == ["127.0.0.1:%d" % (base + 401), "127.0.0.1:%d" % (base + 402)], jobs
 PY
-cs metrics | grep -q "node 2: http://127.0.0.1:$((base + 402))/metrics" || fail "cluster.sh metrics"
+out=$(cs metrics) || fail "cluster.sh metrics exits $?"
+case "$out" in
+*"node 2: http://127.0.0.1:$((base + 402))/metrics"*) ;;
+*) fail "cluster.sh metrics does not list node 2: $out" ;;
+esac
 
 # Node 2 leaves; its server stops by itself (exit 4 is reaped by nobody).
 "$bin/shardkv" -c "tcp://127.0.0.1:$base" leave 2 --wait >/dev/null || fail "shardkv leave 2"
