@@ -6,7 +6,8 @@
  *   serves; a server's answers 503, naming the lease, once its controller
  *   lease expired (the controller stopped with SIGSTOP), and 200 again after;
  * - every /metrics has shardkv_build_info{version,commit} and the process
- *   figures; a server counts the keys reads found and did not find;
+ *   figures; a server counts the keys reads found and did not find, and
+ *   exports at most 21 range series (the 20 largest and "other");
  * - a server started again on the data dir of a node that left the cluster
  *   exits 4 at once, naming the reason, instead of retrying forever.
  *
@@ -296,6 +297,62 @@ reads_count_keys_found_and_not_found(void **state)
 	shardkv_close(cl);
 }
 
+/* Counts the sample lines of family `name` (with labels) in body. */
+static int
+count_series(const char *body, const char *name)
+{
+	char want[128];
+	int n = 0;
+
+	snprintf(want, sizeof(want), "\n%s{", name);
+	for (const char *p = strstr(body, want); p; p = strstr(p + 1, want))
+		n++;
+	return n;
+}
+
+static void
+range_series_are_capped_with_the_rest_summed_as_other(void **state)
+{
+	char n1[16], n2[16];
+	shardkv_admin_result ar;
+	(void)state;
+
+	kv_tc_node_arg(&tc, 0, n1, sizeof(n1));
+	kv_tc_node_arg(&tc, 1, n2, sizeof(n2));
+	/* Everything to node 1, then 24 small disjoint ranges to node 2:
+	 * node 1 serves 25 ranges, node 2 24, more than the 20 series kept. */
+	assert_int_equal(shardkv_move(tc.admin, "", 0, "", 0, n1, 0, SHARDKV_WAIT, &ar), 0);
+	for (int i = 0; i < 24; i++) {
+		char start[16], end[16];
+		snprintf(start, sizeof(start), "r%02d", 2 * i);
+		snprintf(end, sizeof(end), "r%02d", 2 * i + 1);
+		int rv = shardkv_move(tc.admin, start, strlen(start), end, strlen(end), n2, 0,
+		                      SHARDKV_WAIT, &ar);
+		if (rv != 0)
+			fail_msg("move %s: %s (%s)", start, shardkv_strerror(rv), shardkv_errmsg());
+	}
+	for (int i = 0; i < NSRV; i++) {
+		uint64_t end = kv_test_now_ms() + WAIT_MS;
+		http_answer a = {0};
+		/* The figures follow the next heartbeat's count. */
+		for (;;) {
+			a = http_get(mport[i], "/metrics");
+			if (a.status == 200 && a.body &&
+			    strstr(a.body, "\nshardkv_server_range_keys{range=\"other\"}"))
+				break;
+			if (kv_test_now_ms() > end)
+				fail_msg("server %d: no range=\"other\" series:\n%.3000s", i,
+				         a.body ? a.body : "");
+			answer_free(&a);
+			kv_test_sleep_ms(100);
+		}
+		assert_int_equal(count_series(a.body, "shardkv_server_range_keys"), 21);
+		assert_int_equal(count_series(a.body, "shardkv_server_range_bytes"), 21);
+		assert_non_null(strstr(a.body, "\nshardkv_server_range_bytes{range=\"other\"}"));
+		answer_free(&a);
+	}
+}
+
 static void
 the_controller_answers_healthz_and_exports_build_and_process_figures(void **state)
 {
@@ -370,6 +427,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(healthz_is_503_while_the_lease_is_expired, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(reads_count_keys_found_and_not_found, setup, teardown),
+	    cmocka_unit_test_setup_teardown(range_series_are_capped_with_the_rest_summed_as_other,
+	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        the_controller_answers_healthz_and_exports_build_and_process_figures, setup,
 	        teardown),
