@@ -14,6 +14,7 @@
 #include "checker/checker.h"
 #include "checker/histfile.h"
 #include "common/proc.h"
+#include "common/version.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -106,6 +107,7 @@ usage(FILE *f)
 	    "                          TLS client certificate, key and CA for a tls+tcp://\n"
 	    "                          cluster (-c only; default $SHARDKV_TLS_CERT, _KEY, _CA)\n"
 	    "  -v, --verbose           log every reconfiguration step\n"
+	    "  --version               print \"shardkv-checker VERSION [(commit C)]\" and exit\n"
 	    "\n"
 	    "Exit: 0 no violation, 1 violations or a daemon crash, 2 usage, 3 the cluster\n"
 	    "could not be started, reached or read back.\n",
@@ -821,6 +823,10 @@ main(int argc, char **argv)
 	int rc = 3;
 	char prefix[64];
 
+	if (kv_version_requested(argc, argv)) {
+		kv_version_print(stdout, "shardkv-checker");
+		return 0;
+	}
 	chk_log_start();
 	if ((rc = parse_opts(argc, argv, &o, &seeded)) != 0)
 		return rc;

@@ -11,6 +11,10 @@
  */
 #include "common/metrics.h"
 #include "common/err.h"
+#include "kv_version.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,13 +38,15 @@
 #define TOO_LONG  "request too long\n"
 #define NOT_FOUND "not found\n"
 #define FAILED    "cannot render metrics\n"
+#define HEALTHY   "ok\n"
 
 struct kv_metrics {
 	int fd;                      /* listening socket */
 	int stop[2];                 /* stop pipe: [0] polled, [1] written by destroy */
 	pthread_t thread;            /* the server thread */
 	kv_metrics_render_fn render; /* produces the text */
-	void *arg;                   /* its argument */
+	kv_metrics_health_fn health; /* /healthz; NULL: healthy */
+	void *arg;                   /* their argument */
 };
 
 static int64_t
@@ -157,13 +163,27 @@ serve(kv_metrics *m, int fd)
 			answer(fd, "400 Bad Request", text, TOO_LONG, sizeof(TOO_LONG) - 1);
 		return;
 	}
+	if (n >= 13 &&
+	    (memcmp(req, "GET /healthz ", 13) == 0 || memcmp(req, "GET /healthz?", 13) == 0)) {
+		char why[256] = "", msg[300];
+		if (m->health == NULL || m->health(m->arg, why, sizeof(why)) == KV_OK) {
+			answer(fd, "200 OK", text, HEALTHY, sizeof(HEALTHY) - 1);
+		} else {
+			int len = snprintf(msg, sizeof(msg), "unavailable: %s\n",
+			                   why[0] ? why : "unhealthy");
+			answer(fd, "503 Service Unavailable", text, msg,
+			       len > 0 && (size_t)len < sizeof(msg) ? (size_t)len
+			                                            : sizeof(msg) - 1);
+		}
+		return;
+	}
 	if (n < 13 ||
 	    (memcmp(req, "GET /metrics ", 13) != 0 && memcmp(req, "GET /metrics?", 13) != 0)) {
 		answer(fd, "404 Not Found", text, NOT_FOUND, sizeof(NOT_FOUND) - 1);
 		return;
 	}
 	kv_buf body = {0};
-	if (m->render(m->arg, &body) == KV_OK)
+	if (m->render(m->arg, &body) == KV_OK && kv_metrics_write_process(&body) == KV_OK)
 		answer(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body.data,
 		       body.len);
 	else
@@ -209,6 +229,13 @@ int
 kv_metrics_create(const char *hostport, kv_metrics_render_fn render, void *arg, kv_metrics **out,
                   char *err, size_t errlen)
 {
+	return kv_metrics_create_ex(hostport, render, NULL, arg, out, err, errlen);
+}
+
+int
+kv_metrics_create_ex(const char *hostport, kv_metrics_render_fn render, kv_metrics_health_fn health,
+                     void *arg, kv_metrics **out, char *err, size_t errlen)
+{
 	struct addrinfo hints = {.ai_family = AF_UNSPEC,
 	                         .ai_socktype = SOCK_STREAM,
 	                         .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
@@ -243,6 +270,7 @@ kv_metrics_create(const char *hostport, kv_metrics_render_fn render, void *arg, 
 		return KV_ENOMEM;
 	}
 	m->render = render;
+	m->health = health;
 	m->arg = arg;
 	m->stop[0] = m->stop[1] = -1;
 	m->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -389,6 +417,138 @@ kv_metrics_write(kv_buf *out, const kv_metric *m, size_t n)
 			rv = write_sample(out, &m[i]);
 	}
 	return rv;
+}
+
+/* ------------------------------------------------------------------------
+ * Process figures and build information
+ * ------------------------------------------------------------------------ */
+
+/* Reads up to cap - 1 bytes of a small /proc file into buf. Returns the
+ * length, or -1. */
+static ssize_t
+read_small(const char *path, char *buf, size_t cap)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, cap - 1);
+	close(fd);
+	if (n >= 0)
+		buf[n] = '\0';
+	return n;
+}
+
+/* The process start, in seconds since the epoch: its start time in clock
+ * ticks after boot (/proc/self/stat, field 22) plus the boot time
+ * (/proc/stat, btime). Returns -1 when either cannot be read. */
+static double
+start_time_s(void)
+{
+	char buf[4096];
+	const char *p;
+	unsigned long long ticks = 0, btime = 0;
+	long hz = sysconf(_SC_CLK_TCK);
+
+	if (hz <= 0 || read_small("/proc/self/stat", buf, sizeof(buf)) <= 0 ||
+	    (p = strrchr(buf, ')')) == NULL)
+		return -1;
+	/* After ") ": field 3 (state) onwards; starttime is field 22. */
+	p++;
+	for (int field = 3; field <= 22 && p; field++) {
+		while (*p == ' ')
+			p++;
+		if (field == 22) {
+			ticks = strtoull(p, NULL, 10);
+			break;
+		}
+		p = strchr(p, ' ');
+	}
+	if (ticks == 0 || read_small("/proc/stat", buf, sizeof(buf)) <= 0 ||
+	    (p = strstr(buf, "\nbtime ")) == NULL)
+		return -1;
+	btime = strtoull(p + 7, NULL, 10);
+	return btime ? (double)btime + (double)ticks / (double)hz : -1;
+}
+
+/* Open descriptors (entries of /proc/self/fd, without the one reading it),
+ * or -1. */
+static long
+open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	long n = 0;
+
+	if (d == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n > 0 ? n - 1 : 0;
+}
+
+int
+kv_metrics_write_process(kv_buf *out)
+{
+	kv_metric m[6];
+	size_t n = 0;
+	struct rusage ru;
+	struct rlimit rl;
+	char buf[256];
+	double start;
+	long fds;
+	int rv;
+
+	if (getrusage(RUSAGE_SELF, &ru) == 0)
+		m[n++] =
+		    (kv_metric){.name = "process_cpu_seconds_total",
+		                .type = KV_METRIC_COUNTER,
+		                .help = "User and system CPU time spent, in seconds.",
+		                .real = true,
+		                .f = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+		                     (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6};
+	if (read_small("/proc/self/statm", buf, sizeof(buf)) > 0) {
+		unsigned long long size = 0, rss = 0;
+		long page = sysconf(_SC_PAGESIZE);
+		if (sscanf(buf, "%llu %llu", &size, &rss) == 2 && page > 0)
+			m[n++] = (kv_metric){.name = "process_resident_memory_bytes",
+			                     .type = KV_METRIC_GAUGE,
+			                     .help = "Resident memory size in bytes.",
+			                     .u = rss * (unsigned long long)page};
+	}
+	if ((fds = open_fds()) >= 0)
+		m[n++] = (kv_metric){.name = "process_open_fds",
+		                     .type = KV_METRIC_GAUGE,
+		                     .help = "Open file descriptors.",
+		                     .u = (uint64_t)fds};
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		m[n++] = (kv_metric){.name = "process_max_fds",
+		                     .type = KV_METRIC_GAUGE,
+		                     .help = "Limit of open file descriptors.",
+		                     .u = (uint64_t)rl.rlim_cur};
+	if ((start = start_time_s()) > 0)
+		m[n++] = (kv_metric){.name = "process_start_time_seconds",
+		                     .type = KV_METRIC_GAUGE,
+		                     .help = "Start time of the process since the Unix epoch, in "
+		                             "seconds.",
+		                     .real = true,
+		                     .f = start};
+	if ((rv = kv_metrics_write(out, m, n)) != KV_OK)
+		return rv;
+	/* Two labels, which kv_metric does not carry: written here. The values
+	 * are the build's own (digits, dots, hex), never escaped. */
+	if ((rv = put(out, "# HELP shardkv_build_info The version and git commit this binary was "
+	                   "built from (commit empty: not built from a git checkout).\n"
+	                   "# TYPE shardkv_build_info gauge\nshardkv_build_info{version=\"")) !=
+	        KV_OK ||
+	    (rv = put_escaped(out, KV_VERSION, true)) != KV_OK ||
+	    (rv = put(out, "\",commit=\"")) != KV_OK ||
+	    (rv = put_escaped(out, KV_GIT_COMMIT, true)) != KV_OK)
+		return rv;
+	return put(out, "\"} 1\n");
 }
 
 /* ------------------------------------------------------------------------

@@ -4,11 +4,14 @@
  * shardkv-controller and shardkv-server.
  *
  * One thread accepts one connection at a time, reads the request head
- * (bounded: 4 KiB and 1 s), answers and closes. Only "GET /metrics" (with or
- * without a query string) is answered with the metrics; any other request
- * line gets a 404, an over-long one a 400, and a client that sends no
- * complete line in time is dropped. The text comes from a render callback
- * that runs on that thread, once per scrape.
+ * (bounded: 4 KiB and 1 s), answers and closes. "GET /metrics" (with or
+ * without a query string) is answered with the metrics: the render
+ * callback's text, then the process figures and shardkv_build_info that
+ * every daemon exports (kv_metrics_write_process). "GET /healthz" is
+ * answered 200 "ok" while the daemon's health callback says so (always,
+ * without one), else 503 with the reason. Any other request line gets a
+ * 404, an over-long one a 400, and a client that sends no complete line in
+ * time is dropped. The callbacks run on that thread, once per request.
  */
 #ifndef KV_COMMON_METRICS_H
 #define KV_COMMON_METRICS_H
@@ -24,6 +27,10 @@
  * 0, or a negative KV_E* code (the scrape is then answered with a 500). */
 typedef int (*kv_metrics_render_fn)(void *arg, kv_buf *out);
 
+/* Whether the daemon is healthy, for /healthz: 0, or a negative KV_E* code
+ * with a one-line reason in why (answered 503). */
+typedef int (*kv_metrics_health_fn)(void *arg, char *why, size_t whylen);
+
 typedef struct kv_metrics kv_metrics;
 
 /*
@@ -34,6 +41,12 @@ typedef struct kv_metrics kv_metrics;
  */
 int kv_metrics_create(const char *hostport, kv_metrics_render_fn render, void *arg,
                       kv_metrics **out, char *err, size_t errlen);
+
+/* kv_metrics_create() with a health callback for /healthz (NULL: always
+ * healthy while the listener runs); both callbacks get arg. */
+int kv_metrics_create_ex(const char *hostport, kv_metrics_render_fn render,
+                         kv_metrics_health_fn health, void *arg, kv_metrics **out, char *err,
+                         size_t errlen);
 
 /* Stops the thread (waiting for a scrape in progress) and closes the socket.
  * Accepts NULL. */
@@ -61,6 +74,15 @@ typedef struct {
 
 /* Appends n samples to out. Returns 0 or KV_ENOMEM. */
 int kv_metrics_write(kv_buf *out, const kv_metric *m, size_t n);
+
+/*
+ * Appends the figures every daemon exports besides its own (doc/metrics.md):
+ * shardkv_build_info{version,commit} 1, process_cpu_seconds_total,
+ * process_resident_memory_bytes, process_open_fds, process_max_fds and
+ * process_start_time_seconds (read from /proc; a figure that cannot be read
+ * is left out). Returns 0 or KV_ENOMEM.
+ */
+int kv_metrics_write_process(kv_buf *out);
 
 /*
  * A latency histogram that many threads fill without a lock: one relaxed

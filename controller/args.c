@@ -23,7 +23,7 @@ const char kv_controller_usage[] =
     "                          [--id I --peers ADDR1,ADDR2,ADDR3 [--raft-peers H:P,...]\n"
     "                           [--snapshot-threshold N] [--election-timeout MS]]\n"
     "                          [--down-after SECONDS]\n"
-    "                          [--log-level debug|info|warn|error|off] [--help]\n"
+    "                          [--log-level debug|info|warn|error|off] [--version] [--help]\n"
     "\n"
     "Keeps the shardkv cluster configuration (nodes, range map, migrations) and\n"
     "serves admin commands, server reports and watches.\n"
@@ -53,6 +53,7 @@ const char kv_controller_usage[] =
     "                      re-created elsewhere (default 60, 1 to 86400); acts once\n"
     "                      ranges are replicated (planned)\n"
     "  --log-level L       lowest level logged to stderr (default info)\n"
+    "  --version           print \"shardkv-controller VERSION [(commit C)]\" and exit\n"
     "  --help              print this text and exit\n";
 
 /* Splits a copy of the comma-separated list s into buf and at most

@@ -8,6 +8,7 @@
  */
 #include "common/err.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "controller/controller.h"
 
 #include <pthread.h>
@@ -23,6 +24,10 @@ main(int argc, char **argv)
 	char err[512] = "";
 	int sig = 0, rv;
 
+	if (kv_version_requested(argc, argv)) {
+		kv_version_print(stdout, "shardkv-controller");
+		return 0;
+	}
 	/* Before any thread exists, so that every thread inherits the mask and
 	 * only the sigwait() below sees the signals. */
 	sigemptyset(&set);

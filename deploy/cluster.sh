@@ -2,9 +2,13 @@
 # deploy/cluster.sh - a local shardkv cluster on loopback (doc/contract.md §6).
 #
 #   cluster.sh up [-n NODES] [--controllers C] [--dir DIR] [--base-port PORT]
+#                 [--metrics]
 #                      start a controller (C replicas with Raft, e.g. 3 or 5;
 #                      default 1) and NODES servers (default 3), join them,
-#                      wait until they serve, print the controller address(es)
+#                      wait until they serve, print the controller address(es);
+#                      --metrics: every daemon also serves /metrics and
+#                      /healthz on a port of its own (printed, and listed for
+#                      Prometheus in DIR/prometheus-targets.json)
 #   cluster.sh status  the cluster's status (shardkv status)
 #   (--dir DIR may be given with any command)
 #   cluster.sh add [--no-wait]  start and join one more server (--no-wait:
@@ -17,11 +21,20 @@
 #   cluster.sh stop-controller K | kill-controller K | restart-controller K
 #                      SIGTERM / SIGKILL / start again controller replica K
 #                      (1-based; a single controller is replica 1)
+#   cluster.sh metrics the metrics endpoints (clusters started with --metrics)
+#   cluster.sh --help  this text
+#
+# A server that exits while cluster.sh waits for it is reported with its exit
+# status and the reason from its log; exit 4 means its node is gone from the
+# cluster (removed, or left with `shardkv leave`): its data dir cannot come
+# back, and `cluster.sh add` starts a new node instead.
 #
 # The controller listens on tcp://127.0.0.1:PORT (default 7000), server N on
 # PORT+100+N. With --controllers C, replica K listens on PORT+K-1 and its Raft
 # transport on PORT+K-1+1000; servers and the CLI get the comma-separated
-# list of all C addresses. State lives in DIR (default ./cluster, or $SHARDKV_CLUSTER_DIR):
+# list of all C addresses. With --metrics, controller replica K serves
+# metrics on 127.0.0.1:PORT+300+K-1 and server N on 127.0.0.1:PORT+400+N.
+# State lives in DIR (default ./cluster, or $SHARDKV_CLUSTER_DIR):
 # one data dir, log file and pid file per process. Binaries come from
 # $SHARDKV_BIN_DIR, else build-release/bin or build/bin (built when missing).
 # With $SHARDKV_AUTH_TOKEN_FILE set at `up`, the controller and every server
@@ -48,10 +61,21 @@ tls_ca=
 scheme=tcp
 nodes=3
 nctl=1
+metrics=0
 wait_s=${SHARDKV_WAIT_S:-30}
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
-usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
+# usage [CODE]: the header above; on stdout and exit 0 for --help, on stderr
+# and exit 2 after a usage error.
+usage() {
+	local code=${1:-2}
+	if [ "$code" -eq 0 ]; then
+		awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+	else
+		awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2
+	fi
+	exit "$code"
+}
 
 find_bins() {
 	if [ -n "${SHARDKV_BIN_DIR:-}" ]; then
@@ -84,8 +108,71 @@ load_state() {
 
 save_state() {
 	mkdir -p "$dir"
-	printf 'base=%s\nbin=%s\nauth=%q\ntls_cert=%q\ntls_key=%q\ntls_ca=%q\nnctl=%s\n' "$base" \
-		"$bin" "$auth" "$tls_cert" "$tls_key" "$tls_ca" "$nctl" >"$dir/cluster.env"
+	printf 'base=%s\nbin=%s\nauth=%q\ntls_cert=%q\ntls_key=%q\ntls_ca=%q\nnctl=%s\nmetrics=%s\n' \
+		"$base" "$bin" "$auth" "$tls_cert" "$tls_key" "$tls_ca" "$nctl" "$metrics" \
+		>"$dir/cluster.env"
+}
+
+# The metrics port of controller replica $1, and of server $1.
+ctl_mport() { echo $((base + 300 + $1 - 1)); }
+srv_mport() { echo $((base + 400 + $1)); }
+
+# metrics_args KIND N: the --metrics flag of a daemon, when the cluster has
+# metrics (sets the array metrics_flag).
+metrics_flag=()
+metrics_args() {
+	metrics_flag=()
+	[ "${metrics:-0}" = 1 ] || return 0
+	if [ "$1" = ctl ]; then
+		metrics_flag=(--metrics "127.0.0.1:$(ctl_mport "$2")")
+	else
+		metrics_flag=(--metrics "127.0.0.1:$(srv_mport "$2")")
+	fi
+}
+
+# Writes DIR/prometheus-targets.json (Prometheus file_sd_configs: one target
+# group per job) and prints the endpoints on stderr.
+write_targets() {
+	[ "${metrics:-0}" = 1 ] || return 0
+	local k n first=1 out="$dir/prometheus-targets.json"
+	{
+		printf '[\n  {"labels": {"job": "shardkv-controller"}, "targets": ['
+		for ((k = 1; k <= ${nctl:-1}; k++)); do
+			[ $k -gt 1 ] && printf ', '
+			printf '"127.0.0.1:%s"' "$(ctl_mport $k)"
+		done
+		printf ']},\n  {"labels": {"job": "shardkv-server"}, "targets": ['
+		for n in $(server_numbers); do
+			[ $first = 1 ] || printf ', '
+			first=0
+			printf '"127.0.0.1:%s"' "$(srv_mport "$n")"
+		done
+		printf ']}\n]\n'
+	} >"$out.tmp"
+	mv "$out.tmp" "$out"
+}
+
+# The numbers of the servers that have a data dir, in order.
+server_numbers() {
+	local d
+	for d in "$dir"/node-*/; do
+		[ -d "$d" ] || continue
+		d=${d%/}
+		echo "${d##*/node-}"
+	done | sort -n
+}
+
+# Prints every metrics endpoint (cluster.sh metrics).
+print_metrics() {
+	local k n
+	[ "${metrics:-0}" = 1 ] || die "the cluster in $dir runs without metrics (cluster.sh up --metrics)"
+	for ((k = 1; k <= ${nctl:-1}; k++)); do
+		echo "controller $k: http://127.0.0.1:$(ctl_mport $k)/metrics"
+	done
+	for n in $(server_numbers); do
+		echo "node $n: http://127.0.0.1:$(srv_mport "$n")/metrics"
+	done
+	echo "prometheus targets: $dir/prometheus-targets.json"
 }
 
 # ctl: the controller address, or the comma-separated replica addresses
@@ -176,16 +263,39 @@ server_registered() { cli config --json 2>/dev/null | grep -qF "\"address\": \"$
 wait_server() {
 	local addr=$1 pidf=$2 check=${3:-server_active} rv=0
 	proc_wait_ready "$wait_s" "$(cat "$pidf")" "$check" "$addr" || rv=$?
-	[ $rv -ne 2 ] || die "server $addr exited; see ${pidf%.pid}.log"
+	[ $rv -ne 2 ] || server_exited "$addr" "$pidf"
 	[ $rv -eq 0 ] || die "server $addr not ready ($check) after ${wait_s}s"
+}
+
+# Reports a server that exited while we waited for it (pid file $2): its
+# exit status (it is a child of this shell) and the reason its log gives,
+# then fails.
+server_exited() {
+	local addr=$1 pidf=$2 pid code=0 log why
+	pid=$(cat "$pidf")
+	log=${pidf%.pid}.log
+	wait "$pid" 2>/dev/null || code=$?
+	rm -f "$pidf"
+	if [ "$code" -eq 4 ]; then
+		why=$(grep -a 'node is gone from the cluster' "$log" | tail -n 1 || true)
+		echo "cluster.sh: server $addr exited 4: its node is gone from the cluster" \
+			"(removed, or left with shardkv leave); its data dir cannot rejoin." \
+			"Start a new node with: cluster.sh add" >&2
+		[ -z "$why" ] || echo "cluster.sh: $log: $why" >&2
+		exit 4
+	fi
+	why=$(grep -aE ' (error|warn) ' "$log" | tail -n 1 || true)
+	[ -n "$why" ] || why=$(tail -n 1 "$log" 2>/dev/null || true)
+	die "server $addr exited (status $code); see $log${why:+: $why}"
 }
 
 start_controller() {
 	if [ "${nctl:-1}" -eq 1 ]; then
 		mkdir -p "$dir/controller"
 		alive "$dir/controller.pid" && return 0
+		metrics_args ctl 1
 		proc_start "$dir/controller.log" "$bin/shardkv-controller" --listen "$ctl" \
-			--data-dir "$dir/controller" \
+			--data-dir "$dir/controller" ${metrics_flag[@]+"${metrics_flag[@]}"} \
 			${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"}
 		echo "$proc_pid" >"$dir/controller.pid"
 	else
@@ -201,8 +311,10 @@ start_replica() {
 	pidf=$(ctl_pidf "$k")
 	alive "$pidf" && return 0
 	mkdir -p "$dir/controller-$k"
+	metrics_args ctl "$k"
 	proc_start "$dir/controller-$k.log" "$bin/shardkv-controller" --id "$k" --peers "$ctl" \
 		--listen "$scheme://127.0.0.1:$((base + k - 1))" --data-dir "$dir/controller-$k" \
+		${metrics_flag[@]+"${metrics_flag[@]}"} \
 		${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"}
 	echo "$proc_pid" >"$pidf"
 }
@@ -212,8 +324,9 @@ start_server() {
 	local addr="$scheme://127.0.0.1:$port" pidf="$dir/node-$n.pid"
 	mkdir -p "$dir/node-$n"
 	alive "$pidf" && return 0
+	metrics_args srv "$n"
 	proc_start "$dir/node-$n.log" "$bin/shardkv-server" --listen "$addr" --controller "$ctl" \
-		--data-dir "$dir/node-$n" \
+		--data-dir "$dir/node-$n" ${metrics_flag[@]+"${metrics_flag[@]}"} \
 		--join ${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"}
 	echo "$proc_pid" >"$pidf"
 	if [ -n "$nowait" ]; then
@@ -222,7 +335,12 @@ start_server() {
 	else
 		wait_server "$addr" "$pidf"
 	fi
-	echo "node $n: $addr (pid $(cat "$pidf"))" >&2
+	if [ "${metrics:-0}" = 1 ]; then
+		echo "node $n: $addr (pid $(cat "$pidf"), metrics http://127.0.0.1:$(srv_mport "$n")/metrics)" >&2
+		write_targets
+	else
+		echo "node $n: $addr (pid $(cat "$pidf"))" >&2
+	fi
 }
 
 # Stops the process of pid file $1 with signal $2 (SIGKILL after 90 s: a
@@ -259,6 +377,7 @@ up)
 		-n) nodes=${2:?-n needs a number}; shift 2 ;;
 		--base-port) base=${2:?--base-port needs a port}; shift 2 ;;
 		--controllers) nctl=${2:?--controllers needs a number}; shift 2 ;;
+		--metrics) metrics=1; shift ;;
 		*) echo "cluster.sh: unknown option $1" >&2; usage ;;
 		esac
 	done
@@ -288,8 +407,18 @@ up)
 	save_state
 	ctl_list
 	start_controller
+	if [ "$metrics" = 1 ]; then
+		for ((k = 1; k <= nctl; k++)); do
+			echo "controller $k: metrics http://127.0.0.1:$(ctl_mport $k)/metrics" >&2
+		done
+	fi
 	for ((i = 1; i <= nodes; i++)); do start_server "$i"; done
+	write_targets
 	echo "$ctl"
+	;;
+metrics)
+	load_state
+	print_metrics
 	;;
 status)
 	load_state
@@ -339,6 +468,6 @@ stop-controller | kill-controller | restart-controller)
 		;;
 	esac
 	;;
--h | --help | help) usage ;;
+-h | --help | help) usage 0 ;;
 *) echo "cluster.sh: unknown command $cmd" >&2; usage ;;
 esac

@@ -677,6 +677,28 @@ step_log_begin(op_ctx *x, unsigned flags, kv_dur_held *held)
 	return true;
 }
 
+/* Counts the keys a get or mget found and did not find, for /metrics
+ * (shardkv_server_read_hits_total, shardkv_server_read_misses_total). A
+ * failed read (wrong owner, moving, ...) counts in neither. */
+static void
+count_read(kv_server *s, const kv_op *op, const kv_data_result *res)
+{
+	uint64_t hits = 0, misses = 0;
+
+	if (op->kind == KV_OP_GET) {
+		hits = res->status == KV_OK;
+		misses = res->status == KV_ENOTFOUND;
+	} else if (op->kind == KV_OP_MGET &&
+	           (res->status == KV_OK || res->status == KV_ENOTFOUND)) {
+		misses = res->status == KV_ENOTFOUND ? res->nmissing : 0;
+		hits = res->nvalues > misses ? res->nvalues - misses : 0;
+	}
+	if (hits)
+		atomic_fetch_add_explicit(&s->read_hits, hits, memory_order_relaxed);
+	if (misses)
+		atomic_fetch_add_explicit(&s->read_misses, misses, memory_order_relaxed);
+}
+
 /* Runs one op: validation, then the steps above (ownership, exactly-once,
  * fence, log), the handler from op_table, and the undo in reverse. */
 static void
@@ -920,6 +942,7 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 				}
 				dispatch(s, &rq, &rq.ops[i], &resp.results[i]);
 				kv_srv_count_error(s, resp.results[i].status);
+				count_read(s, &rq.ops[i], &resp.results[i]);
 				total += result_bytes(&resp.results[i]);
 				wrote |= logged_write(&rq, &resp, i);
 			}

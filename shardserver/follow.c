@@ -166,7 +166,13 @@ apply_config(kv_server *s, kv_config *c)
 			         (unsigned long long)m->id);
 	}
 	kv_mig_out_reconcile(s->mig, c);
-	/* 5. Publish. */
+	/* 5. Publish. A node an operator made leave is DRAINING first: its
+	 * GONE is then the expected end, not a removal (kv_srv_set_gone). */
+	{
+		const kv_node *mine = me ? kv_config_node(c, me) : NULL;
+		if (mine != NULL && mine->state == KV_NODE_DRAINING)
+			atomic_store(&s->drained, true);
+	}
 	pthread_mutex_lock(&s->cfg_mu);
 	if (s->cluster_id[0] == '\0' && c->cluster_id && c->cluster_id[0]) {
 		snprintf(s->cluster_id, sizeof(s->cluster_id), "%s", c->cluster_id);

@@ -179,6 +179,9 @@ kv_srv_set_gone(kv_server *s, const char *detail)
 	if (atomic_load(&s->leaving)) /* the end of kv_server_leave: expected */
 		KV_INFO("server", "node is gone from the cluster", "node_id=%u",
 		        atomic_load(&s->node_id));
+	else if (atomic_load(&s->drained)) /* drained by `shardkv leave`: expected */
+		KV_INFO("server", "node left the cluster: stopping", "node_id=%u detail=\"%s\"",
+		        atomic_load(&s->node_id), detail);
 	else
 		KV_ERROR("server", "node is gone from the cluster: serving nothing more",
 		         "node_id=%u detail=\"%s\"", atomic_load(&s->node_id), detail);

@@ -16,6 +16,7 @@
  */
 #include "common/err.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "shardserver/server.h"
 
 #include <signal.h>
@@ -49,6 +50,10 @@ main(int argc, char **argv)
 	char err[600];
 	int rv;
 
+	if (kv_version_requested(argc, argv)) {
+		kv_version_print(stdout, "shardkv-server");
+		return 0;
+	}
 	if (kv_server_parse_args(argc, argv, &a, err, sizeof(err)) != KV_OK) {
 		fprintf(stderr, "shardkv-server: %s (see --help)\n", err);
 		return 2;

@@ -57,7 +57,7 @@ static const char *const op_label[KV_OP__COUNT] = {
 };
 
 /* Samples of one scrape: every op and error label plus the plain figures. */
-#define MAX_SAMPLES (KV_OP__COUNT + KV_SRV_ERR_SLOTS + 24)
+#define MAX_SAMPLES (KV_OP__COUNT + KV_SRV_ERR_SLOTS + 32)
 
 /* Appends a sample without a label. */
 static void
@@ -84,38 +84,80 @@ render_latency(kv_server *s, kv_buf *out)
 	    "op", lv, h, n);
 }
 
+/* Ranges with a series of their own: the largest by bytes. The others are
+ * summed into one series labelled range="other", so a server with many
+ * ranges exports at most KV_SRV_RANGE_SERIES + 1 series per family
+ * (doc/metrics.md). */
+#define KV_SRV_RANGE_SERIES 20
+
+static _Thread_local const kv_srv_range_fig *sort_base; /* qsort's array (per metrics thread) */
+
+/* qsort order of range indexes: bytes descending, then index. */
+static int
+by_bytes_desc(const void *a, const void *b)
+{
+	size_t i = *(const size_t *)a, j = *(const size_t *)b;
+	uint64_t bi = sort_base[i].bytes, bj = sort_base[j].bytes;
+	return bi != bj ? (bi < bj ? 1 : -1) : (i > j) - (i < j);
+}
+
 /* The per-range gauges, from the heartbeat's last count. */
 static int
 render_ranges(kv_server *s, kv_buf *out)
 {
 	kv_metric *m;
-	size_t n = 0;
+	size_t n = 0, *idx, shown;
+	uint64_t other_keys = 0, other_bytes = 0;
 	int rv;
 
 	pthread_mutex_lock(&s->rfig_mu);
-	m = calloc(2 * s->nrfig + 1, sizeof(*m));
-	if (m == NULL) {
+	m = calloc(2 * KV_SRV_RANGE_SERIES + 3, sizeof(*m));
+	idx = calloc(s->nrfig + 1, sizeof(*idx));
+	if (m == NULL || idx == NULL) {
 		pthread_mutex_unlock(&s->rfig_mu);
+		free(m);
+		free(idx);
 		return KV_ENOMEM;
 	}
 	for (size_t i = 0; i < s->nrfig; i++)
-		m[n++] = (kv_metric){.name = "shardkv_server_range_keys",
-		                     .type = KV_METRIC_GAUGE,
-		                     .help = "Live keys per served range (recounted every "
-		                             "heartbeat, less often for large stores).",
-		                     .label = "range",
-		                     .lvalue = s->rfig[i].label,
-		                     .u = s->rfig[i].keys};
-	for (size_t i = 0; i < s->nrfig; i++)
-		m[n++] = (kv_metric){.name = "shardkv_server_range_bytes",
-		                     .type = KV_METRIC_GAUGE,
-		                     .help = "Key and value bytes per served range.",
-		                     .label = "range",
-		                     .lvalue = s->rfig[i].label,
-		                     .u = s->rfig[i].bytes};
+		idx[i] = i;
+	shown = s->nrfig;
+	if (s->nrfig > KV_SRV_RANGE_SERIES) {
+		/* sort_base is this thread's: servers in one process sort apart. */
+		sort_base = s->rfig;
+		qsort(idx, s->nrfig, sizeof(*idx), by_bytes_desc);
+		shown = KV_SRV_RANGE_SERIES;
+		for (size_t i = shown; i < s->nrfig; i++) {
+			other_keys += s->rfig[idx[i]].keys;
+			other_bytes += s->rfig[idx[i]].bytes;
+		}
+	}
+	for (int fam = 0; fam < 2; fam++) {
+		for (size_t i = 0; i <= shown; i++) {
+			bool other = i == shown;
+			if (other && shown == s->nrfig)
+				break;
+			const kv_srv_range_fig *f = other ? NULL : &s->rfig[idx[i]];
+			m[n++] = (kv_metric){
+			    .name = fam == 0 ? "shardkv_server_range_keys"
+			                     : "shardkv_server_range_bytes",
+			    .type = KV_METRIC_GAUGE,
+			    .help = fam == 0
+			                ? "Live keys per served range (recounted every heartbeat, "
+			                  "less often for large stores; past 20 ranges, the "
+			                  "largest 20 and range=\"other\" for the rest)."
+			                : "Key and value bytes per served range (past 20 ranges, "
+			                  "the largest 20 and range=\"other\" for the rest).",
+			    .label = "range",
+			    .lvalue = other ? "other" : f->label,
+			    .u = fam == 0 ? (other ? other_keys : f->keys)
+			                  : (other ? other_bytes : f->bytes)};
+		}
+	}
 	rv = kv_metrics_write(out, m, n);
 	pthread_mutex_unlock(&s->rfig_mu);
 	free(m);
+	free(idx);
 	return rv;
 }
 
@@ -186,6 +228,29 @@ kv_srv_metrics_set_ranges(kv_server *s, const kv_admin_range_stat *rs, size_t n)
 	free(old);
 }
 
+/* The test of kv_srv_lease_ok (heartbeat.c), made here from the same
+ * atomics so that this file and heartbeat.c do not call each other: the
+ * node is not gone and the last renewal answered OK is younger than the
+ * lease. Otherwise writes why into msg. */
+static bool
+lease_held(kv_server *s, char *msg, size_t msglen)
+{
+	uint64_t sent = atomic_load(&s->lease_sent_ns), now = kv_now_ns();
+
+	if (atomic_load(&s->gone)) {
+		snprintf(msg, msglen, "node is gone from the cluster (removed or left)");
+		return false;
+	}
+	if (sent != 0 && now < sent + s->lease_ns)
+		return true;
+	if (sent == 0)
+		snprintf(msg, msglen, "no lease yet: the controller has not confirmed this node");
+	else
+		snprintf(msg, msglen, "lease expired: controller unreachable for %llu ms",
+		         (unsigned long long)((now - sent) / 1000000u));
+	return false;
+}
+
 static int
 render(void *arg, kv_buf *out)
 {
@@ -230,6 +295,16 @@ render(void *arg, kv_buf *out)
 	add(m, &n, "shardkv_server_connections", KV_METRIC_GAUGE,
 	    "Client and peer connections open on the --listen address.",
 	    rpc ? kv_rpc_server_conns(rpc) : 0);
+	add(m, &n, "shardkv_server_read_hits_total", KV_METRIC_COUNTER,
+	    "Keys that get and mget found.",
+	    atomic_load_explicit(&s->read_hits, memory_order_relaxed));
+	add(m, &n, "shardkv_server_read_misses_total", KV_METRIC_COUNTER,
+	    "Keys that get and mget did not find (not found; failed reads count in neither).",
+	    atomic_load_explicit(&s->read_misses, memory_order_relaxed));
+	char why[160];
+	add(m, &n, "shardkv_server_lease_valid", KV_METRIC_GAUGE,
+	    "1 while the controller lease is held (data requests answered), else 0.",
+	    lease_held(s, why, sizeof(why)));
 	int inflight = atomic_load(&s->inflight);
 	add(m, &n, "shardkv_server_requests_inflight", KV_METRIC_GAUGE,
 	    "Requests received and not yet answered.", inflight > 0 ? (uint64_t)inflight : 0);
@@ -271,6 +346,22 @@ render(void *arg, kv_buf *out)
 	return rv;
 }
 
+/* /healthz: healthy while the server answers data requests, i.e. it holds
+ * its controller lease and is not gone or stopping. */
+static int
+health(void *arg, char *why, size_t whylen)
+{
+	kv_server *s = arg;
+
+	if (atomic_load(&s->closing) || atomic_load(&s->stopping)) {
+		snprintf(why, whylen, "stopping");
+		return KV_ECLOSED;
+	}
+	if (!lease_held(s, why, whylen))
+		return KV_EUNAVAIL;
+	return KV_OK;
+}
+
 int
 kv_srv_metrics_start(kv_server *s)
 {
@@ -279,7 +370,8 @@ kv_srv_metrics_start(kv_server *s)
 
 	if (s->cfg->metrics == NULL)
 		return KV_OK;
-	rv = kv_metrics_create(s->cfg->metrics, render, s, &s->metrics, err, sizeof(err));
+	rv =
+	    kv_metrics_create_ex(s->cfg->metrics, render, health, s, &s->metrics, err, sizeof(err));
 	if (rv != KV_OK)
 		KV_ERROR(COMP, "cannot serve metrics", "metrics=%s err=%s detail=\"%s\"",
 		         s->cfg->metrics, kv_errname(rv), err);

@@ -118,9 +118,30 @@ kv_server_leave(kv_server *s, uint32_t timeout_ms, kv_server_wait_cb wait, void 
 		return KV_LEAVE_UNREGISTERED;
 	kv_admin_req rq = {.op = KV_ADM_LEAVE, .node_id = me};
 	for (;;) {
+		/* Already left (an operator's `shardkv leave`, finished): a stop,
+		 * not a refusal. */
+		if (atomic_load(&s->gone)) {
+			KV_INFO(COMP, "already left the cluster: stopping", "node_id=%u", me);
+			return KV_LEAVE_DRAINED;
+		}
 		rv = kv_server__ctl_call(s, &rq, &r, 2000);
 		if (rv == 0 && r.err == 0)
 			break;
+		/* Already draining (an operator's leave in progress): wait for
+		 * the drain as if this leave had been accepted. */
+		if (rv == 0 && r.err == KV_EEXISTS) {
+			KV_INFO(COMP, "already leaving the cluster", "node_id=%u detail=\"%s\"", me,
+			        r.error);
+			break;
+		}
+		/* Gone at the controller before this server heard of it (the
+		 * controller's kv_place_leave answers "has already left"). */
+		if (rv == 0 && r.err == KV_EINVAL && r.error != NULL &&
+		    strstr(r.error, "has already left") != NULL) {
+			KV_INFO(COMP, "already left the cluster: stopping", "node_id=%u", me);
+			kv_admin_resp_fini(&r);
+			return KV_LEAVE_DRAINED;
+		}
 		bool busy = rv == 0 && r.err == KV_EBUSY;
 		if (!busy || kv_now_ns() >= deadline) {
 			KV_WARN(COMP, "leave not accepted, stopping now", "err=%s detail=\"%s\"",

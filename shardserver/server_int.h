@@ -71,6 +71,9 @@ struct kv_server {
 	atomic_uint_fast64_t lease_sent_ns; /* send time of the last renewal answered OK;
 	                                       0: none yet */
 	atomic_bool gone;                   /* the controller said the node is gone */
+	atomic_bool drained;                /* a configuration marked this node DRAINING:
+	                                       an operator's leave, so GONE is its
+	                                       normal end (follow.c) */
 	kv_buf auth;                        /* --auth-token-file secret (immutable); empty: none */
 	kv_tls *tls;                        /* --tls-* configuration (immutable); NULL: plain tcp */
 
@@ -89,6 +92,8 @@ struct kv_server {
 	/* Counters for /metrics only, updated with relaxed atomics. */
 	atomic_uint_fast64_t op_count[KV_OP__COUNT];      /* ops received, by kv_op_kind */
 	atomic_uint_fast64_t err_count[KV_SRV_ERR_SLOTS]; /* failed ops and requests */
+	atomic_uint_fast64_t read_hits;                   /* keys get and mget found */
+	atomic_uint_fast64_t read_misses;                 /* keys get and mget did not find */
 	kv_lat_hist op_lat[KV_OP__COUNT]; /* receipt to reply of requests, by op kind in them */
 
 	pthread_mutex_t cfg_mu; /* protects cur, cluster_id and gone_why */

@@ -35,6 +35,11 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
     KV_TLS_CERTS_SH="${CMAKE_CURRENT_SOURCE_DIR}/support/tls_certs.sh")
   # --max-memory, --max-batch, --max-message and --max-connections.
   kv_cluster_test(test_server_limits 120)
+  # What operators rely on: /healthz (a server's follows its lease), build
+  # and process figures, read hits and misses on every daemon's /metrics; a
+  # server restarted after its node left exits 4 with the reason.
+  kv_cluster_test(test_cluster_ops 120)
+  target_compile_definitions(test_cluster_ops PRIVATE KV_PROJECT_VERSION="${PROJECT_VERSION}")
 endif()
 
 if(TARGET shardkv-controller AND TARGET shardkv-server)
@@ -91,4 +96,18 @@ if(TARGET shardkv-controller AND TARGET shardkv-server)
     KV_SERVER_BIN="$<TARGET_FILE:shardkv-server>"
     KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>")
   add_dependencies(test_server_metrics shardkv-server shardkv-controller)
+endif()
+
+# An outside program against the installed library: `cmake --install` into a
+# temporary prefix, client/example.c compiled and linked with the flags of
+# the installed shardkv.pc only.
+kv_add_test(test_install_pkgconfig COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cluster/test_install_pkgconfig.sh
+  ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR} ${CMAKE_C_COMPILER} TIMEOUT 120 LABELS install)
+
+# deploy/cluster.sh: --help, up --metrics (a metrics port per daemon, printed
+# and listed for Prometheus, /healthz on each), and restart of a node that
+# left failing with exit 4 and the reason.
+if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
+  kv_add_test(test_cluster_sh COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cluster/test_cluster_sh.sh
+    ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/bin TIMEOUT 120 LABELS integration)
 endif()

@@ -35,3 +35,8 @@ kv_add_test(test_server_migration SOURCES component/test_server_migration.c
 # the CLI's locate and check.
 kv_add_test(test_liveness_inproc SOURCES component/test_liveness_inproc.c
   LIBS kv_controller kv_inproc_srv kv_cli kv_proto kv_testutil TIMEOUT 120 LABELS concurrency)
+
+# A node an operator made leave (drained, then gone) stops with info lines
+# only; a node removed without a drain still logs the error.
+kv_add_test(test_server_left_stop SOURCES component/test_server_left_stop.c
+  LIBS kv_inproc_srv kv_testutil TIMEOUT 60)

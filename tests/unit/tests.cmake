@@ -70,3 +70,12 @@ kv_add_test(test_checker_model SOURCES unit/test_checker_model.c LIBS kv_checker
 # History files (checker/histfile.c): written, read back, refused when malformed.
 kv_add_test(test_checker_histfile SOURCES unit/test_checker_histfile.c LIBS kv_checker_model
   TIMEOUT 30)
+
+# The logger's key=value pairs are logfmt whatever the arguments hold
+# (common/log.h).
+kv_add_test(test_log_format SOURCES unit/test_log_format.c TIMEOUT 30)
+
+# --version on every daemon and tool: "NAME VERSION[ (commit C)]", exit 0.
+kv_add_test(test_version COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_version.sh
+  ${PROJECT_VERSION} $<TARGET_FILE:shardkv-server> $<TARGET_FILE:shardkv-controller>
+  $<TARGET_FILE:shardkv-checker> TIMEOUT 30)
