@@ -172,9 +172,10 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 	c->replicas = cfg->replicas ? cfg->replicas : 1;
 	c->min_insync = cfg->min_insync ? cfg->min_insync : (c->replicas < 2 ? c->replicas : 2);
 	if (c->replicas > KV_MAX_REPLICAS || c->min_insync > c->replicas) {
-		snprintf(err, errlen,
-		         "--replicas must be 1 to %d and --min-insync 1 to --replicas (got %u and %u)",
-		         KV_MAX_REPLICAS, c->replicas, c->min_insync);
+		snprintf(
+		    err, errlen,
+		    "--replicas must be 1 to %d and --min-insync 1 to --replicas (got %u and %u)",
+		    KV_MAX_REPLICAS, c->replicas, c->min_insync);
 		free(c);
 		return KV_EINVAL;
 	}

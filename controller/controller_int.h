@@ -181,11 +181,11 @@ struct kv_controller {
 
 	/* Replica placement (doc/replication.md); replicas and min_insync are
 	 * immutable, the counters are protected by mu. */
-	uint32_t replicas;           /* --replicas R */
-	uint32_t min_insync;         /* --min-insync M */
-	uint64_t failovers_total;    /* mu: ranges given a new primary by a failover */
-	uint64_t isr_shrinks_total;  /* mu: ranges whose ISR lost a member */
-	uint64_t isr_expands_total;  /* mu: ranges whose ISR gained a member */
+	uint32_t replicas;          /* --replicas R */
+	uint32_t min_insync;        /* --min-insync M */
+	uint64_t failovers_total;   /* mu: ranges given a new primary by a failover */
+	uint64_t isr_shrinks_total; /* mu: ranges whose ISR lost a member */
+	uint64_t isr_expands_total; /* mu: ranges whose ISR gained a member */
 
 	/* Replication; repl is NULL for a standalone controller. peers and
 	 * self_id are immutable. */

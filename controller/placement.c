@@ -831,7 +831,8 @@ kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config *
 			return KV_EBUSY;
 		}
 	for (size_t i = 0; i < cur->nranges; i++)
-		if (cur->ranges[i].nreplicas > 0 && kv_range_has_replica(&cur->ranges[i], node, false)) {
+		if (cur->ranges[i].nreplicas > 0 &&
+		    kv_range_has_replica(&cur->ranges[i], node, false)) {
 			say(x,
 			    "node %u holds replicas of replicated ranges: leave is not yet with "
 			    "replicas (stop the node and use remove once it is down)",
@@ -1308,9 +1309,9 @@ kv_place_add_replicas(kv_config *n, uint32_t replicas)
 		kv_range *r = &n->ranges[i];
 		bool moving = false;
 		for (size_t j = 0; j < n->nmigs && !moving; j++)
-			moving = overlaps(&r->start, &r->end, n->migs[j].start.data,
-			                  n->migs[j].start.len, n->migs[j].end.data,
-			                  n->migs[j].end.len);
+			moving =
+			    overlaps(&r->start, &r->end, n->migs[j].start.data,
+			             n->migs[j].start.len, n->migs[j].end.data, n->migs[j].end.len);
 		while (!moving && kv_range_nreplicas(r) < target) {
 			size_t best = n->nnodes;
 			for (size_t j = 0; j < n->nnodes; j++)
@@ -1398,7 +1399,9 @@ kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_b
 		kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
 		kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
 		if (r->node != primary) {
-			say(x, "node %u is not the primary of [%s, %s): node %u is (leader epoch %llu)",
+			say(x,
+			    "node %u is not the primary of [%s, %s): node %u is (leader epoch "
+			    "%llu)",
 			    primary, a, b, r->node, (unsigned long long)r->leader_epoch);
 			return KV_ESTALE;
 		}
@@ -1530,7 +1533,8 @@ kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_lo
 	}
 	for (size_t i = 0; i < n->nranges; i++) {
 		kv_range *r = &n->ranges[i];
-		if (r->nreplicas == 0 || (r->node == node && other_member(n, r, node, false) == 0)) {
+		if (r->nreplicas == 0 ||
+		    (r->node == node && other_member(n, r, node, false) == 0)) {
 			if (r->node == node) {
 				kv_range_set_single(r, to);
 				r->leader_epoch = cur->epoch + 1;

@@ -124,9 +124,9 @@ int kv_place_readdress(const kv_config *cur, uint32_t node, const char *address,
  * the new epoch); where it was the only ISR member the range is lost (with
  * accept_loss, its first other replica, else the active node with the least
  * data, becomes its primary alone in the ISR). With x->replicas >= 2 the
- * ranges then gain replicas as at a join. KV_EPERM when the node is not DOWN (nor silent), or when it holds ranges and
- * !accept_loss (nothing changes); KV_EBUSY when no active node can take
- * them; KV_ENOTFOUND for an unknown node.
+ * ranges then gain replicas as at a join. KV_EPERM when the node is not DOWN (nor silent), or when
+ * it holds ranges and !accept_loss (nothing changes); KV_EBUSY when no active node can take them;
+ * KV_ENOTFOUND for an unknown node.
  */
 int kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_loss,
                     kv_place_ctx *x, kv_config **out, uint32_t *lost, uint64_t *failed,
