@@ -514,6 +514,57 @@ replicated_leader_declares_a_silent_node_down_through_raft(void **state)
 		ctl_fini(&g[i]);
 }
 
+/* --replicas and --min-insync: the parser refuses values out of range with
+ * a one-line reason, --help names them, and create refuses the same values
+ * given through the options. */
+static void
+replica_flags_are_checked_by_the_parser_and_by_create(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_controller_args a;
+	kv_controller *c = NULL;
+	struct ctl k;
+	char err[512];
+	static const char *const bad[][2] = {
+	    {"--replicas", "0"},   {"--replicas", "6"},   {"--replicas", "x"},
+	    {"--min-insync", "0"}, {"--min-insync", "2"}, /* more than the default --replicas 1 */
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *argv[] = {"shardkv-controller", "--listen", "tcp://127.0.0.1:1",
+		                "--data-dir",         "/tmp/x",   (char *)bad[i][0],
+		                (char *)bad[i][1],    NULL};
+		err[0] = '\0';
+		assert_int_equal(kv_controller_parse_args(7, argv, &a, err, sizeof(err)),
+		                 KV_EINVAL);
+		assert_non_null(strstr(err, bad[i][0]));
+		assert_null(strchr(err, '\n'));
+	}
+	char *ok[] = {"shardkv-controller", "--listen", "tcp://127.0.0.1:1", "--data-dir", "/tmp/x",
+	              "--replicas",         "3",        "--min-insync",      "3",          NULL};
+	assert_int_equal(kv_controller_parse_args(9, ok, &a, err, sizeof(err)), KV_OK);
+	assert_int_equal(a.cfg.replicas, 3);
+	assert_int_equal(a.cfg.min_insync, 3);
+	char *over[] = {
+	    "shardkv-controller", "--listen", "tcp://127.0.0.1:1", "--data-dir", "/tmp/x",
+	    "--replicas",         "2",        "--min-insync",      "3",          NULL};
+	assert_int_equal(kv_controller_parse_args(9, over, &a, err, sizeof(err)), KV_EINVAL);
+	assert_non_null(strstr(err, "--min-insync 3 is larger than --replicas 2"));
+	assert_non_null(strstr(kv_controller_usage, "--replicas R"));
+	assert_non_null(strstr(kv_controller_usage, "--min-insync M"));
+
+	ctl_init(&k, d->path, "r");
+	k.cfg.replicas = 6;
+	assert_int_equal(kv_controller_create(&k.cfg, &c, err, sizeof(err)), KV_EINVAL);
+	assert_null(c);
+	k.cfg.replicas = 2;
+	k.cfg.min_insync = 3;
+	assert_int_equal(kv_controller_create(&k.cfg, &c, err, sizeof(err)), KV_EINVAL);
+	assert_null(c);
+	assert_non_null(strstr(err, "--min-insync"));
+	ctl_fini(&k);
+}
+
 int
 main(void)
 {
@@ -532,6 +583,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        replicated_leader_declares_a_silent_node_down_through_raft, kv_test_dir_setup,
 	        teardown),
+	    cmocka_unit_test_setup_teardown(replica_flags_are_checked_by_the_parser_and_by_create,
+	                                    kv_test_dir_setup, teardown),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	return cmocka_run_group_tests(tests, NULL, NULL);
