@@ -769,9 +769,10 @@ kv_place_join(const kv_config *cur, const char *address, bool rebalance, kv_plac
 		n->ranges[0].leader_epoch = cur->epoch + 1;
 		n->nranges = 1;
 	} else if (x->replicas >= 2) {
-		/* Replicated: the newcomer gets replicas, never a primary role
-		 * through a migration (doc/replication.md). */
-		if ((rv = kv_place_add_replicas(n, x->replicas)) < 0)
+		/* Replicated: the newcomer gets replicas (unless it only
+		 * registers), never a primary role through a migration
+		 * (doc/replication.md). */
+		if (rebalance && (rv = kv_place_add_replicas(n, x->replicas)) < 0)
 			goto err;
 	} else if (rebalance) {
 		nodes[n->nnodes - 1].state = KV_NODE_JOINING;

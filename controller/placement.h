@@ -59,9 +59,9 @@ int kv_place_find_node(const kv_config *cur, uint32_t id, const char *address, k
  * rebalance the newcomer (JOINING until its migrations finish) takes an even
  * share of the data from the others, else it is ACTIVE and owns nothing.
  * With x->replicas R >= 2 nothing migrates: the newcomer is ACTIVE at once
- * and every range with fewer than min(R, active nodes) replicas gains
- * replicas (kv_place_add_replicas), outside the ISR until its primary asks
- * to add them (kv_place_isr_change).
+ * and, with rebalance, every range with fewer than min(R, active nodes)
+ * replicas gains replicas (kv_place_add_replicas), outside the ISR until its
+ * primary asks to add them (kv_place_isr_change).
  * Returns 0 with *out and *node_id; KV_EEXISTS for an address registered and
  * not gone; KV_EINVAL for a malformed address. The caller frees *out.
  */
