@@ -741,6 +741,7 @@ kv_ctl__cmd_isr_change(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx 
 		return refuse(x, rv, &px);
 	if (next == NULL) { /* in effect already (a retry) */
 		x->resp.epoch = cur->epoch;
+		x->resp.config = cur;
 		return KV_OK;
 	}
 	if ((rv = publish_locked(c, next, rq->add_node ? "isr expand" : "isr shrink", x->msg,
@@ -756,7 +757,7 @@ kv_ctl__cmd_isr_change(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx 
 	        "start=%s end=%s primary=%u member=%u ranges=%u epoch=%llu", a, b, rq->node_id,
 	        rq->add_node ? rq->add_node : rq->remove_node, changed,
 	        (unsigned long long)kv_ctl__latest_locked(c)->epoch);
-	x->resp.epoch = kv_ctl__latest_locked(c)->epoch;
+	kv_ctl__answer_published(x, cur, kv_ctl__latest_locked(c));
 	return KV_OK;
 }
 
