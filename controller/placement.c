@@ -1392,6 +1392,12 @@ kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_b
 		say(x, "the range map is empty (no node has joined)");
 		return KV_EINVAL;
 	}
+	if (kv_config_node(cur, primary) != NULL && !node_live(cur, primary)) {
+		/* It holds no lease: it serves nothing until it is back. */
+		say(x, "node %u is %s: it changes no ISR until it is back", primary,
+		    kv_node_state_name(kv_config_node(cur, primary)->state));
+		return KV_EBUSY;
+	}
 	for (size_t i = 0; i < cur->nranges; i++) {
 		const kv_range *r = &cur->ranges[i];
 		char a[96], b[96];

@@ -182,7 +182,8 @@ int kv_place_add_replicas(kv_config *n, uint32_t replicas);
  * KV_ESTALE unless primary leads every range overlapping [start, end) at
  * that leader epoch; KV_EINVAL for an empty range, a single range, an added
  * node that is not a replica, the primary removed, a removed node that is
- * not a replica; KV_EBUSY when the added node is down. *out is the next
+ * not a replica; KV_EBUSY when the asking primary or the added node is
+ * down. *out is the next
  * configuration (ranges split at start and end), or NULL when the change is
  * in effect already; *changed gets the number of ranges changed.
  */

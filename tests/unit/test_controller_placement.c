@@ -1324,6 +1324,136 @@ moving_a_single_range_keeps_the_replica_sets_of_the_others(void **state)
 	kv_config_free(c);
 }
 
+static kv_bytes
+kb(const kv_buf *b)
+{
+	kv_bytes r = {b->data, b->len};
+	return r;
+}
+
+/* Random joins, downs, returns, ISR changes, removes and the commands that
+ * refuse replicated ranges, with 2 or 3 replicas: every result is valid,
+ * no key's leader epoch goes down and a key whose primary changes gets the
+ * new epoch, only the primary of a range may be down in its ISR, and a
+ * range whose primary is down has it alone in its ISR. */
+static void
+random_replicated_commands_keep_the_replica_invariants(void **state)
+{
+	static const char *const probes[] = {"", "b", "f", "k", "p", "t", "x", "zz"};
+	static const char *const cuts[] = {"f", "m", "t"};
+	static const uint32_t own[] = {1, 2, 3, 4};
+	kv_config *c = make(4, cuts, 3, own);
+	int applied = 0, failovers = 0, changes = 0;
+	(void)state;
+
+	for (int step = 0; step < 3000; step++) {
+		kv_place_ctx x = ctx_of(NULL);
+		kv_place_failover_stats st;
+		kv_config *n = NULL;
+		uint32_t id = 0, nn = (uint32_t)c->nnodes, lost, ch;
+		uint64_t failed[64];
+		size_t nf;
+		int rv = KV_OK;
+		char a[8], b[8];
+
+		x.replicas = 2 + (uint32_t)(step / 1000 % 2);
+		snprintf(a, sizeof(a), "%c", 'a' + rnd(26));
+		snprintf(b, sizeof(b), "%c%c", 'a' + rnd(26), 'a' + rnd(26));
+		uint32_t live = 0;
+		for (size_t i = 0; i < c->nnodes; i++)
+			live += c->nodes[i].state != KV_NODE_GONE;
+		switch (rnd(9)) {
+		case 0: {
+			char addr[64];
+			if (live >= 6)
+				break;
+			snprintf(addr, sizeof(addr), "tcp://10.0.0.%u:7000", rnd(8));
+			rv = kv_place_join(c, addr, rnd(5) != 0, &x, &n, &id);
+			break;
+		}
+		case 1:
+		case 2: { /* down or back */
+			uint32_t nd =
+			    rnd(2) ? c->ranges[rnd((uint32_t)c->nranges)].node : 1 + rnd(nn);
+			kv_node_state s = rnd(2) ? KV_NODE_DOWN : KV_NODE_ACTIVE;
+			const kv_node *k = kv_config_node(c, nd);
+			if (k->state == KV_NODE_GONE ||
+			    (s == KV_NODE_DOWN) != (k->state == KV_NODE_ACTIVE))
+				break;
+			rv = kv_place_set_state(c, &nd, &s, 1, &n);
+			if (rv == KV_OK && s == KV_NODE_DOWN) {
+				assert_int_equal(kv_place_failover(n, &st), KV_OK);
+				failovers += (int)st.failovers;
+			}
+			break;
+		}
+		case 3:
+		case 4: { /* ISR change from a range's primary, mostly at its leader epoch */
+			/* the whole range, or [a, a "m") inside or across ranges */
+			bool whole = rnd(2);
+			const kv_range *r = whole ? &c->ranges[rnd((uint32_t)c->nranges)]
+			                          : &c->ranges[kv_config_find_range(c, a, 1)];
+			uint32_t m = kv_range_replica(r, rnd(kv_range_nreplicas(r)));
+			uint64_t le = r->leader_epoch - (rnd(6) == 0);
+			bool add = rnd(2);
+			snprintf(b, sizeof(b), "%sm", a);
+			rv = kv_place_isr_change(c, r->node, whole ? kb(&r->start) : B(a),
+			                         whole ? kb(&r->end) : B(b), le, add ? m : 0,
+			                         add ? 0 : m, &x, &n, &ch);
+			changes += n != NULL;
+			break;
+		}
+		case 5:
+			rv = kv_place_remove(c, 1 + rnd(nn), false, rnd(2), &x, &n, &lost, failed,
+			                     &nf);
+			break;
+		case 6:
+			rv = kv_place_move(c, B(a), rnd(5) ? B(b) : B(""), 1 + rnd(nn), &x, &n);
+			break;
+		case 7:
+			rv = kv_place_leave(c, 1 + rnd(nn), &x, &n);
+			break;
+		default:
+			rv = kv_place_rebalance(c, &x, &n);
+			break;
+		}
+		assert_true(rv == KV_OK || rv == KV_EEXISTS || rv == KV_EINVAL || rv == KV_EBUSY ||
+		            rv == KV_ENOTFOUND || rv == KV_EPERM || rv == KV_ESTALE);
+		if (rv != KV_OK || n == NULL) {
+			assert_null(n);
+			continue;
+		}
+		assert_int_equal(kv_config_validate(n), KV_OK);
+		assert_int_equal(n->epoch, c->epoch + 1);
+		for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
+			long p = kv_config_find_range(c, probes[i], strlen(probes[i]));
+			long q = kv_config_find_range(n, probes[i], strlen(probes[i]));
+			if (p < 0)
+				continue;
+			assert_true(n->ranges[q].leader_epoch >= c->ranges[p].leader_epoch);
+			if (n->ranges[q].node != c->ranges[p].node)
+				assert_int_equal(n->ranges[q].leader_epoch, n->epoch);
+		}
+		for (size_t i = 0; i < n->nranges; i++) {
+			const kv_range *r = &n->ranges[i];
+			for (uint32_t j = 1; j < kv_range_ninsync(r); j++)
+				assert_int_not_equal(
+				    kv_config_node(n, kv_range_insync(r, j))->state, KV_NODE_DOWN);
+			if (kv_config_node(n, r->node)->state == KV_NODE_DOWN)
+				assert_int_equal(kv_range_ninsync(r), 1);
+		}
+		applied++;
+		kv_config_free(c);
+		c = n;
+	}
+	print_message("applied %d commands, %d failovers, %d ISR changes, %zu nodes, %zu ranges\n",
+	              applied, failovers, changes, c->nnodes, c->nranges);
+	assert_true(applied > 300);
+	assert_true(failovers > 5);
+	assert_true(changes > 20);
+	kv_config_free(c);
+}
+
 int
 main(void)
 {
@@ -1370,6 +1500,7 @@ main(void)
 	    cmocka_unit_test(remove_with_replicas_refills_the_replica_sets),
 	    cmocka_unit_test(move_leave_rebalance_refuse_replicated_ranges),
 	    cmocka_unit_test(moving_a_single_range_keeps_the_replica_sets_of_the_others),
+	    cmocka_unit_test(random_replicated_commands_keep_the_replica_invariants),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
