@@ -51,6 +51,7 @@ kv_config_clone(const kv_config *c)
 		return NULL;
 	n->epoch = c->epoch;
 	n->time_ms = c->time_ms;
+	n->min_insync = c->min_insync;
 	if (c->cluster_id && (n->cluster_id = strdup(c->cluster_id)) == NULL)
 		goto err;
 	if (c->nnodes && (n->nodes = calloc(c->nnodes, sizeof(kv_node))) == NULL)

@@ -141,6 +141,10 @@ typedef struct {
 	kv_range *ranges;   /* the range map, sorted by start */
 	size_t nmigs;       /* entries in migs */
 	kv_migration *migs; /* migrations not finished, sorted by id */
+	/* The minimum ISR size for a write to be acknowledged (controller
+	 * --min-insync, doc/replication.md); 0 (configurations written before
+	 * it existed) means 1. */
+	uint32_t min_insync;
 } kv_config;
 
 /* Returns a new empty configuration (epoch 0, nothing in it), or NULL. */

@@ -7,6 +7,7 @@
 #include "common/err.h"
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/config.h"
 #include "common/tls.h"
 #include "controller/controller.h"
 
@@ -22,7 +23,7 @@ const char kv_controller_usage[] =
     "                          [--auth-token-file F] [--tls-cert F --tls-key F --tls-ca F]\n"
     "                          [--id I --peers ADDR1,ADDR2,ADDR3 [--raft-peers H:P,...]\n"
     "                           [--snapshot-threshold N] [--election-timeout MS]]\n"
-    "                          [--down-after SECONDS]\n"
+    "                          [--down-after SECONDS] [--replicas R [--min-insync M]]\n"
     "                          [--log-level debug|info|warn|error|off] [--version] [--help]\n"
     "\n"
     "Keeps the shardkv cluster configuration (nodes, range map, migrations) and\n"
@@ -52,6 +53,12 @@ const char kv_controller_usage[] =
     "  --down-after S      how long a node may stay down before its replicas are\n"
     "                      re-created elsewhere (default 60, 1 to 86400); acts once\n"
     "                      ranges are replicated (planned)\n"
+    "  --replicas R        replicas per range, primary included (1 to 5, default 1):\n"
+    "                      ranges gain replicas on nodes that join, and a range whose\n"
+    "                      primary is declared down fails over to an in-sync replica\n"
+    "  --min-insync M      a write is acknowledged only while the range's in-sync set\n"
+    "                      has at least M members (1 to R, default the smaller of 2\n"
+    "                      and R); published in every configuration\n"
     "  --log-level L       lowest level logged to stderr (default info)\n"
     "  --version           print \"shardkv-controller VERSION [(commit C)]\" and exit\n"
     "  --help              print this text and exit\n";
@@ -128,6 +135,8 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 	    {"snapshot-threshold", required_argument, NULL, 's'},
 	    {"election-timeout", required_argument, NULL, 'e'},
 	    {"down-after", required_argument, NULL, 'D'},
+	    {"replicas", required_argument, NULL, 'N'},
+	    {"min-insync", required_argument, NULL, 'M'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -225,6 +234,18 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 				               "--down-after must be 1 to 86400 seconds, not %s",
 				               optarg);
 			break;
+		case 'N':
+			if (!parse_uint(optarg, KV_MAX_REPLICAS, &a.cfg.replicas))
+				return kv_errf(err, errlen, KV_EINVAL,
+				               "--replicas must be a number from 1 to %d, not %s",
+				               KV_MAX_REPLICAS, optarg);
+			break;
+		case 'M':
+			if (!parse_uint(optarg, KV_MAX_REPLICAS, &a.cfg.min_insync))
+				return kv_errf(err, errlen, KV_EINVAL,
+				               "--min-insync must be a number from 1 to %d, not %s",
+				               KV_MAX_REPLICAS, optarg);
+			break;
 		case 'h':
 			a.help = true;
 			args_copy(out, &a);
@@ -248,6 +269,11 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 	    kv_tls_check_url(kv_tls_files_any(&a.cfg.tls), "--listen", a.cfg.listen, terr,
 	                     sizeof(terr)) != 0)
 		return kv_errf(err, errlen, KV_EINVAL, "%s", terr);
+	if (a.cfg.min_insync > (a.cfg.replicas ? a.cfg.replicas : 1))
+		return kv_errf(err, errlen, KV_EINVAL,
+		               "--min-insync %u is larger than --replicas %u: a write could never "
+		               "be acknowledged",
+		               a.cfg.min_insync, a.cfg.replicas ? a.cfg.replicas : 1);
 	if ((id != 0) != (a.cfg.npeers != 0))
 		return kv_errf(err, errlen, KV_EINVAL, "--id and --peers go together");
 	if (id > a.cfg.npeers)

@@ -64,6 +64,10 @@ publish_locked(kv_controller *c, kv_config *next, const char *why, char *msg, si
 
 	next->epoch = cur->epoch + 1;
 	next->time_ms = unix_ms();
+	/* --min-insync reaches the servers in every configuration; with one
+	 * replica per range it stays as it was (0 reads as 1). */
+	if (c->replicas >= 2)
+		next->min_insync = c->min_insync;
 	if (c->cluster_id[0] == '\0')
 		random_cluster_id(c->cluster_id); /* replicated: the first change names it */
 	if (next->cluster_id == NULL && (next->cluster_id = strdup(c->cluster_id)) == NULL) {
@@ -168,6 +172,7 @@ with_points(kv_controller *c, const kv_config *cur, kv_place_ctx *px, kv_place_p
 
 	memset(px, 0, sizeof(*px));
 	px->next_mig_id = c->next_mig_id;
+	px->replicas = c->replicas;
 	px->points = *pts;
 	px->npoints = n;
 	return rv;
@@ -720,6 +725,42 @@ kv_ctl__cmd_remove(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	return KV_OK;
 }
 
+int
+kv_ctl__cmd_isr_change(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	kv_config *next = NULL;
+	kv_place_ctx px = {0};
+	uint32_t changed = 0;
+	char a[96], b[96];
+	int rv;
+
+	rv = kv_place_isr_change(cur, rq->node_id, rq->start, rq->end, rq->leader_epoch,
+	                         rq->add_node, rq->remove_node, &px, &next, &changed);
+	if (rv != KV_OK)
+		return refuse(x, rv, &px);
+	if (next == NULL) { /* in effect already (a retry) */
+		x->resp.epoch = cur->epoch;
+		x->resp.config = cur;
+		return KV_OK;
+	}
+	if ((rv = publish_locked(c, next, rq->add_node ? "isr expand" : "isr shrink", x->msg,
+	                         sizeof(x->msg))) != KV_OK)
+		return rv;
+	if (rq->add_node)
+		c->isr_expands_total += changed;
+	else
+		c->isr_shrinks_total += changed;
+	kv_place_fmt_key(rq->start.p, rq->start.len, a, sizeof(a));
+	kv_place_fmt_key(rq->end.p, rq->end.len, b, sizeof(b));
+	KV_INFO("controller", rq->add_node ? "ISR expanded" : "ISR shrunk",
+	        "start=%s end=%s primary=%u member=%u ranges=%u epoch=%llu", a, b, rq->node_id,
+	        rq->add_node ? rq->add_node : rq->remove_node, changed,
+	        (unsigned long long)kv_ctl__latest_locked(c)->epoch);
+	kv_ctl__answer_published(x, cur, kv_ctl__latest_locked(c));
+	return KV_OK;
+}
+
 uint64_t
 kv_ctl__live_seen_locked(kv_controller *c, uint32_t id)
 {
@@ -776,10 +817,13 @@ kv_ctl__cmd_liveness(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 	uint32_t *ids = calloc(cur->nnodes + 1, sizeof(*ids));
 	kv_node_state *st = calloc(cur->nnodes + 1, sizeof(*st));
 	kv_config *next = NULL;
+	kv_place_failover_stats fst;
+	bool down = false;
 	size_t k;
 	int rv = KV_ENOMEM;
 
 	(void)rq;
+	memset(&fst, 0, sizeof(fst));
 	if (ids == NULL || st == NULL)
 		goto out;
 	rv = KV_OK;
@@ -788,8 +832,32 @@ kv_ctl__cmd_liveness(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 		goto out;
 	if ((rv = kv_place_set_state(cur, ids, st, k, &next)) != KV_OK)
 		goto out;
+	for (size_t i = 0; i < k; i++)
+		if (st[i] == KV_NODE_DOWN)
+			down = true;
+	/* The configuration that declares a node down also fails its ranges
+	 * over (doc/replication.md, "Failover"): by now the node's lease has
+	 * certainly run out (down_ns > its lease, counted from this leader's
+	 * start at the earliest). */
+	if (down && (rv = kv_place_failover(next, &fst)) != KV_OK) {
+		kv_config_free(next);
+		goto out;
+	}
 	if ((rv = publish_locked(c, next, "liveness", x->msg, sizeof(x->msg))) != KV_OK)
 		goto out;
+	c->failovers_total += fst.failovers;
+	c->isr_shrinks_total += fst.shrinks;
+	for (size_t i = 0; i < fst.nev; i++)
+		KV_WARN("controller", "range failed over",
+		        "start=%s end=%s from=%u to=%u leader_epoch=%llu", fst.ev[i].start,
+		        fst.ev[i].end, fst.ev[i].from, fst.ev[i].to,
+		        (unsigned long long)fst.ev[i].leader_epoch);
+	if (fst.failovers > fst.nev)
+		KV_WARN("controller", "more ranges failed over", "count=%u",
+		        fst.failovers - (uint32_t)fst.nev);
+	if (fst.stuck > 0)
+		KV_WARN("controller", "ranges without a live in-sync replica",
+		        "count=%u note=unavailable until their primary returns", fst.stuck);
 	for (size_t i = 0; i < k; i++) {
 		uint64_t age = (now - kv_ctl__live_seen_locked(c, ids[i])) / 1000000u;
 		if (st[i] == KV_NODE_DOWN) {

@@ -169,6 +169,16 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 			c->live_tick_ns = 5000000u;
 		c->down_after_s = cfg->down_after_s ? cfg->down_after_s : 60;
 	}
+	c->replicas = cfg->replicas ? cfg->replicas : 1;
+	c->min_insync = cfg->min_insync ? cfg->min_insync : (c->replicas < 2 ? c->replicas : 2);
+	if (c->replicas > KV_MAX_REPLICAS || c->min_insync > c->replicas) {
+		snprintf(
+		    err, errlen,
+		    "--replicas must be 1 to %d and --min-insync 1 to --replicas (got %u and %u)",
+		    KV_MAX_REPLICAS, c->replicas, c->min_insync);
+		free(c);
+		return KV_EINVAL;
+	}
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -266,11 +276,12 @@ kv_controller_start(kv_controller *c, char *err, size_t errlen)
 		goto err;
 	KV_INFO("controller", "listening",
 	        "address=%s epoch=%llu metrics=%s auth=%s tls=%s lease_ms=%llu down_ms=%llu "
-	        "down_after_s=%u",
+	        "down_after_s=%u replicas=%u min_insync=%u",
 	        c->listen, (unsigned long long)kv_controller_epoch(c),
 	        c->metrics_addr ? c->metrics_addr : "off", c->auth.len ? "token" : "off",
 	        c->tls ? "mutual" : "off", (unsigned long long)(c->lease_ns / 1000000u),
-	        (unsigned long long)(c->down_ns / 1000000u), c->down_after_s);
+	        (unsigned long long)(c->down_ns / 1000000u), c->down_after_s, c->replicas,
+	        c->min_insync);
 	return KV_OK;
 err:
 	kv_controller_stop(c);

@@ -46,6 +46,13 @@ typedef struct {
 	 * re-created elsewhere; 0: 60. Stored and reported; it acts once ranges
 	 * are replicated (doc/contract.md §4, planned). */
 	unsigned down_after_s;
+	/* --replicas R: the replicas each range should have (1 to
+	 * KV_MAX_REPLICAS; 0: 1 at this stage) and --min-insync M, the minimum
+	 * ISR size published in every configuration (1 to R; 0: min(2, R)).
+	 * kv_controller_create refuses values out of range
+	 * (doc/replication.md). */
+	unsigned replicas;
+	unsigned min_insync;
 	/* Liveness (common/config.h KV_LEASE_*), for tests only (no flag):
 	 * 0 takes the default. A node is declared down after lease_ms +
 	 * lease_margin_ms (+ the election timeout when replicated) without a
@@ -85,7 +92,7 @@ extern const char kv_controller_usage[];
  * opening or reading anything. Checks what flags alone can tell: required
  * flags, --log-level, the --tls-* combination, the --listen and --peers
  * schemes and the replication flags (--id with --peers, as many --raft-peers
- * as --peers, the numbers' ranges). On
+ * as --peers, the numbers' ranges, --min-insync no larger than --replicas). On
  * KV_EINVAL err holds a one-line reason (main prints it and exits 2) and
  * *out is untouched. May reorder argv (getopt) and can be called again.
  */

@@ -179,6 +179,14 @@ struct kv_controller {
 	bool live_queued;       /* mu: a liveness change waits for the proposer */
 	uint64_t downs_total;   /* mu: nodes declared down, for the metrics */
 
+	/* Replica placement (doc/replication.md); replicas and min_insync are
+	 * immutable, the counters are protected by mu. */
+	uint32_t replicas;          /* --replicas R */
+	uint32_t min_insync;        /* --min-insync M */
+	uint64_t failovers_total;   /* mu: ranges given a new primary by a failover */
+	uint64_t isr_shrinks_total; /* mu: ranges whose ISR lost a member */
+	uint64_t isr_expands_total; /* mu: ranges whose ISR gained a member */
+
 	/* Replication; repl is NULL for a standalone controller. peers and
 	 * self_id are immutable. */
 	kv_repl *repl;                          /* the Raft replica */
@@ -345,6 +353,7 @@ int kv_ctl__cmd_progress(kv_controller *c, const kv_admin_req *rq, struct ctl_ct
 int kv_ctl__cmd_done(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
 int kv_ctl__cmd_watch(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
 int kv_ctl__cmd_remove(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
+int kv_ctl__cmd_isr_change(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
 
 /* The liveness change (internal, never from the network): declares down
  * the active nodes not heard from for down_ns and active again the down

@@ -72,6 +72,8 @@ static const struct ctl_cmd ctl_cmds[] = {
     {KV_ADM_PROGRESS, "migration-progress", kv_ctl__cmd_progress,
      CTL_SERVER | CTL_LEADER | CTL_QUIET},
     {KV_ADM_DONE, "migration-done", kv_ctl__cmd_done, CTL_SERVER | CTL_MUTATES | CTL_LEADER},
+    {KV_ADM_ISR_CHANGE, "isr-change", kv_ctl__cmd_isr_change,
+     CTL_SERVER | CTL_MUTATES | CTL_LEADER},
     {KV_ADM_REMOVE, "remove", kv_ctl__cmd_remove,
      CTL_ADMIN | CTL_MUTATES | CTL_LEADER | CTL_PLACES},
     /* Any replica holds watches and answers them from what it applied. */

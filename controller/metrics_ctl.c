@@ -23,6 +23,7 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	static const char *const states[] = {"joining", "active", "draining", "gone", "down"};
 	kv_controller *c = arg;
 	uint64_t nodes[6] = {0}, epoch, ranges, migs, watches, waits, uptime, downs;
+	uint64_t failovers, shrinks, expands;
 	const kv_config *cur;
 	size_t nlive = 0;
 	struct {
@@ -49,6 +50,9 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 			    1e9;
 		}
 	downs = c->downs_total;
+	failovers = c->failovers_total;
+	shrinks = c->isr_shrinks_total;
+	expands = c->isr_expands_total;
 	ranges = cur->nranges;
 	migs = cur->nmigs;
 	watches = c->nwatches;
@@ -74,6 +78,14 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	     .u = nodes[5]},
 	    {"shardkv_controller_nodes_declared_down_total", KV_METRIC_COUNTER,
 	     "Nodes this controller declared down (missed heartbeats past the lease).", .u = downs},
+	    {"shardkv_controller_failovers_total", KV_METRIC_COUNTER,
+	     "Ranges this controller gave a new primary because theirs was declared down.",
+	     .u = failovers},
+	    {"shardkv_controller_isr_shrinks_total", KV_METRIC_COUNTER,
+	     "Ranges whose in-sync replica set lost a member (down node or primary's request).",
+	     .u = shrinks},
+	    {"shardkv_controller_isr_expands_total", KV_METRIC_COUNTER,
+	     "Ranges whose in-sync replica set gained a member (primary's request).", .u = expands},
 	    {"shardkv_controller_ranges", KV_METRIC_GAUGE, "Entries in the range map.",
 	     .u = ranges},
 	    {"shardkv_controller_migrations", KV_METRIC_GAUGE, "Migrations in flight.", .u = migs},

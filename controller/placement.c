@@ -285,7 +285,9 @@ plan_build_mode(const kv_config *c, const kv_place_ctx *x, const kv_bytes *extra
 		memset(&cu.k[i], 0, sizeof(kv_buf));
 		long ri = kv_config_find_range(c, t->key.data, t->key.len);
 		t->old = t->now = ri < 0 ? 0 : c->ranges[ri].node;
-		t->locked = is_locked(c, &t->key);
+		/* A replicated range never changes hands through a migration (not
+		 * yet with replicas): plans leave it where it is. */
+		t->locked = is_locked(c, &t->key) || (ri >= 0 && c->ranges[ri].nreplicas > 0);
 	}
 	for (size_t i = 0; i < pl->n; i++) {
 		if (pl->bytes)
@@ -327,9 +329,34 @@ eligible(const kv_node *n)
 	return n != NULL && (n->state == KV_NODE_ACTIVE || n->state == KV_NODE_JOINING);
 }
 
+/* Copies a range's placement (primary, replica set, ISR, leader epoch),
+ * not its bounds. */
+static void
+place_copy(kv_range *dst, const kv_range *src)
+{
+	dst->node = src->node;
+	dst->nreplicas = src->nreplicas;
+	dst->ninsync = src->ninsync;
+	memcpy(dst->replicas, src->replicas, sizeof(dst->replicas));
+	memcpy(dst->insync, src->insync, sizeof(dst->insync));
+	dst->leader_epoch = src->leader_epoch;
+}
+
+/* Whether adjacent ranges a and b are one: two single ranges of the same
+ * primary (the larger leader epoch is kept, so none goes down), or the
+ * same placement. */
+static bool
+mergeable(const kv_range *a, const kv_range *b)
+{
+	if (a->nreplicas == 0 && b->nreplicas == 0)
+		return a->node == b->node;
+	return kv_range_same_placement(a, b);
+}
+
 /*
  * Rewrites n's range map from the plan and, unless revert, appends one
- * migration per run of atoms that changed owner. Returns the number of new
+ * migration per run of atoms that changed owner. An atom that keeps its
+ * owner keeps its range's replica set and ISR. Returns the number of new
  * migrations or KV_ENOMEM.
  */
 static int
@@ -344,21 +371,23 @@ plan_apply(const struct plan *pl, kv_config *n, kv_place_ctx *x, bool revert)
 		/* The leader epoch (config.h) stays while an atom keeps its owner
 		 * and becomes this epoch where the owner changes; a merged range
 		 * takes the largest, so no key's leader epoch goes down. */
-		uint64_t le = n->epoch;
+		kv_range v;
+		memset(&v, 0, sizeof(v));
+		kv_range_set_single(&v, pl->a[i].now);
+		v.leader_epoch = n->epoch;
 		if (pl->a[i].old == pl->a[i].now) {
 			long j = kv_config_find_range(n, pl->a[i].key.data, pl->a[i].key.len);
 			if (j >= 0)
-				le = n->ranges[j].leader_epoch;
+				place_copy(&v, &n->ranges[j]);
 		}
-		if (nr > 0 && r[nr - 1].node == pl->a[i].now) {
-			if (le > r[nr - 1].leader_epoch)
-				r[nr - 1].leader_epoch = le;
+		if (nr > 0 && mergeable(&r[nr - 1], &v)) {
+			if (v.leader_epoch > r[nr - 1].leader_epoch)
+				r[nr - 1].leader_epoch = v.leader_epoch;
 			continue;
 		}
 		if (nr > 0 && kv_buf_set(&r[nr - 1].end, pl->a[i].key.data, pl->a[i].key.len) != 0)
 			goto err;
-		kv_range_set_single(&r[nr], pl->a[i].now);
-		r[nr].leader_epoch = le;
+		place_copy(&r[nr], &v);
 		if (pl->a[i].key.len &&
 		    kv_buf_set(&r[nr].start, pl->a[i].key.data, pl->a[i].key.len) != KV_OK) {
 			nr++;
@@ -739,6 +768,12 @@ kv_place_join(const kv_config *cur, const char *address, bool rebalance, kv_plac
 		kv_range_set_single(&n->ranges[0], id);
 		n->ranges[0].leader_epoch = cur->epoch + 1;
 		n->nranges = 1;
+	} else if (x->replicas >= 2) {
+		/* Replicated: the newcomer gets replicas (unless it only
+		 * registers), never a primary role through a migration
+		 * (doc/replication.md). */
+		if (rebalance && (rv = kv_place_add_replicas(n, x->replicas)) < 0)
+			goto err;
 	} else if (rebalance) {
 		nodes[n->nnodes - 1].state = KV_NODE_JOINING;
 		if ((rv = plan_build(n, x, NULL, &pl)) != KV_OK)
@@ -795,6 +830,15 @@ kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config *
 			    "retry when it has finished",
 			    node, (unsigned long long)cur->migs[i].id);
 			return KV_EBUSY;
+		}
+	for (size_t i = 0; i < cur->nranges; i++)
+		if (cur->ranges[i].nreplicas > 0 &&
+		    kv_range_has_replica(&cur->ranges[i], node, false)) {
+			say(x,
+			    "node %u holds replicas of replicated ranges: leave is not yet with "
+			    "replicas (stop the node and use remove once it is down)",
+			    node);
+			return KV_EPERM;
 		}
 	for (size_t i = 0; i < cur->nnodes; i++)
 		if (cur->nodes[i].id != node && eligible(&cur->nodes[i]))
@@ -873,6 +917,18 @@ kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node,
 		say(x, "the range map is empty (no node has joined)");
 		return KV_EINVAL;
 	}
+	for (size_t i = 0; i < cur->nranges; i++) {
+		const kv_range *r = &cur->ranges[i];
+		if (r->nreplicas == 0 ||
+		    (end.len && kv_key_cmp(r->start.data, r->start.len, end.p, end.len) >= 0) ||
+		    (r->end.len && kv_key_cmp(r->end.data, r->end.len, start.p, start.len) <= 0))
+			continue;
+		char a[96], b[96];
+		kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
+		kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
+		say(x, "range [%s, %s) is replicated: move is not yet with replicas", a, b);
+		return KV_EPERM;
+	}
 	if ((rv = plan_build(cur, x, ex, &pl)) != KV_OK)
 		return rv;
 	for (size_t i = atom_find(&pl, start.p, start.len); i < pl.n; i++) {
@@ -926,6 +982,11 @@ kv_place_rebalance(const kv_config *cur, kv_place_ctx *x, kv_config **out)
 	*out = NULL;
 	if (cur->nranges == 0)
 		return KV_OK;
+	for (size_t i = 0; i < cur->nranges; i++)
+		if (cur->ranges[i].nreplicas > 0) {
+			say(x, "ranges are replicated: rebalance is not yet with replicas");
+			return KV_EPERM;
+		}
 	if ((rv = plan_build(cur, x, NULL, &pl)) != KV_OK)
 		return rv;
 	for (size_t i = 0; i < cur->nnodes; i++)
@@ -1054,14 +1115,15 @@ kv_place_node_bytes(const kv_config *cur, const kv_place_ctx *x, uint32_t node)
 	return sum;
 }
 
-/* Merges adjacent ranges of the same owner (the range map invariant). */
+/* Merges adjacent ranges that are one (mergeable; the range map
+ * invariant). */
 static void
 merge_ranges(kv_config *n)
 {
 	size_t w = 0;
 
 	for (size_t i = 0; i < n->nranges; i++) {
-		if (w > 0 && n->ranges[w - 1].node == n->ranges[i].node) {
+		if (w > 0 && mergeable(&n->ranges[w - 1], &n->ranges[i])) {
 			if (n->ranges[i].leader_epoch > n->ranges[w - 1].leader_epoch)
 				n->ranges[w - 1].leader_epoch = n->ranges[i].leader_epoch;
 			kv_buf_fini(&n->ranges[w - 1].end);
@@ -1072,6 +1134,330 @@ merge_ranges(kv_config *n)
 		n->ranges[w++] = n->ranges[i];
 	}
 	n->nranges = w;
+}
+
+/* ---- replica sets ---- */
+
+/* Whether node id can serve: known and neither down nor gone. */
+static bool
+node_live(const kv_config *c, uint32_t id)
+{
+	const kv_node *nd = kv_config_node(c, id);
+	return nd != NULL && nd->state != KV_NODE_DOWN && nd->state != KV_NODE_GONE;
+}
+
+/* Removes v from the list a[0..*n), keeping the order of the others. */
+static void
+set_remove(uint32_t *a, uint32_t *n, uint32_t v)
+{
+	uint32_t w = 0;
+
+	for (uint32_t i = 0; i < *n; i++)
+		if (a[i] != v)
+			a[w++] = a[i];
+	*n = w;
+}
+
+/* Moves v (in a[0..n)) to the front, keeping the order of the others. */
+static void
+set_front(uint32_t *a, uint32_t n, uint32_t v)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (a[i] == v) {
+			memmove(&a[1], &a[0], i * sizeof(*a));
+			a[0] = v;
+			return;
+		}
+}
+
+/* The first member of r's ISR (in_isr) or replica set other than `not`,
+ * live ones first; 0 when there is none. */
+static uint32_t
+other_member(const kv_config *c, const kv_range *r, uint32_t not, bool in_isr)
+{
+	uint32_t n = in_isr ? kv_range_ninsync(r) : kv_range_nreplicas(r), any = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t m = in_isr ? kv_range_insync(r, i) : kv_range_replica(r, i);
+		if (m == not || kv_config_node(c, m) == NULL ||
+		    kv_config_node(c, m)->state == KV_NODE_GONE)
+			continue;
+		if (node_live(c, m))
+			return m;
+		if (any == 0)
+			any = m;
+	}
+	return any;
+}
+
+/* Makes q (a replica of replicated range r) its primary at leader epoch le,
+ * at the front of the replica set and of the ISR (which it joins if it was
+ * not in it). The old primary stays in both; callers remove it. */
+static void
+promote(kv_range *r, uint32_t q, uint64_t le)
+{
+	if (!kv_range_has_replica(r, q, true) && r->ninsync < KV_MAX_REPLICAS)
+		r->insync[r->ninsync++] = q;
+	set_front(r->replicas, r->nreplicas, q);
+	set_front(r->insync, r->ninsync, q);
+	r->node = q;
+	r->leader_epoch = le;
+}
+
+/* Whether [s1, e1) and [s2, e2) overlap (an empty end: the end of the key
+ * space). */
+static bool
+overlaps(const kv_buf *s1, const kv_buf *e1, const void *s2, size_t s2len, const void *e2,
+         size_t e2len)
+{
+	if (e2len && kv_key_cmp(s1->data, s1->len, e2, e2len) >= 0)
+		return false;
+	if (e1->len && kv_key_cmp(e1->data, e1->len, s2, s2len) <= 0)
+		return false;
+	return true;
+}
+
+int
+kv_place_failover(kv_config *n, kv_place_failover_stats *st)
+{
+	kv_place_failover_stats dummy;
+	uint32_t *lead = calloc(n->nnodes ? n->nnodes : 1, sizeof(*lead));
+
+	if (st == NULL)
+		st = &dummy;
+	memset(st, 0, sizeof(*st));
+	if (lead == NULL)
+		return KV_ENOMEM;
+	/* lead[i]: ranges led by nodes[i] */
+	for (size_t i = 0; i < n->nranges; i++) {
+		const kv_node *nd = kv_config_node(n, n->ranges[i].node);
+		if (nd != NULL)
+			lead[nd - n->nodes]++;
+	}
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		uint32_t before = r->ninsync, best = 0;
+		if (r->nreplicas == 0)
+			continue;
+		if (!node_live(n, r->node)) {
+			for (uint32_t j = 0; j < r->ninsync; j++) {
+				uint32_t m = r->insync[j];
+				if (m == r->node || !node_live(n, m))
+					continue;
+				if (best == 0 || lead[kv_config_node(n, m) - n->nodes] <
+				                     lead[kv_config_node(n, best) - n->nodes])
+					best = m;
+			}
+			if (best == 0) {
+				st->stuck++;
+			} else {
+				uint32_t old = r->node;
+				const kv_node *on = kv_config_node(n, old);
+				if (on != NULL)
+					lead[on - n->nodes]--;
+				lead[kv_config_node(n, best) - n->nodes]++;
+				promote(r, best, n->epoch);
+				set_remove(r->insync, &r->ninsync, old);
+				st->failovers++;
+				if (st->nev < sizeof(st->ev) / sizeof(st->ev[0])) {
+					kv_place_failover_ev *e = &st->ev[st->nev++];
+					kv_place_fmt_key(r->start.data, r->start.len, e->start,
+					                 sizeof(e->start));
+					kv_place_fmt_key(r->end.data, r->end.len, e->end,
+					                 sizeof(e->end));
+					e->from = old;
+					e->to = best;
+					e->leader_epoch = n->epoch;
+				}
+			}
+		}
+		/* A down member of the ISR leaves it (the primary stays in it). */
+		for (uint32_t j = r->ninsync; j-- > 1;) {
+			const kv_node *m = kv_config_node(n, r->insync[j]);
+			if (m == NULL || m->state == KV_NODE_DOWN || m->state == KV_NODE_GONE)
+				set_remove(r->insync, &r->ninsync, r->insync[j]);
+		}
+		if (r->ninsync < before)
+			st->shrinks++;
+	}
+	free(lead);
+	merge_ranges(n);
+	return KV_OK;
+}
+
+int
+kv_place_add_replicas(kv_config *n, uint32_t replicas)
+{
+	uint32_t *cnt, target, na = 0;
+	int added = 0;
+
+	if (replicas > KV_MAX_REPLICAS)
+		replicas = KV_MAX_REPLICAS;
+	for (size_t i = 0; i < n->nnodes; i++)
+		na += n->nodes[i].state == KV_NODE_ACTIVE;
+	target = replicas < na ? replicas : na;
+	if (target < 2)
+		return 0;
+	if ((cnt = calloc(n->nnodes, sizeof(*cnt))) == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < n->nranges; i++)
+		for (uint32_t j = 0; j < kv_range_nreplicas(&n->ranges[i]); j++) {
+			const kv_node *nd = kv_config_node(n, kv_range_replica(&n->ranges[i], j));
+			if (nd != NULL)
+				cnt[nd - n->nodes]++;
+		}
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		bool moving = false;
+		for (size_t j = 0; j < n->nmigs && !moving; j++)
+			moving =
+			    overlaps(&r->start, &r->end, n->migs[j].start.data,
+			             n->migs[j].start.len, n->migs[j].end.data, n->migs[j].end.len);
+		while (!moving && kv_range_nreplicas(r) < target) {
+			size_t best = n->nnodes;
+			for (size_t j = 0; j < n->nnodes; j++)
+				if (n->nodes[j].state == KV_NODE_ACTIVE &&
+				    !kv_range_has_replica(r, n->nodes[j].id, false) &&
+				    (best == n->nnodes || cnt[j] < cnt[best]))
+					best = j;
+			if (best == n->nnodes)
+				break;
+			if (r->nreplicas == 0) {
+				r->nreplicas = r->ninsync = 1;
+				r->replicas[0] = r->insync[0] = r->node;
+			}
+			r->replicas[r->nreplicas++] = n->nodes[best].id;
+			cnt[best]++;
+			added++;
+		}
+	}
+	free(cnt);
+	merge_ranges(n);
+	return added;
+}
+
+/* Splits the range of n containing key at key (nothing when key is empty or
+ * a range starts there). Returns 0 or KV_ENOMEM. */
+static int
+split_at(kv_config *n, kv_bytes key)
+{
+	long j;
+	kv_range *r;
+
+	if (key.len == 0 || (j = kv_config_find_range(n, key.p, key.len)) < 0 ||
+	    kv_key_cmp(n->ranges[j].start.data, n->ranges[j].start.len, key.p, key.len) == 0)
+		return KV_OK;
+	if ((r = realloc(n->ranges, (n->nranges + 1) * sizeof(*r))) == NULL)
+		return KV_ENOMEM;
+	n->ranges = r;
+	memmove(&r[j + 2], &r[j + 1], (n->nranges - (size_t)j - 1) * sizeof(*r));
+	memset(&r[j + 1], 0, sizeof(*r));
+	place_copy(&r[j + 1], &r[j]);
+	r[j + 1].end = r[j].end;
+	memset(&r[j].end, 0, sizeof(r[j].end));
+	n->nranges++;
+	if (kv_buf_set(&r[j + 1].start, key.p, key.len) != KV_OK ||
+	    kv_buf_set(&r[j].end, key.p, key.len) != KV_OK)
+		return KV_ENOMEM;
+	return KV_OK;
+}
+
+int
+kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_bytes end,
+                    uint64_t leader_epoch, uint32_t add, uint32_t remove, kv_place_ctx *x,
+                    kv_config **out, uint32_t *changed)
+{
+	uint32_t member = add ? add : remove;
+	const kv_node *mn = kv_config_node(cur, member);
+	bool need = false;
+	kv_config *n;
+	int rv;
+
+	*out = NULL;
+	*changed = 0;
+	if ((add == 0) == (remove == 0)) {
+		say(x, "an ISR change names exactly one of add_node and remove_node");
+		return KV_EINVAL;
+	}
+	if (primary == 0) {
+		say(x, "an ISR change names the asking primary (node_id)");
+		return KV_EINVAL;
+	}
+	if (start.len > KV_HARD_MAX_KEY || end.len > KV_HARD_MAX_KEY ||
+	    kv_range_is_empty(start.p, start.len, end.p, end.len)) {
+		say(x, "empty, inverted or oversized range in an ISR change");
+		return KV_EINVAL;
+	}
+	if (cur->nranges == 0) {
+		say(x, "the range map is empty (no node has joined)");
+		return KV_EINVAL;
+	}
+	if (kv_config_node(cur, primary) != NULL && !node_live(cur, primary)) {
+		/* It holds no lease: it serves nothing until it is back. */
+		say(x, "node %u is %s: it changes no ISR until it is back", primary,
+		    kv_node_state_name(kv_config_node(cur, primary)->state));
+		return KV_EBUSY;
+	}
+	for (size_t i = 0; i < cur->nranges; i++) {
+		const kv_range *r = &cur->ranges[i];
+		char a[96], b[96];
+		if (!overlaps(&r->start, &r->end, start.p, start.len, end.p, end.len))
+			continue;
+		kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
+		kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
+		if (r->node != primary) {
+			say(x,
+			    "node %u is not the primary of [%s, %s): node %u is (leader epoch "
+			    "%llu)",
+			    primary, a, b, r->node, (unsigned long long)r->leader_epoch);
+			return KV_ESTALE;
+		}
+		if (r->leader_epoch != leader_epoch) {
+			say(x, "the leader epoch of [%s, %s) is %llu, not %llu", a, b,
+			    (unsigned long long)r->leader_epoch, (unsigned long long)leader_epoch);
+			return KV_ESTALE;
+		}
+		if (r->nreplicas == 0) {
+			say(x, "[%s, %s) is not replicated: its primary is its only replica", a, b);
+			return KV_EINVAL;
+		}
+		if (remove == primary) {
+			say(x, "the primary is never removed from the ISR of [%s, %s)", a, b);
+			return KV_EINVAL;
+		}
+		if (!kv_range_has_replica(r, member, false)) {
+			say(x, "node %u is not a replica of [%s, %s)", member, a, b);
+			return KV_EINVAL;
+		}
+		if (add && (mn == NULL || mn->state == KV_NODE_DOWN)) {
+			say(x, "node %u is down: it joins an ISR once it is back", add);
+			return KV_EBUSY;
+		}
+		need = need || kv_range_has_replica(r, member, true) == (remove != 0);
+	}
+	if (!need)
+		return KV_OK;
+	if ((n = next_config(cur)) == NULL)
+		return KV_ENOMEM;
+	if ((rv = split_at(n, start)) != KV_OK || (rv = split_at(n, end)) != KV_OK) {
+		kv_config_free(n);
+		return rv;
+	}
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		if (!overlaps(&r->start, &r->end, start.p, start.len, end.p, end.len))
+			continue;
+		if (add && !kv_range_has_replica(r, add, true)) {
+			r->insync[r->ninsync++] = add;
+			(*changed)++;
+		} else if (remove && kv_range_has_replica(r, remove, true)) {
+			set_remove(r->insync, &r->ninsync, remove);
+			(*changed)++;
+		}
+	}
+	merge_ranges(n);
+	*out = n;
+	return KV_OK;
 }
 
 int
@@ -1117,8 +1503,16 @@ kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_lo
 		n = t;
 		failed[(*nfailed)++] = m->id;
 	}
-	for (size_t i = 0; i < n->nranges; i++)
-		k += n->ranges[i].node == node;
+	/* Lost: the ranges it leads with no other in-sync member; those
+	 * (kk) with no other replica either need a new home. */
+	uint32_t kk = 0;
+	for (size_t i = 0; i < n->nranges; i++) {
+		const kv_range *r = &n->ranges[i];
+		if (r->node != node || other_member(n, r, node, true) != 0)
+			continue;
+		k++;
+		kk += other_member(n, r, node, false) == 0;
+	}
 	if (k > 0 && !accept_loss) {
 		say(x,
 		    "node %u holds the only copy of %u range%s: they would lose their data "
@@ -1128,7 +1522,7 @@ kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_lo
 		rv = KV_EPERM;
 		goto err;
 	}
-	for (size_t i = 0; k > 0 && i < n->nnodes; i++) {
+	for (size_t i = 0; kk > 0 && i < n->nnodes; i++) {
 		uint64_t b;
 		if (n->nodes[i].state != KV_NODE_ACTIVE || n->nodes[i].id == node)
 			continue;
@@ -1138,21 +1532,47 @@ kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_lo
 			best = b;
 		}
 	}
-	if (k > 0 && to == 0) {
-		say(x, "no active node can take the %u range%s of node %u", k, k == 1 ? "" : "s",
+	if (kk > 0 && to == 0) {
+		say(x, "no active node can take the %u range%s of node %u", kk, kk == 1 ? "" : "s",
 		    node);
 		rv = KV_EBUSY;
 		goto err;
 	}
-	for (size_t i = 0; i < n->nranges; i++)
-		if (n->ranges[i].node == node) {
-			kv_range_set_single(&n->ranges[i], to);
-			n->ranges[i].leader_epoch = cur->epoch + 1;
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		if (r->nreplicas == 0 ||
+		    (r->node == node && other_member(n, r, node, false) == 0)) {
+			if (r->node == node) {
+				kv_range_set_single(r, to);
+				r->leader_epoch = cur->epoch + 1;
+			}
+			continue;
 		}
+		if (!kv_range_has_replica(r, node, false))
+			continue;
+		if (r->node == node) {
+			uint32_t q = other_member(n, r, node, true);
+			if (q == 0) { /* lost, accepted: an out-of-sync copy leads */
+				q = other_member(n, r, node, false);
+				r->ninsync = 1;
+				r->insync[0] = node;
+			}
+			promote(r, q, cur->epoch + 1);
+		}
+		set_remove(r->replicas, &r->nreplicas, node);
+		set_remove(r->insync, &r->ninsync, node);
+		if (r->nreplicas < 2) {
+			uint64_t le = r->leader_epoch;
+			kv_range_set_single(r, r->node);
+			r->leader_epoch = le;
+		}
+	}
 	merge_ranges(n);
 	node_mut(n, node)->state = KV_NODE_GONE;
 	fix_states(n);
 	n->epoch = cur->epoch + 1;
+	if (x->replicas >= 2 && (rv = kv_place_add_replicas(n, x->replicas)) < 0)
+		goto err;
 	*lost = k;
 	*out = n;
 	return KV_OK;

@@ -40,6 +40,7 @@ typedef struct {
 	uint32_t rate_limit_mb_s;     /* copied into the new migrations */
 	const kv_place_point *points; /* data samples, any order (borrowed); may be NULL */
 	size_t npoints;               /* entries in points */
+	uint32_t replicas;            /* --replicas R; 0 or 1: every range is single */
 	char msg[256];                /* out: why a request was refused */
 } kv_place_ctx;
 
@@ -57,6 +58,10 @@ int kv_place_find_node(const kv_config *cur, uint32_t id, const char *address, k
  * Adds a node at `address`. The first node owns the whole key space; with
  * rebalance the newcomer (JOINING until its migrations finish) takes an even
  * share of the data from the others, else it is ACTIVE and owns nothing.
+ * With x->replicas R >= 2 nothing migrates: the newcomer is ACTIVE at once
+ * and, with rebalance, every range with fewer than min(R, active nodes)
+ * replicas gains replicas (kv_place_add_replicas), outside the ISR until its
+ * primary asks to add them (kv_place_isr_change).
  * Returns 0 with *out and *node_id; KV_EEXISTS for an address registered and
  * not gone; KV_EINVAL for a malformed address. The caller frees *out.
  */
@@ -68,7 +73,8 @@ int kv_place_join(const kv_config *cur, const char *address, bool rebalance, kv_
  * DRAINING until its last migration finishes (GONE at once when it owns
  * nothing). KV_EBUSY when it is the destination of a migration in flight,
  * KV_EINVAL when gone or when no other node can take its ranges, KV_EEXISTS
- * when it is already draining and nothing is left to move.
+ * when it is already draining and nothing is left to move. KV_EPERM when
+ * the node holds a replica of a replicated range (not yet with replicas).
  */
 int kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config **out);
 
@@ -76,7 +82,8 @@ int kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_conf
  * Gives [start, end) to `node`, carving it out of its current owners (one
  * migration per owner piece). KV_EINVAL for an empty or inverted range,
  * KV_EINVAL when the node is not active, KV_EBUSY when the range overlaps a
- * migration in flight. *out is NULL when the node owns the range already.
+ * migration in flight, KV_EPERM when it overlaps a replicated range (not yet
+ * with replicas). *out is NULL when the node owns the range already.
  */
 int kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node,
                   kv_place_ctx *x, kv_config **out);
@@ -85,7 +92,8 @@ int kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t n
  * Evens out data size across active nodes, moving as little as possible:
  * only the excess of nodes more than 5% above the mean, in contiguous
  * pieces; ranges left on draining nodes are drained first. *out is NULL
- * when nothing needs to move.
+ * when nothing needs to move. KV_EPERM when a range is replicated (not yet
+ * with replicas).
  */
 int kv_place_rebalance(const kv_config *cur, kv_place_ctx *x, kv_config **out);
 
@@ -111,18 +119,77 @@ int kv_place_readdress(const kv_config *cur, uint32_t node, const char *address,
  * failed (their ids go to failed[0..*nfailed), capacity cur->nmigs), and
  * the ranges it then holds alone go, empty, to the active node with the
  * least data; the node becomes GONE. *lost gets the number of those
- * ranges. KV_EPERM when the node is not DOWN (nor silent), or when it holds ranges and
- * !accept_loss (nothing changes); KV_EBUSY when no active node can take
- * them; KV_ENOTFOUND for an unknown node.
+ * ranges. A replicated range drops the node from its replica set and ISR;
+ * where it was the primary, another ISR member is promoted (leader epoch:
+ * the new epoch); where it was the only ISR member the range is lost (with
+ * accept_loss, its first other replica, else the active node with the least
+ * data, becomes its primary alone in the ISR). With x->replicas >= 2 the
+ * ranges then gain replicas as at a join. KV_EPERM when the node is not DOWN (nor silent), or when
+ * it holds ranges and !accept_loss (nothing changes); KV_EBUSY when no active node can take them;
+ * KV_ENOTFOUND for an unknown node.
  */
 int kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_loss,
                     kv_place_ctx *x, kv_config **out, uint32_t *lost, uint64_t *failed,
                     size_t *nfailed);
 
 /* Sets the state of nodes ids[i] to states[i] (liveness: ACTIVE <-> DOWN).
- * KV_ENOTFOUND for an unknown id. */
+ * KV_ENOTFOUND for an unknown id. Replica sets are left alone: see
+ * kv_place_failover. */
 int kv_place_set_state(const kv_config *cur, const uint32_t *ids, const kv_node_state *states,
                        size_t nids, kv_config **out);
+
+/* One range that got a new primary in a failover (for the log). */
+typedef struct {
+	char start[64], end[64]; /* the range's bounds, printable */
+	uint32_t from, to;       /* old and new primary */
+	uint64_t leader_epoch;   /* the new leader epoch */
+} kv_place_failover_ev;
+
+/* What kv_place_failover did. */
+typedef struct {
+	uint32_t failovers;          /* ranges given a new primary */
+	uint32_t stuck;              /* ranges led by a down node without a live ISR member */
+	uint32_t shrinks;            /* ranges whose ISR lost a down member */
+	size_t nev;                  /* entries in ev (at most the capacity) */
+	kv_place_failover_ev ev[16]; /* the first failovers */
+} kv_place_failover_stats;
+
+/*
+ * Fails over, in place, in n (a configuration being planned, epoch already
+ * set) every replicated range led by a DOWN node: a live ISR member (not
+ * down or gone; the one leading the fewest ranges, then the first in ISR
+ * order) becomes its primary, its leader epoch becomes n->epoch, and the
+ * down node leaves the ISR (it stays a replica). A range without a live ISR
+ * member keeps its primary (unavailable). Every down node also leaves the
+ * ISR of the ranges it does not lead. Single ranges are left alone. Adjacent
+ * ranges that end up the same are merged. Returns 0 or KV_ENOMEM; st may
+ * be NULL (doc/replication.md, "Failover").
+ */
+int kv_place_failover(kv_config *n, kv_place_failover_stats *st);
+
+/*
+ * Gives, in place, every range of n not covered by a migration in flight
+ * and with fewer than min(replicas, active nodes) replicas the active nodes
+ * it lacks, those holding the fewest replicas first (ties: the lowest id).
+ * New replicas join the replica set only, never the ISR. Returns the number
+ * of replicas added, or KV_ENOMEM.
+ */
+int kv_place_add_replicas(kv_config *n, uint32_t replicas);
+
+/*
+ * An ISR change asked by `primary` for [start, end) at leader_epoch
+ * (AdminRequest.isr_change): exactly one of add and remove is non-zero.
+ * KV_ESTALE unless primary leads every range overlapping [start, end) at
+ * that leader epoch; KV_EINVAL for an empty range, a single range, an added
+ * node that is not a replica, the primary removed, a removed node that is
+ * not a replica; KV_EBUSY when the asking primary or the added node is
+ * down. *out is the next
+ * configuration (ranges split at start and end), or NULL when the change is
+ * in effect already; *changed gets the number of ranges changed.
+ */
+int kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_bytes end,
+                        uint64_t leader_epoch, uint32_t add, uint32_t remove, kv_place_ctx *x,
+                        kv_config **out, uint32_t *changed);
 
 /*
  * Writes a key cut strictly inside [start, end) at about the middle of the

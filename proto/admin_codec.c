@@ -171,6 +171,14 @@ kv_admin_req_decode(const void *p, size_t n, kv_admin_req *out, char *msg, size_
 		node_ref(rq->remove->node, out);
 		out->accept_data_loss = rq->remove->accept_data_loss;
 		break;
+	case SHARDKV__ADMIN_REQUEST__CMD_ISR_CHANGE:
+		out->node_id = rq->isr_change->node_id;
+		out->start = from_pb(rq->isr_change->start);
+		out->end = from_pb(rq->isr_change->end);
+		out->leader_epoch = rq->isr_change->leader_epoch;
+		out->add_node = rq->isr_change->add_node;
+		out->remove_node = rq->isr_change->remove_node;
+		break;
 	case SHARDKV__ADMIN_REQUEST__CMD_WATCH:
 		out->epoch = rq->watch->known_epoch;
 		out->history = rq->watch->history;
@@ -387,6 +395,7 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 	Shardkv__AdminJoin join = SHARDKV__ADMIN_JOIN__INIT;
 	Shardkv__AdminLeave lv = SHARDKV__ADMIN_LEAVE__INIT;
 	Shardkv__AdminRemove rm = SHARDKV__ADMIN_REMOVE__INIT;
+	Shardkv__IsrChange isr = SHARDKV__ISR_CHANGE__INIT;
 	Shardkv__AdminMove move = SHARDKV__ADMIN_MOVE__INIT;
 	Shardkv__AdminRebalance reb = SHARDKV__ADMIN_REBALANCE__INIT;
 	Shardkv__AdminGetConfig getc = SHARDKV__ADMIN_GET_CONFIG__INIT;
@@ -428,6 +437,16 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 		node_ref_fill(r, &ref);
 		rm.node = &ref;
 		rm.accept_data_loss = r->accept_data_loss;
+		break;
+	case KV_ADM_ISR_CHANGE:
+		m.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_ISR_CHANGE;
+		m.isr_change = &isr;
+		isr.node_id = r->node_id;
+		isr.start = to_pb(r->start);
+		isr.end = to_pb(r->end);
+		isr.leader_epoch = r->leader_epoch;
+		isr.add_node = r->add_node;
+		isr.remove_node = r->remove_node;
 		break;
 	case KV_ADM_MOVE:
 		m.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_MOVE;

@@ -2,7 +2,7 @@
  * admin_codec.h - the admin family: AdminRequest and AdminResponse between
  * the controller and its callers (the CLI and clients: admin commands and
  * config queries, remove; shard servers: register, heartbeat (statistics or
- * lease renewal), migration reports,
+ * lease renewal), migration reports, ISR changes,
  * watch), as plain C values. One struct per message serves both ends: the
  * sender fills a kv_admin_req and calls kv_admin_req_encode, the controller
  * gets the same struct from kv_admin_req_decode; the controller fills a
@@ -40,6 +40,7 @@ typedef enum {
 	KV_ADM_DONE = 17,
 	KV_ADM_WATCH = 18,
 	KV_ADM_REMOVE = 19,
+	KV_ADM_ISR_CHANGE = 20,
 } kv_admin_op;
 
 /* Live statistics of one range (Heartbeat.ranges, NodeStats.ranges). */
@@ -69,7 +70,7 @@ typedef struct {
 	bool join;             /* register: join if unknown */
 	bool accept_data_loss; /* remove: give away ranges only the node held */
 	bool lease_only;       /* heartbeat: a lease renewal without statistics */
-	kv_bytes start, end;   /* move */
+	kv_bytes start, end;   /* move, isr_change */
 	uint32_t rate_mb_s;    /* move, rebalance */
 	uint64_t epoch;  /* get_config: epoch; watch: known epoch; heartbeat/register: applied */
 	uint64_t mig_id; /* cancel, progress, done */
@@ -95,7 +96,11 @@ typedef struct {
 	int result;        /* done: KV_OK or the failure's KV_E* code */
 	const char *error; /* done: detail; may be NULL */
 	uint64_t last_seq; /* done: the last Transfer.seq acknowledged */
-	void *priv;        /* decoded: the unpacked message; NULL to encode */
+	/* isr_change (node_id: the asking primary; start, end: the range) */
+	uint64_t leader_epoch; /* the leader epoch the primary acts on */
+	uint32_t add_node;     /* the replica to add to the ISR; 0: none */
+	uint32_t remove_node;  /* the member to remove from the ISR; 0: none */
+	void *priv;            /* decoded: the unpacked message; NULL to encode */
 } kv_admin_req;
 
 /* Per node statistics for the status report (NodeStats). */

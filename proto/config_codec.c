@@ -65,6 +65,7 @@ kv_codec_config_from_pb(const Shardkv__Config *pb, kv_config **out)
 		return KV_ENOMEM;
 	c->epoch = pb->epoch;
 	c->time_ms = pb->time_ms;
+	c->min_insync = pb->min_insync;
 	if (pb->cluster_id && pb->cluster_id[0] && (c->cluster_id = strdup(pb->cluster_id)) == NULL)
 		goto err;
 	if (pb->n_nodes && (c->nodes = calloc(pb->n_nodes, sizeof(kv_node))) == NULL)
@@ -185,6 +186,7 @@ kv_codec_config_to_pb(const kv_config *c)
 	shardkv__config__init(pb);
 	pb->epoch = c->epoch;
 	pb->time_ms = c->time_ms;
+	pb->min_insync = c->min_insync;
 	if (c->cluster_id)
 		pb->cluster_id = c->cluster_id;
 	pb->nodes = calloc(c->nnodes ? c->nnodes : 1, sizeof(*pb->nodes));

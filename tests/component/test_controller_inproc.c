@@ -514,6 +514,135 @@ replicated_leader_declares_a_silent_node_down_through_raft(void **state)
 		ctl_fini(&g[i]);
 }
 
+/* With --replicas 2 the leader's liveness change fails a silent primary's
+ * range over to its in-sync replica through Raft, and every replica applies
+ * the same configuration. */
+static void
+replicated_leader_fails_a_silent_primary_over_through_raft(void **state)
+{
+	kv_test_dir *d = *state;
+	struct ctl g[NREPL];
+	uint64_t epoch = 0, rid = 0, t0, down_epoch = 0;
+	int leader;
+
+	group_init(g, d->path);
+	for (int i = 0; i < NREPL; i++) {
+		g[i].cfg.lease_ms = 1000;
+		g[i].cfg.lease_margin_ms = 500; /* down after 1000 + 500 + 400 (election) */
+		g[i].cfg.replicas = 2;
+	}
+	for (int i = 0; i < NREPL; i++)
+		ctl_start(&g[i]);
+	leader = join_at_leader(g, "tcp://127.0.0.1:7101", 31, &epoch, &rid);
+	assert_int_equal(epoch, 1);
+	Shardkv__AdminResponse *r = join_as(g[leader].cli, "tcp://127.0.0.1:7102", 32, 1);
+	assert_non_null(r);
+	assert_int_equal(live_err(r), KV_OK);
+	assert_int_equal(r->epoch, 2);
+	assert_int_equal(r->config->n_ranges, 1);
+	assert_int_equal(r->config->ranges[0]->n_replicas, 2);
+	assert_int_equal(r->config->ranges[0]->n_insync, 1);
+	uint64_t le = r->config->ranges[0]->leader_epoch;
+	live_free(r);
+	/* Node 1, the primary, asks to add node 2 to the ISR. */
+	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__IsrChange ic = SHARDKV__ISR_CHANGE__INIT;
+	ic.node_id = 1;
+	ic.leader_epoch = le;
+	ic.add_node = 2;
+	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_ISR_CHANGE;
+	rq.isr_change = &ic;
+	r = call(g[leader].cli, &rq, 10000);
+	assert_non_null(r);
+	assert_int_equal(live_err(r), KV_OK);
+	assert_int_equal(r->epoch, 3);
+	live_free(r);
+	/* Node 2 renews its lease, node 1 is silent. */
+	Shardkv__AdminRequest hq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__Heartbeat hb = SHARDKV__HEARTBEAT__INIT;
+	hb.node_id = 2;
+	hb.lease_only = true;
+	hq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_HEARTBEAT;
+	hq.heartbeat = &hb;
+	for (t0 = kv_test_now_ms(); down_epoch == 0; kv_test_sleep_ms(50)) {
+		assert_true(kv_test_now_ms() - t0 < 15000);
+		hq.request_id = 0;
+		live_free(call(g[leader].cli, &hq, 10000));
+		r = get_config(g[leader].cli, 0);
+		assert_non_null(r);
+		if (state_in(r, 1) == SHARDKV__NODE_STATE__NODE_STATE_DOWN)
+			down_epoch = r->epoch;
+		live_free(r);
+	}
+	wait_applied(g, down_epoch);
+	for (int i = 0; i < NREPL; i++) {
+		r = get_config(g[i].cli, down_epoch);
+		assert_non_null(r);
+		assert_int_equal(live_err(r), KV_OK);
+		assert_int_equal(state_in(r, 2), SHARDKV__NODE_STATE__NODE_STATE_ACTIVE);
+		const Shardkv__Range *rg = r->config->ranges[0];
+		assert_int_equal(rg->node_id, 2);
+		assert_int_equal(rg->leader_epoch, down_epoch);
+		assert_int_equal(rg->n_insync, 1);
+		assert_int_equal(rg->insync[0], 2);
+		assert_int_equal(rg->n_replicas, 2);
+		live_free(r);
+	}
+	for (int i = 0; i < NREPL; i++)
+		ctl_fini(&g[i]);
+}
+
+/* --replicas and --min-insync: the parser refuses values out of range with
+ * a one-line reason, --help names them, and create refuses the same values
+ * given through the options. */
+static void
+replica_flags_are_checked_by_the_parser_and_by_create(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_controller_args a;
+	kv_controller *c = NULL;
+	struct ctl k;
+	char err[512];
+	static const char *const bad[][2] = {
+	    {"--replicas", "0"},   {"--replicas", "6"},   {"--replicas", "x"},
+	    {"--min-insync", "0"}, {"--min-insync", "2"}, /* more than the default --replicas 1 */
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *argv[] = {"shardkv-controller", "--listen", "tcp://127.0.0.1:1",
+		                "--data-dir",         "/tmp/x",   (char *)bad[i][0],
+		                (char *)bad[i][1],    NULL};
+		err[0] = '\0';
+		assert_int_equal(kv_controller_parse_args(7, argv, &a, err, sizeof(err)),
+		                 KV_EINVAL);
+		assert_non_null(strstr(err, bad[i][0]));
+		assert_null(strchr(err, '\n'));
+	}
+	char *ok[] = {"shardkv-controller", "--listen", "tcp://127.0.0.1:1", "--data-dir", "/tmp/x",
+	              "--replicas",         "3",        "--min-insync",      "3",          NULL};
+	assert_int_equal(kv_controller_parse_args(9, ok, &a, err, sizeof(err)), KV_OK);
+	assert_int_equal(a.cfg.replicas, 3);
+	assert_int_equal(a.cfg.min_insync, 3);
+	char *over[] = {
+	    "shardkv-controller", "--listen", "tcp://127.0.0.1:1", "--data-dir", "/tmp/x",
+	    "--replicas",         "2",        "--min-insync",      "3",          NULL};
+	assert_int_equal(kv_controller_parse_args(9, over, &a, err, sizeof(err)), KV_EINVAL);
+	assert_non_null(strstr(err, "--min-insync 3 is larger than --replicas 2"));
+	assert_non_null(strstr(kv_controller_usage, "--replicas R"));
+	assert_non_null(strstr(kv_controller_usage, "--min-insync M"));
+
+	ctl_init(&k, d->path, "r");
+	k.cfg.replicas = 6;
+	assert_int_equal(kv_controller_create(&k.cfg, &c, err, sizeof(err)), KV_EINVAL);
+	assert_null(c);
+	k.cfg.replicas = 2;
+	k.cfg.min_insync = 3;
+	assert_int_equal(kv_controller_create(&k.cfg, &c, err, sizeof(err)), KV_EINVAL);
+	assert_null(c);
+	assert_non_null(strstr(err, "--min-insync"));
+	ctl_fini(&k);
+}
+
 int
 main(void)
 {
@@ -532,6 +661,11 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        replicated_leader_declares_a_silent_node_down_through_raft, kv_test_dir_setup,
 	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        replicated_leader_fails_a_silent_primary_over_through_raft, kv_test_dir_setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(replica_flags_are_checked_by_the_parser_and_by_create,
+	                                    kv_test_dir_setup, teardown),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	return cmocka_run_group_tests(tests, NULL, NULL);

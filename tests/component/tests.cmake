@@ -40,3 +40,11 @@ kv_add_test(test_liveness_inproc SOURCES component/test_liveness_inproc.c
 # only; a node removed without a drain still logs the error.
 kv_add_test(test_server_left_stop SOURCES component/test_server_left_stop.c
   LIBS kv_inproc_srv kv_testutil TIMEOUT 60)
+
+# Replica placement and failover with a real controller (--replicas 2,
+# short leases) and real servers in the test process: joins add replicas
+# outside the ISR, IsrChange, a stopped primary failed over to its in-sync
+# replica in the configuration that declares it down, and a range with no
+# other in-sync member kept (and reported by check).
+kv_add_test(test_failover_inproc SOURCES component/test_failover_inproc.c
+  LIBS kv_controller kv_inproc_srv kv_cli kv_proto kv_testutil TIMEOUT 120 LABELS concurrency)

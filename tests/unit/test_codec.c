@@ -130,6 +130,7 @@ assert_config(const kv_config *a, const kv_config *b)
 	assert_non_null(b);
 	assert_int_equal(a->epoch, b->epoch);
 	assert_int_equal(a->time_ms, b->time_ms);
+	assert_int_equal(a->min_insync, b->min_insync);
 	assert_str(a->cluster_id, b->cluster_id);
 	assert_int_equal(a->nnodes, b->nnodes);
 	for (size_t i = 0; i < a->nnodes; i++) {
@@ -197,6 +198,7 @@ replicated_config(void)
 	r->insync[1] = 3;
 	r->leader_epoch = 8;
 	c->ranges[1].leader_epoch = 5;
+	c->min_insync = 2;
 	assert_int_equal(kv_config_validate(c), KV_OK);
 	return c;
 }
@@ -219,6 +221,8 @@ replica_sets_and_leader_epochs_round_trip(void **state)
 	/* A single range reads as {node} in both sets. */
 	assert_int_equal(kv_range_nreplicas(&d->ranges[1]), 1);
 	assert_int_equal(kv_range_insync(&d->ranges[1], 0), 2);
+	/* --min-insync travels with the configuration. */
+	assert_int_equal(d->min_insync, 2);
 	kv_config_free(d);
 	kv_config_free(c);
 	kv_buf_fini(&b);
@@ -333,6 +337,9 @@ assert_admin_req(const kv_admin_req *a, const kv_admin_req *b)
 	assert_int_equal(a->result, b->result);
 	assert_str(a->error, b->error);
 	assert_int_equal(a->last_seq, b->last_seq);
+	assert_int_equal(a->leader_epoch, b->leader_epoch);
+	assert_int_equal(a->add_node, b->add_node);
+	assert_int_equal(a->remove_node, b->remove_node);
 }
 
 static void
@@ -416,6 +423,18 @@ every_admin_request_round_trips(void **state)
 	     .lease_only = true},
 	    {.op = KV_ADM_REMOVE, .request_id = 16, .node_id = 2, .accept_data_loss = true},
 	    {.op = KV_ADM_REMOVE, .request_id = 17, .address = "tcp://h:2"},
+	    {.op = KV_ADM_ISR_CHANGE,
+	     .request_id = 18,
+	     .node_id = 2,
+	     .start = B("b"),
+	     .end = B("k"),
+	     .leader_epoch = 7,
+	     .add_node = 3},
+	    {.op = KV_ADM_ISR_CHANGE,
+	     .request_id = 19,
+	     .node_id = 2,
+	     .leader_epoch = 7,
+	     .remove_node = 1},
 	    {.op = KV_ADM_WATCH,
 	     .request_id = 14,
 	     .epoch = 5,

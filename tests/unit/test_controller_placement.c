@@ -876,6 +876,584 @@ set_state_marks_nodes_down_and_back(void **state)
 	kv_config_free(c);
 }
 
+/* ---- replica sets (doc/replication.md) ---- */
+
+/* Gives range i the replica set reps (primary first) and ISR isr. */
+static void
+set_repl(kv_config *c, size_t i, const uint32_t *reps, uint32_t nreps, const uint32_t *isr,
+         uint32_t nisr, uint64_t le)
+{
+	kv_range *r = &c->ranges[i];
+	r->node = reps[0];
+	r->nreplicas = nreps;
+	memcpy(r->replicas, reps, nreps * sizeof(uint32_t));
+	r->ninsync = nisr;
+	memcpy(r->insync, isr, nisr * sizeof(uint32_t));
+	r->leader_epoch = le;
+}
+
+/* Joins `address` with x->replicas = R; frees c, returns the next config. */
+static kv_config *
+join_r(kv_config *c, const char *address, uint32_t R)
+{
+	kv_place_ctx x = ctx_of(NULL);
+	kv_config *n = NULL;
+	uint32_t id = 0;
+
+	x.replicas = R;
+	assert_int_equal(kv_place_join(c, address, true, &x, &n, &id), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	kv_config_free(c);
+	return n;
+}
+
+/* Every range: primary unchanged from `primary`, ISR {primary}, and the
+ * replica count per node within one of each other. */
+static void
+assert_spread(const kv_config *n, uint32_t want_replicas)
+{
+	uint32_t cnt[8] = {0}, lo = UINT32_MAX, hi = 0;
+
+	for (size_t i = 0; i < n->nranges; i++) {
+		const kv_range *r = &n->ranges[i];
+		assert_int_equal(kv_range_nreplicas(r), want_replicas);
+		assert_int_equal(kv_range_ninsync(r), 1);
+		assert_int_equal(kv_range_insync(r, 0), r->node);
+		for (uint32_t j = 0; j < kv_range_nreplicas(r); j++)
+			cnt[kv_range_replica(r, j)]++;
+	}
+	for (size_t i = 0; i < n->nnodes; i++) {
+		uint32_t v = cnt[n->nodes[i].id];
+		lo = v < lo ? v : lo;
+		hi = v > hi ? v : hi;
+	}
+	assert_true(hi - lo <= 1);
+}
+
+static void
+joins_with_two_replicas_add_the_newcomer_outside_the_isr(void **state)
+{
+	kv_config *c = kv_config_new();
+	(void)state;
+
+	c = join_r(c, "tcp://127.0.0.1:7101", 2);
+	assert_int_equal(c->nranges, 1);
+	assert_int_equal(c->ranges[0].nreplicas, 0); /* the first node holds it alone */
+	c = join_r(c, "tcp://127.0.0.1:7102", 2);
+	assert_int_equal(c->nranges, 1);
+	assert_int_equal(c->nmigs, 0); /* nothing migrates */
+	assert_int_equal(c->ranges[0].node, 1);
+	assert_int_equal(kv_range_nreplicas(&c->ranges[0]), 2);
+	assert_int_equal(kv_range_replica(&c->ranges[0], 1), 2);
+	assert_int_equal(kv_range_ninsync(&c->ranges[0]), 1); /* not in the ISR */
+	assert_int_equal(kv_config_node(c, 2)->state, KV_NODE_ACTIVE);
+	uint64_t le = c->ranges[0].leader_epoch;
+	/* A third node finds every range full. */
+	c = join_r(c, "tcp://127.0.0.1:7103", 2);
+	assert_int_equal(kv_range_nreplicas(&c->ranges[0]), 2);
+	assert_int_equal(c->ranges[0].leader_epoch, le);
+	kv_config_free(c);
+}
+
+static void
+joins_with_three_replicas_fill_every_range(void **state)
+{
+	kv_config *c = kv_config_new();
+	(void)state;
+
+	c = join_r(c, "tcp://127.0.0.1:7101", 3);
+	c = join_r(c, "tcp://127.0.0.1:7102", 3);
+	c = join_r(c, "tcp://127.0.0.1:7103", 3);
+	assert_int_equal(c->nranges, 1);
+	assert_spread(c, 3);
+	c = join_r(c, "tcp://127.0.0.1:7104", 3);
+	assert_spread(c, 3);
+	kv_config_free(c);
+}
+
+static void
+a_join_spreads_new_replicas_evenly_over_single_ranges(void **state)
+{
+	static const char *const cuts[] = {"f", "m", "t"};
+	static const uint32_t own[] = {1, 2, 1, 2};
+	kv_config *c = make(2, cuts, 3, own);
+	(void)state;
+
+	c = join_r(c, "tcp://127.0.0.1:7103", 2);
+	assert_int_equal(c->nranges, 4);
+	assert_spread(c, 2);
+	/* Primaries stay where they were. */
+	assert_int_equal(owner(c, "a"), 1);
+	assert_int_equal(owner(c, "g"), 2);
+	assert_int_equal(owner(c, "n"), 1);
+	assert_int_equal(owner(c, "u"), 2);
+	kv_config_free(c);
+}
+
+static void
+one_replica_joins_plan_exactly_as_before(void **state)
+{
+	static const char *const cuts[] = {"m"};
+	static const uint32_t own[] = {1, 2};
+	kv_config *c = make(2, cuts, 1, own), *a = NULL, *b = NULL;
+	kv_place_ctx x = ctx_of(NULL), y = ctx_of(NULL);
+	uint32_t id;
+	(void)state;
+
+	y.replicas = 1;
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7200", true, &x, &a, &id), KV_OK);
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7200", true, &y, &b, &id), KV_OK);
+	assert_int_equal(a->nranges, b->nranges);
+	assert_int_equal(a->nmigs, b->nmigs);
+	assert_true(a->nmigs > 0);
+	for (size_t i = 0; i < a->nranges; i++) {
+		assert_true(kv_range_same_placement(&a->ranges[i], &b->ranges[i]));
+		assert_int_equal(b->ranges[i].nreplicas, 0);
+	}
+	kv_config_free(a);
+	kv_config_free(b);
+	kv_config_free(c);
+}
+
+/* Nodes 1..3; [, m) replicas {1, 2, 3} ISR {1, 2, 3} at leader epoch 3;
+ * [m, ) replicas {2, 1, 3} ISR {2, 1} at leader epoch 4. */
+static kv_config *
+replicated3(void)
+{
+	static const char *const cuts[] = {"m"};
+	static const uint32_t own[] = {1, 2};
+	static const uint32_t r0[] = {1, 2, 3}, r1[] = {2, 1, 3};
+	kv_config *c = make(3, cuts, 1, own);
+
+	set_repl(c, 0, r0, 3, r0, 3, 3);
+	set_repl(c, 1, r1, 3, r1, 2, 4);
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	return c;
+}
+
+static kv_config *
+down(const kv_config *c, uint32_t node, kv_place_failover_stats *st)
+{
+	kv_config *n = NULL;
+	kv_node_state s = KV_NODE_DOWN;
+
+	assert_int_equal(kv_place_set_state(c, &node, &s, 1, &n), KV_OK);
+	assert_int_equal(kv_place_failover(n, st), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	return n;
+}
+
+static void
+failover_promotes_the_live_isr_member_leading_fewest_ranges(void **state)
+{
+	kv_config *c = replicated3(), *n;
+	kv_place_failover_stats st;
+	(void)state;
+
+	n = down(c, 1, &st);
+	/* [, m): 2 leads one range already, 3 none: 3 takes over. */
+	assert_int_equal(owner(n, "a"), 3);
+	assert_int_equal(n->ranges[0].leader_epoch, n->epoch);
+	assert_true(kv_range_has_replica(&n->ranges[0], 1, false)); /* still a replica */
+	assert_false(kv_range_has_replica(&n->ranges[0], 1, true));
+	assert_true(kv_range_has_replica(&n->ranges[0], 2, true));
+	/* [m, ): 1 leaves the ISR; primary and leader epoch stay. */
+	assert_int_equal(owner(n, "z"), 2);
+	assert_int_equal(n->ranges[1].leader_epoch, 4);
+	assert_false(kv_range_has_replica(&n->ranges[1], 1, true));
+	assert_true(kv_range_has_replica(&n->ranges[1], 1, false));
+	assert_int_equal(st.failovers, 1);
+	assert_int_equal(st.shrinks, 2);
+	assert_int_equal(st.stuck, 0);
+	assert_int_equal(st.nev, 1);
+	assert_int_equal(st.ev[0].from, 1);
+	assert_int_equal(st.ev[0].to, 3);
+	assert_int_equal(st.ev[0].leader_epoch, n->epoch);
+	assert_string_equal(st.ev[0].start, "\"\"");
+	assert_string_equal(st.ev[0].end, "\"m\"");
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+failover_without_a_live_isr_member_keeps_the_primary(void **state)
+{
+	static const char *const cuts[] = {"m"};
+	static const uint32_t own[] = {1, 2};
+	static const uint32_t r0[] = {1, 2};
+	kv_config *c = make(2, cuts, 1, own), *n;
+	kv_place_failover_stats st;
+	(void)state;
+
+	set_repl(c, 0, r0, 2, r0, 1, 3); /* ISR {1} */
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	n = down(c, 1, &st);
+	assert_int_equal(owner(n, "a"), 1);
+	assert_int_equal(n->ranges[0].leader_epoch, 3);
+	assert_int_equal(st.failovers, 0);
+	assert_int_equal(st.stuck, 1);
+	kv_config_free(n);
+	/* A single range led by a down node is left alone too. */
+	n = down(c, 2, &st);
+	assert_int_equal(owner(n, "z"), 2);
+	assert_int_equal(st.failovers, 0);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+two_down_nodes_leave_every_isr_and_ranges_fail_over_to_the_third(void **state)
+{
+	kv_config *c = replicated3(), *n = NULL;
+	uint32_t ids[] = {1, 2};
+	kv_node_state s[] = {KV_NODE_DOWN, KV_NODE_DOWN};
+	kv_place_failover_stats st;
+	(void)state;
+
+	assert_int_equal(kv_place_set_state(c, ids, s, 2, &n), KV_OK);
+	assert_int_equal(kv_place_failover(n, &st), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	/* [, m) has 3 in its ISR; [m, ) has no live ISR member: stays on 2,
+	 * and 1 (down) leaves its ISR. */
+	assert_int_equal(owner(n, "a"), 3);
+	assert_int_equal(kv_range_ninsync(&n->ranges[0]), 1);
+	assert_int_equal(owner(n, "z"), 2);
+	assert_int_equal(kv_range_ninsync(&n->ranges[1]), 1);
+	assert_int_equal(st.failovers, 1);
+	assert_int_equal(st.stuck, 1);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+isr_change_refusals_change_nothing(void **state)
+{
+	kv_config *c = replicated3(), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint32_t ch = 0;
+	(void)state;
+
+	/* neither or both of add and remove */
+	assert_int_equal(kv_place_isr_change(c, 1, B("a"), B("c"), 3, 0, 0, &x, &n, &ch),
+	                 KV_EINVAL);
+	assert_int_equal(kv_place_isr_change(c, 1, B("a"), B("c"), 3, 2, 3, &x, &n, &ch),
+	                 KV_EINVAL);
+	/* not the primary, or a stale leader epoch */
+	assert_int_equal(kv_place_isr_change(c, 2, B("a"), B("c"), 3, 0, 3, &x, &n, &ch),
+	                 KV_ESTALE);
+	assert_non_null(strstr(x.msg, "not the primary"));
+	assert_int_equal(kv_place_isr_change(c, 1, B("a"), B("c"), 2, 0, 3, &x, &n, &ch),
+	                 KV_ESTALE);
+	assert_non_null(strstr(x.msg, "leader epoch"));
+	/* a range that spills over into another primary's range */
+	assert_int_equal(kv_place_isr_change(c, 1, B("a"), B("z"), 3, 0, 3, &x, &n, &ch),
+	                 KV_ESTALE);
+	/* the primary is never removed; a non-replica is never added */
+	assert_int_equal(kv_place_isr_change(c, 1, B("a"), B("c"), 3, 0, 1, &x, &n, &ch),
+	                 KV_EINVAL);
+	assert_int_equal(kv_place_isr_change(c, 1, B("a"), B("c"), 3, 9, 0, &x, &n, &ch),
+	                 KV_EINVAL);
+	assert_non_null(strstr(x.msg, "not a replica"));
+	/* empty range, no primary named */
+	assert_int_equal(kv_place_isr_change(c, 1, B("c"), B("a"), 3, 0, 3, &x, &n, &ch),
+	                 KV_EINVAL);
+	assert_int_equal(kv_place_isr_change(c, 0, B("a"), B("c"), 3, 0, 3, &x, &n, &ch),
+	                 KV_EINVAL);
+	/* a down node does not join an ISR */
+	c->ranges[1].ninsync = 1;
+	c->nodes[2].state = KV_NODE_DOWN;
+	assert_int_equal(kv_place_isr_change(c, 2, B("n"), B("p"), 4, 3, 0, &x, &n, &ch), KV_EBUSY);
+	c->nodes[2].state = KV_NODE_ACTIVE;
+	/* a single range has no ISR to change */
+	kv_range_set_single(&c->ranges[1], 2);
+	assert_int_equal(kv_place_isr_change(c, 2, B("n"), B("p"), 4, 1, 0, &x, &n, &ch),
+	                 KV_EINVAL);
+	assert_non_null(strstr(x.msg, "not replicated"));
+	assert_null(n);
+	kv_config_free(c);
+}
+
+static void
+isr_change_splits_commits_and_merges_back(void **state)
+{
+	kv_config *c = replicated3(), *n = NULL, *m = NULL, *o = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint32_t ch = 0;
+	(void)state;
+
+	/* remove 3 from the ISR of [c, f) only: [, c) [c, f) [f, m) [m, ) */
+	assert_int_equal(kv_place_isr_change(c, 1, B("c"), B("f"), 3, 0, 3, &x, &n, &ch), KV_OK);
+	assert_non_null(n);
+	assert_int_equal(ch, 1);
+	assert_int_equal(n->epoch, c->epoch + 1);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(n->nranges, 4);
+	assert_false(kv_range_has_replica(&n->ranges[1], 3, true));
+	assert_true(kv_range_has_replica(&n->ranges[0], 3, true));
+	assert_true(kv_range_has_replica(&n->ranges[2], 3, true));
+	assert_int_equal(n->ranges[1].leader_epoch, 3);
+	/* asked again: in effect already, nothing to commit */
+	assert_int_equal(kv_place_isr_change(n, 1, B("c"), B("f"), 3, 0, 3, &x, &m, &ch), KV_OK);
+	assert_null(m);
+	/* 3 back in: the pieces merge into one range again */
+	assert_int_equal(kv_place_isr_change(n, 1, B(""), B("m"), 3, 3, 0, &x, &m, &ch), KV_OK);
+	assert_int_equal(ch, 1);
+	assert_int_equal(kv_config_validate(m), KV_OK);
+	assert_int_equal(m->nranges, 2);
+	/* 3 joins the ISR of [m, ) */
+	assert_int_equal(kv_place_isr_change(m, 2, B("m"), B(""), 4, 3, 0, &x, &o, &ch), KV_OK);
+	assert_int_equal(kv_range_ninsync(&o->ranges[1]), 3);
+	assert_int_equal(kv_config_validate(o), KV_OK);
+	kv_config_free(o);
+	kv_config_free(m);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+remove_drops_the_node_from_replica_sets_and_refuses_lost_isrs(void **state)
+{
+	kv_config *c = replicated3(), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint64_t failed[4];
+	size_t nf = 0;
+	uint32_t lost = 0;
+	static const uint32_t r1[] = {2, 1, 3};
+	(void)state;
+
+	/* [m, ) has ISR {2}: removing 2 would lose its acknowledged writes. */
+	set_repl(c, 1, r1, 3, r1, 1, 4);
+	c->nodes[1].state = KV_NODE_DOWN;
+	assert_int_equal(kv_place_remove(c, 2, false, false, &x, &n, &lost, failed, &nf), KV_EPERM);
+	assert_non_null(strstr(x.msg, "holds the only copy of 1 range"));
+	assert_null(n);
+	/* With the flag: an out-of-sync replica leads it, alone in the ISR. */
+	assert_int_equal(kv_place_remove(c, 2, false, true, &x, &n, &lost, failed, &nf), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(lost, 1);
+	assert_int_equal(owner(n, "z"), 1);
+	assert_int_equal(n->ranges[1].leader_epoch, n->epoch);
+	assert_int_equal(kv_range_ninsync(&n->ranges[1]), 1);
+	for (size_t i = 0; i < n->nranges; i++)
+		assert_false(kv_range_has_replica(&n->ranges[i], 2, false));
+	/* [, m) led by 1 keeps its leader epoch. */
+	assert_int_equal(owner(n, "a"), 1);
+	assert_int_equal(n->ranges[0].leader_epoch, 3);
+	kv_config_free(n);
+	/* Led by the removed node with another ISR member: no loss. */
+	kv_config_free(c);
+	c = replicated3();
+	c->nodes[1].state = KV_NODE_DOWN;
+	assert_int_equal(kv_place_remove(c, 2, false, false, &x, &n, &lost, failed, &nf), KV_OK);
+	assert_int_equal(lost, 0);
+	assert_int_equal(owner(n, "z"), 1);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+remove_with_replicas_refills_the_replica_sets(void **state)
+{
+	static const char *const cuts[] = {"m"};
+	static const uint32_t own[] = {1, 2};
+	static const uint32_t r0[] = {1, 2}, r1[] = {2, 1};
+	kv_config *c = make(3, cuts, 1, own), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint64_t failed[4];
+	size_t nf = 0;
+	uint32_t lost = 0;
+	(void)state;
+
+	set_repl(c, 0, r0, 2, r0, 2, 3);
+	set_repl(c, 1, r1, 2, r1, 2, 3);
+	c->nodes[1].state = KV_NODE_DOWN;
+	x.replicas = 2;
+	assert_int_equal(kv_place_remove(c, 2, false, false, &x, &n, &lost, failed, &nf), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	/* Both ranges now led by 1, with 3 as a new replica outside the ISR. */
+	for (size_t i = 0; i < n->nranges; i++) {
+		assert_int_equal(n->ranges[i].node, 1);
+		assert_true(kv_range_has_replica(&n->ranges[i], 3, false));
+		assert_false(kv_range_has_replica(&n->ranges[i], 3, true));
+	}
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+move_leave_rebalance_refuse_replicated_ranges(void **state)
+{
+	kv_config *c = replicated3(), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	assert_int_equal(kv_place_move(c, B("a"), B("c"), 3, &x, &n), KV_EPERM);
+	assert_non_null(strstr(x.msg, "not yet with replicas"));
+	assert_int_equal(kv_place_leave(c, 3, &x, &n), KV_EPERM);
+	assert_non_null(strstr(x.msg, "not yet with replicas"));
+	assert_int_equal(kv_place_rebalance(c, &x, &n), KV_EPERM);
+	assert_non_null(strstr(x.msg, "not yet with replicas"));
+	assert_null(n);
+	kv_config_free(c);
+}
+
+static void
+moving_a_single_range_keeps_the_replica_sets_of_the_others(void **state)
+{
+	static const char *const cuts[] = {"g", "m"};
+	static const uint32_t own[] = {1, 2, 3};
+	static const uint32_t r0[] = {1, 2};
+	kv_config *c = make(3, cuts, 2, own), *n = NULL, *f = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	set_repl(c, 0, r0, 2, r0, 2, 3);
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	assert_int_equal(kv_place_move(c, B("h"), B("j"), 3, &x, &n), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_true(kv_range_same_placement(&n->ranges[0], &c->ranges[0]));
+	assert_int_equal(owner(n, "i"), 3);
+	/* and so does the failed migration that gives the range back */
+	assert_int_equal(kv_place_finish(n, n->migs[0].id, false, &x, &f), KV_OK);
+	assert_int_equal(kv_config_validate(f), KV_OK);
+	assert_true(kv_range_same_placement(&f->ranges[0], &c->ranges[0]));
+	assert_int_equal(owner(f, "i"), 2);
+	kv_config_free(f);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static kv_bytes
+kb(const kv_buf *b)
+{
+	kv_bytes r = {b->data, b->len};
+	return r;
+}
+
+/* Random joins, downs, returns, ISR changes, removes and the commands that
+ * refuse replicated ranges, with 2 or 3 replicas: every result is valid,
+ * no key's leader epoch goes down and a key whose primary changes gets the
+ * new epoch, only the primary of a range may be down in its ISR, and a
+ * range whose primary is down has it alone in its ISR. */
+static void
+random_replicated_commands_keep_the_replica_invariants(void **state)
+{
+	static const char *const probes[] = {"", "b", "f", "k", "p", "t", "x", "zz"};
+	static const char *const cuts[] = {"f", "m", "t"};
+	static const uint32_t own[] = {1, 2, 3, 4};
+	kv_config *c = make(4, cuts, 3, own);
+	int applied = 0, failovers = 0, changes = 0;
+	(void)state;
+
+	for (int step = 0; step < 3000; step++) {
+		kv_place_ctx x = ctx_of(NULL);
+		kv_place_failover_stats st;
+		kv_config *n = NULL;
+		uint32_t id = 0, nn = (uint32_t)c->nnodes, lost, ch;
+		uint64_t failed[64];
+		size_t nf;
+		int rv = KV_OK;
+		char a[8], b[8];
+
+		x.replicas = 2 + (uint32_t)(step / 1000 % 2);
+		snprintf(a, sizeof(a), "%c", 'a' + rnd(26));
+		snprintf(b, sizeof(b), "%c%c", 'a' + rnd(26), 'a' + rnd(26));
+		uint32_t live = 0;
+		for (size_t i = 0; i < c->nnodes; i++)
+			live += c->nodes[i].state != KV_NODE_GONE;
+		switch (rnd(9)) {
+		case 0: {
+			char addr[64];
+			if (live >= 6)
+				break;
+			snprintf(addr, sizeof(addr), "tcp://10.0.0.%u:7000", rnd(8));
+			rv = kv_place_join(c, addr, rnd(5) != 0, &x, &n, &id);
+			break;
+		}
+		case 1:
+		case 2: { /* down or back */
+			uint32_t nd =
+			    rnd(2) ? c->ranges[rnd((uint32_t)c->nranges)].node : 1 + rnd(nn);
+			kv_node_state s = rnd(2) ? KV_NODE_DOWN : KV_NODE_ACTIVE;
+			const kv_node *k = kv_config_node(c, nd);
+			if (k->state == KV_NODE_GONE ||
+			    (s == KV_NODE_DOWN) != (k->state == KV_NODE_ACTIVE))
+				break;
+			rv = kv_place_set_state(c, &nd, &s, 1, &n);
+			if (rv == KV_OK && s == KV_NODE_DOWN) {
+				assert_int_equal(kv_place_failover(n, &st), KV_OK);
+				failovers += (int)st.failovers;
+			}
+			break;
+		}
+		case 3:
+		case 4: { /* ISR change from a range's primary, mostly at its leader epoch */
+			/* the whole range, or [a, a "m") inside or across ranges */
+			bool whole = rnd(2);
+			const kv_range *r = whole ? &c->ranges[rnd((uint32_t)c->nranges)]
+			                          : &c->ranges[kv_config_find_range(c, a, 1)];
+			uint32_t m = kv_range_replica(r, rnd(kv_range_nreplicas(r)));
+			uint64_t le = r->leader_epoch - (rnd(6) == 0);
+			bool add = rnd(2);
+			snprintf(b, sizeof(b), "%sm", a);
+			rv = kv_place_isr_change(c, r->node, whole ? kb(&r->start) : B(a),
+			                         whole ? kb(&r->end) : B(b), le, add ? m : 0,
+			                         add ? 0 : m, &x, &n, &ch);
+			changes += n != NULL;
+			break;
+		}
+		case 5:
+			rv = kv_place_remove(c, 1 + rnd(nn), false, rnd(2), &x, &n, &lost, failed,
+			                     &nf);
+			break;
+		case 6:
+			rv = kv_place_move(c, B(a), rnd(5) ? B(b) : B(""), 1 + rnd(nn), &x, &n);
+			break;
+		case 7:
+			rv = kv_place_leave(c, 1 + rnd(nn), &x, &n);
+			break;
+		default:
+			rv = kv_place_rebalance(c, &x, &n);
+			break;
+		}
+		assert_true(rv == KV_OK || rv == KV_EEXISTS || rv == KV_EINVAL || rv == KV_EBUSY ||
+		            rv == KV_ENOTFOUND || rv == KV_EPERM || rv == KV_ESTALE);
+		if (rv != KV_OK || n == NULL) {
+			assert_null(n);
+			continue;
+		}
+		assert_int_equal(kv_config_validate(n), KV_OK);
+		assert_int_equal(n->epoch, c->epoch + 1);
+		for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
+			long p = kv_config_find_range(c, probes[i], strlen(probes[i]));
+			long q = kv_config_find_range(n, probes[i], strlen(probes[i]));
+			if (p < 0)
+				continue;
+			assert_true(n->ranges[q].leader_epoch >= c->ranges[p].leader_epoch);
+			if (n->ranges[q].node != c->ranges[p].node)
+				assert_int_equal(n->ranges[q].leader_epoch, n->epoch);
+		}
+		for (size_t i = 0; i < n->nranges; i++) {
+			const kv_range *r = &n->ranges[i];
+			for (uint32_t j = 1; j < kv_range_ninsync(r); j++)
+				assert_int_not_equal(
+				    kv_config_node(n, kv_range_insync(r, j))->state, KV_NODE_DOWN);
+			if (kv_config_node(n, r->node)->state == KV_NODE_DOWN)
+				assert_int_equal(kv_range_ninsync(r), 1);
+		}
+		applied++;
+		kv_config_free(c);
+		c = n;
+	}
+	print_message("applied %d commands, %d failovers, %d ISR changes, %zu nodes, %zu ranges\n",
+	              applied, failovers, changes, c->nnodes, c->nranges);
+	assert_true(applied > 300);
+	assert_true(failovers > 5);
+	assert_true(changes > 20);
+	kv_config_free(c);
+}
+
 int
 main(void)
 {
@@ -909,6 +1487,20 @@ main(void)
 	    cmocka_unit_test(rebalance_skips_ranges_in_flight),
 	    cmocka_unit_test(random_commands_keep_the_map_valid_and_leave_moving_ranges_alone),
 	    cmocka_unit_test(midpoint_lies_strictly_inside),
+	    cmocka_unit_test(joins_with_two_replicas_add_the_newcomer_outside_the_isr),
+	    cmocka_unit_test(joins_with_three_replicas_fill_every_range),
+	    cmocka_unit_test(a_join_spreads_new_replicas_evenly_over_single_ranges),
+	    cmocka_unit_test(one_replica_joins_plan_exactly_as_before),
+	    cmocka_unit_test(failover_promotes_the_live_isr_member_leading_fewest_ranges),
+	    cmocka_unit_test(failover_without_a_live_isr_member_keeps_the_primary),
+	    cmocka_unit_test(two_down_nodes_leave_every_isr_and_ranges_fail_over_to_the_third),
+	    cmocka_unit_test(isr_change_refusals_change_nothing),
+	    cmocka_unit_test(isr_change_splits_commits_and_merges_back),
+	    cmocka_unit_test(remove_drops_the_node_from_replica_sets_and_refuses_lost_isrs),
+	    cmocka_unit_test(remove_with_replicas_refills_the_replica_sets),
+	    cmocka_unit_test(move_leave_rebalance_refuse_replicated_ranges),
+	    cmocka_unit_test(moving_a_single_range_keeps_the_replica_sets_of_the_others),
+	    cmocka_unit_test(random_replicated_commands_keep_the_replica_invariants),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
