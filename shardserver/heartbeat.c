@@ -187,26 +187,6 @@ kv_srv_set_gone(kv_server *s, const char *detail)
 		         "node_id=%u detail=\"%s\"", atomic_load(&s->node_id), detail);
 }
 
-bool
-kv_srv_lease_ok(kv_server *s, char *msg, size_t msglen)
-{
-	uint64_t sent = atomic_load(&s->lease_sent_ns), now;
-
-	if (atomic_load(&s->gone)) {
-		snprintf(msg, msglen, "node is gone from the cluster (removed or left)");
-		return false;
-	}
-	now = kv_now_ns();
-	if (sent != 0 && now < sent + s->lease_ns)
-		return true;
-	if (sent == 0)
-		snprintf(msg, msglen, "no lease yet: the controller has not confirmed this node");
-	else
-		snprintf(msg, msglen, "lease expired: controller unreachable for %llu ms",
-		         (unsigned long long)((now - sent) / 1000000u));
-	return false;
-}
-
 /* Whether the configuration this server follows says it is gone while it
  * is not leaving on its own (kv_server_leave ends that way by design). */
 static bool

@@ -228,29 +228,6 @@ kv_srv_metrics_set_ranges(kv_server *s, const kv_admin_range_stat *rs, size_t n)
 	free(old);
 }
 
-/* The test of kv_srv_lease_ok (heartbeat.c), made here from the same
- * atomics so that this file and heartbeat.c do not call each other: the
- * node is not gone and the last renewal answered OK is younger than the
- * lease. Otherwise writes why into msg. */
-static bool
-lease_held(kv_server *s, char *msg, size_t msglen)
-{
-	uint64_t sent = atomic_load(&s->lease_sent_ns), now = kv_now_ns();
-
-	if (atomic_load(&s->gone)) {
-		snprintf(msg, msglen, "node is gone from the cluster (removed or left)");
-		return false;
-	}
-	if (sent != 0 && now < sent + s->lease_ns)
-		return true;
-	if (sent == 0)
-		snprintf(msg, msglen, "no lease yet: the controller has not confirmed this node");
-	else
-		snprintf(msg, msglen, "lease expired: controller unreachable for %llu ms",
-		         (unsigned long long)((now - sent) / 1000000u));
-	return false;
-}
-
 static int
 render(void *arg, kv_buf *out)
 {
@@ -304,7 +281,7 @@ render(void *arg, kv_buf *out)
 	char why[160];
 	add(m, &n, "shardkv_server_lease_valid", KV_METRIC_GAUGE,
 	    "1 while the controller lease is held (data requests answered), else 0.",
-	    lease_held(s, why, sizeof(why)));
+	    kv_srv_lease_ok(s, why, sizeof(why)));
 	int inflight = atomic_load(&s->inflight);
 	add(m, &n, "shardkv_server_requests_inflight", KV_METRIC_GAUGE,
 	    "Requests received and not yet answered.", inflight > 0 ? (uint64_t)inflight : 0);
@@ -357,7 +334,7 @@ health(void *arg, char *why, size_t whylen)
 		snprintf(why, whylen, "stopping");
 		return KV_ECLOSED;
 	}
-	if (!lease_held(s, why, whylen))
+	if (!kv_srv_lease_ok(s, why, whylen))
 		return KV_EUNAVAIL;
 	return KV_OK;
 }
