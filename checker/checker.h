@@ -386,15 +386,15 @@ typedef struct {
 
 /* What the pauses look like in the history (chk_driver_pause_check). */
 typedef struct {
-	uint64_t keys;          /* keys the paused servers owned, summed over the pauses */
-	uint64_t acked_paused;  /* operations on them that succeeded while their owner was
-	                           stopped (must be 0: one copy, nobody else may answer) */
-	uint64_t held;          /* operations on them begun while their owner was stopped
-	                           that succeeded after its SIGCONT */
-	uint64_t failed;        /* operations on them, begun before a SIGCONT, that failed */
-	uint64_t unavailable;   /* ... of which refused as unavailable (lease expired) */
-	uint64_t served_again;  /* pauses after which an operation on those keys succeeded */
-	uint64_t back_ms_max;   /* the longest SIGCONT-to-first-success, ms */
+	uint64_t keys;         /* keys the paused servers owned, summed over the pauses */
+	uint64_t acked_paused; /* operations on them that succeeded while their owner was
+	                          stopped (must be 0: one copy, nobody else may answer) */
+	uint64_t held;         /* operations on them begun while their owner was stopped
+	                          that succeeded after its SIGCONT */
+	uint64_t failed;       /* operations on them, begun before a SIGCONT, that failed */
+	uint64_t unavailable;  /* ... of which refused as unavailable (lease expired) */
+	uint64_t served_again; /* pauses after which an operation on those keys succeeded */
+	uint64_t back_ms_max;  /* the longest SIGCONT-to-first-success, ms */
 } chk_pause_check;
 
 typedef struct chk_driver chk_driver;

@@ -59,12 +59,12 @@
 #define WAIT_PERCENT   40   /* steps run with --wait */
 #define RESTART_MIN_MS 300u /* a killed server restarts after 300..1500 ms */
 #define RESTART_MAX_MS 1500u
-#define GATE_HOLD_MS   3000u /* the gate stays closed after a failed cutting step */
-#define AUDIT_MAX      64    /* epochs read per tick at most */
-#define AIM_MS         300u  /* a timed kill waits this long at most for a log write */
-#define AIM_POLL_US    100u  /* ... polling the victim's threads this often */
-#define PAUSE_GRACE_MS 100u  /* a reply sent just before a SIGSTOP may arrive this late */
-#define PAUSE_GAP_MS   1000u /* at least this long between a SIGCONT and the next SIGSTOP */
+#define GATE_HOLD_MS   3000u  /* the gate stays closed after a failed cutting step */
+#define AUDIT_MAX      64     /* epochs read per tick at most */
+#define AIM_MS         300u   /* a timed kill waits this long at most for a log write */
+#define AIM_POLL_US    100u   /* ... polling the victim's threads this often */
+#define PAUSE_GRACE_MS 100u   /* a reply sent just before a SIGSTOP may arrive this late */
+#define PAUSE_GAP_MS   1000u  /* at least this long between a SIGCONT and the next SIGSTOP */
 #define WATCH_MS       15000u /* a paused node is watched this long after its SIGCONT */
 #define DEAD_DOWN_MS   20000u /* a node killed for good is seen down within this, or given up */
 #define MAX_PAUSES     4096   /* pauses kept for chk_driver_pause_check */
@@ -87,8 +87,8 @@ typedef struct {
  * On its own thread so that the pause lasts what was asked even while the
  * driver's thread waits in an admin call. */
 struct pauser {
-	pid_t pid;            /* whom (a child that cannot exit while stopped) */
-	unsigned ms;          /* how long */
+	pid_t pid;             /* whom (a child that cannot exit while stopped) */
+	unsigned ms;           /* how long */
 	atomic_bool cut_short; /* set by the driver: SIGCONT now */
 	atomic_bool done;      /* set by the thread once SIGCONT is sent */
 	uint64_t stop_ns;      /* written by the thread before `done`, read after join */
@@ -333,8 +333,8 @@ step_flags(chk_driver *d)
 	/* Nor while a server is stopped or dead: a migration from it would
 	 * hold the driver (and the pause's bookkeeping) for as long. */
 	for (int i = 0; d->cl && i < d->cl->nservers; i++)
-		if (d->cl->srv[i].state == CHK_SRV_KILLED || d->cl->srv[i].state == CHK_SRV_PAUSED ||
-		    d->cl->srv[i].state == CHK_SRV_DEAD)
+		if (d->cl->srv[i].state == CHK_SRV_KILLED ||
+		    d->cl->srv[i].state == CHK_SRV_PAUSED || d->cl->srv[i].state == CHK_SRV_DEAD)
 			return 0;
 	if (chk_rng_below(&d->rng, 100) < WAIT_PERCENT) {
 		d->st.waited++;
@@ -913,7 +913,8 @@ moving(const shardkv_config *cfg, const char *key)
 		size_t sl = m->start.len, el = m->end.len;
 		int cs = sl ? memcmp(m->start.data, key, sl < kl ? sl : kl) : 0;
 		int ce = el ? memcmp(key, m->end.data, kl < el ? kl : el) : -1;
-		if ((cs < 0 || (cs == 0 && sl <= kl)) && (el == 0 || ce < 0 || (ce == 0 && kl < el)))
+		if ((cs < 0 || (cs == 0 && sl <= kl)) &&
+		    (el == 0 || ce < 0 || (ce == 0 && kl < el)))
 			return true;
 	}
 	return false;
@@ -997,8 +998,8 @@ pause_start(chk_driver *d)
 	d->pausing = true;
 	d->pause_srv = i;
 	if (d->o->verbose)
-		chk_log("pause: SIGSTOP to %s (node %" PRIu32 ") for %u ms", cl->srv[i].url, r->node,
-		        d->o->pause_ms);
+		chk_log("pause: SIGSTOP to %s (node %" PRIu32 ") for %u ms", cl->srv[i].url,
+		        r->node, d->o->pause_ms);
 }
 
 /* Ends the pause once its thread has sent SIGCONT (at once when `now`). */
@@ -1037,7 +1038,8 @@ pause_finish(chk_driver *d, bool now)
 	uint64_t gap = chk_now_ns() + (uint64_t)PAUSE_GAP_MS * 1000000u;
 	d->next_pause = next > gap ? next : gap;
 	if (d->o->verbose)
-		chk_log("pause: SIGCONT to %s after %.0f ms", s->url, (double)(r->cont - r->stop) / 1e6);
+		chk_log("pause: SIGCONT to %s after %.0f ms", s->url,
+		        (double)(r->cont - r->stop) / 1e6);
 }
 
 /* Logs an instant nemesis event about a node's state. */
@@ -1131,7 +1133,8 @@ chk_driver_pause_check(chk_driver *d, const chk_key *keys, size_t nkeys, const c
 		/* Its keys: owned before the SIGSTOP and after the SIGCONT. */
 		for (size_t k = 0; k < nkeys; k++) {
 			size_t kl = strlen(keys[k].name);
-			own[k] = used[k] && owner_of(r->before, keys[k].name, kl, NULL) == r->node &&
+			own[k] = used[k] &&
+			         owner_of(r->before, keys[k].name, kl, NULL) == r->node &&
 			         owner_of(r->after, keys[k].name, kl, NULL) == r->node;
 			nown += own[k];
 		}
@@ -1239,8 +1242,9 @@ dead_fault(chk_driver *d)
 	/* A new node on a new address: registered like any --join. */
 	d->gone_srv = -1;
 	d->join_pending[i] = true;
-	d->join_nem[i] = nem_begin(d, "join", "\"server\": \"%s\", \"how\": \"--join\", \"wiped\": %" PRIu32,
-	                           s->url, node);
+	d->join_nem[i] =
+	    nem_begin(d, "join", "\"server\": \"%s\", \"how\": \"--join\", \"wiped\": %" PRIu32,
+	              s->url, node);
 	d->st.replacements++;
 	gate_close(d);
 }
@@ -1304,9 +1308,9 @@ gone_watch(chk_driver *d)
 		}
 		gate_close(d);
 		d->join_pending[i] = true;
-		d->join_nem[i] = nem_begin(d, "join",
-		                           "\"server\": \"%s\", \"how\": \"--join\", \"replaces\": %s",
-		                           d->cl->srv[i].url, node);
+		d->join_nem[i] = nem_begin(
+		    d, "join", "\"server\": \"%s\", \"how\": \"--join\", \"replaces\": %s",
+		    d->cl->srv[i].url, node);
 		d->st.replacements++;
 	}
 	uint64_t iv = (uint64_t)d->o->fault_iv_ms * 1000000u;

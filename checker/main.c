@@ -312,8 +312,8 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 			break;
 		case OPT_PAUSE:
 			if (!parse_num(optarg, 100, 600000, &v))
-				return usage_error("--pause wants 100 to 600000 milliseconds, not '%s'",
-				                   optarg);
+				return usage_error(
+				    "--pause wants 100 to 600000 milliseconds, not '%s'", optarg);
 			o->pause_ms = (unsigned)v;
 			break;
 		case OPT_PAUSE_INTERVAL:
@@ -321,7 +321,8 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 			if (!parse_num(optarg, 100, 3600000, &v))
 				return usage_error("%s wants 100 to 3600000 milliseconds, not '%s'",
 				                   argv[optind - 1], optarg);
-			*(ch == OPT_PAUSE_INTERVAL ? &o->pause_iv_ms : &o->fault_iv_ms) = (unsigned)v;
+			*(ch == OPT_PAUSE_INTERVAL ? &o->pause_iv_ms : &o->fault_iv_ms) =
+			    (unsigned)v;
 			break;
 		case OPT_KILL_NO_RESTART:
 			o->kill_no_restart = true;
@@ -778,10 +779,10 @@ print_json(const summary *s)
 	        ", \"faults\": {\"pauses\": %" PRIu64 ", \"paused_down\": %" PRIu64
 	        ", \"paused_back\": %" PRIu64 ", \"paused_keys\": %" PRIu64
 	        ", \"acked_while_stopped\": %" PRIu64 ", \"held_over_pause\": %" PRIu64
-	        ", \"failed_while_paused\": %" PRIu64
-	        ", \"unavailable_while_paused\": %" PRIu64 ", \"served_again\": %" PRIu64
-	        ", \"back_ms_max\": %" PRIu64 ", \"killed_for_good\": %" PRIu64
-	        ", \"removed\": %" PRIu64 ", \"replacements\": %" PRIu64 "}",
+	        ", \"failed_while_paused\": %" PRIu64 ", \"unavailable_while_paused\": %" PRIu64
+	        ", \"served_again\": %" PRIu64 ", \"back_ms_max\": %" PRIu64
+	        ", \"killed_for_good\": %" PRIu64 ", \"removed\": %" PRIu64
+	        ", \"replacements\": %" PRIu64 "}",
 	        d->pauses, d->pause_downs, d->pause_backs, s->pc.keys, s->pc.acked_paused,
 	        s->pc.held, s->pc.failed, s->pc.unavailable, s->pc.served_again, s->pc.back_ms_max,
 	        d->dead_kills, d->removes, d->replacements);
@@ -862,14 +863,16 @@ print_text(const summary *s)
 	}
 	if (d->pauses)
 		fprintf(f,
-		        "pauses: %" PRIu64 " (node seen down %" PRIu64 " times, active again %" PRIu64
-		        "); on %" PRIu64 " keys of paused servers: %" PRIu64
+		        "pauses: %" PRIu64 " (node seen down %" PRIu64
+		        " times, active again %" PRIu64 "); on %" PRIu64
+		        " keys of paused servers: %" PRIu64
 		        " operations succeeded while stopped, %" PRIu64
 		        " begun then succeeded after SIGCONT, %" PRIu64 " failed (%" PRIu64
 		        " unavailable); served again after %" PRIu64 " pauses, at most %" PRIu64
 		        " ms after SIGCONT\n",
 		        d->pauses, d->pause_downs, d->pause_backs, s->pc.keys, s->pc.acked_paused,
-		        s->pc.held, s->pc.failed, s->pc.unavailable, s->pc.served_again, s->pc.back_ms_max);
+		        s->pc.held, s->pc.failed, s->pc.unavailable, s->pc.served_again,
+		        s->pc.back_ms_max);
 	if (d->dead_kills)
 		fprintf(f,
 		        "servers killed for good or wiped: %" PRIu64 "; %" PRIu64

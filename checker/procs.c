@@ -99,8 +99,8 @@ start_controller(chk_cluster *c)
 	char bin[1100], data[1100];
 	snprintf(bin, sizeof(bin), "%s/shardkv-controller", c->bindir);
 	snprintf(data, sizeof(data), "%s/ctl", c->dir);
-	char *argv[] = {"shardkv-controller", "--listen", c->ctl_url, "--data-dir", data,
-	                NULL, NULL, NULL};
+	char *argv[] = {
+	    "shardkv-controller", "--listen", c->ctl_url, "--data-dir", data, NULL, NULL, NULL};
 	if (c->replicas[0]) {
 		argv[5] = "--replicas";
 		argv[6] = c->replicas;
@@ -274,10 +274,11 @@ chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned 
 	snprintf(c->ctl_log, sizeof(c->ctl_log), "%s/ctl.log", c->dir);
 	if (replicas > 0) {
 		if (!chk_cluster_controller_accepts(c, "--replicas")) {
-			fprintf(stderr,
-			        "checker: %s/shardkv-controller does not accept --replicas: ranges "
-			        "have one copy in this build, so --replicas %u cannot be passed on\n",
-			        c->bindir, replicas);
+			fprintf(
+			    stderr,
+			    "checker: %s/shardkv-controller does not accept --replicas: ranges "
+			    "have one copy in this build, so --replicas %u cannot be passed on\n",
+			    c->bindir, replicas);
 			return -2;
 		}
 		snprintf(c->replicas, sizeof(c->replicas), "%u", replicas);

@@ -76,7 +76,7 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   # which ctest reports as skipped. Label "netns"; KV_NETNS_DURATION=S runs
   # it longer by hand.
   kv_add_test(test_netns_faults SOURCES robustness/test_netns_faults.c
-    LIBS shardkv kv_netns_util TIMEOUT 300 LABELS integration netns)
+    LIBS shardkv kv_netns_util kv_fake_ctl TIMEOUT 420 LABELS integration netns)
   set_tests_properties(test_netns_faults PROPERTIES SKIP_RETURN_CODE 77)
   target_compile_definitions(test_netns_faults PRIVATE
     KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>"
