@@ -92,6 +92,9 @@ typedef struct {
 	unsigned fault_iv_ms;    /* --fault-interval: mean ms between --kill-no-restart and
 	                            --wipe faults */
 	unsigned replicas;       /* --replicas: the controller's --replicas (0: not passed) */
+	bool one_copy_faults;    /* $SHARDKV_CHECKER_ONE_COPY_FAULTS=1: run --kill-no-restart
+	                            and --wipe with one copy (removes with data loss; the
+	                            history then shows the lost writes) */
 } chk_opts;
 
 /* Monotonic nanoseconds. */
@@ -197,7 +200,8 @@ bool chk_cluster_controller_accepts(chk_cluster *c, const char *opt);
  * when it did not run. */
 int chk_cluster_kill_server(chk_cluster *c, int i);
 
-/* Deletes server i's data dir (it must not run). Returns 0 or -1. */
+/* Deletes server i's data dir (it must not run) and gives it a new free
+ * address, so that it starts again as a new node. Returns 0 or -1. */
 int chk_cluster_wipe_server(chk_cluster *c, int i);
 
 /* Starts server i again with its URL and (possibly wiped) data dir, with

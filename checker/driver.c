@@ -328,7 +328,7 @@ step_flags(chk_driver *d)
 	 * restarts it, so a migration to or from it would wait for nothing.
 	 * None with --kill-interval either: a waiting step would hold the
 	 * timed kills off for as long as it waits. */
-	if (d->o->kill_ms)
+	if (d->o->kill_ms || d->gone_node != 0)
 		return 0;
 	/* Nor while a server is stopped or dead: a migration from it would
 	 * hold the driver (and the pause's bookkeeping) for as long. */
@@ -1226,7 +1226,8 @@ dead_fault(chk_driver *d)
 	d->gone_since = chk_now_ns();
 	d->gone_srv = i;
 	if (d->o->verbose)
-		chk_log("kill: SIGKILL to %s (node %" PRIu32 "), not restarted", s->url, node);
+		chk_log("kill: SIGKILL to %s (node %" PRIu32 "), %s", s->url, node,
+		        wipe ? "to be wiped" : "not restarted");
 	if (!wipe)
 		return;
 	char old[sizeof(s->url)];
@@ -1281,8 +1282,14 @@ gone_watch(chk_driver *d)
 	snprintf(node, sizeof(node), "%" PRIu32, d->gone_node);
 	size_t ne = nem_begin(d, "remove", "\"node\": %" PRIu32, d->gone_node);
 	gate_close(d);
-	int rv = shardkv_remove(d->admin, node, 0, &res, &lost);
+	/* With one copy (SHARDKV_CHECKER_ONE_COPY_FAULTS) its ranges go to
+	 * other nodes empty: the history shows what they held as lost. */
+	unsigned flags =
+	    d->o->one_copy_faults && d->o->replicas <= 1 ? SHARDKV_ACCEPT_DATA_LOSS : 0;
+	int rv = shardkv_remove(d->admin, node, flags, &res, &lost);
 	nem_end_rv(d, ne, rv, &res);
+	if (rv == 0 && lost)
+		chk_log("remove %s: %" PRIu32 " ranges lost their only copy", node, lost);
 	gate_after(d, rv, &res);
 	if (rv == SHARDKV_EBUSY) {
 		d->st.busy++;
@@ -1554,5 +1561,16 @@ chk_driver_settle_procs(chk_driver *d)
 	if (d->cl) {
 		pause_finish(d, true);
 		poll_procs(d, true);
+		/* A node killed for good near the end is removed before the final
+		 * reads (gone_watch gives up DEAD_DOWN_MS after the kill; busy
+		 * retries stop at twice that). */
+		while (d->gone_node != 0 &&
+		       chk_now_ns() - d->gone_since < 2ull * DEAD_DOWN_MS * 1000000u) {
+			struct timespec ts = {0, (long)TICK_MS * 1000000L};
+			gone_watch(d);
+			if (d->gone_node != 0)
+				nanosleep(&ts, NULL);
+		}
+		d->gone_node = 0;
 	}
 }

@@ -479,7 +479,15 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		return usage_error("--kill-no-restart, --wipe and --fault-interval need --spawn");
 	if (o->fault_iv_ms && !o->kill_no_restart && !o->wipe)
 		return usage_error("--fault-interval needs --kill-no-restart or --wipe");
-	if ((o->kill_no_restart || o->wipe) && o->replicas <= 1)
+	const char *ocf = getenv("SHARDKV_CHECKER_ONE_COPY_FAULTS");
+	o->one_copy_faults = ocf && strcmp(ocf, "1") == 0 && (o->kill_no_restart || o->wipe);
+	if (o->one_copy_faults && o->replicas <= 1)
+		fprintf(stderr,
+		        "shardkv-checker: SHARDKV_CHECKER_ONE_COPY_FAULTS=1: %s with one copy per "
+		        "range: the node's ranges are removed with --accept-data-loss, so the run "
+		        "is expected to report lost writes\n",
+		        o->kill_no_restart ? "--kill-no-restart" : "--wipe");
+	else if ((o->kill_no_restart || o->wipe) && o->replicas <= 1)
 		return usage_error(
 		    "%s needs ranges with more than one copy (--replicas 2 or more): with one "
 		    "copy a node killed for good (or wiped) simply takes its ranges' data with it, "

@@ -216,6 +216,8 @@ wait_controller(chk_cluster *c)
 	return rv == 0 ? 0 : -1;
 }
 
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw);
+
 bool
 chk_cluster_controller_accepts(chk_cluster *c, const char *opt)
 {
@@ -279,6 +281,8 @@ chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned 
 			    "checker: %s/shardkv-controller does not accept --replicas: ranges "
 			    "have one copy in this build, so --replicas %u cannot be passed on\n",
 			    c->bindir, replicas);
+			nftw(c->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); /* nothing started */
+			c->dir[0] = 0;
 			return -2;
 		}
 		snprintf(c->replicas, sizeof(c->replicas), "%u", replicas);
@@ -511,7 +515,11 @@ chk_cluster_wipe_server(chk_cluster *c, int i)
 		return -1;
 	if (nftw(c->srv[i].data, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
 		return -1;
-	return access(c->srv[i].data, F_OK) == 0 ? -1 : 0;
+	if (access(c->srv[i].data, F_OK) == 0)
+		return -1;
+	/* A new node gets a new address: the old node keeps its own in the
+	 * configuration until it is removed. */
+	return kv_proc_free_url(c->srv[i].url, sizeof(c->srv[i].url)) == 0 ? 0 : -1;
 }
 
 void
