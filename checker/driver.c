@@ -1426,7 +1426,9 @@ poll_procs(chk_driver *d, bool restart_now)
 			chk_cluster_signal(cl, i, SIGINT);
 			s->state = CHK_SRV_STOPPING;
 		}
-		if (s->pid > 0 && chk_cluster_poll_exit(cl, i)) {
+		/* Not reaped while the pauser thread may still signal its pid
+		 * (it cannot exit while stopped anyway); checked after. */
+		if (s->pid > 0 && s->state != CHK_SRV_PAUSED && chk_cluster_poll_exit(cl, i)) {
 			if (s->state == CHK_SRV_TERMINATING && cfg && nd &&
 			    nd->state != SHARDKV_NODE_GONE) {
 				chk_log("%s exited after SIGTERM but is still %s: it did not drain "
