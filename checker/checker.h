@@ -83,6 +83,18 @@ typedef struct {
 	unsigned del_pct;        /* --deletes: % of single-key ops that delete a register */
 	unsigned scan_pct;       /* --scans: % of blocking ops that scan registers (0: none) */
 	unsigned scan_limit;     /* --scan-limit: entries a scan asks for at most */
+	unsigned pause_ms;       /* --pause: SIGSTOP a server this long, then SIGCONT; 0: off */
+	unsigned pause_iv_ms;    /* --pause-interval: mean time between two pauses' starts */
+	bool kill_no_restart;    /* --kill-no-restart: SIGKILL a server for good, remove it
+	                            once down, join a replacement (needs replicas >= 2) */
+	bool wipe;               /* --wipe: SIGKILL a server, delete its data dir, start it
+	                            again as a new node (needs replicas >= 2) */
+	unsigned fault_iv_ms;    /* --fault-interval: mean ms between --kill-no-restart and
+	                            --wipe faults */
+	unsigned replicas;       /* --replicas: the controller's --replicas (0: not passed) */
+	bool one_copy_faults;    /* $SHARDKV_CHECKER_ONE_COPY_FAULTS=1: run --kill-no-restart
+	                            and --wipe with one copy (removes with data loss; the
+	                            history then shows the lost writes) */
 } chk_opts;
 
 /* Monotonic nanoseconds. */
@@ -129,6 +141,9 @@ typedef enum {
 	CHK_SRV_STOPPING,    /* SIGINT sent after it was gone */
 	CHK_SRV_KILLED,      /* SIGKILLed (--kill); restarted at restart_ns */
 	CHK_SRV_STOPPED,     /* exited; not restarted */
+	CHK_SRV_PAUSED,      /* SIGSTOPped (--pause); SIGCONT at the pause's end */
+	CHK_SRV_DEAD,        /* SIGKILLed for good (--kill-no-restart, --wipe): its node is
+	                        removed once the controller says it is down */
 } chk_srv_state;
 
 /* One shardkv-server started by the checker. */
@@ -148,6 +163,7 @@ typedef struct {
 	char dir[1024];                     /* DIR/run-XXXXXX */
 	char bindir[1024];                  /* where the daemons are */
 	char fsync[8];                      /* --fsync for servers; empty: their default */
+	char replicas[12];                  /* --replicas for the controller; empty: none */
 	char ctl_url[400];                  /* the controller's --listen; replicated: every
 	                                       replica's, comma-separated */
 	int nctl;                           /* controller replicas; 1: standalone (ctl_*) */
@@ -169,10 +185,28 @@ typedef struct {
  * Makes DIR (if needed) and a fresh DIR/run-XXXXXX in it, finds the daemons
  * (`$SHARDKV_BIN_DIR`, else the checker's own directory) and starts the
  * controller. Installs the exit paths that kill every child. Servers get
- * `--fsync FSYNC` when it is not NULL. Returns 0 or
- * -1 (reason on stderr).
+ * `--fsync FSYNC` when it is not NULL; the controller(s) `--replicas R` when
+ * replicas is not 0. Returns 0, -1 (reason on stderr) or -2 when the
+ * controller does not accept --replicas (its --help does not list it).
  */
-int chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned nctl);
+int chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned nctl,
+                       unsigned replicas);
+
+/* Whether the controller binary lists `opt` (say "--replicas") in its
+ * --help output. */
+bool chk_cluster_controller_accepts(chk_cluster *c, const char *opt);
+
+/* SIGKILLs server i and reaps it (waits for its exit). Returns 0, or -1
+ * when it did not run. */
+int chk_cluster_kill_server(chk_cluster *c, int i);
+
+/* Deletes server i's data dir (it must not run) and gives it a new free
+ * address, so that it starts again as a new node. Returns 0 or -1. */
+int chk_cluster_wipe_server(chk_cluster *c, int i);
+
+/* Starts server i again with its URL and (possibly wiped) data dir, with
+ * --join when `join`. Returns 0 or -1. */
+int chk_cluster_start_server(chk_cluster *c, int i, bool join);
 
 /* Replicated control plane: SIGKILLs replica k at once (no reaping; see
  * chk_cluster_controller_alive), marks it to be restarted at restart_ns. */
@@ -346,7 +380,26 @@ typedef struct {
 	uint64_t ctl_kills;     /* --kill-controller: leader replicas killed */
 	uint64_t gate_leaks;    /* groups found split while mputs could run (see workload) */
 	uint64_t kills_in_log;  /* --kill-interval kills that landed in a log write or sync */
+	uint64_t pauses;        /* --pause: servers SIGSTOPped and resumed */
+	uint64_t pause_downs;   /* ... seen `down` in a configuration while paused or after */
+	uint64_t pause_backs;   /* ... seen `active` again after that */
+	uint64_t dead_kills;    /* --kill-no-restart, --wipe: servers killed for good or wiped */
+	uint64_t removes;       /* ... their down nodes removed (`shardkv remove`) */
+	uint64_t replacements;  /* ... replacement (or wiped) servers started with --join */
 } chk_driver_stats;
+
+/* What the pauses look like in the history (chk_driver_pause_check). */
+typedef struct {
+	uint64_t keys;         /* keys the paused servers owned, summed over the pauses */
+	uint64_t acked_paused; /* operations on them that succeeded while their owner was
+	                          stopped (must be 0: one copy, nobody else may answer) */
+	uint64_t held;         /* operations on them begun while their owner was stopped
+	                          that succeeded after its SIGCONT */
+	uint64_t failed;       /* operations on them, begun before a SIGCONT, that failed */
+	uint64_t unavailable;  /* ... of which refused as unavailable (lease expired) */
+	uint64_t served_again; /* pauses after which an operation on those keys succeeded */
+	uint64_t back_ms_max;  /* the longest SIGCONT-to-first-success, ms */
+} chk_pause_check;
 
 typedef struct chk_driver chk_driver;
 
@@ -360,9 +413,18 @@ chk_driver *chk_driver_create(const chk_opts *o, shardkv_client *admin, chk_clus
  * (ms). Main thread only. */
 unsigned chk_driver_tick(chk_driver *d, bool steps);
 
-/* Restarts killed servers and stops leaving ones that are gone (end of
- * run). */
+/* Restarts killed servers, resumes a paused one and stops leaving ones
+ * that are gone (end of run). */
 void chk_driver_settle_procs(chk_driver *d);
+
+/*
+ * Lines each pause up with the operations on the keys its server owned
+ * (before the SIGSTOP and after the SIGCONT: keys that moved meanwhile are
+ * left out), fills *out and adds to each pause's nemesis event what it
+ * found. Call after the run, before chk_driver_nemesis.
+ */
+void chk_driver_pause_check(chk_driver *d, const chk_key *keys, size_t nkeys, const chk_op *ops,
+                            size_t nops, chk_pause_check *out);
 
 const chk_driver_stats *chk_driver_get_stats(const chk_driver *d);
 

@@ -45,6 +45,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,10 +59,41 @@
 #define WAIT_PERCENT   40   /* steps run with --wait */
 #define RESTART_MIN_MS 300u /* a killed server restarts after 300..1500 ms */
 #define RESTART_MAX_MS 1500u
-#define GATE_HOLD_MS   3000u /* the gate stays closed after a failed cutting step */
-#define AUDIT_MAX      64    /* epochs read per tick at most */
-#define AIM_MS         300u  /* a timed kill waits this long at most for a log write */
-#define AIM_POLL_US    100u  /* ... polling the victim's threads this often */
+#define GATE_HOLD_MS   3000u  /* the gate stays closed after a failed cutting step */
+#define AUDIT_MAX      64     /* epochs read per tick at most */
+#define AIM_MS         300u   /* a timed kill waits this long at most for a log write */
+#define AIM_POLL_US    100u   /* ... polling the victim's threads this often */
+#define PAUSE_GRACE_MS 100u   /* a reply sent just before a SIGSTOP may arrive this late */
+#define PAUSE_GAP_MS   1000u  /* at least this long between a SIGCONT and the next SIGSTOP */
+#define WATCH_MS       15000u /* a paused node is watched this long after its SIGCONT */
+#define DEAD_DOWN_MS   20000u /* a node killed for good is seen down within this, or given up */
+#define MAX_PAUSES     4096   /* pauses kept for chk_driver_pause_check */
+
+/* One --pause: the server stopped, its node, when, and the configurations
+ * before the SIGSTOP and after the SIGCONT (to tell which keys it owned
+ * throughout). */
+typedef struct {
+	size_t nem;             /* its nemesis event */
+	uint32_t node;          /* the paused server's node id */
+	uint64_t stop, cont;    /* SIGSTOP and SIGCONT (ns); cont 0: still paused */
+	shardkv_config *before; /* read just before the SIGSTOP (owned) */
+	shardkv_config *after;  /* read just after the SIGCONT (owned; may be NULL) */
+	uint64_t epoch;         /* the last epoch watched for its node's state */
+	bool down_seen;         /* a configuration said `down` */
+	bool back_seen;         /* ... and later `active` again */
+} pause_rec;
+
+/* The thread that ends a pause: it sends SIGSTOP, sleeps, sends SIGCONT.
+ * On its own thread so that the pause lasts what was asked even while the
+ * driver's thread waits in an admin call. */
+struct pauser {
+	pid_t pid;             /* whom (a child that cannot exit while stopped) */
+	unsigned ms;           /* how long */
+	atomic_bool cut_short; /* set by the driver: SIGCONT now */
+	atomic_bool done;      /* set by the thread once SIGCONT is sent */
+	uint64_t stop_ns;      /* written by the thread before `done`, read after join */
+	uint64_t cont_ns;      /* ditto */
+};
 
 struct chk_driver {
 	const chk_opts *o;                  /* options */
@@ -82,6 +114,19 @@ struct chk_driver {
 	uint64_t seen_epoch;                /* the last epoch audited */
 	bool hot;                           /* hot keys are marked */
 	uint64_t next_kill;                 /* --kill-interval: the next timed kill (ns) */
+	uint64_t next_pause;                /* --pause: the next SIGSTOP (ns) */
+	pause_rec *pauses;                  /* every pause so far */
+	size_t npauses, cappauses;          /* used and allocated */
+	bool pausing;                       /* the pauser thread runs */
+	int pause_srv;                      /* ... on this server */
+	pthread_t pthr;                     /* ... the thread */
+	struct pauser pz;                   /* ... and what it shares with it */
+	size_t watch;                       /* pauses[watch]'s node is watched; SIZE_MAX: none */
+	uint64_t watch_until;               /* ... until then (ns) */
+	uint64_t next_fault;                /* --kill-no-restart, --wipe: the next fault (ns) */
+	uint32_t gone_node;                 /* a node killed for good, to remove once down */
+	int gone_srv;                       /* its slot when it stays dead; -1: reused (wipe) */
+	uint64_t gone_since;                /* when it was killed (ns) */
 };
 
 chk_driver *
@@ -99,6 +144,10 @@ chk_driver_create(const chk_opts *o, shardkv_client *admin, chk_cluster *cl, chk
 	d->max_active = o->servers + 2;
 	d->next_step = chk_now_ns() + (uint64_t)o->reconfig_ms * 1000000u;
 	d->next_kill = chk_now_ns() + (uint64_t)o->kill_ms * 1000000u;
+	d->next_pause = chk_now_ns() + (uint64_t)o->pause_iv_ms * 1000000u / 2;
+	d->next_fault = chk_now_ns() + (uint64_t)o->fault_iv_ms * 1000000u / 2;
+	d->watch = SIZE_MAX;
+	d->gone_srv = -1;
 	for (int i = 0; i < CHK_MAX_SERVERS; i++)
 		d->join_nem[i] = SIZE_MAX;
 	return d;
@@ -111,6 +160,15 @@ chk_driver_destroy(chk_driver *d)
 		return;
 	if (d->gate)
 		chk_workload_mk_unblock(d->w);
+	if (d->pausing) {
+		atomic_store(&d->pz.cut_short, true);
+		pthread_join(d->pthr, NULL);
+	}
+	for (size_t i = 0; i < d->npauses; i++) {
+		shardkv_config_free(d->pauses[i].before);
+		shardkv_config_free(d->pauses[i].after);
+	}
+	free(d->pauses);
 	free(d->nem);
 	free(d);
 }
@@ -270,10 +328,13 @@ step_flags(chk_driver *d)
 	 * restarts it, so a migration to or from it would wait for nothing.
 	 * None with --kill-interval either: a waiting step would hold the
 	 * timed kills off for as long as it waits. */
-	if (d->o->kill_ms)
+	if (d->o->kill_ms || d->gone_node != 0)
 		return 0;
+	/* Nor while a server is stopped or dead: a migration from it would
+	 * hold the driver (and the pause's bookkeeping) for as long. */
 	for (int i = 0; d->cl && i < d->cl->nservers; i++)
-		if (d->cl->srv[i].state == CHK_SRV_KILLED)
+		if (d->cl->srv[i].state == CHK_SRV_KILLED ||
+		    d->cl->srv[i].state == CHK_SRV_PAUSED || d->cl->srv[i].state == CHK_SRV_DEAD)
 			return 0;
 	if (chk_rng_below(&d->rng, 100) < WAIT_PERCENT) {
 		d->st.waited++;
@@ -806,6 +867,463 @@ step_kill_ctl(chk_driver *d, const shardkv_config *cfg)
 		step_rebalance(d, cfg);
 }
 
+/* ---------------------------------------------------------------------------
+ * --pause: SIGSTOP a server for longer than its lease, then SIGCONT
+ * ------------------------------------------------------------------------- */
+
+static void *
+pauser_main(void *arg)
+{
+	struct pauser *p = arg;
+	uint64_t until;
+
+	p->stop_ns = chk_now_ns();
+	kill(p->pid, SIGSTOP);
+	until = p->stop_ns + (uint64_t)p->ms * 1000000u;
+	while (chk_now_ns() < until && !atomic_load(&p->cut_short)) {
+		struct timespec ts = {0, 5000000};
+		nanosleep(&ts, NULL);
+	}
+	kill(p->pid, SIGCONT);
+	p->cont_ns = chk_now_ns();
+	atomic_store(&p->done, true);
+	return NULL;
+}
+
+/* Whether a server is down on purpose or waits to be restarted: no pause
+ * or fault for good starts then. */
+static bool
+any_down(const chk_driver *d)
+{
+	for (int i = 0; i < d->cl->nservers; i++)
+		if (d->cl->srv[i].state == CHK_SRV_KILLED || d->cl->srv[i].state == CHK_SRV_DEAD ||
+		    d->cl->srv[i].state == CHK_SRV_PAUSED)
+			return true;
+	return d->gone_node != 0;
+}
+
+/* Whether key is in a range that a migration of cfg moves. */
+static bool
+moving(const shardkv_config *cfg, const char *key)
+{
+	size_t kl = strlen(key);
+
+	for (size_t i = 0; i < cfg->nmigrations && cfg->migrations; i++) {
+		const shardkv_migration *m = &cfg->migrations[i];
+		size_t sl = m->start.len, el = m->end.len;
+		int cs = sl ? memcmp(m->start.data, key, sl < kl ? sl : kl) : 0;
+		int ce = el ? memcmp(key, m->end.data, kl < el ? kl : el) : -1;
+		if ((cs < 0 || (cs == 0 && sl <= kl)) &&
+		    (el == 0 || ce < 0 || (ce == 0 && kl < el)))
+			return true;
+	}
+	return false;
+}
+
+/* The owner of one of the checker's keys in use (a random one, from a
+ * random start through all of them) among the servers idx[0..n), or -1. */
+static int
+key_owner(chk_driver *d, const shardkv_config *cfg, const int *idx, size_t n)
+{
+	size_t nb = 0;
+	const char **b = chk_workload_boundaries(d->w, &nb);
+	int v = -1;
+
+	for (size_t t = 0, k0 = nb ? chk_rng_below(&d->rng, nb) : 0; b && t < nb && v < 0; t++) {
+		const char *k = b[(k0 + t) % nb];
+		if (moving(cfg, k))
+			continue;
+		uint32_t id = owner_of(cfg, k, strlen(k), NULL);
+		for (size_t j = 0; j < n && v < 0; j++) {
+			const shardkv_node *nd = node_by_url(cfg, d->cl->srv[idx[j]].url);
+			if (nd != NULL && nd->id == id)
+				v = idx[j];
+		}
+	}
+	free(b);
+	return v;
+}
+
+/* Starts a pause of the owner of one of the checker's keys. */
+static void
+pause_start(chk_driver *d)
+{
+	chk_cluster *cl = d->cl;
+	shardkv_config *cfg = NULL;
+	int idx[CHK_MAX_SERVERS];
+
+	if (any_down(d) || d->npauses >= MAX_PAUSES)
+		return;
+	if (d->npauses == d->cappauses) {
+		size_t cap = d->cappauses ? 2 * d->cappauses : 16;
+		pause_rec *x = realloc(d->pauses, cap * sizeof(*x));
+		if (x == NULL)
+			return;
+		d->pauses = x;
+		d->cappauses = cap;
+	}
+	if (shardkv_config_get(d->admin, 0, &cfg) != 0)
+		return;
+	size_t n = active_servers(d, cfg, idx);
+	if (n == 0) {
+		shardkv_config_free(cfg);
+		return;
+	}
+	int i = key_owner(d, cfg, idx, n);
+	if (i < 0) { /* none of the keys is on a server that may stop now */
+		shardkv_config_free(cfg);
+		return;
+	}
+	const shardkv_node *nd = node_by_url(cfg, cl->srv[i].url);
+	pause_rec *r = &d->pauses[d->npauses];
+	memset(r, 0, sizeof(*r));
+	r->node = nd ? nd->id : 0;
+	r->before = cfg;
+	r->epoch = cfg->epoch;
+	memset(&d->pz, 0, sizeof(d->pz));
+	d->pz.pid = cl->srv[i].pid;
+	d->pz.ms = d->o->pause_ms;
+	r->nem = nem_begin(d, "pause",
+	                   "\"server\": \"%s\", \"node\": %" PRIu32
+	                   ", \"ms\": %u, \"signal\": \"SIGSTOP\"",
+	                   cl->srv[i].url, r->node, d->o->pause_ms);
+	cl->srv[i].state = CHK_SRV_PAUSED;
+	if (pthread_create(&d->pthr, NULL, pauser_main, &d->pz) != 0) {
+		cl->srv[i].state = CHK_SRV_RUNNING;
+		nem_end(d, r->nem, "\"result\": \"not started\"");
+		shardkv_config_free(cfg);
+		return;
+	}
+	d->npauses++;
+	d->pausing = true;
+	d->pause_srv = i;
+	if (d->o->verbose)
+		chk_log("pause: SIGSTOP to %s (node %" PRIu32 ") for %u ms", cl->srv[i].url,
+		        r->node, d->o->pause_ms);
+}
+
+/* Ends the pause once its thread has sent SIGCONT (at once when `now`). */
+static void
+pause_finish(chk_driver *d, bool now)
+{
+	if (!d->pausing)
+		return;
+	if (now)
+		atomic_store(&d->pz.cut_short, true);
+	else if (!atomic_load(&d->pz.done))
+		return;
+	pthread_join(d->pthr, NULL);
+	d->pausing = false;
+	pause_rec *r = &d->pauses[d->npauses - 1];
+	chk_server *s = &d->cl->srv[d->pause_srv];
+	r->stop = d->pz.stop_ns;
+	r->cont = d->pz.cont_ns;
+	if (r->nem < d->nnem) {
+		d->nem[r->nem].start = r->stop;
+		d->nem[r->nem].end = r->cont;
+		snprintf(d->nem[r->nem].result, sizeof(d->nem[r->nem].result),
+		         "\"result\": \"resumed\"");
+	}
+	if (s->state == CHK_SRV_PAUSED)
+		s->state = CHK_SRV_RUNNING;
+	if (shardkv_config_get(d->admin, 0, &r->after) != 0)
+		r->after = NULL;
+	d->st.pauses++;
+	d->watch = d->npauses - 1;
+	d->watch_until = r->cont + (uint64_t)WATCH_MS * 1000000u;
+	/* The next SIGSTOP: --pause-interval after this one's, give or take
+	 * half, and not before PAUSE_GAP_MS from now. */
+	uint64_t iv = (uint64_t)d->o->pause_iv_ms * 1000000u;
+	uint64_t next = r->stop + iv / 2 + chk_rng_below(&d->rng, iv + 1);
+	uint64_t gap = chk_now_ns() + (uint64_t)PAUSE_GAP_MS * 1000000u;
+	d->next_pause = next > gap ? next : gap;
+	if (d->o->verbose)
+		chk_log("pause: SIGCONT to %s after %.0f ms", s->url,
+		        (double)(r->cont - r->stop) / 1e6);
+}
+
+/* Logs an instant nemesis event about a node's state. */
+static void
+nem_node(chk_driver *d, const char *f, uint32_t node, const char *why)
+{
+	size_t ne = nem_begin(d, f, "\"node\": %" PRIu32 ", \"cause\": \"%s\"", node, why);
+	nem_end(d, ne, "\"result\": \"seen\"");
+	if (d->o->verbose)
+		chk_log("%s: node %" PRIu32 " (%s)", f, node, why);
+}
+
+/* Notes the paused node's state in cfg: `down`, then `active` again. */
+static void
+pause_note(chk_driver *d, pause_rec *r, const shardkv_config *cfg)
+{
+	const shardkv_node *nd = NULL;
+
+	for (size_t i = 0; i < cfg->nnodes; i++)
+		if (cfg->nodes[i].id == r->node)
+			nd = &cfg->nodes[i];
+	if (nd && nd->state == SHARDKV_NODE_DOWN && !r->down_seen) {
+		r->down_seen = true;
+		d->st.pause_downs++;
+		nem_node(d, "node-down", r->node, "pause");
+	} else if (nd && nd->state == SHARDKV_NODE_ACTIVE && r->down_seen && !r->back_seen) {
+		r->back_seen = true;
+		d->st.pause_backs++;
+		nem_node(d, "node-active", r->node, "pause");
+	}
+}
+
+/* Watches the paused (or lately resumed) node through every epoch
+ * published since the last tick (the driver may have waited in a step
+ * meanwhile): `down`, then `active` again, each a nemesis event. */
+static void
+pause_watch(chk_driver *d)
+{
+	shardkv_config *cfg = NULL;
+
+	if (d->watch == SIZE_MAX && !d->pausing)
+		return;
+	pause_rec *r = d->pausing ? &d->pauses[d->npauses - 1] : &d->pauses[d->watch];
+	if (shardkv_config_get(d->admin, 0, &cfg) != 0)
+		return;
+	uint64_t from = r->epoch + 1;
+	if (cfg->epoch > AUDIT_MAX && from < cfg->epoch - AUDIT_MAX)
+		from = cfg->epoch - AUDIT_MAX;
+	for (uint64_t e = from; e < cfg->epoch; e++) {
+		shardkv_config *old = NULL;
+		if (shardkv_config_get(d->admin, e, &old) == 0)
+			pause_note(d, r, old);
+		shardkv_config_free(old);
+	}
+	if (cfg->epoch > r->epoch) {
+		pause_note(d, r, cfg);
+		r->epoch = cfg->epoch;
+	}
+	shardkv_config_free(cfg);
+	if (!d->pausing && (r->back_seen || chk_now_ns() >= d->watch_until)) {
+		if (r->down_seen && !r->back_seen) {
+			chk_log("node %" PRIu32 " still down %u ms after its SIGCONT", r->node,
+			        WATCH_MS);
+			d->st.failed++;
+		}
+		d->watch = SIZE_MAX;
+	}
+}
+
+void
+chk_driver_pause_check(chk_driver *d, const chk_key *keys, size_t nkeys, const chk_op *ops,
+                       size_t nops, chk_pause_check *out)
+{
+	bool *own = calloc(nkeys + 1, sizeof(*own)), *used = calloc(nkeys + 1, sizeof(*used));
+
+	memset(out, 0, sizeof(*out));
+	if (own == NULL || used == NULL) {
+		free(own);
+		free(used);
+		return;
+	}
+	/* Keys the clients used (of an append key's generations, few are). */
+	for (size_t i = 0; i < nops; i++)
+		if (ops[i].key < nkeys && ops[i].client != 0)
+			used[ops[i].key] = true;
+	for (size_t p = 0; p < d->npauses; p++) {
+		pause_rec *r = &d->pauses[p];
+		uint64_t first = UINT64_MAX, acked = 0, failed = 0, unavail = 0, nown = 0, held = 0;
+		if (r->cont == 0 || r->before == NULL || r->after == NULL)
+			continue;
+		/* Its keys: owned before the SIGSTOP and after the SIGCONT. */
+		for (size_t k = 0; k < nkeys; k++) {
+			size_t kl = strlen(keys[k].name);
+			own[k] = used[k] &&
+			         owner_of(r->before, keys[k].name, kl, NULL) == r->node &&
+			         owner_of(r->after, keys[k].name, kl, NULL) == r->node;
+			nown += own[k];
+		}
+		uint64_t from = r->stop + (uint64_t)PAUSE_GRACE_MS * 1000000u;
+		for (size_t i = 0; i < nops; i++) {
+			const chk_op *o = &ops[i];
+			if (o->key >= nkeys || !own[o->key] || o->client == 0)
+				continue;
+			if (o->status != CHK_FAILED) {
+				if (o->complete >= from && o->complete < r->cont)
+					acked++;
+				else if (o->complete >= r->cont && o->complete < first)
+					first = o->complete;
+				held += o->complete >= r->cont && o->invoke >= r->stop &&
+				        o->invoke < r->cont;
+			} else if (o->invoke < r->cont && o->ret >= r->stop) {
+				failed++;
+				unavail += o->err == SHARDKV_EUNAVAIL;
+			}
+		}
+		out->keys += nown;
+		out->acked_paused += acked;
+		out->held += held;
+		out->failed += failed;
+		out->unavailable += unavail;
+		long long back = -1;
+		if (first != UINT64_MAX) {
+			back = (long long)((first - r->cont) / 1000000u);
+			out->served_again++;
+			if ((uint64_t)back > out->back_ms_max)
+				out->back_ms_max = (uint64_t)back;
+		}
+		if (acked)
+			chk_log("node %" PRIu32 " was stopped, yet %" PRIu64
+			        " operations on its keys succeeded meanwhile",
+			        r->node, acked);
+		if (r->nem < d->nnem)
+			snprintf(d->nem[r->nem].result, sizeof(d->nem[r->nem].result),
+			         "\"result\": \"resumed\", \"keys\": %" PRIu64
+			         ", \"acked_stopped\": %" PRIu64 ", \"held\": %" PRIu64
+			         ", \"failed\": %" PRIu64 ", \"unavailable\": %" PRIu64
+			         ", \"back_ms\": %lld",
+			         nown, acked, held, failed, unavail, back);
+	}
+	free(own);
+	free(used);
+}
+
+/* ---------------------------------------------------------------------------
+ * --kill-no-restart and --wipe: a server gone for good (ranges with
+ * replicas only: the options refuse one copy)
+ * ------------------------------------------------------------------------- */
+
+/* SIGKILLs the owner of one of the checker's keys. --kill-no-restart leaves
+ * it dead; --wipe deletes its data dir and starts it again, on a new
+ * address, as a new node (--join). Either way its old node is removed once
+ * the controller says it is down (gone_watch). */
+static void
+dead_fault(chk_driver *d)
+{
+	chk_cluster *cl = d->cl;
+	shardkv_config *cfg = NULL;
+	int idx[CHK_MAX_SERVERS];
+	bool wipe = d->o->wipe && (!d->o->kill_no_restart || chk_rng_below(&d->rng, 2) == 0);
+
+	if (any_down(d) || shardkv_config_get(d->admin, 0, &cfg) != 0)
+		return;
+	size_t n = active_servers(d, cfg, idx);
+	if (n <= MIN_ACTIVE || count_active(cfg) <= MIN_ACTIVE) {
+		shardkv_config_free(cfg);
+		return;
+	}
+	int i = pick_victim(d, cfg, idx, n);
+	chk_server *s = &cl->srv[i];
+	const shardkv_node *nd = node_by_url(cfg, s->url);
+	uint32_t node = nd ? nd->id : 0;
+	shardkv_config_free(cfg);
+	if (node == 0)
+		return;
+	size_t ne = nem_begin(d, "kill",
+	                      "\"server\": \"%s\", \"node\": %" PRIu32
+	                      ", \"signal\": \"SIGKILL\", \"restart\": %s",
+	                      s->url, node, wipe ? "\"wiped\"" : "false");
+	chk_cluster_kill_server(cl, i);
+	nem_end(d, ne, "\"result\": \"exited\"");
+	s->state = CHK_SRV_DEAD;
+	d->st.dead_kills++;
+	d->gone_node = node;
+	d->gone_since = chk_now_ns();
+	d->gone_srv = i;
+	if (d->o->verbose)
+		chk_log("kill: SIGKILL to %s (node %" PRIu32 "), %s", s->url, node,
+		        wipe ? "to be wiped" : "not restarted");
+	if (!wipe)
+		return;
+	char old[sizeof(s->url)];
+	memcpy(old, s->url, sizeof(old));
+	ne = nem_begin(d, "wipe", "\"server\": \"%s\", \"data_dir\": \"%s\"", old, s->data);
+	if (chk_cluster_wipe_server(cl, i) != 0 || chk_cluster_start_server(cl, i, true) != 0) {
+		nem_end(d, ne, "\"result\": \"failed\"");
+		chk_log("cannot wipe and start %s again", old);
+		d->st.failed++;
+		return;
+	}
+	nem_end(d, ne, "\"result\": \"started\", \"address\": \"%s\"", s->url);
+	/* A new node on a new address: registered like any --join. */
+	d->gone_srv = -1;
+	d->join_pending[i] = true;
+	d->join_nem[i] =
+	    nem_begin(d, "join", "\"server\": \"%s\", \"how\": \"--join\", \"wiped\": %" PRIu32,
+	              s->url, node);
+	d->st.replacements++;
+	gate_close(d);
+}
+
+/* Removes the node killed for good once it is down, then (--kill-no-restart)
+ * starts a replacement server that joins. */
+static void
+gone_watch(chk_driver *d)
+{
+	shardkv_config *cfg = NULL;
+	shardkv_admin_result res = {0};
+	uint32_t lost = 0;
+	char node[16];
+
+	if (d->gone_node == 0 || shardkv_config_get(d->admin, 0, &cfg) != 0)
+		return;
+	const shardkv_node *nd = NULL;
+	for (size_t i = 0; i < cfg->nnodes; i++)
+		if (cfg->nodes[i].id == d->gone_node)
+			nd = &cfg->nodes[i];
+	bool down = nd && nd->state == SHARDKV_NODE_DOWN;
+	uint64_t epoch = cfg->epoch;
+	shardkv_config_free(cfg);
+	if (!down) {
+		if (chk_now_ns() - d->gone_since > (uint64_t)DEAD_DOWN_MS * 1000000u) {
+			chk_log("node %" PRIu32 " not down %u ms after its SIGKILL; not removed",
+			        d->gone_node, DEAD_DOWN_MS);
+			d->st.failed++;
+			d->gone_node = 0;
+		}
+		return;
+	}
+	nem_node(d, "node-down", d->gone_node, "killed");
+	snprintf(node, sizeof(node), "%" PRIu32, d->gone_node);
+	size_t ne = nem_begin(d, "remove", "\"node\": %" PRIu32, d->gone_node);
+	gate_close(d);
+	/* With one copy (SHARDKV_CHECKER_ONE_COPY_FAULTS) its ranges go to
+	 * other nodes empty: the history shows what they held as lost. */
+	unsigned flags =
+	    d->o->one_copy_faults && d->o->replicas <= 1 ? SHARDKV_ACCEPT_DATA_LOSS : 0;
+	int rv = shardkv_remove(d->admin, node, flags, &res, &lost);
+	nem_end_rv(d, ne, rv, &res);
+	if (rv == 0 && lost)
+		chk_log("remove %s: %" PRIu32 " ranges lost their only copy", node, lost);
+	gate_after(d, rv, &res);
+	if (rv == SHARDKV_EBUSY) {
+		d->st.busy++;
+		return; /* tried again at the next tick */
+	}
+	if (rv != 0) {
+		chk_log("remove %s failed: %s (%s)", node, shardkv_strerror(rv), shardkv_errmsg());
+		d->st.failed++;
+	} else {
+		d->st.removes++;
+		d->st.reconfigs += res.epoch > epoch;
+	}
+	d->gone_node = 0;
+	if (d->gone_srv >= 0) {
+		/* --kill-no-restart: the slot is free again; a replacement joins. */
+		d->cl->srv[d->gone_srv].state = CHK_SRV_STOPPED;
+		d->gone_srv = -1;
+		int i = chk_cluster_add_server(d->cl, true);
+		if (i < 0) {
+			chk_log("cannot start a replacement server");
+			d->st.failed++;
+			return;
+		}
+		gate_close(d);
+		d->join_pending[i] = true;
+		d->join_nem[i] = nem_begin(
+		    d, "join", "\"server\": \"%s\", \"how\": \"--join\", \"replaces\": %s",
+		    d->cl->srv[i].url, node);
+		d->st.replacements++;
+	}
+	uint64_t iv = (uint64_t)d->o->fault_iv_ms * 1000000u;
+	d->next_fault = chk_now_ns() + iv / 2 + chk_rng_below(&d->rng, iv + 1);
+}
+
 static void
 one_step(chk_driver *d)
 {
@@ -908,7 +1426,9 @@ poll_procs(chk_driver *d, bool restart_now)
 			chk_cluster_signal(cl, i, SIGINT);
 			s->state = CHK_SRV_STOPPING;
 		}
-		if (s->pid > 0 && chk_cluster_poll_exit(cl, i)) {
+		/* Not reaped while the pauser thread may still signal its pid
+		 * (it cannot exit while stopped anyway); checked after. */
+		if (s->pid > 0 && s->state != CHK_SRV_PAUSED && chk_cluster_poll_exit(cl, i)) {
 			if (s->state == CHK_SRV_TERMINATING && cfg && nd &&
 			    nd->state != SHARDKV_NODE_GONE) {
 				chk_log("%s exited after SIGTERM but is still %s: it did not drain "
@@ -916,7 +1436,8 @@ poll_procs(chk_driver *d, bool restart_now)
 				        s->url, shardkv_node_state_name(nd->state), s->exit_status);
 				s->crashed = true;
 				d->st.crashes++;
-			} else if (s->state == CHK_SRV_RUNNING || s->state == CHK_SRV_LEAVING) {
+			} else if (s->state == CHK_SRV_RUNNING || s->state == CHK_SRV_LEAVING ||
+			           s->state == CHK_SRV_PAUSED) {
 				chk_log("%s exited unexpectedly (status 0x%x); log %s", s->url,
 				        s->exit_status, s->log);
 				s->crashed = true;
@@ -997,10 +1518,29 @@ chk_driver_tick(chk_driver *d, bool steps)
 {
 	uint64_t now;
 
-	if (d->cl)
+	if (d->cl) {
 		poll_procs(d, false);
+		pause_finish(d, false);
+		pause_watch(d);
+		gone_watch(d);
+	}
 	watch_config(d);
 	now = chk_now_ns();
+	if (steps && d->cl && d->o->pause_ms && !d->pausing && now >= d->next_pause) {
+		pause_start(d);
+		if (!d->pausing) /* nothing to pause now: try again a little later */
+			d->next_pause = now + (uint64_t)PAUSE_GAP_MS * 1000000u;
+		now = chk_now_ns();
+	}
+	if (steps && d->cl && (d->o->kill_no_restart || d->o->wipe) && d->gone_node == 0 &&
+	    now >= d->next_fault) {
+		dead_fault(d);
+		if (d->gone_node == 0) {
+			uint64_t iv = (uint64_t)d->o->fault_iv_ms * 1000000u;
+			d->next_fault = now + iv / 2 + chk_rng_below(&d->rng, iv + 1);
+		}
+		now = chk_now_ns();
+	}
 	if (steps && d->cl && d->o->kill_ms && now >= d->next_kill) {
 		timed_kill(d);
 		uint64_t iv = (uint64_t)d->o->kill_ms * 1000000u;
@@ -1020,6 +1560,19 @@ chk_driver_tick(chk_driver *d, bool steps)
 void
 chk_driver_settle_procs(chk_driver *d)
 {
-	if (d->cl)
+	if (d->cl) {
+		pause_finish(d, true);
 		poll_procs(d, true);
+		/* A node killed for good near the end is removed before the final
+		 * reads (gone_watch gives up DEAD_DOWN_MS after the kill; busy
+		 * retries stop at twice that). */
+		while (d->gone_node != 0 &&
+		       chk_now_ns() - d->gone_since < 2ull * DEAD_DOWN_MS * 1000000u) {
+			struct timespec ts = {0, (long)TICK_MS * 1000000L};
+			gone_watch(d);
+			if (d->gone_node != 0)
+				nanosleep(&ts, NULL);
+		}
+		d->gone_node = 0;
+	}
 }

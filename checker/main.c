@@ -39,7 +39,9 @@ usage(FILE *f)
 	fprintf(
 	    f,
 	    "usage: shardkv-checker [-c CONTROLLERS | --spawn DIR [--servers N] [--kill]\n"
-	    "                       [--kill-interval MS]\n"
+	    "                       [--kill-interval MS] [--pause MS [--pause-interval MS]]\n"
+	    "                       [--kill-no-restart] [--wipe] [--fault-interval MS]\n"
+	    "                       [--replicas R]\n"
 	    "                       [--fsync MODE] [--controllers C [--kill-controller]]]\n"
 	    "                       [--clients N] [--keys K] [--duration S]\n"
 	    "                       [--reconfig-interval MS] [--no-reconfig] [--seed S]\n"
@@ -67,6 +69,18 @@ usage(FILE *f)
 	    "                          of its threads writes or syncs its log (writes logged,\n"
 	    "                          not yet answered) and restart it at once, so that the\n"
 	    "                          clients' retries reach it; steps then never --wait\n"
+	    "  --pause MS              SIGSTOP the owner of one of the checker's keys for MS ms\n"
+	    "                          (longer than its 2 s lease, say 3000-5000), then SIGCONT;\n"
+	    "                          checks that nothing on its keys succeeded while it was\n"
+	    "                          stopped and reports when they served again\n"
+	    "  --pause-interval MS     mean time between two pauses' starts (default 2 x --pause)\n"
+	    "  --kill-no-restart       SIGKILL a server for good, `remove` its node once it is\n"
+	    "                          down and join a replacement (needs --replicas 2 or more)\n"
+	    "  --wipe                  SIGKILL a server, delete its data dir and start it again\n"
+	    "                          as a new node (needs --replicas 2 or more)\n"
+	    "  --fault-interval MS     mean time between those faults (default 10000)\n"
+	    "  --replicas R            pass --replicas R to the spawned controller(s), if they\n"
+	    "                          accept it (refused otherwise)\n"
 	    "  --fsync MODE            spawned servers' --fsync (always, batch, none)\n"
 	    "  --controllers C         spawn C controller replicas (Raft; 3 or 5) instead of one\n"
 	    "  --kill-controller       with --controllers 3+: SIGKILL the controller leader a few\n"
@@ -172,6 +186,12 @@ enum {
 	OPT_SCANS,
 	OPT_SCAN_LIMIT,
 	OPT_KILL_INTERVAL,
+	OPT_PAUSE,
+	OPT_PAUSE_INTERVAL,
+	OPT_KILL_NO_RESTART,
+	OPT_WIPE,
+	OPT_FAULT_INTERVAL,
+	OPT_REPLICAS,
 };
 
 static int
@@ -188,6 +208,12 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"servers", required_argument, NULL, OPT_SERVERS},
 	    {"kill", no_argument, NULL, OPT_KILL},
 	    {"kill-interval", required_argument, NULL, OPT_KILL_INTERVAL},
+	    {"pause", required_argument, NULL, OPT_PAUSE},
+	    {"pause-interval", required_argument, NULL, OPT_PAUSE_INTERVAL},
+	    {"kill-no-restart", no_argument, NULL, OPT_KILL_NO_RESTART},
+	    {"wipe", no_argument, NULL, OPT_WIPE},
+	    {"fault-interval", required_argument, NULL, OPT_FAULT_INTERVAL},
+	    {"replicas", required_argument, NULL, OPT_REPLICAS},
 	    {"fsync", required_argument, NULL, OPT_FSYNC},
 	    {"controllers", required_argument, NULL, OPT_CONTROLLERS},
 	    {"kill-controller", no_argument, NULL, OPT_KILL_CTL},
@@ -285,6 +311,31 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 				    "--kill-interval wants 100 to 3600000 milliseconds, not '%s'",
 				    optarg);
 			o->kill_ms = (unsigned)v;
+			break;
+		case OPT_PAUSE:
+			if (!parse_num(optarg, 100, 600000, &v))
+				return usage_error(
+				    "--pause wants 100 to 600000 milliseconds, not '%s'", optarg);
+			o->pause_ms = (unsigned)v;
+			break;
+		case OPT_PAUSE_INTERVAL:
+		case OPT_FAULT_INTERVAL:
+			if (!parse_num(optarg, 100, 3600000, &v))
+				return usage_error("%s wants 100 to 3600000 milliseconds, not '%s'",
+				                   argv[optind - 1], optarg);
+			*(ch == OPT_PAUSE_INTERVAL ? &o->pause_iv_ms : &o->fault_iv_ms) =
+			    (unsigned)v;
+			break;
+		case OPT_KILL_NO_RESTART:
+			o->kill_no_restart = true;
+			break;
+		case OPT_WIPE:
+			o->wipe = true;
+			break;
+		case OPT_REPLICAS:
+			if (!parse_num(optarg, 1, 9, &v))
+				return usage_error("--replicas wants 1 to 9, not '%s'", optarg);
+			o->replicas = (unsigned)v;
 			break;
 		case OPT_CONTROLLERS:
 			if (!parse_num(optarg, 1, CHK_MAX_CTLS, &v))
@@ -418,6 +469,34 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		return usage_error("--controllers needs --spawn");
 	if (o->kill_ctl && o->nctl < 3)
 		return usage_error("--kill-controller needs --controllers 3 or more");
+	if ((o->pause_ms || o->pause_iv_ms) && !o->spawn_dir)
+		return usage_error("--pause needs --spawn");
+	if (o->pause_iv_ms && !o->pause_ms)
+		return usage_error("--pause-interval needs --pause");
+	if (o->pause_ms && o->pause_iv_ms == 0)
+		o->pause_iv_ms = o->pause_ms > 1800000u ? 3600000u : 2 * o->pause_ms;
+	if (o->replicas && !o->spawn_dir)
+		return usage_error("--replicas needs --spawn");
+	if ((o->kill_no_restart || o->wipe || o->fault_iv_ms) && !o->spawn_dir)
+		return usage_error("--kill-no-restart, --wipe and --fault-interval need --spawn");
+	if (o->fault_iv_ms && !o->kill_no_restart && !o->wipe)
+		return usage_error("--fault-interval needs --kill-no-restart or --wipe");
+	const char *ocf = getenv("SHARDKV_CHECKER_ONE_COPY_FAULTS");
+	o->one_copy_faults = ocf && strcmp(ocf, "1") == 0 && (o->kill_no_restart || o->wipe);
+	if (o->one_copy_faults && o->replicas <= 1)
+		fprintf(stderr,
+		        "shardkv-checker: SHARDKV_CHECKER_ONE_COPY_FAULTS=1: %s with one copy per "
+		        "range: the node's ranges are removed with --accept-data-loss, so the run "
+		        "is expected to report lost writes\n",
+		        o->kill_no_restart ? "--kill-no-restart" : "--wipe");
+	else if ((o->kill_no_restart || o->wipe) && o->replicas <= 1)
+		return usage_error(
+		    "%s needs ranges with more than one copy (--replicas 2 or more): with one "
+		    "copy a node killed for good (or wiped) simply takes its ranges' data with it, "
+		    "which the history would show as lost writes, not as a fault handled",
+		    o->kill_no_restart ? "--kill-no-restart" : "--wipe");
+	if (o->fault_iv_ms == 0)
+		o->fault_iv_ms = 10000;
 	return 0;
 }
 
@@ -505,6 +584,7 @@ typedef struct {
 	const char *dir;            /* the spawned cluster's directory, or NULL */
 	chk_workload_more more;     /* indeterminate ops, multi-key and async counts */
 	size_t failed_puts_seen;    /* failed puts that a read saw */
+	chk_pause_check pc;         /* --pause: the operations on the paused servers' keys */
 } summary;
 
 static int
@@ -705,6 +785,17 @@ print_json(const summary *s)
 	        ", \"registers_unchecked\": %zu",
 	        s->more.dels, s->res->deletes_acked, s->res->deletes_failed, s->more.scans,
 	        s->res->registers_searched, s->res->registers_unchecked);
+	fprintf(f,
+	        ", \"faults\": {\"pauses\": %" PRIu64 ", \"paused_down\": %" PRIu64
+	        ", \"paused_back\": %" PRIu64 ", \"paused_keys\": %" PRIu64
+	        ", \"acked_while_stopped\": %" PRIu64 ", \"held_over_pause\": %" PRIu64
+	        ", \"failed_while_paused\": %" PRIu64 ", \"unavailable_while_paused\": %" PRIu64
+	        ", \"served_again\": %" PRIu64 ", \"back_ms_max\": %" PRIu64
+	        ", \"killed_for_good\": %" PRIu64 ", \"removed\": %" PRIu64
+	        ", \"replacements\": %" PRIu64 "}",
+	        d->pauses, d->pause_downs, d->pause_backs, s->pc.keys, s->pc.acked_paused,
+	        s->pc.held, s->pc.failed, s->pc.unavailable, s->pc.served_again, s->pc.back_ms_max,
+	        d->dead_kills, d->removes, d->replacements);
 	fprintf(f, ", \"errors\": {");
 	bool first = true;
 	for (int e = 0; e < 32; e++)
@@ -780,6 +871,23 @@ print_text(const summary *s)
 			}
 		fprintf(f, ")\n");
 	}
+	if (d->pauses)
+		fprintf(f,
+		        "pauses: %" PRIu64 " (node seen down %" PRIu64
+		        " times, active again %" PRIu64 "); on %" PRIu64
+		        " keys of paused servers: %" PRIu64
+		        " operations succeeded while stopped, %" PRIu64
+		        " begun then succeeded after SIGCONT, %" PRIu64 " failed (%" PRIu64
+		        " unavailable); served again after %" PRIu64 " pauses, at most %" PRIu64
+		        " ms after SIGCONT\n",
+		        d->pauses, d->pause_downs, d->pause_backs, s->pc.keys, s->pc.acked_paused,
+		        s->pc.held, s->pc.failed, s->pc.unavailable, s->pc.served_again,
+		        s->pc.back_ms_max);
+	if (d->dead_kills)
+		fprintf(f,
+		        "servers killed for good or wiped: %" PRIu64 "; %" PRIu64
+		        " nodes removed, %" PRIu64 " servers joined in their place\n",
+		        d->dead_kills, d->removes, d->replacements);
 	if (d->crashes)
 		fprintf(
 		    f, "%" PRIu64 " daemon crashes or exits without draining (see the log above)\n",
@@ -843,11 +951,15 @@ main(int argc, char **argv)
 	chk_install_signals();
 
 	/* The cluster. */
+	int crv = 0;
 	const char *controllers = o.controllers;
 	if (o.spawn_dir) {
 		if ((cl = calloc(1, sizeof(*cl))) == NULL ||
-		    chk_cluster_create(cl, o.spawn_dir, o.fsync, o.nctl) != 0)
+		    (crv = chk_cluster_create(cl, o.spawn_dir, o.fsync, o.nctl, o.replicas)) != 0) {
+			if (crv == -2)
+				rc = 2;
 			goto out;
+		}
 		controllers = cl->ctl_url;
 	} else if (controllers == NULL) {
 		controllers = getenv("SHARDKV_CONTROLLER");
@@ -960,6 +1072,8 @@ main(int argc, char **argv)
 		fprintf(stderr, "checker: out of memory while checking\n");
 		goto out;
 	}
+	chk_pause_check pc;
+	chk_driver_pause_check(d, keys, nkeys, ops, nops, &pc);
 	const chk_nemesis *nem;
 	size_t nnem;
 	chk_driver_nemesis(d, &nem, &nnem);
@@ -978,6 +1092,7 @@ main(int argc, char **argv)
 	             .unread = unread,
 	             .dir = cl && (o.keep || res.nviolations) ? cl->dir : NULL};
 	chk_workload_more_counts(w, &s.more);
+	s.pc = pc;
 	s.failed_puts_seen = failed_puts_seen(ops, nops);
 	for (size_t i = 0; i < res.nkept && i < SHOW_MAX; i++) {
 		show_violation(keys, ops, nops, &res.v[i], t0, nem, nnem);
@@ -994,7 +1109,7 @@ main(int argc, char **argv)
 		print_json(&s);
 	else
 		print_text(&s);
-	if (res.nviolations || s.ds->crashes)
+	if (res.nviolations || s.ds->crashes || pc.acked_paused)
 		rc = 1;
 	else if (unread)
 		rc = 3;

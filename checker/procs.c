@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #define STOP_MS  5000u  /* a daemon exits after SIGINT/SIGTERM */
+#define HELP_MS  5000u  /* `shardkv-controller --help` answers */
 #define READY_MS 20000u /* the controller answers */
 
 _Static_assert(KV_PROC_MAX >= CHK_MAX_SERVERS + CHK_MAX_CTLS + 1,
@@ -98,7 +99,12 @@ start_controller(chk_cluster *c)
 	char bin[1100], data[1100];
 	snprintf(bin, sizeof(bin), "%s/shardkv-controller", c->bindir);
 	snprintf(data, sizeof(data), "%s/ctl", c->dir);
-	char *argv[] = {"shardkv-controller", "--listen", c->ctl_url, "--data-dir", data, NULL};
+	char *argv[] = {
+	    "shardkv-controller", "--listen", c->ctl_url, "--data-dir", data, NULL, NULL, NULL};
+	if (c->replicas[0]) {
+		argv[5] = "--replicas";
+		argv[6] = c->replicas;
+	}
 	c->ctl_pid = kv_proc_spawn(bin, argv, c->ctl_log);
 	return c->ctl_pid > 0 ? 0 : -1;
 }
@@ -128,7 +134,13 @@ start_replica(chk_cluster *c, int k)
 	                data,
 	                "--election-timeout",
 	                "600",
+	                NULL,
+	                NULL,
 	                NULL};
+	if (c->replicas[0]) {
+		argv[13] = "--replicas";
+		argv[14] = c->replicas;
+	}
 	c->rpid[k] = kv_proc_spawn(bin, argv, c->rlog[k]);
 	c->rkilled[k] = false;
 	return c->rpid[k] > 0 ? 0 : -1;
@@ -204,8 +216,41 @@ wait_controller(chk_cluster *c)
 	return rv == 0 ? 0 : -1;
 }
 
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw);
+
+bool
+chk_cluster_controller_accepts(chk_cluster *c, const char *opt)
+{
+	char bin[1100], out[1100], buf[16384];
+	char *argv[] = {"shardkv-controller", "--help", NULL};
+	bool found = false;
+	int st = 0;
+
+	if (c->dir[0] == 0)
+		return false;
+	snprintf(bin, sizeof(bin), "%s/shardkv-controller", c->bindir);
+	snprintf(out, sizeof(out), "%s/ctl-help.txt", c->dir);
+	pid_t pid = kv_proc_spawn(bin, argv, out);
+	if (pid <= 0 || kv_proc_reap(pid, HELP_MS, &st) != 0)
+		return false;
+	FILE *f = fopen(out, "r");
+	if (f == NULL)
+		return false;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* An option of the usage text: the name followed by a space, '=' or
+	 * the end of a word. */
+	size_t ol = strlen(opt);
+	for (const char *p = strstr(buf, opt); p && !found; p = strstr(p + 1, opt))
+		found = p[ol] == ' ' || p[ol] == '=' || p[ol] == '\n' || p[ol] == ']';
+	remove(out);
+	return found;
+}
+
 int
-chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned nctl)
+chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned nctl,
+                   unsigned replicas)
 {
 	memset(c, 0, sizeof(*c));
 	c->nctl = nctl > 1 && nctl <= CHK_MAX_CTLS ? (int)nctl : 1;
@@ -229,6 +274,19 @@ chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned 
 		return -1;
 	}
 	snprintf(c->ctl_log, sizeof(c->ctl_log), "%s/ctl.log", c->dir);
+	if (replicas > 0) {
+		if (!chk_cluster_controller_accepts(c, "--replicas")) {
+			fprintf(
+			    stderr,
+			    "checker: %s/shardkv-controller does not accept --replicas: ranges "
+			    "have one copy in this build, so --replicas %u cannot be passed on\n",
+			    c->bindir, replicas);
+			nftw(c->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); /* nothing started */
+			c->dir[0] = 0;
+			return -2;
+		}
+		snprintf(c->replicas, sizeof(c->replicas), "%u", replicas);
+	}
 	if (c->nctl > 1) {
 		for (int k = 0; k < c->nctl; k++) {
 			char u[64];
@@ -324,6 +382,27 @@ chk_cluster_restart_server(chk_cluster *c, int i)
 	if (i < 0 || i >= c->nservers || c->srv[i].pid > 0)
 		return -1;
 	return start_server(c, i, false);
+}
+
+int
+chk_cluster_start_server(chk_cluster *c, int i, bool join)
+{
+	if (i < 0 || i >= c->nservers || c->srv[i].pid > 0)
+		return -1;
+	return start_server(c, i, join);
+}
+
+int
+chk_cluster_kill_server(chk_cluster *c, int i)
+{
+	if (i < 0 || i >= c->nservers || c->srv[i].pid <= 0)
+		return -1;
+	kill(c->srv[i].pid, SIGKILL);
+	/* SIGKILL ends a stopped process too; the reap cannot time out
+	 * unless the kernel is stuck. */
+	kv_proc_reap(c->srv[i].pid, STOP_MS, &c->srv[i].exit_status);
+	c->srv[i].pid = 0;
+	return 0;
 }
 
 long
@@ -429,12 +508,29 @@ rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 	return 0;
 }
 
+int
+chk_cluster_wipe_server(chk_cluster *c, int i)
+{
+	if (i < 0 || i >= c->nservers || c->srv[i].pid > 0 || c->srv[i].data[0] == 0)
+		return -1;
+	if (nftw(c->srv[i].data, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+		return -1;
+	if (access(c->srv[i].data, F_OK) == 0)
+		return -1;
+	/* A new node gets a new address: the old node keeps its own in the
+	 * configuration until it is removed. */
+	return kv_proc_free_url(c->srv[i].url, sizeof(c->srv[i].url)) == 0 ? 0 : -1;
+}
+
 void
 chk_cluster_destroy(chk_cluster *c, bool remove)
 {
 	for (int i = 0; i < c->nservers; i++)
-		if (c->srv[i].pid > 0)
+		if (c->srv[i].pid > 0) {
+			/* A server stopped by --pause would not see SIGINT. */
+			kill(c->srv[i].pid, SIGCONT);
 			kill(c->srv[i].pid, SIGINT);
+		}
 	for (int i = 0; i < c->nservers; i++)
 		if (c->srv[i].pid > 0) {
 			kv_proc_reap(c->srv[i].pid, STOP_MS, NULL);

@@ -19,6 +19,16 @@
  * every migration finishes, every node is active, and every range serves a
  * write and a read.
  *
+ * A second case cuts one server off from the controller only (its clients
+ * still reach it) and checks its lease as doc/replication.md describes it:
+ * it served before the cut, refuses data requests as unavailable ("lease
+ * expired") within LEASE_REFUSE_MS of the cut (the lease is 2 s; the
+ * deadline is generous on purpose: the time taken is logged, not asserted
+ * tightly), the controller declares it down, and once the link is back it
+ * serves again within LEASE_BACK_MS. Each case runs in a process of its own
+ * (a process enters the client host's namespace once); KV_TEST_FILTER
+ * ('pattern*') picks cases.
+ *
  * Needs root (network namespaces); skips with the reason otherwise. Run by
  * hand for longer: KV_NETNS_DURATION=300 build/tests/test_netns_faults
  * (seconds of load; default 50), KV_NETNS_SEED=N (checker seed),
@@ -30,9 +40,11 @@
 #include "client/include/shardkv.h"
 #include "common/proc.h"
 #include "tests/support/netns_util.h"
+#include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
 #include <errno.h>
+#include <fnmatch.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -72,6 +84,10 @@
 #define CHECKER_EXTRA_S   90u    /* settle + final reads + slack after the load */
 #define RECOVER_MS        60000u /* after the checker: migrations done, ranges serve */
 #define OP_TIMEOUT_MS     3000u  /* the test's own client calls */
+#define LEASE_REFUSE_MS   10000u /* cut off from the controller: refuses within this */
+#define LEASE_DOWN_MS     15000u /* ... and the controller says down within this */
+#define LEASE_BACK_MS     30000u /* healed: serves again within this (TCP backoff included) */
+#define LEASE_KEY         "netns-lease/k" /* in a range of its own on s1 */
 
 static struct {
 	kv_nn net;
@@ -610,6 +626,142 @@ checker_finds_nothing_lost_under_link_loss_delay_and_partition(void **state)
 	note("recovered: every node active, no migration in flight, %zu ranges serve", nranges);
 }
 
+/* One get of key sent straight to the server at url (no library retry):
+ * returns 0 (found or not), the wire status otherwise, -1 on a transport
+ * failure; the error text in why. */
+static int
+direct_get(const char *url, const char *key, uint64_t epoch, char *why, size_t whylen)
+{
+	Shardkv__GetOp gop = SHARDKV__GET_OP__INIT;
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__Op *ops[1] = {&op};
+	Shardkv__Request rq = SHARDKV__REQUEST__INIT;
+	Shardkv__Response *r;
+	int st;
+
+	gop.key = bd(key);
+	op.op_case = SHARDKV__OP__OP_GET;
+	op.get = &gop;
+	rq.n_ops = 1;
+	rq.ops = ops;
+	rq.epoch = epoch;
+	why[0] = 0;
+	if ((r = call(url, &rq)) == NULL)
+		return -1;
+	st = r->status ? (int)r->status : r->n_results == 1 ? (int)r->results[0]->status : -2;
+	if (st == SHARDKV__STATUS__STATUS_NOT_FOUND)
+		st = 0;
+	snprintf(why, whylen, "%s", r->error ? r->error : "");
+	shardkv__response__free_unpacked(r, NULL);
+	return st;
+}
+
+/* Node `id`'s state in the latest configuration (and its epoch), or -1. */
+static int
+node_state(uint32_t id, uint64_t *epoch)
+{
+	shardkv_config *cfg = NULL;
+	int st = -1;
+
+	if (shardkv_config_get(g.admin, 0, &cfg) != 0)
+		return -1;
+	for (size_t k = 0; k < cfg->nnodes; k++)
+		if (cfg->nodes[k].id == id)
+			st = cfg->nodes[k].state;
+	if (epoch)
+		*epoch = cfg->epoch;
+	shardkv_config_free(cfg);
+	return st;
+}
+
+static void
+server_cut_off_from_the_controller_only_refuses_at_lease_end_and_serves_after_heal(void **state)
+{
+	char why[256], to[16];
+	shardkv_admin_result res;
+	uint64_t epoch = 0, t_cut, t_refused = 0, t_down = 0, t_heal, t_back = 0, t_active = 0;
+	unsigned served_after_cut = 0;
+	int st;
+
+	(void)state;
+	build_cluster();
+	/* A range of its own on s1, so that the key's owner is known. */
+	snprintf(to, sizeof(to), "%" PRIu32, g.node[0]);
+	memset(&res, 0, sizeof(res));
+	NS_ASSERT(shardkv_move(g.admin, "netns-lease/", 12, "netns-lease0", 12, to, 0, SHARDKV_WAIT,
+	                       &res) == 0,
+	          "moving the test's range to s1 failed: %s", shardkv_errmsg());
+	NS_ASSERT(shardkv_put(g.admin, LEASE_KEY, strlen(LEASE_KEY), "v", 1) == 0,
+	          "put before the cut failed: %s", shardkv_errmsg());
+	NS_ASSERT(node_state(g.node[0], &epoch) == SHARDKV_NODE_ACTIVE, "s1 is not active");
+	/* It serves before the cut, straight from the client host. */
+	st = direct_get(g.srv_url[0], LEASE_KEY, epoch, why, sizeof(why));
+	NS_ASSERT(st == 0, "s1 did not serve before the cut: status %d (%s)", st, why);
+
+	NS_ASSERT(kv_nn_partition(&g.net, g.hctl, g.hsrv[0], true) == 0, "partition failed");
+	t_cut = kv_test_now_ms();
+	note("lease: s1 (node %" PRIu32 ") cut off from the controller; its clients still reach it",
+	     g.node[0]);
+	while ((t_refused == 0 || t_down == 0) && kv_test_now_ms() - t_cut < LEASE_DOWN_MS) {
+		assert_daemons_alive();
+		if (t_refused == 0) {
+			st = direct_get(g.srv_url[0], LEASE_KEY, epoch, why, sizeof(why));
+			if (st == 0) {
+				served_after_cut++;
+			} else {
+				NS_ASSERT(
+				    st == SHARDKV__STATUS__STATUS_UNAVAILABLE &&
+				        strstr(why, "lease expired") != NULL,
+				    "s1 answered status %d (%s) after the cut, not unavailable "
+				    "(lease expired)",
+				    st, why);
+				t_refused = kv_test_now_ms();
+				note("lease: s1 refused %" PRIu64 " ms after the cut: %s",
+				     t_refused - t_cut, why);
+				/* Writes too. */
+				res1 w = do_put(g.srv_url[0], LEASE_KEY, "w", 0, 0);
+				NS_ASSERT(w.status == SHARDKV__STATUS__STATUS_UNAVAILABLE,
+				          "a put to s1 after its lease got status %d", w.status);
+			}
+		}
+		if (t_down == 0 && node_state(g.node[0], NULL) == SHARDKV_NODE_DOWN) {
+			t_down = kv_test_now_ms();
+			note("lease: the controller says node %" PRIu32 " is down, %" PRIu64
+			     " ms after the cut",
+			     g.node[0], t_down - t_cut);
+		}
+		kv_test_sleep_ms(50);
+	}
+	NS_ASSERT(t_refused != 0 && t_refused - t_cut <= LEASE_REFUSE_MS,
+	          "s1 still served %u ms after it was cut off from the controller",
+	          LEASE_REFUSE_MS);
+	NS_ASSERT(t_down != 0, "the controller did not declare s1 down within %u ms",
+	          LEASE_DOWN_MS);
+
+	NS_ASSERT(kv_nn_partition(&g.net, g.hctl, g.hsrv[0], false) == 0,
+	          "healing the partition failed");
+	t_heal = kv_test_now_ms();
+	while ((t_back == 0 || t_active == 0) && kv_test_now_ms() - t_heal < LEASE_BACK_MS) {
+		assert_daemons_alive();
+		if (t_back == 0 &&
+		    direct_get(g.srv_url[0], LEASE_KEY, epoch, why, sizeof(why)) == 0)
+			t_back = kv_test_now_ms();
+		if (t_active == 0 && node_state(g.node[0], NULL) == SHARDKV_NODE_ACTIVE)
+			t_active = kv_test_now_ms();
+		kv_test_sleep_ms(50);
+	}
+	NS_ASSERT(t_back != 0, "s1 did not serve again within %u ms of the heal (last: %s)",
+	          LEASE_BACK_MS, why);
+	NS_ASSERT(t_active != 0, "node %" PRIu32 " not active again within %u ms of the heal",
+	          g.node[0], LEASE_BACK_MS);
+	note("lease: refused %" PRIu64 " ms after the cut (%u gets served before that), down "
+	     "after %" PRIu64 " ms; after the heal active again in %" PRIu64
+	     " ms, serving again in %" PRIu64 " ms",
+	     t_refused - t_cut, served_after_cut, t_down - t_cut, t_active - t_heal,
+	     t_back - t_heal);
+	clients_close();
+}
+
 static int
 rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -643,15 +795,50 @@ teardown(void **state)
 	return 0;
 }
 
+/* Runs one case in a child process: a process enters the client host's
+ * namespace once, and the library's threads stay in it. Returns 0 passed,
+ * SKIP_EXIT skipped, else failed. */
+static int
+run_case(const struct CMUnitTest *t)
+{
+	pid_t pid = fork();
+	int st = 0;
+
+	if (pid < 0)
+		return 1;
+	if (pid == 0) {
+		const struct CMUnitTest one[] = {*t};
+		int failed = _cmocka_run_group_tests(t->name, one, 1, NULL, NULL);
+		/* ctest shows the test as skipped (SKIP_RETURN_CODE), not passed. */
+		exit(failed == 0 && g.skipped ? SKIP_EXIT : failed ? 1 : 0);
+	}
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_teardown(
+	        server_cut_off_from_the_controller_only_refuses_at_lease_end_and_serves_after_heal,
+	        teardown),
+	    cmocka_unit_test_teardown(
 	        checker_finds_nothing_lost_under_link_loss_delay_and_partition, teardown),
 	};
-	int failed = cmocka_run_group_tests(tests, NULL, NULL);
+	const char *filter = getenv("KV_TEST_FILTER");
+	int failed = 0, ran = 0, skipped = 0;
 
-	/* ctest shows the test as skipped (SKIP_RETURN_CODE), not passed. */
-	return failed == 0 && g.skipped ? SKIP_EXIT : failed;
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		if (filter && *filter && fnmatch(filter, tests[i].name, 0) != 0)
+			continue;
+		int rc = run_case(&tests[i]);
+		ran++;
+		skipped += rc == SKIP_EXIT;
+		failed += rc != 0 && rc != SKIP_EXIT;
+	}
+	if (failed)
+		return 1;
+	return ran > 0 && skipped == ran ? SKIP_EXIT : 0;
 }

@@ -68,15 +68,28 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
       --clients 4 --duration 30 --reconfig-interval 400 --seed 6262
       --fill 20000 --fill-size 1000 --multi 8 --async 2)
   set_tests_properties(checker_kill_controller PROPERTIES ENVIRONMENT "${checker_env}")
+  # A server that owns some of the checker's keys SIGSTOPped for 4 s (past
+  # its 2 s lease; the controller declares it down after 3 s) about every
+  # 8 s, then SIGCONT: with one copy per range nobody may answer for its
+  # keys meanwhile (the checker fails the run if an operation on them
+  # succeeded while it was stopped), it must renew and serve again, and
+  # reconfiguration steps that meet it (busy) are counted, not failures.
+  kv_add_test(checker_pause TIMEOUT 150 LABELS integration
+    COMMAND shardkv-checker --spawn ${checker_runs} --servers 3
+      --clients 4 --duration 30 --reconfig-interval 400 --seed 7373
+      --pause 4000 --pause-interval 8000
+      --fill 20000 --fill-size 1000 --multi 8 --async 2)
+  set_tests_properties(checker_pause PROPERTIES ENVIRONMENT "${checker_env}")
 
   # A cluster spread over network namespaces (one per host, veth pairs on a
   # bridge, addresses 10.77.0.x inside the namespaces only) under link loss,
   # netem delay and loss, and a partition during a migration, checked by
-  # shardkv-checker. Needs root; without root or namespaces it exits 77,
+  # shardkv-checker; and a server cut off from the controller only, which
+  # must refuse (lease expired) and serve again after the heal. Needs root; without root or namespaces it exits 77,
   # which ctest reports as skipped. Label "netns"; KV_NETNS_DURATION=S runs
   # it longer by hand.
   kv_add_test(test_netns_faults SOURCES robustness/test_netns_faults.c
-    LIBS shardkv kv_netns_util TIMEOUT 300 LABELS integration netns)
+    LIBS shardkv kv_netns_util kv_fake_ctl TIMEOUT 420 LABELS integration netns)
   set_tests_properties(test_netns_faults PROPERTIES SKIP_RETURN_CODE 77)
   target_compile_definitions(test_netns_faults PRIVATE
     KV_CONTROLLER_BIN="$<TARGET_FILE:shardkv-controller>"
