@@ -182,12 +182,8 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_prestate_setup_teardown(
-	        a_stopped_primary_fails_over_to_the_in_sync_replica, inproc_cluster_setup,
-	        inproc_cluster_teardown, &cl),
-	    cmocka_unit_test_prestate_setup_teardown(
-	        a_primary_without_another_in_sync_member_keeps_its_range, inproc_cluster_setup,
-	        inproc_cluster_teardown, &cl),
+	    INPROC_CLUSTER_TEST(a_stopped_primary_fails_over_to_the_in_sync_replica, &cl),
+	    INPROC_CLUSTER_TEST(a_primary_without_another_in_sync_member_keeps_its_range, &cl),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

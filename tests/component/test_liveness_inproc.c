@@ -318,21 +318,17 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_prestate_setup_teardown(
+	    INPROC_CLUSTER_TEST(
 	        stopped_server_is_declared_down_after_the_lease_and_active_again_when_it_returns,
-	        inproc_cluster_setup, inproc_cluster_teardown, &cl),
-	    cmocka_unit_test_prestate_setup_teardown(
-	        fresh_controller_declares_nobody_down_before_a_full_lease_and_margin,
-	        inproc_cluster_setup, inproc_cluster_teardown, &cl),
-	    cmocka_unit_test_prestate_setup_teardown(
+	        &cl),
+	    INPROC_CLUSTER_TEST(
+	        fresh_controller_declares_nobody_down_before_a_full_lease_and_margin, &cl),
+	    INPROC_CLUSTER_TEST(
 	        server_cut_off_from_the_controller_stops_serving_after_its_lease_until_it_returns,
-	        inproc_cluster_setup, inproc_cluster_teardown, &cl),
-	    cmocka_unit_test_prestate_setup_teardown(
-	        remove_refuses_live_nodes_and_data_loss_and_forgets_a_down_node_with_the_flag,
-	        inproc_cluster_setup, inproc_cluster_teardown, &cl),
-	    cmocka_unit_test_prestate_setup_teardown(
-	        locate_and_check_report_the_primary_and_the_problems, inproc_cluster_setup,
-	        inproc_cluster_teardown, &cl),
+	        &cl),
+	    INPROC_CLUSTER_TEST(
+	        remove_refuses_live_nodes_and_data_loss_and_forgets_a_down_node_with_the_flag, &cl),
+	    INPROC_CLUSTER_TEST(locate_and_check_report_the_primary_and_the_problems, &cl),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,13 @@
 
 #define CLI_MAX_ARGS 12
 
+/* v, or d when v is 0 (an option left out). */
+static unsigned
+or_default(unsigned v, unsigned d)
+{
+	return v != 0 ? v : d;
+}
+
 void
 inproc_cluster_start(inproc_cluster *c, const inproc_cluster_opts *o)
 {
@@ -36,16 +43,11 @@ inproc_cluster_start(inproc_cluster *c, const inproc_cluster_opts *o)
 		c->o.name = "kvcluster";
 	if (c->o.nsrv == 0)
 		c->o.nsrv = INPROC_CLUSTER_NSRV;
-	if (c->o.contexts == 0)
-		c->o.contexts = INPROC_CLUSTER_CONTEXTS;
-	if (c->o.lease_ms == 0)
-		c->o.lease_ms = INPROC_CLUSTER_LEASE_MS;
-	if (c->o.lease_margin_ms == 0)
-		c->o.lease_margin_ms = INPROC_CLUSTER_MARGIN_MS;
-	if (c->o.lease_renew_ms == 0)
-		c->o.lease_renew_ms = INPROC_CLUSTER_RENEW_MS;
-	if (c->o.patience_ms == 0)
-		c->o.patience_ms = INPROC_CLUSTER_PATIENCE_MS;
+	c->o.contexts = or_default(c->o.contexts, INPROC_CLUSTER_CONTEXTS);
+	c->o.lease_ms = or_default(c->o.lease_ms, INPROC_CLUSTER_LEASE_MS);
+	c->o.lease_margin_ms = or_default(c->o.lease_margin_ms, INPROC_CLUSTER_MARGIN_MS);
+	c->o.lease_renew_ms = or_default(c->o.lease_renew_ms, INPROC_CLUSTER_RENEW_MS);
+	c->o.patience_ms = or_default(c->o.patience_ms, INPROC_CLUSTER_PATIENCE_MS);
 	assert_true(c->o.nsrv >= 1 && c->o.nsrv <= INPROC_CLUSTER_MAX);
 	snprintf(c->tmpdir, sizeof(c->tmpdir), "/tmp/%s.XXXXXX", c->o.name);
 	assert_non_null(mkdtemp(c->tmpdir));

@@ -72,6 +72,12 @@ void inproc_cluster_stop(inproc_cluster *c);
 int inproc_cluster_setup(void **state);
 int inproc_cluster_teardown(void **state);
 
+/* A cmocka test entry for test function f on the fixture *c (a pointer to
+ * the test's static inproc_cluster). */
+#define INPROC_CLUSTER_TEST(f, c)                                                                  \
+	cmocka_unit_test_prestate_setup_teardown(f, inproc_cluster_setup, inproc_cluster_teardown, \
+	                                         c)
+
 /* Creates and starts the controller on its data dir (again). */
 void inproc_cluster_ctl_up(inproc_cluster *c);
 
