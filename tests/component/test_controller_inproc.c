@@ -446,6 +446,18 @@ state_in(const Shardkv__AdminResponse *r, uint32_t id)
 	return 0;
 }
 
+/* Makes rq a lease-only heartbeat from node id (hb holds its body). */
+static void
+lease_heartbeat(Shardkv__AdminRequest *rq, Shardkv__Heartbeat *hb, uint32_t id)
+{
+	*rq = (Shardkv__AdminRequest)SHARDKV__ADMIN_REQUEST__INIT;
+	*hb = (Shardkv__Heartbeat)SHARDKV__HEARTBEAT__INIT;
+	hb->node_id = id;
+	hb->lease_only = true;
+	rq->cmd_case = SHARDKV__ADMIN_REQUEST__CMD_HEARTBEAT;
+	rq->heartbeat = hb;
+}
+
 static void
 replicated_leader_declares_a_silent_node_down_through_raft(void **state)
 {
@@ -477,12 +489,9 @@ replicated_leader_declares_a_silent_node_down_through_raft(void **state)
 	}
 	/* A heartbeat from it is refused (no lease for a down node) and brings
 	 * it back by another commit. */
-	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
-	Shardkv__Heartbeat hb = SHARDKV__HEARTBEAT__INIT;
-	hb.node_id = 1;
-	hb.lease_only = true;
-	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_HEARTBEAT;
-	rq.heartbeat = &hb;
+	Shardkv__AdminRequest rq;
+	Shardkv__Heartbeat hb;
+	lease_heartbeat(&rq, &hb, 1);
 	Shardkv__AdminResponse *r = call(g[leader].cli, &rq, 10000);
 	assert_non_null(r);
 	assert_int_equal(live_err(r), KV_EBUSY);
@@ -558,12 +567,9 @@ replicated_leader_fails_a_silent_primary_over_through_raft(void **state)
 	assert_int_equal(r->epoch, 3);
 	live_free(r);
 	/* Node 2 renews its lease, node 1 is silent. */
-	Shardkv__AdminRequest hq = SHARDKV__ADMIN_REQUEST__INIT;
-	Shardkv__Heartbeat hb = SHARDKV__HEARTBEAT__INIT;
-	hb.node_id = 2;
-	hb.lease_only = true;
-	hq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_HEARTBEAT;
-	hq.heartbeat = &hb;
+	Shardkv__AdminRequest hq;
+	Shardkv__Heartbeat hb;
+	lease_heartbeat(&hq, &hb, 2);
 	for (t0 = kv_test_now_ms(); down_epoch == 0; kv_test_sleep_ms(50)) {
 		assert_true(kv_test_now_ms() - t0 < 15000);
 		hq.request_id = 0;

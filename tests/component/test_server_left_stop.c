@@ -77,6 +77,23 @@ teardown(void **state)
 	return 0;
 }
 
+/* Registers every server (server i is node i+1), publishes a configuration
+ * where node `owner` owns the whole key space, starts the first nup servers
+ * and waits until they serve it. */
+static void
+nodes_up(uint32_t owner, int nup)
+{
+	uint64_t e;
+
+	for (int i = 0; i < NSRV; i++)
+		fake_ctl_add_node(ctl, srvs[i].url);
+	e = fake_ctl_publish_owners(ctl, NULL, owner, owner);
+	for (int i = 0; i < nup; i++)
+		inproc_srv_up(&srvs[i]);
+	for (int i = 0; i < nup; i++)
+		srv_wait_ready(srvs[i].url, e, WAIT_MS, NULL);
+}
+
 /* Waits up to ms until server v says it is gone. */
 static bool
 wait_gone(inproc_srv *v, unsigned ms)
@@ -112,13 +129,7 @@ static void
 a_node_drained_by_an_operator_stops_with_info_lines_only(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, srvs[0].url);
-	fake_ctl_add_node(ctl, srvs[1].url);
-	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
-	inproc_srv_up(&srvs[0]);
-	inproc_srv_up(&srvs[1]);
-	srv_wait_ready(srvs[0].url, e, WAIT_MS, NULL);
-	srv_wait_ready(srvs[1].url, e, WAIT_MS, NULL);
+	nodes_up(1, NSRV);
 	assert_int_equal(do_put(srvs[0].url, "k", "v", 0, 0).status, 0);
 
 	/* `shardkv leave 1`: DRAINING with its ranges moving to node 2, then
@@ -146,11 +157,7 @@ static void
 a_node_removed_without_a_drain_still_logs_the_error(void **state)
 {
 	(void)state;
-	fake_ctl_add_node(ctl, srvs[0].url);
-	fake_ctl_add_node(ctl, srvs[1].url);
-	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 2, 2);
-	inproc_srv_up(&srvs[0]);
-	srv_wait_ready(srvs[0].url, e, WAIT_MS, NULL);
+	nodes_up(2, 1);
 	/* Active, then GONE at once: a removal, not a leave. */
 	fake_cfg b = fake_cfg_new(ctl);
 	b.c->nodes[0].state = KV_NODE_GONE;

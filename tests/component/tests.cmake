@@ -34,7 +34,7 @@ kv_add_test(test_server_migration SOURCES component/test_server_migration.c
 # a server cut off from the controller refusing data requests, remove, and
 # the CLI's locate and check.
 kv_add_test(test_liveness_inproc SOURCES component/test_liveness_inproc.c
-  LIBS kv_controller kv_inproc_srv kv_cli kv_proto kv_testutil TIMEOUT 120 LABELS concurrency)
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)
 
 # A node an operator made leave (drained, then gone) stops with info lines
 # only; a node removed without a drain still logs the error.
@@ -47,4 +47,4 @@ kv_add_test(test_server_left_stop SOURCES component/test_server_left_stop.c
 # replica in the configuration that declares it down, and a range with no
 # other in-sync member kept (and reported by check).
 kv_add_test(test_failover_inproc SOURCES component/test_failover_inproc.c
-  LIBS kv_controller kv_inproc_srv kv_cli kv_proto kv_testutil TIMEOUT 120 LABELS concurrency)
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)

@@ -26,6 +26,12 @@ target_link_libraries(kv_ctl_client PUBLIC kv_proto kv_common kv_flags)
 # Shard servers inside the test process against that fake (inproc_srv.h).
 add_library(kv_inproc_srv STATIC support/inproc_srv.c)
 target_link_libraries(kv_inproc_srv PUBLIC kv_server kv_fake_ctl kv_testutil kv_flags)
+# A real controller with short leases and real servers inside the test
+# process, and what the liveness and failover tests ask of them: the
+# configuration, /metrics, node states, the CLI (inproc_cluster.h).
+add_library(kv_inproc_cluster STATIC support/inproc_cluster.c)
+target_link_libraries(kv_inproc_cluster PUBLIC kv_controller kv_inproc_srv kv_cli_run kv_proto
+  kv_testutil kv_flags)
 
 # Store fixtures: every semantic store test runs in striped and percore mode,
 # with one partition and with several (run_store_groups in store_util.c).
