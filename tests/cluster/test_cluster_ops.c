@@ -15,6 +15,7 @@
  */
 #include "common/proc.h"
 #include "tests/support/cluster_util.h"
+#include "tests/support/http_client.h"
 #include "tests/support/testutil.h"
 
 #include <arpa/inet.h>
@@ -50,100 +51,29 @@ static bool ctl_stopped; /* the controller is SIGSTOPped */
  * HTTP
  * ------------------------------------------------------------------------ */
 
-typedef struct {
-	int status;  /* HTTP status, 0: no answer */
-	char *body;  /* NUL-terminated body (malloc), or NULL */
-	char *whole; /* the whole answer */
-} http_answer;
-
-static void
-answer_free(http_answer *a)
-{
-	free(a->whole);
-	a->whole = a->body = NULL;
-}
-
-/* GET path on 127.0.0.1:port (5 s socket timeouts). */
-static http_answer
-http_get(int port, const char *path)
-{
-	http_answer a = {0};
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	struct timeval tv = {.tv_sec = 5};
-	char req[256];
-	size_t cap = 1 << 16, n = 0;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return a;
-	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	int len = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-	    send(fd, req, (size_t)len, MSG_NOSIGNAL) != len || (a.whole = malloc(cap)) == NULL) {
-		close(fd);
-		return a;
-	}
-	for (;;) {
-		if (n + 1 >= cap) {
-			char *p = realloc(a.whole, cap * 2);
-			if (p == NULL)
-				break;
-			a.whole = p;
-			cap *= 2;
-		}
-		ssize_t r = recv(fd, a.whole + n, cap - n - 1, 0);
-		if (r <= 0)
-			break;
-		n += (size_t)r;
-	}
-	close(fd);
-	a.whole[n] = '\0';
-	if (sscanf(a.whole, "HTTP/1.%*d %d", &a.status) != 1)
-		a.status = 0;
-	if ((a.body = strstr(a.whole, "\r\n\r\n")) != NULL)
-		a.body += 4;
-	return a;
-}
-
 /* Polls GET path until it answers `status`; returns the last answer. */
-static http_answer
+static kv_http_answer
 wait_status(int port, const char *path, int status, unsigned ms)
 {
 	uint64_t end = kv_test_now_ms() + ms;
 	for (;;) {
-		http_answer a = http_get(port, path);
+		kv_http_answer a = kv_http_get(port, path);
 		if (a.status == status || kv_test_now_ms() > end)
 			return a;
-		answer_free(&a);
+		kv_http_answer_free(&a);
 		kv_test_sleep_ms(50);
 	}
-}
-
-/* The value of sample `series` in a metrics body, or NAN. */
-static double
-sample(const char *body, const char *series)
-{
-	char want[256];
-	const char *p;
-
-	snprintf(want, sizeof(want), "\n%s ", series);
-	if ((p = strstr(body, want)) == NULL)
-		return NAN;
-	return strtod(p + strlen(want), NULL);
 }
 
 /* Scrapes /metrics on port (200 expected) and returns sample `series`. */
 static double
 scrape(int port, const char *series)
 {
-	http_answer a = http_get(port, "/metrics");
+	kv_http_answer a = kv_http_get(port, "/metrics");
 	double v = NAN;
 	if (a.status == 200 && a.body)
-		v = sample(a.body, series);
-	answer_free(&a);
+		v = kv_http_sample(a.body, series);
+	kv_http_answer_free(&a);
 	return v;
 }
 
@@ -152,7 +82,7 @@ static void
 assert_common_figures(int port)
 {
 	char want[128];
-	http_answer a = http_get(port, "/metrics");
+	kv_http_answer a = kv_http_get(port, "/metrics");
 	time_t now = time(NULL);
 
 	assert_int_equal(a.status, 200);
@@ -162,13 +92,14 @@ assert_common_figures(int port)
 	if (strstr(a.body, want) == NULL)
 		fail_msg("no %s in:\n%.2000s", want + 1, a.body);
 	assert_non_null(strstr(a.body, "# TYPE shardkv_build_info gauge\n"));
-	assert_true(sample(a.body, "process_cpu_seconds_total") >= 0);
-	assert_true(sample(a.body, "process_resident_memory_bytes") > 1e5);
-	assert_true(sample(a.body, "process_open_fds") >= 3);
-	assert_true(sample(a.body, "process_max_fds") >= sample(a.body, "process_open_fds"));
-	double start = sample(a.body, "process_start_time_seconds");
+	assert_true(kv_http_sample(a.body, "process_cpu_seconds_total") >= 0);
+	assert_true(kv_http_sample(a.body, "process_resident_memory_bytes") > 1e5);
+	assert_true(kv_http_sample(a.body, "process_open_fds") >= 3);
+	assert_true(kv_http_sample(a.body, "process_max_fds") >=
+	            kv_http_sample(a.body, "process_open_fds"));
+	double start = kv_http_sample(a.body, "process_start_time_seconds");
 	assert_true(start > (double)now - 600 && start <= (double)now + 5);
-	answer_free(&a);
+	kv_http_answer_free(&a);
 }
 
 /* ------------------------------------------------------------------------
@@ -221,14 +152,14 @@ servers_answer_healthz_and_export_build_and_process_figures(void **state)
 {
 	(void)state;
 	for (int i = 0; i < NSRV; i++) {
-		http_answer a = wait_status(mport[i], "/healthz", 200, WAIT_MS);
+		kv_http_answer a = wait_status(mport[i], "/healthz", 200, WAIT_MS);
 		if (a.status != 200)
 			fail_msg("server %d /healthz: %d %s", i, a.status, a.body ? a.body : "");
 		assert_string_equal(a.body, "ok\n");
-		answer_free(&a);
-		a = http_get(mport[i], "/healthz?verbose=1");
+		kv_http_answer_free(&a);
+		a = kv_http_get(mport[i], "/healthz?verbose=1");
 		assert_int_equal(a.status, 200);
-		answer_free(&a);
+		kv_http_answer_free(&a);
 		assert_common_figures(mport[i]);
 		assert_true(scrape(mport[i], "shardkv_server_lease_valid") == 1);
 	}
@@ -238,9 +169,9 @@ static void
 healthz_is_503_while_the_lease_is_expired(void **state)
 {
 	(void)state;
-	http_answer a = wait_status(mport[0], "/healthz", 200, WAIT_MS);
+	kv_http_answer a = wait_status(mport[0], "/healthz", 200, WAIT_MS);
 	assert_int_equal(a.status, 200);
-	answer_free(&a);
+	kv_http_answer_free(&a);
 	/* The controller stops answering: renewals fail, the lease runs out. */
 	assert_int_equal(kill(tc.ctl_pid, SIGSTOP), 0);
 	ctl_stopped = true;
@@ -250,7 +181,7 @@ healthz_is_503_while_the_lease_is_expired(void **state)
 	assert_non_null(a.body);
 	if (strstr(a.body, "lease expired") == NULL)
 		fail_msg("503 body does not name the lease: %s", a.body);
-	answer_free(&a);
+	kv_http_answer_free(&a);
 	assert_true(scrape(mport[0], "shardkv_server_lease_valid") == 0);
 	/* The metrics are still served while unhealthy. */
 	assert_common_figures(mport[0]);
@@ -258,7 +189,7 @@ healthz_is_503_while_the_lease_is_expired(void **state)
 	ctl_stopped = false;
 	a = wait_status(mport[0], "/healthz", 200, WAIT_MS);
 	assert_int_equal(a.status, 200);
-	answer_free(&a);
+	kv_http_answer_free(&a);
 }
 
 /* Hits and misses summed over the servers. */
@@ -333,23 +264,23 @@ range_series_are_capped_with_the_rest_summed_as_other(void **state)
 	}
 	for (int i = 0; i < NSRV; i++) {
 		uint64_t end = kv_test_now_ms() + WAIT_MS;
-		http_answer a = {0};
+		kv_http_answer a = {0};
 		/* The figures follow the next heartbeat's count. */
 		for (;;) {
-			a = http_get(mport[i], "/metrics");
+			a = kv_http_get(mport[i], "/metrics");
 			if (a.status == 200 && a.body &&
 			    strstr(a.body, "\nshardkv_server_range_keys{range=\"other\"}"))
 				break;
 			if (kv_test_now_ms() > end)
 				fail_msg("server %d: no range=\"other\" series:\n%.3000s", i,
 				         a.body ? a.body : "");
-			answer_free(&a);
+			kv_http_answer_free(&a);
 			kv_test_sleep_ms(100);
 		}
 		assert_int_equal(count_series(a.body, "shardkv_server_range_keys"), 21);
 		assert_int_equal(count_series(a.body, "shardkv_server_range_bytes"), 21);
 		assert_non_null(strstr(a.body, "\nshardkv_server_range_bytes{range=\"other\"}"));
-		answer_free(&a);
+		kv_http_answer_free(&a);
 	}
 }
 
@@ -368,13 +299,13 @@ the_controller_answers_healthz_and_exports_build_and_process_figures(void **stat
 	                "--metrics",       metrics,    NULL};
 	pid_t pid = kv_proc_spawn(argv[0], argv, log);
 	assert_true(pid > 0);
-	http_answer a = wait_status(port, "/healthz", 200, WAIT_MS);
+	kv_http_answer a = wait_status(port, "/healthz", 200, WAIT_MS);
 	if (a.status != 200) {
 		kv_proc_print_log_tail(log, 20);
 		fail_msg("controller /healthz: %d", a.status);
 	}
 	assert_string_equal(a.body, "ok\n");
-	answer_free(&a);
+	kv_http_answer_free(&a);
 	assert_common_figures(port);
 	assert_false(isnan(scrape(port, "shardkv_controller_nodes{state=\"down\"}")));
 	int st = 0;

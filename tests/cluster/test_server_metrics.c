@@ -15,6 +15,7 @@
  */
 #include "client/include/shardkv.h"
 #include "common/proc.h"
+#include "tests/support/http_client.h"
 #include "tests/support/testutil.h"
 
 #include <arpa/inet.h>
@@ -43,11 +44,9 @@
 #error "KV_CONTROLLER_BIN must name the shardkv-controller binary"
 #endif
 
-#define READY_MS 20000u    /* a daemon answers / a range is served */
-#define HTTP_MS  5000      /* one scrape, connect to last byte */
-#define HTTP_MAX (1 << 20) /* largest answer read */
-#define NKEYS    100u      /* keys written by the traffic test */
-#define MAX_KEY  100u      /* the server's --max-key */
+#define READY_MS 20000u /* a daemon answers / a range is served */
+#define NKEYS    100u   /* keys written by the traffic test */
+#define MAX_KEY  100u   /* the server's --max-key */
 
 /* The cluster shared by the tests of the group. */
 static struct {
@@ -104,105 +103,11 @@ dump(const char *log)
  * HTTP
  * ------------------------------------------------------------------------ */
 
-/* Connects to 127.0.0.1:port. Returns the socket or -1. */
-static int
-dial(int port)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	a.sin_port = htons((uint16_t)port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		close(fd);
-		fd = -1;
-	}
-	return fd;
-}
-
-/* Reads until EOF, the buffer's end or the deadline. Returns the bytes
- * read (buf NUL-terminated). */
-static size_t
-read_all(int fd, char *buf, size_t cap, uint64_t deadline)
-{
-	size_t n = 0;
-
-	while (n < cap - 1) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		uint64_t now = kv_test_now_ms();
-		if (now >= deadline || poll(&p, 1, (int)(deadline - now)) <= 0)
-			break;
-		ssize_t r = recv(fd, buf + n, cap - 1 - n, 0);
-		if (r <= 0)
-			break;
-		n += (size_t)r;
-	}
-	buf[n] = '\0';
-	return n;
-}
-
-/* An HTTP answer. */
-typedef struct {
-	int status;   /* status code; 0: no answer */
-	char *raw;    /* the whole answer, NUL-terminated (owned) */
-	size_t len;   /* its length */
-	char *body;   /* into raw, after the head; NULL without a head */
-	size_t blen;  /* body bytes */
-	long clength; /* Content-Length; -1: absent */
-} http_answer;
-
-static void
-answer_free(http_answer *a)
-{
-	free(a->raw);
-	memset(a, 0, sizeof(*a));
-}
-
-/* Sends n raw bytes (all of the request) and reads the answer. */
-static http_answer
-http_raw(int port, const void *req, size_t n)
-{
-	http_answer a = {.clength = -1};
-	uint64_t deadline = kv_test_now_ms() + HTTP_MS;
-	int fd = dial(port);
-
-	a.raw = malloc(HTTP_MAX);
-	assert_non_null(a.raw);
-	a.raw[0] = '\0';
-	if (fd < 0)
-		return a;
-	if (n > 0 && send(fd, req, n, MSG_NOSIGNAL) != (ssize_t)n) {
-		close(fd);
-		return a;
-	}
-	a.len = read_all(fd, a.raw, HTTP_MAX, deadline);
-	close(fd);
-	if (sscanf(a.raw, "HTTP/1.%*d %d", &a.status) != 1)
-		a.status = 0;
-	char *end = strstr(a.raw, "\r\n\r\n");
-	if (end != NULL) {
-		a.body = end + 4;
-		a.blen = a.len - (size_t)(a.body - a.raw);
-		char *cl = strstr(a.raw, "Content-Length: ");
-		if (cl != NULL && cl < end)
-			a.clength = strtol(cl + 16, NULL, 10);
-	}
-	return a;
-}
-
-static http_answer
-http_get(int port, const char *path)
-{
-	char req[256];
-	int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: test\r\n\r\n", path);
-	return http_raw(port, req, (size_t)n);
-}
-
 /* Scrapes /metrics; fails the test unless it is a complete 200 answer. */
-static http_answer
+static kv_http_answer
 scrape(void)
 {
-	http_answer a = http_get(g.mport, "/metrics");
+	kv_http_answer a = kv_http_get(g.mport, "/metrics");
 	if (a.status != 200) {
 		dump(g.srv_log);
 		fail_msg("scrape answered %d: %.200s", a.status, a.raw);
@@ -210,19 +115,6 @@ scrape(void)
 	assert_non_null(a.body);
 	assert_int_equal(a.clength, (long)a.blen);
 	return a;
-}
-
-/* The value of the sample `series` ("name" or "name{label=\"v\"}"), or NAN. */
-static double
-sample(const char *body, const char *series)
-{
-	char want[256];
-	const char *p;
-
-	snprintf(want, sizeof(want), "\n%s ", series);
-	if ((p = strstr(body, want)) == NULL)
-		return NAN;
-	return strtod(p + strlen(want), NULL);
 }
 
 /* Scrapes until `series` has a value >= min, or the deadline. Returns it. */
@@ -233,10 +125,10 @@ wait_sample(const char *series, double min, unsigned ms)
 	double v = NAN;
 
 	for (;;) {
-		http_answer a = http_get(g.mport, "/metrics");
+		kv_http_answer a = kv_http_get(g.mport, "/metrics");
 		if (a.status == 200)
-			v = sample(a.body, series);
-		answer_free(&a);
+			v = kv_http_sample(a.body, series);
+		kv_http_answer_free(&a);
 		if ((!isnan(v) && v >= min) || kv_test_now_ms() > deadline)
 			return v;
 		kv_test_sleep_ms(50);
@@ -425,10 +317,10 @@ check_histogram(const char *body, const char *op, double min)
 	assert_true(buckets >= 10);
 	assert_false(isnan(inf));
 	snprintf(want, sizeof(want), "%s_count{op=\"%s\"}", name, op);
-	assert_true(sample(body, want) == inf);
+	assert_true(kv_http_sample(body, want) == inf);
 	assert_true(inf >= min);
 	snprintf(want, sizeof(want), "%s_sum{op=\"%s\"}", name, op);
-	assert_true(sample(body, want) > 0);
+	assert_true(kv_http_sample(body, want) > 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -542,40 +434,41 @@ counters_follow_the_traffic_and_the_text_is_valid(void **state)
 	memset(big, 'k', sizeof(big));
 	assert_int_equal(shardkv_put(g.cl, big, sizeof(big), "v", 1), SHARDKV_ETOOBIG);
 
-	http_answer a = scrape();
+	kv_http_answer a = scrape();
 	check_format(a.body);
 	const char *b = a.body;
-	assert_true(sample(b, "shardkv_server_ops_total{op=\"put\"}") >= NKEYS + 2);
-	assert_true(sample(b, "shardkv_server_ops_total{op=\"get\"}") >= NKEYS);
-	assert_true(sample(b, "shardkv_server_ops_total{op=\"del\"}") >= 1);
-	assert_true(sample(b, "shardkv_server_ops_total{op=\"append\"}") >= 1);
-	assert_true(sample(b, "shardkv_server_ops_total{op=\"mput\"}") >= 1);
-	assert_true(sample(b, "shardkv_server_ops_total{op=\"mget\"}") >= 1);
-	assert_true(sample(b, "shardkv_server_ops_total{op=\"scan\"}") >= 1);
-	assert_true(sample(b, "shardkv_server_errors_total{status=\"too_big\"}") >= 1);
-	assert_false(isnan(sample(b, "shardkv_server_errors_total{status=\"wrong_owner\"}")));
-	assert_false(isnan(sample(b, "shardkv_server_errors_total{status=\"moving\"}")));
-	assert_false(isnan(sample(b, "shardkv_server_errors_total{status=\"no_space\"}")));
-	assert_false(isnan(sample(b, "shardkv_server_errors_total{status=\"other\"}")));
-	assert_true(isnan(sample(b, "shardkv_server_errors_total{status=\"not_found\"}")));
+	assert_true(kv_http_sample(b, "shardkv_server_ops_total{op=\"put\"}") >= NKEYS + 2);
+	assert_true(kv_http_sample(b, "shardkv_server_ops_total{op=\"get\"}") >= NKEYS);
+	assert_true(kv_http_sample(b, "shardkv_server_ops_total{op=\"del\"}") >= 1);
+	assert_true(kv_http_sample(b, "shardkv_server_ops_total{op=\"append\"}") >= 1);
+	assert_true(kv_http_sample(b, "shardkv_server_ops_total{op=\"mput\"}") >= 1);
+	assert_true(kv_http_sample(b, "shardkv_server_ops_total{op=\"mget\"}") >= 1);
+	assert_true(kv_http_sample(b, "shardkv_server_ops_total{op=\"scan\"}") >= 1);
+	assert_true(kv_http_sample(b, "shardkv_server_errors_total{status=\"too_big\"}") >= 1);
+	assert_false(
+	    isnan(kv_http_sample(b, "shardkv_server_errors_total{status=\"wrong_owner\"}")));
+	assert_false(isnan(kv_http_sample(b, "shardkv_server_errors_total{status=\"moving\"}")));
+	assert_false(isnan(kv_http_sample(b, "shardkv_server_errors_total{status=\"no_space\"}")));
+	assert_false(isnan(kv_http_sample(b, "shardkv_server_errors_total{status=\"other\"}")));
+	assert_true(isnan(kv_http_sample(b, "shardkv_server_errors_total{status=\"not_found\"}")));
 	/* m001..m099, n-app, n-a, n-b */
-	assert_true(sample(b, "shardkv_server_keys") >= NKEYS + 2);
-	assert_true(sample(b, "shardkv_server_bytes") > 0);
-	assert_true(sample(b, "shardkv_server_memory_bytes") > 0);
-	assert_true(sample(b, "shardkv_server_epoch") >= 1);
-	assert_true(sample(b, "shardkv_server_node_id") >= 1);
-	assert_true(sample(b, "shardkv_server_requests_inflight") >= 0);
-	assert_true(sample(b, "shardkv_wal_records_total") >= NKEYS);
-	assert_true(sample(b, "shardkv_wal_bytes_total") > 0);
-	assert_true(sample(b, "shardkv_wal_writes_total") > 0);
-	assert_true(sample(b, "shardkv_wal_fsyncs_total") >= 0);
-	assert_true(sample(b, "shardkv_wal_healthy") == 1);
-	assert_true(sample(b, "shardkv_snapshots_total") >= 0);
-	assert_true(sample(b, "shardkv_snapshot_last_duration_seconds") >= 0);
-	assert_true(sample(b, "shardkv_snapshot_last_bytes") >= 0);
-	assert_true(sample(b, "shardkv_migrations_out_active") == 0);
-	assert_true(sample(b, "shardkv_migration_bytes_copied_total") == 0);
-	assert_true(sample(b, "shardkv_server_connections") >= 1);
+	assert_true(kv_http_sample(b, "shardkv_server_keys") >= NKEYS + 2);
+	assert_true(kv_http_sample(b, "shardkv_server_bytes") > 0);
+	assert_true(kv_http_sample(b, "shardkv_server_memory_bytes") > 0);
+	assert_true(kv_http_sample(b, "shardkv_server_epoch") >= 1);
+	assert_true(kv_http_sample(b, "shardkv_server_node_id") >= 1);
+	assert_true(kv_http_sample(b, "shardkv_server_requests_inflight") >= 0);
+	assert_true(kv_http_sample(b, "shardkv_wal_records_total") >= NKEYS);
+	assert_true(kv_http_sample(b, "shardkv_wal_bytes_total") > 0);
+	assert_true(kv_http_sample(b, "shardkv_wal_writes_total") > 0);
+	assert_true(kv_http_sample(b, "shardkv_wal_fsyncs_total") >= 0);
+	assert_true(kv_http_sample(b, "shardkv_wal_healthy") == 1);
+	assert_true(kv_http_sample(b, "shardkv_snapshots_total") >= 0);
+	assert_true(kv_http_sample(b, "shardkv_snapshot_last_duration_seconds") >= 0);
+	assert_true(kv_http_sample(b, "shardkv_snapshot_last_bytes") >= 0);
+	assert_true(kv_http_sample(b, "shardkv_migrations_out_active") == 0);
+	assert_true(kv_http_sample(b, "shardkv_migration_bytes_copied_total") == 0);
+	assert_true(kv_http_sample(b, "shardkv_server_connections") >= 1);
 	check_histogram(b, "put", NKEYS + 2);
 	check_histogram(b, "get", NKEYS);
 	check_histogram(b, "scan", 1);
@@ -583,58 +476,58 @@ counters_follow_the_traffic_and_the_text_is_valid(void **state)
 	/* The heartbeat's count of the one range this server serves. */
 	assert_true(wait_sample("shardkv_server_range_keys{range=\"[, )\"}", NKEYS + 2, READY_MS) >=
 	            NKEYS + 2);
-	double puts = sample(b, "shardkv_server_ops_total{op=\"put\"}");
-	answer_free(&a);
+	double puts = kv_http_sample(b, "shardkv_server_ops_total{op=\"put\"}");
+	kv_http_answer_free(&a);
 
 	/* Counters only grow. */
 	assert_int_equal(shardkv_put(g.cl, "m001", 4, "w", 1), 0);
 	a = scrape();
-	assert_true(sample(a.body, "shardkv_server_ops_total{op=\"put\"}") >= puts + 1);
-	answer_free(&a);
+	assert_true(kv_http_sample(a.body, "shardkv_server_ops_total{op=\"put\"}") >= puts + 1);
+	kv_http_answer_free(&a);
 }
 
 static void
 other_paths_get_404_and_hostile_requests_do_no_harm(void **state)
 {
-	http_answer a;
+	kv_http_answer a;
 	char *junk;
 	(void)state;
 
-	a = http_get(g.mport, "/");
+	a = kv_http_get(g.mport, "/");
 	assert_int_equal(a.status, 404);
-	answer_free(&a);
-	a = http_get(g.mport, "/metricsx");
+	kv_http_answer_free(&a);
+	a = kv_http_get(g.mport, "/metricsx");
 	assert_int_equal(a.status, 404);
-	answer_free(&a);
-	a = http_raw(g.mport, "POST /metrics HTTP/1.0\r\n\r\n", 26);
+	kv_http_answer_free(&a);
+	a = kv_http_raw(g.mport, "POST /metrics HTTP/1.0\r\n\r\n", 26);
 	assert_int_equal(a.status, 404);
-	answer_free(&a);
+	kv_http_answer_free(&a);
 
 	/* Binary garbage with a line end: a 404, nothing more. */
 	static const char garbage[] = "\x00\xff\x13GET\r\x7f\n\n";
-	a = http_raw(g.mport, garbage, sizeof(garbage) - 1);
+	a = kv_http_raw(g.mport, garbage, sizeof(garbage) - 1);
 	assert_int_equal(a.status, 404);
-	answer_free(&a);
+	kv_http_answer_free(&a);
 	/* A line that never ends: cut at the bound with a 400. */
 	junk = malloc(8 * 1024);
 	assert_non_null(junk);
 	memset(junk, 'A', 8 * 1024);
-	a = http_raw(g.mport, junk, 8 * 1024);
+	a = kv_http_raw(g.mport, junk, 8 * 1024);
 	assert_true(a.status == 400 || a.status == 0); /* 0: the reset won the race */
-	answer_free(&a);
+	kv_http_answer_free(&a);
 	free(junk);
 	/* Connect and leave at once. */
-	int fd = dial(g.mport);
+	int fd = kv_http_dial(g.mport);
 	assert_true(fd >= 0);
 	close(fd);
 	/* A silent client holds the listener for its timeout only. */
-	int idle = dial(g.mport);
+	int idle = kv_http_dial(g.mport);
 	assert_true(idle >= 0);
 	kv_test_sleep_ms(50);
 	uint64_t t0 = kv_test_now_ms();
 	a = scrape();
 	assert_true(kv_test_now_ms() - t0 < 4000);
-	answer_free(&a);
+	kv_http_answer_free(&a);
 	close(idle);
 
 	/* The server is alive and serving. */
@@ -645,7 +538,7 @@ other_paths_get_404_and_hostile_requests_do_no_harm(void **state)
 	shardkv_free(v.data);
 	a = scrape();
 	check_format(a.body);
-	answer_free(&a);
+	kv_http_answer_free(&a);
 }
 
 /* Starts a second server with --metrics `addr`; expects exit 1 and `why`
@@ -762,10 +655,10 @@ migration_counters_follow_a_move(void **state)
 	/* Every outgoing task ends once its migration is done. */
 	deadline = kv_test_now_ms() + READY_MS;
 	for (;;) {
-		http_answer a = scrape();
-		double active = sample(a.body, "shardkv_migrations_out_active");
+		kv_http_answer a = scrape();
+		double active = kv_http_sample(a.body, "shardkv_migrations_out_active");
 		check_format(a.body);
-		answer_free(&a);
+		kv_http_answer_free(&a);
 		if (active == 0)
 			break;
 		if (kv_test_now_ms() > deadline)

@@ -3,6 +3,7 @@
  * process (see inproc_cluster.h).
  */
 #include "tests/support/inproc_cluster.h"
+#include "tests/support/http_client.h"
 
 #include "common/err.h"
 #include "tests/support/cli_run.h"
@@ -170,29 +171,17 @@ inproc_cluster_config(inproc_cluster *c)
 void
 inproc_cluster_scrape_metrics(inproc_cluster *c, char *buf, size_t cap)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	const char *req = "GET /metrics HTTP/1.0\r\n\r\n";
-	size_t n = 0;
-	int fd;
+	kv_http_answer a;
 
 	assert_true(cap > 0);
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(fd >= 0);
-	a.sin_port = htons((uint16_t)atoi(strchr(c->ctl_metrics, ':') + 1));
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		int e = errno;
-		close(fd);
-		fail_msg("cannot connect to %s: %s", c->ctl_metrics, strerror(e));
+	a = kv_http_get(atoi(strchr(c->ctl_metrics, ':') + 1), "/metrics");
+	if (a.status != 200) {
+		int st = a.status;
+		kv_http_answer_free(&a);
+		fail_msg("scrape of %s answered %d", c->ctl_metrics, st);
 	}
-	if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
-		close(fd);
-		fail_msg("cannot send the scrape to %s", c->ctl_metrics);
-	}
-	for (ssize_t r; n < cap - 1 && (r = read(fd, buf + n, cap - 1 - n)) > 0;)
-		n += (size_t)r;
-	close(fd);
-	buf[n] = '\0';
+	snprintf(buf, cap, "%s", a.raw);
+	kv_http_answer_free(&a);
 }
 
 int

@@ -4,7 +4,7 @@
 # shardkv-checker links too.
 
 # Free ports, clocks, scratch directories (every layer).
-add_library(kv_testutil STATIC support/testutil.c)
+add_library(kv_testutil STATIC support/testutil.c support/http_client.c)
 target_link_libraries(kv_testutil PUBLIC kv_proc kv_flags)
 
 # The one fake controller (fake_ctl.h): configurations published by the
