@@ -786,10 +786,14 @@ stream_scan(cli_ctx *x, const char *start, const char *end, const char *prefix, 
 	if (x->a->json)
 		fprintf(x->out, keys_only ? "{\"keys\": [" : "{\"pairs\": [");
 	while (more) {
-		sa.limit = left < SCAN_PAGE ? (size_t)left : SCAN_PAGE;
+		/* Near --limit, one entry more than is printed: its key is where
+		 * the scan would resume (`next`). */
+		size_t show;
+		sa.limit = left < SCAN_PAGE ? (size_t)left + 1 : SCAN_PAGE;
 		if ((rv = shardkv_scan_ex(x->c, &sa, &r)) != 0)
 			break;
-		for (size_t i = 0; i < r->n; i++) {
+		show = r->n < left ? r->n : (size_t)left;
+		for (size_t i = 0; i < show; i++) {
 			const shardkv_entry *en = &r->entries[i];
 			if (x->a->json) {
 				fputs(printed ? ", " : "", x->out);
@@ -811,11 +815,21 @@ stream_scan(cli_ctx *x, const char *start, const char *end, const char *prefix, 
 			}
 			printed++;
 		}
-		left -= r->n < left ? r->n : left;
-		more = r->more && r->next.len > 0;
+		left -= show;
+		more = (r->more && r->next.len > 0) || r->n > show;
 		free(resume);
 		resume = NULL;
-		if (more) {
+		if (r->n > show) {
+			const shardkv_buf *k = &r->entries[show].key;
+			if ((resume = malloc(k->len ? k->len : 1)) == NULL) {
+				rv = SHARDKV_ENOMEM;
+				break;
+			}
+			if (k->len)
+				memcpy(resume, k->data, k->len);
+			sa.start.data = resume;
+			sa.start.len = k->len;
+		} else if (more) {
 			if ((resume = malloc(r->next.len)) == NULL) {
 				rv = SHARDKV_ENOMEM;
 				break;
@@ -824,10 +838,11 @@ stream_scan(cli_ctx *x, const char *start, const char *end, const char *prefix, 
 			sa.start.data = resume;
 			sa.start.len = r->next.len;
 		}
+		bool got_next = r->n > show;
 		shardkv_scan_result_free(r);
 		r = NULL;
-		if (more && left == 0)
-			break; /* stopped by --limit: `next` says where to resume */
+		if (more && left == 0 && got_next)
+			break; /* stopped by --limit: `next` is the first key left out */
 		fflush(x->out);
 	}
 	shardkv_scan_result_free(r);
@@ -836,7 +851,7 @@ stream_scan(cli_ctx *x, const char *start, const char *end, const char *prefix, 
 			fprintf(x->out, "]}\n");
 		} else {
 			fprintf(x->out, "], \"next\": ");
-			if (more && resume)
+			if (more && left == 0 && resume)
 				json_str(x->out, resume, sa.start.len);
 			else
 				fputs("null", x->out);
