@@ -424,9 +424,10 @@ print_help(FILE *f, const cli_cmd *cmd)
 		    strcmp(cmd->name, "mput") == 0)
 			fprintf(f, "  A VALUE of `-` is read from stdin (once per command).\n");
 		if (cmd->opts & OPT_WAIT)
-			fprintf(f,
-			        "  --wait blocks until the migrations finish and prints the time "
-			        "they took.\n");
+			fprintf(
+			    f, "  --wait follows the migrations until they finish (progress on a\n"
+			       "  terminal, a line per second otherwise) and prints the time they\n"
+			       "  took; Ctrl-C stops the waiting, not the migrations.\n");
 		if (strcmp(cmd->name, "cancel") == 0)
 			fprintf(f,
 			        "  The range stays with its source; the destination drops what it\n"
@@ -440,7 +441,8 @@ print_help(FILE *f, const cli_cmd *cmd)
 	           "Global options:\n"
 	           "  -c, --controller ADDR   controller URL(s), comma-separated "
 	           "(default: $SHARDKV_CONTROLLER, else " DEFAULT_CONTROLLER ")\n"
-	           "  --json                  admin commands print one JSON object\n"
+	           "  --json                  print one JSON object\n"
+	           "  --version               print the version\n"
 	           "  --timeout MS            per-call deadline in milliseconds (default 5000)\n"
 	           "  --auth-token-file F     send the cluster's shared secret, read from F\n"
 	           "                          (default: $SHARDKV_AUTH_TOKEN_FILE)\n"
@@ -454,7 +456,8 @@ print_help(FILE *f, const cli_cmd *cmd)
 		fprintf(f, "  %-9s %-40s %s\n", cmds[i].name, cmds[i].usage, cmds[i].help);
 	fprintf(f, "\nExit codes: 0 success, 1 not found, 2 usage or invalid request, "
 	           "3 unavailable or timed out, 4 rejected, 5 internal error.\n"
-	           "Use -- before values that start with '-'.\n");
+	           "Use -- before values that start with '-'. With no command on a terminal,\n"
+	           "shardkv opens an interactive prompt.\n");
 }
 
 /* ---------------------------------------------------------------------------
@@ -1693,11 +1696,6 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 	int rv;
 
 	if ((rv = kv_cli_parse(argc, argv, &a, msg, sizeof(msg))) != 0) {
-		if (a.no_command && out == stdout && isatty(STDIN_FILENO) &&
-		    isatty(STDOUT_FILENO)) {
-			kv_cli_args_fini(&a);
-			return kv_cli_repl(argc, argv, out, err);
-		}
 		fprintf(err, "shardkv: %s\n", msg);
 		kv_cli_args_fini(&a);
 		return rv;

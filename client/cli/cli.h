@@ -51,8 +51,8 @@ int kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen
 void kv_cli_args_fini(kv_cli_args *a);
 
 /* Runs the command line: prints results to out and errors to err. Returns
- * the process exit code. With no command and stdin and out on a terminal,
- * opens the interactive prompt (kv_cli_repl). */
+ * the process exit code. (The program opens the interactive prompt,
+ * kv_cli_repl, instead when there is no command and a terminal.) */
 int kv_cli_main(int argc, char **argv, FILE *out, FILE *err);
 
 /*

@@ -15,7 +15,7 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   kv_cluster_test(test_cluster_batch 120)
   # Counts the threads it makes (pthread_create wrapped).
   target_link_options(test_cluster_batch PRIVATE -Wl,--wrap=pthread_create)
-  kv_cluster_test(test_cluster_cli 180)
+  kv_cluster_test(test_cluster_cli 90)
   kv_cluster_test(test_cluster_cancel 120)
   kv_cluster_test(test_cluster_dedup 120)
   # Three Raft controller replicas; the leader is killed during changes.
