@@ -1742,7 +1742,9 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 			goto out;
 		}
 	}
-	opt.timeout_ms = a.timeout_ms ? a.timeout_ms : a.wait ? WAIT_TIMEOUT_MS : 0;
+	/* Each call has the usual deadline, also with --wait: its waiting is a
+	 * series of short status calls, bounded by --timeout or ten minutes. */
+	opt.timeout_ms = a.timeout_ms;
 	opt.auth_token = token;
 	opt.auth_token_len = token_len;
 	x.token = token;

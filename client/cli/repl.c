@@ -123,6 +123,7 @@ kv_cli_repl(int argc, char **argv, FILE *out, FILE *err)
 				add_history(line);
 				rc = kv_cli_main(k, v, out, err);
 				fflush(out);
+				clearerr(stdin); /* a `-` value read up to Ctrl-D */
 				if (rc != 0)
 					fprintf(err, "(exit %d)\n", rc);
 				free(v);

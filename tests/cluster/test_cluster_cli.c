@@ -742,6 +742,17 @@ move_wait_says_accepted_at_once_then_progress_and_ctrl_c_explains_cancel(void **
 				kv_tc_run_free(&c);
 			}
 			kv_tc_run_free(&r);
+			/* Cancelled, or done if it fenced first: nothing moves then. */
+			uint64_t end = kv_test_now_ms() + 60000;
+			bool idle = false;
+			while (!idle && kv_test_now_ms() < end) {
+				run_cli(&r, true, NULL, 0, NULL, "--json", "status", NULL);
+				idle = r.code == 0 && strstr(r.out, "\"migrations\": []") != NULL;
+				kv_tc_run_free(&r);
+				if (!idle)
+					poll(NULL, 0, 100);
+			}
+			assert_true(idle);
 		}
 		close(fd);
 	}
@@ -769,6 +780,20 @@ the_prompt_runs_commands_typed_on_a_terminal(void **state)
 	if (!read_until(master, buf, sizeof(buf), &len, "did you mean 'get'?", 10000))
 		fail_msg("no answer: '%s'", buf);
 	assert_non_null(strstr(buf, "a b\r\n"));
+
+	/* --wait on a terminal redraws its progress lines in place. */
+	shardkv_config *cfg = kv_tc_config(&tc);
+	assert_non_null(cfg);
+	uint32_t owner = kv_tc_owner(cfg, "mv16/", 5);
+	shardkv_config_free(cfg);
+	char mv[96];
+	snprintf(mv, sizeof(mv), "move mv16/ mv16/~ %u --rate 1 --wait\n",
+	         owner == tc.srv[0].id ? tc.srv[1].id : tc.srv[0].id);
+	assert_int_equal(write(master, mv, strlen(mv)), (ssize_t)strlen(mv));
+	if (!read_until(master, buf, sizeof(buf), &len, "migrations finished in ", 60000))
+		fail_msg("no end of the move: '%s'", show(buf, len));
+	assert_non_null(strstr(buf, "\r\033[K  migration "));
+	assert_non_null(strstr(buf, " MB/s"));
 	assert_int_equal(write(master, "quit\n", 5), 5);
 	read_until(master, buf, sizeof(buf), &len, "\x01never", 3000);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
