@@ -608,7 +608,7 @@ cmd_get(cli_ctx *x)
 	int rv = shardkv_get(x->c, k, strlen(k), &v);
 
 	if (rv != 0)
-		return fail(x, rv);
+		return fail_size(x, rv, strlen(k), 0);
 	print_value(x, k, &v);
 	shardkv_free(v.data);
 	return 0;
@@ -636,7 +636,7 @@ cmd_del(cli_ctx *x)
 	int rv = shardkv_del(x->c, k, strlen(k), &v);
 
 	if (rv != 0)
-		return fail(x, rv);
+		return fail_size(x, rv, strlen(k), 0);
 	print_value(x, k, &v);
 	shardkv_free(v.data);
 	return 0;
@@ -694,9 +694,14 @@ cmd_mget(cli_ctx *x)
 		free(keys);
 		return KV_CLI_NOTFOUND;
 	}
+	if (rv != 0) {
+		size_t kmax = 0;
+		for (size_t i = 0; i < n; i++)
+			kmax = keys[i].len > kmax ? keys[i].len : kmax;
+		free(keys);
+		return fail_size(x, rv, kmax, 0);
+	}
 	free(keys);
-	if (rv != 0)
-		return fail(x, rv);
 	if (x->a->json) {
 		fprintf(x->out, "{\"values\": [");
 		for (size_t i = 0; i < r->n; i++) {

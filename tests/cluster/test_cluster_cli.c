@@ -587,6 +587,13 @@ an_oversized_value_is_reported_once_with_its_size_and_the_limit(void **state)
 	check_run(&r, "append big16 <2 MiB>", 4, "", 0);
 	assert_non_null(strstr(r.err, "value of 2097152 bytes is over the limit of 1048576 bytes"));
 	kv_tc_run_free(&r);
+	/* A key over the limit, in a read too. */
+	v[2000] = 0;
+	run_cli(&r, true, NULL, 0, NULL, "get", v, NULL);
+	check_run(&r, "get <2000-byte key>", 4, "", 0);
+	if (strcmp(r.err, "shardkv: get: key of 2000 bytes is over the limit of 1024 bytes\n") != 0)
+		fail_msg("get of a 2000-byte key said '%s'", r.err);
+	kv_tc_run_free(&r);
 	free(v);
 }
 
