@@ -9,10 +9,12 @@ set -euo pipefail
 # recommended by clang, so --no-install-recommends would leave it out).
 # libraft-dev, libuv1-dev: the replicated controller (canonical raft and the
 # libuv loop its disk and TCP backend runs on). libjansson-dev: the checker
-# reads history files (JSON Lines) with it.
+# reads history files (JSON Lines) with it. libedit-dev: line editing and
+# history at the CLI's interactive prompt.
 pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
       libprotobuf-c-dev protobuf-c-compiler libnng-dev libcmocka-dev
-      liburcu-dev libxxhash-dev libmbedtls-dev openssl libraft-dev libuv1-dev libjansson-dev)
+      liburcu-dev libxxhash-dev libmbedtls-dev openssl libraft-dev libuv1-dev libjansson-dev
+      libedit-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1837,9 +1837,8 @@ kv_bench_write_summary(FILE *f, const kv_bench_result *r)
 		misses += t->misses[i];
 		calls += t->calls[i];
 	}
-	if (r->loaded)
-		fprintf(f, "load: %" PRIu64 " keys in %.2f s (%.0f keys/s), %" PRIu64 " errors\n",
-		        r->load_keys, r->load_s, per_sec(r->load_keys, r->load_s), r->load_errors);
+	/* The load phase's line is not repeated here: the progress stream,
+	 * which is this one in human mode, printed it when loading ended. */
 	if (r->loaded && r->npoints == 0 && calls == 0) {
 		kv_hdr_destroy(all);
 		return; /* --load only: nothing was measured */

@@ -16,13 +16,18 @@
 #include "common/auth.h"
 #include "common/tls.h"
 #include "common/err.h"
+#include "common/key.h"
+#include "common/version.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#include <unistd.h>
 
 #define DEFAULT_CONTROLLER "tcp://127.0.0.1:7000"
 #define WAIT_TIMEOUT_MS    600000u /* --wait without --timeout: ten minutes */
@@ -35,6 +40,7 @@ enum {
 	OPT_LIMIT = 1u << 3,
 	OPT_RATE = 1u << 4,
 	OPT_LOSS = 1u << 5,
+	OPT_RAW = 1u << 6,
 };
 
 typedef struct cli_ctx cli_ctx;
@@ -86,14 +92,16 @@ static int cmd_check(cli_ctx *x);
 static int cmd_bench(cli_ctx *x);
 
 static const cli_cmd cmds[] = {
-    {"get", 1, 1, 0, false, "KEY", "print the value of KEY", cmd_get},
+    {"get", 1, 1, OPT_RAW, false, "KEY [--raw]",
+     "print the value of KEY (--raw: its bytes exactly, no newline)", cmd_get},
     {"put", 2, 2, 0, false, "KEY VALUE", "set KEY to VALUE (`-`: read VALUE from stdin)", cmd_put},
-    {"del", 1, 1, 0, false, "KEY", "delete KEY and print the value it had", cmd_del},
+    {"del", 1, 1, OPT_RAW, false, "KEY [--raw]", "delete KEY and print the value it had", cmd_del},
     {"append", 2, 2, 0, false, "KEY VALUE", "append VALUE to KEY's value (creates KEY)",
      cmd_append},
     {"mget", 1, -1, 0, false, "KEY...", "print the values of the KEYs, one per line", cmd_mget},
     {"mput", 2, -1, 0, false, "KEY VALUE [KEY VALUE...]", "set several keys", cmd_mput},
-    {"keys", 0, 0, OPT_PREFIX, false, "[--prefix P]", "print every key, one per line", cmd_keys},
+    {"keys", 0, 0, OPT_PREFIX | OPT_LIMIT, false, "[--prefix P] [--limit N]",
+     "print every key, one per line", cmd_keys},
     {"scan", 2, 2, OPT_LIMIT, false, "START END [--limit N]",
      "print key<TAB>value for the keys of [START, END) (\"\": unbounded)", cmd_scan},
     {"join", 1, 1, OPT_WAIT | OPT_NOREB, true, "ADDR [--no-rebalance] [--wait]",
@@ -127,6 +135,44 @@ find_cmd(const char *name)
 		if (strcmp(cmds[i].name, name) == 0)
 			return &cmds[i];
 	return NULL;
+}
+
+/* Edit distance (insertions, deletions, substitutions) of two short words;
+ * words of 31 bytes or more count as far from everything. */
+static size_t
+edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), d[32][32];
+
+	if (la >= 32 || lb >= 32)
+		return SIZE_MAX;
+	for (size_t i = 0; i <= la; i++)
+		d[i][0] = i;
+	for (size_t j = 0; j <= lb; j++)
+		d[0][j] = j;
+	for (size_t i = 1; i <= la; i++)
+		for (size_t j = 1; j <= lb; j++) {
+			size_t sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+			size_t del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+			d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+		}
+	return d[la][lb];
+}
+
+const char *
+kv_cli_suggest(const char *word)
+{
+	const char *best = NULL;
+	size_t bd = SIZE_MAX, len = strlen(word);
+
+	for (size_t i = 0; i < NCMDS; i++) {
+		size_t d = edit_distance(word, cmds[i].name);
+		if (d < bd) {
+			bd = d;
+			best = cmds[i].name;
+		}
+	}
+	return bd <= 2 && bd < len ? best : NULL;
 }
 
 /* Prints bytes as a quoted JSON string. */
@@ -229,10 +275,15 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 		if (opts_done || s[0] != '-' || strcmp(s, "-") == 0) {
 			if (a->cmd == NULL) {
 				a->cmd = s;
-				if ((cmd = find_cmd(s)) == NULL)
+				if ((cmd = find_cmd(s)) == NULL && kv_cli_suggest(s) != NULL)
 					return usage_err(
 					    err, errlen,
-					    "unknown command '%s' (try 'shardkv --help')", s);
+					    "unknown command '%.100s': did you mean '%s'?", s,
+					    kv_cli_suggest(s));
+				if (cmd == NULL)
+					return usage_err(
+					    err, errlen,
+					    "unknown command '%.100s' (try 'shardkv --help')", s);
 			} else {
 				a->args[a->nargs++] = s;
 			}
@@ -244,6 +295,8 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 			a->help = true;
 		} else if (strcmp(s, "--json") == 0) {
 			a->json = true;
+		} else if (strcmp(s, "--version") == 0) {
+			a->version = true;
 		} else if (strcmp(s, "-c") == 0 || is_opt(s, "--controller", true)) {
 			size_t nl = s[1] == 'c' ? 2 : strlen("--controller");
 			if ((v = opt_value(argc, argv, &i, s, nl)) == NULL || v[0] == 0)
@@ -276,6 +329,9 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 		} else if (strcmp(s, "--accept-data-loss") == 0) {
 			a->accept_data_loss = true;
 			seen |= OPT_LOSS;
+		} else if (strcmp(s, "--raw") == 0) {
+			a->raw = true;
+			seen |= OPT_RAW;
 		} else if (strcmp(s, "--no-rebalance") == 0) {
 			a->no_rebalance = true;
 			seen |= OPT_NOREB;
@@ -302,14 +358,16 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 			                 s);
 		}
 	}
-	if (a->help)
+	if (a->help || a->version)
 		return KV_CLI_OK;
-	if (a->cmd == NULL)
+	if (a->cmd == NULL) {
+		a->no_command = true;
 		return usage_err(err, errlen, "no command given (try 'shardkv --help')");
+	}
 	if (seen & ~cmd->opts) {
-		static const char *names[] = {"--wait",  "--no-rebalance", "--prefix",
-		                              "--limit", "--rate",         "--accept-data-loss"};
-		for (unsigned b = 0; b < 6; b++)
+		static const char *names[] = {"--wait", "--no-rebalance",     "--prefix", "--limit",
+		                              "--rate", "--accept-data-loss", "--raw"};
+		for (unsigned b = 0; b < 7; b++)
 			if ((seen & ~cmd->opts) & (1u << b))
 				return usage_err(err, errlen, "%s: option %s does not apply",
 				                 cmd->name, names[b]);
@@ -321,6 +379,8 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 		         cmd->name, cmd->usage);
 		return usage_err(err, errlen, "%s", u);
 	}
+	if (a->raw && a->json)
+		return usage_err(err, errlen, "%s: --raw and --json exclude each other", cmd->name);
 	if (strcmp(cmd->name, "mput") == 0 && a->nargs % 2 != 0)
 		return usage_err(err, errlen,
 		                 "mput: the numbers of keys and values differ (every KEY needs a "
@@ -364,9 +424,10 @@ print_help(FILE *f, const cli_cmd *cmd)
 		    strcmp(cmd->name, "mput") == 0)
 			fprintf(f, "  A VALUE of `-` is read from stdin (once per command).\n");
 		if (cmd->opts & OPT_WAIT)
-			fprintf(f,
-			        "  --wait blocks until the migrations finish and prints the time "
-			        "they took.\n");
+			fprintf(
+			    f, "  --wait follows the migrations until they finish (progress on a\n"
+			       "  terminal, a line per second otherwise) and prints the time they\n"
+			       "  took; Ctrl-C stops the waiting, not the migrations.\n");
 		if (strcmp(cmd->name, "cancel") == 0)
 			fprintf(f,
 			        "  The range stays with its source; the destination drops what it\n"
@@ -380,7 +441,8 @@ print_help(FILE *f, const cli_cmd *cmd)
 	           "Global options:\n"
 	           "  -c, --controller ADDR   controller URL(s), comma-separated "
 	           "(default: $SHARDKV_CONTROLLER, else " DEFAULT_CONTROLLER ")\n"
-	           "  --json                  admin commands print one JSON object\n"
+	           "  --json                  print one JSON object\n"
+	           "  --version               print the version\n"
 	           "  --timeout MS            per-call deadline in milliseconds (default 5000)\n"
 	           "  --auth-token-file F     send the cluster's shared secret, read from F\n"
 	           "                          (default: $SHARDKV_AUTH_TOKEN_FILE)\n"
@@ -394,7 +456,8 @@ print_help(FILE *f, const cli_cmd *cmd)
 		fprintf(f, "  %-9s %-40s %s\n", cmds[i].name, cmds[i].usage, cmds[i].help);
 	fprintf(f, "\nExit codes: 0 success, 1 not found, 2 usage or invalid request, "
 	           "3 unavailable or timed out, 4 rejected, 5 internal error.\n"
-	           "Use -- before values that start with '-'.\n");
+	           "Use -- before values that start with '-'. With no command on a terminal,\n"
+	           "shardkv opens an interactive prompt.\n");
 }
 
 /* ---------------------------------------------------------------------------
@@ -493,6 +556,50 @@ print_raw(FILE *f, const void *p, size_t n)
  * Data commands
  * ------------------------------------------------------------------------- */
 
+/* Prints the value of get/del: {"key": K, "value": V} with --json, the
+ * bytes alone with --raw, else the bytes and a newline. */
+static void
+print_value(cli_ctx *x, const char *k, const shardkv_buf *v)
+{
+	if (x->a->json) {
+		fprintf(x->out, "{\"key\": ");
+		json_str(x->out, k, strlen(k));
+		fprintf(x->out, ", \"value\": ");
+		json_str(x->out, v->data, v->len);
+		fprintf(x->out, "}\n");
+	} else if (x->a->raw) {
+		if (v->len)
+			fwrite(v->data, 1, v->len, x->out);
+	} else {
+		print_raw(x->out, v->data, v->len);
+	}
+}
+
+/*
+ * Reports SHARDKV_ETOOBIG of a write as one specific sentence: which of the
+ * key or the value is over, its size, and the limit when it is the default
+ * one (a server started with --max-key/--max-value may have another, which
+ * its answer does not carry).
+ */
+static int
+fail_size(cli_ctx *x, int err, size_t klen, size_t vlen)
+{
+	if (err != SHARDKV_ETOOBIG)
+		return fail(x, err);
+	if (klen > KV_DEFAULT_MAX_KEY)
+		fprintf(x->err, "shardkv: %s: key of %zu bytes is over the limit of %u bytes\n",
+		        x->a->cmd, klen, KV_DEFAULT_MAX_KEY);
+	else if (vlen > KV_DEFAULT_MAX_VALUE)
+		fprintf(x->err, "shardkv: %s: value of %zu bytes is over the limit of %u bytes\n",
+		        x->a->cmd, vlen, KV_DEFAULT_MAX_VALUE);
+	else
+		fprintf(x->err,
+		        "shardkv: %s: key of %zu bytes or value of %zu bytes is over the server's "
+		        "limit (shardkv-server --max-key/--max-value)\n",
+		        x->a->cmd, klen, vlen);
+	return kv_cli_exit_code(err);
+}
+
 static int
 cmd_get(cli_ctx *x)
 {
@@ -501,8 +608,8 @@ cmd_get(cli_ctx *x)
 	int rv = shardkv_get(x->c, k, strlen(k), &v);
 
 	if (rv != 0)
-		return fail(x, rv);
-	print_raw(x->out, v.data, v.len);
+		return fail_size(x, rv, strlen(k), 0);
+	print_value(x, k, &v);
 	shardkv_free(v.data);
 	return 0;
 }
@@ -517,7 +624,7 @@ cmd_put(cli_ctx *x)
 	if ((rv = value_arg(x, x->a->args[1], &v)) != 0)
 		return rv;
 	if ((rv = shardkv_put(x->c, k, strlen(k), v.data, v.len)) != 0)
-		return fail(x, rv);
+		return fail_size(x, rv, strlen(k), v.len);
 	return 0;
 }
 
@@ -529,8 +636,8 @@ cmd_del(cli_ctx *x)
 	int rv = shardkv_del(x->c, k, strlen(k), &v);
 
 	if (rv != 0)
-		return fail(x, rv);
-	print_raw(x->out, v.data, v.len);
+		return fail_size(x, rv, strlen(k), 0);
+	print_value(x, k, &v);
 	shardkv_free(v.data);
 	return 0;
 }
@@ -545,7 +652,7 @@ cmd_append(cli_ctx *x)
 	if ((rv = value_arg(x, x->a->args[1], &v)) != 0)
 		return rv;
 	if ((rv = shardkv_append(x->c, k, strlen(k), v.data, v.len, NULL)) != 0)
-		return fail(x, rv);
+		return fail_size(x, rv, strlen(k), v.len);
 	return 0;
 }
 
@@ -566,6 +673,17 @@ cmd_mget(cli_ctx *x)
 	rv = shardkv_mget(x->c, n, keys, &r);
 	if (rv == SHARDKV_ENOTFOUND && r != NULL) {
 		/* The error names the missing keys. */
+		if (x->a->json) { /* the values, null where a key is missing */
+			fprintf(x->out, "{\"values\": [");
+			for (size_t i = 0; i < r->n; i++) {
+				fputs(i ? ", " : "", x->out);
+				if (r->values[i].data == NULL)
+					fputs("null", x->out);
+				else
+					json_str(x->out, r->values[i].data, r->values[i].len);
+			}
+			fprintf(x->out, "]}\n");
+		}
 		fprintf(x->err, "shardkv: mget: key not found:");
 		for (size_t i = 0; i < r->nmissing; i++) {
 			fputc(' ', x->err);
@@ -576,11 +694,25 @@ cmd_mget(cli_ctx *x)
 		free(keys);
 		return KV_CLI_NOTFOUND;
 	}
+	if (rv != 0) {
+		size_t kmax = 0;
+		for (size_t i = 0; i < n; i++)
+			kmax = keys[i].len > kmax ? keys[i].len : kmax;
+		free(keys);
+		return fail_size(x, rv, kmax, 0);
+	}
 	free(keys);
-	if (rv != 0)
-		return fail(x, rv);
-	for (size_t i = 0; i < r->n; i++)
-		print_raw(x->out, r->values[i].data, r->values[i].len);
+	if (x->a->json) {
+		fprintf(x->out, "{\"values\": [");
+		for (size_t i = 0; i < r->n; i++) {
+			fputs(i ? ", " : "", x->out);
+			json_str(x->out, r->values[i].data, r->values[i].len);
+		}
+		fprintf(x->out, "]}\n");
+	} else {
+		for (size_t i = 0; i < r->n; i++)
+			print_raw(x->out, r->values[i].data, r->values[i].len);
+	}
 	shardkv_mget_result_free(r);
 	return 0;
 }
@@ -616,7 +748,12 @@ cmd_mput(cli_ctx *x)
 		}
 		rv = kv_cli_exit_code(rv);
 	} else if (rv != 0) {
-		rv = fail(x, rv);
+		size_t kmax = 0, vmax = 0;
+		for (size_t i = 0; i < n; i++) {
+			kmax = keys[i].len > kmax ? keys[i].len : kmax;
+			vmax = vals[i].len > vmax ? vals[i].len : vmax;
+		}
+		rv = fail_size(x, rv, kmax, vmax);
 	}
 out:
 	shardkv_mput_result_free(r);
@@ -625,43 +762,126 @@ out:
 	return rv;
 }
 
+/* Entries asked for per page by keys and scan: each page is printed as it
+ * arrives, so memory stays bounded whatever the range holds. */
+#define SCAN_PAGE 1000u
+
+/*
+ * keys and scan: reads [start, end) (keys only with a prefix for keys) page
+ * by page and prints each page at once, at most --limit entries. Lines:
+ * `key` or `key<TAB>value`; --json: {"keys": [...]} or {"pairs": [[K, V],
+ * ...], "next": K or null}, where next is where a scan stopped by --limit
+ * would resume.
+ */
+static int
+stream_scan(cli_ctx *x, const char *start, const char *end, const char *prefix, bool keys_only)
+{
+	shardkv_scan_args sa = {0};
+	shardkv_scan_result *r = NULL;
+	uint8_t *resume = NULL; /* owned copy of the next start */
+	unsigned long long left = x->a->limit >= 0 ? (unsigned long long)x->a->limit : ULLONG_MAX;
+	size_t printed = 0;
+	bool more = left > 0;
+	int rv = 0;
+
+	sa.start.data = start;
+	sa.start.len = strlen(start);
+	sa.end.data = end;
+	sa.end.len = strlen(end);
+	sa.prefix.data = prefix;
+	sa.prefix.len = strlen(prefix);
+	sa.keys_only = keys_only;
+	if (x->a->json)
+		fprintf(x->out, keys_only ? "{\"keys\": [" : "{\"pairs\": [");
+	while (more) {
+		/* Near --limit, one entry more than is printed: its key is where
+		 * the scan would resume (`next`). */
+		size_t show;
+		sa.limit = left < SCAN_PAGE ? (size_t)left + 1 : SCAN_PAGE;
+		if ((rv = shardkv_scan_ex(x->c, &sa, &r)) != 0)
+			break;
+		show = r->n < left ? r->n : (size_t)left;
+		for (size_t i = 0; i < show; i++) {
+			const shardkv_entry *en = &r->entries[i];
+			if (x->a->json) {
+				fputs(printed ? ", " : "", x->out);
+				if (!keys_only)
+					fputc('[', x->out);
+				json_str(x->out, en->key.data, en->key.len);
+				if (!keys_only) {
+					fputs(", ", x->out);
+					json_str(x->out, en->value.data, en->value.len);
+					fputc(']', x->out);
+				}
+			} else if (keys_only) {
+				print_raw(x->out, en->key.data, en->key.len);
+			} else {
+				if (en->key.len)
+					fwrite(en->key.data, 1, en->key.len, x->out);
+				fputc('\t', x->out);
+				print_raw(x->out, en->value.data, en->value.len);
+			}
+			printed++;
+		}
+		left -= show;
+		more = (r->more && r->next.len > 0) || r->n > show;
+		free(resume);
+		resume = NULL;
+		if (r->n > show) {
+			const shardkv_buf *k = &r->entries[show].key;
+			if ((resume = malloc(k->len ? k->len : 1)) == NULL) {
+				rv = SHARDKV_ENOMEM;
+				break;
+			}
+			if (k->len)
+				memcpy(resume, k->data, k->len);
+			sa.start.data = resume;
+			sa.start.len = k->len;
+		} else if (more) {
+			if ((resume = malloc(r->next.len)) == NULL) {
+				rv = SHARDKV_ENOMEM;
+				break;
+			}
+			memcpy(resume, r->next.data, r->next.len);
+			sa.start.data = resume;
+			sa.start.len = r->next.len;
+		}
+		bool got_next = r->n > show;
+		shardkv_scan_result_free(r);
+		r = NULL;
+		if (more && left == 0 && got_next)
+			break; /* stopped by --limit: `next` is the first key left out */
+		fflush(x->out);
+	}
+	shardkv_scan_result_free(r);
+	if (x->a->json && rv == 0) {
+		if (keys_only) {
+			fprintf(x->out, "]}\n");
+		} else {
+			fprintf(x->out, "], \"next\": ");
+			if (more && left == 0 && resume)
+				json_str(x->out, resume, sa.start.len);
+			else
+				fputs("null", x->out);
+			fprintf(x->out, "}\n");
+		}
+	} else if (x->a->json) {
+		fputc('\n', x->out); /* the object stays open: stderr says why */
+	}
+	free(resume);
+	return rv ? fail(x, rv) : 0;
+}
+
 static int
 cmd_keys(cli_ctx *x)
 {
-	const char *p = x->a->prefix ? x->a->prefix : "";
-	shardkv_scan_result *r;
-	int rv = shardkv_keys(x->c, p, strlen(p), &r);
-
-	if (rv != 0)
-		return fail(x, rv);
-	for (size_t i = 0; i < r->n; i++)
-		print_raw(x->out, r->entries[i].key.data, r->entries[i].key.len);
-	shardkv_scan_result_free(r);
-	return 0;
+	return stream_scan(x, "", "", x->a->prefix ? x->a->prefix : "", true);
 }
 
 static int
 cmd_scan(cli_ctx *x)
 {
-	const char *s = x->a->args[0], *e = x->a->args[1];
-	shardkv_scan_result *r;
-	size_t limit = x->a->limit > 0 ? (size_t)x->a->limit : 0;
-	int rv;
-
-	if (x->a->limit == 0)
-		return 0; /* --limit 0: nothing to print */
-	rv = shardkv_scan(x->c, s, strlen(s), e, strlen(e), limit, &r);
-	if (rv != 0)
-		return fail(x, rv);
-	for (size_t i = 0; i < r->n; i++) {
-		const shardkv_entry *en = &r->entries[i];
-		if (en->key.len)
-			fwrite(en->key.data, 1, en->key.len, x->out);
-		fputc('\t', x->out);
-		print_raw(x->out, en->value.data, en->value.len);
-	}
-	shardkv_scan_result_free(r);
-	return 0;
+	return stream_scan(x, x->a->args[0], x->a->args[1], "", false);
 }
 
 static int
@@ -684,8 +904,132 @@ seconds_since(const struct timespec *t0)
 	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
+/* Set by SIGINT while --wait polls. */
+static volatile sig_atomic_t wait_interrupted;
+
+static void
+on_sigint(int sig)
+{
+	(void)sig;
+	wait_interrupted = 1;
+}
+
+/* Whether migration id belongs to the command (ids first .. first+n-1). */
+static bool
+mig_ours(const shardkv_admin_result *r, uint64_t id)
+{
+	return r->nmigrations && id >= r->first_mig_id && id - r->first_mig_id < r->nmigrations;
+}
+
+/* One progress line of a migration: keys, rate and ETA. */
+static void
+progress_line(cli_ctx *x, const shardkv_migration *m)
+{
+	fprintf(x->out, "  migration %" PRIu64 " %" PRIu32 " -> %" PRIu32 " %-8s keys %" PRIu64,
+	        m->id, m->from, m->to, m->phase, m->keys_copied);
+	if (m->keys_total)
+		fprintf(x->out, "/%" PRIu64, m->keys_total);
+	if (m->rate_bytes_s)
+		fprintf(x->out, "  %.2f MB/s", (double)m->rate_bytes_s / 1e6);
+	else
+		fprintf(x->out, "  ? MB/s");
+	if (m->eta_ms)
+		fprintf(x->out, "  ETA %.0f s", (double)m->eta_ms / 1000.0);
+	else
+		fprintf(x->out, "  ETA ?");
+}
+
+/*
+ * --wait: polls the status until none of the command's migrations is in
+ * flight, showing their progress: redrawn in place about ten times a
+ * second on a terminal, a plain line per migration and second otherwise
+ * (none with --json). Ctrl-C stops the waiting, not the migrations, and
+ * says how to cancel them. Returns 0, or the exit code.
+ */
+static int
+wait_migrations(cli_ctx *x, const shardkv_admin_result *r, const struct timespec *t0)
+{
+	uint32_t limit_ms = x->a->timeout_ms ? x->a->timeout_ms : WAIT_TIMEOUT_MS;
+	bool tty = !x->a->json && isatty(fileno(x->out));
+	struct sigaction sa = {0}, old;
+	size_t drawn = 0; /* lines drawn last time on a terminal */
+	double last_plain = -1.0;
+	int rv = 0;
+
+	if (r->nmigrations == 0)
+		return 0;
+	wait_interrupted = 0;
+	sa.sa_handler = on_sigint;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, &old);
+	for (;;) {
+		shardkv_config *cfg;
+		size_t live = 0;
+		double now = seconds_since(t0);
+
+		if ((rv = shardkv_status(x->c, &cfg)) != 0) {
+			rv = fail(x, rv);
+			break;
+		}
+		for (size_t i = 0; i < cfg->nmigrations; i++)
+			live += mig_ours(r, cfg->migrations[i].id);
+		if (tty) {
+			if (drawn)
+				fprintf(x->out, "\033[%zuA", drawn);
+			drawn = 0;
+			for (size_t i = 0; i < cfg->nmigrations; i++) {
+				if (!mig_ours(r, cfg->migrations[i].id))
+					continue;
+				fputs("\r\033[K", x->out);
+				progress_line(x, &cfg->migrations[i]);
+				fputc('\n', x->out);
+				drawn++;
+			}
+			fputs("\033[J", x->out);
+		} else if (!x->a->json && live && (last_plain < 0 || now - last_plain >= 1.0)) {
+			last_plain = now;
+			for (size_t i = 0; i < cfg->nmigrations; i++) {
+				if (!mig_ours(r, cfg->migrations[i].id))
+					continue;
+				progress_line(x, &cfg->migrations[i]);
+				fputc('\n', x->out);
+			}
+		}
+		fflush(x->out);
+		shardkv_config_free(cfg);
+		if (live == 0)
+			break;
+		if (wait_interrupted) {
+			fprintf(x->err,
+			        "shardkv: %s: interrupted; the migration%s go%s on in the "
+			        "background (progress: shardkv status; to stop one: shardkv cancel "
+			        "ID, with ID",
+			        x->a->cmd, r->nmigrations == 1 ? "" : "s",
+			        r->nmigrations == 1 ? "es" : "");
+			for (size_t i = 0; i < r->nmigrations; i++)
+				fprintf(x->err, "%s%" PRIu64, i ? ", " : " ", r->first_mig_id + i);
+			fprintf(x->err, ")\n");
+			rv = 130;
+			break;
+		}
+		if (now * 1000.0 >= (double)limit_ms) {
+			fprintf(x->err,
+			        "shardkv: %s: still migrating after %.1f s (--timeout); the "
+			        "migrations go on (shardkv status)\n",
+			        x->a->cmd, now);
+			rv = KV_CLI_UNAVAIL;
+			break;
+		}
+		struct timespec ts = {0, 100 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	sigaction(SIGINT, &old, NULL);
+	return rv;
+}
+
 /* Prints the outcome of join/leave/move/rebalance. `what` is the human
- * sentence before " in epoch N". */
+ * sentence before " in epoch N": printed as soon as the controller accepted
+ * the command, before --wait shows the progress. */
 static int
 admin_report(cli_ctx *x, int rv, const shardkv_admin_result *r, const char *what,
              const struct timespec *t0)
@@ -694,7 +1038,14 @@ admin_report(cli_ctx *x, int rv, const shardkv_admin_result *r, const char *what
 
 	if (rv != 0)
 		return fail(x, rv);
-	secs = r->wait_ms ? (double)r->wait_ms / 1000.0 : seconds_since(t0);
+	if (!x->a->json) {
+		fprintf(x->out, "%s in epoch %" PRIu64 " (%zu migration%s)\n", what, r->epoch,
+		        r->nmigrations, r->nmigrations == 1 ? "" : "s");
+		fflush(x->out);
+	}
+	if (x->a->wait && (rv = wait_migrations(x, r, t0)) != 0)
+		return rv;
+	secs = seconds_since(t0);
 	if (x->a->json) {
 		fprintf(x->out, "{\"epoch\": %" PRIu64 ", \"command\": \"%s\", \"migrations\": %zu",
 		        r->epoch, x->a->cmd, r->nmigrations);
@@ -706,17 +1057,18 @@ admin_report(cli_ctx *x, int rv, const shardkv_admin_result *r, const char *what
 		fprintf(x->out, "}\n");
 		return 0;
 	}
-	fprintf(x->out, "%s in epoch %" PRIu64 " (%zu migration%s)\n", what, r->epoch,
-	        r->nmigrations, r->nmigrations == 1 ? "" : "s");
 	if (x->a->wait)
 		fprintf(x->out, "migrations finished in %.3f s\n", secs);
 	return 0;
 }
 
+/* The library's flag is not used: admin_report waits itself, so that the
+ * command's line comes as soon as it is accepted and progress follows. */
 static unsigned
 wait_flag(cli_ctx *x)
 {
-	return x->a->wait ? SHARDKV_WAIT : 0;
+	(void)x;
+	return 0;
 }
 
 static int
@@ -928,9 +1280,14 @@ human_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 				nr += cfg->ranges[j].node == n->id;
 			fprintf(f, " ranges=%zu", nr);
 		}
+		/* memory: the server's resident memory; last_seen: the age of its
+		 * last heartbeat (doc/contract.md §5). The status data has no
+		 * uptime. */
 		if (status && n->has_stats && n->state != SHARDKV_NODE_GONE)
-			fprintf(f, " keys=%" PRIu64 " bytes=%" PRIu64 " ops/s=%.1f last_seen=%.1fs",
-			        n->keys, n->bytes, n->ops_per_sec,
+			fprintf(f,
+			        " keys=%" PRIu64 " bytes=%" PRIu64
+			        " ops/s=%.1f memory=%.1fMB last_seen=%.1fs",
+			        n->keys, n->bytes, n->ops_per_sec, (double)n->memory_bytes / 1e6,
 			        (double)n->last_seen_ms / 1000.0);
 		fputc('\n', f);
 	}
@@ -1277,6 +1634,60 @@ env_file(const char *name)
 	return v != NULL && v[0] != 0 ? v : NULL;
 }
 
+/* Returns the first occurrence of the NUL-terminated `needle` in the n
+ * bytes at p, or NULL. */
+static const char *
+find_in(const char *p, size_t n, const char *needle)
+{
+	size_t k = strlen(needle);
+
+	for (size_t i = 0; i + k <= n; i++)
+		if (memcmp(p + i, needle, k) == 0)
+			return p + i;
+	return NULL;
+}
+
+/*
+ * Checks the controller list before any connection: every entry must be a
+ * URL SCHEME://ADDRESS, and a tcp one HOST:PORT with a numeric port.
+ * Returns 0, or prints the reason and returns KV_CLI_USAGE.
+ */
+static int
+check_controller(const char *list, bool from_env, FILE *err)
+{
+	const char *p = list;
+
+	for (;;) {
+		const char *end = strchr(p, ',');
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		const char *sep = find_in(p, n, "://");
+		bool ok = sep != NULL && sep > p && (size_t)(sep - p) + 3 < n;
+
+		for (const char *c = p; ok && c < sep; c++)
+			ok = (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '+';
+		if (ok && find_in(p, (size_t)(sep - p), "tcp") != NULL) {
+			const char *host = sep + 3, *colon = NULL;
+			for (const char *c = host; c < p + n; c++)
+				if (*c == ':')
+					colon = c;
+			ok = colon != NULL && colon > host && colon + 1 < p + n;
+			for (const char *c = colon ? colon + 1 : host; ok && c < p + n; c++)
+				ok = *c >= '0' && *c <= '9';
+		}
+		if (!ok) {
+			fprintf(err,
+			        "shardkv: invalid controller address '%.*s' (%s): it must be a URL "
+			        "like tcp://HOST:PORT, several separated by commas\n",
+			        (int)(n > 200 ? 200 : n), p,
+			        from_env ? "from $SHARDKV_CONTROLLER" : "-c/--controller");
+			return KV_CLI_USAGE;
+		}
+		if (end == NULL)
+			return 0;
+		p = end + 1;
+	}
+}
+
 int
 kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 {
@@ -1295,6 +1706,11 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 		return rv;
 	}
 	cmd = a.cmd ? find_cmd(a.cmd) : NULL;
+	if (a.version) {
+		kv_version_print(out, "shardkv");
+		kv_cli_args_fini(&a);
+		return 0;
+	}
 	if (a.help) {
 		print_help(out, cmd);
 		kv_cli_args_fini(&a);
@@ -1305,6 +1721,10 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 		x.ctl = getenv("SHARDKV_CONTROLLER");
 	if (x.ctl == NULL || x.ctl[0] == 0)
 		x.ctl = DEFAULT_CONTROLLER;
+	if ((rv = check_controller(x.ctl, a.controller == NULL, err)) != 0) {
+		kv_cli_args_fini(&a);
+		return rv;
+	}
 	/* The secret's file may also come from the environment, like the
 	 * controller; an empty variable means none. */
 	if (a.auth_token_file == NULL && getenv("SHARDKV_AUTH_TOKEN_FILE") != NULL &&
@@ -1327,7 +1747,9 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 			goto out;
 		}
 	}
-	opt.timeout_ms = a.timeout_ms ? a.timeout_ms : a.wait ? WAIT_TIMEOUT_MS : 0;
+	/* Each call has the usual deadline, also with --wait: its waiting is a
+	 * series of short status calls, bounded by --timeout or ten minutes. */
+	opt.timeout_ms = a.timeout_ms;
 	opt.auth_token = token;
 	opt.auth_token_len = token_len;
 	x.token = token;

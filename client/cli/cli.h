@@ -35,6 +35,9 @@ typedef struct {
 	long long limit;             /* --limit; -1 when not given */
 	uint32_t rate_mb_s;          /* --rate */
 	bool has_rate;               /* --rate was given */
+	bool raw;                    /* --raw: get/del print the value's bytes, no newline */
+	bool version;                /* --version */
+	bool no_command;             /* parsing failed only for want of a command */
 } kv_cli_args;
 
 /*
@@ -48,7 +51,34 @@ int kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen
 void kv_cli_args_fini(kv_cli_args *a);
 
 /* Runs the command line: prints results to out and errors to err. Returns
- * the process exit code. */
+ * the process exit code. (The program opens the interactive prompt,
+ * kv_cli_repl, instead when there is no command and a terminal.) */
 int kv_cli_main(int argc, char **argv, FILE *out, FILE *err);
+
+/*
+ * Splits one line of the interactive prompt into words the way a shell
+ * would for simple cases: blanks separate words, '...' keeps everything
+ * literally, "..." keeps everything but \" and \\, and a backslash outside
+ * quotes escapes the next character. words[0] is set to "shardkv", so the
+ * result is an argv for kv_cli_main. Returns the word count (>= 1), or -1
+ * with a reason in err (unterminated quote, too many words, out of
+ * memory). The caller frees *argv and *buf with free() when >= 1.
+ */
+int kv_cli_split_line(const char *line, char ***argv, char **buf, char *err, size_t errlen);
+
+/*
+ * The interactive prompt (client/cli/repl.c): reads lines with editing and
+ * history, and runs each as `shardkv OPTIONS LINE` (OPTIONS: argv's global
+ * options) through kv_cli_main. `quit`, `exit` or end of input leave it.
+ * Returns 0.
+ */
+int kv_cli_repl(int argc, char **argv, FILE *out, FILE *err);
+
+/*
+ * Returns the command closest to `word` by edit distance when it is close
+ * enough to be a likely typo (at most 2 edits and less than half the
+ * word), else NULL.
+ */
+const char *kv_cli_suggest(const char *word);
 
 #endif

@@ -24,6 +24,12 @@
 
 #include <cmocka.h>
 
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #ifndef KV_CLI_BIN
 #error "KV_CLI_BIN must name the shardkv binary"
 #endif
@@ -150,7 +156,9 @@ usage_errors_exit_2_with_one_line_and_write_nothing(void **state)
 	USAGE("put", "a");
 	USAGE("--timeout", "soon", "get", "a");
 	USAGE("--no-such-option", "get", "a");
-	USAGE("keys", "--limit", "3");
+	USAGE("keys", "--rate", "3");
+	USAGE("put", "k", "v", "--raw");
+	USAGE("gte", "a"); /* did you mean get */
 	USAGE("get", "a", "--wait");
 	USAGE("config", "0");
 	USAGE("config", "latest");
@@ -449,6 +457,358 @@ admin_commands_print_json_with_escaped_binary_keys(void **state)
 	CLI(2, "", "leave", gid);
 }
 
+/* Number of times needle occurs in the n bytes at p. */
+static int
+count_of(const char *p, size_t n, const char *needle)
+{
+	int k = 0;
+	size_t l = strlen(needle);
+
+	for (size_t i = 0; i + l <= n; i++)
+		k += memcmp(p + i, needle, l) == 0;
+	return k;
+}
+
+static void
+raw_get_and_del_round_trip_binary_values(void **state)
+{
+	/* NULs, a trailing newline and bytes over 0x7f: `get --raw` gives them
+	 * back exactly, so `put k - < f; get --raw k > g; cmp f g` holds. */
+	static const char bin[] = "\x00\x01raw\n\xff\xfe\x00\n";
+	(void)state;
+
+	CLI_IN(bin, 0, "", "put", "raw16", "-");
+	CLI(0, bin, "get", "raw16", "--raw");
+	CLI(0, bin, "--raw", "get", "raw16");
+	CLI(0, "", "put", "raw16e", "");
+	CLI(0, "", "get", "--raw", "raw16e");
+	CLI(0, bin, "del", "raw16", "--raw");
+	CLI(1, "", "get", "raw16", "--raw");
+}
+
+static void
+data_commands_print_json_with_escaped_bytes(void **state)
+{
+	kv_tc_run_result r;
+	(void)state;
+
+	CLI_IN("v\x00\n\"", 0, "", "put", "j16a", "-");
+	CLI(0, "", "put", "j16b", "two");
+	CLI(0, "", "put", "j16c", "three");
+	CLI(0, "{\"key\": \"j16a\", \"value\": \"v\\u0000\\u000a\\\"\"}\n", "--json", "get",
+	    "j16a");
+	CLI(0, "{\"values\": [\"two\", \"three\"]}\n", "mget", "j16b", "j16c", "--json");
+	/* A missing key is null; the exit code still says not found. */
+	run_cli(&r, true, NULL, 0, NULL, "--json", "mget", "j16b", "j16zz", NULL);
+	check_run(&r, "--json mget j16b j16zz", 1, "{\"values\": [\"two\", null]}\n", 26);
+	assert_non_null(strstr(r.err, "j16zz"));
+	kv_tc_run_free(&r);
+	CLI(0, "{\"keys\": [\"j16a\", \"j16b\", \"j16c\"]}\n", "--json", "keys", "--prefix", "j16");
+	CLI(0, "{\"keys\": [\"j16a\", \"j16b\"]}\n", "keys", "--prefix", "j16", "--limit", "2",
+	    "--json");
+	CLI(0, "j16a\n", "keys", "--prefix", "j16", "--limit", "1");
+	CLI(0, "{\"keys\": []}\n", "--json", "keys", "--prefix", "j16none");
+	/* scan: pairs, and where a --limit stopped it. */
+	CLI(0,
+	    "{\"pairs\": [[\"j16a\", \"v\\u0000\\u000a\\\"\"], [\"j16b\", \"two\"]], \"next\": "
+	    "\"j16c\"}\n",
+	    "--json", "scan", "j16", "j17", "--limit", "2");
+	CLI(0, "{\"pairs\": [[\"j16c\", \"three\"]], \"next\": null}\n", "--json", "scan", "j16c",
+	    "j17");
+	CLI(0, "{\"key\": \"j16c\", \"value\": \"three\"}\n", "--json", "del", "j16c");
+}
+
+static void
+keys_and_scan_page_through_more_than_one_page(void **state)
+{
+	/* More keys than one page (1000): every one printed once, in order. */
+	enum { N = 2500 };
+	char **args = calloc(2 * N + 2, sizeof(char *));
+	kv_tc_run_result r;
+	(void)state;
+
+	assert_non_null(args);
+	/* mput in batches that fit the command line helper. */
+	for (int base = 0; base < N; base += 25) {
+		char kb[25][16];
+		const char *a[52];
+		int n = 0;
+		for (int i = 0; i < 25; i++) {
+			snprintf(kb[i], sizeof(kb[i]), "pg16/%05d", base + i);
+			a[n++] = kb[i];
+			a[n++] = "v";
+		}
+		a[n] = NULL;
+		assert_int_equal(kv_tc_cli(&r, tc.ctl_url, NULL, NULL, 0, 30000, "mput", a[0], a[1],
+		                           a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
+		                           a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18],
+		                           a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26],
+		                           a[27], a[28], a[29], a[30], a[31], a[32], a[33], a[34],
+		                           a[35], a[36], a[37], a[38], a[39], a[40], a[41], a[42],
+		                           a[43], a[44], a[45], a[46], a[47], a[48], a[49], NULL),
+		                 0);
+		check_run(&r, "mput pg16/...", 0, "", 0);
+		kv_tc_run_free(&r);
+	}
+	free(args);
+	run_cli(&r, true, NULL, 0, NULL, "keys", "--prefix", "pg16/", NULL);
+	check_run(&r, "keys --prefix pg16/", 0, NULL, 0);
+	assert_int_equal(r.nout, (size_t)N * 11);
+	for (int i = 0; i < N; i++) {
+		char want[16];
+		snprintf(want, sizeof(want), "pg16/%05d\n", i);
+		assert_memory_equal(r.out + (size_t)i * 11, want, 11);
+	}
+	kv_tc_run_free(&r);
+	run_cli(&r, true, NULL, 0, NULL, "scan", "pg16/", "pg16/~", "--limit", "1500", NULL);
+	check_run(&r, "scan pg16/ pg16/~ --limit 1500", 0, NULL, 0);
+	assert_int_equal(count_of(r.out, r.nout, "\n"), 1500);
+	assert_non_null(strstr(r.out, "pg16/01499\tv\n"));
+	kv_tc_run_free(&r);
+}
+
+static void
+an_oversized_value_is_reported_once_with_its_size_and_the_limit(void **state)
+{
+	size_t big = 2 * 1024 * 1024;
+	char *v = malloc(big);
+	kv_tc_run_result r;
+	(void)state;
+
+	assert_non_null(v);
+	memset(v, 'v', big);
+	run_cli(&r, true, v, big, NULL, "put", "big16", "-", NULL);
+	check_run(&r, "put big16 <2 MiB>", 4, "", 0);
+	if (strcmp(r.err, "shardkv: put: value of 2097152 bytes is over the limit of 1048576 "
+	                  "bytes\n") != 0)
+		fail_msg("put of 2 MiB said '%s'", r.err);
+	kv_tc_run_free(&r);
+	run_cli(&r, true, v, big, NULL, "append", "big16", "-", NULL);
+	check_run(&r, "append big16 <2 MiB>", 4, "", 0);
+	assert_non_null(strstr(r.err, "value of 2097152 bytes is over the limit of 1048576 bytes"));
+	kv_tc_run_free(&r);
+	/* A key over the limit, in a read too. */
+	v[2000] = 0;
+	run_cli(&r, true, NULL, 0, NULL, "get", v, NULL);
+	check_run(&r, "get <2000-byte key>", 4, "", 0);
+	if (strcmp(r.err, "shardkv: get: key of 2000 bytes is over the limit of 1024 bytes\n") != 0)
+		fail_msg("get of a 2000-byte key said '%s'", r.err);
+	kv_tc_run_free(&r);
+	free(v);
+}
+
+static void
+bench_load_only_prints_its_load_line_once(void **state)
+{
+	kv_tc_run_result r;
+	(void)state;
+
+	run_cli(&r, true, NULL, 0, NULL, "bench", "--keys", "200", "--load", "--ops", "0", NULL);
+	check_run(&r, "bench --keys 200 --load --ops 0", 0, NULL, 0);
+	if (count_of(r.out, r.nout, "load: 200 keys in ") != 1)
+		fail_msg("bench --load --ops 0 printed: '%s'", show(r.out, r.nout));
+	kv_tc_run_free(&r);
+}
+
+static void
+status_shows_memory_and_last_heartbeat_per_node(void **state)
+{
+	kv_tc_run_result r;
+	(void)state;
+
+	run_cli(&r, true, NULL, 0, NULL, "status", NULL);
+	check_run(&r, "status", 0, NULL, 0);
+	assert_int_equal(count_of(r.out, r.nout, " memory="), 2);
+	assert_int_equal(count_of(r.out, r.nout, "MB last_seen="), 2);
+	kv_tc_run_free(&r);
+}
+
+/*
+ * Starts `shardkv -c CTL ARGS...` with stdout and stderr on one pipe.
+ * Returns the pid; *fd is the pipe's read end.
+ */
+static pid_t
+spawn_cli(int *fd, const char *const *args)
+{
+	const char *argv[16] = {KV_CLI_BIN, "-c", tc.ctl_url};
+	int p[2], n = 3;
+	pid_t pid;
+
+	while (*args && n < 15)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		close(p[0]);
+		close(p[1]);
+		execv(KV_CLI_BIN, (char *const *)argv);
+		_exit(127);
+	}
+	close(p[1]);
+	*fd = p[0];
+	return pid;
+}
+
+/* Reads from fd into buf (NUL-terminated) until it holds needle, EOF or
+ * the deadline (ms). Returns whether needle came. */
+static bool
+read_until(int fd, char *buf, size_t cap, size_t *len, const char *needle, unsigned ms)
+{
+	uint64_t end = kv_test_now_ms() + ms;
+
+	while (strstr(buf, needle) == NULL && kv_test_now_ms() < end && *len + 1 < cap) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		if (poll(&pf, 1, 100) <= 0)
+			continue;
+		ssize_t k = read(fd, buf + *len, cap - 1 - *len);
+		if (k <= 0)
+			break;
+		*len += (size_t)k;
+		buf[*len] = 0;
+	}
+	return strstr(buf, needle) != NULL;
+}
+
+static void
+move_wait_says_accepted_at_once_then_progress_and_ctrl_c_explains_cancel(void **state)
+{
+	/* About 3 MB copied at 1 MB/s: the move takes seconds. */
+	size_t vlen = 1000 * 1000;
+	char *v = malloc(vlen), id[16], buf[8192] = "";
+	kv_tc_run_result r;
+	size_t len = 0;
+	int fd, status;
+	(void)state;
+
+	assert_non_null(v);
+	memset(v, 'm', vlen);
+	for (int i = 0; i < 3; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "mv16/%d", i);
+		run_cli(&r, true, v, vlen, NULL, "put", k, "-", NULL);
+		check_run(&r, "put mv16/N <1 MB>", 0, "", 0);
+		kv_tc_run_free(&r);
+	}
+	free(v);
+
+	/* Move it to the node that does not hold it, there and back. */
+	for (int round = 0; round < 2; round++) {
+		shardkv_config *cfg = kv_tc_config(&tc);
+		assert_non_null(cfg);
+		uint32_t owner = kv_tc_owner(cfg, "mv16/", 5);
+		shardkv_config_free(cfg);
+		snprintf(id, sizeof(id), "%u", owner == tc.srv[0].id ? tc.srv[1].id : tc.srv[0].id);
+		const char *args[] = {"move", "mv16/", "mv16/~", id, "--rate", "1", "--wait", NULL};
+		pid_t pid = spawn_cli(&fd, args);
+		len = 0;
+		buf[0] = 0;
+		/* The accepted line comes while the migration is still running. */
+		if (!read_until(fd, buf, sizeof(buf), &len, ")\n", 20000))
+			fail_msg("no accepted line: '%s'", buf);
+		if (strncmp(buf, "moving [mv16/, mv16/~) to node ", 31) != 0 ||
+		    strstr(buf, " in epoch ") == NULL)
+			fail_msg("first line: '%s'", buf);
+		run_cli(&r, true, NULL, 0, NULL, "--json", "status", NULL);
+		check_run(&r, "--json status", 0, NULL, 0);
+		if (strstr(r.out, "\"migrations\": []") != NULL)
+			fail_msg("accepted line printed after the migration ended: '%s'", buf);
+		kv_tc_run_free(&r);
+		/* Then progress, a plain line at a time (not a terminal). */
+		if (!read_until(fd, buf, sizeof(buf), &len, "  migration ", 20000))
+			fail_msg("no progress line: '%s'", buf);
+		if (round == 0) {
+			/* Waits to the end. */
+			if (!read_until(fd, buf, sizeof(buf), &len, "migrations finished in ",
+			                60000))
+				fail_msg("no end line: '%s'", buf);
+			assert_int_equal(waitpid(pid, &status, 0), pid);
+			assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+			assert_non_null(strstr(buf, " MB/s"));
+			assert_non_null(strstr(buf, "ETA"));
+		} else {
+			/* Ctrl-C: the migration goes on, and the way to cancel it. */
+			kill(pid, SIGINT);
+			if (!read_until(fd, buf, sizeof(buf), &len, "shardkv cancel ", 20000))
+				fail_msg("no cancel advice after SIGINT: '%s'", buf);
+			assert_int_equal(waitpid(pid, &status, 0), pid);
+			assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 130);
+			assert_non_null(strstr(buf, " on in the background"));
+			run_cli(&r, true, NULL, 0, NULL, "--json", "status", NULL);
+			check_run(&r, "--json status", 0, NULL, 0);
+			char *m = strstr(r.out, "\"migrations\": [{\"id\": ");
+			if (m != NULL) {
+				char mid[24];
+				snprintf(mid, sizeof(mid), "%llu", strtoull(m + 23, NULL, 10));
+				assert_non_null(strstr(buf, mid));
+				kv_tc_run_result c;
+				run_cli(&c, true, NULL, 0, NULL, "cancel", mid, NULL);
+				kv_tc_run_free(&c);
+			}
+			kv_tc_run_free(&r);
+			/* Cancelled, or done if it fenced first: nothing moves then. */
+			uint64_t end = kv_test_now_ms() + 60000;
+			bool idle = false;
+			while (!idle && kv_test_now_ms() < end) {
+				run_cli(&r, true, NULL, 0, NULL, "--json", "status", NULL);
+				idle = r.code == 0 && strstr(r.out, "\"migrations\": []") != NULL;
+				kv_tc_run_free(&r);
+				if (!idle)
+					poll(NULL, 0, 100);
+			}
+			assert_true(idle);
+		}
+		close(fd);
+	}
+}
+
+static void
+the_prompt_runs_commands_typed_on_a_terminal(void **state)
+{
+	char buf[8192] = "";
+	size_t len = 0;
+	int master, status;
+	(void)state;
+
+	pid_t pid = forkpty(&master, NULL, NULL, NULL);
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		setenv("HOME", "/nonexistent", 1);
+		execl(KV_CLI_BIN, KV_CLI_BIN, "-c", tc.ctl_url, (char *)NULL);
+		_exit(127);
+	}
+	if (!read_until(master, buf, sizeof(buf), &len, "shardkv> ", 10000))
+		fail_msg("no prompt: '%s'", buf);
+	const char *in = "put tty16 'a b'\nget tty16\ngte tty16\n";
+	assert_int_equal(write(master, in, strlen(in)), (ssize_t)strlen(in));
+	if (!read_until(master, buf, sizeof(buf), &len, "did you mean 'get'?", 10000))
+		fail_msg("no answer: '%s'", buf);
+	assert_non_null(strstr(buf, "a b\r\n"));
+
+	/* --wait on a terminal redraws its progress lines in place. */
+	shardkv_config *cfg = kv_tc_config(&tc);
+	assert_non_null(cfg);
+	uint32_t owner = kv_tc_owner(cfg, "mv16/", 5);
+	shardkv_config_free(cfg);
+	char mv[96];
+	snprintf(mv, sizeof(mv), "move mv16/ mv16/~ %u --rate 1 --wait\n",
+	         owner == tc.srv[0].id ? tc.srv[1].id : tc.srv[0].id);
+	assert_int_equal(write(master, mv, strlen(mv)), (ssize_t)strlen(mv));
+	if (!read_until(master, buf, sizeof(buf), &len, "migrations finished in ", 60000))
+		fail_msg("no end of the move: '%s'", show(buf, len));
+	assert_non_null(strstr(buf, "\r\033[K  migration "));
+	assert_non_null(strstr(buf, " MB/s"));
+	assert_int_equal(write(master, "quit\n", 5), 5);
+	read_until(master, buf, sizeof(buf), &len, "\x01never", 3000);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(master);
+	CLI(0, "a b\n", "get", "tty16");
+}
+
 int
 main(void)
 {
@@ -458,6 +818,15 @@ main(void)
 	    cmocka_unit_test(data_commands_use_the_controller_from_the_environment),
 	    cmocka_unit_test(limits_exit_4_and_an_unreachable_cluster_exits_3),
 	    cmocka_unit_test(admin_commands_print_json_with_escaped_binary_keys),
+	    cmocka_unit_test(raw_get_and_del_round_trip_binary_values),
+	    cmocka_unit_test(data_commands_print_json_with_escaped_bytes),
+	    cmocka_unit_test(keys_and_scan_page_through_more_than_one_page),
+	    cmocka_unit_test(an_oversized_value_is_reported_once_with_its_size_and_the_limit),
+	    cmocka_unit_test(bench_load_only_prints_its_load_line_once),
+	    cmocka_unit_test(status_shows_memory_and_last_heartbeat_per_node),
+	    cmocka_unit_test(
+	        move_wait_says_accepted_at_once_then_progress_and_ctrl_c_explains_cancel),
+	    cmocka_unit_test(the_prompt_runs_commands_typed_on_a_terminal),
 	};
 	/* One cluster for the whole file: the tests use distinct keys. */
 	return cmocka_run_group_tests(tests, setup2, teardown);

@@ -277,6 +277,163 @@ cancel_checks_its_migration_id_before_the_network(void **state)
 	shardkv_close(c);
 }
 
+static void
+version_prints_shardkv_and_the_project_version(void **state)
+{
+	const char *argv[] = {"shardkv", "--version"};
+	const char *after[] = {"shardkv", "get", "a", "--version"};
+	(void)state;
+
+	for (int k = 0; k < 2; k++) {
+		run_result r = k ? run(ARGC(after), after) : run(ARGC(argv), argv);
+		assert_int_equal(r.rc, 0);
+		assert_int_equal(r.nerr, 0);
+		if (strncmp(r.out, "shardkv ", 8) != 0 || r.out[8] < '0' || r.out[8] > '9' ||
+		    r.out[r.nout - 1] != '\n')
+			fail_msg("--version printed '%s'", r.out);
+		kv_cli_run_free(&r);
+	}
+}
+
+static void
+a_mistyped_command_suggests_the_nearest_one(void **state)
+{
+	const char *gte[] = {"shardkv", "gte", "a"};
+	const char *stauts[] = {"shardkv", "stauts"};
+	const char *rebal[] = {"shardkv", "rebalanse", "--wait"};
+	const char *far[] = {"shardkv", "frobnicate"};
+	(void)state;
+
+	assert_usage_error(ARGC(gte), gte, "unknown command 'gte': did you mean 'get'?");
+	assert_usage_error(ARGC(stauts), stauts, "did you mean 'status'?");
+	assert_usage_error(ARGC(rebal), rebal, "did you mean 'rebalance'?");
+	assert_usage_error(ARGC(far), far, "unknown command 'frobnicate' (try 'shardkv --help')");
+	assert_string_equal(kv_cli_suggest("mvoe"), "move");
+	assert_null(kv_cli_suggest("x"));
+	assert_null(kv_cli_suggest("zzzzzzzz"));
+}
+
+static void
+a_controller_that_is_not_a_url_is_a_usage_error_naming_the_form(void **state)
+{
+	const char *bogus[] = {"shardkv", "-c", "bogus", "get", "a"};
+	const char *noport[] = {"shardkv", "-c", "tcp://127.0.0.1", "get", "a"};
+	const char *second[] = {"shardkv", "-c", "tcp://127.0.0.1:7000,foo", "status"};
+	const char *env[] = {"shardkv", "get", "a"};
+	(void)state;
+
+	assert_usage_error(ARGC(bogus), bogus, "must be a URL like tcp://HOST:PORT");
+	assert_usage_error(ARGC(bogus), bogus, "'bogus' (-c/--controller)");
+	assert_usage_error(ARGC(noport), noport, "tcp://HOST:PORT");
+	assert_usage_error(ARGC(second), second, "'foo'");
+	setenv("SHARDKV_CONTROLLER", "bogus", 1);
+	assert_usage_error(ARGC(env), env, "'bogus' (from $SHARDKV_CONTROLLER)");
+	unsetenv("SHARDKV_CONTROLLER");
+}
+
+static void
+raw_is_an_option_of_get_and_del_only(void **state)
+{
+	const char *get[] = {"shardkv", "get", "k", "--raw"};
+	const char *del[] = {"shardkv", "--raw", "del", "k"};
+	const char *put[] = {"shardkv", "put", "k", "v", "--raw"};
+	const char *json[] = {"shardkv", "get", "k", "--raw", "--json"};
+	kv_cli_args a;
+	char err[256];
+	(void)state;
+
+	assert_int_equal(kv_cli_parse(ARGC(get), (char **)get, &a, err, sizeof(err)), 0);
+	assert_true(a.raw);
+	kv_cli_args_fini(&a);
+	assert_int_equal(kv_cli_parse(ARGC(del), (char **)del, &a, err, sizeof(err)), 0);
+	assert_true(a.raw);
+	kv_cli_args_fini(&a);
+	assert_usage_error(ARGC(put), put, "put: option --raw does not apply");
+	assert_usage_error(ARGC(json), json, "--raw and --json exclude each other");
+}
+
+static void
+keys_takes_limit(void **state)
+{
+	const char *argv[] = {"shardkv", "keys", "--limit", "5", "--prefix", "p"};
+	kv_cli_args a;
+	char err[256];
+	(void)state;
+
+	assert_int_equal(kv_cli_parse(ARGC(argv), (char **)argv, &a, err, sizeof(err)), 0);
+	assert_int_equal(a.limit, 5);
+	assert_string_equal(a.prefix, "p");
+	kv_cli_args_fini(&a);
+}
+
+static void
+prompt_lines_split_into_words_like_a_shell(void **state)
+{
+	char **v, *buf, err[128];
+	int n;
+	(void)state;
+
+	n = kv_cli_split_line("  put 'a b' \"c \\\" d\" e\\ f  -- -x\n", &v, &buf, err,
+	                      sizeof(err));
+	assert_int_equal(n, 7);
+	assert_string_equal(v[0], "shardkv");
+	assert_string_equal(v[1], "put");
+	assert_string_equal(v[2], "a b");
+	assert_string_equal(v[3], "c \" d");
+	assert_string_equal(v[4], "e f");
+	assert_string_equal(v[5], "--");
+	assert_string_equal(v[6], "-x");
+	free(v);
+	free(buf);
+
+	n = kv_cli_split_line("get ''", &v, &buf, err, sizeof(err));
+	assert_int_equal(n, 3);
+	assert_string_equal(v[2], "");
+	free(v);
+	free(buf);
+
+	n = kv_cli_split_line("   ", &v, &buf, err, sizeof(err));
+	assert_int_equal(n, 1);
+	free(v);
+	free(buf);
+
+	assert_int_equal(kv_cli_split_line("get 'a", &v, &buf, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "unterminated ' quote"));
+	assert_int_equal(kv_cli_split_line("get \"a", &v, &buf, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "unterminated \" quote"));
+}
+
+static void
+a_prompt_line_runs_like_the_command_line(void **state)
+{
+	char **v, *buf, err[128];
+	run_result r;
+	int n;
+	(void)state;
+
+	/* The words of a line are an argv for kv_cli_main: a typo is the
+	 * same usage error, --version the same answer. */
+	n = kv_cli_split_line("gte 'some key'", &v, &buf, err, sizeof(err));
+	assert_int_equal(n, 3);
+	r = run(n, (const char **)v);
+	assert_int_equal(r.rc, KV_CLI_USAGE);
+	assert_non_null(strstr(r.err, "did you mean 'get'?"));
+	kv_cli_run_free(&r);
+	free(v);
+	free(buf);
+	n = kv_cli_split_line("--version", &v, &buf, err, sizeof(err));
+	r = run(n, (const char **)v);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "shardkv "));
+	kv_cli_run_free(&r);
+	free(v);
+	free(buf);
+
+	/* Without a terminal, no command stays a usage error (no prompt). */
+	const char *none[] = {"shardkv"};
+	assert_usage_error(ARGC(none), none, "no command given");
+}
+
 int
 main(void)
 {
@@ -290,6 +447,13 @@ main(void)
 	    cmocka_unit_test(unreachable_controller_exits_3_within_the_timeout),
 	    cmocka_unit_test(library_rejects_bad_arguments_before_the_network),
 	    cmocka_unit_test(cancel_checks_its_migration_id_before_the_network),
+	    cmocka_unit_test(version_prints_shardkv_and_the_project_version),
+	    cmocka_unit_test(a_mistyped_command_suggests_the_nearest_one),
+	    cmocka_unit_test(a_controller_that_is_not_a_url_is_a_usage_error_naming_the_form),
+	    cmocka_unit_test(raw_is_an_option_of_get_and_del_only),
+	    cmocka_unit_test(keys_takes_limit),
+	    cmocka_unit_test(prompt_lines_split_into_words_like_a_shell),
+	    cmocka_unit_test(a_prompt_line_runs_like_the_command_line),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
