@@ -312,10 +312,10 @@ seeds_dur(void)
 	kv_dur_opts o = {.dir = dir, .mode = KV_FSYNC_NONE, .store = s, .dedup = d};
 	if (kv_dur_open(&o, &dur, &rep, err, sizeof(err)) != KV_OK)
 		die(err);
-	if (kv_dur_log_put(dur, "user:1", 6, "alice", 5, NULL, NULL) != KV_OK ||
-	    kv_dur_log_put(dur, "user:2", 6, "bob", 3, &dd, NULL) != KV_OK ||
-	    kv_dur_log_del(dur, "user:1", 6, &dd, NULL) != KV_OK ||
-	    kv_dur_log_mput(dur, 2, ks, vs, &dd, NULL) != KV_OK ||
+	if (kv_dur_log_put(dur, "user:1", 6, "alice", 5, NULL, NULL, NULL) != KV_OK ||
+	    kv_dur_log_put(dur, "user:2", 6, "bob", 3, &dd, NULL, NULL) != KV_OK ||
+	    kv_dur_log_del(dur, "user:1", 6, &dd, NULL, NULL) != KV_OK ||
+	    kv_dur_log_mput(dur, 2, ks, vs, &dd, NULL, NULL) != KV_OK ||
 	    kv_dur_log_range_del(dur, "k", 1, "k2", 2, NULL) != KV_OK ||
 	    kv_dur_log_range_del(dur, "user:", 5, "", 0, NULL) != KV_OK ||
 	    kv_dur_log_dedup(dur, &dd, KV_ENOTFOUND, "gone", 4, NULL) != KV_OK ||

@@ -82,9 +82,9 @@ void kv_xfer__fini(kv_xfer *x);
  * into *r, whose array is owned (free it with kv_repl__fini) and whose bytes
  * borrow from m. Returns 0, KV_EINVAL or KV_ELIMIT (*why says why) or
  * KV_ENOMEM. */
-int kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl *r, const char **why);
+int kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why);
 
 /* Frees the array kv_repl__from_pb allocated. Accepts a zeroed r. */
-void kv_repl__fini(kv_repl *r);
+void kv_repl__fini(kv_repl_msg *r);
 
 #endif

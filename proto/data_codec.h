@@ -73,7 +73,7 @@ typedef struct {
 	bool has_xfer;       /* xfer is set */
 	kv_xfer xfer;        /* Request.transfer */
 	bool has_repl;       /* repl is set */
-	kv_repl repl;        /* Request.replicate */
+	kv_repl_msg repl;    /* Request.replicate */
 	void *pb;            /* decoded: the unpacked message; NULL to encode */
 } kv_req;
 

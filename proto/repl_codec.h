@@ -2,8 +2,8 @@
  * repl_codec.h - the replication family: the primary -> backup stream
  * (Replicate inside Request, ReplicateAck inside Response, shardkv.proto
  * "Replication"; doc/replication.md "Writes") as plain C values. The
- * primary encodes a kv_repl with kv_repl_encode and reads the answer with
- * kv_repl_ack_decode; the backup gets the same kv_repl from
+ * primary encodes a kv_repl_msg with kv_repl_encode and reads the answer with
+ * kv_repl_ack_decode; the backup gets the same kv_repl_msg from
  * kv_data_req_decode (data_codec.h: kv_req.repl) and answers with a
  * kv_repl_ack in kv_data_resp_encode (kv_resp.rack).
  *
@@ -47,7 +47,7 @@ typedef struct {
 	uint64_t commit_lsn; /* the primary's commit point */
 	size_t nrecs;        /* records */
 	kv_repl_rec *recs;   /* in lsn order */
-} kv_repl;
+} kv_repl_msg;
 
 /* The answer (ReplicateAck). */
 typedef struct {
@@ -60,7 +60,7 @@ typedef struct {
 /* Packs r as the replicate member of a Request from node from_node acting in
  * epoch, with the sender's auth token (empty: none), into a new nng message.
  * Reads r only; on 0 *out is the caller's. Returns 0 or KV_ENOMEM. */
-int kv_repl_encode(const kv_repl *r, uint64_t epoch, uint32_t from_node, kv_bytes auth,
+int kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_bytes auth,
                    nng_msg **out);
 
 /* Reads the ReplicateAck of a packed Response into *ack (ack->error NULL).

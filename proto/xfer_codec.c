@@ -381,7 +381,7 @@ out:
  * ------------------------------------------------------------------------ */
 
 int
-kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl *r, const char **why)
+kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 {
 	memset(r, 0, sizeof(*r));
 	if (m->from_node == 0 || m->stream_id == 0 || m->seq == 0) {
@@ -421,7 +421,7 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl *r, const char **why)
 }
 
 void
-kv_repl__fini(kv_repl *r)
+kv_repl__fini(kv_repl_msg *r)
 {
 	free(r->recs);
 	r->recs = NULL;
@@ -429,7 +429,8 @@ kv_repl__fini(kv_repl *r)
 }
 
 int
-kv_repl_encode(const kv_repl *r, uint64_t epoch, uint32_t from_node, kv_bytes auth, nng_msg **out)
+kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_bytes auth,
+               nng_msg **out)
 {
 	Shardkv__Request m = SHARDKV__REQUEST__INIT;
 	Shardkv__Replicate rp = SHARDKV__REPLICATE__INIT;

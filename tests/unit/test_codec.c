@@ -1027,10 +1027,10 @@ replicate_round_trips_and_bad_batches_are_refused(void **state)
 	    {.leader_epoch = 3, .lsn = 10, .start = B("m"), .payload = B("\001\000abc")},
 	    {.leader_epoch = 3, .lsn = 12, .start = B(""), .payload = B("x")},
 	};
-	kv_repl r = {
+	kv_repl_msg r = {
 	    .from_node = 1, .stream_id = 99, .seq = 5, .commit_lsn = 9, .nrecs = 2, .recs = recs};
-	kv_repl empty = {.from_node = 1, .stream_id = 99, .seq = 6};
-	kv_repl bad[3] = {r, r, r};
+	kv_repl_msg empty = {.from_node = 1, .stream_id = 99, .seq = 6};
+	kv_repl_msg bad[3] = {r, r, r};
 	kv_repl_rec desc[2] = {recs[1], recs[0]};
 	kv_repl_rec nolsn[1] = {{.lsn = 0, .payload = B("x")}};
 	kv_repl_rec nopay[1] = {{.lsn = 4}};
