@@ -546,3 +546,9 @@ kv_server_destroy(kv_server *s)
 	kv_dedup_destroy(s->dedup);
 	free_base(s);
 }
+
+int
+kv_server_get_for_test(kv_server *s, const void *key, size_t klen, kv_buf *val)
+{
+	return kv_store_get(s->store, key, klen, val);
+}

@@ -35,3 +35,10 @@ kv_add_test(test_server_migration SOURCES component/test_server_migration.c
 # the CLI's locate and check.
 kv_add_test(test_liveness_inproc SOURCES component/test_liveness_inproc.c
   LIBS kv_controller kv_inproc_srv kv_cli kv_proto kv_testutil TIMEOUT 120 LABELS concurrency)
+
+# The replication stream between two in-process servers (doc/replication.md
+# "Writes"): acknowledged writes are on the backup, no acknowledgement while
+# the backup is silent, exactly-once across a failover, and the backup's
+# refusals (lower leader epoch, sequence gap, a sender that is not primary).
+kv_add_test(test_replication_inproc SOURCES component/test_replication_inproc.c
+  LIBS kv_inproc_srv kv_testutil TIMEOUT 90 LABELS concurrency)
