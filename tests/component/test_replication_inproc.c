@@ -186,12 +186,17 @@ retried_write_is_applied_once_on_the_backup_and_remembered_after_failover(void *
 	assert_int_equal(do_append(u, "log", "b", 77, 2).value_len, 2);
 	assert_true(backup_has(&srvs[1], "log", got, sizeof(got)));
 	assert_string_equal(got, "ab");
-	/* The primary goes; node 2 leads from the next epoch with what it
-	 * has, and answers a retry of request 2 from its own memory. */
+	/* The primary goes; the backup restarts from its data dir alone (its
+	 * log holds what it acknowledged), leads from the next epoch, and
+	 * answers a retry of request 2 from its own memory. */
 	inproc_srv_down(&srvs[0]);
+	inproc_srv_down(&srvs[1]);
 	const uint32_t rep[2] = {2, 1}, isr[1] = {2};
 	uint64_t e = publish_replicated(rep, isr, 1, 0);
+	inproc_srv_up(&srvs[1]);
 	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	assert_true(backup_has(&srvs[1], "log", got, sizeof(got)));
+	assert_string_equal(got, "ab");
 	uint64_t deadline = now_ms() + 15000;
 	res1 r;
 	while ((r = do_append(srvs[1].url, "log", "b", 77, 2)).status != 0) {
