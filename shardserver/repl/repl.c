@@ -377,6 +377,7 @@ call_done(void *arg, int rv, nng_msg *reply)
 	s->inflight--;
 	if (rv == 0 && a.status == KV_OK) {
 		moved = advance_locked(s, a.acked_lsn);
+		s->warned = false;
 	} else if (ca->gen == s->gen && !s->need_reset) {
 		int why = rv ? rv : a.status;
 		s->need_reset = true;
@@ -483,7 +484,6 @@ stream_main(void *arg)
 			s->next_seq = 1;
 			s->unsent = s->unacked;
 			s->need_reset = false;
-			s->warned = false;
 			atomic_fetch_add(&g->st_resends, 1);
 		}
 		if (!s->need_reset && s->unsent && s->inflight < WINDOW) {
