@@ -655,6 +655,31 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	atomic_store(&g->short_isr, short_isr);
 	pthread_rwlock_unlock(&g->tab_lock);
 	routes_free(old, oldn);
+	/* A backup no range streams to any more (left the ISR, or the range
+	 * left this node) holds up nothing: what it has not acknowledged is no
+	 * longer needed for the commit point. No write taps it now: they all
+	 * began after the swap. */
+	size_t ns = atomic_load(&g->nstreams);
+	for (size_t i = 0; i < ns; i++) {
+		stream *s = g->streams[i];
+		bool used = false;
+		for (size_t j = 0; j < c->nranges && !used; j++)
+			for (uint32_t k = 0; k < nr[j].nbackups; k++)
+				used |= nr[j].backups[k] == s;
+		if (used)
+			continue;
+		pthread_mutex_lock(&s->mu);
+		if (s->unacked != NULL)
+			KV_INFO(COMP, "backup left every in-sync set: its queue is dropped",
+			        "node=%u", s->node);
+		s->unacked = NULL;
+		s->unsent = NULL;
+		atomic_store(&s->pending, UINT64_MAX);
+		atomic_store(&s->hole, 0);
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+	}
+	sweep(g, 0);
 	return KV_OK;
 }
 
