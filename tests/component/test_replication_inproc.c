@@ -20,6 +20,7 @@
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +142,73 @@ acknowledged_writes_are_on_the_backup_and_the_backup_serves_no_client(void **sta
 	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_WRONG_OWNER);
 	assert_true(backup_has(&srvs[1], "key002", got, sizeof(got)));
 	assert_string_equal(got, "v2");
+}
+
+/* Writers of concurrent_writes_leave_the_backup_identical_to_the_primary. */
+#define NWRITERS 4
+#define NWRITES  300
+#define NKEYS    8
+
+typedef struct {
+	int id;       /* writer number */
+	int failures; /* writes not acknowledged OK */
+} writer;
+
+static void *
+writer_main(void *arg)
+{
+	writer *w = arg;
+	char k[16], v[16];
+	for (int i = 0; i < NWRITES; i++) {
+		snprintf(k, sizeof(k), "w%d", (w->id + i) % NKEYS);
+		snprintf(v, sizeof(v), "%d.%d;", w->id, i);
+		uint64_t c = 100 + (uint64_t)w->id, rq = (uint64_t)i + 1;
+		res1 r = i % 10 == 9 ? do_put(srvs[0].url, k, v, c, rq)
+		                     : do_append(srvs[0].url, k, v, c, rq);
+		w->failures += r.status != 0;
+	}
+	return NULL;
+}
+
+static void
+concurrent_writes_leave_the_backup_identical_to_the_primary(void **state)
+{
+	pthread_t t[NWRITERS];
+	writer w[NWRITERS];
+	char k[16];
+	(void)state;
+	two_replicas_up();
+	for (int i = 0; i < NWRITERS; i++) {
+		w[i] = (writer){.id = i};
+		assert_int_equal(pthread_create(&t[i], NULL, writer_main, &w[i]), 0);
+	}
+	for (int i = 0; i < NWRITERS; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(w[i].failures, 0);
+	}
+	/* An mput is one record: both keys or neither. */
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__MPutOp mp = SHARDKV__MPUT_OP__INIT;
+	ProtobufCBinaryData ks[2] = {bd("m1"), bd("m2")}, vs[2] = {bd("x"), bd("y")};
+	mp.n_keys = mp.n_values = 2;
+	mp.keys = ks;
+	mp.values = vs;
+	op.op_case = SHARDKV__OP__OP_MPUT;
+	op.mput = &mp;
+	assert_int_equal(one_op(srvs[0].url, &op, 0).status, 0);
+	for (int i = 0; i < NKEYS + 2; i++) {
+		kv_buf a = {0}, b = {0};
+		if (i < NKEYS)
+			snprintf(k, sizeof(k), "w%d", i);
+		else
+			snprintf(k, sizeof(k), "m%d", i - NKEYS + 1);
+		assert_int_equal(kv_server_get_for_test(srvs[0].s, k, strlen(k), &a), 0);
+		assert_int_equal(kv_server_get_for_test(srvs[1].s, k, strlen(k), &b), 0);
+		assert_int_equal(a.len, b.len);
+		assert_memory_equal(a.data, b.data, a.len);
+		kv_buf_fini(&a);
+		kv_buf_fini(&b);
+	}
 }
 
 static void
@@ -337,6 +405,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        acknowledged_writes_are_on_the_backup_and_the_backup_serves_no_client, setup,
 	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        concurrent_writes_leave_the_backup_identical_to_the_primary, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        write_is_not_acknowledged_while_the_backup_does_not_answer, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
