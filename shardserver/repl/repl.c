@@ -889,7 +889,14 @@ kv_rs_create(const kv_rs_env *env, kv_rs **out)
 	if (g == NULL)
 		return KV_ENOMEM;
 	g->env = *env;
-	pthread_rwlock_init(&g->tab_lock, NULL);
+	/* Writer-preferring, as the log's barrier: a steady flow of writes
+	 * (readers) must not hold a new configuration back. No thread takes it
+	 * for reading twice. */
+	pthread_rwlockattr_t ra;
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&g->tab_lock, &ra);
+	pthread_rwlockattr_destroy(&ra);
 	pthread_mutex_init(&g->smu, NULL);
 	pthread_mutex_init(&g->in_mu, NULL);
 	pthread_cond_init(&g->in_cv, NULL);
