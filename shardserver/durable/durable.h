@@ -18,8 +18,10 @@
  * takes it for writing only to start a new log segment, after which every
  * record before that segment is in the store.
  *
- * Lock order: owner.lock -> kv_mig_out.mu -> barrier (read) -> key stripes
- * (ascending) -> store partition locks / dedup stripes -> the log's mutex.
+ * Lock order: owner.lock -> kv_mig_out.mu -> the replication routing table
+ * (read) -> barrier (read) -> key stripes (ascending) -> store partition
+ * locks / dedup stripes -> the log's mutex -> what a log tap takes (a
+ * replication stream's mutex; kv_dur_tap).
  *
  * This is the public header of kv_durable (shardserver/durable/): the
  * server includes it, and only it. It also holds the few types of the log
