@@ -519,6 +519,17 @@ kv_server_stop(kv_server *s)
 		pthread_join(s->lease_thr, NULL);
 	kv_mig_destroy(s->mig);
 	s->mig = NULL;
+	{
+		kv_rs_stats rs;
+		kv_rs_stats_get(s->repl, &rs);
+		if (rs.streams || rs.applied || rs.refused)
+			KV_INFO(COMP, "replication",
+			        "streams=%llu unacked=%llu batches=%llu restarts=%llu "
+			        "applied=%llu refused=%llu",
+			        (unsigned long long)rs.streams, (unsigned long long)rs.queued,
+			        (unsigned long long)rs.sent_batches, (unsigned long long)rs.resends,
+			        (unsigned long long)rs.applied, (unsigned long long)rs.refused);
+	}
 	kv_rs_destroy(s->repl);
 	s->repl = NULL;
 	if (s->started)
