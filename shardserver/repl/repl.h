@@ -5,6 +5,9 @@
  * acknowledgements; as a backup, the records a primary sends are checked,
  * applied and logged.
  *
+ * (kv_rs: "replication stream"; the controller's own Raft replication owns
+ * the kv_repl_ names, and the wire messages are proto/repl_codec.h's.)
+ *
  * The cut. The server creates one kv_rs with a kv_rs_env (the log, what
  * it sends to peers, a few callbacks into the server) and calls down: the
  * configuration thread gives it every configuration it applies
