@@ -15,6 +15,7 @@
 #include "shardserver/durable/durable.h"
 #include "proto/admin_codec.h"
 #include "proto/data_codec.h"
+#include "proto/repl_codec.h"
 #include "shardserver/durable/snap.h"
 #include "shardserver/store/store.h"
 #include "shardserver/durable/wal.h"
@@ -312,10 +313,10 @@ seeds_dur(void)
 	kv_dur_opts o = {.dir = dir, .mode = KV_FSYNC_NONE, .store = s, .dedup = d};
 	if (kv_dur_open(&o, &dur, &rep, err, sizeof(err)) != KV_OK)
 		die(err);
-	if (kv_dur_log_put(dur, "user:1", 6, "alice", 5, NULL, NULL) != KV_OK ||
-	    kv_dur_log_put(dur, "user:2", 6, "bob", 3, &dd, NULL) != KV_OK ||
-	    kv_dur_log_del(dur, "user:1", 6, &dd, NULL) != KV_OK ||
-	    kv_dur_log_mput(dur, 2, ks, vs, &dd, NULL) != KV_OK ||
+	if (kv_dur_log_put(dur, "user:1", 6, "alice", 5, NULL, NULL, NULL) != KV_OK ||
+	    kv_dur_log_put(dur, "user:2", 6, "bob", 3, &dd, NULL, NULL) != KV_OK ||
+	    kv_dur_log_del(dur, "user:1", 6, &dd, NULL, NULL) != KV_OK ||
+	    kv_dur_log_mput(dur, 2, ks, vs, &dd, NULL, NULL) != KV_OK ||
 	    kv_dur_log_range_del(dur, "k", 1, "k2", 2, NULL) != KV_OK ||
 	    kv_dur_log_range_del(dur, "user:", 5, "", 0, NULL) != KV_OK ||
 	    kv_dur_log_dedup(dur, &dd, KV_ENOTFOUND, "gone", 4, NULL) != KV_OK ||
@@ -379,9 +380,37 @@ seeds_snap(void)
 	}
 }
 
+/* The replication stream: a batch a backup gets, and the answers. */
+static void
+seeds_replicate(void)
+{
+	const char *h = "fuzz_replicate";
+	static const uint8_t put[] = {1, 0, 2, 0, 0, 0, 'k', '1', 1, 0, 0, 0, 'v'};
+	kv_repl_rec recs[2] = {
+	    {.leader_epoch = 3, .lsn = 10, .start = B("k"), .payload = {put, sizeof(put)}},
+	    {.leader_epoch = 3, .lsn = 11, .start = B(""), .payload = {put, sizeof(put)}}};
+	kv_repl_msg r = {.from_node = 1,
+	                 .stream_id = 5ull << 32 | 1,
+	                 .seq = 2,
+	                 .commit_lsn = 9,
+	                 .nrecs = 2,
+	                 .recs = recs};
+	kv_resp ok = {.request_id = 1, .has_rack = true, .rack = {.acked_seq = 2, .acked_lsn = 11}};
+	kv_resp gap = {
+	    .request_id = 2,
+	    .has_rack = true,
+	    .rack = {.acked_seq = 1, .acked_lsn = 9, .status = KV_EBUSY, .error = "gap"}};
+	nng_msg *m;
+
+	seed_msg(h, "replicate", kv_repl_encode(&r, 4, 1, B("tok"), &m), m);
+	seed_msg(h, "ack", kv_data_resp_encode(&ok, &m), m);
+	seed_msg(h, "ack-gap", kv_data_resp_encode(&gap, &m), m);
+}
+
 void
 kvmc_server_seeds(void)
 {
+	seeds_replicate();
 	seeds_requests();
 	seeds_responses();
 	seeds_server_admin();

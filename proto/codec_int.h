@@ -14,6 +14,7 @@
 #include "common/config.h"
 #include "common/key.h"
 #include "proto/shardkv.pb-c.h"
+#include "proto/repl_codec.h"
 #include "proto/xfer_codec.h"
 
 #include <nng/nng.h>
@@ -76,5 +77,14 @@ int kv_xfer__from_pb(const Shardkv__Transfer *t, kv_xfer *x, const char **why);
 
 /* Frees the arrays kv_xfer__from_pb allocated. Accepts a zeroed x. */
 void kv_xfer__fini(kv_xfer *x);
+
+/* The replicate message of a Request (repl_codec.c): decodes and validates m
+ * into *r, whose array is owned (free it with kv_repl__fini) and whose bytes
+ * borrow from m. Returns 0, KV_EINVAL or KV_ELIMIT (*why says why) or
+ * KV_ENOMEM. */
+int kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why);
+
+/* Frees the array kv_repl__from_pb allocated. Accepts a zeroed r. */
+void kv_repl__fini(kv_repl_msg *r);
 
 #endif

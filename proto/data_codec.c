@@ -128,8 +128,8 @@ kv_data_req_decode(const void *p, size_t n, kv_req *out, const char **why)
 		*why = "unsupported protocol version; this server speaks version 1";
 		return KV_EINVAL;
 	}
-	if (rq->n_ops && rq->transfer) {
-		*why = "a request carries ops or a transfer, not both";
+	if ((rq->n_ops != 0) + (rq->transfer != NULL) + (rq->replicate != NULL) > 1) {
+		*why = "a request carries ops, a transfer or a replicate, only one of them";
 		return KV_EINVAL;
 	}
 	if (rq->n_ops > KV_DATA_MAX_OPS) {
@@ -148,6 +148,11 @@ kv_data_req_decode(const void *p, size_t n, kv_req *out, const char **why)
 		if ((rv = kv_xfer__from_pb(rq->transfer, &out->xfer, why)) != 0)
 			return rv;
 	}
+	if (rq->replicate) {
+		out->has_repl = true;
+		if ((rv = kv_repl__from_pb(rq->replicate, &out->repl, why)) != 0)
+			return rv;
+	}
 	return KV_OK;
 }
 
@@ -163,6 +168,7 @@ kv_data_req_fini(kv_req *r)
 	}
 	free(r->ops);
 	kv_xfer__fini(&r->xfer);
+	kv_repl__fini(&r->repl);
 	if (r->pb)
 		shardkv__request__free_unpacked(r->pb, NULL);
 	memset(r, 0, sizeof(*r));
@@ -265,6 +271,7 @@ kv_data_resp_encode(const kv_resp *r, nng_msg **out)
 {
 	Shardkv__Response m = SHARDKV__RESPONSE__INIT;
 	Shardkv__TransferAck ack = SHARDKV__TRANSFER_ACK__INIT;
+	Shardkv__ReplicateAck rack = SHARDKV__REPLICATE_ACK__INIT;
 	enc_result *er = NULL;
 	Shardkv__OpResult **rp = NULL;
 	int rv = KV_ENOMEM;
@@ -298,6 +305,14 @@ kv_data_resp_encode(const kv_resp *r, nng_msg **out)
 		ack.keys = r->ack.keys;
 		ack.bytes = r->ack.bytes;
 		m.transfer_ack = &ack;
+	}
+	if (r->has_rack) {
+		rack.acked_seq = r->rack.acked_seq;
+		rack.acked_lsn = r->rack.acked_lsn;
+		rack.status = kv_wire_from_err(r->rack.status);
+		if (r->rack.error)
+			rack.error = (char *)r->rack.error;
+		m.replicate_ack = &rack;
 	}
 	rv = kv_codec__pack(&m.base, out);
 cleanup:
@@ -416,8 +431,8 @@ kv_data_req_encode(const kv_req *r, nng_msg **out)
 	Shardkv__Op **po = NULL;
 	int rv = KV_ENOMEM;
 
-	if (r->has_xfer)
-		return KV_EINVAL; /* transfers are kv_xfer_encode's */
+	if (r->has_xfer || r->has_repl)
+		return KV_EINVAL; /* kv_xfer_encode's and kv_repl_encode's */
 	m.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
 	m.client_id = r->client_id;
 	m.request_id = r->request_id;
@@ -555,7 +570,8 @@ kv_data_resp_decode(const void *p, size_t n, kv_resp *out)
 	if ((m = shardkv__response__unpack(NULL, n, p)) == NULL)
 		return KV_EPROTO;
 	if (!str_ok(m->error) || m->n_results > KV_DATA_MAX_OPS ||
-	    (m->transfer_ack && !str_ok(m->transfer_ack->error)))
+	    (m->transfer_ack && !str_ok(m->transfer_ack->error)) ||
+	    (m->replicate_ack && !str_ok(m->replicate_ack->error)))
 		goto err;
 	if (m->n_results && (res = calloc(m->n_results, sizeof(*res))) == NULL) {
 		rv = KV_ENOMEM;
@@ -582,6 +598,15 @@ kv_data_resp_decode(const void *p, size_t n, kv_resp *out)
 		out->ack.seq = m->transfer_ack->seq;
 		out->ack.keys = m->transfer_ack->keys;
 		out->ack.bytes = m->transfer_ack->bytes;
+	}
+	if (m->replicate_ack) {
+		out->has_rack = true;
+		out->rack.acked_seq = m->replicate_ack->acked_seq;
+		out->rack.acked_lsn = m->replicate_ack->acked_lsn;
+		out->rack.status = kv_err_from_wire(m->replicate_ack->status);
+		out->rack.error = m->replicate_ack->error && m->replicate_ack->error[0]
+		                      ? m->replicate_ack->error
+		                      : NULL;
 	}
 	out->pb = m;
 	return KV_OK;

@@ -14,6 +14,7 @@
 
 #include "common/config.h"
 #include "common/key.h"
+#include "proto/repl_codec.h"
 #include "proto/xfer_codec.h"
 
 #include <nng/nng.h>
@@ -71,6 +72,8 @@ typedef struct {
 	kv_op *ops;          /* the batch (owned) */
 	bool has_xfer;       /* xfer is set */
 	kv_xfer xfer;        /* Request.transfer */
+	bool has_repl;       /* repl is set */
+	kv_repl_msg repl;    /* Request.replicate */
 	void *pb;            /* decoded: the unpacked message; NULL to encode */
 } kv_req;
 
@@ -148,6 +151,8 @@ typedef struct {
 	kv_data_result *results; /* one per op */
 	bool has_ack;            /* ack is set */
 	kv_xfer_ack ack;         /* transfer answer */
+	bool has_rack;           /* rack is set */
+	kv_repl_ack rack;        /* replicate answer */
 	void *pb;                /* decoded: the unpacked message; NULL to encode */
 } kv_resp;
 

@@ -1,6 +1,10 @@
 /*
  * xfer_codec.c - the transfer family (xfer_codec.h).
  *
+ * It also holds the replication family (repl_codec.h: Replicate and
+ * ReplicateAck), which shares the Request/Response envelope helpers and
+ * must link into every library that carries data_codec.c.
+ *
  * DESIGN. Decoding walks the unpacked Transfer once, checking everything a
  * peer could get wrong before copying pointers into plain C structs, so
  * migrate_in.c never sees an unchecked field; the Request envelope around it
@@ -9,6 +13,7 @@
  * only the tree's own arrays (never with free_unpacked).
  */
 #include "proto/xfer_codec.h"
+#include "proto/repl_codec.h"
 #include "common/err.h"
 #include "proto/codec_int.h"
 #include "proto/wire.h"
@@ -369,6 +374,125 @@ kv_xfer_ack_decode(const void *p, size_t n, kv_xfer_ack *ack)
 	ack->seq = r->transfer_ack->seq;
 	ack->keys = r->transfer_ack->keys;
 	ack->bytes = r->transfer_ack->bytes;
+	rv = KV_OK;
+out:
+	shardkv__response__free_unpacked(r, NULL);
+	return rv;
+}
+
+/* ------------------------------------------------------------------------
+ * Replication (repl_codec.h)
+ * ------------------------------------------------------------------------ */
+
+int
+kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
+{
+	memset(r, 0, sizeof(*r));
+	if (m->from_node == 0 || m->stream_id == 0 || m->seq == 0) {
+		*why = "replicate without from_node, stream_id or seq";
+		return KV_EINVAL;
+	}
+	if (m->n_records > KV_REPL_MAX_RECS) {
+		*why = "too many records in one replicate";
+		return KV_ELIMIT;
+	}
+	r->from_node = m->from_node;
+	r->stream_id = m->stream_id;
+	r->seq = m->seq;
+	r->commit_lsn = m->commit_lsn;
+	if (m->n_records == 0)
+		return KV_OK;
+	if ((r->recs = calloc(m->n_records, sizeof(*r->recs))) == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < m->n_records; i++) {
+		const Shardkv__ReplRecord *x = m->records[i];
+		if (x == NULL || x->lsn == 0 || x->payload.len == 0 ||
+		    x->payload.len > KV_REPL_MAX_PAYLOAD || x->start_key.len > KV_HARD_MAX_KEY) {
+			*why = "bad replicated record (lsn, payload or start key)";
+			return KV_EINVAL;
+		}
+		if (i > 0 && x->lsn <= r->recs[i - 1].lsn) {
+			*why = "replicated records out of lsn order";
+			return KV_EINVAL;
+		}
+		r->recs[i] = (kv_repl_rec){.leader_epoch = x->leader_epoch,
+		                           .lsn = x->lsn,
+		                           .start = kv_codec__bytes(x->start_key),
+		                           .payload = kv_codec__bytes(x->payload)};
+		r->nrecs++;
+	}
+	return KV_OK;
+}
+
+void
+kv_repl__fini(kv_repl_msg *r)
+{
+	free(r->recs);
+	r->recs = NULL;
+	r->nrecs = 0;
+}
+
+int
+kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_bytes auth,
+               nng_msg **out)
+{
+	Shardkv__Request m = SHARDKV__REQUEST__INIT;
+	Shardkv__Replicate rp = SHARDKV__REPLICATE__INIT;
+	Shardkv__ReplRecord *recs = NULL, **recp = NULL;
+	int rv = KV_ENOMEM;
+
+	if (r->nrecs) {
+		recs = calloc(r->nrecs, sizeof(*recs));
+		recp = calloc(r->nrecs, sizeof(*recp));
+		if (recs == NULL || recp == NULL)
+			goto out;
+	}
+	for (size_t i = 0; i < r->nrecs; i++) {
+		shardkv__repl_record__init(&recs[i]);
+		recs[i].leader_epoch = r->recs[i].leader_epoch;
+		recs[i].lsn = r->recs[i].lsn;
+		recs[i].start_key = kv_codec__pb(r->recs[i].start);
+		recs[i].payload = kv_codec__pb(r->recs[i].payload);
+		recp[i] = &recs[i];
+	}
+	rp.from_node = r->from_node;
+	rp.stream_id = r->stream_id;
+	rp.seq = r->seq;
+	rp.commit_lsn = r->commit_lsn;
+	rp.n_records = r->nrecs;
+	rp.records = recp;
+	m.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+	m.epoch = epoch;
+	m.from_node = from_node;
+	m.auth_token = kv_codec__pb(auth);
+	m.replicate = &rp;
+	rv = kv_codec__pack(&m.base, out);
+out:
+	free(recs);
+	free(recp);
+	return rv;
+}
+
+int
+kv_repl_ack_decode(const void *p, size_t n, kv_repl_ack *ack)
+{
+	Shardkv__Response *r = shardkv__response__unpack(NULL, n, p);
+	int rv;
+
+	memset(ack, 0, sizeof(*ack));
+	if (r == NULL)
+		return KV_EPROTO;
+	if (r->status != SHARDKV__STATUS__STATUS_OK) {
+		rv = kv_err_from_wire(r->status);
+		goto out;
+	}
+	if (r->replicate_ack == NULL) {
+		rv = KV_EPROTO;
+		goto out;
+	}
+	ack->acked_seq = r->replicate_ack->acked_seq;
+	ack->acked_lsn = r->replicate_ack->acked_lsn;
+	ack->status = kv_err_from_wire(r->replicate_ack->status);
 	rv = KV_OK;
 out:
 	shardkv__response__free_unpacked(r, NULL);

@@ -170,6 +170,8 @@ typedef struct {
 	kv_mig_dedup dd;                 /* ... the fields for log and delta records */
 	uint64_t lsn;                    /* WRITE: the log record's lsn; 0: none */
 	bool durw;                       /* WRITE with a log: applied and logged under stripes */
+	kv_rs_op rop;                    /* WRITE to a replicated range: the routing hold and the
+	                                      log tap (kv_rs_write_begin) */
 	bool dedup_begun;                /* kv_dedup_begin ran: finish or abort it */
 	bool migs_locked;                /* the mutexes of migs are held */
 } op_ctx;
@@ -196,6 +198,13 @@ dur_dd(const op_ctx *x, kv_dur_dedup *out)
 	                      .value_len = x->dd.value_len,
 	                      .time_ms = x->dd.time_ms};
 	return out;
+}
+
+/* The log tap of the write (its range's in-sync backups), or NULL. */
+static const kv_dur_tap *
+tap_of(const op_ctx *x)
+{
+	return x->rop.tap.fn ? &x->rop.tap : NULL;
 }
 
 /* Records a write to key for its migration, if it has one. */
@@ -228,7 +237,7 @@ op_put(op_ctx *x)
 	record(x, x->ent, op->key.p, op->key.len, op->value.p, op->value.len, true);
 	if (x->s->dur)
 		rv = kv_dur_log_put(x->s->dur, op->key.p, op->key.len, op->value.p, op->value.len,
-		                    dur_dd(x, &dd), &x->lsn);
+		                    dur_dd(x, &dd), &x->lsn, tap_of(x));
 	return rv;
 }
 
@@ -253,7 +262,7 @@ op_del(op_ctx *x)
 			dd.has_del_value = x->dd.has_del_value;
 			dd.del_value = x->dd.del_value;
 		}
-		rv = kv_dur_log_del(x->s->dur, op->key.p, op->key.len, d, &x->lsn);
+		rv = kv_dur_log_del(x->s->dur, op->key.p, op->key.len, d, &x->lsn, tap_of(x));
 	}
 	return rv;
 }
@@ -280,7 +289,7 @@ op_append(op_ctx *x)
 			record(x, x->ent, op->key.p, op->key.len, vp, v.len, true);
 			if (x->s->dur)
 				rv = kv_dur_log_put(x->s->dur, op->key.p, op->key.len, vp, v.len,
-				                    dur_dd(x, &dd), &x->lsn);
+				                    dur_dd(x, &dd), &x->lsn, tap_of(x));
 		}
 		kv_buf_fini(&v);
 	}
@@ -338,7 +347,7 @@ op_mput(op_ctx *x)
 			       i == 0);
 	if (x->s->dur)
 		rv = kv_dur_log_mput(x->s->dur, op->nkeys, op->keys, op->vals, dur_dd(x, &dd),
-		                     &x->lsn);
+		                     &x->lsn, tap_of(x));
 	return rv;
 }
 
@@ -647,6 +656,30 @@ step_fence(op_ctx *x, unsigned flags)
 	return true;
 }
 
+/* Replication (WRITE, only once some range has in-sync backups here:
+ * kv_rs_active): refuses a write to a range whose ISR is below the
+ * minimum, else holds the routing table and takes the log tap of the
+ * range's backups (x->rop, released in dispatch's undo). */
+static bool
+step_repl(op_ctx *x, unsigned flags)
+{
+	const char *why = NULL;
+	int rv;
+
+	if (!x->durw || !kv_rs_active(x->s->repl))
+		return true;
+	if (flags & OPF_MULTI)
+		rv = kv_rs_write_begin(x->s->repl, x->op->keys, x->op->nkeys, &x->rop, &why);
+	else
+		rv = kv_rs_write_begin(x->s->repl, &x->op->key, 1, &x->rop, &why);
+	if (rv != 0) {
+		x->res->status = rv;
+		x->res->error = why;
+		return false;
+	}
+	return true;
+}
+
 /* The log (WRITE with a data dir): refuses writes the log cannot take, then
  * enters the barrier and takes the keys' stripes, so that the log holds
  * writes in the store's order. */
@@ -718,7 +751,8 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_data_result *res)
 	atomic_fetch_add_explicit(&s->ops, op->nkeys ? op->nkeys : 1, memory_order_relaxed);
 	kv_owner_rdlock(&s->owner);
 	if (step_owner_locked(&x, def->flags) && step_dedup(&x, def->flags) &&
-	    step_fence(&x, def->flags) && step_log_begin(&x, def->flags, &held)) {
+	    step_fence(&x, def->flags) && step_repl(&x, def->flags) &&
+	    step_log_begin(&x, def->flags, &held)) {
 		res->status = def->fn(&x);
 		if (x.durw) {
 			kv_dur_unlock(s->dur, &held);
@@ -739,6 +773,7 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_data_result *res)
 			x.dedup_begun = false;
 		}
 	}
+	kv_rs_write_end(&x.rop);
 	if (x.migs_locked)
 		for (size_t j = x.nmigs; j > 0; j--)
 			kv_mig_out_unlock(x.migs[j - 1]);
@@ -782,6 +817,8 @@ typedef struct {
 	size_t nops;       /* ops in the request */
 	uint64_t t0;       /* kv_now_ns() at receipt */
 	unsigned kinds;    /* bit k: the request carried an op of kind k */
+	uint64_t repl_lsn; /* then wait until the backups have this lsn; 0: no wait */
+	bool repl_failed;  /* the backups' wait failed (timeout or stop) */
 	bool wrote;        /* some op put a record in the log */
 	bool logged[];     /* per op: it put a record in the log */
 } held_reply;
@@ -826,6 +863,15 @@ logged_write(const kv_req *rq, const kv_resp *resp, size_t i)
 static nng_msg *
 held_reply_failure(const held_reply *h, int status)
 {
+	const char *wmsg =
+	    h->repl_failed ? "the in-sync backups did not acknowledge the write in time: it may "
+	                     "or may not survive a failover"
+	                   : "the write-ahead log could not be written: the write "
+	                     "may or may not survive a restart";
+	const char *omsg = h->repl_failed ? "the reply waited for writes the in-sync backups "
+	                                    "have not acknowledged; retry"
+	                                  : "the reply was shared with a write the log could not "
+	                                    "take; retry";
 	kv_data_result *res = calloc(h->nops ? h->nops : 1, sizeof(*res));
 	kv_resp fail = {.request_id = h->req_id, .epoch = h->epoch, .node_id = h->node_id};
 	nng_msg *msg = NULL;
@@ -836,11 +882,7 @@ held_reply_failure(const held_reply *h, int status)
 	} else {
 		for (size_t i = 0; i < h->nops; i++) {
 			res[i].status = h->logged[i] ? status : KV_EBUSY;
-			res[i].error = h->logged[i]
-			                   ? "the write-ahead log could not be written: the write "
-			                     "may or may not survive a restart"
-			                   : "the reply was shared with a write the log could not "
-			                     "take; retry";
+			res[i].error = h->logged[i] ? wmsg : omsg;
 		}
 		fail.results = res;
 		fail.nresults = h->nops;
@@ -857,7 +899,7 @@ held_reply_done(void *arg, int status)
 	held_reply *h = arg;
 	nng_msg *msg = h->msg;
 
-	if (status != 0 && h->wrote) {
+	if (status != 0 && (h->wrote || h->repl_failed)) {
 		nng_msg_free(msg);
 		msg = held_reply_failure(h, status);
 	}
@@ -865,6 +907,30 @@ held_reply_done(void *arg, int status)
 	observe_latency(h->s, h->kinds, h->t0);
 	atomic_fetch_sub(&h->s->inflight, 1);
 	free(h);
+}
+
+/* The backups' answer for a held reply (kv_rs_notify). */
+static void
+held_reply_replicated(void *arg, int status)
+{
+	held_reply *h = arg;
+
+	h->repl_failed = status != 0;
+	held_reply_done(h, status);
+}
+
+/* The log's answer for a held reply: then wait for the backups if needed. */
+static void
+held_reply_logged(void *arg, int status)
+{
+	held_reply *h = arg;
+
+	if (status != 0 || h->repl_lsn == 0) {
+		held_reply_done(h, status);
+		return;
+	}
+	if (kv_rs_notify(h->s->repl, h->repl_lsn, held_reply_replicated, h) != 0)
+		held_reply_replicated(h, KV_ECLOSED);
 }
 
 int
@@ -876,7 +942,8 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	const char *why = NULL;
 	bool wrote = false;
 	held_reply *h = NULL;
-	uint64_t lsn = 0, t0 = kv_now_ns();
+	uint64_t lsn = 0, rlsn = 0, t0 = kv_now_ns();
+	bool logwait = false;
 	unsigned kinds = 0;
 	char lease_why[128];
 	int rv;
@@ -899,6 +966,7 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		kv_auth_log_refused(COMP,
 		                    rv != 0       ? "undecodable"
 		                    : rq.has_xfer ? "transfer"
+		                    : rq.has_repl ? "replicate"
 		                    : rq.nops > 0 ? "ops"
 		                                  : "ping",
 		                    req, rq.auth.len);
@@ -913,6 +981,9 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	} else if (rq.has_xfer) {
 		resp.has_ack = true;
 		kv_mig_in_handle(s->mig, &rq, &resp.ack);
+	} else if (rq.has_repl) {
+		resp.has_rack = true;
+		kv_rs_handle(s->repl, &rq, &resp.rack);
 	} else if (rq.nops > 0 && resp.epoch == 0) {
 		resp.status = KV_EUNAVAIL;
 		resp.error = "server has no configuration yet";
@@ -967,7 +1038,17 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	 * or the log already there) allocate nothing. */
 	if (s->dur && rv == 0 && resp.nresults > 0 && kv_dur_mode(s->dur) != KV_FSYNC_NONE)
 		lsn = atomic_load(&s->visible_lsn);
-	if (lsn > 0 && lsn > kv_dur_durable_lsn(s->dur) && (wrote || kv_dur_health(s->dur) == 0)) {
+	logwait =
+	    lsn > 0 && lsn > kv_dur_durable_lsn(s->dur) && (wrote || kv_dur_health(s->dur) == 0);
+	/* With in-sync backups, also until the commit point covers it
+	 * (doc/replication.md "Writes"): one atomic load when no range here
+	 * has backups. */
+	if (rv == 0 && resp.nresults > 0 && kv_rs_active(s->repl)) {
+		uint64_t v = atomic_load(&s->visible_lsn);
+		if (!kv_rs_covered(s->repl, v))
+			rlsn = v;
+	}
+	if (logwait || rlsn > 0) {
 		h = calloc(1, sizeof(*h) + resp.nresults * sizeof(bool));
 		if (h != NULL) {
 			*h = (held_reply){.s = s,
@@ -979,6 +1060,7 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			                  .epoch = resp.epoch,
 			                  .node_id = resp.node_id,
 			                  .t0 = t0,
+			                  .repl_lsn = rlsn,
 			                  .kinds = kinds};
 			for (size_t i = 0; i < resp.nresults; i++)
 				h->logged[i] = logged_write(&rq, &resp, i);
@@ -999,7 +1081,9 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	free(resp.results);
 	kv_data_req_fini(&rq);
 	if (h != NULL) {
-		if (kv_dur_notify(s->dur, lsn, held_reply_done, h) != 0)
+		if (!logwait)
+			held_reply_logged(h, KV_OK);
+		else if (kv_dur_notify(s->dur, lsn, held_reply_logged, h) != 0)
 			held_reply_done(h, KV_ECLOSED);
 		return KV_RPC_DEFERRED;
 	}

@@ -166,6 +166,11 @@ apply_config(kv_server *s, kv_config *c)
 			         (unsigned long long)m->id);
 	}
 	kv_mig_out_reconcile(s->mig, c);
+	/* 4b. Replication: which ranges stream to which backups, and whom this
+	 * node accepts records from. */
+	if (kv_rs_apply_config(s->repl, c) != 0)
+		KV_ERROR(COMP, "out of memory applying config to replication", "epoch=%llu",
+		         (unsigned long long)c->epoch);
 	/* 5. Publish. A node an operator made leave is DRAINING first: its
 	 * GONE is then the expected end, not a removal (kv_srv_set_gone). */
 	{

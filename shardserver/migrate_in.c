@@ -254,7 +254,7 @@ in_put(kv_mig *s, const uint8_t *key, size_t klen, const uint8_t *val, size_t vl
 	kv_dur_begin(s->env.dur);
 	int rv = kv_store_put(s->env.store, key, klen, v, vlen);
 	if (rv == 0)
-		rv = kv_dur_log_put(s->env.dur, key, klen, v, vlen, NULL, NULL);
+		rv = kv_dur_log_put(s->env.dur, key, klen, v, vlen, NULL, NULL, NULL);
 	kv_dur_end(s->env.dur);
 	return rv;
 }
@@ -316,7 +316,7 @@ in_delta_rec(kv_mig *s, const kv_xfer_delta *d, const uint8_t *val, size_t vlen)
 		if (rv == KV_ENOTFOUND)
 			rv = KV_OK;
 		if (rv == 0)
-			rv = kv_dur_log_del(s->env.dur, d->key.p, d->key.len, NULL, NULL);
+			rv = kv_dur_log_del(s->env.dur, d->key.p, d->key.len, NULL, NULL, NULL);
 		kv_dur_end(s->env.dur);
 	} else {
 		rv = in_put(s, d->key.p, d->key.len, val, vlen);

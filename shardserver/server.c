@@ -216,6 +216,17 @@ mig_epoch(void *arg)
 	return atomic_load(&((kv_server *)arg)->epoch);
 }
 
+/* kv_rs_env.hurry: a peer knows a newer leader epoch. The watch's long
+ * poll already returns as soon as the controller has a newer
+ * configuration, so this only records that one is expected. */
+static void
+repl_hurry(void *arg)
+{
+	kv_server *s = arg;
+	KV_DEBUG(COMP, "a peer names a newer leader epoch", "epoch=%llu",
+	         (unsigned long long)atomic_load(&s->epoch));
+}
+
 static int
 mig_ctl_call(void *arg, kv_admin_req *rq, kv_admin_resp *resp, uint32_t timeout_ms)
 {
@@ -420,6 +431,18 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .node_addr = mig_node_addr};
 	if ((rv = kv_mig_create(&env, &s->mig)) != 0)
 		goto err_after_ctl;
+	kv_rs_env renv = {.dur = s->dur,
+	                  .tls = s->tls,
+	                  .auth = kv_server__auth(s),
+	                  .arg = s,
+	                  .boot_id = s->boot_id,
+	                  .node_id = mig_node_id,
+	                  .epoch = mig_epoch,
+	                  .hurry = repl_hurry};
+	if ((rv = kv_rs_create(&renv, &s->repl)) != 0) {
+		kv_mig_destroy(s->mig);
+		goto err_after_ctl;
+	}
 	*out = s;
 	return KV_OK;
 
@@ -496,6 +519,7 @@ kv_server_stop(kv_server *s)
 	s->stopped = true;
 	atomic_store(&s->stopping, true);
 	kv_mig_stop(s->mig);
+	kv_rs_stop(s->repl); /* replies waiting for backups fail now */
 	if (s->started && !drain_requests(s)) {
 		/* Replies still wait for a failing disk: they cannot be answered
 		 * truthfully, and freeing what they use would be unsafe. */
@@ -516,6 +540,19 @@ kv_server_stop(kv_server *s)
 		pthread_join(s->lease_thr, NULL);
 	kv_mig_destroy(s->mig);
 	s->mig = NULL;
+	{
+		kv_rs_stats rs;
+		kv_rs_stats_get(s->repl, &rs);
+		if (rs.streams || rs.applied || rs.refused)
+			KV_INFO(COMP, "replication",
+			        "streams=%llu unacked=%llu batches=%llu restarts=%llu "
+			        "applied=%llu refused=%llu",
+			        (unsigned long long)rs.streams, (unsigned long long)rs.queued,
+			        (unsigned long long)rs.sent_batches, (unsigned long long)rs.resends,
+			        (unsigned long long)rs.applied, (unsigned long long)rs.refused);
+	}
+	kv_rs_destroy(s->repl);
+	s->repl = NULL;
 	if (s->started)
 		KV_INFO(COMP, "stopped", "node_id=%u", atomic_load(&s->node_id));
 	for (size_t i = 0; i < s->cfg->nctl; i++)
@@ -540,4 +577,10 @@ kv_server_destroy(kv_server *s)
 	kv_owner_fini(&s->owner);
 	kv_dedup_destroy(s->dedup);
 	free_base(s);
+}
+
+int
+kv_server_get_for_test(kv_server *s, const void *key, size_t klen, kv_buf *val)
+{
+	return kv_store_get(s->store, key, klen, val);
 }

@@ -161,4 +161,9 @@ bool kv_server_gone(kv_server *s, char *why, size_t whylen);
 /* Stops the server if needed and frees it. Accepts NULL. */
 void kv_server_destroy(kv_server *s);
 
+/* Test hook: copies the value of key in the server's store into *val
+ * (whatever the node serves: a backup's copy too). Returns 0, KV_ENOTFOUND
+ * or KV_ENOMEM. */
+int kv_server_get_for_test(kv_server *s, const void *key, size_t klen, kv_buf *val);
+
 #endif

@@ -18,6 +18,7 @@
 #include "shardserver/durable/durable.h"
 #include "shardserver/migrate.h"
 #include "shardserver/owner.h"
+#include "shardserver/repl/repl.h"
 #include "shardserver/server.h"
 #include "proto/admin_codec.h"
 #include "proto/data_codec.h"
@@ -106,6 +107,7 @@ struct kv_server {
 	size_t ctl_idx;         /* the one to try first */
 
 	kv_mig *mig; /* the migrations, both directions (migrate.h; own locks) */
+	kv_rs *repl; /* the replication stream, both sides (repl/repl.h; own locks) */
 
 	pthread_mutex_t rfig_mu; /* protects rfig and nrfig */
 	kv_srv_range_fig *rfig;  /* per served range, as of the heartbeat's last count */

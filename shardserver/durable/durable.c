@@ -182,10 +182,11 @@ rec_head(uint8_t *hdr, uint8_t type, const kv_dur_dedup *dd)
 }
 
 static int
-append(kv_dur *d, struct iovec *iov, int n, uint64_t *lsn)
+append(kv_dur *d, struct iovec *iov, int n, uint64_t *lsn, const kv_dur_tap *tap)
 {
 	uint64_t l = 0;
-	int rv = kv_wal_appendv(d->wal, iov, n, &l);
+	int rv =
+	    kv_wal_appendv_tap(d->wal, iov, n, &l, tap ? tap->fn : NULL, tap ? tap->arg : NULL);
 	if (rv != 0)
 		return rv;
 	/* Appends are ordered by the log's mutex; keep the highest. */
@@ -199,7 +200,7 @@ append(kv_dur *d, struct iovec *iov, int n, uint64_t *lsn)
 
 int
 kv_dur_log_put(kv_dur *d, const void *key, size_t klen, const void *val, size_t vlen,
-               const kv_dur_dedup *dd, uint64_t *lsn)
+               const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
 {
 	uint8_t hdr[HDR_MAX], vl[4];
 	size_t h = rec_head(hdr, REC_PUT, dd);
@@ -207,11 +208,12 @@ kv_dur_log_put(kv_dur *d, const void *key, size_t klen, const void *val, size_t 
 	kv_put32(hdr + h, (uint32_t)klen);
 	kv_put32(vl, (uint32_t)vlen);
 	struct iovec iov[4] = {{hdr, h + 4}, {(void *)key, klen}, {vl, 4}, {(void *)val, vlen}};
-	return append(d, iov, 4, lsn);
+	return append(d, iov, 4, lsn, tap);
 }
 
 int
-kv_dur_log_del(kv_dur *d, const void *key, size_t klen, const kv_dur_dedup *dd, uint64_t *lsn)
+kv_dur_log_del(kv_dur *d, const void *key, size_t klen, const kv_dur_dedup *dd, uint64_t *lsn,
+               const kv_dur_tap *tap)
 {
 	uint8_t hdr[HDR_MAX], dl[4];
 	size_t h = rec_head(hdr, REC_DEL, dd);
@@ -223,12 +225,12 @@ kv_dur_log_del(kv_dur *d, const void *key, size_t klen, const kv_dur_dedup *dd, 
 	                       {(void *)key, klen},
 	                       {dl, 4},
 	                       {dv ? (void *)dd->del_value.p : NULL, dv ? dd->del_value.len : 0}};
-	return append(d, iov, dv ? 4 : 2, lsn);
+	return append(d, iov, dv ? 4 : 2, lsn, tap);
 }
 
 int
 kv_dur_log_mput(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
-                const kv_dur_dedup *dd, uint64_t *lsn)
+                const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
 {
 	uint8_t hdr[HDR_MAX];
 	size_t h = rec_head(hdr, REC_MPUT, dd);
@@ -255,7 +257,7 @@ kv_dur_log_mput(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
 		iov[3 + 4 * i] = (struct iovec){lens + 8 * i + 4, 4};
 		iov[4 + 4 * i] = (struct iovec){(void *)vals[i].p, vals[i].len};
 	}
-	rv = append(d, iov, (int)(4 * n + 1), lsn);
+	rv = append(d, iov, (int)(4 * n + 1), lsn, tap);
 	free(iov);
 	free(lens);
 	return rv;
@@ -271,7 +273,7 @@ kv_dur_log_range_del(kv_dur *d, const void *start, size_t slen, const void *end,
 	kv_put32(hdr + h, (uint32_t)slen);
 	kv_put32(el, (uint32_t)elen);
 	struct iovec iov[4] = {{hdr, h + 4}, {(void *)start, slen}, {el, 4}, {(void *)end, elen}};
-	return append(d, iov, 4, lsn);
+	return append(d, iov, 4, lsn, NULL);
 }
 
 int
@@ -291,7 +293,7 @@ kv_dur_log_dedup(kv_dur *d, const kv_dur_dedup *dd, int status, const void *key,
 	                       {(void *)key, klen},
 	                       {dl, 4},
 	                       {dv ? (void *)dd->del_value.p : NULL, dv ? dd->del_value.len : 0}};
-	return append(d, iov, dv ? 4 : 2, lsn);
+	return append(d, iov, dv ? 4 : 2, lsn, NULL);
 }
 
 /* A bounds-checked reader over one record. */
@@ -465,6 +467,18 @@ kv_dur_replay_record_for_test(kv_store *store, kv_dedup *dedup, const uint8_t *p
 {
 	replay_ctx c = {.store = store, .dedup = dedup};
 	return replay_cb(&c, 1, p, n);
+}
+
+int
+kv_dur_apply_record(kv_dur *d, const uint8_t *p, size_t n, uint64_t *lsn)
+{
+	replay_ctx c = {.store = d->o.store, .dedup = d->o.dedup};
+	struct iovec iov[1] = {{(void *)p, n}};
+	int rv = replay_cb(&c, 0, p, n);
+
+	if (rv != 0)
+		return rv;
+	return append(d, iov, 1, lsn, NULL);
 }
 
 /* ------------------------------------------------------------------------

@@ -18,8 +18,10 @@
  * takes it for writing only to start a new log segment, after which every
  * record before that segment is in the store.
  *
- * Lock order: owner.lock -> kv_mig_out.mu -> barrier (read) -> key stripes
- * (ascending) -> store partition locks / dedup stripes -> the log's mutex.
+ * Lock order: owner.lock -> kv_mig_out.mu -> the replication routing table
+ * (read) -> barrier (read) -> key stripes (ascending) -> store partition
+ * locks / dedup stripes -> the log's mutex -> what a log tap takes (a
+ * replication stream's mutex; kv_dur_tap).
  *
  * This is the public header of kv_durable (shardserver/durable/): the
  * server includes it, and only it. It also holds the few types of the log
@@ -137,13 +139,33 @@ int kv_dur_lock_keys(kv_dur *d, const kv_bytes *keys, size_t n, kv_dur_held *h);
 void kv_dur_lock_key(kv_dur *d, const void *key, size_t klen, kv_dur_held *h);
 void kv_dur_unlock(kv_dur *d, kv_dur_held *h);
 
+/* A tap on one append: fn(arg, lsn, payload, n) runs under the log's
+ * mutex right after the record got its lsn, so taps see records in lsn
+ * order (the replication stream is fed this way: doc/replication.md
+ * "Writes"). payload is valid during the call only. fn must be quick and
+ * take only leaf locks (lock order: doc/threads.md). */
+typedef void (*kv_dur_tap_fn)(void *arg, uint64_t lsn, const uint8_t *payload, size_t n);
+typedef struct {
+	kv_dur_tap_fn fn; /* called once for the record */
+	void *arg;        /* its first argument */
+} kv_dur_tap;
+
 /* Log records. Each copies its arguments and returns the record's lsn in
- * *lsn (may be NULL). dd may be NULL. Return 0, KV_ENOMEM or KV_ECLOSED. */
+ * *lsn (may be NULL). dd may be NULL; tap may be NULL (no tap). Return 0,
+ * KV_ENOMEM or KV_ECLOSED. */
 int kv_dur_log_put(kv_dur *d, const void *key, size_t klen, const void *val, size_t vlen,
-                   const kv_dur_dedup *dd, uint64_t *lsn);
-int kv_dur_log_del(kv_dur *d, const void *key, size_t klen, const kv_dur_dedup *dd, uint64_t *lsn);
+                   const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap);
+int kv_dur_log_del(kv_dur *d, const void *key, size_t klen, const kv_dur_dedup *dd, uint64_t *lsn,
+                   const kv_dur_tap *tap);
 int kv_dur_log_mput(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
-                    const kv_dur_dedup *dd, uint64_t *lsn);
+                    const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap);
+
+/* Applies one log record payload received from a primary (replication)
+ * to the store and the exactly-once memory exactly as recovery does, and
+ * appends it to this log; *lsn gets the local lsn. The caller holds the
+ * barrier (kv_dur_begin). Returns 0, KV_ECORRUPT (malformed record), the
+ * store's error or the log's. */
+int kv_dur_apply_record(kv_dur *d, const uint8_t *p, size_t n, uint64_t *lsn);
 int kv_dur_log_range_del(kv_dur *d, const void *start, size_t slen, const void *end, size_t elen,
                          uint64_t *lsn);
 /* A dedup entry received with a range (migration). */

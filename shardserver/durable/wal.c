@@ -1280,6 +1280,13 @@ err:
 int
 kv_wal_appendv(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn)
 {
+	return kv_wal_appendv_tap(w, iov, n, lsn, NULL, NULL);
+}
+
+int
+kv_wal_appendv_tap(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn, kv_dur_tap_fn tap,
+                   void *arg)
+{
 	size_t total = 0, rec;
 	uint8_t *p;
 
@@ -1322,6 +1329,8 @@ kv_wal_appendv(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn)
 			memcpy(p, iov[i].iov_base, iov[i].iov_len);
 		p += iov[i].iov_len;
 	}
+	if (tap != NULL)
+		tap(arg, w->next_lsn, p - total, total);
 	w->cur.len += rec;
 	w->cur_records++;
 	*lsn = w->next_lsn++;

@@ -151,6 +151,11 @@ int kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err
  */
 int kv_wal_appendv(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn);
 
+/* kv_wal_appendv, then tap(arg, lsn, payload, n) under the log's mutex once
+ * the record is copied and numbered (tap NULL: none). See kv_dur_tap. */
+int kv_wal_appendv_tap(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn, kv_dur_tap_fn tap,
+                       void *arg);
+
 /*
  * Returns the sticky I/O state: 0 while the writer can write; KV_ENOSPC,
  * KV_EIO (or another code of the failed call) after a failed write, fsync

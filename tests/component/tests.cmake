@@ -48,3 +48,10 @@ kv_add_test(test_server_left_stop SOURCES component/test_server_left_stop.c
 # other in-sync member kept (and reported by check).
 kv_add_test(test_failover_inproc SOURCES component/test_failover_inproc.c
   LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)
+
+# The replication stream between two in-process servers (doc/replication.md
+# "Writes"): acknowledged writes are on the backup, no acknowledgement while
+# the backup is silent, exactly-once across a failover, and the backup's
+# refusals (lower leader epoch, sequence gap, a sender that is not primary).
+kv_add_test(test_replication_inproc SOURCES component/test_replication_inproc.c
+  LIBS kv_inproc_srv kv_testutil TIMEOUT 90 LABELS concurrency)

@@ -398,6 +398,24 @@ fake_cfg_range(fake_cfg *b, const char *start, uint32_t node)
 }
 
 void
+fake_cfg_replicas(fake_cfg *b, const uint32_t *replicas, uint32_t nrep, const uint32_t *isr,
+                  uint32_t nisr, uint64_t leader_epoch)
+{
+	kv_config *c = b->c;
+	kv_range *r;
+
+	assert_true(c->nranges > 0);
+	assert_true(nrep >= 1 && nrep <= KV_MAX_REPLICAS && nisr >= 1 && nisr <= nrep);
+	r = &c->ranges[c->nranges - 1];
+	r->node = replicas[0];
+	r->nreplicas = nrep;
+	r->ninsync = nisr;
+	memcpy(r->replicas, replicas, nrep * sizeof(uint32_t));
+	memcpy(r->insync, isr, nisr * sizeof(uint32_t));
+	r->leader_epoch = leader_epoch ? leader_epoch : c->epoch;
+}
+
+void
 fake_cfg_mig(fake_cfg *b, uint64_t id, const char *start, const char *end, uint32_t from,
              uint32_t to)
 {

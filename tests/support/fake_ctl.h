@@ -105,6 +105,12 @@ fake_cfg fake_cfg_owners(fake_ctl *f, uint64_t epoch, const char *split, uint32_
 /* Appends a range starting at start (ranges in key order; ends filled later). */
 void fake_cfg_range(fake_cfg *b, const char *start, uint32_t node);
 
+/* Gives the last range appended the replica set replicas[0..nrep) (the
+ * first is its primary, `node`) and the in-sync set isr[0..nisr) (primary
+ * first), at leader epoch leader_epoch (0: the configuration's epoch). */
+void fake_cfg_replicas(fake_cfg *b, const uint32_t *replicas, uint32_t nrep, const uint32_t *isr,
+                       uint32_t nisr, uint64_t leader_epoch);
+
 /* Appends a migration of [start, end) from node `from` to node `to`. */
 void fake_cfg_mig(fake_cfg *b, uint64_t id, const char *start, const char *end, uint32_t from,
                   uint32_t to);

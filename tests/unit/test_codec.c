@@ -15,6 +15,7 @@
 #include "proto/admin_codec.h"
 #include "proto/config_codec.h"
 #include "proto/data_codec.h"
+#include "proto/repl_codec.h"
 #include "proto/xfer_codec.h"
 
 #include <nng/nng.h>
@@ -1038,6 +1039,105 @@ transfer_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 	nng_msg_free(m);
 }
 
+static void
+replicate_round_trips_and_bad_batches_are_refused(void **state)
+{
+	kv_repl_rec recs[2] = {
+	    {.leader_epoch = 3, .lsn = 10, .start = B("m"), .payload = B("\001\000abc")},
+	    {.leader_epoch = 3, .lsn = 12, .start = B(""), .payload = B("x")},
+	};
+	kv_repl_msg r = {
+	    .from_node = 1, .stream_id = 99, .seq = 5, .commit_lsn = 9, .nrecs = 2, .recs = recs};
+	kv_repl_msg empty = {.from_node = 1, .stream_id = 99, .seq = 6};
+	kv_repl_msg bad[3] = {r, r, r};
+	kv_repl_rec desc[2] = {recs[1], recs[0]};
+	kv_repl_rec nolsn[1] = {{.lsn = 0, .payload = B("x")}};
+	kv_repl_rec nopay[1] = {{.lsn = 4}};
+	nng_msg *m;
+	kv_req d;
+	const char *why;
+
+	(void)state;
+	assert_int_equal(kv_repl_encode(&r, 7, 1, B("tok"), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
+	nng_msg_free(m);
+	assert_true(d.has_repl);
+	assert_false(d.has_xfer);
+	assert_int_equal(d.nops, 0);
+	assert_int_equal(d.epoch, 7);
+	assert_bytes(d.auth, B("tok"));
+	assert_int_equal(d.repl.from_node, 1);
+	assert_int_equal(d.repl.stream_id, 99);
+	assert_int_equal(d.repl.seq, 5);
+	assert_int_equal(d.repl.commit_lsn, 9);
+	assert_int_equal(d.repl.nrecs, 2);
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(d.repl.recs[i].leader_epoch, recs[i].leader_epoch);
+		assert_int_equal(d.repl.recs[i].lsn, recs[i].lsn);
+		assert_bytes(d.repl.recs[i].start, recs[i].start);
+		assert_bytes(d.repl.recs[i].payload, recs[i].payload);
+	}
+	kv_data_req_fini(&d);
+	/* An empty batch (a probe) is fine. */
+	assert_int_equal(kv_repl_encode(&empty, 7, 1, B(""), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
+	assert_true(d.has_repl);
+	assert_int_equal(d.repl.nrecs, 0);
+	kv_data_req_fini(&d);
+	nng_msg_free(m);
+	/* Records out of lsn order, without an lsn, without a payload. */
+	bad[0].recs = desc;
+	bad[1].recs = nolsn;
+	bad[1].nrecs = 1;
+	bad[2].recs = nopay;
+	bad[2].nrecs = 1;
+	for (size_t i = 0; i < 3; i++) {
+		assert_int_equal(kv_repl_encode(&bad[i], 7, 1, B(""), &m), KV_OK);
+		assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why),
+		                 KV_EINVAL);
+		assert_non_null(why);
+		kv_data_req_fini(&d);
+		nng_msg_free(m);
+	}
+	/* No seq. */
+	empty.seq = 0;
+	assert_int_equal(kv_repl_encode(&empty, 7, 1, B(""), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_EINVAL);
+	kv_data_req_fini(&d);
+	nng_msg_free(m);
+}
+
+static void
+replicate_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
+{
+	kv_resp r = {
+	    .request_id = 3,
+	    .epoch = 7,
+	    .node_id = 2,
+	    .has_rack = true,
+	    .rack = {.acked_seq = 4, .acked_lsn = 40, .status = KV_ESTALE, .error = "old"}};
+	kv_resp refused = {.request_id = 3, .status = KV_EAUTH};
+	kv_repl_ack a;
+	kv_resp d;
+	nng_msg *m;
+
+	(void)state;
+	assert_int_equal(kv_data_resp_encode(&r, &m), KV_OK);
+	assert_int_equal(kv_repl_ack_decode(nng_msg_body(m), nng_msg_len(m), &a), KV_OK);
+	assert_int_equal(a.acked_seq, 4);
+	assert_int_equal(a.acked_lsn, 40);
+	assert_int_equal(a.status, KV_ESTALE);
+	assert_int_equal(kv_data_resp_decode(nng_msg_body(m), nng_msg_len(m), &d), KV_OK);
+	assert_true(d.has_rack);
+	assert_int_equal(d.rack.acked_lsn, 40);
+	assert_string_equal(d.rack.error, "old");
+	kv_data_resp_fini(&d);
+	nng_msg_free(m);
+	assert_int_equal(kv_data_resp_encode(&refused, &m), KV_OK);
+	assert_int_equal(kv_repl_ack_decode(nng_msg_body(m), nng_msg_len(m), &a), KV_EAUTH);
+	nng_msg_free(m);
+}
+
 int
 main(void)
 {
@@ -1057,6 +1157,8 @@ main(void)
 	    cmocka_unit_test(split_scan_entry_in_a_response_is_refused),
 	    cmocka_unit_test(every_transfer_message_round_trips),
 	    cmocka_unit_test(transfer_ack_round_trips_and_a_refused_envelope_is_its_status),
+	    cmocka_unit_test(replicate_round_trips_and_bad_batches_are_refused),
+	    cmocka_unit_test(replicate_ack_round_trips_and_a_refused_envelope_is_its_status),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,71 @@
+/*
+ * repl_codec.h - the replication family: the primary -> backup stream
+ * (Replicate inside Request, ReplicateAck inside Response, shardkv.proto
+ * "Replication"; doc/replication.md "Writes") as plain C values. The
+ * primary encodes a kv_repl_msg with kv_repl_encode and reads the answer with
+ * kv_repl_ack_decode; the backup gets the same kv_repl_msg from
+ * kv_data_req_decode (data_codec.h: kv_req.repl) and answers with a
+ * kv_repl_ack in kv_data_resp_encode (kv_resp.rack).
+ *
+ * Decoding validates structure: from_node, stream_id and seq set, at most
+ * KV_REPL_MAX_RECS records, each with an lsn, a payload of 1 byte ..
+ * KV_REPL_MAX_PAYLOAD, a start key within KV_HARD_MAX_KEY, and lsns strictly
+ * increasing within the batch (implemented in xfer_codec.c, next to the
+ * transfer family). What a payload means is the backup's
+ * business (the log record format, checked when applied).
+ */
+#ifndef KV_PROTO_REPL_CODEC_H
+#define KV_PROTO_REPL_CODEC_H
+
+#include "common/key.h"
+
+#include <nng/nng.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Records per Replicate beyond which it is refused whole. */
+#define KV_REPL_MAX_RECS 100000u
+/* Largest record payload (the log's record limit). */
+#define KV_REPL_MAX_PAYLOAD (80u * 1024u * 1024u)
+
+/* One replicated log record (ReplRecord). */
+typedef struct {
+	uint64_t leader_epoch; /* the range's leader epoch at the primary */
+	uint64_t lsn;          /* the primary's lsn, > 0 */
+	kv_bytes start;        /* the start of the record's range */
+	kv_bytes payload;      /* the log record payload */
+} kv_repl_rec;
+
+/* One batch of a stream (Replicate). When encoding everything is borrowed
+ * from the caller; when decoded the array belongs to the request and the
+ * bytes borrow from its unpacked message, both until kv_data_req_fini. */
+typedef struct {
+	uint32_t from_node;  /* the primary */
+	uint64_t stream_id;  /* random per primary start */
+	uint64_t seq;        /* batch number from 1 */
+	uint64_t commit_lsn; /* the primary's commit point */
+	size_t nrecs;        /* records */
+	kv_repl_rec *recs;   /* in lsn order */
+} kv_repl_msg;
+
+/* The answer (ReplicateAck). */
+typedef struct {
+	uint64_t acked_seq; /* highest batch applied in order */
+	uint64_t acked_lsn; /* highest record lsn applied */
+	int status;         /* KV_OK or why refused */
+	const char *error;  /* detail or NULL (not kept by kv_repl_ack_decode) */
+} kv_repl_ack;
+
+/* Packs r as the replicate member of a Request from node from_node acting in
+ * epoch, with the sender's auth token (empty: none), into a new nng message.
+ * Reads r only; on 0 *out is the caller's. Returns 0 or KV_ENOMEM. */
+int kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_bytes auth,
+                   nng_msg **out);
+
+/* Reads the ReplicateAck of a packed Response into *ack (ack->error NULL).
+ * Returns 0 (ack filled), KV_EPROTO (undecodable, or no ack), or the
+ * envelope status of a refused request. */
+int kv_repl_ack_decode(const void *p, size_t n, kv_repl_ack *ack);
+
+#endif

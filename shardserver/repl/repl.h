@@ -1,0 +1,141 @@
+/*
+ * repl.h - the replication stream of a shard server (doc/replication.md
+ * "Writes"): as a primary, every logged client write to a range with
+ * in-sync backups goes to each of them, and replies wait for their
+ * acknowledgements; as a backup, the records a primary sends are checked,
+ * applied and logged.
+ *
+ * (kv_rs: "replication stream"; the controller's own Raft replication owns
+ * the kv_repl_ names, and the wire messages are proto/repl_codec.h's.)
+ *
+ * The cut. The server creates one kv_rs with a kv_rs_env (the log, what
+ * it sends to peers, a few callbacks into the server) and calls down: the
+ * configuration thread gives it every configuration it applies
+ * (kv_rs_apply_config); the request path brackets each write with
+ * kv_rs_write_begin/end (which hands it a log tap, kv_dur_tap) and holds
+ * replies until kv_rs_covered; incoming Replicate requests go to
+ * kv_rs_handle. This module never includes the server's headers.
+ *
+ * Primary side. One stream per backup node, carrying every range this node
+ * leads whose ISR holds that node. The log tap runs under the log's mutex
+ * (kv_dur_tap), so each stream's queue is in lsn order; a stream thread
+ * sends batches (several in flight) and the backup answers with cumulative
+ * watermarks (ReplicateAck.acked_lsn). The commit point covers lsn L when
+ * every stream has acknowledged every queued record <= L.
+ *
+ * Backup side. A batch is applied in stream order (seq; a gap is answered
+ * with the sequence held), record by record, each only when the
+ * configuration names the sender as the range's primary at the record's
+ * leader epoch and this node as an ISR member; records at or below the lsn
+ * already applied from that stream are skipped. Records are applied and
+ * logged with kv_dur_apply_record (recovery's own apply), and acknowledged
+ * once the local log holds them by its --fsync mode.
+ *
+ * Not here yet: backups outside the ISR (copy and catch-up), ISR shrink and
+ * expand, failover reconciliation.
+ */
+#ifndef KV_SHARDSERVER_REPL_REPL_H
+#define KV_SHARDSERVER_REPL_REPL_H
+
+#include "common/config.h"
+#include "common/key.h"
+#include "common/tls.h"
+#include "shardserver/durable/durable.h"
+#include "proto/data_codec.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What replication uses of the server. Fixed at kv_rs_create; the log and
+ * the token are borrowed and must outlive kv_rs_destroy. The callbacks
+ * take only leaf locks and never call back into kv_rs. */
+typedef struct {
+	kv_dur *dur;      /* the log (and through it the store and dedup memory) */
+	kv_tls *tls;      /* client configuration towards peers; NULL: plain tcp */
+	kv_bytes auth;    /* token sent to peers; empty: none */
+	void *arg;        /* passed to the callbacks */
+	uint32_t wait_ms; /* how long a reply waits for the backups; 0: 3000 */
+	uint64_t boot_id; /* random per start: names this start's streams */
+	/* This node's id, 0 until registered. */
+	uint32_t (*node_id)(void *arg);
+	/* The last configuration epoch the server applied. */
+	uint64_t (*epoch)(void *arg);
+	/* A peer named a leader epoch newer than the applied configuration:
+	 * the configuration thread should ask the controller soon. */
+	void (*hurry)(void *arg);
+} kv_rs_env;
+
+typedef struct kv_rs kv_rs;
+
+/* Creates the replication state (copies env). Returns 0 or KV_ENOMEM. */
+int kv_rs_create(const kv_rs_env *env, kv_rs **out);
+
+/* Fails every waiting reply with KV_ECLOSED and makes later waits fail at
+ * once; the stream threads return soon. Does not wait. Thread-safe. */
+void kv_rs_stop(kv_rs *g);
+
+/* Stops, joins the stream threads and frees everything. Accepts NULL. No
+ * other call may be in progress or follow. */
+void kv_rs_destroy(kv_rs *g);
+
+/* The minimum ISR size a write needs, from the configuration
+ * (Config.min_insync; 1 until the configuration carries it). */
+uint32_t kv_rs_min_insync(const kv_config *c);
+
+/* Takes the ranges of configuration c (borrowed during the call): which
+ * this node leads with in-sync backups (streams to new backups start), and
+ * who leads the ranges it backs up. Called by the configuration thread,
+ * before the configuration is published. Returns 0 or KV_ENOMEM (the old
+ * table stays). */
+int kv_rs_apply_config(kv_rs *g, const kv_config *c);
+
+/* Whether any stream exists: false means no range has ever had in-sync
+ * backups here and no reply needs to wait (one relaxed atomic load). */
+bool kv_rs_active(kv_rs *g);
+
+/* One write's hold on the routing table (kv_rs_write_begin). */
+typedef struct {
+	kv_rs *g;       /* NULL: nothing held */
+	kv_dur_tap tap; /* tap.fn NULL: the range has no in-sync backups */
+} kv_rs_op;
+
+/*
+ * Before a write to keys[0..n) that this node serves: takes the routing
+ * table's read lock (held until kv_rs_write_end, across the apply and the
+ * log append) and, when the keys' range has in-sync backups, fills op->tap
+ * for the log append. Refuses with KV_EUNAVAIL when the ISR is smaller than
+ * the minimum, with KV_EINVAL when the keys span replicated ranges of
+ * different placement (one record goes to one set of backups); *why says
+ * why. On error nothing is held.
+ */
+int kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const char **why);
+void kv_rs_write_end(kv_rs_op *op);
+
+/* Whether every in-sync backup has acknowledged every record <= lsn
+ * (lock-free). */
+bool kv_rs_covered(kv_rs *g, uint64_t lsn);
+
+/* Calls done(arg, 0) once kv_rs_covered(lsn) (inline when it already
+ * is), done(arg, KV_ETIMEDOUT) after env.wait_ms without, or done(arg,
+ * KV_ECLOSED) on kv_rs_stop. done runs on a stream's nng or thread and
+ * must not call into kv_rs. Returns 0 (done will be called exactly once)
+ * or KV_ENOMEM / KV_ECLOSED (never called). */
+int kv_rs_notify(kv_rs *g, uint64_t lsn, kv_wal_done_fn done, void *arg);
+
+/* Answers one Replicate request (rq->has_repl) into *ack, on an nng thread.
+ * Blocks at most about 50 ms for an earlier batch and for the local log. */
+void kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack);
+
+/* Figures for status and tests. */
+typedef struct {
+	uint64_t streams;      /* streams to backups */
+	uint64_t queued;       /* records sent or to send, not yet acknowledged */
+	uint64_t sent_batches; /* Replicate requests sent */
+	uint64_t resends;      /* times a stream started again from its watermark */
+	uint64_t applied;      /* records applied as a backup */
+	uint64_t refused;      /* batches refused as a backup */
+} kv_rs_stats;
+void kv_rs_stats_get(kv_rs *g, kv_rs_stats *st);
+
+#endif

@@ -1,0 +1,427 @@
+/*
+ * test_replication_inproc.c - the replication stream between two shard
+ * servers inside the test process (doc/replication.md "Writes"), against
+ * the fake controller publishing a range with replicas {1, 2} and ISR
+ * {1, 2}: acknowledged writes are on the backup, a write is not
+ * acknowledged while the backup does not answer, a retried write is applied
+ * once on the backup and remembered there, and the backup refuses records
+ * from a deposed primary (lower leader epoch), out of sequence, or from a
+ * node that is not the primary.
+ *
+ * Every server a test creates is destroyed by the teardown, whatever the
+ * outcome; every wait polls with a deadline.
+ */
+#include "common/err.h"
+#include "common/rpc.h"
+#include "proto/repl_codec.h"
+#include "shardserver/server.h"
+#include "tests/support/fake_ctl.h"
+#include "tests/support/inproc_srv.h"
+#include "tests/support/srv_client.h"
+#include "tests/support/testutil.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#define NSRV 2
+
+static inproc_srv srvs[NSRV];
+static fake_ctl *ctl;
+static char tmpdir[128];
+
+static int
+setup(void **state)
+{
+	(void)state;
+	inproc_srv_setup(srvs, NSRV, &ctl, tmpdir, sizeof(tmpdir), "kvrepl", 16);
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	(void)state;
+	inproc_srv_cleanup(srvs, NSRV, &ctl, tmpdir);
+	return 0;
+}
+
+static uint64_t
+now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void
+nap_ms(unsigned ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+/* Publishes the whole key space led by `primary` with replicas rep[0..2)
+ * and ISR isr[0..nisr); returns the epoch. */
+static uint64_t
+publish_replicated(const uint32_t *rep, const uint32_t *isr, uint32_t nisr, uint64_t leader)
+{
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", rep[0]);
+	fake_cfg_replicas(&b, rep, 2, isr, nisr, leader);
+	return fake_cfg_publish(ctl, &b);
+}
+
+/* Both servers up, serving [, ) led by node 1 with backup 2 in the ISR. */
+static uint64_t
+two_replicas_up(void)
+{
+	const uint32_t rep[2] = {1, 2};
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	uint64_t e = publish_replicated(rep, rep, 2, 0);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	return e;
+}
+
+/* The backup's copy of key ("" with *found false when absent). */
+static bool
+backup_has(inproc_srv *v, const char *key, char *out, size_t outlen)
+{
+	kv_buf val = {0};
+	int rv = kv_server_get_for_test(v->s, key, strlen(key), &val);
+	if (rv == 0)
+		snprintf(out, outlen, "%.*s", (int)val.len, val.data ? (char *)val.data : "");
+	kv_buf_fini(&val);
+	return rv == 0;
+}
+
+static void
+acknowledged_writes_are_on_the_backup_and_the_backup_serves_no_client(void **state)
+{
+	char k[32], v[32], got[64];
+	(void)state;
+	two_replicas_up();
+	const char *u = srvs[0].url;
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof(k), "key%03d", i);
+		snprintf(v, sizeof(v), "v%d", i);
+		assert_int_equal(do_put(u, k, v, 5, (uint64_t)i + 1).status, 0);
+	}
+	assert_int_equal(do_append(u, "key000", "+", 5, 1000).status, 0);
+	assert_int_equal(do_del(u, "key001").status, 0);
+	/* Acknowledged: on the backup now, without waiting. */
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof(k), "key%03d", i);
+		snprintf(v, sizeof(v), i == 0 ? "v%d+" : "v%d", i);
+		if (i == 1) {
+			assert_false(backup_has(&srvs[1], k, got, sizeof(got)));
+			continue;
+		}
+		assert_true(backup_has(&srvs[1], k, got, sizeof(got)));
+		assert_string_equal(got, v);
+	}
+	/* Reads on the primary see the same. */
+	assert_string_equal(do_get(u, "key000").value, "v0+");
+	/* The backup answers clients WRONG_OWNER, naming the primary. */
+	res1 r = do_get(srvs[1].url, "key002");
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_WRONG_OWNER);
+	assert_int_equal(r.hint_node, 1);
+	r = do_put(srvs[1].url, "key002", "x", 0, 0);
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_WRONG_OWNER);
+	assert_true(backup_has(&srvs[1], "key002", got, sizeof(got)));
+	assert_string_equal(got, "v2");
+}
+
+/* Writers of concurrent_writes_leave_the_backup_identical_to_the_primary. */
+#define NWRITERS 4
+#define NWRITES  300
+#define NKEYS    8
+
+typedef struct {
+	int id;       /* writer number */
+	int failures; /* writes not acknowledged OK */
+} writer;
+
+static void *
+writer_main(void *arg)
+{
+	writer *w = arg;
+	char k[16], v[16];
+	for (int i = 0; i < NWRITES; i++) {
+		snprintf(k, sizeof(k), "w%d", (w->id + i) % NKEYS);
+		snprintf(v, sizeof(v), "%d.%d;", w->id, i);
+		uint64_t c = 100 + (uint64_t)w->id, rq = (uint64_t)i + 1;
+		res1 r = i % 10 == 9 ? do_put(srvs[0].url, k, v, c, rq)
+		                     : do_append(srvs[0].url, k, v, c, rq);
+		w->failures += r.status != 0;
+	}
+	return NULL;
+}
+
+static void
+concurrent_writes_leave_the_backup_identical_to_the_primary(void **state)
+{
+	pthread_t t[NWRITERS];
+	writer w[NWRITERS];
+	char k[16];
+	(void)state;
+	two_replicas_up();
+	for (int i = 0; i < NWRITERS; i++) {
+		w[i] = (writer){.id = i};
+		assert_int_equal(pthread_create(&t[i], NULL, writer_main, &w[i]), 0);
+	}
+	for (int i = 0; i < NWRITERS; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(w[i].failures, 0);
+	}
+	/* An mput is one record: both keys or neither. */
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__MPutOp mp = SHARDKV__MPUT_OP__INIT;
+	ProtobufCBinaryData ks[2] = {bd("m1"), bd("m2")}, vs[2] = {bd("x"), bd("y")};
+	mp.n_keys = mp.n_values = 2;
+	mp.keys = ks;
+	mp.values = vs;
+	op.op_case = SHARDKV__OP__OP_MPUT;
+	op.mput = &mp;
+	assert_int_equal(one_op(srvs[0].url, &op, 0).status, 0);
+	for (int i = 0; i < NKEYS + 2; i++) {
+		kv_buf a = {0}, b = {0};
+		if (i < NKEYS)
+			snprintf(k, sizeof(k), "w%d", i);
+		else
+			snprintf(k, sizeof(k), "m%d", i - NKEYS + 1);
+		assert_int_equal(kv_server_get_for_test(srvs[0].s, k, strlen(k), &a), 0);
+		assert_int_equal(kv_server_get_for_test(srvs[1].s, k, strlen(k), &b), 0);
+		assert_int_equal(a.len, b.len);
+		assert_memory_equal(a.data, b.data, a.len);
+		kv_buf_fini(&a);
+		kv_buf_fini(&b);
+	}
+}
+
+static void
+write_is_not_acknowledged_while_the_backup_does_not_answer(void **state)
+{
+	char got[64];
+	(void)state;
+	two_replicas_up();
+	const char *u = srvs[0].url;
+	assert_int_equal(do_put(u, "before", "1", 0, 0).status, 0);
+	inproc_srv_down(&srvs[1]);
+	/* The write is applied on the primary but never acknowledged: the
+	 * reply fails (timeout class) instead of claiming a second copy. */
+	res1 w = do_put(u, "during", "2", 0, 0);
+	assert_int_equal(w.status, SHARDKV__STATUS__STATUS_TIMED_OUT);
+	/* Nor is the write revealed by a read while it is not on the backup. */
+	res1 g = do_get(u, "during");
+	assert_int_equal(g.status, SHARDKV__STATUS__STATUS_BUSY);
+	/* The backup returns on its data dir: the stream resends from its
+	 * watermark and writes are acknowledged again. */
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[1].url, 1, 15000, NULL);
+	uint64_t deadline = now_ms() + 15000;
+	while (do_put(u, "after", "3", 0, 0).status != 0) {
+		assert_true(now_ms() < deadline);
+		nap_ms(50);
+	}
+	assert_true(backup_has(&srvs[1], "after", got, sizeof(got)));
+	assert_true(backup_has(&srvs[1], "during", got, sizeof(got)));
+	assert_string_equal(got, "2");
+	assert_true(backup_has(&srvs[1], "before", got, sizeof(got)));
+}
+
+static void
+backup_dropped_from_the_isr_no_longer_holds_up_acknowledgements(void **state)
+{
+	(void)state;
+	two_replicas_up();
+	const char *u = srvs[0].url;
+	assert_int_equal(do_put(u, "a", "1", 0, 0).status, 0);
+	inproc_srv_down(&srvs[1]);
+	assert_int_equal(do_put(u, "b", "2", 0, 0).status, SHARDKV__STATUS__STATUS_TIMED_OUT);
+	/* The controller shrinks the ISR to the primary: writes are
+	 * acknowledged by the primary alone again. */
+	const uint32_t rep[2] = {1, 2}, isr[1] = {1};
+	uint64_t e = publish_replicated(rep, isr, 1, 1);
+	srv_wait_ready(u, e, 15000, NULL);
+	assert_int_equal(do_put(u, "c", "3", 0, 0).status, 0);
+	assert_string_equal(do_get(u, "b").value, "2");
+}
+
+static void
+retried_write_is_applied_once_on_the_backup_and_remembered_after_failover(void **state)
+{
+	char got[64];
+	(void)state;
+	two_replicas_up();
+	const char *u = srvs[0].url;
+	assert_int_equal(do_append(u, "log", "a", 77, 1).value_len, 1);
+	/* The answer was lost: the client retries with the same ids. */
+	assert_int_equal(do_append(u, "log", "a", 77, 1).value_len, 1);
+	assert_int_equal(do_append(u, "log", "b", 77, 2).value_len, 2);
+	assert_true(backup_has(&srvs[1], "log", got, sizeof(got)));
+	assert_string_equal(got, "ab");
+	/* The primary goes; the backup restarts from its data dir alone (its
+	 * log holds what it acknowledged), leads from the next epoch, and
+	 * answers a retry of request 2 from its own memory. */
+	inproc_srv_down(&srvs[0]);
+	inproc_srv_down(&srvs[1]);
+	const uint32_t rep[2] = {2, 1}, isr[1] = {2};
+	uint64_t e = publish_replicated(rep, isr, 1, 0);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	assert_true(backup_has(&srvs[1], "log", got, sizeof(got)));
+	assert_string_equal(got, "ab");
+	uint64_t deadline = now_ms() + 15000;
+	res1 r;
+	while ((r = do_append(srvs[1].url, "log", "b", 77, 2)).status != 0) {
+		assert_true(now_ms() < deadline);
+		nap_ms(50);
+	}
+	assert_int_equal(r.value_len, 2);
+	assert_string_equal(do_get(srvs[1].url, "log").value, "ab");
+}
+
+/* A log record payload putting key = value (durable.c's PUT record). */
+static size_t
+put_record(uint8_t *p, const char *key, const char *val)
+{
+	size_t kl = strlen(key), vl = strlen(val), n = 0;
+	p[n++] = 1; /* PUT */
+	p[n++] = 0; /* no dedup fields */
+	for (int i = 0; i < 4; i++)
+		p[n++] = (uint8_t)(kl >> (8 * i));
+	memcpy(p + n, key, kl);
+	n += kl;
+	for (int i = 0; i < 4; i++)
+		p[n++] = (uint8_t)(vl >> (8 * i));
+	memcpy(p + n, val, vl);
+	return n + vl;
+}
+
+/* Sends one Replicate of a single record to url as node `from`; returns
+ * the ack (status -1000 on a transport failure). */
+static kv_repl_ack
+send_one(const char *url, uint32_t from, uint64_t stream, uint64_t seq, uint64_t leader,
+         uint64_t lsn, const char *key, const char *val)
+{
+	uint8_t pay[256];
+	kv_repl_rec rec = {.leader_epoch = leader, .lsn = lsn, .start = {NULL, 0}};
+	kv_repl_msg m = {
+	    .from_node = from, .stream_id = stream, .seq = seq, .nrecs = 1, .recs = &rec};
+	kv_repl_ack a = {.status = -1000};
+	nng_msg *req, *rep;
+
+	rec.payload = (kv_bytes){pay, put_record(pay, key, val)};
+	assert_int_equal(kv_repl_encode(&m, 1, from, (kv_bytes){NULL, 0}, &req), KV_OK);
+	if (kv_rpc_call(client_for(url), req, &rep, 5000) != 0)
+		return a;
+	assert_int_equal(kv_repl_ack_decode(nng_msg_body(rep), nng_msg_len(rep), &a), KV_OK);
+	nng_msg_free(rep);
+	return a;
+}
+
+static void
+backup_refuses_a_lower_leader_epoch_a_gap_and_a_sender_that_is_not_the_primary(void **state)
+{
+	char got[64];
+	(void)state;
+	/* Node 1 is this test; only the backup runs. */
+	fake_ctl_add_node(ctl, "tcp://127.0.0.1:1");
+	fake_ctl_add_node(ctl, srvs[1].url);
+	const uint32_t rep[2] = {1, 2};
+	(void)publish_replicated(rep, rep, 2, 0);
+	uint64_t e = publish_replicated(rep, rep, 2, 2); /* leader epoch 2 */
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	const char *u = srvs[1].url;
+	uint64_t sid = 7ull << 32 | 1;
+
+	kv_repl_ack a = send_one(u, 1, sid, 1, 2, 10, "k1", "one");
+	assert_int_equal(a.status, KV_OK);
+	assert_int_equal(a.acked_seq, 1);
+	assert_int_equal(a.acked_lsn, 10);
+	assert_true(backup_has(&srvs[1], "k1", got, sizeof(got)));
+	assert_string_equal(got, "one");
+	/* A repeated batch is answered from memory, nothing applied twice. */
+	a = send_one(u, 1, sid, 1, 2, 10, "k1", "changed");
+	assert_int_equal(a.status, KV_OK);
+	assert_int_equal(a.acked_lsn, 10);
+	assert_true(backup_has(&srvs[1], "k1", got, sizeof(got)));
+	assert_string_equal(got, "one");
+	/* A gap: seq 3 before 2. The answer names the sequence held. */
+	a = send_one(u, 1, sid, 3, 2, 12, "k3", "three");
+	assert_int_equal(a.status, KV_EBUSY);
+	assert_int_equal(a.acked_seq, 1);
+	assert_int_equal(a.acked_lsn, 10);
+	assert_false(backup_has(&srvs[1], "k3", got, sizeof(got)));
+	/* A deposed primary: leader epoch 1 < 2. */
+	a = send_one(u, 1, sid, 2, 1, 11, "k2", "two");
+	assert_int_equal(a.status, KV_ESTALE);
+	assert_false(backup_has(&srvs[1], "k2", got, sizeof(got)));
+	/* A leader epoch the backup has not seen yet: retry later. */
+	a = send_one(u, 1, sid, 2, 9, 11, "k2", "two");
+	assert_int_equal(a.status, KV_EBUSY);
+	assert_false(backup_has(&srvs[1], "k2", got, sizeof(got)));
+	/* Not the primary (node 2 itself, as a sender). */
+	a = send_one(u, 2, 9ull << 32 | 1, 1, 2, 11, "k2", "two");
+	assert_int_equal(a.status, KV_EWRONGOWNER);
+	assert_false(backup_has(&srvs[1], "k2", got, sizeof(got)));
+	/* In sequence and current: applied. */
+	a = send_one(u, 1, sid, 2, 2, 11, "k2", "two");
+	assert_int_equal(a.status, KV_OK);
+	assert_int_equal(a.acked_seq, 2);
+	assert_true(backup_has(&srvs[1], "k2", got, sizeof(got)));
+}
+
+static void
+single_range_cluster_serves_as_before_with_no_stream(void **state)
+{
+	(void)state;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
+	inproc_srv_up(&srvs[0]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	assert_int_equal(do_put(srvs[0].url, "a", "1", 3, 1).status, 0);
+	assert_string_equal(do_get(srvs[0].url, "a").value, "1");
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(
+	        acknowledged_writes_are_on_the_backup_and_the_backup_serves_no_client, setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        concurrent_writes_leave_the_backup_identical_to_the_primary, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        write_is_not_acknowledged_while_the_backup_does_not_answer, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        backup_dropped_from_the_isr_no_longer_holds_up_acknowledgements, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        retried_write_is_applied_once_on_the_backup_and_remembered_after_failover, setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        backup_refuses_a_lower_leader_epoch_a_gap_and_a_sender_that_is_not_the_primary,
+	        setup, teardown),
+	    cmocka_unit_test_setup_teardown(single_range_cluster_serves_as_before_with_no_stream,
+	                                    setup, teardown),
+	};
+	signal(SIGPIPE, SIG_IGN);
+	if (getenv("KV_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("KV_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
