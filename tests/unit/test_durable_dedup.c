@@ -65,7 +65,7 @@ logged_del(node *n, const char *key, uint64_t req)
 	                   .has_del_value = old.len <= KV_DEDUP_MAX_VALUE,
 	                   .del_value = {old.data, old.len}};
 	kv_dur_begin(n->dur);
-	assert_int_equal(kv_dur_log_del(n->dur, key, strlen(key), &dd, NULL), KV_OK);
+	assert_int_equal(kv_dur_log_del(n->dur, key, strlen(key), &dd, NULL, NULL), KV_OK);
 	kv_dur_end(n->dur);
 	kv_dedup_result r = {.has_value = dd.has_del_value, .value = old};
 	kv_dedup_finish(n->dedup, 7, req, &r, key, strlen(key), 1000);
@@ -77,7 +77,8 @@ logged_put(node *n, const char *key, const void *val, size_t vlen)
 {
 	assert_int_equal(kv_store_put(n->store, key, strlen(key), val, vlen), KV_OK);
 	kv_dur_begin(n->dur);
-	assert_int_equal(kv_dur_log_put(n->dur, key, strlen(key), val, vlen, NULL, NULL), KV_OK);
+	assert_int_equal(kv_dur_log_put(n->dur, key, strlen(key), val, vlen, NULL, NULL, NULL),
+	                 KV_OK);
 	kv_dur_end(n->dur);
 }
 
