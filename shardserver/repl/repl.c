@@ -183,10 +183,9 @@ deadline_in(struct timespec *ts, unsigned ms)
 uint32_t
 kv_rs_min_insync(const kv_config *c)
 {
-	/* Config.min_insync does not reach servers yet: every write needs the
-	 * primary alone, and the ISR of the configuration decides who else. */
-	(void)c;
-	return 1;
+	/* The controller's --min-insync, published with every configuration
+	 * (0 in configurations from before it existed: the primary alone). */
+	return c->min_insync ? c->min_insync : 1;
 }
 
 /* The route containing key, or NULL. Caller holds tab_lock. */
@@ -624,7 +623,10 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		t->ninsync = kv_range_ninsync(r);
 		for (uint32_t j = 0; j < t->ninsync && j < KV_MAX_REPLICAS; j++)
 			t->insync[j] = kv_range_insync(r, j);
+		/* Never more than the range's replicas (doc/contract.md §2). */
 		t->min_insync = r->nreplicas ? kv_rs_min_insync(c) : 1;
+		if (t->min_insync > kv_range_nreplicas(r))
+			t->min_insync = kv_range_nreplicas(r);
 		if (r->node != me || me == 0)
 			continue;
 		short_isr |= t->ninsync < t->min_insync;

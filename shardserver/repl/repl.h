@@ -80,7 +80,7 @@ void kv_rs_stop(kv_rs *g);
 void kv_rs_destroy(kv_rs *g);
 
 /* The minimum ISR size a write needs, from the configuration
- * (Config.min_insync; 1 until the configuration carries it). */
+ * (Config.min_insync; 1 in configurations from before it existed). */
 uint32_t kv_rs_min_insync(const kv_config *c);
 
 /* Takes the ranges of configuration c (borrowed during the call): which

@@ -261,6 +261,36 @@ backup_dropped_from_the_isr_no_longer_holds_up_acknowledgements(void **state)
 }
 
 static void
+isr_below_min_insync_refuses_writes_before_applying_them(void **state)
+{
+	(void)state;
+	two_replicas_up();
+	const char *u = srvs[0].url;
+	assert_int_equal(do_put(u, "a", "1", 0, 0).status, 0);
+	/* --min-insync 2 and an ISR of the primary alone: nothing is written,
+	 * the write is refused as unavailable; reads go on. */
+	const uint32_t rep[2] = {1, 2}, isr[1] = {1};
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", rep[0]);
+	fake_cfg_replicas(&b, rep, 2, isr, 1, 1);
+	b.c->min_insync = 2;
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	srv_wait_ready(u, e, 15000, NULL);
+	assert_int_equal(do_put(u, "b", "2", 0, 0).status, SHARDKV__STATUS__STATUS_UNAVAILABLE);
+	assert_int_equal(do_get(u, "b").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_string_equal(do_get(u, "a").value, "1");
+	/* The backup back in the ISR: writes are acknowledged again. */
+	b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", rep[0]);
+	fake_cfg_replicas(&b, rep, 2, rep, 2, 1);
+	b.c->min_insync = 2;
+	e = fake_cfg_publish(ctl, &b);
+	srv_wait_ready(u, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	assert_int_equal(do_put(u, "c", "3", 0, 0).status, 0);
+}
+
+static void
 retried_write_is_applied_once_on_the_backup_and_remembered_after_failover(void **state)
 {
 	char got[64];
@@ -411,6 +441,8 @@ main(void)
 	        write_is_not_acknowledged_while_the_backup_does_not_answer, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        backup_dropped_from_the_isr_no_longer_holds_up_acknowledgements, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        isr_below_min_insync_refuses_writes_before_applying_them, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        retried_write_is_applied_once_on_the_backup_and_remembered_after_failover, setup,
 	        teardown),
