@@ -112,17 +112,21 @@ rpc_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 #define RPC_REDIAL_MS 2000
 
 struct kv_rpc_client {
-	nng_socket sock;    /* REQ socket */
-	char *url;          /* dialed URL */
-	const kv_tls *tls;  /* TLS configuration of a tls+tcp:// url (borrowed); else NULL */
-	atomic_int pipes;   /* connections open now (pipe events) */
-	pthread_mutex_t mu; /* protects dialer and dial_time */
-	nng_dialer dialer;  /* the current dialer */
-	nng_time dial_time; /* when it was started */
+	nng_socket sock;          /* REQ socket */
+	char *url;                /* dialed URL */
+	const kv_tls *tls;        /* TLS configuration of a tls+tcp:// url (borrowed); else NULL */
+	atomic_int pipes;         /* connections open now (pipe events) */
+	pthread_mutex_t mu;       /* protects dialer and dial_time */
+	nng_dialer dialer;        /* the current dialer */
+	nng_time dial_time;       /* when it was started */
+	atomic_bool fail_refused; /* kv_rpc_client_fail_refused */
 };
 
 /* The detail of the last failed kv_rpc_call on this thread (kv_rpc_why). */
 static _Thread_local char rpc_why[384];
+
+/* The last failed kv_rpc_call on this thread met a refused connection. */
+static _Thread_local bool rpc_refused;
 
 /* A TLS call that has no connection after RPC_PROBE_AFTER_MS spends up to
  * RPC_PROBE_MS finding out whether the handshake is what fails. */
@@ -133,6 +137,50 @@ const char *
 kv_rpc_why(void)
 {
 	return rpc_why;
+}
+
+bool
+kv_rpc_refused(void)
+{
+	return rpc_refused;
+}
+
+void
+kv_rpc_client_fail_refused(kv_rpc_client *c, bool on)
+{
+	if (c != NULL)
+		atomic_store(&c->fail_refused, on);
+}
+
+/*
+ * One plain connection attempt to `url` (no TLS, no SP handshake), as the
+ * dialer of a client would make it. Returns whether it was refused: the
+ * address is reachable and nothing listens on it. A connection that is
+ * made (or that times out) says nothing and returns false. Only a stream
+ * dialer is used, never the client's socket, so none of nng 1.5's close
+ * traps of REQ sockets are involved.
+ */
+static bool
+rpc_probe_refused(const char *url, uint32_t timeout_ms)
+{
+	nng_stream_dialer *d = NULL;
+	nng_aio *aio = NULL;
+	bool refused = false;
+
+	if (nng_aio_alloc(&aio, NULL, NULL) != 0)
+		return false;
+	if (nng_stream_dialer_alloc(&d, url) == 0) {
+		nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
+		nng_stream_dialer_dial(d, aio);
+		nng_aio_wait(aio);
+		int rv = nng_aio_result(aio);
+		if (rv == 0)
+			nng_stream_free(nng_aio_get_output(aio, 0));
+		refused = rv == NNG_ECONNREFUSED;
+		nng_stream_dialer_free(d);
+	}
+	nng_aio_free(aio);
+	return refused;
 }
 
 static void
@@ -664,6 +712,7 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	int rv;
 
 	rpc_why[0] = '\0';
+	rpc_refused = false;
 	if (c == NULL || req == NULL || reply == NULL) {
 		if (req)
 			nng_msg_free(req);
@@ -682,8 +731,11 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	/* Over TLS a refused handshake looks just like a peer that is down:
 	 * the send waits for a connection that never comes. So when none has
 	 * come after RPC_PROBE_AFTER_MS, one probe finds out which it is, and
-	 * a refusal fails the call at once instead of at its deadline. */
-	probe = c->tls != NULL && timeout_ms > RPC_PROBE_AFTER_MS;
+	 * a refusal fails the call at once instead of at its deadline. A
+	 * client asked to (kv_rpc_client_fail_refused) likewise probes a plain
+	 * address, and a refused connection ends the call. */
+	probe =
+	    (c->tls != NULL || atomic_load(&c->fail_refused)) && timeout_ms > RPC_PROBE_AFTER_MS;
 	nng_aio_set_timeout(aio, (nng_duration)(probe ? RPC_PROBE_AFTER_MS : timeout_ms));
 	nng_aio_set_msg(aio, req);
 	nng_ctx_send(ctx, aio);
@@ -691,7 +743,17 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	nng_time t = nng_clock();
 	if (probe && nng_aio_result(aio) == NNG_ETIMEDOUT && t < deadline) {
 		nng_time left = deadline - t;
-		if (kv_tls_probe(c->url, c->tls,
+		if (c->tls == NULL &&
+		    rpc_probe_refused(c->url,
+		                      left < RPC_PROBE_MS ? (uint32_t)left + 1 : RPC_PROBE_MS)) {
+			snprintf(rpc_why, sizeof(rpc_why), "connection refused by %s", c->url);
+			rpc_refused = true;
+			nng_msg_free(req);
+			rv = KV_EUNAVAIL;
+			goto out;
+		}
+		if (c->tls != NULL &&
+		    kv_tls_probe(c->url, c->tls,
 		                 left < RPC_PROBE_MS ? (uint32_t)left + 1 : RPC_PROBE_MS, rpc_why,
 		                 sizeof(rpc_why)) == KV_EAUTH) {
 			nng_msg_free(req);
