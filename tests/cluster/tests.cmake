@@ -111,3 +111,17 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   kv_add_test(test_cluster_sh COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cluster/test_cluster_sh.sh
     ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/bin TIMEOUT 120 LABELS integration)
 endif()
+
+# The Python binding (python/shardkv, ctypes over libshardkv.so) against a
+# cluster that python/tests/test_shardkv.py starts with deploy/cluster.sh
+# (--dir and --base-port on free ports; destroyed on every path).
+find_program(KV_PYTHON3 python3)
+if(KV_PYTHON3 AND TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
+  kv_add_test(test_python_binding COMMAND ${KV_PYTHON3}
+    ${CMAKE_SOURCE_DIR}/python/tests/test_shardkv.py TIMEOUT 180 LABELS integration)
+  set_property(TEST test_python_binding APPEND PROPERTY ENVIRONMENT
+    "SHARDKV_LIB=$<TARGET_FILE:shardkv_shared>"
+    "SHARDKV_BIN_DIR=${CMAKE_BINARY_DIR}/bin"
+    "SHARDKV_SRC=${CMAKE_SOURCE_DIR}"
+    "PYTHONPATH=${CMAKE_SOURCE_DIR}/python")
+endif()
