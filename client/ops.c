@@ -1119,6 +1119,16 @@ multi_free(multi_op *m)
 	free(m);
 }
 
+/* A failure of an op that ran while shardkv_close began is ECLOSED, as for
+ * the queued single-key ops. */
+static int
+closing_status(shardkv_client *c, int rv)
+{
+	if (rv != KV_OK && rv != KV_ENOTFOUND && atomic_load(&c->eng_closing))
+		return KV_ECLOSED;
+	return rv;
+}
+
 static void *
 multi_main(void *arg)
 {
@@ -1135,19 +1145,19 @@ multi_main(void *arg)
 	case MULTI_MGET: {
 		shardkv_mget_result *r = NULL;
 		int rv = ms ? shardkv_mget(c, m->n, m->keys, &r) : KV_ETIMEDOUT;
-		m->done.mget(m->arg, rv, r);
+		m->done.mget(m->arg, closing_status(c, rv), r);
 		break;
 	}
 	case MULTI_MPUT: {
 		shardkv_mput_result *r = NULL;
 		int rv = ms ? shardkv_mput(c, m->n, m->keys, m->n, m->vals, &r) : KV_ETIMEDOUT;
-		m->done.mput(m->arg, rv, r);
+		m->done.mput(m->arg, closing_status(c, rv), r);
 		break;
 	}
 	default: {
 		shardkv_scan_result *r = NULL;
 		int rv = ms ? shardkv_scan_ex(c, &m->sa, &r) : KV_ETIMEDOUT;
-		m->done.scan(m->arg, rv, r);
+		m->done.scan(m->arg, closing_status(c, rv), r);
 		break;
 	}
 	}
