@@ -127,11 +127,14 @@ class Cluster:
         return "\n".join(out)
 
     def destroy(self):
+        if self.tmp is None:
+            return  # already
         try:
             self.stop_extra()
         finally:
             self.cs("destroy", check=False)
             shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
 
 
 def wait_until(pred, what, timeout=WAIT_S):
@@ -151,6 +154,15 @@ class BindingTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.cluster = Cluster()
+        cluster = cls.cluster
+
+        def on_signal(signum, frame):
+            # Killed (ctest's timeout, ^C): the daemons go first.
+            cluster.destroy()
+            os._exit(128 + signum)
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
         try:
             cls.ctl = cls.cluster.up()
         except BaseException:
@@ -165,6 +177,8 @@ class BindingTest(unittest.TestCase):
             cls.kv.close()
         finally:
             cls.cluster.destroy()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     # -- data ------------------------------------------------------------
 
