@@ -10,6 +10,8 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   kv_cluster_test(test_cluster_data 120)
   kv_cluster_test(test_client_async 120)
   set_property(TEST test_client_async APPEND PROPERTY LABELS concurrency)
+  # Async append/mget/mput/scan and the scan cursor.
+  kv_cluster_test(test_client_multi 120)
   kv_cluster_test(test_cluster_moves 120)
   kv_cluster_test(test_cluster_controller 90)
   kv_cluster_test(test_cluster_batch 120)
