@@ -48,10 +48,23 @@
 KV_ERR_MAP(KVC__CHECK_ERR)
 #undef KVC__CHECK_ERR
 _Static_assert((int)KV_ERR_MIN == (int)SHARDKV_EINTERNAL, "a KV_E* code has no SHARDKV_E*");
+_Static_assert((int)SHARDKV_LOG_DEBUG == (int)KV_LOG_DEBUG &&
+                   (int)SHARDKV_LOG_INFO == (int)KV_LOG_INFO &&
+                   (int)SHARDKV_LOG_WARN == (int)KV_LOG_WARN &&
+                   (int)SHARDKV_LOG_ERROR == (int)KV_LOG_ERROR &&
+                   (int)SHARDKV_LOG_OFF == (int)KV_LOG_OFF,
+               "SHARDKV_LOG_* drifted from KV_LOG_*");
 
 #define KVC_DEFAULT_TIMEOUT_MS 5000u
 #define KVC_WATCH_POLL_MS      10000u /* how long the controller holds a watch */
 #define KVC_BACKOFF_MAX_MS     100u
+
+/* A controller call fails early, with SHARDKV_EUNAVAIL, when every
+ * controller address has refused connections (nothing listens there) for
+ * this long: a mistyped address or a stopped cluster is reported in about a
+ * second instead of at the deadline, while a controller that restarts
+ * within it is still waited for. */
+#define KVC_REFUSED_MS 1000u
 
 /* The detail of the last failure on this thread (shardkv_errmsg). */
 static _Thread_local char kvc_errbuf[512];
@@ -114,10 +127,53 @@ kvc_next_id(shardkv_client *c)
 	return atomic_fetch_add(&c->next_id, 1);
 }
 
+/* shardkv_set_thread_timeout: this thread's deadline for every call, 0: the
+ * handle's. */
+static _Thread_local uint32_t kvc_thread_timeout_ms;
+
+void
+shardkv_set_thread_timeout(uint32_t timeout_ms)
+{
+	kvc_thread_timeout_ms = timeout_ms;
+}
+
+uint32_t
+shardkv_thread_timeout(void)
+{
+	return kvc_thread_timeout_ms;
+}
+
 uint64_t
 kvc_deadline(shardkv_client *c)
 {
-	return kv_now_ns() + (uint64_t)atomic_load(&c->timeout_ms) * 1000000u;
+	uint32_t ms = kvc_thread_timeout_ms ? kvc_thread_timeout_ms : atomic_load(&c->timeout_ms);
+	return kv_now_ns() + (uint64_t)ms * 1000000u;
+}
+
+/*
+ * Log level. The library logs to stderr through common/log.h, whose own
+ * default (info) suits the daemons; a library must not write to its user's
+ * stderr unasked, so the first shardkv_open() lowers it to warnings unless
+ * the program chose a level before (doc/library.md, "Logging").
+ */
+static pthread_once_t kvc_log_once = PTHREAD_ONCE_INIT;
+static atomic_bool kvc_log_chosen; /* shardkv_set_log_level was called */
+
+static void
+log_default(void)
+{
+	if (!atomic_load(&kvc_log_chosen))
+		kv_log_set_level(KV_LOG_WARN);
+}
+
+int
+shardkv_set_log_level(int level)
+{
+	if (level < SHARDKV_LOG_DEBUG || level > SHARDKV_LOG_OFF)
+		return kvc_fail(KV_EINVAL, "log level %d is not one of SHARDKV_LOG_*", level);
+	atomic_store(&kvc_log_chosen, true);
+	kv_log_set_level((enum kv_log_level)level);
+	return KV_OK;
 }
 
 uint32_t
@@ -244,6 +300,7 @@ controller_try(shardkv_client *c, const char *address, const kv_admin_req *q, ui
 		return rv;
 	if ((rv = kv_admin_req_encode(q, &req)) != KV_OK)
 		return rv;
+	kv_rpc_client_fail_refused(rpc, true); /* see KVC_REFUSED_MS */
 	if ((rv = kv_rpc_call(rpc, req, &rep, rpc_ms)) != KV_OK) {
 		if (rv == KV_EAUTH)
 			kvc_fail(rv, "%s", kv_rpc_why()[0] ? kv_rpc_why() : "TLS handshake failed");
@@ -254,12 +311,23 @@ controller_try(shardkv_client *c, const char *address, const kv_admin_req *q, ui
 	return rv;
 }
 
+/* The last kvc_controller_call on this thread ended on refusals. */
+static _Thread_local bool kvc_refused_last;
+
+bool
+kvc_ctl_refused(void)
+{
+	return kvc_refused_last;
+}
+
 int
 kvc_controller_call(shardkv_client *c, kv_admin_req *q, uint64_t deadline_ns, kv_admin_resp *r)
 {
 	uint32_t backoff = 1;
 	char *redirect = NULL; /* a leader named by a NOT_LEADER reply */
+	kvc_refused_last = false;
 	size_t first, tries = 0;
+	size_t refusals = 0; /* consecutive attempts of this call whose address refused */
 	int rv = KV_EUNAVAIL;
 
 	/* A --wait can last long, so it must go to a live controller: when none
@@ -316,7 +384,28 @@ kvc_controller_call(shardkv_client *c, kv_admin_req *q, uint64_t deadline_ns, kv
 			else
 				goto unanswered;
 		}
+		uint64_t t0 = kv_now_ns();
 		rv = controller_try(c, addr, q, attempt, r);
+		if (rv == KV_EUNAVAIL && kv_rpc_refused()) {
+			uint64_t since = 0;
+			refusals++;
+			/* The streak is the handle's: a retry's fetches are short calls. */
+			atomic_compare_exchange_strong(&c->refused_since, &since, t0);
+			since = atomic_load(&c->refused_since);
+			if (refusals >= c->nctl && since != 0 &&
+			    kv_now_ns() - since >= (uint64_t)KVC_REFUSED_MS * 1000000u) {
+				free(redirect);
+				kvc_refused_last = true;
+				return kvc_fail(KV_EUNAVAIL,
+				                "cannot reach the controller at %s%s: connection "
+				                "refused (nothing listens there)",
+				                c->ctl_addrs[0],
+				                c->nctl > 1 ? " (nor the others)" : "");
+			}
+		} else {
+			refusals = 0;
+			atomic_store(&c->refused_since, 0);
+		}
 		if (rv == KV_OK && r->not_leader) {
 			/* addr may be the old redirect: use it before freeing that. */
 			char *next = r->leader_address && r->leader_address[0]
@@ -748,12 +837,14 @@ shardkv_open(const char *controllers, const shardkv_options *opt, shardkv_client
 	int rv;
 
 	kvc_clear_error();
+	pthread_once(&kvc_log_once, log_default);
 	if (controllers == NULL || out == NULL)
 		return kvc_fail(KV_EINVAL, "no controller address");
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return KV_ENOMEM;
 	c->client_id = random_id();
 	atomic_init(&c->next_id, 1);
+	atomic_init(&c->refused_since, 0);
 	atomic_init(&c->timeout_ms,
 	            opt && opt->timeout_ms ? opt->timeout_ms : KVC_DEFAULT_TIMEOUT_MS);
 	c->no_watch = opt ? opt->no_watch : false;

@@ -157,7 +157,9 @@ struct shardkv_client {
 	kvc_hintent hints[KVC_MAX_HINTS]; /* owner hints since the cached config, newest first */
 	size_t nhints;                    /* entries */
 
-	pthread_t watch_thread; /* long-polls the controller */
+	pthread_t watch_thread;             /* long-polls the controller */
+	atomic_uint_fast64_t refused_since; /* kv_now_ns() of the first of the controller
+	                                     * attempts refused in a row; 0: the last was not */
 
 	pthread_mutex_t eng_mu;       /* protects everything down to the blank line (engine.c) */
 	pthread_cond_t eng_cv;        /* pending fell to 0 */
@@ -239,6 +241,11 @@ void kvc_cfg_install(shardkv_client *c, kv_config *cfg);
  * (free it with kv_admin_resp_fini).
  */
 int kvc_controller_call(shardkv_client *c, kv_admin_req *q, uint64_t deadline_ns, kv_admin_resp *r);
+
+/* Whether the last kvc_controller_call on this thread failed because every
+ * controller address refused connections for KVC_REFUSED_MS (nothing listens
+ * there): the caller reports it instead of retrying until its deadline. */
+bool kvc_ctl_refused(void);
 
 /* Sets the thread's error detail (printf-style). Returns err. */
 int kvc_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -373,6 +380,14 @@ int kvc_submit_to(kvc_req *q, const char *address, uint64_t epoch);
  */
 int kvc_run_routed(shardkv_client *c, const kv_op *op, kv_bytes key, uint64_t deadline,
                    kv_data_result *out);
+
+/* Counts one op of the handle that is not a req (an async mget, mput or
+ * scan running on its own thread) as pending, so that shardkv_close waits
+ * for it. Returns 0, or KV_ECLOSED once shardkv_close has begun. */
+int kvc_pending_take(shardkv_client *c);
+
+/* The op counted by kvc_pending_take finished; c may be freed after. */
+void kvc_pending_release(shardkv_client *c);
 
 /* Refuses new reqs, finishes the queued ones with KV_ECLOSED, waits for
  * those on the wire, stops the retry thread and frees the queues. First in

@@ -719,7 +719,7 @@ retry_route(kvc_req *q, probe_memo *pm)
 		if (rv != KV_OK) {
 			q->last = rv;
 			kvc_req_why(q, "%s", shardkv_errmsg());
-			if (!kvc_retryable(rv)) {
+			if (!kvc_retryable(rv) || kvc_ctl_refused()) {
 				complete(q, rv);
 				return;
 			}
@@ -836,6 +836,23 @@ take(kvc_req *q)
 }
 
 int
+kvc_pending_take(shardkv_client *c)
+{
+	atomic_fetch_add(&c->eng_pending, 1);
+	if (atomic_load(&c->eng_closing)) {
+		pending_down(c);
+		return kvc_fail(KV_ECLOSED, "the handle is closing");
+	}
+	return KV_OK;
+}
+
+void
+kvc_pending_release(shardkv_client *c)
+{
+	pending_down(c);
+}
+
+int
 kvc_submit_routed(kvc_req *q)
 {
 	int rv;
@@ -883,7 +900,8 @@ kvc_run_routed(shardkv_client *c, const kv_op *op, kv_bytes key, uint64_t deadli
 	 * is reported as the controller call states it. */
 	if ((ref = kvc_cfg_peek(c)) == NULL) {
 		rv = kvc_cfg_get(c, 0, deadline, &ref);
-		if (rv != KV_OK && (!kvc_retryable(rv) || kvc_remaining_ms(deadline) == 0))
+		if (rv != KV_OK &&
+		    (!kvc_retryable(rv) || kvc_ctl_refused() || kvc_remaining_ms(deadline) == 0))
 			return rv;
 		if (rv != KV_OK) {
 			q.last = rv; /* what the call says if nothing better comes */

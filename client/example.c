@@ -1,6 +1,6 @@
 /*
  * example.c - a small program using libshardkv: open a cluster, write,
- * read, scan, close. Build it against an installed library with
+ * read, scan with a cursor, close. Build it against an installed library with
  *
  *     cc example.c $(pkg-config --cflags --libs shardkv)
  *
@@ -25,7 +25,6 @@ main(int argc, char **argv)
 	const char *ctl = argc > 1 ? argv[1] : "tcp://127.0.0.1:7000";
 	shardkv_options opt = {.timeout_ms = 3000};
 	shardkv_client *c;
-	shardkv_scan_result *page;
 	shardkv_buf v;
 	char key[32], val[32];
 	int rv;
@@ -44,29 +43,21 @@ main(int argc, char **argv)
 		goto out;
 	printf("example:03 = %.*s\n", (int)v.len, (const char *)v.data);
 	shardkv_free(v.data);
-	/* A scan of [example:, example;) in pages of 4, resuming at page->next. */
-	shardkv_bytes start = {"example:", 8};
-	for (;;) {
-		shardkv_scan_args a = {.start = start, .end = {"example;", 8}, .limit = 4};
-		if ((rv = check(shardkv_scan_ex(c, &a, &page), "scan")))
-			goto out;
-		for (size_t i = 0; i < page->n; i++)
-			printf("%.*s\t%.*s\n", (int)page->entries[i].key.len,
-			       (const char *)page->entries[i].key.data,
-			       (int)page->entries[i].value.len,
-			       (const char *)page->entries[i].value.data);
-		if (!page->more) {
-			shardkv_scan_result_free(page);
-			break;
-		}
-		/* Keep the resume point alive until the next call has copied it. */
-		static unsigned char next[1024];
-		size_t n = page->next.len < sizeof(next) ? page->next.len : sizeof(next);
-		memcpy(next, page->next.data, n);
-		start.data = next;
-		start.len = n;
-		shardkv_scan_result_free(page);
-	}
+	/* A scan of [example:, example;) with a cursor the library owns: it
+	 * fetches pages (4 entries here) and keeps the resume key itself. */
+	shardkv_scan_args a = {.start = {"example:", 8}, .end = {"example;", 8}};
+	shardkv_scan_iter *it;
+	const shardkv_entry *e;
+	if ((rv = check(shardkv_scan_iter_new(c, &a, 4, &it), "scan")))
+		goto out;
+	while ((rv = shardkv_scan_iter_next(it, &e)) == 0)
+		printf("%.*s\t%.*s\n", (int)e->key.len, (const char *)e->key.data,
+		       (int)e->value.len, (const char *)e->value.data);
+	shardkv_scan_iter_free(it);
+	if (rv == 1)
+		rv = 0;
+	else
+		check(rv, "scan");
 out:
 	shardkv_close(c);
 	return rv ? 1 : 0;

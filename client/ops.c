@@ -169,8 +169,8 @@ async_done(kvc_req *q, int rv, kv_data_result *r)
 
 /* Checks an async op's arguments, copies them and submits the op. */
 static int
-submit(shardkv_client *c, kv_op_kind kind, const void *key, size_t klen, const void *val,
-       size_t vlen, shardkv_done_fn done, void *arg)
+submit_with(shardkv_client *c, kv_op_kind kind, const void *key, size_t klen, const void *val,
+            size_t vlen, shardkv_done_fn done, void *arg, kvc_req_done_fn fin)
 {
 	async_op *a;
 	int rv;
@@ -197,7 +197,7 @@ submit(shardkv_client *c, kv_op_kind kind, const void *key, size_t klen, const v
 	a->req.op.request_id = kind == KV_OP_GET ? 0 : kvc_next_id(c);
 	a->req.key = a->req.op.key;
 	a->req.deadline_ns = kvc_deadline(c);
-	a->req.done = async_done;
+	a->req.done = fin;
 	/* The first op of a handle fetches the configuration here (the only
 	 * wait an async call makes), so that the ops after it route at once. */
 	kvc_cfgref *ref = kvc_cfg_peek(c);
@@ -210,6 +210,13 @@ submit(shardkv_client *c, kv_op_kind kind, const void *key, size_t klen, const v
 		return rv;
 	}
 	return KV_OK;
+}
+
+static int
+submit(shardkv_client *c, kv_op_kind kind, const void *key, size_t klen, const void *val,
+       size_t vlen, shardkv_done_fn done, void *arg)
+{
+	return submit_with(c, kind, key, klen, val, vlen, done, arg, async_done);
 }
 
 int
@@ -445,7 +452,8 @@ multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, co
 
 		rv = kvc_cfg_get(c, min_epoch, deadline, &ref);
 		if (rv != KV_OK) {
-			if (!kvc_retryable(rv) || kvc_remaining_ms(deadline) == 0) {
+			if (!kvc_retryable(rv) || kvc_ctl_refused() ||
+			    kvc_remaining_ms(deadline) == 0) {
 				for (size_t i = 0; i < l->n; i++)
 					if (!l->v[i]->done) {
 						l->v[i]->done = true;
@@ -948,4 +956,329 @@ shardkv_scan_result_free(shardkv_scan_result *r)
 	free(r->entries);
 	free(r->next.data);
 	free(r);
+}
+
+/* ---------------------------------------------------------------------------
+ * append_async
+ * ------------------------------------------------------------------------- */
+
+/* An async append finished: done gets the new length as vlen. */
+static void
+append_done(kvc_req *q, int rv, kv_data_result *r)
+{
+	async_op *a = (async_op *)q;
+
+	if (rv != KV_OK || r == NULL)
+		a->done(a->arg, rv != KV_OK ? rv : KV_EPROTO, NULL, 0);
+	else
+		a->done(a->arg, r->status, NULL, r->status == KV_OK ? (size_t)r->value_len : 0);
+	kvc_req_fini(q);
+	free(a);
+}
+
+int
+shardkv_append_async(shardkv_client *c, const void *key, size_t klen, const void *val, size_t vlen,
+                     shardkv_done_fn done, void *arg)
+{
+	return submit_with(c, KV_OP_APPEND, key, klen, val, vlen, done, arg, append_done);
+}
+
+/* ---------------------------------------------------------------------------
+ * Scan iterator
+ * ------------------------------------------------------------------------- */
+
+struct shardkv_scan_iter {
+	shardkv_client *c;        /* the handle */
+	kv_buf start;             /* where the next page starts */
+	kv_buf end;               /* the scan's end */
+	kv_buf prefix;            /* the scan's prefix */
+	bool keys_only;           /* values left empty */
+	size_t page;              /* entries per page */
+	size_t left;              /* entries still allowed; SIZE_MAX: no limit */
+	shardkv_scan_result *cur; /* the page being read; NULL before the first */
+	size_t idx;               /* the next entry of cur */
+	bool end_reached;         /* no page after cur */
+};
+
+int
+shardkv_scan_iter_new(shardkv_client *c, const shardkv_scan_args *a, size_t page,
+                      shardkv_scan_iter **out)
+{
+	shardkv_scan_iter *it;
+
+	kvc_clear_error();
+	if (c == NULL || a == NULL || out == NULL || (a->start.data == NULL && a->start.len) ||
+	    (a->end.data == NULL && a->end.len) || (a->prefix.data == NULL && a->prefix.len))
+		return kvc_fail(KV_EINVAL, "null argument");
+	if (kv_range_is_empty(a->start.data, a->start.len, a->end.data, a->end.len))
+		return kvc_fail(KV_EINVAL, "empty or inverted range");
+	if ((it = calloc(1, sizeof(*it))) == NULL)
+		return kvc_fail(KV_ENOMEM, "out of memory");
+	it->c = c;
+	it->keys_only = a->keys_only;
+	it->page = page ? page : 256;
+	it->left = a->limit ? a->limit : SIZE_MAX;
+	if (kv_buf_set(&it->start, a->start.data, a->start.len) != KV_OK ||
+	    kv_buf_set(&it->end, a->end.data, a->end.len) != KV_OK ||
+	    kv_buf_set(&it->prefix, a->prefix.data, a->prefix.len) != KV_OK) {
+		shardkv_scan_iter_free(it);
+		return kvc_fail(KV_ENOMEM, "out of memory");
+	}
+	*out = it;
+	return KV_OK;
+}
+
+int
+shardkv_scan_iter_next(shardkv_scan_iter *it, const shardkv_entry **entry)
+{
+	int rv;
+
+	kvc_clear_error();
+	if (it == NULL || entry == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	for (;;) {
+		if (it->cur != NULL && it->idx < it->cur->n) {
+			*entry = &it->cur->entries[it->idx++];
+			return 0;
+		}
+		if (it->end_reached || it->left == 0)
+			return 1;
+		/* The next page: from the resume point of the last one. */
+		if (it->cur != NULL) {
+			if (!it->cur->more) {
+				it->end_reached = true;
+				continue;
+			}
+			if (kv_buf_set(&it->start, it->cur->next.data, it->cur->next.len) != KV_OK)
+				return kvc_fail(KV_ENOMEM, "out of memory");
+			shardkv_scan_result_free(it->cur);
+			it->cur = NULL;
+		}
+		shardkv_scan_args a = {.start = {it->start.data, it->start.len},
+		                       .end = {it->end.data, it->end.len},
+		                       .prefix = {it->prefix.data, it->prefix.len},
+		                       .limit = it->page < it->left ? it->page : it->left,
+		                       .keys_only = it->keys_only};
+		shardkv_scan_result *r;
+		if ((rv = shardkv_scan_ex(it->c, &a, &r)) != KV_OK)
+			return rv; /* it->start is kept: the next call retries */
+		it->cur = r;
+		it->idx = 0;
+		if (it->left != SIZE_MAX)
+			it->left -= r->n < it->left ? r->n : it->left;
+		if (r->n == 0 && !r->more)
+			it->end_reached = true;
+	}
+}
+
+void
+shardkv_scan_iter_free(shardkv_scan_iter *it)
+{
+	if (it == NULL)
+		return;
+	shardkv_scan_result_free(it->cur);
+	kv_buf_fini(&it->start);
+	kv_buf_fini(&it->end);
+	kv_buf_fini(&it->prefix);
+	free(it);
+}
+
+/* ---------------------------------------------------------------------------
+ * Async mget, mput and scan: the blocking form on a thread of its own
+ * ------------------------------------------------------------------------- */
+
+enum { MULTI_MGET, MULTI_MPUT, MULTI_SCAN };
+
+/* The caller's callback, of the op's kind. */
+typedef union {
+	shardkv_mget_done_fn mget;
+	shardkv_mput_done_fn mput;
+	shardkv_scan_done_fn scan;
+} multi_done;
+
+/* One async multi-key op: its copies of the arguments. */
+typedef struct {
+	shardkv_client *c;    /* the handle (counted pending) */
+	int kind;             /* MULTI_* */
+	uint64_t deadline;    /* fixed at submission (kv_now_ns) */
+	size_t n;             /* keys (and values for mput) */
+	shardkv_bytes *keys;  /* n, pointing into buf */
+	shardkv_bytes *vals;  /* mput: n, pointing into buf */
+	shardkv_scan_args sa; /* scan: pointing into buf */
+	multi_done done;      /* the caller's callback */
+	void *arg;            /* its argument */
+	uint8_t *buf;         /* the copied bytes (owned) */
+} multi_op;
+
+static void
+multi_free(multi_op *m)
+{
+	free(m->keys);
+	free(m->vals);
+	free(m->buf);
+	free(m);
+}
+
+/* A failure of an op that ran while shardkv_close began is ECLOSED, as for
+ * the queued single-key ops. */
+static int
+closing_status(shardkv_client *c, int rv)
+{
+	if (rv != KV_OK && rv != KV_ENOTFOUND && atomic_load(&c->eng_closing))
+		return KV_ECLOSED;
+	return rv;
+}
+
+static void *
+multi_main(void *arg)
+{
+	multi_op *m = arg;
+	shardkv_client *c = m->c;
+	uint32_t ms = kvc_remaining_ms(m->deadline);
+
+	/* The deadline fixed at submission, through this thread's own timeout. */
+	shardkv_set_thread_timeout(ms ? ms : 1);
+	if (ms == 0) {
+		kvc_fail(KV_ETIMEDOUT, "the deadline passed before the op started");
+	}
+	switch (m->kind) {
+	case MULTI_MGET: {
+		shardkv_mget_result *r = NULL;
+		int rv = ms ? shardkv_mget(c, m->n, m->keys, &r) : KV_ETIMEDOUT;
+		m->done.mget(m->arg, closing_status(c, rv), r);
+		break;
+	}
+	case MULTI_MPUT: {
+		shardkv_mput_result *r = NULL;
+		int rv = ms ? shardkv_mput(c, m->n, m->keys, m->n, m->vals, &r) : KV_ETIMEDOUT;
+		m->done.mput(m->arg, closing_status(c, rv), r);
+		break;
+	}
+	default: {
+		shardkv_scan_result *r = NULL;
+		int rv = ms ? shardkv_scan_ex(c, &m->sa, &r) : KV_ETIMEDOUT;
+		m->done.scan(m->arg, closing_status(c, rv), r);
+		break;
+	}
+	}
+	multi_free(m);
+	kvc_pending_release(c); /* last: c may be freed once it is released */
+	return NULL;
+}
+
+/* Copies n byte strings into m->buf from offset *off; sets out[i]. */
+static void
+copy_bytes(multi_op *m, size_t *off, size_t n, const shardkv_bytes *in, shardkv_bytes *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (in[i].len)
+			memcpy(m->buf + *off, in[i].data, in[i].len);
+		out[i].data = m->buf + *off;
+		out[i].len = in[i].len;
+		*off += in[i].len;
+	}
+}
+
+/* Sums the lengths of n byte strings; KV_EINVAL for a NULL one with a length. */
+static int
+sum_bytes(size_t n, const shardkv_bytes *b, size_t *total)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (b[i].data == NULL && b[i].len)
+			return kvc_fail(KV_EINVAL, "null key or value");
+		if (b[i].len > SIZE_MAX - *total)
+			return kvc_fail(KV_ETOOBIG, "arguments too large");
+		*total += b[i].len;
+	}
+	return KV_OK;
+}
+
+/* Checks, copies and starts an async multi-key op. */
+static int
+multi_submit(shardkv_client *c, int kind, size_t n, const shardkv_bytes *keys, size_t nvals,
+             const shardkv_bytes *vals, const shardkv_scan_args *sa, multi_done done, void *arg)
+{
+	multi_op *m;
+	size_t total = 0, off = 0;
+	pthread_attr_t at;
+	pthread_t th;
+	int rv;
+
+	kvc_clear_error();
+	if (c == NULL || done.mget == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if (kind == MULTI_SCAN) {
+		if (sa == NULL)
+			return kvc_fail(KV_EINVAL, "null argument");
+		shardkv_bytes b[3] = {sa->start, sa->end, sa->prefix};
+		if ((rv = sum_bytes(3, b, &total)) != KV_OK)
+			return rv;
+	} else {
+		if (n == 0 || (n && keys == NULL) ||
+		    (kind == MULTI_MPUT && (nvals != n || vals == NULL)))
+			return kvc_fail(KV_EINVAL, "no keys, or as many values as keys needed");
+		if ((rv = sum_bytes(n, keys, &total)) != KV_OK ||
+		    (kind == MULTI_MPUT && (rv = sum_bytes(n, vals, &total)) != KV_OK))
+			return rv;
+	}
+	if ((m = calloc(1, sizeof(*m))) == NULL)
+		return kvc_fail(KV_ENOMEM, "out of memory");
+	m->c = c;
+	m->kind = kind;
+	m->n = n;
+	m->done = done;
+	m->arg = arg;
+	m->deadline = kvc_deadline(c);
+	if ((m->buf = malloc(total ? total : 1)) == NULL ||
+	    (kind != MULTI_SCAN && (m->keys = calloc(n, sizeof(*m->keys))) == NULL) ||
+	    (kind == MULTI_MPUT && (m->vals = calloc(n, sizeof(*m->vals))) == NULL)) {
+		multi_free(m);
+		return kvc_fail(KV_ENOMEM, "out of memory");
+	}
+	if (kind == MULTI_SCAN) {
+		m->sa = *sa;
+		copy_bytes(m, &off, 1, &sa->start, &m->sa.start);
+		copy_bytes(m, &off, 1, &sa->end, &m->sa.end);
+		copy_bytes(m, &off, 1, &sa->prefix, &m->sa.prefix);
+	} else {
+		copy_bytes(m, &off, n, keys, m->keys);
+		if (kind == MULTI_MPUT)
+			copy_bytes(m, &off, n, vals, m->vals);
+	}
+	if ((rv = kvc_pending_take(c)) != KV_OK) {
+		multi_free(m);
+		return rv;
+	}
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	rv = pthread_create(&th, &at, multi_main, m);
+	pthread_attr_destroy(&at);
+	if (rv != 0) {
+		multi_free(m);
+		kvc_pending_release(c);
+		return kvc_fail(KV_ENOMEM, "cannot start a thread for the op");
+	}
+	return KV_OK;
+}
+
+int
+shardkv_mget_async(shardkv_client *c, size_t n, const shardkv_bytes *keys,
+                   shardkv_mget_done_fn done, void *arg)
+{
+	return multi_submit(c, MULTI_MGET, n, keys, 0, NULL, NULL, (multi_done){.mget = done}, arg);
+}
+
+int
+shardkv_mput_async(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t nvals,
+                   const shardkv_bytes *vals, shardkv_mput_done_fn done, void *arg)
+{
+	return multi_submit(c, MULTI_MPUT, nkeys, keys, nvals, vals, NULL,
+	                    (multi_done){.mput = done}, arg);
+}
+
+int
+shardkv_scan_async(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_done_fn done,
+                   void *arg)
+{
+	return multi_submit(c, MULTI_SCAN, 0, NULL, 0, NULL, a, (multi_done){.scan = done}, arg);
 }

@@ -15,13 +15,18 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { RPC_RECV = 1, RPC_SEND = 2, RPC_DEFERRED = 3, RPC_HANDLING = 4 };
 
@@ -112,17 +117,21 @@ rpc_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 #define RPC_REDIAL_MS 2000
 
 struct kv_rpc_client {
-	nng_socket sock;    /* REQ socket */
-	char *url;          /* dialed URL */
-	const kv_tls *tls;  /* TLS configuration of a tls+tcp:// url (borrowed); else NULL */
-	atomic_int pipes;   /* connections open now (pipe events) */
-	pthread_mutex_t mu; /* protects dialer and dial_time */
-	nng_dialer dialer;  /* the current dialer */
-	nng_time dial_time; /* when it was started */
+	nng_socket sock;          /* REQ socket */
+	char *url;                /* dialed URL */
+	const kv_tls *tls;        /* TLS configuration of a tls+tcp:// url (borrowed); else NULL */
+	atomic_int pipes;         /* connections open now (pipe events) */
+	pthread_mutex_t mu;       /* protects dialer and dial_time */
+	nng_dialer dialer;        /* the current dialer */
+	nng_time dial_time;       /* when it was started */
+	atomic_bool fail_refused; /* kv_rpc_client_fail_refused */
 };
 
 /* The detail of the last failed kv_rpc_call on this thread (kv_rpc_why). */
 static _Thread_local char rpc_why[384];
+
+/* The last failed kv_rpc_call on this thread met a refused connection. */
+static _Thread_local bool rpc_refused;
 
 /* A TLS call that has no connection after RPC_PROBE_AFTER_MS spends up to
  * RPC_PROBE_MS finding out whether the handshake is what fails. */
@@ -133,6 +142,70 @@ const char *
 kv_rpc_why(void)
 {
 	return rpc_why;
+}
+
+bool
+kv_rpc_refused(void)
+{
+	return rpc_refused;
+}
+
+void
+kv_rpc_client_fail_refused(kv_rpc_client *c, bool on)
+{
+	if (c != NULL)
+		atomic_store(&c->fail_refused, on);
+}
+
+/*
+ * One plain TCP connection attempt to a tcp:// url, with a socket of its
+ * own (not nng: none of nng 1.5's close traps of REQ sockets, and no nng
+ * object to reap). Returns whether it was refused: the host is reachable
+ * and nothing listens on the port. A connection that is made, times out,
+ * or an address that is not tcp:// or does not resolve says nothing and
+ * returns false.
+ */
+static bool
+rpc_probe_refused(const char *url, uint32_t timeout_ms)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+	char host[256];
+	const char *p, *colon;
+	bool refused = false;
+	size_t hl;
+
+	if (strncmp(url, "tcp://", 6) != 0)
+		return false;
+	p = url + 6;
+	if ((colon = strrchr(p, ':')) == NULL || (hl = (size_t)(colon - p)) == 0 ||
+	    hl >= sizeof(host))
+		return false;
+	memcpy(host, p, hl);
+	host[hl] = '\0';
+	if (hl > 2 && host[0] == '[' && host[hl - 1] == ']') { /* [v6 address] */
+		memmove(host, host + 1, hl - 2);
+		host[hl - 2] = '\0';
+	}
+	if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || ai == NULL)
+		return false;
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+			if (errno == ECONNREFUSED) {
+				refused = true;
+			} else if (errno == EINPROGRESS) {
+				struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+				int err = 0;
+				socklen_t len = sizeof(err);
+				if (poll(&pfd, 1, (int)timeout_ms) == 1 &&
+				    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0)
+					refused = err == ECONNREFUSED;
+			}
+		}
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return refused;
 }
 
 static void
@@ -664,6 +737,7 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	int rv;
 
 	rpc_why[0] = '\0';
+	rpc_refused = false;
 	if (c == NULL || req == NULL || reply == NULL) {
 		if (req)
 			nng_msg_free(req);
@@ -682,8 +756,11 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	/* Over TLS a refused handshake looks just like a peer that is down:
 	 * the send waits for a connection that never comes. So when none has
 	 * come after RPC_PROBE_AFTER_MS, one probe finds out which it is, and
-	 * a refusal fails the call at once instead of at its deadline. */
-	probe = c->tls != NULL && timeout_ms > RPC_PROBE_AFTER_MS;
+	 * a refusal fails the call at once instead of at its deadline. A
+	 * client asked to (kv_rpc_client_fail_refused) likewise probes a plain
+	 * address, and a refused connection ends the call. */
+	probe =
+	    (c->tls != NULL || atomic_load(&c->fail_refused)) && timeout_ms > RPC_PROBE_AFTER_MS;
 	nng_aio_set_timeout(aio, (nng_duration)(probe ? RPC_PROBE_AFTER_MS : timeout_ms));
 	nng_aio_set_msg(aio, req);
 	nng_ctx_send(ctx, aio);
@@ -691,7 +768,17 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	nng_time t = nng_clock();
 	if (probe && nng_aio_result(aio) == NNG_ETIMEDOUT && t < deadline) {
 		nng_time left = deadline - t;
-		if (kv_tls_probe(c->url, c->tls,
+		if (c->tls == NULL &&
+		    rpc_probe_refused(c->url,
+		                      left < RPC_PROBE_MS ? (uint32_t)left + 1 : RPC_PROBE_MS)) {
+			snprintf(rpc_why, sizeof(rpc_why), "connection refused by %s", c->url);
+			rpc_refused = true;
+			nng_msg_free(req);
+			rv = KV_EUNAVAIL;
+			goto out;
+		}
+		if (c->tls != NULL &&
+		    kv_tls_probe(c->url, c->tls,
 		                 left < RPC_PROBE_MS ? (uint32_t)left + 1 : RPC_PROBE_MS, rpc_why,
 		                 sizeof(rpc_why)) == KV_EAUTH) {
 			nng_msg_free(req);

@@ -20,6 +20,7 @@
 #include "common/tls.h"
 
 #include <nng/nng.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -84,6 +85,21 @@ void kv_rpc_client_destroy(kv_rpc_client *c);
  * while, starts a fresh one. It closes the old dialer, which waits on nng's
  * threads: never call it from an nng callback. Accepts NULL. */
 void kv_rpc_client_redial(kv_rpc_client *c);
+
+/*
+ * Makes kv_rpc_call on this client fail early with KV_EUNAVAIL when its
+ * tcp:// address refuses connections (nothing listens there): a call that
+ * has no connection after a few hundred milliseconds tries one plain TCP
+ * connection,
+ * and a refusal ends the call (kv_rpc_refused() then says so) instead of
+ * waiting for its deadline. Off by default: peers that restart briefly are
+ * waited for. Thread-safe.
+ */
+void kv_rpc_client_fail_refused(kv_rpc_client *c, bool on);
+
+/* Whether the last kv_rpc_call on this thread failed because its address
+ * refused the connection (see kv_rpc_client_fail_refused). */
+bool kv_rpc_refused(void);
 
 /* Returns the URL this client dials. */
 const char *kv_rpc_client_url(const kv_rpc_client *c);

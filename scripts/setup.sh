@@ -10,11 +10,13 @@ set -euo pipefail
 # libraft-dev, libuv1-dev: the replicated controller (canonical raft and the
 # libuv loop its disk and TCP backend runs on). libjansson-dev: the checker
 # reads history files (JSON Lines) with it. libedit-dev: line editing and
-# history at the CLI's interactive prompt.
+# history at the CLI's interactive prompt. python3: the Python binding
+# (python/shardkv, standard library only: ctypes) and its test, and the
+# free-port helpers of the shell tests.
 pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
       libprotobuf-c-dev protobuf-c-compiler libnng-dev libcmocka-dev
       liburcu-dev libxxhash-dev libmbedtls-dev openssl libraft-dev libuv1-dev libjansson-dev
-      libedit-dev)
+      libedit-dev python3)
 
 missing=()
 for p in "${pkgs[@]}"; do

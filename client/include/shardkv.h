@@ -129,6 +129,39 @@ SHARDKV_API void shardkv_close(shardkv_client *c);
 /* Changes the per-call deadline of the handle (0: 5000 ms). Thread-safe. */
 SHARDKV_API void shardkv_set_timeout(shardkv_client *c, uint32_t timeout_ms);
 
+/*
+ * Per-call deadline: sets the deadline of every call this thread makes
+ * from now on, on any handle, in place of the handle's (0: the handle's
+ * again). A blocking call's deadline starts when it is made; an async call's
+ * when it is taken (its completion may come later on a library thread: the
+ * deadline was fixed at submission). Typical use brackets one call:
+ *
+ *     shardkv_set_thread_timeout(200);
+ *     rv = shardkv_get(c, key, klen, &v);
+ *     shardkv_set_thread_timeout(0);
+ */
+SHARDKV_API void shardkv_set_thread_timeout(uint32_t timeout_ms);
+
+/* This thread's per-call deadline (0: none set, the handle's applies). */
+SHARDKV_API uint32_t shardkv_thread_timeout(void);
+
+/*
+ * Logging. The library writes diagnostics to stderr, one line each. By
+ * default a program that uses the library sees warnings and errors only
+ * (set by the first shardkv_open() unless the program chose a level
+ * before); info lines (reconnections and the like) and debug lines are
+ * for troubleshooting. The level is process-wide; set it before opening
+ * handles or while no call is in progress. Returns 0 or SHARDKV_EINVAL.
+ */
+enum shardkv_log_level {
+	SHARDKV_LOG_DEBUG = 0,
+	SHARDKV_LOG_INFO = 1,
+	SHARDKV_LOG_WARN = 2,
+	SHARDKV_LOG_ERROR = 3,
+	SHARDKV_LOG_OFF = 4,
+};
+SHARDKV_API int shardkv_set_log_level(int level);
+
 /* A borrowed byte string (input). */
 typedef struct {
 	const void *data; /* bytes; may be NULL when len is 0 */
@@ -195,6 +228,10 @@ SHARDKV_API int shardkv_put_async(shardkv_client *c, const void *key, size_t kle
                                   size_t vlen, shardkv_done_fn done, void *arg);
 SHARDKV_API int shardkv_del_async(shardkv_client *c, const void *key, size_t klen,
                                   shardkv_done_fn done, void *arg);
+/* Appends asynchronously (as shardkv_append); done gets val NULL and, on
+ * status 0, vlen the value's length after the append. */
+SHARDKV_API int shardkv_append_async(shardkv_client *c, const void *key, size_t klen,
+                                     const void *val, size_t vlen, shardkv_done_fn done, void *arg);
 
 /* The result of shardkv_mget(). Free with shardkv_mget_result_free(). */
 typedef struct {
@@ -288,6 +325,51 @@ SHARDKV_API int shardkv_keys(shardkv_client *c, const void *prefix, size_t plen,
 
 /* Frees a scan result. Accepts NULL. */
 SHARDKV_API void shardkv_scan_result_free(shardkv_scan_result *r);
+
+/*
+ * A scan cursor the library owns: it fetches pages of `page` entries (0:
+ * 256) and keeps the resume key itself, so the caller never sizes a key
+ * buffer. shardkv_scan_iter_new copies *a (a->limit bounds the whole
+ * iteration, 0: none) and makes no call yet. shardkv_scan_iter_next
+ * returns 0 with *entry set to the next entry (valid until the next call on
+ * the iterator or its free), 1 at the end, or a negative code (the
+ * iterator may be called again: it retries from where it stood). An
+ * iterator is used by one thread at a time; free it with
+ * shardkv_scan_iter_free before closing the handle.
+ */
+typedef struct shardkv_scan_iter shardkv_scan_iter;
+
+SHARDKV_API int shardkv_scan_iter_new(shardkv_client *c, const shardkv_scan_args *a, size_t page,
+                                      shardkv_scan_iter **out);
+SHARDKV_API int shardkv_scan_iter_next(shardkv_scan_iter *it, const shardkv_entry **entry);
+SHARDKV_API void shardkv_scan_iter_free(shardkv_scan_iter *it);
+
+/*
+ * Asynchronous mget, mput and scan. Each copies its arguments and returns
+ * at once: 0 when the op was taken (done will run exactly once, on a
+ * library thread), or an error (SHARDKV_EINVAL, SHARDKV_ENOMEM,
+ * SHARDKV_ECLOSED once shardkv_close has begun) and done will not run. The
+ * op then runs as its blocking form with the deadline fixed at submission,
+ * and done gets its status and its result exactly as the blocking form
+ * would have filled *out: the callee owns the result (NULL when the
+ * blocking form would have left *out untouched) and frees it with its
+ * _free function. shardkv_close waits for these ops to finish (those that
+ * have not reached a server fail with SHARDKV_ECLOSED). done may start
+ * further async ops and must not call shardkv_close(). Each op in flight
+ * holds a library thread: for many small reads, shardkv_get_async is the
+ * cheaper form.
+ */
+typedef void (*shardkv_mget_done_fn)(void *arg, int status, shardkv_mget_result *r);
+typedef void (*shardkv_mput_done_fn)(void *arg, int status, shardkv_mput_result *r);
+typedef void (*shardkv_scan_done_fn)(void *arg, int status, shardkv_scan_result *r);
+
+SHARDKV_API int shardkv_mget_async(shardkv_client *c, size_t n, const shardkv_bytes *keys,
+                                   shardkv_mget_done_fn done, void *arg);
+SHARDKV_API int shardkv_mput_async(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys,
+                                   size_t nvals, const shardkv_bytes *vals,
+                                   shardkv_mput_done_fn done, void *arg);
+SHARDKV_API int shardkv_scan_async(shardkv_client *c, const shardkv_scan_args *a,
+                                   shardkv_scan_done_fn done, void *arg);
 
 /* ---------------------------------------------------------------------------
  * Admin operations (doc/contract.md §4)

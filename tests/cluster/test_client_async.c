@@ -7,7 +7,8 @@
  * under async writes; closing the handle with ops in flight completes
  * every one of them before it returns; and blocking calls from several
  * threads share a handle's connections with async ops in flight, each
- * getting its own answer.
+ * getting its own answer. (Async append, mget, mput, scan and the scan
+ * cursor: test_client_multi.c.)
  */
 #include "tests/support/cluster_util.h"
 #include "tests/support/testutil.h"
@@ -17,6 +18,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -10,6 +10,8 @@ if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   kv_cluster_test(test_cluster_data 120)
   kv_cluster_test(test_client_async 120)
   set_property(TEST test_client_async APPEND PROPERTY LABELS concurrency)
+  # Async append/mget/mput/scan and the scan cursor.
+  kv_cluster_test(test_client_multi 120)
   kv_cluster_test(test_cluster_moves 120)
   kv_cluster_test(test_cluster_controller 90)
   kv_cluster_test(test_cluster_batch 120)
@@ -110,4 +112,21 @@ kv_add_test(test_install_pkgconfig COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cluste
 if(TARGET shardkv-controller AND TARGET shardkv-server AND TARGET shardkv_bin)
   kv_add_test(test_cluster_sh COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cluster/test_cluster_sh.sh
     ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/bin TIMEOUT 120 LABELS integration)
+endif()
+
+# The Python binding (python/shardkv, ctypes over libshardkv.so) against a
+# cluster that python/tests/test_shardkv.py starts with deploy/cluster.sh
+# (--dir and --base-port on free ports; destroyed on every path). Not in
+# sanitizer builds: a sanitized libshardkv.so cannot be loaded into an
+# uninstrumented python3 (the sanitizer runtime must come first).
+find_program(KV_PYTHON3 python3)
+if(KV_PYTHON3 AND NOT KV_SANITIZE AND TARGET shardkv-controller AND TARGET shardkv-server
+   AND TARGET shardkv_bin)
+  kv_add_test(test_python_binding COMMAND ${KV_PYTHON3}
+    ${CMAKE_SOURCE_DIR}/python/tests/test_shardkv.py TIMEOUT 180 LABELS integration)
+  set_property(TEST test_python_binding APPEND PROPERTY ENVIRONMENT
+    "SHARDKV_LIB=$<TARGET_FILE:shardkv_shared>"
+    "SHARDKV_BIN_DIR=${CMAKE_BINARY_DIR}/bin"
+    "SHARDKV_SRC=${CMAKE_SOURCE_DIR}"
+    "PYTHONPATH=${CMAKE_SOURCE_DIR}/python")
 endif()

@@ -3,12 +3,25 @@
  * configurations: mget/mput keys split per node with indexes in key order,
  * scans cut at every range and migration boundary, per-server scan pages
  * merged in key order with the limit; a Response read as the reply to a
- * request of n ops (kvc_reply_decode).
+ * request of n ops (kvc_reply_decode). And what needs no server: a library
+ * that writes no info lines to its user's stderr unless asked; a controller
+ * address where nothing listens reported as refused, naming it, well before
+ * the deadline; a per-thread deadline that replaces the handle's; async
+ * mget/mput/scan that complete once with the call's error; scan cursors
+ * that check their arguments.
  */
 #include "client/client_int.h"
 #include "common/err.h"
+#include "common/log.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -398,10 +411,261 @@ refused_reply_needs_no_results(void **state)
 	nng_msg_free(m);
 }
 
+/* ---------------------------------------------------------------------------
+ * Without a server
+ * ------------------------------------------------------------------------- */
+
+/* A loopback TCP socket bound to a free port; listening when `listen_too`
+ * (connections are queued by the kernel and never served). Returns the fd
+ * and the port in *port. */
+static int
+loopback_socket(bool listen_too, int *port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	if (listen_too)
+		assert_int_equal(listen(fd, 16), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* A controller URL on a loopback port where nothing listens. The port is
+ * bound without listening while the test runs, so nobody else takes it. */
+static int
+refused_url(char *url, size_t len)
+{
+	int port, fd = loopback_socket(false, &port);
+	snprintf(url, len, "tcp://127.0.0.1:%d", port);
+	return fd;
+}
+
+static uint64_t
+now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static shardkv_client *
+open_on(const char *url, uint32_t timeout_ms)
+{
+	shardkv_options o = {.timeout_ms = timeout_ms, .no_watch = true};
+	shardkv_client *c = NULL;
+	assert_int_equal(shardkv_open(url, &o, &c), 0);
+	return c;
+}
+
+/* Must run first: the default level is set by the first shardkv_open. */
+static void
+library_writes_no_info_lines_by_default(void **state)
+{
+	char url[64];
+	int fd = refused_url(url, sizeof(url));
+	shardkv_client *c = open_on(url, 3000);
+
+	(void)state;
+	assert_false(kv_log_enabled(KV_LOG_INFO));
+	assert_true(kv_log_enabled(KV_LOG_WARN));
+	/* What a failing call writes to stderr: nothing at info. */
+	char path[] = "/tmp/kv-libquiet.XXXXXX";
+	int out = mkstemp(path), saved = dup(2);
+	assert_true(out >= 0 && saved >= 0);
+	fflush(stderr);
+	dup2(out, 2);
+	kv_log(KV_LOG_INFO, "rpc", "redialing", "url=%s", url);
+	shardkv_buf v;
+	int rv = shardkv_get(c, "a", 1, &v);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	assert_int_equal(rv, SHARDKV_EUNAVAIL);
+	assert_int_equal(lseek(out, 0, SEEK_END), 0);
+	close(out);
+	unlink(path);
+	shardkv_close(c);
+	close(fd);
+	/* The program may ask for more, and for an invalid level gets EINVAL. */
+	assert_int_equal(shardkv_set_log_level(SHARDKV_LOG_INFO), 0);
+	assert_true(kv_log_enabled(KV_LOG_INFO));
+	assert_int_equal(shardkv_set_log_level(7), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_set_log_level(SHARDKV_LOG_WARN), 0);
+	assert_false(kv_log_enabled(KV_LOG_INFO));
+}
+
+static void
+refused_controller_is_reported_well_before_the_deadline(void **state)
+{
+	char url[64];
+	int fd = refused_url(url, sizeof(url));
+	shardkv_client *c = open_on(url, 10000);
+	shardkv_buf v;
+	shardkv_config *cfg;
+
+	(void)state;
+	uint64_t t0 = now_ms();
+	assert_int_equal(shardkv_get(c, "a", 1, &v), SHARDKV_EUNAVAIL);
+	assert_true(now_ms() - t0 < 3000);
+	assert_non_null(strstr(shardkv_errmsg(), url));
+	assert_non_null(strstr(shardkv_errmsg(), "refused"));
+	/* An admin call likewise. */
+	t0 = now_ms();
+	assert_int_equal(shardkv_status(c, &cfg), SHARDKV_EUNAVAIL);
+	assert_true(now_ms() - t0 < 3000);
+	assert_non_null(strstr(shardkv_errmsg(), "refused"));
+	shardkv_close(c);
+	close(fd);
+}
+
+static void
+refused_among_several_controllers_needs_every_one_refused(void **state)
+{
+	char u1[64], u2[64], both[140];
+	int f1 = refused_url(u1, sizeof(u1)), f2 = refused_url(u2, sizeof(u2));
+	shardkv_buf v;
+
+	(void)state;
+	snprintf(both, sizeof(both), "%s,%s", u1, u2);
+	shardkv_client *c = open_on(both, 10000);
+	uint64_t t0 = now_ms();
+	assert_int_equal(shardkv_get(c, "a", 1, &v), SHARDKV_EUNAVAIL);
+	assert_true(now_ms() - t0 < 3000);
+	assert_non_null(strstr(shardkv_errmsg(), "refused"));
+	shardkv_close(c);
+	close(f1);
+	close(f2);
+}
+
+static void
+thread_timeout_replaces_the_handles_deadline(void **state)
+{
+	int port, fd = loopback_socket(true, &port); /* accepts, never answers */
+	char url[64];
+	shardkv_buf v;
+
+	(void)state;
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+	shardkv_client *c = open_on(url, 20000);
+	assert_int_equal(shardkv_thread_timeout(), 0);
+	shardkv_set_thread_timeout(300);
+	assert_int_equal(shardkv_thread_timeout(), 300);
+	uint64_t t0 = now_ms();
+	int rv = shardkv_get(c, "a", 1, &v);
+	shardkv_set_thread_timeout(0);
+	assert_true(rv == SHARDKV_EUNAVAIL || rv == SHARDKV_ETIMEDOUT);
+	assert_true(now_ms() - t0 < 10000); /* the handle's 20 s did not apply */
+	shardkv_close(c);
+	close(fd);
+}
+
+typedef struct {
+	atomic_int calls;
+	int status;
+	bool result;
+} multi_seen;
+
+static void
+mget_seen(void *arg, int status, shardkv_mget_result *r)
+{
+	multi_seen *s = arg;
+	s->status = status;
+	s->result = r != NULL;
+	shardkv_mget_result_free(r);
+	atomic_fetch_add(&s->calls, 1);
+}
+
+static void
+mput_seen(void *arg, int status, shardkv_mput_result *r)
+{
+	multi_seen *s = arg;
+	s->status = status;
+	s->result = r != NULL;
+	shardkv_mput_result_free(r);
+	atomic_fetch_add(&s->calls, 1);
+}
+
+static void
+scan_seen(void *arg, int status, shardkv_scan_result *r)
+{
+	multi_seen *s = arg;
+	s->status = status;
+	s->result = r != NULL;
+	shardkv_scan_result_free(r);
+	atomic_fetch_add(&s->calls, 1);
+}
+
+static void
+async_multi_ops_complete_once_with_the_calls_error(void **state)
+{
+	char url[64];
+	int fd = refused_url(url, sizeof(url));
+	shardkv_client *c = open_on(url, 10000);
+	shardkv_bytes keys[2] = {{"a", 1}, {"b", 1}}, vals[2] = {{"1", 1}, {"2", 1}};
+	shardkv_scan_args sa = {.prefix = {"a", 1}};
+	multi_seen m1 = {0}, m2 = {0}, m3 = {0};
+
+	(void)state;
+	/* Refused arguments: an error now and no callback. */
+	assert_int_equal(shardkv_mget_async(c, 0, keys, mget_seen, &m1), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_mput_async(c, 2, keys, 1, vals, mput_seen, &m2), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_scan_async(c, NULL, scan_seen, &m3), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_mget_async(c, 2, keys, NULL, NULL), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_mget_async(c, 2, keys, mget_seen, &m1), 0);
+	assert_int_equal(shardkv_mput_async(c, 2, keys, 2, vals, mput_seen, &m2), 0);
+	assert_int_equal(shardkv_scan_async(c, &sa, scan_seen, &m3), 0);
+	/* shardkv_close waits for all three: refused, or cut short by the close. */
+	shardkv_close(c);
+	assert_int_equal(atomic_load(&m1.calls), 1);
+	assert_int_equal(atomic_load(&m2.calls), 1);
+	assert_int_equal(atomic_load(&m3.calls), 1);
+	assert_true(m1.status == SHARDKV_EUNAVAIL || m1.status == SHARDKV_ECLOSED);
+	assert_true(m2.status == SHARDKV_EUNAVAIL || m2.status == SHARDKV_ECLOSED);
+	assert_true(m3.status == SHARDKV_EUNAVAIL || m3.status == SHARDKV_ECLOSED);
+	assert_false(m1.result);
+	assert_false(m3.result);
+	close(fd);
+}
+
+static void
+scan_cursor_checks_its_arguments(void **state)
+{
+	char url[64];
+	int fd = refused_url(url, sizeof(url));
+	shardkv_client *c = open_on(url, 10000);
+	shardkv_scan_args inverted = {.start = {"b", 1}, .end = {"a", 1}};
+	shardkv_scan_args all = {0};
+	shardkv_scan_iter *it = NULL;
+	const shardkv_entry *e;
+
+	(void)state;
+	assert_int_equal(shardkv_scan_iter_new(c, &inverted, 0, &it), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_scan_iter_new(NULL, &all, 0, &it), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_scan_iter_next(NULL, &e), SHARDKV_EINVAL);
+	/* A failed page is an error the caller may retry; the cursor stays. */
+	assert_int_equal(shardkv_scan_iter_new(c, &all, 0, &it), 0);
+	assert_int_equal(shardkv_scan_iter_next(it, &e), SHARDKV_EUNAVAIL);
+	shardkv_scan_iter_free(it);
+	shardkv_scan_iter_free(NULL);
+	shardkv_close(c);
+	close(fd);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(library_writes_no_info_lines_by_default),
+	    cmocka_unit_test(refused_controller_is_reported_well_before_the_deadline),
+	    cmocka_unit_test(refused_among_several_controllers_needs_every_one_refused),
+	    cmocka_unit_test(thread_timeout_replaces_the_handles_deadline),
+	    cmocka_unit_test(async_multi_ops_complete_once_with_the_calls_error),
+	    cmocka_unit_test(scan_cursor_checks_its_arguments),
 	    cmocka_unit_test(split_groups_keys_per_node_in_key_order),
 	    cmocka_unit_test(split_of_keys_on_one_node_is_one_part),
 	    cmocka_unit_test(split_sends_moving_keys_to_the_migration_source),
