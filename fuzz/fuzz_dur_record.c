@@ -158,6 +158,8 @@ model_apply(model *m, const uint8_t *p, size_t n)
 	case REC_DEL: {
 		kv_bytes k = rdbytes(&r);
 		FZ_CHECK(k.len > 0);
+		if (p[1] & 2) /* the value the delete returned, for the dedup memory */
+			(void)rdbytes(&r);
 		m_del(m, k);
 		break;
 	}
@@ -180,6 +182,8 @@ model_apply(model *m, const uint8_t *p, size_t n)
 		FZ_CHECK(p[1] & 1);
 		(void)rd32(&r);
 		(void)rdbytes(&r);
+		if (p[1] & 2)
+			(void)rdbytes(&r);
 		break;
 	default:
 		FZ_CHECK(!"replay accepted an unknown record type");
