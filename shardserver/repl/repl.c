@@ -159,10 +159,9 @@ struct kv_rs {
 	stream *streams[MAX_STREAMS]; /* published before nstreams grows */
 	atomic_size_t nstreams;       /* streams usable (lock-free reads) */
 	atomic_bool short_isr;        /* a range this node leads has too small an ISR */
-	/* Demotion fence: until fence_until_ns (monotonic), records <= fence_lsn
-	 * are never covered (kv_rs_apply_config). Written by the configuration
-	 * thread only; fence_lsn is stored after fence_until_ns. */
-	atomic_uint_fast64_t fence_lsn, fence_until_ns;
+	/* Demotion fence (kv_rs_fenced): the monotonic time of the last
+	 * demotion; 0: none. Written by the configuration thread only. */
+	atomic_uint_fast64_t fence_ns;
 
 	pthread_mutex_t in_mu; /* protects src and the backup-side counters */
 	pthread_cond_t in_cv;  /* a batch was applied */
@@ -239,8 +238,6 @@ kv_rs_covered(kv_rs *g, uint64_t lsn)
 {
 	size_t n = atomic_load_explicit(&g->nstreams, memory_order_acquire);
 
-	if (lsn <= atomic_load(&g->fence_lsn) && kv_now_ns() < atomic_load(&g->fence_until_ns))
-		return false; /* logged by a range this node no longer leads */
 	for (size_t i = 0; i < n; i++) {
 		stream *s = g->streams[i];
 		uint64_t h = atomic_load(&s->hole);
@@ -706,6 +703,14 @@ demoted(const route *old, size_t oldn, const route *nr, size_t n, uint32_t me)
 	return false;
 }
 
+bool
+kv_rs_fenced(kv_rs *g, uint64_t t0_ns)
+{
+	uint64_t f = atomic_load_explicit(&g->fence_ns, memory_order_relaxed);
+
+	return f != 0 && t0_ns <= f;
+}
+
 int
 kv_rs_apply_config(kv_rs *g, const kv_config *c)
 {
@@ -766,19 +771,15 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	/* Demotion: a range this node led with backups has another primary
 	 * (a failover while it was cut off or paused). What it logged for the
 	 * range may be missing at the new primary, and the backups that have
-	 * not acknowledged it are about to leave every stream: replies still
-	 * waiting for records logged up to now must fail, not succeed. Every
-	 * write of the old routes has ended (the swap waited for them). */
+	 * not acknowledged it are about to leave every stream: the replies of
+	 * writes that began before now must fail, not succeed (kv_rs_fenced).
+	 * Every write of the old routes has logged (the swap waited for them);
+	 * a later one is refused by the ownership table. */
 	if (me != 0 && demoted(old, oldn, nr, c->nranges, me)) {
-		uint64_t ms = g->env.wait_ms ? g->env.wait_ms : DEFAULT_WAIT;
-		atomic_store(&g->fence_until_ns, kv_now_ns() + 2 * ms * 1000000ull);
-		atomic_store(&g->fence_lsn, kv_dur_last_lsn(g->env.dur));
+		atomic_store(&g->fence_ns, kv_now_ns());
 		atomic_fetch_add(&g->st_demotions, 1);
-		KV_WARN(COMP,
-		        "a range this node led has another primary: replies waiting for "
-		        "its backups fail",
-		        "epoch=%llu lsn=%llu", (unsigned long long)c->epoch,
-		        (unsigned long long)atomic_load(&g->fence_lsn));
+		KV_WARN(COMP, "a range this node led has another primary: writes in flight fail",
+		        "epoch=%llu", (unsigned long long)c->epoch);
 	}
 	routes_free(old, oldn);
 	/* A backup no range streams to any more (left the ISR, or the range

@@ -38,8 +38,8 @@
  *
  * Failover. A range this node now leads after a failover simply gets
  * streams to its new ISR. A range it led with backups and no longer leads
- * (demoted) fences the log: replies still waiting for records logged up to
- * then fail with KV_ETIMEDOUT (they may or may not survive), never succeed.
+ * (demoted) fences the writes in flight: their replies fail (they may or
+ * may not survive), never succeed (kv_rs_fenced).
  *
  * Not here yet: backups outside the ISR (copy and catch-up), ISR expand,
  * failover reconciliation.
@@ -130,6 +130,12 @@ typedef struct {
  */
 int kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const char **why);
 void kv_rs_write_end(kv_rs_op *op);
+
+/* Whether a write whose request began at t0_ns (kv_now_ns) may have logged
+ * records of a range this node has since stopped leading (a demotion): its
+ * reply must then fail (timeout-class), never succeed. One relaxed atomic
+ * load. */
+bool kv_rs_fenced(kv_rs *g, uint64_t t0_ns);
 
 /* Whether every in-sync backup has acknowledged every record <= lsn
  * (lock-free). */

@@ -10,7 +10,11 @@
  *   (same client and request id) from its exactly-once memory;
  * - a stopped backup: the primary's writes wait, the primary asks the
  *   controller to take the backup out of the ISR, and once it applies that
- *   configuration the writes complete.
+ *   configuration the writes complete;
+ * - demotion, against the fake controller (which publishes what a real one
+ *   would after a failover the old primary missed): the old primary stops
+ *   serving at once, names the new primary, and keeps its copy; a copy
+ *   outside the ISR named primary is not served.
  *
  * The backup joins the ISR (the primary's IsrChange, sent here by the test)
  * before any write, so it is trivially caught up. Every wait polls with a
@@ -18,6 +22,8 @@
  */
 #include "common/err.h"
 #include "shardkv.h"
+#include "shardserver/server.h"
+#include "tests/support/fake_ctl.h"
 #include "tests/support/inproc_cluster.h"
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
@@ -240,12 +246,91 @@ a_silent_backup_is_taken_out_of_the_isr_and_writes_complete(void **state)
 	shardkv_close(k);
 }
 
+/* Demotion: two servers under the fake controller. */
+static inproc_srv dsrv[2];
+static fake_ctl *dctl;
+static char dtmp[128];
+
+static int
+demote_setup(void **state)
+{
+	(void)state;
+	inproc_srv_setup(dsrv, 2, &dctl, dtmp, sizeof(dtmp), "kvdemote", 16);
+	return 0;
+}
+
+static int
+demote_teardown(void **state)
+{
+	(void)state;
+	inproc_srv_cleanup(dsrv, 2, &dctl, dtmp);
+	return 0;
+}
+
+/* Publishes the key space with replicas rep[0..2) (rep[0] the primary),
+ * ISR isr[0..nisr), and the new configuration's epoch as leader epoch. */
+static uint64_t
+publish(const uint32_t *rep, const uint32_t *isr, uint32_t nisr)
+{
+	fake_cfg b = fake_cfg_new(dctl);
+	fake_cfg_range(&b, "", rep[0]);
+	fake_cfg_replicas(&b, rep, 2, isr, nisr, 0);
+	return fake_cfg_publish(dctl, &b);
+}
+
+static void
+a_deposed_primary_stops_serving_and_keeps_its_copy(void **state)
+{
+	const uint32_t r12[2] = {1, 2}, r21[2] = {2, 1}, only1[1] = {1}, only2[1] = {2};
+	kv_buf val = {0};
+	uint64_t e;
+	res1 r;
+
+	(void)state;
+	fake_ctl_add_node(dctl, dsrv[0].url);
+	fake_ctl_add_node(dctl, dsrv[1].url);
+	e = publish(r12, r12, 2);
+	inproc_srv_up(&dsrv[0]);
+	inproc_srv_up(&dsrv[1]);
+	srv_wait_ready(dsrv[0].url, e, PATIENCE, NULL);
+	srv_wait_ready(dsrv[1].url, e, PATIENCE, NULL);
+	assert_int_equal(do_put(dsrv[0].url, "d", "1", CLIENT, 1).status, 0);
+
+	/* A failover node 1 missed: node 2 leads, node 1 is outside the ISR. */
+	e = publish(r21, only2, 1);
+	srv_wait_ready(dsrv[0].url, e, PATIENCE, NULL);
+	srv_wait_ready(dsrv[1].url, e, PATIENCE, NULL);
+	r = do_get(dsrv[0].url, "d");
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_WRONG_OWNER);
+	assert_int_equal(r.hint_node, 2);
+	assert_string_equal(r.hint_addr, dsrv[1].url);
+	r = do_put(dsrv[0].url, "d", "2", CLIENT, 2);
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_WRONG_OWNER);
+	/* The copy stays (nothing deleted), and node 2 serves the range. */
+	assert_int_equal(kv_server_get_for_test(dsrv[0].s, "d", 1, &val), 0);
+	assert_int_equal(val.len, 1);
+	assert_memory_equal(val.data, "1", 1);
+	kv_buf_fini(&val);
+	r = do_get(dsrv[1].url, "d");
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.value, "1");
+
+	/* A copy outside the ISR named primary is not served. */
+	e = publish(r12, only1, 1);
+	srv_wait_ready(dsrv[0].url, e, PATIENCE, NULL);
+	r = do_get(dsrv[0].url, "d");
+	assert_int_not_equal(r.status, 0);
+	assert_int_not_equal(r.status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    INPROC_CLUSTER_TEST(the_promoted_backup_serves_every_acknowledged_write, &fo),
 	    INPROC_CLUSTER_TEST(a_silent_backup_is_taken_out_of_the_isr_and_writes_complete, &sh),
+	    cmocka_unit_test_setup_teardown(a_deposed_primary_stops_serving_and_keeps_its_copy,
+	                                    demote_setup, demote_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
