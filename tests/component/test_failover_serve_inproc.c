@@ -28,6 +28,7 @@
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -323,6 +324,58 @@ a_deposed_primary_stops_serving_and_keeps_its_copy(void **state)
 	assert_int_not_equal(r.status, SHARDKV__STATUS__STATUS_NOT_FOUND);
 }
 
+/* A put in a thread of its own. */
+typedef struct {
+	const char *url;
+	res1 r;
+} put_job;
+
+static void *
+put_main(void *arg)
+{
+	put_job *j = arg;
+	j->r = do_put(j->url, "w", "1", CLIENT, 9);
+	return NULL;
+}
+
+static void
+a_write_in_flight_when_its_primary_is_deposed_is_not_acknowledged(void **state)
+{
+	const uint32_t r12[2] = {1, 2}, r21[2] = {2, 1}, only2[1] = {2};
+	put_job j = {.url = NULL};
+	pthread_t t;
+	kv_buf val = {0};
+	uint64_t e, t0;
+
+	(void)state;
+	fake_ctl_add_node(dctl, dsrv[0].url);
+	fake_ctl_add_node(dctl, dsrv[1].url);
+	e = publish(r12, r12, 2);
+	inproc_srv_up(&dsrv[0]);
+	inproc_srv_up(&dsrv[1]);
+	srv_wait_ready(dsrv[0].url, e, PATIENCE, NULL);
+	srv_wait_ready(dsrv[1].url, e, PATIENCE, NULL);
+	assert_int_equal(do_put(dsrv[0].url, "a", "1", CLIENT, 1).status, 0);
+	/* The backup stops: the next write is applied on the primary and
+	 * waits for it. */
+	inproc_srv_down(&dsrv[1]);
+	j.url = dsrv[0].url;
+	assert_int_equal(pthread_create(&t, NULL, put_main, &j), 0);
+	t0 = kv_test_now_ms();
+	while (kv_server_get_for_test(dsrv[0].s, "w", 1, &val) != 0) {
+		if (kv_test_now_ms() - t0 > PATIENCE)
+			fail_msg("the write never reached the primary's store");
+		kv_test_sleep_ms(5);
+	}
+	kv_buf_fini(&val);
+	/* Deposed meanwhile: its backup's queue is dropped, but the waiting
+	 * write is not acknowledged (the new primary may lack it). */
+	publish(r21, only2, 1);
+	pthread_join(t, NULL);
+	assert_int_equal(j.r.status, SHARDKV__STATUS__STATUS_TIMED_OUT);
+	assert_int_equal(do_get(dsrv[0].url, "a").status, SHARDKV__STATUS__STATUS_WRONG_OWNER);
+}
+
 int
 main(void)
 {
@@ -331,6 +384,9 @@ main(void)
 	    INPROC_CLUSTER_TEST(a_silent_backup_is_taken_out_of_the_isr_and_writes_complete, &sh),
 	    cmocka_unit_test_setup_teardown(a_deposed_primary_stops_serving_and_keeps_its_copy,
 	                                    demote_setup, demote_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_write_in_flight_when_its_primary_is_deposed_is_not_acknowledged, demote_setup,
+	        demote_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
