@@ -572,13 +572,15 @@ kv_server_stop(kv_server *s)
 	{
 		kv_rs_stats rs;
 		kv_rs_stats_get(s->repl, &rs);
-		if (rs.streams || rs.applied || rs.refused)
+		if (rs.streams || rs.applied || rs.refused || rs.demotions)
 			KV_INFO(COMP, "replication",
 			        "streams=%llu unacked=%llu batches=%llu restarts=%llu "
-			        "applied=%llu refused=%llu",
+			        "applied=%llu refused=%llu shrink_asks=%llu demotions=%llu",
 			        (unsigned long long)rs.streams, (unsigned long long)rs.queued,
 			        (unsigned long long)rs.sent_batches, (unsigned long long)rs.resends,
-			        (unsigned long long)rs.applied, (unsigned long long)rs.refused);
+			        (unsigned long long)rs.applied, (unsigned long long)rs.refused,
+			        (unsigned long long)rs.shrink_asks,
+			        (unsigned long long)rs.demotions);
 	}
 	kv_rs_destroy(s->repl);
 	s->repl = NULL;

@@ -527,8 +527,8 @@ shrink_due_locked(stream *s, uint64_t now)
 {
 	kv_rs *g = s->g;
 
-	if (g->env.isr_remove == NULL || s->unacked == NULL || now < s->ask_ns ||
-	    now - s->progress_ns < SHRINK_MS * 1000000ull ||
+	if (g->env.isr_remove == NULL || atomic_load(&g->stopping) || s->unacked == NULL ||
+	    now < s->ask_ns || now - s->progress_ns < SHRINK_MS * 1000000ull ||
 	    (s->refused_epoch != 0 && s->refused_epoch == g->env.epoch(g->env.arg)))
 		return false;
 	s->ask_ns = now + ASK_AGAIN_MS * 1000000ull;
