@@ -899,6 +899,12 @@ held_reply_done(void *arg, int status)
 	held_reply *h = arg;
 	nng_msg *msg = h->msg;
 
+	/* A write in flight when this node lost a range it led with backups
+	 * may be missing at the new primary (doc/replication.md "Failover"). */
+	if (status == 0 && h->wrote && kv_rs_fenced(h->s->repl, h->t0)) {
+		status = KV_ETIMEDOUT;
+		h->repl_failed = true;
+	}
 	if (status != 0 && (h->wrote || h->repl_failed)) {
 		nng_msg_free(msg);
 		msg = held_reply_failure(h, status);
@@ -1045,7 +1051,7 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	 * has backups. */
 	if (rv == 0 && resp.nresults > 0 && kv_rs_active(s->repl)) {
 		uint64_t v = atomic_load(&s->visible_lsn);
-		if (!kv_rs_covered(s->repl, v))
+		if (!kv_rs_covered(s->repl, v) || (wrote && kv_rs_fenced(s->repl, t0)))
 			rlsn = v;
 	}
 	if (logwait || rlsn > 0) {

@@ -85,6 +85,89 @@ save_identity(kv_server *s)
 		         kv_errname(rv));
 }
 
+/* Whether [as, ae) and [bs, be) share a key (empty end: the end of the key
+ * space). */
+static bool
+overlaps(const kv_buf *as, const kv_buf *ae, const kv_buf *bs, const kv_buf *be)
+{
+	return (ae->len == 0 || kv_key_cmp(bs->data, bs->len, ae->data, ae->len) < 0) &&
+	       (be->len == 0 || kv_key_cmp(as->data, as->len, be->data, be->len) < 0);
+}
+
+/*
+ * Promotion (doc/replication.md "Failover"): the parts of r, a range c
+ * names this node the primary of, that the previous configuration gave to
+ * another primary while this node held them as a replica outside the ISR
+ * are removed from the pieces p: such a copy may lack acknowledged writes,
+ * and the controller never promotes one, so it is not served. A part this
+ * node held in the ISR is served at once (the failover); a part it did not
+ * hold at all arrives by migration, as before.
+ */
+static void
+promotion_check(const kv_config *prev, const kv_config *c, const kv_range *r, uint32_t me,
+                kv_buf *p, size_t *n, size_t cap)
+{
+	for (size_t i = 0; prev != NULL && i < prev->nranges; i++) {
+		const kv_range *q = &prev->ranges[i];
+		if (q->node == me || !overlaps(&q->start, &q->end, &r->start, &r->end) ||
+		    !kv_range_has_replica(q, me, false))
+			continue;
+		if (kv_range_has_replica(q, me, true)) {
+			if (r->leader_epoch > q->leader_epoch)
+				KV_INFO(COMP, "primary after a failover: serving the range",
+				        "epoch=%llu leader_epoch=%llu old_primary=%u",
+				        (unsigned long long)c->epoch,
+				        (unsigned long long)r->leader_epoch, q->node);
+			continue;
+		}
+		KV_ERROR(COMP, "named primary of a range held outside the ISR: not serving it",
+		         "epoch=%llu leader_epoch=%llu old_primary=%u",
+		         (unsigned long long)c->epoch, (unsigned long long)r->leader_epoch,
+		         q->node);
+		pieces_subtract(p, n, cap, &q->start, &q->end);
+	}
+}
+
+/*
+ * Demotion: a range c gives to another primary while this node stays one of
+ * its replicas (a failover happened while this node was cut off or paused;
+ * migrations never move replicated ranges) stops being served here at once:
+ * WRONG_OWNER with the new primary as hint. The data stays, as a replica
+ * copy outside the ISR. An entry already MOVED gets the current primary.
+ */
+static void
+demote(kv_server *s, const kv_config *c, uint32_t me)
+{
+	for (size_t i = 0; i < c->nranges; i++) {
+		const kv_range *r = &c->ranges[i];
+		const kv_node *np;
+		bool held = false;
+		if (r->node == me || !kv_range_has_replica(r, me, false))
+			continue;
+		kv_owner_rdlock(&s->owner);
+		for (size_t j = 0; j < s->owner.n && !held; j++) {
+			const kv_owner_entry *e = &s->owner.e[j];
+			held = (e->state == KV_OWN_SERVE ||
+			        (e->state == KV_OWN_MOVED && e->peer != r->node)) &&
+			       overlaps(&e->start, &e->end, &r->start, &r->end);
+		}
+		kv_owner_unlock(&s->owner);
+		if (!held)
+			continue;
+		np = kv_config_node(c, r->node);
+		if (kv_owner_set(&s->owner, r->start.data, r->start.len, r->end.data, r->end.len,
+		                 KV_OWN_MOVED, r->node, np ? np->address : NULL, c->epoch, 0,
+		                 NULL) != 0) {
+			KV_ERROR(COMP, "out of memory demoting a range", "epoch=%llu",
+			         (unsigned long long)c->epoch);
+			continue;
+		}
+		KV_WARN(COMP, "another node is the range's primary: no longer serving it",
+		        "epoch=%llu primary=%u leader_epoch=%llu", (unsigned long long)c->epoch,
+		        r->node, (unsigned long long)r->leader_epoch);
+	}
+}
+
 /* Applies one configuration (takes c). Called only by the watch thread. */
 static void
 apply_config(kv_server *s, kv_config *c)
@@ -123,7 +206,7 @@ apply_config(kv_server *s, kv_config *c)
 	 * arriving by migration. */
 	for (size_t i = 0; i < c->nranges; i++) {
 		const kv_range *r = &c->ranges[i];
-		size_t cap = 2 * c->nmigs + 2, n = 1;
+		size_t cap = 2 * c->nmigs + 2 + 2 * (s->cur ? s->cur->nranges : 0), n = 1;
 		kv_buf *p;
 		if (r->node != me)
 			continue;
@@ -138,6 +221,8 @@ apply_config(kv_server *s, kv_config *c)
 		for (size_t j = 0; j < c->nmigs; j++)
 			if (c->migs[j].to == me)
 				pieces_subtract(p, &n, cap, &c->migs[j].start, &c->migs[j].end);
+		/* s->cur is written only by this thread: no lock to read it. */
+		promotion_check(s->cur, c, r, me, p, &n, cap);
 		for (size_t j = 0; j < n; j++)
 			if (!kv_range_is_empty(p[2 * j].data, p[2 * j].len, p[2 * j + 1].data,
 			                       p[2 * j + 1].len))
@@ -146,6 +231,8 @@ apply_config(kv_server *s, kv_config *c)
 				              NULL, c->epoch, 0);
 		kv_owner_ranges_free(p, cap);
 	}
+	/* 3a. Ranges another node now leads while this one keeps a copy. */
+	demote(s, c, me);
 	/* 3b. Ranges moving away from here are still ours until the handover
 	 * is published; after a restart nothing in the table says so. */
 	for (size_t i = 0; i < c->nmigs; i++) {

@@ -227,6 +227,34 @@ repl_hurry(void *arg)
 	         (unsigned long long)atomic_load(&s->epoch));
 }
 
+/* kv_rs_env.isr_remove: IsrChange{remove} for a backup that stopped
+ * acknowledging (doc/replication.md "ISR changes"). The configuration
+ * without it arrives through the watch; the answer only says whether to
+ * ask again. */
+static int
+repl_isr_remove(void *arg, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
+                uint32_t node)
+{
+	kv_server *s = arg;
+	kv_admin_resp r;
+	kv_admin_req rq = {.op = KV_ADM_ISR_CHANGE,
+	                   .node_id = atomic_load(&s->node_id),
+	                   .start = *start,
+	                   .end = *end,
+	                   .leader_epoch = leader_epoch,
+	                   .remove_node = node};
+	int rv = kv_server__ctl_call(s, &rq, &r, 1000);
+
+	if (rv != 0)
+		return rv;
+	rv = r.err;
+	if (rv != 0)
+		KV_WARN(COMP, "controller refused the ISR shrink", "node=%u err=%s detail=\"%s\"",
+		        node, kv_errname(rv), r.error ? r.error : "");
+	kv_admin_resp_fini(&r);
+	return rv;
+}
+
 static int
 mig_ctl_call(void *arg, kv_admin_req *rq, kv_admin_resp *resp, uint32_t timeout_ms)
 {
@@ -438,7 +466,8 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .boot_id = s->boot_id,
 	                  .node_id = mig_node_id,
 	                  .epoch = mig_epoch,
-	                  .hurry = repl_hurry};
+	                  .hurry = repl_hurry,
+	                  .isr_remove = repl_isr_remove};
 	if ((rv = kv_rs_create(&renv, &s->repl)) != 0) {
 		kv_mig_destroy(s->mig);
 		goto err_after_ctl;
@@ -543,13 +572,15 @@ kv_server_stop(kv_server *s)
 	{
 		kv_rs_stats rs;
 		kv_rs_stats_get(s->repl, &rs);
-		if (rs.streams || rs.applied || rs.refused)
+		if (rs.streams || rs.applied || rs.refused || rs.demotions)
 			KV_INFO(COMP, "replication",
 			        "streams=%llu unacked=%llu batches=%llu restarts=%llu "
-			        "applied=%llu refused=%llu",
+			        "applied=%llu refused=%llu shrink_asks=%llu demotions=%llu",
 			        (unsigned long long)rs.streams, (unsigned long long)rs.queued,
 			        (unsigned long long)rs.sent_batches, (unsigned long long)rs.resends,
-			        (unsigned long long)rs.applied, (unsigned long long)rs.refused);
+			        (unsigned long long)rs.applied, (unsigned long long)rs.refused,
+			        (unsigned long long)rs.shrink_asks,
+			        (unsigned long long)rs.demotions);
 	}
 	kv_rs_destroy(s->repl);
 	s->repl = NULL;

@@ -64,6 +64,8 @@
 #define MAX_STREAMS  64u                  /* backups one node streams to */
 #define MAX_SOURCES  64u                  /* primaries one node follows */
 #define DEFAULT_WAIT 3000u                /* default env.wait_ms */
+#define SHRINK_MS    1000u /* a backup silent this long with records outstanding: shrink */
+#define ASK_AGAIN_MS 500u  /* pause between two shrink requests for one backup */
 
 /* One queued record. */
 typedef struct entry {
@@ -109,6 +111,10 @@ struct stream {
 	bool need_reset;              /* start again once nothing is in flight */
 	uint64_t retry_ns;            /* not before this (monotonic) */
 	bool warned;                  /* a refusal was logged in this generation */
+	uint64_t progress_ns;         /* last acknowledgement progress, or when records became
+	                                 outstanding (monotonic) */
+	uint64_t ask_ns;              /* no shrink request before this (monotonic) */
+	uint64_t refused_epoch;       /* configuration epoch of the last refused request */
 };
 
 /* One range of the configuration. */
@@ -153,6 +159,9 @@ struct kv_rs {
 	stream *streams[MAX_STREAMS]; /* published before nstreams grows */
 	atomic_size_t nstreams;       /* streams usable (lock-free reads) */
 	atomic_bool short_isr;        /* a range this node leads has too small an ISR */
+	/* Demotion fence (kv_rs_fenced): the monotonic time of the last
+	 * demotion; 0: none. Written by the configuration thread only. */
+	atomic_uint_fast64_t fence_ns;
 
 	pthread_mutex_t in_mu; /* protects src and the backup-side counters */
 	pthread_cond_t in_cv;  /* a batch was applied */
@@ -161,7 +170,7 @@ struct kv_rs {
 	pthread_mutex_t wmu; /* protects waiters */
 	waiter *waiters;
 
-	atomic_uint_fast64_t st_batches, st_resends, st_applied, st_refused;
+	atomic_uint_fast64_t st_batches, st_resends, st_applied, st_refused, st_asks, st_demotions;
 };
 
 /* ------------------------------------------------------------------------
@@ -333,6 +342,7 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 		s->tail = e;
 		if (s->unacked == NULL) {
 			s->unacked = e;
+			s->progress_ns = kv_now_ns();
 			atomic_store(&s->pending, lsn);
 		}
 		if (s->unsent == NULL)
@@ -349,6 +359,7 @@ advance_locked(stream *s, uint64_t lsn)
 	if (lsn <= s->acked_lsn)
 		return false;
 	s->acked_lsn = lsn;
+	s->progress_ns = kv_now_ns();
 	while (s->unacked && s->unacked->lsn <= lsn) {
 		if (s->unsent == s->unacked)
 			s->unsent = s->unacked->next;
@@ -461,6 +472,69 @@ send_batch_locked(stream *s)
 	s->retry_ns = kv_now_ns() + RETRY_MS * 1000000ull;
 }
 
+/* Asks the controller to take s's backup out of the ISR of every range this
+ * node leads with it (doc/replication.md "ISR changes", Shrink). Called by
+ * the stream thread with no lock held. */
+static void
+ask_shrink(stream *s)
+{
+	kv_rs *g = s->g;
+	uint32_t me = g->env.node_id(g->env.arg);
+	uint64_t epoch = g->env.epoch(g->env.arg);
+	route *ask = NULL;
+	size_t n = 0;
+	bool refused = false;
+
+	pthread_rwlock_rdlock(&g->tab_lock);
+	ask = calloc(g->nroutes ? g->nroutes : 1, sizeof(*ask));
+	for (size_t i = 0; ask && i < g->nroutes; i++) {
+		const route *r = &g->routes[i];
+		bool with = false;
+		for (uint32_t j = 0; j < r->nbackups; j++)
+			with |= r->backups[j] == s;
+		if (!with || r->primary != me)
+			continue;
+		if (kv_buf_set(&ask[n].start, r->start.data, r->start.len) != 0 ||
+		    kv_buf_set(&ask[n].end, r->end.data, r->end.len) != 0) {
+			kv_buf_fini(&ask[n].start);
+			continue;
+		}
+		ask[n++].leader_epoch = r->leader_epoch;
+	}
+	pthread_rwlock_unlock(&g->tab_lock);
+	for (size_t i = 0; i < n; i++) {
+		kv_bytes st = {ask[i].start.data, ask[i].start.len};
+		kv_bytes en = {ask[i].end.data, ask[i].end.len};
+		int rv = g->env.isr_remove(g->env.arg, &st, &en, ask[i].leader_epoch, s->node);
+		atomic_fetch_add(&g->st_asks, 1);
+		KV_WARN(COMP, "in-sync backup silent: asked the controller to shrink the ISR",
+		        "node=%u leader_epoch=%llu result=%s", s->node,
+		        (unsigned long long)ask[i].leader_epoch, kv_errname(rv));
+		refused |= rv == KV_ESTALE || rv == KV_EINVAL;
+	}
+	routes_free(ask, n);
+	if (refused) {
+		pthread_mutex_lock(&s->mu);
+		s->refused_epoch = epoch;
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+/* Whether s should ask for a shrink now (caller holds s->mu); moves the
+ * next ask on when it should. */
+static bool
+shrink_due_locked(stream *s, uint64_t now)
+{
+	kv_rs *g = s->g;
+
+	if (g->env.isr_remove == NULL || atomic_load(&g->stopping) || s->unacked == NULL ||
+	    now < s->ask_ns || now - s->progress_ns < SHRINK_MS * 1000000ull ||
+	    (s->refused_epoch != 0 && s->refused_epoch == g->env.epoch(g->env.arg)))
+		return false;
+	s->ask_ns = now + ASK_AGAIN_MS * 1000000ull;
+	return true;
+}
+
 static void *
 stream_main(void *arg)
 {
@@ -497,6 +571,12 @@ stream_main(void *arg)
 				}
 			}
 			send_batch_locked(s);
+			continue;
+		}
+		if (shrink_due_locked(s, kv_now_ns())) {
+			pthread_mutex_unlock(&s->mu);
+			ask_shrink(s);
+			pthread_mutex_lock(&s->mu);
 			continue;
 		}
 		deadline_in(&ts, POLL_MS);
@@ -599,6 +679,38 @@ kv_rs_write_end(kv_rs_op *op)
 	op->g = NULL;
 }
 
+/* Whether [as, ae) and [bs, be) share a key (empty end: the end of the key
+ * space). */
+static bool
+overlap(const kv_buf *as, const kv_buf *ae, const kv_buf *bs, const kv_buf *be)
+{
+	return (ae->len == 0 || kv_key_cmp(bs->data, bs->len, ae->data, ae->len) < 0) &&
+	       (be->len == 0 || kv_key_cmp(as->data, as->len, be->data, be->len) < 0);
+}
+
+/* Whether a range that old led here with backups has another primary in nr. */
+static bool
+demoted(const route *old, size_t oldn, const route *nr, size_t n, uint32_t me)
+{
+	for (size_t i = 0; i < oldn; i++) {
+		if (old[i].primary != me || old[i].nbackups == 0)
+			continue;
+		for (size_t j = 0; j < n; j++)
+			if (nr[j].primary != me &&
+			    overlap(&old[i].start, &old[i].end, &nr[j].start, &nr[j].end))
+				return true;
+	}
+	return false;
+}
+
+bool
+kv_rs_fenced(kv_rs *g, uint64_t t0_ns)
+{
+	uint64_t f = atomic_load_explicit(&g->fence_ns, memory_order_relaxed);
+
+	return f != 0 && t0_ns <= f;
+}
+
 int
 kv_rs_apply_config(kv_rs *g, const kv_config *c)
 {
@@ -656,6 +768,19 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	g->nroutes = c->nranges;
 	atomic_store(&g->short_isr, short_isr);
 	pthread_rwlock_unlock(&g->tab_lock);
+	/* Demotion: a range this node led with backups has another primary
+	 * (a failover while it was cut off or paused). What it logged for the
+	 * range may be missing at the new primary, and the backups that have
+	 * not acknowledged it are about to leave every stream: the replies of
+	 * writes that began before now must fail, not succeed (kv_rs_fenced).
+	 * Every write of the old routes has logged (the swap waited for them);
+	 * a later one is refused by the ownership table. */
+	if (me != 0 && demoted(old, oldn, nr, c->nranges, me)) {
+		atomic_store(&g->fence_ns, kv_now_ns());
+		atomic_fetch_add(&g->st_demotions, 1);
+		KV_WARN(COMP, "a range this node led has another primary: writes in flight fail",
+		        "epoch=%llu", (unsigned long long)c->epoch);
+	}
 	routes_free(old, oldn);
 	/* A backup no range streams to any more (left the ISR, or the range
 	 * left this node) holds up nothing: what it has not acknowledged is no
@@ -984,4 +1109,6 @@ kv_rs_stats_get(kv_rs *g, kv_rs_stats *st)
 	st->resends = atomic_load(&g->st_resends);
 	st->applied = atomic_load(&g->st_applied);
 	st->refused = atomic_load(&g->st_refused);
+	st->shrink_asks = atomic_load(&g->st_asks);
+	st->demotions = atomic_load(&g->st_demotions);
 }

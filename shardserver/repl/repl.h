@@ -31,8 +31,18 @@
  * logged with kv_dur_apply_record (recovery's own apply), and acknowledged
  * once the local log holds them by its --fsync mode.
  *
- * Not here yet: backups outside the ISR (copy and catch-up), ISR shrink and
- * expand, failover reconciliation.
+ * Shrink. A stream with records outstanding and no acknowledgement for
+ * SHRINK_MS asks (env.isr_remove) that its backup leave the ISR of every
+ * range this node leads with it; replies keep waiting for that backup
+ * until the configuration without it is applied.
+ *
+ * Failover. A range this node now leads after a failover simply gets
+ * streams to its new ISR. A range it led with backups and no longer leads
+ * (demoted) fences the writes in flight: their replies fail (they may or
+ * may not survive), never succeed (kv_rs_fenced).
+ *
+ * Not here yet: backups outside the ISR (copy and catch-up), ISR expand,
+ * failover reconciliation.
  */
 #ifndef KV_SHARDSERVER_REPL_REPL_H
 #define KV_SHARDSERVER_REPL_REPL_H
@@ -64,6 +74,15 @@ typedef struct {
 	/* A peer named a leader epoch newer than the applied configuration:
 	 * the configuration thread should ask the controller soon. */
 	void (*hurry)(void *arg);
+	/* Asks the controller to take `node` out of the ISR of [start, end),
+	 * which this node leads at leader_epoch (doc/replication.md "ISR
+	 * changes", Shrink). Called from a stream thread with no lock of ours
+	 * held; may block up to about a second. Returns KV_OK (asked: the
+	 * smaller ISR comes with a configuration), KV_ESTALE or KV_EINVAL (the
+	 * controller refused: do not ask again before a new configuration), or
+	 * another code (ask again later). NULL: never asks. */
+	int (*isr_remove)(void *arg, const kv_bytes *start, const kv_bytes *end,
+	                  uint64_t leader_epoch, uint32_t node);
 } kv_rs_env;
 
 typedef struct kv_rs kv_rs;
@@ -112,6 +131,12 @@ typedef struct {
 int kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const char **why);
 void kv_rs_write_end(kv_rs_op *op);
 
+/* Whether a write whose request began at t0_ns (kv_now_ns) may have logged
+ * records of a range this node has since stopped leading (a demotion): its
+ * reply must then fail (timeout-class), never succeed. One relaxed atomic
+ * load. */
+bool kv_rs_fenced(kv_rs *g, uint64_t t0_ns);
+
 /* Whether every in-sync backup has acknowledged every record <= lsn
  * (lock-free). */
 bool kv_rs_covered(kv_rs *g, uint64_t lsn);
@@ -135,6 +160,8 @@ typedef struct {
 	uint64_t resends;      /* times a stream started again from its watermark */
 	uint64_t applied;      /* records applied as a backup */
 	uint64_t refused;      /* batches refused as a backup */
+	uint64_t shrink_asks;  /* IsrChange{remove} requests sent (one per range) */
+	uint64_t demotions;    /* configurations that took a range with backups away */
 } kv_rs_stats;
 void kv_rs_stats_get(kv_rs *g, kv_rs_stats *st);
 

@@ -55,3 +55,10 @@ kv_add_test(test_failover_inproc SOURCES component/test_failover_inproc.c
 # refusals (lower leader epoch, sequence gap, a sender that is not primary).
 kv_add_test(test_replication_inproc SOURCES component/test_replication_inproc.c
   LIBS kv_inproc_srv kv_testutil TIMEOUT 90 LABELS concurrency)
+
+# What the servers do on a failover and an ISR shrink (doc/replication.md
+# "Failover", "ISR changes"): the promoted in-sync backup serves every
+# acknowledged write and exactly-once retries; a silent backup is taken out
+# of the ISR at the primary's request and the waiting writes complete.
+kv_add_test(test_failover_serve_inproc SOURCES component/test_failover_serve_inproc.c
+  LIBS kv_inproc_cluster shardkv kv_testutil TIMEOUT 120 LABELS concurrency)
