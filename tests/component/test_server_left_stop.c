@@ -109,9 +109,10 @@ wait_gone(inproc_srv *v, unsigned ms)
 	return true;
 }
 
-/* Counts the captured lines that contain needle. */
+/* Counts the captured lines that contain needle, leaving out those that
+ * contain `except` (may be NULL). */
 static long
-count_lines(const char *needle)
+count_lines_except(const char *needle, const char *except)
 {
 	char line[4096];
 	long n = 0;
@@ -120,9 +121,16 @@ count_lines(const char *needle)
 	if (f == NULL)
 		return -1;
 	while (fgets(line, sizeof(line), f))
-		n += strstr(line, needle) != NULL;
+		n += strstr(line, needle) != NULL &&
+		     (except == NULL || strstr(line, except) == NULL);
 	fclose(f);
 	return n;
+}
+
+static long
+count_lines(const char *needle)
+{
+	return count_lines_except(needle, NULL);
 }
 
 static void
@@ -145,7 +153,10 @@ a_node_drained_by_an_operator_stops_with_info_lines_only(void **state)
 	assert_int_equal(count_lines(" info server node left the cluster: stopping"), 1);
 	assert_int_equal(count_lines(" info server already left the cluster: stopping"), 1);
 	assert_int_equal(count_lines(" info server stopped"), 2);
-	if (count_lines(" warn server ") != 0 || count_lines(" error server ") != 0) {
+	/* A lease lost on a loaded machine (its renewals late) is not part of
+	 * the stop, and is logged as a warning on purpose. */
+	if (count_lines_except(" warn server ", "lease lost") != 0 ||
+	    count_lines(" error server ") != 0) {
 		char cmd[256];
 		snprintf(cmd, sizeof(cmd), "grep -E ' (warn|error) server ' '%s' >&2", logpath);
 		(void)!system(cmd);
