@@ -484,6 +484,9 @@ fail(cli_ctx *x, int err)
 		fprintf(x->err, "shardkv: %s: %s\n", x->a->cmd, e);
 	else if (err == SHARDKV_ENOTFOUND || err == SHARDKV_EEXISTS || err == SHARDKV_EINVAL)
 		fprintf(x->err, "shardkv: %s: %s\n", x->a->cmd, m);
+	else if (err == SHARDKV_EUNAVAIL && strncmp(m, "cannot reach the controller at", 30) == 0)
+		fprintf(x->err, "shardkv: %s: %s: %s (-c or SHARDKV_CONTROLLER sets it)\n",
+		        x->a->cmd, e, m);
 	else
 		fprintf(x->err, "shardkv: %s: %s: %s\n", x->a->cmd, e, m);
 	/* An admin command naming an unknown node is an invalid request (2),

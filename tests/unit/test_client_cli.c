@@ -199,6 +199,17 @@ unreachable_controller_exits_3_within_the_timeout(void **state)
 	assert_non_null(strstr(r.err, "shardkv: get:"));
 	kv_cli_run_free(&r);
 
+	/* With the default timeout a refused address is reported at once,
+	 * naming it and the setting that chose it. */
+	const char *dflt[] = {"shardkv", "-c", url, "get", "k"};
+	t0 = kv_test_now_ms();
+	r = run(ARGC(dflt), dflt);
+	assert_int_equal(r.rc, 3);
+	assert_true(kv_test_now_ms() - t0 < 4000); /* the timeout is 5000 */
+	assert_non_null(strstr(r.err, url));
+	assert_non_null(strstr(r.err, "-c or SHARDKV_CONTROLLER sets it"));
+	kv_cli_run_free(&r);
+
 	const char *admin[] = {"shardkv", "-c", url, "--timeout", "200", "--json", "status"};
 	r = run(ARGC(admin), admin);
 	assert_int_equal(r.rc, 3);
