@@ -54,21 +54,6 @@ teardown(void **state)
 	return 0;
 }
 
-static uint64_t
-now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void
-nap_ms(unsigned ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-	nanosleep(&ts, NULL);
-}
-
 /* Publishes the whole key space led by `primary` with replicas rep[0..2)
  * and ISR isr[0..nisr); returns the epoch. */
 static uint64_t
@@ -231,10 +216,10 @@ write_is_not_acknowledged_while_the_backup_does_not_answer(void **state)
 	 * watermark and writes are acknowledged again. */
 	inproc_srv_up(&srvs[1]);
 	srv_wait_ready(srvs[1].url, 1, 15000, NULL);
-	uint64_t deadline = now_ms() + 15000;
+	uint64_t deadline = kv_test_now_ms() + 15000;
 	while (do_put(u, "after", "3", 0, 0).status != 0) {
-		assert_true(now_ms() < deadline);
-		nap_ms(50);
+		assert_true(kv_test_now_ms() < deadline);
+		kv_test_sleep_ms(50);
 	}
 	assert_true(backup_has(&srvs[1], "after", got, sizeof(got)));
 	assert_true(backup_has(&srvs[1], "during", got, sizeof(got)));
@@ -314,11 +299,11 @@ retried_write_is_applied_once_on_the_backup_and_remembered_after_failover(void *
 	srv_wait_ready(srvs[1].url, e, 15000, NULL);
 	assert_true(backup_has(&srvs[1], "log", got, sizeof(got)));
 	assert_string_equal(got, "ab");
-	uint64_t deadline = now_ms() + 15000;
+	uint64_t deadline = kv_test_now_ms() + 15000;
 	res1 r;
 	while ((r = do_append(srvs[1].url, "log", "b", 77, 2)).status != 0) {
-		assert_true(now_ms() < deadline);
-		nap_ms(50);
+		assert_true(kv_test_now_ms() < deadline);
+		kv_test_sleep_ms(50);
 	}
 	assert_int_equal(r.value_len, 2);
 	assert_string_equal(do_get(srvs[1].url, "log").value, "ab");
