@@ -5,6 +5,7 @@
 #include "common/err.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,15 +16,17 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Set once at start-up, read-only afterwards. */
-static enum kv_log_level kv_log_threshold = KV_LOG_INFO;
+/* The lowest level written. Set at start-up, and by a library user
+ * (shardkv_set_log_level) while other threads of the process log: a
+ * relaxed atomic, since only the value matters, not its order. */
+static atomic_int kv_log_threshold = KV_LOG_INFO;
 
 static const char *const kv_log_names[] = {"debug", "info", "warn", "error", "off"};
 
 void
 kv_log_set_level(enum kv_log_level level)
 {
-	kv_log_threshold = level;
+	atomic_store_explicit(&kv_log_threshold, (int)level, memory_order_relaxed);
 }
 
 int
@@ -43,7 +46,8 @@ kv_log_parse_level(const char *s, enum kv_log_level *out)
 int
 kv_log_enabled(enum kv_log_level level)
 {
-	return level >= kv_log_threshold && level < KV_LOG_OFF;
+	return (int)level >= atomic_load_explicit(&kv_log_threshold, memory_order_relaxed) &&
+	       level < KV_LOG_OFF;
 }
 
 /* ------------------------------------------------------------------------
