@@ -821,6 +821,16 @@ search_apply(const chk_op *o, uint64_t cur, uint64_t *next)
 	}
 }
 
+/* Counts a put of a register key as acknowledged or not. */
+static void
+count_put(ctx *x, const chk_op *op)
+{
+	if (op->status == CHK_OK)
+		x->res->writes_acked++;
+	else
+		x->res->writes_failed++;
+}
+
 static int
 search_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 {
@@ -846,10 +856,7 @@ search_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 	for (size_t j = 0; j < n; j++) {
 		size_t g = idx[j];
 		if (o[g].kind == CHK_PUT) {
-			if (o[g].status == CHK_OK)
-				x->res->writes_acked++;
-			else
-				x->res->writes_failed++;
+			count_put(x, &o[g]);
 			continue;
 		}
 		if (o[g].kind == CHK_DEL) {
@@ -1051,10 +1058,7 @@ check_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 	for (size_t j = 0; j < n; j++) {
 		size_t g = idx[j];
 		if (o[g].kind == CHK_PUT) {
-			if (o[g].status == CHK_OK)
-				x->res->writes_acked++;
-			else
-				x->res->writes_failed++;
+			count_put(x, &o[g]);
 			continue;
 		}
 		if (!is_read(o[g].kind) || o[g].status == CHK_FAILED)

@@ -352,30 +352,45 @@ cleanup:
 	return rv;
 }
 
-int
-kv_xfer_ack_decode(const void *p, size_t n, kv_xfer_ack *ack)
+/* Unpacks a server-to-server answer: 0 with *out (the caller frees it with
+ * shardkv__response__free_unpacked) when it is OK, else the request's error
+ * (KV_EPROTO when it is not a Response). */
+static int
+peer_response(const void *p, size_t n, Shardkv__Response **out)
 {
 	Shardkv__Response *r = shardkv__response__unpack(NULL, n, p);
 	int rv;
 
-	memset(ack, 0, sizeof(*ack));
+	*out = NULL;
 	if (r == NULL)
 		return KV_EPROTO;
 	if (r->status != SHARDKV__STATUS__STATUS_OK) {
 		rv = kv_err_from_wire(r->status);
-		goto out;
+		shardkv__response__free_unpacked(r, NULL);
+		return rv;
 	}
+	*out = r;
+	return KV_OK;
+}
+
+int
+kv_xfer_ack_decode(const void *p, size_t n, kv_xfer_ack *ack)
+{
+	Shardkv__Response *r;
+	int rv;
+
+	memset(ack, 0, sizeof(*ack));
+	if ((rv = peer_response(p, n, &r)) != KV_OK)
+		return rv;
 	if (r->transfer_ack == NULL) {
 		rv = KV_EPROTO;
-		goto out;
+	} else {
+		ack->migration_id = r->transfer_ack->migration_id;
+		ack->status = kv_err_from_wire(r->transfer_ack->status);
+		ack->seq = r->transfer_ack->seq;
+		ack->keys = r->transfer_ack->keys;
+		ack->bytes = r->transfer_ack->bytes;
 	}
-	ack->migration_id = r->transfer_ack->migration_id;
-	ack->status = kv_err_from_wire(r->transfer_ack->status);
-	ack->seq = r->transfer_ack->seq;
-	ack->keys = r->transfer_ack->keys;
-	ack->bytes = r->transfer_ack->bytes;
-	rv = KV_OK;
-out:
 	shardkv__response__free_unpacked(r, NULL);
 	return rv;
 }
@@ -476,25 +491,19 @@ out:
 int
 kv_repl_ack_decode(const void *p, size_t n, kv_repl_ack *ack)
 {
-	Shardkv__Response *r = shardkv__response__unpack(NULL, n, p);
+	Shardkv__Response *r;
 	int rv;
 
 	memset(ack, 0, sizeof(*ack));
-	if (r == NULL)
-		return KV_EPROTO;
-	if (r->status != SHARDKV__STATUS__STATUS_OK) {
-		rv = kv_err_from_wire(r->status);
-		goto out;
-	}
+	if ((rv = peer_response(p, n, &r)) != KV_OK)
+		return rv;
 	if (r->replicate_ack == NULL) {
 		rv = KV_EPROTO;
-		goto out;
+	} else {
+		ack->acked_seq = r->replicate_ack->acked_seq;
+		ack->acked_lsn = r->replicate_ack->acked_lsn;
+		ack->status = kv_err_from_wire(r->replicate_ack->status);
 	}
-	ack->acked_seq = r->replicate_ack->acked_seq;
-	ack->acked_lsn = r->replicate_ack->acked_lsn;
-	ack->status = kv_err_from_wire(r->replicate_ack->status);
-	rv = KV_OK;
-out:
 	shardkv__response__free_unpacked(r, NULL);
 	return rv;
 }
