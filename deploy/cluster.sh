@@ -2,13 +2,15 @@
 # deploy/cluster.sh - a local shardkv cluster on loopback (doc/contract.md §6).
 #
 #   cluster.sh up [-n NODES] [--controllers C] [--dir DIR] [--base-port PORT]
-#                 [--metrics]
+#                 [--metrics] [--replicas R]
 #                      start a controller (C replicas with Raft, e.g. 3 or 5;
 #                      default 1) and NODES servers (default 3), join them,
 #                      wait until they serve, print the controller address(es);
 #                      --metrics: every daemon also serves /metrics and
 #                      /healthz on a port of its own (printed, and listed for
-#                      Prometheus in DIR/prometheus-targets.json)
+#                      Prometheus in DIR/prometheus-targets.json);
+#                      --replicas R: each range is kept on R nodes (the
+#                      controller's --replicas; default the controller's)
 #   cluster.sh status  the cluster's status (shardkv status)
 #   (--dir DIR may be given with any command)
 #   cluster.sh add [--no-wait]  start and join one more server (--no-wait:
@@ -62,6 +64,7 @@ scheme=tcp
 nodes=3
 nctl=1
 metrics=0
+replicas=""
 wait_s=${SHARDKV_WAIT_S:-30}
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
@@ -108,8 +111,8 @@ load_state() {
 
 save_state() {
 	mkdir -p "$dir"
-	printf 'base=%s\nbin=%s\nauth=%q\ntls_cert=%q\ntls_key=%q\ntls_ca=%q\nnctl=%s\nmetrics=%s\n' \
-		"$base" "$bin" "$auth" "$tls_cert" "$tls_key" "$tls_ca" "$nctl" "$metrics" \
+	printf 'base=%s\nbin=%s\nauth=%q\ntls_cert=%q\ntls_key=%q\ntls_ca=%q\nnctl=%s\nmetrics=%s\nreplicas=%s\n' \
+		"$base" "$bin" "$auth" "$tls_cert" "$tls_key" "$tls_ca" "$nctl" "$metrics" "$replicas" \
 		>"$dir/cluster.env"
 }
 
@@ -296,6 +299,7 @@ start_controller() {
 		metrics_args ctl 1
 		proc_start "$dir/controller.log" "$bin/shardkv-controller" --listen "$ctl" \
 			--data-dir "$dir/controller" ${metrics_flag[@]+"${metrics_flag[@]}"} \
+			${replicas:+--replicas "$replicas"} \
 			${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"}
 		echo "$proc_pid" >"$dir/controller.pid"
 	else
@@ -314,7 +318,7 @@ start_replica() {
 	metrics_args ctl "$k"
 	proc_start "$dir/controller-$k.log" "$bin/shardkv-controller" --id "$k" --peers "$ctl" \
 		--listen "$scheme://127.0.0.1:$((base + k - 1))" --data-dir "$dir/controller-$k" \
-		${metrics_flag[@]+"${metrics_flag[@]}"} \
+		${metrics_flag[@]+"${metrics_flag[@]}"} ${replicas:+--replicas "$replicas"} \
 		${auth_args[@]+"${auth_args[@]}"} ${tls_args[@]+"${tls_args[@]}"}
 	echo "$proc_pid" >"$pidf"
 }
@@ -378,6 +382,7 @@ up)
 		--base-port) base=${2:?--base-port needs a port}; shift 2 ;;
 		--controllers) nctl=${2:?--controllers needs a number}; shift 2 ;;
 		--metrics) metrics=1; shift ;;
+		--replicas) replicas=${2:?--replicas needs a number}; shift 2 ;;
 		*) echo "cluster.sh: unknown option $1" >&2; usage ;;
 		esac
 	done
@@ -386,6 +391,7 @@ up)
 		die "--base-port wants a port number (at most 64000)"
 	[[ $nctl =~ ^[0-9]+$ ]] && [ "$nctl" -ge 1 ] && [ "$nctl" -le 9 ] ||
 		die "--controllers wants 1 to 9 (3 or 5 for a replicated control plane)"
+	[ -z "$replicas" ] || { [[ $replicas =~ ^[1-5]$ ]] || die "--replicas wants 1 to 5"; }
 	find_bins
 	dir=$(mkdir -p "$dir" && cd "$dir" && pwd)
 	auth=${SHARDKV_AUTH_TOKEN_FILE:-}
