@@ -629,6 +629,9 @@ taken_configs_belong_to_the_caller_oldest_first(void **state)
 	assert_int_equal(kv_admin_resp_decode(nng_msg_body(m), nng_msg_len(m), &d), KV_OK);
 	nng_msg_free(m);
 	assert_int_equal(kv_admin_resp_take_configs(&d, &got), 1);
+	assert_config(c4, got[0]);
+	kv_config_free(got[0]);
+	free(got);
 	assert_int_equal(kv_admin_resp_take_configs(&d, &got), 0);
 	assert_null(got);
 	kv_admin_resp_fini(&d);
