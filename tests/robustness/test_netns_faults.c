@@ -25,7 +25,21 @@
  * expired") within LEASE_REFUSE_MS of the cut (the lease is 2 s; the
  * deadline is generous on purpose: the time taken is logged, not asserted
  * tightly), the controller declares it down, and once the link is back it
- * serves again within LEASE_BACK_MS. Each case runs in a process of its own
+ * serves again within LEASE_BACK_MS.
+ *
+ * Two cases run the controller with --replicas 3 (so --min-insync 2) and
+ * wait until the test key's range has all three servers in sync:
+ *  - its primary is cut off from both backups only: no write begun after
+ *    the cut is acknowledged (none can reach a backup), the ISR shrinks
+ *    within ISR_SHRINK_MS, and after the heal writes succeed again, every
+ *    replica is back in sync and the key holds the last acknowledged write
+ *    (or a later attempt's);
+ *  - its primary is cut off from the controller only: it stops serving
+ *    before a configuration naming another primary can be seen, the new
+ *    primary takes writes, and after the heal the old primary is back in
+ *    sync and nothing acknowledged is lost.
+ *
+ * Each case runs in a process of its own
  * (a process enters the client host's namespace once); KV_TEST_FILTER
  * ('pattern*') picks cases.
  *
@@ -88,6 +102,9 @@
 #define LEASE_DOWN_MS     15000u /* ... and the controller says down within this */
 #define LEASE_BACK_MS     30000u /* healed: serves again within this (TCP backoff included) */
 #define LEASE_KEY         "netns-lease/k" /* in a range of its own on s1 */
+#define REPL_KEY          "netns-repl/k"  /* the replicated cases' key */
+#define REPL_CUT_MS       8000u           /* a replicated case's cut lasts this long */
+#define ISR_SHRINK_MS     8000u           /* the primary's ISR shrinks within this of a cut */
 
 static struct {
 	kv_nn net;
@@ -102,6 +119,7 @@ static struct {
 	int hsrv[NSERVERS];
 	char ctl_url[64];
 	char srv_url[NSERVERS][64];
+	unsigned replicas; /* the controller's --replicas (0: its default) */
 	pid_t ctl_pid;
 	pid_t srv_pid[NSERVERS];
 	uint32_t node[NSERVERS];   /* node ids */
@@ -265,11 +283,14 @@ build_cluster(void)
 {
 	char why[160], data[320];
 	shardkv_options o = {.timeout_ms = OP_TIMEOUT_MS, .no_watch = true};
+	char nrep[8];
 	char *ctl_argv[] = {(char *)KV_CONTROLLER_BIN,
 	                    (char *)"--listen",
 	                    g.ctl_url,
 	                    (char *)"--data-dir",
 	                    data,
+	                    g.replicas ? (char *)"--replicas" : NULL,
+	                    nrep,
 	                    NULL};
 	uint64_t end;
 
@@ -302,6 +323,7 @@ build_cluster(void)
 	     g.ctl_url, g.srv_url[0], g.srv_url[1], g.srv_url[2], g.net.hosts[g.hcli].addr, g.dir);
 
 	snprintf(data, sizeof(data), "%s/ctl", g.dir);
+	snprintf(nrep, sizeof(nrep), "%u", g.replicas);
 	g.ctl_pid = kv_nn_spawn(&g.net, g.hctl, ctl_argv, g.ctl_log);
 	NS_ASSERT(g.ctl_pid > 0, "cannot start the controller");
 	/* From here on this process is the client host: its own calls and the
@@ -762,6 +784,267 @@ server_cut_off_from_the_controller_only_refuses_at_lease_end_and_serves_after_he
 	clients_close();
 }
 
+/* ---------------------------------------------------------------------------
+ * Replicated ranges (the controller's --replicas 3, --min-insync 2)
+ * ------------------------------------------------------------------------- */
+
+/* Whether key lies in [r->start, r->end). */
+static bool
+range_has(const shardkv_range *r, const char *key)
+{
+	size_t kl = strlen(key);
+	size_t sl = r->start.len, el = r->end.len;
+	int c = memcmp(r->start.data ? (const char *)r->start.data : "", key, sl < kl ? sl : kl);
+
+	if (c > 0 || (c == 0 && sl > kl))
+		return false;
+	if (el == 0)
+		return true;
+	c = memcmp(r->end.data, key, el < kl ? el : kl);
+	return c > 0 || (c == 0 && el > kl);
+}
+
+/* The range of key in the latest configuration (copied, bounds dropped) and
+ * the configuration's epoch. Returns 0 or -1. */
+static int
+range_of_key(const char *key, shardkv_range *out, uint64_t *epoch)
+{
+	shardkv_config *cfg = NULL;
+	int rv = -1;
+
+	if (shardkv_config_get(g.admin, 0, &cfg) != 0)
+		return -1;
+	for (size_t k = 0; k < cfg->nranges; k++)
+		if (range_has(&cfg->ranges[k], key)) {
+			*out = cfg->ranges[k];
+			out->start = (shardkv_buf){0};
+			out->end = (shardkv_buf){0};
+			rv = 0;
+		}
+	if (epoch)
+		*epoch = cfg->epoch;
+	shardkv_config_free(cfg);
+	return rv;
+}
+
+/* The server index of node id, or -1. */
+static int
+srv_of_node(uint32_t id)
+{
+	for (int i = 0; i < NSERVERS; i++)
+		if (g.node[i] == id)
+			return i;
+	return -1;
+}
+
+/* Waits until key's range has all NSERVERS nodes as replicas and in sync.
+ * Returns 0 (r filled) or -1. */
+static int
+wait_fully_in_sync(const char *key, unsigned ms, shardkv_range *r)
+{
+	uint64_t end = kv_test_now_ms() + ms;
+
+	while (kv_test_now_ms() < end) {
+		assert_daemons_alive();
+		if (range_of_key(key, r, NULL) == 0 && r->nreplicas == NSERVERS &&
+		    r->ninsync == NSERVERS)
+			return 0;
+		kv_test_sleep_ms(100);
+	}
+	return -1;
+}
+
+/* The number in a value "xN" (N >= 0), or -1. */
+static long
+value_seq(const char *v)
+{
+	char *end;
+	long n;
+
+	if (v == NULL || v[0] == 0 || v[1] < '0' || v[1] > '9')
+		return -1;
+	n = strtol(v + 1, &end, 10);
+	return *end == 0 ? n : -1;
+}
+
+/* Reads key through the library and checks it holds the value of write
+ * number last_ok or of a later attempt (an unacknowledged write may have
+ * been applied), never an earlier one. */
+static void
+assert_read_not_older(const char *key, long last_ok, long attempts, unsigned ms)
+{
+	uint64_t end = kv_test_now_ms() + ms;
+	shardkv_buf v = {0};
+	int rv;
+
+	while ((rv = shardkv_get(g.admin, key, strlen(key), &v)) != 0 && kv_test_now_ms() < end)
+		kv_test_sleep_ms(100);
+	NS_ASSERT(rv == 0, "the final read of %s failed: %s", key, shardkv_errmsg());
+	long n = value_seq((const char *)v.data);
+	NS_ASSERT(n >= last_ok && n < attempts,
+	          "%s reads '%s' after the heal: the last acknowledged write was number %ld "
+	          "(of %ld attempted)",
+	          key, (const char *)v.data, last_ok, attempts);
+	note("repl: %s reads write %ld; the last acknowledged was %ld", key, n, last_ok);
+	shardkv_free(v.data);
+}
+
+static void
+primary_cut_off_from_its_backups_only_acknowledges_nothing_without_them(void **state)
+{
+	shardkv_range r;
+	char val[32];
+	long seq = 0, last_ok = -1;
+	uint64_t t_cut, t_shrink = 0, t_heal, t_ok = 0;
+	unsigned failed_in_cut = 0;
+	int p, b[2], nb = 0;
+
+	(void)state;
+	g.replicas = 3;
+	build_cluster();
+	NS_ASSERT(wait_fully_in_sync(REPL_KEY, RECOVER_MS, &r) == 0,
+	          "the range of %s did not get %d in-sync replicas in %u ms", REPL_KEY, NSERVERS,
+	          RECOVER_MS);
+	p = srv_of_node(r.node);
+	NS_ASSERT(p >= 0, "the primary %" PRIu32 " is none of the test's servers", r.node);
+	for (int i = 0; i < NSERVERS; i++)
+		if (i != p)
+			b[nb++] = i;
+	for (int i = 0; i < 20; i++, seq++) {
+		snprintf(val, sizeof(val), "a%ld", seq);
+		NS_ASSERT(shardkv_put(g.admin, REPL_KEY, strlen(REPL_KEY), val, strlen(val)) == 0,
+		          "put before the cut failed: %s", shardkv_errmsg());
+		last_ok = seq;
+	}
+	NS_ASSERT(kv_nn_partition(&g.net, g.hsrv[p], g.hsrv[b[0]], true) == 0 &&
+	              kv_nn_partition(&g.net, g.hsrv[p], g.hsrv[b[1]], true) == 0,
+	          "partition failed");
+	t_cut = kv_test_now_ms();
+	note("repl: s%d (primary of %s) cut off from its backups s%d and s%d", p + 1, REPL_KEY,
+	     b[0] + 1, b[1] + 1);
+	while (kv_test_now_ms() - t_cut < REPL_CUT_MS) {
+		uint64_t t0 = kv_test_now_ms();
+		assert_daemons_alive();
+		snprintf(val, sizeof(val), "a%ld", seq);
+		int rv = shardkv_put(g.admin, REPL_KEY, strlen(REPL_KEY), val, strlen(val));
+		seq++;
+		/* A write begun after the cut can reach no backup: with
+		 * --min-insync 2 it must never be acknowledged. */
+		NS_ASSERT(rv != 0 || t0 < t_cut + 100,
+		          "a write begun %" PRIu64 " ms after the primary lost its backups was "
+		          "acknowledged",
+		          t0 - t_cut);
+		if (rv == 0)
+			last_ok = seq - 1;
+		else
+			failed_in_cut++;
+		if (t_shrink == 0 && range_of_key(REPL_KEY, &r, NULL) == 0 &&
+		    r.ninsync < NSERVERS) {
+			t_shrink = kv_test_now_ms();
+			note("repl: the ISR shrank to %zu member(s) %" PRIu64 " ms after the cut",
+			     r.ninsync, t_shrink - t_cut);
+		}
+	}
+	NS_ASSERT(t_shrink != 0 && t_shrink - t_cut <= ISR_SHRINK_MS,
+	          "the ISR of %s did not shrink within %u ms of the cut", REPL_KEY, ISR_SHRINK_MS);
+	NS_ASSERT(kv_nn_partition(&g.net, g.hsrv[p], g.hsrv[b[0]], false) == 0 &&
+	              kv_nn_partition(&g.net, g.hsrv[p], g.hsrv[b[1]], false) == 0,
+	          "healing the partition failed");
+	t_heal = kv_test_now_ms();
+	while (t_ok == 0 && kv_test_now_ms() - t_heal < RECOVER_MS) {
+		assert_daemons_alive();
+		snprintf(val, sizeof(val), "a%ld", seq);
+		if (shardkv_put(g.admin, REPL_KEY, strlen(REPL_KEY), val, strlen(val)) == 0) {
+			t_ok = kv_test_now_ms();
+			last_ok = seq;
+		}
+		seq++;
+	}
+	NS_ASSERT(t_ok != 0, "no write succeeded within %u ms of the heal: %s", RECOVER_MS,
+	          shardkv_errmsg());
+	NS_ASSERT(wait_fully_in_sync(REPL_KEY, RECOVER_MS, &r) == 0,
+	          "the backups did not get back in sync within %u ms of the heal", RECOVER_MS);
+	note("repl: %u writes refused during the cut; after the heal writes in %" PRIu64
+	     " ms, all %d replicas in sync in %" PRIu64 " ms",
+	     failed_in_cut, t_ok - t_heal, NSERVERS, kv_test_now_ms() - t_heal);
+	assert_read_not_older(REPL_KEY, last_ok, seq, RECOVER_MS);
+	clients_close();
+}
+
+static void
+primary_cut_off_from_the_controller_only_stops_before_its_replacement_serves(void **state)
+{
+	shardkv_range r;
+	char val[32], why[256];
+	long seq = 0, last_ok = -1;
+	uint64_t epoch = 0, t_cut, t_p_last = 0, t_new = 0, t_write = 0, t_heal;
+	uint32_t q = 0;
+	int p;
+
+	(void)state;
+	g.replicas = 3;
+	build_cluster();
+	NS_ASSERT(wait_fully_in_sync(REPL_KEY, RECOVER_MS, &r) == 0,
+	          "the range of %s did not get %d in-sync replicas in %u ms", REPL_KEY, NSERVERS,
+	          RECOVER_MS);
+	p = srv_of_node(r.node);
+	NS_ASSERT(p >= 0, "the primary %" PRIu32 " is none of the test's servers", r.node);
+	for (int i = 0; i < 10; i++, seq++) {
+		snprintf(val, sizeof(val), "c%ld", seq);
+		NS_ASSERT(shardkv_put(g.admin, REPL_KEY, strlen(REPL_KEY), val, strlen(val)) == 0,
+		          "put before the cut failed: %s", shardkv_errmsg());
+		last_ok = seq;
+	}
+	NS_ASSERT(range_of_key(REPL_KEY, &r, &epoch) == 0, "no range for %s", REPL_KEY);
+	NS_ASSERT(kv_nn_partition(&g.net, g.hctl, g.hsrv[p], true) == 0, "partition failed");
+	t_cut = kv_test_now_ms();
+	note("repl: s%d (primary of %s) cut off from the controller", p + 1, REPL_KEY);
+	while ((t_new == 0 || t_write == 0) && kv_test_now_ms() - t_cut < LEASE_DOWN_MS + 5000) {
+		assert_daemons_alive();
+		/* The old primary, asked directly from the client host. */
+		int st = direct_get(g.srv_url[p], REPL_KEY, epoch, why, sizeof(why));
+		uint64_t now = kv_test_now_ms();
+		if (st == 0) {
+			NS_ASSERT(t_new == 0,
+			          "s%d still served %s %" PRIu64
+			          " ms after a configuration gave the range to node %" PRIu32,
+			          p + 1, REPL_KEY, now - t_new, q);
+			t_p_last = now;
+		}
+		if (t_new == 0 && range_of_key(REPL_KEY, &r, NULL) == 0 && r.node != g.node[p]) {
+			t_new = kv_test_now_ms();
+			q = r.node;
+			note("repl: node %" PRIu32 " is the new primary %" PRIu64
+			     " ms after the cut; s%d last served %" PRIu64 " ms after it",
+			     q, t_new - t_cut, p + 1, t_p_last ? t_p_last - t_cut : 0);
+		}
+		if (t_new != 0) {
+			snprintf(val, sizeof(val), "c%ld", seq);
+			if (shardkv_put(g.admin, REPL_KEY, strlen(REPL_KEY), val, strlen(val)) ==
+			    0) {
+				last_ok = seq;
+				if (t_write == 0)
+					t_write = kv_test_now_ms();
+			}
+			seq++;
+		}
+		kv_test_sleep_ms(20);
+	}
+	NS_ASSERT(t_new != 0, "no failover within %u ms of the cut", LEASE_DOWN_MS + 5000);
+	NS_ASSERT(t_p_last < t_new, "the old primary served after its replacement was chosen");
+	NS_ASSERT(t_write != 0, "the new primary took no write");
+	note("repl: the new primary took a write %" PRIu64 " ms after the cut", t_write - t_cut);
+	NS_ASSERT(kv_nn_partition(&g.net, g.hctl, g.hsrv[p], false) == 0,
+	          "healing the partition failed");
+	t_heal = kv_test_now_ms();
+	NS_ASSERT(wait_fully_in_sync(REPL_KEY, RECOVER_MS, &r) == 0,
+	          "s%d did not get back in sync within %u ms of the heal", p + 1, RECOVER_MS);
+	note("repl: s%d back in sync %" PRIu64 " ms after the heal", p + 1,
+	     kv_test_now_ms() - t_heal);
+	assert_read_not_older(REPL_KEY, last_ok, seq, RECOVER_MS);
+	clients_close();
+}
+
 static int
 rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -826,6 +1109,11 @@ main(void)
 	        teardown),
 	    cmocka_unit_test_teardown(
 	        checker_finds_nothing_lost_under_link_loss_delay_and_partition, teardown),
+	    cmocka_unit_test_teardown(
+	        primary_cut_off_from_its_backups_only_acknowledges_nothing_without_them, teardown),
+	    cmocka_unit_test_teardown(
+	        primary_cut_off_from_the_controller_only_stops_before_its_replacement_serves,
+	        teardown),
 	};
 	const char *filter = getenv("KV_TEST_FILTER");
 	int failed = 0, ran = 0, skipped = 0;
