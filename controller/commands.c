@@ -142,7 +142,46 @@ refuse(struct ctl_ctx *x, int err, const kv_place_ctx *px)
 	return err;
 }
 
-/* Runs a planning result: publishes it (if anything changed) and answers. */
+/*
+ * Answers a dry run (doc/contract.md §4) with the migrations that next
+ * (taken; NULL: nothing to change) adds to prev, each with the estimates of
+ * its source's data, and publishes nothing: the answer's epoch is prev's.
+ */
+static int
+answer_plan_locked(kv_controller *c, struct ctl_ctx *x, const kv_config *prev, kv_config *next,
+                   const char *why)
+{
+	size_t n = 0;
+
+	x->resp.epoch = prev->epoch;
+	x->resp.config = prev;
+	if (next != NULL) {
+		if ((x->plan = calloc(next->nmigs ? next->nmigs : 1, sizeof(*x->plan))) == NULL) {
+			kv_config_free(next);
+			return KV_ENOMEM;
+		}
+		x->plan_cfg = next;
+		for (size_t i = 0; i < next->nmigs; i++) {
+			kv_migration *m = &x->plan[n];
+			if (kv_ctl__mig_in(prev, next->migs[i].id))
+				continue;
+			*m = next->migs[i]; /* its bytes stay next's */
+			m->id = 0;          /* not reserved: the real run assigns it */
+			kv_ctl__estimate_locked(c, m->from, (kv_bytes){m->start.data, m->start.len},
+			                        (kv_bytes){m->end.data, m->end.len}, &m->keys_total,
+			                        &m->bytes_total);
+			n++;
+		}
+	}
+	x->resp.plan = x->plan;
+	x->resp.nplan = n;
+	KV_INFO("controller", "dry run planned", "cmd=%s epoch=%llu migrations=%zu", why,
+	        (unsigned long long)prev->epoch, n);
+	return KV_OK;
+}
+
+/* Runs a planning result: publishes it (if anything changed) and answers;
+ * a dry run only answers the plan. */
 static int
 commit_locked(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x, kv_place_ctx *px, int rv,
               kv_config *next, const char *why)
@@ -151,6 +190,8 @@ commit_locked(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x, kv_pl
 
 	if (rv != KV_OK)
 		return refuse(x, rv, px);
+	if (rq->dry_run)
+		return answer_plan_locked(c, x, prev, next, why);
 	if (next == NULL) { /* nothing to change */
 		x->resp.epoch = prev->epoch;
 		x->resp.config = prev;
@@ -257,7 +298,7 @@ kv_ctl__cmd_move(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	px.next_mig_id = c->next_mig_id;
 	px.rate_limit_mb_s = rq->rate_mb_s;
 	rv = kv_place_move(cur, rq->start, rq->end, id, &px, &next);
-	if (rv == KV_OK && next != NULL) {
+	if (rv == KV_OK && next != NULL && !rq->dry_run) {
 		char a[96], b[96];
 		kv_place_fmt_key(rq->start.p, rq->start.len, a, sizeof(a));
 		kv_place_fmt_key(rq->end.p, rq->end.len, b, sizeof(b));
@@ -324,6 +365,10 @@ kv_ctl__cmd_status(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		n->bytes = s->bytes;
 		n->memory = s->memory;
 		n->ops = s->ops;
+		/* Its uptime now, if it still runs: as reported, plus the time
+		 * since. A down node's is unknown. */
+		if (s->uptime_ms != 0 && cur->nodes[i].state != KV_NODE_DOWN)
+			n->uptime_ms = s->uptime_ms + (now - s->uptime_at_ns) / 1000000u;
 		n->epoch_applied = s->epoch_applied;
 		n->nranges = s->nranges;
 		n->ranges = s->ranges;
@@ -504,6 +549,8 @@ kv_ctl__cmd_register(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 		n = kv_config_node(cur, x->resp.node_id);
 	}
 	if ((s = kv_ctl__stat_find_locked(c, n->id, true)) != NULL) {
+		if (s->boot_id != rq->boot_id)
+			s->uptime_ms = 0; /* a new process: unknown until it reports */
 		s->boot_id = rq->boot_id;
 		s->epoch_applied = rq->epoch;
 		s->last_seen_ns = kv_now_ns();
@@ -557,6 +604,8 @@ kv_ctl__cmd_heartbeat(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *
 		s->bytes = rq->bytes;
 		s->memory = rq->memory;
 		s->ops = rq->ops;
+		s->uptime_ms = rq->uptime_ms;
+		s->uptime_at_ns = kv_now_ns();
 	}
 	s->boot_id = rq->boot_id;
 	s->epoch_applied = rq->epoch;
