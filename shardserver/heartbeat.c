@@ -159,7 +159,8 @@ kv_srv_heartbeat_main(void *arg)
 		                   .keys = st.keys,
 		                   .bytes = st.bytes,
 		                   .ops = rate,
-		                   .memory = rss_bytes()};
+		                   .memory = rss_bytes(),
+		                   .uptime_ms = (kv_now_ns() - s->created_ns) / 1000000u};
 		if (kv_server__ctl_call(s, &rq, &r, 1000) == 0)
 			kv_admin_resp_fini(&r);
 	}

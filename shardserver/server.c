@@ -321,6 +321,7 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	s->max_value = cfg->max_value ? cfg->max_value : KV_DEFAULT_MAX_VALUE;
 	s->max_batch = cfg->max_batch ? cfg->max_batch : 65536;
 	s->boot_id = rand64();
+	s->created_ns = kv_now_ns();
 	s->lease_ns = (uint64_t)(cfg->lease_ms ? cfg->lease_ms : KV_LEASE_MS) * 1000000u;
 	s->renew_ns =
 	    (uint64_t)(cfg->lease_renew_ms ? cfg->lease_renew_ms : KV_LEASE_RENEW_MS) * 1000000u;

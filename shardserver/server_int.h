@@ -57,6 +57,8 @@ struct kv_server {
 	size_t max_value;                  /* effective value limit */
 	size_t max_batch;                  /* ops (keys) per request */
 	uint64_t boot_id;                  /* random per start */
+	uint64_t created_ns;               /* kv_now_ns() at create: where the uptime that
+	                                      heartbeats report starts (immutable) */
 	uint64_t admin_client_id;          /* client id of our AdminRequests */
 	atomic_uint_fast64_t admin_req_id; /* next AdminRequest.request_id */
 	atomic_uint node_id;               /* 0 until registered */
