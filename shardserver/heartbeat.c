@@ -118,7 +118,12 @@ kv_srv_heartbeat_main(void *arg)
 		kv_admin_resp r;
 		size_t n = 0;
 
-		kv_server__nap(s, 1000);
+		/* A second, or less when a migration changed what the node holds
+		 * (kv_mig_env.held_changed). */
+		for (unsigned ms = 0;
+		     ms < 1000 && !atomic_load(&s->stopping) && !atomic_exchange(&s->hb_now, false);
+		     ms += 10)
+			kv_server__nap(s, 10);
 		if (atomic_load(&s->stopping))
 			break;
 		uint32_t me = atomic_load(&s->node_id);
