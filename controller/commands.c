@@ -368,7 +368,7 @@ kv_ctl__cmd_status(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		/* Its uptime now, if it still runs: as reported, plus the time
 		 * since. A down node's is unknown. */
 		if (s->uptime_ms != 0 && cur->nodes[i].state != KV_NODE_DOWN)
-			n->uptime_ms = s->uptime_ms + (now - s->uptime_at_ns) / 1000000u;
+			n->uptime_ms = s->uptime_ms + (now - s->stats_ns) / 1000000u;
 		n->epoch_applied = s->epoch_applied;
 		n->nranges = s->nranges;
 		n->ranges = s->ranges;
@@ -605,7 +605,7 @@ kv_ctl__cmd_heartbeat(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *
 		s->memory = rq->memory;
 		s->ops = rq->ops;
 		s->uptime_ms = rq->uptime_ms;
-		s->uptime_at_ns = kv_now_ns();
+		s->stats_ns = kv_now_ns();
 	}
 	s->boot_id = rq->boot_id;
 	s->epoch_applied = rq->epoch;
@@ -653,6 +653,32 @@ kv_ctl__cmd_progress(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 	return KV_OK;
 }
 
+/*
+ * The keys and bytes status shows per node are those of the node's last
+ * heartbeat, up to a second old: right after a migration they would still
+ * show the range on its source (and, if the copy came after its last
+ * report, not on its destination). Until each reports again (at once, as
+ * servers do after a migration), the copied figures move from the one to
+ * the other. The destination's store holds what it received, so a report
+ * it sent after the copy began counts them already.
+ */
+static void
+stats_moved_locked(kv_controller *c, uint32_t src, uint32_t dst, uint64_t copy_ns, uint64_t keys,
+                   uint64_t bytes)
+{
+	struct ctl_stat *from = kv_ctl__stat_find_locked(c, src, false);
+	struct ctl_stat *to = kv_ctl__stat_find_locked(c, dst, false);
+
+	if (from != NULL && from->stats_ns != 0) {
+		from->keys -= keys < from->keys ? keys : from->keys;
+		from->bytes -= bytes < from->bytes ? bytes : from->bytes;
+	}
+	if (to != NULL && to->stats_ns != 0 && copy_ns != 0 && to->stats_ns < copy_ns) {
+		to->keys += keys;
+		to->bytes += bytes;
+	}
+}
+
 int
 kv_ctl__cmd_done(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 {
@@ -676,12 +702,19 @@ kv_ctl__cmd_done(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		return KV_EINVAL;
 	}
 	if (rq->result == KV_OK) {
+		const struct ctl_prog *p = kv_ctl__prog_find_locked(c, m->id, false);
+		uint64_t copy_ns = p != NULL ? p->born_ns : 0; /* about when the copy began */
+		uint32_t from = m->from, to = m->to;
+		int rv;
 		KV_INFO("controller", "migration done",
 		        "migration=%llu from=%u to=%u keys=%llu "
 		        "bytes=%llu",
 		        (unsigned long long)m->id, m->from, m->to, (unsigned long long)rq->keys,
 		        (unsigned long long)rq->bytes);
-		return finish_locked(c, rq, x, rq->mig_id, true, KV_OK, "", "migration done");
+		rv = finish_locked(c, rq, x, rq->mig_id, true, KV_OK, "", "migration done");
+		if (rv == KV_OK)
+			stats_moved_locked(c, from, to, copy_ns, rq->keys, rq->bytes);
+		return rv;
 	}
 	snprintf(detail, sizeof(detail), "failed: %s%s%.120s", kv_strerror(rq->result),
 	         rq->error && rq->error[0] ? ": " : "", rq->error ? rq->error : "");

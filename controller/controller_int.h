@@ -60,7 +60,8 @@ struct ctl_stat {
 	uint64_t last_seen_ns;        /* monotonic time of the last report; 0: never */
 	uint64_t uptime_ms;           /* the server's uptime in its last full heartbeat;
 	                                 0: unknown */
-	uint64_t uptime_at_ns;        /* monotonic time that heartbeat arrived */
+	uint64_t stats_ns;            /* monotonic time the last full heartbeat (the
+	                                 figures and the uptime) arrived; 0: never */
 	size_t nranges;               /* entries in ranges */
 	kv_admin_range_stat *ranges;  /* owned; bytes point into blob, split into splits */
 	kv_bytes *splits;             /* owned */
@@ -74,6 +75,7 @@ struct ctl_prog {
 	uint64_t keys_copied, bytes_copied;             /* acknowledged so far */
 	uint64_t keys_total, bytes_total, rate_bytes_s; /* estimates */
 	uint64_t last_ns;                               /* monotonic time of the last report */
+	uint64_t born_ns;                               /* monotonic time of the first one */
 };
 
 /* A migration that ended without success, for --wait answers. */

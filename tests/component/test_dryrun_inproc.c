@@ -4,7 +4,8 @@
  * (doc/contract.md §4, §5): a dry run of move and of rebalance answers the
  * very migrations the real command then starts and leaves the epoch as it
  * was; the CLI prints the plan as text and as JSON; refused dry runs
- * change nothing; status reports each server's uptime.
+ * change nothing; status reports each server's uptime, and right after a
+ * move the keys where they are now.
  *
  * Every wait polls with a deadline.
  */
@@ -383,6 +384,40 @@ status_reports_each_servers_uptime(void **state)
 	shardkv_close(k);
 }
 
+/* The status right after `move --wait` counts the keys where they are now,
+ * not where they were before the move (heartbeats are a second apart). */
+static void
+status_right_after_a_move_counts_the_keys_where_they_are_now(void **state)
+{
+	shardkv_client *k;
+	shardkv_admin_result r;
+	char out[8192], err[2048];
+
+	(void)state;
+	k = cluster_with_data();
+	long long on2 = wait_reported(k);
+	assert_true(on2 > 0);
+	assert_int_equal(shardkv_move(k, "", 0, "", 0, "1", 0, SHARDKV_WAIT, &r), 0);
+	assert_int_equal(status_keys(k, 1), NKEYS);
+	assert_int_equal(status_keys(k, 2), 0);
+	/* And back, through the CLI. */
+	assert_int_equal(inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "move", "", "",
+	                                    "2", "--wait", NULL),
+	                 0);
+	assert_int_equal(
+	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "--json", "status", NULL),
+	    0);
+	char want[64];
+	snprintf(want, sizeof(want), "\"state\": \"active\", \"keys\": %d,", NKEYS);
+	assert_non_null(strstr(out, want));
+	assert_non_null(strstr(out, "\"state\": \"active\", \"keys\": 0,"));
+	/* Stays so once the servers report again. */
+	kv_test_sleep_ms(1200);
+	assert_int_equal(status_keys(k, 1), 0);
+	assert_int_equal(status_keys(k, 2), NKEYS);
+	shardkv_close(k);
+}
+
 int
 main(void)
 {
@@ -392,6 +427,7 @@ main(void)
 	    INPROC_CLUSTER_TEST(rebalance_dry_run_returns_the_plan_the_rebalance_then_starts, &cl),
 	    INPROC_CLUSTER_TEST(refused_dry_runs_change_nothing_and_exit_like_the_command, &cl),
 	    INPROC_CLUSTER_TEST(status_reports_each_servers_uptime, &cl),
+	    INPROC_CLUSTER_TEST(status_right_after_a_move_counts_the_keys_where_they_are_now, &cl),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
