@@ -215,7 +215,7 @@ class _Node(ctypes.Structure):
     _fields_ = [("id", _u32), ("address", ctypes.c_char_p), ("state", ctypes.c_int),
                 ("keys", _u64), ("bytes", _u64), ("ops_per_sec", ctypes.c_double),
                 ("memory_bytes", _u64), ("last_seen_ms", _u64),
-                ("has_stats", ctypes.c_bool)]
+                ("has_stats", ctypes.c_bool), ("uptime_ms", _u64)]
 
 
 class _Range(ctypes.Structure):
@@ -395,7 +395,8 @@ def _config_dict(cfg, with_stats):
         if with_stats:
             d["stats"] = None if not n.has_stats else {
                 "keys": n.keys, "bytes": n.bytes, "ops_per_sec": n.ops_per_sec,
-                "memory_bytes": n.memory_bytes, "last_seen_ms": n.last_seen_ms}
+                "memory_bytes": n.memory_bytes, "last_seen_ms": n.last_seen_ms,
+                "uptime_ms": n.uptime_ms}
         nodes.append(d)
     migrations = []
     for i in range(c.nmigrations):

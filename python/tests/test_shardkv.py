@@ -363,6 +363,9 @@ class BindingTest(unittest.TestCase):
         self.assertTrue(all(n["address"].startswith("tcp://127.0.0.1:") for n in st["nodes"]))
         self.assertIn("controllers", st)
         self.assertIn("stats", st["nodes"][0])
+        for n in st["nodes"]:
+            if n["stats"] is not None:
+                self.assertIn("uptime_ms", n["stats"])
         cfg = self.kv.config()
         self.assertGreaterEqual(cfg["epoch"], 1)
         self.assertEqual(cfg["ranges"][0]["start"], b"")
