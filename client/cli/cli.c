@@ -467,7 +467,7 @@ print_help(FILE *f, const cli_cmd *cmd)
 	           "  -h, --help              this help; COMMAND --help for a command\n"
 	           "\nCommands:\n");
 	for (size_t i = 0; i < NCMDS; i++)
-		fprintf(f, "  %-9s %-40s %s\n", cmds[i].name, cmds[i].usage, cmds[i].help);
+		fprintf(f, "  %-9s %-50s %s\n", cmds[i].name, cmds[i].usage, cmds[i].help);
 	fprintf(f, "\nExit codes: 0 success, 1 not found, 2 usage or invalid request, "
 	           "3 unavailable or timed out, 4 rejected, 5 internal error.\n"
 	           "Use -- before values that start with '-'. With no command on a terminal,\n"
