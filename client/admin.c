@@ -166,8 +166,15 @@ plan_run(shardkv_client *c, kv_admin_req *q, shardkv_plan **out)
 	shardkv_plan *p;
 	int rv;
 
-	if ((rv = admin_run(c, q, &r)) != KV_OK)
+	if ((rv = admin_run(c, q, &r)) != KV_OK) {
+		/* A controller from before dry runs sees no command it knows (and
+		 * so changes nothing). */
+		if (rv == KV_EINVAL && strstr(shardkv_errmsg(), "without a command") != NULL)
+			return kvc_fail(KV_EINVAL,
+			                "the controller does not know dry runs (an older "
+			                "version); nothing was changed");
 		return rv;
+	}
 	if ((p = calloc(1, sizeof(*p))) == NULL ||
 	    (r.nplan && (p->steps = calloc(r.nplan, sizeof(*p->steps))) == NULL)) {
 		free(p);
