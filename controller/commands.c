@@ -673,7 +673,8 @@ stats_moved_locked(kv_controller *c, uint32_t src, uint32_t dst, uint64_t copy_n
 		from->keys -= keys < from->keys ? keys : from->keys;
 		from->bytes -= bytes < from->bytes ? bytes : from->bytes;
 	}
-	if (to != NULL && to->stats_ns != 0 && copy_ns != 0 && to->stats_ns < copy_ns) {
+	/* A node that never reported (a new one) holds what it received. */
+	if (to != NULL && (to->stats_ns == 0 || (copy_ns != 0 && to->stats_ns < copy_ns))) {
 		to->keys += keys;
 		to->bytes += bytes;
 	}
