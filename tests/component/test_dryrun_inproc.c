@@ -221,6 +221,19 @@ move_dry_run_returns_the_plan_the_move_then_starts_and_changes_nothing(void **st
 	/* Whole ranges move: the estimate is node 2's count. */
 	assert_int_equal(keys, (uint64_t)on2);
 	assert_int_equal(latest_epoch(), e0);
+	shardkv_plan_free(p);
+	/* Part of a range: an estimate from the split keys (40 keys start
+	 * with A to E, all on node 2, which took the lower half at its join). */
+	assert_int_equal(shardkv_move_plan(k, "A", 1, "F", 1, "1", 0, &p), 0);
+	assert_int_equal(p->nsteps, 1);
+	assert_int_equal(p->steps[0].from, 2);
+	/* Node 2 reports its range in four pieces of about 30 keys: a piece
+	 * cut by START or END counts half, so the estimate is off by at most
+	 * half a piece at each end. */
+	assert_true(p->steps[0].keys >= 10 && p->steps[0].keys <= 70);
+	assert_true(p->steps[0].bytes > p->steps[0].keys);
+	shardkv_plan_free(p);
+	assert_int_equal(shardkv_move_plan(k, "", 0, "", 0, "1", 0, &p), 0);
 
 	/* The CLI: the same plan as text and as JSON, exit 0, nothing changed. */
 	assert_int_equal(inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "move", "", "",
