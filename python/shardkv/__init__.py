@@ -232,6 +232,15 @@ class _Migration(ctypes.Structure):
                 ("eta_ms", _u64), ("rate_bytes_s", _u64), ("progress_age_ms", _u64)]
 
 
+class _PlanStep(ctypes.Structure):
+    _fields_ = [("start", _Buf), ("end", _Buf), ("from_", _u32), ("to", _u32),
+                ("keys", _u64), ("bytes", _u64)]
+
+
+class _Plan(ctypes.Structure):
+    _fields_ = [("epoch", _u64), ("nsteps", _size_t), ("steps", ctypes.POINTER(_PlanStep))]
+
+
 class _Controller(ctypes.Structure):
     _fields_ = [("id", _u32), ("address", ctypes.c_char_p), ("role", ctypes.c_char_p),
                 ("term", _u64), ("index", _u64)]
@@ -331,6 +340,10 @@ _remove = _fn("shardkv_remove", _int, _c, ctypes.c_char_p, ctypes.c_uint, _P(_Ad
               _P(_u32))
 _cancel = _fn("shardkv_cancel", _int, _c, _u64, _P(_AdminResult))
 _rebalance = _fn("shardkv_rebalance", _int, _c, _u32, ctypes.c_uint, _P(_AdminResult))
+_move_plan = _fn("shardkv_move_plan", _int, _c, ctypes.c_void_p, _size_t, ctypes.c_void_p,
+                 _size_t, ctypes.c_char_p, _u32, _P(_P(_Plan)))
+_rebalance_plan = _fn("shardkv_rebalance_plan", _int, _c, _u32, _P(_P(_Plan)))
+_plan_free = _fn("shardkv_plan_free", None, _P(_Plan))
 _config_get = _fn("shardkv_config_get", _int, _c, _u64, _P(_P(_Config)))
 _status = _fn("shardkv_status", _int, _c, _P(_P(_Config)))
 _config_free = _fn("shardkv_config_free", None, _P(_Config))
@@ -417,6 +430,17 @@ def _config_dict(cfg, with_stats):
              "index": k.index}
             for k in (c.controllers[i] for i in range(c.ncontrollers))]
     return out
+
+
+def _plan_dict(p):
+    """A plan as {"epoch", "plan": [{"start", "end", "from", "to", "keys", "bytes"}]}."""
+    c = p.contents
+    steps = []
+    for i in range(c.nsteps):
+        s = c.steps[i]
+        steps.append({"start": _out(s.start) or b"", "end": _out(s.end) or b"",
+                      "from": s.from_, "to": s.to, "keys": s.keys, "bytes": s.bytes})
+    return {"epoch": c.epoch, "plan": steps}
 
 
 def _admin_dict(r):
@@ -674,6 +698,28 @@ class Client:
             _check(_move(self._handle(), s, len(s), e, len(e), str(node).encode(),
                          int(rate_mb_s), self._flags(wait), ctypes.byref(r)))
         return _admin_dict(r)
+
+    def move_plan(self, start, end, node, rate_mb_s=0, timeout_ms=None):
+        """Dry run of move: the migrations it would start, nothing changed."""
+        s, e = _b(start), _b(end)
+        p = _P(_Plan)()
+        with _Deadline(timeout_ms):
+            _check(_move_plan(self._handle(), s, len(s), e, len(e), str(node).encode(),
+                              int(rate_mb_s), ctypes.byref(p)))
+        try:
+            return _plan_dict(p)
+        finally:
+            _plan_free(p)
+
+    def rebalance_plan(self, rate_mb_s=0, timeout_ms=None):
+        """Dry run of rebalance: the migrations it would start, nothing changed."""
+        p = _P(_Plan)()
+        with _Deadline(timeout_ms):
+            _check(_rebalance_plan(self._handle(), int(rate_mb_s), ctypes.byref(p)))
+        try:
+            return _plan_dict(p)
+        finally:
+            _plan_free(p)
 
     def cancel(self, migration_id, timeout_ms=None):
         """Cancels a migration that has not fenced yet."""
