@@ -441,5 +441,7 @@ main(void)
 	    INPROC_CLUSTER_TEST(status_right_after_a_move_counts_the_keys_where_they_are_now, &cl),
 	};
 
+	if (getenv("KV_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("KV_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
