@@ -37,6 +37,8 @@ node_ref(const char *node, kv_admin_req *q)
 	q->address = node;
 }
 
+static int buf_dup(shardkv_buf *dst, const kv_buf *src);
+
 static int
 admin_run(shardkv_client *c, kv_admin_req *q, kv_admin_resp *r)
 {
@@ -156,6 +158,94 @@ shardkv_rebalance(shardkv_client *c, uint32_t rate_mb_s, unsigned flags, shardkv
 	return admin_change(c, &q, flags, out);
 }
 
+/* Runs a dry run (q->dry_run) and builds the public plan. */
+static int
+plan_run(shardkv_client *c, kv_admin_req *q, shardkv_plan **out)
+{
+	kv_admin_resp r;
+	shardkv_plan *p;
+	int rv;
+
+	if ((rv = admin_run(c, q, &r)) != KV_OK) {
+		/* A controller from before dry runs sees no command it knows (and
+		 * so changes nothing). */
+		if (rv == KV_EINVAL && strstr(shardkv_errmsg(), "without a command") != NULL)
+			return kvc_fail(KV_EINVAL,
+			                "the controller does not know dry runs (an older "
+			                "version); nothing was changed");
+		return rv;
+	}
+	if ((p = calloc(1, sizeof(*p))) == NULL ||
+	    (r.nplan && (p->steps = calloc(r.nplan, sizeof(*p->steps))) == NULL)) {
+		free(p);
+		kv_admin_resp_fini(&r);
+		return kvc_fail(KV_ENOMEM, "out of memory");
+	}
+	p->epoch = r.epoch;
+	for (size_t i = 0; i < r.nplan; i++, p->nsteps++) {
+		shardkv_plan_step *s = &p->steps[i];
+		s->from = r.plan[i].from;
+		s->to = r.plan[i].to;
+		s->keys = r.plan[i].keys_total;
+		s->bytes = r.plan[i].bytes_total;
+		if (buf_dup(&s->start, &r.plan[i].start) != KV_OK ||
+		    buf_dup(&s->end, &r.plan[i].end) != KV_OK) {
+			p->nsteps++; /* freed with the plan */
+			shardkv_plan_free(p);
+			kv_admin_resp_fini(&r);
+			return kvc_fail(KV_ENOMEM, "out of memory");
+		}
+	}
+	kv_admin_resp_fini(&r);
+	*out = p;
+	return KV_OK;
+}
+
+int
+shardkv_move_plan(shardkv_client *c, const void *start, size_t slen, const void *end, size_t elen,
+                  const char *node, uint32_t rate_mb_s, shardkv_plan **out)
+{
+	kv_admin_req q = {.op = KV_ADM_MOVE, .dry_run = true, .rate_mb_s = rate_mb_s};
+
+	if (c == NULL || out == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	*out = NULL;
+	if (node == NULL || node[0] == 0)
+		return kvc_fail(KV_EINVAL, "no node given");
+	if ((start == NULL && slen) || (end == NULL && elen))
+		return kvc_fail(KV_EINVAL, "null argument");
+	if (kv_range_is_empty(start, slen, end, elen))
+		return kvc_fail(KV_EINVAL, "empty or inverted range");
+	q.start = (kv_bytes){start, slen};
+	q.end = (kv_bytes){end, elen};
+	node_ref(node, &q);
+	return plan_run(c, &q, out);
+}
+
+int
+shardkv_rebalance_plan(shardkv_client *c, uint32_t rate_mb_s, shardkv_plan **out)
+{
+	kv_admin_req q = {.op = KV_ADM_REBALANCE, .dry_run = true, .rate_mb_s = rate_mb_s};
+
+	if (c == NULL || out == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	*out = NULL;
+	return plan_run(c, &q, out);
+}
+
+void
+shardkv_plan_free(shardkv_plan *plan)
+{
+	if (plan == NULL)
+		return;
+	for (size_t i = 0; i < plan->nsteps; i++) {
+		free(plan->steps[i].start.data);
+		free(plan->steps[i].end.data);
+	}
+	free(plan->steps);
+	free(plan);
+}
+
 int
 shardkv_cancel(shardkv_client *c, uint64_t migration_id, shardkv_admin_result *out)
 {
@@ -251,6 +341,7 @@ config_to_public(const kv_config *cfg, const kv_admin_report *rep, shardkv_confi
 			n->ops_per_sec = s->ops;
 			n->memory_bytes = s->memory;
 			n->last_seen_ms = s->last_seen_ms;
+			n->uptime_ms = s->uptime_ms;
 		}
 	}
 	if (cfg->nranges && (p->ranges = calloc(cfg->nranges, sizeof(*p->ranges))) == NULL)

@@ -142,7 +142,46 @@ refuse(struct ctl_ctx *x, int err, const kv_place_ctx *px)
 	return err;
 }
 
-/* Runs a planning result: publishes it (if anything changed) and answers. */
+/*
+ * Answers a dry run (doc/contract.md §4) with the migrations that next
+ * (taken; NULL: nothing to change) adds to prev, each with the estimates of
+ * its source's data, and publishes nothing: the answer's epoch is prev's.
+ */
+static int
+answer_plan_locked(kv_controller *c, struct ctl_ctx *x, const kv_config *prev, kv_config *next,
+                   const char *why)
+{
+	size_t n = 0;
+
+	x->resp.epoch = prev->epoch;
+	x->resp.config = prev;
+	if (next != NULL) {
+		if ((x->plan = calloc(next->nmigs ? next->nmigs : 1, sizeof(*x->plan))) == NULL) {
+			kv_config_free(next);
+			return KV_ENOMEM;
+		}
+		x->plan_cfg = next;
+		for (size_t i = 0; i < next->nmigs; i++) {
+			kv_migration *m = &x->plan[n];
+			if (kv_ctl__mig_in(prev, next->migs[i].id))
+				continue;
+			*m = next->migs[i]; /* its bytes stay next's */
+			m->id = 0;          /* not reserved: the real run assigns it */
+			kv_ctl__estimate_locked(c, m->from, (kv_bytes){m->start.data, m->start.len},
+			                        (kv_bytes){m->end.data, m->end.len}, &m->keys_total,
+			                        &m->bytes_total);
+			n++;
+		}
+	}
+	x->resp.plan = x->plan;
+	x->resp.nplan = n;
+	KV_INFO("controller", "dry run planned", "cmd=%s epoch=%llu migrations=%zu", why,
+	        (unsigned long long)prev->epoch, n);
+	return KV_OK;
+}
+
+/* Runs a planning result: publishes it (if anything changed) and answers;
+ * a dry run only answers the plan. */
 static int
 commit_locked(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x, kv_place_ctx *px, int rv,
               kv_config *next, const char *why)
@@ -151,6 +190,8 @@ commit_locked(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x, kv_pl
 
 	if (rv != KV_OK)
 		return refuse(x, rv, px);
+	if (rq->dry_run)
+		return answer_plan_locked(c, x, prev, next, why);
 	if (next == NULL) { /* nothing to change */
 		x->resp.epoch = prev->epoch;
 		x->resp.config = prev;
@@ -257,7 +298,7 @@ kv_ctl__cmd_move(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	px.next_mig_id = c->next_mig_id;
 	px.rate_limit_mb_s = rq->rate_mb_s;
 	rv = kv_place_move(cur, rq->start, rq->end, id, &px, &next);
-	if (rv == KV_OK && next != NULL) {
+	if (rv == KV_OK && next != NULL && !rq->dry_run) {
 		char a[96], b[96];
 		kv_place_fmt_key(rq->start.p, rq->start.len, a, sizeof(a));
 		kv_place_fmt_key(rq->end.p, rq->end.len, b, sizeof(b));
@@ -324,6 +365,10 @@ kv_ctl__cmd_status(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		n->bytes = s->bytes;
 		n->memory = s->memory;
 		n->ops = s->ops;
+		/* Its uptime now, if it still runs: as reported, plus the time
+		 * since. A down node's is unknown. */
+		if (s->uptime_ms != 0 && cur->nodes[i].state != KV_NODE_DOWN)
+			n->uptime_ms = s->uptime_ms + (now - s->stats_ns) / 1000000u;
 		n->epoch_applied = s->epoch_applied;
 		n->nranges = s->nranges;
 		n->ranges = s->ranges;
@@ -504,6 +549,8 @@ kv_ctl__cmd_register(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 		n = kv_config_node(cur, x->resp.node_id);
 	}
 	if ((s = kv_ctl__stat_find_locked(c, n->id, true)) != NULL) {
+		if (s->boot_id != rq->boot_id)
+			s->uptime_ms = 0; /* a new process: unknown until it reports */
 		s->boot_id = rq->boot_id;
 		s->epoch_applied = rq->epoch;
 		s->last_seen_ns = kv_now_ns();
@@ -557,6 +604,8 @@ kv_ctl__cmd_heartbeat(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *
 		s->bytes = rq->bytes;
 		s->memory = rq->memory;
 		s->ops = rq->ops;
+		s->uptime_ms = rq->uptime_ms;
+		s->stats_ns = kv_now_ns();
 	}
 	s->boot_id = rq->boot_id;
 	s->epoch_applied = rq->epoch;
@@ -604,6 +653,33 @@ kv_ctl__cmd_progress(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 	return KV_OK;
 }
 
+/*
+ * The keys and bytes status shows per node are those of the node's last
+ * heartbeat, up to a second old: right after a migration they would still
+ * show the range on its source (and, if the copy came after its last
+ * report, not on its destination). Until each reports again (at once, as
+ * servers do after a migration), the copied figures move from the one to
+ * the other. The destination's store holds what it received, so a report
+ * it sent after the copy began counts them already.
+ */
+static void
+stats_moved_locked(kv_controller *c, uint32_t src, uint32_t dst, uint64_t copy_ns, uint64_t keys,
+                   uint64_t bytes)
+{
+	struct ctl_stat *from = kv_ctl__stat_find_locked(c, src, false);
+	struct ctl_stat *to = kv_ctl__stat_find_locked(c, dst, false);
+
+	if (from != NULL && from->stats_ns != 0) {
+		from->keys -= keys < from->keys ? keys : from->keys;
+		from->bytes -= bytes < from->bytes ? bytes : from->bytes;
+	}
+	/* A node that never reported (a new one) holds what it received. */
+	if (to != NULL && (to->stats_ns == 0 || (copy_ns != 0 && to->stats_ns < copy_ns))) {
+		to->keys += keys;
+		to->bytes += bytes;
+	}
+}
+
 int
 kv_ctl__cmd_done(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 {
@@ -627,12 +703,19 @@ kv_ctl__cmd_done(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		return KV_EINVAL;
 	}
 	if (rq->result == KV_OK) {
+		const struct ctl_prog *p = kv_ctl__prog_find_locked(c, m->id, false);
+		uint64_t copy_ns = p != NULL ? p->born_ns : 0; /* about when the copy began */
+		uint32_t from = m->from, to = m->to;
+		int rv;
 		KV_INFO("controller", "migration done",
 		        "migration=%llu from=%u to=%u keys=%llu "
 		        "bytes=%llu",
 		        (unsigned long long)m->id, m->from, m->to, (unsigned long long)rq->keys,
 		        (unsigned long long)rq->bytes);
-		return finish_locked(c, rq, x, rq->mig_id, true, KV_OK, "", "migration done");
+		rv = finish_locked(c, rq, x, rq->mig_id, true, KV_OK, "", "migration done");
+		if (rv == KV_OK)
+			stats_moved_locked(c, from, to, copy_ns, rq->keys, rq->bytes);
+		return rv;
 	}
 	snprintf(detail, sizeof(detail), "failed: %s%s%.120s", kv_strerror(rq->result),
 	         rq->error && rq->error[0] ? ": " : "", rq->error ? rq->error : "");

@@ -58,6 +58,10 @@ struct ctl_stat {
 	uint64_t keys, bytes, memory; /* node totals */
 	double ops;                   /* op rate */
 	uint64_t last_seen_ns;        /* monotonic time of the last report; 0: never */
+	uint64_t uptime_ms;           /* the server's uptime in its last full heartbeat;
+	                                 0: unknown */
+	uint64_t stats_ns;            /* monotonic time the last full heartbeat (the
+	                                 figures and the uptime) arrived; 0: never */
 	size_t nranges;               /* entries in ranges */
 	kv_admin_range_stat *ranges;  /* owned; bytes point into blob, split into splits */
 	kv_bytes *splits;             /* owned */
@@ -71,6 +75,7 @@ struct ctl_prog {
 	uint64_t keys_copied, bytes_copied;             /* acknowledged so far */
 	uint64_t keys_total, bytes_total, rate_bytes_s; /* estimates */
 	uint64_t last_ns;                               /* monotonic time of the last report */
+	uint64_t born_ns;                               /* monotonic time of the first one */
 };
 
 /* A migration that ended without success, for --wait answers. */
@@ -222,6 +227,11 @@ struct ctl_ctx {
 	kv_migration *rmigs;                      /* status: freed after encoding */
 	kv_admin_report report;                   /* status */
 	const kv_config **cfgs;                   /* watch: freed after encoding */
+	kv_migration *plan;                       /* dry run: the planned migrations, whose
+	                                             bytes borrow from plan_cfg; freed after
+	                                             encoding */
+	kv_config *plan_cfg;                      /* dry run: the configuration planned and
+	                                             not published; freed after encoding */
 };
 
 /* Returns the latest configuration (the empty one, epoch 0, before the
@@ -291,6 +301,13 @@ int kv_ctl__stat_store(struct ctl_stat *s, const kv_admin_req *rq);
  * those in key space the reporter serves in cur. The caller frees *out;
  * the keys borrow from c->stats. Returns 0 or KV_ENOMEM. */
 int kv_ctl__points_locked(kv_controller *c, const kv_config *cur, kv_place_point **out, size_t *n);
+
+/* Estimates the keys and bytes node holds in [start, end) from its last
+ * heartbeat's per-range figures (a range's figures spread evenly between
+ * its split keys; a piece cut by start or end counts half). Both 0 when the
+ * node has not reported. */
+void kv_ctl__estimate_locked(kv_controller *c, uint32_t node, kv_bytes start, kv_bytes end,
+                             uint64_t *keys, uint64_t *bytes);
 
 /* ---- migrations.c: progress and failures of migrations ---- */
 

@@ -147,7 +147,11 @@ static int
 exec_locked(kv_controller *c, const struct ctl_cmd *cmd, kv_admin_req *rq, bool authed, int rv,
             struct ctl_ctx *x, nng_msg **reply)
 {
-	if (rv == KV_OK && (cmd->flags & CTL_MUTATES) && rq->client_id != 0) {
+	/* A dry run changes nothing: no dedup memory either way. */
+	bool dedup =
+	    cmd != NULL && (cmd->flags & CTL_MUTATES) && rq->client_id != 0 && !rq->dry_run;
+
+	if (rv == KV_OK && dedup) {
 		const struct ctl_dedup *d = dedup_find_locked(c, rq->client_id, rq->request_id);
 		const struct ctl_rdedup *rd =
 		    c->repl ? kv_ctl__rdedup_find_locked(c, rq->client_id, rq->request_id) : NULL;
@@ -166,6 +170,13 @@ exec_locked(kv_controller *c, const struct ctl_cmd *cmd, kv_admin_req *rq, bool 
 		if (c->closing && (cmd->flags & CTL_MUTATES)) {
 			snprintf(x->msg, sizeof(x->msg), "the controller is shutting down");
 			rv = KV_ECLOSED;
+		} else if (rq->dry_run && rq->op != KV_ADM_MOVE && rq->op != KV_ADM_REBALANCE) {
+			snprintf(x->msg, sizeof(x->msg), "%s has no dry run", cmd->name);
+			rv = KV_EINVAL;
+		} else if (rq->dry_run && rq->wait) {
+			/* Nothing starts, so there is nothing to wait for. */
+			snprintf(x->msg, sizeof(x->msg), "--wait and --dry-run exclude each other");
+			rv = KV_EINVAL;
 		} else if (rq->wait && (cmd->flags & CTL_WAITS) && c->nwaits >= CTL_MAX_WAITS) {
 			snprintf(x->msg, sizeof(x->msg),
 			         "too many commands are waiting for migrations (%u); retry later",
@@ -194,7 +205,7 @@ exec_locked(kv_controller *c, const struct ctl_cmd *cmd, kv_admin_req *rq, bool 
 	rv = KV_OK;
 	if (!x->held)
 		rv = kv_admin_resp_encode(&x->resp, reply);
-	if (!x->held && rv == KV_OK && cmd != NULL && (cmd->flags & CTL_MUTATES) && rq->client_id)
+	if (!x->held && rv == KV_OK && dedup)
 		dedup_store_locked(c, rq->client_id, rq->request_id, *reply);
 	return rv;
 }
@@ -206,6 +217,8 @@ ctx_fini(struct ctl_ctx *x)
 	free(x->rmigs);
 	free(x->cfgs);
 	free(x->migs);
+	free(x->plan);
+	kv_config_free(x->plan_cfg);
 }
 
 /* Encodes a NOT_LEADER answer naming the leader this replica knows. */

@@ -49,6 +49,7 @@ kv_ctl__prog_find_locked(kv_controller *c, uint64_t id, bool create)
 	p = &c->prog[c->nprog++];
 	memset(p, 0, sizeof(*p));
 	p->id = id;
+	p->born_ns = kv_now_ns();
 	return p;
 }
 

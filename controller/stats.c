@@ -138,3 +138,46 @@ kv_ctl__points_locked(kv_controller *c, const kv_config *cur, kv_place_point **o
 	*n = k;
 	return KV_OK;
 }
+
+/* Compares two range ends, an empty one being the end of the key space. */
+static int
+end_cmp(kv_bytes a, kv_bytes b)
+{
+	if (a.len == 0 || b.len == 0)
+		return (a.len == 0) - (b.len == 0);
+	return kv_key_cmp(a.p, a.len, b.p, b.len);
+}
+
+void
+kv_ctl__estimate_locked(kv_controller *c, uint32_t node, kv_bytes start, kv_bytes end,
+                        uint64_t *keys, uint64_t *bytes)
+{
+	const struct ctl_stat *s = kv_ctl__stat_find_locked(c, node, false);
+
+	*keys = *bytes = 0;
+	for (size_t i = 0; s != NULL && i < s->nranges; i++) {
+		const kv_admin_range_stat *r = &s->ranges[i];
+		uint64_t np = r->nsplit + 1;
+		for (size_t q = 0; q <= r->nsplit; q++) {
+			kv_bytes a = q == 0 ? r->start : r->split[q - 1];
+			kv_bytes b = q == r->nsplit ? r->end : r->split[q];
+			/* The piece [a, b) holds an even share of the range (the last
+			 * one the remainder). */
+			uint64_t k = r->keys / np, y = r->bytes / np;
+			if (q == r->nsplit) {
+				k = r->keys - k * r->nsplit;
+				y = r->bytes - y * r->nsplit;
+			}
+			bool overlaps =
+			    (end.len == 0 || kv_key_cmp(a.p, a.len, end.p, end.len) < 0) &&
+			    (b.len == 0 || kv_key_cmp(start.p, start.len, b.p, b.len) < 0);
+			if (!overlaps)
+				continue;
+			/* Inside [start, end): all of it; cut by an end: about half. */
+			bool inside =
+			    kv_key_cmp(a.p, a.len, start.p, start.len) >= 0 && end_cmp(b, end) <= 0;
+			*keys += inside ? k : k / 2;
+			*bytes += inside ? y : y / 2;
+		}
+	}
+}

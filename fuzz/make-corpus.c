@@ -204,9 +204,17 @@ seeds_admin_requests(void)
 	    {.op = KV_ADM_STATUS, .request_id = 6},
 	    {.op = KV_ADM_WATCH, .request_id = 7, .epoch = 3, .timeout_ms = 1000},
 	    {.op = KV_ADM_CANCEL, .request_id = 8, .mig_id = 6},
+	    {.op = KV_ADM_MOVE,
+	     .dry_run = true,
+	     .request_id = 9,
+	     .node_id = 2,
+	     .start = B("user:0"),
+	     .end = B("user:5")},
+	    {.op = KV_ADM_REBALANCE, .dry_run = true, .request_id = 10},
 	};
-	static const char *names[] = {"join",   "leave",  "move",  "rebalance",
-	                              "config", "status", "watch", "cancel"};
+	static const char *names[] = {
+	    "join",   "leave", "move",   "rebalance",    "config",
+	    "status", "watch", "cancel", "move-dry-run", "rebalance-dry-run"};
 	for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
 		seed_msg(h, names[i], kv_admin_req_encode(&qs[i], &m), m);
 }
@@ -227,6 +235,14 @@ seeds_admin_responses(void)
 	                       .migs = c4->migs,
 	                       .address = "tcp://127.0.0.1:7000"};
 	uint64_t ids[2] = {6, 7};
+	kv_migration plan[1] = {{.epoch = 5,
+	                         .start = {(uint8_t *)"user:0", 6},
+	                         .end = {(uint8_t *)"user:5", 6},
+	                         .from = 1,
+	                         .to = 2,
+	                         .phase = KV_MIG_PENDING,
+	                         .keys_total = 40,
+	                         .bytes_total = 4000}};
 	struct {
 		const char *name;
 		kv_admin_resp r;
@@ -238,6 +254,7 @@ seeds_admin_responses(void)
 	    {"move", {.request_id = 5, .epoch = 5, .mig_ids = ids, .nmig_ids = 2, .wait_ms = 14}},
 	    {"refused", {.request_id = 6, .err = KV_ENOTFOUND, .error = "no node 9"}},
 	    {"unavailable", {.request_id = 7, .err = KV_EUNAVAIL}},
+	    {"dry-run-plan", {.request_id = 8, .epoch = 4, .config = c4, .plan = plan, .nplan = 1}},
 	};
 
 	for (size_t i = 0; i < sizeof(rs) / sizeof(rs[0]); i++) {

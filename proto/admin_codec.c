@@ -55,6 +55,7 @@ heartbeat(const Shardkv__Heartbeat *h, kv_admin_req *out)
 	out->ops = h->ops_per_sec;
 	out->memory = h->memory_bytes;
 	out->lease_only = h->lease_only;
+	out->uptime_ms = h->uptime_ms;
 	if (h->n_ranges == 0)
 		return KV_OK;
 	out->ranges = calloc(h->n_ranges, sizeof(kv_admin_range_stat));
@@ -105,6 +106,24 @@ kv_admin_req_decode(const void *p, size_t n, kv_admin_req *out, char *msg, size_
 	}
 	out->op = (kv_admin_op)rq->cmd_case;
 	switch (rq->cmd_case) {
+	case SHARDKV__ADMIN_REQUEST__CMD_DRY_RUN:
+		/* The command it plans, with dry_run set. */
+		out->dry_run = true;
+		if (rq->dry_run->cmd_case == SHARDKV__ADMIN_DRY_RUN__CMD_MOVE) {
+			out->op = KV_ADM_MOVE;
+			out->start = from_pb(rq->dry_run->move->start);
+			out->end = from_pb(rq->dry_run->move->end);
+			node_ref(rq->dry_run->move->node, out);
+			out->rate_mb_s = rq->dry_run->move->rate_mb_s;
+		} else if (rq->dry_run->cmd_case == SHARDKV__ADMIN_DRY_RUN__CMD_REBALANCE) {
+			out->op = KV_ADM_REBALANCE;
+			out->rate_mb_s = rq->dry_run->rebalance->rate_mb_s;
+		} else {
+			snprintf(msg, msglen, "dry run without a command (move or rebalance)");
+			rv = KV_EINVAL;
+			goto err;
+		}
+		break;
 	case SHARDKV__ADMIN_REQUEST__CMD_JOIN:
 		out->address = rq->join->address;
 		out->no_rebalance = rq->join->no_rebalance;
@@ -257,6 +276,7 @@ report_to_pb(const kv_admin_report *r, Shardkv__StatusReport *pb)
 		n->memory_bytes = s->memory;
 		n->epoch_applied = s->epoch_applied;
 		n->last_seen_ms = s->last_seen_ms;
+		n->uptime_ms = s->uptime_ms;
 		if (s->nranges == 0)
 			continue;
 		if ((n->ranges = calloc(s->nranges, sizeof(*n->ranges))) == NULL)
@@ -317,6 +337,7 @@ kv_admin_resp_encode(const kv_admin_resp *r, nng_msg **out)
 	Shardkv__StatusReport rep;
 	Shardkv__LeaderHint hint;
 	Shardkv__Config **cfgs = NULL;
+	Shardkv__Migration *plan = NULL, **planp = NULL;
 	nng_msg *m = NULL;
 	size_t n;
 	int rv = KV_ENOMEM;
@@ -353,6 +374,18 @@ kv_admin_resp_encode(const kv_admin_resp *r, nng_msg **out)
 				goto out;
 		pb.configs = cfgs;
 	}
+	if (r->nplan) {
+		plan = calloc(r->nplan, sizeof(*plan));
+		planp = calloc(r->nplan, sizeof(*planp));
+		if (plan == NULL || planp == NULL)
+			goto out;
+		for (size_t i = 0; i < r->nplan; i++) {
+			kv_codec_migration_to_pb(&r->plan[i], &plan[i]);
+			planp[i] = &plan[i];
+		}
+		pb.plan = planp;
+		pb.n_plan = r->nplan;
+	}
 	if (r->report) {
 		have_rep = true;
 		if (report_to_pb(r->report, &rep) != KV_OK)
@@ -372,6 +405,8 @@ out:
 		kv_codec_config_pb_free(cfgs[i]);
 	free(cfgs);
 	kv_codec_config_pb_free(pb.config);
+	free(plan);
+	free(planp);
 	return rv;
 }
 
@@ -398,6 +433,7 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 	Shardkv__IsrChange isr = SHARDKV__ISR_CHANGE__INIT;
 	Shardkv__AdminMove move = SHARDKV__ADMIN_MOVE__INIT;
 	Shardkv__AdminRebalance reb = SHARDKV__ADMIN_REBALANCE__INIT;
+	Shardkv__AdminDryRun dry = SHARDKV__ADMIN_DRY_RUN__INIT;
 	Shardkv__AdminGetConfig getc = SHARDKV__ADMIN_GET_CONFIG__INIT;
 	Shardkv__AdminStatus st = SHARDKV__ADMIN_STATUS__INIT;
 	Shardkv__AdminCancelMigration cancel = SHARDKV__ADMIN_CANCEL_MIGRATION__INIT;
@@ -418,6 +454,8 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 	m.auth_token = to_pb(r->auth);
 	m.wait = r->wait;
 	m.timeout_ms = r->timeout_ms;
+	if (r->dry_run && r->op != KV_ADM_MOVE && r->op != KV_ADM_REBALANCE)
+		return KV_EINVAL; /* only move and rebalance have a dry run */
 	switch (r->op) {
 	case KV_ADM_JOIN:
 		m.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_JOIN;
@@ -456,11 +494,23 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 		move.end = to_pb(r->end);
 		move.node = &ref;
 		move.rate_mb_s = r->rate_mb_s;
+		if (r->dry_run) { /* the same message, inside AdminDryRun */
+			m.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_DRY_RUN;
+			m.dry_run = &dry;
+			dry.cmd_case = SHARDKV__ADMIN_DRY_RUN__CMD_MOVE;
+			dry.move = &move;
+		}
 		break;
 	case KV_ADM_REBALANCE:
 		m.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_REBALANCE;
 		m.rebalance = &reb;
 		reb.rate_mb_s = r->rate_mb_s;
+		if (r->dry_run) {
+			m.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_DRY_RUN;
+			m.dry_run = &dry;
+			dry.cmd_case = SHARDKV__ADMIN_DRY_RUN__CMD_REBALANCE;
+			dry.rebalance = &reb;
+		}
 		break;
 	case KV_ADM_GET_CONFIG:
 		m.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_GET_CONFIG;
@@ -507,6 +557,7 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 		hb.ops_per_sec = r->ops;
 		hb.memory_bytes = r->memory;
 		hb.lease_only = r->lease_only;
+		hb.uptime_ms = r->uptime_ms;
 		if (r->nranges == 0)
 			break;
 		for (size_t i = 0; i < r->nranges; i++)
@@ -582,6 +633,8 @@ typedef struct {
 	kv_migration *migs;          /* report.migs (owned bytes) */
 	size_t nmigs;                /* entries in migs that hold bytes */
 	kv_admin_replica *replicas;  /* report.replicas */
+	kv_migration *plan;          /* AdminResponse.plan (owned bytes) */
+	size_t nplan;                /* entries in plan that hold bytes */
 } resp_store;
 
 /* Bounds on a decoded response beyond which it is KV_EPROTO. */
@@ -614,6 +667,11 @@ store_free(resp_store *st)
 	}
 	free(st->migs);
 	free(st->replicas);
+	for (size_t i = 0; i < st->nplan; i++) {
+		kv_buf_fini(&st->plan[i].start);
+		kv_buf_fini(&st->plan[i].end);
+	}
+	free(st->plan);
 	free(st);
 }
 
@@ -646,6 +704,7 @@ report_from_pb(const Shardkv__StatusReport *rep, resp_store *st)
 		o->memory = n->memory_bytes;
 		o->epoch_applied = n->epoch_applied;
 		o->last_seen_ms = n->last_seen_ms;
+		o->uptime_ms = n->uptime_ms;
 		o->ops = n->ops_per_sec;
 		o->ranges = n->n_ranges ? &st->ranges[nr] : NULL;
 		o->nranges = n->n_ranges;
@@ -692,6 +751,30 @@ report_from_pb(const Shardkv__StatusReport *rep, resp_store *st)
 	return KV_OK;
 }
 
+/* A dry run's plan: bounded, each step a migration between two nodes. */
+static int
+plan_from_pb(const Shardkv__AdminResponse *r, resp_store *st)
+{
+	int rv;
+
+	if (r->n_plan == 0)
+		return KV_OK;
+	if (r->n_plan > KV_ADMIN_MAX_PLAN)
+		return KV_EPROTO;
+	if ((st->plan = calloc(r->n_plan, sizeof(*st->plan))) == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < r->n_plan; i++) {
+		kv_migration *m = &st->plan[i];
+		rv = kv_codec_migration_from_pb(r->plan[i], m);
+		st->nplan++; /* its bytes are freed with the store, on error too */
+		if (rv != KV_OK)
+			return rv;
+		if (m->from == 0 || m->to == 0 || m->from == m->to)
+			return KV_EPROTO;
+	}
+	return KV_OK;
+}
+
 int
 kv_admin_resp_decode(const void *p, size_t n, kv_admin_resp *out)
 {
@@ -721,6 +804,8 @@ kv_admin_resp_decode(const void *p, size_t n, kv_admin_resp *out)
 			goto err;
 	if (r->report && (rv = report_from_pb(r->report, st)) != KV_OK)
 		goto err;
+	if ((rv = plan_from_pb(r, st)) != KV_OK)
+		goto err;
 	out->request_id = r->request_id;
 	out->not_leader = r->status == SHARDKV__STATUS__STATUS_NOT_LEADER;
 	out->err = kv_err_from_wire((int)r->status);
@@ -735,6 +820,8 @@ kv_admin_resp_decode(const void *p, size_t n, kv_admin_resp *out)
 	out->ranges_lost = r->ranges_lost;
 	out->mig_ids = r->migration_ids;
 	out->nmig_ids = r->n_migration_ids;
+	out->plan = st->plan;
+	out->nplan = st->nplan;
 	if (r->leader) {
 		out->leader_id = r->leader->id;
 		out->leader_address = r->leader->address;

@@ -41,6 +41,8 @@ typedef enum {
 	KV_ADM_WATCH = 18,
 	KV_ADM_REMOVE = 19,
 	KV_ADM_ISR_CHANGE = 20,
+	/* AdminDryRun (21) is not an op of its own: it decodes as KV_ADM_MOVE or
+	 * KV_ADM_REBALANCE with kv_admin_req.dry_run set. */
 } kv_admin_op;
 
 /* Live statistics of one range (Heartbeat.ranges, NodeStats.ranges). */
@@ -60,6 +62,9 @@ typedef struct {
 	uint64_t request_id; /* echoed */
 	uint64_t client_id;  /* sender id; 0: none */
 	bool wait;           /* answer when the migrations have finished */
+	/* move, rebalance: plan only, publish nothing (AdminDryRun; any other
+	 * op with dry_run set does not encode) */
+	bool dry_run;
 	uint32_t timeout_ms; /* bound on wait and watch; 0: default */
 	kv_bytes auth;       /* AdminRequest.auth_token (common/auth.h); empty: none */
 	/* join, register: the address; leave, move: the node by address (when
@@ -85,6 +90,7 @@ typedef struct {
 	uint64_t bytes;              /* heartbeat: total bytes; done: bytes moved */
 	uint64_t memory;             /* heartbeat: resident memory */
 	double ops;                  /* heartbeat: op rate */
+	uint64_t uptime_ms;          /* heartbeat: since the server started; 0: unknown */
 	/* progress */
 	kv_mig_phase phase;    /* progress: the phase reached */
 	uint64_t keys_copied;  /* progress: keys acknowledged so far */
@@ -111,6 +117,7 @@ typedef struct {
 	uint64_t memory;                   /* resident memory */
 	uint64_t epoch_applied;            /* the epoch it routes with */
 	uint64_t last_seen_ms;             /* since its last heartbeat */
+	uint64_t uptime_ms;                /* the server's uptime now; 0: unknown */
 	double ops;                        /* recent op rate */
 	size_t nranges;                    /* entries in ranges */
 	const kv_admin_range_stat *ranges; /* per-range detail */
@@ -161,6 +168,8 @@ typedef struct {
 	const uint64_t *mig_ids;         /* migrations created by the command */
 	size_t nmig_ids;                 /* entries in mig_ids */
 	uint32_t ranges_lost;            /* remove: ranges whose only copy was on the node */
+	const kv_migration *plan;        /* dry run: the migrations it would start */
+	size_t nplan;                    /* entries in plan */
 	/* Replicated controllers only. not_leader answers STATUS_NOT_LEADER
 	 * (err must be KV_EUNAVAIL) with the leader as known (id 0: none). */
 	bool not_leader;
@@ -170,6 +179,10 @@ typedef struct {
 	uint64_t commit_index;      /* the answering replica's commit index */
 	void *priv;                 /* decoded: what the decoder keeps; NULL to encode */
 } kv_admin_resp;
+
+/* The most migrations a dry run's plan may list in a decoded answer (the
+ * controller plans at most 64 per command). */
+#define KV_ADMIN_MAX_PLAN 4096u
 
 /*
  * Decodes and checks an AdminRequest. Returns 0; KV_EPROTO for bytes that do
@@ -184,7 +197,8 @@ int kv_admin_req_decode(const void *p, size_t n, kv_admin_req *out, char *msg, s
 void kv_admin_req_fini(kv_admin_req *r);
 
 /* Packs a request into a new nng message; reads r only (r->priv is ignored);
- * on 0 *out is the caller's. Returns 0, KV_EINVAL (op unknown) or KV_ENOMEM. */
+ * on 0 *out is the caller's. Returns 0, KV_EINVAL (op unknown, or dry_run
+ * with an op other than move and rebalance) or KV_ENOMEM. */
 int kv_admin_req_encode(const kv_admin_req *r, nng_msg **out);
 
 /* Packs a response into a new nng message; reads r only; on 0 *out is the
@@ -193,7 +207,8 @@ int kv_admin_resp_encode(const kv_admin_resp *r, nng_msg **out);
 
 /*
  * Decodes and validates an AdminResponse: every configuration passes
- * kv_config_validate, sizes are bounded. STATUS_NOT_LEADER reads as err
+ * kv_config_validate, sizes are bounded (a plan has at most
+ * KV_ADMIN_MAX_PLAN migrations, each naming two different nodes). STATUS_NOT_LEADER reads as err
  * KV_EUNAVAIL with not_leader set. On 0 the caller calls
  * kv_admin_resp_fini(); on error nothing is left to free. Returns 0,
  * KV_EPROTO or KV_ENOMEM.

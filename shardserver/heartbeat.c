@@ -118,7 +118,12 @@ kv_srv_heartbeat_main(void *arg)
 		kv_admin_resp r;
 		size_t n = 0;
 
-		kv_server__nap(s, 1000);
+		/* A second, or less when a migration changed what the node holds
+		 * (kv_mig_env.held_changed). */
+		for (unsigned ms = 0;
+		     ms < 1000 && !atomic_load(&s->stopping) && !atomic_exchange(&s->hb_now, false);
+		     ms += 10)
+			kv_server__nap(s, 10);
 		if (atomic_load(&s->stopping))
 			break;
 		uint32_t me = atomic_load(&s->node_id);
@@ -159,7 +164,8 @@ kv_srv_heartbeat_main(void *arg)
 		                   .keys = st.keys,
 		                   .bytes = st.bytes,
 		                   .ops = rate,
-		                   .memory = rss_bytes()};
+		                   .memory = rss_bytes(),
+		                   .uptime_ms = (kv_now_ns() - s->created_ns) / 1000000u};
 		if (kv_server__ctl_call(s, &rq, &r, 1000) == 0)
 			kv_admin_resp_fini(&r);
 	}

@@ -59,6 +59,9 @@ typedef struct {
 	/* Copies the address of node `id` in the latest configuration into
 	 * addr (len bytes), or "" when it lists no such node. */
 	void (*node_addr)(void *arg, uint32_t id, char *addr, size_t len);
+	/* What this node holds changed for good: an incoming range was
+	 * committed here, or a moved range deleted. Takes no lock; may be NULL. */
+	void (*held_changed)(void *arg);
 } kv_mig_env;
 
 /* The migrations of one server, both directions (opaque). */

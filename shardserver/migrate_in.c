@@ -404,6 +404,7 @@ in_apply(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 		                  in->end.len, KV_OWN_SERVE, 0, NULL, x->epoch, 0, NULL);
 		if (rv == 0) {
 			in->committed = true;
+			kv_mig__held_changed(s);
 			KV_INFO(COMP, "incoming range committed",
 			        "id=%llu keys=%llu split_chunk_values=%llu split_delta_values=%llu",
 			        (unsigned long long)in->id, (unsigned long long)in->keys,

@@ -46,6 +46,14 @@ kv_mig__ctl_call(kv_mig *g, kv_admin_req *rq, kv_admin_resp *resp, uint32_t time
 	return g->env.ctl_call(g->env.arg, rq, resp, timeout_ms);
 }
 
+/* Tells the server that what this node holds changed (kv_mig_env.held_changed). */
+static inline void
+kv_mig__held_changed(kv_mig *g)
+{
+	if (g->env.held_changed != NULL)
+		g->env.held_changed(g->env.arg);
+}
+
 /* Sleeps up to ms, returning early once the set stops. */
 static inline void
 kv_mig__nap(kv_mig *g, unsigned ms)

@@ -909,6 +909,7 @@ delete_moved(kv_mig_out *o)
 			break;
 		sched_yield();
 	}
+	kv_mig__held_changed(s);
 	KV_INFO(COMP, "moved range deleted", "id=%llu keys=%llu", (unsigned long long)o->id,
 	        (unsigned long long)deleted);
 }

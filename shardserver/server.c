@@ -204,6 +204,17 @@ check_data_dir(const char *dir)
 }
 
 /* kv_mig_env callbacks: what migrations read of the server. */
+
+/* A migration changed what the node holds: report it at once, so that the
+ * controller's status does not show the counts of before the migration. */
+static void
+mig_held_changed(void *arg)
+{
+	kv_server *s = arg;
+
+	atomic_store(&s->hb_now, true);
+}
+
 static uint32_t
 mig_node_id(void *arg)
 {
@@ -321,6 +332,7 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	s->max_value = cfg->max_value ? cfg->max_value : KV_DEFAULT_MAX_VALUE;
 	s->max_batch = cfg->max_batch ? cfg->max_batch : 65536;
 	s->boot_id = rand64();
+	s->created_ns = kv_now_ns();
 	s->lease_ns = (uint64_t)(cfg->lease_ms ? cfg->lease_ms : KV_LEASE_MS) * 1000000u;
 	s->renew_ns =
 	    (uint64_t)(cfg->lease_renew_ms ? cfg->lease_renew_ms : KV_LEASE_RENEW_MS) * 1000000u;
@@ -456,7 +468,8 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .node_id = mig_node_id,
 	                  .epoch = mig_epoch,
 	                  .ctl_call = mig_ctl_call,
-	                  .node_addr = mig_node_addr};
+	                  .node_addr = mig_node_addr,
+	                  .held_changed = mig_held_changed};
 	if ((rv = kv_mig_create(&env, &s->mig)) != 0)
 		goto err_after_ctl;
 	kv_rs_env renv = {.dur = s->dur,

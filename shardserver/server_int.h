@@ -57,6 +57,11 @@ struct kv_server {
 	size_t max_value;                  /* effective value limit */
 	size_t max_batch;                  /* ops (keys) per request */
 	uint64_t boot_id;                  /* random per start */
+	uint64_t created_ns;               /* kv_now_ns() at create: where the uptime that
+	                                      heartbeats report starts (immutable) */
+	atomic_bool hb_now;                /* send the next heartbeat now, not at the
+	                                      next second (a migration changed the
+	                                      data this node holds) */
 	uint64_t admin_client_id;          /* client id of our AdminRequests */
 	atomic_uint_fast64_t admin_req_id; /* next AdminRequest.request_id */
 	atomic_uint node_id;               /* 0 until registered */

@@ -41,6 +41,7 @@ enum {
 	OPT_RATE = 1u << 4,
 	OPT_LOSS = 1u << 5,
 	OPT_RAW = 1u << 6,
+	OPT_DRY = 1u << 7,
 };
 
 typedef struct cli_ctx cli_ctx;
@@ -108,9 +109,9 @@ static const cli_cmd cmds[] = {
      "register the server at ADDR", cmd_join},
     {"leave", 1, 1, OPT_WAIT, true, "NODE [--wait]", "drain and remove NODE (id or address)",
      cmd_leave},
-    {"move", 3, 3, OPT_WAIT | OPT_RATE, true, "START END NODE [--rate MB/s] [--wait]",
-     "give [START, END) to NODE", cmd_move},
-    {"rebalance", 0, 0, OPT_WAIT | OPT_RATE, true, "[--rate MB/s] [--wait]",
+    {"move", 3, 3, OPT_WAIT | OPT_RATE | OPT_DRY, true,
+     "START END NODE [--rate MB/s] [--wait | --dry-run]", "give [START, END) to NODE", cmd_move},
+    {"rebalance", 0, 0, OPT_WAIT | OPT_RATE | OPT_DRY, true, "[--rate MB/s] [--wait | --dry-run]",
      "even out data across nodes", cmd_rebalance},
     {"remove", 1, 1, OPT_LOSS, true, "NODE [--accept-data-loss]",
      "forget a node that is down (a live one: use leave)", cmd_remove},
@@ -326,6 +327,9 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 		} else if (strcmp(s, "--wait") == 0) {
 			a->wait = true;
 			seen |= OPT_WAIT;
+		} else if (strcmp(s, "--dry-run") == 0) {
+			a->dry_run = true;
+			seen |= OPT_DRY;
 		} else if (strcmp(s, "--accept-data-loss") == 0) {
 			a->accept_data_loss = true;
 			seen |= OPT_LOSS;
@@ -365,9 +369,10 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 		return usage_err(err, errlen, "no command given (try 'shardkv --help')");
 	}
 	if (seen & ~cmd->opts) {
-		static const char *names[] = {"--wait", "--no-rebalance",     "--prefix", "--limit",
-		                              "--rate", "--accept-data-loss", "--raw"};
-		for (unsigned b = 0; b < 7; b++)
+		static const char *names[] = {"--wait",  "--no-rebalance", "--prefix",
+		                              "--limit", "--rate",         "--accept-data-loss",
+		                              "--raw",   "--dry-run"};
+		for (unsigned b = 0; b < 8; b++)
 			if ((seen & ~cmd->opts) & (1u << b))
 				return usage_err(err, errlen, "%s: option %s does not apply",
 				                 cmd->name, names[b]);
@@ -381,6 +386,11 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 	}
 	if (a->raw && a->json)
 		return usage_err(err, errlen, "%s: --raw and --json exclude each other", cmd->name);
+	if (a->dry_run && a->wait)
+		return usage_err(err, errlen,
+		                 "%s: --wait and --dry-run exclude each other (a dry run starts "
+		                 "nothing)",
+		                 cmd->name);
 	if (strcmp(cmd->name, "mput") == 0 && a->nargs % 2 != 0)
 		return usage_err(err, errlen,
 		                 "mput: the numbers of keys and values differ (every KEY needs a "
@@ -423,6 +433,10 @@ print_help(FILE *f, const cli_cmd *cmd)
 		if (strcmp(cmd->name, "put") == 0 || strcmp(cmd->name, "append") == 0 ||
 		    strcmp(cmd->name, "mput") == 0)
 			fprintf(f, "  A VALUE of `-` is read from stdin (once per command).\n");
+		if (cmd->opts & OPT_DRY)
+			fprintf(
+			    f, "  --dry-run prints the migrations the command would start, as the\n"
+			       "  controller plans them now, and changes nothing.\n");
 		if (cmd->opts & OPT_WAIT)
 			fprintf(
 			    f, "  --wait follows the migrations until they finish (progress on a\n"
@@ -453,7 +467,7 @@ print_help(FILE *f, const cli_cmd *cmd)
 	           "  -h, --help              this help; COMMAND --help for a command\n"
 	           "\nCommands:\n");
 	for (size_t i = 0; i < NCMDS; i++)
-		fprintf(f, "  %-9s %-40s %s\n", cmds[i].name, cmds[i].usage, cmds[i].help);
+		fprintf(f, "  %-9s %-50s %s\n", cmds[i].name, cmds[i].usage, cmds[i].help);
 	fprintf(f, "\nExit codes: 0 success, 1 not found, 2 usage or invalid request, "
 	           "3 unavailable or timed out, 4 rejected, 5 internal error.\n"
 	           "Use -- before values that start with '-'. With no command on a terminal,\n"
@@ -1103,6 +1117,55 @@ cmd_leave(cli_ctx *x)
 	return admin_report(x, rv, &r, what, &t0);
 }
 
+/* Prints a dry run's plan (doc/contract.md §4): `what` is the command's
+ * sentence ("rebalancing", "moving [a, b) to node 2"). */
+static int
+plan_report(cli_ctx *x, int rv, shardkv_plan *p, const char *what)
+{
+	if (rv != 0)
+		return fail(x, rv);
+	if (x->a->json) {
+		fprintf(x->out,
+		        "{\"epoch\": %" PRIu64 ", \"command\": \"%s\", \"dry_run\": true, "
+		        "\"migrations\": %zu, \"plan\": [",
+		        p->epoch, x->a->cmd, p->nsteps);
+		for (size_t i = 0; i < p->nsteps; i++) {
+			const shardkv_plan_step *s = &p->steps[i];
+			fprintf(x->out, "%s{\"start\": ", i ? ", " : "");
+			json_str(x->out, s->start.data, s->start.len);
+			fprintf(x->out, ", \"end\": ");
+			json_str(x->out, s->end.data, s->end.len);
+			fprintf(x->out,
+			        ", \"from\": %" PRIu32 ", \"to\": %" PRIu32 ", \"keys\": %" PRIu64
+			        ", \"bytes\": %" PRIu64 "}",
+			        s->from, s->to, s->keys, s->bytes);
+		}
+		fprintf(x->out, "]}\n");
+	} else {
+		fprintf(
+		    x->out,
+		    "dry run: %s would start %zu migration%s (nothing changed, epoch stays %" PRIu64
+		    ")\n",
+		    what, p->nsteps, p->nsteps == 1 ? "" : "s", p->epoch);
+		for (size_t i = 0; i < p->nsteps; i++) {
+			const shardkv_plan_step *s = &p->steps[i];
+			fprintf(x->out, "  [");
+			human_str(x->out, s->start.data, s->start.len);
+			fprintf(x->out, ", ");
+			human_str(x->out, s->end.data, s->end.len);
+			fprintf(x->out, ") %" PRIu32 " -> %" PRIu32, s->from, s->to);
+			/* Estimates from the source's last heartbeat; "?" before one. */
+			if (s->keys || s->bytes)
+				fprintf(x->out, " keys=~%" PRIu64 " bytes=~%" PRIu64 "\n", s->keys,
+				        s->bytes);
+			else
+				fprintf(x->out, " keys=? bytes=?\n");
+		}
+	}
+	shardkv_plan_free(p);
+	return 0;
+}
+
 static int
 cmd_move(cli_ctx *x)
 {
@@ -1113,6 +1176,14 @@ cmd_move(cli_ctx *x)
 	int rv;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (x->a->dry_run) {
+		shardkv_plan *p = NULL;
+		rv = shardkv_move_plan(x->c, s, strlen(s), e, strlen(e), x->a->args[2],
+		                       x->a->rate_mb_s, &p);
+		snprintf(what, sizeof(what), "moving [%.250s, %.250s) to node %s", s, e,
+		         x->a->args[2]);
+		return plan_report(x, rv, p, what);
+	}
 	rv = shardkv_move(x->c, s, strlen(s), e, strlen(e), x->a->args[2], x->a->rate_mb_s,
 	                  wait_flag(x), &r);
 	snprintf(what, sizeof(what), "moving [%.250s, %.250s) to node %s", s, e, x->a->args[2]);
@@ -1127,6 +1198,11 @@ cmd_rebalance(cli_ctx *x)
 	int rv;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (x->a->dry_run) {
+		shardkv_plan *p = NULL;
+		rv = shardkv_rebalance_plan(x->c, x->a->rate_mb_s, &p);
+		return plan_report(x, rv, p, "rebalancing");
+	}
 	rv = shardkv_rebalance(x->c, x->a->rate_mb_s, wait_flag(x), &r);
 	return admin_report(x, rv, &r, "rebalancing", &t0);
 }
@@ -1222,9 +1298,10 @@ json_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 			fprintf(f,
 			        ", \"keys\": %" PRIu64 ", \"bytes\": %" PRIu64
 			        ", \"ops_per_sec\": %.1f, \"memory_bytes\": %" PRIu64
-			        ", \"last_seen_ms\": %" PRIu64 ", \"ranges\": %zu",
+			        ", \"last_seen_ms\": %" PRIu64 ", \"uptime_ms\": %" PRIu64
+			        ", \"ranges\": %zu",
 			        n->keys, n->bytes, n->ops_per_sec, n->memory_bytes, n->last_seen_ms,
-			        nr);
+			        n->uptime_ms, nr);
 		}
 		fputc('}', f);
 	}
@@ -1267,6 +1344,25 @@ json_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 	fprintf(f, "}\n");
 }
 
+/* Writes a duration for people: 42s, 12m05s, 3h04m, 2d03h; "?" for 0
+ * (unknown). */
+static void
+fmt_duration(uint64_t ms, char *buf, size_t len)
+{
+	uint64_t s = ms / 1000u;
+
+	if (ms == 0)
+		snprintf(buf, len, "?");
+	else if (s < 60)
+		snprintf(buf, len, "%" PRIu64 "s", s);
+	else if (s < 3600)
+		snprintf(buf, len, "%" PRIu64 "m%02" PRIu64 "s", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m", s / 3600, s / 60 % 60);
+	else
+		snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h", s / 86400, s / 3600 % 24);
+}
+
 static void
 human_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 {
@@ -1284,14 +1380,17 @@ human_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 			fprintf(f, " ranges=%zu", nr);
 		}
 		/* memory: the server's resident memory; last_seen: the age of its
-		 * last heartbeat (doc/contract.md §5). The status data has no
-		 * uptime. */
-		if (status && n->has_stats && n->state != SHARDKV_NODE_GONE)
+		 * last heartbeat; up: how long the server process has been running,
+		 * "?" when unknown (doc/contract.md §5). */
+		if (status && n->has_stats && n->state != SHARDKV_NODE_GONE) {
+			char up[32];
+			fmt_duration(n->uptime_ms, up, sizeof(up));
 			fprintf(f,
 			        " keys=%" PRIu64 " bytes=%" PRIu64
-			        " ops/s=%.1f memory=%.1fMB last_seen=%.1fs",
+			        " ops/s=%.1f memory=%.1fMB last_seen=%.1fs up=%s",
 			        n->keys, n->bytes, n->ops_per_sec, (double)n->memory_bytes / 1e6,
-			        (double)n->last_seen_ms / 1000.0);
+			        (double)n->last_seen_ms / 1000.0, up);
+		}
 		fputc('\n', f);
 	}
 	fprintf(f, "ranges:\n");

@@ -29,6 +29,7 @@ typedef struct {
 	int nargs;                   /* positional arguments after the command */
 	const char **args;           /* the positional arguments, in order (array owned) */
 	bool wait;                   /* --wait */
+	bool dry_run;                /* --dry-run (move, rebalance) */
 	bool no_rebalance;           /* --no-rebalance */
 	bool accept_data_loss;       /* --accept-data-loss */
 	const char *prefix;          /* --prefix */

@@ -411,6 +411,7 @@ typedef struct {
 	uint64_t memory_bytes; /* status only: resident memory */
 	uint64_t last_seen_ms; /* status only: ms since its last heartbeat */
 	bool has_stats;        /* status only: the fields above are known */
+	uint64_t uptime_ms;    /* status only: how long its server has been up; 0: unknown */
 } shardkv_node;
 
 /* The most replicas a range can have. */
@@ -511,6 +512,44 @@ SHARDKV_API int shardkv_cancel(shardkv_client *c, uint64_t migration_id, shardkv
 /* Evens out data size across nodes (SHARDKV_WAIT). */
 SHARDKV_API int shardkv_rebalance(shardkv_client *c, uint32_t rate_mb_s, unsigned flags,
                                   shardkv_admin_result *out);
+
+/* One migration of a plan: [start, end) would move from node `from` to
+ * node `to`. */
+typedef struct {
+	shardkv_buf start; /* inclusive; empty: beginning of the key space */
+	shardkv_buf end;   /* exclusive; empty: end of the key space */
+	uint32_t from;     /* the current owner */
+	uint32_t to;       /* the new owner */
+	uint64_t keys;     /* estimate from the source's last report; 0: unknown */
+	uint64_t bytes;    /* estimate from the source's last report; 0: unknown */
+} shardkv_plan_step;
+
+/* What a move or rebalance would do (doc/contract.md §4 --dry-run). Free
+ * with shardkv_plan_free(). */
+typedef struct {
+	uint64_t epoch;           /* the latest epoch, which the dry run left as it was */
+	size_t nsteps;            /* migrations the command would start; 0: nothing moves */
+	shardkv_plan_step *steps; /* in the order the command would start them */
+} shardkv_plan;
+
+/*
+ * Dry runs: the controller plans the move (arguments as shardkv_move) or
+ * the rebalance exactly as the command would, with the same planning code
+ * on the same state, and answers the plan without publishing anything. On
+ * 0 the caller frees *out with shardkv_plan_free(). Refused like the
+ * command itself (SHARDKV_EINVAL for an empty range or an unknown node,
+ * SHARDKV_EPERM for replicated ranges, ...); SHARDKV_EINVAL also from a
+ * controller too old to know dry runs (it then changes nothing either).
+ * The plan is a prediction: a real run afterwards plans again, on the state
+ * of that moment.
+ */
+SHARDKV_API int shardkv_move_plan(shardkv_client *c, const void *start, size_t slen,
+                                  const void *end, size_t elen, const char *node,
+                                  uint32_t rate_mb_s, shardkv_plan **out);
+SHARDKV_API int shardkv_rebalance_plan(shardkv_client *c, uint32_t rate_mb_s, shardkv_plan **out);
+
+/* Frees a plan. Accepts NULL. */
+SHARDKV_API void shardkv_plan_free(shardkv_plan *plan);
 
 /* Fetches the configuration at `epoch` (0: the latest). On 0 the caller frees
  * *out with shardkv_config_free(). SHARDKV_ENOTFOUND for an unknown epoch. */

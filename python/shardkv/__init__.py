@@ -215,7 +215,7 @@ class _Node(ctypes.Structure):
     _fields_ = [("id", _u32), ("address", ctypes.c_char_p), ("state", ctypes.c_int),
                 ("keys", _u64), ("bytes", _u64), ("ops_per_sec", ctypes.c_double),
                 ("memory_bytes", _u64), ("last_seen_ms", _u64),
-                ("has_stats", ctypes.c_bool)]
+                ("has_stats", ctypes.c_bool), ("uptime_ms", _u64)]
 
 
 class _Range(ctypes.Structure):
@@ -230,6 +230,15 @@ class _Migration(ctypes.Structure):
                 ("to", _u32), ("phase", ctypes.c_char_p), ("keys_copied", _u64),
                 ("bytes_copied", _u64), ("keys_total", _u64), ("bytes_total", _u64),
                 ("eta_ms", _u64), ("rate_bytes_s", _u64), ("progress_age_ms", _u64)]
+
+
+class _PlanStep(ctypes.Structure):
+    _fields_ = [("start", _Buf), ("end", _Buf), ("from_", _u32), ("to", _u32),
+                ("keys", _u64), ("bytes", _u64)]
+
+
+class _Plan(ctypes.Structure):
+    _fields_ = [("epoch", _u64), ("nsteps", _size_t), ("steps", ctypes.POINTER(_PlanStep))]
 
 
 class _Controller(ctypes.Structure):
@@ -331,6 +340,10 @@ _remove = _fn("shardkv_remove", _int, _c, ctypes.c_char_p, ctypes.c_uint, _P(_Ad
               _P(_u32))
 _cancel = _fn("shardkv_cancel", _int, _c, _u64, _P(_AdminResult))
 _rebalance = _fn("shardkv_rebalance", _int, _c, _u32, ctypes.c_uint, _P(_AdminResult))
+_move_plan = _fn("shardkv_move_plan", _int, _c, ctypes.c_void_p, _size_t, ctypes.c_void_p,
+                 _size_t, ctypes.c_char_p, _u32, _P(_P(_Plan)))
+_rebalance_plan = _fn("shardkv_rebalance_plan", _int, _c, _u32, _P(_P(_Plan)))
+_plan_free = _fn("shardkv_plan_free", None, _P(_Plan))
 _config_get = _fn("shardkv_config_get", _int, _c, _u64, _P(_P(_Config)))
 _status = _fn("shardkv_status", _int, _c, _P(_P(_Config)))
 _config_free = _fn("shardkv_config_free", None, _P(_Config))
@@ -395,7 +408,8 @@ def _config_dict(cfg, with_stats):
         if with_stats:
             d["stats"] = None if not n.has_stats else {
                 "keys": n.keys, "bytes": n.bytes, "ops_per_sec": n.ops_per_sec,
-                "memory_bytes": n.memory_bytes, "last_seen_ms": n.last_seen_ms}
+                "memory_bytes": n.memory_bytes, "last_seen_ms": n.last_seen_ms,
+                "uptime_ms": n.uptime_ms}
         nodes.append(d)
     migrations = []
     for i in range(c.nmigrations):
@@ -416,6 +430,17 @@ def _config_dict(cfg, with_stats):
              "index": k.index}
             for k in (c.controllers[i] for i in range(c.ncontrollers))]
     return out
+
+
+def _plan_dict(p):
+    """A plan as {"epoch", "plan": [{"start", "end", "from", "to", "keys", "bytes"}]}."""
+    c = p.contents
+    steps = []
+    for i in range(c.nsteps):
+        s = c.steps[i]
+        steps.append({"start": _out(s.start) or b"", "end": _out(s.end) or b"",
+                      "from": s.from_, "to": s.to, "keys": s.keys, "bytes": s.bytes})
+    return {"epoch": c.epoch, "plan": steps}
 
 
 def _admin_dict(r):
@@ -673,6 +698,28 @@ class Client:
             _check(_move(self._handle(), s, len(s), e, len(e), str(node).encode(),
                          int(rate_mb_s), self._flags(wait), ctypes.byref(r)))
         return _admin_dict(r)
+
+    def move_plan(self, start, end, node, rate_mb_s=0, timeout_ms=None):
+        """Dry run of move: the migrations it would start, nothing changed."""
+        s, e = _b(start), _b(end)
+        p = _P(_Plan)()
+        with _Deadline(timeout_ms):
+            _check(_move_plan(self._handle(), s, len(s), e, len(e), str(node).encode(),
+                              int(rate_mb_s), ctypes.byref(p)))
+        try:
+            return _plan_dict(p)
+        finally:
+            _plan_free(p)
+
+    def rebalance_plan(self, rate_mb_s=0, timeout_ms=None):
+        """Dry run of rebalance: the migrations it would start, nothing changed."""
+        p = _P(_Plan)()
+        with _Deadline(timeout_ms):
+            _check(_rebalance_plan(self._handle(), int(rate_mb_s), ctypes.byref(p)))
+        try:
+            return _plan_dict(p)
+        finally:
+            _plan_free(p)
 
     def cancel(self, migration_id, timeout_ms=None):
         """Cancels a migration that has not fenced yet."""

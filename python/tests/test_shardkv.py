@@ -363,6 +363,9 @@ class BindingTest(unittest.TestCase):
         self.assertTrue(all(n["address"].startswith("tcp://127.0.0.1:") for n in st["nodes"]))
         self.assertIn("controllers", st)
         self.assertIn("stats", st["nodes"][0])
+        for n in st["nodes"]:
+            if n["stats"] is not None:
+                self.assertIn("uptime_ms", n["stats"])
         cfg = self.kv.config()
         self.assertGreaterEqual(cfg["epoch"], 1)
         self.assertEqual(cfg["ranges"][0]["start"], b"")
@@ -385,6 +388,14 @@ class BindingTest(unittest.TestCase):
         self.kv.put("mv:k", "v")
         loc = self.kv.locate("mv:k")
         other = next(n["id"] for n in self.kv.config()["nodes"] if n["id"] != loc["node"])
+        # The dry run names the migration the move then starts, and changes nothing.
+        epoch = self.kv.config()["epoch"]
+        p = self.kv.move_plan(loc["start"], loc["end"], other)
+        self.assertEqual(p["epoch"], epoch)
+        self.assertEqual([(s["start"], s["end"], s["from"], s["to"]) for s in p["plan"]],
+                         [(loc["start"], loc["end"], loc["node"], other)])
+        self.assertEqual(self.kv.config()["epoch"], epoch)
+        self.assertIn("plan", self.kv.rebalance_plan())
         r = self.kv.move(loc["start"], loc["end"], other, wait=True)
         self.assertGreater(r["epoch"], 0)
         self.assertEqual(self.kv.locate("mv:k")["node"], other)

@@ -105,6 +105,31 @@ get_config(kv_rpc_client *cli, uint64_t epoch)
 	return call(cli, &rq, 10000);
 }
 
+/* move START END NODE --dry-run, raw. */
+static Shardkv__AdminResponse *
+move_dry_run(kv_rpc_client *cli, const char *start, const char *end, uint32_t node)
+{
+	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__AdminDryRun d = SHARDKV__ADMIN_DRY_RUN__INIT;
+	Shardkv__AdminMove m = SHARDKV__ADMIN_MOVE__INIT;
+	Shardkv__NodeRef ref = SHARDKV__NODE_REF__INIT;
+
+	ref.ref_case = SHARDKV__NODE_REF__REF_ID;
+	ref.id = node;
+	m.start.data = (uint8_t *)start;
+	m.start.len = strlen(start);
+	m.end.data = (uint8_t *)end;
+	m.end.len = strlen(end);
+	m.node = &ref;
+	d.cmd_case = SHARDKV__ADMIN_DRY_RUN__CMD_MOVE;
+	d.move = &m;
+	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_DRY_RUN;
+	rq.dry_run = &d;
+	rq.client_id = 5;
+	rq.request_id = 1;
+	return call(cli, &rq, 10000);
+}
+
 /* ---- one controller ---- */
 
 struct ctl {
@@ -395,6 +420,25 @@ three_replicas_in_one_process_elect_a_leader_and_commit_a_join(void **state)
 	assert_int_equal(r->leader->id, leader + 1);
 	assert_string_equal(r->leader->address, g[leader].url);
 	ctl_client_free(r);
+	/* A dry run is redirected like any admin command; at the leader it
+	 * answers the plan and commits nothing (nothing to move: one node). */
+	r = move_dry_run(g[(leader + 1) % NREPL].cli, "a", "b", 1);
+	assert_non_null(r);
+	assert_int_equal(r->status, SHARDKV__STATUS__STATUS_NOT_LEADER);
+	assert_non_null(r->leader);
+	assert_int_equal(r->leader->id, leader + 1);
+	ctl_client_free(r);
+	r = move_dry_run(g[leader].cli, "a", "b", 1);
+	assert_non_null(r);
+	assert_int_equal(ctl_client_err(r), KV_OK);
+	assert_int_equal(r->epoch, 1);
+	assert_int_equal(r->n_plan, 0);
+	ctl_client_free(r);
+	r = move_dry_run(g[leader].cli, "b", "a", 1); /* refused like the move */
+	assert_non_null(r);
+	assert_int_equal(ctl_client_err(r), KV_EINVAL);
+	ctl_client_free(r);
+	assert_int_equal(kv_controller_epoch(g[leader].c), 1);
 
 	/* The leader stops: the other two elect another and commit. */
 	ctl_stop(&g[leader]);

@@ -62,3 +62,11 @@ kv_add_test(test_replication_inproc SOURCES component/test_replication_inproc.c
 # of the ISR at the primary's request and the waiting writes complete.
 kv_add_test(test_failover_serve_inproc SOURCES component/test_failover_serve_inproc.c
   LIBS kv_inproc_cluster shardkv kv_testutil TIMEOUT 120 LABELS concurrency)
+
+# Dry runs and status figures with a real controller and real servers in the
+# test process (doc/contract.md §4, §5): the plan of a move and of a
+# rebalance --dry-run is what the real command then starts, and the epoch
+# does not change; the CLI's text and JSON and exit codes; refused dry runs;
+# the servers' uptime in status.
+kv_add_test(test_dryrun_inproc SOURCES component/test_dryrun_inproc.c
+  LIBS kv_inproc_cluster shardkv kv_testutil TIMEOUT 120 LABELS concurrency)

@@ -364,6 +364,48 @@ raw_is_an_option_of_get_and_del_only(void **state)
 }
 
 static void
+dry_run_is_an_option_of_move_and_rebalance_only_and_never_with_wait(void **state)
+{
+	const char *move[] = {"shardkv", "move", "a", "b", "2", "--dry-run", "--rate", "5"};
+	const char *reb[] = {"shardkv", "--dry-run", "rebalance"};
+	const char *status[] = {"shardkv", "status", "--dry-run"};
+	const char *leave[] = {"shardkv", "leave", "2", "--dry-run"};
+	const char *wait[] = {"shardkv", "rebalance", "--wait", "--dry-run"};
+	const char *help[] = {"shardkv", "move", "--help"};
+	kv_cli_args a;
+	char err[256];
+	shardkv_client *c;
+	shardkv_plan *p = (shardkv_plan *)&p;
+	(void)state;
+
+	assert_int_equal(kv_cli_parse(ARGC(move), (char **)move, &a, err, sizeof(err)), 0);
+	assert_true(a.dry_run);
+	assert_int_equal(a.rate_mb_s, 5);
+	kv_cli_args_fini(&a);
+	assert_int_equal(kv_cli_parse(ARGC(reb), (char **)reb, &a, err, sizeof(err)), 0);
+	assert_true(a.dry_run);
+	kv_cli_args_fini(&a);
+	assert_usage_error(ARGC(status), status, "status: option --dry-run does not apply");
+	assert_usage_error(ARGC(leave), leave, "leave: option --dry-run does not apply");
+	assert_usage_error(ARGC(wait), wait, "--wait and --dry-run exclude each other");
+	run_result r = run(ARGC(help), help);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(strstr(r.out, "[--wait | --dry-run]"));
+	assert_non_null(strstr(r.out, "--dry-run prints the migrations"));
+	kv_cli_run_free(&r);
+
+	/* The library refuses bad plans before the network. */
+	assert_int_equal(shardkv_open("tcp://127.0.0.1:1", NULL, &c), 0);
+	assert_int_equal(shardkv_move_plan(c, "z", 1, "a", 1, "1", 0, &p), SHARDKV_EINVAL);
+	assert_null(p);
+	assert_int_equal(shardkv_move_plan(c, "a", 1, "z", 1, "", 0, &p), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_move_plan(c, "a", 1, "z", 1, "1", 0, NULL), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_rebalance_plan(NULL, 0, &p), SHARDKV_EINVAL);
+	shardkv_plan_free(NULL);
+	shardkv_close(c);
+}
+
+static void
 keys_takes_limit(void **state)
 {
 	const char *argv[] = {"shardkv", "keys", "--limit", "5", "--prefix", "p"};
@@ -462,6 +504,7 @@ main(void)
 	    cmocka_unit_test(a_mistyped_command_suggests_the_nearest_one),
 	    cmocka_unit_test(a_controller_that_is_not_a_url_is_a_usage_error_naming_the_form),
 	    cmocka_unit_test(raw_is_an_option_of_get_and_del_only),
+	    cmocka_unit_test(dry_run_is_an_option_of_move_and_rebalance_only_and_never_with_wait),
 	    cmocka_unit_test(keys_takes_limit),
 	    cmocka_unit_test(prompt_lines_split_into_words_like_a_shell),
 	    cmocka_unit_test(a_prompt_line_runs_like_the_command_line),

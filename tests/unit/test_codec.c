@@ -302,6 +302,7 @@ static void
 assert_admin_req(const kv_admin_req *a, const kv_admin_req *b)
 {
 	assert_int_equal(a->op, b->op);
+	assert_int_equal(a->dry_run, b->dry_run);
 	assert_int_equal(a->request_id, b->request_id);
 	assert_int_equal(a->client_id, b->client_id);
 	assert_int_equal(a->wait, b->wait);
@@ -328,6 +329,7 @@ assert_admin_req(const kv_admin_req *a, const kv_admin_req *b)
 	assert_int_equal(a->keys, b->keys);
 	assert_int_equal(a->bytes, b->bytes);
 	assert_int_equal(a->memory, b->memory);
+	assert_int_equal(a->uptime_ms, b->uptime_ms);
 	assert_true(a->ops == b->ops);
 	assert_int_equal(a->phase, b->phase);
 	assert_int_equal(a->keys_copied, b->keys_copied);
@@ -375,6 +377,15 @@ every_admin_request_round_trips(void **state)
 	     .rate_mb_s = 5},
 	    {.op = KV_ADM_MOVE, .request_id = 5, .start = B("a"), .address = "tcp://h:1"},
 	    {.op = KV_ADM_REBALANCE, .request_id = 6, .rate_mb_s = 8},
+	    {.op = KV_ADM_MOVE,
+	     .dry_run = true,
+	     .request_id = 20,
+	     .start = B("c"),
+	     .end = B(""),
+	     .node_id = 3,
+	     .rate_mb_s = 2},
+	    {.op = KV_ADM_MOVE, .dry_run = true, .request_id = 21, .address = "tcp://h:1"},
+	    {.op = KV_ADM_REBALANCE, .dry_run = true, .request_id = 22, .rate_mb_s = 4},
 	    {.op = KV_ADM_GET_CONFIG, .request_id = 7, .epoch = 3},
 	    {.op = KV_ADM_STATUS, .request_id = 8},
 	    {.op = KV_ADM_CANCEL, .request_id = 9, .mig_id = 4},
@@ -397,7 +408,8 @@ every_admin_request_round_trips(void **state)
 	     .keys = 3,
 	     .bytes = 30,
 	     .memory = 1 << 20,
-	     .ops = 1.75},
+	     .ops = 1.75,
+	     .uptime_ms = 86400123},
 	    {.op = KV_ADM_PROGRESS,
 	     .request_id = 12,
 	     .mig_id = 4,
@@ -472,6 +484,47 @@ admin_request_without_a_command_is_refused(void **state)
 }
 
 static void
+a_dry_run_of_a_command_without_one_is_refused(void **state)
+{
+	kv_admin_req q = {.op = KV_ADM_JOIN, .dry_run = true, .address = "tcp://h:1"};
+	/* AdminRequest{version: 1, dry_run: AdminDryRun{}}: no command inside. */
+	static const uint8_t empty[] = {0x08, 0x01, 0xaa, 0x01, 0x00};
+	nng_msg *m = NULL;
+	kv_admin_req d;
+	char why[128];
+
+	(void)state;
+	assert_int_equal(kv_admin_req_encode(&q, &m), KV_EINVAL);
+	assert_null(m);
+	q.op = KV_ADM_STATUS;
+	assert_int_equal(kv_admin_req_encode(&q, &m), KV_EINVAL);
+	assert_int_equal(kv_admin_req_decode(empty, sizeof(empty), &d, why, sizeof(why)),
+	                 KV_EINVAL);
+	assert_non_null(strstr(why, "dry run without a command"));
+	kv_admin_req_fini(&d);
+}
+
+/* A plan with a step from a node to itself, or from node 0, is refused. */
+static void
+a_plan_naming_no_move_is_refused(void **state)
+{
+	kv_migration bad[2] = {{.from = 2, .to = 2, .phase = KV_MIG_PENDING},
+	                       {.from = 0, .to = 1, .phase = KV_MIG_PENDING}};
+	nng_msg *m;
+	kv_admin_resp d;
+
+	(void)state;
+	for (size_t i = 0; i < 2; i++) {
+		kv_admin_resp r = {.request_id = 1, .epoch = 3, .plan = &bad[i], .nplan = 1};
+		assert_int_equal(kv_admin_resp_encode(&r, &m), KV_OK);
+		assert_int_equal(kv_admin_resp_decode(nng_msg_body(m), nng_msg_len(m), &d),
+		                 KV_EPROTO);
+		assert_null(d.priv);
+		nng_msg_free(m);
+	}
+}
+
+static void
 assert_admin_resp(const kv_admin_resp *a, const kv_admin_resp *b)
 {
 	assert_int_equal(a->request_id, b->request_id);
@@ -497,6 +550,9 @@ assert_admin_resp(const kv_admin_resp *a, const kv_admin_resp *b)
 		assert_str(a->leader_address, b->leader_address);
 	assert_int_equal(a->term, b->term);
 	assert_int_equal(a->commit_index, b->commit_index);
+	assert_int_equal(a->nplan, b->nplan);
+	for (size_t i = 0; i < a->nplan; i++)
+		assert_migration(&a->plan[i], &b->plan[i]);
 	assert_int_equal(a->report != NULL, b->report != NULL);
 	if (a->report == NULL)
 		return;
@@ -509,6 +565,7 @@ assert_admin_resp(const kv_admin_resp *a, const kv_admin_resp *b)
 		assert_int_equal(x->memory, y->memory);
 		assert_int_equal(x->epoch_applied, y->epoch_applied);
 		assert_int_equal(x->last_seen_ms, y->last_seen_ms);
+		assert_int_equal(x->uptime_ms, y->uptime_ms);
 		assert_true(x->ops == y->ops);
 		assert_int_equal(x->nranges, y->nranges);
 		for (size_t j = 0; j < x->nranges; j++)
@@ -549,15 +606,19 @@ every_admin_response_round_trips(void **state)
 	                          .ops = 2.5,
 	                          .nsplit = 1,
 	                          .split = split};
-	kv_admin_node_stat ns[2] = {
-	    {.node_id = 1,
-	     .keys = 5,
-	     .bytes = 50,
-	     .ops = 2.0,
-	     .nranges = 1,
-	     .ranges = &st,
-	     .epoch_applied = 4},
-	    {.node_id = 2, .keys = 7, .bytes = 70, .memory = 1 << 20, .last_seen_ms = 12}};
+	kv_admin_node_stat ns[2] = {{.node_id = 1,
+	                             .keys = 5,
+	                             .bytes = 50,
+	                             .ops = 2.0,
+	                             .nranges = 1,
+	                             .ranges = &st,
+	                             .epoch_applied = 4},
+	                            {.node_id = 2,
+	                             .keys = 7,
+	                             .bytes = 70,
+	                             .memory = 1 << 20,
+	                             .last_seen_ms = 12,
+	                             .uptime_ms = 3600000}};
 	kv_admin_replica reps[2] = {
 	    {.id = 1, .address = "tcp://c:1", .role = KV_ADMIN_ROLE_LEADER, .term = 3, .index = 9},
 	    {.id = 2,
@@ -569,7 +630,23 @@ every_admin_response_round_trips(void **state)
 	    .nnodes = 2, .nodes = ns, .nmigs = c4->nmigs, .migs = c4->migs, .address = "tcp://c:0"};
 	kv_admin_report raft = {.nnodes = 1, .nodes = ns, .nreplicas = 2, .replicas = reps};
 	uint64_t ids[2] = {6, 7};
+	kv_migration plan[2] = {{.epoch = 5,
+	                         .start = {(uint8_t *)"", 0},
+	                         .end = {(uint8_t *)"g", 1},
+	                         .from = 1,
+	                         .to = 2,
+	                         .phase = KV_MIG_PENDING,
+	                         .keys_total = 40,
+	                         .bytes_total = 4000,
+	                         .rate_limit_mb_s = 3},
+	                        {.epoch = 5,
+	                         .start = {(uint8_t *)"g", 1},
+	                         .end = {(uint8_t *)"", 0},
+	                         .from = 3,
+	                         .to = 2,
+	                         .phase = KV_MIG_PENDING}};
 	const kv_admin_resp all[] = {
+	    {.request_id = 11, .epoch = 4, .config = c4, .plan = plan, .nplan = 2},
 	    {.request_id = 1, .epoch = 3, .config = c3},
 	    {.request_id = 2, .epoch = 2, .node_id = 1, .config = c3},
 	    {.request_id = 3, .epoch = 4, .configs = hist, .nconfigs = 2},
@@ -1151,6 +1228,8 @@ main(void)
 	    cmocka_unit_test(adjacent_ranges_with_the_same_placement_are_refused),
 	    cmocka_unit_test(every_admin_request_round_trips),
 	    cmocka_unit_test(admin_request_without_a_command_is_refused),
+	    cmocka_unit_test(a_dry_run_of_a_command_without_one_is_refused),
+	    cmocka_unit_test(a_plan_naming_no_move_is_refused),
 	    cmocka_unit_test(every_admin_response_round_trips),
 	    cmocka_unit_test(taken_configs_belong_to_the_caller_oldest_first),
 	    cmocka_unit_test(undecodable_admin_response_leaves_nothing_to_free),
