@@ -558,7 +558,7 @@ kvc_cfg_put(kvc_cfgref *r)
 void
 kvc_cfg_install(shardkv_client *c, kv_config *cfg)
 {
-	kvc_cfgref *n, *old = NULL;
+	kvc_cfgref *n, *old = NULL, *stale = NULL;
 
 	if (cfg == NULL)
 		return;
@@ -572,13 +572,24 @@ kvc_cfg_install(shardkv_client *c, kv_config *cfg)
 	if (c->cfg == NULL || c->cfg->cfg->epoch < cfg->epoch) {
 		old = c->cfg;
 		c->cfg = n;
-		n = NULL;
-		hints_clear_locked(c); /* they amended the old configuration */
+		atomic_fetch_add(&n->refs, 1); /* for the hook below */
+		hints_clear_locked(c);         /* they amended the old configuration */
 		pthread_cond_broadcast(&c->cfg_cv);
+	} else {
+		stale = n; /* not newer: dropped below */
+		n = NULL;
 	}
 	pthread_mutex_unlock(&c->cfg_mu);
 	kvc_cfg_put(old);
-	kvc_cfg_put(n);
+	kvc_cfg_put(stale);
+	if (n != NULL) {
+		/* Requests waiting on a server this configuration replaced or
+		 * marks down follow it now (engine.c), not at their timeout. */
+		kvc_cfg_hook_fn hook = atomic_load(&c->cfg_hook);
+		if (hook != NULL)
+			hook(c, n);
+		kvc_cfg_put(n);
+	}
 }
 
 static void *watch_main(void *arg);

@@ -101,6 +101,23 @@ void kv_rpc_client_fail_refused(kv_rpc_client *c, bool on);
  * refused the connection (see kv_rpc_client_fail_refused). */
 bool kv_rpc_refused(void);
 
+/*
+ * One plain TCP connection attempt to a tcp:// url, on a socket of its own
+ * (no nng object), waiting at most timeout_ms. Returns whether it was
+ * refused: the host is reachable and nothing listens on the port. Any
+ * other outcome (connected, timed out, not tcp://, not resolved) is false.
+ * Blocks: never on an nng thread.
+ */
+bool kv_rpc_probe_refused(const char *url, uint32_t timeout_ms);
+
+/* Makes a kv_rpc_async_call on this client that finds no connection wait
+ * at most ms for one (0, the default: its whole timeout); past that it
+ * fails with KV_EUNAVAIL, and the caller may probe why. Thread-safe. */
+void kv_rpc_client_connect_wait(kv_rpc_client *c, uint32_t ms);
+
+/* Whether the client has a connection now. */
+bool kv_rpc_client_connected(const kv_rpc_client *c);
+
 /* Returns the URL this client dials. */
 const char *kv_rpc_client_url(const kv_rpc_client *c);
 
@@ -132,6 +149,11 @@ int kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc
 /* Sends req (taken in every case) and calls done when the reply comes, the
  * timeout passes or the call is cancelled. At most one call in flight. */
 void kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms);
+
+/* Cancels the call in flight, if any: its callback runs (on an nng
+ * thread) with a KV_E* code, as when its timeout passes, which is the path
+ * nng takes for a cancel too. Never waits; safe under the caller's locks. */
+void kv_rpc_async_cancel(kv_rpc_async *a);
 
 /* Stops the caller (a call still in flight is cancelled and its callback
  * waited for) and frees it. Not from its own callback. Accepts NULL. Call
