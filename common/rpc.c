@@ -739,13 +739,6 @@ kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms)
 }
 
 void
-kv_rpc_async_cancel(kv_rpc_async *a)
-{
-	if (a != NULL)
-		nng_aio_cancel(a->aio);
-}
-
-void
 kv_rpc_async_destroy(kv_rpc_async *a)
 {
 	if (a == NULL)

@@ -150,11 +150,6 @@ int kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc
  * timeout passes or the call is cancelled. At most one call in flight. */
 void kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms);
 
-/* Cancels the call in flight, if any: its callback runs (on an nng
- * thread) with a KV_E* code, as when its timeout passes, which is the path
- * nng takes for a cancel too. Never waits; safe under the caller's locks. */
-void kv_rpc_async_cancel(kv_rpc_async *a);
-
 /* Stops the caller (a call still in flight is cancelled and its callback
  * waited for) and frees it. Not from its own callback. Accepts NULL. Call
  * before destroying the client, and preferably with no call in flight:
