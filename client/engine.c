@@ -29,8 +29,22 @@
  * they are given; ops.c decides what to do with the answer, so that a part
  * that must be split again is split with a fresh configuration.
  *
- * Locks: kvc_queue.mu protects one server's queue and its slots' busy
- * flags; c->eng_mu protects the retry queue and the list of queues, and is
+ * FAILOVER (doc/library.md "Failover"). A newer configuration is followed
+ * at once (kvc_engine_follow, run by whichever thread installs it): routed
+ * reqs queued for a server that lost their key are routed again, and reqs
+ * queued for or on the wire to a server marked `down` are taken back and
+ * routed again (parts fail for ops.c to split again). A request on the wire
+ * is abandoned, not cancelled (cancelling before the socket closes can
+ * hang nng 1.5's close): its slot stays busy until its reply or timeout,
+ * ignored, and counts as pending so that shardkv_close lets it finish. A
+ * send that finds no connection fails after ENG_CONNECT_WAIT_MS; the retry
+ * thread then probes for a refused connection and refreshes the
+ * configuration (at most one refresh per ENG_REFRESH_MS per handle), as it
+ * does before routing to an owner that is `down` in the cache.
+ *
+ * Locks: kvc_queue.mu protects one server's queue and its slots' flags
+ * (and their reqs once on the wire); c->eng_mu protects the retry queue,
+ * the list of queues and the count of eng_walkers, and is
  * held where the closing flag is set and the pending count falls to 0 (both
  * atomics otherwise: a req taken or finished while others are pending
  * takes no handle-wide lock); kvc_latch.mu protects a latch's zero flag.
@@ -481,7 +495,12 @@ answered(kvc_req *q, const char *address, const char *err, kv_data_result *r)
 		q->min_epoch = r->hint.epoch;
 	if (q->srv_epoch > q->epoch && q->srv_epoch > q->min_epoch)
 		q->min_epoch = q->srv_epoch;
-	if (r->status == KV_EWRONGOWNER && r->has_hint) {
+	/* A hint from an epoch older than the one q was routed with is the
+	 * server's stale view (a backup that has not yet applied the
+	 * configuration promoting it names the old primary): it is not
+	 * followed, and q tries the same owner again after a backoff. */
+	bool stale = r->has_hint && r->hint.epoch != 0 && r->hint.epoch < q->epoch;
+	if (r->status == KV_EWRONGOWNER && r->has_hint && !stale) {
 		kvc_cfgref *ref = r->hint.address ? NULL : kvc_cfg_peek(c);
 		const kv_node *nd = ref ? kv_config_node(ref->cfg, r->hint.node_id) : NULL;
 		const char *h = r->hint.address ? r->hint.address : nd ? nd->address : NULL;
@@ -689,6 +708,14 @@ route(kvc_req *q)
 	q->hint_addr = NULL;
 	if (hinted == NULL)
 		hinted = kvc_hint_lookup(c, q->epoch, q->key);
+	const kv_node *hn = hinted ? kv_config_node_by_address(ref->cfg, hinted) : NULL;
+	if (hn != NULL && hn->state == KV_NODE_DOWN) {
+		/* A hint that names a down node is out of date: forget it and
+		 * go by the configuration. */
+		kvc_hint_forget(c, hinted);
+		free(hinted);
+		hinted = NULL;
+	}
 	to = hinted;
 	if (to == NULL) {
 		const kv_node *n =
