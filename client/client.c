@@ -15,6 +15,9 @@
  * WRONG_OWNER hints are also remembered (a few ranges, newest first) as
  * amendments of the cached configuration, so that later calls for the same
  * range skip the old owner until a newer configuration replaces them.
+ * Installing a newer configuration runs the engine's hook (cfg_hook, set
+ * by engine.c: kvc_engine_follow), so that requests waiting on a server it
+ * replaced or marks down follow it at once.
  *
  * Threads and locks (doc/threads.md has the project-wide list):
  *   - caller threads: any number, running operations (and controller

@@ -240,7 +240,8 @@ char *kvc_hint_lookup(shardkv_client *c, uint64_t epoch, kv_bytes key);
 /* Forgets every hint that points at address (it did not answer). */
 void kvc_hint_forget(shardkv_client *c, const char *address);
 
-/* Installs cfg (taken) if it is newer than the cached one; frees it otherwise. */
+/* Installs cfg (taken) if it is newer than the cached one, then runs the
+ * handle's cfg_hook (no lock held); frees it otherwise. */
 void kvc_cfg_install(shardkv_client *c, kv_config *cfg);
 
 /*
