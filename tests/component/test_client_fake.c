@@ -463,6 +463,46 @@ a_write_waiting_on_a_primary_that_fails_over_goes_to_the_new_one(void **state)
 }
 
 static void
+mput_done(void *arg, int status, shardkv_mput_result *mr)
+{
+	async_done(arg, status, NULL, 0);
+	shardkv_mput_result_free(mr);
+}
+
+static void
+an_mput_part_waiting_on_a_primary_that_fails_over_is_split_again(void **state)
+{
+	shardkv_client *c = open_client(60000, true);
+	shardkv_bytes keys[] = {{"aa", 2}, {"zz", 2}};
+	shardkv_bytes vals[] = {{"1", 1}, {"2", 1}};
+	async_res r = {0};
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* node 1, epoch 5 */
+	pthread_mutex_lock(&g->srv[0].mu);
+	g->srv[0].silent = true;
+	pthread_mutex_unlock(&g->srv[0].mu);
+	/* "aa" goes to node 1, which holds it; "zz" to node 2, which answers. */
+	assert_int_equal(shardkv_mput_async(c, 2, keys, 2, vals, mput_done, &r), 0);
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		pthread_mutex_lock(&g->srv[0].mu);
+		int seen = g->srv[0].silent_seen;
+		pthread_mutex_unlock(&g->srv[0].mu);
+		if (seen > 0)
+			break;
+		if (kv_test_now_ms() - t0 > FOLLOW_PATIENCE_MS)
+			fail_msg("the mput part never reached node 1");
+		kv_test_sleep_ms(2);
+	}
+	set_truth(failed_over_cfg(6));
+	publish(failed_over_cfg(6));
+	assert_int_equal(async_wait(&r), 0);
+	assert_int_equal(server_keys(1), 2); /* aa, split again to node 2, and zz */
+	kv_fake_server_release(&g->srv[0]);
+	shardkv_close(c);
+}
+
+static void
 a_refused_connection_refreshes_the_configuration_at_once(void **state)
 {
 	shardkv_client *c = open_client(60000, false); /* no watch: only a refresh can learn */
@@ -686,6 +726,8 @@ main(void)
 	        a_write_waiting_on_a_primary_that_fails_over_goes_to_the_new_one, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        a_refused_connection_refreshes_the_configuration_at_once, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        an_mput_part_waiting_on_a_primary_that_fails_over_is_split_again, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        an_owner_down_in_the_cached_configuration_is_not_waited_on, setup, teardown),
 	    cmocka_unit_test_setup_teardown(admin_results_and_config_are_reported, setup, teardown),
