@@ -443,8 +443,13 @@ retry_after(kvc_req *q, uint32_t ms)
 static void
 no_answer(kvc_req *q, const char *address, int rv)
 {
+	char refused[300];
+
 	q->last = rv == KV_ECLOSED ? KV_EUNAVAIL : rv;
-	kvc_req_why(q, "server %s: %s", address, kv_strerror(rv));
+	/* A refusal found by the retry thread's probe stays the detail. */
+	snprintf(refused, sizeof(refused), "server %s: connection refused", address);
+	if (rv != KV_EUNAVAIL || q->why == NULL || strcmp(q->why, refused) != 0)
+		kvc_req_why(q, "server %s: %s", address, kv_strerror(rv));
 	kvc_hint_forget(q->c, address);
 	if (!kvc_retryable(rv) && rv != KV_EPROTO) {
 		complete(q, q->last);

@@ -540,6 +540,33 @@ a_refused_connection_refreshes_the_configuration_at_once(void **state)
 }
 
 static void
+a_server_that_refuses_connections_is_named_at_the_deadline(void **state)
+{
+	shardkv_client *c = open_client(800, false);
+	char dead[64];
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* epoch 5 cached */
+	/* Node 1 stopped and the controller has not moved its range yet. */
+	kv_test_free_url(dead, sizeof(dead));
+	for (int i = 0; i < 2; i++) {
+		kv_config *cfg = make_cfg(6, NULL, 1, 1);
+		kv_node *n1 = (kv_node *)kv_config_node(cfg, 1);
+		free(n1->address);
+		n1->address = strdup(dead);
+		assert_non_null(n1->address);
+		if (i == 0)
+			kvc_cfg_install(c, cfg);
+		else
+			publish(cfg);
+	}
+	assert_int_equal(shardkv_put(c, "kiwi", 4, "green", 5), SHARDKV_EUNAVAIL);
+	assert_non_null(strstr(shardkv_errmsg(), "connection refused"));
+	assert_non_null(strstr(shardkv_errmsg(), dead));
+	shardkv_close(c);
+}
+
+static void
 an_owner_down_in_the_cached_configuration_is_not_waited_on(void **state)
 {
 	shardkv_client *c = open_client(60000, false);
@@ -728,6 +755,8 @@ main(void)
 	        a_refused_connection_refreshes_the_configuration_at_once, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        an_mput_part_waiting_on_a_primary_that_fails_over_is_split_again, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_server_that_refuses_connections_is_named_at_the_deadline, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        an_owner_down_in_the_cached_configuration_is_not_waited_on, setup, teardown),
 	    cmocka_unit_test_setup_teardown(admin_results_and_config_are_reported, setup, teardown),
