@@ -15,6 +15,9 @@
  * WRONG_OWNER hints are also remembered (a few ranges, newest first) as
  * amendments of the cached configuration, so that later calls for the same
  * range skip the old owner until a newer configuration replaces them.
+ * Installing a newer configuration runs the engine's hook (cfg_hook, set
+ * by engine.c: kvc_engine_follow), so that requests waiting on a server it
+ * replaced or marks down follow it at once.
  *
  * Threads and locks (doc/threads.md has the project-wide list):
  *   - caller threads: any number, running operations (and controller
@@ -558,7 +561,7 @@ kvc_cfg_put(kvc_cfgref *r)
 void
 kvc_cfg_install(shardkv_client *c, kv_config *cfg)
 {
-	kvc_cfgref *n, *old = NULL;
+	kvc_cfgref *n, *old = NULL, *stale = NULL;
 
 	if (cfg == NULL)
 		return;
@@ -572,13 +575,24 @@ kvc_cfg_install(shardkv_client *c, kv_config *cfg)
 	if (c->cfg == NULL || c->cfg->cfg->epoch < cfg->epoch) {
 		old = c->cfg;
 		c->cfg = n;
-		n = NULL;
-		hints_clear_locked(c); /* they amended the old configuration */
+		atomic_fetch_add(&n->refs, 1); /* for the hook below */
+		hints_clear_locked(c);         /* they amended the old configuration */
 		pthread_cond_broadcast(&c->cfg_cv);
+	} else {
+		stale = n; /* not newer: dropped below */
+		n = NULL;
 	}
 	pthread_mutex_unlock(&c->cfg_mu);
 	kvc_cfg_put(old);
-	kvc_cfg_put(n);
+	kvc_cfg_put(stale);
+	if (n != NULL) {
+		/* Requests waiting on a server this configuration replaced or
+		 * marks down follow it now (engine.c), not at their timeout. */
+		kvc_cfg_hook_fn hook = atomic_load(&c->cfg_hook);
+		if (hook != NULL)
+			hook(c, n);
+		kvc_cfg_put(n);
+	}
 }
 
 static void *watch_main(void *arg);

@@ -130,6 +130,10 @@ typedef struct {
 	_Atomic(struct kvc_queue *) queue; /* its engine queue (engine.c), made on first use */
 } kvc_conn;
 
+/* Runs after ref, a newer configuration, was installed in the cache (no
+ * lock held, never on an nng thread); ref is valid during the call. */
+typedef void (*kvc_cfg_hook_fn)(shardkv_client *c, kvc_cfgref *ref);
+
 struct shardkv_client {
 	uint64_t client_id;           /* random, non-zero */
 	atomic_uint_fast64_t next_id; /* request ids, envelope and op */
@@ -171,8 +175,14 @@ struct shardkv_client {
 	                               * fall to 0 is made under eng_mu (engine.c pending_down) */
 	atomic_bool eng_closing;      /* shardkv_close has begun (set under eng_mu) */
 	bool rq_started;              /* the retry thread exists */
+	unsigned eng_walkers;         /* threads re-routing after a new configuration
+	                               * (engine.c kvc_engine_follow); close waits for 0 */
 
 	pthread_t rq_thread; /* backoffs, configuration fetches and TLS probes of retries */
+	atomic_uint_fast64_t refresh_ns;   /* kv_now_ns() of the retry thread's last
+	                                    * refresh fetch (engine.c); 0: none yet */
+	_Atomic(kvc_cfg_hook_fn) cfg_hook; /* run after a newer configuration is
+	                                    * installed (set by the engine); NULL: none */
 };
 
 /* Returns a fresh request id (never 0). */
@@ -230,7 +240,8 @@ char *kvc_hint_lookup(shardkv_client *c, uint64_t epoch, kv_bytes key);
 /* Forgets every hint that points at address (it did not answer). */
 void kvc_hint_forget(shardkv_client *c, const char *address);
 
-/* Installs cfg (taken) if it is newer than the cached one; frees it otherwise. */
+/* Installs cfg (taken) if it is newer than the cached one, then runs the
+ * handle's cfg_hook (no lock held); frees it otherwise. */
 void kvc_cfg_install(shardkv_client *c, kv_config *cfg);
 
 /*
@@ -388,6 +399,16 @@ int kvc_pending_take(shardkv_client *c);
 
 /* The op counted by kvc_pending_take finished; c may be freed after. */
 void kvc_pending_release(shardkv_client *c);
+
+/*
+ * Follows a newer configuration (the handle's cfg_hook, set on the first
+ * submit): routed reqs queued for a server that no longer owns their key
+ * are routed again at once; those queued for, or on the wire to, a server
+ * that ref marks `down` are taken back (a request on the wire is abandoned,
+ * its reply ignored) and routed again with their request ids, and the part
+ * reqs among them fail with KV_EUNAVAIL for ops.c to split again.
+ */
+void kvc_engine_follow(shardkv_client *c, kvc_cfgref *ref);
 
 /* Refuses new reqs, finishes the queued ones with KV_ECLOSED, waits for
  * those on the wire, stops the retry thread and frees the queues. First in

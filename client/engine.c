@@ -29,8 +29,22 @@
  * they are given; ops.c decides what to do with the answer, so that a part
  * that must be split again is split with a fresh configuration.
  *
- * Locks: kvc_queue.mu protects one server's queue and its slots' busy
- * flags; c->eng_mu protects the retry queue and the list of queues, and is
+ * FAILOVER (doc/library.md "Failover"). A newer configuration is followed
+ * at once (kvc_engine_follow, run by whichever thread installs it): routed
+ * reqs queued for a server that lost their key are routed again, and reqs
+ * queued for or on the wire to a server marked `down` are taken back and
+ * routed again (parts fail for ops.c to split again). A request on the wire
+ * is abandoned, not cancelled (cancelling before the socket closes can
+ * hang nng 1.5's close): its slot stays busy until its reply or timeout,
+ * ignored, and counts as pending so that shardkv_close lets it finish. A
+ * send that finds no connection fails after ENG_CONNECT_WAIT_MS; the retry
+ * thread then probes for a refused connection and refreshes the
+ * configuration (at most one refresh per ENG_REFRESH_MS per handle), as it
+ * does before routing to an owner that is `down` in the cache.
+ *
+ * Locks: kvc_queue.mu protects one server's queue and its slots' flags
+ * (and their reqs once on the wire); c->eng_mu protects the retry queue,
+ * the list of queues and the count of eng_walkers, and is
  * held where the closing flag is set and the pending count falls to 0 (both
  * atomics otherwise: a req taken or finished while others are pending
  * takes no handle-wide lock); kvc_latch.mu protects a latch's zero flag.
@@ -41,6 +55,7 @@
  */
 #include "client/client_int.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "common/tls.h"
 
 #include <stdarg.h>
@@ -56,14 +71,33 @@
 #define ENG_BACKOFF_MS 100u  /* the longest backoff */
 #define ENG_FETCH_MS   1000u /* one configuration fetch of the retry thread, at most */
 #define ENG_PROBE_MS   1000u /* one TLS probe, at most */
+/* A send that finds no connection to its server waits this long for one,
+ * then the retry thread finds out why: a refused connection (nothing
+ * listens: the server stopped) re-reads the configuration at once. */
+#define ENG_CONNECT_WAIT_MS 100u
+#define ENG_REFUSE_PROBE_MS 50u  /* one plain connection probe, at most */
+#define ENG_REFUSE_MEMO_MS  100u /* how long a probe's outcome is shared */
+/* The retry thread's refresh fetches (after no answer, a refused
+ * connection, or a route to a `down` node) are at most one per this, so
+ * a dead cluster does not make a tight loop at the controller. */
+#define ENG_REFRESH_MS 100u
+/* A req whose owner is `down` in the cached configuration waits this long
+ * (and a refresh) before it is routed again, instead of being sent. */
+#define ENG_DOWN_WAIT_MS 50u
 
 typedef struct kvc_queue kvc_queue;
 
-/* One request slot of a server. */
+/* One request slot of a server. n and reqs are written under sq->mu (by
+ * pump, and by kvc_engine_follow, which takes the reqs back from a slot on
+ * the wire); pump reads them unlocked only between taking the slot and
+ * setting wire, when nothing else touches them. */
 typedef struct {
 	kvc_queue *sq;              /* its server */
 	kv_rpc_async *rpc;          /* context and aio */
-	bool busy;                  /* a request is on the wire (under sq->mu) */
+	bool busy;                  /* taken by pump until its reply (under sq->mu) */
+	bool wire;                  /* its request is encoded and sent (under sq->mu) */
+	bool abandoned;             /* its reqs were taken back: the reply is ignored,
+	                             * and counts one pending (under sq->mu) */
 	size_t n;                   /* reqs in it */
 	kvc_req *reqs[ENG_MAX_OPS]; /* them */
 } kvc_slot;
@@ -324,6 +358,8 @@ pump(kvc_queue *sq)
 		 * `mine` says whether it is ours, never sl->n. */
 		bool mine = sl->n > 0;
 		sl->busy = mine;
+		sl->wire = false;
+		sl->abandoned = false;
 		pthread_mutex_unlock(&sq->mu);
 		while (late != NULL) {
 			kvc_req *next = late->next;
@@ -369,6 +405,11 @@ pump(kvc_queue *sq)
 				fail(taken[i], rv, "encoding the request: %s", kv_strerror(rv));
 			continue;
 		}
+		/* From here on kvc_engine_follow may take the reqs back: the
+		 * message holds copies of what it needs of them. */
+		pthread_mutex_lock(&sq->mu);
+		sl->wire = true;
+		pthread_mutex_unlock(&sq->mu);
 		kv_rpc_async_call(sl->rpc, req, env.timeout_ms);
 	}
 }
@@ -389,25 +430,40 @@ retry_later(kvc_req *q, bool now)
 	to_retry(q);
 }
 
+/* Schedules q for another try in ms milliseconds. */
+static void
+retry_after(kvc_req *q, uint32_t ms)
+{
+	q->not_before = kv_now_ns() + (uint64_t)ms * 1000000u;
+	to_retry(q);
+}
+
 /* A routed req's request got no answer (rv): retry after a configuration
  * refresh (the server may be down or gone), or fail when rv is final. */
 static void
 no_answer(kvc_req *q, const char *address, int rv)
 {
+	char refused[300];
+
 	q->last = rv == KV_ECLOSED ? KV_EUNAVAIL : rv;
-	kvc_req_why(q, "server %s: %s", address, kv_strerror(rv));
+	/* A refusal found by the retry thread's probe stays the detail. */
+	snprintf(refused, sizeof(refused), "server %s: connection refused", address);
+	if (rv != KV_EUNAVAIL || q->why == NULL || strcmp(q->why, refused) != 0)
+		kvc_req_why(q, "server %s: %s", address, kv_strerror(rv));
 	kvc_hint_forget(q->c, address);
 	if (!kvc_retryable(rv) && rv != KV_EPROTO) {
 		complete(q, q->last);
 		return;
 	}
-	q->min_epoch = q->epoch + 1;
-	/* KV_EUNAVAIL: the send found no connection (the retry thread kicks
-	 * the dialer, and over TLS probes the handshake; without memory for
-	 * the address, it only waits). */
+	q->refresh = true;
+	/* KV_EUNAVAIL: the send found no connection within
+	 * ENG_CONNECT_WAIT_MS. The retry thread, at once, kicks the dialer,
+	 * finds out whether the connection is refused (over TLS: whether the
+	 * handshake is), refreshes the configuration and routes q again
+	 * (without memory for the address, it only refreshes). */
 	free(q->quiet_addr);
 	q->quiet_addr = rv == KV_EUNAVAIL ? strdup(address) : NULL;
-	retry_later(q, false);
+	retry_later(q, rv == KV_EUNAVAIL);
 }
 
 /* Classifies the answer to routed req q from `address` (q->status, and *r,
@@ -444,7 +500,12 @@ answered(kvc_req *q, const char *address, const char *err, kv_data_result *r)
 		q->min_epoch = r->hint.epoch;
 	if (q->srv_epoch > q->epoch && q->srv_epoch > q->min_epoch)
 		q->min_epoch = q->srv_epoch;
-	if (r->status == KV_EWRONGOWNER && r->has_hint) {
+	/* A hint from an epoch older than the one q was routed with is the
+	 * server's stale view (a backup that has not yet applied the
+	 * configuration promoting it names the old primary): it is not
+	 * followed, and q tries the same owner again after a backoff. */
+	bool stale = r->has_hint && r->hint.epoch != 0 && r->hint.epoch < q->epoch;
+	if (r->status == KV_EWRONGOWNER && r->has_hint && !stale) {
 		kvc_cfgref *ref = r->hint.address ? NULL : kvc_cfg_peek(c);
 		const kv_node *nd = ref ? kv_config_node(ref->cfg, r->hint.node_id) : NULL;
 		const char *h = r->hint.address ? r->hint.address : nd ? nd->address : NULL;
@@ -484,19 +545,34 @@ slot_done(void *arg, int rv, nng_msg *rep)
 {
 	kvc_slot *sl = arg;
 	kvc_queue *sq = sl->sq;
-	size_t n = sl->n;
+	size_t n;
+	bool abandoned;
 	kvc_req *reqs[ENG_MAX_OPS];
 	kv_resp d = {0};
 
+	/* The slot is free for the next request before the reqs finish. */
+	pthread_mutex_lock(&sq->mu);
+	n = sl->n;
 	memcpy(reqs, sl->reqs, n * sizeof(reqs[0]));
+	abandoned = sl->abandoned;
+	sl->n = 0;
+	sl->busy = false;
+	sl->wire = false;
+	sl->abandoned = false;
+	pthread_mutex_unlock(&sq->mu);
+	if (abandoned) {
+		/* Its reqs were routed again (kvc_engine_follow): the reply, if
+		 * any, is nobody's. */
+		if (rep != NULL)
+			nng_msg_free(rep);
+		pump(sq);
+		pending_down(sq->c);
+		return;
+	}
 	if (rv == KV_OK) {
 		rv = kvc_reply_decode(nng_msg_body(rep), nng_msg_len(rep), n, &d);
 		nng_msg_free(rep);
 	}
-	/* The slot is free for the next request before the reqs finish. */
-	pthread_mutex_lock(&sq->mu);
-	sl->busy = false;
-	pthread_mutex_unlock(&sq->mu);
 	pump(sq);
 
 	/* Each req reads its result where it lies in d (a refused Response
@@ -564,6 +640,7 @@ queue_get(shardkv_client *c, const char *address, kvc_queue **out)
 	}
 	sq->c = c;
 	pthread_mutex_init(&sq->mu, NULL);
+	kv_rpc_client_connect_wait(rpc, ENG_CONNECT_WAIT_MS);
 	for (size_t i = 0; i < ENG_SLOTS; i++) {
 		sq->slot[i].sq = sq;
 		if ((rv = kv_rpc_async_create(rpc, slot_done, &sq->slot[i], &sq->slot[i].rpc)) !=
@@ -636,6 +713,14 @@ route(kvc_req *q)
 	q->hint_addr = NULL;
 	if (hinted == NULL)
 		hinted = kvc_hint_lookup(c, q->epoch, q->key);
+	const kv_node *hn = hinted ? kv_config_node_by_address(ref->cfg, hinted) : NULL;
+	if (hn != NULL && hn->state == KV_NODE_DOWN) {
+		/* A hint that names a down node is out of date: forget it and
+		 * go by the configuration. */
+		kvc_hint_forget(c, hinted);
+		free(hinted);
+		hinted = NULL;
+	}
 	to = hinted;
 	if (to == NULL) {
 		const kv_node *n =
@@ -649,6 +734,20 @@ route(kvc_req *q)
 		            (unsigned long long)q->epoch);
 		q->min_epoch = q->epoch + 1;
 		retry_later(q, false);
+		return;
+	}
+	const kv_node *down = kv_config_node_by_address(ref->cfg, to);
+	if (down != NULL && down->state == KV_NODE_DOWN) {
+		/* Nothing answers there (doc/contract.md §2): wait for the
+		 * configuration that gives the range another primary, or that
+		 * has the node back, rather than for a request's timeout. */
+		q->last = KV_EUNAVAIL;
+		kvc_req_why(q, "node %u (%s) is down in epoch %llu", down->id, to,
+		            (unsigned long long)q->epoch);
+		kvc_cfg_put(ref);
+		free(hinted);
+		q->refresh = true;
+		retry_after(q, ENG_DOWN_WAIT_MS);
 		return;
 	}
 	rv = queue_get(c, to, &sq);
@@ -671,8 +770,21 @@ typedef struct {
 	char address[256]; /* the server probed; "" before the first */
 	uint64_t at;       /* when (kv_now_ns) */
 	int rv;            /* kv_tls_probe's result */
+	bool refused;      /* plain tcp: kv_rpc_probe_refused's result */
 	char why[384];     /* and its reason */
 } probe_memo;
+
+/* Whether the retry thread may fetch a configuration to refresh its cache
+ * now (at most one per ENG_REFRESH_MS); if so, the fetch is counted. */
+static bool
+refresh_due(shardkv_client *c, uint64_t now)
+{
+	uint64_t last = atomic_load(&c->refresh_ns);
+
+	if (last != 0 && now - last < (uint64_t)ENG_REFRESH_MS * 1000000u)
+		return false;
+	return atomic_compare_exchange_strong(&c->refresh_ns, &last, now);
+}
 
 /* Runs the waiting part of a routed req's retry (retry thread): after a
  * request that found no connection, a redial and (TLS) a probe; a
@@ -705,17 +817,39 @@ retry_route(kvc_req *q, probe_memo *pm)
 			fail(q, KV_EAUTH, "%s", pm->why[0] ? pm->why : "TLS handshake failed");
 			return;
 		}
+		/* A plain address: is the connection refused (nothing listens:
+		 * the server stopped)? Then say so; the refresh below follows. */
+		if (c->tls == NULL && (strcmp(pm->address, q->quiet_addr) != 0 ||
+		                       now - pm->at > (uint64_t)ENG_REFUSE_MEMO_MS * 1000000u)) {
+			uint32_t ms = kvc_remaining_ms(q->deadline_ns);
+			pm->refused = kv_rpc_probe_refused(
+			    q->quiet_addr, ms < ENG_REFUSE_PROBE_MS ? ms : ENG_REFUSE_PROBE_MS);
+			snprintf(pm->address, sizeof(pm->address), "%s", q->quiet_addr);
+			pm->at = kv_now_ns();
+			now = pm->at;
+		}
+		if (c->tls == NULL && pm->refused && strcmp(pm->address, q->quiet_addr) == 0)
+			kvc_req_why(q, "server %s: connection refused", q->quiet_addr);
 		free(q->quiet_addr);
 		q->quiet_addr = NULL;
 	}
 	kvc_cfgref *ref = kvc_cfg_peek(c);
-	bool fetch = q->refresh || ref == NULL || ref->cfg->epoch < q->min_epoch;
+	/* A newer epoch is needed (a server named one), or a refresh is due:
+	 * the request got no answer, or its owner is down. */
+	bool need = ref == NULL || ref->cfg->epoch < q->min_epoch;
+	bool refresh = !need && q->refresh && refresh_due(c, now);
+	uint64_t min = need ? q->min_epoch : refresh ? ref->cfg->epoch + 1 : 0;
 	kvc_cfg_put(ref);
-	if (fetch) {
+	if (need || refresh) {
 		/* Bounded, so that one slow fetch does not hold every retry. */
 		uint64_t d = now + (uint64_t)ENG_FETCH_MS * 1000000u;
-		int rv =
-		    kvc_cfg_get(c, q->min_epoch, d < q->deadline_ns ? d : q->deadline_ns, &ref);
+		int rv = kvc_cfg_get(c, min, d < q->deadline_ns ? d : q->deadline_ns, &ref);
+		if (rv != KV_OK && !need) {
+			/* Only a refresh: route with what is cached (the
+			 * controller may be what is unreachable). */
+			rv = KV_OK;
+			ref = NULL;
+		}
 		if (rv != KV_OK) {
 			q->last = rv;
 			kvc_req_why(q, "%s", shardkv_errmsg());
@@ -813,6 +947,125 @@ to_retry(kvc_req *q)
 }
 
 /* ---------------------------------------------------------------------------
+ * Following a new configuration
+ * ------------------------------------------------------------------------- */
+
+/* Whether cfg says that the server at address is down. */
+static bool
+server_down(const kv_config *cfg, const char *address)
+{
+	const kv_node *n = kv_config_node_by_address(cfg, address);
+
+	return n != NULL && n->state == KV_NODE_DOWN;
+}
+
+/* Whether routed req q, queued for address, must go elsewhere under cfg. */
+static bool
+owner_moved(const kv_config *cfg, const kvc_req *q, const char *address)
+{
+	const kv_node *n = kv_config_node(cfg, kv_config_route(cfg, q->key.p, q->key.len));
+
+	return n == NULL || strcmp(n->address, address) != 0;
+}
+
+void
+kvc_engine_follow(shardkv_client *c, kvc_cfgref *ref)
+{
+	const kv_config *cfg = ref->cfg;
+	kvc_req *moved = NULL, *failed = NULL;
+	kvc_queue *list;
+
+	pthread_mutex_lock(&c->eng_mu);
+	if (c->eng_closing) {
+		pthread_mutex_unlock(&c->eng_mu);
+		return;
+	}
+	c->eng_walkers++; /* the queues stay until it falls back */
+	list = c->eng_queues;
+	pthread_mutex_unlock(&c->eng_mu);
+
+	for (kvc_queue *sq = list; sq; sq = sq->next) {
+		bool down = server_down(cfg, sq->address);
+		unsigned abandoned = 0;
+
+		pthread_mutex_lock(&sq->mu);
+		if (sq->closed) {
+			pthread_mutex_unlock(&sq->mu);
+			continue;
+		}
+		/* Queued reqs: a routed one whose key has another owner now,
+		 * and anything for a server that is down. */
+		kvc_req **pp = &sq->head, *prev = NULL;
+		while (*pp != NULL) {
+			kvc_req *q = *pp;
+			bool go = down || (q->routed && owner_moved(cfg, q, sq->address));
+			if (!go) {
+				prev = q;
+				pp = &q->next;
+				continue;
+			}
+			*pp = q->next;
+			if (sq->tail == q)
+				sq->tail = prev;
+			sq->queued--;
+			q->next = q->routed ? moved : failed;
+			if (q->routed)
+				moved = q;
+			else
+				failed = q;
+		}
+		/* Requests on the wire to a server that is down: abandoned (nng
+		 * would hold them until their timeout, waiting for a connection
+		 * that does not come). The slot stays busy until that reply or
+		 * timeout, which nobody waits for, and counts as one pending req
+		 * meanwhile, so shardkv_close still lets it finish (engine close). */
+		for (size_t i = 0; down && i < ENG_SLOTS; i++) {
+			kvc_slot *sl = &sq->slot[i];
+			if (!sl->busy || !sl->wire || sl->abandoned || sl->n == 0)
+				continue;
+			for (size_t k = 0; k < sl->n; k++) {
+				kvc_req *q = sl->reqs[k];
+				q->next = q->routed ? moved : failed;
+				if (q->routed)
+					moved = q;
+				else
+					failed = q;
+			}
+			sl->n = 0;
+			sl->abandoned = true;
+			abandoned++;
+		}
+		if (abandoned > 0)
+			atomic_fetch_add(&c->eng_pending, abandoned); /* its reqs still count */
+		pthread_mutex_unlock(&sq->mu);
+		if (down && abandoned > 0)
+			KV_INFO("client", "requests to a down server routed again",
+			        "server=%s epoch=%llu", sq->address,
+			        (unsigned long long)cfg->epoch);
+	}
+
+	/* Routed again with the newest configuration, request ids kept. */
+	while (moved != NULL) {
+		kvc_req *q = moved;
+		moved = q->next;
+		q->next = NULL;
+		route(q);
+	}
+	while (failed != NULL) {
+		kvc_req *q = failed;
+		failed = q->next;
+		q->next = NULL;
+		fail(q, KV_EUNAVAIL, "its server is down in epoch %llu",
+		     (unsigned long long)cfg->epoch);
+	}
+
+	pthread_mutex_lock(&c->eng_mu);
+	if (--c->eng_walkers == 0)
+		pthread_cond_broadcast(&c->eng_cv);
+	pthread_mutex_unlock(&c->eng_mu);
+}
+
+/* ---------------------------------------------------------------------------
  * Submitting
  * ------------------------------------------------------------------------- */
 
@@ -824,6 +1077,8 @@ take(kvc_req *q)
 
 	if (q->last == KV_OK)
 		q->last = KV_ETIMEDOUT; /* what a req that never got an answer says */
+	if (atomic_load_explicit(&c->cfg_hook, memory_order_relaxed) == NULL)
+		atomic_store(&c->cfg_hook, kvc_engine_follow);
 	/* Counted first, then the flag checked: shardkv_close sets the flag
 	 * first, then waits for the count (both sequentially consistent), so
 	 * either it waits for this req or this req sees it closing. */
@@ -962,7 +1217,7 @@ kvc_engine_close(shardkv_client *c)
 		 * nng_close. */
 	}
 	pthread_mutex_lock(&c->eng_mu);
-	while (atomic_load(&c->eng_pending) > 0)
+	while (atomic_load(&c->eng_pending) > 0 || c->eng_walkers > 0)
 		pthread_cond_wait(&c->eng_cv, &c->eng_mu);
 	pthread_mutex_unlock(&c->eng_mu);
 	if (started)

@@ -125,6 +125,7 @@ struct kv_rpc_client {
 	nng_dialer dialer;        /* the current dialer */
 	nng_time dial_time;       /* when it was started */
 	atomic_bool fail_refused; /* kv_rpc_client_fail_refused */
+	atomic_uint connect_wait; /* kv_rpc_client_connect_wait (ms; 0: none) */
 };
 
 /* The detail of the last failed kv_rpc_call on this thread (kv_rpc_why). */
@@ -157,6 +158,19 @@ kv_rpc_client_fail_refused(kv_rpc_client *c, bool on)
 		atomic_store(&c->fail_refused, on);
 }
 
+void
+kv_rpc_client_connect_wait(kv_rpc_client *c, uint32_t ms)
+{
+	if (c != NULL)
+		atomic_store(&c->connect_wait, ms);
+}
+
+bool
+kv_rpc_client_connected(const kv_rpc_client *c)
+{
+	return atomic_load(&((kv_rpc_client *)c)->pipes) > 0;
+}
+
 /*
  * One plain TCP connection attempt to a tcp:// url, with a socket of its
  * own (not nng: none of nng 1.5's close traps of REQ sockets, and no nng
@@ -165,8 +179,8 @@ kv_rpc_client_fail_refused(kv_rpc_client *c, bool on)
  * or an address that is not tcp:// or does not resolve says nothing and
  * returns false.
  */
-static bool
-rpc_probe_refused(const char *url, uint32_t timeout_ms)
+bool
+kv_rpc_probe_refused(const char *url, uint32_t timeout_ms)
 {
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
 	char host[256];
@@ -547,6 +561,7 @@ kv_rpc_client_create_tls(const char *url, const kv_tls *tls, kv_rpc_client **out
 	}
 	pthread_mutex_init(&c->mu, NULL);
 	atomic_init(&c->pipes, 0);
+	atomic_init(&c->connect_wait, 0);
 	if ((rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, rpc_client_pipe_cb, c)) != 0 ||
 	    (rv = nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, rpc_client_pipe_cb, c)) != 0) {
 		nng_close(c->sock);
@@ -637,6 +652,7 @@ kv_rpc_client_url(const kv_rpc_client *c)
 }
 
 struct kv_rpc_async {
+	kv_rpc_client *c;    /* its client */
 	nng_ctx ctx;         /* the request context, reused */
 	nng_aio *aio;        /* its aio, reused; its callback is async_cb */
 	kv_rpc_done_fn done; /* the user's callback */
@@ -687,6 +703,7 @@ kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc_asy
 		return KV_EINVAL;
 	if ((a = calloc(1, sizeof(*a))) == NULL)
 		return KV_ENOMEM;
+	a->c = c;
 	a->done = done;
 	a->arg = arg;
 	if ((rv = nng_ctx_open(&a->ctx, c->sock)) != 0) {
@@ -705,11 +722,18 @@ kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc_asy
 void
 kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms)
 {
+	uint32_t send_ms, wait = atomic_load(&a->c->connect_wait);
+
 	if (timeout_ms == 0)
 		timeout_ms = 1; /* 0 is nng's "poll": no expiry would be scheduled */
 	a->deadline = nng_clock() + timeout_ms;
 	a->receiving = false;
-	nng_aio_set_timeout(a->aio, (nng_duration)timeout_ms);
+	/* With no connection, the send waits for one at most connect_wait:
+	 * the caller then finds out why (kv_rpc_probe_refused) instead of
+	 * waiting for the whole timeout on a peer that is gone. */
+	send_ms =
+	    wait > 0 && wait < timeout_ms && atomic_load(&a->c->pipes) == 0 ? wait : timeout_ms;
+	nng_aio_set_timeout(a->aio, (nng_duration)send_ms);
 	nng_aio_set_msg(a->aio, req);
 	nng_ctx_send(a->ctx, a->aio);
 }
@@ -769,8 +793,8 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	if (probe && nng_aio_result(aio) == NNG_ETIMEDOUT && t < deadline) {
 		nng_time left = deadline - t;
 		if (c->tls == NULL &&
-		    rpc_probe_refused(c->url,
-		                      left < RPC_PROBE_MS ? (uint32_t)left + 1 : RPC_PROBE_MS)) {
+		    kv_rpc_probe_refused(c->url,
+		                         left < RPC_PROBE_MS ? (uint32_t)left + 1 : RPC_PROBE_MS)) {
 			snprintf(rpc_why, sizeof(rpc_why), "connection refused by %s", c->url);
 			rpc_refused = true;
 			nng_msg_free(req);

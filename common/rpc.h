@@ -101,6 +101,23 @@ void kv_rpc_client_fail_refused(kv_rpc_client *c, bool on);
  * refused the connection (see kv_rpc_client_fail_refused). */
 bool kv_rpc_refused(void);
 
+/*
+ * One plain TCP connection attempt to a tcp:// url, on a socket of its own
+ * (no nng object), waiting at most timeout_ms. Returns whether it was
+ * refused: the host is reachable and nothing listens on the port. Any
+ * other outcome (connected, timed out, not tcp://, not resolved) is false.
+ * Blocks: never on an nng thread.
+ */
+bool kv_rpc_probe_refused(const char *url, uint32_t timeout_ms);
+
+/* Makes a kv_rpc_async_call on this client that finds no connection wait
+ * at most ms for one (0, the default: its whole timeout); past that it
+ * fails with KV_EUNAVAIL, and the caller may probe why. Thread-safe. */
+void kv_rpc_client_connect_wait(kv_rpc_client *c, uint32_t ms);
+
+/* Whether the client has a connection now. */
+bool kv_rpc_client_connected(const kv_rpc_client *c);
+
 /* Returns the URL this client dials. */
 const char *kv_rpc_client_url(const kv_rpc_client *c);
 

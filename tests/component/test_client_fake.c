@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -350,6 +351,251 @@ watch_learns_a_new_epoch_within_milliseconds(void **state)
 	shardkv_close(c); /* stops the parked watch at once */
 }
 
+/* ---------------------------------------------------------------------------
+ * Following failovers (doc/library.md "Failover")
+ * ------------------------------------------------------------------------- */
+
+/* Upper bound of a wait in these tests. Their handles have a 60 s deadline,
+ * so one attempt may take 30 s (kvc_attempt_ms): finishing within this
+ * bound shows the request followed the new configuration instead of
+ * waiting out its attempt. */
+#define FOLLOW_PATIENCE_MS 15000u
+
+/* The outcome of an async op. */
+typedef struct {
+	atomic_int done;   /* the callback ran */
+	atomic_int status; /* its status */
+} async_res;
+
+static void
+async_done(void *arg, int status, const void *val, size_t vlen)
+{
+	async_res *r = arg;
+
+	(void)val;
+	(void)vlen;
+	atomic_store(&r->status, status);
+	atomic_store(&r->done, 1);
+}
+
+/* Waits for the async op; returns its status. */
+static int
+async_wait(async_res *r)
+{
+	uint64_t t0 = kv_test_now_ms();
+
+	while (!atomic_load(&r->done)) {
+		if (kv_test_now_ms() - t0 > FOLLOW_PATIENCE_MS)
+			fail_msg("the op did not finish within %u ms", FOLLOW_PATIENCE_MS);
+		kv_test_sleep_ms(2);
+	}
+	return atomic_load(&r->status);
+}
+
+/* A configuration at epoch in which node 2 owns everything and node 1 is
+ * down (the failover a controller publishes when node 1 stops). */
+static kv_config *
+failed_over_cfg(uint64_t epoch)
+{
+	kv_config *cfg = make_cfg(epoch, NULL, 2, 2);
+	kv_node *n = (kv_node *)kv_config_node(cfg, 1);
+	n->state = KV_NODE_DOWN;
+	return cfg;
+}
+
+/* Whether fake server i remembers the write (client, id). */
+static bool
+server_saw(int i, uint64_t client, uint64_t id)
+{
+	bool seen = false;
+	pthread_mutex_lock(&g->srv[i].mu);
+	for (size_t k = 0; k < g->srv[i].nseen; k++)
+		seen |= g->srv[i].seen[k].client_id == client && g->srv[i].seen[k].request_id == id;
+	pthread_mutex_unlock(&g->srv[i].mu);
+	return seen;
+}
+
+static void
+a_write_waiting_on_a_primary_that_fails_over_goes_to_the_new_one(void **state)
+{
+	shardkv_client *c = open_client(60000, true);
+	async_res r = {0};
+	shardkv_buf v;
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* node 1, epoch 5 */
+	/* Node 1 stops answering; a put is sent to it and waits there. */
+	pthread_mutex_lock(&g->srv[0].mu);
+	g->srv[0].silent = true;
+	pthread_mutex_unlock(&g->srv[0].mu);
+	assert_int_equal(shardkv_put_async(c, "apple", 5, "two", 3, async_done, &r), 0);
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		pthread_mutex_lock(&g->srv[0].mu);
+		int seen = g->srv[0].silent_seen;
+		pthread_mutex_unlock(&g->srv[0].mu);
+		if (seen > 0)
+			break;
+		if (kv_test_now_ms() - t0 > FOLLOW_PATIENCE_MS)
+			fail_msg("the put never reached node 1");
+		kv_test_sleep_ms(2);
+	}
+	assert_false(atomic_load(&r.done));
+	/* The controller fails node 1 over to node 2; the watch brings it. */
+	set_truth(failed_over_cfg(6));
+	publish(failed_over_cfg(6));
+	assert_int_equal(async_wait(&r), 0);
+	assert_int_equal(cached_epoch(c), 6);
+	/* Re-sent to node 2 with the same request id, and never again to node 1. */
+	pthread_mutex_lock(&g->srv[0].mu);
+	uint64_t id = g->srv[0].silent_put_id;
+	int silent = g->srv[0].silent_seen;
+	pthread_mutex_unlock(&g->srv[0].mu);
+	assert_true(server_saw(1, c->client_id, id));
+	assert_int_equal(silent, 1);
+	assert_int_equal(shardkv_get(c, "apple", 5, &v), 0);
+	assert_int_equal(v.len, 3);
+	assert_memory_equal(v.data, "two", 3);
+	shardkv_free(v.data);
+	/* The abandoned request is answered at last (its reply ignored):
+	 * shardkv_close waits for requests on the wire. */
+	kv_fake_server_release(&g->srv[0]);
+	shardkv_close(c);
+}
+
+static void
+mput_done(void *arg, int status, shardkv_mput_result *mr)
+{
+	async_done(arg, status, NULL, 0);
+	shardkv_mput_result_free(mr);
+}
+
+static void
+an_mput_part_waiting_on_a_primary_that_fails_over_is_split_again(void **state)
+{
+	shardkv_client *c = open_client(60000, true);
+	shardkv_bytes keys[] = {{"aa", 2}, {"zz", 2}};
+	shardkv_bytes vals[] = {{"1", 1}, {"2", 1}};
+	async_res r = {0};
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* node 1, epoch 5 */
+	pthread_mutex_lock(&g->srv[0].mu);
+	g->srv[0].silent = true;
+	pthread_mutex_unlock(&g->srv[0].mu);
+	/* "aa" goes to node 1, which holds it; "zz" to node 2, which answers. */
+	assert_int_equal(shardkv_mput_async(c, 2, keys, 2, vals, mput_done, &r), 0);
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		pthread_mutex_lock(&g->srv[0].mu);
+		int seen = g->srv[0].silent_seen;
+		pthread_mutex_unlock(&g->srv[0].mu);
+		if (seen > 0)
+			break;
+		if (kv_test_now_ms() - t0 > FOLLOW_PATIENCE_MS)
+			fail_msg("the mput part never reached node 1");
+		kv_test_sleep_ms(2);
+	}
+	set_truth(failed_over_cfg(6));
+	publish(failed_over_cfg(6));
+	assert_int_equal(async_wait(&r), 0);
+	assert_int_equal(server_keys(1), 2); /* aa, split again to node 2, and zz */
+	kv_fake_server_release(&g->srv[0]);
+	shardkv_close(c);
+}
+
+static void
+a_refused_connection_refreshes_the_configuration_at_once(void **state)
+{
+	shardkv_client *c = open_client(60000, false); /* no watch: only a refresh can learn */
+	async_res r = {0};
+	char dead[64];
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* epoch 5 cached */
+	/* The cached configuration names node 1 at an address where nothing
+	 * listens any more (the server stopped); the controller has moved on
+	 * to node 2. */
+	kv_test_free_url(dead, sizeof(dead));
+	kv_config *stale = make_cfg(6, NULL, 1, 1);
+	kv_node *n1 = (kv_node *)kv_config_node(stale, 1);
+	free(n1->address);
+	n1->address = strdup(dead);
+	assert_non_null(n1->address);
+	kvc_cfg_install(c, stale);
+	assert_int_equal(cached_epoch(c), 6);
+	publish(make_cfg(6, NULL, 1, 1));
+	publish(make_cfg(7, NULL, 2, 2));
+	set_truth(make_cfg(7, NULL, 2, 2));
+	pthread_mutex_lock(&g->ctl->mu);
+	unsigned calls = g->ctl->get_configs;
+	pthread_mutex_unlock(&g->ctl->mu);
+
+	assert_int_equal(shardkv_put_async(c, "kiwi", 4, "green", 5, async_done, &r), 0);
+	assert_int_equal(async_wait(&r), 0);
+	assert_int_equal(cached_epoch(c), 7);
+	pthread_mutex_lock(&g->ctl->mu);
+	assert_true(g->ctl->get_configs > calls);
+	pthread_mutex_unlock(&g->ctl->mu);
+	assert_int_equal(server_keys(1), 1); /* kiwi, on node 2 */
+	shardkv_close(c);
+}
+
+static void
+a_server_that_refuses_connections_is_named_at_the_deadline(void **state)
+{
+	shardkv_client *c = open_client(800, false);
+	char dead[64];
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* epoch 5 cached */
+	/* Node 1 stopped and the controller has not moved its range yet. */
+	kv_test_free_url(dead, sizeof(dead));
+	for (int i = 0; i < 2; i++) {
+		kv_config *cfg = make_cfg(6, NULL, 1, 1);
+		kv_node *n1 = (kv_node *)kv_config_node(cfg, 1);
+		free(n1->address);
+		n1->address = strdup(dead);
+		assert_non_null(n1->address);
+		if (i == 0)
+			kvc_cfg_install(c, cfg);
+		else
+			publish(cfg);
+	}
+	assert_int_equal(shardkv_put(c, "kiwi", 4, "green", 5), SHARDKV_EUNAVAIL);
+	assert_non_null(strstr(shardkv_errmsg(), "connection refused"));
+	assert_non_null(strstr(shardkv_errmsg(), dead));
+	shardkv_close(c);
+}
+
+static void
+an_owner_down_in_the_cached_configuration_is_not_waited_on(void **state)
+{
+	shardkv_client *c = open_client(60000, false);
+	async_res r = {0};
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* epoch 5 cached */
+	/* Cached: node 1 down and still the owner (no other in-sync replica
+	 * yet); the controller's next configuration gives its range to node 2. */
+	kv_config *down = make_cfg(6, NULL, 1, 1);
+	((kv_node *)kv_config_node(down, 1))->state = KV_NODE_DOWN;
+	kvc_cfg_install(c, down);
+	publish(make_cfg(6, NULL, 1, 1));
+	publish(failed_over_cfg(7));
+	set_truth(failed_over_cfg(7));
+	pthread_mutex_lock(&g->srv[0].mu);
+	int before = g->srv[0].requests;
+	pthread_mutex_unlock(&g->srv[0].mu);
+
+	assert_int_equal(shardkv_put_async(c, "kiwi", 4, "green", 5, async_done, &r), 0);
+	assert_int_equal(async_wait(&r), 0);
+	assert_int_equal(cached_epoch(c), 7);
+	pthread_mutex_lock(&g->srv[0].mu);
+	assert_int_equal(g->srv[0].requests, before); /* nothing was sent to the down node */
+	pthread_mutex_unlock(&g->srv[0].mu);
+	assert_int_equal(server_keys(1), 1);
+	shardkv_close(c);
+}
+
 static void
 admin_results_and_config_are_reported(void **state)
 {
@@ -503,6 +749,16 @@ main(void)
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(watch_learns_a_new_epoch_within_milliseconds, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_write_waiting_on_a_primary_that_fails_over_goes_to_the_new_one, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_refused_connection_refreshes_the_configuration_at_once, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        an_mput_part_waiting_on_a_primary_that_fails_over_is_split_again, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_server_that_refuses_connections_is_named_at_the_deadline, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        an_owner_down_in_the_cached_configuration_is_not_waited_on, setup, teardown),
 	    cmocka_unit_test_setup_teardown(admin_results_and_config_are_reported, setup, teardown),
 	    cmocka_unit_test_setup_teardown(cli_round_trip_of_every_command, setup, teardown),
 	    cmocka_unit_test_setup_teardown(cli_json_config_and_status_have_the_spec_shape, setup,

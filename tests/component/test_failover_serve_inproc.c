@@ -160,28 +160,26 @@ the_promoted_backup_serves_every_acknowledged_write(void **state)
 	assert_int_equal(r.status, 0);
 	assert_int_equal(r.value_len, 1);
 
-	/* The primary stops without leaving. */
+	/* The primary stops without leaving. The first read after it, with
+	 * the ordinary deadline (5 s), succeeds: the library follows the
+	 * failover (the watched configuration marks node 1 down and names
+	 * node 2) within one call. How long it took is printed, not bounded. */
 	t0 = kv_test_now_ms();
 	inproc_srv_down(&fo.srv[0]);
-	for (;;) {
+	{
 		shardkv_buf v = {0};
 		int rv = shardkv_get(k, "k000", 4, &v);
-		if (rv == 0) {
-			assert_int_equal(v.len, 2);
-			assert_memory_equal(v.data, "v0", 2);
-			shardkv_free(v.data);
-			break;
-		}
-		if (kv_test_now_ms() - t0 > PATIENCE)
-			fail_msg("no read succeeded after the primary stopped: %s (%s)",
+		if (rv != 0)
+			fail_msg("the first read after the primary stopped failed: %s (%s)",
 			         shardkv_strerror(rv), shardkv_errmsg());
-		kv_test_sleep_ms(10);
+		assert_int_equal(v.len, 2);
+		assert_memory_equal(v.data, "v0", 2);
+		shardkv_free(v.data);
 	}
 	took = kv_test_now_ms() - t0;
 	print_message("first successful read through the library %llu ms after the primary "
 	              "stopped\n",
 	              (unsigned long long)took);
-	assert_true(took < 15000);
 	now = inproc_cluster_config(&fo);
 	assert_non_null(now);
 	assert_int_equal(now->ranges[0].node, 2);

@@ -3,7 +3,9 @@
 # (support/fake_ctl.h) and, for the client, fake shard servers
 # (support/fake_cluster.h).
 
-# libshardkv and the CLI against the fake controller and fake servers.
+# libshardkv and the CLI against the fake controller and fake servers,
+# including how the client follows a failover (a request on the wire to a
+# server marked down, a refused connection, a down owner in its cache).
 kv_add_test(test_client_fake SOURCES component/test_client_fake.c
   LIBS kv_cli kv_fake_cluster kv_proto kv_testutil TIMEOUT 90 LABELS concurrency)
 

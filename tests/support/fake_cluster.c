@@ -155,6 +155,20 @@ srv_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	pthread_mutex_lock(&cl->mu);
 	pthread_mutex_lock(&s->mu);
 	s->requests++;
+	if (s->silent) {
+		/* A server that stopped answering: the request is held, and stays
+		 * on the wire at the client until kv_fake_server_release. */
+		bool held = s->nheld < KV_FAKE_HELD;
+		s->silent_seen++;
+		if (op->op_case == SHARDKV__OP__OP_PUT)
+			s->silent_put_id = op->request_id;
+		if (held)
+			s->held[s->nheld++] = p;
+		pthread_mutex_unlock(&s->mu);
+		pthread_mutex_unlock(&cl->mu);
+		shardkv__request__free_unpacked(q, NULL);
+		return held ? KV_RPC_DEFERRED : KV_EINTERNAL;
+	}
 	r.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
 	r.request_id = q->request_id;
 	r.epoch = cl->truth->epoch;
@@ -400,6 +414,25 @@ err:
 	kv_fake_cluster_destroy(fc);
 	*out = NULL;
 	return -1;
+}
+
+void
+kv_fake_server_release(kv_fake_server *s)
+{
+	kv_rpc_pending *held[KV_FAKE_HELD];
+	size_t n;
+
+	pthread_mutex_lock(&s->mu);
+	s->silent = false;
+	n = s->nheld;
+	memcpy(held, s->held, n * sizeof(held[0]));
+	s->nheld = 0;
+	pthread_mutex_unlock(&s->mu);
+	for (size_t i = 0; i < n; i++) {
+		nng_msg *m;
+		assert_int_equal(nng_msg_alloc(&m, 0), 0);
+		kv_rpc_reply(held[i], m);
+	}
 }
 
 void

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #define KV_FAKE_NSERVERS 2 /* fake shard servers, node ids 1 .. KV_FAKE_NSERVERS */
+#define KV_FAKE_HELD     8 /* requests a silent server holds */
 
 typedef struct kv_fake_cluster kv_fake_cluster;
 
@@ -47,25 +48,30 @@ typedef struct {
 
 /* A fake shard server. */
 typedef struct kv_fake_server {
-	kv_fake_cluster *cl;    /* the cluster it belongs to */
-	uint32_t id;            /* node id */
-	char url[64];           /* listen URL */
-	kv_rpc_server *rpc;     /* the listener */
-	pthread_mutex_t mu;     /* protects everything below */
-	kv_fake_pair *kv;       /* the data */
-	size_t nkv;             /* entries */
-	kv_fake_seen seen[256]; /* writes applied, by id */
-	size_t nseen;           /* entries */
-	int requests;           /* requests answered */
-	int wrong_owner;        /* WRONG_OWNER answers */
-	int mput_ops;           /* MPutOp received */
-	int mget_ops;           /* MGetOp received */
-	int applied_lossy;      /* puts of key "lossy" applied */
-	int received_lossy;     /* puts of key "lossy" received */
-	uint64_t lossy_ids[8];  /* their Op.request_ids */
-	bool drop_lossy;        /* drop the reply of the first "lossy" put */
-	unsigned mput_delay_ms; /* sleep in mput (concurrency check) */
-	int mput_fail;          /* wire status to answer mput with; 0: none */
+	kv_fake_cluster *cl;                /* the cluster it belongs to */
+	uint32_t id;                        /* node id */
+	char url[64];                       /* listen URL */
+	kv_rpc_server *rpc;                 /* the listener */
+	pthread_mutex_t mu;                 /* protects everything below */
+	kv_fake_pair *kv;                   /* the data */
+	size_t nkv;                         /* entries */
+	kv_fake_seen seen[256];             /* writes applied, by id */
+	size_t nseen;                       /* entries */
+	int requests;                       /* requests answered */
+	int wrong_owner;                    /* WRONG_OWNER answers */
+	int mput_ops;                       /* MPutOp received */
+	int mget_ops;                       /* MGetOp received */
+	int applied_lossy;                  /* puts of key "lossy" applied */
+	int received_lossy;                 /* puts of key "lossy" received */
+	uint64_t lossy_ids[8];              /* their Op.request_ids */
+	bool drop_lossy;                    /* drop the reply of the first "lossy" put */
+	unsigned mput_delay_ms;             /* sleep in mput (concurrency check) */
+	int mput_fail;                      /* wire status to answer mput with; 0: none */
+	bool silent;                        /* answer nothing: hold every request (counted) */
+	int silent_seen;                    /* requests held (or, past KV_FAKE_HELD, dropped) */
+	uint64_t silent_put_id;             /* the Op.request_id of the last put held */
+	kv_rpc_pending *held[KV_FAKE_HELD]; /* the held requests */
+	size_t nheld;                       /* entries */
 } kv_fake_server;
 
 struct kv_fake_cluster {
@@ -105,6 +111,10 @@ void kv_fake_cluster_publish(kv_fake_cluster *c, kv_config *cfg);
 
 /* Makes cfg (taken) what the servers serve. */
 void kv_fake_cluster_set_truth(kv_fake_cluster *c, kv_config *cfg);
+
+/* Ends s's silence: answers every request it held with an empty message
+ * (which a client that abandoned them ignores). */
+void kv_fake_server_release(kv_fake_server *s);
 
 /* Returns how many keys fake server i holds. */
 size_t kv_fake_server_nkeys(kv_fake_cluster *c, int i);
