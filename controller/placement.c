@@ -340,6 +340,9 @@ place_copy(kv_range *dst, const kv_range *src)
 	memcpy(dst->replicas, src->replicas, sizeof(dst->replicas));
 	memcpy(dst->insync, src->insync, sizeof(dst->insync));
 	dst->leader_epoch = src->leader_epoch;
+	dst->nreplacing = src->nreplacing;
+	memcpy(dst->replacing, src->replacing, sizeof(dst->replacing));
+	memcpy(dst->replaced, src->replaced, sizeof(dst->replaced));
 }
 
 /* Whether adjacent ranges a and b are one: two single ranges of the same
@@ -463,8 +466,9 @@ fix_states(kv_config *n)
 	for (size_t i = 0; i < n->nnodes; i++) {
 		kv_node *nd = &n->nodes[i];
 		bool owns = false, in = false, moves = false;
+		/* A replica of a replicated range counts as held. */
 		for (size_t j = 0; j < n->nranges && !owns; j++)
-			owns = n->ranges[j].node == nd->id;
+			owns = kv_range_has_replica(&n->ranges[j], nd->id, false);
 		for (size_t j = 0; j < n->nmigs; j++) {
 			in = in || n->migs[j].to == nd->id;
 			moves = moves || n->migs[j].from == nd->id || n->migs[j].to == nd->id;
@@ -806,15 +810,22 @@ err:
 	return rv;
 }
 
+static uint32_t transfer_target(const kv_config *n, const kv_range *r, uint32_t not );
+static int leave_replicated(kv_config *n, const kv_place_ctx *x, uint32_t node,
+                            kv_place_repair_stats *st, uint32_t *stuck);
+
 int
 kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config **out)
 {
 	const kv_node *nd = kv_config_node(cur, node);
+	kv_place_repair_stats rst;
 	struct plan pl;
 	kv_config *n;
 	size_t others = 0;
+	uint32_t stuck = 0;
 	int rv;
 
+	memset(&rst, 0, sizeof(rst));
 	if (nd == NULL) {
 		say(x, "unknown node %u", node);
 		return KV_ENOTFOUND;
@@ -831,15 +842,19 @@ kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config *
 			    node, (unsigned long long)cur->migs[i].id);
 			return KV_EBUSY;
 		}
-	for (size_t i = 0; i < cur->nranges; i++)
-		if (cur->ranges[i].nreplicas > 0 &&
-		    kv_range_has_replica(&cur->ranges[i], node, false)) {
-			say(x,
-			    "node %u holds replicas of replicated ranges: leave is not yet with "
-			    "replicas (stop the node and use remove once it is down)",
-			    node);
-			return KV_EPERM;
-		}
+	for (size_t i = 0; i < cur->nranges; i++) {
+		const kv_range *r = &cur->ranges[i];
+		char a[96], b[96];
+		if (r->nreplicas == 0 || r->node != node || transfer_target(cur, r, node) != 0)
+			continue;
+		kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
+		kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
+		say(x,
+		    "node %u is the only live in-sync replica of [%s, %s): no other node can "
+		    "take over as its primary yet; retry once a backup is in sync",
+		    node, a, b);
+		return KV_EBUSY;
+	}
 	for (size_t i = 0; i < cur->nnodes; i++)
 		if (cur->nodes[i].id != node && eligible(&cur->nodes[i]))
 			others++;
@@ -852,17 +867,20 @@ kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config *
 		kv_config_free(n);
 		return rv;
 	}
-	if (nd->state == KV_NODE_DRAINING && !owns_unlocked(&pl, node)) {
-		say(x, "node %u is already draining", node);
-		rv = KV_EEXISTS;
-		goto err;
-	}
 	if (owns_unlocked(&pl, node) && others == 0) {
 		say(x, "node %u is the last active node: no other node can take its ranges", node);
 		rv = KV_EINVAL;
 		goto err;
 	}
 	node_mut(n, node)->state = KV_NODE_DRAINING;
+	/* Replicated ranges first (the plan's atoms leave them alone). */
+	if ((rv = leave_replicated(n, x, node, &rst, &stuck)) < 0)
+		goto err;
+	if (nd->state == KV_NODE_DRAINING && !owns_unlocked(&pl, node) && rv == 0) {
+		say(x, "node %u is already draining", node);
+		rv = KV_EEXISTS;
+		goto err;
+	}
 	if (pl.n > 0) {
 		rv = drain(&pl, n, node);
 		if (rv >= 0)
@@ -1244,8 +1262,16 @@ kv_place_failover(kv_config *n, kv_place_failover_stats *st)
 				uint32_t m = r->insync[j];
 				if (m == r->node || !node_live(n, m))
 					continue;
-				if (best == 0 || lead[kv_config_node(n, m) - n->nodes] <
-				                     lead[kv_config_node(n, best) - n->nodes])
+				/* A leaving or replaced member leads only when no
+				 * other can. */
+				bool mb = kv_config_node(n, m)->state == KV_NODE_DRAINING ||
+				          kv_range_replacement(r, m, false) != 0;
+				bool bb = best != 0 &&
+				          (kv_config_node(n, best)->state == KV_NODE_DRAINING ||
+				           kv_range_replacement(r, best, false) != 0);
+				if (best == 0 || (bb && !mb) ||
+				    (bb == mb && lead[kv_config_node(n, m) - n->nodes] <
+				                     lead[kv_config_node(n, best) - n->nodes]))
 					best = m;
 			}
 			if (best == 0) {
@@ -1334,6 +1360,328 @@ kv_place_add_replicas(kv_config *n, uint32_t replicas)
 	free(cnt);
 	merge_ranges(n);
 	return added;
+}
+
+/* ---- replacements, leave and repair with replicas ---- */
+
+/* Whether member m of r may leave its ISR and replica set now: it is down
+ * or gone (its lease has run out), or no configuration it may still act on
+ * names it primary of a key of r (x->serving). */
+static bool
+may_leave(const kv_config *c, const kv_place_ctx *x, const kv_range *r, uint32_t m)
+{
+	const kv_node *nd = kv_config_node(c, m);
+
+	if (nd == NULL || nd->state == KV_NODE_DOWN || nd->state == KV_NODE_GONE)
+		return true;
+	return x == NULL || x->serving == NULL ||
+	       !x->serving(x->serving_arg, m, kb(&r->start), kb(&r->end));
+}
+
+/* Removes member m (not the primary) from r's replica set, ISR and
+ * replacements; a range left with one replica becomes single. */
+static void
+drop_member(kv_range *r, uint32_t m)
+{
+	uint32_t w = 0;
+
+	set_remove(r->replicas, &r->nreplicas, m);
+	set_remove(r->insync, &r->ninsync, m);
+	for (uint32_t i = 0; i < r->nreplacing; i++)
+		if (r->replacing[i] != m && r->replaced[i] != m) {
+			r->replacing[w] = r->replacing[i];
+			r->replaced[w++] = r->replaced[i];
+		}
+	r->nreplacing = w;
+	if (r->nreplicas < 2) {
+		uint64_t le = r->leader_epoch;
+		kv_range_set_single(r, r->node);
+		r->leader_epoch = le;
+	}
+}
+
+/* What each node holds, for choosing a replacement. */
+struct rload {
+	uint64_t *bytes; /* per n->nodes[i]: sample bytes of the ranges it holds */
+	uint32_t *cnt;   /* per n->nodes[i]: replicas it holds */
+	bool sized;      /* some sample has bytes */
+};
+
+static void
+rload_fini(struct rload *L)
+{
+	free(L->bytes);
+	free(L->cnt);
+}
+
+static int
+rload_init(const kv_config *n, const kv_place_ctx *x, struct rload *L)
+{
+	L->bytes = calloc(n->nnodes ? n->nnodes : 1, sizeof(*L->bytes));
+	L->cnt = calloc(n->nnodes ? n->nnodes : 1, sizeof(*L->cnt));
+	L->sized = has_bytes(x);
+	if (L->bytes == NULL || L->cnt == NULL) {
+		rload_fini(L);
+		return KV_ENOMEM;
+	}
+	for (size_t i = 0; i < n->nranges; i++)
+		for (uint32_t j = 0; j < kv_range_nreplicas(&n->ranges[i]); j++) {
+			const kv_node *nd = kv_config_node(n, kv_range_replica(&n->ranges[i], j));
+			if (nd != NULL)
+				L->cnt[nd - n->nodes]++;
+		}
+	for (size_t i = 0; L->sized && i < x->npoints; i++) {
+		long ri = kv_config_find_range(n, x->points[i].key.p, x->points[i].key.len);
+		for (uint32_t j = 0; ri >= 0 && j < kv_range_nreplicas(&n->ranges[ri]); j++) {
+			const kv_node *nd = kv_config_node(n, kv_range_replica(&n->ranges[ri], j));
+			if (nd != NULL)
+				L->bytes[nd - n->nodes] += x->points[i].bytes;
+		}
+	}
+	return KV_OK;
+}
+
+/* Sample bytes inside r. */
+static uint64_t
+range_bytes(const kv_range *r, const kv_place_ctx *x)
+{
+	uint64_t b = 0;
+
+	for (size_t i = 0; x->points && i < x->npoints; i++)
+		if (kv_range_contains(r->start.data, r->start.len, r->end.data, r->end.len,
+		                      x->points[i].key.p, x->points[i].key.len))
+			b += x->points[i].bytes;
+	return b;
+}
+
+/* The active node that is not a replica of r holding the least data (by
+ * bytes when known, then by replica count, then the lowest id); 0: none. */
+static uint32_t
+pick_replacement(const kv_config *n, const struct rload *L, const kv_range *r)
+{
+	size_t best = n->nnodes;
+
+	for (size_t j = 0; j < n->nnodes; j++) {
+		if (n->nodes[j].state != KV_NODE_ACTIVE ||
+		    kv_range_has_replica(r, n->nodes[j].id, false))
+			continue;
+		if (best == n->nnodes ||
+		    (L->sized && L->bytes[j] != L->bytes[best] ? L->bytes[j] < L->bytes[best]
+		                                               : L->cnt[j] < L->cnt[best]))
+			best = j;
+	}
+	return best == n->nnodes ? 0 : n->nodes[best].id;
+}
+
+/* Gives member m (not the primary) of r a replacement outside the ISR.
+ * With a full replica set, m is dropped instead of kept when it may leave.
+ * Returns 1 when r changed, 0 when m has a replacement already or no node
+ * can be one (*none set). */
+static int
+replace_member(kv_config *n, const kv_place_ctx *x, struct rload *L, kv_range *r, uint32_t m,
+               bool *none)
+{
+	uint32_t t;
+	const kv_node *tn;
+
+	if (kv_range_replacement(r, m, false) != 0 || m == r->node)
+		return 0;
+	if (kv_range_replacement(r, m, true) != 0) {
+		/* A replacement that goes away itself is dropped: the member
+		 * it replaced gets another. */
+		if (!may_leave(n, x, r, m))
+			return 0;
+		drop_member(r, m);
+		return 1;
+	}
+	if ((t = pick_replacement(n, L, r)) == 0) {
+		*none = true;
+		return 0;
+	}
+	if (r->nreplicas >= KV_MAX_REPLICAS) {
+		if (!may_leave(n, x, r, m))
+			return 0;
+		drop_member(r, m);
+		r->replicas[r->nreplicas++] = t;
+	} else {
+		r->replicas[r->nreplicas++] = t;
+		r->replacing[r->nreplacing] = t;
+		r->replaced[r->nreplacing++] = m;
+	}
+	tn = kv_config_node(n, t);
+	L->cnt[tn - n->nodes]++;
+	L->bytes[tn - n->nodes] += range_bytes(r, x);
+	return 1;
+}
+
+/* A live ISR member of r other than `not` to lead it: one that is neither
+ * leaving nor being replaced if there is one, then the first; 0: none. */
+static uint32_t
+transfer_target(const kv_config *n, const kv_range *r, uint32_t not )
+{
+	uint32_t any = 0;
+
+	for (uint32_t j = 0; j < kv_range_ninsync(r); j++) {
+		uint32_t m = kv_range_insync(r, j);
+		if (m == not || !node_live(n, m))
+			continue;
+		if (kv_config_node(n, m)->state != KV_NODE_DRAINING &&
+		    kv_range_replacement(r, m, false) == 0)
+			return m;
+		if (any == 0)
+			any = m;
+	}
+	return any;
+}
+
+/* What leaving does to replicated range r of which node is a replica:
+ * the primary role moves to another live ISR member, with node kept in
+ * the ISR (the transfer fence); then node gets a replacement, or without
+ * one is dropped once it may leave. Returns the changes made; *stuck is
+ * set when node leads r with no live ISR member to take over. */
+static int
+leave_range(kv_config *n, const kv_place_ctx *x, struct rload *L, kv_range *r, uint32_t node,
+            kv_place_repair_stats *st, bool *stuck)
+{
+	int changed = 0;
+	bool none = false;
+
+	if (r->node == node) {
+		uint32_t q = transfer_target(n, r, node);
+		if (q == 0) {
+			*stuck = true;
+			return 0;
+		}
+		promote(r, q, n->epoch);
+		st->transfers++;
+		changed++;
+	}
+	if (replace_member(n, x, L, r, node, &none) > 0) {
+		st->added++;
+		changed++;
+	} else if (none && r->node != node && kv_range_replacement(r, node, false) == 0 &&
+	           may_leave(n, x, r, node)) {
+		/* No node can replace it: the range goes on one replica short. */
+		drop_member(r, node);
+		st->dropped++;
+		st->short_of++;
+		changed++;
+	} else if (none) {
+		st->short_of++;
+	}
+	return changed;
+}
+
+/* Drops the replaced members of r whose replacement is in the ISR and that
+ * may leave. Returns how many. */
+static int
+drop_replaced(const kv_config *n, const kv_place_ctx *x, kv_range *r)
+{
+	int k = 0;
+
+	for (uint32_t i = 0; i < r->nreplacing;) {
+		uint32_t o = r->replaced[i];
+		if (kv_range_has_replica(r, r->replacing[i], true) && o != r->node &&
+		    may_leave(n, x, r, o)) {
+			drop_member(r, o);
+			k++;
+			i = 0;
+			continue;
+		}
+		i++;
+	}
+	return k;
+}
+
+/* Leave's work on every replicated range of node (already DRAINING in n).
+ * Returns the changes made or KV_ENOMEM; *stuck counts the ranges it leads
+ * with no live ISR member to take over. */
+static int
+leave_replicated(kv_config *n, const kv_place_ctx *x, uint32_t node, kv_place_repair_stats *st,
+                 uint32_t *stuck)
+{
+	struct rload L;
+	int changed = 0;
+
+	if (rload_init(n, x, &L) != KV_OK)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		bool s = false;
+		if (r->nreplicas == 0 || !kv_range_has_replica(r, node, false))
+			continue;
+		changed += leave_range(n, x, &L, r, node, st, &s);
+		*stuck += s;
+	}
+	rload_fini(&L);
+	merge_ranges(n);
+	return changed;
+}
+
+int
+kv_place_repair(const kv_config *cur, const uint32_t *expired, size_t nexpired, kv_place_ctx *x,
+                kv_config **out, kv_place_repair_stats *st)
+{
+	kv_place_repair_stats dummy;
+	kv_config *n;
+	struct rload L;
+	int changed = 0;
+
+	*out = NULL;
+	if (st == NULL)
+		st = &dummy;
+	memset(st, 0, sizeof(*st));
+	if ((n = next_config(cur)) == NULL)
+		return KV_ENOMEM;
+	if (rload_init(n, x, &L) != KV_OK) {
+		kv_config_free(n);
+		return KV_ENOMEM;
+	}
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		bool stuck = false, none = false;
+		int k;
+		/* Nobody copies to a new replica of a range whose primary is
+		 * down: it waits for a failover or the primary's return. */
+		if (r->nreplicas == 0 || !node_live(n, r->node))
+			continue;
+		k = drop_replaced(n, x, r);
+		st->dropped += (uint32_t)k;
+		changed += k;
+		for (uint32_t j = 0; j < r->nreplicas; j++) {
+			uint32_t m = r->replicas[j];
+			const kv_node *nd = kv_config_node(n, m);
+			if (nd != NULL && nd->state == KV_NODE_DRAINING) {
+				k = leave_range(n, x, &L, r, m, st, &stuck);
+			} else {
+				bool exp = false;
+				for (size_t e = 0; e < nexpired; e++)
+					exp = exp || expired[e] == m;
+				if (!exp || nd == NULL || nd->state != KV_NODE_DOWN)
+					continue;
+				none = false;
+				k = replace_member(n, x, &L, r, m, &none);
+				st->added += (uint32_t)k;
+				st->short_of += none;
+			}
+			if (k > 0) {
+				changed += k;
+				j = (uint32_t)-1; /* the set changed: look again */
+			}
+		}
+	}
+	rload_fini(&L);
+	merge_ranges(n);
+	fix_states(n);
+	for (size_t i = 0; i < n->nnodes; i++)
+		st->gone +=
+		    cur->nodes[i].state == KV_NODE_DRAINING && n->nodes[i].state == KV_NODE_GONE;
+	if (changed == 0 && st->gone == 0) {
+		kv_config_free(n);
+		return KV_OK;
+	}
+	*out = n;
+	return KV_OK;
 }
 
 /* Splits the range of n containing key at key (nothing when key is empty or
@@ -1433,6 +1781,14 @@ kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_b
 			say(x, "node %u is down: it joins an ISR once it is back", add);
 			return KV_EBUSY;
 		}
+		if (remove && kv_range_has_replica(r, remove, true) &&
+		    !may_leave(cur, x, r, remove)) {
+			say(x,
+			    "node %u may still serve [%s, %s) as its primary (it has not applied "
+			    "the configuration that made node %u primary): retry",
+			    remove, a, b, r->node);
+			return KV_EBUSY;
+		}
 		need = need || kv_range_has_replica(r, member, true) == (remove != 0);
 	}
 	if (!need)
@@ -1449,6 +1805,9 @@ kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_b
 			continue;
 		if (add && !kv_range_has_replica(r, add, true)) {
 			r->insync[r->ninsync++] = add;
+			/* A replacement in the ISR: the member it replaces goes
+			 * (doc/replication.md, "Repair"). */
+			(void)drop_replaced(n, x, r);
 			(*changed)++;
 		} else if (remove && kv_range_has_replica(r, remove, true)) {
 			set_remove(r->insync, &r->ninsync, remove);
@@ -1456,6 +1815,7 @@ kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_b
 		}
 	}
 	merge_ranges(n);
+	fix_states(n); /* a leaving node dropped from its last replica set is gone */
 	*out = n;
 	return KV_OK;
 }
@@ -1559,13 +1919,7 @@ kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_lo
 			}
 			promote(r, q, cur->epoch + 1);
 		}
-		set_remove(r->replicas, &r->nreplicas, node);
-		set_remove(r->insync, &r->ninsync, node);
-		if (r->nreplicas < 2) {
-			uint64_t le = r->leader_epoch;
-			kv_range_set_single(r, r->node);
-			r->leader_epoch = le;
-		}
+		drop_member(r, node);
 	}
 	merge_ranges(n);
 	node_mut(n, node)->state = KV_NODE_GONE;
