@@ -289,13 +289,13 @@ kv_ctl__cmd_move(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 {
 	const kv_config *cur = kv_ctl__latest_locked(c);
 	kv_config *next = NULL;
-	kv_place_ctx px = {0};
+	kv_place_ctx px;
 	uint32_t id;
 	int rv;
 
 	if ((rv = node_of(c, rq, x, &id)) != KV_OK)
 		return rv;
-	px.next_mig_id = c->next_mig_id;
+	ctx_init(c, &px);
 	px.rate_limit_mb_s = rq->rate_mb_s;
 	rv = kv_place_move(cur, rq->start, rq->end, id, &px, &next);
 	if (rv == KV_OK && next != NULL) {

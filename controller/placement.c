@@ -900,6 +900,9 @@ err:
 	return rv;
 }
 
+static int move_replicated(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node,
+                           kv_place_ctx *x, kv_config **out);
+
 int
 kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node, kv_place_ctx *x,
               kv_config **out)
@@ -935,18 +938,23 @@ kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node,
 		say(x, "the range map is empty (no node has joined)");
 		return KV_EINVAL;
 	}
+	size_t nrep = 0, nsingle = 0;
 	for (size_t i = 0; i < cur->nranges; i++) {
 		const kv_range *r = &cur->ranges[i];
-		if (r->nreplicas == 0 ||
-		    (end.len && kv_key_cmp(r->start.data, r->start.len, end.p, end.len) >= 0) ||
+		if ((end.len && kv_key_cmp(r->start.data, r->start.len, end.p, end.len) >= 0) ||
 		    (r->end.len && kv_key_cmp(r->end.data, r->end.len, start.p, start.len) <= 0))
 			continue;
-		char a[96], b[96];
-		kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
-		kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
-		say(x, "range [%s, %s) is replicated: move is not yet with replicas", a, b);
-		return KV_EPERM;
+		if (r->nreplicas > 0)
+			nrep++;
+		else
+			nsingle++;
 	}
+	if (nrep > 0 && nsingle > 0) {
+		say(x, "the range spans replicated and single ranges: move them separately");
+		return KV_EINVAL;
+	}
+	if (nrep > 0)
+		return move_replicated(cur, start, end, node, x, out);
 	if ((rv = plan_build(cur, x, ex, &pl)) != KV_OK)
 		return rv;
 	for (size_t i = atom_find(&pl, start.p, start.len); i < pl.n; i++) {
@@ -1573,22 +1581,36 @@ leave_range(kv_config *n, const kv_place_ctx *x, struct rload *L, kv_range *r, u
 }
 
 /* Drops the replaced members of r whose replacement is in the ISR and that
- * may leave. Returns how many. */
+ * may leave. With transfer (n is a clone of the latest configuration, so
+ * the ISR is the one the servers have), a replaced primary first hands its
+ * role to its replacement, at leader epoch n->epoch, and stays in the ISR
+ * (the transfer fence): a replica joins the ISR and becomes primary in two
+ * configurations, as the servers require. Returns the changes made;
+ * *transfers counts the primary roles moved. */
 static int
-drop_replaced(const kv_config *n, const kv_place_ctx *x, kv_range *r)
+drop_replaced(const kv_config *n, const kv_place_ctx *x, kv_range *r, bool transfer,
+              uint32_t *transfers)
 {
 	int k = 0;
 
 	for (uint32_t i = 0; i < r->nreplacing;) {
-		uint32_t o = r->replaced[i];
-		if (kv_range_has_replica(r, r->replacing[i], true) && o != r->node &&
-		    may_leave(n, x, r, o)) {
+		uint32_t t = r->replacing[i], o = r->replaced[i];
+		if (!kv_range_has_replica(r, t, true)) {
+			i++;
+		} else if (o == r->node) {
+			if (transfer && node_live(n, t)) {
+				promote(r, t, n->epoch);
+				(*transfers)++;
+				k++;
+			}
+			i++;
+		} else if (may_leave(n, x, r, o)) {
 			drop_member(r, o);
 			k++;
 			i = 0;
-			continue;
+		} else {
+			i++;
 		}
-		i++;
 	}
 	return k;
 }
@@ -1645,8 +1667,10 @@ kv_place_repair(const kv_config *cur, const uint32_t *expired, size_t nexpired, 
 		 * down: it waits for a failover or the primary's return. */
 		if (r->nreplicas == 0 || !node_live(n, r->node))
 			continue;
-		k = drop_replaced(n, x, r);
-		st->dropped += (uint32_t)k;
+		uint32_t tr = 0;
+		k = drop_replaced(n, x, r, true, &tr);
+		st->dropped += (uint32_t)k - tr;
+		st->transfers += tr;
 		changed += k;
 		for (uint32_t j = 0; j < r->nreplicas; j++) {
 			uint32_t m = r->replicas[j];
@@ -1708,6 +1732,80 @@ split_at(kv_config *n, kv_bytes key)
 	    kv_buf_set(&r[j].end, key.p, key.len) != KV_OK)
 		return KV_ENOMEM;
 	return KV_OK;
+}
+
+/*
+ * move with replicas: each replicated range of [start, end) (split at the
+ * bounds) gets `node` as its primary. An in-sync replica takes the role at
+ * once (the old primary stays in the ISR: the transfer fence); a node
+ * outside the replica set joins it outside the ISR as the replacement of
+ * the primary, and the repairs hand it the role once it is in the ISR and
+ * then drop the old primary.
+ */
+static int
+move_replicated(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node, kv_place_ctx *x,
+                kv_config **out)
+{
+	kv_config *n;
+	int rv, changed = 0;
+
+	*out = NULL;
+	if ((n = next_config(cur)) == NULL)
+		return KV_ENOMEM;
+	if ((rv = split_at(n, start)) != KV_OK || (rv = split_at(n, end)) != KV_OK)
+		goto err;
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		char a[96], b[96];
+		if (!overlaps(&r->start, &r->end, start.p, start.len, end.p, end.len) ||
+		    r->node == node || kv_range_replacement(r, node, true) == r->node)
+			continue;
+		kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
+		kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
+		if (!node_live(n, r->node)) {
+			say(x,
+			    "the primary of [%s, %s), node %u, is %s: retry once it is back or "
+			    "failed over",
+			    a, b, r->node, kv_node_state_name(kv_config_node(n, r->node)->state));
+			rv = KV_EBUSY;
+			goto err;
+		}
+		if (kv_range_has_replica(r, node, true)) {
+			promote(r, node, n->epoch);
+			changed++;
+			continue;
+		}
+		if (kv_range_has_replica(r, node, false)) {
+			say(x,
+			    "node %u is a replica of [%s, %s) outside the ISR: retry once it is in "
+			    "sync",
+			    node, a, b);
+			rv = KV_EBUSY;
+			goto err;
+		}
+		if (kv_range_replacement(r, r->node, false) != 0 ||
+		    r->nreplicas >= KV_MAX_REPLICAS) {
+			say(x,
+			    "[%s, %s) is being repaired or moved already: retry when that is done",
+			    a, b);
+			rv = KV_EBUSY;
+			goto err;
+		}
+		r->replicas[r->nreplicas++] = node;
+		r->replacing[r->nreplacing] = node;
+		r->replaced[r->nreplacing++] = r->node;
+		changed++;
+	}
+	merge_ranges(n);
+	if (changed == 0) {
+		kv_config_free(n);
+		return KV_OK;
+	}
+	*out = n;
+	return KV_OK;
+err:
+	kv_config_free(n);
+	return rv;
 }
 
 int
@@ -1807,7 +1905,8 @@ kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_b
 			r->insync[r->ninsync++] = add;
 			/* A replacement in the ISR: the member it replaces goes
 			 * (doc/replication.md, "Repair"). */
-			(void)drop_replaced(n, x, r);
+			uint32_t tr = 0;
+			(void)drop_replaced(n, x, r, false, &tr);
 			(*changed)++;
 		} else if (remove && kv_range_has_replica(r, remove, true)) {
 			set_remove(r->insync, &r->ninsync, remove);

@@ -97,8 +97,15 @@ int kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_conf
  * Gives [start, end) to `node`, carving it out of its current owners (one
  * migration per owner piece). KV_EINVAL for an empty or inverted range,
  * KV_EINVAL when the node is not active, KV_EBUSY when the range overlaps a
- * migration in flight, KV_EPERM when it overlaps a replicated range (not yet
- * with replicas). *out is NULL when the node owns the range already.
+ * migration in flight. Replicated ranges (doc/replication.md, "Moves and
+ * rebalance with replicas"; a move may not mix them with single ones,
+ * KV_EINVAL) move no data here: where the node is in the ISR it becomes
+ * primary at once (leader epoch n->epoch, the old primary kept in the ISR);
+ * elsewhere it joins outside the ISR as the replacement of the primary, and
+ * kv_place_repair gives it the role once it is in the ISR and then drops
+ * the old primary. KV_EBUSY when the node is a replica outside the ISR,
+ * the primary is down, or the range is being replaced already. *out is
+ * NULL when the node owns the range already.
  */
 int kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node,
                   kv_place_ctx *x, kv_config **out);

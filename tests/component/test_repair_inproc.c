@@ -13,7 +13,10 @@
  *   and the node is gone;
  * - `leave` of a primary moves the primary role to the in-sync backup with
  *   the old primary kept in the ISR; the old primary answers WRONG_OWNER
- *   naming the new one, and is gone once the replacement is in sync.
+ *   naming the new one, and is gone once the replacement is in sync;
+ * - `move` gives the primary role to an in-sync backup at once, or to a new
+ *   node through a replacement of the primary, which leaves once the new
+ *   node leads.
  *
  * Every wait polls with a deadline.
  */
@@ -284,6 +287,72 @@ leave_of_the_primary_moves_its_role_behind_the_isr_fence(void **state)
 	inproc_cluster_wait_node_state(&cl, 1, KV_NODE_GONE);
 }
 
+static bool
+led_by_3_without_2(const kv_config *c, const void *arg)
+{
+	(void)arg;
+	return c->nranges == 1 && c->ranges[0].node == 3 &&
+	       !kv_range_has_replica(&c->ranges[0], 2, false);
+}
+
+/* Waits until server i answers WRONG_OWNER for key k naming node hint. */
+static void
+wait_wrong_owner(int i, const char *k, uint32_t hint)
+{
+	uint64_t t0 = kv_test_now_ms();
+	res1 r;
+
+	for (;;) {
+		r = do_get(cl.srv[i].url, k);
+		if (r.status == SHARDKV__STATUS__STATUS_WRONG_OWNER && r.hint_node == hint)
+			return;
+		if (kv_test_now_ms() - t0 > PATIENCE)
+			fail_msg("server %d still answers %d (hint %u)", i, r.status, r.hint_node);
+		kv_test_sleep_ms(10);
+	}
+}
+
+static void
+move_gives_the_primary_role_to_the_in_sync_backup_or_through_a_replacement(void **state)
+{
+	char why[300];
+	uint64_t epoch = 0;
+	kv_config *cfg;
+
+	(void)state;
+	three_up();
+	/* To the in-sync backup: at once, the old primary kept in the ISR. */
+	kv_admin_req q = {.op = KV_ADM_MOVE, .request_id = 6, .node_id = 2};
+	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, &epoch, why, sizeof(why)), KV_OK);
+	cfg = inproc_cluster_config(&cl);
+	assert_non_null(cfg);
+	assert_int_equal(cfg->nranges, 1);
+	assert_int_equal(cfg->ranges[0].node, 2);
+	assert_int_equal(cfg->ranges[0].leader_epoch, epoch);
+	assert_true(kv_range_has_replica(&cfg->ranges[0], 1, true));
+	assert_int_equal(cfg->nmigs, 0);
+	kv_config_free(cfg);
+	wait_wrong_owner(0, "k", 2);
+
+	/* To a node outside the replica set: it replaces the primary, takes
+	 * the role once in sync, and the old primary leaves. */
+	q.request_id = 7;
+	q.node_id = 3;
+	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, NULL, why, sizeof(why)), KV_OK);
+	cfg = inproc_cluster_config(&cl);
+	assert_non_null(cfg);
+	assert_int_equal(cfg->ranges[0].node, 2);
+	assert_int_equal(kv_range_replacement(&cfg->ranges[0], 3, true), 2);
+	kv_config_free(cfg);
+	isr_add(3);
+	cfg = wait_config(led_by_3_without_2, NULL, "node 3 to lead without node 2");
+	assert_true(kv_range_has_replica(&cfg->ranges[0], 1, true));
+	assert_true(kv_range_has_replica(&cfg->ranges[0], 3, true));
+	assert_int_equal(kv_config_node(cfg, 2)->state, KV_NODE_ACTIVE);
+	kv_config_free(cfg);
+	wait_wrong_owner(1, "k", 3);
+}
+
 int
 main(void)
 {
@@ -291,6 +360,8 @@ main(void)
 	    INPROC_CLUSTER_TEST(a_node_down_past_down_after_is_replaced_and_stays_down, &cl),
 	    INPROC_CLUSTER_TEST(leave_wait_of_a_backup_ends_once_its_replacement_is_in_sync, &cl),
 	    INPROC_CLUSTER_TEST(leave_of_the_primary_moves_its_role_behind_the_isr_fence, &cl),
+	    INPROC_CLUSTER_TEST(
+	        move_gives_the_primary_role_to_the_in_sync_backup_or_through_a_replacement, &cl),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

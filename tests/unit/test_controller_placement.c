@@ -1289,14 +1289,12 @@ kb(const kv_buf *b)
 }
 
 static void
-move_and_rebalance_refuse_replicated_ranges(void **state)
+rebalance_refuses_replicated_ranges(void **state)
 {
 	kv_config *c = replicated3(), *n = NULL;
 	kv_place_ctx x = ctx_of(NULL);
 	(void)state;
 
-	assert_int_equal(kv_place_move(c, B("a"), B("c"), 3, &x, &n), KV_EPERM);
-	assert_non_null(strstr(x.msg, "not yet with replicas"));
 	assert_int_equal(kv_place_rebalance(c, &x, &n), KV_EPERM);
 	assert_non_null(strstr(x.msg, "not yet with replicas"));
 	assert_null(n);
@@ -1341,6 +1339,76 @@ serving_yes(void *arg, uint32_t node, kv_bytes start, kv_bytes end)
 	(void)start;
 	(void)end;
 	return node == *(uint32_t *)arg;
+}
+
+static void
+move_to_an_in_sync_replica_transfers_the_primary_role_at_once(void **state)
+{
+	kv_config *c = replicated3(), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	const kv_range *r;
+	(void)state;
+
+	/* [b, d) inside [, m): led by 1, 3 in its ISR. */
+	assert_int_equal(kv_place_move(c, B("b"), B("d"), 3, &x, &n), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(n->nmigs, 0);
+	r = &n->ranges[kv_config_find_range(n, "c", 1)];
+	assert_int_equal(r->node, 3);
+	assert_int_equal(r->leader_epoch, n->epoch);
+	assert_true(kv_range_has_replica(r, 1, true)); /* the transfer fence */
+	assert_int_equal(owner(n, "a"), 1);
+	assert_int_equal(owner(n, "e"), 1);
+	kv_config_free(n);
+	/* 3 is outside the ISR of [m, ): not until it is in sync. */
+	assert_int_equal(kv_place_move(c, B("x"), B(""), 3, &x, &n), KV_EBUSY);
+	assert_null(n);
+	kv_config_free(c);
+}
+
+static void
+move_to_a_new_node_replaces_the_primary_through_the_isr(void **state)
+{
+	kv_config *c = replicated3_and_a_spare(), *n = NULL, *t = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	kv_place_repair_stats st;
+	const kv_range *r;
+	(void)state;
+
+	x.replicas = 3;
+	assert_int_equal(kv_place_move(c, B(""), B("m"), 4, &x, &n), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	r = &n->ranges[0];
+	assert_int_equal(r->node, 1);
+	assert_false(kv_range_has_replica(r, 4, true));
+	assert_int_equal(kv_range_replacement(r, 4, true), 1);
+	kv_config_free(c);
+	/* A second move is in effect already. */
+	assert_int_equal(kv_place_move(n, B(""), B("m"), 4, &x, &t), KV_OK);
+	assert_null(t);
+	n = expand(n, "a", 4, &x);
+	/* In the ISR: the next repair hands it the role, the old primary kept
+	 * in the ISR; the one after drops it. */
+	assert_int_equal(kv_place_repair(n, NULL, 0, &x, &t, &st), KV_OK);
+	assert_non_null(t);
+	assert_int_equal(st.transfers, 1);
+	r = &t->ranges[0];
+	assert_int_equal(r->node, 4);
+	assert_int_equal(r->leader_epoch, t->epoch);
+	assert_true(kv_range_has_replica(r, 1, true));
+	kv_config_free(n);
+	n = t;
+	assert_int_equal(kv_place_repair(n, NULL, 0, &x, &t, &st), KV_OK);
+	assert_non_null(t);
+	assert_int_equal(kv_config_validate(t), KV_OK);
+	r = &t->ranges[0];
+	assert_int_equal(r->node, 4);
+	assert_false(kv_range_has_replica(r, 1, false));
+	assert_int_equal(kv_range_nreplicas(r), 3);
+	assert_int_equal(r->nreplacing, 0);
+	assert_int_equal(kv_config_node(t, 1)->state, KV_NODE_ACTIVE);
+	kv_config_free(t);
+	kv_config_free(n);
 }
 
 static void
@@ -1765,7 +1833,9 @@ main(void)
 	    cmocka_unit_test(isr_change_splits_commits_and_merges_back),
 	    cmocka_unit_test(remove_drops_the_node_from_replica_sets_and_refuses_lost_isrs),
 	    cmocka_unit_test(remove_with_replicas_refills_the_replica_sets),
-	    cmocka_unit_test(move_and_rebalance_refuse_replicated_ranges),
+	    cmocka_unit_test(rebalance_refuses_replicated_ranges),
+	    cmocka_unit_test(move_to_an_in_sync_replica_transfers_the_primary_role_at_once),
+	    cmocka_unit_test(move_to_a_new_node_replaces_the_primary_through_the_isr),
 	    cmocka_unit_test(leave_of_a_backup_adds_replacements_and_ends_when_they_are_in_sync),
 	    cmocka_unit_test(
 	        leave_of_a_primary_transfers_the_role_and_keeps_the_old_primary_in_the_isr),
