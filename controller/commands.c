@@ -170,7 +170,9 @@ commit_locked(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x, kv_pl
  * (never heard from by this leader: the first) to the latest - names it
  * primary of a key of [start, end). Until it has applied the configuration
  * that deposed it, a live old primary may serve reads there, so it leaves
- * no ISR (doc/replication.md, "Primary transfer").
+ * no ISR (doc/replication.md, "Primary transfer"). A node silent for the
+ * down delay serves nothing: its lease has run out ("Liveness and
+ * leases"), as when it is declared down.
  */
 static bool
 serving_cb(void *arg, uint32_t node, kv_bytes start, kv_bytes end)
@@ -178,6 +180,9 @@ serving_cb(void *arg, uint32_t node, kv_bytes start, kv_bytes end)
 	kv_controller *c = arg;
 	const struct ctl_stat *s = kv_ctl__stat_find_locked(c, node, false);
 	uint64_t from = s != NULL && s->epoch_applied > 0 ? s->epoch_applied : 1;
+
+	if (kv_now_ns() - kv_ctl__live_seen_locked(c, node) > c->down_ns)
+		return false;
 
 	for (uint64_t e = from; e <= c->nhist; e++) {
 		const kv_config *h = c->hist[e - 1];

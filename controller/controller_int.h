@@ -172,7 +172,7 @@ struct kv_controller {
 	uint64_t lease_ns;      /* a server's lease */
 	uint64_t down_ns;       /* no heartbeat for longer than this: down */
 	uint64_t live_tick_ns;  /* how often the liveness thread looks */
-	unsigned down_after_s;  /* --down-after (acts once ranges are replicated) */
+	unsigned down_after_s;  /* --down-after: replacements for nodes down longer */
 	pthread_t live_thr;     /* the liveness thread (kv_ctl__liveness_main) */
 	bool live_started;      /* live_thr must be joined */
 	uint64_t live_term;     /* mu: replicated, the term this replica leads; 0: none */
