@@ -285,8 +285,9 @@ plan_build_mode(const kv_config *c, const kv_place_ctx *x, const kv_bytes *extra
 		memset(&cu.k[i], 0, sizeof(kv_buf));
 		long ri = kv_config_find_range(c, t->key.data, t->key.len);
 		t->old = t->now = ri < 0 ? 0 : c->ranges[ri].node;
-		/* A replicated range never changes hands through a migration (not
-		 * yet with replicas): plans leave it where it is. */
+		/* A replicated range never changes hands through a migration
+		 * (replacements and transfers instead): plans leave it where it
+		 * is. */
 		t->locked = is_locked(c, &t->key) || (ri >= 0 && c->ranges[ri].nreplicas > 0);
 	}
 	for (size_t i = 0; i < pl->n; i++) {
@@ -998,6 +999,8 @@ kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node,
 	return KV_OK;
 }
 
+static int rebalance_replicated(const kv_config *cur, kv_place_ctx *x, kv_config **out);
+
 int
 kv_place_rebalance(const kv_config *cur, kv_place_ctx *x, kv_config **out)
 {
@@ -1009,10 +1012,8 @@ kv_place_rebalance(const kv_config *cur, kv_place_ctx *x, kv_config **out)
 	if (cur->nranges == 0)
 		return KV_OK;
 	for (size_t i = 0; i < cur->nranges; i++)
-		if (cur->ranges[i].nreplicas > 0) {
-			say(x, "ranges are replicated: rebalance is not yet with replicas");
-			return KV_EPERM;
-		}
+		if (cur->ranges[i].nreplicas > 0)
+			return rebalance_replicated(cur, x, out);
 	if ((rv = plan_build(cur, x, NULL, &pl)) != KV_OK)
 		return rv;
 	for (size_t i = 0; i < cur->nnodes; i++)
@@ -1701,6 +1702,153 @@ kv_place_repair(const kv_config *cur, const uint32_t *expired, size_t nexpired, 
 		st->gone +=
 		    cur->nodes[i].state == KV_NODE_DRAINING && n->nodes[i].state == KV_NODE_GONE;
 	if (changed == 0 && st->gone == 0) {
+		kv_config_free(n);
+		return KV_OK;
+	}
+	*out = n;
+	return KV_OK;
+}
+
+/* The weight of range r for rebalance: its sample bytes when the samples
+ * carry bytes, else 1 (ranges are counted). */
+static uint64_t
+range_weight(const kv_range *r, const kv_place_ctx *x, bool sized)
+{
+	return sized ? range_bytes(r, x) : 1;
+}
+
+/* Whether r may take part in a rebalance step: replicated, its primary
+ * live, nothing being replaced in it. */
+static bool
+rebalance_ok(const kv_config *n, const kv_range *r)
+{
+	return r->nreplicas > 0 && r->nreplacing == 0 && node_live(n, r->node);
+}
+
+/*
+ * rebalance with replicas: whole ranges only, no migration, no split.
+ * First the replicas: while the active node holding the most data (as a
+ * replica of any role) holds more than 5% above the mean, one of its
+ * backup replicas gets a replacement on the active node holding the least,
+ * when that lowers the larger of the two. Then the primaries: while a
+ * node leads more than 5% above the mean, a range it leads gets the ISR
+ * member leading the least as primary, under the same rule (the old
+ * primary stays in the ISR: the transfer fence). A node none of whose
+ * ranges can move is passed over. At most KV_PLACE_MAX_STEPS steps of
+ * each kind.
+ */
+static int
+rebalance_replicated(const kv_config *cur, kv_place_ctx *x, kv_config **out)
+{
+	kv_config *n = next_config(cur);
+	uint64_t *load = NULL, total, mean;
+	bool *spent = NULL, sized = has_bytes(x);
+	size_t ne = 0;
+	int changed = 0;
+
+	*out = NULL;
+	if (n == NULL || (load = calloc(n->nnodes ? n->nnodes : 1, sizeof(*load))) == NULL ||
+	    (spent = calloc(n->nnodes ? n->nnodes : 1, sizeof(*spent))) == NULL) {
+		free(load);
+		kv_config_free(n);
+		return KV_ENOMEM;
+	}
+	for (size_t j = 0; j < n->nnodes; j++)
+		ne += n->nodes[j].state == KV_NODE_ACTIVE;
+	for (int pass = 0; pass < 2 && ne > 1; pass++) {
+		bool primaries = pass == 1;
+		memset(load, 0, n->nnodes * sizeof(*load));
+		memset(spent, 0, n->nnodes * sizeof(*spent));
+		total = 0;
+		for (size_t i = 0; i < n->nranges; i++) {
+			const kv_range *r = &n->ranges[i];
+			uint64_t w = range_weight(r, x, sized);
+			for (uint32_t j = 0; j < kv_range_nreplicas(r); j++) {
+				uint32_t m = kv_range_replica(r, j);
+				const kv_node *nd = kv_config_node(n, m);
+				if (nd == NULL || (primaries && m != r->node))
+					continue;
+				load[nd - n->nodes] += w;
+				if (nd->state == KV_NODE_ACTIVE)
+					total += w;
+			}
+		}
+		mean = total / ne;
+		for (int step = 0; step < KV_PLACE_MAX_STEPS; step++) {
+			size_t h = n->nnodes, l = n->nnodes, best_r = n->nranges;
+			uint32_t best_m = 0;
+			uint64_t best_w = 0;
+			for (size_t j = 0; j < n->nnodes; j++) {
+				if (n->nodes[j].state != KV_NODE_ACTIVE)
+					continue;
+				if (!spent[j] && (h == n->nnodes || load[j] > load[h]))
+					h = j;
+				if (l == n->nnodes || load[j] < load[l])
+					l = j;
+			}
+			if (h == n->nnodes || load[h] <= mean + mean / 20 || h == l)
+				break;
+			for (size_t i = 0; i < n->nranges; i++) {
+				kv_range *r = &n->ranges[i];
+				uint64_t w = range_weight(r, x, sized);
+				uint32_t to = 0;
+				if (!rebalance_ok(n, r) || w == 0)
+					continue;
+				if (!primaries) {
+					/* a backup of h moves to l */
+					if (r->node == n->nodes[h].id ||
+					    !kv_range_has_replica(r, n->nodes[h].id, false) ||
+					    kv_range_has_replica(r, n->nodes[l].id, false) ||
+					    r->nreplicas >= KV_MAX_REPLICAS)
+						continue;
+					to = n->nodes[l].id;
+				} else {
+					/* h's role goes to the ISR member leading least */
+					if (r->node != n->nodes[h].id)
+						continue;
+					for (uint32_t j = 0; j < r->ninsync; j++) {
+						const kv_node *q = kv_config_node(n, r->insync[j]);
+						if (q == NULL || q->state != KV_NODE_ACTIVE ||
+						    q->id == r->node)
+							continue;
+						if (to == 0 ||
+						    load[q - n->nodes] <
+						        load[kv_config_node(n, to) - n->nodes])
+							to = q->id;
+					}
+					if (to == 0)
+						continue;
+				}
+				/* only a step that lowers the larger of the two */
+				if (load[kv_config_node(n, to) - n->nodes] + w >= load[h])
+					continue;
+				if (best_m == 0 || w > best_w) {
+					best_r = i;
+					best_m = to;
+					best_w = w;
+				}
+			}
+			if (best_m == 0) {
+				spent[h] = true; /* nothing of it can move: the next */
+				continue;
+			}
+			kv_range *r = &n->ranges[best_r];
+			if (primaries) {
+				promote(r, best_m, n->epoch);
+			} else {
+				r->replicas[r->nreplicas++] = best_m;
+				r->replacing[r->nreplacing] = best_m;
+				r->replaced[r->nreplacing++] = n->nodes[h].id;
+			}
+			load[h] -= best_w;
+			load[kv_config_node(n, best_m) - n->nodes] += best_w;
+			changed++;
+		}
+	}
+	free(load);
+	free(spent);
+	merge_ranges(n);
+	if (changed == 0) {
 		kv_config_free(n);
 		return KV_OK;
 	}

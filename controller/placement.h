@@ -114,8 +114,11 @@ int kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t n
  * Evens out data size across active nodes, moving as little as possible:
  * only the excess of nodes more than 5% above the mean, in contiguous
  * pieces; ranges left on draining nodes are drained first. *out is NULL
- * when nothing needs to move. KV_EPERM when a range is replicated (not yet
- * with replicas).
+ * when nothing needs to move. With replicated ranges nothing migrates and
+ * nothing splits: backups of the node holding the most data get
+ * replacements on the node holding the least, then primary roles move to
+ * the ISR member leading the least (the transfer fence), whole ranges at a
+ * time, only where a step lowers the larger of the two loads.
  */
 int kv_place_rebalance(const kv_config *cur, kv_place_ctx *x, kv_config **out);
 

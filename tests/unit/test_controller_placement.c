@@ -1289,14 +1289,68 @@ kb(const kv_buf *b)
 }
 
 static void
-rebalance_refuses_replicated_ranges(void **state)
+rebalance_spreads_replicas_and_primaries_of_replicated_ranges(void **state)
+{
+	static const char *const cuts[] = {"f", "m", "t"};
+	static const uint32_t own[] = {1, 2, 1, 2};
+	static const uint32_t r12[] = {1, 2};
+	kv_config *c = make(4, cuts, 3, own), *n = NULL, *again = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint32_t led[5] = {0}, pairs = 0;
+	(void)state;
+
+	for (size_t i = 0; i < 4; i++)
+		set_repl(c, i, r12, 2, r12, 2, 3 + i); /* leader epochs keep them apart */
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	x.replicas = 2;
+	assert_int_equal(kv_place_rebalance(c, &x, &n), KV_OK);
+	assert_non_null(n);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(n->nmigs, 0);
+	for (size_t i = 0; i < 4; i++) {
+		/* one key of each of the four ranges (two may have merged) */
+		static const char *const probe[] = {"a", "g", "n", "u"};
+		const kv_range *r = &n->ranges[kv_config_find_range(n, probe[i], 1)];
+		led[r->node]++;
+		if (r->nreplacing > 0) {
+			/* backups of 2 move to 3 and 4, outside the ISR */
+			assert_int_equal(r->replaced[0], 2);
+			assert_false(kv_range_has_replica(r, r->replacing[0], true));
+			pairs++;
+		}
+		if (r->node != 1) {
+			/* a transfer: the old primary stays in the ISR */
+			assert_int_equal(r->leader_epoch, n->epoch);
+			assert_true(kv_range_has_replica(r, 1, true));
+		}
+	}
+	assert_int_equal(pairs, 2);
+	assert_int_equal(led[1], 2);
+	assert_int_equal(led[2], 2);
+	/* Again and again: each result is valid, and it stops (a range being
+	 * replaced takes no further step). */
+	for (int i = 0;; i++) {
+		assert_true(i < 8);
+		assert_int_equal(kv_place_rebalance(n, &x, &again), KV_OK);
+		if (again == NULL)
+			break;
+		assert_int_equal(kv_config_validate(again), KV_OK);
+		kv_config_free(n);
+		n = again;
+	}
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+rebalance_of_balanced_replicas_changes_nothing(void **state)
 {
 	kv_config *c = replicated3(), *n = NULL;
 	kv_place_ctx x = ctx_of(NULL);
 	(void)state;
 
-	assert_int_equal(kv_place_rebalance(c, &x, &n), KV_EPERM);
-	assert_non_null(strstr(x.msg, "not yet with replicas"));
+	x.replicas = 3;
+	assert_int_equal(kv_place_rebalance(c, &x, &n), KV_OK);
 	assert_null(n);
 	kv_config_free(c);
 }
@@ -1833,7 +1887,8 @@ main(void)
 	    cmocka_unit_test(isr_change_splits_commits_and_merges_back),
 	    cmocka_unit_test(remove_drops_the_node_from_replica_sets_and_refuses_lost_isrs),
 	    cmocka_unit_test(remove_with_replicas_refills_the_replica_sets),
-	    cmocka_unit_test(rebalance_refuses_replicated_ranges),
+	    cmocka_unit_test(rebalance_spreads_replicas_and_primaries_of_replicated_ranges),
+	    cmocka_unit_test(rebalance_of_balanced_replicas_changes_nothing),
 	    cmocka_unit_test(move_to_an_in_sync_replica_transfers_the_primary_role_at_once),
 	    cmocka_unit_test(move_to_a_new_node_replaces_the_primary_through_the_isr),
 	    cmocka_unit_test(leave_of_a_backup_adds_replacements_and_ends_when_they_are_in_sync),
