@@ -811,7 +811,7 @@ err:
 	return rv;
 }
 
-static uint32_t transfer_target(const kv_config *n, const kv_range *r, uint32_t not );
+static uint32_t transfer_target(const kv_config *n, const kv_range *r, uint32_t skip);
 static int leave_replicated(kv_config *n, const kv_place_ctx *x, uint32_t node,
                             kv_place_repair_stats *st, uint32_t *stuck);
 
@@ -851,8 +851,8 @@ kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config *
 		kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
 		kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
 		say(x,
-		    "node %u is the only live in-sync replica of [%s, %s): no other node can "
-		    "take over as its primary yet; retry once a backup is in sync",
+		    "node %u leads [%s, %s) with no other active in-sync replica to take "
+		    "over as its primary; retry once a backup is in sync",
 		    node, a, b);
 		return KV_EBUSY;
 	}
@@ -1523,24 +1523,19 @@ replace_member(kv_config *n, const kv_place_ctx *x, struct rload *L, kv_range *r
 	return 1;
 }
 
-/* A live ISR member of r other than `not` to lead it: one that is neither
- * leaving nor being replaced if there is one, then the first; 0: none. */
+/* An active ISR member of r other than skip, not being replaced, to lead
+ * it (a leaving one would hand the role back); 0: none. */
 static uint32_t
-transfer_target(const kv_config *n, const kv_range *r, uint32_t not )
+transfer_target(const kv_config *n, const kv_range *r, uint32_t skip)
 {
-	uint32_t any = 0;
-
 	for (uint32_t j = 0; j < kv_range_ninsync(r); j++) {
 		uint32_t m = kv_range_insync(r, j);
-		if (m == not || !node_live(n, m))
-			continue;
-		if (kv_config_node(n, m)->state != KV_NODE_DRAINING &&
+		const kv_node *nd = kv_config_node(n, m);
+		if (m != skip && nd != NULL && nd->state == KV_NODE_ACTIVE &&
 		    kv_range_replacement(r, m, false) == 0)
 			return m;
-		if (any == 0)
-			any = m;
 	}
-	return any;
+	return 0;
 }
 
 /* What leaving does to replicated range r of which node is a replica:
@@ -1599,7 +1594,7 @@ drop_replaced(const kv_config *n, const kv_place_ctx *x, kv_range *r, bool trans
 		if (!kv_range_has_replica(r, t, true)) {
 			i++;
 		} else if (o == r->node) {
-			if (transfer && node_live(n, t)) {
+			if (transfer && kv_config_node(n, t)->state == KV_NODE_ACTIVE) {
 				promote(r, t, n->epoch);
 				(*transfers)++;
 				k++;
@@ -1663,7 +1658,7 @@ kv_place_repair(const kv_config *cur, const uint32_t *expired, size_t nexpired, 
 	for (size_t i = 0; i < n->nranges; i++) {
 		kv_range *r = &n->ranges[i];
 		bool stuck = false, none = false;
-		int k;
+		int k, looks = 0;
 		/* Nobody copies to a new replica of a range whose primary is
 		 * down: it waits for a failover or the primary's return. */
 		if (r->nreplicas == 0 || !node_live(n, r->node))
@@ -1691,7 +1686,10 @@ kv_place_repair(const kv_config *cur, const uint32_t *expired, size_t nexpired, 
 			}
 			if (k > 0) {
 				changed += k;
-				j = (uint32_t)-1; /* the set changed: look again */
+				/* The set changed: look again (bounded: each change
+				 * ends a need, but a bug must not spin here). */
+				if (++looks < 4 * KV_MAX_REPLICAS)
+					j = (uint32_t)-1;
 			}
 		}
 	}

@@ -87,7 +87,7 @@ int kv_place_join(const kv_config *cur, const char *address, bool rebalance, kv_
  * when that replacement joins the ISR (kv_place_isr_change) or, with no
  * node to replace it, once it no longer serves the range
  * (kv_place_repair). KV_EBUSY when it is the destination of a migration
- * in flight or the only live ISR member of a range it leads, KV_EINVAL
+ * in flight or leads a range with no other active ISR member, KV_EINVAL
  * when gone or when no other node can take its single ranges, KV_EEXISTS
  * when it is already draining and nothing is left to do.
  */
