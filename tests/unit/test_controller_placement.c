@@ -1561,6 +1561,75 @@ leave_of_a_primary_transfers_the_role_and_keeps_the_old_primary_in_the_isr(void 
 	kv_config_free(n);
 }
 
+/* Plays every primary: adds to the ISR each replica outside it (the copy
+ * has caught up), one range at a time. Returns the next configuration
+ * (c is freed), or c when every replica is in sync. */
+static kv_config *
+expand_all(kv_config *c, kv_place_ctx *x)
+{
+	for (size_t i = 0; i < c->nranges; i++) {
+		const kv_range *r = &c->ranges[i];
+		for (uint32_t j = 0; j < kv_range_nreplicas(r); j++) {
+			uint32_t m = kv_range_replica(r, j);
+			const kv_node *nd = kv_config_node(c, m);
+			if (kv_range_has_replica(r, m, true) || nd->state == KV_NODE_DOWN)
+				continue;
+			char key[64];
+			snprintf(key, sizeof(key), "%.*s", (int)r->start.len,
+			         (const char *)r->start.data);
+			return expand(c, key, m, x);
+		}
+	}
+	return c;
+}
+
+static void
+every_node_of_a_replicated_cluster_can_leave_in_turn(void **state)
+{
+	static const char *const cuts[] = {"d", "h", "m", "q", "u"};
+	static const uint32_t own[] = {1, 2, 3, 4, 5, 6};
+	static const char *const probes[] = {"a", "e", "i", "n", "r", "v"};
+	kv_config *c = make(7, cuts, 5, own), *n;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	/* Three replicas of each range, all in sync; node 7 holds nothing. */
+	for (size_t i = 0; i < 6; i++) {
+		uint32_t rs[3] = {(uint32_t)i + 1, (uint32_t)(i + 1) % 6 + 1,
+		                  (uint32_t)(i + 2) % 6 + 1};
+		set_repl(c, i, rs, 3, rs, 3, 5);
+	}
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	x.replicas = 3;
+	/* Nodes 1 to 4 leave one after the other; 5, 6 and 7 remain. */
+	for (uint32_t node = 1; node <= 4; node++) {
+		assert_int_equal(kv_place_leave(c, node, &x, &n), KV_OK);
+		assert_int_equal(kv_config_validate(n), KV_OK);
+		kv_config_free(c);
+		c = n;
+		for (int round = 0; kv_config_node(c, node)->state != KV_NODE_GONE; round++) {
+			kv_place_repair_stats st;
+			assert_true(round < 64);
+			c = expand_all(c, &x);
+			assert_int_equal(kv_place_repair(c, NULL, 0, &x, &n, &st), KV_OK);
+			if (n != NULL) {
+				assert_int_equal(kv_config_validate(n), KV_OK);
+				kv_config_free(c);
+				c = n;
+			}
+		}
+		/* Every key keeps three replicas once the replacements are in. */
+		c = expand_all(c, &x);
+		for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
+			const kv_range *r =
+			    &c->ranges[kv_config_find_range(c, probes[i], strlen(probes[i]))];
+			assert_false(kv_range_has_replica(r, node, false));
+			assert_int_equal(kv_range_nreplicas(r), 3);
+		}
+	}
+	kv_config_free(c);
+}
+
 static void
 leave_refuses_a_primary_without_another_live_isr_member(void **state)
 {
@@ -1899,6 +1968,7 @@ main(void)
 	    cmocka_unit_test(leave_of_a_backup_adds_replacements_and_ends_when_they_are_in_sync),
 	    cmocka_unit_test(
 	        leave_of_a_primary_transfers_the_role_and_keeps_the_old_primary_in_the_isr),
+	    cmocka_unit_test(every_node_of_a_replicated_cluster_can_leave_in_turn),
 	    cmocka_unit_test(leave_refuses_a_primary_without_another_live_isr_member),
 	    cmocka_unit_test(leave_with_no_node_to_replace_drops_the_backup_short_of_a_replica),
 	    cmocka_unit_test(a_down_member_past_down_after_is_replaced_and_dropped_on_expand),
