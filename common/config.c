@@ -123,6 +123,18 @@ kv_range_set_single(kv_range *r, uint32_t node)
 	r->nreplicas = r->ninsync = 0;
 	memset(r->replicas, 0, sizeof(r->replicas));
 	memset(r->insync, 0, sizeof(r->insync));
+	r->nreplacing = 0;
+	memset(r->replacing, 0, sizeof(r->replacing));
+	memset(r->replaced, 0, sizeof(r->replaced));
+}
+
+uint32_t
+kv_range_replacement(const kv_range *r, uint32_t node, bool replacing)
+{
+	for (uint32_t i = 0; i < r->nreplacing && i < KV_MAX_REPLICAS; i++)
+		if ((replacing ? r->replacing[i] : r->replaced[i]) == node)
+			return replacing ? r->replaced[i] : r->replacing[i];
+	return 0;
 }
 
 bool
@@ -148,6 +160,11 @@ kv_range_same_placement(const kv_range *a, const kv_range *b)
 	for (uint32_t i = 0; i < kv_range_ninsync(a) && i < KV_MAX_REPLICAS; i++)
 		if (!kv_range_has_replica(b, kv_range_insync(a, i), true))
 			return false;
+	if (a->nreplacing != b->nreplacing)
+		return false;
+	for (uint32_t i = 0; i < a->nreplacing && i < KV_MAX_REPLICAS; i++)
+		if (kv_range_replacement(b, a->replacing[i], true) != a->replaced[i])
+			return false;
 	return true;
 }
 
@@ -156,7 +173,7 @@ static int
 range_sets_check(const kv_config *c, const kv_range *r)
 {
 	if (r->nreplicas == 0)
-		return r->ninsync == 0 ? KV_OK : KV_EINVAL;
+		return r->ninsync == 0 && r->nreplacing == 0 ? KV_OK : KV_EINVAL;
 	if (r->nreplicas < 2 || r->nreplicas > KV_MAX_REPLICAS || r->ninsync < 1 ||
 	    r->ninsync > r->nreplicas || r->replicas[0] != r->node || r->insync[0] != r->node)
 		return KV_EINVAL;
@@ -173,6 +190,20 @@ range_sets_check(const kv_config *c, const kv_range *r)
 			return KV_EINVAL;
 		for (uint32_t j = 0; j < i; j++)
 			if (r->insync[j] == r->insync[i])
+				return KV_EINVAL;
+	}
+	/* A replacement pairs two distinct replicas; no member is in two
+	 * pairs. */
+	if (r->nreplacing >= r->nreplicas)
+		return KV_EINVAL;
+	for (uint32_t i = 0; i < r->nreplacing; i++) {
+		uint32_t a = r->replacing[i], b = r->replaced[i];
+		if (a == b || !kv_range_has_replica(r, a, false) ||
+		    !kv_range_has_replica(r, b, false))
+			return KV_EINVAL;
+		for (uint32_t j = 0; j < i; j++)
+			if (r->replacing[j] == a || r->replaced[j] == a || r->replacing[j] == b ||
+			    r->replaced[j] == b)
 				return KV_EINVAL;
 	}
 	return KV_OK;

@@ -89,6 +89,13 @@ typedef struct {
 	uint32_t replicas[KV_MAX_REPLICAS]; /* node ids, primary first */
 	uint32_t insync[KV_MAX_REPLICAS];   /* in-sync replicas, primary first */
 	uint64_t leader_epoch;              /* epoch of the last change of primary */
+	/* Replacements in progress (doc/replication.md, "Repair"):
+	 * replacing[i] is a replica added in place of the member replaced[i]
+	 * (a down, leaving or moved-away node), which leaves the replica set
+	 * when replacing[i] joins the ISR. Both are replicas of the range. */
+	uint32_t nreplacing;                 /* pairs; 0 for a single range */
+	uint32_t replacing[KV_MAX_REPLICAS]; /* the new members */
+	uint32_t replaced[KV_MAX_REPLICAS];  /* the members they replace */
 } kv_range;
 
 /* The replica set and ISR as lists, a single range being {node}. */
@@ -168,9 +175,13 @@ long kv_config_find_range(const kv_config *c, const void *key, size_t klen);
  * left to the caller. */
 void kv_range_set_single(kv_range *r, uint32_t node);
 
-/* True when two ranges have the same primary, replica set, ISR and leader
- * epoch, so that adjacent ones are one range. */
+/* True when two ranges have the same primary, replica set, ISR, leader
+ * epoch and replacements, so that adjacent ones are one range. */
 bool kv_range_same_placement(const kv_range *a, const kv_range *b);
+
+/* The member that node is replacing in r, or 0 (replacing: node is a new
+ * member) / the member replacing node, or 0 (!replacing). */
+uint32_t kv_range_replacement(const kv_range *r, uint32_t node, bool replacing);
 
 /* True when node is one of the range's replicas (in_isr: of its ISR). */
 bool kv_range_has_replica(const kv_range *r, uint32_t node, bool in_isr);

@@ -205,15 +205,57 @@ commit_locked(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x, kv_pl
 	return KV_OK;
 }
 
+/*
+ * kv_place_ctx.serving (called with mu held): whether a configuration that
+ * node may still act on - from the one its last heartbeat said it applied
+ * (never heard from by this leader: the first) to the latest - names it
+ * primary of a key of [start, end). Until it has applied the configuration
+ * that deposed it, a live old primary may serve reads there, so it leaves
+ * no ISR (doc/replication.md, "Primary transfer"). A node silent for the
+ * down delay serves nothing: its lease has run out ("Liveness and
+ * leases"), as when it is declared down.
+ */
+static bool
+serving_cb(void *arg, uint32_t node, kv_bytes start, kv_bytes end)
+{
+	kv_controller *c = arg;
+	const struct ctl_stat *s = kv_ctl__stat_find_locked(c, node, false);
+	uint64_t from = s != NULL && s->epoch_applied > 0 ? s->epoch_applied : 1;
+
+	if (kv_now_ns() - kv_ctl__live_seen_locked(c, node) > c->down_ns)
+		return false;
+
+	for (uint64_t e = from; e <= c->nhist; e++) {
+		const kv_config *h = c->hist[e - 1];
+		long i = kv_config_find_range(h, start.p, start.len);
+		for (; i >= 0 && (size_t)i < h->nranges; i++) {
+			const kv_range *r = &h->ranges[i];
+			if (end.len && kv_key_cmp(r->start.data, r->start.len, end.p, end.len) >= 0)
+				break;
+			if (r->node == node)
+				return true;
+		}
+	}
+	return false;
+}
+
+static void
+ctx_init(kv_controller *c, kv_place_ctx *px)
+{
+	memset(px, 0, sizeof(*px));
+	px->next_mig_id = c->next_mig_id;
+	px->replicas = c->replicas;
+	px->serving = serving_cb;
+	px->serving_arg = c;
+}
+
 static int
 with_points(kv_controller *c, const kv_config *cur, kv_place_ctx *px, kv_place_point **pts)
 {
 	size_t n = 0;
 	int rv = kv_ctl__points_locked(c, cur, pts, &n);
 
-	memset(px, 0, sizeof(*px));
-	px->next_mig_id = c->next_mig_id;
-	px->replicas = c->replicas;
+	ctx_init(c, px);
 	px->points = *pts;
 	px->npoints = n;
 	return rv;
@@ -280,6 +322,10 @@ kv_ctl__cmd_leave(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	free(pts);
 	if (rv == KV_OK)
 		KV_INFO("controller", "node leaving", "node=%u", id);
+	/* With replicas, --wait lasts until the node is gone: its replacements
+	 * are in sync and it is in no replica set. */
+	if (rv == KV_OK && next != NULL && kv_config_node(next, id)->state != KV_NODE_GONE)
+		x->wait_gone = id;
 	x->resp.node_id = id;
 	return commit_locked(c, rq, x, &px, rv, next, "leave");
 }
@@ -289,13 +335,13 @@ kv_ctl__cmd_move(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 {
 	const kv_config *cur = kv_ctl__latest_locked(c);
 	kv_config *next = NULL;
-	kv_place_ctx px = {0};
+	kv_place_ctx px;
 	uint32_t id;
 	int rv;
 
 	if ((rv = node_of(c, rq, x, &id)) != KV_OK)
 		return rv;
-	px.next_mig_id = c->next_mig_id;
+	ctx_init(c, &px);
 	px.rate_limit_mb_s = rq->rate_mb_s;
 	rv = kv_place_move(cur, rq->start, rq->end, id, &px, &next);
 	if (rv == KV_OK && next != NULL && !rq->dry_run) {
@@ -813,11 +859,12 @@ kv_ctl__cmd_isr_change(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx 
 {
 	const kv_config *cur = kv_ctl__latest_locked(c);
 	kv_config *next = NULL;
-	kv_place_ctx px = {0};
+	kv_place_ctx px;
 	uint32_t changed = 0;
 	char a[96], b[96];
 	int rv;
 
+	ctx_init(c, &px);
 	rv = kv_place_isr_change(cur, rq->node_id, rq->start, rq->end, rq->leader_epoch,
 	                         rq->add_node, rq->remove_node, &px, &next, &changed);
 	if (rv != KV_OK)
@@ -879,6 +926,49 @@ live_plan_locked(kv_controller *c, uint64_t now, uint32_t *ids, kv_node_state *s
 	return k;
 }
 
+/* Fills ids with the down nodes not heard from for down_ns + --down-after
+ * (so down for longer than --down-after); returns their number. ids has
+ * room for every node. */
+static size_t
+expired_locked(kv_controller *c, uint64_t now, uint32_t *ids)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	uint64_t after = c->down_ns + (uint64_t)c->down_after_s * 1000000000u;
+	size_t k = 0;
+
+	for (size_t i = 0; i < cur->nnodes; i++)
+		if (cur->nodes[i].state == KV_NODE_DOWN &&
+		    now - kv_ctl__live_seen_locked(c, cur->nodes[i].id) > after)
+			ids[k++] = cur->nodes[i].id;
+	return k;
+}
+
+/* Whether the repairs may have something to do: a range being repaired, a
+ * node leaving or down past --down-after with replicated ranges. Looked
+ * at every CTL_REPAIR_EVERY_NS at most. */
+static bool
+repair_due_locked(kv_controller *c, uint64_t now)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	uint64_t after = c->down_ns + (uint64_t)c->down_after_s * 1000000000u;
+	bool replicated = false;
+
+	if (c->replicas < 2 || now < c->repair_next_ns)
+		return false;
+	for (size_t i = 0; i < cur->nranges; i++) {
+		if (cur->ranges[i].nreplacing > 0)
+			return true;
+		replicated = replicated || cur->ranges[i].nreplicas > 0;
+	}
+	for (size_t i = 0; replicated && i < cur->nnodes; i++) {
+		const kv_node *n = &cur->nodes[i];
+		if (n->state == KV_NODE_DRAINING ||
+		    (n->state == KV_NODE_DOWN && now - kv_ctl__live_seen_locked(c, n->id) > after))
+			return true;
+	}
+	return false;
+}
+
 bool
 kv_ctl__live_due_locked(kv_controller *c, uint64_t now)
 {
@@ -889,7 +979,44 @@ kv_ctl__live_due_locked(kv_controller *c, uint64_t now)
 
 	free(ids);
 	free(st);
-	return due;
+	return due || repair_due_locked(c, now);
+}
+
+/* The repairs (doc/replication.md, "Repair"): plans them on the latest
+ * configuration and publishes the result, if any. */
+static int
+repair_locked(kv_controller *c, struct ctl_ctx *x, uint64_t now)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	uint32_t *exp = calloc(cur->nnodes + 1, sizeof(*exp));
+	kv_place_point *pts = NULL;
+	kv_place_repair_stats st;
+	kv_config *next = NULL;
+	kv_place_ctx px;
+	size_t k;
+	int rv;
+
+	c->repair_next_ns = now + CTL_REPAIR_EVERY_NS;
+	if (exp == NULL)
+		return KV_ENOMEM;
+	k = expired_locked(c, now, exp);
+	if ((rv = with_points(c, cur, &px, &pts)) == KV_OK)
+		rv = kv_place_repair(cur, exp, k, &px, &next, &st);
+	free(pts);
+	free(exp);
+	if (rv != KV_OK || next == NULL)
+		return rv;
+	if ((rv = publish_locked(c, next, "repair", x->msg, sizeof(x->msg))) != KV_OK)
+		return rv;
+	c->replacements_total += st.added;
+	KV_INFO("controller", "ranges repaired",
+	        "replacements=%u dropped=%u transfers=%u nodes_gone=%u epoch=%llu", st.added,
+	        st.dropped, st.transfers, st.gone,
+	        (unsigned long long)kv_ctl__latest_locked(c)->epoch);
+	if (st.short_of > 0)
+		KV_WARN("controller", "ranges short of a replica",
+		        "count=%u note=no active node can hold another replica", st.short_of);
+	return KV_OK;
 }
 
 int
@@ -912,7 +1039,7 @@ kv_ctl__cmd_liveness(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 	rv = KV_OK;
 	x->resp.epoch = cur->epoch;
 	if ((k = live_plan_locked(c, now, ids, st)) == 0)
-		goto out;
+		goto repair;
 	if ((rv = kv_place_set_state(cur, ids, st, k, &next)) != KV_OK)
 		goto out;
 	for (size_t i = 0; i < k; i++)
@@ -953,6 +1080,9 @@ kv_ctl__cmd_liveness(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 			KV_INFO("controller", "node is back", "node=%u via=heartbeat", ids[i]);
 		}
 	}
+repair:
+	if (repair_due_locked(c, now))
+		rv = repair_locked(c, x, now);
 	x->resp.epoch = kv_ctl__latest_locked(c)->epoch;
 out:
 	free(ids);

@@ -42,9 +42,9 @@ typedef struct {
 	                                  the controller URL's host, port + 1000 */
 	unsigned snapshot_threshold;   /* raft entries between snapshots; 0: 256 */
 	unsigned election_ms;          /* raft election timeout; 0: 1000 */
-	/* --down-after: seconds a node may stay down before its replicas are
-	 * re-created elsewhere; 0: 60. Stored and reported; it acts once ranges
-	 * are replicated (doc/contract.md §4, planned). */
+	/* --down-after: seconds a node may stay down before its replicas get
+	 * replacements on other nodes (with replicated ranges); 0: 60
+	 * (doc/contract.md §4, doc/replication.md "Repair"). */
 	unsigned down_after_s;
 	/* --replicas R: the replicas each range should have (1 to
 	 * KV_MAX_REPLICAS; 0: 1 at this stage) and --min-insync M, the minimum

@@ -49,6 +49,7 @@
 #define CTL_MAX_FAILS       64u
 #define CTL_DEDUP           256u
 #define CTL_STATS_GRACE_NS  1500000000u /* a new leader's wait for heartbeats */
+#define CTL_REPAIR_EVERY_NS 250000000u  /* the liveness thread's look for repairs */
 
 /* Live statistics of one node, from its latest heartbeat. */
 struct ctl_stat {
@@ -125,6 +126,7 @@ struct ctl_held {
 	uint32_t node_id;        /* join: the new node */
 	uint64_t *migs;          /* migrations the command created (owned) */
 	size_t nmigs;            /* entries in migs */
+	uint32_t wait_gone;      /* leave with replicas: also until this node is gone */
 	uint64_t wait_ms;        /* set when it became ready */
 	int err;                 /* result to answer with */
 	char error[200];         /* its detail */
@@ -175,7 +177,7 @@ struct kv_controller {
 	uint64_t lease_ns;      /* a server's lease */
 	uint64_t down_ns;       /* no heartbeat for longer than this: down */
 	uint64_t live_tick_ns;  /* how often the liveness thread looks */
-	unsigned down_after_s;  /* --down-after (acts once ranges are replicated) */
+	unsigned down_after_s;  /* --down-after: replacements for nodes down longer */
 	pthread_t live_thr;     /* the liveness thread (kv_ctl__liveness_main) */
 	bool live_started;      /* live_thr must be joined */
 	uint64_t live_term;     /* mu: replicated, the term this replica leads; 0: none */
@@ -186,11 +188,13 @@ struct kv_controller {
 
 	/* Replica placement (doc/replication.md); replicas and min_insync are
 	 * immutable, the counters are protected by mu. */
-	uint32_t replicas;          /* --replicas R */
-	uint32_t min_insync;        /* --min-insync M */
-	uint64_t failovers_total;   /* mu: ranges given a new primary by a failover */
-	uint64_t isr_shrinks_total; /* mu: ranges whose ISR lost a member */
-	uint64_t isr_expands_total; /* mu: ranges whose ISR gained a member */
+	uint32_t replicas;           /* --replicas R */
+	uint32_t min_insync;         /* --min-insync M */
+	uint64_t failovers_total;    /* mu: ranges given a new primary by a failover */
+	uint64_t isr_shrinks_total;  /* mu: ranges whose ISR lost a member */
+	uint64_t isr_expands_total;  /* mu: ranges whose ISR gained a member */
+	uint64_t repair_next_ns;     /* mu: the next look for repairs (kv_place_repair) */
+	uint64_t replacements_total; /* mu: replacement replicas added by repairs */
 
 	/* Replication; repl is NULL for a standalone controller. peers and
 	 * self_id are immutable. */
@@ -232,6 +236,7 @@ struct ctl_ctx {
 	                                             encoding */
 	kv_config *plan_cfg;                      /* dry run: the configuration planned and
 	                                             not published; freed after encoding */
+	uint32_t wait_gone;                       /* leave: --wait until this node is gone */
 };
 
 /* Returns the latest configuration (the empty one, epoch 0, before the
@@ -374,10 +379,13 @@ int kv_ctl__cmd_isr_change(kv_controller *c, const kv_admin_req *rq, struct ctl_
 
 /* The liveness change (internal, never from the network): declares down
  * the active nodes not heard from for down_ns and active again the down
- * nodes heard from lately, in one configuration. rq is unused. */
+ * nodes heard from lately, in one configuration; then, when due, the
+ * repairs (kv_place_repair: replacements for nodes down longer than
+ * --down-after, leaves in progress) in another. rq is unused. */
 int kv_ctl__cmd_liveness(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
 
-/* Whether kv_ctl__cmd_liveness would change something now. */
+/* Whether kv_ctl__cmd_liveness would change something now, or repairs
+ * are due a look (at most every CTL_REPAIR_EVERY_NS). */
 bool kv_ctl__live_due_locked(kv_controller *c, uint64_t now);
 
 /* When node id was last heard from as far as this leader knows: its last

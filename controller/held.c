@@ -69,20 +69,24 @@ kv_ctl__wake_locked(kv_controller *c)
 			h->ready = cur->epoch > h->known;
 		} else {
 			bool done = true;
+			const struct ctl_fail *f = NULL;
+			const kv_node *g = kv_config_node(cur, h->wait_gone);
 			for (size_t i = 0; i < h->nmigs && done; i++)
 				done = !kv_ctl__mig_in(cur, h->migs[i]);
 			if (!done)
 				continue;
+			for (size_t i = 0; i < h->nmigs && f == NULL; i++)
+				f = kv_ctl__fail_find_locked(c, h->migs[i]);
+			/* A leave with replicas also waits for its node to be gone
+			 * (a failed migration answers at once). */
+			if (f == NULL && g != NULL && g->state != KV_NODE_GONE)
+				continue;
 			h->ready = true;
 			h->wait_ms = (now - h->born_ns) / 1000000u;
-			for (size_t i = 0; i < h->nmigs; i++) {
-				const struct ctl_fail *f = kv_ctl__fail_find_locked(c, h->migs[i]);
-				if (f != NULL) {
-					h->err = f->err;
-					snprintf(h->error, sizeof(h->error), "migration %llu %s",
-					         (unsigned long long)f->id, f->msg);
-					break;
-				}
+			if (f != NULL) {
+				h->err = f->err;
+				snprintf(h->error, sizeof(h->error), "migration %llu %s",
+				         (unsigned long long)f->id, f->msg);
 			}
 		}
 		any = any || h->ready;
@@ -99,10 +103,10 @@ kv_ctl__hold_wait_locked(kv_controller *c, const kv_admin_req *rq, struct ctl_ct
 	uint64_t now = kv_now_ns();
 	uint32_t t = rq->timeout_ms ? rq->timeout_ms : c->wait_max_ms;
 
-	if (x->resp.nmig_ids == 0)
+	if (x->resp.nmig_ids == 0 && x->wait_gone == 0)
 		return KV_OK; /* nothing moves: wait_ms 0 */
 	if ((h = calloc(1, sizeof(*h))) == NULL ||
-	    (h->migs = calloc(x->resp.nmig_ids, sizeof(uint64_t))) == NULL) {
+	    (h->migs = calloc(x->resp.nmig_ids ? x->resp.nmig_ids : 1, sizeof(uint64_t))) == NULL) {
 		kv_ctl__held_free(h);
 		return KV_OK; /* answer at once rather than fail a done command */
 	}
@@ -116,9 +120,12 @@ kv_ctl__hold_wait_locked(kv_controller *c, const kv_admin_req *rq, struct ctl_ct
 	h->node_id = x->resp.node_id;
 	memcpy(h->migs, x->resp.mig_ids, x->resp.nmig_ids * sizeof(uint64_t));
 	h->nmigs = x->resp.nmig_ids;
+	h->wait_gone = x->wait_gone;
 	kv_ctl__held_push(c, h);
 	x->held = true;
-	pthread_cond_signal(&c->cv); /* the reaper learns the new deadline */
+	if (h->wait_gone)
+		kv_ctl__wake_locked(c); /* it may be gone already */
+	pthread_cond_signal(&c->cv);    /* the reaper learns the new deadline */
 	return KV_OK;
 }
 
@@ -208,8 +215,10 @@ kv_ctl__reaper_main(void *arg)
 						r->err = KV_ENOMEM;
 				} else if (!h->ready) {
 					r->err = c->closing ? KV_ECLOSED : KV_ETIMEDOUT;
-					r->error = c->closing
-					               ? "the controller is shutting down"
+					r->error = c->closing ? "the controller is shutting down"
+					           : h->wait_gone
+					               ? "timed out waiting for the node to leave "
+					                 "every replica set; it continues"
 					               : "timed out waiting for the migrations; "
 					                 "they continue";
 					r->epoch = h->epoch;

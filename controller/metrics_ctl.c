@@ -23,7 +23,7 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	static const char *const states[] = {"joining", "active", "draining", "gone", "down"};
 	kv_controller *c = arg;
 	uint64_t nodes[6] = {0}, epoch, ranges, migs, watches, waits, uptime, downs;
-	uint64_t failovers, shrinks, expands;
+	uint64_t failovers, shrinks, expands, replacements;
 	const kv_config *cur;
 	size_t nlive = 0;
 	struct {
@@ -53,6 +53,7 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	failovers = c->failovers_total;
 	shrinks = c->isr_shrinks_total;
 	expands = c->isr_expands_total;
+	replacements = c->replacements_total;
 	ranges = cur->nranges;
 	migs = cur->nmigs;
 	watches = c->nwatches;
@@ -86,6 +87,9 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	     .u = shrinks},
 	    {"shardkv_controller_isr_expands_total", KV_METRIC_COUNTER,
 	     "Ranges whose in-sync replica set gained a member (primary's request).", .u = expands},
+	    {"shardkv_controller_replacements_total", KV_METRIC_COUNTER,
+	     "Replicas added in place of a leaving node or one down past --down-after.",
+	     .u = replacements},
 	    {"shardkv_controller_ranges", KV_METRIC_GAUGE, "Entries in the range map.",
 	     .u = ranges},
 	    {"shardkv_controller_migrations", KV_METRIC_GAUGE, "Migrations in flight.", .u = migs},

@@ -285,8 +285,9 @@ plan_build_mode(const kv_config *c, const kv_place_ctx *x, const kv_bytes *extra
 		memset(&cu.k[i], 0, sizeof(kv_buf));
 		long ri = kv_config_find_range(c, t->key.data, t->key.len);
 		t->old = t->now = ri < 0 ? 0 : c->ranges[ri].node;
-		/* A replicated range never changes hands through a migration (not
-		 * yet with replicas): plans leave it where it is. */
+		/* A replicated range never changes hands through a migration
+		 * (replacements and transfers instead): plans leave it where it
+		 * is. */
 		t->locked = is_locked(c, &t->key) || (ri >= 0 && c->ranges[ri].nreplicas > 0);
 	}
 	for (size_t i = 0; i < pl->n; i++) {
@@ -340,6 +341,9 @@ place_copy(kv_range *dst, const kv_range *src)
 	memcpy(dst->replicas, src->replicas, sizeof(dst->replicas));
 	memcpy(dst->insync, src->insync, sizeof(dst->insync));
 	dst->leader_epoch = src->leader_epoch;
+	dst->nreplacing = src->nreplacing;
+	memcpy(dst->replacing, src->replacing, sizeof(dst->replacing));
+	memcpy(dst->replaced, src->replaced, sizeof(dst->replaced));
 }
 
 /* Whether adjacent ranges a and b are one: two single ranges of the same
@@ -463,8 +467,9 @@ fix_states(kv_config *n)
 	for (size_t i = 0; i < n->nnodes; i++) {
 		kv_node *nd = &n->nodes[i];
 		bool owns = false, in = false, moves = false;
+		/* A replica of a replicated range counts as held. */
 		for (size_t j = 0; j < n->nranges && !owns; j++)
-			owns = n->ranges[j].node == nd->id;
+			owns = kv_range_has_replica(&n->ranges[j], nd->id, false);
 		for (size_t j = 0; j < n->nmigs; j++) {
 			in = in || n->migs[j].to == nd->id;
 			moves = moves || n->migs[j].from == nd->id || n->migs[j].to == nd->id;
@@ -806,15 +811,22 @@ err:
 	return rv;
 }
 
+static uint32_t transfer_target(const kv_config *n, const kv_range *r, uint32_t skip);
+static int leave_replicated(kv_config *n, const kv_place_ctx *x, uint32_t node,
+                            kv_place_repair_stats *st, uint32_t *stuck);
+
 int
 kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config **out)
 {
 	const kv_node *nd = kv_config_node(cur, node);
+	kv_place_repair_stats rst;
 	struct plan pl;
 	kv_config *n;
 	size_t others = 0;
+	uint32_t stuck = 0;
 	int rv;
 
+	memset(&rst, 0, sizeof(rst));
 	if (nd == NULL) {
 		say(x, "unknown node %u", node);
 		return KV_ENOTFOUND;
@@ -831,15 +843,19 @@ kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config *
 			    node, (unsigned long long)cur->migs[i].id);
 			return KV_EBUSY;
 		}
-	for (size_t i = 0; i < cur->nranges; i++)
-		if (cur->ranges[i].nreplicas > 0 &&
-		    kv_range_has_replica(&cur->ranges[i], node, false)) {
-			say(x,
-			    "node %u holds replicas of replicated ranges: leave is not yet with "
-			    "replicas (stop the node and use remove once it is down)",
-			    node);
-			return KV_EPERM;
-		}
+	for (size_t i = 0; i < cur->nranges; i++) {
+		const kv_range *r = &cur->ranges[i];
+		char a[96], b[96];
+		if (r->nreplicas == 0 || r->node != node || transfer_target(cur, r, node) != 0)
+			continue;
+		kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
+		kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
+		say(x,
+		    "node %u leads [%s, %s) with no other active in-sync replica to take "
+		    "over as its primary; retry once a backup is in sync",
+		    node, a, b);
+		return KV_EBUSY;
+	}
 	for (size_t i = 0; i < cur->nnodes; i++)
 		if (cur->nodes[i].id != node && eligible(&cur->nodes[i]))
 			others++;
@@ -852,17 +868,20 @@ kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config *
 		kv_config_free(n);
 		return rv;
 	}
-	if (nd->state == KV_NODE_DRAINING && !owns_unlocked(&pl, node)) {
-		say(x, "node %u is already draining", node);
-		rv = KV_EEXISTS;
-		goto err;
-	}
 	if (owns_unlocked(&pl, node) && others == 0) {
 		say(x, "node %u is the last active node: no other node can take its ranges", node);
 		rv = KV_EINVAL;
 		goto err;
 	}
 	node_mut(n, node)->state = KV_NODE_DRAINING;
+	/* Replicated ranges first (the plan's atoms leave them alone). */
+	if ((rv = leave_replicated(n, x, node, &rst, &stuck)) < 0)
+		goto err;
+	if (nd->state == KV_NODE_DRAINING && !owns_unlocked(&pl, node) && rv == 0) {
+		say(x, "node %u is already draining", node);
+		rv = KV_EEXISTS;
+		goto err;
+	}
 	if (pl.n > 0) {
 		rv = drain(&pl, n, node);
 		if (rv >= 0)
@@ -881,6 +900,9 @@ err:
 		say(x, "%s", kv_strerror(rv));
 	return rv;
 }
+
+static int move_replicated(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node,
+                           kv_place_ctx *x, kv_config **out);
 
 int
 kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node, kv_place_ctx *x,
@@ -917,18 +939,23 @@ kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node,
 		say(x, "the range map is empty (no node has joined)");
 		return KV_EINVAL;
 	}
+	size_t nrep = 0, nsingle = 0;
 	for (size_t i = 0; i < cur->nranges; i++) {
 		const kv_range *r = &cur->ranges[i];
-		if (r->nreplicas == 0 ||
-		    (end.len && kv_key_cmp(r->start.data, r->start.len, end.p, end.len) >= 0) ||
+		if ((end.len && kv_key_cmp(r->start.data, r->start.len, end.p, end.len) >= 0) ||
 		    (r->end.len && kv_key_cmp(r->end.data, r->end.len, start.p, start.len) <= 0))
 			continue;
-		char a[96], b[96];
-		kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
-		kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
-		say(x, "range [%s, %s) is replicated: move is not yet with replicas", a, b);
-		return KV_EPERM;
+		if (r->nreplicas > 0)
+			nrep++;
+		else
+			nsingle++;
 	}
+	if (nrep > 0 && nsingle > 0) {
+		say(x, "the range spans replicated and single ranges: move them separately");
+		return KV_EINVAL;
+	}
+	if (nrep > 0)
+		return move_replicated(cur, start, end, node, x, out);
 	if ((rv = plan_build(cur, x, ex, &pl)) != KV_OK)
 		return rv;
 	for (size_t i = atom_find(&pl, start.p, start.len); i < pl.n; i++) {
@@ -972,6 +999,8 @@ kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node,
 	return KV_OK;
 }
 
+static int rebalance_replicated(const kv_config *cur, kv_place_ctx *x, kv_config **out);
+
 int
 kv_place_rebalance(const kv_config *cur, kv_place_ctx *x, kv_config **out)
 {
@@ -983,10 +1012,8 @@ kv_place_rebalance(const kv_config *cur, kv_place_ctx *x, kv_config **out)
 	if (cur->nranges == 0)
 		return KV_OK;
 	for (size_t i = 0; i < cur->nranges; i++)
-		if (cur->ranges[i].nreplicas > 0) {
-			say(x, "ranges are replicated: rebalance is not yet with replicas");
-			return KV_EPERM;
-		}
+		if (cur->ranges[i].nreplicas > 0)
+			return rebalance_replicated(cur, x, out);
 	if ((rv = plan_build(cur, x, NULL, &pl)) != KV_OK)
 		return rv;
 	for (size_t i = 0; i < cur->nnodes; i++)
@@ -1244,8 +1271,16 @@ kv_place_failover(kv_config *n, kv_place_failover_stats *st)
 				uint32_t m = r->insync[j];
 				if (m == r->node || !node_live(n, m))
 					continue;
-				if (best == 0 || lead[kv_config_node(n, m) - n->nodes] <
-				                     lead[kv_config_node(n, best) - n->nodes])
+				/* A leaving or replaced member leads only when no
+				 * other can. */
+				bool mb = kv_config_node(n, m)->state == KV_NODE_DRAINING ||
+				          kv_range_replacement(r, m, false) != 0;
+				bool bb = best != 0 &&
+				          (kv_config_node(n, best)->state == KV_NODE_DRAINING ||
+				           kv_range_replacement(r, best, false) != 0);
+				if (best == 0 || (bb && !mb) ||
+				    (bb == mb && lead[kv_config_node(n, m) - n->nodes] <
+				                     lead[kv_config_node(n, best) - n->nodes]))
 					best = m;
 			}
 			if (best == 0) {
@@ -1336,6 +1371,489 @@ kv_place_add_replicas(kv_config *n, uint32_t replicas)
 	return added;
 }
 
+/* ---- replacements, leave and repair with replicas ---- */
+
+/* Whether member m of r may leave its ISR and replica set now: it is down
+ * or gone (its lease has run out), or no configuration it may still act on
+ * names it primary of a key of r (x->serving). */
+static bool
+may_leave(const kv_config *c, const kv_place_ctx *x, const kv_range *r, uint32_t m)
+{
+	const kv_node *nd = kv_config_node(c, m);
+
+	if (nd == NULL || nd->state == KV_NODE_DOWN || nd->state == KV_NODE_GONE)
+		return true;
+	return x == NULL || x->serving == NULL ||
+	       !x->serving(x->serving_arg, m, kb(&r->start), kb(&r->end));
+}
+
+/* Removes member m (not the primary) from r's replica set, ISR and
+ * replacements; a range left with one replica becomes single. */
+static void
+drop_member(kv_range *r, uint32_t m)
+{
+	uint32_t w = 0;
+
+	set_remove(r->replicas, &r->nreplicas, m);
+	set_remove(r->insync, &r->ninsync, m);
+	for (uint32_t i = 0; i < r->nreplacing; i++)
+		if (r->replacing[i] != m && r->replaced[i] != m) {
+			r->replacing[w] = r->replacing[i];
+			r->replaced[w++] = r->replaced[i];
+		}
+	r->nreplacing = w;
+	if (r->nreplicas < 2) {
+		uint64_t le = r->leader_epoch;
+		kv_range_set_single(r, r->node);
+		r->leader_epoch = le;
+	}
+}
+
+/* What each node holds, for choosing a replacement. */
+struct rload {
+	uint64_t *bytes; /* per n->nodes[i]: sample bytes of the ranges it holds */
+	uint32_t *cnt;   /* per n->nodes[i]: replicas it holds */
+	bool sized;      /* some sample has bytes */
+};
+
+static void
+rload_fini(struct rload *L)
+{
+	free(L->bytes);
+	free(L->cnt);
+}
+
+static int
+rload_init(const kv_config *n, const kv_place_ctx *x, struct rload *L)
+{
+	L->bytes = calloc(n->nnodes ? n->nnodes : 1, sizeof(*L->bytes));
+	L->cnt = calloc(n->nnodes ? n->nnodes : 1, sizeof(*L->cnt));
+	L->sized = has_bytes(x);
+	if (L->bytes == NULL || L->cnt == NULL) {
+		rload_fini(L);
+		return KV_ENOMEM;
+	}
+	for (size_t i = 0; i < n->nranges; i++)
+		for (uint32_t j = 0; j < kv_range_nreplicas(&n->ranges[i]); j++) {
+			const kv_node *nd = kv_config_node(n, kv_range_replica(&n->ranges[i], j));
+			if (nd != NULL)
+				L->cnt[nd - n->nodes]++;
+		}
+	for (size_t i = 0; L->sized && i < x->npoints; i++) {
+		long ri = kv_config_find_range(n, x->points[i].key.p, x->points[i].key.len);
+		for (uint32_t j = 0; ri >= 0 && j < kv_range_nreplicas(&n->ranges[ri]); j++) {
+			const kv_node *nd = kv_config_node(n, kv_range_replica(&n->ranges[ri], j));
+			if (nd != NULL)
+				L->bytes[nd - n->nodes] += x->points[i].bytes;
+		}
+	}
+	return KV_OK;
+}
+
+/* Sample bytes inside r. */
+static uint64_t
+range_bytes(const kv_range *r, const kv_place_ctx *x)
+{
+	uint64_t b = 0;
+
+	for (size_t i = 0; x->points && i < x->npoints; i++)
+		if (kv_range_contains(r->start.data, r->start.len, r->end.data, r->end.len,
+		                      x->points[i].key.p, x->points[i].key.len))
+			b += x->points[i].bytes;
+	return b;
+}
+
+/* The active node that is not a replica of r holding the least data (by
+ * bytes when known, then by replica count, then the lowest id); 0: none. */
+static uint32_t
+pick_replacement(const kv_config *n, const struct rload *L, const kv_range *r)
+{
+	size_t best = n->nnodes;
+
+	for (size_t j = 0; j < n->nnodes; j++) {
+		if (n->nodes[j].state != KV_NODE_ACTIVE ||
+		    kv_range_has_replica(r, n->nodes[j].id, false))
+			continue;
+		if (best == n->nnodes ||
+		    (L->sized && L->bytes[j] != L->bytes[best] ? L->bytes[j] < L->bytes[best]
+		                                               : L->cnt[j] < L->cnt[best]))
+			best = j;
+	}
+	return best == n->nnodes ? 0 : n->nodes[best].id;
+}
+
+/* Gives member m (not the primary) of r a replacement outside the ISR.
+ * With a full replica set, m is dropped instead of kept when it may leave.
+ * Returns 1 when r changed, 0 when m has a replacement already or no node
+ * can be one (*none set). */
+static int
+replace_member(kv_config *n, const kv_place_ctx *x, struct rload *L, kv_range *r, uint32_t m,
+               bool *none)
+{
+	uint32_t t;
+	const kv_node *tn;
+
+	if (kv_range_replacement(r, m, false) != 0 || m == r->node)
+		return 0;
+	if (kv_range_replacement(r, m, true) != 0) {
+		/* A replacement that goes away itself is dropped: the member
+		 * it replaced gets another. */
+		if (!may_leave(n, x, r, m))
+			return 0;
+		drop_member(r, m);
+		return 1;
+	}
+	if ((t = pick_replacement(n, L, r)) == 0) {
+		*none = true;
+		return 0;
+	}
+	if (r->nreplicas >= KV_MAX_REPLICAS) {
+		if (!may_leave(n, x, r, m))
+			return 0;
+		drop_member(r, m);
+		r->replicas[r->nreplicas++] = t;
+	} else {
+		r->replicas[r->nreplicas++] = t;
+		r->replacing[r->nreplacing] = t;
+		r->replaced[r->nreplacing++] = m;
+	}
+	tn = kv_config_node(n, t);
+	L->cnt[tn - n->nodes]++;
+	L->bytes[tn - n->nodes] += range_bytes(r, x);
+	return 1;
+}
+
+/* An active ISR member of r other than skip, not being replaced, to lead
+ * it (a leaving one would hand the role back); 0: none. */
+static uint32_t
+transfer_target(const kv_config *n, const kv_range *r, uint32_t skip)
+{
+	for (uint32_t j = 0; j < kv_range_ninsync(r); j++) {
+		uint32_t m = kv_range_insync(r, j);
+		const kv_node *nd = kv_config_node(n, m);
+		if (m != skip && nd != NULL && nd->state == KV_NODE_ACTIVE &&
+		    kv_range_replacement(r, m, false) == 0)
+			return m;
+	}
+	return 0;
+}
+
+/* What leaving does to replicated range r of which node is a replica:
+ * the primary role moves to another live ISR member, with node kept in
+ * the ISR (the transfer fence); then node gets a replacement, or without
+ * one is dropped once it may leave. Returns the changes made; *stuck is
+ * set when node leads r with no live ISR member to take over. */
+static int
+leave_range(kv_config *n, const kv_place_ctx *x, struct rload *L, kv_range *r, uint32_t node,
+            kv_place_repair_stats *st, bool *stuck)
+{
+	int changed = 0;
+	bool none = false;
+
+	if (r->node == node) {
+		uint32_t q = transfer_target(n, r, node);
+		if (q == 0) {
+			*stuck = true;
+			return 0;
+		}
+		promote(r, q, n->epoch);
+		st->transfers++;
+		changed++;
+	}
+	if (replace_member(n, x, L, r, node, &none) > 0) {
+		st->added++;
+		changed++;
+	} else if (none && r->node != node && kv_range_replacement(r, node, false) == 0 &&
+	           may_leave(n, x, r, node)) {
+		/* No node can replace it: the range goes on one replica short. */
+		drop_member(r, node);
+		st->dropped++;
+		st->short_of++;
+		changed++;
+	} else if (none) {
+		st->short_of++;
+	}
+	return changed;
+}
+
+/* Drops the replaced members of r whose replacement is in the ISR and that
+ * may leave. With transfer (n is a clone of the latest configuration, so
+ * the ISR is the one the servers have), a replaced primary first hands its
+ * role to its replacement, at leader epoch n->epoch, and stays in the ISR
+ * (the transfer fence): a replica joins the ISR and becomes primary in two
+ * configurations, as the servers require. Returns the changes made;
+ * *transfers counts the primary roles moved. */
+static int
+drop_replaced(const kv_config *n, const kv_place_ctx *x, kv_range *r, bool transfer,
+              uint32_t *transfers)
+{
+	int k = 0;
+
+	for (uint32_t i = 0; i < r->nreplacing;) {
+		uint32_t t = r->replacing[i], o = r->replaced[i];
+		if (!kv_range_has_replica(r, t, true)) {
+			i++;
+		} else if (o == r->node) {
+			if (transfer && kv_config_node(n, t)->state == KV_NODE_ACTIVE) {
+				promote(r, t, n->epoch);
+				(*transfers)++;
+				k++;
+			}
+			i++;
+		} else if (may_leave(n, x, r, o)) {
+			drop_member(r, o);
+			k++;
+			i = 0;
+		} else {
+			i++;
+		}
+	}
+	return k;
+}
+
+/* Leave's work on every replicated range of node (already DRAINING in n).
+ * Returns the changes made or KV_ENOMEM; *stuck counts the ranges it leads
+ * with no live ISR member to take over. */
+static int
+leave_replicated(kv_config *n, const kv_place_ctx *x, uint32_t node, kv_place_repair_stats *st,
+                 uint32_t *stuck)
+{
+	struct rload L;
+	int changed = 0;
+
+	if (rload_init(n, x, &L) != KV_OK)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		bool s = false;
+		if (r->nreplicas == 0 || !kv_range_has_replica(r, node, false))
+			continue;
+		changed += leave_range(n, x, &L, r, node, st, &s);
+		*stuck += s;
+	}
+	rload_fini(&L);
+	merge_ranges(n);
+	return changed;
+}
+
+int
+kv_place_repair(const kv_config *cur, const uint32_t *expired, size_t nexpired, kv_place_ctx *x,
+                kv_config **out, kv_place_repair_stats *st)
+{
+	kv_place_repair_stats dummy;
+	kv_config *n;
+	struct rload L;
+	int changed = 0;
+
+	*out = NULL;
+	if (st == NULL)
+		st = &dummy;
+	memset(st, 0, sizeof(*st));
+	if ((n = next_config(cur)) == NULL)
+		return KV_ENOMEM;
+	if (rload_init(n, x, &L) != KV_OK) {
+		kv_config_free(n);
+		return KV_ENOMEM;
+	}
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		bool stuck = false, none = false;
+		int k, looks = 0;
+		/* Nobody copies to a new replica of a range whose primary is
+		 * down: it waits for a failover or the primary's return. */
+		if (r->nreplicas == 0 || !node_live(n, r->node))
+			continue;
+		uint32_t tr = 0;
+		k = drop_replaced(n, x, r, true, &tr);
+		st->dropped += (uint32_t)k - tr;
+		st->transfers += tr;
+		changed += k;
+		for (uint32_t j = 0; j < r->nreplicas; j++) {
+			uint32_t m = r->replicas[j];
+			const kv_node *nd = kv_config_node(n, m);
+			if (nd != NULL && nd->state == KV_NODE_DRAINING) {
+				k = leave_range(n, x, &L, r, m, st, &stuck);
+			} else {
+				bool exp = false;
+				for (size_t e = 0; e < nexpired; e++)
+					exp = exp || expired[e] == m;
+				if (!exp || nd == NULL || nd->state != KV_NODE_DOWN)
+					continue;
+				none = false;
+				k = replace_member(n, x, &L, r, m, &none);
+				st->added += (uint32_t)k;
+				st->short_of += none;
+			}
+			if (k > 0) {
+				changed += k;
+				/* The set changed: look again (bounded: each change
+				 * ends a need, but a bug must not spin here). */
+				if (++looks < 4 * KV_MAX_REPLICAS)
+					j = (uint32_t)-1;
+			}
+		}
+	}
+	rload_fini(&L);
+	merge_ranges(n);
+	fix_states(n);
+	for (size_t i = 0; i < n->nnodes; i++)
+		st->gone +=
+		    cur->nodes[i].state == KV_NODE_DRAINING && n->nodes[i].state == KV_NODE_GONE;
+	if (changed == 0 && st->gone == 0) {
+		kv_config_free(n);
+		return KV_OK;
+	}
+	*out = n;
+	return KV_OK;
+}
+
+/* The weight of range r for rebalance: its sample bytes when the samples
+ * carry bytes, else 1 (ranges are counted). */
+static uint64_t
+range_weight(const kv_range *r, const kv_place_ctx *x, bool sized)
+{
+	return sized ? range_bytes(r, x) : 1;
+}
+
+/* Whether r may take part in a rebalance step: replicated, its primary
+ * live, nothing being replaced in it. */
+static bool
+rebalance_ok(const kv_config *n, const kv_range *r)
+{
+	return r->nreplicas > 0 && r->nreplacing == 0 && node_live(n, r->node);
+}
+
+/*
+ * rebalance with replicas: whole ranges only, no migration, no split.
+ * First the replicas: while the active node holding the most data (as a
+ * replica of any role) holds more than 5% above the mean, one of its
+ * backup replicas gets a replacement on the active node holding the least,
+ * when that lowers the larger of the two. Then the primaries: while a
+ * node leads more than 5% above the mean, a range it leads gets the ISR
+ * member leading the least as primary, under the same rule (the old
+ * primary stays in the ISR: the transfer fence). A node none of whose
+ * ranges can move is passed over. At most KV_PLACE_MAX_STEPS steps of
+ * each kind.
+ */
+static int
+rebalance_replicated(const kv_config *cur, kv_place_ctx *x, kv_config **out)
+{
+	kv_config *n = next_config(cur);
+	uint64_t *load = NULL, total, mean;
+	bool *spent = NULL, sized = has_bytes(x);
+	size_t ne = 0;
+	int changed = 0;
+
+	*out = NULL;
+	if (n == NULL || (load = calloc(n->nnodes ? n->nnodes : 1, sizeof(*load))) == NULL ||
+	    (spent = calloc(n->nnodes ? n->nnodes : 1, sizeof(*spent))) == NULL) {
+		free(load);
+		kv_config_free(n);
+		return KV_ENOMEM;
+	}
+	for (size_t j = 0; j < n->nnodes; j++)
+		ne += n->nodes[j].state == KV_NODE_ACTIVE;
+	for (int pass = 0; pass < 2 && ne > 1; pass++) {
+		bool primaries = pass == 1;
+		memset(load, 0, n->nnodes * sizeof(*load));
+		memset(spent, 0, n->nnodes * sizeof(*spent));
+		total = 0;
+		for (size_t i = 0; i < n->nranges; i++) {
+			const kv_range *r = &n->ranges[i];
+			uint64_t w = range_weight(r, x, sized);
+			for (uint32_t j = 0; j < kv_range_nreplicas(r); j++) {
+				uint32_t m = kv_range_replica(r, j);
+				const kv_node *nd = kv_config_node(n, m);
+				if (nd == NULL || (primaries && m != r->node))
+					continue;
+				load[nd - n->nodes] += w;
+				if (nd->state == KV_NODE_ACTIVE)
+					total += w;
+			}
+		}
+		mean = total / ne;
+		for (int step = 0; step < KV_PLACE_MAX_STEPS; step++) {
+			size_t h = n->nnodes, l = n->nnodes, best_r = n->nranges;
+			uint32_t best_m = 0;
+			uint64_t best_w = 0;
+			for (size_t j = 0; j < n->nnodes; j++) {
+				if (n->nodes[j].state != KV_NODE_ACTIVE)
+					continue;
+				if (!spent[j] && (h == n->nnodes || load[j] > load[h]))
+					h = j;
+				if (l == n->nnodes || load[j] < load[l])
+					l = j;
+			}
+			if (h == n->nnodes || load[h] <= mean + mean / 20 || h == l)
+				break;
+			for (size_t i = 0; i < n->nranges; i++) {
+				kv_range *r = &n->ranges[i];
+				uint64_t w = range_weight(r, x, sized);
+				uint32_t to = 0;
+				if (!rebalance_ok(n, r) || w == 0)
+					continue;
+				if (!primaries) {
+					/* a backup of h moves to l */
+					if (r->node == n->nodes[h].id ||
+					    !kv_range_has_replica(r, n->nodes[h].id, false) ||
+					    kv_range_has_replica(r, n->nodes[l].id, false) ||
+					    r->nreplicas >= KV_MAX_REPLICAS)
+						continue;
+					to = n->nodes[l].id;
+				} else {
+					/* h's role goes to the ISR member leading least */
+					if (r->node != n->nodes[h].id)
+						continue;
+					for (uint32_t j = 0; j < r->ninsync; j++) {
+						const kv_node *q = kv_config_node(n, r->insync[j]);
+						if (q == NULL || q->state != KV_NODE_ACTIVE ||
+						    q->id == r->node)
+							continue;
+						if (to == 0 ||
+						    load[q - n->nodes] <
+						        load[kv_config_node(n, to) - n->nodes])
+							to = q->id;
+					}
+					if (to == 0)
+						continue;
+				}
+				/* only a step that lowers the larger of the two */
+				if (load[kv_config_node(n, to) - n->nodes] + w >= load[h])
+					continue;
+				if (best_m == 0 || w > best_w) {
+					best_r = i;
+					best_m = to;
+					best_w = w;
+				}
+			}
+			if (best_m == 0) {
+				spent[h] = true; /* nothing of it can move: the next */
+				continue;
+			}
+			kv_range *r = &n->ranges[best_r];
+			if (primaries) {
+				promote(r, best_m, n->epoch);
+			} else {
+				r->replicas[r->nreplicas++] = best_m;
+				r->replacing[r->nreplacing] = best_m;
+				r->replaced[r->nreplacing++] = n->nodes[h].id;
+			}
+			load[h] -= best_w;
+			load[kv_config_node(n, best_m) - n->nodes] += best_w;
+			changed++;
+		}
+	}
+	free(load);
+	free(spent);
+	merge_ranges(n);
+	if (changed == 0) {
+		kv_config_free(n);
+		return KV_OK;
+	}
+	*out = n;
+	return KV_OK;
+}
+
 /* Splits the range of n containing key at key (nothing when key is empty or
  * a range starts there). Returns 0 or KV_ENOMEM. */
 static int
@@ -1360,6 +1878,80 @@ split_at(kv_config *n, kv_bytes key)
 	    kv_buf_set(&r[j].end, key.p, key.len) != KV_OK)
 		return KV_ENOMEM;
 	return KV_OK;
+}
+
+/*
+ * move with replicas: each replicated range of [start, end) (split at the
+ * bounds) gets `node` as its primary. An in-sync replica takes the role at
+ * once (the old primary stays in the ISR: the transfer fence); a node
+ * outside the replica set joins it outside the ISR as the replacement of
+ * the primary, and the repairs hand it the role once it is in the ISR and
+ * then drop the old primary.
+ */
+static int
+move_replicated(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node, kv_place_ctx *x,
+                kv_config **out)
+{
+	kv_config *n;
+	int rv, changed = 0;
+
+	*out = NULL;
+	if ((n = next_config(cur)) == NULL)
+		return KV_ENOMEM;
+	if ((rv = split_at(n, start)) != KV_OK || (rv = split_at(n, end)) != KV_OK)
+		goto err;
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		char a[96], b[96];
+		if (!overlaps(&r->start, &r->end, start.p, start.len, end.p, end.len) ||
+		    r->node == node || kv_range_replacement(r, node, true) == r->node)
+			continue;
+		kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
+		kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
+		if (!node_live(n, r->node)) {
+			say(x,
+			    "the primary of [%s, %s), node %u, is %s: retry once it is back or "
+			    "failed over",
+			    a, b, r->node, kv_node_state_name(kv_config_node(n, r->node)->state));
+			rv = KV_EBUSY;
+			goto err;
+		}
+		if (kv_range_has_replica(r, node, true)) {
+			promote(r, node, n->epoch);
+			changed++;
+			continue;
+		}
+		if (kv_range_has_replica(r, node, false)) {
+			say(x,
+			    "node %u is a replica of [%s, %s) outside the ISR: retry once it is in "
+			    "sync",
+			    node, a, b);
+			rv = KV_EBUSY;
+			goto err;
+		}
+		if (kv_range_replacement(r, r->node, false) != 0 ||
+		    r->nreplicas >= KV_MAX_REPLICAS) {
+			say(x,
+			    "[%s, %s) is being repaired or moved already: retry when that is done",
+			    a, b);
+			rv = KV_EBUSY;
+			goto err;
+		}
+		r->replicas[r->nreplicas++] = node;
+		r->replacing[r->nreplacing] = node;
+		r->replaced[r->nreplacing++] = r->node;
+		changed++;
+	}
+	merge_ranges(n);
+	if (changed == 0) {
+		kv_config_free(n);
+		return KV_OK;
+	}
+	*out = n;
+	return KV_OK;
+err:
+	kv_config_free(n);
+	return rv;
 }
 
 int
@@ -1433,6 +2025,14 @@ kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_b
 			say(x, "node %u is down: it joins an ISR once it is back", add);
 			return KV_EBUSY;
 		}
+		if (remove && kv_range_has_replica(r, remove, true) &&
+		    !may_leave(cur, x, r, remove)) {
+			say(x,
+			    "node %u may still serve [%s, %s) as its primary (it has not applied "
+			    "the configuration that made node %u primary): retry",
+			    remove, a, b, r->node);
+			return KV_EBUSY;
+		}
 		need = need || kv_range_has_replica(r, member, true) == (remove != 0);
 	}
 	if (!need)
@@ -1449,6 +2049,10 @@ kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_b
 			continue;
 		if (add && !kv_range_has_replica(r, add, true)) {
 			r->insync[r->ninsync++] = add;
+			/* A replacement in the ISR: the member it replaces goes
+			 * (doc/replication.md, "Repair"). */
+			uint32_t tr = 0;
+			(void)drop_replaced(n, x, r, false, &tr);
 			(*changed)++;
 		} else if (remove && kv_range_has_replica(r, remove, true)) {
 			set_remove(r->insync, &r->ninsync, remove);
@@ -1456,6 +2060,7 @@ kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_b
 		}
 	}
 	merge_ranges(n);
+	fix_states(n); /* a leaving node dropped from its last replica set is gone */
 	*out = n;
 	return KV_OK;
 }
@@ -1559,13 +2164,7 @@ kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_lo
 			}
 			promote(r, q, cur->epoch + 1);
 		}
-		set_remove(r->replicas, &r->nreplicas, node);
-		set_remove(r->insync, &r->ninsync, node);
-		if (r->nreplicas < 2) {
-			uint64_t le = r->leader_epoch;
-			kv_range_set_single(r, r->node);
-			r->leader_epoch = le;
-		}
+		drop_member(r, node);
 	}
 	merge_ranges(n);
 	node_mut(n, node)->state = KV_NODE_GONE;

@@ -41,7 +41,14 @@ typedef struct {
 	const kv_place_point *points; /* data samples, any order (borrowed); may be NULL */
 	size_t npoints;               /* entries in points */
 	uint32_t replicas;            /* --replicas R; 0 or 1: every range is single */
-	char msg[256];                /* out: why a request was refused */
+	/* Whether live `node` may still act as the primary of a key of
+	 * [start, end): a configuration it may still be acting on (from the
+	 * one it last reported applying to the latest) names it primary
+	 * there. Such a member leaves no ISR and no replica set
+	 * (doc/replication.md, "Primary transfer"). NULL: never. */
+	bool (*serving)(void *arg, uint32_t node, kv_bytes start, kv_bytes end);
+	void *serving_arg;
+	char msg[256]; /* out: why a request was refused */
 } kv_place_ctx;
 
 /* Largest number of migrations one command creates (bounds the plan). */
@@ -70,11 +77,19 @@ int kv_place_join(const kv_config *cur, const char *address, bool rebalance, kv_
 
 /*
  * Drains a node: its ranges go to the other active nodes, balanced; it is
- * DRAINING until its last migration finishes (GONE at once when it owns
- * nothing). KV_EBUSY when it is the destination of a migration in flight,
- * KV_EINVAL when gone or when no other node can take its ranges, KV_EEXISTS
- * when it is already draining and nothing is left to move. KV_EPERM when
- * the node holds a replica of a replicated range (not yet with replicas).
+ * DRAINING until its last migration finishes and it is in no replica set
+ * (GONE at once when it holds nothing). Replicated ranges move no data
+ * here: where the node leads, another live ISR member becomes primary at
+ * leader epoch n->epoch with the node kept in the ISR (the transfer fence,
+ * doc/replication.md "Primary transfer"); where it is a replica, the
+ * active node with the least data joins outside the ISR as its
+ * replacement (kv_range.replacing), and the node leaves the replica set
+ * when that replacement joins the ISR (kv_place_isr_change) or, with no
+ * node to replace it, once it no longer serves the range
+ * (kv_place_repair). KV_EBUSY when it is the destination of a migration
+ * in flight or leads a range with no other active ISR member, KV_EINVAL
+ * when gone or when no other node can take its single ranges, KV_EEXISTS
+ * when it is already draining and nothing is left to do.
  */
 int kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_config **out);
 
@@ -82,8 +97,15 @@ int kv_place_leave(const kv_config *cur, uint32_t node, kv_place_ctx *x, kv_conf
  * Gives [start, end) to `node`, carving it out of its current owners (one
  * migration per owner piece). KV_EINVAL for an empty or inverted range,
  * KV_EINVAL when the node is not active, KV_EBUSY when the range overlaps a
- * migration in flight, KV_EPERM when it overlaps a replicated range (not yet
- * with replicas). *out is NULL when the node owns the range already.
+ * migration in flight. Replicated ranges (doc/replication.md, "Moves and
+ * rebalance with replicas"; a move may not mix them with single ones,
+ * KV_EINVAL) move no data here: where the node is in the ISR it becomes
+ * primary at once (leader epoch n->epoch, the old primary kept in the ISR);
+ * elsewhere it joins outside the ISR as the replacement of the primary, and
+ * kv_place_repair gives it the role once it is in the ISR and then drops
+ * the old primary. KV_EBUSY when the node is a replica outside the ISR,
+ * the primary is down, or the range is being replaced already. *out is
+ * NULL when the node owns the range already.
  */
 int kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t node,
                   kv_place_ctx *x, kv_config **out);
@@ -92,8 +114,11 @@ int kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t n
  * Evens out data size across active nodes, moving as little as possible:
  * only the excess of nodes more than 5% above the mean, in contiguous
  * pieces; ranges left on draining nodes are drained first. *out is NULL
- * when nothing needs to move. KV_EPERM when a range is replicated (not yet
- * with replicas).
+ * when nothing needs to move. With replicated ranges nothing migrates and
+ * nothing splits: backups of the node holding the most data get
+ * replacements on the node holding the least, then primary roles move to
+ * the ISR member leading the least (the transfer fence), whole ranges at a
+ * time, only where a step lowers the larger of the two loads.
  */
 int kv_place_rebalance(const kv_config *cur, kv_place_ctx *x, kv_config **out);
 
@@ -190,6 +215,32 @@ int kv_place_add_replicas(kv_config *n, uint32_t replicas);
 int kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_bytes end,
                         uint64_t leader_epoch, uint32_t add, uint32_t remove, kv_place_ctx *x,
                         kv_config **out, uint32_t *changed);
+
+/* What kv_place_repair did (for the log and the metrics). */
+typedef struct {
+	uint32_t added;     /* replacement replicas added */
+	uint32_t dropped;   /* replaced or leaving members dropped */
+	uint32_t transfers; /* ranges whose primary role moved off a leaving node */
+	uint32_t short_of;  /* ranges left under-replicated: no node to add */
+	uint32_t gone;      /* leaving nodes that became gone */
+} kv_place_repair_stats;
+
+/*
+ * The controller's standing repairs (doc/replication.md, "Repair"), on
+ * the latest configuration: every replicated range whose primary is live
+ * gets a replacement for each member in expired[0..nexpired) (DOWN nodes
+ * past --down-after): the active node with the least data (by samples, or
+ * fewest replicas when no sample has bytes), outside the ISR, recorded in
+ * kv_range.replacing; with a full replica set the down member is dropped
+ * instead of kept. A DRAINING node's ranges get what kv_place_leave gives
+ * them. A replaced member whose replacement is in the ISR is dropped
+ * (unless it may still serve, x->serving), and a leaving member with no
+ * replacement available is dropped once it no longer serves. A range with
+ * no node to add stays under-replicated. *out is NULL when nothing is due;
+ * st may be NULL. Returns 0 or KV_ENOMEM.
+ */
+int kv_place_repair(const kv_config *cur, const uint32_t *expired, size_t nexpired, kv_place_ctx *x,
+                    kv_config **out, kv_place_repair_stats *st);
 
 /*
  * Writes a key cut strictly inside [start, end) at about the middle of the

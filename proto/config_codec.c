@@ -50,6 +50,11 @@ range_sets_from_pb(const Shardkv__Range *r, kv_range *x)
 	x->ninsync = (uint32_t)r->n_insync;
 	memcpy(x->replicas, r->replicas, r->n_replicas * sizeof(uint32_t));
 	memcpy(x->insync, r->insync, r->n_insync * sizeof(uint32_t));
+	if (r->n_replacing != r->n_replaced || r->n_replacing >= r->n_replicas)
+		return KV_EPROTO;
+	x->nreplacing = (uint32_t)r->n_replacing;
+	memcpy(x->replacing, r->replacing, r->n_replacing * sizeof(uint32_t));
+	memcpy(x->replaced, r->replaced, r->n_replaced * sizeof(uint32_t));
 	return KV_OK;
 }
 
@@ -220,6 +225,9 @@ kv_codec_config_to_pb(const kv_config *c)
 			r->replicas = (uint32_t *)c->ranges[i].replicas;
 			r->n_insync = c->ranges[i].ninsync;
 			r->insync = (uint32_t *)c->ranges[i].insync;
+			r->n_replacing = r->n_replaced = c->ranges[i].nreplacing;
+			r->replacing = (uint32_t *)c->ranges[i].replacing;
+			r->replaced = (uint32_t *)c->ranges[i].replaced;
 		}
 		r->leader_epoch = c->ranges[i].leader_epoch;
 		pb->ranges[i] = r;

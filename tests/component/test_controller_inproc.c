@@ -642,6 +642,142 @@ replicated_leader_fails_a_silent_primary_over_through_raft(void **state)
 		ctl_fini(&g[i]);
 }
 
+/* Sends rq to whichever running replica leads (NOT_LEADER: the next),
+ * within 20 s; returns the answer (the caller frees it) and the leader's
+ * index in *at. */
+static Shardkv__AdminResponse *
+call_leader(struct ctl g[NREPL], Shardkv__AdminRequest *rq, int *at)
+{
+	uint64_t deadline = kv_test_now_ms() + 20000;
+
+	for (int i = 0;; i = (i + 1) % NREPL) {
+		assert_true(kv_test_now_ms() < deadline);
+		if (g[i].c == NULL)
+			continue;
+		Shardkv__AdminResponse *r = call(g[i].cli, rq, 10000);
+		if (r != NULL && r->status != SHARDKV__STATUS__STATUS_NOT_LEADER &&
+		    kv_err_from_wire(r->status) != KV_EUNAVAIL) {
+			*at = i;
+			return r;
+		}
+		live_free(r);
+		kv_test_sleep_ms(20);
+	}
+}
+
+/* Lease-only heartbeats from nodes 1 and 3 to whichever replica leads. */
+static void
+heartbeat_1_and_3(struct ctl g[NREPL])
+{
+	Shardkv__AdminRequest hq;
+	Shardkv__Heartbeat hb;
+	int at;
+
+	for (uint32_t id = 1; id <= 3; id += 2) {
+		lease_heartbeat(&hq, &hb, id);
+		live_free(call_leader(g, &hq, &at));
+	}
+}
+
+/* With --replicas 2 and --down-after 1, the leader replaces a node down
+ * for longer than that by the free node, outside the ISR, through Raft;
+ * the replacement is recorded in the configuration, so after the leader
+ * stops, the new leader drops the right member when the primary adds the
+ * replacement to the ISR. */
+static void
+replicated_leader_replaces_a_node_down_past_down_after_and_a_new_leader_ends_it(void **state)
+{
+	kv_test_dir *d = *state;
+	struct ctl g[NREPL];
+	uint64_t epoch = 0, rid = 0, t0, rep_epoch = 0;
+	int leader, at;
+	Shardkv__AdminResponse *r;
+
+	group_init(g, d->path);
+	for (int i = 0; i < NREPL; i++) {
+		g[i].cfg.lease_ms = 1000;
+		g[i].cfg.lease_margin_ms = 500; /* down after 1000 + 500 + 400 (election) */
+		g[i].cfg.replicas = 2;
+		g[i].cfg.down_after_s = 1;
+	}
+	for (int i = 0; i < NREPL; i++)
+		ctl_start(&g[i]);
+	leader = join_at_leader(g, "tcp://127.0.0.1:7101", 41, &epoch, &rid);
+	uint64_t t_join = kv_test_now_ms(); /* node 2 is last heard after this */
+	r = join_as(g[leader].cli, "tcp://127.0.0.1:7102", 42, 1);
+	assert_non_null(r);
+	assert_int_equal(live_err(r), KV_OK);
+	live_free(r);
+	r = join_as(g[leader].cli, "tcp://127.0.0.1:7103", 43, 1);
+	assert_non_null(r);
+	assert_int_equal(live_err(r), KV_OK);
+	/* Two replicas already: the third node holds nothing. */
+	assert_int_equal(r->config->ranges[0]->n_replicas, 2);
+	uint64_t le = r->config->ranges[0]->leader_epoch;
+	live_free(r);
+	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__IsrChange ic = SHARDKV__ISR_CHANGE__INIT;
+	ic.node_id = 1;
+	ic.leader_epoch = le;
+	ic.add_node = 2;
+	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_ISR_CHANGE;
+	rq.isr_change = &ic;
+	r = call_leader(g, &rq, &at);
+	assert_int_equal(live_err(r), KV_OK);
+	live_free(r);
+
+	/* Node 2 is silent: down, then past --down-after, replaced by 3. */
+	for (t0 = kv_test_now_ms(); rep_epoch == 0; kv_test_sleep_ms(50)) {
+		assert_true(kv_test_now_ms() - t0 < 20000);
+		heartbeat_1_and_3(g);
+		r = get_config(g[leader].cli, 0);
+		assert_non_null(r);
+		const Shardkv__Range *rg = r->config->ranges[0];
+		if (rg->n_replacing == 1) {
+			assert_int_equal(rg->replacing[0], 3);
+			assert_int_equal(rg->replaced[0], 2);
+			assert_int_equal(rg->n_replicas, 3);
+			assert_int_equal(rg->n_insync, 1);
+			assert_int_equal(state_in(r, 2), SHARDKV__NODE_STATE__NODE_STATE_DOWN);
+			rep_epoch = r->epoch;
+		}
+		live_free(r);
+	}
+	/* Down after 1.9 s of silence, replaced at least 1 s later. */
+	assert_true(kv_test_now_ms() - t_join >= 2900);
+	wait_applied(g, rep_epoch);
+
+	/* The leader stops; the primary's expand at the new leader drops 2. */
+	ctl_stop(&g[leader]);
+	ic.leader_epoch = le;
+	ic.add_node = 3;
+	for (t0 = kv_test_now_ms();; kv_test_sleep_ms(50)) {
+		assert_true(kv_test_now_ms() - t0 < 20000);
+		heartbeat_1_and_3(g);
+		rq.request_id = 0;
+		r = call_leader(g, &rq, &at);
+		if (live_err(r) == KV_OK)
+			break;
+		live_free(r);
+	}
+	assert_true(at != leader);
+	uint64_t e = r->epoch;
+	live_free(r);
+	wait_applied(g, e);
+	r = get_config(g[at].cli, e);
+	assert_non_null(r);
+	const Shardkv__Range *rg = r->config->ranges[0];
+	assert_int_equal(rg->n_replicas, 2);
+	assert_int_equal(rg->replicas[0], 1);
+	assert_int_equal(rg->replicas[1], 3);
+	assert_int_equal(rg->n_insync, 2);
+	assert_int_equal(rg->n_replacing, 0);
+	assert_int_equal(state_in(r, 2), SHARDKV__NODE_STATE__NODE_STATE_DOWN);
+	live_free(r);
+	for (int i = 0; i < NREPL; i++)
+		ctl_fini(&g[i]);
+}
+
 /* --replicas and --min-insync: the parser refuses values out of range with
  * a one-line reason, --help names them, and create refuses the same values
  * given through the options. */
@@ -714,6 +850,9 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        replicated_leader_fails_a_silent_primary_over_through_raft, kv_test_dir_setup,
 	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        replicated_leader_replaces_a_node_down_past_down_after_and_a_new_leader_ends_it,
+	        kv_test_dir_setup, teardown),
 	    cmocka_unit_test_setup_teardown(replica_flags_are_checked_by_the_parser_and_by_create,
 	                                    kv_test_dir_setup, teardown),
 	};

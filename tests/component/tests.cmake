@@ -51,6 +51,15 @@ kv_add_test(test_server_left_stop SOURCES component/test_server_left_stop.c
 kv_add_test(test_failover_inproc SOURCES component/test_failover_inproc.c
   LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)
 
+# The controller's repairs with replicas (doc/replication.md "Repair",
+# "Primary transfer"), a real controller and three real servers, the test
+# playing the primary's IsrChange{add}: a node down past --down-after is
+# replaced and stays down; leave --wait of a backup ends once its
+# replacement is in sync; leave of a primary moves its role with the old
+# primary kept in the ISR, which then answers WRONG_OWNER.
+kv_add_test(test_repair_inproc SOURCES component/test_repair_inproc.c
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)
+
 # The replication stream between two in-process servers (doc/replication.md
 # "Writes"): acknowledged writes are on the backup, no acknowledgement while
 # the backup is silent, exactly-once across a failover, and the backup's

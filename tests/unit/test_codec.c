@@ -225,6 +225,18 @@ replica_sets_and_leader_epochs_round_trip(void **state)
 	/* --min-insync travels with the configuration. */
 	assert_int_equal(d->min_insync, 2);
 	kv_config_free(d);
+	kv_buf_fini(&b);
+	/* So does a replacement in progress: 2 joins in place of 3. */
+	c->ranges[0].nreplacing = 1;
+	c->ranges[0].replacing[0] = 2;
+	c->ranges[0].replaced[0] = 3;
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	assert_int_equal(kv_codec_config_pack(c, &b), KV_OK);
+	assert_int_equal(kv_codec_config_unpack(b.data, b.len, &d), KV_OK);
+	assert_config(c, d);
+	assert_int_equal(kv_range_replacement(&d->ranges[0], 2, true), 3);
+	assert_int_equal(kv_range_replacement(&d->ranges[0], 3, false), 2);
+	kv_config_free(d);
 	kv_config_free(c);
 	kv_buf_fini(&b);
 }
@@ -234,7 +246,7 @@ bad_replica_sets_are_refused(void **state)
 {
 	(void)state;
 	/* Each case breaks one rule of config.h's invariant. */
-	for (int k = 0; k < 7; k++) {
+	for (int k = 0; k < 10; k++) {
 		kv_config *c = replicated_config();
 		kv_range *r = &c->ranges[0];
 		switch (k) {
@@ -262,6 +274,21 @@ bad_replica_sets_are_refused(void **state)
 			break;
 		case 6: /* a single range with an ISR */
 			c->ranges[1].ninsync = 1;
+			break;
+		case 7: /* a replacement that is not a replica */
+			r->nreplacing = 1;
+			r->replacing[0] = 9;
+			r->replaced[0] = 3;
+			break;
+		case 8: /* a member in two replacements */
+			r->nreplacing = 2;
+			r->replacing[0] = 2;
+			r->replaced[0] = 3;
+			r->replacing[1] = 3;
+			r->replaced[1] = 1;
+			break;
+		case 9: /* a single range with a replacement */
+			c->ranges[1].nreplacing = 1;
 			break;
 		}
 		assert_int_equal(kv_config_validate(c), KV_EINVAL);

@@ -1281,20 +1281,480 @@ remove_with_replicas_refills_the_replica_sets(void **state)
 	kv_config_free(c);
 }
 
+static kv_bytes
+kb(const kv_buf *b)
+{
+	kv_bytes r = {b->data, b->len};
+	return r;
+}
+
 static void
-move_leave_rebalance_refuse_replicated_ranges(void **state)
+rebalance_spreads_replicas_and_primaries_of_replicated_ranges(void **state)
+{
+	static const char *const cuts[] = {"f", "m", "t"};
+	static const uint32_t own[] = {1, 2, 1, 2};
+	static const uint32_t r12[] = {1, 2};
+	kv_config *c = make(4, cuts, 3, own), *n = NULL, *again = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint32_t led[5] = {0}, pairs = 0;
+	(void)state;
+
+	for (size_t i = 0; i < 4; i++)
+		set_repl(c, i, r12, 2, r12, 2, 3 + i); /* leader epochs keep them apart */
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	x.replicas = 2;
+	assert_int_equal(kv_place_rebalance(c, &x, &n), KV_OK);
+	assert_non_null(n);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(n->nmigs, 0);
+	for (size_t i = 0; i < 4; i++) {
+		/* one key of each of the four ranges (two may have merged) */
+		static const char *const probe[] = {"a", "g", "n", "u"};
+		const kv_range *r = &n->ranges[kv_config_find_range(n, probe[i], 1)];
+		led[r->node]++;
+		if (r->nreplacing > 0) {
+			/* backups of 2 move to 3 and 4, outside the ISR */
+			assert_int_equal(r->replaced[0], 2);
+			assert_false(kv_range_has_replica(r, r->replacing[0], true));
+			pairs++;
+		}
+		if (r->node != 1) {
+			/* a transfer: the old primary stays in the ISR */
+			assert_int_equal(r->leader_epoch, n->epoch);
+			assert_true(kv_range_has_replica(r, 1, true));
+		}
+	}
+	assert_int_equal(pairs, 2);
+	assert_int_equal(led[1], 2);
+	assert_int_equal(led[2], 2);
+	/* Again and again: each result is valid, and it stops (a range being
+	 * replaced takes no further step). */
+	for (int i = 0;; i++) {
+		assert_true(i < 8);
+		assert_int_equal(kv_place_rebalance(n, &x, &again), KV_OK);
+		if (again == NULL)
+			break;
+		assert_int_equal(kv_config_validate(again), KV_OK);
+		kv_config_free(n);
+		n = again;
+	}
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+rebalance_of_balanced_replicas_changes_nothing(void **state)
 {
 	kv_config *c = replicated3(), *n = NULL;
 	kv_place_ctx x = ctx_of(NULL);
 	(void)state;
 
-	assert_int_equal(kv_place_move(c, B("a"), B("c"), 3, &x, &n), KV_EPERM);
-	assert_non_null(strstr(x.msg, "not yet with replicas"));
-	assert_int_equal(kv_place_leave(c, 3, &x, &n), KV_EPERM);
-	assert_non_null(strstr(x.msg, "not yet with replicas"));
-	assert_int_equal(kv_place_rebalance(c, &x, &n), KV_EPERM);
-	assert_non_null(strstr(x.msg, "not yet with replicas"));
+	x.replicas = 3;
+	assert_int_equal(kv_place_rebalance(c, &x, &n), KV_OK);
 	assert_null(n);
+	kv_config_free(c);
+}
+
+/* replicated3() with a fourth active node that holds nothing. */
+static kv_config *
+replicated3_and_a_spare(void)
+{
+	static const char *const cuts[] = {"m"};
+	static const uint32_t own[] = {1, 2};
+	static const uint32_t r0[] = {1, 2, 3}, r1[] = {2, 1, 3};
+	kv_config *c = make(4, cuts, 1, own);
+
+	set_repl(c, 0, r0, 3, r0, 3, 3);
+	set_repl(c, 1, r1, 3, r1, 2, 4);
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	return c;
+}
+
+/* The primary asks to add `node` to the ISR of the range holding key. */
+static kv_config *
+expand(kv_config *c, const char *key, uint32_t node, kv_place_ctx *x)
+{
+	const kv_range *r = &c->ranges[kv_config_find_range(c, key, strlen(key))];
+	kv_config *n = NULL;
+	uint32_t ch = 0;
+
+	assert_int_equal(kv_place_isr_change(c, r->node, kb(&r->start), kb(&r->end),
+	                                     r->leader_epoch, node, 0, x, &n, &ch),
+	                 KV_OK);
+	assert_non_null(n);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	kv_config_free(c);
+	return n;
+}
+
+static bool
+serving_yes(void *arg, uint32_t node, kv_bytes start, kv_bytes end)
+{
+	(void)start;
+	(void)end;
+	return node == *(uint32_t *)arg;
+}
+
+static void
+move_to_an_in_sync_replica_transfers_the_primary_role_at_once(void **state)
+{
+	kv_config *c = replicated3(), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	const kv_range *r;
+	(void)state;
+
+	/* [b, d) inside [, m): led by 1, 3 in its ISR. */
+	assert_int_equal(kv_place_move(c, B("b"), B("d"), 3, &x, &n), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(n->nmigs, 0);
+	r = &n->ranges[kv_config_find_range(n, "c", 1)];
+	assert_int_equal(r->node, 3);
+	assert_int_equal(r->leader_epoch, n->epoch);
+	assert_true(kv_range_has_replica(r, 1, true)); /* the transfer fence */
+	assert_int_equal(owner(n, "a"), 1);
+	assert_int_equal(owner(n, "e"), 1);
+	kv_config_free(n);
+	/* 3 is outside the ISR of [m, ): not until it is in sync. */
+	assert_int_equal(kv_place_move(c, B("x"), B(""), 3, &x, &n), KV_EBUSY);
+	assert_null(n);
+	kv_config_free(c);
+}
+
+static void
+move_to_a_new_node_replaces_the_primary_through_the_isr(void **state)
+{
+	kv_config *c = replicated3_and_a_spare(), *n = NULL, *t = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	kv_place_repair_stats st;
+	const kv_range *r;
+	(void)state;
+
+	x.replicas = 3;
+	assert_int_equal(kv_place_move(c, B(""), B("m"), 4, &x, &n), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	r = &n->ranges[0];
+	assert_int_equal(r->node, 1);
+	assert_false(kv_range_has_replica(r, 4, true));
+	assert_int_equal(kv_range_replacement(r, 4, true), 1);
+	kv_config_free(c);
+	/* A second move is in effect already. */
+	assert_int_equal(kv_place_move(n, B(""), B("m"), 4, &x, &t), KV_OK);
+	assert_null(t);
+	n = expand(n, "a", 4, &x);
+	/* In the ISR: the next repair hands it the role, the old primary kept
+	 * in the ISR; the one after drops it. */
+	assert_int_equal(kv_place_repair(n, NULL, 0, &x, &t, &st), KV_OK);
+	assert_non_null(t);
+	assert_int_equal(st.transfers, 1);
+	r = &t->ranges[0];
+	assert_int_equal(r->node, 4);
+	assert_int_equal(r->leader_epoch, t->epoch);
+	assert_true(kv_range_has_replica(r, 1, true));
+	kv_config_free(n);
+	n = t;
+	assert_int_equal(kv_place_repair(n, NULL, 0, &x, &t, &st), KV_OK);
+	assert_non_null(t);
+	assert_int_equal(kv_config_validate(t), KV_OK);
+	r = &t->ranges[0];
+	assert_int_equal(r->node, 4);
+	assert_false(kv_range_has_replica(r, 1, false));
+	assert_int_equal(kv_range_nreplicas(r), 3);
+	assert_int_equal(r->nreplacing, 0);
+	assert_int_equal(kv_config_node(t, 1)->state, KV_NODE_ACTIVE);
+	kv_config_free(t);
+	kv_config_free(n);
+}
+
+static void
+leave_of_a_backup_adds_replacements_and_ends_when_they_are_in_sync(void **state)
+{
+	kv_config *c = replicated3_and_a_spare(), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	x.replicas = 3;
+	assert_int_equal(kv_place_leave(c, 3, &x, &n), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(kv_config_node(n, 3)->state, KV_NODE_DRAINING);
+	assert_int_equal(n->nmigs, 0);
+	for (size_t i = 0; i < n->nranges; i++) {
+		const kv_range *r = &n->ranges[i];
+		/* No primary changes; 4 joins outside the ISR in place of 3. */
+		assert_int_equal(r->node, c->ranges[i].node);
+		assert_int_equal(r->leader_epoch, c->ranges[i].leader_epoch);
+		assert_true(kv_range_has_replica(r, 3, false));
+		assert_true(kv_range_has_replica(r, 4, false));
+		assert_false(kv_range_has_replica(r, 4, true));
+		assert_int_equal(kv_range_replacement(r, 4, true), 3);
+	}
+	/* A second leave has nothing more to do. */
+	kv_config *again = NULL;
+	assert_int_equal(kv_place_leave(n, 3, &x, &again), KV_EEXISTS);
+	assert_null(again);
+	kv_config_free(c);
+	/* Each expand drops 3 from that range; the last makes 3 gone. */
+	n = expand(n, "a", 4, &x);
+	assert_false(kv_range_has_replica(&n->ranges[0], 3, false));
+	assert_int_equal(n->ranges[0].nreplacing, 0);
+	assert_int_equal(kv_config_node(n, 3)->state, KV_NODE_DRAINING);
+	n = expand(n, "x", 4, &x);
+	for (size_t i = 0; i < n->nranges; i++)
+		assert_int_equal(kv_range_nreplicas(&n->ranges[i]), 3);
+	assert_int_equal(kv_config_node(n, 3)->state, KV_NODE_GONE);
+	kv_config_free(n);
+}
+
+static void
+leave_of_a_primary_transfers_the_role_and_keeps_the_old_primary_in_the_isr(void **state)
+{
+	kv_config *c = replicated3_and_a_spare(), *n = NULL, *t = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	kv_place_repair_stats st;
+	uint32_t old = 1, ch = 0;
+	const kv_range *r;
+	(void)state;
+
+	x.replicas = 3;
+	assert_int_equal(kv_place_leave(c, 1, &x, &n), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	r = &n->ranges[kv_config_find_range(n, "a", 1)];
+	assert_int_equal(r->node, 2);
+	assert_int_equal(r->leader_epoch, n->epoch);
+	assert_true(kv_range_has_replica(r, 1, true)); /* the transfer fence */
+	assert_int_equal(kv_range_replacement(r, 4, true), 1);
+	/* [m, ) was led by 2 already: only the replacement. */
+	r = &n->ranges[kv_config_find_range(n, "x", 1)];
+	assert_int_equal(r->node, 2);
+	assert_int_equal(r->leader_epoch, 4);
+	kv_config_free(c);
+
+	/* While 1 may still serve [, m) as its primary it stays in the ISR:
+	 * neither the primary's shrink nor the expand of 4 removes it. */
+	x.serving = serving_yes;
+	x.serving_arg = &old;
+	r = &n->ranges[kv_config_find_range(n, "a", 1)];
+	assert_int_equal(kv_place_isr_change(n, 2, kb(&r->start), kb(&r->end), r->leader_epoch, 0,
+	                                     1, &x, &t, &ch),
+	                 KV_EBUSY);
+	assert_null(t);
+	n = expand(n, "a", 4, &x);
+	r = &n->ranges[kv_config_find_range(n, "a", 1)];
+	assert_true(kv_range_has_replica(r, 1, true));
+	assert_true(kv_range_has_replica(r, 4, true));
+	n = expand(n, "x", 4, &x);
+	assert_int_equal(kv_place_repair(n, NULL, 0, &x, &t, &st), KV_OK);
+	assert_null(t);
+	/* Once it has applied the transfer, the repair drops it everywhere and
+	 * it is gone. */
+	x.serving = NULL;
+	assert_int_equal(kv_place_repair(n, NULL, 0, &x, &t, &st), KV_OK);
+	assert_non_null(t);
+	assert_int_equal(kv_config_validate(t), KV_OK);
+	assert_int_equal(st.dropped, 2); /* from both ranges */
+	assert_int_equal(st.gone, 1);
+	assert_int_equal(kv_config_node(t, 1)->state, KV_NODE_GONE);
+	for (size_t i = 0; i < t->nranges; i++) {
+		assert_int_equal(kv_range_nreplicas(&t->ranges[i]), 3);
+		assert_false(kv_range_has_replica(&t->ranges[i], 1, false));
+	}
+	kv_config_free(t);
+	kv_config_free(n);
+}
+
+/* Plays every primary: adds to the ISR each replica outside it (the copy
+ * has caught up), one range at a time. Returns the next configuration
+ * (c is freed), or c when every replica is in sync. */
+static kv_config *
+expand_all(kv_config *c, kv_place_ctx *x)
+{
+	for (size_t i = 0; i < c->nranges; i++) {
+		const kv_range *r = &c->ranges[i];
+		for (uint32_t j = 0; j < kv_range_nreplicas(r); j++) {
+			uint32_t m = kv_range_replica(r, j);
+			const kv_node *nd = kv_config_node(c, m);
+			if (kv_range_has_replica(r, m, true) || nd->state == KV_NODE_DOWN)
+				continue;
+			char key[64];
+			snprintf(key, sizeof(key), "%.*s", (int)r->start.len,
+			         (const char *)r->start.data);
+			return expand(c, key, m, x);
+		}
+	}
+	return c;
+}
+
+static void
+every_node_of_a_replicated_cluster_can_leave_in_turn(void **state)
+{
+	static const char *const cuts[] = {"d", "h", "m", "q", "u"};
+	static const uint32_t own[] = {1, 2, 3, 4, 5, 6};
+	static const char *const probes[] = {"a", "e", "i", "n", "r", "v"};
+	kv_config *c = make(7, cuts, 5, own), *n;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	/* Three replicas of each range, all in sync; node 7 holds nothing. */
+	for (size_t i = 0; i < 6; i++) {
+		uint32_t rs[3] = {(uint32_t)i + 1, (uint32_t)(i + 1) % 6 + 1,
+		                  (uint32_t)(i + 2) % 6 + 1};
+		set_repl(c, i, rs, 3, rs, 3, 5);
+	}
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	x.replicas = 3;
+	/* Nodes 1 to 4 leave one after the other; 5, 6 and 7 remain. */
+	for (uint32_t node = 1; node <= 4; node++) {
+		assert_int_equal(kv_place_leave(c, node, &x, &n), KV_OK);
+		assert_int_equal(kv_config_validate(n), KV_OK);
+		kv_config_free(c);
+		c = n;
+		for (int round = 0; kv_config_node(c, node)->state != KV_NODE_GONE; round++) {
+			kv_place_repair_stats st;
+			assert_true(round < 64);
+			c = expand_all(c, &x);
+			assert_int_equal(kv_place_repair(c, NULL, 0, &x, &n, &st), KV_OK);
+			if (n != NULL) {
+				assert_int_equal(kv_config_validate(n), KV_OK);
+				kv_config_free(c);
+				c = n;
+			}
+		}
+		/* Every key keeps three replicas once the replacements are in. */
+		c = expand_all(c, &x);
+		for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
+			const kv_range *r =
+			    &c->ranges[kv_config_find_range(c, probes[i], strlen(probes[i]))];
+			assert_false(kv_range_has_replica(r, node, false));
+			assert_int_equal(kv_range_nreplicas(r), 3);
+		}
+	}
+	kv_config_free(c);
+}
+
+static void
+leave_refuses_a_primary_without_another_live_isr_member(void **state)
+{
+	static const char *const cuts[] = {"m"};
+	static const uint32_t own[] = {1, 2};
+	static const uint32_t r0[] = {1, 2, 3}, i0[] = {1}, r1[] = {2, 1, 3};
+	kv_config *c = make(4, cuts, 1, own), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	set_repl(c, 0, r0, 3, i0, 1, 3);
+	set_repl(c, 1, r1, 3, r1, 3, 4);
+	x.replicas = 3;
+	assert_int_equal(kv_place_leave(c, 1, &x, &n), KV_EBUSY);
+	assert_non_null(strstr(x.msg, "no other active in-sync replica"));
+	assert_null(n);
+	kv_config_free(c);
+}
+
+static void
+leave_with_no_node_to_replace_drops_the_backup_short_of_a_replica(void **state)
+{
+	kv_config *c = replicated3(), *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	(void)state;
+
+	x.replicas = 3;
+	assert_int_equal(kv_place_leave(c, 3, &x, &n), KV_OK);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	for (size_t i = 0; i < n->nranges; i++)
+		assert_int_equal(kv_range_nreplicas(&n->ranges[i]), 2);
+	assert_int_equal(kv_config_node(n, 3)->state, KV_NODE_GONE);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+a_down_member_past_down_after_is_replaced_and_dropped_on_expand(void **state)
+{
+	kv_config *c = replicated3_and_a_spare(), *d, *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	kv_place_repair_stats st;
+	kv_place_failover_stats fs;
+	uint32_t three = 3;
+	(void)state;
+
+	x.replicas = 3;
+	d = down(c, 3, &fs);
+	kv_config_free(c);
+	/* Not past --down-after yet: nothing to do. */
+	assert_int_equal(kv_place_repair(d, NULL, 0, &x, &n, &st), KV_OK);
+	assert_null(n);
+	assert_int_equal(kv_place_repair(d, &three, 1, &x, &n, &st), KV_OK);
+	assert_non_null(n);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(st.added, 2);
+	assert_int_equal(kv_config_node(n, 3)->state, KV_NODE_DOWN);
+	for (size_t i = 0; i < n->nranges; i++) {
+		assert_int_equal(kv_range_replacement(&n->ranges[i], 4, true), 3);
+		assert_false(kv_range_has_replica(&n->ranges[i], 4, true));
+		assert_int_equal(n->ranges[i].leader_epoch, d->ranges[i].leader_epoch);
+	}
+	kv_config_free(d);
+	/* Done once: a second pass changes nothing. */
+	assert_int_equal(kv_place_repair(n, &three, 1, &x, &d, &st), KV_OK);
+	assert_null(d);
+	n = expand(n, "a", 4, &x);
+	n = expand(n, "x", 4, &x);
+	for (size_t i = 0; i < n->nranges; i++) {
+		assert_false(kv_range_has_replica(&n->ranges[i], 3, false));
+		assert_int_equal(kv_range_nreplicas(&n->ranges[i]), 3);
+		assert_int_equal(kv_range_ninsync(&n->ranges[i]), 3);
+	}
+	/* Still down, not gone, until remove. */
+	assert_int_equal(kv_config_node(n, 3)->state, KV_NODE_DOWN);
+	kv_config_free(n);
+}
+
+static void
+a_down_member_with_no_node_to_replace_it_stays(void **state)
+{
+	kv_config *c = replicated3(), *d, *n = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	kv_place_repair_stats st;
+	kv_place_failover_stats fs;
+	uint32_t three = 3;
+	(void)state;
+
+	x.replicas = 3;
+	d = down(c, 3, &fs);
+	assert_int_equal(kv_place_repair(d, &three, 1, &x, &n, &st), KV_OK);
+	assert_null(n);
+	assert_int_equal(st.short_of, 2);
+	kv_config_free(d);
+	kv_config_free(c);
+}
+
+static void
+replacements_go_to_the_node_with_the_least_data(void **state)
+{
+	static const char *const cuts[] = {"m"};
+	static const uint32_t own[] = {1, 2};
+	static const uint32_t r0[] = {1, 2, 3}, r1[] = {2, 4, 5};
+	kv_config *c = make(5, cuts, 1, own), *n = NULL;
+	struct pts p = {0};
+	kv_place_ctx x;
+	(void)state;
+
+	set_repl(c, 0, r0, 3, r0, 3, 3);
+	set_repl(c, 1, r1, 3, r1, 3, 3);
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	/* [m, ) holds far more data: 4 and 5 hold more than 1 and 2. */
+	pts_add(&p, "a", 0, 10, 100);
+	pts_add(&p, "x", 0, 10, 10000);
+	x = ctx_of(&p);
+	x.replicas = 3;
+	c->nodes[2].state = KV_NODE_DOWN;
+	uint32_t three = 3;
+	kv_place_repair_stats st;
+	assert_int_equal(kv_place_repair(c, &three, 1, &x, &n, &st), KV_OK);
+	assert_non_null(n);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	/* 4 and 5 hold the same bytes; the lower id wins the tie. */
+	assert_int_equal(kv_range_replacement(&n->ranges[0], 4, true), 3);
+	kv_config_free(n);
 	kv_config_free(c);
 }
 
@@ -1324,18 +1784,13 @@ moving_a_single_range_keeps_the_replica_sets_of_the_others(void **state)
 	kv_config_free(c);
 }
 
-static kv_bytes
-kb(const kv_buf *b)
-{
-	kv_bytes r = {b->data, b->len};
-	return r;
-}
-
-/* Random joins, downs, returns, ISR changes, removes and the commands that
- * refuse replicated ranges, with 2 or 3 replicas: every result is valid,
+/* Random joins, downs, returns, ISR changes, removes, leaves, repairs and
+ * the commands that refuse replicated ranges, with 2 or 3 replicas: every result is valid,
  * no key's leader epoch goes down and a key whose primary changes gets the
  * new epoch, only the primary of a range may be down in its ISR, and a
  * range whose primary is down has it alone in its ISR. */
+#define STEPS 3000
+
 static void
 random_replicated_commands_keep_the_replica_invariants(void **state)
 {
@@ -1344,9 +1799,10 @@ random_replicated_commands_keep_the_replica_invariants(void **state)
 	static const uint32_t own[] = {1, 2, 3, 4};
 	kv_config *c = make(4, cuts, 3, own);
 	int applied = 0, failovers = 0, changes = 0;
+	uint64_t next_mig = 10; /* migration ids are never reused */
 	(void)state;
 
-	for (int step = 0; step < 3000; step++) {
+	for (int step = 0; step < STEPS; step++) {
 		kv_place_ctx x = ctx_of(NULL);
 		kv_place_failover_stats st;
 		kv_config *n = NULL;
@@ -1362,7 +1818,8 @@ random_replicated_commands_keep_the_replica_invariants(void **state)
 		uint32_t live = 0;
 		for (size_t i = 0; i < c->nnodes; i++)
 			live += c->nodes[i].state != KV_NODE_GONE;
-		switch (rnd(9)) {
+		x.next_mig_id = next_mig;
+		switch (rnd(10)) {
 		case 0: {
 			char addr[64];
 			if (live >= 6)
@@ -1413,6 +1870,11 @@ random_replicated_commands_keep_the_replica_invariants(void **state)
 		case 7:
 			rv = kv_place_leave(c, 1 + rnd(nn), &x, &n);
 			break;
+		case 8: { /* repairs, with a random node past --down-after */
+			uint32_t ex = 1 + rnd(nn);
+			rv = kv_place_repair(c, &ex, rnd(2), &x, &n, NULL);
+			break;
+		}
 		default:
 			rv = kv_place_rebalance(c, &x, &n);
 			break;
@@ -1423,6 +1885,7 @@ random_replicated_commands_keep_the_replica_invariants(void **state)
 			assert_null(n);
 			continue;
 		}
+		next_mig = x.next_mig_id;
 		assert_int_equal(kv_config_validate(n), KV_OK);
 		assert_int_equal(n->epoch, c->epoch + 1);
 		for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
@@ -1498,7 +1961,19 @@ main(void)
 	    cmocka_unit_test(isr_change_splits_commits_and_merges_back),
 	    cmocka_unit_test(remove_drops_the_node_from_replica_sets_and_refuses_lost_isrs),
 	    cmocka_unit_test(remove_with_replicas_refills_the_replica_sets),
-	    cmocka_unit_test(move_leave_rebalance_refuse_replicated_ranges),
+	    cmocka_unit_test(rebalance_spreads_replicas_and_primaries_of_replicated_ranges),
+	    cmocka_unit_test(rebalance_of_balanced_replicas_changes_nothing),
+	    cmocka_unit_test(move_to_an_in_sync_replica_transfers_the_primary_role_at_once),
+	    cmocka_unit_test(move_to_a_new_node_replaces_the_primary_through_the_isr),
+	    cmocka_unit_test(leave_of_a_backup_adds_replacements_and_ends_when_they_are_in_sync),
+	    cmocka_unit_test(
+	        leave_of_a_primary_transfers_the_role_and_keeps_the_old_primary_in_the_isr),
+	    cmocka_unit_test(every_node_of_a_replicated_cluster_can_leave_in_turn),
+	    cmocka_unit_test(leave_refuses_a_primary_without_another_live_isr_member),
+	    cmocka_unit_test(leave_with_no_node_to_replace_drops_the_backup_short_of_a_replica),
+	    cmocka_unit_test(a_down_member_past_down_after_is_replaced_and_dropped_on_expand),
+	    cmocka_unit_test(a_down_member_with_no_node_to_replace_it_stays),
+	    cmocka_unit_test(replacements_go_to_the_node_with_the_least_data),
 	    cmocka_unit_test(moving_a_single_range_keeps_the_replica_sets_of_the_others),
 	    cmocka_unit_test(random_replicated_commands_keep_the_replica_invariants),
 	};
