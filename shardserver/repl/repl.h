@@ -50,7 +50,9 @@
 #include "common/config.h"
 #include "common/key.h"
 #include "common/tls.h"
+#include "shardserver/dedup/dedup.h"
 #include "shardserver/durable/durable.h"
+#include "shardserver/store/store.h"
 #include "proto/data_codec.h"
 
 #include <stdbool.h>
@@ -62,6 +64,8 @@
  * take only leaf locks and never call back into kv_rs. */
 typedef struct {
 	kv_dur *dur;      /* the log (and through it the store and dedup memory) */
+	kv_store *store;  /* the data, read by copies to replicas outside the ISR */
+	kv_dedup *dedup;  /* the exactly-once memory, read by those copies */
 	kv_tls *tls;      /* client configuration towards peers; NULL: plain tcp */
 	kv_bytes auth;    /* token sent to peers; empty: none */
 	void *arg;        /* passed to the callbacks */
@@ -83,6 +87,10 @@ typedef struct {
 	 * another code (ask again later). NULL: never asks. */
 	int (*isr_remove)(void *arg, const kv_bytes *start, const kv_bytes *end,
 	                  uint64_t leader_epoch, uint32_t node);
+	/* Asks the controller to add `node` to the ISR of [start, end) (Expand):
+	 * the same contract as isr_remove. NULL: never asks. */
+	int (*isr_add)(void *arg, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
+	               uint32_t node);
 } kv_rs_env;
 
 typedef struct kv_rs kv_rs;
@@ -162,6 +170,11 @@ typedef struct {
 	uint64_t refused;      /* batches refused as a backup */
 	uint64_t shrink_asks;  /* IsrChange{remove} requests sent (one per range) */
 	uint64_t demotions;    /* configurations that took a range with backups away */
+	uint64_t copies;       /* copies to replicas outside the ISR started (attempts) */
+	uint64_t copied;       /* ... completed */
+	uint64_t copy_recs;    /* records sent in copy steps */
+	uint64_t expand_asks;  /* IsrChange{add} requests sent (one per range) */
+	uint64_t diverged;     /* backups found diverged after a failover (reconciliation) */
 } kv_rs_stats;
 void kv_rs_stats_get(kv_rs *g, kv_rs_stats *st);
 
