@@ -1345,14 +1345,14 @@ kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const 
 			       "refused until the set grows";
 			return KV_EUNAVAIL;
 		}
-		if (o != r && (o->nbackups || r->nbackups)) {
+		if (o != r && (o->nbackups || r->nbackups || o->ncatch || r->ncatch)) {
 			pthread_rwlock_unlock(&g->tab_lock);
 			*why = "a multi-key write to replicated ranges must stay within one range";
 			return KV_EINVAL;
 		}
 	}
 	op->g = g;
-	if (r && r->nbackups)
+	if (r && (r->nbackups || r->ncatch))
 		op->tap = (kv_dur_tap){.fn = tap_fn, .arg = (void *)r};
 	return KV_OK;
 }
@@ -1440,7 +1440,8 @@ same_range(const kv_buf *as, const kv_buf *ae, const kv_buf *bs, const kv_buf *b
  * stream counts for the commit point.
  */
 static void
-carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, uint32_t me)
+carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, uint32_t me,
+                  bool restarted)
 {
 	route *nr = g->routes;
 	size_t nn = g->nroutes, ns = atomic_load(&g->nstreams);
@@ -1474,14 +1475,18 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 			pthread_cond_signal(&s->cv);
 			pthread_mutex_unlock(&s->mu);
 		}
-		/* Promotion: this node's end of the previous leader epoch. */
-		for (size_t o = 0; o < oldn && t->nbackups; o++) {
-			const route *q = &old[o];
-			if (q->primary == me || q->primary == 0 ||
-			    q->leader_epoch >= t->leader_epoch ||
-			    !overlap(&q->start, &q->end, &t->start, &t->end))
+		/* Promotion: this node's end of the previous leader epoch. The
+		 * first configuration after a restart (the log held records), which
+		 * may already name this node primary, knows no previous one: the
+		 * end is unknown. A node that starts empty holds nothing to
+		 * reconcile. */
+		for (size_t o = 0; o < (old ? oldn : restarted ? 1 : 0) && t->nbackups; o++) {
+			const route *q = old ? &old[o] : t;
+			if (old != NULL && (q->primary == me || q->primary == 0 ||
+			                    q->leader_epoch >= t->leader_epoch ||
+			                    !overlap(&q->start, &q->end, &t->start, &t->end)))
 				continue;
-			uint64_t end_lsn = applied_from(g, q->primary);
+			uint64_t end_lsn = old ? applied_from(g, q->primary) : 0;
 			for (uint32_t b = 0; b < t->nbackups; b++) {
 				stream *s = t->backups[b];
 				pthread_mutex_lock(&s->mu);
@@ -1607,6 +1612,8 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 				         "node=%u", t->replicas[j]);
 		}
 	}
+	kv_dur_stats ds;
+	kv_dur_stats_get(g->env.dur, &ds);
 	pthread_mutex_lock(&g->in_mu);
 	pthread_rwlock_wrlock(&g->tab_lock);
 	old = g->routes;
@@ -1614,7 +1621,7 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	g->routes = nr;
 	g->nroutes = c->nranges;
 	atomic_store(&g->short_isr, short_isr);
-	carry_over_locked(g, old, oldn, c, me);
+	carry_over_locked(g, old, oldn, c, me, old == NULL && ds.wal.next_lsn > 1);
 	pthread_rwlock_unlock(&g->tab_lock);
 	pthread_mutex_unlock(&g->in_mu);
 	/* Demotion: a range this node led with backups has another primary

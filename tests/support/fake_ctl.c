@@ -265,6 +265,18 @@ ctl_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	}
 	case SHARDKV__ADMIN_REQUEST__CMD_REBALANCE:
 		break;
+	case SHARDKV__ADMIN_REQUEST__CMD_ISR_CHANGE:
+		/* Recorded and answered with the latest epoch: the test publishes
+		 * the change when it wants it. */
+		if (rq->isr_change->add_node) {
+			f->isr_adds++;
+			f->isr_added = rq->isr_change->add_node;
+		} else {
+			f->isr_removes++;
+			f->isr_removed = rq->isr_change->remove_node;
+		}
+		r.epoch = latest;
+		break;
 	default:
 		r.status = SHARDKV__STATUS__STATUS_INVALID;
 		r.error = "not served by the fake controller";

@@ -10,6 +10,7 @@
  * - clients and the CLI: GetConfig (the latest, a pinned epoch, or a given
  *   one; NOT_FOUND for an epoch never published), Status (made-up
  *   statistics: node i has 10 * i keys and 100 * i bytes), Join, Leave,
+ *   IsrChange (recorded, answered OK with the latest epoch),
  *   Move and Rebalance answered as a controller would (the next epoch, a
  *   new node the next id, Leave and Move of a known node the migration
  *   FAKE_CTL_MIG_ID, an unknown node NOT_FOUND) without changing the
@@ -71,6 +72,10 @@ typedef struct {
 	int fence_status;         /* else answer it with this wire status (0: OK) */
 	unsigned fenced_seen;     /* FENCED progress reports received */
 	uint64_t getconfig_epoch; /* GetConfig of the latest answers this epoch; 0: the latest */
+	unsigned isr_adds;        /* IsrChange{add} requests received (answered OK) */
+	uint32_t isr_added;       /* ... the node named by the last one */
+	unsigned isr_removes;     /* IsrChange{remove} requests received (answered OK) */
+	uint32_t isr_removed;     /* ... the node named by the last one */
 
 	pthread_t ticker; /* answers held watches after 300 ms */
 	atomic_bool stop; /* stops the ticker */

@@ -103,7 +103,8 @@ inproc_cluster_ctl_up(inproc_cluster *c)
 	                              .metrics = c->ctl_metrics,
 	                              .lease_ms = c->o.lease_ms,
 	                              .lease_margin_ms = c->o.lease_margin_ms,
-	                              .replicas = c->o.replicas};
+	                              .replicas = c->o.replicas,
+	                              .min_insync = c->o.min_insync};
 	if (kv_controller_create(&c->ccfg, &c->ctl, err, sizeof(err)) != KV_OK)
 		fail_msg("controller create: %s", err);
 	if (kv_controller_start(c->ctl, err, sizeof(err)) != KV_OK)

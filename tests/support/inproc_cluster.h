@@ -40,6 +40,7 @@ typedef struct {
 	unsigned lease_margin_ms; /* the controller's margin: down after lease + margin */
 	unsigned lease_renew_ms;  /* the servers' renewal period */
 	unsigned replicas;        /* the controller's --replicas; 0: its own default */
+	unsigned min_insync;      /* the controller's --min-insync; 0: its own default */
 	unsigned patience_ms;     /* upper bound of any wait of this module */
 } inproc_cluster_opts;
 
