@@ -597,12 +597,17 @@ kv_server_stop(kv_server *s)
 		if (rs.streams || rs.applied || rs.refused || rs.demotions)
 			KV_INFO(COMP, "replication",
 			        "streams=%llu unacked=%llu batches=%llu restarts=%llu "
-			        "applied=%llu refused=%llu shrink_asks=%llu demotions=%llu",
+			        "applied=%llu refused=%llu shrink_asks=%llu demotions=%llu "
+			        "copies=%llu copied=%llu copy_records=%llu expand_asks=%llu "
+			        "diverged=%llu",
 			        (unsigned long long)rs.streams, (unsigned long long)rs.queued,
 			        (unsigned long long)rs.sent_batches, (unsigned long long)rs.resends,
 			        (unsigned long long)rs.applied, (unsigned long long)rs.refused,
 			        (unsigned long long)rs.shrink_asks,
-			        (unsigned long long)rs.demotions);
+			        (unsigned long long)rs.demotions, (unsigned long long)rs.copies,
+			        (unsigned long long)rs.copied, (unsigned long long)rs.copy_recs,
+			        (unsigned long long)rs.expand_asks,
+			        (unsigned long long)rs.diverged);
 	}
 	kv_rs_destroy(s->repl);
 	s->repl = NULL;

@@ -157,6 +157,7 @@ struct stream {
 	kv_buf *copy_dd;              /* thread: its exactly-once records */
 	size_t copy_ndd, copy_cap;    /* thread: ... count, capacity */
 	kv_store_cursor copy_cur;     /* thread: its position in the store */
+	uint64_t copy_logged;         /* thread: the marker whose copy was last logged */
 	diverged *div;                /* ranges to have the backup leave the ISR of */
 	uint64_t div_ns;              /* no removal request before this (monotonic) */
 	uint64_t expand_ns;           /* thread: next expand check (monotonic) */
@@ -821,9 +822,12 @@ send_copy_locked(stream *s)
 		s->copy_ndd = 0;
 		kv_dedup_visit_range(g->env.dedup, st.p, st.len, en.p, en.len, copy_dedup_cb, s);
 		atomic_fetch_add(&g->st_copies, 1);
-		KV_INFO(COMP, "copying a range to a replica outside the ISR",
-		        "node=%u leader_epoch=%llu dedup=%zu", s->node,
-		        (unsigned long long)m->leader_epoch, s->copy_ndd);
+		/* Once per marker: a replica that is down is tried again and again. */
+		if (s->copy_logged != mid)
+			KV_INFO(COMP, "copying a range to a replica outside the ISR",
+			        "node=%u leader_epoch=%llu dedup=%zu", s->node,
+			        (unsigned long long)m->leader_epoch, s->copy_ndd);
+		s->copy_logged = mid;
 	}
 	if (!s->copy_dedup) {
 		while (s->copy_doff < s->copy_ndd && a.n < COPY_RECS) {
@@ -945,7 +949,8 @@ shrink_due_locked(stream *s, uint64_t now)
 	kv_rs *g = s->g;
 
 	if (g->env.isr_remove == NULL || atomic_load(&g->stopping) || s->unacked == NULL ||
-	    now < s->ask_ns || now - s->progress_ns < SHRINK_MS * 1000000ull ||
+	    !atomic_load(&s->counts) || now < s->ask_ns ||
+	    now - s->progress_ns < SHRINK_MS * 1000000ull ||
 	    (s->refused_epoch != 0 && s->refused_epoch == g->env.epoch(g->env.arg)))
 		return false;
 	s->ask_ns = now + ASK_AGAIN_MS * 1000000ull;
@@ -1086,8 +1091,13 @@ expand(stream *s)
 	uint64_t now = kv_now_ns();
 	isr_ask *ask = NULL;
 	size_t n = 0, cap = 0;
+	bool wr = false, flip = false;
 
-	pthread_rwlock_rdlock(&g->tab_lock);
+again:
+	if (wr)
+		pthread_rwlock_wrlock(&g->tab_lock);
+	else
+		pthread_rwlock_rdlock(&g->tab_lock);
 	pthread_mutex_lock(&s->mu);
 	uint64_t first = first_unacked_locked(s);
 	for (job *j = g->jobs; j; j = j->next) {
@@ -1098,7 +1108,15 @@ expand(stream *s)
 			j->target = s->tail_lsn;
 		}
 		if (j->state == JOB_LIVE && first > j->target) {
-			/* From here every reply waits for this replica too. */
+			/* From here every reply waits for this replica too. Under the
+			 * write lock no write is between its apply and its log append:
+			 * every write the copy saw is queued at or below the new
+			 * target, so once the replica has it, its state is exactly
+			 * the primary's records up to its position (what
+			 * reconciliation compares). */
+			flip = true;
+			if (!wr)
+				continue;
 			atomic_store(&s->counts, true);
 			j->state = JOB_EXPAND;
 			j->target = s->tail_lsn;
@@ -1125,6 +1143,10 @@ expand(stream *s)
 	}
 	pthread_mutex_unlock(&s->mu);
 	pthread_rwlock_unlock(&g->tab_lock);
+	if (flip && !wr) {
+		wr = true;
+		goto again;
+	}
 	for (size_t i = 0; i < n; i++) {
 		kv_bytes st = {ask[i].start.data, ask[i].start.len};
 		kv_bytes en = {ask[i].end.data, ask[i].end.len};
@@ -1803,6 +1825,10 @@ apply_copy(kv_rs *g, const kv_repl_copy *c, insrc *in, const char **why)
 		if (st != KV_OK)
 			return st;
 		in->last_local = l;
+		/* The copy may show writes whose records have not arrived yet: the
+		 * position in this primary's records is unknown until later
+		 * records raise it (reconciliation compares it). */
+		in->max_lsn = 0;
 		KV_INFO(COMP,
 		        "copy of a range from its primary started: what was held of it is "
 		        "dropped",
