@@ -9,7 +9,8 @@
  *   PUT:       u32 klen, key, u32 vlen, value
  *   DEL:       u32 klen, key [, u32 dlen, deleted value]
  *   MPUT:      u32 n, n x (u32 klen, key, u32 vlen, value)
- *   RANGE_DEL: u32 slen, start, u32 elen, end (empty end: no bound)
+ *   RANGE_DEL: u32 slen, start, u32 elen, end (empty end: no bound); the
+ *              range's keys and exactly-once entries are gone
  *   DEDUP:     i32 status, u32 klen, key [, u32 dlen, deleted value]
  *              (the dedup fields are flagged)
  *
@@ -512,6 +513,10 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 		do
 			rv = kv_store_range_delete(c->store, s.p, s.len, e.p, e.len, 4096, NULL);
 		while (rv == KV_EBUSY);
+		/* The range's exactly-once entries go with it: what replaces the
+		 * range (a copy, a transfer) brings its own. */
+		if (rv == KV_OK)
+			kv_dedup_forget_range(c->dedup, s.p, s.len, e.p, e.len);
 		break;
 	}
 	case REC_DEDUP: {
