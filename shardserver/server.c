@@ -489,7 +489,7 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .epoch = mig_epoch,
 	                  .hurry = repl_hurry,
 	                  .isr_remove = repl_isr_remove,
-	                  .isr_add = repl_isr_add};
+	                  .isr_add = cfg->no_expand ? NULL : repl_isr_add};
 	if ((rv = kv_rs_create(&renv, &s->repl)) != 0) {
 		kv_mig_destroy(s->mig);
 		goto err_after_ctl;

@@ -1107,7 +1107,7 @@ again:
 			j->state = JOB_LIVE;
 			j->target = s->tail_lsn;
 		}
-		if (j->state == JOB_LIVE && first > j->target) {
+		if (j->state == JOB_LIVE && first > j->target && g->env.isr_add != NULL) {
 			/* From here every reply waits for this replica too. Under the
 			 * write lock no write is between its apply and its log append:
 			 * every write the copy saw is queued at or below the new

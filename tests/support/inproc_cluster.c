@@ -124,6 +124,7 @@ inproc_cluster_srv_up(inproc_cluster *c, int i)
 	assert_true(i >= 0 && i < c->o.nsrv);
 	c->srv[i].cfg.lease_ms = c->o.lease_ms;
 	c->srv[i].cfg.lease_renew_ms = c->o.lease_renew_ms;
+	c->srv[i].cfg.no_expand = c->o.no_expand;
 	inproc_srv_up(&c->srv[i]);
 }
 
