@@ -10,6 +10,8 @@
  *   the join, retried at the new primary, is answered, not applied again;
  * - an old primary that comes back after a failover is copied again (keys
  *   deleted while it was away are gone from it) and rejoins the ISR;
+ * - after a failover, an in-sync backup that has every record of the old
+ *   primary the new one has answers its end in sync and stays in the ISR;
  * - a backup holding a record the new primary lacks (fake controller, which
  *   publishes what a real one would) answers the new primary's end as
  *   diverged, is taken out of the ISR at its request, copied again (the
@@ -308,6 +310,62 @@ a_restarted_old_primary_is_copied_again_and_rejoins_the_isr(void **state)
 	assert_true(holds(rs.srv[0].s, "after", "1"));
 }
 
+static inproc_cluster r3 = {.o = {.name = "kvthree", .nsrv = 3, .replicas = 3, .min_insync = 1}};
+
+/* Waits until the one range has another primary than `old`; returns it. */
+static uint32_t
+wait_new_primary(inproc_cluster *c, uint32_t old)
+{
+	uint64_t t0 = kv_test_now_ms();
+
+	for (;;) {
+		kv_config *cfg = inproc_cluster_config(c);
+		uint32_t p = cfg && cfg->nranges == 1 ? cfg->ranges[0].node : old;
+		kv_config_free(cfg);
+		if (p != old)
+			return p;
+		if (kv_test_now_ms() - t0 > PATIENCE)
+			fail_msg("node %u never lost the range", old);
+		kv_test_sleep_ms(20);
+	}
+}
+
+static void
+an_in_sync_backup_with_the_new_primarys_records_stays_in_the_isr(void **state)
+{
+	char key[16];
+	kv_config *cfg;
+	uint32_t q, b;
+
+	(void)state;
+	inproc_cluster_srv_up(&r3, 0);
+	srv_wait_ready(r3.srv[0].url, 1, PATIENCE, NULL);
+	inproc_cluster_srv_up(&r3, 1);
+	inproc_cluster_srv_up(&r3, 2);
+	wait_isr(&r3, 1, 3);
+	for (int i = 0; i < 20; i++) {
+		snprintf(key, sizeof(key), "k%02d", i);
+		assert_int_equal(do_put(r3.srv[0].url, key, "v", 0, 0).status, 0);
+	}
+	/* Both backups acknowledged every record of node 1: when it stops,
+	 * the new primary's end of its leader epoch equals the other's. */
+	inproc_srv_down(&r3.srv[0]);
+	q = wait_new_primary(&r3, 1);
+	b = q == 2 ? 3 : 2;
+	wait_serves(r3.srv[q - 1].url, "k00", "v");
+	/* A write completes only once the end is answered in sync, or once a
+	 * diverged backup has left the ISR: it is still there. */
+	assert_int_equal(do_put(r3.srv[q - 1].url, "after", "1", 0, 0).status, 0);
+	cfg = inproc_cluster_config(&r3);
+	assert_non_null(cfg);
+	assert_int_equal(cfg->ranges[0].node, q);
+	assert_int_equal(kv_range_ninsync(&cfg->ranges[0]), 2);
+	assert_true(kv_range_has_replica(&cfg->ranges[0], b, true));
+	kv_config_free(cfg);
+	assert_true(holds(r3.srv[b - 1].s, "after", "1"));
+	assert_true(holds(r3.srv[b - 1].s, "k19", "v"));
+}
+
 /* Divergence: three servers under the fake controller. */
 static inproc_srv dv[3];
 static fake_ctl *dctl;
@@ -420,6 +478,8 @@ main(void)
 	        a_joined_replica_catches_up_under_writes_and_a_failover_to_it_loses_nothing, &jn),
 	    INPROC_CLUSTER_TEST(the_exactly_once_memory_travels_with_the_copy, &eo),
 	    INPROC_CLUSTER_TEST(a_restarted_old_primary_is_copied_again_and_rejoins_the_isr, &rs),
+	    INPROC_CLUSTER_TEST(an_in_sync_backup_with_the_new_primarys_records_stays_in_the_isr,
+	                        &r3),
 	    cmocka_unit_test_setup_teardown(
 	        a_backup_with_divergent_records_is_dropped_and_copied_again, dv_setup, dv_teardown),
 	};

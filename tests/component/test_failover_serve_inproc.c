@@ -16,8 +16,9 @@
  *   serving at once, names the new primary, and keeps its copy; a copy
  *   outside the ISR named primary is not served.
  *
- * The backup joins the ISR (the primary's IsrChange, sent here by the test)
- * before any write, so it is trivially caught up. Every wait polls with a
+ * The backup joins the ISR before any write, so it is trivially caught up:
+ * its primary copies it and asks for it, and the test sends the same
+ * IsrChange itself (answered with the current epoch once in effect). Every wait polls with a
  * deadline; timings are printed, and bounded only generously.
  */
 #include "common/err.h"
