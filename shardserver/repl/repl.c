@@ -396,6 +396,20 @@ kv_rs_notify(kv_rs *g, uint64_t lsn, kv_wal_done_fn done, void *arg)
  * Primary side: the tap and the streams
  * ------------------------------------------------------------------------ */
 
+/* Frees the ranges s's backup diverged on (caller holds s->mu, or no
+ * other thread runs). */
+static void
+div_free_all(stream *s)
+{
+	while (s->div) {
+		diverged *d = s->div;
+		s->div = d->next;
+		kv_buf_fini(&d->start);
+		kv_buf_fini(&d->end);
+		free(d);
+	}
+}
+
 /* Appends e to s's queue. Caller holds s->mu. */
 static void
 push_locked(stream *s, entry *e)
@@ -880,6 +894,76 @@ out:
 	free(a.recs);
 }
 
+/* IsrChange requests to send: the ranges, copied. */
+typedef struct {
+	kv_buf start, end;
+	uint64_t leader_epoch;
+} isr_ask;
+
+typedef struct {
+	isr_ask *v;
+	size_t n, cap;
+} ask_list;
+
+/* Adds [start, end) at leader_epoch to l (dropped when out of memory: the
+ * request is made again later). */
+static void
+asks_add(ask_list *l, const kv_buf *start, const kv_buf *end, uint64_t leader_epoch)
+{
+	isr_ask *a;
+
+	if (l->n == l->cap) {
+		size_t nc = l->cap ? 2 * l->cap : 4;
+		isr_ask *nv = realloc(l->v, nc * sizeof(*nv));
+		if (nv == NULL)
+			return;
+		l->v = nv;
+		l->cap = nc;
+	}
+	a = &l->v[l->n];
+	*a = (isr_ask){.leader_epoch = leader_epoch};
+	if (kv_buf_set(&a->start, start->data, start->len) != 0 ||
+	    kv_buf_set(&a->end, end->data, end->len) != 0) {
+		kv_buf_fini(&a->start);
+		kv_buf_fini(&a->end);
+		return;
+	}
+	l->n++;
+}
+
+/* Sends IsrChange{add} (add) or {remove} of s's node for every range of l,
+ * counting each in *count and logging msg, then frees l. Called with no
+ * lock held. Returns whether the controller refused one for this
+ * configuration (KV_ESTALE or KV_EINVAL). */
+static bool
+asks_send(stream *s, ask_list *l, bool add, atomic_uint_fast64_t *count, const char *msg)
+{
+	kv_rs *g = s->g;
+	bool refused = false;
+
+	for (size_t i = 0; i < l->n; i++) {
+		isr_ask *a = &l->v[i];
+		kv_bytes st = {a->start.data, a->start.len};
+		kv_bytes en = {a->end.data, a->end.len};
+		int (*fn)(void *, const kv_bytes *, const kv_bytes *, uint64_t, uint32_t) =
+		    add ? g->env.isr_add : g->env.isr_remove;
+		int rv = fn ? fn(g->env.arg, &st, &en, a->leader_epoch, s->node) : KV_EINVAL;
+		atomic_fetch_add(count, 1);
+		if (add)
+			KV_INFO(COMP, msg, "node=%u leader_epoch=%llu result=%s", s->node,
+			        (unsigned long long)a->leader_epoch, kv_errname(rv));
+		else
+			KV_WARN(COMP, msg, "node=%u leader_epoch=%llu result=%s", s->node,
+			        (unsigned long long)a->leader_epoch, kv_errname(rv));
+		refused |= rv == KV_ESTALE || rv == KV_EINVAL;
+		kv_buf_fini(&a->start);
+		kv_buf_fini(&a->end);
+	}
+	free(l->v);
+	*l = (ask_list){0};
+	return refused;
+}
+
 /* Asks the controller to take s's backup out of the ISR of every range this
  * node leads with it (doc/replication.md "ISR changes", Shrink). Called by
  * the stream thread with no lock held. */
@@ -889,38 +973,21 @@ ask_shrink(stream *s)
 	kv_rs *g = s->g;
 	uint32_t me = g->env.node_id(g->env.arg);
 	uint64_t epoch = g->env.epoch(g->env.arg);
-	route *ask = NULL;
-	size_t n = 0;
-	bool refused = false;
+	ask_list l = {0};
+	bool refused;
 
 	pthread_rwlock_rdlock(&g->tab_lock);
-	ask = calloc(g->nroutes ? g->nroutes : 1, sizeof(*ask));
-	for (size_t i = 0; ask && i < g->nroutes; i++) {
+	for (size_t i = 0; i < g->nroutes; i++) {
 		const route *r = &g->routes[i];
 		bool with = false;
 		for (uint32_t j = 0; j < r->nbackups; j++)
 			with |= r->backups[j] == s;
-		if (!with || r->primary != me)
-			continue;
-		if (kv_buf_set(&ask[n].start, r->start.data, r->start.len) != 0 ||
-		    kv_buf_set(&ask[n].end, r->end.data, r->end.len) != 0) {
-			kv_buf_fini(&ask[n].start);
-			continue;
-		}
-		ask[n++].leader_epoch = r->leader_epoch;
+		if (with && r->primary == me)
+			asks_add(&l, &r->start, &r->end, r->leader_epoch);
 	}
 	pthread_rwlock_unlock(&g->tab_lock);
-	for (size_t i = 0; i < n; i++) {
-		kv_bytes st = {ask[i].start.data, ask[i].start.len};
-		kv_bytes en = {ask[i].end.data, ask[i].end.len};
-		int rv = g->env.isr_remove(g->env.arg, &st, &en, ask[i].leader_epoch, s->node);
-		atomic_fetch_add(&g->st_asks, 1);
-		KV_WARN(COMP, "in-sync backup silent: asked the controller to shrink the ISR",
-		        "node=%u leader_epoch=%llu result=%s", s->node,
-		        (unsigned long long)ask[i].leader_epoch, kv_errname(rv));
-		refused |= rv == KV_ESTALE || rv == KV_EINVAL;
-	}
-	routes_free(ask, n);
+	refused = asks_send(s, &l, false, &g->st_asks,
+	                    "in-sync backup silent: asked the controller to shrink the ISR");
 	/* A replica about to join an ISR that went silent: count it no more. */
 	pthread_rwlock_rdlock(&g->tab_lock);
 	pthread_mutex_lock(&s->mu);
@@ -1070,12 +1137,6 @@ uninstall(stream *s)
 	        "node=%u", s->node);
 }
 
-/* An expand request to send. */
-typedef struct {
-	kv_buf start, end;
-	uint64_t leader_epoch;
-} isr_ask;
-
 /*
  * Expand (doc/replication.md "ISR changes"): a copied replica that has
  * acknowledged the position the stream had when its copy completed starts
@@ -1089,8 +1150,7 @@ expand(stream *s)
 {
 	kv_rs *g = s->g;
 	uint64_t now = kv_now_ns();
-	isr_ask *ask = NULL;
-	size_t n = 0, cap = 0;
+	ask_list l = {0};
 	bool wr = false, flip = false;
 
 again:
@@ -1125,20 +1185,7 @@ again:
 		if (j->state != JOB_EXPAND || first <= j->target || now < j->ask_ns ||
 		    g->env.isr_add == NULL)
 			continue;
-		if (n == cap) {
-			isr_ask *na = realloc(ask, (cap ? 2 * cap : 4) * sizeof(*na));
-			if (na == NULL)
-				break;
-			ask = na;
-			cap = cap ? 2 * cap : 4;
-		}
-		ask[n] = (isr_ask){0};
-		if (kv_buf_set(&ask[n].start, j->start.data, j->start.len) != 0 ||
-		    kv_buf_set(&ask[n].end, j->end.data, j->end.len) != 0) {
-			kv_buf_fini(&ask[n].start);
-			continue;
-		}
-		ask[n++].leader_epoch = j->leader_epoch;
+		asks_add(&l, &j->start, &j->end, j->leader_epoch);
 		j->ask_ns = now + EXPAND_MS * 1000000ull;
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -1147,18 +1194,8 @@ again:
 		wr = true;
 		goto again;
 	}
-	for (size_t i = 0; i < n; i++) {
-		kv_bytes st = {ask[i].start.data, ask[i].start.len};
-		kv_bytes en = {ask[i].end.data, ask[i].end.len};
-		int rv = g->env.isr_add(g->env.arg, &st, &en, ask[i].leader_epoch, s->node);
-		atomic_fetch_add(&g->st_expand_asks, 1);
-		KV_INFO(COMP, "replica caught up: asked the controller to add it to the ISR",
-		        "node=%u leader_epoch=%llu result=%s", s->node,
-		        (unsigned long long)ask[i].leader_epoch, kv_errname(rv));
-		kv_buf_fini(&ask[i].start);
-		kv_buf_fini(&ask[i].end);
-	}
-	free(ask);
+	asks_send(s, &l, true, &g->st_expand_asks,
+	          "replica caught up: asked the controller to add it to the ISR");
 }
 
 /* Asks the controller to take s's replica out of the ISR of every range it
@@ -1168,38 +1205,15 @@ again:
 static void
 ask_diverged(stream *s)
 {
-	kv_rs *g = s->g;
-	isr_ask *ask = NULL;
-	size_t n = 0, cnt = 0;
+	ask_list l = {0};
 
 	pthread_mutex_lock(&s->mu);
 	for (diverged *d = s->div; d; d = d->next)
-		cnt++;
-	if (cnt && (ask = calloc(cnt, sizeof(*ask))) != NULL)
-		for (diverged *d = s->div; d; d = d->next) {
-			if (kv_buf_set(&ask[n].start, d->start.data, d->start.len) != 0 ||
-			    kv_buf_set(&ask[n].end, d->end.data, d->end.len) != 0) {
-				kv_buf_fini(&ask[n].start);
-				continue;
-			}
-			ask[n++].leader_epoch = d->leader_epoch;
-		}
+		asks_add(&l, &d->start, &d->end, d->leader_epoch);
 	s->div_ns = kv_now_ns() + ASK_AGAIN_MS * 1000000ull;
 	pthread_mutex_unlock(&s->mu);
-	for (size_t i = 0; i < n; i++) {
-		kv_bytes st = {ask[i].start.data, ask[i].start.len};
-		kv_bytes en = {ask[i].end.data, ask[i].end.len};
-		int rv = g->env.isr_remove
-		             ? g->env.isr_remove(g->env.arg, &st, &en, ask[i].leader_epoch, s->node)
-		             : KV_EINVAL;
-		atomic_fetch_add(&g->st_asks, 1);
-		KV_INFO(COMP, "diverged backup: asked the controller to take it out of the ISR",
-		        "node=%u leader_epoch=%llu result=%s", s->node,
-		        (unsigned long long)ask[i].leader_epoch, kv_errname(rv));
-		kv_buf_fini(&ask[i].start);
-		kv_buf_fini(&ask[i].end);
-	}
-	free(ask);
+	asks_send(s, &l, false, &s->g->st_asks,
+	          "diverged backup: asked the controller to take it out of the ISR");
 }
 
 static void *
@@ -1688,13 +1702,7 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		atomic_store(&s->pending, UINT64_MAX);
 		atomic_store(&s->hole, 0);
 		atomic_store(&s->unreconciled, 0);
-		while (s->div) {
-			diverged *d = s->div;
-			s->div = d->next;
-			kv_buf_fini(&d->start);
-			kv_buf_fini(&d->end);
-			free(d);
-		}
+		div_free_all(s);
 		pthread_cond_signal(&s->cv);
 		pthread_mutex_unlock(&s->mu);
 	}
@@ -2084,13 +2092,7 @@ kv_rs_destroy(kv_rs *g)
 			s->head = e->next;
 			free(e);
 		}
-		while (s->div) {
-			diverged *d = s->div;
-			s->div = d->next;
-			kv_buf_fini(&d->start);
-			kv_buf_fini(&d->end);
-			free(d);
-		}
+		div_free_all(s);
 		for (size_t k = 0; k < s->copy_cap; k++)
 			kv_buf_fini(&s->copy_dd[k]);
 		free(s->copy_dd);

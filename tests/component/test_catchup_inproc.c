@@ -392,10 +392,7 @@ dv_teardown(void **state)
 static uint64_t
 dv_publish(const uint32_t *rep, const uint32_t *isr, uint32_t nisr, uint64_t le)
 {
-	fake_cfg b = fake_cfg_new(dctl);
-	fake_cfg_range(&b, "", rep[0]);
-	fake_cfg_replicas(&b, rep, 3, isr, nisr, le);
-	return fake_cfg_publish(dctl, &b);
+	return fake_ctl_publish_replicas(dctl, rep, 3, isr, nisr, le);
 }
 
 /* Waits until the fake controller has seen more than `after` IsrChange

@@ -274,10 +274,7 @@ demote_teardown(void **state)
 static uint64_t
 publish(const uint32_t *rep, const uint32_t *isr, uint32_t nisr)
 {
-	fake_cfg b = fake_cfg_new(dctl);
-	fake_cfg_range(&b, "", rep[0]);
-	fake_cfg_replicas(&b, rep, 2, isr, nisr, 0);
-	return fake_cfg_publish(dctl, &b);
+	return fake_ctl_publish_replicas(dctl, rep, 2, isr, nisr, 0);
 }
 
 static void

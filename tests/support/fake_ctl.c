@@ -427,6 +427,16 @@ fake_cfg_replicas(fake_cfg *b, const uint32_t *replicas, uint32_t nrep, const ui
 	r->leader_epoch = leader_epoch ? leader_epoch : c->epoch;
 }
 
+uint64_t
+fake_ctl_publish_replicas(fake_ctl *f, const uint32_t *rep, uint32_t nrep, const uint32_t *isr,
+                          uint32_t nisr, uint64_t le)
+{
+	fake_cfg b = fake_cfg_new(f);
+	fake_cfg_range(&b, "", rep[0]);
+	fake_cfg_replicas(&b, rep, nrep, isr, nisr, le);
+	return fake_cfg_publish(f, &b);
+}
+
 void
 fake_cfg_mig(fake_cfg *b, uint64_t id, const char *start, const char *end, uint32_t from,
              uint32_t to)

@@ -120,6 +120,12 @@ void fake_cfg_replicas(fake_cfg *b, const uint32_t *replicas, uint32_t nrep, con
 void fake_cfg_mig(fake_cfg *b, uint64_t id, const char *start, const char *end, uint32_t from,
                   uint32_t to);
 
+/* Publishes one range over the whole key space with replicas rep[0..nrep)
+ * (rep[0] its primary), ISR isr[0..nisr) and leader epoch le (0: the new
+ * configuration's epoch); returns its epoch. */
+uint64_t fake_ctl_publish_replicas(fake_ctl *f, const uint32_t *rep, uint32_t nrep,
+                                   const uint32_t *isr, uint32_t nisr, uint64_t le);
+
 /* Publishes the configuration (takes it; its epoch must follow the latest)
  * and answers every held watch. Returns its epoch. */
 uint64_t fake_cfg_publish(fake_ctl *f, fake_cfg *b);

@@ -142,6 +142,14 @@ a_deleted_value_comes_back_from_a_snapshot(void **state)
 	restart_keeps_deleted_values(d->path, true);
 }
 
+/* Applies and logs the record in b as a replica does, then empties b. */
+static void
+apply_rec(node *n, kv_buf *b)
+{
+	assert_int_equal(kv_dur_apply_record(n->dur, b->data, b->len, NULL), KV_OK);
+	b->len = 0;
+}
+
 /* What a replica does with a copy (doc/replication.md "Catch-up"): records
  * built by kv_dur_rec_* and applied with kv_dur_apply_record. The range
  * delete takes the range's exactly-once entries with its keys; the copy's
@@ -160,23 +168,18 @@ a_copied_range_replaces_its_exactly_once_entries(void **state)
 	(void)d;
 	node_open(&n, d->path);
 	assert_int_equal(kv_dur_rec_dedup(&b, &in, KV_OK, "k", 1), KV_OK);
-	assert_int_equal(kv_dur_apply_record(n.dur, b.data, b.len, NULL), KV_OK);
-	b.len = 0;
+	apply_rec(&n, &b);
 	assert_int_equal(kv_dur_rec_dedup(&b, &out, KV_OK, "z", 1), KV_OK);
-	assert_int_equal(kv_dur_apply_record(n.dur, b.data, b.len, NULL), KV_OK);
-	b.len = 0;
+	apply_rec(&n, &b);
 	assert_int_equal(kv_dur_rec_put(&b, "k", 1, "old", 3), KV_OK);
-	assert_int_equal(kv_dur_apply_record(n.dur, b.data, b.len, NULL), KV_OK);
+	apply_rec(&n, &b);
 	/* The copy of [a, m): drop, then its own entry and key. */
-	b.len = 0;
 	assert_int_equal(kv_dur_rec_range_del(&b, "a", 1, "m", 1), KV_OK);
-	assert_int_equal(kv_dur_apply_record(n.dur, b.data, b.len, NULL), KV_OK);
-	b.len = 0;
+	apply_rec(&n, &b);
 	assert_int_equal(kv_dur_rec_dedup(&b, &copied, KV_OK, "c", 1), KV_OK);
-	assert_int_equal(kv_dur_apply_record(n.dur, b.data, b.len, NULL), KV_OK);
-	b.len = 0;
+	apply_rec(&n, &b);
 	assert_int_equal(kv_dur_rec_put(&b, "c", 1, "new", 3), KV_OK);
-	assert_int_equal(kv_dur_apply_record(n.dur, b.data, b.len, NULL), KV_OK);
+	apply_rec(&n, &b);
 	kv_buf_fini(&b);
 	for (int pass = 0; pass < 2; pass++) {
 		/* Live, then after a restart from the log. */
