@@ -203,6 +203,8 @@ typedef struct {
 	stream *backups[KV_MAX_REPLICAS];   /* ... their streams */
 	uint32_t nreplicas;                 /* the replica set (1 for a single range) */
 	uint32_t replicas[KV_MAX_REPLICAS]; /* ... */
+	bool copy[KV_MAX_REPLICAS];         /* ... this node leads it and copies that one: outside
+	                                       the ISR and not down */
 	uint32_t ncatch;                    /* this node leads it: replicas outside the ISR being
 	                                       copied (tab_lock write to change) */
 	stream *catch[KV_MAX_REPLICAS];     /* ... their streams */
@@ -1037,6 +1039,16 @@ outside_isr(const route *r, uint32_t node)
 	return rep && !in;
 }
 
+/* Whether this node, t's primary, copies t to node (t.copy). */
+static bool
+wants_copy(const route *t, uint32_t node)
+{
+	for (uint32_t i = 0; i < t->nreplicas; i++)
+		if (t->replicas[i] == node)
+			return t->copy[i];
+	return false;
+}
+
 static void
 job_free(job *j)
 {
@@ -1067,7 +1079,7 @@ install(stream *s)
 		bool has = false;
 		job *j;
 		entry *m;
-		if (r->primary != me || !outside_isr(r, s->node))
+		if (r->primary != me || !wants_copy(r, s->node))
 			continue;
 		for (uint32_t k = 0; k < r->ncatch; k++)
 			has |= r->catch[k] == s;
@@ -1491,14 +1503,14 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 		for (job *j = g->jobs; j; j = j->next)
 			if (!j->keep && j->leader_epoch == t->leader_epoch &&
 			    same_range(&j->start, &j->end, &t->start, &t->end) &&
-			    outside_isr(t, j->s->node) && t->ncatch < KV_MAX_REPLICAS) {
+			    wants_copy(t, j->s->node) && t->ncatch < KV_MAX_REPLICAS) {
 				j->keep = true;
 				t->catch[t->ncatch++] = j->s;
 			}
 		for (uint32_t k = 0; k < t->nreplicas; k++) {
 			stream *s;
 			bool has = false;
-			if (t->replicas[k] == me || !outside_isr(t, t->replicas[k]) ||
+			if (t->replicas[k] == me || !wants_copy(t, t->replicas[k]) ||
 			    (s = stream_find(g, t->replicas[k])) == NULL)
 				continue;
 			for (uint32_t x = 0; x < t->ncatch; x++)
@@ -1637,12 +1649,15 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 			t->backups[t->nbackups++] = s;
 		}
 		/* Replicas outside the ISR get a stream: their copy starts from it
-		 * once this configuration is published. */
+		 * once this configuration is published. Not while one is down: it
+		 * would only queue records and read the range again and again; it
+		 * is copied once it is back. */
 		for (uint32_t j = 0; j < t->nreplicas; j++) {
-			const kv_node *nd;
-			if (t->replicas[j] == me || !outside_isr(t, t->replicas[j]))
+			const kv_node *nd = kv_config_node(c, t->replicas[j]);
+			if (t->replicas[j] == me || !outside_isr(t, t->replicas[j]) || nd == NULL ||
+			    nd->state == KV_NODE_DOWN)
 				continue;
-			nd = kv_config_node(c, t->replicas[j]);
+			t->copy[j] = true;
 			if (stream_get(g, t->replicas[j], nd ? nd->address : NULL) == NULL)
 				KV_ERROR(COMP, "cannot stream to a replica outside the ISR",
 				         "node=%u", t->replicas[j]);
@@ -1688,7 +1703,7 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 			for (uint32_t k = 0; k < t->nbackups + t->ncatch; k++)
 				used |= (k < t->nbackups ? t->backups[k]
 				                         : t->catch[k - t->nbackups]) == s;
-			used |= t->primary == me && outside_isr(t, s->node);
+			used |= t->primary == me && wants_copy(t, s->node);
 		}
 		if (used)
 			continue;
