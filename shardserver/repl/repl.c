@@ -35,9 +35,21 @@
  * sweep after every acknowledgement, and every POLL_MS from each stream
  * thread, completes those covered or past their deadline.
  *
- * Lock order (doc/threads.md): tab_lock (read) -> [dur barrier, stripes,
- * store, log mutex] -> stream.mu; in_mu -> tab_lock (read) -> [dur];
- * wmu is a leaf, and callbacks run with no lock of ours held.
+ * Copies (catch-up). kv_rs.jobs lists the copies in progress, one per
+ * (replica, range), under tab_lock; a job's copy marker sits in its
+ * stream's queue (entry.kind ENT_COPY) before the range's records, and the
+ * stream thread sends the copy when it reaches it (send_copy_locked),
+ * starting again from the first step in every new generation. Markers
+ * leave the queue only on their own last answer (marker_done_locked); the
+ * watermark never passes one. ENT_END markers carry a new primary's end of
+ * the previous leader epoch the same way. A stream counts for the commit
+ * point (stream.counts) while its backup is in the ISR of a range this node
+ * leads or about to join one.
+ *
+ * Lock order (doc/threads.md): tab_lock (read or write) -> [dur barrier,
+ * stripes, store, log mutex] -> stream.mu; in_mu -> tab_lock -> [dur]
+ * (apply_config takes in_mu, then tab_lock for writing); wmu is a leaf,
+ * and callbacks run with no lock of ours held.
  */
 #include "shardserver/repl/repl.h"
 #include "common/err.h"

@@ -17,16 +17,15 @@
  * kv_rs_handle. This module never includes the server's headers.
  *
  * Primary side. One stream per backup node, carrying every range this node
- * leads whose ISR holds that node. The log tap runs under the log's mutex
- * (kv_dur_tap), so each stream's queue is in lsn order; a stream thread
- * sends batches (several in flight) and the backup answers with cumulative
- * watermarks (ReplicateAck.acked_lsn). The commit point covers lsn L when
- * every stream has acknowledged every queued record <= L.
+ * leads whose ISR holds that node, or that it is copying to that node. The log tap runs under the
+ * log's mutex (kv_dur_tap), so each stream's queue is in lsn order; a stream thread sends batches
+ * (several in flight) and the backup answers with cumulative watermarks (ReplicateAck.acked_lsn).
+ * The commit point covers lsn L when every stream has acknowledged every queued record <= L.
  *
  * Backup side. A batch is applied in stream order (seq; a gap is answered
  * with the sequence held), record by record, each only when the
  * configuration names the sender as the range's primary at the record's
- * leader epoch and this node as an ISR member; records at or below the lsn
+ * leader epoch and this node as one of its replicas; records at or below the lsn
  * already applied from that stream are skipped. Records are applied and
  * logged with kv_dur_apply_record (recovery's own apply), and acknowledged
  * once the local log holds them by its --fsync mode.
@@ -36,13 +35,25 @@
  * range this node leads with it; replies keep waiting for that backup
  * until the configuration without it is applied.
  *
- * Failover. A range this node now leads after a failover simply gets
- * streams to its new ISR. A range it led with backups and no longer leads
- * (demoted) fences the writes in flight: their replies fail (they may or
- * may not survive), never succeed (kv_rs_fenced).
+ * Catch-up and expand (doc/replication.md "Catch-up"). A replica outside
+ * the ISR of a range this node leads (and not down) gets the stream too:
+ * under the routing table's write lock its range's records start going to
+ * it behind a copy marker, and the stream sends the copy (the range's
+ * exactly-once entries and keys as log records, in steps, the first
+ * dropping what the replica held of the range) before them. Its
+ * acknowledgements count for nothing until it has caught up; then it is
+ * counted and, once it has every record queued before that, this node asks
+ * for it to join the ISR (env.isr_add). A replica applies copy steps only
+ * while outside the range's ISR in its own configuration.
  *
- * Not here yet: backups outside the ISR (copy and catch-up), ISR expand,
- * failover reconciliation.
+ * Failover. A range this node now leads after a failover gets streams to
+ * its new ISR, each starting with this node's end of the previous leader
+ * epoch (reconciliation): a backup whose own end differs answers diverged,
+ * and this node asks for it to leave the ISR (then copies it). Until every
+ * end is answered in sync the commit point covers nothing. A range it led
+ * with backups and no longer leads (demoted) fences the writes in flight:
+ * their replies fail (they may or may not survive), never succeed
+ * (kv_rs_fenced).
  */
 #ifndef KV_SHARDSERVER_REPL_REPL_H
 #define KV_SHARDSERVER_REPL_REPL_H
