@@ -5,7 +5,8 @@
  * carrying ReplicateAck, through kv_repl_ack_decode). A Replicate that
  * decodes is encoded again with kv_repl_encode and decoded once more: both
  * decodings must agree, and what was accepted must meet the decoder's
- * promises (ids set, record count, lsns rising, payload and key bounds).
+ * promises (ids set, record count, lsns rising, payload and key bounds; a
+ * copy step or an end alone, within the same bounds).
  */
 #include "common/err.h"
 #include "fuzz/fuzz_util.h"
@@ -34,6 +35,35 @@ check_promises(const kv_repl_msg *m)
 		FZ_CHECK(r->start.len <= KV_HARD_MAX_KEY);
 		FZ_CHECK(i == 0 || r->lsn > m->recs[i - 1].lsn);
 	}
+	/* A copy step or an end comes alone. */
+	FZ_CHECK((m->nrecs != 0) + m->copy.set + m->end.set <= 1);
+	if (m->copy.set) {
+		FZ_CHECK(m->copy.nrecs <= KV_REPL_MAX_RECS);
+		FZ_CHECK(m->copy.start.len <= KV_HARD_MAX_KEY &&
+		         m->copy.end.len <= KV_HARD_MAX_KEY);
+		for (size_t i = 0; i < m->copy.nrecs; i++)
+			FZ_CHECK(m->copy.recs[i].len >= 1 &&
+			         m->copy.recs[i].len <= KV_REPL_MAX_PAYLOAD);
+	} else {
+		FZ_CHECK(m->copy.nrecs == 0 && m->copy.recs == NULL);
+	}
+	if (m->end.set)
+		FZ_CHECK(m->end.old_primary != 0 && m->end.start.len <= KV_HARD_MAX_KEY);
+}
+
+/* Whether two decodings of a batch's copy step and end agree. */
+static void
+check_same_markers(const kv_repl_msg *x, const kv_repl_msg *y)
+{
+	FZ_CHECK(x->copy.set == y->copy.set && x->end.set == y->end.set);
+	FZ_CHECK(x->copy.leader_epoch == y->copy.leader_epoch && x->copy.first == y->copy.first &&
+	         x->copy.last == y->copy.last && x->copy.nrecs == y->copy.nrecs);
+	FZ_CHECK(bytes_eq(x->copy.start, y->copy.start) && bytes_eq(x->copy.end, y->copy.end));
+	for (size_t i = 0; i < x->copy.nrecs; i++)
+		FZ_CHECK(bytes_eq(x->copy.recs[i], y->copy.recs[i]));
+	FZ_CHECK(x->end.leader_epoch == y->end.leader_epoch &&
+	         x->end.old_primary == y->end.old_primary && x->end.end_lsn == y->end.end_lsn);
+	FZ_CHECK(bytes_eq(x->end.start, y->end.start));
 }
 
 int
@@ -72,6 +102,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FZ_CHECK(x->lsn == y->lsn && x->leader_epoch == y->leader_epoch);
 			FZ_CHECK(bytes_eq(x->start, y->start) && bytes_eq(x->payload, y->payload));
 		}
+		check_same_markers(&rq.repl, &again.repl);
 		kv_data_req_fini(&again);
 		nng_msg_free(m);
 	}

@@ -400,9 +400,33 @@ seeds_replicate(void)
 	    .request_id = 2,
 	    .has_rack = true,
 	    .rack = {.acked_seq = 1, .acked_lsn = 9, .status = KV_EBUSY, .error = "gap"}};
+	kv_bytes cpay[1] = {{put, sizeof(put)}};
+	kv_repl_msg cp = {.from_node = 1,
+	                  .stream_id = 5ull << 32 | 2,
+	                  .seq = 1,
+	                  .copy = {.set = true,
+	                           .leader_epoch = 3,
+	                           .start = B("k"),
+	                           .end = B("z"),
+	                           .first = true,
+	                           .last = true,
+	                           .nrecs = 1,
+	                           .recs = cpay}};
+	kv_repl_msg en = {
+	    .from_node = 2,
+	    .stream_id = 6ull << 32 | 1,
+	    .seq = 1,
+	    .end = {
+	        .set = true, .leader_epoch = 4, .start = B("k"), .old_primary = 1, .end_lsn = 11}};
+	kv_resp dv = {.request_id = 3,
+	              .has_rack = true,
+	              .rack = {.acked_seq = 1, .acked_lsn = 0, .diverged = true}};
 	nng_msg *m;
 
 	seed_msg(h, "replicate", kv_repl_encode(&r, 4, 1, B("tok"), &m), m);
+	seed_msg(h, "copy", kv_repl_encode(&cp, 4, 1, B(""), &m), m);
+	seed_msg(h, "end", kv_repl_encode(&en, 4, 2, B(""), &m), m);
+	seed_msg(h, "ack-diverged", kv_data_resp_encode(&dv, &m), m);
 	seed_msg(h, "ack", kv_data_resp_encode(&ok, &m), m);
 	seed_msg(h, "ack-gap", kv_data_resp_encode(&gap, &m), m);
 }

@@ -10,7 +10,9 @@
  * Decoding validates structure: from_node, stream_id and seq set, at most
  * KV_REPL_MAX_RECS records, each with an lsn, a payload of 1 byte ..
  * KV_REPL_MAX_PAYLOAD, a start key within KV_HARD_MAX_KEY, and lsns strictly
- * increasing within the batch (implemented in xfer_codec.c, next to the
+ * increasing within the batch; a copy step or an end comes alone (no
+ * records, not both), a copy with at most KV_REPL_MAX_RECS payloads of 1 byte
+ * .. KV_REPL_MAX_PAYLOAD and keys within KV_HARD_MAX_KEY (implemented in xfer_codec.c, next to the
  * transfer family). What a payload means is the backup's
  * business (the log record format, checked when applied).
  */
@@ -37,6 +39,26 @@ typedef struct {
 	kv_bytes payload;      /* the log record payload */
 } kv_repl_rec;
 
+/* A step of a bulk copy (ReplCopy); set: present. */
+typedef struct {
+	bool set;              /* the batch is a copy step */
+	uint64_t leader_epoch; /* the range's leader epoch at the primary */
+	kv_bytes start, end;   /* the range (empty end: no bound) */
+	bool first;            /* drop what is held of the range first */
+	bool last;             /* the copy is complete */
+	size_t nrecs;          /* log record payloads */
+	kv_bytes *recs;        /* ... each 1 byte .. KV_REPL_MAX_PAYLOAD */
+} kv_repl_copy;
+
+/* A new primary's end of the previous leader epoch (ReplEnd); set: present. */
+typedef struct {
+	bool set;              /* the batch is an end */
+	uint64_t leader_epoch; /* the range's new leader epoch */
+	kv_bytes start;        /* the range's start */
+	uint32_t old_primary;  /* the primary of the previous leader epoch */
+	uint64_t end_lsn;      /* its last lsn the new primary applied; 0: unknown */
+} kv_repl_end;
+
 /* One batch of a stream (Replicate). When encoding everything is borrowed
  * from the caller; when decoded the array belongs to the request and the
  * bytes borrow from its unpacked message, both until kv_data_req_fini. */
@@ -47,6 +69,8 @@ typedef struct {
 	uint64_t commit_lsn; /* the primary's commit point */
 	size_t nrecs;        /* records */
 	kv_repl_rec *recs;   /* in lsn order */
+	kv_repl_copy copy;   /* a copy step (then nrecs is 0) */
+	kv_repl_end end;     /* an end (then nrecs is 0 and copy unset) */
 } kv_repl_msg;
 
 /* The answer (ReplicateAck). */
@@ -55,6 +79,7 @@ typedef struct {
 	uint64_t acked_lsn; /* highest record lsn applied */
 	int status;         /* KV_OK or why refused */
 	const char *error;  /* detail or NULL (not kept by kv_repl_ack_decode) */
+	bool diverged;      /* answer to an end: the positions differ */
 } kv_repl_ack;
 
 /* Packs r as the replicate member of a Request from node from_node acting in

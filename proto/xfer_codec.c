@@ -415,6 +415,52 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 	r->stream_id = m->stream_id;
 	r->seq = m->seq;
 	r->commit_lsn = m->commit_lsn;
+	if ((m->copy != NULL) + (m->end != NULL) + (m->n_records != 0) > 1) {
+		*why = "replicate with more than one of records, copy and end";
+		return KV_EINVAL;
+	}
+	if (m->end != NULL) {
+		if (m->end->start_key.len > KV_HARD_MAX_KEY || m->end->old_primary == 0) {
+			*why = "bad replicate end (start key or old primary)";
+			return KV_EINVAL;
+		}
+		r->end = (kv_repl_end){.set = true,
+		                       .leader_epoch = m->end->leader_epoch,
+		                       .start = kv_codec__bytes(m->end->start_key),
+		                       .old_primary = m->end->old_primary,
+		                       .end_lsn = m->end->end_lsn};
+		return KV_OK;
+	}
+	if (m->copy != NULL) {
+		const Shardkv__ReplCopy *c = m->copy;
+		if (c->start_key.len > KV_HARD_MAX_KEY || c->end_key.len > KV_HARD_MAX_KEY) {
+			*why = "bad replicate copy (range bounds)";
+			return KV_EINVAL;
+		}
+		if (c->n_records > KV_REPL_MAX_RECS) {
+			*why = "too many records in one copy step";
+			return KV_ELIMIT;
+		}
+		r->copy = (kv_repl_copy){.set = true,
+		                         .leader_epoch = c->leader_epoch,
+		                         .start = kv_codec__bytes(c->start_key),
+		                         .end = kv_codec__bytes(c->end_key),
+		                         .first = c->first,
+		                         .last = c->last};
+		if (c->n_records == 0)
+			return KV_OK;
+		if ((r->copy.recs = calloc(c->n_records, sizeof(*r->copy.recs))) == NULL)
+			return KV_ENOMEM;
+		for (size_t i = 0; i < c->n_records; i++) {
+			if (c->records[i].len == 0 || c->records[i].len > KV_REPL_MAX_PAYLOAD) {
+				*why = "bad copy record (empty or too large)";
+				return KV_EINVAL;
+			}
+			r->copy.recs[i] = kv_codec__bytes(c->records[i]);
+			r->copy.nrecs++;
+		}
+		return KV_OK;
+	}
 	if (m->n_records == 0)
 		return KV_OK;
 	if ((r->recs = calloc(m->n_records, sizeof(*r->recs))) == NULL)
@@ -445,6 +491,9 @@ kv_repl__fini(kv_repl_msg *r)
 	free(r->recs);
 	r->recs = NULL;
 	r->nrecs = 0;
+	free(r->copy.recs);
+	r->copy.recs = NULL;
+	r->copy.nrecs = 0;
 }
 
 int
@@ -453,9 +502,33 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 {
 	Shardkv__Request m = SHARDKV__REQUEST__INIT;
 	Shardkv__Replicate rp = SHARDKV__REPLICATE__INIT;
+	Shardkv__ReplCopy cp = SHARDKV__REPL_COPY__INIT;
+	Shardkv__ReplEnd en = SHARDKV__REPL_END__INIT;
 	Shardkv__ReplRecord *recs = NULL, **recp = NULL;
+	ProtobufCBinaryData *cr = NULL;
 	int rv = KV_ENOMEM;
 
+	if (r->copy.set) {
+		if (r->copy.nrecs && (cr = calloc(r->copy.nrecs, sizeof(*cr))) == NULL)
+			goto out;
+		for (size_t i = 0; i < r->copy.nrecs; i++)
+			cr[i] = kv_codec__pb(r->copy.recs[i]);
+		cp.leader_epoch = r->copy.leader_epoch;
+		cp.start_key = kv_codec__pb(r->copy.start);
+		cp.end_key = kv_codec__pb(r->copy.end);
+		cp.first = r->copy.first;
+		cp.last = r->copy.last;
+		cp.n_records = r->copy.nrecs;
+		cp.records = cr;
+		rp.copy = &cp;
+	}
+	if (r->end.set) {
+		en.leader_epoch = r->end.leader_epoch;
+		en.start_key = kv_codec__pb(r->end.start);
+		en.old_primary = r->end.old_primary;
+		en.end_lsn = r->end.end_lsn;
+		rp.end = &en;
+	}
 	if (r->nrecs) {
 		recs = calloc(r->nrecs, sizeof(*recs));
 		recp = calloc(r->nrecs, sizeof(*recp));
@@ -485,6 +558,7 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 out:
 	free(recs);
 	free(recp);
+	free(cr);
 	return rv;
 }
 
@@ -503,6 +577,7 @@ kv_repl_ack_decode(const void *p, size_t n, kv_repl_ack *ack)
 		ack->acked_seq = r->replicate_ack->acked_seq;
 		ack->acked_lsn = r->replicate_ack->acked_lsn;
 		ack->status = kv_err_from_wire(r->replicate_ack->status);
+		ack->diverged = r->replicate_ack->diverged;
 	}
 	shardkv__response__free_unpacked(r, NULL);
 	return rv;

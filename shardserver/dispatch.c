@@ -1051,8 +1051,10 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	 * has backups. */
 	if (rv == 0 && resp.nresults > 0 && kv_rs_active(s->repl)) {
 		uint64_t v = atomic_load(&s->visible_lsn);
+		/* Not covered with nothing written here yet: a reconciliation
+		 * after a failover is in progress (kv_rs_covered). */
 		if (!kv_rs_covered(s->repl, v) || (wrote && kv_rs_fenced(s->repl, t0)))
-			rlsn = v;
+			rlsn = v ? v : 1;
 	}
 	if (logwait || rlsn > 0) {
 		h = calloc(1, sizeof(*h) + resp.nresults * sizeof(bool));

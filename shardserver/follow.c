@@ -258,6 +258,11 @@ apply_config(kv_server *s, kv_config *c)
 	if (kv_rs_apply_config(s->repl, c) != 0)
 		KV_ERROR(COMP, "out of memory applying config to replication", "epoch=%llu",
 		         (unsigned long long)c->epoch);
+	/* Writes that began before the routing table above (and so may have
+	 * skipped its log tap, kv_rs_active) end before the configuration is
+	 * published: a copy to a replica outside the ISR starts only after
+	 * that (doc/replication.md "Catch-up"). */
+	kv_owner_quiesce(&s->owner);
 	/* 5. Publish. A node an operator made leave is DRAINING first: its
 	 * GONE is then the expected end, not a removal (kv_srv_set_gone). */
 	{

@@ -309,6 +309,22 @@ render(void *arg, kv_buf *out)
 	add(m, &n, "shardkv_snapshot_last_bytes", KV_METRIC_GAUGE,
 	    "Payload bytes of the last snapshot (0: none since start).", ds.snapshot_bytes);
 
+	kv_rs_stats rs;
+	kv_rs_stats_get(s->repl, &rs);
+	add(m, &n, "shardkv_replica_copies_total", KV_METRIC_COUNTER,
+	    "Copies of a range to a replica outside its ISR started (a copy sent again "
+	    "counts again).",
+	    rs.copies);
+	add(m, &n, "shardkv_replica_copies_done_total", KV_METRIC_COUNTER,
+	    "Copies of a range to a replica outside its ISR completed.", rs.copied);
+	add(m, &n, "shardkv_isr_expand_requests_total", KV_METRIC_COUNTER,
+	    "IsrChange{add} requests sent for caught-up replicas (one per range and try).",
+	    rs.expand_asks);
+	add(m, &n, "shardkv_replication_diverged_total", KV_METRIC_COUNTER,
+	    "In-sync backups whose end of the previous leader epoch differed from this "
+	    "new primary's (each is taken out of the ISR and copied again).",
+	    rs.diverged);
+
 	kv_mig_stats(s->mig, &active, &bytes_sent);
 	add(m, &n, "shardkv_migrations_out_active", KV_METRIC_GAUGE,
 	    "Outgoing migrations whose task is running.", active);

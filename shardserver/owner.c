@@ -104,6 +104,13 @@ kv_owner_unlock(kv_owner *t)
 	pthread_rwlock_unlock(&t->lock);
 }
 
+void
+kv_owner_quiesce(kv_owner *t)
+{
+	pthread_rwlock_wrlock(&t->lock);
+	pthread_rwlock_unlock(&t->lock);
+}
+
 const kv_owner_entry *
 kv_owner_lookup_locked(const kv_owner *t, const void *key, size_t klen)
 {

@@ -58,6 +58,10 @@ void kv_owner_fini(kv_owner *t);
 void kv_owner_rdlock(kv_owner *t);
 void kv_owner_unlock(kv_owner *t);
 
+/* Waits until every op holding the read lock when called has released it
+ * (takes and releases the write lock). */
+void kv_owner_quiesce(kv_owner *t);
+
 /* Returns the entry that contains key, or NULL. Caller holds the read lock;
  * the result is valid until it releases it. */
 const kv_owner_entry *kv_owner_lookup_locked(const kv_owner *t, const void *key, size_t klen);

@@ -238,32 +238,51 @@ repl_hurry(void *arg)
 	         (unsigned long long)atomic_load(&s->epoch));
 }
 
-/* kv_rs_env.isr_remove: IsrChange{remove} for a backup that stopped
- * acknowledging (doc/replication.md "ISR changes"). The configuration
- * without it arrives through the watch; the answer only says whether to
- * ask again. */
+/* IsrChange for [start, end) led here at leader_epoch: add `add` or remove
+ * `remove` (doc/replication.md "ISR changes"). The configuration with the
+ * change arrives through the watch; the answer only says whether to ask
+ * again. */
 static int
-repl_isr_remove(void *arg, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
-                uint32_t node)
+repl_isr_change(kv_server *s, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
+                uint32_t add, uint32_t remove)
 {
-	kv_server *s = arg;
 	kv_admin_resp r;
 	kv_admin_req rq = {.op = KV_ADM_ISR_CHANGE,
 	                   .node_id = atomic_load(&s->node_id),
 	                   .start = *start,
 	                   .end = *end,
 	                   .leader_epoch = leader_epoch,
-	                   .remove_node = node};
+	                   .add_node = add,
+	                   .remove_node = remove};
 	int rv = kv_server__ctl_call(s, &rq, &r, 1000);
 
 	if (rv != 0)
 		return rv;
 	rv = r.err;
 	if (rv != 0)
-		KV_WARN(COMP, "controller refused the ISR shrink", "node=%u err=%s detail=\"%s\"",
-		        node, kv_errname(rv), r.error ? r.error : "");
+		KV_WARN(COMP,
+		        add ? "controller refused the ISR expand"
+		            : "controller refused the ISR shrink",
+		        "node=%u err=%s detail=\"%s\"", add ? add : remove, kv_errname(rv),
+		        r.error ? r.error : "");
 	kv_admin_resp_fini(&r);
 	return rv;
+}
+
+/* kv_rs_env.isr_remove: a backup that stopped acknowledging, or diverged. */
+static int
+repl_isr_remove(void *arg, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
+                uint32_t node)
+{
+	return repl_isr_change(arg, start, end, leader_epoch, 0, node);
+}
+
+/* kv_rs_env.isr_add: a copied replica that caught up. */
+static int
+repl_isr_add(void *arg, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
+             uint32_t node)
+{
+	return repl_isr_change(arg, start, end, leader_epoch, node, 0);
 }
 
 static int
@@ -473,6 +492,8 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	if ((rv = kv_mig_create(&env, &s->mig)) != 0)
 		goto err_after_ctl;
 	kv_rs_env renv = {.dur = s->dur,
+	                  .store = s->store,
+	                  .dedup = s->dedup,
 	                  .tls = s->tls,
 	                  .auth = kv_server__auth(s),
 	                  .arg = s,
@@ -480,7 +501,8 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .node_id = mig_node_id,
 	                  .epoch = mig_epoch,
 	                  .hurry = repl_hurry,
-	                  .isr_remove = repl_isr_remove};
+	                  .isr_remove = repl_isr_remove,
+	                  .isr_add = cfg->no_expand ? NULL : repl_isr_add};
 	if ((rv = kv_rs_create(&renv, &s->repl)) != 0) {
 		kv_mig_destroy(s->mig);
 		goto err_after_ctl;
@@ -588,12 +610,17 @@ kv_server_stop(kv_server *s)
 		if (rs.streams || rs.applied || rs.refused || rs.demotions)
 			KV_INFO(COMP, "replication",
 			        "streams=%llu unacked=%llu batches=%llu restarts=%llu "
-			        "applied=%llu refused=%llu shrink_asks=%llu demotions=%llu",
+			        "applied=%llu refused=%llu shrink_asks=%llu demotions=%llu "
+			        "copies=%llu copied=%llu copy_records=%llu expand_asks=%llu "
+			        "diverged=%llu",
 			        (unsigned long long)rs.streams, (unsigned long long)rs.queued,
 			        (unsigned long long)rs.sent_batches, (unsigned long long)rs.resends,
 			        (unsigned long long)rs.applied, (unsigned long long)rs.refused,
 			        (unsigned long long)rs.shrink_asks,
-			        (unsigned long long)rs.demotions);
+			        (unsigned long long)rs.demotions, (unsigned long long)rs.copies,
+			        (unsigned long long)rs.copied, (unsigned long long)rs.copy_recs,
+			        (unsigned long long)rs.expand_asks,
+			        (unsigned long long)rs.diverged);
 	}
 	kv_rs_destroy(s->repl);
 	s->repl = NULL;

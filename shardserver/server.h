@@ -63,6 +63,10 @@ typedef struct {
 	 * takes the default. lease_ms must not exceed the controller's. */
 	unsigned lease_ms;       /* how long a renewal lasts from its send time */
 	unsigned lease_renew_ms; /* how often the lease is renewed */
+	/* For tests only (no flag): never ask the controller to add a copied
+	 * replica to an ISR (doc/replication.md "ISR changes"), so that a test
+	 * of the controller can keep one outside. */
+	bool no_expand;
 } kv_server_cfg;
 
 /* Controller addresses --controller takes at most. */

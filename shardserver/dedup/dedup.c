@@ -314,9 +314,11 @@ kv_dedup_insert(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_resul
 	return rv;
 }
 
-void
-kv_dedup_visit_range(kv_dedup *d, const void *start, size_t slen, const void *end, size_t elen,
-                     kv_dedup_visit_cb cb, void *arg)
+/* Calls cb for the finished entries whose key lies in [start, end), or
+ * forgets them when cb is NULL. */
+static void
+range_walk(kv_dedup *d, const void *start, size_t slen, const void *end, size_t elen,
+           kv_dedup_visit_cb cb, void *arg)
 {
 	for (unsigned i = 0; i < DEDUP_STRIPES; i++) {
 		dedup_stripe *st = &d->stripes[i];
@@ -330,11 +332,27 @@ kv_dedup_visit_range(kv_dedup *d, const void *start, size_t slen, const void *en
 					if (!kv_range_contains(start, slen, end, elen, s->key.data,
 					                       s->key.len))
 						continue;
-					cb(arg, c->id, s->req, &s->res, s->key.data, s->key.len,
-					   s->time_ms);
+					if (cb == NULL)
+						slot_clear(s);
+					else
+						cb(arg, c->id, s->req, &s->res, s->key.data,
+						   s->key.len, s->time_ms);
 				}
 		pthread_mutex_unlock(&st->mu);
 	}
+}
+
+void
+kv_dedup_visit_range(kv_dedup *d, const void *start, size_t slen, const void *end, size_t elen,
+                     kv_dedup_visit_cb cb, void *arg)
+{
+	range_walk(d, start, slen, end, elen, cb, arg);
+}
+
+void
+kv_dedup_forget_range(kv_dedup *d, const void *start, size_t slen, const void *end, size_t elen)
+{
+	range_walk(d, start, slen, end, elen, NULL, NULL);
 }
 
 size_t

@@ -69,6 +69,11 @@ typedef void (*kv_dedup_visit_cb)(void *arg, uint64_t client, uint64_t req,
 void kv_dedup_visit_range(kv_dedup *d, const void *start, size_t slen, const void *end, size_t elen,
                           kv_dedup_visit_cb cb, void *arg);
 
+/* Forgets every finished entry whose key lies in [start, end) (a range
+ * deleted as a whole: replication copies replace a range wholesale). */
+void kv_dedup_forget_range(kv_dedup *d, const void *start, size_t slen, const void *end,
+                           size_t elen);
+
 /* Returns the number of clients remembered (for tests and statistics). */
 size_t kv_dedup_clients(kv_dedup *d);
 

@@ -9,7 +9,8 @@
  *   PUT:       u32 klen, key, u32 vlen, value
  *   DEL:       u32 klen, key [, u32 dlen, deleted value]
  *   MPUT:      u32 n, n x (u32 klen, key, u32 vlen, value)
- *   RANGE_DEL: u32 slen, start, u32 elen, end (empty end: no bound)
+ *   RANGE_DEL: u32 slen, start, u32 elen, end (empty end: no bound); the
+ *              range's keys and exactly-once entries are gone
  *   DEDUP:     i32 status, u32 klen, key [, u32 dlen, deleted value]
  *              (the dedup fields are flagged)
  *
@@ -198,17 +199,102 @@ append(kv_dur *d, struct iovec *iov, int n, uint64_t *lsn, const kv_dur_tap *tap
 	return KV_OK;
 }
 
+/* The pieces of a PUT record (hdr: HDR_MAX bytes, vl: 4); returns their count. */
+static int
+put_iov(struct iovec *iov, uint8_t *hdr, uint8_t *vl, const void *key, size_t klen, const void *val,
+        size_t vlen, const kv_dur_dedup *dd)
+{
+	size_t h = rec_head(hdr, REC_PUT, dd);
+
+	kv_put32(hdr + h, (uint32_t)klen);
+	kv_put32(vl, (uint32_t)vlen);
+	iov[0] = (struct iovec){hdr, h + 4};
+	iov[1] = (struct iovec){(void *)key, klen};
+	iov[2] = (struct iovec){vl, 4};
+	iov[3] = (struct iovec){(void *)val, vlen};
+	return 4;
+}
+
+/* The pieces of a RANGE_DEL record (hdr: HDR_MAX bytes, el: 4). */
+static int
+range_del_iov(struct iovec *iov, uint8_t *hdr, uint8_t *el, const void *start, size_t slen,
+              const void *end, size_t elen)
+{
+	size_t h = rec_head(hdr, REC_RANGE_DEL, NULL);
+
+	kv_put32(hdr + h, (uint32_t)slen);
+	kv_put32(el, (uint32_t)elen);
+	iov[0] = (struct iovec){hdr, h + 4};
+	iov[1] = (struct iovec){(void *)start, slen};
+	iov[2] = (struct iovec){el, 4};
+	iov[3] = (struct iovec){(void *)end, elen};
+	return 4;
+}
+
+/* The pieces of a DEDUP record (hdr: HDR_MAX + 4 bytes, dl: 4). */
+static int
+dedup_iov(struct iovec *iov, uint8_t *hdr, uint8_t *dl, const kv_dur_dedup *dd, int status,
+          const void *key, size_t klen)
+{
+	size_t h = rec_head(hdr, REC_DEDUP, dd);
+	bool dv = dd && dd->has_del_value;
+
+	kv_put32(hdr + h, (uint32_t)status);
+	kv_put32(hdr + h + 4, (uint32_t)klen);
+	kv_put32(dl, dv ? (uint32_t)dd->del_value.len : 0);
+	iov[0] = (struct iovec){hdr, h + 8};
+	iov[1] = (struct iovec){(void *)key, klen};
+	iov[2] = (struct iovec){dl, 4};
+	iov[3] = (struct iovec){dv ? (void *)dd->del_value.p : NULL, dv ? dd->del_value.len : 0};
+	return dv ? 4 : 2;
+}
+
+/* Appends the pieces to out, as one record payload. */
+static int
+flatten(kv_buf *out, const struct iovec *iov, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (iov[i].iov_len && kv_buf_append(out, iov[i].iov_base, iov[i].iov_len) != 0)
+			return KV_ENOMEM;
+	return KV_OK;
+}
+
 int
 kv_dur_log_put(kv_dur *d, const void *key, size_t klen, const void *val, size_t vlen,
                const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
 {
 	uint8_t hdr[HDR_MAX], vl[4];
-	size_t h = rec_head(hdr, REC_PUT, dd);
+	struct iovec iov[4];
+	int n = put_iov(iov, hdr, vl, key, klen, val, vlen, dd);
 
-	kv_put32(hdr + h, (uint32_t)klen);
-	kv_put32(vl, (uint32_t)vlen);
-	struct iovec iov[4] = {{hdr, h + 4}, {(void *)key, klen}, {vl, 4}, {(void *)val, vlen}};
-	return append(d, iov, 4, lsn, tap);
+	return append(d, iov, n, lsn, tap);
+}
+
+int
+kv_dur_rec_put(kv_buf *out, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	uint8_t hdr[HDR_MAX], vl[4];
+	struct iovec iov[4];
+
+	return flatten(out, iov, put_iov(iov, hdr, vl, key, klen, val, vlen, NULL));
+}
+
+int
+kv_dur_rec_range_del(kv_buf *out, const void *start, size_t slen, const void *end, size_t elen)
+{
+	uint8_t hdr[HDR_MAX], el[4];
+	struct iovec iov[4];
+
+	return flatten(out, iov, range_del_iov(iov, hdr, el, start, slen, end, elen));
+}
+
+int
+kv_dur_rec_dedup(kv_buf *out, const kv_dur_dedup *dd, int status, const void *key, size_t klen)
+{
+	uint8_t hdr[HDR_MAX + 4], dl[4];
+	struct iovec iov[4];
+
+	return flatten(out, iov, dedup_iov(iov, hdr, dl, dd, status, key, klen));
 }
 
 int
@@ -268,32 +354,21 @@ kv_dur_log_range_del(kv_dur *d, const void *start, size_t slen, const void *end,
                      uint64_t *lsn)
 {
 	uint8_t hdr[HDR_MAX], el[4];
-	size_t h = rec_head(hdr, REC_RANGE_DEL, NULL);
+	struct iovec iov[4];
+	int n = range_del_iov(iov, hdr, el, start, slen, end, elen);
 
-	kv_put32(hdr + h, (uint32_t)slen);
-	kv_put32(el, (uint32_t)elen);
-	struct iovec iov[4] = {{hdr, h + 4}, {(void *)start, slen}, {el, 4}, {(void *)end, elen}};
-	return append(d, iov, 4, lsn, NULL);
+	return append(d, iov, n, lsn, NULL);
 }
 
 int
 kv_dur_log_dedup(kv_dur *d, const kv_dur_dedup *dd, int status, const void *key, size_t klen,
                  uint64_t *lsn)
 {
-	uint8_t hdr[HDR_MAX + 4];
-	size_t h = rec_head(hdr, REC_DEDUP, dd);
+	uint8_t hdr[HDR_MAX + 4], dl[4];
+	struct iovec iov[4];
+	int n = dedup_iov(iov, hdr, dl, dd, status, key, klen);
 
-	uint8_t dl[4];
-	bool dv = dd && dd->has_del_value;
-
-	kv_put32(hdr + h, (uint32_t)status);
-	kv_put32(hdr + h + 4, (uint32_t)klen);
-	kv_put32(dl, dv ? (uint32_t)dd->del_value.len : 0);
-	struct iovec iov[4] = {{hdr, h + 8},
-	                       {(void *)key, klen},
-	                       {dl, 4},
-	                       {dv ? (void *)dd->del_value.p : NULL, dv ? dd->del_value.len : 0}};
-	return append(d, iov, dv ? 4 : 2, lsn, NULL);
+	return append(d, iov, n, lsn, NULL);
 }
 
 /* A bounds-checked reader over one record. */
@@ -438,6 +513,10 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 		do
 			rv = kv_store_range_delete(c->store, s.p, s.len, e.p, e.len, 4096, NULL);
 		while (rv == KV_EBUSY);
+		/* The range's exactly-once entries go with it: what replaces the
+		 * range (a copy, a transfer) brings its own. */
+		if (rv == KV_OK)
+			kv_dedup_forget_range(c->dedup, s.p, s.len, e.p, e.len);
 		break;
 	}
 	case REC_DEDUP: {

@@ -172,6 +172,15 @@ int kv_dur_log_range_del(kv_dur *d, const void *start, size_t slen, const void *
 int kv_dur_log_dedup(kv_dur *d, const kv_dur_dedup *dd, int status, const void *key, size_t klen,
                      uint64_t *lsn);
 
+/* Record payloads for a bulk copy to a replica (doc/replication.md
+ * "Catch-up"): the records kv_dur_log_put (without dedup fields),
+ * kv_dur_log_range_del and kv_dur_log_dedup would log, appended to out
+ * instead; the replica applies them with kv_dur_apply_record. Return 0 or
+ * KV_ENOMEM (out may then hold part of a record). */
+int kv_dur_rec_put(kv_buf *out, const void *key, size_t klen, const void *val, size_t vlen);
+int kv_dur_rec_range_del(kv_buf *out, const void *start, size_t slen, const void *end, size_t elen);
+int kv_dur_rec_dedup(kv_buf *out, const kv_dur_dedup *dd, int status, const void *key, size_t klen);
+
 /* The lsn of the last record appended (0: none since start). */
 uint64_t kv_dur_last_lsn(kv_dur *d);
 

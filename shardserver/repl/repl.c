@@ -35,9 +35,21 @@
  * sweep after every acknowledgement, and every POLL_MS from each stream
  * thread, completes those covered or past their deadline.
  *
- * Lock order (doc/threads.md): tab_lock (read) -> [dur barrier, stripes,
- * store, log mutex] -> stream.mu; in_mu -> tab_lock (read) -> [dur];
- * wmu is a leaf, and callbacks run with no lock of ours held.
+ * Copies (catch-up). kv_rs.jobs lists the copies in progress, one per
+ * (replica, range), under tab_lock; a job's copy marker sits in its
+ * stream's queue (entry.kind ENT_COPY) before the range's records, and the
+ * stream thread sends the copy when it reaches it (send_copy_locked),
+ * starting again from the first step in every new generation. Markers
+ * leave the queue only on their own last answer (marker_done_locked); the
+ * watermark never passes one. ENT_END markers carry a new primary's end of
+ * the previous leader epoch the same way. A stream counts for the commit
+ * point (stream.counts) while its backup is in the ISR of a range this node
+ * leads or about to join one.
+ *
+ * Lock order (doc/threads.md): tab_lock (read or write) -> [dur barrier,
+ * stripes, store, log mutex] -> stream.mu; in_mu -> tab_lock -> [dur]
+ * (apply_config takes in_mu, then tab_lock for writing); wmu is a leaf,
+ * and callbacks run with no lock of ours held.
  */
 #include "shardserver/repl/repl.h"
 #include "common/err.h"
@@ -66,14 +78,31 @@
 #define DEFAULT_WAIT 3000u                /* default env.wait_ms */
 #define SHRINK_MS    1000u /* a backup silent this long with records outstanding: shrink */
 #define ASK_AGAIN_MS 500u  /* pause between two shrink requests for one backup */
+#define COPY_RECS    1024u /* records per copy step */
+#define COPY_BYTES   (1024u * 1024u)        /* key and value bytes per copy step (at least one) */
+#define CATCH_MAX    (256u * 1024u * 1024u) /* queued bytes a stream outside every ISR may hold */
+#define EXPAND_MS    1000u                  /* pause between two expand requests for one range */
+#define INSTALL_MS   1000u                  /* pause before copying again after a queue overflow */
+
+/* What a queue entry is. */
+enum {
+	ENT_REC = 0, /* a log record of a range this node leads */
+	ENT_COPY,    /* marker: copy the range (start, end) before what follows */
+	ENT_END,     /* marker: this node's end of the previous leader epoch of a range */
+	ENT_DEAD,    /* a marker no longer wanted (its copy was dropped): skipped */
+};
 
 /* One queued record. */
 typedef struct entry {
 	struct entry *next;    /* the next in lsn order */
-	uint64_t lsn;          /* the primary's lsn */
+	uint64_t lsn;          /* ENT_REC: the primary's lsn */
 	uint64_t leader_epoch; /* its range's leader epoch */
+	int kind;              /* ENT_* */
+	uint64_t mid;          /* markers: id, in queue order (stream.next_mid) */
+	uint32_t old_primary;  /* ENT_END: the previous primary */
+	uint64_t end_lsn;      /* ENT_END: its last lsn applied here; 0: unknown */
 	size_t slen;           /* bytes of the range start at data */
-	size_t plen;           /* payload bytes after it */
+	size_t plen;           /* payload bytes after it (ENT_COPY, ENT_END: the range end) */
 	uint8_t data[];        /* start, then payload */
 } entry;
 
@@ -81,10 +110,20 @@ typedef struct stream stream;
 
 /* A request in flight on a stream. */
 typedef struct {
-	stream *s;    /* its stream */
-	int slot;     /* index in calls */
-	uint64_t gen; /* the generation it was sent in */
+	stream *s;     /* its stream */
+	int slot;      /* index in calls */
+	uint64_t gen;  /* the generation it was sent in */
+	entry *marker; /* a copy step or an end: its marker */
+	bool last;     /* ... the marker's last request */
 } call_arg;
+
+/* A range whose backup answered an end as diverged: it must leave the ISR
+ * (then it is copied again). */
+typedef struct diverged {
+	struct diverged *next;
+	kv_buf start, end;
+	uint64_t leader_epoch;
+} diverged;
 
 struct stream {
 	kv_rs *g;                     /* owner */
@@ -115,18 +154,72 @@ struct stream {
 	                                 outstanding (monotonic) */
 	uint64_t ask_ns;              /* no shrink request before this (monotonic) */
 	uint64_t refused_epoch;       /* configuration epoch of the last refused request */
+	uint64_t tail_lsn;            /* lsn of the last record queued */
+	uint64_t qbytes;              /* bytes queued (unacknowledged entries and before) */
+	bool overflow;                /* the queue outgrew CATCH_MAX while not counting */
+	uint64_t next_mid;            /* id of the next marker */
+	uint64_t done_mid;            /* the last marker the backup completed */
+	bool want_install;            /* a range led here has this node outside its ISR, uncopied */
+	uint64_t want_epoch;          /* ... install once this configuration is published */
+	uint64_t install_ns;          /* ... not before this (monotonic) */
+	entry *copying;               /* thread: the copy marker being sent, or NULL */
+	uint64_t copy_gen;            /* thread: ... in this generation */
+	bool copy_dedup;              /* thread: its exactly-once entries are sent */
+	size_t copy_doff;             /* thread: ... up to here */
+	kv_buf *copy_dd;              /* thread: its exactly-once records */
+	size_t copy_ndd, copy_cap;    /* thread: ... count, capacity */
+	kv_store_cursor copy_cur;     /* thread: its position in the store */
+	uint64_t copy_logged;         /* thread: the marker whose copy was last logged */
+	diverged *div;                /* ranges to have the backup leave the ISR of */
+	uint64_t div_ns;              /* no removal request before this (monotonic) */
+	uint64_t expand_ns;           /* thread: next expand check (monotonic) */
+	/* Whether the commit point waits for this backup: it is in the ISR of
+	 * a range this node leads, or about to join one (an expand). */
+	atomic_bool counts;
+	/* Ends sent to the backup and not answered in sync, plus ranges it
+	 * diverged on and is still in the ISR of: the commit point waits while
+	 * non-zero (doc/replication.md "Reconciliation"). */
+	atomic_uint unreconciled;
 };
+
+/* The copy of a range to a replica outside its ISR, from the marker on
+ * (doc/replication.md "Catch-up"). Listed in kv_rs.jobs (tab_lock); state
+ * under its stream's mu. */
+typedef enum {
+	JOB_COPYING, /* the marker is queued */
+	JOB_LIVE,    /* copied; catching up to `target` */
+	JOB_EXPAND,  /* counted for the commit point; asks the controller once `target` is acked */
+} job_state;
+
+typedef struct job {
+	struct job *next;
+	stream *s;             /* the replica's stream */
+	kv_buf start, end;     /* the range */
+	uint64_t leader_epoch; /* its leader epoch */
+	uint64_t mid;          /* its copy marker */
+	job_state state;       /* s->mu */
+	uint64_t target;       /* s->mu: the lsn to reach before the next state */
+	uint64_t ask_ns;       /* s->mu: no expand request before this (monotonic) */
+	bool keep;             /* apply_config: matched a route */
+} job;
 
 /* One range of the configuration. */
 typedef struct {
-	kv_buf start, end;                /* the range */
-	uint32_t primary;                 /* its primary */
-	uint64_t leader_epoch;            /* its leader epoch */
-	uint32_t ninsync;                 /* ISR size (1 for a single range) */
-	uint32_t insync[KV_MAX_REPLICAS]; /* the ISR */
-	uint32_t min_insync;              /* writes need at least this many */
-	uint32_t nbackups;                /* this node leads it: ISR members but this one */
-	stream *backups[KV_MAX_REPLICAS]; /* ... their streams */
+	kv_buf start, end;                  /* the range */
+	uint32_t primary;                   /* its primary */
+	uint64_t leader_epoch;              /* its leader epoch */
+	uint32_t ninsync;                   /* ISR size (1 for a single range) */
+	uint32_t insync[KV_MAX_REPLICAS];   /* the ISR */
+	uint32_t min_insync;                /* writes need at least this many */
+	uint32_t nbackups;                  /* this node leads it: ISR members but this one */
+	stream *backups[KV_MAX_REPLICAS];   /* ... their streams */
+	uint32_t nreplicas;                 /* the replica set (1 for a single range) */
+	uint32_t replicas[KV_MAX_REPLICAS]; /* ... */
+	bool copy[KV_MAX_REPLICAS];         /* ... this node leads it and copies that one: outside
+	                                       the ISR and not down */
+	uint32_t ncatch;                    /* this node leads it: replicas outside the ISR being
+	                                       copied (tab_lock write to change) */
+	stream *catch[KV_MAX_REPLICAS];     /* ... their streams */
 } route;
 
 /* A primary this node backs up. */
@@ -136,6 +229,7 @@ typedef struct {
 	uint64_t next_seq;   /* the batch expected next */
 	uint64_t last_lsn;   /* the primary's lsn of the last record applied */
 	uint64_t last_local; /* the local lsn that logged it */
+	uint64_t max_lsn;    /* the highest lsn of the primary applied since this start */
 } insrc;
 
 /* A reply waiting for the commit point. */
@@ -151,9 +245,10 @@ struct kv_rs {
 	kv_rs_env env;        /* immutable */
 	atomic_bool stopping; /* kv_rs_stop ran */
 
-	pthread_rwlock_t tab_lock; /* protects routes, nroutes (write: apply_config) */
+	pthread_rwlock_t tab_lock; /* protects routes, nroutes, jobs (write: to change them) */
 	route *routes;             /* sorted by start */
 	size_t nroutes;
+	job *jobs; /* copies to replicas outside the ISR */
 
 	pthread_mutex_t smu;          /* protects stream creation (streams, nstreams writes) */
 	stream *streams[MAX_STREAMS]; /* published before nstreams grows */
@@ -171,6 +266,7 @@ struct kv_rs {
 	waiter *waiters;
 
 	atomic_uint_fast64_t st_batches, st_resends, st_applied, st_refused, st_asks, st_demotions;
+	atomic_uint_fast64_t st_copies, st_copy_recs, st_expand_asks, st_copied, st_diverged;
 };
 
 /* ------------------------------------------------------------------------
@@ -240,8 +336,13 @@ kv_rs_covered(kv_rs *g, uint64_t lsn)
 
 	for (size_t i = 0; i < n; i++) {
 		stream *s = g->streams[i];
-		uint64_t h = atomic_load(&s->hole);
-		if (atomic_load(&s->pending) <= lsn || (h != 0 && h <= lsn))
+		uint64_t h;
+		/* A replica outside every ISR (being copied) never counts. */
+		if (!atomic_load_explicit(&s->counts, memory_order_relaxed))
+			continue;
+		h = atomic_load(&s->hole);
+		if (atomic_load(&s->pending) <= lsn || (h != 0 && h <= lsn) ||
+		    atomic_load_explicit(&s->unreconciled, memory_order_relaxed) != 0)
 			return false;
 	}
 	return true;
@@ -309,6 +410,66 @@ kv_rs_notify(kv_rs *g, uint64_t lsn, kv_wal_done_fn done, void *arg)
  * Primary side: the tap and the streams
  * ------------------------------------------------------------------------ */
 
+/* Frees the ranges s's backup diverged on (caller holds s->mu, or no
+ * other thread runs). */
+static void
+div_free_all(stream *s)
+{
+	while (s->div) {
+		diverged *d = s->div;
+		s->div = d->next;
+		kv_buf_fini(&d->start);
+		kv_buf_fini(&d->end);
+		free(d);
+	}
+}
+
+/* Appends e to s's queue. Caller holds s->mu. */
+static void
+push_locked(stream *s, entry *e)
+{
+	e->next = NULL;
+	if (s->tail)
+		s->tail->next = e;
+	else
+		s->head = e;
+	s->tail = e;
+	s->qbytes += sizeof(*e) + e->slen + e->plen;
+	if (s->unacked == NULL) {
+		s->unacked = e;
+		s->progress_ns = kv_now_ns();
+	}
+	/* The first unacknowledged record (markers may be ahead of it). */
+	if (e->kind == ENT_REC && atomic_load(&s->pending) == UINT64_MAX)
+		atomic_store(&s->pending, e->lsn);
+	if (s->unsent == NULL)
+		s->unsent = e;
+	pthread_cond_signal(&s->cv);
+}
+
+/* Queues a marker (ENT_COPY: [start, end); ENT_END: start). Caller holds
+ * s->mu. Returns it, or NULL when out of memory. */
+static entry *
+push_marker_locked(stream *s, int kind, const kv_buf *start, const kv_buf *end,
+                   uint64_t leader_epoch)
+{
+	size_t el = end ? end->len : 0;
+	entry *e = malloc(sizeof(*e) + start->len + el);
+
+	if (e == NULL)
+		return NULL;
+	*e = (entry){.lsn = s->tail_lsn, .leader_epoch = leader_epoch, .kind = kind};
+	e->mid = ++s->next_mid;
+	e->slen = start->len;
+	e->plen = el;
+	if (start->len)
+		memcpy(e->data, start->data, start->len);
+	if (el)
+		memcpy(e->data + start->len, end->data, el);
+	push_locked(s, e);
+	return e;
+}
+
 /* The log tap: queues the record for every in-sync backup of its range.
  * Runs under the log's mutex, in lsn order. */
 static void
@@ -316,9 +477,22 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 {
 	const route *r = arg;
 
-	for (uint32_t i = 0; i < r->nbackups; i++) {
-		stream *s = r->backups[i];
-		entry *e = malloc(sizeof(*e) + r->start.len + n);
+	for (uint32_t i = 0; i < r->nbackups + r->ncatch; i++) {
+		stream *s = i < r->nbackups ? r->backups[i] : r->catch[i - r->nbackups];
+		entry *e;
+		if (i >= r->nbackups && !atomic_load(&s->counts)) {
+			/* A replica being copied: the queue is bounded (a replica that
+			 * is down would otherwise hold every record); past the bound
+			 * the copy starts again later. */
+			bool over;
+			pthread_mutex_lock(&s->mu);
+			over = s->overflow || s->qbytes > CATCH_MAX;
+			s->overflow = over;
+			pthread_mutex_unlock(&s->mu);
+			if (over)
+				continue;
+		}
+		e = malloc(sizeof(*e) + r->start.len + n);
 		if (e == NULL) {
 			/* The stream can never cover this lsn: replies that need it
 			 * time out rather than claim a copy that does not exist. */
@@ -326,30 +500,43 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 			atomic_compare_exchange_strong(&s->hole, &zero, lsn);
 			continue;
 		}
-		e->next = NULL;
-		e->lsn = lsn;
-		e->leader_epoch = r->leader_epoch;
+		*e = (entry){.lsn = lsn, .leader_epoch = r->leader_epoch, .kind = ENT_REC};
 		e->slen = r->start.len;
 		e->plen = n;
 		if (r->start.len)
 			memcpy(e->data, r->start.data, r->start.len);
 		memcpy(e->data + r->start.len, p, n);
 		pthread_mutex_lock(&s->mu);
-		if (s->tail)
-			s->tail->next = e;
-		else
-			s->head = e;
-		s->tail = e;
-		if (s->unacked == NULL) {
-			s->unacked = e;
-			s->progress_ns = kv_now_ns();
-			atomic_store(&s->pending, lsn);
-		}
-		if (s->unsent == NULL)
-			s->unsent = e;
-		pthread_cond_signal(&s->cv);
+		s->tail_lsn = lsn;
+		push_locked(s, e);
 		pthread_mutex_unlock(&s->mu);
 	}
+}
+
+/* The lsn of the first unacknowledged record, or UINT64_MAX. Caller holds
+ * s->mu. */
+static uint64_t
+first_unacked_locked(const stream *s)
+{
+	for (const entry *e = s->unacked; e; e = e->next)
+		if (e->kind == ENT_REC)
+			return e->lsn;
+	return UINT64_MAX;
+}
+
+/* Passes the entries the watermark covers (records up to acked_lsn, dead
+ * markers) and publishes `pending`. A live marker stops it: only its own
+ * answer passes it (call_done). Caller holds s->mu. */
+static void
+settle_locked(stream *s)
+{
+	while (s->unacked && ((s->unacked->kind == ENT_REC && s->unacked->lsn <= s->acked_lsn) ||
+	                      s->unacked->kind == ENT_DEAD)) {
+		if (s->unsent == s->unacked)
+			s->unsent = s->unacked->next;
+		s->unacked = s->unacked->next;
+	}
+	atomic_store(&s->pending, first_unacked_locked(s));
 }
 
 /* Moves the watermark to lsn. Caller holds s->mu. Returns whether it moved. */
@@ -360,13 +547,49 @@ advance_locked(stream *s, uint64_t lsn)
 		return false;
 	s->acked_lsn = lsn;
 	s->progress_ns = kv_now_ns();
-	while (s->unacked && s->unacked->lsn <= lsn) {
-		if (s->unsent == s->unacked)
-			s->unsent = s->unacked->next;
-		s->unacked = s->unacked->next;
-	}
-	atomic_store(&s->pending, s->unacked ? s->unacked->lsn : UINT64_MAX);
+	settle_locked(s);
 	return true;
+}
+
+/* The backup completed marker m (its copy's last step, or the end). */
+static void
+marker_done_locked(stream *s, entry *m, const kv_repl_ack *a)
+{
+	if (m->kind == ENT_END) {
+		if (a->diverged) {
+			/* Keeps s->unreconciled up until the backup leaves the ISR. */
+			diverged *d = calloc(1, sizeof(*d));
+			if (d == NULL || kv_buf_set(&d->start, m->data, m->slen) != 0 ||
+			    kv_buf_set(&d->end, m->data + m->slen, m->plen) != 0) {
+				if (d)
+					kv_buf_fini(&d->start);
+				free(d);
+				atomic_fetch_sub(&s->unreconciled, 1);
+			} else {
+				d->leader_epoch = m->leader_epoch;
+				d->next = s->div;
+				s->div = d;
+				s->div_ns = 0;
+			}
+			atomic_fetch_add(&s->g->st_diverged, 1);
+			KV_WARN(COMP,
+			        "backup diverged from this primary's end of the previous leader "
+			        "epoch: it leaves the ISR and is copied again",
+			        "node=%u leader_epoch=%llu end_lsn=%llu", s->node,
+			        (unsigned long long)m->leader_epoch,
+			        (unsigned long long)m->end_lsn);
+		} else {
+			atomic_fetch_sub(&s->unreconciled, 1);
+		}
+	} else {
+		atomic_fetch_add(&s->g->st_copied, 1);
+		KV_INFO(COMP, "range copied to a replica outside the ISR", "node=%u", s->node);
+	}
+	s->done_mid = m->mid;
+	if (s->unsent == m)
+		s->unsent = m->next;
+	s->unacked = m->next;
+	settle_locked(s);
 }
 
 /* The answer to one Replicate (nng thread). */
@@ -387,6 +610,14 @@ call_done(void *arg, int rv, nng_msg *reply)
 	s->inflight--;
 	if (rv == 0 && a.status == KV_OK) {
 		moved = advance_locked(s, a.acked_lsn);
+		if (ca->marker != NULL) {
+			/* A copy step is progress too (no shrink during a long copy). */
+			s->progress_ns = kv_now_ns();
+			if (ca->last && ca->gen == s->gen && s->unacked == ca->marker) {
+				marker_done_locked(s, ca->marker, &a);
+				moved = true;
+			}
+		}
 		s->warned = false;
 	} else if (ca->gen == s->gen && !s->need_reset) {
 		int why = rv ? rv : a.status;
@@ -421,44 +652,29 @@ stream_connect(stream *s)
 	return KV_OK;
 }
 
-/* Sends the batch from s->unsent. Caller holds s->mu; it is released while
- * encoding and sending (only this thread frees entries). */
+/* Sends r (its records, copy or end filled in) as the next batch of the
+ * generation; marker/last name what a copy step or an end belongs to.
+ * Caller holds s->mu and a free slot exists; it is released while encoding
+ * and sending (only this thread frees entries). */
 static void
-send_batch_locked(stream *s)
+send_locked(stream *s, kv_repl_msg *r, entry *marker, bool last)
 {
 	kv_rs *g = s->g;
-	kv_repl_rec *rp;
-	size_t n = 0, bytes = 0, cap = BATCH_RECS;
-	entry *e = s->unsent;
 	int slot = 0;
 	nng_msg *msg = NULL;
-	kv_repl_msg r;
 
 	while (s->busy[slot])
 		slot++;
-	rp = malloc(cap * sizeof(*rp));
-	if (rp == NULL)
-		return;
-	while (e && n < cap && (n == 0 || bytes + e->plen <= BATCH_BYTES)) {
-		rp[n++] = (kv_repl_rec){.leader_epoch = e->leader_epoch,
-		                        .lsn = e->lsn,
-		                        .start = {e->data, e->slen},
-		                        .payload = {e->data + e->slen, e->plen}};
-		bytes += e->plen;
-		e = e->next;
-	}
-	s->unsent = e;
 	s->busy[slot] = true;
 	s->inflight++;
 	s->cargs[slot].gen = s->gen;
-	r = (kv_repl_msg){.from_node = g->env.node_id(g->env.arg),
-	                  .stream_id = (g->env.boot_id << 32) | (s->gen & 0xffffffffu),
-	                  .seq = s->next_seq++,
-	                  .nrecs = n,
-	                  .recs = rp};
+	s->cargs[slot].marker = marker;
+	s->cargs[slot].last = last;
+	r->from_node = g->env.node_id(g->env.arg);
+	r->stream_id = (g->env.boot_id << 32) | (s->gen & 0xffffffffu);
+	r->seq = s->next_seq++;
 	pthread_mutex_unlock(&s->mu);
-	int rv = kv_repl_encode(&r, g->env.epoch(g->env.arg), r.from_node, g->env.auth, &msg);
-	free(rp);
+	int rv = kv_repl_encode(r, g->env.epoch(g->env.arg), r->from_node, g->env.auth, &msg);
 	atomic_fetch_add(&g->st_batches, 1);
 	if (rv == 0) {
 		kv_rpc_async_call(s->calls[slot], msg, CALL_MS);
@@ -472,6 +688,296 @@ send_batch_locked(stream *s)
 	s->retry_ns = kv_now_ns() + RETRY_MS * 1000000ull;
 }
 
+/* Sends the records from s->unsent up to the next marker. Caller holds
+ * s->mu (released while sending). */
+static void
+send_batch_locked(stream *s)
+{
+	kv_repl_rec *rp;
+	size_t n = 0, bytes = 0, cap = BATCH_RECS;
+	entry *e = s->unsent;
+	kv_repl_msg r = {0};
+
+	rp = malloc(cap * sizeof(*rp));
+	if (rp == NULL)
+		return;
+	while (e && e->kind == ENT_REC && n < cap && (n == 0 || bytes + e->plen <= BATCH_BYTES)) {
+		rp[n++] = (kv_repl_rec){.leader_epoch = e->leader_epoch,
+		                        .lsn = e->lsn,
+		                        .start = {e->data, e->slen},
+		                        .payload = {e->data + e->slen, e->plen}};
+		bytes += e->plen;
+		e = e->next;
+	}
+	s->unsent = e;
+	r.nrecs = n;
+	r.recs = rp;
+	send_locked(s, &r, NULL, false);
+	free(rp);
+}
+
+/* Sends the end marker at s->unsent. Caller holds s->mu. */
+static void
+send_end_locked(stream *s)
+{
+	entry *m = s->unsent;
+	kv_repl_msg r = {.end = {.set = true,
+	                         .leader_epoch = m->leader_epoch,
+	                         .start = {m->data, m->slen},
+	                         .old_primary = m->old_primary,
+	                         .end_lsn = m->end_lsn}};
+
+	s->unsent = m->next;
+	send_locked(s, &r, m, true);
+}
+
+/* A copy step being assembled: log record payloads. */
+typedef struct {
+	kv_buf *recs; /* COPY_RECS + 1 buffers, reused */
+	size_t n;     /* records */
+	size_t bytes; /* their key and value bytes */
+	bool oom;
+} step_acc;
+
+/* Store visitor of a copy step: every entry visited is taken; stops once
+ * the step is full. */
+static int
+copy_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	step_acc *a = arg;
+
+	a->recs[a->n].len = 0;
+	if (kv_dur_rec_put(&a->recs[a->n], key, klen, vlen ? val : (const uint8_t *)"", vlen) !=
+	    0) {
+		a->oom = true;
+		return 1;
+	}
+	a->n++;
+	a->bytes += klen + vlen;
+	return a->n >= COPY_RECS || a->bytes >= COPY_BYTES;
+}
+
+/* Exactly-once visitor of a copy: each entry as a DEDUP record. */
+static void
+copy_dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *res,
+              const uint8_t *key, size_t klen, uint64_t time_ms)
+{
+	stream *s = arg;
+	kv_dur_dedup dd = {.client = client,
+	                   .req = req,
+	                   .value_len = res->value_len,
+	                   .time_ms = time_ms,
+	                   .has_del_value = res->has_value,
+	                   .del_value = {res->value.data, res->value.len}};
+
+	if (s->copy_ndd == s->copy_cap) {
+		size_t nc = s->copy_cap ? 2 * s->copy_cap : 64;
+		kv_buf *nb = realloc(s->copy_dd, nc * sizeof(*nb));
+		if (nb == NULL)
+			return;
+		memset(nb + s->copy_cap, 0, (nc - s->copy_cap) * sizeof(*nb));
+		s->copy_dd = nb;
+		s->copy_cap = nc;
+	}
+	s->copy_dd[s->copy_ndd].len = 0;
+	if (kv_dur_rec_dedup(&s->copy_dd[s->copy_ndd], &dd, res->status, key, klen) == 0)
+		s->copy_ndd++;
+}
+
+/* Whether the copy of marker m is still wanted (its job exists). Takes
+ * tab_lock; caller holds nothing. */
+static bool
+job_exists(kv_rs *g, stream *s, uint64_t mid)
+{
+	bool found = false;
+
+	pthread_rwlock_rdlock(&g->tab_lock);
+	for (job *j = g->jobs; j && !found; j = j->next)
+		found = j->s == s && j->mid == mid;
+	pthread_rwlock_unlock(&g->tab_lock);
+	return found;
+}
+
+/*
+ * Sends the next step of the copy marker at s->unsent (doc/replication.md
+ * "Catch-up"): the first step drops the range at the replica and carries
+ * the range's exactly-once entries, the next ones its keys and values in
+ * key order, COPY_RECS records or COPY_BYTES at most, each read from the
+ * store under one partition lock at a time; the last is flagged. A copy
+ * starts again from its first step in every new generation. Caller holds
+ * s->mu (released while reading the store and sending).
+ */
+static void
+send_copy_locked(stream *s)
+{
+	kv_rs *g = s->g;
+	entry *m = s->unsent;
+	uint64_t mid = m->mid;
+	kv_bytes st = {m->data, m->slen}, en = {m->data + m->slen, m->plen};
+	step_acc a = {0};
+	bool first = false;
+	int rv = KV_OK;
+
+	pthread_mutex_unlock(&s->mu);
+	bool wanted = job_exists(g, s, mid);
+	pthread_mutex_lock(&s->mu);
+	if (s->unsent != m)
+		return; /* the queue was dropped meanwhile */
+	if (!wanted) {
+		/* Dropped (the range changed or left): skip it. */
+		m->kind = ENT_DEAD;
+		s->unsent = m->next;
+		settle_locked(s);
+		return;
+	}
+	if (s->copying != m || s->copy_gen != s->gen) {
+		first = true;
+		s->copying = m;
+		s->copy_gen = s->gen;
+		s->copy_dedup = false;
+		s->copy_doff = 0;
+		kv_store_cursor_fini(&s->copy_cur);
+		kv_store_cursor_init(&s->copy_cur);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if ((a.recs = calloc(COPY_RECS + 1, sizeof(*a.recs))) == NULL) {
+		rv = KV_ENOMEM;
+		goto out;
+	}
+	if (first) {
+		for (size_t i = 0; i < s->copy_ndd; i++)
+			kv_buf_fini(&s->copy_dd[i]);
+		s->copy_ndd = 0;
+		kv_dedup_visit_range(g->env.dedup, st.p, st.len, en.p, en.len, copy_dedup_cb, s);
+		atomic_fetch_add(&g->st_copies, 1);
+		/* Once per marker: a replica that is down is tried again and again. */
+		if (s->copy_logged != mid)
+			KV_INFO(COMP, "copying a range to a replica outside the ISR",
+			        "node=%u leader_epoch=%llu dedup=%zu", s->node,
+			        (unsigned long long)m->leader_epoch, s->copy_ndd);
+		s->copy_logged = mid;
+	}
+	if (!s->copy_dedup) {
+		while (s->copy_doff < s->copy_ndd && a.n < COPY_RECS) {
+			a.recs[a.n++] = s->copy_dd[s->copy_doff];
+			s->copy_dd[s->copy_doff++] = (kv_buf){0};
+		}
+		s->copy_dedup = s->copy_doff == s->copy_ndd;
+	}
+	if (s->copy_dedup && a.n < COPY_RECS && !s->copy_cur.done) {
+		rv = kv_store_range_step(g->env.store, st.p, st.len, en.p, en.len, &s->copy_cur,
+		                         COPY_RECS - a.n, copy_cb, &a);
+		if (rv == KV_OK && a.oom)
+			rv = KV_ENOMEM;
+	}
+out:
+	pthread_mutex_lock(&s->mu);
+	if (rv != KV_OK || s->unsent != m) {
+		if (rv != KV_OK) {
+			s->copying = NULL; /* start the copy again */
+			s->need_reset = true;
+			s->retry_ns = kv_now_ns() + RETRY_MS * 1000000ull;
+		}
+	} else {
+		kv_bytes *rb = calloc(a.n ? a.n : 1, sizeof(*rb));
+		bool last = s->copy_dedup && s->copy_cur.done;
+		if (rb == NULL) {
+			s->copying = NULL;
+			s->need_reset = true;
+			s->retry_ns = kv_now_ns() + RETRY_MS * 1000000ull;
+		} else {
+			for (size_t i = 0; i < a.n; i++)
+				rb[i] = (kv_bytes){a.recs[i].data, a.recs[i].len};
+			kv_repl_msg r = {.copy = {.set = true,
+			                          .leader_epoch = m->leader_epoch,
+			                          .start = st,
+			                          .end = en,
+			                          .first = first,
+			                          .last = last,
+			                          .nrecs = a.n,
+			                          .recs = rb}};
+			if (last)
+				s->unsent = m->next;
+			atomic_fetch_add(&g->st_copy_recs, a.n);
+			send_locked(s, &r, m, last);
+			free(rb);
+		}
+	}
+	for (size_t i = 0; a.recs && i <= COPY_RECS; i++)
+		kv_buf_fini(&a.recs[i]);
+	free(a.recs);
+}
+
+/* IsrChange requests to send: the ranges, copied. */
+typedef struct {
+	kv_buf start, end;
+	uint64_t leader_epoch;
+} isr_ask;
+
+typedef struct {
+	isr_ask *v;
+	size_t n, cap;
+} ask_list;
+
+/* Adds [start, end) at leader_epoch to l (dropped when out of memory: the
+ * request is made again later). */
+static void
+asks_add(ask_list *l, const kv_buf *start, const kv_buf *end, uint64_t leader_epoch)
+{
+	isr_ask *a;
+
+	if (l->n == l->cap) {
+		size_t nc = l->cap ? 2 * l->cap : 4;
+		isr_ask *nv = realloc(l->v, nc * sizeof(*nv));
+		if (nv == NULL)
+			return;
+		l->v = nv;
+		l->cap = nc;
+	}
+	a = &l->v[l->n];
+	*a = (isr_ask){.leader_epoch = leader_epoch};
+	if (kv_buf_set(&a->start, start->data, start->len) != 0 ||
+	    kv_buf_set(&a->end, end->data, end->len) != 0) {
+		kv_buf_fini(&a->start);
+		kv_buf_fini(&a->end);
+		return;
+	}
+	l->n++;
+}
+
+/* Sends IsrChange{add} (add) or {remove} of s's node for every range of l,
+ * counting each in *count and logging msg, then frees l. Called with no
+ * lock held. Returns whether the controller refused one for this
+ * configuration (KV_ESTALE or KV_EINVAL). */
+static bool
+asks_send(stream *s, ask_list *l, bool add, atomic_uint_fast64_t *count, const char *msg)
+{
+	kv_rs *g = s->g;
+	bool refused = false;
+
+	for (size_t i = 0; i < l->n; i++) {
+		isr_ask *a = &l->v[i];
+		kv_bytes st = {a->start.data, a->start.len};
+		kv_bytes en = {a->end.data, a->end.len};
+		int (*fn)(void *, const kv_bytes *, const kv_bytes *, uint64_t, uint32_t) =
+		    add ? g->env.isr_add : g->env.isr_remove;
+		int rv = fn ? fn(g->env.arg, &st, &en, a->leader_epoch, s->node) : KV_EINVAL;
+		atomic_fetch_add(count, 1);
+		if (add)
+			KV_INFO(COMP, msg, "node=%u leader_epoch=%llu result=%s", s->node,
+			        (unsigned long long)a->leader_epoch, kv_errname(rv));
+		else
+			KV_WARN(COMP, msg, "node=%u leader_epoch=%llu result=%s", s->node,
+			        (unsigned long long)a->leader_epoch, kv_errname(rv));
+		refused |= rv == KV_ESTALE || rv == KV_EINVAL;
+		kv_buf_fini(&a->start);
+		kv_buf_fini(&a->end);
+	}
+	free(l->v);
+	*l = (ask_list){0};
+	return refused;
+}
+
 /* Asks the controller to take s's backup out of the ISR of every range this
  * node leads with it (doc/replication.md "ISR changes", Shrink). Called by
  * the stream thread with no lock held. */
@@ -481,38 +987,34 @@ ask_shrink(stream *s)
 	kv_rs *g = s->g;
 	uint32_t me = g->env.node_id(g->env.arg);
 	uint64_t epoch = g->env.epoch(g->env.arg);
-	route *ask = NULL;
-	size_t n = 0;
-	bool refused = false;
+	ask_list l = {0};
+	bool refused;
 
 	pthread_rwlock_rdlock(&g->tab_lock);
-	ask = calloc(g->nroutes ? g->nroutes : 1, sizeof(*ask));
-	for (size_t i = 0; ask && i < g->nroutes; i++) {
+	for (size_t i = 0; i < g->nroutes; i++) {
 		const route *r = &g->routes[i];
 		bool with = false;
 		for (uint32_t j = 0; j < r->nbackups; j++)
 			with |= r->backups[j] == s;
-		if (!with || r->primary != me)
-			continue;
-		if (kv_buf_set(&ask[n].start, r->start.data, r->start.len) != 0 ||
-		    kv_buf_set(&ask[n].end, r->end.data, r->end.len) != 0) {
-			kv_buf_fini(&ask[n].start);
-			continue;
-		}
-		ask[n++].leader_epoch = r->leader_epoch;
+		if (with && r->primary == me)
+			asks_add(&l, &r->start, &r->end, r->leader_epoch);
 	}
 	pthread_rwlock_unlock(&g->tab_lock);
-	for (size_t i = 0; i < n; i++) {
-		kv_bytes st = {ask[i].start.data, ask[i].start.len};
-		kv_bytes en = {ask[i].end.data, ask[i].end.len};
-		int rv = g->env.isr_remove(g->env.arg, &st, &en, ask[i].leader_epoch, s->node);
-		atomic_fetch_add(&g->st_asks, 1);
-		KV_WARN(COMP, "in-sync backup silent: asked the controller to shrink the ISR",
-		        "node=%u leader_epoch=%llu result=%s", s->node,
-		        (unsigned long long)ask[i].leader_epoch, kv_errname(rv));
-		refused |= rv == KV_ESTALE || rv == KV_EINVAL;
-	}
-	routes_free(ask, n);
+	refused = asks_send(s, &l, false, &g->st_asks,
+	                    "in-sync backup silent: asked the controller to shrink the ISR");
+	/* A replica about to join an ISR that went silent: count it no more. */
+	pthread_rwlock_rdlock(&g->tab_lock);
+	pthread_mutex_lock(&s->mu);
+	bool backup = false;
+	for (size_t i = 0; i < g->nroutes; i++)
+		for (uint32_t j = 0; j < g->routes[i].nbackups; j++)
+			backup |= g->routes[i].backups[j] == s;
+	for (job *j = g->jobs; j; j = j->next)
+		if (j->s == s && j->state == JOB_EXPAND)
+			j->state = JOB_LIVE;
+	atomic_store(&s->counts, backup);
+	pthread_mutex_unlock(&s->mu);
+	pthread_rwlock_unlock(&g->tab_lock);
 	if (refused) {
 		pthread_mutex_lock(&s->mu);
 		s->refused_epoch = epoch;
@@ -528,11 +1030,214 @@ shrink_due_locked(stream *s, uint64_t now)
 	kv_rs *g = s->g;
 
 	if (g->env.isr_remove == NULL || atomic_load(&g->stopping) || s->unacked == NULL ||
-	    now < s->ask_ns || now - s->progress_ns < SHRINK_MS * 1000000ull ||
+	    !atomic_load(&s->counts) || now < s->ask_ns ||
+	    now - s->progress_ns < SHRINK_MS * 1000000ull ||
 	    (s->refused_epoch != 0 && s->refused_epoch == g->env.epoch(g->env.arg)))
 		return false;
 	s->ask_ns = now + ASK_AGAIN_MS * 1000000ull;
 	return true;
+}
+
+/* Whether node is a replica of r outside its ISR. */
+static bool
+outside_isr(const route *r, uint32_t node)
+{
+	bool rep = false, in = false;
+
+	for (uint32_t i = 0; i < r->nreplicas; i++)
+		rep |= r->replicas[i] == node;
+	for (uint32_t i = 0; i < r->ninsync; i++)
+		in |= r->insync[i] == node;
+	return rep && !in;
+}
+
+/* Whether this node, t's primary, copies t to node (t.copy). */
+static bool
+wants_copy(const route *t, uint32_t node)
+{
+	for (uint32_t i = 0; i < t->nreplicas; i++)
+		if (t->replicas[i] == node)
+			return t->copy[i];
+	return false;
+}
+
+static void
+job_free(job *j)
+{
+	kv_buf_fini(&j->start);
+	kv_buf_fini(&j->end);
+	free(j);
+}
+
+/*
+ * Starts the copies s's replica needs (doc/replication.md "Catch-up"): for
+ * every range this node leads with that replica outside its ISR and not
+ * being copied, under the routing table's write lock (no write is between
+ * its apply and its log append), the range's records start going to the
+ * stream (route.catch) and a copy marker is queued before them. Called by
+ * the stream thread with no lock held.
+ */
+static void
+install(stream *s)
+{
+	kv_rs *g = s->g;
+	uint32_t me = g->env.node_id(g->env.arg);
+
+	pthread_rwlock_wrlock(&g->tab_lock);
+	pthread_mutex_lock(&s->mu);
+	s->want_install = false;
+	for (size_t i = 0; i < g->nroutes && me != 0; i++) {
+		route *r = &g->routes[i];
+		bool has = false;
+		job *j;
+		entry *m;
+		if (r->primary != me || !wants_copy(r, s->node))
+			continue;
+		for (uint32_t k = 0; k < r->ncatch; k++)
+			has |= r->catch[k] == s;
+		if (has || r->ncatch == KV_MAX_REPLICAS)
+			continue;
+		if ((j = calloc(1, sizeof(*j))) == NULL ||
+		    kv_buf_set(&j->start, r->start.data, r->start.len) != 0 ||
+		    kv_buf_set(&j->end, r->end.data, r->end.len) != 0 ||
+		    (m = push_marker_locked(s, ENT_COPY, &r->start, &r->end, r->leader_epoch)) ==
+		        NULL) {
+			if (j)
+				job_free(j);
+			s->want_install = true;
+			s->install_ns = kv_now_ns() + INSTALL_MS * 1000000ull;
+			continue;
+		}
+		j->s = s;
+		j->leader_epoch = r->leader_epoch;
+		j->mid = m->mid;
+		j->state = JOB_COPYING;
+		j->next = g->jobs;
+		g->jobs = j;
+		r->catch[r->ncatch++] = s;
+	}
+	pthread_mutex_unlock(&s->mu);
+	pthread_rwlock_unlock(&g->tab_lock);
+}
+
+/* The queue of a stream that counts for no ISR outgrew CATCH_MAX (its
+ * replica is down or slow): drop its copies and its queue, and copy again
+ * after INSTALL_MS. Called by the stream thread with no lock held. */
+static void
+uninstall(stream *s)
+{
+	kv_rs *g = s->g;
+
+	pthread_rwlock_wrlock(&g->tab_lock);
+	for (size_t i = 0; i < g->nroutes; i++) {
+		route *r = &g->routes[i];
+		uint32_t k = 0;
+		for (uint32_t j = 0; j < r->ncatch; j++)
+			if (r->catch[j] != s)
+				r->catch[k++] = r->catch[j];
+		r->ncatch = k;
+	}
+	for (job **pp = &g->jobs; *pp;) {
+		job *j = *pp;
+		if (j->s == s) {
+			*pp = j->next;
+			job_free(j);
+		} else {
+			pp = &j->next;
+		}
+	}
+	pthread_mutex_lock(&s->mu);
+	if (!atomic_load(&s->counts)) {
+		s->unacked = s->unsent = NULL;
+		atomic_store(&s->pending, UINT64_MAX);
+	}
+	s->overflow = false;
+	s->copying = NULL;
+	s->want_install = true;
+	s->install_ns = kv_now_ns() + INSTALL_MS * 1000000ull;
+	pthread_mutex_unlock(&s->mu);
+	pthread_rwlock_unlock(&g->tab_lock);
+	KV_WARN(COMP, "replica outside the ISR fell too far behind: its copy starts again later",
+	        "node=%u", s->node);
+}
+
+/*
+ * Expand (doc/replication.md "ISR changes"): a copied replica that has
+ * acknowledged the position the stream had when its copy completed starts
+ * counting for the commit point; once it has acknowledged every record
+ * queued before that, this node asks the controller to add it to the ISR
+ * (again every EXPAND_MS until the configuration arrives). Called by the
+ * stream thread with no lock held.
+ */
+static void
+expand(stream *s)
+{
+	kv_rs *g = s->g;
+	uint64_t now = kv_now_ns();
+	ask_list l = {0};
+	bool wr = false, flip = false;
+
+again:
+	if (wr)
+		pthread_rwlock_wrlock(&g->tab_lock);
+	else
+		pthread_rwlock_rdlock(&g->tab_lock);
+	pthread_mutex_lock(&s->mu);
+	uint64_t first = first_unacked_locked(s);
+	for (job *j = g->jobs; j; j = j->next) {
+		if (j->s != s)
+			continue;
+		if (j->state == JOB_COPYING && j->mid <= s->done_mid) {
+			j->state = JOB_LIVE;
+			j->target = s->tail_lsn;
+		}
+		if (j->state == JOB_LIVE && first > j->target && g->env.isr_add != NULL) {
+			/* From here every reply waits for this replica too. Under the
+			 * write lock no write is between its apply and its log append:
+			 * every write the copy saw is queued at or below the new
+			 * target, so once the replica has it, its state is exactly
+			 * the primary's records up to its position (what
+			 * reconciliation compares). */
+			flip = true;
+			if (!wr)
+				continue;
+			atomic_store(&s->counts, true);
+			j->state = JOB_EXPAND;
+			j->target = s->tail_lsn;
+			j->ask_ns = 0;
+		}
+		if (j->state != JOB_EXPAND || first <= j->target || now < j->ask_ns ||
+		    g->env.isr_add == NULL)
+			continue;
+		asks_add(&l, &j->start, &j->end, j->leader_epoch);
+		j->ask_ns = now + EXPAND_MS * 1000000ull;
+	}
+	pthread_mutex_unlock(&s->mu);
+	pthread_rwlock_unlock(&g->tab_lock);
+	if (flip && !wr) {
+		wr = true;
+		goto again;
+	}
+	asks_send(s, &l, true, &g->st_expand_asks,
+	          "replica caught up: asked the controller to add it to the ISR");
+}
+
+/* Asks the controller to take s's replica out of the ISR of every range it
+ * diverged on (reconciliation); again every ASK_AGAIN_MS until the
+ * configuration without it arrives. Called by the stream thread with no
+ * lock held. */
+static void
+ask_diverged(stream *s)
+{
+	ask_list l = {0};
+
+	pthread_mutex_lock(&s->mu);
+	for (diverged *d = s->div; d; d = d->next)
+		asks_add(&l, &d->start, &d->end, d->leader_epoch);
+	s->div_ns = kv_now_ns() + ASK_AGAIN_MS * 1000000ull;
+	pthread_mutex_unlock(&s->mu);
+	asks_send(s, &l, false, &s->g->st_asks,
+	          "diverged backup: asked the controller to take it out of the ISR");
 }
 
 static void *
@@ -545,14 +1250,34 @@ stream_main(void *arg)
 	while (!atomic_load(&g->stopping)) {
 		struct timespec ts;
 		/* Free what the backup has. */
+		uint64_t now = kv_now_ns();
 		while (s->head && s->head != s->unacked) {
 			entry *e = s->head;
 			s->head = e->next;
+			s->qbytes -= sizeof(*e) + e->slen + e->plen;
+			if (s->copying == e)
+				s->copying = NULL;
 			free(e);
 		}
 		if (s->head == NULL)
 			s->tail = NULL;
-		if (s->need_reset && s->inflight == 0 && kv_now_ns() >= s->retry_ns) {
+		if (s->overflow) {
+			pthread_mutex_unlock(&s->mu);
+			uninstall(s);
+			pthread_mutex_lock(&s->mu);
+			continue;
+		}
+		if (s->want_install && now >= s->install_ns &&
+		    g->env.epoch(g->env.arg) >= s->want_epoch) {
+			/* Once the configuration is published, every write begun
+			 * before this stream existed has ended (the server's
+			 * configuration thread waits for them): none can miss the tap. */
+			pthread_mutex_unlock(&s->mu);
+			install(s);
+			pthread_mutex_lock(&s->mu);
+			continue;
+		}
+		if (s->need_reset && s->inflight == 0 && now >= s->retry_ns) {
 			s->gen++;
 			s->next_seq = 1;
 			s->unsent = s->unacked;
@@ -570,8 +1295,27 @@ stream_main(void *arg)
 					continue;
 				}
 			}
-			send_batch_locked(s);
+			if (s->unsent->kind == ENT_REC)
+				send_batch_locked(s);
+			else if (s->unsent->kind == ENT_END)
+				send_end_locked(s);
+			else if (s->unsent->kind == ENT_COPY)
+				send_copy_locked(s);
+			else
+				s->unsent = s->unsent->next; /* ENT_DEAD */
 			continue;
+		}
+		if (s->div != NULL && now >= s->div_ns) {
+			pthread_mutex_unlock(&s->mu);
+			ask_diverged(s);
+			pthread_mutex_lock(&s->mu);
+			continue;
+		}
+		if (now >= s->expand_ns) {
+			s->expand_ns = now + POLL_MS * 1000000ull;
+			pthread_mutex_unlock(&s->mu);
+			expand(s);
+			pthread_mutex_lock(&s->mu);
 		}
 		if (shrink_due_locked(s, kv_now_ns())) {
 			pthread_mutex_unlock(&s->mu);
@@ -612,6 +1356,9 @@ stream_get(kv_rs *g, uint32_t node, const char *addr)
 	snprintf(s->addr, sizeof(s->addr), "%s", addr);
 	atomic_init(&s->pending, UINT64_MAX);
 	atomic_init(&s->hole, 0);
+	atomic_init(&s->counts, false);
+	atomic_init(&s->unreconciled, 0);
+	kv_store_cursor_init(&s->copy_cur);
 	s->gen = 1;
 	s->next_seq = 1;
 	pthread_mutex_init(&s->mu, NULL);
@@ -658,14 +1405,14 @@ kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const 
 			       "refused until the set grows";
 			return KV_EUNAVAIL;
 		}
-		if (o != r && (o->nbackups || r->nbackups)) {
+		if (o != r && (o->nbackups || r->nbackups || o->ncatch || r->ncatch)) {
 			pthread_rwlock_unlock(&g->tab_lock);
 			*why = "a multi-key write to replicated ranges must stay within one range";
 			return KV_EINVAL;
 		}
 	}
 	op->g = g;
-	if (r && r->nbackups)
+	if (r && (r->nbackups || r->ncatch))
 		op->tap = (kv_dur_tap){.fn = tap_fn, .arg = (void *)r};
 	return KV_OK;
 }
@@ -711,6 +1458,156 @@ kv_rs_fenced(kv_rs *g, uint64_t t0_ns)
 	return f != 0 && t0_ns <= f;
 }
 
+/* The stream to node if one exists (no creation). */
+static stream *
+stream_find(kv_rs *g, uint32_t node)
+{
+	size_t n = atomic_load(&g->nstreams);
+
+	for (size_t i = 0; i < n; i++)
+		if (g->streams[i]->node == node)
+			return g->streams[i];
+	return NULL;
+}
+
+/* The highest lsn of primary `from` applied here since this start; 0:
+ * none. Caller holds in_mu. */
+static uint64_t
+applied_from(kv_rs *g, uint32_t from)
+{
+	for (size_t i = 0; i < MAX_SOURCES; i++)
+		if (g->src[i].from == from)
+			return g->src[i].max_lsn;
+	return 0;
+}
+
+/* Whether two routes name the same range. */
+static bool
+same_range(const kv_buf *as, const kv_buf *ae, const kv_buf *bs, const kv_buf *be)
+{
+	return kv_key_cmp(as->data, as->len, bs->data, bs->len) == 0 && ae->len == be->len &&
+	       kv_key_cmp(ae->data, ae->len, be->data, be->len) == 0;
+}
+
+/*
+ * The parts of apply_config under the routing table's write lock (and
+ * in_mu): copies in progress carry over to the new routes (same range,
+ * same leader epoch, the replica still outside the ISR) and the others end;
+ * replicas outside the ISR without a copy get one (from their stream
+ * thread); a range this node now leads after a failover sends its end of
+ * the previous leader epoch to each in-sync backup (reconciliation);
+ * diverged backups that left the ISR are reconciled; and whether each
+ * stream counts for the commit point.
+ */
+static void
+carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, uint32_t me,
+                  bool restarted)
+{
+	route *nr = g->routes;
+	size_t nn = g->nroutes, ns = atomic_load(&g->nstreams);
+
+	for (job *j = g->jobs; j; j = j->next)
+		j->keep = false;
+	for (size_t i = 0; i < nn && me != 0; i++) {
+		route *t = &nr[i];
+		if (t->primary != me)
+			continue;
+		for (job *j = g->jobs; j; j = j->next)
+			if (!j->keep && j->leader_epoch == t->leader_epoch &&
+			    same_range(&j->start, &j->end, &t->start, &t->end) &&
+			    wants_copy(t, j->s->node) && t->ncatch < KV_MAX_REPLICAS) {
+				j->keep = true;
+				t->catch[t->ncatch++] = j->s;
+			}
+		for (uint32_t k = 0; k < t->nreplicas; k++) {
+			stream *s;
+			bool has = false;
+			if (t->replicas[k] == me || !wants_copy(t, t->replicas[k]) ||
+			    (s = stream_find(g, t->replicas[k])) == NULL)
+				continue;
+			for (uint32_t x = 0; x < t->ncatch; x++)
+				has |= t->catch[x] == s;
+			if (has)
+				continue;
+			pthread_mutex_lock(&s->mu);
+			s->want_install = true;
+			s->want_epoch = c->epoch;
+			pthread_cond_signal(&s->cv);
+			pthread_mutex_unlock(&s->mu);
+		}
+		/* Promotion: this node's end of the previous leader epoch. The
+		 * first configuration after a restart (the log held records), which
+		 * may already name this node primary, knows no previous one: the
+		 * end is unknown. A node that starts empty holds nothing to
+		 * reconcile. */
+		for (size_t o = 0; o < (old ? oldn : restarted ? 1 : 0) && t->nbackups; o++) {
+			const route *q = old ? &old[o] : t;
+			if (old != NULL && (q->primary == me || q->primary == 0 ||
+			                    q->leader_epoch >= t->leader_epoch ||
+			                    !overlap(&q->start, &q->end, &t->start, &t->end)))
+				continue;
+			uint64_t end_lsn = old ? applied_from(g, q->primary) : 0;
+			for (uint32_t b = 0; b < t->nbackups; b++) {
+				stream *s = t->backups[b];
+				pthread_mutex_lock(&s->mu);
+				entry *m = push_marker_locked(s, ENT_END, &t->start, &t->end,
+				                              t->leader_epoch);
+				if (m != NULL) {
+					m->old_primary = q->primary;
+					m->end_lsn = end_lsn;
+					atomic_fetch_add(&s->unreconciled, 1);
+				}
+				pthread_mutex_unlock(&s->mu);
+			}
+			KV_INFO(COMP, "primary after a failover: reconciling the in-sync backups",
+			        "leader_epoch=%llu old_primary=%u end_lsn=%llu backups=%u",
+			        (unsigned long long)t->leader_epoch, q->primary,
+			        (unsigned long long)end_lsn, t->nbackups);
+			break;
+		}
+	}
+	for (job **pp = &g->jobs; *pp;) {
+		job *j = *pp;
+		if (j->keep) {
+			pp = &j->next;
+			continue;
+		}
+		*pp = j->next;
+		job_free(j);
+	}
+	for (size_t i = 0; i < ns; i++) {
+		stream *s = g->streams[i];
+		bool backup = false, expanding = false;
+		for (size_t k = 0; k < nn; k++)
+			for (uint32_t b = 0; b < nr[k].nbackups; b++)
+				backup |= nr[k].backups[b] == s;
+		pthread_mutex_lock(&s->mu);
+		for (job *j = g->jobs; j; j = j->next)
+			expanding |= j->s == s && j->state == JOB_EXPAND;
+		for (diverged **pp = &s->div; *pp;) {
+			diverged *d = *pp;
+			bool still = false;
+			for (size_t k = 0; k < nn && !still; k++)
+				for (uint32_t b = 0; b < nr[k].nbackups; b++)
+					still |=
+					    nr[k].backups[b] == s && nr[k].primary == me &&
+					    nr[k].leader_epoch == d->leader_epoch &&
+					    overlap(&nr[k].start, &nr[k].end, &d->start, &d->end);
+			if (still) {
+				pp = &d->next;
+				continue;
+			}
+			*pp = d->next;
+			kv_buf_fini(&d->start);
+			kv_buf_fini(&d->end);
+			free(d);
+			atomic_fetch_sub(&s->unreconciled, 1);
+		}
+		atomic_store(&s->counts, backup || expanding);
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
 int
 kv_rs_apply_config(kv_rs *g, const kv_config *c)
 {
@@ -735,6 +1632,9 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		t->ninsync = kv_range_ninsync(r);
 		for (uint32_t j = 0; j < t->ninsync && j < KV_MAX_REPLICAS; j++)
 			t->insync[j] = kv_range_insync(r, j);
+		t->nreplicas = kv_range_nreplicas(r);
+		for (uint32_t j = 0; j < t->nreplicas && j < KV_MAX_REPLICAS; j++)
+			t->replicas[j] = kv_range_replica(r, j);
 		/* Never more than the range's replicas (doc/contract.md §2). */
 		t->min_insync = r->nreplicas ? kv_rs_min_insync(c) : 1;
 		if (t->min_insync > kv_range_nreplicas(r))
@@ -760,14 +1660,33 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 			}
 			t->backups[t->nbackups++] = s;
 		}
+		/* Replicas outside the ISR get a stream: their copy starts from it
+		 * once this configuration is published. Not while one is down: it
+		 * would only queue records and read the range again and again; it
+		 * is copied once it is back. */
+		for (uint32_t j = 0; j < t->nreplicas; j++) {
+			const kv_node *nd = kv_config_node(c, t->replicas[j]);
+			if (t->replicas[j] == me || !outside_isr(t, t->replicas[j]) || nd == NULL ||
+			    nd->state == KV_NODE_DOWN)
+				continue;
+			t->copy[j] = true;
+			if (stream_get(g, t->replicas[j], nd ? nd->address : NULL) == NULL)
+				KV_ERROR(COMP, "cannot stream to a replica outside the ISR",
+				         "node=%u", t->replicas[j]);
+		}
 	}
+	kv_dur_stats ds;
+	kv_dur_stats_get(g->env.dur, &ds);
+	pthread_mutex_lock(&g->in_mu);
 	pthread_rwlock_wrlock(&g->tab_lock);
 	old = g->routes;
 	oldn = g->nroutes;
 	g->routes = nr;
 	g->nroutes = c->nranges;
 	atomic_store(&g->short_isr, short_isr);
+	carry_over_locked(g, old, oldn, c, me, old == NULL && ds.wal.next_lsn > 1);
 	pthread_rwlock_unlock(&g->tab_lock);
+	pthread_mutex_unlock(&g->in_mu);
 	/* Demotion: a range this node led with backups has another primary
 	 * (a failover while it was cut off or paused). What it logged for the
 	 * range may be missing at the new primary, and the backups that have
@@ -785,14 +1704,19 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	/* A backup no range streams to any more (left the ISR, or the range
 	 * left this node) holds up nothing: what it has not acknowledged is no
 	 * longer needed for the commit point. No write taps it now: they all
-	 * began after the swap. */
+	 * began after the swap. A replica being copied keeps its queue. */
 	size_t ns = atomic_load(&g->nstreams);
+	pthread_rwlock_rdlock(&g->tab_lock);
 	for (size_t i = 0; i < ns; i++) {
 		stream *s = g->streams[i];
 		bool used = false;
-		for (size_t j = 0; j < c->nranges && !used; j++)
-			for (uint32_t k = 0; k < nr[j].nbackups; k++)
-				used |= nr[j].backups[k] == s;
+		for (size_t j = 0; j < g->nroutes && !used; j++) {
+			const route *t = &g->routes[j];
+			for (uint32_t k = 0; k < t->nbackups + t->ncatch; k++)
+				used |= (k < t->nbackups ? t->backups[k]
+				                         : t->catch[k - t->nbackups]) == s;
+			used |= t->primary == me && wants_copy(t, s->node);
+		}
 		if (used)
 			continue;
 		pthread_mutex_lock(&s->mu);
@@ -801,11 +1725,15 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 			        "node=%u", s->node);
 		s->unacked = NULL;
 		s->unsent = NULL;
+		s->want_install = false;
 		atomic_store(&s->pending, UINT64_MAX);
 		atomic_store(&s->hole, 0);
+		atomic_store(&s->unreconciled, 0);
+		div_free_all(s);
 		pthread_cond_signal(&s->cv);
 		pthread_mutex_unlock(&s->mu);
 	}
+	pthread_rwlock_unlock(&g->tab_lock);
 	sweep(g, 0);
 	return KV_OK;
 }
@@ -840,13 +1768,115 @@ check_rec(kv_rs *g, uint32_t me, uint32_t from, const kv_repl_rec *r, const char
 		*why = "the sender is not the range's primary in this node's configuration";
 		return KV_EWRONGOWNER;
 	}
-	for (uint32_t i = 0; i < t->ninsync; i++)
-		member |= t->insync[i] == me;
+	/* A replica outside the ISR takes the records that follow its copy
+	 * (the primary sends none before it). */
+	for (uint32_t i = 0; i < t->nreplicas; i++)
+		member |= t->replicas[i] == me;
 	if (!member || me == from) {
-		*why = "this node is not an in-sync backup of the range";
+		*why = "this node is not a backup of the range";
 		return KV_EWRONGOWNER;
 	}
 	return KV_OK;
+}
+
+/* Whether this node may apply copy step c, or end e, from node `from`
+ * (caller holds tab_lock): the sender leads the range at that leader
+ * epoch in this node's configuration, and for a copy the range has the
+ * same bounds and this node is a replica outside its ISR (an in-sync
+ * replica is never emptied). */
+static int
+check_marker(kv_rs *g, uint32_t me, uint32_t from, uint64_t leader_epoch, const kv_bytes *start,
+             const kv_bytes *end, const char **why)
+{
+	const route *t = find_route(g, start->p, start->len);
+
+	if (t == NULL || kv_key_cmp(t->start.data, t->start.len, start->p, start->len) != 0) {
+		*why = "no range of this node's configuration starts there";
+		return KV_EBUSY;
+	}
+	if (leader_epoch < t->leader_epoch) {
+		*why = "leader epoch older than this node's configuration: the sender is no "
+		       "longer the primary";
+		return KV_ESTALE;
+	}
+	if (leader_epoch > t->leader_epoch || t->primary != from) {
+		if (g->env.hurry)
+			g->env.hurry(g->env.arg);
+		*why = "the sender is not the range's primary in this node's configuration; retry";
+		return KV_EBUSY;
+	}
+	if (end == NULL)
+		return KV_OK;
+	if (t->end.len != end->len || kv_key_cmp(t->end.data, t->end.len, end->p, end->len) != 0) {
+		*why = "the copied range has other bounds in this node's configuration; retry";
+		return KV_EBUSY;
+	}
+	if (!outside_isr(t, me)) {
+		if (g->env.hurry)
+			g->env.hurry(g->env.arg);
+		*why = "this node is not a replica outside the range's ISR in its configuration";
+		return KV_EBUSY;
+	}
+	return KV_OK;
+}
+
+/* Applies one record payload and logs it; *l gets the local lsn. */
+static int
+apply_one(kv_rs *g, const uint8_t *p, size_t n, uint64_t *l, const char **why)
+{
+	int st;
+
+	kv_dur_begin(g->env.dur);
+	st = kv_dur_apply_record(g->env.dur, p, n, l);
+	kv_dur_end(g->env.dur);
+	if (st != KV_OK) {
+		*why = st == KV_ECORRUPT ? "malformed record payload"
+		                         : "the record could not be applied or logged";
+		if (st == KV_ECORRUPT)
+			st = KV_EINVAL;
+	}
+	return st;
+}
+
+/* Applies a copy step (caller holds in_mu and tab_lock): the first drops
+ * the range (logged, so a restart does not bring it back), then each
+ * record. */
+static int
+apply_copy(kv_rs *g, const kv_repl_copy *c, insrc *in, const char **why)
+{
+	uint64_t l = 0;
+	int st = KV_OK;
+
+	if (c->first) {
+		kv_buf rd = {0};
+		if (kv_dur_rec_range_del(&rd, c->start.p, c->start.len, c->end.p, c->end.len) !=
+		    0) {
+			kv_buf_fini(&rd);
+			*why = "out of memory";
+			return KV_ENOMEM;
+		}
+		st = apply_one(g, rd.data, rd.len, &l, why);
+		kv_buf_fini(&rd);
+		if (st != KV_OK)
+			return st;
+		in->last_local = l;
+		/* The copy may show writes whose records have not arrived yet: the
+		 * position in this primary's records is unknown until later
+		 * records raise it (reconciliation compares it). */
+		in->max_lsn = 0;
+		KV_INFO(COMP,
+		        "copy of a range from its primary started: what was held of it is "
+		        "dropped",
+		        "from=%u leader_epoch=%llu", in->from, (unsigned long long)c->leader_epoch);
+	}
+	for (size_t i = 0; i < c->nrecs && st == KV_OK; i++) {
+		if ((st = apply_one(g, c->recs[i].p, c->recs[i].len, &l, why)) == KV_OK)
+			in->last_local = l;
+	}
+	if (st == KV_OK && c->last)
+		KV_INFO(COMP, "copy of a range from its primary complete",
+		        "from=%u leader_epoch=%llu", in->from, (unsigned long long)c->leader_epoch);
+	return st;
 }
 
 /* Finds or makes the state of primary `from`. Caller holds in_mu. */
@@ -918,6 +1948,7 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 	struct timespec ts;
 	insrc *in;
 	int st = KV_OK;
+	bool div = false;
 
 	memset(ack, 0, sizeof(*ack));
 	if (me == 0 || m->from_node != rq->from_node) {
@@ -967,20 +1998,30 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 				continue;
 			if ((st = check_rec(g, me, m->from_node, r, &why)) != KV_OK)
 				break;
-			kv_dur_begin(g->env.dur);
-			st = kv_dur_apply_record(g->env.dur, r->payload.p, r->payload.len, &l);
-			kv_dur_end(g->env.dur);
-			if (st != KV_OK) {
-				why = st == KV_ECORRUPT
-				          ? "malformed record payload"
-				          : "the record could not be applied or logged";
-				if (st == KV_ECORRUPT)
-					st = KV_EINVAL;
+			if ((st = apply_one(g, r->payload.p, r->payload.len, &l, &why)) != KV_OK)
 				break;
-			}
 			in->last_lsn = r->lsn;
 			in->last_local = l;
+			if (r->lsn > in->max_lsn)
+				in->max_lsn = r->lsn;
 			atomic_fetch_add(&g->st_applied, 1);
+		}
+		if (st == KV_OK && m->copy.set &&
+		    (st = check_marker(g, me, m->from_node, m->copy.leader_epoch, &m->copy.start,
+		                       &m->copy.end, &why)) == KV_OK)
+			st = apply_copy(g, &m->copy, in, &why);
+		if (st == KV_OK && m->end.set &&
+		    (st = check_marker(g, me, m->from_node, m->end.leader_epoch, &m->end.start,
+		                       NULL, &why)) == KV_OK) {
+			/* Reconciliation: the positions in the old leader epoch must be
+			 * equal and known, else this copy may hold records the new
+			 * primary lacks, or lack some it has. */
+			uint64_t mine = applied_from(g, m->end.old_primary);
+			div = mine == 0 || m->end.end_lsn == 0 || mine != m->end.end_lsn;
+			KV_INFO(COMP, "new primary's end of the previous leader epoch",
+			        "from=%u old_primary=%u end_lsn=%llu mine=%llu diverged=%d",
+			        m->from_node, m->end.old_primary,
+			        (unsigned long long)m->end.end_lsn, (unsigned long long)mine, div);
 		}
 		pthread_rwlock_unlock(&g->tab_lock);
 		if (st == KV_OK)
@@ -991,6 +2032,7 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 answer:
 	ack->acked_seq = in->next_seq - 1;
 	ack->acked_lsn = in->last_lsn;
+	ack->diverged = div;
 	local = in->last_local;
 	pthread_mutex_unlock(&g->in_mu);
 	if (st == KV_OK && (st = wait_durable(g->env.dur, local)) != KV_OK)
@@ -1077,11 +2119,21 @@ kv_rs_destroy(kv_rs *g)
 			s->head = e->next;
 			free(e);
 		}
+		div_free_all(s);
+		for (size_t k = 0; k < s->copy_cap; k++)
+			kv_buf_fini(&s->copy_dd[k]);
+		free(s->copy_dd);
+		kv_store_cursor_fini(&s->copy_cur);
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->cv);
 		free(s);
 	}
 	routes_free(g->routes, g->nroutes);
+	while (g->jobs) {
+		job *j = g->jobs;
+		g->jobs = j->next;
+		job_free(j);
+	}
 	sweep(g, KV_ECLOSED);
 	pthread_rwlock_destroy(&g->tab_lock);
 	pthread_mutex_destroy(&g->smu);
@@ -1111,4 +2163,9 @@ kv_rs_stats_get(kv_rs *g, kv_rs_stats *st)
 	st->refused = atomic_load(&g->st_refused);
 	st->shrink_asks = atomic_load(&g->st_asks);
 	st->demotions = atomic_load(&g->st_demotions);
+	st->copies = atomic_load(&g->st_copies);
+	st->copied = atomic_load(&g->st_copied);
+	st->copy_recs = atomic_load(&g->st_copy_recs);
+	st->expand_asks = atomic_load(&g->st_expand_asks);
+	st->diverged = atomic_load(&g->st_diverged);
 }

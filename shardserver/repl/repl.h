@@ -17,16 +17,15 @@
  * kv_rs_handle. This module never includes the server's headers.
  *
  * Primary side. One stream per backup node, carrying every range this node
- * leads whose ISR holds that node. The log tap runs under the log's mutex
- * (kv_dur_tap), so each stream's queue is in lsn order; a stream thread
- * sends batches (several in flight) and the backup answers with cumulative
- * watermarks (ReplicateAck.acked_lsn). The commit point covers lsn L when
- * every stream has acknowledged every queued record <= L.
+ * leads whose ISR holds that node, or that it is copying to that node. The log tap runs under the
+ * log's mutex (kv_dur_tap), so each stream's queue is in lsn order; a stream thread sends batches
+ * (several in flight) and the backup answers with cumulative watermarks (ReplicateAck.acked_lsn).
+ * The commit point covers lsn L when every stream has acknowledged every queued record <= L.
  *
  * Backup side. A batch is applied in stream order (seq; a gap is answered
  * with the sequence held), record by record, each only when the
  * configuration names the sender as the range's primary at the record's
- * leader epoch and this node as an ISR member; records at or below the lsn
+ * leader epoch and this node as one of its replicas; records at or below the lsn
  * already applied from that stream are skipped. Records are applied and
  * logged with kv_dur_apply_record (recovery's own apply), and acknowledged
  * once the local log holds them by its --fsync mode.
@@ -36,13 +35,25 @@
  * range this node leads with it; replies keep waiting for that backup
  * until the configuration without it is applied.
  *
- * Failover. A range this node now leads after a failover simply gets
- * streams to its new ISR. A range it led with backups and no longer leads
- * (demoted) fences the writes in flight: their replies fail (they may or
- * may not survive), never succeed (kv_rs_fenced).
+ * Catch-up and expand (doc/replication.md "Catch-up"). A replica outside
+ * the ISR of a range this node leads (and not down) gets the stream too:
+ * under the routing table's write lock its range's records start going to
+ * it behind a copy marker, and the stream sends the copy (the range's
+ * exactly-once entries and keys as log records, in steps, the first
+ * dropping what the replica held of the range) before them. Its
+ * acknowledgements count for nothing until it has caught up; then it is
+ * counted and, once it has every record queued before that, this node asks
+ * for it to join the ISR (env.isr_add). A replica applies copy steps only
+ * while outside the range's ISR in its own configuration.
  *
- * Not here yet: backups outside the ISR (copy and catch-up), ISR expand,
- * failover reconciliation.
+ * Failover. A range this node now leads after a failover gets streams to
+ * its new ISR, each starting with this node's end of the previous leader
+ * epoch (reconciliation): a backup whose own end differs answers diverged,
+ * and this node asks for it to leave the ISR (then copies it). Until every
+ * end is answered in sync the commit point covers nothing. A range it led
+ * with backups and no longer leads (demoted) fences the writes in flight:
+ * their replies fail (they may or may not survive), never succeed
+ * (kv_rs_fenced).
  */
 #ifndef KV_SHARDSERVER_REPL_REPL_H
 #define KV_SHARDSERVER_REPL_REPL_H
@@ -50,7 +61,9 @@
 #include "common/config.h"
 #include "common/key.h"
 #include "common/tls.h"
+#include "shardserver/dedup/dedup.h"
 #include "shardserver/durable/durable.h"
+#include "shardserver/store/store.h"
 #include "proto/data_codec.h"
 
 #include <stdbool.h>
@@ -62,6 +75,8 @@
  * take only leaf locks and never call back into kv_rs. */
 typedef struct {
 	kv_dur *dur;      /* the log (and through it the store and dedup memory) */
+	kv_store *store;  /* the data, read by copies to replicas outside the ISR */
+	kv_dedup *dedup;  /* the exactly-once memory, read by those copies */
 	kv_tls *tls;      /* client configuration towards peers; NULL: plain tcp */
 	kv_bytes auth;    /* token sent to peers; empty: none */
 	void *arg;        /* passed to the callbacks */
@@ -83,6 +98,10 @@ typedef struct {
 	 * another code (ask again later). NULL: never asks. */
 	int (*isr_remove)(void *arg, const kv_bytes *start, const kv_bytes *end,
 	                  uint64_t leader_epoch, uint32_t node);
+	/* Asks the controller to add `node` to the ISR of [start, end) (Expand):
+	 * the same contract as isr_remove. NULL: never asks. */
+	int (*isr_add)(void *arg, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
+	               uint32_t node);
 } kv_rs_env;
 
 typedef struct kv_rs kv_rs;
@@ -162,6 +181,11 @@ typedef struct {
 	uint64_t refused;      /* batches refused as a backup */
 	uint64_t shrink_asks;  /* IsrChange{remove} requests sent (one per range) */
 	uint64_t demotions;    /* configurations that took a range with backups away */
+	uint64_t copies;       /* copies to replicas outside the ISR started (attempts) */
+	uint64_t copied;       /* ... completed */
+	uint64_t copy_recs;    /* records sent in copy steps */
+	uint64_t expand_asks;  /* IsrChange{add} requests sent (one per range) */
+	uint64_t diverged;     /* backups found diverged after a failover (reconciliation) */
 } kv_rs_stats;
 void kv_rs_stats_get(kv_rs *g, kv_rs_stats *st);
 

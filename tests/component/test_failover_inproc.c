@@ -32,8 +32,10 @@
 #define DOWN_MS  (INPROC_CLUSTER_LEASE_MS + INPROC_CLUSTER_MARGIN_MS)
 #define PATIENCE INPROC_CLUSTER_PATIENCE_MS
 
-/* The controller with --replicas 2 and NSRV servers, short leases. */
-static inproc_cluster cl = {.o = {.name = "kvfail", .replicas = 2}};
+/* The controller with --replicas 2 and NSRV servers, short leases. The
+ * servers copy a replica outside the ISR but never ask to add it: the test
+ * sends the IsrChange itself. */
+static inproc_cluster cl = {.o = {.name = "kvfail", .replicas = 2, .no_expand = true}};
 
 /* Starts both servers and waits until the one range has replicas {1, 2}
  * with ISR {1}; returns that configuration. */

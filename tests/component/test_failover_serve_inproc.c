@@ -16,8 +16,9 @@
  *   serving at once, names the new primary, and keeps its copy; a copy
  *   outside the ISR named primary is not served.
  *
- * The backup joins the ISR (the primary's IsrChange, sent here by the test)
- * before any write, so it is trivially caught up. Every wait polls with a
+ * The backup joins the ISR before any write, so it is trivially caught up:
+ * its primary copies it and asks for it, and the test sends the same
+ * IsrChange itself (answered with the current epoch once in effect). Every wait polls with a
  * deadline; timings are printed, and bounded only generously.
  */
 #include "common/err.h"
@@ -271,10 +272,7 @@ demote_teardown(void **state)
 static uint64_t
 publish(const uint32_t *rep, const uint32_t *isr, uint32_t nisr)
 {
-	fake_cfg b = fake_cfg_new(dctl);
-	fake_cfg_range(&b, "", rep[0]);
-	fake_cfg_replicas(&b, rep, 2, isr, nisr, 0);
-	return fake_cfg_publish(dctl, &b);
+	return fake_ctl_publish_replicas(dctl, rep, 2, isr, nisr, 0);
 }
 
 static void

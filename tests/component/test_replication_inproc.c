@@ -59,10 +59,7 @@ teardown(void **state)
 static uint64_t
 publish_replicated(const uint32_t *rep, const uint32_t *isr, uint32_t nisr, uint64_t leader)
 {
-	fake_cfg b = fake_cfg_new(ctl);
-	fake_cfg_range(&b, "", rep[0]);
-	fake_cfg_replicas(&b, rep, 2, isr, nisr, leader);
-	return fake_cfg_publish(ctl, &b);
+	return fake_ctl_publish_replicas(ctl, rep, 2, isr, nisr, leader);
 }
 
 /* Both servers up, serving [, ) led by node 1 with backup 2 in the ISR. */

@@ -81,3 +81,11 @@ kv_add_test(test_failover_serve_inproc SOURCES component/test_failover_serve_inp
 # the servers' uptime in status.
 kv_add_test(test_dryrun_inproc SOURCES component/test_dryrun_inproc.c
   LIBS kv_inproc_cluster shardkv kv_testutil TIMEOUT 120 LABELS concurrency)
+
+# Replicas outside the ISR (doc/replication.md "Catch-up", "Reconciliation"):
+# a joined replica is copied under writes and joins the ISR, a failover to it
+# loses no acknowledged write and keeps the exactly-once memory; a returning
+# old primary is copied again; a diverged backup is taken out of the ISR and
+# copied again.
+kv_add_test(test_catchup_inproc SOURCES component/test_catchup_inproc.c
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 180 LABELS concurrency)

@@ -265,6 +265,18 @@ ctl_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	}
 	case SHARDKV__ADMIN_REQUEST__CMD_REBALANCE:
 		break;
+	case SHARDKV__ADMIN_REQUEST__CMD_ISR_CHANGE:
+		/* Recorded and answered with the latest epoch: the test publishes
+		 * the change when it wants it. */
+		if (rq->isr_change->add_node) {
+			f->isr_adds++;
+			f->isr_added = rq->isr_change->add_node;
+		} else {
+			f->isr_removes++;
+			f->isr_removed = rq->isr_change->remove_node;
+		}
+		r.epoch = latest;
+		break;
 	default:
 		r.status = SHARDKV__STATUS__STATUS_INVALID;
 		r.error = "not served by the fake controller";
@@ -413,6 +425,16 @@ fake_cfg_replicas(fake_cfg *b, const uint32_t *replicas, uint32_t nrep, const ui
 	memcpy(r->replicas, replicas, nrep * sizeof(uint32_t));
 	memcpy(r->insync, isr, nisr * sizeof(uint32_t));
 	r->leader_epoch = leader_epoch ? leader_epoch : c->epoch;
+}
+
+uint64_t
+fake_ctl_publish_replicas(fake_ctl *f, const uint32_t *rep, uint32_t nrep, const uint32_t *isr,
+                          uint32_t nisr, uint64_t le)
+{
+	fake_cfg b = fake_cfg_new(f);
+	fake_cfg_range(&b, "", rep[0]);
+	fake_cfg_replicas(&b, rep, nrep, isr, nisr, le);
+	return fake_cfg_publish(f, &b);
 }
 
 void

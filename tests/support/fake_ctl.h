@@ -10,6 +10,7 @@
  * - clients and the CLI: GetConfig (the latest, a pinned epoch, or a given
  *   one; NOT_FOUND for an epoch never published), Status (made-up
  *   statistics: node i has 10 * i keys and 100 * i bytes), Join, Leave,
+ *   IsrChange (recorded, answered OK with the latest epoch),
  *   Move and Rebalance answered as a controller would (the next epoch, a
  *   new node the next id, Leave and Move of a known node the migration
  *   FAKE_CTL_MIG_ID, an unknown node NOT_FOUND) without changing the
@@ -71,6 +72,10 @@ typedef struct {
 	int fence_status;         /* else answer it with this wire status (0: OK) */
 	unsigned fenced_seen;     /* FENCED progress reports received */
 	uint64_t getconfig_epoch; /* GetConfig of the latest answers this epoch; 0: the latest */
+	unsigned isr_adds;        /* IsrChange{add} requests received (answered OK) */
+	uint32_t isr_added;       /* ... the node named by the last one */
+	unsigned isr_removes;     /* IsrChange{remove} requests received (answered OK) */
+	uint32_t isr_removed;     /* ... the node named by the last one */
 
 	pthread_t ticker; /* answers held watches after 300 ms */
 	atomic_bool stop; /* stops the ticker */
@@ -114,6 +119,12 @@ void fake_cfg_replicas(fake_cfg *b, const uint32_t *replicas, uint32_t nrep, con
 /* Appends a migration of [start, end) from node `from` to node `to`. */
 void fake_cfg_mig(fake_cfg *b, uint64_t id, const char *start, const char *end, uint32_t from,
                   uint32_t to);
+
+/* Publishes one range over the whole key space with replicas rep[0..nrep)
+ * (rep[0] its primary), ISR isr[0..nisr) and leader epoch le (0: the new
+ * configuration's epoch); returns its epoch. */
+uint64_t fake_ctl_publish_replicas(fake_ctl *f, const uint32_t *rep, uint32_t nrep,
+                                   const uint32_t *isr, uint32_t nisr, uint64_t le);
 
 /* Publishes the configuration (takes it; its epoch must follow the latest)
  * and answers every held watch. Returns its epoch. */

@@ -104,7 +104,8 @@ inproc_cluster_ctl_up(inproc_cluster *c)
 	                              .lease_ms = c->o.lease_ms,
 	                              .lease_margin_ms = c->o.lease_margin_ms,
 	                              .replicas = c->o.replicas,
-	                              .down_after_s = c->o.down_after_s};
+	                              .down_after_s = c->o.down_after_s,
+	                              .min_insync = c->o.min_insync};
 	if (kv_controller_create(&c->ccfg, &c->ctl, err, sizeof(err)) != KV_OK)
 		fail_msg("controller create: %s", err);
 	if (kv_controller_start(c->ctl, err, sizeof(err)) != KV_OK)
@@ -124,6 +125,7 @@ inproc_cluster_srv_up(inproc_cluster *c, int i)
 	assert_true(i >= 0 && i < c->o.nsrv);
 	c->srv[i].cfg.lease_ms = c->o.lease_ms;
 	c->srv[i].cfg.lease_renew_ms = c->o.lease_renew_ms;
+	c->srv[i].cfg.no_expand = c->o.no_expand;
 	inproc_srv_up(&c->srv[i]);
 }
 

@@ -41,6 +41,9 @@ typedef struct {
 	unsigned lease_renew_ms;  /* the servers' renewal period */
 	unsigned replicas;        /* the controller's --replicas; 0: its own default */
 	unsigned down_after_s;    /* the controller's --down-after; 0: its own default */
+	unsigned min_insync;      /* the controller's --min-insync; 0: its own default */
+	bool no_expand;           /* servers never ask to add a replica to an ISR (a test
+	                             of the controller keeps one outside) */
 	unsigned patience_ms;     /* upper bound of any wait of this module */
 } inproc_cluster_opts;
 

@@ -1215,14 +1215,99 @@ replicate_round_trips_and_bad_batches_are_refused(void **state)
 }
 
 static void
+replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused(void **state)
+{
+	kv_bytes payloads[2] = {B("\001\000abc"), B("\005\001x")};
+	kv_repl_msg cp = {.from_node = 2,
+	                  .stream_id = 7,
+	                  .seq = 3,
+	                  .copy = {.set = true,
+	                           .leader_epoch = 9,
+	                           .start = B("b"),
+	                           .end = B("m"),
+	                           .first = true,
+	                           .last = false,
+	                           .nrecs = 2,
+	                           .recs = payloads}};
+	kv_repl_msg en = {
+	    .from_node = 2,
+	    .stream_id = 7,
+	    .seq = 4,
+	    .end = {
+	        .set = true, .leader_epoch = 9, .start = B("b"), .old_primary = 1, .end_lsn = 41}};
+	kv_repl_rec rec = {.leader_epoch = 9, .lsn = 5, .start = B("b"), .payload = B("x")};
+	kv_bytes empty_pay[1] = {B("")};
+	kv_repl_msg bad[4] = {cp, cp, en, en};
+	nng_msg *m;
+	kv_req d;
+	const char *why;
+
+	(void)state;
+	assert_int_equal(kv_repl_encode(&cp, 7, 2, B(""), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
+	nng_msg_free(m);
+	assert_true(d.has_repl);
+	assert_int_equal(d.repl.nrecs, 0);
+	assert_false(d.repl.end.set);
+	assert_true(d.repl.copy.set);
+	assert_int_equal(d.repl.copy.leader_epoch, 9);
+	assert_bytes(d.repl.copy.start, B("b"));
+	assert_bytes(d.repl.copy.end, B("m"));
+	assert_true(d.repl.copy.first);
+	assert_false(d.repl.copy.last);
+	assert_int_equal(d.repl.copy.nrecs, 2);
+	assert_bytes(d.repl.copy.recs[0], payloads[0]);
+	assert_bytes(d.repl.copy.recs[1], payloads[1]);
+	kv_data_req_fini(&d);
+	/* The last step of a copy of an empty range has no records. */
+	cp.copy.nrecs = 0;
+	cp.copy.last = true;
+	assert_int_equal(kv_repl_encode(&cp, 7, 2, B(""), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
+	nng_msg_free(m);
+	assert_true(d.repl.copy.set && d.repl.copy.last);
+	assert_int_equal(d.repl.copy.nrecs, 0);
+	kv_data_req_fini(&d);
+	assert_int_equal(kv_repl_encode(&en, 7, 2, B(""), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
+	nng_msg_free(m);
+	assert_true(d.repl.end.set);
+	assert_false(d.repl.copy.set);
+	assert_int_equal(d.repl.end.leader_epoch, 9);
+	assert_bytes(d.repl.end.start, B("b"));
+	assert_int_equal(d.repl.end.old_primary, 1);
+	assert_int_equal(d.repl.end.end_lsn, 41);
+	kv_data_req_fini(&d);
+	/* A copy with records, an empty copy record, an end with a copy, an
+	 * end without its old primary. */
+	bad[0].nrecs = 1;
+	bad[0].recs = &rec;
+	bad[1].copy.recs = empty_pay;
+	bad[1].copy.nrecs = 1;
+	bad[2].copy = cp.copy;
+	bad[3].end.old_primary = 0;
+	for (size_t i = 0; i < 4; i++) {
+		assert_int_equal(kv_repl_encode(&bad[i], 7, 2, B(""), &m), KV_OK);
+		assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why),
+		                 KV_EINVAL);
+		assert_non_null(why);
+		kv_data_req_fini(&d);
+		nng_msg_free(m);
+	}
+}
+
+static void
 replicate_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 {
-	kv_resp r = {
-	    .request_id = 3,
-	    .epoch = 7,
-	    .node_id = 2,
-	    .has_rack = true,
-	    .rack = {.acked_seq = 4, .acked_lsn = 40, .status = KV_ESTALE, .error = "old"}};
+	kv_resp r = {.request_id = 3,
+	             .epoch = 7,
+	             .node_id = 2,
+	             .has_rack = true,
+	             .rack = {.acked_seq = 4,
+	                      .acked_lsn = 40,
+	                      .status = KV_ESTALE,
+	                      .error = "old",
+	                      .diverged = true}};
 	kv_resp refused = {.request_id = 3, .status = KV_EAUTH};
 	kv_repl_ack a;
 	kv_resp d;
@@ -1234,8 +1319,10 @@ replicate_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 	assert_int_equal(a.acked_seq, 4);
 	assert_int_equal(a.acked_lsn, 40);
 	assert_int_equal(a.status, KV_ESTALE);
+	assert_true(a.diverged);
 	assert_int_equal(kv_data_resp_decode(nng_msg_body(m), nng_msg_len(m), &d), KV_OK);
 	assert_true(d.has_rack);
+	assert_true(d.rack.diverged);
 	assert_int_equal(d.rack.acked_lsn, 40);
 	assert_string_equal(d.rack.error, "old");
 	kv_data_resp_fini(&d);
@@ -1267,6 +1354,8 @@ main(void)
 	    cmocka_unit_test(every_transfer_message_round_trips),
 	    cmocka_unit_test(transfer_ack_round_trips_and_a_refused_envelope_is_its_status),
 	    cmocka_unit_test(replicate_round_trips_and_bad_batches_are_refused),
+	    cmocka_unit_test(
+	        replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused),
 	    cmocka_unit_test(replicate_ack_round_trips_and_a_refused_envelope_is_its_status),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,8 @@
  * test_durable_dedup.c - the exactly-once memory survives a restart with
  * what each write answered: a delete's returned value comes back from the
  * log and from a snapshot, so a retry after a crash gets the same answer
- * (shardserver/durable/durable.h, shardserver/dedup/dedup.h).
+ * (shardserver/durable/durable.h, shardserver/dedup/dedup.h); a range
+ * delete takes the range's exactly-once entries with it.
  */
 #include "common/err.h"
 #include "shardserver/dedup/dedup.h"
@@ -141,6 +142,65 @@ a_deleted_value_comes_back_from_a_snapshot(void **state)
 	restart_keeps_deleted_values(d->path, true);
 }
 
+/* Applies and logs the record in b as a replica does, then empties b. */
+static void
+apply_rec(node *n, kv_buf *b)
+{
+	assert_int_equal(kv_dur_apply_record(n->dur, b->data, b->len, NULL), KV_OK);
+	b->len = 0;
+}
+
+/* What a replica does with a copy (doc/replication.md "Catch-up"): records
+ * built by kv_dur_rec_* and applied with kv_dur_apply_record. The range
+ * delete takes the range's exactly-once entries with its keys; the copy's
+ * own entries come after it; entries outside the range stay. */
+static void
+a_copied_range_replaces_its_exactly_once_entries(void **state)
+{
+	const kv_test_dir *d = *state;
+	kv_dur_dedup in = {.client = 7, .req = 1, .value_len = 3, .time_ms = 5};
+	kv_dur_dedup out = {.client = 7, .req = 2, .value_len = 4, .time_ms = 5};
+	kv_dur_dedup copied = {.client = 8, .req = 3, .value_len = 5, .time_ms = 6};
+	kv_dedup_result r;
+	kv_buf b = {0}, v = {0};
+	node n;
+
+	(void)d;
+	node_open(&n, d->path);
+	assert_int_equal(kv_dur_rec_dedup(&b, &in, KV_OK, "k", 1), KV_OK);
+	apply_rec(&n, &b);
+	assert_int_equal(kv_dur_rec_dedup(&b, &out, KV_OK, "z", 1), KV_OK);
+	apply_rec(&n, &b);
+	assert_int_equal(kv_dur_rec_put(&b, "k", 1, "old", 3), KV_OK);
+	apply_rec(&n, &b);
+	/* The copy of [a, m): drop, then its own entry and key. */
+	assert_int_equal(kv_dur_rec_range_del(&b, "a", 1, "m", 1), KV_OK);
+	apply_rec(&n, &b);
+	assert_int_equal(kv_dur_rec_dedup(&b, &copied, KV_OK, "c", 1), KV_OK);
+	apply_rec(&n, &b);
+	assert_int_equal(kv_dur_rec_put(&b, "c", 1, "new", 3), KV_OK);
+	apply_rec(&n, &b);
+	kv_buf_fini(&b);
+	for (int pass = 0; pass < 2; pass++) {
+		/* Live, then after a restart from the log. */
+		assert_int_equal(kv_dedup_begin(n.dedup, 7, 1, 1000, &r), KV_ENOTFOUND);
+		kv_dedup_abort(n.dedup, 7, 1);
+		assert_int_equal(kv_dedup_begin(n.dedup, 7, 2, 1000, &r), 0);
+		assert_int_equal(r.value_len, 4);
+		kv_buf_fini(&r.value);
+		assert_int_equal(kv_dedup_begin(n.dedup, 8, 3, 1000, &r), 0);
+		assert_int_equal(r.value_len, 5);
+		kv_buf_fini(&r.value);
+		assert_int_equal(kv_store_get(n.store, "k", 1, &v), KV_ENOTFOUND);
+		assert_int_equal(kv_store_get(n.store, "c", 1, &v), KV_OK);
+		assert_memory_equal(v.data, "new", 3);
+		kv_buf_fini(&v);
+		node_close(&n);
+		if (pass == 0)
+			node_open(&n, d->path);
+	}
+}
+
 int
 main(void)
 {
@@ -148,6 +208,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(a_deleted_value_comes_back_from_the_log,
 	                                    kv_test_dir_setup, kv_test_dir_teardown),
 	    cmocka_unit_test_setup_teardown(a_deleted_value_comes_back_from_a_snapshot,
+	                                    kv_test_dir_setup, kv_test_dir_teardown),
+	    cmocka_unit_test_setup_teardown(a_copied_range_replaces_its_exactly_once_entries,
 	                                    kv_test_dir_setup, kv_test_dir_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
