@@ -1450,6 +1450,24 @@ demoted(const route *old, size_t oldn, const route *nr, size_t n, uint32_t me)
 	return false;
 }
 
+/* Whether a range led here with at least its M in-sync members in old has
+ * fewer in nr: the writes waiting for it must not be acknowledged now that
+ * the commit point stops counting the members that left (doc/contract.md
+ * §2: a write is acknowledged only while the ISR has at least M members). */
+static bool
+shrunk_below_min(const route *old, size_t oldn, const route *nr, size_t n, uint32_t me)
+{
+	for (size_t j = 0; j < n; j++) {
+		if (nr[j].primary != me || nr[j].ninsync >= nr[j].min_insync)
+			continue;
+		for (size_t i = 0; i < oldn; i++)
+			if (old[i].primary == me && old[i].ninsync >= old[i].min_insync &&
+			    overlap(&old[i].start, &old[i].end, &nr[j].start, &nr[j].end))
+				return true;
+	}
+	return false;
+}
+
 bool
 kv_rs_fenced(kv_rs *g, uint64_t t0_ns)
 {
@@ -1681,6 +1699,14 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	pthread_rwlock_wrlock(&g->tab_lock);
 	old = g->routes;
 	oldn = g->nroutes;
+	/* An ISR that falls below M: the writes in flight fail (timeout-class:
+	 * they may have been applied), set before the members that left stop
+	 * holding up the commit point. */
+	if (me != 0 && shrunk_below_min(old, oldn, nr, c->nranges, me)) {
+		atomic_store(&g->fence_ns, kv_now_ns());
+		KV_WARN(COMP, "an ISR fell below --min-insync: writes in flight fail", "epoch=%llu",
+		        (unsigned long long)c->epoch);
+	}
 	g->routes = nr;
 	g->nroutes = c->nranges;
 	atomic_store(&g->short_isr, short_isr);

@@ -272,6 +272,63 @@ isr_below_min_insync_refuses_writes_before_applying_them(void **state)
 	assert_int_equal(do_put(u, "c", "3", 0, 0).status, 0);
 }
 
+/* A put run on a thread of its own. */
+typedef struct {
+	const char *url, *key, *val;
+	res1 r;
+} put_job;
+
+static void *
+put_main(void *arg)
+{
+	put_job *j = arg;
+	j->r = do_put(j->url, j->key, j->val, 0, 0);
+	return NULL;
+}
+
+static void
+write_waiting_when_the_isr_falls_below_min_insync_is_not_acknowledged(void **state)
+{
+	char got[64];
+	(void)state;
+	const uint32_t rep[2] = {1, 2}, isr[1] = {1};
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	fake_cfg b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", rep[0]);
+	fake_cfg_replicas(&b, rep, 2, rep, 2, 0);
+	b.c->min_insync = 2;
+	uint64_t e = fake_cfg_publish(ctl, &b);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	const char *u = srvs[0].url;
+	assert_int_equal(do_put(u, "a", "1", 0, 0).status, 0);
+	inproc_srv_down(&srvs[1]);
+	/* A write applied at the primary waits for the silent backup... */
+	put_job j = {.url = u, .key = "waiting", .val = "2"};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, put_main, &j), 0);
+	uint64_t deadline = kv_test_now_ms() + 2000;
+	while (!backup_has(&srvs[0], "waiting", got, sizeof(got))) {
+		assert_true(kv_test_now_ms() < deadline);
+		kv_test_sleep_ms(5);
+	}
+	/* ...when the controller takes the backup out of the ISR, leaving it
+	 * below --min-insync 2: one copy is not enough, so the write fails
+	 * (timeout class: it was applied here), never succeeds. */
+	b = fake_cfg_new(ctl);
+	fake_cfg_range(&b, "", rep[0]);
+	fake_cfg_replicas(&b, rep, 2, isr, 1, 0);
+	b.c->min_insync = 2;
+	e = fake_cfg_publish(ctl, &b);
+	pthread_join(th, NULL);
+	assert_int_equal(j.r.status, SHARDKV__STATUS__STATUS_TIMED_OUT);
+	srv_wait_ready(u, e, 15000, NULL);
+	assert_int_equal(do_put(u, "b", "3", 0, 0).status, SHARDKV__STATUS__STATUS_UNAVAILABLE);
+}
+
 static void
 retried_write_is_applied_once_on_the_backup_and_remembered_after_failover(void **state)
 {
@@ -431,6 +488,9 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        backup_refuses_a_lower_leader_epoch_a_gap_and_a_sender_that_is_not_the_primary,
 	        setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        write_waiting_when_the_isr_falls_below_min_insync_is_not_acknowledged, setup,
+	        teardown),
 	    cmocka_unit_test_setup_teardown(single_range_cluster_serves_as_before_with_no_stream,
 	                                    setup, teardown),
 	};
