@@ -606,6 +606,15 @@ step_dedup(op_ctx *x, unsigned flags)
 		}
 		return false;
 	}
+	if (rv == KV_ESTALE) {
+		/* Older than what the memory still holds of this client: it may
+		 * have been applied and forgotten. Not applied again; the outcome
+		 * stays unknown (timeout class). */
+		res->status = KV_ETIMEDOUT;
+		res->error = "request id older than the exactly-once memory of this client "
+		             "holds: it may have been applied; not applied again";
+		return false;
+	}
 	if (rv != KV_ENOTFOUND) {
 		res->status = rv;
 		res->error = rv == KV_EBUSY ? "the first attempt is still in progress" : NULL;

@@ -2,11 +2,17 @@
  * dedup.c - the exactly-once table (dedup.h).
  *
  * DESIGN. 16 stripes by client id, each a mutex over a chained hash of
- * clients. A client holds a ring of its last `per_client` writes; a new
- * write overwrites the oldest slot, so the memory per client is fixed and a
- * lookup is a scan of at most per_client slots under one stripe lock. A slot
+ * clients. A client holds the results of its last writes, at most
+ * `per_client`: its slots start few and double as needed up to that bound
+ * (a client that writes once costs a few hundred bytes); past it a new
+ * write overwrites the slot of the lowest request id, so a lookup is a scan
+ * of at most per_client slots under one stripe lock. A slot
  * is "in progress" between begin and finish, which turns a retry that races
- * with its first attempt into KV_EBUSY instead of a second application.
+ * with its first attempt into KV_EBUSY instead of a second application. A
+ * write the ring does not hold but may have held (too_old) is refused,
+ * never applied: the memory is bounded, so a retry that comes after more
+ * than per_client newer writes of its client cannot be told apart from a
+ * write that was applied and forgotten.
  * Request id 0 marks an empty slot (0 means "no dedup" on the wire). When a
  * stripe is full, the least recently used client of the stripe is dropped;
  * clients idle past the TTL are dropped whenever a stripe is full or every
@@ -19,8 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEDUP_STRIPES 16u
-#define DEDUP_BUCKETS 256u
+#define DEDUP_STRIPES     16u
+#define DEDUP_BUCKETS     256u
+#define DEDUP_FIRST_SLOTS 8u /* slots of a new client; doubled up to per_client */
 
 typedef struct {
 	uint64_t req;        /* Op.request_id; 0: empty slot */
@@ -33,8 +40,9 @@ typedef struct {
 typedef struct dedup_client {
 	uint64_t id;               /* Request.client_id */
 	uint64_t last_ms;          /* last use, for LRU and expiry */
-	size_t head;               /* next slot to overwrite */
-	dedup_slot *slots;         /* per_client slots */
+	uint64_t floor;            /* the highest request id overwritten (forgotten) */
+	size_t cap;                /* slots allocated, at most per_client */
+	dedup_slot *slots;         /* cap slots */
 	struct dedup_client *next; /* hash chain */
 } dedup_client;
 
@@ -62,9 +70,9 @@ slot_clear(dedup_slot *s)
 }
 
 static void
-client_free(dedup_client *c, size_t per_client)
+client_free(dedup_client *c)
 {
-	for (size_t i = 0; i < per_client; i++)
+	for (size_t i = 0; i < c->cap; i++)
 		slot_clear(&c->slots[i]);
 	free(c->slots);
 	free(c);
@@ -85,7 +93,7 @@ kv_dedup_create(size_t per_client, size_t max_clients, uint64_t ttl_ms)
 	kv_dedup *d = calloc(1, sizeof(*d));
 	if (d == NULL)
 		return NULL;
-	d->per_client = per_client ? per_client : 128;
+	d->per_client = per_client ? per_client : 1024;
 	max_clients = max_clients ? max_clients : 65536;
 	d->max_per_stripe = (max_clients + DEDUP_STRIPES - 1) / DEDUP_STRIPES;
 	d->ttl_ms = ttl_ms ? ttl_ms : 10u * 60u * 1000u;
@@ -105,7 +113,7 @@ kv_dedup_destroy(kv_dedup *d)
 			dedup_client *c = st->buckets[b], *nx;
 			for (; c; c = nx) {
 				nx = c->next;
-				client_free(c, d->per_client);
+				client_free(c);
 			}
 		}
 		pthread_mutex_destroy(&st->mu);
@@ -130,7 +138,7 @@ stripe_expire_locked(kv_dedup *d, dedup_stripe *st, uint64_t now_ms, bool force)
 			dedup_client *c = *pp;
 			if (now_ms > c->last_ms && now_ms - c->last_ms > d->ttl_ms) {
 				*pp = c->next;
-				client_free(c, d->per_client);
+				client_free(c);
 				st->nclients--;
 				continue;
 			}
@@ -142,7 +150,7 @@ stripe_expire_locked(kv_dedup *d, dedup_stripe *st, uint64_t now_ms, bool force)
 	if (force && st->nclients >= d->max_per_stripe && lru != NULL) {
 		dedup_client *c = *lru;
 		*lru = c->next;
-		client_free(c, d->per_client);
+		client_free(c);
 		st->nclients--;
 	}
 }
@@ -167,7 +175,8 @@ client_get_locked(kv_dedup *d, dedup_stripe *st, uint64_t client, uint64_t now_m
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return NULL;
-	c->slots = calloc(d->per_client, sizeof(*c->slots));
+	c->cap = d->per_client < DEDUP_FIRST_SLOTS ? d->per_client : DEDUP_FIRST_SLOTS;
+	c->slots = calloc(c->cap, sizeof(*c->slots));
 	if (c->slots == NULL) {
 		free(c);
 		return NULL;
@@ -184,20 +193,73 @@ client_get_locked(kv_dedup *d, dedup_stripe *st, uint64_t client, uint64_t now_m
 static dedup_slot *
 slot_find(kv_dedup *d, dedup_client *c, uint64_t req)
 {
-	for (size_t i = 0; i < d->per_client; i++)
+	(void)d;
+	for (size_t i = 0; i < c->cap; i++)
 		if (c->slots[i].req == req)
 			return &c->slots[i];
 	return NULL;
 }
 
+/* A slot for req: a free one, else a new one while the client may grow,
+ * else the one of the lowest request id (forgotten: floor remembers it).
+ * NULL when out of memory. */
 static dedup_slot *
 slot_new(kv_dedup *d, dedup_client *c, uint64_t req)
 {
-	dedup_slot *s = &c->slots[c->head];
-	c->head = (c->head + 1) % d->per_client;
+	dedup_slot *s = NULL;
+
+	for (size_t i = 0; i < c->cap && s == NULL; i++)
+		if (c->slots[i].req == 0)
+			s = &c->slots[i];
+	if (s == NULL && c->cap < d->per_client) {
+		size_t ncap = c->cap * 2 < d->per_client ? c->cap * 2 : d->per_client;
+		dedup_slot *v = realloc(c->slots, ncap * sizeof(*v));
+		if (v != NULL) {
+			memset(v + c->cap, 0, (ncap - c->cap) * sizeof(*v));
+			c->slots = v;
+			s = &c->slots[c->cap];
+			c->cap = ncap;
+		}
+	}
+	if (s == NULL) {
+		for (size_t i = 0; i < c->cap; i++)
+			if (!c->slots[i].pending && (s == NULL || c->slots[i].req < s->req))
+				s = &c->slots[i];
+		if (s == NULL)
+			return NULL; /* every slot in progress */
+		if (s->req > c->floor)
+			c->floor = s->req;
+	}
 	slot_clear(s);
 	s->req = req;
 	return s;
+}
+
+/*
+ * Whether a write with id req that the ring does not hold may have been
+ * applied and forgotten: at or below the highest id overwritten here, or,
+ * when the ring is full, below every id it holds (a ring refilled from a
+ * snapshot, a transfer or a copy does not know what was forgotten before,
+ * and ids grow per client: what came before the oldest id held may be
+ * gone). Applying it again could apply it twice; refusing it is always
+ * safe.
+ */
+static bool
+too_old(kv_dedup *d, const dedup_client *c, uint64_t req)
+{
+	uint64_t lo = UINT64_MAX;
+
+	if (req <= c->floor)
+		return true;
+	if (c->cap < d->per_client)
+		return false; /* never full yet */
+	for (size_t i = 0; i < c->cap; i++) {
+		if (c->slots[i].req == 0)
+			return false; /* not full */
+		if (c->slots[i].req < lo)
+			lo = c->slots[i].req;
+	}
+	return req < lo;
 }
 
 static int
@@ -234,7 +296,14 @@ kv_dedup_begin(kv_dedup *d, uint64_t client, uint64_t req, uint64_t now_ms, kv_d
 		rv = s->pending ? KV_EBUSY : result_copy(out, &s->res);
 		goto out;
 	}
-	s = slot_new(d, c, req);
+	if (too_old(d, c, req)) {
+		rv = KV_ESTALE;
+		goto out;
+	}
+	if ((s = slot_new(d, c, req)) == NULL) {
+		rv = KV_EBUSY; /* every slot of the client is a write in progress */
+		goto out;
+	}
 	s->pending = true;
 	rv = KV_ENOTFOUND;
 out:
@@ -270,8 +339,14 @@ kv_dedup_finish(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_resul
 		s = slot_find(d, c, req);
 		if (s == NULL)
 			s = slot_new(d, c, req);
-		if (slot_fill(s, res, key, klen, now_ms) != 0)
-			slot_clear(s); /* forgetting is safe; a wrong memory is not */
+		if (s == NULL || slot_fill(s, res, key, klen, now_ms) != 0) {
+			/* Not remembered: a retry must be refused, not applied
+			 * again (too_old), and a wrong memory is worse. */
+			if (req > c->floor)
+				c->floor = req;
+			if (s != NULL)
+				slot_clear(s);
+		}
 	}
 	pthread_mutex_unlock(&st->mu);
 }
@@ -306,9 +381,13 @@ kv_dedup_insert(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_resul
 	if (c == NULL) {
 		rv = KV_ENOMEM;
 	} else if (slot_find(d, c, req) == NULL) {
-		s = slot_new(d, c, req);
-		if ((rv = slot_fill(s, res, key, klen, time_ms)) != 0)
+		if ((s = slot_new(d, c, req)) == NULL) {
+			rv = KV_ENOMEM;
+		} else if ((rv = slot_fill(s, res, key, klen, time_ms)) != 0) {
+			if (req > c->floor)
+				c->floor = req;
 			slot_clear(s);
+		}
 	}
 	pthread_mutex_unlock(&st->mu);
 	return rv;
@@ -325,7 +404,7 @@ range_walk(kv_dedup *d, const void *start, size_t slen, const void *end, size_t 
 		pthread_mutex_lock(&st->mu);
 		for (unsigned b = 0; b < DEDUP_BUCKETS; b++)
 			for (dedup_client *c = st->buckets[b]; c; c = c->next)
-				for (size_t j = 0; j < d->per_client; j++) {
+				for (size_t j = 0; j < c->cap; j++) {
 					dedup_slot *s = &c->slots[j];
 					if (s->req == 0 || s->pending || s->key.len == 0)
 						continue;

@@ -3,9 +3,10 @@
  * request_id) -> the result of a write, so that a retried write is answered
  * from memory instead of being applied twice (doc/contract.md §3, doc/protocol.md).
  *
- * Bounded: at most `per_client` results per client (the oldest is forgotten
- * first), at most `max_clients` clients, and a client idle for `ttl_ms` is
- * forgotten. Thread-safe: striped mutexes by client id, leaves in the lock
+ * Bounded: at most `per_client` results per client (the lowest request id
+ * is forgotten first, and a write older than what is held is refused, never
+ * applied again), at most `max_clients` clients, and a client idle for
+ * `ttl_ms` is forgotten. Thread-safe: striped mutexes by client id, leaves in the lock
  * order (no other lock is taken while one is held).
  */
 #ifndef KV_SHARDSERVER_DEDUP_DEDUP_H
@@ -33,7 +34,7 @@ typedef struct {
  * memory through the log, snapshots and range transfers. */
 #define KV_DEDUP_MAX_VALUE 4096u
 
-/* Creates a table. 0 arguments take defaults (128, 65536, 10 minutes).
+/* Creates a table. 0 arguments take defaults (1024, 65536, 10 minutes).
  * Returns NULL when out of memory. Free with kv_dedup_destroy (accepts NULL). */
 kv_dedup *kv_dedup_create(size_t per_client, size_t max_clients, uint64_t ttl_ms);
 void kv_dedup_destroy(kv_dedup *d);
@@ -43,7 +44,10 @@ void kv_dedup_destroy(kv_dedup *d);
  * marked in progress: the caller must call kv_dedup_finish or kv_dedup_abort),
  * 0 when it was applied before (*out gets a copy of the result; the caller
  * frees out->value with kv_buf_fini), KV_EBUSY while the first attempt is
- * still in progress, or KV_ENOMEM.
+ * still in progress, KV_ESTALE when the memory cannot tell (the request id
+ * is older than what the client's results still held: it may have been
+ * applied and forgotten; the write must be refused, not applied), or
+ * KV_ENOMEM.
  */
 int kv_dedup_begin(kv_dedup *d, uint64_t client, uint64_t req, uint64_t now_ms,
                    kv_dedup_result *out);

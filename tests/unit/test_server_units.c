@@ -121,7 +121,7 @@ dedup_retry_returns_the_first_result(void **state)
 }
 
 static void
-dedup_forgets_the_oldest_write_of_a_client(void **state)
+dedup_refuses_a_forgotten_write_instead_of_applying_it_again(void **state)
 {
 	kv_dedup *d = kv_dedup_create(4, 16, 1000);
 	kv_dedup_result r = {0}, out;
@@ -132,11 +132,61 @@ dedup_forgets_the_oldest_write_of_a_client(void **state)
 	}
 	assert_int_equal(kv_dedup_begin(d, 1, 5, 100, &out), 0);
 	kv_buf_fini(&out.value);
-	assert_int_equal(kv_dedup_begin(d, 1, 1, 100, &out), KV_ENOTFOUND);
+	/* Request 1 was forgotten (the lowest id goes first): its retry cannot
+	 * be told from a new write, so it is refused, never applied again. */
+	assert_int_equal(kv_dedup_begin(d, 1, 1, 100, &out), KV_ESTALE);
+	/* A late write above the forgotten ids is new. */
+	assert_int_equal(kv_dedup_begin(d, 1, 7, 100, &out), KV_ENOTFOUND);
+	kv_dedup_finish(d, 1, 7, &r, S("k"), 100);
+	assert_int_equal(kv_dedup_begin(d, 1, 6, 100, &out), KV_ENOTFOUND);
+	kv_dedup_abort(d, 1, 6);
 	/* Idle clients expire, and the client count stays bounded. */
 	for (uint64_t c = 2; c < 200; c++)
 		assert_int_equal(kv_dedup_begin(d, c, 1, 5000, &out), KV_ENOTFOUND);
 	assert_true(kv_dedup_clients(d) <= 16 + 16);
+	kv_dedup_destroy(d);
+}
+
+/* A client's memory refilled from elsewhere (a snapshot, a transfer, a copy)
+ * does not know what was forgotten before it: when it is full, a write
+ * below every id it holds is refused. */
+static void
+dedup_refilled_memory_refuses_writes_older_than_it_holds(void **state)
+{
+	kv_dedup *d = kv_dedup_create(4, 16, 1000);
+	kv_dedup_result r = {0}, out;
+	(void)state;
+	for (uint64_t i = 100; i < 104; i++)
+		assert_int_equal(kv_dedup_insert(d, 1, i, &r, S("k"), 100), 0);
+	assert_int_equal(kv_dedup_begin(d, 1, 42, 100, &out), KV_ESTALE);
+	assert_int_equal(kv_dedup_begin(d, 1, 101, 100, &out), 0);
+	kv_buf_fini(&out.value);
+	assert_int_equal(kv_dedup_begin(d, 1, 104, 100, &out), KV_ENOTFOUND);
+	kv_dedup_abort(d, 1, 104);
+	/* Not full: nothing is known to be forgotten, an old id is new. */
+	assert_int_equal(kv_dedup_insert(d, 2, 100, &r, S("k"), 100), 0);
+	assert_int_equal(kv_dedup_begin(d, 2, 42, 100, &out), KV_ENOTFOUND);
+	kv_dedup_abort(d, 2, 42);
+	kv_dedup_destroy(d);
+}
+
+/* The memory of a client grows with its writes up to the bound: 1000
+ * writes in flight out of order are all new and all remembered. */
+static void
+dedup_remembers_up_to_its_bound_out_of_order(void **state)
+{
+	kv_dedup *d = kv_dedup_create(1024, 16, 1000);
+	kv_dedup_result r = {0}, out;
+	(void)state;
+	for (uint64_t i = 0; i < 1000; i++) {
+		uint64_t req = 1 + (i * 7919) % 1000; /* a permutation of 1..1000 */
+		assert_int_equal(kv_dedup_begin(d, 9, req, 100, &out), KV_ENOTFOUND);
+		kv_dedup_finish(d, 9, req, &r, S("k"), 100);
+	}
+	for (uint64_t req = 1; req <= 1000; req++) {
+		assert_int_equal(kv_dedup_begin(d, 9, req, 100, &out), 0);
+		kv_buf_fini(&out.value);
+	}
 	kv_dedup_destroy(d);
 }
 
@@ -289,7 +339,9 @@ main(void)
 	    cmocka_unit_test(owner_fill_leaves_served_parts_alone),
 	    cmocka_unit_test(owner_served_merges_adjacent_ranges),
 	    cmocka_unit_test(dedup_retry_returns_the_first_result),
-	    cmocka_unit_test(dedup_forgets_the_oldest_write_of_a_client),
+	    cmocka_unit_test(dedup_refuses_a_forgotten_write_instead_of_applying_it_again),
+	    cmocka_unit_test(dedup_refilled_memory_refuses_writes_older_than_it_holds),
+	    cmocka_unit_test(dedup_remembers_up_to_its_bound_out_of_order),
 	    cmocka_unit_test(dedup_visit_range_selects_by_key),
 	    cmocka_unit_test(codec_refuses_hostile_requests_without_crashing),
 	    cmocka_unit_test(codec_response_round_trips_results_and_hints),
