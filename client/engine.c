@@ -480,6 +480,10 @@ answered(kvc_req *q, const char *address, const char *err, kv_data_result *r)
 		kvc_req_why(q, "server %s: %s", address, err ? err : kv_strerror(q->status));
 		if (q->srv_epoch > q->epoch)
 			q->min_epoch = q->srv_epoch;
+		/* An unavailable server (its lease ran out, or the range's ISR
+		 * is short) may have been replaced: the retry refreshes the
+		 * configuration (rate-limited), watched or not. */
+		q->refresh |= q->last == KV_EUNAVAIL;
 		if (!kvc_retryable(q->last))
 			complete(q, q->last);
 		else
@@ -519,6 +523,7 @@ answered(kvc_req *q, const char *address, const char *err, kv_data_result *r)
 	}
 	if (r->status == KV_EWRONGOWNER && !r->has_hint && q->min_epoch == 0)
 		q->min_epoch = q->epoch + 1;
+	q->refresh |= r->status == KV_EUNAVAIL; /* as above */
 	retry_later(q, moved);
 }
 

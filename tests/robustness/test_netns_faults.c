@@ -1025,6 +1025,8 @@ primary_cut_off_from_the_controller_only_stops_before_its_replacement_serves(voi
 				last_ok = seq;
 				if (t_write == 0)
 					t_write = kv_test_now_ms();
+			} else {
+				snprintf(why, sizeof(why), "%s", shardkv_errmsg());
 			}
 			seq++;
 		}
@@ -1032,7 +1034,7 @@ primary_cut_off_from_the_controller_only_stops_before_its_replacement_serves(voi
 	}
 	NS_ASSERT(t_new != 0, "no failover within %u ms of the cut", LEASE_DOWN_MS + 5000);
 	NS_ASSERT(t_p_last < t_new, "the old primary served after its replacement was chosen");
-	NS_ASSERT(t_write != 0, "the new primary took no write");
+	NS_ASSERT(t_write != 0, "the new primary took no write (last error: %s)", why);
 	note("repl: the new primary took a write %" PRIu64 " ms after the cut", t_write - t_cut);
 	NS_ASSERT(kv_nn_partition(&g.net, g.hctl, g.hsrv[p], false) == 0,
 	          "healing the partition failed");
