@@ -902,6 +902,18 @@ any_down(const chk_driver *d)
 	return d->gone_node != 0;
 }
 
+/* Whether some range of cfg has fewer in-sync replicas than replicas: a
+ * fault now could take its last in-sync copy (one fault at a time, as the
+ * replication guarantees are stated: doc/replication.md). */
+static bool
+under_replicated(const shardkv_config *cfg)
+{
+	for (size_t i = 0; i < cfg->nranges; i++)
+		if (cfg->ranges[i].ninsync < cfg->ranges[i].nreplicas)
+			return true;
+	return false;
+}
+
 /* Whether key is in a range that a migration of cfg moves. */
 static bool
 moving(const shardkv_config *cfg, const char *key)
@@ -1203,7 +1215,7 @@ dead_fault(chk_driver *d)
 	if (any_down(d) || shardkv_config_get(d->admin, 0, &cfg) != 0)
 		return;
 	size_t n = active_servers(d, cfg, idx);
-	if (n <= MIN_ACTIVE || count_active(cfg) <= MIN_ACTIVE) {
+	if (n <= MIN_ACTIVE || count_active(cfg) <= MIN_ACTIVE || under_replicated(cfg)) {
 		shardkv_config_free(cfg);
 		return;
 	}

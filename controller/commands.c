@@ -527,6 +527,53 @@ kv_ctl__cmd_cancel(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	return finish_locked(c, rq, x, rq->mig_id, false, KV_ECLOSED, "was cancelled", "cancel");
 }
 
+/* Whether node is in the ISR of a range that has another in-sync member. */
+static bool
+in_a_shared_isr(const kv_config *cur, uint32_t node)
+{
+	for (size_t i = 0; i < cur->nranges; i++) {
+		const kv_range *r = &cur->ranges[i];
+		uint32_t n = kv_range_ninsync(r);
+		if (n < 2)
+			continue;
+		for (uint32_t j = 0; j < n; j++)
+			if (kv_range_insync(r, j) == node)
+				return true;
+	}
+	return false;
+}
+
+/* Commits the failover of a restarted node: its ranges get another in-sync
+ * primary and it leaves every ISR, staying active (it is copied again by
+ * the primaries). Sets x->resp.node_id. */
+static int
+restart_failover_locked(kv_controller *c, const kv_config *cur, uint32_t id, struct ctl_ctx *x)
+{
+	kv_place_failover_stats fst;
+	kv_node_state st = KV_NODE_DOWN;
+	kv_config *next = NULL;
+	int rv;
+
+	memset(&fst, 0, sizeof(fst));
+	if ((rv = kv_place_set_state(cur, &id, &st, 1, &next)) != KV_OK)
+		return rv;
+	if ((rv = kv_place_failover(next, &fst)) != KV_OK) {
+		kv_config_free(next);
+		return rv;
+	}
+	for (size_t i = 0; i < next->nnodes; i++)
+		if (next->nodes[i].id == id)
+			next->nodes[i].state = KV_NODE_ACTIVE;
+	if ((rv = publish_locked(c, next, "restart", x->msg, sizeof(x->msg))) != KV_OK)
+		return rv;
+	c->failovers_total += fst.failovers;
+	c->isr_shrinks_total += fst.shrinks;
+	KV_WARN("controller", "node restarted: its ranges failed over, it is copied again",
+	        "node=%u failovers=%u isr_shrinks=%u", id, fst.failovers, fst.shrinks);
+	x->resp.node_id = id;
+	return KV_OK;
+}
+
 int
 kv_ctl__cmd_register(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 {
@@ -594,12 +641,27 @@ kv_ctl__cmd_register(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 		cur = kv_ctl__latest_locked(c);
 		n = kv_config_node(cur, x->resp.node_id);
 	}
+	bool restarted = false;
 	if ((s = kv_ctl__stat_find_locked(c, n->id, true)) != NULL) {
 		if (s->boot_id != rq->boot_id)
 			s->uptime_ms = 0; /* a new process: unknown until it reports */
+		restarted = s->boot_id != 0 && s->boot_id != rq->boot_id;
 		s->boot_id = rq->boot_id;
 		s->epoch_applied = rq->epoch;
 		s->last_seen_ns = kv_now_ns();
+	}
+	if (restarted && n->state == KV_NODE_ACTIVE && in_a_shared_isr(cur, n->id)) {
+		/* The process restarted before anyone declared it down. What it
+		 * logs may be behind what its in-sync backups acknowledged (its
+		 * log is synced by its own --fsync mode; an acknowledgement needs
+		 * every ISR member), so it must not lead or count as in sync on
+		 * what it has: the same configuration as a failure and a return
+		 * (doc/replication.md, "Failover"). Its old process is gone, so no
+		 * lease of it can still be running. */
+		if ((rv = restart_failover_locked(c, cur, n->id, x)) != KV_OK)
+			return rv;
+		cur = kv_ctl__latest_locked(c);
+		n = kv_config_node(cur, x->resp.node_id);
 	}
 	if (n->state == KV_NODE_DOWN) {
 		/* Back before it is answered: a lease is granted to live nodes only. */
