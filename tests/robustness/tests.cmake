@@ -81,6 +81,26 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
       --fill 20000 --fill-size 1000 --multi 8 --async 2)
   set_tests_properties(checker_pause PROPERTIES ENVIRONMENT "${checker_env}")
 
+  # Replicated ranges (doc/replication.md): the controller's --replicas, and
+  # faults one at a time (the next waits until no range is under-replicated):
+  # a server SIGKILLed for good (its node removed once down, a replacement
+  # joined), a server wiped and started as a new node, SIGKILL and restart
+  # loops (a restarted primary is failed over and copied again), and SIGSTOP
+  # past the lease. No acknowledged write lost or applied twice, reads
+  # linearizable, while the checker moves, rebalances, joins and leaves.
+  set(checker_repl_kill_args --servers 4 --replicas 3 --kill-no-restart --fault-interval 6000
+    --seed 9393)
+  set(checker_repl_wipe_args --servers 4 --replicas 2 --wipe --fault-interval 6000 --seed 9494)
+  set(checker_repl_restart_args --servers 3 --replicas 3 --kill --fsync batch --seed 9595)
+  set(checker_repl_pause_args --servers 3 --replicas 3 --pause 4000 --pause-interval 8000
+    --seed 9696)
+  foreach(fault kill wipe restart pause)
+    kv_add_test(checker_replicated_${fault} TIMEOUT 150 LABELS integration
+      COMMAND shardkv-checker --spawn ${checker_runs} ${checker_repl_${fault}_args}
+        --clients 4 --duration 30 --fill 20000 --fill-size 1000 --multi 8 --async 2)
+    set_tests_properties(checker_replicated_${fault} PROPERTIES ENVIRONMENT "${checker_env}")
+  endforeach()
+
   # A cluster spread over network namespaces (one per host, veth pairs on a
   # bridge, addresses 10.77.0.x inside the namespaces only) under link loss,
   # netem delay and loss, and a partition during a migration, checked by
