@@ -27,7 +27,9 @@
  * probe) runs on the handle's retry thread, started the first time a req
  * needs it. Part reqs (mget/mput parts) make one attempt at the address
  * they are given; ops.c decides what to do with the answer, so that a part
- * that must be split again is split with a fresh configuration.
+ * that must be split again is split with a fresh configuration. The retry
+ * thread also runs tasks (kvc_defer): the waits of ops.c's mget/mput and
+ * scan machines, which are driven by their reqs' completions.
  *
  * FAILOVER (doc/library.md "Failover"). A newer configuration is followed
  * at once (kvc_engine_follow, run by whichever thread installs it): routed
@@ -906,7 +908,9 @@ retry_main(void *arg)
 		q->next = NULL;
 		bool closing = c->eng_closing;
 		pthread_mutex_unlock(&c->eng_mu);
-		if (closing)
+		if (q->task)
+			q->done(q, closing ? KV_ECLOSED : KV_OK, NULL); /* may free q */
+		else if (closing)
 			fail(q, KV_ECLOSED, "the handle is closing");
 		else
 			retry_route(q, &pm);
@@ -944,6 +948,35 @@ to_retry(kvc_req *q)
 	}
 	pthread_mutex_unlock(&c->eng_mu);
 	fail(q, err, err == KV_ECLOSED ? "the handle is closing" : "cannot start the retry thread");
+}
+
+int
+kvc_defer(kvc_req *q, uint64_t not_before)
+{
+	shardkv_client *c = q->c;
+	int err = KV_ECLOSED;
+
+	q->task = true;
+	q->not_before = not_before;
+	pthread_mutex_lock(&c->eng_mu);
+	if (!c->eng_closing && !c->rq_started) {
+		if (pthread_create(&c->rq_thread, NULL, retry_main, c) == 0)
+			c->rq_started = true;
+		else
+			err = KV_ENOMEM;
+	}
+	if (!c->eng_closing && c->rq_started) {
+		q->next = NULL;
+		if (c->rq_tail)
+			c->rq_tail->next = q;
+		else
+			c->rq_head = q;
+		c->rq_tail = q;
+		pthread_cond_signal(&c->rq_cv);
+		err = KV_OK;
+	}
+	pthread_mutex_unlock(&c->eng_mu);
+	return err;
 }
 
 /* ---------------------------------------------------------------------------
