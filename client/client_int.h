@@ -393,6 +393,10 @@ int kvc_submit_to(kvc_req *q, const char *address, uint64_t epoch);
 int kvc_run_routed(shardkv_client *c, const kv_op *op, kv_bytes key, uint64_t deadline,
                    kv_data_result *out);
 
+/* Marks this thread as a blocking call's while it submits (on) and after
+ * (off): the engine may then send on it and wait for the send. */
+void kvc_may_wait(bool on);
+
 /*
  * Hands q to the retry thread (starting it the first time) as a task: at
  * not_before (kv_now_ns) the thread runs q->done(q, 0, NULL), or

@@ -118,6 +118,13 @@ struct kvc_queue {
 
 static void to_retry(kvc_req *q);
 
+/* Set while a blocking call submits on this thread (kvc_run_routed, and an
+ * mget/mput's first round): pump then sends on this thread and waits for
+ * the send (kv_rpc_async_call_wait_send), which saves the hand-off of the
+ * send's completion to one of nng's threads. Cleared in slot_done, so that
+ * an nng thread never waits for a send. */
+static _Thread_local bool eng_may_wait;
+
 /* ---------------------------------------------------------------------------
  * Requests and latches
  * ------------------------------------------------------------------------- */
@@ -295,6 +302,7 @@ fail_deadline(kvc_req *q)
  * ------------------------------------------------------------------------- */
 
 static void slot_done(void *arg, int rv, nng_msg *rep);
+static void slot_finish(void *arg, int rv, nng_msg *rep);
 
 static bool
 single_key(const kv_op *op)
@@ -412,7 +420,10 @@ pump(kvc_queue *sq)
 		pthread_mutex_lock(&sq->mu);
 		sl->wire = true;
 		pthread_mutex_unlock(&sq->mu);
-		kv_rpc_async_call(sl->rpc, req, env.timeout_ms);
+		if (eng_may_wait)
+			kv_rpc_async_call_wait_send(sl->rpc, req, env.timeout_ms);
+		else
+			kv_rpc_async_call(sl->rpc, req, env.timeout_ms);
 	}
 }
 
@@ -544,6 +555,17 @@ kvc_reply_decode(const void *p, size_t len, size_t n, kv_resp *d)
 /* A slot's request is answered (or failed): finishes or retries its reqs. */
 static void
 slot_done(void *arg, int rv, nng_msg *rep)
+{
+	bool may_wait = eng_may_wait;
+
+	eng_may_wait = false; /* an nng thread (or a failed send: done at once) */
+	slot_finish(arg, rv, rep);
+	eng_may_wait = may_wait;
+}
+
+/* slot_done's work. */
+static void
+slot_finish(void *arg, int rv, nng_msg *rep)
 {
 	kvc_slot *sl = arg;
 	kvc_queue *sq = sl->sq;
@@ -950,6 +972,12 @@ to_retry(kvc_req *q)
 	fail(q, err, err == KV_ECLOSED ? "the handle is closing" : "cannot start the retry thread");
 }
 
+void
+kvc_may_wait(bool on)
+{
+	eng_may_wait = on;
+}
+
 int
 kvc_defer(kvc_req *q, uint64_t not_before)
 {
@@ -1198,7 +1226,10 @@ kvc_run_routed(shardkv_client *c, const kv_op *op, kv_bytes key, uint64_t deadli
 	}
 	kvc_cfg_put(ref);
 	kvc_latch_init(&l, 1);
-	if ((rv = kvc_submit_routed(&q)) != KV_OK) {
+	eng_may_wait = true; /* this thread waits anyway: it may wait for the send */
+	rv = kvc_submit_routed(&q);
+	eng_may_wait = false;
+	if (rv != KV_OK) {
 		kvc_latch_fini(&l);
 		kvc_req_fini(&q);
 		return rv;

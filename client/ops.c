@@ -799,7 +799,10 @@ multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, co
 
 	kvc_latch_init(&lt, 1);
 	mrun_init(&m, c, kind, n, keys, vals, kvc_deadline(c), mrun_wake, &lt);
-	if ((rv = mrun_start(&m, true)) != KV_OK) {
+	kvc_may_wait(true); /* the first round's sends, on this thread */
+	rv = mrun_start(&m, true);
+	kvc_may_wait(false);
+	if (rv != KV_OK) {
 		kvc_latch_fini(&lt);
 		mparts_fini(&m.l);
 		return rv;
