@@ -269,24 +269,26 @@ shardkv_append(shardkv_client *c, const void *key, size_t klen, const void *val,
 
 /* One node's part of a multi-key op, possibly retried over several rounds. */
 typedef struct {
-	shardkv_client *c;  /* the handle */
-	kv_op_kind kind;    /* KV_OP_MGET or KV_OP_MPUT over keys/vals below */
-	uint64_t op_id;     /* mput: its Op.request_id, the same in every round */
-	kv_bytes *keys;     /* the part's keys (owned array, borrowed bytes) */
-	kv_bytes *vals;     /* mput: the part's values */
-	size_t *idx;        /* indexes into the caller's arrays, ascending (owned) */
-	size_t n;           /* keys in the part */
-	uint32_t node;      /* where it goes */
-	char *address;      /* node's address this round (owned) */
-	uint64_t epoch;     /* the epoch it was routed with */
-	uint64_t deadline;  /* the call's deadline */
-	int rv;             /* this round: transport result */
-	kv_data_result res; /* this round, rv 0: the part's result */
-	int err;            /* the part's final or last error */
-	bool done;          /* finished (successfully or not) */
-	bool redial;        /* this round found no connection: redial before the next */
-	struct mrun *m;     /* the op it belongs to */
-	kvc_req req;        /* this round's request; rv 0: its answer (req.status, res) */
+	shardkv_client *c;    /* the handle */
+	kv_op_kind kind;      /* KV_OP_MGET or KV_OP_MPUT over keys/vals below */
+	uint64_t op_id;       /* mput: its Op.request_id, the same in every round */
+	const kv_bytes *keys; /* the part's keys (owned array unless borrowed; borrowed bytes) */
+	const kv_bytes *vals; /* mput: the part's values, likewise */
+	size_t *idx;          /* indexes into the caller's arrays, ascending (owned);
+	                       * NULL: every key, in the caller's order */
+	bool borrowed;        /* keys and vals are the caller's arrays */
+	size_t n;             /* keys in the part */
+	uint32_t node;        /* where it goes */
+	char *address;        /* node's address this round (owned) */
+	uint64_t epoch;       /* the epoch it was routed with */
+	uint64_t deadline;    /* the call's deadline */
+	int rv;               /* this round: transport result */
+	kv_data_result res;   /* this round, rv 0: the part's result */
+	int err;              /* the part's final or last error */
+	bool done;            /* finished (successfully or not) */
+	bool redial;          /* this round found no connection: redial before the next */
+	struct mrun *m;       /* the op it belongs to */
+	kvc_req req;          /* this round's request; rv 0: its answer (req.status, res) */
 } mpart;
 
 static void
@@ -294,8 +296,10 @@ mpart_free(mpart *p)
 {
 	if (p == NULL)
 		return;
-	free(p->keys);
-	free(p->vals);
+	if (!p->borrowed) {
+		free((kv_bytes *)p->keys);
+		free((kv_bytes *)p->vals);
+	}
 	free(p->idx);
 	free(p->address);
 	kv_data_result_fini(&p->res);
@@ -303,7 +307,15 @@ mpart_free(mpart *p)
 	free(p);
 }
 
-/* Builds a part of the caller's keys idx[0..n). Takes nothing. */
+/* The index into the caller's arrays of the part's key j. */
+static size_t
+mpart_at(const mpart *p, size_t j)
+{
+	return p->idx ? p->idx[j] : j;
+}
+
+/* Builds a part of the caller's keys idx[0..n) (idx NULL: all n keys, the
+ * caller's arrays borrowed). Takes nothing. */
 static mpart *
 mpart_new(shardkv_client *c, kv_op_kind kind, const kv_bytes *keys, const kv_bytes *vals,
           const size_t *idx, size_t n, uint64_t deadline)
@@ -312,18 +324,27 @@ mpart_new(shardkv_client *c, kv_op_kind kind, const kv_bytes *keys, const kv_byt
 
 	if (p == NULL)
 		return NULL;
-	p->keys = malloc(n * sizeof(kv_bytes));
-	p->idx = malloc(n * sizeof(size_t));
-	p->vals = vals ? malloc(n * sizeof(kv_bytes)) : NULL;
-	if (p->keys == NULL || p->idx == NULL || (vals && p->vals == NULL)) {
-		mpart_free(p);
-		return NULL;
-	}
-	for (size_t i = 0; i < n; i++) {
-		p->idx[i] = idx[i];
-		p->keys[i] = keys[idx[i]];
-		if (vals)
-			p->vals[i] = vals[idx[i]];
+	if (idx == NULL) {
+		/* Every key: the caller's arrays, borrowed for the op's life. */
+		p->keys = keys;
+		p->vals = vals;
+		p->borrowed = true;
+	} else {
+		kv_bytes *k = malloc(n * sizeof(kv_bytes));
+		kv_bytes *v = vals ? malloc(n * sizeof(kv_bytes)) : NULL;
+		p->keys = k;
+		p->vals = v;
+		p->idx = malloc(n * sizeof(size_t));
+		if (k == NULL || p->idx == NULL || (vals && v == NULL)) {
+			mpart_free(p);
+			return NULL;
+		}
+		for (size_t i = 0; i < n; i++) {
+			p->idx[i] = idx[i];
+			k[i] = keys[idx[i]];
+			if (vals)
+				v[i] = vals[idx[i]];
+		}
 	}
 	p->c = c;
 	p->n = n;
@@ -373,6 +394,19 @@ mparts_route(shardkv_client *c, mparts *l, const kv_config *cfg, const kv_bytes 
 			l->v[i] = NULL;
 			continue;
 		}
+		/* Most often every key still goes to one node: no split made. */
+		uint32_t one = kv_config_route(cfg, p->keys[0].p, p->keys[0].len);
+		size_t same = 1;
+		while (same < p->n &&
+		       kv_config_route(cfg, p->keys[same].p, p->keys[same].len) == one)
+			same++;
+		if (same == p->n && (one == p->node || p->node == 0)) {
+			p->node = one;
+			if ((rv = mparts_push(&out, p)) != KV_OK)
+				goto err;
+			l->v[i] = NULL;
+			continue;
+		}
 		if ((rv = kvc_split_keys(cfg, p->n, p->keys, &parts, &np)) != KV_OK)
 			goto err;
 		if (np == 1 && (parts[0].node == p->node || p->node == 0)) {
@@ -392,7 +426,7 @@ mparts_route(shardkv_client *c, mparts *l, const kv_config *cfg, const kv_bytes 
 				goto err;
 			}
 			for (size_t k = 0; k < parts[j].n; k++)
-				gidx[k] = p->idx[parts[j].idx[k]];
+				gidx[k] = mpart_at(p, parts[j].idx[k]);
 			q = mpart_new(c, kind, keys, vals, gidx, parts[j].n, p->deadline);
 			free(gidx);
 			if (q == NULL || mparts_push(&out, q) != KV_OK) {
@@ -740,17 +774,11 @@ mrun_init(mrun *m, shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes 
 static int
 mrun_start(mrun *m, bool fetch_here)
 {
-	size_t *all;
 	mpart *p0;
 	kvc_cfgref *ref;
 	int rv;
 
-	if ((all = malloc(m->n * sizeof(size_t))) == NULL)
-		return KV_ENOMEM;
-	for (size_t i = 0; i < m->n; i++)
-		all[i] = i;
-	p0 = mpart_new(m->c, m->kind, m->keys, m->vals, all, m->n, m->deadline);
-	free(all);
+	p0 = mpart_new(m->c, m->kind, m->keys, m->vals, NULL, m->n, m->deadline);
 	if (p0 == NULL || mparts_push(&m->l, p0) != KV_OK) {
 		mpart_free(p0);
 		return KV_ENOMEM;
@@ -868,7 +896,7 @@ mget_collect(size_t n, mparts *lp, shardkv_mget_result **out)
 				              p->address);
 				goto out;
 			}
-			missing[p->idx[r->missing[j]]] = true;
+			missing[mpart_at(p, r->missing[j])] = true;
 		}
 		if (r->nvalues != p->n) {
 			rv = kvc_fail(KV_EPROTO, "server %s: %zu values for %zu keys", p->address,
@@ -876,7 +904,7 @@ mget_collect(size_t n, mparts *lp, shardkv_mget_result **out)
 			goto out;
 		}
 		for (size_t j = 0; j < p->n; j++) {
-			size_t at = p->idx[j];
+			size_t at = mpart_at(p, j);
 			if (missing[at])
 				continue;
 			res->values[at].data = r->values[j].data;
