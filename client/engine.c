@@ -14,7 +14,10 @@
  * two cores shared by client and server, 50 callers ran 1.2-1.4x faster this
  * way than with four slots always open. No thread waits per request: a
  * blocking call is a submit and a wait on its own latch, an mget/mput is one
- * submit per server part and one wait for all of them.
+ * submit per server part and one wait for all of them. A blocking call
+ * sends what it submits on its own thread and waits for the send
+ * (eng_may_wait): a send's completion handed to nng's threads only to post
+ * the receive cost a wake-up per request.
  *
  * Routed reqs (single-key ops and scan pages) are routed here with the
  * cached configuration and the remembered owner hints, and retried here
