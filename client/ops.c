@@ -484,9 +484,11 @@ typedef void (*mrun_fin_fn)(mrun *m);
  * every part is done, fin runs; else the next round is a task of the
  * engine's retry thread (mrun_task), which waits for the backoff, redials
  * the servers that gave no connection, fetches a newer configuration when
- * one is needed, and starts the round there. Nothing waits on an nng thread,
- * and a round never starts on one (making a server's queue may wait for a
- * connection). The blocking calls run the same machine and wait on a latch.
+ * one is needed, and starts the round there. Nothing waits on an nng thread:
+ * a completion there only classifies; the first round starts on the
+ * submitting thread (which may be a callback's, as for the single-key async
+ * ops), every later one on the retry thread. The blocking calls run the
+ * same machine and wait on a latch.
  */
 struct mrun {
 	kvc_req task;          /* first: the retry thread's wait (kvc_defer) */
@@ -645,7 +647,8 @@ part_done(kvc_req *q, int rv, kv_data_result *r)
 }
 
 /* Routes the parts with ref (taken) and submits every one not done; the
- * last completion ends the round. Never on an nng thread. */
+ * last completion ends the round. The submitting thread or the retry
+ * thread. */
 static void
 round_start(mrun *m, kvc_cfgref *ref)
 {
