@@ -945,50 +945,14 @@ retry_main(void *arg)
 	return NULL;
 }
 
-/* Hands q to the retry thread (starting it the first time), or fails it
- * when the handle is closing or no thread can be started. */
-static void
-to_retry(kvc_req *q)
+/* Queues q for the retry thread, starting it the first time. Returns 0,
+ * KV_ECLOSED (the handle is closing) or KV_ENOMEM (no thread). */
+static int
+rq_push(kvc_req *q)
 {
 	shardkv_client *c = q->c;
 	int err = KV_ECLOSED;
 
-	pthread_mutex_lock(&c->eng_mu);
-	if (!c->eng_closing && !c->rq_started) {
-		if (pthread_create(&c->rq_thread, NULL, retry_main, c) == 0)
-			c->rq_started = true;
-		else
-			err = KV_ENOMEM;
-	}
-	if (!c->eng_closing && c->rq_started) {
-		q->next = NULL;
-		if (c->rq_tail)
-			c->rq_tail->next = q;
-		else
-			c->rq_head = q;
-		c->rq_tail = q;
-		pthread_cond_signal(&c->rq_cv);
-		pthread_mutex_unlock(&c->eng_mu);
-		return;
-	}
-	pthread_mutex_unlock(&c->eng_mu);
-	fail(q, err, err == KV_ECLOSED ? "the handle is closing" : "cannot start the retry thread");
-}
-
-void
-kvc_may_wait(bool on)
-{
-	eng_may_wait = on;
-}
-
-int
-kvc_defer(kvc_req *q, uint64_t not_before)
-{
-	shardkv_client *c = q->c;
-	int err = KV_ECLOSED;
-
-	q->task = true;
-	q->not_before = not_before;
 	pthread_mutex_lock(&c->eng_mu);
 	if (!c->eng_closing && !c->rq_started) {
 		if (pthread_create(&c->rq_thread, NULL, retry_main, c) == 0)
@@ -1008,6 +972,32 @@ kvc_defer(kvc_req *q, uint64_t not_before)
 	}
 	pthread_mutex_unlock(&c->eng_mu);
 	return err;
+}
+
+/* Hands q to the retry thread, or fails it when the handle is closing or no
+ * thread can be started. */
+static void
+to_retry(kvc_req *q)
+{
+	int err = rq_push(q);
+
+	if (err != KV_OK)
+		fail(q, err,
+		     err == KV_ECLOSED ? "the handle is closing" : "cannot start the retry thread");
+}
+
+void
+kvc_may_wait(bool on)
+{
+	eng_may_wait = on;
+}
+
+int
+kvc_defer(kvc_req *q, uint64_t not_before)
+{
+	q->task = true;
+	q->not_before = not_before;
+	return rq_push(q);
 }
 
 /* ---------------------------------------------------------------------------
