@@ -343,6 +343,7 @@ struct kvc_req {
 	char *why;           /* the detail of a failure, or of the last refusal
 	                      * (owned, KVC_WHY_LEN bytes once set; NULL: none) */
 	bool routed;         /* the engine routes and retries it */
+	bool task;           /* a wait of the retry thread (kvc_defer): done runs there */
 	bool refresh;        /* fetch a configuration before the next attempt */
 	uint64_t epoch;      /* the epoch of its current attempt */
 	char *hint_addr;     /* the next attempt goes here (owned); NULL: route */
@@ -392,9 +393,26 @@ int kvc_submit_to(kvc_req *q, const char *address, uint64_t epoch);
 int kvc_run_routed(shardkv_client *c, const kv_op *op, kv_bytes key, uint64_t deadline,
                    kv_data_result *out);
 
+/* Marks this thread as a blocking call's while it submits (on) and after
+ * (off): the engine may then send on it and wait for the send. */
+void kvc_may_wait(bool on);
+
+/*
+ * Hands q to the retry thread (starting it the first time) as a task: at
+ * not_before (kv_now_ns) the thread runs q->done(q, 0, NULL), or
+ * q->done(q, KV_ECLOSED, NULL) once shardkv_close has begun, then forgets
+ * q. For what must wait or may block (a backoff, a configuration fetch, a
+ * redial) on behalf of an op driven by completions (ops.c's mget, mput and
+ * scan machines). A task is not counted pending: its op holds a count of
+ * its own (kvc_pending_take). Returns 0, or KV_ECLOSED (closing) or
+ * KV_ENOMEM (no thread) and done will not run.
+ */
+int kvc_defer(kvc_req *q, uint64_t not_before);
+
 /* Counts one op of the handle that is not a req (an async mget, mput or
- * scan running on its own thread) as pending, so that shardkv_close waits
- * for it. Returns 0, or KV_ECLOSED once shardkv_close has begun. */
+ * scan, driven by the completions of its reqs) as pending, so that
+ * shardkv_close waits for it. Returns 0, or KV_ECLOSED once shardkv_close
+ * has begun. */
 int kvc_pending_take(shardkv_client *c);
 
 /* The op counted by kvc_pending_take finished; c may be freed after. */

@@ -14,7 +14,10 @@
  * two cores shared by client and server, 50 callers ran 1.2-1.4x faster this
  * way than with four slots always open. No thread waits per request: a
  * blocking call is a submit and a wait on its own latch, an mget/mput is one
- * submit per server part and one wait for all of them.
+ * submit per server part and one wait for all of them. A blocking call
+ * sends what it submits on its own thread and waits for the send
+ * (eng_may_wait): a send's completion handed to nng's threads only to post
+ * the receive cost a wake-up per request.
  *
  * Routed reqs (single-key ops and scan pages) are routed here with the
  * cached configuration and the remembered owner hints, and retried here
@@ -27,7 +30,9 @@
  * probe) runs on the handle's retry thread, started the first time a req
  * needs it. Part reqs (mget/mput parts) make one attempt at the address
  * they are given; ops.c decides what to do with the answer, so that a part
- * that must be split again is split with a fresh configuration.
+ * that must be split again is split with a fresh configuration. The retry
+ * thread also runs tasks (kvc_defer): the waits of ops.c's mget/mput and
+ * scan machines, which are driven by their reqs' completions.
  *
  * FAILOVER (doc/library.md "Failover"). A newer configuration is followed
  * at once (kvc_engine_follow, run by whichever thread installs it): routed
@@ -115,6 +120,13 @@ struct kvc_queue {
 };
 
 static void to_retry(kvc_req *q);
+
+/* Set while a blocking call submits on this thread (kvc_run_routed, and an
+ * mget/mput's first round): pump then sends on this thread and waits for
+ * the send (kv_rpc_async_call_wait_send), which saves the hand-off of the
+ * send's completion to one of nng's threads. Cleared in slot_done, so that
+ * an nng thread never waits for a send. */
+static _Thread_local bool eng_may_wait;
 
 /* ---------------------------------------------------------------------------
  * Requests and latches
@@ -293,6 +305,7 @@ fail_deadline(kvc_req *q)
  * ------------------------------------------------------------------------- */
 
 static void slot_done(void *arg, int rv, nng_msg *rep);
+static void slot_finish(void *arg, int rv, nng_msg *rep);
 
 static bool
 single_key(const kv_op *op)
@@ -410,7 +423,10 @@ pump(kvc_queue *sq)
 		pthread_mutex_lock(&sq->mu);
 		sl->wire = true;
 		pthread_mutex_unlock(&sq->mu);
-		kv_rpc_async_call(sl->rpc, req, env.timeout_ms);
+		if (eng_may_wait)
+			kv_rpc_async_call_wait_send(sl->rpc, req, env.timeout_ms);
+		else
+			kv_rpc_async_call(sl->rpc, req, env.timeout_ms);
 	}
 }
 
@@ -547,6 +563,17 @@ kvc_reply_decode(const void *p, size_t len, size_t n, kv_resp *d)
 /* A slot's request is answered (or failed): finishes or retries its reqs. */
 static void
 slot_done(void *arg, int rv, nng_msg *rep)
+{
+	bool may_wait = eng_may_wait;
+
+	eng_may_wait = false; /* an nng thread (or a failed send: done at once) */
+	slot_finish(arg, rv, rep);
+	eng_may_wait = may_wait;
+}
+
+/* slot_done's work. */
+static void
+slot_finish(void *arg, int rv, nng_msg *rep)
 {
 	kvc_slot *sl = arg;
 	kvc_queue *sq = sl->sq;
@@ -911,7 +938,9 @@ retry_main(void *arg)
 		q->next = NULL;
 		bool closing = c->eng_closing;
 		pthread_mutex_unlock(&c->eng_mu);
-		if (closing)
+		if (q->task)
+			q->done(q, closing ? KV_ECLOSED : KV_OK, NULL); /* may free q */
+		else if (closing)
 			fail(q, KV_ECLOSED, "the handle is closing");
 		else
 			retry_route(q, &pm);
@@ -921,10 +950,10 @@ retry_main(void *arg)
 	return NULL;
 }
 
-/* Hands q to the retry thread (starting it the first time), or fails it
- * when the handle is closing or no thread can be started. */
-static void
-to_retry(kvc_req *q)
+/* Queues q for the retry thread, starting it the first time. Returns 0,
+ * KV_ECLOSED (the handle is closing) or KV_ENOMEM (no thread). */
+static int
+rq_push(kvc_req *q)
 {
 	shardkv_client *c = q->c;
 	int err = KV_ECLOSED;
@@ -944,11 +973,36 @@ to_retry(kvc_req *q)
 			c->rq_head = q;
 		c->rq_tail = q;
 		pthread_cond_signal(&c->rq_cv);
-		pthread_mutex_unlock(&c->eng_mu);
-		return;
+		err = KV_OK;
 	}
 	pthread_mutex_unlock(&c->eng_mu);
-	fail(q, err, err == KV_ECLOSED ? "the handle is closing" : "cannot start the retry thread");
+	return err;
+}
+
+/* Hands q to the retry thread, or fails it when the handle is closing or no
+ * thread can be started. */
+static void
+to_retry(kvc_req *q)
+{
+	int err = rq_push(q);
+
+	if (err != KV_OK)
+		fail(q, err,
+		     err == KV_ECLOSED ? "the handle is closing" : "cannot start the retry thread");
+}
+
+void
+kvc_may_wait(bool on)
+{
+	eng_may_wait = on;
+}
+
+int
+kvc_defer(kvc_req *q, uint64_t not_before)
+{
+	q->task = true;
+	q->not_before = not_before;
+	return rq_push(q);
 }
 
 /* ---------------------------------------------------------------------------
@@ -1170,7 +1224,10 @@ kvc_run_routed(shardkv_client *c, const kv_op *op, kv_bytes key, uint64_t deadli
 	}
 	kvc_cfg_put(ref);
 	kvc_latch_init(&l, 1);
-	if ((rv = kvc_submit_routed(&q)) != KV_OK) {
+	eng_may_wait = true; /* this thread waits anyway: it may wait for the send */
+	rv = kvc_submit_routed(&q);
+	eng_may_wait = false;
+	if (rv != KV_OK) {
 		kvc_latch_fini(&l);
 		kvc_req_fini(&q);
 		return rv;

@@ -10,18 +10,24 @@
  * is the same routed request with a callback instead of a wait.
  *
  * mget and mput split the keys per node (batch.c) and submit the parts to
- * their servers' queues, all at once, then wait for all of them on one
- * latch: no thread per part. A part refused for ownership is split again
- * with a fresher configuration in the next round; a part whose membership
- * is unchanged keeps its request id. Results are written back in key order.
+ * their servers' queues, all at once; the last part's completion
+ * classifies the round (mrun): no thread per part, none per call. A part
+ * refused for ownership is split again with a fresher configuration in the
+ * next round, which the engine's retry thread starts (kvc_defer) after the
+ * backoff; a part whose membership is unchanged keeps its request id.
+ * Results are written back in key order. The blocking calls wait on a
+ * latch for the machine to end; the async ones end with the callback.
  *
  * Scans walk the requested range in key order, one server page at a time,
  * each page clipped to the span the owner serves (kvc_scan_plan), continuing
- * at next_cursor; pages are merged with kvc_entries_merge.
+ * at next_cursor; pages are merged with kvc_entries_merge (scan_st). An
+ * async scan sends each page from the retry thread and takes its answer in
+ * the page's completion.
  */
 #include "client/client_int.h"
 #include "common/err.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,23 +269,26 @@ shardkv_append(shardkv_client *c, const void *key, size_t klen, const void *val,
 
 /* One node's part of a multi-key op, possibly retried over several rounds. */
 typedef struct {
-	shardkv_client *c;  /* the handle */
-	kv_op_kind kind;    /* KV_OP_MGET or KV_OP_MPUT over keys/vals below */
-	uint64_t op_id;     /* mput: its Op.request_id, the same in every round */
-	kv_bytes *keys;     /* the part's keys (owned array, borrowed bytes) */
-	kv_bytes *vals;     /* mput: the part's values */
-	size_t *idx;        /* indexes into the caller's arrays, ascending (owned) */
-	size_t n;           /* keys in the part */
-	uint32_t node;      /* where it goes */
-	char *address;      /* node's address this round (owned) */
-	uint64_t epoch;     /* the epoch it was routed with */
-	uint64_t deadline;  /* the call's deadline */
-	int rv;             /* this round: transport result */
-	kv_data_result res; /* this round, rv 0: the part's result */
-	int err;            /* the part's final or last error */
-	bool done;          /* finished (successfully or not) */
-	bool sent;          /* this round: submitted, req finished */
-	kvc_req req;        /* this round's request; rv 0: its answer (req.status, req.res) */
+	shardkv_client *c;    /* the handle */
+	kv_op_kind kind;      /* KV_OP_MGET or KV_OP_MPUT over keys/vals below */
+	uint64_t op_id;       /* mput: its Op.request_id, the same in every round */
+	const kv_bytes *keys; /* the part's keys (owned array unless borrowed; borrowed bytes) */
+	const kv_bytes *vals; /* mput: the part's values, likewise */
+	size_t *idx;          /* indexes into the caller's arrays, ascending (owned);
+	                       * NULL: every key, in the caller's order */
+	bool borrowed;        /* keys and vals are the caller's arrays */
+	size_t n;             /* keys in the part */
+	uint32_t node;        /* where it goes */
+	char *address;        /* node's address this round (owned) */
+	uint64_t epoch;       /* the epoch it was routed with */
+	uint64_t deadline;    /* the call's deadline */
+	int rv;               /* this round: transport result */
+	kv_data_result res;   /* this round, rv 0: the part's result */
+	int err;              /* the part's final or last error */
+	bool done;            /* finished (successfully or not) */
+	bool redial;          /* this round found no connection: redial before the next */
+	struct mrun *m;       /* the op it belongs to */
+	kvc_req req;          /* this round's request; rv 0: its answer (req.status, res) */
 } mpart;
 
 static void
@@ -287,8 +296,10 @@ mpart_free(mpart *p)
 {
 	if (p == NULL)
 		return;
-	free(p->keys);
-	free(p->vals);
+	if (!p->borrowed) {
+		free((kv_bytes *)p->keys);
+		free((kv_bytes *)p->vals);
+	}
 	free(p->idx);
 	free(p->address);
 	kv_data_result_fini(&p->res);
@@ -296,7 +307,15 @@ mpart_free(mpart *p)
 	free(p);
 }
 
-/* Builds a part of the caller's keys idx[0..n). Takes nothing. */
+/* The index into the caller's arrays of the part's key j. */
+static size_t
+mpart_at(const mpart *p, size_t j)
+{
+	return p->idx ? p->idx[j] : j;
+}
+
+/* Builds a part of the caller's keys idx[0..n) (idx NULL: all n keys, the
+ * caller's arrays borrowed). Takes nothing. */
 static mpart *
 mpart_new(shardkv_client *c, kv_op_kind kind, const kv_bytes *keys, const kv_bytes *vals,
           const size_t *idx, size_t n, uint64_t deadline)
@@ -305,18 +324,27 @@ mpart_new(shardkv_client *c, kv_op_kind kind, const kv_bytes *keys, const kv_byt
 
 	if (p == NULL)
 		return NULL;
-	p->keys = malloc(n * sizeof(kv_bytes));
-	p->idx = malloc(n * sizeof(size_t));
-	p->vals = vals ? malloc(n * sizeof(kv_bytes)) : NULL;
-	if (p->keys == NULL || p->idx == NULL || (vals && p->vals == NULL)) {
-		mpart_free(p);
-		return NULL;
-	}
-	for (size_t i = 0; i < n; i++) {
-		p->idx[i] = idx[i];
-		p->keys[i] = keys[idx[i]];
-		if (vals)
-			p->vals[i] = vals[idx[i]];
+	if (idx == NULL) {
+		/* Every key: the caller's arrays, borrowed for the op's life. */
+		p->keys = keys;
+		p->vals = vals;
+		p->borrowed = true;
+	} else {
+		kv_bytes *k = malloc(n * sizeof(kv_bytes));
+		kv_bytes *v = vals ? malloc(n * sizeof(kv_bytes)) : NULL;
+		p->keys = k;
+		p->vals = v;
+		p->idx = malloc(n * sizeof(size_t));
+		if (k == NULL || p->idx == NULL || (vals && v == NULL)) {
+			mpart_free(p);
+			return NULL;
+		}
+		for (size_t i = 0; i < n; i++) {
+			p->idx[i] = idx[i];
+			k[i] = keys[idx[i]];
+			if (vals)
+				v[i] = vals[idx[i]];
+		}
 	}
 	p->c = c;
 	p->n = n;
@@ -366,6 +394,19 @@ mparts_route(shardkv_client *c, mparts *l, const kv_config *cfg, const kv_bytes 
 			l->v[i] = NULL;
 			continue;
 		}
+		/* Most often every key still goes to one node: no split made. */
+		uint32_t one = kv_config_route(cfg, p->keys[0].p, p->keys[0].len);
+		size_t same = 1;
+		while (same < p->n &&
+		       kv_config_route(cfg, p->keys[same].p, p->keys[same].len) == one)
+			same++;
+		if (same == p->n && (one == p->node || p->node == 0)) {
+			p->node = one;
+			if ((rv = mparts_push(&out, p)) != KV_OK)
+				goto err;
+			l->v[i] = NULL;
+			continue;
+		}
 		if ((rv = kvc_split_keys(cfg, p->n, p->keys, &parts, &np)) != KV_OK)
 			goto err;
 		if (np == 1 && (parts[0].node == p->node || p->node == 0)) {
@@ -385,7 +426,7 @@ mparts_route(shardkv_client *c, mparts *l, const kv_config *cfg, const kv_bytes 
 				goto err;
 			}
 			for (size_t k = 0; k < parts[j].n; k++)
-				gidx[k] = p->idx[parts[j].idx[k]];
+				gidx[k] = mpart_at(p, parts[j].idx[k]);
 			q = mpart_new(c, kind, keys, vals, gidx, parts[j].n, p->deadline);
 			free(gidx);
 			if (q == NULL || mparts_push(&out, q) != KV_OK) {
@@ -421,165 +462,388 @@ mparts_fini(mparts *l)
 	l->n = 0;
 }
 
+/* ---------------------------------------------------------------------------
+ * The multi-key machine: mget and mput, blocking or async
+ * ------------------------------------------------------------------------- */
+
+#define MRUN_FETCH_MS   1000u /* one configuration fetch of the retry thread, at most */
+#define MRUN_BACKOFF_MS 100u  /* the longest backoff between rounds */
+
+typedef struct mrun mrun;
+
+/* Runs once every part of m is done (err set, or its reply kept); may free
+ * m. On a library thread: an nng callback, the retry thread, or the
+ * submitting thread when nothing could be sent. */
+typedef void (*mrun_fin_fn)(mrun *m);
+
 /*
- * Runs a multi-key op to completion: every part ends done, with err 0 and
- * its reply kept, or with its error. Returns 0 or KV_ENOMEM (then l is empty).
+ * One mget or mput, driven by the completions of its parts. A round routes
+ * every part that is not done with one configuration (mparts_route),
+ * submits them all (kvc_submit_to) and counts them in `left`; the
+ * completion that brings it to 0 classifies the answers (round_end): when
+ * every part is done, fin runs; else the next round is a task of the
+ * engine's retry thread (mrun_task), which waits for the backoff, redials
+ * the servers that gave no connection, fetches a newer configuration when
+ * one is needed, and starts the round there. Nothing waits on an nng thread:
+ * a completion there only classifies; the first round starts on the
+ * submitting thread (which may be a callback's, as for the single-key async
+ * ops), every later one on the retry thread. The blocking calls run the
+ * same machine and wait on a latch.
+ */
+struct mrun {
+	kvc_req task;          /* first: the retry thread's wait (kvc_defer) */
+	shardkv_client *c;     /* the handle */
+	kv_op_kind kind;       /* KV_OP_MGET or KV_OP_MPUT */
+	size_t n;              /* keys */
+	const kv_bytes *keys;  /* the keys (borrowed for the op's life) */
+	const kv_bytes *vals;  /* mput: the values, likewise */
+	mparts l;              /* the parts */
+	uint64_t deadline;     /* the op's deadline (kv_now_ns) */
+	uint64_t min_epoch;    /* the next round needs at least this epoch (0: any) */
+	uint64_t epoch;        /* this round's epoch */
+	uint32_t backoff;      /* the next backoff, ms */
+	bool progress;         /* this round finished some part */
+	atomic_uint left;      /* this round's parts still out, plus one while it starts */
+	int rv;                /* 0, or KV_ENOMEM (then l is empty) */
+	int why_err;           /* the code of the last failure noted (0: none) */
+	char why[KVC_WHY_LEN]; /* its detail: the caller's thread error at the end */
+	mrun_fin_fn fin;       /* the end */
+	void *owner;           /* for fin */
+};
+
+/* Notes a failure's detail, as kvc_fail would on the caller's thread. */
+static void mrun_why(mrun *m, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void
+mrun_why(mrun *m, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(m->why, sizeof(m->why), fmt, ap);
+	va_end(ap);
+	m->why_err = err;
+}
+
+/* Every part not done ends with err. */
+static void
+mrun_fail_rest(mrun *m, int err, const char *why)
+{
+	for (size_t i = 0; i < m->l.n; i++)
+		if (!m->l.v[i]->done) {
+			m->l.v[i]->done = true;
+			m->l.v[i]->err = err;
+		}
+	mrun_why(m, err, "%s", why);
+}
+
+static void mrun_task(kvc_req *q, int err, kv_data_result *r);
+
+/* The next round, on the retry thread at `at` (kv_now_ns). */
+static void
+mrun_defer(mrun *m, uint64_t at)
+{
+	int rv = kvc_defer(&m->task, at);
+
+	if (rv != KV_OK)
+		mrun_task(&m->task, rv, NULL); /* fails what is left */
+}
+
+/* When the next round may start after one without progress: after the
+ * backoff (bounded by the deadline), which then doubles. */
+static uint64_t
+mrun_backoff(mrun *m)
+{
+	uint32_t left = kvc_remaining_ms(m->deadline);
+	uint32_t ms = m->backoff < left ? m->backoff : left;
+
+	m->backoff = m->backoff * 2 > MRUN_BACKOFF_MS ? MRUN_BACKOFF_MS : m->backoff * 2;
+	return kv_now_ns() + (uint64_t)ms * 1000000u;
+}
+
+/* Classifies the round's answers (the last part's completion): finishes m,
+ * or schedules the next round. */
+static void
+round_end(mrun *m)
+{
+	uint64_t e = m->epoch;
+	size_t pending = 0;
+
+	for (size_t i = 0; i < m->l.n; i++) {
+		mpart *p = m->l.v[i];
+		kv_data_result *r = &p->res;
+		if (p->done)
+			continue;
+		if (p->rv != KV_OK) {
+			p->err = p->rv == KV_ECLOSED ? KV_EUNAVAIL : p->rv;
+			if (p->rv == KV_EUNAVAIL && p->address) /* no connection came */
+				p->redial = true;               /* by the retry thread */
+			if (!kvc_retryable(p->rv) && p->rv != KV_EPROTO) {
+				p->done = true;
+				mrun_why(m, p->err, "server %s: %s", p->address ? p->address : "?",
+				         kv_strerror(p->err));
+			}
+			m->min_epoch = e + 1;
+			continue;
+		}
+		int st = p->req.status != KV_OK ? p->req.status : r->status;
+		if (p->req.srv_epoch > e && p->req.srv_epoch > m->min_epoch)
+			m->min_epoch = p->req.srv_epoch;
+		if (r->has_hint && r->hint.epoch > e && r->hint.epoch > m->min_epoch)
+			m->min_epoch = r->hint.epoch;
+		p->err = st;
+		if (!kvc_retryable(st)) {
+			p->done = true;
+			m->progress = true;
+			if (st != KV_OK && st != KV_ENOTFOUND)
+				mrun_why(m, st, "server %s: %s", p->address,
+				         kvc_req_detail(&p->req)[0] ? kvc_req_detail(&p->req)
+				                                    : kv_strerror(st));
+			continue;
+		}
+		if (st == KV_EWRONGOWNER && m->min_epoch == 0)
+			m->min_epoch = e + 1;
+		kv_data_result_fini(r);
+	}
+	for (size_t i = 0; i < m->l.n; i++)
+		pending += !m->l.v[i]->done;
+	if (pending == 0) {
+		m->fin(m);
+		return;
+	}
+	if (kvc_remaining_ms(m->deadline) == 0) {
+		for (size_t i = 0; i < m->l.n; i++) {
+			mpart *p = m->l.v[i];
+			if (p->done)
+				continue;
+			p->done = true;
+			if (p->err == KV_EWRONGOWNER || p->err == KV_EMOVING ||
+			    p->err == KV_EBUSY || p->err == KV_ESTALE)
+				p->err = KV_ETIMEDOUT;
+			mrun_why(m, p->err, "server %s: %s", p->address ? p->address : "?",
+			         kv_strerror(p->err));
+		}
+		m->fin(m);
+		return;
+	}
+	mrun_defer(m, m->progress ? kv_now_ns() : mrun_backoff(m));
+}
+
+/* A part's request finished: keeps its answer; the last one ends the round. */
+static void
+part_done(kvc_req *q, int rv, kv_data_result *r)
+{
+	mpart *p = q->arg;
+	mrun *m = p->m;
+
+	p->rv = rv;
+	if (rv == KV_OK && r != NULL) {
+		p->res = *r; /* its buffers are the part's now */
+		memset(r, 0, sizeof(*r));
+		p->res.error = NULL; /* the detail was copied to q->why */
+	}
+	if (atomic_fetch_sub(&m->left, 1) == 1)
+		round_end(m);
+}
+
+/* Routes the parts with ref (taken) and submits every one not done; the
+ * last completion ends the round. The submitting thread or the retry
+ * thread. */
+static void
+round_start(mrun *m, kvc_cfgref *ref)
+{
+	int rv;
+
+	m->min_epoch = 0;
+	if ((rv = mparts_route(m->c, &m->l, ref->cfg, m->keys, m->vals, m->kind)) != KV_OK) {
+		kvc_cfg_put(ref);
+		mparts_fini(&m->l);
+		m->rv = rv;
+		mrun_why(m, rv, "out of memory");
+		m->fin(m);
+		return;
+	}
+	m->epoch = ref->cfg->epoch;
+	m->progress = false;
+	/* One count held while submitting, so that parts answered meanwhile
+	 * do not end the round before every part is out. */
+	atomic_store(&m->left, 1);
+	for (size_t i = 0; i < m->l.n; i++) {
+		mpart *p = m->l.v[i];
+		const char *a;
+		if (p->done)
+			continue;
+		free(p->address);
+		p->address = NULL;
+		kv_data_result_fini(&p->res);
+		kvc_req_fini(&p->req);
+		p->m = m;
+		p->epoch = m->epoch;
+		a = node_address(ref->cfg, p->node);
+		if (a == NULL || (p->address = strdup(a)) == NULL) {
+			p->rv = a == NULL ? KV_EUNAVAIL : KV_ENOMEM;
+			continue;
+		}
+		/* Field by field (no compound literal copied per part). */
+		memset(&p->req, 0, sizeof(p->req));
+		p->req.c = m->c;
+		p->req.op.kind = p->kind;
+		p->req.op.request_id = p->op_id;
+		p->req.op.nkeys = p->n;
+		p->req.op.keys = p->keys;
+		p->req.op.nvals = p->vals ? p->n : 0;
+		p->req.op.vals = p->vals;
+		p->req.deadline_ns = p->deadline;
+		p->req.done = part_done;
+		p->req.arg = p;
+		/* Once taken, p is its completion's to write (p->rv too). */
+		p->rv = KV_OK;
+		atomic_fetch_add(&m->left, 1);
+		if ((rv = kvc_submit_to(&p->req, p->address, p->epoch)) != KV_OK) {
+			p->rv = rv; /* not taken: it never finishes */
+			atomic_fetch_sub(&m->left, 1);
+		}
+	}
+	kvc_cfg_put(ref);
+	if (atomic_fetch_sub(&m->left, 1) == 1)
+		round_end(m);
+}
+
+/* The retry thread's part of m: the wait is over (err 0) or the handle is
+ * closing (err KV_ECLOSED, what is left fails): redials the servers that
+ * gave no connection, fetches the configuration the next round needs, and
+ * starts it. */
+static void
+mrun_task(kvc_req *q, int err, kv_data_result *r)
+{
+	mrun *m = (mrun *)q;
+	kvc_cfgref *ref = NULL;
+	int rv;
+
+	(void)r;
+	if (err != KV_OK) {
+		mrun_fail_rest(m, err,
+		               err == KV_ECLOSED ? "the handle is closing"
+		                                 : "cannot start the retry thread");
+		m->fin(m);
+		return;
+	}
+	for (size_t i = 0; i < m->l.n; i++) {
+		mpart *p = m->l.v[i];
+		if (p->redial && !p->done && p->address != NULL)
+			kvc_conn_redial(m->c, p->address); /* not on an nng thread */
+		p->redial = false;
+	}
+	/* Bounded, so that one slow fetch does not hold every retry. */
+	uint64_t d = kv_now_ns() + (uint64_t)MRUN_FETCH_MS * 1000000u;
+	rv = kvc_cfg_get(m->c, m->min_epoch, d < m->deadline ? d : m->deadline, &ref);
+	if (rv != KV_OK) {
+		if (!kvc_retryable(rv) || kvc_ctl_refused() || kvc_remaining_ms(m->deadline) == 0) {
+			mrun_fail_rest(m, rv, shardkv_errmsg());
+			m->fin(m);
+			return;
+		}
+		mrun_defer(m, mrun_backoff(m));
+		return;
+	}
+	round_start(m, ref);
+}
+
+static void
+mrun_init(mrun *m, shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys,
+          const kv_bytes *vals, uint64_t deadline, mrun_fin_fn fin, void *owner)
+{
+	memset(m, 0, sizeof(*m));
+	m->task.c = c;
+	m->task.done = mrun_task;
+	m->c = c;
+	m->kind = kind;
+	m->n = n;
+	m->keys = keys;
+	m->vals = vals;
+	m->deadline = deadline;
+	m->backoff = 1;
+	m->fin = fin;
+	m->owner = owner;
+}
+
+/*
+ * Starts m: its first part (every key), then the first round. With
+ * fetch_here, a configuration that is not cached yet is fetched on the
+ * calling thread (a blocking call, so that a refusal is reported as the
+ * controller states it); else the retry thread fetches it. Returns 0 (fin
+ * will run) or KV_ENOMEM (it will not).
+ */
+static int
+mrun_start(mrun *m, bool fetch_here)
+{
+	mpart *p0;
+	kvc_cfgref *ref;
+	int rv;
+
+	p0 = mpart_new(m->c, m->kind, m->keys, m->vals, NULL, m->n, m->deadline);
+	if (p0 == NULL || mparts_push(&m->l, p0) != KV_OK) {
+		mpart_free(p0);
+		return KV_ENOMEM;
+	}
+	if ((ref = kvc_cfg_peek(m->c)) == NULL) {
+		if (!fetch_here) {
+			mrun_defer(m, kv_now_ns());
+			return KV_OK;
+		}
+		rv = kvc_cfg_get(m->c, 0, m->deadline, &ref);
+		if (rv != KV_OK) {
+			if (!kvc_retryable(rv) || kvc_ctl_refused() ||
+			    kvc_remaining_ms(m->deadline) == 0) {
+				mrun_fail_rest(m, rv, shardkv_errmsg());
+				m->fin(m);
+				return KV_OK;
+			}
+			mrun_defer(m, mrun_backoff(m));
+			return KV_OK;
+		}
+	}
+	round_start(m, ref);
+	return KV_OK;
+}
+
+/* A blocking call's end: wakes its waiter. */
+static void
+mrun_wake(mrun *m)
+{
+	kvc_latch_down(m->owner);
+}
+
+/*
+ * Runs a multi-key op to completion on the calling thread's behalf: every
+ * part ends done, with err 0 and its reply kept, or with its error (the
+ * thread's error detail says the last). Returns 0 or KV_ENOMEM (then l is
+ * empty).
  */
 static int
 multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, const kv_bytes *vals,
           mparts *l)
 {
-	uint64_t deadline = kvc_deadline(c), min_epoch = 0;
-	uint32_t backoff = 1;
-	size_t *all;
-	mpart *p0;
+	kvc_latch lt;
+	mrun m;
 	int rv;
 
-	if ((all = malloc(n * sizeof(size_t))) == NULL)
-		return KV_ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		all[i] = i;
-	p0 = mpart_new(c, kind, keys, vals, all, n, deadline);
-	free(all);
-	if (p0 == NULL || mparts_push(l, p0) != KV_OK) {
-		mpart_free(p0);
-		return KV_ENOMEM;
-	}
-	for (;;) {
-		kvc_cfgref *ref = NULL;
-		size_t pending = 0;
-		bool progress = false;
-
-		rv = kvc_cfg_get(c, min_epoch, deadline, &ref);
-		if (rv != KV_OK) {
-			if (!kvc_retryable(rv) || kvc_ctl_refused() ||
-			    kvc_remaining_ms(deadline) == 0) {
-				for (size_t i = 0; i < l->n; i++)
-					if (!l->v[i]->done) {
-						l->v[i]->done = true;
-						l->v[i]->err = rv;
-					}
-				return KV_OK;
-			}
-			kvc_backoff(deadline, &backoff);
-			continue;
-		}
-		min_epoch = 0;
-		if ((rv = mparts_route(c, l, ref->cfg, keys, vals, kind)) != KV_OK) {
-			kvc_cfg_put(ref);
-			mparts_fini(l);
-			return rv;
-		}
-		for (size_t i = 0; i < l->n; i++)
-			pending += !l->v[i]->done;
-		/* Every part to its server's queue at once, then one wait. */
-		kvc_latch lt;
-		kvc_latch_init(&lt, (unsigned)pending);
-		for (size_t i = 0; i < l->n; i++) {
-			mpart *p = l->v[i];
-			const char *a;
-			if (p->done)
-				continue;
-			free(p->address);
-			p->address = NULL;
-			p->sent = false;
-			kv_data_result_fini(&p->res);
-			kvc_req_fini(&p->req);
-			p->epoch = ref->cfg->epoch;
-			a = node_address(ref->cfg, p->node);
-			if (a == NULL || (p->address = strdup(a)) == NULL) {
-				p->rv = a == NULL ? KV_EUNAVAIL : KV_ENOMEM;
-				kvc_latch_down(&lt);
-				continue;
-			}
-			p->req = (kvc_req){.c = c,
-			                   .op = {.kind = p->kind,
-			                          .request_id = p->op_id,
-			                          .nkeys = p->n,
-			                          .keys = p->keys,
-			                          .nvals = p->vals ? p->n : 0,
-			                          .vals = p->vals},
-			                   .deadline_ns = p->deadline,
-			                   .latch = &lt,
-			                   .out = &p->res};
-			if ((p->rv = kvc_submit_to(&p->req, p->address, p->epoch)) != KV_OK) {
-				kvc_latch_down(&lt);
-				continue;
-			}
-			p->sent = true;
-		}
-		kvc_latch_wait(&lt);
+	kvc_latch_init(&lt, 1);
+	mrun_init(&m, c, kind, n, keys, vals, kvc_deadline(c), mrun_wake, &lt);
+	kvc_may_wait(true); /* the first round's sends, on this thread */
+	rv = mrun_start(&m, true);
+	kvc_may_wait(false);
+	if (rv != KV_OK) {
 		kvc_latch_fini(&lt);
-		for (size_t i = 0; i < l->n; i++) {
-			mpart *p = l->v[i];
-			if (!p->sent)
-				continue;
-			p->sent = false;
-			p->rv = p->req.rv;
-		}
-		/* Classify the answers. */
-		for (size_t i = 0; i < l->n; i++) {
-			mpart *p = l->v[i];
-			kv_data_result *r = &p->res;
-			if (p->done)
-				continue;
-			if (p->rv != KV_OK) {
-				p->err = p->rv == KV_ECLOSED ? KV_EUNAVAIL : p->rv;
-				if (p->rv == KV_EUNAVAIL && p->address) /* no connection came */
-					kvc_conn_redial(c, p->address);
-				if (!kvc_retryable(p->rv) && p->rv != KV_EPROTO) {
-					p->done = true;
-					kvc_fail(p->err, "server %s: %s",
-					         p->address ? p->address : "?",
-					         kv_strerror(p->err));
-				}
-				min_epoch = ref->cfg->epoch + 1;
-				continue;
-			}
-			int st = p->req.status != KV_OK ? p->req.status : r->status;
-			if (p->req.srv_epoch > ref->cfg->epoch && p->req.srv_epoch > min_epoch)
-				min_epoch = p->req.srv_epoch;
-			if (r->has_hint && r->hint.epoch > ref->cfg->epoch &&
-			    r->hint.epoch > min_epoch)
-				min_epoch = r->hint.epoch;
-			p->err = st;
-			if (!kvc_retryable(st)) {
-				p->done = true;
-				progress = true;
-				if (st != KV_OK && st != KV_ENOTFOUND)
-					kvc_fail(st, "server %s: %s", p->address,
-					         kvc_req_detail(&p->req)[0]
-					             ? kvc_req_detail(&p->req)
-					             : kv_strerror(st));
-				continue;
-			}
-			if (st == KV_EWRONGOWNER && min_epoch == 0)
-				min_epoch = ref->cfg->epoch + 1;
-			kv_data_result_fini(r);
-		}
-		kvc_cfg_put(ref);
-		pending = 0;
-		for (size_t i = 0; i < l->n; i++)
-			pending += !l->v[i]->done;
-		if (pending == 0)
-			return KV_OK;
-		if (kvc_remaining_ms(deadline) == 0) {
-			for (size_t i = 0; i < l->n; i++) {
-				mpart *p = l->v[i];
-				if (p->done)
-					continue;
-				p->done = true;
-				if (p->err == KV_EWRONGOWNER || p->err == KV_EMOVING ||
-				    p->err == KV_EBUSY || p->err == KV_ESTALE)
-					p->err = KV_ETIMEDOUT;
-				kvc_fail(p->err, "server %s: %s", p->address ? p->address : "?",
-				         kv_strerror(p->err));
-			}
-			return KV_OK;
-		}
-		if (!progress)
-			kvc_backoff(deadline, &backoff);
+		mparts_fini(&m.l);
+		return rv;
 	}
+	kvc_latch_wait(&lt);
+	kvc_latch_fini(&lt);
+	if (m.why_err != KV_OK)
+		kvc_fail(m.why_err, "%s", m.why);
+	*l = m.l;
+	return m.rv;
 }
 
 static int
@@ -604,22 +868,16 @@ check_keys(size_t n, const shardkv_bytes *keys, kv_bytes **out)
 	return KV_OK;
 }
 
-int
-shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys, shardkv_mget_result **out)
+/* An mget's result from its finished parts (l) of n keys: sets *out on 0
+ * and KV_ENOTFOUND, the thread's error detail otherwise. */
+static int
+mget_collect(size_t n, mparts *lp, shardkv_mget_result **out)
 {
 	shardkv_mget_result *res = NULL;
-	mparts l = {0};
-	kv_bytes *k = NULL;
+	mparts l = *lp;
 	bool *missing = NULL;
 	int rv;
 
-	kvc_clear_error();
-	if (c == NULL || out == NULL)
-		return kvc_fail(KV_EINVAL, "null argument");
-	if ((rv = check_keys(n, keys, &k)) != KV_OK)
-		return rv;
-	if ((rv = multi_run(c, KV_OP_MGET, n, k, NULL, &l)) != KV_OK)
-		goto out;
 	for (size_t i = 0; i < l.n; i++) {
 		if (l.v[i]->err != KV_OK && l.v[i]->err != KV_ENOTFOUND) {
 			rv = l.v[i]->err;
@@ -641,7 +899,7 @@ shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys, shardkv_mge
 				              p->address);
 				goto out;
 			}
-			missing[p->idx[r->missing[j]]] = true;
+			missing[mpart_at(p, r->missing[j])] = true;
 		}
 		if (r->nvalues != p->n) {
 			rv = kvc_fail(KV_EPROTO, "server %s: %zu values for %zu keys", p->address,
@@ -649,7 +907,7 @@ shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys, shardkv_mge
 			goto out;
 		}
 		for (size_t j = 0; j < p->n; j++) {
-			size_t at = p->idx[j];
+			size_t at = mpart_at(p, j);
 			if (missing[at])
 				continue;
 			res->values[at].data = r->values[j].data;
@@ -672,6 +930,23 @@ shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys, shardkv_mge
 out:
 	shardkv_mget_result_free(res);
 	free(missing);
+	return rv;
+}
+
+int
+shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys, shardkv_mget_result **out)
+{
+	mparts l = {0};
+	kv_bytes *k = NULL;
+	int rv;
+
+	kvc_clear_error();
+	if (c == NULL || out == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if ((rv = check_keys(n, keys, &k)) != KV_OK)
+		return rv;
+	if ((rv = multi_run(c, KV_OP_MGET, n, k, NULL, &l)) == KV_OK)
+		rv = mget_collect(n, &l, out);
 	mparts_fini(&l);
 	free(k);
 	return rv;
@@ -690,14 +965,15 @@ shardkv_mget_result_free(shardkv_mget_result *r)
 	free(r);
 }
 
+static int mput_collect(mparts *lp, shardkv_mput_result **out);
+
 int
 shardkv_mput(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t nvals,
              const shardkv_bytes *vals, shardkv_mput_result **out)
 {
-	shardkv_mput_result *res = NULL;
 	mparts l = {0};
 	kv_bytes *k = NULL, *v = NULL;
-	int rv, first = KV_OK;
+	int rv;
 
 	kvc_clear_error();
 	if (c == NULL)
@@ -721,6 +997,24 @@ shardkv_mput(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t 
 	}
 	if ((rv = multi_run(c, KV_OP_MPUT, nkeys, k, v, &l)) != KV_OK)
 		goto out;
+	rv = mput_collect(&l, out);
+out:
+	mparts_fini(&l);
+	free(k);
+	free(v);
+	return rv;
+}
+
+/* An mput's result from its finished parts: the first part's error (the
+ * thread's error detail set), *out (when not NULL) listing the parts that
+ * failed. Returns KV_ENOMEM without a result. */
+static int
+mput_collect(mparts *lp, shardkv_mput_result **out)
+{
+	shardkv_mput_result *res = NULL;
+	mparts l = *lp;
+	int rv, first = KV_OK;
+
 	rv = KV_ENOMEM;
 	if ((res = calloc(1, sizeof(*res))) == NULL)
 		goto out;
@@ -752,9 +1046,6 @@ shardkv_mput(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t 
 	}
 out:
 	shardkv_mput_result_free(res);
-	mparts_fini(&l);
-	free(k);
-	free(v);
 	return rv;
 }
 
@@ -773,159 +1064,231 @@ shardkv_mput_result_free(shardkv_mput_result *r)
  * scan / keys
  * ------------------------------------------------------------------------- */
 
-int
-shardkv_scan_ex(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_result **out)
-{
-	kv_buf cur = {0}, end = {0}, pend = {0};
-	kvc_entries acc = {0};
-	shardkv_scan_result *res = NULL;
-	bool finished = false;
-	int rv;
+/* A scan in progress: the blocking scan and the async one run page by page
+ * on it. */
+typedef struct {
+	kv_buf cur;      /* where the next page starts */
+	kv_buf end;      /* the scan's end (empty: none) */
+	kv_buf pend;     /* the prefix's end */
+	kv_bytes prefix; /* borrowed from the caller's arguments */
+	size_t limit;    /* entries at most (0: no limit) */
+	bool keys_only;  /* values left empty */
+	bool finished;   /* the range is read to its end */
+	kvc_entries acc; /* the entries so far */
+	kvc_span *spans; /* the page in flight's plan (its first span) */
+	size_t nspans;   /* entries */
+} scan_st;
 
-	kvc_clear_error();
-	if (c == NULL || a == NULL || out == NULL)
-		return kvc_fail(KV_EINVAL, "null argument");
+/* Checks the arguments and sets s up (zero it first). Returns 0, or an error
+ * with the thread's error detail; scan_fini frees s either way. */
+static int
+scan_begin(scan_st *s, const shardkv_scan_args *a)
+{
 	if (kv_range_is_empty(a->start.data, a->start.len, a->end.data, a->end.len))
 		return kvc_fail(KV_EINVAL, "empty or inverted range");
 	if (a->start.len > KV_HARD_MAX_KEY || a->end.len > KV_HARD_MAX_KEY ||
 	    a->prefix.len > KV_HARD_MAX_KEY)
 		return kvc_fail(KV_ETOOBIG, "range bound longer than the key limit");
-	rv = KV_ENOMEM;
-	if (kv_buf_set(&cur, a->start.data, a->start.len) != KV_OK ||
-	    kv_buf_set(&end, a->end.data, a->end.len) != KV_OK)
-		goto out;
+	s->prefix = (kv_bytes){a->prefix.data, a->prefix.len};
+	s->limit = a->limit;
+	s->keys_only = a->keys_only;
+	if (kv_buf_set(&s->cur, a->start.data, a->start.len) != KV_OK ||
+	    kv_buf_set(&s->end, a->end.data, a->end.len) != KV_OK)
+		return KV_ENOMEM;
 	/* A prefix narrows the range to [prefix, prefix_end). */
 	if (a->prefix.len) {
-		if (kv_buf_reserve(&pend, a->prefix.len) != KV_OK)
-			goto out;
-		kv_prefix_end(a->prefix.data, a->prefix.len, pend.data, &pend.len);
-		if (kv_key_cmp(cur.data, cur.len, a->prefix.data, a->prefix.len) < 0 &&
-		    kv_buf_set(&cur, a->prefix.data, a->prefix.len) != KV_OK)
-			goto out;
-		if (pend.len &&
-		    (end.len == 0 || kv_key_cmp(pend.data, pend.len, end.data, end.len) < 0) &&
-		    kv_buf_set(&end, pend.data, pend.len) != KV_OK)
-			goto out;
-		if (kv_range_is_empty(cur.data, cur.len, end.data, end.len))
-			finished = true;
+		if (kv_buf_reserve(&s->pend, a->prefix.len) != KV_OK)
+			return KV_ENOMEM;
+		kv_prefix_end(a->prefix.data, a->prefix.len, s->pend.data, &s->pend.len);
+		if (kv_key_cmp(s->cur.data, s->cur.len, a->prefix.data, a->prefix.len) < 0 &&
+		    kv_buf_set(&s->cur, a->prefix.data, a->prefix.len) != KV_OK)
+			return KV_ENOMEM;
+		if (s->pend.len &&
+		    (s->end.len == 0 ||
+		     kv_key_cmp(s->pend.data, s->pend.len, s->end.data, s->end.len) < 0) &&
+		    kv_buf_set(&s->end, s->pend.data, s->pend.len) != KV_OK)
+			return KV_ENOMEM;
+		if (kv_range_is_empty(s->cur.data, s->cur.len, s->end.data, s->end.len))
+			s->finished = true;
 	}
-	while (!finished && !(a->limit && acc.n >= a->limit)) {
-		uint64_t deadline = kvc_deadline(c); /* per page: a scan may take long */
-		kvc_cfgref *ref = NULL;
-		kvc_span *spans = NULL;
-		size_t nspans = 0;
-		kv_op op = {.kind = KV_OP_SCAN, .keys_only = a->keys_only};
-		kv_data_result r;
+	return KV_OK;
+}
 
-		if ((rv = kvc_cfg_get(c, 0, deadline, &ref)) != KV_OK)
-			goto out;
-		rv = kvc_scan_plan(ref->cfg, (kv_bytes){cur.data, cur.len},
-		                   (kv_bytes){end.data, end.len}, &spans, &nspans);
-		kvc_cfg_put(ref);
-		if (rv != KV_OK)
-			goto out;
-		/* This page: the first span, served by one node. */
-		op.start = (kv_bytes){cur.data, cur.len};
-		op.end = (kv_bytes){spans[0].end.data, spans[0].end.len};
-		op.prefix = (kv_bytes){a->prefix.data, a->prefix.len};
-		if (a->limit) {
-			size_t left = a->limit - acc.n;
-			op.limit = left > 100000 ? 100000 : (uint32_t)left;
-		}
-		rv = kvc_run_routed(c, &op, op.start, deadline, &r);
-		if (rv == KV_OK && r.status != KV_OK) {
-			rv = r.status;
-			kv_data_result_fini(&r);
-		}
-		if (rv != KV_OK) {
-			kvc_spans_free(spans, nspans);
-			goto out;
-		}
-		long added = kvc_entries_merge(&acc, r.entries, r.nentries, a->limit);
-		if (added < 0) {
-			rv = (int)added;
-			kv_data_result_fini(&r);
-			kvc_spans_free(spans, nspans);
-			goto out;
-		}
-		if (a->limit && acc.n >= a->limit && (size_t)added < r.nentries) {
-			/* Cut short inside this page: resume after the last key taken. */
-			const kv_buf *last = &acc.entries[acc.n - 1].key;
-			rv = KV_ENOMEM;
-			if (kv_buf_set(&cur, last->data, last->len) != KV_OK ||
-			    kv_buf_append(&cur, "", 1) != KV_OK) {
-				kv_data_result_fini(&r);
-				kvc_spans_free(spans, nspans);
-				goto out;
-			}
-		} else if (r.more && r.next_cursor.len &&
-		           kv_key_cmp(r.next_cursor.data, r.next_cursor.len, cur.data, cur.len) >
-		               0) {
-			rv = kv_buf_set(&cur, r.next_cursor.data, r.next_cursor.len);
-		} else if (r.more && r.nentries > 0) {
-			/* No usable cursor: continue after the last key returned. */
-			const kv_buf *last = &r.entries[r.nentries - 1].key;
-			kv_buf tmp = {0};
-			rv = kv_buf_set(&tmp, last->data ? last->data : (const uint8_t *)"",
-			                last->len);
-			if (rv == KV_OK)
-				rv = kv_buf_append(&tmp, "", 1);
-			if (rv == KV_OK) {
-				kv_buf_fini(&cur);
-				cur = tmp;
-			} else {
-				kv_buf_fini(&tmp);
-			}
-		} else if (r.more) {
-			rv = kvc_fail(KV_EPROTO, "server said more without a cursor or entries");
-		} else if (spans[0].end.len == 0 ||
-		           (end.len && kv_key_cmp(spans[0].end.data, spans[0].end.len, end.data,
-		                                  end.len) >= 0)) {
-			finished = true;
-			rv = KV_OK;
-		} else {
-			rv = kv_buf_set(&cur, spans[0].end.data, spans[0].end.len);
-		}
-		kv_data_result_fini(&r);
-		kvc_spans_free(spans, nspans);
-		if (rv != KV_OK)
-			goto out;
-		if (!finished && end.len && kv_key_cmp(cur.data, cur.len, end.data, end.len) >= 0)
-			finished = true;
+/* Whether another page is to be read. */
+static bool
+scan_more(const scan_st *s)
+{
+	return !s->finished && !(s->limit && s->acc.n >= s->limit);
+}
+
+/* The next page under cfg: the first span of what is left, served by one
+ * node. *op borrows from s until scan_page_done. Returns 0 or KV_ENOMEM. */
+static int
+scan_page(scan_st *s, const kv_config *cfg, kv_op *op)
+{
+	int rv;
+
+	kvc_spans_free(s->spans, s->nspans);
+	s->spans = NULL;
+	s->nspans = 0;
+	rv = kvc_scan_plan(cfg, (kv_bytes){s->cur.data, s->cur.len},
+	                   (kv_bytes){s->end.data, s->end.len}, &s->spans, &s->nspans);
+	if (rv != KV_OK)
+		return rv;
+	memset(op, 0, sizeof(*op));
+	op->kind = KV_OP_SCAN;
+	op->keys_only = s->keys_only;
+	op->start = (kv_bytes){s->cur.data, s->cur.len};
+	op->end = (kv_bytes){s->spans[0].end.data, s->spans[0].end.len};
+	op->prefix = s->prefix;
+	if (s->limit) {
+		size_t left = s->limit - s->acc.n;
+		op->limit = left > 100000 ? 100000 : (uint32_t)left;
 	}
-	rv = KV_ENOMEM;
+	return KV_OK;
+}
+
+/* Takes the page's answer r (status OK; its entries' buffers are taken) and
+ * moves to where the next page starts. Returns 0 or an error. */
+static int
+scan_page_done(scan_st *s, kv_data_result *r)
+{
+	kvc_span *sp = &s->spans[0];
+	int rv;
+
+	long added = kvc_entries_merge(&s->acc, r->entries, r->nentries, s->limit);
+	if (added < 0)
+		return (int)added;
+	if (s->limit && s->acc.n >= s->limit && (size_t)added < r->nentries) {
+		/* Cut short inside this page: resume after the last key taken. */
+		const kv_buf *last = &s->acc.entries[s->acc.n - 1].key;
+		if (kv_buf_set(&s->cur, last->data, last->len) != KV_OK ||
+		    kv_buf_append(&s->cur, "", 1) != KV_OK)
+			return KV_ENOMEM;
+		rv = KV_OK;
+	} else if (r->more && r->next_cursor.len &&
+	           kv_key_cmp(r->next_cursor.data, r->next_cursor.len, s->cur.data, s->cur.len) >
+	               0) {
+		rv = kv_buf_set(&s->cur, r->next_cursor.data, r->next_cursor.len);
+	} else if (r->more && r->nentries > 0) {
+		/* No usable cursor: continue after the last key returned. */
+		const kv_buf *last = &r->entries[r->nentries - 1].key;
+		kv_buf tmp = {0};
+		rv = kv_buf_set(&tmp, last->data ? last->data : (const uint8_t *)"", last->len);
+		if (rv == KV_OK)
+			rv = kv_buf_append(&tmp, "", 1);
+		if (rv == KV_OK) {
+			kv_buf_fini(&s->cur);
+			s->cur = tmp;
+		} else {
+			kv_buf_fini(&tmp);
+		}
+	} else if (r->more) {
+		rv = kvc_fail(KV_EPROTO, "server said more without a cursor or entries");
+	} else if (sp->end.len == 0 || (s->end.len && kv_key_cmp(sp->end.data, sp->end.len,
+	                                                         s->end.data, s->end.len) >= 0)) {
+		s->finished = true;
+		rv = KV_OK;
+	} else {
+		rv = kv_buf_set(&s->cur, sp->end.data, sp->end.len);
+	}
+	kvc_spans_free(s->spans, s->nspans);
+	s->spans = NULL;
+	s->nspans = 0;
+	if (rv != KV_OK)
+		return rv;
+	if (!s->finished && s->end.len &&
+	    kv_key_cmp(s->cur.data, s->cur.len, s->end.data, s->end.len) >= 0)
+		s->finished = true;
+	return KV_OK;
+}
+
+/* The scan's result (its entries taken from s). Returns 0 or KV_ENOMEM. */
+static int
+scan_collect(scan_st *s, shardkv_scan_result **out)
+{
+	shardkv_scan_result *res;
+	kvc_entries *acc = &s->acc;
+
 	if ((res = calloc(1, sizeof(*res))) == NULL)
-		goto out;
-	if (acc.n && (res->entries = calloc(acc.n, sizeof(shardkv_entry))) == NULL)
-		goto out;
-	for (size_t i = 0; i < acc.n; i++) {
-		kv_data_entry *e = &acc.entries[i];
+		return KV_ENOMEM;
+	if (acc->n && (res->entries = calloc(acc->n, sizeof(shardkv_entry))) == NULL)
+		goto nomem;
+	for (size_t i = 0; i < acc->n; i++) {
+		kv_data_entry *e = &acc->entries[i];
 		res->entries[i].key.data = e->key.data;
 		res->entries[i].key.len = e->key.len;
 		if (e->value.data == NULL && (e->value.data = calloc(1, 1)) == NULL)
-			goto out;
+			goto nomem;
 		res->entries[i].value.data = e->value.data;
 		res->entries[i].value.len = e->value.len;
 		memset(e, 0, sizeof(*e));
 		res->n++;
 	}
-	res->more = !finished;
+	res->more = !s->finished;
 	if (res->more) {
-		res->next.data = cur.data;
-		res->next.len = cur.len;
-		memset(&cur, 0, sizeof(cur));
+		res->next.data = s->cur.data;
+		res->next.len = s->cur.len;
+		memset(&s->cur, 0, sizeof(s->cur));
 		if (res->next.data == NULL && (res->next.data = calloc(1, 1)) == NULL)
-			goto out;
+			goto nomem;
 	}
 	*out = res;
-	res = NULL;
-	rv = KV_OK;
-out:
+	return KV_OK;
+nomem:
 	shardkv_scan_result_free(res);
-	kvc_entries_fini(&acc);
-	kv_buf_fini(&cur);
-	kv_buf_fini(&end);
-	kv_buf_fini(&pend);
+	return KV_ENOMEM;
+}
+
+/* Frees what s holds. */
+static void
+scan_fini(scan_st *s)
+{
+	kvc_spans_free(s->spans, s->nspans);
+	kvc_entries_fini(&s->acc);
+	kv_buf_fini(&s->cur);
+	kv_buf_fini(&s->end);
+	kv_buf_fini(&s->pend);
+}
+
+int
+shardkv_scan_ex(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_result **out)
+{
+	scan_st s = {0};
+	int rv;
+
+	kvc_clear_error();
+	if (c == NULL || a == NULL || out == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if ((rv = scan_begin(&s, a)) != KV_OK)
+		goto out;
+	while (scan_more(&s)) {
+		uint64_t deadline = kvc_deadline(c); /* per page: a scan may take long */
+		kvc_cfgref *ref = NULL;
+		kv_op op;
+		kv_data_result r;
+
+		if ((rv = kvc_cfg_get(c, 0, deadline, &ref)) != KV_OK)
+			goto out;
+		rv = scan_page(&s, ref->cfg, &op);
+		kvc_cfg_put(ref);
+		if (rv != KV_OK)
+			goto out;
+		rv = kvc_run_routed(c, &op, op.start, deadline, &r);
+		if (rv == KV_OK && r.status != KV_OK) {
+			rv = r.status;
+			kv_data_result_fini(&r);
+		}
+		if (rv != KV_OK)
+			goto out;
+		rv = scan_page_done(&s, &r);
+		kv_data_result_fini(&r);
+		if (rv != KV_OK)
+			goto out;
+	}
+	rv = scan_collect(&s, out);
+out:
+	scan_fini(&s);
 	return rv;
 }
 
@@ -1084,7 +1447,7 @@ shardkv_scan_iter_free(shardkv_scan_iter *it)
 }
 
 /* ---------------------------------------------------------------------------
- * Async mget, mput and scan: the blocking form on a thread of its own
+ * Async mget, mput and scan: the same machines, ended by a callback
  * ------------------------------------------------------------------------- */
 
 enum { MULTI_MGET, MULTI_MPUT, MULTI_SCAN };
@@ -1096,15 +1459,25 @@ typedef union {
 	shardkv_scan_done_fn scan;
 } multi_done;
 
-/* One async multi-key op: its copies of the arguments. */
+/*
+ * One async multi-key op: its copies of the arguments and its machine. An
+ * mget or mput is an mrun whose fin builds the result and calls back; a
+ * scan reads one page at a time as a routed req (page), each next page
+ * started by the retry thread (m.task), as a page's plan may have to make
+ * a server's queue. The op counts as pending (kvc_pending_take) from its
+ * submission until its callback has returned.
+ */
 typedef struct {
-	shardkv_client *c;    /* the handle (counted pending) */
+	mrun m;               /* first: mget/mput's machine; a scan uses its task */
+	shardkv_client *c;    /* the handle */
 	int kind;             /* MULTI_* */
-	uint64_t deadline;    /* fixed at submission (kv_now_ns) */
 	size_t n;             /* keys (and values for mput) */
-	shardkv_bytes *keys;  /* n, pointing into buf */
-	shardkv_bytes *vals;  /* mput: n, pointing into buf */
+	kv_bytes *keys;       /* n, pointing into buf */
+	kv_bytes *vals;       /* mput: n, pointing into buf */
 	shardkv_scan_args sa; /* scan: pointing into buf */
+	scan_st s;            /* scan: its progress */
+	kvc_req page;         /* scan: the page in flight */
+	uint32_t page_ms;     /* scan: each page's deadline, fixed at submission */
 	multi_done done;      /* the caller's callback */
 	void *arg;            /* its argument */
 	uint8_t *buf;         /* the copied bytes (owned) */
@@ -1113,6 +1486,9 @@ typedef struct {
 static void
 multi_free(multi_op *m)
 {
+	mparts_fini(&m->m.l);
+	scan_fini(&m->s);
+	kvc_req_fini(&m->page);
 	free(m->keys);
 	free(m->vals);
 	free(m->buf);
@@ -1129,63 +1505,141 @@ closing_status(shardkv_client *c, int rv)
 	return rv;
 }
 
-static void *
-multi_main(void *arg)
+/* An async mget or mput is done: its result as the blocking call makes it
+ * (and the thread's error detail as it leaves it), the callback, the end. */
+static void
+multi_fin(mrun *mr)
 {
-	multi_op *m = arg;
+	multi_op *m = (multi_op *)mr;
 	shardkv_client *c = m->c;
-	uint32_t ms = kvc_remaining_ms(m->deadline);
 
-	/* The deadline fixed at submission, through this thread's own timeout. */
-	shardkv_set_thread_timeout(ms ? ms : 1);
-	if (ms == 0) {
-		kvc_fail(KV_ETIMEDOUT, "the deadline passed before the op started");
-	}
-	switch (m->kind) {
-	case MULTI_MGET: {
+	kvc_clear_error();
+	if (mr->why_err != KV_OK)
+		kvc_fail(mr->why_err, "%s", mr->why);
+	if (m->kind == MULTI_MGET) {
 		shardkv_mget_result *r = NULL;
-		int rv = ms ? shardkv_mget(c, m->n, m->keys, &r) : KV_ETIMEDOUT;
+		int rv = mr->rv != KV_OK ? mr->rv : mget_collect(m->n, &mr->l, &r);
 		m->done.mget(m->arg, closing_status(c, rv), r);
-		break;
-	}
-	case MULTI_MPUT: {
+	} else {
 		shardkv_mput_result *r = NULL;
-		int rv = ms ? shardkv_mput(c, m->n, m->keys, m->n, m->vals, &r) : KV_ETIMEDOUT;
+		int rv = mr->rv != KV_OK ? mr->rv : mput_collect(&mr->l, &r);
 		m->done.mput(m->arg, closing_status(c, rv), r);
-		break;
-	}
-	default: {
-		shardkv_scan_result *r = NULL;
-		int rv = ms ? shardkv_scan_ex(c, &m->sa, &r) : KV_ETIMEDOUT;
-		m->done.scan(m->arg, closing_status(c, rv), r);
-		break;
-	}
 	}
 	multi_free(m);
 	kvc_pending_release(c); /* last: c may be freed once it is released */
-	return NULL;
+}
+
+/* An async scan ends with rv (its detail `why` when not 0). */
+static void
+scan_end(multi_op *m, int rv, const char *why)
+{
+	shardkv_client *c = m->c;
+	shardkv_scan_result *r = NULL;
+
+	kvc_clear_error();
+	if (rv != KV_OK)
+		kvc_fail(rv, "%s", why);
+	else
+		rv = scan_collect(&m->s, &r);
+	m->done.scan(m->arg, closing_status(c, rv), r);
+	multi_free(m);
+	kvc_pending_release(c);
+}
+
+static void scan_page_cb(kvc_req *q, int rv, kv_data_result *r);
+
+/* The retry thread's part of an async scan: the next page, or the end. */
+static void
+scan_task(kvc_req *q, int err, kv_data_result *unused)
+{
+	multi_op *m = (multi_op *)q;
+	shardkv_client *c = m->c;
+	kvc_cfgref *ref = NULL;
+	int rv;
+
+	(void)unused;
+	if (err != KV_OK) {
+		scan_end(m, err,
+		         err == KV_ECLOSED ? "the handle is closing"
+		                           : "cannot start the retry thread");
+		return;
+	}
+	if (!scan_more(&m->s)) {
+		scan_end(m, KV_OK, "");
+		return;
+	}
+	uint64_t deadline = kv_now_ns() + (uint64_t)m->page_ms * 1000000u;
+	kvc_clear_error();
+	if ((rv = kvc_cfg_get(c, 0, deadline, &ref)) != KV_OK) {
+		scan_end(m, rv, shardkv_errmsg());
+		return;
+	}
+	kv_op op;
+	rv = scan_page(&m->s, ref->cfg, &op);
+	kvc_cfg_put(ref);
+	if (rv != KV_OK) {
+		scan_end(m, rv, kv_strerror(rv));
+		return;
+	}
+	kvc_req_fini(&m->page);
+	memset(&m->page, 0, sizeof(m->page));
+	m->page.c = c;
+	m->page.op = op;
+	m->page.key = op.start;
+	m->page.deadline_ns = deadline;
+	m->page.done = scan_page_cb;
+	m->page.arg = m;
+	if ((rv = kvc_submit_routed(&m->page)) != KV_OK)
+		scan_end(m, rv, "the handle is closing");
+}
+
+/* A page of an async scan is answered (any library thread). */
+static void
+scan_page_cb(kvc_req *q, int rv, kv_data_result *r)
+{
+	multi_op *m = q->arg;
+
+	if (rv == KV_OK && r == NULL)
+		rv = KV_EPROTO;
+	if (rv == KV_OK && r->status != KV_OK)
+		rv = r->status;
+	if (rv != KV_OK) {
+		scan_end(m, rv, kvc_req_detail(q));
+		return;
+	}
+	kvc_clear_error();
+	if ((rv = scan_page_done(&m->s, r)) != KV_OK) {
+		scan_end(m, rv, shardkv_errmsg()[0] ? shardkv_errmsg() : kv_strerror(rv));
+		return;
+	}
+	/* The next page is planned (and may make a queue) on the retry thread. */
+	if ((rv = kvc_defer(&m->m.task, kv_now_ns())) != KV_OK)
+		scan_end(m, rv, "the handle is closing");
 }
 
 /* Copies n byte strings into m->buf from offset *off; sets out[i]. */
 static void
-copy_bytes(multi_op *m, size_t *off, size_t n, const shardkv_bytes *in, shardkv_bytes *out)
+copy_bytes(multi_op *m, size_t *off, size_t n, const shardkv_bytes *in, kv_bytes *out)
 {
 	for (size_t i = 0; i < n; i++) {
 		if (in[i].len)
 			memcpy(m->buf + *off, in[i].data, in[i].len);
-		out[i].data = m->buf + *off;
+		out[i].p = m->buf + *off;
 		out[i].len = in[i].len;
 		*off += in[i].len;
 	}
 }
 
-/* Sums the lengths of n byte strings; KV_EINVAL for a NULL one with a length. */
+/* Sums the lengths of n byte strings, checking each as a key (or a value). */
 static int
-sum_bytes(size_t n, const shardkv_bytes *b, size_t *total)
+sum_bytes(size_t n, const shardkv_bytes *b, bool key, size_t *total)
 {
 	for (size_t i = 0; i < n; i++) {
+		int rv;
 		if (b[i].data == NULL && b[i].len)
 			return kvc_fail(KV_EINVAL, "null key or value");
+		if ((rv = key ? check_key(b[i].data, b[i].len) : check_value(b[i].len)) != KV_OK)
+			return rv;
 		if (b[i].len > SIZE_MAX - *total)
 			return kvc_fail(KV_ETOOBIG, "arguments too large");
 		*total += b[i].len;
@@ -1200,25 +1654,23 @@ multi_submit(shardkv_client *c, int kind, size_t n, const shardkv_bytes *keys, s
 {
 	multi_op *m;
 	size_t total = 0, off = 0;
-	pthread_attr_t at;
-	pthread_t th;
 	int rv;
 
 	kvc_clear_error();
 	if (c == NULL || done.mget == NULL)
 		return kvc_fail(KV_EINVAL, "null argument");
 	if (kind == MULTI_SCAN) {
-		if (sa == NULL)
+		if (sa == NULL || (sa->start.data == NULL && sa->start.len) ||
+		    (sa->end.data == NULL && sa->end.len) ||
+		    (sa->prefix.data == NULL && sa->prefix.len))
 			return kvc_fail(KV_EINVAL, "null argument");
-		shardkv_bytes b[3] = {sa->start, sa->end, sa->prefix};
-		if ((rv = sum_bytes(3, b, &total)) != KV_OK)
-			return rv;
+		total = sa->start.len + sa->end.len + sa->prefix.len;
 	} else {
 		if (n == 0 || (n && keys == NULL) ||
 		    (kind == MULTI_MPUT && (nvals != n || vals == NULL)))
 			return kvc_fail(KV_EINVAL, "no keys, or as many values as keys needed");
-		if ((rv = sum_bytes(n, keys, &total)) != KV_OK ||
-		    (kind == MULTI_MPUT && (rv = sum_bytes(n, vals, &total)) != KV_OK))
+		if ((rv = sum_bytes(n, keys, true, &total)) != KV_OK ||
+		    (kind == MULTI_MPUT && (rv = sum_bytes(n, vals, false, &total)) != KV_OK))
 			return rv;
 	}
 	if ((m = calloc(1, sizeof(*m))) == NULL)
@@ -1228,18 +1680,28 @@ multi_submit(shardkv_client *c, int kind, size_t n, const shardkv_bytes *keys, s
 	m->n = n;
 	m->done = done;
 	m->arg = arg;
-	m->deadline = kvc_deadline(c);
 	if ((m->buf = malloc(total ? total : 1)) == NULL ||
 	    (kind != MULTI_SCAN && (m->keys = calloc(n, sizeof(*m->keys))) == NULL) ||
 	    (kind == MULTI_MPUT && (m->vals = calloc(n, sizeof(*m->vals))) == NULL)) {
 		multi_free(m);
 		return kvc_fail(KV_ENOMEM, "out of memory");
 	}
+	mrun_init(&m->m, c, kind == MULTI_MGET ? KV_OP_MGET : KV_OP_MPUT, n, m->keys, m->vals,
+	          kvc_deadline(c), multi_fin, m);
 	if (kind == MULTI_SCAN) {
+		kv_bytes b[3];
+		shardkv_bytes in[3] = {sa->start, sa->end, sa->prefix};
+		copy_bytes(m, &off, 3, in, b);
 		m->sa = *sa;
-		copy_bytes(m, &off, 1, &sa->start, &m->sa.start);
-		copy_bytes(m, &off, 1, &sa->end, &m->sa.end);
-		copy_bytes(m, &off, 1, &sa->prefix, &m->sa.prefix);
+		m->sa.start = (shardkv_bytes){b[0].p, b[0].len};
+		m->sa.end = (shardkv_bytes){b[1].p, b[1].len};
+		m->sa.prefix = (shardkv_bytes){b[2].p, b[2].len};
+		if ((rv = scan_begin(&m->s, &m->sa)) != KV_OK) {
+			multi_free(m);
+			return rv == KV_ENOMEM ? kvc_fail(rv, "out of memory") : rv;
+		}
+		m->page_ms = kvc_remaining_ms(m->m.deadline);
+		m->m.task.done = scan_task;
 	} else {
 		copy_bytes(m, &off, n, keys, m->keys);
 		if (kind == MULTI_MPUT)
@@ -1249,14 +1711,21 @@ multi_submit(shardkv_client *c, int kind, size_t n, const shardkv_bytes *keys, s
 		multi_free(m);
 		return rv;
 	}
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	rv = pthread_create(&th, &at, multi_main, m);
-	pthread_attr_destroy(&at);
-	if (rv != 0) {
+	if (kind == MULTI_SCAN) {
+		/* Every page is planned and sent from the retry thread. */
+		if ((rv = kvc_defer(&m->m.task, kv_now_ns())) != KV_OK) {
+			multi_free(m);
+			kvc_pending_release(c);
+			return kvc_fail(rv, "%s",
+			                rv == KV_ECLOSED ? "the handle is closing"
+			                                 : "cannot start the retry thread");
+		}
+		return KV_OK;
+	}
+	if ((rv = mrun_start(&m->m, false)) != KV_OK) {
 		multi_free(m);
 		kvc_pending_release(c);
-		return kvc_fail(KV_ENOMEM, "cannot start a thread for the op");
+		return kvc_fail(rv, "out of memory");
 	}
 	return KV_OK;
 }

@@ -655,6 +655,7 @@ struct kv_rpc_async {
 	kv_rpc_client *c;    /* its client */
 	nng_ctx ctx;         /* the request context, reused */
 	nng_aio *aio;        /* its aio, reused; its callback is async_cb */
+	nng_aio *saio;       /* no callback: kv_rpc_async_call_wait_send's send */
 	kv_rpc_done_fn done; /* the user's callback */
 	void *arg;           /* its argument */
 	nng_time deadline;   /* of the call in flight */
@@ -715,27 +716,68 @@ kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc_asy
 		free(a);
 		return kv_err_from_nng(rv);
 	}
+	if ((rv = nng_aio_alloc(&a->saio, NULL, NULL)) != 0) {
+		nng_aio_free(a->aio);
+		nng_ctx_close(a->ctx);
+		free(a);
+		return kv_err_from_nng(rv);
+	}
 	*out = a;
 	return KV_OK;
+}
+
+/* Sets the call's deadline; returns how long its send may wait. */
+static uint32_t
+async_start(kv_rpc_async *a, uint32_t *timeout_ms)
+{
+	uint32_t wait = atomic_load(&a->c->connect_wait);
+
+	if (*timeout_ms == 0)
+		*timeout_ms = 1; /* 0 is nng's "poll": no expiry would be scheduled */
+	a->deadline = nng_clock() + *timeout_ms;
+	a->receiving = false;
+	/* With no connection, the send waits for one at most connect_wait:
+	 * the caller then finds out why (kv_rpc_probe_refused) instead of
+	 * waiting for the whole timeout on a peer that is gone. */
+	return wait > 0 && wait < *timeout_ms && atomic_load(&a->c->pipes) == 0 ? wait
+	                                                                        : *timeout_ms;
 }
 
 void
 kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms)
 {
-	uint32_t send_ms, wait = atomic_load(&a->c->connect_wait);
+	uint32_t send_ms = async_start(a, &timeout_ms);
 
-	if (timeout_ms == 0)
-		timeout_ms = 1; /* 0 is nng's "poll": no expiry would be scheduled */
-	a->deadline = nng_clock() + timeout_ms;
-	a->receiving = false;
-	/* With no connection, the send waits for one at most connect_wait:
-	 * the caller then finds out why (kv_rpc_probe_refused) instead of
-	 * waiting for the whole timeout on a peer that is gone. */
-	send_ms =
-	    wait > 0 && wait < timeout_ms && atomic_load(&a->c->pipes) == 0 ? wait : timeout_ms;
 	nng_aio_set_timeout(a->aio, (nng_duration)send_ms);
 	nng_aio_set_msg(a->aio, req);
 	nng_ctx_send(a->ctx, a->aio);
+}
+
+void
+kv_rpc_async_call_wait_send(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms)
+{
+	uint32_t send_ms = async_start(a, &timeout_ms);
+	int rv;
+
+	nng_aio_set_timeout(a->saio, (nng_duration)send_ms);
+	nng_aio_set_msg(a->saio, req);
+	nng_ctx_send(a->ctx, a->saio);
+	nng_aio_wait(a->saio);
+	if ((rv = nng_aio_result(a->saio)) != 0) {
+		if (nng_aio_get_msg(a->saio) != NULL) /* a failed send leaves it to us */
+			nng_msg_free(nng_aio_get_msg(a->saio));
+		nng_aio_set_msg(a->saio, NULL);
+		a->done(a->arg, rv == NNG_ETIMEDOUT ? KV_EUNAVAIL : kv_err_from_nng(rv), NULL);
+		return;
+	}
+	nng_aio_set_msg(a->saio, NULL);
+	/* The send is done: the receive may be posted (never while the send
+	 * is still queued: cancelling a queued send with a receive pending
+	 * aborts the process in nng 1.5's REQ protocol). */
+	nng_time now = nng_clock();
+	a->receiving = true;
+	nng_aio_set_timeout(a->aio, now >= a->deadline ? 1 : (nng_duration)(a->deadline - now));
+	nng_ctx_recv(a->ctx, a->aio);
 }
 
 void
@@ -744,9 +786,13 @@ kv_rpc_async_destroy(kv_rpc_async *a)
 	if (a == NULL)
 		return;
 	nng_aio_stop(a->aio); /* cancels, waits for the callback, and refuses new work */
+	nng_aio_stop(a->saio);
 	if (nng_aio_get_msg(a->aio) != NULL)
 		nng_msg_free(nng_aio_get_msg(a->aio));
+	if (nng_aio_get_msg(a->saio) != NULL)
+		nng_msg_free(nng_aio_get_msg(a->saio));
 	nng_aio_free(a->aio);
+	nng_aio_free(a->saio);
 	nng_ctx_close(a->ctx);
 	free(a);
 }

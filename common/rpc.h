@@ -150,6 +150,17 @@ int kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc
  * timeout passes or the call is cancelled. At most one call in flight. */
 void kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms);
 
+/*
+ * As kv_rpc_async_call, but the send is made and waited for on the calling
+ * thread, with an aio of its own that has no callback: a send that nng
+ * completes at once costs no hand-off to one of nng's threads, and the
+ * receive is posted only once the send is done (never while it is queued).
+ * Only the reply (or the receive's failure) comes through done; a failed
+ * send calls done before this returns. For a thread that may wait up to
+ * the send's timeout (a blocking call's); never from a done callback.
+ */
+void kv_rpc_async_call_wait_send(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms);
+
 /* Stops the caller (a call still in flight is cancelled and its callback
  * waited for) and frees it. Not from its own callback. Accepts NULL. Call
  * before destroying the client, and preferably with no call in flight:

@@ -353,11 +353,11 @@ SHARDKV_API void shardkv_scan_iter_free(shardkv_scan_iter *it);
  * and done gets its status and its result exactly as the blocking form
  * would have filled *out: the callee owns the result (NULL when the
  * blocking form would have left *out untouched) and frees it with its
- * _free function. shardkv_close waits for these ops to finish (those that
- * have not reached a server fail with SHARDKV_ECLOSED). done may start
- * further async ops and must not call shardkv_close(). Each op in flight
- * holds a library thread: for many small reads, shardkv_get_async is the
- * cheaper form.
+ * _free function; shardkv_errmsg() in done gives the blocking form's
+ * detail. shardkv_close waits for these ops to finish (those that have not
+ * reached a server fail with SHARDKV_ECLOSED). done may start further
+ * async ops and must not call shardkv_close(). No thread is held per op:
+ * its parts are queued like the single-key async ops.
  */
 typedef void (*shardkv_mget_done_fn)(void *arg, int status, shardkv_mget_result *r);
 typedef void (*shardkv_mput_done_fn)(void *arg, int status, shardkv_mput_result *r);

@@ -3,7 +3,8 @@
  * libshardkv and its scan cursor against real daemons (two servers, the
  * keys spread over both): an async append gives the new length; async
  * mget, mput and scan complete once with the blocking call's result, and
- * closing the handle waits for those in flight; a scan cursor reads every
+ * closing the handle waits for those in flight; many async mgets in flight
+ * make no thread per call and each gets its own values; a scan cursor reads every
  * key of both servers in order, page by page, with resume keys it keeps
  * itself, and a limit bounds the whole iteration.
  */
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 
 #define NKEYS 2000
 
@@ -214,18 +216,98 @@ async_append_mget_mput_and_scan_give_the_blocking_results(void **state)
 	shardkv_free(b.data);
 
 	/* Closing with multi-key ops in flight waits for each callback. */
-	outcome os[4];
-	for (int i = 0; i < 4; i++) {
+	outcome os[12];
+	for (int i = 0; i < 12; i++) {
 		outcome_init(&os[i]);
-		assert_int_equal(shardkv_mget_async(cl, N, keys, on_mget, &os[i]), 0);
+		if (i % 3 == 0)
+			assert_int_equal(shardkv_mget_async(cl, N, keys, on_mget, &os[i]), 0);
+		else if (i % 3 == 1)
+			assert_int_equal(shardkv_mput_async(cl, N, keys, N, vals, on_mput, &os[i]),
+			                 0);
+		else
+			assert_int_equal(shardkv_scan_async(cl, &sa, on_scan, &os[i]), 0);
 	}
 	shardkv_close(cl);
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 12; i++) {
 		assert_int_equal(os[i].calls, 1);
 		if (os[i].status != 0 && os[i].status != SHARDKV_ECLOSED)
-			fail_msg("mget in flight at close: %s", shardkv_strerror(os[i].status));
-		shardkv_mget_result_free(os[i].result);
+			fail_msg("op %d in flight at close: %s", i, shardkv_strerror(os[i].status));
+		if (i % 3 == 0)
+			shardkv_mget_result_free(os[i].result);
+		else if (i % 3 == 1)
+			shardkv_mput_result_free(os[i].result);
+		else
+			shardkv_scan_result_free(os[i].result);
 	}
+}
+
+/* The threads of this process (entries of /proc/self/task). */
+static int
+thread_count(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static void
+many_async_mgets_in_flight_make_no_thread_per_call(void **state)
+{
+	enum { N = 100, OPS = 64, M = 400 };
+	shardkv_client *cl = kv_tc_client(&tc, false, 10000);
+	static char base_buf[M][32];
+	static shardkv_bytes base[M];
+	static shardkv_bytes keys[OPS][N];
+	static outcome os[OPS];
+	shardkv_mget_result *r;
+	shardkv_mput_result *pr = NULL;
+	(void)state;
+
+	/* M keys over both servers, each its own value; op k reads a slice. */
+	for (unsigned i = 0; i < M; i++) {
+		base[i].len = tagged_key(base_buf[i], sizeof(base_buf[i]), i * (NKEYS / M), "-t");
+		base[i].data = base_buf[i];
+	}
+	assert_int_equal(shardkv_mput(cl, M, base, M, base, &pr), 0);
+	shardkv_mput_result_free(pr);
+	for (unsigned k = 0; k < OPS; k++)
+		for (unsigned i = 0; i < N; i++)
+			keys[k][i] = base[(k * 7 + i * 3) % M];
+	/* A first blocking call makes the handle's connections and threads. */
+	assert_int_equal(shardkv_mget(cl, N, keys[0], &r), 0);
+	shardkv_mget_result_free(r);
+	int before = thread_count();
+	for (unsigned k = 0; k < OPS; k++) {
+		outcome_init(&os[k]);
+		assert_int_equal(shardkv_mget_async(cl, N, keys[k], on_mget, &os[k]), 0);
+	}
+	int during = thread_count();
+	/* The old form ran a thread per call; at most the retry thread may
+	 * start now (a part refused by a busy server). */
+	if (during > before + 1)
+		fail_msg("%d threads before %d async mgets, %d after submitting them", before, OPS,
+		         during);
+	for (unsigned k = 0; k < OPS; k++) {
+		outcome_wait(&os[k]);
+		assert_int_equal(os[k].calls, 1);
+		assert_int_equal(os[k].status, 0);
+		r = os[k].result;
+		assert_non_null(r);
+		assert_int_equal(r->n, N);
+		for (unsigned i = 0; i < N; i++) {
+			assert_int_equal(r->values[i].len, keys[k][i].len);
+			assert_memory_equal(r->values[i].data, keys[k][i].data, keys[k][i].len);
+		}
+		shardkv_mget_result_free(r);
+	}
+	assert_true(thread_count() <= before + 1);
+	shardkv_close(cl);
 }
 
 static void
@@ -285,6 +367,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(async_append_mget_mput_and_scan_give_the_blocking_results),
+	    cmocka_unit_test(many_async_mgets_in_flight_make_no_thread_per_call),
 	    cmocka_unit_test(scan_cursor_reads_every_key_in_order_page_by_page),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -502,6 +502,155 @@ an_mput_part_waiting_on_a_primary_that_fails_over_is_split_again(void **state)
 	shardkv_close(c);
 }
 
+/* The outcome of an async mget, mput or scan. */
+typedef struct {
+	atomic_int calls;  /* callbacks run */
+	atomic_int status; /* the last one's status */
+	void *result;      /* its result (set before calls) */
+} multi_res;
+
+static void
+multi_mget_done(void *arg, int status, shardkv_mget_result *r)
+{
+	multi_res *m = arg;
+	m->result = r;
+	atomic_store(&m->status, status);
+	atomic_fetch_add(&m->calls, 1);
+}
+
+static void
+multi_mput_done(void *arg, int status, shardkv_mput_result *r)
+{
+	multi_res *m = arg;
+	m->result = r;
+	atomic_store(&m->status, status);
+	atomic_fetch_add(&m->calls, 1);
+}
+
+static void
+multi_scan_done(void *arg, int status, shardkv_scan_result *r)
+{
+	multi_res *m = arg;
+	m->result = r;
+	atomic_store(&m->status, status);
+	atomic_fetch_add(&m->calls, 1);
+}
+
+/* Waits for the async multi-key op's callback; returns its status. */
+static int
+multi_wait(multi_res *m)
+{
+	uint64_t t0 = kv_test_now_ms();
+
+	while (atomic_load(&m->calls) == 0) {
+		if (kv_test_now_ms() - t0 > FOLLOW_PATIENCE_MS)
+			fail_msg("the op did not finish within %u ms", FOLLOW_PATIENCE_MS);
+		kv_test_sleep_ms(2);
+	}
+	return atomic_load(&m->status);
+}
+
+static int
+wrong_owners(int i)
+{
+	pthread_mutex_lock(&g->srv[i].mu);
+	int n = g->srv[i].wrong_owner;
+	pthread_mutex_unlock(&g->srv[i].mu);
+	return n;
+}
+
+static void
+async_mget_and_mput_refused_as_wrong_owner_are_split_again(void **state)
+{
+	shardkv_client *ca = open_client(10000, false), *cb = open_client(10000, false);
+	shardkv_client *fresh;
+	shardkv_bytes keys[] = {{"aa", 2}, {"zz", 2}}, more[] = {{"ab", 2}, {"zy", 2}};
+	shardkv_bytes vals[] = {{"1", 1}, {"2", 1}};
+	shardkv_mput_result *pr = NULL;
+	multi_res m = {0};
+	(void)state;
+
+	/* Both handles cache epoch 5: node 1 owns [, "m"). */
+	assert_int_equal(shardkv_put(ca, "apple", 5, "one", 3), 0);
+	assert_int_equal(shardkv_put(cb, "avocado", 7, "two", 3), 0);
+	/* Node 2 now owns everything, published; neither handle watches. */
+	set_truth(make_cfg(6, NULL, 2, 2));
+	publish(make_cfg(6, NULL, 2, 2));
+	fresh = open_client(10000, false);
+	assert_int_equal(shardkv_mput(fresh, 2, keys, 2, vals, &pr), 0);
+	shardkv_mput_result_free(pr);
+	shardkv_close(fresh);
+	assert_int_equal(server_keys(1), 2);
+
+	/* mget: node 1 refuses "aa" (WRONG_OWNER, epoch 6); the part is split
+	 * again with the newer configuration and read from node 2. */
+	int wrong = wrong_owners(0);
+	assert_int_equal(shardkv_mget_async(ca, 2, keys, multi_mget_done, &m), 0);
+	assert_int_equal(multi_wait(&m), 0);
+	assert_int_equal(atomic_load(&m.calls), 1);
+	shardkv_mget_result *gr = m.result;
+	assert_non_null(gr);
+	assert_int_equal(gr->nmissing, 0);
+	assert_memory_equal(gr->values[0].data, "1", 1);
+	assert_memory_equal(gr->values[1].data, "2", 1);
+	shardkv_mget_result_free(gr);
+	assert_true(wrong_owners(0) > wrong);
+
+	/* mput likewise: both keys end on node 2, written once. */
+	wrong = wrong_owners(0);
+	memset(&m, 0, sizeof(m));
+	assert_int_equal(shardkv_mput_async(cb, 2, more, 2, vals, multi_mput_done, &m), 0);
+	assert_int_equal(multi_wait(&m), 0);
+	pr = m.result;
+	assert_non_null(pr);
+	assert_int_equal(pr->nfailed, 0);
+	shardkv_mput_result_free(pr);
+	assert_true(wrong_owners(0) > wrong);
+	assert_int_equal(server_keys(1), 4);
+	shardkv_close(ca);
+	shardkv_close(cb);
+}
+
+static void
+close_fails_async_multi_ops_held_by_a_silent_server(void **state)
+{
+	shardkv_client *c = open_client(2000, false);
+	shardkv_bytes keys[] = {{"aa", 2}, {"zz", 2}}, vals[] = {{"1", 1}, {"2", 1}};
+	shardkv_scan_args sa = {.prefix = {"a", 1}};
+	multi_res m[3];
+	(void)state;
+
+	memset(m, 0, sizeof(m));
+	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* epoch 5 cached */
+	pthread_mutex_lock(&g->srv[0].mu);
+	g->srv[0].silent = true;
+	pthread_mutex_unlock(&g->srv[0].mu);
+	assert_int_equal(shardkv_mget_async(c, 2, keys, multi_mget_done, &m[0]), 0);
+	assert_int_equal(shardkv_mput_async(c, 2, keys, 2, vals, multi_mput_done, &m[1]), 0);
+	assert_int_equal(shardkv_scan_async(c, &sa, multi_scan_done, &m[2]), 0);
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		pthread_mutex_lock(&g->srv[0].mu);
+		int seen = g->srv[0].silent_seen;
+		pthread_mutex_unlock(&g->srv[0].mu);
+		if (seen >= 3)
+			break;
+		if (kv_test_now_ms() - t0 > FOLLOW_PATIENCE_MS)
+			fail_msg("node 1 held %d of the 3 requests", seen);
+		kv_test_sleep_ms(2);
+	}
+	/* Each op has a request on the wire to node 1: close waits for it
+	 * (its timeout), then the op ends once, closed. */
+	shardkv_close(c);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(atomic_load(&m[i].calls), 1);
+		assert_int_equal(atomic_load(&m[i].status), SHARDKV_ECLOSED);
+	}
+	assert_null(m[0].result);
+	shardkv_mput_result_free(m[1].result);
+	assert_null(m[2].result);
+	kv_fake_server_release(&g->srv[0]);
+}
+
 static void
 a_refused_connection_refreshes_the_configuration_at_once(void **state)
 {
@@ -757,6 +906,10 @@ main(void)
 	        an_mput_part_waiting_on_a_primary_that_fails_over_is_split_again, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        a_server_that_refuses_connections_is_named_at_the_deadline, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        async_mget_and_mput_refused_as_wrong_owner_are_split_again, setup, teardown),
+	    cmocka_unit_test_setup_teardown(close_fails_async_multi_ops_held_by_a_silent_server,
+	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        an_owner_down_in_the_cached_configuration_is_not_waited_on, setup, teardown),
 	    cmocka_unit_test_setup_teardown(admin_results_and_config_are_reported, setup, teardown),

@@ -1,6 +1,8 @@
 /*
  * test_rpc.c - request/reply plumbing: echo, deferred answers, timeouts,
- * address in use.
+ * address in use; an async call whose send the caller waits for gets its
+ * reply through its callback, and a send that finds no connection fails
+ * before the call returns.
  */
 #include "common/err.h"
 #include "common/rpc.h"
@@ -172,6 +174,80 @@ second_listener_on_same_address_gets_eaddrinuse(void **state)
 	kv_rpc_server_destroy(a);
 }
 
+/* What an async caller's callback saw. */
+struct async_seen {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int calls;      /* callbacks */
+	int rv;         /* the last one's result */
+	nng_msg *reply; /* and reply */
+};
+
+static void
+async_seen_done(void *arg, int rv, nng_msg *reply)
+{
+	struct async_seen *s = arg;
+	pthread_mutex_lock(&s->mu);
+	s->calls++;
+	s->rv = rv;
+	s->reply = reply;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void
+async_call_with_a_waited_send_gets_its_reply_or_fails_at_once(void **state)
+{
+	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct async_seen s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	char url[64], dead[64];
+	kv_rpc_server *srv;
+	kv_rpc_client *cli, *nowhere;
+	kv_rpc_async *a, *b;
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
+	assert_int_equal(kv_rpc_async_create(cli, async_seen_done, &s, &a), KV_OK);
+	for (int i = 0; i < 20; i++) {
+		char buf[32];
+		snprintf(buf, sizeof(buf), "waited %d", i);
+		kv_rpc_async_call_wait_send(a, msg_of(buf), 5000);
+		pthread_mutex_lock(&s.mu);
+		while (s.calls == i)
+			pthread_cond_wait(&s.cv, &s.mu); /* the test's timeout bounds it */
+		assert_int_equal(s.calls, i + 1);
+		assert_int_equal(s.rv, KV_OK);
+		assert_non_null(s.reply);
+		assert_int_equal(nng_msg_len(s.reply), strlen(buf));
+		assert_memory_equal(nng_msg_body(s.reply), buf, strlen(buf));
+		nng_msg_free(s.reply);
+		s.reply = NULL;
+		pthread_mutex_unlock(&s.mu);
+	}
+	kv_rpc_async_destroy(a);
+
+	/* Nothing listens: the send waits connect_wait, then done runs on this
+	 * thread before the call returns. */
+	kv_test_free_url(dead, sizeof(dead));
+	assert_int_equal(kv_rpc_client_create(dead, &nowhere), KV_OK);
+	kv_rpc_client_connect_wait(nowhere, 50);
+	s.calls = 0;
+	assert_int_equal(kv_rpc_async_create(nowhere, async_seen_done, &s, &b), KV_OK);
+	kv_rpc_async_call_wait_send(b, msg_of("lost"), 5000);
+	pthread_mutex_lock(&s.mu);
+	assert_int_equal(s.calls, 1);
+	assert_int_equal(s.rv, KV_EUNAVAIL);
+	assert_null(s.reply);
+	pthread_mutex_unlock(&s.mu);
+	kv_rpc_async_destroy(b);
+	kv_rpc_client_destroy(nowhere);
+	kv_rpc_client_destroy(cli);
+	kv_rpc_server_destroy(srv);
+}
+
 int
 main(void)
 {
@@ -181,6 +257,7 @@ main(void)
 	    cmocka_unit_test(dropped_request_times_out_at_the_client),
 	    cmocka_unit_test(call_without_server_is_unavailable),
 	    cmocka_unit_test(second_listener_on_same_address_gets_eaddrinuse),
+	    cmocka_unit_test(async_call_with_a_waited_send_gets_its_reply_or_fails_at_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
