@@ -22,7 +22,7 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 {
 	static const char *const states[] = {"joining", "active", "draining", "gone", "down"};
 	kv_controller *c = arg;
-	uint64_t nodes[6] = {0}, epoch, ranges, migs, watches, waits, uptime, downs;
+	uint64_t nodes[6] = {0}, epoch, ranges, migs, watches, waits, uptime, downs, under = 0;
 	uint64_t failovers, shrinks, expands, replacements;
 	const kv_config *cur;
 	size_t nlive = 0;
@@ -55,6 +55,20 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	expands = c->isr_expands_total;
 	replacements = c->replacements_total;
 	ranges = cur->nranges;
+	/* Under-replicated (doc/contract.md §2): fewer replicas than R (as many
+	 * as the active nodes allow), or an ISR smaller than the replicas. */
+	{
+		uint32_t want = c->replicas ? c->replicas : 1, active = 0;
+		for (size_t i = 0; i < cur->nnodes; i++)
+			active += cur->nodes[i].state == KV_NODE_ACTIVE;
+		if (want > active)
+			want = active;
+		for (size_t i = 0; i < cur->nranges; i++) {
+			const kv_range *r = &cur->ranges[i];
+			under += kv_range_nreplicas(r) < want ||
+			         kv_range_ninsync(r) < kv_range_nreplicas(r);
+		}
+	}
 	migs = cur->nmigs;
 	watches = c->nwatches;
 	waits = c->nwaits;
@@ -92,6 +106,10 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	     .u = replacements},
 	    {"shardkv_controller_ranges", KV_METRIC_GAUGE, "Entries in the range map.",
 	     .u = ranges},
+	    {"shardkv_controller_ranges_under_replicated", KV_METRIC_GAUGE,
+	     "Ranges with fewer replicas than --replicas allows, or an in-sync set smaller "
+	     "than their replicas.",
+	     .u = under},
 	    {"shardkv_controller_migrations", KV_METRIC_GAUGE, "Migrations in flight.", .u = migs},
 	    {"shardkv_controller_held_watches", KV_METRIC_GAUGE, "Watches held.", .u = watches},
 	    {"shardkv_controller_held_waits", KV_METRIC_GAUGE, "Commands waiting for migrations.",

@@ -139,6 +139,8 @@ a_stopped_primary_fails_over_to_the_in_sync_replica(void **state)
 	assert_non_null(strstr(m, "\nshardkv_controller_failovers_total 1\n"));
 	assert_non_null(strstr(m, "\nshardkv_controller_isr_shrinks_total 1\n"));
 	assert_non_null(strstr(m, "\nshardkv_controller_isr_expands_total 1\n"));
+	/* Two replicas, one in sync. */
+	assert_non_null(strstr(m, "\nshardkv_controller_ranges_under_replicated 1\n"));
 
 	/* The old primary comes back: active, a replica, outside the ISR. */
 	inproc_cluster_srv_up(&cl, 0);
