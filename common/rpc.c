@@ -172,11 +172,11 @@ kv_rpc_client_connected(const kv_rpc_client *c)
 }
 
 /*
- * One plain TCP connection attempt to a tcp:// url, with a socket of its
+ * One plain TCP connection attempt to a tcp:// (or tls+tcp://) url, with a socket of its
  * own (not nng: none of nng 1.5's close traps of REQ sockets, and no nng
  * object to reap). Returns whether it was refused: the host is reachable
  * and nothing listens on the port. A connection that is made, times out,
- * or an address that is not tcp:// or does not resolve says nothing and
+ * or an address that is not tcp:// or tls+tcp:// or does not resolve says nothing and
  * returns false.
  */
 bool
@@ -188,9 +188,12 @@ kv_rpc_probe_refused(const char *url, uint32_t timeout_ms)
 	bool refused = false;
 	size_t hl;
 
-	if (strncmp(url, "tcp://", 6) != 0)
+	if (strncmp(url, "tcp://", 6) == 0)
+		p = url + 6;
+	else if (strncmp(url, "tls+tcp://", 10) == 0)
+		p = url + 10; /* TLS rides TCP: a refused port is refused the same */
+	else
 		return false;
-	p = url + 6;
 	if ((colon = strrchr(p, ':')) == NULL || (hl = (size_t)(colon - p)) == 0 ||
 	    hl >= sizeof(host))
 		return false;
@@ -838,7 +841,7 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	nng_time t = nng_clock();
 	if (probe && nng_aio_result(aio) == NNG_ETIMEDOUT && t < deadline) {
 		nng_time left = deadline - t;
-		if (c->tls == NULL &&
+		if ((c->tls == NULL || atomic_load(&c->fail_refused)) &&
 		    kv_rpc_probe_refused(c->url,
 		                         left < RPC_PROBE_MS ? (uint32_t)left + 1 : RPC_PROBE_MS)) {
 			snprintf(rpc_why, sizeof(rpc_why), "connection refused by %s", c->url);

@@ -88,7 +88,7 @@ void kv_rpc_client_redial(kv_rpc_client *c);
 
 /*
  * Makes kv_rpc_call on this client fail early with KV_EUNAVAIL when its
- * tcp:// address refuses connections (nothing listens there): a call that
+ * tcp:// or tls+tcp:// address refuses connections (nothing listens there): a call that
  * has no connection after a few hundred milliseconds tries one plain TCP
  * connection,
  * and a refusal ends the call (kv_rpc_refused() then says so) instead of

@@ -396,6 +396,26 @@ a_plain_tcp_client_cannot_talk_to_the_tls_port(void **state)
 	expect_exit(&r, 2, "--tls-ca", "a tls+tcp:// address without TLS files");
 }
 
+/* A tls+tcp:// controller address where nothing listens is reported as
+ * refused within about a second, like a tcp:// one, not at the deadline. */
+static void
+a_refused_tls_controller_address_is_reported_at_once(void **state)
+{
+	char url[80];
+	kv_tc_run_result r;
+
+	(void)state;
+	NEED_OPENSSL();
+	snprintf(url, sizeof(url), "tls+tcp://127.0.0.1:%d", kv_test_free_port());
+	uint64_t t0 = kv_test_now_ms();
+	run_cli(&r, NULL, url, "--tls-cert", cli_crt, "--tls-key", cli_key, "--tls-ca", ca, "get",
+	        "victim", NULL);
+	uint64_t took = kv_test_now_ms() - t0;
+	if (took >= 4000) /* the deadline is 5000 */
+		fail_msg("a refused TLS address took %llu ms to report", (unsigned long long)took);
+	expect_exit(&r, 3, url, "get from a refused tls+tcp:// address");
+}
+
 /* A server whose certificate is of another CA cannot register. */
 static void
 a_server_with_a_certificate_of_another_ca_cannot_join(void **state)
@@ -506,6 +526,7 @@ main(void)
 	    cmocka_unit_test(a_client_without_a_certificate_is_refused),
 	    cmocka_unit_test(a_client_with_a_certificate_of_another_ca_is_refused),
 	    cmocka_unit_test(a_plain_tcp_client_cannot_talk_to_the_tls_port),
+	    cmocka_unit_test(a_refused_tls_controller_address_is_reported_at_once),
 	    cmocka_unit_test(a_server_with_a_certificate_of_another_ca_cannot_join),
 	    cmocka_unit_test(daemons_refuse_to_start_with_an_unusable_tls_setup),
 	};
