@@ -889,6 +889,35 @@ assert_read_not_older(const char *key, long last_ok, long attempts, unsigned ms)
 	shardkv_free(v.data);
 }
 
+/* Builds the cluster with --replicas 3, waits until REPL_KEY's range has
+ * every server in sync (r), and returns the index of its primary. */
+static int
+repl_cluster_up(shardkv_range *r)
+{
+	g.replicas = 3;
+	build_cluster();
+	NS_ASSERT(wait_fully_in_sync(REPL_KEY, RECOVER_MS, r) == 0,
+	          "the range of %s did not get %d in-sync replicas in %u ms", REPL_KEY, NSERVERS,
+	          RECOVER_MS);
+	int p = srv_of_node(r->node);
+	NS_ASSERT(p >= 0, "the primary %" PRIu32 " is none of the test's servers", r->node);
+	return p;
+}
+
+/* Puts n values "<tag><seq>" to REPL_KEY, each of which must succeed. */
+static void
+repl_put_all(char tag, int n, long *seq, long *last_ok)
+{
+	char val[32];
+
+	for (int i = 0; i < n; i++, (*seq)++) {
+		snprintf(val, sizeof(val), "%c%ld", tag, *seq);
+		NS_ASSERT(shardkv_put(g.admin, REPL_KEY, strlen(REPL_KEY), val, strlen(val)) == 0,
+		          "put before the cut failed: %s", shardkv_errmsg());
+		*last_ok = *seq;
+	}
+}
+
 static void
 primary_cut_off_from_its_backups_only_acknowledges_nothing_without_them(void **state)
 {
@@ -900,22 +929,11 @@ primary_cut_off_from_its_backups_only_acknowledges_nothing_without_them(void **s
 	int p, b[2], nb = 0;
 
 	(void)state;
-	g.replicas = 3;
-	build_cluster();
-	NS_ASSERT(wait_fully_in_sync(REPL_KEY, RECOVER_MS, &r) == 0,
-	          "the range of %s did not get %d in-sync replicas in %u ms", REPL_KEY, NSERVERS,
-	          RECOVER_MS);
-	p = srv_of_node(r.node);
-	NS_ASSERT(p >= 0, "the primary %" PRIu32 " is none of the test's servers", r.node);
+	p = repl_cluster_up(&r);
 	for (int i = 0; i < NSERVERS; i++)
 		if (i != p)
 			b[nb++] = i;
-	for (int i = 0; i < 20; i++, seq++) {
-		snprintf(val, sizeof(val), "a%ld", seq);
-		NS_ASSERT(shardkv_put(g.admin, REPL_KEY, strlen(REPL_KEY), val, strlen(val)) == 0,
-		          "put before the cut failed: %s", shardkv_errmsg());
-		last_ok = seq;
-	}
+	repl_put_all('a', 20, &seq, &last_ok);
 	NS_ASSERT(kv_nn_partition(&g.net, g.hsrv[p], g.hsrv[b[0]], true) == 0 &&
 	              kv_nn_partition(&g.net, g.hsrv[p], g.hsrv[b[1]], true) == 0,
 	          "partition failed");
@@ -982,19 +1000,8 @@ primary_cut_off_from_the_controller_only_stops_before_its_replacement_serves(voi
 	int p;
 
 	(void)state;
-	g.replicas = 3;
-	build_cluster();
-	NS_ASSERT(wait_fully_in_sync(REPL_KEY, RECOVER_MS, &r) == 0,
-	          "the range of %s did not get %d in-sync replicas in %u ms", REPL_KEY, NSERVERS,
-	          RECOVER_MS);
-	p = srv_of_node(r.node);
-	NS_ASSERT(p >= 0, "the primary %" PRIu32 " is none of the test's servers", r.node);
-	for (int i = 0; i < 10; i++, seq++) {
-		snprintf(val, sizeof(val), "c%ld", seq);
-		NS_ASSERT(shardkv_put(g.admin, REPL_KEY, strlen(REPL_KEY), val, strlen(val)) == 0,
-		          "put before the cut failed: %s", shardkv_errmsg());
-		last_ok = seq;
-	}
+	p = repl_cluster_up(&r);
+	repl_put_all('c', 10, &seq, &last_ok);
 	NS_ASSERT(range_of_key(REPL_KEY, &r, &epoch) == 0, "no range for %s", REPL_KEY);
 	NS_ASSERT(kv_nn_partition(&g.net, g.hctl, g.hsrv[p], true) == 0, "partition failed");
 	t_cut = kv_test_now_ms();

@@ -1018,17 +1018,23 @@ one_replica_joins_plan_exactly_as_before(void **state)
 /* Nodes 1..3; [, m) replicas {1, 2, 3} ISR {1, 2, 3} at leader epoch 3;
  * [m, ) replicas {2, 1, 3} ISR {2, 1} at leader epoch 4. */
 static kv_config *
-replicated3(void)
+replicated3_on(size_t nodes)
 {
 	static const char *const cuts[] = {"m"};
 	static const uint32_t own[] = {1, 2};
 	static const uint32_t r0[] = {1, 2, 3}, r1[] = {2, 1, 3};
-	kv_config *c = make(3, cuts, 1, own);
+	kv_config *c = make(nodes, cuts, 1, own);
 
 	set_repl(c, 0, r0, 3, r0, 3, 3);
 	set_repl(c, 1, r1, 3, r1, 2, 4);
 	assert_int_equal(kv_config_validate(c), KV_OK);
 	return c;
+}
+
+static kv_config *
+replicated3(void)
+{
+	return replicated3_on(3);
 }
 
 static kv_config *
@@ -1359,15 +1365,7 @@ rebalance_of_balanced_replicas_changes_nothing(void **state)
 static kv_config *
 replicated3_and_a_spare(void)
 {
-	static const char *const cuts[] = {"m"};
-	static const uint32_t own[] = {1, 2};
-	static const uint32_t r0[] = {1, 2, 3}, r1[] = {2, 1, 3};
-	kv_config *c = make(4, cuts, 1, own);
-
-	set_repl(c, 0, r0, 3, r0, 3, 3);
-	set_repl(c, 1, r1, 3, r1, 2, 4);
-	assert_int_equal(kv_config_validate(c), KV_OK);
-	return c;
+	return replicated3_on(4);
 }
 
 /* The primary asks to add `node` to the ISR of the range holding key. */
