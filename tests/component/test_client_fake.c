@@ -509,31 +509,32 @@ typedef struct {
 	void *result;      /* its result (set before calls) */
 } multi_res;
 
+/* Records one callback of an async multi-key op. */
 static void
-multi_mget_done(void *arg, int status, shardkv_mget_result *r)
+multi_note(void *arg, int status, void *r)
 {
 	multi_res *m = arg;
 	m->result = r;
 	atomic_store(&m->status, status);
 	atomic_fetch_add(&m->calls, 1);
+}
+
+static void
+multi_mget_done(void *arg, int status, shardkv_mget_result *r)
+{
+	multi_note(arg, status, r);
 }
 
 static void
 multi_mput_done(void *arg, int status, shardkv_mput_result *r)
 {
-	multi_res *m = arg;
-	m->result = r;
-	atomic_store(&m->status, status);
-	atomic_fetch_add(&m->calls, 1);
+	multi_note(arg, status, r);
 }
 
 static void
 multi_scan_done(void *arg, int status, shardkv_scan_result *r)
 {
-	multi_res *m = arg;
-	m->result = r;
-	atomic_store(&m->status, status);
-	atomic_fetch_add(&m->calls, 1);
+	multi_note(arg, status, r);
 }
 
 /* Waits for the async multi-key op's callback; returns its status. */
