@@ -407,6 +407,10 @@ pump(kvc_queue *sq)
 		    .ops = sl->n > 1 ? ops : &sl->reqs[0]->op,
 		};
 		rv = kv_data_req_encode(&env, &req);
+		/* Any later send of these ops is a retry (Op.retry): the server may
+		 * then refuse a write its exactly-once memory has forgotten. */
+		for (size_t i = 0; i < sl->n; i++)
+			sl->reqs[i]->op.retry = true;
 		if (rv != KV_OK) {
 			size_t n = sl->n;
 			kvc_req *taken[ENG_MAX_OPS];

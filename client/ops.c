@@ -286,6 +286,7 @@ typedef struct {
 	kv_data_result res;   /* this round, rv 0: the part's result */
 	int err;              /* the part's final or last error */
 	bool done;            /* finished (successfully or not) */
+	bool tried;           /* submitted in an earlier round (its op is a retry) */
 	bool redial;          /* this round found no connection: redial before the next */
 	struct mrun *m;       /* the op it belongs to */
 	kvc_req req;          /* this round's request; rv 0: its answer (req.status, res) */
@@ -689,6 +690,8 @@ round_start(mrun *m, kvc_cfgref *ref)
 		p->req.c = m->c;
 		p->req.op.kind = p->kind;
 		p->req.op.request_id = p->op_id;
+		p->req.op.retry = p->tried;
+		p->tried = true;
 		p->req.op.nkeys = p->n;
 		p->req.op.keys = p->keys;
 		p->req.op.nvals = p->vals ? p->n : 0;

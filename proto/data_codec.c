@@ -30,6 +30,7 @@ decode_op(const Shardkv__Op *o, kv_op *op, const char **why)
 {
 	memset(op, 0, sizeof(*op));
 	op->request_id = o->request_id;
+	op->retry = o->retry;
 	switch (o->op_case) {
 	case SHARDKV__OP__OP_GET:
 		op->kind = KV_OP_GET;
@@ -351,6 +352,7 @@ fill_op(enc_op *e, const kv_op *o)
 
 	shardkv__op__init(p);
 	p->request_id = o->request_id;
+	p->retry = o->retry;
 	switch (o->kind) {
 	case KV_OP_GET:
 		shardkv__get_op__init(&e->u.get);

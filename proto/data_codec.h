@@ -42,6 +42,7 @@ typedef enum {
 typedef struct {
 	kv_op_kind kind;      /* what to do */
 	uint64_t request_id;  /* Op.request_id, for exactly-once of writes */
+	bool retry;           /* Op.retry: sent before with this request_id */
 	kv_bytes key;         /* get, put, del, append */
 	kv_bytes value;       /* put, append */
 	bool no_value;        /* del: do not return the value */

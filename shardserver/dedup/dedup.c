@@ -275,7 +275,8 @@ result_copy(kv_dedup_result *dst, const kv_dedup_result *src)
 }
 
 int
-kv_dedup_begin(kv_dedup *d, uint64_t client, uint64_t req, uint64_t now_ms, kv_dedup_result *out)
+kv_dedup_begin(kv_dedup *d, uint64_t client, uint64_t req, bool retry, uint64_t now_ms,
+               kv_dedup_result *out)
 {
 	dedup_stripe *st = stripe_of(d, client);
 	dedup_client *c;
@@ -296,7 +297,7 @@ kv_dedup_begin(kv_dedup *d, uint64_t client, uint64_t req, uint64_t now_ms, kv_d
 		rv = s->pending ? KV_EBUSY : result_copy(out, &s->res);
 		goto out;
 	}
-	if (too_old(d, c, req)) {
+	if (retry && too_old(d, c, req)) {
 		rv = KV_ESTALE;
 		goto out;
 	}

@@ -44,12 +44,13 @@ void kv_dedup_destroy(kv_dedup *d);
  * marked in progress: the caller must call kv_dedup_finish or kv_dedup_abort),
  * 0 when it was applied before (*out gets a copy of the result; the caller
  * frees out->value with kv_buf_fini), KV_EBUSY while the first attempt is
- * still in progress, KV_ESTALE when the memory cannot tell (the request id
- * is older than what the client's results still held: it may have been
- * applied and forgotten; the write must be refused, not applied), or
- * KV_ENOMEM.
+ * still in progress, KV_ESTALE when the memory cannot tell (retry: the
+ * client sent this request id before, and it is older than what the
+ * client's results still held: it may have been applied and forgotten; the
+ * write must be refused, not applied), or KV_ENOMEM. A first attempt
+ * (retry false) cannot have been applied before: it is never refused so.
  */
-int kv_dedup_begin(kv_dedup *d, uint64_t client, uint64_t req, uint64_t now_ms,
+int kv_dedup_begin(kv_dedup *d, uint64_t client, uint64_t req, bool retry, uint64_t now_ms,
                    kv_dedup_result *out);
 
 /* Records the result of a write started with kv_dedup_begin. Copies res and key. */

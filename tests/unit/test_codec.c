@@ -760,6 +760,7 @@ undecodable_admin_response_leaves_nothing_to_free(void **state)
 static void
 assert_op(const kv_op *a, const kv_op *b)
 {
+	assert_int_equal(a->retry, b->retry);
 	assert_int_equal(a->kind, b->kind);
 	assert_int_equal(a->request_id, b->request_id);
 	assert_bytes(a->key, b->key);
@@ -788,7 +789,7 @@ every_request_op_round_trips_alone_and_in_one_batch(void **state)
 	    {.kind = KV_OP_GET, .request_id = 0, .key = B("k")},
 	    {.kind = KV_OP_PUT, .request_id = 11, .key = B("k"), .value = B("v")},
 	    {.kind = KV_OP_DEL, .request_id = 12, .key = B("k"), .no_value = true},
-	    {.kind = KV_OP_APPEND, .request_id = 13, .key = B("k"), .value = B("+")},
+	    {.kind = KV_OP_APPEND, .request_id = 13, .retry = true, .key = B("k"), .value = B("+")},
 	    {.kind = KV_OP_MGET, .nkeys = 3, .keys = keys},
 	    {.kind = KV_OP_MPUT,
 	     .request_id = 14,

@@ -58,7 +58,7 @@ logged_del(node *n, const char *key, uint64_t req)
 	kv_buf old = {0};
 	kv_dedup_result out;
 
-	assert_int_equal(kv_dedup_begin(n->dedup, 7, req, 1000, &out), KV_ENOTFOUND);
+	assert_int_equal(kv_dedup_begin(n->dedup, 7, req, true, 1000, &out), KV_ENOTFOUND);
 	assert_int_equal(kv_store_del(n->store, key, strlen(key), &old), KV_OK);
 	kv_dur_dedup dd = {.client = 7,
 	                   .req = req,
@@ -89,7 +89,7 @@ remembered(node *n, uint64_t req)
 {
 	kv_dedup_result out;
 	memset(&out, 0, sizeof(out));
-	assert_int_equal(kv_dedup_begin(n->dedup, 7, req, 2000, &out), 0);
+	assert_int_equal(kv_dedup_begin(n->dedup, 7, req, true, 2000, &out), 0);
 	return out;
 }
 
@@ -183,12 +183,12 @@ a_copied_range_replaces_its_exactly_once_entries(void **state)
 	kv_buf_fini(&b);
 	for (int pass = 0; pass < 2; pass++) {
 		/* Live, then after a restart from the log. */
-		assert_int_equal(kv_dedup_begin(n.dedup, 7, 1, 1000, &r), KV_ENOTFOUND);
+		assert_int_equal(kv_dedup_begin(n.dedup, 7, 1, true, 1000, &r), KV_ENOTFOUND);
 		kv_dedup_abort(n.dedup, 7, 1);
-		assert_int_equal(kv_dedup_begin(n.dedup, 7, 2, 1000, &r), 0);
+		assert_int_equal(kv_dedup_begin(n.dedup, 7, 2, true, 1000, &r), 0);
 		assert_int_equal(r.value_len, 4);
 		kv_buf_fini(&r.value);
-		assert_int_equal(kv_dedup_begin(n.dedup, 8, 3, 1000, &r), 0);
+		assert_int_equal(kv_dedup_begin(n.dedup, 8, 3, true, 1000, &r), 0);
 		assert_int_equal(r.value_len, 5);
 		kv_buf_fini(&r.value);
 		assert_int_equal(kv_store_get(n.store, "k", 1, &v), KV_ENOTFOUND);

@@ -106,17 +106,17 @@ dedup_retry_returns_the_first_result(void **state)
 	kv_dedup_result r = {.status = 0, .value_len = 7}, out;
 	(void)state;
 	assert_non_null(d);
-	assert_int_equal(kv_dedup_begin(d, 1, 10, 100, &out), KV_ENOTFOUND);
+	assert_int_equal(kv_dedup_begin(d, 1, 10, true, 100, &out), KV_ENOTFOUND);
 	/* A retry racing with the first attempt is told to wait. */
-	assert_int_equal(kv_dedup_begin(d, 1, 10, 100, &out), KV_EBUSY);
+	assert_int_equal(kv_dedup_begin(d, 1, 10, true, 100, &out), KV_EBUSY);
 	kv_dedup_finish(d, 1, 10, &r, S("k"), 100);
-	assert_int_equal(kv_dedup_begin(d, 1, 10, 101, &out), 0);
+	assert_int_equal(kv_dedup_begin(d, 1, 10, true, 101, &out), 0);
 	assert_int_equal(out.value_len, 7);
 	kv_buf_fini(&out.value);
 	/* Another client with the same request id is a different write. */
-	assert_int_equal(kv_dedup_begin(d, 2, 10, 101, &out), KV_ENOTFOUND);
+	assert_int_equal(kv_dedup_begin(d, 2, 10, true, 101, &out), KV_ENOTFOUND);
 	kv_dedup_abort(d, 2, 10);
-	assert_int_equal(kv_dedup_begin(d, 2, 10, 101, &out), KV_ENOTFOUND);
+	assert_int_equal(kv_dedup_begin(d, 2, 10, true, 101, &out), KV_ENOTFOUND);
 	kv_dedup_destroy(d);
 }
 
@@ -127,22 +127,25 @@ dedup_refuses_a_forgotten_write_instead_of_applying_it_again(void **state)
 	kv_dedup_result r = {0}, out;
 	(void)state;
 	for (uint64_t i = 1; i <= 5; i++) {
-		assert_int_equal(kv_dedup_begin(d, 1, i, 100, &out), KV_ENOTFOUND);
+		assert_int_equal(kv_dedup_begin(d, 1, i, true, 100, &out), KV_ENOTFOUND);
 		kv_dedup_finish(d, 1, i, &r, S("k"), 100);
 	}
-	assert_int_equal(kv_dedup_begin(d, 1, 5, 100, &out), 0);
+	assert_int_equal(kv_dedup_begin(d, 1, 5, true, 100, &out), 0);
 	kv_buf_fini(&out.value);
 	/* Request 1 was forgotten (the lowest id goes first): its retry cannot
 	 * be told from a new write, so it is refused, never applied again. */
-	assert_int_equal(kv_dedup_begin(d, 1, 1, 100, &out), KV_ESTALE);
+	assert_int_equal(kv_dedup_begin(d, 1, 1, true, 100, &out), KV_ESTALE);
+	/* A first attempt of that id cannot have been applied: it is new. */
+	assert_int_equal(kv_dedup_begin(d, 1, 1, false, 100, &out), KV_ENOTFOUND);
+	kv_dedup_abort(d, 1, 1);
 	/* A late write above the forgotten ids is new. */
-	assert_int_equal(kv_dedup_begin(d, 1, 7, 100, &out), KV_ENOTFOUND);
+	assert_int_equal(kv_dedup_begin(d, 1, 7, true, 100, &out), KV_ENOTFOUND);
 	kv_dedup_finish(d, 1, 7, &r, S("k"), 100);
-	assert_int_equal(kv_dedup_begin(d, 1, 6, 100, &out), KV_ENOTFOUND);
+	assert_int_equal(kv_dedup_begin(d, 1, 6, true, 100, &out), KV_ENOTFOUND);
 	kv_dedup_abort(d, 1, 6);
 	/* Idle clients expire, and the client count stays bounded. */
 	for (uint64_t c = 2; c < 200; c++)
-		assert_int_equal(kv_dedup_begin(d, c, 1, 5000, &out), KV_ENOTFOUND);
+		assert_int_equal(kv_dedup_begin(d, c, 1, true, 5000, &out), KV_ENOTFOUND);
 	assert_true(kv_dedup_clients(d) <= 16 + 16);
 	kv_dedup_destroy(d);
 }
@@ -158,14 +161,14 @@ dedup_refilled_memory_refuses_writes_older_than_it_holds(void **state)
 	(void)state;
 	for (uint64_t i = 100; i < 104; i++)
 		assert_int_equal(kv_dedup_insert(d, 1, i, &r, S("k"), 100), 0);
-	assert_int_equal(kv_dedup_begin(d, 1, 42, 100, &out), KV_ESTALE);
-	assert_int_equal(kv_dedup_begin(d, 1, 101, 100, &out), 0);
+	assert_int_equal(kv_dedup_begin(d, 1, 42, true, 100, &out), KV_ESTALE);
+	assert_int_equal(kv_dedup_begin(d, 1, 101, true, 100, &out), 0);
 	kv_buf_fini(&out.value);
-	assert_int_equal(kv_dedup_begin(d, 1, 104, 100, &out), KV_ENOTFOUND);
+	assert_int_equal(kv_dedup_begin(d, 1, 104, true, 100, &out), KV_ENOTFOUND);
 	kv_dedup_abort(d, 1, 104);
 	/* Not full: nothing is known to be forgotten, an old id is new. */
 	assert_int_equal(kv_dedup_insert(d, 2, 100, &r, S("k"), 100), 0);
-	assert_int_equal(kv_dedup_begin(d, 2, 42, 100, &out), KV_ENOTFOUND);
+	assert_int_equal(kv_dedup_begin(d, 2, 42, true, 100, &out), KV_ENOTFOUND);
 	kv_dedup_abort(d, 2, 42);
 	kv_dedup_destroy(d);
 }
@@ -180,11 +183,11 @@ dedup_remembers_up_to_its_bound_out_of_order(void **state)
 	(void)state;
 	for (uint64_t i = 0; i < 1000; i++) {
 		uint64_t req = 1 + (i * 7919) % 1000; /* a permutation of 1..1000 */
-		assert_int_equal(kv_dedup_begin(d, 9, req, 100, &out), KV_ENOTFOUND);
+		assert_int_equal(kv_dedup_begin(d, 9, req, true, 100, &out), KV_ENOTFOUND);
 		kv_dedup_finish(d, 9, req, &r, S("k"), 100);
 	}
 	for (uint64_t req = 1; req <= 1000; req++) {
-		assert_int_equal(kv_dedup_begin(d, 9, req, 100, &out), 0);
+		assert_int_equal(kv_dedup_begin(d, 9, req, true, 100, &out), 0);
 		kv_buf_fini(&out.value);
 	}
 	kv_dedup_destroy(d);
