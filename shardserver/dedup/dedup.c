@@ -2,11 +2,11 @@
  * dedup.c - the exactly-once table (dedup.h).
  *
  * DESIGN. 16 stripes by client id, each a mutex over a chained hash of
- * clients. A client holds the results of its last writes, at most
- * `per_client`: its slots start few and double as needed up to that bound
- * (a client that writes once costs a few hundred bytes); past it a new
- * write overwrites the slot of the lowest request id, so a lookup is a scan
- * of at most per_client slots under one stripe lock. A slot
+ * clients. A client holds a ring of the results of its last writes, at
+ * most `per_client`: the ring starts small and doubles as needed up to that
+ * bound (a client that writes once costs a few hundred bytes); past it a
+ * new write overwrites the oldest slot. A lookup scans the client's dense
+ * array of request ids (8 bytes a slot) under one stripe lock. A slot
  * is "in progress" between begin and finish, which turns a retry that races
  * with its first attempt into KV_EBUSY instead of a second application. A
  * write the ring does not hold but may have held (too_old) is refused,
@@ -42,7 +42,9 @@ typedef struct dedup_client {
 	uint64_t last_ms;          /* last use, for LRU and expiry */
 	uint64_t floor;            /* the highest request id overwritten (forgotten) */
 	size_t cap;                /* slots allocated, at most per_client */
+	size_t head;               /* next slot of the ring to fill; cap: grow or wrap */
 	dedup_slot *slots;         /* cap slots */
+	uint64_t *ids;             /* cap ids, ids[i] == slots[i].req: the lookup scans these */
 	struct dedup_client *next; /* hash chain */
 } dedup_client;
 
@@ -75,6 +77,7 @@ client_free(dedup_client *c)
 	for (size_t i = 0; i < c->cap; i++)
 		slot_clear(&c->slots[i]);
 	free(c->slots);
+	free(c->ids);
 	free(c);
 }
 
@@ -177,7 +180,10 @@ client_get_locked(kv_dedup *d, dedup_stripe *st, uint64_t client, uint64_t now_m
 		return NULL;
 	c->cap = d->per_client < DEDUP_FIRST_SLOTS ? d->per_client : DEDUP_FIRST_SLOTS;
 	c->slots = calloc(c->cap, sizeof(*c->slots));
-	if (c->slots == NULL) {
+	c->ids = calloc(c->cap, sizeof(*c->ids));
+	if (c->slots == NULL || c->ids == NULL) {
+		free(c->slots);
+		free(c->ids);
 		free(c);
 		return NULL;
 	}
@@ -191,47 +197,58 @@ client_get_locked(kv_dedup *d, dedup_stripe *st, uint64_t client, uint64_t now_m
 }
 
 static dedup_slot *
-slot_find(kv_dedup *d, dedup_client *c, uint64_t req)
+slot_find(dedup_client *c, uint64_t req)
 {
-	(void)d;
 	for (size_t i = 0; i < c->cap; i++)
-		if (c->slots[i].req == req)
+		if (c->ids[i] == req)
 			return &c->slots[i];
 	return NULL;
 }
 
-/* A slot for req: a free one, else a new one while the client may grow,
- * else the one of the lowest request id (forgotten: floor remembers it).
- * NULL when out of memory. */
+/* Empties slot s of c. */
+static void
+slot_drop(dedup_client *c, dedup_slot *s)
+{
+	c->ids[s - c->slots] = 0;
+	slot_clear(s);
+}
+
+/* Doubles c's ring (up to per_client); false when it cannot. */
+static bool
+client_grow(kv_dedup *d, dedup_client *c)
+{
+	size_t ncap = c->cap * 2 < d->per_client ? c->cap * 2 : d->per_client;
+	dedup_slot *v;
+	uint64_t *ids;
+
+	if (ncap <= c->cap || (v = realloc(c->slots, ncap * sizeof(*v))) == NULL)
+		return false;
+	memset(v + c->cap, 0, (ncap - c->cap) * sizeof(*v));
+	c->slots = v;
+	if ((ids = realloc(c->ids, ncap * sizeof(*ids))) == NULL)
+		return false; /* the slots are bigger; cap is not, so unused */
+	memset(ids + c->cap, 0, (ncap - c->cap) * sizeof(*ids));
+	c->ids = ids;
+	c->cap = ncap;
+	return true;
+}
+
+/* The slot for req: the next of the ring, in the order written, after the
+ * ring grows (while it may) or wraps. A result it overwrites is forgotten:
+ * floor remembers the highest such id. */
 static dedup_slot *
 slot_new(kv_dedup *d, dedup_client *c, uint64_t req)
 {
-	dedup_slot *s = NULL;
+	if (c->head == c->cap && !client_grow(d, c))
+		c->head = 0;
+	size_t i = c->head++;
+	dedup_slot *s = &c->slots[i];
 
-	for (size_t i = 0; i < c->cap && s == NULL; i++)
-		if (c->slots[i].req == 0)
-			s = &c->slots[i];
-	if (s == NULL && c->cap < d->per_client) {
-		size_t ncap = c->cap * 2 < d->per_client ? c->cap * 2 : d->per_client;
-		dedup_slot *v = realloc(c->slots, ncap * sizeof(*v));
-		if (v != NULL) {
-			memset(v + c->cap, 0, (ncap - c->cap) * sizeof(*v));
-			c->slots = v;
-			s = &c->slots[c->cap];
-			c->cap = ncap;
-		}
-	}
-	if (s == NULL) {
-		for (size_t i = 0; i < c->cap; i++)
-			if (!c->slots[i].pending && (s == NULL || c->slots[i].req < s->req))
-				s = &c->slots[i];
-		if (s == NULL)
-			return NULL; /* every slot in progress */
-		if (s->req > c->floor)
-			c->floor = s->req;
-	}
+	if (c->ids[i] > c->floor)
+		c->floor = c->ids[i];
 	slot_clear(s);
 	s->req = req;
+	c->ids[i] = req;
 	return s;
 }
 
@@ -254,10 +271,10 @@ too_old(kv_dedup *d, const dedup_client *c, uint64_t req)
 	if (c->cap < d->per_client)
 		return false; /* never full yet */
 	for (size_t i = 0; i < c->cap; i++) {
-		if (c->slots[i].req == 0)
+		if (c->ids[i] == 0)
 			return false; /* not full */
-		if (c->slots[i].req < lo)
-			lo = c->slots[i].req;
+		if (c->ids[i] < lo)
+			lo = c->ids[i];
 	}
 	return req < lo;
 }
@@ -292,7 +309,7 @@ kv_dedup_begin(kv_dedup *d, uint64_t client, uint64_t req, bool retry, uint64_t 
 		goto out;
 	}
 	c->last_ms = now_ms;
-	s = slot_find(d, c, req);
+	s = slot_find(c, req);
 	if (s != NULL) {
 		rv = s->pending ? KV_EBUSY : result_copy(out, &s->res);
 		goto out;
@@ -301,10 +318,7 @@ kv_dedup_begin(kv_dedup *d, uint64_t client, uint64_t req, bool retry, uint64_t 
 		rv = KV_ESTALE;
 		goto out;
 	}
-	if ((s = slot_new(d, c, req)) == NULL) {
-		rv = KV_EBUSY; /* every slot of the client is a write in progress */
-		goto out;
-	}
+	s = slot_new(d, c, req);
 	s->pending = true;
 	rv = KV_ENOTFOUND;
 out:
@@ -337,16 +351,15 @@ kv_dedup_finish(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_resul
 	pthread_mutex_lock(&st->mu);
 	c = client_get_locked(d, st, client, now_ms);
 	if (c != NULL) {
-		s = slot_find(d, c, req);
+		s = slot_find(c, req);
 		if (s == NULL)
 			s = slot_new(d, c, req);
-		if (s == NULL || slot_fill(s, res, key, klen, now_ms) != 0) {
+		if (slot_fill(s, res, key, klen, now_ms) != 0) {
 			/* Not remembered: a retry must be refused, not applied
 			 * again (too_old), and a wrong memory is worse. */
 			if (req > c->floor)
 				c->floor = req;
-			if (s != NULL)
-				slot_clear(s);
+			slot_drop(c, s);
 		}
 	}
 	pthread_mutex_unlock(&st->mu);
@@ -361,8 +374,8 @@ kv_dedup_abort(kv_dedup *d, uint64_t client, uint64_t req)
 
 	pthread_mutex_lock(&st->mu);
 	c = client_find_locked(st, client);
-	if (c != NULL && (s = slot_find(d, c, req)) != NULL && s->pending)
-		slot_clear(s);
+	if (c != NULL && (s = slot_find(c, req)) != NULL && s->pending)
+		slot_drop(c, s);
 	pthread_mutex_unlock(&st->mu);
 }
 
@@ -381,13 +394,12 @@ kv_dedup_insert(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_resul
 	c = client_get_locked(d, st, client, time_ms);
 	if (c == NULL) {
 		rv = KV_ENOMEM;
-	} else if (slot_find(d, c, req) == NULL) {
-		if ((s = slot_new(d, c, req)) == NULL) {
-			rv = KV_ENOMEM;
-		} else if ((rv = slot_fill(s, res, key, klen, time_ms)) != 0) {
+	} else if (slot_find(c, req) == NULL) {
+		s = slot_new(d, c, req);
+		if ((rv = slot_fill(s, res, key, klen, time_ms)) != 0) {
 			if (req > c->floor)
 				c->floor = req;
-			slot_clear(s);
+			slot_drop(c, s);
 		}
 	}
 	pthread_mutex_unlock(&st->mu);
@@ -413,7 +425,7 @@ range_walk(kv_dedup *d, const void *start, size_t slen, const void *end, size_t 
 					                       s->key.len))
 						continue;
 					if (cb == NULL)
-						slot_clear(s);
+						slot_drop(c, s);
 					else
 						cb(arg, c->id, s->req, &s->res, s->key.data,
 						   s->key.len, s->time_ms);

@@ -3,8 +3,8 @@
  * request_id) -> the result of a write, so that a retried write is answered
  * from memory instead of being applied twice (doc/contract.md §3, doc/protocol.md).
  *
- * Bounded: at most `per_client` results per client (the lowest request id
- * is forgotten first, and a write older than what is held is refused, never
+ * Bounded: at most `per_client` results per client (the oldest result
+ * is forgotten first, and a retried write older than what is held is refused, never
  * applied again), at most `max_clients` clients, and a client idle for
  * `ttl_ms` is forgotten. Thread-safe: striped mutexes by client id, leaves in the lock
  * order (no other lock is taken while one is held).
