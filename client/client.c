@@ -50,7 +50,7 @@
 	_Static_assert((int)SHARDKV_E##name == (int)KV_E##name, "SHARDKV_E" #name " drifted");
 KV_ERR_MAP(KVC__CHECK_ERR)
 #undef KVC__CHECK_ERR
-_Static_assert((int)KV_ERR_MIN == (int)SHARDKV_EINTERNAL, "a KV_E* code has no SHARDKV_E*");
+_Static_assert((int)KV_ERR_MIN == (int)SHARDKV_EMISMATCH, "a KV_E* code has no SHARDKV_E*");
 _Static_assert((int)SHARDKV_LOG_DEBUG == (int)KV_LOG_DEBUG &&
                    (int)SHARDKV_LOG_INFO == (int)KV_LOG_INFO &&
                    (int)SHARDKV_LOG_WARN == (int)KV_LOG_WARN &&

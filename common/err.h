@@ -30,7 +30,8 @@
 	X(NOSPC, -18, "no space left on device")                                                   \
 	X(LIMIT, -19, "request exceeds a configured limit")                                        \
 	X(ADDRINUSE, -20, "address in use")                                                        \
-	X(INTERNAL, -21, "internal error")
+	X(INTERNAL, -21, "internal error")                                                         \
+	X(MISMATCH, -22, "condition not met: the current value differs")
 
 enum kv_err {
 	KV_OK = 0,
@@ -40,7 +41,7 @@ enum kv_err {
 };
 
 /* The lowest (most negative) code in the table. */
-#define KV_ERR_MIN KV_EINTERNAL
+#define KV_ERR_MIN KV_EMISMATCH
 
 /* Returns a static message for a KV_E* code ("success" for 0, "unknown error" otherwise). */
 const char *kv_strerror(int err);

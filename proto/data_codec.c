@@ -25,9 +25,69 @@ key_ok(ProtobufCBinaryData d)
 	return d.len <= KV_HARD_MAX_KEY;
 }
 
+/* Checks a condition for a put (IF_ABSENT, IF_EQUAL) or a del (IF_EQUAL). */
+static int
+decode_cond(int cond, ProtobufCBinaryData expect, bool is_put, kv_op *op, const char **why)
+{
+	switch (cond) {
+	case SHARDKV__COND__COND_NONE:
+		op->cond = KV_COND_NONE;
+		break;
+	case SHARDKV__COND__COND_IF_ABSENT:
+		if (!is_put) {
+			*why = "a delete cannot be conditional on absence";
+			return KV_EINVAL;
+		}
+		op->cond = KV_COND_IF_ABSENT;
+		break;
+	case SHARDKV__COND__COND_IF_EQUAL:
+		op->cond = KV_COND_IF_EQUAL;
+		break;
+	default:
+		*why = "unknown condition";
+		return KV_EINVAL;
+	}
+	if (op->cond != KV_COND_IF_EQUAL && expect.len != 0) {
+		*why = "an expected value without the if-equal condition";
+		return KV_EINVAL;
+	}
+	op->expect = kv_codec__bytes(expect);
+	return KV_OK;
+}
+
+/* Checks a TTL against KV_MAX_TTL_MS. */
+static int
+decode_ttl(uint64_t ttl_ms, kv_op *op, const char **why)
+{
+	if (ttl_ms > KV_MAX_TTL_MS) {
+		*why = "TTL over 2^40 ms";
+		return KV_EINVAL;
+	}
+	op->ttl_ms = ttl_ms;
+	return KV_OK;
+}
+
+/* The bounds of a count or delrange. */
+static int
+decode_bounds(ProtobufCBinaryData start, ProtobufCBinaryData end, ProtobufCBinaryData cursor,
+              uint32_t limit, kv_op *op, const char **why)
+{
+	if (!key_ok(start) || !key_ok(end) || cursor.len > KV_HARD_MAX_KEY + 1) {
+		*why = "range bound longer than the largest key";
+		return KV_EINVAL;
+	}
+	op->start = kv_codec__bytes(start);
+	op->end = kv_codec__bytes(end);
+	op->cursor = kv_codec__bytes(cursor);
+	op->limit = limit;
+	return KV_OK;
+}
+
 static int
 decode_op(const Shardkv__Op *o, kv_op *op, const char **why)
 {
+	int rv;
+
 	memset(op, 0, sizeof(*op));
 	op->request_id = o->request_id;
 	op->retry = o->retry;
@@ -40,11 +100,16 @@ decode_op(const Shardkv__Op *o, kv_op *op, const char **why)
 		op->kind = KV_OP_PUT;
 		op->key = kv_codec__bytes(o->put->key);
 		op->value = kv_codec__bytes(o->put->value);
+		if ((rv = decode_cond(o->put->cond, o->put->expect, true, op, why)) != KV_OK ||
+		    (rv = decode_ttl(o->put->ttl_ms, op, why)) != KV_OK)
+			return rv;
 		break;
 	case SHARDKV__OP__OP_DEL:
 		op->kind = KV_OP_DEL;
 		op->key = kv_codec__bytes(o->del->key);
 		op->no_value = o->del->no_value;
+		if ((rv = decode_cond(o->del->cond, o->del->expect, false, op, why)) != KV_OK)
+			return rv;
 		break;
 	case SHARDKV__OP__OP_APPEND:
 		op->kind = KV_OP_APPEND;
@@ -65,6 +130,8 @@ decode_op(const Shardkv__Op *o, kv_op *op, const char **why)
 			ks = o->mput->keys;
 			nv = o->mput->n_values;
 			vs = o->mput->values;
+			if ((rv = decode_ttl(o->mput->ttl_ms, op, why)) != KV_OK)
+				return rv;
 		}
 		if (nk > KV_DATA_MAX_MULTI || nv > KV_DATA_MAX_MULTI) {
 			*why = "too many keys in one mget/mput";
@@ -97,6 +164,42 @@ decode_op(const Shardkv__Op *o, kv_op *op, const char **why)
 			*why = "scan bound longer than the largest key";
 			return KV_EINVAL;
 		}
+		break;
+	case SHARDKV__OP__OP_EXPIRE:
+		op->kind = KV_OP_EXPIRE;
+		op->key = kv_codec__bytes(o->expire->key);
+		op->persist = o->expire->persist;
+		if ((o->expire->ttl_ms == 0) == !o->expire->persist) {
+			*why = "expire needs either a TTL over 0 or persist";
+			return KV_EINVAL;
+		}
+		if ((rv = decode_ttl(o->expire->ttl_ms, op, why)) != KV_OK)
+			return rv;
+		break;
+	case SHARDKV__OP__OP_TTL:
+		op->kind = KV_OP_TTL;
+		op->key = kv_codec__bytes(o->ttl->key);
+		break;
+	case SHARDKV__OP__OP_INCR:
+		op->kind = KV_OP_INCR;
+		op->key = kv_codec__bytes(o->incr->key);
+		op->delta = o->incr->delta;
+		break;
+	case SHARDKV__OP__OP_EXISTS:
+		op->kind = KV_OP_EXISTS;
+		op->key = kv_codec__bytes(o->exists->key);
+		break;
+	case SHARDKV__OP__OP_COUNT:
+		op->kind = KV_OP_COUNT;
+		if ((rv = decode_bounds(o->count->start, o->count->end, o->count->cursor,
+		                        o->count->limit, op, why)) != KV_OK)
+			return rv;
+		break;
+	case SHARDKV__OP__OP_DELRANGE:
+		op->kind = KV_OP_DELRANGE;
+		if ((rv = decode_bounds(o->delrange->start, o->delrange->end, o->delrange->cursor,
+		                        o->delrange->limit, op, why)) != KV_OK)
+			return rv;
 		break;
 	default:
 		*why = "op without a command";
@@ -229,6 +332,10 @@ fill_result(enc_result *e, const kv_data_result *r)
 		e->r.value = kv_codec__pbuf(&r->value);
 	e->r.value_len = r->value_len;
 	e->r.value_unknown = r->value_unknown;
+	e->r.ttl_ms = r->ttl_ms;
+	e->r.number = r->number;
+	e->r.count = r->count;
+	e->r.current_absent = r->current_absent;
 	if (r->nvalues) {
 		if ((e->values = calloc(r->nvalues, sizeof(*e->values))) == NULL)
 			return KV_ENOMEM;
@@ -342,6 +449,12 @@ typedef struct {
 		Shardkv__MGetOp mget;
 		Shardkv__MPutOp mput;
 		Shardkv__ScanOp scan;
+		Shardkv__ExpireOp expire;
+		Shardkv__TtlOp ttl;
+		Shardkv__IncrOp incr;
+		Shardkv__ExistsOp exists;
+		Shardkv__CountOp count;
+		Shardkv__DelRangeOp delrange;
 	} u; /* the oneof */
 } enc_op;
 
@@ -364,6 +477,9 @@ fill_op(enc_op *e, const kv_op *o)
 		shardkv__put_op__init(&e->u.put);
 		e->u.put.key = kv_codec__pb(o->key);
 		e->u.put.value = kv_codec__pb(o->value);
+		e->u.put.ttl_ms = o->ttl_ms;
+		e->u.put.cond = (Shardkv__Cond)o->cond;
+		e->u.put.expect = kv_codec__pb(o->expect);
 		p->op_case = SHARDKV__OP__OP_PUT;
 		p->put = &e->u.put;
 		return KV_OK;
@@ -371,6 +487,8 @@ fill_op(enc_op *e, const kv_op *o)
 		shardkv__del_op__init(&e->u.del);
 		e->u.del.key = kv_codec__pb(o->key);
 		e->u.del.no_value = o->no_value;
+		e->u.del.cond = (Shardkv__Cond)o->cond;
+		e->u.del.expect = kv_codec__pb(o->expect);
 		p->op_case = SHARDKV__OP__OP_DEL;
 		p->del = &e->u.del;
 		return KV_OK;
@@ -406,6 +524,7 @@ fill_op(enc_op *e, const kv_op *o)
 		e->u.mput.keys = e->keys;
 		e->u.mput.n_values = o->nvals;
 		e->u.mput.values = e->values;
+		e->u.mput.ttl_ms = o->ttl_ms;
 		p->op_case = SHARDKV__OP__OP_MPUT;
 		p->mput = &e->u.mput;
 		return KV_OK;
@@ -420,6 +539,51 @@ fill_op(enc_op *e, const kv_op *o)
 		e->u.scan.max_bytes = o->max_bytes;
 		p->op_case = SHARDKV__OP__OP_SCAN;
 		p->scan = &e->u.scan;
+		return KV_OK;
+	case KV_OP_EXPIRE:
+		shardkv__expire_op__init(&e->u.expire);
+		e->u.expire.key = kv_codec__pb(o->key);
+		e->u.expire.ttl_ms = o->persist ? 0 : o->ttl_ms;
+		e->u.expire.persist = o->persist;
+		p->op_case = SHARDKV__OP__OP_EXPIRE;
+		p->expire = &e->u.expire;
+		return KV_OK;
+	case KV_OP_TTL:
+		shardkv__ttl_op__init(&e->u.ttl);
+		e->u.ttl.key = kv_codec__pb(o->key);
+		p->op_case = SHARDKV__OP__OP_TTL;
+		p->ttl = &e->u.ttl;
+		return KV_OK;
+	case KV_OP_INCR:
+		shardkv__incr_op__init(&e->u.incr);
+		e->u.incr.key = kv_codec__pb(o->key);
+		e->u.incr.delta = o->delta;
+		p->op_case = SHARDKV__OP__OP_INCR;
+		p->incr = &e->u.incr;
+		return KV_OK;
+	case KV_OP_EXISTS:
+		shardkv__exists_op__init(&e->u.exists);
+		e->u.exists.key = kv_codec__pb(o->key);
+		p->op_case = SHARDKV__OP__OP_EXISTS;
+		p->exists = &e->u.exists;
+		return KV_OK;
+	case KV_OP_COUNT:
+		shardkv__count_op__init(&e->u.count);
+		e->u.count.start = kv_codec__pb(o->start);
+		e->u.count.end = kv_codec__pb(o->end);
+		e->u.count.cursor = kv_codec__pb(o->cursor);
+		e->u.count.limit = o->limit;
+		p->op_case = SHARDKV__OP__OP_COUNT;
+		p->count = &e->u.count;
+		return KV_OK;
+	case KV_OP_DELRANGE:
+		shardkv__del_range_op__init(&e->u.delrange);
+		e->u.delrange.start = kv_codec__pb(o->start);
+		e->u.delrange.end = kv_codec__pb(o->end);
+		e->u.delrange.cursor = kv_codec__pb(o->cursor);
+		e->u.delrange.limit = o->limit;
+		p->op_case = SHARDKV__OP__OP_DELRANGE;
+		p->delrange = &e->u.delrange;
 		return KV_OK;
 	default:
 		return KV_EINVAL;
@@ -523,6 +687,10 @@ result_from_pb(const Shardkv__OpResult *res, kv_data_result *r)
 	}
 	r->value_len = res->value_len;
 	r->value_unknown = res->value_unknown;
+	r->ttl_ms = res->ttl_ms;
+	r->number = res->number;
+	r->count = res->count;
+	r->current_absent = res->current_absent;
 	if (res->n_values > KV_DATA_MAX_MULTI || res->n_missing > KV_DATA_MAX_MULTI)
 		return KV_EPROTO;
 	if (res->n_values) {

@@ -5,7 +5,8 @@
  * messages are xfer_codec.h's: kv_req.xfer and kv_resp.ack.
  *
  * Decoding validates structure: protocol version, that every oneof is set,
- * counts and enum values, byte lengths against the hard limits of
+ * counts and enum values (a condition valid for its op, an expire that sets
+ * or clears, a TTL within KV_MAX_TTL_MS), byte lengths against the hard limits of
  * doc/contract.md §2. Size limits configured on the server (--max-key,
  * --max-value) are checked by the dispatcher, per op.
  */
@@ -34,8 +35,25 @@ typedef enum {
 	KV_OP_MGET,
 	KV_OP_MPUT,
 	KV_OP_SCAN,
+	KV_OP_EXPIRE,
+	KV_OP_TTL,
+	KV_OP_INCR,
+	KV_OP_EXISTS,
+	KV_OP_COUNT,
+	KV_OP_DELRANGE,
 	KV_OP__COUNT, /* number of kinds + 1 */
 } kv_op_kind;
+
+/* The condition of a conditional put or del (shardkv.proto Cond). */
+typedef enum {
+	KV_COND_NONE = 0,      /* unconditional */
+	KV_COND_IF_ABSENT = 1, /* put only: the key must not exist */
+	KV_COND_IF_EQUAL = 2,  /* put, del: the key must hold exactly expect */
+} kv_cond;
+
+/* The largest TTL a request may carry (2^40 ms, about 35 years): now + ttl
+ * never overflows a 64-bit count of ns or ms. */
+#define KV_MAX_TTL_MS (1ull << 40)
 
 /* One op of a Request, to encode (everything borrowed from the caller) or
  * decoded (see kv_req); which fields are meaningful depends on kind. */
@@ -43,18 +61,23 @@ typedef struct {
 	kv_op_kind kind;      /* what to do */
 	uint64_t request_id;  /* Op.request_id, for exactly-once of writes */
 	bool retry;           /* Op.retry: sent before with this request_id */
-	kv_bytes key;         /* get, put, del, append */
+	kv_bytes key;         /* get, put, del, append, expire, ttl, incr, exists */
 	kv_bytes value;       /* put, append */
 	bool no_value;        /* del: do not return the value */
+	kv_cond cond;         /* put, del: the condition (decoded: valid for the kind) */
+	kv_bytes expect;      /* put, del with KV_COND_IF_EQUAL: the expected value */
+	uint64_t ttl_ms;      /* put, mput, expire: > 0 expires that long after; <= KV_MAX_TTL_MS */
+	bool persist;         /* expire: clear the expiry instead (ttl_ms is then 0) */
+	int64_t delta;        /* incr: what to add */
 	size_t nkeys;         /* mget, mput: keys */
 	const kv_bytes *keys; /* mget, mput (decoded: the request's array, borrowed bytes) */
 	size_t nvals;         /* mput: values (decoded: may differ from nkeys: INVALID) */
 	const kv_bytes *vals; /* mput (decoded: the request's array, borrowed bytes) */
-	kv_bytes start;       /* scan: inclusive start */
-	kv_bytes end;         /* scan: exclusive end; empty: no bound */
+	kv_bytes start;       /* scan, count, delrange: inclusive start */
+	kv_bytes end;         /* scan, count, delrange: exclusive end; empty: no bound */
 	kv_bytes prefix;      /* scan: only keys with this prefix */
-	kv_bytes cursor;      /* scan: replaces start when not empty */
-	uint32_t limit;       /* scan: max entries; 0: default */
+	kv_bytes cursor;      /* scan, count, delrange: replaces start when not empty */
+	uint32_t limit;       /* scan: max entries, count/delrange: max keys; 0: default */
 	bool keys_only;       /* scan: no values */
 	uint64_t max_bytes;   /* scan: reply payload bound; 0: default */
 } kv_op;
@@ -132,6 +155,11 @@ typedef struct {
 	bool more;              /* scan */
 	kv_buf next_cursor;     /* scan */
 	uint64_t value_len;     /* append */
+	int64_t ttl_ms;         /* ttl: ms left, -1 when none */
+	int64_t number;         /* incr: the new value */
+	uint64_t count;         /* count, delrange: keys counted / deleted in this step */
+	bool current_absent;    /* EXISTS/MISMATCH of a conditional write: the key is absent
+	                           (else value, has_value, is its current value) */
 	bool has_hint;          /* hint is set */
 	kv_data_hint hint;      /* WRONG_OWNER, MOVING */
 } kv_data_result;

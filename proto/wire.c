@@ -37,7 +37,8 @@
 	X(NOSPC, NO_SPACE)                                                                         \
 	X(LIMIT, LIMIT)                                                                            \
 	X(ADDRINUSE, ADDR_IN_USE)                                                                  \
-	X(INTERNAL, INTERNAL)
+	X(INTERNAL, INTERNAL)                                                                      \
+	X(MISMATCH, MISMATCH)
 
 /*
  * Every KV_E* code has a row: with the switch below refusing duplicate cases,

@@ -753,6 +753,11 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_data_result *res)
 
 	x.durw = s->dur != NULL && (def->flags & OPF_WRITE);
 	atomic_fetch_add_explicit(&s->op_count[op->kind], 1, memory_order_relaxed);
+	if (def->fn == NULL) {
+		res->error = "operation not supported by this server";
+		res->status = KV_EINVAL;
+		return;
+	}
 	if ((rv = validate_op(s, op, def->flags, res)) != 0) {
 		res->status = rv;
 		return;

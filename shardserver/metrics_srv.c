@@ -48,12 +48,16 @@ static const char *const err_label[KV_SRV_ERR_SLOTS] = {
     [-KV_ELIMIT] = "limit",
     [-KV_EADDRINUSE] = "addr_in_use",
     [-KV_EINTERNAL] = "internal",
+    [-KV_EMISMATCH] = "mismatch",
 };
 
 /* The op label of each kv_op_kind. */
 static const char *const op_label[KV_OP__COUNT] = {
-    [KV_OP_GET] = "get",   [KV_OP_PUT] = "put",   [KV_OP_DEL] = "del",   [KV_OP_APPEND] = "append",
-    [KV_OP_MGET] = "mget", [KV_OP_MPUT] = "mput", [KV_OP_SCAN] = "scan",
+    [KV_OP_GET] = "get",           [KV_OP_PUT] = "put",       [KV_OP_DEL] = "del",
+    [KV_OP_APPEND] = "append",     [KV_OP_MGET] = "mget",     [KV_OP_MPUT] = "mput",
+    [KV_OP_SCAN] = "scan",         [KV_OP_EXPIRE] = "expire", [KV_OP_TTL] = "ttl",
+    [KV_OP_INCR] = "incr",         [KV_OP_EXISTS] = "exists", [KV_OP_COUNT] = "count",
+    [KV_OP_DELRANGE] = "delrange",
 };
 
 /* Samples of one scrape: every op and error label plus the plain figures. */

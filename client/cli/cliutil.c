@@ -16,6 +16,7 @@ kv_cli_exit_code(int err)
 	case SHARDKV_OK:
 		return KV_CLI_OK;
 	case SHARDKV_ENOTFOUND:
+	case SHARDKV_EMISMATCH: /* a condition not met */
 		return KV_CLI_NOTFOUND;
 	case SHARDKV_EINVAL:
 	case SHARDKV_EEXISTS:

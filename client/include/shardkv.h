@@ -70,6 +70,7 @@ enum shardkv_err {
 	SHARDKV_ELIMIT = -19,     /* over a configured limit (batch size, scan limit) */
 	SHARDKV_EADDRINUSE = -20, /* address in use */
 	SHARDKV_EINTERNAL = -21,  /* internal error */
+	SHARDKV_EMISMATCH = -22,  /* a conditional write's condition did not hold */
 };
 
 /* Returns a static message for a SHARDKV_E* code ("success" for 0). */

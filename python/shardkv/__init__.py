@@ -28,7 +28,7 @@ __all__ = [
     "WrongOwner", "Stale", "Timeout", "Unavailable", "Exists", "DiskError",
     "Corrupt", "ProtocolError", "AuthError", "Closed", "Busy", "Moving",
     "PermissionDenied", "NoSpace", "LimitExceeded", "AddressInUse",
-    "InternalError", "set_log_level", "library_path",
+    "InternalError", "Mismatch", "set_log_level", "library_path",
 ]
 
 # ---------------------------------------------------------------------------
@@ -135,12 +135,16 @@ class InternalError(ShardkvError):
     """Internal error."""
 
 
+class Mismatch(ShardkvError):
+    """A conditional write's condition did not hold."""
+
+
 _ERRORS = {
     -1: NotFound, -2: Invalid, -3: OutOfMemory, -4: TooBig, -5: WrongOwner,
     -6: Stale, -7: Timeout, -8: Unavailable, -9: Exists, -10: DiskError,
     -11: Corrupt, -12: ProtocolError, -13: AuthError, -14: Closed, -15: Busy,
     -16: Moving, -17: PermissionDenied, -18: NoSpace, -19: LimitExceeded,
-    -20: AddressInUse, -21: InternalError,
+    -20: AddressInUse, -21: InternalError, -22: Mismatch,
 }
 for _code, _cls in _ERRORS.items():
     _cls.code = _code

@@ -134,6 +134,7 @@ each_kv_error_maps_to_the_wire_status_of_the_same_meaning(void **state)
 	    {KV_ELIMIT, SHARDKV__STATUS__STATUS_LIMIT},
 	    {KV_EADDRINUSE, SHARDKV__STATUS__STATUS_ADDR_IN_USE},
 	    {KV_EINTERNAL, SHARDKV__STATUS__STATUS_INTERNAL},
+	    {KV_EMISMATCH, SHARDKV__STATUS__STATUS_MISMATCH},
 	};
 
 	assert_int_equal(ARRAY_LEN(pairs), ARRAY_LEN(all_errs));
