@@ -1048,6 +1048,66 @@ cli_round_trip_of_every_command(void **state)
 	CLI_EXPECT(0, "rebalancing in epoch 5 (0 migrations)\n", "rebalance");
 }
 
+/* Runs the CLI; checks its exit code, stdout and that stderr contains `err_has`. */
+static void
+cli_expect_err(int code, const char *want_out, const char *err_has, int argc, const char **argv)
+{
+	char *o = NULL, *e = NULL;
+	size_t n;
+	int rc = cli(&o, &n, &e, argc, argv);
+
+	if (rc != code || !out_matches(o, want_out) || (err_has && strstr(e, err_has) == NULL))
+		fail_msg("%s %s: rc %d (want %d) out '%s' err '%s'", argv[0], argv[1], rc, code, o,
+		         e);
+	free(o);
+	free(e);
+}
+
+#define CLI_EXPECT_ERR(code, out, err_has, ...)                                                    \
+	do {                                                                                       \
+		const char *a_[] = {__VA_ARGS__};                                                  \
+		cli_expect_err((code), (out), (err_has), ARGC(a_), a_);                            \
+	} while (0)
+
+static void
+cli_conditional_writes_expiry_counters_and_ranges(void **state)
+{
+	(void)state;
+	CLI_EXPECT(0, "", "put", "lock", "me", "--if-absent");
+	CLI_EXPECT_ERR(1, "", "exists: current value \"me\"", "put", "lock", "you", "--if-absent");
+	CLI_EXPECT(1,
+	           "{\"key\": \"lock\", \"written\": false, \"condition\": \"exists\", "
+	           "\"current\": \"me\"}\n",
+	           "--json", "put", "lock", "you", "--if-absent");
+	CLI_EXPECT(0, "", "put", "lock", "you", "--if-equal", "me");
+	CLI_EXPECT_ERR(1, "", "mismatch: current value \"you\"", "put", "lock", "x", "--if-equal",
+	               "me");
+	CLI_EXPECT_ERR(1, "", "mismatch: the key is absent", "put", "nolock", "x", "--if-equal",
+	               "me");
+	CLI_EXPECT_ERR(1, "", "mismatch: current value \"you\"", "del", "lock", "--if-equal", "me");
+	CLI_EXPECT(0, "you\n", "del", "lock", "--if-equal", "you");
+	CLI_EXPECT(1, "", "exists", "lock");
+	CLI_EXPECT(1, "{\"key\": \"lock\", \"exists\": false}\n", "--json", "exists", "lock");
+	CLI_EXPECT(0, "", "put", "s", "v", "--ttl", "60000");
+	CLI_EXPECT(0, "", "exists", "s");
+	CLI_EXPECT(0, "", "persist", "s");
+	CLI_EXPECT(0, "-1\n", "ttl", "s");
+	CLI_EXPECT(0, "", "expire", "s", "90000");
+	CLI_EXPECT(1, "", "ttl", "nope");
+	CLI_EXPECT(1, "", "expire", "nope", "5");
+	CLI_EXPECT(0, "1\n", "incr", "n");
+	CLI_EXPECT(0, "-4\n", "incr", "n", "-5");
+	CLI_EXPECT(0, "{\"key\": \"n\", \"value\": 6}\n", "--json", "incr", "n", "10");
+	CLI_EXPECT(2, "", "incr", "s");
+	CLI_EXPECT(0, "", "mput", "a", "1", "b", "2", "y", "3", "--ttl", "60000");
+	CLI_EXPECT(0, "5\n", "count", "", "");
+	CLI_EXPECT(0, "{\"count\": 2}\n", "--json", "count", "a", "c");
+	CLI_EXPECT(0, "{\"deleted\": 4}\n", "--json", "delrange", "b", "");
+	CLI_EXPECT(0, "1\n", "delrange", "", "");
+	CLI_EXPECT(0, "0\n", "count", "", "");
+	CLI_EXPECT(2, "", "count", "z", "a");
+}
+
 static void
 cli_json_config_and_status_have_the_spec_shape(void **state)
 {
@@ -1119,6 +1179,8 @@ main(void)
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(async_forms_of_the_new_single_key_ops, setup, teardown),
 	    cmocka_unit_test_setup_teardown(cli_round_trip_of_every_command, setup, teardown),
+	    cmocka_unit_test_setup_teardown(cli_conditional_writes_expiry_counters_and_ranges,
+	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(cli_json_config_and_status_have_the_spec_shape, setup,
 	                                    teardown),
 	};
