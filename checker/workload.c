@@ -72,6 +72,9 @@ typedef struct client {
 	bool started;                       /* thr is running */
 	chk_scan *scans;                    /* its scans (for the history file) */
 	size_t nscans, capscans;            /* used and allocated */
+	/* --cas: per counter, the value this client last saw (0: absent); per
+	 * lock, the value it holds the lock with (0: not held) */
+	uint64_t cas_seen[CHK_CAS_COUNTERS + CHK_CAS_LOCKS];
 } client;
 
 /* The kinds of unit an op picks: a register, a group, an append slot. */
@@ -81,7 +84,8 @@ struct chk_workload {
 	const chk_opts *o;                 /* options */
 	unsigned nreg;                     /* single registers */
 	unsigned ngrp;                     /* groups */
-	unsigned nrk;                      /* registers in all: single and group members */
+	unsigned ncas;                     /* --cas: counters, then locks, keys [nreg, nreg+ncas) */
+	unsigned nrk;                      /* registers in all: single, cas and group members */
 	unsigned nslot;                    /* append keys (each with generations) */
 	size_t nkeys;                      /* nrk + nslot * CHK_MAX_GEN */
 	chk_key *keys;                     /* key table of the model */
@@ -112,6 +116,7 @@ struct chk_workload {
 	chk_op *final_ops;                /* register reads of the final pass */
 	size_t nfinal;                    /* their number */
 	atomic_uint_fast64_t ndel, nscan; /* deletes and scans issued */
+	atomic_uint_fast64_t ncasops;     /* cas operations issued */
 	chk_scan *allscans;               /* every client's scans (after the run) */
 	size_t nallscans;                 /* their number */
 	/* The longest value a get read of each append key, the final value's
@@ -179,7 +184,8 @@ chk_workload_create(const chk_opts *o, const char *controllers, const char *pref
 	w->nslot = o->keys / 2 > 0 ? o->keys / 2 : 1;
 	w->nreg = o->keys - w->nslot > 0 ? o->keys - w->nslot : 1;
 	w->ngrp = o->groups;
-	w->nrk = w->nreg;
+	w->ncas = o->cas_pct ? CHK_CAS_COUNTERS + CHK_CAS_LOCKS : 0;
+	w->nrk = w->nreg + w->ncas;
 	w->gname = calloc(w->ngrp + 1, sizeof(*w->gname));
 	w->gfirst = calloc(w->ngrp + 1, sizeof(*w->gfirst));
 	w->gsize = calloc(w->ngrp + 1, sizeof(*w->gsize));
@@ -216,6 +222,13 @@ chk_workload_create(const chk_opts *o, const char *controllers, const char *pref
 		char buf[512];
 		if (k < w->nreg) {
 			snprintf(buf, sizeof(buf), "%sr%03zu", prefix, k);
+		} else if (k < w->nreg + w->ncas) { /* counters c..., locks l... */
+			size_t i = k - w->nreg;
+			if (i < CHK_CAS_COUNTERS)
+				snprintf(buf, sizeof(buf), "%sc%03zu", prefix, i);
+			else
+				snprintf(buf, sizeof(buf), "%sl%03zu", prefix,
+				         i - CHK_CAS_COUNTERS);
 		} else if (k < w->nrk) {
 			unsigned g = 0;
 			while (g + 1 < w->ngrp && w->gfirst[g + 1] <= k)
@@ -428,7 +441,7 @@ pick_register(client *c)
 {
 	chk_workload *w = c->w;
 
-	if (w->ngrp && chk_rng_below(&c->rng, w->nrk) >= w->nreg) {
+	if (w->ngrp && chk_rng_below(&c->rng, w->nrk - w->ncas) >= w->nreg) {
 		unsigned g = pick(c, U_GROUP);
 		return w->gfirst[g] + (uint32_t)chk_rng_below(&c->rng, w->gsize[g]);
 	}
@@ -662,6 +675,70 @@ do_scan(client *c)
 	return true;
 }
 
+/*
+ * A compare-and-set (--cas): on a counter, from the value this client last
+ * saw (absent: if absent) to a new one, learning the current value when
+ * refused; on a lock, take it (put if absent) when this client does not
+ * hold it, else release it (delete if equal to the value it holds it
+ * with). A take of unknown outcome is released next, refused when it was
+ * not applied.
+ */
+static bool
+do_cas(client *c)
+{
+	chk_workload *w = c->w;
+	unsigned i = (unsigned)chk_rng_below(&c->rng, w->ncas);
+	bool lock = i >= CHK_CAS_COUNTERS;
+	chk_op op = {.client = c->p.id, .kind = CHK_CAS, .key = w->nreg + i};
+	const char *key = w->names[op.key];
+	shardkv_buf cur = {0};
+	char ev[40], nv[40];
+	int rv, ne = 0, nn = 0;
+
+	op.hash = c->cas_seen[i];
+	op.val = lock && op.hash ? 0 : chk_val_id(c->p.id, ++c->p.seq);
+	if (op.hash)
+		ne = chk_format_val(ev, sizeof(ev), op.hash);
+	if (op.val)
+		nn = chk_format_val(nv, sizeof(nv), op.val);
+	atomic_fetch_add(&w->ncasops, 1);
+	op.invoke = chk_now_ns();
+	if (op.val == 0) {
+		rv = shardkv_del_if_equal(handle(c), key, strlen(key), ev, (size_t)ne, &cur);
+	} else {
+		shardkv_put_options po = {.if_absent = op.hash == 0,
+		                          .if_equal = op.hash != 0,
+		                          .expect = {ev, (size_t)ne}};
+		rv = shardkv_put_ex(handle(c), key, strlen(key), nv, (size_t)nn, &po, &cur);
+	}
+	op.complete = op.ret = chk_now_ns();
+	if (rv == 0) {
+		c->cas_seen[i] = op.val; /* a lock: held with it, or released (0) */
+	} else if (rv == SHARDKV_EEXISTS || rv == SHARDKV_EMISMATCH) {
+		op.status = CHK_MISMATCH;
+		if (cur.data == NULL) {
+			op.len = 0;
+		} else if (!chk_parse_val(cur.data, cur.len, &op.len)) {
+			/* Bytes no write made: an identity nobody wrote, which the
+			 * model reports as never written. */
+			op.len = chk_val_id(UINT32_MAX, UINT32_MAX);
+		}
+		if (!lock)
+			c->cas_seen[i] = op.len;
+		else if (op.val == 0)
+			c->cas_seen[i] = 0; /* not held (a take of unknown outcome) */
+		shardkv_free(cur.data);
+	} else {
+		op.status = CHK_FAILED;
+		op.err = (int16_t)rv;
+		op.complete = CHK_NEVER;
+		count_failure(w, &op, rv);
+		if (lock && op.val)
+			c->cas_seen[i] = op.val; /* maybe held: released (or refused) next */
+	}
+	return record(&c->p, &op);
+}
+
 /* One random blocking operation; returns false to stop. */
 static bool
 one_op(client *c)
@@ -676,6 +753,8 @@ one_op(client *c)
 		return do_scan(c);
 	if (w->o->del_pct && chk_rng_below(&c->rng, 100) < w->o->del_pct)
 		return do_del(c);
+	if (w->ncas && chk_rng_below(&c->rng, 100) < w->o->cas_pct)
+		return do_cas(c);
 
 	if (w->ngrp && r >= 42 && r < 70) { /* mput or mget of a group */
 		unsigned g = pick(c, U_GROUP);
@@ -892,6 +971,7 @@ chk_workload_more_counts(chk_workload *w, chk_workload_more *out)
 	                           .async_ops = atomic_load(&w->nasync),
 	                           .hot_ops = atomic_load(&w->nhot),
 	                           .dels = atomic_load(&w->ndel),
+	                           .cas = atomic_load(&w->ncasops),
 	                           .scans = atomic_load(&w->nscan)};
 }
 
@@ -1051,7 +1131,7 @@ str_cmp(const void *a, const void *b)
 const char **
 chk_workload_boundaries(chk_workload *w, size_t *n)
 {
-	const char **b = malloc((w->nreg + w->ngrp + w->nslot + 1) * sizeof(*b));
+	const char **b = malloc((w->nreg + w->ncas + w->ngrp + w->nslot + 1) * sizeof(*b));
 	size_t m = 0;
 
 	if (b == NULL) {
@@ -1060,6 +1140,8 @@ chk_workload_boundaries(chk_workload *w, size_t *n)
 	}
 	for (unsigned r = 0; r < w->nreg; r++)
 		b[m++] = w->names[reg_key(w, r)];
+	for (unsigned i = 0; i < w->ncas; i++)
+		b[m++] = w->names[w->nreg + i];
 	for (unsigned g = 0; g < w->ngrp; g++)
 		b[m++] = w->gname[g];
 	for (unsigned s = 0; s < w->nslot; s++)
