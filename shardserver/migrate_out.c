@@ -431,7 +431,8 @@ carry_emit(chunk_acc *a)
 		if (a->n > 0 && klen + vlen > left)
 			return 0;
 		rv = chunk_add(a, a->carry_key.data, klen,
-		               vlen ? a->carry_val.data : (const uint8_t *)"", vlen, 0, 0, a->carry_at);
+		               vlen ? a->carry_val.data : (const uint8_t *)"", vlen, 0, 0,
+		               a->carry_at);
 	} else {
 		if (a->n > 0 && left < SLICE_MIN)
 			return 0;

@@ -375,8 +375,8 @@ kv_dur_log_mput(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
 }
 
 int
-kv_dur_log_mdel(kv_dur *d, kv_bytes anchor, size_t n, const kv_bytes *keys,
-                const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
+kv_dur_log_mdel(kv_dur *d, kv_bytes anchor, size_t n, const kv_bytes *keys, const kv_dur_dedup *dd,
+                uint64_t *lsn, const kv_dur_tap *tap)
 {
 	uint8_t hdr[HDR_MAX], tail[8], dl[4];
 	size_t h = rec_head(hdr, REC_MDEL, dd);
@@ -417,8 +417,7 @@ kv_dur_log_mdel(kv_dur *d, kv_bytes anchor, size_t n, const kv_bytes *keys,
 
 int
 kv_dur_log_mput_x(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
-                  uint64_t expire_at, const kv_dur_dedup *dd, uint64_t *lsn,
-                  const kv_dur_tap *tap)
+                  uint64_t expire_at, const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
 {
 	uint8_t hdr[HDR_MAX];
 	size_t h = rec_head_x(hdr, REC_MPUT, dd, expire_at);
@@ -837,12 +836,13 @@ snapshot(kv_dur *d, bool abortable)
 			break;
 		}
 		b->n = 0;
-		rv = kv_store_range_step_x(d->o.store, "", 0, "", 0, &c, SNAP_STEP, snap_copy_cb, b);
+		rv =
+		    kv_store_range_step_x(d->o.store, "", 0, "", 0, &c, SNAP_STEP, snap_copy_cb, b);
 		if (rv == 0 && b->oom)
 			rv = KV_ENOMEM;
 		for (size_t i = 0; i < b->n && rv == 0; i++) {
-			rv = kv_snap_add(w, b->dl[i] ? SNAP_KVX : SNAP_KV, b->keys[i].data, b->keys[i].len,
-			                 b->vals[i].data, b->vals[i].len);
+			rv = kv_snap_add(w, b->dl[i] ? SNAP_KVX : SNAP_KV, b->keys[i].data,
+			                 b->keys[i].len, b->vals[i].data, b->vals[i].len);
 			bytes += b->keys[i].len + b->vals[i].len;
 			entries++;
 		}

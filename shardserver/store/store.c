@@ -592,7 +592,8 @@ upd__write(kv_store *s, kv_part *p, struct op1 *o, const uint8_t *val, size_t vl
 	int rv;
 	(void)s;
 
-	if (u->cur && (rv = kv_buf_set(u->cur, vlen ? val : (const uint8_t *)"", vlen)) != KV_OK)
+	if (u->cur && u->kind != KV_UPD_PUT &&
+	    (rv = kv_buf_set(u->cur, vlen ? val : (const uint8_t *)"", vlen)) != KV_OK)
 		return rv;
 	if ((rv = part__put_x(p, o->key, o->klen, val, vlen, at)) != KV_OK)
 		return rv;
@@ -707,7 +708,7 @@ kv_store_get_x(kv_store *s, const void *key, size_t klen, kv_buf *val, uint64_t 
 
 	if (expire_at)
 		*expire_at = 0;
-	if (s == NULL || val == NULL)
+	if (s == NULL || (val == NULL && expire_at == NULL))
 		return KV_EINVAL;
 	if ((rv = store__check_key(s, key, klen)) != KV_OK)
 		return rv;
@@ -1684,12 +1685,11 @@ typedef struct {
 struct drange_args {
 	const uint8_t *start, *end;
 	size_t slen, elen;
-	size_t limit;       /* live keys to remove */
-	kv_store_key_cb cb; /* told of each removal, or NULL */
-	void *arg;
-	uint64_t count; /* live keys removed */
-	bool more;      /* keys of the range remain */
-	kv_buf *next;   /* where to resume, or NULL */
+	size_t limit;    /* live keys to remove */
+	kv_buf *removed; /* gets every removed key (u32 klen, key), or NULL */
+	uint64_t count;  /* live keys removed */
+	bool more;       /* keys of the range remain */
+	kv_buf *next;    /* where to resume, or NULL */
 };
 
 static void
@@ -1734,7 +1734,10 @@ drange_run(kv_store *s, void *arg)
 		kv_put32(hdr + 4, (uint32_t)h[m].e.klen);
 		hdr[8] = expired;
 		if (kv_buf_append(&keys, hdr, sizeof(hdr)) != KV_OK ||
-		    kv_buf_append(&keys, h[m].e.key, h[m].e.klen) != KV_OK) {
+		    kv_buf_append(&keys, h[m].e.key, h[m].e.klen) != KV_OK ||
+		    (d->removed != NULL &&
+		     (kv_buf_append(d->removed, hdr + 4, 4) != KV_OK ||
+		      kv_buf_append(d->removed, h[m].e.key, h[m].e.klen) != KV_OK))) {
 			rv = KV_ENOMEM;
 			break;
 		}
@@ -1768,8 +1771,6 @@ drange_run(kv_store *s, void *arg)
 		size_t kl = kv_get32(keys.data + off + 4);
 		bool expired = keys.data[off + 8] != 0;
 		const uint8_t *k = keys.data + off + 9;
-		if (d->cb != NULL)
-			d->cb(d->arg, k, kl, expired);
 		part__remove(&s->parts[pi], k, kl);
 		d->count += !expired;
 		off += 9 + kl;
@@ -1780,16 +1781,14 @@ drange_run(kv_store *s, void *arg)
 
 int
 kv_store_delrange(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
-                  size_t limit, kv_store_key_cb cb, void *arg, uint64_t *count, bool *more,
-                  kv_buf *next)
+                  size_t limit, kv_buf *removed, uint64_t *count, bool *more, kv_buf *next)
 {
 	struct drange_args d = {.start = start,
 	                        .slen = slen,
 	                        .end = end,
 	                        .elen = elen,
 	                        .limit = limit,
-	                        .cb = cb,
-	                        .arg = arg,
+	                        .removed = removed,
 	                        .next = next};
 	part_set *ps;
 	int rv;
@@ -1806,8 +1805,12 @@ kv_store_delrange(kv_store *s, const void *start, size_t slen, const void *end, 
 		return KV_ENOMEM;
 	for (unsigned pi = 0; pi < s->nparts; pi++)
 		part_set_add(ps, pi);
+	if (removed != NULL)
+		removed->len = 0;
 	rv = store__with_set(s, ps, drange_run, &d);
 	free(ps);
+	if (rv != KV_OK && removed != NULL)
+		removed->len = 0;
 	if (rv == KV_OK) {
 		if (count)
 			*count = d.count;

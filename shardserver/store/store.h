@@ -111,7 +111,8 @@ int kv_store_get(kv_store *s, const void *key, size_t klen, kv_buf *val);
 int kv_store_put(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen);
 
 /* Like kv_store_get; also copies the key's deadline (0: none) into *expire_at
- * (may be NULL). */
+ * (may be NULL). val may be NULL (only whether the key is live) when
+ * expire_at is not. */
 int kv_store_get_x(kv_store *s, const void *key, size_t klen, kv_buf *val, uint64_t *expire_at);
 
 /* Inserts or overwrites with the deadline expire_at (0: none; an old one is
@@ -155,7 +156,7 @@ typedef struct {
 	int64_t delta;      /* incr */
 	uint64_t expire_at; /* put, expire: the deadline, Unix ms; 0: none */
 	kv_buf *cur;        /* may be NULL. Out: del: the deleted value; a failed
-	                       condition: the current value (unless cur_absent); put,
+	                       condition: the current value (unless cur_absent);
 	                       append, incr, expire: the key's value afterwards */
 	bool cur_absent;    /* out: a failed condition found the key absent */
 	int64_t number;     /* out: incr: the new value */
@@ -194,21 +195,22 @@ int kv_store_mput(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const
 int kv_store_mput_x(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const kv_bytes *vals,
                     uint64_t expire_at);
 
-/* Called for each key a kv_store_delrange step removes, with every partition
- * held: must not call into the store. expired: it had expired already. */
+/* Called for each key kv_store_expire_sample finds, with the partition held:
+ * must not call into the store. */
 typedef void (*kv_store_key_cb)(void *arg, const uint8_t *key, size_t klen, bool expired);
 
 /*
  * One step of a range delete: removes the first `limit` (> 0) live keys of
  * [start, end) in key order, and the expired ones among them, with every
  * partition held, so the step is atomic with respect to every other
- * operation. *count gets the live keys removed; *more is set when keys of the
- * range remain, and then `next` (may be NULL) gets the key to resume from.
- * Returns 0, KV_EINVAL or KV_ENOMEM (nothing removed).
+ * operation. `removed` (may be NULL) gets every key removed, expired ones
+ * too, as u32 length (little-endian) and key bytes, in key order. *count
+ * gets the live keys removed; *more is set when keys of the range remain,
+ * and then `next` (may be NULL) gets the key to resume from. Returns 0,
+ * KV_EINVAL or KV_ENOMEM (nothing removed).
  */
 int kv_store_delrange(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
-                      size_t limit, kv_store_key_cb cb, void *arg, uint64_t *count, bool *more,
-                      kv_buf *next);
+                      size_t limit, kv_buf *removed, uint64_t *count, bool *more, kv_buf *next);
 
 /*
  * Counts up to `limit` (0: no limit) live keys of [start, end) from the

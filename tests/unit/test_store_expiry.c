@@ -293,7 +293,7 @@ delrange_removes_limit_keys_per_step_in_order(void **state)
 		char k[16];
 		uint64_t n = 0, total = 0;
 		bool more = false;
-		kv_buf next = {0}, from = {0}, seen = {0};
+		kv_buf next = {0}, from = {0}, seen = {0}, rm = {0};
 		int steps = 0;
 
 		for (int j = 0; j < 100; j++) {
@@ -308,9 +308,15 @@ delrange_removes_limit_keys_per_step_in_order(void **state)
 		assert_true(more);
 		assert_int_equal(kv_buf_set(&from, "r", 1), KV_OK);
 		do {
-			assert_int_equal(kv_store_delrange(s, from.data, from.len, "s", 1, 30,
-			                                   collect_key, &seen, &n, &more, &next),
+			assert_int_equal(kv_store_delrange(s, from.data, from.len, "s", 1, 30, &rm,
+			                                   &n, &more, &next),
 			                 KV_OK);
+			for (size_t off = 0; off < rm.len;) {
+				uint32_t kl;
+				memcpy(&kl, rm.data + off, 4);
+				collect_key(&seen, rm.data + off + 4, kl, false);
+				off += 4 + kl;
+			}
 			total += n;
 			steps++;
 			if (more)
@@ -327,6 +333,7 @@ delrange_removes_limit_keys_per_step_in_order(void **state)
 		kv_buf_fini(&next);
 		kv_buf_fini(&from);
 		kv_buf_fini(&seen);
+		kv_buf_fini(&rm);
 		kv_store_destroy(s);
 	}
 }
