@@ -17,6 +17,7 @@
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -300,6 +301,22 @@ new_ops_answer_as_the_protocol_says_and_retries_get_the_first_answer(void **stat
 	inproc_srv_down(&srvs[0]);
 }
 
+/* Whether dir holds a committed snapshot file. */
+static bool
+has_snapshot(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool found = false;
+
+	if (d == NULL)
+		return false;
+	while (!found && (e = readdir(d)) != NULL)
+		found = strncmp(e->d_name, "snap-", 5) == 0 && strstr(e->d_name, ".dat") != NULL;
+	closedir(d);
+	return found;
+}
+
 static void
 expiry_survives_a_restart_through_the_log_and_a_snapshot(void **state)
 {
@@ -319,7 +336,14 @@ expiry_survives_a_restart_through_the_log_and_a_snapshot(void **state)
 	assert_int_equal(ttl(u, "e1").ttl_ms, 5000);
 	assert_int_equal(ttl(u, "cleared").ttl_ms, -1);
 	assert_int_equal(ttl(u, "ctr").ttl_ms, 5000);
-	kv_test_sleep_ms(500); /* snapshots (a few) of the recovered store */
+	/* A write grows the log past the threshold: a snapshot follows. */
+	assert_int_equal(do_put(u, "after", "v", 0, 0).status, 0);
+	uint64_t deadline = kv_test_now_ms() + 10000;
+	while (!has_snapshot(srvs[0].dir)) {
+		if (kv_test_now_ms() > deadline)
+			fail_msg("no snapshot written");
+		kv_test_sleep_ms(20);
+	}
 	restart_until_served("p");
 	u = srvs[0].url;
 	assert_int_equal(ttl(u, "e2").ttl_ms, 5000);
