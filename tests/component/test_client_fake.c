@@ -864,6 +864,28 @@ conditional_put_answers_the_current_value_without_a_read(void **state)
 	shardkv_close(c);
 }
 
+/* The reply of an applied if-absent put is lost: the retry keeps its
+ * request id, so the server answers it as applied, not as "exists". */
+static void
+lost_reply_of_a_conditional_put_is_answered_as_applied(void **state)
+{
+	shardkv_client *c = open_client(3000, false);
+	shardkv_put_options absent = {.if_absent = true};
+	shardkv_buf cur = {0};
+	(void)state;
+
+	g->srv[0].drop_lossy = true;
+	assert_int_equal(shardkv_put_ex(c, "lossy", 5, "mine", 4, &absent, &cur), 0);
+	assert_int_equal(g->srv[0].received_lossy, 2);
+	assert_int_equal(g->srv[0].lossy_ids[0], g->srv[0].lossy_ids[1]);
+	assert_int_equal(g->srv[0].applied_lossy, 1);
+	/* A new put if absent is a new request: refused. */
+	assert_int_equal(shardkv_put_ex(c, "lossy", 5, "other", 5, &absent, &cur), SHARDKV_EEXISTS);
+	assert_memory_equal(cur.data, "mine", 4);
+	shardkv_free(cur.data);
+	shardkv_close(c);
+}
+
 static void
 expiry_ttl_persist_and_incr(void **state)
 {
@@ -1174,6 +1196,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(admin_results_and_config_are_reported, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        conditional_put_answers_the_current_value_without_a_read, setup, teardown),
+	    cmocka_unit_test_setup_teardown(lost_reply_of_a_conditional_put_is_answered_as_applied,
+	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(expiry_ttl_persist_and_incr, setup, teardown),
 	    cmocka_unit_test_setup_teardown(count_and_delrange_sum_the_steps_of_every_node, setup,
 	                                    teardown),

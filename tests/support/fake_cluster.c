@@ -157,6 +157,18 @@ wrong_owner(kv_fake_server *s, Shardkv__OpResult *res, Shardkv__OwnerHint *h, co
 	s->wrong_owner++;
 }
 
+/* Returns whether (client, id) was applied before, remembering nothing. */
+static bool
+seen_already(kv_fake_server *s, uint64_t client, uint64_t id)
+{
+	if (client == 0 || id == 0)
+		return false;
+	for (size_t i = 0; i < s->nseen; i++)
+		if (s->seen[i].client_id == client && s->seen[i].request_id == id)
+			return true;
+	return false;
+}
+
 /* Returns whether (client, id) was applied before; remembers it if not. */
 static bool
 seen_before(kv_fake_server *s, uint64_t client, uint64_t id)
@@ -243,11 +255,15 @@ srv_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		}
 		if (lossy && s->received_lossy < 8)
 			s->lossy_ids[s->received_lossy++] = op->request_id;
-		if (op->put->cond == SHARDKV__COND__COND_IF_ABSENT && find(s, k) != NULL) {
+		/* A retry of a write applied before is answered as applied,
+		 * before its condition is looked at again. */
+		bool again = seen_already(s, q->client_id, op->request_id);
+		if (!again && op->put->cond == SHARDKV__COND__COND_IF_ABSENT &&
+		    find(s, k) != NULL) {
 			cond_failed(&res, SHARDKV__STATUS__STATUS_EXISTS, find(s, k));
 			break;
 		}
-		if (op->put->cond == SHARDKV__COND__COND_IF_EQUAL &&
+		if (!again && op->put->cond == SHARDKV__COND__COND_IF_EQUAL &&
 		    !holds(find(s, k), op->put->expect)) {
 			cond_failed(&res, SHARDKV__STATUS__STATUS_MISMATCH, find(s, k));
 			break;
