@@ -1666,7 +1666,8 @@ sum_bytes(size_t n, const shardkv_bytes *b, bool key, size_t *total)
 /* Checks, copies and starts an async multi-key op. */
 static int
 multi_submit(shardkv_client *c, int kind, size_t n, const shardkv_bytes *keys, size_t nvals,
-             const shardkv_bytes *vals, const shardkv_scan_args *sa, multi_done done, void *arg)
+             const shardkv_bytes *vals, uint64_t ttl_ms, const shardkv_scan_args *sa,
+             multi_done done, void *arg)
 {
 	multi_op *m;
 	size_t total = 0, off = 0;
@@ -1675,6 +1676,9 @@ multi_submit(shardkv_client *c, int kind, size_t n, const shardkv_bytes *keys, s
 	kvc_clear_error();
 	if (c == NULL || done.mget == NULL)
 		return kvc_fail(KV_EINVAL, "null argument");
+	if (ttl_ms > KV_MAX_TTL_MS)
+		return kvc_fail(KV_EINVAL, "TTL of %llu ms over the limit of %llu",
+		                (unsigned long long)ttl_ms, (unsigned long long)KV_MAX_TTL_MS);
 	if (kind == MULTI_SCAN) {
 		if (sa == NULL || (sa->start.data == NULL && sa->start.len) ||
 		    (sa->end.data == NULL && sa->end.len) ||
@@ -1704,6 +1708,7 @@ multi_submit(shardkv_client *c, int kind, size_t n, const shardkv_bytes *keys, s
 	}
 	mrun_init(&m->m, c, kind == MULTI_MGET ? KV_OP_MGET : KV_OP_MPUT, n, m->keys, m->vals,
 	          kvc_deadline(c), multi_fin, m);
+	m->m.ttl_ms = ttl_ms;
 	if (kind == MULTI_SCAN) {
 		kv_bytes b[3];
 		shardkv_bytes in[3] = {sa->start, sa->end, sa->prefix};
@@ -1750,14 +1755,24 @@ int
 shardkv_mget_async(shardkv_client *c, size_t n, const shardkv_bytes *keys,
                    shardkv_mget_done_fn done, void *arg)
 {
-	return multi_submit(c, MULTI_MGET, n, keys, 0, NULL, NULL, (multi_done){.mget = done}, arg);
+	return multi_submit(c, MULTI_MGET, n, keys, 0, NULL, 0, NULL, (multi_done){.mget = done},
+	                    arg);
 }
 
 int
 shardkv_mput_async(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t nvals,
                    const shardkv_bytes *vals, shardkv_mput_done_fn done, void *arg)
 {
-	return multi_submit(c, MULTI_MPUT, nkeys, keys, nvals, vals, NULL,
+	return multi_submit(c, MULTI_MPUT, nkeys, keys, nvals, vals, 0, NULL,
+	                    (multi_done){.mput = done}, arg);
+}
+
+int
+shardkv_mput_ex_async(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t nvals,
+                      const shardkv_bytes *vals, uint64_t ttl_ms, shardkv_mput_done_fn done,
+                      void *arg)
+{
+	return multi_submit(c, MULTI_MPUT, nkeys, keys, nvals, vals, ttl_ms, NULL,
 	                    (multi_done){.mput = done}, arg);
 }
 
@@ -1765,7 +1780,7 @@ int
 shardkv_scan_async(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_done_fn done,
                    void *arg)
 {
-	return multi_submit(c, MULTI_SCAN, 0, NULL, 0, NULL, a, (multi_done){.scan = done}, arg);
+	return multi_submit(c, MULTI_SCAN, 0, NULL, 0, NULL, 0, a, (multi_done){.scan = done}, arg);
 }
 
 /* ---------------------------------------------------------------------------

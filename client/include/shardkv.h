@@ -483,6 +483,10 @@ SHARDKV_API int shardkv_mput_async(shardkv_client *c, size_t nkeys, const shardk
                                    shardkv_mput_done_fn done, void *arg);
 SHARDKV_API int shardkv_scan_async(shardkv_client *c, const shardkv_scan_args *a,
                                    shardkv_scan_done_fn done, void *arg);
+/* shardkv_mput_async with a TTL, as shardkv_mput_ex. */
+SHARDKV_API int shardkv_mput_ex_async(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys,
+                                      size_t nvals, const shardkv_bytes *vals, uint64_t ttl_ms,
+                                      shardkv_mput_done_fn done, void *arg);
 
 /* ---------------------------------------------------------------------------
  * Admin operations (doc/contract.md §4)

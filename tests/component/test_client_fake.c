@@ -1003,6 +1003,13 @@ ex_wait(int n)
 }
 
 static void
+ex_mput(void *arg, int status, shardkv_mput_result *r)
+{
+	shardkv_mput_result_free(r);
+	ex_num(arg, status, 0);
+}
+
+static void
 async_forms_of_the_new_single_key_ops(void **state)
 {
 	shardkv_client *c = open_client(3000, false);
@@ -1039,6 +1046,16 @@ async_forms_of_the_new_single_key_ops(void **state)
 	assert_true(exr.num[5] > 0 && exr.num[5] <= 50000);
 	assert_int_equal(exr.status[6], 0);
 	assert_int_equal(shardkv_ttl_async(c, "held", 4, NULL, NULL), SHARDKV_EINVAL);
+	/* mput with a TTL, async: both keys expire. */
+	shardkv_bytes ks[] = {{"a2", 2}, {"z2", 2}}, vs[] = {{"1", 1}, {"2", 1}};
+	assert_int_equal(shardkv_mput_ex_async(c, 2, ks, 2, vs, 40000, ex_mput, (void *)7), 0);
+	ex_wait(1);
+	assert_int_equal(exr.status[7], 0);
+	int64_t left;
+	assert_int_equal(shardkv_ttl(c, "a2", 2, &left), 0);
+	assert_true(left > 0 && left <= 40000);
+	assert_int_equal(shardkv_ttl(c, "z2", 2, &left), 0);
+	assert_true(left > 0 && left <= 40000);
 	shardkv_close(c);
 }
 
