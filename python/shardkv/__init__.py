@@ -28,7 +28,7 @@ __all__ = [
     "WrongOwner", "Stale", "Timeout", "Unavailable", "Exists", "DiskError",
     "Corrupt", "ProtocolError", "AuthError", "Closed", "Busy", "Moving",
     "PermissionDenied", "NoSpace", "LimitExceeded", "AddressInUse",
-    "InternalError", "Mismatch", "set_log_level", "library_path",
+    "InternalError", "Mismatch", "MAX_TTL_MS", "set_log_level", "library_path",
 ]
 
 # ---------------------------------------------------------------------------
@@ -481,6 +481,16 @@ def _admin_dict(r):
 
 _MISSING = object()
 
+MAX_TTL_MS = 1 << 40  # SHARDKV_MAX_TTL_MS
+
+
+def _ttl_arg(ttl_ms):
+    """A TTL argument checked: an int from 1 to MAX_TTL_MS."""
+    ms = int(ttl_ms)
+    if not 0 < ms <= MAX_TTL_MS:
+        raise Invalid(-2, "ttl_ms must be 1 to %d" % MAX_TTL_MS)
+    return ms
+
 
 class _Deadline:
     """Gives one call its own deadline (shardkv_set_thread_timeout): set on
@@ -597,9 +607,7 @@ class Client:
                 _check(_put(self._handle(), k, len(k), v, len(v)))
             return
         o = _PutOptions()
-        o.ttl_ms = int(ttl_ms or 0)
-        if ttl_ms is not None and o.ttl_ms <= 0:
-            raise Invalid(-2, "ttl_ms must be positive")
+        o.ttl_ms = _ttl_arg(ttl_ms) if ttl_ms is not None else 0
         o.if_absent = bool(if_absent)
         e = None
         if if_equal is not None:
@@ -649,10 +657,9 @@ class Client:
     def expire(self, key, ttl_ms, timeout_ms=None):
         """Makes an existing key expire ttl_ms from now. Raises NotFound."""
         k = _b(key)
-        if int(ttl_ms) <= 0:
-            raise Invalid(-2, "ttl_ms must be positive")
+        ms = _ttl_arg(ttl_ms)
         with _Deadline(timeout_ms):
-            _check(_expire(self._handle(), k, len(k), int(ttl_ms)))
+            _check(_expire(self._handle(), k, len(k), ms))
 
     def persist(self, key, timeout_ms=None):
         """Makes an existing key never expire. Raises NotFound."""
@@ -756,9 +763,8 @@ class Client:
         varr, vkeep = self._bytes_array([p[1] for p in pairs], "value")
         res = _P(_MputResult)()
         with _Deadline(timeout_ms):
-            if ttl_ms is not None and int(ttl_ms) <= 0:
-                raise Invalid(-2, "ttl_ms must be positive")
-            rv = _mput_ex(self._handle(), len(kkeep), karr, len(vkeep), varr, int(ttl_ms or 0),
+            ms = _ttl_arg(ttl_ms) if ttl_ms is not None else 0
+            rv = _mput_ex(self._handle(), len(kkeep), karr, len(vkeep), varr, ms,
                           ctypes.byref(res))
             try:
                 _check(rv)

@@ -265,6 +265,12 @@ class BindingTest(unittest.TestCase):
             kv.expire("ttl:a", 100)
         kv.mput({"ttl:m1": "1", "ttl:m2": "2"}, ttl_ms=60000)
         self.assertTrue(0 < kv.ttl("ttl:m2") <= 60000)
+        for bad in (0, -5, shardkv.MAX_TTL_MS + 1, 1 << 70):
+            with self.assertRaises(shardkv.Invalid):
+                kv.put("ttl:bad", "v", ttl_ms=bad)
+            with self.assertRaises(shardkv.Invalid):
+                kv.expire("ttl:m1", bad)
+        self.assertFalse(kv.exists("ttl:bad"))
 
     def test_incr_counts_and_refuses_a_non_integer(self):
         kv = self.kv
