@@ -84,21 +84,21 @@ typedef struct {
 	unsigned move_rate;      /* --move-rate: MB/s of half the unwaited copies (0: unpaced) */
 	unsigned del_pct;        /* --deletes: % of single-key ops that delete a register */
 	unsigned scan_pct;       /* --scans: % of blocking ops that scan registers (0: none) */
-	unsigned cas_pct;        /* --cas: % of blocking ops that compare-and-set a counter or
-	                            take or release a lock (0: none) */
-	unsigned scan_limit;     /* --scan-limit: entries a scan asks for at most */
-	unsigned pause_ms;       /* --pause: SIGSTOP a server this long, then SIGCONT; 0: off */
-	unsigned pause_iv_ms;    /* --pause-interval: mean time between two pauses' starts */
-	bool kill_no_restart;    /* --kill-no-restart: SIGKILL a server for good, remove it
-	                            once down, join a replacement (needs replicas >= 2) */
-	bool wipe;               /* --wipe: SIGKILL a server, delete its data dir, start it
-	                            again as a new node (needs replicas >= 2) */
-	unsigned fault_iv_ms;    /* --fault-interval: mean ms between --kill-no-restart and
-	                            --wipe faults */
-	unsigned replicas;       /* --replicas: the controller's --replicas (0: not passed) */
-	bool one_copy_faults;    /* $SHARDKV_CHECKER_ONE_COPY_FAULTS=1: run --kill-no-restart
-	                            and --wipe with one copy (removes with data loss; the
-	                            history then shows the lost writes) */
+	unsigned cas_pct;     /* --cas: % of ops (blocking, async) that compare-and-set a counter or
+	                         take or release a lock (0: none) */
+	unsigned scan_limit;  /* --scan-limit: entries a scan asks for at most */
+	unsigned pause_ms;    /* --pause: SIGSTOP a server this long, then SIGCONT; 0: off */
+	unsigned pause_iv_ms; /* --pause-interval: mean time between two pauses' starts */
+	bool kill_no_restart; /* --kill-no-restart: SIGKILL a server for good, remove it
+	                         once down, join a replacement (needs replicas >= 2) */
+	bool wipe;            /* --wipe: SIGKILL a server, delete its data dir, start it
+	                         again as a new node (needs replicas >= 2) */
+	unsigned fault_iv_ms; /* --fault-interval: mean ms between --kill-no-restart and
+	                         --wipe faults */
+	unsigned replicas;    /* --replicas: the controller's --replicas (0: not passed) */
+	bool one_copy_faults; /* $SHARDKV_CHECKER_ONE_COPY_FAULTS=1: run --kill-no-restart
+	                         and --wipe with one copy (removes with data loss; the
+	                         history then shows the lost writes) */
 } chk_opts;
 
 /* Monotonic nanoseconds. */

@@ -55,6 +55,8 @@ typedef struct {
 	proc p;           /* its process */
 	chk_op op;        /* the op in flight */
 	atomic_bool busy; /* an op is in flight (the callback clears it) */
+	uint64_t cas_seen[CHK_CAS_COUNTERS + CHK_CAS_LOCKS]; /* --cas: as client's, this
+	                                                        slot's own */
 } aslot;
 
 /* One client thread. */
@@ -676,66 +678,100 @@ do_scan(client *c)
 }
 
 /*
- * A compare-and-set (--cas): on a counter, from the value this client last
+ * A compare-and-set (--cas): on a counter, from the value this process last
  * saw (absent: if absent) to a new one, learning the current value when
- * refused; on a lock, take it (put if absent) when this client does not
+ * refused; on a lock, take it (put if absent) when this process does not
  * hold it, else release it (delete if equal to the value it holds it
  * with). A take of unknown outcome is released next, refused when it was
- * not applied.
+ * not applied. `seen` is the process's: per counter the value it last saw,
+ * per lock the value it holds it with (0: absent, not held).
+ *
+ * cas_begin fills op (key i of the cas keys) and the spellings of its
+ * expected and new values; cas_end takes the call's result (rv, and on a
+ * refusal the current value, NULL when absent).
  */
+typedef struct {
+	char ev[40], nv[40]; /* the expected and the new value, spelled */
+	int ne, nn;          /* their lengths (0: absent) */
+} cas_args;
+
+static void
+cas_begin(chk_workload *w, proc *p, const uint64_t *seen, unsigned i, chk_op *op, cas_args *a)
+{
+	bool lock = i >= CHK_CAS_COUNTERS;
+
+	*op = (chk_op){.client = p->id, .kind = CHK_CAS, .key = w->nreg + i};
+	op->hash = seen[i];
+	op->val = lock && op->hash ? 0 : chk_val_id(p->id, ++p->seq);
+	a->ne = op->hash ? chk_format_val(a->ev, sizeof(a->ev), op->hash) : 0;
+	a->nn = op->val ? chk_format_val(a->nv, sizeof(a->nv), op->val) : 0;
+	atomic_fetch_add(&w->ncasops, 1);
+}
+
+static void
+cas_end(chk_workload *w, uint64_t *seen, chk_op *op, int rv, const void *cur, size_t curlen)
+{
+	unsigned i = op->key - w->nreg;
+	bool lock = i >= CHK_CAS_COUNTERS;
+
+	op->complete = op->ret = chk_now_ns();
+	if (rv == 0) {
+		seen[i] = op->val; /* a lock: held with it, or released (0) */
+	} else if (rv == SHARDKV_EEXISTS || rv == SHARDKV_EMISMATCH) {
+		op->status = CHK_MISMATCH;
+		if (cur == NULL) {
+			op->len = 0;
+		} else if (!chk_parse_val(cur, curlen, &op->len)) {
+			/* Bytes no write made: an identity nobody wrote, which the
+			 * model reports as never written. */
+			op->len = chk_val_id(UINT32_MAX, UINT32_MAX);
+		}
+		if (!lock)
+			seen[i] = op->len;
+		else if (op->val == 0)
+			seen[i] = 0; /* not held (a take of unknown outcome) */
+	} else {
+		op->status = CHK_FAILED;
+		op->err = (int16_t)rv;
+		op->complete = CHK_NEVER;
+		count_failure(w, op, rv);
+		if (lock && op->val)
+			seen[i] = op->val; /* maybe held: released (or refused) next */
+	}
+}
+
+/* Starts a cas with the handle: blocking (done NULL, the result in *cur)
+ * or async. Returns the call's result. */
+static int
+cas_call(shardkv_client *h, const char *key, const chk_op *op, const cas_args *a, shardkv_buf *cur,
+         shardkv_done_fn done, void *arg)
+{
+	if (op->val == 0)
+		return done ? shardkv_del_if_equal_async(h, key, strlen(key), a->ev, (size_t)a->ne,
+		                                         done, arg)
+		            : shardkv_del_if_equal(h, key, strlen(key), a->ev, (size_t)a->ne, cur);
+	shardkv_put_options po = {.if_absent = op->hash == 0,
+	                          .if_equal = op->hash != 0,
+	                          .expect = {a->ev, (size_t)a->ne}};
+	return done
+	           ? shardkv_put_ex_async(h, key, strlen(key), a->nv, (size_t)a->nn, &po, done, arg)
+	           : shardkv_put_ex(h, key, strlen(key), a->nv, (size_t)a->nn, &po, cur);
+}
+
 static bool
 do_cas(client *c)
 {
 	chk_workload *w = c->w;
 	unsigned i = (unsigned)chk_rng_below(&c->rng, w->ncas);
-	bool lock = i >= CHK_CAS_COUNTERS;
-	chk_op op = {.client = c->p.id, .kind = CHK_CAS, .key = w->nreg + i};
-	const char *key = w->names[op.key];
 	shardkv_buf cur = {0};
-	char ev[40], nv[40];
-	int rv, ne = 0, nn = 0;
+	cas_args a;
+	chk_op op;
 
-	op.hash = c->cas_seen[i];
-	op.val = lock && op.hash ? 0 : chk_val_id(c->p.id, ++c->p.seq);
-	if (op.hash)
-		ne = chk_format_val(ev, sizeof(ev), op.hash);
-	if (op.val)
-		nn = chk_format_val(nv, sizeof(nv), op.val);
-	atomic_fetch_add(&w->ncasops, 1);
+	cas_begin(w, &c->p, c->cas_seen, i, &op, &a);
 	op.invoke = chk_now_ns();
-	if (op.val == 0) {
-		rv = shardkv_del_if_equal(handle(c), key, strlen(key), ev, (size_t)ne, &cur);
-	} else {
-		shardkv_put_options po = {.if_absent = op.hash == 0,
-		                          .if_equal = op.hash != 0,
-		                          .expect = {ev, (size_t)ne}};
-		rv = shardkv_put_ex(handle(c), key, strlen(key), nv, (size_t)nn, &po, &cur);
-	}
-	op.complete = op.ret = chk_now_ns();
-	if (rv == 0) {
-		c->cas_seen[i] = op.val; /* a lock: held with it, or released (0) */
-	} else if (rv == SHARDKV_EEXISTS || rv == SHARDKV_EMISMATCH) {
-		op.status = CHK_MISMATCH;
-		if (cur.data == NULL) {
-			op.len = 0;
-		} else if (!chk_parse_val(cur.data, cur.len, &op.len)) {
-			/* Bytes no write made: an identity nobody wrote, which the
-			 * model reports as never written. */
-			op.len = chk_val_id(UINT32_MAX, UINT32_MAX);
-		}
-		if (!lock)
-			c->cas_seen[i] = op.len;
-		else if (op.val == 0)
-			c->cas_seen[i] = 0; /* not held (a take of unknown outcome) */
-		shardkv_free(cur.data);
-	} else {
-		op.status = CHK_FAILED;
-		op.err = (int16_t)rv;
-		op.complete = CHK_NEVER;
-		count_failure(w, &op, rv);
-		if (lock && op.val)
-			c->cas_seen[i] = op.val; /* maybe held: released (or refused) next */
-	}
+	int rv = cas_call(handle(c), w->names[op.key], &op, &a, &cur, NULL, NULL);
+	cas_end(w, c->cas_seen, &op, rv, cur.data, cur.len);
+	shardkv_free(cur.data);
 	return record(&c->p, &op);
 }
 
@@ -817,7 +853,10 @@ slot_done(void *arg, int status, const void *val, size_t vlen)
 	aslot *s = arg;
 	client *c = s->c;
 
-	finish(c->w, &s->op, status, val, vlen);
+	if (s->op.kind == CHK_CAS)
+		cas_end(c->w, s->cas_seen, &s->op, status, val, vlen);
+	else
+		finish(c->w, &s->op, status, val, vlen);
 	record(&s->p, &s->op);
 	atomic_fetch_add(&c->w->ndone, 1);
 	atomic_store_explicit(&s->busy, false, memory_order_release);
@@ -835,6 +874,19 @@ slot_start(client *c, aslot *s)
 	int rv;
 
 	s->op = (chk_op){.client = s->p.id};
+	if (w->ncas && chk_rng_below(&c->rng, 100) < w->o->cas_pct) {
+		/* A cas of the slot's own: its own idea of the values. */
+		cas_args a;
+		unsigned i = (unsigned)chk_rng_below(&c->rng, w->ncas);
+		cas_begin(w, &s->p, s->cas_seen, i, &s->op, &a);
+		atomic_store(&s->busy, true);
+		atomic_fetch_add(&w->nasync, 1);
+		s->op.invoke = chk_now_ns();
+		rv = cas_call(handle(c), w->names[s->op.key], &s->op, &a, NULL, slot_done, s);
+		if (rv != 0) /* not taken: the callback will not run */
+			slot_done(s, rv, NULL, 0);
+		return;
+	}
 	if (w->o->del_pct && chk_rng_below(&c->rng, 100) < w->o->del_pct) {
 		s->op.kind = CHK_DEL;
 		s->op.key = reg_key(w, pick(c, U_REG));
