@@ -45,6 +45,8 @@
 #define CHK_MAX_HOT        256        /* keys the driver marks as moving at once */
 #define CHK_MAX_NEM        65536      /* nemesis events kept for the history file */
 #define CHK_WHOLE_GRACE_MS 1000 /* a split group takes mputs again this long after it is whole */
+#define CHK_CAS_COUNTERS   8    /* --cas: registers moved on by compare-and-set */
+#define CHK_CAS_LOCKS      4    /* --cas: locks taken (if absent) and released (if equal) */
 
 /* The options of one run; read-only once parsed. */
 typedef struct {
@@ -82,19 +84,21 @@ typedef struct {
 	unsigned move_rate;      /* --move-rate: MB/s of half the unwaited copies (0: unpaced) */
 	unsigned del_pct;        /* --deletes: % of single-key ops that delete a register */
 	unsigned scan_pct;       /* --scans: % of blocking ops that scan registers (0: none) */
-	unsigned scan_limit;     /* --scan-limit: entries a scan asks for at most */
-	unsigned pause_ms;       /* --pause: SIGSTOP a server this long, then SIGCONT; 0: off */
-	unsigned pause_iv_ms;    /* --pause-interval: mean time between two pauses' starts */
-	bool kill_no_restart;    /* --kill-no-restart: SIGKILL a server for good, remove it
-	                            once down, join a replacement (needs replicas >= 2) */
-	bool wipe;               /* --wipe: SIGKILL a server, delete its data dir, start it
-	                            again as a new node (needs replicas >= 2) */
-	unsigned fault_iv_ms;    /* --fault-interval: mean ms between --kill-no-restart and
-	                            --wipe faults */
-	unsigned replicas;       /* --replicas: the controller's --replicas (0: not passed) */
-	bool one_copy_faults;    /* $SHARDKV_CHECKER_ONE_COPY_FAULTS=1: run --kill-no-restart
-	                            and --wipe with one copy (removes with data loss; the
-	                            history then shows the lost writes) */
+	unsigned cas_pct;     /* --cas: % of ops (blocking, async) that compare-and-set a counter or
+	                         take or release a lock (0: none) */
+	unsigned scan_limit;  /* --scan-limit: entries a scan asks for at most */
+	unsigned pause_ms;    /* --pause: SIGSTOP a server this long, then SIGCONT; 0: off */
+	unsigned pause_iv_ms; /* --pause-interval: mean time between two pauses' starts */
+	bool kill_no_restart; /* --kill-no-restart: SIGKILL a server for good, remove it
+	                         once down, join a replacement (needs replicas >= 2) */
+	bool wipe;            /* --wipe: SIGKILL a server, delete its data dir, start it
+	                         again as a new node (needs replicas >= 2) */
+	unsigned fault_iv_ms; /* --fault-interval: mean ms between --kill-no-restart and
+	                         --wipe faults */
+	unsigned replicas;    /* --replicas: the controller's --replicas (0: not passed) */
+	bool one_copy_faults; /* $SHARDKV_CHECKER_ONE_COPY_FAULTS=1: run --kill-no-restart
+	                         and --wipe with one copy (removes with data loss; the
+	                         history then shows the lost writes) */
 } chk_opts;
 
 /* Monotonic nanoseconds. */
@@ -297,6 +301,7 @@ typedef struct {
 	uint64_t async_ops;     /* operations issued through the async API */
 	uint64_t hot_ops;       /* operations on keys the driver was moving */
 	uint64_t dels, scans;   /* deletes and scans issued */
+	uint64_t cas;           /* compare-and-set operations issued (counters and locks) */
 } chk_workload_more;
 
 void chk_workload_more_counts(chk_workload *w, chk_workload_more *out);

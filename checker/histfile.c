@@ -113,6 +113,37 @@ put_value(FILE *f, const chk_key *keys, const chk_op *o, bool completion)
 	put_str(f, b, n > 0 ? (size_t)n : 0);
 }
 
+/* A register identity as a JSON value: its spelling, null for 0 (absent). */
+static void
+put_id(FILE *f, uint64_t id)
+{
+	char b[64];
+
+	if (id == 0) {
+		fputs("null", f);
+		return;
+	}
+	chk_format_val(b, sizeof(b), id);
+	put_cstr(f, b);
+}
+
+/* A cas's fields: "expect" and "value" (null: absent); a refused one's
+ * completion adds "current", what the key held (null: absent) when known. */
+static void
+put_cas(FILE *f, const chk_key *keys, const chk_op *o, bool completion)
+{
+	fputs("\"key\": ", f);
+	put_cstr(f, keys[o->key].name);
+	fputs(", \"expect\": ", f);
+	put_id(f, o->hash);
+	fputs(", \"value\": ", f);
+	put_id(f, o->val);
+	if (completion && o->status == CHK_MISMATCH && o->len != CHK_CUR_UNKNOWN) {
+		fputs(", \"current\": ", f);
+		put_id(f, o->len);
+	}
+}
+
 static const char *
 op_name(const chk_op *o)
 {
@@ -125,6 +156,8 @@ op_name(const chk_op *o)
 		return "del";
 	case CHK_SCAN:
 		return "scan";
+	case CHK_CAS:
+		return "cas";
 	default:
 		return o->txn ? "mget" : "get";
 	}
@@ -314,7 +347,8 @@ chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops
 		const chk_op *o = &ops[e[j].op];
 		const char *type = "invoke";
 		if (!e[j].invoke)
-			type = o->status != CHK_FAILED                     ? "ok"
+			type = o->status == CHK_MISMATCH                   ? "fail"
+			       : o->status != CHK_FAILED                   ? "ok"
 			       : o->kind == CHK_GET || o->kind == CHK_SCAN ? "fail"
 			                                                   : "info";
 		/* A read of an append key whose final value was never read back:
@@ -329,6 +363,8 @@ chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops
 			chk_scan want = {.txn = o->txn};
 			const chk_scan *d = bsearch(&want, sc, nscans, sizeof(*sc), scan_txn_cmp);
 			put_scan(f, keys, ops, parts, e[j].op, d, !e[j].invoke);
+		} else if (o->kind == CHK_CAS) {
+			put_cas(f, keys, o, !e[j].invoke);
 		} else if (o->txn == 0) {
 			fputs("\"key\": ", f);
 			put_cstr(f, keys[o->key].name);
@@ -413,6 +449,11 @@ typedef struct {
 	uint32_t process;    /* the file's process, folded into 32 bits for reports */
 	size_t line;         /* the invoke's line */
 	uint64_t result_len; /* append: "result_len", when given */
+	char *expect;        /* cas: the expected value (NULL: absent) */
+	size_t elen;         /* its length */
+	char *cur;           /* cas refused: the current value (NULL: absent or unknown) */
+	size_t clen;         /* its length */
+	bool cur_known;      /* cas refused: "current" was given */
 } rop;
 
 struct chk_histfile {
@@ -821,6 +862,54 @@ scan_event(rd *r, json_t *inv, size_t inv_line, json_t *done, bool ok, uint64_t 
 	return 0;
 }
 
+/* A cas: "expect" and "value" (strings, null: absent) in the invocation;
+ * ok: applied, fail: refused (the completion may say "current"), info:
+ * unknown. */
+static int
+cas_event(rd *r, json_t *inv, size_t inv_line, json_t *done, const char *type, uint64_t t)
+{
+	json_t *key = json_object_get(inv, "key"), *e = json_object_get(inv, "expect"),
+	       *v = json_object_get(inv, "value"), *c = json_object_get(done, "current");
+	json_int_t process = json_integer_value(json_object_get(inv, "process"));
+	uint64_t t0 = (uint64_t)json_integer_value(json_object_get(inv, "time"));
+	bool ok = strcmp(type, "ok") == 0, refused = strcmp(type, "fail") == 0;
+	uint32_t k;
+
+	if (!json_is_string(key))
+		return bad(r, "cas has no string \"key\"");
+	if (e == NULL || v == NULL)
+		return bad(r, "cas needs \"expect\" and \"value\" (null: absent)");
+	if (key_index(r, json_string_value(key), json_string_length(key), &k) != 0)
+		return -1;
+	if (key_kind(r, k, false) != 0)
+		return -1;
+	rop *o = raw_add(r);
+	if (o == NULL)
+		return oom(r);
+	*o = (rop){.kind = CHK_CAS,
+	           .key = k,
+	           .invoke = t0,
+	           .ret = t,
+	           .line = inv_line,
+	           .process = (uint32_t)process,
+	           .status = ok        ? CHK_OK
+	                     : refused ? CHK_MISMATCH
+	                               : CHK_FAILED,
+	           .complete = ok || refused ? t : CHK_NEVER};
+	if (dup_value(r, v, "\"value\"", &o->val, &o->vlen) != 0 ||
+	    dup_value(r, e, "\"expect\"", &o->expect, &o->elen) != 0)
+		return -1;
+	if (o->val != NULL && o->expect != NULL && o->vlen == o->elen &&
+	    memcmp(o->val, o->expect, o->vlen) == 0)
+		return bad(r, "cas writes the value it expects");
+	if (refused && c != NULL) {
+		o->cur_known = true;
+		if (dup_value(r, c, "\"current\"", &o->cur, &o->clen) != 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* Records the operation that inv (its invocation) and done (its
  * completion) make. */
 static int
@@ -846,10 +935,14 @@ complete(rd *r, json_t *inv, size_t inv_line, json_t *done, const char *type, ui
 		kind = CHK_DEL;
 	else if (strcmp(f, "scan") == 0)
 		kind = CHK_SCAN;
+	else if (strcmp(f, "cas") == 0)
+		kind = CHK_CAS;
 	else
 		return bad(r, "operation \"%s\" is not checked by this version of the checker", f);
 	if (kind == CHK_SCAN)
 		return scan_event(r, inv, inv_line, done, ok, t);
+	if (kind == CHK_CAS)
+		return cas_event(r, inv, inv_line, done, type, t);
 	if (kind == CHK_GET && failed)
 		return 0; /* a read that certainly did not happen tells nothing */
 	if (kind != CHK_GET && failed)
@@ -1132,7 +1225,8 @@ name_writes(rd *r)
 
 	for (size_t i = 0; i < h->nraw; i++) {
 		rop *o = &h->raw[i];
-		if (o->kind != CHK_PUT && o->kind != CHK_APPEND)
+		if (o->kind != CHK_PUT && o->kind != CHK_APPEND &&
+		    !(o->kind == CHK_CAS && o->val != NULL))
 			continue;
 		r->line = o->line;
 		if (o->kind == CHK_APPEND) {
@@ -1245,6 +1339,24 @@ canon_offset(const chk_histfile *h, uint32_t k, const char *v, size_t n, uint64_
 	return at == off && off > 0 ? canon : 1;
 }
 
+/* The identity of register value v of key k: its write's, or a fresh one
+ * that no write has (the model reports it). */
+static int
+reg_id(rd *r, uint32_t k, const char *v, size_t n, uint64_t *id)
+{
+	bool added;
+	sent *s = smap_get(&r->h->vals, k, v, n, true, &added);
+
+	if (s == NULL)
+		return oom(r);
+	if (added) {
+		s->id = new_id(r->h);
+		s->writer = NONE;
+	}
+	*id = s->id;
+	return 0;
+}
+
 /* Pass 2: the model's operations, and each append key's final value. */
 static int
 build_ops(rd *r)
@@ -1284,7 +1396,15 @@ build_ops(rd *r)
 		if (x->status == CHK_FAILED)
 			o->err = -1;
 		h->lines[h->nops] = x->line;
-		if (x->kind == CHK_PUT || x->kind == CHK_APPEND) {
+		if (x->kind == CHK_CAS) {
+			r->line = x->line;
+			if ((x->val && reg_id(r, x->key, x->val, x->vlen, &o->val) != 0) ||
+			    (x->expect && reg_id(r, x->key, x->expect, x->elen, &o->hash) != 0) ||
+			    (x->cur && reg_id(r, x->key, x->cur, x->clen, &o->len) != 0))
+				goto out;
+			if (x->status == CHK_MISMATCH && !x->cur_known)
+				o->len = CHK_CUR_UNKNOWN;
+		} else if (x->kind == CHK_PUT || x->kind == CHK_APPEND) {
 			sent *s = smap_get(&h->vals, x->key, x->val, x->vlen, false, NULL);
 			o->val = s ? s->id : 0;
 			if (x->kind == CHK_APPEND && x->status == CHK_OK) {
@@ -1514,8 +1634,11 @@ chk_histfile_free(chk_histfile *h)
 {
 	if (h == NULL)
 		return;
-	for (size_t i = 0; i < h->nraw; i++)
+	for (size_t i = 0; i < h->nraw; i++) {
 		free(h->raw[i].val);
+		free(h->raw[i].expect);
+		free(h->raw[i].cur);
+	}
 	free(h->raw);
 	for (size_t i = 0; i < h->nscans; i++)
 		rscan_free(&h->scans[i]);

@@ -815,6 +815,13 @@ search_apply(const chk_op *o, uint64_t cur, uint64_t *next)
 	case CHK_DEL:
 		*next = 0;
 		return o->status == CHK_FAILED ? cur != 0 : seen == cur;
+	case CHK_CAS:
+		if (o->status == CHK_MISMATCH) {
+			*next = cur;
+			return cur != o->hash && (o->len == CHK_CUR_UNKNOWN || o->len == cur);
+		}
+		*next = o->val; /* applied, or (failed) applied here */
+		return cur == o->hash;
 	default:
 		*next = cur;
 		return seen == cur;
@@ -850,6 +857,10 @@ search_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 	keep = malloc((n + 1) * sizeof(*keep));
 	if (keep == NULL)
 		goto out;
+	bool cas_blind = false; /* a refused cas whose current value is not known */
+	for (size_t j = 0; j < n; j++)
+		cas_blind |= o[idx[j]].kind == CHK_CAS && o[idx[j]].status == CHK_MISMATCH &&
+		             o[idx[j]].len == CHK_CUR_UNKNOWN;
 
 	/* What each get and delete read must have been put to this key, and
 	 * not after the read ended. */
@@ -857,6 +868,40 @@ search_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 		size_t g = idx[j];
 		if (o[g].kind == CHK_PUT) {
 			count_put(x, &o[g]);
+			continue;
+		}
+		if (o[g].kind == CHK_CAS) {
+			if (o[g].status == CHK_OK)
+				x->res->cas_applied++;
+			else if (o[g].status == CHK_MISMATCH)
+				x->res->cas_mismatched++;
+			else
+				x->res->cas_failed++;
+			/* What an applied cas expected, or a refused one was told,
+			 * must have been written to this key. */
+			uint64_t seen = o[g].status == CHK_OK         ? o[g].hash
+			                : o[g].status == CHK_MISMATCH ? o[g].len
+			                                              : 0;
+			if (seen == 0 || seen == CHK_CUR_UNKNOWN)
+				continue;
+			size_t w = wtab_find(&x->w, seen);
+			if (w == NONE || (o[w].kind != CHK_PUT && o[w].kind != CHK_CAS) ||
+			    o[w].key != k) {
+				violation(x, CHK_V_NEVER_WRITTEN, k, g, w,
+				          "a cas %s %s, which was never written to this key",
+				          o[g].status == CHK_OK ? "expected"
+				                                : "was told the key held",
+				          val_str(b1, sizeof(b1), seen));
+				bad = true;
+				continue;
+			}
+			if (o[w].invoke > o[g].complete) {
+				violation(x, CHK_V_FUTURE_READ, k, g, w,
+				          "a cas saw %s, whose write began after the cas ended",
+				          val_str(b1, sizeof(b1), seen));
+				bad = true;
+			}
+			x->mark[w] = true; /* read: a failed write of it is kept */
 			continue;
 		}
 		if (o[g].kind == CHK_DEL) {
@@ -878,7 +923,7 @@ search_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 		if (o[g].status != CHK_OK)
 			continue;
 		size_t w = wtab_find(&x->w, o[g].val);
-		if (w == NONE || o[w].kind != CHK_PUT || o[w].key != k) {
+		if (w == NONE || (o[w].kind != CHK_PUT && o[w].kind != CHK_CAS) || o[w].key != k) {
 			violation(x, CHK_V_NEVER_WRITTEN, k, g, w,
 			          "%s read %s, which was never put to this key", what,
 			          val_str(b1, sizeof(b1), o[g].val));
@@ -896,11 +941,13 @@ search_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 	}
 	for (size_t j = 0; j < n; j++) {
 		size_t g = idx[j];
-		bool unread = o[g].kind == CHK_PUT && !x->mark[g];
+		/* With a cas refused on a value it was not told, an unread failed
+		 * put may be what made it refuse: kept then. */
+		bool unread = o[g].kind == CHK_PUT && !x->mark[g] && !cas_blind;
 		x->mark[g] = false;
 		if (o[g].status == CHK_FAILED && (is_read(o[g].kind) || unread))
 			continue;
-		if (is_read(o[g].kind))
+		if (is_read(o[g].kind) || (o[g].kind == CHK_CAS && o[g].status == CHK_MISMATCH))
 			x->res->reads_checked++;
 		keep[nkeep++] = g;
 	}
@@ -1017,12 +1064,13 @@ search_register_key(ctx *x, uint32_t k, const size_t *idx, size_t n)
 		e = next[e];
 	}
 	if (done < nreq && blocker != NONE)
-		violation(x, CHK_V_UNORDERED, k, blocker, last,
-		          "no order of the puts and deletes explains what the gets and deletes "
-		          "returned: at most %zu of the key's %zu completed operations can be "
-		          "placed in order before this one (the other one marked is the last "
-		          "of the longest such order)",
-		          best, nreq);
+		violation(
+		    x, CHK_V_UNORDERED, k, blocker, last,
+		    "no order of the writes explains what the gets, deletes and cas "
+		    "operations returned: at most %zu of the key's %zu completed operations can be "
+		    "placed in order before this one (the other one marked is the last "
+		    "of the longest such order)",
+		    best, nreq);
 	rv = 0;
 out:
 	free(keep);
@@ -1456,9 +1504,13 @@ history_valid(ctx *x)
 	for (size_t i = 0; i < x->nops; i++) {
 		const chk_op *o = &x->ops[i];
 		bool write = o->kind == CHK_APPEND || o->kind == CHK_PUT;
-		bool bad = o->key >= x->nkeys || o->kind < CHK_APPEND || o->kind > CHK_SCAN ||
-		           o->status > CHK_GARBAGE || o->complete < o->invoke ||
-		           (write && o->status != CHK_OK && o->status != CHK_FAILED);
+		bool cas = o->kind == CHK_CAS;
+		bool bad = o->key >= x->nkeys || o->kind < CHK_APPEND || o->kind > CHK_CAS ||
+		           o->status > CHK_MISMATCH || o->complete < o->invoke ||
+		           (write && o->status != CHK_OK && o->status != CHK_FAILED) ||
+		           (o->status == CHK_MISMATCH) != (cas && o->status == CHK_MISMATCH) ||
+		           (cas && (o->status == CHK_NOTFOUND || o->status == CHK_GARBAGE ||
+		                    o->txn != 0 || (o->val != 0 && o->val == o->hash)));
 		if (!bad && o->kind != CHK_GET && x->keys[o->key].append != (o->kind == CHK_APPEND))
 			bad = true; /* puts, deletes and scans of registers, appends of the rest */
 		if (!bad && o->status == CHK_FAILED && o->complete != CHK_NEVER)
@@ -1466,7 +1518,11 @@ history_valid(ctx *x)
 		if (!bad && write &&
 		    (o->val == 0 || (uint32_t)o->val == 0 || wtab_add(&x->w, o->val, i) != NONE))
 			bad = true;
-		if (!bad && o->kind == CHK_DEL)
+		/* A cas's value is unique like a put's ("absent" is none). */
+		if (!bad && cas && o->val != 0 &&
+		    ((uint32_t)o->val == 0 || wtab_add(&x->w, o->val, i) != NONE))
+			bad = true;
+		if (!bad && (o->kind == CHK_DEL || cas))
 			x->has_del[o->key] = true;
 		if (bad) {
 			violation(x, CHK_V_BAD_HISTORY, o->key < x->nkeys ? o->key : 0, NONE, i,
@@ -1500,7 +1556,8 @@ chk_check_bounded(const chk_key *keys, size_t nkeys, const chk_op *ops, size_t n
 
 	memset(res, 0, sizeof(*res));
 	for (size_t i = 0; i < nops; i++)
-		nwrites += ops[i].kind == CHK_PUT || ops[i].kind == CHK_APPEND;
+		nwrites +=
+		    ops[i].kind == CHK_PUT || ops[i].kind == CHK_APPEND || ops[i].kind == CHK_CAS;
 	x.pos = malloc((nops + 1) * sizeof(*x.pos));
 	x.flagged = calloc(nops + 1, sizeof(*x.flagged));
 	x.has_del = calloc(nkeys + 1, sizeof(*x.has_del));
@@ -1598,6 +1655,29 @@ chk_print_op(FILE *f, const chk_key *keys, const chk_op *op, uint64_t t0)
 		else
 			fprintf(f, "%s", (chk_format_val(v, sizeof(v), op->val), v));
 		break;
+	case CHK_CAS: {
+		char e[40], c[40];
+		if (op->hash)
+			chk_format_val(e, sizeof(e), op->hash);
+		else
+			snprintf(e, sizeof(e), "absent");
+		if (op->val)
+			chk_format_val(v, sizeof(v), op->val);
+		else
+			snprintf(v, sizeof(v), "absent");
+		fprintf(f, "cas    %s %s => %s -> ", name, e, v);
+		if (op->status == CHK_OK)
+			fprintf(f, "ok");
+		else if (op->status == CHK_FAILED)
+			fprintf(f, "failed (%d)", op->err);
+		else if (op->len == CHK_CUR_UNKNOWN)
+			fprintf(f, "mismatch");
+		else if (op->len == 0)
+			fprintf(f, "mismatch (absent)");
+		else
+			fprintf(f, "mismatch (%s)", (chk_format_val(c, sizeof(c), op->len), c));
+		break;
+	}
 	default:
 		fprintf(f, "%s %s -> ", op->kind == CHK_SCAN ? "scan  " : "get   ", name);
 		if (op->status == CHK_FAILED)

@@ -42,7 +42,15 @@ typedef enum {
 	CHK_SCAN = 5,   /* one register's part of a scan, read like a get (a key the scan
 	                   did not return is CHK_NOTFOUND); the parts of one scan share
 	                   `txn` but, unlike an mget's, are not atomic together */
+	CHK_CAS = 6,    /* compare-and-set of a register: when it holds `hash` (the expected
+	                   identity, 0: absent) it becomes `val` (0: absent, a delete if
+	                   equal); CHK_OK applied, CHK_MISMATCH not (it held another value:
+	                   `len`, 0 absent, CHK_CUR_UNKNOWN when not known), CHK_FAILED
+	                   unknown */
 } chk_kind;
+
+/* A CHK_CAS with CHK_MISMATCH whose current value is not known. */
+#define CHK_CUR_UNKNOWN UINT64_MAX
 
 /* What an operation returned. */
 typedef enum {
@@ -51,6 +59,7 @@ typedef enum {
 	CHK_FAILED = 2,   /* failed or timed out: a write (or delete) may or may not take
 	                     effect */
 	CHK_GARBAGE = 3,  /* a get or delete of a register read bytes that name no value */
+	CHK_MISMATCH = 4, /* a cas whose condition did not hold: nothing written */
 } chk_status;
 
 /* One recorded operation. 64 bytes, plain data. A multi-key operation is
@@ -134,6 +143,9 @@ typedef struct {
 	size_t registers_unchecked;    /* ... whose search hit its bound: not checked */
 	size_t mgets_checked;          /* mgets whose atomicity was checked */
 	size_t mputs;                  /* mputs in the history */
+	size_t cas_applied;            /* cas operations acknowledged as applied */
+	size_t cas_mismatched;         /* cas operations refused: the condition did not hold */
+	size_t cas_failed;             /* cas operations of unknown outcome */
 } chk_result;
 
 /* The identity of value `seq` of client `client` (both from 1). */
@@ -187,6 +199,13 @@ uint64_t chk_hash(uint64_t h, const void *p, size_t n);
  * anywhere after it began or never. The search visits at most
  * `max_states` states per register; one that needs more is counted in
  * registers_unchecked, never reported valid or violated.
+ *
+ * Compare-and-set (CHK_CAS): a register with one is decided by the same
+ * search as one with deletes: an applied cas is placed where the register
+ * holds its expected value and writes its own (or "absent"), a refused one
+ * where it holds another value (the current value it was told, when
+ * known), one of unknown outcome where it holds the expected value or
+ * never. Values written by cas are unique like those of puts.
  *
  * Scans: each key's part of a scan (CHK_SCAN) is checked as a get of that
  * key over the scan's call, "not found" for a key the scan passed over.

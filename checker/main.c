@@ -49,6 +49,7 @@ usage(FILE *f)
 	    "                       [--multi G] [--async N] [--handles H] [--hot PCT]\n"
 	    "                       [--move-rate MB] [--deletes PCT] [--scans PCT [--scan-limit "
 	    "N]]\n"
+	    "                       [--cas PCT]\n"
 	    "                       [--history FILE] [--keep] [--json] [-v]\n"
 	    "       shardkv-checker --check FILE\n"
 	    "\n"
@@ -105,6 +106,10 @@ usage(FILE *f)
 	    "  --deletes PCT           PCT%% of single-key ops delete a register (default 5)\n"
 	    "  --scans PCT             PCT%% of blocking ops scan 1-4 registers (default 0)\n"
 	    "  --scan-limit N          entries a scan asks for at most (default 100)\n"
+	    "  --cas PCT               PCT%% of ops (blocking and async) compare-and-set one\n"
+	    "                          of 8 counters (from the value the process last saw to\n"
+	    "                          a new one) or take (if absent) or release (if equal)\n"
+	    "                          one of 4 locks (default 0)\n"
 	    "  --max-ops N             record at most N operations (default %u)\n"
 	    "  --fill N                write N filler keys among the checker's keys first, so\n"
 	    "                          that moved ranges carry data (default 0)\n"
@@ -183,6 +188,7 @@ enum {
 	OPT_HOT,
 	OPT_MOVE_RATE,
 	OPT_DELETES,
+	OPT_CAS,
 	OPT_SCANS,
 	OPT_SCAN_LIMIT,
 	OPT_KILL_INTERVAL,
@@ -235,6 +241,7 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"hot", required_argument, NULL, OPT_HOT},
 	    {"move-rate", required_argument, NULL, OPT_MOVE_RATE},
 	    {"deletes", required_argument, NULL, OPT_DELETES},
+	    {"cas", required_argument, NULL, OPT_CAS},
 	    {"scans", required_argument, NULL, OPT_SCANS},
 	    {"scan-limit", required_argument, NULL, OPT_SCAN_LIMIT},
 	    {"verbose", no_argument, NULL, 'v'},
@@ -421,10 +428,13 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 			break;
 		case OPT_DELETES:
 		case OPT_SCANS:
+		case OPT_CAS:
 			if (!parse_num(optarg, 0, 100, &v))
 				return usage_error("%s wants 0 to 100, not '%s'", argv[optind - 1],
 				                   optarg);
-			*(ch == OPT_DELETES ? &o->del_pct : &o->scan_pct) = (unsigned)v;
+			*(ch == OPT_DELETES ? &o->del_pct
+			  : ch == OPT_SCANS ? &o->scan_pct
+			                    : &o->cas_pct) = (unsigned)v;
 			break;
 		case OPT_SCAN_LIMIT:
 			if (!parse_num(optarg, 1, 100000, &v))
@@ -786,6 +796,10 @@ print_json(const summary *s)
 	        s->more.dels, s->res->deletes_acked, s->res->deletes_failed, s->more.scans,
 	        s->res->registers_searched, s->res->registers_unchecked);
 	fprintf(f,
+	        ", \"cas\": %" PRIu64 ", \"cas_applied\": %zu, \"cas_mismatched\": %zu"
+	        ", \"cas_failed\": %zu",
+	        s->more.cas, s->res->cas_applied, s->res->cas_mismatched, s->res->cas_failed);
+	fprintf(f,
 	        ", \"faults\": {\"pauses\": %" PRIu64 ", \"paused_down\": %" PRIu64
 	        ", \"paused_back\": %" PRIu64 ", \"paused_keys\": %" PRIu64
 	        ", \"acked_while_stopped\": %" PRIu64 ", \"held_over_pause\": %" PRIu64
@@ -855,6 +869,11 @@ print_text(const summary *s)
 	        "deletes searched, %zu cut off at the bound (unchecked)\n",
 	        r->deletes_acked, r->deletes_failed, s->more.scans, r->registers_searched,
 	        r->registers_unchecked);
+	if (s->more.cas)
+		fprintf(f,
+		        "cas: %" PRIu64 " issued, %zu applied, %zu refused (the value differed), "
+		        "%zu of unknown outcome\n",
+		        s->more.cas, r->cas_applied, r->cas_mismatched, r->cas_failed);
 	fprintf(f,
 	        "indeterminate operations: %" PRIu64 " (failed writes; %zu failed puts and %zu "
 	        "failed appends took effect); %" PRIu64 " timeouts\n",

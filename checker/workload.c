@@ -55,6 +55,8 @@ typedef struct {
 	proc p;           /* its process */
 	chk_op op;        /* the op in flight */
 	atomic_bool busy; /* an op is in flight (the callback clears it) */
+	uint64_t cas_seen[CHK_CAS_COUNTERS + CHK_CAS_LOCKS]; /* --cas: as client's, this
+	                                                        slot's own */
 } aslot;
 
 /* One client thread. */
@@ -72,6 +74,9 @@ typedef struct client {
 	bool started;                       /* thr is running */
 	chk_scan *scans;                    /* its scans (for the history file) */
 	size_t nscans, capscans;            /* used and allocated */
+	/* --cas: per counter, the value this client last saw (0: absent); per
+	 * lock, the value it holds the lock with (0: not held) */
+	uint64_t cas_seen[CHK_CAS_COUNTERS + CHK_CAS_LOCKS];
 } client;
 
 /* The kinds of unit an op picks: a register, a group, an append slot. */
@@ -81,7 +86,8 @@ struct chk_workload {
 	const chk_opts *o;                 /* options */
 	unsigned nreg;                     /* single registers */
 	unsigned ngrp;                     /* groups */
-	unsigned nrk;                      /* registers in all: single and group members */
+	unsigned ncas;                     /* --cas: counters, then locks, keys [nreg, nreg+ncas) */
+	unsigned nrk;                      /* registers in all: single, cas and group members */
 	unsigned nslot;                    /* append keys (each with generations) */
 	size_t nkeys;                      /* nrk + nslot * CHK_MAX_GEN */
 	chk_key *keys;                     /* key table of the model */
@@ -112,6 +118,7 @@ struct chk_workload {
 	chk_op *final_ops;                /* register reads of the final pass */
 	size_t nfinal;                    /* their number */
 	atomic_uint_fast64_t ndel, nscan; /* deletes and scans issued */
+	atomic_uint_fast64_t ncasops;     /* cas operations issued */
 	chk_scan *allscans;               /* every client's scans (after the run) */
 	size_t nallscans;                 /* their number */
 	/* The longest value a get read of each append key, the final value's
@@ -179,7 +186,8 @@ chk_workload_create(const chk_opts *o, const char *controllers, const char *pref
 	w->nslot = o->keys / 2 > 0 ? o->keys / 2 : 1;
 	w->nreg = o->keys - w->nslot > 0 ? o->keys - w->nslot : 1;
 	w->ngrp = o->groups;
-	w->nrk = w->nreg;
+	w->ncas = o->cas_pct ? CHK_CAS_COUNTERS + CHK_CAS_LOCKS : 0;
+	w->nrk = w->nreg + w->ncas;
 	w->gname = calloc(w->ngrp + 1, sizeof(*w->gname));
 	w->gfirst = calloc(w->ngrp + 1, sizeof(*w->gfirst));
 	w->gsize = calloc(w->ngrp + 1, sizeof(*w->gsize));
@@ -216,6 +224,13 @@ chk_workload_create(const chk_opts *o, const char *controllers, const char *pref
 		char buf[512];
 		if (k < w->nreg) {
 			snprintf(buf, sizeof(buf), "%sr%03zu", prefix, k);
+		} else if (k < w->nreg + w->ncas) { /* counters c..., locks l... */
+			size_t i = k - w->nreg;
+			if (i < CHK_CAS_COUNTERS)
+				snprintf(buf, sizeof(buf), "%sc%03zu", prefix, i);
+			else
+				snprintf(buf, sizeof(buf), "%sl%03zu", prefix,
+				         i - CHK_CAS_COUNTERS);
 		} else if (k < w->nrk) {
 			unsigned g = 0;
 			while (g + 1 < w->ngrp && w->gfirst[g + 1] <= k)
@@ -428,7 +443,7 @@ pick_register(client *c)
 {
 	chk_workload *w = c->w;
 
-	if (w->ngrp && chk_rng_below(&c->rng, w->nrk) >= w->nreg) {
+	if (w->ngrp && chk_rng_below(&c->rng, w->nrk - w->ncas) >= w->nreg) {
 		unsigned g = pick(c, U_GROUP);
 		return w->gfirst[g] + (uint32_t)chk_rng_below(&c->rng, w->gsize[g]);
 	}
@@ -662,6 +677,104 @@ do_scan(client *c)
 	return true;
 }
 
+/*
+ * A compare-and-set (--cas): on a counter, from the value this process last
+ * saw (absent: if absent) to a new one, learning the current value when
+ * refused; on a lock, take it (put if absent) when this process does not
+ * hold it, else release it (delete if equal to the value it holds it
+ * with). A take of unknown outcome is released next, refused when it was
+ * not applied. `seen` is the process's: per counter the value it last saw,
+ * per lock the value it holds it with (0: absent, not held).
+ *
+ * cas_begin fills op (key i of the cas keys) and the spellings of its
+ * expected and new values; cas_end takes the call's result (rv, and on a
+ * refusal the current value, NULL when absent).
+ */
+typedef struct {
+	char ev[40], nv[40]; /* the expected and the new value, spelled */
+	int ne, nn;          /* their lengths (0: absent) */
+} cas_args;
+
+static void
+cas_begin(chk_workload *w, proc *p, const uint64_t *seen, unsigned i, chk_op *op, cas_args *a)
+{
+	bool lock = i >= CHK_CAS_COUNTERS;
+
+	*op = (chk_op){.client = p->id, .kind = CHK_CAS, .key = w->nreg + i};
+	op->hash = seen[i];
+	op->val = lock && op->hash ? 0 : chk_val_id(p->id, ++p->seq);
+	a->ne = op->hash ? chk_format_val(a->ev, sizeof(a->ev), op->hash) : 0;
+	a->nn = op->val ? chk_format_val(a->nv, sizeof(a->nv), op->val) : 0;
+	atomic_fetch_add(&w->ncasops, 1);
+}
+
+static void
+cas_end(chk_workload *w, uint64_t *seen, chk_op *op, int rv, const void *cur, size_t curlen)
+{
+	unsigned i = op->key - w->nreg;
+	bool lock = i >= CHK_CAS_COUNTERS;
+
+	op->complete = op->ret = chk_now_ns();
+	if (rv == 0) {
+		seen[i] = op->val; /* a lock: held with it, or released (0) */
+	} else if (rv == SHARDKV_EEXISTS || rv == SHARDKV_EMISMATCH) {
+		op->status = CHK_MISMATCH;
+		if (cur == NULL) {
+			op->len = 0;
+		} else if (!chk_parse_val(cur, curlen, &op->len)) {
+			/* Bytes no write made: an identity nobody wrote, which the
+			 * model reports as never written. */
+			op->len = chk_val_id(UINT32_MAX, UINT32_MAX);
+		}
+		if (!lock)
+			seen[i] = op->len;
+		else if (op->val == 0)
+			seen[i] = 0; /* not held (a take of unknown outcome) */
+	} else {
+		op->status = CHK_FAILED;
+		op->err = (int16_t)rv;
+		op->complete = CHK_NEVER;
+		count_failure(w, op, rv);
+		if (lock && op->val)
+			seen[i] = op->val; /* maybe held: released (or refused) next */
+	}
+}
+
+/* Starts a cas with the handle: blocking (done NULL, the result in *cur)
+ * or async. Returns the call's result. */
+static int
+cas_call(shardkv_client *h, const char *key, const chk_op *op, const cas_args *a, shardkv_buf *cur,
+         shardkv_done_fn done, void *arg)
+{
+	if (op->val == 0)
+		return done ? shardkv_del_if_equal_async(h, key, strlen(key), a->ev, (size_t)a->ne,
+		                                         done, arg)
+		            : shardkv_del_if_equal(h, key, strlen(key), a->ev, (size_t)a->ne, cur);
+	shardkv_put_options po = {.if_absent = op->hash == 0,
+	                          .if_equal = op->hash != 0,
+	                          .expect = {a->ev, (size_t)a->ne}};
+	return done
+	           ? shardkv_put_ex_async(h, key, strlen(key), a->nv, (size_t)a->nn, &po, done, arg)
+	           : shardkv_put_ex(h, key, strlen(key), a->nv, (size_t)a->nn, &po, cur);
+}
+
+static bool
+do_cas(client *c)
+{
+	chk_workload *w = c->w;
+	unsigned i = (unsigned)chk_rng_below(&c->rng, w->ncas);
+	shardkv_buf cur = {0};
+	cas_args a;
+	chk_op op;
+
+	cas_begin(w, &c->p, c->cas_seen, i, &op, &a);
+	op.invoke = chk_now_ns();
+	int rv = cas_call(handle(c), w->names[op.key], &op, &a, &cur, NULL, NULL);
+	cas_end(w, c->cas_seen, &op, rv, cur.data, cur.len);
+	shardkv_free(cur.data);
+	return record(&c->p, &op);
+}
+
 /* One random blocking operation; returns false to stop. */
 static bool
 one_op(client *c)
@@ -676,6 +789,8 @@ one_op(client *c)
 		return do_scan(c);
 	if (w->o->del_pct && chk_rng_below(&c->rng, 100) < w->o->del_pct)
 		return do_del(c);
+	if (w->ncas && chk_rng_below(&c->rng, 100) < w->o->cas_pct)
+		return do_cas(c);
 
 	if (w->ngrp && r >= 42 && r < 70) { /* mput or mget of a group */
 		unsigned g = pick(c, U_GROUP);
@@ -738,7 +853,10 @@ slot_done(void *arg, int status, const void *val, size_t vlen)
 	aslot *s = arg;
 	client *c = s->c;
 
-	finish(c->w, &s->op, status, val, vlen);
+	if (s->op.kind == CHK_CAS)
+		cas_end(c->w, s->cas_seen, &s->op, status, val, vlen);
+	else
+		finish(c->w, &s->op, status, val, vlen);
 	record(&s->p, &s->op);
 	atomic_fetch_add(&c->w->ndone, 1);
 	atomic_store_explicit(&s->busy, false, memory_order_release);
@@ -756,6 +874,19 @@ slot_start(client *c, aslot *s)
 	int rv;
 
 	s->op = (chk_op){.client = s->p.id};
+	if (w->ncas && chk_rng_below(&c->rng, 100) < w->o->cas_pct) {
+		/* A cas of the slot's own: its own idea of the values. */
+		cas_args a;
+		unsigned i = (unsigned)chk_rng_below(&c->rng, w->ncas);
+		cas_begin(w, &s->p, s->cas_seen, i, &s->op, &a);
+		atomic_store(&s->busy, true);
+		atomic_fetch_add(&w->nasync, 1);
+		s->op.invoke = chk_now_ns();
+		rv = cas_call(handle(c), w->names[s->op.key], &s->op, &a, NULL, slot_done, s);
+		if (rv != 0) /* not taken: the callback will not run */
+			slot_done(s, rv, NULL, 0);
+		return;
+	}
 	if (w->o->del_pct && chk_rng_below(&c->rng, 100) < w->o->del_pct) {
 		s->op.kind = CHK_DEL;
 		s->op.key = reg_key(w, pick(c, U_REG));
@@ -892,6 +1023,7 @@ chk_workload_more_counts(chk_workload *w, chk_workload_more *out)
 	                           .async_ops = atomic_load(&w->nasync),
 	                           .hot_ops = atomic_load(&w->nhot),
 	                           .dels = atomic_load(&w->ndel),
+	                           .cas = atomic_load(&w->ncasops),
 	                           .scans = atomic_load(&w->nscan)};
 }
 
@@ -1051,7 +1183,7 @@ str_cmp(const void *a, const void *b)
 const char **
 chk_workload_boundaries(chk_workload *w, size_t *n)
 {
-	const char **b = malloc((w->nreg + w->ngrp + w->nslot + 1) * sizeof(*b));
+	const char **b = malloc((w->nreg + w->ncas + w->ngrp + w->nslot + 1) * sizeof(*b));
 	size_t m = 0;
 
 	if (b == NULL) {
@@ -1060,6 +1192,8 @@ chk_workload_boundaries(chk_workload *w, size_t *n)
 	}
 	for (unsigned r = 0; r < w->nreg; r++)
 		b[m++] = w->names[reg_key(w, r)];
+	for (unsigned i = 0; i < w->ncas; i++)
+		b[m++] = w->names[w->nreg + i];
 	for (unsigned g = 0; g < w->ngrp; g++)
 		b[m++] = w->gname[g];
 	for (unsigned s = 0; s < w->nslot; s++)

@@ -310,8 +310,19 @@ static void slot_finish(void *arg, int rv, nng_msg *rep);
 static bool
 single_key(const kv_op *op)
 {
-	return op->kind == KV_OP_GET || op->kind == KV_OP_PUT || op->kind == KV_OP_DEL ||
-	       op->kind == KV_OP_APPEND;
+	switch (op->kind) {
+	case KV_OP_GET:
+	case KV_OP_PUT:
+	case KV_OP_DEL:
+	case KV_OP_APPEND:
+	case KV_OP_EXPIRE:
+	case KV_OP_TTL:
+	case KV_OP_INCR:
+	case KV_OP_EXISTS:
+		return true;
+	default: /* mget, mput, scan, count, delrange: a request of their own */
+		return false;
+	}
 }
 
 /* Fills free slots with what is queued and sends. Takes sq->mu. */
@@ -347,7 +358,7 @@ pump(kvc_queue *sq)
 		sl->n = 0;
 		while (sq->head != NULL && sl->n < ENG_MAX_OPS) {
 			kvc_req *q = sq->head;
-			size_t b = q->op.key.len + q->op.value.len;
+			size_t b = q->op.key.len + q->op.value.len + q->op.expect.len;
 			bool alone = !single_key(&q->op);
 			if (sl->n > 0 && (alone || bytes + b > ENG_MAX_BYTES))
 				break;

@@ -504,6 +504,7 @@ struct mrun {
 	uint64_t epoch;        /* this round's epoch */
 	uint32_t backoff;      /* the next backoff, ms */
 	bool progress;         /* this round finished some part */
+	uint64_t ttl_ms;       /* mput: every key expires this long after the write (0: never) */
 	atomic_uint left;      /* this round's parts still out, plus one while it starts */
 	int rv;                /* 0, or KV_ENOMEM (then l is empty) */
 	int why_err;           /* the code of the last failure noted (0: none) */
@@ -696,6 +697,7 @@ round_start(mrun *m, kvc_cfgref *ref)
 		p->req.op.keys = p->keys;
 		p->req.op.nvals = p->vals ? p->n : 0;
 		p->req.op.vals = p->vals;
+		p->req.op.ttl_ms = p->kind == KV_OP_MPUT ? m->ttl_ms : 0;
 		p->req.deadline_ns = p->deadline;
 		p->req.done = part_done;
 		p->req.arg = p;
@@ -825,7 +827,7 @@ mrun_wake(mrun *m)
  */
 static int
 multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, const kv_bytes *vals,
-          mparts *l)
+          uint64_t ttl_ms, mparts *l)
 {
 	kvc_latch lt;
 	mrun m;
@@ -833,6 +835,7 @@ multi_run(shardkv_client *c, kv_op_kind kind, size_t n, const kv_bytes *keys, co
 
 	kvc_latch_init(&lt, 1);
 	mrun_init(&m, c, kind, n, keys, vals, kvc_deadline(c), mrun_wake, &lt);
+	m.ttl_ms = ttl_ms;
 	kvc_may_wait(true); /* the first round's sends, on this thread */
 	rv = mrun_start(&m, true);
 	kvc_may_wait(false);
@@ -948,7 +951,7 @@ shardkv_mget(shardkv_client *c, size_t n, const shardkv_bytes *keys, shardkv_mge
 		return kvc_fail(KV_EINVAL, "null argument");
 	if ((rv = check_keys(n, keys, &k)) != KV_OK)
 		return rv;
-	if ((rv = multi_run(c, KV_OP_MGET, n, k, NULL, &l)) == KV_OK)
+	if ((rv = multi_run(c, KV_OP_MGET, n, k, NULL, 0, &l)) == KV_OK)
 		rv = mget_collect(n, &l, out);
 	mparts_fini(&l);
 	free(k);
@@ -974,6 +977,13 @@ int
 shardkv_mput(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t nvals,
              const shardkv_bytes *vals, shardkv_mput_result **out)
 {
+	return shardkv_mput_ex(c, nkeys, keys, nvals, vals, 0, out);
+}
+
+int
+shardkv_mput_ex(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t nvals,
+                const shardkv_bytes *vals, uint64_t ttl_ms, shardkv_mput_result **out)
+{
 	mparts l = {0};
 	kv_bytes *k = NULL, *v = NULL;
 	int rv;
@@ -981,6 +991,9 @@ shardkv_mput(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t 
 	kvc_clear_error();
 	if (c == NULL)
 		return kvc_fail(KV_EINVAL, "null argument");
+	if (ttl_ms > KV_MAX_TTL_MS)
+		return kvc_fail(KV_EINVAL, "TTL of %llu ms over the limit of %llu",
+		                (unsigned long long)ttl_ms, (unsigned long long)KV_MAX_TTL_MS);
 	if (nkeys != nvals)
 		return kvc_fail(KV_EINVAL, "%zu keys but %zu values", nkeys, nvals);
 	if ((rv = check_keys(nkeys, keys, &k)) != KV_OK)
@@ -998,7 +1011,7 @@ shardkv_mput(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t 
 		v[i].p = vals[i].data;
 		v[i].len = vals[i].len;
 	}
-	if ((rv = multi_run(c, KV_OP_MPUT, nkeys, k, v, &l)) != KV_OK)
+	if ((rv = multi_run(c, KV_OP_MPUT, nkeys, k, v, ttl_ms, &l)) != KV_OK)
 		goto out;
 	rv = mput_collect(&l, out);
 out:
@@ -1653,7 +1666,8 @@ sum_bytes(size_t n, const shardkv_bytes *b, bool key, size_t *total)
 /* Checks, copies and starts an async multi-key op. */
 static int
 multi_submit(shardkv_client *c, int kind, size_t n, const shardkv_bytes *keys, size_t nvals,
-             const shardkv_bytes *vals, const shardkv_scan_args *sa, multi_done done, void *arg)
+             const shardkv_bytes *vals, uint64_t ttl_ms, const shardkv_scan_args *sa,
+             multi_done done, void *arg)
 {
 	multi_op *m;
 	size_t total = 0, off = 0;
@@ -1662,6 +1676,9 @@ multi_submit(shardkv_client *c, int kind, size_t n, const shardkv_bytes *keys, s
 	kvc_clear_error();
 	if (c == NULL || done.mget == NULL)
 		return kvc_fail(KV_EINVAL, "null argument");
+	if (ttl_ms > KV_MAX_TTL_MS)
+		return kvc_fail(KV_EINVAL, "TTL of %llu ms over the limit of %llu",
+		                (unsigned long long)ttl_ms, (unsigned long long)KV_MAX_TTL_MS);
 	if (kind == MULTI_SCAN) {
 		if (sa == NULL || (sa->start.data == NULL && sa->start.len) ||
 		    (sa->end.data == NULL && sa->end.len) ||
@@ -1691,6 +1708,7 @@ multi_submit(shardkv_client *c, int kind, size_t n, const shardkv_bytes *keys, s
 	}
 	mrun_init(&m->m, c, kind == MULTI_MGET ? KV_OP_MGET : KV_OP_MPUT, n, m->keys, m->vals,
 	          kvc_deadline(c), multi_fin, m);
+	m->m.ttl_ms = ttl_ms;
 	if (kind == MULTI_SCAN) {
 		kv_bytes b[3];
 		shardkv_bytes in[3] = {sa->start, sa->end, sa->prefix};
@@ -1737,14 +1755,24 @@ int
 shardkv_mget_async(shardkv_client *c, size_t n, const shardkv_bytes *keys,
                    shardkv_mget_done_fn done, void *arg)
 {
-	return multi_submit(c, MULTI_MGET, n, keys, 0, NULL, NULL, (multi_done){.mget = done}, arg);
+	return multi_submit(c, MULTI_MGET, n, keys, 0, NULL, 0, NULL, (multi_done){.mget = done},
+	                    arg);
 }
 
 int
 shardkv_mput_async(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t nvals,
                    const shardkv_bytes *vals, shardkv_mput_done_fn done, void *arg)
 {
-	return multi_submit(c, MULTI_MPUT, nkeys, keys, nvals, vals, NULL,
+	return multi_submit(c, MULTI_MPUT, nkeys, keys, nvals, vals, 0, NULL,
+	                    (multi_done){.mput = done}, arg);
+}
+
+int
+shardkv_mput_ex_async(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys, size_t nvals,
+                      const shardkv_bytes *vals, uint64_t ttl_ms, shardkv_mput_done_fn done,
+                      void *arg)
+{
+	return multi_submit(c, MULTI_MPUT, nkeys, keys, nvals, vals, ttl_ms, NULL,
 	                    (multi_done){.mput = done}, arg);
 }
 
@@ -1752,5 +1780,473 @@ int
 shardkv_scan_async(shardkv_client *c, const shardkv_scan_args *a, shardkv_scan_done_fn done,
                    void *arg)
 {
-	return multi_submit(c, MULTI_SCAN, 0, NULL, 0, NULL, a, (multi_done){.scan = done}, arg);
+	return multi_submit(c, MULTI_SCAN, 0, NULL, 0, NULL, 0, a, (multi_done){.scan = done}, arg);
+}
+
+/* ---------------------------------------------------------------------------
+ * Expiry, conditional writes, incr, exists, count, delrange
+ * ------------------------------------------------------------------------- */
+
+/* Checks the options of a put; sets op's ttl and condition. */
+static int
+put_options(kv_op *op, const shardkv_put_options *opt)
+{
+	if (opt == NULL)
+		return KV_OK;
+	if (opt->if_absent && opt->if_equal)
+		return kvc_fail(KV_EINVAL, "if-absent and if-equal together");
+	if (opt->ttl_ms > KV_MAX_TTL_MS)
+		return kvc_fail(KV_EINVAL, "TTL of %llu ms over the limit of %llu",
+		                (unsigned long long)opt->ttl_ms, (unsigned long long)KV_MAX_TTL_MS);
+	if (opt->if_equal && opt->expect.data == NULL && opt->expect.len)
+		return kvc_fail(KV_EINVAL, "null expected value");
+	op->ttl_ms = opt->ttl_ms;
+	if (opt->if_absent)
+		op->cond = KV_COND_IF_ABSENT;
+	if (opt->if_equal) {
+		op->cond = KV_COND_IF_EQUAL;
+		op->expect = (kv_bytes){opt->expect.data, opt->expect.len};
+	}
+	return check_value(op->expect.len);
+}
+
+/* Runs a single-key op; on 0 *r is its result whatever its status (the
+ * thread's error detail set when it is not OK): the caller frees it. */
+static int
+single_res(shardkv_client *c, kv_op *op, kv_data_result *r)
+{
+	int rv;
+
+	kvc_clear_error();
+	if ((rv = check_key(op->key.p, op->key.len)) != KV_OK ||
+	    (rv = check_value(op->value.len)) != KV_OK ||
+	    (rv = check_value(op->expect.len)) != KV_OK)
+		return rv;
+	return kvc_run_routed(c, op, op->key, kvc_deadline(c), r);
+}
+
+/* The key's current value after a failed condition: data NULL when absent. */
+static int
+take_current(kv_data_result *r, shardkv_buf *cur)
+{
+	if (cur == NULL)
+		return KV_OK;
+	cur->data = NULL;
+	cur->len = 0;
+	if (r->current_absent)
+		return KV_OK;
+	return take_value(&r->value, cur);
+}
+
+/* A conditional write's end: 0, or its status with *cur for a failed
+ * condition. Frees r. */
+static int
+cond_end(kv_data_result *r, shardkv_buf *cur)
+{
+	int rv = r->status;
+
+	if ((rv == KV_EEXISTS || rv == KV_EMISMATCH) && take_current(r, cur) != KV_OK)
+		rv = kvc_fail(KV_ENOMEM, "out of memory");
+	kv_data_result_fini(r);
+	return rv;
+}
+
+int
+shardkv_put_ex(shardkv_client *c, const void *key, size_t klen, const void *val, size_t vlen,
+               const shardkv_put_options *opt, shardkv_buf *current)
+{
+	kv_op op = {.kind = KV_OP_PUT, .key = {key, klen}, .value = {val, vlen}};
+	kv_data_result r;
+	int rv;
+
+	kvc_clear_error();
+	if (c == NULL || (val == NULL && vlen))
+		return kvc_fail(KV_EINVAL, "null argument");
+	if ((rv = put_options(&op, opt)) != KV_OK)
+		return rv;
+	op.request_id = kvc_next_id(c);
+	if ((rv = single_res(c, &op, &r)) != KV_OK)
+		return rv;
+	return cond_end(&r, current);
+}
+
+int
+shardkv_del_if_equal(shardkv_client *c, const void *key, size_t klen, const void *expect,
+                     size_t elen, shardkv_buf *current)
+{
+	kv_op op = {.kind = KV_OP_DEL,
+	            .key = {key, klen},
+	            .no_value = true,
+	            .cond = KV_COND_IF_EQUAL,
+	            .expect = {expect, elen}};
+	kv_data_result r;
+	int rv;
+
+	kvc_clear_error();
+	if (c == NULL || (expect == NULL && elen))
+		return kvc_fail(KV_EINVAL, "null argument");
+	op.request_id = kvc_next_id(c);
+	if ((rv = single_res(c, &op, &r)) != KV_OK)
+		return rv;
+	return cond_end(&r, current);
+}
+
+int
+shardkv_expire(shardkv_client *c, const void *key, size_t klen, uint64_t ttl_ms)
+{
+	kv_op op = {.kind = KV_OP_EXPIRE, .key = {key, klen}, .ttl_ms = ttl_ms};
+	kv_data_result r;
+	int rv;
+
+	kvc_clear_error();
+	if (c == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if (ttl_ms == 0 || ttl_ms > KV_MAX_TTL_MS)
+		return kvc_fail(KV_EINVAL, "TTL must be 1..%llu ms",
+		                (unsigned long long)KV_MAX_TTL_MS);
+	op.request_id = kvc_next_id(c);
+	if ((rv = single(c, &op, &r)) != KV_OK)
+		return rv;
+	kv_data_result_fini(&r);
+	return KV_OK;
+}
+
+int
+shardkv_persist(shardkv_client *c, const void *key, size_t klen)
+{
+	kv_op op = {.kind = KV_OP_EXPIRE, .key = {key, klen}, .persist = true};
+	kv_data_result r;
+	int rv;
+
+	if (c == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	op.request_id = kvc_next_id(c);
+	if ((rv = single(c, &op, &r)) != KV_OK)
+		return rv;
+	kv_data_result_fini(&r);
+	return KV_OK;
+}
+
+int
+shardkv_ttl(shardkv_client *c, const void *key, size_t klen, int64_t *ms_left)
+{
+	kv_op op = {.kind = KV_OP_TTL, .key = {key, klen}};
+	kv_data_result r;
+	int rv;
+
+	if (c == NULL || ms_left == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if ((rv = single(c, &op, &r)) != KV_OK)
+		return rv;
+	if (r.ttl_ms < -1) {
+		kv_data_result_fini(&r);
+		return kvc_fail(KV_EPROTO, "server answered a TTL of %lld ms", (long long)r.ttl_ms);
+	}
+	*ms_left = r.ttl_ms;
+	kv_data_result_fini(&r);
+	return KV_OK;
+}
+
+int
+shardkv_incr(shardkv_client *c, const void *key, size_t klen, int64_t delta, int64_t *result)
+{
+	kv_op op = {.kind = KV_OP_INCR, .key = {key, klen}, .delta = delta};
+	kv_data_result r;
+	int rv;
+
+	if (c == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	op.request_id = kvc_next_id(c);
+	if ((rv = single(c, &op, &r)) != KV_OK)
+		return rv;
+	if (result)
+		*result = r.number;
+	kv_data_result_fini(&r);
+	return KV_OK;
+}
+
+int
+shardkv_exists(shardkv_client *c, const void *key, size_t klen)
+{
+	kv_op op = {.kind = KV_OP_EXISTS, .key = {key, klen}};
+	kv_data_result r;
+	int rv;
+
+	if (c == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	if ((rv = single(c, &op, &r)) != KV_OK)
+		return rv;
+	kv_data_result_fini(&r);
+	return KV_OK;
+}
+
+/*
+ * count and delrange: the range is walked in key order like a scan, one
+ * step per request, each clipped to the span one node serves now
+ * (kvc_scan_plan) and routed by where it starts; a step that says `more`
+ * continues at its next_cursor, one that does not at the span's end. The
+ * counts of the steps are summed. A delrange step is a write: it has its
+ * own request id, kept across its retries.
+ */
+static int
+range_walk(shardkv_client *c, kv_op_kind kind, const void *start, size_t slen, const void *end,
+           size_t elen, uint64_t *total)
+{
+	uint64_t deadline, sum = 0;
+	kv_buf cur = {0}, stop = {0};
+	kvc_span *spans = NULL;
+	size_t nspans = 0;
+	int rv;
+
+	kvc_clear_error();
+	if (c == NULL || (start == NULL && slen) || (end == NULL && elen))
+		return kvc_fail(KV_EINVAL, "null argument");
+	if (slen > KV_HARD_MAX_KEY || elen > KV_HARD_MAX_KEY)
+		return kvc_fail(KV_ETOOBIG, "range bound longer than the key limit");
+	if (kv_range_is_empty(start, slen, end, elen))
+		return kvc_fail(KV_EINVAL, "empty or inverted range");
+	if (kv_buf_set(&cur, start, slen) != KV_OK || kv_buf_set(&stop, end, elen) != KV_OK) {
+		rv = kvc_fail(KV_ENOMEM, "out of memory");
+		goto out;
+	}
+	deadline = kvc_deadline(c);
+	for (;;) {
+		kvc_cfgref *ref;
+		kv_data_result r;
+		kv_op op = {.kind = kind};
+
+		if ((rv = kvc_cfg_get(c, 0, deadline, &ref)) != KV_OK)
+			goto out;
+		kvc_spans_free(spans, nspans);
+		spans = NULL;
+		nspans = 0;
+		rv = kvc_scan_plan(ref->cfg, (kv_bytes){cur.data, cur.len},
+		                   (kv_bytes){stop.data, stop.len}, &spans, &nspans);
+		kvc_cfg_put(ref);
+		if (rv != KV_OK || nspans == 0) {
+			rv = kvc_fail(rv != KV_OK ? rv : KV_EINTERNAL, "cannot plan the range");
+			goto out;
+		}
+		op.start = (kv_bytes){cur.data, cur.len};
+		op.end = (kv_bytes){spans[0].end.data, spans[0].end.len};
+		if (kind == KV_OP_DELRANGE)
+			op.request_id = kvc_next_id(c);
+		if ((rv = kvc_run_routed(c, &op, op.start, deadline, &r)) != KV_OK)
+			goto out;
+		if ((rv = r.status) != KV_OK) {
+			kv_data_result_fini(&r);
+			goto out;
+		}
+		sum += r.count;
+		if (r.more) {
+			if (r.next_cursor.len == 0 ||
+			    kv_key_cmp(r.next_cursor.data, r.next_cursor.len, cur.data, cur.len) <=
+			        0) {
+				kv_data_result_fini(&r);
+				rv = kvc_fail(KV_EPROTO,
+				              "server said more without a cursor past the start");
+				goto out;
+			}
+			rv = kv_buf_set(&cur, r.next_cursor.data, r.next_cursor.len);
+			kv_data_result_fini(&r);
+		} else {
+			kv_data_result_fini(&r);
+			kvc_span *sp = &spans[0];
+			if (sp->end.len == 0 || (stop.len && kv_key_cmp(sp->end.data, sp->end.len,
+			                                                stop.data, stop.len) >= 0))
+				break;
+			rv = kv_buf_set(&cur, sp->end.data, sp->end.len);
+		}
+		if (rv != KV_OK) {
+			rv = kvc_fail(KV_ENOMEM, "out of memory");
+			goto out;
+		}
+		if (stop.len && kv_key_cmp(cur.data, cur.len, stop.data, stop.len) >= 0)
+			break;
+	}
+	*total = sum;
+	rv = KV_OK;
+out:
+	kvc_spans_free(spans, nspans);
+	kv_buf_fini(&cur);
+	kv_buf_fini(&stop);
+	return rv;
+}
+
+int
+shardkv_count(shardkv_client *c, const void *start, size_t slen, const void *end, size_t elen,
+              uint64_t *count)
+{
+	if (count == NULL)
+		return kvc_fail(KV_EINVAL, "null argument");
+	return range_walk(c, KV_OP_COUNT, start, slen, end, elen, count);
+}
+
+int
+shardkv_delrange(shardkv_client *c, const void *start, size_t slen, const void *end, size_t elen,
+                 uint64_t *deleted)
+{
+	uint64_t n = 0;
+	int rv = range_walk(c, KV_OP_DELRANGE, start, slen, end, elen, &n);
+
+	if (rv == KV_OK && deleted)
+		*deleted = n;
+	return rv;
+}
+
+/* An async op of this section: its request, its callback and its copies of
+ * key, value and expected value. */
+typedef struct {
+	kvc_req req;               /* first: the engine hands back &req */
+	shardkv_done_fn done;      /* put_ex, del_if_equal, expire, persist, exists */
+	shardkv_num_done_fn ndone; /* ttl, incr */
+	void *arg;                 /* their argument */
+	uint8_t buf[];             /* key, value, expected value */
+} async_ex;
+
+static void
+async_ex_done(kvc_req *q, int rv, kv_data_result *r)
+{
+	async_ex *a = (async_ex *)q;
+	int st = rv != KV_OK ? rv : r == NULL ? KV_EPROTO : r->status;
+
+	if (a->ndone) {
+		int64_t n = 0;
+		if (st == KV_OK)
+			n = a->req.op.kind == KV_OP_TTL ? r->ttl_ms : r->number;
+		a->ndone(a->arg, st, n);
+	} else if ((st == KV_EEXISTS || st == KV_EMISMATCH) && r != NULL && !r->current_absent) {
+		a->done(a->arg, st, r->value.data ? r->value.data : (const void *)"", r->value.len);
+	} else {
+		a->done(a->arg, st, NULL, 0);
+	}
+	kvc_req_fini(q);
+	free(a);
+}
+
+/* Checks t's key, copies t's bytes and submits a copy of t. */
+static int
+submit_ex(shardkv_client *c, const kv_op *t, shardkv_done_fn done, shardkv_num_done_fn ndone,
+          void *arg)
+{
+	size_t klen = t->key.len, vlen = t->value.len, elen = t->expect.len;
+	async_ex *a;
+	int rv;
+
+	if (c == NULL || (done == NULL && ndone == NULL) || (t->key.p == NULL && klen) ||
+	    (t->value.p == NULL && vlen) || (t->expect.p == NULL && elen))
+		return kvc_fail(KV_EINVAL, "null argument");
+	if ((rv = check_key(t->key.p, klen)) != KV_OK || (rv = check_value(vlen)) != KV_OK ||
+	    (rv = check_value(elen)) != KV_OK)
+		return rv;
+	if ((a = calloc(1, sizeof(*a) + klen + vlen + elen)) == NULL)
+		return kvc_fail(KV_ENOMEM, "out of memory");
+	memcpy(a->buf, t->key.p, klen);
+	if (vlen)
+		memcpy(a->buf + klen, t->value.p, vlen);
+	if (elen)
+		memcpy(a->buf + klen + vlen, t->expect.p, elen);
+	a->done = done;
+	a->ndone = ndone;
+	a->arg = arg;
+	a->req.c = c;
+	a->req.op = *t;
+	a->req.op.key = (kv_bytes){a->buf, klen};
+	a->req.op.value = (kv_bytes){a->buf + klen, vlen};
+	a->req.op.expect = (kv_bytes){a->buf + klen + vlen, elen};
+	bool write = t->kind != KV_OP_TTL && t->kind != KV_OP_EXISTS && t->kind != KV_OP_GET;
+	a->req.op.request_id = write ? kvc_next_id(c) : 0;
+	a->req.key = a->req.op.key;
+	a->req.deadline_ns = kvc_deadline(c);
+	a->req.done = async_ex_done;
+	kvc_cfgref *ref = kvc_cfg_peek(c); /* as submit_with: the first op fetches */
+	if (ref == NULL && kvc_cfg_get(c, 0, a->req.deadline_ns, &ref) != KV_OK)
+		ref = NULL;
+	kvc_cfg_put(ref);
+	if ((rv = kvc_submit_routed(&a->req)) != KV_OK) {
+		kvc_req_fini(&a->req);
+		free(a);
+		return rv;
+	}
+	return KV_OK;
+}
+
+int
+shardkv_put_ex_async(shardkv_client *c, const void *key, size_t klen, const void *val, size_t vlen,
+                     const shardkv_put_options *opt, shardkv_done_fn done, void *arg)
+{
+	kv_op t = {.kind = KV_OP_PUT, .key = {key, klen}, .value = {val, vlen}};
+	int rv;
+
+	kvc_clear_error();
+	if ((rv = put_options(&t, opt)) != KV_OK)
+		return rv;
+	return submit_ex(c, &t, done, NULL, arg);
+}
+
+int
+shardkv_del_if_equal_async(shardkv_client *c, const void *key, size_t klen, const void *expect,
+                           size_t elen, shardkv_done_fn done, void *arg)
+{
+	kv_op t = {.kind = KV_OP_DEL,
+	           .key = {key, klen},
+	           .no_value = true,
+	           .cond = KV_COND_IF_EQUAL,
+	           .expect = {expect, elen}};
+
+	kvc_clear_error();
+	return submit_ex(c, &t, done, NULL, arg);
+}
+
+int
+shardkv_expire_async(shardkv_client *c, const void *key, size_t klen, uint64_t ttl_ms,
+                     shardkv_done_fn done, void *arg)
+{
+	kv_op t = {.kind = KV_OP_EXPIRE, .key = {key, klen}, .ttl_ms = ttl_ms};
+
+	kvc_clear_error();
+	if (ttl_ms == 0 || ttl_ms > KV_MAX_TTL_MS)
+		return kvc_fail(KV_EINVAL, "TTL must be 1..%llu ms",
+		                (unsigned long long)KV_MAX_TTL_MS);
+	return submit_ex(c, &t, done, NULL, arg);
+}
+
+int
+shardkv_persist_async(shardkv_client *c, const void *key, size_t klen, shardkv_done_fn done,
+                      void *arg)
+{
+	kv_op t = {.kind = KV_OP_EXPIRE, .key = {key, klen}, .persist = true};
+
+	kvc_clear_error();
+	return submit_ex(c, &t, done, NULL, arg);
+}
+
+int
+shardkv_exists_async(shardkv_client *c, const void *key, size_t klen, shardkv_done_fn done,
+                     void *arg)
+{
+	kv_op t = {.kind = KV_OP_EXISTS, .key = {key, klen}};
+
+	kvc_clear_error();
+	return submit_ex(c, &t, done, NULL, arg);
+}
+
+int
+shardkv_ttl_async(shardkv_client *c, const void *key, size_t klen, shardkv_num_done_fn done,
+                  void *arg)
+{
+	kv_op t = {.kind = KV_OP_TTL, .key = {key, klen}};
+
+	kvc_clear_error();
+	return submit_ex(c, &t, NULL, done, arg);
+}
+
+int
+shardkv_incr_async(shardkv_client *c, const void *key, size_t klen, int64_t delta,
+                   shardkv_num_done_fn done, void *arg)
+{
+	kv_op t = {.kind = KV_OP_INCR, .key = {key, klen}, .delta = delta};
+
+	kvc_clear_error();
+	return submit_ex(c, &t, NULL, done, arg);
 }

@@ -121,9 +121,15 @@ kv_xfer__from_pb(const Shardkv__Transfer *t, kv_xfer *x, const char **why)
 			return KV_ENOMEM;
 		if (c->n_dedup && (x->dedup = calloc(c->n_dedup, sizeof(*x->dedup))) == NULL)
 			return KV_ENOMEM;
-		for (size_t i = 0; i < c->n_entries; i++, x->nkv++)
+		if (c->n_expire_at != 0 && c->n_expire_at != c->n_entries) {
+			*why = "chunk expiries do not match its entries";
+			return KV_EINVAL;
+		}
+		for (size_t i = 0; i < c->n_entries; i++, x->nkv++) {
 			if ((rv = decode_kv(c->entries[i], &x->kv[i], why)) != 0)
 				return rv;
+			x->kv[i].expire_at = c->n_expire_at ? c->expire_at[i] : 0;
+		}
 		for (size_t i = 0; i < c->n_dedup; i++, x->ndedup++)
 			if ((rv = decode_dedup(c->dedup[i], &x->dedup[i])) != 0) {
 				*why = "bad dedup entry";
@@ -157,6 +163,7 @@ kv_xfer__from_pb(const Shardkv__Transfer *t, kv_xfer *x, const char **why)
 			o->value = kv.value;
 			o->value_offset = kv.value_offset;
 			o->value_total = kv.value_total;
+			o->expire_at = o->del ? 0 : r->expire_at;
 			if (r->dedup) {
 				if ((rv = decode_dedup(r->dedup, &o->dedup)) != 0) {
 					*why = "bad dedup entry";
@@ -231,6 +238,7 @@ kv_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes au
 	Shardkv__DedupEntry *des = NULL, **dep = NULL;
 	Shardkv__OpResult *dres = NULL;
 	Shardkv__DeltaRecord *recs = NULL, **recp = NULL;
+	uint64_t *ats = NULL;
 	size_t nd = x->kind == KV_XFER_DELTA ? x->ndelta : x->ndedup;
 	int rv = KV_ENOMEM;
 
@@ -277,9 +285,16 @@ kv_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes au
 				kvs[i].value_offset = x->kv[i].value_offset;
 				kvs[i].value_total = x->kv[i].value_total;
 				kvp[i] = &kvs[i];
+				if (x->kv[i].expire_at != 0 && ats == NULL &&
+				    (ats = calloc(x->nkv, sizeof(*ats))) == NULL)
+					goto cleanup;
+				if (ats != NULL)
+					ats[i] = x->kv[i].expire_at;
 			}
 			c.n_entries = x->nkv;
 			c.entries = kvp;
+			c.n_expire_at = ats ? x->nkv : 0;
+			c.expire_at = ats;
 		}
 		for (size_t i = 0; i < x->ndedup; i++) {
 			fill_dedup(&des[i], &dres[i], &x->dedup[i]);
@@ -311,6 +326,7 @@ kv_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes au
 			kvs[i].value = kv_codec__pb(s->value);
 			kvs[i].value_offset = s->value_offset;
 			kvs[i].value_total = s->value_total;
+			recs[i].expire_at = s->del ? 0 : s->expire_at;
 			recs[i].kv = &kvs[i];
 			if (s->has_dedup) {
 				fill_dedup(&des[i], &dres[i], &s->dedup);
@@ -342,6 +358,7 @@ kv_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes au
 	}
 	rv = kv_codec__pack(&m.base, out);
 cleanup:
+	free(ats);
 	free(kvs);
 	free(kvp);
 	free(des);

@@ -38,6 +38,7 @@ typedef struct {
 	kv_bytes value;        /* the value, or this slice of it */
 	uint64_t value_offset; /* offset of the slice; 0 when whole */
 	uint64_t value_total;  /* length of the whole value when split; 0 when whole */
+	uint64_t expire_at;    /* the key's deadline, Unix ms; 0: none */
 } kv_xfer_kv;
 
 /* One exactly-once record on the wire (DedupEntry). */
@@ -62,6 +63,7 @@ typedef struct {
 	uint64_t value_total;  /* put, split: whole length; 0 when whole */
 	bool has_dedup;        /* dedup is set */
 	kv_xfer_dedup dedup;   /* the write's exactly-once record */
+	uint64_t expire_at;    /* put: the key's deadline, Unix ms; 0: none */
 } kv_xfer_delta;
 
 typedef enum {

@@ -33,6 +33,7 @@
  */
 #include "shardserver/dispatch.h"
 #include "common/auth.h"
+#include "common/bytes.h"
 #include "common/err.h"
 #include "common/log.h"
 
@@ -43,11 +44,15 @@
 #define COMP "server"
 
 /* Defaults and bounds of the data path. */
-#define SCAN_DEFAULT_LIMIT 1000u
-#define SCAN_MAX_LIMIT     10000u
-#define SCAN_DEFAULT_BYTES (4u * 1024u * 1024u)
-#define SCAN_MAX_BYTES     (64u * 1024u * 1024u)
-#define REPLY_MAX_BYTES    (64u * 1024u * 1024u)
+#define SCAN_DEFAULT_LIMIT     1000u
+#define SCAN_MAX_LIMIT         10000u
+#define SCAN_DEFAULT_BYTES     (4u * 1024u * 1024u)
+#define SCAN_MAX_BYTES         (64u * 1024u * 1024u)
+#define REPLY_MAX_BYTES        (64u * 1024u * 1024u)
+#define COUNT_DEFAULT_LIMIT    100000u
+#define COUNT_MAX_LIMIT        1000000u
+#define DELRANGE_DEFAULT_LIMIT 1000u
+#define DELRANGE_MAX_LIMIT     10000u
 
 /* ------------------------------------------------------------------------
  * Owner hints
@@ -207,15 +212,62 @@ tap_of(const op_ctx *x)
 	return x->rop.tap.fn ? &x->rop.tap : NULL;
 }
 
-/* Records a write to key for its migration, if it has one. */
+/* Records a write to key (a put leaving the deadline `at`, 0: none; a
+ * delete when val is NULL) for its migration, if it has one. */
+static void
+record_x(op_ctx *x, const kv_owner_entry *e, const void *key, size_t klen, const void *val,
+         size_t vlen, uint64_t at, bool with_dedup)
+{
+	if (e == NULL || e->mig == NULL)
+		return;
+	kv_mig_out_record_x_locked(e->mig, key, klen, val, vlen, at,
+	                           with_dedup && x->has_dd ? &x->dd : NULL);
+}
+
 static void
 record(op_ctx *x, const kv_owner_entry *e, const void *key, size_t klen, const void *val,
        size_t vlen, bool with_dedup)
 {
-	if (e == NULL || e->mig == NULL)
-		return;
-	kv_mig_out_record_locked(e->mig, key, klen, val, vlen,
-	                         with_dedup && x->has_dd ? &x->dd : NULL);
+	record_x(x, e, key, klen, val, vlen, 0, with_dedup);
+}
+
+/* The deadline of a write with ttl_ms (0: none), on the store's clock. */
+static uint64_t
+deadline_of(op_ctx *x, uint64_t ttl_ms)
+{
+	return ttl_ms ? kv_store_now_ms(x->s->store) + ttl_ms : 0;
+}
+
+/* Fills a failed condition's answer (EXISTS, MISMATCH) and counts it. */
+static int
+cond_failed(op_ctx *x, int rv, const kv_store_upd *u)
+{
+	kv_data_result *r = x->res;
+
+	r->current_absent = u->cur_absent;
+	r->has_value = !u->cur_absent;
+	if (u->cur_absent)
+		r->value.len = 0;
+	r->error = rv == KV_EEXISTS ? "the key exists (put if absent)"
+	                            : "the key does not hold the expected value";
+	atomic_fetch_add_explicit(&x->s->cond_conflicts, 1, memory_order_relaxed);
+	return rv;
+}
+
+/* Logs and records a put of key that leaves value v with deadline at (the
+ * result of an append, incr, expire). */
+static int
+log_value(op_ctx *x, const kv_buf *v, uint64_t at)
+{
+	const kv_op *op = x->op;
+	const uint8_t *vp = v->data ? v->data : (const uint8_t *)"";
+	kv_dur_dedup dd;
+
+	record_x(x, x->ent, op->key.p, op->key.len, vp, v->len, at, true);
+	if (x->s->dur)
+		return kv_dur_log_put_x(x->s->dur, op->key.p, op->key.len, vp, v->len, at,
+		                        dur_dd(x, &dd), &x->lsn, tap_of(x));
+	return KV_OK;
 }
 
 static int
@@ -231,13 +283,22 @@ op_put(op_ctx *x)
 {
 	const kv_op *op = x->op;
 	kv_dur_dedup dd;
-	int rv = kv_store_put(x->s->store, op->key.p, op->key.len, op->value.p, op->value.len);
+	uint64_t at = deadline_of(x, op->ttl_ms);
+	kv_store_upd u = {.kind = KV_UPD_PUT,
+	                  .cond = (kv_upd_cond)op->cond,
+	                  .expect = op->expect,
+	                  .value = op->value,
+	                  .expire_at = at,
+	                  .cur = &x->res->value};
+	int rv = kv_store_update(x->s->store, op->key.p, op->key.len, &u);
+	if (rv == KV_EEXISTS || rv == KV_EMISMATCH)
+		return cond_failed(x, rv, &u);
 	if (rv != 0)
 		return rv;
-	record(x, x->ent, op->key.p, op->key.len, op->value.p, op->value.len, true);
+	record_x(x, x->ent, op->key.p, op->key.len, op->value.p, op->value.len, at, true);
 	if (x->s->dur)
-		rv = kv_dur_log_put(x->s->dur, op->key.p, op->key.len, op->value.p, op->value.len,
-		                    dur_dd(x, &dd), &x->lsn, tap_of(x));
+		rv = kv_dur_log_put_x(x->s->dur, op->key.p, op->key.len, op->value.p, op->value.len,
+		                      at, dur_dd(x, &dd), &x->lsn, tap_of(x));
 	return rv;
 }
 
@@ -246,7 +307,13 @@ op_del(op_ctx *x)
 {
 	const kv_op *op = x->op;
 	kv_dur_dedup dd;
-	int rv = kv_store_del(x->s->store, op->key.p, op->key.len, &x->res->value);
+	kv_store_upd u = {.kind = KV_UPD_DEL,
+	                  .cond = (kv_upd_cond)op->cond,
+	                  .expect = op->expect,
+	                  .cur = &x->res->value};
+	int rv = kv_store_update(x->s->store, op->key.p, op->key.len, &u);
+	if (rv == KV_EMISMATCH)
+		return cond_failed(x, rv, &u);
 	if (rv != 0)
 		return rv;
 	x->res->has_value = !op->no_value;
@@ -271,29 +338,73 @@ static int
 op_append(op_ctx *x)
 {
 	const kv_op *op = x->op;
-	size_t newlen = 0;
-	int rv = kv_store_append(x->s->store, op->key.p, op->key.len, op->value.p, op->value.len,
-	                         &newlen);
+	/* Deltas and log records carry the whole value (and the kept deadline),
+	 * copied out by the update itself. */
+	bool whole = x->ent->mig != NULL || x->s->dur;
+	kv_buf v = {0};
+	kv_store_upd u = {.kind = KV_UPD_APPEND, .value = op->value, .cur = whole ? &v : NULL};
+	int rv = kv_store_update(x->s->store, op->key.p, op->key.len, &u);
 	if (rv != 0)
 		return rv;
-	x->res->value_len = newlen;
-	x->dd.value_len = newlen;
-	if (x->ent->mig != NULL || x->s->dur) {
-		/* Deltas and log records carry the whole value; the migration mutex
-		 * and the key's stripe keep it current. */
-		kv_buf v = {0};
-		kv_dur_dedup dd;
-		rv = kv_store_get(x->s->store, op->key.p, op->key.len, &v);
-		if (rv == 0) {
-			const uint8_t *vp = v.data ? v.data : (const uint8_t *)"";
-			record(x, x->ent, op->key.p, op->key.len, vp, v.len, true);
-			if (x->s->dur)
-				rv = kv_dur_log_put(x->s->dur, op->key.p, op->key.len, vp, v.len,
-				                    dur_dd(x, &dd), &x->lsn, tap_of(x));
-		}
-		kv_buf_fini(&v);
-	}
+	x->res->value_len = u.newlen;
+	x->dd.value_len = u.newlen;
+	if (whole)
+		rv = log_value(x, &v, u.new_at);
+	kv_buf_fini(&v);
 	return rv;
+}
+
+static int
+op_incr(op_ctx *x)
+{
+	const kv_op *op = x->op;
+	kv_buf v = {0};
+	kv_store_upd u = {.kind = KV_UPD_INCR, .delta = op->delta, .cur = &v};
+	int rv = kv_store_update(x->s->store, op->key.p, op->key.len, &u);
+	if (rv == KV_EINVAL)
+		x->res->error = u.why;
+	if (rv == 0) {
+		x->res->number = u.number;
+		/* The exactly-once memory answers a retry with the number. */
+		x->dd.value_len = (uint64_t)u.number;
+		rv = log_value(x, &v, u.new_at);
+	}
+	kv_buf_fini(&v);
+	return rv;
+}
+
+static int
+op_expire(op_ctx *x)
+{
+	const kv_op *op = x->op;
+	kv_buf v = {0};
+	kv_store_upd u = {.kind = KV_UPD_EXPIRE,
+	                  .expire_at = op->persist ? 0 : deadline_of(x, op->ttl_ms),
+	                  .cur = &v};
+	int rv = kv_store_update(x->s->store, op->key.p, op->key.len, &u);
+	if (rv == 0)
+		rv = log_value(x, &v, u.new_at); /* a blind put: "key is now v until at" */
+	kv_buf_fini(&v);
+	return rv;
+}
+
+static int
+op_ttl(op_ctx *x)
+{
+	uint64_t at = 0, now;
+	int rv = kv_store_get_x(x->s->store, x->op->key.p, x->op->key.len, NULL, &at);
+	if (rv != 0)
+		return rv;
+	now = kv_store_now_ms(x->s->store);
+	x->res->ttl_ms = at == 0 ? -1 : at > now ? (int64_t)(at - now) : 0;
+	return KV_OK;
+}
+
+static int
+op_exists(op_ctx *x)
+{
+	uint64_t at;
+	return kv_store_get_x(x->s->store, x->op->key.p, x->op->key.len, NULL, &at);
 }
 
 static int
@@ -337,17 +448,18 @@ op_mput(op_ctx *x)
 {
 	const kv_op *op = x->op;
 	kv_dur_dedup dd;
-	int rv = kv_store_mput(x->s->store, op->nkeys, op->keys, op->nvals, op->vals);
+	uint64_t at = deadline_of(x, op->ttl_ms);
+	int rv = kv_store_mput_x(x->s->store, op->nkeys, op->keys, op->nvals, op->vals, at);
 	if (rv != 0)
 		return rv;
 	if (x->nmigs > 0)
 		for (size_t i = 0; i < op->nkeys; i++)
-			record(x, x->ents[i], op->keys[i].p, op->keys[i].len,
-			       op->vals[i].p ? op->vals[i].p : (const uint8_t *)"", op->vals[i].len,
-			       i == 0);
+			record_x(x, x->ents[i], op->keys[i].p, op->keys[i].len,
+			         op->vals[i].p ? op->vals[i].p : (const uint8_t *)"",
+			         op->vals[i].len, at, i == 0);
 	if (x->s->dur)
-		rv = kv_dur_log_mput(x->s->dur, op->nkeys, op->keys, op->vals, dur_dd(x, &dd),
-		                     &x->lsn, tap_of(x));
+		rv = kv_dur_log_mput_x(x->s->dur, op->nkeys, op->keys, op->vals, at, dur_dd(x, &dd),
+		                       &x->lsn, tap_of(x));
 	return rv;
 }
 
@@ -449,6 +561,157 @@ at_end:
 	return KV_OK;
 }
 
+/* The start of a range op: its cursor, else its start. */
+static kv_bytes
+range_from(const kv_op *op)
+{
+	return op->cursor.len ? op->cursor : op->start;
+}
+
+/* The [from, to) of a count or delrange clipped to the served entry that
+ * holds the start; *clipped when the entry ends first. */
+static void
+range_clip(const op_ctx *x, kv_bytes *from, kv_bytes *to, bool *clipped)
+{
+	const kv_owner_entry *e = x->ent;
+
+	*from = range_from(x->op);
+	*to = x->op->end;
+	*clipped = false;
+	if (e->end.len &&
+	    (to->len == 0 || kv_key_cmp(e->end.data, e->end.len, to->p, to->len) < 0)) {
+		to->p = e->end.data;
+		to->len = e->end.len;
+		*clipped = true;
+	}
+}
+
+/* Ends a step as scan does: more with the resume key when the step stopped
+ * early, else more with the entry's end when it was clipped there. */
+static int
+range_more(op_ctx *x, bool more, kv_buf *next, bool clipped)
+{
+	kv_data_result *r = x->res;
+
+	if (more && next->len > 0) {
+		r->more = true;
+		kv_buf_fini(&r->next_cursor);
+		r->next_cursor = *next;
+		*next = (kv_buf){0};
+		return KV_OK;
+	}
+	if (clipped) {
+		r->more = true;
+		return kv_buf_set(&r->next_cursor, x->ent->end.data, x->ent->end.len);
+	}
+	return KV_OK;
+}
+
+static int
+op_count(op_ctx *x)
+{
+	const kv_op *op = x->op;
+	kv_bytes from, to;
+	kv_buf next = {0};
+	bool clipped, more = false;
+	uint64_t n = 0;
+	size_t limit = op->limit ? op->limit : COUNT_DEFAULT_LIMIT;
+	int rv = KV_OK;
+
+	if (limit > COUNT_MAX_LIMIT)
+		limit = COUNT_MAX_LIMIT;
+	range_clip(x, &from, &to, &clipped);
+	if (!kv_range_is_empty(from.p, from.len, to.p, to.len))
+		rv = kv_store_count(x->s->store, from.p, from.len, to.p, to.len, limit, &n, &more,
+		                    &next);
+	x->res->count = n;
+	if (rv == KV_OK)
+		rv = range_more(x, more, &next, clipped);
+	kv_buf_fini(&next);
+	return rv;
+}
+
+/*
+ * One delrange step: the store removes up to `limit` keys with every
+ * partition held (atomic with respect to every other op), and the keys it
+ * removed become one MDEL log record (replicated through the log tap) and
+ * one delete delta each for a migration of the range. With a log, the
+ * dispatcher holds every key stripe (step_log_begin), so no write to any of
+ * those keys can fall between the store and the log.
+ */
+static int
+op_delrange(op_ctx *x)
+{
+	const kv_op *op = x->op;
+	kv_bytes from, to, *keys = NULL;
+	kv_buf next = {0}, removed = {0};
+	bool clipped, more = false;
+	uint64_t n = 0;
+	size_t nk = 0;
+	size_t limit = op->limit ? op->limit : DELRANGE_DEFAULT_LIMIT;
+	kv_dur_dedup dd;
+	int rv = KV_OK;
+
+	if (limit > DELRANGE_MAX_LIMIT)
+		limit = DELRANGE_MAX_LIMIT;
+	range_clip(x, &from, &to, &clipped);
+	if (!kv_range_is_empty(from.p, from.len, to.p, to.len))
+		rv = kv_store_delrange(x->s->store, from.p, from.len, to.p, to.len, limit, &removed,
+		                       &n, &more, &next);
+	if (rv != KV_OK)
+		goto out;
+	x->res->count = n;
+	if ((rv = range_more(x, more, &next, clipped)) != KV_OK)
+		goto out;
+	for (size_t off = 0; off + 4 <= removed.len; off += 4 + kv_get32(removed.data + off))
+		nk++;
+	if (nk > 0 && (keys = calloc(nk, sizeof(*keys))) == NULL) {
+		rv = KV_ENOMEM; /* removed from memory, not logged: see doc/store.md */
+		goto out;
+	}
+	nk = 0;
+	for (size_t off = 0; off + 4 <= removed.len;) {
+		uint32_t kl = kv_get32(removed.data + off);
+		keys[nk++] = (kv_bytes){removed.data + off + 4, kl};
+		off += 4 + kl;
+	}
+	/* The exactly-once memory answers a retry with the count and cursor. */
+	x->dd.value_len = n;
+	x->dd.has_del_value = x->res->more;
+	x->dd.del_value = (kv_bytes){x->res->next_cursor.data, x->res->next_cursor.len};
+	for (size_t i = 0; i < nk; i++)
+		record(x, x->ent, keys[i].p, keys[i].len, NULL, 0, i == 0);
+	if (x->s->dur && (nk > 0 || x->has_dd)) {
+		const kv_dur_dedup *d = dur_dd(x, &dd);
+		if (d != NULL) {
+			dd.has_del_value = x->dd.has_del_value;
+			dd.del_value = x->dd.del_value;
+		}
+		rv = kv_dur_log_mdel(x->s->dur, from, nk, keys, d, &x->lsn, tap_of(x));
+	}
+out:
+	free(keys);
+	kv_buf_fini(&next);
+	kv_buf_fini(&removed);
+	return rv;
+}
+
+/* The expiry reclaim of one key (kv_srv_reclaim_key): removed only if it
+ * has expired, then logged and replicated as a delete. */
+static int
+op_reclaim(op_ctx *x)
+{
+	const kv_op *op = x->op;
+	kv_store_upd u = {.kind = KV_UPD_RECLAIM};
+	int rv = kv_store_update(x->s->store, op->key.p, op->key.len, &u);
+	if (rv != 0)
+		return rv;
+	record(x, x->ent, op->key.p, op->key.len, NULL, 0, false);
+	if (x->s->dur)
+		rv = kv_dur_log_del(x->s->dur, op->key.p, op->key.len, NULL, &x->lsn, tap_of(x));
+	return rv;
+}
+
 /*
  * The ops. The flags are what the dispatcher does for the op before its
  * handler runs, once: validate_op checks sizes (KEYED, MULTI) and the memory
@@ -476,7 +739,21 @@ static const struct op_def {
                     "sets several keys, all or none"},
     [KV_OP_SCAN] = {"scan", OPF_READ | OPF_RANGE, op_scan,
                     "entries in key order from a start, clipped to the served range"},
+    [KV_OP_EXPIRE] = {"expire", OPF_WRITE | OPF_KEYED | OPF_DEDUP, op_expire,
+                      "sets or clears one key's expiry"},
+    [KV_OP_TTL] = {"ttl", OPF_READ | OPF_KEYED, op_ttl, "the time left before one key expires"},
+    [KV_OP_INCR] = {"incr", OPF_WRITE | OPF_KEYED | OPF_DEDUP, op_incr,
+                    "adds to the decimal integer in one key"},
+    [KV_OP_EXISTS] = {"exists", OPF_READ | OPF_KEYED, op_exists, "whether one key is present"},
+    [KV_OP_COUNT] = {"count", OPF_READ | OPF_RANGE, op_count,
+                     "the number of keys of a range from the index, clipped like scan"},
+    [KV_OP_DELRANGE] = {"delrange", OPF_WRITE | OPF_RANGE | OPF_DEDUP, op_delrange,
+                        "deletes the keys of a range in atomic bounded steps"},
 };
+
+/* The expiry reclaim: not a client op (kv_srv_reclaim_key). */
+static const struct op_def reclaim_def = {"reclaim", OPF_WRITE | OPF_KEYED, op_reclaim,
+                                          "removes one expired key"};
 
 /* Checks sizes against the configured limits. Returns 0 or fills res. */
 static int
@@ -487,13 +764,14 @@ validate_op(kv_server *s, const kv_op *op, unsigned flags, kv_data_result *res)
 			res->error = "empty key";
 			return KV_EINVAL;
 		}
-		if (op->key.len > s->max_key || op->value.len > s->max_value) {
+		if (op->key.len > s->max_key || op->value.len > s->max_value ||
+		    op->expect.len > s->max_value) {
 			res->error = "key or value over the configured limit";
 			return KV_ETOOBIG;
 		}
 	}
-	if ((flags & OPF_WRITE) && op->kind != KV_OP_DEL && s->cfg->max_memory != 0 &&
-	    kv_store_mem_used(s->store) >= s->cfg->max_memory) {
+	if ((flags & OPF_WRITE) && op->kind != KV_OP_DEL && op->kind != KV_OP_DELRANGE &&
+	    s->cfg->max_memory != 0 && kv_store_mem_used(s->store) >= s->cfg->max_memory) {
 		res->error = "memory limit reached (--max-memory): writes are refused, reads and "
 		             "deletes go on";
 		return KV_ENOMEM;
@@ -558,11 +836,13 @@ step_owner_locked(op_ctx *x, unsigned flags)
 		x->single[0] = x->ent;
 		x->ents = x->single;
 	} else if (flags & OPF_RANGE) {
-		kv_bytes from = op->cursor.len ? op->cursor : op->start;
+		kv_bytes from = range_from(op);
 		if (op->prefix.len &&
 		    kv_key_cmp(from.p, from.len, op->prefix.p, op->prefix.len) < 0)
 			from = op->prefix;
 		owned = own_check_locked(x->s, from.p, from.len, &x->ent, x->res);
+		x->single[0] = x->ent;
+		x->ents = x->single;
 	} else if (flags & OPF_MULTI) {
 		x->ents = calloc(op->nkeys, sizeof(*x->ents));
 		if (x->ents == NULL) {
@@ -596,7 +876,22 @@ step_dedup(op_ctx *x, unsigned flags)
 	if (rv == 0) {
 		res->status = old.status;
 		res->value_len = old.value_len;
-		if (op->kind == KV_OP_DEL && old.status == 0 && !op->no_value && old.has_value) {
+		if (op->kind == KV_OP_INCR) {
+			res->number = (int64_t)old.value_len;
+			res->value_len = 0;
+		} else if (op->kind == KV_OP_DELRANGE) {
+			res->count = old.value_len;
+			res->value_len = 0;
+			res->more = old.has_value && old.value.len > 0;
+			if (res->more) {
+				res->next_cursor = old.value;
+				old.value = (kv_buf){0};
+			}
+		}
+		if (op->kind == KV_OP_DELRANGE || op->kind == KV_OP_INCR) {
+			kv_buf_fini(&old.value);
+		} else if (op->kind == KV_OP_DEL && old.status == 0 && !op->no_value &&
+		           old.has_value) {
 			res->value = old.value;
 			res->has_value = true;
 		} else {
@@ -677,10 +972,14 @@ step_repl(op_ctx *x, unsigned flags)
 
 	if (!x->durw || !kv_rs_active(x->s->repl))
 		return true;
-	if (flags & OPF_MULTI)
+	if (flags & OPF_MULTI) {
 		rv = kv_rs_write_begin(x->s->repl, x->op->keys, x->op->nkeys, &x->rop, &why);
-	else
+	} else if (flags & OPF_RANGE) {
+		kv_bytes from = range_from(x->op);
+		rv = kv_rs_write_begin(x->s->repl, &from, 1, &x->rop, &why);
+	} else {
 		rv = kv_rs_write_begin(x->s->repl, &x->op->key, 1, &x->rop, &why);
+	}
 	if (rv != 0) {
 		x->res->status = rv;
 		x->res->error = why;
@@ -709,6 +1008,8 @@ step_log_begin(op_ctx *x, unsigned flags, kv_dur_held *held)
 	kv_dur_begin(dur);
 	if (flags & OPF_MULTI)
 		rv = kv_dur_lock_keys(dur, x->op->keys, x->op->nkeys, held);
+	else if (flags & OPF_RANGE)
+		rv = kv_dur_lock_all(dur, held); /* the keys are found under the lock */
 	else
 		kv_dur_lock_key(dur, x->op->key.p, x->op->key.len, held);
 	if (rv != 0) {
@@ -744,25 +1045,13 @@ count_read(kv_server *s, const kv_op *op, const kv_data_result *res)
 /* Runs one op: validation, then the steps above (ownership, exactly-once,
  * fence, log), the handler from op_table, and the undo in reverse. */
 static void
-dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_data_result *res)
+run_op(kv_server *s, const kv_req *rq, const kv_op *op, const struct op_def *def,
+       kv_data_result *res)
 {
-	const struct op_def *def = &op_table[op->kind];
 	op_ctx x = {.s = s, .rq = rq, .op = op, .res = res};
 	kv_dur_held held;
-	int rv;
 
 	x.durw = s->dur != NULL && (def->flags & OPF_WRITE);
-	atomic_fetch_add_explicit(&s->op_count[op->kind], 1, memory_order_relaxed);
-	if (def->fn == NULL) {
-		res->error = "operation not supported by this server";
-		res->status = KV_EINVAL;
-		return;
-	}
-	if ((rv = validate_op(s, op, def->flags, res)) != 0) {
-		res->status = rv;
-		return;
-	}
-	atomic_fetch_add_explicit(&s->ops, op->nkeys ? op->nkeys : 1, memory_order_relaxed);
 	kv_owner_rdlock(&s->owner);
 	if (step_owner_locked(&x, def->flags) && step_dedup(&x, def->flags) &&
 	    step_fence(&x, def->flags) && step_repl(&x, def->flags) &&
@@ -776,13 +1065,20 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_data_result *res)
 		}
 		if (x.dedup_begun && rememberable(res->status)) {
 			kv_dedup_result r = {.status = res->status, .value_len = res->value_len};
+			kv_bytes k = (def->flags & OPF_MULTI)   ? op->keys[0]
+			             : (def->flags & OPF_RANGE) ? range_from(op)
+			                                        : op->key;
 			if (op->kind == KV_OP_DEL && res->status == 0) {
 				r.value = res->value;
 				r.has_value = true;
+			} else if (op->kind == KV_OP_INCR) {
+				r.value_len = x.dd.value_len;
+			} else if (op->kind == KV_OP_DELRANGE && res->status == 0) {
+				r.value_len = x.dd.value_len;
+				r.value = res->next_cursor;
+				r.has_value = res->more;
 			}
-			const void *k = (def->flags & OPF_MULTI) ? op->keys[0].p : op->key.p;
-			size_t kl = (def->flags & OPF_MULTI) ? op->keys[0].len : op->key.len;
-			kv_dedup_finish(s->dedup, rq->client_id, op->request_id, &r, k, kl,
+			kv_dedup_finish(s->dedup, rq->client_id, op->request_id, &r, k.p, k.len,
 			                x.dd.time_ms);
 			x.dedup_begun = false;
 		}
@@ -796,6 +1092,43 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_data_result *res)
 	kv_owner_unlock(&s->owner);
 	if (x.ents != x.single)
 		free(x.ents);
+}
+
+/* Runs one op: validation, then run_op. */
+static void
+dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_data_result *res)
+{
+	const struct op_def *def = &op_table[op->kind];
+	int rv;
+
+	atomic_fetch_add_explicit(&s->op_count[op->kind], 1, memory_order_relaxed);
+	if (def->fn == NULL) {
+		res->error = "operation not supported by this server";
+		res->status = KV_EINVAL;
+		return;
+	}
+	if ((rv = validate_op(s, op, def->flags, res)) != 0) {
+		res->status = rv;
+		return;
+	}
+	atomic_fetch_add_explicit(&s->ops, op->nkeys ? op->nkeys : 1, memory_order_relaxed);
+	run_op(s, rq, op, def, res);
+}
+
+int
+kv_srv_reclaim_key(kv_server *s, const void *key, size_t klen)
+{
+	kv_req rq = {0};
+	kv_op op = {.kind = KV_OP_DEL, .key = {key, klen}};
+	kv_data_result res = {0};
+
+	/* Served here and not fenced, like any write: a backup's copy, a range
+	 * arriving or one handed over is left to its primary. */
+	run_op(s, &rq, &op, &reclaim_def, &res);
+	kv_data_result_fini(&res);
+	if (res.status == KV_OK)
+		atomic_fetch_add_explicit(&s->expired_reclaimed, 1, memory_order_relaxed);
+	return res.status;
 }
 
 /* Returns the payload bytes of a result, to bound a reply. */

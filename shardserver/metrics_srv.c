@@ -61,7 +61,7 @@ static const char *const op_label[KV_OP__COUNT] = {
 };
 
 /* Samples of one scrape: every op and error label plus the plain figures. */
-#define MAX_SAMPLES (KV_OP__COUNT + KV_SRV_ERR_SLOTS + 32)
+#define MAX_SAMPLES (KV_OP__COUNT + KV_SRV_ERR_SLOTS + 40)
 
 /* Appends a sample without a label. */
 static void
@@ -282,6 +282,15 @@ render(void *arg, kv_buf *out)
 	add(m, &n, "shardkv_server_read_misses_total", KV_METRIC_COUNTER,
 	    "Keys that get and mget did not find (not found; failed reads count in neither).",
 	    atomic_load_explicit(&s->read_misses, memory_order_relaxed));
+	add(m, &n, "shardkv_server_expired_reclaimed_total", KV_METRIC_COUNTER,
+	    "Expired keys removed by active expiry (each logged and replicated as a delete).",
+	    atomic_load_explicit(&s->expired_reclaimed, memory_order_relaxed));
+	add(m, &n, "shardkv_server_cond_conflicts_total", KV_METRIC_COUNTER,
+	    "Conditional writes refused because their condition did not hold (EXISTS, MISMATCH).",
+	    atomic_load_explicit(&s->cond_conflicts, memory_order_relaxed));
+	add(m, &n, "shardkv_server_expiring_keys", KV_METRIC_GAUGE,
+	    "Keys in the store with an expiry (expired ones not yet reclaimed included).",
+	    st.expiring);
 	char why[160];
 	add(m, &n, "shardkv_server_lease_valid", KV_METRIC_GAUGE,
 	    "1 while the controller lease is held (data requests answered), else 0.",

@@ -135,6 +135,10 @@ void kv_mig_out_target(const kv_mig_out *m, kv_bytes *start, kv_bytes *end, uint
  * everything; out of memory makes the stream restart. */
 void kv_mig_out_record_locked(kv_mig_out *m, const void *key, size_t klen, const void *value,
                               size_t vlen, const kv_mig_dedup *dd);
+/* The same for a put that leaves the key with the deadline expire_at (Unix
+ * ms; 0: none). */
+void kv_mig_out_record_x_locked(kv_mig_out *m, const void *key, size_t klen, const void *value,
+                                size_t vlen, uint64_t expire_at, const kv_mig_dedup *dd);
 
 /* Answers one transfer message of rq into *ack (on an nng thread; never
  * waits for another server). */

@@ -246,15 +246,15 @@ in_begin(kv_mig *s, kv_mig_in *in, const kv_req *rq, kv_xfer_ack *ack)
 
 /* Puts one whole value of the stream into the store (caller holds in->mu). */
 static int
-in_put(kv_mig *s, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+in_put(kv_mig *s, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen, uint64_t at)
 {
 	const uint8_t *v = vlen ? val : (const uint8_t *)"";
 	/* No stripe lock: the range is not served here until the commit, and
 	 * the stream is serialised by in->mu. */
 	kv_dur_begin(s->env.dur);
-	int rv = kv_store_put(s->env.store, key, klen, v, vlen);
+	int rv = kv_store_put_x(s->env.store, key, klen, v, vlen, at);
 	if (rv == 0)
-		rv = kv_dur_log_put(s->env.dur, key, klen, v, vlen, NULL, NULL, NULL);
+		rv = kv_dur_log_put_x(s->env.dur, key, klen, v, vlen, at, NULL, NULL, NULL);
 	kv_dur_end(s->env.dur);
 	return rv;
 }
@@ -281,7 +281,8 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 				ack->error = "a whole entry interleaved with a split value";
 				return KV_EPROTO;
 			}
-			rv = in_put(s, kv->key.p, kv->key.len, kv->value.p, kv->value.len);
+			rv = in_put(s, kv->key.p, kv->key.len, kv->value.p, kv->value.len,
+			            kv->expire_at);
 			in->keys++;
 			in->bytes += kv->key.len + kv->value.len;
 			continue;
@@ -289,7 +290,8 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 		rv = rx_slice(s, rx, false, 0, kv->key, kv->value, kv->value_offset,
 		              kv->value_total, &complete, &ack->error);
 		if (rv == 0 && complete) {
-			rv = in_put(s, rx->key.data, rx->key.len, rx->val.data, rx->val.len);
+			rv = in_put(s, rx->key.data, rx->key.len, rx->val.data, rx->val.len,
+			            kv->expire_at);
 			in->keys++;
 			in->bytes += rx->key.len + rx->val.len;
 			KV_DEBUG(COMP, "split value assembled", "id=%llu bytes=%zu delta=0",
@@ -319,7 +321,7 @@ in_delta_rec(kv_mig *s, const kv_xfer_delta *d, const uint8_t *val, size_t vlen)
 			rv = kv_dur_log_del(s->env.dur, d->key.p, d->key.len, NULL, NULL, NULL);
 		kv_dur_end(s->env.dur);
 	} else {
-		rv = in_put(s, d->key.p, d->key.len, val, vlen);
+		rv = in_put(s, d->key.p, d->key.len, val, vlen, d->expire_at);
 	}
 	if (rv == 0 && d->has_dedup)
 		rv = apply_dedup(s, &d->dedup);

@@ -71,6 +71,7 @@ typedef struct {
 	bool del;           /* delete, else put */
 	kv_buf key;         /* the key */
 	kv_buf value;       /* put: the whole value after the write */
+	uint64_t expire_at; /* put: the key's deadline after the write; 0: none */
 	bool has_dedup;     /* the write had (client, request) ids */
 	uint64_t client;    /* dedup: client id */
 	uint64_t req;       /* dedup: request id */
@@ -129,6 +130,13 @@ void
 kv_mig_out_record_locked(kv_mig_out *m, const void *key, size_t klen, const void *value,
                          size_t vlen, const kv_mig_dedup *dedup)
 {
+	kv_mig_out_record_x_locked(m, key, klen, value, vlen, 0, dedup);
+}
+
+void
+kv_mig_out_record_x_locked(kv_mig_out *m, const void *key, size_t klen, const void *value,
+                           size_t vlen, uint64_t expire_at, const kv_mig_dedup *dedup)
+{
 	kv_delta_rec *r;
 
 	if (m->nrecs == m->caprecs) {
@@ -156,6 +164,7 @@ kv_mig_out_record_locked(kv_mig_out *m, const void *key, size_t klen, const void
 	}
 	r->has_del_value = dv;
 	r->del = value == NULL;
+	r->expire_at = r->del ? 0 : expire_at;
 	r->seq = ++m->write_seq;
 	if (dedup != NULL) {
 		r->has_dedup = true;
@@ -332,6 +341,7 @@ typedef struct {
 	size_t voff, vlen;     /* the value or slice */
 	uint64_t value_offset; /* slice: offset in the whole value; 0 when whole */
 	uint64_t value_total;  /* slice: whole length; 0 when whole */
+	uint64_t expire_at;    /* the key's deadline; 0: none */
 } chunk_ent;
 
 /*
@@ -354,14 +364,15 @@ typedef struct {
 	bool carrying;   /* carry_key/carry_val hold an entry still to send */
 	kv_buf carry_key;
 	kv_buf carry_val;
-	size_t carry_off; /* bytes of carry_val already in chunks */
+	uint64_t carry_at; /* the carried key's deadline */
+	size_t carry_off;  /* bytes of carry_val already in chunks */
 } chunk_acc;
 
 /* Appends an entry (or a slice: total != 0) to the chunk. Returns 0 or
  * KV_ENOMEM. */
 static int
 chunk_add(chunk_acc *a, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
-          uint64_t off, uint64_t total)
+          uint64_t off, uint64_t total, uint64_t at)
 {
 	chunk_ent *e = &a->ents[a->n];
 	e->koff = a->data.len;
@@ -374,6 +385,7 @@ chunk_add(chunk_acc *a, const uint8_t *key, size_t klen, const uint8_t *val, siz
 		return KV_ENOMEM;
 	e->value_offset = off;
 	e->value_total = total;
+	e->expire_at = at;
 	a->n++;
 	return KV_OK;
 }
@@ -381,7 +393,7 @@ chunk_add(chunk_acc *a, const uint8_t *key, size_t klen, const uint8_t *val, siz
 /* Store visitor of the bulk copy: copies entries that fit the chunk, stops
  * at the first one that does not and keeps it in the carry. */
 static int
-chunk_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+chunk_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen, uint64_t at)
 {
 	chunk_acc *a = arg;
 	if (vlen > CHUNK_BYTES || (a->n > 0 && klen + vlen > budget_left(a->data.len))) {
@@ -390,9 +402,10 @@ chunk_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t 
 			a->oom = true;
 		a->carrying = !a->oom;
 		a->carry_off = 0;
+		a->carry_at = at;
 		return 1;
 	}
-	if (chunk_add(a, key, klen, vlen ? val : (const uint8_t *)"", vlen, 0, 0) != 0) {
+	if (chunk_add(a, key, klen, vlen ? val : (const uint8_t *)"", vlen, 0, 0, at) != 0) {
 		a->oom = true;
 		return 1;
 	}
@@ -418,13 +431,14 @@ carry_emit(chunk_acc *a)
 		if (a->n > 0 && klen + vlen > left)
 			return 0;
 		rv = chunk_add(a, a->carry_key.data, klen,
-		               vlen ? a->carry_val.data : (const uint8_t *)"", vlen, 0, 0);
+		               vlen ? a->carry_val.data : (const uint8_t *)"", vlen, 0, 0,
+		               a->carry_at);
 	} else {
 		if (a->n > 0 && left < SLICE_MIN)
 			return 0;
 		size_t take = vlen - a->carry_off < left ? vlen - a->carry_off : left;
 		rv = chunk_add(a, a->carry_key.data, klen, a->carry_val.data + a->carry_off, take,
-		               a->carry_off, vlen);
+		               a->carry_off, vlen, a->carry_at);
 		a->carry_off += take;
 		if (rv == 0 && a->carry_off < vlen)
 			return 0;
@@ -524,6 +538,7 @@ send_recs(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, kv_delta_rec *recs, 
 			memset(x, 0, sizeof(*x));
 			x->seq = r->seq;
 			x->del = r->del;
+			x->expire_at = r->expire_at;
 			x->key = (kv_bytes){r->key.data, klen};
 			x->value =
 			    r->del ? (kv_bytes){0}
@@ -723,9 +738,9 @@ phase_copy(stream_ctx *x)
 			}
 			if (x->cur.done || ca->n == CHUNK_ENTRIES || ca->data.len >= CHUNK_BYTES)
 				break;
-			rv = kv_store_range_step(s->env.store, o->start.data, o->start.len,
-			                         o->end.data, o->end.len, &x->cur,
-			                         CHUNK_ENTRIES - ca->n, chunk_cb, ca);
+			rv = kv_store_range_step_x(s->env.store, o->start.data, o->start.len,
+			                           o->end.data, o->end.len, &x->cur,
+			                           CHUNK_ENTRIES - ca->n, chunk_cb, ca);
 			if (rv != 0 || ca->oom)
 				return stream_fail(x, rv ? rv : KV_ENOMEM);
 		}
@@ -735,6 +750,7 @@ phase_copy(stream_ctx *x)
 			x->kvs[i].value = (kv_bytes){ca->data.data + e->voff, e->vlen};
 			x->kvs[i].value_offset = e->value_offset;
 			x->kvs[i].value_total = e->value_total;
+			x->kvs[i].expire_at = e->expire_at;
 			if (e->value_total == 0 || e->value_offset + e->vlen == e->value_total)
 				whole++;
 		}

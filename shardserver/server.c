@@ -26,6 +26,7 @@
 #include "shardserver/ctlcall.h"
 #include "shardserver/dispatch.h"
 #include "shardserver/follow.h"
+#include "shardserver/expire.h"
 #include "shardserver/heartbeat.h"
 #include "shardserver/nodefile.h"
 #include "shardserver/server_int.h"
@@ -427,6 +428,8 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	so.mode = cfg->store_mode;
 	so.max_key = s->max_key;
 	so.max_value = s->max_value;
+	so.clock = cfg->clock;
+	so.clock_arg = cfg->clock_arg;
 	if (cfg->store_mode == KV_STORE_PERCORE && cfg->threads)
 		so.partitions = cfg->threads;
 	if ((rv = kv_store_create(&so, &s->store)) != 0) {
@@ -562,7 +565,9 @@ kv_server_start(kv_server *s)
 		s->hb_started = true;
 	if (pthread_create(&s->lease_thr, NULL, kv_srv_lease_main, s) == 0)
 		s->lease_started = true;
-	if (!s->watch_started || !s->hb_started || !s->lease_started) {
+	if (pthread_create(&s->exp_thr, NULL, kv_srv_expire_main, s) == 0)
+		s->exp_started = true;
+	if (!s->watch_started || !s->hb_started || !s->lease_started || !s->exp_started) {
 		kv_server_stop(s);
 		return KV_ENOMEM;
 	}
@@ -602,6 +607,8 @@ kv_server_stop(kv_server *s)
 		pthread_join(s->hb_thr, NULL);
 	if (s->lease_started)
 		pthread_join(s->lease_thr, NULL);
+	if (s->exp_started)
+		pthread_join(s->exp_thr, NULL);
 	kv_mig_destroy(s->mig);
 	s->mig = NULL;
 	{

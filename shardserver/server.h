@@ -67,6 +67,10 @@ typedef struct {
 	 * replica to an ISR (doc/replication.md "ISR changes"), so that a test
 	 * of the controller can keep one outside. */
 	bool no_expand;
+	/* For tests only (no flag): the expiry clock, Unix ms (store.h
+	 * kv_store_opts.clock); NULL: CLOCK_REALTIME. */
+	uint64_t (*clock)(void *arg);
+	void *clock_arg;
 } kv_server_cfg;
 
 /* Controller addresses --controller takes at most. */

@@ -90,6 +90,8 @@ struct kv_server {
 	bool lease_started;  /* lease_thr runs */
 	bool watch_started;  /* watch_thr runs */
 	bool hb_started;     /* hb_thr runs */
+	pthread_t exp_thr;   /* active expiry (kv_srv_expire_main) */
+	bool exp_started;    /* exp_thr runs */
 	bool started;        /* kv_server_start got as far as listening */
 	bool stopped;        /* kv_server_stop ran */
 	bool wedged;         /* stop found replies waiting for a failing disk */
@@ -100,6 +102,8 @@ struct kv_server {
 	atomic_uint_fast64_t err_count[KV_SRV_ERR_SLOTS]; /* failed ops and requests */
 	atomic_uint_fast64_t read_hits;                   /* keys get and mget found */
 	atomic_uint_fast64_t read_misses;                 /* keys get and mget did not find */
+	atomic_uint_fast64_t expired_reclaimed;           /* expired keys removed (expire.c) */
+	atomic_uint_fast64_t cond_conflicts;              /* conditional writes refused */
 	kv_lat_hist op_lat[KV_OP__COUNT]; /* receipt to reply of requests, by op kind in them */
 
 	pthread_mutex_t cfg_mu; /* protects cur, cluster_id and gone_why */

@@ -42,7 +42,13 @@ enum {
 	OPT_LOSS = 1u << 5,
 	OPT_RAW = 1u << 6,
 	OPT_DRY = 1u << 7,
+	OPT_TTL = 1u << 8,
+	OPT_IFABS = 1u << 9,
+	OPT_IFEQ = 1u << 10,
 };
+
+/* The largest TTL (doc/contract.md §3): 2^40 ms. */
+#define CLI_MAX_TTL_MS (1ull << 40)
 
 typedef struct cli_ctx cli_ctx;
 typedef int (*cmd_fn)(cli_ctx *x);
@@ -91,16 +97,37 @@ static int cmd_remove(cli_ctx *x);
 static int cmd_locate(cli_ctx *x);
 static int cmd_check(cli_ctx *x);
 static int cmd_bench(cli_ctx *x);
+static int cmd_expire(cli_ctx *x);
+static int cmd_persist(cli_ctx *x);
+static int cmd_ttl(cli_ctx *x);
+static int cmd_incr(cli_ctx *x);
+static int cmd_exists(cli_ctx *x);
+static int cmd_count(cli_ctx *x);
+static int cmd_delrange(cli_ctx *x);
 
 static const cli_cmd cmds[] = {
     {"get", 1, 1, OPT_RAW, false, "KEY [--raw]",
      "print the value of KEY (--raw: its bytes exactly, no newline)", cmd_get},
-    {"put", 2, 2, 0, false, "KEY VALUE", "set KEY to VALUE (`-`: read VALUE from stdin)", cmd_put},
-    {"del", 1, 1, OPT_RAW, false, "KEY [--raw]", "delete KEY and print the value it had", cmd_del},
+    {"put", 2, 2, OPT_TTL | OPT_IFABS | OPT_IFEQ, false,
+     "KEY VALUE [--ttl MS] [--if-absent|--if-equal OLD]",
+     "set KEY to VALUE (`-`: read VALUE from stdin)", cmd_put},
+    {"del", 1, 1, OPT_RAW | OPT_IFEQ, false, "KEY [--raw] [--if-equal OLD]",
+     "delete KEY and print the value it had", cmd_del},
     {"append", 2, 2, 0, false, "KEY VALUE", "append VALUE to KEY's value (creates KEY)",
      cmd_append},
     {"mget", 1, -1, 0, false, "KEY...", "print the values of the KEYs, one per line", cmd_mget},
-    {"mput", 2, -1, 0, false, "KEY VALUE [KEY VALUE...]", "set several keys", cmd_mput},
+    {"mput", 2, -1, OPT_TTL, false, "KEY VALUE [KEY VALUE...] [--ttl MS]", "set several keys",
+     cmd_mput},
+    {"incr", 1, 2, 0, false, "KEY [N]",
+     "add N (default 1, may be negative) to the integer in KEY and print it", cmd_incr},
+    {"expire", 2, 2, 0, false, "KEY MS", "make KEY expire MS milliseconds from now", cmd_expire},
+    {"persist", 1, 1, 0, false, "KEY", "make KEY never expire", cmd_persist},
+    {"ttl", 1, 1, 0, false, "KEY", "print the milliseconds KEY has left, -1 when none", cmd_ttl},
+    {"exists", 1, 1, 0, false, "KEY", "exit 0 when KEY exists, 1 when not (prints nothing)",
+     cmd_exists},
+    {"count", 2, 2, 0, false, "START END", "print the number of keys of [START, END)", cmd_count},
+    {"delrange", 2, 2, 0, false, "START END", "delete every key of [START, END) and print how many",
+     cmd_delrange},
     {"keys", 0, 0, OPT_PREFIX | OPT_LIMIT, false, "[--prefix P] [--limit N]",
      "print every key, one per line", cmd_keys},
     {"scan", 2, 2, OPT_LIMIT, false, "START END [--limit N]",
@@ -273,7 +300,10 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 		const char *v;
 		uint64_t n;
 
-		if (opts_done || s[0] != '-' || strcmp(s, "-") == 0) {
+		/* incr's N may be negative: a number is never an option there. */
+		bool negnum = cmd && strcmp(cmd->name, "incr") == 0 && s[0] == '-' && s[1] >= '0' &&
+		              s[1] <= '9';
+		if (opts_done || s[0] != '-' || strcmp(s, "-") == 0 || negnum) {
 			if (a->cmd == NULL) {
 				a->cmd = s;
 				if ((cmd = find_cmd(s)) == NULL && kv_cli_suggest(s) != NULL)
@@ -339,6 +369,22 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 		} else if (strcmp(s, "--no-rebalance") == 0) {
 			a->no_rebalance = true;
 			seen |= OPT_NOREB;
+		} else if (strcmp(s, "--if-absent") == 0) {
+			a->if_absent = true;
+			seen |= OPT_IFABS;
+		} else if (is_opt(s, "--if-equal", true)) {
+			if ((v = opt_value(argc, argv, &i, s, strlen("--if-equal"))) == NULL)
+				return usage_err(err, errlen,
+				                 "--if-equal needs the expected value");
+			a->if_equal = v;
+			seen |= OPT_IFEQ;
+		} else if (is_opt(s, "--ttl", true)) {
+			if ((v = opt_value(argc, argv, &i, s, strlen("--ttl"))) == NULL ||
+			    !parse_u64(v, CLI_MAX_TTL_MS, &n) || n == 0)
+				return usage_err(err, errlen, "--ttl needs milliseconds, 1 to %llu",
+				                 (unsigned long long)CLI_MAX_TTL_MS);
+			a->ttl_ms = n;
+			seen |= OPT_TTL;
 		} else if (is_opt(s, "--prefix", true)) {
 			if ((v = opt_value(argc, argv, &i, s, strlen("--prefix"))) == NULL)
 				return usage_err(err, errlen, "--prefix needs a value");
@@ -369,10 +415,11 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 		return usage_err(err, errlen, "no command given (try 'shardkv --help')");
 	}
 	if (seen & ~cmd->opts) {
-		static const char *names[] = {"--wait",  "--no-rebalance", "--prefix",
-		                              "--limit", "--rate",         "--accept-data-loss",
-		                              "--raw",   "--dry-run"};
-		for (unsigned b = 0; b < 8; b++)
+		static const char *names[] = {"--wait",      "--no-rebalance", "--prefix",
+		                              "--limit",     "--rate",         "--accept-data-loss",
+		                              "--raw",       "--dry-run",      "--ttl",
+		                              "--if-absent", "--if-equal"};
+		for (unsigned b = 0; b < sizeof(names) / sizeof(names[0]); b++)
 			if ((seen & ~cmd->opts) & (1u << b))
 				return usage_err(err, errlen, "%s: option %s does not apply",
 				                 cmd->name, names[b]);
@@ -395,6 +442,25 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 		return usage_err(err, errlen,
 		                 "mput: the numbers of keys and values differ (every KEY needs a "
 		                 "VALUE; nothing was written)");
+	if (a->if_absent && a->if_equal)
+		return usage_err(err, errlen, "%s: --if-absent and --if-equal exclude each other",
+		                 cmd->name);
+	if (strcmp(cmd->name, "expire") == 0) {
+		uint64_t n;
+		if (!parse_u64(a->args[1], CLI_MAX_TTL_MS, &n) || n == 0)
+			return usage_err(err, errlen, "expire: MS must be 1 to %llu, not '%.100s'",
+			                 (unsigned long long)CLI_MAX_TTL_MS, a->args[1]);
+	}
+	if (strcmp(cmd->name, "incr") == 0 && a->nargs == 2) {
+		char *e;
+		errno = 0;
+		(void)strtoll(a->args[1], &e, 10);
+		const char *d = a->args[1][0] == '-' ? a->args[1] + 1 : a->args[1];
+		if (errno != 0 || e == a->args[1] || *e != 0 || *d < '0' || *d > '9')
+			return usage_err(err, errlen,
+			                 "incr: N must be a signed 64-bit integer, not '%.100s'",
+			                 a->args[1]);
+	}
 	if (strcmp(cmd->name, "config") == 0 && a->nargs == 1) {
 		uint64_t n;
 		if (!parse_u64(a->args[0], UINT64_MAX, &n) || n == 0)
@@ -433,6 +499,19 @@ print_help(FILE *f, const cli_cmd *cmd)
 		if (strcmp(cmd->name, "put") == 0 || strcmp(cmd->name, "append") == 0 ||
 		    strcmp(cmd->name, "mput") == 0)
 			fprintf(f, "  A VALUE of `-` is read from stdin (once per command).\n");
+		if (cmd->opts & OPT_TTL)
+			fprintf(
+			    f,
+			    "  --ttl MS: the keys written expire MS milliseconds later (a write\n"
+			    "  without it clears an earlier expiry).\n");
+		if (cmd->opts & OPT_IFEQ)
+			fprintf(
+			    f,
+			    "  --if-absent writes only when KEY does not exist; --if-equal OLD\n"
+			    "  writes (deletes) only when KEY holds exactly OLD. When the "
+			    "condition\n"
+			    "  does not hold nothing changes, the exit code is 1 and stderr says\n"
+			    "  \"exists\" or \"mismatch\" with KEY's current value.\n");
 		if (cmd->opts & OPT_DRY)
 			fprintf(
 			    f, "  --dry-run prints the migrations the command would start, as the\n"
@@ -468,7 +547,8 @@ print_help(FILE *f, const cli_cmd *cmd)
 	           "\nCommands:\n");
 	for (size_t i = 0; i < NCMDS; i++)
 		fprintf(f, "  %-9s %-50s %s\n", cmds[i].name, cmds[i].usage, cmds[i].help);
-	fprintf(f, "\nExit codes: 0 success, 1 not found, 2 usage or invalid request, "
+	fprintf(f, "\nExit codes: 0 success, 1 not found or condition not met, 2 usage or invalid "
+	           "request, "
 	           "3 unavailable or timed out, 4 rejected, 5 internal error.\n"
 	           "Use -- before values that start with '-'. With no command on a terminal,\n"
 	           "shardkv opens an interactive prompt.\n");
@@ -631,16 +711,57 @@ cmd_get(cli_ctx *x)
 	return 0;
 }
 
+/*
+ * A conditional write whose condition did not hold: exit 1 (doc/contract.md
+ * §5), "exists" or "mismatch" and the key's current value on stderr, and
+ * with --json one object on stdout: {"key": K, "written": false,
+ * "condition": "exists|mismatch", "current": V or null}.
+ */
+static int
+cond_failed(cli_ctx *x, const char *k, int rv, shardkv_buf *cur)
+{
+	const char *what = rv == SHARDKV_EEXISTS ? "exists" : "mismatch";
+
+	if (x->a->json) {
+		fprintf(x->out, "{\"key\": ");
+		json_str(x->out, k, strlen(k));
+		fprintf(x->out, ", \"written\": false, \"condition\": \"%s\", \"current\": ", what);
+		if (cur->data)
+			json_str(x->out, cur->data, cur->len);
+		else
+			fputs("null", x->out);
+		fprintf(x->out, "}\n");
+	}
+	if (cur->data == NULL) {
+		fprintf(x->err, "shardkv: %s: %s: the key is absent\n", x->a->cmd, what);
+	} else {
+		fprintf(x->err, "shardkv: %s: %s: current value ", x->a->cmd, what);
+		human_str(x->err, cur->data, cur->len);
+		fputc('\n', x->err);
+	}
+	shardkv_free(cur->data);
+	return KV_CLI_NOTFOUND;
+}
+
 static int
 cmd_put(cli_ctx *x)
 {
 	const char *k = x->a->args[0];
+	shardkv_put_options o = {.ttl_ms = x->a->ttl_ms, .if_absent = x->a->if_absent};
+	shardkv_buf cur = {0};
 	shardkv_bytes v;
 	int rv;
 
 	if ((rv = value_arg(x, x->a->args[1], &v)) != 0)
 		return rv;
-	if ((rv = shardkv_put(x->c, k, strlen(k), v.data, v.len)) != 0)
+	if (x->a->if_equal) {
+		o.if_equal = true;
+		o.expect = (shardkv_bytes){x->a->if_equal, strlen(x->a->if_equal)};
+	}
+	rv = shardkv_put_ex(x->c, k, strlen(k), v.data, v.len, &o, &cur);
+	if (rv == SHARDKV_EEXISTS || rv == SHARDKV_EMISMATCH)
+		return cond_failed(x, k, rv, &cur);
+	if (rv != 0)
 		return fail_size(x, rv, strlen(k), v.len);
 	return 0;
 }
@@ -650,7 +771,23 @@ cmd_del(cli_ctx *x)
 {
 	const char *k = x->a->args[0];
 	shardkv_buf v;
-	int rv = shardkv_del(x->c, k, strlen(k), &v);
+	int rv;
+
+	if (x->a->if_equal) {
+		/* Deleted only when it held OLD: the value it had is OLD. */
+		shardkv_buf cur = {0};
+		size_t n = strlen(x->a->if_equal);
+		rv = shardkv_del_if_equal(x->c, k, strlen(k), x->a->if_equal, n, &cur);
+		if (rv == SHARDKV_EMISMATCH)
+			return cond_failed(x, k, rv, &cur);
+		if (rv != 0)
+			return fail_size(x, rv, strlen(k), n);
+		v.data = (uint8_t *)(uintptr_t)x->a->if_equal;
+		v.len = n;
+		print_value(x, k, &v);
+		return 0;
+	}
+	rv = shardkv_del(x->c, k, strlen(k), &v);
 
 	if (rv != 0)
 		return fail_size(x, rv, strlen(k), 0);
@@ -754,7 +891,7 @@ cmd_mput(cli_ctx *x)
 	}
 	if (rv != 0)
 		goto out;
-	rv = shardkv_mput(x->c, n, keys, n, vals, &r);
+	rv = shardkv_mput_ex(x->c, n, keys, n, vals, x->a->ttl_ms, &r);
 	if (rv != 0 && r != NULL && r->nfailed > 0) {
 		for (size_t i = 0; i < r->nfailed; i++) {
 			const shardkv_node_error *e = &r->failed[i];
@@ -1086,6 +1223,119 @@ wait_flag(cli_ctx *x)
 {
 	(void)x;
 	return 0;
+}
+
+/* Prints {"key": K, "NAME": N} with --json, else N alone. */
+static void
+print_num(cli_ctx *x, const char *k, const char *name, long long n)
+{
+	if (x->a->json) {
+		fprintf(x->out, "{\"key\": ");
+		json_str(x->out, k, strlen(k));
+		fprintf(x->out, ", \"%s\": %lld}\n", name, n);
+	} else {
+		fprintf(x->out, "%lld\n", n);
+	}
+}
+
+static int
+cmd_incr(cli_ctx *x)
+{
+	const char *k = x->a->args[0];
+	long long delta = x->a->nargs == 2 ? strtoll(x->a->args[1], NULL, 10) : 1; /* checked */
+	int64_t n;
+	int rv = shardkv_incr(x->c, k, strlen(k), delta, &n);
+
+	if (rv != 0)
+		return fail_size(x, rv, strlen(k), 0);
+	print_num(x, k, "value", (long long)n);
+	return 0;
+}
+
+static int
+cmd_expire(cli_ctx *x)
+{
+	const char *k = x->a->args[0];
+	unsigned long long ms = strtoull(x->a->args[1], NULL, 10); /* checked by the parser */
+	int rv = shardkv_expire(x->c, k, strlen(k), ms);
+
+	if (rv != 0)
+		return fail_size(x, rv, strlen(k), 0);
+	if (x->a->json)
+		print_num(x, k, "ttl_ms", (long long)ms);
+	return 0;
+}
+
+static int
+cmd_persist(cli_ctx *x)
+{
+	const char *k = x->a->args[0];
+	int rv = shardkv_persist(x->c, k, strlen(k));
+
+	if (rv != 0)
+		return fail_size(x, rv, strlen(k), 0);
+	if (x->a->json)
+		print_num(x, k, "ttl_ms", -1);
+	return 0;
+}
+
+static int
+cmd_ttl(cli_ctx *x)
+{
+	const char *k = x->a->args[0];
+	int64_t ms;
+	int rv = shardkv_ttl(x->c, k, strlen(k), &ms);
+
+	if (rv != 0)
+		return fail_size(x, rv, strlen(k), 0);
+	print_num(x, k, "ttl_ms", (long long)ms);
+	return 0;
+}
+
+static int
+cmd_exists(cli_ctx *x)
+{
+	const char *k = x->a->args[0];
+	int rv = shardkv_exists(x->c, k, strlen(k));
+
+	if (rv != 0 && rv != SHARDKV_ENOTFOUND)
+		return fail_size(x, rv, strlen(k), 0);
+	if (x->a->json) {
+		fprintf(x->out, "{\"key\": ");
+		json_str(x->out, k, strlen(k));
+		fprintf(x->out, ", \"exists\": %s}\n", rv == 0 ? "true" : "false");
+	}
+	return rv == 0 ? 0 : KV_CLI_NOTFOUND;
+}
+
+/* count and delrange: the number, or {"NAME": N} with --json. */
+static int
+range_cmd(cli_ctx *x, bool del)
+{
+	const char *st = x->a->args[0], *en = x->a->args[1];
+	uint64_t n = 0;
+	int rv = del ? shardkv_delrange(x->c, st, strlen(st), en, strlen(en), &n)
+	             : shardkv_count(x->c, st, strlen(st), en, strlen(en), &n);
+
+	if (rv != 0)
+		return fail(x, rv);
+	if (x->a->json)
+		fprintf(x->out, "{\"%s\": %" PRIu64 "}\n", del ? "deleted" : "count", n);
+	else
+		fprintf(x->out, "%" PRIu64 "\n", n);
+	return 0;
+}
+
+static int
+cmd_count(cli_ctx *x)
+{
+	return range_cmd(x, false);
+}
+
+static int
+cmd_delrange(cli_ctx *x)
+{
+	return range_cmd(x, true);
 }
 
 static int

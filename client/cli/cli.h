@@ -39,6 +39,9 @@ typedef struct {
 	bool raw;                    /* --raw: get/del print the value's bytes, no newline */
 	bool version;                /* --version */
 	bool no_command;             /* parsing failed only for want of a command */
+	uint64_t ttl_ms;             /* --ttl MS (put, mput); 0 when not given */
+	bool if_absent;              /* --if-absent (put) */
+	const char *if_equal;        /* --if-equal OLD (put, del); NULL when not given */
 } kv_cli_args;
 
 /*

@@ -234,6 +234,112 @@ SHARDKV_API int shardkv_del_async(shardkv_client *c, const void *key, size_t kle
 SHARDKV_API int shardkv_append_async(shardkv_client *c, const void *key, size_t klen,
                                      const void *val, size_t vlen, shardkv_done_fn done, void *arg);
 
+/* ---------------------------------------------------------------------------
+ * Expiry, conditional writes, counters, ranges (doc/contract.md §3)
+ * ------------------------------------------------------------------------- */
+
+/* The largest TTL a call may ask for, in ms (2^40, about 35 years). */
+#define SHARDKV_MAX_TTL_MS (1ull << 40)
+
+/* Options of shardkv_put_ex(); zero-initialise (all zero: a plain put). */
+typedef struct {
+	uint64_t ttl_ms; /* > 0: the key expires this many ms after the write; 0: never.
+	                  * A put always replaces the key's expiry. */
+	bool if_absent;  /* write only when the key does not exist: SHARDKV_EEXISTS */
+	bool if_equal;   /* write only when the key holds exactly `expect`: SHARDKV_EMISMATCH */
+	shardkv_bytes expect; /* with if_equal: the value the key must hold */
+} shardkv_put_options;
+
+/*
+ * A put with options: a TTL, and at most one condition, checked atomically
+ * with the write on the key's primary. `opt` may be NULL (a plain put).
+ * Returns 0 (written), SHARDKV_EEXISTS (if_absent and the key exists),
+ * SHARDKV_EMISMATCH (if_equal and the key is absent or holds another value),
+ * SHARDKV_EINVAL (both conditions, a TTL over SHARDKV_MAX_TTL_MS), or another
+ * code. On a failed condition nothing is written and, when `current` is not
+ * NULL, *current is the key's value at that moment (free current->data with
+ * shardkv_free()), current->data NULL when the key is absent: no further
+ * read is needed. Retries reuse the request id, so the write is applied at
+ * most once and a retried write that was applied answers 0.
+ */
+SHARDKV_API int shardkv_put_ex(shardkv_client *c, const void *key, size_t klen, const void *val,
+                               size_t vlen, const shardkv_put_options *opt, shardkv_buf *current);
+
+/* Deletes a key only when it holds exactly `expect` (elen bytes). Returns 0
+ * (deleted), SHARDKV_EMISMATCH (absent or another value: nothing deleted;
+ * *current as in shardkv_put_ex when not NULL) or another code. Once even if
+ * retried. */
+SHARDKV_API int shardkv_del_if_equal(shardkv_client *c, const void *key, size_t klen,
+                                     const void *expect, size_t elen, shardkv_buf *current);
+
+/* Sets the expiry of an existing key to ttl_ms from now (1..SHARDKV_MAX_TTL_MS)
+ * without touching its value. Returns 0, SHARDKV_ENOTFOUND or another code. */
+SHARDKV_API int shardkv_expire(shardkv_client *c, const void *key, size_t klen, uint64_t ttl_ms);
+
+/* Clears the expiry of an existing key. Returns 0, SHARDKV_ENOTFOUND, ... */
+SHARDKV_API int shardkv_persist(shardkv_client *c, const void *key, size_t klen);
+
+/* On 0 *ms_left is the time left before the key expires, in ms, or -1 when
+ * it has no expiry. Returns 0, SHARDKV_ENOTFOUND or another code. */
+SHARDKV_API int shardkv_ttl(shardkv_client *c, const void *key, size_t klen, int64_t *ms_left);
+
+/* Adds delta to the decimal signed 64-bit integer a key holds (an absent key
+ * counts as 0) and, on 0, sets *result (may be NULL) to the new value. The
+ * key's expiry is kept. SHARDKV_EINVAL when the value is not such an integer
+ * or the sum would overflow (nothing written). Once even if retried. */
+SHARDKV_API int shardkv_incr(shardkv_client *c, const void *key, size_t klen, int64_t delta,
+                             int64_t *result);
+
+/* Returns 0 when the key exists, SHARDKV_ENOTFOUND when it does not. */
+SHARDKV_API int shardkv_exists(shardkv_client *c, const void *key, size_t klen);
+
+/*
+ * The number of keys in [start, end) (empty end: no bound), across every
+ * server that owns a part of it, each counting its part in steps; on 0
+ * *count is the sum. Not a snapshot: keys written or deleted while the
+ * count runs may or may not be counted. SHARDKV_EINVAL for an empty range.
+ */
+SHARDKV_API int shardkv_count(shardkv_client *c, const void *start, size_t slen, const void *end,
+                              size_t elen, uint64_t *count);
+
+/*
+ * Deletes every key of [start, end) (empty end: no bound), across every
+ * server that owns a part of it, in steps each atomic on its server (a step
+ * is retried with its request id: applied once). On 0 *deleted (may be
+ * NULL) is how many keys were deleted. On an error the steps before it
+ * stay applied; *deleted is then not set. Not atomic as a whole: a key
+ * written into the range meanwhile may survive.
+ */
+SHARDKV_API int shardkv_delrange(shardkv_client *c, const void *start, size_t slen, const void *end,
+                                 size_t elen, uint64_t *deleted);
+
+/*
+ * Async forms, as the single-key async ops above (same rules for done, the
+ * deadline, copies and close). put_ex and del_if_equal: done gets, on
+ * SHARDKV_EEXISTS / SHARDKV_EMISMATCH, the key's current value in val
+ * (NULL when absent). expire, persist and exists: val NULL. ttl and incr
+ * call a shardkv_num_done_fn with the number (ms left or -1; the new
+ * value) on status 0.
+ */
+typedef void (*shardkv_num_done_fn)(void *arg, int status, int64_t n);
+
+SHARDKV_API int shardkv_put_ex_async(shardkv_client *c, const void *key, size_t klen,
+                                     const void *val, size_t vlen, const shardkv_put_options *opt,
+                                     shardkv_done_fn done, void *arg);
+SHARDKV_API int shardkv_del_if_equal_async(shardkv_client *c, const void *key, size_t klen,
+                                           const void *expect, size_t elen, shardkv_done_fn done,
+                                           void *arg);
+SHARDKV_API int shardkv_expire_async(shardkv_client *c, const void *key, size_t klen,
+                                     uint64_t ttl_ms, shardkv_done_fn done, void *arg);
+SHARDKV_API int shardkv_persist_async(shardkv_client *c, const void *key, size_t klen,
+                                      shardkv_done_fn done, void *arg);
+SHARDKV_API int shardkv_exists_async(shardkv_client *c, const void *key, size_t klen,
+                                     shardkv_done_fn done, void *arg);
+SHARDKV_API int shardkv_ttl_async(shardkv_client *c, const void *key, size_t klen,
+                                  shardkv_num_done_fn done, void *arg);
+SHARDKV_API int shardkv_incr_async(shardkv_client *c, const void *key, size_t klen, int64_t delta,
+                                   shardkv_num_done_fn done, void *arg);
+
 /* The result of shardkv_mget(). Free with shardkv_mget_result_free(). */
 typedef struct {
 	size_t n;            /* number of keys asked */
@@ -282,6 +388,12 @@ SHARDKV_API int shardkv_mput(shardkv_client *c, size_t nkeys, const shardkv_byte
 
 /* Frees an mput result. Accepts NULL. */
 SHARDKV_API void shardkv_mput_result_free(shardkv_mput_result *r);
+
+/* Writes nkeys pairs as shardkv_mput() does, every key written expiring
+ * ttl_ms after the write (0: never; at most SHARDKV_MAX_TTL_MS). */
+SHARDKV_API int shardkv_mput_ex(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys,
+                                size_t nvals, const shardkv_bytes *vals, uint64_t ttl_ms,
+                                shardkv_mput_result **out);
 
 /* One key/value pair of a scan (value empty for keys-only scans). */
 typedef struct {
@@ -371,6 +483,10 @@ SHARDKV_API int shardkv_mput_async(shardkv_client *c, size_t nkeys, const shardk
                                    shardkv_mput_done_fn done, void *arg);
 SHARDKV_API int shardkv_scan_async(shardkv_client *c, const shardkv_scan_args *a,
                                    shardkv_scan_done_fn done, void *arg);
+/* shardkv_mput_async with a TTL, as shardkv_mput_ex. */
+SHARDKV_API int shardkv_mput_ex_async(shardkv_client *c, size_t nkeys, const shardkv_bytes *keys,
+                                      size_t nvals, const shardkv_bytes *vals, uint64_t ttl_ms,
+                                      shardkv_mput_done_fn done, void *arg);
 
 /* ---------------------------------------------------------------------------
  * Admin operations (doc/contract.md §4)

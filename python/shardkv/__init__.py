@@ -28,7 +28,7 @@ __all__ = [
     "WrongOwner", "Stale", "Timeout", "Unavailable", "Exists", "DiskError",
     "Corrupt", "ProtocolError", "AuthError", "Closed", "Busy", "Moving",
     "PermissionDenied", "NoSpace", "LimitExceeded", "AddressInUse",
-    "InternalError", "Mismatch", "set_log_level", "library_path",
+    "InternalError", "Mismatch", "MAX_TTL_MS", "set_log_level", "library_path",
 ]
 
 # ---------------------------------------------------------------------------
@@ -84,7 +84,10 @@ class Unavailable(ShardkvError, ConnectionError):
 
 
 class Exists(ShardkvError):
-    """Already exists (a duplicate join)."""
+    """Already exists (a duplicate join; put(..., if_absent=True) on a key
+    that exists: .current is its value)."""
+
+    current = None  # a failed put(if_absent=True): the key's value (bytes)
 
 
 class DiskError(ShardkvError):
@@ -136,7 +139,10 @@ class InternalError(ShardkvError):
 
 
 class Mismatch(ShardkvError):
-    """A conditional write's condition did not hold."""
+    """A conditional write's condition did not hold (if_equal): .current is
+    the key's value (bytes), None when the key is absent."""
+
+    current = None
 
 
 _ERRORS = {
@@ -208,6 +214,11 @@ class _ScanResult(ctypes.Structure):
 class _ScanArgs(ctypes.Structure):
     _fields_ = [("start", _Bytes), ("end", _Bytes), ("prefix", _Bytes),
                 ("limit", _size_t), ("keys_only", ctypes.c_bool)]
+
+
+class _PutOptions(ctypes.Structure):
+    _fields_ = [("ttl_ms", _u64), ("if_absent", ctypes.c_bool), ("if_equal", ctypes.c_bool),
+                ("expect", _Bytes)]
 
 
 class _AdminResult(ctypes.Structure):
@@ -336,6 +347,22 @@ _mput_free = _fn("shardkv_mput_result_free", None, _P(_MputResult))
 _iter_new = _fn("shardkv_scan_iter_new", _int, _c, _P(_ScanArgs), _size_t, _P(ctypes.c_void_p))
 _iter_next = _fn("shardkv_scan_iter_next", _int, ctypes.c_void_p, _P(_P(_Entry)))
 _iter_free = _fn("shardkv_scan_iter_free", None, ctypes.c_void_p)
+_put_ex = _fn("shardkv_put_ex", _int, _c, ctypes.c_void_p, _size_t, ctypes.c_void_p, _size_t,
+              _P(_PutOptions), _P(_Buf))
+_del_if_equal = _fn("shardkv_del_if_equal", _int, _c, ctypes.c_void_p, _size_t, ctypes.c_void_p,
+                    _size_t, _P(_Buf))
+_mput_ex = _fn("shardkv_mput_ex", _int, _c, _size_t, _P(_Bytes), _size_t, _P(_Bytes), _u64,
+               _P(_P(_MputResult)))
+_expire = _fn("shardkv_expire", _int, _c, ctypes.c_void_p, _size_t, _u64)
+_persist = _fn("shardkv_persist", _int, _c, ctypes.c_void_p, _size_t)
+_ttl = _fn("shardkv_ttl", _int, _c, ctypes.c_void_p, _size_t, _P(ctypes.c_int64))
+_incr = _fn("shardkv_incr", _int, _c, ctypes.c_void_p, _size_t, ctypes.c_int64,
+            _P(ctypes.c_int64))
+_exists = _fn("shardkv_exists", _int, _c, ctypes.c_void_p, _size_t)
+_count = _fn("shardkv_count", _int, _c, ctypes.c_void_p, _size_t, ctypes.c_void_p, _size_t,
+             _P(_u64))
+_delrange = _fn("shardkv_delrange", _int, _c, ctypes.c_void_p, _size_t, ctypes.c_void_p,
+                _size_t, _P(_u64))
 _join = _fn("shardkv_join", _int, _c, ctypes.c_char_p, ctypes.c_uint, _P(_AdminResult))
 _leave = _fn("shardkv_leave", _int, _c, ctypes.c_char_p, ctypes.c_uint, _P(_AdminResult))
 _move = _fn("shardkv_move", _int, _c, ctypes.c_void_p, _size_t, ctypes.c_void_p, _size_t,
@@ -454,6 +481,16 @@ def _admin_dict(r):
 
 _MISSING = object()
 
+MAX_TTL_MS = 1 << 40  # SHARDKV_MAX_TTL_MS
+
+
+def _ttl_arg(ttl_ms):
+    """A TTL argument checked: an int from 1 to MAX_TTL_MS."""
+    ms = int(ttl_ms)
+    if not 0 < ms <= MAX_TTL_MS:
+        raise Invalid(-2, "ttl_ms must be 1 to %d" % MAX_TTL_MS)
+    return ms
+
 
 class _Deadline:
     """Gives one call its own deadline (shardkv_set_thread_timeout): set on
@@ -556,16 +593,59 @@ class Client:
         finally:
             _free(v.data)
 
-    def put(self, key, value, timeout_ms=None):
-        """Sets key to value (applied once, even when retried)."""
-        k, v = _b(key), _b(value, "value")
-        with _Deadline(timeout_ms):
-            _check(_put(self._handle(), k, len(k), v, len(v)))
+    def put(self, key, value, ttl_ms=None, if_absent=False, if_equal=None, timeout_ms=None):
+        """Sets key to value (applied once, even when retried).
 
-    def delete(self, key, timeout_ms=None):
+        ttl_ms: the key expires that many ms after the write (a put without
+        it clears an earlier expiry). if_absent=True: only when the key does
+        not exist, else raises Exists. if_equal=OLD: only when the key holds
+        exactly OLD, else raises Mismatch. Either exception carries the key's
+        current value in .current (None: absent) and nothing was written."""
+        k, v = _b(key), _b(value, "value")
+        if ttl_ms is None and not if_absent and if_equal is None:
+            with _Deadline(timeout_ms):
+                _check(_put(self._handle(), k, len(k), v, len(v)))
+            return
+        o = _PutOptions()
+        o.ttl_ms = _ttl_arg(ttl_ms) if ttl_ms is not None else 0
+        o.if_absent = bool(if_absent)
+        e = None
+        if if_equal is not None:
+            e = _b(if_equal, "if_equal")
+            o.if_equal = True
+            o.expect = _Bytes(ctypes.cast(ctypes.c_char_p(e), ctypes.c_void_p) if e else None,
+                              len(e))
+        cur = _Buf()
+        with _Deadline(timeout_ms):
+            rv = _put_ex(self._handle(), k, len(k), v, len(v), ctypes.byref(o),
+                         ctypes.byref(cur))
+            self._check_cond(rv, cur)
+
+    @staticmethod
+    def _check_cond(rv, cur):
+        """_check of a conditional write: Exists / Mismatch get .current."""
+        try:
+            _check(rv)
+        except (Exists, Mismatch) as ex:
+            ex.current = _out(cur)
+            raise
+        finally:
+            if rv in (-9, -22):
+                _free(cur.data)
+
+    def delete(self, key, if_equal=None, timeout_ms=None):
         """Deletes key and returns its value (None when a retried delete of
-        a value over 4096 bytes could not learn it). Raises NotFound."""
+        a value over 4096 bytes could not learn it). Raises NotFound.
+        if_equal=OLD: only when the key holds exactly OLD (returns OLD), else
+        raises Mismatch with the current value in .current (None: absent)."""
         k = _b(key)
+        if if_equal is not None:
+            e = _b(if_equal, "if_equal")
+            cur = _Buf()
+            with _Deadline(timeout_ms):
+                rv = _del_if_equal(self._handle(), k, len(k), e, len(e), ctypes.byref(cur))
+                self._check_cond(rv, cur)
+            return e
         old = _Buf()
         with _Deadline(timeout_ms):
             _check(_del(self._handle(), k, len(k), ctypes.byref(old)))
@@ -573,6 +653,69 @@ class Client:
             return _out(old)
         finally:
             _free(old.data)
+
+    def expire(self, key, ttl_ms, timeout_ms=None):
+        """Makes an existing key expire ttl_ms from now. Raises NotFound."""
+        k = _b(key)
+        ms = _ttl_arg(ttl_ms)
+        with _Deadline(timeout_ms):
+            _check(_expire(self._handle(), k, len(k), ms))
+
+    def persist(self, key, timeout_ms=None):
+        """Makes an existing key never expire. Raises NotFound."""
+        k = _b(key)
+        with _Deadline(timeout_ms):
+            _check(_persist(self._handle(), k, len(k)))
+
+    def ttl(self, key, timeout_ms=None):
+        """The ms key has left, -1 when it does not expire. Raises NotFound."""
+        k = _b(key)
+        n = ctypes.c_int64()
+        with _Deadline(timeout_ms):
+            _check(_ttl(self._handle(), k, len(k), ctypes.byref(n)))
+        return n.value
+
+    def incr(self, key, delta=1, timeout_ms=None):
+        """Adds delta (a signed 64-bit int) to the decimal integer in key (an
+        absent key counts as 0) and returns the new value; applied once even
+        when retried. Raises Invalid when the value is not an integer or the
+        sum overflows."""
+        k = _b(key)
+        d = int(delta)
+        if not -(1 << 63) <= d < (1 << 63):
+            raise Invalid(-2, "delta must fit in a signed 64-bit integer")
+        n = ctypes.c_int64()
+        with _Deadline(timeout_ms):
+            _check(_incr(self._handle(), k, len(k), d, ctypes.byref(n)))
+        return n.value
+
+    def exists(self, key, timeout_ms=None):
+        """Whether key exists (True / False)."""
+        k = _b(key)
+        with _Deadline(timeout_ms):
+            rv = _exists(self._handle(), k, len(k))
+            if rv == -1:
+                return False
+            _check(rv)
+        return True
+
+    def count(self, start=b"", end=b"", timeout_ms=None):
+        """The number of keys of [start, end) (empty end: no bound), summed
+        over every server owning part of it."""
+        s, e = _b(start), _b(end)
+        n = _u64()
+        with _Deadline(timeout_ms):
+            _check(_count(self._handle(), s, len(s), e, len(e), ctypes.byref(n)))
+        return n.value
+
+    def delrange(self, start=b"", end=b"", timeout_ms=None):
+        """Deletes every key of [start, end) on every server, in steps each
+        atomic on its server; returns how many were deleted."""
+        s, e = _b(start), _b(end)
+        n = _u64()
+        with _Deadline(timeout_ms):
+            _check(_delrange(self._handle(), s, len(s), e, len(e), ctypes.byref(n)))
+        return n.value
 
     def append(self, key, value, timeout_ms=None):
         """Appends value to key's value (creating it); returns the new length."""
@@ -608,11 +751,11 @@ class Client:
         finally:
             _mget_free(res)
 
-    def mput(self, items, timeout_ms=None):
+    def mput(self, items, ttl_ms=None, timeout_ms=None):
         """Writes pairs: a dict, or an iterable of (key, value). The pairs of
-        each server are written atomically. On a partial failure raises the
-        first part's error with .failed = [{"node_id", "address", "error",
-        "keys"}, ...]."""
+        each server are written atomically; with ttl_ms every key expires that
+        many ms after the write. On a partial failure raises the first part's
+        error with .failed = [{"node_id", "address", "error", "keys"}, ...]."""
         pairs = list(items.items()) if isinstance(items, dict) else list(items)
         if not pairs:
             return
@@ -620,7 +763,9 @@ class Client:
         varr, vkeep = self._bytes_array([p[1] for p in pairs], "value")
         res = _P(_MputResult)()
         with _Deadline(timeout_ms):
-            rv = _mput(self._handle(), len(kkeep), karr, len(vkeep), varr, ctypes.byref(res))
+            ms = _ttl_arg(ttl_ms) if ttl_ms is not None else 0
+            rv = _mput_ex(self._handle(), len(kkeep), karr, len(vkeep), varr, ms,
+                          ctypes.byref(res))
             try:
                 _check(rv)
             except ShardkvError as e:

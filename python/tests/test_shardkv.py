@@ -5,6 +5,7 @@ loopback ports (--dir in a temporary directory, `destroy` on every path),
 plus one server started here unjoined for join/leave.
 
 Every call of shardkv.Client is covered: get/put/delete/append, mget/mput,
+the conditional writes, expire/persist/ttl, incr, exists, count/delrange,
 scan (an iterator over several pages) and keys, join/leave/move/rebalance/
 cancel/remove/status/config/locate, the per-call deadline, the context
 manager; and the mapping of the error table to exceptions (NotFound,
@@ -222,6 +223,76 @@ class BindingTest(unittest.TestCase):
                          [b"1", None, b"26", b"2", b"25"])
         self.assertEqual(self.kv.mget([]), [])
         self.kv.mput({})
+
+    def test_conditional_put_and_delete_carry_the_current_value(self):
+        kv = self.kv
+        kv.put("cond:lock", "me", if_absent=True)
+        with self.assertRaises(shardkv.Exists) as cm:
+            kv.put("cond:lock", "you", if_absent=True)
+        self.assertEqual(cm.exception.current, b"me")
+        self.assertEqual(cm.exception.code, -9)
+        kv.put("cond:lock", "you", if_equal="me")
+        with self.assertRaises(shardkv.Mismatch) as cm:
+            kv.put("cond:lock", "x", if_equal="me")
+        self.assertEqual(cm.exception.current, b"you")
+        self.assertEqual(cm.exception.code, -22)
+        with self.assertRaises(shardkv.Mismatch) as cm:
+            kv.put("cond:none", "x", if_equal="me")
+        self.assertIsNone(cm.exception.current)
+        with self.assertRaises(shardkv.Mismatch) as cm:
+            kv.delete("cond:lock", if_equal="me")
+        self.assertEqual(cm.exception.current, b"you")
+        self.assertEqual(kv.delete("cond:lock", if_equal="you"), b"you")
+        self.assertFalse(kv.exists("cond:lock"))
+        with self.assertRaises(shardkv.Invalid):
+            kv.put("cond:k", "v", if_absent=True, if_equal="x")
+
+    def test_expiry_ttl_persist_and_exists(self):
+        kv = self.kv
+        kv.put("ttl:a", "v", ttl_ms=60000)
+        self.assertTrue(0 < kv.ttl("ttl:a") <= 60000)
+        kv.persist("ttl:a")
+        self.assertEqual(kv.ttl("ttl:a"), -1)
+        self.assertTrue(kv.exists("ttl:a"))
+        kv.expire("ttl:a", 1)
+        deadline = time.monotonic() + 10
+        while kv.exists("ttl:a") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertFalse(kv.exists("ttl:a"))
+        with self.assertRaises(shardkv.NotFound):
+            kv.ttl("ttl:a")
+        with self.assertRaises(shardkv.NotFound):
+            kv.expire("ttl:a", 100)
+        kv.mput({"ttl:m1": "1", "ttl:m2": "2"}, ttl_ms=60000)
+        self.assertTrue(0 < kv.ttl("ttl:m2") <= 60000)
+        for bad in (0, -5, shardkv.MAX_TTL_MS + 1, 1 << 70):
+            with self.assertRaises(shardkv.Invalid):
+                kv.put("ttl:bad", "v", ttl_ms=bad)
+            with self.assertRaises(shardkv.Invalid):
+                kv.expire("ttl:m1", bad)
+        self.assertFalse(kv.exists("ttl:bad"))
+
+    def test_incr_counts_and_refuses_a_non_integer(self):
+        kv = self.kv
+        self.assertEqual(kv.incr("incr:n"), 1)
+        self.assertEqual(kv.incr("incr:n", -6), -5)
+        self.assertEqual(kv.get("incr:n"), b"-5")
+        kv.put("incr:word", "abc")
+        with self.assertRaises(shardkv.Invalid):
+            kv.incr("incr:word")
+        with self.assertRaises(shardkv.Invalid):
+            kv.incr("incr:n", 1 << 63)
+
+    def test_count_and_delrange_cover_every_server(self):
+        kv = self.kv
+        keys = ["range:%03d" % i for i in range(40)]
+        kv.mput({k: "v" for k in keys})
+        self.assertEqual(kv.count("range:", "range;"), 40)
+        self.assertEqual(kv.count("range:010", "range:020"), 10)
+        self.assertEqual(kv.delrange("range:", "range:030"), 30)
+        self.assertEqual(kv.count("range:", "range;"), 10)
+        self.assertEqual(kv.delrange("range:", "range;"), 10)
+        self.assertEqual(kv.count("range:", "range;"), 0)
 
     def test_scan_iterates_every_page_in_key_order(self):
         keys = ["scan:%03d" % i for i in range(25)]

@@ -3,18 +3,27 @@
  * (durable.h).
  *
  * Record payload (little-endian), inside a wal.h record:
- *   u8 type (REC_*), u8 flags (bit 0: dedup fields follow; bit 1: DEL and
- *      DEDUP end with the value a delete returned)
+ *   u8 type (REC_*), u8 flags (bit 0: dedup fields follow; bit 1: DEL,
+ *      DEDUP and MDEL end with the value a delete returned; bit 2: a
+ *      deadline follows)
  *   [u64 client, u64 request, u64 value_len, u64 time_ms]   when flagged
- *   PUT:       u32 klen, key, u32 vlen, value
+ *   [u64 expire_at, Unix ms]                 when flagged (PUT, MPUT only)
+ *   PUT:       u32 klen, key, u32 vlen, value; the key's deadline becomes
+ *              expire_at, or none without the flag (records written before
+ *              expiry existed read the same way)
  *   DEL:       u32 klen, key [, u32 dlen, deleted value]
- *   MPUT:      u32 n, n x (u32 klen, key, u32 vlen, value)
+ *   MPUT:      u32 n, n x (u32 klen, key, u32 vlen, value); deadline as PUT
+ *   MDEL:      u32 alen, anchor key (the key of the dedup entry), u32 n,
+ *              n x (u32 klen, key) [, u32 dlen, value]: a delrange step
+ *              (or a reclaim), the keys are gone; the value is the step's
+ *              resume cursor
  *   RANGE_DEL: u32 slen, start, u32 elen, end (empty end: no bound); the
  *              range's keys and exactly-once entries are gone
  *   DEDUP:     i32 status, u32 klen, key [, u32 dlen, deleted value]
  *              (the dedup fields are flagged)
  *
  * Snapshot entries (snap.h): type SNAP_KV is a key and its value; type
+ * SNAP_KVX a key with a deadline: u64 expire_at, then the value; type
  * SNAP_DEDUP is the write's key and the 36 bytes {client, request,
  * value_len, time_ms, status}, followed, for a delete whose value is
  * remembered, by one byte 1 and that value.
@@ -55,12 +64,13 @@
 
 #define COMP "durable"
 
-enum { REC_PUT = 1, REC_DEL = 2, REC_MPUT = 3, REC_RANGE_DEL = 4, REC_DEDUP = 5 };
-enum { SNAP_KV = 0, SNAP_DEDUP = 1 };
+enum { REC_PUT = 1, REC_DEL = 2, REC_MPUT = 3, REC_RANGE_DEL = 4, REC_DEDUP = 5, REC_MDEL = 6 };
+enum { SNAP_KV = 0, SNAP_DEDUP = 1, SNAP_KVX = 2 };
 
 #define REC_F_DEDUP  0x01u
-#define REC_F_DELVAL 0x02u                 /* DEL, DEDUP: the deleted value ends the record */
-#define HDR_MAX      (2 + 32 + 4)          /* type, flags, dedup, first length */
+#define REC_F_DELVAL 0x02u                 /* DEL, DEDUP, MDEL: the deleted value ends the record */
+#define REC_F_EXPIRY 0x04u                 /* PUT, MPUT: u64 expire_at after the dedup fields */
+#define HDR_MAX      (2 + 32 + 8 + 4)      /* type, flags, dedup, deadline, first length */
 #define SNAP_STEP    512u                  /* entries copied per store step */
 #define SNAP_MIN     (64u * 1024u * 1024u) /* default snapshot threshold */
 #define DEDUP_VAL    36u
@@ -147,6 +157,23 @@ kv_dur_lock_keys(kv_dur *d, const kv_bytes *keys, size_t n, kv_dur_held *h)
 	return KV_OK;
 }
 
+int
+kv_dur_lock_all(kv_dur *d, kv_dur_held *h)
+{
+	h->idx = malloc(KV_DUR_STRIPES * sizeof(*h->idx));
+	h->n = 0;
+	if (h->idx == NULL) {
+		h->idx = h->inl;
+		return KV_ENOMEM;
+	}
+	for (size_t i = 0; i < KV_DUR_STRIPES; i++) {
+		h->idx[i] = (uint16_t)i;
+		pthread_mutex_lock(&d->stripe[i]);
+	}
+	h->n = KV_DUR_STRIPES;
+	return KV_OK;
+}
+
 void
 kv_dur_unlock(kv_dur *d, kv_dur_held *h)
 {
@@ -164,14 +191,16 @@ kv_dur_unlock(kv_dur *d, kv_dur_held *h)
 
 /* Writes type, flags and the dedup fields into hdr; returns the length. */
 static size_t
-rec_head(uint8_t *hdr, uint8_t type, const kv_dur_dedup *dd)
+rec_head_x(uint8_t *hdr, uint8_t type, const kv_dur_dedup *dd, uint64_t at)
 {
 	size_t n = 0;
 	hdr[n++] = type;
 	hdr[n++] = (uint8_t)((dd ? REC_F_DEDUP : 0) |
-	                     (dd && dd->has_del_value && (type == REC_DEL || type == REC_DEDUP)
+	                     (dd && dd->has_del_value &&
+	                              (type == REC_DEL || type == REC_DEDUP || type == REC_MDEL)
 	                          ? REC_F_DELVAL
-	                          : 0));
+	                          : 0) |
+	                     (at != 0 ? REC_F_EXPIRY : 0));
 	if (dd) {
 		kv_put64(hdr + n, dd->client);
 		kv_put64(hdr + n + 8, dd->req);
@@ -179,7 +208,17 @@ rec_head(uint8_t *hdr, uint8_t type, const kv_dur_dedup *dd)
 		kv_put64(hdr + n + 24, dd->time_ms);
 		n += 32;
 	}
+	if (at != 0) {
+		kv_put64(hdr + n, at);
+		n += 8;
+	}
 	return n;
+}
+
+static size_t
+rec_head(uint8_t *hdr, uint8_t type, const kv_dur_dedup *dd)
+{
+	return rec_head_x(hdr, type, dd, 0);
 }
 
 static int
@@ -202,9 +241,9 @@ append(kv_dur *d, struct iovec *iov, int n, uint64_t *lsn, const kv_dur_tap *tap
 /* The pieces of a PUT record (hdr: HDR_MAX bytes, vl: 4); returns their count. */
 static int
 put_iov(struct iovec *iov, uint8_t *hdr, uint8_t *vl, const void *key, size_t klen, const void *val,
-        size_t vlen, const kv_dur_dedup *dd)
+        size_t vlen, const kv_dur_dedup *dd, uint64_t at)
 {
-	size_t h = rec_head(hdr, REC_PUT, dd);
+	size_t h = rec_head_x(hdr, REC_PUT, dd, at);
 
 	kv_put32(hdr + h, (uint32_t)klen);
 	kv_put32(vl, (uint32_t)vlen);
@@ -263,9 +302,16 @@ int
 kv_dur_log_put(kv_dur *d, const void *key, size_t klen, const void *val, size_t vlen,
                const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
 {
+	return kv_dur_log_put_x(d, key, klen, val, vlen, 0, dd, lsn, tap);
+}
+
+int
+kv_dur_log_put_x(kv_dur *d, const void *key, size_t klen, const void *val, size_t vlen,
+                 uint64_t expire_at, const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
+{
 	uint8_t hdr[HDR_MAX], vl[4];
 	struct iovec iov[4];
-	int n = put_iov(iov, hdr, vl, key, klen, val, vlen, dd);
+	int n = put_iov(iov, hdr, vl, key, klen, val, vlen, dd, expire_at);
 
 	return append(d, iov, n, lsn, tap);
 }
@@ -273,10 +319,17 @@ kv_dur_log_put(kv_dur *d, const void *key, size_t klen, const void *val, size_t 
 int
 kv_dur_rec_put(kv_buf *out, const void *key, size_t klen, const void *val, size_t vlen)
 {
+	return kv_dur_rec_put_x(out, key, klen, val, vlen, 0);
+}
+
+int
+kv_dur_rec_put_x(kv_buf *out, const void *key, size_t klen, const void *val, size_t vlen,
+                 uint64_t expire_at)
+{
 	uint8_t hdr[HDR_MAX], vl[4];
 	struct iovec iov[4];
 
-	return flatten(out, iov, put_iov(iov, hdr, vl, key, klen, val, vlen, NULL));
+	return flatten(out, iov, put_iov(iov, hdr, vl, key, klen, val, vlen, NULL, expire_at));
 }
 
 int
@@ -318,8 +371,56 @@ int
 kv_dur_log_mput(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
                 const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
 {
+	return kv_dur_log_mput_x(d, n, keys, vals, 0, dd, lsn, tap);
+}
+
+int
+kv_dur_log_mdel(kv_dur *d, kv_bytes anchor, size_t n, const kv_bytes *keys, const kv_dur_dedup *dd,
+                uint64_t *lsn, const kv_dur_tap *tap)
+{
+	uint8_t hdr[HDR_MAX], tail[8], dl[4];
+	size_t h = rec_head(hdr, REC_MDEL, dd);
+	bool dv = dd && dd->has_del_value;
+	struct iovec *iov;
+	uint8_t *lens;
+	int rv, k = 0;
+
+	if (n > (size_t)INT32_MAX / 4 - 8)
+		return KV_EINVAL;
+	iov = malloc((2 * n + 6) * sizeof(*iov));
+	lens = malloc(4 * n + 1);
+	if (iov == NULL || lens == NULL) {
+		free(iov);
+		free(lens);
+		return KV_ENOMEM;
+	}
+	kv_put32(hdr + h, (uint32_t)anchor.len);
+	kv_put32(tail, (uint32_t)n);
+	iov[k++] = (struct iovec){hdr, h + 4};
+	iov[k++] = (struct iovec){(void *)anchor.p, anchor.len};
+	iov[k++] = (struct iovec){tail, 4};
+	for (size_t i = 0; i < n; i++) {
+		kv_put32(lens + 4 * i, (uint32_t)keys[i].len);
+		iov[k++] = (struct iovec){lens + 4 * i, 4};
+		iov[k++] = (struct iovec){(void *)keys[i].p, keys[i].len};
+	}
+	if (dv) {
+		kv_put32(dl, (uint32_t)dd->del_value.len);
+		iov[k++] = (struct iovec){dl, 4};
+		iov[k++] = (struct iovec){(void *)dd->del_value.p, dd->del_value.len};
+	}
+	rv = append(d, iov, k, lsn, tap);
+	free(iov);
+	free(lens);
+	return rv;
+}
+
+int
+kv_dur_log_mput_x(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
+                  uint64_t expire_at, const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
+{
 	uint8_t hdr[HDR_MAX];
-	size_t h = rec_head(hdr, REC_MPUT, dd);
+	size_t h = rec_head_x(hdr, REC_MPUT, dd, expire_at);
 	struct iovec *iov;
 	uint8_t *lens;
 	int rv;
@@ -445,6 +546,7 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	kv_dur_dedup dd = {0};
 	bool has_dd;
 	uint8_t type;
+	uint64_t at = 0;
 	int rv = KV_OK;
 
 	(void)lsn;
@@ -453,7 +555,12 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	type = p[0];
 	has_dd = (p[1] & REC_F_DEDUP) != 0;
 	bool has_dv = (p[1] & REC_F_DELVAL) != 0;
-	if (has_dv && (!has_dd || (type != REC_DEL && type != REC_DEDUP)))
+	bool has_at = (p[1] & REC_F_EXPIRY) != 0;
+	if (has_dv && (!has_dd || (type != REC_DEL && type != REC_DEDUP && type != REC_MDEL)))
+		return KV_ECORRUPT;
+	if (has_at && type != REC_PUT && type != REC_MPUT)
+		return KV_ECORRUPT;
+	if ((p[1] & ~(REC_F_DEDUP | REC_F_DELVAL | REC_F_EXPIRY)) != 0)
 		return KV_ECORRUPT;
 	r.p += 2;
 	r.n -= 2;
@@ -463,12 +570,15 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 		dd.value_len = rd64(&r);
 		dd.time_ms = rd64(&r);
 	}
+	if (has_at && ((at = rd64(&r)) == 0 || r.bad))
+		return KV_ECORRUPT;
 	switch (type) {
 	case REC_PUT: {
 		kv_bytes k = rdbytes(&r), v = rdbytes(&r);
 		if (r.bad || k.len == 0)
 			return KV_ECORRUPT;
-		rv = kv_store_put(c->store, k.p, k.len, v.p ? v.p : (const uint8_t *)"", v.len);
+		rv = kv_store_put_x(c->store, k.p, k.len, v.p ? v.p : (const uint8_t *)"", v.len,
+		                    at);
 		if (rv == 0 && has_dd)
 			remember(c, &dd, 0, k.p, k.len);
 		break;
@@ -497,13 +607,36 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 				return KV_ECORRUPT;
 			if (i == 0)
 				first = k;
-			rv = kv_store_put(c->store, k.p, k.len, v.p ? v.p : (const uint8_t *)"",
-			                  v.len);
+			rv = kv_store_put_x(c->store, k.p, k.len, v.p ? v.p : (const uint8_t *)"",
+			                    v.len, at);
 		}
 		if (r.bad || cnt == 0)
 			return KV_ECORRUPT;
 		if (rv == 0 && has_dd)
 			remember(c, &dd, 0, first.p, first.len);
+		break;
+	}
+	case REC_MDEL: {
+		kv_bytes anchor = rdbytes(&r);
+		uint32_t cnt = rd32(&r);
+		if (r.bad || cnt > r.n / 4)
+			return KV_ECORRUPT;
+		for (uint32_t i = 0; i < cnt && rv == 0; i++) {
+			kv_bytes k = rdbytes(&r);
+			if (r.bad || k.len == 0)
+				return KV_ECORRUPT;
+			rv = kv_store_del(c->store, k.p, k.len, NULL);
+			if (rv == KV_ENOTFOUND)
+				rv = KV_OK;
+		}
+		if (has_dv) {
+			dd.del_value = rdbytes(&r);
+			dd.has_del_value = dd.del_value.len <= KV_DEDUP_MAX_VALUE;
+		}
+		if (r.bad)
+			return KV_ECORRUPT;
+		if (rv == 0 && has_dd && anchor.len > 0)
+			remember(c, &dd, 0, anchor.p, anchor.len);
 		break;
 	}
 	case REC_RANGE_DEL: {
@@ -574,6 +707,12 @@ snap_load_cb(void *arg, uint8_t type, const uint8_t *key, size_t klen, const uin
 		return KV_ECORRUPT;
 	if (type == SNAP_KV)
 		return kv_store_put(c->store, key, klen, val ? val : (const uint8_t *)"", vlen);
+	if (type == SNAP_KVX) {
+		if (vlen < 8 || kv_get64(val) == 0)
+			return KV_ECORRUPT;
+		return kv_store_put_x(c->store, key, klen, vlen > 8 ? val + 8 : (const uint8_t *)"",
+		                      vlen - 8, kv_get64(val));
+	}
 	if (type == SNAP_DEDUP) {
 		if (vlen < DEDUP_VAL || (vlen > DEDUP_VAL && val[DEDUP_VAL] != 1) ||
 		    vlen > DEDUP_VAL + 1 + KV_DEDUP_MAX_VALUE)
@@ -595,19 +734,26 @@ snap_load_cb(void *arg, uint8_t type, const uint8_t *key, size_t klen, const uin
 /* Entries copied out of one store step. */
 typedef struct {
 	kv_buf keys[SNAP_STEP];
-	kv_buf vals[SNAP_STEP];
+	kv_buf vals[SNAP_STEP]; /* with a deadline: u64 expire_at, then the value */
+	bool dl[SNAP_STEP];     /* the entry has a deadline (SNAP_KVX) */
 	size_t n;
 	bool oom;
 } snap_batch;
 
 static int
-snap_copy_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+snap_copy_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
+             uint64_t at)
 {
 	snap_batch *b = arg;
+	uint8_t a[8];
 	if (b->n == SNAP_STEP)
 		return 1;
+	kv_put64(a, at);
+	b->dl[b->n] = at != 0;
+	b->vals[b->n].len = 0;
 	if (kv_buf_set(&b->keys[b->n], key, klen) != 0 ||
-	    kv_buf_set(&b->vals[b->n], val ? val : (const uint8_t *)"", vlen) != 0) {
+	    (at != 0 && kv_buf_append(&b->vals[b->n], a, 8) != 0) ||
+	    kv_buf_append(&b->vals[b->n], val ? val : (const uint8_t *)"", vlen) != 0) {
 		b->oom = true;
 		return 1;
 	}
@@ -690,12 +836,13 @@ snapshot(kv_dur *d, bool abortable)
 			break;
 		}
 		b->n = 0;
-		rv = kv_store_range_step(d->o.store, "", 0, "", 0, &c, SNAP_STEP, snap_copy_cb, b);
+		rv =
+		    kv_store_range_step_x(d->o.store, "", 0, "", 0, &c, SNAP_STEP, snap_copy_cb, b);
 		if (rv == 0 && b->oom)
 			rv = KV_ENOMEM;
 		for (size_t i = 0; i < b->n && rv == 0; i++) {
-			rv = kv_snap_add(w, SNAP_KV, b->keys[i].data, b->keys[i].len,
-			                 b->vals[i].data, b->vals[i].len);
+			rv = kv_snap_add(w, b->dl[i] ? SNAP_KVX : SNAP_KV, b->keys[i].data,
+			                 b->keys[i].len, b->vals[i].data, b->vals[i].len);
 			bytes += b->keys[i].len + b->vals[i].len;
 			entries++;
 		}

@@ -138,6 +138,9 @@ typedef struct {
 int kv_dur_lock_keys(kv_dur *d, const kv_bytes *keys, size_t n, kv_dur_held *h);
 void kv_dur_lock_key(kv_dur *d, const void *key, size_t klen, kv_dur_held *h);
 void kv_dur_unlock(kv_dur *d, kv_dur_held *h);
+/* Locks every stripe, ascending (a write whose keys are found only under the
+ * lock: a delrange step). Returns 0 or KV_ENOMEM (nothing held). */
+int kv_dur_lock_all(kv_dur *d, kv_dur_held *h);
 
 /* A tap on one append: fn(arg, lsn, payload, n) runs under the log's
  * mutex right after the record got its lsn, so taps see records in lsn
@@ -159,6 +162,17 @@ int kv_dur_log_del(kv_dur *d, const void *key, size_t klen, const kv_dur_dedup *
                    const kv_dur_tap *tap);
 int kv_dur_log_mput(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
                     const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap);
+/* The same with the keys' deadline (Unix ms; 0: none, which clears one). */
+int kv_dur_log_put_x(kv_dur *d, const void *key, size_t klen, const void *val, size_t vlen,
+                     uint64_t expire_at, const kv_dur_dedup *dd, uint64_t *lsn,
+                     const kv_dur_tap *tap);
+int kv_dur_log_mput_x(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
+                      uint64_t expire_at, const kv_dur_dedup *dd, uint64_t *lsn,
+                      const kv_dur_tap *tap);
+/* n keys are gone (a delrange step, an expiry reclaim); dd's entry is
+ * remembered under the anchor key (its del_value: the step's cursor). */
+int kv_dur_log_mdel(kv_dur *d, kv_bytes anchor, size_t n, const kv_bytes *keys,
+                    const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap);
 
 /* Applies one log record payload received from a primary (replication)
  * to the store and the exactly-once memory exactly as recovery does, and
@@ -178,6 +192,8 @@ int kv_dur_log_dedup(kv_dur *d, const kv_dur_dedup *dd, int status, const void *
  * instead; the replica applies them with kv_dur_apply_record. Return 0 or
  * KV_ENOMEM (out may then hold part of a record). */
 int kv_dur_rec_put(kv_buf *out, const void *key, size_t klen, const void *val, size_t vlen);
+int kv_dur_rec_put_x(kv_buf *out, const void *key, size_t klen, const void *val, size_t vlen,
+                     uint64_t expire_at);
 int kv_dur_rec_range_del(kv_buf *out, const void *start, size_t slen, const void *end, size_t elen);
 int kv_dur_rec_dedup(kv_buf *out, const kv_dur_dedup *dd, int status, const void *key, size_t klen);
 

@@ -742,13 +742,14 @@ typedef struct {
 /* Store visitor of a copy step: every entry visited is taken; stops once
  * the step is full. */
 static int
-copy_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+copy_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen, uint64_t at)
 {
 	step_acc *a = arg;
 
 	a->recs[a->n].len = 0;
-	if (kv_dur_rec_put(&a->recs[a->n], key, klen, vlen ? val : (const uint8_t *)"", vlen) !=
-	    0) {
+	/* With its deadline: the backup's copy expires when the primary's does. */
+	if (kv_dur_rec_put_x(&a->recs[a->n], key, klen, vlen ? val : (const uint8_t *)"", vlen,
+	                     at) != 0) {
 		a->oom = true;
 		return 1;
 	}
@@ -865,8 +866,8 @@ send_copy_locked(stream *s)
 		s->copy_dedup = s->copy_doff == s->copy_ndd;
 	}
 	if (s->copy_dedup && a.n < COPY_RECS && !s->copy_cur.done) {
-		rv = kv_store_range_step(g->env.store, st.p, st.len, en.p, en.len, &s->copy_cur,
-		                         COPY_RECS - a.n, copy_cb, &a);
+		rv = kv_store_range_step_x(g->env.store, st.p, st.len, en.p, en.len, &s->copy_cur,
+		                           COPY_RECS - a.n, copy_cb, &a);
 		if (rv == KV_OK && a.oom)
 			rv = KV_ENOMEM;
 	}

@@ -15,6 +15,13 @@
  * ascending order (mutexes, or parked owner threads), then run, then release.
  * Ascending order is the whole deadlock argument: no cycle can form.
  *
+ * Expiry: a partition has a second tree, `exp`, from key to its deadline
+ * (8 bytes, little-endian Unix ms), holding only the keys that have one, in
+ * the same arena. A key without a deadline costs nothing, and reads check
+ * `exp` only when it is not empty. Reads treat a key whose deadline has
+ * passed as absent; the server removes such keys with KV_UPD_RECLAIM after
+ * kv_store_expire_sample found them (doc/store.md "Expiry").
+ *
  * Counters are relaxed atomics written only by the partition's holder, so
  * statistics can be read from any thread without locks.
  *
@@ -27,13 +34,16 @@
 #define _GNU_SOURCE /* pthread_setaffinity_np */
 #include "shardserver/store/store.h"
 #include "shardserver/store/art.h"
+#include "common/bytes.h"
 #include "common/err.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KV_STORE_MAX_PARTITIONS 4096u
@@ -59,6 +69,9 @@ typedef struct {
 	_Atomic uint64_t keys;        /* live keys (written by the holder only) */
 	_Atomic uint64_t bytes;       /* key+value bytes (written by the holder only) */
 	_Atomic uint64_t index_bytes; /* copy of art.index_bytes for stats */
+	kv_art exp;                   /* key -> deadline, only keys that have one */
+	_Atomic uint64_t nexp;        /* keys in exp (written by the holder only) */
+	kv_buf exp_next;              /* where kv_store_expire_sample resumes */
 
 	/* Percore owner queue: qmu protects qhead, qtail and stop. */
 	pthread_mutex_t qmu;
@@ -352,6 +365,67 @@ store__check_val(const kv_store *s, const void *val, size_t vlen)
 
 /* --- partition primitives (caller has exclusive access) ----------------- */
 
+uint64_t
+kv_store_now_ms(kv_store *s)
+{
+	struct timespec ts;
+
+	if (s->o.clock != NULL)
+		return s->o.clock(s->o.clock_arg);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The deadline of key in p (0: none). */
+static inline uint64_t
+part__deadline(const kv_part *p, const uint8_t *key, size_t klen)
+{
+	const uint8_t *v;
+	size_t vl;
+
+	if (p->exp.root == NULL || !kv_art_find(&p->exp, key, klen, &v, &vl) || vl != 8)
+		return 0;
+	return kv_get64(v);
+}
+
+/* Whether a deadline has passed. */
+static inline bool
+store__expired(kv_store *s, uint64_t at)
+{
+	return at != 0 && at <= kv_store_now_ms(s);
+}
+
+static inline void
+part__nexp(kv_part *p, int64_t d)
+{
+	atomic_store_explicit(&p->nexp,
+	                      atomic_load_explicit(&p->nexp, memory_order_relaxed) + (uint64_t)d,
+	                      memory_order_relaxed);
+}
+
+/* Sets (at > 0) or clears the deadline of key. Clearing never allocates;
+ * replacing an existing deadline neither (same size). Returns 0 or
+ * KV_ENOMEM (unchanged). */
+static int
+part__set_deadline(kv_part *p, const uint8_t *key, size_t klen, uint64_t at)
+{
+	uint8_t b[8];
+	bool existed = false;
+	size_t ovl = 0;
+	int rv;
+
+	if (at == 0) {
+		if (p->exp.root != NULL && kv_art_remove(&p->exp, &p->arena, key, klen, NULL))
+			part__nexp(p, -1);
+		return KV_OK;
+	}
+	kv_put64(b, at);
+	rv = kv_art_upsert(&p->exp, &p->arena, key, klen, b, 8, &existed, &ovl);
+	if (rv == KV_OK && !existed)
+		part__nexp(p, 1);
+	return rv;
+}
+
 static inline void
 part__count(kv_part *p, int64_t dkeys, int64_t dbytes)
 {
@@ -361,7 +435,8 @@ part__count(kv_part *p, int64_t dkeys, int64_t dbytes)
 	atomic_store_explicit(
 	    &p->bytes, atomic_load_explicit(&p->bytes, memory_order_relaxed) + (uint64_t)dbytes,
 	    memory_order_relaxed);
-	atomic_store_explicit(&p->index_bytes, p->art.index_bytes, memory_order_relaxed);
+	atomic_store_explicit(&p->index_bytes, p->art.index_bytes + p->exp.index_bytes,
+	                      memory_order_relaxed);
 }
 
 /* Inserts or overwrites, keeping the counters. */
@@ -381,15 +456,56 @@ part__put(kv_part *p, const uint8_t *key, size_t klen, const void *val, size_t v
 	return KV_OK;
 }
 
+/* Inserts or overwrites with a deadline (0: none), all or nothing. */
 static int
-part__get(kv_part *p, const uint8_t *key, size_t klen, kv_buf *out)
+part__put_x(kv_part *p, const uint8_t *key, size_t klen, const void *val, size_t vlen, uint64_t at)
+{
+	uint64_t old = part__deadline(p, key, klen);
+	int rv;
+
+	if (old != at && (rv = part__set_deadline(p, key, klen, at)) != KV_OK)
+		return rv;
+	rv = part__put(p, key, klen, val, vlen);
+	if (rv != KV_OK && old != at)
+		(void)part__set_deadline(p, key, klen, old); /* allocates nothing */
+	return rv;
+}
+
+/* Finds a live key: false when absent or expired. *at gets its deadline. */
+static bool
+part__find_live(kv_store *s, kv_part *p, const uint8_t *key, size_t klen, const uint8_t **v,
+                size_t *vl, uint64_t *at)
+{
+	*at = 0;
+	if (!kv_art_find(&p->art, key, klen, v, vl))
+		return false;
+	*at = part__deadline(p, key, klen);
+	return !store__expired(s, *at);
+}
+
+static int
+part__get(kv_store *s, kv_part *p, const uint8_t *key, size_t klen, kv_buf *out, uint64_t *at)
 {
 	const uint8_t *v;
 	size_t vl;
+	uint64_t a;
 
-	if (!kv_art_find(&p->art, key, klen, &v, &vl))
+	if (!part__find_live(s, p, key, klen, &v, &vl, &a))
 		return KV_ENOTFOUND;
+	if (at)
+		*at = a;
 	return out ? kv_buf_set(out, v, vl) : KV_OK;
+}
+
+/* Removes key (and its deadline); *ovl gets its value length. */
+static void
+part__remove(kv_part *p, const uint8_t *key, size_t klen)
+{
+	size_t ovl = 0;
+
+	(void)part__set_deadline(p, key, klen, 0);
+	if (kv_art_remove(&p->art, &p->arena, key, klen, &ovl))
+		part__count(p, -1, -(int64_t)(klen + ovl));
 }
 
 /* --- single-key operations ---------------------------------------------- */
@@ -401,14 +517,16 @@ struct op1 {
 	size_t vlen;
 	kv_buf *out;
 	size_t *newlen;
+	uint64_t at;     /* put: the deadline */
+	uint64_t *atp;   /* get: where the deadline goes, or NULL */
+	kv_store_upd *u; /* update */
 };
 
 static int
 op_get(kv_store *s, kv_part *p, void *arg)
 {
 	struct op1 *o = arg;
-	(void)s;
-	return part__get(p, o->key, o->klen, o->out);
+	return part__get(s, p, o->key, o->klen, o->out, o->atp);
 }
 
 static int
@@ -416,64 +534,181 @@ op_put(kv_store *s, kv_part *p, void *arg)
 {
 	struct op1 *o = arg;
 	(void)s;
-	return part__put(p, o->key, o->klen, o->val, o->vlen);
+	return part__put_x(p, o->key, o->klen, o->val, o->vlen, o->at);
 }
 
 static int
 op_del(kv_store *s, kv_part *p, void *arg)
 {
 	struct op1 *o = arg;
-	size_t ovl = 0;
+	const uint8_t *v;
+	size_t vl;
+	uint64_t at;
+	bool live;
+	int rv;
+
+	if (!kv_art_find(&p->art, o->key, o->klen, &v, &vl))
+		return KV_ENOTFOUND;
+	at = part__deadline(p, o->key, o->klen);
+	live = !store__expired(s, at);
+	/* Copy the value out first, so ENOMEM leaves the key in place. */
+	if (live && o->out && (rv = kv_buf_set(o->out, v, vl)) != KV_OK)
+		return rv;
+	part__remove(p, o->key, o->klen);
+	return live ? KV_OK : KV_ENOTFOUND;
+}
+
+int
+kv_store_parse_i64(const void *p, size_t n, int64_t *out)
+{
+	const uint8_t *b = p;
+	size_t i = 0;
+	bool neg = false;
+	uint64_t v = 0, lim;
+
+	if (n > 0 && b[0] == '-') {
+		neg = true;
+		i = 1;
+	}
+	if (i == n || n - i > 19)
+		return KV_EINVAL;
+	lim = neg ? (uint64_t)INT64_MAX + 1u : (uint64_t)INT64_MAX;
+	for (; i < n; i++) {
+		if (b[i] < '0' || b[i] > '9')
+			return KV_EINVAL;
+		if (v > (lim - (uint64_t)(b[i] - '0')) / 10u)
+			return KV_EINVAL;
+		v = v * 10u + (uint64_t)(b[i] - '0');
+	}
+	*out = neg ? (int64_t)(0u - v) : (int64_t)v;
+	return KV_OK;
+}
+
+/* Writes the new value of an update and copies it out. at: the deadline. */
+static int
+upd__write(kv_store *s, kv_part *p, struct op1 *o, const uint8_t *val, size_t vlen, uint64_t at)
+{
+	kv_store_upd *u = o->u;
 	int rv;
 	(void)s;
 
-	/* Copy the value out first, so ENOMEM leaves the key in place. */
-	rv = part__get(p, o->key, o->klen, o->out);
-	if (rv != KV_OK)
+	if (u->cur && u->kind != KV_UPD_PUT &&
+	    (rv = kv_buf_set(u->cur, vlen ? val : (const uint8_t *)"", vlen)) != KV_OK)
 		return rv;
-	(void)kv_art_remove(&p->art, &p->arena, o->key, o->klen, &ovl);
-	part__count(p, -1, -(int64_t)(o->klen + ovl));
+	if ((rv = part__put_x(p, o->key, o->klen, val, vlen, at)) != KV_OK)
+		return rv;
+	u->newlen = vlen;
+	u->new_at = at;
 	return KV_OK;
 }
 
 static int
-op_append(kv_store *s, kv_part *p, void *arg)
+op_update(kv_store *s, kv_part *p, void *arg)
 {
 	struct op1 *o = arg;
-	const uint8_t *v;
-	size_t vl, nl;
+	kv_store_upd *u = o->u;
+	const uint8_t *v = NULL;
+	size_t vl = 0, nl;
+	uint64_t at = 0;
+	bool live = part__find_live(s, p, o->key, o->klen, &v, &vl, &at);
 	int rv;
 
-	if (!kv_art_find(&p->art, o->key, o->klen, &v, &vl)) {
-		rv = part__put(p, o->key, o->klen, o->val, o->vlen);
-		if (rv == KV_OK && o->newlen)
-			*o->newlen = o->vlen;
+	if (!live)
+		at = 0; /* an expired key is absent: a write to it starts afresh */
+	if (u->cond == KV_UPD_IF_ABSENT && live)
+		rv = KV_EEXISTS;
+	else if (u->cond == KV_UPD_IF_EQUAL &&
+	         (!live || vl != u->expect.len || (vl && memcmp(v, u->expect.p, vl) != 0)))
+		rv = KV_EMISMATCH;
+	else
+		rv = KV_OK;
+	if (rv != KV_OK) {
+		u->cur_absent = !live;
+		if (live && u->cur && kv_buf_set(u->cur, vl ? v : (const uint8_t *)"", vl) != KV_OK)
+			return KV_ENOMEM;
 		return rv;
 	}
-	if (o->vlen > s->o.max_value - vl)
-		return KV_ETOOBIG;
-	nl = vl + o->vlen;
-	/* Build the new value beside the tree, then store it like a put. */
-	if ((rv = kv_buf_reserve(&p->scratch, nl ? nl : 1)) != KV_OK)
+	switch (u->kind) {
+	case KV_UPD_PUT:
+		return upd__write(s, p, o, u->value.p, u->value.len, u->expire_at);
+	case KV_UPD_DEL:
+		if (!live)
+			return KV_ENOTFOUND;
+		if (u->cur && (rv = kv_buf_set(u->cur, vl ? v : (const uint8_t *)"", vl)) != KV_OK)
+			return rv;
+		part__remove(p, o->key, o->klen);
+		return KV_OK;
+	case KV_UPD_APPEND:
+		if (!live)
+			return upd__write(s, p, o, u->value.p, u->value.len, 0);
+		if (u->value.len > s->o.max_value - vl)
+			return KV_ETOOBIG;
+		nl = vl + u->value.len;
+		/* Build the new value beside the tree, then store it like a put. */
+		if ((rv = kv_buf_reserve(&p->scratch, nl ? nl : 1)) != KV_OK)
+			return rv;
+		if (vl)
+			memcpy(p->scratch.data, v, vl);
+		if (u->value.len)
+			memcpy(p->scratch.data + vl, u->value.p, u->value.len);
+		rv = upd__write(s, p, o, p->scratch.data, nl, at);
+		if (p->scratch.cap > KV_STORE_SCRATCH_KEEP)
+			kv_buf_fini(&p->scratch);
 		return rv;
-	memcpy(p->scratch.data, v, vl);
-	if (o->vlen)
-		memcpy(p->scratch.data + vl, o->val, o->vlen);
-	rv = part__put(p, o->key, o->klen, p->scratch.data, nl);
-	if (p->scratch.cap > KV_STORE_SCRATCH_KEEP)
-		kv_buf_fini(&p->scratch);
-	if (rv == KV_OK && o->newlen)
-		*o->newlen = nl;
-	return rv;
+	case KV_UPD_INCR: {
+		int64_t cur = 0;
+		char txt[24];
+		int n;
+		if (live && kv_store_parse_i64(v, vl, &cur) != KV_OK) {
+			u->why = "the value is not a decimal signed 64-bit integer";
+			return KV_EINVAL;
+		}
+		if ((u->delta > 0 && cur > INT64_MAX - u->delta) ||
+		    (u->delta < 0 && cur < INT64_MIN - u->delta)) {
+			u->why = "the increment would overflow a signed 64-bit integer";
+			return KV_EINVAL;
+		}
+		cur += u->delta;
+		n = snprintf(txt, sizeof(txt), "%lld", (long long)cur);
+		if ((size_t)n > s->o.max_value)
+			return KV_ETOOBIG;
+		u->number = cur;
+		return upd__write(s, p, o, (const uint8_t *)txt, (size_t)n, at);
+	}
+	case KV_UPD_EXPIRE:
+		if (!live)
+			return KV_ENOTFOUND;
+		if (u->cur && (rv = kv_buf_set(u->cur, vl ? v : (const uint8_t *)"", vl)) != KV_OK)
+			return rv;
+		if ((rv = part__set_deadline(p, o->key, o->klen, u->expire_at)) != KV_OK)
+			return rv;
+		u->newlen = vl;
+		u->new_at = u->expire_at;
+		return KV_OK;
+	case KV_UPD_RECLAIM:
+		if (live || v == NULL)
+			return KV_ENOTFOUND;
+		part__remove(p, o->key, o->klen);
+		return KV_OK;
+	}
+	return KV_EINVAL;
 }
 
 int
 kv_store_get(kv_store *s, const void *key, size_t klen, kv_buf *val)
 {
-	struct op1 o = {.key = key, .klen = klen, .out = val};
+	return kv_store_get_x(s, key, klen, val, NULL);
+}
+
+int
+kv_store_get_x(kv_store *s, const void *key, size_t klen, kv_buf *val, uint64_t *expire_at)
+{
+	struct op1 o = {.key = key, .klen = klen, .out = val, .atp = expire_at};
 	int rv;
 
-	if (s == NULL || val == NULL)
+	if (expire_at)
+		*expire_at = 0;
+	if (s == NULL || (val == NULL && expire_at == NULL))
 		return KV_EINVAL;
 	if ((rv = store__check_key(s, key, klen)) != KV_OK)
 		return rv;
@@ -483,7 +718,14 @@ kv_store_get(kv_store *s, const void *key, size_t klen, kv_buf *val)
 int
 kv_store_put(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen)
 {
-	struct op1 o = {.key = key, .klen = klen, .val = val, .vlen = vlen};
+	return kv_store_put_x(s, key, klen, val, vlen, 0);
+}
+
+int
+kv_store_put_x(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen,
+               uint64_t expire_at)
+{
+	struct op1 o = {.key = key, .klen = klen, .val = val, .vlen = vlen, .at = expire_at};
 	int rv;
 
 	if (s == NULL)
@@ -511,15 +753,31 @@ int
 kv_store_append(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen,
                 size_t *newlen)
 {
-	struct op1 o = {.key = key, .klen = klen, .val = val, .vlen = vlen, .newlen = newlen};
+	kv_store_upd u = {.kind = KV_UPD_APPEND, .value = {val, vlen}};
+	int rv = kv_store_update(s, key, klen, &u);
+
+	if (rv == KV_OK && newlen)
+		*newlen = u.newlen;
+	return rv;
+}
+
+int
+kv_store_update(kv_store *s, const void *key, size_t klen, kv_store_upd *u)
+{
+	struct op1 o = {.key = key, .klen = klen, .u = u};
 	int rv;
 
-	if (s == NULL)
+	if (s == NULL || u == NULL)
 		return KV_EINVAL;
+	u->cur_absent = false;
+	u->why = NULL;
 	if ((rv = store__check_key(s, key, klen)) != KV_OK ||
-	    (rv = store__check_val(s, val, vlen)) != KV_OK)
+	    (rv = store__check_val(s, u->value.p, u->value.len)) != KV_OK)
 		return rv;
-	return store__with_part(s, kv_store_partition_of(s, key, klen), op_append, &o);
+	if (u->cond != KV_UPD_ANY &&
+	    !(u->kind == KV_UPD_PUT || (u->kind == KV_UPD_DEL && u->cond == KV_UPD_IF_EQUAL)))
+		return KV_EINVAL;
+	return store__with_part(s, kv_store_partition_of(s, key, klen), op_update, &o);
 }
 
 /* --- multi-key operations ----------------------------------------------- */
@@ -594,8 +852,8 @@ mget_run(kv_store *s, void *arg)
 	int rv = KV_OK;
 
 	for (size_t i = 0; i < a->n; i++) {
-		int r =
-		    part__get(&s->parts[a->parts[i]], a->keys[i].p, a->keys[i].len, &a->vals[i]);
+		int r = part__get(s, &s->parts[a->parts[i]], a->keys[i].p, a->keys[i].len,
+		                  &a->vals[i], NULL);
 		if (a->missing)
 			a->missing[i] = r == KV_ENOTFOUND;
 		if (r == KV_ENOTFOUND) {
@@ -643,7 +901,20 @@ struct mput_args {
 	const kv_bytes *vals;
 	const unsigned *parts;
 	kv_leaf *leaves; /* new leaves, then replaced leaves */
+	uint64_t at;     /* the deadline of every key; 0: none */
+	uint64_t *olds;  /* at != 0: the deadlines before */
 };
+
+/* Restores the deadlines of keys [0, n) of an mput that failed (replacing
+ * or removing an entry allocates nothing). */
+static void
+mput_undo_deadlines(kv_store *s, struct mput_args *a, size_t n)
+{
+	for (size_t i = n; i-- > 0;) {
+		kv_part *p = &s->parts[a->parts[i]];
+		(void)part__set_deadline(p, a->keys[i].p, a->keys[i].len, a->olds[i]);
+	}
+}
 
 /* Applies every pair or none: leaves are made first (the step that needs
  * item memory); if putting one fails, the earlier puts are undone in reverse
@@ -656,6 +927,16 @@ mput_run(kv_store *s, void *arg)
 	size_t i, done;
 	int rv = KV_OK;
 
+	if (a->at != 0) {
+		for (i = 0; i < a->n; i++) {
+			kv_part *p = &s->parts[a->parts[i]];
+			a->olds[i] = part__deadline(p, a->keys[i].p, a->keys[i].len);
+			if (part__set_deadline(p, a->keys[i].p, a->keys[i].len, a->at) != KV_OK) {
+				mput_undo_deadlines(s, a, i);
+				return KV_ENOMEM;
+			}
+		}
+	}
 	for (i = 0; i < a->n; i++) {
 		kv_part *p = &s->parts[a->parts[i]];
 		if (kv_art_leaf_new(&p->art, &p->arena, a->keys[i].p, a->keys[i].len, a->vals[i].p,
@@ -663,6 +944,8 @@ mput_run(kv_store *s, void *arg)
 			while (i-- > 0)
 				kv_art_leaf_free(&s->parts[a->parts[i]].art,
 				                 &s->parts[a->parts[i]].arena, neu[i]);
+			if (a->at != 0)
+				mput_undo_deadlines(s, a, a->n);
 			return KV_ENOMEM;
 		}
 	}
@@ -689,6 +972,8 @@ mput_run(kv_store *s, void *arg)
 			}
 			kv_art_leaf_free(&p->art, &p->arena, back);
 		}
+		if (a->at != 0)
+			mput_undo_deadlines(s, a, a->n);
 		return rv;
 	}
 	for (i = 0; i < a->n; i++) {
@@ -700,6 +985,8 @@ mput_run(kv_store *s, void *arg)
 		} else {
 			part__count(p, 1, (int64_t)(a->keys[i].len + a->vals[i].len));
 		}
+		if (a->at == 0)
+			(void)part__set_deadline(p, a->keys[i].p, a->keys[i].len, 0);
 	}
 	return KV_OK;
 }
@@ -707,8 +994,16 @@ mput_run(kv_store *s, void *arg)
 int
 kv_store_mput(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const kv_bytes *vals)
 {
+	return kv_store_mput_x(s, nk, keys, nv, vals, 0);
+}
+
+int
+kv_store_mput_x(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const kv_bytes *vals,
+                uint64_t expire_at)
+{
 	unsigned *parts = NULL;
 	kv_leaf *items = NULL;
+	uint64_t *olds = NULL;
 	part_set *ps = NULL;
 	int rv;
 
@@ -722,17 +1017,25 @@ kv_store_mput(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const kv_
 	ps = malloc(sizeof(*ps));
 	parts = malloc(nk * sizeof(*parts));
 	items = malloc(2 * nk * sizeof(*items));
-	if (ps == NULL || parts == NULL || items == NULL) {
+	if (expire_at != 0)
+		olds = malloc(nk * sizeof(*olds));
+	if (ps == NULL || parts == NULL || items == NULL || (expire_at != 0 && olds == NULL)) {
 		rv = KV_ENOMEM;
 		goto out;
 	}
 	rv = store__partition_keys(s, nk, keys, parts, ps);
 	if (rv == KV_OK) {
-		struct mput_args a = {
-		    .n = nk, .keys = keys, .vals = vals, .parts = parts, .leaves = items};
+		struct mput_args a = {.n = nk,
+		                      .keys = keys,
+		                      .vals = vals,
+		                      .parts = parts,
+		                      .leaves = items,
+		                      .at = expire_at,
+		                      .olds = olds};
 		rv = store__with_set(s, ps, mput_run, &a);
 	}
 out:
+	free(olds);
 	free(items);
 	free(parts);
 	free(ps);
@@ -741,48 +1044,6 @@ out:
 
 /* --- ordered reads ------------------------------------------------------ */
 
-/*
- * Walks partition p from `start` (inclusive) while keys are below `end`,
- * calling cb for at most `max` entries (0: no limit). Sets *more when an
- * entry of the range remains after the last visited one. Exclusive access
- * to p is the caller's.
- */
-static int
-part__walk(kv_part *p, const uint8_t *start, size_t slen, const uint8_t *end, size_t elen,
-           size_t max, bool with_values, kv_store_visit_cb cb, void *arg, bool *more,
-           size_t *visited)
-{
-	kv_art_iter it;
-	kv_art_entry e;
-	size_t n = 0;
-	int rv;
-
-	*more = false;
-	kv_art_iter_init(&it);
-	rv = kv_art_iter_seek(&it, &p->art, start, slen);
-	while (rv == KV_OK && kv_art_iter_next(&it, &e)) {
-		const uint8_t *k = e.key, *v = e.val;
-		size_t kl = e.klen, vl = e.vlen;
-		if (elen != 0 && kv_key_cmp(k, kl, end, elen) >= 0)
-			break;
-		if (max != 0 && n == max) {
-			*more = true;
-			break;
-		}
-		n++;
-		if (cb(arg, k, kl, with_values ? v : NULL, with_values ? vl : 0) != 0) {
-			*more = true; /* stopped by the visitor: more may follow */
-			break;
-		}
-	}
-	if (rv == KV_OK && it.err != 0)
-		rv = it.err;
-	kv_art_iter_fini(&it);
-	if (visited)
-		*visited = n;
-	return rv;
-}
-
 struct walk_args {
 	const uint8_t *start;
 	size_t slen;
@@ -790,19 +1051,64 @@ struct walk_args {
 	size_t elen;
 	size_t max;
 	bool with_values;
-	kv_store_visit_cb cb;
+	kv_store_visit_cb cb;   /* the visitor, or NULL when xcb is set */
+	kv_store_visitx_cb xcb; /* the visitor with deadlines: expired entries too */
 	void *arg;
 	bool more;
 	size_t visited;
 };
 
+/*
+ * Walks partition p from `start` (inclusive) while keys are below `end`,
+ * calling the visitor for at most `max` entries (0: no limit): cb for live
+ * entries only, or xcb for all of them with their deadline. Sets w->more
+ * when an entry of the range remains after the last visited one. Exclusive
+ * access to p is the caller's.
+ */
 static int
 op_walk(kv_store *s, kv_part *p, void *arg)
 {
 	struct walk_args *w = arg;
-	(void)s;
-	return part__walk(p, w->start, w->slen, w->end, w->elen, w->max, w->with_values, w->cb,
-	                  w->arg, &w->more, &w->visited);
+	kv_art_iter it;
+	kv_art_entry e;
+	size_t n = 0;
+	bool dl = p->exp.root != NULL; /* some key here has a deadline */
+	uint64_t now = dl && w->xcb == NULL ? kv_store_now_ms(s) : 0;
+	int rv;
+
+	w->more = false;
+	kv_art_iter_init(&it);
+	rv = kv_art_iter_seek(&it, &p->art, w->start, w->slen);
+	while (rv == KV_OK && kv_art_iter_next(&it, &e)) {
+		const uint8_t *k = e.key, *v = e.val;
+		size_t kl = e.klen, vl = e.vlen;
+		uint64_t at = dl ? part__deadline(p, k, kl) : 0;
+		int stop;
+		if (w->elen != 0 && kv_key_cmp(k, kl, w->end, w->elen) >= 0)
+			break;
+		if (w->xcb == NULL && at != 0 && at <= now)
+			continue; /* expired: absent for readers */
+		if (w->max != 0 && n == w->max) {
+			w->more = true;
+			break;
+		}
+		n++;
+		if (w->xcb != NULL)
+			stop = w->xcb(w->arg, k, kl, w->with_values ? v : NULL,
+			              w->with_values ? vl : 0, at);
+		else
+			stop = w->cb(w->arg, k, kl, w->with_values ? v : NULL,
+			             w->with_values ? vl : 0);
+		if (stop != 0) {
+			w->more = true; /* stopped by the visitor: more may follow */
+			break;
+		}
+	}
+	if (rv == KV_OK && it.err != 0)
+		rv = it.err;
+	kv_art_iter_fini(&it);
+	w->visited = n;
+	return rv;
 }
 
 int
@@ -1064,15 +1370,16 @@ kv_store_cursor_fini(kv_store_cursor *c)
 }
 
 struct step_args {
-	kv_store_visit_cb cb; /* the caller's visitor */
-	void *arg;            /* its argument */
-	kv_buf *last;         /* records the last key visited */
-	int err;              /* recording failed */
-	bool stopped;         /* the visitor asked to stop */
+	kv_store_visit_cb cb;   /* the caller's visitor, or NULL */
+	kv_store_visitx_cb xcb; /* ... with deadlines, or NULL */
+	void *arg;              /* its argument */
+	kv_buf *last;           /* records the last key visited */
+	int err;                /* recording failed */
+	bool stopped;           /* the visitor asked to stop */
 };
 
 static int
-step_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+step_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen, uint64_t at)
 {
 	struct step_args *a = arg;
 	int rv = kv_buf_set(a->last, key, klen);
@@ -1081,25 +1388,28 @@ step_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t v
 		a->err = rv;
 		return 1;
 	}
-	if (a->cb(a->arg, key, klen, val, vlen) != 0) {
+	if ((a->xcb ? a->xcb(a->arg, key, klen, val, vlen, at)
+	            : a->cb(a->arg, key, klen, val, vlen)) != 0) {
 		a->stopped = true;
 		return 1;
 	}
 	return 0;
 }
 
-int
-kv_store_range_step(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
-                    kv_store_cursor *c, size_t max, kv_store_visit_cb cb, void *arg)
+static int
+store__range_step(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                  kv_store_cursor *c, size_t max, kv_store_visit_cb cb, kv_store_visitx_cb xcb,
+                  void *arg)
 {
 	size_t budget = max;
 	kv_buf from = {0};
 	int rv = KV_OK;
 
-	if (s == NULL || c == NULL || cb == NULL || max == 0 || (slen && !start) || (elen && !end))
+	if (s == NULL || c == NULL || (cb == NULL && xcb == NULL) || max == 0 || (slen && !start) ||
+	    (elen && !end))
 		return KV_EINVAL;
 	while (!c->done && budget > 0) {
-		struct step_args a = {.cb = cb, .arg = arg, .last = &c->last};
+		struct step_args a = {.cb = cb, .xcb = xcb, .arg = arg, .last = &c->last};
 		bool more = false;
 		size_t visited = 0;
 
@@ -1119,7 +1429,7 @@ kv_store_range_step(kv_store *s, const void *start, size_t slen, const void *end
 		                      .elen = elen,
 		                      .max = budget,
 		                      .with_values = true,
-		                      .cb = step_cb,
+		                      .xcb = step_cb,
 		                      .arg = &a};
 		rv = store__with_part(s, c->part, op_walk, &w);
 		more = w.more;
@@ -1144,13 +1454,29 @@ kv_store_range_step(kv_store *s, const void *start, size_t slen, const void *end
 	return rv;
 }
 
+int
+kv_store_range_step(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                    kv_store_cursor *c, size_t max, kv_store_visit_cb cb, void *arg)
+{
+	return store__range_step(s, start, slen, end, elen, c, max, cb, NULL, arg);
+}
+
+int
+kv_store_range_step_x(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                      kv_store_cursor *c, size_t max, kv_store_visitx_cb cb, void *arg)
+{
+	return store__range_step(s, start, slen, end, elen, c, max, NULL, cb, arg);
+}
+
 static int
-store__found_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+store__found_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
+                uint64_t at)
 {
 	(void)key;
 	(void)klen;
 	(void)val;
 	(void)vlen;
+	(void)at;
 	*(bool *)arg = true;
 	return 1;
 }
@@ -1187,6 +1513,7 @@ op_range_delete(kv_store *s, kv_part *p, void *arg)
 			break;
 		kl = e.klen;
 		vl = e.vlen;
+		(void)part__set_deadline(p, e.key, e.klen, 0);
 		(void)kv_art_remove(&p->art, &p->arena, e.key, e.klen, NULL);
 		part__count(p, -1, -(int64_t)(kl + vl));
 		d->count++;
@@ -1216,8 +1543,14 @@ kv_store_range_delete(kv_store *s, const void *start, size_t slen, const void *e
 		if (total == max) {
 			/* Budget spent at a partition boundary: anything left here? */
 			bool left = false;
-			rv = kv_store_scan_partition(s, pi, start, slen, end, elen, 1, false,
-			                             store__found_cb, &left, NULL);
+			struct walk_args w = {.start = start,
+			                      .slen = slen,
+			                      .end = end,
+			                      .elen = elen,
+			                      .max = 1,
+			                      .xcb = store__found_cb,
+			                      .arg = &left};
+			rv = store__with_part(s, pi, op_walk, &w);
 			if (rv == KV_OK && left)
 				rv = KV_EBUSY;
 			if (rv != KV_OK)
@@ -1340,6 +1673,252 @@ kv_store_range_split_key(kv_store *s, const void *start, size_t slen, const void
 	return a.found ? KV_OK : KV_ENOTFOUND;
 }
 
+/* --- range delete, count, active expiry ---------------------------------- */
+
+/* One partition's position in a delrange step's merge. */
+typedef struct {
+	kv_art_iter it; /* over the partition's tree */
+	kv_art_entry e; /* its current entry, when has */
+	bool has;       /* e is an entry of the range */
+} dr_head;
+
+struct drange_args {
+	const uint8_t *start, *end;
+	size_t slen, elen;
+	size_t limit;    /* live keys to remove */
+	kv_buf *removed; /* gets every removed key (u32 klen, key), or NULL */
+	uint64_t count;  /* live keys removed */
+	bool more;       /* keys of the range remain */
+	kv_buf *next;    /* where to resume, or NULL */
+};
+
+static void
+dr_advance(dr_head *h, const uint8_t *end, size_t elen)
+{
+	h->has = kv_art_iter_next(&h->it, &h->e) &&
+	         (elen == 0 || kv_key_cmp(h->e.key, h->e.klen, end, elen) < 0);
+}
+
+/* With every partition held: merges the partitions' trees in key order to
+ * pick the keys, then removes them (the iterators are gone by then). */
+static int
+drange_run(kv_store *s, void *arg)
+{
+	struct drange_args *d = arg;
+	dr_head *h = calloc(s->nparts, sizeof(*h));
+	kv_buf keys = {0}; /* picked keys: u32 part, u32 klen, u8 expired, key */
+	size_t npicked = 0, live = 0, cap = 2 * d->limit; /* expired ones bounded too */
+	uint64_t now = kv_store_now_ms(s);
+	int rv = KV_OK;
+
+	if (h == NULL)
+		return KV_ENOMEM;
+	for (unsigned pi = 0; pi < s->nparts && rv == KV_OK; pi++) {
+		kv_art_iter_init(&h[pi].it);
+		rv = kv_art_iter_seek(&h[pi].it, &s->parts[pi].art, d->start, d->slen);
+		if (rv == KV_OK)
+			dr_advance(&h[pi], d->end, d->elen);
+	}
+	while (rv == KV_OK && live < d->limit && npicked < cap) {
+		int m = -1;
+		for (unsigned pi = 0; pi < s->nparts; pi++)
+			if (h[pi].has && (m < 0 || kv_key_cmp(h[pi].e.key, h[pi].e.klen, h[m].e.key,
+			                                      h[m].e.klen) < 0))
+				m = (int)pi;
+		if (m < 0)
+			break;
+		uint64_t at = part__deadline(&s->parts[m], h[m].e.key, h[m].e.klen);
+		uint8_t hdr[9];
+		bool expired = at != 0 && at <= now;
+		kv_put32(hdr, (uint32_t)m);
+		kv_put32(hdr + 4, (uint32_t)h[m].e.klen);
+		hdr[8] = expired;
+		if (kv_buf_append(&keys, hdr, sizeof(hdr)) != KV_OK ||
+		    kv_buf_append(&keys, h[m].e.key, h[m].e.klen) != KV_OK ||
+		    (d->removed != NULL &&
+		     (kv_buf_append(d->removed, hdr + 4, 4) != KV_OK ||
+		      kv_buf_append(d->removed, h[m].e.key, h[m].e.klen) != KV_OK))) {
+			rv = KV_ENOMEM;
+			break;
+		}
+		npicked++;
+		live += !expired;
+		dr_advance(&h[m], d->end, d->elen);
+	}
+	for (unsigned pi = 0; pi < s->nparts; pi++) {
+		if (rv == KV_OK && h[pi].it.err != 0)
+			rv = h[pi].it.err;
+		d->more |= h[pi].has;
+		kv_art_iter_fini(&h[pi].it);
+	}
+	free(h);
+	if (rv == KV_OK && d->more && d->next != NULL && npicked > 0) {
+		const uint8_t *last = NULL;
+		size_t ll = 0;
+		for (size_t off = 0; off < keys.len;) {
+			ll = kv_get32(keys.data + off + 4);
+			last = keys.data + off + 9;
+			off += 9 + ll;
+		}
+		rv = kv_scan_resume_key(last, ll, d->next);
+	}
+	if (rv != KV_OK) {
+		kv_buf_fini(&keys);
+		return rv;
+	}
+	for (size_t off = 0; off < keys.len;) {
+		unsigned pi = kv_get32(keys.data + off);
+		size_t kl = kv_get32(keys.data + off + 4);
+		bool expired = keys.data[off + 8] != 0;
+		const uint8_t *k = keys.data + off + 9;
+		part__remove(&s->parts[pi], k, kl);
+		d->count += !expired;
+		off += 9 + kl;
+	}
+	kv_buf_fini(&keys);
+	return KV_OK;
+}
+
+int
+kv_store_delrange(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                  size_t limit, kv_buf *removed, uint64_t *count, bool *more, kv_buf *next)
+{
+	struct drange_args d = {.start = start,
+	                        .slen = slen,
+	                        .end = end,
+	                        .elen = elen,
+	                        .limit = limit,
+	                        .removed = removed,
+	                        .next = next};
+	part_set *ps;
+	int rv;
+
+	if (count)
+		*count = 0;
+	if (more)
+		*more = false;
+	if (s == NULL || limit == 0 || (slen && !start) || (elen && !end))
+		return KV_EINVAL;
+	if (kv_range_is_empty(start, slen, end, elen))
+		return KV_OK;
+	if ((ps = calloc(1, sizeof(*ps))) == NULL)
+		return KV_ENOMEM;
+	for (unsigned pi = 0; pi < s->nparts; pi++)
+		part_set_add(ps, pi);
+	if (removed != NULL)
+		removed->len = 0;
+	rv = store__with_set(s, ps, drange_run, &d);
+	free(ps);
+	if (rv != KV_OK && removed != NULL)
+		removed->len = 0;
+	if (rv == KV_OK) {
+		if (count)
+			*count = d.count;
+		if (more)
+			*more = d.more;
+	}
+	return rv;
+}
+
+struct cnt_args {
+	uint64_t n;   /* keys counted */
+	kv_buf *last; /* the last one */
+	int err;
+};
+
+static int
+cnt_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	struct cnt_args *c = arg;
+	(void)val;
+	(void)vlen;
+	c->n++;
+	if (c->last != NULL && (c->err = kv_buf_set(c->last, key, klen)) != KV_OK)
+		return 1;
+	return 0;
+}
+
+int
+kv_store_count(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+               size_t limit, uint64_t *count, bool *more, kv_buf *next)
+{
+	kv_buf last = {0};
+	struct cnt_args c = {.last = next ? &last : NULL};
+	bool m = false;
+	int rv;
+
+	rv = kv_store_scan(s, start, slen, end, elen, limit, false, cnt_cb, &c, &m);
+	if (rv == KV_OK && c.err != KV_OK)
+		rv = c.err;
+	if (rv == KV_OK && m && next != NULL && c.n > 0)
+		rv = kv_scan_resume_key(last.data, last.len, next);
+	kv_buf_fini(&last);
+	if (rv == KV_OK) {
+		if (count)
+			*count = c.n;
+		if (more)
+			*more = m;
+	}
+	return rv;
+}
+
+struct esample_args {
+	size_t max;
+	kv_store_key_cb cb;
+	void *arg;
+	size_t seen;
+};
+
+static int
+op_expire_sample(kv_store *s, kv_part *p, void *arg)
+{
+	struct esample_args *a = arg;
+	kv_art_iter it;
+	kv_art_entry e;
+	uint64_t now;
+	bool end = true;
+	int rv;
+
+	if (p->exp.root == NULL)
+		return KV_OK;
+	now = kv_store_now_ms(s);
+	kv_art_iter_init(&it);
+	rv = kv_art_iter_seek(&it, &p->exp, p->exp_next.data, p->exp_next.len);
+	while (rv == KV_OK && kv_art_iter_next(&it, &e)) {
+		if (a->seen == a->max) {
+			end = false;
+			rv = kv_buf_set(&p->exp_next, e.key, e.klen);
+			break;
+		}
+		a->seen++;
+		if (e.vlen == 8 && kv_get64(e.val) <= now)
+			a->cb(a->arg, e.key, e.klen, true);
+	}
+	if (rv == KV_OK && it.err != 0)
+		rv = it.err;
+	kv_art_iter_fini(&it);
+	if (rv == KV_OK && end)
+		p->exp_next.len = 0; /* wrap around */
+	return rv;
+}
+
+int
+kv_store_expire_sample(kv_store *s, unsigned part, size_t max, kv_store_key_cb cb, void *arg,
+                       size_t *seen)
+{
+	struct esample_args a = {.max = max, .cb = cb, .arg = arg};
+	int rv;
+
+	if (seen)
+		*seen = 0;
+	if (s == NULL || cb == NULL || part >= s->nparts || max == 0)
+		return KV_EINVAL;
+	rv = store__with_part(s, part, op_expire_sample, &a);
+	if (seen)
+		*seen = a.seen;
+	return rv;
+}
+
 /* --- statistics, tasks, life cycle -------------------------------------- */
 
 void
@@ -1353,6 +1932,7 @@ kv_store_get_stats(kv_store *s, kv_store_stats *st)
 		st->keys += atomic_load_explicit(&p->keys, memory_order_relaxed);
 		st->bytes += atomic_load_explicit(&p->bytes, memory_order_relaxed);
 		st->index_bytes += atomic_load_explicit(&p->index_bytes, memory_order_relaxed);
+		st->expiring += atomic_load_explicit(&p->nexp, memory_order_relaxed);
 	}
 	st->mem_bytes = atomic_load_explicit(&s->mem_used, memory_order_relaxed);
 }
@@ -1435,6 +2015,7 @@ kv_store_create(const kv_store_opts *opts, kv_store **out)
 		pthread_mutex_init(&p->qmu, NULL);
 		pthread_cond_init(&p->qcv, NULL);
 		kv_art_init(&p->art);
+		kv_art_init(&p->exp);
 		kv_arena_init(&p->arena, &s->mem_used, o.mem_limit);
 		p->store = s;
 		p->index = pi;
@@ -1472,7 +2053,9 @@ kv_store_destroy(kv_store *s)
 		kv_part *p = &s->parts[pi];
 		/* Slab memory goes with the blocks; only large items need a walk. */
 		kv_art_clear(&p->art, &p->arena);
+		kv_art_clear(&p->exp, &p->arena);
 		kv_buf_fini(&p->scratch);
+		kv_buf_fini(&p->exp_next);
 		kv_arena_fini(&p->arena);
 		pthread_mutex_destroy(&p->mu);
 		pthread_mutex_destroy(&p->qmu);

@@ -42,6 +42,9 @@
 
 typedef struct kv_store kv_store;
 
+/* The clock of expiry: Unix time in ms (kv_store_opts.clock). */
+typedef uint64_t (*kv_store_clock_fn)(void *arg);
+
 typedef enum {
 	KV_STORE_STRIPED = 0, /* partitions with their own locks */
 	KV_STORE_PERCORE = 1, /* one owner thread per partition, no locks */
@@ -54,6 +57,8 @@ typedef struct {
 	size_t max_value;    /* 0: KV_DEFAULT_MAX_VALUE; at most KV_HARD_MAX_VALUE */
 	size_t mem_limit; /* 0: none; else allocations past this many bytes fail with KV_ENOMEM */
 	bool pin_threads; /* percore: pin owner thread i to CPU i % ncpu */
+	kv_store_clock_fn clock; /* expiry clock, Unix ms; NULL: CLOCK_REALTIME */
+	void *clock_arg;         /* its argument */
 } kv_store_opts;
 
 /* Fills `o` with the defaults (striped, default partitions and limits). */
@@ -80,6 +85,19 @@ unsigned kv_store_partition_of(const kv_store *s, const void *key, size_t klen);
 kv_store_mode kv_store_get_mode(const kv_store *s);
 
 /*
+ * Expiry. A key may carry an absolute deadline (Unix ms, the store's clock).
+ * Once the clock reaches it the key reads as absent everywhere (get, mget,
+ * scan, count, kv_store_update) although it stays in memory until removed
+ * (kv_store_update KV_UPD_RECLAIM, a delete, a range delete). Deadlines live
+ * in a second index per partition, so a key without one costs nothing.
+ * kv_store_range_step_x, which migrations, snapshots and catch-up copies use,
+ * visits expired keys too, with their deadline: those copies are blind.
+ */
+
+/* The store's clock now, Unix ms. */
+uint64_t kv_store_now_ms(kv_store *s);
+
+/*
  * Single-key operations. Keys must be 1..max_key bytes and values at most
  * max_value bytes, else KV_EINVAL (NULL or empty key) or KV_ETOOBIG.
  */
@@ -92,8 +110,20 @@ int kv_store_get(kv_store *s, const void *key, size_t klen, kv_buf *val);
  * old value, if any, is kept then). */
 int kv_store_put(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen);
 
-/* Removes `key` and copies the removed value into `old` (may be NULL).
- * Returns 0 or KV_ENOTFOUND. */
+/* Like kv_store_get; also copies the key's deadline (0: none) into *expire_at
+ * (may be NULL). val may be NULL (only whether the key is live) when
+ * expire_at is not. */
+int kv_store_get_x(kv_store *s, const void *key, size_t klen, kv_buf *val, uint64_t *expire_at);
+
+/* Inserts or overwrites with the deadline expire_at (0: none; an old one is
+ * cleared). A blind write: for log replay, transfers and replication. Returns
+ * 0 or KV_ENOMEM (nothing changed). kv_store_put is this with 0. */
+int kv_store_put_x(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen,
+                   uint64_t expire_at);
+
+/* Removes `key` and copies the removed value into `old` (may be NULL), even
+ * when the key has expired (a blind delete, for replay), but returns
+ * KV_ENOTFOUND then as for an absent key. Returns 0 or KV_ENOTFOUND. */
 int kv_store_del(kv_store *s, const void *key, size_t klen, kv_buf *old);
 
 /* Appends `val` to the value of `key`, creating it with `val` when absent.
@@ -101,6 +131,52 @@ int kv_store_del(kv_store *s, const void *key, size_t klen, kv_buf *old);
  * when the result would exceed max_value (nothing changes), or KV_ENOMEM. */
 int kv_store_append(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen,
                     size_t *newlen);
+
+/* Read-modify-write of one key, atomic under its partition (kv_store_update). */
+typedef enum {
+	KV_UPD_PUT = 1, /* value, expire_at (0 clears); cond NONE, IF_ABSENT, IF_EQUAL */
+	KV_UPD_DEL,     /* cond NONE or IF_EQUAL; cur gets the deleted value */
+	KV_UPD_APPEND,  /* value; absent: created with it; the deadline is kept */
+	KV_UPD_INCR,    /* delta on a decimal int64 (absent: 0); the deadline is kept */
+	KV_UPD_EXPIRE,  /* expire_at (0: persist); KV_ENOTFOUND when absent */
+	KV_UPD_RECLAIM, /* remove the key if it has expired; else KV_ENOTFOUND */
+} kv_upd_kind;
+
+typedef enum {
+	KV_UPD_ANY = 0,       /* unconditional */
+	KV_UPD_IF_ABSENT = 1, /* put: KV_EEXISTS when the key is present */
+	KV_UPD_IF_EQUAL = 2,  /* put, del: KV_EMISMATCH unless the key holds expect */
+} kv_upd_cond;
+
+typedef struct {
+	kv_upd_kind kind;   /* what to do */
+	kv_upd_cond cond;   /* the condition */
+	kv_bytes expect;    /* IF_EQUAL: the value the key must hold */
+	kv_bytes value;     /* put, append */
+	int64_t delta;      /* incr */
+	uint64_t expire_at; /* put, expire: the deadline, Unix ms; 0: none */
+	kv_buf *cur;        /* may be NULL. Out: del: the deleted value; a failed
+	                       condition: the current value (unless cur_absent);
+	                       append, incr, expire: the key's value afterwards */
+	bool cur_absent;    /* out: a failed condition found the key absent */
+	int64_t number;     /* out: incr: the new value */
+	size_t newlen;      /* out: put, append, incr: the value's length afterwards */
+	uint64_t new_at;    /* out: the key's deadline afterwards (0: none) */
+	const char *why;    /* out: static detail of KV_EINVAL */
+} kv_store_upd;
+
+/*
+ * Applies u to key atomically (one partition held); expired keys are absent.
+ * Returns 0, KV_ENOTFOUND (del, expire of an absent key; reclaim of a key
+ * that has not expired), KV_EEXISTS, KV_EMISMATCH (condition failed, nothing
+ * written), KV_EINVAL (incr of a value that is not a decimal int64, or
+ * overflow; u->why says which), KV_ETOOBIG or KV_ENOMEM (nothing written).
+ */
+int kv_store_update(kv_store *s, const void *key, size_t klen, kv_store_upd *u);
+
+/* Parses a whole value as a decimal signed 64-bit integer: optional '-',
+ * then 1..19 digits, nothing else, in range. Returns 0 or KV_EINVAL. */
+int kv_store_parse_i64(const void *p, size_t n, int64_t *out);
 
 /*
  * Multi-key operations, atomic with respect to each other.
@@ -114,6 +190,46 @@ int kv_store_mget(kv_store *s, size_t n, const kv_bytes *keys, kv_buf *vals, boo
 /* Writes nk pairs, all or nothing. Returns KV_EINVAL without writing anything
  * when nk != nv or any key or value is invalid, KV_ENOMEM (nothing written). */
 int kv_store_mput(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const kv_bytes *vals);
+
+/* kv_store_mput with one deadline for every key written (0: none, cleared). */
+int kv_store_mput_x(kv_store *s, size_t nk, const kv_bytes *keys, size_t nv, const kv_bytes *vals,
+                    uint64_t expire_at);
+
+/* Called for each key kv_store_expire_sample finds, with the partition held:
+ * must not call into the store. */
+typedef void (*kv_store_key_cb)(void *arg, const uint8_t *key, size_t klen, bool expired);
+
+/*
+ * One step of a range delete: removes the first `limit` (> 0) live keys of
+ * [start, end) in key order, and the expired ones among them, with every
+ * partition held, so the step is atomic with respect to every other
+ * operation. `removed` (may be NULL) gets every key removed, expired ones
+ * too, as u32 length (little-endian) and key bytes, in key order. *count
+ * gets the live keys removed; *more is set when keys of the range remain,
+ * and then `next` (may be NULL) gets the key to resume from. Returns 0,
+ * KV_EINVAL or KV_ENOMEM (nothing removed).
+ */
+int kv_store_delrange(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                      size_t limit, kv_buf *removed, uint64_t *count, bool *more, kv_buf *next);
+
+/*
+ * Counts up to `limit` (0: no limit) live keys of [start, end) from the
+ * index, copying no value. *more and `next` as kv_store_delrange. Returns 0,
+ * KV_EINVAL or KV_ENOMEM.
+ */
+int kv_store_count(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                   size_t limit, uint64_t *count, bool *more, kv_buf *next);
+
+/*
+ * Active expiry: looks at up to `max` keys with a deadline in partition
+ * `part`, from where the previous call stopped (wrapping around), and calls
+ * cb(arg, key, klen, false) for each that has expired, with the partition
+ * held (cb must not call into the store; copy the key and remove it with
+ * KV_UPD_RECLAIM afterwards). *seen gets the keys looked at. Returns 0 or
+ * KV_ENOMEM.
+ */
+int kv_store_expire_sample(kv_store *s, unsigned part, size_t max, kv_store_key_cb cb, void *arg,
+                           size_t *seen);
 
 /*
  * Ordered reads.
@@ -167,8 +283,17 @@ typedef struct {
 void kv_store_cursor_init(kv_store_cursor *c);
 void kv_store_cursor_fini(kv_store_cursor *c);
 
+/* A visitor that also gets the entry's deadline (0: none). */
+typedef int (*kv_store_visitx_cb)(void *arg, const uint8_t *key, size_t klen, const uint8_t *val,
+                                  size_t vlen, uint64_t expire_at);
+
+/* kv_store_range_step with the deadline of every entry; expired entries are
+ * visited too. */
+int kv_store_range_step_x(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                          kv_store_cursor *c, size_t max, kv_store_visitx_cb cb, void *arg);
+
 /* Visits at most `max` entries of [start, end) from the cursor on (with
- * values), advancing it; sets c->done at the end. `cb` runs with one
+ * values), advancing it; sets c->done at the end. Expired entries too. `cb` runs with one
  * partition locked (or on its owner thread) and must not call into the
  * store. Returns 0 or an error. */
 int kv_store_range_step(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
@@ -199,6 +324,7 @@ typedef struct {
 	uint64_t bytes;       /* key + value bytes of live keys */
 	uint64_t mem_bytes;   /* bytes taken from the system (arenas, nodes, large items) */
 	uint64_t index_bytes; /* of which index nodes */
+	uint64_t expiring;    /* keys with a deadline (expired or not) */
 } kv_store_stats;
 
 /* Sums the per-partition counters. Never blocks writers for long. */

@@ -222,6 +222,84 @@ stray(void *arg, int status, const void *val, size_t vlen)
 	atomic_fetch_add(&stray_calls, 1);
 }
 
+/* Counts the completions of incr_async and put_ex_async. */
+typedef struct {
+	atomic_int done, ok, refused;
+	atomic_llong max;
+} tally;
+
+static void
+incr_done(void *arg, int status, int64_t n)
+{
+	tally *t = arg;
+	if (status == 0) {
+		atomic_fetch_add(&t->ok, 1);
+		long long m = atomic_load(&t->max);
+		while (n > m && !atomic_compare_exchange_weak(&t->max, &m, n))
+			;
+	}
+	atomic_fetch_add(&t->done, 1);
+}
+
+static void
+cond_done(void *arg, int status, const void *val, size_t vlen)
+{
+	tally *t = arg;
+	(void)val;
+	(void)vlen;
+	if (status == 0)
+		atomic_fetch_add(&t->ok, 1);
+	else if (status == SHARDKV_EEXISTS)
+		atomic_fetch_add(&t->refused, 1);
+	atomic_fetch_add(&t->done, 1);
+}
+
+static void
+tally_wait(tally *t, int n)
+{
+	uint64_t deadline = kv_test_now_ms() + 30000;
+	while (atomic_load(&t->done) < n) {
+		if (kv_test_now_ms() > deadline)
+			fail_msg("%d of %d async ops completed", atomic_load(&t->done), n);
+		kv_test_sleep_ms(1);
+	}
+}
+
+/* Many incr and put-if-absent ops of few keys in flight at once, batched
+ * into shared requests: every incr applied once (the counters end at the
+ * number of incrs), exactly one put-if-absent per key applied. */
+static void
+async_incr_and_put_if_absent_in_batches_apply_once(void **state)
+{
+	shardkv_client *cl = kv_tc_client(&tc, false, 10000);
+	tally ti = {0}, tc2 = {0};
+	shardkv_put_options absent = {.if_absent = true};
+	char key[32];
+	enum { N = 2000, KEYS = 4 };
+	(void)state;
+
+	for (int i = 0; i < N; i++) {
+		int kl = snprintf(key, sizeof(key), "inc-%d", i % KEYS);
+		assert_int_equal(shardkv_incr_async(cl, key, (size_t)kl, 1, incr_done, &ti), 0);
+		kl = snprintf(key, sizeof(key), "once-%d", i % 50);
+		assert_int_equal(
+		    shardkv_put_ex_async(cl, key, (size_t)kl, "x", 1, &absent, cond_done, &tc2), 0);
+	}
+	tally_wait(&ti, N);
+	tally_wait(&tc2, N);
+	assert_int_equal(atomic_load(&ti.ok), N);
+	assert_int_equal(atomic_load(&ti.max), N / KEYS);
+	assert_int_equal(atomic_load(&tc2.ok), 50);
+	assert_int_equal(atomic_load(&tc2.refused), N - 50);
+	for (int k = 0; k < KEYS; k++) {
+		int64_t n;
+		int kl = snprintf(key, sizeof(key), "inc-%d", k);
+		assert_int_equal(shardkv_incr(cl, key, (size_t)kl, 0, &n), 0);
+		assert_int_equal(n, N / KEYS);
+	}
+	shardkv_close(cl);
+}
+
 static void
 bad_arguments_are_refused_without_a_callback(void **state)
 {
@@ -504,6 +582,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(async_ops_complete_once_with_their_own_results),
+	    cmocka_unit_test(async_incr_and_put_if_absent_in_batches_apply_once),
 	    cmocka_unit_test(bad_arguments_are_refused_without_a_callback),
 	    cmocka_unit_test(writes_keep_their_last_acknowledged_value_across_moves),
 	    cmocka_unit_test(closing_completes_every_op_in_flight),

@@ -233,6 +233,57 @@ data_commands_print_raw_values_and_exit_1_when_not_found(void **state)
 	CLI(0, "dash\t-x\nempty\t\n", "scan", "c", "f");
 }
 
+/* The commands of expiry, conditional writes, counters and ranges against
+ * real servers (doc/contract.md §3, §5). */
+static void
+conditional_writes_expiry_counters_and_ranges_on_a_cluster(void **state)
+{
+	(void)state;
+	CLI(0, "", "put", "op18/lock", "me", "--if-absent");
+	kv_tc_run_result r;
+	run_cli(&r, true, NULL, 0, NULL, "put", "op18/lock", "you", "--if-absent", NULL);
+	check_run(&r, "put --if-absent", 1, "", 0);
+	assert_non_null(strstr(r.err, "exists: current value \"me\""));
+	kv_tc_run_free(&r);
+	run_cli(&r, true, NULL, 0, NULL, "del", "op18/lock", "--if-equal", "you", NULL);
+	check_run(&r, "del --if-equal", 1, "", 0);
+	assert_non_null(strstr(r.err, "mismatch: current value \"me\""));
+	kv_tc_run_free(&r);
+	CLI(1,
+	    "{\"key\": \"op18/none\", \"written\": false, \"condition\": \"mismatch\", "
+	    "\"current\": null}\n",
+	    "--json", "put", "op18/none", "x", "--if-equal", "y");
+	CLI(0, "", "put", "op18/lock", "you", "--if-equal", "me");
+	CLI(0, "you\n", "del", "op18/lock", "--if-equal", "you");
+	CLI(1, "", "exists", "op18/lock");
+	CLI(1, "{\"key\": \"op18/k\", \"exists\": false}\n", "--json", "exists", "op18/k");
+
+	CLI(0, "", "put", "op18/t", "v", "--ttl", "600000");
+	CLI(0, "", "exists", "op18/t");
+	CLI(0, "", "persist", "op18/t");
+	CLI(0, "-1\n", "ttl", "op18/t");
+	CLI(0, "", "expire", "op18/t", "600000");
+	run_cli(&r, true, NULL, 0, NULL, "ttl", "op18/t", NULL);
+	check_run(&r, "ttl", 0, NULL, 0);
+	long left = strtol(r.out, NULL, 10);
+	assert_true(left > 500000 && left <= 600000);
+	kv_tc_run_free(&r);
+	CLI(1, "", "ttl", "op18/missing");
+	CLI(1, "", "expire", "op18/missing", "10");
+
+	CLI(0, "1\n", "incr", "op18/n");
+	CLI(0, "-9\n", "incr", "op18/n", "-10");
+	CLI(0, "{\"key\": \"op18/n\", \"value\": 0}\n", "--json", "incr", "op18/n", "9");
+	CLI(2, "", "incr", "op18/t");
+
+	CLI(0, "", "mput", "op18/r1", "1", "op18/r2", "2", "op18/r3", "3", "--ttl", "600000");
+	CLI(0, "5\n", "count", "op18/", "op18/~"); /* t, n, r1, r2, r3 */
+	CLI(0, "{\"count\": 2}\n", "--json", "count", "op18/r", "op18/r3");
+	CLI(0, "3\n", "delrange", "op18/r", "op18/s");
+	CLI(0, "{\"deleted\": 2}\n", "--json", "delrange", "op18/", "op18/~");
+	CLI(0, "0\n", "count", "op18/", "op18/~");
+}
+
 static void
 data_commands_use_the_controller_from_the_environment(void **state)
 {
@@ -827,6 +878,7 @@ main(void)
 	    cmocka_unit_test(
 	        move_wait_says_accepted_at_once_then_progress_and_ctrl_c_explains_cancel),
 	    cmocka_unit_test(the_prompt_runs_commands_typed_on_a_terminal),
+	    cmocka_unit_test(conditional_writes_expiry_counters_and_ranges_on_a_cluster),
 	};
 	/* One cluster for the whole file: the tests use distinct keys. */
 	return cmocka_run_group_tests(tests, setup2, teardown);

@@ -823,6 +823,243 @@ out_matches(const char *o, const char *want)
 	} while (0)
 
 static void
+conditional_put_answers_the_current_value_without_a_read(void **state)
+{
+	shardkv_client *c = open_client(3000, false);
+	shardkv_put_options absent = {.if_absent = true};
+	shardkv_put_options eq = {.if_equal = true, .expect = {"v1", 2}};
+	shardkv_buf cur, v;
+	(void)state;
+
+	assert_int_equal(shardkv_put_ex(c, "lock", 4, "me", 2, &absent, &cur), 0);
+	assert_int_equal(shardkv_put_ex(c, "lock", 4, "you", 3, &absent, &cur), SHARDKV_EEXISTS);
+	assert_non_null(cur.data);
+	assert_int_equal(cur.len, 2);
+	assert_memory_equal(cur.data, "me", 2);
+	shardkv_free(cur.data);
+	/* if-equal on an absent key: a mismatch, the key said absent. */
+	assert_int_equal(shardkv_put_ex(c, "zreg", 4, "v2", 2, &eq, &cur), SHARDKV_EMISMATCH);
+	assert_null(cur.data);
+	assert_int_equal(shardkv_put(c, "zreg", 4, "v1", 2), 0);
+	assert_int_equal(shardkv_put_ex(c, "zreg", 4, "v2", 2, &eq, &cur), 0);
+	assert_int_equal(shardkv_put_ex(c, "zreg", 4, "v3", 2, &eq, &cur), SHARDKV_EMISMATCH);
+	assert_int_equal(cur.len, 2);
+	assert_memory_equal(cur.data, "v2", 2);
+	shardkv_free(cur.data);
+	assert_int_equal(shardkv_get(c, "zreg", 4, &v), 0);
+	assert_memory_equal(v.data, "v2", 2);
+	shardkv_free(v.data);
+	/* del if-equal */
+	assert_int_equal(shardkv_del_if_equal(c, "zreg", 4, "v1", 2, &cur), SHARDKV_EMISMATCH);
+	assert_memory_equal(cur.data, "v2", 2);
+	shardkv_free(cur.data);
+	assert_int_equal(shardkv_del_if_equal(c, "zreg", 4, "v2", 2, NULL), 0);
+	assert_int_equal(shardkv_exists(c, "zreg", 4), SHARDKV_ENOTFOUND);
+	assert_int_equal(shardkv_exists(c, "lock", 4), 0);
+	/* Refused before sending: two conditions, a TTL over the bound. */
+	shardkv_put_options both = {.if_absent = true, .if_equal = true};
+	shardkv_put_options huge = {.ttl_ms = SHARDKV_MAX_TTL_MS + 1};
+	assert_int_equal(shardkv_put_ex(c, "k", 1, "v", 1, &both, NULL), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_put_ex(c, "k", 1, "v", 1, &huge, NULL), SHARDKV_EINVAL);
+	shardkv_close(c);
+}
+
+/* The reply of an applied if-absent put is lost: the retry keeps its
+ * request id, so the server answers it as applied, not as "exists". */
+static void
+lost_reply_of_a_conditional_put_is_answered_as_applied(void **state)
+{
+	shardkv_client *c = open_client(3000, false);
+	shardkv_put_options absent = {.if_absent = true};
+	shardkv_buf cur = {0};
+	(void)state;
+
+	g->srv[0].drop_lossy = true;
+	assert_int_equal(shardkv_put_ex(c, "lossy", 5, "mine", 4, &absent, &cur), 0);
+	assert_int_equal(g->srv[0].received_lossy, 2);
+	assert_int_equal(g->srv[0].lossy_ids[0], g->srv[0].lossy_ids[1]);
+	assert_int_equal(g->srv[0].applied_lossy, 1);
+	/* A new put if absent is a new request: refused. */
+	assert_int_equal(shardkv_put_ex(c, "lossy", 5, "other", 5, &absent, &cur), SHARDKV_EEXISTS);
+	assert_memory_equal(cur.data, "mine", 4);
+	shardkv_free(cur.data);
+	shardkv_close(c);
+}
+
+static void
+expiry_ttl_persist_and_incr(void **state)
+{
+	shardkv_client *c = open_client(3000, false);
+	shardkv_put_options ttl = {.ttl_ms = 60000};
+	int64_t left, n;
+	shardkv_buf v;
+	(void)state;
+
+	assert_int_equal(shardkv_put_ex(c, "sess", 4, "x", 1, &ttl, NULL), 0);
+	assert_int_equal(shardkv_ttl(c, "sess", 4, &left), 0);
+	assert_true(left > 50000 && left <= 60000);
+	assert_int_equal(shardkv_persist(c, "sess", 4), 0);
+	assert_int_equal(shardkv_ttl(c, "sess", 4, &left), 0);
+	assert_int_equal(left, -1);
+	assert_int_equal(shardkv_expire(c, "sess", 4, 1), 0);
+	/* Gone once its millisecond passed (polled, with a deadline). */
+	uint64_t until = kv_now_ns() + 2000000000ull;
+	while (shardkv_exists(c, "sess", 4) == 0 && kv_now_ns() < until)
+		kv_test_sleep_ms(1);
+	assert_int_equal(shardkv_exists(c, "sess", 4), SHARDKV_ENOTFOUND);
+	assert_int_equal(shardkv_ttl(c, "sess", 4, &left), SHARDKV_ENOTFOUND);
+	assert_int_equal(shardkv_expire(c, "nope", 4, 10), SHARDKV_ENOTFOUND);
+	assert_int_equal(shardkv_expire(c, "sess", 4, 0), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_incr(c, "ctr", 3, 5, &n), 0);
+	assert_int_equal(n, 5);
+	assert_int_equal(shardkv_incr(c, "ctr", 3, -7, &n), 0);
+	assert_int_equal(n, -2);
+	assert_int_equal(shardkv_get(c, "ctr", 3, &v), 0);
+	assert_string_equal((char *)v.data, "-2");
+	shardkv_free(v.data);
+	assert_int_equal(shardkv_put(c, "word", 4, "abc", 3), 0);
+	assert_int_equal(shardkv_incr(c, "word", 4, 1, &n), SHARDKV_EINVAL);
+	/* mput with a TTL */
+	shardkv_bytes ks[] = {{"a1", 2}, {"z1", 2}}, vs[] = {{"1", 1}, {"2", 1}};
+	assert_int_equal(shardkv_mput_ex(c, 2, ks, 2, vs, 30000, NULL), 0);
+	assert_int_equal(shardkv_ttl(c, "z1", 2, &left), 0);
+	assert_true(left > 0 && left <= 30000);
+	shardkv_close(c);
+}
+
+static void
+count_and_delrange_sum_the_steps_of_every_node(void **state)
+{
+	shardkv_client *c = open_client(3000, false);
+	const char *keys[] = {"a", "b", "c", "d", "e", "m", "n", "o", "p", "x"};
+	uint64_t n;
+	(void)state;
+
+	for (size_t i = 0; i < ARGC(keys); i++)
+		assert_int_equal(shardkv_put(c, keys[i], 1, "v", 1), 0);
+	assert_int_equal(shardkv_count(c, "", 0, "", 0, &n), 0);
+	assert_int_equal(n, 10);
+	assert_int_equal(shardkv_count(c, "b", 1, "o", 1, &n), 0); /* b..e, m, n */
+	assert_int_equal(n, 6);
+	assert_int_equal(shardkv_count(c, "o", 1, "b", 1, &n), SHARDKV_EINVAL);
+	assert_int_equal(shardkv_delrange(c, "c", 1, "p", 1, &n), 0); /* c d e m n o */
+	assert_int_equal(n, 6);
+	assert_int_equal(server_keys(0) + server_keys(1), 4);
+	assert_int_equal(shardkv_count(c, "", 0, "", 0, &n), 0);
+	assert_int_equal(n, 4);
+	assert_int_equal(shardkv_delrange(c, "", 0, "", 0, &n), 0);
+	assert_int_equal(n, 4);
+	assert_int_equal(server_keys(0) + server_keys(1), 0);
+	shardkv_close(c);
+}
+
+/* Completions of the async forms. */
+typedef struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done;
+	int status[8];
+	int64_t num[8];
+	char val[8][16];
+	bool null_val[8];
+} ex_rec;
+
+static ex_rec exr = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static void
+ex_done(void *arg, int status, const void *val, size_t vlen)
+{
+	int i = (int)(intptr_t)arg;
+	pthread_mutex_lock(&exr.mu);
+	exr.status[i] = status;
+	exr.null_val[i] = val == NULL;
+	if (val && vlen < sizeof(exr.val[i]))
+		memcpy(exr.val[i], val, vlen);
+	exr.done++;
+	pthread_cond_signal(&exr.cv);
+	pthread_mutex_unlock(&exr.mu);
+}
+
+static void
+ex_num(void *arg, int status, int64_t n)
+{
+	int i = (int)(intptr_t)arg;
+	pthread_mutex_lock(&exr.mu);
+	exr.status[i] = status;
+	exr.num[i] = n;
+	exr.done++;
+	pthread_cond_signal(&exr.cv);
+	pthread_mutex_unlock(&exr.mu);
+}
+
+static void
+ex_wait(int n)
+{
+	pthread_mutex_lock(&exr.mu);
+	while (exr.done < n)
+		pthread_cond_wait(&exr.cv, &exr.mu);
+	exr.done = 0;
+	pthread_mutex_unlock(&exr.mu);
+}
+
+static void
+ex_mput(void *arg, int status, shardkv_mput_result *r)
+{
+	shardkv_mput_result_free(r);
+	ex_num(arg, status, 0);
+}
+
+static void
+async_forms_of_the_new_single_key_ops(void **state)
+{
+	shardkv_client *c = open_client(3000, false);
+	shardkv_put_options absent = {.if_absent = true};
+	(void)state;
+
+	memset(exr.val, 0, sizeof(exr.val));
+	assert_int_equal(shardkv_put(c, "held", 4, "old", 3), 0);
+	/* One at a time: the fake servers answer requests of one op. */
+	assert_int_equal(shardkv_put_ex_async(c, "held", 4, "new", 3, &absent, ex_done, (void *)0),
+	                 0);
+	ex_wait(1);
+	assert_int_equal(shardkv_del_if_equal_async(c, "none", 4, "x", 1, ex_done, (void *)1), 0);
+	ex_wait(1);
+	assert_int_equal(shardkv_incr_async(c, "n", 1, 41, ex_num, (void *)2), 0);
+	ex_wait(1);
+	assert_int_equal(shardkv_exists_async(c, "held", 4, ex_done, (void *)3), 0);
+	ex_wait(1);
+	assert_int_equal(shardkv_expire_async(c, "held", 4, 50000, ex_done, (void *)4), 0);
+	ex_wait(1);
+	assert_int_equal(exr.status[0], SHARDKV_EEXISTS);
+	assert_string_equal(exr.val[0], "old");
+	assert_int_equal(exr.status[1], SHARDKV_EMISMATCH);
+	assert_true(exr.null_val[1]); /* absent */
+	assert_int_equal(exr.status[2], 0);
+	assert_int_equal(exr.num[2], 41);
+	assert_int_equal(exr.status[3], 0);
+	assert_int_equal(exr.status[4], 0);
+	assert_int_equal(shardkv_ttl_async(c, "held", 4, ex_num, (void *)5), 0);
+	ex_wait(1);
+	assert_int_equal(shardkv_persist_async(c, "n", 1, ex_done, (void *)6), 0);
+	ex_wait(1);
+	assert_int_equal(exr.status[5], 0);
+	assert_true(exr.num[5] > 0 && exr.num[5] <= 50000);
+	assert_int_equal(exr.status[6], 0);
+	assert_int_equal(shardkv_ttl_async(c, "held", 4, NULL, NULL), SHARDKV_EINVAL);
+	/* mput with a TTL, async: both keys expire. */
+	shardkv_bytes ks[] = {{"a2", 2}, {"z2", 2}}, vs[] = {{"1", 1}, {"2", 1}};
+	assert_int_equal(shardkv_mput_ex_async(c, 2, ks, 2, vs, 40000, ex_mput, (void *)7), 0);
+	ex_wait(1);
+	assert_int_equal(exr.status[7], 0);
+	int64_t left;
+	assert_int_equal(shardkv_ttl(c, "a2", 2, &left), 0);
+	assert_true(left > 0 && left <= 40000);
+	assert_int_equal(shardkv_ttl(c, "z2", 2, &left), 0);
+	assert_true(left > 0 && left <= 40000);
+	shardkv_close(c);
+}
+
+static void
 cli_round_trip_of_every_command(void **state)
 {
 	(void)state;
@@ -848,6 +1085,66 @@ cli_round_trip_of_every_command(void **state)
 	CLI_EXPECT(2, "", "leave", "7"); /* unknown node: an invalid request */
 	CLI_EXPECT(0, "moving [a, b) to node 2 in epoch 6 (1 migration)\n", "move", "a", "b", "2");
 	CLI_EXPECT(0, "rebalancing in epoch 5 (0 migrations)\n", "rebalance");
+}
+
+/* Runs the CLI; checks its exit code, stdout and that stderr contains `err_has`. */
+static void
+cli_expect_err(int code, const char *want_out, const char *err_has, int argc, const char **argv)
+{
+	char *o = NULL, *e = NULL;
+	size_t n;
+	int rc = cli(&o, &n, &e, argc, argv);
+
+	if (rc != code || !out_matches(o, want_out) || (err_has && strstr(e, err_has) == NULL))
+		fail_msg("%s %s: rc %d (want %d) out '%s' err '%s'", argv[0], argv[1], rc, code, o,
+		         e);
+	free(o);
+	free(e);
+}
+
+#define CLI_EXPECT_ERR(code, out, err_has, ...)                                                    \
+	do {                                                                                       \
+		const char *a_[] = {__VA_ARGS__};                                                  \
+		cli_expect_err((code), (out), (err_has), ARGC(a_), a_);                            \
+	} while (0)
+
+static void
+cli_conditional_writes_expiry_counters_and_ranges(void **state)
+{
+	(void)state;
+	CLI_EXPECT(0, "", "put", "lock", "me", "--if-absent");
+	CLI_EXPECT_ERR(1, "", "exists: current value \"me\"", "put", "lock", "you", "--if-absent");
+	CLI_EXPECT(1,
+	           "{\"key\": \"lock\", \"written\": false, \"condition\": \"exists\", "
+	           "\"current\": \"me\"}\n",
+	           "--json", "put", "lock", "you", "--if-absent");
+	CLI_EXPECT(0, "", "put", "lock", "you", "--if-equal", "me");
+	CLI_EXPECT_ERR(1, "", "mismatch: current value \"you\"", "put", "lock", "x", "--if-equal",
+	               "me");
+	CLI_EXPECT_ERR(1, "", "mismatch: the key is absent", "put", "nolock", "x", "--if-equal",
+	               "me");
+	CLI_EXPECT_ERR(1, "", "mismatch: current value \"you\"", "del", "lock", "--if-equal", "me");
+	CLI_EXPECT(0, "you\n", "del", "lock", "--if-equal", "you");
+	CLI_EXPECT(1, "", "exists", "lock");
+	CLI_EXPECT(1, "{\"key\": \"lock\", \"exists\": false}\n", "--json", "exists", "lock");
+	CLI_EXPECT(0, "", "put", "s", "v", "--ttl", "60000");
+	CLI_EXPECT(0, "", "exists", "s");
+	CLI_EXPECT(0, "", "persist", "s");
+	CLI_EXPECT(0, "-1\n", "ttl", "s");
+	CLI_EXPECT(0, "", "expire", "s", "90000");
+	CLI_EXPECT(1, "", "ttl", "nope");
+	CLI_EXPECT(1, "", "expire", "nope", "5");
+	CLI_EXPECT(0, "1\n", "incr", "n");
+	CLI_EXPECT(0, "-4\n", "incr", "n", "-5");
+	CLI_EXPECT(0, "{\"key\": \"n\", \"value\": 6}\n", "--json", "incr", "n", "10");
+	CLI_EXPECT(2, "", "incr", "s");
+	CLI_EXPECT(0, "", "mput", "a", "1", "b", "2", "y", "3", "--ttl", "60000");
+	CLI_EXPECT(0, "5\n", "count", "", "");
+	CLI_EXPECT(0, "{\"count\": 2}\n", "--json", "count", "a", "c");
+	CLI_EXPECT(0, "{\"deleted\": 4}\n", "--json", "delrange", "b", "");
+	CLI_EXPECT(0, "1\n", "delrange", "", "");
+	CLI_EXPECT(0, "0\n", "count", "", "");
+	CLI_EXPECT(2, "", "count", "z", "a");
 }
 
 static void
@@ -914,7 +1211,17 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        an_owner_down_in_the_cached_configuration_is_not_waited_on, setup, teardown),
 	    cmocka_unit_test_setup_teardown(admin_results_and_config_are_reported, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        conditional_put_answers_the_current_value_without_a_read, setup, teardown),
+	    cmocka_unit_test_setup_teardown(lost_reply_of_a_conditional_put_is_answered_as_applied,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(expiry_ttl_persist_and_incr, setup, teardown),
+	    cmocka_unit_test_setup_teardown(count_and_delrange_sum_the_steps_of_every_node, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(async_forms_of_the_new_single_key_ops, setup, teardown),
 	    cmocka_unit_test_setup_teardown(cli_round_trip_of_every_command, setup, teardown),
+	    cmocka_unit_test_setup_teardown(cli_conditional_writes_expiry_counters_and_ranges,
+	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(cli_json_config_and_status_have_the_spec_shape, setup,
 	                                    teardown),
 	};

@@ -89,3 +89,10 @@ kv_add_test(test_dryrun_inproc SOURCES component/test_dryrun_inproc.c
 # copied again.
 kv_add_test(test_catchup_inproc SOURCES component/test_catchup_inproc.c
   LIBS kv_inproc_cluster kv_testutil TIMEOUT 180 LABELS concurrency)
+
+# Expiry, conditional writes, incr, exists, count and delrange through
+# in-process servers with an injected expiry clock: answers and retries,
+# expiry through a restart (log, snapshot) and a migration, reclaim as a
+# logged delete, a big delrange in steps beside other requests.
+kv_add_test(test_expiry_inproc SOURCES component/test_expiry_inproc.c
+  LIBS kv_inproc_srv kv_testutil TIMEOUT 120 LABELS concurrency)

@@ -81,6 +81,25 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
       --fill 20000 --fill-size 1000 --multi 8 --async 2)
   set_tests_properties(checker_pause PROPERTIES ENVIRONMENT "${checker_env}")
 
+  # Compare-and-set (--cas 30): 8 counters moved on by cas from the value
+  # each client last saw, and 4 locks taken if absent and released if
+  # equal, beside the usual workload, while ranges move (moves every
+  # ~400 ms, joins, leaves): every cas applied exactly when the register
+  # held its expected value, refused exactly when it did not (with the
+  # value it was told), linearizable with the gets, puts and deletes.
+  # The replicated form runs the same under SIGKILL and restart loops
+  # (primaries failed over, R=3).
+  kv_add_test(checker_cas_moves TIMEOUT 120 LABELS integration
+    COMMAND shardkv-checker --spawn ${checker_runs} --servers 3
+      --clients 4 --duration 30 --reconfig-interval 400 --seed 1818 --cas 30
+      --fill 20000 --fill-size 1000 --multi 8 --async 2)
+  set_tests_properties(checker_cas_moves PROPERTIES ENVIRONMENT "${checker_env}")
+  kv_add_test(checker_cas_replicated_restart TIMEOUT 120 LABELS integration
+    COMMAND shardkv-checker --spawn ${checker_runs} --servers 3 --replicas 3 --kill
+      --fsync batch --clients 4 --duration 30 --seed 1919 --cas 30
+      --fill 20000 --fill-size 1000 --multi 8 --async 2)
+  set_tests_properties(checker_cas_replicated_restart PROPERTIES ENVIRONMENT "${checker_env}")
+
   # Replicated ranges (doc/replication.md): the controller's --replicas, and
   # faults one at a time (the next waits until no range is under-replicated):
   # a server SIGKILLed for good (its node removed once down, a replacement

@@ -56,13 +56,56 @@ kv_fake_cluster_set_truth(kv_fake_cluster *fc, kv_config *cfg)
  * Fake shard server
  * ------------------------------------------------------------------------- */
 
+/* Drops entry i (its slot refilled from the end). */
+static void
+drop_at(kv_fake_server *s, size_t i)
+{
+	kv_buf_fini(&s->kv[i].key);
+	kv_buf_fini(&s->kv[i].val);
+	s->kv[i] = s->kv[--s->nkv];
+}
+
+/* Drops the entries whose expiry passed. */
+static void
+expire_all(kv_fake_server *s)
+{
+	uint64_t now = kv_now_ns();
+	for (size_t i = 0; i < s->nkv;)
+		if (s->kv[i].exp_ns && s->kv[i].exp_ns <= now)
+			drop_at(s, i);
+		else
+			i++;
+}
+
 static kv_fake_pair *
 find(kv_fake_server *s, ProtobufCBinaryData k)
 {
+	expire_all(s);
 	for (size_t i = 0; i < s->nkv; i++)
 		if (kv_key_cmp(s->kv[i].key.data, s->kv[i].key.len, k.data, k.len) == 0)
 			return &s->kv[i];
 	return NULL;
+}
+
+/* A failed condition: status, and the current value (borrowed) or absence. */
+static void
+cond_failed(Shardkv__OpResult *res, Shardkv__Status st, const kv_fake_pair *e)
+{
+	res->status = st;
+	if (e == NULL) {
+		res->current_absent = true;
+	} else {
+		res->value.data = e->val.data;
+		res->value.len = e->val.len;
+	}
+}
+
+/* Whether e holds exactly x. */
+static bool
+holds(const kv_fake_pair *e, ProtobufCBinaryData x)
+{
+	return e != NULL && e->val.len == x.len &&
+	       (x.len == 0 || memcmp(e->val.data, x.data, x.len) == 0);
 }
 
 static void
@@ -76,6 +119,7 @@ store_put(kv_fake_server *s, ProtobufCBinaryData k, ProtobufCBinaryData v)
 		assert_int_equal(kv_buf_set(&p->key, k.data, k.len), KV_OK);
 	}
 	assert_int_equal(kv_buf_set(&p->val, v.data, v.len), KV_OK);
+	p->exp_ns = 0;
 }
 
 static int
@@ -111,6 +155,18 @@ wrong_owner(kv_fake_server *s, Shardkv__OpResult *res, Shardkv__OwnerHint *h, co
 	h->end.len = t->ranges[ri].end.len;
 	res->owner = h;
 	s->wrong_owner++;
+}
+
+/* Returns whether (client, id) was applied before, remembering nothing. */
+static bool
+seen_already(kv_fake_server *s, uint64_t client, uint64_t id)
+{
+	if (client == 0 || id == 0)
+		return false;
+	for (size_t i = 0; i < s->nseen; i++)
+		if (s->seen[i].client_id == client && s->seen[i].request_id == id)
+			return true;
+	return false;
 }
 
 /* Returns whether (client, id) was applied before; remembers it if not. */
@@ -199,8 +255,23 @@ srv_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		}
 		if (lossy && s->received_lossy < 8)
 			s->lossy_ids[s->received_lossy++] = op->request_id;
+		/* A retry of a write applied before is answered as applied,
+		 * before its condition is looked at again. */
+		bool again = seen_already(s, q->client_id, op->request_id);
+		if (!again && op->put->cond == SHARDKV__COND__COND_IF_ABSENT &&
+		    find(s, k) != NULL) {
+			cond_failed(&res, SHARDKV__STATUS__STATUS_EXISTS, find(s, k));
+			break;
+		}
+		if (!again && op->put->cond == SHARDKV__COND__COND_IF_EQUAL &&
+		    !holds(find(s, k), op->put->expect)) {
+			cond_failed(&res, SHARDKV__STATUS__STATUS_MISMATCH, find(s, k));
+			break;
+		}
 		if (!seen_before(s, q->client_id, op->request_id)) {
 			store_put(s, k, op->put->value);
+			if (op->put->ttl_ms)
+				find(s, k)->exp_ns = kv_now_ns() + op->put->ttl_ms * 1000000ull;
 			if (lossy)
 				s->applied_lossy++;
 		}
@@ -215,6 +286,9 @@ srv_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		kv_fake_pair *e;
 		if (!serves(s, k.data, k.len)) {
 			wrong_owner(s, &res, &hint, k.data, k.len);
+		} else if (op->del->cond == SHARDKV__COND__COND_IF_EQUAL &&
+		           !holds(find(s, k), op->del->expect)) {
+			cond_failed(&res, SHARDKV__STATUS__STATUS_MISMATCH, find(s, k));
 		} else if ((e = find(s, k)) == NULL) {
 			res.status = SHARDKV__STATUS__STATUS_NOT_FOUND;
 		} else {
@@ -290,8 +364,12 @@ srv_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		}
 		if (res.status != 0 || seen_before(s, q->client_id, op->request_id))
 			break;
-		for (size_t i = 0; i < mp->n_keys; i++)
+		for (size_t i = 0; i < mp->n_keys; i++) {
 			store_put(s, mp->keys[i], mp->values[i]);
+			if (mp->ttl_ms)
+				find(s, mp->keys[i])->exp_ns =
+				    kv_now_ns() + mp->ttl_ms * 1000000ull;
+		}
 		break;
 	}
 	case SHARDKV__OP__OP_SCAN: {
@@ -341,6 +419,131 @@ srv_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		if (!res.more && rend->len &&
 		    (sc->end.len == 0 ||
 		     kv_key_cmp(rend->data, rend->len, sc->end.data, sc->end.len) < 0)) {
+			res.more = true;
+			res.next_cursor.data = rend->data;
+			res.next_cursor.len = rend->len;
+		}
+		break;
+	}
+	case SHARDKV__OP__OP_EXPIRE: {
+		ProtobufCBinaryData k = op->expire->key;
+		kv_fake_pair *e;
+		assert_true(op->request_id != 0);
+		assert_true((op->expire->ttl_ms != 0) != op->expire->persist);
+		if (!serves(s, k.data, k.len))
+			wrong_owner(s, &res, &hint, k.data, k.len);
+		else if ((e = find(s, k)) == NULL)
+			res.status = SHARDKV__STATUS__STATUS_NOT_FOUND;
+		else
+			e->exp_ns =
+			    op->expire->persist ? 0 : kv_now_ns() + op->expire->ttl_ms * 1000000ull;
+		break;
+	}
+	case SHARDKV__OP__OP_TTL: {
+		ProtobufCBinaryData k = op->ttl->key;
+		kv_fake_pair *e;
+		if (!serves(s, k.data, k.len)) {
+			wrong_owner(s, &res, &hint, k.data, k.len);
+		} else if ((e = find(s, k)) == NULL) {
+			res.status = SHARDKV__STATUS__STATUS_NOT_FOUND;
+		} else {
+			uint64_t now = kv_now_ns();
+			res.ttl_ms =
+			    e->exp_ns ? (int64_t)((e->exp_ns - now + 999999) / 1000000) : -1;
+		}
+		break;
+	}
+	case SHARDKV__OP__OP_INCR: {
+		ProtobufCBinaryData k = op->incr->key;
+		kv_fake_pair *e;
+		long long v = 0;
+		char tmp[32];
+		assert_true(op->request_id != 0);
+		if (!serves(s, k.data, k.len)) {
+			wrong_owner(s, &res, &hint, k.data, k.len);
+			break;
+		}
+		if ((e = find(s, k)) != NULL) {
+			char *endp;
+			if (e->val.len == 0 || e->val.len >= sizeof(tmp)) {
+				res.status = SHARDKV__STATUS__STATUS_INVALID;
+				break;
+			}
+			memcpy(tmp, e->val.data, e->val.len);
+			tmp[e->val.len] = 0;
+			v = strtoll(tmp, &endp, 10);
+			if (*endp) {
+				res.status = SHARDKV__STATUS__STATUS_INVALID;
+				break;
+			}
+		}
+		if (!seen_before(s, q->client_id, op->request_id)) {
+			v += op->incr->delta;
+			int len = snprintf(tmp, sizeof(tmp), "%lld", v);
+			uint64_t exp = e ? e->exp_ns : 0;
+			store_put(s, k, (ProtobufCBinaryData){(size_t)len, (uint8_t *)tmp});
+			find(s, k)->exp_ns = exp;
+		}
+		res.number = v;
+		break;
+	}
+	case SHARDKV__OP__OP_EXISTS: {
+		ProtobufCBinaryData k = op->exists->key;
+		if (!serves(s, k.data, k.len))
+			wrong_owner(s, &res, &hint, k.data, k.len);
+		else if (find(s, k) == NULL)
+			res.status = SHARDKV__STATUS__STATUS_NOT_FOUND;
+		break;
+	}
+	case SHARDKV__OP__OP_COUNT:
+	case SHARDKV__OP__OP_DELRANGE: {
+		bool del = op->op_case == SHARDKV__OP__OP_DELRANGE;
+		ProtobufCBinaryData st = del ? op->delrange->start : op->count->start;
+		ProtobufCBinaryData en = del ? op->delrange->end : op->count->end;
+		ProtobufCBinaryData cu = del ? op->delrange->cursor : op->count->cursor;
+		const kv_config *t = cl->truth;
+		if (cu.len)
+			st = cu;
+		if (del)
+			assert_true(op->request_id != 0);
+		if (!serves(s, st.data, st.len)) {
+			wrong_owner(s, &res, &hint, st.data, st.len);
+			break;
+		}
+		if (del && seen_before(s, q->client_id, op->request_id))
+			break; /* the fake does not keep the count of a retried step */
+		long ri = kv_config_find_range(t, st.data, st.len);
+		const kv_buf *rend = &t->ranges[ri].end;
+		expire_all(s);
+		qsort(s->kv, s->nkv, sizeof(kv_fake_pair), pair_cmp);
+		/* Steps of 2 keys: exercise the client's loop. */
+		for (size_t i = 0; i < s->nkv;) {
+			const kv_fake_pair *e = &s->kv[i];
+			if (!kv_range_contains(st.data, st.len, en.data, en.len, e->key.data,
+			                       e->key.len) ||
+			    !kv_range_contains(st.data, st.len, rend->data, rend->len, e->key.data,
+			                       e->key.len)) {
+				i++;
+				continue;
+			}
+			if (res.count == 2) {
+				res.more = true;
+				assert_int_equal(kv_buf_set(&s->cursor, e->key.data, e->key.len),
+				                 KV_OK);
+				res.next_cursor.data = s->cursor.data;
+				res.next_cursor.len = s->cursor.len;
+				break;
+			}
+			res.count++;
+			if (del) {
+				drop_at(s, i);
+				qsort(s->kv, s->nkv, sizeof(kv_fake_pair), pair_cmp);
+			} else {
+				i++;
+			}
+		}
+		if (!res.more && rend->len &&
+		    (en.len == 0 || kv_key_cmp(rend->data, rend->len, en.data, en.len) < 0)) {
 			res.more = true;
 			res.next_cursor.data = rend->data;
 			res.next_cursor.len = rend->len;
@@ -449,6 +652,7 @@ kv_fake_cluster_destroy(kv_fake_cluster *fc)
 			kv_buf_fini(&s->kv[j].val);
 		}
 		free(s->kv);
+		kv_buf_fini(&s->cursor);
 		pthread_mutex_destroy(&s->mu);
 	}
 	kv_config_free(fc->truth);

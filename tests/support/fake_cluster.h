@@ -3,7 +3,9 @@
  * testing libshardkv and the CLI without daemons (component/
  * test_client_fake.c): the shared fake controller of fake_ctl.h and
  * KV_FAKE_NSERVERS fake shard servers (get, put, del, append, mget, mput,
- * scan with ownership checks, OwnerHints and exactly-once memory), each an
+ * scan, expiry, conditional put/del, incr, exists, count and delrange in
+ * steps of 2 keys, with ownership checks, OwnerHints and exactly-once
+ * memory), each an
  * nng listener on a free loopback port.
  *
  * The fake servers implement just enough of doc/protocol.md to test the
@@ -36,8 +38,9 @@ typedef struct kv_fake_cluster kv_fake_cluster;
 
 /* One stored pair of a fake server. */
 typedef struct {
-	kv_buf key; /* the key */
-	kv_buf val; /* the value */
+	kv_buf key;      /* the key */
+	kv_buf val;      /* the value */
+	uint64_t exp_ns; /* kv_now_ns() at which it expires; 0: never */
 } kv_fake_pair;
 
 /* A remembered write (exactly-once). */
@@ -55,6 +58,7 @@ typedef struct kv_fake_server {
 	pthread_mutex_t mu;                 /* protects everything below */
 	kv_fake_pair *kv;                   /* the data */
 	size_t nkv;                         /* entries */
+	kv_buf cursor;                      /* the next_cursor of the last count/delrange step */
 	kv_fake_seen seen[256];             /* writes applied, by id */
 	size_t nseen;                       /* entries */
 	int requests;                       /* requests answered */

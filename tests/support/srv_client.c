@@ -105,6 +105,14 @@ one_op(const char *url, Shardkv__Op *op, uint64_t client)
 	out.status = x->status;
 	snprintf(out.value, sizeof(out.value), "%.*s", (int)x->value.len, (char *)x->value.data);
 	out.value_len = x->value_len;
+	out.current_absent = x->current_absent;
+	out.ttl_ms = x->ttl_ms;
+	out.number = x->number;
+	out.count = x->count;
+	out.more = x->more;
+	out.next_len = x->next_cursor.len;
+	snprintf(out.next_cursor, sizeof(out.next_cursor), "%.*s", (int)x->next_cursor.len,
+	         (char *)x->next_cursor.data);
 	if (x->owner) {
 		out.hint_node = x->owner->node_id;
 		out.hint_epoch = x->owner->epoch;

@@ -15,13 +15,20 @@
 
 /* The result of one single-key op. */
 typedef struct {
-	int status;          /* wire status; -1: transport failure */
-	char value[256];     /* value (NUL-terminated, truncated) */
-	uint64_t value_len;  /* append */
-	uint32_t hint_node;  /* hint */
-	char hint_addr[64];  /* hint address */
-	uint64_t hint_epoch; /* hint epoch */
-	char hint_start[64]; /* hint range start */
+	int status;           /* wire status; -1: transport failure */
+	char value[256];      /* value (NUL-terminated, truncated) */
+	uint64_t value_len;   /* append */
+	uint32_t hint_node;   /* hint */
+	char hint_addr[64];   /* hint address */
+	uint64_t hint_epoch;  /* hint epoch */
+	char hint_start[64];  /* hint range start */
+	bool current_absent;  /* conditional write: the key is absent */
+	int64_t ttl_ms;       /* ttl */
+	int64_t number;       /* incr */
+	uint64_t count;       /* count, delrange */
+	bool more;            /* scan, count, delrange */
+	char next_cursor[64]; /* ... (NUL-terminated, truncated) */
+	size_t next_len;      /* its length */
 } res1;
 
 /* The cached client for url (created on first use). */

@@ -74,6 +74,13 @@ refused(const char *text, const char *why)
 #define GET(p, k, v, t0, t1) INV(p, "get", k, "null", t0) DONE(p, "ok", "get", k, v, t1)
 
 #define DEL(p, k, v, t0, t1) INV(p, "del", k, "null", t0) DONE(p, "ok", "del", k, v, t1)
+/* A cas from e to v (JSON values, null: absent) ending as ty; more: "" or
+ * further members of the completion (", \"current\": ..."). */
+#define CAS(p, ty, k, e, v, more, t0, t1)                                                          \
+	"{\"process\": " #p ", \"type\": \"invoke\", \"f\": \"cas\", \"key\": \"" k                \
+	"\", \"expect\": " e ", \"value\": " v ", \"time\": " #t0 "}\n"                            \
+	"{\"process\": " #p ", \"type\": \"" ty "\", \"f\": \"cas\", \"key\": \"" k                \
+	"\", \"expect\": " e ", \"value\": " v more ", \"time\": " #t1 "}\n"
 #define SCAN_INV(p, a, b, t)                                                                       \
 	"{\"process\": " #p ", \"type\": \"invoke\", \"f\": \"scan\", \"start\": \"" a             \
 	"\", \"end\": \"" b "\", \"limit\": 10, \"time\": " #t "}\n"
@@ -200,6 +207,38 @@ deletes_in_a_file_are_checked(void **state)
 	assert_int_equal(violations(failed), 1);
 }
 
+/* Compare-and-set in a file: ok applied, fail refused ("current": what the
+ * key held), info unknown; null is "absent" (if-absent, delete-if-equal). */
+static void
+cas_in_a_file_is_checked(void **state)
+{
+	(void)state;
+	/* A lock taken, refused to another, released. */
+	assert_int_equal(violations(CAS(1, "ok", "l", "null", "\"c1\"", "", 0, 10) CAS(
+	                     2, "fail", "l", "null", "\"c2\"", ", \"current\": \"c1\"", 20, 30)
+	                                CAS(1, "ok", "l", "\"c1\"", "null", "", 40, 50)
+	                                    GET(3, "l", "null", 60, 70)),
+	                 0);
+	/* A counter moved on, the last move of unknown outcome but seen. */
+	assert_int_equal(violations(PUT(1, "n", "v0", 0, 10)
+	                                CAS(2, "ok", "n", "\"v0\"", "\"v1\"", "", 20, 30)
+	                                    CAS(1, "info", "n", "\"v1\"", "\"v2\"", "", 40, 50)
+	                                        GET(3, "n", "\"v2\"", 60, 70)),
+	                 0);
+	/* The lock taken twice. */
+	assert_int_equal(violations(CAS(1, "ok", "l", "null", "\"c1\"", "", 0, 10)
+	                                CAS(2, "ok", "l", "null", "\"c2\"", "", 20, 30)),
+	                 1);
+	/* Refused while the key held what it expected. */
+	assert_int_equal(violations(PUT(1, "n", "v0", 0, 10) CAS(2, "fail", "n", "\"v0\"", "\"v1\"",
+	                                                         ", \"current\": \"v0\"", 20, 30)),
+	                 1);
+	/* Refused without "current": only that the key held something else. */
+	assert_int_equal(violations(PUT(1, "n", "v0", 0, 10)
+	                                CAS(2, "fail", "n", "\"v9\"", "\"v1\"", "", 20, 30)),
+	                 0);
+}
+
 /* Scans in a file: each register of the range is read over the scan's
  * call, "not found" when the scan passed over it. */
 static void
@@ -306,7 +345,10 @@ malformed_files_are_refused_with_the_line_and_reason(void **state)
 	refused(INV(1, "append", "k", "\"b\"", 2) DONE(1, "ok", "append", "k", "\"b\"", 3),
 	        "is no token");
 	refused(INV(1, "cas", "k", "null", 2) DONE(1, "ok", "cas", "k", "null", 3),
-	        "\"cas\" is not checked by this version");
+	        "cas needs \"expect\" and \"value\"");
+	refused(CAS(1, "ok", "k", "\"a\"", "\"a\"", "", 2, 3), "writes the value it expects");
+	refused(INV(1, "bump", "k", "null", 2) DONE(1, "ok", "bump", "k", "null", 3),
+	        "\"bump\" is not checked by this version");
 	refused(SCAN_INV(1, "b", "d", 2) SCAN_OK(1, "b", "d", "{\"e\": \"x\"}", "", 3),
 	        "scan returned key e, outside its range");
 	refused(SCAN_INV(1, "d", "b", 2) SCAN_OK(1, "d", "b", "{}", "", 3),
@@ -508,6 +550,73 @@ written_deletes_and_scans_read_back_to_the_same_verdict(void **state)
 	free(buf);
 }
 
+/* A cas written by the checker reads back as the same cas. */
+static void
+written_cas_reads_back_to_the_same_verdict(void **state)
+{
+	chk_key keys[1] = {{.name = "c"}};
+	chk_op ops[4];
+	size_t n = 0;
+	(void)state;
+
+	memset(ops, 0, sizeof(ops));
+	/* if-absent, applied; a second refused, told c1.1; a cas of unknown outcome. */
+	ops[n++] = (chk_op){.invoke = 1,
+	                    .complete = 2,
+	                    .ret = 2,
+	                    .val = chk_val_id(1, 1),
+	                    .client = 1,
+	                    .kind = CHK_CAS};
+	ops[n++] = (chk_op){.invoke = 3,
+	                    .complete = 4,
+	                    .ret = 4,
+	                    .val = chk_val_id(2, 1),
+	                    .len = chk_val_id(1, 1),
+	                    .client = 2,
+	                    .kind = CHK_CAS,
+	                    .status = CHK_MISMATCH};
+	ops[n++] = (chk_op){.invoke = 5,
+	                    .complete = CHK_NEVER,
+	                    .ret = 6,
+	                    .val = chk_val_id(2, 2),
+	                    .hash = chk_val_id(1, 1),
+	                    .client = 2,
+	                    .kind = CHK_CAS,
+	                    .status = CHK_FAILED,
+	                    .err = -7};
+	/* A refusal told c1.1 after the unknown one: that was not applied. */
+	ops[n++] = (chk_op){.invoke = 7,
+	                    .complete = 8,
+	                    .ret = 8,
+	                    .val = chk_val_id(1, 2),
+	                    .hash = chk_val_id(9, 9),
+	                    .len = chk_val_id(1, 1),
+	                    .client = 1,
+	                    .kind = CHK_CAS,
+	                    .status = CHK_MISMATCH};
+	chk_result want, got;
+	assert_int_equal(chk_check(keys, 1, ops, n, &want), 0);
+	assert_int_equal(want.nviolations, 0);
+
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_non_null(f);
+	assert_int_equal(chk_histfile_write(f, keys, 1, ops, n, NULL, 0, NULL, 0), 0);
+	fclose(f);
+	char err[256];
+	assert_int_equal(check_text(buf, &got, err, sizeof(err)), 0);
+	assert_int_equal(got.nviolations, 0);
+	assert_int_equal(got.cas_applied, 1);
+	assert_int_equal(got.cas_mismatched, 2);
+	assert_int_equal(got.cas_failed, 1);
+	assert_non_null(strstr(buf,
+	                       "\"type\": \"fail\", \"f\": \"cas\", \"key\": \"c\", "
+	                       "\"expect\": null, \"value\": \"c2.1\", \"current\": \"c1.1\""));
+	assert_non_null(strstr(buf, "\"type\": \"info\", \"f\": \"cas\""));
+	free(buf);
+}
+
 /* Lines of the driver ("process": "nemesis") are read as events for the
  * report and left out of the check; a process named otherwise is refused. */
 static void
@@ -565,12 +674,14 @@ main(void)
 	    cmocka_unit_test(appends_and_their_final_read_are_checked),
 	    cmocka_unit_test(mget_seeing_half_an_mput_in_a_file_is_caught),
 	    cmocka_unit_test(deletes_in_a_file_are_checked),
+	    cmocka_unit_test(cas_in_a_file_is_checked),
 	    cmocka_unit_test(scans_in_a_file_are_checked),
 	    cmocka_unit_test(
 	        append_key_without_final_read_in_a_file_is_checked_against_its_longest_read),
 	    cmocka_unit_test(malformed_files_are_refused_with_the_line_and_reason),
 	    cmocka_unit_test(written_history_reads_back_to_the_same_verdict),
 	    cmocka_unit_test(written_deletes_and_scans_read_back_to_the_same_verdict),
+	    cmocka_unit_test(written_cas_reads_back_to_the_same_verdict),
 	    cmocka_unit_test(nemesis_lines_are_skipped_by_the_check_and_kept),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -797,6 +797,128 @@ register_check_agrees_with_brute_force_on_random_histories(void **state)
  * way.
  */
 
+/* A cas of the register from c<ec>.<es> (ec 0: absent) to c<vc>.<vs> (vc 0:
+ * absent, a delete if equal), by client 6. Applied (CHK_OK) unless changed. */
+static chk_op *
+cas(hist *h, uint32_t ec, uint32_t es, uint32_t vc, uint32_t vs, uint64_t inv, uint64_t comp)
+{
+	chk_op *o = add(h, CHK_CAS, RK, 6, inv, comp);
+	o->hash = ec ? chk_val_id(ec, es) : 0;
+	o->val = vc ? chk_val_id(vc, vs) : 0;
+	return o;
+}
+
+/* A refused cas that was told the register held c<cc>.<cs> (cc 0: absent). */
+static void
+cas_refused(hist *h, uint32_t ec, uint32_t es, uint32_t cc, uint32_t cs, uint64_t inv,
+            uint64_t comp)
+{
+	chk_op *o = cas(h, ec, es, 0, 0, inv, comp);
+	o->status = CHK_MISMATCH;
+	o->len = cc ? chk_val_id(cc, cs) : 0;
+}
+
+/* A chain of increments, each from the value the last one wrote, with a
+ * lock taken (if absent) and released (if equal) around them. */
+static void
+cas_chain_with_refusals_passes(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	cas(&h, 0, 0, 1, 1, 0, 10);          /* put if absent */
+	cas_refused(&h, 0, 0, 1, 1, 5, 15);  /* a second if-absent: exists */
+	cas(&h, 1, 1, 2, 1, 20, 30);         /* c1.1 -> c2.1 */
+	cas_refused(&h, 1, 1, 2, 1, 25, 40); /* raced and lost: told c2.1 */
+	cas(&h, 2, 1, 3, 1, 45, 50);
+	get(&h, 3, 1, 55, 60);
+	cas(&h, 3, 1, 0, 0, 65, 70); /* delete if equal */
+	get(&h, 0, 0, 75, 80);
+	assert_int_equal(check(&h), 0);
+	assert_int_equal(h.res.cas_applied, 4);
+	assert_int_equal(h.res.cas_mismatched, 2);
+	assert_int_equal(h.res.registers_searched, 1);
+}
+
+/* Two concurrent cas from the same value both applied: one of them must
+ * have seen the other's value (a server that ignores the condition). */
+static void
+two_cas_from_one_value_both_applied_are_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	cas(&h, 1, 1, 2, 1, 20, 40);
+	cas(&h, 1, 1, 3, 1, 25, 45);
+	get(&h, 3, 1, 50, 60);
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+/* A cas refused while the register held exactly what it expected. */
+static void
+cas_refused_on_its_expected_value_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	cas_refused(&h, 1, 1, 1, 1, 20, 30);
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+/* Two if-absent puts both applied on an absent key: a lock taken twice. */
+static void
+lock_taken_twice_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	cas(&h, 0, 0, 1, 1, 0, 10);
+	cas(&h, 0, 0, 2, 1, 20, 30);
+	expect_one(&h, CHK_V_UNORDERED);
+}
+
+/* A cas told a current value no write produced. */
+static void
+cas_told_a_value_never_written_is_caught(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	cas_refused(&h, 2, 1, 4, 4, 20, 30);
+	expect_one(&h, CHK_V_NEVER_WRITTEN);
+}
+
+/* A cas of unknown outcome explains a later read of its value, or not
+ * applied, a later refusal. */
+static void
+failed_cas_applied_or_not_passes(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	cas(&h, 1, 1, 2, 1, 20, CHK_NEVER);
+	get(&h, 2, 1, 40, 50);
+	assert_int_equal(check(&h), 0);
+	assert_int_equal(h.res.cas_failed, 1);
+
+	hist_init(&h, NULL);
+	put(&h, 1, 1, 0, 10);
+	cas(&h, 1, 1, 2, 1, 20, CHK_NEVER);
+	cas(&h, 1, 1, 3, 1, 40, 50); /* the failed one was not applied */
+	get(&h, 3, 1, 60, 70);
+	assert_int_equal(check(&h), 0);
+}
+
 /* A get reads a value after a delete that removed it completed (the
  * delete began after the put completed, and ended before the get began). */
 static void
@@ -1311,6 +1433,12 @@ main(void)
 	    cmocka_unit_test(mget_seeing_two_mputs_interleaved_is_caught),
 	    cmocka_unit_test(mgets_seeing_two_mputs_in_turn_pass),
 	    cmocka_unit_test(malformed_multi_key_operation_is_reported),
+	    cmocka_unit_test(cas_chain_with_refusals_passes),
+	    cmocka_unit_test(two_cas_from_one_value_both_applied_are_caught),
+	    cmocka_unit_test(cas_refused_on_its_expected_value_is_caught),
+	    cmocka_unit_test(lock_taken_twice_is_caught),
+	    cmocka_unit_test(cas_told_a_value_never_written_is_caught),
+	    cmocka_unit_test(failed_cas_applied_or_not_passes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

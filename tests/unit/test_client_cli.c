@@ -107,6 +107,50 @@ double_dash_ends_options_for_dash_values(void **state)
 }
 
 static void
+new_data_commands_parse_and_refuse_bad_arguments(void **state)
+{
+	const char *put[] = {"shardkv", "put", "k", "v", "--ttl", "1500", "--if-equal=old"};
+	const char *incr[] = {"shardkv", "incr", "k", "-7"};
+	kv_cli_args a;
+	char err[256];
+	(void)state;
+
+	assert_int_equal(kv_cli_parse(ARGC(put), (char **)put, &a, err, sizeof(err)), 0);
+	assert_int_equal(a.ttl_ms, 1500);
+	assert_string_equal(a.if_equal, "old");
+	assert_false(a.if_absent);
+	kv_cli_args_fini(&a);
+	/* A negative N of incr is a number, not an option. */
+	assert_int_equal(kv_cli_parse(ARGC(incr), (char **)incr, &a, err, sizeof(err)), 0);
+	assert_int_equal(a.nargs, 2);
+	assert_string_equal(a.args[1], "-7");
+	kv_cli_args_fini(&a);
+
+	const char *both[] = {"shardkv", "put", "k", "v", "--if-absent", "--if-equal", "x"};
+	const char *ttl0[] = {"shardkv", "put", "k", "v", "--ttl", "0"};
+	const char *ttlbig[] = {"shardkv", "put", "k", "v", "--ttl", "1099511627777"};
+	const char *delabs[] = {"shardkv", "del", "k", "--if-absent"};
+	const char *getttl[] = {"shardkv", "get", "k", "--ttl", "5"};
+	const char *exp0[] = {"shardkv", "expire", "k", "0"};
+	const char *expx[] = {"shardkv", "expire", "k", "soon"};
+	const char *incrx[] = {"shardkv", "incr", "k", "1.5"};
+	const char *incrbig[] = {"shardkv", "incr", "k", "9223372036854775808"};
+	const char *count1[] = {"shardkv", "count", "a"};
+	const char *typo[] = {"shardkv", "delrang", "a", "b"};
+	assert_usage_error(ARGC(both), both, "exclude each other");
+	assert_usage_error(ARGC(ttl0), ttl0, "--ttl");
+	assert_usage_error(ARGC(ttlbig), ttlbig, "--ttl");
+	assert_usage_error(ARGC(delabs), delabs, "--if-absent does not apply");
+	assert_usage_error(ARGC(getttl), getttl, "--ttl does not apply");
+	assert_usage_error(ARGC(exp0), exp0, "expire: MS");
+	assert_usage_error(ARGC(expx), expx, "expire: MS");
+	assert_usage_error(ARGC(incrx), incrx, "incr: N");
+	assert_usage_error(ARGC(incrbig), incrbig, "incr: N");
+	assert_usage_error(ARGC(count1), count1, "missing arguments");
+	assert_usage_error(ARGC(typo), typo, "did you mean 'delrange'");
+}
+
+static void
 usage_errors_exit_2_with_one_line(void **state)
 {
 	(void)state;
@@ -506,6 +550,7 @@ main(void)
 	    cmocka_unit_test(raw_is_an_option_of_get_and_del_only),
 	    cmocka_unit_test(dry_run_is_an_option_of_move_and_rebalance_only_and_never_with_wait),
 	    cmocka_unit_test(keys_takes_limit),
+	    cmocka_unit_test(new_data_commands_parse_and_refuse_bad_arguments),
 	    cmocka_unit_test(prompt_lines_split_into_words_like_a_shell),
 	    cmocka_unit_test(a_prompt_line_runs_like_the_command_line),
 	};

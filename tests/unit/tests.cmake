@@ -27,6 +27,8 @@ kv_add_test(test_store_concurrency SOURCES unit/test_store_concurrency.c LIBS kv
 kv_add_test(test_store_append SOURCES unit/test_store_append.c LIBS kv_store_testutil
   TIMEOUT 120 LABELS concurrency)
 kv_add_test(test_store_model SOURCES unit/test_store_model.c LIBS kv_store TIMEOUT 120)
+# Expiry, conditional writes, incr, count and range delete, with an injected clock.
+kv_add_test(test_store_expiry SOURCES unit/test_store_expiry.c LIBS kv_store TIMEOUT 60)
 
 # The shard server's durability modules: the write-ahead log
 # (shardserver/wal.h) and snapshot files (shardserver/snap.h).

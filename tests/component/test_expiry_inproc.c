@@ -1,0 +1,527 @@
+/*
+ * test_expiry_inproc.c - expiry, conditional writes, incr, exists, count and
+ * delrange through shard servers inside the test process, against the fake
+ * controller, with the servers' expiry clock injected
+ * (kv_server_cfg.clock): the new ops' answers and their exactly-once on
+ * retry; a key's expiry kept through a restart (log replay, then a
+ * snapshot) and through a migration, and an expired key reclaimed as a
+ * logged delete; a big delrange in steps while other requests are served.
+ *
+ * Every server a test creates is destroyed by the teardown, whatever the
+ * outcome; every wait polls with a deadline.
+ */
+#include "common/err.h"
+#include "shardserver/server.h"
+#include "tests/support/fake_ctl.h"
+#include "tests/support/inproc_srv.h"
+#include "tests/support/srv_client.h"
+#include "tests/support/testutil.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#define NSRV 2
+
+static inproc_srv srvs[NSRV];
+static fake_ctl *ctl;
+static char tmpdir[128];
+
+/* The servers' expiry clock, Unix ms. */
+static _Atomic uint64_t clock_ms;
+
+static uint64_t
+test_clock(void *arg)
+{
+	(void)arg;
+	return atomic_load(&clock_ms);
+}
+
+static int
+setup(void **state)
+{
+	(void)state;
+	inproc_srv_setup(srvs, NSRV, &ctl, tmpdir, sizeof(tmpdir), "kvexpiry", 16);
+	atomic_store(&clock_ms, 1700000000000ull);
+	for (int i = 0; i < NSRV; i++) {
+		srvs[i].cfg.clock = test_clock;
+		srvs[i].cfg.clock_arg = NULL;
+	}
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	(void)state;
+	inproc_srv_cleanup(srvs, NSRV, &ctl, tmpdir);
+	return 0;
+}
+
+static void
+advance(uint64_t ms)
+{
+	atomic_fetch_add(&clock_ms, ms);
+}
+
+/* put with a TTL and a condition. */
+static res1
+put_x(const char *u, const char *k, const char *v, uint64_t ttl, Shardkv__Cond cond,
+      const char *expect, uint64_t client, uint64_t reqid)
+{
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__PutOp p = SHARDKV__PUT_OP__INIT;
+	p.key = bd(k);
+	p.value = bd(v);
+	p.ttl_ms = ttl;
+	p.cond = cond;
+	if (expect)
+		p.expect = bd(expect);
+	op.op_case = SHARDKV__OP__OP_PUT;
+	op.put = &p;
+	op.request_id = reqid;
+	return one_op(u, &op, client);
+}
+
+static res1
+del_if(const char *u, const char *k, const char *expect)
+{
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__DelOp d = SHARDKV__DEL_OP__INIT;
+	d.key = bd(k);
+	d.cond = SHARDKV__COND__COND_IF_EQUAL;
+	d.expect = bd(expect);
+	op.op_case = SHARDKV__OP__OP_DEL;
+	op.del = &d;
+	return one_op(u, &op, 0);
+}
+
+static res1
+incr(const char *u, const char *k, int64_t delta, uint64_t client, uint64_t reqid)
+{
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__IncrOp x = SHARDKV__INCR_OP__INIT;
+	x.key = bd(k);
+	x.delta = delta;
+	op.op_case = SHARDKV__OP__OP_INCR;
+	op.incr = &x;
+	op.request_id = reqid;
+	return one_op(u, &op, client);
+}
+
+static res1
+ttl(const char *u, const char *k)
+{
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__TtlOp x = SHARDKV__TTL_OP__INIT;
+	x.key = bd(k);
+	op.op_case = SHARDKV__OP__OP_TTL;
+	op.ttl = &x;
+	return one_op(u, &op, 0);
+}
+
+static res1
+exists(const char *u, const char *k)
+{
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__ExistsOp x = SHARDKV__EXISTS_OP__INIT;
+	x.key = bd(k);
+	op.op_case = SHARDKV__OP__OP_EXISTS;
+	op.exists = &x;
+	return one_op(u, &op, 0);
+}
+
+static res1
+expire(const char *u, const char *k, uint64_t ms, bool persist)
+{
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__ExpireOp x = SHARDKV__EXPIRE_OP__INIT;
+	x.key = bd(k);
+	x.ttl_ms = ms;
+	x.persist = persist;
+	op.op_case = SHARDKV__OP__OP_EXPIRE;
+	op.expire = &x;
+	return one_op(u, &op, 0);
+}
+
+static res1
+count_from(const char *u, const char *start, const char *end, const void *cursor, size_t clen,
+           uint32_t limit)
+{
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__CountOp x = SHARDKV__COUNT_OP__INIT;
+	x.start = bd(start);
+	x.end = bd(end);
+	x.cursor = (ProtobufCBinaryData){clen, (uint8_t *)cursor};
+	x.limit = limit;
+	op.op_case = SHARDKV__OP__OP_COUNT;
+	op.count = &x;
+	return one_op(u, &op, 0);
+}
+
+static res1
+count(const char *u, const char *start, const char *end, const char *cursor, uint32_t limit)
+{
+	return count_from(u, start, end, cursor, strlen(cursor), limit);
+}
+
+static res1
+delrange(const char *u, const char *start, const char *end, const void *cursor, size_t clen,
+         uint32_t limit, uint64_t client, uint64_t reqid)
+{
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__DelRangeOp x = SHARDKV__DEL_RANGE_OP__INIT;
+	x.start = bd(start);
+	x.end = bd(end);
+	x.cursor = (ProtobufCBinaryData){clen, (uint8_t *)cursor};
+	x.limit = limit;
+	op.op_case = SHARDKV__OP__OP_DELRANGE;
+	op.delrange = &x;
+	op.request_id = reqid;
+	return one_op(u, &op, client);
+}
+
+/* Starts server 0 alone, owning everything; returns its URL. */
+static const char *
+one_server_up(void)
+{
+	fake_ctl_add_node(ctl, srvs[0].url);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
+	inproc_srv_up(&srvs[0]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	return srvs[0].url;
+}
+
+/* Restarts server 0 on its data dir and waits until it serves `key`. */
+static void
+restart_until_served(const char *key)
+{
+	inproc_srv_down(&srvs[0]);
+	clients_close();
+	pthread_mutex_lock(&ctl->mu);
+	unsigned regs = ctl->registers;
+	pthread_mutex_unlock(&ctl->mu);
+	inproc_srv_up(&srvs[0]);
+	fake_ctl_wait_register(ctl, regs, 10000);
+	uint64_t deadline = kv_test_now_ms() + 10000;
+	res1 r;
+	while ((r = exists(srvs[0].url, key)).status != 0 && kv_test_now_ms() < deadline)
+		kv_test_sleep_ms(10);
+	assert_int_equal(r.status, 0);
+}
+
+static void
+new_ops_answer_as_the_protocol_says_and_retries_get_the_first_answer(void **state)
+{
+	(void)state;
+	const char *u = one_server_up();
+	res1 r;
+
+	/* Conditional put and del. */
+	assert_int_equal(put_x(u, "c", "one", 0, SHARDKV__COND__COND_IF_ABSENT, NULL, 0, 0).status,
+	                 0);
+	r = put_x(u, "c", "two", 0, SHARDKV__COND__COND_IF_ABSENT, NULL, 0, 0);
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_EXISTS);
+	assert_false(r.current_absent);
+	assert_string_equal(r.value, "one");
+	r = put_x(u, "c", "two", 0, SHARDKV__COND__COND_IF_EQUAL, "uno", 0, 0);
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_MISMATCH);
+	assert_string_equal(r.value, "one");
+	r = put_x(u, "nope", "two", 0, SHARDKV__COND__COND_IF_EQUAL, "uno", 0, 0);
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_MISMATCH);
+	assert_true(r.current_absent);
+	assert_int_equal(put_x(u, "c", "two", 0, SHARDKV__COND__COND_IF_EQUAL, "one", 0, 0).status,
+	                 0);
+	assert_int_equal(del_if(u, "c", "one").status, SHARDKV__STATUS__STATUS_MISMATCH);
+	r = del_if(u, "c", "two");
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.value, "two");
+	assert_int_equal(exists(u, "c").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+
+	/* incr: exactly once on retry, strict, overflow refused. */
+	assert_int_equal(incr(u, "n", 5, 77, 1).number, 5);
+	assert_int_equal(incr(u, "n", 5, 77, 1).number, 5); /* the retry */
+	assert_int_equal(incr(u, "n", -7, 77, 2).number, -2);
+	assert_string_equal(do_get(u, "n").value, "-2");
+	assert_int_equal(do_put(u, "big", "9223372036854775807", 0, 0).status, 0);
+	assert_int_equal(incr(u, "big", 1, 0, 0).status, SHARDKV__STATUS__STATUS_INVALID);
+	assert_int_equal(do_put(u, "txt", "12a", 0, 0).status, 0);
+	assert_int_equal(incr(u, "txt", 1, 0, 0).status, SHARDKV__STATUS__STATUS_INVALID);
+	assert_string_equal(do_get(u, "txt").value, "12a");
+
+	/* ttl, expire, persist, and expiry on the injected clock. */
+	assert_int_equal(ttl(u, "txt").ttl_ms, -1);
+	assert_int_equal(ttl(u, "none").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(expire(u, "none", 100, false).status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(expire(u, "txt", 100, false).status, 0);
+	assert_int_equal(ttl(u, "txt").ttl_ms, 100);
+	assert_int_equal(expire(u, "txt", 0, true).status, 0);
+	assert_int_equal(ttl(u, "txt").ttl_ms, -1);
+	assert_int_equal(put_x(u, "t", "v", 1000, 0, NULL, 0, 0).status, 0);
+	assert_int_equal(incr(u, "n", 1, 0, 0).status, 0);
+	advance(999);
+	assert_int_equal(ttl(u, "t").ttl_ms, 1);
+	assert_int_equal(exists(u, "t").status, 0);
+	advance(1);
+	assert_int_equal(exists(u, "t").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(do_get(u, "t").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(put_x(u, "t", "w", 0, SHARDKV__COND__COND_IF_ABSENT, NULL, 0, 0).status,
+	                 0);
+
+	/* count and a delrange retried get their first answer. */
+	char k[16];
+	for (int i = 0; i < 50; i++) {
+		snprintf(k, sizeof k, "r%02d", i);
+		assert_int_equal(do_put(u, k, "v", 0, 0).status, 0);
+	}
+	r = count(u, "r", "s", "", 20);
+	assert_int_equal(r.count, 20);
+	assert_true(r.more);
+	r = count_from(u, "r", "s", r.next_cursor, r.next_len, 0);
+	assert_int_equal(r.count, 30);
+	assert_false(r.more);
+	res1 a = delrange(u, "r", "s", "", 0, 20, 78, 1);
+	assert_int_equal(a.status, 0);
+	assert_int_equal(a.count, 20);
+	assert_true(a.more);
+	res1 b = delrange(u, "r", "s", "", 0, 20, 78, 1); /* the retry */
+	assert_int_equal(b.count, 20);
+	assert_true(b.more);
+	assert_int_equal(b.next_len, a.next_len);
+	assert_memory_equal(b.next_cursor, a.next_cursor, a.next_len);
+	assert_int_equal(count(u, "r", "s", "", 0).count, 30);
+	inproc_srv_down(&srvs[0]);
+}
+
+/* Whether dir holds a committed snapshot file. */
+static bool
+has_snapshot(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool found = false;
+
+	if (d == NULL)
+		return false;
+	while (!found && (e = readdir(d)) != NULL)
+		found = strncmp(e->d_name, "snap-", 5) == 0 && strstr(e->d_name, ".dat") != NULL;
+	closedir(d);
+	return found;
+}
+
+static void
+expiry_survives_a_restart_through_the_log_and_a_snapshot(void **state)
+{
+	(void)state;
+	srvs[0].cfg.snapshot_bytes = 1; /* a snapshot every time the thread looks */
+	const char *u = one_server_up();
+	assert_int_equal(put_x(u, "e1", "v", 5000, 0, NULL, 0, 0).status, 0);
+	assert_int_equal(put_x(u, "e2", "v", 5000, 0, NULL, 0, 0).status, 0);
+	assert_int_equal(put_x(u, "p", "v", 0, 0, NULL, 0, 0).status, 0);
+	assert_int_equal(put_x(u, "cleared", "v", 5000, 0, NULL, 0, 0).status, 0);
+	assert_int_equal(do_put(u, "cleared", "w", 0, 0).status, 0); /* a put clears it */
+	assert_int_equal(incr(u, "ctr", 1, 0, 0).status, 0);
+	assert_int_equal(expire(u, "ctr", 5000, false).status, 0);
+	assert_int_equal(incr(u, "ctr", 1, 0, 0).status, 0); /* incr keeps it */
+	restart_until_served("p");
+	u = srvs[0].url;
+	assert_int_equal(ttl(u, "e1").ttl_ms, 5000);
+	assert_int_equal(ttl(u, "cleared").ttl_ms, -1);
+	assert_int_equal(ttl(u, "ctr").ttl_ms, 5000);
+	/* A write grows the log past the threshold: a snapshot follows. */
+	assert_int_equal(do_put(u, "after", "v", 0, 0).status, 0);
+	uint64_t deadline = kv_test_now_ms() + 10000;
+	while (!has_snapshot(srvs[0].dir)) {
+		if (kv_test_now_ms() > deadline)
+			fail_msg("no snapshot written");
+		kv_test_sleep_ms(20);
+	}
+	restart_until_served("p");
+	u = srvs[0].url;
+	assert_int_equal(ttl(u, "e2").ttl_ms, 5000);
+	assert_int_equal(ttl(u, "ctr").ttl_ms, 5000);
+	advance(5000);
+	assert_int_equal(exists(u, "e1").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(exists(u, "ctr").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(exists(u, "cleared").status, 0);
+	inproc_srv_down(&srvs[0]);
+}
+
+static void
+an_expired_key_is_reclaimed_as_a_logged_delete(void **state)
+{
+	(void)state;
+	const char *u = one_server_up();
+	char k[16];
+	for (int i = 0; i < 100; i++) {
+		snprintf(k, sizeof k, "x%03d", i);
+		assert_int_equal(put_x(u, k, "v", 1000, 0, NULL, 0, 0).status, 0);
+	}
+	assert_int_equal(do_put(u, "keep", "v", 0, 0).status, 0);
+	advance(1000);
+	/* The reclaim removes them from memory: set the clock back and they
+	 * stay gone, also after a restart (the deletes are in the log). */
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	for (;;) {
+		atomic_fetch_sub(&clock_ms, 1000);
+		int left = 0;
+		for (int i = 0; i < 100; i++) {
+			snprintf(k, sizeof k, "x%03d", i);
+			left += exists(u, k).status == 0;
+		}
+		atomic_fetch_add(&clock_ms, 1000);
+		if (left == 0)
+			break;
+		if (kv_test_now_ms() > deadline)
+			fail_msg("%d expired keys never reclaimed", left);
+		kv_test_sleep_ms(50);
+	}
+	atomic_fetch_sub(&clock_ms, 1000);
+	restart_until_served("keep");
+	u = srvs[0].url;
+	assert_int_equal(exists(u, "x000").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(count(u, "x", "y", "", 0).count, 0);
+	inproc_srv_down(&srvs[0]);
+}
+
+static void
+a_moved_range_keeps_its_keys_expiry(void **state)
+{
+	(void)state;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	char k[32];
+	for (int i = 0; i < 100; i++) {
+		snprintf(k, sizeof(k), "p%03d", i);
+		assert_int_equal(put_x(srvs[0].url, k, "v", i % 2 ? 3000 : 0, 0, NULL, 0, 0).status,
+		                 0);
+	}
+	fake_cfg b = fake_cfg_owners(ctl, 0, "m", 1, 2);
+	fake_cfg_mig(&b, 1, "m", "", 1, 2);
+	fake_cfg_publish(ctl, &b);
+	fake_ctl_wait_done(ctl, 1, 30000);
+	e = fake_ctl_publish_owners(ctl, "m", 1, 2);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	const char *u = srvs[1].url;
+	for (int i = 0; i < 100; i++) {
+		snprintf(k, sizeof(k), "p%03d", i);
+		res1 r = ttl(u, k);
+		assert_int_equal(r.status, 0);
+		assert_int_equal(r.ttl_ms, i % 2 ? 3000 : -1);
+	}
+	advance(3000);
+	assert_int_equal(count(u, "p", "q", "", 0).count, 50);
+	inproc_srv_down(&srvs[1]);
+	inproc_srv_down(&srvs[0]);
+}
+
+/* Gets and puts on other keys while a delrange runs. */
+typedef struct {
+	const char *url;
+	atomic_bool stop;
+	int ops;
+	int failed;
+} bystander;
+
+static void *
+bystander_main(void *arg)
+{
+	bystander *b = arg;
+	char k[16];
+	while (!atomic_load(&b->stop)) {
+		snprintf(k, sizeof k, "b%d", b->ops % 10);
+		if (do_put(b->url, k, "v", 0, 0).status != 0 || do_get(b->url, k).status != 0)
+			b->failed++;
+		b->ops++;
+	}
+	return NULL;
+}
+
+static void
+a_big_delrange_runs_in_steps_while_other_requests_are_served(void **state)
+{
+	(void)state;
+	const char *u = one_server_up();
+	enum { N = 20000, BATCH = 500 };
+	static char kbuf[BATCH][16];
+	for (int i = 0; i < N; i += BATCH) {
+		Shardkv__Op op = SHARDKV__OP__INIT;
+		Shardkv__MPutOp m = SHARDKV__MPUT_OP__INIT;
+		ProtobufCBinaryData keys[BATCH], vals[BATCH];
+		for (int j = 0; j < BATCH; j++) {
+			snprintf(kbuf[j], sizeof kbuf[j], "d%06d", i + j);
+			keys[j] = bd(kbuf[j]);
+			vals[j] = bd("value");
+		}
+		m.n_keys = BATCH;
+		m.keys = keys;
+		m.n_values = BATCH;
+		m.values = vals;
+		op.op_case = SHARDKV__OP__OP_MPUT;
+		op.mput = &m;
+		assert_int_equal(one_op(u, &op, 0).status, 0);
+	}
+	bystander b = {.url = u};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, bystander_main, &b), 0);
+	char cur[64] = "";
+	size_t clen = 0;
+	uint64_t total = 0;
+	int steps = 0;
+	for (;;) {
+		res1 r = delrange(u, "d", "e", cur, clen, 1000, 79, (uint64_t)steps + 1);
+		assert_int_equal(r.status, 0);
+		assert_true(r.count <= 1000);
+		total += r.count;
+		steps++;
+		if (!r.more)
+			break;
+		memcpy(cur, r.next_cursor, r.next_len);
+		clen = r.next_len;
+		if (steps > 100)
+			break;
+	}
+	atomic_store(&b.stop, true);
+	pthread_join(t, NULL);
+	assert_int_equal(total, N);
+	assert_int_equal(steps, N / 1000);
+	assert_int_equal(b.failed, 0);
+	assert_true(b.ops > 0);
+	assert_int_equal(count(u, "d", "e", "", 0).count, 0);
+	assert_int_equal(count(u, "b", "c", "", 0).count, b.ops < 10 ? b.ops : 10);
+	/* The steps are in the log: gone after a restart. */
+	restart_until_served("b0");
+	assert_int_equal(count(srvs[0].url, "d", "e", "", 0).count, 0);
+	inproc_srv_down(&srvs[0]);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(
+	        new_ops_answer_as_the_protocol_says_and_retries_get_the_first_answer, setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        expiry_survives_a_restart_through_the_log_and_a_snapshot, setup, teardown),
+	    cmocka_unit_test_setup_teardown(an_expired_key_is_reclaimed_as_a_logged_delete, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(a_moved_range_keeps_its_keys_expiry, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_big_delrange_runs_in_steps_while_other_requests_are_served, setup, teardown),
+	};
+	return cmocka_run_group_tests_name("expiry and new ops in process", tests, NULL, NULL);
+}
