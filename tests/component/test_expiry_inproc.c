@@ -508,6 +508,83 @@ a_big_delrange_runs_in_steps_while_other_requests_are_served(void **state)
 	inproc_srv_down(&srvs[0]);
 }
 
+/* The backup's copy of key, read as the store has it (expiry applies). */
+static bool
+copy_has(inproc_srv *v, const char *key)
+{
+	kv_buf val = {0};
+	int rv = kv_server_get_for_test(v->s, key, strlen(key), &val);
+	kv_buf_fini(&val);
+	return rv == 0;
+}
+
+static void
+after_a_failover_the_new_primary_keeps_every_expiry(void **state)
+{
+	const uint32_t r12[2] = {1, 2}, r21[2] = {2, 1}, only2[1] = {2};
+	(void)state;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	uint64_t e = fake_ctl_publish_replicas(ctl, r12, 2, r12, 2, 0);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	const char *u = srvs[0].url;
+	assert_int_equal(put_x(u, "t1", "v", 2000, 0, NULL, 0, 0).status, 0);
+	assert_int_equal(put_x(u, "late", "v", 500, 0, NULL, 0, 0).status, 0);
+	assert_int_equal(put_x(u, "gone", "v", 100, 0, NULL, 0, 0).status, 0);
+	assert_int_equal(incr(u, "n", 3, 0, 0).status, 0);
+	assert_int_equal(expire(u, "n", 2000, false).status, 0);
+	assert_int_equal(incr(u, "n", 3, 0, 0).status, 0);
+	char k[16];
+	for (int i = 0; i < 30; i++) {
+		snprintf(k, sizeof k, "r%02d", i);
+		assert_int_equal(do_put(u, k, "v", 0, 0).status, 0);
+	}
+	res1 d = delrange(u, "r", "s", "", 0, 20, 0, 0);
+	assert_int_equal(d.count, 20);
+	/* "gone" expires and the primary reclaims it: the delete reaches the
+	 * backup (seen with the clock set back). */
+	advance(100);
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	for (;;) {
+		atomic_fetch_sub(&clock_ms, 100);
+		bool there = copy_has(&srvs[1], "gone");
+		atomic_fetch_add(&clock_ms, 100);
+		if (!there)
+			break;
+		if (kv_test_now_ms() > deadline)
+			fail_msg("the reclaim never reached the backup");
+		kv_test_sleep_ms(20);
+	}
+	assert_true(copy_has(&srvs[1], "t1"));
+	assert_false(copy_has(&srvs[1], "r05"));
+	assert_true(copy_has(&srvs[1], "r25"));
+	advance(400); /* "late" has expired on the primary's clock, maybe not reclaimed */
+
+	/* Node 1 is lost: node 2 leads alone. */
+	inproc_srv_down(&srvs[0]);
+	e = fake_ctl_publish_replicas(ctl, r21, 2, only2, 1, 0);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	u = srvs[1].url;
+	deadline = kv_test_now_ms() + 15000;
+	res1 r;
+	while ((r = ttl(u, "t1")).status != 0 && kv_test_now_ms() < deadline)
+		kv_test_sleep_ms(10);
+	assert_int_equal(r.status, 0);
+	assert_int_equal(r.ttl_ms, 1500);
+	assert_int_equal(ttl(u, "n").ttl_ms, 1500);
+	assert_string_equal(do_get(u, "n").value, "6");
+	assert_int_equal(do_get(u, "late").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(exists(u, "gone").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(count(u, "r", "s", "", 0).count, 10);
+	advance(1500);
+	assert_int_equal(do_get(u, "t1").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(exists(u, "n").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	inproc_srv_down(&srvs[1]);
+}
+
 int
 main(void)
 {
@@ -522,6 +599,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(a_moved_range_keeps_its_keys_expiry, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        a_big_delrange_runs_in_steps_while_other_requests_are_served, setup, teardown),
+	    cmocka_unit_test_setup_teardown(after_a_failover_the_new_primary_keeps_every_expiry,
+	                                    setup, teardown),
 	};
 	return cmocka_run_group_tests_name("expiry and new ops in process", tests, NULL, NULL);
 }
