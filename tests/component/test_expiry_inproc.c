@@ -331,8 +331,23 @@ expiry_survives_a_restart_through_the_log_and_a_snapshot(void **state)
 	assert_int_equal(incr(u, "ctr", 1, 0, 0).status, 0);
 	assert_int_equal(expire(u, "ctr", 5000, false).status, 0);
 	assert_int_equal(incr(u, "ctr", 1, 0, 0).status, 0); /* incr keeps it */
+	assert_int_equal(incr(u, "once", 40, 81, 1).number, 40);
+	assert_int_equal(do_put(u, "z1", "v", 0, 0).status, 0);
+	assert_int_equal(do_put(u, "z2", "v", 0, 0).status, 0);
+	res1 d = delrange(u, "z", "", "", 0, 1, 81, 2);
+	assert_int_equal(d.count, 1);
+	assert_true(d.more);
 	restart_until_served("p");
 	u = srvs[0].url;
+	/* Retries after the restart get the first answers from the log. */
+	assert_int_equal(incr(u, "once", 40, 81, 1).number, 40);
+	res1 d2 = delrange(u, "z", "", "", 0, 1, 81, 2);
+	assert_int_equal(d2.status, 0);
+	assert_int_equal(d2.count, 1);
+	assert_true(d2.more);
+	assert_int_equal(d2.next_len, d.next_len);
+	assert_memory_equal(d2.next_cursor, d.next_cursor, d.next_len);
+	assert_int_equal(exists(u, "z2").status, 0);
 	assert_int_equal(ttl(u, "e1").ttl_ms, 5000);
 	assert_int_equal(ttl(u, "cleared").ttl_ms, -1);
 	assert_int_equal(ttl(u, "ctr").ttl_ms, 5000);
