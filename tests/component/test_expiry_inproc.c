@@ -4,7 +4,8 @@
  * controller, with the servers' expiry clock injected
  * (kv_server_cfg.clock): the new ops' answers and their exactly-once on
  * retry; a key's expiry kept through a restart (log replay, then a
- * snapshot) and through a migration, and an expired key reclaimed as a
+ * snapshot) and through a migration (bulk copy, and writes during a slow
+ * copy that travel as deltas), after a failover, and an expired key reclaimed as a
  * logged delete; a big delrange in steps while other requests are served.
  *
  * Every server a test creates is destroyed by the teardown, whatever the
@@ -443,6 +444,61 @@ a_moved_range_keeps_its_keys_expiry(void **state)
 	inproc_srv_down(&srvs[0]);
 }
 
+static void
+writes_during_a_slow_copy_carry_their_expiry_to_the_destination(void **state)
+{
+	(void)state;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	static char big[1001];
+	memset(big, 'x', 1000);
+	char k[32];
+	for (int i = 0; i < 2000; i++) {
+		snprintf(k, sizeof(k), "p%04d", i);
+		assert_int_equal(do_put(srvs[0].url, k, big, 0, 0).status, 0);
+	}
+	/* About 2 MB at 1 MB/s: the writes below land during the copy and
+	 * travel as deltas. */
+	fake_cfg b = fake_cfg_owners(ctl, 0, "m", 1, 2);
+	fake_cfg_mig(&b, 1, "m", "", 1, 2);
+	b.c->migs[0].rate_limit_mb_s = 1;
+	fake_cfg_publish(ctl, &b);
+	int written = 0;
+	for (int i = 0; i < 2000; i += 20) {
+		snprintf(k, sizeof(k), "p%04d", i);
+		res1 r = put_x(srvs[0].url, k, "new", 5000 + (uint64_t)i, 0, NULL, 0, 0);
+		if (r.status != 0)
+			break; /* fenced: the rest stay as they were */
+		r = incr(srvs[0].url, "p-n", 1, 0, 0);
+		if (r.status != 0)
+			break;
+		written++;
+		kv_test_sleep_ms(5);
+	}
+	fake_ctl_wait_done(ctl, 1, 30000);
+	e = fake_ctl_publish_owners(ctl, "m", 1, 2);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	assert_true(written > 0);
+	const char *u = srvs[1].url;
+	for (int i = 0; i < written * 20; i += 20) {
+		snprintf(k, sizeof(k), "p%04d", i);
+		res1 r = ttl(u, k);
+		assert_int_equal(r.status, 0);
+		assert_int_equal(r.ttl_ms, 5000 + i);
+		assert_string_equal(do_get(u, k).value, "new");
+	}
+	snprintf(k, sizeof(k), "p%04d", written * 20 + 20);
+	if (written * 20 + 20 < 2000)
+		assert_int_equal(ttl(u, k).ttl_ms, -1);
+	inproc_srv_down(&srvs[1]);
+	inproc_srv_down(&srvs[0]);
+}
+
 /* Gets and puts on other keys while a delrange runs. */
 typedef struct {
 	const char *url;
@@ -612,6 +668,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(an_expired_key_is_reclaimed_as_a_logged_delete, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(a_moved_range_keeps_its_keys_expiry, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        writes_during_a_slow_copy_carry_their_expiry_to_the_destination, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        a_big_delrange_runs_in_steps_while_other_requests_are_served, setup, teardown),
 	    cmocka_unit_test_setup_teardown(after_a_failover_the_new_primary_keeps_every_expiry,
