@@ -5,7 +5,8 @@
  * (kv_server_cfg.clock): the new ops' answers and their exactly-once on
  * retry; a key's expiry kept through a restart (log replay, then a
  * snapshot) and through a migration (bulk copy, and writes during a slow
- * copy that travel as deltas), after a failover, and an expired key reclaimed as a
+ * copy that travel as deltas), after a failover, in a replica's catch-up
+ * copy from its primary's store, and an expired key reclaimed as a
  * logged delete; a big delrange in steps while other requests are served.
  *
  * Every server a test creates is destroyed by the teardown, whatever the
@@ -300,6 +301,24 @@ new_ops_answer_as_the_protocol_says_and_retries_get_the_first_answer(void **stat
 	assert_memory_equal(b.next_cursor, a.next_cursor, a.next_len);
 	assert_int_equal(count(u, "r", "s", "", 0).count, 30);
 	inproc_srv_down(&srvs[0]);
+}
+
+/* The name of the newest committed snapshot in dir into out ("" when none):
+ * names carry the lsn in fixed-width hex, so the largest is the newest. */
+static void
+newest_snapshot(const char *dir, char *out, size_t cap)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	out[0] = '\0';
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL)
+		if (strncmp(e->d_name, "snap-", 5) == 0 && strstr(e->d_name, ".dat") != NULL &&
+		    strcmp(e->d_name, out) > 0)
+			snprintf(out, cap, "%s", e->d_name);
+	closedir(d);
 }
 
 /* Whether dir holds a committed snapshot file. */
@@ -656,6 +675,66 @@ after_a_failover_the_new_primary_keeps_every_expiry(void **state)
 	inproc_srv_down(&srvs[1]);
 }
 
+/* Waits until v's store holds key (expiry applies), or fails the test. */
+static void
+wait_copy_has(inproc_srv *v, const char *key)
+{
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	while (!copy_has(v, key)) {
+		if (kv_test_now_ms() > deadline)
+			fail_msg("the replica never got %s", key);
+		kv_test_sleep_ms(10);
+	}
+}
+
+static void
+a_replica_copied_from_its_primary_gets_every_deadline(void **state)
+{
+	const uint32_t r12[2] = {1, 2}, only1[1] = {1};
+	(void)state;
+	srvs[0].cfg.snapshot_bytes = 1; /* the log is cut: the replica needs a copy */
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	const char *u = srvs[0].url;
+	char k[16];
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof k, "c%03d", i);
+		assert_int_equal(put_x(u, k, "v", i % 2 ? 1000 : 0, 0, NULL, 0, 0).status, 0);
+	}
+	/* A snapshot begun after every write above cuts the log before them. */
+	char before[300], now[300];
+	newest_snapshot(srvs[0].dir, before, sizeof before);
+	assert_int_equal(do_put(u, "marker", "v", 0, 0).status, 0);
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	for (;;) {
+		newest_snapshot(srvs[0].dir, now, sizeof now);
+		if (strcmp(now, before) > 0)
+			break;
+		if (kv_test_now_ms() > deadline)
+			fail_msg("no snapshot written after the writes");
+		kv_test_sleep_ms(20);
+	}
+	/* Node 2 becomes a replica outside the ISR: its primary copies the
+	 * range to it, every key from the store (none from the log). */
+	e = fake_ctl_publish_replicas(ctl, r12, 2, only1, 1, 0);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	wait_copy_has(&srvs[1], "c199");
+	wait_copy_has(&srvs[1], "c198");
+	/* With the primary gone, the copy alone judges the deadlines. */
+	inproc_srv_down(&srvs[0]);
+	advance(1000);
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof k, "c%03d", i);
+		assert_int_equal(copy_has(&srvs[1], k), i % 2 == 0);
+	}
+	inproc_srv_down(&srvs[1]);
+}
+
 int
 main(void)
 {
@@ -673,6 +752,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        a_big_delrange_runs_in_steps_while_other_requests_are_served, setup, teardown),
 	    cmocka_unit_test_setup_teardown(after_a_failover_the_new_primary_keeps_every_expiry,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(a_replica_copied_from_its_primary_gets_every_deadline,
 	                                    setup, teardown),
 	};
 	return cmocka_run_group_tests_name("expiry and new ops in process", tests, NULL, NULL);
