@@ -522,7 +522,7 @@ writes_during_a_slow_copy_carry_their_expiry_to_the_destination(void **state)
 typedef struct {
 	const char *url;
 	atomic_bool stop;
-	int ops;
+	atomic_int ops;
 	int failed;
 } bystander;
 
@@ -532,10 +532,10 @@ bystander_main(void *arg)
 	bystander *b = arg;
 	char k[16];
 	while (!atomic_load(&b->stop)) {
-		snprintf(k, sizeof k, "b%d", b->ops % 10);
+		snprintf(k, sizeof k, "b%d", atomic_load(&b->ops) % 10);
 		if (do_put(b->url, k, "v", 0, 0).status != 0 || do_get(b->url, k).status != 0)
 			b->failed++;
-		b->ops++;
+		atomic_fetch_add(&b->ops, 1);
 	}
 	return NULL;
 }
@@ -567,6 +567,9 @@ a_big_delrange_runs_in_steps_while_other_requests_are_served(void **state)
 	bystander b = {.url = u};
 	pthread_t t;
 	assert_int_equal(pthread_create(&t, NULL, bystander_main, &b), 0);
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	while (atomic_load(&b.ops) == 0 && kv_test_now_ms() < deadline)
+		kv_test_sleep_ms(1); /* the bystander is under way before the first step */
 	char cur[64] = "";
 	size_t clen = 0;
 	uint64_t total = 0;
@@ -589,9 +592,10 @@ a_big_delrange_runs_in_steps_while_other_requests_are_served(void **state)
 	assert_int_equal(total, N);
 	assert_int_equal(steps, N / 1000);
 	assert_int_equal(b.failed, 0);
-	assert_true(b.ops > 0);
+	assert_true(atomic_load(&b.ops) > 0);
 	assert_int_equal(count(u, "d", "e", "", 0).count, 0);
-	assert_int_equal(count(u, "b", "c", "", 0).count, b.ops < 10 ? b.ops : 10);
+	int ops = atomic_load(&b.ops);
+	assert_int_equal(count(u, "b", "c", "", 0).count, ops < 10 ? ops : 10);
 	/* The steps are in the log: gone after a restart. */
 	restart_until_served("b0");
 	assert_int_equal(count(srvs[0].url, "d", "e", "", 0).count, 0);
