@@ -4,8 +4,9 @@
  * background snapshot (snap.h) lets the log be cut, and a restart rebuilds
  * the store from the newest snapshot plus the log.
  *
- * Log records are blind writes ("key is now V", "key is gone", "range is
- * gone", "this (client, request) was applied"), so replaying a record that
+ * Log records are blind writes ("key is now V", "key is now V until T",
+ * "keys K1..Kn are gone", "key is gone", "range is gone", "this (client,
+ * request) was applied"), so replaying a record that
  * a fuzzy snapshot already holds changes nothing: the state of a key after
  * replay is the effect of the last record that touched it. Appends are
  * logged as the whole value after the append.
