@@ -642,8 +642,8 @@ op_count(op_ctx *x)
  * partition held (atomic with respect to every other op), and the keys it
  * removed become one MDEL log record (replicated through the log tap) and
  * one delete delta each for a migration of the range. With a log, the
- * dispatcher holds every key stripe (step_log_begin), so no write to any of
- * those keys can fall between the store and the log.
+ * dispatcher holds the log's barrier exclusively (step_log_begin), so no
+ * write to any of those keys can fall between the store and the log.
  */
 static int
 op_delrange(op_ctx *x)
@@ -1019,11 +1019,17 @@ step_log_begin(op_ctx *x, unsigned flags, kv_dur_held *held)
 		                "error): writes are refused until it can";
 		return false;
 	}
+	if (flags & OPF_RANGE) {
+		/* The keys are found only under the lock: exclude every other
+		 * apply+log section instead of taking stripes. */
+		kv_dur_begin_exclusive(dur);
+		held->idx = held->inl;
+		held->n = 0;
+		return true;
+	}
 	kv_dur_begin(dur);
 	if (flags & OPF_MULTI)
 		rv = kv_dur_lock_keys(dur, x->op->keys, x->op->nkeys, held);
-	else if (flags & OPF_RANGE)
-		rv = kv_dur_lock_all(dur, held); /* the keys are found under the lock */
 	else
 		kv_dur_lock_key(dur, x->op->key.p, x->op->key.len, held);
 	if (rv != 0) {
