@@ -115,6 +115,8 @@ typedef struct {
 	bool json;                  /* also print one JSON object */
 	bool pin;                   /* pin worker threads to CPUs */
 	unsigned long lfht_buckets; /* lfht: initial buckets, 0: the power of two >= N */
+	uint64_t ttl_ms;            /* --ttl-ms: store writes carry an expiry this far ahead */
+	bool reclaim;               /* --reclaim: then time the reclaim of every key */
 } bench_cfg;
 
 /* The figures of one run (store or peer); passed from a child by value. */
@@ -168,6 +170,7 @@ struct bench {
 	bool ran_mix;            /* MIX is among the phases */
 	uint64_t value_seed;     /* seeds the value tags */
 	uint64_t mix_seed;       /* seeds the MIX write choice */
+	uint64_t ttl_at;         /* --ttl-ms: the deadline store writes carry; 0: none */
 	int *cpus;               /* CPUs this process may run on */
 	unsigned ncpus;          /* entries in cpus */
 };
@@ -428,6 +431,8 @@ sut_put(worker *w, const uint8_t *key, size_t klen, const uint8_t *val, size_t v
 {
 	if (w->b->ht != NULL)
 		return lf_put(w, key, klen, val, vlen);
+	if (w->b->ttl_at != 0)
+		return kv_store_put_x(w->b->store, key, klen, val, vlen, w->b->ttl_at);
 	return kv_store_put(w->b->store, key, klen, val, vlen);
 }
 
@@ -968,6 +973,70 @@ store_opts_from_cfg(const bench_cfg *cfg, kv_store_opts *o, bool pin)
 	o->pin_threads = pin && cfg->mode == KV_STORE_PERCORE;
 }
 
+/* Expired keys found by one sample (the server's active expiry does the
+ * same through its write path: shardserver/expire.c). */
+typedef struct {
+	kv_buf keys; /* u32 klen, key, ... */
+} reclaim_acc;
+
+static void
+reclaim_cb(void *arg, const uint8_t *key, size_t klen, bool expired)
+{
+	reclaim_acc *a = arg;
+	uint32_t kl = (uint32_t)klen;
+	(void)expired;
+	if (kv_buf_append(&a->keys, &kl, sizeof(kl)) != KV_OK ||
+	    kv_buf_append(&a->keys, key, klen) != KV_OK)
+		die("out of memory sampling expired keys");
+}
+
+/*
+ * --reclaim: once every key has expired, removes them all as active expiry
+ * does, one thread, partition by partition: samples of 20 keys with a
+ * deadline (kv_store_expire_sample, one partition lock each), then one
+ * KV_UPD_RECLAIM per expired key. Prints RECLAIM keys_per_sec (store work
+ * only: the server adds a log record and a replication tap per key).
+ */
+static void
+measure_reclaim(kv_store *s, uint64_t at, uint64_t nkeys)
+{
+	reclaim_acc a = {{0}};
+	uint64_t t0, t1, done = 0;
+	struct timespec ts;
+
+	while (kv_store_now_ms(s) <= at) {
+		ts = (struct timespec){0, 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	for (unsigned p = 0; p < kv_store_partitions(s); p++) {
+		for (;;) {
+			size_t seen = 0;
+			a.keys.len = 0;
+			if (kv_store_expire_sample(s, p, 20, reclaim_cb, &a, &seen) != KV_OK)
+				die("kv_store_expire_sample failed");
+			if (seen == 0)
+				break;
+			for (size_t off = 0; off < a.keys.len;) {
+				uint32_t kl;
+				kv_store_upd u = {.kind = KV_UPD_RECLAIM};
+				memcpy(&kl, a.keys.data + off, sizeof(kl));
+				if (kv_store_update(s, a.keys.data + off + sizeof(kl), kl, &u) ==
+				    KV_OK)
+					done++;
+				off += sizeof(kl) + kl;
+			}
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t1 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	if (done != nkeys)
+		die("reclaimed %" PRIu64 " of %" PRIu64 " keys", done, nkeys);
+	printf("RECLAIM %.0f\n", (double)done * 1e9 / (double)(t1 > t0 ? t1 - t0 : 1));
+	kv_buf_fini(&a.keys);
+}
+
 /* Runs the phases against the store. */
 static void
 run_store(const bench_cfg *cfg, bench_result *r)
@@ -988,7 +1057,11 @@ run_store(const bench_cfg *cfg, bench_result *r)
 	if (cfg->mode == KV_STORE_PERCORE && r->partitions != cfg->threads)
 		die("the store made %u partitions for %u threads", r->partitions, cfg->threads);
 	bench_init(&b, cfg, s, false, s);
+	if (cfg->ttl_ms != 0)
+		b.ttl_at = kv_store_now_ms(s) + cfg->ttl_ms;
 	bench_run_all(&b, r, "", 0);
+	if (cfg->reclaim)
+		measure_reclaim(s, b.ttl_at, cfg->keys);
 	bench_fini(&b);
 	kv_store_destroy(s);
 }
@@ -1147,6 +1220,13 @@ usage(FILE *f)
 	      "                      store/lfht ratios\n"
 	      "  --lfht-buckets N    lfht: initial buckets, a power of two (default: the\n"
 	      "                      one at or above N; the table also resizes itself)\n"
+	      "  --ttl-ms MS         every store write carries an expiry MS ms ahead (keys\n"
+	      "                      stay live: choose MS longer than the run); measures\n"
+	      "                      the cost of keys with a deadline (default: none)\n"
+	      "  --reclaim           with --ttl-ms, after the phases wait until every key\n"
+	      "                      has expired and print 'RECLAIM keys_per_sec': one\n"
+	      "                      thread removing them as active expiry does (sample,\n"
+	      "                      then remove); use --phases put, a short --ttl-ms\n"
 	      "  --no-pin            do not pin worker threads to CPUs\n"
 	      "  --json              also print one JSON object with every figure\n"
 	      "  --help              print this text\n"
@@ -1250,7 +1330,7 @@ takes_value(const char *name)
 {
 	static const char *const names[] = {
 	    "--keys", "--threads",    "--mode",   "--key-size", "--value-size",   "--order",
-	    "--peer", "--partitions", "--phases", "--seed",     "--lfht-buckets",
+	    "--peer", "--partitions", "--phases", "--seed",     "--lfht-buckets", "--ttl-ms",
 	};
 	size_t i;
 
@@ -1296,11 +1376,14 @@ parse_args(int argc, char **argv, bench_cfg *cfg)
 		} else {
 			snprintf(name, sizeof(name), "%s", a);
 		}
-		if (strcmp(name, "--json") == 0 || strcmp(name, "--no-pin") == 0) {
+		if (strcmp(name, "--json") == 0 || strcmp(name, "--no-pin") == 0 ||
+		    strcmp(name, "--reclaim") == 0) {
 			if (v != NULL)
 				usage_error("%s takes no value", name);
 			if (strcmp(name, "--json") == 0)
 				cfg->json = true;
+			else if (strcmp(name, "--reclaim") == 0)
+				cfg->reclaim = true;
 			else
 				cfg->pin = false;
 			continue;
@@ -1339,6 +1422,8 @@ parse_args(int argc, char **argv, bench_cfg *cfg)
 			if (strcmp(v, "lfht") != 0)
 				usage_error("--peer: the only peer is lfht, got '%s'", v);
 			cfg->peer = true;
+		} else if (strcmp(name, "--ttl-ms") == 0) {
+			cfg->ttl_ms = parse_u64(name, v, false, 1, UINT64_C(1) << 40);
 		} else if (strcmp(name, "--partitions") == 0) {
 			cfg->partitions = (unsigned)parse_u64(name, v, false, 1, MAX_THREADS);
 		} else if (strcmp(name, "--phases") == 0) {
@@ -1372,6 +1457,9 @@ parse_args(int argc, char **argv, bench_cfg *cfg)
 			usage_error("--partitions: percore uses one partition per thread (%u)",
 			            cfg->threads);
 	}
+	if (cfg->reclaim && (cfg->ttl_ms == 0 || cfg->phases != (1u << PH_PUT) || cfg->peer))
+		usage_error("--reclaim needs --ttl-ms, --phases put and no --peer (every key "
+		            "must be written once and then expire)");
 	if (cfg->key_size < 8 && cfg->keys > (UINT64_C(1) << (8 * cfg->key_size)))
 		usage_error("--keys: %" PRIu64 " keys do not fit in %zu-byte keys", cfg->keys,
 		            cfg->key_size);
@@ -1405,11 +1493,11 @@ print_header(const bench_cfg *cfg)
 		snprintf(parts, sizeof(parts), "default");
 	printf("# shardkv-store-bench keys=%" PRIu64 " threads=%u mode=%s partitions=%s "
 	       "key_size=%zu value_size=%zu order=%s phases=%s seed=%" PRIu64
-	       " peer=%s pin=%s cpus=%ld\n",
+	       " peer=%s pin=%s cpus=%ld ttl_ms=%" PRIu64 "\n",
 	       cfg->keys, cfg->threads, cfg->mode == KV_STORE_PERCORE ? "percore" : "striped",
 	       parts, cfg->key_size, cfg->value_size, cfg->random ? "random" : "seq", phases,
 	       cfg->seed, cfg->peer ? "lfht" : "none", cfg->pin ? "yes" : "no",
-	       sysconf(_SC_NPROCESSORS_ONLN));
+	       sysconf(_SC_NPROCESSORS_ONLN), cfg->ttl_ms);
 	if (cfg->peer)
 		printf(
 		    "# lfht: cds_lfht (liburcu-qsbr), kv_hash64, %lu initial buckets, auto-resize; "

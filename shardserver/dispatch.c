@@ -53,6 +53,7 @@
 #define COUNT_MAX_LIMIT        1000000u
 #define DELRANGE_DEFAULT_LIMIT 1000u
 #define DELRANGE_MAX_LIMIT     10000u
+#define DELRANGE_MORE          (1ull << 63) /* dedup value_len of a delrange: more */
 
 /* ------------------------------------------------------------------------
  * Owner hints
@@ -561,11 +562,16 @@ at_end:
 	return KV_OK;
 }
 
-/* The start of a range op: its cursor, else its start. */
+/* The start of a count or delrange: its cursor, else its start; never
+ * before its start (a cursor from elsewhere deletes nothing outside the
+ * range asked for). */
 static kv_bytes
 range_from(const kv_op *op)
 {
-	return op->cursor.len ? op->cursor : op->start;
+	if (op->cursor.len == 0 ||
+	    kv_key_cmp(op->cursor.p, op->cursor.len, op->start.p, op->start.len) < 0)
+		return op->start;
+	return op->cursor;
 }
 
 /* The [from, to) of a count or delrange clipped to the served entry that
@@ -636,8 +642,8 @@ op_count(op_ctx *x)
  * partition held (atomic with respect to every other op), and the keys it
  * removed become one MDEL log record (replicated through the log tap) and
  * one delete delta each for a migration of the range. With a log, the
- * dispatcher holds every key stripe (step_log_begin), so no write to any of
- * those keys can fall between the store and the log.
+ * dispatcher holds the log's barrier exclusively (step_log_begin), so no
+ * write to any of those keys can fall between the store and the log.
  */
 static int
 op_delrange(op_ctx *x)
@@ -654,6 +660,11 @@ op_delrange(op_ctx *x)
 
 	if (limit > DELRANGE_MAX_LIMIT)
 		limit = DELRANGE_MAX_LIMIT;
+	/* Room for every key the step may remove (at most 2 * limit, expired
+	 * ones included), taken before anything is removed: once the store
+	 * has removed them, nothing may keep them out of the log. */
+	if ((keys = calloc(2 * limit, sizeof(*keys))) == NULL)
+		return KV_ENOMEM;
 	range_clip(x, &from, &to, &clipped);
 	if (!kv_range_is_empty(from.p, from.len, to.p, to.len))
 		rv = kv_store_delrange(x->s->store, from.p, from.len, to.p, to.len, limit, &removed,
@@ -661,22 +672,18 @@ op_delrange(op_ctx *x)
 	if (rv != KV_OK)
 		goto out;
 	x->res->count = n;
-	if ((rv = range_more(x, more, &next, clipped)) != KV_OK)
-		goto out;
-	for (size_t off = 0; off + 4 <= removed.len; off += 4 + kv_get32(removed.data + off))
-		nk++;
-	if (nk > 0 && (keys = calloc(nk, sizeof(*keys))) == NULL) {
-		rv = KV_ENOMEM; /* removed from memory, not logged: see doc/store.md */
-		goto out;
-	}
-	nk = 0;
-	for (size_t off = 0; off + 4 <= removed.len;) {
+	for (size_t off = 0; off + 4 <= removed.len && nk < 2 * limit;) {
 		uint32_t kl = kv_get32(removed.data + off);
 		keys[nk++] = (kv_bytes){removed.data + off + 4, kl};
 		off += 4 + kl;
 	}
-	/* The exactly-once memory answers a retry with the count and cursor. */
-	x->dd.value_len = n;
+	/* An allocation failing here leaves the answer without its cursor;
+	 * the step is logged all the same. */
+	int mrv = range_more(x, more, &next, clipped);
+	/* The exactly-once memory answers a retry with the count, `more` (the
+	 * top bit: a cursor too long for the memory is not kept, and the retry
+	 * then resumes at its own start) and the cursor. */
+	x->dd.value_len = n | (x->res->more ? DELRANGE_MORE : 0);
 	x->dd.has_del_value = x->res->more;
 	x->dd.del_value = (kv_bytes){x->res->next_cursor.data, x->res->next_cursor.len};
 	for (size_t i = 0; i < nk; i++)
@@ -689,6 +696,8 @@ op_delrange(op_ctx *x)
 		}
 		rv = kv_dur_log_mdel(x->s->dur, from, nk, keys, d, &x->lsn, tap_of(x));
 	}
+	if (rv == KV_OK)
+		rv = mrv;
 out:
 	free(keys);
 	kv_buf_fini(&next);
@@ -836,7 +845,8 @@ step_owner_locked(op_ctx *x, unsigned flags)
 		x->single[0] = x->ent;
 		x->ents = x->single;
 	} else if (flags & OPF_RANGE) {
-		kv_bytes from = range_from(op);
+		kv_bytes from = op->kind == KV_OP_SCAN ? (op->cursor.len ? op->cursor : op->start)
+		                                       : range_from(op);
 		if (op->prefix.len &&
 		    kv_key_cmp(from.p, from.len, op->prefix.p, op->prefix.len) < 0)
 			from = op->prefix;
@@ -880,12 +890,16 @@ step_dedup(op_ctx *x, unsigned flags)
 			res->number = (int64_t)old.value_len;
 			res->value_len = 0;
 		} else if (op->kind == KV_OP_DELRANGE) {
-			res->count = old.value_len;
+			kv_bytes from = range_from(op);
+			res->count = old.value_len & ~DELRANGE_MORE;
 			res->value_len = 0;
-			res->more = old.has_value && old.value.len > 0;
-			if (res->more) {
+			res->more = (old.value_len & DELRANGE_MORE) != 0;
+			if (res->more && old.has_value && old.value.len > 0) {
 				res->next_cursor = old.value;
 				old.value = (kv_buf){0};
+			} else if (res->more &&
+			           kv_buf_set(&res->next_cursor, from.p, from.len) != 0) {
+				res->status = KV_ENOMEM;
 			}
 		}
 		if (op->kind == KV_OP_DELRANGE || op->kind == KV_OP_INCR) {
@@ -1005,11 +1019,17 @@ step_log_begin(op_ctx *x, unsigned flags, kv_dur_held *held)
 		                "error): writes are refused until it can";
 		return false;
 	}
+	if (flags & OPF_RANGE) {
+		/* The keys are found only under the lock: exclude every other
+		 * apply+log section instead of taking stripes. */
+		kv_dur_begin_exclusive(dur);
+		held->idx = held->inl;
+		held->n = 0;
+		return true;
+	}
 	kv_dur_begin(dur);
 	if (flags & OPF_MULTI)
 		rv = kv_dur_lock_keys(dur, x->op->keys, x->op->nkeys, held);
-	else if (flags & OPF_RANGE)
-		rv = kv_dur_lock_all(dur, held); /* the keys are found under the lock */
 	else
 		kv_dur_lock_key(dur, x->op->key.p, x->op->key.len, held);
 	if (rv != 0) {
@@ -1121,6 +1141,17 @@ kv_srv_reclaim_key(kv_server *s, const void *key, size_t klen)
 	kv_req rq = {0};
 	kv_op op = {.kind = KV_OP_DEL, .key = {key, klen}};
 	kv_data_result res = {0};
+	const kv_owner_entry *e;
+	bool serving;
+
+	/* A cheap look first: on a backup every expired key is someone else's
+	 * to reclaim, and the full refusal builds an owner hint. */
+	kv_owner_rdlock(&s->owner);
+	e = kv_owner_lookup_locked(&s->owner, key, klen);
+	serving = e != NULL && e->state == KV_OWN_SERVE;
+	kv_owner_unlock(&s->owner);
+	if (!serving)
+		return KV_EWRONGOWNER;
 
 	/* Served here and not fenced, like any write: a backup's copy, a range
 	 * arriving or one handed over is left to its primary. */

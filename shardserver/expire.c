@@ -71,17 +71,20 @@ kv_srv_expire_pass(kv_server *s)
 			a.oom = false;
 			if (kv_store_expire_sample(s->store, p, SAMPLE, found_cb, &a, &seen) != 0)
 				break;
+			size_t got = 0;
 			for (size_t off = 0; off < a.keys.len;) {
 				uint32_t kl;
 				memcpy(&kl, a.keys.data + off, sizeof(kl));
 				if (kv_srv_reclaim_key(s, a.keys.data + off + sizeof(kl), kl) ==
 				    KV_OK)
-					reclaimed++;
+					got++;
 				off += sizeof(kl) + kl;
 			}
+			reclaimed += got;
 			looked += seen;
-			/* Again while the partition looks full of expired keys. */
-			if (seen < SAMPLE || a.n * 4 <= seen || looked >= PASS_MAX ||
+			/* Again while the partition looks full of expired keys that
+			 * are this node's to reclaim (a backup's are not). */
+			if (seen < SAMPLE || got * 4 <= seen || looked >= PASS_MAX ||
 			    atomic_load(&s->stopping))
 				break;
 		}

@@ -119,6 +119,12 @@ kv_dur_begin(kv_dur *d)
 }
 
 void
+kv_dur_begin_exclusive(kv_dur *d)
+{
+	pthread_rwlock_wrlock(&d->barrier);
+}
+
+void
 kv_dur_end(kv_dur *d)
 {
 	pthread_rwlock_unlock(&d->barrier);
@@ -154,23 +160,6 @@ kv_dur_lock_keys(kv_dur *d, const kv_bytes *keys, size_t n, kv_dur_held *h)
 	h->n = k;
 	for (size_t i = 0; i < k; i++)
 		pthread_mutex_lock(&d->stripe[h->idx[i]]);
-	return KV_OK;
-}
-
-int
-kv_dur_lock_all(kv_dur *d, kv_dur_held *h)
-{
-	h->idx = malloc(KV_DUR_STRIPES * sizeof(*h->idx));
-	h->n = 0;
-	if (h->idx == NULL) {
-		h->idx = h->inl;
-		return KV_ENOMEM;
-	}
-	for (size_t i = 0; i < KV_DUR_STRIPES; i++) {
-		h->idx[i] = (uint16_t)i;
-		pthread_mutex_lock(&d->stripe[i]);
-	}
-	h->n = KV_DUR_STRIPES;
 	return KV_OK;
 }
 

@@ -4,8 +4,9 @@
  * background snapshot (snap.h) lets the log be cut, and a restart rebuilds
  * the store from the newest snapshot plus the log.
  *
- * Log records are blind writes ("key is now V", "key is gone", "range is
- * gone", "this (client, request) was applied"), so replaying a record that
+ * Log records are blind writes ("key is now V", "key is now V until T",
+ * "keys K1..Kn are gone", "key is gone", "range is gone", "this (client,
+ * request) was applied"), so replaying a record that
  * a fuzzy snapshot already holds changes nothing: the state of a key after
  * replay is the effect of the last record that touched it. Appends are
  * logged as the whole value after the append.
@@ -125,6 +126,12 @@ int kv_dur_health(kv_dur *d);
 void kv_dur_begin(kv_dur *d);
 void kv_dur_end(kv_dur *d);
 
+/* Enter an apply+log section that excludes every other one (the barrier's
+ * write side; leave it with kv_dur_end): a write whose keys are found only
+ * once it runs, a delrange step, so that no write to those keys falls
+ * between the store and the log. Takes no stripe. */
+void kv_dur_begin_exclusive(kv_dur *d);
+
 /* Key stripe locks held by one write (kv_dur_lock_keys). */
 #define KV_DUR_STRIPES 1024u
 typedef struct {
@@ -138,9 +145,6 @@ typedef struct {
 int kv_dur_lock_keys(kv_dur *d, const kv_bytes *keys, size_t n, kv_dur_held *h);
 void kv_dur_lock_key(kv_dur *d, const void *key, size_t klen, kv_dur_held *h);
 void kv_dur_unlock(kv_dur *d, kv_dur_held *h);
-/* Locks every stripe, ascending (a write whose keys are found only under the
- * lock: a delrange step). Returns 0 or KV_ENOMEM (nothing held). */
-int kv_dur_lock_all(kv_dur *d, kv_dur_held *h);
 
 /* A tap on one append: fn(arg, lsn, payload, n) runs under the log's
  * mutex right after the record got its lsn, so taps see records in lsn

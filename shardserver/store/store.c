@@ -610,8 +610,13 @@ op_update(kv_store *s, kv_part *p, void *arg)
 	const uint8_t *v = NULL;
 	size_t vl = 0, nl;
 	uint64_t at = 0;
-	bool live = part__find_live(s, p, o->key, o->klen, &v, &vl, &at);
+	bool live;
 	int rv;
+
+	/* A plain put reads nothing: no lookup before the write. */
+	if (u->kind == KV_UPD_PUT && u->cond == KV_UPD_ANY)
+		return upd__write(s, p, o, u->value.p, u->value.len, u->expire_at);
+	live = part__find_live(s, p, o->key, o->klen, &v, &vl, &at);
 
 	if (!live)
 		at = 0; /* an expired key is absent: a write to it starts afresh */

@@ -4,7 +4,9 @@
  * controller, with the servers' expiry clock injected
  * (kv_server_cfg.clock): the new ops' answers and their exactly-once on
  * retry; a key's expiry kept through a restart (log replay, then a
- * snapshot) and through a migration, and an expired key reclaimed as a
+ * snapshot) and through a migration (bulk copy, and writes during a slow
+ * copy that travel as deltas), after a failover, in a replica's catch-up
+ * copy from its primary's store, and an expired key reclaimed as a
  * logged delete; a big delrange in steps while other requests are served.
  *
  * Every server a test creates is destroyed by the teardown, whatever the
@@ -301,6 +303,24 @@ new_ops_answer_as_the_protocol_says_and_retries_get_the_first_answer(void **stat
 	inproc_srv_down(&srvs[0]);
 }
 
+/* The name of the newest committed snapshot in dir into out ("" when none):
+ * names carry the lsn in fixed-width hex, so the largest is the newest. */
+static void
+newest_snapshot(const char *dir, char *out, size_t cap)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	out[0] = '\0';
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL)
+		if (strncmp(e->d_name, "snap-", 5) == 0 && strstr(e->d_name, ".dat") != NULL &&
+		    strcmp(e->d_name, out) > 0)
+			snprintf(out, cap, "%s", e->d_name);
+	closedir(d);
+}
+
 /* Whether dir holds a committed snapshot file. */
 static bool
 has_snapshot(const char *dir)
@@ -331,8 +351,23 @@ expiry_survives_a_restart_through_the_log_and_a_snapshot(void **state)
 	assert_int_equal(incr(u, "ctr", 1, 0, 0).status, 0);
 	assert_int_equal(expire(u, "ctr", 5000, false).status, 0);
 	assert_int_equal(incr(u, "ctr", 1, 0, 0).status, 0); /* incr keeps it */
+	assert_int_equal(incr(u, "once", 40, 81, 1).number, 40);
+	assert_int_equal(do_put(u, "z1", "v", 0, 0).status, 0);
+	assert_int_equal(do_put(u, "z2", "v", 0, 0).status, 0);
+	res1 d = delrange(u, "z", "", "", 0, 1, 81, 2);
+	assert_int_equal(d.count, 1);
+	assert_true(d.more);
 	restart_until_served("p");
 	u = srvs[0].url;
+	/* Retries after the restart get the first answers from the log. */
+	assert_int_equal(incr(u, "once", 40, 81, 1).number, 40);
+	res1 d2 = delrange(u, "z", "", "", 0, 1, 81, 2);
+	assert_int_equal(d2.status, 0);
+	assert_int_equal(d2.count, 1);
+	assert_true(d2.more);
+	assert_int_equal(d2.next_len, d.next_len);
+	assert_memory_equal(d2.next_cursor, d.next_cursor, d.next_len);
+	assert_int_equal(exists(u, "z2").status, 0);
 	assert_int_equal(ttl(u, "e1").ttl_ms, 5000);
 	assert_int_equal(ttl(u, "cleared").ttl_ms, -1);
 	assert_int_equal(ttl(u, "ctr").ttl_ms, 5000);
@@ -428,11 +463,66 @@ a_moved_range_keeps_its_keys_expiry(void **state)
 	inproc_srv_down(&srvs[0]);
 }
 
+static void
+writes_during_a_slow_copy_carry_their_expiry_to_the_destination(void **state)
+{
+	(void)state;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	static char big[1001];
+	memset(big, 'x', 1000);
+	char k[32];
+	for (int i = 0; i < 2000; i++) {
+		snprintf(k, sizeof(k), "p%04d", i);
+		assert_int_equal(do_put(srvs[0].url, k, big, 0, 0).status, 0);
+	}
+	/* About 2 MB at 1 MB/s: the writes below land during the copy and
+	 * travel as deltas. */
+	fake_cfg b = fake_cfg_owners(ctl, 0, "m", 1, 2);
+	fake_cfg_mig(&b, 1, "m", "", 1, 2);
+	b.c->migs[0].rate_limit_mb_s = 1;
+	fake_cfg_publish(ctl, &b);
+	int written = 0;
+	for (int i = 0; i < 2000; i += 20) {
+		snprintf(k, sizeof(k), "p%04d", i);
+		res1 r = put_x(srvs[0].url, k, "new", 5000 + (uint64_t)i, 0, NULL, 0, 0);
+		if (r.status != 0)
+			break; /* fenced: the rest stay as they were */
+		r = incr(srvs[0].url, "p-n", 1, 0, 0);
+		if (r.status != 0)
+			break;
+		written++;
+		kv_test_sleep_ms(5);
+	}
+	fake_ctl_wait_done(ctl, 1, 30000);
+	e = fake_ctl_publish_owners(ctl, "m", 1, 2);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	assert_true(written > 0);
+	const char *u = srvs[1].url;
+	for (int i = 0; i < written * 20; i += 20) {
+		snprintf(k, sizeof(k), "p%04d", i);
+		res1 r = ttl(u, k);
+		assert_int_equal(r.status, 0);
+		assert_int_equal(r.ttl_ms, 5000 + i);
+		assert_string_equal(do_get(u, k).value, "new");
+	}
+	snprintf(k, sizeof(k), "p%04d", written * 20 + 20);
+	if (written * 20 + 20 < 2000)
+		assert_int_equal(ttl(u, k).ttl_ms, -1);
+	inproc_srv_down(&srvs[1]);
+	inproc_srv_down(&srvs[0]);
+}
+
 /* Gets and puts on other keys while a delrange runs. */
 typedef struct {
 	const char *url;
 	atomic_bool stop;
-	int ops;
+	atomic_int ops;
 	int failed;
 } bystander;
 
@@ -442,10 +532,10 @@ bystander_main(void *arg)
 	bystander *b = arg;
 	char k[16];
 	while (!atomic_load(&b->stop)) {
-		snprintf(k, sizeof k, "b%d", b->ops % 10);
+		snprintf(k, sizeof k, "b%d", atomic_load(&b->ops) % 10);
 		if (do_put(b->url, k, "v", 0, 0).status != 0 || do_get(b->url, k).status != 0)
 			b->failed++;
-		b->ops++;
+		atomic_fetch_add(&b->ops, 1);
 	}
 	return NULL;
 }
@@ -455,7 +545,10 @@ a_big_delrange_runs_in_steps_while_other_requests_are_served(void **state)
 {
 	(void)state;
 	const char *u = one_server_up();
-	enum { N = 20000, BATCH = 500 };
+	enum {
+		N = 20000,
+		BATCH = 40
+	}; /* keys per mput: under ThreadSanitizer a thread may hold 64 locks */
 	static char kbuf[BATCH][16];
 	for (int i = 0; i < N; i += BATCH) {
 		Shardkv__Op op = SHARDKV__OP__INIT;
@@ -477,6 +570,9 @@ a_big_delrange_runs_in_steps_while_other_requests_are_served(void **state)
 	bystander b = {.url = u};
 	pthread_t t;
 	assert_int_equal(pthread_create(&t, NULL, bystander_main, &b), 0);
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	while (atomic_load(&b.ops) == 0 && kv_test_now_ms() < deadline)
+		kv_test_sleep_ms(1); /* the bystander is under way before the first step */
 	char cur[64] = "";
 	size_t clen = 0;
 	uint64_t total = 0;
@@ -499,13 +595,151 @@ a_big_delrange_runs_in_steps_while_other_requests_are_served(void **state)
 	assert_int_equal(total, N);
 	assert_int_equal(steps, N / 1000);
 	assert_int_equal(b.failed, 0);
-	assert_true(b.ops > 0);
+	assert_true(atomic_load(&b.ops) > 0);
 	assert_int_equal(count(u, "d", "e", "", 0).count, 0);
-	assert_int_equal(count(u, "b", "c", "", 0).count, b.ops < 10 ? b.ops : 10);
+	int ops = atomic_load(&b.ops);
+	assert_int_equal(count(u, "b", "c", "", 0).count, ops < 10 ? ops : 10);
 	/* The steps are in the log: gone after a restart. */
 	restart_until_served("b0");
 	assert_int_equal(count(srvs[0].url, "d", "e", "", 0).count, 0);
 	inproc_srv_down(&srvs[0]);
+}
+
+/* The backup's copy of key, read as the store has it (expiry applies). */
+static bool
+copy_has(inproc_srv *v, const char *key)
+{
+	kv_buf val = {0};
+	int rv = kv_server_get_for_test(v->s, key, strlen(key), &val);
+	kv_buf_fini(&val);
+	return rv == 0;
+}
+
+static void
+after_a_failover_the_new_primary_keeps_every_expiry(void **state)
+{
+	const uint32_t r12[2] = {1, 2}, r21[2] = {2, 1}, only2[1] = {2};
+	(void)state;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	uint64_t e = fake_ctl_publish_replicas(ctl, r12, 2, r12, 2, 0);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	const char *u = srvs[0].url;
+	assert_int_equal(put_x(u, "t1", "v", 2000, 0, NULL, 0, 0).status, 0);
+	assert_int_equal(put_x(u, "late", "v", 500, 0, NULL, 0, 0).status, 0);
+	assert_int_equal(put_x(u, "gone", "v", 100, 0, NULL, 0, 0).status, 0);
+	assert_int_equal(incr(u, "n", 3, 0, 0).status, 0);
+	assert_int_equal(expire(u, "n", 2000, false).status, 0);
+	assert_int_equal(incr(u, "n", 3, 0, 0).status, 0);
+	char k[16];
+	for (int i = 0; i < 30; i++) {
+		snprintf(k, sizeof k, "r%02d", i);
+		assert_int_equal(do_put(u, k, "v", 0, 0).status, 0);
+	}
+	res1 d = delrange(u, "r", "s", "", 0, 20, 0, 0);
+	assert_int_equal(d.count, 20);
+	/* "gone" expires and the primary reclaims it: the delete reaches the
+	 * backup (seen with the clock set back). */
+	advance(100);
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	for (;;) {
+		atomic_fetch_sub(&clock_ms, 100);
+		bool there = copy_has(&srvs[1], "gone");
+		atomic_fetch_add(&clock_ms, 100);
+		if (!there)
+			break;
+		if (kv_test_now_ms() > deadline)
+			fail_msg("the reclaim never reached the backup");
+		kv_test_sleep_ms(20);
+	}
+	assert_true(copy_has(&srvs[1], "t1"));
+	assert_false(copy_has(&srvs[1], "r05"));
+	assert_true(copy_has(&srvs[1], "r25"));
+	advance(400); /* "late" has expired on the primary's clock, maybe not reclaimed */
+
+	/* Node 1 is lost: node 2 leads alone. */
+	inproc_srv_down(&srvs[0]);
+	e = fake_ctl_publish_replicas(ctl, r21, 2, only2, 1, 0);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	u = srvs[1].url;
+	deadline = kv_test_now_ms() + 15000;
+	res1 r;
+	while ((r = ttl(u, "t1")).status != 0 && kv_test_now_ms() < deadline)
+		kv_test_sleep_ms(10);
+	assert_int_equal(r.status, 0);
+	assert_int_equal(r.ttl_ms, 1500);
+	assert_int_equal(ttl(u, "n").ttl_ms, 1500);
+	assert_string_equal(do_get(u, "n").value, "6");
+	assert_int_equal(do_get(u, "late").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(exists(u, "gone").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(count(u, "r", "s", "", 0).count, 10);
+	advance(1500);
+	assert_int_equal(do_get(u, "t1").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(exists(u, "n").status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+	inproc_srv_down(&srvs[1]);
+}
+
+/* Waits until v's store holds key (expiry applies), or fails the test. */
+static void
+wait_copy_has(inproc_srv *v, const char *key)
+{
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	while (!copy_has(v, key)) {
+		if (kv_test_now_ms() > deadline)
+			fail_msg("the replica never got %s", key);
+		kv_test_sleep_ms(10);
+	}
+}
+
+static void
+a_replica_copied_from_its_primary_gets_every_deadline(void **state)
+{
+	const uint32_t r12[2] = {1, 2}, only1[1] = {1};
+	(void)state;
+	srvs[0].cfg.snapshot_bytes = 1; /* the log is cut: the replica needs a copy */
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
+	inproc_srv_up(&srvs[0]);
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	const char *u = srvs[0].url;
+	char k[16];
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof k, "c%03d", i);
+		assert_int_equal(put_x(u, k, "v", i % 2 ? 1000 : 0, 0, NULL, 0, 0).status, 0);
+	}
+	/* A snapshot begun after every write above cuts the log before them. */
+	char before[300], now[300];
+	newest_snapshot(srvs[0].dir, before, sizeof before);
+	assert_int_equal(do_put(u, "marker", "v", 0, 0).status, 0);
+	uint64_t deadline = kv_test_now_ms() + 15000;
+	for (;;) {
+		newest_snapshot(srvs[0].dir, now, sizeof now);
+		if (strcmp(now, before) > 0)
+			break;
+		if (kv_test_now_ms() > deadline)
+			fail_msg("no snapshot written after the writes");
+		kv_test_sleep_ms(20);
+	}
+	/* Node 2 becomes a replica outside the ISR: its primary copies the
+	 * range to it, every key from the store (none from the log). */
+	e = fake_ctl_publish_replicas(ctl, r12, 2, only1, 1, 0);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	wait_copy_has(&srvs[1], "c199");
+	wait_copy_has(&srvs[1], "c198");
+	/* With the primary gone, the copy alone judges the deadlines. */
+	inproc_srv_down(&srvs[0]);
+	advance(1000);
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof k, "c%03d", i);
+		assert_int_equal(copy_has(&srvs[1], k), i % 2 == 0);
+	}
+	inproc_srv_down(&srvs[1]);
 }
 
 int
@@ -521,7 +755,13 @@ main(void)
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(a_moved_range_keeps_its_keys_expiry, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
+	        writes_during_a_slow_copy_carry_their_expiry_to_the_destination, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
 	        a_big_delrange_runs_in_steps_while_other_requests_are_served, setup, teardown),
+	    cmocka_unit_test_setup_teardown(after_a_failover_the_new_primary_keeps_every_expiry,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(a_replica_copied_from_its_primary_gets_every_deadline,
+	                                    setup, teardown),
 	};
 	return cmocka_run_group_tests_name("expiry and new ops in process", tests, NULL, NULL);
 }

@@ -1025,6 +1025,7 @@ assert_xfer(const kv_xfer *a, const kv_xfer *b)
 		assert_bytes(a->kv[i].value, b->kv[i].value);
 		assert_int_equal(a->kv[i].value_offset, b->kv[i].value_offset);
 		assert_int_equal(a->kv[i].value_total, b->kv[i].value_total);
+		assert_int_equal(a->kv[i].expire_at, b->kv[i].expire_at);
 	}
 	assert_int_equal(a->ndedup, b->ndedup);
 	for (size_t i = 0; i < a->ndedup; i++)
@@ -1039,6 +1040,7 @@ assert_xfer(const kv_xfer *a, const kv_xfer *b)
 		assert_bytes(x->value, y->value);
 		assert_int_equal(x->value_offset, y->value_offset);
 		assert_int_equal(x->value_total, y->value_total);
+		assert_int_equal(x->expire_at, y->expire_at);
 		assert_int_equal(x->has_dedup, y->has_dedup);
 		if (x->has_dedup)
 			assert_dedup(&x->dedup, &y->dedup);
@@ -1050,9 +1052,12 @@ assert_xfer(const kv_xfer *a, const kv_xfer *b)
 static void
 every_transfer_message_round_trips(void **state)
 {
-	kv_xfer_kv kvs[2] = {
-	    {.key = B("a1"), .value = B("v1")},
-	    {.key = B("a2"), .value = B("lo"), .value_offset = 2, .value_total = 6}};
+	kv_xfer_kv kvs[2] = {{.key = B("a1"), .value = B("v1")},
+	                     {.key = B("a2"),
+	                      .value = B("lo"),
+	                      .value_offset = 2,
+	                      .value_total = 6,
+	                      .expire_at = 1700000000123ull}};
 	kv_xfer_dedup dd[1] = {{.client_id = 5,
 	                        .request_id = 6,
 	                        .status = KV_OK,
@@ -1064,6 +1069,7 @@ every_transfer_message_round_trips(void **state)
 	    {.seq = 1,
 	     .key = B("a1"),
 	     .value = B("new"),
+	     .expire_at = 99,
 	     .has_dedup = true,
 	     .dedup = {.client_id = 5, .request_id = 7, .key = B("a1"), .time_ms = 1}},
 	    {.seq = 2, .del = true, .key = B("a2")}};

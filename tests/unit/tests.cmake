@@ -45,6 +45,10 @@ kv_add_test(test_snap SOURCES unit/test_snap.c LIBS kv_durable kv_testutil TIMEO
 # value) comes back from the log and from snapshots after a restart.
 kv_add_test(test_durable_dedup SOURCES unit/test_durable_dedup.c
   LIBS kv_durable kv_testutil TIMEOUT 60)
+# test_durable_expiry: deadlines come back from the log and from snapshots,
+# range-delete steps are replayed, old records read as before.
+kv_add_test(test_durable_expiry SOURCES unit/test_durable_expiry.c
+  LIBS kv_durable kv_testutil TIMEOUT 60)
 
 # The shard server's pure modules (owner table, dedup table, codec).
 kv_add_test(test_server_units SOURCES unit/test_server_units.c LIBS kv_server TIMEOUT 60)
