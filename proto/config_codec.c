@@ -53,8 +53,10 @@ range_sets_from_pb(const Shardkv__Range *r, kv_range *x)
 	if (r->n_replacing != r->n_replaced || r->n_replacing >= r->n_replicas)
 		return KV_EPROTO;
 	x->nreplacing = (uint32_t)r->n_replacing;
-	memcpy(x->replacing, r->replacing, r->n_replacing * sizeof(uint32_t));
-	memcpy(x->replaced, r->replaced, r->n_replaced * sizeof(uint32_t));
+	if (r->n_replacing) { /* protobuf-c leaves an empty array NULL: no memcpy from NULL */
+		memcpy(x->replacing, r->replacing, r->n_replacing * sizeof(uint32_t));
+		memcpy(x->replaced, r->replaced, r->n_replaced * sizeof(uint32_t));
+	}
 	return KV_OK;
 }
 
