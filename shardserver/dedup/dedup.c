@@ -331,7 +331,17 @@ slot_new(kv_dedup *d, dedup_client *c, uint64_t req)
 		c->floor = c->ids[i];
 	if (c->ids[i] != 0)
 		idx_del(c, c->ids[i]);
+	/* The key's buffer is kept for the next key (most are short): no
+	 * free and malloc per write. */
+	kv_buf key = s->key;
+	s->key = (kv_buf){0};
 	slot_clear(s);
+	if (key.cap <= 256) {
+		key.len = 0;
+		s->key = key;
+	} else {
+		kv_buf_fini(&key);
+	}
 	s->req = req;
 	c->ids[i] = req;
 	idx_add(c, i);
