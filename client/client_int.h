@@ -135,12 +135,17 @@ typedef struct {
 typedef void (*kvc_cfg_hook_fn)(shardkv_client *c, kvc_cfgref *ref);
 
 struct shardkv_client {
-	uint64_t client_id;           /* random, non-zero */
+	uint64_t client_id; /* random, non-zero */
+	/* next_id is taken per op by every thread that submits: kept off the
+	 * cache lines of the fields read per op (a line of padding each side,
+	 * as the handle is calloc'd without extra alignment). */
+	char pad_id0[64];
 	atomic_uint_fast64_t next_id; /* request ids, envelope and op */
-	atomic_uint timeout_ms;       /* per-call deadline */
-	kv_buf auth;                  /* auth token */
-	kv_tls *tls;                  /* TLS configuration (immutable); NULL: none */
-	bool no_watch;                /* no watch thread */
+	char pad_id1[64];
+	atomic_uint timeout_ms; /* per-call deadline */
+	kv_buf auth;            /* auth token */
+	kv_tls *tls;            /* TLS configuration (immutable); NULL: none */
+	bool no_watch;          /* no watch thread */
 
 	size_t nctl;      /* controller addresses */
 	char **ctl_addrs; /* from shardkv_open, owned */
