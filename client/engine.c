@@ -718,8 +718,16 @@ enqueue(kvc_queue *sq, kvc_req *q)
 		sq->head = q;
 	sq->tail = q;
 	sq->queued++;
+	/* pump's own test, made here under the same lock: while a request is
+	 * in flight and fewer than ENG_MORE_OPS single-key ops wait, its reply
+	 * sends them (no second lock per op). */
+	bool in_flight = false;
+	for (size_t i = 0; i < ENG_SLOTS && !in_flight; i++)
+		in_flight = sq->slot[i].busy;
+	bool wait = in_flight && sq->queued < ENG_MORE_OPS && single_key(&sq->head->op);
 	pthread_mutex_unlock(&sq->mu);
-	pump(sq);
+	if (!wait)
+		pump(sq);
 }
 
 /* ---------------------------------------------------------------------------
