@@ -517,6 +517,10 @@ kvc_hint_lookup(shardkv_client *c, uint64_t epoch, kv_bytes key)
 {
 	char *a = NULL;
 
+	/* No hint at all (the common case): no lock. A hint added meanwhile is
+	 * missed at worst, and hints are only shortcuts. */
+	if (atomic_load_explicit(&c->nhints, memory_order_relaxed) == 0)
+		return NULL;
 	pthread_mutex_lock(&c->cfg_mu);
 	for (size_t i = 0; i < c->nhints; i++) {
 		const kvc_hintent *h = &c->hints[i];
@@ -575,6 +579,7 @@ kvc_cfg_install(shardkv_client *c, kv_config *cfg)
 	if (c->cfg == NULL || c->cfg->cfg->epoch < cfg->epoch) {
 		old = c->cfg;
 		c->cfg = n;
+		atomic_store(&c->cfg_known, true);
 		atomic_fetch_add(&n->refs, 1); /* for the hook below */
 		hints_clear_locked(c);         /* they amended the old configuration */
 		pthread_cond_broadcast(&c->cfg_cv);

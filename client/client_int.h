@@ -135,12 +135,17 @@ typedef struct {
 typedef void (*kvc_cfg_hook_fn)(shardkv_client *c, kvc_cfgref *ref);
 
 struct shardkv_client {
-	uint64_t client_id;           /* random, non-zero */
+	uint64_t client_id; /* random, non-zero */
+	/* next_id is taken per op by every thread that submits: kept off the
+	 * cache lines of the fields read per op (a line of padding each side,
+	 * as the handle is calloc'd without extra alignment). */
+	char pad_id0[64];
 	atomic_uint_fast64_t next_id; /* request ids, envelope and op */
-	atomic_uint timeout_ms;       /* per-call deadline */
-	kv_buf auth;                  /* auth token */
-	kv_tls *tls;                  /* TLS configuration (immutable); NULL: none */
-	bool no_watch;                /* no watch thread */
+	char pad_id1[64];
+	atomic_uint timeout_ms; /* per-call deadline */
+	kv_buf auth;            /* auth token */
+	kv_tls *tls;            /* TLS configuration (immutable); NULL: none */
+	bool no_watch;          /* no watch thread */
 
 	size_t nctl;      /* controller addresses */
 	char **ctl_addrs; /* from shardkv_open, owned */
@@ -155,11 +160,13 @@ struct shardkv_client {
 	pthread_mutex_t cfg_mu; /* protects everything down to the blank line */
 	pthread_cond_t cfg_cv;  /* signalled on a new config and on close */
 	kvc_cfgref *cfg;        /* the newest configuration, NULL before the first */
+	atomic_bool cfg_known;  /* cfg is set (it never goes back to NULL); read without cfg_mu */
 	bool watch_started;     /* the watch thread exists */
 	bool closing;           /* shardkv_close is running */
 	nng_aio *watch_aio;     /* the watch thread's send or receive, cancelled to stop it */
 	kvc_hintent hints[KVC_MAX_HINTS]; /* owner hints since the cached config, newest first */
-	size_t nhints;                    /* entries */
+	atomic_size_t nhints;             /* entries (written under cfg_mu; read without it
+	                                   * only to skip the lookup when 0) */
 
 	pthread_t watch_thread;             /* long-polls the controller */
 	atomic_uint_fast64_t refused_since; /* kv_now_ns() of the first of the controller

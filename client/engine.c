@@ -336,6 +336,8 @@ pump(kvc_queue *sq)
 		kvc_req *late = NULL;
 		size_t bytes = 0;
 		unsigned busy = 0;
+		/* One clock read per request, not one per op it takes. */
+		uint64_t now = kv_now_ns();
 
 		pthread_mutex_lock(&sq->mu);
 		for (size_t i = 0; i < ENG_SLOTS; i++) {
@@ -365,7 +367,7 @@ pump(kvc_queue *sq)
 			sq->head = q->next;
 			q->next = NULL;
 			sq->queued--;
-			if (kvc_remaining_ms(q->deadline_ns) == 0) {
+			if (now >= q->deadline_ns) {
 				q->next = late; /* failed below, outside the lock */
 				late = q;
 				continue;
@@ -727,8 +729,16 @@ enqueue(kvc_queue *sq, kvc_req *q)
 		sq->head = q;
 	sq->tail = q;
 	sq->queued++;
+	/* pump's own test, made here under the same lock: while a request is
+	 * in flight and fewer than ENG_MORE_OPS single-key ops wait, its reply
+	 * sends them (no second lock per op). */
+	bool in_flight = false;
+	for (size_t i = 0; i < ENG_SLOTS && !in_flight; i++)
+		in_flight = sq->slot[i].busy;
+	bool wait = in_flight && sq->queued < ENG_MORE_OPS && single_key(&sq->head->op);
 	pthread_mutex_unlock(&sq->mu);
-	pump(sq);
+	if (!wait)
+		pump(sq);
 }
 
 /* ---------------------------------------------------------------------------

@@ -206,10 +206,12 @@ submit_with(shardkv_client *c, kv_op_kind kind, const void *key, size_t klen, co
 	a->req.done = fin;
 	/* The first op of a handle fetches the configuration here (the only
 	 * wait an async call makes), so that the ops after it route at once. */
-	kvc_cfgref *ref = kvc_cfg_peek(c);
-	if (ref == NULL && kvc_cfg_get(c, 0, a->req.deadline_ns, &ref) != KV_OK)
-		ref = NULL;
-	kvc_cfg_put(ref);
+	if (!atomic_load(&c->cfg_known)) {
+		kvc_cfgref *ref = kvc_cfg_peek(c);
+		if (ref == NULL && kvc_cfg_get(c, 0, a->req.deadline_ns, &ref) != KV_OK)
+			ref = NULL;
+		kvc_cfg_put(ref);
+	}
 	if ((rv = kvc_submit_routed(&a->req)) != KV_OK) {
 		kvc_req_fini(&a->req);
 		free(a);

@@ -9,14 +9,112 @@
  * tree that borrows the caller's bytes, packs it straight into an nng
  * message body, and frees only the tree's own arrays (never with
  * free_unpacked).
+ *
+ * A decoded Request or Response is unpacked into an arena of its own (pb_arena:
+ * one block sized from the message, more only if it does not fit), which
+ * the fini frees in one go: protobuf-c otherwise allocates every op, every
+ * sub-message and every key and value separately, and frees them one by
+ * one, a tenth of a server's and a client's cycles under pipelined load.
+ * `pb` points to the arena; its `msg` is the unpacked message.
  */
 #include "proto/data_codec.h"
 #include "common/err.h"
 #include "proto/codec_int.h"
 #include "proto/wire.h"
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* One block of a pb_arena. */
+typedef struct pb_blk {
+	struct pb_blk *next; /* the block allocated before this one */
+	size_t cap;          /* bytes in data */
+	size_t used;         /* bytes handed out */
+	max_align_t data[];  /* the memory */
+} pb_blk;
+
+/* The memory of one unpacked message: what kv_req.pb and kv_resp.pb hold. */
+typedef struct {
+	ProtobufCAllocator a; /* pb_alloc, pb_free, this arena */
+	pb_blk *head;         /* the newest block */
+	void *msg;            /* the unpacked message */
+} pb_arena;
+
+#define PB_ALIGN     (sizeof(max_align_t))
+#define PB_BLOCK_MIN 1024u
+
+static pb_blk *
+pb_blk_new(size_t cap)
+{
+	pb_blk *b = malloc(sizeof(*b) + cap);
+	if (b == NULL)
+		return NULL;
+	b->next = NULL;
+	b->cap = cap;
+	b->used = 0;
+	return b;
+}
+
+static void *
+pb_alloc(void *arg, size_t size)
+{
+	pb_arena *ar = arg;
+	pb_blk *b = ar->head;
+
+	if (size > SIZE_MAX / 2)
+		return NULL;
+	size = (size + PB_ALIGN - 1) & ~(PB_ALIGN - 1);
+	if (size > b->cap - b->used) {
+		size_t cap = b->cap * 2 > size ? b->cap * 2 : size;
+		pb_blk *nb = pb_blk_new(cap);
+		if (nb == NULL)
+			return NULL;
+		nb->next = b;
+		ar->head = b = nb;
+	}
+	void *p = (char *)b->data + b->used;
+	b->used += size;
+	return p;
+}
+
+static void
+pb_free(void *arg, void *p)
+{
+	(void)arg, (void)p; /* freed with the arena */
+}
+
+/* An arena for unpacking a message of n bytes, or NULL. The unpacked
+ * form is a few times the wire form (a struct per message, a pointer per
+ * repeated entry): the first block is sized for that. */
+static pb_arena *
+pb_arena_new(size_t n)
+{
+	size_t cap = n <= (SIZE_MAX - PB_BLOCK_MIN) / 4 ? 4 * n + PB_BLOCK_MIN : n;
+	pb_arena *ar = malloc(sizeof(*ar));
+	if (ar == NULL)
+		return NULL;
+	if ((ar->head = pb_blk_new(cap)) == NULL) {
+		free(ar);
+		return NULL;
+	}
+	ar->a = (ProtobufCAllocator){.alloc = pb_alloc, .free = pb_free, .allocator_data = ar};
+	ar->msg = NULL;
+	return ar;
+}
+
+static void
+pb_arena_free(pb_arena *ar)
+{
+	if (ar == NULL)
+		return;
+	for (pb_blk *b = ar->head, *nx; b != NULL; b = nx) {
+		nx = b->next;
+		free(b);
+	}
+	free(ar);
+}
 
 /* Returns whether a byte field fits the hard limit. */
 static bool
@@ -216,12 +314,17 @@ kv_data_req_decode(const void *p, size_t n, kv_req *out, const char **why)
 
 	memset(out, 0, sizeof(*out));
 	*why = NULL;
-	rq = shardkv__request__unpack(NULL, n, p);
+	pb_arena *ar = pb_arena_new(n);
+	if (ar == NULL)
+		return KV_ENOMEM;
+	rq = shardkv__request__unpack(&ar->a, n, p);
 	if (rq == NULL) {
+		pb_arena_free(ar);
 		*why = "undecodable request";
 		return KV_EPROTO;
 	}
-	out->pb = rq;
+	ar->msg = rq;
+	out->pb = ar;
 	out->client_id = rq->client_id;
 	out->request_id = rq->request_id;
 	out->epoch = rq->epoch;
@@ -273,8 +376,7 @@ kv_data_req_fini(kv_req *r)
 	free(r->ops);
 	kv_xfer__fini(&r->xfer);
 	kv_repl__fini(&r->repl);
-	if (r->pb)
-		shardkv__request__free_unpacked(r->pb, NULL);
+	pb_arena_free(r->pb);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -738,8 +840,14 @@ kv_data_resp_decode(const void *p, size_t n, kv_resp *out)
 	int rv = KV_EPROTO;
 
 	memset(out, 0, sizeof(*out));
-	if ((m = shardkv__response__unpack(NULL, n, p)) == NULL)
+	pb_arena *ar = pb_arena_new(n);
+	if (ar == NULL)
+		return KV_ENOMEM;
+	if ((m = shardkv__response__unpack(&ar->a, n, p)) == NULL) {
+		pb_arena_free(ar);
 		return KV_EPROTO;
+	}
+	ar->msg = m;
 	if (!str_ok(m->error) || m->n_results > KV_DATA_MAX_OPS ||
 	    (m->transfer_ack && !str_ok(m->transfer_ack->error)) ||
 	    (m->replicate_ack && !str_ok(m->replicate_ack->error)))
@@ -780,10 +888,10 @@ kv_data_resp_decode(const void *p, size_t n, kv_resp *out)
 		                      ? m->replicate_ack->error
 		                      : NULL;
 	}
-	out->pb = m;
+	out->pb = ar;
 	return KV_OK;
 err:
-	out->pb = m;
+	out->pb = ar;
 	kv_data_resp_fini(out);
 	return rv == KV_ENOMEM ? KV_ENOMEM : KV_EPROTO;
 }
@@ -797,7 +905,6 @@ kv_data_resp_fini(kv_resp *r)
 	for (size_t i = 0; r->results && i < r->nresults; i++)
 		result_free(&r->results[i]);
 	free(r->results);
-	if (r->pb)
-		shardkv__response__free_unpacked(r->pb, NULL);
+	pb_arena_free(r->pb);
 	memset(r, 0, sizeof(*r));
 }

@@ -10,7 +10,13 @@
  * by the policy, and then completes the notifications the new written or
  * synced lsn covers, calling them outside the lock. Appenders that arrive
  * while the writer is in write or fsync fill the next `cur`: that is the
- * group commit.
+ * group commit. An appender wakes the writer only when it sleeps: a busy
+ * writer looks for more before it sleeps. With NONE, where nothing waits
+ * for the bytes, the writer also lets a buffer fill for up to
+ * WAL_LINGER_NS (or WAL_LAZY_BYTES) before it takes it, unless someone
+ * waits for it (a notification, kv_wal_wait, a rotation, close): a wake-up
+ * and a pwritev per request cost a server about a tenth of its cycles under
+ * pipelined writes.
  *
  * Failure and retry: the writer owns the bytes until they are safe - written
  * (NONE) or fsynced (ALWAYS, BATCH) - and only then recycles the chunks. A
@@ -76,6 +82,8 @@
 #define WAL_DEF_BATCH   10u
 #define WAL_DEF_SEGMENT (64ull * 1024ull * 1024ull)
 #define WAL_DEF_BUFFER  (64ull * 1024ull * 1024ull)
+#define WAL_LINGER_NS   (2ull * 1000000ull) /* NONE: a buffer waits this long, at most */
+#define WAL_LAZY_BYTES  (256u * 1024u)      /* NONE: ... or until it holds this much */
 
 static const char wal_magic[8] = {'S', 'K', 'V', 'W', 'A', 'L', '\0', '\0'};
 
@@ -111,6 +119,10 @@ struct kv_wal {
 	/* mu */
 	struct chunk cur;                /* records not yet taken by the writer */
 	uint64_t cur_records;            /* ... how many */
+	uint64_t cur_since;              /* ... when the first of them came (monotonic ns) */
+	bool sleeping;                   /* the writer waits on `work` */
+	bool lingering;                  /* ... NONE: only for cur to fill (or its time) */
+	unsigned waiters;                /* threads in kv_wal_wait */
 	uint64_t next_lsn;               /* lsn of the next append */
 	struct chunk rot;                /* records before a requested rotation, not yet taken */
 	bool rot_pending;                /* a kv_wal_rotate() is in progress */
@@ -868,13 +880,25 @@ sync_due(const kv_wal *w, uint64_t now, uint64_t sync_req, bool closing)
 	return w->mode == KV_FSYNC_BATCH && now >= w->last_sync + w->batch_ns;
 }
 
+/* Whether cur's records should be taken now: at once, but with NONE only
+ * once the buffer is big or old enough, or someone waits for it. mu held. */
+static bool
+cur_due(const kv_wal *w, uint64_t now)
+{
+	if (w->cur.len == 0)
+		return false;
+	return w->mode != KV_FSYNC_NONE || w->cur.len >= WAL_LAZY_BYTES ||
+	       now >= w->cur_since + WAL_LINGER_NS || w->nnotes > 0 || w->waiters > 0 ||
+	       w->closing || w->rot_pending || w->sync_req > w->written_lsn;
+}
+
 /* Whether the writer has something to do. mu held. */
 static bool
 has_work_locked(const kv_wal *w, uint64_t now)
 {
 	if (w->switch_to != 0 || w->pend_written < w->pend_total)
 		return true;
-	if (w->nchunks < WAL_MAX_CHUNKS && ((w->rot_pending && !w->rot_taken) || w->cur.len > 0))
+	if (w->nchunks < WAL_MAX_CHUNKS && ((w->rot_pending && !w->rot_taken) || cur_due(w, now)))
 		return true;
 	return sync_due(w, now, w->sync_req, w->closing);
 }
@@ -1167,10 +1191,18 @@ writer_main(void *arg)
 		} else if (!has_work_locked(w, now)) {
 			if (w->closing)
 				break;
-			if (w->mode == KV_FSYNC_BATCH && w->w_written > w->w_synced)
+			w->sleeping = true;
+			if (w->mode == KV_FSYNC_BATCH && w->w_written > w->w_synced) {
 				wait_until(&w->work, &w->mu, w->last_sync + w->batch_ns);
-			else
+			} else if (w->cur.len > 0 && w->nchunks < WAL_MAX_CHUNKS) {
+				/* NONE: let cur fill (cur_due) */
+				w->lingering = true;
+				wait_until(&w->work, &w->mu, w->cur_since + WAL_LINGER_NS);
+				w->lingering = false;
+			} else {
 				pthread_cond_wait(&w->work, &w->mu);
+			}
+			w->sleeping = false;
 			continue;
 		}
 		take_locked(w);
@@ -1331,12 +1363,17 @@ kv_wal_appendv_tap(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn, kv_
 	}
 	if (tap != NULL)
 		tap(arg, w->next_lsn, p - total, total);
+	if (w->cur.len == 0)
+		w->cur_since = kv_now_ns();
 	w->cur.len += rec;
 	w->cur_records++;
 	*lsn = w->next_lsn++;
 	w->st_records++;
 	w->st_bytes += total;
-	pthread_cond_signal(&w->work);
+	/* A writer at work looks again before it sleeps; one waiting for cur
+	 * to fill needs no wake-up until it is full. */
+	if (w->sleeping && (!w->lingering || w->cur.len >= WAL_LAZY_BYTES))
+		pthread_cond_signal(&w->work);
 	pthread_mutex_unlock(&w->mu);
 	return KV_OK;
 }
@@ -1370,6 +1407,8 @@ kv_wal_notify(kv_wal *w, uint64_t lsn, kv_wal_done_fn done, void *arg)
 		status = w->health;
 	else {
 		rv = notes_push_locked(w, lsn, done, arg);
+		if (rv == KV_OK && w->lingering)
+			pthread_cond_signal(&w->work); /* cur is due now (cur_due) */
 		pthread_mutex_unlock(&w->mu);
 		return rv;
 	}
@@ -1389,6 +1428,9 @@ kv_wal_wait(kv_wal *w, uint64_t lsn, bool sync)
 		pthread_mutex_unlock(&w->mu);
 		return KV_EINVAL;
 	}
+	w->waiters++;
+	if (w->lingering)
+		pthread_cond_signal(&w->work); /* cur is due now (cur_due) */
 	for (;;) {
 		if ((sync ? w->synced_lsn : w->written_lsn) >= lsn) {
 			rv = KV_OK;
@@ -1408,6 +1450,7 @@ kv_wal_wait(kv_wal *w, uint64_t lsn, bool sync)
 		}
 		pthread_cond_wait(&w->progress, &w->mu);
 	}
+	w->waiters--;
 	pthread_mutex_unlock(&w->mu);
 	return rv;
 }

@@ -193,6 +193,52 @@ dedup_remembers_up_to_its_bound_out_of_order(void **state)
 	kv_dedup_destroy(d);
 }
 
+/* Many writes of one client through a small ring, with aborted and
+ * forgotten ones among them: the memory answers exactly what the ring still
+ * holds (the index follows every overwrite, abort and forget). */
+static void
+dedup_lookup_follows_the_ring_through_wraps_aborts_and_forgets(void **state)
+{
+	enum { RING = 64, N = 5000 };
+	kv_dedup *d = kv_dedup_create(RING, 16, 1000);
+	kv_dedup_result r = {0}, out;
+	uint64_t held[RING]; /* the ids written, in ring order; 0: none */
+	size_t n = 0;
+	(void)state;
+	memset(held, 0, sizeof(held));
+	for (uint64_t req = 1; req <= N; req++) {
+		assert_int_equal(kv_dedup_begin(d, 5, req, false, 100, &out), KV_ENOTFOUND);
+		if (req % 7 == 0) {
+			kv_dedup_abort(d, 5, req); /* its slot is empty now */
+			held[n++ % RING] = 0;
+			continue;
+		}
+		if (req % 11 == 0)
+			kv_dedup_finish(d, 5, req, &r, S("gone"), 100);
+		else
+			kv_dedup_finish(d, 5, req, &r, S("kept"), 100);
+		held[n++ % RING] = req;
+		if (req % 500 == 0) {
+			kv_dedup_forget_range(d, S("gone"), S("gonf"));
+			for (size_t i = 0; i < RING; i++)
+				if (held[i] % 11 == 0)
+					held[i] = 0;
+		}
+		if (req % 97 != 0)
+			continue;
+		for (size_t i = 0; i < RING; i++) {
+			if (held[i] == 0)
+				continue;
+			assert_int_equal(kv_dedup_begin(d, 5, held[i], true, 100, &out), 0);
+			kv_buf_fini(&out.value);
+		}
+	}
+	/* Ids no longer held are refused as forgotten, never applied again. */
+	assert_int_equal(kv_dedup_begin(d, 5, 1, true, 100, &out), KV_ESTALE);
+	assert_int_equal(kv_dedup_begin(d, 5, N - RING - 1, true, 100, &out), KV_ESTALE);
+	kv_dedup_destroy(d);
+}
+
 typedef struct {
 	int n;
 } visit_acc;
@@ -346,6 +392,7 @@ main(void)
 	    cmocka_unit_test(dedup_refilled_memory_refuses_writes_older_than_it_holds),
 	    cmocka_unit_test(dedup_remembers_up_to_its_bound_out_of_order),
 	    cmocka_unit_test(dedup_visit_range_selects_by_key),
+	    cmocka_unit_test(dedup_lookup_follows_the_ring_through_wraps_aborts_and_forgets),
 	    cmocka_unit_test(codec_refuses_hostile_requests_without_crashing),
 	    cmocka_unit_test(codec_response_round_trips_results_and_hints),
 	};

@@ -397,6 +397,28 @@ close_flushes_buffered_records(void **state)
 	expect_records(d->path, 1, 1, 500);
 }
 
+/* With NONE a record nobody waits for still reaches the file on its own
+ * (the writer lets the buffer fill only for a bounded time), and a
+ * notification or a wait for it is answered without more appends. */
+static void
+none_writes_a_lone_record_without_being_asked(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = open_log(d->path, KV_FSYNC_NONE, 1);
+	uint64_t deadline = kv_now_ns() + 5ull * 1000000000ull;
+
+	append_one(w, 1);
+	while (kv_wal_durable_lsn(w) < 1 && kv_now_ns() < deadline) {
+		struct timespec ts = {0, 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	assert_true(kv_wal_durable_lsn(w) >= 1);
+	append_one(w, 2);
+	assert_int_equal(kv_wal_wait(w, 2, false), KV_OK);
+	kv_wal_close(w);
+	expect_records(d->path, 1, 1, 2);
+}
+
 static void
 records_bigger_than_the_buffer_are_accepted(void **state)
 {
@@ -1439,6 +1461,7 @@ main(void)
 	    T(log_closed_without_appends_reopens_at_the_same_lsn),
 	    T(open_refuses_segments_at_or_beyond_next_lsn_that_hold_records),
 	    T(close_flushes_buffered_records),
+	    T(none_writes_a_lone_record_without_being_asked),
 	    T(records_bigger_than_the_buffer_are_accepted),
 	    T(torn_last_record_is_dropped_at_every_cut_and_log_continues),
 	    T(zeros_after_the_last_record_are_a_torn_tail),
