@@ -68,7 +68,8 @@ kv_ctl__stat_store(struct ctl_stat *s, const kv_admin_req *rq)
 	uint8_t *blob = NULL, *w;
 
 	for (size_t i = 0; i < rq->nranges; i++) {
-		bytes += rq->ranges[i].start.len + rq->ranges[i].end.len;
+		bytes += rq->ranges[i].start.len + rq->ranges[i].end.len +
+		         rq->ranges[i].load_split.len + rq->ranges[i].hot_key.len;
 		nsplit += rq->ranges[i].nsplit;
 		for (size_t j = 0; j < rq->ranges[i].nsplit; j++)
 			bytes += rq->ranges[i].split[j].len;
@@ -86,6 +87,8 @@ kv_ctl__stat_store(struct ctl_stat *s, const kv_admin_req *rq)
 		r[i] = rq->ranges[i];
 		r[i].start = blob_put(&w, rq->ranges[i].start);
 		r[i].end = blob_put(&w, rq->ranges[i].end);
+		r[i].load_split = blob_put(&w, rq->ranges[i].load_split);
+		r[i].hot_key = blob_put(&w, rq->ranges[i].hot_key);
 		r[i].split = sp != NULL ? sp + nsplit : NULL; /* no splits at all: sp is NULL */
 		for (size_t j = 0; j < rq->ranges[i].nsplit; j++)
 			sp[nsplit++] = blob_put(&w, rq->ranges[i].split[j]);

@@ -69,6 +69,14 @@ heartbeat(const Shardkv__Heartbeat *h, kv_admin_req *out)
 		s->keys = r->keys;
 		s->bytes = r->bytes;
 		s->ops = r->ops_per_sec;
+		s->reads = r->reads_per_sec >= 0 ? r->reads_per_sec : 0; /* NaN too: 0 */
+		s->writes = r->writes_per_sec >= 0 ? r->writes_per_sec : 0;
+		if (r->load_split_key.len > KV_HARD_MAX_KEY || r->hot_key.len > KV_HARD_MAX_KEY)
+			return KV_EPROTO;
+		s->load_split = from_pb(r->load_split_key);
+		s->hot_key = from_pb(r->hot_key);
+		s->hot_share =
+		    r->hot_key_share >= 0 && r->hot_key_share <= 1 ? r->hot_key_share : 0;
 		if (r->n_split_keys == 0)
 			continue;
 		s->split = calloc(r->n_split_keys, sizeof(kv_bytes));
@@ -293,6 +301,8 @@ report_to_pb(const kv_admin_report *r, Shardkv__StatusReport *pb)
 			x->keys = rs->keys;
 			x->bytes = rs->bytes;
 			x->ops_per_sec = rs->ops;
+			x->reads_per_sec = rs->reads;
+			x->writes_per_sec = rs->writes;
 			if (rs->nsplit == 0)
 				continue;
 			if ((x->split_keys = calloc(rs->nsplit, sizeof(*x->split_keys))) == NULL)
@@ -576,6 +586,11 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 			rs[i].keys = s->keys;
 			rs[i].bytes = s->bytes;
 			rs[i].ops_per_sec = s->ops;
+			rs[i].reads_per_sec = s->reads;
+			rs[i].writes_per_sec = s->writes;
+			rs[i].load_split_key = to_pb(s->load_split);
+			rs[i].hot_key = to_pb(s->hot_key);
+			rs[i].hot_key_share = s->hot_share;
 			rs[i].split_keys = &sk[nsk];
 			for (size_t j = 0; j < s->nsplit; j++)
 				sk[nsk++] = to_pb(s->split[j]);
@@ -718,6 +733,8 @@ report_from_pb(const Shardkv__StatusReport *rep, resp_store *st)
 			y->keys = x->keys;
 			y->bytes = x->bytes;
 			y->ops = x->ops_per_sec;
+			y->reads = x->reads_per_sec >= 0 ? x->reads_per_sec : 0;
+			y->writes = x->writes_per_sec >= 0 ? x->writes_per_sec : 0;
 			y->split = x->n_split_keys ? &st->splits[ns] : NULL;
 			y->nsplit = x->n_split_keys;
 			for (size_t k = 0; k < x->n_split_keys; k++) {

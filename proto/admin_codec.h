@@ -47,13 +47,18 @@ typedef enum {
 
 /* Live statistics of one range (Heartbeat.ranges, NodeStats.ranges). */
 typedef struct {
-	kv_bytes start;  /* the range as the node owns it */
-	kv_bytes end;    /* empty: end of the key space */
-	uint64_t keys;   /* keys in it */
-	uint64_t bytes;  /* key + value bytes in it */
-	double ops;      /* op rate */
-	size_t nsplit;   /* entries in split */
-	kv_bytes *split; /* split keys, in key order */
+	kv_bytes start;      /* the range as the node owns it */
+	kv_bytes end;        /* empty: end of the key space */
+	uint64_t keys;       /* keys in it */
+	uint64_t bytes;      /* key + value bytes in it */
+	double ops;          /* op rate */
+	size_t nsplit;       /* entries in split */
+	kv_bytes *split;     /* split keys, in key order */
+	double reads;        /* decayed read op rate (sampled) */
+	double writes;       /* decayed write op rate (sampled) */
+	kv_bytes load_split; /* halves the sampled load; empty: none */
+	kv_bytes hot_key;    /* one key with at least half of the load; empty: none */
+	double hot_share;    /* hot_key's share of the load, 0..1 */
 } kv_admin_range_stat;
 
 /* A decoded AdminRequest. Pointers borrow from the unpacked message. */

@@ -323,6 +323,11 @@ assert_range_stat(const kv_admin_range_stat *a, const kv_admin_range_stat *b)
 	assert_int_equal(a->nsplit, b->nsplit);
 	for (size_t i = 0; i < a->nsplit; i++)
 		assert_bytes(a->split[i], b->split[i]);
+	assert_true(a->reads == b->reads);
+	assert_true(a->writes == b->writes);
+	assert_bytes(a->load_split, b->load_split);
+	assert_bytes(a->hot_key, b->hot_key);
+	assert_true(a->hot_share == b->hot_share);
 }
 
 static void
@@ -383,7 +388,12 @@ every_admin_request_round_trips(void **state)
 	     .bytes = 30,
 	     .ops = 1.5,
 	     .nsplit = 3,
-	     .split = split},
+	     .split = split,
+	     .reads = 1.0,
+	     .writes = 0.5,
+	     .load_split = B("c"),
+	     .hot_key = B("c"),
+	     .hot_share = 0.75},
 	    {.start = B("m"), .end = B(""), .keys = 0, .bytes = 0, .ops = 0.25}};
 	const kv_admin_req all[] = {
 	    {.op = KV_ADM_JOIN,
