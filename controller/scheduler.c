@@ -17,7 +17,8 @@
  *      moved in halves. A step must lower the larger of the two nodes' loads
  *      and move at least half the tolerance of the mean, so balanced and
  *      unbalanceable states propose nothing (hysteresis);
- *   3. merges: two adjacent single ranges on different nodes that are both
+ *   3. merges, once the map has more than MERGE_PER_NODE ranges per active
+ *      node: two adjacent single ranges on different nodes that are both
  *      small (together under split_bytes / 4) and cold (under split_ops / 4)
  *      become one by moving the smaller onto its neighbour's node, when
  *      that node stays within the tolerance.
@@ -31,8 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_PINS  64
-#define MAX_NODES 256
+#define MAX_PINS       64
+#define MERGE_PER_NODE 8
+#define MAX_NODES      256
 
 /* A key interval with a time (pins: until is unused). */
 struct span {
@@ -342,7 +344,10 @@ consider(struct round *R, struct load *src, bool ops, size_t i, struct cand *bes
 		 * hot on one side (it is reported once the heat lasts). */
 		if (part > 0 && hot)
 			continue;
-		if (part == 0 && single && (double)f->bytes > (double)R->p->split_bytes)
+		/* Data moves in pieces of at most split_bytes, or the smallest
+		 * piece there is when even that is larger. */
+		if (single && ab > (double)R->p->split_bytes &&
+		    share > 1.0 / (double)(nk + 1) + 1e-9)
 			continue;
 		if (amt < min_step || amt <= 0)
 			continue;
@@ -595,7 +600,12 @@ kv_sched_plan(kv_sched *s, const kv_config *cfg, const kv_sched_fig *figs, const
 	}
 	rv = KV_OK;
 	/* 3. Merges of small cold single neighbours. */
-	for (size_t i = 0; i + 1 < cfg->nranges && k < cap && R->moves > 0; i++) {
+	/* Only a map with more than MERGE_PER_NODE ranges per active node
+	 * merges: a few ranges cost nothing, and a young cluster's first
+	 * ranges stay where a join put them. */
+	for (size_t i = 0; cfg->nranges > MERGE_PER_NODE * R->nl && i + 1 < cfg->nranges &&
+	                   k < cap && R->moves > 0;
+	     i++) {
 		const kv_range *a = &cfg->ranges[i], *b = &cfg->ranges[i + 1];
 		if (a->nreplicas || b->nreplicas || a->node == b->node || !free_range(R, i) ||
 		    !free_range(R, i + 1))

@@ -384,35 +384,77 @@ a_hot_single_key_is_reported_once_sustained_and_not_split(void **state)
 	free(d);
 }
 
+/* A config of two nodes and nr ranges cut every NKEYS / nr keys, on nodes
+ * 1 and 2 in turn. */
+static kv_config *
+alternating(size_t nr)
+{
+	kv_config *c = one_range(2, 1);
+	kv_range *r = realloc(c->ranges, nr * sizeof(*r));
+	assert_non_null(r);
+	c->ranges = r;
+	memset(&r[1], 0, (nr - 1) * sizeof(*r));
+	for (size_t i = 0; i < nr; i++) {
+		char k[8];
+		snprintf(k, sizeof(k), "k%04zu", (i + 1) * NKEYS / nr);
+		if (i + 1 < nr) {
+			assert_int_equal(kv_buf_set(&r[i].end, k, 5), KV_OK);
+			assert_int_equal(kv_buf_set(&r[i + 1].start, k, 5), KV_OK);
+		}
+		r[i].node = (uint32_t)(i % 2) + 1;
+		r[i].leader_epoch = 1;
+	}
+	c->nranges = nr;
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	return c;
+}
+
 static void
-small_cold_neighbours_on_two_nodes_merge(void **state)
+small_cold_neighbours_merge_while_the_map_has_many_ranges_per_node(void **state)
 {
 	(void)state;
 	struct data *d = malloc(sizeof(*d));
-	kv_config *c = one_range(2, 1);
+	kv_config *c = alternating(40);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	kv_sched_decision dec[8];
+	size_t n;
+	int rounds;
+
+	params(&p);
+	data_init(d, 1000, 0); /* 1 MB in all: small and cold */
+	kv_sched_fig *f = figs_of(c, d);
+	assert_int_equal(kv_sched_plan(s, c, f, &p, 1000, false, dec, 8, &n), KV_OK);
+	assert_int_equal(n, 1); /* each node in one decision a round */
+	assert_int_equal(dec[0].kind, KV_SCHED_MERGE);
+	assert_int_equal(dec[0].why, KV_SCHED_WHY_COLD);
+	kv_sched_decisions_fini(dec, n);
+	free(f);
+	c = converge(s, c, d, &p, 1, &rounds);
+	/* Merged down to the threshold of 8 ranges per node, not below. */
+	assert_true(c->nranges <= 16);
+	assert_true(c->nranges >= 14);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
+static void
+a_few_small_ranges_do_not_merge(void **state)
+{
+	(void)state;
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = alternating(4);
 	kv_sched *s = kv_sched_new();
 	kv_sched_params p;
 	kv_sched_decision dec[8];
 	size_t n;
 
 	params(&p);
-	data_init(d, 1000, 0); /* 1 MB in all: small and cold */
-	/* [k0500, "") on node 2. */
-	kv_range *r = realloc(c->ranges, 2 * sizeof(*r));
-	c->ranges = r;
-	memset(&r[1], 0, sizeof(r[1]));
-	assert_int_equal(kv_buf_set(&r[0].end, "k0500", 5), KV_OK);
-	assert_int_equal(kv_buf_set(&r[1].start, "k0500", 5), KV_OK);
-	r[1].node = 2;
-	c->nranges = 2;
-	assert_int_equal(kv_config_validate(c), KV_OK);
+	data_init(d, 1000, 0);
 	kv_sched_fig *f = figs_of(c, d);
 	assert_int_equal(kv_sched_plan(s, c, f, &p, 1000, true, dec, 8, &n), KV_OK);
-	assert_int_equal(n, 1);
-	assert_int_equal(dec[0].kind, KV_SCHED_MERGE);
-	c = apply(c, dec, n, 1);
-	assert_int_equal(c->nranges, 1);
-	kv_sched_decisions_fini(dec, n);
+	assert_int_equal(n, 0);
 	free(f);
 	kv_sched_free(s);
 	kv_config_free(c);
@@ -461,7 +503,8 @@ main(void)
 	    cmocka_unit_test(migrations_in_flight_count_against_the_cluster_limit),
 	    cmocka_unit_test(a_pinned_range_is_left_alone_until_unpinned),
 	    cmocka_unit_test(a_hot_single_key_is_reported_once_sustained_and_not_split),
-	    cmocka_unit_test(small_cold_neighbours_on_two_nodes_merge),
+	    cmocka_unit_test(small_cold_neighbours_merge_while_the_map_has_many_ranges_per_node),
+	    cmocka_unit_test(a_few_small_ranges_do_not_merge),
 	    cmocka_unit_test(a_dry_run_leaves_the_memory_as_it_was),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
