@@ -358,6 +358,8 @@ kv_ctl__cmd_move(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	return rv;
 }
 
+static void balance_dry_locked(kv_controller *c, const kv_config *cur, struct ctl_ctx *x);
+
 int
 kv_ctl__cmd_rebalance(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 {
@@ -373,6 +375,8 @@ kv_ctl__cmd_rebalance(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *
 	rv = kv_place_rebalance(cur, &px, &next);
 	free(pts);
 	rv = commit_locked(c, rq, x, &px, rv, next, "rebalance");
+	if (rv == KV_OK && rq->dry_run && c->auto_balance)
+		balance_dry_locked(c, cur, x);
 	if (rv == KV_OK && !rq->dry_run)
 		kv_sched_unpin_all(c->sched); /* the balancer may move them again */
 	return rv;
@@ -461,6 +465,30 @@ balance_plan_locked(kv_controller *c, const kv_config *cur, bool commit, kv_sche
 	return KV_OK;
 }
 
+/* rebalance --dry-run: the balancer's next decisions on cur, planned
+ * without advancing its memory, into x's balance plan (doc/scheduler.md).
+ * Out of memory the plan stays empty. */
+static void
+balance_dry_locked(kv_controller *c, const kv_config *cur, struct ctl_ctx *x)
+{
+	kv_sched_decision d[8];
+	kv_config *next = NULL;
+	size_t n = 0;
+
+	if (cur->nranges == 0 || balance_plan_locked(c, cur, false, d, 8, &n, &next) != KV_OK)
+		return;
+	kv_config_free(next);
+	for (size_t i = 0; i < n && i < CTL_SCHED_RECENT; i++) {
+		sched_describe(&d[i], x->btext[i], sizeof(x->btext[i]));
+		x->bal[i] = (kv_admin_balance){.kind = kv_sched_kind_name(d[i].kind),
+		                               .reason = kv_sched_why_name(d[i].why),
+		                               .what = x->btext[i]};
+	}
+	x->resp.balance_plan = x->bal;
+	x->resp.nbalance_plan = n < CTL_SCHED_RECENT ? n : CTL_SCHED_RECENT;
+	kv_sched_decisions_fini(d, n);
+}
+
 int
 kv_ctl__cmd_balance(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 {
@@ -486,6 +514,8 @@ kv_ctl__cmd_balance(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		struct ctl_sched_rec *rec = &c->sched_recent[c->sched_next++ % CTL_SCHED_RECENT];
 		sched_describe(&d[i], rec->text, sizeof(rec->text));
 		rec->unix_ms = unix_ms();
+		rec->kind = kv_sched_kind_name(d[i].kind);
+		rec->reason = kv_sched_why_name(d[i].why);
 		c->sched_total[d[i].kind][d[i].why]++;
 		if (d[i].split)
 			c->sched_splits[d[i].why]++;
@@ -568,6 +598,21 @@ kv_ctl__cmd_status(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	x->report.nmigs = cur->nmigs;
 	x->report.migs = x->rmigs;
 	x->report.address = c->listen;
+	/* The balancer's latest decisions, oldest first (doc/scheduler.md). */
+	for (size_t i = 0; i < CTL_SCHED_RECENT; i++) {
+		const struct ctl_sched_rec *rec =
+		    &c->sched_recent[(c->sched_next + i) % CTL_SCHED_RECENT];
+		size_t k = x->report.nbalance;
+		if (rec->unix_ms == 0)
+			continue;
+		snprintf(x->btext[k], sizeof(x->btext[k]), "%s", rec->text);
+		x->bal[k] = (kv_admin_balance){.time_ms = rec->unix_ms,
+		                               .kind = rec->kind,
+		                               .reason = rec->reason,
+		                               .what = x->btext[k]};
+		x->report.nbalance++;
+	}
+	x->report.balance = x->bal;
 	if (c->repl != NULL) {
 		kv_repl_info in;
 		kv_repl_get_info(c->repl, &in);

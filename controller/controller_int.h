@@ -210,6 +210,8 @@ struct kv_controller {
 	uint64_t sched_splits[5];   /* mu: of which cut a range, by reason */
 	struct ctl_sched_rec {
 		uint64_t unix_ms;         /* when it was published; 0: unused slot */
+		const char *kind;         /* kv_sched_kind_name */
+		const char *reason;       /* kv_sched_why_name */
 		char text[240];           /* what and why, printable */
 	} sched_recent[CTL_SCHED_RECENT]; /* mu: the latest decisions, a ring */
 	size_t sched_next;                /* mu: its next slot */
@@ -255,6 +257,9 @@ struct ctl_ctx {
 	kv_config *plan_cfg;                      /* dry run: the configuration planned and
 	                                             not published; freed after encoding */
 	uint32_t wait_gone;                       /* leave: --wait until this node is gone */
+	kv_admin_balance bal[CTL_SCHED_RECENT];   /* status, rebalance dry run: the
+	                                             balancer's decisions */
+	char btext[CTL_SCHED_RECENT][240];        /* their texts */
 };
 
 /* Returns the latest configuration (the empty one, epoch 0, before the

@@ -5,8 +5,9 @@
  *
  * - sequential keys loaded into the one node that owns their part of the
  *   key space spread over the three nodes within a deadline, with no admin
- *   command, every key still readable from its owner afterwards, and the
- *   controller's /metrics counting the moves.
+ *   command, every key still readable from its owner afterwards, `status`
+ *   listing the decisions, `rebalance --dry-run` answering the balancer's
+ *   next ones, and the controller's /metrics counting the moves.
  *
  * Every wait polls with a deadline.
  */
@@ -135,6 +136,18 @@ sequential_keys_on_one_node_spread_over_three_without_admin_commands(void **stat
 		}
 		assert_int_equal(strlen(r.value), VALLEN > 255 ? 255 : VALLEN);
 	}
+	/* status lists the decisions; rebalance --dry-run the next ones (none:
+	 * nothing to improve, or a cool-down). */
+	static char out[1 << 16], err[4096];
+	assert_int_equal(
+	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "status", "--json", NULL),
+	    0);
+	assert_non_null(strstr(out, "\"balancer\": [{\"time_ms\": "));
+	assert_non_null(strstr(out, "\"kind\": \"move\", \"reason\": \"bytes\""));
+	assert_int_equal(inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "rebalance",
+	                                    "--dry-run", "--json", NULL),
+	                 0);
+	assert_non_null(strstr(out, "\"balancer_plan\": ["));
 	inproc_cluster_scrape_metrics(&cl, mbuf, sizeof(mbuf));
 	assert_non_null(strstr(mbuf, "shardkv_controller_balance_moves_total{reason=\"bytes\"}"));
 	assert_null(strstr(mbuf, "shardkv_controller_balance_moves_total{reason=\"bytes\"} 0\n"));
