@@ -494,8 +494,9 @@ round_init(struct round *R)
 	R->mo = to / (double)R->nl;
 	/* Load below a tenth of --split-ops per node is noise, not work. */
 	R->use_ops = R->mo > R->p->split_ops / 10;
-	/* Nor is data below a sixteenth of --split-bytes per node. */
-	R->use_bytes = R->mb > (double)R->p->split_bytes / 16;
+	/* Nor is data below a sixteenth of --split-bytes, or 1 MiB, per node. */
+	double floor_b = (double)R->p->split_bytes / 16;
+	R->use_bytes = R->mb > (floor_b < 1048576.0 ? floor_b : 1048576.0);
 	return true;
 }
 

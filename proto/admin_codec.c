@@ -15,9 +15,17 @@
 #include "proto/codec_int.h"
 #include "proto/wire.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A rate from the network: finite and not negative, else 0. */
+static double
+rate_ok(double v)
+{
+	return isfinite(v) && v >= 0 ? v : 0;
+}
 
 static kv_bytes
 from_pb(ProtobufCBinaryData d)
@@ -69,8 +77,8 @@ heartbeat(const Shardkv__Heartbeat *h, kv_admin_req *out)
 		s->keys = r->keys;
 		s->bytes = r->bytes;
 		s->ops = r->ops_per_sec;
-		s->reads = r->reads_per_sec >= 0 ? r->reads_per_sec : 0; /* NaN too: 0 */
-		s->writes = r->writes_per_sec >= 0 ? r->writes_per_sec : 0;
+		s->reads = rate_ok(r->reads_per_sec);
+		s->writes = rate_ok(r->writes_per_sec);
 		if (r->load_split_key.len > KV_HARD_MAX_KEY || r->hot_key.len > KV_HARD_MAX_KEY)
 			return KV_EPROTO;
 		s->load_split = from_pb(r->load_split_key);
@@ -798,8 +806,8 @@ report_from_pb(const Shardkv__StatusReport *rep, resp_store *st)
 			y->keys = x->keys;
 			y->bytes = x->bytes;
 			y->ops = x->ops_per_sec;
-			y->reads = x->reads_per_sec >= 0 ? x->reads_per_sec : 0;
-			y->writes = x->writes_per_sec >= 0 ? x->writes_per_sec : 0;
+			y->reads = rate_ok(x->reads_per_sec);
+			y->writes = rate_ok(x->writes_per_sec);
 			y->split = x->n_split_keys ? &st->splits[ns] : NULL;
 			y->nsplit = x->n_split_keys;
 			for (size_t k = 0; k < x->n_split_keys; k++) {

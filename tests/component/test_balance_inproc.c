@@ -35,6 +35,14 @@ static inproc_cluster cl = {.o = {.name = "kvbalance",
                                   .auto_balance = true,
                                   .split_bytes = 512u * 1024u,
                                   .max_migrations = 2}};
+/* The same with --replicas 3: every node holds every range. */
+static inproc_cluster cl3 = {.o = {.name = "kvbalance3",
+                                   .nsrv = NSRV,
+                                   .replicas = 3,
+                                   .auto_balance = true,
+                                   .split_bytes = 512u * 1024u,
+                                   .max_migrations = 2}};
+static inproc_cluster *cur = &cl;
 
 /* The address of the node that routes key in cfg. */
 static const char *
@@ -59,7 +67,7 @@ put_routed(kv_config **cfg, const char *key, const char *val)
 			fail_msg("cannot put %s", key);
 		kv_test_sleep_ms(5);
 		kv_config_free(*cfg);
-		*cfg = inproc_cluster_config(&cl);
+		*cfg = inproc_cluster_config(cur);
 		assert_non_null(*cfg);
 	}
 }
@@ -79,21 +87,40 @@ shares(const kv_config *cfg, unsigned per[NSRV + 1])
 	}
 }
 
+/* Whether every range of c has a full in-sync set. */
+static bool
+all_in_sync(const kv_config *c)
+{
+	for (size_t i = 0; i < c->nranges; i++)
+		if (kv_range_nreplicas(&c->ranges[i]) != NSRV ||
+		    kv_range_ninsync(&c->ranges[i]) != NSRV)
+			return false;
+	return c->nranges > 0;
+}
+
 static void
 sequential_keys_on_one_node_spread_over_three_without_admin_commands(void **state)
 {
-	(void)state;
+	cur = *state;
 	char key[32], val[VALLEN + 1], mbuf[65536];
 	unsigned per[NSRV + 1];
 	kv_config *cfg;
 	uint64_t t0;
 
 	for (int i = 0; i < NSRV; i++)
-		inproc_cluster_srv_up(&cl, i);
+		inproc_cluster_srv_up(cur, i);
 	for (uint32_t id = 1; id <= NSRV; id++)
-		inproc_cluster_wait_node_state(&cl, id, KV_NODE_ACTIVE);
-	cfg = inproc_cluster_config(&cl);
+		inproc_cluster_wait_node_state(cur, id, KV_NODE_ACTIVE);
+	cfg = inproc_cluster_config(cur);
 	assert_non_null(cfg);
+	for (uint64_t t1 = kv_test_now_ms(); cur->o.replicas > 1 && !all_in_sync(cfg);) {
+		if (kv_test_now_ms() - t1 > DEADLINE)
+			fail_msg("the replicas never came in sync");
+		kv_test_sleep_ms(20);
+		kv_config_free(cfg);
+		cfg = inproc_cluster_config(cur);
+		assert_non_null(cfg);
+	}
 	shares(cfg, per);
 	/* Before: one node routes every key (the join split by key width). */
 	assert_true(per[1] == NKEYS || per[2] == NKEYS || per[3] == NKEYS);
@@ -107,7 +134,7 @@ sequential_keys_on_one_node_spread_over_three_without_admin_commands(void **stat
 	t0 = kv_test_now_ms();
 	for (;;) {
 		kv_config_free(cfg);
-		cfg = inproc_cluster_config(&cl);
+		cfg = inproc_cluster_config(cur);
 		assert_non_null(cfg);
 		shares(cfg, per);
 		if (cfg->nmigs == 0 && per[1] >= NKEYS / 5 && per[2] >= NKEYS / 5 &&
@@ -131,7 +158,7 @@ sequential_keys_on_one_node_spread_over_three_without_admin_commands(void **stat
 				fail_msg("get %s: status %d", key, r.status);
 			kv_test_sleep_ms(5);
 			kv_config_free(cfg);
-			cfg = inproc_cluster_config(&cl);
+			cfg = inproc_cluster_config(cur);
 			assert_non_null(cfg);
 		}
 		assert_int_equal(strlen(r.value), VALLEN > 255 ? 255 : VALLEN);
@@ -140,18 +167,36 @@ sequential_keys_on_one_node_spread_over_three_without_admin_commands(void **stat
 	 * nothing to improve, or a cool-down). */
 	static char out[1 << 16], err[4096];
 	assert_int_equal(
-	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "status", "--json", NULL),
+	    inproc_cluster_cli(cur, out, sizeof(out), err, sizeof(err), "status", "--json", NULL),
 	    0);
 	assert_non_null(strstr(out, "\"balancer\": [{\"time_ms\": "));
-	assert_non_null(strstr(out, "\"kind\": \"move\", \"reason\": \"bytes\""));
-	assert_int_equal(inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "rebalance",
+	assert_non_null(strstr(out, cur->o.replicas > 1
+	                                ? "\"kind\": \"transfer\", \"reason\": \"bytes\""
+	                                : "\"kind\": \"move\", \"reason\": \"bytes\""));
+	assert_int_equal(inproc_cluster_cli(cur, out, sizeof(out), err, sizeof(err), "rebalance",
 	                                    "--dry-run", "--json", NULL),
 	                 0);
 	assert_non_null(strstr(out, "\"balancer_plan\": ["));
-	inproc_cluster_scrape_metrics(&cl, mbuf, sizeof(mbuf));
-	assert_non_null(strstr(mbuf, "shardkv_controller_balance_moves_total{reason=\"bytes\"}"));
-	assert_null(strstr(mbuf, "shardkv_controller_balance_moves_total{reason=\"bytes\"} 0\n"));
+	inproc_cluster_scrape_metrics(cur, mbuf, sizeof(mbuf));
+	const char *fam = cur->o.replicas > 1 ? "shardkv_controller_balance_transfers_total"
+	                                      : "shardkv_controller_balance_moves_total";
+	char line[160];
+	snprintf(line, sizeof(line), "%s{reason=\"bytes\"}", fam);
+	assert_non_null(strstr(mbuf, line));
+	snprintf(line, sizeof(line), "%s{reason=\"bytes\"} 0\n", fam);
+	assert_null(strstr(mbuf, line));
+	if (cur->o.replicas > 1) /* transfers only: no data moved */
+		assert_non_null(
+		    strstr(mbuf, "shardkv_controller_balance_moves_total{reason=\"bytes\"} 0\n"));
 	kv_config_free(cfg);
+}
+
+/* --replicas 3 on three nodes: the data is everywhere, the primaries
+ * spread (transfers, no data moves). */
+static void
+sequential_keys_on_one_primary_spread_by_primary_transfers(void **state)
+{
+	sequential_keys_on_one_node_spread_over_three_without_admin_commands(state);
 }
 
 int
@@ -160,6 +205,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    INPROC_CLUSTER_TEST(
 	        sequential_keys_on_one_node_spread_over_three_without_admin_commands, &cl),
+	    INPROC_CLUSTER_TEST(sequential_keys_on_one_primary_spread_by_primary_transfers, &cl3),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
