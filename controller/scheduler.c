@@ -490,6 +490,13 @@ round_init(struct round *R)
 	R->moves = R->p->max_migrations > c->nmigs ? R->p->max_migrations - (uint32_t)c->nmigs : 0;
 	if (R->nl < 2)
 		return false;
+	/* A range without figures (a heartbeat late, a leader that just took
+	 * over) would look empty and draw data to its node: no balancing until
+	 * every range is known, but for those a migration is bringing in (the
+	 * destination reports them once they arrive). */
+	for (size_t i = 0; i < c->nranges; i++)
+		if (!R->f[i].known && !migrating(c, &c->ranges[i]))
+			return false;
 	R->mb = tb / (double)R->nl;
 	R->mo = to / (double)R->nl;
 	/* Load below a tenth of --split-ops per node is noise, not work. */

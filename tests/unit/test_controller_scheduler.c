@@ -462,6 +462,30 @@ a_few_small_ranges_do_not_merge(void **state)
 }
 
 static void
+a_range_without_figures_stops_the_balancing(void **state)
+{
+	(void)state;
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = alternating(2);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	kv_sched_decision dec[8];
+	size_t n;
+
+	params(&p);
+	data_init(d, 300000, 0);
+	kv_sched_fig *f = figs_of(c, d);
+	f[1].known = false; /* node 2's heartbeat is late: it is not empty */
+	f[1].bytes = 0;
+	assert_int_equal(kv_sched_plan(s, c, f, &p, 1000, true, dec, 8, &n), KV_OK);
+	assert_int_equal(n, 0);
+	free(f);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
+static void
 a_dry_run_leaves_the_memory_as_it_was(void **state)
 {
 	(void)state;
@@ -505,6 +529,7 @@ main(void)
 	    cmocka_unit_test(a_hot_single_key_is_reported_once_sustained_and_not_split),
 	    cmocka_unit_test(small_cold_neighbours_merge_while_the_map_has_many_ranges_per_node),
 	    cmocka_unit_test(a_few_small_ranges_do_not_merge),
+	    cmocka_unit_test(a_range_without_figures_stops_the_balancing),
 	    cmocka_unit_test(a_dry_run_leaves_the_memory_as_it_was),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
