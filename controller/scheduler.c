@@ -62,7 +62,7 @@ kv_sched_params_default(kv_sched_params *p)
 	p->max_migrations = 2;
 	p->tolerance = 0.10;
 	p->sustain_ms = 10000;
-	p->cooldown_ms = 30000;
+	p->cooldown_ms = 15000;
 }
 
 const char *
@@ -323,6 +323,10 @@ consider(struct round *R, struct load *src, bool ops, size_t i, struct cand *bes
 		return;
 	if ((d = pick_dst(R, r, src, ops)) == NULL)
 		return;
+	/* The ideal piece brings the source down to the mean without taking
+	 * the destination above it. */
+	double room = mean - (ops ? d->o : d->b);
+	double want = room < excess ? room : excess;
 	/* Pieces: the whole range, then prefixes [start, key) (part 1) and
 	 * suffixes [key, end) (part 2) at each quantile key (bytes) or at the
 	 * load key (ops). */
@@ -362,7 +366,7 @@ consider(struct round *R, struct load *src, bool ops, size_t i, struct cand *bes
 		if ((ops ? R->use_bytes : R->use_ops) && other_mean > 0 &&
 		    other_after > (1 + R->p->tolerance) * other_mean && other_after > other_src)
 			continue;
-		double score = fabs(excess - amt) + (single ? 1e-9 * ab : 0);
+		double score = fabs(want - amt) + (single ? 1e-9 * ab : 0);
 		if (!best->ok || score < best->score ||
 		    (score == best->score && !single && !best->transfer)) {
 			*best = (struct cand){.ok = true,
