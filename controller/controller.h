@@ -63,6 +63,8 @@ typedef struct {
 	 * default) or off (the library's: 0), --split-bytes (0: 64 MiB),
 	 * --split-ops (0: 20000) and --max-migrations (0: 2). */
 	bool auto_balance;
+	bool balance_cut_replicated; /* tests only: cut replicated ranges for
+	                                transfers (doc/scheduler.md "Limits") */
 	uint64_t split_bytes;
 	unsigned split_ops;
 	unsigned max_migrations;

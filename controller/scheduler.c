@@ -63,6 +63,7 @@ kv_sched_params_default(kv_sched_params *p)
 	p->tolerance = 0.10;
 	p->sustain_ms = 10000;
 	p->cooldown_ms = 15000;
+	p->cut_replicated = false;
 }
 
 const char *
@@ -342,7 +343,7 @@ consider(struct round *R, struct load *src, bool ops, size_t i, struct cand *bes
 		                           : (double)(nk - j) / (double)(nk + 1);
 		double ab = (double)f->bytes * share, ao = f->ops * share;
 		double amt = ops ? ao : ab;
-		if (part > 0 && key.len == 0)
+		if (part > 0 && (key.len == 0 || (!single && !R->p->cut_replicated)))
 			continue;
 		/* A range whose load is one key is not split: the key would stay
 		 * hot on one side (it is reported once the heat lasts). */

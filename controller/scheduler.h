@@ -43,6 +43,8 @@ typedef struct {
 	                            (bytes or ops) starts a balancing step */
 	uint64_t sustain_ms;     /* how long a range must stay hot */
 	uint64_t cooldown_ms;    /* a range changed by a decision is left alone */
+	bool cut_replicated;     /* a replicated range may be cut for a transfer
+	                            (off by default: doc/scheduler.md "Limits") */
 } kv_sched_params;
 
 /* The defaults (doc/scheduler.md "Defaults"). */

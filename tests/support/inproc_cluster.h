@@ -48,6 +48,7 @@ typedef struct {
 	bool auto_balance;        /* the controller's --auto-balance on (default off) */
 	uint64_t split_bytes;     /* its --split-bytes; 0: its own default */
 	unsigned max_migrations;  /* its --max-migrations; 0: its own default */
+	bool cut_replicated;      /* its balancer may cut replicated ranges */
 } inproc_cluster_opts;
 
 typedef struct {

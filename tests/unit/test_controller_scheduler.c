@@ -173,6 +173,7 @@ params(kv_sched_params *p)
 	p->split_bytes = 64u << 20;
 	p->cooldown_ms = 5000;
 	p->sustain_ms = 3000;
+	p->cut_replicated = true;
 }
 
 /* Runs rounds one second apart until `quiet` rounds in a row propose
@@ -486,6 +487,30 @@ a_range_without_figures_stops_the_balancing(void **state)
 }
 
 static void
+a_replicated_range_is_transferred_whole_unless_cutting_is_allowed(void **state)
+{
+	(void)state;
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = one_range(3, 3);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	kv_sched_decision dec[8];
+	size_t n;
+
+	params(&p);
+	p.cut_replicated = false;
+	data_init(d, 100000, 50);
+	kv_sched_fig *f = figs_of(c, d);
+	/* One range: moving it whole helps nobody, and it may not be cut. */
+	assert_int_equal(kv_sched_plan(s, c, f, &p, 1000, true, dec, 8, &n), KV_OK);
+	assert_int_equal(n, 0);
+	free(f);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
+static void
 a_dry_run_leaves_the_memory_as_it_was(void **state)
 {
 	(void)state;
@@ -530,6 +555,7 @@ main(void)
 	    cmocka_unit_test(small_cold_neighbours_merge_while_the_map_has_many_ranges_per_node),
 	    cmocka_unit_test(a_few_small_ranges_do_not_merge),
 	    cmocka_unit_test(a_range_without_figures_stops_the_balancing),
+	    cmocka_unit_test(a_replicated_range_is_transferred_whole_unless_cutting_is_allowed),
 	    cmocka_unit_test(a_dry_run_leaves_the_memory_as_it_was),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
