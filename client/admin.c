@@ -158,6 +158,42 @@ shardkv_rebalance(shardkv_client *c, uint32_t rate_mb_s, unsigned flags, shardkv
 	return admin_change(c, &q, flags, out);
 }
 
+/* Copies n balancer decisions into *out (allocated) and *nout. Returns 0 or
+ * KV_ENOMEM (*out then holds what was copied, *nout its count). */
+static int
+balance_to_public(const kv_admin_balance *b, size_t n, shardkv_balancer_decision **out,
+                  size_t *nout)
+{
+	*out = NULL;
+	*nout = 0;
+	if (n == 0)
+		return KV_OK;
+	if ((*out = calloc(n, sizeof(**out))) == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < n; i++, (*nout)++) {
+		shardkv_balancer_decision *d = &(*out)[i];
+		d->time_ms = b[i].time_ms;
+		if ((d->kind = strdup(b[i].kind ? b[i].kind : "")) == NULL ||
+		    (d->reason = strdup(b[i].reason ? b[i].reason : "")) == NULL ||
+		    (d->what = strdup(b[i].what ? b[i].what : "")) == NULL) {
+			(*nout)++;
+			return KV_ENOMEM;
+		}
+	}
+	return KV_OK;
+}
+
+static void
+balance_free(shardkv_balancer_decision *d, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(d[i].kind);
+		free(d[i].reason);
+		free(d[i].what);
+	}
+	free(d);
+}
+
 /* Runs a dry run (q->dry_run) and builds the public plan. */
 static int
 plan_run(shardkv_client *c, kv_admin_req *q, shardkv_plan **out)
@@ -195,6 +231,12 @@ plan_run(shardkv_client *c, kv_admin_req *q, shardkv_plan **out)
 			kv_admin_resp_fini(&r);
 			return kvc_fail(KV_ENOMEM, "out of memory");
 		}
+	}
+	if (balance_to_public(r.balance_plan, r.nbalance_plan, &p->balancer, &p->nbalancer) !=
+	    KV_OK) {
+		shardkv_plan_free(p);
+		kv_admin_resp_fini(&r);
+		return kvc_fail(KV_ENOMEM, "out of memory");
 	}
 	kv_admin_resp_fini(&r);
 	*out = p;
@@ -243,6 +285,7 @@ shardkv_plan_free(shardkv_plan *plan)
 		free(plan->steps[i].end.data);
 	}
 	free(plan->steps);
+	balance_free(plan->balancer, plan->nbalancer);
 	free(plan);
 }
 
@@ -377,6 +420,9 @@ config_to_public(const kv_config *cfg, const kv_admin_report *rep, shardkv_confi
 		if (y->address && y->address[0] && (x->address = strdup(y->address)) == NULL)
 			goto err;
 	}
+	if (rep != NULL &&
+	    balance_to_public(rep->balance, rep->nbalance, &p->balancer, &p->nbalancer) != KV_OK)
+		goto err;
 	*out = p;
 	return KV_OK;
 err:
@@ -441,6 +487,7 @@ shardkv_config_free(shardkv_config *cfg)
 	for (size_t i = 0; i < cfg->ncontrollers; i++)
 		free(cfg->controllers[i].address);
 	free(cfg->controllers);
+	balance_free(cfg->balancer, cfg->nbalancer);
 	free(cfg);
 }
 

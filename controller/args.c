@@ -24,6 +24,8 @@ const char kv_controller_usage[] =
     "                          [--id I --peers ADDR1,ADDR2,ADDR3 [--raft-peers H:P,...]\n"
     "                           [--snapshot-threshold N] [--election-timeout MS]]\n"
     "                          [--down-after SECONDS] [--replicas R [--min-insync M]]\n"
+    "                          [--auto-balance on|off] [--split-bytes N] [--split-ops N]\n"
+    "                          [--max-migrations K]\n"
     "                          [--log-level debug|info|warn|error|off] [--version] [--help]\n"
     "\n"
     "Keeps the shardkv cluster configuration (nodes, range map, migrations) and\n"
@@ -59,6 +61,12 @@ const char kv_controller_usage[] =
     "  --min-insync M      a write is acknowledged only while the range's in-sync set\n"
     "                      has at least M members (1 to R, default the smaller of 2\n"
     "                      and R); published in every configuration\n"
+    "  --auto-balance on|off  move ranges and primaries on its own so that bytes and\n"
+    "                      ops/s per node stay even (default on; doc/scheduler.md)\n"
+    "  --split-bytes N     largest piece the balancer moves at once, bytes with an\n"
+    "                      optional k, m or g (KiB, MiB, GiB) suffix (default 64m)\n"
+    "  --split-ops N       ops/s above which a range counts as hot (default 20000)\n"
+    "  --max-migrations K  balancer migrations in flight cluster-wide (default 2)\n"
     "  --log-level L       lowest level logged to stderr (default info)\n"
     "  --version           print \"shardkv-controller VERSION [(commit C)]\" and exit\n"
     "  --help              print this text and exit\n";
@@ -102,6 +110,35 @@ parse_uint(const char *s, unsigned long max, unsigned *out)
 	return true;
 }
 
+/* Parses a size in bytes with an optional k, m or g suffix (powers of
+ * 1024), from 4 KiB to 64 GiB. */
+static bool
+parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	uint64_t mul = 1;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s || s[0] == '-')
+		return false;
+	if (*end == 'k' || *end == 'K')
+		mul = 1024u;
+	else if (*end == 'm' || *end == 'M')
+		mul = 1024u * 1024u;
+	else if (*end == 'g' || *end == 'G')
+		mul = 1024u * 1024u * 1024u;
+	else if (*end != '\0')
+		return false;
+	if (mul != 1 && end[1] != '\0')
+		return false;
+	if (v > (64ull << 30) / mul || v * mul < 4096u)
+		return false;
+	*out = v * mul;
+	return true;
+}
+
 /* Copies a into *out, pointing out's lists at its own buffers. */
 static void
 args_copy(kv_controller_args *out, const kv_controller_args *a)
@@ -137,6 +174,10 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 	    {"down-after", required_argument, NULL, 'D'},
 	    {"replicas", required_argument, NULL, 'N'},
 	    {"min-insync", required_argument, NULL, 'M'},
+	    {"auto-balance", required_argument, NULL, 'B'},
+	    {"split-bytes", required_argument, NULL, 'S'},
+	    {"split-ops", required_argument, NULL, 'O'},
+	    {"max-migrations", required_argument, NULL, 'X'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -150,6 +191,7 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 		return kv_errf(err, errlen, KV_EINVAL, "no arguments");
 	memset(&a, 0, sizeof(a));
 	a.level = KV_LOG_INFO;
+	a.cfg.auto_balance = true; /* --auto-balance on */
 	/* 0, not 1: glibc then starts afresh, so that this can run more than
 	 * once in a process (tests, the fuzzer). */
 	optind = 0;
@@ -245,6 +287,33 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 				return kv_errf(err, errlen, KV_EINVAL,
 				               "--min-insync must be a number from 1 to %d, not %s",
 				               KV_MAX_REPLICAS, optarg);
+			break;
+		case 'B':
+			if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
+				return kv_errf(err, errlen, KV_EINVAL,
+				               "--auto-balance must be on or off, not %s", optarg);
+			a.cfg.auto_balance = strcmp(optarg, "on") == 0;
+			break;
+		case 'S':
+			if (!parse_size(optarg, &a.cfg.split_bytes))
+				return kv_errf(
+				    err, errlen, KV_EINVAL,
+				    "--split-bytes must be 4k to 64g (bytes, k, m or g), not %s",
+				    optarg);
+			break;
+		case 'O':
+			if (!parse_uint(optarg, 100000000, &a.cfg.split_ops))
+				return kv_errf(
+				    err, errlen, KV_EINVAL,
+				    "--split-ops must be a number from 1 to 100000000, not %s",
+				    optarg);
+			break;
+		case 'X':
+			if (!parse_uint(optarg, 64, &a.cfg.max_migrations))
+				return kv_errf(
+				    err, errlen, KV_EINVAL,
+				    "--max-migrations must be a number from 1 to 64, not %s",
+				    optarg);
 			break;
 		case 'h':
 			a.help = true;

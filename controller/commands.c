@@ -350,8 +350,15 @@ kv_ctl__cmd_move(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		kv_place_fmt_key(rq->end.p, rq->end.len, b, sizeof(b));
 		KV_INFO("controller", "range moving", "start=%s end=%s node=%u", a, b, id);
 	}
-	return commit_locked(c, rq, x, &px, rv, next, "move");
+	rv = commit_locked(c, rq, x, &px, rv, next, "move");
+	/* An administrator's move pins the range against the balancer until
+	 * the next rebalance (doc/scheduler.md "Pins"). */
+	if (rv == KV_OK && !rq->dry_run && kv_sched_pin(c->sched, rq->start, rq->end) != KV_OK)
+		KV_WARN("controller", "range not pinned against the balancer", "node=%u", id);
+	return rv;
 }
+
+static void balance_dry_locked(kv_controller *c, const kv_config *cur, struct ctl_ctx *x);
 
 int
 kv_ctl__cmd_rebalance(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
@@ -367,7 +374,156 @@ kv_ctl__cmd_rebalance(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *
 	px.rate_limit_mb_s = rq->rate_mb_s;
 	rv = kv_place_rebalance(cur, &px, &next);
 	free(pts);
-	return commit_locked(c, rq, x, &px, rv, next, "rebalance");
+	rv = commit_locked(c, rq, x, &px, rv, next, "rebalance");
+	if (rv == KV_OK && rq->dry_run && c->auto_balance)
+		balance_dry_locked(c, cur, x);
+	if (rv == KV_OK && !rq->dry_run)
+		kv_sched_unpin_all(c->sched); /* the balancer may move them again */
+	return rv;
+}
+
+/* Describes decision d into buf (for the log and status). */
+static void
+sched_describe(const kv_sched_decision *d, char *buf, size_t len)
+{
+	char a[96], b[96];
+
+	kv_place_fmt_key(d->start.data, d->start.len, a, sizeof(a));
+	kv_place_fmt_key(d->end.data, d->end.len, b, sizeof(b));
+	if (d->kind == KV_SCHED_HOT)
+		snprintf(buf, len, "hot_key %s on node %u: %.0f ops/s, not split", a, d->from,
+		         d->ops);
+	else
+		snprintf(buf, len, "%s [%s, %s) node %u -> %u: %s%s, %llu bytes, %.0f ops/s",
+		         kv_sched_kind_name(d->kind), a, b, d->from, d->to,
+		         kv_sched_why_name(d->why), d->split ? ", split" : "",
+		         (unsigned long long)d->bytes, d->ops);
+}
+
+/*
+ * Plans the balancer's next decisions on cur (doc/scheduler.md). With
+ * commit the planner's memory advances (cool-downs, hot windows). *out
+ * gets the configuration that carries the moves and transfers out (NULL:
+ * none), built by kv_place_move one decision after another; a decision
+ * placement refuses (a range changed meanwhile) is dropped. d[0..*n) are
+ * the decisions kept.
+ */
+static int
+balance_plan_locked(kv_controller *c, const kv_config *cur, bool commit, kv_sched_decision *d,
+                    size_t cap, size_t *n, kv_config **out)
+{
+	kv_sched_fig *f = calloc(cur->nranges + 1, sizeof(*f));
+	kv_config *w = NULL;
+	size_t k = 0;
+	int rv;
+
+	*out = NULL;
+	*n = 0;
+	if (f == NULL)
+		return KV_ENOMEM;
+	kv_ctl__figs_locked(c, cur, 5000000000u, f);
+	rv = kv_sched_plan(c->sched, cur, f, &c->sched_p, unix_ms(), commit, d, cap, n);
+	free(f);
+	if (rv != KV_OK)
+		return rv;
+	for (size_t i = 0; i < *n; i++) {
+		const kv_config *base = w != NULL ? w : cur;
+		kv_config *next = NULL;
+		kv_place_ctx px;
+		if (d[i].kind == KV_SCHED_HOT) {
+			d[k++] = d[i];
+			continue;
+		}
+		ctx_init(c, &px);
+		for (size_t m = 0; w != NULL && m < w->nmigs; m++)
+			if (w->migs[m].id >= px.next_mig_id)
+				px.next_mig_id = w->migs[m].id + 1;
+		rv = kv_place_move(base, (kv_bytes){d[i].start.data, d[i].start.len},
+		                   (kv_bytes){d[i].end.data, d[i].end.len}, d[i].to, &px, &next);
+		if (rv != KV_OK || next == NULL) {
+			if (rv != KV_OK)
+				KV_DEBUG("controller", "balancer decision refused by placement",
+				         "detail=\"%s\"", px.msg);
+			kv_sched_decisions_fini(&d[i], 1);
+			if (rv == KV_ENOMEM) {
+				kv_sched_decisions_fini(d, k);
+				kv_sched_decisions_fini(d + i + 1, *n - i - 1);
+				*n = 0;
+				kv_config_free(w);
+				return rv;
+			}
+			rv = KV_OK;
+			continue;
+		}
+		next->epoch = cur->epoch; /* the next step plans the same epoch */
+		kv_config_free(w);
+		w = next;
+		d[k++] = d[i];
+	}
+	*n = k;
+	*out = w;
+	return KV_OK;
+}
+
+/* rebalance --dry-run: the balancer's next decisions on cur, planned
+ * without advancing its memory, into x's balance plan (doc/scheduler.md).
+ * Out of memory the plan stays empty. */
+static void
+balance_dry_locked(kv_controller *c, const kv_config *cur, struct ctl_ctx *x)
+{
+	kv_sched_decision d[8];
+	kv_config *next = NULL;
+	size_t n = 0;
+
+	if (cur->nranges == 0 || balance_plan_locked(c, cur, false, d, 8, &n, &next) != KV_OK)
+		return;
+	kv_config_free(next);
+	for (size_t i = 0; i < n && i < CTL_SCHED_RECENT; i++) {
+		sched_describe(&d[i], x->btext[i], sizeof(x->btext[i]));
+		x->bal[i] = (kv_admin_balance){.kind = kv_sched_kind_name(d[i].kind),
+		                               .reason = kv_sched_why_name(d[i].why),
+		                               .what = x->btext[i]};
+	}
+	x->resp.balance_plan = x->bal;
+	x->resp.nbalance_plan = n < CTL_SCHED_RECENT ? n : CTL_SCHED_RECENT;
+	kv_sched_decisions_fini(d, n);
+}
+
+int
+kv_ctl__cmd_balance(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
+{
+	const kv_config *cur = kv_ctl__latest_locked(c);
+	kv_sched_decision d[8];
+	kv_config *next = NULL;
+	size_t n = 0;
+	int rv;
+
+	(void)rq;
+	x->resp.epoch = cur->epoch;
+	c->balance_next_ns = kv_now_ns() + CTL_BALANCE_EVERY_NS;
+	if (cur->nranges == 0)
+		return KV_OK;
+	if ((rv = balance_plan_locked(c, cur, true, d, 8, &n, &next)) != KV_OK)
+		return rv;
+	if (next != NULL &&
+	    (rv = publish_locked(c, next, "auto-balance", x->msg, sizeof(x->msg))) != KV_OK) {
+		kv_sched_decisions_fini(d, n);
+		return rv;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct ctl_sched_rec *rec = &c->sched_recent[c->sched_next++ % CTL_SCHED_RECENT];
+		sched_describe(&d[i], rec->text, sizeof(rec->text));
+		rec->unix_ms = unix_ms();
+		rec->kind = kv_sched_kind_name(d[i].kind);
+		rec->reason = kv_sched_why_name(d[i].why);
+		c->sched_total[d[i].kind][d[i].why]++;
+		if (d[i].split)
+			c->sched_splits[d[i].why]++;
+		KV_INFO("controller", "auto-balance", "decision=\"%s\" epoch=%llu", rec->text,
+		        (unsigned long long)kv_ctl__latest_locked(c)->epoch);
+	}
+	kv_sched_decisions_fini(d, n);
+	return KV_OK;
 }
 
 int
@@ -442,6 +598,21 @@ kv_ctl__cmd_status(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	x->report.nmigs = cur->nmigs;
 	x->report.migs = x->rmigs;
 	x->report.address = c->listen;
+	/* The balancer's latest decisions, oldest first (doc/scheduler.md). */
+	for (size_t i = 0; i < CTL_SCHED_RECENT; i++) {
+		const struct ctl_sched_rec *rec =
+		    &c->sched_recent[(c->sched_next + i) % CTL_SCHED_RECENT];
+		size_t k = x->report.nbalance;
+		if (rec->unix_ms == 0)
+			continue;
+		snprintf(x->btext[k], sizeof(x->btext[k]), "%s", rec->text);
+		x->bal[k] = (kv_admin_balance){.time_ms = rec->unix_ms,
+		                               .kind = rec->kind,
+		                               .reason = rec->reason,
+		                               .what = x->btext[k]};
+		x->report.nbalance++;
+	}
+	x->report.balance = x->bal;
 	if (c->repl != NULL) {
 		kv_repl_info in;
 		kv_repl_get_info(c->repl, &in);

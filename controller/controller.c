@@ -170,6 +170,15 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 		c->down_after_s = cfg->down_after_s ? cfg->down_after_s : 60;
 	}
 	c->replicas = cfg->replicas ? cfg->replicas : 1;
+	c->auto_balance = cfg->auto_balance;
+	kv_sched_params_default(&c->sched_p);
+	if (cfg->split_bytes)
+		c->sched_p.split_bytes = cfg->split_bytes;
+	if (cfg->split_ops)
+		c->sched_p.split_ops = cfg->split_ops;
+	if (cfg->max_migrations)
+		c->sched_p.max_migrations = cfg->max_migrations;
+	c->sched_p.cut_replicated = cfg->balance_cut_replicated;
 	c->min_insync = cfg->min_insync ? cfg->min_insync : (c->replicas < 2 ? c->replicas : 2);
 	if (c->replicas > KV_MAX_REPLICAS || c->min_insync > c->replicas) {
 		snprintf(
@@ -178,6 +187,10 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 		    KV_MAX_REPLICAS, c->replicas, c->min_insync);
 		free(c);
 		return KV_EINVAL;
+	}
+	if ((c->sched = kv_sched_new()) == NULL) {
+		free(c);
+		return KV_ENOMEM;
 	}
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_condattr_init(&ca);
@@ -344,6 +357,7 @@ kv_controller_destroy(kv_controller *c)
 	for (size_t i = 0; i < c->nstats; i++)
 		kv_ctl__stat_clear(&c->stats[i]);
 	free(c->stats);
+	kv_sched_free(c->sched);
 	free(c->prog);
 	for (size_t i = 0; i < CTL_DEDUP; i++)
 		free(c->dedup[i].reply);

@@ -59,6 +59,15 @@ typedef struct {
 	 * heartbeat; servers must use the same lease_ms. */
 	unsigned lease_ms;
 	unsigned lease_margin_ms;
+	/* The automatic balancer (doc/scheduler.md): on (the command line's
+	 * default) or off (the library's: 0), --split-bytes (0: 64 MiB),
+	 * --split-ops (0: 20000) and --max-migrations (0: 2). */
+	bool auto_balance;
+	bool balance_cut_replicated; /* tests only: cut replicated ranges for
+	                                transfers (doc/scheduler.md "Limits") */
+	uint64_t split_bytes;
+	unsigned split_ops;
+	unsigned max_migrations;
 } kv_controller_cfg;
 
 /* Derives the raft address of a controller URL tcp://HOST:PORT (or

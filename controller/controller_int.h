@@ -35,6 +35,7 @@
 #include "controller/controller.h"
 #include "controller/placement.h"
 #include "controller/replica.h"
+#include "controller/scheduler.h"
 #include "proto/admin_codec.h"
 #include "proto/config_codec.h"
 
@@ -43,13 +44,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CTL_GRACE_NS        0u /* delay before a due held request is answered */
-#define CTL_MAX_WAITS       128u
-#define CTL_DEFAULT_CONFIGS 256u
-#define CTL_MAX_FAILS       64u
-#define CTL_DEDUP           256u
-#define CTL_STATS_GRACE_NS  1500000000u /* a new leader's wait for heartbeats */
-#define CTL_REPAIR_EVERY_NS 250000000u  /* the liveness thread's look for repairs */
+#define CTL_GRACE_NS         0u /* delay before a due held request is answered */
+#define CTL_MAX_WAITS        128u
+#define CTL_DEFAULT_CONFIGS  256u
+#define CTL_MAX_FAILS        64u
+#define CTL_DEDUP            256u
+#define CTL_STATS_GRACE_NS   1500000000u /* a new leader's wait for heartbeats */
+#define CTL_REPAIR_EVERY_NS  250000000u  /* the liveness thread's look for repairs */
+#define CTL_BALANCE_EVERY_NS 2000000000u /* the balancer's rounds (doc/scheduler.md) */
+#define CTL_SCHED_RECENT     16u         /* decisions kept for the log and metrics */
 
 /* Live statistics of one node, from its latest heartbeat. */
 struct ctl_stat {
@@ -196,6 +199,23 @@ struct kv_controller {
 	uint64_t repair_next_ns;     /* mu: the next look for repairs (kv_place_repair) */
 	uint64_t replacements_total; /* mu: replacement replicas added by repairs */
 
+	/* The automatic balancer (scheduler.h); auto_balance and sched_p are
+	 * immutable, the rest is protected by mu. */
+	bool auto_balance;          /* --auto-balance */
+	kv_sched_params sched_p;    /* --split-bytes, --split-ops, --max-migrations */
+	kv_sched *sched;            /* mu: the planner's memory (pins, cool-downs) */
+	uint64_t balance_next_ns;   /* mu: the next round */
+	bool balance_queued;        /* mu: a round waits for the proposer */
+	uint64_t sched_total[5][5]; /* mu: decisions carried out, by kind and reason */
+	uint64_t sched_splits[5];   /* mu: of which cut a range, by reason */
+	struct ctl_sched_rec {
+		uint64_t unix_ms;         /* when it was published; 0: unused slot */
+		const char *kind;         /* kv_sched_kind_name */
+		const char *reason;       /* kv_sched_why_name */
+		char text[240];           /* what and why, printable */
+	} sched_recent[CTL_SCHED_RECENT]; /* mu: the latest decisions, a ring */
+	size_t sched_next;                /* mu: its next slot */
+
 	/* Replication; repl is NULL for a standalone controller. peers and
 	 * self_id are immutable. */
 	kv_repl *repl;                          /* the Raft replica */
@@ -237,6 +257,9 @@ struct ctl_ctx {
 	kv_config *plan_cfg;                      /* dry run: the configuration planned and
 	                                             not published; freed after encoding */
 	uint32_t wait_gone;                       /* leave: --wait until this node is gone */
+	kv_admin_balance bal[CTL_SCHED_RECENT];   /* status, rebalance dry run: the
+	                                             balancer's decisions */
+	char btext[CTL_SCHED_RECENT][240];        /* their texts */
 };
 
 /* Returns the latest configuration (the empty one, epoch 0, before the
@@ -314,6 +337,14 @@ int kv_ctl__points_locked(kv_controller *c, const kv_config *cur, kv_place_point
 void kv_ctl__estimate_locked(kv_controller *c, uint32_t node, kv_bytes start, kv_bytes end,
                              uint64_t *keys, uint64_t *bytes);
 
+/* Fills f[0..cur->nranges) with each range's figures from its primary's
+ * last full heartbeat when it is younger than fresh_ns (else not known):
+ * bytes (kv_ctl__estimate_locked), ops in proportion to them, up to three
+ * split keys inside, the load split key and the hot key. Keys borrow from
+ * c->stats until the next heartbeat (mu held). */
+void kv_ctl__figs_locked(kv_controller *c, const kv_config *cur, uint64_t fresh_ns,
+                         kv_sched_fig *f);
+
 /* ---- migrations.c: progress and failures of migrations ---- */
 
 /* Drops the progress of migrations no longer in cur. */
@@ -383,6 +414,13 @@ int kv_ctl__cmd_isr_change(kv_controller *c, const kv_admin_req *rq, struct ctl_
  * repairs (kv_place_repair: replacements for nodes down longer than
  * --down-after, leaves in progress) in another. rq is unused. */
 int kv_ctl__cmd_liveness(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
+
+/* The balancer's round (internal, never from the network; doc/scheduler.md):
+ * plans on the latest configuration and the heartbeats' figures
+ * (kv_sched_plan) and publishes the moves and primary transfers it decides
+ * in one configuration, through kv_place_move as the move command does.
+ * rq is unused. */
+int kv_ctl__cmd_balance(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x);
 
 /* Whether kv_ctl__cmd_liveness would change something now, or repairs
  * are due a look (at most every CTL_REPAIR_EVERY_NS). */

@@ -83,6 +83,11 @@ static const struct ctl_cmd ctl_cmds[] = {
 /* The liveness change: not in the table, so nothing from the network runs
  * it; the liveness thread queues it (a job without a request slot). */
 static const struct ctl_cmd ctl_liveness = {0, "liveness", kv_ctl__cmd_liveness, CTL_MUTATES};
+/* The balancer's round (doc/scheduler.md): the same, every
+ * CTL_BALANCE_EVERY_NS with --auto-balance on; it places data, so a new
+ * leader runs it only once the heartbeats came in. */
+static const struct ctl_cmd ctl_balance = {0, "auto-balance", kv_ctl__cmd_balance,
+                                           CTL_MUTATES | CTL_PLACES};
 
 static const struct ctl_cmd *
 cmd_find(kv_admin_op op)
@@ -373,6 +378,8 @@ kv_ctl__proposer_main(void *arg)
 		}
 		if (j->cmd == &ctl_liveness)
 			c->live_queued = false;
+		if (j->cmd == &ctl_balance)
+			c->balance_queued = false;
 		if (j->p == NULL &&
 		    (c->closing || in.role != KV_REPL_LEADER || c->barrier_term != in.term)) {
 			answered = true; /* an internal job: nobody to answer */
@@ -407,6 +414,49 @@ kv_ctl__proposer_main(void *arg)
  * replica that becomes leader starts counting from that moment
  * (live_since_ns), so it declares nothing for a full down_ns.
  */
+/* Queues a job without a request slot for the proposer. Returns false
+ * out of memory. */
+static bool
+queue_internal_locked(kv_controller *c, const struct ctl_cmd *cmd)
+{
+	struct ctl_job *j = calloc(1, sizeof(*j));
+	if (j == NULL)
+		return false;
+	j->cmd = cmd;
+	if (c->jobs_tail)
+		c->jobs_tail->next = j;
+	else
+		c->jobs = j;
+	c->jobs_tail = j;
+	pthread_cond_broadcast(&c->pcv);
+	return true;
+}
+
+/* Runs (standalone) or queues (replicated) the balancer's round when it is
+ * due, at the leader (the caller checked), with --auto-balance on. A
+ * standalone controller waits CTL_STATS_GRACE_NS after its start for the
+ * heartbeats. */
+static void
+balance_due_locked(kv_controller *c)
+{
+	uint64_t now = kv_now_ns();
+
+	if (!c->auto_balance || c->balance_queued || now < c->balance_next_ns ||
+	    now - c->started_ns < CTL_STATS_GRACE_NS)
+		return;
+	c->balance_next_ns = now + CTL_BALANCE_EVERY_NS;
+	if (c->repl == NULL) {
+		struct ctl_ctx x;
+		memset(&x, 0, sizeof(x));
+		if (ctl_balance.fn(c, NULL, &x) != KV_OK)
+			KV_WARN("controller", "auto-balance change not published", "msg=\"%s\"",
+			        x.msg);
+		ctx_fini(&x);
+		return;
+	}
+	c->balance_queued = queue_internal_locked(c, &ctl_balance);
+}
+
 void *
 kv_ctl__liveness_main(void *arg)
 {
@@ -439,6 +489,7 @@ kv_ctl__liveness_main(void *arg)
 				continue;
 			}
 		}
+		balance_due_locked(c);
 		if (c->live_queued || !kv_ctl__live_due_locked(c, kv_now_ns()))
 			continue;
 		if (c->repl == NULL) {

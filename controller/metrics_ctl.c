@@ -24,6 +24,7 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	kv_controller *c = arg;
 	uint64_t nodes[6] = {0}, epoch, ranges, migs, watches, waits, uptime, downs, under = 0;
 	uint64_t failovers, shrinks, expands, replacements;
+	uint64_t sched[5][5], splits[5];
 	const kv_config *cur;
 	size_t nlive = 0;
 	struct {
@@ -54,6 +55,8 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	shrinks = c->isr_shrinks_total;
 	expands = c->isr_expands_total;
 	replacements = c->replacements_total;
+	memcpy(sched, c->sched_total, sizeof(sched));
+	memcpy(splits, c->sched_splits, sizeof(splits));
 	ranges = cur->nranges;
 	/* Under-replicated (doc/contract.md §2): fewer replicas than R (as many
 	 * as the active nodes allow), or an ISR smaller than the replicas. */
@@ -127,11 +130,41 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	};
 	/* A standalone controller has no Raft gauges. */
 	size_t nm = sizeof(m) / sizeof(m[0]) - (c->repl ? 0 : 4);
-	if ((all = calloc(nm + nlive + 1, sizeof(*all))) == NULL) {
+	/* The balancer's decisions (doc/scheduler.md), by reason. */
+	kv_metric bal[] = {
+	    {"shardkv_controller_balance_moves_total", KV_METRIC_COUNTER,
+	     "Single ranges the balancer moved (data migrates), by reason.", "reason", "bytes",
+	     .u = sched[KV_SCHED_MOVE][KV_SCHED_WHY_BYTES]},
+	    {"shardkv_controller_balance_moves_total", KV_METRIC_COUNTER,
+	     "Single ranges the balancer moved (data migrates), by reason.", "reason", "ops",
+	     .u = sched[KV_SCHED_MOVE][KV_SCHED_WHY_OPS]},
+	    {"shardkv_controller_balance_transfers_total", KV_METRIC_COUNTER,
+	     "Primary roles the balancer gave to an in-sync replica, by reason.", "reason", "bytes",
+	     .u = sched[KV_SCHED_TRANSFER][KV_SCHED_WHY_BYTES]},
+	    {"shardkv_controller_balance_transfers_total", KV_METRIC_COUNTER,
+	     "Primary roles the balancer gave to an in-sync replica, by reason.", "reason", "ops",
+	     .u = sched[KV_SCHED_TRANSFER][KV_SCHED_WHY_OPS]},
+	    {"shardkv_controller_balance_splits_total", KV_METRIC_COUNTER,
+	     "Moves and transfers of the balancer that cut a range, by reason.", "reason", "bytes",
+	     .u = splits[KV_SCHED_WHY_BYTES]},
+	    {"shardkv_controller_balance_splits_total", KV_METRIC_COUNTER,
+	     "Moves and transfers of the balancer that cut a range, by reason.", "reason", "ops",
+	     .u = splits[KV_SCHED_WHY_OPS]},
+	    {"shardkv_controller_balance_merges_total", KV_METRIC_COUNTER,
+	     "Small cold ranges the balancer moved onto their neighbour's node.", "reason", "cold",
+	     .u = sched[KV_SCHED_MERGE][KV_SCHED_WHY_COLD]},
+	    {"shardkv_controller_balance_hot_keys_total", KV_METRIC_COUNTER,
+	     "Hot single keys the balancer reported (never split).",
+	     .u = sched[KV_SCHED_HOT][KV_SCHED_WHY_HOTKEY]},
+	};
+	size_t nbal = sizeof(bal) / sizeof(bal[0]);
+	if ((all = calloc(nm + nbal + nlive + 1, sizeof(*all))) == NULL) {
 		free(live);
 		return KV_ENOMEM;
 	}
 	memcpy(all, m, nm * sizeof(*m));
+	memcpy(all + nm, bal, nbal * sizeof(*bal));
+	nm += nbal;
 	/* Only the leader hears heartbeats: a follower reports no ages. */
 	for (size_t i = 0; i < nlive && (c->repl == NULL || in.role == KV_REPL_LEADER); i++)
 		all[nm++] = (kv_metric){"shardkv_controller_node_heartbeat_age_seconds",

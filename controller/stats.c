@@ -68,7 +68,8 @@ kv_ctl__stat_store(struct ctl_stat *s, const kv_admin_req *rq)
 	uint8_t *blob = NULL, *w;
 
 	for (size_t i = 0; i < rq->nranges; i++) {
-		bytes += rq->ranges[i].start.len + rq->ranges[i].end.len;
+		bytes += rq->ranges[i].start.len + rq->ranges[i].end.len +
+		         rq->ranges[i].load_split.len + rq->ranges[i].hot_key.len;
 		nsplit += rq->ranges[i].nsplit;
 		for (size_t j = 0; j < rq->ranges[i].nsplit; j++)
 			bytes += rq->ranges[i].split[j].len;
@@ -86,6 +87,8 @@ kv_ctl__stat_store(struct ctl_stat *s, const kv_admin_req *rq)
 		r[i] = rq->ranges[i];
 		r[i].start = blob_put(&w, rq->ranges[i].start);
 		r[i].end = blob_put(&w, rq->ranges[i].end);
+		r[i].load_split = blob_put(&w, rq->ranges[i].load_split);
+		r[i].hot_key = blob_put(&w, rq->ranges[i].hot_key);
 		r[i].split = sp != NULL ? sp + nsplit : NULL; /* no splits at all: sp is NULL */
 		for (size_t j = 0; j < rq->ranges[i].nsplit; j++)
 			sp[nsplit++] = blob_put(&w, rq->ranges[i].split[j]);
@@ -178,6 +181,80 @@ kv_ctl__estimate_locked(kv_controller *c, uint32_t node, kv_bytes start, kv_byte
 			    kv_key_cmp(a.p, a.len, start.p, start.len) >= 0 && end_cmp(b, end) <= 0;
 			*keys += inside ? k : k / 2;
 			*bytes += inside ? y : y / 2;
+		}
+	}
+}
+
+/* Whether k is strictly inside [start, end). */
+static bool
+strictly_in(kv_bytes k, kv_bytes start, kv_bytes end)
+{
+	return k.len && kv_key_cmp(k.p, k.len, start.p, start.len) > 0 &&
+	       (end.len == 0 || kv_key_cmp(k.p, k.len, end.p, end.len) < 0);
+}
+
+/* The larger of two range starts / the smaller of two range ends. */
+static kv_bytes
+max_start(kv_bytes a, kv_bytes b)
+{
+	return kv_key_cmp(a.p, a.len, b.p, b.len) >= 0 ? a : b;
+}
+static kv_bytes
+min_end(kv_bytes a, kv_bytes b)
+{
+	return end_cmp(a, b) <= 0 ? a : b;
+}
+
+void
+kv_ctl__figs_locked(kv_controller *c, const kv_config *cur, uint64_t fresh_ns, kv_sched_fig *f)
+{
+	uint64_t now = kv_now_ns();
+
+	for (size_t i = 0; i < cur->nranges; i++) {
+		const kv_range *r = &cur->ranges[i];
+		const struct ctl_stat *s = kv_ctl__stat_find_locked(c, r->node, false);
+		kv_bytes rs = {r->start.data, r->start.len}, re = {r->end.data, r->end.len};
+		kv_bytes keys[64];
+		size_t nk = 0;
+		uint64_t k;
+
+		memset(&f[i], 0, sizeof(f[i]));
+		if (s == NULL || s->stats_ns == 0 || now - s->stats_ns > fresh_ns)
+			continue;
+		for (size_t j = 0; j < s->nranges; j++) {
+			const kv_admin_range_stat *q = &s->ranges[j];
+			if (!((re.len == 0 ||
+			       kv_key_cmp(q->start.p, q->start.len, re.p, re.len) < 0) &&
+			      (q->end.len == 0 ||
+			       kv_key_cmp(rs.p, rs.len, q->end.p, q->end.len) < 0)))
+				continue;
+			uint64_t in = 0;
+			f[i].known = true;
+			kv_ctl__estimate_locked(c, r->node, max_start(rs, q->start),
+			                        min_end(re, q->end), &k, &in);
+			f[i].bytes += in;
+			f[i].ops +=
+			    q->bytes ? q->ops * (in < q->bytes ? (double)in / (double)q->bytes : 1)
+			             : q->ops;
+			for (size_t t = 0; t < q->nsplit && nk < 64; t++)
+				if (strictly_in(q->split[t], rs, re))
+					keys[nk++] = q->split[t];
+			if (strictly_in(q->load_split, rs, re))
+				f[i].load_key = q->load_split;
+			if (q->hot_key.len &&
+			    (strictly_in(q->hot_key, rs, re) ||
+			     kv_key_cmp(q->hot_key.p, q->hot_key.len, rs.p, rs.len) == 0)) {
+				f[i].hot_key = q->hot_key;
+				f[i].hot_share = q->hot_share;
+			}
+		}
+		/* Up to three of the split keys inside, evenly chosen: about the
+		 * quartiles when the range is one reported range. */
+		for (size_t t = 0; t < 3 && nk > 0; t++) {
+			size_t at = nk <= 3 ? t : (t + 1) * nk / 4;
+			if (at >= nk)
+				break;
+			f[i].q[f[i].nq++] = keys[at];
 		}
 	}
 }

@@ -15,9 +15,17 @@
 #include "proto/codec_int.h"
 #include "proto/wire.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A rate from the network: finite and not negative, else 0. */
+static double
+rate_ok(double v)
+{
+	return isfinite(v) && v >= 0 ? v : 0;
+}
 
 static kv_bytes
 from_pb(ProtobufCBinaryData d)
@@ -69,6 +77,14 @@ heartbeat(const Shardkv__Heartbeat *h, kv_admin_req *out)
 		s->keys = r->keys;
 		s->bytes = r->bytes;
 		s->ops = r->ops_per_sec;
+		s->reads = rate_ok(r->reads_per_sec);
+		s->writes = rate_ok(r->writes_per_sec);
+		if (r->load_split_key.len > KV_HARD_MAX_KEY || r->hot_key.len > KV_HARD_MAX_KEY)
+			return KV_EPROTO;
+		s->load_split = from_pb(r->load_split_key);
+		s->hot_key = from_pb(r->hot_key);
+		s->hot_share =
+		    r->hot_key_share >= 0 && r->hot_key_share <= 1 ? r->hot_key_share : 0;
 		if (r->n_split_keys == 0)
 			continue;
 		s->split = calloc(r->n_split_keys, sizeof(kv_bytes));
@@ -251,6 +267,24 @@ report_pb_free(Shardkv__StatusReport *pb)
 	free(pb->nodes);
 	free(pb->migrations);
 	free(pb->controllers);
+	if (pb->n_balancer)
+		free(pb->balancer[0]); /* one array */
+	free(pb->balancer);
+}
+
+/* Fills n BalancerDecision messages (out) and their pointers (outp). */
+static void
+balance_to_pb(const kv_admin_balance *b, size_t n, Shardkv__BalancerDecision *out,
+              Shardkv__BalancerDecision **outp)
+{
+	for (size_t i = 0; i < n; i++) {
+		shardkv__balancer_decision__init(&out[i]);
+		out[i].time_ms = b[i].time_ms;
+		out[i].kind = (char *)(b[i].kind ? b[i].kind : "");
+		out[i].reason = (char *)(b[i].reason ? b[i].reason : "");
+		out[i].what = (char *)(b[i].what ? b[i].what : "");
+		outp[i] = &out[i];
+	}
 }
 
 static int
@@ -293,6 +327,8 @@ report_to_pb(const kv_admin_report *r, Shardkv__StatusReport *pb)
 			x->keys = rs->keys;
 			x->bytes = rs->bytes;
 			x->ops_per_sec = rs->ops;
+			x->reads_per_sec = rs->reads;
+			x->writes_per_sec = rs->writes;
 			if (rs->nsplit == 0)
 				continue;
 			if ((x->split_keys = calloc(rs->nsplit, sizeof(*x->split_keys))) == NULL)
@@ -327,6 +363,16 @@ report_to_pb(const kv_admin_report *r, Shardkv__StatusReport *pb)
 		c->term = r->replicas[i].term;
 		c->index = r->replicas[i].index;
 	}
+	if (r->nbalance) {
+		Shardkv__BalancerDecision *b = calloc(r->nbalance, sizeof(*b));
+		if (b == NULL ||
+		    (pb->balancer = calloc(r->nbalance, sizeof(*pb->balancer))) == NULL) {
+			free(b);
+			return KV_ENOMEM;
+		}
+		balance_to_pb(r->balance, r->nbalance, b, pb->balancer);
+		pb->n_balancer = r->nbalance;
+	}
 	return KV_OK;
 }
 
@@ -338,6 +384,7 @@ kv_admin_resp_encode(const kv_admin_resp *r, nng_msg **out)
 	Shardkv__LeaderHint hint;
 	Shardkv__Config **cfgs = NULL;
 	Shardkv__Migration *plan = NULL, **planp = NULL;
+	Shardkv__BalancerDecision *bplan = NULL, **bplanp = NULL;
 	nng_msg *m = NULL;
 	size_t n;
 	int rv = KV_ENOMEM;
@@ -386,6 +433,15 @@ kv_admin_resp_encode(const kv_admin_resp *r, nng_msg **out)
 		pb.plan = planp;
 		pb.n_plan = r->nplan;
 	}
+	if (r->nbalance_plan) {
+		bplan = calloc(r->nbalance_plan, sizeof(*bplan));
+		bplanp = calloc(r->nbalance_plan, sizeof(*bplanp));
+		if (bplan == NULL || bplanp == NULL)
+			goto out;
+		balance_to_pb(r->balance_plan, r->nbalance_plan, bplan, bplanp);
+		pb.balancer_plan = bplanp;
+		pb.n_balancer_plan = r->nbalance_plan;
+	}
 	if (r->report) {
 		have_rep = true;
 		if (report_to_pb(r->report, &rep) != KV_OK)
@@ -407,6 +463,8 @@ out:
 	kv_codec_config_pb_free(pb.config);
 	free(plan);
 	free(planp);
+	free(bplan);
+	free(bplanp);
 	return rv;
 }
 
@@ -576,6 +634,11 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 			rs[i].keys = s->keys;
 			rs[i].bytes = s->bytes;
 			rs[i].ops_per_sec = s->ops;
+			rs[i].reads_per_sec = s->reads;
+			rs[i].writes_per_sec = s->writes;
+			rs[i].load_split_key = to_pb(s->load_split);
+			rs[i].hot_key = to_pb(s->hot_key);
+			rs[i].hot_key_share = s->hot_share;
 			rs[i].split_keys = &sk[nsk];
 			for (size_t j = 0; j < s->nsplit; j++)
 				sk[nsk++] = to_pb(s->split[j]);
@@ -635,6 +698,8 @@ typedef struct {
 	kv_admin_replica *replicas;  /* report.replicas */
 	kv_migration *plan;          /* AdminResponse.plan (owned bytes) */
 	size_t nplan;                /* entries in plan that hold bytes */
+	kv_admin_balance *balance;   /* report.balance (strings borrow from pb) */
+	kv_admin_balance *bplan;     /* AdminResponse.balancer_plan */
 } resp_store;
 
 /* Bounds on a decoded response beyond which it is KV_EPROTO. */
@@ -672,7 +737,30 @@ store_free(resp_store *st)
 		kv_buf_fini(&st->plan[i].end);
 	}
 	free(st->plan);
+	free(st->balance);
+	free(st->bplan);
 	free(st);
+}
+
+/* Decodes n BalancerDecision messages into *out (allocated). */
+static int
+balance_from_pb(Shardkv__BalancerDecision *const *b, size_t n, kv_admin_balance **out)
+{
+	if (n == 0)
+		return KV_OK;
+	if (n > KV_ADMIN_MAX_BALANCE)
+		return KV_EPROTO;
+	if ((*out = calloc(n, sizeof(**out))) == NULL)
+		return KV_ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		if (!str_ok(b[i]->kind) || !str_ok(b[i]->reason) || !str_ok(b[i]->what))
+			return KV_EPROTO;
+		(*out)[i] = (kv_admin_balance){.time_ms = b[i]->time_ms,
+		                               .kind = b[i]->kind,
+		                               .reason = b[i]->reason,
+		                               .what = b[i]->what};
+	}
+	return KV_OK;
 }
 
 static int
@@ -718,6 +806,8 @@ report_from_pb(const Shardkv__StatusReport *rep, resp_store *st)
 			y->keys = x->keys;
 			y->bytes = x->bytes;
 			y->ops = x->ops_per_sec;
+			y->reads = rate_ok(x->reads_per_sec);
+			y->writes = rate_ok(x->writes_per_sec);
 			y->split = x->n_split_keys ? &st->splits[ns] : NULL;
 			y->nsplit = x->n_split_keys;
 			for (size_t k = 0; k < x->n_split_keys; k++) {
@@ -748,6 +838,10 @@ report_from_pb(const Shardkv__StatusReport *rep, resp_store *st)
 	st->report.migs = st->migs;
 	st->report.nreplicas = rep->n_controllers;
 	st->report.replicas = st->replicas;
+	if ((rv = balance_from_pb(rep->balancer, rep->n_balancer, &st->balance)) != KV_OK)
+		return rv;
+	st->report.nbalance = rep->n_balancer;
+	st->report.balance = st->balance;
 	return KV_OK;
 }
 
@@ -804,7 +898,8 @@ kv_admin_resp_decode(const void *p, size_t n, kv_admin_resp *out)
 			goto err;
 	if (r->report && (rv = report_from_pb(r->report, st)) != KV_OK)
 		goto err;
-	if ((rv = plan_from_pb(r, st)) != KV_OK)
+	if ((rv = plan_from_pb(r, st)) != KV_OK ||
+	    (rv = balance_from_pb(r->balancer_plan, r->n_balancer_plan, &st->bplan)) != KV_OK)
 		goto err;
 	out->request_id = r->request_id;
 	out->not_leader = r->status == SHARDKV__STATUS__STATUS_NOT_LEADER;
@@ -822,6 +917,8 @@ kv_admin_resp_decode(const void *p, size_t n, kv_admin_resp *out)
 	out->nmig_ids = r->n_migration_ids;
 	out->plan = st->plan;
 	out->nplan = st->nplan;
+	out->balance_plan = st->bplan;
+	out->nbalance_plan = r->n_balancer_plan;
 	if (r->leader) {
 		out->leader_id = r->leader->id;
 		out->leader_address = r->leader->address;

@@ -47,13 +47,18 @@ typedef enum {
 
 /* Live statistics of one range (Heartbeat.ranges, NodeStats.ranges). */
 typedef struct {
-	kv_bytes start;  /* the range as the node owns it */
-	kv_bytes end;    /* empty: end of the key space */
-	uint64_t keys;   /* keys in it */
-	uint64_t bytes;  /* key + value bytes in it */
-	double ops;      /* op rate */
-	size_t nsplit;   /* entries in split */
-	kv_bytes *split; /* split keys, in key order */
+	kv_bytes start;      /* the range as the node owns it */
+	kv_bytes end;        /* empty: end of the key space */
+	uint64_t keys;       /* keys in it */
+	uint64_t bytes;      /* key + value bytes in it */
+	double ops;          /* op rate */
+	size_t nsplit;       /* entries in split */
+	kv_bytes *split;     /* split keys, in key order */
+	double reads;        /* decayed read op rate (sampled) */
+	double writes;       /* decayed write op rate (sampled) */
+	kv_bytes load_split; /* halves the sampled load; empty: none */
+	kv_bytes hot_key;    /* one key with at least half of the load; empty: none */
+	double hot_share;    /* hot_key's share of the load, 0..1 */
 } kv_admin_range_stat;
 
 /* A decoded AdminRequest. Pointers borrow from the unpacked message. */
@@ -141,6 +146,17 @@ typedef struct {
 	uint64_t index;      /* its log index; 0 standalone */
 } kv_admin_replica;
 
+/* One decision of the automatic balancer (BalancerDecision). */
+typedef struct {
+	uint64_t time_ms;   /* Unix ms it was published; 0 in a plan */
+	const char *kind;   /* "move", "transfer", "merge", "hot_key" */
+	const char *reason; /* "bytes", "ops", "cold", "hot_key" */
+	const char *what;   /* printable detail */
+} kv_admin_balance;
+
+/* Most balancer decisions in a decoded answer. */
+#define KV_ADMIN_MAX_BALANCE 64u
+
 /* The status report (StatusReport). Everything borrowed. */
 typedef struct {
 	size_t nnodes;                   /* entries in nodes */
@@ -151,25 +167,29 @@ typedef struct {
 	/* Controller replicas; 0: a standalone controller at `address`. */
 	size_t nreplicas;
 	const kv_admin_replica *replicas;
+	size_t nbalance;                 /* entries in balance */
+	const kv_admin_balance *balance; /* the balancer's latest decisions, oldest first */
 } kv_admin_report;
 
 /* An AdminResponse. Everything borrowed (see the top of this file). */
 typedef struct {
-	uint64_t request_id;             /* AdminRequest.request_id, echoed */
-	int err;                         /* KV_OK or KV_E* */
-	const char *error;               /* detail; NULL: kv_strerror(err) when err != 0 */
-	uint64_t epoch;                  /* the controller's latest (or new) epoch */
-	const kv_config *config;         /* may be NULL */
-	const kv_config *const *configs; /* watch with history, oldest first */
-	size_t nconfigs;                 /* entries in configs */
-	const kv_admin_report *report;   /* status; may be NULL */
-	uint64_t wait_ms;                /* with wait: how long the migrations took */
-	uint32_t node_id;                /* join, register: the node's id */
-	const uint64_t *mig_ids;         /* migrations created by the command */
-	size_t nmig_ids;                 /* entries in mig_ids */
-	uint32_t ranges_lost;            /* remove: ranges whose only copy was on the node */
-	const kv_migration *plan;        /* dry run: the migrations it would start */
-	size_t nplan;                    /* entries in plan */
+	uint64_t request_id;                  /* AdminRequest.request_id, echoed */
+	int err;                              /* KV_OK or KV_E* */
+	const char *error;                    /* detail; NULL: kv_strerror(err) when err != 0 */
+	uint64_t epoch;                       /* the controller's latest (or new) epoch */
+	const kv_config *config;              /* may be NULL */
+	const kv_config *const *configs;      /* watch with history, oldest first */
+	size_t nconfigs;                      /* entries in configs */
+	const kv_admin_report *report;        /* status; may be NULL */
+	uint64_t wait_ms;                     /* with wait: how long the migrations took */
+	uint32_t node_id;                     /* join, register: the node's id */
+	const uint64_t *mig_ids;              /* migrations created by the command */
+	size_t nmig_ids;                      /* entries in mig_ids */
+	uint32_t ranges_lost;                 /* remove: ranges whose only copy was on the node */
+	const kv_migration *plan;             /* dry run: the migrations it would start */
+	size_t nplan;                         /* entries in plan */
+	const kv_admin_balance *balance_plan; /* rebalance dry run: the balancer's next */
+	size_t nbalance_plan;                 /* entries in balance_plan */
 	/* Replicated controllers only. not_leader answers STATUS_NOT_LEADER
 	 * (err must be KV_EUNAVAIL) with the leader as known (id 0: none). */
 	bool not_leader;

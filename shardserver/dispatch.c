@@ -1132,6 +1132,7 @@ dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_data_result *res)
 		return;
 	}
 	atomic_fetch_add_explicit(&s->ops, op->nkeys ? op->nkeys : 1, memory_order_relaxed);
+	kv_srv_load_note(s, op, (def->flags & OPF_WRITE) != 0);
 	run_op(s, rq, op, def, res);
 }
 

@@ -1,9 +1,18 @@
 /*
  * heartbeat.c - the shard server's heartbeats (heartbeat.h): once a second
  * the heartbeat thread reports the node's totals (keys, bytes, ops/s, RSS)
- * and per-range figures (keys, bytes, up to three split keys) to the
- * controller, and publishes the per-range figures for /metrics. It reads
- * the store's counters and the ownership table; it changes nothing.
+ * and per-range figures (keys, bytes, up to three split keys, read and
+ * write rates, the key that halves the load, a hot key) to the controller,
+ * and publishes the per-range figures for /metrics. It reads the store's
+ * counters, the ownership table and the load sample; it changes nothing.
+ *
+ * The load sample (kv_srv_load_note, doc/scheduler.md "Statistics") costs
+ * the request path one relaxed atomic add per op; one op in KV_LOAD_EVERY
+ * also copies up to KV_LOAD_KEYMAX bytes of its first key into a ring
+ * under a try-lock it never waits for. Every heartbeat empties the ring,
+ * gives each range the rates of the samples that fall in it (decayed:
+ * each second weighs LOAD_ALPHA), and from that second's samples alone the
+ * key that halves its load and a key taking at least half of it.
  *
  * The lease thread renews the server's lease (doc/contract.md §2, the
  * arithmetic in doc/operations.md "Leases") with a light heartbeat every
@@ -34,6 +43,82 @@ rss_bytes(void)
 		rss = 0;
 	fclose(f);
 	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Weight of the last second in the decayed rates (about a 3 s window). */
+#define LOAD_ALPHA 0.3
+/* Fewer samples in a range than this give no load split key nor hot key. */
+#define LOAD_MIN_SAMPLES 16u
+
+void
+kv_srv_load_note(kv_server *s, const kv_op *op, bool write)
+{
+	uint64_t t = atomic_fetch_add_explicit(&s->load_tick, 1, memory_order_relaxed);
+	kv_bytes k = op->key;
+
+	if (t % KV_LOAD_EVERY != 0)
+		return;
+	if (op->nkeys && op->keys != NULL)
+		k = op->keys[0];
+	else if (op->kind == KV_OP_SCAN || op->kind == KV_OP_COUNT || op->kind == KV_OP_DELRANGE)
+		k = op->cursor.len ? op->cursor : op->start;
+	if (atomic_exchange_explicit(&s->load_busy, true, memory_order_acquire))
+		return; /* the heartbeat thread is emptying the ring: drop this one */
+	kv_load_sample *x = &s->load[s->nload % KV_LOAD_SLOTS];
+	x->len = (uint8_t)(k.len < KV_LOAD_KEYMAX ? k.len : KV_LOAD_KEYMAX);
+	x->write = write;
+	if (x->len)
+		memcpy(x->key, k.p, x->len);
+	s->nload++;
+	atomic_store_explicit(&s->load_busy, false, memory_order_release);
+}
+
+/* Moves the ring's samples into out (capacity KV_LOAD_SLOTS) and empties
+ * it. Returns the samples copied; *taken gets how many were recorded since
+ * the last call (more than copied when the ring wrapped). */
+static size_t
+load_take(kv_server *s, kv_load_sample *out, size_t *taken)
+{
+	size_t n;
+
+	while (atomic_exchange_explicit(&s->load_busy, true, memory_order_acquire))
+		; /* held for one key copy at most */
+	*taken = s->nload;
+	n = s->nload < KV_LOAD_SLOTS ? s->nload : KV_LOAD_SLOTS;
+	memcpy(out, s->load, n * sizeof(*out));
+	s->nload = 0;
+	atomic_store_explicit(&s->load_busy, false, memory_order_release);
+	return n;
+}
+
+static int
+sample_cmp(const void *a, const void *b)
+{
+	const kv_load_sample *x = a, *y = b;
+	return kv_key_cmp(x->key, x->len, y->key, y->len);
+}
+
+/* Index of the range of rg (n sorted start, end pairs) that holds key, or
+ * n. */
+static size_t
+range_of(const kv_buf *rg, size_t n, const uint8_t *key, size_t len)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) { /* the last range whose start is <= key */
+		size_t mid = (lo + hi) / 2;
+		if (kv_key_cmp(rg[2 * mid].data, rg[2 * mid].len, key, len) <= 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return n;
+	lo--;
+	const kv_buf *en = &rg[2 * lo + 1];
+	if (en->len && kv_key_cmp(key, len, en->data, en->len) >= 0)
+		return n;
+	return lo;
 }
 
 /* Fills the statistics of one range: counts and up to three quantile keys. */
@@ -72,6 +157,8 @@ typedef struct {
 	kv_admin_range_stat *rs; /* n statistics, borrowing rg and split */
 	kv_buf *split;           /* 3 split keys per range */
 	kv_bytes *splitv;        /* views of split, what rs[i].split points at */
+	double *rd, *wr;         /* n decayed read / write rates */
+	kv_buf *lkey;            /* 2 per range: load split key, hot key */
 } hb_cache;
 
 static void
@@ -80,6 +167,12 @@ hb_cache_fini(hb_cache *c)
 	if (c->split)
 		for (size_t i = 0; i < 3 * (c->n + 1); i++)
 			kv_buf_fini(&c->split[i]);
+	if (c->lkey)
+		for (size_t i = 0; i < 2 * (c->n + 1); i++)
+			kv_buf_fini(&c->lkey[i]);
+	free(c->lkey);
+	free(c->rd);
+	free(c->wr);
 	free(c->split);
 	free(c->splitv);
 	free(c->rs);
@@ -100,6 +193,67 @@ ranges_equal(const kv_buf *a, size_t na, const kv_buf *b, size_t nb)
 }
 
 /*
+ * Gives the ranges of c the load of this second's samples smp[0..n) (sorted
+ * by key), each standing for `each` ops over dt seconds: decayed rates, and
+ * from these samples alone the load split key and the hot key.
+ */
+static void
+load_apply(hb_cache *c, const kv_load_sample *smp, size_t n, double each, double dt)
+{
+	size_t i = 0;
+
+	for (size_t r = 0; r < c->n; r++) {
+		kv_admin_range_stat *rs = &c->rs[r];
+		double rd = 0, wr = 0;
+		size_t first, cnt;
+
+		while (i < n && range_of(c->rg, c->n, smp[i].key, smp[i].len) < r)
+			i++;
+		first = i;
+		while (i < n && range_of(c->rg, c->n, smp[i].key, smp[i].len) == r) {
+			if (smp[i].write)
+				wr += each;
+			else
+				rd += each;
+			i++;
+		}
+		cnt = i - first;
+		c->rd[r] = LOAD_ALPHA * rd / dt + (1 - LOAD_ALPHA) * c->rd[r];
+		c->wr[r] = LOAD_ALPHA * wr / dt + (1 - LOAD_ALPHA) * c->wr[r];
+		rs->reads = c->rd[r];
+		rs->writes = c->wr[r];
+		rs->load_split = (kv_bytes){0};
+		rs->hot_key = (kv_bytes){0};
+		rs->hot_share = 0;
+		if (cnt < LOAD_MIN_SAMPLES)
+			continue;
+		/* The median sample halves the load when strictly inside. */
+		const kv_load_sample *m = &smp[first + cnt / 2];
+		const kv_buf *st = &c->rg[2 * r];
+		if (kv_key_cmp(m->key, m->len, st->data, st->len) > 0 &&
+		    kv_buf_set(&c->lkey[2 * r], m->key, m->len) == 0)
+			rs->load_split = (kv_bytes){c->lkey[2 * r].data, c->lkey[2 * r].len};
+		/* The longest run of one key. */
+		size_t best = 0, bestlen = 0;
+		for (size_t j = first; j < first + cnt;) {
+			size_t k = j + 1;
+			while (k < first + cnt && sample_cmp(&smp[j], &smp[k]) == 0)
+				k++;
+			if (k - j > bestlen) {
+				best = j;
+				bestlen = k - j;
+			}
+			j = k;
+		}
+		if (2 * bestlen >= cnt &&
+		    kv_buf_set(&c->lkey[2 * r + 1], smp[best].key, smp[best].len) == 0) {
+			rs->hot_key = (kv_bytes){c->lkey[2 * r + 1].data, c->lkey[2 * r + 1].len};
+			rs->hot_share = (double)bestlen / (double)cnt;
+		}
+	}
+}
+
+/*
  * Counting a range walks it (kv_store_range_count), so the per-range figures
  * are recounted every heartbeat only for small stores: every
  * 1 + keys / 500000 heartbeats otherwise, and whenever the served ranges
@@ -109,8 +263,9 @@ void *
 kv_srv_heartbeat_main(void *arg)
 {
 	kv_server *s = arg;
-	uint64_t last_ops = 0, last_ns = kv_now_ns(), tick = 0;
+	uint64_t last_ops = 0, last_ns = kv_now_ns(), prev_ns = last_ns, tick = 0;
 	hb_cache cache = {0};
+	kv_load_sample *smp = malloc(KV_LOAD_SLOTS * sizeof(*smp));
 
 	while (!atomic_load(&s->stopping)) {
 		kv_buf *rg = NULL;
@@ -135,7 +290,11 @@ kv_srv_heartbeat_main(void *arg)
 			continue;
 		kv_store_get_stats(s->store, &st);
 		uint64_t period = 1 + st.keys / 500000u;
-		if (tick++ % period == 0 || !ranges_equal(rg, n, cache.rg, cache.n)) {
+		bool same = ranges_equal(rg, n, cache.rg, cache.n);
+		if (tick++ % period == 0 || !same) {
+			double *rd = same ? cache.rd : NULL, *wr = same ? cache.wr : NULL;
+			if (same) /* a recount of the same ranges keeps the rates */
+				cache.rd = cache.wr = NULL;
 			hb_cache_fini(&cache);
 			cache.rg = rg;
 			cache.n = n;
@@ -143,7 +302,11 @@ kv_srv_heartbeat_main(void *arg)
 			cache.rs = calloc(n + 1, sizeof(*cache.rs));
 			cache.split = calloc(3 * (n + 1), sizeof(*cache.split));
 			cache.splitv = calloc(3 * (n + 1), sizeof(*cache.splitv));
-			if (cache.rs == NULL || cache.split == NULL || cache.splitv == NULL) {
+			cache.lkey = calloc(2 * (n + 1), sizeof(*cache.lkey));
+			cache.rd = rd != NULL ? rd : calloc(n + 1, sizeof(*cache.rd));
+			cache.wr = wr != NULL ? wr : calloc(n + 1, sizeof(*cache.wr));
+			if (cache.rs == NULL || cache.split == NULL || cache.splitv == NULL ||
+			    cache.lkey == NULL || cache.rd == NULL || cache.wr == NULL) {
 				hb_cache_fini(&cache);
 				continue;
 			}
@@ -153,8 +316,15 @@ kv_srv_heartbeat_main(void *arg)
 			kv_srv_metrics_set_ranges(s, cache.rs, cache.n);
 		}
 		kv_owner_ranges_free(rg, n);
+		size_t taken = 0, ns = smp != NULL ? load_take(s, smp, &taken) : 0;
+		if (ns > 1)
+			qsort(smp, ns, sizeof(*smp), sample_cmp);
+		double dt = (double)(now - prev_ns + 1) / 1e9;
+		load_apply(&cache, smp, ns,
+		           ns ? (double)KV_LOAD_EVERY * (double)taken / (double)ns : 0, dt);
+		prev_ns = now;
 		for (size_t i = 0; i < cache.n; i++)
-			cache.rs[i].ops = rate / (double)cache.n;
+			cache.rs[i].ops = cache.rs[i].reads + cache.rs[i].writes;
 		kv_admin_req rq = {.op = KV_ADM_HEARTBEAT,
 		                   .node_id = me,
 		                   .boot_id = s->boot_id,
@@ -170,6 +340,7 @@ kv_srv_heartbeat_main(void *arg)
 			kv_admin_resp_fini(&r);
 	}
 	hb_cache_fini(&cache);
+	free(smp);
 	return NULL;
 }
 

@@ -39,6 +39,19 @@ typedef struct {
 	uint64_t bytes; /* their key + value bytes */
 } kv_srv_range_fig;
 
+/* Load sampling (heartbeat.c; doc/scheduler.md "Statistics"): one op in
+ * KV_LOAD_EVERY is recorded with its first key (cut to KV_LOAD_KEYMAX bytes)
+ * in a ring the heartbeat thread empties every second. */
+#define KV_LOAD_EVERY  16u
+#define KV_LOAD_SLOTS  512u
+#define KV_LOAD_KEYMAX 48u
+
+typedef struct {
+	uint8_t len;                 /* bytes of key used */
+	bool write;                  /* a write op */
+	uint8_t key[KV_LOAD_KEYMAX]; /* the op's first key (a prefix of it) */
+} kv_load_sample;
+
 struct kv_server {
 	const kv_server_cfg *cfg;          /* flags (immutable): &cfg_copy */
 	kv_server_cfg cfg_copy;            /* the caller's kv_server_cfg, copied */
@@ -118,10 +131,22 @@ struct kv_server {
 	kv_mig *mig; /* the migrations, both directions (migrate.h; own locks) */
 	kv_rs *repl; /* the replication stream, both sides (repl/repl.h; own locks) */
 
+	/* The load sample (heartbeat.c); load_busy is a try-lock (zero: free)
+	 * that protects load and nload. */
+	atomic_uint_fast64_t load_tick;     /* ops seen by kv_srv_load_note */
+	atomic_bool load_busy;              /* held while load is written or emptied */
+	size_t nload;                       /* samples since the last emptying */
+	kv_load_sample load[KV_LOAD_SLOTS]; /* a ring: the latest KV_LOAD_SLOTS */
+
 	pthread_mutex_t rfig_mu; /* protects rfig and nrfig */
 	kv_srv_range_fig *rfig;  /* per served range, as of the heartbeat's last count */
 	size_t nrfig;
 };
+
+/* Records one op in the load sample when its turn comes (one relaxed atomic
+ * add; one op in KV_LOAD_EVERY also copies its key under a try-lock and is
+ * dropped rather than waiting when the heartbeat thread holds it). */
+void kv_srv_load_note(kv_server *s, const kv_op *op, bool write);
 
 /* The token this server sends to the controller and to other servers. */
 static inline kv_bytes

@@ -1367,6 +1367,26 @@ cmd_leave(cli_ctx *x)
 	return admin_report(x, rv, &r, what, &t0);
 }
 
+/* Writes balancer decisions as a JSON list (doc/contract.md §5). */
+static void
+json_balancer(FILE *f, const shardkv_balancer_decision *d, size_t n, bool timed)
+{
+	fputc('[', f);
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f, "%s{", i ? ", " : "");
+		if (timed)
+			fprintf(f, "\"time_ms\": %" PRIu64 ", ", d[i].time_ms);
+		fprintf(f, "\"kind\": ");
+		json_str(f, d[i].kind, strlen(d[i].kind));
+		fprintf(f, ", \"reason\": ");
+		json_str(f, d[i].reason, strlen(d[i].reason));
+		fprintf(f, ", \"what\": ");
+		json_str(f, d[i].what, strlen(d[i].what));
+		fputc('}', f);
+	}
+	fputc(']', f);
+}
+
 /* Prints a dry run's plan (doc/contract.md §4): `what` is the command's
  * sentence ("rebalancing", "moving [a, b) to node 2"). */
 static int
@@ -1390,7 +1410,12 @@ plan_report(cli_ctx *x, int rv, shardkv_plan *p, const char *what)
 			        ", \"bytes\": %" PRIu64 "}",
 			        s->from, s->to, s->keys, s->bytes);
 		}
-		fprintf(x->out, "]}\n");
+		fputc(']', x->out);
+		if (strcmp(x->a->cmd, "rebalance") == 0) {
+			fprintf(x->out, ", \"balancer_plan\": ");
+			json_balancer(x->out, p->balancer, p->nbalancer, false);
+		}
+		fprintf(x->out, "}\n");
 	} else {
 		fprintf(
 		    x->out,
@@ -1411,6 +1436,10 @@ plan_report(cli_ctx *x, int rv, shardkv_plan *p, const char *what)
 			else
 				fprintf(x->out, " keys=? bytes=?\n");
 		}
+		if (p->nbalancer)
+			fprintf(x->out, "the automatic balancer's next decisions:\n");
+		for (size_t i = 0; i < p->nbalancer; i++)
+			fprintf(x->out, "  %s\n", p->balancer[i].what);
 	}
 	shardkv_plan_free(p);
 	return 0;
@@ -1590,6 +1619,8 @@ json_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 			    c->role, c->term, c->index);
 		}
 		fputc(']', f);
+		fprintf(f, ", \"balancer\": ");
+		json_balancer(f, cfg->balancer, cfg->nbalancer, true);
 	}
 	fprintf(f, "}\n");
 }
@@ -1695,6 +1726,17 @@ human_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 			const shardkv_controller *c = &cfg->controllers[i];
 			fprintf(f, "  %" PRIu32 "  %-28s %s term=%" PRIu64 " index=%" PRIu64 "\n",
 			        c->id, c->address ? c->address : "?", c->role, c->term, c->index);
+		}
+	}
+	if (status && cfg->nbalancer) {
+		fprintf(f, "balancer (latest decisions):\n");
+		for (size_t i = 0; i < cfg->nbalancer; i++) {
+			time_t t = (time_t)(cfg->balancer[i].time_ms / 1000u);
+			struct tm tm;
+			char when[32] = "?";
+			if (gmtime_r(&t, &tm) != NULL)
+				strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+			fprintf(f, "  %s  %s\n", when, cfg->balancer[i].what);
 		}
 	}
 }

@@ -575,18 +575,29 @@ typedef struct {
 	uint64_t index;   /* last applied index; 0 standalone */
 } shardkv_controller;
 
+/* One decision of the controller's automatic balancer (doc/scheduler.md):
+ * in a status its latest, in a rebalance plan its next. */
+typedef struct {
+	uint64_t time_ms; /* Unix ms it was published; 0 in a plan */
+	char *kind;       /* "move", "transfer", "merge", "hot_key" (owned by the result) */
+	char *reason;     /* "bytes", "ops", "cold", "hot_key" (owned by the result) */
+	char *what;       /* printable detail: range, nodes, sizes (owned by the result) */
+} shardkv_balancer_decision;
+
 /* A configuration, or (from shardkv_status) a configuration with live
  * statistics. Free with shardkv_config_free(). */
 typedef struct {
-	uint64_t epoch;                  /* the configuration's epoch */
-	size_t nnodes;                   /* nodes */
-	shardkv_node *nodes;             /* sorted by id */
-	size_t nranges;                  /* ranges */
-	shardkv_range *ranges;           /* sorted by start, covering the key space */
-	size_t nmigrations;              /* migrations in flight */
-	shardkv_migration *migrations;   /* with live progress in a status */
-	size_t ncontrollers;             /* status only */
-	shardkv_controller *controllers; /* status only */
+	uint64_t epoch;                      /* the configuration's epoch */
+	size_t nnodes;                       /* nodes */
+	shardkv_node *nodes;                 /* sorted by id */
+	size_t nranges;                      /* ranges */
+	shardkv_range *ranges;               /* sorted by start, covering the key space */
+	size_t nmigrations;                  /* migrations in flight */
+	shardkv_migration *migrations;       /* with live progress in a status */
+	size_t ncontrollers;                 /* status only */
+	shardkv_controller *controllers;     /* status only */
+	size_t nbalancer;                    /* status only */
+	shardkv_balancer_decision *balancer; /* status only: the latest, oldest first */
 } shardkv_config;
 
 /* Registers the server at `address` (SHARDKV_NO_REBALANCE, SHARDKV_WAIT).
@@ -647,6 +658,8 @@ typedef struct {
 	uint64_t epoch;           /* the latest epoch, which the dry run left as it was */
 	size_t nsteps;            /* migrations the command would start; 0: nothing moves */
 	shardkv_plan_step *steps; /* in the order the command would start them */
+	size_t nbalancer;         /* rebalance: the balancer's next decisions */
+	shardkv_balancer_decision *balancer; /* (empty with --auto-balance off) */
 } shardkv_plan;
 
 /*

@@ -57,6 +57,9 @@ kv_add_test(test_failover_inproc SOURCES component/test_failover_inproc.c
 # replaced and stays down; leave --wait of a backup ends once its
 # replacement is in sync; leave of a primary moves its role with the old
 # primary kept in the ISR, which then answers WRONG_OWNER.
+kv_add_test(test_balance_inproc SOURCES component/test_balance_inproc.c
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 180 LABELS concurrency)
+
 kv_add_test(test_repair_inproc SOURCES component/test_repair_inproc.c
   LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)
 

@@ -105,7 +105,11 @@ inproc_cluster_ctl_up(inproc_cluster *c)
 	                              .lease_margin_ms = c->o.lease_margin_ms,
 	                              .replicas = c->o.replicas,
 	                              .down_after_s = c->o.down_after_s,
-	                              .min_insync = c->o.min_insync};
+	                              .min_insync = c->o.min_insync,
+	                              .auto_balance = c->o.auto_balance,
+	                              .split_bytes = c->o.split_bytes,
+	                              .max_migrations = c->o.max_migrations,
+	                              .balance_cut_replicated = c->o.cut_replicated};
 	if (kv_controller_create(&c->ccfg, &c->ctl, err, sizeof(err)) != KV_OK)
 		fail_msg("controller create: %s", err);
 	if (kv_controller_start(c->ctl, err, sizeof(err)) != KV_OK)

@@ -45,6 +45,10 @@ typedef struct {
 	bool no_expand;           /* servers never ask to add a replica to an ISR (a test
 	                             of the controller keeps one outside) */
 	unsigned patience_ms;     /* upper bound of any wait of this module */
+	bool auto_balance;        /* the controller's --auto-balance on (default off) */
+	uint64_t split_bytes;     /* its --split-bytes; 0: its own default */
+	unsigned max_migrations;  /* its --max-migrations; 0: its own default */
+	bool cut_replicated;      /* its balancer may cut replicated ranges */
 } inproc_cluster_opts;
 
 typedef struct {

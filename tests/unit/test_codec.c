@@ -323,6 +323,11 @@ assert_range_stat(const kv_admin_range_stat *a, const kv_admin_range_stat *b)
 	assert_int_equal(a->nsplit, b->nsplit);
 	for (size_t i = 0; i < a->nsplit; i++)
 		assert_bytes(a->split[i], b->split[i]);
+	assert_true(a->reads == b->reads);
+	assert_true(a->writes == b->writes);
+	assert_bytes(a->load_split, b->load_split);
+	assert_bytes(a->hot_key, b->hot_key);
+	assert_true(a->hot_share == b->hot_share);
 }
 
 static void
@@ -383,7 +388,12 @@ every_admin_request_round_trips(void **state)
 	     .bytes = 30,
 	     .ops = 1.5,
 	     .nsplit = 3,
-	     .split = split},
+	     .split = split,
+	     .reads = 1.0,
+	     .writes = 0.5,
+	     .load_split = B("c"),
+	     .hot_key = B("c"),
+	     .hot_share = 0.75},
 	    {.start = B("m"), .end = B(""), .keys = 0, .bytes = 0, .ops = 0.25}};
 	const kv_admin_req all[] = {
 	    {.op = KV_ADM_JOIN,
@@ -552,6 +562,18 @@ a_plan_naming_no_move_is_refused(void **state)
 }
 
 static void
+assert_balance(const kv_admin_balance *a, size_t na, const kv_admin_balance *b, size_t nb)
+{
+	assert_int_equal(na, nb);
+	for (size_t i = 0; i < na; i++) {
+		assert_int_equal(a[i].time_ms, b[i].time_ms);
+		assert_str(a[i].kind, b[i].kind);
+		assert_str(a[i].reason, b[i].reason);
+		assert_str(a[i].what, b[i].what);
+	}
+}
+
+static void
 assert_admin_resp(const kv_admin_resp *a, const kv_admin_resp *b)
 {
 	assert_int_equal(a->request_id, b->request_id);
@@ -580,9 +602,12 @@ assert_admin_resp(const kv_admin_resp *a, const kv_admin_resp *b)
 	assert_int_equal(a->nplan, b->nplan);
 	for (size_t i = 0; i < a->nplan; i++)
 		assert_migration(&a->plan[i], &b->plan[i]);
+	assert_balance(a->balance_plan, a->nbalance_plan, b->balance_plan, b->nbalance_plan);
 	assert_int_equal(a->report != NULL, b->report != NULL);
 	if (a->report == NULL)
 		return;
+	assert_balance(a->report->balance, a->report->nbalance, b->report->balance,
+	               b->report->nbalance);
 	assert_int_equal(a->report->nnodes, b->report->nnodes);
 	for (size_t i = 0; i < a->report->nnodes; i++) {
 		const kv_admin_node_stat *x = &a->report->nodes[i], *y = &b->report->nodes[i];
@@ -655,7 +680,15 @@ every_admin_response_round_trips(void **state)
 	     .index = 8}};
 	kv_admin_report solo = {
 	    .nnodes = 2, .nodes = ns, .nmigs = c4->nmigs, .migs = c4->migs, .address = "tcp://c:0"};
-	kv_admin_report raft = {.nnodes = 1, .nodes = ns, .nreplicas = 2, .replicas = reps};
+	kv_admin_balance bal[2] = {
+	    {.time_ms = 1700000000000u, .kind = "move", .reason = "bytes", .what = "move [a, b)"},
+	    {.kind = "hot_key", .reason = "hot_key", .what = "hot_key \"k\""}};
+	kv_admin_report raft = {.nnodes = 1,
+	                        .nodes = ns,
+	                        .nreplicas = 2,
+	                        .replicas = reps,
+	                        .nbalance = 2,
+	                        .balance = bal};
 	uint64_t ids[2] = {6, 7};
 	kv_migration plan[2] = {{.epoch = 5,
 	                         .start = {(uint8_t *)"", 0},
@@ -673,7 +706,13 @@ every_admin_response_round_trips(void **state)
 	                         .to = 2,
 	                         .phase = KV_MIG_PENDING}};
 	const kv_admin_resp all[] = {
-	    {.request_id = 11, .epoch = 4, .config = c4, .plan = plan, .nplan = 2},
+	    {.request_id = 11,
+	     .epoch = 4,
+	     .config = c4,
+	     .plan = plan,
+	     .nplan = 2,
+	     .balance_plan = bal + 1,
+	     .nbalance_plan = 1},
 	    {.request_id = 1, .epoch = 3, .config = c3},
 	    {.request_id = 2, .epoch = 2, .node_id = 1, .config = c3},
 	    {.request_id = 3, .epoch = 4, .configs = hist, .nconfigs = 2},

@@ -56,6 +56,8 @@ kv_add_test(test_server_units SOURCES unit/test_server_units.c LIBS kv_server TI
 # The controller's placement and config log.
 kv_add_test(test_controller_placement SOURCES unit/test_controller_placement.c
   LIBS kv_controller TIMEOUT 30)
+kv_add_test(test_controller_scheduler SOURCES unit/test_controller_scheduler.c
+  LIBS kv_controller TIMEOUT 60)
 kv_add_test(test_controller_clog SOURCES unit/test_controller_clog.c
   LIBS kv_controller kv_testutil TIMEOUT 30)
 
