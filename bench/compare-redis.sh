@@ -143,7 +143,8 @@ start_shardkv() { # N: sets ctl to the controller URL
 	mkdir -p "$dir"
 	port=$(free_port)
 	ctl="tcp://127.0.0.1:$port"
-	"$bin/shardkv-controller" --listen "$ctl" --data-dir "$dir/ctl" >/dev/null 2>"$dir/ctl.log" &
+	one_copy_flags "$bin/shardkv-controller" # Redis Cluster runs with no replicas too
+	"$bin/shardkv-controller" --listen "$ctl" --data-dir "$dir/ctl" ${one_copy[@]+"${one_copy[@]}"} >/dev/null 2>"$dir/ctl.log" &
 	pids+=($!)
 	wait_for 30 "$bin/shardkv" -c "$ctl" --timeout 500 config || die "controller did not start (see $dir/ctl.log)"
 	for ((i = 1; i <= n; i++)); do

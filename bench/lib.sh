@@ -46,6 +46,16 @@ while True:
 EOF
 }
 
+# Sets one_copy to the controller flags that keep one copy per range
+# (`--replicas 1`), empty for a controller from before --replicas: the
+# benchmarks that compare against unreplicated peers or measure migrations
+# run with one copy, while the controller's default is 3 (doc/contract.md
+# §2). $1: the controller binary.
+one_copy_flags() {
+	one_copy=()
+	if "$1" --help 2>/dev/null | grep -q -- '--replicas'; then one_copy=(--replicas 1); fi
+}
+
 # Polls `cmd...` until it succeeds, at most $1 seconds.
 wait_for() {
 	local limit=$1

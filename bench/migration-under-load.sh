@@ -184,7 +184,8 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 say "work dir $work; starting a controller and 3 servers (--fsync $fsync${xargs:+ $xargs})"
 port=$(free_port)
 ctl="tcp://127.0.0.1:$port"
-"$bin/shardkv-controller" --listen "$ctl" --data-dir "$work/ctl" >/dev/null 2>"$work/ctl.log" &
+one_copy_flags "$bin/shardkv-controller" # with replicas a move copies nothing: measure migrations
+"$bin/shardkv-controller" --listen "$ctl" --data-dir "$work/ctl" ${one_copy[@]+"${one_copy[@]}"} >/dev/null 2>"$work/ctl.log" &
 pids+=($!)
 wait_for 30 cli config || die "controller did not start (see $work/ctl.log)"
 addr=()

@@ -64,6 +64,8 @@ typedef struct {
 	const char *fsync;       /* --fsync for spawned servers, or NULL */
 	unsigned nctl;           /* --controllers: spawned controller replicas (1: standalone) */
 	bool kill_ctl;           /* --kill-controller: SIGKILL the controller leader during steps */
+	bool kill_ctl_failover;  /* --kill-controller-in-failover: SIGKILL the controller leader
+	                            during the failover of each --kill-no-restart or --wipe */
 	bool no_reconfig;        /* --no-reconfig: load only */
 	bool json;               /* --json: the summary as one JSON object on stdout */
 	bool keep;               /* --keep: keep the spawned cluster's directory */
@@ -95,10 +97,13 @@ typedef struct {
 	                         again as a new node (needs replicas >= 2) */
 	unsigned fault_iv_ms; /* --fault-interval: mean ms between --kill-no-restart and
 	                         --wipe faults */
-	unsigned replicas;    /* --replicas: the controller's --replicas (0: not passed) */
-	bool one_copy_faults; /* $SHARDKV_CHECKER_ONE_COPY_FAULTS=1: run --kill-no-restart
-	                         and --wipe with one copy (removes with data loss; the
-	                         history then shows the lost writes) */
+	unsigned replicas;    /* --replicas: the controller's --replicas (0: not passed;
+	                         --spawn sets 3, the controller's default) */
+	bool replicas_default; /* replicas was not given: 1 with a controller that does not
+	                          accept --replicas */
+	bool one_copy_faults;  /* $SHARDKV_CHECKER_ONE_COPY_FAULTS=1: run --kill-no-restart
+	                          and --wipe with one copy (removes with data loss; the
+	                          history then shows the lost writes) */
 } chk_opts;
 
 /* Monotonic nanoseconds. */
@@ -391,6 +396,11 @@ typedef struct {
 	uint64_t dead_kills;    /* --kill-no-restart, --wipe: servers killed for good or wiped */
 	uint64_t removes;       /* ... their down nodes removed (`shardkv remove`) */
 	uint64_t replacements;  /* ... replacement (or wiped) servers started with --join */
+	uint64_t fo_ctl_kills;  /* --kill-controller-in-failover: leaders killed in a failover */
+	uint64_t fo_ctl_before_down; /* ... of them before the node was seen `down` */
+	uint64_t fo_unfinished;      /* failovers a new leader did not finish (must be 0): the node
+	                                never seen down, or a range still led by a node that is not
+	                                active at the end */
 } chk_driver_stats;
 
 /* What the pauses look like in the history (chk_driver_pause_check). */

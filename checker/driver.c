@@ -67,7 +67,12 @@
 #define PAUSE_GAP_MS   1000u  /* at least this long between a SIGCONT and the next SIGSTOP */
 #define WATCH_MS       15000u /* a paused node is watched this long after its SIGCONT */
 #define DEAD_DOWN_MS   20000u /* a node killed for good is seen down within this, or given up */
-#define MAX_PAUSES     4096   /* pauses kept for chk_driver_pause_check */
+/* --kill-controller-in-failover: the leader is SIGKILLed this long at most
+ * after the server's SIGKILL, a little past the moment the leader declares
+ * the node down (lease 2 s + down delay 1 s + election timeout 1 s,
+ * doc/replication.md "Liveness and leases"), or when the node is seen down. */
+#define FO_KILL_MAX_MS 4500u
+#define MAX_PAUSES     4096 /* pauses kept for chk_driver_pause_check */
 
 /* One --pause: the server stopped, its node, when, and the configurations
  * before the SIGSTOP and after the SIGCONT (to tell which keys it owned
@@ -127,6 +132,9 @@ struct chk_driver {
 	uint32_t gone_node;                 /* a node killed for good, to remove once down */
 	int gone_srv;                       /* its slot when it stays dead; -1: reused (wipe) */
 	uint64_t gone_since;                /* when it was killed (ns) */
+	uint64_t fo_kill_at;                /* --kill-controller-in-failover: kill the leader
+	                                       then (ns); 0: none due */
+	bool fo_kill_on_down;               /* ... or once gone_node is seen down */
 };
 
 chk_driver *
@@ -817,30 +825,31 @@ delayed_kill_main(void *arg)
 	return NULL;
 }
 
-/* --kill-controller: kills the leader replica 0..20 ms into a move or a
- * rebalance. Only one replica is down at a time (a majority stays up). */
-static void
-step_kill_ctl(chk_driver *d, const shardkv_config *cfg)
+/* SIGKILLs the controller leader replica in delay_us (on a thread of its
+ * own; at once for 0) and has it restarted 300..1500 ms later. Only one
+ * replica is down at a time (a majority stays up). Returns the replica's
+ * index, or -1 when none was killed (one is down already, no leader known). */
+static int
+kill_ctl_leader(chk_driver *d, unsigned delay_us)
 {
 	chk_cluster *cl = d->cl;
 	shardkv_config *st = NULL;
 	struct delayed_kill *k;
 	pthread_t t;
 	int leader = -1;
-	unsigned delay_us = (unsigned)chk_rng_below(&d->rng, 20000);
 
 	for (int i = 0; i < cl->nctl; i++)
 		if (cl->rkilled[i] || cl->rpid[i] <= 0)
-			return;
+			return -1;
 	if (shardkv_status(d->admin, &st) != 0)
-		return;
+		return -1;
 	for (size_t i = 0; i < st->ncontrollers; i++)
 		if (strcmp(st->controllers[i].role, "leader") == 0 && st->controllers[i].id >= 1 &&
 		    (int)st->controllers[i].id <= cl->nctl)
 			leader = (int)st->controllers[i].id - 1;
 	shardkv_config_free(st);
 	if (leader < 0 || (k = malloc(sizeof(*k))) == NULL)
-		return;
+		return -1;
 	k->pid = cl->rpid[leader];
 	k->delay_us = delay_us;
 	/* Marked first, so that its exit does not count as a crash. */
@@ -848,13 +857,26 @@ step_kill_ctl(chk_driver *d, const shardkv_config *cfg)
 	cl->rrestart_ns[leader] =
 	    chk_now_ns() +
 	    (RESTART_MIN_MS + chk_rng_below(&d->rng, RESTART_MAX_MS - RESTART_MIN_MS)) * 1000000u;
-	if (pthread_create(&t, NULL, delayed_kill_main, k) != 0) {
+	if (delay_us == 0 || pthread_create(&t, NULL, delayed_kill_main, k) != 0) {
 		kill(k->pid, SIGKILL);
 		free(k);
 	} else {
 		pthread_detach(t);
 	}
 	d->st.ctl_kills++;
+	return leader;
+}
+
+/* --kill-controller: kills the leader replica 0..20 ms into a move or a
+ * rebalance. */
+static void
+step_kill_ctl(chk_driver *d, const shardkv_config *cfg)
+{
+	unsigned delay_us = 1 + (unsigned)chk_rng_below(&d->rng, 20000);
+	int leader = kill_ctl_leader(d, delay_us);
+
+	if (leader < 0)
+		return;
 	size_t ne = nem_begin(d, "kill-controller", "\"replica\": %d, \"delay_us\": %u", leader + 1,
 	                      delay_us);
 	nem_end(d, ne, "\"result\": \"sent\"");
@@ -1200,6 +1222,34 @@ chk_driver_pause_check(chk_driver *d, const chk_key *keys, size_t nkeys, const c
  * replicas only: the options refuse one copy)
  * ------------------------------------------------------------------------- */
 
+/* --kill-controller-in-failover: SIGKILLs the controller leader now, in the
+ * failover of gone_node; `down` says whether the node was seen down. */
+static void
+failover_kill_ctl(chk_driver *d, bool down)
+{
+	uint64_t after_ms = (chk_now_ns() - d->gone_since) / 1000000u;
+	int leader;
+
+	d->fo_kill_at = 0;
+	d->fo_kill_on_down = false;
+	if ((leader = kill_ctl_leader(d, 0)) < 0) {
+		chk_log("kill-controller in the failover of node %" PRIu32 ": no leader to kill",
+		        d->gone_node);
+		return;
+	}
+	d->st.fo_ctl_kills++;
+	d->st.fo_ctl_before_down += !down;
+	size_t ne = nem_begin(d, "kill-controller",
+	                      "\"replica\": %d, \"failover_of\": %" PRIu32
+	                      ", \"after_server_kill_ms\": %" PRIu64 ", \"node_down_seen\": %s",
+	                      leader + 1, d->gone_node, after_ms, down ? "true" : "false");
+	nem_end(d, ne, "\"result\": \"sent\"");
+	if (d->o->verbose)
+		chk_log("kill-controller: SIGKILL to leader replica %d, %" PRIu64
+		        " ms into the failover of node %" PRIu32 " (%s)",
+		        leader + 1, after_ms, d->gone_node, down ? "seen down" : "not seen down");
+}
+
 /* SIGKILLs the owner of one of the checker's keys. --kill-no-restart leaves
  * it dead; --wipe deletes its data dir and starts it again, on a new
  * address, as a new node (--join). Either way its old node is removed once
@@ -1240,6 +1290,21 @@ dead_fault(chk_driver *d)
 	if (d->o->verbose)
 		chk_log("kill: SIGKILL to %s (node %" PRIu32 "), %s", s->url, node,
 		        wipe ? "to be wiped" : "not restarted");
+	if (d->o->kill_ctl_failover) {
+		/* Odd faults at a random moment up to a little past the
+		 * leader's down declaration (the new leader must declare it
+		 * again), even ones once the node is seen down (the new leader
+		 * must carry on with the removal, the replacement and the ISR
+		 * changes). */
+		if (d->st.dead_kills % 2 == 1) {
+			d->fo_kill_at =
+			    d->gone_since + chk_rng_below(&d->rng, FO_KILL_MAX_MS + 1) * 1000000u;
+			d->fo_kill_on_down = false;
+		} else {
+			d->fo_kill_at = 0;
+			d->fo_kill_on_down = true;
+		}
+	}
 	if (!wipe)
 		return;
 	char old[sizeof(s->url)];
@@ -1260,6 +1325,22 @@ dead_fault(chk_driver *d)
 	              s->url, node);
 	d->st.replacements++;
 	gate_close(d);
+}
+
+/* Whether node is `gone` (or no longer listed) in the latest configuration. */
+static bool
+gone_in_config(chk_driver *d, uint32_t node)
+{
+	shardkv_config *cfg = NULL;
+	bool gone = true;
+
+	if (shardkv_config_get(d->admin, 0, &cfg) != 0)
+		return false;
+	for (size_t i = 0; i < cfg->nnodes; i++)
+		if (cfg->nodes[i].id == node)
+			gone = cfg->nodes[i].state == SHARDKV_NODE_GONE;
+	shardkv_config_free(cfg);
+	return gone;
 }
 
 /* Removes the node killed for good once it is down, then (--kill-no-restart)
@@ -1286,9 +1367,17 @@ gone_watch(chk_driver *d)
 			chk_log("node %" PRIu32 " not down %u ms after its SIGKILL; not removed",
 			        d->gone_node, DEAD_DOWN_MS);
 			d->st.failed++;
+			d->st.fo_unfinished += d->o->kill_ctl_failover;
 			d->gone_node = 0;
+			d->fo_kill_at = 0;
+			d->fo_kill_on_down = false;
 		}
 		return;
+	}
+	if (d->fo_kill_on_down || d->fo_kill_at) {
+		/* Seen down before the timed kill came: kill now all the same. */
+		failover_kill_ctl(d, true);
+		return; /* removed at a later tick, through the new leader */
 	}
 	nem_node(d, "node-down", d->gone_node, "killed");
 	snprintf(node, sizeof(node), "%" PRIu32, d->gone_node);
@@ -1306,6 +1395,19 @@ gone_watch(chk_driver *d)
 	if (rv == SHARDKV_EBUSY) {
 		d->st.busy++;
 		return; /* tried again at the next tick */
+	}
+	if (rv != 0 && d->o->kill_ctl_failover && !gone_in_config(d, d->gone_node) &&
+	    chk_now_ns() - d->gone_since < 2ull * DEAD_DOWN_MS * 1000000u) {
+		/* Most likely the killed leader's: tried again through the next. */
+		chk_log("remove %s: %s (%s); trying again", node, shardkv_strerror(rv),
+		        shardkv_errmsg());
+		d->st.busy++;
+		return;
+	}
+	if (rv != 0 && gone_in_config(d, d->gone_node)) {
+		/* Committed by a leader that died before it answered. */
+		rv = 0;
+		res.epoch = epoch + 1;
 	}
 	if (rv != 0) {
 		chk_log("remove %s failed: %s (%s)", node, shardkv_strerror(rv), shardkv_errmsg());
@@ -1544,6 +1646,10 @@ chk_driver_tick(chk_driver *d, bool steps)
 			d->next_pause = now + (uint64_t)PAUSE_GAP_MS * 1000000u;
 		now = chk_now_ns();
 	}
+	if (d->cl && d->gone_node != 0 && d->fo_kill_at != 0 && now >= d->fo_kill_at) {
+		failover_kill_ctl(d, false);
+		now = chk_now_ns();
+	}
 	if (steps && d->cl && (d->o->kill_no_restart || d->o->wipe) && d->gone_node == 0 &&
 	    now >= d->next_fault) {
 		dead_fault(d);
@@ -1569,6 +1675,41 @@ chk_driver_tick(chk_driver *d, bool steps)
 	return TICK_MS;
 }
 
+/* --kill-controller-in-failover: every range must end up led by an active
+ * node (the failovers the killed leaders began were finished by the next);
+ * waits for it DEAD_DOWN_MS at most, counting fo_unfinished otherwise. */
+static void
+failovers_finished(chk_driver *d)
+{
+	uint64_t t0 = chk_now_ns();
+	uint32_t bad = 0;
+
+	poll_procs(d, true); /* every controller replica up */
+	do {
+		shardkv_config *cfg = NULL;
+		struct timespec ts = {0, (long)TICK_MS * 1000000L};
+		if (shardkv_config_get(d->admin, 0, &cfg) == 0) {
+			bad = 0;
+			for (size_t i = 0; i < cfg->nranges && bad == 0; i++) {
+				const shardkv_node *nd = NULL;
+				for (size_t k = 0; k < cfg->nnodes; k++)
+					if (cfg->nodes[k].id == cfg->ranges[i].node)
+						nd = &cfg->nodes[k];
+				if (nd == NULL || nd->state != SHARDKV_NODE_ACTIVE)
+					bad = cfg->ranges[i].node;
+			}
+			shardkv_config_free(cfg);
+			if (bad == 0)
+				return;
+		}
+		nanosleep(&ts, NULL);
+	} while (chk_now_ns() - t0 < (uint64_t)DEAD_DOWN_MS * 1000000u);
+	chk_log("failover unfinished: a range is still led by node %" PRIu32
+	        ", which is not active, %u ms after the last fault",
+	        bad, DEAD_DOWN_MS);
+	d->st.fo_unfinished++;
+}
+
 void
 chk_driver_settle_procs(chk_driver *d)
 {
@@ -1581,10 +1722,17 @@ chk_driver_settle_procs(chk_driver *d)
 		while (d->gone_node != 0 &&
 		       chk_now_ns() - d->gone_since < 2ull * DEAD_DOWN_MS * 1000000u) {
 			struct timespec ts = {0, (long)TICK_MS * 1000000L};
+			if (d->fo_kill_at != 0 && chk_now_ns() >= d->fo_kill_at)
+				failover_kill_ctl(d, false);
 			gone_watch(d);
 			if (d->gone_node != 0)
 				nanosleep(&ts, NULL);
+			poll_procs(d, false);
 		}
 		d->gone_node = 0;
+		d->fo_kill_at = 0;
+		d->fo_kill_on_down = false;
+		if (d->o->kill_ctl_failover)
+			failovers_finished(d);
 	}
 }

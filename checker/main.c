@@ -42,7 +42,8 @@ usage(FILE *f)
 	    "                       [--kill-interval MS] [--pause MS [--pause-interval MS]]\n"
 	    "                       [--kill-no-restart] [--wipe] [--fault-interval MS]\n"
 	    "                       [--replicas R]\n"
-	    "                       [--fsync MODE] [--controllers C [--kill-controller]]]\n"
+	    "                       [--fsync MODE] [--controllers C [--kill-controller]\n"
+	    "                       [--kill-controller-in-failover]]]\n"
 	    "                       [--clients N] [--keys K] [--duration S]\n"
 	    "                       [--reconfig-interval MS] [--no-reconfig] [--seed S]\n"
 	    "                       [--op-timeout MS] [--max-ops N] [--fill N [--fill-size B]]\n"
@@ -81,11 +82,17 @@ usage(FILE *f)
 	    "                          as a new node (needs --replicas 2 or more)\n"
 	    "  --fault-interval MS     mean time between those faults (default 10000)\n"
 	    "  --replicas R            pass --replicas R to the spawned controller(s), if they\n"
-	    "                          accept it (refused otherwise)\n"
+	    "                          accept it (refused otherwise; default 3, the\n"
+	    "                          controller's default, or 1 for a controller without it)\n"
 	    "  --fsync MODE            spawned servers' --fsync (always, batch, none)\n"
 	    "  --controllers C         spawn C controller replicas (Raft; 3 or 5) instead of one\n"
 	    "  --kill-controller       with --controllers 3+: SIGKILL the controller leader a few\n"
 	    "                          ms into a move or rebalance, restart it a moment later\n"
+	    "  --kill-controller-in-failover  with --controllers 3+ and --kill-no-restart or\n"
+	    "                          --wipe: SIGKILL the controller leader during each\n"
+	    "                          failover (0-4.5 s after the server's SIGKILL, or once its\n"
+	    "                          node is seen down), restart it a moment later; the run\n"
+	    "                          fails unless a new leader finishes every failover\n"
 	    "  --clients N             concurrent clients (default 4)\n"
 	    "  --keys K                keys, half appended to, half put/get (default 16)\n"
 	    "  --duration S            seconds of load (default 30)\n"
@@ -180,6 +187,7 @@ enum {
 	OPT_TLS_CA,
 	OPT_CONTROLLERS,
 	OPT_KILL_CTL,
+	OPT_KILL_CTL_FO,
 	OPT_HISTORY,
 	OPT_CHECK,
 	OPT_MULTI,
@@ -223,6 +231,7 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"fsync", required_argument, NULL, OPT_FSYNC},
 	    {"controllers", required_argument, NULL, OPT_CONTROLLERS},
 	    {"kill-controller", no_argument, NULL, OPT_KILL_CTL},
+	    {"kill-controller-in-failover", no_argument, NULL, OPT_KILL_CTL_FO},
 	    {"history", required_argument, NULL, OPT_HISTORY},
 	    {"check", required_argument, NULL, OPT_CHECK},
 	    {"no-reconfig", no_argument, NULL, OPT_NO_RECONFIG},
@@ -348,6 +357,9 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 			if (!parse_num(optarg, 1, CHK_MAX_CTLS, &v))
 				return usage_error("--controllers wants 1 to 5, not '%s'", optarg);
 			o->nctl = (unsigned)v;
+			break;
+		case OPT_KILL_CTL_FO:
+			o->kill_ctl_failover = true;
 			break;
 		case OPT_KILL_CTL:
 			o->kill_ctl = true;
@@ -479,6 +491,10 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		return usage_error("--controllers needs --spawn");
 	if (o->kill_ctl && o->nctl < 3)
 		return usage_error("--kill-controller needs --controllers 3 or more");
+	if (o->kill_ctl_failover && (o->nctl < 3 || (!o->kill_no_restart && !o->wipe)))
+		return usage_error(
+		    "--kill-controller-in-failover needs --controllers 3 or more and "
+		    "--kill-no-restart or --wipe");
 	if ((o->pause_ms || o->pause_iv_ms) && !o->spawn_dir)
 		return usage_error("--pause needs --spawn");
 	if (o->pause_iv_ms && !o->pause_ms)
@@ -487,6 +503,12 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		o->pause_iv_ms = o->pause_ms > 1800000u ? 3600000u : 2 * o->pause_ms;
 	if (o->replicas && !o->spawn_dir)
 		return usage_error("--replicas needs --spawn");
+	/* The spawned controller's own default (doc/contract.md §2), passed on
+	 * so that the driver knows it (1 if that controller has no --replicas). */
+	if (o->spawn_dir && o->replicas == 0) {
+		o->replicas = 3;
+		o->replicas_default = true;
+	}
 	if ((o->kill_no_restart || o->wipe || o->fault_iv_ms) && !o->spawn_dir)
 		return usage_error("--kill-no-restart, --wipe and --fault-interval need --spawn");
 	if (o->fault_iv_ms && !o->kill_no_restart && !o->wipe)
@@ -806,10 +828,13 @@ print_json(const summary *s)
 	        ", \"failed_while_paused\": %" PRIu64 ", \"unavailable_while_paused\": %" PRIu64
 	        ", \"served_again\": %" PRIu64 ", \"back_ms_max\": %" PRIu64
 	        ", \"killed_for_good\": %" PRIu64 ", \"removed\": %" PRIu64
-	        ", \"replacements\": %" PRIu64 "}",
+	        ", \"replacements\": %" PRIu64 ", \"failover_controller_kills\": %" PRIu64
+	        ", \"failover_controller_kills_before_down\": %" PRIu64
+	        ", \"failovers_unfinished\": %" PRIu64 "}",
 	        d->pauses, d->pause_downs, d->pause_backs, s->pc.keys, s->pc.acked_paused,
 	        s->pc.held, s->pc.failed, s->pc.unavailable, s->pc.served_again, s->pc.back_ms_max,
-	        d->dead_kills, d->removes, d->replacements);
+	        d->dead_kills, d->removes, d->replacements, d->fo_ctl_kills, d->fo_ctl_before_down,
+	        d->fo_unfinished);
 	fprintf(f, ", \"errors\": {");
 	bool first = true;
 	for (int e = 0; e < 32; e++)
@@ -907,6 +932,11 @@ print_text(const summary *s)
 		        "servers killed for good or wiped: %" PRIu64 "; %" PRIu64
 		        " nodes removed, %" PRIu64 " servers joined in their place\n",
 		        d->dead_kills, d->removes, d->replacements);
+	if (d->fo_ctl_kills || d->fo_unfinished)
+		fprintf(f,
+		        "controller leaders killed in a failover: %" PRIu64 " (%" PRIu64
+		        " before the node was seen down); failovers left unfinished: %" PRIu64 "\n",
+		        d->fo_ctl_kills, d->fo_ctl_before_down, d->fo_unfinished);
 	if (d->crashes)
 		fprintf(
 		    f, "%" PRIu64 " daemon crashes or exits without draining (see the log above)\n",
@@ -975,9 +1005,15 @@ main(int argc, char **argv)
 	if (o.spawn_dir) {
 		if ((cl = calloc(1, sizeof(*cl))) == NULL ||
 		    (crv = chk_cluster_create(cl, o.spawn_dir, o.fsync, o.nctl, o.replicas)) != 0) {
+			/* A controller from before --replicas keeps one copy. */
+			if (crv == -2 && o.replicas_default && !o.kill_no_restart && !o.wipe) {
+				o.replicas = 1;
+				crv = chk_cluster_create(cl, o.spawn_dir, o.fsync, o.nctl, 0);
+			}
 			if (crv == -2)
 				rc = 2;
-			goto out;
+			if (crv != 0)
+				goto out;
 		}
 		controllers = cl->ctl_url;
 	} else if (controllers == NULL) {
@@ -1128,7 +1164,7 @@ main(int argc, char **argv)
 		print_json(&s);
 	else
 		print_text(&s);
-	if (res.nviolations || s.ds->crashes || pc.acked_paused)
+	if (res.nviolations || s.ds->crashes || pc.acked_paused || s.ds->fo_unfinished)
 		rc = 1;
 	else if (unread)
 		rc = 3;

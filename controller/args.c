@@ -55,7 +55,7 @@ const char kv_controller_usage[] =
     "  --down-after S      how long a node may stay down before its replicas get\n"
     "                      replacements on other nodes (default 60, 1 to 86400;\n"
     "                      with --replicas 2 or more)\n"
-    "  --replicas R        replicas per range, primary included (1 to 5, default 1):\n"
+    "  --replicas R        replicas per range, primary included (1 to 5, default 3):\n"
     "                      ranges gain replicas on nodes that join, and a range whose\n"
     "                      primary is declared down fails over to an in-sync replica\n"
     "  --min-insync M      a write is acknowledged only while the range's in-sync set\n"
@@ -192,6 +192,10 @@ kv_controller_parse_args(int argc, char **argv, kv_controller_args *out, char *e
 	memset(&a, 0, sizeof(a));
 	a.level = KV_LOG_INFO;
 	a.cfg.auto_balance = true; /* --auto-balance on */
+	/* --replicas defaults to 3 (doc/contract.md §2): a range has as many
+	 * copies as the nodes that can hold them until enough join. The
+	 * embedded controller's 0 stays one copy (controller.h). */
+	a.cfg.replicas = 3;
 	/* 0, not 1: glibc then starts afresh, so that this can run more than
 	 * once in a process (tests, the fuzzer). */
 	optind = 0;

@@ -47,8 +47,8 @@ typedef struct {
 	 * (doc/contract.md §4, doc/replication.md "Repair"). */
 	unsigned down_after_s;
 	/* --replicas R: the replicas each range should have (1 to
-	 * KV_MAX_REPLICAS; 0: 1 at this stage) and --min-insync M, the minimum
-	 * ISR size published in every configuration (1 to R; 0: min(2, R)).
+	 * KV_MAX_REPLICAS; 0: 1, while the command line's default is 3, args.c) and --min-insync M,
+	 * the minimum ISR size published in every configuration (1 to R; 0: min(2, R)).
 	 * kv_controller_create refuses values out of range
 	 * (doc/replication.md). */
 	unsigned replicas;

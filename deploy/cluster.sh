@@ -10,7 +10,8 @@
 #                      /healthz on a port of its own (printed, and listed for
 #                      Prometheus in DIR/prometheus-targets.json);
 #                      --replicas R: each range is kept on R nodes (the
-#                      controller's --replicas; default the controller's)
+#                      controller's --replicas; default the controller's, 3;
+#                      --replicas 1: one copy per range, no failover)
 #   cluster.sh status  the cluster's status (shardkv status)
 #   (--dir DIR may be given with any command)
 #   cluster.sh add [--no-wait]  start and join one more server (--no-wait:

@@ -60,7 +60,9 @@ setup4(void **state)
 {
 	int idx[NODES] = {0, 1, 2, 3};
 	(void)state;
-	if (kv_tc_start(&tc, "cluster-batch", NODES) != 0)
+	/* One copy on purpose: the batches must span four owners, one slice
+	 * each, moved there (and back and forth) by migrations. */
+	if (kv_tc_start_one_copy(&tc, "cluster-batch", NODES) != 0)
 		return -1;
 	/* mb/ in four slices, one per server: mb/000000.. on server 1, etc. */
 	if (kv_tc_spread(&tc, "mb/", 400, idx, NODES) != 0) {

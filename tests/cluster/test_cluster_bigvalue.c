@@ -66,12 +66,18 @@ static uint8_t *bufs[2]; /* large test buffers, freed by teardown */
  * ------------------------------------------------------------------------ */
 
 /* A controller and two servers with --max-value `max_value`, joined one
- * after the other (kv_tc_start_ex). */
+ * after the other (kv_tc_start_ex). One copy per range on purpose: the
+ * large values must travel in slices through migrations, which a move
+ * makes only with one copy. */
 static int
 start_cluster(const char *tag, const char *max_value)
 {
 	const char *const args[] = {"--max-value", max_value, NULL};
-	return kv_tc_start_ex(&tc, tag, 2, args);
+	if (kv_tc_set_controller_args(KV_TC_ONE_COPY) != 0)
+		return -1;
+	int rv = kv_tc_start_ex(&tc, tag, 2, args);
+	kv_tc_set_controller_args(NULL);
+	return rv;
 }
 
 static int

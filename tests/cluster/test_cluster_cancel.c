@@ -39,7 +39,9 @@ static int
 setup2(void **state)
 {
 	(void)state;
-	return kv_tc_start(&tc, "cluster-cancel", 2);
+	/* One copy on purpose: a cancel stops a migration, which a move
+	 * starts only with one copy per range. */
+	return kv_tc_start_one_copy(&tc, "cluster-cancel", 2);
 }
 
 static int

@@ -40,7 +40,10 @@ static int
 setup2(void **state)
 {
 	(void)state;
-	return kv_tc_start(&tc, "cluster-cli", 2);
+	/* One copy on purpose: the output checked is that of single-copy
+	 * ranges (`"replicas": [N]`) and of moves that migrate (progress
+	 * lines, cancel on Ctrl-C). */
+	return kv_tc_start_one_copy(&tc, "cluster-cli", 2);
 }
 
 static int

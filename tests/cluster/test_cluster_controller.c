@@ -30,7 +30,12 @@ static int
 setup2(void **state)
 {
 	(void)state;
-	return kv_tc_start(&tc, "cluster-ctl", 2);
+	/* One copy on purpose: the restart must find the epoch where the
+	 * outage left it and a move must migrate. With replicas the outage
+	 * (about as long as the lease) stalls the backups' streams, the
+	 * primaries ask for ISR changes that commit once the controller is
+	 * back, and a move only hands the primary role over. */
+	return kv_tc_start_one_copy(&tc, "cluster-ctl", 2);
 }
 
 static int

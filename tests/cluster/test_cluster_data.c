@@ -35,11 +35,23 @@ setup2(void **state)
 	return kv_tc_start(&tc, "cluster-data", 2);
 }
 
+/* One copy per range, on purpose: these tests follow the data as it
+ * migrates (a join, a move, a leave, a rebalance each copy it to another
+ * node and the heartbeats show it there). With replicas those steps move
+ * no data (a joining node becomes a replica, a move or rebalance hands the
+ * primary role to an in-sync replica); the last test runs with them. */
 static int
-setup3(void **state)
+setup2_one_copy(void **state)
 {
 	(void)state;
-	return kv_tc_start(&tc, "cluster-data", 3);
+	return kv_tc_start_one_copy(&tc, "cluster-data", 2);
+}
+
+static int
+setup3_one_copy(void **state)
+{
+	(void)state;
+	return kv_tc_start_one_copy(&tc, "cluster-data", 3);
 }
 
 static int
@@ -423,14 +435,15 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(
-	        data_written_before_join_move_leave_and_rebalance_reads_back_after_each, setup2,
-	        teardown),
+	        data_written_before_join_move_leave_and_rebalance_reads_back_after_each,
+	        setup2_one_copy, teardown),
 	    cmocka_unit_test_setup_teardown(a_range_swap_by_back_to_back_moves_keeps_all_data,
-	                                    setup2, teardown),
+	                                    setup2_one_copy, teardown),
 	    cmocka_unit_test_setup_teardown(
-	        admin_leave_of_a_node_with_data_hands_it_all_to_the_others, setup3, teardown),
-	    cmocka_unit_test_setup_teardown(sigterm_of_a_server_drains_it_and_it_exits_0, setup3,
-	                                    teardown),
+	        admin_leave_of_a_node_with_data_hands_it_all_to_the_others, setup3_one_copy,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(sigterm_of_a_server_drains_it_and_it_exits_0,
+	                                    setup3_one_copy, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        writes_during_join_rebalance_and_leave_are_neither_lost_nor_duplicated, setup2,
 	        teardown),

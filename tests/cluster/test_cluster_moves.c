@@ -22,18 +22,22 @@
 
 static kv_tc tc;
 
+/* One copy per range, on purpose: every test here is about moves that
+ * migrate data (the new owner's first write against the old owner's copy,
+ * clients stale by the moves' epochs, a move's copy rate). With replicas a
+ * move hands the primary role to an in-sync replica and copies nothing. */
 static int
 setup2(void **state)
 {
 	(void)state;
-	return kv_tc_start(&tc, "cluster-moves", 2);
+	return kv_tc_start_one_copy(&tc, "cluster-moves", 2);
 }
 
 static int
 setup3(void **state)
 {
 	(void)state;
-	return kv_tc_start(&tc, "cluster-moves", 3);
+	return kv_tc_start_one_copy(&tc, "cluster-moves", 3);
 }
 
 static int

@@ -252,13 +252,13 @@ range_series_are_capped_with_the_rest_summed_as_other(void **state)
 	kv_tc_node_arg(&tc, 1, n2, sizeof(n2));
 	/* Everything to node 1, then 24 small disjoint ranges to node 2:
 	 * node 1 serves 25 ranges, node 2 24, more than the 20 series kept. */
-	assert_int_equal(shardkv_move(tc.admin, "", 0, "", 0, n1, 0, SHARDKV_WAIT, &ar), 0);
+	assert_int_equal(kv_tc_move(tc.admin, "", 0, "", 0, n1, SHARDKV_WAIT, &ar), 0);
 	for (int i = 0; i < 24; i++) {
 		char start[16], end[16];
 		snprintf(start, sizeof(start), "r%02d", 2 * i);
 		snprintf(end, sizeof(end), "r%02d", 2 * i + 1);
-		int rv = shardkv_move(tc.admin, start, strlen(start), end, strlen(end), n2, 0,
-		                      SHARDKV_WAIT, &ar);
+		int rv = kv_tc_move(tc.admin, start, strlen(start), end, strlen(end), n2,
+		                    SHARDKV_WAIT, &ar);
 		if (rv != 0)
 			fail_msg("move %s: %s (%s)", start, shardkv_strerror(rv), shardkv_errmsg());
 	}

@@ -218,9 +218,13 @@ expect_refused(const char *url, const char *cert, const char *key, const char *c
                int want)
 {
 	shardkv_client *c = NULL;
-	uint64_t epoch = epoch_now();
 	int rv;
 
+	/* With replicas a copy and ISR change may still be committing after an
+	 * earlier step: wait for them before taking the epoch that must not
+	 * change. */
+	KV_TC_ASSERT(&tc, kv_tc_wait_in_sync(&tc, KV_TC_READY_MS) == 0, "ranges not in sync");
+	uint64_t epoch = epoch_now();
 	assert_int_equal(client_open(url, cert, key, cafile, ms, &c), 0);
 	rv = shardkv_put(c, "victim", 6, "evil", 4);
 	if (rv != want)

@@ -347,7 +347,11 @@ group_setup(void **state)
 	snprintf(mhost, sizeof(mhost), "127.0.0.1:%d", g.mport);
 	snprintf(maxkey, sizeof(maxkey), "%u", MAX_KEY);
 
-	const char *ca[] = {KV_CONTROLLER_BIN, "--listen", g.ctl_url, "--data-dir", cdata, NULL};
+	/* One copy per range on purpose: migration_counters_follow_a_move
+	 * counts a migration's bytes, and a move migrates only with one copy
+	 * (the other tests use one server, where R makes no difference). */
+	const char *ca[] = {KV_CONTROLLER_BIN, "--listen", g.ctl_url, "--data-dir", cdata,
+	                    "--replicas",      "1",        NULL};
 	g.ctl = spawn(ca, clog);
 	const char *sa[] = {KV_SERVER_BIN, "--listen", g.srv_url, "--controller", g.ctl_url,
 	                    "--data-dir",  sdata,      "--join",  "--max-key",    maxkey,

@@ -779,8 +779,8 @@ replicated_leader_replaces_a_node_down_past_down_after_and_a_new_leader_ends_it(
 }
 
 /* --replicas and --min-insync: the parser refuses values out of range with
- * a one-line reason, --help names them, and create refuses the same values
- * given through the options. */
+ * a one-line reason, --replicas defaults to 3, --help names them, and
+ * create refuses the same values given through the options. */
 static void
 replica_flags_are_checked_by_the_parser_and_by_create(void **state)
 {
@@ -791,7 +791,7 @@ replica_flags_are_checked_by_the_parser_and_by_create(void **state)
 	char err[512];
 	static const char *const bad[][2] = {
 	    {"--replicas", "0"},   {"--replicas", "6"},   {"--replicas", "x"},
-	    {"--min-insync", "0"}, {"--min-insync", "2"}, /* more than the default --replicas 1 */
+	    {"--min-insync", "0"}, {"--min-insync", "4"}, /* more than the default --replicas 3 */
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -804,6 +804,13 @@ replica_flags_are_checked_by_the_parser_and_by_create(void **state)
 		assert_non_null(strstr(err, bad[i][0]));
 		assert_null(strchr(err, '\n'));
 	}
+	/* With neither flag: three replicas (doc/contract.md §2), M left to
+	 * create (the smaller of 2 and R). */
+	char *dflt[] = {"shardkv-controller", "--listen", "tcp://127.0.0.1:1",
+	                "--data-dir",         "/tmp/x",   NULL};
+	assert_int_equal(kv_controller_parse_args(5, dflt, &a, err, sizeof(err)), KV_OK);
+	assert_int_equal(a.cfg.replicas, 3);
+	assert_int_equal(a.cfg.min_insync, 0);
 	char *ok[] = {"shardkv-controller", "--listen", "tcp://127.0.0.1:1", "--data-dir", "/tmp/x",
 	              "--replicas",         "3",        "--min-insync",      "3",          NULL};
 	assert_int_equal(kv_controller_parse_args(9, ok, &a, err, sizeof(err)), KV_OK);

@@ -119,7 +119,7 @@ static struct {
 	int hsrv[NSERVERS];
 	char ctl_url[64];
 	char srv_url[NSERVERS][64];
-	unsigned replicas; /* the controller's --replicas (0: its default) */
+	unsigned replicas; /* the controller's --replicas (0: its default, 3) */
 	pid_t ctl_pid;
 	pid_t srv_pid[NSERVERS];
 	uint32_t node[NSERVERS];   /* node ids */
@@ -599,6 +599,9 @@ checker_finds_nothing_lost_under_link_loss_delay_and_partition(void **state)
 	g.impair_ms = 1000u * env_num("KV_NETNS_IMPAIR_S", IMPAIR_S, 1, 3600);
 	g.partition_ms = 1000u * env_num("KV_NETNS_PARTITION_S", PARTITION_S, 1, 3600);
 	cycle_ms = (uint64_t)g.link_down_ms + g.impair_ms + g.partition_ms + 3u * GAP_MS;
+	/* One copy on purpose: the move made while its two ends are
+	 * partitioned is a migration, which needs one copy per range. */
+	g.replicas = 1;
 	build_cluster();
 	snprintf(dur, sizeof(dur), "%u", duration);
 	snprintf(sd, sizeof(sd), "%u", seed);
@@ -706,6 +709,10 @@ server_cut_off_from_the_controller_only_refuses_at_lease_end_and_serves_after_he
 	int st;
 
 	(void)state;
+	/* One copy on purpose: the cut-off server must serve its own keys
+	 * again after the heal; with replicas they fail over (the replicated
+	 * case is primary_cut_off_from_the_controller_only_*). */
+	g.replicas = 1;
 	build_cluster();
 	/* A range of its own on s1, so that the key's owner is known. */
 	snprintf(to, sizeof(to), "%" PRIu32, g.node[0]);

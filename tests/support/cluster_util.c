@@ -232,16 +232,45 @@ copy_args(char (*args)[KV_TC_ARG_LEN], const char *const *from)
 	return n;
 }
 
+/* Extra flags of the standalone controller of every cluster created
+ * afterwards (kv_tc_set_controller_args), copied into it at its creation. */
+static char tc_sctl_args[KV_TC_MAX_ARGS][KV_TC_ARG_LEN];
+static int tc_nsctl_args;
+
+int
+kv_tc_set_controller_args(const char *const *args)
+{
+	int n = copy_args(tc_sctl_args, args);
+
+	tc_nsctl_args = n < 0 ? 0 : n;
+	return n < 0 ? -1 : 0;
+}
+
+int
+kv_tc_start_one_copy(kv_tc *c, const char *tag, int nservers)
+{
+	int rv;
+
+	if (kv_tc_set_controller_args(KV_TC_ONE_COPY) != 0)
+		return -1;
+	rv = kv_tc_start(c, tag, nservers);
+	kv_tc_set_controller_args(NULL);
+	return rv;
+}
+
 static int
 start_controller_proc(kv_tc *c)
 {
-	char *argv[14] = {"shardkv-controller", "--listen", c->ctl_url, "--data-dir", c->ctl_data};
+	char *argv[14 + KV_TC_MAX_ARGS] = {"shardkv-controller", "--listen", c->ctl_url,
+	                                   "--data-dir", c->ctl_data};
 	size_t n = 5;
 	if (tc_auth_file[0]) { /* auth: */
 		argv[n++] = "--auth-token-file";
 		argv[n++] = tc_auth_file;
 	}
 	tc_tls_args(argv, &n); /* tls: */
+	for (int i = 0; i < c->nctl_args; i++)
+		argv[n++] = c->ctl_args[i];
 	c->ctl_pid = spawn(KV_CONTROLLER_BIN, argv, c->ctl_log);
 	return c->ctl_pid > 0 ? 0 : -1;
 }
@@ -293,6 +322,8 @@ kv_tc_create_ex(kv_tc *c, const char *tag, const char *const *server_args)
 		c->nargs = 0;
 		return -1;
 	}
+	memcpy(c->ctl_args, tc_sctl_args, sizeof(c->ctl_args));
+	c->nctl_args = tc_nsctl_args;
 	if (make_dir(c, tag) != 0)
 		return -1;
 	kv_test_free_url(c->ctl_url, sizeof(c->ctl_url));
@@ -435,7 +466,11 @@ kv_tc_wait_settled(kv_tc *c, unsigned ms)
 	return -1;
 }
 
-/* Waits until server i owns at least one range and nothing moves. */
+/* Waits until server i is in the in-sync set of at least one range (owns
+ * it, with one copy; with replicas, a backup joins the ISR once copied), or
+ * holds nothing while every range has the controller's default three
+ * replicas (a join adds the newcomer only to ranges short of replicas), and
+ * nothing moves. */
 static int
 wait_owns_range(kv_tc *c, int i, unsigned ms)
 {
@@ -445,15 +480,53 @@ wait_owns_range(kv_tc *c, int i, unsigned ms)
 		shardkv_config *cfg = kv_tc_config(c);
 		bool ok = false;
 		if (cfg) {
-			ok = cfg->nmigrations == 0 && kv_tc_nranges_of(cfg, c->srv[i].id) > 0;
+			bool full = cfg->nranges > 0;
+			for (size_t r = 0; r < cfg->nranges; r++)
+				full = full && cfg->ranges[r].nreplicas >= 3 &&
+				       cfg->ranges[r].ninsync == cfg->ranges[r].nreplicas;
+			ok = cfg->nmigrations == 0 &&
+			     (kv_tc_ninsync_of(cfg, c->srv[i].id) > 0 || full);
 			shardkv_config_free(cfg);
 		}
 		if (ok)
 			return 0;
 		kv_test_sleep_ms(20);
 	}
-	fprintf(stderr, "cluster: server %d owns no range after %u ms\n", i, ms);
+	fprintf(stderr, "cluster: server %d is in sync for no range after %u ms\n", i, ms);
 	return -1;
+}
+
+int
+kv_tc_wait_in_sync(kv_tc *c, unsigned ms)
+{
+	uint64_t t0 = kv_test_now_ms();
+
+	while (kv_test_now_ms() - t0 < ms) {
+		shardkv_config *cfg = kv_tc_config(c);
+		bool ok = cfg != NULL && cfg->nmigrations == 0;
+		for (size_t r = 0; ok && r < cfg->nranges; r++)
+			ok = cfg->ranges[r].ninsync == cfg->ranges[r].nreplicas;
+		shardkv_config_free(cfg);
+		if (ok)
+			return 0;
+		kv_test_sleep_ms(20);
+	}
+	fprintf(stderr, "cluster: ranges still out of sync or moving after %u ms\n", ms);
+	return -1;
+}
+
+int
+kv_tc_move(shardkv_client *admin, const char *start, size_t sl, const char *end, size_t el,
+           const char *node, unsigned flags, shardkv_admin_result *res)
+{
+	uint64_t t0 = kv_test_now_ms();
+	int rv;
+
+	while ((rv = shardkv_move(admin, start, sl, end, el, node, 0, flags, res)) ==
+	           SHARDKV_EBUSY &&
+	       kv_test_now_ms() - t0 < KV_TC_READY_MS)
+		kv_test_sleep_ms(20);
+	return rv;
 }
 
 int
@@ -472,7 +545,8 @@ join_servers(kv_tc *c, int nservers)
 		int i = kv_tc_add_server(c, true);
 		if (i < 0 ||
 		    kv_tc_wait_node_state(c, i, SHARDKV_NODE_ACTIVE, KV_TC_READY_MS) != 0 ||
-		    wait_owns_range(c, i, KV_TC_READY_MS) != 0) {
+		    wait_owns_range(c, i, KV_TC_READY_MS) != 0 ||
+		    kv_tc_wait_in_sync(c, KV_TC_READY_MS) != 0) {
 			kv_tc_dump_logs(c, 30);
 			kv_tc_destroy(c);
 			return -1;
@@ -753,6 +827,16 @@ kv_tc_nranges_of(const shardkv_config *cfg, uint32_t id)
 	return n;
 }
 
+size_t
+kv_tc_ninsync_of(const shardkv_config *cfg, uint32_t id)
+{
+	size_t n = 0;
+	for (size_t r = 0; r < cfg->nranges; r++)
+		for (size_t k = 0; k < cfg->ranges[r].ninsync; k++)
+			n += cfg->ranges[r].insync[k] == id;
+	return n;
+}
+
 void
 kv_tc_node_arg(const kv_tc *c, int i, char *buf, size_t len)
 {
@@ -903,7 +987,10 @@ kv_tc_spread(kv_tc *c, const char *prefix, unsigned n, const int *idx, int k)
 			el = plen;
 		}
 		kv_tc_node_arg(c, idx[j], node, sizeof(node));
-		int rv = shardkv_move(c->admin, s, sl, e, el, node, 0, SHARDKV_WAIT, NULL);
+		/* With replicas a move to a replica outside the ISR (still being
+		 * copied, or copied again after the last change of primary) is
+		 * refused busy until it is in sync. */
+		int rv = kv_tc_move(c->admin, s, sl, e, el, node, SHARDKV_WAIT, NULL);
 		if (rv != 0) {
 			fprintf(stderr, "cluster: move [%.*s, %.*s) to node %s: %s (%s)\n", (int)sl,
 			        s, (int)el, e, node, shardkv_strerror(rv), shardkv_errmsg());

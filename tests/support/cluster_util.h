@@ -70,6 +70,8 @@ typedef struct {
 	pid_t rpid[KV_TC_MAX_CTLS];      /* running process; 0: none */
 	int nargs;                       /* extra flags of servers added later */
 	char args[KV_TC_MAX_ARGS][KV_TC_ARG_LEN];
+	int nctl_args; /* extra flags of the standalone controller (every start) */
+	char ctl_args[KV_TC_MAX_ARGS][KV_TC_ARG_LEN];
 } kv_tc;
 
 /*
@@ -85,6 +87,33 @@ int kv_tc_create(kv_tc *c, const char *tag);
  * is in flight. Returns 0 or -1 (logs printed, everything stopped).
  */
 int kv_tc_start(kv_tc *c, const char *tag, int nservers);
+
+/*
+ * Gives the standalone controller of every cluster created afterwards in
+ * this process (at each of its starts) the extra flags `args`
+ * (NULL-terminated, may be NULL: none; at most KV_TC_MAX_ARGS), e.g.
+ * KV_TC_ONE_COPY for a test of single-copy behaviour (the controller's
+ * default is three replicas, doc/contract.md §2). Returns 0 or -1.
+ */
+int kv_tc_set_controller_args(const char *const *args);
+#define KV_TC_ONE_COPY ((const char *const[]){"--replicas", "1", NULL})
+
+/* Waits until no range moves and every range's in-sync set is its whole
+ * replica set (with replicas, joins and changes of primary copy replicas
+ * and add them to the ISR in configurations of their own). Returns 0 or
+ * -1. */
+int kv_tc_wait_in_sync(kv_tc *c, unsigned ms);
+
+/* shardkv_move(admin, start, sl, end, el, node, 0, flags, res), sent again
+ * for up to KV_TC_READY_MS while it answers SHARDKV_EBUSY (with replicas: a
+ * replica outside the ISR is refused the primary role until it is in sync,
+ * e.g. an old primary copied again after the last move). */
+int kv_tc_move(shardkv_client *admin, const char *start, size_t sl, const char *end, size_t el,
+               const char *node, unsigned flags, shardkv_admin_result *res);
+
+/* kv_tc_start() with a controller that keeps one copy per range
+ * (KV_TC_ONE_COPY for this cluster only). Returns 0 or -1. */
+int kv_tc_start_one_copy(kv_tc *c, const char *tag, int nservers);
 
 /*
  * kv_tc_create() and kv_tc_start() with extra shardkv-server flags: every
@@ -208,8 +237,12 @@ uint32_t kv_tc_owner(const shardkv_config *cfg, const void *key, size_t klen);
 /* Returns the node `id` of cfg, or NULL. */
 const shardkv_node *kv_tc_node(const shardkv_config *cfg, uint32_t id);
 
-/* Returns how many ranges of cfg node `id` owns. */
+/* Returns how many ranges of cfg node `id` owns (is the primary of). */
 size_t kv_tc_nranges_of(const shardkv_config *cfg, uint32_t id);
+
+/* Returns how many ranges of cfg have node `id` in their in-sync set (the
+ * primary's included). */
+size_t kv_tc_ninsync_of(const shardkv_config *cfg, uint32_t id);
 
 /* Writes "node id" of server i into buf (for the admin calls). */
 void kv_tc_node_arg(const kv_tc *c, int i, char *buf, size_t len);

@@ -88,7 +88,11 @@ test_cluster_start(test_cluster *tc, const char *bin_dir, const char *tag)
 	kv_test_free_url(tc->ctl_url, sizeof(tc->ctl_url));
 	snprintf(data, sizeof(data), "%s/ctl", tc->dir);
 	snprintf(path, sizeof(path), "%s/ctl.log", tc->dir);
-	char *cargv[] = {"shardkv-controller", "--listen", tc->ctl_url, "--data-dir", data, NULL};
+	/* One copy per range on purpose: the client tests route between two
+	 * owners of half the key space each, which the second join's migration
+	 * makes (with replicas it would only become a replica). */
+	char *cargv[] = {"shardkv-controller", "--listen", tc->ctl_url, "--data-dir", data,
+	                 "--replicas",         "1",        NULL};
 	if ((tc->pids[0] = start(bin_dir, cargv, path)) < 0)
 		return -1;
 	for (int i = 0; i < NSERVERS; i++) {
