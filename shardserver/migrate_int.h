@@ -12,6 +12,7 @@
 #include <time.h>
 
 #define KV_MIG_DELETE_STEP 1000u /* entries deleted per step */
+#define KV_MIG_LOG_GROUP   256u  /* whole chunk entries per log record on the destination */
 
 struct kv_mig_in;
 
