@@ -28,11 +28,21 @@
 
 #define NSRV     3
 #define NKEYS    1000
-#define DEADLINE 20000u /* ms: every range back in sync by then */
+#define DEADLINE 30000u /* ms: every range back in sync by then */
 #define STALL_MS 8000u  /* the longest a writer may go without an acknowledged put */
 #define NWRITERS 4
+#define VALLEN   1000
+#define SPREAD   UINT32_MAX /* wait_in_sync: at least two primaries */
 
 static inproc_cluster cl = {.o = {.name = "kvreplcut", .nsrv = NSRV, .replicas = 3}};
+/* The same with the balancer on, allowed to cut replicated ranges. */
+static inproc_cluster clb = {.o = {.name = "kvreplcutb",
+                                   .nsrv = NSRV,
+                                   .replicas = 3,
+                                   .auto_balance = true,
+                                   .cut_replicated = true,
+                                   .split_bytes = 256u * 1024u,
+                                   .max_migrations = 2}};
 
 /* The writer's state: the last value acknowledged and the last tried per
  * key (a put that failed with a timeout may have been applied). */
@@ -57,12 +67,14 @@ writer_main(void *arg)
 	writer *w = arg;
 	kv_config *cfg = inproc_cluster_config(w->c);
 	uint64_t last_ok = kv_test_now_ms(), reqid = 0;
-	char key[32], val[32];
+	char key[32], val[VALLEN + 1];
 
 	for (unsigned n = 1; !atomic_load(w->stop); n++) {
 		int i = (int)((n * NWRITERS + (unsigned)w->first) % NKEYS);
 		key_of(i, key, sizeof(key));
-		snprintf(val, sizeof(val), "v%u", n);
+		snprintf(val, sizeof(val), "v%u-", n);
+		memset(val + strlen(val), 'x', sizeof(val) - 1 - strlen(val));
+		val[sizeof(val) - 1] = '\0';
 		w->tried[i] = n;
 		const kv_node *nd =
 		    cfg ? kv_config_node(cfg, kv_config_route(cfg, key, strlen(key))) : NULL;
@@ -115,8 +127,12 @@ wait_in_sync(inproc_cluster *c, uint32_t want_primary, const char *key)
 		kv_config_free(cfg);
 		cfg = inproc_cluster_config(c);
 		assert_non_null(cfg);
+		bool spread = false;
+		for (size_t i = 1; i < cfg->nranges; i++)
+			spread |= cfg->ranges[i].node != cfg->ranges[0].node;
 		if (all_in_sync(cfg) && cfg->nmigs == 0 &&
-		    (want_primary == 0 || kv_config_route(cfg, key, strlen(key)) == want_primary))
+		    (want_primary == 0 || (want_primary == SPREAD && spread) ||
+		     kv_config_route(cfg, key, strlen(key)) == want_primary))
 			return cfg;
 		if (kv_test_now_ms() - t0 > DEADLINE) {
 			for (size_t i = 0; i < cfg->nranges; i++)
@@ -161,17 +177,25 @@ moving_part_of_a_replicated_range_under_writes_keeps_every_part_in_sync(void **s
 	}
 	while (oks(w) < 2 * NKEYS)
 		kv_test_sleep_ms(10);
-	/* The upper half of the keys goes to another in-sync replica. */
-	snprintf(id, sizeof(id), "%u", to);
-	int rc = inproc_cluster_cli(c, out, sizeof(out), err, sizeof(err), "move", "k:00500", "k:~",
-	                            id, NULL);
-	if (rc != 0)
-		fail_msg("move: %d %s", rc, err);
 	uint64_t t0 = kv_test_now_ms();
-	cfg = wait_in_sync(c, to, "k:00700");
-	print_message("in sync again %llu ms after the move, %zu ranges\n",
+	if (c->o.auto_balance) {
+		/* The balancer cuts the range and hands a part to another node. */
+		to = SPREAD;
+	} else {
+		/* The lower half of the keys, from the start of the range, goes
+		 * to another in-sync replica: the records queued before the cut
+		 * name the range by its start, which is now the other part. */
+		snprintf(id, sizeof(id), "%u", to);
+		int rc = inproc_cluster_cli(c, out, sizeof(out), err, sizeof(err), "move", "",
+		                            "k:00500", id, NULL);
+		if (rc != 0)
+			fail_msg("move: %d %s", rc, err);
+	}
+	cfg = wait_in_sync(c, to, "k:00100");
+	print_message("in sync %llu ms after the writes started (move), %zu ranges\n",
 	              (unsigned long long)(kv_test_now_ms() - t0), cfg->nranges);
-	assert_int_equal(kv_config_route(cfg, "k:00100", 7), primary);
+	if (!c->o.auto_balance)
+		assert_int_equal(kv_config_route(cfg, "k:00700", 7), primary);
 	/* Writes go on at both primaries, for at least 3 s (a backup that
 	 * falls out of an ISR does so within 1 s of silence), and every part
 	 * is in sync again afterwards. */
@@ -183,7 +207,7 @@ moving_part_of_a_replicated_range_under_writes_keeps_every_part_in_sync(void **s
 		kv_test_sleep_ms(10);
 	}
 	kv_config_free(cfg);
-	cfg = wait_in_sync(c, to, "k:00700");
+	cfg = wait_in_sync(c, to, "k:00100");
 	atomic_store(&stop, true);
 	for (int t = 0; t < NWRITERS; t++) {
 		pthread_join(th[t], NULL);
@@ -219,6 +243,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    INPROC_CLUSTER_TEST(
 	        moving_part_of_a_replicated_range_under_writes_keeps_every_part_in_sync, &cl),
+	    INPROC_CLUSTER_TEST(
+	        moving_part_of_a_replicated_range_under_writes_keeps_every_part_in_sync, &clb),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
