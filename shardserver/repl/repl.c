@@ -1808,8 +1808,12 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	g->nroutes = c->nranges;
 	atomic_store(&g->short_isr, short_isr);
 	carry_over_locked(g, old, oldn, c, me, old == NULL && ds.wal.next_lsn > 1);
-	if (me != 0 && demoted(old, oldn, nr, c->nranges, me))
+	if (me != 0 && demoted(old, oldn, nr, c->nranges, me)) {
+		/* The fence first: dropping records moves the commit point, and
+		 * no write waiting on them may see it as acknowledged. */
+		atomic_store(&g->fence_ns, kv_now_ns());
 		drop_cut_locked(g, old, oldn, me);
+	}
 	pthread_rwlock_unlock(&g->tab_lock);
 	pthread_mutex_unlock(&g->in_mu);
 	/* Demotion: a range this node led with backups has another primary
