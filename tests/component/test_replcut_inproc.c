@@ -2,11 +2,15 @@
  * test_replcut_inproc.c - cutting a replicated range under writes
  * (doc/replication.md "Moves and rebalance with replicas"): a real
  * controller with --replicas 3 and three real shard servers in the test
- * process, one range, a writer putting keys all the while; an admin `move`
- * of the upper part of the range to another in-sync replica cuts it, and
- * the primary of the part it keeps must keep both its backups: within a
- * deadline every range is back to a full in-sync set, no write is refused
- * for longer than a bound, and nothing acknowledged is lost.
+ * process, one range, four writers putting keys all the while. An admin
+ * `move` of the lower part of the range (the part holding its start) to
+ * another in-sync replica cuts it; in the second case the balancer cuts it
+ * by itself. The primary of the part it keeps must not lose its backups
+ * for good: within a deadline every range is back to a full in-sync set
+ * (checked again after 3 s more of writes), no writer is refused for
+ * longer than a bound, and nothing acknowledged is lost. Before the
+ * servers dropped a cut range's queued records, both cases ended with the
+ * kept part at one in-sync member.
  *
  * Every wait polls with a deadline.
  */
@@ -35,12 +39,11 @@
 #define SPREAD   UINT32_MAX /* wait_in_sync: at least two primaries */
 
 static inproc_cluster cl = {.o = {.name = "kvreplcut", .nsrv = NSRV, .replicas = 3}};
-/* The same with the balancer on, allowed to cut replicated ranges. */
+/* The same with the balancer on, which cuts the replicated range itself. */
 static inproc_cluster clb = {.o = {.name = "kvreplcutb",
                                    .nsrv = NSRV,
                                    .replicas = 3,
                                    .auto_balance = true,
-                                   .cut_replicated = true,
                                    .split_bytes = 256u * 1024u,
                                    .max_migrations = 2}};
 
