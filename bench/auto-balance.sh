@@ -56,6 +56,8 @@ for r in st["ranges"]:
     led[r["node"]] = led.get(r["node"], 0) + max(0, z - a)
     nled[r["node"]] = nled.get(r["node"], 0) + 1
 print("ranges: %d" % len(st["ranges"]))
+full = sum(1 for r in st["ranges"] if len(r.get("insync", [])) >= len(r.get("replicas", [])))
+print("ranges with every replica in sync: %d of %d" % (full, len(st["ranges"])))
 for x in st["nodes"]:
     i = x["id"]
     print("node %d: bytes %d (%.1f%%), primary of %d ranges holding %.1f%% of the keys"

@@ -343,7 +343,10 @@ consider(struct round *R, struct load *src, bool ops, size_t i, struct cand *bes
 		                           : (double)(nk - j) / (double)(nk + 1);
 		double ab = (double)f->bytes * share, ao = f->ops * share;
 		double amt = ops ? ao : ab;
-		if (part > 0 && (key.len == 0 || (!single && !R->p->cut_replicated)))
+		/* A replicated range is cut too (the primary of the part it
+		 * keeps drops what it queued for the other part: doc/replication.md
+		 * "Moves and rebalance with replicas"). */
+		if (part > 0 && key.len == 0)
 			continue;
 		/* A range whose load is one key is not split: the key would stay
 		 * hot on one side (it is reported once the heat lasts). */

@@ -1627,6 +1627,102 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 	}
 }
 
+/*
+ * A configuration that gives part of a range this node led to another
+ * primary (a cut: `move` or the balancer's transfer of part of a range,
+ * doc/replication.md "Moves and rebalance with replicas"). The records
+ * queued under the old range name it by its start, which may now be the
+ * other part: a backup that applied the configuration refuses them (older
+ * leader epoch) and would refuse them again on every resend, holding up
+ * every later record of the stream, the parts this node keeps included; or
+ * it would apply under a part this node keeps a record whose key is in the
+ * moved part, after the new primary took it over. Their writes have failed
+ * (the demotion fence, kv_rs_fenced), so they are dropped here, under the
+ * routing table's write lock (no write is between its apply and its log
+ * append). A backup that had such records outstanding may lack some of a
+ * part this node keeps, which this node serves: it leaves that part's ISR
+ * (the diverged path, which holds the commit point until it has) and is
+ * copied again. Caller holds tab_lock for writing.
+ */
+static void
+drop_cut_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
+{
+	const route *nr = g->routes;
+	size_t nn = g->nroutes, ns = atomic_load(&g->nstreams);
+
+	for (size_t i = 0; i < ns; i++) {
+		stream *s = g->streams[i];
+		size_t dropped = 0;
+		pthread_mutex_lock(&s->mu);
+		for (entry *e = s->unacked; e; e = e->next) {
+			const route *ro = NULL;
+			bool cut = false;
+			if (e->kind != ENT_REC || e->lsn <= s->acked_lsn)
+				continue;
+			for (size_t o = 0; o < oldn && ro == NULL; o++)
+				if (old[o].primary == me &&
+				    old[o].leader_epoch == e->leader_epoch &&
+				    kv_key_cmp(old[o].start.data, old[o].start.len, e->data,
+				               e->slen) == 0)
+					ro = &old[o];
+			if (ro == NULL)
+				continue;
+			for (size_t k = 0; k < nn && !cut; k++)
+				cut = nr[k].primary != me &&
+				      overlap(&ro->start, &ro->end, &nr[k].start, &nr[k].end);
+			if (!cut)
+				continue;
+			e->kind = ENT_DEAD;
+			dropped++;
+			/* The parts kept here: the backup leaves their ISR. */
+			for (size_t k = 0; k < nn; k++) {
+				bool member = false, listed = false;
+				if (nr[k].primary != me ||
+				    !overlap(&ro->start, &ro->end, &nr[k].start, &nr[k].end))
+					continue;
+				for (uint32_t b = 0; b < nr[k].nbackups; b++)
+					member |= nr[k].backups[b] == s;
+				for (diverged *d = s->div; d && !listed; d = d->next)
+					listed = d->leader_epoch == nr[k].leader_epoch &&
+					         same_range(&d->start, &d->end, &nr[k].start,
+					                    &nr[k].end);
+				if (!member || listed)
+					continue;
+				diverged *d = calloc(1, sizeof(*d));
+				if (d == NULL ||
+				    kv_buf_set(&d->start, nr[k].start.data, nr[k].start.len) != 0 ||
+				    kv_buf_set(&d->end, nr[k].end.data, nr[k].end.len) != 0) {
+					/* Without the record of it the commit point cannot be held:
+					 * count the backup as missing for good. */
+					if (d)
+						kv_buf_fini(&d->start);
+					free(d);
+					uint_fast64_t zero = 0;
+					atomic_compare_exchange_strong(&s->hole, &zero, e->lsn);
+					continue;
+				}
+				d->leader_epoch = nr[k].leader_epoch;
+				d->next = s->div;
+				s->div = d;
+				s->div_ns = 0;
+				atomic_fetch_add(&s->unreconciled, 1);
+			}
+		}
+		if (dropped) {
+			if (s->unsent != NULL && s->unsent->kind == ENT_DEAD)
+				s->unsent = s->unsent->next;
+			settle_locked(s);
+			pthread_cond_signal(&s->cv);
+			KV_WARN(
+			    COMP,
+			    "part of a range this node led has another primary: its queued "
+			    "records are dropped, the backup leaves the ISR of the parts kept here",
+			    "node=%u records=%zu", s->node, dropped);
+		}
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
 int
 kv_rs_apply_config(kv_rs *g, const kv_config *c)
 {
@@ -1712,6 +1808,12 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	g->nroutes = c->nranges;
 	atomic_store(&g->short_isr, short_isr);
 	carry_over_locked(g, old, oldn, c, me, old == NULL && ds.wal.next_lsn > 1);
+	if (me != 0 && demoted(old, oldn, nr, c->nranges, me)) {
+		/* The fence first: dropping records moves the commit point, and
+		 * no write waiting on them may see it as acknowledged. */
+		atomic_store(&g->fence_ns, kv_now_ns());
+		drop_cut_locked(g, old, oldn, me);
+	}
 	pthread_rwlock_unlock(&g->tab_lock);
 	pthread_mutex_unlock(&g->in_mu);
 	/* Demotion: a range this node led with backups has another primary

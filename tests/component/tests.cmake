@@ -99,3 +99,11 @@ kv_add_test(test_catchup_inproc SOURCES component/test_catchup_inproc.c
 # logged delete, a big delrange in steps beside other requests.
 kv_add_test(test_expiry_inproc SOURCES component/test_expiry_inproc.c
   LIBS kv_inproc_srv kv_testutil TIMEOUT 120 LABELS concurrency)
+
+# Cutting a replicated range under writes (doc/replication.md "Moves and
+# rebalance with replicas"): a `move` of part of the one range of an R=3
+# cluster to another in-sync replica, with a writer all the while; every
+# part is back in sync within a deadline, no write refused for long, nothing
+# acknowledged lost.
+kv_add_test(test_replcut_inproc SOURCES component/test_replcut_inproc.c
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)

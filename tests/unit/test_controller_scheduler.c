@@ -487,7 +487,7 @@ a_range_without_figures_stops_the_balancing(void **state)
 }
 
 static void
-a_replicated_range_is_transferred_whole_unless_cutting_is_allowed(void **state)
+a_single_replicated_range_is_cut_for_a_transfer(void **state)
 {
 	(void)state;
 	struct data *d = malloc(sizeof(*d));
@@ -498,12 +498,16 @@ a_replicated_range_is_transferred_whole_unless_cutting_is_allowed(void **state)
 	size_t n;
 
 	params(&p);
-	p.cut_replicated = false;
+	p.cut_replicated = false; /* no longer a gate */
 	data_init(d, 100000, 50);
 	kv_sched_fig *f = figs_of(c, d);
-	/* One range: moving it whole helps nobody, and it may not be cut. */
+	/* One range: moving it whole helps nobody, so a part's primary role
+	 * goes to an in-sync replica. */
 	assert_int_equal(kv_sched_plan(s, c, f, &p, 1000, true, dec, 8, &n), KV_OK);
-	assert_int_equal(n, 0);
+	assert_true(n >= 1);
+	assert_int_equal(dec[0].kind, KV_SCHED_TRANSFER);
+	assert_true(dec[0].split);
+	kv_sched_decisions_fini(dec, n);
 	free(f);
 	kv_sched_free(s);
 	kv_config_free(c);
@@ -555,7 +559,7 @@ main(void)
 	    cmocka_unit_test(small_cold_neighbours_merge_while_the_map_has_many_ranges_per_node),
 	    cmocka_unit_test(a_few_small_ranges_do_not_merge),
 	    cmocka_unit_test(a_range_without_figures_stops_the_balancing),
-	    cmocka_unit_test(a_replicated_range_is_transferred_whole_unless_cutting_is_allowed),
+	    cmocka_unit_test(a_single_replicated_range_is_cut_for_a_transfer),
 	    cmocka_unit_test(a_dry_run_leaves_the_memory_as_it_was),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
