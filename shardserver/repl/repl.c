@@ -41,10 +41,12 @@
  * stream thread sends the copy when it reaches it (send_copy_locked),
  * starting again from the first step in every new generation. Markers
  * leave the queue only on their own last answer (marker_done_locked); the
- * watermark never passes one. ENT_END markers carry a new primary's end of
- * the previous leader epoch the same way. A stream counts for the commit
- * point (stream.counts) while its backup is in the ISR of a range this node
- * leads or about to join one.
+ * watermark never passes one. Answers complete in any order: a marker's
+ * last answer that comes while an earlier marker is unanswered is kept on
+ * the entry (done_early, for its generation) and applied when the marker
+ * becomes the first unacknowledged entry (settle_locked). ENT_END markers carry a new primary's end
+ * of the previous leader epoch the same way. A stream counts for the commit point (stream.counts)
+ * while its backup is in the ISR of a range this node leads or about to join one.
  *
  * Lock order (doc/threads.md): tab_lock (read or write) -> [dur barrier,
  * stripes, store, log mutex] -> stream.mu; in_mu -> tab_lock -> [dur]
@@ -101,9 +103,16 @@ typedef struct entry {
 	uint64_t mid;          /* markers: id, in queue order (stream.next_mid) */
 	uint32_t old_primary;  /* ENT_END: the previous primary */
 	uint64_t end_lsn;      /* ENT_END: its last lsn applied here; 0: unknown */
-	size_t slen;           /* bytes of the range start at data */
-	size_t plen;           /* payload bytes after it (ENT_COPY, ENT_END: the range end) */
-	uint8_t data[];        /* start, then payload */
+	/* Markers: the last answer arrived while an earlier marker was still
+	 * unanswered (answers complete in any order), in generation done_gen;
+	 * done_div: it answered the end as diverged. Applied once the marker
+	 * reaches the head of the unacknowledged entries in that generation. */
+	bool done_early;
+	bool done_div;
+	uint64_t done_gen;
+	size_t slen;    /* bytes of the range start at data */
+	size_t plen;    /* payload bytes after it (ENT_COPY, ENT_END: the range end) */
+	uint8_t data[]; /* start, then payload */
 } entry;
 
 typedef struct stream stream;
@@ -524,17 +533,30 @@ first_unacked_locked(const stream *s)
 	return UINT64_MAX;
 }
 
+static void marker_done_locked(stream *s, entry *m, bool div);
+
 /* Passes the entries the watermark covers (records up to acked_lsn, dead
- * markers) and publishes `pending`. A live marker stops it: only its own
- * answer passes it (call_done). Caller holds s->mu. */
+ * markers, markers answered early in this generation) and publishes
+ * `pending`. A live marker stops it: only its own answer passes it
+ * (call_done). Caller holds s->mu. */
 static void
 settle_locked(stream *s)
 {
-	while (s->unacked && ((s->unacked->kind == ENT_REC && s->unacked->lsn <= s->acked_lsn) ||
-	                      s->unacked->kind == ENT_DEAD)) {
-		if (s->unsent == s->unacked)
-			s->unsent = s->unacked->next;
-		s->unacked = s->unacked->next;
+	for (;;) {
+		while (s->unacked &&
+		       ((s->unacked->kind == ENT_REC && s->unacked->lsn <= s->acked_lsn) ||
+		        s->unacked->kind == ENT_DEAD)) {
+			if (s->unsent == s->unacked)
+				s->unsent = s->unacked->next;
+			s->unacked = s->unacked->next;
+		}
+		entry *m = s->unacked;
+		if (m == NULL || m->kind == ENT_REC || !m->done_early || m->done_gen != s->gen)
+			break;
+		/* Its last answer came before an earlier marker's: the backup
+		 * applied the batches of this generation in order, so it holds
+		 * everything before it too. */
+		marker_done_locked(s, m, m->done_div);
 	}
 	atomic_store(&s->pending, first_unacked_locked(s));
 }
@@ -551,12 +573,14 @@ advance_locked(stream *s, uint64_t lsn)
 	return true;
 }
 
-/* The backup completed marker m (its copy's last step, or the end). */
+/* The backup completed marker m, the first unacknowledged entry (its
+ * copy's last step, or the end; div: the end was answered as diverged). Moves past it
+ * without settling what follows. Caller holds s->mu. */
 static void
-marker_done_locked(stream *s, entry *m, const kv_repl_ack *a)
+marker_done_locked(stream *s, entry *m, bool div)
 {
 	if (m->kind == ENT_END) {
-		if (a->diverged) {
+		if (div) {
 			/* Keeps s->unreconciled up until the backup leaves the ISR. */
 			diverged *d = calloc(1, sizeof(*d));
 			if (d == NULL || kv_buf_set(&d->start, m->data, m->slen) != 0 ||
@@ -589,7 +613,18 @@ marker_done_locked(stream *s, entry *m, const kv_repl_ack *a)
 	if (s->unsent == m)
 		s->unsent = m->next;
 	s->unacked = m->next;
-	settle_locked(s);
+}
+
+/* Whether m is still among the unacknowledged entries sent in this
+ * generation (a dropped queue freed it). Caller holds s->mu. The walk is
+ * short: what precedes a sent marker and is unacknowledged is in flight. */
+static bool
+queued_locked(const stream *s, const entry *m)
+{
+	for (const entry *e = s->unacked; e != NULL && e != s->unsent; e = e->next)
+		if (e == m)
+			return true;
+	return false;
 }
 
 /* The answer to one Replicate (nng thread). */
@@ -613,8 +648,14 @@ call_done(void *arg, int rv, nng_msg *reply)
 		if (ca->marker != NULL) {
 			/* A copy step is progress too (no shrink during a long copy). */
 			s->progress_ns = kv_now_ns();
-			if (ca->last && ca->gen == s->gen && s->unacked == ca->marker) {
-				marker_done_locked(s, ca->marker, &a);
+			if (ca->last && ca->gen == s->gen && queued_locked(s, ca->marker)) {
+				/* Answers complete in any order: one that comes before
+				 * an earlier marker's is kept on its marker, which the
+				 * settling passes in queue order. */
+				ca->marker->done_early = true;
+				ca->marker->done_div = a.diverged;
+				ca->marker->done_gen = ca->gen;
+				settle_locked(s);
 				moved = true;
 			}
 		}

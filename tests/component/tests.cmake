@@ -107,3 +107,9 @@ kv_add_test(test_expiry_inproc SOURCES component/test_expiry_inproc.c
 # acknowledged lost.
 kv_add_test(test_replcut_inproc SOURCES component/test_replcut_inproc.c
   LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)
+# A backup stopped and started again at once (--min-insync 2, two servers,
+# --fsync always) is copied and back in the ISR within a deadline, several
+# rounds, and writes go on without losing an acknowledged one
+# (doc/replication.md "Failure cases").
+kv_add_test(test_readd_inproc SOURCES component/test_readd_inproc.c
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 180 LABELS concurrency)
