@@ -1279,8 +1279,13 @@ held_reply_done(void *arg, int status)
 	nng_msg *msg = h->msg;
 
 	/* A write in flight when this node lost a range it led with backups
-	 * may be missing at the new primary (doc/replication.md "Failover"). */
-	if (status == 0 && h->wrote && kv_rs_fenced(h->s->repl, h->t0)) {
+	 * may be missing at the new primary (doc/replication.md "Failover").
+	 * So may a write a held read saw: a reply held for the backups
+	 * (repl_lsn) that a demotion fence overtook is not sent either, since
+	 * the fence drops the records it waited for and so moves the commit
+	 * point past writes the new primary never had; its reads fail busy and
+	 * the client asks again (doc/replication.md "Primary transfer"). */
+	if (status == 0 && (h->wrote || h->repl_lsn != 0) && kv_rs_fenced(h->s->repl, h->t0)) {
 		status = KV_ETIMEDOUT;
 		h->repl_failed = true;
 	}
@@ -1431,8 +1436,11 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	if (rv == 0 && resp.nresults > 0 && kv_rs_active(s->repl)) {
 		uint64_t v = atomic_load(&s->visible_lsn);
 		/* Not covered with nothing written here yet: a reconciliation
-		 * after a failover is in progress (kv_rs_covered). */
-		if (!kv_rs_covered(s->repl, v) || (wrote && kv_rs_fenced(s->repl, t0)))
+		 * after a failover is in progress (kv_rs_covered). A demotion
+		 * fence since t0 holds every reply, reads too, so that
+		 * held_reply_done fails it: the fence may have moved the commit
+		 * point past writes this request saw and the new primary lacks. */
+		if (!kv_rs_covered(s->repl, v) || kv_rs_fenced(s->repl, t0))
 			rlsn = v ? v : 1;
 	}
 	if (logwait || rlsn > 0) {

@@ -1264,6 +1264,15 @@ again:
 	          "replica caught up: asked the controller to add it to the ISR");
 }
 
+/* Whether [as, ae) and [bs, be) share a key (empty end: the end of the key
+ * space). */
+static bool
+overlap(const kv_buf *as, const kv_buf *ae, const kv_buf *bs, const kv_buf *be)
+{
+	return (ae->len == 0 || kv_key_cmp(bs->data, bs->len, ae->data, ae->len) < 0) &&
+	       (be->len == 0 || kv_key_cmp(as->data, as->len, be->data, be->len) < 0);
+}
+
 /* Asks the controller to take s's replica out of the ISR of every range it
  * diverged on (reconciliation); again every ASK_AGAIN_MS until the
  * configuration without it arrives. Called by the stream thread with no
@@ -1271,13 +1280,54 @@ again:
 static void
 ask_diverged(stream *s)
 {
+	kv_rs *g = s->g;
+	uint32_t me = g->env.node_id(g->env.arg);
 	ask_list l = {0};
 
+	/* An entry whose leader epoch no route here has any more is obsolete:
+	 * a backup answered `diverged` to a reconciliation marker after a
+	 * newer configuration had made another primary (or this one again,
+	 * with a newer leader epoch, which reconciles on its own). The
+	 * controller refuses its removal as stale forever, and it would hold
+	 * the commit point (s->unreconciled) forever: forget it. The
+	 * configuration's own pass (kv_rs_apply_config) misses it when the
+	 * answer arrived after that configuration. Lock order: tab_lock, then
+	 * the stream's mutex. */
+	pthread_rwlock_rdlock(&g->tab_lock);
 	pthread_mutex_lock(&s->mu);
+	for (diverged **pp = &s->div; *pp;) {
+		diverged *d = *pp;
+		bool still = false;
+		for (size_t k = 0; k < g->nroutes && !still; k++)
+			for (uint32_t b = 0; b < g->routes[k].nbackups && !still; b++)
+				still = g->routes[k].backups[b] == s &&
+				        g->routes[k].primary == me &&
+				        g->routes[k].leader_epoch == d->leader_epoch &&
+				        overlap(&g->routes[k].start, &g->routes[k].end, &d->start,
+				                &d->end);
+		if (still) {
+			pp = &d->next;
+			continue;
+		}
+		*pp = d->next;
+		KV_INFO(COMP,
+		        "a diverged backup's entry is obsolete (newer leader epoch): forgotten",
+		        "node=%u leader_epoch=%llu", s->node, (unsigned long long)d->leader_epoch);
+		kv_buf_fini(&d->start);
+		kv_buf_fini(&d->end);
+		free(d);
+		atomic_fetch_sub(&s->unreconciled, 1);
+	}
+	pthread_rwlock_unlock(&g->tab_lock);
 	for (diverged *d = s->div; d; d = d->next)
 		asks_add(&l, &d->start, &d->end, d->leader_epoch);
 	s->div_ns = kv_now_ns() + ASK_AGAIN_MS * 1000000ull;
+	bool none = s->div == NULL;
 	pthread_mutex_unlock(&s->mu);
+	if (none) {
+		free(l.v);
+		return;
+	}
 	asks_send(s, &l, false, &s->g->st_asks,
 	          "diverged backup: asked the controller to take it out of the ISR");
 }
@@ -1466,15 +1516,6 @@ kv_rs_write_end(kv_rs_op *op)
 		return;
 	pthread_rwlock_unlock(&op->g->tab_lock);
 	op->g = NULL;
-}
-
-/* Whether [as, ae) and [bs, be) share a key (empty end: the end of the key
- * space). */
-static bool
-overlap(const kv_buf *as, const kv_buf *ae, const kv_buf *bs, const kv_buf *be)
-{
-	return (ae->len == 0 || kv_key_cmp(bs->data, bs->len, ae->data, ae->len) < 0) &&
-	       (be->len == 0 || kv_key_cmp(as->data, as->len, be->data, be->len) < 0);
 }
 
 /* Whether a range that old led here with backups has another primary in nr. */
