@@ -42,9 +42,9 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   set(checker_runs ${CMAKE_CURRENT_BINARY_DIR}/checker-runs)
   # One copy (--replicas 1) for the runs below whose subject is migration,
   # crash recovery and reconfiguration at speed (moves every ~400 ms): with
-  # three copies these runs found a linearizability violation that is still
-  # open (doc/replication.md "Known violation: writes dropped at a primary
-  # transfer"); the replicated runs further down keep three copies.
+  # three copies these runs found violations at primary transfers, one of
+  # them still open (doc/replication.md "Known violations at primary
+  # transfers"); the replicated runs further down keep three copies.
   kv_add_test(checker_cluster TIMEOUT 150 LABELS integration
     COMMAND shardkv-checker --spawn ${checker_runs} --servers 3 --replicas 1
       --clients 4 --duration 45 --reconfig-interval 400 --seed 4242
