@@ -32,9 +32,7 @@ Everything it starts is stopped on exit (cluster.sh destroy).
 import argparse
 import json
 import os
-import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,26 +41,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-
-
-def free_base():
-    """A base port P with P..P+5 and P+100..P+110 free on 127.0.0.1."""
-    for _ in range(200):
-        p = random.randint(20000, 50000)
-        ok = True
-        for q in list(range(p, p + 6)) + list(range(p + 100, p + 111)):
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", q))
-            except OSError:
-                ok = False
-            finally:
-                s.close()
-            if not ok:
-                break
-        if ok:
-            return p
-    raise SystemExit("replica-recovery.py: no free ports found")
+sys.path.insert(0, HERE)
+from failover import free_base  # noqa: E402 (the same free ports as failover.py)
 
 
 def key(i):
