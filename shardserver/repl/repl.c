@@ -1322,12 +1322,7 @@ ask_diverged(stream *s)
 	for (diverged *d = s->div; d; d = d->next)
 		asks_add(&l, &d->start, &d->end, d->leader_epoch);
 	s->div_ns = kv_now_ns() + ASK_AGAIN_MS * 1000000ull;
-	bool none = s->div == NULL;
 	pthread_mutex_unlock(&s->mu);
-	if (none) {
-		free(l.v);
-		return;
-	}
 	asks_send(s, &l, false, &s->g->st_asks,
 	          "diverged backup: asked the controller to take it out of the ISR");
 }
