@@ -263,6 +263,7 @@ struct kv_rs {
 	stream *streams[MAX_STREAMS]; /* published before nstreams grows */
 	atomic_size_t nstreams;       /* streams usable (lock-free reads) */
 	atomic_bool short_isr;        /* a range this node leads has too small an ISR */
+	atomic_bool replica;          /* a replicated range lists this node among its replicas */
 	/* Demotion fence (kv_rs_fenced): the monotonic time of the last
 	 * demotion; 0: none. Written by the configuration thread only. */
 	atomic_uint_fast64_t fence_ns;
@@ -1318,9 +1319,33 @@ ask_diverged(stream *s)
 		free(d);
 		atomic_fetch_sub(&s->unreconciled, 1);
 	}
-	pthread_rwlock_unlock(&g->tab_lock);
+	/* Ask for the parts still led here only: a cut since may have given
+	 * part of an entry's range to another primary, and the controller
+	 * refuses (as stale, for good) a change naming a range of which any
+	 * part has another primary. */
 	for (diverged *d = s->div; d; d = d->next)
-		asks_add(&l, &d->start, &d->end, d->leader_epoch);
+		for (size_t k = 0; k < g->nroutes; k++) {
+			const route *r = &g->routes[k];
+			bool member = false;
+			for (uint32_t b = 0; b < r->nbackups; b++)
+				member |= r->backups[b] == s;
+			if (!member || r->primary != me || r->leader_epoch != d->leader_epoch ||
+			    !overlap(&r->start, &r->end, &d->start, &d->end))
+				continue;
+			const kv_buf *st = kv_key_cmp(r->start.data, r->start.len, d->start.data,
+			                              d->start.len) >= 0
+			                       ? &r->start
+			                       : &d->start;
+			const kv_buf *en =
+			    r->end.len == 0 ? &d->end
+			    : d->end.len == 0
+			        ? &r->end
+			        : (kv_key_cmp(r->end.data, r->end.len, d->end.data, d->end.len) <= 0
+			               ? &r->end
+			               : &d->end);
+			asks_add(&l, st, en, d->leader_epoch);
+		}
+	pthread_rwlock_unlock(&g->tab_lock);
 	s->div_ns = kv_now_ns() + ASK_AGAIN_MS * 1000000ull;
 	pthread_mutex_unlock(&s->mu);
 	asks_send(s, &l, false, &s->g->st_asks,
@@ -1470,12 +1495,14 @@ bool
 kv_rs_active(kv_rs *g)
 {
 	return atomic_load_explicit(&g->nstreams, memory_order_relaxed) != 0 ||
-	       atomic_load_explicit(&g->short_isr, memory_order_relaxed);
+	       atomic_load_explicit(&g->short_isr, memory_order_relaxed) ||
+	       atomic_load_explicit(&g->replica, memory_order_relaxed);
 }
 
 int
 kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const char **why)
 {
+	uint32_t me = g->env.node_id(g->env.arg);
 	const route *r;
 
 	op->g = NULL;
@@ -1486,6 +1513,18 @@ kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const 
 		const route *o = i ? find_route(g, keys[i].p, keys[i].len) : r;
 		if (o == NULL)
 			continue;
+		if (o->nreplicas > 1 && o->primary != me) {
+			/* The server serves the range (its owner table changed
+			 * first) but the routing table still names another primary:
+			 * this node is taking the range over and the configuration
+			 * is still being applied. Taken now, the write would skip the
+			 * backups, and a record of the old primary could still be
+			 * applied after it (doc/replication.md "Failover"). */
+			pthread_rwlock_unlock(&g->tab_lock);
+			*why = "this node is becoming the range's primary (its configuration is "
+			       "being applied): retry";
+			return KV_EBUSY;
+		}
 		if (o->ninsync < o->min_insync) {
 			pthread_rwlock_unlock(&g->tab_lock);
 			*why = "the range has fewer in-sync replicas than the minimum: writes are "
@@ -1807,7 +1846,7 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	route *nr = calloc(c->nranges ? c->nranges : 1, sizeof(*nr));
 	route *old;
 	size_t oldn;
-	bool short_isr = false;
+	bool short_isr = false, replica = false;
 
 	if (nr == NULL)
 		return KV_ENOMEM;
@@ -1831,6 +1870,8 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		t->min_insync = r->nreplicas ? kv_rs_min_insync(c) : 1;
 		if (t->min_insync > kv_range_nreplicas(r))
 			t->min_insync = kv_range_nreplicas(r);
+		for (uint32_t j = 0; me != 0 && t->nreplicas > 1 && j < t->nreplicas; j++)
+			replica |= t->replicas[j] == me;
 		if (r->node != me || me == 0)
 			continue;
 		short_isr |= t->ninsync < t->min_insync;
@@ -1884,6 +1925,7 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	g->routes = nr;
 	g->nroutes = c->nranges;
 	atomic_store(&g->short_isr, short_isr);
+	atomic_store(&g->replica, replica);
 	carry_over_locked(g, old, oldn, c, me, old == NULL && ds.wal.next_lsn > 1);
 	if (me != 0 && demoted(old, oldn, nr, c->nranges, me)) {
 		/* The fence first: dropping records moves the commit point, and

@@ -128,8 +128,10 @@ uint32_t kv_rs_min_insync(const kv_config *c);
  * table stays). */
 int kv_rs_apply_config(kv_rs *g, const kv_config *c);
 
-/* Whether any stream exists: false means no range has ever had in-sync
- * backups here and no reply needs to wait (one relaxed atomic load). */
+/* Whether any stream exists, a range led here has too small an ISR, or a
+ * replicated range lists this node among its replicas: false means no
+ * write needs kv_rs_write_begin and no reply needs to wait (relaxed atomic
+ * loads). */
 bool kv_rs_active(kv_rs *g);
 
 /* One write's hold on the routing table (kv_rs_write_begin). */
@@ -144,8 +146,11 @@ typedef struct {
  * log append) and, when the keys' range has in-sync backups, fills op->tap
  * for the log append. Refuses with KV_EUNAVAIL when the ISR is smaller than
  * the minimum, with KV_EINVAL when the keys span replicated ranges of
- * different placement (one record goes to one set of backups); *why says
- * why. On error nothing is held.
+ * different placement (one record goes to one set of backups), with
+ * KV_EBUSY when the routing table still names another primary of a
+ * replicated range (the server's owner table took the range over first;
+ * the configuration is still being applied); *why says why. On error
+ * nothing is held.
  */
 int kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const char **why);
 void kv_rs_write_end(kv_rs_op *op);

@@ -207,6 +207,11 @@ kill_leader_during(int kind, const char *arg, unsigned delay_ms)
 		if (kind == OP_JOIN && has_node_at(cur, arg)) {
 			/* It committed before the leader died: not half-applied. */
 		} else {
+			/* A move is refused busy while a newcomer is still being
+			 * copied: the retry waits until every replica is in sync. */
+			if (a.rv == SHARDKV_EBUSY)
+				KV_TC_ASSERT(&tc, kv_tc_wait_in_sync(&tc, KV_TC_READY_MS) == 0,
+				             "replicas never in sync");
 			memset(&a.res, 0, sizeof(a.res));
 			assert_int_equal(pthread_create(&a.t, NULL, admin_main, &a), 0);
 			pthread_join(a.t, NULL);
