@@ -376,8 +376,9 @@ mparts_push(mparts *l, mpart *p)
 }
 
 /*
- * Routes every pending part with cfg: a part whose keys all still go to its
- * node keeps its identity (and request id); others are split into new parts.
+ * Routes every pending part with cfg: a part whose keys all go to one node
+ * (its own or a new one) keeps its identity (and request id); others are
+ * split into new parts.
  */
 static int
 mparts_route(shardkv_client *c, mparts *l, const kv_config *cfg, const kv_bytes *keys,
@@ -403,7 +404,12 @@ mparts_route(shardkv_client *c, mparts *l, const kv_config *cfg, const kv_bytes 
 		while (same < p->n &&
 		       kv_config_route(cfg, p->keys[same].p, p->keys[same].len) == one)
 			same++;
-		if (same == p->n && (one == p->node || p->node == 0)) {
+		/* Every key still goes to one node, the same or another (a new
+		 * primary, or the range moved with its exactly-once memory): the
+		 * part keeps its request id, so that a node holding the first
+		 * attempt's outcome answers it from memory instead of applying
+		 * it again. Only a split makes new parts (new ids). */
+		if (same == p->n) {
 			p->node = one;
 			if ((rv = mparts_push(&out, p)) != KV_OK)
 				goto err;
@@ -412,7 +418,7 @@ mparts_route(shardkv_client *c, mparts *l, const kv_config *cfg, const kv_bytes 
 		}
 		if ((rv = kvc_split_keys(cfg, p->n, p->keys, &parts, &np)) != KV_OK)
 			goto err;
-		if (np == 1 && (parts[0].node == p->node || p->node == 0)) {
+		if (np == 1) {
 			p->node = parts[0].node;
 			kvc_parts_free(parts, np);
 			if ((rv = mparts_push(&out, p)) != KV_OK)

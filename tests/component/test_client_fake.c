@@ -502,6 +502,48 @@ an_mput_part_waiting_on_a_primary_that_fails_over_is_split_again(void **state)
 	shardkv_close(c);
 }
 
+static void
+an_mput_waiting_on_a_primary_that_fails_over_goes_whole_to_the_new_one_with_its_id(void **state)
+{
+	shardkv_client *c = open_client(60000, true);
+	shardkv_bytes keys[] = {{"aa", 2}, {"ab", 2}};
+	shardkv_bytes vals[] = {{"1", 1}, {"2", 1}};
+	async_res r = {0};
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* node 1, epoch 5 */
+	pthread_mutex_lock(&g->srv[0].mu);
+	g->srv[0].silent = true;
+	pthread_mutex_unlock(&g->srv[0].mu);
+	/* Both keys go to node 1, which holds the mput (it may have applied
+	 * it, and its backup with it). */
+	assert_int_equal(shardkv_mput_async(c, 2, keys, 2, vals, mput_done, &r), 0);
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		pthread_mutex_lock(&g->srv[0].mu);
+		int seen = g->srv[0].silent_seen;
+		pthread_mutex_unlock(&g->srv[0].mu);
+		if (seen > 0)
+			break;
+		if (kv_test_now_ms() - t0 > FOLLOW_PATIENCE_MS)
+			fail_msg("the mput never reached node 1");
+		kv_test_sleep_ms(2);
+	}
+	set_truth(failed_over_cfg(6));
+	publish(failed_over_cfg(6));
+	assert_int_equal(async_wait(&r), 0);
+	/* Re-sent whole to node 2 under the same request id: a new primary
+	 * that has the first attempt answers it from its exactly-once memory
+	 * instead of applying it a second time. */
+	pthread_mutex_lock(&g->srv[0].mu);
+	uint64_t id = g->srv[0].silent_put_id;
+	pthread_mutex_unlock(&g->srv[0].mu);
+	assert_true(id != 0);
+	assert_true(server_saw(1, c->client_id, id));
+	assert_int_equal(server_keys(1), 2);
+	kv_fake_server_release(&g->srv[0]);
+	shardkv_close(c);
+}
+
 /* The outcome of an async mget, mput or scan. */
 typedef struct {
 	atomic_int calls;  /* callbacks run */
@@ -1204,6 +1246,9 @@ main(void)
 	        a_refused_connection_refreshes_the_configuration_at_once, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        an_mput_part_waiting_on_a_primary_that_fails_over_is_split_again, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        an_mput_waiting_on_a_primary_that_fails_over_goes_whole_to_the_new_one_with_its_id,
+	        setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        a_server_that_refuses_connections_is_named_at_the_deadline, setup, teardown),
 	    cmocka_unit_test_setup_teardown(

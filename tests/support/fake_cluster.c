@@ -216,7 +216,7 @@ srv_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		 * on the wire at the client until kv_fake_server_release. */
 		bool held = s->nheld < KV_FAKE_HELD;
 		s->silent_seen++;
-		if (op->op_case == SHARDKV__OP__OP_PUT)
+		if (op->op_case == SHARDKV__OP__OP_PUT || op->op_case == SHARDKV__OP__OP_MPUT)
 			s->silent_put_id = op->request_id;
 		if (held)
 			s->held[s->nheld++] = p;

@@ -73,7 +73,7 @@ typedef struct kv_fake_server {
 	int mput_fail;                      /* wire status to answer mput with; 0: none */
 	bool silent;                        /* answer nothing: hold every request (counted) */
 	int silent_seen;                    /* requests held (or, past KV_FAKE_HELD, dropped) */
-	uint64_t silent_put_id;             /* the Op.request_id of the last put held */
+	uint64_t silent_put_id;             /* the Op.request_id of the last put or mput held */
 	kv_rpc_pending *held[KV_FAKE_HELD]; /* the held requests */
 	size_t nheld;                       /* entries */
 } kv_fake_server;
