@@ -126,6 +126,7 @@ kv_range_set_single(kv_range *r, uint32_t node)
 	r->nreplacing = 0;
 	memset(r->replacing, 0, sizeof(r->replacing));
 	memset(r->replaced, 0, sizeof(r->replaced));
+	r->fence = 0;
 }
 
 uint32_t
@@ -152,7 +153,8 @@ bool
 kv_range_same_placement(const kv_range *a, const kv_range *b)
 {
 	if (a->node != b->node || kv_range_nreplicas(a) != kv_range_nreplicas(b) ||
-	    kv_range_ninsync(a) != kv_range_ninsync(b) || a->leader_epoch != b->leader_epoch)
+	    kv_range_ninsync(a) != kv_range_ninsync(b) || a->leader_epoch != b->leader_epoch ||
+	    a->fence != b->fence)
 		return false;
 	for (uint32_t i = 0; i < kv_range_nreplicas(a) && i < KV_MAX_REPLICAS; i++)
 		if (!kv_range_has_replica(b, kv_range_replica(a, i), false))
@@ -173,7 +175,9 @@ static int
 range_sets_check(const kv_config *c, const kv_range *r)
 {
 	if (r->nreplicas == 0)
-		return r->ninsync == 0 && r->nreplacing == 0 ? KV_OK : KV_EINVAL;
+		return r->ninsync == 0 && r->nreplacing == 0 && r->fence == 0 ? KV_OK : KV_EINVAL;
+	if (r->fence != 0 && (r->fence == r->node || !kv_range_has_replica(r, r->fence, true)))
+		return KV_EINVAL;
 	if (r->nreplicas < 2 || r->nreplicas > KV_MAX_REPLICAS || r->ninsync < 1 ||
 	    r->ninsync > r->nreplicas || r->replicas[0] != r->node || r->insync[0] != r->node)
 		return KV_EINVAL;

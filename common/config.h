@@ -96,6 +96,13 @@ typedef struct {
 	uint32_t nreplacing;                 /* pairs; 0 for a single range */
 	uint32_t replacing[KV_MAX_REPLICAS]; /* the new members */
 	uint32_t replaced[KV_MAX_REPLICAS];  /* the members they replace */
+	/* The previous primary, kept in the ISR only as the transfer fence
+	 * (doc/replication.md, "Primary transfer"): it counts for the commit
+	 * point but is never made primary, because what it applied and failed
+	 * at its demotion stays in its store and exactly-once memory; it
+	 * leaves the ISR at reconciliation and joins again after a copy. 0:
+	 * none; else an ISR member other than the primary. */
+	uint32_t fence;
 } kv_range;
 
 /* The replica set and ISR as lists, a single range being {node}. */

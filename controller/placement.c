@@ -344,6 +344,7 @@ place_copy(kv_range *dst, const kv_range *src)
 	dst->nreplacing = src->nreplacing;
 	memcpy(dst->replacing, src->replacing, sizeof(dst->replacing));
 	memcpy(dst->replaced, src->replaced, sizeof(dst->replaced));
+	dst->fence = src->fence;
 }
 
 /* Whether adjacent ranges a and b are one: two single ranges of the same
@@ -1149,6 +1150,15 @@ merge_ranges(kv_config *n)
 {
 	size_t w = 0;
 
+	/* A fence ends when its member leaves the ISR (it joins again only
+	 * after a copy) or the range changes primary again (promote sets the
+	 * new one). */
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		if (r->fence != 0 && (r->nreplicas == 0 || r->fence == r->node ||
+		                      !kv_range_has_replica(r, r->fence, true)))
+			r->fence = 0;
+	}
 	for (size_t i = 0; i < n->nranges; i++) {
 		if (w > 0 && mergeable(&n->ranges[w - 1], &n->ranges[i])) {
 			if (n->ranges[i].leader_epoch > n->ranges[w - 1].leader_epoch)
@@ -1197,8 +1207,8 @@ set_front(uint32_t *a, uint32_t n, uint32_t v)
 		}
 }
 
-/* The first member of r's ISR (in_isr) or replica set other than `not`,
- * live ones first; 0 when there is none. */
+/* The first member of r's ISR but the fence (in_isr: one that may lead)
+ * or replica set other than `not`, live ones first; 0 when there is none. */
 static uint32_t
 other_member(const kv_config *c, const kv_range *r, uint32_t not, bool in_isr)
 {
@@ -1206,7 +1216,7 @@ other_member(const kv_config *c, const kv_range *r, uint32_t not, bool in_isr)
 
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t m = in_isr ? kv_range_insync(r, i) : kv_range_replica(r, i);
-		if (m == not || kv_config_node(c, m) == NULL ||
+		if (m == not || (in_isr && m == r->fence) || kv_config_node(c, m) == NULL ||
 		    kv_config_node(c, m)->state == KV_NODE_GONE)
 			continue;
 		if (node_live(c, m))
@@ -1219,16 +1229,29 @@ other_member(const kv_config *c, const kv_range *r, uint32_t not, bool in_isr)
 
 /* Makes q (a replica of replicated range r) its primary at leader epoch le,
  * at the front of the replica set and of the ISR (which it joins if it was
- * not in it). The old primary stays in both; callers remove it. */
+ * not in it). The old primary stays in both, as the transfer fence
+ * (r->fence, doc/replication.md "Primary transfer"); callers that remove
+ * it (a failover) end the fence with it (fence_fix). */
 static void
 promote(kv_range *r, uint32_t q, uint64_t le)
 {
+	uint32_t old = r->node;
+
 	if (!kv_range_has_replica(r, q, true) && r->ninsync < KV_MAX_REPLICAS)
 		r->insync[r->ninsync++] = q;
 	set_front(r->replicas, r->nreplicas, q);
 	set_front(r->insync, r->ninsync, q);
 	r->node = q;
 	r->leader_epoch = le;
+	r->fence = old != q ? old : 0;
+}
+
+/* Whether m may become r's primary in a transfer or a failover: an ISR
+ * member that is not the old primary kept as the transfer fence. */
+static bool
+promotable(const kv_range *r, uint32_t m)
+{
+	return m != r->fence && kv_range_has_replica(r, m, true);
 }
 
 /* Whether [s1, e1) and [s2, e2) overlap (an empty end: the end of the key
@@ -1269,7 +1292,9 @@ kv_place_failover(kv_config *n, kv_place_failover_stats *st)
 		if (!node_live(n, r->node)) {
 			for (uint32_t j = 0; j < r->ninsync; j++) {
 				uint32_t m = r->insync[j];
-				if (m == r->node || !node_live(n, m))
+				/* Never the fence: what it failed at its demotion is
+				 * still in its store (doc/replication.md). */
+				if (m == r->node || m == r->fence || !node_live(n, m))
 					continue;
 				/* A leaving or replaced member leads only when no
 				 * other can. */
@@ -1531,7 +1556,7 @@ transfer_target(const kv_config *n, const kv_range *r, uint32_t skip)
 	for (uint32_t j = 0; j < kv_range_ninsync(r); j++) {
 		uint32_t m = kv_range_insync(r, j);
 		const kv_node *nd = kv_config_node(n, m);
-		if (m != skip && nd != NULL && nd->state == KV_NODE_ACTIVE &&
+		if (m != skip && m != r->fence && nd != NULL && nd->state == KV_NODE_ACTIVE &&
 		    kv_range_replacement(r, m, false) == 0)
 			return m;
 	}
@@ -1594,7 +1619,8 @@ drop_replaced(const kv_config *n, const kv_place_ctx *x, kv_range *r, bool trans
 		if (!kv_range_has_replica(r, t, true)) {
 			i++;
 		} else if (o == r->node) {
-			if (transfer && kv_config_node(n, t)->state == KV_NODE_ACTIVE) {
+			if (transfer && kv_config_node(n, t)->state == KV_NODE_ACTIVE &&
+			    promotable(r, t)) {
 				promote(r, t, n->epoch);
 				(*transfers)++;
 				k++;
@@ -1807,7 +1833,7 @@ rebalance_replicated(const kv_config *cur, kv_place_ctx *x, kv_config **out)
 					for (uint32_t j = 0; j < r->ninsync; j++) {
 						const kv_node *q = kv_config_node(n, r->insync[j]);
 						if (q == NULL || q->state != KV_NODE_ACTIVE ||
-						    q->id == r->node)
+						    q->id == r->node || q->id == r->fence)
 							continue;
 						if (to == 0 ||
 						    load[q - n->nodes] <
@@ -1883,7 +1909,8 @@ split_at(kv_config *n, kv_bytes key)
 /*
  * move with replicas: each replicated range of [start, end) (split at the
  * bounds) gets `node` as its primary. An in-sync replica takes the role at
- * once (the old primary stays in the ISR: the transfer fence); a node
+ * once (the old primary stays in the ISR: the transfer fence, which is
+ * refused the role back until it has been copied again); a node
  * outside the replica set joins it outside the ISR as the replacement of
  * the primary, and the repairs hand it the role once it is in the ISR and
  * then drop the old primary.
@@ -1913,6 +1940,14 @@ move_replicated(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t nod
 			    "the primary of [%s, %s), node %u, is %s: retry once it is back or "
 			    "failed over",
 			    a, b, r->node, kv_node_state_name(kv_config_node(n, r->node)->state));
+			rv = KV_EBUSY;
+			goto err;
+		}
+		if (node == r->fence) {
+			say(x,
+			    "node %u led [%s, %s) until leader epoch %llu and is copied again "
+			    "before it may lead it: retry once it is in sync",
+			    node, a, b, (unsigned long long)r->leader_epoch);
 			rv = KV_EBUSY;
 			goto err;
 		}

@@ -296,9 +296,10 @@ pick_dst(struct round *R, const kv_range *r, struct load *src, bool ops)
 			continue;
 		if (r->nreplicas) {
 			bool in = false;
+			/* an ISR member, not the old primary kept as the fence */
 			for (uint32_t k = 0; k < r->ninsync; k++)
 				in = in || r->insync[k] == d->id;
-			if (!in)
+			if (!in || d->id == r->fence)
 				continue;
 		} else if (d->busy) {
 			continue;

@@ -57,6 +57,7 @@ range_sets_from_pb(const Shardkv__Range *r, kv_range *x)
 		memcpy(x->replacing, r->replacing, r->n_replacing * sizeof(uint32_t));
 		memcpy(x->replaced, r->replaced, r->n_replaced * sizeof(uint32_t));
 	}
+	x->fence = r->fence;
 	return KV_OK;
 }
 
@@ -230,6 +231,7 @@ kv_codec_config_to_pb(const kv_config *c)
 			r->n_replacing = r->n_replaced = c->ranges[i].nreplacing;
 			r->replacing = (uint32_t *)c->ranges[i].replacing;
 			r->replaced = (uint32_t *)c->ranges[i].replaced;
+			r->fence = c->ranges[i].fence;
 		}
 		r->leader_epoch = c->ranges[i].leader_epoch;
 		pb->ranges[i] = r;
