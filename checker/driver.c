@@ -924,15 +924,20 @@ any_down(const chk_driver *d)
 	return d->gone_node != 0;
 }
 
-/* Whether some range of cfg has fewer in-sync replicas than replicas: a
- * fault now could take its last in-sync copy (one fault at a time, as the
- * replication guarantees are stated: doc/replication.md). */
+/* Whether some range of cfg has fewer replicas than `want` (a range that
+ * arrived by migration is single until its replicas are added), fewer
+ * in-sync replicas than replicas, or a fence (the previous primary of a
+ * transfer, about to leave the ISR to be copied again): a fault now could
+ * take its last in-sync copy (one fault at a time, as the replication
+ * guarantees are stated: doc/replication.md). */
 static bool
-under_replicated(const shardkv_config *cfg)
+under_replicated(const shardkv_config *cfg, unsigned want)
 {
-	for (size_t i = 0; i < cfg->nranges; i++)
-		if (cfg->ranges[i].ninsync < cfg->ranges[i].nreplicas)
+	for (size_t i = 0; i < cfg->nranges; i++) {
+		const shardkv_range *r = &cfg->ranges[i];
+		if (r->nreplicas < want || r->ninsync < r->nreplicas || r->fence != 0)
 			return true;
+	}
 	return false;
 }
 
@@ -1265,7 +1270,10 @@ dead_fault(chk_driver *d)
 	if (any_down(d) || shardkv_config_get(d->admin, 0, &cfg) != 0)
 		return;
 	size_t n = active_servers(d, cfg, idx);
-	if (n <= MIN_ACTIVE || count_active(cfg) <= MIN_ACTIVE || under_replicated(cfg)) {
+	if (n <= MIN_ACTIVE || count_active(cfg) <= MIN_ACTIVE ||
+	    under_replicated(cfg, d->o->replicas < count_active(cfg)
+	                              ? d->o->replicas
+	                              : (unsigned)count_active(cfg))) {
 		shardkv_config_free(cfg);
 		return;
 	}

@@ -394,6 +394,7 @@ config_to_public(const kv_config *cfg, const kv_admin_report *rep, shardkv_confi
 		shardkv_range *pr = &p->ranges[i];
 		pr->node = cr->node;
 		pr->leader_epoch = cr->leader_epoch;
+		pr->fence = cr->fence;
 		pr->nreplicas = kv_range_nreplicas(cr);
 		pr->ninsync = kv_range_ninsync(cr);
 		for (uint32_t k = 0; k < pr->nreplicas && k < SHARDKV_MAX_REPLICAS; k++)

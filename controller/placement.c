@@ -1207,8 +1207,10 @@ set_front(uint32_t *a, uint32_t n, uint32_t v)
 		}
 }
 
-/* The first member of r's ISR but the fence (in_isr: one that may lead)
- * or replica set other than `not`, live ones first; 0 when there is none. */
+/* The first member of r's ISR (in_isr) or replica set other than `not`,
+ * live ones first and, in the ISR, the fence last (it leads only when no
+ * other member can: doc/replication.md "Primary transfer"); 0 when there
+ * is none. */
 static uint32_t
 other_member(const kv_config *c, const kv_range *r, uint32_t not, bool in_isr)
 {
@@ -1224,34 +1226,58 @@ other_member(const kv_config *c, const kv_range *r, uint32_t not, bool in_isr)
 		if (any == 0)
 			any = m;
 	}
+	if (any == 0 && in_isr && r->fence != 0 &&
+	    r->fence != not &&kv_config_node(c, r->fence) != NULL &&
+	    kv_config_node(c, r->fence)->state != KV_NODE_GONE)
+		any = r->fence;
 	return any;
 }
 
 /* Makes q (a replica of replicated range r) its primary at leader epoch le,
  * at the front of the replica set and of the ISR (which it joins if it was
- * not in it). The old primary stays in both, as the transfer fence
- * (r->fence, doc/replication.md "Primary transfer"); callers that remove
- * it (a failover) end the fence with it (fence_fix). */
+ * not in it). The old primary stays in both; callers that remove it (a
+ * failover, a removal) use promote_over. */
 static void
-promote(kv_range *r, uint32_t q, uint64_t le)
+promote_keep(kv_range *r, uint32_t q, uint64_t le)
 {
-	uint32_t old = r->node;
-
 	if (!kv_range_has_replica(r, q, true) && r->ninsync < KV_MAX_REPLICAS)
 		r->insync[r->ninsync++] = q;
 	set_front(r->replicas, r->nreplicas, q);
 	set_front(r->insync, r->ninsync, q);
 	r->node = q;
 	r->leader_epoch = le;
+}
+
+/* A planned transfer of r's primary role to q (move, leave, balancer, a
+ * replacement of the primary): the old primary stays in the ISR as the
+ * transfer fence (r->fence, doc/replication.md "Primary transfer"). Only
+ * for a range without a fence (transferable). */
+static void
+promote(kv_range *r, uint32_t q, uint64_t le)
+{
+	uint32_t old = r->node;
+
+	promote_keep(r, q, le);
 	r->fence = old != q ? old : 0;
 }
 
-/* Whether m may become r's primary in a transfer or a failover: an ISR
- * member that is not the old primary kept as the transfer fence. */
-static bool
-promotable(const kv_range *r, uint32_t m)
+/* A failover or removal of r's primary: q takes over; a fence that is not q
+ * stays one. */
+static void
+promote_over(kv_range *r, uint32_t q, uint64_t le)
 {
-	return m != r->fence && kv_range_has_replica(r, m, true);
+	promote_keep(r, q, le);
+	if (r->fence == q)
+		r->fence = 0;
+}
+
+/* Whether r's primary role may be handed over in a planned transfer: not
+ * while the previous primary is still the fence (it has not been copied
+ * again since it was demoted). */
+static bool
+transferable(const kv_range *r)
+{
+	return r->fence == 0;
 }
 
 /* Whether [s1, e1) and [s2, e2) overlap (an empty end: the end of the key
@@ -1292,10 +1318,16 @@ kv_place_failover(kv_config *n, kv_place_failover_stats *st)
 		if (!node_live(n, r->node)) {
 			for (uint32_t j = 0; j < r->ninsync; j++) {
 				uint32_t m = r->insync[j];
-				/* Never the fence: what it failed at its demotion is
-				 * still in its store (doc/replication.md). */
-				if (m == r->node || m == r->fence || !node_live(n, m))
+				/* The fence only when no other member is live: what it
+				 * failed at its demotion is still in its store
+				 * (doc/replication.md "Primary transfer"). */
+				if (m == r->node || !node_live(n, m) ||
+				    (m == r->fence && best != 0))
 					continue;
+				if (best != 0 && best == r->fence) {
+					best = m;
+					continue;
+				}
 				/* A leaving or replaced member leads only when no
 				 * other can. */
 				bool mb = kv_config_node(n, m)->state == KV_NODE_DRAINING ||
@@ -1316,7 +1348,7 @@ kv_place_failover(kv_config *n, kv_place_failover_stats *st)
 				if (on != NULL)
 					lead[on - n->nodes]--;
 				lead[kv_config_node(n, best) - n->nodes]++;
-				promote(r, best, n->epoch);
+				promote_over(r, best, n->epoch);
 				set_remove(r->insync, &r->ninsync, old);
 				st->failovers++;
 				if (st->nev < sizeof(st->ev) / sizeof(st->ev[0])) {
@@ -1556,7 +1588,7 @@ transfer_target(const kv_config *n, const kv_range *r, uint32_t skip)
 	for (uint32_t j = 0; j < kv_range_ninsync(r); j++) {
 		uint32_t m = kv_range_insync(r, j);
 		const kv_node *nd = kv_config_node(n, m);
-		if (m != skip && m != r->fence && nd != NULL && nd->state == KV_NODE_ACTIVE &&
+		if (m != skip && transferable(r) && nd != NULL && nd->state == KV_NODE_ACTIVE &&
 		    kv_range_replacement(r, m, false) == 0)
 			return m;
 	}
@@ -1620,7 +1652,7 @@ drop_replaced(const kv_config *n, const kv_place_ctx *x, kv_range *r, bool trans
 			i++;
 		} else if (o == r->node) {
 			if (transfer && kv_config_node(n, t)->state == KV_NODE_ACTIVE &&
-			    promotable(r, t)) {
+			    transferable(r)) {
 				promote(r, t, n->epoch);
 				(*transfers)++;
 				k++;
@@ -1833,7 +1865,7 @@ rebalance_replicated(const kv_config *cur, kv_place_ctx *x, kv_config **out)
 					for (uint32_t j = 0; j < r->ninsync; j++) {
 						const kv_node *q = kv_config_node(n, r->insync[j]);
 						if (q == NULL || q->state != KV_NODE_ACTIVE ||
-						    q->id == r->node || q->id == r->fence)
+						    q->id == r->node || !transferable(r))
 							continue;
 						if (to == 0 ||
 						    load[q - n->nodes] <
@@ -1943,11 +1975,12 @@ move_replicated(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t nod
 			rv = KV_EBUSY;
 			goto err;
 		}
-		if (node == r->fence) {
+		if (!transferable(r) && kv_range_has_replica(r, node, true)) {
 			say(x,
-			    "node %u led [%s, %s) until leader epoch %llu and is copied again "
-			    "before it may lead it: retry once it is in sync",
-			    node, a, b, (unsigned long long)r->leader_epoch);
+			    "[%s, %s) changed primary at leader epoch %llu and node %u, its "
+			    "previous primary, is copied again before the role moves again: retry "
+			    "once it is in sync",
+			    a, b, (unsigned long long)r->leader_epoch, r->fence);
 			rv = KV_EBUSY;
 			goto err;
 		}
@@ -2197,7 +2230,7 @@ kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_lo
 				r->ninsync = 1;
 				r->insync[0] = node;
 			}
-			promote(r, q, cur->epoch + 1);
+			promote_over(r, q, cur->epoch + 1);
 		}
 		drop_member(r, node);
 	}

@@ -296,10 +296,11 @@ pick_dst(struct round *R, const kv_range *r, struct load *src, bool ops)
 			continue;
 		if (r->nreplicas) {
 			bool in = false;
-			/* an ISR member, not the old primary kept as the fence */
+			/* an ISR member, and no transfer while the previous primary is
+			 * still the fence (doc/replication.md) */
 			for (uint32_t k = 0; k < r->ninsync; k++)
 				in = in || r->insync[k] == d->id;
-			if (!in || d->id == r->fence)
+			if (!in || r->fence != 0)
 				continue;
 		} else if (d->busy) {
 			continue;

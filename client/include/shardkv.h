@@ -536,8 +536,10 @@ typedef struct {
 
 /* One entry of the range map: [start, end), its primary (node, which
  * serves reads and writes), its replicas and in-sync replicas (primary
- * first; with one copy both are {node}) and its leader epoch (the epoch in
- * which its primary last changed). */
+ * first; with one copy both are {node}), its leader epoch (the epoch in
+ * which its primary last changed) and its fence: the previous primary of a
+ * planned transfer, still in the ISR until it has been copied again, which
+ * leads again only when no other member can (0: none). */
 typedef struct {
 	shardkv_buf start;                       /* inclusive; empty: beginning of the key space */
 	shardkv_buf end;                         /* exclusive; empty: end of the key space */
@@ -547,6 +549,7 @@ typedef struct {
 	size_t ninsync;                          /* 1..nreplicas */
 	uint32_t insync[SHARDKV_MAX_REPLICAS];   /* in-sync replicas, primary first */
 	uint64_t leader_epoch;                   /* epoch of the last change of primary */
+	uint32_t fence;                          /* previous primary being copied again; 0: none */
 } shardkv_range;
 
 /* A migration in flight. */

@@ -237,7 +237,7 @@ class _Range(ctypes.Structure):
     _fields_ = [("start", _Buf), ("end", _Buf), ("node", _u32),
                 ("nreplicas", _size_t), ("replicas", _u32 * _MAX_REPLICAS),
                 ("ninsync", _size_t), ("insync", _u32 * _MAX_REPLICAS),
-                ("leader_epoch", _u64)]
+                ("leader_epoch", _u64), ("fence", _u32)]
 
 
 class _Migration(ctypes.Structure):

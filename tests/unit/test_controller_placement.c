@@ -1419,10 +1419,11 @@ move_to_an_in_sync_replica_transfers_the_primary_role_at_once(void **state)
 	kv_config_free(c);
 }
 
-/* The old primary of a transfer stays in the ISR as the fence, and is
- * never made primary again (move, failover, balancer) until it has left
- * the ISR and joined it again after a copy: what it applied and failed at
- * its demotion is still in its store. */
+/* The old primary of a transfer stays in the ISR as the fence: until it has
+ * left the ISR and joined it again after a copy (what it applied and failed
+ * at its demotion is still in its store), the range's role moves in no
+ * planned transfer, and a failover gives it to the fence only when no other
+ * member is live. */
 static void
 the_old_primary_kept_as_the_fence_leads_again_only_after_a_copy(void **state)
 {
@@ -1452,12 +1453,23 @@ the_old_primary_kept_as_the_fence_leads_again_only_after_a_copy(void **state)
 	/* Moved back at once: refused. */
 	assert_int_equal(kv_place_move(n, B(""), B("m"), 1, &x, &t), KV_EBUSY);
 	assert_null(t);
-	/* The new primary fails: 3 takes over, never the fence. */
+	/* The new primary fails: 3 takes over, not the fence, which stays one;
+	 * then 3 fails too: the fence leads as the last resort. */
 	t = down(n, 2, &st);
 	r = &t->ranges[kv_config_find_range(t, "a", 1)];
 	assert_int_equal(r->node, 3);
-	assert_int_equal(r->fence, 0); /* a new primary: the old fence ends */
+	assert_int_equal(r->fence, 1);
+	{
+		kv_config *u = down(t, 3, &st);
+		r = &u->ranges[kv_config_find_range(u, "a", 1)];
+		assert_int_equal(r->node, 1);
+		assert_int_equal(r->fence, 0);
+		kv_config_free(u);
+	}
 	kv_config_free(t);
+	/* No other planned transfer either while the fence is there. */
+	assert_int_equal(kv_place_move(n, B(""), B("m"), 3, &x, &t), KV_EBUSY);
+	assert_null(t);
 	/* The fence leaves the ISR (the new primary reconciled it) ... */
 	r = &n->ranges[kv_config_find_range(n, "a", 1)];
 	assert_int_equal(kv_place_isr_change(n, 2, kb(&r->start), kb(&r->end), r->leader_epoch, 0,
