@@ -16,6 +16,24 @@
  * replica whose dir is empty bootstraps the group's configuration (every
  * peer a voter); every replica does the same, so they agree on it.
  *
+ * A SNAPSHOT THE FOLLOWER DROPS. A libraft 0.15 follower that receives an
+ * InstallSnapshot while it is writing a snapshot of its own (or installing
+ * one) drops it without an answer (its trace says "already taking or
+ * installing snapshot"). The leader keeps that follower in its snapshot
+ * state and sends only heartbeats; the follower rejects them (it lacks the
+ * leader's last entry) and the leader ignores each rejection as stale unless
+ * it names the very index of the snapshot it sent, which stops being the
+ * case as soon as the leader appends anything. Only the install-snapshot
+ * timeout (libraft's default: 30 s) sends the snapshot again, and until
+ * then the follower applies nothing. A replica restarted behind a leader
+ * that compacted its log meets this easily: it applies the entries it still
+ * shares with the leader, reaches the snapshot threshold and writes its own
+ * snapshot just as the leader's arrives. So the timeout here is twice the
+ * election timeout, at least 1 s (kv_repl_cfg.install_snapshot_ms): a
+ * snapshot dropped, or lost with a connection, is sent again within
+ * seconds. A copy sent while the first is still being installed costs one
+ * transfer: the follower drops it as busy and answers the first.
+ *
  * Locks: qmu protects the queue and `stopping`; imu protects `info`. Both
  * are leaves. No lock of this module is held while a callback of the
  * controller runs.
@@ -341,6 +359,17 @@ kv_repl_get_info(kv_repl *r, kv_repl_info *out)
 	pthread_mutex_unlock(&r->imu);
 }
 
+/* The install-snapshot timeout (see "A snapshot the follower drops"). */
+static unsigned
+install_snapshot_ms(const kv_repl_cfg *cfg)
+{
+	unsigned election = cfg->election_ms ? cfg->election_ms : 1000;
+
+	if (cfg->install_snapshot_ms)
+		return cfg->install_snapshot_ms;
+	return election > 500 ? 2 * election : 1000;
+}
+
 int
 kv_repl_create(const kv_repl_cfg *cfg, kv_repl **out, char *err, size_t errlen)
 {
@@ -402,6 +431,7 @@ kv_repl_create(const kv_repl_cfg *cfg, kv_repl **out, char *err, size_t errlen)
 	raft_set_snapshot_threshold(&r->raft,
 	                            cfg->snapshot_threshold ? cfg->snapshot_threshold : 256);
 	raft_set_snapshot_trailing(&r->raft, cfg->snapshot_trailing ? cfg->snapshot_trailing : 64);
+	raft_set_install_snapshot_timeout(&r->raft, install_snapshot_ms(cfg));
 	raft_set_pre_vote(&r->raft, true);
 
 	raft_configuration_init(&conf);

@@ -50,7 +50,11 @@ typedef struct {
 	unsigned heartbeat_ms;         /* 0: 100 */
 	unsigned snapshot_threshold;   /* 0: 256 */
 	unsigned snapshot_trailing;    /* 0: 64 */
-	kv_repl_fsm fsm;               /* the state machine */
+	/* How long a leader waits for a follower to answer the snapshot it
+	 * sent before it sends it again (replica.c, "A snapshot the follower
+	 * drops"). 0: twice the election timeout, at least 1000. */
+	unsigned install_snapshot_ms;
+	kv_repl_fsm fsm; /* the state machine */
 } kv_repl_cfg;
 
 /* Roles, as the status report shows them. */
