@@ -216,41 +216,82 @@ range_sets_check(const kv_config *c, const kv_range *r)
 int
 kv_config_validate(const kv_config *c)
 {
-	if (c == NULL)
+	const char *why;
+	size_t at;
+
+	return kv_config_check(c, &why, &at);
+}
+
+int
+kv_config_check(const kv_config *c, const char **why, size_t *at)
+{
+	*why = NULL;
+	*at = 0;
+	if (c == NULL) {
+		*why = "no configuration";
 		return KV_EINVAL;
+	}
 	for (size_t i = 0; i < c->nnodes; i++) {
+		*at = i;
 		if (c->nodes[i].id == 0 || c->nodes[i].address == NULL ||
-		    c->nodes[i].state < KV_NODE_JOINING || c->nodes[i].state > KV_NODE_DOWN)
+		    c->nodes[i].state < KV_NODE_JOINING || c->nodes[i].state > KV_NODE_DOWN) {
+			*why = "a node without an id, an address or a known state";
 			return KV_EINVAL;
-		if (i > 0 && c->nodes[i - 1].id >= c->nodes[i].id)
+		}
+		if (i > 0 && c->nodes[i - 1].id >= c->nodes[i].id) {
+			*why = "nodes not sorted by id";
 			return KV_EINVAL;
+		}
 	}
 	for (size_t i = 0; i < c->nranges; i++) {
 		const kv_range *r = &c->ranges[i];
-		if (kv_config_node(c, r->node) == NULL || range_sets_check(c, r) != KV_OK)
+		*at = i;
+		if (kv_config_node(c, r->node) == NULL) {
+			*why = "a range's primary is not a node of the configuration";
 			return KV_EINVAL;
-		if (i == 0 && r->start.len != 0)
+		}
+		if (range_sets_check(c, r) != KV_OK) {
+			*why =
+			    "a range's replica set, ISR, replacements or fence break the invariant";
 			return KV_EINVAL;
+		}
+		if (i == 0 && r->start.len != 0) {
+			*why = "the first range does not start at the beginning of the key space";
+			return KV_EINVAL;
+		}
 		if (i > 0) {
 			const kv_range *p = &c->ranges[i - 1];
 			if (p->end.len == 0 ||
-			    kv_key_cmp(p->end.data, p->end.len, r->start.data, r->start.len) != 0)
+			    kv_key_cmp(p->end.data, p->end.len, r->start.data, r->start.len) != 0) {
+				*why = "a range does not start where the one before ends";
 				return KV_EINVAL;
-			if (kv_range_same_placement(p, r))
+			}
+			if (kv_range_same_placement(p, r)) {
+				*why = "two adjacent ranges with the same placement (not merged)";
 				return KV_EINVAL;
+			}
 		}
-		if (kv_range_is_empty(r->start.data, r->start.len, r->end.data, r->end.len))
+		if (kv_range_is_empty(r->start.data, r->start.len, r->end.data, r->end.len)) {
+			*why = "an empty range";
 			return KV_EINVAL;
-		if (i + 1 == c->nranges && r->end.len != 0)
+		}
+		if (i + 1 == c->nranges && r->end.len != 0) {
+			*why = "the last range does not end at the end of the key space";
 			return KV_EINVAL;
+		}
 	}
 	for (size_t i = 0; i < c->nmigs; i++) {
 		const kv_migration *m = &c->migs[i];
+		*at = i;
 		if (kv_config_node(c, m->from) == NULL || kv_config_node(c, m->to) == NULL ||
-		    m->from == m->to)
+		    m->from == m->to) {
+			*why = "a migration between unknown or equal nodes";
 			return KV_EINVAL;
-		if (kv_range_is_empty(m->start.data, m->start.len, m->end.data, m->end.len))
+		}
+		if (kv_range_is_empty(m->start.data, m->start.len, m->end.data, m->end.len)) {
+			*why = "a migration of an empty range";
 			return KV_EINVAL;
+		}
 	}
 	return KV_OK;
 }

@@ -174,6 +174,10 @@ kv_config *kv_config_clone(const kv_config *c);
  * sorted and migrations name existing nodes. Returns 0 or KV_EINVAL. */
 int kv_config_validate(const kv_config *c);
 
+/* kv_config_validate that also says which rule failed (*why, static text)
+ * and where (*at: the index of the node, range or migration it concerns). */
+int kv_config_check(const kv_config *c, const char **why, size_t *at);
+
 /* Returns the index of the range that contains key (binary search), or -1
  * when the map is empty. */
 long kv_config_find_range(const kv_config *c, const void *key, size_t klen);

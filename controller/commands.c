@@ -74,10 +74,26 @@ publish_locked(kv_controller *c, kv_config *next, const char *why, char *msg, si
 		rv = KV_ENOMEM;
 		goto err;
 	}
-	if (kv_config_validate(next) != KV_OK) {
+	const char *rule = NULL;
+	size_t at = 0;
+	if (kv_config_check(next, &rule, &at) != KV_OK) {
 		snprintf(msg, msglen, "internal error: the planned configuration is invalid");
-		KV_ERROR("controller", "planned configuration is invalid", "epoch=%llu why=%s",
-		         (unsigned long long)next->epoch, why);
+		KV_ERROR("controller", "planned configuration is invalid",
+		         "epoch=%llu why=%s rule=\"%s\" at=%zu", (unsigned long long)next->epoch,
+		         why, rule, at);
+		/* The ranges around the one at fault, to find the step that made
+		 * it (at is a range index for the range rules). */
+		for (size_t i = at > 2 ? at - 2 : 0; i < next->nranges && i <= at + 2; i++) {
+			const kv_range *r = &next->ranges[i];
+			char a[96], b[96];
+			kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
+			kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
+			KV_ERROR("controller", "planned range",
+			         "i=%zu start=%s end=%s node=%u nreplicas=%u ninsync=%u "
+			         "nreplacing=%u leader_epoch=%llu fence=%u",
+			         i, a, b, r->node, r->nreplicas, r->ninsync, r->nreplacing,
+			         (unsigned long long)r->leader_epoch, r->fence);
+		}
 		rv = KV_EINTERNAL;
 		goto err;
 	}
