@@ -73,16 +73,21 @@
  * doc/replication.md "Liveness and leases"), or when the node is seen down. */
 #define FO_KILL_MAX_MS 4500u
 #define MAX_PAUSES     4096 /* pauses kept for chk_driver_pause_check */
+#define MID_MAX        512  /* configurations read between a pause's before and after */
 
 /* One --pause: the server stopped, its node, when, and the configurations
- * before the SIGSTOP and after the SIGCONT (to tell which keys it owned
- * throughout). */
+ * before the SIGSTOP, after the SIGCONT and every one between (to tell
+ * which keys it owned throughout: with replicas a failover during the
+ * pause, and a move back before `after` was read, give a key away and
+ * back). */
 typedef struct {
 	size_t nem;             /* its nemesis event */
 	uint32_t node;          /* the paused server's node id */
 	uint64_t stop, cont;    /* SIGSTOP and SIGCONT (ns); cont 0: still paused */
 	shardkv_config *before; /* read just before the SIGSTOP (owned) */
 	shardkv_config *after;  /* read just after the SIGCONT (owned; may be NULL) */
+	shardkv_config **mid;   /* the epochs between them (owned; NULL entries: unread) */
+	size_t nmid;            /* entries */
 	uint64_t epoch;         /* the last epoch watched for its node's state */
 	bool down_seen;         /* a configuration said `down` */
 	bool back_seen;         /* ... and later `active` again */
@@ -175,6 +180,9 @@ chk_driver_destroy(chk_driver *d)
 	for (size_t i = 0; i < d->npauses; i++) {
 		shardkv_config_free(d->pauses[i].before);
 		shardkv_config_free(d->pauses[i].after);
+		for (size_t j = 0; j < d->pauses[i].nmid; j++)
+			shardkv_config_free(d->pauses[i].mid[j]);
+		free(d->pauses[i].mid);
 	}
 	free(d->pauses);
 	free(d->nem);
@@ -1067,6 +1075,17 @@ pause_finish(chk_driver *d, bool now)
 		s->state = CHK_SRV_RUNNING;
 	if (shardkv_config_get(d->admin, 0, &r->after) != 0)
 		r->after = NULL;
+	/* Every configuration between: a key given away and back in them
+	 * was not the paused node's throughout (bounded: a pause sees a few
+	 * dozen epochs). */
+	if (r->before && r->after && r->after->epoch > r->before->epoch + 1 &&
+	    r->after->epoch - r->before->epoch - 1 <= MID_MAX &&
+	    (r->mid = calloc(r->after->epoch - r->before->epoch - 1, sizeof(*r->mid))) != NULL) {
+		r->nmid = r->after->epoch - r->before->epoch - 1;
+		for (size_t j = 0; j < r->nmid; j++)
+			if (shardkv_config_get(d->admin, r->before->epoch + 1 + j, &r->mid[j]) != 0)
+				r->mid[j] = NULL;
+	}
 	d->st.pauses++;
 	d->watch = d->npauses - 1;
 	d->watch_until = r->cont + (uint64_t)WATCH_MS * 1000000u;
@@ -1169,12 +1188,16 @@ chk_driver_pause_check(chk_driver *d, const chk_key *keys, size_t nkeys, const c
 		uint64_t first = UINT64_MAX, acked = 0, failed = 0, unavail = 0, nown = 0, held = 0;
 		if (r->cont == 0 || r->before == NULL || r->after == NULL)
 			continue;
-		/* Its keys: owned before the SIGSTOP and after the SIGCONT. */
+		/* Its keys: owned before the SIGSTOP, after the SIGCONT and in
+		 * every configuration between (none read: only before and after). */
 		for (size_t k = 0; k < nkeys; k++) {
 			size_t kl = strlen(keys[k].name);
 			own[k] = used[k] &&
 			         owner_of(r->before, keys[k].name, kl, NULL) == r->node &&
 			         owner_of(r->after, keys[k].name, kl, NULL) == r->node;
+			for (size_t j = 0; own[k] && j < r->nmid; j++)
+				own[k] = r->mid[j] == NULL ||
+				         owner_of(r->mid[j], keys[k].name, kl, NULL) == r->node;
 			nown += own[k];
 		}
 		uint64_t from = r->stop + (uint64_t)PAUSE_GRACE_MS * 1000000u;
