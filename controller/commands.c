@@ -88,11 +88,23 @@ publish_locked(kv_controller *c, kv_config *next, const char *why, char *msg, si
 			char a[96], b[96];
 			kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
 			kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
+			char sets[256];
+			size_t o = 0;
+			for (uint32_t j = 0; j < r->nreplicas && o < sizeof(sets); j++)
+				o += (size_t)snprintf(sets + o, sizeof(sets) - o, "%sr%u",
+				                      j ? "," : "", r->replicas[j]);
+			for (uint32_t j = 0; j < r->ninsync && o < sizeof(sets); j++)
+				o += (size_t)snprintf(sets + o, sizeof(sets) - o, ",i%u",
+				                      r->insync[j]);
+			for (uint32_t j = 0; j < r->nreplacing && o < sizeof(sets); j++)
+				o += (size_t)snprintf(sets + o, sizeof(sets) - o, ",%u>%u",
+				                      r->replacing[j], r->replaced[j]);
+			if (o == 0)
+				sets[0] = '\0';
 			KV_ERROR("controller", "planned range",
-			         "i=%zu start=%s end=%s node=%u nreplicas=%u ninsync=%u "
-			         "nreplacing=%u leader_epoch=%llu fence=%u",
-			         i, a, b, r->node, r->nreplicas, r->ninsync, r->nreplacing,
-			         (unsigned long long)r->leader_epoch, r->fence);
+			         "i=%zu start=%s end=%s node=%u leader_epoch=%llu fence=%u sets=%s",
+			         i, a, b, r->node, (unsigned long long)r->leader_epoch, r->fence,
+			         sets);
 		}
 		rv = KV_EINTERNAL;
 		goto err;
