@@ -469,54 +469,19 @@ mput_done(void *arg, int status, shardkv_mput_result *mr)
 	shardkv_mput_result_free(mr);
 }
 
+/* Node 1 stops answering (it holds what it receives); an async mput of
+ * keys is sent and waits until its part reaches node 1; then node 1 fails
+ * over to node 2 (epoch 6) and the mput must complete. */
 static void
-an_mput_part_waiting_on_a_primary_that_fails_over_is_split_again(void **state)
+mput_across_a_failover(shardkv_client *c, const shardkv_bytes *keys)
 {
-	shardkv_client *c = open_client(60000, true);
-	shardkv_bytes keys[] = {{"aa", 2}, {"zz", 2}};
 	shardkv_bytes vals[] = {{"1", 1}, {"2", 1}};
 	async_res r = {0};
-	(void)state;
 
 	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* node 1, epoch 5 */
 	pthread_mutex_lock(&g->srv[0].mu);
 	g->srv[0].silent = true;
 	pthread_mutex_unlock(&g->srv[0].mu);
-	/* "aa" goes to node 1, which holds it; "zz" to node 2, which answers. */
-	assert_int_equal(shardkv_mput_async(c, 2, keys, 2, vals, mput_done, &r), 0);
-	for (uint64_t t0 = kv_test_now_ms();;) {
-		pthread_mutex_lock(&g->srv[0].mu);
-		int seen = g->srv[0].silent_seen;
-		pthread_mutex_unlock(&g->srv[0].mu);
-		if (seen > 0)
-			break;
-		if (kv_test_now_ms() - t0 > FOLLOW_PATIENCE_MS)
-			fail_msg("the mput part never reached node 1");
-		kv_test_sleep_ms(2);
-	}
-	set_truth(failed_over_cfg(6));
-	publish(failed_over_cfg(6));
-	assert_int_equal(async_wait(&r), 0);
-	assert_int_equal(server_keys(1), 2); /* aa, split again to node 2, and zz */
-	kv_fake_server_release(&g->srv[0]);
-	shardkv_close(c);
-}
-
-static void
-an_mput_waiting_on_a_primary_that_fails_over_goes_whole_to_the_new_one_with_its_id(void **state)
-{
-	shardkv_client *c = open_client(60000, true);
-	shardkv_bytes keys[] = {{"aa", 2}, {"ab", 2}};
-	shardkv_bytes vals[] = {{"1", 1}, {"2", 1}};
-	async_res r = {0};
-	(void)state;
-
-	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* node 1, epoch 5 */
-	pthread_mutex_lock(&g->srv[0].mu);
-	g->srv[0].silent = true;
-	pthread_mutex_unlock(&g->srv[0].mu);
-	/* Both keys go to node 1, which holds the mput (it may have applied
-	 * it, and its backup with it). */
 	assert_int_equal(shardkv_mput_async(c, 2, keys, 2, vals, mput_done, &r), 0);
 	for (uint64_t t0 = kv_test_now_ms();;) {
 		pthread_mutex_lock(&g->srv[0].mu);
@@ -531,6 +496,32 @@ an_mput_waiting_on_a_primary_that_fails_over_goes_whole_to_the_new_one_with_its_
 	set_truth(failed_over_cfg(6));
 	publish(failed_over_cfg(6));
 	assert_int_equal(async_wait(&r), 0);
+}
+
+static void
+an_mput_part_waiting_on_a_primary_that_fails_over_is_split_again(void **state)
+{
+	shardkv_client *c = open_client(60000, true);
+	/* "aa" goes to node 1, which holds it; "zz" to node 2, which answers. */
+	shardkv_bytes keys[] = {{"aa", 2}, {"zz", 2}};
+	(void)state;
+
+	mput_across_a_failover(c, keys);
+	assert_int_equal(server_keys(1), 2); /* aa, split again to node 2, and zz */
+	kv_fake_server_release(&g->srv[0]);
+	shardkv_close(c);
+}
+
+static void
+an_mput_waiting_on_a_primary_that_fails_over_goes_whole_to_the_new_one_with_its_id(void **state)
+{
+	shardkv_client *c = open_client(60000, true);
+	/* Both keys go to node 1, which holds the mput (it may have applied
+	 * it, and its backup with it). */
+	shardkv_bytes keys[] = {{"aa", 2}, {"ab", 2}};
+	(void)state;
+
+	mput_across_a_failover(c, keys);
 	/* Re-sent whole to node 2 under the same request id: a new primary
 	 * that has the first attempt answers it from its exactly-once memory
 	 * instead of applying it a second time. */
