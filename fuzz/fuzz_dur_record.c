@@ -25,7 +25,18 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-enum { REC_PUT = 1, REC_DEL = 2, REC_MPUT = 3, REC_RANGE_DEL = 4, REC_DEDUP = 5 };
+enum { REC_PUT = 1, REC_DEL = 2, REC_MPUT = 3, REC_RANGE_DEL = 4, REC_DEDUP = 5, REC_MDEL = 6 };
+
+/* The store's expiry clock, fixed (Unix ms): a key whose deadline is at or
+ * before it is absent, after it present, whatever the machine's time. */
+#define NOW_MS 1700000000000ull
+
+static uint64_t
+fixed_clock(void *arg)
+{
+	(void)arg;
+	return NOW_MS;
+}
 
 /* The model: unsorted key/value pairs. */
 typedef struct {
@@ -140,6 +151,8 @@ model_apply(model *m, const uint8_t *p, size_t n)
 {
 	rd r = {p, n};
 
+	uint64_t at = 0;
+
 	FZ_CHECK(n >= 2);
 	r.p += 2;
 	r.n -= 2;
@@ -148,11 +161,22 @@ model_apply(model *m, const uint8_t *p, size_t n)
 		r.p += 32;
 		r.n -= 32;
 	}
+	if (p[1] & 4) { /* PUT, MPUT: the deadline (Unix ms) */
+		FZ_CHECK(p[0] == REC_PUT || p[0] == REC_MPUT);
+		FZ_CHECK(r.n >= 8);
+		at = kv_get64(r.p);
+		r.p += 8;
+		r.n -= 8;
+	}
+	bool gone = at != 0 && at <= NOW_MS; /* written already expired: absent */
 	switch (p[0]) {
 	case REC_PUT: {
 		kv_bytes k = rdbytes(&r), v = rdbytes(&r);
 		FZ_CHECK(k.len > 0);
-		m_put(m, k, v);
+		if (gone)
+			m_del(m, k);
+		else
+			m_put(m, k, v);
 		break;
 	}
 	case REC_DEL: {
@@ -169,8 +193,23 @@ model_apply(model *m, const uint8_t *p, size_t n)
 		for (uint32_t i = 0; i < cnt; i++) {
 			kv_bytes k = rdbytes(&r), v = rdbytes(&r);
 			FZ_CHECK(k.len > 0);
-			m_put(m, k, v);
+			if (gone)
+				m_del(m, k);
+			else
+				m_put(m, k, v);
 		}
+		break;
+	}
+	case REC_MDEL: { /* delrange's step: an anchor, then the keys it deleted */
+		(void)rdbytes(&r);
+		uint32_t cnt = rd32(&r);
+		for (uint32_t i = 0; i < cnt; i++) {
+			kv_bytes k = rdbytes(&r);
+			FZ_CHECK(k.len > 0);
+			m_del(m, k);
+		}
+		if (p[1] & 2)
+			(void)rdbytes(&r);
 		break;
 	}
 	case REC_RANGE_DEL: {
@@ -221,6 +260,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	kv_store_opts_init(&o);
 	o.partitions = 4;
+	o.clock = fixed_clock;
 	FZ_CHECK(kv_store_create(&o, &s) == KV_OK);
 	FZ_CHECK((d = kv_dedup_create(8, 64, 0)) != NULL);
 	/* Twice: records are blind writes, so replaying them again over their
