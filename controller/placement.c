@@ -1997,7 +1997,11 @@ move_replicated(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t nod
 			rv = KV_EBUSY;
 			goto err;
 		}
+		/* The primary in no replacement pair, as the replaced member or
+		 * as the replacing one (it took over from the member it replaces,
+		 * which leaves once it may): a member is in one pair at most. */
 		if (kv_range_replacement(r, r->node, false) != 0 ||
+		    kv_range_replacement(r, r->node, true) != 0 ||
 		    r->nreplicas >= KV_MAX_REPLICAS) {
 			say(x,
 			    "[%s, %s) is being repaired or moved already: retry when that is done",

@@ -1491,6 +1491,37 @@ the_old_primary_kept_as_the_fence_leads_again_only_after_a_copy(void **state)
 	kv_config_free(n);
 }
 
+/* A move while the primary still replaces the member it took over from
+ * (which leaves once it may) is refused busy: a second pair naming the
+ * primary would break the one-pair-per-member rule (it was an internal
+ * error: "the planned configuration is invalid"). */
+static void
+move_while_the_primary_still_replaces_its_predecessor_is_busy(void **state)
+{
+	kv_config *c = replicated3_on(5), *n = NULL, *t = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	kv_place_repair_stats st;
+	uint32_t busy = 1;
+	(void)state;
+
+	x.replicas = 3;
+	/* 1 may not leave yet (it may still serve: the fence rule). */
+	x.serving = serving_yes;
+	x.serving_arg = &busy;
+	assert_int_equal(kv_place_move(c, B(""), B("m"), 4, &x, &n), KV_OK);
+	kv_config_free(c);
+	n = expand(n, "a", 4, &x);
+	assert_int_equal(kv_place_repair(n, NULL, 0, &x, &t, &st), KV_OK);
+	assert_non_null(t);
+	kv_config_free(n);
+	n = t;
+	assert_int_equal(n->ranges[0].node, 4);
+	assert_int_equal(kv_range_replacement(&n->ranges[0], 4, true), 1);
+	assert_int_equal(kv_place_move(n, B(""), B("m"), 5, &x, &t), KV_EBUSY);
+	assert_null(t);
+	kv_config_free(n);
+}
+
 static void
 move_to_a_new_node_replaces_the_primary_through_the_isr(void **state)
 {
@@ -1523,6 +1554,7 @@ move_to_a_new_node_replaces_the_primary_through_the_isr(void **state)
 	assert_true(kv_range_has_replica(r, 1, true));
 	kv_config_free(n);
 	n = t;
+
 	assert_int_equal(kv_place_repair(n, NULL, 0, &x, &t, &st), KV_OK);
 	assert_non_null(t);
 	assert_int_equal(kv_config_validate(t), KV_OK);
@@ -2045,6 +2077,7 @@ main(void)
 	    cmocka_unit_test(rebalance_of_balanced_replicas_changes_nothing),
 	    cmocka_unit_test(move_to_an_in_sync_replica_transfers_the_primary_role_at_once),
 	    cmocka_unit_test(the_old_primary_kept_as_the_fence_leads_again_only_after_a_copy),
+	    cmocka_unit_test(move_while_the_primary_still_replaces_its_predecessor_is_busy),
 	    cmocka_unit_test(move_to_a_new_node_replaces_the_primary_through_the_isr),
 	    cmocka_unit_test(leave_of_a_backup_adds_replacements_and_ends_when_they_are_in_sync),
 	    cmocka_unit_test(
