@@ -426,7 +426,8 @@ def _s(p):
 def _range_dict(r):
     return {"start": _out(r.start) or b"", "end": _out(r.end) or b"", "node": r.node,
             "replicas": list(r.replicas[:r.nreplicas]),
-            "insync": list(r.insync[:r.ninsync]), "leader_epoch": r.leader_epoch}
+            "insync": list(r.insync[:r.ninsync]), "leader_epoch": r.leader_epoch,
+            "fence": r.fence}
 
 
 def _config_dict(cfg, with_stats):
