@@ -23,6 +23,7 @@
 #include "shardserver/server.h"
 #include "tests/support/fake_ctl.h"
 #include "tests/support/inproc_cluster.h"
+#include "tests/support/inproc_srv.h"
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
@@ -86,26 +87,13 @@ wait_serves(const char *url, const char *key, const char *want)
 	}
 }
 
-/* Whether server s holds key (with value want unless NULL). */
-static bool
-holds(kv_server *s, const char *key, const char *want)
-{
-	kv_buf v = {0};
-	bool ok = kv_server_get_for_test(s, key, strlen(key), &v) == 0;
-
-	if (ok && want != NULL)
-		ok = v.len == strlen(want) && memcmp(v.data, want, v.len) == 0;
-	kv_buf_fini(&v);
-	return ok;
-}
-
 /* Waits until server s holds key (present: with value want) or not. */
 static void
 wait_holds(kv_server *s, const char *key, const char *want, bool present)
 {
 	uint64_t t0 = kv_test_now_ms();
 
-	while (holds(s, key, want) != present) {
+	while (inproc_srv_holds(s, key, want) != present) {
 		if (kv_test_now_ms() - t0 > PATIENCE)
 			fail_msg("key %s never became %s", key, present ? "present" : "absent");
 		kv_test_sleep_ms(10);
@@ -170,11 +158,11 @@ check_writer(const writer *w, kv_server *s, const char *url)
 					         r.status, r.value, val);
 			}
 		} else if (w->state[k] == -1) {
-			if (holds(s, key, NULL))
+			if (inproc_srv_holds(s, key, NULL))
 				fail_msg("%s: deleted (acknowledged) but still held", key);
 		} else {
 			snprintf(val, sizeof(val), "%d", w->state[k]);
-			if (!holds(s, key, val))
+			if (!inproc_srv_holds(s, key, val))
 				fail_msg("%s: acknowledged value %s not held", key, val);
 		}
 		checked++;
@@ -287,7 +275,7 @@ a_restarted_old_primary_is_copied_again_and_rejoins_the_isr(void **state)
 		snprintf(key, sizeof(key), "n%02d", i);
 		assert_int_equal(do_put(rs.srv[1].url, key, "new", 0, 0).status, 0);
 	}
-	assert_true(holds(rs.srv[1].s, "n00", "new"));
+	assert_true(inproc_srv_holds(rs.srv[1].s, "n00", "new"));
 	/* Node 1 comes back with its own data: it is copied again and joins
 	 * the ISR of the range node 2 now leads. */
 	t0 = kv_test_now_ms();
@@ -297,17 +285,17 @@ a_restarted_old_primary_is_copied_again_and_rejoins_the_isr(void **state)
 	              (unsigned long long)(kv_test_now_ms() - t0));
 	for (int i = 0; i < 20; i++) {
 		snprintf(key, sizeof(key), "s%02d", i);
-		if (holds(rs.srv[0].s, key, "old") != (i >= 10))
+		if (inproc_srv_holds(rs.srv[0].s, key, "old") != (i >= 10))
 			fail_msg("%s: %s on the old primary", key,
 			         i >= 10 ? "missing" : "deleted meanwhile but still held");
 	}
 	for (int i = 0; i < 10; i++) {
 		snprintf(key, sizeof(key), "n%02d", i);
-		assert_true(holds(rs.srv[0].s, key, "new"));
+		assert_true(inproc_srv_holds(rs.srv[0].s, key, "new"));
 	}
 	/* And it is a full member again: writes reach it. */
 	assert_int_equal(do_put(rs.srv[1].url, "after", "1", 0, 0).status, 0);
-	assert_true(holds(rs.srv[0].s, "after", "1"));
+	assert_true(inproc_srv_holds(rs.srv[0].s, "after", "1"));
 }
 
 static inproc_cluster r3 = {.o = {.name = "kvthree", .nsrv = 3, .replicas = 3, .min_insync = 1}};
@@ -362,8 +350,8 @@ an_in_sync_backup_with_the_new_primarys_records_stays_in_the_isr(void **state)
 	assert_int_equal(kv_range_ninsync(&cfg->ranges[0]), 2);
 	assert_true(kv_range_has_replica(&cfg->ranges[0], b, true));
 	kv_config_free(cfg);
-	assert_true(holds(r3.srv[b - 1].s, "after", "1"));
-	assert_true(holds(r3.srv[b - 1].s, "k19", "v"));
+	assert_true(inproc_srv_holds(r3.srv[b - 1].s, "after", "1"));
+	assert_true(inproc_srv_holds(r3.srv[b - 1].s, "k19", "v"));
 }
 
 /* Divergence: three servers under the fake controller. */
@@ -431,7 +419,7 @@ a_backup_with_divergent_records_is_dropped_and_copied_again(void **state)
 	for (int i = 0; i < 3; i++)
 		srv_wait_ready(dv[i].url, e, PATIENCE, NULL);
 	assert_int_equal(do_put(dv[0].url, "a", "1", CLIENT, 1).status, 0);
-	assert_true(holds(dv[1].s, "a", "1") && holds(dv[2].s, "a", "1"));
+	assert_true(inproc_srv_holds(dv[1].s, "a", "1") && inproc_srv_holds(dv[2].s, "a", "1"));
 
 	/* Node 2 stops; a write reaches node 3 but not node 2 and is never
 	 * acknowledged (node 2 is still in the ISR). */
@@ -454,7 +442,7 @@ a_backup_with_divergent_records_is_dropped_and_copied_again(void **state)
 	/* Node 2's end of the old leader epoch makes node 3 answer diverged,
 	 * and node 2 asks for node 3 to leave the ISR. */
 	wait_isr_request(false, removes, 3);
-	assert_true(holds(dv[2].s, "b", "1"));
+	assert_true(inproc_srv_holds(dv[2].s, "b", "1"));
 	e = dv_publish(r231, i2, 1, le);
 	srv_wait_ready(dv[2].url, e, PATIENCE, NULL);
 	/* The copy replaces node 3's copy of the range wholesale (its first

@@ -14,6 +14,7 @@
 #include "common/err.h"
 #include "shardserver/server.h"
 #include "tests/support/inproc_cluster.h"
+#include "tests/support/inproc_srv.h"
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
@@ -75,19 +76,6 @@ wait_all_in_sync(inproc_cluster *c, uint32_t primary, const char *when)
 	}
 }
 
-/* Whether server s holds key (with value want unless NULL). */
-static bool
-holds(kv_server *s, const char *key, const char *want)
-{
-	kv_buf v = {0};
-	bool ok = kv_server_get_for_test(s, key, strlen(key), &v) == 0;
-
-	if (ok && want != NULL)
-		ok = v.len == strlen(want) && memcmp(v.data, want, v.len) == 0;
-	kv_buf_fini(&v);
-	return ok;
-}
-
 /* The writer: puts on the primary until told to stop, remembering what was
  * acknowledged. */
 typedef struct {
@@ -129,7 +117,7 @@ check_writer(const writer *w, kv_server *s)
 			continue;
 		snprintf(key, sizeof(key), "w%04u", k);
 		snprintf(val, sizeof(val), "%d", w->state[k]);
-		if (!holds(s, key, val))
+		if (!inproc_srv_holds(s, key, val))
 			fail_msg("%s: acknowledged value %s not held", key, val);
 		checked++;
 	}

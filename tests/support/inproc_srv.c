@@ -75,3 +75,15 @@ inproc_srv_cleanup(inproc_srv *v, int n, fake_ctl **ctl, const char *tmpdir)
 	*ctl = NULL;
 	kv_test_rmtree(tmpdir);
 }
+
+bool
+inproc_srv_holds(kv_server *s, const char *key, const char *want)
+{
+	kv_buf v = {0};
+	bool ok = kv_server_get_for_test(s, key, strlen(key), &v) == 0;
+
+	if (ok && want != NULL)
+		ok = v.len == strlen(want) && memcmp(v.data, want, v.len) == 0;
+	kv_buf_fini(&v);
+	return ok;
+}

@@ -10,6 +10,8 @@
 #include "shardserver/server.h"
 #include "tests/support/fake_ctl.h"
 
+#include <stdbool.h>
+
 /* One in-process server and what its configuration borrows. */
 typedef struct {
 	kv_server *s;       /* NULL: not created */
@@ -41,5 +43,9 @@ void inproc_srv_setup(inproc_srv *v, int n, fake_ctl **ctl, char *tmpdir, size_t
  * every server of v[0..n) still there, stops *ctl (set to NULL) and
  * removes tmpdir. */
 void inproc_srv_cleanup(inproc_srv *v, int n, fake_ctl **ctl, const char *tmpdir);
+
+/* Whether server s holds key in its store (with value want unless NULL),
+ * read directly, whatever it serves. */
+bool inproc_srv_holds(kv_server *s, const char *key, const char *want);
 
 #endif
