@@ -1207,18 +1207,18 @@ set_front(uint32_t *a, uint32_t n, uint32_t v)
 		}
 }
 
-/* The first member of r's ISR (in_isr) or replica set other than `not`,
+/* The first member of r's ISR (in_isr) or replica set other than `skip`,
  * live ones first and, in the ISR, the fence last (it leads only when no
  * other member can: doc/replication.md "Primary transfer"); 0 when there
  * is none. */
 static uint32_t
-other_member(const kv_config *c, const kv_range *r, uint32_t not, bool in_isr)
+other_member(const kv_config *c, const kv_range *r, uint32_t skip, bool in_isr)
 {
 	uint32_t n = in_isr ? kv_range_ninsync(r) : kv_range_nreplicas(r), any = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t m = in_isr ? kv_range_insync(r, i) : kv_range_replica(r, i);
-		if (m == not || (in_isr && m == r->fence) || kv_config_node(c, m) == NULL ||
+		if (m == skip || (in_isr && m == r->fence) || kv_config_node(c, m) == NULL ||
 		    kv_config_node(c, m)->state == KV_NODE_GONE)
 			continue;
 		if (node_live(c, m))
@@ -1226,8 +1226,8 @@ other_member(const kv_config *c, const kv_range *r, uint32_t not, bool in_isr)
 		if (any == 0)
 			any = m;
 	}
-	if (any == 0 && in_isr && r->fence != 0 &&
-	    r->fence != not &&kv_config_node(c, r->fence) != NULL &&
+	if (any == 0 && in_isr && r->fence != 0 && r->fence != skip &&
+	    kv_config_node(c, r->fence) != NULL &&
 	    kv_config_node(c, r->fence)->state != KV_NODE_GONE)
 		any = r->fence;
 	return any;
@@ -1581,14 +1581,17 @@ replace_member(kv_config *n, const kv_place_ctx *x, struct rload *L, kv_range *r
 }
 
 /* An active ISR member of r other than skip, not being replaced, to lead
- * it (a leaving one would hand the role back); 0: none. */
+ * it (a leaving one would hand the role back); 0: none, or the range is
+ * not transferable (its fence stands). */
 static uint32_t
 transfer_target(const kv_config *n, const kv_range *r, uint32_t skip)
 {
+	if (!transferable(r))
+		return 0;
 	for (uint32_t j = 0; j < kv_range_ninsync(r); j++) {
 		uint32_t m = kv_range_insync(r, j);
 		const kv_node *nd = kv_config_node(n, m);
-		if (m != skip && transferable(r) && nd != NULL && nd->state == KV_NODE_ACTIVE &&
+		if (m != skip && nd != NULL && nd->state == KV_NODE_ACTIVE &&
 		    kv_range_replacement(r, m, false) == 0)
 			return m;
 	}
@@ -1860,12 +1863,12 @@ rebalance_replicated(const kv_config *cur, kv_place_ctx *x, kv_config **out)
 					to = n->nodes[l].id;
 				} else {
 					/* h's role goes to the ISR member leading least */
-					if (r->node != n->nodes[h].id)
+					if (r->node != n->nodes[h].id || !transferable(r))
 						continue;
 					for (uint32_t j = 0; j < r->ninsync; j++) {
 						const kv_node *q = kv_config_node(n, r->insync[j]);
 						if (q == NULL || q->state != KV_NODE_ACTIVE ||
-						    q->id == r->node || !transferable(r))
+						    q->id == r->node)
 							continue;
 						if (to == 0 ||
 						    load[q - n->nodes] <

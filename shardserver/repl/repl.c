@@ -1502,7 +1502,6 @@ kv_rs_active(kv_rs *g)
 int
 kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const char **why)
 {
-	uint32_t me = g->env.node_id(g->env.arg);
 	const route *r;
 
 	op->g = NULL;
@@ -1513,7 +1512,7 @@ kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const 
 		const route *o = i ? find_route(g, keys[i].p, keys[i].len) : r;
 		if (o == NULL)
 			continue;
-		if (o->nreplicas > 1 && o->primary != me) {
+		if (o->nreplicas > 1 && o->primary != g->env.node_id(g->env.arg)) {
 			/* The server serves the range (its owner table changed
 			 * first) but the routing table still names another primary:
 			 * this node is taking the range over and the configuration
