@@ -457,7 +457,7 @@ part__put(kv_part *p, const uint8_t *key, size_t klen, const void *val, size_t v
 }
 
 /* Inserts or overwrites with a deadline (0: none), all or nothing. */
-static int
+static inline __attribute__((always_inline)) int
 part__put_x(kv_part *p, const uint8_t *key, size_t klen, const void *val, size_t vlen, uint64_t at)
 {
 	uint64_t old = part__deadline(p, key, klen);
@@ -472,7 +472,7 @@ part__put_x(kv_part *p, const uint8_t *key, size_t klen, const void *val, size_t
 }
 
 /* Finds a live key: false when absent or expired. *at gets its deadline. */
-static bool
+static inline __attribute__((always_inline)) bool
 part__find_live(kv_store *s, kv_part *p, const uint8_t *key, size_t klen, const uint8_t **v,
                 size_t *vl, uint64_t *at)
 {
@@ -483,7 +483,7 @@ part__find_live(kv_store *s, kv_part *p, const uint8_t *key, size_t klen, const 
 	return !store__expired(s, *at);
 }
 
-static int
+static inline __attribute__((always_inline)) int
 part__get(kv_store *s, kv_part *p, const uint8_t *key, size_t klen, kv_buf *out, uint64_t *at)
 {
 	const uint8_t *v;
@@ -699,16 +699,9 @@ op_update(kv_store *s, kv_part *p, void *arg)
 	return KV_EINVAL;
 }
 
-int
-kv_store_get(kv_store *s, const void *key, size_t klen, kv_buf *val)
+static inline __attribute__((always_inline)) int
+store__get(kv_store *s, const void *key, size_t klen, kv_buf *val, uint64_t *expire_at)
 {
-	return kv_store_get_x(s, key, klen, val, NULL);
-}
-
-int
-kv_store_get_x(kv_store *s, const void *key, size_t klen, kv_buf *val, uint64_t *expire_at)
-{
-	struct op1 o = {.key = key, .klen = klen, .out = val, .atp = expire_at};
 	int rv;
 
 	if (expire_at)
@@ -717,20 +710,36 @@ kv_store_get_x(kv_store *s, const void *key, size_t klen, kv_buf *val, uint64_t 
 		return KV_EINVAL;
 	if ((rv = store__check_key(s, key, klen)) != KV_OK)
 		return rv;
-	return store__with_part(s, kv_store_partition_of(s, key, klen), op_get, &o);
+	unsigned pi = kv_store_partition_of(s, key, klen);
+	if (s->o.mode == KV_STORE_STRIPED) {
+		/* The hot path, spelt out: through store__with_part it costs an
+		 * indirect call per read (doc/store.md "Expiry"). */
+		kv_part *p = &s->parts[pi];
+		pthread_mutex_lock(&p->mu);
+		rv = part__get(s, p, key, klen, val, expire_at);
+		pthread_mutex_unlock(&p->mu);
+		return rv;
+	}
+	struct op1 o = {.key = key, .klen = klen, .out = val, .atp = expire_at};
+	return store__with_part(s, pi, op_get, &o);
 }
 
 int
-kv_store_put(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen)
+kv_store_get(kv_store *s, const void *key, size_t klen, kv_buf *val)
 {
-	return kv_store_put_x(s, key, klen, val, vlen, 0);
+	return store__get(s, key, klen, val, NULL);
 }
 
 int
-kv_store_put_x(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen,
-               uint64_t expire_at)
+kv_store_get_x(kv_store *s, const void *key, size_t klen, kv_buf *val, uint64_t *expire_at)
 {
-	struct op1 o = {.key = key, .klen = klen, .val = val, .vlen = vlen, .at = expire_at};
+	return store__get(s, key, klen, val, expire_at);
+}
+
+static inline __attribute__((always_inline)) int
+store__put(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen,
+           uint64_t expire_at)
+{
 	int rv;
 
 	if (s == NULL)
@@ -738,7 +747,29 @@ kv_store_put_x(kv_store *s, const void *key, size_t klen, const void *val, size_
 	if ((rv = store__check_key(s, key, klen)) != KV_OK ||
 	    (rv = store__check_val(s, val, vlen)) != KV_OK)
 		return rv;
-	return store__with_part(s, kv_store_partition_of(s, key, klen), op_put, &o);
+	unsigned pi = kv_store_partition_of(s, key, klen);
+	if (s->o.mode == KV_STORE_STRIPED) {
+		kv_part *p = &s->parts[pi];
+		pthread_mutex_lock(&p->mu);
+		rv = part__put_x(p, key, klen, val, vlen, expire_at);
+		pthread_mutex_unlock(&p->mu);
+		return rv;
+	}
+	struct op1 o = {.key = key, .klen = klen, .val = val, .vlen = vlen, .at = expire_at};
+	return store__with_part(s, pi, op_put, &o);
+}
+
+int
+kv_store_put(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	return store__put(s, key, klen, val, vlen, 0);
+}
+
+int
+kv_store_put_x(kv_store *s, const void *key, size_t klen, const void *val, size_t vlen,
+               uint64_t expire_at)
+{
+	return store__put(s, key, klen, val, vlen, expire_at);
 }
 
 int
@@ -1070,40 +1101,41 @@ struct walk_args {
  * when an entry of the range remains after the last visited one. Exclusive
  * access to p is the caller's.
  */
-static int
-op_walk(kv_store *s, kv_part *p, void *arg)
+static inline __attribute__((always_inline)) int
+walk(kv_store *s, kv_part *p, struct walk_args *w, bool dl)
 {
-	struct walk_args *w = arg;
 	kv_art_iter it;
 	kv_art_entry e;
 	size_t n = 0;
-	bool dl = p->exp.root != NULL; /* some key here has a deadline */
-	uint64_t now = dl && w->xcb == NULL ? kv_store_now_ms(s) : 0;
+	/* Read once: the visitor may write through w's pointers, so the
+	 * compiler would load every field again after each call. */
+	kv_store_visitx_cb xcb = w->xcb;
+	kv_store_visit_cb cb = w->cb;
+	void *cbarg = w->arg;
+	const uint8_t *end = w->end;
+	size_t elen = w->elen, max = w->max;
+	bool vals = w->with_values;
+	uint64_t now = dl && xcb == NULL ? kv_store_now_ms(s) : 0;
 	int rv;
 
 	w->more = false;
 	kv_art_iter_init(&it);
 	rv = kv_art_iter_seek(&it, &p->art, w->start, w->slen);
 	while (rv == KV_OK && kv_art_iter_next(&it, &e)) {
-		const uint8_t *k = e.key, *v = e.val;
-		size_t kl = e.klen, vl = e.vlen;
+		const uint8_t *k = e.key, *v = vals ? e.val : NULL;
+		size_t kl = e.klen, vl = vals ? e.vlen : 0;
 		uint64_t at = dl ? part__deadline(p, k, kl) : 0;
 		int stop;
-		if (w->elen != 0 && kv_key_cmp(k, kl, w->end, w->elen) >= 0)
+		if (elen != 0 && kv_key_cmp(k, kl, end, elen) >= 0)
 			break;
-		if (w->xcb == NULL && at != 0 && at <= now)
+		if (at != 0 && xcb == NULL && at <= now)
 			continue; /* expired: absent for readers */
-		if (w->max != 0 && n == w->max) {
+		if (max != 0 && n == max) {
 			w->more = true;
 			break;
 		}
 		n++;
-		if (w->xcb != NULL)
-			stop = w->xcb(w->arg, k, kl, w->with_values ? v : NULL,
-			              w->with_values ? vl : 0, at);
-		else
-			stop = w->cb(w->arg, k, kl, w->with_values ? v : NULL,
-			             w->with_values ? vl : 0);
+		stop = xcb != NULL ? xcb(cbarg, k, kl, v, vl, at) : cb(cbarg, k, kl, v, vl);
 		if (stop != 0) {
 			w->more = true; /* stopped by the visitor: more may follow */
 			break;
@@ -1114,6 +1146,15 @@ op_walk(kv_store *s, kv_part *p, void *arg)
 	kv_art_iter_fini(&it);
 	w->visited = n;
 	return rv;
+}
+
+/* walk, compiled twice: for a partition where no key has a deadline the
+ * deadline checks vanish (keys without a TTL pay nothing, doc/store.md
+ * "Expiry"). */
+static int
+op_walk(kv_store *s, kv_part *p, void *arg)
+{
+	return p->exp.root == NULL ? walk(s, p, arg, false) : walk(s, p, arg, true);
 }
 
 int
