@@ -328,6 +328,8 @@ kv_cli_parse(int argc, char **argv, kv_cli_args *a, char *err, size_t errlen)
 			a->json = true;
 		} else if (strcmp(s, "--version") == 0) {
 			a->version = true;
+		} else if (strcmp(s, "--verbose") == 0 || strcmp(s, "-v") == 0) {
+			a->verbose = true;
 		} else if (strcmp(s, "-c") == 0 || is_opt(s, "--controller", true)) {
 			size_t nl = s[1] == 'c' ? 2 : strlen("--controller");
 			if ((v = opt_value(argc, argv, &i, s, nl)) == NULL || v[0] == 0)
@@ -529,22 +531,25 @@ print_help(FILE *f, const cli_cmd *cmd)
 			        "  completes on its own).\n");
 		return;
 	}
-	fprintf(f, "usage: shardkv [-c|--controller ADDR] [--json] [--timeout MS] COMMAND ARGS...\n"
-	           "\n"
-	           "Global options:\n"
-	           "  -c, --controller ADDR   controller URL(s), comma-separated "
-	           "(default: $SHARDKV_CONTROLLER, else " DEFAULT_CONTROLLER ")\n"
-	           "  --json                  print one JSON object\n"
-	           "  --version               print the version\n"
-	           "  --timeout MS            per-call deadline in milliseconds (default 5000)\n"
-	           "  --auth-token-file F     send the cluster's shared secret, read from F\n"
-	           "                          (default: $SHARDKV_AUTH_TOKEN_FILE)\n"
-	           "  --tls-ca F              TLS (tls+tcp:// addresses): the CA the servers'\n"
-	           "                          certificates must be signed by ($SHARDKV_TLS_CA)\n"
-	           "  --tls-cert F            this client's certificate ($SHARDKV_TLS_CERT)\n"
-	           "  --tls-key F             its private key ($SHARDKV_TLS_KEY)\n"
-	           "  -h, --help              this help; COMMAND --help for a command\n"
-	           "\nCommands:\n");
+	fprintf(f,
+	        "usage: shardkv [-c|--controller ADDR] [--json] [--timeout MS] COMMAND ARGS...\n"
+	        "\n"
+	        "Global options:\n"
+	        "  -c, --controller ADDR   controller URL(s), comma-separated "
+	        "(default: $SHARDKV_CONTROLLER, else " DEFAULT_CONTROLLER ")\n"
+	        "  --json                  print one JSON object\n"
+	        "  --version               print the version\n"
+	        "  -v, --verbose           show the library's log lines on stderr (reconnections,\n"
+	        "                          redials; without it the CLI prints none)\n"
+	        "  --timeout MS            per-call deadline in milliseconds (default 5000)\n"
+	        "  --auth-token-file F     send the cluster's shared secret, read from F\n"
+	        "                          (default: $SHARDKV_AUTH_TOKEN_FILE)\n"
+	        "  --tls-ca F              TLS (tls+tcp:// addresses): the CA the servers'\n"
+	        "                          certificates must be signed by ($SHARDKV_TLS_CA)\n"
+	        "  --tls-cert F            this client's certificate ($SHARDKV_TLS_CERT)\n"
+	        "  --tls-key F             its private key ($SHARDKV_TLS_KEY)\n"
+	        "  -h, --help              this help; COMMAND --help for a command\n"
+	        "\nCommands:\n");
 	for (size_t i = 0; i < NCMDS; i++)
 		fprintf(f, "  %-9s %-50s %s\n", cmds[i].name, cmds[i].usage, cmds[i].help);
 	fprintf(f, "\nExit codes: 0 success, 1 not found or condition not met, 2 usage or invalid "
@@ -2151,6 +2156,9 @@ kv_cli_main(int argc, char **argv, FILE *out, FILE *err)
 	x.opt = &opt;
 	/* A one-shot command has no use for a background watch. */
 	opt.no_watch = true;
+	/* The library's own lines (redials and the like) only when asked for:
+	 * every failure reaches the user as the command's error anyway. */
+	(void)shardkv_set_log_level(a.verbose ? SHARDKV_LOG_INFO : SHARDKV_LOG_OFF);
 	if ((rv = shardkv_open(x.ctl, &opt, &x.c)) != 0) {
 		rv = fail(&x, rv);
 	} else {

@@ -38,6 +38,7 @@ typedef struct {
 	bool has_rate;               /* --rate was given */
 	bool raw;                    /* --raw: get/del print the value's bytes, no newline */
 	bool version;                /* --version */
+	bool verbose;                /* -v/--verbose: the library's log lines on stderr */
 	bool no_command;             /* parsing failed only for want of a command */
 	uint64_t ttl_ms;             /* --ttl MS (put, mput); 0 when not given */
 	bool if_absent;              /* --if-absent (put) */

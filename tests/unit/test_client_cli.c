@@ -5,6 +5,7 @@
  */
 #include "client/cli/cli.h"
 #include "client/include/shardkv.h"
+#include "common/log.h"
 #include "tests/support/cli_run.h"
 #include "tests/support/testutil.h"
 
@@ -332,6 +333,31 @@ cancel_checks_its_migration_id_before_the_network(void **state)
 	shardkv_close(c);
 }
 
+/* The library's log lines (redials and the like) reach stderr only with
+ * --verbose: without it the command's own error is the one line printed. */
+static void
+library_log_lines_only_with_verbose(void **state)
+{
+	char url[64];
+	(void)state;
+	kv_test_free_url(url, sizeof(url));
+	const char *quiet[] = {"shardkv", "-c", url, "--timeout", "200", "get", "k"};
+	const char *loud[] = {"shardkv", "-c", url, "--timeout", "200", "get", "k", "--verbose"};
+	const char *shortv[] = {"shardkv", "-v", "-c", url, "--timeout", "200", "get", "k"};
+
+	run_result r = run(ARGC(quiet), quiet);
+	assert_int_equal(r.rc, 3);
+	assert_false(kv_log_enabled(KV_LOG_ERROR));
+	kv_cli_run_free(&r);
+	for (int k = 0; k < 2; k++) {
+		r = k ? run(ARGC(shortv), shortv) : run(ARGC(loud), loud);
+		assert_int_equal(r.rc, 3);
+		assert_true(kv_log_enabled(KV_LOG_INFO));
+		assert_false(kv_log_enabled(KV_LOG_DEBUG));
+		kv_cli_run_free(&r);
+	}
+}
+
 static void
 version_prints_shardkv_and_the_project_version(void **state)
 {
@@ -545,6 +571,7 @@ main(void)
 	    cmocka_unit_test(library_rejects_bad_arguments_before_the_network),
 	    cmocka_unit_test(cancel_checks_its_migration_id_before_the_network),
 	    cmocka_unit_test(version_prints_shardkv_and_the_project_version),
+	    cmocka_unit_test(library_log_lines_only_with_verbose),
 	    cmocka_unit_test(a_mistyped_command_suggests_the_nearest_one),
 	    cmocka_unit_test(a_controller_that_is_not_a_url_is_a_usage_error_naming_the_form),
 	    cmocka_unit_test(raw_is_an_option_of_get_and_del_only),
