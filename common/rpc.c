@@ -407,23 +407,15 @@ err_after_alloc:
 	return kv_err_from_nng(rv);
 }
 
-void
-kv_rpc_server_destroy(kv_rpc_server *s)
+static void rpc_close_bounded(void (*close)(void *), void *arg, const char *what);
+
+/* Closes the socket and frees the server: on the closing thread of
+ * rpc_close_bounded, once every slot has stopped. */
+static void
+rpc_server_free_cb(void *arg)
 {
-	if (s == NULL)
-		return;
-	/* Stop every slot before closing the socket: callbacks see `closing`
-	 * and do not re-arm, deferred answers are dropped, and nng_close then
-	 * has no operation in flight to wait for (closing first could hang when
-	 * a deferred request was answered during shutdown). */
-	atomic_store(&s->closing, true);
-	for (unsigned i = 0; i < s->n; i++) {
-		pthread_mutex_lock(&s->slots[i].mu);
-		pthread_mutex_unlock(&s->slots[i].mu);
-		nng_aio_stop(s->slots[i].aio);
-	}
-	for (unsigned i = 0; i < s->n; i++)
-		nng_ctx_close(s->slots[i].ctx);
+	kv_rpc_server *s = arg;
+
 	nng_close(s->sock);
 	for (unsigned i = 0; i < s->n; i++) {
 		nng_msg *m = nng_aio_get_msg(s->slots[i].aio);
@@ -438,6 +430,28 @@ kv_rpc_server_destroy(kv_rpc_server *s)
 	free(s->pipes);
 	free(s->slots);
 	free(s);
+}
+
+void
+kv_rpc_server_destroy(kv_rpc_server *s)
+{
+	if (s == NULL)
+		return;
+	/* Stop every slot before closing the socket: callbacks see `closing`
+	 * and do not re-arm, deferred answers are dropped, and nng_close then
+	 * has no operation in flight to wait for (closing first could hang when
+	 * a deferred request was answered during shutdown). After the stops no
+	 * callback runs again, so the handler's argument may go once this
+	 * returns, even when the close itself is left to finish later. */
+	atomic_store(&s->closing, true);
+	for (unsigned i = 0; i < s->n; i++) {
+		pthread_mutex_lock(&s->slots[i].mu);
+		pthread_mutex_unlock(&s->slots[i].mu);
+		nng_aio_stop(s->slots[i].aio);
+	}
+	for (unsigned i = 0; i < s->n; i++)
+		nng_ctx_close(s->slots[i].ctx);
+	rpc_close_bounded(rpc_server_free_cb, s, "server");
 }
 
 /* Counts the client's connections. Runs on an nng thread. */
@@ -478,11 +492,14 @@ rpc_client_maybe_redial(kv_rpc_client *c)
 /*
  * nng 1.5's nng_close can wait forever on a REQ socket whose request
  * context was cancelled or timed out while its connection was being closed
- * by the peer (seen about once in 200 closes under test). So a client's
- * socket is closed on a thread of its own, and kv_rpc_client_destroy waits
- * for it at most RPC_CLOSE_WAIT_MS: past that the caller goes on and the
- * socket, with its client (the pipe callbacks use it), is freed if and when
- * the close returns.
+ * by the peer (seen about once in 200 closes under test). Its reaper thread
+ * then stays stuck, and every later nng_close of a socket with connections
+ * waits for it too, a server's REP socket included (seen as a server stop
+ * that never returned, once in about 80 runs of a restart test on a loaded
+ * machine). So every socket is closed on a thread of its own
+ * (rpc_close_bounded), and its destroy waits for it at most
+ * RPC_CLOSE_WAIT_MS: past that the caller goes on and the socket, with
+ * what its callbacks use, is freed if and when the close returns.
  */
 #define RPC_CLOSE_WAIT_MS 2000
 
@@ -492,11 +509,12 @@ static atomic_bool rpc_close_stuck;
 #define RPC_CLOSE_STUCK_MS 50
 
 struct rpc_closer {
-	pthread_mutex_t mu; /* protects done and refs */
-	pthread_cond_t cv;  /* done set */
-	kv_rpc_client *c;   /* the client being closed */
-	bool done;          /* nng_close returned and c is freed */
-	int refs;           /* the destroyer and the closing thread */
+	pthread_mutex_t mu;    /* protects done and refs */
+	pthread_cond_t cv;     /* done set */
+	void (*close)(void *); /* closes the socket and frees arg */
+	void *arg;             /* what is being closed */
+	bool done;             /* close returned */
+	int refs;              /* the destroyer and the closing thread */
 };
 
 static void
@@ -526,7 +544,7 @@ rpc_closer_main(void *arg)
 {
 	struct rpc_closer *x = arg;
 
-	rpc_client_free(x->c);
+	x->close(x->arg);
 	pthread_mutex_lock(&x->mu);
 	x->done = true;
 	pthread_cond_signal(&x->cv);
@@ -591,23 +609,22 @@ kv_rpc_client_create_tls(const char *url, const kv_tls *tls, kv_rpc_client **out
 	return KV_OK;
 }
 
-void
-kv_rpc_client_destroy(kv_rpc_client *c)
+/* Runs close(arg) on a thread of its own and waits for it at most
+ * RPC_CLOSE_WAIT_MS (see above); what names the socket in the warning. */
+static void
+rpc_close_bounded(void (*close)(void *), void *arg, const char *what)
 {
 	struct rpc_closer *x;
 	pthread_t th;
 	struct timespec ts;
-	char url[256];
 	bool done;
 
-	if (c == NULL)
-		return;
-	snprintf(url, sizeof(url), "%s", c->url); /* c may be gone when it is logged */
 	if ((x = calloc(1, sizeof(*x))) == NULL) {
-		rpc_client_free(c);
+		close(arg);
 		return;
 	}
-	x->c = c;
+	x->close = close;
+	x->arg = arg;
 	x->refs = 2;
 	pthread_mutex_init(&x->mu, NULL);
 	pthread_condattr_t ca;
@@ -616,7 +633,7 @@ kv_rpc_client_destroy(kv_rpc_client *c)
 	pthread_cond_init(&x->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	if (pthread_create(&th, NULL, rpc_closer_main, x) != 0) {
-		rpc_client_free(c);
+		close(arg);
 		x->refs = 1;
 		rpc_closer_put(x);
 		return;
@@ -638,8 +655,25 @@ kv_rpc_client_destroy(kv_rpc_client *c)
 	pthread_mutex_unlock(&x->mu);
 	if (!done && !atomic_exchange(&rpc_close_stuck, true))
 		KV_WARN("rpc", "socket close did not finish; left to finish in the background",
-		        "url=%s wait_ms=%ld", url, wait_ms);
+		        "socket=\"%s\" wait_ms=%ld", what, wait_ms);
 	rpc_closer_put(x);
+}
+
+static void
+rpc_client_free_cb(void *arg)
+{
+	rpc_client_free(arg);
+}
+
+void
+kv_rpc_client_destroy(kv_rpc_client *c)
+{
+	char what[300];
+
+	if (c == NULL)
+		return;
+	snprintf(what, sizeof(what), "client %s", c->url); /* c may be gone when it is logged */
+	rpc_close_bounded(rpc_client_free_cb, c, what);
 }
 
 void
@@ -800,11 +834,121 @@ kv_rpc_async_destroy(kv_rpc_async *a)
 	free(a);
 }
 
+/*
+ * A blocking call's aio completes through a callback that wakes the caller,
+ * who waits with a bound of its own: in nng 1.5 an operation's timeout can
+ * fail to fire (a call to a live server, due in 5 s, was seen still waiting
+ * after 90 s, next to a stuck reaper). Past the call's deadline plus
+ * RPC_AIO_GRACE_MS the caller cancels the operation itself; if it has still
+ * not completed RPC_AIO_GRACE_MS later the call gives up, and the aio, its
+ * context and this waiter are left to nng (never freed: freeing waits).
+ */
+#define RPC_AIO_GRACE_MS 1000u
+
+struct rpc_waiter {
+	pthread_mutex_t mu; /* protects done */
+	pthread_cond_t cv;  /* done set */
+	bool done;          /* the operation in progress completed */
+};
+
+static void
+rpc_waiter_cb(void *arg)
+{
+	struct rpc_waiter *w = arg;
+
+	pthread_mutex_lock(&w->mu);
+	w->done = true;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static struct rpc_waiter *
+rpc_waiter_new(void)
+{
+	struct rpc_waiter *w = calloc(1, sizeof(*w));
+	pthread_condattr_t ca;
+
+	if (w == NULL)
+		return NULL;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	return w;
+}
+
+static void
+rpc_waiter_free(struct rpc_waiter *w)
+{
+	pthread_cond_destroy(&w->cv);
+	pthread_mutex_destroy(&w->mu);
+	free(w);
+}
+
+/* Before starting an operation on the waiter's aio. */
+static void
+rpc_waiter_arm(struct rpc_waiter *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->done = false;
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Waits for the completion at most ms; whether it came. */
+static bool
+rpc_waiter_wait(struct rpc_waiter *w, uint64_t ms)
+{
+	struct timespec ts;
+	bool done;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += (time_t)(ms / 1000u);
+	ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&w->mu);
+	while (!w->done)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) != 0)
+			break;
+	done = w->done;
+	pthread_mutex_unlock(&w->mu);
+	return done;
+}
+
+/* Waits for the operation on aio, due by `due` (nng_clock ms): false when
+ * it never completed, even after a cancel (the caller then abandons it). */
+static bool
+rpc_aio_wait(nng_aio *aio, struct rpc_waiter *w, nng_time due)
+{
+	static atomic_bool warned;
+	nng_time now = nng_clock();
+
+	/* Once the callback has said so, nng_aio_wait only waits for it to
+	 * return: the aio is then idle for the next operation. */
+	if (rpc_waiter_wait(w, (due > now ? due - now : 0) + RPC_AIO_GRACE_MS)) {
+		nng_aio_wait(aio);
+		return true;
+	}
+	nng_aio_abort(aio, NNG_ETIMEDOUT); /* what its own timeout would have done */
+	if (rpc_waiter_wait(w, RPC_AIO_GRACE_MS)) {
+		nng_aio_wait(aio);
+		return true;
+	}
+	if (!atomic_exchange(&warned, true))
+		KV_WARN("rpc", "a request never completed, even cancelled: abandoned",
+		        "grace_ms=%u", RPC_AIO_GRACE_MS);
+	return false;
+}
+
 int
 kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms)
 {
 	nng_ctx ctx;
 	nng_aio *aio;
+	struct rpc_waiter *w;
 	nng_time deadline;
 	bool probe;
 	int rv;
@@ -820,7 +964,13 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 		nng_msg_free(req);
 		return kv_err_from_nng(rv);
 	}
-	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
+	if ((w = rpc_waiter_new()) == NULL) {
+		nng_ctx_close(ctx);
+		nng_msg_free(req);
+		return KV_ENOMEM;
+	}
+	if ((rv = nng_aio_alloc(&aio, rpc_waiter_cb, w)) != 0) {
+		rpc_waiter_free(w);
 		nng_ctx_close(ctx);
 		nng_msg_free(req);
 		return kv_err_from_nng(rv);
@@ -836,8 +986,10 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	    (c->tls != NULL || atomic_load(&c->fail_refused)) && timeout_ms > RPC_PROBE_AFTER_MS;
 	nng_aio_set_timeout(aio, (nng_duration)(probe ? RPC_PROBE_AFTER_MS : timeout_ms));
 	nng_aio_set_msg(aio, req);
+	rpc_waiter_arm(w);
 	nng_ctx_send(ctx, aio);
-	nng_aio_wait(aio);
+	if (!rpc_aio_wait(aio, w, deadline))
+		goto stuck;
 	nng_time t = nng_clock();
 	if (probe && nng_aio_result(aio) == NNG_ETIMEDOUT && t < deadline) {
 		nng_time left = deadline - t;
@@ -862,8 +1014,10 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 		nng_time now = nng_clock();
 		nng_aio_set_timeout(aio, now >= deadline ? 1 : (nng_duration)(deadline - now));
 		nng_aio_set_msg(aio, req);
+		rpc_waiter_arm(w);
 		nng_ctx_send(ctx, aio);
-		nng_aio_wait(aio);
+		if (!rpc_aio_wait(aio, w, deadline))
+			goto stuck;
 	}
 	if ((rv = nng_aio_result(aio)) != 0) {
 		nng_msg_free(req); /* a failed send leaves the message with us */
@@ -874,8 +1028,10 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	}
 	nng_time now = nng_clock();
 	nng_aio_set_timeout(aio, now >= deadline ? 1 : (nng_duration)(deadline - now));
+	rpc_waiter_arm(w);
 	nng_ctx_recv(ctx, aio);
-	nng_aio_wait(aio);
+	if (!rpc_aio_wait(aio, w, deadline))
+		goto stuck;
 	if ((rv = nng_aio_result(aio)) != 0) {
 		rv = kv_err_from_nng(rv);
 		goto out;
@@ -884,8 +1040,14 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	rv = KV_OK;
 out:
 	nng_aio_free(aio);
+	rpc_waiter_free(w);
 	nng_ctx_close(ctx);
 	return rv;
+stuck:
+	/* The aio, its context and the waiter stay with nng (freeing them
+	 * would wait for it); so does the request message if it was not sent. */
+	snprintf(rpc_why, sizeof(rpc_why), "the request to %s never completed", c->url);
+	return KV_EUNAVAIL;
 }
 
 unsigned
