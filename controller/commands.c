@@ -301,6 +301,10 @@ kv_ctl__cmd_join(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 
 	if ((rv = with_points(c, cur, &px, &pts)) != KV_OK)
 		return rv;
+	/* With the balancer on, a cluster with next to no data starts as one
+	 * range and splits as data arrives (doc/scheduler.md "A new cluster"). */
+	if (c->auto_balance)
+		px.join_floor_bytes = kv_sched_bytes_floor(&c->sched_p);
 	rv = kv_place_join(cur, rq->address, !rq->no_rebalance, &px, &next, &id);
 	free(pts);
 	if (rv == KV_OK) {

@@ -66,6 +66,14 @@ kv_sched_params_default(kv_sched_params *p)
 	p->cut_replicated = false;
 }
 
+uint64_t
+kv_sched_bytes_floor(const kv_sched_params *p)
+{
+	uint64_t f = p->split_bytes / 16;
+
+	return f < 1048576u ? f : 1048576u;
+}
+
 const char *
 kv_sched_kind_name(kv_sched_kind k)
 {
@@ -512,8 +520,7 @@ round_init(struct round *R)
 	/* Load below a tenth of --split-ops per node is noise, not work. */
 	R->use_ops = R->mo > R->p->split_ops / 10;
 	/* Nor is data below a sixteenth of --split-bytes, or 1 MiB, per node. */
-	double floor_b = (double)R->p->split_bytes / 16;
-	R->use_bytes = R->mb > (floor_b < 1048576.0 ? floor_b : 1048576.0);
+	R->use_bytes = R->mb > (double)kv_sched_bytes_floor(R->p);
 	return true;
 }
 

@@ -50,6 +50,11 @@ typedef struct {
 /* The defaults (doc/scheduler.md "Defaults"). */
 void kv_sched_params_default(kv_sched_params *p);
 
+/* The data per node below which the planner does not balance on bytes:
+ * a sixteenth of split_bytes, at most 1 MiB (doc/scheduler.md). A join
+ * with the balancer on moves nothing below it either. */
+uint64_t kv_sched_bytes_floor(const kv_sched_params *p);
+
 typedef enum {
 	KV_SCHED_MOVE = 1,     /* a single range's data moves to `to` */
 	KV_SCHED_TRANSFER = 2, /* a replicated range's primary role goes to `to` */

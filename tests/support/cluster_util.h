@@ -93,10 +93,14 @@ int kv_tc_start(kv_tc *c, const char *tag, int nservers);
  * this process (at each of its starts) the extra flags `args`
  * (NULL-terminated, may be NULL: none; at most KV_TC_MAX_ARGS), e.g.
  * KV_TC_ONE_COPY for a test of single-copy behaviour (the controller's
- * default is three replicas, doc/contract.md §2). Returns 0 or -1.
+ * default is three replicas, doc/contract.md §2). KV_TC_ONE_COPY also turns
+ * the automatic balancer off: these tests need the layout the joins and
+ * their own moves make (with the balancer on, a join into a cluster with
+ * next to no data moves nothing, doc/scheduler.md "A new cluster").
+ * Returns 0 or -1.
  */
 int kv_tc_set_controller_args(const char *const *args);
-#define KV_TC_ONE_COPY ((const char *const[]){"--replicas", "1", NULL})
+#define KV_TC_ONE_COPY ((const char *const[]){"--replicas", "1", "--auto-balance", "off", NULL})
 
 /* Waits until no range moves and every range's in-sync set is its whole
  * replica set (with replicas, joins and changes of primary copy replicas
