@@ -6,7 +6,8 @@
 #   bench/hot-range.sh [-r RUNS] [-m MODES] [-K KEYS] [-D SECS] [-T THREADS]
 #                      [-d BYTES] [-z THETA] [-R REPLICAS] [-b BIN_DIR] [-k]
 #
-#   -r RUNS     runs per mode (default 3); the summary shows medians
+#   -r RUNS     runs per mode (default 3), the modes alternating; the summary
+#               shows medians
 #   -m MODES    "on off" (default), "on" or "off": the controller's
 #               --auto-balance
 #   -K KEYS     hot keys (default 10000): "hot:" and zero-padded digits
@@ -110,8 +111,10 @@ results=$work/runs.tsv
 : >"$results"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
-for mode in $modes; do
-	for ((run = 1; run <= runs; run++)); do
+# Runs alternate between the modes, so that a machine whose load drifts
+# weighs on both alike.
+for ((run = 1; run <= runs; run++)); do
+	for mode in $modes; do
 		rw=$work/$mode-$run
 		mkdir -p "$rw"
 		say "$mode run $run/$runs: controller --auto-balance $mode --replicas $replicas, 3 servers"
