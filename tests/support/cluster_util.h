@@ -359,6 +359,17 @@ int kv_tc_raw_join(const char *url, uint64_t client_id, uint64_t request_id, con
                    unsigned ms, kv_tc_raw_admin *out);
 
 /*
+ * Asks the controller replica at `url` for its latest configuration and
+ * writes its epoch and its pins (the key spans an administrator's move
+ * pinned against the balancer, doc/scheduler.md "Pins", which the client
+ * library does not show) into *epoch, *npins and, for the first one,
+ * start[0..*start_len) and end[0..*end_len) (each at most 64 bytes kept).
+ * Returns 0, or a negative SHARDKV_E* (unreachable, or not answering 0).
+ */
+int kv_tc_raw_pins(const char *url, unsigned ms, uint64_t *epoch, size_t *npins, char *start,
+                   size_t *start_len, char *end, size_t *end_len);
+
+/*
  * Waits until the status lists migration `id` in phase `phase` ("copying",
  * ...) with at least `min_keys` keys copied. On 0 *out (may be NULL) gets
  * that entry's figures (its start and end are left empty). Returns 0, or -1
