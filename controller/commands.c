@@ -385,12 +385,8 @@ kv_ctl__cmd_move(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	/* An administrator's move pins the range against the balancer until
 	 * the next rebalance, in the configuration it publishes, so that the
 	 * pin survives a change of leader (doc/scheduler.md "Pins"). A move to
-	 * the node that owns the range already publishes the pin alone, unless
-	 * a pin covers it already. */
-	if (rv == KV_OK && !rq->dry_run && next == NULL &&
-	    !kv_config_pinned(cur, rq->start, rq->end, true) &&
-	    (next = kv_config_clone(cur)) == NULL)
-		rv = KV_ENOMEM;
+	 * the node that owns the range already changes nothing, and pins
+	 * nothing (doc/contract.md §4). */
 	if (rv == KV_OK && !rq->dry_run && next != NULL) {
 		int prv = kv_config_pin(next, rq->start, rq->end);
 		if (prv == KV_ENOMEM) {
