@@ -15,7 +15,9 @@
  * that measure (printable, at most six bytes). So two empty nodes each get
  * about half of the printable key space, which is where keys typed by people
  * and tools live; keys outside it still belong to a range, they just do not
- * count when cutting.
+ * count when cutting. A join cuts that way only with the automatic balancer
+ * off (kv_place_ctx.join_floor_bytes 0): with it on, a join into a cluster
+ * with next to no data moves nothing (doc/scheduler.md "A new cluster").
  */
 #ifndef KV_CONTROLLER_PLACEMENT_H
 #define KV_CONTROLLER_PLACEMENT_H
