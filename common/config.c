@@ -28,6 +28,7 @@ kv_config_free(kv_config *c)
 		kv_buf_fini(&c->migs[i].start);
 		kv_buf_fini(&c->migs[i].end);
 	}
+	kv_config_unpin_all(c);
 	free(c->nodes);
 	free(c->ranges);
 	free(c->migs);
@@ -83,10 +84,122 @@ kv_config_clone(const kv_config *c)
 			goto err;
 		}
 	}
+	if (c->npins && (n->pins = calloc(c->npins, sizeof(kv_span))) == NULL)
+		goto err;
+	for (size_t i = 0; i < c->npins; i++, n->npins++)
+		if (buf_copy(&n->pins[i].start, &c->pins[i].start) != KV_OK ||
+		    buf_copy(&n->pins[i].end, &c->pins[i].end) != KV_OK) {
+			n->npins++;
+			goto err;
+		}
 	return n;
 err:
 	kv_config_free(n);
 	return NULL;
+}
+
+/* Orders two span ends, an empty one being the end of the key space. */
+static int
+end_cmp(const void *a, size_t al, const void *b, size_t bl)
+{
+	if (al == 0 || bl == 0)
+		return (al == 0) - (bl == 0);
+	return kv_key_cmp(a, al, b, bl);
+}
+
+int
+kv_config_pin(kv_config *c, kv_bytes start, kv_bytes end)
+{
+	kv_buf ns = {0}, ne = {0};
+	const void *sp = start.p, *ep = end.p;
+	size_t sl = start.len, el = end.len, keep = 0;
+	kv_span *v;
+
+	if (kv_range_is_empty(start.p, start.len, end.p, end.len))
+		return KV_EINVAL;
+	/* The new span grows over every pin it overlaps or touches. */
+	for (size_t i = 0; i < c->npins; i++) {
+		const kv_span *q = &c->pins[i];
+		bool apart =
+		    (q->end.len && kv_key_cmp(q->end.data, q->end.len, start.p, start.len) < 0) ||
+		    (end.len && kv_key_cmp(end.p, end.len, q->start.data, q->start.len) < 0);
+		if (apart) {
+			keep++;
+			continue;
+		}
+		if (kv_key_cmp(q->start.data, q->start.len, sp, sl) < 0) {
+			sp = q->start.data;
+			sl = q->start.len;
+		}
+		if (end_cmp(q->end.data, q->end.len, ep, el) > 0) {
+			ep = q->end.data;
+			el = q->end.len;
+		}
+	}
+	if (keep + 1 > KV_MAX_PINS)
+		return KV_ELIMIT;
+	if ((v = calloc(keep + 1, sizeof(*v))) == NULL ||
+	    (sl && kv_buf_set(&ns, sp, sl) != KV_OK) || (el && kv_buf_set(&ne, ep, el) != KV_OK)) {
+		free(v);
+		kv_buf_fini(&ns);
+		kv_buf_fini(&ne);
+		return KV_ENOMEM;
+	}
+	size_t k = 0;
+	bool placed = false;
+	for (size_t i = 0; i < c->npins; i++) {
+		kv_span *q = &c->pins[i];
+		bool apart =
+		    (q->end.len && kv_key_cmp(q->end.data, q->end.len, ns.data, ns.len) < 0) ||
+		    (ne.len && kv_key_cmp(ne.data, ne.len, q->start.data, q->start.len) < 0);
+		if (!apart) {
+			kv_buf_fini(&q->start);
+			kv_buf_fini(&q->end);
+			continue;
+		}
+		if (!placed && kv_key_cmp(ns.data, ns.len, q->start.data, q->start.len) < 0) {
+			v[k++] = (kv_span){ns, ne};
+			placed = true;
+		}
+		v[k++] = *q;
+	}
+	if (!placed)
+		v[k++] = (kv_span){ns, ne};
+	free(c->pins);
+	c->pins = v;
+	c->npins = k;
+	return KV_OK;
+}
+
+void
+kv_config_unpin_all(kv_config *c)
+{
+	for (size_t i = 0; i < c->npins; i++) {
+		kv_buf_fini(&c->pins[i].start);
+		kv_buf_fini(&c->pins[i].end);
+	}
+	free(c->pins);
+	c->pins = NULL;
+	c->npins = 0;
+}
+
+bool
+kv_config_pinned(const kv_config *c, kv_bytes start, kv_bytes end, bool covered)
+{
+	for (size_t i = 0; i < c->npins; i++) {
+		const kv_span *q = &c->pins[i];
+		if (covered) {
+			if (kv_key_cmp(q->start.data, q->start.len, start.p, start.len) <= 0 &&
+			    end_cmp(end.p, end.len, q->end.data, q->end.len) <= 0)
+				return true;
+		} else if ((q->end.len == 0 ||
+		            kv_key_cmp(start.p, start.len, q->end.data, q->end.len) < 0) &&
+		           (end.len == 0 ||
+		            kv_key_cmp(q->start.data, q->start.len, end.p, end.len) < 0)) {
+			return true;
+		}
+	}
+	return false;
 }
 
 const kv_node *
@@ -290,6 +403,25 @@ kv_config_check(const kv_config *c, const char **why, size_t *at)
 		}
 		if (kv_range_is_empty(m->start.data, m->start.len, m->end.data, m->end.len)) {
 			*why = "a migration of an empty range";
+			return KV_EINVAL;
+		}
+	}
+	if (c->npins > KV_MAX_PINS) {
+		*at = c->npins;
+		*why = "too many pins";
+		return KV_EINVAL;
+	}
+	for (size_t i = 0; i < c->npins; i++) {
+		const kv_span *q = &c->pins[i];
+		*at = i;
+		if (kv_range_is_empty(q->start.data, q->start.len, q->end.data, q->end.len)) {
+			*why = "an empty pin";
+			return KV_EINVAL;
+		}
+		if (i > 0 && (c->pins[i - 1].end.len == 0 ||
+		              kv_key_cmp(c->pins[i - 1].end.data, c->pins[i - 1].end.len,
+		                         q->start.data, q->start.len) >= 0)) {
+			*why = "pins not sorted, overlapping or adjacent";
 			return KV_EINVAL;
 		}
 	}

@@ -145,6 +145,14 @@ typedef struct {
 	uint64_t progress_age_ms; /* status only: since the last progress report */
 } kv_migration;
 
+/* A key span [start, end); an empty end is the end of the key space. */
+typedef struct {
+	kv_buf start, end;
+} kv_span;
+
+/* The most pins a configuration holds (kv_config_pin). */
+#define KV_MAX_PINS 64
+
 typedef struct {
 	uint64_t epoch;     /* grows by one on every change, from 1 */
 	uint64_t time_ms;   /* publication time, Unix milliseconds */
@@ -159,6 +167,13 @@ typedef struct {
 	 * --min-insync, doc/replication.md); 0 (configurations written before
 	 * it existed) means 1. */
 	uint32_t min_insync;
+	/* Key spans an administrator's move pinned against the automatic
+	 * balancer until the next rebalance (doc/scheduler.md "Pins"): sorted
+	 * by start, disjoint and not adjacent (kv_config_pin keeps them so),
+	 * independent of the range map, so cuts and merges keep them as they
+	 * are. */
+	size_t npins;
+	kv_span *pins;
 } kv_config;
 
 /* Returns a new empty configuration (epoch 0, nothing in it), or NULL. */
@@ -196,6 +211,19 @@ uint32_t kv_range_replacement(const kv_range *r, uint32_t node, bool replacing);
 
 /* True when node is one of the range's replicas (in_isr: of its ISR). */
 bool kv_range_has_replica(const kv_range *r, uint32_t node, bool in_isr);
+
+/* Pins [start, end) (an empty end: the end of the key space) in c, merged
+ * with the pins it overlaps or touches. Returns 0, KV_EINVAL for an empty
+ * span, KV_ELIMIT when c would hold more than KV_MAX_PINS (c unchanged), or
+ * KV_ENOMEM (c unchanged). */
+int kv_config_pin(kv_config *c, kv_bytes start, kv_bytes end);
+
+/* Removes every pin of c. */
+void kv_config_unpin_all(kv_config *c);
+
+/* True when [start, end) shares a key with a pin of c (covered: lies wholly
+ * inside one). */
+bool kv_config_pinned(const kv_config *c, kv_bytes start, kv_bytes end, bool covered);
 
 /* Returns the node with this id, or NULL. */
 const kv_node *kv_config_node(const kv_config *c, uint32_t id);

@@ -301,6 +301,10 @@ kv_ctl__cmd_join(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 
 	if ((rv = with_points(c, cur, &px, &pts)) != KV_OK)
 		return rv;
+	/* With the balancer on, a cluster with next to no data starts as one
+	 * range and splits as data arrives (doc/scheduler.md "A new cluster"). */
+	if (c->auto_balance)
+		px.join_floor_bytes = kv_sched_bytes_floor(&c->sched_p);
 	rv = kv_place_join(cur, rq->address, !rq->no_rebalance, &px, &next, &id);
 	free(pts);
 	if (rv == KV_OK) {
@@ -378,12 +382,23 @@ kv_ctl__cmd_move(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		kv_place_fmt_key(rq->end.p, rq->end.len, b, sizeof(b));
 		KV_INFO("controller", "range moving", "start=%s end=%s node=%u", a, b, id);
 	}
-	rv = commit_locked(c, rq, x, &px, rv, next, "move");
 	/* An administrator's move pins the range against the balancer until
-	 * the next rebalance (doc/scheduler.md "Pins"). */
-	if (rv == KV_OK && !rq->dry_run && kv_sched_pin(c->sched, rq->start, rq->end) != KV_OK)
-		KV_WARN("controller", "range not pinned against the balancer", "node=%u", id);
-	return rv;
+	 * the next rebalance, in the configuration it publishes, so that the
+	 * pin survives a change of leader (doc/scheduler.md "Pins"). A move to
+	 * the node that owns the range already changes nothing, and pins
+	 * nothing (doc/contract.md §4). */
+	if (rv == KV_OK && !rq->dry_run && next != NULL) {
+		int prv = kv_config_pin(next, rq->start, rq->end);
+		if (prv == KV_ENOMEM) {
+			kv_config_free(next);
+			next = NULL;
+			rv = prv;
+		} else if (prv != KV_OK) {
+			KV_WARN("controller", "range not pinned against the balancer",
+			        "node=%u pins=%zu error=%s", id, next->npins, kv_strerror(prv));
+		}
+	}
+	return commit_locked(c, rq, x, &px, rv, next, "move");
 }
 
 static void balance_dry_locked(kv_controller *c, const kv_config *cur, struct ctl_ctx *x);
@@ -402,11 +417,17 @@ kv_ctl__cmd_rebalance(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *
 	px.rate_limit_mb_s = rq->rate_mb_s;
 	rv = kv_place_rebalance(cur, &px, &next);
 	free(pts);
+	/* Rebalance unpins every range (doc/scheduler.md "Pins"): the balancer
+	 * may move them again. With nothing to move, the unpinning is
+	 * published alone. */
+	if (rv == KV_OK && !rq->dry_run && next == NULL && cur->npins > 0 &&
+	    (next = kv_config_clone(cur)) == NULL)
+		rv = KV_ENOMEM;
+	if (rv == KV_OK && !rq->dry_run && next != NULL)
+		kv_config_unpin_all(next);
 	rv = commit_locked(c, rq, x, &px, rv, next, "rebalance");
 	if (rv == KV_OK && rq->dry_run && c->auto_balance)
 		balance_dry_locked(c, cur, x);
-	if (rv == KV_OK && !rq->dry_run)
-		kv_sched_unpin_all(c->sched); /* the balancer may move them again */
 	return rv;
 }
 

@@ -717,6 +717,28 @@ kv_place_find_node(const kv_config *cur, uint32_t id, const char *address, kv_pl
 	return KV_OK;
 }
 
+/* The bytes the samples of x carry. */
+static uint64_t
+data_bytes(const kv_place_ctx *x)
+{
+	uint64_t t = 0;
+
+	for (size_t i = 0; x->points && i < x->npoints; i++)
+		t += x->points[i].bytes;
+	return t;
+}
+
+/* Nodes of c that may own ranges (active or joining). */
+static size_t
+eligible_count(const kv_config *c)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < c->nnodes; i++)
+		k += eligible(&c->nodes[i]);
+	return k;
+}
+
 static bool
 address_ok(const char *a)
 {
@@ -780,15 +802,21 @@ kv_place_join(const kv_config *cur, const char *address, bool rebalance, kv_plac
 		 * (doc/replication.md). */
 		if (rebalance && (rv = kv_place_add_replicas(n, x->replicas)) < 0)
 			goto err;
+	} else if (rebalance && x->join_floor_bytes > 0 &&
+	           data_bytes(x) < x->join_floor_bytes * (uint64_t)eligible_count(n)) {
+		/* The balancer is on and the cluster holds (next to) no data:
+		 * the newcomer only registers, the balancer cuts and moves ranges
+		 * as data arrives (doc/scheduler.md "A new cluster"). */
 	} else if (rebalance) {
 		nodes[n->nnodes - 1].state = KV_NODE_JOINING;
 		if ((rv = plan_build(n, x, NULL, &pl)) != KV_OK)
 			goto err;
 		rv = balance(&pl, n, id);
-		if (rv == 0 && pl.bytes) {
+		if (rv == 0 && pl.bytes && x->join_floor_bytes == 0) {
 			/* The samples cannot be cut (too few split keys): give the
 			 * newcomer its share of the key space instead, so that data
-			 * written later spreads. */
+			 * written later spreads (with the balancer on, it cuts the
+			 * data at the servers' split keys as it grows). */
 			plan_free(&pl);
 			if ((rv = plan_build_mode(n, x, NULL, true, &pl)) != KV_OK)
 				goto err;

@@ -15,7 +15,9 @@
  * that measure (printable, at most six bytes). So two empty nodes each get
  * about half of the printable key space, which is where keys typed by people
  * and tools live; keys outside it still belong to a range, they just do not
- * count when cutting.
+ * count when cutting. A join cuts that way only with the automatic balancer
+ * off (kv_place_ctx.join_floor_bytes 0): with it on, a join into a cluster
+ * with next to no data moves nothing (doc/scheduler.md "A new cluster").
  */
 #ifndef KV_CONTROLLER_PLACEMENT_H
 #define KV_CONTROLLER_PLACEMENT_H
@@ -41,6 +43,12 @@ typedef struct {
 	const kv_place_point *points; /* data samples, any order (borrowed); may be NULL */
 	size_t npoints;               /* entries in points */
 	uint32_t replicas;            /* --replicas R; 0 or 1: every range is single */
+	/* The automatic balancer is on and balances on bytes from this much
+	 * data per node (kv_sched_bytes_floor): a single-copy join into a
+	 * cluster holding less per node moves no range, and a join never cuts
+	 * by key-space width (doc/scheduler.md "A new cluster"). 0: the
+	 * balancer is off, a join spreads the key space as before. */
+	uint64_t join_floor_bytes;
 	/* Whether live `node` may still act as the primary of a key of
 	 * [start, end): a configuration it may still be acting on (from the
 	 * one it last reported applying to the latest) names it primary
@@ -65,6 +73,10 @@ int kv_place_find_node(const kv_config *cur, uint32_t id, const char *address, k
  * Adds a node at `address`. The first node owns the whole key space; with
  * rebalance the newcomer (JOINING until its migrations finish) takes an even
  * share of the data from the others, else it is ACTIVE and owns nothing.
+ * With x->join_floor_bytes (the balancer on), a cluster holding less data
+ * per node than that (the newcomer counted) moves nothing either, and data
+ * that cannot be cut at its samples is left to the balancer rather than cut
+ * by key-space width.
  * With x->replicas R >= 2 nothing migrates: the newcomer is ACTIVE at once
  * and, with rebalance, every range with fewer than min(R, active nodes)
  * replicas gains replicas (kv_place_add_replicas), outside the ISR until its

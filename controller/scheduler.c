@@ -22,8 +22,9 @@
  *      small (together under split_bytes / 4) and cold (under split_ops / 4)
  *      become one by moving the smaller onto its neighbour's node, when
  *      that node stays within the tolerance.
- * Each node takes part in one decision per round. Ranges overlapping a pin,
- * a migration in flight or a cool-down are left alone.
+ * Each node takes part in one decision per round. Ranges overlapping a pin
+ * of the configuration (kv_config_pin: an administrator's move), a migration
+ * in flight or a cool-down are left alone.
  */
 #include "controller/scheduler.h"
 #include "common/err.h"
@@ -32,11 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_PINS       64
 #define MERGE_PER_NODE 8
 #define MAX_NODES      256
 
-/* A key interval with a time (pins: until is unused). */
+/* A key interval with a time. */
 struct span {
 	kv_buf start, end;
 	uint64_t until; /* cool-down: left alone until then; hot window: since */
@@ -48,7 +48,6 @@ struct span_list {
 };
 
 struct kv_sched {
-	struct span_list pins; /* administrator moves */
 	struct span_list cool; /* recently decided pieces */
 	struct span_list hot;  /* ranges hot since `until` (keyed by start, end) */
 	struct span_list rep;  /* hot keys reported, [key, key): not again until */
@@ -64,6 +63,14 @@ kv_sched_params_default(kv_sched_params *p)
 	p->sustain_ms = 10000;
 	p->cooldown_ms = 15000;
 	p->cut_replicated = false;
+}
+
+uint64_t
+kv_sched_bytes_floor(const kv_sched_params *p)
+{
+	uint64_t f = p->split_bytes / 16;
+
+	return f < 1048576u ? f : 1048576u;
 }
 
 const char *
@@ -151,7 +158,6 @@ kv_sched_free(kv_sched *s)
 {
 	if (s == NULL)
 		return;
-	list_clear(&s->pins);
 	list_clear(&s->cool);
 	list_clear(&s->hot);
 	list_clear(&s->rep);
@@ -165,20 +171,6 @@ kv_sched_decisions_fini(kv_sched_decision *d, size_t n)
 		kv_buf_fini(&d[i].start);
 		kv_buf_fini(&d[i].end);
 	}
-}
-
-int
-kv_sched_pin(kv_sched *s, kv_bytes start, kv_bytes end)
-{
-	if (s->pins.n >= MAX_PINS)
-		return KV_ELIMIT;
-	return list_add(&s->pins, start, end, 0);
-}
-
-void
-kv_sched_unpin_all(kv_sched *s)
-{
-	list_clear(&s->pins);
 }
 
 /* [s1, e1) and [s2, e2) share a key (an empty end is the end of the key
@@ -225,6 +217,12 @@ hot_find(struct span_list *l, const kv_range *r)
 	return NULL;
 }
 
+static kv_bytes
+kb(const kv_buf *b)
+{
+	return (kv_bytes){b->data, b->len};
+}
+
 /* Per-node loads of one round. */
 struct load {
 	uint32_t id;
@@ -262,7 +260,7 @@ static bool
 free_range(struct round *R, size_t i)
 {
 	const kv_range *r = &R->c->ranges[i];
-	return R->f[i].known && !span_hit(&R->s->pins, r, 0, false) &&
+	return R->f[i].known && !kv_config_pinned(R->c, kb(&r->start), kb(&r->end), false) &&
 	       !span_hit(&R->s->cool, r, R->now, true) && !migrating(R->c, r) && r->nreplacing == 0;
 }
 
@@ -408,12 +406,6 @@ emit(kv_sched_decision *d, kv_sched_kind kind, kv_sched_why why, kv_bytes start,
 	return KV_OK;
 }
 
-static kv_bytes
-kb(const kv_buf *b)
-{
-	return (kv_bytes){b->data, b->len};
-}
-
 /* One balancing step. Returns 1 with *d filled, 0 when balanced or stuck,
  * or KV_ENOMEM. */
 static int
@@ -512,8 +504,7 @@ round_init(struct round *R)
 	/* Load below a tenth of --split-ops per node is noise, not work. */
 	R->use_ops = R->mo > R->p->split_ops / 10;
 	/* Nor is data below a sixteenth of --split-bytes, or 1 MiB, per node. */
-	double floor_b = (double)R->p->split_bytes / 16;
-	R->use_bytes = R->mb > (floor_b < 1048576.0 ? floor_b : 1048576.0);
+	R->use_bytes = R->mb > (double)kv_sched_bytes_floor(R->p);
 	return true;
 }
 

@@ -1,7 +1,8 @@
 /*
  * scheduler.h - the automatic balancer's planner (doc/scheduler.md): a
- * deterministic function of the configuration, per-range figures from the
- * heartbeats and the planner's own memory (cool-downs, hot windows, pins)
+ * deterministic function of the configuration (its pins included:
+ * kv_config_pin), per-range figures from the heartbeats and the planner's
+ * own memory (cool-downs, hot windows)
  * that proposes the next changes: moves (single ranges, data migrates),
  * primary transfers (replicated ranges, no data moves), merges of small
  * cold neighbours, and reports of hot keys. It changes no configuration:
@@ -50,6 +51,11 @@ typedef struct {
 /* The defaults (doc/scheduler.md "Defaults"). */
 void kv_sched_params_default(kv_sched_params *p);
 
+/* The data per node below which the planner does not balance on bytes:
+ * a sixteenth of split_bytes, at most 1 MiB (doc/scheduler.md). A join
+ * with the balancer on moves nothing below it either. */
+uint64_t kv_sched_bytes_floor(const kv_sched_params *p);
+
 typedef enum {
 	KV_SCHED_MOVE = 1,     /* a single range's data moves to `to` */
 	KV_SCHED_TRANSFER = 2, /* a replicated range's primary role goes to `to` */
@@ -85,12 +91,6 @@ typedef struct kv_sched kv_sched;
 /* Returns a new memory, or NULL out of memory. */
 kv_sched *kv_sched_new(void);
 void kv_sched_free(kv_sched *s);
-
-/* An administrator moved [start, end): the planner leaves every range
- * overlapping it alone until kv_sched_unpin_all (`rebalance`). Returns 0,
- * KV_ENOMEM or KV_ELIMIT (too many pins; the oldest stays). */
-int kv_sched_pin(kv_sched *s, kv_bytes start, kv_bytes end);
-void kv_sched_unpin_all(kv_sched *s);
 
 /*
  * Plans the next decisions on cfg (figs: cfg->nranges entries, aligned with

@@ -110,6 +110,26 @@ kv_codec_config_from_pb(const Shardkv__Config *pb, kv_config **out)
 		if ((rv = kv_codec_migration_from_pb(pb->migrations[i], &c->migs[i])) != KV_OK)
 			goto err;
 	}
+	if (pb->n_pins > KV_MAX_PINS) {
+		rv = KV_EPROTO;
+		goto err;
+	}
+	if (pb->n_pins && (c->pins = calloc(pb->n_pins, sizeof(kv_span))) == NULL) {
+		rv = KV_ENOMEM;
+		goto err;
+	}
+	for (size_t i = 0; i < pb->n_pins; i++) {
+		c->npins++;
+		if (pb->pins[i] == NULL) {
+			rv = KV_EPROTO;
+			goto err;
+		}
+		if ((rv = bytes_from_pb(&c->pins[i].start, pb->pins[i]->start, KV_HARD_MAX_KEY)) !=
+		        KV_OK ||
+		    (rv = bytes_from_pb(&c->pins[i].end, pb->pins[i]->end, KV_HARD_MAX_KEY)) !=
+		        KV_OK)
+			goto err;
+	}
 	if (kv_config_validate(c) != KV_OK) {
 		rv = KV_EPROTO;
 		goto err;
@@ -200,7 +220,8 @@ kv_codec_config_to_pb(const kv_config *c)
 	pb->nodes = calloc(c->nnodes ? c->nnodes : 1, sizeof(*pb->nodes));
 	pb->ranges = calloc(c->nranges ? c->nranges : 1, sizeof(*pb->ranges));
 	pb->migrations = calloc(c->nmigs ? c->nmigs : 1, sizeof(*pb->migrations));
-	if (pb->nodes == NULL || pb->ranges == NULL || pb->migrations == NULL)
+	pb->pins = calloc(c->npins ? c->npins : 1, sizeof(*pb->pins));
+	if (pb->nodes == NULL || pb->ranges == NULL || pb->migrations == NULL || pb->pins == NULL)
 		goto err;
 	for (size_t i = 0; i < c->nnodes; i++, pb->n_nodes++) {
 		Shardkv__Node *n = malloc(sizeof(*n));
@@ -243,6 +264,15 @@ kv_codec_config_to_pb(const kv_config *c)
 		kv_codec_migration_to_pb(&c->migs[i], m);
 		pb->migrations[i] = m;
 	}
+	for (size_t i = 0; i < c->npins; i++, pb->n_pins++) {
+		Shardkv__KeySpan *k = malloc(sizeof(*k));
+		if (k == NULL)
+			goto err;
+		shardkv__key_span__init(k);
+		k->start = bytes_to_pb(&c->pins[i].start);
+		k->end = bytes_to_pb(&c->pins[i].end);
+		pb->pins[i] = k;
+	}
 	return pb;
 err:
 	kv_codec_config_pb_free(pb);
@@ -260,6 +290,9 @@ kv_codec_config_pb_free(Shardkv__Config *pb)
 		free(pb->ranges[i]);
 	for (size_t i = 0; i < pb->n_migrations; i++)
 		free(pb->migrations[i]);
+	for (size_t i = 0; i < pb->n_pins; i++)
+		free(pb->pins[i]);
+	free(pb->pins);
 	free(pb->nodes);
 	free(pb->ranges);
 	free(pb->migrations);

@@ -48,6 +48,7 @@
 #define MAX_KEYS       1000000000ull
 #define MAX_VALUE      (1u << 20)
 #define MAX_BATCH      10000u /* the servers' limit of keys per mget/mput */
+#define MAX_KEY_PREFIX 64u
 #define ZIPF_PRIME     2654435761ull
 
 static const char *const op_names[KV_BENCH_NOPS] = {"get",  "put",  "del", "append",
@@ -253,6 +254,7 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 	p->threads = 4;
 	p->keys = 100000;
 	p->key_size = 16;
+	p->key_prefix = "key:";
 	p->value_size = 100;
 	p->mix_str = "get:90,put:10";
 	p->batch = 1;
@@ -284,10 +286,10 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 			continue;
 		}
 		static const char *const with_value[] = {
-		    "--threads",    "--connections", "--keys",       "--key-size",
-		    "--value-size", "--mix",         "--batch",      "--duration",
-		    "--ops",        "--out",         "--plot",       "--rate",
-		    "--dist",       "--seed",        "--scan-limit", "--async"};
+		    "--threads", "--connections", "--keys",     "--key-size", "--value-size",
+		    "--mix",     "--batch",       "--duration", "--ops",      "--out",
+		    "--plot",    "--rate",        "--dist",     "--seed",     "--scan-limit",
+		    "--async",   "--key-prefix"};
 		bool known = false;
 		for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++)
 			known |= strcmp(name, with_value[k]) == 0;
@@ -322,6 +324,13 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 			if (!parse_u64(v, 1, 1024, &n))
 				return usage(err, errlen, "bench: --key-size needs 1..1024 bytes");
 			p->key_size = (unsigned)n;
+		} else if (strcmp(name, "--key-prefix") == 0) {
+			if (strlen(v) > MAX_KEY_PREFIX)
+				return usage(err, errlen,
+				             "bench: --key-prefix needs at most %u bytes",
+				             MAX_KEY_PREFIX);
+			p->key_prefix = v;
+			p->key_prefix_set = true;
 		} else if (strcmp(name, "--value-size") == 0) {
 			if (!parse_u64(v, 0, MAX_VALUE, &n))
 				return usage(err, errlen, "bench: --value-size needs 0..%u bytes",
@@ -404,6 +413,12 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 		             "bench: --key-size %u is too small for %" PRIu64
 		             " distinct keys (needs %u)",
 		             p->key_size, p->keys, digits(p->keys - 1));
+	if (p->key_prefix_set && p->key_size < strlen(p->key_prefix) + digits(p->keys - 1))
+		return usage(err, errlen,
+		             "bench: --key-size %u is too small for --key-prefix of %zu bytes and "
+		             "%" PRIu64 " distinct keys (needs %zu)",
+		             p->key_size, strlen(p->key_prefix), p->keys,
+		             strlen(p->key_prefix) + digits(p->keys - 1));
 	if (p->async && (p->rate > 0 || p->mix[KV_BENCH_APPEND] || p->mix[KV_BENCH_MGET] ||
 	                 p->mix[KV_BENCH_MPUT] || p->mix[KV_BENCH_SCAN]))
 		return usage(err, errlen,
@@ -425,6 +440,8 @@ kv_bench_usage(FILE *f)
 	           "                     (default T: every worker has its own)\n"
 	           "  --keys N           key space: N keys \"key:000..N-1\" (default 100000)\n"
 	           "  --key-size B       bytes per key (default 16)\n"
+	           "  --key-prefix P     keys are P and zero-padded digits (default \"key:\"),\n"
+	           "                     e.g. to aim the load at one range\n"
 	           "  --value-size B     bytes per value (default 100)\n"
 	           "  --mix OP:W,...     weights of get put del append mget mput scan\n"
 	           "                     (default get:90,put:10)\n"
@@ -667,15 +684,15 @@ zipf_next(const zipf_gen *z, double u)
 	return (r * ZIPF_PRIME) % z->n;
 }
 
-/* Writes key number idx: "key:" and zero-padded digits filling ks bytes,
- * or only digits when ks leaves no room for the prefix. */
+/* Writes key number idx: the prefix (plen bytes, 0: none) and zero-padded
+ * digits filling ks bytes (ks >= plen). */
 static void
-key_fill(uint8_t *dst, unsigned ks, bool prefix, uint64_t idx)
+key_fill(uint8_t *dst, unsigned ks, const char *prefix, size_t plen, uint64_t idx)
 {
-	unsigned start = prefix ? 4 : 0;
+	unsigned start = (unsigned)plen;
 
-	if (prefix)
-		memcpy(dst, "key:", 4);
+	if (plen)
+		memcpy(dst, prefix, plen);
 	for (unsigned i = ks; i > start; i--) {
 		dst[i - 1] = (uint8_t)('0' + idx % 10);
 		idx /= 10;
@@ -782,7 +799,8 @@ typedef struct {
 struct bench_run {
 	const kv_bench_params *p;       /* parameters */
 	kv_bench_result *res;           /* where the results go */
-	bool key_prefix;                /* keys start with "key:" */
+	size_t plen;                    /* keys start with p->key_prefix's first plen bytes
+	                                   (0 or all of it) */
 	zipf_gen zipf;                  /* with --dist zipf */
 	unsigned nops_total;            /* sum of the mix weights */
 	uint64_t t0;                    /* start of the measured phase (ns) */
@@ -1091,8 +1109,8 @@ async_issue(async_caller *a, bool fatal)
 			uint64_t idx = p->dist.zipf
 			                   ? zipf_next(&r->zipf, (double)(y >> 11) * 0x1.0p-53)
 			                   : y % p->keys;
-			key_fill(a->keys + (size_t)i * p->key_size, p->key_size, r->key_prefix,
-			         idx);
+			key_fill(a->keys + (size_t)i * p->key_size, p->key_size, r->p->key_prefix,
+			         r->plen, idx);
 		}
 		a->n = n;
 		atomic_store(&a->ok, 0);
@@ -1206,7 +1224,7 @@ worker_main(void *arg)
 		}
 		for (unsigned i = 0; i < n; i++) {
 			uint8_t *k = w->keybuf + (size_t)i * p->key_size;
-			key_fill(k, p->key_size, r->key_prefix, pick_index(r, w));
+			key_fill(k, p->key_size, r->p->key_prefix, r->plen, pick_index(r, w));
 		}
 		if (ns_per_op > 0) {
 			/* Open loop: the call is due at sched whatever happened before. */
@@ -1251,8 +1269,8 @@ load_main(void *arg)
 		size_t n =
 		    p->keys - first < w->load_batch ? (size_t)(p->keys - first) : w->load_batch;
 		for (size_t i = 0; i < n; i++)
-			key_fill(w->keybuf + i * p->key_size, p->key_size, r->key_prefix,
-			         first + i);
+			key_fill(w->keybuf + i * p->key_size, p->key_size, r->p->key_prefix,
+			         r->plen, first + i);
 		shardkv_mput_result *pr = NULL;
 		int rv = shardkv_mput(w->c, n, w->keys, n, w->vals, &pr);
 		uint64_t failed = 0;
@@ -1672,8 +1690,10 @@ json_params(FILE *f, const kv_bench_params *p)
 	json_str(f, p->controller ? p->controller : "");
 	fprintf(f,
 	        ", \"threads\": %u, \"connections\": %u, \"keys\": %" PRIu64
-	        ", \"key_size\": %u, \"value_size\": %zu, \"mix\": {",
+	        ", \"key_size\": %u, \"value_size\": %zu, \"key_prefix\": ",
 	        p->threads, p->connections, p->keys, p->key_size, p->value_size);
+	json_str(f, p->key_prefix ? p->key_prefix : "");
+	fprintf(f, ", \"mix\": {");
 	for (int i = 0, k = 0; i < KV_BENCH_NOPS; i++)
 		if (p->mix[i])
 			fprintf(f, "%s\"%s\": %u", k++ ? ", " : "", op_names[i], p->mix[i]);
@@ -2121,7 +2141,7 @@ kv_bench_main(int nargs, const char *const *args, const char *controller, shardk
 	r.admin = admin;
 	r.nw = p.threads;
 	r.nc = p.connections;
-	r.key_prefix = p.key_size >= 4 + digits(p.keys - 1);
+	r.plen = p.key_size >= strlen(p.key_prefix) + digits(p.keys - 1) ? strlen(p.key_prefix) : 0;
 	for (int i = 0; i < KV_BENCH_NOPS; i++)
 		r.nops_total += p.mix[i];
 	if (p.dist.zipf)

@@ -74,6 +74,10 @@ typedef struct {
 	unsigned connections;        /* --connections, client handles (<= threads) */
 	uint64_t keys;               /* --keys, key space size */
 	unsigned key_size;           /* --key-size, bytes per key */
+	const char *key_prefix;      /* --key-prefix: keys are it and zero-padded digits
+	                                (default "key:", dropped when key_size leaves no
+	                                room for it) */
+	bool key_prefix_set;         /* --key-prefix given: key_size must leave room */
 	size_t value_size;           /* --value-size, bytes per value */
 	unsigned mix[KV_BENCH_NOPS]; /* --mix weights */
 	const char *mix_str;         /* --mix as given (or the default) */

@@ -352,6 +352,53 @@ retried_join_at_a_new_leader_is_answered_not_applied_again(void **state)
 	shardkv_config_free(cfg);
 }
 
+/* An administrator's move pins its range against the automatic balancer
+ * in the configuration it publishes (doc/scheduler.md "Pins"): a new leader
+ * has the pin, and the next rebalance clears it. */
+static void
+a_pin_survives_a_change_of_leader(void **state)
+{
+	int leader = kv_tc_wait_leader(&tc, KV_TC_READY_MS), nl;
+	shardkv_admin_result res;
+	shardkv_config *cfg;
+	char to[16], st[64], en[64];
+	size_t np = 0, sl = 0, el = 0;
+	uint64_t ep = 0;
+	(void)state;
+
+	KV_TC_ASSERT(&tc, leader >= 0, "no leader");
+	KV_TC_ASSERT(&tc, kv_tc_wait_in_sync(&tc, KV_TC_READY_MS) == 0, "replicas never in sync");
+	cfg = config_at(0);
+	KV_TC_ASSERT(&tc, cfg != NULL && cfg->nnodes >= 2, "no config with two nodes");
+	uint32_t owner = kv_tc_owner(cfg, "k000150", 7), other = 0;
+	for (size_t i = 0; i < cfg->nnodes && other == 0; i++)
+		if (cfg->nodes[i].id != owner)
+			other = cfg->nodes[i].id;
+	shardkv_config_free(cfg);
+	snprintf(to, sizeof(to), "%u", other);
+	memset(&res, 0, sizeof(res));
+	KV_TC_EXPECT(&tc, 0, shardkv_move(tc.admin, "k000100", 7, "k000200", 7, to, 0, 0, &res));
+	KV_TC_EXPECT(&tc, 0, kv_tc_raw_pins(tc.rurl[leader], 5000, &ep, &np, st, &sl, en, &el));
+	KV_TC_ASSERT(&tc, ep >= res.epoch && np == 1, "the move's pin is not in epoch %llu (%zu)",
+	             (unsigned long long)ep, np);
+	/* The leader dies: the new one has the pin. */
+	assert_int_equal(kv_tc_stop_replica(&tc, leader, SIGKILL, KV_TC_STOP_MS), 0);
+	nl = kv_tc_wait_leader(&tc, KV_TC_READY_MS);
+	KV_TC_ASSERT(&tc, nl >= 0 && nl != leader, "no new leader");
+	KV_TC_EXPECT(&tc, 0, kv_tc_raw_pins(tc.rurl[nl], 5000, &ep, &np, st, &sl, en, &el));
+	KV_TC_ASSERT(&tc,
+	             np == 1 && sl == 7 && el == 7 && memcmp(st, "k000100", 7) == 0 &&
+	                 memcmp(en, "k000200", 7) == 0,
+	             "the new leader lost the pin (%zu pins at epoch %llu)", np,
+	             (unsigned long long)ep);
+	/* rebalance unpins, at the new leader. */
+	memset(&res, 0, sizeof(res));
+	KV_TC_EXPECT(&tc, 0, shardkv_rebalance(tc.admin, 0, 0, &res));
+	KV_TC_EXPECT(&tc, 0, kv_tc_raw_pins(tc.rurl[nl], 5000, &ep, &np, st, &sl, en, &el));
+	KV_TC_ASSERT(&tc, np == 0, "rebalance left %zu pins at epoch %llu", np,
+	             (unsigned long long)ep);
+}
+
 int
 main(void)
 {
@@ -363,6 +410,7 @@ main(void)
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(
 	        retried_join_at_a_new_leader_is_answered_not_applied_again, setup, teardown),
+	    cmocka_unit_test_setup_teardown(a_pin_survives_a_change_of_leader, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

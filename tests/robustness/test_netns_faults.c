@@ -284,14 +284,13 @@ build_cluster(void)
 	char why[160], data[320];
 	shardkv_options o = {.timeout_ms = OP_TIMEOUT_MS, .no_watch = true};
 	char nrep[8];
-	char *ctl_argv[] = {(char *)KV_CONTROLLER_BIN,
-	                    (char *)"--listen",
-	                    g.ctl_url,
-	                    (char *)"--data-dir",
-	                    data,
-	                    g.replicas ? (char *)"--replicas" : NULL,
+	char *ctl_argv[] = {(char *)KV_CONTROLLER_BIN, (char *)"--listen", g.ctl_url,
+	                    (char *)"--data-dir", data, g.replicas ? (char *)"--replicas" : NULL,
 	                    nrep,
-	                    NULL};
+	                    /* one copy: the moves need ranges on every node,
+	                     * which the joins make only with the balancer off
+	                     * (doc/scheduler.md "A new cluster") */
+	                    g.replicas == 1 ? (char *)"--auto-balance" : NULL, (char *)"off", NULL};
 	uint64_t end;
 
 	if (kv_nn_available(why, sizeof(why)) != 0) {

@@ -1191,6 +1191,48 @@ kv_tc_raw_op(const char *url, uint64_t client_id, uint64_t request_id, kv_tc_raw
 }
 
 int
+kv_tc_raw_pins(const char *url, unsigned ms, uint64_t *epoch, size_t *npins, char *start,
+               size_t *start_len, char *end, size_t *end_len)
+{
+	Shardkv__AdminRequest rq = SHARDKV__ADMIN_REQUEST__INIT;
+	Shardkv__AdminGetConfig g = SHARDKV__ADMIN_GET_CONFIG__INIT;
+	Shardkv__AdminResponse *r;
+	kv_rpc_client *cl = NULL;
+	int rv;
+
+	*epoch = 0;
+	*npins = 0;
+	*start_len = *end_len = 0;
+	rq.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+	rq.auth_token = (ProtobufCBinaryData){strlen(tc_auth), (uint8_t *)tc_auth}; /* auth: */
+	rq.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_GET_CONFIG;
+	rq.get_config = &g;
+	if ((rv = kv_rpc_client_create(url, &cl)) != 0)
+		return rv;
+	r = ctl_client_call(cl, &rq, ms, &rv);
+	kv_rpc_client_destroy(cl);
+	if (r == NULL)
+		return rv;
+	if ((rv = ctl_client_err(r)) == 0 && r->config == NULL)
+		rv = SHARDKV_EPROTO;
+	if (rv == 0) {
+		const Shardkv__Config *c = r->config;
+		*epoch = c->epoch;
+		*npins = c->n_pins;
+		if (c->n_pins > 0) {
+			*start_len = c->pins[0]->start.len < 64 ? c->pins[0]->start.len : 64;
+			*end_len = c->pins[0]->end.len < 64 ? c->pins[0]->end.len : 64;
+			if (*start_len)
+				memcpy(start, c->pins[0]->start.data, *start_len);
+			if (*end_len)
+				memcpy(end, c->pins[0]->end.data, *end_len);
+		}
+	}
+	ctl_client_free(r);
+	return rv;
+}
+
+int
 kv_tc_raw_join(const char *url, uint64_t client_id, uint64_t request_id, const char *address,
                unsigned ms, kv_tc_raw_admin *out)
 {

@@ -93,10 +93,14 @@ int kv_tc_start(kv_tc *c, const char *tag, int nservers);
  * this process (at each of its starts) the extra flags `args`
  * (NULL-terminated, may be NULL: none; at most KV_TC_MAX_ARGS), e.g.
  * KV_TC_ONE_COPY for a test of single-copy behaviour (the controller's
- * default is three replicas, doc/contract.md §2). Returns 0 or -1.
+ * default is three replicas, doc/contract.md §2). KV_TC_ONE_COPY also turns
+ * the automatic balancer off: these tests need the layout the joins and
+ * their own moves make (with the balancer on, a join into a cluster with
+ * next to no data moves nothing, doc/scheduler.md "A new cluster").
+ * Returns 0 or -1.
  */
 int kv_tc_set_controller_args(const char *const *args);
-#define KV_TC_ONE_COPY ((const char *const[]){"--replicas", "1", NULL})
+#define KV_TC_ONE_COPY ((const char *const[]){"--replicas", "1", "--auto-balance", "off", NULL})
 
 /* Waits until no range moves and every range's in-sync set is its whole
  * replica set (with replicas, joins and changes of primary copy replicas
@@ -353,6 +357,17 @@ typedef struct {
  */
 int kv_tc_raw_join(const char *url, uint64_t client_id, uint64_t request_id, const char *address,
                    unsigned ms, kv_tc_raw_admin *out);
+
+/*
+ * Asks the controller replica at `url` for its latest configuration and
+ * writes its epoch and its pins (the key spans an administrator's move
+ * pinned against the balancer, doc/scheduler.md "Pins", which the client
+ * library does not show) into *epoch, *npins and, for the first one,
+ * start[0..*start_len) and end[0..*end_len) (each at most 64 bytes kept).
+ * Returns 0, or a negative SHARDKV_E* (unreachable, or not answering 0).
+ */
+int kv_tc_raw_pins(const char *url, unsigned ms, uint64_t *epoch, size_t *npins, char *start,
+                   size_t *start_len, char *end, size_t *end_len);
 
 /*
  * Waits until the status lists migration `id` in phase `phase` ("copying",

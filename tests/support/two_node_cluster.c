@@ -90,9 +90,11 @@ test_cluster_start(test_cluster *tc, const char *bin_dir, const char *tag)
 	snprintf(path, sizeof(path), "%s/ctl.log", tc->dir);
 	/* One copy per range on purpose: the client tests route between two
 	 * owners of half the key space each, which the second join's migration
-	 * makes (with replicas it would only become a replica). */
-	char *cargv[] = {"shardkv-controller", "--listen", tc->ctl_url, "--data-dir", data,
-	                 "--replicas",         "1",        NULL};
+	 * makes (with replicas it would only become a replica). The balancer
+	 * is off: with it on, a join into an empty cluster moves nothing
+	 * (doc/scheduler.md "A new cluster"). */
+	char *cargv[] = {"shardkv-controller", "--listen", tc->ctl_url,      "--data-dir", data,
+	                 "--replicas",         "1",        "--auto-balance", "off",        NULL};
 	if ((tc->pids[0] = start(bin_dir, cargv, path)) < 0)
 		return -1;
 	for (int i = 0; i < NSERVERS; i++) {

@@ -458,8 +458,11 @@ parse_fills_defaults_and_reads_every_option(void **state)
 	assert_int_equal(p.batch, 1);
 	assert_true(p.duration_s == 10);
 	assert_false(p.dist.zipf);
+	assert_string_equal(p.key_prefix, "key:");
 
-	const char *argv[] = {"--threads",
+	const char *argv[] = {"--key-prefix",
+	                      "hot:",
+	                      "--threads",
 	                      "8",
 	                      "--connections=2",
 	                      "--keys",
@@ -505,6 +508,8 @@ parse_fills_defaults_and_reads_every_option(void **state)
 	assert_string_equal(p.out_path, "/tmp/x.json");
 	assert_string_equal(p.plot_path, "/tmp/x.svg");
 	assert_int_equal(p.scan_limit, 3);
+	assert_string_equal(p.key_prefix, "hot:");
+	assert_true(p.key_prefix_set);
 }
 
 /* Asserts exit 2, nothing on stdout, one line on stderr naming `needle`. */
@@ -541,6 +546,10 @@ bench_usage_errors_exit_2_with_one_line(void **state)
 	BENCH_USAGE("--connections 8 > --threads 4", "--threads", "4", "--connections", "8");
 	BENCH_USAGE("unknown option", "--frobnicate");
 	BENCH_USAGE("too small", "--keys", "100000", "--key-size", "3");
+	BENCH_USAGE("too small for --key-prefix", "--key-prefix", "hotter:", "--keys", "100000",
+	            "--key-size", "10");
+	BENCH_USAGE("--key-prefix needs at most", "--key-prefix",
+	            "0123456789012345678901234567890123456789012345678901234567890123456789");
 	BENCH_USAGE("--rate needs", "--rate", "0");
 	BENCH_USAGE("--batch needs", "--batch", "10001");
 	BENCH_USAGE("--value-size needs", "--value-size", "2000000");

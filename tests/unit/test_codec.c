@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,6 +151,99 @@ assert_config(const kv_config *a, const kv_config *b)
 	assert_int_equal(a->nmigs, b->nmigs);
 	for (size_t i = 0; i < a->nmigs; i++)
 		assert_migration(&a->migs[i], &b->migs[i]);
+	assert_int_equal(a->npins, b->npins);
+	for (size_t i = 0; i < a->npins; i++) {
+		assert_buf(&a->pins[i].start, &b->pins[i].start);
+		assert_buf(&a->pins[i].end, &b->pins[i].end);
+	}
+}
+
+static kv_bytes
+KB(const char *s)
+{
+	return (kv_bytes){(const uint8_t *)s, strlen(s)};
+}
+
+static void
+assert_pin(const kv_config *c, size_t i, const char *start, const char *end)
+{
+	assert_true(i < c->npins);
+	assert_int_equal(c->pins[i].start.len, strlen(start));
+	assert_memory_equal(c->pins[i].start.data, start, strlen(start));
+	assert_int_equal(c->pins[i].end.len, strlen(end));
+	assert_memory_equal(c->pins[i].end.data, end, strlen(end));
+}
+
+/* Pins (doc/scheduler.md "Pins") are key spans kept sorted and disjoint:
+ * a pin overlapping or touching others merges with them, an empty one is
+ * refused, there are at most KV_MAX_PINS, and they travel with the
+ * configuration through clone, pack and unpack. */
+static void
+pins_merge_stay_sorted_and_round_trip(void **state)
+{
+	kv_config *c = sample_config(7), *d = NULL, *e = NULL;
+	kv_buf b = {0};
+
+	(void)state;
+	assert_int_equal(kv_config_pin(c, KB("m"), KB("p")), KV_OK);
+	assert_int_equal(kv_config_pin(c, KB("b"), KB("c")), KV_OK);
+	assert_int_equal(kv_config_pin(c, KB("x"), KB("")), KV_OK); /* to the end */
+	assert_int_equal(c->npins, 3);
+	assert_pin(c, 0, "b", "c");
+	assert_pin(c, 1, "m", "p");
+	assert_pin(c, 2, "x", "");
+	assert_int_equal(kv_config_pin(c, KB("c"), KB("d")), KV_OK); /* touches [b, c) */
+	assert_int_equal(kv_config_pin(c, KB("n"), KB("y")), KV_OK); /* spans two */
+	assert_int_equal(c->npins, 2);
+	assert_pin(c, 0, "b", "d");
+	assert_pin(c, 1, "m", "");
+	assert_int_equal(kv_config_pin(c, KB("q"), KB("b")), KV_EINVAL);
+	assert_int_equal(kv_config_pin(c, KB("q"), KB("q")), KV_EINVAL);
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	assert_true(kv_config_pinned(c, KB("a"), KB("bb"), false));
+	assert_false(kv_config_pinned(c, KB("a"), KB("bb"), true));
+	assert_true(kv_config_pinned(c, KB("ba"), KB("c"), true));
+	assert_true(kv_config_pinned(c, KB("zz"), KB(""), true));
+	assert_false(kv_config_pinned(c, KB("d"), KB("m"), false));
+	assert_false(kv_config_pinned(c, KB(""), KB("b"), false));
+
+	assert_int_equal(kv_codec_config_pack(c, &b), KV_OK);
+	assert_int_equal(kv_codec_config_unpack(b.data, b.len, &d), KV_OK);
+	assert_config(c, d);
+	assert_non_null(e = kv_config_clone(d));
+	assert_config(d, e);
+	kv_config_unpin_all(e);
+	assert_int_equal(e->npins, 0);
+	assert_int_equal(kv_config_validate(e), KV_OK);
+	kv_config_free(e);
+	kv_config_free(d);
+	kv_buf_fini(&b);
+
+	/* Overlapping or unsorted pins from the wire or the disk are refused. */
+	kv_buf t = c->pins[0].start;
+	c->pins[0].start = c->pins[1].start;
+	c->pins[1].start = t;
+	assert_int_equal(kv_config_validate(c), KV_EINVAL);
+	assert_int_equal(kv_codec_config_pack(c, &b), KV_OK);
+	d = NULL;
+	assert_int_equal(kv_codec_config_unpack(b.data, b.len, &d), KV_EPROTO);
+	assert_null(d);
+	kv_buf_fini(&b);
+	kv_config_unpin_all(c);
+
+	/* At most KV_MAX_PINS; a pin that would exceed them changes nothing. */
+	for (int i = 0; i < KV_MAX_PINS; i++) {
+		char k[2][8];
+		snprintf(k[0], sizeof(k[0]), "p%03d", 2 * i);
+		snprintf(k[1], sizeof(k[1]), "p%03d", 2 * i + 1);
+		assert_int_equal(kv_config_pin(c, KB(k[0]), KB(k[1])), KV_OK);
+	}
+	assert_int_equal(kv_config_pin(c, KB("q"), KB("r")), KV_ELIMIT);
+	assert_int_equal(c->npins, KV_MAX_PINS);
+	assert_int_equal(kv_config_pin(c, KB("p000"), KB("p003")), KV_OK); /* merges two */
+	assert_int_equal(c->npins, KV_MAX_PINS - 1);
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	kv_config_free(c);
 }
 
 /* ------------------------------------------------------------ config */
@@ -1383,6 +1477,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(config_round_trips_through_pack_and_unpack),
+	    cmocka_unit_test(pins_merge_stay_sorted_and_round_trip),
 	    cmocka_unit_test(replica_sets_and_leader_epochs_round_trip),
 	    cmocka_unit_test(bad_replica_sets_are_refused),
 	    cmocka_unit_test(adjacent_ranges_with_the_same_placement_are_refused),

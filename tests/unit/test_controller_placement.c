@@ -221,6 +221,79 @@ join_with_data_that_cannot_be_cut_falls_back_to_key_space(void **state)
 }
 
 static void
+join_with_balancer_on_and_no_data_registers_and_moves_nothing(void **state)
+{
+	uint32_t o1[] = {1};
+	kv_config *c = make(1, NULL, 0, o1), *n = NULL, *n3 = NULL;
+	struct pts s = {.n = 0};
+	kv_place_ctx x = ctx_of(NULL);
+	uint32_t id = 0;
+	(void)state;
+
+	x.join_floor_bytes = 1048576;
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7102", true, &x, &n, &id), KV_OK);
+	assert_int_equal(id, 2);
+	assert_int_equal(kv_config_validate(n), KV_OK);
+	assert_int_equal(n->nmigs, 0);
+	assert_int_equal(n->nranges, 1);
+	assert_int_equal(n->ranges[0].node, 1);
+	assert_int_equal(kv_config_node(n, 2)->state, KV_NODE_ACTIVE);
+	/* Some data, under the floor per node: still nothing moves. */
+	pts_add(&s, "k", 0, 100, 20000); /* 2 MB over three nodes */
+	x = ctx_of(&s);
+	x.join_floor_bytes = 1048576;
+	assert_int_equal(kv_place_join(n, "tcp://127.0.0.1:7103", true, &x, &n3, &id), KV_OK);
+	assert_int_equal(n3->nmigs, 0);
+	assert_int_equal(n3->nranges, 1);
+	kv_config_free(n3);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+join_with_balancer_on_and_data_above_the_floor_takes_a_share(void **state)
+{
+	uint32_t o1[] = {1};
+	kv_config *c = make(1, NULL, 0, o1), *n = NULL;
+	struct pts s = {.n = 0};
+	kv_place_ctx x;
+	uint32_t id = 0;
+	(void)state;
+
+	pts_add(&s, "k", 0, 100, 30000); /* 3 MB, 1.5 MB per node */
+	x = ctx_of(&s);
+	x.join_floor_bytes = 1048576;
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7102", true, &x, &n, &id), KV_OK);
+	assert_int_equal(n->nmigs, 1);
+	assert_true(within(kv_place_node_bytes(n, &x, 2), 1500000) <= 150000);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
+join_with_balancer_on_never_cuts_by_key_space_width(void **state)
+{
+	uint32_t o1[] = {1};
+	kv_config *c = make(1, NULL, 0, o1), *n = NULL;
+	struct pts s = {.n = 0};
+	kv_place_ctx x;
+	uint32_t id = 0;
+	(void)state;
+
+	s.p[0].key = B("");
+	s.p[0].bytes = 5000000; /* one range, no split keys */
+	s.n = 1;
+	x = ctx_of(&s);
+	x.join_floor_bytes = 1048576;
+	assert_int_equal(kv_place_join(c, "tcp://127.0.0.1:7102", true, &x, &n, &id), KV_OK);
+	assert_int_equal(n->nmigs, 0);
+	assert_int_equal(n->nranges, 1);
+	assert_int_equal(kv_config_node(n, 2)->state, KV_NODE_ACTIVE);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
+static void
 third_join_takes_a_third_from_both(void **state)
 {
 	const char *cuts[] = {"k050"};
@@ -2043,6 +2116,9 @@ main(void)
 	    cmocka_unit_test(join_of_empty_cluster_gives_newcomer_half_the_printable_key_space),
 	    cmocka_unit_test(join_splits_at_reported_split_keys_by_size),
 	    cmocka_unit_test(join_with_data_that_cannot_be_cut_falls_back_to_key_space),
+	    cmocka_unit_test(join_with_balancer_on_and_no_data_registers_and_moves_nothing),
+	    cmocka_unit_test(join_with_balancer_on_and_data_above_the_floor_takes_a_share),
+	    cmocka_unit_test(join_with_balancer_on_never_cuts_by_key_space_width),
 	    cmocka_unit_test(third_join_takes_a_third_from_both),
 	    cmocka_unit_test(duplicate_join_is_refused_and_changes_nothing),
 	    cmocka_unit_test(join_without_rebalance_registers_only),
