@@ -119,3 +119,8 @@ kv_add_test(test_readd_inproc SOURCES component/test_readd_inproc.c
 # take it out of every ISR; it is copied and rejoins.
 kv_add_test(test_restart_inproc SOURCES component/test_restart_inproc.c
   LIBS kv_inproc_cluster kv_testutil TIMEOUT 180 LABELS concurrency)
+# A replica's copy keeps to its primary's --copy-rate: the join of a
+# replica to a range of 6 MB at 2 MB/s takes at least the copy's bytes at
+# that rate, less one step (a lower bound only).
+kv_add_test(test_copyrate_inproc SOURCES component/test_copyrate_inproc.c
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)
