@@ -8,7 +8,8 @@ and its effect on another range's latency.
                               [--keep] [--json FILE]
 
 Starts a 3-node cluster with deploy/cluster.sh (controller --replicas 2
---down-after S), loads K keys "key:" + 12 digits with B-byte values, and
+--down-after S --auto-balance off, so that the balancer leaves the layout
+below alone), loads K keys "key:" + 12 digits with B-byte values, and
 shapes two ranges:
 
     B = ["", key:P)   primary node 3, backup node 2   (the other range)
@@ -83,7 +84,7 @@ def main():
     if a.copy_rate is not None:
         srv_extra += " --copy-rate %d" % a.copy_rate
     for b, extra in (("shardkv-server", srv_extra),
-                     ("shardkv-controller", "--down-after %d" % a.down_after)):
+                     ("shardkv-controller", "--down-after %d --auto-balance off" % a.down_after)):
         with open(os.path.join(wrap, b), "w") as f:
             f.write('#!/bin/sh\nexec %s "$@" %s\n' % (os.path.join(bindir, b), extra))
         os.chmod(os.path.join(wrap, b), 0o755)
@@ -119,14 +120,18 @@ def main():
 
     def wait(pred, limit, what):
         t0 = time.monotonic()
+        st = None
         while time.monotonic() - t0 < limit:
             try:
                 st = status()
                 if pred(st):
                     return st
-            except (subprocess.CalledProcessError, ValueError, KeyError):
+            except (subprocess.CalledProcessError, ValueError, KeyError, TypeError):
                 pass
             time.sleep(0.1)
+        if st is not None:
+            print("last ranges:", [(r["start"], r["end"], r["node"], r.get("replicas"),
+                                    r.get("insync")) for r in st.get("ranges", [])])
         raise SystemExit("replica-recovery.py: %s not within %d s" % (what, limit))
 
     res = {}
