@@ -122,7 +122,7 @@ wait_failed_over(inproc_cluster *c, uint64_t before, const char *when)
 			fail_msg("%s: node 2 still leads [w1, w2)", when);
 		kv_test_sleep_ms(10);
 	}
-	print_message("%s: failed over %llu ms after the restart\n", when,
+	print_message("%s: node 1 led [w1, w2) %llu ms into the wait\n", when,
 	              (unsigned long long)(kv_test_now_ms() - t0));
 	for (e = before + 1;; e++) {
 		kv_admin_req q = {.op = KV_ADM_GET_CONFIG, .epoch = e};
