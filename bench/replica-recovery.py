@@ -3,11 +3,13 @@
 and its effect on another range's latency.
 
     bench/replica-recovery.py [--keys K] [--value-size B] [--probe-keys P]
-                              [--down-after S] [--fsync MODE] [--bin DIR]
+                              [--down-after S] [--fsync MODE] [--copy-rate MB/S]
+                              [--bin DIR]
                               [--keep] [--json FILE]
 
 Starts a 3-node cluster with deploy/cluster.sh (controller --replicas 2
---down-after S), loads K keys "key:" + 12 digits with B-byte values, and
+--down-after S --auto-balance off, so that the balancer leaves the layout
+below alone), loads K keys "key:" + 12 digits with B-byte values, and
 shapes two ranges:
 
     B = ["", key:P)   primary node 3, backup node 2   (the other range)
@@ -26,6 +28,9 @@ which node 2 copies to it while both loads go on. It reports:
     the copy: B's replica set is not touched, but its primary receives
     the copy and its backup sends it;
   - errors of both loads.
+
+--copy-rate passes the servers' --copy-rate (MB/s; 0: unlimited); without
+it they run with their default.
 
 Everything it starts is stopped on exit (cluster.sh destroy).
 """
@@ -56,6 +61,7 @@ def main():
     ap.add_argument("--probe-keys", type=int, default=50000)
     ap.add_argument("--down-after", type=int, default=2)
     ap.add_argument("--fsync", default="batch")
+    ap.add_argument("--copy-rate", type=int, default=None)
     ap.add_argument("--bin", default=os.environ.get("SHARDKV_BIN_DIR", ""))
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--json", default="")
@@ -74,8 +80,11 @@ def main():
     wrap = os.path.join(work, "bin")
     os.mkdir(wrap)
     os.symlink(os.path.join(bindir, "shardkv"), os.path.join(wrap, "shardkv"))
-    for b, extra in (("shardkv-server", "--fsync %s" % a.fsync),
-                     ("shardkv-controller", "--down-after %d" % a.down_after)):
+    srv_extra = "--fsync %s" % a.fsync
+    if a.copy_rate is not None:
+        srv_extra += " --copy-rate %d" % a.copy_rate
+    for b, extra in (("shardkv-server", srv_extra),
+                     ("shardkv-controller", "--down-after %d --auto-balance off" % a.down_after)):
         with open(os.path.join(wrap, b), "w") as f:
             f.write('#!/bin/sh\nexec %s "$@" %s\n' % (os.path.join(bindir, b), extra))
         os.chmod(os.path.join(wrap, b), 0o755)
@@ -111,14 +120,18 @@ def main():
 
     def wait(pred, limit, what):
         t0 = time.monotonic()
+        st = None
         while time.monotonic() - t0 < limit:
             try:
                 st = status()
                 if pred(st):
                     return st
-            except (subprocess.CalledProcessError, ValueError, KeyError):
+            except (subprocess.CalledProcessError, ValueError, KeyError, TypeError):
                 pass
             time.sleep(0.1)
+        if st is not None:
+            print("last ranges:", [(r["start"], r["end"], r["node"], r.get("replicas"),
+                                    r.get("insync")) for r in st.get("ranges", [])])
         raise SystemExit("replica-recovery.py: %s not within %d s" % (what, limit))
 
     res = {}
@@ -169,7 +182,8 @@ def main():
 
         before = p99s(t_start + 2, t_kill)
         during = p99s(t_copy0, t_copy1 + 1)
-        res = {"keys_a": nkeys_a, "payload_bytes": payload, "copy_s": copy_s,
+        res = {"copy_rate": a.copy_rate, "keys_a": nkeys_a, "payload_bytes": payload,
+               "copy_s": copy_s,
                "copy_mb_s": payload / copy_s / 1e6 if copy_s > 0 else None,
                "replacement_after_kill_s": t_copy0 - t_kill,
                "probe_p99_ms_before": before, "probe_p99_ms_during": during,

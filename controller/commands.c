@@ -764,13 +764,15 @@ in_a_shared_isr(const kv_config *cur, uint32_t node)
 }
 
 /* Commits the failover of a restarted node: its ranges get another in-sync
- * primary and it leaves every ISR, staying active (it is copied again by
- * the primaries). Sets x->resp.node_id. */
+ * primary and it leaves every ISR, keeping its state (active or draining;
+ * it is copied again by the primaries). Sets x->resp.node_id. */
 static int
 restart_failover_locked(kv_controller *c, const kv_config *cur, uint32_t id, struct ctl_ctx *x)
 {
 	kv_place_failover_stats fst;
 	kv_node_state st = KV_NODE_DOWN;
+	const kv_node *was = kv_config_node(cur, id);
+	kv_node_state back = was != NULL ? was->state : KV_NODE_ACTIVE;
 	kv_config *next = NULL;
 	int rv;
 
@@ -783,7 +785,7 @@ restart_failover_locked(kv_controller *c, const kv_config *cur, uint32_t id, str
 	}
 	for (size_t i = 0; i < next->nnodes; i++)
 		if (next->nodes[i].id == id)
-			next->nodes[i].state = KV_NODE_ACTIVE;
+			next->nodes[i].state = back;
 	if ((rv = publish_locked(c, next, "restart", x->msg, sizeof(x->msg))) != KV_OK)
 		return rv;
 	c->failovers_total += fst.failovers;
@@ -791,6 +793,55 @@ restart_failover_locked(kv_controller *c, const kv_config *cur, uint32_t id, str
 	KV_WARN("controller", "node restarted: its ranges failed over, it is copied again",
 	        "node=%u failovers=%u isr_shrinks=%u", id, fst.failovers, fst.shrinks);
 	x->resp.node_id = id;
+	return KV_OK;
+}
+
+/*
+ * Whether a message of node n's process `boot` that says it restarted
+ * (`restarted`) names a restart still to fail over (doc/replication.md
+ * "Failover"): not yet handled by this controller, and the node, active or
+ * draining, is in the ISR of a range with another in-sync member. A
+ * restart that needs nothing (a single copy, a node already taken out of
+ * every shared ISR by a `down`) is marked handled at once.
+ */
+static bool
+restart_unhandled_locked(const kv_config *cur, const kv_node *n, struct ctl_stat *s, bool restarted,
+                         uint64_t boot)
+{
+	if (!restarted || boot == s->restart_done)
+		return false;
+	if ((n->state == KV_NODE_ACTIVE || n->state == KV_NODE_DRAINING) &&
+	    in_a_shared_isr(cur, n->id))
+		return true;
+	s->restart_done = boot;
+	if (s->restart_pending == boot)
+		s->restart_pending = 0;
+	return false;
+}
+
+/* Fails over the restarts that renewals reported before their node's
+ * registration (kv_ctl__cmd_heartbeat): one configuration each. */
+static int
+restarts_locked(kv_controller *c, struct ctl_ctx *x)
+{
+	for (size_t i = 0; i < c->nstats; i++) {
+		struct ctl_stat *s = &c->stats[i];
+		const kv_config *cur = kv_ctl__latest_locked(c);
+		const kv_node *n = kv_config_node(cur, s->id);
+		uint64_t boot = s->restart_pending;
+		int rv;
+		if (boot == 0)
+			continue;
+		if (n == NULL || !restart_unhandled_locked(cur, n, s, true, boot)) {
+			s->restart_pending = 0;
+			continue;
+		}
+		if ((rv = restart_failover_locked(c, cur, s->id, x)) != KV_OK)
+			return rv;
+		s = &c->stats[i];
+		s->restart_done = boot;
+		s->restart_pending = 0;
+	}
 	return KV_OK;
 }
 
@@ -865,23 +916,33 @@ kv_ctl__cmd_register(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 	if ((s = kv_ctl__stat_find_locked(c, n->id, true)) != NULL) {
 		if (s->boot_id != rq->boot_id)
 			s->uptime_ms = 0; /* a new process: unknown until it reports */
-		restarted = s->boot_id != 0 && s->boot_id != rq->boot_id;
+		/* The server says so (Register.restarted); a server that does not
+		 * is known restarted by a boot id this controller saw change. */
+		restarted = restart_unhandled_locked(
+		    cur, n, s, rq->restarted || (s->boot_id != 0 && s->boot_id != rq->boot_id),
+		    rq->boot_id);
 		s->boot_id = rq->boot_id;
 		s->epoch_applied = rq->epoch;
 		s->last_seen_ns = kv_now_ns();
 	}
-	if (restarted && n->state == KV_NODE_ACTIVE && in_a_shared_isr(cur, n->id)) {
+	if (restarted) {
 		/* The process restarted before anyone declared it down. What it
 		 * logs may be behind what its in-sync backups acknowledged (its
 		 * log is synced by its own --fsync mode; an acknowledgement needs
 		 * every ISR member), so it must not lead or count as in sync on
 		 * what it has: the same configuration as a failure and a return
 		 * (doc/replication.md, "Failover"). Its old process is gone, so no
-		 * lease of it can still be running. */
-		if ((rv = restart_failover_locked(c, cur, n->id, x)) != KV_OK)
+		 * lease of it can still be running. It is answered only after
+		 * that configuration, the first it applies. */
+		uint32_t id = n->id;
+		if ((rv = restart_failover_locked(c, cur, id, x)) != KV_OK)
 			return rv;
+		if ((s = kv_ctl__stat_find_locked(c, id, false)) != NULL) {
+			s->restart_done = rq->boot_id;
+			s->restart_pending = 0;
+		}
 		cur = kv_ctl__latest_locked(c);
-		n = kv_config_node(cur, x->resp.node_id);
+		n = kv_config_node(cur, id);
 	}
 	if (n->state == KV_NODE_DOWN) {
 		/* Back before it is answered: a lease is granted to live nodes only. */
@@ -935,9 +996,23 @@ kv_ctl__cmd_heartbeat(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *
 		s->uptime_ms = rq->uptime_ms;
 		s->stats_ns = kv_now_ns();
 	}
+	bool restarted = restart_unhandled_locked(cur, n, s, rq->restarted, rq->boot_id);
 	s->boot_id = rq->boot_id;
 	s->epoch_applied = rq->epoch;
 	s->last_seen_ns = kv_now_ns();
+	if (restarted) {
+		/* A restarted process whose renewal came before its registration
+		 * (it knows its node id from its data dir), or that this leader
+		 * hears from first: no lease until the liveness thread has
+		 * committed its failover, as its registration would
+		 * (doc/replication.md "Failover"). */
+		s->restart_pending = rq->boot_id;
+		pthread_cond_broadcast(&c->pcv);
+		snprintf(x->msg, sizeof(x->msg),
+		         "node %u restarted: its failover is being committed, renew again shortly",
+		         n->id);
+		return KV_EBUSY;
+	}
 	if (n->state == KV_NODE_DOWN) {
 		/* No lease for a node declared down: the liveness thread commits
 		 * its return, and the next renewal after that is granted. */
@@ -1261,6 +1336,8 @@ kv_ctl__live_due_locked(kv_controller *c, uint64_t now)
 
 	free(ids);
 	free(st);
+	for (size_t i = 0; !due && i < c->nstats; i++)
+		due = c->stats[i].restart_pending != 0;
 	return due || repair_due_locked(c, now);
 }
 
@@ -1318,7 +1395,13 @@ kv_ctl__cmd_liveness(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 	memset(&fst, 0, sizeof(fst));
 	if (ids == NULL || st == NULL)
 		goto out;
+	/* Restarts first: a node's return or down below is planned on the
+	 * configuration that took it out of every shared ISR. */
+	if ((rv = restarts_locked(c, x)) != KV_OK)
+		KV_WARN("controller", "restart failover not published, retrying",
+		        "err=%s msg=\"%s\"", kv_errname(rv), x->msg);
 	rv = KV_OK;
+	cur = kv_ctl__latest_locked(c);
 	x->resp.epoch = cur->epoch;
 	if ((k = live_plan_locked(c, now, ids, st)) == 0)
 		goto repair;

@@ -58,6 +58,10 @@
 struct ctl_stat {
 	uint32_t id;                  /* node id */
 	uint64_t boot_id;             /* from Register / Heartbeat */
+	uint64_t restart_pending;     /* boot id of a restart whose failover is still to
+	                                 commit (doc/replication.md "Failover"); 0: none */
+	uint64_t restart_done;        /* boot id of the last restart handled (failed over,
+	                                 or in no shared ISR); 0: none */
 	uint64_t epoch_applied;       /* epoch the node routes with */
 	uint64_t keys, bytes, memory; /* node totals */
 	double ops;                   /* op rate */

@@ -57,6 +57,7 @@ heartbeat(const Shardkv__Heartbeat *h, kv_admin_req *out)
 {
 	out->node_id = h->node_id;
 	out->boot_id = h->boot_id;
+	out->restarted = h->restarted;
 	out->epoch = h->epoch_applied;
 	out->keys = h->keys;
 	out->bytes = h->bytes;
@@ -170,6 +171,7 @@ kv_admin_req_decode(const void *p, size_t n, kv_admin_req *out, char *msg, size_
 		out->join = rq->register_node->join;
 		out->no_rebalance = rq->register_node->no_rebalance;
 		out->boot_id = rq->register_node->boot_id;
+		out->restarted = rq->register_node->restarted;
 		out->cluster_id = rq->register_node->cluster_id;
 		out->epoch = rq->register_node->epoch_applied;
 		break;
@@ -592,6 +594,7 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 		reg.join = r->join;
 		reg.no_rebalance = r->no_rebalance;
 		reg.boot_id = r->boot_id;
+		reg.restarted = r->restarted;
 		if (r->cluster_id)
 			reg.cluster_id = (char *)r->cluster_id;
 		reg.epoch_applied = r->epoch;
@@ -609,6 +612,7 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 		m.heartbeat = &hb;
 		hb.node_id = r->node_id;
 		hb.boot_id = r->boot_id;
+		hb.restarted = r->restarted;
 		hb.epoch_applied = r->epoch;
 		hb.keys = r->keys;
 		hb.bytes = r->bytes;

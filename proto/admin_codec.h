@@ -88,6 +88,8 @@ typedef struct {
 	uint32_t max_configs;   /* watch */
 	const char *cluster_id; /* register; may be NULL */
 	uint64_t boot_id;       /* register, heartbeat */
+	bool restarted; /* register, heartbeat: this process recovered the node from its data
+	                   dir and has had no OK answer to a message carrying this yet */
 	/* heartbeat */
 	size_t nranges;              /* entries in ranges */
 	kv_admin_range_stat *ranges; /* owned array; its bytes are borrowed */

@@ -22,6 +22,7 @@ const char kv_server_usage[] =
     "                      [--threads N] [--store striped|percore] [--fsync always|batch|none]\n"
     "                      [--max-key BYTES] [--max-value BYTES] [--metrics HOSTPORT]\n"
     "                      [--snapshot-bytes N] [--wal-truncate-corrupt] [--auth-token-file F]\n"
+    "                      [--copy-rate MB/S]\n"
     "                      [--tls-cert F --tls-key F --tls-ca F]\n"
     "                      [--log-level debug|info|warn|error|off] [--version] [--help]\n"
     "\n"
@@ -47,6 +48,9 @@ const char kv_server_usage[] =
     "                       (default 65536)\n"
     "  --max-message BYTES  largest request accepted (default 80M, at least 1M)\n"
     "  --max-connections N  connections at once; more are closed (default 4096)\n"
+    "  --copy-rate MB/S     pace the copies this node sends to replicas outside an ISR\n"
+    "                       (catch-up, repair, replacements), all together, in 10^6\n"
+    "                       bytes per second (default 20; 0: unlimited)\n"
     "  Sizes take a K, M or G suffix (powers of 1024).\n"
     "  --metrics HOSTPORT   serve Prometheus text at http://HOSTPORT/metrics, e.g.\n"
     "                       127.0.0.1:9101 (see doc/metrics.md); the server refuses to\n"
@@ -107,8 +111,26 @@ parse_size(const char *s, size_t max, size_t *out)
 	return 0;
 }
 
+/* Parses a decimal number from 0 to max, without a suffix, into *out.
+ * Returns 0 or -1. */
+static int
+parse_count(const char *s, size_t max, size_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (s[0] < '0' || s[0] > '9')
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v > max)
+		return -1;
+	*out = (size_t)v;
+	return 0;
+}
+
 /* Long options without a short letter. */
-enum { OPT_TLS_CERT = 1000, OPT_TLS_KEY, OPT_TLS_CA };
+enum { OPT_TLS_CERT = 1000, OPT_TLS_KEY, OPT_TLS_CA, OPT_COPY_RATE };
 
 int
 kv_server_parse_args(int argc, char **argv, kv_server_args *out, char *err, size_t errlen)
@@ -135,6 +157,7 @@ kv_server_parse_args(int argc, char **argv, kv_server_args *out, char *err, size
 	    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
 	    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
 	    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
+	    {"copy-rate", required_argument, NULL, OPT_COPY_RATE},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -146,6 +169,7 @@ kv_server_parse_args(int argc, char **argv, kv_server_args *out, char *err, size
 
 	memset(a, 0, sizeof(*a));
 	a->cfg.fsync = KV_FSYNC_BATCH;
+	a->cfg.copy_rate_mb_s = KV_SERVER_COPY_RATE_MB_S;
 	a->level = KV_LOG_INFO;
 	if (argc < 1 || argv == NULL)
 		return usage(err, errlen, "no arguments", NULL);
@@ -228,6 +252,12 @@ kv_server_parse_args(int argc, char **argv, kv_server_args *out, char *err, size
 				return usage(err, errlen, "--max-message wants 1M..1G, not",
 				             optarg);
 			a->cfg.max_message = n;
+			break;
+		case OPT_COPY_RATE:
+			if (parse_count(optarg, 100000, &n) != 0)
+				return usage(err, errlen, "--copy-rate wants 0..100000 (MB/s), not",
+				             optarg);
+			a->cfg.copy_rate_mb_s = (uint32_t)n;
 			break;
 		case 'C':
 			if (parse_size(optarg, 1u << 20, &n) != 0)

@@ -314,6 +314,7 @@ do_register(kv_server *s)
 		                   .node_id = atomic_load(&s->node_id),
 		                   .join = s->cfg->join,
 		                   .boot_id = s->boot_id,
+		                   .restarted = atomic_load(&s->restarted),
 		                   .cluster_id = cid,
 		                   .epoch = atomic_load(&s->epoch)};
 		uint64_t sent = kv_now_ns();
@@ -321,6 +322,7 @@ do_register(kv_server *s)
 		if (rv == 0 && r.err == 0 && r.node_id != 0) {
 			uint32_t old = atomic_load(&s->node_id);
 			kv_srv_lease_renewed(s, sent); /* an answered register grants the lease */
+			kv_srv_restart_confirmed(s, rq.restarted);
 			atomic_store(&s->node_id, r.node_id);
 			KV_INFO(COMP, "registered", "node_id=%u epoch=%llu", r.node_id,
 			        (unsigned long long)r.epoch);

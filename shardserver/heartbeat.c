@@ -328,6 +328,7 @@ kv_srv_heartbeat_main(void *arg)
 		kv_admin_req rq = {.op = KV_ADM_HEARTBEAT,
 		                   .node_id = me,
 		                   .boot_id = s->boot_id,
+		                   .restarted = atomic_load(&s->restarted),
 		                   .epoch = atomic_load(&s->epoch),
 		                   .nranges = cache.n,
 		                   .ranges = cache.rs,
@@ -336,12 +337,23 @@ kv_srv_heartbeat_main(void *arg)
 		                   .ops = rate,
 		                   .memory = rss_bytes(),
 		                   .uptime_ms = (kv_now_ns() - s->created_ns) / 1000000u};
-		if (kv_server__ctl_call(s, &rq, &r, 1000) == 0)
+		if (kv_server__ctl_call(s, &rq, &r, 1000) == 0) {
+			if (r.err == KV_OK)
+				kv_srv_restart_confirmed(s, rq.restarted);
 			kv_admin_resp_fini(&r);
+		}
 	}
 	hb_cache_fini(&cache);
 	free(smp);
 	return NULL;
+}
+
+void
+kv_srv_restart_confirmed(kv_server *s, bool said)
+{
+	if (said && atomic_exchange(&s->restarted, false))
+		KV_INFO("server", "restart handled by the controller: no longer saying so",
+		        "node_id=%u", atomic_load(&s->node_id));
 }
 
 void
@@ -396,12 +408,14 @@ kv_srv_lease_main(void *arg)
 			kv_admin_req rq = {.op = KV_ADM_HEARTBEAT,
 			                   .node_id = me,
 			                   .boot_id = s->boot_id,
+			                   .restarted = atomic_load(&s->restarted),
 			                   .epoch = atomic_load(&s->epoch),
 			                   .lease_only = true};
 			uint32_t t = (uint32_t)(s->lease_ns / 2000000u);
 			int rv = kv_server__ctl_call(s, &rq, &r, t ? t : 1);
 			if (rv == KV_OK) {
 				if (r.err == KV_OK) {
+					kv_srv_restart_confirmed(s, rq.restarted);
 					kv_srv_lease_renewed(s, sent);
 					busy_logged = false;
 				} else if (r.err == KV_EPERM) {

@@ -414,6 +414,11 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 		goto err_after_alloc;
 	}
 	atomic_store(&s->node_id, id);
+	/* A node id from the data dir: this process is a restart of that
+	 * node, which may lack records it acknowledged before (its --fsync
+	 * mode). It says so until the controller answers OK, which it does
+	 * only once it took the node out of every ISR it shares. */
+	atomic_store(&s->restarted, id != 0);
 	if (rv == KV_ENOTFOUND && (rv = kv_nodefile_save(cfg->data_dir, 0, "")) != 0) {
 		KV_ERROR(COMP, "cannot write to data dir", "dir=%s err=%s", cfg->data_dir,
 		         kv_strerror(rv));
@@ -501,6 +506,7 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .auth = kv_server__auth(s),
 	                  .arg = s,
 	                  .boot_id = s->boot_id,
+	                  .copy_rate_mb_s = cfg->copy_rate_mb_s,
 	                  .node_id = mig_node_id,
 	                  .epoch = mig_epoch,
 	                  .hurry = repl_hurry,

@@ -47,6 +47,11 @@ typedef struct {
 	size_t max_batch;          /* --max-batch: ops (keys) per request; 0: 65536 */
 	size_t max_message;        /* --max-message: request size bound; 0: KV_RPC_MAX_MSG */
 	unsigned max_connections;  /* --max-connections; 0: 4096 */
+	/* --copy-rate: MB/s (10^6 bytes) of the copies this node sends to
+	 * replicas outside an ISR, all together (doc/replication.md
+	 * "Catch-up"); 0: unlimited (the command line's default is
+	 * KV_SERVER_COPY_RATE_MB_S). */
+	uint32_t copy_rate_mb_s;
 	const char *metrics;       /* --metrics HOST:PORT for /metrics, or NULL: off */
 	unsigned contexts;         /* concurrent requests served; 0: 256 */
 	uint32_t watch_timeout_ms; /* long-poll bound sent to the controller; 0: 1000 */
@@ -83,6 +88,10 @@ typedef struct {
 	enum kv_log_level level;            /* --log-level (default info) */
 	bool help;                          /* --help: print kv_server_usage, exit 0 */
 } kv_server_args;
+
+/* --copy-rate when not given (MB/s; bench/README.md "Paced replica
+ * copies"). */
+#define KV_SERVER_COPY_RATE_MB_S 20u
 
 /* The --help text. */
 extern const char kv_server_usage[];

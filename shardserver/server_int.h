@@ -70,6 +70,10 @@ struct kv_server {
 	size_t max_value;                  /* effective value limit */
 	size_t max_batch;                  /* ops (keys) per request */
 	uint64_t boot_id;                  /* random per start */
+	atomic_bool restarted;             /* this process recovered the node from its
+	                                      data dir and no OK answer to a Register or
+	                                      Heartbeat saying so came yet
+	                                      (doc/replication.md "Failover") */
 	uint64_t created_ns;               /* kv_now_ns() at create: where the uptime that
 	                                      heartbeats report starts (immutable) */
 	atomic_bool hb_now;                /* send the next heartbeat now, not at the
@@ -202,6 +206,11 @@ kv_srv_lease_renewed(kv_server *s, uint64_t sent_ns)
  * not gone. Otherwise writes why into msg. Cheap: two atomic loads and a
  * clock read. */
 bool kv_srv_lease_ok(kv_server *s, char *msg, size_t msglen);
+
+/* An OK answer to a Register or Heartbeat that said (said) the process
+ * restarted: the controller has handled the restart, stop saying so
+ * (heartbeat.c; doc/replication.md "Failover"). */
+void kv_srv_restart_confirmed(kv_server *s, bool said);
 
 /* The controller said the node is gone: stop serving for good (heartbeat.c). */
 void kv_srv_set_gone(kv_server *s, const char *detail);

@@ -277,6 +277,9 @@ struct kv_rs {
 
 	atomic_uint_fast64_t st_batches, st_resends, st_applied, st_refused, st_asks, st_demotions;
 	atomic_uint_fast64_t st_copies, st_copy_recs, st_expand_asks, st_copied, st_diverged;
+	/* env.copy_rate_mb_s: no copy step leaves before this (monotonic); each
+	 * step sent moves it on by its bytes at that rate (copy_charge). */
+	atomic_uint_fast64_t copy_next_ns;
 };
 
 /* ------------------------------------------------------------------------
@@ -842,6 +845,45 @@ job_exists(kv_rs *g, stream *s, uint64_t mid)
 }
 
 /*
+ * --copy-rate (env.copy_rate_mb_s): the copy steps of every stream share
+ * one schedule, g->copy_next_ns. A step is sent only once that time has
+ * come (copy_hold_ms: the stream thread waits on its condition variable,
+ * s->mu released, never asleep with a lock held), and moves the schedule
+ * on by its encoded bytes at the rate, from now or from where it stood if
+ * that is later (time unused is not saved up). So a copy of N bytes takes
+ * at least (N - its last step) / rate; two streams may each send one step
+ * at the same moment.
+ */
+static void
+copy_charge(kv_rs *g, size_t bytes)
+{
+	uint64_t rate = (uint64_t)g->env.copy_rate_mb_s * 1000000u;
+	uint64_t cost, now, old, nv;
+
+	if (rate == 0)
+		return;
+	cost = (uint64_t)((double)bytes * 1e9 / (double)rate);
+	now = kv_now_ns();
+	old = atomic_load(&g->copy_next_ns);
+	do
+		nv = (old > now ? old : now) + cost;
+	while (!atomic_compare_exchange_weak(&g->copy_next_ns, &old, nv));
+}
+
+/* Milliseconds (at least 1) the copy step at s->unsent must wait for the
+ * copy rate; 0: none is due or it may go now. Caller holds s->mu. */
+static unsigned
+copy_hold_ms(stream *s, uint64_t now)
+{
+	uint64_t next;
+
+	if (s->g->env.copy_rate_mb_s == 0 || s->unsent == NULL || s->unsent->kind != ENT_COPY)
+		return 0;
+	next = atomic_load(&s->g->copy_next_ns);
+	return next > now ? (unsigned)((next - now + 999999u) / 1000000u) : 0;
+}
+
+/*
  * Sends the next step of the copy marker at s->unsent (doc/replication.md
  * "Catch-up"): the first step drops the range at the replica and carries
  * the range's exactly-once entries, the next ones its keys and values in
@@ -924,13 +966,16 @@ out:
 	} else {
 		kv_bytes *rb = calloc(a.n ? a.n : 1, sizeof(*rb));
 		bool last = s->copy_dedup && s->copy_cur.done;
+		size_t bytes = 0;
 		if (rb == NULL) {
 			s->copying = NULL;
 			s->need_reset = true;
 			s->retry_ns = kv_now_ns() + RETRY_MS * 1000000ull;
 		} else {
-			for (size_t i = 0; i < a.n; i++)
+			for (size_t i = 0; i < a.n; i++) {
 				rb[i] = (kv_bytes){a.recs[i].data, a.recs[i].len};
+				bytes += a.recs[i].len;
+			}
 			kv_repl_msg r = {.copy = {.set = true,
 			                          .leader_epoch = m->leader_epoch,
 			                          .start = st,
@@ -942,6 +987,7 @@ out:
 			if (last)
 				s->unsent = m->next;
 			atomic_fetch_add(&g->st_copy_recs, a.n);
+			copy_charge(g, bytes);
 			send_locked(s, &r, m, last);
 			free(rb);
 		}
@@ -1396,7 +1442,8 @@ stream_main(void *arg)
 			s->need_reset = false;
 			atomic_fetch_add(&g->st_resends, 1);
 		}
-		if (!s->need_reset && s->unsent && s->inflight < WINDOW) {
+		unsigned hold = copy_hold_ms(s, now);
+		if (!s->need_reset && s->unsent && s->inflight < WINDOW && hold == 0) {
 			if (s->cli == NULL) {
 				pthread_mutex_unlock(&s->mu);
 				int rv = stream_connect(s);
@@ -1435,7 +1482,7 @@ stream_main(void *arg)
 			pthread_mutex_lock(&s->mu);
 			continue;
 		}
-		deadline_in(&ts, POLL_MS);
+		deadline_in(&ts, hold && hold < (unsigned)POLL_MS ? hold : (unsigned)POLL_MS);
 		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 		pthread_mutex_unlock(&s->mu);
 		sweep(g, 0);

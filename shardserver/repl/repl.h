@@ -82,6 +82,10 @@ typedef struct {
 	void *arg;        /* passed to the callbacks */
 	uint32_t wait_ms; /* how long a reply waits for the backups; 0: 3000 */
 	uint64_t boot_id; /* random per start: names this start's streams */
+	/* --copy-rate: MB/s (10^6 bytes) of copy steps this node sends to
+	 * replicas outside the ISR, all copies together (doc/replication.md
+	 * "Catch-up"); 0: unlimited. */
+	uint32_t copy_rate_mb_s;
 	/* This node's id, 0 until registered. */
 	uint32_t (*node_id)(void *arg);
 	/* The last configuration epoch the server applied. */

@@ -205,10 +205,9 @@ a_restarted_backup_rejoins_the_isr_and_writes_go_on(void **state)
 		inproc_cluster_srv_up(&rb, 1);
 		t0 = kv_test_now_ms();
 		/* Registered and serving again, then in every ISR. (The
-		 * controller fails the ranges of a restarted node over when it
-		 * sees the new boot id in its registration; a lease renewal of
-		 * the new process that comes first hides it, so the middle
-		 * range may stay with node 2.) */
+		 * controller fails the ranges of a restarted node over on its
+		 * first registration or renewal, which say it restarted, so the
+		 * middle range goes to node 1; test_restart_inproc.) */
 		srv_wait_ready(rb.srv[1].url, before, READD_MS, NULL);
 		while (!all_in_sync(&rb, 0)) {
 			if (kv_test_now_ms() - t0 > READD_MS) {

@@ -113,3 +113,14 @@ kv_add_test(test_replcut_inproc SOURCES component/test_replcut_inproc.c
 # (doc/replication.md "Failure cases").
 kv_add_test(test_readd_inproc SOURCES component/test_readd_inproc.c
   LIBS kv_inproc_cluster kv_testutil TIMEOUT 180 LABELS concurrency)
+# A restarted server never counts as in sync by accident (doc/replication.md
+# "Failover"): its renewal reaching the controller before its registration,
+# and a controller that restarted before it, still fail its range over and
+# take it out of every ISR; it is copied and rejoins.
+kv_add_test(test_restart_inproc SOURCES component/test_restart_inproc.c
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 180 LABELS concurrency)
+# A replica's copy keeps to its primary's --copy-rate: the join of a
+# replica to a range of 6 MB at 2 MB/s takes at least the copy's bytes at
+# that rate, less one step (a lower bound only).
+kv_add_test(test_copyrate_inproc SOURCES component/test_copyrate_inproc.c
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)
