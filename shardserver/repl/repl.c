@@ -181,6 +181,9 @@ struct stream {
 	uint64_t copy_logged;         /* thread: the marker whose copy was last logged */
 	diverged *div;                /* ranges to have the backup leave the ISR of */
 	uint64_t div_ns;              /* no removal request before this (monotonic) */
+	diverged *unfence;            /* ranges whose fence (this backup) answered the end in
+	                                 sync: ask the controller to end the fence */
+	uint64_t unfence_ns;          /* no unfence request before this (monotonic) */
 	uint64_t expand_ns;           /* thread: next expand check (monotonic) */
 	/* Whether the commit point waits for this backup: it is in the ISR of
 	 * a range this node leads, or about to join one (an expand). */
@@ -229,7 +232,22 @@ typedef struct {
 	uint32_t ncatch;                    /* this node leads it: replicas outside the ISR being
 	                                       copied (tab_lock write to change) */
 	stream *catch[KV_MAX_REPLICAS];     /* ... their streams */
+	uint32_t fence;                     /* the transfer fence (Range.fence); 0: none */
 } route;
+
+/* A range this node led and another primary now leads, with this node in its
+ * ISR (a primary transfer, doc/replication.md "Primary transfer"): whether
+ * the new primary had every record of it when this node applied the
+ * configuration (clean), which decides this node's answer to the new
+ * primary's end. Listed in kv_rs.demos (in_mu). */
+typedef struct demo {
+	struct demo *next;
+	kv_buf start, end;     /* the range in that configuration */
+	uint32_t primary;      /* its new primary */
+	uint64_t leader_epoch; /* its new leader epoch */
+	bool clean;            /* nothing of it was outstanding on the stream to primary */
+	uint64_t mark;         /* that stream's watermark then (for the log) */
+} demo;
 
 /* A primary this node backs up. */
 typedef struct {
@@ -268,15 +286,18 @@ struct kv_rs {
 	 * demotion; 0: none. Written by the configuration thread only. */
 	atomic_uint_fast64_t fence_ns;
 
-	pthread_mutex_t in_mu; /* protects src and the backup-side counters */
+	pthread_mutex_t in_mu; /* protects src, demos and the backup-side counters */
 	pthread_cond_t in_cv;  /* a batch was applied */
 	insrc src[MAX_SOURCES];
+	demo *demos; /* ranges this node lost to a primary transfer, still current */
+	size_t ndemos;
 
 	pthread_mutex_t wmu; /* protects waiters */
 	waiter *waiters;
 
 	atomic_uint_fast64_t st_batches, st_resends, st_applied, st_refused, st_asks, st_demotions;
 	atomic_uint_fast64_t st_copies, st_copy_recs, st_expand_asks, st_copied, st_diverged;
+	atomic_uint_fast64_t st_clean_demos, st_unclean_demos, st_ends_in_sync, st_unfence_asks;
 };
 
 /* ------------------------------------------------------------------------
@@ -425,13 +446,36 @@ kv_rs_notify(kv_rs *g, uint64_t lsn, kv_wal_done_fn done, void *arg)
 static void
 div_free_all(stream *s)
 {
-	while (s->div) {
-		diverged *d = s->div;
-		s->div = d->next;
-		kv_buf_fini(&d->start);
-		kv_buf_fini(&d->end);
-		free(d);
+	for (int k = 0; k < 2; k++) {
+		diverged **l = k ? &s->unfence : &s->div;
+		while (*l) {
+			diverged *d = *l;
+			*l = d->next;
+			kv_buf_fini(&d->start);
+			kv_buf_fini(&d->end);
+			free(d);
+		}
 	}
+}
+
+/* A new entry for [m's range) at m's leader epoch, or NULL when out of
+ * memory. */
+static diverged *
+div_new(const entry *m)
+{
+	diverged *d = calloc(1, sizeof(*d));
+
+	if (d == NULL || kv_buf_set(&d->start, m->data, m->slen) != 0 ||
+	    kv_buf_set(&d->end, m->data + m->slen, m->plen) != 0) {
+		if (d) {
+			kv_buf_fini(&d->start);
+			kv_buf_fini(&d->end);
+		}
+		free(d);
+		return NULL;
+	}
+	d->leader_epoch = m->leader_epoch;
+	return d;
 }
 
 /* Appends e to s's queue. Caller holds s->mu. */
@@ -583,15 +627,10 @@ marker_done_locked(stream *s, entry *m, bool div)
 	if (m->kind == ENT_END) {
 		if (div) {
 			/* Keeps s->unreconciled up until the backup leaves the ISR. */
-			diverged *d = calloc(1, sizeof(*d));
-			if (d == NULL || kv_buf_set(&d->start, m->data, m->slen) != 0 ||
-			    kv_buf_set(&d->end, m->data + m->slen, m->plen) != 0) {
-				if (d)
-					kv_buf_fini(&d->start);
-				free(d);
+			diverged *d = div_new(m);
+			if (d == NULL) {
 				atomic_fetch_sub(&s->unreconciled, 1);
 			} else {
-				d->leader_epoch = m->leader_epoch;
 				d->next = s->div;
 				s->div = d;
 				s->div_ns = 0;
@@ -605,6 +644,27 @@ marker_done_locked(stream *s, entry *m, bool div)
 			        (unsigned long long)m->end_lsn);
 		} else {
 			atomic_fetch_sub(&s->unreconciled, 1);
+			if (m->old_primary == s->node) {
+				/* The old primary itself, kept as the transfer fence, had
+				 * exactly this node's records of the range: it stays in the
+				 * ISR and the fence may end (doc/replication.md "Primary
+				 * transfer"). Out of memory the fence stays (the range is not
+				 * moved again) until the old primary leaves the ISR. */
+				diverged *d = div_new(m);
+				atomic_fetch_add(&s->g->st_ends_in_sync, 1);
+				if (d != NULL) {
+					d->next = s->unfence;
+					s->unfence = d;
+					s->unfence_ns = 0;
+				}
+				KV_INFO(
+				    COMP,
+				    "old primary answered this primary's end in sync: it stays in "
+				    "the ISR without a copy",
+				    "node=%u leader_epoch=%llu end_lsn=%llu", s->node,
+				    (unsigned long long)m->leader_epoch,
+				    (unsigned long long)m->end_lsn);
+			}
 		}
 	} else {
 		atomic_fetch_add(&s->g->st_copied, 1);
@@ -988,22 +1048,28 @@ asks_add(ask_list *l, const kv_buf *start, const kv_buf *end, uint64_t leader_ep
 	l->n++;
 }
 
-/* Sends IsrChange{add} (add) or {remove} of s's node for every range of l,
- * counting each in *count and logging msg, then frees l. Called with no
- * lock held. Returns whether the controller refused one for this
- * configuration (KV_ESTALE or KV_EINVAL). */
+/* What asks_send asks for. */
+enum { ASK_REMOVE, ASK_ADD, ASK_UNFENCE };
+
+/* Sends IsrChange{add} (ASK_ADD), {remove} (ASK_REMOVE) or {unfence}
+ * (ASK_UNFENCE) of s's node for every range of l, counting each in *count
+ * and logging msg, then frees l. Called with no lock held. Returns whether
+ * the controller refused one for this configuration (KV_ESTALE or
+ * KV_EINVAL). */
 static bool
-asks_send(stream *s, ask_list *l, bool add, atomic_uint_fast64_t *count, const char *msg)
+asks_send(stream *s, ask_list *l, int kind, atomic_uint_fast64_t *count, const char *msg)
 {
 	kv_rs *g = s->g;
-	bool refused = false;
+	bool refused = false, add = kind != ASK_REMOVE;
 
 	for (size_t i = 0; i < l->n; i++) {
 		isr_ask *a = &l->v[i];
 		kv_bytes st = {a->start.data, a->start.len};
 		kv_bytes en = {a->end.data, a->end.len};
 		int (*fn)(void *, const kv_bytes *, const kv_bytes *, uint64_t, uint32_t) =
-		    add ? g->env.isr_add : g->env.isr_remove;
+		    kind == ASK_ADD      ? g->env.isr_add
+		    : kind == ASK_REMOVE ? g->env.isr_remove
+		                         : g->env.isr_unfence;
 		int rv = fn ? fn(g->env.arg, &st, &en, a->leader_epoch, s->node) : KV_EINVAL;
 		atomic_fetch_add(count, 1);
 		if (add)
@@ -1043,7 +1109,7 @@ ask_shrink(stream *s)
 			asks_add(&l, &r->start, &r->end, r->leader_epoch);
 	}
 	pthread_rwlock_unlock(&g->tab_lock);
-	refused = asks_send(s, &l, false, &g->st_asks,
+	refused = asks_send(s, &l, ASK_REMOVE, &g->st_asks,
 	                    "in-sync backup silent: asked the controller to shrink the ISR");
 	/* A replica about to join an ISR that went silent: count it no more. */
 	pthread_rwlock_rdlock(&g->tab_lock);
@@ -1261,7 +1327,7 @@ again:
 		wr = true;
 		goto again;
 	}
-	asks_send(s, &l, true, &g->st_expand_asks,
+	asks_send(s, &l, ASK_ADD, &g->st_expand_asks,
 	          "replica caught up: asked the controller to add it to the ISR");
 }
 
@@ -1348,8 +1414,103 @@ ask_diverged(stream *s)
 	pthread_rwlock_unlock(&g->tab_lock);
 	s->div_ns = kv_now_ns() + ASK_AGAIN_MS * 1000000ull;
 	pthread_mutex_unlock(&s->mu);
-	asks_send(s, &l, false, &s->g->st_asks,
+	asks_send(s, &l, ASK_REMOVE, &s->g->st_asks,
 	          "diverged backup: asked the controller to take it out of the ISR");
+}
+
+/* The part of [as, ae) within [bs, be) (they overlap): *st, *en point at
+ * bounds of either. */
+static void
+intersect(const kv_buf *as, const kv_buf *ae, const kv_buf *bs, const kv_buf *be, const kv_buf **st,
+          const kv_buf **en)
+{
+	*st = kv_key_cmp(as->data, as->len, bs->data, bs->len) >= 0 ? as : bs;
+	*en = ae->len == 0   ? be
+	      : be->len == 0 ? ae
+	                     : (kv_key_cmp(ae->data, ae->len, be->data, be->len) <= 0 ? ae : be);
+}
+
+/* Whether route r, led here by me, still has s's backup as the fence of
+ * the transfer that entry d names. */
+static bool
+fence_of(const route *r, uint32_t me, const stream *s, const diverged *d)
+{
+	bool member = false;
+
+	for (uint32_t b = 0; b < r->nbackups; b++)
+		member |= r->backups[b] == s;
+	return member && r->primary == me && r->fence == s->node &&
+	       r->leader_epoch == d->leader_epoch &&
+	       overlap(&r->start, &r->end, &d->start, &d->end);
+}
+
+/*
+ * The old primary, kept as the transfer fence, answered this node's end in
+ * sync: asks the controller to end the fence (IsrChange{unfence}, again
+ * every ASK_AGAIN_MS until a configuration without it arrives), for the
+ * parts still led here with that fence. An entry no route needs any more is
+ * forgotten. When the controller refuses (the member left the ISR, or the
+ * range changed meanwhile), the entry becomes a diverged one: the member
+ * leaves the ISR and is copied, as before this check existed. Called by the
+ * stream thread with no lock held.
+ */
+static void
+ask_unfence(stream *s)
+{
+	kv_rs *g = s->g;
+	uint32_t me = g->env.node_id(g->env.arg);
+	ask_list l = {0};
+	bool refused;
+
+	pthread_rwlock_rdlock(&g->tab_lock);
+	pthread_mutex_lock(&s->mu);
+	for (diverged **pp = &s->unfence; *pp;) {
+		diverged *d = *pp;
+		bool still = false;
+		for (size_t k = 0; k < g->nroutes; k++) {
+			const route *r = &g->routes[k];
+			const kv_buf *st, *en;
+			if (!fence_of(r, me, s, d))
+				continue;
+			still = true;
+			intersect(&r->start, &r->end, &d->start, &d->end, &st, &en);
+			asks_add(&l, st, en, d->leader_epoch);
+		}
+		if (still) {
+			pp = &d->next;
+			continue;
+		}
+		*pp = d->next;
+		kv_buf_fini(&d->start);
+		kv_buf_fini(&d->end);
+		free(d);
+	}
+	s->unfence_ns = kv_now_ns() + ASK_AGAIN_MS * 1000000ull;
+	pthread_mutex_unlock(&s->mu);
+	pthread_rwlock_unlock(&g->tab_lock);
+	if (l.n == 0) {
+		free(l.v);
+		return;
+	}
+	refused = asks_send(s, &l, ASK_UNFENCE, &g->st_unfence_asks,
+	                    "old primary in sync: asked the controller to end the transfer fence");
+	if (!refused)
+		return;
+	/* Today's path: the fence leaves the ISR (ask_diverged forgets what is
+	 * obsolete) and is copied again. */
+	pthread_rwlock_rdlock(&g->tab_lock);
+	pthread_mutex_lock(&s->mu);
+	while (s->unfence) {
+		diverged *d = s->unfence;
+		s->unfence = d->next;
+		d->next = s->div;
+		s->div = d;
+		s->div_ns = 0;
+		atomic_fetch_add(&s->unreconciled, 1);
+		atomic_fetch_add(&g->st_diverged, 1);
+	}
+	pthread_mutex_unlock(&s->mu);
+	pthread_rwlock_unlock(&g->tab_lock);
 }
 
 static void *
@@ -1420,6 +1581,12 @@ stream_main(void *arg)
 		if (s->div != NULL && now >= s->div_ns) {
 			pthread_mutex_unlock(&s->mu);
 			ask_diverged(s);
+			pthread_mutex_lock(&s->mu);
+			continue;
+		}
+		if (s->unfence != NULL && now >= s->unfence_ns) {
+			pthread_mutex_unlock(&s->mu);
+			ask_unfence(s);
 			pthread_mutex_lock(&s->mu);
 			continue;
 		}
@@ -1742,6 +1909,151 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 	}
 }
 
+static void
+demo_free(demo *d)
+{
+	kv_buf_fini(&d->start);
+	kv_buf_fini(&d->end);
+	free(d);
+}
+
+#define MAX_DEMOS 1024u /* transfers remembered; past that, the oldest is diverged */
+
+/*
+ * The primary transfers in configuration nr (doc/replication.md "Primary
+ * transfer"): for each range another node q now leads, keeping this node in
+ * its ISR, where every part was led here with q in sync, records whether
+ * the transfer is clean: the stream to q has nothing outstanding (every
+ * record it carried is acknowledged, no end or copy unanswered, no record it
+ * could not take, q diverged on nothing). Then q applied every record this
+ * node logged for the range before q took the range over (a record of the
+ * old leader epoch that q acknowledged was applied before q applied the
+ * new configuration: q refuses it afterwards), and from this moment this
+ * node writes nothing of the range (kv_rs_write_begin refuses it): both
+ * hold the same records of it. Records no current range needs are
+ * forgotten. Caller holds in_mu and tab_lock for writing (no write is
+ * between its apply and its log append), old being the routes before nr.
+ */
+static void
+demos_note_locked(kv_rs *g, const route *old, size_t oldn, const route *nr, size_t n, uint32_t me)
+{
+	for (demo **pp = &g->demos; *pp;) {
+		demo *d = *pp;
+		bool still = false;
+		for (size_t k = 0; k < n && !still; k++)
+			still = nr[k].primary == d->primary &&
+			        nr[k].leader_epoch == d->leader_epoch &&
+			        overlap(&nr[k].start, &nr[k].end, &d->start, &d->end);
+		if (still) {
+			pp = &d->next;
+			continue;
+		}
+		*pp = d->next;
+		demo_free(d);
+		g->ndemos--;
+	}
+	for (size_t k = 0; k < n && old != NULL; k++) {
+		const route *t = &nr[k];
+		bool mine = false, clean = true, in = false;
+		stream *q = NULL;
+		uint64_t mark = 0;
+		if (t->primary == me || t->primary == 0 || t->nreplicas < 2)
+			continue;
+		for (uint32_t i = 0; i < t->ninsync; i++)
+			in |= t->insync[i] == me;
+		for (size_t o = 0; o < oldn; o++) {
+			const route *r = &old[o];
+			bool with = false;
+			if (!overlap(&r->start, &r->end, &t->start, &t->end))
+				continue;
+			if (r->primary != me) {
+				clean = false; /* part of it came from another primary */
+				continue;
+			}
+			mine = true;
+			for (uint32_t b = 0; b < r->nbackups; b++)
+				if (r->backups[b]->node == t->primary) {
+					with = true;
+					q = r->backups[b];
+				}
+			clean &= with && r->leader_epoch < t->leader_epoch;
+		}
+		if (!mine || !in)
+			continue;
+		if (q != NULL && clean) {
+			pthread_mutex_lock(&q->mu);
+			clean = q->unacked == NULL && atomic_load(&q->hole) == 0 &&
+			        atomic_load(&q->unreconciled) == 0 && q->div == NULL &&
+			        atomic_load(&q->counts);
+			mark = q->acked_lsn;
+			pthread_mutex_unlock(&q->mu);
+		}
+		clean &= q != NULL;
+		atomic_fetch_add(clean ? &g->st_clean_demos : &g->st_unclean_demos, 1);
+		KV_INFO(COMP,
+		        clean ? "range handed to another primary with nothing outstanding: this "
+		                "node stays in sync"
+		              : "range handed to another primary with records outstanding: this "
+		                "node will be copied again",
+		        "primary=%u leader_epoch=%llu acked_lsn=%llu", t->primary,
+		        (unsigned long long)t->leader_epoch, (unsigned long long)mark);
+		demo *d = calloc(1, sizeof(*d));
+		if (d == NULL || kv_buf_set(&d->start, t->start.data, t->start.len) != 0 ||
+		    kv_buf_set(&d->end, t->end.data, t->end.len) != 0) {
+			if (d)
+				demo_free(d);
+			continue; /* unknown: the end is answered diverged */
+		}
+		d->primary = t->primary;
+		d->leader_epoch = t->leader_epoch;
+		d->clean = clean;
+		d->mark = mark;
+		d->next = g->demos;
+		g->demos = d;
+		if (++g->ndemos > MAX_DEMOS) {
+			/* The oldest goes (its end is then answered diverged). */
+			demo **lp = &g->demos;
+			while ((*lp)->next)
+				lp = &(*lp)->next;
+			demo_free(*lp);
+			*lp = NULL;
+			g->ndemos--;
+		}
+	}
+}
+
+/* Whether this node's own records of route t (led by `from` at
+ * leader_epoch, from a primary transfer away from this node) are exactly
+ * from's: every part of t is covered by a clean transfer record, none by an
+ * unclean one. Caller holds in_mu and tab_lock. */
+static bool
+demo_in_sync(const kv_rs *g, const route *t, uint32_t from, uint64_t leader_epoch)
+{
+	const kv_buf *pos = &t->start;
+
+	for (const demo *d = g->demos; d; d = d->next)
+		if (!d->clean && d->primary == from && d->leader_epoch == leader_epoch &&
+		    overlap(&d->start, &d->end, &t->start, &t->end))
+			return false;
+	for (size_t guard = 0; guard <= g->ndemos; guard++) {
+		const demo *hit = NULL;
+		for (const demo *d = g->demos; d && hit == NULL; d = d->next)
+			if (d->clean && d->primary == from && d->leader_epoch == leader_epoch &&
+			    kv_key_cmp(d->start.data, d->start.len, pos->data, pos->len) <= 0 &&
+			    (d->end.len == 0 ||
+			     kv_key_cmp(pos->data, pos->len, d->end.data, d->end.len) < 0))
+				hit = d;
+		if (hit == NULL)
+			return false;
+		if (hit->end.len == 0 ||
+		    (t->end.len != 0 &&
+		     kv_key_cmp(hit->end.data, hit->end.len, t->end.data, t->end.len) >= 0))
+			return true;
+		pos = &hit->end;
+	}
+	return false;
+}
+
 /*
  * A configuration that gives part of a range this node led to another
  * primary (a cut: `move` or the balancer's transfer of part of a range,
@@ -1859,6 +2171,7 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		}
 		t->primary = r->node;
 		t->leader_epoch = r->leader_epoch;
+		t->fence = r->fence;
 		t->ninsync = kv_range_ninsync(r);
 		for (uint32_t j = 0; j < t->ninsync && j < KV_MAX_REPLICAS; j++)
 			t->insync[j] = kv_range_insync(r, j);
@@ -1913,6 +2226,9 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	pthread_rwlock_wrlock(&g->tab_lock);
 	old = g->routes;
 	oldn = g->nroutes;
+	/* Before anything is dropped from the queues or queued on them. */
+	if (me != 0)
+		demos_note_locked(g, old, oldn, nr, c->nranges, me);
 	/* An ISR that falls below M: the writes in flight fail (timeout-class:
 	 * they may have been applied), set before the members that left stop
 	 * holding up the commit point. */
@@ -2265,6 +2581,18 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 			 * primary lacks, or lack some it has. */
 			uint64_t mine = applied_from(g, m->end.old_primary);
 			div = mine == 0 || m->end.end_lsn == 0 || mine != m->end.end_lsn;
+			if (m->end.old_primary == me) {
+				/* This node is the old primary (a primary transfer): it
+				 * applied none of its own records from a stream, but when
+				 * nothing of the range was outstanding on its stream to the
+				 * new primary as it applied the transfer, both hold the same
+				 * records (demos_note_locked). An end_lsn of 0 means the new
+				 * primary applied nothing of this node since it started. */
+				const route *t = find_route(g, m->end.start.p, m->end.start.len);
+				div = t == NULL || m->end.end_lsn == 0 ||
+				      !demo_in_sync(g, t, m->from_node, m->end.leader_epoch);
+				mine = div ? 0 : m->end.end_lsn;
+			}
 			KV_INFO(COMP, "new primary's end of the previous leader epoch",
 			        "from=%u old_primary=%u end_lsn=%llu mine=%llu diverged=%d",
 			        m->from_node, m->end.old_primary,
@@ -2376,6 +2704,11 @@ kv_rs_destroy(kv_rs *g)
 		free(s);
 	}
 	routes_free(g->routes, g->nroutes);
+	while (g->demos) {
+		demo *d = g->demos;
+		g->demos = d->next;
+		demo_free(d);
+	}
 	while (g->jobs) {
 		job *j = g->jobs;
 		g->jobs = j->next;
@@ -2415,4 +2748,8 @@ kv_rs_stats_get(kv_rs *g, kv_rs_stats *st)
 	st->copy_recs = atomic_load(&g->st_copy_recs);
 	st->expand_asks = atomic_load(&g->st_expand_asks);
 	st->diverged = atomic_load(&g->st_diverged);
+	st->clean_demotions = atomic_load(&g->st_clean_demos);
+	st->unclean_demotions = atomic_load(&g->st_unclean_demos);
+	st->ends_in_sync = atomic_load(&g->st_ends_in_sync);
+	st->unfence_asks = atomic_load(&g->st_unfence_asks);
 }
