@@ -233,6 +233,10 @@ typedef struct {
 	                                       copied (tab_lock write to change) */
 	stream *catch[KV_MAX_REPLICAS];     /* ... their streams */
 	uint32_t fence;                     /* the transfer fence (Range.fence); 0: none */
+	/* The lsn of the last record of the range queued on its streams, under
+	 * this routing table or an earlier one (written by the tap under the
+	 * log's mutex; carried over to the next table under tab_lock write). */
+	atomic_uint_fast64_t last_lsn;
 } route;
 
 /* A range this node led and another primary now leads, with this node in its
@@ -529,8 +533,9 @@ push_marker_locked(stream *s, int kind, const kv_buf *start, const kv_buf *end,
 static void
 tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 {
-	const route *r = arg;
+	route *r = arg;
 
+	atomic_store_explicit(&r->last_lsn, lsn, memory_order_relaxed);
 	for (uint32_t i = 0; i < r->nbackups + r->ncatch; i++) {
 		stream *s = i < r->nbackups ? r->backups[i] : r->catch[i - r->nbackups];
 		entry *e;
@@ -1923,9 +1928,11 @@ demo_free(demo *d)
  * The primary transfers in configuration nr (doc/replication.md "Primary
  * transfer"): for each range another node q now leads, keeping this node in
  * its ISR, where every part was led here with q in sync, records whether
- * the transfer is clean: the stream to q has nothing outstanding (every
- * record it carried is acknowledged, no end or copy unanswered, no record it
- * could not take, q diverged on nothing). Then q applied every record this
+ * the transfer is clean: the stream to q has nothing of the range
+ * outstanding (every entry queued up to the range's last record is
+ * acknowledged: records, ends and copies; no record up to it that the queue
+ * could not take; q diverged on nothing and has no end unanswered). Then q
+ * applied every record this
  * node logged for the range before q took the range over (a record of the
  * old leader epoch that q acknowledged was applied before q applied the
  * new configuration: q refuses it afterwards), and from this moment this
@@ -1961,6 +1968,7 @@ demos_note_locked(kv_rs *g, const route *old, size_t oldn, const route *nr, size
 			continue;
 		for (uint32_t i = 0; i < t->ninsync; i++)
 			in |= t->insync[i] == me;
+		uint64_t last = 0; /* the range's last record queued */
 		for (size_t o = 0; o < oldn; o++) {
 			const route *r = &old[o];
 			bool with = false;
@@ -1971,6 +1979,9 @@ demos_note_locked(kv_rs *g, const route *old, size_t oldn, const route *nr, size
 				continue;
 			}
 			mine = true;
+			uint64_t l = atomic_load_explicit(&r->last_lsn, memory_order_relaxed);
+			if (l > last)
+				last = l;
 			for (uint32_t b = 0; b < r->nbackups; b++)
 				if (r->backups[b]->node == t->primary) {
 					with = true;
@@ -1981,10 +1992,19 @@ demos_note_locked(kv_rs *g, const route *old, size_t oldn, const route *nr, size
 		if (!mine || !in)
 			continue;
 		if (q != NULL && clean) {
+			/* Every entry queued up to the range's last record is
+			 * acknowledged: the first unacknowledged one is a later
+			 * record, or a marker queued after it (a marker's lsn is the
+			 * last record queued before it; the watermark never passes a
+			 * live marker). Records of other ranges queued later may be
+			 * outstanding. */
 			pthread_mutex_lock(&q->mu);
-			clean = q->unacked == NULL && atomic_load(&q->hole) == 0 &&
-			        atomic_load(&q->unreconciled) == 0 && q->div == NULL &&
-			        atomic_load(&q->counts);
+			const entry *e = q->unacked;
+			uint64_t h = atomic_load(&q->hole);
+			bool marker = e != NULL && (e->kind == ENT_COPY || e->kind == ENT_END);
+			clean = (e == NULL || (marker ? e->lsn >= last : e->lsn > last)) &&
+			        (h == 0 || h > last) && atomic_load(&q->unreconciled) == 0 &&
+			        q->div == NULL && atomic_load(&q->counts);
 			mark = q->acked_lsn;
 			pthread_mutex_unlock(&q->mu);
 		}
@@ -2229,6 +2249,24 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	/* Before anything is dropped from the queues or queued on them. */
 	if (me != 0)
 		demos_note_locked(g, old, oldn, nr, c->nranges, me);
+	/* Each range's last record queued, from the routes its records were
+	 * queued under (no write is in its tap now). */
+	for (size_t k = 0, o = 0; k < c->nranges; k++) {
+		/* Both tables are sorted by start, their ranges disjoint. */
+		while (o < oldn && old[o].end.len != 0 &&
+		       kv_key_cmp(old[o].end.data, old[o].end.len, nr[k].start.data,
+		                  nr[k].start.len) <= 0)
+			o++;
+		for (size_t j = o; j < oldn; j++) {
+			if (nr[k].end.len != 0 && kv_key_cmp(old[j].start.data, old[j].start.len,
+			                                     nr[k].end.data, nr[k].end.len) >= 0)
+				break;
+			uint64_t l = atomic_load_explicit(&old[j].last_lsn, memory_order_relaxed);
+			if (l > atomic_load_explicit(&nr[k].last_lsn, memory_order_relaxed) &&
+			    overlap(&old[j].start, &old[j].end, &nr[k].start, &nr[k].end))
+				atomic_store_explicit(&nr[k].last_lsn, l, memory_order_relaxed);
+		}
+	}
 	/* An ISR that falls below M: the writes in flight fail (timeout-class:
 	 * they may have been applied), set before the members that left stop
 	 * holding up the commit point. */
