@@ -250,7 +250,7 @@ typedef struct demo {
 	uint32_t primary;      /* its new primary */
 	uint64_t leader_epoch; /* its new leader epoch */
 	bool clean;            /* nothing of it was outstanding on the stream to primary */
-	uint64_t mark;         /* that stream's watermark then (for the log) */
+	uint64_t mark;         /* that stream's watermark then; 0: nothing acknowledged */
 } demo;
 
 /* A primary this node backs up. */
@@ -2045,9 +2045,12 @@ demos_note_locked(kv_rs *g, const route *old, size_t oldn, const route *nr, size
 /* Whether this node's own records of route t (led by `from` at
  * leader_epoch, from a primary transfer away from this node) are exactly
  * from's: every part of t is covered by a clean transfer record, none by an
- * unclean one. Caller holds in_mu and tab_lock. */
+ * unclean one. end_lsn is from's end (0: it applied no record of this node
+ * since it started, or since a copy from it): a record whose stream to from
+ * had an acknowledgement (mark) then says from restarted since, and does
+ * not count. Caller holds in_mu and tab_lock. */
 static bool
-demo_in_sync(const kv_rs *g, const route *t, uint32_t from, uint64_t leader_epoch)
+demo_in_sync(const kv_rs *g, const route *t, uint32_t from, uint64_t leader_epoch, uint64_t end_lsn)
 {
 	const kv_buf *pos = &t->start;
 
@@ -2058,7 +2061,8 @@ demo_in_sync(const kv_rs *g, const route *t, uint32_t from, uint64_t leader_epoc
 	for (size_t guard = 0; guard <= g->ndemos; guard++) {
 		const demo *hit = NULL;
 		for (const demo *d = g->demos; d && hit == NULL; d = d->next)
-			if (d->clean && d->primary == from && d->leader_epoch == leader_epoch &&
+			if (d->clean && (end_lsn != 0 || d->mark == 0) && d->primary == from &&
+			    d->leader_epoch == leader_epoch &&
 			    kv_key_cmp(d->start.data, d->start.len, pos->data, pos->len) <= 0 &&
 			    (d->end.len == 0 ||
 			     kv_key_cmp(pos->data, pos->len, d->end.data, d->end.len) < 0))
@@ -2624,11 +2628,11 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 				 * applied none of its own records from a stream, but when
 				 * nothing of the range was outstanding on its stream to the
 				 * new primary as it applied the transfer, both hold the same
-				 * records (demos_note_locked). An end_lsn of 0 means the new
-				 * primary applied nothing of this node since it started. */
+				 * records (demos_note_locked). */
 				const route *t = find_route(g, m->end.start.p, m->end.start.len);
-				div = t == NULL || m->end.end_lsn == 0 ||
-				      !demo_in_sync(g, t, m->from_node, m->end.leader_epoch);
+				div =
+				    t == NULL || !demo_in_sync(g, t, m->from_node,
+				                               m->end.leader_epoch, m->end.end_lsn);
 				mine = div ? 0 : m->end.end_lsn;
 			}
 			KV_INFO(COMP, "new primary's end of the previous leader epoch",

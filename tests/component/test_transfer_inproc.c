@@ -131,10 +131,29 @@ wait_unfenced(inproc_cluster *c, uint32_t to)
 	}
 }
 
+/* The index of node's server (node ids follow the order the servers
+ * registered in, not the order they started in). */
+static int
+idx_of(inproc_cluster *c, uint32_t node)
+{
+	kv_config *cfg = inproc_cluster_config(c);
+	assert_non_null(cfg);
+	const kv_node *nd = kv_config_node(cfg, node);
+	assert_non_null(nd);
+	for (int i = 0; i < NSRV; i++)
+		if (strcmp(c->srv[i].url, nd->address) == 0) {
+			kv_config_free(cfg);
+			return i;
+		}
+	kv_config_free(cfg);
+	fail_msg("no server has node %u's address", node);
+	return -1;
+}
+
 static const char *
 url_of(inproc_cluster *c, uint32_t node)
 {
-	return c->srv[node - 1].url;
+	return c->srv[idx_of(c, node)].url;
 }
 
 static void
@@ -168,8 +187,8 @@ a_transfer_with_nothing_in_flight_keeps_the_old_primary_in_sync_without_a_copy(v
 	assert_true(kv_range_has_replica(&cfg->ranges[0], p, true));
 	assert_true(cfg->epoch > epoch);
 	kv_config_free(cfg);
-	assert_int_equal(srv_metric((int)p - 1, "shardkv_replica_transfers_clean_total"), 1);
-	assert_int_equal(srv_metric((int)p - 1, "shardkv_replica_transfers_unclean_total"), 0);
+	assert_int_equal(srv_metric(idx_of(c, p), "shardkv_replica_transfers_clean_total"), 1);
+	assert_int_equal(srv_metric(idx_of(c, p), "shardkv_replica_transfers_unclean_total"), 0);
 	char m[1 << 15];
 	inproc_cluster_scrape_metrics(c, m, sizeof(m));
 	assert_true(kv_http_sample(m, "shardkv_controller_fences_in_sync_total") >= 1);
@@ -184,11 +203,11 @@ a_transfer_with_nothing_in_flight_keeps_the_old_primary_in_sync_without_a_copy(v
 		res1 r = do_get(url_of(c, q), key);
 		assert_int_equal(r.status, 0);
 		assert_string_equal(r.value, val);
-		assert_true(inproc_srv_holds(c->srv[p - 1].s, key, val));
+		assert_true(inproc_srv_holds(c->srv[idx_of(c, p)].s, key, val));
 	}
 	res1 r = do_put(url_of(c, q), "t:after", "w", 41, ++reqid);
 	assert_int_equal(r.status, 0);
-	assert_true(inproc_srv_holds(c->srv[p - 1].s, "t:after", "w"));
+	assert_true(inproc_srv_holds(c->srv[idx_of(c, p)].s, "t:after", "w"));
 
 	/* Nothing stands in the way of moving the role straight back. */
 	assert_int_equal(move_to(c, p, &epoch), KV_OK);
@@ -275,7 +294,7 @@ a_transfer_with_records_outstanding_copies_the_old_primary_again(void **state)
 	 * stream to the new primary (almost always the first). */
 	int k;
 	for (k = 0; k < TRIES; k++) {
-		uint64_t copies_q = copies((int)q - 1);
+		uint64_t copies_q = copies(idx_of(c, q));
 		unsigned ok0 = oks(w);
 		for (uint64_t t0 = kv_test_now_ms(); oks(w) < ok0 + 200;) {
 			if (kv_test_now_ms() - t0 > DEADLINE)
@@ -291,14 +310,14 @@ a_transfer_with_records_outstanding_copies_the_old_primary_again(void **state)
 		assert_int_equal(rv, KV_OK);
 		kv_config_free(wait_unfenced(c, q));
 		uint64_t unclean =
-		    srv_metric((int)p - 1, "shardkv_replica_transfers_unclean_total");
+		    srv_metric(idx_of(c, p), "shardkv_replica_transfers_unclean_total");
 		print_message("transfer %d, %u to %u: %llu unclean so far, %llu copies by %u\n", k,
 		              p, q, (unsigned long long)unclean,
-		              (unsigned long long)(copies((int)q - 1) - copies_q), q);
+		              (unsigned long long)(copies(idx_of(c, q)) - copies_q), q);
 		if (unclean > 0) {
 			/* The old primary left the ISR and was copied back by the
 			 * new one. */
-			assert_true(copies((int)q - 1) > copies_q);
+			assert_true(copies(idx_of(c, q)) > copies_q);
 			break;
 		}
 		uint32_t t = p;
