@@ -85,6 +85,7 @@
 #define CATCH_MAX    (256u * 1024u * 1024u) /* queued bytes a stream outside every ISR may hold */
 #define EXPAND_MS    1000u                  /* pause between two expand requests for one range */
 #define INSTALL_MS   1000u                  /* pause before copying again after a queue overflow */
+#define DRAIN_MS     30u /* longest a range handed to another primary refuses writes first */
 
 /* What a queue entry is. */
 enum {
@@ -237,6 +238,11 @@ typedef struct {
 	 * this routing table or an earlier one (written by the tap under the
 	 * log's mutex; carried over to the next table under tab_lock write). */
 	atomic_uint_fast64_t last_lsn;
+	/* Its primary role is being handed to an in-sync backup (a transfer in
+	 * the configuration being applied): writes are refused until the
+	 * backup has acknowledged the range's records (drain). Set under
+	 * tab_lock write on the table in use; a new table starts without it. */
+	bool draining;
 } route;
 
 /* A range this node led and another primary now leads, with this node in its
@@ -1696,6 +1702,11 @@ kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const 
 			       "being applied): retry";
 			return KV_EBUSY;
 		}
+		if (o->draining) {
+			pthread_rwlock_unlock(&g->tab_lock);
+			*why = "the range's primary role is being handed to another replica: retry";
+			return KV_EBUSY;
+		}
 		if (o->ninsync < o->min_insync) {
 			pthread_rwlock_unlock(&g->tab_lock);
 			*why = "the range has fewer in-sync replicas than the minimum: writes are "
@@ -1721,6 +1732,24 @@ kv_rs_write_end(kv_rs_op *op)
 		return;
 	pthread_rwlock_unlock(&op->g->tab_lock);
 	op->g = NULL;
+}
+
+/* Whether every entry of s queued up to the record at lsn `last` is
+ * acknowledged: the first unacknowledged one is a later record, or a marker
+ * queued after it (a marker's lsn is the last record queued before it; the
+ * watermark never passes a live marker); nothing up to it is a record the
+ * queue could not take; the backup diverged on nothing and has no end
+ * unanswered; it counts for the commit point. Records of other ranges
+ * queued later may be outstanding. Caller holds s->mu. */
+static bool
+passed_locked(const stream *s, uint64_t last)
+{
+	const entry *e = s->unacked;
+	uint64_t h = atomic_load(&s->hole);
+	bool marker = e != NULL && (e->kind == ENT_COPY || e->kind == ENT_END);
+
+	return (e == NULL || (marker ? e->lsn >= last : e->lsn > last)) && (h == 0 || h > last) &&
+	       atomic_load(&s->unreconciled) == 0 && s->div == NULL && atomic_load(&s->counts);
 }
 
 /* Whether a range that old led here with backups has another primary in nr. */
@@ -1992,19 +2021,8 @@ demos_note_locked(kv_rs *g, const route *old, size_t oldn, const route *nr, size
 		if (!mine || !in)
 			continue;
 		if (q != NULL && clean) {
-			/* Every entry queued up to the range's last record is
-			 * acknowledged: the first unacknowledged one is a later
-			 * record, or a marker queued after it (a marker's lsn is the
-			 * last record queued before it; the watermark never passes a
-			 * live marker). Records of other ranges queued later may be
-			 * outstanding. */
 			pthread_mutex_lock(&q->mu);
-			const entry *e = q->unacked;
-			uint64_t h = atomic_load(&q->hole);
-			bool marker = e != NULL && (e->kind == ENT_COPY || e->kind == ENT_END);
-			clean = (e == NULL || (marker ? e->lsn >= last : e->lsn > last)) &&
-			        (h == 0 || h > last) && atomic_load(&q->unreconciled) == 0 &&
-			        q->div == NULL && atomic_load(&q->counts);
+			clean = passed_locked(q, last);
 			mark = q->acked_lsn;
 			pthread_mutex_unlock(&q->mu);
 		}
@@ -2174,6 +2192,91 @@ drop_cut_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
 	}
 }
 
+/*
+ * The drain of a primary transfer (doc/replication.md "Primary transfer"):
+ * when configuration nr hands a range this node leads with backups to one
+ * of them, keeping this node in its ISR, the range refuses writes from now
+ * on (route.draining; under tab_lock write, so every write of it has
+ * queued its record) and this waits, at most DRAIN_MS, until its backups,
+ * the new primary among them, have acknowledged every record of the
+ * range, so that the transfer is clean (demos_note_locked), this node
+ * stays in sync, and neither the new primary's reconciliation nor a cut
+ * (drop_cut_locked) has another backup copied again. A new
+ * primary that applied nr first refuses the records still in flight (an
+ * older leader epoch): the wait then ends at DRAIN_MS and the transfer is
+ * not clean. Called by the configuration thread, holding nothing.
+ */
+static void
+drain(kv_rs *g, const route *nr, size_t n, uint32_t me)
+{
+	stream *qs[MAX_STREAMS];
+	uint64_t last[MAX_STREAMS];
+	size_t nq = 0;
+
+	pthread_rwlock_wrlock(&g->tab_lock);
+	for (size_t o = 0; o < g->nroutes; o++) {
+		route *r = &g->routes[o];
+		if (r->primary != me || r->nbackups == 0)
+			continue;
+		for (size_t k = 0; k < n; k++) {
+			const route *t = &nr[k];
+			bool in = false;
+			stream *q = NULL;
+			if (t->primary == me || t->primary == 0 || t->nreplicas < 2 ||
+			    t->leader_epoch <= r->leader_epoch ||
+			    !overlap(&r->start, &r->end, &t->start, &t->end))
+				continue;
+			for (uint32_t i = 0; i < t->ninsync; i++)
+				in |= t->insync[i] == me;
+			for (uint32_t b = 0; b < r->nbackups; b++)
+				if (r->backups[b]->node == t->primary)
+					q = r->backups[b];
+			if (!in || q == NULL)
+				continue;
+			r->draining = true;
+			/* Every backup: one that lacks a record of the range when
+			 * this node applies nr is copied again (its end differs from
+			 * the new primary's, and the records a cut drops). */
+			uint64_t l = atomic_load_explicit(&r->last_lsn, memory_order_relaxed);
+			for (uint32_t b = 0; b < r->nbackups; b++) {
+				size_t j = 0;
+				while (j < nq && qs[j] != r->backups[b])
+					j++;
+				if (j == nq) {
+					if (nq == MAX_STREAMS)
+						continue;
+					qs[nq] = r->backups[b];
+					last[nq++] = 0;
+				}
+				if (l > last[j])
+					last[j] = l;
+			}
+		}
+	}
+	pthread_rwlock_unlock(&g->tab_lock);
+	if (nq == 0)
+		return;
+	uint64_t t0 = kv_now_ns(), until = t0 + DRAIN_MS * 1000000ull;
+	bool done = false;
+	while (!done && !atomic_load(&g->stopping)) {
+		done = true;
+		for (size_t j = 0; j < nq && done; j++) {
+			pthread_mutex_lock(&qs[j]->mu);
+			done = passed_locked(qs[j], last[j]);
+			pthread_mutex_unlock(&qs[j]->mu);
+		}
+		if (done || kv_now_ns() >= until)
+			break;
+		struct timespec ts = {.tv_sec = 0, .tv_nsec = 500000};
+		nanosleep(&ts, NULL);
+	}
+	KV_INFO(COMP,
+	        done ? "primary role handed over: the new primary has every record of the range"
+	             : "primary role handed over before the new primary acknowledged every "
+	               "record of the range",
+	        "streams=%zu waited_us=%llu", nq, (unsigned long long)((kv_now_ns() - t0) / 1000u));
+}
+
 int
 kv_rs_apply_config(kv_rs *g, const kv_config *c)
 {
@@ -2244,6 +2347,10 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 				         "node=%u", t->replicas[j]);
 		}
 	}
+	/* A transfer away from this node waits first (briefly) for the new
+	 * primary to have every record of the range. */
+	if (me != 0)
+		drain(g, nr, c->nranges, me);
 	kv_dur_stats ds;
 	kv_dur_stats_get(g->env.dur, &ds);
 	pthread_mutex_lock(&g->in_mu);
