@@ -48,6 +48,15 @@
  * of the previous leader epoch the same way. A stream counts for the commit point (stream.counts)
  * while its backup is in the ISR of a range this node leads or about to join one.
  *
+ * Transfers (doc/replication.md "Primary transfer"). Before a
+ * configuration that hands a range led here to a backup is applied, the
+ * range refuses writes (route.draining) while its backups acknowledge its
+ * records (drain, at most DRAIN_MS). At the apply, kv_rs.demos records
+ * whether the new primary had every record of it (route.last_lsn, the
+ * range's last record queued); that decides this node's answer to the new
+ * primary's end. The new primary, on an in-sync answer from the old
+ * primary, asks the controller to end the fence (stream.unfence).
+ *
  * Lock order (doc/threads.md): tab_lock (read or write) -> [dur barrier,
  * stripes, store, log mutex] -> stream.mu; in_mu -> tab_lock -> [dur]
  * (apply_config takes in_mu, then tab_lock for writing); wmu is a leaf,

@@ -53,10 +53,12 @@
  * end is answered in sync the commit point covers nothing. A range it led
  * with backups and no longer leads (demoted) fences the writes in flight:
  * their replies fail (they may or may not survive), never succeed
- * (kv_rs_fenced). After a primary transfer the old primary answers the new
- * one's end in sync when nothing was outstanding on its stream to it at the
- * demotion, and the new primary asks the controller to end the transfer
- * fence (env.isr_unfence) instead of having it copied again.
+ * (kv_rs_fenced). Before a primary transfer takes effect here, the range
+ * refuses writes while its backups acknowledge its records (at most 30 ms,
+ * the drain); the old primary then answers the new one's end in sync when
+ * nothing of the range was outstanding on its stream to it, and the new
+ * primary asks the controller to end the transfer fence (env.isr_unfence)
+ * instead of having it copied again.
  */
 #ifndef KV_SHARDSERVER_REPL_REPL_H
 #define KV_SHARDSERVER_REPL_REPL_H
