@@ -1222,8 +1222,21 @@ kv_ctl__cmd_isr_change(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx 
 	int rv;
 
 	ctx_init(c, &px);
-	rv = kv_place_isr_change(cur, rq->node_id, rq->start, rq->end, rq->leader_epoch,
-	                         rq->add_node, rq->remove_node, &px, &next, &changed);
+	/* The transfer fence found in sync ends without a copy
+	 * (doc/replication.md "Primary transfer"): a request of its own. */
+	bool unfence = rq->unfence_node != 0;
+	if (unfence && (rq->add_node != 0 || rq->remove_node != 0)) {
+		snprintf(x->msg, sizeof(x->msg),
+		         "an ISR change names exactly one of add_node, remove_node and "
+		         "unfence_node");
+		return KV_EINVAL;
+	}
+	if (unfence)
+		rv = kv_place_unfence(cur, rq->node_id, rq->start, rq->end, rq->leader_epoch,
+		                      rq->unfence_node, &px, &next, &changed);
+	else
+		rv = kv_place_isr_change(cur, rq->node_id, rq->start, rq->end, rq->leader_epoch,
+		                         rq->add_node, rq->remove_node, &px, &next, &changed);
 	if (rv != KV_OK)
 		return refuse(x, rv, &px);
 	if (next == NULL) { /* in effect already (a retry) */
@@ -1231,19 +1244,29 @@ kv_ctl__cmd_isr_change(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx 
 		x->resp.config = cur;
 		return KV_OK;
 	}
-	if ((rv = publish_locked(c, next, rq->add_node ? "isr expand" : "isr shrink", x->msg,
-	                         sizeof(x->msg))) != KV_OK)
+	if ((rv = publish_locked(c, next,
+	                         unfence        ? "fence in sync"
+	                         : rq->add_node ? "isr expand"
+	                                        : "isr shrink",
+	                         x->msg, sizeof(x->msg))) != KV_OK)
 		return rv;
-	if (rq->add_node)
+	if (unfence)
+		c->unfenced_total += changed;
+	else if (rq->add_node)
 		c->isr_expands_total += changed;
 	else
 		c->isr_shrinks_total += changed;
 	kv_place_fmt_key(rq->start.p, rq->start.len, a, sizeof(a));
 	kv_place_fmt_key(rq->end.p, rq->end.len, b, sizeof(b));
-	KV_INFO("controller", rq->add_node ? "ISR expanded" : "ISR shrunk",
+	KV_INFO("controller",
+	        unfence        ? "transfer fence in sync: it stays in the ISR, the fence ends"
+	        : rq->add_node ? "ISR expanded"
+	                       : "ISR shrunk",
 	        "start=%s end=%s primary=%u member=%u ranges=%u epoch=%llu", a, b, rq->node_id,
-	        rq->add_node ? rq->add_node : rq->remove_node, changed,
-	        (unsigned long long)kv_ctl__latest_locked(c)->epoch);
+	        unfence        ? rq->unfence_node
+	        : rq->add_node ? rq->add_node
+	                       : rq->remove_node,
+	        changed, (unsigned long long)kv_ctl__latest_locked(c)->epoch);
 	kv_ctl__answer_published(x, cur, kv_ctl__latest_locked(c));
 	return KV_OK;
 }

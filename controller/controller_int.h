@@ -200,6 +200,7 @@ struct kv_controller {
 	uint64_t failovers_total;    /* mu: ranges given a new primary by a failover */
 	uint64_t isr_shrinks_total;  /* mu: ranges whose ISR lost a member */
 	uint64_t isr_expands_total;  /* mu: ranges whose ISR gained a member */
+	uint64_t unfenced_total;     /* mu: ranges whose transfer fence ended in sync */
 	uint64_t repair_next_ns;     /* mu: the next look for repairs (kv_place_repair) */
 	uint64_t replacements_total; /* mu: replacement replicas added by repairs */
 

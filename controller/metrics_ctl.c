@@ -23,7 +23,7 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	static const char *const states[] = {"joining", "active", "draining", "gone", "down"};
 	kv_controller *c = arg;
 	uint64_t nodes[6] = {0}, epoch, ranges, migs, watches, waits, uptime, downs, under = 0;
-	uint64_t failovers, shrinks, expands, replacements;
+	uint64_t failovers, shrinks, expands, unfenced, replacements;
 	uint64_t sched[5][5], splits[5];
 	const kv_config *cur;
 	size_t nlive = 0;
@@ -54,6 +54,7 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	failovers = c->failovers_total;
 	shrinks = c->isr_shrinks_total;
 	expands = c->isr_expands_total;
+	unfenced = c->unfenced_total;
 	replacements = c->replacements_total;
 	memcpy(sched, c->sched_total, sizeof(sched));
 	memcpy(splits, c->sched_splits, sizeof(splits));
@@ -104,6 +105,10 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	     .u = shrinks},
 	    {"shardkv_controller_isr_expands_total", KV_METRIC_COUNTER,
 	     "Ranges whose in-sync replica set gained a member (primary's request).", .u = expands},
+	    {"shardkv_controller_fences_in_sync_total", KV_METRIC_COUNTER,
+	     "Ranges whose old primary, kept as the transfer fence, was found in sync by the new "
+	     "primary and stayed in the in-sync set without a copy.",
+	     .u = unfenced},
 	    {"shardkv_controller_replacements_total", KV_METRIC_COUNTER,
 	     "Replicas added in place of a leaving node or one down past --down-after.",
 	     .u = replacements},

@@ -2168,6 +2168,88 @@ kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_b
 	return KV_OK;
 }
 
+/* The fence of every range overlapping [start, end), led by primary at
+ * leader_epoch, answered that primary's end of the previous leader epoch in
+ * sync: the fence ends, the member stays in the ISR (doc/replication.md
+ * "Primary transfer"). The checks of kv_place_isr_change, and the member
+ * must still be in the ISR (it would otherwise have joined again only after
+ * a copy, which ended the fence). */
+int
+kv_place_unfence(const kv_config *cur, uint32_t primary, kv_bytes start, kv_bytes end,
+                 uint64_t leader_epoch, uint32_t member, kv_place_ctx *x, kv_config **out,
+                 uint32_t *changed)
+{
+	bool need = false;
+	kv_config *n;
+	int rv;
+
+	*out = NULL;
+	*changed = 0;
+	if (primary == 0 || member == 0 || member == primary) {
+		say(x, "an unfence names the asking primary and another member");
+		return KV_EINVAL;
+	}
+	if (start.len > KV_HARD_MAX_KEY || end.len > KV_HARD_MAX_KEY ||
+	    kv_range_is_empty(start.p, start.len, end.p, end.len)) {
+		say(x, "empty, inverted or oversized range in an ISR change");
+		return KV_EINVAL;
+	}
+	if (kv_config_node(cur, primary) != NULL && !node_live(cur, primary)) {
+		say(x, "node %u is %s: it changes no ISR until it is back", primary,
+		    kv_node_state_name(kv_config_node(cur, primary)->state));
+		return KV_EBUSY;
+	}
+	for (size_t i = 0; i < cur->nranges; i++) {
+		const kv_range *r = &cur->ranges[i];
+		char a[96], b[96];
+		if (!overlaps(&r->start, &r->end, start.p, start.len, end.p, end.len))
+			continue;
+		kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
+		kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
+		if (r->node != primary || r->leader_epoch != leader_epoch) {
+			say(x,
+			    "node %u is not the primary of [%s, %s) at leader epoch %llu: node %u "
+			    "is, at %llu",
+			    primary, a, b, (unsigned long long)leader_epoch, r->node,
+			    (unsigned long long)r->leader_epoch);
+			return KV_ESTALE;
+		}
+		if (r->nreplicas == 0) {
+			say(x, "[%s, %s) is not replicated: it has no fence", a, b);
+			return KV_EINVAL;
+		}
+		if (r->fence != 0 && r->fence != member) {
+			say(x, "the fence of [%s, %s) is node %u, not node %u", a, b, r->fence,
+			    member);
+			return KV_ESTALE;
+		}
+		if (r->fence == member && !kv_range_has_replica(r, member, true)) {
+			say(x, "node %u is no longer in the ISR of [%s, %s)", member, a, b);
+			return KV_ESTALE;
+		}
+		need |= r->fence == member;
+	}
+	if (!need)
+		return KV_OK;
+	if ((n = next_config(cur)) == NULL)
+		return KV_ENOMEM;
+	if ((rv = split_at(n, start)) != KV_OK || (rv = split_at(n, end)) != KV_OK) {
+		kv_config_free(n);
+		return rv;
+	}
+	for (size_t i = 0; i < n->nranges; i++) {
+		kv_range *r = &n->ranges[i];
+		if (overlaps(&r->start, &r->end, start.p, start.len, end.p, end.len) &&
+		    r->fence == member) {
+			r->fence = 0;
+			(*changed)++;
+		}
+	}
+	merge_ranges(n);
+	*out = n;
+	return KV_OK;
+}
+
 int
 kv_place_remove(const kv_config *cur, uint32_t node, bool silent, bool accept_loss, kv_place_ctx *x,
                 kv_config **out, uint32_t *lost, uint64_t *failed, size_t *nfailed)

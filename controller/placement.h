@@ -228,6 +228,21 @@ int kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, 
                         uint64_t leader_epoch, uint32_t add, uint32_t remove, kv_place_ctx *x,
                         kv_config **out, uint32_t *changed);
 
+/*
+ * The transfer fence of [start, end) answered the new primary's end of the
+ * previous leader epoch in sync (IsrChange.unfence_node; doc/replication.md
+ * "Primary transfer"): every range overlapping [start, end) with `member`
+ * as its fence loses the fence, the member staying in the ISR. KV_ESTALE
+ * unless primary leads every such range at leader_epoch, each fence is
+ * `member` or none, and member is still in the ISR of those it fences;
+ * KV_EINVAL for a bad request or a single range. *out is the next
+ * configuration, or NULL when no fence is left (in effect already);
+ * *changed gets the number of ranges changed.
+ */
+int kv_place_unfence(const kv_config *cur, uint32_t primary, kv_bytes start, kv_bytes end,
+                     uint64_t leader_epoch, uint32_t member, kv_place_ctx *x, kv_config **out,
+                     uint32_t *changed);
+
 /* What kv_place_repair did (for the log and the metrics). */
 typedef struct {
 	uint32_t added;     /* replacement replicas added */

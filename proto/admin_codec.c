@@ -215,6 +215,7 @@ kv_admin_req_decode(const void *p, size_t n, kv_admin_req *out, char *msg, size_
 		out->leader_epoch = rq->isr_change->leader_epoch;
 		out->add_node = rq->isr_change->add_node;
 		out->remove_node = rq->isr_change->remove_node;
+		out->unfence_node = rq->isr_change->unfence_node;
 		break;
 	case SHARDKV__ADMIN_REQUEST__CMD_WATCH:
 		out->epoch = rq->watch->known_epoch;
@@ -545,6 +546,7 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 		isr.leader_epoch = r->leader_epoch;
 		isr.add_node = r->add_node;
 		isr.remove_node = r->remove_node;
+		isr.unfence_node = r->unfence_node;
 		break;
 	case KV_ADM_MOVE:
 		m.cmd_case = SHARDKV__ADMIN_REQUEST__CMD_MOVE;

@@ -113,6 +113,7 @@ typedef struct {
 	uint64_t leader_epoch; /* the leader epoch the primary acts on */
 	uint32_t add_node;     /* the replica to add to the ISR; 0: none */
 	uint32_t remove_node;  /* the member to remove from the ISR; 0: none */
+	uint32_t unfence_node; /* the fence found in sync: the fence ends; 0: none */
 	void *priv;            /* decoded: the unpacked message; NULL to encode */
 } kv_admin_req;
 

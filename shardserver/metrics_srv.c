@@ -337,6 +337,14 @@ render(void *arg, kv_buf *out)
 	    "In-sync backups whose end of the previous leader epoch differed from this "
 	    "new primary's (each is taken out of the ISR and copied again).",
 	    rs.diverged);
+	add(m, &n, "shardkv_replica_transfers_clean_total", KV_METRIC_COUNTER,
+	    "Ranges this node led handed to another primary, this node kept in the ISR, with "
+	    "nothing outstanding on the stream to it: this node stays in sync without a copy.",
+	    rs.clean_demotions);
+	add(m, &n, "shardkv_replica_transfers_unclean_total", KV_METRIC_COUNTER,
+	    "Ranges this node led handed to another primary, this node kept in the ISR, with "
+	    "records outstanding on the stream to it: this node is copied again.",
+	    rs.unclean_demotions);
 
 	kv_mig_stats(s->mig, &active, &bytes_sent);
 	add(m, &n, "shardkv_migrations_out_active", KV_METRIC_GAUGE,

@@ -239,13 +239,13 @@ repl_hurry(void *arg)
 	         (unsigned long long)atomic_load(&s->epoch));
 }
 
-/* IsrChange for [start, end) led here at leader_epoch: add `add` or remove
- * `remove` (doc/replication.md "ISR changes"). The configuration with the
- * change arrives through the watch; the answer only says whether to ask
- * again. */
+/* IsrChange for [start, end) led here at leader_epoch: add `add`, remove
+ * `remove` or end the transfer fence `unfence` (doc/replication.md "ISR
+ * changes", "Primary transfer"). The configuration with the change arrives
+ * through the watch; the answer only says whether to ask again. */
 static int
 repl_isr_change(kv_server *s, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
-                uint32_t add, uint32_t remove)
+                uint32_t add, uint32_t remove, uint32_t unfence)
 {
 	kv_admin_resp r;
 	kv_admin_req rq = {.op = KV_ADM_ISR_CHANGE,
@@ -254,7 +254,8 @@ repl_isr_change(kv_server *s, const kv_bytes *start, const kv_bytes *end, uint64
 	                   .end = *end,
 	                   .leader_epoch = leader_epoch,
 	                   .add_node = add,
-	                   .remove_node = remove};
+	                   .remove_node = remove,
+	                   .unfence_node = unfence};
 	int rv = kv_server__ctl_call(s, &rq, &r, 1000);
 
 	if (rv != 0)
@@ -262,10 +263,14 @@ repl_isr_change(kv_server *s, const kv_bytes *start, const kv_bytes *end, uint64
 	rv = r.err;
 	if (rv != 0)
 		KV_WARN(COMP,
-		        add ? "controller refused the ISR expand"
-		            : "controller refused the ISR shrink",
-		        "node=%u err=%s detail=\"%s\"", add ? add : remove, kv_errname(rv),
-		        r.error ? r.error : "");
+		        add       ? "controller refused the ISR expand"
+		        : unfence ? "controller refused to end the transfer fence"
+		                  : "controller refused the ISR shrink",
+		        "node=%u err=%s detail=\"%s\"",
+		        add      ? add
+		        : remove ? remove
+		                 : unfence,
+		        kv_errname(rv), r.error ? r.error : "");
 	kv_admin_resp_fini(&r);
 	return rv;
 }
@@ -275,7 +280,7 @@ static int
 repl_isr_remove(void *arg, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
                 uint32_t node)
 {
-	return repl_isr_change(arg, start, end, leader_epoch, 0, node);
+	return repl_isr_change(arg, start, end, leader_epoch, 0, node, 0);
 }
 
 /* kv_rs_env.isr_add: a copied replica that caught up. */
@@ -283,7 +288,16 @@ static int
 repl_isr_add(void *arg, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
              uint32_t node)
 {
-	return repl_isr_change(arg, start, end, leader_epoch, node, 0);
+	return repl_isr_change(arg, start, end, leader_epoch, node, 0, 0);
+}
+
+/* kv_rs_env.isr_unfence: the old primary, kept as the transfer fence, is
+ * in sync. */
+static int
+repl_isr_unfence(void *arg, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
+                 uint32_t node)
+{
+	return repl_isr_change(arg, start, end, leader_epoch, 0, 0, node);
 }
 
 static int
@@ -511,7 +525,8 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .epoch = mig_epoch,
 	                  .hurry = repl_hurry,
 	                  .isr_remove = repl_isr_remove,
-	                  .isr_add = cfg->no_expand ? NULL : repl_isr_add};
+	                  .isr_add = cfg->no_expand ? NULL : repl_isr_add,
+	                  .isr_unfence = repl_isr_unfence};
 	if ((rv = kv_rs_create(&renv, &s->repl)) != 0) {
 		kv_mig_destroy(s->mig);
 		goto err_after_ctl;

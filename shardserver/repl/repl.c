@@ -48,6 +48,15 @@
  * of the previous leader epoch the same way. A stream counts for the commit point (stream.counts)
  * while its backup is in the ISR of a range this node leads or about to join one.
  *
+ * Transfers (doc/replication.md "Primary transfer"). Before a
+ * configuration that hands a range led here to a backup is applied, the
+ * range refuses writes (route.draining) while its backups acknowledge its
+ * records (drain, at most DRAIN_MS). At the apply, kv_rs.demos records
+ * whether the new primary had every record of it (route.last_lsn, the
+ * range's last record queued); that decides this node's answer to the new
+ * primary's end. The new primary, on an in-sync answer from the old
+ * primary, asks the controller to end the fence (stream.unfence).
+ *
  * Lock order (doc/threads.md): tab_lock (read or write) -> [dur barrier,
  * stripes, store, log mutex] -> stream.mu; in_mu -> tab_lock -> [dur]
  * (apply_config takes in_mu, then tab_lock for writing); wmu is a leaf,
@@ -85,6 +94,7 @@
 #define CATCH_MAX    (256u * 1024u * 1024u) /* queued bytes a stream outside every ISR may hold */
 #define EXPAND_MS    1000u                  /* pause between two expand requests for one range */
 #define INSTALL_MS   1000u                  /* pause before copying again after a queue overflow */
+#define DRAIN_MS     30u /* longest a range handed to another primary refuses writes first */
 
 /* What a queue entry is. */
 enum {
@@ -181,6 +191,9 @@ struct stream {
 	uint64_t copy_logged;         /* thread: the marker whose copy was last logged */
 	diverged *div;                /* ranges to have the backup leave the ISR of */
 	uint64_t div_ns;              /* no removal request before this (monotonic) */
+	diverged *unfence;            /* ranges whose fence (this backup) answered the end in
+	                                 sync: ask the controller to end the fence */
+	uint64_t unfence_ns;          /* no unfence request before this (monotonic) */
 	uint64_t expand_ns;           /* thread: next expand check (monotonic) */
 	/* Whether the commit point waits for this backup: it is in the ISR of
 	 * a range this node leads, or about to join one (an expand). */
@@ -229,7 +242,31 @@ typedef struct {
 	uint32_t ncatch;                    /* this node leads it: replicas outside the ISR being
 	                                       copied (tab_lock write to change) */
 	stream *catch[KV_MAX_REPLICAS];     /* ... their streams */
+	uint32_t fence;                     /* the transfer fence (Range.fence); 0: none */
+	/* The lsn of the last record of the range queued on its streams, under
+	 * this routing table or an earlier one (written by the tap under the
+	 * log's mutex; carried over to the next table under tab_lock write). */
+	atomic_uint_fast64_t last_lsn;
+	/* Its primary role is being handed to an in-sync backup (a transfer in
+	 * the configuration being applied): writes are refused until the
+	 * backup has acknowledged the range's records (drain). Set under
+	 * tab_lock write on the table in use; a new table starts without it. */
+	bool draining;
 } route;
+
+/* A range this node led and another primary now leads, with this node in its
+ * ISR (a primary transfer, doc/replication.md "Primary transfer"): whether
+ * the new primary had every record of it when this node applied the
+ * configuration (clean), which decides this node's answer to the new
+ * primary's end. Listed in kv_rs.demos (in_mu). */
+typedef struct demo {
+	struct demo *next;
+	kv_buf start, end;     /* the range in that configuration */
+	uint32_t primary;      /* its new primary */
+	uint64_t leader_epoch; /* its new leader epoch */
+	bool clean;            /* nothing of it was outstanding on the stream to primary */
+	uint64_t mark;         /* that stream's watermark then; 0: nothing acknowledged */
+} demo;
 
 /* A primary this node backs up. */
 typedef struct {
@@ -268,9 +305,11 @@ struct kv_rs {
 	 * demotion; 0: none. Written by the configuration thread only. */
 	atomic_uint_fast64_t fence_ns;
 
-	pthread_mutex_t in_mu; /* protects src and the backup-side counters */
+	pthread_mutex_t in_mu; /* protects src, demos and the backup-side counters */
 	pthread_cond_t in_cv;  /* a batch was applied */
 	insrc src[MAX_SOURCES];
+	demo *demos; /* ranges this node lost to a primary transfer, still current */
+	size_t ndemos;
 
 	pthread_mutex_t wmu; /* protects waiters */
 	waiter *waiters;
@@ -280,6 +319,7 @@ struct kv_rs {
 	/* env.copy_rate_mb_s: no copy step leaves before this (monotonic); each
 	 * step sent moves it on by its bytes at that rate (copy_charge). */
 	atomic_uint_fast64_t copy_next_ns;
+	atomic_uint_fast64_t st_clean_demos, st_unclean_demos, st_ends_in_sync, st_unfence_asks;
 };
 
 /* ------------------------------------------------------------------------
@@ -428,13 +468,36 @@ kv_rs_notify(kv_rs *g, uint64_t lsn, kv_wal_done_fn done, void *arg)
 static void
 div_free_all(stream *s)
 {
-	while (s->div) {
-		diverged *d = s->div;
-		s->div = d->next;
-		kv_buf_fini(&d->start);
-		kv_buf_fini(&d->end);
-		free(d);
+	for (int k = 0; k < 2; k++) {
+		diverged **l = k ? &s->unfence : &s->div;
+		while (*l) {
+			diverged *d = *l;
+			*l = d->next;
+			kv_buf_fini(&d->start);
+			kv_buf_fini(&d->end);
+			free(d);
+		}
 	}
+}
+
+/* A new entry for [m's range) at m's leader epoch, or NULL when out of
+ * memory. */
+static diverged *
+div_new(const entry *m)
+{
+	diverged *d = calloc(1, sizeof(*d));
+
+	if (d == NULL || kv_buf_set(&d->start, m->data, m->slen) != 0 ||
+	    kv_buf_set(&d->end, m->data + m->slen, m->plen) != 0) {
+		if (d) {
+			kv_buf_fini(&d->start);
+			kv_buf_fini(&d->end);
+		}
+		free(d);
+		return NULL;
+	}
+	d->leader_epoch = m->leader_epoch;
+	return d;
 }
 
 /* Appends e to s's queue. Caller holds s->mu. */
@@ -488,8 +551,9 @@ push_marker_locked(stream *s, int kind, const kv_buf *start, const kv_buf *end,
 static void
 tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 {
-	const route *r = arg;
+	route *r = arg;
 
+	atomic_store_explicit(&r->last_lsn, lsn, memory_order_relaxed);
 	for (uint32_t i = 0; i < r->nbackups + r->ncatch; i++) {
 		stream *s = i < r->nbackups ? r->backups[i] : r->catch[i - r->nbackups];
 		entry *e;
@@ -586,15 +650,10 @@ marker_done_locked(stream *s, entry *m, bool div)
 	if (m->kind == ENT_END) {
 		if (div) {
 			/* Keeps s->unreconciled up until the backup leaves the ISR. */
-			diverged *d = calloc(1, sizeof(*d));
-			if (d == NULL || kv_buf_set(&d->start, m->data, m->slen) != 0 ||
-			    kv_buf_set(&d->end, m->data + m->slen, m->plen) != 0) {
-				if (d)
-					kv_buf_fini(&d->start);
-				free(d);
+			diverged *d = div_new(m);
+			if (d == NULL) {
 				atomic_fetch_sub(&s->unreconciled, 1);
 			} else {
-				d->leader_epoch = m->leader_epoch;
 				d->next = s->div;
 				s->div = d;
 				s->div_ns = 0;
@@ -608,6 +667,27 @@ marker_done_locked(stream *s, entry *m, bool div)
 			        (unsigned long long)m->end_lsn);
 		} else {
 			atomic_fetch_sub(&s->unreconciled, 1);
+			if (m->old_primary == s->node) {
+				/* The old primary itself, kept as the transfer fence, had
+				 * exactly this node's records of the range: it stays in the
+				 * ISR and the fence may end (doc/replication.md "Primary
+				 * transfer"). Out of memory the fence stays (the range is not
+				 * moved again) until the old primary leaves the ISR. */
+				diverged *d = div_new(m);
+				atomic_fetch_add(&s->g->st_ends_in_sync, 1);
+				if (d != NULL) {
+					d->next = s->unfence;
+					s->unfence = d;
+					s->unfence_ns = 0;
+				}
+				KV_INFO(
+				    COMP,
+				    "old primary answered this primary's end in sync: it stays in "
+				    "the ISR without a copy",
+				    "node=%u leader_epoch=%llu end_lsn=%llu", s->node,
+				    (unsigned long long)m->leader_epoch,
+				    (unsigned long long)m->end_lsn);
+			}
 		}
 	} else {
 		atomic_fetch_add(&s->g->st_copied, 1);
@@ -1034,22 +1114,28 @@ asks_add(ask_list *l, const kv_buf *start, const kv_buf *end, uint64_t leader_ep
 	l->n++;
 }
 
-/* Sends IsrChange{add} (add) or {remove} of s's node for every range of l,
- * counting each in *count and logging msg, then frees l. Called with no
- * lock held. Returns whether the controller refused one for this
- * configuration (KV_ESTALE or KV_EINVAL). */
+/* What asks_send asks for. */
+enum { ASK_REMOVE, ASK_ADD, ASK_UNFENCE };
+
+/* Sends IsrChange{add} (ASK_ADD), {remove} (ASK_REMOVE) or {unfence}
+ * (ASK_UNFENCE) of s's node for every range of l, counting each in *count
+ * and logging msg, then frees l. Called with no lock held. Returns whether
+ * the controller refused one for this configuration (KV_ESTALE or
+ * KV_EINVAL). */
 static bool
-asks_send(stream *s, ask_list *l, bool add, atomic_uint_fast64_t *count, const char *msg)
+asks_send(stream *s, ask_list *l, int kind, atomic_uint_fast64_t *count, const char *msg)
 {
 	kv_rs *g = s->g;
-	bool refused = false;
+	bool refused = false, add = kind != ASK_REMOVE;
 
 	for (size_t i = 0; i < l->n; i++) {
 		isr_ask *a = &l->v[i];
 		kv_bytes st = {a->start.data, a->start.len};
 		kv_bytes en = {a->end.data, a->end.len};
 		int (*fn)(void *, const kv_bytes *, const kv_bytes *, uint64_t, uint32_t) =
-		    add ? g->env.isr_add : g->env.isr_remove;
+		    kind == ASK_ADD      ? g->env.isr_add
+		    : kind == ASK_REMOVE ? g->env.isr_remove
+		                         : g->env.isr_unfence;
 		int rv = fn ? fn(g->env.arg, &st, &en, a->leader_epoch, s->node) : KV_EINVAL;
 		atomic_fetch_add(count, 1);
 		if (add)
@@ -1089,7 +1175,7 @@ ask_shrink(stream *s)
 			asks_add(&l, &r->start, &r->end, r->leader_epoch);
 	}
 	pthread_rwlock_unlock(&g->tab_lock);
-	refused = asks_send(s, &l, false, &g->st_asks,
+	refused = asks_send(s, &l, ASK_REMOVE, &g->st_asks,
 	                    "in-sync backup silent: asked the controller to shrink the ISR");
 	/* A replica about to join an ISR that went silent: count it no more. */
 	pthread_rwlock_rdlock(&g->tab_lock);
@@ -1307,7 +1393,7 @@ again:
 		wr = true;
 		goto again;
 	}
-	asks_send(s, &l, true, &g->st_expand_asks,
+	asks_send(s, &l, ASK_ADD, &g->st_expand_asks,
 	          "replica caught up: asked the controller to add it to the ISR");
 }
 
@@ -1394,8 +1480,103 @@ ask_diverged(stream *s)
 	pthread_rwlock_unlock(&g->tab_lock);
 	s->div_ns = kv_now_ns() + ASK_AGAIN_MS * 1000000ull;
 	pthread_mutex_unlock(&s->mu);
-	asks_send(s, &l, false, &s->g->st_asks,
+	asks_send(s, &l, ASK_REMOVE, &s->g->st_asks,
 	          "diverged backup: asked the controller to take it out of the ISR");
+}
+
+/* The part of [as, ae) within [bs, be) (they overlap): *st, *en point at
+ * bounds of either. */
+static void
+intersect(const kv_buf *as, const kv_buf *ae, const kv_buf *bs, const kv_buf *be, const kv_buf **st,
+          const kv_buf **en)
+{
+	*st = kv_key_cmp(as->data, as->len, bs->data, bs->len) >= 0 ? as : bs;
+	*en = ae->len == 0   ? be
+	      : be->len == 0 ? ae
+	                     : (kv_key_cmp(ae->data, ae->len, be->data, be->len) <= 0 ? ae : be);
+}
+
+/* Whether route r, led here by me, still has s's backup as the fence of
+ * the transfer that entry d names. */
+static bool
+fence_of(const route *r, uint32_t me, const stream *s, const diverged *d)
+{
+	bool member = false;
+
+	for (uint32_t b = 0; b < r->nbackups; b++)
+		member |= r->backups[b] == s;
+	return member && r->primary == me && r->fence == s->node &&
+	       r->leader_epoch == d->leader_epoch &&
+	       overlap(&r->start, &r->end, &d->start, &d->end);
+}
+
+/*
+ * The old primary, kept as the transfer fence, answered this node's end in
+ * sync: asks the controller to end the fence (IsrChange{unfence}, again
+ * every ASK_AGAIN_MS until a configuration without it arrives), for the
+ * parts still led here with that fence. An entry no route needs any more is
+ * forgotten. When the controller refuses (the member left the ISR, or the
+ * range changed meanwhile), the entry becomes a diverged one: the member
+ * leaves the ISR and is copied, as before this check existed. Called by the
+ * stream thread with no lock held.
+ */
+static void
+ask_unfence(stream *s)
+{
+	kv_rs *g = s->g;
+	uint32_t me = g->env.node_id(g->env.arg);
+	ask_list l = {0};
+	bool refused;
+
+	pthread_rwlock_rdlock(&g->tab_lock);
+	pthread_mutex_lock(&s->mu);
+	for (diverged **pp = &s->unfence; *pp;) {
+		diverged *d = *pp;
+		bool still = false;
+		for (size_t k = 0; k < g->nroutes; k++) {
+			const route *r = &g->routes[k];
+			const kv_buf *st, *en;
+			if (!fence_of(r, me, s, d))
+				continue;
+			still = true;
+			intersect(&r->start, &r->end, &d->start, &d->end, &st, &en);
+			asks_add(&l, st, en, d->leader_epoch);
+		}
+		if (still) {
+			pp = &d->next;
+			continue;
+		}
+		*pp = d->next;
+		kv_buf_fini(&d->start);
+		kv_buf_fini(&d->end);
+		free(d);
+	}
+	s->unfence_ns = kv_now_ns() + ASK_AGAIN_MS * 1000000ull;
+	pthread_mutex_unlock(&s->mu);
+	pthread_rwlock_unlock(&g->tab_lock);
+	if (l.n == 0) {
+		free(l.v);
+		return;
+	}
+	refused = asks_send(s, &l, ASK_UNFENCE, &g->st_unfence_asks,
+	                    "old primary in sync: asked the controller to end the transfer fence");
+	if (!refused)
+		return;
+	/* Today's path: the fence leaves the ISR (ask_diverged forgets what is
+	 * obsolete) and is copied again. */
+	pthread_rwlock_rdlock(&g->tab_lock);
+	pthread_mutex_lock(&s->mu);
+	while (s->unfence) {
+		diverged *d = s->unfence;
+		s->unfence = d->next;
+		d->next = s->div;
+		s->div = d;
+		s->div_ns = 0;
+		atomic_fetch_add(&s->unreconciled, 1);
+		atomic_fetch_add(&g->st_diverged, 1);
+	}
+	pthread_mutex_unlock(&s->mu);
+	pthread_rwlock_unlock(&g->tab_lock);
 }
 
 static void *
@@ -1467,6 +1648,12 @@ stream_main(void *arg)
 		if (s->div != NULL && now >= s->div_ns) {
 			pthread_mutex_unlock(&s->mu);
 			ask_diverged(s);
+			pthread_mutex_lock(&s->mu);
+			continue;
+		}
+		if (s->unfence != NULL && now >= s->unfence_ns) {
+			pthread_mutex_unlock(&s->mu);
+			ask_unfence(s);
 			pthread_mutex_lock(&s->mu);
 			continue;
 		}
@@ -1571,6 +1758,11 @@ kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const 
 			       "being applied): retry";
 			return KV_EBUSY;
 		}
+		if (o->draining) {
+			pthread_rwlock_unlock(&g->tab_lock);
+			*why = "the range's primary role is being handed to another replica: retry";
+			return KV_EBUSY;
+		}
 		if (o->ninsync < o->min_insync) {
 			pthread_rwlock_unlock(&g->tab_lock);
 			*why = "the range has fewer in-sync replicas than the minimum: writes are "
@@ -1596,6 +1788,24 @@ kv_rs_write_end(kv_rs_op *op)
 		return;
 	pthread_rwlock_unlock(&op->g->tab_lock);
 	op->g = NULL;
+}
+
+/* Whether every entry of s queued up to the record at lsn `last` is
+ * acknowledged: the first unacknowledged one is a later record, or a marker
+ * queued after it (a marker's lsn is the last record queued before it; the
+ * watermark never passes a live marker); nothing up to it is a record the
+ * queue could not take; the backup diverged on nothing and has no end
+ * unanswered; it counts for the commit point. Records of other ranges
+ * queued later may be outstanding. Caller holds s->mu. */
+static bool
+passed_locked(const stream *s, uint64_t last)
+{
+	const entry *e = s->unacked;
+	uint64_t h = atomic_load(&s->hole);
+	bool marker = e != NULL && (e->kind == ENT_COPY || e->kind == ENT_END);
+
+	return (e == NULL || (marker ? e->lsn >= last : e->lsn > last)) && (h == 0 || h > last) &&
+	       atomic_load(&s->unreconciled) == 0 && s->div == NULL && atomic_load(&s->counts);
 }
 
 /* Whether a range that old led here with backups has another primary in nr. */
@@ -1789,6 +1999,159 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 	}
 }
 
+static void
+demo_free(demo *d)
+{
+	kv_buf_fini(&d->start);
+	kv_buf_fini(&d->end);
+	free(d);
+}
+
+#define MAX_DEMOS 1024u /* transfers remembered; past that, the oldest is diverged */
+
+/*
+ * The primary transfers in configuration nr (doc/replication.md "Primary
+ * transfer"): for each range another node q now leads, keeping this node in
+ * its ISR, where every part was led here with q in sync, records whether
+ * the transfer is clean: the stream to q has nothing of the range
+ * outstanding (every entry queued up to the range's last record is
+ * acknowledged: records, ends and copies; no record up to it that the queue
+ * could not take; q diverged on nothing and has no end unanswered). Then q
+ * applied every record this
+ * node logged for the range before q took the range over (a record of the
+ * old leader epoch that q acknowledged was applied before q applied the
+ * new configuration: q refuses it afterwards), and from this moment this
+ * node writes nothing of the range (kv_rs_write_begin refuses it): both
+ * hold the same records of it. Records no current range needs are
+ * forgotten. Caller holds in_mu and tab_lock for writing (no write is
+ * between its apply and its log append), old being the routes before nr.
+ */
+static void
+demos_note_locked(kv_rs *g, const route *old, size_t oldn, const route *nr, size_t n, uint32_t me)
+{
+	for (demo **pp = &g->demos; *pp;) {
+		demo *d = *pp;
+		bool still = false;
+		for (size_t k = 0; k < n && !still; k++)
+			still = nr[k].primary == d->primary &&
+			        nr[k].leader_epoch == d->leader_epoch &&
+			        overlap(&nr[k].start, &nr[k].end, &d->start, &d->end);
+		if (still) {
+			pp = &d->next;
+			continue;
+		}
+		*pp = d->next;
+		demo_free(d);
+		g->ndemos--;
+	}
+	for (size_t k = 0; k < n && old != NULL; k++) {
+		const route *t = &nr[k];
+		bool mine = false, clean = true, in = false;
+		stream *q = NULL;
+		uint64_t mark = 0;
+		if (t->primary == me || t->primary == 0 || t->nreplicas < 2)
+			continue;
+		for (uint32_t i = 0; i < t->ninsync; i++)
+			in |= t->insync[i] == me;
+		uint64_t last = 0; /* the range's last record queued */
+		for (size_t o = 0; o < oldn; o++) {
+			const route *r = &old[o];
+			bool with = false;
+			if (!overlap(&r->start, &r->end, &t->start, &t->end))
+				continue;
+			if (r->primary != me) {
+				clean = false; /* part of it came from another primary */
+				continue;
+			}
+			mine = true;
+			uint64_t l = atomic_load_explicit(&r->last_lsn, memory_order_relaxed);
+			if (l > last)
+				last = l;
+			for (uint32_t b = 0; b < r->nbackups; b++)
+				if (r->backups[b]->node == t->primary) {
+					with = true;
+					q = r->backups[b];
+				}
+			clean &= with && r->leader_epoch < t->leader_epoch;
+		}
+		if (!mine || !in)
+			continue;
+		if (q != NULL && clean) {
+			pthread_mutex_lock(&q->mu);
+			clean = passed_locked(q, last);
+			mark = q->acked_lsn;
+			pthread_mutex_unlock(&q->mu);
+		}
+		clean &= q != NULL;
+		atomic_fetch_add(clean ? &g->st_clean_demos : &g->st_unclean_demos, 1);
+		KV_INFO(COMP,
+		        clean ? "range handed to another primary with nothing outstanding: this "
+		                "node stays in sync"
+		              : "range handed to another primary with records outstanding: this "
+		                "node will be copied again",
+		        "primary=%u leader_epoch=%llu acked_lsn=%llu", t->primary,
+		        (unsigned long long)t->leader_epoch, (unsigned long long)mark);
+		demo *d = calloc(1, sizeof(*d));
+		if (d == NULL || kv_buf_set(&d->start, t->start.data, t->start.len) != 0 ||
+		    kv_buf_set(&d->end, t->end.data, t->end.len) != 0) {
+			if (d)
+				demo_free(d);
+			continue; /* unknown: the end is answered diverged */
+		}
+		d->primary = t->primary;
+		d->leader_epoch = t->leader_epoch;
+		d->clean = clean;
+		d->mark = mark;
+		d->next = g->demos;
+		g->demos = d;
+		if (++g->ndemos > MAX_DEMOS) {
+			/* The oldest goes (its end is then answered diverged). */
+			demo **lp = &g->demos;
+			while ((*lp)->next)
+				lp = &(*lp)->next;
+			demo_free(*lp);
+			*lp = NULL;
+			g->ndemos--;
+		}
+	}
+}
+
+/* Whether this node's own records of route t (led by `from` at
+ * leader_epoch, from a primary transfer away from this node) are exactly
+ * from's: every part of t is covered by a clean transfer record, none by an
+ * unclean one. end_lsn is from's end (0: it applied no record of this node
+ * since it started, or since a copy from it): a record whose stream to from
+ * had an acknowledgement (mark) then says from restarted since, and does
+ * not count. Caller holds in_mu and tab_lock. */
+static bool
+demo_in_sync(const kv_rs *g, const route *t, uint32_t from, uint64_t leader_epoch, uint64_t end_lsn)
+{
+	const kv_buf *pos = &t->start;
+
+	for (const demo *d = g->demos; d; d = d->next)
+		if (!d->clean && d->primary == from && d->leader_epoch == leader_epoch &&
+		    overlap(&d->start, &d->end, &t->start, &t->end))
+			return false;
+	for (size_t guard = 0; guard <= g->ndemos; guard++) {
+		const demo *hit = NULL;
+		for (const demo *d = g->demos; d && hit == NULL; d = d->next)
+			if (d->clean && (end_lsn != 0 || d->mark == 0) && d->primary == from &&
+			    d->leader_epoch == leader_epoch &&
+			    kv_key_cmp(d->start.data, d->start.len, pos->data, pos->len) <= 0 &&
+			    (d->end.len == 0 ||
+			     kv_key_cmp(pos->data, pos->len, d->end.data, d->end.len) < 0))
+				hit = d;
+		if (hit == NULL)
+			return false;
+		if (hit->end.len == 0 ||
+		    (t->end.len != 0 &&
+		     kv_key_cmp(hit->end.data, hit->end.len, t->end.data, t->end.len) >= 0))
+			return true;
+		pos = &hit->end;
+	}
+	return false;
+}
+
 /*
  * A configuration that gives part of a range this node led to another
  * primary (a cut: `move` or the balancer's transfer of part of a range,
@@ -1885,6 +2248,91 @@ drop_cut_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
 	}
 }
 
+/*
+ * The drain of a primary transfer (doc/replication.md "Primary transfer"):
+ * when configuration nr hands a range this node leads with backups to one
+ * of them, keeping this node in its ISR, the range refuses writes from now
+ * on (route.draining; under tab_lock write, so every write of it has
+ * queued its record) and this waits, at most DRAIN_MS, until its backups,
+ * the new primary among them, have acknowledged every record of the
+ * range, so that the transfer is clean (demos_note_locked), this node
+ * stays in sync, and neither the new primary's reconciliation nor a cut
+ * (drop_cut_locked) has another backup copied again. A new
+ * primary that applied nr first refuses the records still in flight (an
+ * older leader epoch): the wait then ends at DRAIN_MS and the transfer is
+ * not clean. Called by the configuration thread, holding nothing.
+ */
+static void
+drain(kv_rs *g, const route *nr, size_t n, uint32_t me)
+{
+	stream *qs[MAX_STREAMS];
+	uint64_t last[MAX_STREAMS];
+	size_t nq = 0;
+
+	pthread_rwlock_wrlock(&g->tab_lock);
+	for (size_t o = 0; o < g->nroutes; o++) {
+		route *r = &g->routes[o];
+		if (r->primary != me || r->nbackups == 0)
+			continue;
+		for (size_t k = 0; k < n; k++) {
+			const route *t = &nr[k];
+			bool in = false;
+			stream *q = NULL;
+			if (t->primary == me || t->primary == 0 || t->nreplicas < 2 ||
+			    t->leader_epoch <= r->leader_epoch ||
+			    !overlap(&r->start, &r->end, &t->start, &t->end))
+				continue;
+			for (uint32_t i = 0; i < t->ninsync; i++)
+				in |= t->insync[i] == me;
+			for (uint32_t b = 0; b < r->nbackups; b++)
+				if (r->backups[b]->node == t->primary)
+					q = r->backups[b];
+			if (!in || q == NULL)
+				continue;
+			r->draining = true;
+			/* Every backup: one that lacks a record of the range when
+			 * this node applies nr is copied again (its end differs from
+			 * the new primary's, and the records a cut drops). */
+			uint64_t l = atomic_load_explicit(&r->last_lsn, memory_order_relaxed);
+			for (uint32_t b = 0; b < r->nbackups; b++) {
+				size_t j = 0;
+				while (j < nq && qs[j] != r->backups[b])
+					j++;
+				if (j == nq) {
+					if (nq == MAX_STREAMS)
+						continue;
+					qs[nq] = r->backups[b];
+					last[nq++] = 0;
+				}
+				if (l > last[j])
+					last[j] = l;
+			}
+		}
+	}
+	pthread_rwlock_unlock(&g->tab_lock);
+	if (nq == 0)
+		return;
+	uint64_t t0 = kv_now_ns(), until = t0 + DRAIN_MS * 1000000ull;
+	bool done = false;
+	while (!done && !atomic_load(&g->stopping)) {
+		done = true;
+		for (size_t j = 0; j < nq && done; j++) {
+			pthread_mutex_lock(&qs[j]->mu);
+			done = passed_locked(qs[j], last[j]);
+			pthread_mutex_unlock(&qs[j]->mu);
+		}
+		if (done || kv_now_ns() >= until)
+			break;
+		struct timespec ts = {.tv_sec = 0, .tv_nsec = 500000};
+		nanosleep(&ts, NULL);
+	}
+	KV_INFO(COMP,
+	        done ? "primary role handed over: the new primary has every record of the range"
+	             : "primary role handed over before the new primary acknowledged every "
+	               "record of the range",
+	        "streams=%zu waited_us=%llu", nq, (unsigned long long)((kv_now_ns() - t0) / 1000u));
+}
+
 int
 kv_rs_apply_config(kv_rs *g, const kv_config *c)
 {
@@ -1906,6 +2354,7 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		}
 		t->primary = r->node;
 		t->leader_epoch = r->leader_epoch;
+		t->fence = r->fence;
 		t->ninsync = kv_range_ninsync(r);
 		for (uint32_t j = 0; j < t->ninsync && j < KV_MAX_REPLICAS; j++)
 			t->insync[j] = kv_range_insync(r, j);
@@ -1954,12 +2403,37 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 				         "node=%u", t->replicas[j]);
 		}
 	}
+	/* A transfer away from this node waits first (briefly) for the new
+	 * primary to have every record of the range. */
+	if (me != 0)
+		drain(g, nr, c->nranges, me);
 	kv_dur_stats ds;
 	kv_dur_stats_get(g->env.dur, &ds);
 	pthread_mutex_lock(&g->in_mu);
 	pthread_rwlock_wrlock(&g->tab_lock);
 	old = g->routes;
 	oldn = g->nroutes;
+	/* Before anything is dropped from the queues or queued on them. */
+	if (me != 0)
+		demos_note_locked(g, old, oldn, nr, c->nranges, me);
+	/* Each range's last record queued, from the routes its records were
+	 * queued under (no write is in its tap now). */
+	for (size_t k = 0, o = 0; k < c->nranges; k++) {
+		/* Both tables are sorted by start, their ranges disjoint. */
+		while (o < oldn && old[o].end.len != 0 &&
+		       kv_key_cmp(old[o].end.data, old[o].end.len, nr[k].start.data,
+		                  nr[k].start.len) <= 0)
+			o++;
+		for (size_t j = o; j < oldn; j++) {
+			if (nr[k].end.len != 0 && kv_key_cmp(old[j].start.data, old[j].start.len,
+			                                     nr[k].end.data, nr[k].end.len) >= 0)
+				break;
+			uint64_t l = atomic_load_explicit(&old[j].last_lsn, memory_order_relaxed);
+			if (l > atomic_load_explicit(&nr[k].last_lsn, memory_order_relaxed) &&
+			    overlap(&old[j].start, &old[j].end, &nr[k].start, &nr[k].end))
+				atomic_store_explicit(&nr[k].last_lsn, l, memory_order_relaxed);
+		}
+	}
 	/* An ISR that falls below M: the writes in flight fail (timeout-class:
 	 * they may have been applied), set before the members that left stop
 	 * holding up the commit point. */
@@ -2312,6 +2786,18 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 			 * primary lacks, or lack some it has. */
 			uint64_t mine = applied_from(g, m->end.old_primary);
 			div = mine == 0 || m->end.end_lsn == 0 || mine != m->end.end_lsn;
+			if (m->end.old_primary == me) {
+				/* This node is the old primary (a primary transfer): it
+				 * applied none of its own records from a stream, but when
+				 * nothing of the range was outstanding on its stream to the
+				 * new primary as it applied the transfer, both hold the same
+				 * records (demos_note_locked). */
+				const route *t = find_route(g, m->end.start.p, m->end.start.len);
+				div =
+				    t == NULL || !demo_in_sync(g, t, m->from_node,
+				                               m->end.leader_epoch, m->end.end_lsn);
+				mine = div ? 0 : m->end.end_lsn;
+			}
 			KV_INFO(COMP, "new primary's end of the previous leader epoch",
 			        "from=%u old_primary=%u end_lsn=%llu mine=%llu diverged=%d",
 			        m->from_node, m->end.old_primary,
@@ -2423,6 +2909,11 @@ kv_rs_destroy(kv_rs *g)
 		free(s);
 	}
 	routes_free(g->routes, g->nroutes);
+	while (g->demos) {
+		demo *d = g->demos;
+		g->demos = d->next;
+		demo_free(d);
+	}
 	while (g->jobs) {
 		job *j = g->jobs;
 		g->jobs = j->next;
@@ -2462,4 +2953,8 @@ kv_rs_stats_get(kv_rs *g, kv_rs_stats *st)
 	st->copy_recs = atomic_load(&g->st_copy_recs);
 	st->expand_asks = atomic_load(&g->st_expand_asks);
 	st->diverged = atomic_load(&g->st_diverged);
+	st->clean_demotions = atomic_load(&g->st_clean_demos);
+	st->unclean_demotions = atomic_load(&g->st_unclean_demos);
+	st->ends_in_sync = atomic_load(&g->st_ends_in_sync);
+	st->unfence_asks = atomic_load(&g->st_unfence_asks);
 }

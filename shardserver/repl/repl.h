@@ -53,7 +53,12 @@
  * end is answered in sync the commit point covers nothing. A range it led
  * with backups and no longer leads (demoted) fences the writes in flight:
  * their replies fail (they may or may not survive), never succeed
- * (kv_rs_fenced).
+ * (kv_rs_fenced). Before a primary transfer takes effect here, the range
+ * refuses writes while its backups acknowledge its records (at most 30 ms,
+ * the drain); the old primary then answers the new one's end in sync when
+ * nothing of the range was outstanding on its stream to it, and the new
+ * primary asks the controller to end the transfer fence (env.isr_unfence)
+ * instead of having it copied again.
  */
 #ifndef KV_SHARDSERVER_REPL_REPL_H
 #define KV_SHARDSERVER_REPL_REPL_H
@@ -106,6 +111,13 @@ typedef struct {
 	 * the same contract as isr_remove. NULL: never asks. */
 	int (*isr_add)(void *arg, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
 	               uint32_t node);
+	/* Asks the controller to end the transfer fence `node` of [start, end),
+	 * which answered this node's end of the previous leader epoch in sync
+	 * (doc/replication.md "Primary transfer"): the same contract as
+	 * isr_remove. NULL: never asks (the fence then leaves the ISR and is
+	 * copied again). */
+	int (*isr_unfence)(void *arg, const kv_bytes *start, const kv_bytes *end,
+	                   uint64_t leader_epoch, uint32_t node);
 } kv_rs_env;
 
 typedef struct kv_rs kv_rs;
@@ -195,6 +207,13 @@ typedef struct {
 	uint64_t copy_recs;    /* records sent in copy steps */
 	uint64_t expand_asks;  /* IsrChange{add} requests sent (one per range) */
 	uint64_t diverged;     /* backups found diverged after a failover (reconciliation) */
+	/* Primary transfers away from this node (ranges) with nothing
+	 * outstanding on the stream to the new primary (it stays in sync) and
+	 * with something (it is copied again). */
+	uint64_t clean_demotions;
+	uint64_t unclean_demotions;
+	uint64_t ends_in_sync; /* old primaries that answered this node's end in sync */
+	uint64_t unfence_asks; /* IsrChange{unfence} requests sent (one per range) */
 } kv_rs_stats;
 void kv_rs_stats_get(kv_rs *g, kv_rs_stats *st);
 

@@ -107,6 +107,11 @@ kv_add_test(test_expiry_inproc SOURCES component/test_expiry_inproc.c
 # acknowledged lost.
 kv_add_test(test_replcut_inproc SOURCES component/test_replcut_inproc.c
   LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)
+# A primary transfer with nothing in flight keeps the old primary in the ISR
+# without a copy and ends the fence; one with records outstanding copies it
+# again, nothing acknowledged lost (doc/replication.md "Primary transfer").
+kv_add_test(test_transfer_inproc SOURCES component/test_transfer_inproc.c
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 120 LABELS concurrency)
 # A backup stopped and started again at once (--min-insync 2, two servers,
 # --fsync always) is copied and back in the ISR within a deadline, several
 # rounds, and writes go on without losing an acknowledged one

@@ -469,6 +469,7 @@ assert_admin_req(const kv_admin_req *a, const kv_admin_req *b)
 	assert_int_equal(a->leader_epoch, b->leader_epoch);
 	assert_int_equal(a->add_node, b->add_node);
 	assert_int_equal(a->remove_node, b->remove_node);
+	assert_int_equal(a->unfence_node, b->unfence_node);
 }
 
 static void
@@ -579,6 +580,12 @@ every_admin_request_round_trips(void **state)
 	     .node_id = 2,
 	     .leader_epoch = 7,
 	     .remove_node = 1},
+	    {.op = KV_ADM_ISR_CHANGE,
+	     .request_id = 23,
+	     .node_id = 2,
+	     .start = B("a"),
+	     .leader_epoch = 9,
+	     .unfence_node = 1},
 	    {.op = KV_ADM_WATCH,
 	     .request_id = 14,
 	     .epoch = 5,

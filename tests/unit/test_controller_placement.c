@@ -1564,6 +1564,61 @@ the_old_primary_kept_as_the_fence_leads_again_only_after_a_copy(void **state)
 	kv_config_free(n);
 }
 
+/* The fence found in sync by the new primary (IsrChange.unfence_node,
+ * doc/replication.md "Primary transfer"): the fence ends, the old primary
+ * stays in the ISR and may lead again at once; a request from another node,
+ * at another leader epoch, naming another member or after the member left
+ * the ISR is refused stale; a retry is in effect. */
+static void
+the_fence_found_in_sync_ends_and_stays_in_the_isr(void **state)
+{
+	kv_config *c = replicated3(), *n = NULL, *t = NULL, *u = NULL;
+	kv_place_ctx x = ctx_of(NULL);
+	uint32_t ch = 0;
+	const kv_range *r;
+	(void)state;
+
+	assert_int_equal(kv_place_move(c, B(""), B("m"), 2, &x, &n), KV_OK);
+	r = &n->ranges[kv_config_find_range(n, "a", 1)];
+	assert_int_equal(r->fence, 1);
+	kv_bytes st = kb(&r->start), en = kb(&r->end);
+	uint64_t le = r->leader_epoch;
+	/* Refused: not the primary, another leader epoch, not the fence. */
+	assert_int_equal(kv_place_unfence(n, 3, st, en, le, 1, &x, &t, &ch), KV_ESTALE);
+	assert_int_equal(kv_place_unfence(n, 2, st, en, le - 1, 1, &x, &t, &ch), KV_ESTALE);
+	assert_int_equal(kv_place_unfence(n, 2, st, en, le, 3, &x, &t, &ch), KV_ESTALE);
+	assert_int_equal(kv_place_unfence(n, 2, st, en, le, 2, &x, &t, &ch), KV_EINVAL);
+	assert_null(t);
+	/* Granted: the fence ends, the member stays. */
+	assert_int_equal(kv_place_unfence(n, 2, st, en, le, 1, &x, &t, &ch), KV_OK);
+	assert_non_null(t);
+	assert_int_equal(ch, 1);
+	assert_int_equal(kv_config_validate(t), KV_OK);
+	r = &t->ranges[kv_config_find_range(t, "a", 1)];
+	assert_int_equal(r->fence, 0);
+	assert_int_equal(r->node, 2);
+	assert_int_equal(r->leader_epoch, le);
+	assert_true(kv_range_has_replica(r, 1, true));
+	/* A retry is in effect (no configuration). */
+	assert_int_equal(kv_place_unfence(t, 2, st, en, le, 1, &x, &u, &ch), KV_OK);
+	assert_null(u);
+	/* The role may move straight back. */
+	assert_int_equal(kv_place_move(t, B(""), B("m"), 1, &x, &u), KV_OK);
+	assert_int_equal(u->ranges[kv_config_find_range(u, "a", 1)].node, 1);
+	kv_config_free(u);
+	kv_config_free(t);
+	/* Once the fence has left the ISR it is not ended in sync. */
+	r = &n->ranges[kv_config_find_range(n, "a", 1)];
+	assert_int_equal(kv_place_isr_change(n, 2, st, en, r->leader_epoch, 0, 1, &x, &t, &ch),
+	                 KV_OK);
+	assert_int_equal(kv_place_unfence(t, 2, st, en, le, 1, &x, &u, &ch), KV_OK);
+	assert_null(u); /* no fence left: in effect, the member stays out */
+	assert_false(kv_range_has_replica(&t->ranges[kv_config_find_range(t, "a", 1)], 1, true));
+	kv_config_free(t);
+	kv_config_free(n);
+	kv_config_free(c);
+}
+
 /* A move while the primary still replaces the member it took over from
  * (which leaves once it may) is refused busy: a second pair naming the
  * primary would break the one-pair-per-member rule (it was an internal
@@ -2153,6 +2208,7 @@ main(void)
 	    cmocka_unit_test(rebalance_of_balanced_replicas_changes_nothing),
 	    cmocka_unit_test(move_to_an_in_sync_replica_transfers_the_primary_role_at_once),
 	    cmocka_unit_test(the_old_primary_kept_as_the_fence_leads_again_only_after_a_copy),
+	    cmocka_unit_test(the_fence_found_in_sync_ends_and_stays_in_the_isr),
 	    cmocka_unit_test(move_while_the_primary_still_replaces_its_predecessor_is_busy),
 	    cmocka_unit_test(move_to_a_new_node_replaces_the_primary_through_the_isr),
 	    cmocka_unit_test(leave_of_a_backup_adds_replacements_and_ends_when_they_are_in_sync),

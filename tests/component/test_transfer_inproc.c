@@ -1,0 +1,375 @@
+/*
+ * test_transfer_inproc.c - a primary transfer that does not copy the old
+ * primary again (doc/replication.md "Primary transfer"): a real controller
+ * with --replicas 3 and three real shard servers in the test process, one
+ * range.
+ *
+ * With no write in flight, a `move` of the range to an in-sync backup
+ * leaves the old primary in the ISR: it answers the new primary's end of
+ * the previous leader epoch in sync, the new primary asks the controller
+ * to end the transfer fence, and no copy starts anywhere (the servers'
+ * shardkv_replica_copies_total stay as they were). The role can then move
+ * straight back. Under writes, a transfer that leaves records outstanding
+ * on the stream to the new primary copies the old primary again, as
+ * before, and nothing acknowledged is lost.
+ *
+ * Every wait polls with a deadline; the servers' metrics listeners and
+ * every port are picked free at run time on 127.0.0.1.
+ */
+#include "common/err.h"
+#include "tests/support/http_client.h"
+#include "tests/support/inproc_cluster.h"
+#include "tests/support/srv_client.h"
+#include "tests/support/testutil.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#define NSRV     3
+#define NKEYS    200
+#define DEADLINE 30000u /* ms: any wait for a configuration */
+#define NWRITERS 4      /* NKEYS is a multiple: each key has one writer */
+#define VALLEN   200
+#define TRIES    20 /* transfers under writes until one leaves records outstanding */
+
+static inproc_cluster cl = {.o = {.name = "kvtransfer", .nsrv = NSRV, .replicas = 3}};
+static char mport[NSRV][32]; /* each server's --metrics */
+static uint64_t reqid = 1;
+
+static void
+key_of(int i, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "t:%05d", i);
+}
+
+/* Sample `name` of server i's /metrics (0 when absent). */
+static uint64_t
+srv_metric(int i, const char *name)
+{
+	int port = atoi(strrchr(mport[i], ':') + 1);
+	kv_http_answer a = kv_http_get(port, "/metrics");
+	assert_int_equal(a.status, 200);
+	double v = kv_http_sample(a.body, name);
+	kv_http_answer_free(&a);
+	return isnan(v) ? 0 : (uint64_t)v;
+}
+
+static uint64_t
+copies(int i)
+{
+	return srv_metric(i, "shardkv_replica_copies_total");
+}
+
+/* Starts the three servers, each with a metrics listener, and waits for
+ * the one range to be on all three, in sync, with no fence. Returns its
+ * primary. */
+static uint32_t
+three_in_sync(inproc_cluster *c)
+{
+	for (int i = 0; i < NSRV; i++) {
+		snprintf(mport[i], sizeof(mport[i]), "127.0.0.1:%d", kv_test_free_port());
+		c->srv[i].cfg.metrics = mport[i];
+		inproc_cluster_srv_up(c, i);
+	}
+	for (uint32_t n = 1; n <= NSRV; n++)
+		inproc_cluster_wait_node_state(c, n, KV_NODE_ACTIVE);
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		kv_config *cfg = inproc_cluster_config(c);
+		assert_non_null(cfg);
+		if (cfg->nranges == 1 && kv_range_ninsync(&cfg->ranges[0]) == NSRV &&
+		    cfg->ranges[0].fence == 0 && cfg->nmigs == 0) {
+			uint32_t p = cfg->ranges[0].node;
+			kv_config_free(cfg);
+			return p;
+		}
+		kv_config_free(cfg);
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("the range is not on three in-sync replicas after %u ms",
+			         DEADLINE);
+		kv_test_sleep_ms(20);
+	}
+}
+
+/* Asks the controller to move the whole key space to node `to`; returns
+ * the answer's code (KV_EBUSY: the fence still stands). */
+static int
+move_to(inproc_cluster *c, uint32_t to, uint64_t *epoch)
+{
+	char why[300];
+	kv_admin_req q = {.op = KV_ADM_MOVE, .request_id = ++reqid, .node_id = to};
+	return inproc_cluster_admin(c, &q, NULL, epoch, why, sizeof(why));
+}
+
+/* Waits until `to` leads the range with all three in sync and no fence;
+ * returns the configuration (the caller frees it). */
+static kv_config *
+wait_unfenced(inproc_cluster *c, uint32_t to)
+{
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		kv_config *cfg = inproc_cluster_config(c);
+		assert_non_null(cfg);
+		if (cfg->nranges == 1 && cfg->ranges[0].node == to && cfg->ranges[0].fence == 0 &&
+		    kv_range_ninsync(&cfg->ranges[0]) == NSRV)
+			return cfg;
+		if (kv_test_now_ms() - t0 > DEADLINE) {
+			print_message("ranges %zu: primary %u, fence %u, %u in sync\n",
+			              cfg->nranges, cfg->ranges[0].node, cfg->ranges[0].fence,
+			              kv_range_ninsync(&cfg->ranges[0]));
+			fail_msg("node %u does not lead the range in sync without a fence", to);
+		}
+		kv_config_free(cfg);
+		kv_test_sleep_ms(10);
+	}
+}
+
+/* The index of node's server (node ids follow the order the servers
+ * registered in, not the order they started in). */
+static int
+idx_of(inproc_cluster *c, uint32_t node)
+{
+	kv_config *cfg = inproc_cluster_config(c);
+	assert_non_null(cfg);
+	const kv_node *nd = kv_config_node(cfg, node);
+	assert_non_null(nd);
+	for (int i = 0; i < NSRV; i++)
+		if (strcmp(c->srv[i].url, nd->address) == 0) {
+			kv_config_free(cfg);
+			return i;
+		}
+	kv_config_free(cfg);
+	fail_msg("no server has node %u's address", node);
+	return -1;
+}
+
+static const char *
+url_of(inproc_cluster *c, uint32_t node)
+{
+	return c->srv[idx_of(c, node)].url;
+}
+
+static void
+a_transfer_with_nothing_in_flight_keeps_the_old_primary_in_sync_without_a_copy(void **state)
+{
+	inproc_cluster *c = *state;
+	char key[32], val[64];
+	uint64_t epoch = 0, before[NSRV];
+	uint32_t p = three_in_sync(c), q = p % NSRV + 1;
+
+	/* Writes the new primary applies from the old one's stream (its end of
+	 * the old leader epoch is then known), all acknowledged by the ISR. */
+	for (int i = 0; i < NKEYS; i++) {
+		key_of(i, key, sizeof(key));
+		snprintf(val, sizeof(val), "v%d", i);
+		res1 r = do_put(url_of(c, p), key, val, 41, ++reqid);
+		assert_int_equal(r.status, 0);
+	}
+	for (int i = 0; i < NSRV; i++)
+		before[i] = copies(i);
+
+	assert_int_equal(move_to(c, q, &epoch), KV_OK);
+	kv_config *cfg = inproc_cluster_config(c);
+	assert_non_null(cfg);
+	assert_int_equal(cfg->ranges[0].node, q);
+	assert_int_equal(cfg->ranges[0].fence, p);
+	kv_config_free(cfg);
+
+	/* The fence ends with the old primary still in the ISR. */
+	cfg = wait_unfenced(c, q);
+	assert_true(kv_range_has_replica(&cfg->ranges[0], p, true));
+	assert_true(cfg->epoch > epoch);
+	kv_config_free(cfg);
+	assert_int_equal(srv_metric(idx_of(c, p), "shardkv_replica_transfers_clean_total"), 1);
+	assert_int_equal(srv_metric(idx_of(c, p), "shardkv_replica_transfers_unclean_total"), 0);
+	char m[1 << 15];
+	inproc_cluster_scrape_metrics(c, m, sizeof(m));
+	assert_true(kv_http_sample(m, "shardkv_controller_fences_in_sync_total") >= 1);
+
+	/* No copy anywhere, every key where it was, and the old primary gets
+	 * the new primary's writes as a plain member. */
+	for (int i = 0; i < NSRV; i++)
+		assert_int_equal(copies(i), before[i]);
+	for (int i = 0; i < NKEYS; i += 17) {
+		key_of(i, key, sizeof(key));
+		snprintf(val, sizeof(val), "v%d", i);
+		res1 r = do_get(url_of(c, q), key);
+		assert_int_equal(r.status, 0);
+		assert_string_equal(r.value, val);
+		assert_true(inproc_srv_holds(c->srv[idx_of(c, p)].s, key, val));
+	}
+	res1 r = do_put(url_of(c, q), "t:after", "w", 41, ++reqid);
+	assert_int_equal(r.status, 0);
+	assert_true(inproc_srv_holds(c->srv[idx_of(c, p)].s, "t:after", "w"));
+
+	/* Nothing stands in the way of moving the role straight back. */
+	assert_int_equal(move_to(c, p, &epoch), KV_OK);
+	cfg = wait_unfenced(c, p);
+	kv_config_free(cfg);
+	for (int i = 0; i < NSRV; i++)
+		assert_int_equal(copies(i), before[i]);
+	r = do_get(url_of(c, p), "t:after");
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.value, "w");
+}
+
+/* A writer putting its keys over and over at whichever node leads. */
+typedef struct {
+	inproc_cluster *c;
+	atomic_bool *stop;
+	int first;
+	unsigned acked[NKEYS], tried[NKEYS];
+	atomic_uint nok;
+} writer;
+
+static void *
+writer_main(void *arg)
+{
+	writer *w = arg;
+	kv_config *cfg = inproc_cluster_config(w->c);
+	uint64_t id = 0;
+	char key[32], val[VALLEN + 1];
+
+	for (unsigned n = 1; !atomic_load(w->stop); n++) {
+		int i = (int)((n * NWRITERS + (unsigned)w->first) % NKEYS);
+		key_of(i, key, sizeof(key));
+		snprintf(val, sizeof(val), "v%u-", n);
+		memset(val + strlen(val), 'x', sizeof(val) - 1 - strlen(val));
+		val[sizeof(val) - 1] = '\0';
+		w->tried[i] = n;
+		const kv_node *nd =
+		    cfg ? kv_config_node(cfg, kv_config_route(cfg, key, strlen(key))) : NULL;
+		res1 r = {.status = -1};
+		if (nd != NULL)
+			r = do_put(nd->address, key, val, 90 + (uint64_t)w->first, ++id);
+		if (r.status == 0) {
+			w->acked[i] = n;
+			w->nok++;
+			continue;
+		}
+		kv_test_sleep_ms(2);
+		kv_config_free(cfg);
+		cfg = inproc_cluster_config(w->c);
+	}
+	kv_config_free(cfg);
+	return NULL;
+}
+
+static unsigned
+oks(const writer *w)
+{
+	unsigned n = 0;
+	for (int t = 0; t < NWRITERS; t++)
+		n += atomic_load(&w[t].nok);
+	return n;
+}
+
+static void
+a_transfer_with_records_outstanding_copies_the_old_primary_again(void **state)
+{
+	inproc_cluster *c = *state;
+	static writer w[NWRITERS];
+	static atomic_bool stop;
+	pthread_t th[NWRITERS];
+	char key[32];
+	uint32_t p = three_in_sync(c), q = p % NSRV + 1;
+	uint64_t epoch = 0;
+
+	memset(w, 0, sizeof(w));
+	atomic_store(&stop, false);
+	for (int t = 0; t < NWRITERS; t++) {
+		w[t].c = c;
+		w[t].stop = &stop;
+		w[t].first = t;
+		assert_int_equal(pthread_create(&th[t], NULL, writer_main, &w[t]), 0);
+	}
+	/* Transfers under writes until one leaves records outstanding on the
+	 * stream to the new primary (almost always the first). */
+	int k;
+	for (k = 0; k < TRIES; k++) {
+		uint64_t copies_q = copies(idx_of(c, q));
+		unsigned ok0 = oks(w);
+		for (uint64_t t0 = kv_test_now_ms(); oks(w) < ok0 + 200;) {
+			if (kv_test_now_ms() - t0 > DEADLINE)
+				fail_msg("writes stalled: %u acknowledged", oks(w) - ok0);
+			kv_test_sleep_ms(2);
+		}
+		int rv;
+		for (uint64_t t0 = kv_test_now_ms(); (rv = move_to(c, q, &epoch)) == KV_EBUSY;) {
+			if (kv_test_now_ms() - t0 > DEADLINE)
+				fail_msg("the move is still refused busy");
+			kv_test_sleep_ms(10);
+		}
+		assert_int_equal(rv, KV_OK);
+		kv_config_free(wait_unfenced(c, q));
+		uint64_t unclean =
+		    srv_metric(idx_of(c, p), "shardkv_replica_transfers_unclean_total");
+		print_message("transfer %d, %u to %u: %llu unclean so far, %llu copies by %u\n", k,
+		              p, q, (unsigned long long)unclean,
+		              (unsigned long long)(copies(idx_of(c, q)) - copies_q), q);
+		if (unclean > 0) {
+			/* The old primary left the ISR and was copied back by the
+			 * new one. */
+			assert_true(copies(idx_of(c, q)) > copies_q);
+			break;
+		}
+		uint32_t t = p;
+		p = q;
+		q = t;
+	}
+	if (k == TRIES)
+		fail_msg("no transfer under writes left a record outstanding in %d tries", TRIES);
+	/* Writes go on in sync at the new primary. */
+	unsigned ok0 = oks(w);
+	for (uint64_t t0 = kv_test_now_ms(); oks(w) < ok0 + 200;) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("writes stalled after the transfer: %u acknowledged",
+			         oks(w) - ok0);
+		kv_test_sleep_ms(5);
+	}
+	atomic_store(&stop, true);
+	for (int t = 0; t < NWRITERS; t++)
+		pthread_join(th[t], NULL);
+	/* Nothing acknowledged is lost, at the primary and at each replica. */
+	kv_config *cfg = wait_unfenced(c, q);
+	for (int i = 0; i < NKEYS; i++) {
+		const writer *wi = &w[i % NWRITERS];
+		if (wi->acked[i] == 0)
+			continue;
+		key_of(i, key, sizeof(key));
+		res1 r = do_get(url_of(c, q), key);
+		assert_int_equal(r.status, 0);
+		unsigned v = (unsigned)strtoul(r.value + 1, NULL, 10);
+		if (v < wi->acked[i] || v > wi->tried[i])
+			fail_msg("%s: value %s, last acknowledged v%u", key, r.value, wi->acked[i]);
+		for (int n = 0; n < NSRV; n++)
+			for (uint64_t t0 = kv_test_now_ms();
+			     !inproc_srv_holds(c->srv[n].s, key, r.value);) {
+				if (kv_test_now_ms() - t0 > DEADLINE)
+					fail_msg("server %d does not hold %s = %s", n, key,
+					         r.value);
+				kv_test_sleep_ms(10);
+			}
+	}
+	kv_config_free(cfg);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    INPROC_CLUSTER_TEST(
+	        a_transfer_with_nothing_in_flight_keeps_the_old_primary_in_sync_without_a_copy,
+	        &cl),
+	    INPROC_CLUSTER_TEST(a_transfer_with_records_outstanding_copies_the_old_primary_again,
+	                        &cl),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
