@@ -329,6 +329,9 @@ an_in_sync_backup_with_the_new_primarys_records_stays_in_the_isr(void **state)
 	inproc_cluster_srv_up(&r3, 0);
 	srv_wait_ready(r3.srv[0].url, 1, PATIENCE, NULL);
 	inproc_cluster_srv_up(&r3, 1);
+	/* Node ids follow registration order: server 2 registers before
+	 * server 3 starts, so srv[id - 1] is node id's server below. */
+	srv_wait_ready(r3.srv[1].url, 1, PATIENCE, NULL);
 	inproc_cluster_srv_up(&r3, 2);
 	wait_isr(&r3, 1, 3);
 	for (int i = 0; i < 20; i++) {
