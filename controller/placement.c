@@ -2057,6 +2057,29 @@ err:
 	return rv;
 }
 
+/* The checks an ISR change and an unfence share: the range is well
+ * formed, the map is not empty, and the asking primary is live (it holds
+ * no lease otherwise: it serves nothing until it is back). */
+static int
+isr_ask_check(const kv_config *cur, uint32_t primary, kv_bytes start, kv_bytes end, kv_place_ctx *x)
+{
+	if (start.len > KV_HARD_MAX_KEY || end.len > KV_HARD_MAX_KEY ||
+	    kv_range_is_empty(start.p, start.len, end.p, end.len)) {
+		say(x, "empty, inverted or oversized range in an ISR change");
+		return KV_EINVAL;
+	}
+	if (cur->nranges == 0) {
+		say(x, "the range map is empty (no node has joined)");
+		return KV_EINVAL;
+	}
+	if (kv_config_node(cur, primary) != NULL && !node_live(cur, primary)) {
+		say(x, "node %u is %s: it changes no ISR until it is back", primary,
+		    kv_node_state_name(kv_config_node(cur, primary)->state));
+		return KV_EBUSY;
+	}
+	return KV_OK;
+}
+
 int
 kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_bytes end,
                     uint64_t leader_epoch, uint32_t add, uint32_t remove, kv_place_ctx *x,
@@ -2078,21 +2101,8 @@ kv_place_isr_change(const kv_config *cur, uint32_t primary, kv_bytes start, kv_b
 		say(x, "an ISR change names the asking primary (node_id)");
 		return KV_EINVAL;
 	}
-	if (start.len > KV_HARD_MAX_KEY || end.len > KV_HARD_MAX_KEY ||
-	    kv_range_is_empty(start.p, start.len, end.p, end.len)) {
-		say(x, "empty, inverted or oversized range in an ISR change");
-		return KV_EINVAL;
-	}
-	if (cur->nranges == 0) {
-		say(x, "the range map is empty (no node has joined)");
-		return KV_EINVAL;
-	}
-	if (kv_config_node(cur, primary) != NULL && !node_live(cur, primary)) {
-		/* It holds no lease: it serves nothing until it is back. */
-		say(x, "node %u is %s: it changes no ISR until it is back", primary,
-		    kv_node_state_name(kv_config_node(cur, primary)->state));
-		return KV_EBUSY;
-	}
+	if ((rv = isr_ask_check(cur, primary, start, end, x)) != KV_OK)
+		return rv;
 	for (size_t i = 0; i < cur->nranges; i++) {
 		const kv_range *r = &cur->ranges[i];
 		char a[96], b[96];
@@ -2189,16 +2199,8 @@ kv_place_unfence(const kv_config *cur, uint32_t primary, kv_bytes start, kv_byte
 		say(x, "an unfence names the asking primary and another member");
 		return KV_EINVAL;
 	}
-	if (start.len > KV_HARD_MAX_KEY || end.len > KV_HARD_MAX_KEY ||
-	    kv_range_is_empty(start.p, start.len, end.p, end.len)) {
-		say(x, "empty, inverted or oversized range in an ISR change");
-		return KV_EINVAL;
-	}
-	if (kv_config_node(cur, primary) != NULL && !node_live(cur, primary)) {
-		say(x, "node %u is %s: it changes no ISR until it is back", primary,
-		    kv_node_state_name(kv_config_node(cur, primary)->state));
-		return KV_EBUSY;
-	}
+	if ((rv = isr_ask_check(cur, primary, start, end, x)) != KV_OK)
+		return rv;
 	for (size_t i = 0; i < cur->nranges; i++) {
 		const kv_range *r = &cur->ranges[i];
 		char a[96], b[96];
