@@ -407,7 +407,7 @@ err_after_alloc:
 	return kv_err_from_nng(rv);
 }
 
-static void rpc_close_bounded(void (*close)(void *), void *arg, const char *what);
+static void rpc_close_bounded(void (*close)(void *), void *arg, const char *what, bool server);
 
 /* Closes the socket and frees the server: on the closing thread of
  * rpc_close_bounded, once every slot has stopped. */
@@ -451,7 +451,22 @@ kv_rpc_server_destroy(kv_rpc_server *s)
 	}
 	for (unsigned i = 0; i < s->n; i++)
 		nng_ctx_close(s->slots[i].ctx);
-	rpc_close_bounded(rpc_server_free_cb, s, "server");
+	/* Its connections first: closing a pipe closes its TCP connection at
+	 * once, even when nng's reaper would leave nng_close waiting. The ids
+	 * are copied out, since closing may call rpc_pipe_cb. */
+	pthread_mutex_lock(&s->pipe_mu);
+	size_t np = s->npipes;
+	uint32_t *ids = np ? malloc(np * sizeof(*ids)) : NULL;
+	if (ids)
+		memcpy(ids, s->pipes, np * sizeof(*ids));
+	pthread_mutex_unlock(&s->pipe_mu);
+	for (size_t i = 0; ids && i < np; i++) {
+		nng_pipe p = NNG_PIPE_INITIALIZER;
+		p.id = ids[i];
+		nng_pipe_close(p);
+	}
+	free(ids);
+	rpc_close_bounded(rpc_server_free_cb, s, "server", true);
 }
 
 /* Counts the client's connections. Runs on an nng thread. */
@@ -507,6 +522,13 @@ rpc_client_maybe_redial(kv_rpc_client *c)
  * the life of the process, and later closes wait only RPC_CLOSE_STUCK_MS. */
 static atomic_bool rpc_close_stuck;
 #define RPC_CLOSE_STUCK_MS 50
+
+/* A server's close never marks the reaper stuck, and always waits this
+ * long: one stuck close must not shorten the next server's. Its accepted
+ * connections are closed before (kv_rpc_server_destroy), so that a close
+ * left to finish later keeps none open to swallow the requests of clients
+ * that would otherwise reach a server started again on the same address. */
+#define RPC_SERVER_CLOSE_WAIT_MS 5000
 
 struct rpc_closer {
 	pthread_mutex_t mu;    /* protects done and refs */
@@ -610,9 +632,10 @@ kv_rpc_client_create_tls(const char *url, const kv_tls *tls, kv_rpc_client **out
 }
 
 /* Runs close(arg) on a thread of its own and waits for it at most
- * RPC_CLOSE_WAIT_MS (see above); what names the socket in the warning. */
+ * RPC_CLOSE_WAIT_MS, or RPC_SERVER_CLOSE_WAIT_MS for a server (see above);
+ * what names the socket in the warning. */
 static void
-rpc_close_bounded(void (*close)(void *), void *arg, const char *what)
+rpc_close_bounded(void (*close)(void *), void *arg, const char *what, bool server)
 {
 	struct rpc_closer *x;
 	pthread_t th;
@@ -640,7 +663,9 @@ rpc_close_bounded(void (*close)(void *), void *arg, const char *what)
 	}
 	pthread_detach(th);
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	long wait_ms = atomic_load(&rpc_close_stuck) ? RPC_CLOSE_STUCK_MS : RPC_CLOSE_WAIT_MS;
+	long wait_ms = server                          ? RPC_SERVER_CLOSE_WAIT_MS
+	               : atomic_load(&rpc_close_stuck) ? RPC_CLOSE_STUCK_MS
+	                                               : RPC_CLOSE_WAIT_MS;
 	ts.tv_sec += wait_ms / 1000;
 	ts.tv_nsec += (wait_ms % 1000) * 1000000L;
 	if (ts.tv_nsec >= 1000000000L) {
@@ -653,7 +678,7 @@ rpc_close_bounded(void (*close)(void *), void *arg, const char *what)
 			break;
 	done = x->done;
 	pthread_mutex_unlock(&x->mu);
-	if (!done && !atomic_exchange(&rpc_close_stuck, true))
+	if (!done && (server || !atomic_exchange(&rpc_close_stuck, true)))
 		KV_WARN("rpc", "socket close did not finish; left to finish in the background",
 		        "socket=\"%s\" wait_ms=%ld", what, wait_ms);
 	rpc_closer_put(x);
@@ -673,7 +698,7 @@ kv_rpc_client_destroy(kv_rpc_client *c)
 	if (c == NULL)
 		return;
 	snprintf(what, sizeof(what), "client %s", c->url); /* c may be gone when it is logged */
-	rpc_close_bounded(rpc_client_free_cb, c, what);
+	rpc_close_bounded(rpc_client_free_cb, c, what, false);
 }
 
 void
