@@ -859,121 +859,11 @@ kv_rpc_async_destroy(kv_rpc_async *a)
 	free(a);
 }
 
-/*
- * A blocking call's aio completes through a callback that wakes the caller,
- * who waits with a bound of its own: in nng 1.5 an operation's timeout can
- * fail to fire (a call to a live server, due in 5 s, was seen still waiting
- * after 90 s, next to a stuck reaper). Past the call's deadline plus
- * RPC_AIO_GRACE_MS the caller cancels the operation itself; if it has still
- * not completed RPC_AIO_GRACE_MS later the call gives up, and the aio, its
- * context and this waiter are left to nng (never freed: freeing waits).
- */
-#define RPC_AIO_GRACE_MS 1000u
-
-struct rpc_waiter {
-	pthread_mutex_t mu; /* protects done */
-	pthread_cond_t cv;  /* done set */
-	bool done;          /* the operation in progress completed */
-};
-
-static void
-rpc_waiter_cb(void *arg)
-{
-	struct rpc_waiter *w = arg;
-
-	pthread_mutex_lock(&w->mu);
-	w->done = true;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-}
-
-static struct rpc_waiter *
-rpc_waiter_new(void)
-{
-	struct rpc_waiter *w = calloc(1, sizeof(*w));
-	pthread_condattr_t ca;
-
-	if (w == NULL)
-		return NULL;
-	pthread_mutex_init(&w->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&w->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	return w;
-}
-
-static void
-rpc_waiter_free(struct rpc_waiter *w)
-{
-	pthread_cond_destroy(&w->cv);
-	pthread_mutex_destroy(&w->mu);
-	free(w);
-}
-
-/* Before starting an operation on the waiter's aio. */
-static void
-rpc_waiter_arm(struct rpc_waiter *w)
-{
-	pthread_mutex_lock(&w->mu);
-	w->done = false;
-	pthread_mutex_unlock(&w->mu);
-}
-
-/* Waits for the completion at most ms; whether it came. */
-static bool
-rpc_waiter_wait(struct rpc_waiter *w, uint64_t ms)
-{
-	struct timespec ts;
-	bool done;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += (time_t)(ms / 1000u);
-	ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&w->mu);
-	while (!w->done)
-		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) != 0)
-			break;
-	done = w->done;
-	pthread_mutex_unlock(&w->mu);
-	return done;
-}
-
-/* Waits for the operation on aio, due by `due` (nng_clock ms): false when
- * it never completed, even after a cancel (the caller then abandons it). */
-static bool
-rpc_aio_wait(nng_aio *aio, struct rpc_waiter *w, nng_time due)
-{
-	static atomic_bool warned;
-	nng_time now = nng_clock();
-
-	/* Once the callback has said so, nng_aio_wait only waits for it to
-	 * return: the aio is then idle for the next operation. */
-	if (rpc_waiter_wait(w, (due > now ? due - now : 0) + RPC_AIO_GRACE_MS)) {
-		nng_aio_wait(aio);
-		return true;
-	}
-	nng_aio_abort(aio, NNG_ETIMEDOUT); /* what its own timeout would have done */
-	if (rpc_waiter_wait(w, RPC_AIO_GRACE_MS)) {
-		nng_aio_wait(aio);
-		return true;
-	}
-	if (!atomic_exchange(&warned, true))
-		KV_WARN("rpc", "a request never completed, even cancelled: abandoned",
-		        "grace_ms=%u", RPC_AIO_GRACE_MS);
-	return false;
-}
-
 int
 kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms)
 {
 	nng_ctx ctx;
 	nng_aio *aio;
-	struct rpc_waiter *w;
 	nng_time deadline;
 	bool probe;
 	int rv;
@@ -989,13 +879,7 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 		nng_msg_free(req);
 		return kv_err_from_nng(rv);
 	}
-	if ((w = rpc_waiter_new()) == NULL) {
-		nng_ctx_close(ctx);
-		nng_msg_free(req);
-		return KV_ENOMEM;
-	}
-	if ((rv = nng_aio_alloc(&aio, rpc_waiter_cb, w)) != 0) {
-		rpc_waiter_free(w);
+	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
 		nng_ctx_close(ctx);
 		nng_msg_free(req);
 		return kv_err_from_nng(rv);
@@ -1011,10 +895,8 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	    (c->tls != NULL || atomic_load(&c->fail_refused)) && timeout_ms > RPC_PROBE_AFTER_MS;
 	nng_aio_set_timeout(aio, (nng_duration)(probe ? RPC_PROBE_AFTER_MS : timeout_ms));
 	nng_aio_set_msg(aio, req);
-	rpc_waiter_arm(w);
 	nng_ctx_send(ctx, aio);
-	if (!rpc_aio_wait(aio, w, deadline))
-		goto stuck;
+	nng_aio_wait(aio);
 	nng_time t = nng_clock();
 	if (probe && nng_aio_result(aio) == NNG_ETIMEDOUT && t < deadline) {
 		nng_time left = deadline - t;
@@ -1039,10 +921,8 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 		nng_time now = nng_clock();
 		nng_aio_set_timeout(aio, now >= deadline ? 1 : (nng_duration)(deadline - now));
 		nng_aio_set_msg(aio, req);
-		rpc_waiter_arm(w);
 		nng_ctx_send(ctx, aio);
-		if (!rpc_aio_wait(aio, w, deadline))
-			goto stuck;
+		nng_aio_wait(aio);
 	}
 	if ((rv = nng_aio_result(aio)) != 0) {
 		nng_msg_free(req); /* a failed send leaves the message with us */
@@ -1053,10 +933,8 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	}
 	nng_time now = nng_clock();
 	nng_aio_set_timeout(aio, now >= deadline ? 1 : (nng_duration)(deadline - now));
-	rpc_waiter_arm(w);
 	nng_ctx_recv(ctx, aio);
-	if (!rpc_aio_wait(aio, w, deadline))
-		goto stuck;
+	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0) {
 		rv = kv_err_from_nng(rv);
 		goto out;
@@ -1065,14 +943,8 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 	rv = KV_OK;
 out:
 	nng_aio_free(aio);
-	rpc_waiter_free(w);
 	nng_ctx_close(ctx);
 	return rv;
-stuck:
-	/* The aio, its context and the waiter stay with nng (freeing them
-	 * would wait for it); so does the request message if it was not sent. */
-	snprintf(rpc_why, sizeof(rpc_why), "the request to %s never completed", c->url);
-	return KV_EUNAVAIL;
 }
 
 unsigned
