@@ -2199,11 +2199,21 @@ drop_cut_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
 				continue;
 			e->kind = ENT_DEAD;
 			dropped++;
-			/* The parts kept here: the backup leaves their ISR. */
+			/* The parts kept here: the backup leaves their ISR. The record
+			 * names only its range's start at queue time: that range may
+			 * have been cut since, keeping this node its primary and the
+			 * leader epoch (ro is then only its first piece, and the
+			 * record's key may lie in a later one). So every part led here
+			 * at the record's leader epoch from its start on counts: at
+			 * worst a backup is copied once more than needed. */
 			for (size_t k = 0; k < nn; k++) {
 				bool member = false, listed = false;
 				if (nr[k].primary != me ||
-				    !overlap(&ro->start, &ro->end, &nr[k].start, &nr[k].end))
+				    (!overlap(&ro->start, &ro->end, &nr[k].start, &nr[k].end) &&
+				     (nr[k].leader_epoch != e->leader_epoch ||
+				      (nr[k].end.len != 0 &&
+				       kv_key_cmp(nr[k].end.data, nr[k].end.len, e->data,
+				                  e->slen) <= 0))))
 					continue;
 				for (uint32_t b = 0; b < nr[k].nbackups; b++)
 					member |= nr[k].backups[b] == s;
