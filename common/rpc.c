@@ -513,8 +513,9 @@ rpc_client_maybe_redial(kv_rpc_client *c)
  * that never returned, once in about 80 runs of a restart test on a loaded
  * machine). So every socket is closed on a thread of its own
  * (rpc_close_bounded), and its destroy waits for it at most
- * RPC_CLOSE_WAIT_MS: past that the caller goes on and the socket, with
- * what its callbacks use, is freed if and when the close returns.
+ * RPC_CLOSE_WAIT_MS (a server's: RPC_SERVER_CLOSE_WAIT_MS): past that the
+ * caller goes on and the socket, with what its callbacks use, is freed if
+ * and when the close returns.
  */
 #define RPC_CLOSE_WAIT_MS 2000
 
