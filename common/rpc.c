@@ -505,13 +505,22 @@ rpc_client_maybe_redial(kv_rpc_client *c)
 }
 
 /*
- * nng 1.5's nng_close can wait forever on a REQ socket whose request
- * context was cancelled or timed out while its connection was being closed
- * by the peer (seen about once in 200 closes under test). Its reaper thread
- * then stays stuck, and every later nng_close of a socket with connections
- * waits for it too, a server's REP socket included (seen as a server stop
- * that never returned, once in about 80 runs of a restart test on a loaded
- * machine). So every socket is closed on a thread of its own
+ * nng 1.5's nng_close can wait forever (seen about once in 200 closes
+ * under test). The mechanism, read in nng 1.5.2's source: when a TCP
+ * connection is closed on this side while a message is arriving on it (its
+ * header read has completed, or part of the message, and the read's
+ * callback has not run yet), the callback issues the next read on the
+ * already closed read aio; that read is refused silently, so the
+ * protocol's receive waiting on the connection is never finished, and the
+ * connection's teardown, which runs on nng's one reaper thread, waits for
+ * it forever (nng 1.6 checks for the close there). The reaper then stays
+ * stuck, and every later nng_close of a socket with connections waits for
+ * it too, a server's REP socket included (seen as a server stop that never
+ * returned, once in about 80 runs of a restart test on a loaded machine).
+ * Only a close on this side while a peer is sending can trigger it: a
+ * client's close with replies still coming, a server's close while
+ * requests arrive; in a daemon that is the process's exit, in the
+ * in-process tests a stop under load. So every socket is closed on a thread of its own
  * (rpc_close_bounded), and its destroy waits for it at most
  * RPC_CLOSE_WAIT_MS (a server's: RPC_SERVER_CLOSE_WAIT_MS): past that the
  * caller goes on and the socket, with what its callbacks use, is freed if
