@@ -69,6 +69,11 @@ typedef struct kv_mig_in {
 	slice_rx rx;           /* the split value being reassembled */
 	uint64_t split_chunks; /* split values assembled from chunks, this attempt */
 	uint64_t split_deltas; /* split values assembled from delta records */
+	/* Where what arrives of the range is logged (doc/durability.md
+	 * "Migrations"): opened by Begin, adopted by the fence, closed by the
+	 * commit, an abort, a new Begin or the end of the stream. */
+	kv_dur_side *side;
+	bool fenced; /* the side log is adopted: only Commit or Abort may follow */
 
 	struct kv_mig_in *next; /* kv_mig.ins list */
 } kv_mig_in;
@@ -171,7 +176,7 @@ clear_range(kv_mig *s, kv_mig_in *in)
 }
 
 static int
-apply_dedup(kv_mig *s, const kv_xfer_dedup *d)
+apply_dedup(kv_mig *s, kv_mig_in *in, const kv_xfer_dedup *d)
 {
 	kv_dedup_result r = {.status = d->status,
 	                     .value_len = d->value_len,
@@ -184,12 +189,10 @@ apply_dedup(kv_mig *s, const kv_xfer_dedup *d)
 	                   .time_ms = d->time_ms,
 	                   .has_del_value = r.has_value,
 	                   .del_value = {d->value.p, d->value.len}};
-	kv_dur_begin(s->env.dur);
 	int rv = kv_dedup_insert(s->env.dedup, d->client_id, d->request_id, &r, d->key.p,
 	                         d->key.len, d->time_ms);
 	if (rv == 0)
-		rv = kv_dur_log_dedup(s->env.dur, &dd, d->status, d->key.p, d->key.len, NULL);
-	kv_dur_end(s->env.dur);
+		rv = kv_dur_side_dedup(in->side, &dd, d->status, d->key.p, d->key.len);
 	kv_buf_fini(&r.value);
 	return rv;
 }
@@ -240,23 +243,33 @@ in_begin(kv_mig *s, kv_mig_in *in, const kv_req *rq, kv_xfer_ack *ack)
 	}
 	if ((rv = clear_range(s, in)) != 0)
 		return rv;
+	/* What an earlier attempt logged is superseded: this one copies the
+	 * whole range again after the range delete above. */
+	kv_dur_side_close(in->side);
+	in->side = NULL;
+	in->fenced = false;
+	if ((rv = kv_dur_side_open(s->env.dur, &in->side)) != 0) {
+		ack->error = "cannot open a side log for the range";
+		return rv;
+	}
 	in->acked = 1;
 	KV_INFO(COMP, "incoming transfer", "id=%llu from=%u", (unsigned long long)in->id, in->from);
 	return KV_OK;
 }
 
-/* Puts one whole value of the stream into the store (caller holds in->mu). */
+/* Puts one whole value of the stream into the store (caller holds in->mu).
+ * No stripe lock: the range is not served here until the commit, and the
+ * stream is serialised by in->mu. No barrier either: the side log is
+ * replayed where its ADOPT record is, which is appended after every one of
+ * its records is applied (doc/durability.md "Migrations"). */
 static int
-in_put(kv_mig *s, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen, uint64_t at)
+in_put(kv_mig *s, kv_mig_in *in, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
+       uint64_t at)
 {
 	const uint8_t *v = vlen ? val : (const uint8_t *)"";
-	/* No stripe lock: the range is not served here until the commit, and
-	 * the stream is serialised by in->mu. */
-	kv_dur_begin(s->env.dur);
 	int rv = kv_store_put_x(s->env.store, key, klen, v, vlen, at);
 	if (rv == 0)
-		rv = kv_dur_log_put_x(s->env.dur, key, klen, v, vlen, at, NULL, NULL, NULL);
-	kv_dur_end(s->env.dur);
+		rv = kv_dur_side_put_x(in->side, key, klen, v, vlen, at);
 	return rv;
 }
 
@@ -269,24 +282,22 @@ typedef struct {
 } put_group;
 
 /* Puts the group's entries into the store and logs them as one MPUT record
- * (one append and one barrier section instead of one per key), then yields
- * the core so that client requests waiting for it go first (caller holds
- * in->mu). Crash safety is unchanged (doc/durability.md "Migrations"): the
- * range is served here only after the fence's sync, and a restart mid-copy
- * makes the source start over. */
+ * of the side log (one append instead of one per key), then yields the core
+ * so that client requests waiting for it go first (caller holds in->mu).
+ * The range is served here only after the fence adopted the side log, and
+ * a restart mid-copy makes the source start over (doc/durability.md
+ * "Migrations"). */
 static int
-group_flush(kv_mig *s, put_group *g)
+group_flush(kv_mig *s, kv_mig_in *in, put_group *g)
 {
 	int rv = KV_OK;
 	if (g->n == 0)
 		return KV_OK;
-	kv_dur_begin(s->env.dur);
 	for (size_t i = 0; i < g->n && rv == 0; i++)
 		rv = kv_store_put_x(s->env.store, g->keys[i].p, g->keys[i].len, g->vals[i].p,
 		                    g->vals[i].len, g->at);
 	if (rv == 0)
-		rv = kv_dur_log_mput_x(s->env.dur, g->n, g->keys, g->vals, g->at, NULL, NULL, NULL);
-	kv_dur_end(s->env.dur);
+		rv = kv_dur_side_mput_x(in->side, g->n, g->keys, g->vals, g->at);
 	g->n = 0;
 	sched_yield();
 	return rv;
@@ -295,10 +306,11 @@ group_flush(kv_mig *s, put_group *g)
 /* Adds one whole entry to the group, flushing it first when full or when the
  * deadline differs. */
 static int
-group_add(kv_mig *s, put_group *g, kv_bytes key, kv_bytes val, uint64_t at)
+group_add(kv_mig *s, kv_mig_in *in, put_group *g, kv_bytes key, kv_bytes val, uint64_t at)
 {
 	int rv;
-	if (g->n > 0 && (g->n == KV_MIG_LOG_GROUP || g->at != at) && (rv = group_flush(s, g)) != 0)
+	if (g->n > 0 && (g->n == KV_MIG_LOG_GROUP || g->at != at) &&
+	    (rv = group_flush(s, in, g)) != 0)
 		return rv;
 	if (val.len == 0)
 		val.p = (const uint8_t *)"";
@@ -322,7 +334,7 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 	g->n = 0;
 
 	for (size_t i = 0; i < x->ndedup && rv == 0; i++)
-		rv = apply_dedup(s, &x->dedup[i]);
+		rv = apply_dedup(s, in, &x->dedup[i]);
 	for (size_t i = 0; i < x->nkv && rv == 0; i++) {
 		const kv_xfer_kv *kv = &x->kv[i];
 		bool complete;
@@ -338,18 +350,18 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 				rv = KV_EPROTO;
 				break;
 			}
-			rv = group_add(s, g, (kv_bytes){kv->key.p, kv->key.len},
+			rv = group_add(s, in, g, (kv_bytes){kv->key.p, kv->key.len},
 			               (kv_bytes){kv->value.p, kv->value.len}, kv->expire_at);
 			in->keys++;
 			in->bytes += kv->key.len + kv->value.len;
 			continue;
 		}
-		if ((rv = group_flush(s, g)) != 0)
+		if ((rv = group_flush(s, in, g)) != 0)
 			break;
 		rv = rx_slice(s, rx, false, 0, kv->key, kv->value, kv->value_offset,
 		              kv->value_total, &complete, &ack->error);
 		if (rv == 0 && complete) {
-			rv = in_put(s, rx->key.data, rx->key.len, rx->val.data, rx->val.len,
+			rv = in_put(s, in, rx->key.data, rx->key.len, rx->val.data, rx->val.len,
 			            kv->expire_at);
 			in->keys++;
 			in->bytes += rx->key.len + rx->val.len;
@@ -360,7 +372,7 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 		}
 	}
 	if (rv == 0)
-		rv = group_flush(s, g);
+		rv = group_flush(s, in, g);
 	free(g);
 	if (rv == 0 && x->last && rx->active) {
 		ack->error = "bulk copy ended inside a split value";
@@ -371,22 +383,20 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 
 /* Applies one whole delta record: key, value (NULL for a delete), dedup. */
 static int
-in_delta_rec(kv_mig *s, const kv_xfer_delta *d, const uint8_t *val, size_t vlen)
+in_delta_rec(kv_mig *s, kv_mig_in *in, const kv_xfer_delta *d, const uint8_t *val, size_t vlen)
 {
 	int rv;
 	if (d->del) {
-		kv_dur_begin(s->env.dur);
 		rv = kv_store_del(s->env.store, d->key.p, d->key.len, NULL);
 		if (rv == KV_ENOTFOUND)
 			rv = KV_OK;
 		if (rv == 0)
-			rv = kv_dur_log_del(s->env.dur, d->key.p, d->key.len, NULL, NULL, NULL);
-		kv_dur_end(s->env.dur);
+			rv = kv_dur_side_del(in->side, d->key.p, d->key.len);
 	} else {
-		rv = in_put(s, d->key.p, d->key.len, val, vlen, d->expire_at);
+		rv = in_put(s, in, d->key.p, d->key.len, val, vlen, d->expire_at);
 	}
 	if (rv == 0 && d->has_dedup)
-		rv = apply_dedup(s, &d->dedup);
+		rv = apply_dedup(s, in, &d->dedup);
 	return rv;
 }
 
@@ -410,7 +420,7 @@ in_delta(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 				ack->error = "a whole record interleaved with a split value";
 				return KV_EPROTO;
 			}
-			rv = in_delta_rec(s, d, d->value.p, d->value.len);
+			rv = in_delta_rec(s, in, d, d->value.p, d->value.len);
 			continue;
 		}
 		if (d->del) {
@@ -427,7 +437,7 @@ in_delta(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 			return KV_EPROTO;
 		}
 		if (complete) {
-			rv = in_delta_rec(s, d, rx->val.data, rx->val.len);
+			rv = in_delta_rec(s, in, d, rx->val.data, rx->val.len);
 			KV_DEBUG(COMP, "split value assembled", "id=%llu bytes=%zu delta=1",
 			         (unsigned long long)in->id, rx->val.len);
 			in->split_deltas++;
@@ -448,6 +458,11 @@ in_apply(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 		ack->error = "split value incomplete at the fence";
 		return KV_EPROTO;
 	}
+	if ((in->fenced || in->side == NULL) && x->kind != KV_XFER_COMMIT &&
+	    x->kind != KV_XFER_ABORT) {
+		ack->error = "transfer data after the fence";
+		return KV_EPROTO;
+	}
 	switch (x->kind) {
 	case KV_XFER_CHUNK:
 		return in_chunk(s, in, x, ack);
@@ -455,8 +470,13 @@ in_apply(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 		return in_delta(s, in, x, ack);
 	case KV_XFER_FENCE:
 		/* The source forgets the range once this is acknowledged and the
-		 * handover published: the range must be on disk here first. */
-		if ((rv = kv_dur_sync(s->env.dur)) != 0) {
+		 * handover published: the range must be on disk here first, its
+		 * side log adopted by this node's log. A failure past the ADOPT
+		 * append leaves it adopted (and fenced): the source starts over
+		 * from Begin, which opens a new side log. */
+		rv = kv_dur_side_adopt(in->side);
+		in->fenced = true;
+		if (rv != 0) {
 			ack->error = "cannot make the range durable here";
 			return rv;
 		}
@@ -468,6 +488,8 @@ in_apply(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 		                  in->end.len, KV_OWN_SERVE, 0, NULL, x->epoch, 0, NULL);
 		if (rv == 0) {
 			in->committed = true;
+			kv_dur_side_close(in->side);
+			in->side = NULL;
 			kv_mig__held_changed(s);
 			KV_INFO(COMP, "incoming range committed",
 			        "id=%llu keys=%llu split_chunk_values=%llu split_delta_values=%llu",
@@ -480,6 +502,9 @@ in_apply(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 		rx_drop((&in->rx));
 		kv_owner_drop_incoming(s->env.owner, in->id);
 		clear_range(s, in);
+		kv_dur_side_close(in->side);
+		in->side = NULL;
+		in->fenced = false;
 		KV_INFO(COMP, "incoming transfer aborted", "id=%llu", (unsigned long long)in->id);
 		return KV_OK;
 	default:
@@ -563,6 +588,9 @@ kv_mig_in_forget(kv_mig *s, uint64_t id)
 			clear_range(s, in);
 		in->acked = 0;
 	}
+	kv_dur_side_close(in->side);
+	in->side = NULL;
+	in->fenced = false;
 	rx_drop((&in->rx));
 	pthread_mutex_unlock(&in->mu);
 	KV_INFO(COMP, "incoming transfer forgotten", "id=%llu", (unsigned long long)id);
@@ -575,6 +603,7 @@ kv_mig__ins_free(kv_mig_in *in)
 
 	for (; in; in = inn) {
 		inn = in->next;
+		kv_dur_side_close(in->side);
 		rx_drop(&in->rx);
 		kv_buf_fini(&in->rx.key);
 		kv_buf_fini(&in->start);

@@ -21,6 +21,9 @@
  *              range's keys and exactly-once entries are gone
  *   DEDUP:     i32 status, u32 klen, key [, u32 dlen, deleted value]
  *              (the dedup fields are flagged)
+ *   ADOPT:     u32 nlen, name: the side log side-<n> (a directory of the
+ *              data dir) is replayed here, whole; only in the server's own
+ *              log, never inside a side log nor from a peer
  *
  * Snapshot entries (snap.h): type SNAP_KV is a key and its value; type
  * SNAP_KVX a key with a deadline: u64 expire_at, then the value; type
@@ -55,16 +58,30 @@
 #include "shardserver/durable/wal.h"
 #include "shardserver/store/store.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #define COMP "durable"
 
-enum { REC_PUT = 1, REC_DEL = 2, REC_MPUT = 3, REC_RANGE_DEL = 4, REC_DEDUP = 5, REC_MDEL = 6 };
+enum {
+	REC_PUT = 1,
+	REC_DEL = 2,
+	REC_MPUT = 3,
+	REC_RANGE_DEL = 4,
+	REC_DEDUP = 5,
+	REC_MDEL = 6,
+	REC_ADOPT = 7
+};
 enum { SNAP_KV = 0, SNAP_DEDUP = 1, SNAP_KVX = 2 };
 
 #define REC_F_DEDUP  0x01u
@@ -74,6 +91,28 @@ enum { SNAP_KV = 0, SNAP_DEDUP = 1, SNAP_KVX = 2 };
 #define SNAP_STEP    512u                  /* entries copied per store step */
 #define SNAP_MIN     (64u * 1024u * 1024u) /* default snapshot threshold */
 #define DEDUP_VAL    36u
+#define SIDE_PREFIX  "side-"
+#define SIDE_NAME    22u /* "side-", 16 hex digits and the NUL */
+#define SIDE_SYNC_MS 50u /* a side log's own fdatasync period */
+#define SIDE_SEGMENT (1024ull * 1024u * 1024u)
+#define SIDE_BUFFER  (16u * 1024u * 1024u)
+
+/* An adopted side log still on disk: needed until a snapshot whose lsn is
+ * past its ADOPT record is in place. */
+typedef struct {
+	char name[SIDE_NAME];
+	uint64_t lsn; /* its ADOPT record */
+} side_ref;
+
+struct kv_dur_side {
+	kv_dur *d;                 /* the server's durable state */
+	kv_wal *w;                 /* the side log */
+	char name[SIDE_NAME];      /* its directory in the data dir */
+	atomic_uint_fast64_t last; /* last lsn appended to it */
+	uint64_t bytes;            /* payload bytes appended */
+	bool adopted;              /* ADOPT was appended (it may be on disk) */
+	uint64_t adopt_lsn;        /* ... at this lsn of the server's log */
+};
 
 struct kv_dur {
 	kv_dur_opts o;                 /* options; o.dir points at dir */
@@ -92,7 +131,11 @@ struct kv_dur {
 	uint64_t snap_log_at;    /* log bytes written when the last snapshot began */
 	uint64_t last_snap_sz;   /* payload bytes of the last snapshot */
 	kv_dur_stats st;         /* snapshot statistics (st.wal is filled on read) */
-	pthread_mutex_t snap_mu; /* one snapshot at a time */
+	side_ref *sides;         /* adopted side logs on disk (under mu) */
+	size_t nsides, capsides; /* ... */
+	uint64_t side_bytes;     /* bytes of side logs closed since the last snapshot began (mu) */
+	atomic_uint_fast64_t side_seq; /* the next side log's number */
+	pthread_mutex_t snap_mu;       /* one snapshot at a time */
 };
 
 /* ------------------------------------------------------------------------
@@ -210,21 +253,28 @@ rec_head(uint8_t *hdr, uint8_t type, const kv_dur_dedup *dd)
 	return rec_head_x(hdr, type, dd, 0);
 }
 
+/* Appends to log w, whose last appended lsn is *last. */
 static int
-append(kv_dur *d, struct iovec *iov, int n, uint64_t *lsn, const kv_dur_tap *tap)
+append_w(kv_wal *w, atomic_uint_fast64_t *last, struct iovec *iov, int n, uint64_t *lsn,
+         const kv_dur_tap *tap)
 {
 	uint64_t l = 0;
-	int rv =
-	    kv_wal_appendv_tap(d->wal, iov, n, &l, tap ? tap->fn : NULL, tap ? tap->arg : NULL);
+	int rv = kv_wal_appendv_tap(w, iov, n, &l, tap ? tap->fn : NULL, tap ? tap->arg : NULL);
 	if (rv != 0)
 		return rv;
 	/* Appends are ordered by the log's mutex; keep the highest. */
-	uint64_t cur = atomic_load(&d->last_lsn);
-	while (cur < l && !atomic_compare_exchange_weak(&d->last_lsn, &cur, l))
+	uint64_t cur = atomic_load(last);
+	while (cur < l && !atomic_compare_exchange_weak(last, &cur, l))
 		;
 	if (lsn)
 		*lsn = l;
 	return KV_OK;
+}
+
+static int
+append(kv_dur *d, struct iovec *iov, int n, uint64_t *lsn, const kv_dur_tap *tap)
+{
+	return append_w(d->wal, &d->last_lsn, iov, n, lsn, tap);
 }
 
 /* The pieces of a PUT record (hdr: HDR_MAX bytes, vl: 4); returns their count. */
@@ -339,21 +389,31 @@ kv_dur_rec_dedup(kv_buf *out, const kv_dur_dedup *dd, int status, const void *ke
 	return flatten(out, iov, dedup_iov(iov, hdr, dl, dd, status, key, klen));
 }
 
-int
-kv_dur_log_del(kv_dur *d, const void *key, size_t klen, const kv_dur_dedup *dd, uint64_t *lsn,
-               const kv_dur_tap *tap)
+/* The pieces of a DEL record (hdr: HDR_MAX bytes, dl: 4); returns their count. */
+static int
+del_iov(struct iovec *iov, uint8_t *hdr, uint8_t *dl, const void *key, size_t klen,
+        const kv_dur_dedup *dd)
 {
-	uint8_t hdr[HDR_MAX], dl[4];
 	size_t h = rec_head(hdr, REC_DEL, dd);
 	bool dv = dd && dd->has_del_value;
 
 	kv_put32(hdr + h, (uint32_t)klen);
 	kv_put32(dl, dv ? (uint32_t)dd->del_value.len : 0);
-	struct iovec iov[4] = {{hdr, h + 4},
-	                       {(void *)key, klen},
-	                       {dl, 4},
-	                       {dv ? (void *)dd->del_value.p : NULL, dv ? dd->del_value.len : 0}};
-	return append(d, iov, dv ? 4 : 2, lsn, tap);
+	iov[0] = (struct iovec){hdr, h + 4};
+	iov[1] = (struct iovec){(void *)key, klen};
+	iov[2] = (struct iovec){dl, 4};
+	iov[3] = (struct iovec){dv ? (void *)dd->del_value.p : NULL, dv ? dd->del_value.len : 0};
+	return dv ? 4 : 2;
+}
+
+int
+kv_dur_log_del(kv_dur *d, const void *key, size_t klen, const kv_dur_dedup *dd, uint64_t *lsn,
+               const kv_dur_tap *tap)
+{
+	uint8_t hdr[HDR_MAX], dl[4];
+	struct iovec iov[4];
+
+	return append(d, iov, del_iov(iov, hdr, dl, key, klen, dd), lsn, tap);
 }
 
 int
@@ -404,9 +464,10 @@ kv_dur_log_mdel(kv_dur *d, kv_bytes anchor, size_t n, const kv_bytes *keys, cons
 	return rv;
 }
 
-int
-kv_dur_log_mput_x(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
-                  uint64_t expire_at, const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
+/* An MPUT record appended to log w (whose last lsn is *last). */
+static int
+mput_w(kv_wal *w, atomic_uint_fast64_t *last, size_t n, const kv_bytes *keys, const kv_bytes *vals,
+       uint64_t expire_at, const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
 {
 	uint8_t hdr[HDR_MAX];
 	size_t h = rec_head_x(hdr, REC_MPUT, dd, expire_at);
@@ -433,10 +494,17 @@ kv_dur_log_mput_x(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *val
 		iov[3 + 4 * i] = (struct iovec){lens + 8 * i + 4, 4};
 		iov[4 + 4 * i] = (struct iovec){(void *)vals[i].p, vals[i].len};
 	}
-	rv = append(d, iov, (int)(4 * n + 1), lsn, tap);
+	rv = append_w(w, last, iov, (int)(4 * n + 1), lsn, tap);
 	free(iov);
 	free(lens);
 	return rv;
+}
+
+int
+kv_dur_log_mput_x(kv_dur *d, size_t n, const kv_bytes *keys, const kv_bytes *vals,
+                  uint64_t expire_at, const kv_dur_dedup *dd, uint64_t *lsn, const kv_dur_tap *tap)
+{
+	return mput_w(d->wal, &d->last_lsn, n, keys, vals, expire_at, dd, lsn, tap);
 }
 
 int
@@ -512,7 +580,77 @@ typedef struct {
 	kv_dedup *dedup;
 	uint64_t records;
 	uint64_t bytes;
+	/* Recovery of the server's own log only (else NULL: ADOPT is refused):
+	 * the data dir, whose side logs ADOPT records name. */
+	const char *dir;
+	bool in_side;      /* replaying a side log now (ADOPT refused) */
+	side_ref *adopted; /* side logs adopted by the records replayed */
+	size_t nadopted, capadopted;
+	char side_err[600]; /* why a side log could not be replayed */
 } replay_ctx;
+
+/* Whether n bytes at p name a side log: "side-" and 16 lowercase hex digits. */
+static bool
+side_name_ok(const uint8_t *p, size_t n)
+{
+	if (n != SIDE_NAME - 1 || memcmp(p, SIDE_PREFIX, strlen(SIDE_PREFIX)) != 0)
+		return false;
+	for (size_t i = strlen(SIDE_PREFIX); i < n; i++)
+		if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+			return false;
+	return true;
+}
+
+static int replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n);
+
+/* An ADOPT record at lsn: replays the side log it names, whole, and notes
+ * it as adopted. */
+static int
+replay_side(replay_ctx *c, uint64_t lsn, kv_bytes nm)
+{
+	char name[SIDE_NAME], path[4200];
+	struct stat st;
+	kv_wal_report wr;
+	int rv;
+
+	memcpy(name, nm.p, nm.len);
+	name[nm.len] = '\0';
+	snprintf(path, sizeof(path), "%s/%s", c->dir, name);
+	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(c->side_err, sizeof(c->side_err),
+		         "the log record at lsn %" PRIu64
+		         " adopts the side log %.400s, which is missing",
+		         lsn, path);
+		return KV_ECORRUPT;
+	}
+	c->in_side = true;
+	rv = kv_wal_replay(path, 1, false, replay_cb, c, &wr, c->side_err, sizeof(c->side_err));
+	c->in_side = false;
+	if (rv != 0) {
+		if (c->side_err[0] == '\0')
+			snprintf(c->side_err, sizeof(c->side_err),
+			         "replaying the side log %.400s (adopted at lsn %" PRIu64
+			         ") failed: %s",
+			         path, lsn, kv_strerror(rv));
+		return rv;
+	}
+	for (size_t i = 0; i < c->nadopted; i++)
+		if (strcmp(c->adopted[i].name, name) == 0) {
+			c->adopted[i].lsn = lsn;
+			return KV_OK;
+		}
+	if (c->nadopted == c->capadopted) {
+		size_t cap = c->capadopted ? 2 * c->capadopted : 8;
+		side_ref *a = realloc(c->adopted, cap * sizeof(*a));
+		if (a == NULL)
+			return KV_ENOMEM;
+		c->adopted = a;
+		c->capadopted = cap;
+	}
+	memcpy(c->adopted[c->nadopted].name, name, sizeof(name));
+	c->adopted[c->nadopted++].lsn = lsn;
+	return KV_OK;
+}
 
 static void
 remember(replay_ctx *c, const kv_dur_dedup *dd, int status, const void *key, size_t klen)
@@ -538,7 +676,6 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	uint64_t at = 0;
 	int rv = KV_OK;
 
-	(void)lsn;
 	if (n < 2)
 		return KV_ECORRUPT;
 	type = p[0];
@@ -641,6 +778,13 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 			kv_dedup_forget_range(c->dedup, s.p, s.len, e.p, e.len);
 		break;
 	}
+	case REC_ADOPT: {
+		kv_bytes nm = rdbytes(&r);
+		if (r.bad || has_dd || c->dir == NULL || c->in_side || !side_name_ok(nm.p, nm.len))
+			return KV_ECORRUPT;
+		rv = replay_side(c, lsn, nm);
+		break;
+	}
 	case REC_DEDUP: {
 		int status = (int)rd32(&r);
 		kv_bytes k = rdbytes(&r);
@@ -680,6 +824,253 @@ kv_dur_apply_record(kv_dur *d, const uint8_t *p, size_t n, uint64_t *lsn)
 	if (rv != 0)
 		return rv;
 	return append(d, iov, 1, lsn, NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * Side logs (durable.h; doc/durability.md "Migrations")
+ * ------------------------------------------------------------------------ */
+
+/* Removes the side log `name` of data dir `dir` (its segments, then the
+ * directory; a side log holds no subdirectory). Failures are logged. */
+static void
+remove_side(const char *dir, const char *name)
+{
+	char path[4200];
+	DIR *dp;
+	struct dirent *e;
+	int dfd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if ((dp = opendir(path)) == NULL) {
+		if (errno != ENOENT)
+			KV_WARN(COMP, "cannot open side log to remove it", "dir=%s err=\"%s\"",
+			        path, strerror(errno));
+		return;
+	}
+	dfd = dirfd(dp);
+	while ((e = readdir(dp)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (unlinkat(dfd, e->d_name, 0) != 0)
+			KV_WARN(COMP, "cannot remove side log file", "dir=%s file=%s err=\"%s\"",
+			        path, e->d_name, strerror(errno));
+	}
+	closedir(dp);
+	if (rmdir(path) != 0)
+		KV_WARN(COMP, "cannot remove side log", "dir=%s err=\"%s\"", path, strerror(errno));
+	else
+		KV_DEBUG(COMP, "side log removed", "dir=%s", path);
+}
+
+/* After a snapshot at lsn: the adopted side logs whose ADOPT record is
+ * below it are in the snapshot, and go. */
+static void
+drop_sides_before(kv_dur *d, uint64_t lsn)
+{
+	side_ref gone[16];
+	size_t ngone;
+
+	do {
+		ngone = 0;
+		pthread_mutex_lock(&d->mu);
+		for (size_t i = 0; i < d->nsides && ngone < 16;) {
+			if (d->sides[i].lsn < lsn) {
+				gone[ngone++] = d->sides[i];
+				d->sides[i] = d->sides[--d->nsides];
+			} else {
+				i++;
+			}
+		}
+		pthread_mutex_unlock(&d->mu);
+		for (size_t i = 0; i < ngone; i++)
+			remove_side(d->dir, gone[i].name);
+	} while (ngone == 16);
+}
+
+/* Notes an adopted side log that stays on disk (under d->mu). */
+static int
+note_side_locked(kv_dur *d, const char *name, uint64_t lsn)
+{
+	if (d->nsides == d->capsides) {
+		size_t cap = d->capsides ? 2 * d->capsides : 8;
+		side_ref *a = realloc(d->sides, cap * sizeof(*a));
+		if (a == NULL)
+			return KV_ENOMEM;
+		d->sides = a;
+		d->capsides = cap;
+	}
+	snprintf(d->sides[d->nsides].name, SIDE_NAME, "%s", name);
+	d->sides[d->nsides++].lsn = lsn;
+	return KV_OK;
+}
+
+int
+kv_dur_side_open(kv_dur *d, kv_dur_side **out)
+{
+	kv_dur_side *s = calloc(1, sizeof(*s));
+	char path[4200], err[600] = "";
+	int rv;
+
+	*out = NULL;
+	if (s == NULL)
+		return KV_ENOMEM;
+	s->d = d;
+	atomic_init(&s->last, 0);
+	snprintf(s->name, sizeof(s->name), SIDE_PREFIX "%016" PRIx64,
+	         (uint64_t)atomic_fetch_add(&d->side_seq, 1));
+	snprintf(path, sizeof(path), "%s/%s", d->dir, s->name);
+	remove_side(d->dir, s->name); /* a leftover of that name holds nothing adopted */
+	kv_wal_opts wo = {.dir = path,
+	                  .mode = d->o.mode == KV_FSYNC_NONE ? KV_FSYNC_NONE : KV_FSYNC_BATCH,
+	                  .batch_ms = SIDE_SYNC_MS,
+	                  .segment_bytes = SIDE_SEGMENT,
+	                  .buffer_bytes = SIDE_BUFFER};
+	if ((rv = kv_wal_open(&wo, 1, &s->w, err, sizeof(err))) != 0) {
+		KV_WARN(COMP, "cannot open a side log", "dir=%s err=%s detail=\"%s\"", path,
+		        kv_errname(rv), err);
+		remove_side(d->dir, s->name);
+		free(s);
+		return rv;
+	}
+	*out = s;
+	return KV_OK;
+}
+
+int
+kv_dur_side_put_x(kv_dur_side *s, const void *key, size_t klen, const void *val, size_t vlen,
+                  uint64_t expire_at)
+{
+	uint8_t hdr[HDR_MAX], vl[4];
+	struct iovec iov[4];
+	int n = put_iov(iov, hdr, vl, key, klen, val, vlen, NULL, expire_at);
+
+	if (s->adopted)
+		return KV_EINVAL;
+	s->bytes += klen + vlen;
+	return append_w(s->w, &s->last, iov, n, NULL, NULL);
+}
+
+int
+kv_dur_side_mput_x(kv_dur_side *s, size_t n, const kv_bytes *keys, const kv_bytes *vals,
+                   uint64_t expire_at)
+{
+	if (s->adopted)
+		return KV_EINVAL;
+	for (size_t i = 0; i < n; i++)
+		s->bytes += keys[i].len + vals[i].len;
+	return mput_w(s->w, &s->last, n, keys, vals, expire_at, NULL, NULL, NULL);
+}
+
+int
+kv_dur_side_del(kv_dur_side *s, const void *key, size_t klen)
+{
+	uint8_t hdr[HDR_MAX], dl[4];
+	struct iovec iov[4];
+
+	if (s->adopted)
+		return KV_EINVAL;
+	s->bytes += klen;
+	return append_w(s->w, &s->last, iov, del_iov(iov, hdr, dl, key, klen, NULL), NULL, NULL);
+}
+
+int
+kv_dur_side_dedup(kv_dur_side *s, const kv_dur_dedup *dd, int status, const void *key, size_t klen)
+{
+	uint8_t hdr[HDR_MAX + 4], dl[4];
+	struct iovec iov[4];
+	int n = dedup_iov(iov, hdr, dl, dd, status, key, klen);
+
+	if (s->adopted)
+		return KV_EINVAL;
+	s->bytes += klen + DEDUP_VAL;
+	return append_w(s->w, &s->last, iov, n, NULL, NULL);
+}
+
+int
+kv_dur_side_adopt(kv_dur_side *s)
+{
+	kv_dur *d = s->d;
+	uint8_t hdr[2 + 4];
+	struct iovec iov[2];
+	uint64_t last = atomic_load(&s->last), lsn = 0;
+	int rv;
+
+	if (s->adopted)
+		return KV_EINVAL;
+	if (last > 0 && (rv = kv_wal_wait(s->w, last, d->o.mode != KV_FSYNC_NONE)) != 0)
+		return rv;
+	hdr[0] = REC_ADOPT;
+	hdr[1] = 0;
+	kv_put32(hdr + 2, (uint32_t)strlen(s->name));
+	iov[0] = (struct iovec){hdr, sizeof(hdr)};
+	iov[1] = (struct iovec){s->name, strlen(s->name)};
+	/* In an apply-and-log section: a snapshot that begins after the
+	 * append holds everything the side log applied (doc/durability.md,
+	 * invariant 2). */
+	kv_dur_begin(d);
+	rv = append(d, iov, 2, &lsn, NULL);
+	kv_dur_end(d);
+	if (rv != 0)
+		return rv;
+	s->adopted = true;
+	s->adopt_lsn = lsn;
+	return kv_dur_sync(d);
+}
+
+void
+kv_dur_side_close(kv_dur_side *s)
+{
+	kv_dur *d;
+
+	if (s == NULL)
+		return;
+	d = s->d;
+	kv_wal_close(s->w);
+	if (s->adopted) {
+		pthread_mutex_lock(&d->mu);
+		int rv = note_side_locked(d, s->name, s->adopt_lsn);
+		d->side_bytes += s->bytes;
+		pthread_mutex_unlock(&d->mu);
+		if (rv != 0) /* it stays on disk until the next start removes it */
+			KV_WARN(COMP, "side log not noted for removal", "side=%s", s->name);
+	} else {
+		remove_side(d->dir, s->name);
+	}
+	free(s);
+}
+
+/* At open: keeps the side logs the replayed log adopted, removes every
+ * other, and numbers new ones after every name seen. */
+static int
+sides_at_open(kv_dur *d, const replay_ctx *rc)
+{
+	DIR *dp = opendir(d->dir);
+	struct dirent *e;
+	uint64_t next = 1;
+	int rv = KV_OK;
+
+	if (dp == NULL)
+		return KV_OK; /* the log's open reports an unusable dir */
+	while ((e = readdir(dp)) != NULL) {
+		size_t n = strlen(e->d_name);
+		if (!side_name_ok((const uint8_t *)e->d_name, n))
+			continue;
+		uint64_t num = strtoull(e->d_name + strlen(SIDE_PREFIX), NULL, 16);
+		if (num >= next)
+			next = num + 1;
+		bool kept = false;
+		for (size_t i = 0; i < rc->nadopted && !kept; i++)
+			if (strcmp(rc->adopted[i].name, e->d_name) == 0) {
+				kept = true;
+				if (rv == KV_OK)
+					rv = note_side_locked(d, e->d_name, rc->adopted[i].lsn);
+			}
+		if (!kept)
+			remove_side(d->dir, e->d_name);
+	}
+	closedir(dp);
+	atomic_store(&d->side_seq, next);
+	return rv;
 }
 
 /* ------------------------------------------------------------------------
@@ -811,6 +1202,7 @@ snapshot(kv_dur *d, bool abortable)
 		goto out;
 	pthread_mutex_lock(&d->mu);
 	d->snap_log_at = ws.bytes;
+	d->side_bytes = 0;
 	pthread_mutex_unlock(&d->mu);
 	if ((rv = kv_snap_begin(d->dir, lsn, &w, err, sizeof(err))) != 0)
 		goto out;
@@ -855,6 +1247,7 @@ snapshot(kv_dur *d, bool abortable)
 	if (rv != 0)
 		goto out;
 	rv = kv_wal_drop_before(d->wal, lsn);
+	drop_sides_before(d, lsn);
 	uint64_t ms = (kv_now_ns() - t0) / 1000000u;
 	pthread_mutex_lock(&d->mu);
 	d->st.snapshots++;
@@ -903,11 +1296,11 @@ snap_main(void *arg)
 		uint64_t need = threshold;
 		if (!d->o.snapshot_bytes && d->last_snap_sz > need)
 			need = d->last_snap_sz; /* the log may grow as big as the data */
-		uint64_t at = d->snap_log_at;
+		uint64_t at = d->snap_log_at, side = d->side_bytes;
 		pthread_mutex_unlock(&d->mu);
 		kv_wal_stats ws;
 		kv_wal_stats_get(d->wal, &ws);
-		if (ws.health == 0 && ws.bytes - at >= need)
+		if (ws.health == 0 && ws.bytes - at + side >= need)
 			(void)snapshot(d, true);
 		pthread_mutex_lock(&d->mu);
 	}
@@ -923,7 +1316,7 @@ int
 kv_dur_open(const kv_dur_opts *o, kv_dur **out, kv_dur_report *rep, char *err, size_t errlen)
 {
 	kv_dur *d = calloc(1, sizeof(*d));
-	replay_ctx rc = {.store = o->store, .dedup = o->dedup};
+	replay_ctx rc = {.store = o->store, .dedup = o->dedup, .dir = o->dir};
 	kv_wal_report wr;
 	pthread_rwlockattr_t ra;
 	uint64_t t0 = kv_now_ns();
@@ -953,10 +1346,14 @@ kv_dur_open(const kv_dur_opts *o, kv_dur **out, kv_dur_report *rep, char *err, s
 	rv = kv_wal_replay(d->dir, rep->snap_lsn, o->truncate_corrupt, replay_cb, &rc, &wr, err,
 	                   errlen);
 	if (rv != 0) {
-		if (rv != KV_ECORRUPT && err && errlen && err[0] == '\0')
+		if (rc.side_err[0] != '\0' && err && errlen)
+			snprintf(err, errlen, "%s", rc.side_err);
+		else if (rv != KV_ECORRUPT && err && errlen && err[0] == '\0')
 			snprintf(err, errlen, "replaying the log failed: %s", kv_strerror(rv));
 		goto fail;
 	}
+	if ((rv = sides_at_open(d, &rc)) != 0)
+		goto fail;
 	rep->log_records = rc.records;
 	rep->log_bytes = rc.bytes;
 	rep->torn = wr.torn;
@@ -974,6 +1371,7 @@ kv_dur_open(const kv_dur_opts *o, kv_dur **out, kv_dur_report *rep, char *err, s
 		goto fail;
 	}
 	d->thr_started = true;
+	free(rc.adopted);
 	*out = d;
 	return KV_OK;
 fail:
@@ -983,6 +1381,8 @@ fail:
 	pthread_mutex_destroy(&d->mu);
 	pthread_mutex_destroy(&d->snap_mu);
 	pthread_cond_destroy(&d->cv);
+	free(rc.adopted);
+	free(d->sides);
 	free(d->dir);
 	free(d);
 	return rv;
@@ -1006,6 +1406,7 @@ kv_dur_close(kv_dur *d)
 	pthread_mutex_destroy(&d->mu);
 	pthread_mutex_destroy(&d->snap_mu);
 	pthread_cond_destroy(&d->cv);
+	free(d->sides);
 	free(d->dir);
 	free(d);
 }

@@ -214,6 +214,48 @@ int kv_dur_notify(kv_dur *d, uint64_t lsn, kv_wal_done_fn done, void *arg);
  * none). For migration handoffs. Returns 0 or the log's error. */
 int kv_dur_sync(kv_dur *d);
 
+/*
+ * Side logs (doc/durability.md "Migrations"): what an incoming range
+ * transfer receives is logged in a log directory of its own, side-<n>/ in
+ * the data dir, so that the copy's bytes never sit in front of client
+ * writes in the server's log. kv_dur_side_adopt appends one ADOPT record to
+ * the server's log, after which recovery replays the side log there, whole;
+ * a side log never adopted is deleted by kv_dur_side_close and at the next
+ * start. One side log is used by one thread at a time (the transfer's).
+ */
+typedef struct kv_dur_side kv_dur_side;
+
+/* Creates a new side log (a new directory and its writer thread; with
+ * --fsync always or batch it syncs by itself every 50 ms). Returns 0,
+ * KV_ENOMEM, or the log's open error (KV_EIO, KV_ENOSPC, ...). */
+int kv_dur_side_open(kv_dur *d, kv_dur_side **out);
+
+/* Records of the side log, as kv_dur_log_put_x, kv_dur_log_mput_x,
+ * kv_dur_log_del (no dedup fields) and kv_dur_log_dedup would log them.
+ * KV_EINVAL once the side log is adopted. Return 0, KV_EINVAL, KV_ENOMEM or
+ * KV_ECLOSED. */
+int kv_dur_side_put_x(kv_dur_side *s, const void *key, size_t klen, const void *val, size_t vlen,
+                      uint64_t expire_at);
+int kv_dur_side_mput_x(kv_dur_side *s, size_t n, const kv_bytes *keys, const kv_bytes *vals,
+                       uint64_t expire_at);
+int kv_dur_side_del(kv_dur_side *s, const void *key, size_t klen);
+int kv_dur_side_dedup(kv_dur_side *s, const kv_dur_dedup *dd, int status, const void *key,
+                      size_t klen);
+
+/* Makes the side log part of the server's durable state: waits until it
+ * holds every record (synced unless --fsync none), appends ADOPT to the
+ * server's log in an apply-and-log section and waits for that as
+ * kv_dur_sync does. Every record of the side log must already be applied
+ * to the store. Returns 0, KV_EINVAL (adopted already) or the logs' error
+ * (then it is not adopted, or, past the append, may be: close it like an
+ * adopted one, the caller refuses the fence either way). */
+int kv_dur_side_adopt(kv_dur_side *s);
+
+/* Stops the side log's writer and frees it: an adopted side log stays on
+ * disk until a snapshot covers its ADOPT record, any other is deleted.
+ * Accepts NULL. */
+void kv_dur_side_close(kv_dur_side *s);
+
 /* Statistics for status and metrics. */
 typedef struct {
 	kv_wal_stats wal;        /* the log */

@@ -11,7 +11,8 @@
  * - a restarted server keeps its node id, its ranges and its data byte for
  *   byte (a 4 MiB value; deleted keys stay deleted);
  * - kills while a snapshot is being written, and while a rate-limited
- *   migration copies (the source, then the destination), lose nothing;
+ *   migration copies (the source, then the destination), lose nothing, nor
+ *   does a kill of the destination once it serves the range;
  * - a corrupt record in the middle of the log stops the server with a
  *   message naming the file and the offset, --wal-truncate-corrupt cuts the
  *   log there, and a torn tail is dropped with a warning.
@@ -985,6 +986,15 @@ kill_during_migration_loses_nothing(void **state)
 		             shardkv_strerror(r.status), k);
 		kv_tc_raw_free(&r);
 	}
+	/* ... and kept across a kill of the destination: what the copy brought
+	 * comes back from the side log its log adopted (doc/durability.md
+	 * "Migrations"), or from a snapshot taken since. */
+	kill9(1);
+	restart(1);
+	bad = kv_tc_verify(tc.admin, "m/", MN, 1, MVLEN, msg, sizeof(msg));
+	KV_TC_ASSERT(&tc, bad == 0, "%ld keys wrong after the destination's restart: %s", bad, msg);
+	KV_TC_ASSERT(&tc, verify_writers("after the destination's restart") == present,
+	             "the writers' keys changed across the destination's restart");
 }
 
 /* ---------------------------------------------------------------------------

@@ -63,16 +63,8 @@ int
 kv_test_dir_teardown(void **state)
 {
 	kv_test_dir *d = *state;
-	DIR *dd = opendir(d->path);
-	struct dirent *e;
 
-	if (dd != NULL) {
-		while ((e = readdir(dd)) != NULL)
-			if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-				unlinkat(dirfd(dd), e->d_name, 0);
-		closedir(dd);
-	}
-	rmdir(d->path);
+	kv_test_rmtree(d->path);
 	free(d);
 	return 0;
 }

@@ -49,6 +49,10 @@ kv_add_test(test_durable_dedup SOURCES unit/test_durable_dedup.c
 # range-delete steps are replayed, old records read as before.
 kv_add_test(test_durable_expiry SOURCES unit/test_durable_expiry.c
   LIBS kv_durable kv_testutil TIMEOUT 60)
+# test_durable_side: the side logs of incoming range transfers are replayed
+# where adopted, removed once a snapshot holds them or when never adopted.
+kv_add_test(test_durable_side SOURCES unit/test_durable_side.c
+  LIBS kv_durable kv_testutil TIMEOUT 60)
 
 # The shard server's pure modules (owner table, dedup table, codec).
 kv_add_test(test_server_units SOURCES unit/test_server_units.c LIBS kv_server TIMEOUT 60)
