@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define COMP "migrate"
 
@@ -58,6 +59,7 @@ typedef struct {
 typedef struct kv_mig_in {
 	uint64_t id;           /* Migration.id */
 	pthread_mutex_t mu;    /* serialises the stream; protects down to the blank line */
+	pthread_cond_t cv;     /* acked moved (a message waiting for its predecessor) */
 	uint64_t epoch;        /* Migration.epoch from Begin */
 	kv_buf start;          /* the range */
 	kv_buf end;            /* empty: end of the key space */
@@ -149,6 +151,11 @@ in_find(kv_mig *s, uint64_t id, bool create)
 		if (in != NULL) {
 			in->id = id;
 			pthread_mutex_init(&in->mu, NULL);
+			pthread_condattr_t ca;
+			pthread_condattr_init(&ca);
+			pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+			pthread_cond_init(&in->cv, &ca);
+			pthread_condattr_destroy(&ca);
 			in->next = s->ins;
 			s->ins = in;
 		}
@@ -528,6 +535,20 @@ kv_mig_in_handle(kv_mig *s, const kv_req *rq, kv_xfer_ack *ack)
 		return;
 	}
 	pthread_mutex_lock(&in->mu);
+	/* A source has up to KV_MIG_PIPE messages in flight, handled on
+	 * different threads here: one that overtook its predecessor waits for
+	 * it, briefly, rather than being refused as a gap. */
+	if (x->kind != KV_XFER_BEGIN && in->acked > 0 && x->seq > in->acked + 1 &&
+	    x->seq <= in->acked + KV_MIG_PIPE) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += (long)KV_MIG_GAP_WAIT_MS * 1000000L;
+		ts.tv_sec += ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		while (in->acked > 0 && x->seq > in->acked + 1)
+			if (pthread_cond_timedwait(&in->cv, &in->mu, &ts) != 0)
+				break;
+	}
 	if (x->kind == KV_XFER_BEGIN) {
 		rv = in_begin(s, in, rq, ack);
 	} else if (in->acked == 0) {
@@ -566,6 +587,7 @@ kv_mig_in_handle(kv_mig *s, const kv_req *rq, kv_xfer_ack *ack)
 	ack->seq = in->acked;
 	ack->keys = in->keys;
 	ack->bytes = in->bytes;
+	pthread_cond_broadcast(&in->cv);
 	pthread_mutex_unlock(&in->mu);
 }
 
@@ -608,6 +630,7 @@ kv_mig__ins_free(kv_mig_in *in)
 		kv_buf_fini(&in->rx.key);
 		kv_buf_fini(&in->start);
 		kv_buf_fini(&in->end);
+		pthread_cond_destroy(&in->cv);
 		pthread_mutex_destroy(&in->mu);
 		free(in);
 	}

@@ -13,6 +13,8 @@
 
 #define KV_MIG_DELETE_STEP 1000u /* entries deleted per step */
 #define KV_MIG_LOG_GROUP   256u  /* whole chunk entries per log record on the destination */
+#define KV_MIG_PIPE        4u    /* transfer messages a source may have in flight */
+#define KV_MIG_GAP_WAIT_MS 200u  /* a message that overtook its predecessor waits */
 
 struct kv_mig_in;
 

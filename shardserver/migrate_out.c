@@ -63,6 +63,7 @@
 #define DELTA_FLUSH_RECS  65536u               /* recorded writes past either */
 #define CATCHUP_ROUNDS    64                   /* then fence anyway */
 #define XFER_TIMEOUT_MS   5000u                /* one transfer message */
+#define COPY_PIPE         2u                   /* bulk-copy chunks in flight (<= KV_MIG_PIPE) */
 #define PROGRESS_MS       500u                 /* MigrationProgress period */
 
 /* One write recorded while its range is being copied (a DeltaRecord). */
@@ -232,15 +233,34 @@ pace(kv_mig_out *o, uint64_t t0, uint64_t bytes)
  * Returns 0 (acknowledged), KV_ECLOSED (stopping or cancelled), or the
  * destination's refusal (the caller restarts the stream).
  */
+static int xfer_send_msg(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, const nng_msg *msg,
+                         bool cancellable, kv_xfer_ack *ack);
+
 static int
 xfer_send(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, bool cancellable, kv_xfer_ack *ack)
+{
+	kv_mig *s = o->mig;
+	nng_msg *req = NULL;
+	int rv = kv_xfer_encode(x, o->epoch, kv_mig__node_id(s), s->env.auth, &req);
+	if (rv != 0)
+		return rv;
+	rv = xfer_send_msg(o, cli, x, req, cancellable, ack);
+	nng_msg_free(req);
+	return rv;
+}
+
+/* xfer_send of x already encoded as msg (kept by the caller; each attempt
+ * sends a copy). */
+static int
+xfer_send_msg(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, const nng_msg *msg,
+              bool cancellable, kv_xfer_ack *ack)
 {
 	kv_mig *s = o->mig;
 	unsigned backoff = 20;
 
 	while (!should_quit(o, cancellable)) {
 		nng_msg *req = NULL, *rep = NULL;
-		int rv = kv_xfer_encode(x, o->epoch, kv_mig__node_id(s), s->env.auth, &req);
+		int rv = nng_msg_dup(&req, msg) == 0 ? KV_OK : KV_ENOMEM;
 		if (rv != 0)
 			return rv;
 		rv = kv_rpc_call(cli, req, &rep, XFER_TIMEOUT_MS);
@@ -710,22 +730,235 @@ phase_dedup(stream_ctx *x)
 }
 
 /*
+ * Bulk-copy chunks in flight (COPY_PIPE): the next chunk is read and encoded
+ * while the destination applies the previous one. Each slot is an async
+ * caller on the stream's client; the destination applies messages in seq
+ * order (one that overtakes its predecessor waits for it, migrate_in.c).
+ * Any failure drains the pipe and sends what is not acknowledged again, in
+ * order, one at a time with xfer_send's retries, so the outcome is that of
+ * sending the chunks one after the other.
+ */
+typedef struct {
+	kv_rpc_async *a; /* its caller */
+	bool busy;       /* sent, not yet settled */
+	bool done;       /* the answer (or failure) came: rv says which */
+	int rv;          /* 0: acknowledged */
+	uint64_t seq;    /* its message's seq */
+	nng_msg *copy;   /* the message, for a resend */
+	size_t whole;    /* keys the chunk completes */
+	size_t bytes;    /* its key and value bytes */
+	bool last;       /* the copy's last chunk */
+	struct copy_pipe *p;
+} pipe_slot;
+
+typedef struct copy_pipe {
+	pthread_mutex_t mu; /* protects the slots' done and rv */
+	pthread_cond_t cv;  /* a slot is done */
+	pipe_slot s[COPY_PIPE];
+	size_t n; /* slots created (0: send one at a time) */
+} copy_pipe;
+
+static void
+pipe_done(void *arg, int rv, nng_msg *reply)
+{
+	pipe_slot *sl = arg;
+	kv_xfer_ack ack;
+
+	if (rv == 0) {
+		rv = kv_xfer_ack_decode(nng_msg_body(reply), nng_msg_len(reply), &ack);
+		if (rv == 0 && (ack.status != 0 || ack.seq < sl->seq))
+			rv = ack.status ? ack.status : KV_EPROTO;
+		nng_msg_free(reply);
+	}
+	pthread_mutex_lock(&sl->p->mu);
+	sl->rv = rv;
+	sl->done = true;
+	pthread_cond_broadcast(&sl->p->cv);
+	pthread_mutex_unlock(&sl->p->mu);
+}
+
+/* Creates the slots; with none (an error) the copy sends one at a time. */
+static void
+pipe_init(copy_pipe *p, kv_rpc_client *cli)
+{
+	memset(p, 0, sizeof(*p));
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	for (size_t i = 0; i < COPY_PIPE; i++) {
+		p->s[i].p = p;
+		if (kv_rpc_async_create(cli, pipe_done, &p->s[i], &p->s[i].a) != 0)
+			break;
+		p->n++;
+	}
+	if (p->n < 2) {
+		kv_rpc_async_destroy(p->s[0].a);
+		p->s[0].a = NULL;
+		p->n = 0;
+	}
+}
+
+/* Waits until slot sl has its answer. */
+static void
+pipe_wait(copy_pipe *p, pipe_slot *sl)
+{
+	pthread_mutex_lock(&p->mu);
+	while (!sl->done)
+		pthread_cond_wait(&p->cv, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* Counts an acknowledged chunk. */
+static void
+chunk_acked(kv_mig_out *o, size_t whole, size_t bytes)
+{
+	atomic_fetch_add(&o->keys_copied, whole);
+	atomic_fetch_add(&o->bytes_copied, bytes);
+	atomic_fetch_add_explicit(&o->mig->bytes_sent, bytes, memory_order_relaxed);
+}
+
+/*
+ * Waits for every slot in flight, in seq order, and settles it: counted when
+ * acknowledged; after the first failure, that message and every later one
+ * are sent again one at a time (xfer_send_msg) when `resend`, else only
+ * waited for. Returns 0, or the error of a resend or the first failure (the
+ * stream then starts over).
+ */
+static int
+pipe_drain(copy_pipe *p, kv_mig_out *o, kv_rpc_client *cli, kv_xfer_ack *ack, bool resend)
+{
+	bool failed = false;
+	int rv = KV_OK;
+
+	for (;;) {
+		pipe_slot *sl = NULL;
+		for (size_t i = 0; i < p->n; i++)
+			if (p->s[i].busy && (sl == NULL || p->s[i].seq < sl->seq))
+				sl = &p->s[i];
+		if (sl == NULL)
+			return rv;
+		pipe_wait(p, sl);
+		if (!failed && sl->rv == 0) {
+			chunk_acked(o, sl->whole, sl->bytes);
+		} else if (!resend) {
+			if (rv == 0)
+				rv = sl->rv ? sl->rv : KV_ECLOSED;
+		} else if (rv == 0) {
+			if (!failed)
+				KV_DEBUG(COMP, "pipelined chunk failed, resending in order",
+				         "id=%llu seq=%llu err=%s", (unsigned long long)o->id,
+				         (unsigned long long)sl->seq, kv_errname(sl->rv));
+			failed = true;
+			kv_xfer c = {.migration_id = o->id, .seq = sl->seq, .kind = KV_XFER_CHUNK};
+			rv = xfer_send_msg(o, cli, &c, sl->copy, true, ack);
+			if (rv == 0)
+				chunk_acked(o, sl->whole, sl->bytes);
+		}
+		nng_msg_free(sl->copy);
+		sl->copy = NULL;
+		sl->busy = false;
+	}
+}
+
+/* Sends chunk c (encoded as req, taken) from a free slot, settling the
+ * oldest one first when none is free. Returns 0 or pipe_drain's error. */
+static int
+pipe_send(copy_pipe *p, kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *c, nng_msg *req,
+          size_t whole, size_t bytes, kv_xfer_ack *ack)
+{
+	pipe_slot *sl = NULL;
+
+	for (size_t i = 0; i < p->n && sl == NULL; i++)
+		if (!p->s[i].busy)
+			sl = &p->s[i];
+	if (sl == NULL) {
+		pipe_slot *old = &p->s[0];
+		for (size_t i = 1; i < p->n; i++)
+			if (p->s[i].seq < old->seq)
+				old = &p->s[i];
+		pipe_wait(p, old);
+		if (old->rv != 0) {
+			int rv = pipe_drain(p, o, cli, ack, true);
+			if (rv != 0) {
+				nng_msg_free(req);
+				return rv;
+			}
+		} else {
+			chunk_acked(o, old->whole, old->bytes);
+			nng_msg_free(old->copy);
+			old->copy = NULL;
+			old->busy = false;
+		}
+		for (size_t i = 0; i < p->n && sl == NULL; i++)
+			if (!p->s[i].busy)
+				sl = &p->s[i];
+	}
+	if (nng_msg_dup(&sl->copy, req) != 0) {
+		nng_msg_free(req);
+		return KV_ENOMEM;
+	}
+	sl->busy = true;
+	sl->done = false;
+	sl->rv = 0;
+	sl->seq = c->seq;
+	sl->whole = whole;
+	sl->bytes = bytes;
+	kv_rpc_async_call_wait_send(sl->a, req, XFER_TIMEOUT_MS);
+	return KV_OK;
+}
+
+/* Frees the slots: nothing may be in flight (pipe_drain first). */
+static void
+pipe_fini(copy_pipe *p)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		kv_rpc_async_destroy(p->s[i].a);
+		nng_msg_free(p->s[i].copy);
+	}
+	pthread_cond_destroy(&p->cv);
+	pthread_mutex_destroy(&p->mu);
+}
+
+/*
  * Bulk copy: chunks of at most CHUNK_ENTRIES entries and about CHUNK_BYTES
  * (plus one key); a value larger than a chunk goes in slices over
  * consecutive chunks, with nothing in between.
  */
+static int phase_copy_loop(stream_ctx *x, copy_pipe *pipe);
+
 static stream_phase
 phase_copy(stream_ctx *x)
 {
 	kv_mig_out *o = x->o;
-	kv_mig *s = o->mig;
 	chunk_acc *ca = &x->ca;
+	copy_pipe pipe;
 	int rv;
 
 	ca->ents = calloc(CHUNK_ENTRIES, sizeof(*ca->ents));
 	x->kvs = calloc(CHUNK_ENTRIES, sizeof(*x->kvs));
 	if (ca->ents == NULL || x->kvs == NULL)
 		return stream_fail(x, KV_ENOMEM);
+	pipe_init(&pipe, x->cli);
+	rv = phase_copy_loop(x, &pipe);
+	/* On an error only waits for what is in flight: the stream starts over. */
+	int drv = pipe_drain(&pipe, o, x->cli, &x->ack, rv == 0);
+	pipe_fini(&pipe);
+	if (rv == 0)
+		rv = drv;
+	if (rv != 0)
+		return stream_fail(x, rv);
+	return STREAM_CATCHUP;
+}
+
+/* The chunks of the bulk copy, through the pipe. Returns 0 or an error. */
+static int
+phase_copy_loop(stream_ctx *x, copy_pipe *pipe)
+{
+	kv_mig_out *o = x->o;
+	kv_mig *s = o->mig;
+	chunk_acc *ca = &x->ca;
+	uint64_t sent = 0; /* key and value bytes of the chunks sent */
+	int rv;
+
 	while (!x->cur.done || ca->carrying) {
 		size_t whole = 0; /* keys this chunk completes: whole entries, last slices */
 		ca->n = 0;
@@ -733,7 +966,7 @@ phase_copy(stream_ctx *x)
 		for (;;) {
 			if (ca->carrying && (rv = carry_emit(ca)) <= 0) {
 				if (rv < 0)
-					return stream_fail(x, rv);
+					return rv;
 				break; /* chunk full, the carry goes on in the next */
 			}
 			if (x->cur.done || ca->n == CHUNK_ENTRIES || ca->data.len >= CHUNK_BYTES)
@@ -742,7 +975,7 @@ phase_copy(stream_ctx *x)
 			                           o->end.data, o->end.len, &x->cur,
 			                           CHUNK_ENTRIES - ca->n, chunk_cb, ca);
 			if (rv != 0 || ca->oom)
-				return stream_fail(x, rv ? rv : KV_ENOMEM);
+				return rv ? rv : KV_ENOMEM;
 		}
 		for (size_t i = 0; i < ca->n; i++) {
 			const chunk_ent *e = &ca->ents[i];
@@ -760,12 +993,23 @@ phase_copy(stream_ctx *x)
 		             .nkv = ca->n,
 		             .kv = x->kvs,
 		             .last = x->cur.done && !ca->carrying};
-		if ((rv = xfer_send(o, x->cli, &c, true, &x->ack)) != 0)
-			return stream_fail(x, rv);
-		atomic_fetch_add(&o->keys_copied, whole);
-		atomic_fetch_add(&o->bytes_copied, ca->data.len);
-		atomic_fetch_add_explicit(&s->bytes_sent, ca->data.len, memory_order_relaxed);
-		pace(o, x->copy_start, atomic_load(&o->bytes_copied));
+		if (pipe->n == 0) {
+			if ((rv = xfer_send(o, x->cli, &c, true, &x->ack)) != 0)
+				return rv;
+			chunk_acked(o, whole, ca->data.len);
+		} else {
+			nng_msg *req = NULL;
+			if ((rv = kv_xfer_encode(&c, o->epoch, kv_mig__node_id(s), s->env.auth,
+			                         &req)) != 0 ||
+			    (rv = pipe_send(pipe, o, x->cli, &c, req, whole, ca->data.len,
+			                    &x->ack)) != 0)
+				return rv;
+			if (should_quit(o, true))
+				return KV_ECLOSED;
+		}
+		/* Paced on what is sent: chunks in flight count. */
+		sent += ca->data.len;
+		pace(o, x->copy_start, sent);
 		/* Bound the recorded writes while the copy runs (a slow copy
 		 * under heavy writes): send them between chunks. Safe because the
 		 * next chunk is read after them and holds the newer state, and
@@ -776,8 +1020,12 @@ phase_copy(stream_ctx *x)
 			    (o->rec_bytes >= DELTA_FLUSH_BYTES || o->nrecs >= DELTA_FLUSH_RECS))
 				take_recs_locked(o, &x->recs, &x->nrecs);
 			pthread_mutex_unlock(&o->mu);
-			if (x->nrecs > 0 && (rv = stream_send_recs(x, true)) != 0)
-				return stream_fail(x, rv);
+			/* After the chunks in flight: the destination applies by seq
+			 * anyway, and a drain keeps one sender at a time. */
+			if (x->nrecs > 0 &&
+			    ((rv = pipe_drain(pipe, o, x->cli, &x->ack, true)) != 0 ||
+			     (rv = stream_send_recs(x, true)) != 0))
+				return rv;
 		}
 		uint64_t now = kv_now_ns();
 		if (now - x->last_progress > PROGRESS_MS * 1000000ull) {
@@ -785,7 +1033,7 @@ phase_copy(stream_ctx *x)
 			x->last_progress = now;
 		}
 	}
-	return STREAM_CATCHUP;
+	return KV_OK;
 }
 
 /* Catches up until few writes are left (at most CATCHUP_ROUNDS rounds). */
