@@ -47,13 +47,17 @@ EOF
 }
 
 # Sets one_copy to the controller flags that keep one copy per range
-# (`--replicas 1`), empty for a controller from before --replicas: the
-# benchmarks that compare against unreplicated peers or measure migrations
-# run with one copy, while the controller's default is 3 (doc/contract.md
-# §2). $1: the controller binary.
+# (`--replicas 1`) and leave the layout alone (`--auto-balance off`), each
+# only when the controller has it: the benchmarks that compare against
+# unreplicated peers or measure migrations run with one copy, while the
+# controller's default is 3 (doc/contract.md §2), on the layout they make
+# (the balancer, on by default, would move ranges while they load). $1: the
+# controller binary.
 one_copy_flags() {
 	one_copy=()
 	if "$1" --help 2>/dev/null | grep -q -- '--replicas'; then one_copy=(--replicas 1); fi
+	# The layouts the scripts measure stay as they make them: no automatic balancing.
+	if "$1" --help 2>/dev/null | grep -q -- '--auto-balance'; then one_copy+=(--auto-balance off); fi
 }
 
 # Polls `cmd...` until it succeeds, at most $1 seconds.
