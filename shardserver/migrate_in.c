@@ -385,6 +385,10 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 		ack->error = "bulk copy ended inside a split value";
 		return KV_EPROTO;
 	}
+	/* The copy is in: sync it now, so that the fence (during which the
+	 * range refuses writes at the source) waits only for the deltas. */
+	if (rv == 0 && x->last && (rv = kv_dur_side_sync(in->side)) != 0)
+		ack->error = "cannot make the copy durable here";
 	return rv;
 }
 

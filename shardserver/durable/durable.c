@@ -987,6 +987,16 @@ kv_dur_side_dedup(kv_dur_side *s, const kv_dur_dedup *dd, int status, const void
 }
 
 int
+kv_dur_side_sync(kv_dur_side *s)
+{
+	uint64_t last = atomic_load(&s->last);
+
+	if (last == 0)
+		return KV_OK;
+	return kv_wal_wait(s->w, last, s->d->o.mode != KV_FSYNC_NONE);
+}
+
+int
 kv_dur_side_adopt(kv_dur_side *s)
 {
 	kv_dur *d = s->d;

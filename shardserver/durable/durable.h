@@ -242,6 +242,11 @@ int kv_dur_side_del(kv_dur_side *s, const void *key, size_t klen);
 int kv_dur_side_dedup(kv_dur_side *s, const kv_dur_dedup *dd, int status, const void *key,
                       size_t klen);
 
+/* Waits until the side log holds every record so far (synced unless
+ * --fsync none): the end of a bulk copy syncs it, so that the fence waits
+ * only for what came after. Returns 0 or the log's error. */
+int kv_dur_side_sync(kv_dur_side *s);
+
 /* Makes the side log part of the server's durable state: waits until it
  * holds every record (synced unless --fsync none), appends ADOPT to the
  * server's log in an apply-and-log section and waits for that as
