@@ -104,6 +104,34 @@ typedef struct {
 	uint64_t lsn; /* its ADOPT record */
 } side_ref;
 
+/* A set of side logs by name. */
+typedef struct {
+	side_ref *v;
+	size_t n, cap;
+} side_list;
+
+/* Sets name's ADOPT lsn, adding it when absent. Returns 0 or KV_ENOMEM. */
+static int
+side_list_put(side_list *l, const char *name, uint64_t lsn)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (strcmp(l->v[i].name, name) == 0) {
+			l->v[i].lsn = lsn;
+			return KV_OK;
+		}
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 8;
+		side_ref *a = realloc(l->v, cap * sizeof(*a));
+		if (a == NULL)
+			return KV_ENOMEM;
+		l->v = a;
+		l->cap = cap;
+	}
+	snprintf(l->v[l->n].name, SIDE_NAME, "%s", name);
+	l->v[l->n++].lsn = lsn;
+	return KV_OK;
+}
+
 struct kv_dur_side {
 	kv_dur *d;                 /* the server's durable state */
 	kv_wal *w;                 /* the side log */
@@ -123,17 +151,16 @@ struct kv_dur {
 	pthread_rwlock_t barrier;               /* read: an apply+log section; write: rotate */
 	pthread_mutex_t stripe[KV_DUR_STRIPES]; /* per-key write order */
 
-	pthread_t thr;           /* snapshot thread */
-	bool thr_started;        /* whether thr runs */
-	pthread_mutex_t mu;      /* protects stop, stats below and wakes the thread */
-	pthread_cond_t cv;       /* signalled on stop */
-	bool stop;               /* the thread returns */
-	uint64_t snap_log_at;    /* log bytes written when the last snapshot began */
-	uint64_t last_snap_sz;   /* payload bytes of the last snapshot */
-	kv_dur_stats st;         /* snapshot statistics (st.wal is filled on read) */
-	side_ref *sides;         /* adopted side logs on disk (under mu) */
-	size_t nsides, capsides; /* ... */
-	uint64_t side_bytes;     /* bytes of side logs closed since the last snapshot began (mu) */
+	pthread_t thr;         /* snapshot thread */
+	bool thr_started;      /* whether thr runs */
+	pthread_mutex_t mu;    /* protects stop, stats below and wakes the thread */
+	pthread_cond_t cv;     /* signalled on stop */
+	bool stop;             /* the thread returns */
+	uint64_t snap_log_at;  /* log bytes written when the last snapshot began */
+	uint64_t last_snap_sz; /* payload bytes of the last snapshot */
+	kv_dur_stats st;       /* snapshot statistics (st.wal is filled on read) */
+	side_list sides;       /* adopted side logs on disk (under mu) */
+	uint64_t side_bytes;   /* bytes of side logs closed since the last snapshot began (mu) */
 	atomic_uint_fast64_t side_seq; /* the next side log's number */
 	pthread_mutex_t snap_mu;       /* one snapshot at a time */
 };
@@ -583,9 +610,8 @@ typedef struct {
 	/* Recovery of the server's own log only (else NULL: ADOPT is refused):
 	 * the data dir, whose side logs ADOPT records name. */
 	const char *dir;
-	bool in_side;      /* replaying a side log now (ADOPT refused) */
-	side_ref *adopted; /* side logs adopted by the records replayed */
-	size_t nadopted, capadopted;
+	bool in_side;       /* replaying a side log now (ADOPT refused) */
+	side_list adopted;  /* side logs adopted by the records replayed */
 	char side_err[600]; /* why a side log could not be replayed */
 } replay_ctx;
 
@@ -634,22 +660,7 @@ replay_side(replay_ctx *c, uint64_t lsn, kv_bytes nm)
 			         path, lsn, kv_strerror(rv));
 		return rv;
 	}
-	for (size_t i = 0; i < c->nadopted; i++)
-		if (strcmp(c->adopted[i].name, name) == 0) {
-			c->adopted[i].lsn = lsn;
-			return KV_OK;
-		}
-	if (c->nadopted == c->capadopted) {
-		size_t cap = c->capadopted ? 2 * c->capadopted : 8;
-		side_ref *a = realloc(c->adopted, cap * sizeof(*a));
-		if (a == NULL)
-			return KV_ENOMEM;
-		c->adopted = a;
-		c->capadopted = cap;
-	}
-	memcpy(c->adopted[c->nadopted].name, name, sizeof(name));
-	c->adopted[c->nadopted++].lsn = lsn;
-	return KV_OK;
+	return side_list_put(&c->adopted, name, lsn);
 }
 
 static void
@@ -873,10 +884,10 @@ drop_sides_before(kv_dur *d, uint64_t lsn)
 	do {
 		ngone = 0;
 		pthread_mutex_lock(&d->mu);
-		for (size_t i = 0; i < d->nsides && ngone < 16;) {
-			if (d->sides[i].lsn < lsn) {
-				gone[ngone++] = d->sides[i];
-				d->sides[i] = d->sides[--d->nsides];
+		for (size_t i = 0; i < d->sides.n && ngone < 16;) {
+			if (d->sides.v[i].lsn < lsn) {
+				gone[ngone++] = d->sides.v[i];
+				d->sides.v[i] = d->sides.v[--d->sides.n];
 			} else {
 				i++;
 			}
@@ -885,23 +896,6 @@ drop_sides_before(kv_dur *d, uint64_t lsn)
 		for (size_t i = 0; i < ngone; i++)
 			remove_side(d->dir, gone[i].name);
 	} while (ngone == 16);
-}
-
-/* Notes an adopted side log that stays on disk (under d->mu). */
-static int
-note_side_locked(kv_dur *d, const char *name, uint64_t lsn)
-{
-	if (d->nsides == d->capsides) {
-		size_t cap = d->capsides ? 2 * d->capsides : 8;
-		side_ref *a = realloc(d->sides, cap * sizeof(*a));
-		if (a == NULL)
-			return KV_ENOMEM;
-		d->sides = a;
-		d->capsides = cap;
-	}
-	snprintf(d->sides[d->nsides].name, SIDE_NAME, "%s", name);
-	d->sides[d->nsides++].lsn = lsn;
-	return KV_OK;
 }
 
 int
@@ -1038,7 +1032,7 @@ kv_dur_side_close(kv_dur_side *s)
 	kv_wal_close(s->w);
 	if (s->adopted) {
 		pthread_mutex_lock(&d->mu);
-		int rv = note_side_locked(d, s->name, s->adopt_lsn);
+		int rv = side_list_put(&d->sides, s->name, s->adopt_lsn);
 		d->side_bytes += s->bytes;
 		pthread_mutex_unlock(&d->mu);
 		if (rv != 0) /* it stays on disk until the next start removes it */
@@ -1069,11 +1063,12 @@ sides_at_open(kv_dur *d, const replay_ctx *rc)
 		if (num >= next)
 			next = num + 1;
 		bool kept = false;
-		for (size_t i = 0; i < rc->nadopted && !kept; i++)
-			if (strcmp(rc->adopted[i].name, e->d_name) == 0) {
+		for (size_t i = 0; i < rc->adopted.n && !kept; i++)
+			if (strcmp(rc->adopted.v[i].name, e->d_name) == 0) {
 				kept = true;
 				if (rv == KV_OK)
-					rv = note_side_locked(d, e->d_name, rc->adopted[i].lsn);
+					rv = side_list_put(&d->sides, e->d_name,
+					                   rc->adopted.v[i].lsn);
 			}
 		if (!kept)
 			remove_side(d->dir, e->d_name);
@@ -1381,7 +1376,7 @@ kv_dur_open(const kv_dur_opts *o, kv_dur **out, kv_dur_report *rep, char *err, s
 		goto fail;
 	}
 	d->thr_started = true;
-	free(rc.adopted);
+	free(rc.adopted.v);
 	*out = d;
 	return KV_OK;
 fail:
@@ -1391,8 +1386,8 @@ fail:
 	pthread_mutex_destroy(&d->mu);
 	pthread_mutex_destroy(&d->snap_mu);
 	pthread_cond_destroy(&d->cv);
-	free(rc.adopted);
-	free(d->sides);
+	free(rc.adopted.v);
+	free(d->sides.v);
 	free(d->dir);
 	free(d);
 	return rv;
@@ -1416,7 +1411,7 @@ kv_dur_close(kv_dur *d)
 	pthread_mutex_destroy(&d->mu);
 	pthread_mutex_destroy(&d->snap_mu);
 	pthread_cond_destroy(&d->cv);
-	free(d->sides);
+	free(d->sides.v);
 	free(d->dir);
 	free(d);
 }
