@@ -29,11 +29,15 @@
 #include "common/log.h"
 #include "shardserver/migrate_int.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define COMP "migrate"
 
@@ -392,6 +396,130 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 	return rv;
 }
 
+/*
+ * The bulk-copy applier: one thread per server, at a lower priority (nice
+ * +10 from the process's), applies the TransferChunk messages for the nng
+ * thread that received them, which waits for it (holding the stream's
+ * mutex: the applier works for it). When the cores are busy, the requests
+ * of the ranges this node serves then go before the copy; when they are
+ * not, the copy runs at full speed. Deltas, the fence and the commit are
+ * applied on the receiving thread, at its priority: they are small and the
+ * fence is on the moving range's critical path. One chunk at a time for
+ * all incoming streams (the balancer starts at most one per node).
+ */
+struct kv_mig_applier {
+	pthread_mutex_t submit; /* one submitter at a time (after kv_mig_in.mu) */
+	pthread_mutex_t mu;     /* protects everything below (a leaf) */
+	pthread_cond_t cv;      /* a job, its end, or stop */
+	pthread_t thr;
+	bool started; /* thr runs */
+	bool stop;    /* thr returns */
+	bool has_job; /* in, x, ack hold a chunk to apply */
+	bool done;    /* ... applied: rv */
+	int rv;
+	kv_mig_in *in;
+	const kv_xfer *x;
+	kv_xfer_ack *ack;
+};
+
+static int in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack);
+
+static void *
+applier_main(void *arg)
+{
+	kv_mig *s = arg;
+	struct kv_mig_applier *a = s->applier;
+	pid_t tid = (pid_t)syscall(SYS_gettid);
+
+	errno = 0;
+	int nice = getpriority(PRIO_PROCESS, (id_t)tid);
+	if (errno == 0 &&
+	    setpriority(PRIO_PROCESS, (id_t)tid, nice + 10 > 19 ? 19 : nice + 10) != 0)
+		KV_WARN(COMP, "bulk-copy applier keeps its priority", "err=\"%s\"",
+		        strerror(errno));
+	pthread_mutex_lock(&a->mu);
+	for (;;) {
+		while (!a->has_job && !a->stop)
+			pthread_cond_wait(&a->cv, &a->mu);
+		if (!a->has_job)
+			break;
+		a->has_job = false;
+		pthread_mutex_unlock(&a->mu);
+		int rv = in_chunk(s, a->in, a->x, a->ack);
+		pthread_mutex_lock(&a->mu);
+		a->rv = rv;
+		a->done = true;
+		pthread_cond_broadcast(&a->cv);
+	}
+	pthread_mutex_unlock(&a->mu);
+	return NULL;
+}
+
+int
+kv_mig__applier_init(kv_mig *g)
+{
+	struct kv_mig_applier *a = calloc(1, sizeof(*a));
+
+	if (a == NULL)
+		return KV_ENOMEM;
+	pthread_mutex_init(&a->submit, NULL);
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->cv, NULL);
+	g->applier = a;
+	return KV_OK;
+}
+
+void
+kv_mig__applier_fini(kv_mig *g)
+{
+	struct kv_mig_applier *a = g->applier;
+
+	if (a == NULL)
+		return;
+	pthread_mutex_lock(&a->mu);
+	a->stop = true;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+	if (a->started)
+		pthread_join(a->thr, NULL);
+	pthread_cond_destroy(&a->cv);
+	pthread_mutex_destroy(&a->mu);
+	pthread_mutex_destroy(&a->submit);
+	free(a);
+	g->applier = NULL;
+}
+
+/* Applies a chunk on the applier's thread and waits (caller holds in->mu);
+ * inline when that thread cannot start. */
+static int
+apply_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
+{
+	struct kv_mig_applier *a = s->applier;
+	int rv;
+
+	pthread_mutex_lock(&a->submit);
+	pthread_mutex_lock(&a->mu);
+	if (!a->started && !a->stop)
+		a->started = pthread_create(&a->thr, NULL, applier_main, s) == 0;
+	if (!a->started) {
+		pthread_mutex_unlock(&a->mu);
+		pthread_mutex_unlock(&a->submit);
+		return in_chunk(s, in, x, ack);
+	}
+	a->in = in;
+	a->x = x;
+	a->ack = ack;
+	a->done = false;
+	a->has_job = true;
+	pthread_cond_broadcast(&a->cv);
+	while (!a->done)
+		pthread_cond_wait(&a->cv, &a->mu);
+	rv = a->rv;
+	pthread_mutex_unlock(&a->mu);
+	pthread_mutex_unlock(&a->submit);
+	return rv;
+}
+
 /* Applies one whole delta record: key, value (NULL for a delete), dedup. */
 static int
 in_delta_rec(kv_mig *s, kv_mig_in *in, const kv_xfer_delta *d, const uint8_t *val, size_t vlen)
@@ -476,7 +604,7 @@ in_apply(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 	}
 	switch (x->kind) {
 	case KV_XFER_CHUNK:
-		return in_chunk(s, in, x, ack);
+		return apply_chunk(s, in, x, ack);
 	case KV_XFER_DELTA:
 		return in_delta(s, in, x, ack);
 	case KV_XFER_FENCE:

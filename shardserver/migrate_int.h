@@ -17,6 +17,7 @@
 #define KV_MIG_GAP_WAIT_MS 200u  /* a message that overtook its predecessor waits */
 
 struct kv_mig_in;
+struct kv_mig_applier;
 
 struct kv_mig {
 	kv_mig_env env;                  /* the server's side (immutable) */
@@ -26,6 +27,8 @@ struct kv_mig {
 	pthread_mutex_t mu;    /* protects outs and ins (the lists, not the items): a leaf */
 	kv_mig_out *outs;      /* every outgoing migration started since creation */
 	struct kv_mig_in *ins; /* every incoming stream seen since creation */
+
+	struct kv_mig_applier *applier; /* migrate_in.c: applies bulk-copy chunks */
 };
 
 /* This node's id (0 until registered). */
@@ -72,5 +75,11 @@ kv_mig__nap(kv_mig *g, unsigned ms)
 /* migrate_in.c: frees every incoming stream of the list (no call in
  * progress). */
 void kv_mig__ins_free(struct kv_mig_in *in);
+
+/* migrate_in.c: the bulk-copy applier's state (its thread starts with the
+ * first chunk); 0 or KV_ENOMEM. Its end stops and joins the thread (no call
+ * in progress). */
+int kv_mig__applier_init(kv_mig *g);
+void kv_mig__applier_fini(kv_mig *g);
 
 #endif

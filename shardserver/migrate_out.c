@@ -1432,6 +1432,10 @@ kv_mig_create(const kv_mig_env *env, kv_mig **out)
 	if (g == NULL)
 		return KV_ENOMEM;
 	g->env = *env;
+	if (kv_mig__applier_init(g) != KV_OK) {
+		free(g);
+		return KV_ENOMEM;
+	}
 	pthread_mutex_init(&g->mu, NULL);
 	*out = g;
 	return KV_OK;
@@ -1468,6 +1472,7 @@ kv_mig_destroy(kv_mig *g)
 		pthread_mutex_destroy(&o->mu);
 		free(o);
 	}
+	kv_mig__applier_fini(g);
 	kv_mig__ins_free(in);
 	pthread_mutex_destroy(&g->mu);
 	free(g);
