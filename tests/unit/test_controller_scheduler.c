@@ -816,6 +816,56 @@ replicated_primaries_1_3_2_even_out_by_whole_transfers(void **state)
 	free(d);
 }
 
+/* R = 3, 7 ranges led 3/2/2: 43% on node 1, one over the others. No whole
+ * range can even that (it would only swap the counts: 2/3/2), so a part of
+ * the cheapest range goes to a node leading two: 3/3/2 of 8 (37.5%), and
+ * then nothing, neither a second cut (3/3/2 is within 20% of the mean)
+ * nor swaps back. */
+static void
+replicated_3_2_2_of_7_gains_one_range_by_a_cut_and_then_rests(void **state)
+{
+	(void)state;
+	static const int cut[] = {0, 100, 250, 400, 550, 700, 850};
+	static const uint32_t prim[] = {1, 2, 1, 3, 2, 1, 3};
+	/* MB per range: node 1 4 + 15 + 16, node 2 14 + 14, node 3 16 + 18 */
+	static const double mb[] = {4, 14, 15, 16, 14, 16, 18};
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = layout(3, 3, cut, prim, 7);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	kv_sched_decision dec[8];
+	uint32_t cnt[8];
+	size_t n;
+	int total, last;
+
+	params(&p);
+	data_init(d, 0, 0);
+	for (int r = 0; r < 7; r++)
+		for (int i = cut[r]; i < (r + 1 < 7 ? cut[r + 1] : NKEYS); i++)
+			d->bytes[i] =
+			    (uint64_t)(mb[r] * 1e6 /
+			               (double)((r + 1 < 7 ? cut[r + 1] : NKEYS) - cut[r]));
+	kv_sched_fig *f = figs_of(c, d);
+	assert_true(max_share(c, f, false) <= (1 + p.tolerance) / 3);
+	assert_int_equal(kv_sched_plan(s, c, f, &p, 1000, false, dec, 8, &n), KV_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(dec[0].kind, KV_SCHED_TRANSFER);
+	assert_int_equal(dec[0].why, KV_SCHED_WHY_PRIMARIES);
+	assert_true(dec[0].split);
+	assert_int_equal(dec[0].from, 1);
+	assert_true(dec[0].to == 2 || dec[0].to == 3);
+	assert_true(dec[0].bytes <= 1000000); /* a quarter of the 4 MB range */
+	kv_sched_decisions_fini(dec, n);
+	free(f);
+	c = count_rounds(s, c, d, &p, 3, 60, KV_SCHED_TRANSFER, &total, &last);
+	assert_int_equal(total, 1);
+	assert_int_equal(c->nranges, 8);
+	assert_true(count_share(c, cnt) <= 0.4);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
 /* R = 1: 7 ranges led 1/3/3 with a third of the bytes each. A whole range
  * would take node 1 past the bytes tolerance; a quarter of one moves there
  * instead (not the piece next to node 1's range, which would merge with
@@ -926,6 +976,47 @@ a_pinned_range_is_not_transferred_for_the_counts(void **state)
 	free(d);
 }
 
+/* Bytes keep priority: in a round that takes a bytes step, no count step
+ * is taken even where the counts are skewed among the other nodes and the
+ * bytes step has brought every node within the tolerance (the counts a
+ * moving map leaves are not final). 4 nodes, R = 1: node 1 above the
+ * bytes tolerance, node 3 leading 4 of 7 ranges. */
+static void
+no_count_step_in_a_round_that_moves_bytes(void **state)
+{
+	(void)state;
+	static const int cut[] = {0, 143, 286, 429, 572, 715, 858};
+	static const uint32_t prim[] = {3, 1, 3, 2, 3, 4, 3};
+	static const double mb[] = {15, 70, 15, 40, 15, 50, 15};
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = layout(4, 1, cut, prim, 7);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	kv_sched_decision dec[8];
+	size_t n;
+	bool moved = false;
+
+	params(&p);
+	data_init(d, 0, 0);
+	for (int r = 0; r < 7; r++) {
+		int hi = r + 1 < 7 ? cut[r + 1] : NKEYS;
+		for (int i = cut[r]; i < hi; i++)
+			d->bytes[i] = (uint64_t)(mb[r] * 1e6 / (double)(hi - cut[r]));
+	}
+	kv_sched_fig *f = figs_of(c, d);
+	assert_int_equal(kv_sched_plan(s, c, f, &p, 1000, false, dec, 8, &n), KV_OK);
+	for (size_t i = 0; i < n; i++) {
+		moved = moved || (dec[i].why == KV_SCHED_WHY_BYTES && dec[i].from == 1);
+		assert_int_not_equal(dec[i].why, KV_SCHED_WHY_PRIMARIES);
+	}
+	assert_true(moved);
+	kv_sched_decisions_fini(dec, n);
+	free(f);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
 int
 main(void)
 {
@@ -946,9 +1037,11 @@ main(void)
 	    cmocka_unit_test(
 	        replicated_primaries_1_3_2_with_equal_bytes_spread_without_breaking_bytes),
 	    cmocka_unit_test(replicated_primaries_1_3_2_even_out_by_whole_transfers),
+	    cmocka_unit_test(replicated_3_2_2_of_7_gains_one_range_by_a_cut_and_then_rests),
 	    cmocka_unit_test(single_ranges_1_3_3_with_equal_bytes_even_out_by_a_small_piece),
 	    cmocka_unit_test(a_count_step_never_takes_a_node_past_the_bytes_tolerance),
 	    cmocka_unit_test(a_pinned_range_is_not_transferred_for_the_counts),
+	    cmocka_unit_test(no_count_step_in_a_round_that_moves_bytes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
