@@ -492,8 +492,9 @@ count_skewed(const struct round *R, uint32_t *cmin)
 	return R->nl >= 2 && (double)mx > (1 + KV_SCHED_COUNT_TOLERANCE) * n / (double)R->nl + 1e-9;
 }
 
-/* A single range's piece [ps, pe) of range i given to node `to` would merge
- * with a neighbour that node owns alone: the counts would not change. */
+/* A piece of single range i that begins at its start (at_start) or ends at
+ * its end (at_end), given to node `to`, would merge with a neighbour that
+ * node owns alone (the map merges those): the counts would not change. */
 static bool
 merges_with_neighbour(const struct round *R, size_t i, bool at_start, bool at_end, uint32_t to)
 {
