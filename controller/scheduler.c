@@ -43,7 +43,10 @@
 /* Count steps cut ranges only below this many ranges per active node: with
  * n >= 5N ranges, ceil(n / N) is within KV_SCHED_COUNT_TOLERANCE of the mean. */
 #define COUNT_CUT_PER_NODE 5
-#define MAX_NODES          256
+/* A count step counts its piece this much larger than estimated when it
+ * checks the receiver against the bytes and ops tolerance. */
+#define COUNT_MARGIN 1.1
+#define MAX_NODES    256
 
 /* A key interval with a time. */
 struct span {
@@ -595,11 +598,14 @@ count_step(struct round *R, kv_sched_decision *d)
 				if (single && ab > (double)R->p->split_bytes &&
 				    share > 1.0 / (double)(f->nq + 1) + 1e-9)
 					continue;
+				/* The piece's size is an estimate (split keys, decayed
+				 * rates): with COUNT_MARGIN on it a count step does not
+				 * start a bytes or ops step by a few bytes. */
 				if (R->use_bytes && ab > 0 &&
-				    dst->b + ab > (1 + R->p->tolerance) * R->mb)
+				    dst->b + COUNT_MARGIN * ab > (1 + R->p->tolerance) * R->mb)
 					continue;
 				if (R->use_ops && ao > 0 &&
-				    dst->o + ao > (1 + R->p->tolerance) * R->mo)
+				    dst->o + COUNT_MARGIN * ao > (1 + R->p->tolerance) * R->mo)
 					continue;
 				if (single &&
 				    merges_with_neighbour(R, i, part != 2, part != 1, dst->id))

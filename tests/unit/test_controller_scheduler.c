@@ -699,6 +699,7 @@ count_share(const kv_config *c, uint32_t cnt[8])
  * breaks the bytes balance) and that every decision is of kind `kind` for
  * the reason `primaries`. Returns the config and the decisions in *total,
  * and the round of the last one in *last. */
+
 static kv_config *
 count_rounds(kv_sched *s, kv_config *c, const struct data *d, const kv_sched_params *p,
              uint32_t replicas, int rounds, kv_sched_kind kind, int *total, int *last)
@@ -1017,6 +1018,100 @@ no_count_step_in_a_round_that_moves_bytes(void **state)
 	free(d);
 }
 
+static uint32_t
+next_rand(uint64_t *r)
+{
+	*r = *r * 6364136223846793005u + 1442695040888963407u;
+	return (uint32_t)(*r >> 33);
+}
+
+/* Many random maps of 3 nodes within the bytes tolerance (R = 1 and R = 3;
+ * each node 1 to 4 ranges of random sizes, 28 to 36% of the keys): count
+ * steps never take a node past the bytes tolerance nor start a bytes step
+ * (the pieces' sizes are estimates from split keys: COUNT_MARGIN), stop
+ * within 40 rounds and then stay quiet for 20, and never leave the largest
+ * count share above where it started. */
+static void
+count_steps_on_random_maps_keep_bytes_and_settle(void **state)
+{
+	(void)state;
+	struct data *d = malloc(sizeof(*d));
+	kv_sched_params p;
+	uint64_t rnd = 1919;
+	int tried = 0, evened = 0;
+
+	params(&p);
+	data_init(d, 100000, 0);
+	for (int t = 0; t < 2000 && tried < 60; t++) {
+		uint32_t replicas = t % 2 ? 3 : 1, k[4], left[4];
+		int tot[4], cut[16], nr = 0;
+		uint32_t prim[16], cnt[8];
+		tot[1] = 280 + (int)(next_rand(&rnd) % 80);
+		tot[2] = 280 + (int)(next_rand(&rnd) % 80);
+		tot[3] = NKEYS - tot[1] - tot[2];
+		if (tot[3] < 280 || tot[3] > 360)
+			continue;
+		for (int n = 1; n <= 3; n++)
+			left[n] = k[n] = 1 + next_rand(&rnd) % 4;
+		/* The order of the ranges: no two neighbours on one node with R = 1. */
+		bool ok = true;
+		for (uint32_t prev = 0; ok && left[1] + left[2] + left[3] > 0; nr++) {
+			uint32_t pick = 0;
+			for (uint32_t n = 1; n <= 3; n++)
+				if (left[n] > 0 && (replicas > 1 || n != prev) &&
+				    (pick == 0 || left[n] > left[pick]))
+					pick = n;
+			ok = pick != 0;
+			prim[nr] = pick;
+			if (ok)
+				left[pick]--;
+			prev = pick;
+		}
+		if (!ok)
+			continue;
+		/* Sizes: node n's keys tot[n] cut into k[n] random parts. */
+		int rest[4] = {0, tot[1], tot[2], tot[3]}, have[4] = {0, 0, 0, 0};
+		for (int i = 0, at = 0; i < nr; i++) {
+			uint32_t n = prim[i];
+			int parts_left = (int)k[n] - have[n];
+			int sz =
+			    parts_left == 1
+			        ? rest[n]
+			        : 1 + (int)(next_rand(&rnd) % (uint32_t)(2 * rest[n] / parts_left));
+			if (sz > rest[n] - (parts_left - 1))
+				sz = rest[n] - (parts_left - 1);
+			cut[i] = at;
+			at += sz;
+			rest[n] -= sz;
+			have[n]++;
+		}
+		kv_config *c = layout(3, replicas, cut, prim, (size_t)nr);
+		kv_sched_fig *f = figs_of(c, d);
+		bool within = max_share(c, f, false) <= (1 + p.tolerance) / 3;
+		free(f);
+		if (!within) {
+			kv_config_free(c);
+			continue;
+		}
+		tried++;
+		double before = count_share(c, cnt);
+		kv_sched *s = kv_sched_new();
+		int total, last;
+		c = count_rounds(s, c, d, &p, replicas, 60,
+		                 replicas > 1 ? KV_SCHED_TRANSFER : KV_SCHED_MOVE, &total, &last);
+		assert_true(last < 40);
+		double after = count_share(c, cnt);
+		assert_true(after <= before + 1e-9);
+		evened += after <= 0.4 + 1e-9;
+		kv_sched_free(s);
+		kv_config_free(c);
+	}
+	print_message("%d random maps, %d end with no node above 40%% of the primaries\n", tried,
+	              evened);
+	assert_true(tried >= 30);
+	free(d);
+}
+
 int
 main(void)
 {
@@ -1042,6 +1137,7 @@ main(void)
 	    cmocka_unit_test(a_count_step_never_takes_a_node_past_the_bytes_tolerance),
 	    cmocka_unit_test(a_pinned_range_is_not_transferred_for_the_counts),
 	    cmocka_unit_test(no_count_step_in_a_round_that_moves_bytes),
+	    cmocka_unit_test(count_steps_on_random_maps_keep_bytes_and_settle),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
