@@ -405,6 +405,14 @@ config_to_public(const kv_config *cfg, const kv_admin_report *rep, shardkv_confi
 		    buf_dup(&p->ranges[i].end, &cfg->ranges[i].end) != KV_OK)
 			goto err;
 	}
+	if (cfg->npins && (p->pins = calloc(cfg->npins, sizeof(*p->pins))) == NULL)
+		goto err;
+	for (size_t i = 0; i < cfg->npins; i++, p->npins++)
+		if (buf_dup(&p->pins[i].start, &cfg->pins[i].start) != KV_OK ||
+		    buf_dup(&p->pins[i].end, &cfg->pins[i].end) != KV_OK) {
+			p->npins++; /* freed with the rest */
+			goto err;
+		}
 	/* A status report carries the migrations with live progress. */
 	if (rep ? migs_to_public(rep->migs, rep->nmigs, p) != KV_OK
 	        : migs_to_public(cfg->migs, cfg->nmigs, p) != KV_OK)
@@ -480,6 +488,11 @@ shardkv_config_free(shardkv_config *cfg)
 		free(cfg->ranges[i].end.data);
 	}
 	free(cfg->ranges);
+	for (size_t i = 0; i < cfg->npins; i++) {
+		free(cfg->pins[i].start.data);
+		free(cfg->pins[i].end.data);
+	}
+	free(cfg->pins);
 	for (size_t i = 0; i < cfg->nmigrations; i++) {
 		free(cfg->migrations[i].start.data);
 		free(cfg->migrations[i].end.data);

@@ -206,13 +206,14 @@ struct kv_controller {
 
 	/* The automatic balancer (scheduler.h); auto_balance and sched_p are
 	 * immutable, the rest is protected by mu. */
-	bool auto_balance;          /* --auto-balance */
-	kv_sched_params sched_p;    /* --split-bytes, --split-ops, --max-migrations */
-	kv_sched *sched;            /* mu: the planner's memory (pins, cool-downs) */
-	uint64_t balance_next_ns;   /* mu: the next round */
-	bool balance_queued;        /* mu: a round waits for the proposer */
-	uint64_t sched_total[5][5]; /* mu: decisions carried out, by kind and reason */
-	uint64_t sched_splits[5];   /* mu: of which cut a range, by reason */
+	bool auto_balance;        /* --auto-balance */
+	kv_sched_params sched_p;  /* --split-bytes, --split-ops, --max-migrations */
+	kv_sched *sched;          /* mu: the planner's memory (pins, cool-downs) */
+	uint64_t balance_next_ns; /* mu: the next round */
+	bool balance_queued;      /* mu: a round waits for the proposer */
+	uint64_t sched_total[5]
+	                    [KV_SCHED_WHY_MAX];  /* mu: decisions carried out, by kind and reason */
+	uint64_t sched_splits[KV_SCHED_WHY_MAX]; /* mu: of which cut a range, by reason */
 	struct ctl_sched_rec {
 		uint64_t unix_ms;         /* when it was published; 0: unused slot */
 		const char *kind;         /* kv_sched_kind_name */

@@ -24,7 +24,7 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	kv_controller *c = arg;
 	uint64_t nodes[6] = {0}, epoch, ranges, migs, watches, waits, uptime, downs, under = 0;
 	uint64_t failovers, shrinks, expands, unfenced, replacements;
-	uint64_t sched[5][5], splits[5];
+	uint64_t sched[5][KV_SCHED_WHY_MAX], splits[KV_SCHED_WHY_MAX];
 	const kv_config *cur;
 	size_t nlive = 0;
 	struct {
@@ -143,18 +143,27 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	    {"shardkv_controller_balance_moves_total", KV_METRIC_COUNTER,
 	     "Single ranges the balancer moved (data migrates), by reason.", "reason", "ops",
 	     .u = sched[KV_SCHED_MOVE][KV_SCHED_WHY_OPS]},
+	    {"shardkv_controller_balance_moves_total", KV_METRIC_COUNTER,
+	     "Single ranges the balancer moved (data migrates), by reason.", "reason", "primaries",
+	     .u = sched[KV_SCHED_MOVE][KV_SCHED_WHY_PRIMARIES]},
 	    {"shardkv_controller_balance_transfers_total", KV_METRIC_COUNTER,
 	     "Primary roles the balancer gave to an in-sync replica, by reason.", "reason", "bytes",
 	     .u = sched[KV_SCHED_TRANSFER][KV_SCHED_WHY_BYTES]},
 	    {"shardkv_controller_balance_transfers_total", KV_METRIC_COUNTER,
 	     "Primary roles the balancer gave to an in-sync replica, by reason.", "reason", "ops",
 	     .u = sched[KV_SCHED_TRANSFER][KV_SCHED_WHY_OPS]},
+	    {"shardkv_controller_balance_transfers_total", KV_METRIC_COUNTER,
+	     "Primary roles the balancer gave to an in-sync replica, by reason.", "reason",
+	     "primaries", .u = sched[KV_SCHED_TRANSFER][KV_SCHED_WHY_PRIMARIES]},
 	    {"shardkv_controller_balance_splits_total", KV_METRIC_COUNTER,
 	     "Moves and transfers of the balancer that cut a range, by reason.", "reason", "bytes",
 	     .u = splits[KV_SCHED_WHY_BYTES]},
 	    {"shardkv_controller_balance_splits_total", KV_METRIC_COUNTER,
 	     "Moves and transfers of the balancer that cut a range, by reason.", "reason", "ops",
 	     .u = splits[KV_SCHED_WHY_OPS]},
+	    {"shardkv_controller_balance_splits_total", KV_METRIC_COUNTER,
+	     "Moves and transfers of the balancer that cut a range, by reason.", "reason",
+	     "primaries", .u = splits[KV_SCHED_WHY_PRIMARIES]},
 	    {"shardkv_controller_balance_merges_total", KV_METRIC_COUNTER,
 	     "Small cold ranges the balancer moved onto their neighbour's node.", "reason", "cold",
 	     .u = sched[KV_SCHED_MERGE][KV_SCHED_WHY_COLD]},

@@ -17,7 +17,13 @@
  *      moved in halves. A step must lower the larger of the two nodes' loads
  *      and move at least half the tolerance of the mean, so balanced and
  *      unbalanceable states propose nothing (hysteresis);
- *   3. merges, once the map has more than MERGE_PER_NODE ranges per active
+ *   3. primary counts: while some node leads more than
+ *      KV_SCHED_COUNT_TOLERANCE above the mean count of ranges, the node
+ *      leading the fewest gets a whole range from a node leading at least
+ *      two more (a transfer for a replicated range) or a part of any range
+ *      (a cut: the map gains a range), the cheapest in data that keeps its
+ *      bytes and ops within the tolerance;
+ *   4. merges, once the map has more than MERGE_PER_NODE ranges per active
  *      node: two adjacent single ranges on different nodes that are both
  *      small (together under split_bytes / 4) and cold (under split_ops / 4)
  *      become one by moving the smaller onto its neighbour's node, when
@@ -34,7 +40,13 @@
 #include <string.h>
 
 #define MERGE_PER_NODE 8
-#define MAX_NODES      256
+/* Count steps cut ranges only below this many ranges per active node: with
+ * n >= 5N ranges, ceil(n / N) is within KV_SCHED_COUNT_TOLERANCE of the mean. */
+#define COUNT_CUT_PER_NODE 5
+/* A count step counts its piece this much larger than estimated when it
+ * checks the receiver against the bytes and ops tolerance. */
+#define COUNT_MARGIN 1.1
+#define MAX_NODES    256
 
 /* A key interval with a time. */
 struct span {
@@ -101,6 +113,8 @@ kv_sched_why_name(kv_sched_why w)
 		return "cold";
 	case KV_SCHED_WHY_HOTKEY:
 		return "hot_key";
+	case KV_SCHED_WHY_PRIMARIES:
+		return "primaries";
 	}
 	return "unknown";
 }
@@ -227,6 +241,7 @@ kb(const kv_buf *b)
 struct load {
 	uint32_t id;
 	double b, o; /* bytes and ops it leads */
+	uint32_t np; /* ranges it leads */
 	bool used;   /* in a decision of this round */
 	bool busy;   /* a migration in flight starts or ends here */
 };
@@ -463,6 +478,180 @@ balance_step(struct round *R, kv_sched_decision *d)
 	return 1;
 }
 
+/* Some active node leads more than KV_SCHED_COUNT_TOLERANCE above the mean
+ * count of ranges; *cmin gets the lowest count. */
+static bool
+count_skewed(const struct round *R, uint32_t *cmin)
+{
+	double n = 0;
+	uint32_t mx = 0;
+
+	*cmin = UINT32_MAX;
+	for (size_t i = 0; i < R->nl; i++) {
+		n += R->L[i].np;
+		mx = R->L[i].np > mx ? R->L[i].np : mx;
+		*cmin = R->L[i].np < *cmin ? R->L[i].np : *cmin;
+	}
+	return R->nl >= 2 && (double)mx > (1 + KV_SCHED_COUNT_TOLERANCE) * n / (double)R->nl + 1e-9;
+}
+
+/* A piece of single range i that begins at its start (at_start) or ends at
+ * its end (at_end), given to node `to`, would merge with a neighbour that
+ * node owns alone (the map merges those): the counts would not change. */
+static bool
+merges_with_neighbour(const struct round *R, size_t i, bool at_start, bool at_end, uint32_t to)
+{
+	const kv_config *c = R->c;
+
+	return (at_start && i > 0 && c->ranges[i - 1].nreplicas == 0 &&
+	        c->ranges[i - 1].node == to) ||
+	       (at_end && i + 1 < c->nranges && c->ranges[i + 1].nreplicas == 0 &&
+	        c->ranges[i + 1].node == to);
+}
+
+struct ccand {
+	bool ok;
+	size_t range;
+	int part; /* 0 whole, 1 below the key, 2 from the key on */
+	kv_bytes key;
+	struct load *src, *dst;
+	double ab, ao;
+	double cost; /* bytes copied */
+};
+
+/* Better: cheaper in data, then colder, then from a node leading more. */
+static bool
+ccand_better(const struct ccand *a, const struct ccand *b)
+{
+	if (!b->ok)
+		return true;
+	if (a->cost != b->cost)
+		return a->cost < b->cost;
+	if (a->ao != b->ao)
+		return a->ao < b->ao;
+	return a->src->np > b->src->np;
+}
+
+/*
+ * One count step (doc/scheduler.md "Primary counts"): the node leading the
+ * fewest ranges (dst, not in a decision of this round) gets either a whole
+ * range of a node leading at least two more, or a part of a range of any
+ * other node (the range is cut: the source keeps its count, dst gains one,
+ * the map one range). The piece must keep dst within the tolerance of the
+ * mean in bytes and ops (those keep priority), and the cheapest in data
+ * wins: a transfer of a whole replicated range copies nothing, a move
+ * copies the piece, a cut replicated range has its replicas copied again
+ * (counted as the range's bytes). Returns 1 with *d filled, 0 when there is
+ * nothing to do, or KV_ENOMEM.
+ */
+static int
+count_step(struct round *R, kv_sched_decision *d)
+{
+	uint32_t cmin;
+	struct ccand best = {0};
+
+	if (!count_skewed(R, &cmin))
+		return 0;
+	for (size_t i = 0; i < R->c->nranges; i++) {
+		const kv_range *r = &R->c->ranges[i];
+		const kv_sched_fig *f = &R->f[i];
+		struct load *src = load_of(R, r->node);
+		bool single = r->nreplicas == 0;
+		bool hot = f->hot_key.len && f->hot_share >= 0.5 && f->ops > R->p->split_ops;
+		if (src == NULL || src->used || !free_range(R, i))
+			continue;
+		if (single && (R->moves == 0 || src->busy))
+			continue;
+		for (size_t j = 0; j < R->nl; j++) {
+			struct load *dst = &R->L[j];
+			if (dst == src || dst->used || dst->np != cmin)
+				continue;
+			if (single && dst->busy)
+				continue;
+			if (!single) {
+				bool in = false;
+				for (uint32_t k = 0; k < r->ninsync; k++)
+					in = in || r->insync[k] == dst->id;
+				if (!in || r->fence != 0)
+					continue;
+			}
+			for (size_t c = 0; c < 1 + 2 * f->nq; c++) {
+				int part = c == 0 ? 0 : c <= f->nq ? 1 : 2;
+				size_t q = c == 0 ? 0 : part == 1 ? c - 1 : c - 1 - f->nq;
+				double share = c == 0 ? 1.0
+				               : part == 1
+				                   ? (double)(q + 1) / (double)(f->nq + 1)
+				                   : (double)(f->nq - q) / (double)(f->nq + 1);
+				double ab = (double)f->bytes * share, ao = f->ops * share;
+				/* A whole range only from a node leading two more (else
+				 * the counts just swap); a part from any node. */
+				if (part == 0 && src->np < cmin + 2)
+					continue;
+				/* Cuts only in a map of fewer than COUNT_CUT_PER_NODE
+				 * ranges per node: from there one range over the mean
+				 * is within the tolerance, whole ranges even the counts,
+				 * and no cut meets the merges (MERGE_PER_NODE). */
+				if (part > 0 && R->c->nranges >= COUNT_CUT_PER_NODE * R->nl)
+					continue;
+				if (part > 0 && (hot || f->q[q].len == 0))
+					continue;
+				if (single && ab > (double)R->p->split_bytes &&
+				    share > 1.0 / (double)(f->nq + 1) + 1e-9)
+					continue;
+				/* The piece's size is an estimate (split keys, decayed
+				 * rates): with COUNT_MARGIN on it a count step does not
+				 * start a bytes or ops step by a few bytes. */
+				if (R->use_bytes && ab > 0 &&
+				    dst->b + COUNT_MARGIN * ab > (1 + R->p->tolerance) * R->mb)
+					continue;
+				if (R->use_ops && ao > 0 &&
+				    dst->o + COUNT_MARGIN * ao > (1 + R->p->tolerance) * R->mo)
+					continue;
+				if (single &&
+				    merges_with_neighbour(R, i, part != 2, part != 1, dst->id))
+					continue;
+				struct ccand cand = {.ok = true,
+				                     .range = i,
+				                     .part = part,
+				                     .key = part ? f->q[q] : (kv_bytes){0},
+				                     .src = src,
+				                     .dst = dst,
+				                     .ab = ab,
+				                     .ao = ao,
+				                     .cost = single      ? ab
+				                             : part == 0 ? 0
+				                                         : (double)f->bytes};
+				if (ccand_better(&cand, &best))
+					best = cand;
+			}
+		}
+	}
+	if (!best.ok)
+		return 0;
+	const kv_range *r = &R->c->ranges[best.range];
+	kv_bytes st = kb(&r->start), en = kb(&r->end);
+	if (best.part == 1)
+		en = best.key;
+	else if (best.part == 2)
+		st = best.key;
+	bool single = r->nreplicas == 0;
+	int rv = emit(d, single ? KV_SCHED_MOVE : KV_SCHED_TRANSFER, KV_SCHED_WHY_PRIMARIES, st, en,
+	              best.part != 0, best.src->id, best.dst->id, (uint64_t)best.ab, best.ao);
+	if (rv != 0)
+		return rv;
+	best.src->b -= best.ab;
+	best.src->o -= best.ao;
+	best.dst->b += best.ab;
+	best.dst->o += best.ao;
+	if (best.part == 0)
+		best.src->np--;
+	best.dst->np++;
+	best.src->used = best.dst->used = true;
+	if (single)
+		R->moves--;
+	return 1;
+}
+
 /* Fills the loads and the means; false when fewer than two active nodes. */
 static bool
 round_init(struct round *R)
@@ -480,6 +669,7 @@ round_init(struct round *R)
 		if (l != NULL) {
 			l->b += (double)R->f[i].bytes;
 			l->o += R->f[i].ops;
+			l->np++;
 		}
 	}
 	for (size_t i = 0; i < c->nmigs; i++) {
@@ -589,6 +779,7 @@ kv_sched_plan(kv_sched *s, const kv_config *cfg, const kv_sched_fig *figs, const
 	if (!round_init(R))
 		goto out;
 	/* 2. Balancing steps. */
+	size_t nbal = k; /* decisions before them (hot-key reports) */
 	while (k < cap) {
 		rv = balance_step(R, &out[k]);
 		if (rv < 0)
@@ -608,7 +799,25 @@ kv_sched_plan(kv_sched *s, const kv_config *cfg, const kv_sched_fig *figs, const
 			break;
 	}
 	rv = KV_OK;
-	/* 3. Merges of small cold single neighbours. */
+	/* 3. Primary counts: only once no node is above the tolerance in bytes
+	 * or ops (those keep priority: while data or load still moves, as
+	 * during a load, the counts it leaves are not final), and only where
+	 * there is data or load worth balancing (a young cluster's empty
+	 * ranges stay where they are). */
+	bool even = (R->use_bytes || R->use_ops) && k == nbal;
+	for (size_t i = 0; i < R->nl; i++)
+		even = even && !((R->use_bytes && ratio(R->L[i].b, R->mb) > 1 + p->tolerance) ||
+		                 (R->use_ops && ratio(R->L[i].o, R->mo) > 1 + p->tolerance));
+	while (k < cap && even) {
+		rv = count_step(R, &out[k]);
+		if (rv < 0)
+			goto out;
+		if (rv == 0)
+			break;
+		k++;
+	}
+	rv = KV_OK;
+	/* 4. Merges of small cold single neighbours. */
 	/* Only a map with more than MERGE_PER_NODE ranges per active node
 	 * merges: a few ranges cost nothing, and a young cluster's first
 	 * ranges stay where a join put them. */

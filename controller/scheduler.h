@@ -64,11 +64,19 @@ typedef enum {
 } kv_sched_kind;
 
 typedef enum {
-	KV_SCHED_WHY_BYTES = 1, /* a node holds more than its share of the bytes */
-	KV_SCHED_WHY_OPS = 2,   /* a node serves more than its share of the load */
-	KV_SCHED_WHY_COLD = 3,  /* merge: both neighbours small and cold */
-	KV_SCHED_WHY_HOTKEY = 4 /* report: one key takes most of a range's load */
+	KV_SCHED_WHY_BYTES = 1,    /* a node holds more than its share of the bytes */
+	KV_SCHED_WHY_OPS = 2,      /* a node serves more than its share of the load */
+	KV_SCHED_WHY_COLD = 3,     /* merge: both neighbours small and cold */
+	KV_SCHED_WHY_HOTKEY = 4,   /* report: one key takes most of a range's load */
+	KV_SCHED_WHY_PRIMARIES = 5 /* a node leads more than its share of the ranges */
 } kv_sched_why;
+
+/* Reasons are below this bound (arrays indexed by kv_sched_why). */
+#define KV_SCHED_WHY_MAX 6
+
+/* A node leading more than this fraction above the mean count of ranges
+ * starts a count step (doc/scheduler.md "Primary counts"). */
+#define KV_SCHED_COUNT_TOLERANCE 0.20
 
 /* One decision; free its keys with kv_sched_decisions_fini. */
 typedef struct {

@@ -1602,6 +1602,15 @@ json_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 		json_ids(f, r->insync, r->ninsync);
 		fprintf(f, ", \"leader_epoch\": %" PRIu64 "}", r->leader_epoch);
 	}
+	/* The administrator's pins (doc/scheduler.md "Pins"). */
+	fprintf(f, "], \"pins\": [");
+	for (size_t i = 0; i < cfg->npins; i++) {
+		fprintf(f, "%s{\"start\": ", i ? ", " : "");
+		json_str(f, cfg->pins[i].start.data, cfg->pins[i].start.len);
+		fprintf(f, ", \"end\": ");
+		json_str(f, cfg->pins[i].end.data, cfg->pins[i].end.len);
+		fputc('}', f);
+	}
 	fprintf(f, "], ");
 	if (status)
 		fprintf(f, "\"under_replicated\": %zu, ", under_replicated(cfg));
@@ -1694,6 +1703,17 @@ human_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 			human_ids(f, r->insync, r->ninsync);
 		}
 		fprintf(f, " leader_epoch=%" PRIu64 "\n", r->leader_epoch);
+	}
+	/* Pins only when there are: the balancer leaves those spans alone. */
+	if (cfg->npins) {
+		fprintf(f, "pins (left alone by the balancer until a rebalance):\n");
+		for (size_t i = 0; i < cfg->npins; i++) {
+			fprintf(f, "  [");
+			human_str(f, cfg->pins[i].start.data, cfg->pins[i].start.len);
+			fprintf(f, ", ");
+			human_str(f, cfg->pins[i].end.data, cfg->pins[i].end.len);
+			fprintf(f, ")\n");
+		}
 	}
 	if (status)
 		fprintf(f, "under-replicated ranges: %zu\n", under_replicated(cfg));

@@ -583,9 +583,17 @@ typedef struct {
 typedef struct {
 	uint64_t time_ms; /* Unix ms it was published; 0 in a plan */
 	char *kind;       /* "move", "transfer", "merge", "hot_key" (owned by the result) */
-	char *reason;     /* "bytes", "ops", "cold", "hot_key" (owned by the result) */
+	char *reason;     /* "bytes", "ops", "primaries", "cold", "hot_key" (owned by the result) */
 	char *what;       /* printable detail: range, nodes, sizes (owned by the result) */
 } shardkv_balancer_decision;
+
+/* A key span an administrator's move pinned against the automatic balancer
+ * (doc/scheduler.md "Pins"): the balancer leaves every range overlapping it
+ * alone until the next rebalance. */
+typedef struct {
+	shardkv_buf start; /* inclusive; empty: beginning of the key space */
+	shardkv_buf end;   /* exclusive; empty: end of the key space */
+} shardkv_pin;
 
 /* A configuration, or (from shardkv_status) a configuration with live
  * statistics. Free with shardkv_config_free(). */
@@ -601,6 +609,8 @@ typedef struct {
 	shardkv_controller *controllers;     /* status only */
 	size_t nbalancer;                    /* status only */
 	shardkv_balancer_decision *balancer; /* status only: the latest, oldest first */
+	size_t npins;                        /* pins */
+	shardkv_pin *pins;                   /* sorted by start, disjoint */
 } shardkv_config;
 
 /* Registers the server at `address` (SHARDKV_NO_REBALANCE, SHARDKV_WAIT).

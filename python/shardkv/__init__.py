@@ -261,11 +261,17 @@ class _Controller(ctypes.Structure):
                 ("term", _u64), ("index", _u64)]
 
 
+class _Pin(ctypes.Structure):
+    _fields_ = [("start", _Buf), ("end", _Buf)]
+
+
 class _Config(ctypes.Structure):
     _fields_ = [("epoch", _u64), ("nnodes", _size_t), ("nodes", ctypes.POINTER(_Node)),
                 ("nranges", _size_t), ("ranges", ctypes.POINTER(_Range)),
                 ("nmigrations", _size_t), ("migrations", ctypes.POINTER(_Migration)),
-                ("ncontrollers", _size_t), ("controllers", ctypes.POINTER(_Controller))]
+                ("ncontrollers", _size_t), ("controllers", ctypes.POINTER(_Controller)),
+                ("nbalancer", _size_t), ("balancer", ctypes.c_void_p),
+                ("npins", _size_t), ("pins", ctypes.POINTER(_Pin))]
 
 
 # ---------------------------------------------------------------------------
@@ -455,6 +461,8 @@ def _config_dict(cfg, with_stats):
             "progress_age_ms": m.progress_age_ms})
     out = {"epoch": c.epoch, "nodes": nodes,
            "ranges": [_range_dict(c.ranges[i]) for i in range(c.nranges)],
+           "pins": [{"start": _out(c.pins[i].start) or b"", "end": _out(c.pins[i].end) or b""}
+                    for i in range(c.npins)],
            "migrations": migrations}
     if with_stats:
         out["controllers"] = [

@@ -473,8 +473,11 @@ class BindingTest(unittest.TestCase):
         self.assertGreater(r["epoch"], 0)
         self.assertEqual(self.kv.locate("mv:k")["node"], other)
         self.assertEqual(self.kv.get("mv:k"), b"v")
+        # The move pinned its range against the balancer until a rebalance.
+        self.assertIn({"start": loc["start"], "end": loc["end"]}, self.kv.config()["pins"])
         r = self.kv.rebalance(wait=True)
         self.assertGreater(r["epoch"], 0)
+        self.assertEqual(self.kv.config()["pins"], [])
         self.assertEqual(self.kv.get("mv:k"), b"v")
 
     def test_cancel_of_an_unknown_migration_is_not_found(self):

@@ -173,6 +173,13 @@ sequential_keys_on_one_node_spread_over_three_without_admin_commands(void **stat
 	inproc_cluster_scrape_metrics(cur, mbuf, sizeof(mbuf));
 	assert_non_null(strstr(mbuf, "shardkv_controller_balance_moves_total{reason=\"bytes\"}"));
 	assert_null(strstr(mbuf, "shardkv_controller_balance_moves_total{reason=\"bytes\"} 0\n"));
+	/* Count steps have their own reason (doc/scheduler.md "Primary counts"). */
+	assert_non_null(
+	    strstr(mbuf, "shardkv_controller_balance_moves_total{reason=\"primaries\"} "));
+	assert_non_null(
+	    strstr(mbuf, "shardkv_controller_balance_transfers_total{reason=\"primaries\"} "));
+	assert_non_null(
+	    strstr(mbuf, "shardkv_controller_balance_splits_total{reason=\"primaries\"} "));
 	kv_config_free(cfg);
 }
 

@@ -1197,7 +1197,7 @@ cli_json_config_and_status_have_the_spec_shape(void **state)
 	             "\"m\", \"node\": 1, \"replicas\": [1], \"insync\": [1], "
 	             "\"leader_epoch\": 0}, {\"start\": \"m\", \"end\": \"\", \"node\": "
 	             "2, \"replicas\": [2], \"insync\": [2], \"leader_epoch\": 0}], "
-	             "\"migrations\": []}\n",
+	             "\"pins\": [], \"migrations\": []}\n",
 	             g->srv[0].url, g->srv[1].url) > 0,
 	    true);
 	assert_string_equal(out, want);

@@ -429,6 +429,67 @@ status_right_after_a_move_counts_the_keys_where_they_are_now(void **state)
 	shardkv_close(k);
 }
 
+/* An administrator's move pins its span against the balancer; the library
+ * and `config` (text and JSON) list the pin until a rebalance clears it. */
+static void
+config_lists_the_pins_a_move_set_until_a_rebalance(void **state)
+{
+	shardkv_client *k;
+	shardkv_config *cfg = NULL;
+	shardkv_admin_result r;
+	char out[8192], err[2048];
+
+	(void)state;
+	k = cluster_with_data();
+	assert_int_equal(shardkv_config_get(k, 0, &cfg), 0);
+	assert_int_equal(cfg->npins, 0);
+	shardkv_config_free(cfg);
+	assert_int_equal(
+	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "--json", "config", NULL),
+	    0);
+	assert_non_null(strstr(out, "\"pins\": []"));
+	assert_int_equal(
+	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "config", NULL), 0);
+	assert_null(strstr(out, "pins"));
+
+	/* [B, D) and [C, E) to node 1: one pin [B, E) (pins that overlap merge). */
+	assert_int_equal(shardkv_move(k, "B", 1, "D", 1, "1", 0, SHARDKV_WAIT, &r), 0);
+	assert_int_equal(shardkv_move(k, "C", 1, "E", 1, "1", 0, SHARDKV_WAIT, &r), 0);
+	wait_no_migration();
+	assert_int_equal(shardkv_config_get(k, 0, &cfg), 0);
+	assert_int_equal(cfg->npins, 1);
+	assert_int_equal(cfg->pins[0].start.len, 1);
+	assert_memory_equal(cfg->pins[0].start.data, "B", 1);
+	assert_int_equal(cfg->pins[0].end.len, 1);
+	assert_memory_equal(cfg->pins[0].end.data, "E", 1);
+	shardkv_config_free(cfg);
+	assert_int_equal(
+	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "--json", "config", NULL),
+	    0);
+	assert_non_null(strstr(out, "\"pins\": [{\"start\": \"B\", \"end\": \"E\"}]"));
+	assert_int_equal(
+	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "--json", "status", NULL),
+	    0);
+	assert_non_null(strstr(out, "\"pins\": [{\"start\": \"B\", \"end\": \"E\"}]"));
+	assert_int_equal(
+	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "config", NULL), 0);
+	assert_non_null(strstr(out, "pins (left alone by the balancer until a rebalance):\n"
+	                            "  [\"B\", \"E\")\n"));
+
+	/* A rebalance unpins everything. */
+	assert_int_equal(shardkv_rebalance(k, 0, SHARDKV_WAIT, &r), 0);
+	wait_no_migration();
+	assert_int_equal(shardkv_config_get(k, 0, &cfg), 0);
+	assert_int_equal(cfg->npins, 0);
+	assert_null(cfg->pins);
+	shardkv_config_free(cfg);
+	assert_int_equal(
+	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "--json", "config", NULL),
+	    0);
+	assert_non_null(strstr(out, "\"pins\": []"));
+	shardkv_close(k);
+}
+
 int
 main(void)
 {
@@ -439,6 +500,7 @@ main(void)
 	    INPROC_CLUSTER_TEST(refused_dry_runs_change_nothing_and_exit_like_the_command, &cl),
 	    INPROC_CLUSTER_TEST(status_reports_each_servers_uptime, &cl),
 	    INPROC_CLUSTER_TEST(status_right_after_a_move_counts_the_keys_where_they_are_now, &cl),
+	    INPROC_CLUSTER_TEST(config_lists_the_pins_a_move_set_until_a_rebalance, &cl),
 	};
 
 	if (getenv("KV_TEST_FILTER"))

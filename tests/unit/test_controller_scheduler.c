@@ -647,6 +647,471 @@ a_dry_run_leaves_the_memory_as_it_was(void **state)
 	free(d);
 }
 
+/* ---- primary counts (doc/scheduler.md "Primary counts") ---- */
+
+/* nnodes active nodes and nr ranges cut at the key indexes cut[1..nr), range
+ * i led by prim[i]; replicas > 1: every node a replica, in sync. */
+static kv_config *
+layout(size_t nnodes, uint32_t replicas, const int *cut, const uint32_t *prim, size_t nr)
+{
+	kv_config *c = one_range(nnodes, replicas);
+	kv_range *r = realloc(c->ranges, nr * sizeof(*r));
+	assert_non_null(r);
+	c->ranges = r;
+	memset(&r[1], 0, (nr - 1) * sizeof(*r));
+	c->epoch = 100;
+	for (size_t i = 0; i < nr; i++) {
+		char k[8];
+		if (i + 1 < nr) {
+			snprintf(k, sizeof(k), "k%04d", cut[i + 1]);
+			assert_int_equal(kv_buf_set(&r[i].end, k, 5), KV_OK);
+			assert_int_equal(kv_buf_set(&r[i + 1].start, k, 5), KV_OK);
+		}
+		r[i].node = prim[i];
+		r[i].leader_epoch = i + 1; /* neighbours differ, so they do not merge */
+		r[i].nreplicas = r[i].ninsync = replicas > 1 ? replicas : 0;
+		for (uint32_t k2 = 0, m = 0; replicas > 1 && k2 < nnodes; k2++) {
+			uint32_t id = k2 == 0 ? prim[i] : (k2 <= prim[i] - 1 ? k2 : k2 + 1);
+			r[i].replicas[m] = r[i].insync[m] = id;
+			m++;
+		}
+	}
+	c->nranges = nr;
+	assert_int_equal(kv_config_validate(c), KV_OK);
+	return c;
+}
+
+/* The ranges each node leads (cnt[1..]), and the largest share. */
+static double
+count_share(const kv_config *c, uint32_t cnt[8])
+{
+	uint32_t mx = 0;
+	memset(cnt, 0, 8 * sizeof(*cnt));
+	for (size_t i = 0; i < c->nranges; i++)
+		cnt[c->ranges[i].node]++;
+	for (int i = 0; i < 8; i++)
+		mx = cnt[i] > mx ? cnt[i] : mx;
+	return (double)mx / (double)c->nranges;
+}
+
+/* Runs `rounds` rounds one second apart, checking after each that no node
+ * leads more than the tolerance above the mean bytes (a count step never
+ * breaks the bytes balance) and that every decision is of kind `kind` for
+ * the reason `primaries`. Returns the config and the decisions in *total,
+ * and the round of the last one in *last. */
+
+static kv_config *
+count_rounds(kv_sched *s, kv_config *c, const struct data *d, const kv_sched_params *p,
+             uint32_t replicas, int rounds, kv_sched_kind kind, int *total, int *last)
+{
+	*total = 0;
+	*last = -1;
+	for (int r = 0; r < rounds; r++) {
+		kv_sched_decision dec[8];
+		size_t n = 0;
+		kv_sched_fig *f = figs_of(c, d);
+		assert_int_equal(
+		    kv_sched_plan(s, c, f, p, 1000 + (uint64_t)r * 1000, true, dec, 8, &n), KV_OK);
+		free(f);
+		for (size_t i = 0; i < n; i++) {
+			assert_int_equal(dec[i].kind, kind);
+			assert_int_equal(dec[i].why, KV_SCHED_WHY_PRIMARIES);
+			assert_string_equal(kv_sched_why_name(dec[i].why), "primaries");
+		}
+		c = apply(c, dec, n, replicas);
+		kv_sched_decisions_fini(dec, n);
+		*total += (int)n;
+		if (n > 0)
+			*last = r;
+		f = figs_of(c, d);
+		assert_true(max_share(c, f, false) <= (1 + p->tolerance) / 3 + 0.005);
+		free(f);
+		for (size_t i = 0; i < c->nranges; i++)
+			assert_int_equal(c->ranges[i].nreplicas, replicas > 1 ? replicas : 0);
+	}
+	return c;
+}
+
+/* R = 3 on 3 nodes, as bench/auto-balance.sh ended before: 6 ranges led
+ * 1/3/2 with a third of the bytes each (node 1's one range as large as
+ * node 2's three). No whole transfer keeps node 1 within the bytes
+ * tolerance, so parts of small ranges go to the nodes leading the fewest
+ * until no node leads more than 40%; then nothing for 50 rounds. */
+static void
+replicated_primaries_1_3_2_with_equal_bytes_spread_without_breaking_bytes(void **state)
+{
+	(void)state;
+	static const int cut[] = {0, 333, 444, 555, 667, 833};
+	static const uint32_t prim[] = {1, 2, 2, 2, 3, 3};
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = layout(3, 3, cut, prim, 6);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	uint32_t cnt[8];
+	int total, last;
+
+	params(&p);
+	data_init(d, 100000, 0); /* 100 MB */
+	assert_true(count_share(c, cnt) > 0.45);
+	c = count_rounds(s, c, d, &p, 3, 80, KV_SCHED_TRANSFER, &total, &last);
+	assert_true(total >= 1);
+	assert_true(last < 30); /* converged, then 50 quiet rounds */
+	assert_true(count_share(c, cnt) <= 0.4);
+	for (int i = 1; i <= 3; i++)
+		assert_true(cnt[i] >= 2);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
+/* Bytes for the cuts {0, 200, 400, 500, 600, 800} led 1/3/2: node 1 100 MB,
+ * node 2 125 MB (75 + 25 + 25), node 3 125 MB; within the bytes tolerance,
+ * and node 1 has room for one of node 2's small ranges. */
+static void
+small_ranges_data(struct data *d)
+{
+	data_init(d, 0, 0);
+	for (int i = 0; i < NKEYS; i++)
+		d->bytes[i] = i < 200 ? 500000 : i < 400 ? 375000 : i < 600 ? 250000 : 312500;
+}
+
+/* With small ranges on the nodes leading many, whole primary roles move
+ * (no cut, no data copied): 1/3/2 -> 2/2/2. */
+static void
+replicated_primaries_1_3_2_even_out_by_whole_transfers(void **state)
+{
+	(void)state;
+	static const int cut[] = {0, 200, 400, 500, 600, 800};
+	static const uint32_t prim[] = {1, 2, 2, 2, 3, 3};
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = layout(3, 3, cut, prim, 6);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	kv_sched_decision dec[8];
+	uint32_t cnt[8];
+	size_t n;
+	int total, last;
+
+	params(&p);
+	small_ranges_data(d);
+	kv_sched_fig *f = figs_of(c, d);
+	assert_true(max_share(c, f, false) <= (1 + p.tolerance) / 3);
+	assert_int_equal(kv_sched_plan(s, c, f, &p, 1000, false, dec, 8, &n), KV_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(dec[0].kind, KV_SCHED_TRANSFER);
+	assert_int_equal(dec[0].why, KV_SCHED_WHY_PRIMARIES);
+	assert_false(dec[0].split);
+	assert_int_equal(dec[0].from, 2);
+	assert_int_equal(dec[0].to, 1);
+	kv_sched_decisions_fini(dec, n);
+	free(f);
+	c = count_rounds(s, c, d, &p, 3, 60, KV_SCHED_TRANSFER, &total, &last);
+	assert_int_equal(total, 1);
+	assert_int_equal(c->nranges, 6);
+	count_share(c, cnt);
+	assert_int_equal(cnt[1], 2);
+	assert_int_equal(cnt[2], 2);
+	assert_int_equal(cnt[3], 2);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
+/* R = 3, 7 ranges led 3/2/2: 43% on node 1, one over the others. No whole
+ * range can even that (it would only swap the counts: 2/3/2), so a part of
+ * the cheapest range goes to a node leading two: 3/3/2 of 8 (37.5%), and
+ * then nothing, neither a second cut (3/3/2 is within 20% of the mean)
+ * nor swaps back. */
+static void
+replicated_3_2_2_of_7_gains_one_range_by_a_cut_and_then_rests(void **state)
+{
+	(void)state;
+	static const int cut[] = {0, 100, 250, 400, 550, 700, 850};
+	static const uint32_t prim[] = {1, 2, 1, 3, 2, 1, 3};
+	/* MB per range: node 1 4 + 15 + 16, node 2 14 + 14, node 3 16 + 18 */
+	static const double mb[] = {4, 14, 15, 16, 14, 16, 18};
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = layout(3, 3, cut, prim, 7);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	kv_sched_decision dec[8];
+	uint32_t cnt[8];
+	size_t n;
+	int total, last;
+
+	params(&p);
+	data_init(d, 0, 0);
+	for (int r = 0; r < 7; r++)
+		for (int i = cut[r]; i < (r + 1 < 7 ? cut[r + 1] : NKEYS); i++)
+			d->bytes[i] =
+			    (uint64_t)(mb[r] * 1e6 /
+			               (double)((r + 1 < 7 ? cut[r + 1] : NKEYS) - cut[r]));
+	kv_sched_fig *f = figs_of(c, d);
+	assert_true(max_share(c, f, false) <= (1 + p.tolerance) / 3);
+	assert_int_equal(kv_sched_plan(s, c, f, &p, 1000, false, dec, 8, &n), KV_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(dec[0].kind, KV_SCHED_TRANSFER);
+	assert_int_equal(dec[0].why, KV_SCHED_WHY_PRIMARIES);
+	assert_true(dec[0].split);
+	assert_int_equal(dec[0].from, 1);
+	assert_true(dec[0].to == 2 || dec[0].to == 3);
+	assert_true(dec[0].bytes <= 1000000); /* a quarter of the 4 MB range */
+	kv_sched_decisions_fini(dec, n);
+	free(f);
+	c = count_rounds(s, c, d, &p, 3, 60, KV_SCHED_TRANSFER, &total, &last);
+	assert_int_equal(total, 1);
+	assert_int_equal(c->nranges, 8);
+	assert_true(count_share(c, cnt) <= 0.4);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
+/* R = 1: 7 ranges led 1/3/3 with a third of the bytes each. A whole range
+ * would take node 1 past the bytes tolerance; a quarter of one moves there
+ * instead (not the piece next to node 1's range, which would merge with
+ * it), and 2/3/3 of 8 leaves no node above 40%. */
+static void
+single_ranges_1_3_3_with_equal_bytes_even_out_by_a_small_piece(void **state)
+{
+	(void)state;
+	static const int cut[] = {0, 333, 444, 555, 667, 778, 889};
+	static const uint32_t prim[] = {1, 2, 3, 2, 3, 2, 3};
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = layout(3, 1, cut, prim, 7);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	kv_sched_decision dec[8];
+	uint32_t cnt[8];
+	size_t n;
+	int total, last;
+
+	params(&p);
+	data_init(d, 100000, 0);
+	kv_sched_fig *f = figs_of(c, d);
+	assert_int_equal(kv_sched_plan(s, c, f, &p, 1000, false, dec, 8, &n), KV_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(dec[0].kind, KV_SCHED_MOVE);
+	assert_int_equal(dec[0].why, KV_SCHED_WHY_PRIMARIES);
+	assert_true(dec[0].split);
+	assert_int_equal(dec[0].to, 1);
+	assert_true(dec[0].bytes < f[1].bytes / 3);
+	assert_false(dec[0].start.len == 5 && memcmp(dec[0].start.data, "k0333", 5) == 0);
+	kv_sched_decisions_fini(dec, n);
+	free(f);
+	c = count_rounds(s, c, d, &p, 1, 60, KV_SCHED_MOVE, &total, &last);
+	assert_int_equal(total, 1);
+	assert_int_equal(c->nranges, 8);
+	assert_true(count_share(c, cnt) <= 0.4);
+	assert_int_equal(cnt[1], 2);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
+/* The state bench/auto-balance.sh measured with R = 1: node 1 leads one
+ * range of 34.6% of the bytes, nodes 2 and 3 three each (34.8%, 30.6%).
+ * Node 1 has room for 2% more bytes and the smallest piece of any range
+ * is larger: the counts stay as they are, and nothing flaps. */
+static void
+a_count_step_never_takes_a_node_past_the_bytes_tolerance(void **state)
+{
+	(void)state;
+	static const int cut[] = {0, 346, 462, 564, 680, 782, 898};
+	static const uint32_t prim[] = {1, 2, 3, 2, 3, 2, 3};
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = layout(3, 1, cut, prim, 7);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	int total, last;
+
+	params(&p);
+	data_init(d, 100000, 0);
+	c = count_rounds(s, c, d, &p, 1, 50, KV_SCHED_MOVE, &total, &last);
+	assert_int_equal(total, 0);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
+/* A pinned range is never transferred for the counts; unpinned, it is. */
+static void
+a_pinned_range_is_not_transferred_for_the_counts(void **state)
+{
+	(void)state;
+	static const int cut[] = {0, 200, 400, 500, 600, 800};
+	static const uint32_t prim[] = {1, 2, 2, 2, 3, 3};
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = layout(3, 3, cut, prim, 6);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	kv_sched_decision dec[8];
+	size_t n;
+
+	params(&p);
+	small_ranges_data(d);
+	/* Node 2's three ranges [k0200, k0600) pinned. */
+	assert_int_equal(kv_config_pin(c, (kv_bytes){(const uint8_t *)"k0200", 5},
+	                               (kv_bytes){(const uint8_t *)"k0600", 5}),
+	                 KV_OK);
+	kv_sched_fig *f = figs_of(c, d);
+	for (int r = 0; r < 20; r++) {
+		assert_int_equal(
+		    kv_sched_plan(s, c, f, &p, 1000 + (uint64_t)r * 1000, true, dec, 8, &n), KV_OK);
+		for (size_t i = 0; i < n; i++)
+			assert_false(
+			    kv_config_pinned(c, (kv_bytes){dec[i].start.data, dec[i].start.len},
+			                     (kv_bytes){dec[i].end.data, dec[i].end.len}, false));
+		kv_sched_decisions_fini(dec, n);
+	}
+	kv_config_unpin_all(c);
+	assert_int_equal(kv_sched_plan(s, c, f, &p, 30000, true, dec, 8, &n), KV_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(dec[0].why, KV_SCHED_WHY_PRIMARIES);
+	assert_int_equal(dec[0].from, 2);
+	assert_false(dec[0].split);
+	kv_sched_decisions_fini(dec, n);
+	free(f);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
+/* Bytes keep priority: in a round that takes a bytes step, no count step
+ * is taken even where the counts are skewed among the other nodes and the
+ * bytes step has brought every node within the tolerance (the counts a
+ * moving map leaves are not final). 4 nodes, R = 1: node 1 above the
+ * bytes tolerance, node 3 leading 4 of 7 ranges. */
+static void
+no_count_step_in_a_round_that_moves_bytes(void **state)
+{
+	(void)state;
+	static const int cut[] = {0, 143, 286, 429, 572, 715, 858};
+	static const uint32_t prim[] = {3, 1, 3, 2, 3, 4, 3};
+	static const double mb[] = {15, 70, 15, 40, 15, 50, 15};
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = layout(4, 1, cut, prim, 7);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	kv_sched_decision dec[8];
+	size_t n;
+	bool moved = false;
+
+	params(&p);
+	data_init(d, 0, 0);
+	for (int r = 0; r < 7; r++) {
+		int hi = r + 1 < 7 ? cut[r + 1] : NKEYS;
+		for (int i = cut[r]; i < hi; i++)
+			d->bytes[i] = (uint64_t)(mb[r] * 1e6 / (double)(hi - cut[r]));
+	}
+	kv_sched_fig *f = figs_of(c, d);
+	assert_int_equal(kv_sched_plan(s, c, f, &p, 1000, false, dec, 8, &n), KV_OK);
+	for (size_t i = 0; i < n; i++) {
+		moved = moved || (dec[i].why == KV_SCHED_WHY_BYTES && dec[i].from == 1);
+		assert_int_not_equal(dec[i].why, KV_SCHED_WHY_PRIMARIES);
+	}
+	assert_true(moved);
+	kv_sched_decisions_fini(dec, n);
+	free(f);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
+static uint32_t
+next_rand(uint64_t *r)
+{
+	*r = *r * 6364136223846793005u + 1442695040888963407u;
+	return (uint32_t)(*r >> 33);
+}
+
+/* Many random maps of 3 nodes within the bytes tolerance (R = 1 and R = 3;
+ * each node 1 to 4 ranges of random sizes, 28 to 36% of the keys): count
+ * steps never take a node past the bytes tolerance nor start a bytes step
+ * (the pieces' sizes are estimates from split keys: COUNT_MARGIN), stop
+ * within 40 rounds and then stay quiet for 20, and never leave the largest
+ * count share above where it started. */
+static void
+count_steps_on_random_maps_keep_bytes_and_settle(void **state)
+{
+	(void)state;
+	struct data *d = malloc(sizeof(*d));
+	kv_sched_params p;
+	uint64_t rnd = 1919;
+	int tried = 0, evened = 0;
+
+	params(&p);
+	data_init(d, 100000, 0);
+	for (int t = 0; t < 2000 && tried < 60; t++) {
+		uint32_t replicas = t % 2 ? 3 : 1, k[4], left[4];
+		int tot[4], cut[16], nr = 0;
+		uint32_t prim[16], cnt[8];
+		tot[1] = 280 + (int)(next_rand(&rnd) % 80);
+		tot[2] = 280 + (int)(next_rand(&rnd) % 80);
+		tot[3] = NKEYS - tot[1] - tot[2];
+		if (tot[3] < 280 || tot[3] > 360)
+			continue;
+		for (int n = 1; n <= 3; n++)
+			left[n] = k[n] = 1 + next_rand(&rnd) % 4;
+		/* The order of the ranges: no two neighbours on one node with R = 1. */
+		bool ok = true;
+		for (uint32_t prev = 0; ok && left[1] + left[2] + left[3] > 0; nr++) {
+			uint32_t pick = 0;
+			for (uint32_t n = 1; n <= 3; n++)
+				if (left[n] > 0 && (replicas > 1 || n != prev) &&
+				    (pick == 0 || left[n] > left[pick]))
+					pick = n;
+			ok = pick != 0;
+			prim[nr] = pick;
+			if (ok)
+				left[pick]--;
+			prev = pick;
+		}
+		if (!ok)
+			continue;
+		/* Sizes: node n's keys tot[n] cut into k[n] random parts. */
+		int rest[4] = {0, tot[1], tot[2], tot[3]}, have[4] = {0, 0, 0, 0};
+		for (int i = 0, at = 0; i < nr; i++) {
+			uint32_t n = prim[i];
+			int parts_left = (int)k[n] - have[n];
+			int sz =
+			    parts_left == 1
+			        ? rest[n]
+			        : 1 + (int)(next_rand(&rnd) % (uint32_t)(2 * rest[n] / parts_left));
+			if (sz > rest[n] - (parts_left - 1))
+				sz = rest[n] - (parts_left - 1);
+			cut[i] = at;
+			at += sz;
+			rest[n] -= sz;
+			have[n]++;
+		}
+		kv_config *c = layout(3, replicas, cut, prim, (size_t)nr);
+		kv_sched_fig *f = figs_of(c, d);
+		bool within = max_share(c, f, false) <= (1 + p.tolerance) / 3;
+		free(f);
+		if (!within) {
+			kv_config_free(c);
+			continue;
+		}
+		tried++;
+		double before = count_share(c, cnt);
+		kv_sched *s = kv_sched_new();
+		int total, last;
+		c = count_rounds(s, c, d, &p, replicas, 60,
+		                 replicas > 1 ? KV_SCHED_TRANSFER : KV_SCHED_MOVE, &total, &last);
+		assert_true(last < 40);
+		double after = count_share(c, cnt);
+		assert_true(after <= before + 1e-9);
+		evened += after <= 0.4 + 1e-9;
+		kv_sched_free(s);
+		kv_config_free(c);
+	}
+	print_message("%d random maps, %d end with no node above 40%% of the primaries\n", tried,
+	              evened);
+	assert_true(tried >= 30);
+	free(d);
+}
+
 int
 main(void)
 {
@@ -664,6 +1129,15 @@ main(void)
 	    cmocka_unit_test(a_range_without_figures_stops_the_balancing),
 	    cmocka_unit_test(a_single_replicated_range_is_cut_for_a_transfer),
 	    cmocka_unit_test(a_dry_run_leaves_the_memory_as_it_was),
+	    cmocka_unit_test(
+	        replicated_primaries_1_3_2_with_equal_bytes_spread_without_breaking_bytes),
+	    cmocka_unit_test(replicated_primaries_1_3_2_even_out_by_whole_transfers),
+	    cmocka_unit_test(replicated_3_2_2_of_7_gains_one_range_by_a_cut_and_then_rests),
+	    cmocka_unit_test(single_ranges_1_3_3_with_equal_bytes_even_out_by_a_small_piece),
+	    cmocka_unit_test(a_count_step_never_takes_a_node_past_the_bytes_tolerance),
+	    cmocka_unit_test(a_pinned_range_is_not_transferred_for_the_counts),
+	    cmocka_unit_test(no_count_step_in_a_round_that_moves_bytes),
+	    cmocka_unit_test(count_steps_on_random_maps_keep_bytes_and_settle),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
