@@ -432,6 +432,7 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 	r->stream_id = m->stream_id;
 	r->seq = m->seq;
 	r->commit_lsn = m->commit_lsn;
+	r->breaks = m->breaks;
 	if ((m->copy != NULL) + (m->end != NULL) + (m->n_records != 0) > 1) {
 		*why = "replicate with more than one of records, copy and end";
 		return KV_EINVAL;
@@ -463,7 +464,10 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 		                         .start = kv_codec__bytes(c->start_key),
 		                         .end = kv_codec__bytes(c->end_key),
 		                         .first = c->first,
-		                         .last = c->last};
+		                         .last = c->last,
+		                         .catchup = c->catchup,
+		                         .from_lsn = c->from_lsn,
+		                         .base_lsn = c->base_lsn};
 		if (c->n_records == 0)
 			return KV_OK;
 		if ((r->copy.recs = calloc(c->n_records, sizeof(*r->copy.recs))) == NULL)
@@ -535,6 +539,9 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 		cp.end_key = kv_codec__pb(r->copy.end);
 		cp.first = r->copy.first;
 		cp.last = r->copy.last;
+		cp.catchup = r->copy.catchup;
+		cp.from_lsn = r->copy.from_lsn;
+		cp.base_lsn = r->copy.base_lsn;
 		cp.n_records = r->copy.nrecs;
 		cp.records = cr;
 		rp.copy = &cp;
@@ -564,6 +571,7 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 	rp.stream_id = r->stream_id;
 	rp.seq = r->seq;
 	rp.commit_lsn = r->commit_lsn;
+	rp.breaks = r->breaks;
 	rp.n_records = r->nrecs;
 	rp.records = recp;
 	m.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
@@ -595,6 +603,7 @@ kv_repl_ack_decode(const void *p, size_t n, kv_repl_ack *ack)
 		ack->acked_lsn = r->replicate_ack->acked_lsn;
 		ack->status = kv_err_from_wire(r->replicate_ack->status);
 		ack->diverged = r->replicate_ack->diverged;
+		ack->caught_up = r->replicate_ack->caught_up;
 	}
 	shardkv__response__free_unpacked(r, NULL);
 	return rv;
