@@ -48,7 +48,7 @@ typedef struct {
 	bool last;             /* the copy is complete */
 	bool catchup;          /* a catch-up from the replica's own data: records after from_lsn */
 	uint64_t from_lsn;     /* ... the replica's position must be at or above it */
-	uint64_t base_lsn;     /* last step of a copy: the primary's lsn when it began; 0 */
+	uint64_t next_lsn;     /* last step: the first lsn after it (its base + 1); 0: unknown */
 	size_t nrecs;          /* log record payloads */
 	kv_bytes *recs;        /* ... each 1 byte .. KV_REPL_MAX_PAYLOAD */
 } kv_repl_copy;

@@ -467,7 +467,7 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 		                         .last = c->last,
 		                         .catchup = c->catchup,
 		                         .from_lsn = c->from_lsn,
-		                         .base_lsn = c->base_lsn};
+		                         .next_lsn = c->next_lsn};
 		if (c->n_records == 0)
 			return KV_OK;
 		if ((r->copy.recs = calloc(c->n_records, sizeof(*r->copy.recs))) == NULL)
@@ -541,7 +541,7 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 		cp.last = r->copy.last;
 		cp.catchup = r->copy.catchup;
 		cp.from_lsn = r->copy.from_lsn;
-		cp.base_lsn = r->copy.base_lsn;
+		cp.next_lsn = r->copy.next_lsn;
 		cp.n_records = r->copy.nrecs;
 		cp.records = cr;
 		rp.copy = &cp;

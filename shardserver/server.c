@@ -520,6 +520,7 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .auth = kv_server__auth(s),
 	                  .arg = s,
 	                  .boot_id = s->boot_id,
+	                  .dir = cfg->data_dir,
 	                  .copy_rate_mb_s = cfg->copy_rate_mb_s,
 	                  .node_id = mig_node_id,
 	                  .epoch = mig_epoch,

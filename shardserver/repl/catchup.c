@@ -362,13 +362,13 @@ kv_cu_pos_encode(const kv_cu_pos_set *s, kv_buf *out)
 
 	out->len = 0;
 	for (size_t i = 0; i < s->n; i++)
-		cnt += s->v[i].saved != 0;
+		cnt += s->v[i].has_saved;
 	if ((rv = put(out, POS_MAGIC, 8)) != 0 || (rv = put(out, &cnt, 4)) != 0)
 		return rv;
 	for (size_t i = 0; i < s->n; i++) {
 		const kv_cu_pos *p = &s->v[i];
 		uint32_t sl = (uint32_t)p->start.len, el = (uint32_t)p->end.len;
-		if (p->saved == 0)
+		if (!p->has_saved)
 			continue;
 		if ((rv = put(out, &p->from, 4)) != 0 || (rv = put(out, &p->boot, 8)) != 0 ||
 		    (rv = put(out, &p->leader_epoch, 8)) != 0 ||
@@ -422,6 +422,7 @@ kv_cu_pos_decode(const uint8_t *p, size_t n, kv_cu_pos_set *s)
 		en = p + off;
 		off += el;
 		q.saved = q.lsn;
+		q.has_saved = true;
 		int rv = push(s, &q, st, sl, en, el);
 		if (rv != KV_OK) {
 			kv_cu_pos_set_fini(s);

@@ -69,11 +69,15 @@ typedef struct {
 	uint32_t from;
 	uint64_t boot;
 	uint64_t leader_epoch;
-	kv_buf start, end; /* empty end: none */
-	uint64_t lsn;      /* covered from */
-	uint64_t local;    /* the local lsn the log must have synced before lsn is saved */
-	uint64_t saved;    /* the value the file may hold; 0: none yet */
-	bool live;         /* moves with the stream (no break since it was made) */
+	kv_buf start, end;   /* empty end: none */
+	uint64_t lsn;        /* covered from */
+	uint64_t local;      /* the local lsn the log must have synced before lsn is saved */
+	uint64_t saved;      /* the value the file may hold ... */
+	bool has_saved;      /* ... when set */
+	uint64_t cand_lsn;   /* lsn when the file was last written, to save once ... */
+	uint64_t cand_local; /* ... the log has synced this */
+	bool has_cand;
+	bool live; /* moves with the stream (no break since it was made) */
 } kv_cu_pos;
 
 typedef struct {

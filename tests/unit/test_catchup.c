@@ -173,6 +173,7 @@ the_positions_file_keeps_only_saved_positions_and_refuses_damage(void **state)
 	assert_int_equal(kv_cu_pos_put(&s, 1, 7, 5, &B("b"), &B("h"), 100, 0, true), KV_OK);
 	assert_int_equal(kv_cu_pos_put(&s, 3, 8, 6, &B("h"), &B(""), 200, 0, true), KV_OK);
 	s.v[0].saved = 90; /* the log had synced what lsn 90 needs, not 100's */
+	s.v[0].has_saved = true;
 	assert_int_equal(kv_cu_pos_encode(&s, &f), KV_OK);
 	assert_int_equal(kv_cu_pos_decode(f.data, f.len, &d), KV_OK);
 	assert_int_equal(d.n, 1);

@@ -1404,7 +1404,7 @@ replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused(void **st
 	assert_false(d.repl.copy.last);
 	assert_false(d.repl.copy.catchup);
 	assert_int_equal(d.repl.copy.from_lsn, 0);
-	assert_int_equal(d.repl.copy.base_lsn, 0);
+	assert_int_equal(d.repl.copy.next_lsn, 0);
 	assert_int_equal(d.repl.breaks, 0);
 	assert_int_equal(d.repl.copy.nrecs, 2);
 	assert_bytes(d.repl.copy.recs[0], payloads[0]);
@@ -1421,16 +1421,16 @@ replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused(void **st
 	kv_data_req_fini(&d);
 	/* A copy's last step names its base; a catch-up step its position, and
 	 * the batch the stream's breaks. */
-	cp.copy.base_lsn = 77;
+	cp.copy.next_lsn = 77;
 	cp.breaks = 3;
 	assert_int_equal(kv_repl_encode(&cp, 7, 2, B(""), &m), KV_OK);
 	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
 	nng_msg_free(m);
-	assert_int_equal(d.repl.copy.base_lsn, 77);
+	assert_int_equal(d.repl.copy.next_lsn, 77);
 	assert_int_equal(d.repl.breaks, 3);
 	assert_false(d.repl.copy.catchup);
 	kv_data_req_fini(&d);
-	cp.copy.base_lsn = 0;
+	cp.copy.next_lsn = 0;
 	cp.copy.catchup = true;
 	cp.copy.from_lsn = 12;
 	cp.copy.nrecs = 2;
