@@ -334,6 +334,10 @@ render(void *arg, kv_buf *out)
 	    "Replicas outside an ISR caught up from their own data with the records they "
 	    "lacked, without a copy (ranges).",
 	    rs.catchups);
+	add(m, &n, "shardkv_replica_copy_bytes_total", KV_METRIC_COUNTER,
+	    "Record payload bytes sent in the steps of copies and catch-ups to replicas "
+	    "outside an ISR.",
+	    rs.copy_bytes);
 	add(m, &n, "shardkv_replica_catchup_refusals_total", KV_METRIC_COUNTER,
 	    "Catch-ups from a replica's own data offered and refused by the replica (no "
 	    "position covering them): the range was copied instead.",

@@ -350,7 +350,7 @@ struct kv_rs {
 	 * step sent moves it on by its bytes at that rate (copy_charge). */
 	atomic_uint_fast64_t copy_next_ns;
 	atomic_uint_fast64_t st_clean_demos, st_unclean_demos, st_ends_in_sync, st_unfence_asks;
-	atomic_uint_fast64_t st_catchups, st_cu_refused;
+	atomic_uint_fast64_t st_catchups, st_cu_refused, st_copy_bytes;
 
 	/* Primary side: recent records of replicated ranges led here, for
 	 * catch-ups. buf_mu protects buf; a leaf (the tap takes it under the
@@ -1025,6 +1025,7 @@ copy_charge(kv_rs *g, size_t bytes)
 	uint64_t rate = (uint64_t)g->env.copy_rate_mb_s * 1000000u;
 	uint64_t cost, now, old, nv;
 
+	atomic_fetch_add(&g->st_copy_bytes, bytes);
 	if (rate == 0)
 		return;
 	cost = (uint64_t)((double)bytes * 1e9 / (double)rate);
@@ -3556,4 +3557,5 @@ kv_rs_stats_get(kv_rs *g, kv_rs_stats *st)
 	st->unfence_asks = atomic_load(&g->st_unfence_asks);
 	st->catchups = atomic_load(&g->st_catchups);
 	st->catchup_refusals = atomic_load(&g->st_cu_refused);
+	st->copy_bytes = atomic_load(&g->st_copy_bytes);
 }

@@ -223,6 +223,7 @@ typedef struct {
 	 * followed). */
 	uint64_t catchups;
 	uint64_t catchup_refusals;
+	uint64_t copy_bytes; /* record payload bytes sent in copy and catch-up steps */
 } kv_rs_stats;
 void kv_rs_stats_get(kv_rs *g, kv_rs_stats *st);
 
