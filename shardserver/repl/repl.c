@@ -48,6 +48,21 @@
  * of the previous leader epoch the same way. A stream counts for the commit point (stream.counts)
  * while its backup is in the ISR of a range this node leads or about to join one.
  *
+ * Catch-up from a replica's own data (doc/replication.md, the section of
+ * that name; catchup.h). Primary side: the tap also adds every record of a
+ * replicated range led here to kv_rs.buf (buf_mu, CU_MAX bytes); install
+ * takes the buffered records of the range (by reference, into the job) and
+ * flags the copy marker entry.cu: the stream sends them as catch-up steps
+ * (send_catchup_locked) instead of the copy, and turns back to the copy in
+ * a new generation when the replica refuses (call_done). Every time a
+ * stream stops carrying a range it carried, stream.breaks grows
+ * (note_breaks_locked and the drops); every batch carries it. Backup side:
+ * kv_rs.pos (in_mu) holds this node's positions, made by a copy's or
+ * catch-up's last step, moved by record batches while no break came,
+ * forgotten (on disk first) before a copy drops their range, cut to the
+ * configuration; the positions thread (pos_main) writes them to
+ * repl-positions, never past the log's synced lsn.
+ *
  * Transfers (doc/replication.md "Primary transfer"). Before a
  * configuration that hands a range led here to a backup is applied, the
  * range refuses writes (route.draining) while its backups acknowledge its
