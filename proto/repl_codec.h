@@ -60,6 +60,8 @@ typedef struct {
 	kv_bytes start;        /* the range's start */
 	uint32_t old_primary;  /* the primary of the previous leader epoch */
 	uint64_t end_lsn;      /* its last lsn the new primary applied; 0: unknown */
+	uint64_t next_lsn;     /* the new primary's last lsn then, plus one; 0: unknown */
+	kv_bytes end;          /* with next_lsn: the range's end there (empty: none) */
 } kv_repl_end;
 
 /* One batch of a stream (Replicate). When encoding everything is borrowed

@@ -438,7 +438,8 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 		return KV_EINVAL;
 	}
 	if (m->end != NULL) {
-		if (m->end->start_key.len > KV_HARD_MAX_KEY || m->end->old_primary == 0) {
+		if (m->end->start_key.len > KV_HARD_MAX_KEY ||
+		    m->end->end_key.len > KV_HARD_MAX_KEY || m->end->old_primary == 0) {
 			*why = "bad replicate end (start key or old primary)";
 			return KV_EINVAL;
 		}
@@ -446,7 +447,9 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 		                       .leader_epoch = m->end->leader_epoch,
 		                       .start = kv_codec__bytes(m->end->start_key),
 		                       .old_primary = m->end->old_primary,
-		                       .end_lsn = m->end->end_lsn};
+		                       .end_lsn = m->end->end_lsn,
+		                       .next_lsn = m->end->next_lsn,
+		                       .end = kv_codec__bytes(m->end->end_key)};
 		return KV_OK;
 	}
 	if (m->copy != NULL) {
@@ -551,6 +554,8 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 		en.start_key = kv_codec__pb(r->end.start);
 		en.old_primary = r->end.old_primary;
 		en.end_lsn = r->end.end_lsn;
+		en.next_lsn = r->end.next_lsn;
+		en.end_key = kv_codec__pb(r->end.end);
 		rp.end = &en;
 	}
 	if (r->nrecs) {

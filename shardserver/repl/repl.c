@@ -146,7 +146,8 @@ typedef struct entry {
 	bool done_div;
 	uint64_t done_gen;
 	bool cu;        /* ENT_COPY: a catch-up from the replica's own data is offered */
-	uint64_t base;  /* ENT_COPY: the log's last lsn when it was queued */
+	uint64_t base;  /* ENT_COPY, ENT_END: the log's last lsn when it was queued */
+	uint64_t brk;   /* ENT_END: the stream's breaks when it was queued */
 	size_t slen;    /* bytes of the range start at data */
 	size_t plen;    /* payload bytes after it (ENT_COPY, ENT_END: the range end) */
 	uint8_t data[]; /* start, then payload */
@@ -220,12 +221,16 @@ struct stream {
 	kv_store_cursor copy_cur;  /* thread: its position in the store */
 	uint64_t copy_logged;      /* thread: the marker whose copy was last logged */
 	size_t cu_off;             /* thread: catch-up records of `copying` sent */
-	diverged *div;             /* ranges to have the backup leave the ISR of */
-	uint64_t div_ns;           /* no removal request before this (monotonic) */
-	diverged *unfence;         /* ranges whose fence (this backup) answered the end in
-	                              sync: ask the controller to end the fence */
-	uint64_t unfence_ns;       /* no unfence request before this (monotonic) */
-	uint64_t expand_ns;        /* thread: next expand check (monotonic) */
+	/* A copy, a catch-up or an end answered in sync completed on this
+	 * stream since this start: only then may the backup hold a position
+	 * from this start, and a catch-up is offered (mu). */
+	bool seeded;
+	diverged *div;       /* ranges to have the backup leave the ISR of */
+	uint64_t div_ns;     /* no removal request before this (monotonic) */
+	diverged *unfence;   /* ranges whose fence (this backup) answered the end in
+	                        sync: ask the controller to end the fence */
+	uint64_t unfence_ns; /* no unfence request before this (monotonic) */
+	uint64_t expand_ns;  /* thread: next expand check (monotonic) */
 	/* Whether the commit point waits for this backup: it is in the ISR of
 	 * a range this node leads, or about to join one (an expand). */
 	atomic_bool counts;
@@ -767,6 +772,8 @@ marker_done_locked(stream *s, entry *m, bool div)
 		atomic_fetch_add(&s->g->st_copied, 1);
 		KV_INFO(COMP, "range copied to a replica outside the ISR", "node=%u", s->node);
 	}
+	if (m->kind == ENT_COPY || !div)
+		s->seeded = true;
 	s->done_mid = m->mid;
 	if (s->unsent == m)
 		s->unsent = m->next;
@@ -949,9 +956,11 @@ send_end_locked(stream *s)
 	                         .leader_epoch = m->leader_epoch,
 	                         .start = {m->data, m->slen},
 	                         .old_primary = m->old_primary,
-	                         .end_lsn = m->end_lsn}};
+	                         .end_lsn = m->end_lsn,
+	                         .next_lsn = m->base + 1,
+	                         .end = {m->data + m->slen, m->plen}}};
 
-	r.breaks = atomic_load(&s->breaks);
+	r.breaks = m->brk; /* a break after it shows in the batches behind it */
 	s->unsent = m->next;
 	send_locked(s, &r, m, true);
 }
@@ -1508,8 +1517,8 @@ install(stream *s)
 		 * the replica's own data"); else the copy. */
 		kv_bytes rs = {r->start.data, r->start.len}, re = {r->end.data, r->end.len};
 		pthread_mutex_lock(&g->buf_mu);
-		m->cu = kv_cu_buf_select(&g->buf, &rs, &re, r->leader_epoch, &j->cu, &j->ncu,
-		                         &j->cu_from) == KV_OK;
+		m->cu = s->seeded && kv_cu_buf_select(&g->buf, &rs, &re, r->leader_epoch, &j->cu,
+		                                      &j->ncu, &j->cu_from) == KV_OK;
 		pthread_mutex_unlock(&g->buf_mu);
 		j->next = g->jobs;
 		g->jobs = j;
@@ -2166,6 +2175,9 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 			                    !overlap(&q->start, &q->end, &t->start, &t->end)))
 				continue;
 			uint64_t end_lsn = old ? applied_from(g, q->primary) : 0;
+			/* Every record of the range in the new leader epoch comes after
+			 * it (no write of the range is in its tap now). */
+			uint64_t base = kv_dur_last_lsn(g->env.dur);
 			for (uint32_t b = 0; b < t->nbackups; b++) {
 				stream *s = t->backups[b];
 				pthread_mutex_lock(&s->mu);
@@ -2174,6 +2186,8 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 				if (m != NULL) {
 					m->old_primary = q->primary;
 					m->end_lsn = end_lsn;
+					m->base = base;
+					m->brk = atomic_load(&s->breaks);
 					atomic_fetch_add(&s->unreconciled, 1);
 				}
 				pthread_mutex_unlock(&s->mu);
@@ -3318,6 +3332,16 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 				    t == NULL || !demo_in_sync(g, t, m->from_node,
 				                               m->end.leader_epoch, m->end.end_lsn);
 				mine = div ? 0 : m->end.end_lsn;
+			}
+			if (!div && m->end.next_lsn != 0) {
+				/* This node holds the new primary's state of the range at
+				 * its end, and every record of the range in the new leader
+				 * epoch follows the end: a position (doc/replication.md
+				 * "Catch-up from the replica's own data"). */
+				if (kv_cu_pos_put(&g->pos, m->from_node, boot, m->end.leader_epoch,
+				                  &m->end.start, &m->end.end, m->end.next_lsn - 1,
+				                  in->last_local, true) == KV_OK)
+					g->pos_dirty = true;
 			}
 			KV_INFO(COMP, "new primary's end of the previous leader epoch",
 			        "from=%u old_primary=%u end_lsn=%llu mine=%llu diverged=%d",

@@ -10,10 +10,15 @@
  *   shardkv_replica_copies_total is unchanged and
  *   shardkv_replica_catchups_total is one more.
  * - A backup whose range got another primary while it was away (a `move`
- *   to the third server, a new leader epoch) holds no position the new
- *   primary's records can start from: it refuses the catch-up, is copied
- *   (the new primary's copies and refusals one more each), and holds every
- *   acknowledged write.
+ *   to the third server, a new leader epoch) holds no position from the
+ *   new primary, which copies it, and it holds every acknowledged write.
+ * - A backup whose positions file is gone refuses the catch-up its primary
+ *   offers and is copied (refusals and copies one more each), losing
+ *   nothing.
+ * - A backup of a range that moved to another primary while it stayed in
+ *   the ISR (it answered the new primary's end of the old leader epoch in
+ *   sync) holds a position from the new primary: stopped and started
+ *   again, it is caught up without a copy.
  *
  * Every wait polls with a deadline; the servers' metrics listeners and
  * every port are picked free at run time on 127.0.0.1.
@@ -169,6 +174,26 @@ restart(uint32_t b)
 	return kv_test_now_ms() - t0;
 }
 
+/* Moves the range to node q (retrying while the controller is busy). */
+static void
+move_to(uint32_t q)
+{
+	char why[300] = "";
+
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		kv_admin_req mv = {.op = KV_ADM_MOVE, .request_id = ++reqid, .node_id = q};
+		kv_config *cfg = inproc_cluster_config(&cl);
+		bool done = cfg != NULL && cfg->ranges[0].node == q;
+		kv_config_free(cfg);
+		if (done)
+			return;
+		(void)inproc_cluster_admin(&cl, &mv, NULL, NULL, why, sizeof(why));
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("the range never moved to node %u: %s", q, why);
+		kv_test_sleep_ms(50);
+	}
+}
+
 static void
 a_restarted_backup_catches_up_from_its_own_data_without_a_copy(void **state)
 {
@@ -195,7 +220,6 @@ a_restarted_backup_catches_up_from_its_own_data_without_a_copy(void **state)
 static void
 a_backup_whose_range_changed_primary_is_copied_and_loses_nothing(void **state)
 {
-	char why[300];
 	(void)state;
 	uint32_t p = three_in_sync();
 	uint32_t b = p == 1 ? 2 : 1, q = 6 - p - b;
@@ -204,26 +228,60 @@ a_backup_whose_range_changed_primary_is_copied_and_loses_nothing(void **state)
 	inproc_srv_down(&cl.srv[idx_of(b)]);
 	write_keys(p, NKEYS / 4, NKEYS / 2);
 	/* The role moves to q (a new leader epoch) while b is away. */
-	for (uint64_t t0 = kv_test_now_ms();;) {
-		kv_admin_req mv = {.op = KV_ADM_MOVE, .request_id = ++reqid, .node_id = q};
-		kv_config *cfg = inproc_cluster_config(&cl);
-		bool done = cfg != NULL && cfg->ranges[0].node == q;
-		kv_config_free(cfg);
-		if (done)
-			break;
-		(void)inproc_cluster_admin(&cl, &mv, NULL, NULL, why, sizeof(why));
-		if (kv_test_now_ms() - t0 > DEADLINE)
-			fail_msg("the range never moved to node %u: %s", q, why);
-		kv_test_sleep_ms(50);
-	}
+	move_to(q);
 	write_keys(q, NKEYS / 2, NKEYS);
 	uint64_t copies = srv_metric(idx_of(q), "shardkv_replica_copies_total");
-	uint64_t refused = srv_metric(idx_of(q), "shardkv_replica_catchup_refusals_total");
 	uint64_t cus = srv_metric(idx_of(q), "shardkv_replica_catchups_total");
 	restart(b);
 	assert_int_equal(srv_metric(idx_of(q), "shardkv_replica_catchups_total"), cus);
 	assert_true(srv_metric(idx_of(q), "shardkv_replica_copies_total") > copies);
-	assert_true(srv_metric(idx_of(q), "shardkv_replica_catchup_refusals_total") > refused);
+	for (int i = 0; i < NSRV; i++)
+		holds_everything(i);
+}
+
+static void
+a_backup_kept_in_sync_across_a_move_catches_up_from_the_new_primary(void **state)
+{
+	(void)state;
+	uint32_t p = three_in_sync();
+	uint32_t b = p == 1 ? 2 : 1, q = 6 - p - b;
+	write_keys(p, 0, NKEYS / 2);
+	move_to(q);
+	wait_all_in_sync("after the move");
+	write_keys(q, NKEYS / 4, NKEYS / 2);
+	uint64_t copies = srv_metric(idx_of(q), "shardkv_replica_copies_total");
+	uint64_t cus = srv_metric(idx_of(q), "shardkv_replica_catchups_total");
+
+	inproc_srv_down(&cl.srv[idx_of(b)]);
+	write_keys(q, NKEYS / 2, NKEYS);
+	restart(b);
+	assert_int_equal(srv_metric(idx_of(q), "shardkv_replica_copies_total"), copies);
+	assert_int_equal(srv_metric(idx_of(q), "shardkv_replica_catchups_total"), cus + 1);
+	for (int i = 0; i < NSRV; i++)
+		holds_everything(i);
+}
+
+static void
+a_backup_that_lost_its_positions_refuses_the_catch_up_and_is_copied(void **state)
+{
+	char path[300];
+	(void)state;
+	uint32_t p = three_in_sync();
+	uint32_t b = p == 1 ? 2 : 1;
+	write_keys(p, 0, NKEYS / 2);
+	uint64_t copies = srv_metric(idx_of(p), "shardkv_replica_copies_total");
+	uint64_t cus = srv_metric(idx_of(p), "shardkv_replica_catchups_total");
+	uint64_t refused = srv_metric(idx_of(p), "shardkv_replica_catchup_refusals_total");
+
+	inproc_srv_down(&cl.srv[idx_of(b)]);
+	snprintf(path, sizeof(path), "%s/repl-positions", cl.srv[idx_of(b)].dir);
+	assert_int_equal(remove(path), 0);
+	write_keys(p, NKEYS / 4, NKEYS);
+	restart(b);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_catchups_total"), cus);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_catchup_refusals_total"),
+	                 refused + 1);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_copies_total"), copies + 1);
 	for (int i = 0; i < NSRV; i++)
 		holds_everything(i);
 }
@@ -244,6 +302,12 @@ main(void)
 	        inproc_cluster_teardown, &cl),
 	    cmocka_unit_test_prestate_setup_teardown(
 	        a_backup_whose_range_changed_primary_is_copied_and_loses_nothing, setup,
+	        inproc_cluster_teardown, &cl),
+	    cmocka_unit_test_prestate_setup_teardown(
+	        a_backup_kept_in_sync_across_a_move_catches_up_from_the_new_primary, setup,
+	        inproc_cluster_teardown, &cl),
+	    cmocka_unit_test_prestate_setup_teardown(
+	        a_backup_that_lost_its_positions_refuses_the_catch_up_and_is_copied, setup,
 	        inproc_cluster_teardown, &cl),
 	};
 	cmocka_set_message_output(CM_OUTPUT_STDOUT);

@@ -1376,12 +1376,16 @@ replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused(void **st
 	                           .last = false,
 	                           .nrecs = 2,
 	                           .recs = payloads}};
-	kv_repl_msg en = {
-	    .from_node = 2,
-	    .stream_id = 7,
-	    .seq = 4,
-	    .end = {
-	        .set = true, .leader_epoch = 9, .start = B("b"), .old_primary = 1, .end_lsn = 41}};
+	kv_repl_msg en = {.from_node = 2,
+	                  .stream_id = 7,
+	                  .seq = 4,
+	                  .end = {.set = true,
+	                          .leader_epoch = 9,
+	                          .start = B("b"),
+	                          .old_primary = 1,
+	                          .end_lsn = 41,
+	                          .next_lsn = 50,
+	                          .end = B("m")}};
 	kv_repl_rec rec = {.leader_epoch = 9, .lsn = 5, .start = B("b"), .payload = B("x")};
 	kv_bytes empty_pay[1] = {B("")};
 	kv_repl_msg bad[4] = {cp, cp, en, en};
@@ -1455,6 +1459,8 @@ replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused(void **st
 	assert_bytes(d.repl.end.start, B("b"));
 	assert_int_equal(d.repl.end.old_primary, 1);
 	assert_int_equal(d.repl.end.end_lsn, 41);
+	assert_int_equal(d.repl.end.next_lsn, 50);
+	assert_bytes(d.repl.end.end, B("m"));
 	kv_data_req_fini(&d);
 	/* A copy with records, an empty copy record, an end with a copy, an
 	 * end without its old primary. */
