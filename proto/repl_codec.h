@@ -87,6 +87,7 @@ typedef struct {
 	const char *error;  /* detail or NULL (not kept by kv_repl_ack_decode) */
 	bool diverged;      /* answer to an end: the positions differ; to a catch-up: refused */
 	bool caught_up;     /* answer to a catch-up's last step: applied */
+	uint64_t position;  /* answer to an accepted first catch-up step: its position */
 } kv_repl_ack;
 
 /* Packs r as the replicate member of a Request from node from_node acting in

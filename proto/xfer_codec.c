@@ -609,6 +609,7 @@ kv_repl_ack_decode(const void *p, size_t n, kv_repl_ack *ack)
 		ack->status = kv_err_from_wire(r->replicate_ack->status);
 		ack->diverged = r->replicate_ack->diverged;
 		ack->caught_up = r->replicate_ack->caught_up;
+		ack->position = r->replicate_ack->position;
 	}
 	shardkv__response__free_unpacked(r, NULL);
 	return rv;

@@ -145,7 +145,12 @@ typedef struct entry {
 	bool done_early;
 	bool done_div;
 	uint64_t done_gen;
-	bool cu;        /* ENT_COPY: a catch-up from the replica's own data is offered */
+	bool cu; /* ENT_COPY: a catch-up from the replica's own data is offered */
+	/* ... its first step (the probe) was sent in generation cu_gen; once
+	 * answered (cu_known), only the records after cu_after follow. */
+	uint64_t cu_gen;
+	bool cu_known;
+	uint64_t cu_after;
 	uint64_t base;  /* ENT_COPY, ENT_END: the log's last lsn when it was queued */
 	uint64_t brk;   /* ENT_END: the stream's breaks when it was queued */
 	size_t slen;    /* bytes of the range start at data */
@@ -163,6 +168,7 @@ typedef struct {
 	entry *marker; /* a copy step or an end: its marker */
 	bool last;     /* ... the marker's last request */
 	bool cu;       /* ... a catch-up step */
+	bool first;    /* ... its first */
 } call_arg;
 
 /* A range whose backup answered an end as diverged: it must leave the ISR
@@ -811,6 +817,12 @@ call_done(void *arg, int rv, nng_msg *reply)
 	if (rv == 0 && a.status == KV_OK) {
 		moved = advance_locked(s, a.acked_lsn);
 		bool refused = false;
+		if (ca->marker != NULL && ca->cu && ca->first && ca->gen == s->gen && !a.diverged &&
+		    ca->marker == s->unsent && ca->marker->cu && ca->marker->cu_gen == ca->gen) {
+			/* The probe's answer: the replica's position. */
+			ca->marker->cu_known = true;
+			ca->marker->cu_after = a.position;
+		}
 		if (ca->marker != NULL && ca->cu && ca->gen == s->gen &&
 		    (a.diverged || (ca->last && !a.caught_up)) &&
 		    (ca->marker == s->unsent || queued_locked(s, ca->marker))) {
@@ -900,6 +912,7 @@ send_locked(stream *s, kv_repl_msg *r, entry *marker, bool last)
 	s->cargs[slot].marker = marker;
 	s->cargs[slot].last = last;
 	s->cargs[slot].cu = r->copy.set && r->copy.catchup;
+	s->cargs[slot].first = r->copy.set && r->copy.first;
 	r->from_node = g->env.node_id(g->env.arg);
 	r->stream_id = (g->env.boot_id << 32) | (s->gen & 0xffffffffu);
 	r->seq = s->next_seq++;
@@ -1060,6 +1073,17 @@ copy_charge(kv_rs *g, size_t bytes)
 	while (!atomic_compare_exchange_weak(&g->copy_next_ns, &old, nv));
 }
 
+/* Whether the catch-up at s->unsent waits for the answer to its probe
+ * (call_done signals it). Caller holds s->mu. */
+static bool
+cu_waiting_locked(const stream *s)
+{
+	const entry *m = s->unsent;
+
+	return m != NULL && m->kind == ENT_COPY && m->cu && s->copying == m &&
+	       s->copy_gen == s->gen && m->cu_gen == s->gen && !m->cu_known;
+}
+
 /* Milliseconds (at least 1) the copy step at s->unsent must wait for the
  * copy rate; 0: none is due or it may go now. Caller holds s->mu. */
 static unsigned
@@ -1089,15 +1113,23 @@ send_catchup_locked(stream *s, entry *m, uint64_t breaks)
 	bool first = false, last = false, found = false;
 	size_t n = 0, bytes = 0, off;
 	uint64_t from = 0, base = 0;
+	uint64_t after = 0;
 	kv_buf *recs;
 	int rv = KV_OK;
 
 	if (s->copying != m || s->copy_gen != s->gen) {
+		/* The probe: no records; the replica answers with its position. */
 		first = true;
 		s->copying = m;
 		s->copy_gen = s->gen;
 		s->cu_off = 0;
+		m->cu_gen = s->gen;
+		m->cu_known = false;
+		m->cu_after = 0;
+	} else if (!m->cu_known) {
+		return; /* the probe's answer comes first (cu_waiting_locked) */
 	}
+	after = m->cu_after;
 	off = s->cu_off;
 	pthread_mutex_unlock(&s->mu);
 	recs = calloc(COPY_RECS, sizeof(*recs));
@@ -1108,7 +1140,10 @@ send_catchup_locked(stream *s, entry *m, uint64_t breaks)
 		found = true;
 		from = j->cu_from;
 		base = j->base;
-		while (off + n < j->ncu && n < COPY_RECS &&
+		/* The replica has every record up to its position. */
+		while (!first && off < j->ncu && j->cu[off]->lsn <= after)
+			off++;
+		while (!first && off + n < j->ncu && n < COPY_RECS &&
 		       (n == 0 || bytes + j->cu[off + n]->plen <= COPY_BYTES)) {
 			kv_bytes pl = kv_cu_payload(j->cu[off + n]);
 			if (kv_buf_set(&recs[n], pl.p, pl.len) != 0) {
@@ -1858,7 +1893,8 @@ stream_main(void *arg)
 			atomic_fetch_add(&g->st_resends, 1);
 		}
 		unsigned hold = copy_hold_ms(s, now);
-		if (!s->need_reset && s->unsent && s->inflight < WINDOW && hold == 0) {
+		if (!s->need_reset && s->unsent && s->inflight < WINDOW && hold == 0 &&
+		    !cu_waiting_locked(s)) {
 			if (s->cli == NULL) {
 				pthread_mutex_unlock(&s->mu);
 				int rv = stream_connect(s);
@@ -3090,7 +3126,8 @@ pos_advance_locked(kv_rs *g, uint32_t from, uint64_t boot, uint64_t last, uint64
  * when no break came meanwhile (*caught).
  */
 static int
-apply_catchup(kv_rs *g, const kv_repl_msg *m, insrc *in, bool *div, bool *caught, const char **why)
+apply_catchup(kv_rs *g, const kv_repl_msg *m, insrc *in, bool *div, bool *caught,
+              uint64_t *position, const char **why)
 {
 	const kv_repl_copy *c = &m->copy;
 	uint64_t boot = m->stream_id >> 32, l = 0;
@@ -3102,6 +3139,7 @@ apply_catchup(kv_rs *g, const kv_repl_msg *m, insrc *in, bool *div, bool *caught
 		                   c->from_lsn);
 		in->cu_on = i >= 0;
 		in->cp_breaks = m->breaks;
+		*position = i >= 0 ? g->pos.v[i].lsn : 0;
 		/* As after a copy's first step: the data may now hold records
 		 * whose predecessors in the stream have not arrived. */
 		in->max_lsn = 0;
@@ -3214,6 +3252,7 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 	insrc *in;
 	int st = KV_OK;
 	bool div = false, caught = false, need_sync = false;
+	uint64_t cu_pos = 0;
 
 	memset(ack, 0, sizeof(*ack));
 	if (me == 0 || m->from_node != rq->from_node) {
@@ -3282,7 +3321,7 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 		    (st = check_marker(g, me, m->from_node, m->copy.leader_epoch, &m->copy.start,
 		                       &m->copy.end, &why)) == KV_OK) {
 			if (m->copy.catchup) {
-				st = apply_catchup(g, m, in, &div, &caught, &why);
+				st = apply_catchup(g, m, in, &div, &caught, &cu_pos, &why);
 				need_sync = caught;
 			} else {
 				if (m->copy.first) {
@@ -3359,6 +3398,7 @@ answer:
 	ack->acked_lsn = in->last_lsn;
 	ack->diverged = div;
 	ack->caught_up = caught;
+	ack->position = cu_pos;
 	local = in->last_local;
 	pthread_mutex_unlock(&g->in_mu);
 	if (st == KV_OK && (st = wait_durable(g->env.dur, local)) != KV_OK)

@@ -1492,7 +1492,8 @@ replicate_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 	                      .status = KV_ESTALE,
 	                      .error = "old",
 	                      .diverged = true,
-	                      .caught_up = true}};
+	                      .caught_up = true,
+	                      .position = 33}};
 	kv_resp refused = {.request_id = 3, .status = KV_EAUTH};
 	kv_repl_ack a;
 	kv_resp d;
@@ -1506,10 +1507,12 @@ replicate_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 	assert_int_equal(a.status, KV_ESTALE);
 	assert_true(a.diverged);
 	assert_true(a.caught_up);
+	assert_int_equal(a.position, 33);
 	assert_int_equal(kv_data_resp_decode(nng_msg_body(m), nng_msg_len(m), &d), KV_OK);
 	assert_true(d.has_rack);
 	assert_true(d.rack.diverged);
 	assert_true(d.rack.caught_up);
+	assert_int_equal(d.rack.position, 33);
 	assert_int_equal(d.rack.acked_lsn, 40);
 	assert_string_equal(d.rack.error, "old");
 	kv_data_resp_fini(&d);
