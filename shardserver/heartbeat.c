@@ -129,10 +129,11 @@ range_of(const kv_buf *rg, size_t n, const uint8_t *key, size_t len)
 #define HB_LOAD_SPLITS 7
 
 /*
- * Puts into split[lo..hi) the bisections of [st, en) of the given depth, in
- * key order: split[(lo + hi) / 2] halves [st, en), the lower half's own
- * bisections go below it, the upper half's above. A slot whose part has
- * fewer than two keys stays empty (len 0), and its sub-slots too.
+ * Puts into split[lo..hi) (hi - lo = 2^d - 1) the keys that cut [st, en)
+ * into 2^d parts of about equal bytes, in key order, by bisection:
+ * split[(lo + hi) / 2] halves [st, en), the lower half's own keys go below
+ * it, the upper half's above. A slot whose part has fewer than two keys is
+ * left empty (len 0), and the slots below it in the bisection too.
  */
 static void
 bisect(kv_server *s, const kv_buf *st, const kv_buf *en, kv_buf *split, size_t lo, size_t hi)
@@ -141,10 +142,8 @@ bisect(kv_server *s, const kv_buf *st, const kv_buf *en, kv_buf *split, size_t l
 
 	if (lo >= hi)
 		return;
-	split[mid].len = 0;
 	if (kv_store_range_split_key(s->store, st->data, st->len, en->data, en->len, &split[mid]) !=
 	    0) {
-		split[mid].len = 0;
 		for (size_t i = lo; i < hi; i++)
 			split[i].len = 0;
 		return;
