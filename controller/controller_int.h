@@ -345,8 +345,9 @@ void kv_ctl__estimate_locked(kv_controller *c, uint32_t node, kv_bytes start, kv
 
 /* Fills f[0..cur->nranges) with each range's figures from its primary's
  * last full heartbeat when it is younger than fresh_ns (else not known):
- * bytes (kv_ctl__estimate_locked), ops in proportion to them, up to three
- * split keys inside, the load split key and the hot key. Keys borrow from
+ * bytes (kv_ctl__estimate_locked), ops in proportion to them, up to
+ * KV_SCHED_QUANTS split keys and load split keys inside, the load split key
+ * and the hot key. Keys borrow from
  * c->stats until the next heartbeat (mu held). */
 void kv_ctl__figs_locked(kv_controller *c, const kv_config *cur, uint64_t fresh_ns,
                          kv_sched_fig *f);

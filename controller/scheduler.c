@@ -12,11 +12,13 @@
  *      range an in-sync replica (a primary transfer, no data moves, so
  *      preferred), for a single range any active node (a migration, at most
  *      max_migrations in flight cluster-wide and one per node). A piece is
- *      a whole range or the half on either side of its split key (bytes) or
- *      load key (ops); a single piece larger than split_bytes is only ever
- *      moved in halves. A step must lower the larger of the two nodes' loads
- *      and move at least half the tolerance of the mean, so balanced and
- *      unbalanceable states propose nothing (hysteresis);
+ *      a whole range or the part on either side of one of its split keys
+ *      (eighths of the bytes) or load split keys (eighths of the load), the
+ *      one closest to the excess; a single piece larger than split_bytes
+ *      is only ever moved as the smallest piece there is. A step must
+ *      lower the larger of the two nodes' loads and move at least half the
+ *      tolerance of the mean, so balanced and unbalanceable states propose
+ *      nothing (hysteresis);
  *   3. primary counts: while some node leads more than
  *      KV_SCHED_COUNT_TOLERANCE above the mean count of ranges, the node
  *      leading the fewest gets a whole range from a node leading at least
@@ -324,6 +326,68 @@ pick_dst(struct round *R, const kv_range *r, struct load *src, bool ops)
 	return best;
 }
 
+/* A piece of a range: the whole (part 0), [start, key) (part 1) or
+ * [key, end) (part 2), with its estimated shares of the range's bytes and
+ * load; kb / ko: the share comes from quantile keys of that dimension. */
+struct piece {
+	int part;
+	kv_bytes key;
+	double sb, so;
+	bool kb, ko;
+};
+
+#define MAX_PIECES (1 + 4 * KV_SCHED_QUANTS)
+
+/* The share of a dimension below key, from the n keys qs cutting it into
+ * n + 1 equal parts: exact at one of them, else the middle of the part key
+ * falls in. */
+static double
+share_below(kv_bytes key, const kv_bytes *qs, size_t n)
+{
+	size_t lt = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		int c = kv_key_cmp(qs[i].p, qs[i].len, key.p, key.len);
+		if (c == 0)
+			return (double)(i + 1) / (double)(n + 1);
+		lt += c < 0;
+	}
+	return ((double)lt + 0.5) / (double)(n + 1);
+}
+
+/*
+ * The pieces of range f (doc/scheduler.md "The planner"): the whole range,
+ * then the parts below and from each byte split key and each load split
+ * key. A key's share of the bytes comes from the byte keys and its share
+ * of the load from the load keys; a dimension without keys takes the
+ * other's share (an older server reports one load key: the load then
+ * counts as spread like the bytes, and its key halves the load). Returns
+ * the number of pieces in out (MAX_PIECES).
+ */
+static size_t
+pieces_of(const kv_sched_fig *f, struct piece *out)
+{
+	const kv_bytes *lq = f->nlq ? f->lq : &f->load_key;
+	size_t nlq = f->nlq ? f->nlq : f->load_key.len ? 1 : 0, n = 0;
+
+	out[n++] = (struct piece){.part = 0, .sb = 1, .so = 1, .kb = true, .ko = true};
+	for (size_t i = 0; i < f->nq + nlq; i++) {
+		kv_bytes key = i < f->nq ? f->q[i] : lq[i - f->nq];
+		bool kb = f->nq > 0, ko = f->nlq > 0 || i >= f->nq;
+		double b = kb ? share_below(key, f->q, f->nq) : 0;
+		double o = ko ? share_below(key, lq, nlq) : 0;
+		if (key.len == 0)
+			continue;
+		if (!kb)
+			b = o;
+		if (!ko)
+			o = b;
+		out[n++] = (struct piece){1, key, b, o, kb, ko};
+		out[n++] = (struct piece){2, key, 1 - b, 1 - o, kb, ko};
+	}
+	return n;
+}
+
 static void
 consider(struct round *R, struct load *src, bool ops, size_t i, struct cand *best)
 {
@@ -334,6 +398,9 @@ consider(struct round *R, struct load *src, bool ops, size_t i, struct cand *bes
 	double excess = ops ? src->o - R->mo : src->b - R->mb;
 	double mean = ops ? R->mo : R->mb;
 	double min_step = R->p->tolerance / 2 * mean;
+	struct piece pc[MAX_PIECES];
+	size_t np = pieces_of(f, pc);
+	double smallest = 1;
 
 	if (single && (R->moves == 0 || src->busy))
 		return;
@@ -343,34 +410,30 @@ consider(struct round *R, struct load *src, bool ops, size_t i, struct cand *bes
 	 * the destination above it. */
 	double room = mean - (ops ? d->o : d->b);
 	double want = room < excess ? room : excess;
-	/* Pieces: the whole range, then prefixes [start, key) (part 1) and
-	 * suffixes [key, end) (part 2) at each quantile key (bytes) or at the
-	 * load key (ops). */
-	size_t nk = ops ? (f->load_key.len ? 1 : 0) : f->nq;
 	bool hot = f->hot_key.len && f->hot_share >= 0.5 && f->ops > R->p->split_ops;
-	for (size_t c = 0; c < 1 + 2 * nk; c++) {
-		int part = c == 0 ? 0 : c <= nk ? 1 : 2;
-		size_t j = c == 0 ? 0 : part == 1 ? c - 1 : c - 1 - nk;
-		kv_bytes key = c == 0 ? (kv_bytes){0} : ops ? f->load_key : f->q[j];
-		double share = c == 0      ? 1.0
-		               : ops       ? 0.5
-		               : part == 1 ? (double)(j + 1) / (double)(nk + 1)
-		                           : (double)(nk - j) / (double)(nk + 1);
-		double ab = (double)f->bytes * share, ao = f->ops * share;
+	/* Pieces cut at a key whose share in the dimension balanced is known
+	 * from that dimension's own keys: the whole range, then the parts
+	 * before and from each byte or load split key. */
+	for (size_t c = 1; c < np; c++)
+		if (ops ? pc[c].ko : pc[c].kb)
+			smallest = fmin(smallest, pc[c].sb);
+	for (size_t c = 0; c < np; c++) {
+		int part = pc[c].part;
+		kv_bytes key = pc[c].key;
+		double ab = (double)f->bytes * pc[c].sb, ao = f->ops * pc[c].so;
 		double amt = ops ? ao : ab;
+		if (part > 0 && !(ops ? pc[c].ko : pc[c].kb))
+			continue;
 		/* A replicated range is cut too (the primary of the part it
 		 * keeps drops what it queued for the other part: doc/replication.md
 		 * "Moves and rebalance with replicas"). */
-		if (part > 0 && key.len == 0)
-			continue;
 		/* A range whose load is one key is not split: the key would stay
 		 * hot on one side (it is reported once the heat lasts). */
 		if (part > 0 && hot)
 			continue;
 		/* Data moves in pieces of at most split_bytes, or the smallest
 		 * piece there is when even that is larger. */
-		if (single && ab > (double)R->p->split_bytes &&
-		    share > 1.0 / (double)(nk + 1) + 1e-9)
+		if (single && ab > (double)R->p->split_bytes && pc[c].sb > smallest + 1e-9)
 			continue;
 		if (amt < min_step || amt <= 0)
 			continue;
@@ -558,8 +621,13 @@ count_step(struct round *R, kv_sched_decision *d)
 		struct load *src = load_of(R, r->node);
 		bool single = r->nreplicas == 0;
 		bool hot = f->hot_key.len && f->hot_share >= 0.5 && f->ops > R->p->split_ops;
+		struct piece pc[MAX_PIECES];
+		size_t np = pieces_of(f, pc);
+		double smallest = 1;
 		if (src == NULL || src->used || !free_range(R, i))
 			continue;
+		for (size_t c = 1; c < np; c++)
+			smallest = fmin(smallest, pc[c].sb);
 		if (single && (R->moves == 0 || src->busy))
 			continue;
 		for (size_t j = 0; j < R->nl; j++) {
@@ -575,14 +643,9 @@ count_step(struct round *R, kv_sched_decision *d)
 				if (!in || r->fence != 0)
 					continue;
 			}
-			for (size_t c = 0; c < 1 + 2 * f->nq; c++) {
-				int part = c == 0 ? 0 : c <= f->nq ? 1 : 2;
-				size_t q = c == 0 ? 0 : part == 1 ? c - 1 : c - 1 - f->nq;
-				double share = c == 0 ? 1.0
-				               : part == 1
-				                   ? (double)(q + 1) / (double)(f->nq + 1)
-				                   : (double)(f->nq - q) / (double)(f->nq + 1);
-				double ab = (double)f->bytes * share, ao = f->ops * share;
+			for (size_t c = 0; c < np; c++) {
+				int part = pc[c].part;
+				double ab = (double)f->bytes * pc[c].sb, ao = f->ops * pc[c].so;
 				/* A whole range only from a node leading two more (else
 				 * the counts just swap); a part from any node. */
 				if (part == 0 && src->np < cmin + 2)
@@ -593,10 +656,10 @@ count_step(struct round *R, kv_sched_decision *d)
 				 * and no cut meets the merges (MERGE_PER_NODE). */
 				if (part > 0 && R->c->nranges >= COUNT_CUT_PER_NODE * R->nl)
 					continue;
-				if (part > 0 && (hot || f->q[q].len == 0))
+				if (part > 0 && hot)
 					continue;
 				if (single && ab > (double)R->p->split_bytes &&
-				    share > 1.0 / (double)(f->nq + 1) + 1e-9)
+				    pc[c].sb > smallest + 1e-9)
 					continue;
 				/* The piece's size is an estimate (split keys, decayed
 				 * rates): with COUNT_MARGIN on it a count step does not
@@ -613,7 +676,7 @@ count_step(struct round *R, kv_sched_decision *d)
 				struct ccand cand = {.ok = true,
 				                     .range = i,
 				                     .part = part,
-				                     .key = part ? f->q[q] : (kv_bytes){0},
+				                     .key = pc[c].key,
 				                     .src = src,
 				                     .dst = dst,
 				                     .ab = ab,

@@ -19,18 +19,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Quantile keys per range and dimension the planner uses (the eighths). */
+#define KV_SCHED_QUANTS 7
+
 /* The figures of one range of the configuration, from its primary's
  * heartbeats (borrowed keys). */
 typedef struct {
-	bool known;        /* the primary reported the range */
-	uint64_t bytes;    /* key + value bytes */
-	double ops;        /* reads + writes per second (decayed) */
-	size_t nq;         /* entries in q (0..3) */
-	kv_bytes q[3];     /* strictly inside, in key order, cutting the range into
-	                      nq + 1 parts of about equal bytes */
-	kv_bytes load_key; /* strictly inside, halves the load; empty: none */
-	kv_bytes hot_key;  /* one key with at least half the load; empty: none */
-	double hot_share;  /* its share, 0..1 */
+	bool known;                   /* the primary reported the range */
+	uint64_t bytes;               /* key + value bytes */
+	double ops;                   /* reads + writes per second (decayed) */
+	size_t nq;                    /* entries in q (0..KV_SCHED_QUANTS) */
+	kv_bytes q[KV_SCHED_QUANTS];  /* strictly inside, in key order, cutting the
+	                                 range into nq + 1 parts of about equal bytes */
+	size_t nlq;                   /* entries in lq (0..KV_SCHED_QUANTS) */
+	kv_bytes lq[KV_SCHED_QUANTS]; /* strictly inside, in key order, cutting the
+	                                 range into nlq + 1 parts of about equal
+	                                 load; none: load_key alone is used */
+	kv_bytes load_key;            /* strictly inside, halves the load; empty: none */
+	kv_bytes hot_key;             /* one key with at least half the load; empty: none */
+	double hot_share;             /* its share, 0..1 */
 } kv_sched_fig;
 
 /* Tunables (controller flags, doc/scheduler.md). */

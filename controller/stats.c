@@ -70,9 +70,11 @@ kv_ctl__stat_store(struct ctl_stat *s, const kv_admin_req *rq)
 	for (size_t i = 0; i < rq->nranges; i++) {
 		bytes += rq->ranges[i].start.len + rq->ranges[i].end.len +
 		         rq->ranges[i].load_split.len + rq->ranges[i].hot_key.len;
-		nsplit += rq->ranges[i].nsplit;
+		nsplit += rq->ranges[i].nsplit + rq->ranges[i].nlsplit;
 		for (size_t j = 0; j < rq->ranges[i].nsplit; j++)
 			bytes += rq->ranges[i].split[j].len;
+		for (size_t j = 0; j < rq->ranges[i].nlsplit; j++)
+			bytes += rq->ranges[i].lsplit[j].len;
 	}
 	if ((rq->nranges && (r = calloc(rq->nranges, sizeof(*r))) == NULL) ||
 	    (nsplit && (sp = calloc(nsplit, sizeof(*sp))) == NULL) ||
@@ -92,6 +94,9 @@ kv_ctl__stat_store(struct ctl_stat *s, const kv_admin_req *rq)
 		r[i].split = sp != NULL ? sp + nsplit : NULL; /* no splits at all: sp is NULL */
 		for (size_t j = 0; j < rq->ranges[i].nsplit; j++)
 			sp[nsplit++] = blob_put(&w, rq->ranges[i].split[j]);
+		r[i].lsplit = rq->ranges[i].nlsplit ? sp + nsplit : NULL;
+		for (size_t j = 0; j < rq->ranges[i].nlsplit; j++)
+			sp[nsplit++] = blob_put(&w, rq->ranges[i].lsplit[j]);
 	}
 	kv_ctl__stat_clear(s);
 	s->ranges = r;
@@ -205,6 +210,20 @@ min_end(kv_bytes a, kv_bytes b)
 	return end_cmp(a, b) <= 0 ? a : b;
 }
 
+/* Up to KV_SCHED_QUANTS of keys[0..n) (in key order), evenly chosen, into
+ * out (*nout of them). */
+static void
+pick_even(const kv_bytes *keys, size_t n, kv_bytes *out, size_t *nout)
+{
+	*nout = 0;
+	for (size_t t = 0; t < KV_SCHED_QUANTS && n > 0; t++) {
+		size_t at = n <= KV_SCHED_QUANTS ? t : (t + 1) * n / (KV_SCHED_QUANTS + 1);
+		if (at >= n)
+			break;
+		out[(*nout)++] = keys[at];
+	}
+}
+
 void
 kv_ctl__figs_locked(kv_controller *c, const kv_config *cur, uint64_t fresh_ns, kv_sched_fig *f)
 {
@@ -214,8 +233,8 @@ kv_ctl__figs_locked(kv_controller *c, const kv_config *cur, uint64_t fresh_ns, k
 		const kv_range *r = &cur->ranges[i];
 		const struct ctl_stat *s = kv_ctl__stat_find_locked(c, r->node, false);
 		kv_bytes rs = {r->start.data, r->start.len}, re = {r->end.data, r->end.len};
-		kv_bytes keys[64];
-		size_t nk = 0;
+		kv_bytes keys[64], lkeys[64];
+		size_t nk = 0, nl = 0;
 		uint64_t k;
 
 		memset(&f[i], 0, sizeof(f[i]));
@@ -239,6 +258,9 @@ kv_ctl__figs_locked(kv_controller *c, const kv_config *cur, uint64_t fresh_ns, k
 			for (size_t t = 0; t < q->nsplit && nk < 64; t++)
 				if (strictly_in(q->split[t], rs, re))
 					keys[nk++] = q->split[t];
+			for (size_t t = 0; t < q->nlsplit && nl < 64; t++)
+				if (strictly_in(q->lsplit[t], rs, re))
+					lkeys[nl++] = q->lsplit[t];
 			if (strictly_in(q->load_split, rs, re))
 				f[i].load_key = q->load_split;
 			if (q->hot_key.len &&
@@ -248,13 +270,11 @@ kv_ctl__figs_locked(kv_controller *c, const kv_config *cur, uint64_t fresh_ns, k
 				f[i].hot_share = q->hot_share;
 			}
 		}
-		/* Up to three of the split keys inside, evenly chosen: about the
-		 * quartiles when the range is one reported range. */
-		for (size_t t = 0; t < 3 && nk > 0; t++) {
-			size_t at = nk <= 3 ? t : (t + 1) * nk / 4;
-			if (at >= nk)
-				break;
-			f[i].q[f[i].nq++] = keys[at];
-		}
+		/* Up to KV_SCHED_QUANTS of the split keys inside, evenly chosen:
+		 * the eighths when the range is one reported range. */
+		pick_even(keys, nk, f[i].q, &f[i].nq);
+		/* The same of the load split keys (an older server reports none:
+		 * the planner then cuts at the load split key alone). */
+		pick_even(lkeys, nl, f[i].lq, &f[i].nlq);
 	}
 }

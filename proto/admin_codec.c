@@ -86,11 +86,25 @@ heartbeat(const Shardkv__Heartbeat *h, kv_admin_req *out)
 		s->hot_key = from_pb(r->hot_key);
 		s->hot_share =
 		    r->hot_key_share >= 0 && r->hot_key_share <= 1 ? r->hot_key_share : 0;
+		for (size_t j = 0; j < r->n_load_split_keys; j++)
+			if (r->load_split_keys[j].len > KV_HARD_MAX_KEY)
+				return KV_EPROTO;
+		if (r->n_load_split_keys != 0) {
+			s->lsplit = calloc(r->n_load_split_keys, sizeof(kv_bytes));
+			if (s->lsplit == NULL)
+				return KV_ENOMEM;
+			s->nlsplit = r->n_load_split_keys;
+			for (size_t j = 0; j < r->n_load_split_keys; j++)
+				s->lsplit[j] = from_pb(r->load_split_keys[j]);
+		}
 		if (r->n_split_keys == 0)
 			continue;
 		s->split = calloc(r->n_split_keys, sizeof(kv_bytes));
-		if (s->split == NULL)
+		if (s->split == NULL) { /* range i is not counted yet: free its own */
+			free(s->lsplit);
+			s->lsplit = NULL;
 			return KV_ENOMEM;
+		}
 		for (size_t j = 0; j < r->n_split_keys; j++)
 			s->split[j] = from_pb(r->split_keys[j]);
 		s->nsplit = r->n_split_keys;
@@ -240,8 +254,10 @@ kv_admin_req_fini(kv_admin_req *r)
 {
 	uint64_t id = r->request_id;
 
-	for (size_t i = 0; i < r->nranges; i++)
+	for (size_t i = 0; i < r->nranges; i++) {
 		free(r->ranges[i].split);
+		free(r->ranges[i].lsplit);
+	}
 	free(r->ranges);
 	if (r->priv)
 		shardkv__admin_request__free_unpacked(r->priv, NULL);
@@ -625,7 +641,7 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 		if (r->nranges == 0)
 			break;
 		for (size_t i = 0; i < r->nranges; i++)
-			nsk += r->ranges[i].nsplit;
+			nsk += r->ranges[i].nsplit + r->ranges[i].nlsplit;
 		rs = calloc(r->nranges, sizeof(*rs));
 		rsp = calloc(r->nranges, sizeof(*rsp));
 		sk = calloc(nsk ? nsk : 1, sizeof(*sk));
@@ -649,6 +665,10 @@ kv_admin_req_encode(const kv_admin_req *r, nng_msg **out)
 			for (size_t j = 0; j < s->nsplit; j++)
 				sk[nsk++] = to_pb(s->split[j]);
 			rs[i].n_split_keys = s->nsplit;
+			rs[i].load_split_keys = &sk[nsk];
+			for (size_t j = 0; j < s->nlsplit; j++)
+				sk[nsk++] = to_pb(s->lsplit[j]);
+			rs[i].n_load_split_keys = s->nlsplit;
 			rsp[i] = &rs[i];
 		}
 		hb.n_ranges = r->nranges;

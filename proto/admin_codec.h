@@ -59,6 +59,9 @@ typedef struct {
 	kv_bytes load_split; /* halves the sampled load; empty: none */
 	kv_bytes hot_key;    /* one key with at least half of the load; empty: none */
 	double hot_share;    /* hot_key's share of the load, 0..1 */
+	size_t nlsplit;      /* entries in lsplit */
+	kv_bytes *lsplit;    /* keys cutting the sampled load into about equal
+	                        parts, in key order (heartbeats only); none: 0 */
 } kv_admin_range_stat;
 
 /* A decoded AdminRequest. Pointers borrow from the unpacked message. */

@@ -1,8 +1,9 @@
 /*
  * heartbeat.c - the shard server's heartbeats (heartbeat.h): once a second
  * the heartbeat thread reports the node's totals (keys, bytes, ops/s, RSS)
- * and per-range figures (keys, bytes, up to three split keys, read and
- * write rates, the key that halves the load, a hot key) to the controller,
+ * and per-range figures (keys, bytes, up to seven split keys (eighths of
+ * the bytes), read and write rates, the key that halves the load and up to
+ * seven keys cutting it in eighths, a hot key) to the controller,
  * and publishes the per-range figures for /metrics. It reads the store's
  * counters, the ownership table and the load sample; it changes nothing.
  *
@@ -12,7 +13,8 @@
  * under a try-lock it never waits for. Every heartbeat empties the ring,
  * gives each range the rates of the samples that fall in it (decayed:
  * each second weighs LOAD_ALPHA), and from that second's samples alone the
- * key that halves its load and a key taking at least half of it.
+ * key that halves its load, the keys cutting it in eighths and a key taking
+ * at least half of it.
  *
  * The lease thread renews the server's lease (doc/contract.md §2, the
  * arithmetic in doc/operations.md "Leases") with a light heartbeat every
@@ -121,13 +123,41 @@ range_of(const kv_buf *rg, size_t n, const uint8_t *key, size_t len)
 	return lo;
 }
 
-/* Fills the statistics of one range: counts and up to three quantile keys. */
+/* Byte split keys per range: the eighths (three bisections). */
+#define HB_SPLITS 7
+/* Load split keys per range: the eighths of the sampled load. */
+#define HB_LOAD_SPLITS 7
+
+/*
+ * Puts into split[lo..hi) (hi - lo = 2^d - 1) the keys that cut [st, en)
+ * into 2^d parts of about equal bytes, in key order, by bisection:
+ * split[(lo + hi) / 2] halves [st, en), the lower half's own keys go below
+ * it, the upper half's above. A slot whose part has fewer than two keys is
+ * left empty (len 0), and the slots below it in the bisection too.
+ */
+static void
+bisect(kv_server *s, const kv_buf *st, const kv_buf *en, kv_buf *split, size_t lo, size_t hi)
+{
+	size_t mid = (lo + hi) / 2;
+
+	if (lo >= hi)
+		return;
+	if (kv_store_range_split_key(s->store, st->data, st->len, en->data, en->len, &split[mid]) !=
+	    0) {
+		for (size_t i = lo; i < hi; i++)
+			split[i].len = 0;
+		return;
+	}
+	bisect(s, st, &split[mid], split, lo, mid);
+	bisect(s, &split[mid], en, split, mid + 1, hi);
+}
+
+/* Fills the statistics of one range: counts and up to HB_SPLITS quantile
+ * keys (split and splitv: HB_SPLITS each). */
 static void
 range_stats(kv_server *s, const kv_buf *st, const kv_buf *en, kv_admin_range_stat *out,
-            kv_buf split[3], kv_bytes splitv[3])
+            kv_buf *split, kv_bytes *splitv)
 {
-	kv_buf mid = {0};
-
 	out->split = splitv;
 
 	kv_store_range_count(s->store, st->data, st->len, en->data, en->len, &out->keys,
@@ -137,17 +167,15 @@ range_stats(kv_server *s, const kv_buf *st, const kv_buf *en, kv_admin_range_sta
 	out->end.p = en->data;
 	out->end.len = en->len;
 	out->nsplit = 0;
-	if (kv_store_range_split_key(s->store, st->data, st->len, en->data, en->len, &mid) != 0)
-		return;
-	if (kv_store_range_split_key(s->store, st->data, st->len, mid.data, mid.len, &split[0]) ==
-	    0)
-		out->split[out->nsplit++] = (kv_bytes){split[0].data, split[0].len};
-	kv_buf_set(&split[1], mid.data, mid.len);
-	out->split[out->nsplit++] = (kv_bytes){split[1].data, split[1].len};
-	if (kv_store_range_split_key(s->store, mid.data, mid.len, en->data, en->len, &split[2]) ==
-	    0)
-		out->split[out->nsplit++] = (kv_bytes){split[2].data, split[2].len};
-	kv_buf_fini(&mid);
+	bisect(s, st, en, split, 0, HB_SPLITS);
+	for (size_t i = 0; i < HB_SPLITS; i++) {
+		const kv_bytes *prev = out->nsplit ? &out->split[out->nsplit - 1] : NULL;
+		if (split[i].len == 0 ||
+		    (prev != NULL &&
+		     kv_key_cmp(prev->p, prev->len, split[i].data, split[i].len) >= 0))
+			continue;
+		out->split[out->nsplit++] = (kv_bytes){split[i].data, split[i].len};
+	}
 }
 
 /* Per-range statistics of the last count, reused between counts. */
@@ -155,22 +183,29 @@ typedef struct {
 	kv_buf *rg;              /* served ranges (start, end pairs) */
 	size_t n;                /* ranges */
 	kv_admin_range_stat *rs; /* n statistics, borrowing rg and split */
-	kv_buf *split;           /* 3 split keys per range */
+	kv_buf *split;           /* HB_SPLITS split keys per range */
 	kv_bytes *splitv;        /* views of split, what rs[i].split points at */
 	double *rd, *wr;         /* n decayed read / write rates */
-	kv_buf *lkey;            /* 2 per range: load split key, hot key */
+	kv_buf *lkey;            /* LKEYS per range: load split key, hot key, then
+	                            HB_LOAD_SPLITS load quantile keys */
+	kv_bytes *lsplitv;       /* HB_LOAD_SPLITS per range: what rs[i].lsplit
+	                            points at */
 } hb_cache;
+
+/* Keys kept per range in hb_cache.lkey. */
+#define LKEYS (2 + HB_LOAD_SPLITS)
 
 static void
 hb_cache_fini(hb_cache *c)
 {
 	if (c->split)
-		for (size_t i = 0; i < 3 * (c->n + 1); i++)
+		for (size_t i = 0; i < HB_SPLITS * (c->n + 1); i++)
 			kv_buf_fini(&c->split[i]);
 	if (c->lkey)
-		for (size_t i = 0; i < 2 * (c->n + 1); i++)
+		for (size_t i = 0; i < LKEYS * (c->n + 1); i++)
 			kv_buf_fini(&c->lkey[i]);
 	free(c->lkey);
+	free(c->lsplitv);
 	free(c->rd);
 	free(c->wr);
 	free(c->split);
@@ -190,6 +225,38 @@ ranges_equal(const kv_buf *a, size_t na, const kv_buf *b, size_t nb)
 		if (kv_key_cmp(a[i].data, a[i].len, b[i].data, b[i].len) != 0)
 			return false;
 	return true;
+}
+
+/*
+ * The load quantile keys of one range from its samples smp[0..n) (sorted, n
+ * at least LOAD_MIN_SAMPLES): for each eighth t of the load, the first key
+ * of the run of equal samples whose start is nearest sample t * n / 8, so
+ * that the samples below the key are about t eighths (a run of one hot key
+ * is never cut). The first run's key (nothing below it), keys not
+ * strictly inside the range and repeats are skipped; rs->lsplit gets views of keys
+ * (HB_LOAD_SPLITS).
+ */
+static void
+load_quantiles(const kv_load_sample *smp, size_t n, const kv_buf *st, kv_admin_range_stat *rs,
+               kv_buf *keys)
+{
+	for (size_t t = 1; t <= HB_LOAD_SPLITS; t++) {
+		size_t at = t * n / (HB_LOAD_SPLITS + 1), a = at, b = at;
+		while (a > 0 && sample_cmp(&smp[a - 1], &smp[at]) == 0)
+			a--;
+		while (b < n && sample_cmp(&smp[b], &smp[at]) == 0)
+			b++;
+		size_t k = (at - a <= b - at || b == n) ? a : b;
+		const kv_load_sample *x = &smp[k];
+		const kv_bytes *prev = rs->nlsplit ? &rs->lsplit[rs->nlsplit - 1] : NULL;
+		if (k == 0 || kv_key_cmp(x->key, x->len, st->data, st->len) <= 0 ||
+		    (prev != NULL && kv_key_cmp(prev->p, prev->len, x->key, x->len) >= 0))
+			continue;
+		if (kv_buf_set(&keys[rs->nlsplit], x->key, x->len) != 0)
+			return;
+		rs->lsplit[rs->nlsplit] = (kv_bytes){keys[rs->nlsplit].data, keys[rs->nlsplit].len};
+		rs->nlsplit++;
+	}
 }
 
 /*
@@ -222,17 +289,21 @@ load_apply(hb_cache *c, const kv_load_sample *smp, size_t n, double each, double
 		c->wr[r] = LOAD_ALPHA * wr / dt + (1 - LOAD_ALPHA) * c->wr[r];
 		rs->reads = c->rd[r];
 		rs->writes = c->wr[r];
+		kv_buf *lk = &c->lkey[LKEYS * r];
 		rs->load_split = (kv_bytes){0};
 		rs->hot_key = (kv_bytes){0};
 		rs->hot_share = 0;
+		rs->lsplit = &c->lsplitv[HB_LOAD_SPLITS * r];
+		rs->nlsplit = 0;
 		if (cnt < LOAD_MIN_SAMPLES)
 			continue;
 		/* The median sample halves the load when strictly inside. */
 		const kv_load_sample *m = &smp[first + cnt / 2];
 		const kv_buf *st = &c->rg[2 * r];
 		if (kv_key_cmp(m->key, m->len, st->data, st->len) > 0 &&
-		    kv_buf_set(&c->lkey[2 * r], m->key, m->len) == 0)
-			rs->load_split = (kv_bytes){c->lkey[2 * r].data, c->lkey[2 * r].len};
+		    kv_buf_set(&lk[0], m->key, m->len) == 0)
+			rs->load_split = (kv_bytes){lk[0].data, lk[0].len};
+		load_quantiles(smp + first, cnt, st, rs, &lk[2]);
 		/* The longest run of one key. */
 		size_t best = 0, bestlen = 0;
 		for (size_t j = first; j < first + cnt;) {
@@ -245,9 +316,8 @@ load_apply(hb_cache *c, const kv_load_sample *smp, size_t n, double each, double
 			}
 			j = k;
 		}
-		if (2 * bestlen >= cnt &&
-		    kv_buf_set(&c->lkey[2 * r + 1], smp[best].key, smp[best].len) == 0) {
-			rs->hot_key = (kv_bytes){c->lkey[2 * r + 1].data, c->lkey[2 * r + 1].len};
+		if (2 * bestlen >= cnt && kv_buf_set(&lk[1], smp[best].key, smp[best].len) == 0) {
+			rs->hot_key = (kv_bytes){lk[1].data, lk[1].len};
 			rs->hot_share = (double)bestlen / (double)cnt;
 		}
 	}
@@ -300,19 +370,22 @@ kv_srv_heartbeat_main(void *arg)
 			cache.n = n;
 			rg = NULL;
 			cache.rs = calloc(n + 1, sizeof(*cache.rs));
-			cache.split = calloc(3 * (n + 1), sizeof(*cache.split));
-			cache.splitv = calloc(3 * (n + 1), sizeof(*cache.splitv));
-			cache.lkey = calloc(2 * (n + 1), sizeof(*cache.lkey));
+			cache.split = calloc(HB_SPLITS * (n + 1), sizeof(*cache.split));
+			cache.splitv = calloc(HB_SPLITS * (n + 1), sizeof(*cache.splitv));
+			cache.lkey = calloc(LKEYS * (n + 1), sizeof(*cache.lkey));
+			cache.lsplitv = calloc(HB_LOAD_SPLITS * (n + 1), sizeof(*cache.lsplitv));
 			cache.rd = rd != NULL ? rd : calloc(n + 1, sizeof(*cache.rd));
 			cache.wr = wr != NULL ? wr : calloc(n + 1, sizeof(*cache.wr));
 			if (cache.rs == NULL || cache.split == NULL || cache.splitv == NULL ||
-			    cache.lkey == NULL || cache.rd == NULL || cache.wr == NULL) {
+			    cache.lkey == NULL || cache.lsplitv == NULL || cache.rd == NULL ||
+			    cache.wr == NULL) {
 				hb_cache_fini(&cache);
 				continue;
 			}
 			for (size_t i = 0; i < n; i++)
 				range_stats(s, &cache.rg[2 * i], &cache.rg[2 * i + 1], &cache.rs[i],
-				            &cache.split[3 * i], &cache.splitv[3 * i]);
+				            &cache.split[HB_SPLITS * i],
+				            &cache.splitv[HB_SPLITS * i]);
 			kv_srv_metrics_set_ranges(s, cache.rs, cache.n);
 		}
 		kv_owner_ranges_free(rg, n);

@@ -420,6 +420,9 @@ assert_range_stat(const kv_admin_range_stat *a, const kv_admin_range_stat *b)
 	assert_true(a->reads == b->reads);
 	assert_true(a->writes == b->writes);
 	assert_bytes(a->load_split, b->load_split);
+	assert_int_equal(a->nlsplit, b->nlsplit);
+	for (size_t i = 0; i < a->nlsplit; i++)
+		assert_bytes(a->lsplit[i], b->lsplit[i]);
 	assert_bytes(a->hot_key, b->hot_key);
 	assert_true(a->hot_share == b->hot_share);
 }
@@ -476,6 +479,7 @@ static void
 every_admin_request_round_trips(void **state)
 {
 	kv_bytes split[3] = {B("b"), B("d"), B("f")};
+	kv_bytes lsplit[3] = {B("bb"), B("c"), B("cc")};
 	kv_admin_range_stat rs[2] = {
 	    {.start = B(""),
 	     .end = B("m"),
@@ -488,7 +492,9 @@ every_admin_request_round_trips(void **state)
 	     .writes = 0.5,
 	     .load_split = B("c"),
 	     .hot_key = B("c"),
-	     .hot_share = 0.75},
+	     .hot_share = 0.75,
+	     .nlsplit = 3,
+	     .lsplit = lsplit},
 	    {.start = B("m"), .end = B(""), .keys = 0, .bytes = 0, .ops = 0.25}};
 	const kv_admin_req all[] = {
 	    {.op = KV_ADM_JOIN,
