@@ -110,6 +110,11 @@ setup(void **state)
 	pki_file(rogue_key, sizeof(rogue_key), "rogue.key");
 	if (kv_tc_set_tls(srv_crt, srv_key, ca, cli_crt, cli_key) != 0)
 		return -1;
+	/* The layout stays as the tests make it: they check that refused
+	 * requests publish nothing, which a balancer decision would blur. */
+	const char *ctl_args[] = {"--auto-balance", "off", NULL};
+	if (kv_tc_set_controller_args(ctl_args) != 0)
+		return -1;
 	return kv_tc_start(&tc, "cluster-tls", 2);
 }
 
