@@ -505,7 +505,8 @@ kv_tc_wait_in_sync(kv_tc *c, unsigned ms)
 		shardkv_config *cfg = kv_tc_config(c);
 		bool ok = cfg != NULL && cfg->nmigrations == 0;
 		for (size_t r = 0; ok && r < cfg->nranges; r++)
-			ok = cfg->ranges[r].ninsync == cfg->ranges[r].nreplicas;
+			ok = cfg->ranges[r].ninsync == cfg->ranges[r].nreplicas &&
+			     cfg->ranges[r].fence == 0;
 		shardkv_config_free(cfg);
 		if (ok)
 			return 0;

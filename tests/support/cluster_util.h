@@ -102,10 +102,10 @@ int kv_tc_start(kv_tc *c, const char *tag, int nservers);
 int kv_tc_set_controller_args(const char *const *args);
 #define KV_TC_ONE_COPY ((const char *const[]){"--replicas", "1", "--auto-balance", "off", NULL})
 
-/* Waits until no range moves and every range's in-sync set is its whole
- * replica set (with replicas, joins and changes of primary copy replicas
- * and add them to the ISR in configurations of their own). Returns 0 or
- * -1. */
+/* Waits until no range moves, every range's in-sync set is its whole
+ * replica set and no range has a transfer fence (with replicas, joins and
+ * changes of primary copy replicas and add them to the ISR, or end the
+ * fence, in configurations of their own). Returns 0 or -1. */
 int kv_tc_wait_in_sync(kv_tc *c, unsigned ms);
 
 /* shardkv_move(admin, start, sl, end, el, node, 0, flags, res), sent again
