@@ -239,6 +239,19 @@ kb(const kv_buf *b)
 	return (kv_bytes){b->data, b->len};
 }
 
+/* The bounds of a piece of range r: the whole range (part 0), the part below
+ * key (1) or the part from key on (2). */
+static void
+piece_bounds(const kv_range *r, int part, kv_bytes key, kv_bytes *st, kv_bytes *en)
+{
+	*st = kb(&r->start);
+	*en = kb(&r->end);
+	if (part == 1)
+		*en = key;
+	else if (part == 2)
+		*st = key;
+}
+
 /* Per-node loads of one round. */
 struct load {
 	uint32_t id;
@@ -521,11 +534,8 @@ balance_step(struct round *R, kv_sched_decision *d)
 		return 0;
 	}
 	const kv_range *r = &R->c->ranges[best.range];
-	kv_bytes st = kb(&r->start), en = kb(&r->end);
-	if (best.part == 1)
-		en = best.key;
-	else if (best.part == 2)
-		st = best.key;
+	kv_bytes st, en;
+	piece_bounds(r, best.part, best.key, &st, &en);
 	int rv = emit(d, best.transfer ? KV_SCHED_TRANSFER : KV_SCHED_MOVE,
 	              ops ? KV_SCHED_WHY_OPS : KV_SCHED_WHY_BYTES, st, en, best.part != 0, src->id,
 	              best.dst->id, (uint64_t)best.amt_b, best.amt_o);
@@ -692,11 +702,8 @@ count_step(struct round *R, kv_sched_decision *d)
 	if (!best.ok)
 		return 0;
 	const kv_range *r = &R->c->ranges[best.range];
-	kv_bytes st = kb(&r->start), en = kb(&r->end);
-	if (best.part == 1)
-		en = best.key;
-	else if (best.part == 2)
-		st = best.key;
+	kv_bytes st, en;
+	piece_bounds(r, best.part, best.key, &st, &en);
 	bool single = r->nreplicas == 0;
 	int rv = emit(d, single ? KV_SCHED_MOVE : KV_SCHED_TRANSFER, KV_SCHED_WHY_PRIMARIES, st, en,
 	              best.part != 0, best.src->id, best.dst->id, (uint64_t)best.ab, best.ao);
