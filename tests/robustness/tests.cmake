@@ -46,7 +46,7 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   # default three copies (primary transfers instead of migrations).
   kv_add_test(checker_cluster TIMEOUT 150 LABELS integration
     COMMAND shardkv-checker --spawn ${checker_runs} --servers 3 --replicas 1
-      --clients 4 --duration 45 --reconfig-interval 400 --seed 4242
+      --clients 4 --duration 40 --reconfig-interval 400 --seed 4242
       --fill 20000 --fill-size 1000 --multi 8 --async 4 --handles 2 --move-rate 4
       --scans 5)
   set_tests_properties(checker_cluster PROPERTIES ENVIRONMENT "${checker_env}")
@@ -58,7 +58,7 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   foreach(mode always batch)
     kv_add_test(checker_kill_${mode} TIMEOUT 150 LABELS integration
       COMMAND shardkv-checker --spawn ${checker_runs} --servers 3
-        --replicas 1 --clients 4 --duration 30 --reconfig-interval 400 --seed 5151 --kill
+        --replicas 1 --clients 4 --duration 25 --reconfig-interval 400 --seed 5151 --kill
         --fsync ${mode}
         --fill 20000 --fill-size 1000 --multi 8 ${checker_kill_${mode}_extra})
     set_tests_properties(checker_kill_${mode} PROPERTIES ENVIRONMENT "${checker_env}")
@@ -70,7 +70,7 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   kv_add_test(checker_kill_controller TIMEOUT 150 LABELS integration
     COMMAND shardkv-checker --spawn ${checker_runs} --servers 3
       --controllers 3 --kill-controller --kill --fsync batch --replicas 1
-      --clients 4 --duration 30 --reconfig-interval 400 --seed 6262
+      --clients 4 --duration 25 --reconfig-interval 400 --seed 6262
       --fill 20000 --fill-size 1000 --multi 8 --async 2)
   set_tests_properties(checker_kill_controller PROPERTIES ENVIRONMENT "${checker_env}")
   # A server that owns some of the checker's keys SIGSTOPped for 4 s (past
@@ -84,7 +84,7 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   # the same fault with the default three copies, failed over.
   kv_add_test(checker_pause TIMEOUT 150 LABELS integration
     COMMAND shardkv-checker --spawn ${checker_runs} --servers 3 --replicas 1
-      --clients 4 --duration 30 --reconfig-interval 400 --seed 7373
+      --clients 4 --duration 25 --reconfig-interval 400 --seed 7373
       --pause 4000 --pause-interval 8000
       --fill 20000 --fill-size 1000 --multi 8 --async 2)
   set_tests_properties(checker_pause PROPERTIES ENVIRONMENT "${checker_env}")
@@ -99,12 +99,12 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   # one copy (see the note above checker_cluster).
   kv_add_test(checker_cas_moves TIMEOUT 120 LABELS integration
     COMMAND shardkv-checker --spawn ${checker_runs} --servers 3 --replicas 1
-      --clients 4 --duration 30 --reconfig-interval 400 --seed 1818 --cas 30
+      --clients 4 --duration 25 --reconfig-interval 400 --seed 1818 --cas 30
       --fill 20000 --fill-size 1000 --multi 8 --async 2)
   set_tests_properties(checker_cas_moves PROPERTIES ENVIRONMENT "${checker_env}")
   kv_add_test(checker_cas_restart TIMEOUT 120 LABELS integration
     COMMAND shardkv-checker --spawn ${checker_runs} --servers 3 --replicas 1 --kill
-      --fsync batch --clients 4 --duration 30 --seed 1919 --cas 30
+      --fsync batch --clients 4 --duration 25 --seed 1919 --cas 30
       --fill 20000 --fill-size 1000 --multi 8 --async 2)
   set_tests_properties(checker_cas_restart PROPERTIES ENVIRONMENT "${checker_env}")
 
@@ -116,7 +116,7 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   # (doc/replication.md "Known violations at primary transfers", all three
   # fixed).
   kv_add_test(checker_replicated_moves TIMEOUT 150 LABELS integration
-    COMMAND shardkv-checker --spawn ${checker_runs} --servers 3 --clients 4 --duration 30
+    COMMAND shardkv-checker --spawn ${checker_runs} --servers 3 --clients 4 --duration 25
       --reconfig-interval 400 --seed 4343 --kill --fsync batch --kill-interval 1500
       --cas 20 --fill 20000 --fill-size 1000 --multi 8 --async 2 --handles 2)
   set_tests_properties(checker_replicated_moves PROPERTIES ENVIRONMENT "${checker_env}")
@@ -137,7 +137,7 @@ if(TARGET shardkv-checker AND TARGET shardkv-controller AND TARGET shardkv-serve
   foreach(fault kill wipe restart pause)
     kv_add_test(checker_replicated_${fault} TIMEOUT 150 LABELS integration
       COMMAND shardkv-checker --spawn ${checker_runs} ${checker_repl_${fault}_args}
-        --clients 4 --duration 30 --fill 20000 --fill-size 1000 --multi 8 --async 2)
+        --clients 4 --duration 25 --fill 20000 --fill-size 1000 --multi 8 --async 2)
     set_tests_properties(checker_replicated_${fault} PROPERTIES ENVIRONMENT "${checker_env}")
   endforeach()
   # The controller leader SIGKILLed in the middle of a failover: three
