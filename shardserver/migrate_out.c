@@ -229,28 +229,11 @@ pace(kv_mig_out *o, uint64_t t0, uint64_t bytes)
 }
 
 /*
- * Sends one transfer message until the destination acknowledges it.
- * Returns 0 (acknowledged), KV_ECLOSED (stopping or cancelled), or the
- * destination's refusal (the caller restarts the stream).
+ * Sends one transfer message, x encoded as msg (kept by the caller; each
+ * attempt sends a copy), until the destination acknowledges it. Returns 0
+ * (acknowledged), KV_ECLOSED (stopping or cancelled), or the destination's
+ * refusal (the caller restarts the stream).
  */
-static int xfer_send_msg(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, const nng_msg *msg,
-                         bool cancellable, kv_xfer_ack *ack);
-
-static int
-xfer_send(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, bool cancellable, kv_xfer_ack *ack)
-{
-	kv_mig *s = o->mig;
-	nng_msg *req = NULL;
-	int rv = kv_xfer_encode(x, o->epoch, kv_mig__node_id(s), s->env.auth, &req);
-	if (rv != 0)
-		return rv;
-	rv = xfer_send_msg(o, cli, x, req, cancellable, ack);
-	nng_msg_free(req);
-	return rv;
-}
-
-/* xfer_send of x already encoded as msg (kept by the caller; each attempt
- * sends a copy). */
 static int
 xfer_send_msg(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, const nng_msg *msg,
               bool cancellable, kv_xfer_ack *ack)
@@ -285,6 +268,20 @@ xfer_send_msg(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, const nng_msg
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
 	}
 	return KV_ECLOSED;
+}
+
+/* xfer_send_msg of x, encoded here. */
+static int
+xfer_send(kv_mig_out *o, kv_rpc_client *cli, const kv_xfer *x, bool cancellable, kv_xfer_ack *ack)
+{
+	kv_mig *s = o->mig;
+	nng_msg *req = NULL;
+	int rv = kv_xfer_encode(x, o->epoch, kv_mig__node_id(s), s->env.auth, &req);
+	if (rv != 0)
+		return rv;
+	rv = xfer_send_msg(o, cli, x, req, cancellable, ack);
+	nng_msg_free(req);
+	return rv;
 }
 
 static void
@@ -747,7 +744,6 @@ typedef struct {
 	nng_msg *copy;   /* the message, for a resend */
 	size_t whole;    /* keys the chunk completes */
 	size_t bytes;    /* its key and value bytes */
-	bool last;       /* the copy's last chunk */
 	struct copy_pipe *p;
 } pipe_slot;
 

@@ -60,7 +60,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -996,12 +995,12 @@ kv_dur_side_adopt(kv_dur_side *s)
 	kv_dur *d = s->d;
 	uint8_t hdr[2 + 4];
 	struct iovec iov[2];
-	uint64_t last = atomic_load(&s->last), lsn = 0;
+	uint64_t lsn = 0;
 	int rv;
 
 	if (s->adopted)
 		return KV_EINVAL;
-	if (last > 0 && (rv = kv_wal_wait(s->w, last, d->o.mode != KV_FSYNC_NONE)) != 0)
+	if ((rv = kv_dur_side_sync(s)) != 0)
 		return rv;
 	hdr[0] = REC_ADOPT;
 	hdr[1] = 0;
