@@ -711,7 +711,8 @@ watch_wait(shardkv_client *c, nng_aio *aio)
  * shared rpc clients: shardkv_close must be able to interrupt it). The send
  * and the receive are aio operations that shardkv_close cancels; the socket
  * is closed here once nothing is in progress on it (nng 1.5 can hang when a
- * socket is closed under a blocking receive). Returns 0 with *cfg set (NULL
+ * socket is closed under a blocking receive), through kv_rpc_socket_close:
+ * a close that nng's stuck reaper holds must not hold shardkv_close. Returns 0 with *cfg set (NULL
  * on a poll timeout) or a KV_E* code.
  */
 static int
@@ -728,7 +729,7 @@ watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **c
 	if ((rv = nng_req0_open(&s)) != 0)
 		return kv_err_from_nng(rv);
 	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
-		nng_close(s);
+		kv_rpc_socket_close(s);
 		return kv_err_from_nng(rv);
 	}
 	pthread_mutex_lock(&c->cfg_mu);
@@ -780,7 +781,7 @@ out:
 	c->watch_aio = NULL;
 	pthread_mutex_unlock(&c->cfg_mu);
 	nng_aio_free(aio);
-	nng_close(s);
+	kv_rpc_socket_close(s);
 	return rv;
 }
 

@@ -700,6 +700,29 @@ rpc_client_free_cb(void *arg)
 	rpc_client_free(arg);
 }
 
+/* Closes the socket *arg and frees arg: on the closing thread. */
+static void
+rpc_socket_free_cb(void *arg)
+{
+	nng_socket *s = arg;
+
+	nng_close(*s);
+	free(s);
+}
+
+void
+kv_rpc_socket_close(nng_socket s)
+{
+	nng_socket *p = malloc(sizeof(*p));
+
+	if (p == NULL) {
+		nng_close(s);
+		return;
+	}
+	*p = s;
+	rpc_close_bounded(rpc_socket_free_cb, p, "watch", false);
+}
+
 void
 kv_rpc_client_destroy(kv_rpc_client *c)
 {

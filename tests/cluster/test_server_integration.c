@@ -282,15 +282,41 @@ load_keys(const char *url, const char *prefix, int n)
 static void
 check_keys(const char *url, const char *prefix, int n)
 {
-	char k[32], v[32];
-	for (int i = 0; i < n; i++) {
-		snprintf(k, sizeof(k), "%s%05d", prefix, i);
-		snprintf(v, sizeof(v), "v%d", i);
-		res1 r = do_get(url, k);
-		if (r.status != 0 || strcmp(r.value, v) != 0) {
-			dump_logs();
-			fail_msg("%s on %s: status %d value '%s'", k, url, r.status, r.value);
+	for (int base = 0; base < n; base += 100) {
+		Shardkv__Request rq = SHARDKV__REQUEST__INIT;
+		Shardkv__Op op[100], *ops[100];
+		Shardkv__GetOp g[100];
+		char k[100][32], v[32];
+		int m = n - base < 100 ? n - base : 100;
+		for (int i = 0; i < m; i++) {
+			Shardkv__Op oi = SHARDKV__OP__INIT;
+			Shardkv__GetOp gi = SHARDKV__GET_OP__INIT;
+			op[i] = oi;
+			g[i] = gi;
+			snprintf(k[i], sizeof(k[i]), "%s%05d", prefix, base + i);
+			g[i].key = bd(k[i]);
+			op[i].op_case = SHARDKV__OP__OP_GET;
+			op[i].get = &g[i];
+			ops[i] = &op[i];
 		}
+		rq.n_ops = (size_t)m;
+		rq.ops = ops;
+		Shardkv__Response *r = call(url, &rq);
+		if (r == NULL || r->n_results != (size_t)m) {
+			dump_logs();
+			fail_msg("get %s%05d.. on %s: no answer", prefix, base, url);
+		}
+		for (int i = 0; i < m; i++) {
+			const Shardkv__OpResult *o = r->results[i];
+			snprintf(v, sizeof(v), "v%d", base + i);
+			if (o->status != 0 || o->value.len != strlen(v) ||
+			    memcmp(o->value.data, v, o->value.len) != 0) {
+				dump_logs();
+				fail_msg("%s on %s: status %d value '%.*s'", k[i], url, o->status,
+				         (int)o->value.len, (const char *)o->value.data);
+			}
+		}
+		shardkv__response__free_unpacked(r, NULL);
 	}
 }
 
