@@ -1136,7 +1136,14 @@ kv_ctl__cmd_watch(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	uint32_t t =
 	    rq->timeout_ms && rq->timeout_ms < c->watch_max_ms ? rq->timeout_ms : c->watch_max_ms;
 
-	if (cur->epoch > rq->epoch || c->closing)
+	uint64_t until = UINT64_MAX;
+	bool handover = false;
+
+	/* A server's watch names the epoch it applied. */
+	kv_ctl__watched_locked(c, rq->node_id, rq->epoch);
+	if ((cur->epoch > rq->epoch &&
+	     !(handover = kv_ctl__handover_held_locked(c, rq->node_id, rq->epoch, now, &until))) ||
+	    c->closing)
 		return kv_ctl__watch_answer_locked(c, rq->epoch, rq->history, rq->max_configs,
 		                                   &x->resp, &x->cfgs);
 	if ((h = calloc(1, sizeof(*h))) == NULL)
@@ -1155,9 +1162,14 @@ kv_ctl__cmd_watch(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	h->request_id = rq->request_id;
 	h->born_ns = now;
 	h->deadline_ns = now + (uint64_t)t * 1000000u;
+	if (until < h->deadline_ns)
+		h->deadline_ns = until;
 	h->known = rq->epoch;
 	h->history = rq->history;
 	h->max_configs = rq->max_configs;
+	h->watcher = rq->node_id;
+	h->handover = handover;
+	c->handover_holds_total += handover;
 	kv_ctl__held_push(c, h);
 	pthread_cond_signal(&c->cv);
 	x->held = true;

@@ -179,6 +179,7 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 	if (cfg->max_migrations)
 		c->sched_p.max_migrations = cfg->max_migrations;
 	c->sched_p.cut_replicated = cfg->balance_cut_replicated;
+	c->handover_unordered = cfg->handover_unordered;
 	c->min_insync = cfg->min_insync ? cfg->min_insync : (c->replicas < 2 ? c->replicas : 2);
 	if (c->replicas > KV_MAX_REPLICAS || c->min_insync > c->replicas) {
 		snprintf(

@@ -63,6 +63,10 @@ typedef struct {
 	 * default) or off (the library's: 0), --split-bytes (0: 64 MiB),
 	 * --split-ops (0: 20000) and --max-migrations (0: 2). */
 	bool auto_balance;
+	bool handover_unordered;     /* tests only: publish a primary transfer to its new
+	                                primary as to everyone else, without waiting for
+	                                the old primary to apply it first (doc/replication.md
+	                                "Primary transfer") */
 	bool balance_cut_replicated; /* tests only: cut replicated ranges for
 	                                transfers (doc/scheduler.md "Limits") */
 	uint64_t split_bytes;

@@ -53,6 +53,10 @@
 #define CTL_REPAIR_EVERY_NS  250000000u  /* the liveness thread's look for repairs */
 #define CTL_BALANCE_EVERY_NS 2000000000u /* the balancer's rounds (doc/scheduler.md) */
 #define CTL_SCHED_RECENT     16u         /* decisions kept for the log and metrics */
+#define CTL_HANDOVER_HOLD_NS                                                                       \
+	100000000u        /* longest a new primary's watch waits for the                           \
+	                     old primary to apply the transfer */
+#define CTL_HANDOVERS 32u /* recent primary transfers remembered */
 
 /* Live statistics of one node, from its latest heartbeat. */
 struct ctl_stat {
@@ -63,6 +67,7 @@ struct ctl_stat {
 	uint64_t restart_done;        /* boot id of the last restart handled (failed over,
 	                                 or in no shared ISR); 0: none */
 	uint64_t epoch_applied;       /* epoch the node routes with */
+	uint64_t epoch_watched;       /* the highest epoch its watches said it had applied */
 	uint64_t keys, bytes, memory; /* node totals */
 	double ops;                   /* op rate */
 	uint64_t last_seen_ns;        /* monotonic time of the last report; 0: never */
@@ -127,6 +132,8 @@ struct ctl_held {
 	uint64_t known;       /* known epoch */
 	bool history;         /* answer with every config after known */
 	uint32_t max_configs; /* at most this many */
+	uint32_t watcher;     /* the server's node id; 0: not a server */
+	bool handover;        /* held for an old primary's apply (counted once) */
 	/* wait */
 	uint64_t epoch;          /* epoch the command published */
 	const kv_config *config; /* that config (immutable) */
@@ -176,6 +183,19 @@ struct kv_controller {
 	struct ctl_held held;                 /* list head of held requests */
 	size_t nwatches, nwaits;              /* held requests by kind */
 	bool closing;                         /* stopping: hold nothing more */
+	/* Primary transfers of recent configurations, a ring: a watch of the
+	 * new primary that would list one waits until the old primary's
+	 * watch says it applied it, or until until_ns (held.c,
+	 * doc/replication.md "Primary transfer"). */
+	struct ctl_handover {
+		uint64_t epoch;    /* the configuration that made the transfer; 0: unused */
+		uint32_t from, to; /* old and new primary */
+		uint64_t until_ns; /* monotonic end of the wait */
+	} hand[CTL_HANDOVERS];
+	size_t hand_next;                 /* its next slot */
+	bool handover_unordered;          /* immutable: kv_controller_cfg's */
+	uint64_t handover_holds_total;    /* watches of a new primary held */
+	uint64_t handover_timeouts_total; /* ... and answered before the old primary applied */
 
 	uint64_t started_ns; /* for the metrics */
 
@@ -295,6 +315,19 @@ int kv_ctl__replay_cb(void *arg, const uint8_t *p, size_t n, uint64_t offset);
 /* Links h (taken) at the end of the held list / unlinks it. */
 void kv_ctl__held_push(kv_controller *c, struct ctl_held *h);
 void kv_ctl__held_unlink(kv_controller *c, struct ctl_held *h);
+
+/* Notes the primary transfers of a configuration being installed. */
+void kv_ctl__handover_note_locked(kv_controller *c, const kv_config *next);
+
+/* Whether a watch of server `node` that knows epoch `known` must wait for
+ * an old primary to apply a transfer to node first; lowers *until to the
+ * end of that wait. */
+bool kv_ctl__handover_held_locked(kv_controller *c, uint32_t node, uint64_t known, uint64_t now,
+                                  uint64_t *until);
+
+/* Notes that server `node`'s watch knows epoch `known` (it applied it),
+ * and answers the watches that waited for it. */
+void kv_ctl__watched_locked(kv_controller *c, uint32_t node, uint64_t known);
 
 /* Frees an unlinked held request. Accepts NULL. */
 void kv_ctl__held_free(struct ctl_held *h);

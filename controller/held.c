@@ -11,6 +11,18 @@
  * handler that deferred the request has returned). At most max_watches
  * watches and CTL_MAX_WAITS waits are held (commands.c and dispatch.c
  * enforce the caps); stopping answers every one of them.
+ *
+ * The old primary first: a configuration that transfers a range's primary
+ * role from P to Q (P kept in the ISR as the fence) reaches Q, and the
+ * range's other replicas, only once P's next watch says P applied it, or
+ * CTL_HANDOVER_HOLD_NS after it was installed. P drains the range as it
+ * applies the configuration (writes refused, its backups'
+ * acknowledgements awaited); a replica that applied it first would refuse
+ * the records still in flight from P (an older leader epoch): Q's
+ * transfer would not be clean (P copied again), another backup's end
+ * would differ from Q's (that backup copied again) (doc/replication.md
+ * "Primary transfer", step 0). Correctness never
+ * depends on the order, only the cost of the transfer does.
  */
 #include "common/err.h"
 #include "common/log.h"
@@ -54,6 +66,87 @@ kv_ctl__held_free(struct ctl_held *h)
 	free(h);
 }
 
+void
+kv_ctl__handover_note_locked(kv_controller *c, const kv_config *next)
+{
+	uint64_t until = kv_now_ns() + CTL_HANDOVER_HOLD_NS;
+
+	if (c->handover_unordered)
+		return;
+	for (size_t i = 0; i < next->nranges; i++) {
+		const kv_range *r = &next->ranges[i];
+		if (r->fence == 0 || r->fence == r->node || r->leader_epoch != next->epoch)
+			continue;
+		/* The new primary and every other replica: a backup that applied
+		 * the configuration before the old primary refuses its records
+		 * still in flight too, and is copied again. */
+		for (uint32_t j = 0; j < kv_range_nreplicas(r); j++) {
+			uint32_t to = kv_range_replica(r, j);
+			bool seen = to == r->fence;
+			for (size_t k = 0; k < CTL_HANDOVERS && !seen; k++)
+				seen = c->hand[k].epoch == next->epoch &&
+				       c->hand[k].from == r->fence && c->hand[k].to == to;
+			if (seen)
+				continue;
+			c->hand[c->hand_next] = (struct ctl_handover){
+			    .epoch = next->epoch, .from = r->fence, .to = to, .until_ns = until};
+			c->hand_next = (c->hand_next + 1) % CTL_HANDOVERS;
+		}
+	}
+}
+
+/* Whether node is the old primary of a transfer in configuration epoch. */
+static bool
+hands_over_in(const kv_controller *c, uint32_t node, uint64_t epoch)
+{
+	for (size_t k = 0; k < CTL_HANDOVERS; k++)
+		if (c->hand[k].epoch == epoch && c->hand[k].from == node)
+			return true;
+	return false;
+}
+
+bool
+kv_ctl__handover_held_locked(kv_controller *c, uint32_t node, uint64_t known, uint64_t now,
+                             uint64_t *until)
+{
+	uint64_t cur = kv_ctl__latest_locked(c)->epoch;
+	bool held = false;
+
+	if (node == 0 || c->closing)
+		return false;
+	for (size_t k = 0; k < CTL_HANDOVERS; k++) {
+		const struct ctl_handover *t = &c->hand[k];
+		if (t->epoch == 0 || t->to != node || t->epoch <= known || t->epoch > cur ||
+		    now >= t->until_ns)
+			continue;
+		/* No report of the old primary here (a follower, or it never
+		 * watched): nothing to wait for. */
+		const struct ctl_stat *s = kv_ctl__stat_find_locked(c, t->from, false);
+		if (s == NULL || s->epoch_watched >= t->epoch)
+			continue;
+		/* A node handing a role over in the same configuration is
+		 * waited for by its own new primary: answered at once, so that
+		 * two transfers in opposite directions never wait for each other. */
+		if (hands_over_in(c, node, t->epoch))
+			continue;
+		held = true;
+		if (t->until_ns < *until)
+			*until = t->until_ns;
+	}
+	return held;
+}
+
+void
+kv_ctl__watched_locked(kv_controller *c, uint32_t node, uint64_t known)
+{
+	struct ctl_stat *s = node ? kv_ctl__stat_find_locked(c, node, false) : NULL;
+
+	if (s == NULL || known <= s->epoch_watched)
+		return;
+	s->epoch_watched = known;
+	kv_ctl__wake_locked(c);
+}
+
 /* Marks the held requests that the latest config answers. */
 void
 kv_ctl__wake_locked(kv_controller *c)
@@ -66,7 +159,20 @@ kv_ctl__wake_locked(kv_controller *c)
 		if (h->ready)
 			continue;
 		if (h->kind == HELD_WATCH) {
-			h->ready = cur->epoch > h->known;
+			uint64_t until = UINT64_MAX;
+			if (cur->epoch <= h->known)
+				continue;
+			if (kv_ctl__handover_held_locked(c, h->watcher, h->known, now, &until)) {
+				if (!h->handover)
+					c->handover_holds_total++;
+				h->handover = true;
+				if (until < h->deadline_ns) {
+					h->deadline_ns = until;
+					any = true; /* the reaper's next wake-up moves */
+				}
+				continue;
+			}
+			h->ready = true;
 		} else {
 			bool done = true;
 			const struct ctl_fail *f = NULL;
@@ -209,6 +315,8 @@ kv_ctl__reaper_main(void *arg)
 				kv_admin_resp *r = &ans[k].r;
 				r->request_id = h->request_id;
 				if (h->kind == HELD_WATCH) {
+					if (h->handover && !h->ready)
+						c->handover_timeouts_total++;
 					if (kv_ctl__watch_answer_locked(c, h->known, h->history,
 					                                h->max_configs, r,
 					                                &ans[k].cfgs) != KV_OK)

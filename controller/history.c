@@ -42,6 +42,7 @@ kv_ctl__install_locked(kv_controller *c, kv_config *next)
 		if (next->migs[i].id >= c->next_mig_id)
 			c->next_mig_id = next->migs[i].id + 1;
 	kv_ctl__prog_prune_locked(c, next);
+	kv_ctl__handover_note_locked(c, next);
 	kv_ctl__wake_locked(c);
 }
 

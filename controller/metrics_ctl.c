@@ -23,7 +23,7 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	static const char *const states[] = {"joining", "active", "draining", "gone", "down"};
 	kv_controller *c = arg;
 	uint64_t nodes[6] = {0}, epoch, ranges, migs, watches, waits, uptime, downs, under = 0;
-	uint64_t failovers, shrinks, expands, unfenced, replacements;
+	uint64_t failovers, shrinks, expands, unfenced, replacements, hholds, htimeouts;
 	uint64_t sched[5][KV_SCHED_WHY_MAX], splits[KV_SCHED_WHY_MAX];
 	const kv_config *cur;
 	size_t nlive = 0;
@@ -55,6 +55,8 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	shrinks = c->isr_shrinks_total;
 	expands = c->isr_expands_total;
 	unfenced = c->unfenced_total;
+	hholds = c->handover_holds_total;
+	htimeouts = c->handover_timeouts_total;
 	replacements = c->replacements_total;
 	memcpy(sched, c->sched_total, sizeof(sched));
 	memcpy(splits, c->sched_splits, sizeof(splits));
@@ -109,6 +111,14 @@ kv_ctl__metrics_render(void *arg, kv_buf *out)
 	     "Ranges whose old primary, kept as the transfer fence, was found in sync by the new "
 	     "primary and stayed in the in-sync set without a copy.",
 	     .u = unfenced},
+	    {"shardkv_controller_handover_holds_total", KV_METRIC_COUNTER,
+	     "Watches of a range's new primary held until its old primary had applied the "
+	     "transfer (doc/replication.md \"Primary transfer\").",
+	     .u = hholds},
+	    {"shardkv_controller_handover_hold_timeouts_total", KV_METRIC_COUNTER,
+	     "Of those, watches answered after the longest wait (100 ms) without the old "
+	     "primary's report.",
+	     .u = htimeouts},
 	    {"shardkv_controller_replacements_total", KV_METRIC_COUNTER,
 	     "Replicas added in place of a leaving node or one down past --down-after.",
 	     .u = replacements},

@@ -9,9 +9,12 @@
  * the previous leader epoch in sync, the new primary asks the controller
  * to end the transfer fence, and no copy starts anywhere (the servers'
  * shardkv_replica_copies_total stay as they were). The role can then move
- * straight back. Under writes, a transfer that leaves records outstanding
- * on the stream to the new primary copies the old primary again, as
- * before, and nothing acknowledged is lost.
+ * straight back. Under writes, the controller holds the transfer back from
+ * the new primary until the old one has applied it (and drained the
+ * range), and nothing acknowledged is lost; with that order switched off
+ * (a controller built for tests), a transfer that leaves records
+ * outstanding on the stream to the new primary copies the old primary
+ * again, and nothing acknowledged is lost either.
  *
  * Every wait polls with a deadline; the servers' metrics listeners and
  * every port are picked free at run time on 127.0.0.1.
@@ -42,6 +45,9 @@
 #define TRIES    20 /* transfers under writes until one leaves records outstanding */
 
 static inproc_cluster cl = {.o = {.name = "kvtransfer", .nsrv = NSRV, .replicas = 3}};
+/* The same, with every server told of a transfer at once. */
+static inproc_cluster cl_unordered = {
+    .o = {.name = "kvtransfer", .nsrv = NSRV, .replicas = 3, .handover_unordered = true}};
 static char mport[NSRV][32]; /* each server's --metrics */
 static uint64_t reqid = 1;
 
@@ -361,6 +367,91 @@ a_transfer_with_records_outstanding_copies_the_old_primary_again(void **state)
 	kv_config_free(cfg);
 }
 
+/* Under writes, each transfer reaches the new primary only after the old
+ * one applied it: the controller counts the watches it held for that, and
+ * every acknowledged write survives at the new primary and every replica. */
+static void
+transfers_under_writes_reach_the_new_primary_after_the_old_one_applied_them(void **state)
+{
+	inproc_cluster *c = *state;
+	static writer w[NWRITERS];
+	static atomic_bool stop;
+	pthread_t th[NWRITERS];
+	char key[32], m[1 << 15];
+	uint32_t p = three_in_sync(c), q = p % NSRV + 1;
+	uint64_t epoch = 0, clean = 0, unclean = 0;
+	const int moves = 6;
+
+	memset(w, 0, sizeof(w));
+	atomic_store(&stop, false);
+	for (int t = 0; t < NWRITERS; t++) {
+		w[t].c = c;
+		w[t].stop = &stop;
+		w[t].first = t;
+		assert_int_equal(pthread_create(&th[t], NULL, writer_main, &w[t]), 0);
+	}
+	for (int k = 0; k < moves; k++) {
+		unsigned ok0 = oks(w);
+		for (uint64_t t0 = kv_test_now_ms(); oks(w) < ok0 + 200;) {
+			if (kv_test_now_ms() - t0 > DEADLINE)
+				fail_msg("writes stalled: %u acknowledged", oks(w) - ok0);
+			kv_test_sleep_ms(2);
+		}
+		int rv;
+		for (uint64_t t0 = kv_test_now_ms(); (rv = move_to(c, q, &epoch)) == KV_EBUSY;) {
+			if (kv_test_now_ms() - t0 > DEADLINE)
+				fail_msg("the move is still refused busy");
+			kv_test_sleep_ms(10);
+		}
+		assert_int_equal(rv, KV_OK);
+		kv_config_free(wait_unfenced(c, q));
+		uint32_t t = p;
+		p = q;
+		q = t;
+	}
+	atomic_store(&stop, true);
+	for (int t = 0; t < NWRITERS; t++)
+		pthread_join(th[t], NULL);
+	for (int i = 0; i < NSRV; i++) {
+		clean += srv_metric(i, "shardkv_replica_transfers_clean_total");
+		unclean += srv_metric(i, "shardkv_replica_transfers_unclean_total");
+	}
+	inproc_cluster_scrape_metrics(c, m, sizeof(m));
+	double holds = kv_http_sample(m, "shardkv_controller_handover_holds_total");
+	double timeouts = kv_http_sample(m, "shardkv_controller_handover_hold_timeouts_total");
+	print_message("%d transfers under writes: %llu clean, %llu unclean; %.0f watches held, "
+	              "%.0f answered at the longest wait\n",
+	              moves, (unsigned long long)clean, (unsigned long long)unclean, holds,
+	              timeouts);
+	assert_int_equal(clean + unclean, (uint64_t)moves);
+	/* The new primary's watch is at the controller when a transfer is
+	 * installed, so it is held (at the latest) once per transfer. */
+	assert_true(holds >= 1);
+	assert_true(timeouts <= holds);
+	/* Nothing acknowledged is lost, at the primary and at each replica. */
+	kv_config *cfg = wait_unfenced(c, p);
+	for (int i = 0; i < NKEYS; i++) {
+		const writer *wi = &w[i % NWRITERS];
+		if (wi->acked[i] == 0)
+			continue;
+		key_of(i, key, sizeof(key));
+		res1 r = do_get(url_of(c, p), key);
+		assert_int_equal(r.status, 0);
+		unsigned v = (unsigned)strtoul(r.value + 1, NULL, 10);
+		if (v < wi->acked[i] || v > wi->tried[i])
+			fail_msg("%s: value %s, last acknowledged v%u", key, r.value, wi->acked[i]);
+		for (int n = 0; n < NSRV; n++)
+			for (uint64_t t0 = kv_test_now_ms();
+			     !inproc_srv_holds(c->srv[n].s, key, r.value);) {
+				if (kv_test_now_ms() - t0 > DEADLINE)
+					fail_msg("server %d does not hold %s = %s", n, key,
+					         r.value);
+				kv_test_sleep_ms(10);
+			}
+	}
+	kv_config_free(cfg);
+}
+
 int
 main(void)
 {
@@ -369,7 +460,9 @@ main(void)
 	        a_transfer_with_nothing_in_flight_keeps_the_old_primary_in_sync_without_a_copy,
 	        &cl),
 	    INPROC_CLUSTER_TEST(a_transfer_with_records_outstanding_copies_the_old_primary_again,
-	                        &cl),
+	                        &cl_unordered),
+	    INPROC_CLUSTER_TEST(
+	        transfers_under_writes_reach_the_new_primary_after_the_old_one_applied_them, &cl),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

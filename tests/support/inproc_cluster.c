@@ -109,7 +109,8 @@ inproc_cluster_ctl_up(inproc_cluster *c)
 	                              .auto_balance = c->o.auto_balance,
 	                              .split_bytes = c->o.split_bytes,
 	                              .max_migrations = c->o.max_migrations,
-	                              .balance_cut_replicated = c->o.cut_replicated};
+	                              .balance_cut_replicated = c->o.cut_replicated,
+	                              .handover_unordered = c->o.handover_unordered};
 	if (kv_controller_create(&c->ccfg, &c->ctl, err, sizeof(err)) != KV_OK)
 		fail_msg("controller create: %s", err);
 	if (kv_controller_start(c->ctl, err, sizeof(err)) != KV_OK)

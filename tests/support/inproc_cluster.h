@@ -49,6 +49,8 @@ typedef struct {
 	uint64_t split_bytes;     /* its --split-bytes; 0: its own default */
 	unsigned max_migrations;  /* its --max-migrations; 0: its own default */
 	bool cut_replicated;      /* its balancer may cut replicated ranges */
+	bool handover_unordered;  /* it publishes a primary transfer to the new primary
+	                             without waiting for the old one to apply it */
 } inproc_cluster_opts;
 
 typedef struct {
