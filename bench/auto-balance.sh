@@ -2,7 +2,8 @@
 # The automatic balancer's figure (doc/scheduler.md): loads N sequential
 # keys into an empty 3-node cluster with no admin command, waits, and prints
 # each node's share of the bytes (by the servers' own counts) and of the
-# primaries (ranges it leads, and keys routed to it).
+# primaries (ranges it leads, and keys routed to it), and how many transfers
+# were clean and how many copies the replicas started (from their logs).
 #   KEYS=N         keys to load (default 2000000), values of VALUE bytes
 #   VALUE=B        value size (default 100)
 #   WAIT_S=S       seconds to wait after the load (default 60)
@@ -67,3 +68,9 @@ print("balancer decisions (latest 16):")
 for d in st.get("balancer", []):
     print("  " + d["what"])
 PY
+# What the transfers cost the replicas, from the servers' logs
+# (doc/replication.md "Primary transfer"): copies include the joins' own.
+count() { cat "$dir"/node-*.log 2>/dev/null | grep -c "$1" || true; }
+echo "transfers clean: $(count 'handed to another primary with nothing outstanding')," \
+	"unclean: $(count 'handed to another primary with records outstanding');" \
+	"copies of a range started at replicas: $(count 'copy of a range from its primary started')"

@@ -277,44 +277,104 @@ oks(const writer *w)
 	return n;
 }
 
+/* The writers of a test: one thread per writer, each with its keys. */
+static writer wr[NWRITERS];
+static atomic_bool wr_stop;
+static pthread_t wr_th[NWRITERS];
+
+static void
+writers_start(inproc_cluster *c)
+{
+	memset(wr, 0, sizeof(wr));
+	atomic_store(&wr_stop, false);
+	for (int t = 0; t < NWRITERS; t++) {
+		wr[t].c = c;
+		wr[t].stop = &wr_stop;
+		wr[t].first = t;
+		assert_int_equal(pthread_create(&wr_th[t], NULL, writer_main, &wr[t]), 0);
+	}
+}
+
+static void
+writers_stop(void)
+{
+	atomic_store(&wr_stop, true);
+	for (int t = 0; t < NWRITERS; t++)
+		pthread_join(wr_th[t], NULL);
+}
+
+/* Waits until the writers have had n more writes acknowledged. */
+static void
+writers_wait(unsigned n, const char *what)
+{
+	unsigned ok0 = oks(wr);
+	for (uint64_t t0 = kv_test_now_ms(); oks(wr) < ok0 + n;) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("writes stalled%s: %u acknowledged", what, oks(wr) - ok0);
+		kv_test_sleep_ms(2);
+	}
+}
+
+/* Moves the range to q, asking again while the previous fence stands, and
+ * waits until q leads it in sync without a fence. */
+static void
+transfer_to(inproc_cluster *c, uint32_t q)
+{
+	uint64_t epoch = 0;
+	int rv;
+
+	for (uint64_t t0 = kv_test_now_ms(); (rv = move_to(c, q, &epoch)) == KV_EBUSY;) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("the move is still refused busy");
+		kv_test_sleep_ms(10);
+	}
+	assert_int_equal(rv, KV_OK);
+	kv_config_free(wait_unfenced(c, q));
+}
+
+/* Nothing the (stopped) writers had acknowledged is lost, at the primary
+ * p and at each replica. */
+static void
+writers_nothing_lost(inproc_cluster *c, uint32_t p)
+{
+	char key[32];
+
+	kv_config_free(wait_unfenced(c, p));
+	for (int i = 0; i < NKEYS; i++) {
+		const writer *wi = &wr[i % NWRITERS];
+		if (wi->acked[i] == 0)
+			continue;
+		key_of(i, key, sizeof(key));
+		res1 r = do_get(url_of(c, p), key);
+		assert_int_equal(r.status, 0);
+		unsigned v = (unsigned)strtoul(r.value + 1, NULL, 10);
+		if (v < wi->acked[i] || v > wi->tried[i])
+			fail_msg("%s: value %s, last acknowledged v%u", key, r.value, wi->acked[i]);
+		for (int n = 0; n < NSRV; n++)
+			for (uint64_t t0 = kv_test_now_ms();
+			     !inproc_srv_holds(c->srv[n].s, key, r.value);) {
+				if (kv_test_now_ms() - t0 > DEADLINE)
+					fail_msg("server %d does not hold %s = %s", n, key,
+					         r.value);
+				kv_test_sleep_ms(10);
+			}
+	}
+}
+
 static void
 a_transfer_with_records_outstanding_copies_the_old_primary_again(void **state)
 {
 	inproc_cluster *c = *state;
-	static writer w[NWRITERS];
-	static atomic_bool stop;
-	pthread_t th[NWRITERS];
-	char key[32];
 	uint32_t p = three_in_sync(c), q = p % NSRV + 1;
-	uint64_t epoch = 0;
 
-	memset(w, 0, sizeof(w));
-	atomic_store(&stop, false);
-	for (int t = 0; t < NWRITERS; t++) {
-		w[t].c = c;
-		w[t].stop = &stop;
-		w[t].first = t;
-		assert_int_equal(pthread_create(&th[t], NULL, writer_main, &w[t]), 0);
-	}
+	writers_start(c);
 	/* Transfers under writes until one leaves records outstanding on the
 	 * stream to the new primary (almost always the first). */
 	int k;
 	for (k = 0; k < TRIES; k++) {
 		uint64_t copies_q = copies(idx_of(c, q));
-		unsigned ok0 = oks(w);
-		for (uint64_t t0 = kv_test_now_ms(); oks(w) < ok0 + 200;) {
-			if (kv_test_now_ms() - t0 > DEADLINE)
-				fail_msg("writes stalled: %u acknowledged", oks(w) - ok0);
-			kv_test_sleep_ms(2);
-		}
-		int rv;
-		for (uint64_t t0 = kv_test_now_ms(); (rv = move_to(c, q, &epoch)) == KV_EBUSY;) {
-			if (kv_test_now_ms() - t0 > DEADLINE)
-				fail_msg("the move is still refused busy");
-			kv_test_sleep_ms(10);
-		}
-		assert_int_equal(rv, KV_OK);
-		kv_config_free(wait_unfenced(c, q));
+		writers_wait(200, "");
+		transfer_to(c, q);
 		uint64_t unclean =
 		    srv_metric(idx_of(c, p), "shardkv_replica_transfers_unclean_total");
 		print_message("transfer %d, %u to %u: %llu unclean so far, %llu copies by %u\n", k,
@@ -333,38 +393,9 @@ a_transfer_with_records_outstanding_copies_the_old_primary_again(void **state)
 	if (k == TRIES)
 		fail_msg("no transfer under writes left a record outstanding in %d tries", TRIES);
 	/* Writes go on in sync at the new primary. */
-	unsigned ok0 = oks(w);
-	for (uint64_t t0 = kv_test_now_ms(); oks(w) < ok0 + 200;) {
-		if (kv_test_now_ms() - t0 > DEADLINE)
-			fail_msg("writes stalled after the transfer: %u acknowledged",
-			         oks(w) - ok0);
-		kv_test_sleep_ms(5);
-	}
-	atomic_store(&stop, true);
-	for (int t = 0; t < NWRITERS; t++)
-		pthread_join(th[t], NULL);
-	/* Nothing acknowledged is lost, at the primary and at each replica. */
-	kv_config *cfg = wait_unfenced(c, q);
-	for (int i = 0; i < NKEYS; i++) {
-		const writer *wi = &w[i % NWRITERS];
-		if (wi->acked[i] == 0)
-			continue;
-		key_of(i, key, sizeof(key));
-		res1 r = do_get(url_of(c, q), key);
-		assert_int_equal(r.status, 0);
-		unsigned v = (unsigned)strtoul(r.value + 1, NULL, 10);
-		if (v < wi->acked[i] || v > wi->tried[i])
-			fail_msg("%s: value %s, last acknowledged v%u", key, r.value, wi->acked[i]);
-		for (int n = 0; n < NSRV; n++)
-			for (uint64_t t0 = kv_test_now_ms();
-			     !inproc_srv_holds(c->srv[n].s, key, r.value);) {
-				if (kv_test_now_ms() - t0 > DEADLINE)
-					fail_msg("server %d does not hold %s = %s", n, key,
-					         r.value);
-				kv_test_sleep_ms(10);
-			}
-	}
-	kv_config_free(cfg);
+	writers_wait(200, " after the transfer");
+	writers_stop();
+	writers_nothing_lost(c, q);
 }
 
 /* Under writes, each transfer reaches the new primary only after the old
@@ -374,44 +405,20 @@ static void
 transfers_under_writes_reach_the_new_primary_after_the_old_one_applied_them(void **state)
 {
 	inproc_cluster *c = *state;
-	static writer w[NWRITERS];
-	static atomic_bool stop;
-	pthread_t th[NWRITERS];
-	char key[32], m[1 << 15];
+	char m[1 << 15];
 	uint32_t p = three_in_sync(c), q = p % NSRV + 1;
-	uint64_t epoch = 0, clean = 0, unclean = 0;
+	uint64_t clean = 0, unclean = 0;
 	const int moves = 6;
 
-	memset(w, 0, sizeof(w));
-	atomic_store(&stop, false);
-	for (int t = 0; t < NWRITERS; t++) {
-		w[t].c = c;
-		w[t].stop = &stop;
-		w[t].first = t;
-		assert_int_equal(pthread_create(&th[t], NULL, writer_main, &w[t]), 0);
-	}
+	writers_start(c);
 	for (int k = 0; k < moves; k++) {
-		unsigned ok0 = oks(w);
-		for (uint64_t t0 = kv_test_now_ms(); oks(w) < ok0 + 200;) {
-			if (kv_test_now_ms() - t0 > DEADLINE)
-				fail_msg("writes stalled: %u acknowledged", oks(w) - ok0);
-			kv_test_sleep_ms(2);
-		}
-		int rv;
-		for (uint64_t t0 = kv_test_now_ms(); (rv = move_to(c, q, &epoch)) == KV_EBUSY;) {
-			if (kv_test_now_ms() - t0 > DEADLINE)
-				fail_msg("the move is still refused busy");
-			kv_test_sleep_ms(10);
-		}
-		assert_int_equal(rv, KV_OK);
-		kv_config_free(wait_unfenced(c, q));
+		writers_wait(200, "");
+		transfer_to(c, q);
 		uint32_t t = p;
 		p = q;
 		q = t;
 	}
-	atomic_store(&stop, true);
-	for (int t = 0; t < NWRITERS; t++)
-		pthread_join(th[t], NULL);
+	writers_stop();
 	for (int i = 0; i < NSRV; i++) {
 		clean += srv_metric(i, "shardkv_replica_transfers_clean_total");
 		unclean += srv_metric(i, "shardkv_replica_transfers_unclean_total");
@@ -428,28 +435,7 @@ transfers_under_writes_reach_the_new_primary_after_the_old_one_applied_them(void
 	 * installed, so it is held (at the latest) once per transfer. */
 	assert_true(holds >= 1);
 	assert_true(timeouts <= holds);
-	/* Nothing acknowledged is lost, at the primary and at each replica. */
-	kv_config *cfg = wait_unfenced(c, p);
-	for (int i = 0; i < NKEYS; i++) {
-		const writer *wi = &w[i % NWRITERS];
-		if (wi->acked[i] == 0)
-			continue;
-		key_of(i, key, sizeof(key));
-		res1 r = do_get(url_of(c, p), key);
-		assert_int_equal(r.status, 0);
-		unsigned v = (unsigned)strtoul(r.value + 1, NULL, 10);
-		if (v < wi->acked[i] || v > wi->tried[i])
-			fail_msg("%s: value %s, last acknowledged v%u", key, r.value, wi->acked[i]);
-		for (int n = 0; n < NSRV; n++)
-			for (uint64_t t0 = kv_test_now_ms();
-			     !inproc_srv_holds(c->srv[n].s, key, r.value);) {
-				if (kv_test_now_ms() - t0 > DEADLINE)
-					fail_msg("server %d does not hold %s = %s", n, key,
-					         r.value);
-				kv_test_sleep_ms(10);
-			}
-	}
-	kv_config_free(cfg);
+	writers_nothing_lost(c, p);
 }
 
 int
