@@ -87,6 +87,10 @@ typedef struct {
 	void *arg;        /* passed to the callbacks */
 	uint32_t wait_ms; /* how long a reply waits for the backups; 0: 3000 */
 	uint64_t boot_id; /* random per start: names this start's streams */
+	/* The data dir: this node's positions as a replica are kept there
+	 * (doc/replication.md "Catch-up from the replica's own data"); NULL:
+	 * none kept, every return is copied. Borrowed. */
+	const char *dir;
 	/* --copy-rate: MB/s (10^6 bytes) of copy steps this node sends to
 	 * replicas outside the ISR, all copies together (doc/replication.md
 	 * "Catch-up"); 0: unlimited. */
@@ -214,6 +218,12 @@ typedef struct {
 	uint64_t unclean_demotions;
 	uint64_t ends_in_sync; /* old primaries that answered this node's end in sync */
 	uint64_t unfence_asks; /* IsrChange{unfence} requests sent (one per range) */
+	/* Replicas outside the ISR caught up from their own data, without a copy
+	 * (ranges), and catch-ups offered that the replica refused (a copy
+	 * followed). */
+	uint64_t catchups;
+	uint64_t catchup_refusals;
+	uint64_t copy_bytes; /* record payload bytes sent in copy and catch-up steps */
 } kv_rs_stats;
 void kv_rs_stats_get(kv_rs *g, kv_rs_stats *st);
 

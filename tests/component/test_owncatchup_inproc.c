@@ -1,0 +1,315 @@
+/*
+ * test_owncatchup_inproc.c - a replica that comes back catches up from its
+ * own data (doc/replication.md "Catch-up from the replica's own data"): a
+ * real controller with --replicas 3 (--min-insync 2) and three real shard
+ * servers in the test process, one range.
+ *
+ * - A backup stopped and started again on its data dir, with writes to
+ *   the range while it is away, is back in the ISR holding every
+ *   acknowledged write, and its primary sent it no copy: the primary's
+ *   shardkv_replica_copies_total is unchanged and
+ *   shardkv_replica_catchups_total is one more.
+ * - A backup whose range got another primary while it was away (a `move`
+ *   to the third server, a new leader epoch) holds no position from the
+ *   new primary, which copies it, and it holds every acknowledged write.
+ * - A backup whose positions file is gone refuses the catch-up its primary
+ *   offers and is copied (refusals and copies one more each), losing
+ *   nothing.
+ * - A backup of a range that moved to another primary while it stayed in
+ *   the ISR (it answered the new primary's end of the old leader epoch in
+ *   sync) holds a position from the new primary: stopped and started
+ *   again, it is caught up without a copy.
+ *
+ * Every wait polls with a deadline; the servers' metrics listeners and
+ * every port are picked free at run time on 127.0.0.1.
+ */
+#include "common/err.h"
+#include "tests/support/http_client.h"
+#include "tests/support/inproc_cluster.h"
+#include "tests/support/srv_client.h"
+#include "tests/support/testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#define NSRV     3
+#define NKEYS    300
+#define DEADLINE 30000u /* ms: any wait */
+
+static inproc_cluster cl = {.o = {.name = "kvowncu", .nsrv = NSRV, .replicas = 3}};
+static char mport[NSRV][32];  /* each server's --metrics */
+static unsigned acked[NKEYS]; /* the value of key i last acknowledged (0: none) */
+static unsigned next_val = 1;
+static uint64_t reqid = 1;
+
+/* Sample `name` of server i's /metrics (0 when absent). */
+static uint64_t
+srv_metric(int i, const char *name)
+{
+	int port = atoi(strrchr(mport[i], ':') + 1);
+	kv_http_answer a = kv_http_get(port, "/metrics");
+	assert_int_equal(a.status, 200);
+	double v = kv_http_sample(a.body, name);
+	kv_http_answer_free(&a);
+	return isnan(v) ? 0 : (uint64_t)v;
+}
+
+/* The range's configuration when it is on all three, in sync, with no
+ * fence (the caller frees it), or NULL. */
+static kv_config *
+all_in_sync(void)
+{
+	kv_config *cfg = inproc_cluster_config(&cl);
+
+	if (cfg != NULL && cfg->nranges == 1 && kv_range_ninsync(&cfg->ranges[0]) == NSRV &&
+	    cfg->ranges[0].fence == 0)
+		return cfg;
+	kv_config_free(cfg);
+	return NULL;
+}
+
+/* Waits for all_in_sync; returns the range's primary. */
+static uint32_t
+wait_all_in_sync(const char *when)
+{
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		kv_config *cfg = all_in_sync();
+		if (cfg != NULL) {
+			uint32_t p = cfg->ranges[0].node;
+			kv_config_free(cfg);
+			return p;
+		}
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("%s: the range is not on three in-sync replicas after %u ms", when,
+			         DEADLINE);
+		kv_test_sleep_ms(20);
+	}
+}
+
+/* Server index of node n (servers start in order: node i+1 is srv[i]). */
+static int
+idx_of(uint32_t n)
+{
+	return (int)n - 1;
+}
+
+/* Writes keys [from, to) on node p's server until each is acknowledged
+ * (a write waiting for a backup that stopped fails until the ISR shrinks;
+ * it is written again with a new value). */
+static void
+write_keys(uint32_t p, int from, int to)
+{
+	char key[16], val[16];
+
+	for (int i = from; i < to; i++) {
+		uint64_t t0 = kv_test_now_ms();
+		snprintf(key, sizeof(key), "c:%04d", i);
+		for (;;) {
+			unsigned v = next_val++;
+			snprintf(val, sizeof(val), "%u", v);
+			res1 r = do_put(cl.srv[idx_of(p)].url, key, val, 0, 0);
+			if (r.status == KV_OK) {
+				acked[i] = v;
+				break;
+			}
+			/* Unknown outcome: the key is written again before it counts. */
+			acked[i] = 0;
+			if (kv_test_now_ms() - t0 > DEADLINE)
+				fail_msg("%s: not acknowledged within %u ms (status %d)", key,
+				         DEADLINE, r.status);
+			kv_test_sleep_ms(20);
+		}
+	}
+}
+
+/* Fails unless server i holds every acknowledged write. */
+static void
+holds_everything(int i)
+{
+	char key[16], val[16];
+	int n = 0;
+
+	for (int k = 0; k < NKEYS; k++) {
+		if (acked[k] == 0)
+			continue;
+		snprintf(key, sizeof(key), "c:%04d", k);
+		snprintf(val, sizeof(val), "%u", acked[k]);
+		if (!inproc_srv_holds(cl.srv[i].s, key, val))
+			fail_msg("node %d lacks %s=%s", i + 1, key, val);
+		n++;
+	}
+	assert_true(n > 0);
+}
+
+/* Starts the three servers with metrics listeners, one after the other (so
+ * each later one is copied once and holds a position), and waits for the
+ * range to be in sync on all three. Returns its primary. */
+static uint32_t
+three_in_sync(void)
+{
+	for (int i = 0; i < NSRV; i++) {
+		snprintf(mport[i], sizeof(mport[i]), "127.0.0.1:%d", kv_test_free_port());
+		cl.srv[i].cfg.metrics = mport[i];
+		inproc_cluster_srv_up(&cl, i);
+		inproc_cluster_wait_node_state(&cl, (uint32_t)i + 1, KV_NODE_ACTIVE);
+	}
+	return wait_all_in_sync("at the start");
+}
+
+/* Restarts node b on its data dir once its range has left its ISR. */
+static uint64_t
+restart(uint32_t b)
+{
+	uint64_t t0 = kv_test_now_ms();
+
+	inproc_cluster_srv_up(&cl, idx_of(b));
+	wait_all_in_sync("after the restart");
+	return kv_test_now_ms() - t0;
+}
+
+/* Moves the range to node q (retrying while the controller is busy). */
+static void
+move_to(uint32_t q)
+{
+	char why[300] = "";
+
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		kv_admin_req mv = {.op = KV_ADM_MOVE, .request_id = ++reqid, .node_id = q};
+		kv_config *cfg = inproc_cluster_config(&cl);
+		bool done = cfg != NULL && cfg->ranges[0].node == q;
+		kv_config_free(cfg);
+		if (done)
+			return;
+		(void)inproc_cluster_admin(&cl, &mv, NULL, NULL, why, sizeof(why));
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("the range never moved to node %u: %s", q, why);
+		kv_test_sleep_ms(50);
+	}
+}
+
+static void
+a_restarted_backup_catches_up_from_its_own_data_without_a_copy(void **state)
+{
+	(void)state;
+	uint32_t p = three_in_sync();
+	uint32_t b = p == 1 ? 2 : 1;
+	write_keys(p, 0, NKEYS / 2);
+	uint64_t copies = srv_metric(idx_of(p), "shardkv_replica_copies_total");
+	uint64_t cus = srv_metric(idx_of(p), "shardkv_replica_catchups_total");
+
+	inproc_srv_down(&cl.srv[idx_of(b)]);
+	/* Overwrites and new keys while it is away (acknowledged by the other
+	 * two once the silent one has left the ISR). */
+	write_keys(p, NKEYS / 4, NKEYS);
+	uint64_t ms = restart(b);
+	print_message("backup back in the ISR %llu ms after its restart\n", (unsigned long long)ms);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_copies_total"), copies);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_catchups_total"), cus + 1);
+	write_keys(p, 0, 10);
+	for (int i = 0; i < NSRV; i++)
+		holds_everything(i);
+}
+
+static void
+a_backup_whose_range_changed_primary_is_copied_and_loses_nothing(void **state)
+{
+	(void)state;
+	uint32_t p = three_in_sync();
+	uint32_t b = p == 1 ? 2 : 1, q = 6 - p - b;
+	write_keys(p, 0, NKEYS / 2);
+
+	inproc_srv_down(&cl.srv[idx_of(b)]);
+	write_keys(p, NKEYS / 4, NKEYS / 2);
+	/* The role moves to q (a new leader epoch) while b is away. */
+	move_to(q);
+	write_keys(q, NKEYS / 2, NKEYS);
+	uint64_t copies = srv_metric(idx_of(q), "shardkv_replica_copies_total");
+	uint64_t cus = srv_metric(idx_of(q), "shardkv_replica_catchups_total");
+	restart(b);
+	assert_int_equal(srv_metric(idx_of(q), "shardkv_replica_catchups_total"), cus);
+	assert_true(srv_metric(idx_of(q), "shardkv_replica_copies_total") > copies);
+	for (int i = 0; i < NSRV; i++)
+		holds_everything(i);
+}
+
+static void
+a_backup_kept_in_sync_across_a_move_catches_up_from_the_new_primary(void **state)
+{
+	(void)state;
+	uint32_t p = three_in_sync();
+	uint32_t b = p == 1 ? 2 : 1, q = 6 - p - b;
+	write_keys(p, 0, NKEYS / 2);
+	move_to(q);
+	wait_all_in_sync("after the move");
+	write_keys(q, NKEYS / 4, NKEYS / 2);
+	uint64_t copies = srv_metric(idx_of(q), "shardkv_replica_copies_total");
+	uint64_t cus = srv_metric(idx_of(q), "shardkv_replica_catchups_total");
+
+	inproc_srv_down(&cl.srv[idx_of(b)]);
+	write_keys(q, NKEYS / 2, NKEYS);
+	restart(b);
+	assert_int_equal(srv_metric(idx_of(q), "shardkv_replica_copies_total"), copies);
+	assert_int_equal(srv_metric(idx_of(q), "shardkv_replica_catchups_total"), cus + 1);
+	for (int i = 0; i < NSRV; i++)
+		holds_everything(i);
+}
+
+static void
+a_backup_that_lost_its_positions_refuses_the_catch_up_and_is_copied(void **state)
+{
+	char path[300];
+	(void)state;
+	uint32_t p = three_in_sync();
+	uint32_t b = p == 1 ? 2 : 1;
+	write_keys(p, 0, NKEYS / 2);
+	uint64_t copies = srv_metric(idx_of(p), "shardkv_replica_copies_total");
+	uint64_t cus = srv_metric(idx_of(p), "shardkv_replica_catchups_total");
+	uint64_t refused = srv_metric(idx_of(p), "shardkv_replica_catchup_refusals_total");
+
+	inproc_srv_down(&cl.srv[idx_of(b)]);
+	snprintf(path, sizeof(path), "%s/repl-positions", cl.srv[idx_of(b)].dir);
+	assert_int_equal(remove(path), 0);
+	write_keys(p, NKEYS / 4, NKEYS);
+	restart(b);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_catchups_total"), cus);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_catchup_refusals_total"),
+	                 refused + 1);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_copies_total"), copies + 1);
+	for (int i = 0; i < NSRV; i++)
+		holds_everything(i);
+}
+
+static int
+setup(void **state)
+{
+	memset(acked, 0, sizeof(acked));
+	return inproc_cluster_setup(state);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_prestate_setup_teardown(
+	        a_restarted_backup_catches_up_from_its_own_data_without_a_copy, setup,
+	        inproc_cluster_teardown, &cl),
+	    cmocka_unit_test_prestate_setup_teardown(
+	        a_backup_whose_range_changed_primary_is_copied_and_loses_nothing, setup,
+	        inproc_cluster_teardown, &cl),
+	    cmocka_unit_test_prestate_setup_teardown(
+	        a_backup_kept_in_sync_across_a_move_catches_up_from_the_new_primary, setup,
+	        inproc_cluster_teardown, &cl),
+	    cmocka_unit_test_prestate_setup_teardown(
+	        a_backup_that_lost_its_positions_refuses_the_catch_up_and_is_copied, setup,
+	        inproc_cluster_teardown, &cl),
+	};
+	cmocka_set_message_output(CM_OUTPUT_STDOUT);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
