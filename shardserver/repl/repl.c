@@ -2882,21 +2882,27 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		KV_WARN(COMP, "an ISR fell below --min-insync: writes in flight fail", "epoch=%llu",
 		        (unsigned long long)c->epoch);
 	}
+	/* Demotion: the fence before the swap. From carry_over_locked on, the
+	 * backups of a range given away stop counting for the commit point
+	 * (stream.counts) and drop_cut_locked drops their records; a stream
+	 * thread's sweep in between would complete a write waiting on them as
+	 * acknowledged, though the new primary may never have had it (a lost
+	 * write, seen when the positions file's fsync below held this window
+	 * open for milliseconds; doc/replication.md "Primary transfer"). */
+	bool deposed = me != 0 && demoted(old, oldn, nr, c->nranges, me);
+	if (deposed)
+		atomic_store(&g->fence_ns, kv_now_ns());
 	g->routes = nr;
 	g->nroutes = c->nranges;
 	atomic_store(&g->short_isr, short_isr);
 	atomic_store(&g->replica, replica);
 	carry_over_locked(g, old, oldn, c, me, old == NULL && ds.wal.next_lsn > 1);
+	if (deposed)
+		drop_cut_locked(g, old, oldn, me);
 	if (me != 0)
 		note_breaks_locked(g, old, oldn, me);
 	if (me != 0)
 		pos_reshape_locked(g, me);
-	if (me != 0 && demoted(old, oldn, nr, c->nranges, me)) {
-		/* The fence first: dropping records moves the commit point, and
-		 * no write waiting on them may see it as acknowledged. */
-		atomic_store(&g->fence_ns, kv_now_ns());
-		drop_cut_locked(g, old, oldn, me);
-	}
 	pthread_rwlock_unlock(&g->tab_lock);
 	pthread_mutex_unlock(&g->in_mu);
 	/* Demotion: a range this node led with backups has another primary
@@ -2906,7 +2912,7 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	 * writes that began before now must fail, not succeed (kv_rs_fenced).
 	 * Every write of the old routes has logged (the swap waited for them);
 	 * a later one is refused by the ownership table. */
-	if (me != 0 && demoted(old, oldn, nr, c->nranges, me)) {
+	if (deposed) {
 		atomic_store(&g->fence_ns, kv_now_ns());
 		atomic_fetch_add(&g->st_demotions, 1);
 		KV_WARN(COMP, "a range this node led has another primary: writes in flight fail",

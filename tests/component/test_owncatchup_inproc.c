@@ -19,17 +19,29 @@
  *   the ISR (it answered the new primary's end of the old leader epoch in
  *   sync) holds a position from the new primary: stopped and started
  *   again, it is caught up without a copy.
+ * - A primary handed a configuration that gives its range away while a
+ *   write waits for a silent backup, and that drops one of its own
+ *   positions as a replica (the positions file is rewritten and fsynced
+ *   while the configuration is applied), never lets that write count as
+ *   acknowledged before its demotion fence: the write fails, and a thread
+ *   watching the commit point (kv_rs_covered, kv_rs_fenced) all along
+ *   never sees it covered unfenced (fake controller, two servers).
  *
  * Every wait polls with a deadline; the servers' metrics listeners and
  * every port are picked free at run time on 127.0.0.1.
  */
 #include "common/err.h"
+#include "shardserver/server_int.h" /* the server's kv_rs, for the commit point */
+#include "tests/support/fake_ctl.h"
 #include "tests/support/http_client.h"
 #include "tests/support/inproc_cluster.h"
+#include "tests/support/inproc_srv.h"
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,6 +298,146 @@ a_backup_that_lost_its_positions_refuses_the_catch_up_and_is_copied(void **state
 		holds_everything(i);
 }
 
+/* The demotion fence: two servers under the fake controller. */
+static inproc_srv fv[2];
+static fake_ctl *fctl;
+static char ftmp[128];
+
+static int
+fv_setup(void **state)
+{
+	(void)state;
+	inproc_srv_setup(fv, 2, &fctl, ftmp, sizeof(ftmp), "kvfence", 16);
+	return 0;
+}
+
+static int
+fv_teardown(void **state)
+{
+	(void)state;
+	inproc_srv_cleanup(fv, 2, &fctl, ftmp);
+	return 0;
+}
+
+/* Publishes ["", "m") with replicas r1[0..n1), ISR i1[0..ni1), leader epoch
+ * le1 and ["m", ) likewise (0: the configuration's epoch; one replica: led
+ * by r2[0] alone, unreplicated); returns the epoch. */
+static uint64_t
+fv_publish(const uint32_t *r1, uint32_t n1, const uint32_t *i1, uint32_t ni1, uint64_t le1,
+           const uint32_t *r2, uint32_t n2, const uint32_t *i2, uint32_t ni2, uint64_t le2)
+{
+	fake_cfg b = fake_cfg_new(fctl);
+	fake_cfg_range(&b, "", r1[0]);
+	fake_cfg_replicas(&b, r1, n1, i1, ni1, le1);
+	fake_cfg_range(&b, "m", r2[0]);
+	if (n2 > 1)
+		fake_cfg_replicas(&b, r2, n2, i2, ni2, le2);
+	return fake_cfg_publish(fctl, &b);
+}
+
+/* Watches node 1's commit point while it is demoted: from the moment the
+ * write waits for its backup until told to stop, the commit point may
+ * cover everything (no stream counting, nothing outstanding) only once the
+ * demotion fence holds every reply begun before the write. */
+typedef struct {
+	kv_rs *rs;
+	uint64_t t0; /* before the write was sent (monotonic ns) */
+	atomic_bool stop;
+	atomic_bool waiting; /* the write is seen waiting for the backup */
+	atomic_uint seen;    /* covered and not fenced */
+} fence_watch;
+
+static void *
+fence_watch_main(void *arg)
+{
+	fence_watch *w = arg;
+
+	while (!atomic_load(&w->stop) && kv_rs_covered(w->rs, UINT64_MAX - 1))
+		kv_test_sleep_ms(1);
+	atomic_store(&w->waiting, true);
+	while (!atomic_load(&w->stop))
+		if (kv_rs_covered(w->rs, UINT64_MAX - 1) && !kv_rs_fenced(w->rs, w->t0))
+			atomic_fetch_add(&w->seen, 1);
+	return NULL;
+}
+
+typedef struct {
+	const char *url;
+	int status;
+} put_call;
+
+static void *
+put_main(void *arg)
+{
+	put_call *c = arg;
+	c->status = do_put(c->url, "f", "1", 0xfe, 1).status;
+	return NULL;
+}
+
+static void
+a_write_waiting_on_a_range_given_away_is_never_acknowledged_before_the_fence(void **state)
+{
+	const uint32_t r12[2] = {1, 2}, r21[2] = {2, 1}, i2[1] = {2};
+	unsigned adds;
+	uint64_t e, le2;
+	pthread_t pt, wt;
+	put_call pc = {.url = fv[0].url, .status = -1};
+	static fence_watch w;
+
+	(void)state;
+	memset(&w, 0, sizeof(w));
+	for (int i = 0; i < 2; i++)
+		fake_ctl_add_node(fctl, fv[i].url);
+	/* Node 1 leads ["", "m") with node 2 in sync; node 2 leads ["m", ) with
+	 * node 1 outside its ISR, so node 2 copies it to node 1, which then
+	 * holds a position from node 2. */
+	pthread_mutex_lock(&fctl->mu);
+	adds = fctl->isr_adds;
+	pthread_mutex_unlock(&fctl->mu);
+	e = fv_publish(r12, 2, r12, 2, 0, r21, 2, i2, 1, 0);
+	le2 = e;
+	for (int i = 0; i < 2; i++)
+		inproc_srv_up(&fv[i]);
+	for (int i = 0; i < 2; i++)
+		srv_wait_ready(fv[i].url, e, DEADLINE, NULL);
+	assert_int_equal(do_put(fv[0].url, "a", "1", 0, 0).status, 0);
+	assert_int_equal(do_put(fv[1].url, "x", "1", 0, 0).status, 0);
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		pthread_mutex_lock(&fctl->mu);
+		bool asked = fctl->isr_adds > adds && fctl->isr_added == 1;
+		pthread_mutex_unlock(&fctl->mu);
+		if (asked)
+			break; /* the copy is complete: node 1 holds its position */
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node 2 never asked for node 1 in the ISR of [m, )");
+		kv_test_sleep_ms(10);
+	}
+
+	/* Node 2 goes silent: a write to node 1 waits for it. */
+	inproc_srv_down(&fv[1]);
+	w.rs = fv[0].s->repl;
+	w.t0 = kv_now_ns();
+	assert_int_equal(pthread_create(&wt, NULL, put_main, &pc), 0);
+	assert_int_equal(pthread_create(&pt, NULL, fence_watch_main, &w), 0);
+	for (uint64_t t0 = kv_test_now_ms(); !atomic_load(&w.waiting);) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("the write never waited for the backup");
+		kv_test_sleep_ms(1);
+	}
+	/* ["", "m") goes to node 2 (node 1 is demoted) and ["m", ) is no longer
+	 * replicated: node 1's position there is dropped, the positions file
+	 * rewritten and fsynced while the configuration is applied. */
+	e = fv_publish(r21, 2, r21, 2, 0, i2, 1, i2, 1, le2);
+	srv_wait_ready(fv[0].url, e, DEADLINE, NULL);
+	assert_int_equal(pthread_join(wt, NULL), 0);
+	atomic_store(&w.stop, true);
+	assert_int_equal(pthread_join(pt, NULL), 0);
+	print_message("write status %d; covered unfenced %u times\n", pc.status,
+	              atomic_load(&w.seen));
+	assert_int_not_equal(pc.status, 0);
+	assert_int_equal(atomic_load(&w.seen), 0);
+}
+
 static int
 setup(void **state)
 {
@@ -309,6 +461,9 @@ main(void)
 	    cmocka_unit_test_prestate_setup_teardown(
 	        a_backup_that_lost_its_positions_refuses_the_catch_up_and_is_copied, setup,
 	        inproc_cluster_teardown, &cl),
+	    cmocka_unit_test_setup_teardown(
+	        a_write_waiting_on_a_range_given_away_is_never_acknowledged_before_the_fence,
+	        fv_setup, fv_teardown),
 	};
 	cmocka_set_message_output(CM_OUTPUT_STDOUT);
 	return cmocka_run_group_tests(tests, NULL, NULL);
