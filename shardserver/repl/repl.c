@@ -3544,6 +3544,18 @@ kv_rs_destroy(kv_rs *g)
 	if (g == NULL)
 		return;
 	kv_rs_stop(g);
+	if (g->pos_started) {
+		/* Joined before in_mu, which it waits on, is destroyed. A clean
+		 * stop leaves every position in the file at its lsn (the log is
+		 * still open here). */
+		pthread_join(g->pos_thr, NULL);
+		g->pos_started = false;
+		if (g->pos_dirty && kv_dur_sync(g->env.dur) == KV_OK) {
+			pthread_mutex_lock(&g->in_mu);
+			(void)pos_save_locked(g, false);
+			pthread_mutex_unlock(&g->in_mu);
+		}
+	}
 	size_t n = atomic_load(&g->nstreams);
 	for (size_t i = 0; i < n; i++) {
 		stream *s = g->streams[i];
@@ -3592,16 +3604,6 @@ kv_rs_destroy(kv_rs *g)
 	pthread_mutex_destroy(&g->in_mu);
 	pthread_cond_destroy(&g->in_cv);
 	pthread_mutex_destroy(&g->wmu);
-	if (g->pos_started) {
-		pthread_join(g->pos_thr, NULL);
-		/* A clean stop leaves every position in the file at its lsn (the
-		 * log is still open here). */
-		if (g->pos_dirty && kv_dur_sync(g->env.dur) == KV_OK) {
-			pthread_mutex_lock(&g->in_mu);
-			(void)pos_save_locked(g, false);
-			pthread_mutex_unlock(&g->in_mu);
-		}
-	}
 	pthread_mutex_destroy(&g->buf_mu);
 	pthread_cond_destroy(&g->pos_cv);
 	kv_cu_buf_fini(&g->buf);
