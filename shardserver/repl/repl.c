@@ -166,6 +166,7 @@ typedef struct {
 	int slot;      /* index in calls */
 	uint64_t gen;  /* the generation it was sent in */
 	entry *marker; /* a copy step or an end: its marker */
+	uint64_t mid;  /* ... its id (a later entry may get its address) */
 	bool last;     /* ... the marker's last request */
 	bool cu;       /* ... a catch-up step */
 	bool first;    /* ... its first */
@@ -786,16 +787,26 @@ marker_done_locked(stream *s, entry *m, bool div)
 	s->unacked = m->next;
 }
 
-/* Whether m is still among the unacknowledged entries sent in this
- * generation (a dropped queue freed it). Caller holds s->mu. The walk is
- * short: what precedes a sent marker and is unacknowledged is in flight. */
+/* Whether marker m (id mid) is still among the unacknowledged entries
+ * sent in this generation (a dropped queue freed it, and a marker queued
+ * since may have its address: the id tells them apart). Caller holds s->mu.
+ * The walk is short: what precedes a sent marker and is unacknowledged is
+ * in flight. */
 static bool
-queued_locked(const stream *s, const entry *m)
+queued_locked(const stream *s, const entry *m, uint64_t mid)
 {
 	for (const entry *e = s->unacked; e != NULL && e != s->unsent; e = e->next)
-		if (e == m)
+		if (e == m && e->mid == mid)
 			return true;
 	return false;
+}
+
+/* Whether the marker of call ca is s->unsent (itself, not a later marker
+ * at its address). Caller holds s->mu. */
+static bool
+unsent_is_locked(const stream *s, const call_arg *ca)
+{
+	return ca->marker != NULL && s->unsent == ca->marker && s->unsent->mid == ca->mid;
 }
 
 /* The answer to one Replicate (nng thread). */
@@ -818,14 +829,14 @@ call_done(void *arg, int rv, nng_msg *reply)
 		moved = advance_locked(s, a.acked_lsn);
 		bool refused = false;
 		if (ca->marker != NULL && ca->cu && ca->first && ca->gen == s->gen && !a.diverged &&
-		    ca->marker == s->unsent && ca->marker->cu && ca->marker->cu_gen == ca->gen) {
+		    unsent_is_locked(s, ca) && ca->marker->cu && ca->marker->cu_gen == ca->gen) {
 			/* The probe's answer: the replica's position. */
 			ca->marker->cu_known = true;
 			ca->marker->cu_after = a.position;
 		}
 		if (ca->marker != NULL && ca->cu && ca->gen == s->gen &&
 		    (a.diverged || (ca->last && !a.caught_up)) &&
-		    (ca->marker == s->unsent || queued_locked(s, ca->marker))) {
+		    (unsent_is_locked(s, ca) || queued_locked(s, ca->marker, ca->mid))) {
 			/* The replica holds no position the catch-up can start from
 			 * (or does not know catch-ups): the copy, from its first step,
 			 * in a new generation. */
@@ -848,7 +859,8 @@ call_done(void *arg, int rv, nng_msg *reply)
 		if (ca->marker != NULL && !refused) {
 			/* A copy step is progress too (no shrink during a long copy). */
 			s->progress_ns = kv_now_ns();
-			if (ca->last && ca->gen == s->gen && queued_locked(s, ca->marker)) {
+			if (ca->last && ca->gen == s->gen &&
+			    queued_locked(s, ca->marker, ca->mid)) {
 				/* Answers complete in any order: one that comes before
 				 * an earlier marker's is kept on its marker, which the
 				 * settling passes in queue order. */
@@ -910,6 +922,7 @@ send_locked(stream *s, kv_repl_msg *r, entry *marker, bool last)
 	s->inflight++;
 	s->cargs[slot].gen = s->gen;
 	s->cargs[slot].marker = marker;
+	s->cargs[slot].mid = marker != NULL ? marker->mid : 0;
 	s->cargs[slot].last = last;
 	s->cargs[slot].cu = r->copy.set && r->copy.catchup;
 	s->cargs[slot].first = r->copy.set && r->copy.first;
