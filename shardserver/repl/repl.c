@@ -2054,9 +2054,17 @@ kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const 
 		}
 		if (o != r && (o->nbackups || r->nbackups || o->ncatch || r->ncatch ||
 		               o->nreplicas > 1 || r->nreplicas > 1)) {
+			/* One record, one route (its stream and catch-up buffer).
+			 * A client splits a multi-key write by the ranges of its
+			 * configuration; keys in two ranges here mean its
+			 * configuration and this node's differ (a split or merge
+			 * one of them has not seen yet): retryable, the client
+			 * routes it again once it has this node's epoch. */
 			pthread_rwlock_unlock(&g->tab_lock);
-			*why = "a multi-key write to replicated ranges must stay within one range";
-			return KV_EINVAL;
+			*why =
+			    "a multi-key write to replicated ranges must stay within one range of "
+			    "this node's configuration: retry with the current configuration";
+			return KV_EBUSY;
 		}
 	}
 	op->g = g;
