@@ -155,7 +155,8 @@ typedef struct entry {
 	uint64_t brk;   /* ENT_END: the stream's breaks when it was queued */
 	size_t slen;    /* bytes of the range start at data */
 	size_t plen;    /* payload bytes after it (ENT_COPY, ENT_END: the range end) */
-	uint8_t data[]; /* start, then payload */
+	size_t elen;    /* ENT_REC: bytes of its range's end after the payload */
+	uint8_t data[]; /* start, then payload, then (ENT_REC) the range end */
 } entry;
 
 typedef struct stream stream;
@@ -583,7 +584,7 @@ push_locked(stream *s, entry *e)
 	else
 		s->head = e;
 	s->tail = e;
-	s->qbytes += sizeof(*e) + e->slen + e->plen;
+	s->qbytes += sizeof(*e) + e->slen + e->plen + e->elen;
 	if (s->unacked == NULL) {
 		s->unacked = e;
 		s->progress_ns = kv_now_ns();
@@ -650,7 +651,7 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 				continue;
 			}
 		}
-		e = malloc(sizeof(*e) + r->start.len + n);
+		e = malloc(sizeof(*e) + r->start.len + n + r->end.len);
 		if (e == NULL) {
 			/* The stream can never cover this lsn: replies that need it
 			 * time out rather than claim a copy that does not exist. */
@@ -662,9 +663,12 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 		*e = (entry){.lsn = lsn, .leader_epoch = r->leader_epoch, .kind = ENT_REC};
 		e->slen = r->start.len;
 		e->plen = n;
+		e->elen = r->end.len;
 		if (r->start.len)
 			memcpy(e->data, r->start.data, r->start.len);
 		memcpy(e->data + r->start.len, p, n);
+		if (r->end.len)
+			memcpy(e->data + r->start.len + n, r->end.data, r->end.len);
 		pthread_mutex_lock(&s->mu);
 		s->tail_lsn = lsn;
 		push_locked(s, e);
@@ -1875,7 +1879,7 @@ stream_main(void *arg)
 		while (s->head && s->head != s->unacked) {
 			entry *e = s->head;
 			s->head = e->next;
-			s->qbytes -= sizeof(*e) + e->slen + e->plen;
+			s->qbytes -= sizeof(*e) + e->slen + e->plen + e->elen;
 			if (s->copying == e)
 				s->copying = NULL;
 			free(e);
@@ -2491,9 +2495,17 @@ drop_cut_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
 					ro = &old[o];
 			if (ro == NULL)
 				continue;
+			/* The range the record was queued under, whole: a split
+			 * since (keeping this node and the leader epoch) leaves ro
+			 * only its first piece, and the record's key may lie in a
+			 * later piece given away now. A backup that applied this
+			 * configuration would apply it under ro's piece there. */
+			kv_buf es = {.data = e->data, .len = e->slen},
+			       ee = {.data = e->data + e->slen + e->plen, .len = e->elen};
 			for (size_t k = 0; k < nn && !cut; k++)
 				cut = nr[k].primary != me &&
-				      overlap(&ro->start, &ro->end, &nr[k].start, &nr[k].end);
+				      (overlap(&ro->start, &ro->end, &nr[k].start, &nr[k].end) ||
+				       overlap(&es, &ee, &nr[k].start, &nr[k].end));
 			if (!cut)
 				continue;
 			e->kind = ENT_DEAD;

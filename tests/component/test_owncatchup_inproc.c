@@ -26,6 +26,11 @@
  *   acknowledged before its demotion fence: the write fails, and a thread
  *   watching the commit point (kv_rs_covered, kv_rs_fenced) all along
  *   never sees it covered unfenced (fake controller, two servers).
+ * - A record queued for a replica that is down, under a range since split
+ *   (same primary and leader epoch) and whose piece holding the key is
+ *   then given to another primary, is dropped from the queue: the
+ *   replica, back, never applies it under the piece its old range's start
+ *   now names (fake controller, three servers).
  *
  * Every wait polls with a deadline; the servers' metrics listeners and
  * every port are picked free at run time on 127.0.0.1.
@@ -438,6 +443,101 @@ a_write_waiting_on_a_range_given_away_is_never_acknowledged_before_the_fence(voi
 	assert_int_equal(atomic_load(&w.seen), 0);
 }
 
+/* The cut of a split range: three servers under the fake controller. */
+static inproc_srv cv[3];
+static fake_ctl *cctl;
+static char ctmp[128];
+
+static int
+cv_setup(void **state)
+{
+	(void)state;
+	inproc_srv_setup(cv, 3, &cctl, ctmp, sizeof(ctmp), "kvcut", 16);
+	return 0;
+}
+
+static int
+cv_teardown(void **state)
+{
+	(void)state;
+	inproc_srv_cleanup(cv, 3, &cctl, ctmp);
+	return 0;
+}
+
+static uint64_t
+cv_queued(void)
+{
+	kv_rs_stats st;
+	kv_rs_stats_get(cv[0].s->repl, &st);
+	return st.queued;
+}
+
+static void
+a_record_of_a_split_range_whose_piece_moved_is_dropped_for_a_replica_that_was_down(void **state)
+{
+	const uint32_t r123[3] = {1, 2, 3}, r12[2] = {1, 2}, r21[2] = {2, 1}, i12[2] = {1, 2};
+	uint64_t e, le, adds;
+	fake_cfg b;
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		fake_ctl_add_node(cctl, cv[i].url);
+	/* Node 1 leads the key space with node 2 in sync and node 3, never
+	 * started, outside the ISR: its copy waits, the records queue. */
+	e = fake_ctl_publish_replicas(cctl, r123, 3, i12, 2, 0);
+	le = e;
+	inproc_srv_up(&cv[0]);
+	inproc_srv_up(&cv[1]);
+	srv_wait_ready(cv[0].url, e, DEADLINE, NULL);
+	srv_wait_ready(cv[1].url, e, DEADLINE, NULL);
+	for (uint64_t t0 = kv_test_now_ms(); cv_queued() == 0;) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node 1 never queued a copy for node 3");
+		kv_test_sleep_ms(10);
+	}
+	assert_int_equal(do_put(cv[0].url, "h", "old", 0, 0).status, 0);
+	assert_true(cv_queued() >= 2); /* the copy marker and the record */
+	/* A split: ["", "g") and ["g", ) both led by node 1 at the same leader
+	 * epoch, node 3 a replica of the first only. */
+	b = fake_cfg_new(cctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_replicas(&b, r123, 3, i12, 2, le);
+	fake_cfg_range(&b, "g", 1);
+	fake_cfg_replicas(&b, r12, 2, i12, 2, le);
+	e = fake_cfg_publish(cctl, &b);
+	srv_wait_ready(cv[0].url, e, DEADLINE, NULL);
+	/* ["g", ) goes to node 2: the record of "h" was queued under ["", ),
+	 * whose start now names ["", "g"). */
+	b = fake_cfg_new(cctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_replicas(&b, r123, 3, i12, 2, le);
+	fake_cfg_range(&b, "g", 2);
+	fake_cfg_replicas(&b, r21, 2, r21, 2, 0);
+	e = fake_cfg_publish(cctl, &b);
+	srv_wait_ready(cv[0].url, e, DEADLINE, NULL);
+	srv_wait_ready(cv[1].url, e, DEADLINE, NULL);
+	assert_int_equal(do_put(cv[1].url, "h", "new", 0, 0).status, 0);
+	/* Node 3 starts: node 1 copies ["", "g") to it and asks for it in the
+	 * ISR; it never held "h" (not a replica of ["g", )). */
+	pthread_mutex_lock(&cctl->mu);
+	adds = cctl->isr_adds;
+	pthread_mutex_unlock(&cctl->mu);
+	inproc_srv_up(&cv[2]);
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		pthread_mutex_lock(&cctl->mu);
+		bool asked = cctl->isr_adds > adds && cctl->isr_added == 3;
+		pthread_mutex_unlock(&cctl->mu);
+		if (asked)
+			break;
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node 1 never asked for node 3 in the ISR");
+		kv_test_sleep_ms(10);
+	}
+	if (inproc_srv_holds(cv[2].s, "h", NULL))
+		fail_msg("node 3 applied a record of [\"g\", ) from node 1 after the move");
+	assert_true(inproc_srv_holds(cv[1].s, "h", "new"));
+}
+
 static int
 setup(void **state)
 {
@@ -464,7 +564,12 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        a_write_waiting_on_a_range_given_away_is_never_acknowledged_before_the_fence,
 	        fv_setup, fv_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_record_of_a_split_range_whose_piece_moved_is_dropped_for_a_replica_that_was_down,
+	        cv_setup, cv_teardown),
 	};
 	cmocka_set_message_output(CM_OUTPUT_STDOUT);
+	if (getenv("KV_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("KV_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
