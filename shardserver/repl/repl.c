@@ -1919,8 +1919,10 @@ stream_main(void *arg)
 				if (rv != 0) {
 					s->need_reset = true;
 					s->retry_ns = kv_now_ns() + RETRY_MS * 1000000ull;
-					continue;
 				}
+				/* Look again: with s->mu released, a configuration may
+				 * have dropped the queue (s->unsent NULL) or reset it. */
+				continue;
 			}
 			if (s->unsent->kind == ENT_REC)
 				send_batch_locked(s);
