@@ -676,6 +676,20 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	}
 }
 
+/* The log tap of a write over several replicated ranges without backups
+ * (kv_rs_write_begin): only the catch-up buffer takes its record, under
+ * the span of those ranges. Runs under the log's mutex. */
+static void
+tap_span_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
+{
+	kv_rs_op *op = arg;
+	kv_rs *g = op->g;
+
+	pthread_mutex_lock(&g->buf_mu);
+	kv_cu_buf_add(&g->buf, lsn, op->span_epoch, &op->span_start, &op->span_end, p, n);
+	pthread_mutex_unlock(&g->buf_mu);
+}
+
 /* The lsn of the first unacknowledged record, or UINT64_MAX. Caller holds
  * s->mu. */
 static uint64_t
@@ -2026,9 +2040,9 @@ int
 kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const char **why)
 {
 	const route *r;
+	bool span = false;
 
-	op->g = NULL;
-	op->tap = (kv_dur_tap){0};
+	*op = (kv_rs_op){0};
 	pthread_rwlock_rdlock(&g->tab_lock);
 	r = n ? find_route(g, keys[0].p, keys[0].len) : NULL;
 	for (size_t i = 0; r && i < n; i++) {
@@ -2058,22 +2072,37 @@ kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const 
 			       "refused until the set grows";
 			return KV_EUNAVAIL;
 		}
-		if (o != r && (o->nbackups || r->nbackups || o->ncatch || r->ncatch ||
-		               o->nreplicas > 1 || r->nreplicas > 1)) {
-			/* One record, one route (its stream and catch-up buffer).
-			 * A client splits a multi-key write by the ranges of its
-			 * configuration; keys in two ranges here mean its
-			 * configuration and this node's differ (a split or merge
-			 * one of them has not seen yet): retryable, the client
-			 * routes it again once it has this node's epoch. */
+		if (o != r && (o->nbackups || r->nbackups || o->ncatch || r->ncatch)) {
 			pthread_rwlock_unlock(&g->tab_lock);
-			*why =
-			    "a multi-key write to replicated ranges must stay within one range of "
-			    "this node's configuration: retry with the current configuration";
-			return KV_EBUSY;
+			*why = "a multi-key write to replicated ranges must stay within one range";
+			return KV_EINVAL;
+		}
+		if (o != r && (o->nreplicas > 1 || r->nreplicas > 1)) {
+			/* No stream takes it, but the catch-up buffer must: under
+			 * the span of every range it touches, so that no catch-up
+			 * of one of them is offered while it is buffered (a copy
+			 * instead; the library splits multi-key writes per node,
+			 * not per range). */
+			if (!span) {
+				op->span_start = (kv_bytes){r->start.data, r->start.len};
+				op->span_end = (kv_bytes){r->end.data, r->end.len};
+				op->span_epoch = r->leader_epoch;
+				span = true;
+			}
+			if (kv_key_cmp(o->start.data, o->start.len, op->span_start.p,
+			               op->span_start.len) < 0)
+				op->span_start = (kv_bytes){o->start.data, o->start.len};
+			if (op->span_end.len != 0 &&
+			    (o->end.len == 0 || kv_key_cmp(o->end.data, o->end.len, op->span_end.p,
+			                                   op->span_end.len) > 0))
+				op->span_end = (kv_bytes){o->end.data, o->end.len};
 		}
 	}
 	op->g = g;
+	if (span) {
+		op->tap = (kv_dur_tap){.fn = tap_span_fn, .arg = op};
+		return KV_OK;
+	}
 	/* Every record of a replicated range goes through the tap, backups or
 	 * not: the catch-up buffer must hold them all. */
 	if (r && (r->nbackups || r->ncatch || r->nreplicas > 1))

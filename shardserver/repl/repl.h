@@ -158,6 +158,11 @@ bool kv_rs_active(kv_rs *g);
 typedef struct {
 	kv_rs *g;       /* NULL: nothing held */
 	kv_dur_tap tap; /* tap.fn NULL: the range has no in-sync backups */
+	/* A write over several replicated ranges none of which has a backup
+	 * in sync or being copied: the catch-up buffer keeps its record under
+	 * the span of those ranges (borrowed from the routing table, held). */
+	kv_bytes span_start, span_end; /* empty end: no bound */
+	uint64_t span_epoch;
 } kv_rs_op;
 
 /*
@@ -165,8 +170,9 @@ typedef struct {
  * table's read lock (held until kv_rs_write_end, across the apply and the
  * log append) and, when the keys' range has in-sync backups, fills op->tap
  * for the log append. Refuses with KV_EUNAVAIL when the ISR is smaller than
- * the minimum, with KV_EINVAL when the keys span replicated ranges of
- * different placement (one record goes to one set of backups), with
+ * the minimum, with KV_EINVAL when the keys span ranges one of which has
+ * backups in sync or being copied (one record goes to one set of
+ * backups), with
  * KV_EBUSY when the routing table still names another primary of a
  * replicated range (the server's owner table took the range over first;
  * the configuration is still being applied); *why says why. On error
