@@ -1175,8 +1175,9 @@ out:
 		fprintf(stderr, "checker: the cluster's data and logs are kept in %s\n", cl->dir);
 	if (o.verbose)
 		chk_log("stopping");
-	chk_workload_destroy(w);
+	/* The driver first: it lifts its multi-key gate in the workload. */
 	chk_driver_destroy(d);
+	chk_workload_destroy(w);
 	shardkv_close(admin);
 	if (cl) {
 		chk_cluster_destroy(cl, rc == 0 && !o.keep);

@@ -521,6 +521,8 @@ kv_data_resp_encode(const kv_resp *r, nng_msg **out)
 		rack.acked_lsn = r->rack.acked_lsn;
 		rack.status = kv_wire_from_err(r->rack.status);
 		rack.diverged = r->rack.diverged;
+		rack.caught_up = r->rack.caught_up;
+		rack.position = r->rack.position;
 		if (r->rack.error)
 			rack.error = (char *)r->rack.error;
 		m.replicate_ack = &rack;
@@ -884,6 +886,8 @@ kv_data_resp_decode(const void *p, size_t n, kv_resp *out)
 		out->rack.acked_lsn = m->replicate_ack->acked_lsn;
 		out->rack.status = kv_err_from_wire(m->replicate_ack->status);
 		out->rack.diverged = m->replicate_ack->diverged;
+		out->rack.caught_up = m->replicate_ack->caught_up;
+		out->rack.position = m->replicate_ack->position;
 		out->rack.error = m->replicate_ack->error && m->replicate_ack->error[0]
 		                      ? m->replicate_ack->error
 		                      : NULL;

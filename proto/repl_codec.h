@@ -46,6 +46,9 @@ typedef struct {
 	kv_bytes start, end;   /* the range (empty end: no bound) */
 	bool first;            /* drop what is held of the range first */
 	bool last;             /* the copy is complete */
+	bool catchup;          /* a catch-up from the replica's own data: records after from_lsn */
+	uint64_t from_lsn;     /* ... the replica's position must be at or above it */
+	uint64_t next_lsn;     /* last step: the first lsn after it (its base + 1); 0: unknown */
 	size_t nrecs;          /* log record payloads */
 	kv_bytes *recs;        /* ... each 1 byte .. KV_REPL_MAX_PAYLOAD */
 } kv_repl_copy;
@@ -57,6 +60,8 @@ typedef struct {
 	kv_bytes start;        /* the range's start */
 	uint32_t old_primary;  /* the primary of the previous leader epoch */
 	uint64_t end_lsn;      /* its last lsn the new primary applied; 0: unknown */
+	uint64_t next_lsn;     /* the new primary's last lsn then, plus one; 0: unknown */
+	kv_bytes end;          /* with next_lsn: the range's end there (empty: none) */
 } kv_repl_end;
 
 /* One batch of a stream (Replicate). When encoding everything is borrowed
@@ -71,6 +76,7 @@ typedef struct {
 	kv_repl_rec *recs;   /* in lsn order */
 	kv_repl_copy copy;   /* a copy step (then nrecs is 0) */
 	kv_repl_end end;     /* an end (then nrecs is 0 and copy unset) */
+	uint64_t breaks;     /* times the stream stopped carrying a range (0: unknown) */
 } kv_repl_msg;
 
 /* The answer (ReplicateAck). */
@@ -79,7 +85,9 @@ typedef struct {
 	uint64_t acked_lsn; /* highest record lsn applied */
 	int status;         /* KV_OK or why refused */
 	const char *error;  /* detail or NULL (not kept by kv_repl_ack_decode) */
-	bool diverged;      /* answer to an end: the positions differ */
+	bool diverged;      /* answer to an end: the positions differ; to a catch-up: refused */
+	bool caught_up;     /* answer to a catch-up's last step: applied */
+	uint64_t position;  /* answer to an accepted first catch-up step: its position */
 } kv_repl_ack;
 
 /* Packs r as the replicate member of a Request from node from_node acting in

@@ -432,12 +432,14 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 	r->stream_id = m->stream_id;
 	r->seq = m->seq;
 	r->commit_lsn = m->commit_lsn;
+	r->breaks = m->breaks;
 	if ((m->copy != NULL) + (m->end != NULL) + (m->n_records != 0) > 1) {
 		*why = "replicate with more than one of records, copy and end";
 		return KV_EINVAL;
 	}
 	if (m->end != NULL) {
-		if (m->end->start_key.len > KV_HARD_MAX_KEY || m->end->old_primary == 0) {
+		if (m->end->start_key.len > KV_HARD_MAX_KEY ||
+		    m->end->end_key.len > KV_HARD_MAX_KEY || m->end->old_primary == 0) {
 			*why = "bad replicate end (start key or old primary)";
 			return KV_EINVAL;
 		}
@@ -445,7 +447,9 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 		                       .leader_epoch = m->end->leader_epoch,
 		                       .start = kv_codec__bytes(m->end->start_key),
 		                       .old_primary = m->end->old_primary,
-		                       .end_lsn = m->end->end_lsn};
+		                       .end_lsn = m->end->end_lsn,
+		                       .next_lsn = m->end->next_lsn,
+		                       .end = kv_codec__bytes(m->end->end_key)};
 		return KV_OK;
 	}
 	if (m->copy != NULL) {
@@ -463,7 +467,10 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 		                         .start = kv_codec__bytes(c->start_key),
 		                         .end = kv_codec__bytes(c->end_key),
 		                         .first = c->first,
-		                         .last = c->last};
+		                         .last = c->last,
+		                         .catchup = c->catchup,
+		                         .from_lsn = c->from_lsn,
+		                         .next_lsn = c->next_lsn};
 		if (c->n_records == 0)
 			return KV_OK;
 		if ((r->copy.recs = calloc(c->n_records, sizeof(*r->copy.recs))) == NULL)
@@ -535,6 +542,9 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 		cp.end_key = kv_codec__pb(r->copy.end);
 		cp.first = r->copy.first;
 		cp.last = r->copy.last;
+		cp.catchup = r->copy.catchup;
+		cp.from_lsn = r->copy.from_lsn;
+		cp.next_lsn = r->copy.next_lsn;
 		cp.n_records = r->copy.nrecs;
 		cp.records = cr;
 		rp.copy = &cp;
@@ -544,6 +554,8 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 		en.start_key = kv_codec__pb(r->end.start);
 		en.old_primary = r->end.old_primary;
 		en.end_lsn = r->end.end_lsn;
+		en.next_lsn = r->end.next_lsn;
+		en.end_key = kv_codec__pb(r->end.end);
 		rp.end = &en;
 	}
 	if (r->nrecs) {
@@ -564,6 +576,7 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 	rp.stream_id = r->stream_id;
 	rp.seq = r->seq;
 	rp.commit_lsn = r->commit_lsn;
+	rp.breaks = r->breaks;
 	rp.n_records = r->nrecs;
 	rp.records = recp;
 	m.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
@@ -595,6 +608,8 @@ kv_repl_ack_decode(const void *p, size_t n, kv_repl_ack *ack)
 		ack->acked_lsn = r->replicate_ack->acked_lsn;
 		ack->status = kv_err_from_wire(r->replicate_ack->status);
 		ack->diverged = r->replicate_ack->diverged;
+		ack->caught_up = r->replicate_ack->caught_up;
+		ack->position = r->replicate_ack->position;
 	}
 	shardkv__response__free_unpacked(r, NULL);
 	return rv;

@@ -487,7 +487,17 @@ kv_srv_lease_main(void *arg)
 			uint32_t t = (uint32_t)(s->lease_ns / 2000000u);
 			int rv = kv_server__ctl_call(s, &rq, &r, t ? t : 1);
 			if (rv == KV_OK) {
-				if (r.err == KV_OK) {
+				char lw[160];
+				if (r.err == KV_OK && !kv_srv_lease_ok(s, lw, sizeof(lw)) &&
+				    atomic_load(&s->epoch) < r.epoch) {
+					/* The lease lapsed: the controller may have given this
+					 * node's ranges to others meanwhile, in configurations
+					 * up to r.epoch that it has not applied yet (a burst
+					 * follows a pause). Serving again now would answer as a
+					 * primary it no longer is; the next renewal, once they
+					 * are applied, grants it. */
+					kv_srv_restart_confirmed(s, rq.restarted);
+				} else if (r.err == KV_OK) {
 					kv_srv_restart_confirmed(s, rq.restarted);
 					kv_srv_lease_renewed(s, sent);
 					busy_logged = false;

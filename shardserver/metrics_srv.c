@@ -330,6 +330,18 @@ render(void *arg, kv_buf *out)
 	    rs.copies);
 	add(m, &n, "shardkv_replica_copies_done_total", KV_METRIC_COUNTER,
 	    "Copies of a range to a replica outside its ISR completed.", rs.copied);
+	add(m, &n, "shardkv_replica_catchups_total", KV_METRIC_COUNTER,
+	    "Replicas outside an ISR caught up from their own data with the records they "
+	    "lacked, without a copy (ranges).",
+	    rs.catchups);
+	add(m, &n, "shardkv_replica_copy_bytes_total", KV_METRIC_COUNTER,
+	    "Record payload bytes sent in the steps of copies and catch-ups to replicas "
+	    "outside an ISR.",
+	    rs.copy_bytes);
+	add(m, &n, "shardkv_replica_catchup_refusals_total", KV_METRIC_COUNTER,
+	    "Catch-ups from a replica's own data offered and refused by the replica (no "
+	    "position covering them): the range was copied instead.",
+	    rs.catchup_refusals);
 	add(m, &n, "shardkv_isr_expand_requests_total", KV_METRIC_COUNTER,
 	    "IsrChange{add} requests sent for caught-up replicas (one per range and try).",
 	    rs.expand_asks);

@@ -476,6 +476,19 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	if (drep.torn)
 		KV_WARN(COMP, "dropped a torn log tail", "file=%s bytes=%llu", drep.torn_file,
 		        (unsigned long long)drep.torn_bytes);
+	if (drep.torn && cfg->wal_truncate_corrupt) {
+		/* The cut may have taken records the log had synced: this node's
+		 * positions as a replica may claim them (doc/replication.md
+		 * "Catch-up from the replica's own data"). Its returns are copied. */
+		char pp[600];
+		snprintf(pp, sizeof(pp), "%s/repl-positions", cfg->data_dir);
+		if (unlink(pp) != 0 && errno != ENOENT) {
+			KV_ERROR(COMP, "cannot remove the replica positions file", "path=%s", pp);
+			set_err(err, errlen, "cannot remove the replica positions file");
+			rv = KV_EIO;
+			goto err_after_dur;
+		}
+	}
 	{
 		double secs = (double)drep.elapsed_ns / 1e9;
 		double mb = (double)(drep.snap_bytes + drep.log_bytes) / 1e6;
@@ -520,6 +533,7 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .auth = kv_server__auth(s),
 	                  .arg = s,
 	                  .boot_id = s->boot_id,
+	                  .dir = cfg->data_dir,
 	                  .copy_rate_mb_s = cfg->copy_rate_mb_s,
 	                  .node_id = mig_node_id,
 	                  .epoch = mig_epoch,

@@ -48,6 +48,21 @@
  * of the previous leader epoch the same way. A stream counts for the commit point (stream.counts)
  * while its backup is in the ISR of a range this node leads or about to join one.
  *
+ * Catch-up from a replica's own data (doc/replication.md, the section of
+ * that name; catchup.h). Primary side: the tap also adds every record of a
+ * replicated range led here to kv_rs.buf (buf_mu, CU_MAX bytes); install
+ * takes the buffered records of the range (by reference, into the job) and
+ * flags the copy marker entry.cu: the stream sends them as catch-up steps
+ * (send_catchup_locked) instead of the copy, and turns back to the copy in
+ * a new generation when the replica refuses (call_done). Every time a
+ * stream stops carrying a range it carried, stream.breaks grows
+ * (note_breaks_locked and the drops); every batch carries it. Backup side:
+ * kv_rs.pos (in_mu) holds this node's positions, made by a copy's or
+ * catch-up's last step, moved by record batches while no break came,
+ * forgotten (on disk first) before a copy drops their range, cut to the
+ * configuration; the positions thread (pos_main) writes them to
+ * repl-positions, never past the log's synced lsn.
+ *
  * Transfers (doc/replication.md "Primary transfer"). Before a
  * configuration that hands a range led here to a backup is applied, the
  * range refuses writes (route.draining) while its backups acknowledge its
@@ -64,16 +79,21 @@
  */
 #include "shardserver/repl/repl.h"
 #include "common/err.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/rpc.h"
 #include "proto/repl_codec.h"
+#include "shardserver/repl/catchup.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define COMP "repl"
 
@@ -95,6 +115,11 @@
 #define EXPAND_MS    1000u                  /* pause between two expand requests for one range */
 #define INSTALL_MS   1000u                  /* pause before copying again after a queue overflow */
 #define DRAIN_MS     30u /* longest a range handed to another primary refuses writes first */
+/* Payload bytes of recent records kept for catch-ups from a replica's own
+ * data (doc/replication.md "Catch-up from the replica's own data"). */
+#define CU_MAX      (64u * 1024u * 1024u)
+#define POS_SAVE_MS 100u             /* the positions file is written at most this often */
+#define POS_FILE    "repl-positions" /* ... in the data dir */
 
 /* What a queue entry is. */
 enum {
@@ -120,9 +145,18 @@ typedef struct entry {
 	bool done_early;
 	bool done_div;
 	uint64_t done_gen;
+	bool cu; /* ENT_COPY: a catch-up from the replica's own data is offered */
+	/* ... its first step (the probe) was sent in generation cu_gen; once
+	 * answered (cu_known), only the records after cu_after follow. */
+	uint64_t cu_gen;
+	bool cu_known;
+	uint64_t cu_after;
+	uint64_t base;  /* ENT_COPY, ENT_END: the log's last lsn when it was queued */
+	uint64_t brk;   /* ENT_END: the stream's breaks when it was queued */
 	size_t slen;    /* bytes of the range start at data */
 	size_t plen;    /* payload bytes after it (ENT_COPY, ENT_END: the range end) */
-	uint8_t data[]; /* start, then payload */
+	size_t elen;    /* ENT_REC: bytes of its range's end after the payload */
+	uint8_t data[]; /* start, then payload, then (ENT_REC) the range end */
 } entry;
 
 typedef struct stream stream;
@@ -133,7 +167,10 @@ typedef struct {
 	int slot;      /* index in calls */
 	uint64_t gen;  /* the generation it was sent in */
 	entry *marker; /* a copy step or an end: its marker */
+	uint64_t mid;  /* ... its id (a later entry may get its address) */
 	bool last;     /* ... the marker's last request */
+	bool cu;       /* ... a catch-up step */
+	bool first;    /* ... its first */
 } call_arg;
 
 /* A range whose backup answered an end as diverged: it must leave the ISR
@@ -155,46 +192,53 @@ struct stream {
 	call_arg cargs[WINDOW];       /* argument of each caller */
 	atomic_uint_fast64_t pending; /* lsn of the first unacknowledged record; UINT64_MAX: none */
 	atomic_uint_fast64_t hole;    /* lsn of a record the queue could not take (no memory); 0 */
-	pthread_mutex_t mu;           /* protects everything below */
-	pthread_cond_t cv;            /* signalled on a new record or an answer */
-	entry *head, *tail;           /* the queue, lsn order; entries before unacked are freed
-	                                 by the thread */
-	entry *unacked;               /* first record not acknowledged */
-	entry *unsent;                /* first record not sent in this generation */
-	uint64_t acked_lsn;           /* the backup's watermark */
-	uint64_t gen;                 /* generation: names the stream id */
-	uint64_t next_seq;            /* seq of the next batch of this generation */
-	bool busy[WINDOW];            /* caller in use */
-	int inflight;                 /* callers in use */
-	bool need_reset;              /* start again once nothing is in flight */
-	uint64_t retry_ns;            /* not before this (monotonic) */
-	bool warned;                  /* a refusal was logged in this generation */
-	uint64_t progress_ns;         /* last acknowledgement progress, or when records became
-	                                 outstanding (monotonic) */
-	uint64_t ask_ns;              /* no shrink request before this (monotonic) */
-	uint64_t refused_epoch;       /* configuration epoch of the last refused request */
-	uint64_t tail_lsn;            /* lsn of the last record queued */
-	uint64_t qbytes;              /* bytes queued (unacknowledged entries and before) */
-	bool overflow;                /* the queue outgrew CATCH_MAX while not counting */
-	uint64_t next_mid;            /* id of the next marker */
-	uint64_t done_mid;            /* the last marker the backup completed */
-	bool want_install;            /* a range led here has this node outside its ISR, uncopied */
-	uint64_t want_epoch;          /* ... install once this configuration is published */
-	uint64_t install_ns;          /* ... not before this (monotonic) */
-	entry *copying;               /* thread: the copy marker being sent, or NULL */
-	uint64_t copy_gen;            /* thread: ... in this generation */
-	bool copy_dedup;              /* thread: its exactly-once entries are sent */
-	size_t copy_doff;             /* thread: ... up to here */
-	kv_buf *copy_dd;              /* thread: its exactly-once records */
-	size_t copy_ndd, copy_cap;    /* thread: ... count, capacity */
-	kv_store_cursor copy_cur;     /* thread: its position in the store */
-	uint64_t copy_logged;         /* thread: the marker whose copy was last logged */
-	diverged *div;                /* ranges to have the backup leave the ISR of */
-	uint64_t div_ns;              /* no removal request before this (monotonic) */
-	diverged *unfence;            /* ranges whose fence (this backup) answered the end in
-	                                 sync: ask the controller to end the fence */
-	uint64_t unfence_ns;          /* no unfence request before this (monotonic) */
-	uint64_t expand_ns;           /* thread: next expand check (monotonic) */
+	/* Times the stream stopped carrying a range it carried (Replicate.breaks). */
+	atomic_uint_fast64_t breaks;
+	pthread_mutex_t mu;        /* protects everything below */
+	pthread_cond_t cv;         /* signalled on a new record or an answer */
+	entry *head, *tail;        /* the queue, lsn order; entries before unacked are freed
+	                              by the thread */
+	entry *unacked;            /* first record not acknowledged */
+	entry *unsent;             /* first record not sent in this generation */
+	uint64_t acked_lsn;        /* the backup's watermark */
+	uint64_t gen;              /* generation: names the stream id */
+	uint64_t next_seq;         /* seq of the next batch of this generation */
+	bool busy[WINDOW];         /* caller in use */
+	int inflight;              /* callers in use */
+	bool need_reset;           /* start again once nothing is in flight */
+	uint64_t retry_ns;         /* not before this (monotonic) */
+	bool warned;               /* a refusal was logged in this generation */
+	uint64_t progress_ns;      /* last acknowledgement progress, or when records became
+	                              outstanding (monotonic) */
+	uint64_t ask_ns;           /* no shrink request before this (monotonic) */
+	uint64_t refused_epoch;    /* configuration epoch of the last refused request */
+	uint64_t tail_lsn;         /* lsn of the last record queued */
+	uint64_t qbytes;           /* bytes queued (unacknowledged entries and before) */
+	bool overflow;             /* the queue outgrew CATCH_MAX while not counting */
+	uint64_t next_mid;         /* id of the next marker */
+	uint64_t done_mid;         /* the last marker the backup completed */
+	bool want_install;         /* a range led here has this node outside its ISR, uncopied */
+	uint64_t want_epoch;       /* ... install once this configuration is published */
+	uint64_t install_ns;       /* ... not before this (monotonic) */
+	entry *copying;            /* thread: the copy marker being sent, or NULL */
+	uint64_t copy_gen;         /* thread: ... in this generation */
+	bool copy_dedup;           /* thread: its exactly-once entries are sent */
+	size_t copy_doff;          /* thread: ... up to here */
+	kv_buf *copy_dd;           /* thread: its exactly-once records */
+	size_t copy_ndd, copy_cap; /* thread: ... count, capacity */
+	kv_store_cursor copy_cur;  /* thread: its position in the store */
+	uint64_t copy_logged;      /* thread: the marker whose copy was last logged */
+	size_t cu_off;             /* thread: catch-up records of `copying` sent */
+	/* A copy, a catch-up or an end answered in sync completed on this
+	 * stream since this start: only then may the backup hold a position
+	 * from this start, and a catch-up is offered (mu). */
+	bool seeded;
+	diverged *div;       /* ranges to have the backup leave the ISR of */
+	uint64_t div_ns;     /* no removal request before this (monotonic) */
+	diverged *unfence;   /* ranges whose fence (this backup) answered the end in
+	                        sync: ask the controller to end the fence */
+	uint64_t unfence_ns; /* no unfence request before this (monotonic) */
+	uint64_t expand_ns;  /* thread: next expand check (monotonic) */
 	/* Whether the commit point waits for this backup: it is in the ISR of
 	 * a range this node leads, or about to join one (an expand). */
 	atomic_bool counts;
@@ -223,6 +267,13 @@ typedef struct job {
 	uint64_t target;       /* s->mu: the lsn to reach before the next state */
 	uint64_t ask_ns;       /* s->mu: no expand request before this (monotonic) */
 	bool keep;             /* apply_config: matched a route */
+	/* A catch-up offered instead of the copy (install): the buffered records
+	 * of the range after cu_from, up to base (the log's last lsn then).
+	 * Immutable until job_free. */
+	kv_cu_rec **cu;
+	size_t ncu;
+	uint64_t cu_from;
+	uint64_t base;
 } job;
 
 /* One range of the configuration. */
@@ -252,6 +303,9 @@ typedef struct {
 	 * backup has acknowledged the range's records (drain). Set under
 	 * tab_lock write on the table in use; a new table starts without it. */
 	bool draining;
+	/* The node's catch-up buffer and its lock (kv_rs.buf, buf_mu), for the tap. */
+	kv_cu_buf *buf;
+	pthread_mutex_t *buf_mu;
 } route;
 
 /* A range this node led and another primary now leads, with this node in its
@@ -276,6 +330,10 @@ typedef struct {
 	uint64_t last_lsn;   /* the primary's lsn of the last record applied */
 	uint64_t last_local; /* the local lsn that logged it */
 	uint64_t max_lsn;    /* the highest lsn of the primary applied since this start */
+	uint64_t breaks;     /* Replicate.breaks of the last batch applied */
+	bool breaks_known;   /* ... one was applied in this start */
+	uint64_t cp_breaks;  /* ... at the first step of the copy or catch-up in progress */
+	bool cu_on;          /* a catch-up in progress was accepted */
 } insrc;
 
 /* A reply waiting for the commit point. */
@@ -320,6 +378,22 @@ struct kv_rs {
 	 * step sent moves it on by its bytes at that rate (copy_charge). */
 	atomic_uint_fast64_t copy_next_ns;
 	atomic_uint_fast64_t st_clean_demos, st_unclean_demos, st_ends_in_sync, st_unfence_asks;
+	atomic_uint_fast64_t st_catchups, st_cu_refused, st_copy_bytes;
+
+	/* Primary side: recent records of replicated ranges led here, for
+	 * catch-ups. buf_mu protects buf; a leaf (the tap takes it under the
+	 * log's mutex, install under tab_lock). */
+	pthread_mutex_t buf_mu;
+	kv_cu_buf buf;
+	/* Backup side (in_mu): this node's positions and their file. */
+	kv_cu_pos_set pos;
+	char *pos_path;        /* NULL: no data dir, positions are not kept */
+	char *pos_dir;         /* the data dir (a copy) */
+	bool pos_dirty;        /* the file does not hold every position at its lsn yet */
+	uint64_t pos_save_ns;  /* the file was last written (monotonic) */
+	pthread_cond_t pos_cv; /* wakes the positions thread (kv_rs_stop) */
+	pthread_t pos_thr;     /* writes the file every POS_SAVE_MS while pos_dirty */
+	bool pos_started;
 };
 
 /* ------------------------------------------------------------------------
@@ -510,7 +584,7 @@ push_locked(stream *s, entry *e)
 	else
 		s->head = e;
 	s->tail = e;
-	s->qbytes += sizeof(*e) + e->slen + e->plen;
+	s->qbytes += sizeof(*e) + e->slen + e->plen + e->elen;
 	if (s->unacked == NULL) {
 		s->unacked = e;
 		s->progress_ns = kv_now_ns();
@@ -554,6 +628,12 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	route *r = arg;
 
 	atomic_store_explicit(&r->last_lsn, lsn, memory_order_relaxed);
+	if (r->nreplicas > 1) {
+		kv_bytes st = {r->start.data, r->start.len}, en = {r->end.data, r->end.len};
+		pthread_mutex_lock(r->buf_mu);
+		kv_cu_buf_add(r->buf, lsn, r->leader_epoch, &st, &en, p, n);
+		pthread_mutex_unlock(r->buf_mu);
+	}
 	for (uint32_t i = 0; i < r->nbackups + r->ncatch; i++) {
 		stream *s = i < r->nbackups ? r->backups[i] : r->catch[i - r->nbackups];
 		entry *e;
@@ -566,28 +646,48 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 			over = s->overflow || s->qbytes > CATCH_MAX;
 			s->overflow = over;
 			pthread_mutex_unlock(&s->mu);
-			if (over)
+			if (over) {
+				atomic_fetch_add(&s->breaks, 1);
 				continue;
+			}
 		}
-		e = malloc(sizeof(*e) + r->start.len + n);
+		e = malloc(sizeof(*e) + r->start.len + n + r->end.len);
 		if (e == NULL) {
 			/* The stream can never cover this lsn: replies that need it
 			 * time out rather than claim a copy that does not exist. */
 			uint_fast64_t zero = 0;
 			atomic_compare_exchange_strong(&s->hole, &zero, lsn);
+			atomic_fetch_add(&s->breaks, 1);
 			continue;
 		}
 		*e = (entry){.lsn = lsn, .leader_epoch = r->leader_epoch, .kind = ENT_REC};
 		e->slen = r->start.len;
 		e->plen = n;
+		e->elen = r->end.len;
 		if (r->start.len)
 			memcpy(e->data, r->start.data, r->start.len);
 		memcpy(e->data + r->start.len, p, n);
+		if (r->end.len)
+			memcpy(e->data + r->start.len + n, r->end.data, r->end.len);
 		pthread_mutex_lock(&s->mu);
 		s->tail_lsn = lsn;
 		push_locked(s, e);
 		pthread_mutex_unlock(&s->mu);
 	}
+}
+
+/* The log tap of a write over several replicated ranges without backups
+ * (kv_rs_write_begin): only the catch-up buffer takes its record, under
+ * the span of those ranges. Runs under the log's mutex. */
+static void
+tap_span_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
+{
+	kv_rs_op *op = arg;
+	kv_rs *g = op->g;
+
+	pthread_mutex_lock(&g->buf_mu);
+	kv_cu_buf_add(&g->buf, lsn, op->span_epoch, &op->span_start, &op->span_end, p, n);
+	pthread_mutex_unlock(&g->buf_mu);
 }
 
 /* The lsn of the first unacknowledged record, or UINT64_MAX. Caller holds
@@ -689,26 +789,42 @@ marker_done_locked(stream *s, entry *m, bool div)
 				    (unsigned long long)m->end_lsn);
 			}
 		}
+	} else if (m->cu) {
+		atomic_fetch_add(&s->g->st_catchups, 1);
+		KV_INFO(COMP, "replica outside the ISR caught up from its own data, without a copy",
+		        "node=%u", s->node);
 	} else {
 		atomic_fetch_add(&s->g->st_copied, 1);
 		KV_INFO(COMP, "range copied to a replica outside the ISR", "node=%u", s->node);
 	}
+	if (m->kind == ENT_COPY || !div)
+		s->seeded = true;
 	s->done_mid = m->mid;
 	if (s->unsent == m)
 		s->unsent = m->next;
 	s->unacked = m->next;
 }
 
-/* Whether m is still among the unacknowledged entries sent in this
- * generation (a dropped queue freed it). Caller holds s->mu. The walk is
- * short: what precedes a sent marker and is unacknowledged is in flight. */
+/* Whether marker m (id mid) is still among the unacknowledged entries
+ * sent in this generation (a dropped queue freed it, and a marker queued
+ * since may have its address: the id tells them apart). Caller holds s->mu.
+ * The walk is short: what precedes a sent marker and is unacknowledged is
+ * in flight. */
 static bool
-queued_locked(const stream *s, const entry *m)
+queued_locked(const stream *s, const entry *m, uint64_t mid)
 {
 	for (const entry *e = s->unacked; e != NULL && e != s->unsent; e = e->next)
-		if (e == m)
+		if (e == m && e->mid == mid)
 			return true;
 	return false;
+}
+
+/* Whether the marker of call ca is s->unsent (itself, not a later marker
+ * at its address). Caller holds s->mu. */
+static bool
+unsent_is_locked(const stream *s, const call_arg *ca)
+{
+	return ca->marker != NULL && s->unsent == ca->marker && s->unsent->mid == ca->mid;
 }
 
 /* The answer to one Replicate (nng thread). */
@@ -729,10 +845,40 @@ call_done(void *arg, int rv, nng_msg *reply)
 	s->inflight--;
 	if (rv == 0 && a.status == KV_OK) {
 		moved = advance_locked(s, a.acked_lsn);
-		if (ca->marker != NULL) {
+		bool refused = false;
+		if (ca->marker != NULL && ca->cu && ca->first && ca->gen == s->gen && !a.diverged &&
+		    unsent_is_locked(s, ca) && ca->marker->cu && ca->marker->cu_gen == ca->gen) {
+			/* The probe's answer: the replica's position. */
+			ca->marker->cu_known = true;
+			ca->marker->cu_after = a.position;
+		}
+		if (ca->marker != NULL && ca->cu && ca->gen == s->gen &&
+		    (a.diverged || (ca->last && !a.caught_up)) &&
+		    (unsent_is_locked(s, ca) || queued_locked(s, ca->marker, ca->mid))) {
+			/* The replica holds no position the catch-up can start from
+			 * (or does not know catch-ups): the copy, from its first step,
+			 * in a new generation. */
+			refused = true;
+			if (ca->marker->cu) {
+				ca->marker->cu = false;
+				atomic_fetch_add(&s->g->st_cu_refused, 1);
+				KV_INFO(COMP,
+				        "replica refused a catch-up from its own data: copying the "
+				        "range instead",
+				        "node=%u leader_epoch=%llu", s->node,
+				        (unsigned long long)ca->marker->leader_epoch);
+			}
+			s->copying = NULL;
+			if (!s->need_reset) {
+				s->need_reset = true;
+				s->retry_ns = kv_now_ns();
+			}
+		}
+		if (ca->marker != NULL && !refused) {
 			/* A copy step is progress too (no shrink during a long copy). */
 			s->progress_ns = kv_now_ns();
-			if (ca->last && ca->gen == s->gen && queued_locked(s, ca->marker)) {
+			if (ca->last && ca->gen == s->gen &&
+			    queued_locked(s, ca->marker, ca->mid)) {
 				/* Answers complete in any order: one that comes before
 				 * an earlier marker's is kept on its marker, which the
 				 * settling passes in queue order. */
@@ -794,7 +940,10 @@ send_locked(stream *s, kv_repl_msg *r, entry *marker, bool last)
 	s->inflight++;
 	s->cargs[slot].gen = s->gen;
 	s->cargs[slot].marker = marker;
+	s->cargs[slot].mid = marker != NULL ? marker->mid : 0;
 	s->cargs[slot].last = last;
+	s->cargs[slot].cu = r->copy.set && r->copy.catchup;
+	s->cargs[slot].first = r->copy.set && r->copy.first;
 	r->from_node = g->env.node_id(g->env.arg);
 	r->stream_id = (g->env.boot_id << 32) | (s->gen & 0xffffffffu);
 	r->seq = s->next_seq++;
@@ -837,6 +986,7 @@ send_batch_locked(stream *s)
 	s->unsent = e;
 	r.nrecs = n;
 	r.recs = rp;
+	r.breaks = atomic_load(&s->breaks);
 	send_locked(s, &r, NULL, false);
 	free(rp);
 }
@@ -850,8 +1000,11 @@ send_end_locked(stream *s)
 	                         .leader_epoch = m->leader_epoch,
 	                         .start = {m->data, m->slen},
 	                         .old_primary = m->old_primary,
-	                         .end_lsn = m->end_lsn}};
+	                         .end_lsn = m->end_lsn,
+	                         .next_lsn = m->base + 1,
+	                         .end = {m->data + m->slen, m->plen}}};
 
+	r.breaks = m->brk; /* a break after it shows in the batches behind it */
 	s->unsent = m->next;
 	send_locked(s, &r, m, true);
 }
@@ -940,6 +1093,7 @@ copy_charge(kv_rs *g, size_t bytes)
 	uint64_t rate = (uint64_t)g->env.copy_rate_mb_s * 1000000u;
 	uint64_t cost, now, old, nv;
 
+	atomic_fetch_add(&g->st_copy_bytes, bytes);
 	if (rate == 0)
 		return;
 	cost = (uint64_t)((double)bytes * 1e9 / (double)rate);
@@ -948,6 +1102,17 @@ copy_charge(kv_rs *g, size_t bytes)
 	do
 		nv = (old > now ? old : now) + cost;
 	while (!atomic_compare_exchange_weak(&g->copy_next_ns, &old, nv));
+}
+
+/* Whether the catch-up at s->unsent waits for the answer to its probe
+ * (call_done signals it). Caller holds s->mu. */
+static bool
+cu_waiting_locked(const stream *s)
+{
+	const entry *m = s->unsent;
+
+	return m != NULL && m->kind == ENT_COPY && m->cu && s->copying == m &&
+	       s->copy_gen == s->gen && m->cu_gen == s->gen && !m->cu_known;
 }
 
 /* Milliseconds (at least 1) the copy step at s->unsent must wait for the
@@ -961,6 +1126,117 @@ copy_hold_ms(stream *s, uint64_t now)
 		return 0;
 	next = atomic_load(&s->g->copy_next_ns);
 	return next > now ? (unsigned)((next - now + 999999u) / 1000000u) : 0;
+}
+
+/*
+ * Sends the next step of the catch-up offered at marker m, the entry at
+ * s->unsent (doc/replication.md "Catch-up from the replica's own data"):
+ * the buffered records of the range taken at install, COPY_RECS records or
+ * COPY_BYTES at most per step, in lsn order; the first names the position
+ * the replica must hold, the last the base. Starts again from the first
+ * step in every new generation. Caller holds s->mu (released while the
+ * step is gathered and sent).
+ */
+static void
+send_catchup_locked(stream *s, entry *m, uint64_t breaks)
+{
+	kv_rs *g = s->g;
+	bool first = false, last = false, found = false;
+	size_t n = 0, bytes = 0, off;
+	uint64_t from = 0, base = 0;
+	uint64_t after = 0;
+	kv_buf *recs;
+	int rv = KV_OK;
+
+	if (s->copying != m || s->copy_gen != s->gen) {
+		/* The probe: no records; the replica answers with its position. */
+		first = true;
+		s->copying = m;
+		s->copy_gen = s->gen;
+		s->cu_off = 0;
+		m->cu_gen = s->gen;
+		m->cu_known = false;
+		m->cu_after = 0;
+	} else if (!m->cu_known) {
+		return; /* the probe's answer comes first (cu_waiting_locked) */
+	}
+	after = m->cu_after;
+	off = s->cu_off;
+	pthread_mutex_unlock(&s->mu);
+	recs = calloc(COPY_RECS, sizeof(*recs));
+	pthread_rwlock_rdlock(&g->tab_lock);
+	for (job *j = g->jobs; j && recs && !found; j = j->next) {
+		if (j->s != s || j->mid != m->mid)
+			continue;
+		found = true;
+		from = j->cu_from;
+		base = j->base;
+		/* The replica has every record up to its position. */
+		while (!first && off < j->ncu && j->cu[off]->lsn <= after)
+			off++;
+		while (!first && off + n < j->ncu && n < COPY_RECS &&
+		       (n == 0 || bytes + j->cu[off + n]->plen <= COPY_BYTES)) {
+			kv_bytes pl = kv_cu_payload(j->cu[off + n]);
+			if (kv_buf_set(&recs[n], pl.p, pl.len) != 0) {
+				rv = KV_ENOMEM;
+				break;
+			}
+			bytes += pl.len;
+			n++;
+		}
+		last = off + n == j->ncu;
+	}
+	pthread_rwlock_unlock(&g->tab_lock);
+	if (recs == NULL)
+		rv = KV_ENOMEM;
+	pthread_mutex_lock(&s->mu);
+	if (rv == KV_OK && found && s->unsent == m) {
+		kv_bytes *rb = calloc(n ? n : 1, sizeof(*rb));
+		if (rb != NULL) {
+			for (size_t i = 0; i < n; i++)
+				rb[i] = (kv_bytes){recs[i].data, recs[i].len};
+			kv_bytes st = {m->data, m->slen}, en = {m->data + m->slen, m->plen};
+			kv_repl_msg r = {.copy = {.set = true,
+			                          .leader_epoch = m->leader_epoch,
+			                          .start = st,
+			                          .end = en,
+			                          .first = first,
+			                          .last = last,
+			                          .catchup = true,
+			                          .from_lsn = from,
+			                          .next_lsn = last ? base + 1 : 0,
+			                          .nrecs = n,
+			                          .recs = rb},
+			                 .breaks = breaks};
+			if (first && s->copy_logged != m->mid)
+				KV_INFO(COMP, "catching a replica up from its own data",
+				        "node=%u leader_epoch=%llu from_lsn=%llu base=%llu",
+				        s->node, (unsigned long long)m->leader_epoch,
+				        (unsigned long long)from, (unsigned long long)base);
+			s->copy_logged = m->mid;
+			s->cu_off = off + n;
+			if (last)
+				s->unsent = m->next;
+			atomic_fetch_add(&g->st_copy_recs, n);
+			copy_charge(g, bytes);
+			send_locked(s, &r, m, last);
+			free(rb);
+		} else {
+			rv = KV_ENOMEM;
+		}
+	}
+	if ((rv != KV_OK || !found) && s->unsent == m) {
+		/* Out of memory (or the job went: the next look skips it): the
+		 * copy instead, from its first step. */
+		if (rv != KV_OK)
+			m->cu = false;
+		s->copying = NULL;
+		s->need_reset = true;
+		s->retry_ns = kv_now_ns() + RETRY_MS * 1000000ull;
+	}
+	for (size_t i = 0; recs && i < COPY_RECS; i++)
+		kv_buf_fini(&recs[i]);
+	free(recs);
 }
 
 /*
@@ -983,6 +1259,9 @@ send_copy_locked(stream *s)
 	bool first = false;
 	int rv = KV_OK;
 
+	/* Read before the job is looked up: a break after it shows in the
+	 * batches that follow (the replica then keeps its position still). */
+	uint64_t breaks = atomic_load(&s->breaks);
 	pthread_mutex_unlock(&s->mu);
 	bool wanted = job_exists(g, s, mid);
 	pthread_mutex_lock(&s->mu);
@@ -993,6 +1272,10 @@ send_copy_locked(stream *s)
 		m->kind = ENT_DEAD;
 		s->unsent = m->next;
 		settle_locked(s);
+		return;
+	}
+	if (m->cu) {
+		send_catchup_locked(s, m, breaks);
 		return;
 	}
 	if (s->copying != m || s->copy_gen != s->gen) {
@@ -1062,8 +1345,10 @@ out:
 			                          .end = en,
 			                          .first = first,
 			                          .last = last,
+			                          .next_lsn = last ? m->base + 1 : 0,
 			                          .nrecs = a.n,
-			                          .recs = rb}};
+			                          .recs = rb},
+			                 .breaks = breaks};
 			if (last)
 				s->unsent = m->next;
 			atomic_fetch_add(&g->st_copy_recs, a.n);
@@ -1239,6 +1524,7 @@ wants_copy(const route *t, uint32_t node)
 static void
 job_free(job *j)
 {
+	kv_cu_release(j->cu, j->ncu);
 	kv_buf_fini(&j->start);
 	kv_buf_fini(&j->end);
 	free(j);
@@ -1259,6 +1545,9 @@ install(stream *s)
 	uint32_t me = g->env.node_id(g->env.arg);
 
 	pthread_rwlock_wrlock(&g->tab_lock);
+	/* No write is between its apply and its log append: every record up
+	 * to base was tapped, every later one is queued behind the markers. */
+	uint64_t base = kv_dur_last_lsn(g->env.dur);
 	pthread_mutex_lock(&s->mu);
 	s->want_install = false;
 	for (size_t i = 0; i < g->nroutes && me != 0; i++) {
@@ -1287,6 +1576,16 @@ install(stream *s)
 		j->leader_epoch = r->leader_epoch;
 		j->mid = m->mid;
 		j->state = JOB_COPYING;
+		j->base = m->base = base;
+		/* A catch-up from the replica's own data when the buffer holds
+		 * every record of the range after its trim point, all of this
+		 * range at this leader epoch (doc/replication.md "Catch-up from
+		 * the replica's own data"); else the copy. */
+		kv_bytes rs = {r->start.data, r->start.len}, re = {r->end.data, r->end.len};
+		pthread_mutex_lock(&g->buf_mu);
+		m->cu = s->seeded && kv_cu_buf_select(&g->buf, &rs, &re, r->leader_epoch, &j->cu,
+		                                      &j->ncu, &j->cu_from) == KV_OK;
+		pthread_mutex_unlock(&g->buf_mu);
 		j->next = g->jobs;
 		g->jobs = j;
 		r->catch[r->ncatch++] = s;
@@ -1322,6 +1621,7 @@ uninstall(stream *s)
 		}
 	}
 	pthread_mutex_lock(&s->mu);
+	atomic_fetch_add(&s->breaks, 1);
 	if (!atomic_load(&s->counts)) {
 		s->unacked = s->unsent = NULL;
 		atomic_store(&s->pending, UINT64_MAX);
@@ -1593,7 +1893,7 @@ stream_main(void *arg)
 		while (s->head && s->head != s->unacked) {
 			entry *e = s->head;
 			s->head = e->next;
-			s->qbytes -= sizeof(*e) + e->slen + e->plen;
+			s->qbytes -= sizeof(*e) + e->slen + e->plen + e->elen;
 			if (s->copying == e)
 				s->copying = NULL;
 			free(e);
@@ -1624,7 +1924,8 @@ stream_main(void *arg)
 			atomic_fetch_add(&g->st_resends, 1);
 		}
 		unsigned hold = copy_hold_ms(s, now);
-		if (!s->need_reset && s->unsent && s->inflight < WINDOW && hold == 0) {
+		if (!s->need_reset && s->unsent && s->inflight < WINDOW && hold == 0 &&
+		    !cu_waiting_locked(s)) {
 			if (s->cli == NULL) {
 				pthread_mutex_unlock(&s->mu);
 				int rv = stream_connect(s);
@@ -1632,8 +1933,10 @@ stream_main(void *arg)
 				if (rv != 0) {
 					s->need_reset = true;
 					s->retry_ns = kv_now_ns() + RETRY_MS * 1000000ull;
-					continue;
 				}
+				/* Look again: with s->mu released, a configuration may
+				 * have dropped the queue (s->unsent NULL) or reset it. */
+				continue;
 			}
 			if (s->unsent->kind == ENT_REC)
 				send_batch_locked(s);
@@ -1737,9 +2040,9 @@ int
 kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const char **why)
 {
 	const route *r;
+	bool span = false;
 
-	op->g = NULL;
-	op->tap = (kv_dur_tap){0};
+	*op = (kv_rs_op){0};
 	pthread_rwlock_rdlock(&g->tab_lock);
 	r = n ? find_route(g, keys[0].p, keys[0].len) : NULL;
 	for (size_t i = 0; r && i < n; i++) {
@@ -1774,9 +2077,35 @@ kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const 
 			*why = "a multi-key write to replicated ranges must stay within one range";
 			return KV_EINVAL;
 		}
+		if (o != r && (o->nreplicas > 1 || r->nreplicas > 1)) {
+			/* No stream takes it, but the catch-up buffer must: under
+			 * the span of every range it touches, so that no catch-up
+			 * of one of them is offered while it is buffered (a copy
+			 * instead; the library splits multi-key writes per node,
+			 * not per range). */
+			if (!span) {
+				op->span_start = (kv_bytes){r->start.data, r->start.len};
+				op->span_end = (kv_bytes){r->end.data, r->end.len};
+				op->span_epoch = r->leader_epoch;
+				span = true;
+			}
+			if (kv_key_cmp(o->start.data, o->start.len, op->span_start.p,
+			               op->span_start.len) < 0)
+				op->span_start = (kv_bytes){o->start.data, o->start.len};
+			if (op->span_end.len != 0 &&
+			    (o->end.len == 0 || kv_key_cmp(o->end.data, o->end.len, op->span_end.p,
+			                                   op->span_end.len) > 0))
+				op->span_end = (kv_bytes){o->end.data, o->end.len};
+		}
 	}
 	op->g = g;
-	if (r && (r->nbackups || r->ncatch))
+	if (span) {
+		op->tap = (kv_dur_tap){.fn = tap_span_fn, .arg = op};
+		return KV_OK;
+	}
+	/* Every record of a replicated range goes through the tap, backups or
+	 * not: the catch-up buffer must hold them all. */
+	if (r && (r->nbackups || r->ncatch || r->nreplicas > 1))
 		op->tap = (kv_dur_tap){.fn = tap_fn, .arg = (void *)r};
 	return KV_OK;
 }
@@ -1938,6 +2267,9 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 			                    !overlap(&q->start, &q->end, &t->start, &t->end)))
 				continue;
 			uint64_t end_lsn = old ? applied_from(g, q->primary) : 0;
+			/* Every record of the range in the new leader epoch comes after
+			 * it (no write of the range is in its tap now). */
+			uint64_t base = kv_dur_last_lsn(g->env.dur);
 			for (uint32_t b = 0; b < t->nbackups; b++) {
 				stream *s = t->backups[b];
 				pthread_mutex_lock(&s->mu);
@@ -1946,6 +2278,8 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 				if (m != NULL) {
 					m->old_primary = q->primary;
 					m->end_lsn = end_lsn;
+					m->base = base;
+					m->brk = atomic_load(&s->breaks);
 					atomic_fetch_add(&s->unreconciled, 1);
 				}
 				pthread_mutex_unlock(&s->mu);
@@ -2192,9 +2526,17 @@ drop_cut_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
 					ro = &old[o];
 			if (ro == NULL)
 				continue;
+			/* The range the record was queued under, whole: a split
+			 * since (keeping this node and the leader epoch) leaves ro
+			 * only its first piece, and the record's key may lie in a
+			 * later piece given away now. A backup that applied this
+			 * configuration would apply it under ro's piece there. */
+			kv_buf es = {.data = e->data, .len = e->slen},
+			       ee = {.data = e->data + e->slen + e->plen, .len = e->elen};
 			for (size_t k = 0; k < nn && !cut; k++)
 				cut = nr[k].primary != me &&
-				      overlap(&ro->start, &ro->end, &nr[k].start, &nr[k].end);
+				      (overlap(&ro->start, &ro->end, &nr[k].start, &nr[k].end) ||
+				       overlap(&es, &ee, &nr[k].start, &nr[k].end));
 			if (!cut)
 				continue;
 			e->kind = ENT_DEAD;
@@ -2244,6 +2586,7 @@ drop_cut_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
 			}
 		}
 		if (dropped) {
+			atomic_fetch_add(&s->breaks, 1);
 			if (s->unsent != NULL && s->unsent->kind == ENT_DEAD)
 				s->unsent = s->unsent->next;
 			settle_locked(s);
@@ -2343,6 +2686,155 @@ drain(kv_rs *g, const route *nr, size_t n, uint32_t me)
 	        "streams=%zu waited_us=%llu", nq, (unsigned long long)((kv_now_ns() - t0) / 1000u));
 }
 
+/* Whether route t sends its records to stream s (an in-sync backup, or a
+ * replica being copied). */
+static bool
+route_feeds(const route *t, const stream *s)
+{
+	for (uint32_t k = 0; k < t->nbackups + t->ncatch; k++)
+		if ((k < t->nbackups ? t->backups[k] : t->catch[k - t->nbackups]) == s)
+			return true;
+	return false;
+}
+
+/*
+ * Counts a break on every stream that the old routes fed with a range the
+ * new ones (already in place, under tab_lock write and in_mu) no longer
+ * feed it with, whole, at the same leader epoch (doc/replication.md
+ * "Catch-up from the replica's own data"): its backup's positions stop
+ * moving with the stream.
+ */
+static void
+note_breaks_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
+{
+	size_t ns = atomic_load(&g->nstreams);
+
+	for (size_t i = 0; i < ns; i++) {
+		stream *s = g->streams[i];
+		bool brk = false;
+		for (size_t o = 0; o < oldn && !brk; o++) {
+			const route *q = &old[o];
+			if (q->primary != me || !route_feeds(q, s))
+				continue;
+			for (size_t k = 0; k < g->nroutes && !brk; k++) {
+				const route *t = &g->routes[k];
+				if (!overlap(&q->start, &q->end, &t->start, &t->end))
+					continue;
+				brk = t->primary != me || t->leader_epoch != q->leader_epoch ||
+				      !route_feeds(t, s);
+			}
+		}
+		if (brk)
+			atomic_fetch_add(&s->breaks, 1);
+	}
+}
+
+/* Writes the positions file (doc/replication.md "Catch-up from the
+ * replica's own data"): each position at the last lsn whose records the
+ * log has fsynced; sync: fsynced itself before it replaces the old one (a
+ * position removed must be gone from the disk before its range changes).
+ * Caller holds in_mu. Returns 0 or an error (the old file stays). */
+static int
+pos_save_locked(kv_rs *g, bool sync)
+{
+	kv_dur_stats ds;
+	kv_buf f = {0};
+	char tmp[4200];
+	int fd, rv;
+
+	if (g->pos_path == NULL)
+		return KV_OK;
+	kv_dur_stats_get(g->env.dur, &ds);
+	for (size_t i = 0; i < g->pos.n; i++) {
+		/* A position whose last records are not synced yet is saved at
+		 * the value it had at the previous write, once that is synced. */
+		kv_cu_pos *p = &g->pos.v[i];
+		if (p->local <= ds.wal.synced_lsn) {
+			p->saved = p->lsn;
+			p->has_saved = true;
+			continue;
+		}
+		if (p->has_cand && p->cand_local <= ds.wal.synced_lsn &&
+		    (!p->has_saved || p->cand_lsn > p->saved)) {
+			p->saved = p->cand_lsn;
+			p->has_saved = true;
+		}
+		p->cand_lsn = p->lsn;
+		p->cand_local = p->local;
+		p->has_cand = true;
+	}
+	if ((rv = kv_cu_pos_encode(&g->pos, &f)) != KV_OK) {
+		kv_buf_fini(&f);
+		return rv;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp", g->pos_path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rv = kv_err_from_errno(errno);
+	} else {
+		rv = kv_write_all(fd, f.data, f.len);
+		if (rv == KV_OK && sync && fdatasync(fd) != 0)
+			rv = kv_err_from_errno(errno);
+		close(fd);
+		if (rv == KV_OK && rename(tmp, g->pos_path) != 0)
+			rv = kv_err_from_errno(errno);
+		if (rv == KV_OK && sync)
+			rv = kv_fsync_dir(g->pos_dir);
+	}
+	kv_buf_fini(&f);
+	if (rv != KV_OK) {
+		KV_WARN(COMP, "cannot write the replica positions file", "path=%s err=%s",
+		        g->pos_path, kv_errname(rv));
+		return rv;
+	}
+	g->pos_dirty = false;
+	for (size_t i = 0; i < g->pos.n; i++)
+		g->pos_dirty |= !g->pos.v[i].has_saved || g->pos.v[i].saved != g->pos.v[i].lsn;
+	g->pos_save_ns = kv_now_ns();
+	return KV_OK;
+}
+
+/* Cuts this node's positions to the ranges it backs up in the routing
+ * table just put in place (tab_lock write, in_mu); a part removed is gone
+ * from the file before the configuration takes effect. */
+static void
+pos_reshape_locked(kv_rs *g, uint32_t me)
+{
+	kv_cu_range *r;
+	size_t n = 0;
+	bool dropped = false;
+
+	if (g->pos.n == 0)
+		return;
+	r = calloc(g->nroutes ? g->nroutes : 1, sizeof(*r));
+	for (size_t i = 0; r && i < g->nroutes; i++) {
+		const route *t = &g->routes[i];
+		bool member = false;
+		for (uint32_t k = 0; k < t->nreplicas; k++)
+			member |= t->replicas[k] == me;
+		if (!member || t->primary == me || t->nreplicas < 2)
+			continue;
+		r[n++] = (kv_cu_range){.start = {t->start.data, t->start.len},
+		                       .end = {t->end.data, t->end.len},
+		                       .primary = t->primary,
+		                       .leader_epoch = t->leader_epoch};
+	}
+	if (r == NULL || kv_cu_pos_reshape(&g->pos, r, n, &dropped) != KV_OK) {
+		kv_cu_pos_set_fini(&g->pos);
+		dropped = true;
+	}
+	free(r);
+	if (dropped && pos_save_locked(g, true) != KV_OK) {
+		/* The file may still name a removed part: forget everything, and
+		 * try once more to say so. */
+		kv_cu_pos_set_fini(&g->pos);
+		if (g->pos_path != NULL && unlink(g->pos_path) != 0 && errno != ENOENT)
+			KV_ERROR(COMP, "cannot remove the replica positions file", "path=%s",
+			         g->pos_path);
+	}
+	g->pos_dirty |= !dropped;
+}
+
 int
 kv_rs_apply_config(kv_rs *g, const kv_config *c)
 {
@@ -2365,6 +2857,8 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		t->primary = r->node;
 		t->leader_epoch = r->leader_epoch;
 		t->fence = r->fence;
+		t->buf = &g->buf;
+		t->buf_mu = &g->buf_mu;
 		t->ninsync = kv_range_ninsync(r);
 		for (uint32_t j = 0; j < t->ninsync && j < KV_MAX_REPLICAS; j++)
 			t->insync[j] = kv_range_insync(r, j);
@@ -2452,17 +2946,27 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		KV_WARN(COMP, "an ISR fell below --min-insync: writes in flight fail", "epoch=%llu",
 		        (unsigned long long)c->epoch);
 	}
+	/* Demotion: the fence before the swap. From carry_over_locked on, the
+	 * backups of a range given away stop counting for the commit point
+	 * (stream.counts) and drop_cut_locked drops their records; a stream
+	 * thread's sweep in between would complete a write waiting on them as
+	 * acknowledged, though the new primary may never have had it (a lost
+	 * write, seen when the positions file's fsync below held this window
+	 * open for milliseconds; doc/replication.md "Primary transfer"). */
+	bool deposed = me != 0 && demoted(old, oldn, nr, c->nranges, me);
+	if (deposed)
+		atomic_store(&g->fence_ns, kv_now_ns());
 	g->routes = nr;
 	g->nroutes = c->nranges;
 	atomic_store(&g->short_isr, short_isr);
 	atomic_store(&g->replica, replica);
 	carry_over_locked(g, old, oldn, c, me, old == NULL && ds.wal.next_lsn > 1);
-	if (me != 0 && demoted(old, oldn, nr, c->nranges, me)) {
-		/* The fence first: dropping records moves the commit point, and
-		 * no write waiting on them may see it as acknowledged. */
-		atomic_store(&g->fence_ns, kv_now_ns());
+	if (deposed)
 		drop_cut_locked(g, old, oldn, me);
-	}
+	if (me != 0)
+		note_breaks_locked(g, old, oldn, me);
+	if (me != 0)
+		pos_reshape_locked(g, me);
 	pthread_rwlock_unlock(&g->tab_lock);
 	pthread_mutex_unlock(&g->in_mu);
 	/* Demotion: a range this node led with backups has another primary
@@ -2472,7 +2976,7 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 	 * writes that began before now must fail, not succeed (kv_rs_fenced).
 	 * Every write of the old routes has logged (the swap waited for them);
 	 * a later one is refused by the ownership table. */
-	if (me != 0 && demoted(old, oldn, nr, c->nranges, me)) {
+	if (deposed) {
 		atomic_store(&g->fence_ns, kv_now_ns());
 		atomic_fetch_add(&g->st_demotions, 1);
 		KV_WARN(COMP, "a range this node led has another primary: writes in flight fail",
@@ -2657,6 +3161,97 @@ apply_copy(kv_rs *g, const kv_repl_copy *c, insrc *in, const char **why)
 	return st;
 }
 
+/* A batch from `from` counted a break its last one did not: every
+ * position from it stops moving with the stream. Caller holds in_mu. */
+static void
+pos_freeze_locked(kv_rs *g, uint32_t from)
+{
+	for (size_t i = 0; i < g->pos.n; i++)
+		if (g->pos.v[i].from == from)
+			g->pos.v[i].live = false;
+}
+
+/* The records of a batch from (from, boot) are applied up to its lsn
+ * `last` (local lsn `local`): the live positions from it move there.
+ * Caller holds in_mu. */
+static void
+pos_advance_locked(kv_rs *g, uint32_t from, uint64_t boot, uint64_t last, uint64_t local)
+{
+	for (size_t i = 0; i < g->pos.n; i++) {
+		kv_cu_pos *p = &g->pos.v[i];
+		if (!p->live || p->from != from || p->boot != boot || last <= p->lsn)
+			continue;
+		p->lsn = last;
+		p->local = local;
+		g->pos_dirty = true;
+	}
+}
+
+/*
+ * Applies a catch-up step (caller holds in_mu and tab_lock; check_marker
+ * passed): the first decides, from this node's positions, whether the
+ * records after c.from_lsn make its data the primary's; a refused
+ * catch-up (*div) changes nothing, and the primary copies instead. The
+ * last step of an accepted one leaves the position at the base, live
+ * when no break came meanwhile (*caught).
+ */
+static int
+apply_catchup(kv_rs *g, const kv_repl_msg *m, insrc *in, bool *div, bool *caught,
+              uint64_t *position, const char **why)
+{
+	const kv_repl_copy *c = &m->copy;
+	uint64_t boot = m->stream_id >> 32, l = 0;
+	int st = KV_OK;
+	long i;
+
+	if (c->first) {
+		i = kv_cu_pos_find(&g->pos, m->from_node, boot, c->leader_epoch, &c->start, &c->end,
+		                   c->from_lsn);
+		in->cu_on = i >= 0;
+		in->cp_breaks = m->breaks;
+		*position = i >= 0 ? g->pos.v[i].lsn : 0;
+		/* As after a copy's first step: the data may now hold records
+		 * whose predecessors in the stream have not arrived. */
+		in->max_lsn = 0;
+		KV_INFO(COMP,
+		        i >= 0
+		            ? "catch-up from this node's own data accepted"
+		            : "catch-up from this node's own data refused: no position covers it",
+		        "from=%u leader_epoch=%llu from_lsn=%llu position=%llu", m->from_node,
+		        (unsigned long long)c->leader_epoch, (unsigned long long)c->from_lsn,
+		        (unsigned long long)(i >= 0 ? g->pos.v[i].lsn : 0));
+	}
+	if (!in->cu_on) {
+		*div = true;
+		return KV_OK;
+	}
+	for (size_t k = 0; k < c->nrecs && st == KV_OK; k++)
+		if ((st = apply_one(g, c->recs[k].p, c->recs[k].len, &l, why)) == KV_OK)
+			in->last_local = l;
+	if (st != KV_OK) {
+		in->cu_on = false;
+		return st;
+	}
+	if (c->last) {
+		uint64_t lsn = c->next_lsn ? c->next_lsn - 1 : 0;
+		in->cu_on = false;
+		i = kv_cu_pos_find(&g->pos, m->from_node, boot, c->leader_epoch, &c->start, &c->end,
+		                   c->from_lsn);
+		if (i >= 0 && g->pos.v[i].lsn > lsn)
+			lsn = g->pos.v[i].lsn;
+		/* The data is the primary's either way; without a position the
+		 * next return is a copy. */
+		if (kv_cu_pos_put(&g->pos, m->from_node, boot, c->leader_epoch, &c->start, &c->end,
+		                  lsn, in->last_local, m->breaks == in->cp_breaks) == KV_OK)
+			g->pos_dirty = true;
+		*caught = true;
+		KV_INFO(COMP, "caught up from this node's own data, without a copy",
+		        "from=%u leader_epoch=%llu position=%llu", m->from_node,
+		        (unsigned long long)c->leader_epoch, (unsigned long long)lsn);
+	}
+	return st;
+}
+
 /* Finds or makes the state of primary `from`. Caller holds in_mu. */
 static insrc *
 src_get(kv_rs *g, uint32_t from)
@@ -2726,7 +3321,8 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 	struct timespec ts;
 	insrc *in;
 	int st = KV_OK;
-	bool div = false;
+	bool div = false, caught = false, need_sync = false;
+	uint64_t cu_pos = 0;
 
 	memset(ack, 0, sizeof(*ack));
 	if (me == 0 || m->from_node != rq->from_node) {
@@ -2768,6 +3364,11 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 		goto answer;
 	}
 	if (m->seq == in->next_seq) {
+		uint64_t boot = m->stream_id >> 32;
+		if (in->breaks_known && m->breaks != in->breaks)
+			pos_freeze_locked(g, m->from_node);
+		in->breaks = m->breaks;
+		in->breaks_known = true;
 		pthread_rwlock_rdlock(&g->tab_lock);
 		for (size_t i = 0; i < m->nrecs && st == KV_OK; i++) {
 			const kv_repl_rec *r = &m->recs[i];
@@ -2784,10 +3385,43 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 				in->max_lsn = r->lsn;
 			atomic_fetch_add(&g->st_applied, 1);
 		}
+		if (st == KV_OK && m->nrecs > 0)
+			pos_advance_locked(g, m->from_node, boot, in->last_lsn, in->last_local);
 		if (st == KV_OK && m->copy.set &&
 		    (st = check_marker(g, me, m->from_node, m->copy.leader_epoch, &m->copy.start,
-		                       &m->copy.end, &why)) == KV_OK)
-			st = apply_copy(g, &m->copy, in, &why);
+		                       &m->copy.end, &why)) == KV_OK) {
+			if (m->copy.catchup) {
+				st = apply_catchup(g, m, in, &div, &caught, &cu_pos, &why);
+				need_sync = caught;
+			} else {
+				if (m->copy.first) {
+					/* The range is dropped next: no position may name it
+					 * on disk by then (doc/replication.md "Catch-up from
+					 * the replica's own data"). */
+					in->cp_breaks = m->breaks;
+					if (kv_cu_pos_forget(&g->pos, &m->copy.start,
+					                     &m->copy.end) > 0 &&
+					    pos_save_locked(g, true) != KV_OK) {
+						st = KV_EIO;
+						why =
+						    "the replica positions file cannot be written";
+					}
+				}
+				if (st == KV_OK)
+					st = apply_copy(g, &m->copy, in, &why);
+				if (st == KV_OK && m->copy.last && m->copy.next_lsn != 0) {
+					/* The copy shows every write up to its base; every
+					 * later record of the range follows it. */
+					if (kv_cu_pos_put(&g->pos, m->from_node, boot,
+					                  m->copy.leader_epoch, &m->copy.start,
+					                  &m->copy.end, m->copy.next_lsn - 1,
+					                  in->last_local,
+					                  m->breaks == in->cp_breaks) == KV_OK)
+						g->pos_dirty = true;
+					need_sync = true;
+				}
+			}
+		}
 		if (st == KV_OK && m->end.set &&
 		    (st = check_marker(g, me, m->from_node, m->end.leader_epoch, &m->end.start,
 		                       NULL, &why)) == KV_OK) {
@@ -2808,6 +3442,16 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 				                               m->end.leader_epoch, m->end.end_lsn);
 				mine = div ? 0 : m->end.end_lsn;
 			}
+			if (!div && m->end.next_lsn != 0) {
+				/* This node holds the new primary's state of the range at
+				 * its end, and every record of the range in the new leader
+				 * epoch follows the end: a position (doc/replication.md
+				 * "Catch-up from the replica's own data"). */
+				if (kv_cu_pos_put(&g->pos, m->from_node, boot, m->end.leader_epoch,
+				                  &m->end.start, &m->end.end, m->end.next_lsn - 1,
+				                  in->last_local, true) == KV_OK)
+					g->pos_dirty = true;
+			}
 			KV_INFO(COMP, "new primary's end of the previous leader epoch",
 			        "from=%u old_primary=%u end_lsn=%llu mine=%llu diverged=%d",
 			        m->from_node, m->end.old_primary,
@@ -2823,10 +3467,20 @@ answer:
 	ack->acked_seq = in->next_seq - 1;
 	ack->acked_lsn = in->last_lsn;
 	ack->diverged = div;
+	ack->caught_up = caught;
+	ack->position = cu_pos;
 	local = in->last_local;
 	pthread_mutex_unlock(&g->in_mu);
 	if (st == KV_OK && (st = wait_durable(g->env.dur, local)) != KV_OK)
 		why = "the write-ahead log cannot be written";
+	/* Positions reach the file once the log has synced what they cover: at
+	 * once after a copy or a catch-up, else from the positions thread. */
+	if (st == KV_OK && g->pos_path != NULL && need_sync) {
+		(void)kv_dur_sync(g->env.dur);
+		pthread_mutex_lock(&g->in_mu);
+		(void)pos_save_locked(g, false);
+		pthread_mutex_unlock(&g->in_mu);
+	}
 	ack->status = st;
 	ack->error = why;
 	if (st != KV_OK) {
@@ -2839,6 +3493,52 @@ answer:
 /* ------------------------------------------------------------------------
  * Life cycle
  * ------------------------------------------------------------------------ */
+
+/* The positions thread: writes the file every POS_SAVE_MS while a
+ * position is not in it at its lsn (a position whose records the log has
+ * not synced yet goes in one round later). */
+static void *
+pos_main(void *arg)
+{
+	kv_rs *g = arg;
+
+	pthread_mutex_lock(&g->in_mu);
+	while (!atomic_load(&g->stopping)) {
+		struct timespec ts;
+		deadline_in(&ts, POS_SAVE_MS);
+		pthread_cond_timedwait(&g->pos_cv, &g->in_mu, &ts);
+		if (g->pos_dirty && !atomic_load(&g->stopping))
+			(void)pos_save_locked(g, false);
+	}
+	pthread_mutex_unlock(&g->in_mu);
+	return NULL;
+}
+
+/* Reads the positions file, if any: positions from before this start,
+ * none live. A damaged file counts as none. */
+static void
+pos_load(kv_rs *g)
+{
+	int fd = open(g->pos_path, O_RDONLY | O_CLOEXEC);
+	uint8_t *p = NULL;
+	off_t sz;
+	int rv;
+
+	if (fd < 0)
+		return;
+	sz = lseek(fd, 0, SEEK_END);
+	if (sz > 0 && sz <= 64 * 1024 * 1024 && (p = malloc((size_t)sz)) != NULL &&
+	    kv_pread_full(fd, p, (size_t)sz, 0) == KV_OK) {
+		rv = kv_cu_pos_decode(p, (size_t)sz, &g->pos);
+		if (rv != KV_OK)
+			KV_WARN(COMP, "replica positions file unreadable: every return is copied",
+			        "path=%s err=%s", g->pos_path, kv_errname(rv));
+		else
+			KV_INFO(COMP, "replica positions loaded", "positions=%zu", g->pos.n);
+	}
+	free(p);
+	close(fd);
+}
 
 int
 kv_rs_create(const kv_rs_env *env, kv_rs **out)
@@ -2860,7 +3560,25 @@ kv_rs_create(const kv_rs_env *env, kv_rs **out)
 	pthread_mutex_init(&g->in_mu, NULL);
 	pthread_cond_init(&g->in_cv, NULL);
 	pthread_mutex_init(&g->wmu, NULL);
+	pthread_mutex_init(&g->buf_mu, NULL);
+	pthread_cond_init(&g->pos_cv, NULL);
 	atomic_init(&g->nstreams, 0);
+	/* Records logged before this start are not in the buffer. */
+	kv_cu_buf_init(&g->buf, CU_MAX, kv_dur_last_lsn(env->dur));
+	if (env->dir != NULL) {
+		size_t n = strlen(env->dir) + sizeof(POS_FILE) + 2;
+		if ((g->pos_path = malloc(n)) == NULL || (g->pos_dir = strdup(env->dir)) == NULL) {
+			kv_rs_destroy(g);
+			return KV_ENOMEM;
+		}
+		snprintf(g->pos_path, n, "%s/%s", env->dir, POS_FILE);
+		pos_load(g);
+		if (pthread_create(&g->pos_thr, NULL, pos_main, g) != 0) {
+			kv_rs_destroy(g);
+			return KV_ENOMEM;
+		}
+		g->pos_started = true;
+	}
 	*out = g;
 	return KV_OK;
 }
@@ -2872,6 +3590,9 @@ kv_rs_stop(kv_rs *g)
 		return;
 	atomic_store(&g->stopping, true);
 	sweep(g, KV_ECLOSED);
+	pthread_mutex_lock(&g->in_mu);
+	pthread_cond_signal(&g->pos_cv);
+	pthread_mutex_unlock(&g->in_mu);
 	size_t n = atomic_load(&g->nstreams);
 	for (size_t i = 0; i < n; i++) {
 		stream *s = g->streams[i];
@@ -2887,6 +3608,18 @@ kv_rs_destroy(kv_rs *g)
 	if (g == NULL)
 		return;
 	kv_rs_stop(g);
+	if (g->pos_started) {
+		/* Joined before in_mu, which it waits on, is destroyed. A clean
+		 * stop leaves every position in the file at its lsn (the log is
+		 * still open here). */
+		pthread_join(g->pos_thr, NULL);
+		g->pos_started = false;
+		if (g->pos_dirty && kv_dur_sync(g->env.dur) == KV_OK) {
+			pthread_mutex_lock(&g->in_mu);
+			(void)pos_save_locked(g, false);
+			pthread_mutex_unlock(&g->in_mu);
+		}
+	}
 	size_t n = atomic_load(&g->nstreams);
 	for (size_t i = 0; i < n; i++) {
 		stream *s = g->streams[i];
@@ -2935,6 +3668,12 @@ kv_rs_destroy(kv_rs *g)
 	pthread_mutex_destroy(&g->in_mu);
 	pthread_cond_destroy(&g->in_cv);
 	pthread_mutex_destroy(&g->wmu);
+	pthread_mutex_destroy(&g->buf_mu);
+	pthread_cond_destroy(&g->pos_cv);
+	kv_cu_buf_fini(&g->buf);
+	kv_cu_pos_set_fini(&g->pos);
+	free(g->pos_path);
+	free(g->pos_dir);
 	free(g);
 }
 
@@ -2967,4 +3706,7 @@ kv_rs_stats_get(kv_rs *g, kv_rs_stats *st)
 	st->unclean_demotions = atomic_load(&g->st_unclean_demos);
 	st->ends_in_sync = atomic_load(&g->st_ends_in_sync);
 	st->unfence_asks = atomic_load(&g->st_unfence_asks);
+	st->catchups = atomic_load(&g->st_catchups);
+	st->catchup_refusals = atomic_load(&g->st_cu_refused);
+	st->copy_bytes = atomic_load(&g->st_copy_bytes);
 }

@@ -87,6 +87,10 @@ typedef struct {
 	void *arg;        /* passed to the callbacks */
 	uint32_t wait_ms; /* how long a reply waits for the backups; 0: 3000 */
 	uint64_t boot_id; /* random per start: names this start's streams */
+	/* The data dir: this node's positions as a replica are kept there
+	 * (doc/replication.md "Catch-up from the replica's own data"); NULL:
+	 * none kept, every return is copied. Borrowed. */
+	const char *dir;
 	/* --copy-rate: MB/s (10^6 bytes) of copy steps this node sends to
 	 * replicas outside the ISR, all copies together (doc/replication.md
 	 * "Catch-up"); 0: unlimited. */
@@ -154,6 +158,11 @@ bool kv_rs_active(kv_rs *g);
 typedef struct {
 	kv_rs *g;       /* NULL: nothing held */
 	kv_dur_tap tap; /* tap.fn NULL: the range has no in-sync backups */
+	/* A write over several replicated ranges none of which has a backup
+	 * in sync or being copied: the catch-up buffer keeps its record under
+	 * the span of those ranges (borrowed from the routing table, held). */
+	kv_bytes span_start, span_end; /* empty end: no bound */
+	uint64_t span_epoch;
 } kv_rs_op;
 
 /*
@@ -161,8 +170,9 @@ typedef struct {
  * table's read lock (held until kv_rs_write_end, across the apply and the
  * log append) and, when the keys' range has in-sync backups, fills op->tap
  * for the log append. Refuses with KV_EUNAVAIL when the ISR is smaller than
- * the minimum, with KV_EINVAL when the keys span replicated ranges of
- * different placement (one record goes to one set of backups), with
+ * the minimum, with KV_EINVAL when the keys span ranges one of which has
+ * backups in sync or being copied (one record goes to one set of
+ * backups), with
  * KV_EBUSY when the routing table still names another primary of a
  * replicated range (the server's owner table took the range over first;
  * the configuration is still being applied); *why says why. On error
@@ -214,6 +224,12 @@ typedef struct {
 	uint64_t unclean_demotions;
 	uint64_t ends_in_sync; /* old primaries that answered this node's end in sync */
 	uint64_t unfence_asks; /* IsrChange{unfence} requests sent (one per range) */
+	/* Replicas outside the ISR caught up from their own data, without a copy
+	 * (ranges), and catch-ups offered that the replica refused (a copy
+	 * followed). */
+	uint64_t catchups;
+	uint64_t catchup_refusals;
+	uint64_t copy_bytes; /* record payload bytes sent in copy and catch-up steps */
 } kv_rs_stats;
 void kv_rs_stats_get(kv_rs *g, kv_rs_stats *st);
 

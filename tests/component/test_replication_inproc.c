@@ -455,6 +455,48 @@ backup_refuses_a_lower_leader_epoch_a_gap_and_a_sender_that_is_not_the_primary(v
 	assert_true(backup_has(&srvs[1], "k2", got, sizeof(got)));
 }
 
+/* A multi-key write whose keys lie in two replicated ranges of the node,
+ * neither with a backup in sync or being copied, is applied, as before
+ * the catch-up from the replica's own data: the library splits multi-key
+ * writes per node, not per range, and the checker's filler sends such
+ * writes while the first copies run (refused INVALID_ARGUMENT, the run
+ * failed). Its record goes to the catch-up buffer under the span of both
+ * ranges, so that neither is caught up while it is buffered (unit
+ * test_catchup: a record wider than the range refuses the offer). */
+static void
+a_multi_key_write_across_two_replicated_ranges_without_backups_is_applied(void **state)
+{
+	const uint32_t rep[2] = {1, 2}, isr[1] = {1};
+	(void)state;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, srvs[1].url);
+	/* Two ranges, told apart by their leader epochs (else one range). */
+	uint64_t e0 = fake_ctl_publish_owners(ctl, NULL, 1, 1);
+	fake_cfg b = fake_cfg_new(ctl);
+	uint64_t e = b.c->epoch;
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_replicas(&b, rep, 2, isr, 1, e);
+	fake_cfg_range(&b, "m", 1);
+	fake_cfg_replicas(&b, rep, 2, isr, 1, e0);
+	/* Node 2 down: no copy to it runs (one would refuse the write, as
+	 * before: one record goes to one stream). */
+	b.c->nodes[1].state = KV_NODE_DOWN;
+	assert_int_equal(fake_cfg_publish(ctl, &b), e);
+	inproc_srv_up(&srvs[0]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__MPutOp mp = SHARDKV__MPUT_OP__INIT;
+	ProtobufCBinaryData ks[2] = {bd("a1"), bd("z1")}, vs[2] = {bd("x"), bd("y")};
+	mp.n_keys = mp.n_values = 2;
+	mp.keys = ks;
+	mp.values = vs;
+	op.op_case = SHARDKV__OP__OP_MPUT;
+	op.mput = &mp;
+	assert_int_equal(one_op(srvs[0].url, &op, 0).status, 0);
+	assert_string_equal(do_get(srvs[0].url, "a1").value, "x");
+	assert_string_equal(do_get(srvs[0].url, "z1").value, "y");
+}
+
 static void
 single_range_cluster_serves_as_before_with_no_stream(void **state)
 {
@@ -490,6 +532,9 @@ main(void)
 	        setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        write_waiting_when_the_isr_falls_below_min_insync_is_not_acknowledged, setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_multi_key_write_across_two_replicated_ranges_without_backups_is_applied, setup,
 	        teardown),
 	    cmocka_unit_test_setup_teardown(single_range_cluster_serves_as_before_with_no_stream,
 	                                    setup, teardown),

@@ -118,6 +118,11 @@ kv_add_test(test_transfer_inproc SOURCES component/test_transfer_inproc.c
 # (doc/replication.md "Failure cases").
 kv_add_test(test_readd_inproc SOURCES component/test_readd_inproc.c
   LIBS kv_inproc_cluster kv_testutil TIMEOUT 180 LABELS concurrency)
+# A backup back on its data dir catches up from its own data with the
+# records it lacks, no copy; one whose range changed primary meanwhile is
+# copied (doc/replication.md "Catch-up from the replica's own data").
+kv_add_test(test_owncatchup_inproc SOURCES component/test_owncatchup_inproc.c
+  LIBS kv_inproc_cluster kv_testutil TIMEOUT 120)
 # A restarted server never counts as in sync by accident (doc/replication.md
 # "Failover"): its renewal reaching the controller before its registration,
 # and a controller that restarted before it, still fail its range over and

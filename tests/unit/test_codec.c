@@ -1382,12 +1382,16 @@ replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused(void **st
 	                           .last = false,
 	                           .nrecs = 2,
 	                           .recs = payloads}};
-	kv_repl_msg en = {
-	    .from_node = 2,
-	    .stream_id = 7,
-	    .seq = 4,
-	    .end = {
-	        .set = true, .leader_epoch = 9, .start = B("b"), .old_primary = 1, .end_lsn = 41}};
+	kv_repl_msg en = {.from_node = 2,
+	                  .stream_id = 7,
+	                  .seq = 4,
+	                  .end = {.set = true,
+	                          .leader_epoch = 9,
+	                          .start = B("b"),
+	                          .old_primary = 1,
+	                          .end_lsn = 41,
+	                          .next_lsn = 50,
+	                          .end = B("m")}};
 	kv_repl_rec rec = {.leader_epoch = 9, .lsn = 5, .start = B("b"), .payload = B("x")};
 	kv_bytes empty_pay[1] = {B("")};
 	kv_repl_msg bad[4] = {cp, cp, en, en};
@@ -1408,6 +1412,10 @@ replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused(void **st
 	assert_bytes(d.repl.copy.end, B("m"));
 	assert_true(d.repl.copy.first);
 	assert_false(d.repl.copy.last);
+	assert_false(d.repl.copy.catchup);
+	assert_int_equal(d.repl.copy.from_lsn, 0);
+	assert_int_equal(d.repl.copy.next_lsn, 0);
+	assert_int_equal(d.repl.breaks, 0);
 	assert_int_equal(d.repl.copy.nrecs, 2);
 	assert_bytes(d.repl.copy.recs[0], payloads[0]);
 	assert_bytes(d.repl.copy.recs[1], payloads[1]);
@@ -1421,6 +1429,33 @@ replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused(void **st
 	assert_true(d.repl.copy.set && d.repl.copy.last);
 	assert_int_equal(d.repl.copy.nrecs, 0);
 	kv_data_req_fini(&d);
+	/* A copy's last step names its base; a catch-up step its position, and
+	 * the batch the stream's breaks. */
+	cp.copy.next_lsn = 77;
+	cp.breaks = 3;
+	assert_int_equal(kv_repl_encode(&cp, 7, 2, B(""), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
+	nng_msg_free(m);
+	assert_int_equal(d.repl.copy.next_lsn, 77);
+	assert_int_equal(d.repl.breaks, 3);
+	assert_false(d.repl.copy.catchup);
+	kv_data_req_fini(&d);
+	cp.copy.next_lsn = 0;
+	cp.copy.catchup = true;
+	cp.copy.from_lsn = 12;
+	cp.copy.nrecs = 2;
+	assert_int_equal(kv_repl_encode(&cp, 7, 2, B(""), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
+	nng_msg_free(m);
+	assert_true(d.repl.copy.catchup);
+	assert_int_equal(d.repl.copy.from_lsn, 12);
+	assert_int_equal(d.repl.copy.nrecs, 2);
+	assert_bytes(d.repl.copy.recs[1], payloads[1]);
+	kv_data_req_fini(&d);
+	cp.copy.catchup = false;
+	cp.copy.from_lsn = 0;
+	cp.copy.nrecs = 0;
+	cp.breaks = 0;
 	assert_int_equal(kv_repl_encode(&en, 7, 2, B(""), &m), KV_OK);
 	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
 	nng_msg_free(m);
@@ -1430,6 +1465,8 @@ replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused(void **st
 	assert_bytes(d.repl.end.start, B("b"));
 	assert_int_equal(d.repl.end.old_primary, 1);
 	assert_int_equal(d.repl.end.end_lsn, 41);
+	assert_int_equal(d.repl.end.next_lsn, 50);
+	assert_bytes(d.repl.end.end, B("m"));
 	kv_data_req_fini(&d);
 	/* A copy with records, an empty copy record, an end with a copy, an
 	 * end without its old primary. */
@@ -1460,7 +1497,9 @@ replicate_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 	                      .acked_lsn = 40,
 	                      .status = KV_ESTALE,
 	                      .error = "old",
-	                      .diverged = true}};
+	                      .diverged = true,
+	                      .caught_up = true,
+	                      .position = 33}};
 	kv_resp refused = {.request_id = 3, .status = KV_EAUTH};
 	kv_repl_ack a;
 	kv_resp d;
@@ -1473,9 +1512,13 @@ replicate_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 	assert_int_equal(a.acked_lsn, 40);
 	assert_int_equal(a.status, KV_ESTALE);
 	assert_true(a.diverged);
+	assert_true(a.caught_up);
+	assert_int_equal(a.position, 33);
 	assert_int_equal(kv_data_resp_decode(nng_msg_body(m), nng_msg_len(m), &d), KV_OK);
 	assert_true(d.has_rack);
 	assert_true(d.rack.diverged);
+	assert_true(d.rack.caught_up);
+	assert_int_equal(d.rack.position, 33);
 	assert_int_equal(d.rack.acked_lsn, 40);
 	assert_string_equal(d.rack.error, "old");
 	kv_data_resp_fini(&d);

@@ -1,0 +1,575 @@
+/*
+ * test_owncatchup_inproc.c - a replica that comes back catches up from its
+ * own data (doc/replication.md "Catch-up from the replica's own data"): a
+ * real controller with --replicas 3 (--min-insync 2) and three real shard
+ * servers in the test process, one range.
+ *
+ * - A backup stopped and started again on its data dir, with writes to
+ *   the range while it is away, is back in the ISR holding every
+ *   acknowledged write, and its primary sent it no copy: the primary's
+ *   shardkv_replica_copies_total is unchanged and
+ *   shardkv_replica_catchups_total is one more.
+ * - A backup whose range got another primary while it was away (a `move`
+ *   to the third server, a new leader epoch) holds no position from the
+ *   new primary, which copies it, and it holds every acknowledged write.
+ * - A backup whose positions file is gone refuses the catch-up its primary
+ *   offers and is copied (refusals and copies one more each), losing
+ *   nothing.
+ * - A backup of a range that moved to another primary while it stayed in
+ *   the ISR (it answered the new primary's end of the old leader epoch in
+ *   sync) holds a position from the new primary: stopped and started
+ *   again, it is caught up without a copy.
+ * - A primary handed a configuration that gives its range away while a
+ *   write waits for a silent backup, and that drops one of its own
+ *   positions as a replica (the positions file is rewritten and fsynced
+ *   while the configuration is applied), never lets that write count as
+ *   acknowledged before its demotion fence: the write fails, and a thread
+ *   watching the commit point (kv_rs_covered, kv_rs_fenced) all along
+ *   never sees it covered unfenced (fake controller, two servers).
+ * - A record queued for a replica that is down, under a range since split
+ *   (same primary and leader epoch) and whose piece holding the key is
+ *   then given to another primary, is dropped from the queue: the
+ *   replica, back, never applies it under the piece its old range's start
+ *   now names (fake controller, three servers).
+ *
+ * Every wait polls with a deadline; the servers' metrics listeners and
+ * every port are picked free at run time on 127.0.0.1.
+ */
+#include "common/err.h"
+#include "shardserver/server_int.h" /* the server's kv_rs, for the commit point */
+#include "tests/support/fake_ctl.h"
+#include "tests/support/http_client.h"
+#include "tests/support/inproc_cluster.h"
+#include "tests/support/inproc_srv.h"
+#include "tests/support/srv_client.h"
+#include "tests/support/testutil.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#define NSRV     3
+#define NKEYS    300
+#define DEADLINE 30000u /* ms: any wait */
+
+static inproc_cluster cl = {.o = {.name = "kvowncu", .nsrv = NSRV, .replicas = 3}};
+static char mport[NSRV][32];  /* each server's --metrics */
+static unsigned acked[NKEYS]; /* the value of key i last acknowledged (0: none) */
+static unsigned next_val = 1;
+static uint64_t reqid = 1;
+
+/* Sample `name` of server i's /metrics (0 when absent). */
+static uint64_t
+srv_metric(int i, const char *name)
+{
+	int port = atoi(strrchr(mport[i], ':') + 1);
+	kv_http_answer a = kv_http_get(port, "/metrics");
+	assert_int_equal(a.status, 200);
+	double v = kv_http_sample(a.body, name);
+	kv_http_answer_free(&a);
+	return isnan(v) ? 0 : (uint64_t)v;
+}
+
+/* The range's configuration when it is on all three, in sync, with no
+ * fence (the caller frees it), or NULL. */
+static kv_config *
+all_in_sync(void)
+{
+	kv_config *cfg = inproc_cluster_config(&cl);
+
+	if (cfg != NULL && cfg->nranges == 1 && kv_range_ninsync(&cfg->ranges[0]) == NSRV &&
+	    cfg->ranges[0].fence == 0)
+		return cfg;
+	kv_config_free(cfg);
+	return NULL;
+}
+
+/* Waits for all_in_sync; returns the range's primary. */
+static uint32_t
+wait_all_in_sync(const char *when)
+{
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		kv_config *cfg = all_in_sync();
+		if (cfg != NULL) {
+			uint32_t p = cfg->ranges[0].node;
+			kv_config_free(cfg);
+			return p;
+		}
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("%s: the range is not on three in-sync replicas after %u ms", when,
+			         DEADLINE);
+		kv_test_sleep_ms(20);
+	}
+}
+
+/* Server index of node n (servers start in order: node i+1 is srv[i]). */
+static int
+idx_of(uint32_t n)
+{
+	return (int)n - 1;
+}
+
+/* Writes keys [from, to) on node p's server until each is acknowledged
+ * (a write waiting for a backup that stopped fails until the ISR shrinks;
+ * it is written again with a new value). */
+static void
+write_keys(uint32_t p, int from, int to)
+{
+	char key[16], val[16];
+
+	for (int i = from; i < to; i++) {
+		uint64_t t0 = kv_test_now_ms();
+		snprintf(key, sizeof(key), "c:%04d", i);
+		for (;;) {
+			unsigned v = next_val++;
+			snprintf(val, sizeof(val), "%u", v);
+			res1 r = do_put(cl.srv[idx_of(p)].url, key, val, 0, 0);
+			if (r.status == KV_OK) {
+				acked[i] = v;
+				break;
+			}
+			/* Unknown outcome: the key is written again before it counts. */
+			acked[i] = 0;
+			if (kv_test_now_ms() - t0 > DEADLINE)
+				fail_msg("%s: not acknowledged within %u ms (status %d)", key,
+				         DEADLINE, r.status);
+			kv_test_sleep_ms(20);
+		}
+	}
+}
+
+/* Fails unless server i holds every acknowledged write. */
+static void
+holds_everything(int i)
+{
+	char key[16], val[16];
+	int n = 0;
+
+	for (int k = 0; k < NKEYS; k++) {
+		if (acked[k] == 0)
+			continue;
+		snprintf(key, sizeof(key), "c:%04d", k);
+		snprintf(val, sizeof(val), "%u", acked[k]);
+		if (!inproc_srv_holds(cl.srv[i].s, key, val))
+			fail_msg("node %d lacks %s=%s", i + 1, key, val);
+		n++;
+	}
+	assert_true(n > 0);
+}
+
+/* Starts the three servers with metrics listeners, one after the other (so
+ * each later one is copied once and holds a position), and waits for the
+ * range to be in sync on all three. Returns its primary. */
+static uint32_t
+three_in_sync(void)
+{
+	for (int i = 0; i < NSRV; i++) {
+		snprintf(mport[i], sizeof(mport[i]), "127.0.0.1:%d", kv_test_free_port());
+		cl.srv[i].cfg.metrics = mport[i];
+		inproc_cluster_srv_up(&cl, i);
+		inproc_cluster_wait_node_state(&cl, (uint32_t)i + 1, KV_NODE_ACTIVE);
+	}
+	return wait_all_in_sync("at the start");
+}
+
+/* Restarts node b on its data dir once its range has left its ISR. */
+static uint64_t
+restart(uint32_t b)
+{
+	uint64_t t0 = kv_test_now_ms();
+
+	inproc_cluster_srv_up(&cl, idx_of(b));
+	wait_all_in_sync("after the restart");
+	return kv_test_now_ms() - t0;
+}
+
+/* Moves the range to node q (retrying while the controller is busy). */
+static void
+move_to(uint32_t q)
+{
+	char why[300] = "";
+
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		kv_admin_req mv = {.op = KV_ADM_MOVE, .request_id = ++reqid, .node_id = q};
+		kv_config *cfg = inproc_cluster_config(&cl);
+		bool done = cfg != NULL && cfg->ranges[0].node == q;
+		kv_config_free(cfg);
+		if (done)
+			return;
+		(void)inproc_cluster_admin(&cl, &mv, NULL, NULL, why, sizeof(why));
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("the range never moved to node %u: %s", q, why);
+		kv_test_sleep_ms(50);
+	}
+}
+
+static void
+a_restarted_backup_catches_up_from_its_own_data_without_a_copy(void **state)
+{
+	(void)state;
+	uint32_t p = three_in_sync();
+	uint32_t b = p == 1 ? 2 : 1;
+	write_keys(p, 0, NKEYS / 2);
+	uint64_t copies = srv_metric(idx_of(p), "shardkv_replica_copies_total");
+	uint64_t cus = srv_metric(idx_of(p), "shardkv_replica_catchups_total");
+
+	inproc_srv_down(&cl.srv[idx_of(b)]);
+	/* Overwrites and new keys while it is away (acknowledged by the other
+	 * two once the silent one has left the ISR). */
+	write_keys(p, NKEYS / 4, NKEYS);
+	uint64_t ms = restart(b);
+	print_message("backup back in the ISR %llu ms after its restart\n", (unsigned long long)ms);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_copies_total"), copies);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_catchups_total"), cus + 1);
+	write_keys(p, 0, 10);
+	for (int i = 0; i < NSRV; i++)
+		holds_everything(i);
+}
+
+static void
+a_backup_whose_range_changed_primary_is_copied_and_loses_nothing(void **state)
+{
+	(void)state;
+	uint32_t p = three_in_sync();
+	uint32_t b = p == 1 ? 2 : 1, q = 6 - p - b;
+	write_keys(p, 0, NKEYS / 2);
+
+	inproc_srv_down(&cl.srv[idx_of(b)]);
+	write_keys(p, NKEYS / 4, NKEYS / 2);
+	/* The role moves to q (a new leader epoch) while b is away. */
+	move_to(q);
+	write_keys(q, NKEYS / 2, NKEYS);
+	uint64_t copies = srv_metric(idx_of(q), "shardkv_replica_copies_total");
+	uint64_t cus = srv_metric(idx_of(q), "shardkv_replica_catchups_total");
+	restart(b);
+	assert_int_equal(srv_metric(idx_of(q), "shardkv_replica_catchups_total"), cus);
+	assert_true(srv_metric(idx_of(q), "shardkv_replica_copies_total") > copies);
+	for (int i = 0; i < NSRV; i++)
+		holds_everything(i);
+}
+
+static void
+a_backup_kept_in_sync_across_a_move_catches_up_from_the_new_primary(void **state)
+{
+	(void)state;
+	uint32_t p = three_in_sync();
+	uint32_t b = p == 1 ? 2 : 1, q = 6 - p - b;
+	write_keys(p, 0, NKEYS / 2);
+	move_to(q);
+	wait_all_in_sync("after the move");
+	write_keys(q, NKEYS / 4, NKEYS / 2);
+	uint64_t copies = srv_metric(idx_of(q), "shardkv_replica_copies_total");
+	uint64_t cus = srv_metric(idx_of(q), "shardkv_replica_catchups_total");
+
+	inproc_srv_down(&cl.srv[idx_of(b)]);
+	write_keys(q, NKEYS / 2, NKEYS);
+	restart(b);
+	assert_int_equal(srv_metric(idx_of(q), "shardkv_replica_copies_total"), copies);
+	assert_int_equal(srv_metric(idx_of(q), "shardkv_replica_catchups_total"), cus + 1);
+	for (int i = 0; i < NSRV; i++)
+		holds_everything(i);
+}
+
+static void
+a_backup_that_lost_its_positions_refuses_the_catch_up_and_is_copied(void **state)
+{
+	char path[300];
+	(void)state;
+	uint32_t p = three_in_sync();
+	uint32_t b = p == 1 ? 2 : 1;
+	write_keys(p, 0, NKEYS / 2);
+	uint64_t copies = srv_metric(idx_of(p), "shardkv_replica_copies_total");
+	uint64_t cus = srv_metric(idx_of(p), "shardkv_replica_catchups_total");
+	uint64_t refused = srv_metric(idx_of(p), "shardkv_replica_catchup_refusals_total");
+
+	inproc_srv_down(&cl.srv[idx_of(b)]);
+	snprintf(path, sizeof(path), "%s/repl-positions", cl.srv[idx_of(b)].dir);
+	assert_int_equal(remove(path), 0);
+	write_keys(p, NKEYS / 4, NKEYS);
+	restart(b);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_catchups_total"), cus);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_catchup_refusals_total"),
+	                 refused + 1);
+	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_copies_total"), copies + 1);
+	for (int i = 0; i < NSRV; i++)
+		holds_everything(i);
+}
+
+/* The demotion fence: two servers under the fake controller. */
+static inproc_srv fv[2];
+static fake_ctl *fctl;
+static char ftmp[128];
+
+static int
+fv_setup(void **state)
+{
+	(void)state;
+	inproc_srv_setup(fv, 2, &fctl, ftmp, sizeof(ftmp), "kvfence", 16);
+	return 0;
+}
+
+static int
+fv_teardown(void **state)
+{
+	(void)state;
+	inproc_srv_cleanup(fv, 2, &fctl, ftmp);
+	return 0;
+}
+
+/* Publishes ["", "m") with replicas r1[0..n1), ISR i1[0..ni1), leader epoch
+ * le1 and ["m", ) likewise (0: the configuration's epoch; one replica: led
+ * by r2[0] alone, unreplicated); returns the epoch. */
+static uint64_t
+fv_publish(const uint32_t *r1, uint32_t n1, const uint32_t *i1, uint32_t ni1, uint64_t le1,
+           const uint32_t *r2, uint32_t n2, const uint32_t *i2, uint32_t ni2, uint64_t le2)
+{
+	fake_cfg b = fake_cfg_new(fctl);
+	fake_cfg_range(&b, "", r1[0]);
+	fake_cfg_replicas(&b, r1, n1, i1, ni1, le1);
+	fake_cfg_range(&b, "m", r2[0]);
+	if (n2 > 1)
+		fake_cfg_replicas(&b, r2, n2, i2, ni2, le2);
+	return fake_cfg_publish(fctl, &b);
+}
+
+/* Watches node 1's commit point while it is demoted: from the moment the
+ * write waits for its backup until told to stop, the commit point may
+ * cover everything (no stream counting, nothing outstanding) only once the
+ * demotion fence holds every reply begun before the write. */
+typedef struct {
+	kv_rs *rs;
+	uint64_t t0; /* before the write was sent (monotonic ns) */
+	atomic_bool stop;
+	atomic_bool waiting; /* the write is seen waiting for the backup */
+	atomic_uint seen;    /* covered and not fenced */
+} fence_watch;
+
+static void *
+fence_watch_main(void *arg)
+{
+	fence_watch *w = arg;
+
+	while (!atomic_load(&w->stop) && kv_rs_covered(w->rs, UINT64_MAX - 1))
+		kv_test_sleep_ms(1);
+	atomic_store(&w->waiting, true);
+	while (!atomic_load(&w->stop))
+		if (kv_rs_covered(w->rs, UINT64_MAX - 1) && !kv_rs_fenced(w->rs, w->t0))
+			atomic_fetch_add(&w->seen, 1);
+	return NULL;
+}
+
+typedef struct {
+	const char *url;
+	int status;
+} put_call;
+
+static void *
+put_main(void *arg)
+{
+	put_call *c = arg;
+	c->status = do_put(c->url, "f", "1", 0xfe, 1).status;
+	return NULL;
+}
+
+static void
+a_write_waiting_on_a_range_given_away_is_never_acknowledged_before_the_fence(void **state)
+{
+	const uint32_t r12[2] = {1, 2}, r21[2] = {2, 1}, i2[1] = {2};
+	unsigned adds;
+	uint64_t e, le2;
+	pthread_t pt, wt;
+	put_call pc = {.url = fv[0].url, .status = -1};
+	static fence_watch w;
+
+	(void)state;
+	memset(&w, 0, sizeof(w));
+	for (int i = 0; i < 2; i++)
+		fake_ctl_add_node(fctl, fv[i].url);
+	/* Node 1 leads ["", "m") with node 2 in sync; node 2 leads ["m", ) with
+	 * node 1 outside its ISR, so node 2 copies it to node 1, which then
+	 * holds a position from node 2. */
+	pthread_mutex_lock(&fctl->mu);
+	adds = fctl->isr_adds;
+	pthread_mutex_unlock(&fctl->mu);
+	e = fv_publish(r12, 2, r12, 2, 0, r21, 2, i2, 1, 0);
+	le2 = e;
+	for (int i = 0; i < 2; i++)
+		inproc_srv_up(&fv[i]);
+	for (int i = 0; i < 2; i++)
+		srv_wait_ready(fv[i].url, e, DEADLINE, NULL);
+	assert_int_equal(do_put(fv[0].url, "a", "1", 0, 0).status, 0);
+	assert_int_equal(do_put(fv[1].url, "x", "1", 0, 0).status, 0);
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		pthread_mutex_lock(&fctl->mu);
+		bool asked = fctl->isr_adds > adds && fctl->isr_added == 1;
+		pthread_mutex_unlock(&fctl->mu);
+		if (asked)
+			break; /* the copy is complete: node 1 holds its position */
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node 2 never asked for node 1 in the ISR of [m, )");
+		kv_test_sleep_ms(10);
+	}
+
+	/* Node 2 goes silent: a write to node 1 waits for it. */
+	inproc_srv_down(&fv[1]);
+	w.rs = fv[0].s->repl;
+	w.t0 = kv_now_ns();
+	assert_int_equal(pthread_create(&wt, NULL, put_main, &pc), 0);
+	assert_int_equal(pthread_create(&pt, NULL, fence_watch_main, &w), 0);
+	for (uint64_t t0 = kv_test_now_ms(); !atomic_load(&w.waiting);) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("the write never waited for the backup");
+		kv_test_sleep_ms(1);
+	}
+	/* ["", "m") goes to node 2 (node 1 is demoted) and ["m", ) is no longer
+	 * replicated: node 1's position there is dropped, the positions file
+	 * rewritten and fsynced while the configuration is applied. */
+	e = fv_publish(r21, 2, r21, 2, 0, i2, 1, i2, 1, le2);
+	srv_wait_ready(fv[0].url, e, DEADLINE, NULL);
+	assert_int_equal(pthread_join(wt, NULL), 0);
+	atomic_store(&w.stop, true);
+	assert_int_equal(pthread_join(pt, NULL), 0);
+	print_message("write status %d; covered unfenced %u times\n", pc.status,
+	              atomic_load(&w.seen));
+	assert_int_not_equal(pc.status, 0);
+	assert_int_equal(atomic_load(&w.seen), 0);
+}
+
+/* The cut of a split range: three servers under the fake controller. */
+static inproc_srv cv[3];
+static fake_ctl *cctl;
+static char ctmp[128];
+
+static int
+cv_setup(void **state)
+{
+	(void)state;
+	inproc_srv_setup(cv, 3, &cctl, ctmp, sizeof(ctmp), "kvcut", 16);
+	return 0;
+}
+
+static int
+cv_teardown(void **state)
+{
+	(void)state;
+	inproc_srv_cleanup(cv, 3, &cctl, ctmp);
+	return 0;
+}
+
+static uint64_t
+cv_queued(void)
+{
+	kv_rs_stats st;
+	kv_rs_stats_get(cv[0].s->repl, &st);
+	return st.queued;
+}
+
+static void
+a_record_of_a_split_range_whose_piece_moved_is_dropped_for_a_replica_that_was_down(void **state)
+{
+	const uint32_t r123[3] = {1, 2, 3}, r12[2] = {1, 2}, r21[2] = {2, 1}, i12[2] = {1, 2};
+	uint64_t e, le, adds;
+	fake_cfg b;
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		fake_ctl_add_node(cctl, cv[i].url);
+	/* Node 1 leads the key space with node 2 in sync and node 3, never
+	 * started, outside the ISR: its copy waits, the records queue. */
+	e = fake_ctl_publish_replicas(cctl, r123, 3, i12, 2, 0);
+	le = e;
+	inproc_srv_up(&cv[0]);
+	inproc_srv_up(&cv[1]);
+	srv_wait_ready(cv[0].url, e, DEADLINE, NULL);
+	srv_wait_ready(cv[1].url, e, DEADLINE, NULL);
+	for (uint64_t t0 = kv_test_now_ms(); cv_queued() == 0;) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node 1 never queued a copy for node 3");
+		kv_test_sleep_ms(10);
+	}
+	assert_int_equal(do_put(cv[0].url, "h", "old", 0, 0).status, 0);
+	assert_true(cv_queued() >= 2); /* the copy marker and the record */
+	/* A split: ["", "g") and ["g", ) both led by node 1 at the same leader
+	 * epoch, node 3 a replica of the first only. */
+	b = fake_cfg_new(cctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_replicas(&b, r123, 3, i12, 2, le);
+	fake_cfg_range(&b, "g", 1);
+	fake_cfg_replicas(&b, r12, 2, i12, 2, le);
+	e = fake_cfg_publish(cctl, &b);
+	srv_wait_ready(cv[0].url, e, DEADLINE, NULL);
+	/* ["g", ) goes to node 2: the record of "h" was queued under ["", ),
+	 * whose start now names ["", "g"). */
+	b = fake_cfg_new(cctl);
+	fake_cfg_range(&b, "", 1);
+	fake_cfg_replicas(&b, r123, 3, i12, 2, le);
+	fake_cfg_range(&b, "g", 2);
+	fake_cfg_replicas(&b, r21, 2, r21, 2, 0);
+	e = fake_cfg_publish(cctl, &b);
+	srv_wait_ready(cv[0].url, e, DEADLINE, NULL);
+	srv_wait_ready(cv[1].url, e, DEADLINE, NULL);
+	assert_int_equal(do_put(cv[1].url, "h", "new", 0, 0).status, 0);
+	/* Node 3 starts: node 1 copies ["", "g") to it and asks for it in the
+	 * ISR; it never held "h" (not a replica of ["g", )). */
+	pthread_mutex_lock(&cctl->mu);
+	adds = cctl->isr_adds;
+	pthread_mutex_unlock(&cctl->mu);
+	inproc_srv_up(&cv[2]);
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		pthread_mutex_lock(&cctl->mu);
+		bool asked = cctl->isr_adds > adds && cctl->isr_added == 3;
+		pthread_mutex_unlock(&cctl->mu);
+		if (asked)
+			break;
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node 1 never asked for node 3 in the ISR");
+		kv_test_sleep_ms(10);
+	}
+	if (inproc_srv_holds(cv[2].s, "h", NULL))
+		fail_msg("node 3 applied a record of [\"g\", ) from node 1 after the move");
+	assert_true(inproc_srv_holds(cv[1].s, "h", "new"));
+}
+
+static int
+setup(void **state)
+{
+	memset(acked, 0, sizeof(acked));
+	return inproc_cluster_setup(state);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_prestate_setup_teardown(
+	        a_restarted_backup_catches_up_from_its_own_data_without_a_copy, setup,
+	        inproc_cluster_teardown, &cl),
+	    cmocka_unit_test_prestate_setup_teardown(
+	        a_backup_whose_range_changed_primary_is_copied_and_loses_nothing, setup,
+	        inproc_cluster_teardown, &cl),
+	    cmocka_unit_test_prestate_setup_teardown(
+	        a_backup_kept_in_sync_across_a_move_catches_up_from_the_new_primary, setup,
+	        inproc_cluster_teardown, &cl),
+	    cmocka_unit_test_prestate_setup_teardown(
+	        a_backup_that_lost_its_positions_refuses_the_catch_up_and_is_copied, setup,
+	        inproc_cluster_teardown, &cl),
+	    cmocka_unit_test_setup_teardown(
+	        a_write_waiting_on_a_range_given_away_is_never_acknowledged_before_the_fence,
+	        fv_setup, fv_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_record_of_a_split_range_whose_piece_moved_is_dropped_for_a_replica_that_was_down,
+	        cv_setup, cv_teardown),
+	};
+	cmocka_set_message_output(CM_OUTPUT_STDOUT);
+	if (getenv("KV_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("KV_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
