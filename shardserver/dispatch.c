@@ -1062,6 +1062,37 @@ count_read(kv_server *s, const kv_op *op, const kv_data_result *res)
 		atomic_fetch_add_explicit(&s->read_misses, misses, memory_order_relaxed);
 }
 
+/*
+ * A read waits out the writes of its keys that were between their apply to
+ * the store and visible() as it read: a write holds its keys' stripes (a
+ * range write the barrier) from before its apply until after it raised
+ * visible_lsn (run_op), so taking and releasing each stripe the read's
+ * keys hash to (a range read: the barrier's write side) once, after the
+ * read, makes the request's later load of visible_lsn cover every write
+ * whose effect the read saw, and its reply waits for that write's log and
+ * commit point like the writer's own (doc/replication.md "Writes"). Without
+ * it a read could answer a value whose write a crash or a failover then
+ * took back. Only where replies wait for something: a synced log or
+ * in-sync backups.
+ */
+static void
+read_pass(kv_server *s, const kv_op *op, unsigned flags)
+{
+	kv_dur_held h;
+
+	if (kv_dur_mode(s->dur) == KV_FSYNC_NONE && !kv_rs_active(s->repl))
+		return;
+	if ((flags & OPF_RANGE) ||
+	    ((flags & OPF_MULTI) && kv_dur_lock_keys(s->dur, op->keys, op->nkeys, &h) != 0)) {
+		kv_dur_begin_exclusive(s->dur);
+		kv_dur_end(s->dur);
+		return;
+	}
+	if (!(flags & OPF_MULTI))
+		kv_dur_lock_key(s->dur, op->key.p, op->key.len, &h);
+	kv_dur_unlock(s->dur, &h);
+}
+
 /* Runs one op: validation, then the steps above (ownership, exactly-once,
  * fence, log), the handler from op_table, and the undo in reverse. */
 static void
@@ -1078,10 +1109,15 @@ run_op(kv_server *s, const kv_req *rq, const kv_op *op, const struct op_def *def
 	    step_log_begin(&x, def->flags, &held)) {
 		res->status = def->fn(&x);
 		if (x.durw) {
-			kv_dur_unlock(s->dur, &held);
-			kv_dur_end(s->dur);
+			/* Visible before the stripes go: a read that saw this
+			 * write's effect and then passes its key's stripe
+			 * (read_pass) loads a visible_lsn that covers it. */
 			if (x.lsn != 0)
 				visible(s, x.lsn);
+			kv_dur_unlock(s->dur, &held);
+			kv_dur_end(s->dur);
+		} else if (s->dur != NULL && (def->flags & OPF_READ)) {
+			read_pass(s, op, def->flags);
 		}
 		if (x.dedup_begun && rememberable(res->status)) {
 			kv_dedup_result r = {.status = res->status, .value_len = res->value_len};

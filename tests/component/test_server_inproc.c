@@ -3,19 +3,24 @@
  * their life cycle (kv_server_create/start/leave/stop/destroy, server.h)
  * against the fake controller (tests/support/fake_ctl.h): serving, two servers in
  * one process moving a range, a restart on the same data dir, the graceful
- * leave, and the failures of create and start.
+ * leave, and the failures of create and start; a get that waits out a
+ * write in progress on its key.
  *
  * Every server a test creates is destroyed by the teardown, whatever the
  * outcome; every wait polls with a deadline.
  */
 #include "common/err.h"
+#include "shardserver/durable/durable.h"
 #include "shardserver/server.h"
+#include "shardserver/server_int.h" /* the server's log, for its key stripes */
 #include "tests/support/fake_ctl.h"
 #include "tests/support/inproc_srv.h"
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +238,71 @@ server_created_but_never_started_stops_and_is_destroyed(void **state)
 	srvs[0].s = NULL;
 }
 
+/* A get from its own thread. */
+struct get_call {
+	const char *url, *key;
+	res1 r;
+	atomic_bool done;
+};
+
+static void *
+get_main(void *arg)
+{
+	struct get_call *g = arg;
+
+	g->r = do_get(g->url, g->key);
+	atomic_store(&g->done, true);
+	return NULL;
+}
+
+/* A write holds its key's stripe from before its apply to the store until
+ * after it raised the server's visible LSN; a get of the key that read
+ * while a write was in between answers only once the stripe is free, so
+ * that its reply waits for that write's log and commit (doc/replication.md
+ * "Writes"). Here the test holds the stripe as such a write would. */
+static void
+a_get_answers_only_once_a_write_holding_its_key_is_through(void **state)
+{
+	struct get_call g = {.url = srvs[0].url, .key = "k"};
+	pthread_t th;
+	kv_dur_held h;
+
+	(void)state;
+	fake_ctl_add_node(ctl, srvs[0].url);
+	uint64_t e = fake_ctl_publish_owners(ctl, NULL, 1, 1);
+	inproc_srv_up(&srvs[0]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	assert_int_equal(do_put(srvs[0].url, "k", "v1", 0, 0).status, 0);
+
+	kv_dur_lock_key(srvs[0].s->dur, "k", 1, &h);
+	atomic_store(&g.done, false);
+	assert_int_equal(pthread_create(&th, NULL, get_main, &g), 0);
+	/* Not answered while the stripe is held (a get that did not wait
+	 * would answer within a millisecond or so). */
+	for (uint64_t t0 = kv_test_now_ms(); kv_test_now_ms() - t0 < 300;) {
+		if (atomic_load(&g.done)) {
+			kv_dur_unlock(srvs[0].s->dur, &h);
+			pthread_join(th, NULL);
+			fail_msg("the get answered while a write held its key's stripe");
+		}
+		kv_test_sleep_ms(5);
+	}
+	kv_dur_unlock(srvs[0].s->dur, &h);
+	for (uint64_t t0 = kv_test_now_ms(); !atomic_load(&g.done);) {
+		if (kv_test_now_ms() - t0 > 15000)
+			fail_msg("the get never answered after the stripe was released");
+		kv_test_sleep_ms(5);
+	}
+	pthread_join(th, NULL);
+	assert_int_equal(g.r.status, 0);
+	assert_string_equal(g.r.value, "v1");
+	/* Another key's get does not wait for it. */
+	kv_dur_lock_key(srvs[0].s->dur, "k", 1, &h);
+	res1 r = do_get(srvs[0].url, "absent-key-of-another-stripe");
+	kv_dur_unlock(srvs[0].s->dur, &h);
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_NOT_FOUND);
+}
+
 int
 main(void)
 {
@@ -251,6 +321,8 @@ main(void)
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        start_on_a_busy_listen_address_fails_and_destroy_cleans_up, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_get_answers_only_once_a_write_holding_its_key_is_through, setup, teardown),
 	    cmocka_unit_test_setup_teardown(create_refuses_a_data_dir_that_is_a_file, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(server_created_but_never_started_stops_and_is_destroyed,
