@@ -729,7 +729,7 @@ watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **c
 	if ((rv = nng_req0_open(&s)) != 0)
 		return kv_err_from_nng(rv);
 	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
-		kv_rpc_socket_close(s);
+		kv_rpc_socket_close(s, "watch");
 		return kv_err_from_nng(rv);
 	}
 	pthread_mutex_lock(&c->cfg_mu);
@@ -781,7 +781,7 @@ out:
 	c->watch_aio = NULL;
 	pthread_mutex_unlock(&c->cfg_mu);
 	nng_aio_free(aio);
-	kv_rpc_socket_close(s);
+	kv_rpc_socket_close(s, "watch");
 	return rv;
 }
 

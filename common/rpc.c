@@ -711,7 +711,7 @@ rpc_socket_free_cb(void *arg)
 }
 
 void
-kv_rpc_socket_close(nng_socket s)
+kv_rpc_socket_close(nng_socket s, const char *what)
 {
 	nng_socket *p = malloc(sizeof(*p));
 
@@ -720,7 +720,7 @@ kv_rpc_socket_close(nng_socket s)
 		return;
 	}
 	*p = s;
-	rpc_close_bounded(rpc_socket_free_cb, p, "watch", false);
+	rpc_close_bounded(rpc_socket_free_cb, p, what, false);
 }
 
 void

@@ -83,8 +83,9 @@ void kv_rpc_client_destroy(kv_rpc_client *c);
 /* Closes a socket opened outside this module (the client library's watch
  * socket) the way kv_rpc_client_destroy closes its own: on a thread of its
  * own, waited for a bounded time, so that nng's stuck reaper (see rpc.c)
- * never blocks the caller. Nothing may be in progress on s. */
-void kv_rpc_socket_close(nng_socket s);
+ * never blocks the caller; what names the socket in the warning of a close
+ * left to finish in the background. Nothing may be in progress on s. */
+void kv_rpc_socket_close(nng_socket s, const char *what);
 
 /* What kv_rpc_call does after a send that found no connection, for callers
  * of kv_rpc_async: when there is still none and the dialer has tried for a

@@ -53,10 +53,10 @@
 #define CTL_REPAIR_EVERY_NS  250000000u  /* the liveness thread's look for repairs */
 #define CTL_BALANCE_EVERY_NS 2000000000u /* the balancer's rounds (doc/scheduler.md) */
 #define CTL_SCHED_RECENT     16u         /* decisions kept for the log and metrics */
-#define CTL_HANDOVER_HOLD_NS                                                                       \
-	100000000u        /* longest a new primary's watch waits for the                           \
-	                     old primary to apply the transfer */
-#define CTL_HANDOVERS 32u /* recent primary transfers remembered */
+/* The longest a new primary's watch waits for the old primary to apply
+ * the transfer, and the (old primary, replica) pairs remembered (held.c). */
+#define CTL_HANDOVER_HOLD_NS 100000000u
+#define CTL_HANDOVERS        32u
 
 /* Live statistics of one node, from its latest heartbeat. */
 struct ctl_stat {

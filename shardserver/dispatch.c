@@ -1116,7 +1116,10 @@ run_op(kv_server *s, const kv_req *rq, const kv_op *op, const struct op_def *def
 				visible(s, x.lsn);
 			kv_dur_unlock(s->dur, &held);
 			kv_dur_end(s->dur);
-		} else if (s->dur != NULL && (def->flags & OPF_READ)) {
+		} else if (s->dur != NULL && (def->flags & OPF_READ) &&
+		           (res->status == KV_OK || res->status == KV_ENOTFOUND)) {
+			/* Only a read that read the store: a refused one
+			 * revealed nothing. */
 			read_pass(s, op, def->flags);
 		}
 		if (x.dedup_begun && rememberable(res->status)) {
