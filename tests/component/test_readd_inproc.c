@@ -30,7 +30,7 @@
 
 #define PATIENCE INPROC_CLUSTER_PATIENCE_MS
 #define READD_MS 8000u /* a restarted backup is back in the ISR within this */
-#define ROUNDS   10
+#define ROUNDS   6
 #define NW       2000 /* keys the writer may touch */
 
 static inproc_cluster rb = {.o = {.name = "kvreadd", .replicas = 2, .min_insync = 2}};
