@@ -3090,6 +3090,11 @@ leds_note_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
 			    t->leader_epoch <= q->leader_epoch || !outside_isr(t, me) ||
 			    !overlap(&q->start, &q->end, &t->start, &t->end))
 				continue;
+			/* A record the queue to the new primary could not take (out of
+			 * memory) may be missing there below its end: a copy. */
+			stream *qs = stream_find(g, t->primary);
+			if (qs != NULL && atomic_load(&qs->hole) != 0)
+				continue;
 			if (g->nleds >= MAX_LEDS || (d = calloc(1, sizeof(*d))) == NULL)
 				continue; /* a copy instead */
 			intersect(&q->start, &q->end, &t->start, &t->end, &st, &en);
@@ -3120,17 +3125,18 @@ leds_note_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
  * c->old_at: it is c->old_primary in start c->old_boot, an old lead from
  * the sender at c's leader epoch, of old leader epoch c->old_epoch, covers
  * the range, and it logged nothing of it past the sender's end
- * (c->old_end). Caller holds in_mu.
+ * (c->old_end). Returns NULL when it does, else why not. Caller holds in_mu.
  */
-static bool
+static const char *
 led_holds_locked(kv_rs *g, uint32_t me, uint32_t from, const kv_repl_copy *c)
 {
 	kv_buf s = {.data = (uint8_t *)c->start.p, .len = c->start.len};
 	kv_buf e = {.data = (uint8_t *)c->end.p, .len = c->end.len};
 
-	if (c->old_primary != me || c->old_end == 0 || c->old_at < c->from_lsn ||
-	    c->old_boot != (g->env.boot_id & 0xffffffffu))
-		return false;
+	if (c->old_primary != me || c->old_end == 0 || c->old_at < c->from_lsn)
+		return "no usable end";
+	if (c->old_boot != (g->env.boot_id & 0xffffffffu))
+		return "the end is of an earlier start of this node";
 	for (const led *d = g->leds; d; d = d->next) {
 		if (d->primary != from || d->leader_epoch != c->leader_epoch ||
 		    d->old_epoch != c->old_epoch || !inside_of(&s, &e, &d->start, &d->end))
@@ -3138,10 +3144,10 @@ led_holds_locked(kv_rs *g, uint32_t me, uint32_t from, const kv_repl_copy *c)
 		/* No record past the end: else an unacknowledged tail the new
 		 * primary never had is here, and only a copy takes it back. */
 		if (d->last > c->old_end)
-			return false;
-		return true;
+			return "this node logged records of the range past the end";
+		return NULL;
 	}
-	return false;
+	return "no old lead from the sender covers the range at that leader epoch";
 }
 
 /* Cuts this node's positions to the ranges it backs up in the routing
@@ -3567,23 +3573,21 @@ apply_catchup(kv_rs *g, uint32_t me, const kv_repl_msg *m, insrc *in, bool *div,
 			/* Case (b): this node led the range before the sender. When
 			 * it holds the sender's state at old_at, that is a position,
 			 * saved once the log has synced what it holds now. */
-			bool holds = led_holds_locked(g, me, m->from_node, c);
-			if (holds && kv_cu_pos_put(&g->pos, m->from_node, boot, c->leader_epoch,
-			                           &c->start, &c->end, c->old_at,
-			                           kv_dur_last_lsn(g->env.dur), false) == KV_OK) {
+			const char *no = led_holds_locked(g, me, m->from_node, c);
+			if (no == NULL &&
+			    kv_cu_pos_put(&g->pos, m->from_node, boot, c->leader_epoch, &c->start,
+			                  &c->end, c->old_at, kv_dur_last_lsn(g->env.dur),
+			                  false) == KV_OK) {
 				g->pos_dirty = true;
 				i = kv_cu_pos_find(&g->pos, m->from_node, boot, c->leader_epoch,
 				                   &c->start, &c->end, c->from_lsn);
 			}
-			KV_INFO(
-			    COMP,
-			    holds ? "old primary: it applied nothing past the new primary's end of "
-			            "its leader epoch"
-			          : "old primary: no old lead of the range, or records past the "
-			            "new primary's end of its leader epoch (a copy)",
-			    "from=%u old_epoch=%llu old_end=%llu old_at=%llu accepted=%d",
-			    m->from_node, (unsigned long long)c->old_epoch,
-			    (unsigned long long)c->old_end, (unsigned long long)c->old_at, i >= 0);
+			KV_INFO(COMP, "old primary: the new primary's end of its leader epoch",
+			        "from=%u old_epoch=%llu old_end=%llu old_at=%llu accepted=%d "
+			        "why=\"%s\"",
+			        m->from_node, (unsigned long long)c->old_epoch,
+			        (unsigned long long)c->old_end, (unsigned long long)c->old_at,
+			        i >= 0, no ? no : "it logged nothing of the range past the end");
 		}
 		/* Accepted or not, the data of the range changes next. */
 		led_forget_locked(g, &c->start, &c->end);
