@@ -3621,12 +3621,19 @@ apply_catchup(kv_rs *g, uint32_t me, const kv_repl_msg *m, insrc *in, bool *div,
 		in->cu_on = false;
 		i = kv_cu_pos_find(&g->pos, m->from_node, boot, c->leader_epoch, &c->start, &c->end,
 		                   c->from_lsn);
+		uint64_t local = in->last_local;
 		if (i >= 0 && g->pos.v[i].lsn > lsn)
 			lsn = g->pos.v[i].lsn;
+		/* Not saved before the log has synced what the position it
+		 * replaces needed (case (b): this node's own records of the range,
+		 * logged before the first step, perhaps above every local lsn of
+		 * the catch-up's records). */
+		if (i >= 0 && g->pos.v[i].local > local)
+			local = g->pos.v[i].local;
 		/* The data is the primary's either way; without a position the
 		 * next return is a copy. */
 		if (kv_cu_pos_put(&g->pos, m->from_node, boot, c->leader_epoch, &c->start, &c->end,
-		                  lsn, in->last_local, m->breaks == in->cp_breaks) == KV_OK)
+		                  lsn, local, m->breaks == in->cp_breaks) == KV_OK)
 			g->pos_dirty = true;
 		*caught = true;
 		KV_INFO(COMP, "caught up from this node's own data, without a copy",
