@@ -49,8 +49,13 @@ typedef struct {
 	bool catchup;          /* a catch-up from the replica's own data: records after from_lsn */
 	uint64_t from_lsn;     /* ... the replica's position must be at or above it */
 	uint64_t next_lsn;     /* last step: the first lsn after it (its base + 1); 0: unknown */
-	size_t nrecs;          /* log record payloads */
-	kv_bytes *recs;        /* ... each 1 byte .. KV_REPL_MAX_PAYLOAD */
+	/* First catch-up step to the previous primary (ReplCopy.old_*): it led
+	 * the range at old_epoch in start old_boot; the new primary applied
+	 * its records up to old_end, at its own lsn old_at. 0: none. */
+	uint32_t old_primary;
+	uint64_t old_epoch, old_boot, old_end, old_at;
+	size_t nrecs;   /* log record payloads */
+	kv_bytes *recs; /* ... each 1 byte .. KV_REPL_MAX_PAYLOAD */
 } kv_repl_copy;
 
 /* A new primary's end of the previous leader epoch (ReplEnd); set: present. */

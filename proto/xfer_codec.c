@@ -470,7 +470,12 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 		                         .last = c->last,
 		                         .catchup = c->catchup,
 		                         .from_lsn = c->from_lsn,
-		                         .next_lsn = c->next_lsn};
+		                         .next_lsn = c->next_lsn,
+		                         .old_primary = c->old_primary,
+		                         .old_epoch = c->old_epoch,
+		                         .old_boot = c->old_boot,
+		                         .old_end = c->old_end,
+		                         .old_at = c->old_at};
 		if (c->n_records == 0)
 			return KV_OK;
 		if ((r->copy.recs = calloc(c->n_records, sizeof(*r->copy.recs))) == NULL)
@@ -545,6 +550,11 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 		cp.catchup = r->copy.catchup;
 		cp.from_lsn = r->copy.from_lsn;
 		cp.next_lsn = r->copy.next_lsn;
+		cp.old_primary = r->copy.old_primary;
+		cp.old_epoch = r->copy.old_epoch;
+		cp.old_boot = r->copy.old_boot;
+		cp.old_end = r->copy.old_end;
+		cp.old_at = r->copy.old_at;
 		cp.n_records = r->copy.nrecs;
 		cp.records = cr;
 		rp.copy = &cp;

@@ -151,8 +151,13 @@ typedef struct entry {
 	uint64_t cu_gen;
 	bool cu_known;
 	uint64_t cu_after;
-	uint64_t base;  /* ENT_COPY, ENT_END: the log's last lsn when it was queued */
-	uint64_t brk;   /* ENT_END: the stream's breaks when it was queued */
+	uint64_t base; /* ENT_COPY, ENT_END: the log's last lsn when it was queued */
+	uint64_t brk;  /* ENT_END: the stream's breaks when it was queued */
+	/* ENT_COPY with cu, to the range's previous primary (old_primary, 0:
+	 * none): this node's end of its leader epoch old_epoch, for its start
+	 * old_boot, applied up to end_lsn at this node's lsn old_at
+	 * (doc/replication.md "Case (b): the old primary"). */
+	uint64_t old_epoch, old_boot, old_at;
 	size_t slen;    /* bytes of the range start at data */
 	size_t plen;    /* payload bytes after it (ENT_COPY, ENT_END: the range end) */
 	size_t elen;    /* ENT_REC: bytes of its range's end after the payload */
@@ -298,6 +303,11 @@ typedef struct {
 	 * this routing table or an earlier one (written by the tap under the
 	 * log's mutex; carried over to the next table under tab_lock write). */
 	atomic_uint_fast64_t last_lsn;
+	/* The lsn of the last record of the range this node logged as its
+	 * primary, under this table or an earlier one (also a multi-key write
+	 * over several ranges, tap_span_fn; carried over like last_lsn): an old
+	 * lead's `last` (doc/replication.md "Case (b): the old primary"). */
+	atomic_uint_fast64_t own_lsn;
 	/* Its primary role is being handed to an in-sync backup (a transfer in
 	 * the configuration being applied): writes are refused until the
 	 * backup has acknowledged the range's records (drain). Set under
@@ -322,6 +332,43 @@ typedef struct demo {
 	uint64_t mark;         /* that stream's watermark then; 0: nothing acknowledged */
 } demo;
 
+/* This node's end of the previous leader epoch of a range it leads after a
+ * failover (doc/replication.md "Case (b): the old primary"): its state of
+ * the range at its lsn `at` is the effect of every record of old_primary
+ * (start old_boot) of the range up to end_lsn. Listed in kv_rs.qends
+ * (tab_lock write to change), while this node leads part of it at
+ * leader_epoch. */
+typedef struct qend {
+	struct qend *next;
+	kv_buf start, end;     /* the range when the end was taken */
+	uint64_t leader_epoch; /* its leader epoch here */
+	uint32_t old_primary;  /* the previous primary */
+	uint64_t old_epoch;    /* ... its leader epoch */
+	uint64_t old_boot;     /* ... its start whose records were applied up to end_lsn */
+	uint64_t end_lsn;      /* the highest lsn of old_primary applied here then */
+	uint64_t at;           /* this node's last lsn then */
+} qend;
+
+/* A range this node led and lost to a failover (another primary at a
+ * higher leader epoch, this node a replica outside the ISR), in this start
+ * (doc/replication.md "Case (b): the old primary"): its data of the range
+ * is its state when it lost it, every record of the range it logged as
+ * primary at old_epoch having lsn <= last. Listed in kv_rs.leds (in_mu)
+ * while every range of the configuration overlapping it has that primary
+ * and leader epoch with this node a replica, and no copy or catch-up of it
+ * began. */
+typedef struct led {
+	struct led *next;
+	kv_buf start, end;     /* the part of the range */
+	uint32_t primary;      /* its new primary */
+	uint64_t leader_epoch; /* its new leader epoch */
+	uint64_t old_epoch;    /* the leader epoch it had here */
+	uint64_t last;         /* the last lsn of a record of it logged here */
+} led;
+
+#define MAX_QENDS 1024u /* ends kept (the oldest go first: a copy instead) */
+#define MAX_LEDS  1024u /* old leads kept (past it: a copy instead) */
+
 /* A primary this node backs up. */
 typedef struct {
 	uint32_t from;       /* its node id; 0: free slot */
@@ -330,6 +377,7 @@ typedef struct {
 	uint64_t last_lsn;   /* the primary's lsn of the last record applied */
 	uint64_t last_local; /* the local lsn that logged it */
 	uint64_t max_lsn;    /* the highest lsn of the primary applied since this start */
+	uint64_t max_boot;   /* ... the start (stream id's upper half) of the record that set it */
 	uint64_t breaks;     /* Replicate.breaks of the last batch applied */
 	bool breaks_known;   /* ... one was applied in this start */
 	uint64_t cp_breaks;  /* ... at the first step of the copy or catch-up in progress */
@@ -349,10 +397,12 @@ struct kv_rs {
 	kv_rs_env env;        /* immutable */
 	atomic_bool stopping; /* kv_rs_stop ran */
 
-	pthread_rwlock_t tab_lock; /* protects routes, nroutes, jobs (write: to change them) */
+	pthread_rwlock_t tab_lock; /* protects routes, nroutes, jobs, qends (write: to change) */
 	route *routes;             /* sorted by start */
 	size_t nroutes;
-	job *jobs; /* copies to replicas outside the ISR */
+	job *jobs;   /* copies to replicas outside the ISR */
+	qend *qends; /* this node's ends of previous leader epochs, newest first */
+	size_t nqends;
 
 	pthread_mutex_t smu;          /* protects stream creation (streams, nstreams writes) */
 	stream *streams[MAX_STREAMS]; /* published before nstreams grows */
@@ -363,11 +413,13 @@ struct kv_rs {
 	 * demotion; 0: none. Written by the configuration thread only. */
 	atomic_uint_fast64_t fence_ns;
 
-	pthread_mutex_t in_mu; /* protects src, demos and the backup-side counters */
+	pthread_mutex_t in_mu; /* protects src, demos, leds and the backup-side counters */
 	pthread_cond_t in_cv;  /* a batch was applied */
 	insrc src[MAX_SOURCES];
 	demo *demos; /* ranges this node lost to a primary transfer, still current */
 	size_t ndemos;
+	led *leds; /* ranges this node lost to a failover, data untouched since */
+	size_t nleds;
 
 	pthread_mutex_t wmu; /* protects waiters */
 	waiter *waiters;
@@ -628,6 +680,7 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	route *r = arg;
 
 	atomic_store_explicit(&r->last_lsn, lsn, memory_order_relaxed);
+	atomic_store_explicit(&r->own_lsn, lsn, memory_order_relaxed);
 	if (r->nreplicas > 1) {
 		kv_bytes st = {r->start.data, r->start.len}, en = {r->end.data, r->end.len};
 		pthread_mutex_lock(r->buf_mu);
@@ -688,6 +741,15 @@ tap_span_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	pthread_mutex_lock(&g->buf_mu);
 	kv_cu_buf_add(&g->buf, lsn, op->span_epoch, &op->span_start, &op->span_end, p, n);
 	pthread_mutex_unlock(&g->buf_mu);
+	/* The op holds tab_lock (read): the routes stay. */
+	for (size_t i = 0; i < g->nroutes; i++) {
+		route *r = &g->routes[i];
+		if ((op->span_end.len == 0 || kv_key_cmp(r->start.data, r->start.len,
+		                                         op->span_end.p, op->span_end.len) < 0) &&
+		    (r->end.len == 0 ||
+		     kv_key_cmp(op->span_start.p, op->span_start.len, r->end.data, r->end.len) < 0))
+			atomic_store_explicit(&r->own_lsn, lsn, memory_order_relaxed);
+	}
 }
 
 /* The lsn of the first unacknowledged record, or UINT64_MAX. Caller holds
@@ -1205,14 +1267,22 @@ send_catchup_locked(stream *s, entry *m, uint64_t breaks)
 			                          .catchup = true,
 			                          .from_lsn = from,
 			                          .next_lsn = last ? base + 1 : 0,
+			                          .old_primary = first ? m->old_primary : 0,
+			                          .old_epoch = first ? m->old_epoch : 0,
+			                          .old_boot = first ? m->old_boot : 0,
+			                          .old_end = first ? m->end_lsn : 0,
+			                          .old_at = first ? m->old_at : 0,
 			                          .nrecs = n,
 			                          .recs = rb},
 			                 .breaks = breaks};
 			if (first && s->copy_logged != m->mid)
 				KV_INFO(COMP, "catching a replica up from its own data",
-				        "node=%u leader_epoch=%llu from_lsn=%llu base=%llu",
+				        "node=%u leader_epoch=%llu from_lsn=%llu base=%llu "
+				        "old_primary=%u old_end=%llu old_at=%llu",
 				        s->node, (unsigned long long)m->leader_epoch,
-				        (unsigned long long)from, (unsigned long long)base);
+				        (unsigned long long)from, (unsigned long long)base,
+				        m->old_primary, (unsigned long long)m->end_lsn,
+				        (unsigned long long)m->old_at);
 			s->copy_logged = m->mid;
 			s->cu_off = off + n;
 			if (last)
@@ -1530,6 +1600,8 @@ job_free(job *j)
 	free(j);
 }
 
+static const qend *qend_find(const kv_rs *g, const route *r, uint32_t to);
+
 /*
  * Starts the copies s's replica needs (doc/replication.md "Catch-up"): for
  * every range this node leads with that replica outside its ISR and not
@@ -1582,10 +1654,27 @@ install(stream *s)
 		 * range at this leader epoch (doc/replication.md "Catch-up from
 		 * the replica's own data"); else the copy. */
 		kv_bytes rs = {r->start.data, r->start.len}, re = {r->end.data, r->end.len};
+		/* The range's previous primary may hold this node's state at its
+		 * end of that leader epoch, without a position (case (b)). */
+		const qend *qe = qend_find(g, r, s->node);
 		pthread_mutex_lock(&g->buf_mu);
-		m->cu = s->seeded && kv_cu_buf_select(&g->buf, &rs, &re, r->leader_epoch, &j->cu,
-		                                      &j->ncu, &j->cu_from) == KV_OK;
+		m->cu = (s->seeded || qe != NULL) &&
+		        kv_cu_buf_select(&g->buf, &rs, &re, r->leader_epoch, &j->cu, &j->ncu,
+		                         &j->cu_from) == KV_OK;
 		pthread_mutex_unlock(&g->buf_mu);
+		if (m->cu && qe != NULL && qe->at >= j->cu_from) {
+			m->old_primary = qe->old_primary;
+			m->old_epoch = qe->old_epoch;
+			m->old_boot = qe->old_boot;
+			m->end_lsn = qe->end_lsn;
+			m->old_at = qe->at;
+		} else if (m->cu && !s->seeded) {
+			/* The buffer no longer reaches back to the end: a copy. */
+			kv_cu_release(j->cu, j->ncu);
+			j->cu = NULL;
+			j->ncu = 0;
+			m->cu = false;
+		}
 		j->next = g->jobs;
 		g->jobs = j;
 		r->catch[r->ncatch++] = s;
@@ -2209,6 +2298,134 @@ same_range(const kv_buf *as, const kv_buf *ae, const kv_buf *bs, const kv_buf *b
 	       kv_key_cmp(ae->data, ae->len, be->data, be->len) == 0;
 }
 
+/* Whether [is, ie) lies inside [os, oe) (empty end: none). */
+static bool
+inside_of(const kv_buf *is, const kv_buf *ie, const kv_buf *os, const kv_buf *oe)
+{
+	if (kv_key_cmp(is->data, is->len, os->data, os->len) < 0)
+		return false;
+	if (oe->len == 0)
+		return true;
+	return ie->len != 0 && kv_key_cmp(ie->data, ie->len, oe->data, oe->len) <= 0;
+}
+
+static void
+qend_free(qend *e)
+{
+	kv_buf_fini(&e->start);
+	kv_buf_fini(&e->end);
+	free(e);
+}
+
+/*
+ * This node now leads t after a failover (doc/replication.md "Case (b):
+ * the old primary"): keeps its end of the previous leader epoch of t when
+ * every old route overlapping t was led by one other node at one leader
+ * epoch below t's, with this node in its ISR, and this node applied a
+ * record of it (the end is known). Caller holds in_mu (no record of the
+ * old primary is being applied) and tab_lock for writing (no write of t is
+ * in its tap).
+ */
+static void
+qend_note_locked(kv_rs *g, const route *old, size_t oldn, const route *t, uint32_t me)
+{
+	uint32_t prev = 0;
+	uint64_t pe = 0;
+	insrc *in = NULL;
+	qend *e;
+
+	for (size_t o = 0; o < oldn; o++) {
+		const route *q = &old[o];
+		bool was_in = false;
+		if (!overlap(&q->start, &q->end, &t->start, &t->end))
+			continue;
+		for (uint32_t k = 0; k < q->ninsync; k++)
+			was_in |= q->insync[k] == me;
+		if (q->primary == me || q->primary == 0 || q->nreplicas < 2 || !was_in ||
+		    q->leader_epoch >= t->leader_epoch || (prev != 0 && q->primary != prev) ||
+		    (prev != 0 && q->leader_epoch != pe))
+			return;
+		prev = q->primary;
+		pe = q->leader_epoch;
+	}
+	for (size_t i = 0; prev != 0 && i < MAX_SOURCES; i++)
+		if (g->src[i].from == prev)
+			in = &g->src[i];
+	if (in == NULL || in->max_lsn == 0)
+		return;
+	/* An older end overlapping t is no longer this node's. */
+	for (qend **pp = &g->qends; *pp;) {
+		qend *x = *pp;
+		if (overlap(&x->start, &x->end, &t->start, &t->end)) {
+			*pp = x->next;
+			qend_free(x);
+			g->nqends--;
+		} else {
+			pp = &x->next;
+		}
+	}
+	if ((e = calloc(1, sizeof(*e))) == NULL ||
+	    kv_buf_set(&e->start, t->start.data, t->start.len) != 0 ||
+	    kv_buf_set(&e->end, t->end.data, t->end.len) != 0) {
+		if (e)
+			qend_free(e);
+		return;
+	}
+	e->leader_epoch = t->leader_epoch;
+	e->old_primary = prev;
+	e->old_epoch = pe;
+	e->old_boot = in->max_boot;
+	e->end_lsn = in->max_lsn;
+	e->at = kv_dur_last_lsn(g->env.dur);
+	e->next = g->qends;
+	g->qends = e;
+	if (++g->nqends > MAX_QENDS) {
+		/* The oldest goes: its replica is copied instead. */
+		qend **pp = &g->qends;
+		while ((*pp)->next)
+			pp = &(*pp)->next;
+		qend_free(*pp);
+		*pp = NULL;
+		g->nqends--;
+	}
+}
+
+/* Drops the ends of ranges this node no longer leads at their leader
+ * epoch (any part). Caller holds tab_lock for writing. */
+static void
+qends_prune_locked(kv_rs *g, uint32_t me)
+{
+	for (qend **pp = &g->qends; *pp;) {
+		qend *x = *pp;
+		bool keep = false;
+		for (size_t i = 0; i < g->nroutes && !keep; i++) {
+			const route *t = &g->routes[i];
+			keep = t->primary == me && t->leader_epoch == x->leader_epoch &&
+			       overlap(&x->start, &x->end, &t->start, &t->end);
+		}
+		if (keep) {
+			pp = &x->next;
+			continue;
+		}
+		*pp = x->next;
+		qend_free(x);
+		g->nqends--;
+	}
+}
+
+/* The end this node keeps for a catch-up of r to node `to`: its previous
+ * primary, covering r at r's leader epoch; NULL when none. Caller holds
+ * tab_lock. */
+static const qend *
+qend_find(const kv_rs *g, const route *r, uint32_t to)
+{
+	for (const qend *x = g->qends; x; x = x->next)
+		if (x->old_primary == to && x->leader_epoch == r->leader_epoch &&
+		    inside_of(&r->start, &r->end, &x->start, &x->end))
+			return x;
+	return NULL;
+}
+
 /*
  * The parts of apply_config under the routing table's write lock (and
  * in_mu): copies in progress carry over to the new routes (same range,
@@ -2255,6 +2472,10 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 			pthread_cond_signal(&s->cv);
 			pthread_mutex_unlock(&s->mu);
 		}
+		/* Case (b) of the catch-up from a replica's own data: the end is
+		 * kept for the old primary's return, backups or not. */
+		if (old != NULL)
+			qend_note_locked(g, old, oldn, t, me);
 		/* Promotion: this node's end of the previous leader epoch. The
 		 * first configuration after a restart (the log held records), which
 		 * may already name this node primary, knows no previous one: the
@@ -2291,6 +2512,7 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 			break;
 		}
 	}
+	qends_prune_locked(g, me);
 	for (job **pp = &g->jobs; *pp;) {
 		job *j = *pp;
 		if (j->keep) {
@@ -2794,6 +3016,140 @@ pos_save_locked(kv_rs *g, bool sync)
 	return KV_OK;
 }
 
+static void
+led_free(led *d)
+{
+	kv_buf_fini(&d->start);
+	kv_buf_fini(&d->end);
+	free(d);
+}
+
+/* Forgets every old lead overlapping [start, end): this node's data of it
+ * is about to change. Caller holds in_mu. */
+static void
+led_forget_locked(kv_rs *g, const kv_bytes *start, const kv_bytes *end)
+{
+	kv_buf s = {.data = (uint8_t *)start->p, .len = start->len};
+	kv_buf e = {.data = (uint8_t *)end->p, .len = end->len};
+
+	for (led **pp = &g->leds; *pp;) {
+		led *d = *pp;
+		if (overlap(&d->start, &d->end, &s, &e)) {
+			*pp = d->next;
+			led_free(d);
+			g->nleds--;
+		} else {
+			pp = &d->next;
+		}
+	}
+}
+
+/*
+ * The old leads after the routing table just put in place (tab_lock write,
+ * in_mu; doc/replication.md "Case (b): the old primary"): one stays while
+ * every route overlapping it has its primary and leader epoch and lists
+ * this node among its replicas; each part of a range this node led in the
+ * old table (replicated) that the new one gives to another primary at a
+ * higher leader epoch, with this node a replica outside its ISR, becomes
+ * one, with the last lsn this node logged for the old range (no write of
+ * the old routes is between its apply and its log append now).
+ */
+static void
+leds_note_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
+{
+	for (led **pp = &g->leds; *pp;) {
+		led *d = *pp;
+		bool keep = true;
+		for (size_t i = 0; i < g->nroutes && keep; i++) {
+			const route *t = &g->routes[i];
+			bool member = false;
+			if (!overlap(&d->start, &d->end, &t->start, &t->end))
+				continue;
+			for (uint32_t k = 0; k < t->nreplicas; k++)
+				member |= t->replicas[k] == me;
+			keep = member && t->primary == d->primary &&
+			       t->leader_epoch == d->leader_epoch;
+		}
+		if (keep) {
+			pp = &d->next;
+			continue;
+		}
+		*pp = d->next;
+		led_free(d);
+		g->nleds--;
+	}
+	for (size_t o = 0; o < oldn; o++) {
+		const route *q = &old[o];
+		if (q->primary != me || q->nreplicas < 2)
+			continue;
+		for (size_t i = 0; i < g->nroutes; i++) {
+			const route *t = &g->routes[i];
+			const kv_buf *st, *en;
+			led *d;
+			if (t->primary == me || t->primary == 0 ||
+			    t->leader_epoch <= q->leader_epoch || !outside_isr(t, me) ||
+			    !overlap(&q->start, &q->end, &t->start, &t->end))
+				continue;
+			/* A record the queue to the new primary could not take (out of
+			 * memory) may be missing there below its end: a copy. */
+			stream *qs = stream_find(g, t->primary);
+			if (qs != NULL && atomic_load(&qs->hole) != 0)
+				continue;
+			if (g->nleds >= MAX_LEDS || (d = calloc(1, sizeof(*d))) == NULL)
+				continue; /* a copy instead */
+			intersect(&q->start, &q->end, &t->start, &t->end, &st, &en);
+			if (kv_buf_set(&d->start, st->data, st->len) != 0 ||
+			    kv_buf_set(&d->end, en->data, en->len) != 0) {
+				led_free(d);
+				continue;
+			}
+			d->primary = t->primary;
+			d->leader_epoch = t->leader_epoch;
+			d->old_epoch = q->leader_epoch;
+			d->last = atomic_load_explicit(&q->own_lsn, memory_order_relaxed);
+			d->next = g->leds;
+			g->leds = d;
+			g->nleds++;
+			KV_INFO(COMP, "a range this node led has another primary (failover)",
+			        "primary=%u leader_epoch=%llu old_leader_epoch=%llu last_lsn=%llu",
+			        d->primary, (unsigned long long)d->leader_epoch,
+			        (unsigned long long)d->old_epoch, (unsigned long long)d->last);
+		}
+	}
+}
+
+/*
+ * Case (b) of the catch-up from a replica's own data (doc/replication.md
+ * "Case (b): the old primary"): whether this node, with no position from
+ * the sender of catch-up c, holds the sender's state of c's range at
+ * c->old_at: it is c->old_primary in start c->old_boot, an old lead from
+ * the sender at c's leader epoch, of old leader epoch c->old_epoch, covers
+ * the range, and it logged nothing of it past the sender's end
+ * (c->old_end). Returns NULL when it does, else why not. Caller holds in_mu.
+ */
+static const char *
+led_holds_locked(kv_rs *g, uint32_t me, uint32_t from, const kv_repl_copy *c)
+{
+	kv_buf s = {.data = (uint8_t *)c->start.p, .len = c->start.len};
+	kv_buf e = {.data = (uint8_t *)c->end.p, .len = c->end.len};
+
+	if (c->old_primary != me || c->old_end == 0 || c->old_at < c->from_lsn)
+		return "no usable end";
+	if (c->old_boot != (g->env.boot_id & 0xffffffffu))
+		return "the end is of an earlier start of this node";
+	for (const led *d = g->leds; d; d = d->next) {
+		if (d->primary != from || d->leader_epoch != c->leader_epoch ||
+		    d->old_epoch != c->old_epoch || !inside_of(&s, &e, &d->start, &d->end))
+			continue;
+		/* No record past the end: else an unacknowledged tail the new
+		 * primary never had is here, and only a copy takes it back. */
+		if (d->last > c->old_end)
+			return "this node logged records of the range past the end";
+		return NULL;
+	}
+	return "no old lead from the sender covers the range at that leader epoch";
+}
+
 /* Cuts this node's positions to the ranges it backs up in the routing
  * table just put in place (tab_lock write, in_mu); a part removed is gone
  * from the file before the configuration takes effect. */
@@ -2933,9 +3289,13 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 			                                     nr[k].end.data, nr[k].end.len) >= 0)
 				break;
 			uint64_t l = atomic_load_explicit(&old[j].last_lsn, memory_order_relaxed);
-			if (l > atomic_load_explicit(&nr[k].last_lsn, memory_order_relaxed) &&
-			    overlap(&old[j].start, &old[j].end, &nr[k].start, &nr[k].end))
+			uint64_t w = atomic_load_explicit(&old[j].own_lsn, memory_order_relaxed);
+			if (!overlap(&old[j].start, &old[j].end, &nr[k].start, &nr[k].end))
+				continue;
+			if (l > atomic_load_explicit(&nr[k].last_lsn, memory_order_relaxed))
 				atomic_store_explicit(&nr[k].last_lsn, l, memory_order_relaxed);
+			if (w > atomic_load_explicit(&nr[k].own_lsn, memory_order_relaxed))
+				atomic_store_explicit(&nr[k].own_lsn, w, memory_order_relaxed);
 		}
 	}
 	/* An ISR that falls below M: the writes in flight fail (timeout-class:
@@ -2967,6 +3327,8 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		note_breaks_locked(g, old, oldn, me);
 	if (me != 0)
 		pos_reshape_locked(g, me);
+	if (me != 0)
+		leds_note_locked(g, old, oldn, me);
 	pthread_rwlock_unlock(&g->tab_lock);
 	pthread_mutex_unlock(&g->in_mu);
 	/* Demotion: a range this node led with backups has another primary
@@ -3196,7 +3558,7 @@ pos_advance_locked(kv_rs *g, uint32_t from, uint64_t boot, uint64_t last, uint64
  * when no break came meanwhile (*caught).
  */
 static int
-apply_catchup(kv_rs *g, const kv_repl_msg *m, insrc *in, bool *div, bool *caught,
+apply_catchup(kv_rs *g, uint32_t me, const kv_repl_msg *m, insrc *in, bool *div, bool *caught,
               uint64_t *position, const char **why)
 {
 	const kv_repl_copy *c = &m->copy;
@@ -3207,6 +3569,28 @@ apply_catchup(kv_rs *g, const kv_repl_msg *m, insrc *in, bool *div, bool *caught
 	if (c->first) {
 		i = kv_cu_pos_find(&g->pos, m->from_node, boot, c->leader_epoch, &c->start, &c->end,
 		                   c->from_lsn);
+		if (i < 0 && c->old_primary == me) {
+			/* Case (b): this node led the range before the sender. When
+			 * it holds the sender's state at old_at, that is a position,
+			 * saved once the log has synced what it holds now. */
+			const char *no = led_holds_locked(g, me, m->from_node, c);
+			if (no == NULL &&
+			    kv_cu_pos_put(&g->pos, m->from_node, boot, c->leader_epoch, &c->start,
+			                  &c->end, c->old_at, kv_dur_last_lsn(g->env.dur),
+			                  false) == KV_OK) {
+				g->pos_dirty = true;
+				i = kv_cu_pos_find(&g->pos, m->from_node, boot, c->leader_epoch,
+				                   &c->start, &c->end, c->from_lsn);
+			}
+			KV_INFO(COMP, "old primary: the new primary's end of its leader epoch",
+			        "from=%u old_epoch=%llu old_end=%llu old_at=%llu accepted=%d "
+			        "why=\"%s\"",
+			        m->from_node, (unsigned long long)c->old_epoch,
+			        (unsigned long long)c->old_end, (unsigned long long)c->old_at,
+			        i >= 0, no ? no : "it logged nothing of the range past the end");
+		}
+		/* Accepted or not, the data of the range changes next. */
+		led_forget_locked(g, &c->start, &c->end);
 		in->cu_on = i >= 0;
 		in->cp_breaks = m->breaks;
 		*position = i >= 0 ? g->pos.v[i].lsn : 0;
@@ -3237,12 +3621,19 @@ apply_catchup(kv_rs *g, const kv_repl_msg *m, insrc *in, bool *div, bool *caught
 		in->cu_on = false;
 		i = kv_cu_pos_find(&g->pos, m->from_node, boot, c->leader_epoch, &c->start, &c->end,
 		                   c->from_lsn);
+		uint64_t local = in->last_local;
 		if (i >= 0 && g->pos.v[i].lsn > lsn)
 			lsn = g->pos.v[i].lsn;
+		/* Not saved before the log has synced what the position it
+		 * replaces needed (case (b): this node's own records of the range,
+		 * logged before the first step, perhaps above every local lsn of
+		 * the catch-up's records). */
+		if (i >= 0 && g->pos.v[i].local > local)
+			local = g->pos.v[i].local;
 		/* The data is the primary's either way; without a position the
 		 * next return is a copy. */
 		if (kv_cu_pos_put(&g->pos, m->from_node, boot, c->leader_epoch, &c->start, &c->end,
-		                  lsn, in->last_local, m->breaks == in->cp_breaks) == KV_OK)
+		                  lsn, local, m->breaks == in->cp_breaks) == KV_OK)
 			g->pos_dirty = true;
 		*caught = true;
 		KV_INFO(COMP, "caught up from this node's own data, without a copy",
@@ -3381,8 +3772,10 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 				break;
 			in->last_lsn = r->lsn;
 			in->last_local = l;
-			if (r->lsn > in->max_lsn)
+			if (r->lsn > in->max_lsn) {
 				in->max_lsn = r->lsn;
+				in->max_boot = boot;
+			}
 			atomic_fetch_add(&g->st_applied, 1);
 		}
 		if (st == KV_OK && m->nrecs > 0)
@@ -3391,7 +3784,7 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 		    (st = check_marker(g, me, m->from_node, m->copy.leader_epoch, &m->copy.start,
 		                       &m->copy.end, &why)) == KV_OK) {
 			if (m->copy.catchup) {
-				st = apply_catchup(g, m, in, &div, &caught, &cu_pos, &why);
+				st = apply_catchup(g, me, m, in, &div, &caught, &cu_pos, &why);
 				need_sync = caught;
 			} else {
 				if (m->copy.first) {
@@ -3399,6 +3792,7 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 					 * on disk by then (doc/replication.md "Catch-up from
 					 * the replica's own data"). */
 					in->cp_breaks = m->breaks;
+					led_forget_locked(g, &m->copy.start, &m->copy.end);
 					if (kv_cu_pos_forget(&g->pos, &m->copy.start,
 					                     &m->copy.end) > 0 &&
 					    pos_save_locked(g, true) != KV_OK) {
@@ -3652,6 +4046,16 @@ kv_rs_destroy(kv_rs *g)
 		free(s);
 	}
 	routes_free(g->routes, g->nroutes);
+	while (g->leds) {
+		led *d = g->leds;
+		g->leds = d->next;
+		led_free(d);
+	}
+	while (g->qends) {
+		qend *x = g->qends;
+		g->qends = x->next;
+		qend_free(x);
+	}
 	while (g->demos) {
 		demo *d = g->demos;
 		g->demos = d->next;

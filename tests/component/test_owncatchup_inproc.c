@@ -31,6 +31,16 @@
  *   then given to another primary, is dropped from the queue: the
  *   replica, back, never applies it under the piece its old range's start
  *   now names (fake controller, three servers).
+ * - Case (b), the old primary (fake controller, three servers; the
+ *   failover is the configuration a controller publishes once the old
+ *   primary's lease has run out): an old primary failed over after writes
+ *   is caught up by the new primary without a copy (catch-ups one more,
+ *   copies unchanged, at the new primary) and holds every acknowledged
+ *   write, those of the new primary too. One that logged a write the new
+ *   primary never applied (the new primary applied the failover before
+ *   that record reached it: an unacknowledged tail) is copied and no
+ *   longer holds the tail's value. One restarted before it returns (its
+ *   lsns may be reused by the new process) is copied, losing nothing.
  *
  * Every wait polls with a deadline; the servers' metrics listeners and
  * every port are picked free at run time on 127.0.0.1.
@@ -538,6 +548,255 @@ a_record_of_a_split_range_whose_piece_moved_is_dropped_for_a_replica_that_was_do
 	assert_true(inproc_srv_holds(cv[1].s, "h", "new"));
 }
 
+/* Case (b), the old primary: three servers under the fake controller. */
+static inproc_srv ov[3];
+static fake_ctl *octl;
+static char otmp[128];
+
+static int
+ov_setup(void **state)
+{
+	(void)state;
+	memset(acked, 0, sizeof(acked));
+	inproc_srv_setup(ov, 3, &octl, otmp, sizeof(otmp), "kvoldp", 16);
+	return 0;
+}
+
+static int
+ov_teardown(void **state)
+{
+	(void)state;
+	inproc_srv_cleanup(ov, 3, &octl, otmp);
+	return 0;
+}
+
+static kv_rs_stats
+ov_stats(int i)
+{
+	kv_rs_stats st;
+	kv_rs_stats_get(ov[i].s->repl, &st);
+	return st;
+}
+
+/* Writes keys [from, to) on ov[i] (acknowledged at once, or the test fails). */
+static void
+ov_write(int i, int from, int to)
+{
+	char key[16], val[16];
+
+	for (int k = from; k < to; k++) {
+		unsigned v = next_val++;
+		snprintf(key, sizeof(key), "c:%04d", k);
+		snprintf(val, sizeof(val), "%u", v);
+		res1 r = do_put(ov[i].url, key, val, 0, 0);
+		if (r.status != KV_OK)
+			fail_msg("%s on node %d: status %d", key, i + 1, r.status);
+		acked[k] = v;
+	}
+}
+
+/* Fails unless ov[i] holds every acknowledged write. */
+static void
+ov_holds_everything(int i)
+{
+	char key[16], val[16];
+	int n = 0;
+
+	for (int k = 0; k < NKEYS; k++) {
+		if (acked[k] == 0)
+			continue;
+		snprintf(key, sizeof(key), "c:%04d", k);
+		snprintf(val, sizeof(val), "%u", acked[k]);
+		if (!inproc_srv_holds(ov[i].s, key, val))
+			fail_msg("node %d lacks %s=%s", i + 1, key, val);
+		n++;
+	}
+	assert_true(n > 0);
+}
+
+/* Waits until the fake controller is asked to add node n to the ISR
+ * (after `adds` such requests): its primary copied or caught it up. */
+static void
+ov_wait_isr_add(unsigned adds, uint32_t n)
+{
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		pthread_mutex_lock(&octl->mu);
+		bool asked = octl->isr_adds > adds && octl->isr_added == n;
+		pthread_mutex_unlock(&octl->mu);
+		if (asked)
+			return;
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node %u was never asked into the ISR", n);
+		kv_test_sleep_ms(10);
+	}
+}
+
+static unsigned
+ov_isr_adds(void)
+{
+	pthread_mutex_lock(&octl->mu);
+	unsigned n = octl->isr_adds;
+	pthread_mutex_unlock(&octl->mu);
+	return n;
+}
+
+/* The failover of the whole key space to node 2 (node 1 a replica outside
+ * the ISR; reps/isr list the rest), at a new leader epoch; not published. */
+static fake_cfg
+ov_failover(const uint32_t *reps, uint32_t nrep, const uint32_t *isr, uint32_t nisr)
+{
+	fake_cfg b = fake_cfg_new(octl);
+	fake_cfg_range(&b, "", 2);
+	fake_cfg_replicas(&b, reps, nrep, isr, nisr, 0);
+	return b;
+}
+
+static void
+an_old_primary_failed_over_catches_up_from_its_own_data_without_a_copy(void **state)
+{
+	const uint32_t r123[3] = {1, 2, 3}, r231[3] = {2, 3, 1}, i23[2] = {2, 3};
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		fake_ctl_add_node(octl, ov[i].url);
+	uint64_t e = fake_ctl_publish_replicas(octl, r123, 3, r123, 3, 0);
+	for (int i = 0; i < 3; i++)
+		inproc_srv_up(&ov[i]);
+	for (int i = 0; i < 3; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	ov_write(0, 0, NKEYS / 2);
+
+	/* Node 1's lease has run out: node 2 leads at a new leader epoch,
+	 * node 1 a replica outside the ISR. */
+	unsigned adds = ov_isr_adds();
+	kv_rs_stats q0 = ov_stats(1);
+	fake_cfg b = ov_failover(r231, 3, i23, 2);
+	e = fake_cfg_publish(octl, &b);
+	for (int i = 0; i < 3; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	/* Overwrites and new keys at the new primary, acknowledged by node 3. */
+	ov_write(1, NKEYS / 4, NKEYS);
+	ov_wait_isr_add(adds, 1);
+	kv_rs_stats q1 = ov_stats(1);
+	print_message("new primary: catch-ups %llu -> %llu, copies %llu -> %llu\n",
+	              (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
+	              (unsigned long long)q0.copies, (unsigned long long)q1.copies);
+	assert_int_equal(q1.catchups, q0.catchups + 1);
+	assert_int_equal(q1.copies, q0.copies);
+	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals);
+	for (int i = 0; i < 3; i++)
+		ov_holds_everything(i);
+}
+
+typedef struct {
+	const char *url;
+	int status;
+} tail_put;
+
+static void *
+tail_main(void *arg)
+{
+	tail_put *c = arg;
+	c->status = do_put(c->url, "t", "tail", 0xfe, 1).status;
+	return NULL;
+}
+
+/* Node 2 applies the failover b before node 1 does, and node 1, still
+ * primary in its own eyes, logs a write of "t" whose record node 2 refuses:
+ * a tail past node 2's end. Returns the writer (joined by the caller). */
+static pthread_t
+ov_tail(fake_cfg *b, tail_put *c)
+{
+	pthread_t t;
+
+	assert_int_equal(kv_rs_apply_config(ov[1].s->repl, b->c), KV_OK);
+	assert_int_equal(pthread_create(&t, NULL, tail_main, c), 0);
+	for (uint64_t t0 = kv_test_now_ms(); !inproc_srv_holds(ov[0].s, "t", "tail");) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node 1 never applied the tail's write");
+		kv_test_sleep_ms(1);
+	}
+	return t;
+}
+
+static void
+an_old_primary_with_a_tail_the_new_primary_lacks_is_copied_and_serves_none_of_it(void **state)
+{
+	const uint32_t r12[2] = {1, 2}, r21[2] = {2, 1}, i2[1] = {2};
+	tail_put c = {.url = ov[0].url, .status = -1};
+	(void)state;
+	for (int i = 0; i < 2; i++)
+		fake_ctl_add_node(octl, ov[i].url);
+	uint64_t e = fake_ctl_publish_replicas(octl, r12, 2, r12, 2, 0);
+	for (int i = 0; i < 2; i++)
+		inproc_srv_up(&ov[i]);
+	for (int i = 0; i < 2; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	ov_write(0, 0, NKEYS / 2);
+
+	unsigned adds = ov_isr_adds();
+	kv_rs_stats q0 = ov_stats(1);
+	fake_cfg b = ov_failover(r21, 2, i2, 1);
+	pthread_t t = ov_tail(&b, &c);
+	e = fake_cfg_publish(octl, &b);
+	for (int i = 0; i < 2; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_not_equal(c.status, KV_OK);
+	ov_wait_isr_add(adds, 1);
+	kv_rs_stats q1 = ov_stats(1);
+	print_message("new primary: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu "
+	              "-> %llu\n",
+	              (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
+	              (unsigned long long)q0.catchup_refusals,
+	              (unsigned long long)q1.catchup_refusals, (unsigned long long)q0.copies,
+	              (unsigned long long)q1.copies);
+	if (inproc_srv_holds(ov[0].s, "t", NULL))
+		fail_msg("the old primary still holds the tail's write after its return");
+	assert_int_equal(q1.catchups, q0.catchups);
+	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals + 1);
+	assert_int_equal(q1.copies, q0.copies + 1);
+	for (int i = 0; i < 2; i++)
+		ov_holds_everything(i);
+}
+
+static void
+an_old_primary_restarted_before_its_return_is_copied_and_loses_nothing(void **state)
+{
+	const uint32_t r12[2] = {1, 2}, r21[2] = {2, 1}, i2[1] = {2};
+	tail_put c = {.url = ov[0].url, .status = -1};
+	(void)state;
+	for (int i = 0; i < 2; i++)
+		fake_ctl_add_node(octl, ov[i].url);
+	uint64_t e = fake_ctl_publish_replicas(octl, r12, 2, r12, 2, 0);
+	for (int i = 0; i < 2; i++)
+		inproc_srv_up(&ov[i]);
+	for (int i = 0; i < 2; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	ov_write(0, 0, NKEYS / 2);
+
+	unsigned adds = ov_isr_adds();
+	kv_rs_stats q0 = ov_stats(1);
+	fake_cfg b = ov_failover(r21, 2, i2, 1);
+	pthread_t t = ov_tail(&b, &c);
+	/* Node 1 stops with the tail in its log and starts again after the
+	 * failover: a new start, whose lsns follow what its log kept. */
+	inproc_srv_down(&ov[0]);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_not_equal(c.status, KV_OK);
+	e = fake_cfg_publish(octl, &b);
+	srv_wait_ready(ov[1].url, e, DEADLINE, NULL);
+	inproc_srv_up(&ov[0]);
+	srv_wait_ready(ov[0].url, e, DEADLINE, NULL);
+	ov_wait_isr_add(adds, 1);
+	kv_rs_stats q1 = ov_stats(1);
+	if (inproc_srv_holds(ov[0].s, "t", NULL))
+		fail_msg("the restarted old primary still holds the tail's write");
+	assert_int_equal(q1.catchups, q0.catchups);
+	assert_int_equal(q1.copies, q0.copies + 1);
+	for (int i = 0; i < 2; i++)
+		ov_holds_everything(i);
+}
+
 static int
 setup(void **state)
 {
@@ -567,6 +826,15 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        a_record_of_a_split_range_whose_piece_moved_is_dropped_for_a_replica_that_was_down,
 	        cv_setup, cv_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        an_old_primary_failed_over_catches_up_from_its_own_data_without_a_copy, ov_setup,
+	        ov_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        an_old_primary_with_a_tail_the_new_primary_lacks_is_copied_and_serves_none_of_it,
+	        ov_setup, ov_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        an_old_primary_restarted_before_its_return_is_copied_and_loses_nothing, ov_setup,
+	        ov_teardown),
 	};
 	cmocka_set_message_output(CM_OUTPUT_STDOUT);
 	if (getenv("KV_TEST_FILTER"))
