@@ -1488,7 +1488,7 @@ count_steps_on_random_maps_keep_bytes_and_settle(void **state)
 	struct data *d = malloc(sizeof(*d));
 	kv_sched_params p;
 	uint64_t rnd = 1919;
-	int tried = 0, evened = 0;
+	int tried = 0, evened = 0, split_maps = 0;
 
 	params(&p);
 	data_init(d, 100000, 0);
@@ -1553,11 +1553,13 @@ count_steps_on_random_maps_keep_bytes_and_settle(void **state)
 		double after = count_share(c, cnt);
 		assert_true(after <= before + 1e-9);
 		evened += after <= 0.4 + 1e-9;
+		split_maps += selfsplits > 0;
 		kv_sched_free(s);
 		kv_config_free(c);
 	}
-	print_message("%d random maps, %d end with no node above 40%% of the primaries\n", tried,
-	              evened);
+	print_message("%d random maps, %d end with no node above 40%% of the primaries, %d after "
+	              "a self-split\n",
+	              tried, evened, split_maps);
 	assert_true(tried >= 30);
 	free(d);
 }
