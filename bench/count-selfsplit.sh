@@ -137,7 +137,7 @@ show
 python3 - "$dir/status.json" "$epoch0" <<'PY'
 import json, sys
 st = json.load(open(sys.argv[1]))
-print("balancer decisions after epoch %s (latest 16):" % sys.argv[2])
+print("balancer decisions (latest 16, the load's included; epoch %s before the unpinning):" % sys.argv[2])
 for d in st.get("balancer", []):
     print("  " + d["what"])
 PY
