@@ -62,7 +62,8 @@ move "$(k 0)" "$(k 360)" 1
 move "$(k 360)" "$(k 467)" 2
 move "$(k 627)" "$(k 733)" 2
 move "$(k 893)" "$(k 1000)" 2
-# Every range in sync and without a transfer fence, at most 60 s.
+# Every range in sync (the JSON does not show a transfer fence: a move
+# refused for one is retried), at most 60 s.
 until=$(($(date +%s) + 60))
 while :; do
 	"$cli" config --json >"$dir/config.json"
