@@ -39,7 +39,7 @@ sleep "$wait_s"
 "$cli" status --json >"$dir/status.json"
 # Bytes by the servers' own counts; primaries by range and by the share of
 # the loaded keys (bench keys are key: and a zero-padded index) they lead.
-KEYS=$keys python3 - "$dir/status.json" <<'PY'
+KEYS=$keys python3 - "$dir/status.json" <<'PY' | tee "$dir/report.txt"
 import json, os, re, sys
 st = json.load(open(sys.argv[1]))
 n = int(os.environ["KEYS"])
@@ -74,3 +74,9 @@ count() { cat "$dir"/node-*.log 2>/dev/null | grep -c "$1" || true; }
 echo "transfers clean: $(count 'handed to another primary with nothing outstanding')," \
 	"unclean: $(count 'handed to another primary with records outstanding');" \
 	"copies of a range started at replicas: $(count 'copy of a range from its primary started')"
+# The self-splits of count steps (doc/scheduler.md "Primary counts") and
+# what the replication streams made of them: restarts after a refusal,
+# queued records dropped for a cut.
+echo "self-splits: $(grep -c '^  split ' "$dir/report.txt" || true) of the latest 16 decisions;" \
+	"stream restarts: $(count 'starting the stream again')," \
+	"records dropped for a cut: $(count 'its queued records are dropped')"

@@ -77,8 +77,9 @@ typedef struct {
  * configuration had before replica sets (kv_range_set_single). Read the
  * sets through kv_range_nreplicas/kv_range_replica/kv_range_ninsync/
  * kv_range_insync, which see a single range as {node}. leader_epoch is the
- * configuration epoch in which the range's primary last changed; it never
- * decreases for any key.
+ * configuration epoch in which the range's primary last changed, or in
+ * which the balancer's self-split made it the upper part of a range cut in
+ * place (kv_place_split); it never decreases for any key.
  */
 typedef struct {
 	kv_buf start;                       /* inclusive; empty: beginning of the key space */

@@ -487,8 +487,13 @@ balance_plan_locked(kv_controller *c, const kv_config *cur, bool commit, kv_sche
 		for (size_t m = 0; w != NULL && m < w->nmigs; m++)
 			if (w->migs[m].id >= px.next_mig_id)
 				px.next_mig_id = w->migs[m].id + 1;
-		rv = kv_place_move(base, (kv_bytes){d[i].start.data, d[i].start.len},
-		                   (kv_bytes){d[i].end.data, d[i].end.len}, d[i].to, &px, &next);
+		if (d[i].kind == KV_SCHED_SPLIT)
+			rv = kv_place_split(base, (kv_bytes){d[i].start.data, d[i].start.len}, &px,
+			                    &next);
+		else
+			rv = kv_place_move(base, (kv_bytes){d[i].start.data, d[i].start.len},
+			                   (kv_bytes){d[i].end.data, d[i].end.len}, d[i].to, &px,
+			                   &next);
 		if (rv != KV_OK || next == NULL) {
 			if (rv != KV_OK)
 				KV_DEBUG("controller", "balancer decision refused by placement",

@@ -231,7 +231,7 @@ struct kv_controller {
 	kv_sched *sched;          /* mu: the planner's memory (pins, cool-downs) */
 	uint64_t balance_next_ns; /* mu: the next round */
 	bool balance_queued;      /* mu: a round waits for the proposer */
-	uint64_t sched_total[5]
+	uint64_t sched_total[KV_SCHED_KIND_MAX]
 	                    [KV_SCHED_WHY_MAX];  /* mu: decisions carried out, by kind and reason */
 	uint64_t sched_splits[KV_SCHED_WHY_MAX]; /* mu: of which cut a range, by reason */
 	struct ctl_sched_rec {

@@ -2057,6 +2057,61 @@ err:
 	return rv;
 }
 
+int
+kv_place_split(const kv_config *cur, kv_bytes key, kv_place_ctx *x, kv_config **out)
+{
+	kv_config *n;
+	long j;
+	int rv;
+	char a[96], b[96];
+
+	*out = NULL;
+	if (key.len == 0 || key.len > KV_HARD_MAX_KEY) {
+		say(x, "a split key is 1 to %u bytes", KV_HARD_MAX_KEY);
+		return KV_EINVAL;
+	}
+	if ((j = kv_config_find_range(cur, key.p, key.len)) < 0) {
+		say(x, "no range holds the split key");
+		return KV_EINVAL;
+	}
+	const kv_range *r = &cur->ranges[j];
+	kv_place_fmt_key(r->start.data, r->start.len, a, sizeof(a));
+	kv_place_fmt_key(r->end.data, r->end.len, b, sizeof(b));
+	if (kv_key_cmp(r->start.data, r->start.len, key.p, key.len) == 0) {
+		say(x, "[%s, %s) starts at the split key already", a, b);
+		return KV_EINVAL;
+	}
+	/* A single range's parts on one node merge again (mergeable). */
+	if (r->nreplicas == 0) {
+		say(x, "[%s, %s) has one copy: its parts would merge again", a, b);
+		return KV_EINVAL;
+	}
+	if (!node_live(cur, r->node) || !transferable(r) || r->nreplacing != 0 ||
+	    r->ninsync != r->nreplicas) {
+		say(x,
+		    "[%s, %s) has its primary down, a transfer fence, a replacement or a "
+		    "replica outside the ISR: retry once it is in sync",
+		    a, b);
+		return KV_EBUSY;
+	}
+	if (kv_config_migration_for(cur, key.p, key.len) != NULL) {
+		say(x, "[%s, %s) overlaps a migration in flight", a, b);
+		return KV_EBUSY;
+	}
+	if ((n = next_config(cur)) == NULL)
+		return KV_ENOMEM;
+	if ((rv = split_at(n, key)) != KV_OK) {
+		kv_config_free(n);
+		return rv;
+	}
+	/* The upper part: the same primary at a new leader epoch, which is
+	 * all that keeps the two parts apart (kv_range_same_placement). */
+	n->ranges[j + 1].leader_epoch = n->epoch;
+	merge_ranges(n); /* the map invariant, should a neighbour match */
+	*out = n;
+	return KV_OK;
+}
+
 /* The checks an ISR change and an unfence share: the range is well
  * formed, the map is not empty, and the asking primary is live (it holds
  * no lease otherwise: it serves nothing until it is back). */

@@ -123,6 +123,18 @@ int kv_place_move(const kv_config *cur, kv_bytes start, kv_bytes end, uint32_t n
                   kv_place_ctx *x, kv_config **out);
 
 /*
+ * Cuts the replicated range holding `key` at `key`, in place (the
+ * balancer's self-split, doc/scheduler.md "Primary counts"): both parts
+ * keep the replica set, the ISR and the primary, and the part from `key`
+ * on takes n->epoch as its leader epoch, which keeps the two apart. No
+ * data moves. KV_EINVAL when key is empty, starts its range already or
+ * lies in a single range (its parts would merge again); KV_EBUSY when the
+ * range's primary is down, it has a transfer fence, a replacement or a
+ * replica outside the ISR, or overlaps a migration.
+ */
+int kv_place_split(const kv_config *cur, kv_bytes key, kv_place_ctx *x, kv_config **out);
+
+/*
  * Evens out data size across active nodes, moving as little as possible:
  * only the excess of nodes more than 5% above the mean, in contiguous
  * pieces; ranges left on draining nodes are drained first. *out is NULL

@@ -24,7 +24,9 @@
  *      leading the fewest gets a whole range from a node leading at least
  *      two more (a transfer for a replicated range) or a part of any range
  *      (a cut: the map gains a range), the cheapest in data that keeps its
- *      bytes and ops within the tolerance;
+ *      bytes and ops within the tolerance; when no piece fits, the
+ *      receiver's own largest replicated range is cut in place (a
+ *      self-split: its count rises, nothing moves);
  *   4. merges, once the map has more than MERGE_PER_NODE ranges per active
  *      node: two adjacent single ranges on different nodes that are both
  *      small (together under split_bytes / 4) and cold (under split_ops / 4)
@@ -99,6 +101,8 @@ kv_sched_kind_name(kv_sched_kind k)
 		return "merge";
 	case KV_SCHED_HOT:
 		return "hot_key";
+	case KV_SCHED_SPLIT:
+		return "split";
 	}
 	return "unknown";
 }
@@ -606,25 +610,15 @@ ccand_better(const struct ccand *a, const struct ccand *b)
 }
 
 /*
- * One count step (doc/scheduler.md "Primary counts"): the node leading the
- * fewest ranges (dst, not in a decision of this round) gets either a whole
- * range of a node leading at least two more, or a part of a range of any
- * other node (the range is cut: the source keeps its count, dst gains one,
- * the map one range). The piece must keep dst within the tolerance of the
- * mean in bytes and ops (those keep priority), and the cheapest in data
- * wins: a transfer of a whole replicated range copies nothing, a move
- * copies the piece, a cut replicated range has its replicas copied again
- * (counted as the range's bytes). Returns 1 with *d filled, 0 when there is
- * nothing to do, or KV_ENOMEM.
+ * The best piece of a count step for the receivers (the nodes leading cmin)
+ * into *best (doc/scheduler.md "Primary counts"). loose: also the pieces
+ * only this round rules out (a node in a decision already, a cool-down, a
+ * migration or replacement in flight, no migration left, a transfer fence,
+ * a replica outside the ISR), so that a self-split waits for them.
  */
-static int
-count_step(struct round *R, kv_sched_decision *d)
+static void
+count_search(struct round *R, uint32_t cmin, bool loose, struct ccand *best)
 {
-	uint32_t cmin;
-	struct ccand best = {0};
-
-	if (!count_skewed(R, &cmin))
-		return 0;
 	for (size_t i = 0; i < R->c->nranges; i++) {
 		const kv_range *r = &R->c->ranges[i];
 		const kv_sched_fig *f = &R->f[i];
@@ -634,25 +628,24 @@ count_step(struct round *R, kv_sched_decision *d)
 		struct piece pc[MAX_PIECES];
 		size_t np = pieces_of(f, pc);
 		double smallest = 1;
-		if (src == NULL || src->used || !free_range(R, i))
+		if (src == NULL || (!loose && src->used) ||
+		    !(loose ? f->known && !kv_config_pinned(R->c, kb(&r->start), kb(&r->end), false)
+		            : free_range(R, i)))
 			continue;
 		for (size_t c = 1; c < np; c++)
 			smallest = fmin(smallest, pc[c].sb);
-		if (single && (R->moves == 0 || src->busy))
+		if (!loose && single && (R->moves == 0 || src->busy))
 			continue;
 		for (size_t j = 0; j < R->nl; j++) {
 			struct load *dst = &R->L[j];
-			if (dst == src || dst->used || dst->np != cmin)
+			if (dst == src || (!loose && dst->used) || dst->np != cmin)
 				continue;
-			if (single && dst->busy)
+			if (!loose && single && dst->busy)
 				continue;
-			if (!single) {
-				bool in = false;
-				for (uint32_t k = 0; k < r->ninsync; k++)
-					in = in || r->insync[k] == dst->id;
-				if (!in || r->fence != 0)
-					continue;
-			}
+			if (!single && !kv_range_has_replica(r, dst->id, !loose))
+				continue;
+			if (!single && !loose && r->fence != 0)
+				continue;
 			for (size_t c = 0; c < np; c++) {
 				int part = pc[c].part;
 				double ab = (double)f->bytes * pc[c].sb, ao = f->ops * pc[c].so;
@@ -694,13 +687,96 @@ count_step(struct round *R, kv_sched_decision *d)
 				                     .cost = single      ? ab
 				                             : part == 0 ? 0
 				                                         : (double)f->bytes};
-				if (ccand_better(&cand, &best))
-					best = cand;
+				if (ccand_better(&cand, best))
+					*best = cand;
 			}
 		}
 	}
-	if (!best.ok)
+}
+
+/*
+ * The self-split of a count step (doc/scheduler.md "Primary counts"): no
+ * piece fits any receiver, so the receiver dst cuts its own largest
+ * replicated range at its middle byte split key; both parts keep the
+ * replica set, the ISR and the primary (the upper part takes a new leader
+ * epoch when published), so no node's bytes or ops change and dst leads
+ * one range more. Only a range the planner may touch (free_range), not
+ * hot, with every replica in sync (a copy in progress would start again),
+ * no transfer fence and byte split keys; never a single range (the map
+ * merges single neighbours on one node). Returns 1 with *d filled, 0 when
+ * dst has no such range, or KV_ENOMEM.
+ */
+static int
+self_split(struct round *R, struct load *dst, kv_sched_decision *d)
+{
+	long best = -1;
+
+	for (size_t i = 0; i < R->c->nranges; i++) {
+		const kv_range *r = &R->c->ranges[i];
+		const kv_sched_fig *f = &R->f[i];
+		bool hot = f->hot_key.len && f->hot_share >= 0.5 && f->ops > R->p->split_ops;
+		if (r->node != dst->id || r->nreplicas < 2 || r->ninsync != r->nreplicas ||
+		    r->fence != 0 || f->nq == 0 || hot || !free_range(R, i))
+			continue;
+		if (best < 0 || f->bytes > R->f[best].bytes)
+			best = (long)i;
+	}
+	if (best < 0)
 		return 0;
+	const kv_range *r = &R->c->ranges[best];
+	const kv_sched_fig *f = &R->f[best];
+	kv_bytes key = f->q[f->nq / 2];
+	double sb = share_below(key, f->q, f->nq);
+	int rv = emit(d, KV_SCHED_SPLIT, KV_SCHED_WHY_PRIMARIES, key, kb(&r->end), true, dst->id,
+	              dst->id, (uint64_t)((double)f->bytes * (1 - sb)), f->ops * (1 - sb));
+	if (rv != 0)
+		return rv;
+	dst->np++;
+	dst->used = true;
+	return 1;
+}
+
+/*
+ * One count step (doc/scheduler.md "Primary counts"): the node leading the
+ * fewest ranges (dst, not in a decision of this round) gets either a whole
+ * range of a node leading at least two more, or a part of a range of any
+ * other node (the range is cut: the source keeps its count, dst gains one,
+ * the map one range). The piece must keep dst within the tolerance of the
+ * mean in bytes and ops (those keep priority), and the cheapest in data
+ * wins: a transfer of a whole replicated range copies nothing, a move
+ * copies the piece, a cut replicated range has its replicas copied again
+ * (counted as the range's bytes). Returns 1 with *d filled, 0 when there is
+ * nothing to do, or KV_ENOMEM.
+ */
+static int
+count_step(struct round *R, kv_sched_decision *d)
+{
+	uint32_t cmin;
+	struct ccand best = {0};
+
+	if (!count_skewed(R, &cmin))
+		return 0;
+	count_search(R, cmin, false, &best);
+	if (!best.ok) {
+		/* Nothing fits any receiver: a self-split, under the same cap as
+		 * the count cuts (it adds a range too), unless a piece would fit
+		 * but for this round (a node already in a decision, a cool-down, a
+		 * migration, a fence): that one is taken in a later round. */
+		if (R->c->nranges >= COUNT_CUT_PER_NODE * R->nl)
+			return 0;
+		count_search(R, cmin, true, &best);
+		if (best.ok)
+			return 0;
+		for (size_t j = 0; j < R->nl; j++) {
+			struct load *dst = &R->L[j];
+			int rv;
+			if (dst->used || dst->np != cmin)
+				continue;
+			if ((rv = self_split(R, dst, d)) != 0)
+				return rv;
+		}
+		return 0;
+	}
 	const kv_range *r = &R->c->ranges[best.range];
 	kv_bytes st, en;
 	piece_bounds(r, best.part, best.key, &st, &en);

@@ -68,7 +68,13 @@ typedef enum {
 	KV_SCHED_TRANSFER = 2, /* a replicated range's primary role goes to `to` */
 	KV_SCHED_MERGE = 3,    /* a small cold range moves onto its neighbour's node */
 	KV_SCHED_HOT = 4,      /* a hot single key: reported, never split */
+	KV_SCHED_SPLIT = 5,    /* a replicated range is cut in place (from == to):
+	                          [start, end) is its upper part, which takes a new
+	                          leader epoch; nothing else changes */
 } kv_sched_kind;
+
+/* Kinds are below this bound (arrays indexed by kv_sched_kind). */
+#define KV_SCHED_KIND_MAX 6
 
 typedef enum {
 	KV_SCHED_WHY_BYTES = 1,    /* a node holds more than its share of the bytes */
@@ -92,7 +98,8 @@ typedef struct {
 	kv_buf start, end; /* the piece [start, end) (owned); end empty: the end of
 	                      the key space */
 	bool split;        /* the piece is part of a range: publishing cuts it */
-	uint32_t from, to; /* the current primary, the new one */
+	uint32_t from, to; /* the current primary, the new one (equal for
+	                      KV_SCHED_SPLIT) */
 	uint64_t bytes;    /* the piece's estimated bytes */
 	double ops;        /* its estimated load */
 } kv_sched_decision;

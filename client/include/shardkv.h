@@ -582,7 +582,7 @@ typedef struct {
  * in a status its latest, in a rebalance plan its next. */
 typedef struct {
 	uint64_t time_ms; /* Unix ms it was published; 0 in a plan */
-	char *kind;       /* "move", "transfer", "merge", "hot_key" (owned by the result) */
+	char *kind;       /* "move", "transfer", "split", "merge", "hot_key" (owned) */
 	char *reason;     /* "bytes", "ops", "primaries", "cold", "hot_key" (owned by the result) */
 	char *what;       /* printable detail: range, nodes, sizes (owned by the result) */
 } shardkv_balancer_decision;
