@@ -2357,16 +2357,36 @@ qend_note_locked(kv_rs *g, const route *old, size_t oldn, const route *t, uint32
 			was_in |= q->insync[k] == me;
 		if (q->primary == me || q->primary == 0 || q->nreplicas < 2 || !was_in ||
 		    q->leader_epoch >= t->leader_epoch || (prev != 0 && q->primary != prev) ||
-		    (prev != 0 && q->leader_epoch != pe))
+		    (prev != 0 && q->leader_epoch != pe)) {
+			if (q->primary != me && q->primary != 0 &&
+			    q->leader_epoch < t->leader_epoch)
+				KV_INFO(COMP,
+				        "primary after a failover: no end kept for the old primary",
+				        "leader_epoch=%llu old_primary=%u in_isr=%d replicas=%u",
+				        (unsigned long long)t->leader_epoch, q->primary, was_in,
+				        q->nreplicas);
 			return;
+		}
 		prev = q->primary;
 		pe = q->leader_epoch;
 	}
 	for (size_t i = 0; prev != 0 && i < MAX_SOURCES; i++)
 		if (g->src[i].from == prev)
 			in = &g->src[i];
-	if (in == NULL || in->max_lsn == 0)
+	if (in == NULL || in->max_lsn == 0) {
+		if (prev != 0)
+			KV_INFO(
+			    COMP, "primary after a failover: no end kept for the old primary",
+			    "leader_epoch=%llu old_primary=%u why=\"no record of it applied since "
+			    "this start or its last copy\"",
+			    (unsigned long long)t->leader_epoch, prev);
 		return;
+	}
+	if (prev != 0)
+		KV_INFO(COMP, "primary after a failover: end kept for the old primary's return",
+		        "leader_epoch=%llu old_primary=%u old_boot=%llu end_lsn=%llu",
+		        (unsigned long long)t->leader_epoch, prev, (unsigned long long)in->max_boot,
+		        (unsigned long long)in->max_lsn);
 	/* An older end overlapping t is no longer this node's. */
 	for (qend **pp = &g->qends; *pp;) {
 		qend *x = *pp;
