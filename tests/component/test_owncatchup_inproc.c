@@ -814,6 +814,67 @@ a_restarted_old_primary_with_no_tail_is_caught_up_without_a_copy_and_holds_every
 		ov_holds_everything(i);
 }
 
+static void
+a_restarted_old_primary_whose_log_holds_only_other_ranges_past_the_end_is_caught_up(void **state)
+{
+	/* [, m) on nodes 1 and 2, [m, ) on nodes 1 and 3: node 2 never
+	 * applies node 1's records of [m, ), node 3 none of [, m). */
+	const uint32_t r12[2] = {1, 2}, r13[2] = {1, 3}, r21[2] = {2, 1}, i2[1] = {2},
+	               r31[2] = {3, 1}, i3[1] = {3};
+	char key[16];
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		fake_ctl_add_node(octl, ov[i].url);
+	fake_cfg a = fake_cfg_new(octl);
+	fake_cfg_range(&a, "", 1);
+	fake_cfg_replicas(&a, r12, 2, r12, 2, 0);
+	fake_cfg_range(&a, "m", 1);
+	fake_cfg_replicas(&a, r13, 2, r13, 2, 0);
+	uint64_t e = fake_cfg_publish(octl, &a);
+	for (int i = 0; i < 3; i++)
+		inproc_srv_up(&ov[i]);
+	for (int i = 0; i < 3; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	ov_write(0, 0, NKEYS / 2);
+	/* The last records of node 1's log are of [m, ): past node 2's end. */
+	for (int k = 0; k < 20; k++) {
+		snprintf(key, sizeof(key), "t:%04d", k);
+		assert_int_equal(do_put(ov[0].url, key, "y", 0, 0).status, KV_OK);
+	}
+	unsigned adds = ov_isr_adds();
+	kv_rs_stats q0 = ov_stats(1);
+	inproc_srv_down(&ov[0]);
+	fake_cfg b = fake_cfg_new(octl);
+	fake_cfg_range(&b, "", 2);
+	fake_cfg_replicas(&b, r21, 2, i2, 1, 0);
+	fake_cfg_range(&b, "m", 3);
+	fake_cfg_replicas(&b, r31, 2, i3, 1, 0);
+	e = fake_cfg_publish(octl, &b);
+	for (int i = 1; i < 3; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	ov_write(1, NKEYS / 4, NKEYS);
+	inproc_srv_up(&ov[0]);
+	srv_wait_ready(ov[0].url, e, DEADLINE, NULL);
+	for (uint64_t t0 = kv_test_now_ms();
+	     ov_stats(1).catchups + ov_stats(1).copies == q0.catchups + q0.copies;) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node 2 never caught node 1 up nor copied it");
+		kv_test_sleep_ms(10);
+	}
+	ov_wait_isr_add(adds, 1);
+	kv_rs_stats q1 = ov_stats(1);
+	print_message(
+	    "node 2: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu -> %llu\n",
+	    (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
+	    (unsigned long long)q0.catchup_refusals, (unsigned long long)q1.catchup_refusals,
+	    (unsigned long long)q0.copies, (unsigned long long)q1.copies);
+	assert_int_equal(q1.catchups, q0.catchups + 1);
+	assert_int_equal(q1.copies, q0.copies);
+	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals);
+	for (int i = 0; i < 2; i++)
+		ov_holds_everything(i);
+}
+
 /* Cuts the last `bytes` bytes of the newest log segment of dir: the torn
  * tail a crash leaves of records written but not yet synced. */
 static void
@@ -947,6 +1008,9 @@ main(void)
 	        ov_setup, ov_teardown),
 	    cmocka_unit_test_setup_teardown(
 	        a_restarted_old_primary_with_no_tail_is_caught_up_without_a_copy_and_holds_every_write,
+	        ov_setup, ov_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_restarted_old_primary_whose_log_holds_only_other_ranges_past_the_end_is_caught_up,
 	        ov_setup, ov_teardown),
 	    cmocka_unit_test_setup_teardown(
 	        a_restarted_old_primary_whose_log_lost_records_below_the_end_is_copied, ov_setup,
