@@ -15,6 +15,15 @@
  *   16+n    8     xxh3-64 of bytes [0, 16+n)
  *
  * Written to node.id.tmp, fsynced, renamed over node.id, directory fsynced.
+ *
+ * The boot file, boot.id (doc/replication.md "After a restart"), written the
+ * same way:
+ *
+ *   offset  size  field
+ *   0       4     magic "SKVB"
+ *   4       4     format version, 1
+ *   8       8     boot id
+ *   16      8     xxh3-64 of bytes [0, 16)
  */
 #include "shardserver/nodefile.h"
 #include "common/err.h"
@@ -83,6 +92,67 @@ kv_nodefile_load(const char *dir, uint32_t *id, char *cluster, size_t clen)
 	memcpy(cluster, buf + 16, cl);
 	cluster[cl] = '\0';
 	return KV_OK;
+}
+
+/* Writes n bytes of buf to dir/name via name.tmp, fsync, rename and a
+ * directory fsync. */
+static int
+save_atomic(const char *dir, const char *name, const uint8_t *buf, size_t n)
+{
+	char path[4096], tmp[4096];
+	int fd, rv = KV_OK;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		return kv_err_from_errno(errno);
+	if (write(fd, buf, n) != (ssize_t)n || fsync(fd) != 0)
+		rv = kv_err_from_errno(errno ? errno : EIO);
+	close(fd);
+	if (rv == 0 && rename(tmp, path) != 0)
+		rv = kv_err_from_errno(errno);
+	if (rv == 0 && (fd = open(dir, O_RDONLY | O_DIRECTORY)) >= 0) {
+		if (fsync(fd) != 0)
+			rv = kv_err_from_errno(errno);
+		close(fd);
+	}
+	return rv;
+}
+
+#define BOOTFILE_MAGIC   "SKVB"
+#define BOOTFILE_VERSION 1u
+
+void
+kv_bootfile_load(const char *dir, uint64_t *boot)
+{
+	char path[4096];
+	uint8_t buf[25];
+	ssize_t n;
+	int fd;
+
+	*boot = 0;
+	snprintf(path, sizeof(path), "%s/boot.id", dir);
+	if ((fd = open(path, O_RDONLY)) < 0)
+		return;
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n != 24 || memcmp(buf, BOOTFILE_MAGIC, 4) != 0 || get32(buf + 4) != BOOTFILE_VERSION ||
+	    get64(buf + 16) != kv_hash64(buf, 16))
+		return;
+	*boot = get64(buf + 8);
+}
+
+int
+kv_bootfile_save(const char *dir, uint64_t boot)
+{
+	uint8_t buf[24];
+
+	memcpy(buf, BOOTFILE_MAGIC, 4);
+	put32(buf + 4, BOOTFILE_VERSION);
+	put64(buf + 8, boot);
+	put64(buf + 16, kv_hash64(buf, 16));
+	return save_atomic(dir, "boot.id", buf, sizeof(buf));
 }
 
 int

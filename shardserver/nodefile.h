@@ -18,4 +18,13 @@ int kv_nodefile_load(const char *dir, uint32_t *id, char *cluster, size_t clen);
  * KV_EIO/KV_ENOSPC/KV_EPERM. */
 int kv_nodefile_save(const char *dir, uint32_t id, const char *cluster);
 
+/* The boot file (DATA_DIR/boot.id): the boot id of the last start on the
+ * data dir, written before that start logs anything. Reads it into *boot
+ * (0 when absent or unreadable: unknown). */
+void kv_bootfile_load(const char *dir, uint64_t *boot);
+
+/* Writes the boot file atomically, as kv_nodefile_save. Returns 0 or
+ * KV_EIO/KV_ENOSPC/KV_EPERM. */
+int kv_bootfile_save(const char *dir, uint64_t boot);
+
 #endif

@@ -456,6 +456,20 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 		set_err(err, errlen, "cannot create store");
 		goto err_after_owner;
 	}
+	/* The previous start's boot id, and this one's in its place before
+	 * anything is logged (doc/replication.md "After a restart"). Their
+	 * lower halves, which name the starts in stream ids, differ. */
+	uint64_t prev_boot = 0;
+	kv_bootfile_load(cfg->data_dir, &prev_boot);
+	while ((s->boot_id & 0xffffffffu) == 0 ||
+	       (s->boot_id & 0xffffffffu) == (prev_boot & 0xffffffffu))
+		s->boot_id = rand64();
+	if ((rv = kv_bootfile_save(cfg->data_dir, s->boot_id)) != 0) {
+		KV_ERROR(COMP, "cannot write to data dir", "dir=%s err=%s", cfg->data_dir,
+		         kv_strerror(rv));
+		set_err(err, errlen, "cannot write to data dir");
+		goto err_after_store;
+	}
 	kv_dur_opts dopts = {.dir = cfg->data_dir,
 	                     .mode = cfg->fsync,
 	                     .snapshot_bytes = cfg->snapshot_bytes,
@@ -476,6 +490,9 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	if (drep.torn)
 		KV_WARN(COMP, "dropped a torn log tail", "file=%s bytes=%llu", drep.torn_file,
 		        (unsigned long long)drep.torn_bytes);
+	uint64_t rec_last = kv_dur_last_lsn(s->dur);
+	if (drep.torn && cfg->wal_truncate_corrupt)
+		prev_boot = 0; /* the cut may have taken synced records: copied */
 	if (drep.torn && cfg->wal_truncate_corrupt) {
 		/* The cut may have taken records the log had synced: this node's
 		 * positions as a replica may claim them (doc/replication.md
@@ -533,6 +550,9 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .auth = kv_server__auth(s),
 	                  .arg = s,
 	                  .boot_id = s->boot_id,
+	                  .prev_boot = id != 0 ? prev_boot : 0,
+	                  .rec_snap_lsn = drep.snap_lsn,
+	                  .rec_last = rec_last,
 	                  .dir = cfg->data_dir,
 	                  .copy_rate_mb_s = cfg->copy_rate_mb_s,
 	                  .node_id = mig_node_id,

@@ -817,6 +817,115 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	return rv;
 }
 
+/* Widens the span *o (KV_DUR_SPAN_KEYS or NONE) by key k. */
+static void
+span_add(kv_dur_span *o, kv_bytes k)
+{
+	if (o->kind == KV_DUR_SPAN_NONE) {
+		o->kind = KV_DUR_SPAN_KEYS;
+		o->lo = o->hi = k;
+		return;
+	}
+	if (kv_key_cmp(k.p, k.len, o->lo.p, o->lo.len) < 0)
+		o->lo = k;
+	if (kv_key_cmp(k.p, k.len, o->hi.p, o->hi.len) > 0)
+		o->hi = k;
+}
+
+int
+kv_dur_rec_span(const uint8_t *p, size_t n, kv_dur_span *out)
+{
+	rd r = {.p = p, .n = n};
+	kv_dur_span o = {.kind = KV_DUR_SPAN_NONE};
+	bool has_dd, has_dv, has_at;
+	uint8_t type;
+
+	if (n < 2 || (p[1] & ~(REC_F_DEDUP | REC_F_DELVAL | REC_F_EXPIRY)) != 0)
+		return KV_ECORRUPT;
+	type = p[0];
+	has_dd = (p[1] & REC_F_DEDUP) != 0;
+	has_dv = (p[1] & REC_F_DELVAL) != 0;
+	has_at = (p[1] & REC_F_EXPIRY) != 0;
+	r.p += 2;
+	r.n -= 2;
+	if (has_dd)
+		(void)rd_take(&r, 32);
+	if (has_at)
+		(void)rd64(&r);
+	switch (type) {
+	case REC_PUT:
+	case REC_DEL: {
+		kv_bytes k = rdbytes(&r);
+		if (r.bad || k.len == 0)
+			return KV_ECORRUPT;
+		span_add(&o, k);
+		break;
+	}
+	case REC_MPUT: {
+		uint32_t cnt = rd32(&r);
+		for (uint32_t i = 0; i < cnt && !r.bad; i++) {
+			kv_bytes k = rdbytes(&r);
+			(void)rdbytes(&r);
+			if (k.len == 0)
+				return KV_ECORRUPT;
+			span_add(&o, k);
+		}
+		if (r.bad || cnt == 0)
+			return KV_ECORRUPT;
+		break;
+	}
+	case REC_MDEL: {
+		kv_bytes anchor = rdbytes(&r);
+		uint32_t cnt = rd32(&r);
+		if (r.bad || cnt > r.n / 4)
+			return KV_ECORRUPT;
+		if (anchor.len > 0)
+			span_add(&o, anchor);
+		for (uint32_t i = 0; i < cnt && !r.bad; i++) {
+			kv_bytes k = rdbytes(&r);
+			if (k.len == 0)
+				return KV_ECORRUPT;
+			span_add(&o, k);
+		}
+		break;
+	}
+	case REC_RANGE_DEL: {
+		kv_bytes st = rdbytes(&r), en = rdbytes(&r);
+		if (r.bad)
+			return KV_ECORRUPT;
+		o = (kv_dur_span){.kind = KV_DUR_SPAN_RANGE, .lo = st, .hi = en};
+		break;
+	}
+	case REC_DEDUP: {
+		(void)rd32(&r);
+		kv_bytes k = rdbytes(&r);
+		if (r.bad || !has_dd)
+			return KV_ECORRUPT;
+		if (k.len > 0)
+			span_add(&o, k);
+		break;
+	}
+	case REC_ADOPT:
+		o.kind = KV_DUR_SPAN_ALL;
+		break;
+	default:
+		return KV_ECORRUPT;
+	}
+	(void)has_dv; /* a deleted value, if any, is no key */
+	if (r.bad)
+		return KV_ECORRUPT;
+	*out = o;
+	return KV_OK;
+}
+
+int
+kv_dur_read_log(kv_dur *d, uint64_t from_lsn, uint64_t to_lsn,
+                int (*cb)(void *arg, uint64_t lsn, const uint8_t *p, size_t n), void *arg,
+                char *err, size_t errlen)
+{
+	return kv_wal_read(d->dir, from_lsn, to_lsn, cb, arg, err, errlen);
+}
+
 int
 kv_dur_replay_record_for_test(kv_store *store, kv_dedup *dedup, const uint8_t *p, size_t n)
 {

@@ -201,6 +201,34 @@ int kv_dur_rec_put_x(kv_buf *out, const void *key, size_t klen, const void *val,
 int kv_dur_rec_range_del(kv_buf *out, const void *start, size_t slen, const void *end, size_t elen);
 int kv_dur_rec_dedup(kv_buf *out, const kv_dur_dedup *dd, int status, const void *key, size_t klen);
 
+/* The keys one log record touches (kv_dur_rec_span). */
+typedef enum {
+	KV_DUR_SPAN_NONE,  /* no key */
+	KV_DUR_SPAN_KEYS,  /* keys from lo to hi, both included */
+	KV_DUR_SPAN_RANGE, /* every key of [lo, hi) (empty hi: no bound): a range delete */
+	KV_DUR_SPAN_ALL    /* not known here (a side log's adoption): any key */
+} kv_dur_span_kind;
+
+typedef struct {
+	kv_dur_span_kind kind;
+	kv_bytes lo, hi; /* point into the record */
+} kv_dur_span;
+
+/* Sets *out to what the record payload p[0..n) (a log record as
+ * kv_wal_replay passes it) may change: its keys, the key of an
+ * exactly-once entry and a delrange step's anchor included. Returns 0 or
+ * KV_ECORRUPT (malformed or unknown record). */
+int kv_dur_rec_span(const uint8_t *p, size_t n, kv_dur_span *out);
+
+/* Reads the records from_lsn .. to_lsn of d's log, read-only (kv_wal_read):
+ * only records of segments closed before this start (to_lsn below the
+ * first lsn of this start). cb as kv_wal_replay's. Returns 0, KV_ECORRUPT
+ * (anything but exactly those records: a segment dropped after a snapshot,
+ * damage), KV_EIO, KV_EINVAL, KV_ENOMEM or the callback's code. */
+int kv_dur_read_log(kv_dur *d, uint64_t from_lsn, uint64_t to_lsn,
+                    int (*cb)(void *arg, uint64_t lsn, const uint8_t *p, size_t n), void *arg,
+                    char *err, size_t errlen);
+
 /* The lsn of the last record appended (0: none since start). */
 uint64_t kv_dur_last_lsn(kv_dur *d);
 

@@ -464,7 +464,9 @@ struct replay {
 	kv_wal_report *rep;
 	char *err;
 	size_t errlen;
-	bool stop; /* the log was cut: read no further */
+	bool stop;       /* the log was cut, or to_lsn was read: read no further */
+	bool ro;         /* kv_wal_read: never write, truncate or remove; no segment is the last */
+	uint64_t to_lsn; /* kv_wal_read: the last record read (0: none) */
 };
 
 /*
@@ -552,7 +554,7 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
                void *arg, uint64_t *expect)
 {
 	char path[WAL_PATH_MAX];
-	bool last = i + 1 == rp->nsegs;
+	bool last = !rp->ro && i + 1 == rp->nsegs;
 	struct reader r = {.fd = -1};
 	struct stat st;
 	const uint8_t *h;
@@ -560,7 +562,7 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 	int rv;
 
 	seg_path(path, sizeof(path), rp->dir, rp->segs[i]);
-	r.fd = open(path, O_RDWR | O_CLOEXEC);
+	r.fd = open(path, (rp->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC);
 	if (r.fd < 0 || fstat(r.fd, &st) != 0) {
 		rv = kv_errf(rp->err, rp->errlen, kv_err_from_errno(errno),
 		             "cannot open wal segment %s: %s", path, strerror(errno));
@@ -682,6 +684,10 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 		}
 		(*expect)++;
 		off += KV_WAL_RECORD_HEADER + len;
+		if (rp->to_lsn != 0 && lsn >= rp->to_lsn) {
+			rp->stop = true;
+			break;
+		}
 	}
 	rv = KV_OK;
 out:
@@ -738,6 +744,57 @@ kv_wal_replay(const char *dir, uint64_t from_lsn, bool truncate_corrupt, kv_wal_
 		return rv;
 	rep->next_lsn = expect > from_lsn ? expect : from_lsn;
 	return KV_OK;
+}
+
+int
+kv_wal_read(const char *dir, uint64_t from_lsn, uint64_t to_lsn, kv_wal_replay_cb cb, void *arg,
+            char *err, size_t errlen)
+{
+	kv_wal_report rep;
+	struct replay rp;
+	uint64_t *segs = NULL, expect = 0;
+	size_t nsegs = 0, start;
+	int rv = KV_OK;
+
+	memset(&rep, 0, sizeof(rep));
+	if (err && errlen)
+		err[0] = '\0';
+	if (dir == NULL || from_lsn == 0 || to_lsn < from_lsn ||
+	    strlen(dir) + WAL_NAME_LEN + 2 > WAL_PATH_MAX)
+		return kv_errf(err, errlen, KV_EINVAL, "bad wal read arguments");
+	if ((rv = list_segments(dir, &segs, &nsegs, err, errlen)) != KV_OK)
+		return rv;
+	/* Segments starting after to_lsn (the live one among them) are never
+	 * opened. */
+	while (nsegs > 0 && segs[nsegs - 1] > to_lsn)
+		nsegs--;
+	start = nsegs;
+	for (size_t i = 0; i < nsegs && segs[i] <= from_lsn; i++)
+		start = i;
+	if (start == nsegs) {
+		free(segs);
+		return kv_errf(err, errlen, KV_ECORRUPT, "wal in %s: no segment holds lsn %llu",
+		               dir, (unsigned long long)from_lsn);
+	}
+	rp = (struct replay){.dir = dir,
+	                     .segs = segs,
+	                     .nsegs = nsegs,
+	                     .rep = &rep,
+	                     .err = err,
+	                     .errlen = errlen,
+	                     .ro = true,
+	                     .to_lsn = to_lsn};
+	for (size_t i = start; i < nsegs; i++) {
+		rv = replay_segment(&rp, i, from_lsn, false, cb, arg, &expect);
+		if (rv != KV_OK || rp.stop)
+			break;
+	}
+	free(segs);
+	if (rv == KV_OK && expect != to_lsn + 1)
+		rv = kv_errf(err, errlen, KV_ECORRUPT, "wal in %s ends at lsn %llu, need %llu", dir,
+		             (unsigned long long)(expect ? expect - 1 : 0),
+		             (unsigned long long)to_lsn);
+	return rv;
 }
 
 /* ---------------------------------------------------------------- buffers */

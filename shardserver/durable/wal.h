@@ -117,6 +117,22 @@ typedef int (*kv_wal_replay_cb)(void *arg, uint64_t lsn, const uint8_t *p, size_
 int kv_wal_replay(const char *dir, uint64_t from_lsn, bool truncate_corrupt, kv_wal_replay_cb cb,
                   void *arg, kv_wal_report *rep, char *err, size_t errlen);
 
+/*
+ * Reads DIR's records from_lsn .. to_lsn (1 <= from_lsn <= to_lsn), in lsn
+ * order, calling cb for each, without changing anything: segments are
+ * opened read-only, none is treated as the last (no torn tail is cut), and
+ * segments starting after to_lsn are never opened. So it may run while the
+ * log of DIR is open, as long as to_lsn is below the open log's first lsn
+ * (records of closed segments). Every record of the segments read is
+ * checked. Anything else than exactly the records from_lsn .. to_lsn -
+ * a missing segment (dropped after a snapshot), a gap, damage, a log that
+ * ends early - is KV_ECORRUPT, with a message in err. Memory is bounded as
+ * for kv_wal_replay. Returns 0, KV_ECORRUPT, KV_EIO, KV_EINVAL, KV_ENOMEM
+ * or the callback's code.
+ */
+int kv_wal_read(const char *dir, uint64_t from_lsn, uint64_t to_lsn, kv_wal_replay_cb cb, void *arg,
+                char *err, size_t errlen);
+
 typedef struct kv_wal kv_wal;
 
 /* Options of kv_wal_open(). Zero values take the defaults. */

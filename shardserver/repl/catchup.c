@@ -436,3 +436,86 @@ bad:
 	kv_cu_pos_set_fini(s);
 	return KV_ECORRUPT;
 }
+
+/* ------------------------------------------------------------------------
+ * A restarted node's recovered tail (kv_cu_tail)
+ * ------------------------------------------------------------------------ */
+
+void
+kv_cu_tail_init(kv_cu_tail *t, uint64_t from, uint64_t max_keys)
+{
+	*t = (kv_cu_tail){.from = from, .to = from - 1, .max_keys = max_keys};
+}
+
+void
+kv_cu_tail_fini(kv_cu_tail *t)
+{
+	free(t->v);
+	kv_buf_fini(&t->keys);
+	*t = (kv_cu_tail){0};
+}
+
+int
+kv_cu_tail_add(kv_cu_tail *t, uint64_t lsn, int kind, kv_bytes lo, kv_bytes hi)
+{
+	kv_cu_span sp = {.kind = (uint8_t)kind};
+
+	if (lsn != t->to + 1)
+		return KV_EINVAL;
+	if (t->keys.len + lo.len + hi.len > t->max_keys ||
+	    t->keys.len + lo.len + hi.len > UINT32_MAX)
+		return KV_ELIMIT;
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 1024;
+		kv_cu_span *v = realloc(t->v, cap * sizeof(*v));
+		if (v == NULL)
+			return KV_ENOMEM;
+		t->v = v;
+		t->cap = cap;
+	}
+	sp.lo_off = (uint32_t)t->keys.len;
+	sp.lo_len = (uint32_t)lo.len;
+	if (lo.len && kv_buf_append(&t->keys, lo.p, lo.len) != KV_OK)
+		return KV_ENOMEM;
+	sp.hi_off = (uint32_t)t->keys.len;
+	sp.hi_len = (uint32_t)hi.len;
+	if (hi.len && kv_buf_append(&t->keys, hi.p, hi.len) != KV_OK)
+		return KV_ENOMEM;
+	t->v[t->n++] = sp;
+	t->to = lsn;
+	return KV_OK;
+}
+
+/* Whether span sp may change a key of [start, end). */
+static bool
+span_touches(const kv_cu_tail *t, const kv_cu_span *sp, const kv_bytes *start, const kv_bytes *end)
+{
+	const uint8_t *lo = t->keys.data + sp->lo_off, *hi = t->keys.data + sp->hi_off;
+
+	switch (sp->kind) {
+	case 0: /* KV_DUR_SPAN_NONE */
+		return false;
+	case 1: /* KV_DUR_SPAN_KEYS: [lo, hi] */
+		return (end->len == 0 || kv_key_cmp(lo, sp->lo_len, end->p, end->len) < 0) &&
+		       kv_key_cmp(hi, sp->hi_len, start->p, start->len) >= 0;
+	case 2: /* KV_DUR_SPAN_RANGE: [lo, hi) */
+		return (end->len == 0 || kv_key_cmp(lo, sp->lo_len, end->p, end->len) < 0) &&
+		       (sp->hi_len == 0 || kv_key_cmp(start->p, start->len, hi, sp->hi_len) < 0);
+	default:
+		return true;
+	}
+}
+
+int
+kv_cu_tail_touches(const kv_cu_tail *t, uint64_t after, uint64_t upto, const kv_bytes *start,
+                   const kv_bytes *end)
+{
+	if (upto <= after)
+		return 0;
+	if (after + 1 < t->from || upto > t->to)
+		return -1;
+	for (uint64_t l = after + 1; l <= upto; l++)
+		if (span_touches(t, &t->v[l - t->from], start, end))
+			return 1;
+	return 0;
+}

@@ -135,4 +135,37 @@ int kv_cu_pos_encode(const kv_cu_pos_set *s, kv_buf *out);
  * checksum: the set stays empty) or KV_ENOMEM. */
 int kv_cu_pos_decode(const uint8_t *p, size_t n, kv_cu_pos_set *s);
 
+/* The keys of the last records a restarted node recovered from its log
+ * (doc/replication.md "Case (b): the old primary", "After a restart"):
+ * for each lsn from..to, the span of keys its record may change. */
+typedef struct {
+	uint8_t kind;            /* kv_dur_span_kind */
+	uint32_t lo_off, lo_len; /* into keys */
+	uint32_t hi_off, hi_len;
+} kv_cu_span;
+
+typedef struct {
+	uint64_t from, to; /* lsns held: from..to (to < from: none) */
+	kv_cu_span *v;     /* v[i] is lsn from + i */
+	size_t n, cap;
+	kv_buf keys;       /* the spans' bounds */
+	uint64_t max_keys; /* most key bytes held (past it kv_cu_tail_add fails) */
+} kv_cu_tail;
+
+/* An empty summary that will hold lsns from `from` on, at most max_keys
+ * key bytes. */
+void kv_cu_tail_init(kv_cu_tail *t, uint64_t from, uint64_t max_keys);
+void kv_cu_tail_fini(kv_cu_tail *t);
+
+/* Adds the span of record lsn (to + 1 exactly) of kind (kv_dur_span_kind)
+ * with bounds lo, hi (copied). Returns 0, KV_EINVAL (not the next lsn),
+ * KV_ELIMIT (max_keys) or KV_ENOMEM. */
+int kv_cu_tail_add(kv_cu_tail *t, uint64_t lsn, int kind, kv_bytes lo, kv_bytes hi);
+
+/* Whether a record with lsn in (after, upto] may change a key of
+ * [start, end) (empty end: none): 1 when one may, 0 when none does, -1
+ * when the summary does not hold every one of those lsns (cannot tell). */
+int kv_cu_tail_touches(const kv_cu_tail *t, uint64_t after, uint64_t upto, const kv_bytes *start,
+                       const kv_bytes *end);
+
 #endif

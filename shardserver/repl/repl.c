@@ -364,6 +364,11 @@ typedef struct led {
 	uint64_t leader_epoch; /* its new leader epoch */
 	uint64_t old_epoch;    /* the leader epoch it had here */
 	uint64_t last;         /* the last lsn of a record of it logged here */
+	/* Made at this start's first configuration for a range this node was
+	 * outside the ISR of (old_epoch and last unknown): its data of it is
+	 * what recovery left, the previous start's records up to
+	 * kv_rs.rst_last (doc/replication.md "After a restart"). */
+	bool restart;
 } led;
 
 #define MAX_QENDS 1024u /* ends kept (the oldest go first: a copy instead) */
@@ -420,6 +425,15 @@ struct kv_rs {
 	size_t ndemos;
 	led *leds; /* ranges this node lost to a failover, data untouched since */
 	size_t nleds;
+	/* A restart (doc/replication.md "After a restart"; set by kv_rs_create,
+	 * then read-only but rst_first, in_mu): the previous start's boot
+	 * (lower half, as in stream ids; 0: not usable), the last lsn recovery
+	 * replayed, the spans of its last records, and whether no configuration
+	 * was applied yet. */
+	uint64_t rst_boot;
+	uint64_t rst_last;
+	kv_cu_tail rst_tail;
+	bool rst_first;
 
 	pthread_mutex_t wmu; /* protects waiters */
 	waiter *waiters;
@@ -2343,16 +2357,36 @@ qend_note_locked(kv_rs *g, const route *old, size_t oldn, const route *t, uint32
 			was_in |= q->insync[k] == me;
 		if (q->primary == me || q->primary == 0 || q->nreplicas < 2 || !was_in ||
 		    q->leader_epoch >= t->leader_epoch || (prev != 0 && q->primary != prev) ||
-		    (prev != 0 && q->leader_epoch != pe))
+		    (prev != 0 && q->leader_epoch != pe)) {
+			if (q->primary != me && q->primary != 0 &&
+			    q->leader_epoch < t->leader_epoch)
+				KV_INFO(COMP,
+				        "primary after a failover: no end kept for the old primary",
+				        "leader_epoch=%llu old_primary=%u in_isr=%d replicas=%u",
+				        (unsigned long long)t->leader_epoch, q->primary, was_in,
+				        q->nreplicas);
 			return;
+		}
 		prev = q->primary;
 		pe = q->leader_epoch;
 	}
 	for (size_t i = 0; prev != 0 && i < MAX_SOURCES; i++)
 		if (g->src[i].from == prev)
 			in = &g->src[i];
-	if (in == NULL || in->max_lsn == 0)
+	if (in == NULL || in->max_lsn == 0) {
+		if (prev != 0)
+			KV_INFO(
+			    COMP, "primary after a failover: no end kept for the old primary",
+			    "leader_epoch=%llu old_primary=%u why=\"no record of it applied since "
+			    "this start or its last copy\"",
+			    (unsigned long long)t->leader_epoch, prev);
 		return;
+	}
+	if (prev != 0)
+		KV_INFO(COMP, "primary after a failover: end kept for the old primary's return",
+		        "leader_epoch=%llu old_primary=%u old_boot=%llu end_lsn=%llu",
+		        (unsigned long long)t->leader_epoch, prev, (unsigned long long)in->max_boot,
+		        (unsigned long long)in->max_lsn);
 	/* An older end overlapping t is no longer this node's. */
 	for (qend **pp = &g->qends; *pp;) {
 		qend *x = *pp;
@@ -3119,6 +3153,48 @@ leds_note_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
 }
 
 /*
+ * At this start's first configuration (tab_lock write, in_mu), after a
+ * restart (doc/replication.md "After a restart"): when nothing was logged
+ * since recovery, each replicated range led by another node with this one
+ * a replica outside its ISR becomes an old lead of the restart kind: this
+ * node's data of it is what recovery left, and nothing writes it here
+ * before a copy or catch-up from its primary (leds_note_locked drops it
+ * when the range's primary or leader epoch changes).
+ */
+static void
+rst_leds_locked(kv_rs *g, uint32_t me)
+{
+	if (g->rst_boot == 0 || kv_dur_last_lsn(g->env.dur) != g->rst_last)
+		return;
+	for (size_t i = 0; i < g->nroutes; i++) {
+		const route *t = &g->routes[i];
+		bool member = false;
+		led *d;
+		for (uint32_t k = 0; k < t->nreplicas; k++)
+			member |= t->replicas[k] == me;
+		if (!member || t->nreplicas < 2 || t->primary == me || t->primary == 0 ||
+		    !outside_isr(t, me))
+			continue;
+		if (g->nleds >= MAX_LEDS || (d = calloc(1, sizeof(*d))) == NULL)
+			return; /* a copy instead */
+		if (kv_buf_set(&d->start, t->start.data, t->start.len) != 0 ||
+		    kv_buf_set(&d->end, t->end.data, t->end.len) != 0) {
+			led_free(d);
+			return;
+		}
+		d->primary = t->primary;
+		d->leader_epoch = t->leader_epoch;
+		d->restart = true;
+		d->next = g->leds;
+		g->leds = d;
+		g->nleds++;
+		KV_INFO(COMP, "restart: a range outside its ISR keeps the data recovery left",
+		        "primary=%u leader_epoch=%llu last_lsn=%llu", d->primary,
+		        (unsigned long long)d->leader_epoch, (unsigned long long)g->rst_last);
+	}
+}
+
+/*
  * Case (b) of the catch-up from a replica's own data (doc/replication.md
  * "Case (b): the old primary"): whether this node, with no position from
  * the sender of catch-up c, holds the sender's state of c's range at
@@ -3135,12 +3211,30 @@ led_holds_locked(kv_rs *g, uint32_t me, uint32_t from, const kv_repl_copy *c)
 
 	if (c->old_primary != me || c->old_end == 0 || c->old_at < c->from_lsn)
 		return "no usable end";
-	if (c->old_boot != (g->env.boot_id & 0xffffffffu))
+	/* An end of this start, or of the previous one after a restart. */
+	bool prev = g->rst_boot != 0 && c->old_boot == g->rst_boot;
+	if (!prev && c->old_boot != (g->env.boot_id & 0xffffffffu))
 		return "the end is of an earlier start of this node";
 	for (const led *d = g->leds; d; d = d->next) {
-		if (d->primary != from || d->leader_epoch != c->leader_epoch ||
-		    d->old_epoch != c->old_epoch || !inside_of(&s, &e, &d->start, &d->end))
+		if (d->restart != prev || d->primary != from ||
+		    d->leader_epoch != c->leader_epoch || (!prev && d->old_epoch != c->old_epoch) ||
+		    !inside_of(&s, &e, &d->start, &d->end))
 			continue;
+		if (prev) {
+			/* The data is the previous start's records up to rst_last:
+			 * the new primary's state at old_at when they hold every
+			 * record up to the end and none of the range after it. */
+			if (c->old_end > g->rst_last)
+				return "this node's log lost records of its previous start up to "
+				       "the end";
+			int t = kv_cu_tail_touches(&g->rst_tail, c->old_end, g->rst_last, &c->start,
+			                           &c->end);
+			if (t < 0)
+				return "this node cannot read its log's records past the end";
+			if (t > 0)
+				return "this node's log holds records of the range past the end";
+			return NULL;
+		}
 		/* No record past the end: else an unacknowledged tail the new
 		 * primary never had is here, and only a copy takes it back. */
 		if (d->last > c->old_end)
@@ -3329,6 +3423,9 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		pos_reshape_locked(g, me);
 	if (me != 0)
 		leds_note_locked(g, old, oldn, me);
+	if (g->rst_first && me != 0)
+		rst_leds_locked(g, me);
+	g->rst_first = false;
 	pthread_rwlock_unlock(&g->tab_lock);
 	pthread_mutex_unlock(&g->in_mu);
 	/* Demotion: a range this node led with backups has another primary
@@ -3584,10 +3681,11 @@ apply_catchup(kv_rs *g, uint32_t me, const kv_repl_msg *m, insrc *in, bool *div,
 			}
 			KV_INFO(COMP, "old primary: the new primary's end of its leader epoch",
 			        "from=%u old_epoch=%llu old_end=%llu old_at=%llu accepted=%d "
-			        "why=\"%s\"",
+			        "prev_start=%d why=\"%s\"",
 			        m->from_node, (unsigned long long)c->old_epoch,
 			        (unsigned long long)c->old_end, (unsigned long long)c->old_at,
-			        i >= 0, no ? no : "it logged nothing of the range past the end");
+			        i >= 0, g->rst_boot != 0 && c->old_boot == g->rst_boot,
+			        no ? no : "it logged nothing of the range past the end");
 		}
 		/* Accepted or not, the data of the range changes next. */
 		led_forget_locked(g, &c->start, &c->end);
@@ -3934,6 +4032,61 @@ pos_load(kv_rs *g)
 	close(fd);
 }
 
+#define RST_TAIL_RECS 65536u      /* a restart: the last records summarised ... */
+#define RST_TAIL_KEYS (16u << 20) /* ... with at most this many key bytes */
+
+static int
+rst_span_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
+{
+	kv_dur_span sp;
+	int rv = kv_dur_rec_span(p, n, &sp);
+
+	if (rv != KV_OK)
+		return rv;
+	return kv_cu_tail_add(arg, lsn, (int)sp.kind, sp.lo, sp.hi);
+}
+
+/*
+ * A restart (doc/replication.md "After a restart"): keeps the previous
+ * start's boot and last recovered lsn, and reads the keys of the last
+ * RST_TAIL_RECS records recovery replayed (never those the snapshot
+ * folded) from the log's closed segments, before the server serves
+ * anything: no lock held, at most one segment (64 MiB) plus those records
+ * read once. Unreadable: an empty summary (only an end at the last lsn is
+ * then usable).
+ */
+static void
+rst_load(kv_rs *g)
+{
+	uint64_t last = g->env.rec_last, from = g->env.rec_snap_lsn ? g->env.rec_snap_lsn : 1;
+	char err[600] = "";
+	int rv = KV_OK;
+
+	g->rst_first = true;
+	kv_cu_tail_init(&g->rst_tail, last + 1, 0);
+	if (g->env.prev_boot == 0 || g->env.dur == NULL ||
+	    (g->env.prev_boot & 0xffffffffu) == (g->env.boot_id & 0xffffffffu))
+		return;
+	g->rst_boot = g->env.prev_boot & 0xffffffffu;
+	g->rst_last = last;
+	if (last >= RST_TAIL_RECS && from < last - RST_TAIL_RECS + 1)
+		from = last - RST_TAIL_RECS + 1;
+	if (from <= last) {
+		kv_cu_tail_init(&g->rst_tail, from, RST_TAIL_KEYS);
+		rv = kv_dur_read_log(g->env.dur, from, last, rst_span_cb, &g->rst_tail, err,
+		                     sizeof(err));
+		if (rv != KV_OK) {
+			kv_cu_tail_fini(&g->rst_tail);
+			kv_cu_tail_init(&g->rst_tail, last + 1, 0);
+		}
+	}
+	KV_INFO(COMP, "restart: the previous start's records, for an old primary's return",
+	        "prev_boot=%llu last_lsn=%llu tail_from=%llu tail_to=%llu err=%s detail=\"%s\"",
+	        (unsigned long long)g->rst_boot, (unsigned long long)last,
+	        (unsigned long long)g->rst_tail.from, (unsigned long long)g->rst_tail.to,
+	        kv_errname(rv), err);
+}
+
 int
 kv_rs_create(const kv_rs_env *env, kv_rs **out)
 {
@@ -3959,6 +4112,7 @@ kv_rs_create(const kv_rs_env *env, kv_rs **out)
 	atomic_init(&g->nstreams, 0);
 	/* Records logged before this start are not in the buffer. */
 	kv_cu_buf_init(&g->buf, CU_MAX, kv_dur_last_lsn(env->dur));
+	rst_load(g);
 	if (env->dir != NULL) {
 		size_t n = strlen(env->dir) + sizeof(POS_FILE) + 2;
 		if ((g->pos_path = malloc(n)) == NULL || (g->pos_dir = strdup(env->dir)) == NULL) {
@@ -4046,6 +4200,7 @@ kv_rs_destroy(kv_rs *g)
 		free(s);
 	}
 	routes_free(g->routes, g->nroutes);
+	kv_cu_tail_fini(&g->rst_tail);
 	while (g->leds) {
 		led *d = g->leds;
 		g->leds = d->next;

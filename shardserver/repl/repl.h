@@ -91,6 +91,16 @@ typedef struct {
 	 * (doc/replication.md "Catch-up from the replica's own data"); NULL:
 	 * none kept, every return is copied. Borrowed. */
 	const char *dir;
+	/* A restart of this node on its data dir (doc/replication.md "Case (b):
+	 * the old primary", "After a restart"): the boot id of the previous
+	 * start (0: unknown, or its log may have lost synced records: a
+	 * restarted old primary is copied), and what recovery found: its
+	 * snapshot's lsn (every record below it folded into it; 1: none) and
+	 * the last lsn it replayed (kv_dur_last_lsn before anything is
+	 * logged). */
+	uint64_t prev_boot;
+	uint64_t rec_snap_lsn;
+	uint64_t rec_last;
 	/* --copy-rate: MB/s (10^6 bytes) of copy steps this node sends to
 	 * replicas outside the ISR, all copies together (doc/replication.md
 	 * "Catch-up"); 0: unlimited. */

@@ -54,12 +54,15 @@
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -759,8 +762,172 @@ an_old_primary_with_a_tail_the_new_primary_lacks_is_copied_and_serves_none_of_it
 		ov_holds_everything(i);
 }
 
+/* Node 1 leads the whole key space on all three servers and writes the
+ * first half of the keys; then it stops (its lease runs out) and node 2
+ * leads at a new leader epoch with node 3, node 1 a replica outside the
+ * ISR. Returns the failover's configuration epoch; *q0 gets node 2's
+ * counters before it. */
+static uint64_t
+ov_stop_and_fail_over(kv_rs_stats *q0)
+{
+	const uint32_t r123[3] = {1, 2, 3}, r231[3] = {2, 3, 1}, i23[2] = {2, 3};
+	for (int i = 0; i < 3; i++)
+		fake_ctl_add_node(octl, ov[i].url);
+	uint64_t e = fake_ctl_publish_replicas(octl, r123, 3, r123, 3, 0);
+	for (int i = 0; i < 3; i++)
+		inproc_srv_up(&ov[i]);
+	for (int i = 0; i < 3; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	ov_write(0, 0, NKEYS / 2);
+	*q0 = ov_stats(1);
+	inproc_srv_down(&ov[0]);
+	fake_cfg b = ov_failover(r231, 3, i23, 2);
+	e = fake_cfg_publish(octl, &b);
+	for (int i = 1; i < 3; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	return e;
+}
+
 static void
-an_old_primary_restarted_before_its_return_is_copied_and_loses_nothing(void **state)
+a_restarted_old_primary_with_no_tail_is_caught_up_without_a_copy_and_holds_every_write(void **state)
+{
+	(void)state;
+	unsigned adds = ov_isr_adds();
+	kv_rs_stats q0;
+	uint64_t e = ov_stop_and_fail_over(&q0);
+	/* New keys and overwrites at the new primary while node 1 is down. */
+	ov_write(1, NKEYS / 4, NKEYS);
+	inproc_srv_up(&ov[0]);
+	srv_wait_ready(ov[0].url, e, DEADLINE, NULL);
+	ov_wait_isr_add(adds, 1);
+	kv_rs_stats q1 = ov_stats(1);
+	print_message("new primary: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu "
+	              "-> %llu\n",
+	              (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
+	              (unsigned long long)q0.catchup_refusals,
+	              (unsigned long long)q1.catchup_refusals, (unsigned long long)q0.copies,
+	              (unsigned long long)q1.copies);
+	assert_int_equal(q1.catchups, q0.catchups + 1);
+	assert_int_equal(q1.copies, q0.copies);
+	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals);
+	for (int i = 0; i < 3; i++)
+		ov_holds_everything(i);
+}
+
+static void
+a_restarted_old_primary_whose_log_holds_only_other_ranges_past_the_end_is_caught_up(void **state)
+{
+	/* [, m) on nodes 1 and 2, [m, ) on nodes 1 and 3: node 2 never
+	 * applies node 1's records of [m, ), node 3 none of [, m). */
+	const uint32_t r12[2] = {1, 2}, r13[2] = {1, 3}, r21[2] = {2, 1}, i2[1] = {2},
+	               r31[2] = {3, 1}, i3[1] = {3};
+	char key[16];
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		fake_ctl_add_node(octl, ov[i].url);
+	fake_cfg a = fake_cfg_new(octl);
+	fake_cfg_range(&a, "", 1);
+	fake_cfg_replicas(&a, r12, 2, r12, 2, 0);
+	fake_cfg_range(&a, "m", 1);
+	fake_cfg_replicas(&a, r13, 2, r13, 2, 0);
+	uint64_t e = fake_cfg_publish(octl, &a);
+	for (int i = 0; i < 3; i++)
+		inproc_srv_up(&ov[i]);
+	for (int i = 0; i < 3; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	ov_write(0, 0, NKEYS / 2);
+	/* The last records of node 1's log are of [m, ): past node 2's end. */
+	for (int k = 0; k < 20; k++) {
+		snprintf(key, sizeof(key), "t:%04d", k);
+		assert_int_equal(do_put(ov[0].url, key, "y", 0, 0).status, KV_OK);
+	}
+	unsigned adds = ov_isr_adds();
+	kv_rs_stats q0 = ov_stats(1);
+	inproc_srv_down(&ov[0]);
+	fake_cfg b = fake_cfg_new(octl);
+	fake_cfg_range(&b, "", 2);
+	fake_cfg_replicas(&b, r21, 2, i2, 1, 0);
+	fake_cfg_range(&b, "m", 3);
+	fake_cfg_replicas(&b, r31, 2, i3, 1, 0);
+	e = fake_cfg_publish(octl, &b);
+	for (int i = 1; i < 3; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	ov_write(1, NKEYS / 4, NKEYS);
+	inproc_srv_up(&ov[0]);
+	srv_wait_ready(ov[0].url, e, DEADLINE, NULL);
+	for (uint64_t t0 = kv_test_now_ms();
+	     ov_stats(1).catchups + ov_stats(1).copies == q0.catchups + q0.copies;) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node 2 never caught node 1 up nor copied it");
+		kv_test_sleep_ms(10);
+	}
+	ov_wait_isr_add(adds, 1);
+	kv_rs_stats q1 = ov_stats(1);
+	print_message(
+	    "node 2: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu -> %llu\n",
+	    (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
+	    (unsigned long long)q0.catchup_refusals, (unsigned long long)q1.catchup_refusals,
+	    (unsigned long long)q0.copies, (unsigned long long)q1.copies);
+	assert_int_equal(q1.catchups, q0.catchups + 1);
+	assert_int_equal(q1.copies, q0.copies);
+	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals);
+	for (int i = 0; i < 2; i++)
+		ov_holds_everything(i);
+}
+
+/* Cuts the last `bytes` bytes of the newest log segment of dir: the torn
+ * tail a crash leaves of records written but not yet synced. */
+static void
+cut_newest_segment(const char *dir, long bytes)
+{
+	char best[64] = "", path[400];
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	assert_non_null(d);
+	while ((de = readdir(d)) != NULL)
+		if (strncmp(de->d_name, "wal-", 4) == 0 && strlen(de->d_name) < sizeof(best) &&
+		    strcmp(de->d_name, best) > 0)
+			snprintf(best, sizeof(best), "%s", de->d_name);
+	closedir(d);
+	assert_true(best[0] != '\0');
+	snprintf(path, sizeof(path), "%s/%s", dir, best);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_true(st.st_size > 32 + bytes);
+	assert_int_equal(truncate(path, st.st_size - bytes), 0);
+}
+
+static void
+a_restarted_old_primary_whose_log_lost_records_below_the_end_is_copied(void **state)
+{
+	(void)state;
+	unsigned adds = ov_isr_adds();
+	kv_rs_stats q0;
+	uint64_t e = ov_stop_and_fail_over(&q0);
+	/* Node 1's last record (of a key the new primary does not write
+	 * again) is lost: its log now ends below the new primary's end. */
+	cut_newest_segment(ov[0].dir, 4);
+	ov_write(1, NKEYS / 2, NKEYS);
+	inproc_srv_up(&ov[0]);
+	srv_wait_ready(ov[0].url, e, DEADLINE, NULL);
+	ov_wait_isr_add(adds, 1);
+	kv_rs_stats q1 = ov_stats(1);
+	print_message("new primary: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu "
+	              "-> %llu\n",
+	              (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
+	              (unsigned long long)q0.catchup_refusals,
+	              (unsigned long long)q1.catchup_refusals, (unsigned long long)q0.copies,
+	              (unsigned long long)q1.copies);
+	assert_int_equal(q1.catchups, q0.catchups);
+	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals + 1);
+	assert_int_equal(q1.copies, q0.copies + 1);
+	for (int i = 0; i < 3; i++)
+		ov_holds_everything(i);
+}
+
+static void
+a_restarted_old_primary_whose_log_holds_a_record_of_the_range_past_the_end_is_copied(void **state)
 {
 	const uint32_t r12[2] = {1, 2}, r21[2] = {2, 1}, i2[1] = {2};
 	tail_put c = {.url = ov[0].url, .status = -1};
@@ -779,7 +946,7 @@ an_old_primary_restarted_before_its_return_is_copied_and_loses_nothing(void **st
 	fake_cfg b = ov_failover(r21, 2, i2, 1);
 	pthread_t t = ov_tail(&b, &c);
 	/* Node 1 stops with the tail in its log and starts again after the
-	 * failover: a new start, whose lsns follow what its log kept. */
+	 * failover: a new start, whose recovered log holds the tail. */
 	inproc_srv_down(&ov[0]);
 	assert_int_equal(pthread_join(t, NULL), 0);
 	assert_int_not_equal(c.status, KV_OK);
@@ -789,9 +956,16 @@ an_old_primary_restarted_before_its_return_is_copied_and_loses_nothing(void **st
 	srv_wait_ready(ov[0].url, e, DEADLINE, NULL);
 	ov_wait_isr_add(adds, 1);
 	kv_rs_stats q1 = ov_stats(1);
+	print_message("new primary: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu "
+	              "-> %llu\n",
+	              (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
+	              (unsigned long long)q0.catchup_refusals,
+	              (unsigned long long)q1.catchup_refusals, (unsigned long long)q0.copies,
+	              (unsigned long long)q1.copies);
 	if (inproc_srv_holds(ov[0].s, "t", NULL))
 		fail_msg("the restarted old primary still holds the tail's write");
 	assert_int_equal(q1.catchups, q0.catchups);
+	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals + 1);
 	assert_int_equal(q1.copies, q0.copies + 1);
 	for (int i = 0; i < 2; i++)
 		ov_holds_everything(i);
@@ -833,8 +1007,17 @@ main(void)
 	        an_old_primary_with_a_tail_the_new_primary_lacks_is_copied_and_serves_none_of_it,
 	        ov_setup, ov_teardown),
 	    cmocka_unit_test_setup_teardown(
-	        an_old_primary_restarted_before_its_return_is_copied_and_loses_nothing, ov_setup,
+	        a_restarted_old_primary_with_no_tail_is_caught_up_without_a_copy_and_holds_every_write,
+	        ov_setup, ov_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_restarted_old_primary_whose_log_holds_only_other_ranges_past_the_end_is_caught_up,
+	        ov_setup, ov_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_restarted_old_primary_whose_log_lost_records_below_the_end_is_copied, ov_setup,
 	        ov_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_restarted_old_primary_whose_log_holds_a_record_of_the_range_past_the_end_is_copied,
+	        ov_setup, ov_teardown),
 	};
 	cmocka_set_message_output(CM_OUTPUT_STDOUT);
 	if (getenv("KV_TEST_FILTER"))

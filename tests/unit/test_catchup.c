@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "common/err.h"
+#include "shardserver/durable/durable.h"
 #include "shardserver/repl/catchup.h"
 
 #define B(s) ((kv_bytes){(const uint8_t *)(s), sizeof(s) - 1})
@@ -195,6 +196,56 @@ the_positions_file_keeps_only_saved_positions_and_refuses_damage(void **state)
 	kv_cu_pos_set_fini(&s);
 }
 
+/* Adds the span of the record in b (emptied after) as lsn. */
+static void
+tail_add_rec(kv_cu_tail *t, uint64_t lsn, kv_buf *b)
+{
+	kv_dur_span sp;
+	assert_int_equal(kv_dur_rec_span(b->data, b->len, &sp), KV_OK);
+	assert_int_equal(kv_cu_tail_add(t, lsn, (int)sp.kind, sp.lo, sp.hi), KV_OK);
+	b->len = 0;
+}
+
+static void
+a_restarted_nodes_tail_tells_whether_a_record_after_an_lsn_touches_a_range(void **state)
+{
+	kv_dur_dedup dd = {.client = 7, .req = 9};
+	kv_cu_tail t;
+	kv_buf b = {0};
+	kv_bytes c = B("c"), e = B("e"), l = B("l"), o = B("o"), q = B("q"), pp = B("p"),
+	         w = B("w"), none = {0};
+	(void)state;
+
+	kv_cu_tail_init(&t, 5, 1024);
+	assert_int_equal(kv_dur_rec_put(&b, "b", 1, "v", 1), KV_OK);
+	tail_add_rec(&t, 5, &b);
+	assert_int_equal(kv_dur_rec_range_del(&b, "m", 1, "p", 1), KV_OK);
+	tail_add_rec(&t, 6, &b);
+	assert_int_equal(kv_dur_rec_dedup(&b, &dd, 0, "x", 1), KV_OK);
+	tail_add_rec(&t, 7, &b);
+	assert_int_equal(kv_dur_rec_put(&b, "d", 1, "v", 1), KV_OK);
+	tail_add_rec(&t, 8, &b);
+	assert_int_equal(kv_cu_tail_add(&t, 10, KV_DUR_SPAN_NONE, none, none), KV_EINVAL);
+
+	assert_int_equal(kv_cu_tail_touches(&t, 4, 8, &c, &e), 1);    /* d at 8 */
+	assert_int_equal(kv_cu_tail_touches(&t, 8, 8, &c, &e), 0);    /* nothing after 8 */
+	assert_int_equal(kv_cu_tail_touches(&t, 5, 7, &c, &l), 0);    /* b is at 5, not after */
+	assert_int_equal(kv_cu_tail_touches(&t, 5, 7, &o, &q), 1);    /* the range delete */
+	assert_int_equal(kv_cu_tail_touches(&t, 5, 7, &pp, &w), 0);   /* its end is excluded */
+	assert_int_equal(kv_cu_tail_touches(&t, 5, 7, &w, &none), 1); /* the entry of x */
+	assert_int_equal(kv_cu_tail_touches(&t, 3, 8, &c, &e), -1);   /* 4 is not held */
+	assert_int_equal(kv_cu_tail_touches(&t, 5, 9, &c, &e), -1);   /* 9 is not held */
+	assert_int_equal(kv_cu_tail_add(&t, 9, KV_DUR_SPAN_ALL, none, none), KV_OK);
+	assert_int_equal(kv_cu_tail_touches(&t, 8, 9, &pp, &w), 1); /* an adoption */
+	kv_cu_tail_fini(&t);
+
+	kv_cu_tail_init(&t, 1, 3);
+	assert_int_equal(kv_cu_tail_add(&t, 1, KV_DUR_SPAN_KEYS, c, e), KV_OK);
+	assert_int_equal(kv_cu_tail_add(&t, 2, KV_DUR_SPAN_KEYS, c, e), KV_ELIMIT);
+	kv_cu_tail_fini(&t);
+	kv_buf_fini(&b);
+}
+
 int
 main(void)
 {
@@ -208,6 +259,8 @@ main(void)
 	    cmocka_unit_test(
 	        a_new_configuration_cuts_positions_to_the_ranges_still_led_by_their_primary),
 	    cmocka_unit_test(the_positions_file_keeps_only_saved_positions_and_refuses_damage),
+	    cmocka_unit_test(
+	        a_restarted_nodes_tail_tells_whether_a_record_after_an_lsn_touches_a_range),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -434,6 +434,50 @@ records_bigger_than_the_buffer_are_accepted(void **state)
 	expect_records(d->path, 1, 1, 200);
 }
 
+/* ---------------------------------------------------------------- read-only reads */
+
+static int
+read_log(const char *dir, uint64_t from, uint64_t to, struct got *g, char *err, size_t errlen)
+{
+	memset(g, 0, sizeof(*g));
+	return kv_wal_read(dir, from, to, collect, g, err, errlen);
+}
+
+static void
+read_returns_exactly_the_records_asked_and_never_cuts_a_torn_tail(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {10, 10, 10};
+	const uint8_t half[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+	char f[600], err[512];
+	struct got g;
+
+	write_segments(d->path, 1, counts, 3);
+	/* The newest segment ends in half a record, as a live log's may. */
+	seg_file(f, sizeof(f), d->path, 21);
+	append_raw(f, half, sizeof(half));
+	off_t size = file_size(f);
+
+	assert_int_equal(read_log(d->path, 5, 20, &g, err, sizeof(err)), KV_OK);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(g.n, 16);
+	assert_int_equal(g.first, 5);
+	assert_int_equal(g.last, 20);
+	assert_int_equal(read_log(d->path, 15, 25, &g, err, sizeof(err)), KV_OK);
+	assert_int_equal(g.n, 11);
+	assert_int_equal(g.last, 25);
+	/* Past the last record: an error, and the torn tail is still there. */
+	assert_int_equal(read_log(d->path, 25, 31, &g, err, sizeof(err)), KV_ECORRUPT);
+	assert_int_equal(file_size(f), size);
+	assert_int_equal(read_log(d->path, 20, 10, &g, err, sizeof(err)), KV_EINVAL);
+	/* A segment dropped (after a snapshot): the records are missing. */
+	seg_file(f, sizeof(f), d->path, 1);
+	assert_int_equal(unlink(f), 0);
+	assert_int_equal(read_log(d->path, 5, 12, &g, err, sizeof(err)), KV_ECORRUPT);
+	assert_int_equal(read_log(d->path, 11, 12, &g, err, sizeof(err)), KV_OK);
+	assert_int_equal(g.n, 2);
+}
+
 /* ---------------------------------------------------------------- torn tails */
 
 /* Checks a replay that drops a torn tail at off of file f. */
@@ -1455,6 +1499,7 @@ main(void)
 #ifndef KV_WAL_TEST_CONCURRENCY
 	    T(fsync_modes_parse_and_name),
 	    T(replay_returns_records_in_order_across_segments),
+	    T(read_returns_exactly_the_records_asked_and_never_cuts_a_torn_tail),
 	    T(replay_from_an_lsn_inside_a_segment_starts_there),
 	    T(segments_below_from_lsn_are_not_read),
 	    T(empty_or_missing_dir_replays_nothing_and_starts_at_from_lsn),
