@@ -1321,6 +1321,24 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 			               (unsigned long long)next_lsn);
 		}
 	}
+	/* What recovery read counts as synced from here on (synced_lsn below,
+	 * and the replica positions that name it), but a killed process's last
+	 * segment may still be in the page cache only: fsync the segments
+	 * (those the writer closed are clean, and cost nothing). */
+	for (size_t i = 0; i < nsegs; i++) {
+		char path[WAL_PATH_MAX];
+		int fd;
+		seg_path(path, sizeof(path), o->dir, segs[i]);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fsync(fd) != 0) {
+			rv = kv_errf(err, errlen, kv_err_from_errno(errno),
+			             "cannot fsync wal segment %s: %s", path, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			free(segs);
+			return rv;
+		}
+		close(fd);
+	}
 	free(segs);
 
 	if ((w = calloc(1, sizeof(*w))) == NULL || (w->dir = strdup(o->dir)) == NULL) {
