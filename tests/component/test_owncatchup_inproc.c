@@ -654,19 +654,45 @@ ov_failover(const uint32_t *reps, uint32_t nrep, const uint32_t *isr, uint32_t n
 	return b;
 }
 
+/* Nodes 1..n hold the whole key space, led by node 1 with every replica in
+ * sync, and node 1 writes the first half of the keys. Returns the epoch. */
+static uint64_t
+ov_start(int n)
+{
+	const uint32_t r[3] = {1, 2, 3};
+	for (int i = 0; i < n; i++)
+		fake_ctl_add_node(octl, ov[i].url);
+	uint64_t e = fake_ctl_publish_replicas(octl, r, (uint32_t)n, r, (uint32_t)n, 0);
+	for (int i = 0; i < n; i++)
+		inproc_srv_up(&ov[i]);
+	for (int i = 0; i < n; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	ov_write(0, 0, NKEYS / 2);
+	return e;
+}
+
+/* Node 2's counters since q0 show the old primary caught up (one catch-up,
+ * no refusal, no copy) or refused and copied. */
+static void
+ov_expect(const kv_rs_stats *q0, bool caught_up)
+{
+	kv_rs_stats q1 = ov_stats(1);
+	print_message(
+	    "node 2: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu -> %llu\n",
+	    (unsigned long long)q0->catchups, (unsigned long long)q1.catchups,
+	    (unsigned long long)q0->catchup_refusals, (unsigned long long)q1.catchup_refusals,
+	    (unsigned long long)q0->copies, (unsigned long long)q1.copies);
+	assert_int_equal(q1.catchups, q0->catchups + (caught_up ? 1 : 0));
+	assert_int_equal(q1.catchup_refusals, q0->catchup_refusals + (caught_up ? 0 : 1));
+	assert_int_equal(q1.copies, q0->copies + (caught_up ? 0 : 1));
+}
+
 static void
 an_old_primary_failed_over_catches_up_from_its_own_data_without_a_copy(void **state)
 {
-	const uint32_t r123[3] = {1, 2, 3}, r231[3] = {2, 3, 1}, i23[2] = {2, 3};
+	const uint32_t r231[3] = {2, 3, 1}, i23[2] = {2, 3};
 	(void)state;
-	for (int i = 0; i < 3; i++)
-		fake_ctl_add_node(octl, ov[i].url);
-	uint64_t e = fake_ctl_publish_replicas(octl, r123, 3, r123, 3, 0);
-	for (int i = 0; i < 3; i++)
-		inproc_srv_up(&ov[i]);
-	for (int i = 0; i < 3; i++)
-		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
-	ov_write(0, 0, NKEYS / 2);
+	uint64_t e = ov_start(3);
 
 	/* Node 1's lease has run out: node 2 leads at a new leader epoch,
 	 * node 1 a replica outside the ISR. */
@@ -679,13 +705,7 @@ an_old_primary_failed_over_catches_up_from_its_own_data_without_a_copy(void **st
 	/* Overwrites and new keys at the new primary, acknowledged by node 3. */
 	ov_write(1, NKEYS / 4, NKEYS);
 	ov_wait_isr_add(adds, 1);
-	kv_rs_stats q1 = ov_stats(1);
-	print_message("new primary: catch-ups %llu -> %llu, copies %llu -> %llu\n",
-	              (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
-	              (unsigned long long)q0.copies, (unsigned long long)q1.copies);
-	assert_int_equal(q1.catchups, q0.catchups + 1);
-	assert_int_equal(q1.copies, q0.copies);
-	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals);
+	ov_expect(&q0, true);
 	for (int i = 0; i < 3; i++)
 		ov_holds_everything(i);
 }
@@ -724,17 +744,10 @@ ov_tail(fake_cfg *b, tail_put *c)
 static void
 an_old_primary_with_a_tail_the_new_primary_lacks_is_copied_and_serves_none_of_it(void **state)
 {
-	const uint32_t r12[2] = {1, 2}, r21[2] = {2, 1}, i2[1] = {2};
+	const uint32_t r21[2] = {2, 1}, i2[1] = {2};
 	tail_put c = {.url = ov[0].url, .status = -1};
 	(void)state;
-	for (int i = 0; i < 2; i++)
-		fake_ctl_add_node(octl, ov[i].url);
-	uint64_t e = fake_ctl_publish_replicas(octl, r12, 2, r12, 2, 0);
-	for (int i = 0; i < 2; i++)
-		inproc_srv_up(&ov[i]);
-	for (int i = 0; i < 2; i++)
-		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
-	ov_write(0, 0, NKEYS / 2);
+	uint64_t e = ov_start(2);
 
 	unsigned adds = ov_isr_adds();
 	kv_rs_stats q0 = ov_stats(1);
@@ -746,18 +759,9 @@ an_old_primary_with_a_tail_the_new_primary_lacks_is_copied_and_serves_none_of_it
 	assert_int_equal(pthread_join(t, NULL), 0);
 	assert_int_not_equal(c.status, KV_OK);
 	ov_wait_isr_add(adds, 1);
-	kv_rs_stats q1 = ov_stats(1);
-	print_message("new primary: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu "
-	              "-> %llu\n",
-	              (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
-	              (unsigned long long)q0.catchup_refusals,
-	              (unsigned long long)q1.catchup_refusals, (unsigned long long)q0.copies,
-	              (unsigned long long)q1.copies);
 	if (inproc_srv_holds(ov[0].s, "t", NULL))
 		fail_msg("the old primary still holds the tail's write after its return");
-	assert_int_equal(q1.catchups, q0.catchups);
-	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals + 1);
-	assert_int_equal(q1.copies, q0.copies + 1);
+	ov_expect(&q0, false);
 	for (int i = 0; i < 2; i++)
 		ov_holds_everything(i);
 }
@@ -770,19 +774,12 @@ an_old_primary_with_a_tail_the_new_primary_lacks_is_copied_and_serves_none_of_it
 static uint64_t
 ov_stop_and_fail_over(kv_rs_stats *q0)
 {
-	const uint32_t r123[3] = {1, 2, 3}, r231[3] = {2, 3, 1}, i23[2] = {2, 3};
-	for (int i = 0; i < 3; i++)
-		fake_ctl_add_node(octl, ov[i].url);
-	uint64_t e = fake_ctl_publish_replicas(octl, r123, 3, r123, 3, 0);
-	for (int i = 0; i < 3; i++)
-		inproc_srv_up(&ov[i]);
-	for (int i = 0; i < 3; i++)
-		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
-	ov_write(0, 0, NKEYS / 2);
+	const uint32_t r231[3] = {2, 3, 1}, i23[2] = {2, 3};
+	ov_start(3);
 	*q0 = ov_stats(1);
 	inproc_srv_down(&ov[0]);
 	fake_cfg b = ov_failover(r231, 3, i23, 2);
-	e = fake_cfg_publish(octl, &b);
+	uint64_t e = fake_cfg_publish(octl, &b);
 	for (int i = 1; i < 3; i++)
 		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
 	return e;
@@ -800,16 +797,7 @@ a_restarted_old_primary_with_no_tail_is_caught_up_without_a_copy_and_holds_every
 	inproc_srv_up(&ov[0]);
 	srv_wait_ready(ov[0].url, e, DEADLINE, NULL);
 	ov_wait_isr_add(adds, 1);
-	kv_rs_stats q1 = ov_stats(1);
-	print_message("new primary: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu "
-	              "-> %llu\n",
-	              (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
-	              (unsigned long long)q0.catchup_refusals,
-	              (unsigned long long)q1.catchup_refusals, (unsigned long long)q0.copies,
-	              (unsigned long long)q1.copies);
-	assert_int_equal(q1.catchups, q0.catchups + 1);
-	assert_int_equal(q1.copies, q0.copies);
-	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals);
+	ov_expect(&q0, true);
 	for (int i = 0; i < 3; i++)
 		ov_holds_everything(i);
 }
@@ -862,15 +850,7 @@ a_restarted_old_primary_whose_log_holds_only_other_ranges_past_the_end_is_caught
 		kv_test_sleep_ms(10);
 	}
 	ov_wait_isr_add(adds, 1);
-	kv_rs_stats q1 = ov_stats(1);
-	print_message(
-	    "node 2: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu -> %llu\n",
-	    (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
-	    (unsigned long long)q0.catchup_refusals, (unsigned long long)q1.catchup_refusals,
-	    (unsigned long long)q0.copies, (unsigned long long)q1.copies);
-	assert_int_equal(q1.catchups, q0.catchups + 1);
-	assert_int_equal(q1.copies, q0.copies);
-	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals);
+	ov_expect(&q0, true);
 	for (int i = 0; i < 2; i++)
 		ov_holds_everything(i);
 }
@@ -912,16 +892,7 @@ a_restarted_old_primary_whose_log_lost_records_below_the_end_is_copied(void **st
 	inproc_srv_up(&ov[0]);
 	srv_wait_ready(ov[0].url, e, DEADLINE, NULL);
 	ov_wait_isr_add(adds, 1);
-	kv_rs_stats q1 = ov_stats(1);
-	print_message("new primary: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu "
-	              "-> %llu\n",
-	              (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
-	              (unsigned long long)q0.catchup_refusals,
-	              (unsigned long long)q1.catchup_refusals, (unsigned long long)q0.copies,
-	              (unsigned long long)q1.copies);
-	assert_int_equal(q1.catchups, q0.catchups);
-	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals + 1);
-	assert_int_equal(q1.copies, q0.copies + 1);
+	ov_expect(&q0, false);
 	for (int i = 0; i < 3; i++)
 		ov_holds_everything(i);
 }
@@ -929,17 +900,10 @@ a_restarted_old_primary_whose_log_lost_records_below_the_end_is_copied(void **st
 static void
 a_restarted_old_primary_whose_log_holds_a_record_of_the_range_past_the_end_is_copied(void **state)
 {
-	const uint32_t r12[2] = {1, 2}, r21[2] = {2, 1}, i2[1] = {2};
+	const uint32_t r21[2] = {2, 1}, i2[1] = {2};
 	tail_put c = {.url = ov[0].url, .status = -1};
 	(void)state;
-	for (int i = 0; i < 2; i++)
-		fake_ctl_add_node(octl, ov[i].url);
-	uint64_t e = fake_ctl_publish_replicas(octl, r12, 2, r12, 2, 0);
-	for (int i = 0; i < 2; i++)
-		inproc_srv_up(&ov[i]);
-	for (int i = 0; i < 2; i++)
-		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
-	ov_write(0, 0, NKEYS / 2);
+	uint64_t e = ov_start(2);
 
 	unsigned adds = ov_isr_adds();
 	kv_rs_stats q0 = ov_stats(1);
@@ -955,18 +919,9 @@ a_restarted_old_primary_whose_log_holds_a_record_of_the_range_past_the_end_is_co
 	inproc_srv_up(&ov[0]);
 	srv_wait_ready(ov[0].url, e, DEADLINE, NULL);
 	ov_wait_isr_add(adds, 1);
-	kv_rs_stats q1 = ov_stats(1);
-	print_message("new primary: catch-ups %llu -> %llu, refusals %llu -> %llu, copies %llu "
-	              "-> %llu\n",
-	              (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
-	              (unsigned long long)q0.catchup_refusals,
-	              (unsigned long long)q1.catchup_refusals, (unsigned long long)q0.copies,
-	              (unsigned long long)q1.copies);
 	if (inproc_srv_holds(ov[0].s, "t", NULL))
 		fail_msg("the restarted old primary still holds the tail's write");
-	assert_int_equal(q1.catchups, q0.catchups);
-	assert_int_equal(q1.catchup_refusals, q0.catchup_refusals + 1);
-	assert_int_equal(q1.copies, q0.copies + 1);
+	ov_expect(&q0, false);
 	for (int i = 0; i < 2; i++)
 		ov_holds_everything(i);
 }
