@@ -770,7 +770,8 @@ in_a_shared_isr(const kv_config *cur, uint32_t node)
 
 /* Commits the failover of a restarted node: its ranges get another in-sync
  * primary and it leaves every ISR, keeping its state (active or draining;
- * it is copied again by the primaries). Sets x->resp.node_id. */
+ * the primaries catch it up from its own data, or copy it, before it is
+ * in sync again). Sets x->resp.node_id. */
 static int
 restart_failover_locked(kv_controller *c, const kv_config *cur, uint32_t id, struct ctl_ctx *x)
 {
@@ -795,7 +796,7 @@ restart_failover_locked(kv_controller *c, const kv_config *cur, uint32_t id, str
 		return rv;
 	c->failovers_total += fst.failovers;
 	c->isr_shrinks_total += fst.shrinks;
-	KV_WARN("controller", "node restarted: its ranges failed over, it is copied again",
+	KV_WARN("controller", "node restarted: its ranges failed over, it rejoins once caught up",
 	        "node=%u failovers=%u isr_shrinks=%u", id, fst.failovers, fst.shrinks);
 	x->resp.node_id = id;
 	return KV_OK;
