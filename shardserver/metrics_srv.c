@@ -338,6 +338,11 @@ render(void *arg, kv_buf *out)
 	    "Record payload bytes sent in the steps of copies and catch-ups to replicas "
 	    "outside an ISR.",
 	    rs.copy_bytes);
+	add(m, &n, "shardkv_replica_copy_urgent_bytes_total", KV_METRIC_COUNTER,
+	    "Of those, bytes of copies of ranges that had fewer in-sync replicas than "
+	    "--min-insync (they take no write until the copy ends): not held back by "
+	    "--copy-rate.",
+	    rs.copy_urgent_bytes);
 	add(m, &n, "shardkv_replica_catchup_refusals_total", KV_METRIC_COUNTER,
 	    "Catch-ups from a replica's own data offered and refused by the replica (no "
 	    "position covering them): the range was copied instead.",

@@ -146,6 +146,11 @@ typedef struct entry {
 	bool done_div;
 	uint64_t done_gen;
 	bool cu; /* ENT_COPY: a catch-up from the replica's own data is offered */
+	/* ENT_COPY: the range had fewer in-sync members than it needs for
+	 * writes when the copy was queued: its steps are not held for
+	 * --copy-rate (copy_hold_ms), since the range takes no write until a
+	 * replica is back in sync. */
+	bool urgent;
 	/* ... its first step (the probe) was sent in generation cu_gen; once
 	 * answered (cu_known), only the records after cu_after follow. */
 	uint64_t cu_gen;
@@ -444,7 +449,8 @@ struct kv_rs {
 	 * step sent moves it on by its bytes at that rate (copy_charge). */
 	atomic_uint_fast64_t copy_next_ns;
 	atomic_uint_fast64_t st_clean_demos, st_unclean_demos, st_ends_in_sync, st_unfence_asks;
-	atomic_uint_fast64_t st_catchups, st_cu_refused, st_copy_bytes;
+	atomic_uint_fast64_t st_catchups, st_cu_refused, st_copy_bytes, st_copy_urgent_bytes;
+	atomic_uint_fast64_t st_copy_holds;
 
 	/* Primary side: recent records of replicated ranges led here, for
 	 * catch-ups. buf_mu protects buf; a leaf (the tap takes it under the
@@ -1164,12 +1170,14 @@ job_exists(kv_rs *g, stream *s, uint64_t mid)
  * at the same moment.
  */
 static void
-copy_charge(kv_rs *g, size_t bytes)
+copy_charge(kv_rs *g, const entry *m, size_t bytes)
 {
 	uint64_t rate = (uint64_t)g->env.copy_rate_mb_s * 1000000u;
 	uint64_t cost, now, old, nv;
 
 	atomic_fetch_add(&g->st_copy_bytes, bytes);
+	if (m->urgent)
+		atomic_fetch_add(&g->st_copy_urgent_bytes, bytes);
 	if (rate == 0)
 		return;
 	cost = (uint64_t)((double)bytes * 1e9 / (double)rate);
@@ -1198,7 +1206,8 @@ copy_hold_ms(stream *s, uint64_t now)
 {
 	uint64_t next;
 
-	if (s->g->env.copy_rate_mb_s == 0 || s->unsent == NULL || s->unsent->kind != ENT_COPY)
+	if (s->g->env.copy_rate_mb_s == 0 || s->unsent == NULL || s->unsent->kind != ENT_COPY ||
+	    s->unsent->urgent)
 		return 0;
 	next = atomic_load(&s->g->copy_next_ns);
 	return next > now ? (unsigned)((next - now + 999999u) / 1000000u) : 0;
@@ -1302,7 +1311,7 @@ send_catchup_locked(stream *s, entry *m, uint64_t breaks)
 			if (last)
 				s->unsent = m->next;
 			atomic_fetch_add(&g->st_copy_recs, n);
-			copy_charge(g, bytes);
+			copy_charge(g, m, bytes);
 			send_locked(s, &r, m, last);
 			free(rb);
 		} else {
@@ -1436,7 +1445,7 @@ out:
 			if (last)
 				s->unsent = m->next;
 			atomic_fetch_add(&g->st_copy_recs, a.n);
-			copy_charge(g, bytes);
+			copy_charge(g, m, bytes);
 			send_locked(s, &r, m, last);
 			free(rb);
 		}
@@ -1663,6 +1672,7 @@ install(stream *s)
 		j->mid = m->mid;
 		j->state = JOB_COPYING;
 		j->base = m->base = base;
+		m->urgent = r->ninsync < r->min_insync;
 		/* A catch-up from the replica's own data when the buffer holds
 		 * every record of the range after its trim point, all of this
 		 * range at this leader epoch (doc/replication.md "Catch-up from
@@ -2075,6 +2085,8 @@ stream_main(void *arg)
 			pthread_mutex_lock(&s->mu);
 			continue;
 		}
+		if (hold)
+			atomic_fetch_add(&g->st_copy_holds, 1);
 		deadline_in(&ts, hold && hold < (unsigned)POLL_MS ? hold : (unsigned)POLL_MS);
 		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 		pthread_mutex_unlock(&s->mu);
@@ -4268,4 +4280,6 @@ kv_rs_stats_get(kv_rs *g, kv_rs_stats *st)
 	st->catchups = atomic_load(&g->st_catchups);
 	st->catchup_refusals = atomic_load(&g->st_cu_refused);
 	st->copy_bytes = atomic_load(&g->st_copy_bytes);
+	st->copy_urgent_bytes = atomic_load(&g->st_copy_urgent_bytes);
+	st->copy_holds = atomic_load(&g->st_copy_holds);
 }

@@ -240,6 +240,10 @@ typedef struct {
 	uint64_t catchups;
 	uint64_t catchup_refusals;
 	uint64_t copy_bytes; /* record payload bytes sent in copy and catch-up steps */
+	/* ... of which in copies of ranges below their --min-insync when
+	 * queued, which --copy-rate does not hold back */
+	uint64_t copy_urgent_bytes;
+	uint64_t copy_holds; /* waits of a stream thread for --copy-rate before a copy step */
 } kv_rs_stats;
 void kv_rs_stats_get(kv_rs *g, kv_rs_stats *st);
 
