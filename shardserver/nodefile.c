@@ -158,10 +158,8 @@ kv_bootfile_save(const char *dir, uint64_t boot)
 int
 kv_nodefile_save(const char *dir, uint32_t id, const char *cluster)
 {
-	char path[4096], tmp[4096];
 	uint8_t buf[16 + 128 + 8];
-	size_t cl = strlen(cluster), n;
-	int fd, rv = KV_OK;
+	size_t cl = strlen(cluster);
 
 	if (cl >= 128)
 		cl = 127;
@@ -171,20 +169,5 @@ kv_nodefile_save(const char *dir, uint32_t id, const char *cluster)
 	put32(buf + 12, (uint32_t)cl);
 	memcpy(buf + 16, cluster, cl);
 	put64(buf + 16 + cl, kv_hash64(buf, 16 + cl));
-	n = 16 + cl + 8;
-	snprintf(path, sizeof(path), "%s/node.id", dir);
-	snprintf(tmp, sizeof(tmp), "%s/node.id.tmp", dir);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0)
-		return kv_err_from_errno(errno);
-	if (write(fd, buf, n) != (ssize_t)n || fsync(fd) != 0)
-		rv = kv_err_from_errno(errno ? errno : EIO);
-	close(fd);
-	if (rv == 0 && rename(tmp, path) != 0)
-		rv = kv_err_from_errno(errno);
-	if (rv == 0 && (fd = open(dir, O_RDONLY | O_DIRECTORY)) >= 0) {
-		fsync(fd);
-		close(fd);
-	}
-	return rv;
+	return save_atomic(dir, "node.id", buf, 16 + cl + 8);
 }
