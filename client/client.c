@@ -153,6 +153,13 @@ kvc_deadline(shardkv_client *c)
 	return kv_now_ns() + (uint64_t)ms * 1000000u;
 }
 
+uint64_t
+kvc_deadline_late(shardkv_client *c)
+{
+	uint32_t ms = kvc_thread_timeout_ms ? kvc_thread_timeout_ms : atomic_load(&c->timeout_ms);
+	return kv_now_late_ns() + (uint64_t)ms * 1000000u;
+}
+
 /*
  * Log level. The library logs to stderr through common/log.h, whose own
  * default (info) suits the daemons; a library must not write to its user's

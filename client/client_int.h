@@ -198,6 +198,10 @@ uint64_t kvc_next_id(shardkv_client *c);
 /* Returns the per-call deadline as an absolute kv_now_ns() value. */
 uint64_t kvc_deadline(shardkv_client *c);
 
+/* kvc_deadline from the cheaper kv_now_late_ns(): at most one clock tick
+ * later, never earlier. For the async ops, one read per op. */
+uint64_t kvc_deadline_late(shardkv_client *c);
+
 /* Milliseconds left until `deadline_ns`, at least 1; 0 when it passed. */
 uint32_t kvc_remaining_ms(uint64_t deadline_ns);
 
