@@ -565,6 +565,7 @@ kvc_cfg_put(kvc_cfgref *r)
 		return;
 	if (atomic_fetch_sub(&r->refs, 1) == 1) {
 		kv_config_free(r->cfg);
+		free(r->queues);
 		free(r);
 	}
 }
@@ -582,6 +583,8 @@ kvc_cfg_install(shardkv_client *c, kv_config *cfg)
 	}
 	n->cfg = cfg;
 	atomic_init(&n->refs, 1);
+	/* Without room for the queues, routing looks each one up. */
+	n->queues = calloc(cfg->nnodes ? cfg->nnodes : 1, sizeof(*n->queues));
 	pthread_mutex_lock(&c->cfg_mu);
 	if (c->cfg == NULL || c->cfg->cfg->epoch < cfg->epoch) {
 		old = c->cfg;

@@ -106,10 +106,16 @@ void kvc_entries_fini(kvc_entries *e);
  * client.c: the handle
  * ------------------------------------------------------------------------- */
 
+struct kvc_queue;
+
 /* A reference-counted configuration snapshot. */
 typedef struct {
 	kv_config *cfg;  /* immutable */
 	atomic_int refs; /* holders */
+	/* The engine's queue of each node, by index in cfg->nodes: set by
+	 * route() the first time it sends there (NULL: not yet; the array
+	 * NULL: none is remembered). A queue lives until the handle closes. */
+	_Atomic(struct kvc_queue *) *queues;
 } kvc_cfgref;
 
 /* An owner hint remembered until the next configuration arrives. */
