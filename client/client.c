@@ -153,6 +153,13 @@ kvc_deadline(shardkv_client *c)
 	return kv_now_ns() + (uint64_t)ms * 1000000u;
 }
 
+uint64_t
+kvc_deadline_late(shardkv_client *c)
+{
+	uint32_t ms = kvc_thread_timeout_ms ? kvc_thread_timeout_ms : atomic_load(&c->timeout_ms);
+	return kv_now_late_ns() + (uint64_t)ms * 1000000u;
+}
+
 /*
  * Log level. The library logs to stderr through common/log.h, whose own
  * default (info) suits the daemons; a library must not write to its user's
@@ -558,6 +565,7 @@ kvc_cfg_put(kvc_cfgref *r)
 		return;
 	if (atomic_fetch_sub(&r->refs, 1) == 1) {
 		kv_config_free(r->cfg);
+		free(r->queues);
 		free(r);
 	}
 }
@@ -575,6 +583,8 @@ kvc_cfg_install(shardkv_client *c, kv_config *cfg)
 	}
 	n->cfg = cfg;
 	atomic_init(&n->refs, 1);
+	/* Without room for the queues, routing looks each one up. */
+	n->queues = calloc(cfg->nnodes ? cfg->nnodes : 1, sizeof(*n->queues));
 	pthread_mutex_lock(&c->cfg_mu);
 	if (c->cfg == NULL || c->cfg->cfg->epoch < cfg->epoch) {
 		old = c->cfg;

@@ -106,10 +106,16 @@ void kvc_entries_fini(kvc_entries *e);
  * client.c: the handle
  * ------------------------------------------------------------------------- */
 
+struct kvc_queue;
+
 /* A reference-counted configuration snapshot. */
 typedef struct {
 	kv_config *cfg;  /* immutable */
 	atomic_int refs; /* holders */
+	/* The engine's queue of each node, by index in cfg->nodes: set by
+	 * route() the first time it sends there (NULL: not yet; the array
+	 * NULL: none is remembered). A queue lives until the handle closes. */
+	_Atomic(struct kvc_queue *) *queues;
 } kvc_cfgref;
 
 /* An owner hint remembered until the next configuration arrives. */
@@ -197,6 +203,10 @@ uint64_t kvc_next_id(shardkv_client *c);
 
 /* Returns the per-call deadline as an absolute kv_now_ns() value. */
 uint64_t kvc_deadline(shardkv_client *c);
+
+/* kvc_deadline from the cheaper kv_now_late_ns(): at most one clock tick
+ * later, never earlier. For the async ops, one read per op. */
+uint64_t kvc_deadline_late(shardkv_client *c);
 
 /* Milliseconds left until `deadline_ns`, at least 1; 0 when it passed. */
 uint32_t kvc_remaining_ms(uint64_t deadline_ns);

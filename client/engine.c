@@ -779,10 +779,10 @@ route(kvc_req *q)
 		hinted = NULL;
 	}
 	to = hinted;
+	const kv_node *owner = NULL; /* routed by the configuration: its node */
 	if (to == NULL) {
-		const kv_node *n =
-		    kv_config_node(ref->cfg, kv_config_route(ref->cfg, q->key.p, q->key.len));
-		to = n ? n->address : NULL;
+		owner = kv_config_node(ref->cfg, kv_config_route(ref->cfg, q->key.p, q->key.len));
+		to = owner ? owner->address : NULL;
 	}
 	if (to == NULL) {
 		kvc_cfg_put(ref);
@@ -807,7 +807,17 @@ route(kvc_req *q)
 		retry_after(q, ENG_DOWN_WAIT_MS);
 		return;
 	}
-	rv = queue_get(c, to, &sq);
+	/* The owner's queue as remembered in ref: no connection table lock
+	 * and address compare per op. */
+	_Atomic(kvc_queue *) *memo =
+	    owner && ref->queues ? &ref->queues[owner - ref->cfg->nodes] : NULL;
+	if (memo != NULL)
+		sq = atomic_load_explicit(memo, memory_order_acquire);
+	if (sq != NULL) {
+		rv = KV_OK;
+	} else if ((rv = queue_get(c, to, &sq)) == KV_OK && memo != NULL) {
+		atomic_store_explicit(memo, sq, memory_order_release);
+	}
 	if (rv != KV_OK) {
 		char addr[256];
 		snprintf(addr, sizeof(addr), "%s", to);

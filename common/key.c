@@ -4,6 +4,7 @@
 #include "common/key.h"
 #include "common/err.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -101,4 +102,26 @@ kv_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* CLOCK_MONOTONIC_COARSE's resolution in ns, 0: not read yet, UINT64_MAX:
+ * the clock is not there. */
+static atomic_uint_fast64_t kv_coarse_res;
+
+uint64_t
+kv_now_late_ns(void)
+{
+	uint64_t res = atomic_load_explicit(&kv_coarse_res, memory_order_relaxed);
+	struct timespec ts;
+
+	if (res == 0) {
+		res = UINT64_MAX;
+		if (clock_getres(CLOCK_MONOTONIC_COARSE, &ts) == 0 && ts.tv_sec == 0 &&
+		    ts.tv_nsec > 0)
+			res = (uint64_t)ts.tv_nsec;
+		atomic_store_explicit(&kv_coarse_res, res, memory_order_relaxed);
+	}
+	if (res == UINT64_MAX || clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+		return kv_now_ns();
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + res;
 }

@@ -91,4 +91,11 @@ uint64_t kv_hash64(const void *p, size_t n);
 /* Returns CLOCK_MONOTONIC in nanoseconds. */
 uint64_t kv_now_ns(void);
 
+/* Returns CLOCK_MONOTONIC in nanoseconds read from the kernel's last tick
+ * (CLOCK_MONOTONIC_COARSE) plus that clock's resolution: never earlier than
+ * kv_now_ns() read at the same moment, at most one tick (1-10 ms) later,
+ * and cheaper to read. For deadlines, which may end a little late but
+ * never early; falls back to kv_now_ns(). */
+uint64_t kv_now_late_ns(void);
+
 #endif

@@ -210,6 +210,53 @@ async_ops_complete_once_with_their_own_results(void **state)
 	shardkv_close(cl);
 }
 
+/* Async puts of values from empty to a few KiB, interleaved: the small
+ * ones reuse the library's fixed-size op records, the large ones cannot;
+ * every key reads back its own value, byte for byte. */
+static void
+async_puts_of_every_size_store_their_own_values(void **state)
+{
+	enum { N = 600, STEP = 7 };
+	shardkv_client *cl = kv_tc_client(&tc, false, 10000);
+	static uint8_t val[N * STEP];
+	window w;
+	char key[32];
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(val); i++)
+		val[i] = (uint8_t)(i * 131u + 7u);
+	window_init(&w, N);
+	for (unsigned round = 0; round < 2; round++) {
+		for (unsigned j = 0; j < N; j++) {
+			/* Sizes alternate small and large, so records of both
+			 * kinds are freed and taken again in between. */
+			unsigned i = j % 2 ? j / 2 : N - 1 - j / 2;
+			size_t kl = kv_tc_key(key, sizeof(key), "sz", i);
+			ticket *t = take(&w, i);
+			int rv = shardkv_put_async(cl, key, kl, val + round, (size_t)i * STEP,
+			                           record, t);
+			if (rv != 0) {
+				give_back(&w, t);
+				fail_msg("put_async %u: %s", i, shardkv_strerror(rv));
+			}
+		}
+		window_wait(&w, 0);
+	}
+	for (unsigned i = 0; i < N; i++) {
+		assert_int_equal(atomic_load(&w.slots[i].calls), 2);
+		assert_int_equal(w.slots[i].status, 0);
+		size_t kl = kv_tc_key(key, sizeof(key), "sz", i);
+		shardkv_buf b;
+		assert_int_equal(shardkv_get(cl, key, kl, &b), 0);
+		if (b.len != (size_t)i * STEP || (b.len && memcmp(b.data, val + 1, b.len) != 0))
+			fail_msg("key %u: %zu bytes read back, want %u of the second round", i,
+			         b.len, i * STEP);
+		shardkv_free(b.data);
+	}
+	window_fini(&w);
+	shardkv_close(cl);
+}
+
 static atomic_int stray_calls;
 
 static void
@@ -617,6 +664,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(async_ops_complete_once_with_their_own_results),
+	    cmocka_unit_test(async_puts_of_every_size_store_their_own_values),
 	    cmocka_unit_test(async_incr_and_put_if_absent_in_batches_apply_once),
 	    cmocka_unit_test(bad_arguments_are_refused_without_a_callback),
 	    cmocka_unit_test(writes_keep_their_last_acknowledged_value_across_moves),
