@@ -433,8 +433,8 @@ the_b3_state_is_evened_by_a_self_split_with_nothing_copied(void **state)
 		if (n1 >= 2 && exact && even)
 			break;
 		/* Node 1 sits 0.2% under the bytes tolerance by design; on a
-		 * loaded machine its reported bytes (memory not yet reclaimed
-		 * after the moves) can cross it, and then a bytes step comes
+		 * loaded machine the figures the balancer plans on can put it
+		 * over (cause not pinned down), and then a bytes step comes
 		 * first: the state is no longer run B3's, and only the end is
 		 * checked. With count steps alone, the self-split is required. */
 		if (even) {
