@@ -379,8 +379,9 @@ fence_watch_main(void *arg)
 	return NULL;
 }
 
+/* A put of key to val with an exactly-once id, on a thread of its own. */
 typedef struct {
-	const char *url;
+	const char *url, *key, *val;
 	int status;
 } put_call;
 
@@ -388,7 +389,7 @@ static void *
 put_main(void *arg)
 {
 	put_call *c = arg;
-	c->status = do_put(c->url, "f", "1", 0xfe, 1).status;
+	c->status = do_put(c->url, c->key, c->val, 0xfe, 1).status;
 	return NULL;
 }
 
@@ -399,7 +400,7 @@ a_write_waiting_on_a_range_given_away_is_never_acknowledged_before_the_fence(voi
 	unsigned adds;
 	uint64_t e, le2;
 	pthread_t pt, wt;
-	put_call pc = {.url = fv[0].url, .status = -1};
+	put_call pc = {.url = fv[0].url, .key = "f", .val = "1", .status = -1};
 	static fence_watch w;
 
 	(void)state;
@@ -710,29 +711,16 @@ an_old_primary_failed_over_catches_up_from_its_own_data_without_a_copy(void **st
 		ov_holds_everything(i);
 }
 
-typedef struct {
-	const char *url;
-	int status;
-} tail_put;
-
-static void *
-tail_main(void *arg)
-{
-	tail_put *c = arg;
-	c->status = do_put(c->url, "t", "tail", 0xfe, 1).status;
-	return NULL;
-}
-
 /* Node 2 applies the failover b before node 1 does, and node 1, still
  * primary in its own eyes, logs a write of "t" whose record node 2 refuses:
  * a tail past node 2's end. Returns the writer (joined by the caller). */
 static pthread_t
-ov_tail(fake_cfg *b, tail_put *c)
+ov_tail(fake_cfg *b, put_call *c)
 {
 	pthread_t t;
 
 	assert_int_equal(kv_rs_apply_config(ov[1].s->repl, b->c), KV_OK);
-	assert_int_equal(pthread_create(&t, NULL, tail_main, c), 0);
+	assert_int_equal(pthread_create(&t, NULL, put_main, c), 0);
 	for (uint64_t t0 = kv_test_now_ms(); !inproc_srv_holds(ov[0].s, "t", "tail");) {
 		if (kv_test_now_ms() - t0 > DEADLINE)
 			fail_msg("node 1 never applied the tail's write");
@@ -745,7 +733,7 @@ static void
 an_old_primary_with_a_tail_the_new_primary_lacks_is_copied_and_serves_none_of_it(void **state)
 {
 	const uint32_t r21[2] = {2, 1}, i2[1] = {2};
-	tail_put c = {.url = ov[0].url, .status = -1};
+	put_call c = {.url = ov[0].url, .key = "t", .val = "tail", .status = -1};
 	(void)state;
 	uint64_t e = ov_start(2);
 
@@ -901,7 +889,7 @@ static void
 a_restarted_old_primary_whose_log_holds_a_record_of_the_range_past_the_end_is_copied(void **state)
 {
 	const uint32_t r21[2] = {2, 1}, i2[1] = {2};
-	tail_put c = {.url = ov[0].url, .status = -1};
+	put_call c = {.url = ov[0].url, .key = "t", .val = "tail", .status = -1};
 	(void)state;
 	uint64_t e = ov_start(2);
 
