@@ -20,6 +20,23 @@ done
 bash scripts/setup.sh
 jobs=$(nproc)
 
+# ctest with its arguments; when a test fails, the lines that say why
+# (cmocka's failed checks and messages, sanitizer reports, the failed tests'
+# names) are printed again at the end, where a shortened log still shows
+# them, before exiting non-zero.
+run_ctest() {
+	local dir=$2
+	ctest "$@" && return 0
+	echo "== why the failed tests failed (from $dir/Testing/Temporary/LastTest.log)"
+	awk '/^[0-9]+\/[0-9]+ Testing: / { name = $3 }
+	     more > 0 { print name ": " substr($0, 1, 400); more--; next }
+	     /WARNING: (Thread|Address)Sanitizer|ERROR: (Thread|Address)Sanitizer/ { more = 16 }
+	     /^ERROR: |\[  ERROR   \]|\[   LINE   \]|\[  FAILED  \] [a-z]|ThreadSanitizer:|AddressSanitizer:|runtime error:|^SUMMARY: |Test failed with exception|exit code|Test Failed|Timeout/ {
+	         print name ": " substr($0, 1, 400)
+	     }' "$dir/Testing/Temporary/LastTest.log" | head -200
+	exit 1
+}
+
 echo "== format check"
 git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
 
@@ -29,14 +46,14 @@ cmake --build build-ci -j"$jobs"
 echo "== layering (internal headers, component order, call circles)"
 bash scripts/layering.sh build-ci
 echo "== tests"
-ctest --test-dir build-ci --output-on-failure -j"$jobs"
+run_ctest --test-dir build-ci --output-on-failure -j"$jobs"
 
 if [ "$asan" = 1 ]; then
 	echo "== ASan+UBSan build and tests"
 	cmake -S . -B build-asan -DKV_WERROR=ON -DKV_SANITIZE=address,undefined \
 		-DCMAKE_C_COMPILER=clang >/dev/null
 	cmake --build build-asan -j"$jobs"
-	ctest --test-dir build-asan --output-on-failure -j"$jobs"
+	run_ctest --test-dir build-asan --output-on-failure -j"$jobs"
 fi
 
 if [ "$tsan" = 1 ]; then
@@ -52,7 +69,7 @@ if [ "$tsan" = 1 ]; then
 	# Two at a time, as above: 140 s instead of 274 s on 2 cores, with
 	# every deadline still met (their waits are for events, not for time).
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-		ctest --test-dir build-tsan --output-on-failure -L concurrency -j"$jobs"
+		run_ctest --test-dir build-tsan --output-on-failure -L concurrency -j"$jobs"
 fi
 
 if [ "$fuzz" = 1 ]; then

@@ -454,11 +454,12 @@ the_b3_state_is_evened_by_a_self_split_with_nothing_copied(void **state)
 				const kv_range *r = &cfg->ranges[i];
 				print_message(
 				    "range %zu [%.*s: node %u, leader epoch %llu, fence %llu, "
-				    "in sync %u of %u\n",
+				    "in sync %u of %u (in sync: %u %u %u)\n",
 				    i, (int)r->start.len, (const char *)r->start.data, r->node,
 				    (unsigned long long)r->leader_epoch,
 				    (unsigned long long)r->fence, kv_range_ninsync(r),
-				    kv_range_nreplicas(r));
+				    kv_range_nreplicas(r), r->insync[0], r->insync[1],
+				    r->insync[2]);
 			}
 			fail_msg(
 			    "node 1 leads %zu ranges (exact %d), the most %zu of %zu after %u ms",

@@ -3,15 +3,27 @@
  */
 #include "tests/support/cli_run.h"
 #include "client/cli/cli.h"
+#include "common/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The lowest level the process's logger prints now. */
+static enum kv_log_level
+level_now(void)
+{
+	for (int l = KV_LOG_DEBUG; l < KV_LOG_OFF; l++)
+		if (kv_log_enabled((enum kv_log_level)l))
+			return (enum kv_log_level)l;
+	return KV_LOG_OFF;
+}
+
 int
 kv_cli_run(int argc, const char *const *argv, kv_cli_run_result *r)
 {
 	FILE *out, *err;
+	enum kv_log_level level = level_now();
 
 	memset(r, 0, sizeof(*r));
 	out = open_memstream(&r->out, &r->nout);
@@ -25,6 +37,10 @@ kv_cli_run(int argc, const char *const *argv, kv_cli_run_result *r)
 		return -1;
 	}
 	r->rc = kv_cli_main(argc, (char **)argv, out, err);
+	/* The CLI sets the process's log level for itself (off unless
+	 * verbose): the servers and controllers of the test go on logging as
+	 * before, so that a failure's output shows what they did. */
+	kv_log_set_level(level);
 	fclose(out);
 	fclose(err);
 	return 0;
