@@ -219,7 +219,7 @@ a_joined_replica_catches_up_under_writes_and_a_failover_to_it_loses_nothing(void
 	/* Data before the join: the copy carries it. */
 	for (int i = 0; i < 300; i++) {
 		snprintf(key, sizeof(key), "w%04d", i);
-		assert_int_equal(do_put(jn.srv[0].url, key, "0", 0, 0).status, 0);
+		write_until_ok(jn.srv[0].url, key, "0");
 		w.state[i] = -2; /* overwritten below, or checked as "0" */
 	}
 	w.url = jn.srv[0].url;
@@ -372,7 +372,7 @@ an_in_sync_backup_with_the_new_primarys_records_stays_in_the_isr(void **state)
 	wait_isr(&r3, 1, 3);
 	for (int i = 0; i < 20; i++) {
 		snprintf(key, sizeof(key), "k%02d", i);
-		assert_int_equal(do_put(r3.srv[0].url, key, "v", 0, 0).status, 0);
+		write_until_ok(r3.srv[0].url, key, "v");
 	}
 	/* Both backups acknowledged every record of node 1: when it stops,
 	 * the new primary's end of its leader epoch equals the other's. */
@@ -381,8 +381,9 @@ an_in_sync_backup_with_the_new_primarys_records_stays_in_the_isr(void **state)
 	b = q == 2 ? 3 : 2;
 	wait_serves(r3.srv[q - 1].url, "k00", "v");
 	/* A write completes only once the end is answered in sync, or once a
-	 * diverged backup has left the ISR: it is still there. */
-	assert_int_equal(do_put(r3.srv[q - 1].url, "after", "1", 0, 0).status, 0);
+	 * diverged backup has left the ISR (until then it is refused as busy,
+	 * and retried): the backup is still there. */
+	write_until_ok(r3.srv[q - 1].url, "after", "1");
 	cfg = inproc_cluster_config(&r3);
 	assert_non_null(cfg);
 	assert_int_equal(cfg->ranges[0].node, q);
