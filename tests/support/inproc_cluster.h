@@ -106,7 +106,8 @@ int inproc_cluster_admin(inproc_cluster *c, const kv_admin_req *q, kv_config **c
                          char *why, size_t whylen);
 
 /* The controller's latest configuration (the caller frees it), or NULL
- * when it does not answer. */
+ * when it is stopped, or running and not answering within the patience
+ * (a call that times out is made again). */
 kv_config *inproc_cluster_config(inproc_cluster *c);
 
 /* Scrapes the controller's /metrics into buf (cap bytes, NUL-terminated,
