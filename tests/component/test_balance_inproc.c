@@ -88,6 +88,32 @@ put_routed(kv_config **cfg, const char *key, const char *val)
 	}
 }
 
+/* Runs `shardkv a1 a2 a3 a4` (NULL ends them) until it exits 0 (a move
+ * refused while a range is fenced or copied, a command that timed out on
+ * a starved machine), with a deadline; out gets what the last run
+ * printed. */
+static void
+cli_ok_into(char *out, size_t cap, const char *a1, const char *a2, const char *a3, const char *a4)
+{
+	static char err[4096];
+	uint64_t t0 = kv_test_now_ms();
+
+	while (inproc_cluster_cli(cur, out, cap, err, sizeof(err), a1, a2, a3, a4, NULL) != 0) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("%s %s %s %s: %s", a1, a2 ? a2 : "", a3 ? a3 : "", a4 ? a4 : "",
+			         err);
+		kv_test_sleep_ms(100);
+	}
+}
+
+static void
+cli_until_ok(const char *a1, const char *a2, const char *a3, const char *a4)
+{
+	static char out[4096];
+
+	cli_ok_into(out, sizeof(out), a1, a2, a3, a4);
+}
+
 /* Keys of 0..NKEYS routed to each node (index node id). */
 static void
 shares(const kv_config *cfg, unsigned per[NSRV + 1])
@@ -173,15 +199,11 @@ sequential_keys_on_one_node_spread_over_three_without_admin_commands(void **stat
 	}
 	/* status lists the decisions; rebalance --dry-run the next ones (none:
 	 * nothing to improve, or a cool-down). */
-	static char out[1 << 16], err[4096];
-	assert_int_equal(
-	    inproc_cluster_cli(cur, out, sizeof(out), err, sizeof(err), "status", "--json", NULL),
-	    0);
+	static char out[1 << 16];
+	cli_ok_into(out, sizeof(out), "status", "--json", NULL, NULL);
 	assert_non_null(strstr(out, "\"balancer\": [{\"time_ms\": "));
 	assert_non_null(strstr(out, "\"kind\": \"move\", \"reason\": \"bytes\""));
-	assert_int_equal(inproc_cluster_cli(cur, out, sizeof(out), err, sizeof(err), "rebalance",
-	                                    "--dry-run", "--json", NULL),
-	                 0);
+	cli_ok_into(out, sizeof(out), "rebalance", "--dry-run", "--json", NULL);
 	assert_non_null(strstr(out, "\"balancer_plan\": ["));
 	inproc_cluster_scrape_metrics(cur, mbuf, sizeof(mbuf));
 	assert_non_null(strstr(mbuf, "shardkv_controller_balance_moves_total{reason=\"bytes\"}"));
@@ -246,23 +268,6 @@ a_single_replicated_range_is_cut_and_its_primaries_spread(void **state)
 	kv_config_free(cfg);
 }
 
-/* Runs `shardkv args...` until it exits 0 (a move refused while a range is
- * fenced or copied is retried), with a deadline. */
-static void
-cli_until_ok(const char *a1, const char *a2, const char *a3, const char *a4)
-{
-	static char out[4096], err[4096];
-	uint64_t t0 = kv_test_now_ms();
-
-	while (inproc_cluster_cli(cur, out, sizeof(out), err, sizeof(err), a1, a2, a3, a4, NULL) !=
-	       0) {
-		if (kv_test_now_ms() - t0 > DEADLINE)
-			fail_msg("%s %s %s %s: %s", a1, a2 ? a2 : "", a3 ? a3 : "", a4 ? a4 : "",
-			         err);
-		kv_test_sleep_ms(100);
-	}
-}
-
 /* Every range in sync and without a transfer fence. */
 static bool
 settled(const kv_config *c)
@@ -312,16 +317,14 @@ led(const kv_config *c, uint32_t node, const char *start, const char *end, bool 
 static void
 wait_heartbeats(int want)
 {
-	static char out[1 << 16], err[4096];
+	static char out[1 << 16];
 	uint64_t prev[NSRV] = {0}, t0 = kv_test_now_ms();
 	int seen[NSRV] = {0};
 
 	for (bool first = true;; first = false) {
 		const char *p = out;
 		bool all = true;
-		assert_int_equal(inproc_cluster_cli(cur, out, sizeof(out), err, sizeof(err),
-		                                    "status", "--json", NULL),
-		                 0);
+		cli_ok_into(out, sizeof(out), "status", "--json", NULL, NULL);
 		for (int i = 0; i < NSRV; i++) {
 			assert_non_null(p = strstr(p, "\"last_seen_ms\": "));
 			p += strlen("\"last_seen_ms\": ");
@@ -501,9 +504,7 @@ the_b3_state_is_evened_by_a_self_split_with_nothing_copied(void **state)
 		kv_config_free(cfg);
 		return;
 	}
-	assert_int_equal(
-	    inproc_cluster_cli(cur, out, sizeof(out), err, sizeof(err), "status", "--json", NULL),
-	    0);
+	cli_ok_into(out, sizeof(out), "status", "--json", NULL, NULL);
 	assert_non_null(strstr(out, "\"kind\": \"split\", \"reason\": \"primaries\""));
 	inproc_cluster_scrape_metrics(cur, mbuf, sizeof(mbuf));
 	assert_non_null(
