@@ -37,6 +37,7 @@ kv_cli_run(int argc, const char *const *argv, kv_cli_run_result *r)
 		return -1;
 	}
 	r->rc = kv_cli_main(argc, (char **)argv, out, err);
+	r->level = (int)level_now();
 	/* The CLI sets the process's log level for itself (off unless
 	 * verbose): the servers and controllers of the test go on logging as
 	 * before, so that a failure's output shows what they did. */

@@ -15,6 +15,8 @@ typedef struct {
 	size_t nout; /* its length */
 	char *err;   /* stderr, NUL-terminated (owned) */
 	size_t nerr; /* its length */
+	int level;   /* the log level the CLI had set when it returned (enum
+	              * kv_log_level); the process's level is restored after */
 } kv_cli_run_result;
 
 /* Runs kv_cli_main(argc, argv) with both streams captured into *r. Returns

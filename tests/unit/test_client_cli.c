@@ -347,13 +347,12 @@ library_log_lines_only_with_verbose(void **state)
 
 	run_result r = run(ARGC(quiet), quiet);
 	assert_int_equal(r.rc, 3);
-	assert_false(kv_log_enabled(KV_LOG_ERROR));
+	assert_int_equal(r.level, KV_LOG_OFF);
 	kv_cli_run_free(&r);
 	for (int k = 0; k < 2; k++) {
 		r = k ? run(ARGC(shortv), shortv) : run(ARGC(loud), loud);
 		assert_int_equal(r.rc, 3);
-		assert_true(kv_log_enabled(KV_LOG_INFO));
-		assert_false(kv_log_enabled(KV_LOG_DEBUG));
+		assert_int_equal(r.level, KV_LOG_INFO);
 		kv_cli_run_free(&r);
 	}
 }
