@@ -28,12 +28,15 @@ run_ctest() {
 	local dir=$2
 	ctest "$@" && return 0
 	echo "== why the failed tests failed (from $dir/Testing/Temporary/LastTest.log)"
-	awk '/^[0-9]+\/[0-9]+ Testing: / { name = $3 }
-	     more > 0 { print name ": " substr($0, 1, 400); more--; next }
+	awk 'function flush() { if (failed) printf "%s", buf; buf = ""; failed = 0 }
+	     /^[0-9]+\/[0-9]+ Testing: / { flush(); name = $3 }
+	     /^Test Failed/ { failed = 1 }
+	     more > 0 { buf = buf name ": " substr($0, 1, 400) "\n"; more--; next }
 	     /WARNING: (Thread|Address)Sanitizer|ERROR: (Thread|Address)Sanitizer/ { more = 16 }
-	     /^ERROR: |\[  ERROR   \]|\[   LINE   \]|\[  FAILED  \] [a-z]|ThreadSanitizer:|AddressSanitizer:|runtime error:|^SUMMARY: |Test failed with exception|exit code|Test Failed|Timeout/ {
-	         print name ": " substr($0, 1, 400)
-	     }' "$dir/Testing/Temporary/LastTest.log" | head -200
+	     /^ERROR: |^VIOLATION|\[  ERROR   \]|\[   LINE   \]|\[  FAILED  \] [a-z]|ThreadSanitizer:|AddressSanitizer:|runtime error:|^SUMMARY: |Test failed with exception|exit code|Test Failed|Timeout/ {
+	         buf = buf name ": " substr($0, 1, 400) "\n"
+	     }
+	     END { flush() }' "$dir/Testing/Temporary/LastTest.log" | head -200
 	exit 1
 }
 
