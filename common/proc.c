@@ -19,13 +19,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -316,8 +319,80 @@ kv_proc_wait_ready(pid_t pid, unsigned ms, unsigned poll_ms, kv_proc_ready_cb *r
  * Ports and logs
  * ------------------------------------------------------------------------- */
 
-int
-kv_proc_free_port(void)
+/*
+ * Free ports. A port the kernel hands out for bind(0) comes from the
+ * ephemeral range (ip_local_port_range), the same range every outgoing
+ * connection of every process on the machine takes its local port from: a
+ * server stopped and restarted on the same address may find it held by some
+ * client's connection in the meantime. So ports are taken from below that
+ * range, where only explicit binds land, and each is claimed for the life of
+ * this process by an flock on a file named after it, so that two processes
+ * choosing at once (ctest -j) never get the same one. Where the range leaves
+ * no room below it, bind(0) is the fallback.
+ */
+#define PORT_FLOOR 10000 /* lowest port handed out */
+#define PORT_TRIES 256   /* candidates tried before the fallback */
+
+static pthread_mutex_t port_mu = PTHREAD_MUTEX_INITIALIZER; /* protects port_next */
+static unsigned port_next;                                  /* next candidate offset */
+
+/* The lowest port of the ephemeral range, or 32768 if unreadable. */
+static int
+ephemeral_low(void)
+{
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+	int lo = 32768, hi;
+
+	if (f != NULL) {
+		if (fscanf(f, "%d %d", &lo, &hi) != 2 || lo < 1 || lo > 65535)
+			lo = 32768;
+		fclose(f);
+	}
+	return lo;
+}
+
+/* 0 if a listener could bind 127.0.0.1:port right now. */
+static int
+try_bind(int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, rv;
+
+	if (fd < 0)
+		return -1;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	rv = bind(fd, (struct sockaddr *)&a, sizeof(a));
+	close(fd);
+	return rv == 0 ? 0 : -1;
+}
+
+/* Claims port for this process's lifetime; 0 on success. */
+static int
+claim(int port)
+{
+	char dir[200], path[260];
+	const char *tmp = getenv("TMPDIR");
+	int fd;
+
+	snprintf(dir, sizeof(dir), "%s/shardkv-ports", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp");
+	if (mkdir(dir, 01777) == 0)
+		(void)chmod(dir, 01777); /* past the umask: shared by every user */
+	else if (errno != EEXIST)
+		return -1;
+	snprintf(path, sizeof(path), "%s/%d", dir, port);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+	if (fd < 0)
+		return -1;
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0 || try_bind(port) != 0) {
+		close(fd);
+		return -1;
+	}
+	return 0; /* fd stays open: the claim lasts until this process exits */
+}
+
+static int
+bind_any(void)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET};
 	socklen_t len = sizeof(a);
@@ -331,6 +406,30 @@ kv_proc_free_port(void)
 		port = ntohs(a.sin_port);
 	close(fd);
 	return port;
+}
+
+int
+kv_proc_free_port(void)
+{
+	int lo = ephemeral_low(), span = lo - PORT_FLOOR;
+
+	if (span < 1024)
+		return bind_any();
+	pthread_mutex_lock(&port_mu);
+	if (port_next == 0) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		port_next = (unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec;
+	}
+	for (int i = 0; i < PORT_TRIES; i++) {
+		int port = PORT_FLOOR + (int)(port_next++ % (unsigned)span);
+		if (claim(port) == 0) {
+			pthread_mutex_unlock(&port_mu);
+			return port;
+		}
+	}
+	pthread_mutex_unlock(&port_mu);
+	return bind_any();
 }
 
 int

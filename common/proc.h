@@ -118,7 +118,10 @@ typedef int kv_proc_ready_cb(void *arg);
 int kv_proc_wait_ready(pid_t pid, unsigned ms, unsigned poll_ms, kv_proc_ready_cb *ready, void *arg,
                        int *status);
 
-/* Returns a TCP port on 127.0.0.1 that was free a moment ago, or -1. */
+/* Returns a TCP port on 127.0.0.1 that was free a moment ago, or -1. It
+ * lies below the kernel's ephemeral range (no outgoing connection takes it
+ * while a server restarts on it) and is claimed for this process's lifetime
+ * (no other process using this function gets it). Thread-safe. */
 int kv_proc_free_port(void);
 
 /* Writes "tcp://127.0.0.1:PORT" with a free port into buf. Returns 0, or -1
