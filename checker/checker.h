@@ -62,6 +62,7 @@ typedef struct {
 	unsigned kill_ms;        /* --kill-interval: SIGKILL a server this often (mean ms), in a
 	                            log write when one is seen, restarted at once; 0: off */
 	const char *fsync;       /* --fsync for spawned servers, or NULL */
+	const char *split_bytes; /* --split-bytes for spawned controllers, or NULL */
 	unsigned nctl;           /* --controllers: spawned controller replicas (1: standalone) */
 	bool kill_ctl;           /* --kill-controller: SIGKILL the controller leader during steps */
 	bool kill_ctl_failover;  /* --kill-controller-in-failover: SIGKILL the controller leader
@@ -172,6 +173,7 @@ typedef struct {
 	char dir[1024];                     /* DIR/run-XXXXXX */
 	char bindir[1024];                  /* where the daemons are */
 	char fsync[8];                      /* --fsync for servers; empty: their default */
+	char split_bytes[16];               /* --split-bytes for controllers; empty: none */
 	char replicas[12];                  /* --replicas for the controller; empty: none */
 	char ctl_url[400];                  /* the controller's --listen; replicated: every
 	                                       replica's, comma-separated */
@@ -194,12 +196,13 @@ typedef struct {
  * Makes DIR (if needed) and a fresh DIR/run-XXXXXX in it, finds the daemons
  * (`$SHARDKV_BIN_DIR`, else the checker's own directory) and starts the
  * controller. Installs the exit paths that kill every child. Servers get
- * `--fsync FSYNC` when it is not NULL; the controller(s) `--replicas R` when
+ * `--fsync FSYNC` when it is not NULL; the controller(s) `--split-bytes S`
+ * when split_bytes is not NULL, and `--replicas R` when
  * replicas is not 0. Returns 0, -1 (reason on stderr) or -2 when the
  * controller does not accept --replicas (its --help does not list it).
  */
-int chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned nctl,
-                       unsigned replicas);
+int chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, const char *split_bytes,
+                       unsigned nctl, unsigned replicas);
 
 /* Whether the controller binary lists `opt` (say "--replicas") in its
  * --help output. */
@@ -303,6 +306,8 @@ typedef struct {
 	uint64_t timeouts;      /* operations that failed with SHARDKV_ETIMEDOUT */
 	uint64_t mputs, mgets;  /* multi-key operations issued */
 	uint64_t mk_skipped;    /* multi-key ops not issued: gate closed or group split */
+	uint64_t mk_loose;      /* parts of multi-key ops a gate leak made not atomic (after
+	                           chk_workload_history) */
 	uint64_t async_ops;     /* operations issued through the async API */
 	uint64_t hot_ops;       /* operations on keys the driver was moving */
 	uint64_t dels, scans;   /* deletes and scans issued */
@@ -327,10 +332,20 @@ void chk_workload_mk_unblock(chk_workload *w);
  * CHK_WHOLE_GRACE_MS after it is first seen whole (clients may still route
  * by a configuration that splits it). Called with the gate closed it just
  * records; with it open a group found split that was whole is a leak of
- * the gate (a step cut it while mputs could run): it is marked, logged,
- * and counted in the return value.
+ * the gate (a step cut it while mputs could run, such as the servers'
+ * automatic balancer): it is marked, logged, and counted in the return
+ * value, and the group's mputs and mgets that overlap the time since
+ * `since` (when the last configuration that did not list cfg's epoch was
+ * read, less CHK_LOOSE_MARGIN_NS) to now are recorded as not atomic
+ * (CHK_TXN_LOOSE, set by chk_workload_history): by the contract they were
+ * not, since their keys did not all live on one node.
  */
-size_t chk_workload_mk_audit(chk_workload *w, const shardkv_config *cfg, bool gated);
+size_t chk_workload_mk_audit(chk_workload *w, const shardkv_config *cfg, bool gated,
+                             uint64_t since);
+
+/* How long before the last configuration read a leak is taken to have
+ * begun: a read may be served a moment stale. */
+#define CHK_LOOSE_MARGIN_NS 1000000000ull
 
 /* Whether the gate is closed now. */
 bool chk_workload_mk_blocked(chk_workload *w);

@@ -121,6 +121,7 @@ struct chk_driver {
 	bool gate;                          /* the multi-key gate is closed by the driver */
 	uint64_t gate_until;                /* keep it closed until then (ns) */
 	uint64_t gate_epoch;                /* ... and until a config of this epoch is read */
+	uint64_t cfg_read_ns;               /* when the last config read that succeeded began */
 	uint64_t seen_epoch;                /* the last epoch audited */
 	bool hot;                           /* hot keys are marked */
 	uint64_t next_kill;                 /* --kill-interval: the next timed kill (ns) */
@@ -1630,8 +1631,11 @@ watch_config(chk_driver *d)
 {
 	shardkv_config *cfg = NULL;
 
+	uint64_t t = chk_now_ns(), since = d->cfg_read_ns;
+
 	if ((d->o->groups == 0 && !d->hot) || shardkv_config_get(d->admin, 0, &cfg) != 0)
 		return;
+	d->cfg_read_ns = t;
 	if (d->o->groups) {
 		uint64_t from = d->seen_epoch + 1;
 		if (cfg->epoch > AUDIT_MAX && from < cfg->epoch - AUDIT_MAX)
@@ -1639,11 +1643,12 @@ watch_config(chk_driver *d)
 		for (uint64_t e = from; d->seen_epoch && e < cfg->epoch; e++) {
 			shardkv_config *old = NULL;
 			if (shardkv_config_get(d->admin, e, &old) == 0)
-				d->st.gate_leaks += chk_workload_mk_audit(d->w, old, d->gate);
+				d->st.gate_leaks +=
+				    chk_workload_mk_audit(d->w, old, d->gate, since);
 			shardkv_config_free(old);
 		}
 		if (cfg->epoch >= d->seen_epoch) {
-			d->st.gate_leaks += chk_workload_mk_audit(d->w, cfg, d->gate);
+			d->st.gate_leaks += chk_workload_mk_audit(d->w, cfg, d->gate, since);
 			d->seen_epoch = cfg->epoch;
 		}
 		if (d->gate && cfg->epoch >= d->gate_epoch && !cutting(d)) {

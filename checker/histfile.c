@@ -382,6 +382,8 @@ chk_histfile_write(FILE *f, const chk_key *keys, size_t nkeys, const chk_op *ops
 				put_value(f, keys, &ops[p], !e[j].invoke);
 			}
 			fputc('}', f);
+			if (o->txn & CHK_TXN_LOOSE)
+				fputs(", \"atomic\": false", f);
 		}
 		fprintf(f, ", \"time\": %" PRIu64 "}\n", e[j].t);
 	}
@@ -804,7 +806,7 @@ scan_event(rd *r, json_t *inv, size_t inv_line, json_t *done, bool ok, uint64_t 
 		h->scans = x;
 		h->capscans = cap;
 	}
-	if (r->txns == UINT32_MAX)
+	if (r->txns >= CHK_TXN_LOOSE - 1)
 		return bad(r, "too many multi-key operations");
 	struct rscan *s = &h->scans[h->nscans++];
 	memset(s, 0, sizeof(*s));
@@ -953,9 +955,16 @@ complete(rd *r, json_t *inv, size_t inv_line, json_t *done, const char *type, ui
 
 	uint32_t txn = 0;
 	if (multi) {
-		if (r->txns == UINT32_MAX)
+		if (r->txns >= CHK_TXN_LOOSE - 1)
 			return bad(r, "too many multi-key operations");
 		txn = ++r->txns;
+		json_t *at = json_object_get(inv, "atomic"), *dat = json_object_get(done, "atomic");
+		if ((at != NULL && !json_is_boolean(at)) || (dat != NULL && !json_is_boolean(dat)))
+			return bad(r, "%s: \"atomic\" is not true or false", f);
+		if ((at != NULL && !json_is_true(at)) || (dat != NULL && !json_is_true(dat)))
+			txn |= CHK_TXN_LOOSE; /* its keys did not live on one node */
+	} else if (json_object_get(inv, "atomic") != NULL) {
+		return bad(r, "%s has \"atomic\" (only mput and mget may)", f);
 	}
 	json_t *src = kind == CHK_GET || kind == CHK_DEL ? done : inv; /* where the values are */
 	if (!multi) {

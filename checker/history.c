@@ -106,6 +106,30 @@ chk_parse_val(const void *pv, size_t n, uint64_t *id)
 	return true;
 }
 
+size_t
+chk_loosen(chk_op *ops, size_t nops, const chk_loose_win *win, size_t nwin)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < nops; i++) {
+		chk_op *o = &ops[i];
+		if (o->txn == 0 || (o->txn & CHK_TXN_LOOSE) ||
+		    (o->kind != CHK_PUT && o->kind != CHK_GET))
+			continue;
+		uint64_t end = o->complete == CHK_NEVER ? UINT64_MAX : o->complete;
+		for (size_t j = 0; j < nwin; j++) {
+			const chk_loose_win *w = &win[j];
+			if (o->key >= w->first && o->key - w->first < w->n && o->invoke <= w->to &&
+			    end >= w->from) {
+				o->txn |= CHK_TXN_LOOSE;
+				n++;
+				break;
+			}
+		}
+	}
+	return n;
+}
+
 uint64_t
 chk_hash(uint64_t h, const void *pv, size_t n)
 {
@@ -1315,7 +1339,7 @@ txn_group(ctx *x, txn_ctx *t)
 	if (by == NULL)
 		return -1;
 	for (size_t i = 0; i < x->nops; i++)
-		if (o[i].txn != 0 && o[i].kind != CHK_SCAN)
+		if (o[i].txn != 0 && (o[i].txn & CHK_TXN_LOOSE) == 0 && o[i].kind != CHK_SCAN)
 			by[nby++] = (ev){((uint64_t)o[i].txn << 32) | o[i].key, i};
 	ev_sort(by, nby);
 	for (size_t j = 0; j < nby; j++)

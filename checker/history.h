@@ -80,8 +80,31 @@ typedef struct {
 	int16_t err;       /* the client's error code when status is CHK_FAILED */
 	uint32_t txn;      /* 0: a single-key op; else the ops with this id are one mput
 	                      (puts), one mget (gets) or one scan (CHK_SCAN parts), with
-	                      equal times */
+	                      equal times; with CHK_TXN_LOOSE set, an mput or mget whose
+	                      keys did not all live on one node during the call */
 } chk_op;
+
+/* The bit of chk_op.txn that marks an mput or mget not atomic: its keys did
+ * not all live on one node while it ran (a configuration split them), so
+ * by the contract each key's part is only a single-key op. Such an op is
+ * still one call (one line in a history file, with "atomic": false); the
+ * check leaves it out of the atomicity check. Ids stay below this bit. */
+#define CHK_TXN_LOOSE 0x80000000u
+
+/* A time during which the keys of one group (keys [first, first + n)) may
+ * not all have lived on one node while mputs and mgets of it could run. */
+typedef struct {
+	uint32_t first, n; /* the group's keys */
+	uint64_t from, to; /* ns, on the ops' clock */
+} chk_loose_win;
+
+/*
+ * Marks CHK_TXN_LOOSE every mput and mget part (txn set, CHK_PUT or CHK_GET)
+ * on a key of a window's group whose call overlaps the window: from its
+ * invocation to its completion, or without end when it failed (a failed
+ * mput may still land, in part, later). Returns the parts marked.
+ */
+size_t chk_loosen(chk_op *ops, size_t nops, const chk_loose_win *win, size_t nwin);
 
 /* One key of the history. */
 typedef struct {
@@ -211,7 +234,8 @@ uint64_t chk_hash(uint64_t h, const void *p, size_t n);
  * key over the scan's call, "not found" for a key the scan passed over.
  *
  * Multi-key operations (ops tied by `txn`, register keys only): each key's
- * part is checked as a single-key op, and every mget sees, for every mput,
+ * part is checked as a single-key op, and every mget sees (except loose ones,
+ * CHK_TXN_LOOSE, with loose mputs counting as single puts), for every mput,
  * all or none of the mput's writes to the keys it read: where it read the
  * mput's value on one key, on another key of the mput it read that value or
  * one written after it, never "absent" or a value put before the mput

@@ -85,6 +85,9 @@ usage(FILE *f)
 	    "                          accept it (refused otherwise; default 3, the\n"
 	    "                          controller's default, or 1 for a controller without it)\n"
 	    "  --fsync MODE            spawned servers' --fsync (always, batch, none)\n"
+	    "  --split-bytes N         pass --split-bytes N to the spawned controller(s): the\n"
+	    "                          balancer moves pieces of at most N bytes (k, m, g), so a\n"
+	    "                          small N makes it cut ranges often\n"
 	    "  --controllers C         spawn C controller replicas (Raft; 3 or 5) instead of one\n"
 	    "  --kill-controller       with --controllers 3+: SIGKILL the controller leader a few\n"
 	    "                          ms into a move or rebalance, restart it a moment later\n"
@@ -206,6 +209,7 @@ enum {
 	OPT_WIPE,
 	OPT_FAULT_INTERVAL,
 	OPT_REPLICAS,
+	OPT_SPLIT_BYTES,
 };
 
 static int
@@ -228,6 +232,7 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"wipe", no_argument, NULL, OPT_WIPE},
 	    {"fault-interval", required_argument, NULL, OPT_FAULT_INTERVAL},
 	    {"replicas", required_argument, NULL, OPT_REPLICAS},
+	    {"split-bytes", required_argument, NULL, OPT_SPLIT_BYTES},
 	    {"fsync", required_argument, NULL, OPT_FSYNC},
 	    {"controllers", required_argument, NULL, OPT_CONTROLLERS},
 	    {"kill-controller", no_argument, NULL, OPT_KILL_CTL},
@@ -353,6 +358,17 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 				return usage_error("--replicas wants 1 to 9, not '%s'", optarg);
 			o->replicas = (unsigned)v;
 			break;
+		case OPT_SPLIT_BYTES: {
+			size_t l = strlen(optarg), d = strspn(optarg, "0123456789");
+			bool sfx = d + 1 == l && strchr("kmgKMG", optarg[d]) != NULL;
+			if (d == 0 || d > 12 || (d != l && !sfx) || strspn(optarg, "0") == d)
+				return usage_error(
+				    "--split-bytes wants a size such as 65536 or 256k, "
+				    "not '%s'",
+				    optarg);
+			o->split_bytes = optarg;
+			break;
+		}
 		case OPT_CONTROLLERS:
 			if (!parse_num(optarg, 1, CHK_MAX_CTLS, &v))
 				return usage_error("--controllers wants 1 to 5, not '%s'", optarg);
@@ -503,6 +519,8 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		o->pause_iv_ms = o->pause_ms > 1800000u ? 3600000u : 2 * o->pause_ms;
 	if (o->replicas && !o->spawn_dir)
 		return usage_error("--replicas needs --spawn");
+	if (o->split_bytes && !o->spawn_dir)
+		return usage_error("--split-bytes needs --spawn");
 	/* The spawned controller's own default (doc/contract.md §2), passed on
 	 * so that the driver knows it (1 if that controller has no --replicas). */
 	if (o->spawn_dir && o->replicas == 0) {
@@ -806,11 +824,11 @@ print_json(const summary *s)
 	        ", \"indeterminate_operations\": %" PRIu64 ", \"timeouts\": %" PRIu64
 	        ", \"mputs\": %" PRIu64 ", \"mgets\": %" PRIu64 ", \"mgets_checked\": %zu"
 	        ", \"multi_skipped\": %" PRIu64 ", \"gate_leaks\": %" PRIu64
-	        ", \"async_operations\": %" PRIu64 ", \"hot_operations\": %" PRIu64
-	        ", \"failed_puts_seen\": %zu",
+	        ", \"multi_not_atomic\": %" PRIu64 ", \"async_operations\": %" PRIu64
+	        ", \"hot_operations\": %" PRIu64 ", \"failed_puts_seen\": %zu",
 	        s->more.indeterminate, s->more.timeouts, s->more.mputs, s->more.mgets,
-	        s->res->mgets_checked, s->more.mk_skipped, d->gate_leaks, s->more.async_ops,
-	        s->more.hot_ops, s->failed_puts_seen);
+	        s->res->mgets_checked, s->more.mk_skipped, d->gate_leaks, s->more.mk_loose,
+	        s->more.async_ops, s->more.hot_ops, s->failed_puts_seen);
 	fprintf(f,
 	        ", \"deletes\": %" PRIu64 ", \"deletes_acked\": %zu, \"deletes_failed\": %zu"
 	        ", \"scans\": %" PRIu64 ", \"registers_searched\": %zu"
@@ -885,10 +903,10 @@ print_text(const summary *s)
 	        r->writes_acked, r->writes_failed, r->reads_checked);
 	fprintf(f,
 	        "multi-key: %" PRIu64 " mputs, %" PRIu64 " mgets (%zu checked), %" PRIu64
-	        " skipped at the gate, %" PRIu64 " gate leaks; %" PRIu64 " async ops, %" PRIu64
-	        " ops on moving keys\n",
+	        " skipped at the gate, %" PRIu64 " gate leaks (%" PRIu64
+	        " parts not atomic); %" PRIu64 " async ops, %" PRIu64 " ops on moving keys\n",
 	        s->more.mputs, s->more.mgets, r->mgets_checked, s->more.mk_skipped, d->gate_leaks,
-	        s->more.async_ops, s->more.hot_ops);
+	        s->more.mk_loose, s->more.async_ops, s->more.hot_ops);
 	fprintf(f,
 	        "deletes: %zu returned, %zu failed; %" PRIu64 " scans; %zu registers with "
 	        "deletes searched, %zu cut off at the bound (unchecked)\n",
@@ -1004,11 +1022,13 @@ main(int argc, char **argv)
 	const char *controllers = o.controllers;
 	if (o.spawn_dir) {
 		if ((cl = calloc(1, sizeof(*cl))) == NULL ||
-		    (crv = chk_cluster_create(cl, o.spawn_dir, o.fsync, o.nctl, o.replicas)) != 0) {
+		    (crv = chk_cluster_create(cl, o.spawn_dir, o.fsync, o.split_bytes, o.nctl,
+		                              o.replicas)) != 0) {
 			/* A controller from before --replicas keeps one copy. */
 			if (crv == -2 && o.replicas_default && !o.kill_no_restart && !o.wipe) {
 				o.replicas = 1;
-				crv = chk_cluster_create(cl, o.spawn_dir, o.fsync, o.nctl, 0);
+				crv = chk_cluster_create(cl, o.spawn_dir, o.fsync, o.split_bytes,
+				                         o.nctl, 0);
 			}
 			if (crv == -2)
 				rc = 2;

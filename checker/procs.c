@@ -99,11 +99,24 @@ start_controller(chk_cluster *c)
 	char bin[1100], data[1100];
 	snprintf(bin, sizeof(bin), "%s/shardkv-controller", c->bindir);
 	snprintf(data, sizeof(data), "%s/ctl", c->dir);
-	char *argv[] = {
-	    "shardkv-controller", "--listen", c->ctl_url, "--data-dir", data, NULL, NULL, NULL};
+	char *argv[] = {"shardkv-controller",
+	                "--listen",
+	                c->ctl_url,
+	                "--data-dir",
+	                data,
+	                NULL,
+	                NULL,
+	                NULL,
+	                NULL,
+	                NULL};
+	int n = 5;
 	if (c->replicas[0]) {
-		argv[5] = "--replicas";
-		argv[6] = c->replicas;
+		argv[n++] = "--replicas";
+		argv[n++] = c->replicas;
+	}
+	if (c->split_bytes[0]) {
+		argv[n++] = "--split-bytes";
+		argv[n++] = c->split_bytes;
 	}
 	c->ctl_pid = kv_proc_spawn(bin, argv, c->ctl_log);
 	return c->ctl_pid > 0 ? 0 : -1;
@@ -136,10 +149,17 @@ start_replica(chk_cluster *c, int k)
 	                "600",
 	                NULL,
 	                NULL,
+	                NULL,
+	                NULL,
 	                NULL};
+	int n = 13;
 	if (c->replicas[0]) {
-		argv[13] = "--replicas";
-		argv[14] = c->replicas;
+		argv[n++] = "--replicas";
+		argv[n++] = c->replicas;
+	}
+	if (c->split_bytes[0]) {
+		argv[n++] = "--split-bytes";
+		argv[n++] = c->split_bytes;
 	}
 	c->rpid[k] = kv_proc_spawn(bin, argv, c->rlog[k]);
 	c->rkilled[k] = false;
@@ -249,10 +269,12 @@ chk_cluster_controller_accepts(chk_cluster *c, const char *opt)
 }
 
 int
-chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, unsigned nctl,
-                   unsigned replicas)
+chk_cluster_create(chk_cluster *c, const char *dir, const char *fsync, const char *split_bytes,
+                   unsigned nctl, unsigned replicas)
 {
 	memset(c, 0, sizeof(*c));
+	if (split_bytes)
+		snprintf(c->split_bytes, sizeof(c->split_bytes), "%s", split_bytes);
 	c->nctl = nctl > 1 && nctl <= CHK_MAX_CTLS ? (int)nctl : 1;
 	if (fsync)
 		snprintf(c->fsync, sizeof(c->fsync), "%s", fsync);

@@ -77,6 +77,7 @@ typedef struct client {
 	/* --cas: per counter, the value this client last saw (0: absent); per
 	 * lock, the value it holds the lock with (0: not held) */
 	uint64_t cas_seen[CHK_CAS_COUNTERS + CHK_CAS_LOCKS];
+	uint64_t mk_t0; /* when its last mk_begin began (the op's invocation) */
 } client;
 
 /* The kinds of unit an op picks: a register, a group, an append slot. */
@@ -98,6 +99,10 @@ struct chk_workload {
 	_Atomic unsigned *gen;             /* current generation per append slot */
 	atomic_bool *gsplit;               /* per group: not held by one range (no mput/mget) */
 	uint64_t *gwhole;                  /* per split group: since when it looks whole (0: not) */
+	chk_loose_win *loose;              /* gate leaks (driver thread; used after the run) */
+	size_t nloose, caploose;           /* used and allocated */
+	bool loose_all;                    /* a leak could not be kept: every group is loose */
+	size_t nloose_ops;                 /* parts marked CHK_TXN_LOOSE */
 	atomic_int mk_block;               /* gate: > 0 closed (driver) */
 	atomic_int mk_inflight;            /* mputs and mgets in flight (clients) */
 	_Atomic uint32_t hot_n;            /* hot units in hot[] */
@@ -459,12 +464,17 @@ handle(client *c)
 /* Whether a multi-key op may run on group g now; on true the caller ends
  * it with mk_end(). */
 static bool
-mk_begin(chk_workload *w, unsigned g)
+mk_begin(client *c, unsigned g)
 {
+	chk_workload *w = c->w;
+
 	/* Counted in flight first, then the gate read: the driver closes the
 	 * gate first, then reads the count (both sequentially consistent), so
-	 * one of the two sees the other. */
+	 * one of the two sees the other. The op's invocation time is taken
+	 * before the read of gsplit, so that an op that passed it before an
+	 * audit marked the group began before that mark (see loose_add). */
 	atomic_fetch_add(&w->mk_inflight, 1);
+	c->mk_t0 = chk_now_ns();
 	if (atomic_load(&w->mk_block) > 0 || atomic_load(&w->gsplit[g])) {
 		atomic_fetch_sub(&w->mk_inflight, 1);
 		atomic_fetch_add(&w->nskip, 1);
@@ -500,7 +510,7 @@ do_mput(client *c, unsigned g)
 		keys[i] = (shardkv_bytes){w->names[k], strlen(w->names[k])};
 		vals[i] = (shardkv_bytes){vb[i], (size_t)l};
 	}
-	uint64_t t0 = chk_now_ns();
+	uint64_t t0 = c->mk_t0;
 	int rv = shardkv_mput(handle(c), n, keys, n, vals, &res);
 	shardkv_mput_result_free(res);
 	mk_end(w);
@@ -541,7 +551,7 @@ do_mget(client *c, unsigned g)
 		op[i] = (chk_op){.client = c->p.id, .kind = CHK_GET, .key = k, .txn = txn};
 		keys[i] = (shardkv_bytes){w->names[k], strlen(w->names[k])};
 	}
-	uint64_t t0 = chk_now_ns();
+	uint64_t t0 = c->mk_t0;
 	int rv = shardkv_mget(handle(c), n, keys, &res);
 	mk_end(w);
 	atomic_fetch_add(&w->nmget, 1);
@@ -794,7 +804,7 @@ one_op(client *c)
 
 	if (w->ngrp && r >= 42 && r < 70) { /* mput or mget of a group */
 		unsigned g = pick(c, U_GROUP);
-		if (mk_begin(w, g)) {
+		if (mk_begin(c, g)) {
 			/* One op of the budget was taken; its other parts too. */
 			atomic_fetch_add(&w->budget, w->gsize[g] - 1);
 			return r < 55 ? do_mput(c, g) : do_mget(c, g);
@@ -1020,6 +1030,7 @@ chk_workload_more_counts(chk_workload *w, chk_workload_more *out)
 	                           .mputs = atomic_load(&w->nmput),
 	                           .mgets = atomic_load(&w->nmget),
 	                           .mk_skipped = atomic_load(&w->nskip),
+	                           .mk_loose = w->nloose_ops,
 	                           .async_ops = atomic_load(&w->nasync),
 	                           .hot_ops = atomic_load(&w->nhot),
 	                           .dels = atomic_load(&w->ndel),
@@ -1082,8 +1093,25 @@ group_whole(const chk_workload *w, unsigned g, const shardkv_config *cfg)
 	return true;
 }
 
+/* Keeps a gate leak of group g over [from, to]. */
+static void
+loose_add(chk_workload *w, unsigned g, uint64_t from, uint64_t to)
+{
+	if (w->nloose == w->caploose) {
+		size_t cap = w->caploose ? 2 * w->caploose : 16;
+		chk_loose_win *x = realloc(w->loose, cap * sizeof(*x));
+		if (x == NULL) {
+			w->loose_all = true; /* not kept: no mput or mget counts as atomic */
+			return;
+		}
+		w->loose = x;
+		w->caploose = cap;
+	}
+	w->loose[w->nloose++] = (chk_loose_win){w->gfirst[g], w->gsize[g], from, to};
+}
+
 size_t
-chk_workload_mk_audit(chk_workload *w, const shardkv_config *cfg, bool gated)
+chk_workload_mk_audit(chk_workload *w, const shardkv_config *cfg, bool gated, uint64_t since)
 {
 	uint64_t now = chk_now_ns();
 	size_t leaks = 0;
@@ -1091,9 +1119,12 @@ chk_workload_mk_audit(chk_workload *w, const shardkv_config *cfg, bool gated)
 	for (unsigned g = 0; g < w->ngrp; g++) {
 		bool split = !group_whole(w, g, cfg);
 		bool was = atomic_load(&w->gsplit[g]);
-		if (split && !was && !gated) {
+		bool leak = split && !was && !gated;
+		if (leak) {
 			leaks++;
-			chk_log("group %s was split (epoch %" PRIu64 ") while mputs could run",
+			chk_log("group %s was split (epoch %" PRIu64
+			        ") while mputs could run: its mputs and mgets in flight since the "
+			        "last configuration read are not atomic",
 			        w->gname[g], cfg->epoch);
 		}
 		if (split) {
@@ -1104,6 +1135,13 @@ chk_workload_mk_audit(chk_workload *w, const shardkv_config *cfg, bool gated)
 					chk_log("group %s split at epoch %" PRIu64 ": no mput/mget",
 					        w->gname[g], cfg->epoch);
 			}
+			/* An op that passed mk_begin before the store above took
+			 * its invocation time before it: every one began by now. */
+			if (leak)
+				loose_add(w, g,
+				          since > CHK_LOOSE_MARGIN_NS ? since - CHK_LOOSE_MARGIN_NS
+				                                      : 0,
+				          chk_now_ns());
 			continue;
 		}
 		if (!was)
@@ -1352,6 +1390,11 @@ chk_workload_history(chk_workload *w, const chk_key **keys, size_t *nkeys, const
 			if (w->nfinal)
 				memcpy(w->all + w->nall, w->final_ops, w->nfinal * sizeof(*w->all));
 			w->nall += w->nfinal;
+			/* A leak that could not be kept: every mput and mget. */
+			chk_loose_win all = {0, UINT32_MAX, 0, UINT64_MAX};
+			w->nloose_ops = w->loose_all
+			                    ? chk_loosen(w->all, w->nall, &all, 1)
+			                    : chk_loosen(w->all, w->nall, w->loose, w->nloose);
 		}
 	}
 	*keys = w->keys;
@@ -1418,6 +1461,7 @@ chk_workload_destroy(chk_workload *w)
 	free(w->gsize);
 	free((void *)w->gsplit);
 	free(w->gwhole);
+	free(w->loose);
 	free(w->names);
 	free(w->finals);
 	free(w->keys);

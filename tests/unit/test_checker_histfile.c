@@ -176,6 +176,39 @@ mget_seeing_half_an_mput_in_a_file_is_caught(void **state)
 	assert_int_equal(violations(t), 1);
 }
 
+/* An mget marked "atomic": false (its keys did not all live on one node)
+ * may see part of an mput; each key is still checked on its own. */
+/* An mput invoked, an mget (with `atomic` at and k2's value v2 as given),
+ * then the mput's completion. */
+#define HALF_SEEN(at, v2, dat)                                                                     \
+	"{\"process\": 6, \"type\": \"invoke\", \"f\": \"mput\", \"kvs\": {\"k1\": \"v1\", "       \
+	"\"k2\": \"v2\"}, \"time\": 0}\n"                                                          \
+	"{\"process\": 7, \"type\": \"invoke\", \"f\": \"mget\", \"kvs\": {\"k1\": null, \"k2\": " \
+	"null}, \"atomic\": " at ", \"time\": 5}\n"                                                \
+	"{\"process\": 7, \"type\": \"ok\", \"f\": \"mget\", \"kvs\": {\"k1\": \"v1\", "           \
+	"\"k2\": " v2 "}, \"atomic\": " dat ", \"time\": 6}\n"                                     \
+	"{\"process\": 6, \"type\": \"ok\", \"f\": \"mput\", \"kvs\": {\"k1\": \"v1\", \"k2\": "   \
+	"\"v2\"}, \"time\": 30}\n"
+
+/* An mget marked "atomic": false (its keys did not all live on one node)
+ * may see part of an mput; each key is still checked on its own. */
+static void
+an_mget_marked_not_atomic_in_a_file_is_checked_per_key_only(void **state)
+{
+	(void)state;
+	assert_int_equal(violations(HALF_SEEN("true", "null", "true")), 1);
+	assert_int_equal(violations(HALF_SEEN("false", "null", "false")), 0);
+	/* Per key it is still a read: a value nobody wrote is caught. */
+	assert_int_equal(violations(HALF_SEEN("false", "\"v9\"", "false")), 1);
+	/* "atomic" must be a boolean, and only on mput and mget. */
+	refused(HALF_SEEN("0", "null", "false"), "\"atomic\" is not true or false");
+	refused("{\"process\": 1, \"type\": \"invoke\", \"f\": \"put\", \"key\": \"k\", "
+	        "\"value\": \"a\", \"atomic\": false, \"time\": 0}\n"
+	        "{\"process\": 1, \"type\": \"ok\", \"f\": \"put\", \"key\": \"k\", "
+	        "\"value\": \"a\", \"time\": 1}\n",
+	        "only mput and mget may");
+}
+
 /* Deletes in a file: the value deleted is the delete's "value" on ok
  * (null: not found); a delete of unknown outcome ("info") may or may not
  * have happened; a failed one ("fail") did not. */
@@ -432,6 +465,15 @@ written_history_reads_back_to_the_same_verdict(void **state)
 	                    .client = 3,
 	                    .kind = CHK_GET,
 	                    .txn = 2};
+	for (uint32_t k = 1; k <= 2; k++) /* an mget that was not atomic */
+		ops[n++] = (chk_op){.invoke = 13,
+		                    .complete = 14,
+		                    .ret = 14,
+		                    .val = chk_val_id(4, k),
+		                    .key = k,
+		                    .client = 5,
+		                    .kind = CHK_GET,
+		                    .txn = 3 | CHK_TXN_LOOSE};
 	ops[n++] = (chk_op){.invoke = 15,
 	                    .complete = 16,
 	                    .ret = 16,
@@ -460,8 +502,12 @@ written_history_reads_back_to_the_same_verdict(void **state)
 	assert_int_equal(got.reads_checked, want.reads_checked + 1);
 	assert_int_equal(got.appends_acked, want.appends_acked);
 	assert_int_equal(got.appends_failed_applied, want.appends_failed_applied);
+	assert_int_equal(want.mgets_checked, 1); /* the loose one is not */
 	assert_int_equal(got.mgets_checked, want.mgets_checked);
 	assert_int_equal(got.mputs, want.mputs);
+	assert_non_null(strstr(buf, "\"process\": 5, \"type\": \"ok\", \"f\": \"mget\", "
+	                            "\"kvs\": {\"r\": \"c4.1\", \"s\": \"c4.2\"}, "
+	                            "\"atomic\": false"));
 	/* The nemesis lines are there, in time order among the operations. */
 	assert_non_null(strstr(buf, "{\"process\": \"nemesis\", \"type\": \"info\", \"f\": "
 	                            "\"move\", \"value\": {\"to\": 2, \"phase\": \"start\"}, "
@@ -673,6 +719,7 @@ main(void)
 	    cmocka_unit_test(put_left_open_at_the_end_may_have_taken_effect),
 	    cmocka_unit_test(appends_and_their_final_read_are_checked),
 	    cmocka_unit_test(mget_seeing_half_an_mput_in_a_file_is_caught),
+	    cmocka_unit_test(an_mget_marked_not_atomic_in_a_file_is_checked_per_key_only),
 	    cmocka_unit_test(deletes_in_a_file_are_checked),
 	    cmocka_unit_test(cas_in_a_file_is_checked),
 	    cmocka_unit_test(scans_in_a_file_are_checked),

@@ -1288,6 +1288,74 @@ mget_seeing_half_an_mput_is_caught(void **state)
 	expect_one(&h, CHK_V_FRACTURED);
 }
 
+/* The same, the mget not atomic (its keys lived on two nodes): each key's
+ * read is checked on its own, and the pair is not. */
+static void
+an_mget_that_was_not_atomic_may_see_half_an_mput(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	mput2(&h, 1, 1, 0, 30);
+	mget2(&h, 2 | CHK_TXN_LOOSE, 5, 6, 1, 1, 0, 0);
+	assert_int_equal(check(&h), 0);
+	assert_int_equal(h.res.mgets_checked, 0);
+	/* Nor is an mput that was not atomic seen in part by an atomic mget. */
+	hist_init(&h, NULL);
+	mput2(&h, 1 | CHK_TXN_LOOSE, 1, 0, 30);
+	mget2(&h, 2, 5, 6, 1, 1, 0, 0);
+	assert_int_equal(check(&h), 0);
+	assert_int_equal(h.res.mgets_checked, 1);
+	/* A key's part is still a read: one after the mput completed that
+	 * does not see it is stale. */
+	hist_init(&h, NULL);
+	mput2(&h, 1, 1, 0, 30);
+	mget2(&h, 2 | CHK_TXN_LOOSE, 40, 41, 1, 1, 0, 0);
+	expect_one(&h, CHK_V_STALE_READ);
+}
+
+/* chk_loosen: the mputs and mgets of a group that overlap a window in which
+ * its keys were split are marked not atomic, and nothing else. */
+static void
+multi_key_ops_overlapping_a_split_of_their_group_are_marked_not_atomic(void **state)
+{
+	hist h;
+	(void)state;
+
+	hist_init(&h, NULL);
+	mput2(&h, 1, 1, 0, 10);                            /* completed before the window */
+	mget2(&h, 2, 5, 20, 1, 1, 1, 2);                   /* overlaps its start */
+	mput2(&h, 3, 1, 30, 40);                           /* inside */
+	mget2(&h, 4, 45, 60, 1, 1, 1, 2);                  /* overlaps its end */
+	mget2(&h, 5, 60, 70, 1, 1, 1, 2);                  /* after */
+	chk_op *f = add(&h, CHK_PUT, K2, 2, 8, CHK_NEVER); /* failed mput before: may land */
+	f->status = CHK_FAILED;
+	f->txn = 6;
+	add(&h, CHK_PUT, K2, 2, 30, 40)->txn = 0; /* a single put: not multi-key */
+	add(&h, CHK_GET, RK, 3, 30, 40)->txn = 7; /* a key outside the group */
+	chk_loose_win win = {.first = K2, .n = 2, .from = 15, .to = 50};
+	assert_int_equal(chk_loosen(h.ops, h.n, &win, 1), 7);
+	uint32_t want[] = {1,
+	                   1,
+	                   2 | CHK_TXN_LOOSE,
+	                   2 | CHK_TXN_LOOSE,
+	                   3 | CHK_TXN_LOOSE,
+	                   3 | CHK_TXN_LOOSE,
+	                   4 | CHK_TXN_LOOSE,
+	                   4 | CHK_TXN_LOOSE,
+	                   5,
+	                   5,
+	                   6 | CHK_TXN_LOOSE,
+	                   0,
+	                   7};
+	assert_int_equal(h.n, sizeof(want) / sizeof(want[0]));
+	for (size_t i = 0; i < h.n; i++)
+		assert_int_equal(h.ops[i].txn, want[i]);
+	/* Marked once only. */
+	assert_int_equal(chk_loosen(h.ops, h.n, &win, 1), 0);
+}
+
 static void
 mget_seeing_all_or_none_of_an_mput_passes(void **state)
 {
@@ -1428,6 +1496,9 @@ main(void)
 	    cmocka_unit_test(append_key_without_final_read_is_checked_against_its_longest_read),
 	    cmocka_unit_test(mget_seeing_half_an_mput_is_caught),
 	    cmocka_unit_test(mget_seeing_all_or_none_of_an_mput_passes),
+	    cmocka_unit_test(an_mget_that_was_not_atomic_may_see_half_an_mput),
+	    cmocka_unit_test(
+	        multi_key_ops_overlapping_a_split_of_their_group_are_marked_not_atomic),
 	    cmocka_unit_test(mget_seeing_an_mput_beside_an_older_put_is_caught),
 	    cmocka_unit_test(mget_seeing_a_later_put_beside_an_mput_passes),
 	    cmocka_unit_test(mget_seeing_two_mputs_interleaved_is_caught),
