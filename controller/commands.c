@@ -15,6 +15,7 @@
  * the caps on held requests) is done once by the dispatcher.
  */
 #include "common/err.h"
+#include "common/lease.h"
 #include "common/log.h"
 #include "controller/controller_int.h"
 
@@ -250,7 +251,7 @@ serving_cb(void *arg, uint32_t node, kv_bytes start, kv_bytes end)
 	const struct ctl_stat *s = kv_ctl__stat_find_locked(c, node, false);
 	uint64_t from = s != NULL && s->epoch_applied > 0 ? s->epoch_applied : 1;
 
-	if (kv_now_ns() - kv_ctl__live_seen_locked(c, node) > c->down_ns)
+	if (kv_lease_down_due(kv_ctl__live_seen_locked(c, node), c->down_ns, kv_now_ns()))
 		return false;
 
 	for (uint64_t e = from; e <= c->nhist; e++) {
@@ -1204,7 +1205,7 @@ kv_ctl__cmd_remove(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	}
 	/* A joining or draining node keeps its state when silent; silent for
 	 * the down delay, it may be removed like a down one. */
-	bool silent = kv_now_ns() - kv_ctl__live_seen_locked(c, id) > c->down_ns;
+	bool silent = kv_lease_down_due(kv_ctl__live_seen_locked(c, id), c->down_ns, kv_now_ns());
 	rv = kv_place_remove(cur, id, silent, rq->accept_data_loss, &px, &next, &lost, failed,
 	                     &nfailed);
 	free(pts);
@@ -1294,7 +1295,7 @@ kv_ctl__live_seen_locked(kv_controller *c, uint32_t id)
 {
 	const struct ctl_stat *s = kv_ctl__stat_find_locked(c, id, false);
 
-	return s != NULL && s->last_seen_ns > c->live_since_ns ? s->last_seen_ns : c->live_since_ns;
+	return kv_lease_heard(s != NULL ? s->last_seen_ns : 0, c->live_since_ns);
 }
 
 /* Fills the liveness changes due now (ids[k], states[k]); returns their
@@ -1311,7 +1312,7 @@ live_plan_locked(kv_controller *c, uint64_t now, uint32_t *ids, kv_node_state *s
 		uint64_t seen = kv_ctl__live_seen_locked(c, n->id);
 		/* Only an active node goes down: joining and draining ones keep
 		 * their state (status shows how long they have been silent). */
-		if (n->state == KV_NODE_ACTIVE && now - seen > c->down_ns) {
+		if (n->state == KV_NODE_ACTIVE && kv_lease_down_due(seen, c->down_ns, now)) {
 			ids[k] = n->id;
 			states[k++] = KV_NODE_DOWN;
 		} else if (n->state == KV_NODE_DOWN && s != NULL &&
@@ -1336,7 +1337,7 @@ expired_locked(kv_controller *c, uint64_t now, uint32_t *ids)
 
 	for (size_t i = 0; i < cur->nnodes; i++)
 		if (cur->nodes[i].state == KV_NODE_DOWN &&
-		    now - kv_ctl__live_seen_locked(c, cur->nodes[i].id) > after)
+		    kv_lease_down_due(kv_ctl__live_seen_locked(c, cur->nodes[i].id), after, now))
 			ids[k++] = cur->nodes[i].id;
 	return k;
 }
@@ -1361,7 +1362,8 @@ repair_due_locked(kv_controller *c, uint64_t now)
 	for (size_t i = 0; replicated && i < cur->nnodes; i++) {
 		const kv_node *n = &cur->nodes[i];
 		if (n->state == KV_NODE_DRAINING ||
-		    (n->state == KV_NODE_DOWN && now - kv_ctl__live_seen_locked(c, n->id) > after))
+		    (n->state == KV_NODE_DOWN &&
+		     kv_lease_down_due(kv_ctl__live_seen_locked(c, n->id), after, now)))
 			return true;
 	}
 	return false;

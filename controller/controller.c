@@ -14,6 +14,7 @@
  * signals (main.c), no globals.
  */
 #include "common/err.h"
+#include "common/lease.h"
 #include "common/log.h"
 #include "controller/controller_int.h"
 
@@ -161,7 +162,8 @@ kv_controller_create(const kv_controller_cfg *cfg, kv_controller **out, char *er
 		 * election timeout after its successor started counting. */
 		uint64_t elect = cfg->npeers > 0 ? (cfg->election_ms ? cfg->election_ms : 1000) : 0;
 		c->lease_ns = lease * 1000000u;
-		c->down_ns = (lease + margin + elect) * 1000000u;
+		c->down_ns =
+		    kv_lease_down_ns(lease * 1000000u, margin * 1000000u, elect * 1000000u);
 		c->live_tick_ns = c->lease_ns / 8;
 		if (c->live_tick_ns > 100000000u)
 			c->live_tick_ns = 100000000u;

@@ -5,6 +5,7 @@
  * fields the lease thread writes and changes nothing.
  */
 #include "shardserver/server_int.h"
+#include "common/lease.h"
 
 #include <stdio.h>
 
@@ -18,7 +19,7 @@ kv_srv_lease_ok(kv_server *s, char *msg, size_t msglen)
 		return false;
 	}
 	now = kv_now_ns();
-	if (sent != 0 && now < sent + s->lease_ns)
+	if (kv_lease_held(sent, s->lease_ns, now))
 		return true;
 	if (sent == 0)
 		snprintf(msg, msglen, "no lease yet: the controller has not confirmed this node");

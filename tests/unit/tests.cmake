@@ -11,6 +11,11 @@ target_compile_definitions(test_tls PRIVATE
   KV_TLS_CERTS_SH="${CMAKE_CURRENT_SOURCE_DIR}/support/tls_certs.sh")
 # The on-disk framing shared by the log, snapshots and the config log.
 kv_add_test(test_frame SOURCES unit/test_frame.c TIMEOUT 30)
+# The lease rule (common/lease.h) with injected clocks: its edge cases, and
+# a simulation of renewals, delays, partitions, pauses and leader changes
+# in which no node is declared down while its server holds a lease (and in
+# which the rule without its margin, election timeout or wait is caught).
+kv_add_test(test_lease SOURCES unit/test_lease.c TIMEOUT 60)
 
 # proto/: the wire schema and the status translation.
 kv_add_test(test_wire SOURCES unit/test_wire.c LIBS kv_proto TIMEOUT 30)
