@@ -15,7 +15,10 @@
  * - a backup holding a record the new primary lacks (fake controller, which
  *   publishes what a real one would) answers the new primary's end as
  *   diverged, is taken out of the ISR at its request, copied again (the
- *   record is gone), and asked back into the ISR.
+ *   record is gone), and asked back into the ISR;
+ * - two failovers back to back under writes: nothing acknowledged lost,
+ *   and the two stopped servers, back with their data, end holding
+ *   exactly what the last primary holds.
  *
  * Every wait polls with a deadline.
  */
@@ -83,6 +86,23 @@ wait_serves(const char *url, const char *key, const char *want)
 		}
 		if (kv_test_now_ms() - t0 > PATIENCE)
 			fail_msg("%s never served %s (last status %d)", url, key, r.status);
+		kv_test_sleep_ms(20);
+	}
+}
+
+/* Waits until url answers a read as the primary (found or not found). */
+static void
+wait_serves_any(const char *url)
+{
+	uint64_t t0 = kv_test_now_ms();
+	res1 r;
+
+	for (;;) {
+		r = do_get(url, "probe");
+		if (r.status == 0 || r.status == SHARDKV__STATUS__STATUS_NOT_FOUND)
+			return;
+		if (kv_test_now_ms() - t0 > PATIENCE)
+			fail_msg("%s never served (last status %d)", url, r.status);
 		kv_test_sleep_ms(20);
 	}
 }
@@ -394,6 +414,180 @@ an_in_sync_backup_with_the_new_primarys_records_stays_in_the_isr(void **state)
 	assert_true(inproc_srv_holds(r3.srv[b - 1].s, "k19", "v"));
 }
 
+/*
+ * Two failovers back to back under writes: node 1 (the primary) stops,
+ * and the node that takes over stops as soon as the configuration names
+ * it, before it has necessarily served or finished its reconciliation;
+ * the third takes over. Writers follow the primary all along. The last
+ * primary serves every acknowledged write; the two stopped servers come
+ * back with their data (each may hold records of its own leader epoch
+ * nobody else took: writes in flight when it stopped), are copied again
+ * or caught up, rejoin the ISR, and end holding exactly what the last
+ * primary holds, key for key.
+ */
+static inproc_cluster bb = {.o = {.name = "kvb2b", .nsrv = 3, .replicas = 3, .min_insync = 1}};
+
+#define NFW 3 /* writers following the primary */
+
+typedef struct {
+	const char *urls[3];
+	char prefix;
+	atomic_bool stop;
+	int state[NW]; /* as writer.state */
+	atomic_uint acked, failed;
+} follower;
+
+static void *
+follower_main(void *arg)
+{
+	follower *w = arg;
+	char key[16], val[16];
+	unsigned at = 0;
+
+	for (unsigned i = 1; !atomic_load(&w->stop); i++) {
+		unsigned k = (i * 7919u) % NW;
+		res1 r;
+		snprintf(key, sizeof(key), "%c%04u", w->prefix, k);
+		if (i % 5 == 0 && w->state[k] > 0) {
+			r = do_del(w->urls[at], key);
+			w->state[k] = r.status == 0 ? -1 : -2;
+		} else {
+			snprintf(val, sizeof(val), "%c%u", w->prefix, i);
+			r = do_put(w->urls[at], key, val, 0, 0);
+			w->state[k] = r.status == 0 ? (int)i : -2;
+		}
+		if (r.status == 0) {
+			atomic_fetch_add(&w->acked, 1);
+		} else {
+			atomic_fetch_add(&w->failed, 1);
+			at = (at + 1) % 3; /* look for the primary elsewhere */
+			kv_test_sleep_ms(5);
+		}
+	}
+	return NULL;
+}
+
+/* Checks that the primary at url serves every write w had acknowledged. */
+static unsigned
+check_follower(const follower *w, const char *url)
+{
+	char key[16], val[16];
+	unsigned checked = 0;
+
+	for (unsigned k = 0; k < NW; k++) {
+		if (w->state[k] == 0 || w->state[k] == -2)
+			continue;
+		snprintf(key, sizeof(key), "%c%04u", w->prefix, k);
+		res1 r = do_get(url, key);
+		if (w->state[k] == -1) {
+			if (r.status != SHARDKV__STATUS__STATUS_NOT_FOUND)
+				fail_msg("%s: deleted (acknowledged), read status %d", key,
+				         r.status);
+		} else {
+			snprintf(val, sizeof(val), "%c%d", w->prefix, w->state[k]);
+			if (r.status != 0 || strcmp(r.value, val) != 0)
+				fail_msg("%s: status %d value %s, acknowledged %s", key, r.status,
+				         r.value, val);
+		}
+		checked++;
+	}
+	return checked;
+}
+
+static void
+two_failovers_back_to_back_lose_nothing_and_every_replica_ends_equal(void **state)
+{
+	static follower w[NFW];
+	pthread_t thr[NFW];
+	char key[16];
+	uint32_t q, b;
+
+	(void)state;
+	inproc_cluster_srv_up(&bb, 0);
+	srv_wait_ready(bb.srv[0].url, 1, PATIENCE, NULL);
+	inproc_cluster_srv_up(&bb, 1);
+	srv_wait_ready(bb.srv[1].url, 1, PATIENCE, NULL); /* node ids 1, 2, 3 in order */
+	inproc_cluster_srv_up(&bb, 2);
+	wait_isr(&bb, 1, 3);
+	for (int i = 0; i < NFW; i++) {
+		memset(&w[i], 0, sizeof(w[i]));
+		for (int j = 0; j < 3; j++)
+			w[i].urls[j] = bb.srv[j].url;
+		w[i].prefix = (char)('a' + i);
+		assert_int_equal(pthread_create(&thr[i], NULL, follower_main, &w[i]), 0);
+	}
+	kv_test_sleep_ms(300);
+	/* First failover: node 1 stops under the writes. */
+	inproc_srv_down(&bb.srv[0]);
+	q = wait_new_primary(&bb, 1);
+	/* Second, at once: the new primary stops as soon as it is named. */
+	inproc_srv_down(&bb.srv[q - 1]);
+	b = 5 - q; /* the third node (ids 2 and 3 remain) */
+	{
+		uint64_t t0 = kv_test_now_ms();
+		for (;;) {
+			kv_config *cfg = inproc_cluster_config(&bb);
+			bool led = cfg && cfg->ranges[0].node == b;
+			kv_config_free(cfg);
+			if (led)
+				break;
+			if (kv_test_now_ms() - t0 > PATIENCE)
+				fail_msg("node %u never took the range after node %u stopped", b,
+				         q);
+			kv_test_sleep_ms(20);
+		}
+	}
+	wait_serves_any(bb.srv[b - 1].url);
+	/* Every writer gets writes through at the last primary. */
+	unsigned before[NFW];
+	for (int i = 0; i < NFW; i++)
+		before[i] = atomic_load(&w[i].acked);
+	for (uint64_t t0 = kv_test_now_ms();;) {
+		bool all = true;
+		for (int i = 0; i < NFW; i++)
+			all = all && atomic_load(&w[i].acked) >= before[i] + 50;
+		if (all)
+			break;
+		if (kv_test_now_ms() - t0 > PATIENCE)
+			fail_msg("the writers made no progress at node %u", b);
+		kv_test_sleep_ms(20);
+	}
+	unsigned acked = 0, checked = 0;
+	for (int i = 0; i < NFW; i++) {
+		atomic_store(&w[i].stop, true);
+		pthread_join(thr[i], NULL);
+		acked += atomic_load(&w[i].acked);
+	}
+	for (int i = 0; i < NFW; i++)
+		checked += check_follower(&w[i], bb.srv[b - 1].url);
+	print_message("%u writes acknowledged, %u keys checked at node %u after two failovers\n",
+	              acked, checked, b);
+	assert_true(checked > 0);
+	/* Both come back with their data and rejoin the ISR of node b. */
+	inproc_cluster_srv_up(&bb, 0);
+	inproc_cluster_srv_up(&bb, (int)q - 1);
+	wait_isr(&bb, b, 3);
+	/* Every replica holds what the primary serves, key for key: nothing
+	 * a stopped primary alone had taken survives on it. */
+	for (int i = 0; i < NFW; i++) {
+		for (unsigned k = 0; k < NW; k++) {
+			snprintf(key, sizeof(key), "%c%04u", w[i].prefix, k);
+			res1 r = do_get(bb.srv[b - 1].url, key);
+			assert_true(r.status == 0 || r.status == SHARDKV__STATUS__STATUS_NOT_FOUND);
+			for (uint32_t n = 1; n <= 3; n++) {
+				if (n == b)
+					continue;
+				bool held = r.status == 0
+				                ? inproc_srv_holds(bb.srv[n - 1].s, key, r.value)
+				                : !inproc_srv_holds(bb.srv[n - 1].s, key, NULL);
+				if (!held)
+					fail_msg("%s: node %u differs from the primary (%s)", key,
+					         n, r.status == 0 ? r.value : "absent");
+			}
+		}
+	}
+}
+
 /* Divergence: three servers under the fake controller. */
 static inproc_srv dv[3];
 static fake_ctl *dctl;
@@ -508,6 +702,8 @@ main(void)
 	                        &r3),
 	    cmocka_unit_test_setup_teardown(
 	        a_backup_with_divergent_records_is_dropped_and_copied_again, dv_setup, dv_teardown),
+	    INPROC_CLUSTER_TEST(
+	        two_failovers_back_to_back_lose_nothing_and_every_replica_ends_equal, &bb),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -89,7 +89,8 @@ kv_add_test(test_dryrun_inproc SOURCES component/test_dryrun_inproc.c
 # a joined replica is copied under writes and joins the ISR, a failover to it
 # loses no acknowledged write and keeps the exactly-once memory; a returning
 # old primary is copied again; a diverged backup is taken out of the ISR and
-# copied again.
+# copied again; two failovers back to back under writes lose nothing, and
+# the two stopped servers, back with their data, end equal to the primary.
 kv_add_test(test_catchup_inproc SOURCES component/test_catchup_inproc.c
   LIBS kv_inproc_cluster kv_testutil TIMEOUT 180 LABELS concurrency)
 
