@@ -93,6 +93,7 @@ render_latency(kv_server *s, kv_buf *out)
  * ranges exports at most KV_SRV_RANGE_SERIES + 1 series per family
  * (doc/metrics.md). */
 #define KV_SRV_RANGE_SERIES 20
+#define MAX_LAG_SERIES      64 /* backups shown (a node streams to at most 64) */
 
 static _Thread_local const kv_srv_range_fig *sort_base; /* qsort's array (per metrics thread) */
 
@@ -230,6 +231,56 @@ kv_srv_metrics_set_ranges(kv_server *s, const kv_admin_range_stat *rs, size_t n)
 	for (size_t i = 0; i < nold; i++)
 		free(old[i].label);
 	free(old);
+}
+
+/* The replication lag of each backup this node streams to (repl.h
+ * kv_rs_lag): records, lsns and seconds behind, labelled backup="NODE". */
+static int
+render_lag(kv_server *s, kv_buf *out)
+{
+	kv_rs_lag lag[MAX_LAG_SERIES];
+	size_t k = kv_rs_lag_get(s->repl, lag, MAX_LAG_SERIES);
+	char node[MAX_LAG_SERIES][12];
+	kv_metric m[3 * MAX_LAG_SERIES];
+	size_t n = 0;
+
+	if (k > MAX_LAG_SERIES)
+		k = MAX_LAG_SERIES;
+	for (size_t i = 0; i < k; i++)
+		snprintf(node[i], sizeof(node[i]), "%u", lag[i].node);
+	for (int fam = 0; fam < 3; fam++) {
+		for (size_t i = 0; i < k; i++) {
+			m[n] = (kv_metric){
+			    .type = KV_METRIC_GAUGE, .label = "backup", .lvalue = node[i]};
+			switch (fam) {
+			case 0:
+				m[n].name = "shardkv_replication_lag_records";
+				m[n].help =
+				    "Records this primary queued for the backup and the backup "
+				    "has not acknowledged.";
+				m[n].u = lag[i].records;
+				break;
+			case 1:
+				m[n].name = "shardkv_replication_lag_lsns";
+				m[n].help =
+				    "Log sequence numbers between the last record queued for the "
+				    "backup and its acknowledged watermark.";
+				m[n].u = lag[i].lsns;
+				break;
+			default:
+				m[n].name = "shardkv_replication_lag_seconds";
+				m[n].help =
+				    "With records outstanding, seconds since the backup last "
+				    "acknowledged progress (it leaves the ISR after about 1 s); 0 "
+				    "when it has everything.";
+				m[n].real = true;
+				m[n].f = (double)lag[i].ms / 1000.0;
+				break;
+			}
+			n++;
+		}
+	}
+	return n ? kv_metrics_write(out, m, n) : KV_OK;
 }
 
 static int
@@ -374,6 +425,8 @@ render(void *arg, kv_buf *out)
 		rv = render_latency(s, out);
 	if (rv == KV_OK)
 		rv = render_ranges(s, out);
+	if (rv == KV_OK)
+		rv = render_lag(s, out);
 	return rv;
 }
 

@@ -4248,6 +4248,28 @@ kv_rs_destroy(kv_rs *g)
 	free(g);
 }
 
+size_t
+kv_rs_lag_get(kv_rs *g, kv_rs_lag *out, size_t max)
+{
+	size_t n = atomic_load(&g->nstreams);
+	uint64_t now = kv_now_ns();
+
+	for (size_t i = 0; i < n && i < max; i++) {
+		stream *s = g->streams[i];
+		kv_rs_lag l = {.node = s->node};
+		pthread_mutex_lock(&s->mu);
+		for (const entry *e = s->unacked; e; e = e->next)
+			l.records += e->kind == ENT_REC;
+		if (s->tail_lsn > s->acked_lsn)
+			l.lsns = s->tail_lsn - s->acked_lsn;
+		if (l.records > 0 && now > s->progress_ns)
+			l.ms = (now - s->progress_ns) / 1000000u;
+		pthread_mutex_unlock(&s->mu);
+		out[i] = l;
+	}
+	return n;
+}
+
 void
 kv_rs_stats_get(kv_rs *g, kv_rs_stats *st)
 {

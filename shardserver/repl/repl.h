@@ -247,4 +247,17 @@ typedef struct {
 } kv_rs_stats;
 void kv_rs_stats_get(kv_rs *g, kv_rs_stats *st);
 
+/* How far one backup is behind this primary (the stream to it). */
+typedef struct {
+	uint32_t node;    /* the backup */
+	uint64_t records; /* records queued for it and not acknowledged */
+	uint64_t lsns;    /* lsn of the last record queued minus its watermark (0: none) */
+	uint64_t ms;      /* with records outstanding, ms since its last acknowledgement
+	                     progress (or since they became outstanding); else 0 */
+} kv_rs_lag;
+
+/* Fills out[0..max) with the lag of each stream (by backup); returns how
+ * many there are (more than max when out was short). */
+size_t kv_rs_lag_get(kv_rs *g, kv_rs_lag *out, size_t max);
+
 #endif

@@ -224,6 +224,23 @@ move_to(uint32_t q)
 	}
 }
 
+/* write_keys on a thread of its own. */
+struct writes {
+	uint32_t p;
+	int from, to;
+	atomic_bool done;
+};
+
+static void *
+writes_main(void *arg)
+{
+	struct writes *w = arg;
+
+	write_keys(w->p, w->from, w->to);
+	atomic_store(&w->done, true);
+	return NULL;
+}
+
 static void
 a_restarted_backup_catches_up_from_its_own_data_without_a_copy(void **state)
 {
@@ -236,13 +253,50 @@ a_restarted_backup_catches_up_from_its_own_data_without_a_copy(void **state)
 
 	inproc_srv_down(&cl.srv[idx_of(b)]);
 	/* Overwrites and new keys while it is away (acknowledged by the other
-	 * two once the silent one has left the ISR). */
-	write_keys(p, NKEYS / 4, NKEYS);
+	 * two once the silent one has left the ISR). Until it has left, the
+	 * primary shows it behind: records, lsns and seconds. */
+	char lag_rec[64], lag_lsn[64], lag_s[64];
+	snprintf(lag_rec, sizeof(lag_rec), "shardkv_replication_lag_records{backup=\"%u\"}", b);
+	snprintf(lag_lsn, sizeof(lag_lsn), "shardkv_replication_lag_lsns{backup=\"%u\"}", b);
+	snprintf(lag_s, sizeof(lag_s), "shardkv_replication_lag_seconds{backup=\"%u\"}", b);
+	struct writes wr = {.p = p, .from = NKEYS / 4, .to = NKEYS};
+	pthread_t wt;
+	assert_int_equal(pthread_create(&wt, NULL, writes_main, &wr), 0);
+	uint64_t behind = 0, lsns = 0;
+	double secs = 0;
+	for (uint64_t t0 = kv_test_now_ms();
+	     !atomic_load(&wr.done) && kv_test_now_ms() - t0 < DEADLINE;) {
+		int port = atoi(strrchr(mport[idx_of(p)], ':') + 1);
+		kv_http_answer a = kv_http_get(port, "/metrics");
+		double r = a.status == 200 ? kv_http_sample(a.body, lag_rec) : NAN;
+		double l = a.status == 200 ? kv_http_sample(a.body, lag_lsn) : NAN;
+		double sec = a.status == 200 ? kv_http_sample(a.body, lag_s) : NAN;
+		kv_http_answer_free(&a);
+		if (!isnan(r) && r > (double)behind) {
+			behind = (uint64_t)r;
+			lsns = isnan(l) ? 0 : (uint64_t)l;
+		}
+		if (!isnan(sec) && sec > secs)
+			secs = sec;
+		kv_test_sleep_ms(10);
+	}
+	pthread_join(wt, NULL);
+	print_message("node %u shown behind by up to %llu records (%llu lsns), %.3f s\n", b,
+	              (unsigned long long)behind, (unsigned long long)lsns, secs);
+	assert_true(behind > 0);
+	assert_true(lsns >= behind);
+	assert_true(secs > 0);
 	uint64_t ms = restart(b);
 	print_message("backup back in the ISR %llu ms after its restart\n", (unsigned long long)ms);
 	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_copies_total"), copies);
 	assert_int_equal(srv_metric(idx_of(p), "shardkv_replica_catchups_total"), cus + 1);
 	write_keys(p, 0, 10);
+	/* Back in the ISR with every write acknowledged: nothing behind. */
+	for (uint64_t t0 = kv_test_now_ms(); srv_metric(idx_of(p), lag_rec) != 0;) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node %u still shown behind after its catch-up", b);
+		kv_test_sleep_ms(20);
+	}
 	for (int i = 0; i < NSRV; i++)
 		holds_everything(i);
 }
