@@ -366,6 +366,7 @@ config_to_public(const kv_config *cfg, const kv_admin_report *rep, shardkv_confi
 	if (p == NULL)
 		return KV_ENOMEM;
 	p->epoch = cfg->epoch;
+	p->min_insync = cfg->min_insync;
 	if (cfg->nnodes && (p->nodes = calloc(cfg->nnodes, sizeof(*p->nodes))) == NULL)
 		goto err;
 	for (size_t i = 0; i < cfg->nnodes; i++, p->nnodes++) {

@@ -1613,7 +1613,8 @@ json_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 	}
 	fprintf(f, "], ");
 	if (status)
-		fprintf(f, "\"under_replicated\": %zu, ", under_replicated(cfg));
+		fprintf(f, "\"under_replicated\": %zu, \"min_insync\": %" PRIu32 ", ",
+		        under_replicated(cfg), cfg->min_insync);
 	json_migrations(f, cfg, status);
 	if (status) {
 		fprintf(f, ", \"controllers\": [");
@@ -1716,7 +1717,10 @@ human_config(cli_ctx *x, const shardkv_config *cfg, bool status)
 		}
 	}
 	if (status)
-		fprintf(f, "under-replicated ranges: %zu\n", under_replicated(cfg));
+		fprintf(f,
+		        "under-replicated ranges: %zu\nmin-insync: %" PRIu32
+		        " (in-sync replicas a write needs)\n",
+		        under_replicated(cfg), cfg->min_insync);
 	fprintf(f, "migrations:%s\n", cfg->nmigrations ? "" : " none");
 	for (size_t i = 0; i < cfg->nmigrations; i++) {
 		const shardkv_migration *m = &cfg->migrations[i];

@@ -611,6 +611,8 @@ typedef struct {
 	shardkv_balancer_decision *balancer; /* status only: the latest, oldest first */
 	size_t npins;                        /* pins */
 	shardkv_pin *pins;                   /* sorted by start, disjoint */
+	uint32_t min_insync; /* in-sync replicas a write needs (the controller's --min-insync,
+	                        capped per range by its replicas) */
 } shardkv_config;
 
 /* Registers the server at `address` (SHARDKV_NO_REBALANCE, SHARDKV_WAIT).

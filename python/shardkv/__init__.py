@@ -271,7 +271,8 @@ class _Config(ctypes.Structure):
                 ("nmigrations", _size_t), ("migrations", ctypes.POINTER(_Migration)),
                 ("ncontrollers", _size_t), ("controllers", ctypes.POINTER(_Controller)),
                 ("nbalancer", _size_t), ("balancer", ctypes.c_void_p),
-                ("npins", _size_t), ("pins", ctypes.POINTER(_Pin))]
+                ("npins", _size_t), ("pins", ctypes.POINTER(_Pin)),
+                ("min_insync", ctypes.c_uint32)]
 
 
 # ---------------------------------------------------------------------------
@@ -463,7 +464,7 @@ def _config_dict(cfg, with_stats):
            "ranges": [_range_dict(c.ranges[i]) for i in range(c.nranges)],
            "pins": [{"start": _out(c.pins[i].start) or b"", "end": _out(c.pins[i].end) or b""}
                     for i in range(c.npins)],
-           "migrations": migrations}
+           "migrations": migrations, "min_insync": c.min_insync}
     if with_stats:
         out["controllers"] = [
             {"id": k.id, "address": _s(k.address), "role": _s(k.role), "term": k.term,

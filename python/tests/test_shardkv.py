@@ -442,6 +442,7 @@ class BindingTest(unittest.TestCase):
         self.assertEqual(cfg["ranges"][0]["start"], b"")
         self.assertEqual(cfg["ranges"][-1]["end"], b"")
         self.assertNotIn("controllers", cfg)
+        self.assertEqual(cfg["min_insync"], 2)  # the controller's default
         old = self.kv.config(epoch=1)
         self.assertEqual(old["epoch"], 1)
         with self.assertRaises(shardkv.NotFound):

@@ -107,6 +107,10 @@ a_stopped_primary_fails_over_to_the_in_sync_replica(void **state)
 	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "status", "--json", NULL),
 	    0);
 	assert_non_null(strstr(out, "\"node\": 1, \"replicas\": [1, 2], \"insync\": [1, 2]"));
+	assert_non_null(strstr(out, "\"under_replicated\": 0, \"min_insync\": 2, "));
+	assert_int_equal(
+	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "status", NULL), 0);
+	assert_non_null(strstr(out, "\nmin-insync: 2 (in-sync replicas a write needs)\n"));
 
 	/* The primary stops: the configuration that declares it down makes
 	 * the in-sync replica the primary. */
