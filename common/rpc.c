@@ -15,8 +15,10 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -432,6 +435,107 @@ rpc_server_free_cb(void *arg)
 	free(s);
 }
 
+/* How long a server's destroy waits for its connections to go away after
+ * it shut them down under nng: a read in flight fails at once, on nng's
+ * poller; a pipe with no read in flight (no request slot was waiting) stays
+ * and is closed after, with nothing arriving any more. */
+#define RPC_DRAIN_MS 50
+
+/* Whether a socket address of the kernel (sa) is nng's na. */
+static bool
+same_addr(const struct sockaddr_storage *sa, const nng_sockaddr *na)
+{
+	if (sa->ss_family == AF_INET && na->s_family == NNG_AF_INET) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+		return a->sin_port == na->s_in.sa_port && a->sin_addr.s_addr == na->s_in.sa_addr;
+	}
+	if (sa->ss_family == AF_INET6 && na->s_family == NNG_AF_INET6) {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+		return a->sin6_port == na->s_in6.sa_port &&
+		       memcmp(&a->sin6_addr, na->s_in6.sa_addr, 16) == 0;
+	}
+	return false;
+}
+
+/*
+ * Shuts down (shutdown(2), both ways) the TCP connection under each pipe of
+ * ids[0..n), found by its local and peer addresses among this process's
+ * sockets; nng keeps its descriptor and closes it itself once its read has
+ * failed. Returns how many were shut down. A pipe whose addresses nng does
+ * not give (not TCP) or whose connection is not found is left alone.
+ *
+ * The descriptors are nng's, which its threads may close (and the numbers
+ * be reused) at any moment, so none is used by number: each socket listed
+ * in /proc/self/fd is first duplicated with pidfd_getfd(2), and only that
+ * duplicate, which keeps the socket itself whatever happens to the number,
+ * is asked its addresses and shut down. Without pidfd_getfd (Linux before
+ * 5.6, or refused) nothing is shut down.
+ */
+static size_t
+rpc_shutdown_pipes(const uint32_t *ids, size_t n)
+{
+	nng_sockaddr *loc = calloc(n, sizeof(*loc)), *rem = calloc(n, sizeof(*rem));
+	size_t done = 0, want = 0;
+	int pidfd = -1;
+	DIR *d = NULL;
+
+	if (loc == NULL || rem == NULL)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		nng_pipe p = NNG_PIPE_INITIALIZER;
+		p.id = ids[i];
+		if (nng_pipe_get_addr(p, NNG_OPT_LOCADDR, &loc[i]) != 0 ||
+		    nng_pipe_get_addr(p, NNG_OPT_REMADDR, &rem[i]) != 0 ||
+		    (loc[i].s_family != NNG_AF_INET && loc[i].s_family != NNG_AF_INET6))
+			loc[i].s_family = NNG_AF_UNSPEC;
+		else
+			want++;
+	}
+	if (want == 0 || (pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0)) < 0 ||
+	    (d = opendir("/proc/self/fd")) == NULL)
+		goto out;
+	for (struct dirent *e; (e = readdir(d)) != NULL && done < want;) {
+		char path[64], link[64];
+		char *end;
+		long fd = strtol(e->d_name, &end, 10);
+		if (*end != 0 || end == e->d_name || fd < 0 || fd > INT32_MAX)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%ld", fd);
+		ssize_t ll = readlink(path, link, sizeof(link) - 1);
+		if (ll <= 0)
+			continue;
+		link[ll] = 0;
+		if (strncmp(link, "socket:[", 8) != 0)
+			continue;
+		int dup = (int)syscall(SYS_pidfd_getfd, pidfd, (int)fd, 0);
+		if (dup < 0)
+			continue;
+		struct sockaddr_storage a, b;
+		socklen_t al = sizeof(a), bl = sizeof(b);
+		if (getsockname(dup, (struct sockaddr *)&a, &al) == 0 &&
+		    getpeername(dup, (struct sockaddr *)&b, &bl) == 0) {
+			for (size_t i = 0; i < n; i++) {
+				if (loc[i].s_family != NNG_AF_UNSPEC && same_addr(&a, &loc[i]) &&
+				    same_addr(&b, &rem[i])) {
+					if (shutdown(dup, SHUT_RDWR) == 0)
+						done++;
+					loc[i].s_family = NNG_AF_UNSPEC;
+					break;
+				}
+			}
+		}
+		close(dup);
+	}
+out:
+	if (d != NULL)
+		closedir(d);
+	if (pidfd >= 0)
+		close(pidfd);
+	free(loc);
+	free(rem);
+	return done;
+}
+
 void
 kv_rpc_server_destroy(kv_rpc_server *s)
 {
@@ -451,16 +555,41 @@ kv_rpc_server_destroy(kv_rpc_server *s)
 	}
 	for (unsigned i = 0; i < s->n; i++)
 		nng_ctx_close(s->slots[i].ctx);
-	/* Its connections first: closing a pipe closes its TCP connection at
-	 * once, even when nng's reaper would leave nng_close waiting. The ids
-	 * are copied out, since closing may call rpc_pipe_cb. */
+	/* Its connections first. Each is shut down under nng (shutdown(2) of
+	 * its descriptor): nothing arrives on it any more, and a read nng has
+	 * in flight fails, so that nng tears that pipe down from its own read
+	 * callback. Closing a pipe from here while a message is arriving on it
+	 * is what leaves nng 1.5's reaper stuck (doc/threads.md). The pipes
+	 * still there after RPC_DRAIN_MS (no read in flight), or whose
+	 * descriptor was not found, are then closed: closing a pipe closes its
+	 * TCP connection at once, even when the reaper would leave nng_close
+	 * waiting. The ids are copied out, since closing may call rpc_pipe_cb. */
 	pthread_mutex_lock(&s->pipe_mu);
 	size_t np = s->npipes;
 	uint32_t *ids = np ? malloc(np * sizeof(*ids)) : NULL;
 	if (ids)
 		memcpy(ids, s->pipes, np * sizeof(*ids));
 	pthread_mutex_unlock(&s->pipe_mu);
-	for (size_t i = 0; ids && i < np; i++) {
+	size_t shut = ids != NULL ? rpc_shutdown_pipes(ids, np) : 0;
+	if (shut > 0) {
+		for (int waited = 0; waited < RPC_DRAIN_MS; waited += 2) {
+			pthread_mutex_lock(&s->pipe_mu);
+			size_t left = s->npipes;
+			pthread_mutex_unlock(&s->pipe_mu);
+			if (left == 0)
+				break;
+			nng_msleep(2);
+		}
+	}
+	pthread_mutex_lock(&s->pipe_mu);
+	np = ids != NULL && s->npipes <= np ? s->npipes : 0;
+	if (np)
+		memcpy(ids, s->pipes, np * sizeof(*ids));
+	pthread_mutex_unlock(&s->pipe_mu);
+	if (shut > 0 || np > 0)
+		KV_DEBUG("rpc", "server connections closed", "shut_down=%zu closed_after=%zu", shut,
+		         np);
+	for (size_t i = 0; i < np; i++) {
 		nng_pipe p = NNG_PIPE_INITIALIZER;
 		p.id = ids[i];
 		nng_pipe_close(p);
