@@ -248,36 +248,27 @@ render_lag(kv_server *s, kv_buf *out)
 		k = MAX_LAG_SERIES;
 	for (size_t i = 0; i < k; i++)
 		snprintf(node[i], sizeof(node[i]), "%u", lag[i].node);
+	static const struct {
+		const char *name, *help;
+	} fams[3] = {
+	    {"shardkv_replication_lag_records",
+	     "Records this primary queued for the backup and the backup has not acknowledged."},
+	    {"shardkv_replication_lag_lsns", "Log sequence numbers between the last record queued "
+	                                     "for the backup and its acknowledged watermark."},
+	    {"shardkv_replication_lag_seconds",
+	     "With records outstanding, seconds since the backup last acknowledged progress (it "
+	     "leaves the ISR after about 1 s); 0 when it has everything."},
+	};
 	for (int fam = 0; fam < 3; fam++) {
 		for (size_t i = 0; i < k; i++) {
-			m[n] = (kv_metric){
-			    .type = KV_METRIC_GAUGE, .label = "backup", .lvalue = node[i]};
-			switch (fam) {
-			case 0:
-				m[n].name = "shardkv_replication_lag_records";
-				m[n].help =
-				    "Records this primary queued for the backup and the backup "
-				    "has not acknowledged.";
-				m[n].u = lag[i].records;
-				break;
-			case 1:
-				m[n].name = "shardkv_replication_lag_lsns";
-				m[n].help =
-				    "Log sequence numbers between the last record queued for the "
-				    "backup and its acknowledged watermark.";
-				m[n].u = lag[i].lsns;
-				break;
-			default:
-				m[n].name = "shardkv_replication_lag_seconds";
-				m[n].help =
-				    "With records outstanding, seconds since the backup last "
-				    "acknowledged progress (it leaves the ISR after about 1 s); 0 "
-				    "when it has everything.";
-				m[n].real = true;
-				m[n].f = (double)lag[i].ms / 1000.0;
-				break;
-			}
-			n++;
+			m[n++] = (kv_metric){.name = fams[fam].name,
+			                     .type = KV_METRIC_GAUGE,
+			                     .help = fams[fam].help,
+			                     .label = "backup",
+			                     .lvalue = node[i],
+			                     .real = fam == 2,
+			                     .u = fam == 0 ? lag[i].records : lag[i].lsns,
+			                     .f = (double)lag[i].ms / 1000.0};
 		}
 	}
 	return n ? kv_metrics_write(out, m, n) : KV_OK;
