@@ -677,6 +677,121 @@ a_few_small_ranges_do_not_merge(void **state)
 	free(d);
 }
 
+/* Adds node id (active, no ranges) to c. */
+static void
+add_node(kv_config *c, uint32_t id)
+{
+	char a[64];
+	kv_node *n = realloc(c->nodes, (c->nnodes + 1) * sizeof(*n));
+	assert_non_null(n);
+	c->nodes = n;
+	snprintf(a, sizeof(a), "tcp://127.0.0.1:%u", 7100 + id);
+	c->nodes[c->nnodes++] = (kv_node){.id = id, .address = strdup(a), .state = KV_NODE_ACTIVE};
+	assert_int_equal(kv_config_validate(c), KV_OK);
+}
+
+/* The share of the bytes node `id` leads. */
+static double
+node_share(const kv_config *c, const kv_sched_fig *f, uint32_t id)
+{
+	double mine = 0, tot = 0;
+	for (size_t i = 0; i < c->nranges; i++) {
+		tot += (double)f[i].bytes;
+		if (c->ranges[i].node == id)
+			mine += (double)f[i].bytes;
+	}
+	return tot > 0 ? mine / tot : 0;
+}
+
+/* A fourth node joins three balanced ones: it is given its share, the four
+ * end within the tolerance, and then nothing moves. */
+static void
+a_node_joining_a_balanced_cluster_gets_its_share_and_then_nothing_moves(void **state)
+{
+	(void)state;
+	struct data *d = malloc(sizeof(*d));
+	kv_config *c = one_range(3, 1);
+	kv_sched *s = kv_sched_new();
+	kv_sched_params p;
+	int rounds;
+
+	params(&p);
+	data_init(d, 200000, 0); /* 200 MB */
+	c = converge(s, c, d, &p, 1, &rounds);
+	add_node(c, 4);
+	c = converge(s, c, d, &p, 1, &rounds);
+	kv_sched_fig *f = figs_of(c, d);
+	print_message("after the join: node 4 leads %.1f%% of the bytes, the most %.1f%%\n",
+	              100 * node_share(c, f, 4), 100 * max_share(c, f, false));
+	assert_true(node_share(c, f, 4) >= (1 - p.tolerance) / 4 - 0.01);
+	assert_true(max_share(c, f, false) <= (1 + p.tolerance) / 4 + 0.01);
+	free(f);
+	kv_sched_free(s);
+	kv_config_free(c);
+	free(d);
+}
+
+/* A node that is down is neither a source nor a receiver: with one copy,
+ * all the data on node 1 spreads over the live nodes 1-3 and none goes to
+ * down node 4; with three copies on three nodes, the load spreads over the
+ * two live members by primary transfers, and down node 3 (out of the ISR)
+ * is never given a primary role. */
+static void
+a_down_node_takes_no_part_in_the_balancing(void **state)
+{
+	(void)state;
+	struct data *d = malloc(sizeof(*d));
+	kv_sched_params p;
+
+	params(&p);
+	for (int rep = 1; rep <= 3; rep += 2) {
+		kv_config *c = one_range(rep == 1 ? 4 : 3, (uint32_t)rep);
+		kv_sched *s = kv_sched_new();
+		int quiet = 0, r;
+		uint32_t down = rep == 1 ? 4 : 3;
+		c->nodes[down - 1].state = KV_NODE_DOWN;
+		if (rep == 3) { /* failed over: out of the ISR */
+			c->ranges[0].ninsync = 2;
+			c->ranges[0].insync[0] = 1;
+			c->ranges[0].insync[1] = 2;
+		}
+		assert_int_equal(kv_config_validate(c), KV_OK);
+		data_init(d, 200000, rep == 3 ? 50 : 0);
+		for (r = 0; r < 300 && quiet < 30; r++) {
+			kv_sched_decision dec[8];
+			size_t n = 0;
+			kv_sched_fig *f = figs_of(c, d);
+			assert_int_equal(
+			    kv_sched_plan(s, c, f, &p, 1000 + (uint64_t)r * 1000, true, dec, 8, &n),
+			    KV_OK);
+			free(f);
+			for (size_t i = 0; i < n; i++)
+				if (dec[i].from == down || dec[i].to == down)
+					fail_msg("round %d: a decision involves down node %u", r,
+					         down);
+			c = apply(c, dec, n, (uint32_t)rep);
+			quiet = n == 0 ? quiet + 1 : 0;
+			kv_sched_decisions_fini(dec, n);
+		}
+		assert_true(quiet >= 30);
+		kv_sched_fig *f = figs_of(c, d);
+		print_message("R = %d: a live node leads at most %.1f%% of the %s (%zu ranges)\n",
+		              rep, 100 * max_share(c, f, rep == 3), rep == 3 ? "ops" : "bytes",
+		              c->nranges);
+		assert_true(node_share(c, f, down) == 0);
+		/* Spread over the three live nodes with one copy; with three,
+		 * over the two live members of the one replica set (a new
+		 * replica in place of the down one is the repair's, after
+		 * --down-after, not the balancer's). */
+		assert_true(max_share(c, f, rep == 3) <=
+		            (1 + p.tolerance) / (rep == 3 ? 2 : 3) + 0.01);
+		free(f);
+		kv_sched_free(s);
+		kv_config_free(c);
+	}
+	free(d);
+}
+
 static void
 a_range_without_figures_stops_the_balancing(void **state)
 {
@@ -1683,6 +1798,9 @@ main(void)
 	    cmocka_unit_test(small_cold_neighbours_merge_while_the_map_has_many_ranges_per_node),
 	    cmocka_unit_test(a_few_small_ranges_do_not_merge),
 	    cmocka_unit_test(a_range_without_figures_stops_the_balancing),
+	    cmocka_unit_test(
+	        a_node_joining_a_balanced_cluster_gets_its_share_and_then_nothing_moves),
+	    cmocka_unit_test(a_down_node_takes_no_part_in_the_balancing),
 	    cmocka_unit_test(a_single_replicated_range_is_cut_for_a_transfer),
 	    cmocka_unit_test(a_dry_run_leaves_the_memory_as_it_was),
 	    cmocka_unit_test(
