@@ -457,6 +457,17 @@ same_addr(const struct sockaddr_storage *sa, const nng_sockaddr *na)
 	return false;
 }
 
+/* Closes a descriptor made by a raw system call (pidfd_open, pidfd_getfd)
+ * with one too. ThreadSanitizer tracks descriptors by number and never saw
+ * these made: through its interceptors, a use or close of one would look
+ * like a race with an earlier life of the same number in another thread.
+ * So every call on them is a raw system call. */
+static void
+sys_close(int fd)
+{
+	(void)syscall(SYS_close, fd);
+}
+
 /*
  * Shuts down (shutdown(2), both ways) the TCP connection under each pipe of
  * ids[0..n), found by its local and peer addresses among this process's
@@ -512,25 +523,26 @@ rpc_shutdown_pipes(const uint32_t *ids, size_t n)
 			continue;
 		struct sockaddr_storage a, b;
 		socklen_t al = sizeof(a), bl = sizeof(b);
-		if (getsockname(dup, (struct sockaddr *)&a, &al) == 0 &&
-		    getpeername(dup, (struct sockaddr *)&b, &bl) == 0) {
+		/* Raw system calls on the duplicate (see sys_close). */
+		if (syscall(SYS_getsockname, dup, (struct sockaddr *)&a, &al) == 0 &&
+		    syscall(SYS_getpeername, dup, (struct sockaddr *)&b, &bl) == 0) {
 			for (size_t i = 0; i < n; i++) {
 				if (loc[i].s_family != NNG_AF_UNSPEC && same_addr(&a, &loc[i]) &&
 				    same_addr(&b, &rem[i])) {
-					if (shutdown(dup, SHUT_RDWR) == 0)
+					if (syscall(SYS_shutdown, dup, SHUT_RDWR) == 0)
 						done++;
 					loc[i].s_family = NNG_AF_UNSPEC;
 					break;
 				}
 			}
 		}
-		close(dup);
+		sys_close(dup);
 	}
 out:
 	if (d != NULL)
 		closedir(d);
 	if (pidfd >= 0)
-		close(pidfd);
+		sys_close(pidfd);
 	free(loc);
 	free(rem);
 	return done;
