@@ -520,9 +520,16 @@ range_walk(kv_dedup *d, const void *start, size_t slen, const void *end, size_t 
 					if (!kv_range_contains(start, slen, end, elen, s->key.data,
 					                       s->key.len))
 						continue;
-					if (cb == NULL)
+					if (cb == NULL) {
+						/* The write it names may have been
+						 * applied, and what replaces the range
+						 * (a copy) may not know it (its source
+						 * had forgotten it): a retry at or below
+						 * it is refused, never applied again. */
+						if (s->req > c->floor)
+							c->floor = s->req;
 						slot_drop(c, s);
-					else
+					} else
 						cb(arg, c->id, s->req, &s->res, s->key.data,
 						   s->key.len, s->time_ms);
 				}
@@ -541,6 +548,36 @@ void
 kv_dedup_forget_range(kv_dedup *d, const void *start, size_t slen, const void *end, size_t elen)
 {
 	range_walk(d, start, slen, end, elen, NULL, NULL);
+}
+
+void
+kv_dedup_visit_floors(kv_dedup *d, kv_dedup_floor_cb cb, void *arg)
+{
+	for (unsigned i = 0; i < DEDUP_STRIPES; i++) {
+		dedup_stripe *st = &d->stripes[i];
+		pthread_mutex_lock(&st->mu);
+		for (unsigned b = 0; b < DEDUP_BUCKETS; b++)
+			for (dedup_client *c = st->buckets[b]; c; c = c->next)
+				if (c->floor > 0)
+					cb(arg, c->id, c->floor);
+		pthread_mutex_unlock(&st->mu);
+	}
+}
+
+int
+kv_dedup_raise_floor(kv_dedup *d, uint64_t client, uint64_t floor, uint64_t now_ms)
+{
+	dedup_stripe *st = stripe_of(d, client);
+	dedup_client *c;
+
+	if (client == 0 || floor == 0)
+		return KV_EINVAL;
+	pthread_mutex_lock(&st->mu);
+	c = client_get_locked(d, st, client, now_ms);
+	if (c != NULL && floor > c->floor)
+		c->floor = floor;
+	pthread_mutex_unlock(&st->mu);
+	return c != NULL ? KV_OK : KV_ENOMEM;
 }
 
 size_t

@@ -75,9 +75,22 @@ void kv_dedup_visit_range(kv_dedup *d, const void *start, size_t slen, const voi
                           kv_dedup_visit_cb cb, void *arg);
 
 /* Forgets every finished entry whose key lies in [start, end) (a range
- * deleted as a whole: replication copies replace a range wholesale). */
+ * deleted as a whole: replication copies replace a range wholesale). Each
+ * client's floor rises to the highest id it forgets, so that a retry of a
+ * forgotten write that the range's replacement does not bring along is
+ * refused (KV_ESTALE), not applied a second time. */
 void kv_dedup_forget_range(kv_dedup *d, const void *start, size_t slen, const void *end,
                            size_t elen);
+
+/* Calls cb for every client with a floor (the highest id it may have
+ * forgotten: at or below it a retry that is not held is refused). cb runs
+ * with a stripe lock held and must not call into the table. */
+typedef void (*kv_dedup_floor_cb)(void *arg, uint64_t client, uint64_t floor);
+void kv_dedup_visit_floors(kv_dedup *d, kv_dedup_floor_cb cb, void *arg);
+
+/* Raises client's floor to at least `floor` (a copy's source had forgotten
+ * writes up to it). Returns 0 or KV_ENOMEM. */
+int kv_dedup_raise_floor(kv_dedup *d, uint64_t client, uint64_t floor, uint64_t now_ms);
 
 /* Returns the number of clients remembered (for tests and statistics). */
 size_t kv_dedup_clients(kv_dedup *d);

@@ -415,6 +415,14 @@ kv_dur_rec_dedup(kv_buf *out, const kv_dur_dedup *dd, int status, const void *ke
 	return flatten(out, iov, dedup_iov(iov, hdr, dl, dd, status, key, klen));
 }
 
+int
+kv_dur_rec_floor(kv_buf *out, uint64_t client, uint64_t floor, uint64_t time_ms)
+{
+	kv_dur_dedup dd = {.client = client, .req = floor, .time_ms = time_ms};
+
+	return kv_dur_rec_dedup(out, &dd, KV_DUR_DEDUP_FLOOR, NULL, 0);
+}
+
 /* The pieces of a DEL record (hdr: HDR_MAX bytes, dl: 4); returns their count. */
 static int
 del_iov(struct iovec *iov, uint8_t *hdr, uint8_t *dl, const void *key, size_t klen,
@@ -804,6 +812,12 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 		}
 		if (r.bad || !has_dd)
 			return KV_ECORRUPT;
+		if (status == KV_DUR_DEDUP_FLOOR) { /* a copy's floor, no entry */
+			if (k.len != 0)
+				return KV_ECORRUPT;
+			(void)kv_dedup_raise_floor(c->dedup, dd.client, dd.req, dd.time_ms);
+			break;
+		}
 		remember(c, &dd, status, k.p, k.len);
 		break;
 	}

@@ -200,6 +200,10 @@ int kv_dur_rec_put_x(kv_buf *out, const void *key, size_t klen, const void *val,
                      uint64_t expire_at);
 int kv_dur_rec_range_del(kv_buf *out, const void *start, size_t slen, const void *end, size_t elen);
 int kv_dur_rec_dedup(kv_buf *out, const kv_dur_dedup *dd, int status, const void *key, size_t klen);
+/* A client's floor (kv_dedup_raise_floor) for a copy: a DEDUP record with
+ * no key and status KV_DUR_DEDUP_FLOOR, dd->req the floor. */
+#define KV_DUR_DEDUP_FLOOR INT32_MIN
+int kv_dur_rec_floor(kv_buf *out, uint64_t client, uint64_t floor, uint64_t time_ms);
 
 /* The keys one log record touches (kv_dur_rec_span). */
 typedef enum {

@@ -236,6 +236,7 @@ struct stream {
 	size_t copy_doff;          /* thread: ... up to here */
 	kv_buf *copy_dd;           /* thread: its exactly-once records */
 	size_t copy_ndd, copy_cap; /* thread: ... count, capacity */
+	bool copy_dd_short;        /* thread: ... one could not be made (no memory) */
 	kv_store_cursor copy_cur;  /* thread: its position in the store */
 	uint64_t copy_logged;      /* thread: the marker whose copy was last logged */
 	size_t cu_off;             /* thread: catch-up records of `copying` sent */
@@ -1134,8 +1135,10 @@ copy_dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *r
 	if (s->copy_ndd == s->copy_cap) {
 		size_t nc = s->copy_cap ? 2 * s->copy_cap : 64;
 		kv_buf *nb = realloc(s->copy_dd, nc * sizeof(*nb));
-		if (nb == NULL)
+		if (nb == NULL) {
+			s->copy_dd_short = true;
 			return;
+		}
 		memset(nb + s->copy_cap, 0, (nc - s->copy_cap) * sizeof(*nb));
 		s->copy_dd = nb;
 		s->copy_cap = nc;
@@ -1143,6 +1146,35 @@ copy_dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *r
 	s->copy_dd[s->copy_ndd].len = 0;
 	if (kv_dur_rec_dedup(&s->copy_dd[s->copy_ndd], &dd, res->status, key, klen) == 0)
 		s->copy_ndd++;
+	else
+		s->copy_dd_short = true;
+}
+
+/* Adds a client's floor to the copy: the replica must refuse, like this
+ * node, a retry of a write this node may have forgotten (its ring wrapped,
+ * or a range was replaced here), since it cannot be answered from the
+ * entries the copy brings. The floor is the client's, over every key. */
+static void
+copy_floor_cb(void *arg, uint64_t client, uint64_t floor)
+{
+	stream *s = arg;
+
+	if (s->copy_ndd == s->copy_cap) {
+		size_t nc = s->copy_cap ? 2 * s->copy_cap : 64;
+		kv_buf *nb = realloc(s->copy_dd, nc * sizeof(*nb));
+		if (nb == NULL) {
+			s->copy_dd_short = true;
+			return;
+		}
+		memset(nb + s->copy_cap, 0, (nc - s->copy_cap) * sizeof(*nb));
+		s->copy_dd = nb;
+		s->copy_cap = nc;
+	}
+	s->copy_dd[s->copy_ndd].len = 0;
+	if (kv_dur_rec_floor(&s->copy_dd[s->copy_ndd], client, floor, kv_now_ns() / 1000000u) == 0)
+		s->copy_ndd++;
+	else
+		s->copy_dd_short = true;
 }
 
 /* Whether the copy of marker m is still wanted (its job exists). Takes
@@ -1389,7 +1421,15 @@ send_copy_locked(stream *s)
 		for (size_t i = 0; i < s->copy_ndd; i++)
 			kv_buf_fini(&s->copy_dd[i]);
 		s->copy_ndd = 0;
+		s->copy_dd_short = false;
 		kv_dedup_visit_range(g->env.dedup, st.p, st.len, en.p, en.len, copy_dedup_cb, s);
+		kv_dedup_visit_floors(g->env.dedup, copy_floor_cb, s);
+		if (s->copy_dd_short) {
+			/* An entry or floor could not be taken along (no memory):
+			 * the copy would let the replica apply a retry twice. */
+			rv = KV_ENOMEM;
+			goto out;
+		}
 		atomic_fetch_add(&g->st_copies, 1);
 		/* Once per marker: a replica that is down is tried again and again. */
 		if (s->copy_logged != mid)

@@ -3,7 +3,8 @@
  * what each write answered: a delete's returned value comes back from the
  * log and from a snapshot, so a retry after a crash gets the same answer
  * (shardserver/durable/durable.h, shardserver/dedup/dedup.h); a range
- * delete takes the range's exactly-once entries with it.
+ * delete takes the range's exactly-once entries with it (a retry of one
+ * is then refused, not applied again), and a copy brings its source's floors.
  */
 #include "common/err.h"
 #include "shardserver/dedup/dedup.h"
@@ -152,7 +153,8 @@ apply_rec(node *n, kv_buf *b)
 
 /* What a replica does with a copy (doc/replication.md "Catch-up"): records
  * built by kv_dur_rec_* and applied with kv_dur_apply_record. The range
- * delete takes the range's exactly-once entries with its keys; the copy's
+ * delete takes the range's exactly-once entries with it (a retry of one
+ * is then refused, not applied again), and a copy brings its source's floors. keys; the copy's
  * own entries come after it; entries outside the range stay. */
 static void
 a_copied_range_replaces_its_exactly_once_entries(void **state)
@@ -180,11 +182,21 @@ a_copied_range_replaces_its_exactly_once_entries(void **state)
 	apply_rec(&n, &b);
 	assert_int_equal(kv_dur_rec_put(&b, "c", 1, "new", 3), KV_OK);
 	apply_rec(&n, &b);
+	/* ... and the floor of a client its source had forgotten writes of. */
+	assert_int_equal(kv_dur_rec_floor(&b, 9, 50, 6), KV_OK);
+	apply_rec(&n, &b);
 	kv_buf_fini(&b);
 	for (int pass = 0; pass < 2; pass++) {
-		/* Live, then after a restart from the log. */
-		assert_int_equal(kv_dedup_begin(n.dedup, 7, 1, true, 1000, &r), KV_ENOTFOUND);
+		/* Live, then after a restart from the log. The dropped entry's
+		 * write may have been applied and the copy did not bring it: a
+		 * retry is refused, not applied again; a first attempt is new. */
+		assert_int_equal(kv_dedup_begin(n.dedup, 7, 1, true, 1000, &r), KV_ESTALE);
+		assert_int_equal(kv_dedup_begin(n.dedup, 7, 1, false, 1000, &r), KV_ENOTFOUND);
 		kv_dedup_abort(n.dedup, 7, 1);
+		/* The copied floor: retries at or below it are refused. */
+		assert_int_equal(kv_dedup_begin(n.dedup, 9, 50, true, 1000, &r), KV_ESTALE);
+		assert_int_equal(kv_dedup_begin(n.dedup, 9, 51, true, 1000, &r), KV_ENOTFOUND);
+		kv_dedup_abort(n.dedup, 9, 51);
 		assert_int_equal(kv_dedup_begin(n.dedup, 7, 2, true, 1000, &r), 0);
 		assert_int_equal(r.value_len, 4);
 		kv_buf_fini(&r.value);

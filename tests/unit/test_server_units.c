@@ -239,6 +239,40 @@ dedup_lookup_follows_the_ring_through_wraps_aborts_and_forgets(void **state)
 	kv_dedup_destroy(d);
 }
 
+/* A range's entries forgotten (a copy replaces the range): the copy's
+ * source may itself have forgotten one of them (its ring wrapped), so a
+ * retry of a forgotten write is refused, not applied a second time; the
+ * entries the copy brings are answered, and new writes go on. */
+static void
+dedup_forgetting_a_range_refuses_retries_of_what_it_forgot(void **state)
+{
+	kv_dedup *d = kv_dedup_create(1024, 16, 1000);
+	kv_dedup_result r = {.status = 0, .value_len = 3}, out;
+	(void)state;
+	for (uint64_t i = 1; i <= 10; i++) {
+		assert_int_equal(kv_dedup_begin(d, 4, i, false, 100, &out), KV_ENOTFOUND);
+		if (i % 2)
+			kv_dedup_finish(d, 4, i, &r, S("a000"), 100);
+		else
+			kv_dedup_finish(d, 4, i, &r, S("r003"), 100);
+	}
+	kv_dedup_forget_range(d, S("a"), S("b"));
+	/* Request 9 (key a000) was forgotten: its retry is refused. */
+	assert_int_equal(kv_dedup_begin(d, 4, 9, true, 100, &out), KV_ESTALE);
+	/* What the copy brings is answered. */
+	assert_int_equal(kv_dedup_insert(d, 4, 7, &r, S("a000"), 100), 0);
+	assert_int_equal(kv_dedup_begin(d, 4, 7, true, 100, &out), 0);
+	kv_buf_fini(&out.value);
+	/* The other key's entries stay, and new writes are new. */
+	assert_int_equal(kv_dedup_begin(d, 4, 10, true, 100, &out), 0);
+	kv_buf_fini(&out.value);
+	assert_int_equal(kv_dedup_begin(d, 4, 11, true, 100, &out), KV_ENOTFOUND);
+	kv_dedup_abort(d, 4, 11);
+	assert_int_equal(kv_dedup_begin(d, 4, 12, false, 100, &out), KV_ENOTFOUND);
+	kv_dedup_abort(d, 4, 12);
+	kv_dedup_destroy(d);
+}
+
 typedef struct {
 	int n;
 } visit_acc;
@@ -391,6 +425,7 @@ main(void)
 	    cmocka_unit_test(dedup_refuses_a_forgotten_write_instead_of_applying_it_again),
 	    cmocka_unit_test(dedup_refilled_memory_refuses_writes_older_than_it_holds),
 	    cmocka_unit_test(dedup_remembers_up_to_its_bound_out_of_order),
+	    cmocka_unit_test(dedup_forgetting_a_range_refuses_retries_of_what_it_forgot),
 	    cmocka_unit_test(dedup_visit_range_selects_by_key),
 	    cmocka_unit_test(dedup_lookup_follows_the_ring_through_wraps_aborts_and_forgets),
 	    cmocka_unit_test(codec_refuses_hostile_requests_without_crashing),
