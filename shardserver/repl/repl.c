@@ -1120,6 +1120,26 @@ copy_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t v
 }
 
 /* Exactly-once visitor of a copy: each entry as a DEDUP record. */
+/* The next record slot of the copy's exactly-once records (emptied), or
+ * NULL when it cannot grow (copy_dd_short is then set). */
+static kv_buf *
+copy_dd_next(stream *s)
+{
+	if (s->copy_ndd == s->copy_cap) {
+		size_t nc = s->copy_cap ? 2 * s->copy_cap : 64;
+		kv_buf *nb = realloc(s->copy_dd, nc * sizeof(*nb));
+		if (nb == NULL) {
+			s->copy_dd_short = true;
+			return NULL;
+		}
+		memset(nb + s->copy_cap, 0, (nc - s->copy_cap) * sizeof(*nb));
+		s->copy_dd = nb;
+		s->copy_cap = nc;
+	}
+	s->copy_dd[s->copy_ndd].len = 0;
+	return &s->copy_dd[s->copy_ndd];
+}
+
 static void
 copy_dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *res,
               const uint8_t *key, size_t klen, uint64_t time_ms)
@@ -1131,20 +1151,9 @@ copy_dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *r
 	                   .time_ms = time_ms,
 	                   .has_del_value = res->has_value,
 	                   .del_value = {res->value.data, res->value.len}};
+	kv_buf *b = copy_dd_next(s);
 
-	if (s->copy_ndd == s->copy_cap) {
-		size_t nc = s->copy_cap ? 2 * s->copy_cap : 64;
-		kv_buf *nb = realloc(s->copy_dd, nc * sizeof(*nb));
-		if (nb == NULL) {
-			s->copy_dd_short = true;
-			return;
-		}
-		memset(nb + s->copy_cap, 0, (nc - s->copy_cap) * sizeof(*nb));
-		s->copy_dd = nb;
-		s->copy_cap = nc;
-	}
-	s->copy_dd[s->copy_ndd].len = 0;
-	if (kv_dur_rec_dedup(&s->copy_dd[s->copy_ndd], &dd, res->status, key, klen) == 0)
+	if (b != NULL && kv_dur_rec_dedup(b, &dd, res->status, key, klen) == 0)
 		s->copy_ndd++;
 	else
 		s->copy_dd_short = true;
@@ -1158,20 +1167,9 @@ static void
 copy_floor_cb(void *arg, uint64_t client, uint64_t floor)
 {
 	stream *s = arg;
+	kv_buf *b = copy_dd_next(s);
 
-	if (s->copy_ndd == s->copy_cap) {
-		size_t nc = s->copy_cap ? 2 * s->copy_cap : 64;
-		kv_buf *nb = realloc(s->copy_dd, nc * sizeof(*nb));
-		if (nb == NULL) {
-			s->copy_dd_short = true;
-			return;
-		}
-		memset(nb + s->copy_cap, 0, (nc - s->copy_cap) * sizeof(*nb));
-		s->copy_dd = nb;
-		s->copy_cap = nc;
-	}
-	s->copy_dd[s->copy_ndd].len = 0;
-	if (kv_dur_rec_floor(&s->copy_dd[s->copy_ndd], client, floor, kv_now_ns() / 1000000u) == 0)
+	if (b != NULL && kv_dur_rec_floor(b, client, floor, kv_now_ns() / 1000000u) == 0)
 		s->copy_ndd++;
 	else
 		s->copy_dd_short = true;
