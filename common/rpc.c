@@ -593,10 +593,18 @@ kv_rpc_server_destroy(kv_rpc_server *s)
 			nng_msleep(2);
 		}
 	}
+	/* What is left now (a connection may have come meanwhile). */
 	pthread_mutex_lock(&s->pipe_mu);
-	np = ids != NULL && s->npipes <= np ? s->npipes : 0;
-	if (np)
-		memcpy(ids, s->pipes, np * sizeof(*ids));
+	size_t left = s->npipes;
+	uint32_t *more = left > np ? realloc(ids, left * sizeof(*ids)) : ids;
+	if (more != NULL) {
+		ids = more;
+		np = left;
+		if (np)
+			memcpy(ids, s->pipes, np * sizeof(*ids));
+	} else {
+		np = 0; /* no memory: nng_close below closes them */
+	}
 	pthread_mutex_unlock(&s->pipe_mu);
 	if (shut > 0 || np > 0)
 		KV_DEBUG("rpc", "server connections closed", "shut_down=%zu closed_after=%zu", shut,
