@@ -36,6 +36,9 @@
 #               bench --threads CLIENTS --connections 1, blocking calls)
 #   -k          keep the work directory (logs, JSON reports)
 #
+# $SHARDKV_SERVER_FLAGS, when set, is added to every shardkv-server's command
+# line (e.g. "--io-loops 0" to compare with nng's threads).
+#
 # For each mode it starts the servers on free loopback ports, prefills the key
 # space on both sides, runs SET/put and GET/get with every client waiting for
 # its reply, then the pipelined/batched pass, and prints both results and
@@ -150,7 +153,7 @@ start_shardkv() { # N: sets ctl to the controller URL
 	for ((i = 1; i <= n; i++)); do
 		port=$(free_port)
 		"$bin/shardkv-server" --listen "tcp://127.0.0.1:$port" --controller "$ctl" \
-			--data-dir "$dir/s$i" --join --fsync "$fsync" >/dev/null 2>"$dir/s$i.log" &
+			--data-dir "$dir/s$i" --join --fsync "$fsync" ${SHARDKV_SERVER_FLAGS-} >/dev/null 2>"$dir/s$i.log" &
 		pids+=($!)
 		: >"$work/$!.int"
 		wait_for 30 shardkv_active "$ctl" "$i" || die "server $i did not become active (see $dir/s$i.log)"

@@ -9,6 +9,7 @@
  * send on an idle context.
  */
 #include "common/rpc.h"
+#include "common/rpc_int.h"
 #include "common/err.h"
 #include "common/log.h"
 
@@ -33,19 +34,8 @@
 
 enum { RPC_RECV = 1, RPC_SEND = 2, RPC_DEFERRED = 3, RPC_HANDLING = 4 };
 
-struct kv_rpc_pending {
-	kv_rpc_server *s; /* owner */
-	nng_ctx ctx;      /* this request slot's context */
-	nng_aio *aio;     /* its aio; the callback is rpc_ctx_cb */
-	/* mu protects state and early: a deferred request can be answered from
-	 * another thread before its handler has even returned. */
-	pthread_mutex_t mu;
-	int state;      /* RPC_* */
-	nng_msg *early; /* answer given while the handler still ran (RPC_HANDLING) */
-	bool answered;  /* kv_rpc_reply was called while RPC_HANDLING */
-};
-
 struct kv_rpc_server {
+	struct rpc_tcp *tcp;          /* the event-loop server (opts.loops); NULL: nng's */
 	nng_socket sock;              /* REP socket */
 	kv_rpc_handler handler;       /* request handler */
 	void *arg;                    /* its argument */
@@ -317,6 +307,10 @@ kv_rpc_reply(kv_rpc_pending *p, nng_msg *msg)
 			nng_msg_free(msg);
 		return;
 	}
+	if (p->conn != NULL) {
+		rpc_tcp_reply(p, msg);
+		return;
+	}
 	pthread_mutex_lock(&p->mu);
 	if (atomic_load(&p->s->closing)) {
 		pthread_mutex_unlock(&p->mu);
@@ -359,6 +353,14 @@ kv_rpc_server_create(const kv_rpc_server_opts *o, kv_rpc_server **out)
 	s = calloc(1, sizeof(*s));
 	if (s == NULL)
 		return KV_ENOMEM;
+	if (o->loops > 0 && rpc_tcp_url(o->url)) {
+		if ((rv = rpc_tcp_create(o, &s->tcp)) != 0) {
+			free(s);
+			return rv;
+		}
+		*out = s;
+		return KV_OK;
+	}
 	s->handler = o->handler;
 	s->arg = o->arg;
 	s->n = o->contexts ? o->contexts : 64;
@@ -553,6 +555,11 @@ kv_rpc_server_destroy(kv_rpc_server *s)
 {
 	if (s == NULL)
 		return;
+	if (s->tcp != NULL) {
+		rpc_tcp_destroy(s->tcp);
+		free(s);
+		return;
+	}
 	/* Stop every slot before closing the socket: callbacks see `closing`
 	 * and do not re-arm, deferred answers are dropped, and nng_close then
 	 * has no operation in flight to wait for (closing first could hang when
@@ -1132,5 +1139,13 @@ out:
 unsigned
 kv_rpc_server_conns(const kv_rpc_server *s)
 {
+	if (s->tcp != NULL)
+		return rpc_tcp_conns(s->tcp);
 	return atomic_load(&((kv_rpc_server *)s)->conns);
+}
+
+bool
+kv_rpc_can_block(const kv_rpc_pending *p)
+{
+	return p == NULL || p->conn == NULL || p->may_block;
 }

@@ -34,8 +34,15 @@ typedef struct kv_rpc_client kv_rpc_client;
 /* Returned by a handler that keeps the request to answer later. */
 #define KV_RPC_DEFERRED 1
 
+/* Returned by a handler called on an event loop (kv_rpc_can_block(p) is
+ * false) for a request whose handling may wait: the server calls the
+ * handler again with the same request on a thread where it may. */
+#define KV_RPC_BLOCKING 2
+
 /*
- * Called on an nng thread for every request. `req` is the request message;
+ * Called for every request: on an nng thread, or on one of the server's event
+ * loops (kv_rpc_server_opts.loops), where it must not wait for anything
+ * (see KV_RPC_BLOCKING). `req` is the request message;
  * it stays the caller's. To answer now, set *reply to a new message (the
  * server takes it) and return 0. To answer later, keep `p` and return
  * KV_RPC_DEFERRED; then call kv_rpc_reply(p, msg) exactly once. Returning
@@ -52,6 +59,12 @@ typedef struct {
 	kv_rpc_handler handler; /* request handler */
 	void *arg;              /* its argument */
 	const kv_tls *tls;      /* for a tls+tcp:// url (required there); borrowed */
+	/* For a tcp:// url: serve on this many event loops of the server's own
+	 * (one thread each, epoll) instead of nng's threads, speaking nng's
+	 * wire protocol (SP over TCP, REP side), so nng clients are served
+	 * alike. A request is handled on the loop that read it, and its answer
+	 * written from there without a hand-off. 0: nng's threads. */
+	unsigned loops;
 } kv_rpc_server_opts;
 
 /* Starts listening. Returns 0, KV_EADDRINUSE, KV_EINVAL (bad URL) or another
@@ -68,6 +81,10 @@ unsigned kv_rpc_server_conns(const kv_rpc_server *s);
 /* Answers a deferred request; takes `msg` (NULL: drop the request). Safe
  * from any thread, exactly once per deferred request. */
 void kv_rpc_reply(kv_rpc_pending *p, nng_msg *msg);
+
+/* Whether the handler called with p may wait (false on an event loop:
+ * return KV_RPC_BLOCKING instead). */
+bool kv_rpc_can_block(const kv_rpc_pending *p);
 
 /* Dials `url` (reconnecting in the background). Returns 0 or a KV_E* code. */
 int kv_rpc_client_create(const char *url, kv_rpc_client **out);

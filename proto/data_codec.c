@@ -306,6 +306,55 @@ decode_op(const Shardkv__Op *o, kv_op *op, const char **why)
 	return KV_OK;
 }
 
+/* Reads a varint at *i of b[0..n); false past the end or over 10 bytes. */
+static bool
+peek_varint(const uint8_t *b, size_t n, size_t *i, uint64_t *v)
+{
+	*v = 0;
+	for (unsigned shift = 0; shift < 70 && *i < n; shift += 7) {
+		uint8_t c = b[(*i)++];
+		*v |= (uint64_t)(c & 0x7fu) << shift;
+		if ((c & 0x80u) == 0)
+			return true;
+	}
+	return false;
+}
+
+bool
+kv_data_req_is_peer(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	size_t i = 0;
+	uint64_t tag, v;
+
+	while (i < n) {
+		if (!peek_varint(b, n, &i, &tag))
+			return false;
+		switch (tag & 7u) {
+		case 0:
+			if (!peek_varint(b, n, &i, &v))
+				return false;
+			break;
+		case 1:
+			i += 8;
+			break;
+		case 5:
+			i += 4;
+			break;
+		case 2:
+			if ((tag >> 3) == 7 || (tag >> 3) == 10)
+				return true; /* Request.transfer, Request.replicate */
+			if (!peek_varint(b, n, &i, &v) || v > n - i)
+				return false;
+			i += (size_t)v;
+			break;
+		default:
+			return false;
+		}
+	}
+	return false;
+}
+
 int
 kv_data_req_decode(const void *p, size_t n, kv_req *out, const char **why)
 {

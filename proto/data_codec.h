@@ -113,6 +113,11 @@ int kv_data_req_decode(const void *p, size_t n, kv_req *out, const char **why);
 /* Frees what kv_data_req_decode kept. Accepts a zeroed request. */
 void kv_data_req_fini(kv_req *r);
 
+/* Whether an encoded Request carries a transfer or a replication message
+ * (a peer's bulk traffic, whose handling may wait), from its top-level
+ * fields alone, without decoding it. False for anything undecodable. */
+bool kv_data_req_is_peer(const void *p, size_t n);
+
 /*
  * Packs the ops of a Request (r->has_xfer must be false: transfers are
  * kv_xfer_encode's) into a new nng message; reads r only; on 0 *out is the

@@ -22,7 +22,7 @@ const char kv_server_usage[] =
     "                      [--threads N] [--store striped|percore] [--fsync always|batch|none]\n"
     "                      [--max-key BYTES] [--max-value BYTES] [--metrics HOSTPORT]\n"
     "                      [--snapshot-bytes N] [--wal-truncate-corrupt] [--auth-token-file F]\n"
-    "                      [--copy-rate MB/S]\n"
+    "                      [--copy-rate MB/S] [--io-loops N]\n"
     "                      [--tls-cert F --tls-key F --tls-ca F]\n"
     "                      [--log-level debug|info|warn|error|off] [--version] [--help]\n"
     "\n"
@@ -32,7 +32,9 @@ const char kv_server_usage[] =
     "missing)\n"
     "  --join               register as a new node on the first start\n"
     "  --threads N          percore store: partition owner threads (default: one per CPU);\n"
-    "                       striped store: ignored (requests run on nng's worker threads)\n"
+    "                       striped store: ignored\n"
+    "  --io-loops N         event loops that read requests and answer them (tcp:// only;\n"
+    "                       default: one per CPU); 0: nng's own threads instead\n"
     "  --store MODE         striped (default) or percore\n"
     "  --fsync MODE         always: acknowledge a write once it is on disk; batch (default):\n"
     "                       fsync every 10 ms, a process crash loses nothing; none: the OS "
@@ -130,7 +132,7 @@ parse_count(const char *s, size_t max, size_t *out)
 }
 
 /* Long options without a short letter. */
-enum { OPT_TLS_CERT = 1000, OPT_TLS_KEY, OPT_TLS_CA, OPT_COPY_RATE };
+enum { OPT_TLS_CERT = 1000, OPT_TLS_KEY, OPT_TLS_CA, OPT_COPY_RATE, OPT_IO_LOOPS };
 
 int
 kv_server_parse_args(int argc, char **argv, kv_server_args *out, char *err, size_t errlen)
@@ -158,6 +160,7 @@ kv_server_parse_args(int argc, char **argv, kv_server_args *out, char *err, size
 	    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
 	    {"tls-ca", required_argument, NULL, OPT_TLS_CA},
 	    {"copy-rate", required_argument, NULL, OPT_COPY_RATE},
+	    {"io-loops", required_argument, NULL, OPT_IO_LOOPS},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -195,6 +198,15 @@ kv_server_parse_args(int argc, char **argv, kv_server_args *out, char *err, size
 			if (parse_size(optarg, 4096, &n) != 0)
 				return usage(err, errlen, "--threads wants 1..4096, not", optarg);
 			a->cfg.threads = (unsigned)n;
+			break;
+		case OPT_IO_LOOPS:
+			if (strcmp(optarg, "0") == 0) {
+				a->cfg.io_nng = true;
+				break;
+			}
+			if (parse_size(optarg, 256, &n) != 0)
+				return usage(err, errlen, "--io-loops wants 0..256, not", optarg);
+			a->cfg.io_loops = (unsigned)n;
 			break;
 		case 's':
 			if (strcmp(optarg, "striped") == 0)

@@ -1377,6 +1377,11 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	char lease_why[128];
 	int rv;
 
+	/* A transfer or replication message may wait (for the bulk applier,
+	 * for its predecessor in the stream, for the log): not on an event
+	 * loop, whose other connections would wait with it. */
+	if (!kv_rpc_can_block(p) && kv_data_req_is_peer(nng_msg_body(req), nng_msg_len(req)))
+		return KV_RPC_BLOCKING;
 	/* Counted before `closing` is read: shutdown waits for zero after
 	 * setting it, so no request can start a log wait it misses. */
 	atomic_fetch_add(&s->inflight, 1);

@@ -584,6 +584,17 @@ err_after_alloc:
 	return rv;
 }
 
+/* The event loops of --io-loops: one per CPU by default, at most 16. */
+static unsigned
+io_loops(const kv_server_cfg *cfg)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (cfg->io_loops)
+		return cfg->io_loops;
+	return n < 1 ? 1u : n > 16 ? 16u : (unsigned)n;
+}
+
 int
 kv_server_start(kv_server *s)
 {
@@ -600,7 +611,8 @@ kv_server_start(kv_server *s)
 	                         .max_conns = cfg->max_connections ? cfg->max_connections : 4096,
 	                         .handler = kv_srv_rpc_handler,
 	                         .arg = s,
-	                         .tls = s->tls};
+	                         .tls = s->tls,
+	                         .loops = cfg->io_nng ? 0 : io_loops(cfg)};
 	if ((rv = kv_rpc_server_create(&ro, &s->rpc)) != 0) {
 		KV_ERROR(COMP, "cannot listen", "addr=%s err=%s", cfg->listen, kv_strerror(rv));
 		kv_srv_metrics_stop(s);
@@ -608,9 +620,10 @@ kv_server_start(kv_server *s)
 	}
 	atomic_store(&s->rpc_pub, s->rpc);
 	KV_INFO(COMP, "listening",
-	        "addr=%s node_id=%u store=%s contexts=%u metrics=%s auth=%s tls=%s", cfg->listen,
-	        atomic_load(&s->node_id),
-	        cfg->store_mode == KV_STORE_PERCORE ? "percore" : "striped", ro.contexts,
+	        "addr=%s node_id=%u store=%s io_loops=%u contexts=%u metrics=%s auth=%s tls=%s",
+	        cfg->listen, atomic_load(&s->node_id),
+	        cfg->store_mode == KV_STORE_PERCORE ? "percore" : "striped",
+	        strncmp(cfg->listen, "tcp", 3) == 0 ? ro.loops : 0u, ro.contexts,
 	        cfg->metrics ? cfg->metrics : "off", s->auth.len ? "token" : "off",
 	        s->tls ? "mutual" : "off");
 	s->started = true;

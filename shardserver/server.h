@@ -30,12 +30,17 @@
  * struct; the strings and the ctl array stay borrowed and must outlive
  * kv_server_destroy. */
 typedef struct {
-	const char *listen;       /* --listen nng URL */
-	const char *const *ctl;   /* --controller addresses */
-	size_t nctl;              /* number of controller addresses, >= 1 */
-	const char *data_dir;     /* --data-dir */
-	bool join;                /* --join: register as a new node on first start */
-	unsigned threads;         /* --threads: percore owner threads; 0: default */
+	const char *listen;     /* --listen nng URL */
+	const char *const *ctl; /* --controller addresses */
+	size_t nctl;            /* number of controller addresses, >= 1 */
+	const char *data_dir;   /* --data-dir */
+	bool join;              /* --join: register as a new node on first start */
+	unsigned threads;       /* --threads: percore owner threads; 0: default */
+	/* --io-loops: the event loops requests are read and answered on
+	 * (common/rpc.h, kv_rpc_server_opts.loops); 0: one per CPU. io_nng
+	 * (--io-loops 0): nng's threads instead. */
+	unsigned io_loops;
+	bool io_nng;
 	kv_store_mode store_mode; /* --store */
 	kv_fsync_mode fsync;      /* --fsync */
 	uint64_t

@@ -2,19 +2,35 @@
  * test_rpc.c - request/reply plumbing: echo, deferred answers, timeouts,
  * address in use; an async call whose send the caller waits for gets its
  * reply through its callback, and a send that finds no connection fails
- * before the call returns.
+ * before the call returns. Each of these runs against both servers: nng's
+ * threads and the event loops (kv_rpc_server_opts.loops). Then the event
+ * loops alone: many calls in flight past the per-connection bound, answered
+ * out of order from other threads; a handler that asks to wait runs again
+ * where it may; the wire itself, spoken over a plain socket (the request id
+ * echoed; a peer of another protocol, an oversized or truncated message
+ * disconnected); the connection bound.
  */
 #include "common/err.h"
 #include "common/rpc.h"
 #include "tests/support/testutil.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+
+/* The server kind of the group running: 0 nng's threads, else loops. */
+static unsigned g_loops;
 
 struct defer_state {
 	pthread_mutex_t mu;
@@ -62,7 +78,7 @@ call_returns_the_reply_of_the_handler(void **state)
 	(void)state;
 
 	kv_test_free_url(url, sizeof(url));
-	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d};
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d, .loops = g_loops};
 	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
 	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
 	for (int i = 0; i < 100; i++) {
@@ -103,7 +119,7 @@ deferred_request_is_answered_by_kv_rpc_reply(void **state)
 	(void)state;
 
 	kv_test_free_url(url, sizeof(url));
-	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d};
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d, .loops = g_loops};
 	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
 	assert_int_equal(kv_rpc_client_create(url, &c.cli), KV_OK);
 	assert_int_equal(pthread_create(&t, NULL, call_defer, &c), 0);
@@ -135,7 +151,7 @@ dropped_request_times_out_at_the_client(void **state)
 	(void)state;
 
 	kv_test_free_url(url, sizeof(url));
-	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d};
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d, .loops = g_loops};
 	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
 	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
 	assert_int_equal(kv_rpc_call(cli, msg_of("drop"), &reply, 200), KV_ETIMEDOUT);
@@ -167,7 +183,7 @@ second_listener_on_same_address_gets_eaddrinuse(void **state)
 	(void)state;
 
 	kv_test_free_url(url, sizeof(url));
-	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d};
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d, .loops = g_loops};
 	assert_int_equal(kv_rpc_server_create(&o, &a), KV_OK);
 	assert_int_equal(kv_rpc_server_create(&o, &b), KV_EADDRINUSE);
 	assert_null(b);
@@ -207,7 +223,7 @@ async_call_with_a_waited_send_gets_its_reply_or_fails_at_once(void **state)
 	(void)state;
 
 	kv_test_free_url(url, sizeof(url));
-	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d};
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d, .loops = g_loops};
 	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
 	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
 	assert_int_equal(kv_rpc_async_create(cli, async_seen_done, &s, &a), KV_OK);
@@ -248,10 +264,339 @@ async_call_with_a_waited_send_gets_its_reply_or_fails_at_once(void **state)
 	kv_rpc_server_destroy(srv);
 }
 
+/* ------------------------------------------------------------------------
+ * The event loops alone
+ * ------------------------------------------------------------------------ */
+
+/* Answers "later:N" requests from a thread of its own, in the reverse of
+ * their arrival, and echoes the rest at once. */
+struct later_state {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	kv_rpc_pending *p[512];
+	nng_msg *m[512];
+	int n;
+	bool stop;
+	atomic_int blocking_seen; /* handler calls that could block */
+};
+
+static int
+later_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
+{
+	struct later_state *st = arg;
+	nng_msg *m;
+
+	if (nng_msg_len(req) >= 5 && memcmp(nng_msg_body(req), "block", 5) == 0) {
+		if (!kv_rpc_can_block(p))
+			return KV_RPC_BLOCKING;
+		atomic_fetch_add(&st->blocking_seen, 1);
+	}
+	if (nng_msg_alloc(&m, 0) != 0)
+		return KV_ENOMEM;
+	nng_msg_append(m, nng_msg_body(req), nng_msg_len(req));
+	if (nng_msg_len(req) >= 6 && memcmp(nng_msg_body(req), "later:", 6) == 0) {
+		pthread_mutex_lock(&st->mu);
+		assert_true(st->n < 512);
+		st->p[st->n] = p;
+		st->m[st->n++] = m;
+		pthread_cond_broadcast(&st->cv);
+		pthread_mutex_unlock(&st->mu);
+		return KV_RPC_DEFERRED;
+	}
+	*reply = m;
+	return 0;
+}
+
+static void *
+later_answerer(void *arg)
+{
+	struct later_state *st = arg;
+
+	pthread_mutex_lock(&st->mu);
+	while (!st->stop) {
+		if (st->n == 0) {
+			pthread_cond_wait(&st->cv, &st->mu);
+			continue;
+		}
+		/* Let a few gather, then answer newest first. */
+		pthread_mutex_unlock(&st->mu);
+		kv_test_sleep_ms(1);
+		pthread_mutex_lock(&st->mu);
+		while (st->n > 0) {
+			st->n--;
+			kv_rpc_reply(st->p[st->n], st->m[st->n]);
+		}
+	}
+	pthread_mutex_unlock(&st->mu);
+	return NULL;
+}
+
+struct flight {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done, ok;
+	char want[200][32];
+	kv_rpc_async *a[200];
+};
+
+struct flight_slot {
+	struct flight *f;
+	int i;
+};
+
+static void
+flight_done(void *arg, int rv, nng_msg *reply)
+{
+	struct flight_slot *fs = arg;
+	struct flight *f = fs->f;
+	bool good = rv == 0 && reply != NULL && nng_msg_len(reply) == strlen(f->want[fs->i]) &&
+	            memcmp(nng_msg_body(reply), f->want[fs->i], nng_msg_len(reply)) == 0;
+	if (reply)
+		nng_msg_free(reply);
+	pthread_mutex_lock(&f->mu);
+	f->done++;
+	f->ok += good;
+	pthread_cond_broadcast(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+}
+
+static void
+calls_in_flight_past_the_bound_are_all_answered_out_of_order(void **state)
+{
+	struct later_state st = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	static struct flight f = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	static struct flight_slot fs[200];
+	char url[64];
+	kv_rpc_server *srv;
+	kv_rpc_client *cli;
+	pthread_t ans;
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	/* 8 waiting answers per connection at most: 200 in flight makes the
+	 * loop stop reading and go on as answers leave. */
+	kv_rpc_server_opts o = {
+	    .url = url, .handler = later_handler, .arg = &st, .loops = 2, .contexts = 8};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	assert_int_equal(pthread_create(&ans, NULL, later_answerer, &st), 0);
+	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
+	for (int round = 0; round < 3; round++) {
+		f.done = f.ok = 0;
+		for (int i = 0; i < 200; i++) {
+			fs[i] = (struct flight_slot){.f = &f, .i = i};
+			if (round == 0)
+				assert_int_equal(
+				    kv_rpc_async_create(cli, flight_done, &fs[i], &f.a[i]), KV_OK);
+			snprintf(f.want[i], sizeof(f.want[i]), "%s:%d:%d",
+			         i % 3 == 0   ? "later"
+			         : i % 3 == 1 ? "now"
+			                      : "block",
+			         round, i);
+			kv_rpc_async_call(f.a[i], msg_of(f.want[i]), 10000);
+		}
+		pthread_mutex_lock(&f.mu);
+		while (f.done < 200)
+			pthread_cond_wait(&f.cv, &f.mu); /* the test's timeout bounds it */
+		assert_int_equal(f.ok, 200);
+		pthread_mutex_unlock(&f.mu);
+	}
+	/* Every "block" request ran again where it could wait. */
+	assert_int_equal(atomic_load(&st.blocking_seen), 3 * 66);
+	for (int i = 0; i < 200; i++)
+		kv_rpc_async_destroy(f.a[i]);
+	kv_rpc_client_destroy(cli);
+	kv_rpc_server_destroy(srv);
+	pthread_mutex_lock(&st.mu);
+	st.stop = true;
+	pthread_cond_broadcast(&st.cv);
+	pthread_mutex_unlock(&st.mu);
+	pthread_join(ans, NULL);
+}
+
+/* A plain TCP connection to the server of url. */
+static int
+raw_connect(const char *url)
+{
+	const char *colon = strrchr(url, ':');
+	struct sockaddr_in a = {.sin_family = AF_INET,
+	                        .sin_port = htons((uint16_t)atoi(colon + 1))};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+static void
+raw_send(int fd, const void *b, size_t n)
+{
+	assert_int_equal(send(fd, b, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+/* Reads exactly n bytes within 5 s; false on end of stream. */
+static bool
+raw_recv(int fd, uint8_t *b, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		assert_int_equal(poll(&pf, 1, 5000), 1);
+		ssize_t r = recv(fd, b + got, n - got, 0);
+		if (r <= 0)
+			return false;
+		got += (size_t)r;
+	}
+	return true;
+}
+
+static void
+frame(uint8_t *b, uint64_t len)
+{
+	for (int i = 7; i >= 0; i--) {
+		b[i] = (uint8_t)len;
+		len >>= 8;
+	}
+}
+
+static const uint8_t hello_req[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
+
+static void
+the_wire_is_nngs_and_bad_peers_are_disconnected(void **state)
+{
+	struct later_state st = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	char url[64];
+	kv_rpc_server *srv;
+	uint8_t b[64];
+	int fd;
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {
+	    .url = url, .handler = later_handler, .arg = &st, .loops = 1, .max_msg = 1000};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+
+	/* A REQ peer: the greeting names REP; two requests in one write (two
+	 * hops of backtrace in the second) come back with their words. */
+	fd = raw_connect(url);
+	uint8_t out[64], *w = out;
+	memcpy(w, hello_req, 8);
+	w += 8;
+	frame(w, 4 + 2);
+	memcpy(w + 8, "\x80\x00\x00\x07hi", 6);
+	w += 14;
+	frame(w, 8 + 3);
+	memcpy(w + 8, "\x00\x00\x00\x01\x80\x00\x00\x09yes", 11);
+	w += 19;
+	raw_send(fd, out, (size_t)(w - out));
+	assert_true(raw_recv(fd, b, 8));
+	assert_memory_equal(b, "\0SP\0\0\x31\0\0", 8);
+	assert_true(raw_recv(fd, b, 8 + 6));
+	assert_memory_equal(b, "\0\0\0\0\0\0\0\x06\x80\0\0\x07hi", 14);
+	assert_true(raw_recv(fd, b, 8 + 11));
+	assert_memory_equal(b, "\0\0\0\0\0\0\0\x0b\0\0\0\x01\x80\0\0\x09yes", 19);
+	/* Over max_msg: disconnected. */
+	frame(out, 5000);
+	raw_send(fd, out, 8);
+	assert_false(raw_recv(fd, b, 1));
+	close(fd);
+
+	/* A peer of another protocol (PUB, 0x20): disconnected. */
+	fd = raw_connect(url);
+	raw_send(fd, "\0SP\0\0\x20\0\0", 8);
+	assert_true(raw_recv(fd, b, 8));
+	assert_false(raw_recv(fd, b, 1));
+	close(fd);
+
+	/* A message too short for its backtrace: disconnected. */
+	fd = raw_connect(url);
+	memcpy(out, hello_req, 8);
+	frame(out + 8, 3);
+	memcpy(out + 16, "\0\0\0", 3);
+	raw_send(fd, out, 19);
+	assert_true(raw_recv(fd, b, 8));
+	assert_false(raw_recv(fd, b, 1));
+	close(fd);
+
+	/* A peer that goes away with answers still to come: the deferred
+	 * answer given later is dropped, nothing else happens. */
+	fd = raw_connect(url);
+	memcpy(out, hello_req, 8);
+	frame(out + 8, 4 + 7);
+	memcpy(out + 16, "\x80\0\0\x01later:x", 11);
+	raw_send(fd, out, 27);
+	for (uint64_t end = kv_test_now_ms() + 5000;;) {
+		pthread_mutex_lock(&st.mu);
+		int n = st.n;
+		pthread_mutex_unlock(&st.mu);
+		if (n == 1)
+			break;
+		assert_true(kv_test_now_ms() < end);
+		kv_test_sleep_ms(1);
+	}
+	close(fd);
+	for (uint64_t end = kv_test_now_ms() + 5000; kv_rpc_server_conns(srv) != 0;) {
+		assert_true(kv_test_now_ms() < end);
+		kv_test_sleep_ms(1);
+	}
+	kv_rpc_reply(st.p[0], st.m[0]);
+	kv_rpc_server_destroy(srv);
+}
+
+static void
+connections_past_the_bound_are_closed(void **state)
+{
+	struct later_state st = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	char url[64];
+	kv_rpc_server *srv;
+	int fd[3];
+	uint8_t b[8];
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {
+	    .url = url, .handler = later_handler, .arg = &st, .loops = 2, .max_conns = 2};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	for (int i = 0; i < 3; i++)
+		fd[i] = raw_connect(url);
+	assert_true(raw_recv(fd[0], b, 8));
+	assert_true(raw_recv(fd[1], b, 8));
+	assert_false(raw_recv(fd[2], b, 1));
+	assert_int_equal(kv_rpc_server_conns(srv), 2);
+	/* One goes: a new one is taken. */
+	close(fd[0]);
+	close(fd[2]);
+	for (uint64_t end = kv_test_now_ms() + 5000; kv_rpc_server_conns(srv) != 1;) {
+		assert_true(kv_test_now_ms() < end);
+		kv_test_sleep_ms(1);
+	}
+	fd[0] = raw_connect(url);
+	assert_true(raw_recv(fd[0], b, 8));
+	close(fd[0]);
+	close(fd[1]);
+	kv_rpc_server_destroy(srv);
+}
+
+static int
+nng_group(void **state)
+{
+	(void)state;
+	g_loops = 0;
+	return 0;
+}
+
+static int
+loops_group(void **state)
+{
+	(void)state;
+	g_loops = 2;
+	return 0;
+}
+
 int
 main(void)
 {
-	const struct CMUnitTest tests[] = {
+	const struct CMUnitTest both[] = {
 	    cmocka_unit_test(call_returns_the_reply_of_the_handler),
 	    cmocka_unit_test(deferred_request_is_answered_by_kv_rpc_reply),
 	    cmocka_unit_test(dropped_request_times_out_at_the_client),
@@ -259,5 +604,13 @@ main(void)
 	    cmocka_unit_test(second_listener_on_same_address_gets_eaddrinuse),
 	    cmocka_unit_test(async_call_with_a_waited_send_gets_its_reply_or_fails_at_once),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	const struct CMUnitTest loops[] = {
+	    cmocka_unit_test(calls_in_flight_past_the_bound_are_all_answered_out_of_order),
+	    cmocka_unit_test(the_wire_is_nngs_and_bad_peers_are_disconnected),
+	    cmocka_unit_test(connections_past_the_bound_are_closed),
+	};
+	int failed = cmocka_run_group_tests_name("nng threads", both, nng_group, NULL);
+	failed += cmocka_run_group_tests_name("event loops", both, loops_group, NULL);
+	failed += cmocka_run_group_tests_name("event loops alone", loops, NULL, NULL);
+	return failed;
 }

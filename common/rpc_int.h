@@ -1,0 +1,61 @@
+/*
+ * rpc_int.h - what rpc.c and rpc_tcp.c share inside the rpc module: the
+ * request slot both kinds of server hand their handler, and the event-loop
+ * server's entry points. Not a public header: users include rpc.h.
+ */
+#ifndef KV_COMMON_RPC_INT_H
+#define KV_COMMON_RPC_INT_H
+
+#include "common/rpc.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Longest backtrace a request may carry (nng's REP: 8 hops of 4 bytes). */
+#define RPC_BT_MAX 32
+
+struct rpc_tcp;
+struct rpc_conn;
+
+struct kv_rpc_pending {
+	kv_rpc_server *s; /* owner (nng slots only) */
+	/* nng's request slots (conn == NULL). */
+	nng_ctx ctx;  /* this request slot's context */
+	nng_aio *aio; /* its aio; the callback is rpc_ctx_cb */
+	/* mu protects state and early: a deferred request can be answered from
+	 * another thread before its handler has even returned. */
+	pthread_mutex_t mu;
+	int state;      /* RPC_* */
+	nng_msg *early; /* answer given while the handler still ran (RPC_HANDLING) */
+	bool answered;  /* kv_rpc_reply was called while RPC_HANDLING */
+	/* The event-loop server's requests (conn != NULL): one per request
+	 * handed to the handler, owned by whoever answers it. */
+	struct rpc_conn *conn;  /* the connection the answer goes back on */
+	bool may_block;         /* handled on a worker thread, not a loop */
+	uint8_t btlen;          /* bytes of bt */
+	uint8_t bt[RPC_BT_MAX]; /* the request's backtrace, echoed in the answer */
+	nng_msg *req;           /* the request, while it waits for a worker */
+	kv_rpc_pending *next;   /* the worker queue */
+};
+
+/* Starts the event-loop server of o (a tcp:// url, o->loops > 0). Returns
+ * 0, KV_EADDRINUSE, KV_EINVAL (an address that does not resolve) or
+ * another KV_E* code. */
+int rpc_tcp_create(const kv_rpc_server_opts *o, struct rpc_tcp **out);
+
+/* Stops the loops and the workers (handlers in progress are waited for),
+ * closes the listener and every connection. Deferred requests answered
+ * later are dropped; their slots stay valid until then. */
+void rpc_tcp_destroy(struct rpc_tcp *t);
+
+/* Connections now open. */
+unsigned rpc_tcp_conns(const struct rpc_tcp *t);
+
+/* kv_rpc_reply for a request of the event-loop server. */
+void rpc_tcp_reply(kv_rpc_pending *p, nng_msg *msg);
+
+/* Whether url is one the event-loop server serves (tcp://, tcp4://, tcp6://). */
+bool rpc_tcp_url(const char *url);
+
+#endif
