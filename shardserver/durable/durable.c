@@ -32,8 +32,9 @@
  * remembered, by one byte 1 and that value.
  *
  * The snapshot thread wakes every 200 ms and writes a snapshot when the log
- * has grown by the threshold since the last one: it starts a new log
- * segment under the barrier (write side, a few microseconds), walks the
+ * has grown by the threshold since the last one: it cuts the log at a new
+ * segment under the barrier (write side, a few microseconds; the writer
+ * syncs the old segment and opens the new one after), walks the
  * store in steps of SNAP_STEP entries (one partition lock per step, copied
  * out and written with no store lock held), adds the exactly-once memory,
  * commits the file, and drops the log segments it covers. Service goes on
@@ -1321,10 +1322,16 @@ snapshot(kv_dur *d, bool abortable)
 	pthread_mutex_lock(&d->snap_mu);
 	kv_wal_stats_get(d->wal, &ws);
 	/* Every record before the new segment has been applied once we hold
-	 * the barrier: apply+log sections hold it for reading. */
+	 * the barrier: apply+log sections hold it for reading. It is held for
+	 * the cut alone, not while the writer syncs the old segment and
+	 * creates the new one: writes wait microseconds, not for the disk
+	 * (a request path that waits here holds up everything its event loop
+	 * serves). */
 	pthread_rwlock_wrlock(&d->barrier);
-	rv = kv_wal_rotate(d->wal, &lsn);
+	rv = kv_wal_rotate_start(d->wal, &lsn);
 	pthread_rwlock_unlock(&d->barrier);
+	if (rv == 0)
+		rv = kv_wal_rotate_wait(d->wal, lsn);
 	if (rv != 0)
 		goto out;
 	pthread_mutex_lock(&d->mu);

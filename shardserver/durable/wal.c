@@ -80,6 +80,8 @@
 #define WAL_RETRY_MAX   (1000ull * 1000000ull)
 #define WAL_CLOSE_WAIT  (3000ull * 1000000ull)
 #define WAL_DEF_BATCH   10u
+
+enum { AS_IDLE = 0, AS_POSTED, AS_RUNNING, AS_DONE }; /* kv_wal.as_state */
 #define WAL_DEF_SEGMENT (64ull * 1024ull * 1024ull)
 #define WAL_DEF_BUFFER  (64ull * 1024ull * 1024ull)
 #define WAL_LINGER_NS   (2ull * 1000000ull) /* NONE: a buffer waits this long, at most */
@@ -149,6 +151,18 @@ struct kv_wal {
 	uint64_t st_bytes;               /* ... their payload bytes */
 	uint64_t st_writes;              /* published writer counter */
 	uint64_t st_fsyncs;              /* published writer counter */
+	/* BATCH's periodic fsync, on the syncer thread (mu): */
+	int as_state;      /* AS_IDLE, AS_POSTED (by the writer), AS_RUNNING, AS_DONE */
+	int as_rv;         /* AS_DONE: its result */
+	int as_fault;      /* AS_POSTED: the test hook's error, taken for the fsync's */
+	uint64_t as_lsn;   /* every record <= this is synced when it succeeds */
+	int as_chunks;     /* the pending chunks it makes safe (a prefix) */
+	bool as_stop;      /* kv_wal_close: the syncer exits */
+	bool as_hold;      /* test hook: a posted fsync waits before it begins */
+	bool as_held;      /* ... and one waits now */
+	pthread_cond_t as_cv; /* the syncer waits here */
+	pthread_t syncer;     /* BATCH only */
+	bool has_syncer;
 
 	/* writer */
 	int fd;                              /* the open segment */
@@ -924,17 +938,28 @@ durable_lsn(const kv_wal *w, uint64_t written, uint64_t synced)
 
 /* ---------------------------------------------------------------- the writer */
 
-/* Whether the written-but-unsynced bytes must be fsynced now. sync_req and
- * closing are the caller's copies of the mu fields. */
+/* Whether the written-but-unsynced bytes must be fsynced now, and at once
+ * on the writer's thread. sync_req and closing are the caller's copies of
+ * the mu fields. */
 static bool
-sync_due(const kv_wal *w, uint64_t now, uint64_t sync_req, bool closing)
+sync_forced(const kv_wal *w, uint64_t sync_req, bool closing)
+{
+	return w->mode == KV_FSYNC_ALWAYS || w->switch_to != 0 || closing ||
+	       sync_req > w->w_synced || w->nchunks == WAL_MAX_CHUNKS;
+}
+
+/* Whether the written-but-unsynced bytes must be fsynced now. sync_req,
+ * closing and as_state are the caller's copies of the mu fields. BATCH's
+ * periodic fsync already running on the syncer is not due again. */
+static bool
+sync_due(const kv_wal *w, uint64_t now, uint64_t sync_req, bool closing, int as_state)
 {
 	if (w->w_written <= w->w_synced)
 		return false;
-	if (w->mode == KV_FSYNC_ALWAYS || w->switch_to != 0 || closing || sync_req > w->w_synced ||
-	    w->nchunks == WAL_MAX_CHUNKS)
+	if (sync_forced(w, sync_req, closing))
 		return true;
-	return w->mode == KV_FSYNC_BATCH && now >= w->last_sync + w->batch_ns;
+	return w->mode == KV_FSYNC_BATCH && as_state == AS_IDLE &&
+	       now >= w->last_sync + w->batch_ns;
 }
 
 /* Whether cur's records should be taken now: at once, but with NONE only
@@ -957,7 +982,7 @@ has_work_locked(const kv_wal *w, uint64_t now)
 		return true;
 	if (w->nchunks < WAL_MAX_CHUNKS && ((w->rot_pending && !w->rot_taken) || cur_due(w, now)))
 		return true;
-	return sync_due(w, now, w->sync_req, w->closing);
+	return w->as_state == AS_DONE || sync_due(w, now, w->sync_req, w->closing, w->as_state);
 }
 
 static void
@@ -1107,6 +1132,109 @@ sync_file(kv_wal *w, int fault)
 	return KV_OK;
 }
 
+/* Recycles the first k pending chunks, which are safe now (written and
+ * synced by the syncer while the writer went on). */
+static void
+drop_chunk_prefix(kv_wal *w, int k)
+{
+	uint64_t bytes = 0;
+
+	pthread_mutex_lock(&w->mu);
+	for (int i = 0; i < k; i++) {
+		bytes += w->chunks[i].len;
+		pool_put_locked(w, &w->chunks[i]);
+	}
+	pthread_mutex_unlock(&w->mu);
+	memmove(&w->chunks[0], &w->chunks[k], (size_t)(w->nchunks - k) * sizeof(w->chunks[0]));
+	memset(&w->chunks[w->nchunks - k], 0, (size_t)k * sizeof(w->chunks[0]));
+	w->nchunks -= k;
+	w->pend_off += bytes;
+	w->pend_total -= bytes;
+	w->pend_written -= bytes;
+}
+
+/* Takes the result of the syncer's fsync, waiting for it when wait is set
+ * (or when nothing else may go on: a switch, close, a forced sync). A
+ * failed fsync leaves every unsynced byte to rewrite. Writer thread. */
+static int
+async_collect(kv_wal *w, bool wait)
+{
+	pthread_mutex_lock(&w->mu);
+	if (w->as_state == AS_IDLE) {
+		pthread_mutex_unlock(&w->mu);
+		return KV_OK;
+	}
+	while (wait && w->as_state != AS_DONE)
+		pthread_cond_wait(&w->work, &w->mu);
+	if (w->as_state != AS_DONE) {
+		pthread_mutex_unlock(&w->mu);
+		return KV_OK;
+	}
+	int rv = w->as_rv, k = w->as_chunks;
+	uint64_t lsn = w->as_lsn;
+	w->as_state = AS_IDLE;
+	pthread_mutex_unlock(&w->mu);
+	if (rv != KV_OK) {
+		/* the kernel may have dropped the dirty pages */
+		w->pend_written = 0;
+		return rv;
+	}
+	w->n_fsyncs++;
+	if (lsn > w->w_synced)
+		w->w_synced = lsn;
+	drop_chunk_prefix(w, k);
+	return KV_OK;
+}
+
+/* Hands BATCH's periodic fsync of everything written to the syncer, so
+ * that the records appended meanwhile are written without waiting for it
+ * (a slow fdatasync, under another process's or a snapshot's writeback,
+ * would otherwise hold up every reply behind it). Writer thread; every
+ * pending chunk is written. */
+static void
+async_post(kv_wal *w, int fault)
+{
+	pthread_mutex_lock(&w->mu);
+	w->as_state = AS_POSTED;
+	w->as_fault = fault;
+	w->as_lsn = w->w_written;
+	w->as_chunks = w->nchunks;
+	pthread_cond_signal(&w->as_cv);
+	pthread_mutex_unlock(&w->mu);
+	w->last_sync = kv_now_ns();
+}
+
+static void *
+syncer_main(void *arg)
+{
+	kv_wal *w = arg;
+
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		while (w->as_state != AS_POSTED && !w->as_stop)
+			pthread_cond_wait(&w->as_cv, &w->mu);
+		if (w->as_state != AS_POSTED)
+			break;
+		w->as_state = AS_RUNNING;
+		while (w->as_hold && !w->as_stop) {
+			w->as_held = true;
+			pthread_cond_wait(&w->as_cv, &w->mu);
+		}
+		w->as_held = false;
+		int fd = w->fd, fault = w->as_fault;
+		pthread_mutex_unlock(&w->mu);
+		int rv = fault != KV_OK            ? fault
+		         : fdatasync(fd) != 0 ? kv_err_from_errno(errno)
+		                              : KV_OK;
+		pthread_mutex_lock(&w->mu);
+		w->as_rv = rv;
+		w->as_state = AS_DONE;
+		pthread_cond_signal(&w->work);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
 /* Recycles the pending chunks, which are safe now. */
 static void
 drop_chunks(kv_wal *w)
@@ -1187,6 +1315,8 @@ writer_round(kv_wal *w, int fault, uint64_t sync_req, bool closing)
 	bool wrote = false;
 	int rv;
 
+	if ((rv = async_collect(w, false)) != KV_OK)
+		return rv;
 	hash_chunks(w);
 	if (w->pend_written < w->pend_total) {
 		if ((rv = write_pending(w, fault)) != KV_OK)
@@ -1195,7 +1325,7 @@ writer_round(kv_wal *w, int fault, uint64_t sync_req, bool closing)
 		if (w->mode == KV_FSYNC_NONE)
 			drop_chunks(w);
 	}
-	if (sync_due(w, kv_now_ns(), sync_req, closing)) {
+	if (sync_due(w, kv_now_ns(), sync_req, closing, AS_IDLE)) {
 		if (wrote && w->mode != KV_FSYNC_ALWAYS) {
 			/* the write is what BATCH and NONE promise: complete
 			 * before the fsync, not after it */
@@ -1204,6 +1334,20 @@ writer_round(kv_wal *w, int fault, uint64_t sync_req, bool closing)
 			complete_locked(w, w->w_written, KV_OK);
 			pthread_mutex_unlock(&w->mu);
 		}
+		if (w->has_syncer && !sync_forced(w, sync_req, closing)) {
+			/* BATCH's periodic fsync: on the syncer, one at a time */
+			pthread_mutex_lock(&w->mu);
+			bool idle = w->as_state == AS_IDLE;
+			pthread_mutex_unlock(&w->mu);
+			if (idle && w->pend_written == w->pend_total)
+				async_post(w, fault);
+			return KV_OK;
+		}
+		/* At once, here: the syncer's fsync (if any) first. */
+		if ((rv = async_collect(w, true)) != KV_OK)
+			return rv;
+		if (w->w_written <= w->w_synced)
+			goto synced;
 		if ((rv = sync_file(w, fault)) != KV_OK) {
 			/* the kernel may have dropped the dirty pages: rewrite
 			 * every unsynced byte we still hold */
@@ -1213,6 +1357,7 @@ writer_round(kv_wal *w, int fault, uint64_t sync_req, bool closing)
 		}
 		w->w_synced = w->w_written;
 		w->last_sync = kv_now_ns();
+	synced:
 		if (w->mode != KV_FSYNC_NONE)
 			drop_chunks(w);
 	}
@@ -1249,7 +1394,10 @@ writer_main(void *arg)
 			if (w->closing)
 				break;
 			w->sleeping = true;
-			if (w->mode == KV_FSYNC_BATCH && w->w_written > w->w_synced) {
+			if (w->as_state == AS_POSTED || w->as_state == AS_RUNNING) {
+				/* the syncer signals `work` when it is done */
+				pthread_cond_wait(&w->work, &w->mu);
+			} else if (w->mode == KV_FSYNC_BATCH && w->w_written > w->w_synced) {
 				wait_until(&w->work, &w->mu, w->last_sync + w->batch_ns);
 			} else if (w->cur.len > 0 && w->nchunks < WAL_MAX_CHUNKS) {
 				/* NONE: let cur fill (cur_due) */
@@ -1286,6 +1434,20 @@ writer_main(void *arg)
 }
 
 /* ---------------------------------------------------------------- API */
+
+/* Stops and joins the syncer, if it runs. */
+static void
+stop_syncer(kv_wal *w)
+{
+	if (!w->has_syncer)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->as_stop = true;
+	pthread_cond_signal(&w->as_cv);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->syncer, NULL);
+	w->has_syncer = false;
+}
 
 int
 kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, size_t errlen)
@@ -1354,6 +1516,7 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&w->work, &ca);
 	pthread_cond_init(&w->progress, &ca);
+	pthread_cond_init(&w->as_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	w->fd = -1;
 	if ((rv = create_segment(w->dir, next_lsn, &w->fd, err, errlen)) != KV_OK)
@@ -1364,6 +1527,14 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	atomic_store(&w->durable_pub, next_lsn - 1);
 	w->pend_off = w->seg_size = KV_WAL_HEADER_SIZE;
 	w->last_sync = kv_now_ns();
+	if (w->mode == KV_FSYNC_BATCH) {
+		if ((rc = pthread_create(&w->syncer, NULL, syncer_main, w)) != 0) {
+			rv = kv_errf(err, errlen, kv_err_from_errno(rc),
+			             "cannot start wal syncer: %s", strerror(rc));
+			goto err;
+		}
+		w->has_syncer = true;
+	}
 	if ((rc = pthread_create(&w->thread, NULL, writer_main, w)) != 0) {
 		rv = kv_errf(err, errlen, kv_err_from_errno(rc), "cannot start wal writer: %s",
 		             strerror(rc));
@@ -1374,10 +1545,12 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	*out = w;
 	return KV_OK;
 err:
+	stop_syncer(w);
 	if (w->fd >= 0)
 		close(w->fd);
 	pthread_cond_destroy(&w->work);
 	pthread_cond_destroy(&w->progress);
+	pthread_cond_destroy(&w->as_cv);
 	pthread_mutex_destroy(&w->mu);
 	free(w->dir);
 	free(w);
@@ -1531,7 +1704,7 @@ kv_wal_wait(kv_wal *w, uint64_t lsn, bool sync)
 }
 
 int
-kv_wal_rotate(kv_wal *w, uint64_t *first_lsn)
+kv_wal_rotate_start(kv_wal *w, uint64_t *first_lsn)
 {
 	uint64_t target = 0;
 	int rv = KV_OK;
@@ -1556,11 +1729,34 @@ kv_wal_rotate(kv_wal *w, uint64_t *first_lsn)
 		w->rot_pending = true;
 		w->rot_taken = false;
 		pthread_cond_signal(&w->work);
-		while (w->seg_first < target && w->health == KV_OK && !w->stopped)
-			pthread_cond_wait(&w->progress, &w->mu);
-		rv = w->seg_first >= target ? KV_OK : w->health != KV_OK ? w->health : KV_ECLOSED;
 	}
 	pthread_mutex_unlock(&w->mu);
+	if (rv == KV_OK && first_lsn != NULL)
+		*first_lsn = target;
+	return rv;
+}
+
+int
+kv_wal_rotate_wait(kv_wal *w, uint64_t first_lsn)
+{
+	int rv;
+
+	pthread_mutex_lock(&w->mu);
+	while (w->seg_first < first_lsn && w->health == KV_OK && !w->stopped)
+		pthread_cond_wait(&w->progress, &w->mu);
+	rv = w->seg_first >= first_lsn ? KV_OK : w->health != KV_OK ? w->health : KV_ECLOSED;
+	pthread_mutex_unlock(&w->mu);
+	return rv;
+}
+
+int
+kv_wal_rotate(kv_wal *w, uint64_t *first_lsn)
+{
+	uint64_t target = 0;
+	int rv = kv_wal_rotate_start(w, &target);
+
+	if (rv == KV_OK)
+		rv = kv_wal_rotate_wait(w, target);
 	if (rv == KV_OK && first_lsn != NULL)
 		*first_lsn = target;
 	return rv;
@@ -1628,6 +1824,7 @@ kv_wal_close(kv_wal *w)
 	pthread_cond_broadcast(&w->progress);
 	pthread_mutex_unlock(&w->mu);
 	pthread_join(w->thread, NULL);
+	stop_syncer(w); /* its fsync in flight, if any, ends first */
 
 	pthread_mutex_lock(&w->mu);
 	complete_locked(w, durable_lsn(w, w->written_lsn, w->synced_lsn), KV_ECLOSED);
@@ -1643,6 +1840,7 @@ kv_wal_close(kv_wal *w)
 	free(w->notes);
 	pthread_cond_destroy(&w->work);
 	pthread_cond_destroy(&w->progress);
+	pthread_cond_destroy(&w->as_cv);
 	pthread_mutex_destroy(&w->mu);
 	free(w->dir);
 	free(w);
@@ -1657,6 +1855,24 @@ kv_wal_test_fail_writes(kv_wal *w, int err)
 		w->retry_at = 0;
 	pthread_cond_signal(&w->work);
 	pthread_mutex_unlock(&w->mu);
+}
+
+void
+kv_wal_test_hold_syncs(kv_wal *w, bool hold)
+{
+	pthread_mutex_lock(&w->mu);
+	w->as_hold = hold;
+	pthread_cond_broadcast(&w->as_cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+bool
+kv_wal_test_syncs_held(kv_wal *w)
+{
+	pthread_mutex_lock(&w->mu);
+	bool held = w->as_held;
+	pthread_mutex_unlock(&w->mu);
+	return held;
 }
 
 uint64_t

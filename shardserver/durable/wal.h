@@ -213,6 +213,15 @@ int kv_wal_wait(kv_wal *w, uint64_t lsn, bool sync);
  * Returns 0, the health error, or KV_ECLOSED. */
 int kv_wal_rotate(kv_wal *w, uint64_t *first_lsn);
 
+/* kv_wal_rotate in two halves. The start only cuts: records appended from
+ * now on go to the new segment, whose first lsn it sets in *first_lsn; it
+ * waits only for a rotation still in progress. The wait blocks until the
+ * segment at first_lsn exists (the old one written and fsynced). A caller
+ * that must hold appenders off while it cuts (the snapshot's barrier) holds
+ * them for the start alone. Both return 0, the health error or KV_ECLOSED. */
+int kv_wal_rotate_start(kv_wal *w, uint64_t *first_lsn);
+int kv_wal_rotate_wait(kv_wal *w, uint64_t first_lsn);
+
 /* Removes every segment all of whose records have lsn < lsn (that is, the
  * next segment starts at or below lsn), never the open one, and fsyncs the
  * dir. Returns 0, KV_EIO or KV_ENOMEM. */
@@ -237,5 +246,13 @@ void kv_wal_close(kv_wal *w);
  * write first writes half of its bytes, as a full disk would.
  */
 void kv_wal_test_fail_writes(kv_wal *w, int err);
+
+/*
+ * Test hook: while hold is set, BATCH's periodic fsync waits on the syncer
+ * thread before it begins (a disk slow to sync); kv_wal_test_syncs_held
+ * says whether one waits there now.
+ */
+void kv_wal_test_hold_syncs(kv_wal *w, bool hold);
+bool kv_wal_test_syncs_held(kv_wal *w);
 
 #endif

@@ -397,6 +397,47 @@ close_flushes_buffered_records(void **state)
 	expect_records(d->path, 1, 1, 500);
 }
 
+/* With BATCH the periodic fsync runs beside the writes: a record appended
+ * while an fsync is in progress (held here, as a disk slow to sync would)
+ * is written, and answered, without waiting for it; only its own sync waits
+ * for the release. Then both are on disk after a reopen. */
+static void
+batch_writes_go_on_while_an_fsync_is_in_progress(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal_opts o = {.dir = d->path, .mode = KV_FSYNC_BATCH, .batch_ms = 1};
+	kv_wal *w = NULL;
+	char err[512];
+	kv_wal_stats st;
+
+	assert_int_equal(kv_wal_open(&o, 1, &w, err, sizeof(err)), KV_OK);
+	kv_wal_test_hold_syncs(w, true);
+	append_one(w, 1);
+	assert_int_equal(kv_wal_wait(w, 1, false), KV_OK);
+	/* The fsync of record 1 is taken by the syncer and held there. */
+	for (uint64_t end = kv_now_ns() + 5000000000ull; !kv_wal_test_syncs_held(w);) {
+		assert_true(kv_now_ns() < end);
+		struct timespec ts = {0, 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	for (uint64_t i = 2; i <= 50; i++) {
+		append_one(w, i);
+		assert_int_equal(kv_wal_wait(w, i, false), KV_OK);
+	}
+	assert_true(kv_wal_test_syncs_held(w));
+	kv_wal_stats_get(w, &st);
+	assert_true(st.written_lsn >= 50);
+	assert_true(st.synced_lsn < 1);
+	kv_wal_test_hold_syncs(w, false);
+	assert_int_equal(kv_wal_wait(w, 50, true), KV_OK);
+	kv_wal_stats_get(w, &st);
+	assert_true(st.synced_lsn >= 50);
+	for (uint64_t i = 51; i <= 300; i++)
+		append_one(w, i);
+	kv_wal_close(w);
+	expect_records(d->path, 1, 1, 300);
+}
+
 /* With NONE a record nobody waits for still reaches the file on its own
  * (the writer lets the buffer fill only for a bounded time), and a
  * notification or a wait for it is answered without more appends. */
@@ -1507,6 +1548,7 @@ main(void)
 	    T(open_refuses_segments_at_or_beyond_next_lsn_that_hold_records),
 	    T(close_flushes_buffered_records),
 	    T(none_writes_a_lone_record_without_being_asked),
+	    T(batch_writes_go_on_while_an_fsync_is_in_progress),
 	    T(records_bigger_than_the_buffer_are_accepted),
 	    T(torn_last_record_is_dropped_at_every_cut_and_log_continues),
 	    T(zeros_after_the_last_record_are_a_torn_tail),
