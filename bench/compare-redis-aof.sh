@@ -4,7 +4,7 @@
 #
 #   bench/compare-redis-aof.sh [-c "1 50"] [-n OPS] [-d BYTES] [-r RUNS]
 #                              [-K KEYS] [-L LOAD_KEYS] [-w DIR] [-C]
-#                              [-b BIN_DIR] [-k]
+#                              [-b BIN_DIR] [-k] [-s HANDLES] [-A]
 #
 #   -c CLIENTS  concurrent writers, one pass each: shardkv bench --threads
 #               and --connections, redis-benchmark -c (default "1 50"); ""
@@ -29,6 +29,10 @@
 #               share (default: one per writer, like redis-benchmark's
 #               connections; 1: every writer on one handle, whose concurrent
 #               ops libshardkv coalesces into shared requests)
+#   -A          the writers as async callers of one thread on one handle
+#               (shardkv bench --threads 1 --async CLIENTS), the shape of
+#               compare-redis.sh and of redis-benchmark's one event loop,
+#               instead of a thread per writer
 #
 # Write passes: for every run and every writer count, a fresh one-node shardkv
 # (controller + one server) with --fsync always, batch and none, each followed
@@ -63,7 +67,7 @@ usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' 
 die() { echo "compare-redis-aof: $*" >&2; exit 1; }
 say() { echo "compare-redis-aof: $*" >&2; }
 
-while getopts "c:n:d:r:K:L:w:Cb:ks:h" o; do
+while getopts "c:n:d:r:K:L:w:Cb:ks:Ah" o; do
 	case "$o" in
 	c) clients=$OPTARG ;;
 	n) ops=$OPTARG ;;
@@ -76,6 +80,7 @@ while getopts "c:n:d:r:K:L:w:Cb:ks:h" o; do
 	b) bin=$OPTARG ;;
 	k) keep=1 ;;
 	s) handles=$OPTARG ;;
+	A) async=1 ;;
 	*) usage ;;
 	esac
 done
@@ -244,7 +249,9 @@ shardkv_pass() {
 	out=$dir/bench.json
 	conns=$c
 	if [ -n "$handles" ] && [ "$handles" -lt "$c" ]; then conns=$handles; fi
-	run_bench "$out" "$dir/bench.err" --json bench --threads "$c" --connections "$conns" \
+	local callers=(--threads "$c" --connections "$conns")
+	if [ -n "${async-}" ]; then callers=(--threads 1 --async "$c" --connections 1); fi
+	run_bench "$out" "$dir/bench.err" --json bench "${callers[@]}" \
 		--keys "$keys" --key-size 16 --value-size "$vsize" --mix put:1 --ops "$ops" \
 		--out "$out" ||
 		die "shardkv bench ($fs, $c writers) failed: $(tail -n 3 "$dir/bench.err")"
