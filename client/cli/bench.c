@@ -2010,10 +2010,20 @@ run_load(bench_run *r)
 		workers_join(r);
 		return SHARDKV_ENOMEM;
 	}
+	bool failed = false;
 	for (;;) {
-		uint64_t done = atomic_load(&r->load_done) + atomic_load(&r->load_err);
+		uint64_t ok = atomic_load(&r->load_done), bad = atomic_load(&r->load_err);
+		uint64_t done = ok + bad;
 		if (done >= p->keys || bench_interrupted)
 			break;
+		/* Every worker has failed and none has written a key (no server,
+		 * a wrong address): the rest would only fail the same way, one
+		 * timeout after another. */
+		if (ok == 0 && bad >= r->nw) {
+			failed = true;
+			atomic_store(&r->stop, true);
+			break;
+		}
 		if (now_ns() >= next) {
 			fprintf(r->prog,
 			        "load: %" PRIu64 "/%" PRIu64 " keys (%.0f%%) %.0f keys/s, %" PRIu64
@@ -2037,7 +2047,8 @@ run_load(bench_run *r)
 	        r->res->load_errors);
 	fflush(r->prog);
 	atomic_store(&r->claimed, 0);
-	return 0;
+	atomic_store(&r->stop, false);
+	return failed ? SHARDKV_EUNAVAIL : 0;
 }
 
 /* The measured phase. */
@@ -2211,8 +2222,13 @@ kv_bench_main(int nargs, const char *const *args, const char *controller, shardk
 	fprintf(r.prog, ", epoch %" PRIu64 ", %zu nodes\n", cfg->epoch, res.nnodes);
 	fflush(r.prog);
 
-	if (p.load && (rv = run_load(&r)) != 0)
+	if (p.load && (rv = run_load(&r)) == SHARDKV_EUNAVAIL) {
+		fprintf(err, "shardkv: bench: load: every writer failed and no key was written; "
+		             "stopped\n");
+		code = KV_CLI_UNAVAIL;
+	} else if (p.load && rv != 0) {
 		code = KV_CLI_INTERNAL;
+	}
 	if (code == 0 && !bench_interrupted && (p.ops || p.duration_s > 0) &&
 	    (rv = run_measure(&r)) != 0) {
 		fprintf(err, "shardkv: bench: %s\n", shardkv_strerror(rv));

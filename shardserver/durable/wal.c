@@ -68,18 +68,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#define WAL_PATH_MAX    4096
-#define WAL_NAME_LEN    24                   /* "wal-" 16 hex ".log" */
-#define WAL_READ_CHUNK  (1u << 20)           /* replay reads ahead this much */
-#define WAL_MAX_CHUNKS  64                   /* pending buffers the writer holds */
-#define WAL_CHUNK_MIN   (64u * 1024u)        /* first allocation of a buffer */
-#define WAL_POOL_MAX    2                    /* spare buffers kept */
-#define WAL_POOL_CAP    (8u * 1024u * 1024u) /* ... if not bigger than this */
-#define WAL_FIRE_BATCH  128                  /* callbacks collected per unlock */
-#define WAL_RETRY_MIN   (100ull * 1000000ull)
-#define WAL_RETRY_MAX   (1000ull * 1000000ull)
-#define WAL_CLOSE_WAIT  (3000ull * 1000000ull)
-#define WAL_DEF_BATCH   10u
+#define WAL_PATH_MAX   4096
+#define WAL_NAME_LEN   24                   /* "wal-" 16 hex ".log" */
+#define WAL_READ_CHUNK (1u << 20)           /* replay reads ahead this much */
+#define WAL_MAX_CHUNKS 64                   /* pending buffers the writer holds */
+#define WAL_CHUNK_MIN  (64u * 1024u)        /* first allocation of a buffer */
+#define WAL_POOL_MAX   2                    /* spare buffers kept */
+#define WAL_POOL_CAP   (8u * 1024u * 1024u) /* ... if not bigger than this */
+#define WAL_FIRE_BATCH 128                  /* callbacks collected per unlock */
+#define WAL_RETRY_MIN  (100ull * 1000000ull)
+#define WAL_RETRY_MAX  (1000ull * 1000000ull)
+#define WAL_CLOSE_WAIT (3000ull * 1000000ull)
+#define WAL_DEF_BATCH  10u
 
 enum { AS_IDLE = 0, AS_POSTED, AS_RUNNING, AS_DONE }; /* kv_wal.as_state */
 #define WAL_DEF_SEGMENT (64ull * 1024ull * 1024ull)
@@ -152,14 +152,14 @@ struct kv_wal {
 	uint64_t st_writes;              /* published writer counter */
 	uint64_t st_fsyncs;              /* published writer counter */
 	/* BATCH's periodic fsync, on the syncer thread (mu): */
-	int as_state;      /* AS_IDLE, AS_POSTED (by the writer), AS_RUNNING, AS_DONE */
-	int as_rv;         /* AS_DONE: its result */
-	int as_fault;      /* AS_POSTED: the test hook's error, taken for the fsync's */
-	uint64_t as_lsn;   /* every record <= this is synced when it succeeds */
-	int as_chunks;     /* the pending chunks it makes safe (a prefix) */
-	bool as_stop;      /* kv_wal_close: the syncer exits */
-	bool as_hold;      /* test hook: a posted fsync waits before it begins */
-	bool as_held;      /* ... and one waits now */
+	int as_state;         /* AS_IDLE, AS_POSTED (by the writer), AS_RUNNING, AS_DONE */
+	int as_rv;            /* AS_DONE: its result */
+	int as_fault;         /* AS_POSTED: the test hook's error, taken for the fsync's */
+	uint64_t as_lsn;      /* every record <= this is synced when it succeeds */
+	int as_chunks;        /* the pending chunks it makes safe (a prefix) */
+	bool as_stop;         /* kv_wal_close: the syncer exits */
+	bool as_hold;         /* test hook: a posted fsync waits before it begins */
+	bool as_held;         /* ... and one waits now */
 	pthread_cond_t as_cv; /* the syncer waits here */
 	pthread_t syncer;     /* BATCH only */
 	bool has_syncer;
@@ -1223,7 +1223,7 @@ syncer_main(void *arg)
 		w->as_held = false;
 		int fd = w->fd, fault = w->as_fault;
 		pthread_mutex_unlock(&w->mu);
-		int rv = fault != KV_OK            ? fault
+		int rv = fault != KV_OK       ? fault
 		         : fdatasync(fd) != 0 ? kv_err_from_errno(errno)
 		                              : KV_OK;
 		pthread_mutex_lock(&w->mu);

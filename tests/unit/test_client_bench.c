@@ -912,6 +912,26 @@ unreachable_cluster_exits_3(void **state)
 	kv_cli_run_free(&r);
 }
 
+/* A load that writes nothing (every server stopped) stops once each writer
+ * has failed, instead of failing key after key for the whole key space,
+ * and exits 3. */
+static void
+load_that_writes_nothing_stops_and_exits_3(void **state)
+{
+	(void)state;
+	for (int i = 1; i <= NSERVERS; i++)
+		assert_int_equal(kill(tc.pids[i], SIGSTOP), 0);
+	const char *argv[] = {"shardkv", "-c",     tc.ctl_url, "--timeout", "300",
+	                      "bench",   "--ops",  "10",       "--threads", "2",
+	                      "--keys",  "100000", "--load",   "--batch",   "1"};
+	run_result r = run(ARGC(argv), argv);
+	for (int i = 1; i <= NSERVERS; i++)
+		kill(tc.pids[i], SIGCONT);
+	assert_int_equal(r.rc, KV_CLI_UNAVAIL);
+	assert_non_null(strstr(r.err, "no key was written"));
+	kv_cli_run_free(&r);
+}
+
 int
 main(void)
 {
@@ -920,6 +940,8 @@ main(void)
 	    cmocka_unit_test(ops_run_counts_each_key_of_a_batch),
 	    cmocka_unit_test(open_loop_run_keeps_the_asked_rate),
 	    cmocka_unit_test(unreachable_cluster_exits_3),
+	    cmocka_unit_test(
+	        load_that_writes_nothing_stops_and_exits_3), /* last: stops the servers */
 	};
 	signal(SIGPIPE, SIG_IGN);
 	return cmocka_run_group_tests(tests, setup, teardown);
