@@ -31,9 +31,10 @@
  * read and closed only by its loop; it is written by its loop or by a
  * thread giving a deferred answer, under its wmu. It lives while its loop
  * has it or a request of it waits for an answer (refs). At most
- * `contexts` requests of one connection wait for answers at once: past
- * that its loop stops reading it (TCP's flow control then holds the
- * client) until an answer goes out.
+ * `contexts` requests of one connection wait for answers, or answers for
+ * the kernel to take them, at once: past that its loop stops reading it
+ * (TCP's flow control then holds the client) until an answer goes out, so
+ * a peer that sends and never reads holds bounded memory.
  *
  * Locks (all leaves: nothing else is taken under them, doc/threads.md):
  * rpc_conn.wmu (its write queue, dead, in_round, the epoll mask),
@@ -90,6 +91,7 @@ typedef struct rpc_conn {
 	int fd;              /* closed by the loop, under wmu (with dead) */
 	atomic_int refs;     /* the loop's (while it has it) + one per waiting request */
 	atomic_uint waiting; /* requests handed out and not answered yet */
+	atomic_uint unsent;  /* answers queued and not yet written */
 	atomic_bool held;    /* reading stopped: `contexts` requests wait */
 	atomic_bool ready;   /* set (release) once built, before its loop sees it:
 	                      * the loop's acquire orders the accepting thread's
@@ -219,6 +221,15 @@ conn_arm_locked(rpc_conn *c)
 		(void)epoll_ctl(c->l->ep, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
+/* Whether c has as many requests waiting for answers, or answers waiting to
+ * be written, as it may: its loop then stops reading it, so a peer that
+ * sends and never reads holds a bounded amount of the server's memory. */
+static bool
+conn_full(rpc_conn *c)
+{
+	return atomic_load(&c->waiting) + atomic_load(&c->unsent) >= c->t->contexts;
+}
+
 /* Closes a connection: its loop's thread only (or destroy's, once the loops
  * have stopped). Queued answers are dropped; later ones too. */
 static void
@@ -237,6 +248,7 @@ conn_close(rpc_conn *c)
 	for (size_t i = c->qhead; i < c->qlen; i++)
 		if (c->q[i].msg)
 			nng_msg_free(c->q[i].msg);
+	atomic_fetch_sub(&c->unsent, (unsigned)(c->qlen - c->qhead));
 	c->qhead = c->qlen = 0;
 	pthread_mutex_unlock(&c->wmu);
 	pthread_mutex_lock(&t->cmu);
@@ -299,6 +311,7 @@ conn_flush_locked(rpc_conn *c)
 			for (size_t i = c->qhead; i < c->qlen; i++)
 				if (c->q[i].msg)
 					nng_msg_free(c->q[i].msg);
+			atomic_fetch_sub(&c->unsent, (unsigned)(c->qlen - c->qhead));
 			c->qhead = c->qlen = 0;
 			break;
 		}
@@ -315,6 +328,7 @@ conn_flush_locked(rpc_conn *c)
 			if (o->msg)
 				nng_msg_free(o->msg);
 			c->qhead++;
+			atomic_fetch_sub(&c->unsent, 1);
 		}
 	}
 	if (c->qhead == c->qlen) {
@@ -356,6 +370,7 @@ conn_send(rpc_conn *c, const uint8_t *bt, size_t btlen, nng_msg *msg)
 	o->prelen = (uint8_t)(8 + btlen);
 	put_be64(o->pre, (uint64_t)btlen + nng_msg_len(msg));
 	memcpy(o->pre + 8, bt, btlen);
+	atomic_fetch_add(&c->unsent, 1);
 	if (!c->in_round && !c->want_out)
 		conn_flush_locked(c);
 	pthread_mutex_unlock(&c->wmu);
@@ -365,13 +380,13 @@ conn_send(rpc_conn *c, const uint8_t *bt, size_t btlen, nng_msg *msg)
  * Requests
  * ------------------------------------------------------------------------ */
 
-/* A request of c's is answered (or dropped) and its slot given back: lets
- * the loop read again if it was held, and drops the slot's reference. */
+/* Lets the loop read c again if it was held and there is room now: one
+ * request fewer waits for its answer, or answers have left. Any thread,
+ * no lock held. */
 static void
-request_done(rpc_conn *c)
+conn_maybe_resume(rpc_conn *c)
 {
-	unsigned before = atomic_fetch_sub(&c->waiting, 1);
-	if (before <= c->t->contexts && atomic_exchange(&c->held, false)) {
+	if (!conn_full(c) && atomic_exchange(&c->held, false)) {
 		rpc_loop *l = c->l;
 		pthread_mutex_lock(&l->mu);
 		if (l->efd >= 0) { /* not once destroy has closed it */
@@ -384,6 +399,15 @@ request_done(rpc_conn *c)
 		}
 		pthread_mutex_unlock(&l->mu);
 	}
+}
+
+/* A request of c's is answered (or dropped) and its slot given back: lets
+ * the loop read again if it was held, and drops the slot's reference. */
+static void
+request_done(rpc_conn *c)
+{
+	atomic_fetch_sub(&c->waiting, 1);
+	conn_maybe_resume(c);
 	conn_unref(c);
 }
 
@@ -520,12 +544,11 @@ conn_parse(rpc_conn *c)
 		c->roff += 8;
 	}
 	while (c->rlen - c->roff >= 8) {
-		if (atomic_load(&c->waiting) >= t->contexts) {
+		if (conn_full(c)) {
 			atomic_store(&c->held, true);
-			/* An answer may have come in between: whoever clears
-			 * `held` first carries on. */
-			if (atomic_load(&c->waiting) >= t->contexts ||
-			    !atomic_exchange(&c->held, false))
+			/* An answer may have come or left in between: whoever
+			 * clears `held` first carries on. */
+			if (conn_full(c) || !atomic_exchange(&c->held, false))
 				return true;
 		}
 		const uint8_t *f = c->rbuf + c->roff;
@@ -633,6 +656,8 @@ conn_read(rpc_conn *c)
 	}
 	conn_flush_locked(c);
 	pthread_mutex_unlock(&c->wmu);
+	if (ok)
+		conn_maybe_resume(c); /* the answers just written made room */
 	return ok;
 }
 
@@ -658,6 +683,8 @@ conn_resume(rpc_conn *c)
 	pthread_mutex_unlock(&c->wmu);
 	if (!ok)
 		conn_close(c);
+	else
+		conn_maybe_resume(c);
 }
 
 /* ------------------------------------------------------------------------
@@ -771,6 +798,7 @@ loop_main(void *arg)
 					pthread_mutex_lock(&c->wmu);
 					conn_flush_locked(c);
 					pthread_mutex_unlock(&c->wmu);
+					conn_maybe_resume(c);
 				}
 				if (ev[i].events & (EPOLLERR | EPOLLHUP))
 					ok = false; /* the peer is gone: no answer can reach it */

@@ -8,7 +8,8 @@
  * out of order from other threads; a handler that asks to wait runs again
  * where it may; the wire itself, spoken over a plain socket (the request id
  * echoed; a peer of another protocol, an oversized or truncated message
- * disconnected); the connection bound.
+ * disconnected); the connection bound; a peer that sends and never reads
+ * is not read either.
  */
 #include "common/err.h"
 #include "common/rpc.h"
@@ -543,6 +544,74 @@ the_wire_is_nngs_and_bad_peers_are_disconnected(void **state)
 	kv_rpc_server_destroy(srv);
 }
 
+static atomic_int big_calls;
+
+/* Answers every request with 64 KiB. */
+static int
+big_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
+{
+	nng_msg *m;
+	(void)arg;
+	(void)req;
+	(void)p;
+	atomic_fetch_add(&big_calls, 1);
+	if (nng_msg_alloc(&m, 64 * 1024) != 0)
+		return KV_ENOMEM;
+	memset(nng_msg_body(m), 'x', 64 * 1024);
+	*reply = m;
+	return 0;
+}
+
+static void
+a_peer_that_never_reads_is_not_read_either(void **state)
+{
+	char url[64];
+	kv_rpc_server *srv;
+	enum { N = 1000 };
+	static uint8_t out[8 + N * 13];
+	uint8_t b[8 + 4 + 64 * 1024];
+	(void)state;
+
+	atomic_store(&big_calls, 0);
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {.url = url, .handler = big_handler, .loops = 1, .contexts = 8};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	int fd = raw_connect(url);
+	memcpy(out, hello_req, 8);
+	for (int i = 0; i < N; i++) {
+		uint8_t *f = out + 8 + (size_t)i * 13;
+		frame(f, 5);
+		f[8] = 0x80;
+		f[9] = (uint8_t)(i >> 16);
+		f[10] = (uint8_t)(i >> 8);
+		f[11] = (uint8_t)i;
+		f[12] = 'q';
+	}
+	raw_send(fd, out, sizeof(out));
+	/* 1000 answers of 64 KiB are far more than the kernel's buffers hold:
+	 * the server stops reading once 8 wait to be written. */
+	int last = -1;
+	for (uint64_t end = kv_test_now_ms() + 10000;;) {
+		kv_test_sleep_ms(300);
+		int now = atomic_load(&big_calls);
+		if (now == last)
+			break;
+		last = now;
+		assert_true(kv_test_now_ms() < end);
+	}
+	assert_true(last < N);
+	/* Reading lets it go on: every request is answered. */
+	assert_true(raw_recv(fd, b, 8));
+	for (int i = 0; i < N; i++) {
+		assert_true(raw_recv(fd, b, 8 + 4 + 64 * 1024));
+		assert_int_equal(b[8], 0x80);
+		assert_int_equal((b[9] << 16) | (b[10] << 8) | b[11], i);
+	}
+	assert_int_equal(atomic_load(&big_calls), N);
+	close(fd);
+	kv_rpc_server_destroy(srv);
+}
+
 static void
 connections_past_the_bound_are_closed(void **state)
 {
@@ -608,6 +677,7 @@ main(void)
 	    cmocka_unit_test(calls_in_flight_past_the_bound_are_all_answered_out_of_order),
 	    cmocka_unit_test(the_wire_is_nngs_and_bad_peers_are_disconnected),
 	    cmocka_unit_test(connections_past_the_bound_are_closed),
+	    cmocka_unit_test(a_peer_that_never_reads_is_not_read_either),
 	};
 	int failed = cmocka_run_group_tests_name("nng threads", both, nng_group, NULL);
 	failed += cmocka_run_group_tests_name("event loops", both, loops_group, NULL);
