@@ -704,10 +704,15 @@ accept_all(struct rpc_tcp *t)
 				        strerror(errno));
 			return;
 		}
-		if (atomic_load(&t->closing) ||
-		    (t->max_conns && atomic_load(&t->nconns) >= t->max_conns)) {
-			if (!atomic_load(&t->closing) &&
-			    atomic_fetch_add(&t->refused, 1) % 1000 == 0)
+		if (atomic_load(&t->closing)) {
+			close(fd);
+			continue;
+		}
+		/* The place is taken before the check, so that loops accepting
+		 * at once cannot all pass it. */
+		if (atomic_fetch_add(&t->nconns, 1) >= t->max_conns && t->max_conns) {
+			atomic_fetch_sub(&t->nconns, 1);
+			if (atomic_fetch_add(&t->refused, 1) % 1000 == 0)
 				KV_WARN(COMP, "connection refused: too many connections", "max=%u",
 				        t->max_conns);
 			close(fd);
@@ -717,6 +722,7 @@ accept_all(struct rpc_tcp *t)
 		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		rpc_conn *c = calloc(1, sizeof(*c));
 		if (c == NULL) {
+			atomic_fetch_sub(&t->nconns, 1);
 			close(fd);
 			continue;
 		}
@@ -728,17 +734,17 @@ accept_all(struct rpc_tcp *t)
 		c->reading = true;
 		pthread_mutex_init(&c->wmu, NULL);
 		/* Our half of the greeting: 8 bytes always fit a new socket's
-		 * buffer; it goes first in the queue otherwise. */
+		 * buffer; one that does not take them is closed. */
 		uint8_t hello[8] = {0, 'S', 'P', 0, 0, (uint8_t)SP_PROTO_REP, 0, 0};
 		if (send(fd, hello, sizeof(hello), MSG_NOSIGNAL | MSG_DONTWAIT) !=
 		    (ssize_t)sizeof(hello)) {
 			pthread_mutex_destroy(&c->wmu);
 			free(c);
+			atomic_fetch_sub(&t->nconns, 1);
 			close(fd);
 			continue;
 		}
 		atomic_fetch_add(&t->refs, 1);
-		atomic_fetch_add(&t->nconns, 1);
 		pthread_mutex_lock(&t->cmu);
 		c->next = t->conns;
 		if (t->conns)
