@@ -1,10 +1,11 @@
 /*
- * bytes.h - little-endian integer encoding for on-disk and wire formats.
+ * bytes.h - integer encoding for on-disk and wire formats.
  *
  * kv_putN stores an N-bit value at p in little-endian byte order; kv_getN
- * loads one. p needs no alignment. These are byte-by-byte so that they are
- * correct on any host and cannot trip alignment or aliasing rules; compilers
- * turn them into single loads and stores.
+ * loads one. kv_put64be and kv_get64be do the same in big-endian (network)
+ * order, for nng's framing (common/rpc_tcp.c). p needs no alignment. These are byte-by-byte so that
+ * they are correct on any host and cannot trip alignment or aliasing rules; compilers turn them
+ * into single loads and stores.
  */
 #ifndef KV_COMMON_BYTES_H
 #define KV_COMMON_BYTES_H
@@ -52,6 +53,22 @@ kv_get64(const uint8_t *p)
 {
 	uint64_t v = 0;
 	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static inline void
+kv_put64be(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+static inline uint64_t
+kv_get64be(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
 		v = (v << 8) | p[i];
 	return v;
 }

@@ -176,27 +176,17 @@ bool
 kv_rpc_probe_refused(const char *url, uint32_t timeout_ms)
 {
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-	char host[256];
-	const char *p, *colon;
+	char host[256], port[16];
 	bool refused = false;
-	size_t hl;
+	int family;
 
-	if (strncmp(url, "tcp://", 6) == 0)
-		p = url + 6;
-	else if (strncmp(url, "tls+tcp://", 10) == 0)
-		p = url + 10; /* TLS rides TCP: a refused port is refused the same */
-	else
+	/* TLS rides TCP: a refused port is refused the same. */
+	if (strncmp(url, "tcp://", 6) != 0 && strncmp(url, "tls+tcp://", 10) != 0)
 		return false;
-	if ((colon = strrchr(p, ':')) == NULL || (hl = (size_t)(colon - p)) == 0 ||
-	    hl >= sizeof(host))
+	if (rpc_url_split(url, host, sizeof(host), port, sizeof(port), &family) != KV_OK ||
+	    host[0] == '\0')
 		return false;
-	memcpy(host, p, hl);
-	host[hl] = '\0';
-	if (hl > 2 && host[0] == '[' && host[hl - 1] == ']') { /* [v6 address] */
-		memmove(host, host + 1, hl - 2);
-		host[hl - 2] = '\0';
-	}
-	if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || ai == NULL)
+	if (getaddrinfo(host, port, &hints, &ai) != 0 || ai == NULL)
 		return false;
 	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd >= 0) {

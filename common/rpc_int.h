@@ -58,4 +58,11 @@ void rpc_tcp_reply(kv_rpc_pending *p, nng_msg *msg);
 /* Whether url is one the event-loop server serves (tcp://, tcp4://, tcp6://). */
 bool rpc_tcp_url(const char *url);
 
+/* Splits a SCHEME://HOST:PORT url (HOST may be a [v6 address]; "*" gives
+ * "": every address) into host and its numeric port; *family is AF_INET
+ * for tcp4://, AF_INET6 for tcp6://, else AF_UNSPEC. Returns 0 or
+ * KV_EINVAL. */
+int rpc_url_split(const char *url, char *host, size_t hostlen, char *port, size_t portlen,
+                  int *family);
+
 #endif

@@ -42,6 +42,7 @@
  * rpc_tcp.wq_mu (the worker queue). Handlers run with none held.
  */
 #define _GNU_SOURCE
+#include "common/bytes.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/rpc_int.h"
@@ -150,24 +151,6 @@ struct rpc_tcp {
 	pthread_t workers[RPC_WORKERS];
 	unsigned nworkers;
 };
-
-static void
-put_be64(uint8_t *b, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--) {
-		b[i] = (uint8_t)v;
-		v >>= 8;
-	}
-}
-
-static uint64_t
-get_be64(const uint8_t *b)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v = (v << 8) | b[i];
-	return v;
-}
 
 bool
 rpc_tcp_url(const char *url)
@@ -368,7 +351,7 @@ conn_send(rpc_conn *c, const uint8_t *bt, size_t btlen, nng_msg *msg)
 	o->msg = msg;
 	o->off = 0;
 	o->prelen = (uint8_t)(8 + btlen);
-	put_be64(o->pre, (uint64_t)btlen + nng_msg_len(msg));
+	kv_put64be(o->pre, (uint64_t)btlen + nng_msg_len(msg));
 	memcpy(o->pre + 8, bt, btlen);
 	atomic_fetch_add(&c->unsent, 1);
 	if (!c->in_round && !c->want_out)
@@ -552,7 +535,7 @@ conn_parse(rpc_conn *c)
 				return true;
 		}
 		const uint8_t *f = c->rbuf + c->roff;
-		uint64_t len = get_be64(f);
+		uint64_t len = kv_get64be(f);
 		if (len > t->max_msg || len < 4)
 			return false;
 		if (c->rlen - c->roff - 8 < len) {
@@ -588,8 +571,6 @@ conn_parse(rpc_conn *c)
 		}
 		c->roff += 8 + (size_t)len;
 		if (!drop && !conn_request(c, m, bt, m + bt, (size_t)len - bt))
-			return false;
-		if (c->closed)
 			return false;
 	}
 	return true;
@@ -822,13 +803,14 @@ loop_main(void *arg)
  * Create and destroy
  * ------------------------------------------------------------------------ */
 
-/* Splits a tcp:// url into host (NULL: every address) and port. */
-static int
-parse_url(const char *url, char *host, size_t hostlen, char *port, size_t portlen, int *family)
+int
+rpc_url_split(const char *url, char *host, size_t hostlen, char *port, size_t portlen, int *family)
 {
 	const char *rest = strstr(url, "://");
 	const char *colon;
 
+	if (rest == NULL)
+		return KV_EINVAL;
 	*family = AF_UNSPEC;
 	if (strncmp(url, "tcp4://", 7) == 0)
 		*family = AF_INET;
@@ -865,7 +847,7 @@ listen_on(const char *url, int *out)
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
 	int family, rv, fd = -1;
 
-	if ((rv = parse_url(url, host, sizeof(host), port, sizeof(port), &family)) != 0)
+	if ((rv = rpc_url_split(url, host, sizeof(host), port, sizeof(port), &family)) != 0)
 		return rv;
 	hints.ai_family = family;
 	if (getaddrinfo(host[0] ? host : NULL, port, &hints, &ai) != 0 || ai == NULL)

@@ -344,6 +344,9 @@ kv_data_req_is_peer(const void *p, size_t n)
 		case 2:
 			if ((tag >> 3) == 7 || (tag >> 3) == 10)
 				return true; /* Request.transfer, Request.replicate */
+			if ((tag >> 3) == 6)
+				return false; /* Request.ops: a client's (decoding refuses
+				               * ops beside a transfer or replicate) */
 			if (!peek_varint(b, n, &i, &v) || v > n - i)
 				return false;
 			i += (size_t)v;

@@ -1268,6 +1268,37 @@ every_transfer_message_round_trips(void **state)
 	}
 }
 
+/* kv_data_req_is_peer tells a peer's transfer or replication message from
+ * a client's request by its top-level fields, and nothing undecodable is a
+ * peer's. */
+static void
+peer_requests_are_told_from_client_requests_without_decoding(void **state)
+{
+	kv_op get = {.kind = KV_OP_GET, .key = B("k")};
+	kv_req client = {
+	    .client_id = 5, .request_id = 1, .epoch = 9, .auth = B("tok"), .nops = 1, .ops = &get};
+	kv_xfer x = {.migration_id = 4, .seq = 5, .kind = KV_XFER_COMMIT, .epoch = 8};
+	kv_repl_msg r = {.from_node = 1, .stream_id = 99, .seq = 6};
+	nng_msg *m;
+	(void)state;
+
+	assert_int_equal(kv_data_req_encode(&client, &m), KV_OK);
+	assert_false(kv_data_req_is_peer(nng_msg_body(m), nng_msg_len(m)));
+	/* Cut anywhere, it is no peer's either. */
+	for (size_t n = 0; n < nng_msg_len(m); n++)
+		assert_false(kv_data_req_is_peer(nng_msg_body(m), n));
+	nng_msg_free(m);
+	assert_int_equal(kv_xfer_encode(&x, 7, 1, B("tok"), &m), KV_OK);
+	assert_true(kv_data_req_is_peer(nng_msg_body(m), nng_msg_len(m)));
+	nng_msg_free(m);
+	assert_int_equal(kv_repl_encode(&r, 7, 1, B("tok"), &m), KV_OK);
+	assert_true(kv_data_req_is_peer(nng_msg_body(m), nng_msg_len(m)));
+	nng_msg_free(m);
+	const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+	                           0xff, 0xff, 0xff, 0xff, 0xff};
+	assert_false(kv_data_req_is_peer(garbage, sizeof(garbage)));
+}
+
 static void
 transfer_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 {
@@ -1545,6 +1576,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(config_round_trips_through_pack_and_unpack),
+	    cmocka_unit_test(peer_requests_are_told_from_client_requests_without_decoding),
 	    cmocka_unit_test(pins_merge_stay_sorted_and_round_trip),
 	    cmocka_unit_test(replica_sets_and_leader_epochs_round_trip),
 	    cmocka_unit_test(bad_replica_sets_are_refused),

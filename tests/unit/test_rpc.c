@@ -11,6 +11,7 @@
  * disconnected); the connection bound; a peer that sends and never reads
  * is not read either.
  */
+#include "common/bytes.h"
 #include "common/err.h"
 #include "common/rpc.h"
 #include "tests/support/testutil.h"
@@ -451,15 +452,6 @@ raw_recv(int fd, uint8_t *b, size_t n)
 	return true;
 }
 
-static void
-frame(uint8_t *b, uint64_t len)
-{
-	for (int i = 7; i >= 0; i--) {
-		b[i] = (uint8_t)len;
-		len >>= 8;
-	}
-}
-
 static const uint8_t hello_req[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
 
 static void
@@ -483,10 +475,10 @@ the_wire_is_nngs_and_bad_peers_are_disconnected(void **state)
 	uint8_t out[64], *w = out;
 	memcpy(w, hello_req, 8);
 	w += 8;
-	frame(w, 4 + 2);
+	kv_put64be(w, 4 + 2);
 	memcpy(w + 8, "\x80\x00\x00\x07hi", 6);
 	w += 14;
-	frame(w, 8 + 3);
+	kv_put64be(w, 8 + 3);
 	memcpy(w + 8, "\x00\x00\x00\x01\x80\x00\x00\x09yes", 11);
 	w += 19;
 	raw_send(fd, out, (size_t)(w - out));
@@ -497,7 +489,7 @@ the_wire_is_nngs_and_bad_peers_are_disconnected(void **state)
 	assert_true(raw_recv(fd, b, 8 + 11));
 	assert_memory_equal(b, "\0\0\0\0\0\0\0\x0b\0\0\0\x01\x80\0\0\x09yes", 19);
 	/* Over max_msg: disconnected. */
-	frame(out, 5000);
+	kv_put64be(out, 5000);
 	raw_send(fd, out, 8);
 	assert_false(raw_recv(fd, b, 1));
 	close(fd);
@@ -512,7 +504,7 @@ the_wire_is_nngs_and_bad_peers_are_disconnected(void **state)
 	/* A message too short for its backtrace: disconnected. */
 	fd = raw_connect(url);
 	memcpy(out, hello_req, 8);
-	frame(out + 8, 3);
+	kv_put64be(out + 8, 3);
 	memcpy(out + 16, "\0\0\0", 3);
 	raw_send(fd, out, 19);
 	assert_true(raw_recv(fd, b, 8));
@@ -523,7 +515,7 @@ the_wire_is_nngs_and_bad_peers_are_disconnected(void **state)
 	 * answer given later is dropped, nothing else happens. */
 	fd = raw_connect(url);
 	memcpy(out, hello_req, 8);
-	frame(out + 8, 4 + 7);
+	kv_put64be(out + 8, 4 + 7);
 	memcpy(out + 16, "\x80\0\0\x01later:x", 11);
 	raw_send(fd, out, 27);
 	for (uint64_t end = kv_test_now_ms() + 5000;;) {
@@ -580,7 +572,7 @@ a_peer_that_never_reads_is_not_read_either(void **state)
 	memcpy(out, hello_req, 8);
 	for (int i = 0; i < N; i++) {
 		uint8_t *f = out + 8 + (size_t)i * 13;
-		frame(f, 5);
+		kv_put64be(f, 5);
 		f[8] = 0x80;
 		f[9] = (uint8_t)(i >> 16);
 		f[10] = (uint8_t)(i >> 8);
