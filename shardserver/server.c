@@ -170,12 +170,12 @@ kv_server_leave(kv_server *s, uint32_t timeout_ms, kv_server_wait_cb wait, void 
 	return KV_LEAVE_TIMED_OUT;
 }
 
-/* Refuses new requests and waits (bounded) until every request taken has
- * been answered, so no log notification outlives the rpc server. */
+/* Refuses new requests and waits up to ms until every request taken has
+ * been answered; false when some are still waiting. */
 static bool
-drain_requests(kv_server *s)
+drain_requests(kv_server *s, unsigned ms)
 {
-	uint64_t deadline = kv_now_ns() + 10ull * 1000000000ull;
+	uint64_t deadline = kv_now_ns() + (uint64_t)ms * 1000000ull;
 
 	atomic_store(&s->closing, true);
 	while (atomic_load(&s->inflight) > 0) {
@@ -643,10 +643,15 @@ kv_server_start(kv_server *s)
 }
 
 /*
- * Stop order: refuse new requests and wait for the ones taken (their held
- * replies use the log), stop the metrics listener (it walks the migration
- * list), close the rpc server, join the watch and heartbeat threads, join
- * the migration threads, close the controller clients, close the log.
+ * Stop order: refuse new requests and let the ones taken finish while the
+ * backups still receive their records (up to 1 s: a write this node
+ * answers before it stops is then held by every in-sync backup alike, so
+ * none of them diverges from the next primary and has to be copied
+ * again); stop replication (replies still waiting for backups fail), wait
+ * for the rest (their held replies use the log), stop the metrics listener
+ * (it walks the migration list), close the rpc server, join the watch and
+ * heartbeat threads, join the migration threads, close the controller
+ * clients, close the log.
  */
 int
 kv_server_stop(kv_server *s)
@@ -656,8 +661,10 @@ kv_server_stop(kv_server *s)
 	s->stopped = true;
 	atomic_store(&s->stopping, true);
 	kv_mig_stop(s->mig);
-	kv_rs_stop(s->repl); /* replies waiting for backups fail now */
-	if (s->started && !drain_requests(s)) {
+	if (s->started)
+		(void)drain_requests(s, 1000);
+	kv_rs_stop(s->repl); /* replies still waiting for backups fail now */
+	if (s->started && !drain_requests(s, 10000)) {
 		/* Replies still wait for a failing disk: they cannot be answered
 		 * truthfully, and freeing what they use would be unsafe. */
 		KV_ERROR(COMP, "stopping with writes not on disk", "inflight=%d",
