@@ -802,6 +802,7 @@ watch_main(void *arg)
 	size_t ctl = 0;
 	uint32_t backoff = 100;
 
+	kv_log_thread_name("shardkv-watch");
 	for (;;) {
 		uint64_t known = 0;
 		kv_config *cfg = NULL;

@@ -942,6 +942,7 @@ retry_main(void *arg)
 	shardkv_client *c = arg;
 	probe_memo pm = {.rv = KV_OK};
 
+	kv_log_thread_name("shardkv-retry");
 	pthread_mutex_lock(&c->eng_mu);
 	for (;;) {
 		uint64_t now = kv_now_ns(), next = UINT64_MAX;

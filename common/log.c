@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -372,4 +373,13 @@ kv_log(enum kv_log_level level, const char *component, const char *msg, const ch
 	line[n++] = '\n';
 	/* One write per line keeps lines from different threads whole. */
 	(void)!write(STDERR_FILENO, line, n);
+}
+
+void
+kv_log_thread_name(const char *name)
+{
+	char n[16];
+
+	snprintf(n, sizeof(n), "%s", name);
+	(void)prctl(PR_SET_NAME, n, 0, 0, 0);
 }

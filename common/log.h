@@ -33,6 +33,14 @@ int kv_log_parse_level(const char *s, enum kv_log_level *out);
 int kv_log_enabled(enum kv_log_level level);
 
 /*
+ * Names the calling thread for `top -H`, `ps -L`, perf and gdb (the
+ * kernel keeps 15 bytes: longer names are cut). Every long-lived thread of
+ * the daemons and the client library calls it first; the names are listed
+ * in doc/threads.md.
+ */
+void kv_log_thread_name(const char *name);
+
+/*
  * Writes one line. `msg` is a short lowercase phrase; `kvfmt` (may be NULL)
  * formats the trailing `key=value` pairs. Lines longer than 4 KiB are cut.
  */

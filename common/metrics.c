@@ -11,6 +11,7 @@
  */
 #include "common/metrics.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "kv_version.h"
 
 #include <dirent.h>
@@ -196,6 +197,7 @@ metrics_main(void *arg)
 {
 	kv_metrics *m = arg;
 
+	kv_log_thread_name("kv-metrics");
 	for (;;) {
 		struct pollfd p[2] = {{.fd = m->fd, .events = POLLIN},
 		                      {.fd = m->stop[0], .events = POLLIN}};

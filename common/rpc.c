@@ -722,6 +722,7 @@ rpc_closer_main(void *arg)
 {
 	struct rpc_closer *x = arg;
 
+	kv_log_thread_name("kv-rpc-closer");
 	x->close(x->arg);
 	pthread_mutex_lock(&x->mu);
 	x->done = true;

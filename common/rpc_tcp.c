@@ -438,6 +438,7 @@ worker_main(void *arg)
 {
 	struct rpc_tcp *t = arg;
 
+	kv_log_thread_name("kv-rpc-worker");
 	for (;;) {
 		pthread_mutex_lock(&t->wq_mu);
 		while (t->wq_head == NULL && !t->wq_stop)
@@ -764,6 +765,7 @@ loop_main(void *arg)
 	struct rpc_tcp *t = l->t;
 	struct epoll_event ev[EVENTS_PER_RUN];
 
+	kv_log_thread_name("kv-rpc-loop");
 	while (!atomic_load(&t->closing)) {
 		int n = epoll_wait(l->ep, ev, EVENTS_PER_RUN, -1);
 		if (n < 0) {

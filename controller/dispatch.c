@@ -338,6 +338,7 @@ kv_ctl__proposer_main(void *arg)
 {
 	kv_controller *c = arg;
 
+	kv_log_thread_name("kv-ctl-propose");
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		struct ctl_job *j;
@@ -462,6 +463,7 @@ kv_ctl__liveness_main(void *arg)
 {
 	kv_controller *c = arg;
 
+	kv_log_thread_name("kv-ctl-liveness");
 	pthread_mutex_lock(&c->mu);
 	while (!c->closing) {
 		uint64_t wake = kv_now_ns() + c->live_tick_ns;

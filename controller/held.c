@@ -279,6 +279,7 @@ kv_ctl__reaper_main(void *arg)
 {
 	kv_controller *c = arg;
 
+	kv_log_thread_name("kv-ctl-reaper");
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		uint64_t now = kv_now_ns(), wake = now + 1000000000u;

@@ -289,6 +289,7 @@ loop_main(void *arg)
 {
 	kv_repl *r = arg;
 
+	kv_log_thread_name("kv-raft");
 	uv_run(&r->loop, UV_RUN_DEFAULT);
 	return NULL;
 }

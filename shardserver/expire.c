@@ -98,6 +98,7 @@ kv_srv_expire_main(void *arg)
 {
 	kv_server *s = arg;
 
+	kv_log_thread_name("kv-expire");
 	while (!atomic_load(&s->stopping)) {
 		kv_server__nap(s, EXPIRE_PERIOD_MS);
 		if (atomic_load(&s->stopping))

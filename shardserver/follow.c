@@ -372,6 +372,7 @@ kv_srv_watch_main(void *arg)
 	uint32_t wt = s->cfg->watch_timeout_ms ? s->cfg->watch_timeout_ms : 1000;
 	bool auth_warned = false;
 
+	kv_log_thread_name("kv-watch");
 	if (do_register(s) != 0)
 		return NULL;
 	while (!atomic_load(&s->stopping)) {

@@ -337,6 +337,7 @@ kv_srv_heartbeat_main(void *arg)
 	hb_cache cache = {0};
 	kv_load_sample *smp = malloc(KV_LOAD_SLOTS * sizeof(*smp));
 
+	kv_log_thread_name("kv-heartbeat");
 	while (!atomic_load(&s->stopping)) {
 		kv_buf *rg = NULL;
 		kv_store_stats st;
@@ -471,6 +472,7 @@ kv_srv_lease_main(void *arg)
 	kv_server *s = arg;
 	bool held = false, busy_logged = false;
 
+	kv_log_thread_name("kv-lease");
 	while (!atomic_load(&s->stopping)) {
 		uint32_t me = atomic_load(&s->node_id);
 		uint64_t sent = kv_now_ns();

@@ -431,6 +431,7 @@ applier_main(void *arg)
 	struct kv_mig_applier *a = s->applier;
 	pid_t tid = (pid_t)syscall(SYS_gettid);
 
+	kv_log_thread_name("kv-mig-apply");
 	errno = 0;
 	int nice = getpriority(PRIO_PROCESS, (id_t)tid);
 	if (errno == 0 &&

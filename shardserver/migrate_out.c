@@ -1214,6 +1214,7 @@ mig_out_main(void *arg)
 	bool served;
 	int rv;
 
+	kv_log_thread_name("kv-mig-out");
 	kv_owner_rdlock(s->env.owner);
 	served = kv_owner_covers_locked(s->env.owner, o->start.data, o->start.len, o->end.data,
 	                                o->end.len, KV_OWN_SERVE);

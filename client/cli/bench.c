@@ -26,6 +26,7 @@
  */
 #include "client/cli/bench.h"
 #include "client/cli/cliutil.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -1359,6 +1360,7 @@ reporter_main(void *arg)
 {
 	bench_run *r = arg;
 
+	kv_log_thread_name("bench-report");
 	for (uint64_t k = 1;; k++) {
 		uint64_t tick = r->t0 + k * 1000000000u;
 		bool at_deadline = r->deadline && tick >= r->deadline;
@@ -1540,6 +1542,7 @@ poller_main(void *arg)
 {
 	bench_run *r = arg;
 
+	kv_log_thread_name("bench-poll");
 	for (;;) {
 		uint64_t next = now_ns() + 1000000000u;
 		shardkv_config *cfg;

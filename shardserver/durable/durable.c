@@ -1415,6 +1415,7 @@ snap_main(void *arg)
 	kv_dur *d = arg;
 	uint64_t threshold = d->o.snapshot_bytes ? d->o.snapshot_bytes : SNAP_MIN;
 
+	kv_log_thread_name("kv-snapshot");
 	pthread_mutex_lock(&d->mu);
 	while (!d->stop) {
 		struct timespec ts;

@@ -1209,6 +1209,7 @@ syncer_main(void *arg)
 {
 	kv_wal *w = arg;
 
+	kv_log_thread_name("kv-wal-sync");
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		while (w->as_state != AS_POSTED && !w->as_stop)
@@ -1372,6 +1373,7 @@ writer_main(void *arg)
 	kv_wal *w = arg;
 	uint64_t close_by = 0;
 
+	kv_log_thread_name("kv-wal-writer");
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		uint64_t now = kv_now_ns(), sync_req;

@@ -2036,6 +2036,7 @@ stream_main(void *arg)
 	stream *s = arg;
 	kv_rs *g = s->g;
 
+	kv_log_thread_name("kv-repl-stream");
 	pthread_mutex_lock(&s->mu);
 	while (!atomic_load(&g->stopping)) {
 		struct timespec ts;
@@ -4044,6 +4045,7 @@ pos_main(void *arg)
 {
 	kv_rs *g = arg;
 
+	kv_log_thread_name("kv-repl-pos");
 	pthread_mutex_lock(&g->in_mu);
 	while (!atomic_load(&g->stopping)) {
 		struct timespec ts;

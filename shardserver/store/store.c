@@ -36,6 +36,7 @@
 #include "shardserver/store/art.h"
 #include "common/bytes.h"
 #include "common/err.h"
+#include "common/log.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -145,6 +146,7 @@ store__owner_main(void *arg)
 {
 	kv_part *p = arg;
 
+	kv_log_thread_name("kv-store-part");
 	kv_tls_store = p->store;
 	kv_tls_part = p->index;
 	if (p->store->o.pin_threads) {

@@ -5,6 +5,7 @@
  * bare, a conversion that prints whole pairs still gives separate pairs, a
  * cut value keeps its closing quote, and a whole kv_log() line stays one
  * line. A small logfmt reader checks that every value reads back as given.
+ * A thread names itself (kv_log_thread_name), cut to 15 bytes.
  */
 #include "common/log.h"
 
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -255,6 +257,21 @@ a_whole_line_stays_one_line(void **state)
 	assert_string_equal(v, "invalid address \"foo\"\nsecond line");
 }
 
+/* A thread's name shows in its comm, cut to the kernel's 15 bytes. */
+static void
+a_thread_names_itself_and_a_long_name_is_cut(void **state)
+{
+	char got[17] = {0};
+
+	(void)state;
+	kv_log_thread_name("kv-test-name");
+	assert_int_equal(prctl(PR_GET_NAME, got, 0, 0, 0), 0);
+	assert_string_equal(got, "kv-test-name");
+	kv_log_thread_name("kv-a-name-longer-than-fifteen");
+	assert_int_equal(prctl(PR_GET_NAME, got, 0, 0, 0), 0);
+	assert_string_equal(got, "kv-a-name-longe");
+}
+
 int
 main(void)
 {
@@ -268,6 +285,7 @@ main(void)
 	    cmocka_unit_test(a_value_too_long_is_cut_with_its_quote_closed),
 	    cmocka_unit_test(every_byte_reads_back),
 	    cmocka_unit_test(a_whole_line_stays_one_line),
+	    cmocka_unit_test(a_thread_names_itself_and_a_long_name_is_cut),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
