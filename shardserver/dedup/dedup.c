@@ -5,7 +5,8 @@
  * clients. A client holds a ring of the results of its last writes, at
  * most `per_client`: the ring starts small and doubles as needed up to that
  * bound (a client that writes once costs a few hundred bytes); past it a
- * new write overwrites the oldest slot. A lookup probes the client's index
+ * new write overwrites the oldest slot (KV_DEDUP_PER_CLIENT by default).
+ * A lookup probes the client's index
  * (an open-addressing hash of request id to slot, twice the ring's size,
  * linear probing with backward-shift deletion) under one stripe lock: one
  * client with its full ring of 1024 results used to scan 8 KiB of ids per
@@ -176,7 +177,7 @@ kv_dedup_create(size_t per_client, size_t max_clients, uint64_t ttl_ms)
 	kv_dedup *d = calloc(1, sizeof(*d));
 	if (d == NULL)
 		return NULL;
-	d->per_client = per_client ? per_client : 1024;
+	d->per_client = per_client ? per_client : KV_DEDUP_PER_CLIENT;
 	max_clients = max_clients ? max_clients : 65536;
 	d->max_per_stripe = (max_clients + DEDUP_STRIPES - 1) / DEDUP_STRIPES;
 	d->ttl_ms = ttl_ms ? ttl_ms : 10u * 60u * 1000u;

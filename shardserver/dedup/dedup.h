@@ -34,7 +34,21 @@ typedef struct {
  * memory through the log, snapshots and range transfers. */
 #define KV_DEDUP_MAX_VALUE 4096u
 
-/* Creates a table. 0 arguments take defaults (1024, 65536, 10 minutes).
+/*
+ * Results remembered per client by default. A client handle keeps up to
+ * 512 ops in flight per server (4 requests of 128), and while a retry
+ * waits (a failover, a primary transfer, backoffs of up to 100 ms) the same
+ * handle goes on writing: at 100,000 writes a second, 1024 results are 10
+ * ms of them, and retries after a primary transfer under pipelined load
+ * were refused as too old (tens to hundreds of timed-out writes per
+ * transfer, bench/README.md 2026-12-03). A ring grows from 8 slots as its
+ * client writes, so only clients that write this much hold this many
+ * (about 130 bytes plus the key each).
+ */
+#define KV_DEDUP_PER_CLIENT 16384u
+
+/* Creates a table. 0 arguments take defaults (KV_DEDUP_PER_CLIENT, 65536,
+ * 10 minutes).
  * Returns NULL when out of memory. Free with kv_dedup_destroy (accepts NULL). */
 kv_dedup *kv_dedup_create(size_t per_client, size_t max_clients, uint64_t ttl_ms);
 void kv_dedup_destroy(kv_dedup *d);

@@ -120,6 +120,35 @@ dedup_retry_returns_the_first_result(void **state)
 	kv_dedup_destroy(d);
 }
 
+/* The default memory holds a pipelined handle's retry: one write retried
+ * after ten thousand newer writes of its client (a primary transfer under
+ * pipelined load) is answered from memory; past KV_DEDUP_PER_CLIENT newer
+ * ones it is refused, never applied again. */
+static void
+dedup_default_memory_outlasts_a_pipelined_clients_retry(void **state)
+{
+	kv_dedup *d = kv_dedup_create(0, 0, 0);
+	kv_dedup_result r = {.status = 0, .value_len = 3}, out;
+	uint64_t id = 1;
+	(void)state;
+	assert_non_null(d);
+	for (; id <= 10001; id++) {
+		assert_int_equal(kv_dedup_begin(d, 9, id, false, 100, &out), KV_ENOTFOUND);
+		kv_dedup_finish(d, 9, id, &r, S("k"), 100);
+	}
+	assert_int_equal(kv_dedup_begin(d, 9, 1, true, 100, &out), 0);
+	assert_int_equal(out.value_len, 3);
+	kv_buf_fini(&out.value);
+	for (; id <= KV_DEDUP_PER_CLIENT + 1; id++) {
+		assert_int_equal(kv_dedup_begin(d, 9, id, false, 100, &out), KV_ENOTFOUND);
+		kv_dedup_finish(d, 9, id, &r, S("k"), 100);
+	}
+	assert_int_equal(kv_dedup_begin(d, 9, 1, true, 100, &out), KV_ESTALE);
+	assert_int_equal(kv_dedup_begin(d, 9, 2, true, 100, &out), 0);
+	kv_buf_fini(&out.value);
+	kv_dedup_destroy(d);
+}
+
 static void
 dedup_refuses_a_forgotten_write_instead_of_applying_it_again(void **state)
 {
@@ -422,6 +451,7 @@ main(void)
 	    cmocka_unit_test(owner_fill_leaves_served_parts_alone),
 	    cmocka_unit_test(owner_served_merges_adjacent_ranges),
 	    cmocka_unit_test(dedup_retry_returns_the_first_result),
+	    cmocka_unit_test(dedup_default_memory_outlasts_a_pipelined_clients_retry),
 	    cmocka_unit_test(dedup_refuses_a_forgotten_write_instead_of_applying_it_again),
 	    cmocka_unit_test(dedup_refilled_memory_refuses_writes_older_than_it_holds),
 	    cmocka_unit_test(dedup_remembers_up_to_its_bound_out_of_order),
