@@ -104,6 +104,14 @@ kv_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t
+kv_unix_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 /* CLOCK_MONOTONIC_COARSE's resolution in ns, 0: not read yet, UINT64_MAX:
  * the clock is not there. */
 static atomic_uint_fast64_t kv_coarse_res;

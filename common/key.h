@@ -91,6 +91,10 @@ uint64_t kv_hash64(const void *p, size_t n);
 /* Returns CLOCK_MONOTONIC in nanoseconds. */
 uint64_t kv_now_ns(void);
 
+/* Returns CLOCK_REALTIME in milliseconds since the Unix epoch: the clock of
+ * the exactly-once memory's times (dedup.h) and of log records' times. */
+uint64_t kv_unix_ms(void);
+
 /* Returns CLOCK_MONOTONIC in nanoseconds read from the kernel's last tick
  * (CLOCK_MONOTONIC_COARSE) plus that clock's resolution: never earlier than
  * kv_now_ns() read at the same moment, at most one tick (1-10 ms) later,

@@ -113,7 +113,8 @@ kv_xfer__from_pb(const Shardkv__Transfer *t, kv_xfer *x, const char **why)
 		const Shardkv__TransferChunk *c = t->chunk;
 		x->kind = KV_XFER_CHUNK;
 		x->last = c->last;
-		if (c->n_entries > KV_XFER_MAX_RECS || c->n_dedup > KV_XFER_MAX_RECS) {
+		if (c->n_entries > KV_XFER_MAX_RECS || c->n_dedup > KV_XFER_MAX_RECS ||
+		    c->n_floors > KV_XFER_MAX_RECS) {
 			*why = "chunk too large";
 			return KV_ELIMIT;
 		}
@@ -135,6 +136,17 @@ kv_xfer__from_pb(const Shardkv__Transfer *t, kv_xfer *x, const char **why)
 				*why = "bad dedup entry";
 				return rv;
 			}
+		if (c->n_floors && (x->floors = calloc(c->n_floors, sizeof(*x->floors))) == NULL)
+			return KV_ENOMEM;
+		for (size_t i = 0; i < c->n_floors; i++, x->nfloors++) {
+			const Shardkv__ClientFloor *f = c->floors[i];
+			if (f == NULL || f->client_id == 0 || f->floor == 0) {
+				*why = "bad exactly-once floor";
+				return KV_EINVAL;
+			}
+			x->floors[i] =
+			    (kv_xfer_floor){.client_id = f->client_id, .floor = f->floor};
+		}
 		return KV_OK;
 	}
 	case SHARDKV__TRANSFER__MSG_DELTA: {
@@ -201,6 +213,7 @@ kv_xfer__fini(kv_xfer *x)
 		return;
 	free(x->kv);
 	free(x->dedup);
+	free(x->floors);
 	free(x->delta);
 	memset(x, 0, sizeof(*x));
 }
@@ -237,6 +250,7 @@ kv_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes au
 	Shardkv__KeyValue *kvs = NULL, **kvp = NULL;
 	Shardkv__DedupEntry *des = NULL, **dep = NULL;
 	Shardkv__OpResult *dres = NULL;
+	Shardkv__ClientFloor *fls = NULL, **flp = NULL;
 	Shardkv__DeltaRecord *recs = NULL, **recp = NULL;
 	uint64_t *ats = NULL;
 	size_t nd = x->kind == KV_XFER_DELTA ? x->ndelta : x->ndedup;
@@ -302,6 +316,21 @@ kv_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes au
 		}
 		c.n_dedup = x->ndedup;
 		c.dedup = dep;
+		if (x->nfloors) {
+			Shardkv__ClientFloor finit = SHARDKV__CLIENT_FLOOR__INIT;
+			fls = calloc(x->nfloors, sizeof(*fls));
+			flp = calloc(x->nfloors, sizeof(*flp));
+			if (fls == NULL || flp == NULL)
+				goto cleanup;
+			for (size_t i = 0; i < x->nfloors; i++) {
+				fls[i] = finit;
+				fls[i].client_id = x->floors[i].client_id;
+				fls[i].floor = x->floors[i].floor;
+				flp[i] = &fls[i];
+			}
+			c.n_floors = x->nfloors;
+			c.floors = flp;
+		}
 		break;
 	case KV_XFER_DELTA: {
 		Shardkv__DeltaRecord rinit = SHARDKV__DELTA_RECORD__INIT;
@@ -364,6 +393,8 @@ cleanup:
 	free(des);
 	free(dep);
 	free(dres);
+	free(fls);
+	free(flp);
 	free(recs);
 	free(recp);
 	return rv;

@@ -53,6 +53,13 @@ typedef struct {
 	uint64_t time_ms;    /* when applied */
 } kv_xfer_dedup;
 
+/* A client's exactly-once floor (ClientFloor): the highest request id
+ * whose result the source may have forgotten. */
+typedef struct {
+	uint64_t client_id;
+	uint64_t floor;
+} kv_xfer_floor;
+
 /* One write recorded during a copy (DeltaRecord). */
 typedef struct {
 	uint64_t seq;          /* source write sequence */
@@ -94,6 +101,8 @@ typedef struct {
 	kv_xfer_kv *kv;          /* chunk entries */
 	size_t ndedup;           /* chunk: dedup entries */
 	kv_xfer_dedup *dedup;    /* chunk dedup entries */
+	size_t nfloors;          /* chunk: exactly-once floors */
+	kv_xfer_floor *floors;   /* chunk floors (client_id and floor non-zero) */
 	bool last;               /* chunk: bulk copy complete */
 	size_t ndelta;           /* delta: records */
 	kv_xfer_delta *delta;    /* delta records */

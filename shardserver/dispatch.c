@@ -881,7 +881,7 @@ step_dedup(op_ctx *x, unsigned flags)
 
 	if (!(flags & OPF_DEDUP) || x->rq->client_id == 0 || op->request_id == 0)
 		return true;
-	now = kv_server__unix_ms();
+	now = kv_unix_ms();
 	rv = kv_dedup_begin(x->s->dedup, x->rq->client_id, op->request_id, op->retry, now, &old);
 	if (rv == 0) {
 		res->status = old.status;

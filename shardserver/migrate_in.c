@@ -208,6 +208,21 @@ apply_dedup(kv_mig *s, kv_mig_in *in, const kv_xfer_dedup *d)
 	return rv;
 }
 
+/* Raises a client's floor to the source's (the source may have forgotten
+ * its writes up to there, in this range too), logged as a replica copy
+ * logs it (a DEDUP record without a key), so that a restart keeps it. */
+static int
+apply_floor(kv_mig *s, kv_mig_in *in, const kv_xfer_floor *f)
+{
+	uint64_t now_ms = kv_unix_ms();
+	kv_dur_dedup dd = {.client = f->client_id, .req = f->floor, .time_ms = now_ms};
+	int rv = kv_dedup_raise_floor(s->env.dedup, f->client_id, f->floor, now_ms);
+
+	if (rv == 0)
+		rv = kv_dur_side_dedup(in->side, &dd, KV_DUR_DEDUP_FLOOR, NULL, 0);
+	return rv;
+}
+
 static int
 in_begin(kv_mig *s, kv_mig_in *in, const kv_req *rq, kv_xfer_ack *ack)
 {
@@ -346,6 +361,8 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 
 	for (size_t i = 0; i < x->ndedup && rv == 0; i++)
 		rv = apply_dedup(s, in, &x->dedup[i]);
+	for (size_t i = 0; i < x->nfloors && rv == 0; i++)
+		rv = apply_floor(s, in, &x->floors[i]);
 	for (size_t i = 0; i < x->nkv && rv == 0; i++) {
 		const kv_xfer_kv *kv = &x->kv[i];
 		bool complete;

@@ -469,14 +469,41 @@ carry_emit(chunk_acc *a)
 	return 1;
 }
 
-/* Dedup entries of the range, collected for the first chunks. */
+/* Dedup entries of the range and every client's floor, collected for the
+ * first chunks. */
 typedef struct {
-	kv_xfer_dedup *d; /* entries (bytes in bufs) */
-	kv_buf *bufs;     /* 2 per entry: key, value */
-	size_t n;         /* entries */
-	size_t cap;       /* capacity */
-	bool oom;         /* allocation failed */
+	kv_xfer_dedup *d;  /* entries (bytes in bufs) */
+	kv_buf *bufs;      /* 2 per entry: key, value */
+	size_t n;          /* entries */
+	size_t cap;        /* capacity */
+	kv_xfer_floor *fl; /* floors */
+	size_t nfl, flcap; /* floors, capacity */
+	bool oom;          /* allocation failed */
 } dedup_acc;
+
+/* Collects a client's floor: the destination must refuse, like this node,
+ * a retry of a write this node may have forgotten, whose entry the copy
+ * therefore cannot bring (doc/replication.md "Exactly-once across copies"
+ * does the same for replica copies). The floor is the client's, over every
+ * key. */
+static void
+floor_cb(void *arg, uint64_t client, uint64_t floor)
+{
+	dedup_acc *a = arg;
+	if (a->oom)
+		return;
+	if (a->nfl == a->flcap) {
+		size_t nc = a->flcap ? a->flcap * 2 : 64;
+		kv_xfer_floor *nf = realloc(a->fl, nc * sizeof(*nf));
+		if (nf == NULL) {
+			a->oom = true;
+			return;
+		}
+		a->fl = nf;
+		a->flcap = nc;
+	}
+	a->fl[a->nfl++] = (kv_xfer_floor){.client_id = client, .floor = floor};
+}
 
 static void
 dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *res, const uint8_t *key,
@@ -701,15 +728,18 @@ phase_dedup(stream_ctx *x)
 
 	kv_dedup_visit_range(o->mig->env.dedup, o->start.data, o->start.len, o->end.data,
 	                     o->end.len, dedup_cb, da);
+	kv_dedup_visit_floors(o->mig->env.dedup, floor_cb, da);
 	if (da->oom)
 		return stream_fail(x, KV_ENOMEM);
 	for (size_t i = 0; i < da->n; i++) {
 		da->d[i].key = (kv_bytes){da->bufs[2 * i].data, da->bufs[2 * i].len};
 		da->d[i].value = (kv_bytes){da->bufs[2 * i + 1].data, da->bufs[2 * i + 1].len};
 	}
-	for (size_t off = 0; off < da->n;) {
-		/* At most DEDUP_ENTRIES entries and about CHUNK_BYTES per message. */
+	for (size_t off = 0, foff = 0; off < da->n || foff < da->nfl;) {
+		/* At most DEDUP_ENTRIES entries and about CHUNK_BYTES per message,
+		 * and as many floors. */
 		size_t k = 0, bytes = 0;
+		size_t kf = da->nfl - foff < DEDUP_ENTRIES ? da->nfl - foff : DEDUP_ENTRIES;
 		while (off + k < da->n && k < DEDUP_ENTRIES && (k == 0 || bytes < CHUNK_BYTES)) {
 			bytes += da->d[off + k].key.len + da->d[off + k].value.len;
 			k++;
@@ -718,10 +748,13 @@ phase_dedup(stream_ctx *x)
 		             .seq = ++*x->seq,
 		             .kind = KV_XFER_CHUNK,
 		             .ndedup = k,
-		             .dedup = da->d + off};
+		             .dedup = k ? da->d + off : NULL,
+		             .nfloors = kf,
+		             .floors = kf ? da->fl + foff : NULL};
 		if ((rv = xfer_send(o, x->cli, &c, true, &x->ack)) != 0)
 			return stream_fail(x, rv);
 		off += k;
+		foff += kf;
 	}
 	return STREAM_COPY;
 }
@@ -1135,6 +1168,7 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 		kv_buf_fini(&x.da.bufs[i]);
 	free(x.da.bufs);
 	free(x.da.d);
+	free(x.da.fl);
 	kv_store_cursor_fini(&x.cur);
 	return ph == STREAM_FENCED ? KV_OK : x.rv;
 }

@@ -439,7 +439,8 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 		set_err(err, errlen, "cannot write to data dir");
 		goto err_after_alloc;
 	}
-	if (kv_owner_init(&s->owner) != 0 || (s->dedup = kv_dedup_create(0, 0, 0)) == NULL) {
+	if (kv_owner_init(&s->owner) != 0 ||
+	    (s->dedup = kv_dedup_create(cfg->dedup_per_client, 0, 0)) == NULL) {
 		rv = KV_ENOMEM;
 		goto err_after_alloc;
 	}

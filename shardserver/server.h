@@ -77,6 +77,9 @@ typedef struct {
 	 * replica to an ISR (doc/replication.md "ISR changes"), so that a test
 	 * of the controller can keep one outside. */
 	bool no_expand;
+	/* For tests only (no flag): results the exactly-once memory keeps per
+	 * client (dedup.h); 0: KV_DEDUP_PER_CLIENT. */
+	size_t dedup_per_client;
 	/* For tests only (no flag): the expiry clock, Unix ms (store.h
 	 * kv_store_opts.clock); NULL: CLOCK_REALTIME. */
 	uint64_t (*clock)(void *arg);

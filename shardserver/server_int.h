@@ -159,15 +159,6 @@ kv_server__auth(const kv_server *s)
 	return (kv_bytes){.p = s->auth.data, .len = s->auth.len};
 }
 
-/* Returns the current Unix time in milliseconds. */
-static inline uint64_t
-kv_server__unix_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Sleeps up to ms, returning early when the server stops. */
 static inline void
 kv_server__nap(kv_server *s, unsigned ms)

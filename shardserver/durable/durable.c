@@ -29,7 +29,10 @@
  * SNAP_KVX a key with a deadline: u64 expire_at, then the value; type
  * SNAP_DEDUP is the write's key and the 36 bytes {client, request,
  * value_len, time_ms, status}, followed, for a delete whose value is
- * remembered, by one byte 1 and that value.
+ * remembered, by one byte 1 and that value; type SNAP_FLOOR is a client's
+ * exactly-once floor: the key is the client id (8 bytes, big-endian), the
+ * value {floor, time_ms} (16 bytes). A server older than SNAP_FLOOR refuses
+ * a snapshot that holds one as corrupt.
  *
  * The snapshot thread wakes every 200 ms and writes a snapshot when the log
  * has grown by the threshold since the last one: it cuts the log at a new
@@ -82,7 +85,7 @@ enum {
 	REC_MDEL = 6,
 	REC_ADOPT = 7
 };
-enum { SNAP_KV = 0, SNAP_DEDUP = 1, SNAP_KVX = 2 };
+enum { SNAP_KV = 0, SNAP_DEDUP = 1, SNAP_KVX = 2, SNAP_FLOOR = 3 };
 
 #define REC_F_DEDUP  0x01u
 #define REC_F_DELVAL 0x02u                 /* DEL, DEDUP, MDEL: the deleted value ends the record */
@@ -1221,6 +1224,13 @@ snap_load_cb(void *arg, uint8_t type, const uint8_t *key, size_t klen, const uin
 		return kv_store_put_x(c->store, key, klen, vlen > 8 ? val + 8 : (const uint8_t *)"",
 		                      vlen - 8, kv_get64(val));
 	}
+	if (type == SNAP_FLOOR) {
+		if (klen != 8 || vlen != 16 || kv_get64be(key) == 0 || kv_get64(val) == 0)
+			return KV_ECORRUPT;
+		(void)kv_dedup_raise_floor(c->dedup, kv_get64be(key), kv_get64(val),
+		                           kv_get64(val + 8));
+		return KV_OK;
+	}
 	if (type == SNAP_DEDUP) {
 		if (vlen < DEDUP_VAL || (vlen > DEDUP_VAL && val[DEDUP_VAL] != 1) ||
 		    vlen > DEDUP_VAL + 1 + KV_DEDUP_MAX_VALUE)
@@ -1299,6 +1309,24 @@ snap_dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *r
 	v->rv = kv_snap_add(v->w, SNAP_DEDUP, key, klen, val, n);
 }
 
+/* Adds a client's floor (kv_dedup_visit_floors) to the snapshot: without
+ * it a restart from the snapshot would forget that writes at or below it
+ * may have been applied (a copy's or a transfer's floor, or a range
+ * forgotten here), and apply their retries again. */
+static void
+snap_floor_cb(void *arg, uint64_t client, uint64_t floor)
+{
+	dedup_visit *v = arg;
+	uint8_t key[8], val[16];
+
+	if (v->rv != 0)
+		return;
+	kv_put64be(key, client);
+	kv_put64(val, floor);
+	kv_put64(val + 8, kv_unix_ms());
+	v->rv = kv_snap_add(v->w, SNAP_FLOOR, key, sizeof(key), val, sizeof(val));
+}
+
 static bool
 stopping(kv_dur *d)
 {
@@ -1372,6 +1400,7 @@ snapshot(kv_dur *d, bool abortable)
 	if (rv == 0) {
 		dedup_visit v = {.w = w};
 		kv_dedup_visit_range(d->o.dedup, "", 0, "", 0, snap_dedup_cb, &v);
+		kv_dedup_visit_floors(d->o.dedup, snap_floor_cb, &v);
 		rv = v.rv;
 	}
 	if (rv != 0)

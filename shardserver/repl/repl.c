@@ -1169,7 +1169,10 @@ copy_floor_cb(void *arg, uint64_t client, uint64_t floor)
 	stream *s = arg;
 	kv_buf *b = copy_dd_next(s);
 
-	if (b != NULL && kv_dur_rec_floor(b, client, floor, kv_now_ns() / 1000000u) == 0)
+	/* Unix ms, the memory's clock: a monotonic time here made the replica
+	 * see the client idle for decades and drop it, floor and all, at its
+	 * next expiry pass. */
+	if (b != NULL && kv_dur_rec_floor(b, client, floor, kv_unix_ms()) == 0)
 		s->copy_ndd++;
 	else
 		s->copy_dd_short = true;

@@ -10,7 +10,9 @@
  *   destination answers MOVING with the source as hint, raw and through a
  *   client whose configuration predates an earlier move of the range;
  * - many handovers under heavy appends to few keys: no acknowledged append
- *   is lost or applied twice (the fence is atomic with writes).
+ *   is lost or applied twice (the fence is atomic with writes);
+ * - a write the source's exactly-once memory has forgotten, retried at the
+ *   destination, is refused, not applied again (the floors travel).
  *
  * scripts/mutants.sh runs these against known-bad changes of the migration
  * code. Every server is destroyed by the teardown; every wait has a deadline.
@@ -504,6 +506,67 @@ many_handovers_under_heavy_appends_lose_and_double_no_acknowledged_append(void *
 	assert_true(total > 1000);
 }
 
+/* An append at url by client 7 with request id `id`, sent as a retry
+ * (Op.retry: the client sent it before). */
+static res1
+retry_append(const char *url, const char *k, const char *v, uint64_t id)
+{
+	Shardkv__Op op = SHARDKV__OP__INIT;
+	Shardkv__AppendOp a = SHARDKV__APPEND_OP__INIT;
+	a.key = (ProtobufCBinaryData){strlen(k), (uint8_t *)k};
+	a.value = (ProtobufCBinaryData){strlen(v), (uint8_t *)v};
+	op.op_case = SHARDKV__OP__OP_APPEND;
+	op.append = &a;
+	op.request_id = id;
+	op.retry = true;
+	return one_op(url, &op, 7);
+}
+
+/*
+ * The exactly-once floors travel with a move: an append the source has
+ * forgotten (its client's memory of 4 results wrapped), retried at the
+ * destination after the range moved there, is refused as timed out (it may
+ * have been applied), not applied a second time; a write above the floor
+ * is applied there as usual.
+ */
+static void
+a_write_the_source_forgot_is_refused_at_the_destination_not_applied_again(void **state)
+{
+	res1 r;
+
+	(void)state;
+	for (int i = 0; i < NSRV; i++)
+		srvs[i].cfg.dedup_per_client = 4;
+	two_servers_node1_owns_all();
+	r = do_append(srvs[0].url, "mz", "x", 7, 1);
+	assert_int_equal(r.status, 0);
+	/* Five newer writes of the client, outside the moving range: ids 1
+	 * and 2 are forgotten (floor 2), and no entry of it moves. */
+	for (uint64_t id = 2; id <= 6; id++) {
+		r = do_append(srvs[0].url, "afill", "y", 7, id);
+		assert_int_equal(r.status, 0);
+	}
+	r = retry_append(srvs[0].url, "mz", "x", 1);
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_TIMED_OUT);
+	publish_move(1, 1, 2, 0);
+	fake_ctl_wait_done(ctl, 1, 20000);
+	uint64_t e = publish_owner(2);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	r = retry_append(srvs[1].url, "mz", "x", 1);
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_TIMED_OUT);
+	r = do_get(srvs[1].url, "mz");
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.value, "x");
+	/* Above the floor: a new write is applied, its retry answered from
+	 * memory. */
+	r = do_append(srvs[1].url, "mz", "x", 7, 7);
+	assert_int_equal(r.status, 0);
+	r = retry_append(srvs[1].url, "mz", "x", 7);
+	assert_int_equal(r.status, 0);
+	r = do_get(srvs[1].url, "mz");
+	assert_string_equal(r.value, "xx");
+}
+
 int
 main(void)
 {
@@ -521,6 +584,9 @@ main(void)
 	        setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        many_handovers_under_heavy_appends_lose_and_double_no_acknowledged_append, setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_write_the_source_forgot_is_refused_at_the_destination_not_applied_again, setup,
 	        teardown),
 	};
 	signal(SIGPIPE, SIG_IGN);

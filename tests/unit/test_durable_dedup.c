@@ -213,6 +213,38 @@ a_copied_range_replaces_its_exactly_once_entries(void **state)
 	}
 }
 
+/* A client's floor (a copy's, a transfer's, or a range forgotten here)
+ * survives a snapshot that covers the record that raised it, and a
+ * restart from that snapshot: a retry at or below it is still refused. */
+static void
+a_floor_comes_back_from_a_snapshot(void **state)
+{
+	const kv_test_dir *d = *state;
+	kv_dedup_result r;
+	kv_buf b = {0};
+	node n;
+
+	node_open(&n, d->path);
+	assert_int_equal(kv_dur_rec_floor(&b, 9, 50, 6), KV_OK);
+	apply_rec(&n, &b);
+	kv_buf_fini(&b);
+	/* A range forgotten here raises client 7's floor to its entry's id. */
+	logged_put(&n, "a", "v", 1);
+	logged_del(&n, "a", 40);
+	kv_dedup_forget_range(n.dedup, "a", 1, "b", 1);
+	assert_int_equal(kv_dur_snapshot(n.dur), KV_OK);
+	node_close(&n);
+
+	node_open(&n, d->path);
+	assert_int_equal(kv_dedup_begin(n.dedup, 9, 50, true, 1000, &r), KV_ESTALE);
+	assert_int_equal(kv_dedup_begin(n.dedup, 9, 51, true, 1000, &r), KV_ENOTFOUND);
+	kv_dedup_abort(n.dedup, 9, 51);
+	assert_int_equal(kv_dedup_begin(n.dedup, 7, 40, true, 1000, &r), KV_ESTALE);
+	assert_int_equal(kv_dedup_begin(n.dedup, 7, 41, true, 1000, &r), KV_ENOTFOUND);
+	kv_dedup_abort(n.dedup, 7, 41);
+	node_close(&n);
+}
+
 int
 main(void)
 {
@@ -223,6 +255,8 @@ main(void)
 	                                    kv_test_dir_setup, kv_test_dir_teardown),
 	    cmocka_unit_test_setup_teardown(a_copied_range_replaces_its_exactly_once_entries,
 	                                    kv_test_dir_setup, kv_test_dir_teardown),
+	    cmocka_unit_test_setup_teardown(a_floor_comes_back_from_a_snapshot, kv_test_dir_setup,
+	                                    kv_test_dir_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
