@@ -526,8 +526,8 @@ retry_append(const char *url, const char *k, const char *v, uint64_t id)
  * The exactly-once floors travel with a move: an append the source has
  * forgotten (its client's memory of 4 results wrapped), retried at the
  * destination after the range moved there, is refused as timed out (it may
- * have been applied), not applied a second time; a write above the floor
- * is applied there as usual.
+ * have been applied), not applied a second time, also after the
+ * destination restarts; a write above the floor is applied there as usual.
  */
 static void
 a_write_the_source_forgot_is_refused_at_the_destination_not_applied_again(void **state)
@@ -551,6 +551,13 @@ a_write_the_source_forgot_is_refused_at_the_destination_not_applied_again(void *
 	publish_move(1, 1, 2, 0);
 	fake_ctl_wait_done(ctl, 1, 20000);
 	uint64_t e = publish_owner(2);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	r = retry_append(srvs[1].url, "mz", "x", 1);
+	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_TIMED_OUT);
+	/* The destination logged the floor: a restart keeps it. */
+	inproc_srv_down(&srvs[1]);
+	clients_close();
+	inproc_srv_up(&srvs[1]);
 	srv_wait_ready(srvs[1].url, e, 15000, NULL);
 	r = retry_append(srvs[1].url, "mz", "x", 1);
 	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_TIMED_OUT);
