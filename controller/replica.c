@@ -71,14 +71,19 @@ struct kv_repl {
 	uv_async_t wake;             /* queue or stop: wakes the loop */
 	uv_timer_t tick;             /* refreshes info */
 	struct raft_uv_transport tr; /* TCP transport */
-	struct raft_io io;           /* libuv disk + network backend */
-	struct raft raft;            /* the consensus state (loop thread only) */
-	struct raft_fsm fsm;         /* adapter to cfg.fsm */
-	kv_repl_fsm cb;              /* the controller's state machine */
-	uint32_t id;                 /* this replica */
-	size_t npeers;               /* replicas */
-	pthread_t thread;            /* runs the loop */
-	bool thread_started;         /* thread must be joined */
+	/* libraft's own listen and connect of tr, which tr's call under
+	 * addr_mu (tr_listen, tr_connect). */
+	int (*tcp_listen)(struct raft_uv_transport *t, raft_uv_accept_cb cb);
+	int (*tcp_connect)(struct raft_uv_transport *t, struct raft_uv_connect *req, raft_id id,
+	                   const char *address, raft_uv_connect_cb cb);
+	struct raft_io io;   /* libuv disk + network backend */
+	struct raft raft;    /* the consensus state (loop thread only) */
+	struct raft_fsm fsm; /* adapter to cfg.fsm */
+	kv_repl_fsm cb;      /* the controller's state machine */
+	uint32_t id;         /* this replica */
+	size_t npeers;       /* replicas */
+	pthread_t thread;    /* runs the loop */
+	bool thread_started; /* thread must be joined */
 	bool loop_inited, handles_inited, tr_inited, io_inited, raft_inited;
 
 	pthread_mutex_t qmu;           /* protects the queue and stopping */
@@ -89,6 +94,39 @@ struct kv_repl {
 	pthread_mutex_t imu; /* protects info */
 	kv_repl_info info;   /* latest copy of the state */
 };
+
+/*
+ * libraft 0.15 parses "host:port" with strtok (uv_ip.c uvIpParse), whose
+ * position is one static pointer for the whole process: two replicas in one
+ * process (the tests run three) that listen or connect at once tokenize
+ * each other's buffers (ThreadSanitizer saw it). Its TCP transport's listen
+ * and connect, where it parses, run under this mutex: a leaf, held for
+ * those calls alone, which parse and hand the rest to the loop.
+ */
+static pthread_mutex_t addr_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int
+tr_listen(struct raft_uv_transport *t, raft_uv_accept_cb cb)
+{
+	kv_repl *r = (kv_repl *)((char *)t - offsetof(kv_repl, tr));
+
+	pthread_mutex_lock(&addr_mu);
+	int rv = r->tcp_listen(t, cb);
+	pthread_mutex_unlock(&addr_mu);
+	return rv;
+}
+
+static int
+tr_connect(struct raft_uv_transport *t, struct raft_uv_connect *req, raft_id id,
+           const char *address, raft_uv_connect_cb cb)
+{
+	kv_repl *r = (kv_repl *)((char *)t - offsetof(kv_repl, tr));
+
+	pthread_mutex_lock(&addr_mu);
+	int rv = r->tcp_connect(t, req, id, address, cb);
+	pthread_mutex_unlock(&addr_mu);
+	return rv;
+}
 
 static int
 err_from_raft(int rv)
@@ -413,6 +451,10 @@ kv_repl_create(const kv_repl_cfg *cfg, kv_repl **out, char *err, size_t errlen)
 		goto fail;
 	}
 	r->tr_inited = true;
+	r->tcp_listen = r->tr.listen;
+	r->tcp_connect = r->tr.connect;
+	r->tr.listen = tr_listen;
+	r->tr.connect = tr_connect;
 	if ((rv = raft_uv_init(&r->io, &r->loop, cfg->dir, &r->tr)) != 0) {
 		rv = kv_errf(err, errlen, KV_EIO, "cannot open raft data in %s: %s", cfg->dir,
 		             r->io.errmsg);
