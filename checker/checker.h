@@ -248,6 +248,12 @@ long chk_cluster_server_syscall(chk_cluster *c, int i, const long *nrs, size_t n
 /* Sends sig to server i when it runs. */
 void chk_cluster_signal(chk_cluster *c, int i, int sig);
 
+/* Whether server i runs and accepts connections on its URL (a loopback
+ * connect): it has started, so it takes SIGTERM as a leave. A process just
+ * spawned may not have reached the point where it takes signals, and dies
+ * of a SIGTERM sent then. */
+bool chk_cluster_server_listens(chk_cluster *c, int i);
+
 /* Reaps server i when it has exited (no wait). Returns true when it had. */
 bool chk_cluster_poll_exit(chk_cluster *c, int i);
 

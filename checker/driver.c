@@ -613,9 +613,10 @@ active_servers(chk_driver *d, const shardkv_config *cfg, int *idx)
 }
 
 /* Removes a server: `shardkv leave` (it is stopped once gone), or SIGTERM
- * when nothing moves and it owns a range (the server then drains itself
- * and exits). A server that owns no range exits on SIGTERM without leaving
- * and stays an active node, so it only ever gets `leave`. */
+ * when nothing moves, it owns a range and it listens (the server then
+ * drains itself and exits; one spawned a moment ago, by a restart after a
+ * kill, may not take signals yet and would die of it). A server that owns no range exits on SIGTERM
+ * without leaving and stays an active node, so it only ever gets `leave`. */
 static void
 step_leave(chk_driver *d, const shardkv_config *cfg)
 {
@@ -642,7 +643,8 @@ step_leave(chk_driver *d, const shardkv_config *cfg)
 			                     cfg->ranges[r].end.len);
 	d->hot = true;
 	gate_close(d);
-	if (quiet && owns && chk_rng_below(&d->rng, 100) < 40) {
+	if (quiet && owns && chk_rng_below(&d->rng, 100) < 40 &&
+	    chk_cluster_server_listens(d->cl, i)) {
 		/* The gate stays closed until it has exited (poll_procs). */
 		d->join_nem[i] =
 		    nem_begin(d, "leave", "\"server\": \"%s\", \"how\": \"SIGTERM\"", s->url);

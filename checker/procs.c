@@ -18,10 +18,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <ftw.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -466,6 +469,27 @@ chk_cluster_server_syscall(chk_cluster *c, int i, const long *nrs, size_t n)
 	}
 	closedir(dir);
 	return found;
+}
+
+bool
+chk_cluster_server_listens(chk_cluster *c, int i)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	char host[64];
+	int port = 0, fd;
+	bool ok;
+
+	if (i < 0 || i >= c->nservers || c->srv[i].pid <= 0 ||
+	    sscanf(c->srv[i].url, "tcp://%63[^:]:%d", host, &port) != 2 || port <= 0 ||
+	    port > 65535 || inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+		return false;
+	sa.sin_port = htons((uint16_t)port);
+	if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+		return false;
+	/* Loopback: accepted into the backlog or refused at once. */
+	ok = connect(fd, (const struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
 }
 
 void

@@ -3,8 +3,9 @@
  * (kv_server_parse_args), creates and starts the server (server.h) and
  * turns signals into its life cycle.
  *
- * DESIGN. SIGTERM and SIGINT are blocked before the server starts any
- * thread (so every thread inherits the mask) and taken here with
+ * DESIGN. SIGTERM and SIGINT are blocked first thing in main, before the
+ * server starts any thread (so every thread inherits the mask, and a
+ * signal sent while the server starts waits for the loop), and taken here with
  * sigtimedwait. SIGTERM runs the graceful leave (kv_server_leave: drain,
  * then stop); SIGINT stops at once and keeps the ranges for a restart; a
  * second signal during the leave cuts it short. SIGPIPE and SIGXFSZ are
@@ -50,6 +51,13 @@ main(int argc, char **argv)
 	char err[600];
 	int rv;
 
+	/* First of all: a SIGTERM that comes while the server starts (a
+	 * supervisor that stops it at once) is then taken by the loop below
+	 * and drains, instead of killing the process by its default action. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	if (kv_version_requested(argc, argv)) {
 		kv_version_print(stdout, "shardkv-server");
 		return 0;
@@ -63,10 +71,6 @@ main(int argc, char **argv)
 		return 0;
 	}
 	kv_log_set_level(a.level);
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGXFSZ, SIG_IGN);
 
