@@ -38,14 +38,16 @@ typedef struct {
  * Results remembered per client by default. A client handle keeps up to
  * 512 ops in flight per server (4 requests of 128), and while a retry
  * waits (a failover, a primary transfer, backoffs of up to 100 ms) the same
- * handle goes on writing: at 100,000 writes a second, 1024 results are 10
- * ms of them, and retries after a primary transfer under pipelined load
- * were refused as too old (tens to hundreds of timed-out writes per
- * transfer, bench/README.md 2026-12-03). A ring grows from 8 slots as its
- * client writes, so only clients that write this much hold this many
- * (about 130 bytes plus the key each).
+ * handle goes on writing. With 1024, retries after a primary transfer
+ * under pipelined load (about 1,000 writes in flight on one handle) were
+ * refused as too old: 43-407 timed-out writes in each 6 s run; 0 in 6
+ * runs with 4096, and with 16384 too, but the larger ring cost a
+ * one-handle pipelined SET about 6% more server CPU per op, 4096 none that
+ * the noise shows (bench/README.md, 2026-12-03 afternoon). A ring grows
+ * from 8 slots as its client writes, so only clients that write this much
+ * hold this many (about 130 bytes plus the key each).
  */
-#define KV_DEDUP_PER_CLIENT 16384u
+#define KV_DEDUP_PER_CLIENT 4096u
 
 /* Creates a table. 0 arguments take defaults (KV_DEDUP_PER_CLIENT, 65536,
  * 10 minutes).
