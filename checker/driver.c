@@ -615,8 +615,9 @@ active_servers(chk_driver *d, const shardkv_config *cfg, int *idx)
 /* Removes a server: `shardkv leave` (it is stopped once gone), or SIGTERM
  * when nothing moves, it owns a range and it listens (the server then
  * drains itself and exits; one spawned a moment ago, by a restart after a
- * kill, may not take signals yet and would die of it). A server that owns no range exits on SIGTERM
- * without leaving and stays an active node, so it only ever gets `leave`. */
+ * kill, may not take signals yet and would die of it). A server that owns
+ * no range exits on SIGTERM without leaving and stays an active node, so
+ * it only ever gets `leave`. */
 static void
 step_leave(chk_driver *d, const shardkv_config *cfg)
 {

@@ -15,10 +15,10 @@
 #include "common/err.h"
 #include "common/proc.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <arpa/inet.h>
 #include <ftw.h>
 #include <netinet/in.h>
 #include <stdio.h>

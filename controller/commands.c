@@ -26,14 +26,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t
-unix_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void
 random_cluster_id(char out[25])
 {
@@ -64,7 +56,7 @@ publish_locked(kv_controller *c, kv_config *next, const char *why, char *msg, si
 	int rv;
 
 	next->epoch = cur->epoch + 1;
-	next->time_ms = unix_ms();
+	next->time_ms = kv_unix_ms();
 	/* --min-insync reaches the servers in every configuration; with one
 	 * replica per range it stays as it was (0 reads as 1). */
 	if (c->replicas >= 2)
@@ -472,7 +464,7 @@ balance_plan_locked(kv_controller *c, const kv_config *cur, bool commit, kv_sche
 	if (f == NULL)
 		return KV_ENOMEM;
 	kv_ctl__figs_locked(c, cur, 5000000000u, f);
-	rv = kv_sched_plan(c->sched, cur, f, &c->sched_p, unix_ms(), commit, d, cap, n);
+	rv = kv_sched_plan(c->sched, cur, f, &c->sched_p, kv_unix_ms(), commit, d, cap, n);
 	free(f);
 	if (rv != KV_OK)
 		return rv;
@@ -568,7 +560,7 @@ kv_ctl__cmd_balance(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	for (size_t i = 0; i < n; i++) {
 		struct ctl_sched_rec *rec = &c->sched_recent[c->sched_next++ % CTL_SCHED_RECENT];
 		sched_describe(&d[i], rec->text, sizeof(rec->text));
-		rec->unix_ms = unix_ms();
+		rec->unix_ms = kv_unix_ms();
 		rec->kind = kv_sched_kind_name(d[i].kind);
 		rec->reason = kv_sched_why_name(d[i].why);
 		c->sched_total[d[i].kind][d[i].why]++;

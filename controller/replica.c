@@ -71,20 +71,21 @@ struct kv_repl {
 	uv_async_t wake;             /* queue or stop: wakes the loop */
 	uv_timer_t tick;             /* refreshes info */
 	struct raft_uv_transport tr; /* TCP transport */
+	struct raft_io io;           /* libuv disk + network backend */
+	struct raft raft;            /* the consensus state (loop thread only) */
+	struct raft_fsm fsm;         /* adapter to cfg.fsm */
+	kv_repl_fsm cb;              /* the controller's state machine */
+	uint32_t id;                 /* this replica */
+	size_t npeers;               /* replicas */
+	pthread_t thread;            /* runs the loop */
+	bool thread_started;         /* thread must be joined */
+	bool loop_inited, handles_inited, tr_inited, io_inited, raft_inited;
+
 	/* libraft's own listen and connect of tr, which tr's call under
 	 * addr_mu (tr_listen, tr_connect). */
 	int (*tcp_listen)(struct raft_uv_transport *t, raft_uv_accept_cb cb);
 	int (*tcp_connect)(struct raft_uv_transport *t, struct raft_uv_connect *req, raft_id id,
 	                   const char *address, raft_uv_connect_cb cb);
-	struct raft_io io;   /* libuv disk + network backend */
-	struct raft raft;    /* the consensus state (loop thread only) */
-	struct raft_fsm fsm; /* adapter to cfg.fsm */
-	kv_repl_fsm cb;      /* the controller's state machine */
-	uint32_t id;         /* this replica */
-	size_t npeers;       /* replicas */
-	pthread_t thread;    /* runs the loop */
-	bool thread_started; /* thread must be joined */
-	bool loop_inited, handles_inited, tr_inited, io_inited, raft_inited;
 
 	pthread_mutex_t qmu;           /* protects the queue and stopping */
 	struct repl_op *qhead, *qtail; /* submissions not yet given to libraft */

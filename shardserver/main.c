@@ -5,8 +5,8 @@
  *
  * DESIGN. SIGTERM and SIGINT are blocked first thing in main, before the
  * server starts any thread (so every thread inherits the mask, and a
- * signal sent while the server starts waits for the loop), and taken here with
- * sigtimedwait. SIGTERM runs the graceful leave (kv_server_leave: drain,
+ * signal sent while the server starts waits for the loop), and taken here
+ * with sigtimedwait. SIGTERM runs the graceful leave (kv_server_leave: drain,
  * then stop); SIGINT stops at once and keeps the ranges for a restart; a
  * second signal during the leave cuts it short. SIGPIPE and SIGXFSZ are
  * ignored (a file size limit is an I/O error, not a death). Exit codes:

@@ -6,8 +6,8 @@
  * most `per_client`: the ring starts small and doubles as needed up to that
  * bound (a client that writes once costs a few hundred bytes); past it a
  * new write overwrites the oldest slot (KV_DEDUP_PER_CLIENT by default).
- * A lookup probes the client's index
- * (an open-addressing hash of request id to slot, twice the ring's size,
+ * A lookup probes the client's index (an open-addressing hash of request
+ * id to slot, twice the ring's size,
  * linear probing with backward-shift deletion) under one stripe lock: one
  * client with its full ring of 1024 results used to scan 8 KiB of ids per
  * write, twice (begin and finish), about a fifth of a server's cycles under

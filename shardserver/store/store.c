@@ -370,12 +370,9 @@ store__check_val(const kv_store *s, const void *val, size_t vlen)
 uint64_t
 kv_store_now_ms(kv_store *s)
 {
-	struct timespec ts;
-
 	if (s->o.clock != NULL)
 		return s->o.clock(s->o.clock_arg);
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	return kv_unix_ms();
 }
 
 /* The deadline of key in p (0: none). */
