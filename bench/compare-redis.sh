@@ -32,6 +32,11 @@
 #               which runs without persistence, shardkv then writes its log
 #               without waiting for it; bench/compare-redis-aof.sh compares
 #               durable writes)
+#   -A          in mode 3, each pipeline or batch spreads its keys over the
+#               whole key space, so over every node; by default its keys
+#               share one range (shardkv bench --one-range), the shape
+#               redis-benchmark --cluster runs, which keeps each client on one
+#               node and each pipeline on one slot
 #   -S          single-key tests with a thread per caller instead (shardkv
 #               bench --threads CLIENTS --connections 1, blocking calls)
 #   -k          keep the work directory (logs, JSON reports)
@@ -50,13 +55,13 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-clients=50 ops=100000 keys=100000 vsize=100 pipe=16 modes="1 3" bin=${SHARDKV_BIN_DIR:-} keep= sync= plot= mbatch= fsync=none
+clients=50 ops=100000 keys=100000 vsize=100 pipe=16 modes="1 3" bin=${SHARDKV_BIN_DIR:-} keep= sync= plot= mbatch= fsync=none spread=
 step_timeout=${COMPARE_STEP_TIMEOUT:-300}
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 die() { echo "compare-redis: $*" >&2; exit 1; }
 
-while getopts "c:n:r:d:P:m:b:p:f:SMkh" o; do
+while getopts "c:n:r:d:P:m:b:p:f:ASMkh" o; do
 	case "$o" in
 	c) clients=$OPTARG ;;
 	n) ops=$OPTARG ;;
@@ -67,6 +72,7 @@ while getopts "c:n:r:d:P:m:b:p:f:SMkh" o; do
 	b) bin=$OPTARG ;;
 	p) plot=$OPTARG ;;
 	f) fsync=$OPTARG ;;
+	A) spread=1 ;;
 	S) sync=1 ;;
 	M) mbatch=1 ;;
 	k) keep=1 ;;
@@ -205,9 +211,9 @@ print(f"{sys.argv[1]}\tredis\t{float(row[1]):.0f}\t{p50}\t{p99}")
 EOF
 }
 
-# shardkv_run NAME CTL MIX BATCH: appends "NAME shardkv ops/s p50_ms p99_ms"
+# shardkv_run NAME CTL MIX BATCH NODES: appends "NAME shardkv ops/s p50_ms p99_ms"
 shardkv_run() {
-	local name=$1 ctl=$2 mix=$3 batch=$4 out callers
+	local name=$1 ctl=$2 mix=$3 batch=$4 nodes=$5 out callers
 	out=$work/$(echo "$1" | tr ' /' '__').json
 	if [ "$batch" -gt 1 ] && [ -n "$mbatch" ]; then
 		callers=(--threads "$clients" --connections "$clients" --batch "$batch")
@@ -218,6 +224,7 @@ shardkv_run() {
 	else
 		callers=(--threads 1 --async "$clients" --connections 1)
 	fi
+	[ "$batch" -gt 1 ] && [ "$nodes" -gt 1 ] && [ -z "$spread" ] && callers+=(--one-range)
 	timeout "$step_timeout" "$bin/shardkv" -c "$ctl" --json bench "${callers[@]}" \
 		--keys "$keys" --key-size 16 --value-size "$vsize" \
 		--mix "$mix" --ops $((ops * batch)) --out "$out" >/dev/null \
@@ -255,20 +262,20 @@ for m in $modes; do
 
 	echo "compare-redis: $m node(s): measuring" >&2
 	redis_run "$m node SET" "$rport" "$cl" set 1
-	shardkv_run "$m node SET" "$ctl" put:1 1
+	shardkv_run "$m node SET" "$ctl" put:1 1 "$m"
 	redis_run "$m node GET" "$rport" "$cl" get 1
-	shardkv_run "$m node GET" "$ctl" get:1 1
+	shardkv_run "$m node GET" "$ctl" get:1 1 "$m"
 	if [ "$pipe" -gt 1 ]; then
 		redis_run "$m node SET P$pipe" "$rport" "$cl" set "$pipe"
-		shardkv_run "$m node SET P$pipe" "$ctl" put:1 "$pipe"
+		shardkv_run "$m node SET P$pipe" "$ctl" put:1 "$pipe" "$m"
 		redis_run "$m node GET P$pipe" "$rport" "$cl" get "$pipe"
-		shardkv_run "$m node GET P$pipe" "$ctl" get:1 "$pipe"
+		shardkv_run "$m node GET P$pipe" "$ctl" get:1 "$pipe" "$m"
 	fi
 	stop_all
 done
 
 cpus=$(nproc)
-python3 - "$results" "$clients" "$ops" "$keys" "$vsize" "$pipe" "$cpus" "$plot" "$mbatch" "$fsync" <<'EOF'
+python3 - "$results" "$clients" "$ops" "$keys" "$vsize" "$pipe" "$cpus" "$plot" "$mbatch" "$fsync" "$spread" <<'EOF'
 import sys
 path, clients, ops, keys, vsize, pipe, cpus, plot = sys.argv[1:9]
 print(f"# redis-server without persistence; shardkv-server --fsync {sys.argv[10]}")
@@ -286,6 +293,11 @@ if len(sys.argv) > 9 and sys.argv[9]:
     print(f"# P{pipe}: redis pipelines {pipe} commands, shardkv sends mget/mput of {pipe} keys (one op per key)")
 else:
     print(f"# P{pipe}: redis pipelines {pipe} commands per client, shardkv keeps {pipe} async ops in flight per caller")
+if int(pipe) > 1:
+    if sys.argv[11]:
+        print(f"# 3 nodes P{pipe}: shardkv spreads each caller's {pipe} keys over the key space; redis keeps a pipeline on one slot")
+    else:
+        print(f"# 3 nodes P{pipe}: the keys of a pipeline share one range (shardkv bench --one-range), as redis-benchmark --cluster keeps them on one slot")
 print(f"{'test':<16} {'redis ops/s':>12} {'shardkv ops/s':>14} {'ratio':>7}   {'redis p50/p99 ms':>18}   {'shardkv p50/p99 ms':>20}")
 for name in order:
     r = rows[name].get("redis")

@@ -50,6 +50,7 @@
 #define MAX_VALUE      (1u << 20)
 #define MAX_BATCH      10000u /* the servers' limit of keys per mget/mput */
 #define MAX_KEY_PREFIX 64u
+#define MAX_KEY_SIZE   1024u
 #define ZIPF_PRIME     2654435761ull
 
 static const char *const op_names[KV_BENCH_NOPS] = {"get",  "put",  "del", "append",
@@ -286,6 +287,12 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 			p->load = true;
 			continue;
 		}
+		if (strcmp(name, "--one-range") == 0) {
+			if (eq)
+				return usage(err, errlen, "bench: --one-range takes no value");
+			p->one_range = true;
+			continue;
+		}
 		static const char *const with_value[] = {
 		    "--threads", "--connections", "--keys",     "--key-size", "--value-size",
 		    "--mix",     "--batch",       "--duration", "--ops",      "--out",
@@ -322,8 +329,9 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 				             MAX_KEYS);
 			p->keys = n;
 		} else if (strcmp(name, "--key-size") == 0) {
-			if (!parse_u64(v, 1, 1024, &n))
-				return usage(err, errlen, "bench: --key-size needs 1..1024 bytes");
+			if (!parse_u64(v, 1, MAX_KEY_SIZE, &n))
+				return usage(err, errlen, "bench: --key-size needs 1..%u bytes",
+				             MAX_KEY_SIZE);
 			p->key_size = (unsigned)n;
 		} else if (strcmp(name, "--key-prefix") == 0) {
 			if (strlen(v) > MAX_KEY_PREFIX)
@@ -448,6 +456,9 @@ kv_bench_usage(FILE *f)
 	           "                     (default get:90,put:10)\n"
 	           "  --batch K          keys per mget/mput; K > 1 also turns get and put into\n"
 	           "                     mget/mput of K keys. An operation counts once per key\n"
+	           "  --one-range        the keys of one call share a range: the first is drawn\n"
+	           "                     by --dist, the others uniformly within its range (as\n"
+	           "                     redis-benchmark --cluster keeps a pipeline on one slot)\n"
 	           "  --scan-limit N     entries per scan (default 10)\n"
 	           "  --dist D           uniform (default) or zipf[:THETA] (default 0.99)\n"
 	           "  --duration S       run for S seconds (default 10)\n"
@@ -710,6 +721,7 @@ typedef struct {
 		size_t len;     /* its length */
 		uint32_t node;  /* owner */
 	} * r;                  /* sorted by start */
+	uint64_t *first;        /* --one-range: r[i]'s first key index (n entries) */
 } route_tab;
 
 static void
@@ -720,6 +732,7 @@ route_unref(route_tab *t)
 	for (size_t i = 0; i < t->n; i++)
 		free(t->r[i].start);
 	free(t->r);
+	free(t->first);
 	free(t);
 }
 
@@ -750,13 +763,13 @@ route_build(const shardkv_config *cfg)
 	return t;
 }
 
-/* Returns the node owning key under t (0: unknown). */
-static uint32_t
-route_key(const route_tab *t, const uint8_t *key, size_t klen)
+/* Returns 1 + the index of the range holding key under t: of the last range
+ * whose start is <= key (0: before every range, or no map). */
+static size_t
+route_slot(const route_tab *t, const uint8_t *key, size_t klen)
 {
 	size_t lo = 0, hi = t ? t->n : 0;
 
-	/* The last range whose start is <= key. */
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 		size_t l = t->r[mid].len < klen ? t->r[mid].len : klen;
@@ -766,7 +779,16 @@ route_key(const route_tab *t, const uint8_t *key, size_t klen)
 		else
 			hi = mid;
 	}
-	return lo == 0 ? 0 : t->r[lo - 1].node;
+	return lo;
+}
+
+/* Returns the node owning key under t (0: unknown). */
+static uint32_t
+route_key(const route_tab *t, const uint8_t *key, size_t klen)
+{
+	size_t j = route_slot(t, key, klen);
+
+	return j == 0 ? 0 : t->r[j - 1].node;
 }
 
 /* ---------------------------------------------------------------------------
@@ -860,14 +882,72 @@ wait_until(bench_run *r, uint64_t abs_ns)
 	return done;
 }
 
+/* Draws a key index by --dist. */
 static uint64_t
-pick_index(bench_run *r, bench_worker *w)
+pick_index(const bench_run *r, uint64_t *rng)
 {
-	uint64_t x = rng_next(&w->rng);
+	uint64_t x = rng_next(rng);
 
 	if (r->p->dist.zipf)
 		return zipf_next(&r->zipf, (double)(x >> 11) * 0x1.0p-53);
 	return x % r->p->keys;
+}
+
+/* The bytes of the key prefix that keys carry: all of --key-prefix, or none
+ * when key_size leaves no room for it. */
+static size_t
+key_plen(const kv_bench_params *p)
+{
+	return p->key_size >= strlen(p->key_prefix) + digits(p->keys - 1) ? strlen(p->key_prefix)
+	                                                                  : 0;
+}
+
+uint64_t
+kv_bench_first_index_at(const kv_bench_params *p, const void *start, size_t slen)
+{
+	uint8_t k[MAX_KEY_SIZE];
+	size_t plen = key_plen(p);
+	uint64_t lo = 0, hi = p->keys;
+
+	if (p->key_size > MAX_KEY_SIZE)
+		return 0;
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		size_t l = slen < p->key_size ? slen : p->key_size;
+		key_fill(k, p->key_size, p->key_prefix, plen, mid);
+		int c = l ? memcmp(k, start, l) : 0;
+		if (c < 0 || (c == 0 && p->key_size < slen))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Fills n keys, key_size bytes apart, for one call. The first is drawn by
+ * --dist; with --one-range the others are uniform among the keys of the
+ * range that holds the first under t (redis-benchmark --cluster likewise
+ * keeps a pipeline on one slot), else each is drawn by --dist. */
+static void
+fill_call_keys(const bench_run *r, const route_tab *t, uint64_t *rng, uint8_t *keys, unsigned n)
+{
+	const kv_bench_params *p = r->p;
+	uint64_t first = pick_index(r, rng), lo = 0, hi = p->keys;
+
+	key_fill(keys, p->key_size, p->key_prefix, r->plen, first);
+	if (p->one_range && n > 1 && t != NULL && t->first != NULL) {
+		size_t j = route_slot(t, keys, p->key_size);
+		if (j > 0)
+			lo = t->first[j - 1];
+		if (j < t->n)
+			hi = t->first[j];
+		if (first < lo || first >= hi) /* cannot be; stay safe */
+			lo = 0, hi = p->keys;
+	}
+	for (unsigned i = 1; i < n; i++) {
+		uint64_t idx = p->one_range ? lo + rng_next(rng) % (hi - lo) : pick_index(r, rng);
+		key_fill(keys + (size_t)i * p->key_size, p->key_size, p->key_prefix, r->plen, idx);
+	}
 }
 
 static int
@@ -1014,7 +1094,7 @@ typedef struct {
 
 /* --async: what a worker's callers share. */
 typedef struct {
-	pthread_mutex_t mu; /* protects active; w->tally, w->rt and w->rt_gen in this mode */
+	pthread_mutex_t mu; /* protects active (w->mu guards w->tally and w->rt) */
 	pthread_cond_t cv;  /* active fell to 0 */
 	unsigned active;    /* callers with a group in flight */
 } async_group;
@@ -1105,14 +1185,16 @@ async_issue(async_caller *a, bool fatal)
 			}
 			pick -= p->mix[i];
 		}
-		for (unsigned i = 0; i < n; i++) {
-			uint64_t y = rng_next(&a->rng);
-			uint64_t idx = p->dist.zipf
-			                   ? zipf_next(&r->zipf, (double)(y >> 11) * 0x1.0p-53)
-			                   : y % p->keys;
-			key_fill(a->keys + (size_t)i * p->key_size, p->key_size, r->p->key_prefix,
-			         r->plen, idx);
+		route_tab *t = NULL;
+		if (p->one_range) {
+			pthread_mutex_lock(&w->mu);
+			refresh_route(w);
+			if ((t = w->rt) != NULL)
+				atomic_fetch_add(&t->refs, 1);
+			pthread_mutex_unlock(&w->mu);
 		}
+		fill_call_keys(r, t, &a->rng, a->keys, n);
+		route_unref(t);
 		a->n = n;
 		atomic_store(&a->ok, 0);
 		atomic_store(&a->miss, 0);
@@ -1223,10 +1305,9 @@ worker_main(void *arg)
 			if (prev + n > p->ops && n > 1)
 				n = (unsigned)(p->ops - prev); /* the last batch is cut to fit */
 		}
-		for (unsigned i = 0; i < n; i++) {
-			uint8_t *k = w->keybuf + (size_t)i * p->key_size;
-			key_fill(k, p->key_size, r->p->key_prefix, r->plen, pick_index(r, w));
-		}
+		if (p->one_range)
+			refresh_route(w);
+		fill_call_keys(r, w->rt, &w->rng, w->keybuf, n);
 		if (ns_per_op > 0) {
 			/* Open loop: the call is due at sched whatever happened before. */
 			uint64_t due = (uint64_t)sched;
@@ -1443,6 +1524,16 @@ poller_take(bench_run *r, shardkv_config *cfg, bool first)
 
 	if (old == NULL || old->epoch != cfg->epoch) {
 		route_tab *t2 = route_build(cfg);
+		if (t2 && r->p->one_range && t2->n > 0) {
+			/* Each range's first key index, for fill_call_keys. */
+			if ((t2->first = malloc(t2->n * sizeof(*t2->first))) == NULL) {
+				route_unref(t2);
+				t2 = NULL;
+			}
+			for (size_t i = 0; t2 && i < t2->n; i++)
+				t2->first[i] =
+				    kv_bench_first_index_at(r->p, t2->r[i].start, t2->r[i].len);
+		}
 		if (t2) {
 			pthread_mutex_lock(&r->rt_mu);
 			route_tab *prev = r->rt;
@@ -1708,6 +1799,7 @@ json_params(FILE *f, const kv_bench_params *p)
 	        p->batch, p->async, p->scan_limit, p->duration_s, p->ops,
 	        p->load ? "true" : "false", p->rate > 0 ? "open" : "closed", p->rate);
 	json_str(f, p->dist_str);
+	fprintf(f, ", \"one_range\": %s", p->one_range ? "true" : "false");
 	fprintf(f, ", \"zipf_theta\": %.4f, \"seed\": %" PRIu64 ", \"timeout_ms\": %" PRIu32,
 	        p->dist.zipf ? p->dist.theta : 0.0, p->seed, p->timeout_ms);
 	fprintf(f, ", \"out\": ");
@@ -2155,7 +2247,7 @@ kv_bench_main(int nargs, const char *const *args, const char *controller, shardk
 	r.admin = admin;
 	r.nw = p.threads;
 	r.nc = p.connections;
-	r.plen = p.key_size >= strlen(p.key_prefix) + digits(p.keys - 1) ? strlen(p.key_prefix) : 0;
+	r.plen = key_plen(&p);
 	for (int i = 0; i < KV_BENCH_NOPS; i++)
 		r.nops_total += p.mix[i];
 	if (p.dist.zipf)

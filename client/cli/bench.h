@@ -87,6 +87,7 @@ typedef struct {
 	double duration_s;           /* --duration; 0 with --ops */
 	uint64_t ops;                /* --ops; 0: run for duration_s */
 	bool load;                   /* --load */
+	bool one_range;              /* --one-range: a call's keys share a range */
 	double rate;                 /* --rate total ops/s; 0: closed loop */
 	kv_bench_dist dist;          /* --dist */
 	const char *dist_str;        /* --dist as given (or "uniform") */
@@ -111,6 +112,12 @@ int kv_bench_parse_mix(const char *s, unsigned *weights, char *err, size_t errle
 /* Parses a --dist value ("uniform", "zipf", "zipf:0.99"). Returns 0 or
  * KV_CLI_USAGE with the reason in err. */
 int kv_bench_parse_dist(const char *s, kv_bench_dist *d, char *err, size_t errlen);
+
+/* Returns the index of the first of p's keys ("key:000..N-1": --key-prefix,
+ * zero-padded digits, key_size bytes) that sorts at or after start (slen
+ * bytes), in 0..p->keys. The keys of the range [a, b) are the indices
+ * [first(a), first(b)): --one-range draws a call's keys among them. */
+uint64_t kv_bench_first_index_at(const kv_bench_params *p, const void *start, size_t slen);
 
 /* Prints the options of `shardkv bench`. */
 void kv_bench_usage(FILE *f);

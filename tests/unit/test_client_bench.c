@@ -489,7 +489,9 @@ parse_fills_defaults_and_reads_every_option(void **state)
 	                      "--plot",
 	                      "/tmp/x.svg",
 	                      "--scan-limit",
-	                      "3"};
+	                      "3",
+	                      "--one-range"};
+	assert_false(p.one_range);
 	assert_int_equal(kv_bench_parse(ARGC(argv), argv, &p, err, sizeof(err)), 0);
 	assert_int_equal(p.threads, 8);
 	assert_int_equal(p.connections, 2);
@@ -510,6 +512,80 @@ parse_fills_defaults_and_reads_every_option(void **state)
 	assert_int_equal(p.scan_limit, 3);
 	assert_string_equal(p.key_prefix, "hot:");
 	assert_true(p.key_prefix_set);
+	assert_true(p.one_range);
+	const char *bad[] = {"--one-range=yes"};
+	assert_int_equal(kv_bench_parse(ARGC(bad), bad, &p, err, sizeof(err)), KV_CLI_USAGE);
+	assert_non_null(strstr(err, "--one-range takes no value"));
+}
+
+/* Counts the keys of p (built here as the bench builds them) that sort
+ * before start: the index the bench must find. */
+static uint64_t
+keys_before(const kv_bench_params *p, bool with_prefix, const char *start, size_t slen)
+{
+	uint64_t n = 0;
+	char k[64];
+
+	for (uint64_t i = 0; i < p->keys; i++) {
+		if (with_prefix)
+			snprintf(k, sizeof(k), "%s%0*llu", p->key_prefix,
+			         (int)(p->key_size - strlen(p->key_prefix)), (unsigned long long)i);
+		else
+			snprintf(k, sizeof(k), "%0*llu", (int)p->key_size, (unsigned long long)i);
+		size_t l = slen < p->key_size ? slen : p->key_size;
+		int c = memcmp(k, start, l);
+		n += c < 0 || (c == 0 && p->key_size < slen);
+	}
+	return n;
+}
+
+/* --one-range draws a call's keys among the indices [first(a), first(b)) of
+ * the range [a, b): those must be exactly the keys that sort in it, for
+ * bounds of any length, with the prefix and without it. */
+static void
+one_range_bounds_hold_exactly_the_keys_of_a_range(void **state)
+{
+	kv_bench_params p;
+	char err[256], start[32];
+	uint64_t seed = 42;
+	(void)state;
+
+	const char *with[] = {"--keys", "1000"};
+	assert_int_equal(kv_bench_parse(ARGC(with), with, &p, err, sizeof(err)), 0);
+	assert_int_equal(kv_bench_first_index_at(&p, "", 0), 0);
+	assert_int_equal(kv_bench_first_index_at(&p, "key:000000000500", 16), 500);
+	assert_int_equal(kv_bench_first_index_at(&p, "key:0000000005", 14), 500);
+	assert_int_equal(kv_bench_first_index_at(&p, "key:000000000500\0", 17), 501);
+	assert_int_equal(kv_bench_first_index_at(&p, "key:1", 5), 1000);
+	assert_int_equal(kv_bench_first_index_at(&p, "a", 1), 0);
+	assert_int_equal(kv_bench_first_index_at(&p, "z", 1), 1000);
+	for (int i = 0; i < 300; i++) {
+		/* "key:" and 0..14 characters, mostly digits. */
+		size_t len = 4 + rnd(&seed) % 15;
+		memcpy(start, "key:", 4);
+		for (size_t j = 4; j < len; j++) {
+			uint64_t x = rnd(&seed) % 12;
+			start[j] = x < 10 ? (char)('0' + (j < 13 ? 0 : x)) : x == 10 ? '/' : ':';
+		}
+		uint64_t want = keys_before(&p, true, start, len);
+		if (kv_bench_first_index_at(&p, start, len) != want)
+			fail_msg("'%.*s': got %llu, want %llu", (int)len, start,
+			         (unsigned long long)kv_bench_first_index_at(&p, start, len),
+			         (unsigned long long)want);
+	}
+	/* --key-size 3 leaves no room for "key:": keys are "000".."999". */
+	const char *bare[] = {"--keys", "1000", "--key-size", "3"};
+	assert_int_equal(kv_bench_parse(ARGC(bare), bare, &p, err, sizeof(err)), 0);
+	for (int i = 0; i < 200; i++) {
+		size_t len = 1 + rnd(&seed) % 4;
+		for (size_t j = 0; j < len; j++)
+			start[j] = (char)('0' + rnd(&seed) % 10);
+		uint64_t want = keys_before(&p, false, start, len);
+		if (kv_bench_first_index_at(&p, start, len) != want)
+			fail_msg("'%.*s': got %llu, want %llu", (int)len, start,
+			         (unsigned long long)kv_bench_first_index_at(&p, start, len),
+			         (unsigned long long)want);
+	}
 }
 
 /* Asserts exit 2, nothing on stdout, one line on stderr naming `needle`. */
@@ -721,6 +797,7 @@ main(void)
 	    cmocka_unit_test(mix_parses_weights_and_rejects_bad_specs),
 	    cmocka_unit_test(dist_parses_uniform_and_zipf),
 	    cmocka_unit_test(parse_fills_defaults_and_reads_every_option),
+	    cmocka_unit_test(one_range_bounds_hold_exactly_the_keys_of_a_range),
 	    cmocka_unit_test(bench_usage_errors_exit_2_with_one_line),
 	    cmocka_unit_test(bench_help_lists_the_options),
 	    cmocka_unit_test(json_report_has_the_spec_shape),
@@ -878,6 +955,35 @@ ops_run_counts_each_key_of_a_batch(void **state)
 	kv_cli_run_free(&r);
 }
 
+/* --one-range with pipelined puts over keys on both servers: every key is
+ * answered and counted on a node, and the report says how the keys were drawn. */
+static void
+one_range_run_answers_and_routes_every_key(void **state)
+{
+	(void)state;
+	const char *argv[] = {"shardkv", "-c",      tc.ctl_url, "--json", "bench", "--ops",
+	                      "1600",    "--batch", "8",        "--mix",  "put:1", "--threads",
+	                      "1",       "--async", "4",        "--keys", "2000",  "--one-range"};
+	run_result r = run(ARGC(argv), argv);
+	if (r.rc != 0) {
+		print_logs();
+		fail_msg("bench rc %d\nout: %s\nerr: %s", r.rc, r.out, r.err);
+	}
+	jnode *j = jparse(r.out);
+	if (j == NULL)
+		fail_msg("stdout is not JSON: %s", r.out);
+	assert_true(jnum(j, "ops") == 1600);
+	assert_true(jnum(j, "errors") == 0);
+	assert_true(jtyped(j, "params.one_range", J_BOOL)->num == 1);
+	const jnode *nodes = jtyped(j, "per_node", J_ARR);
+	double sum = 0;
+	for (size_t i = 0; i < nodes->n; i++)
+		sum += jnum(nodes->kids[i], "ops");
+	assert_true(sum == 1600);
+	jfree(j);
+	kv_cli_run_free(&r);
+}
+
 static void
 open_loop_run_keeps_the_asked_rate(void **state)
 {
@@ -938,6 +1044,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(duration_run_writes_the_json_report),
 	    cmocka_unit_test(ops_run_counts_each_key_of_a_batch),
+	    cmocka_unit_test(one_range_run_answers_and_routes_every_key),
 	    cmocka_unit_test(open_loop_run_keeps_the_asked_rate),
 	    cmocka_unit_test(unreachable_cluster_exits_3),
 	    cmocka_unit_test(
