@@ -1,8 +1,8 @@
 /*
  * arena.h - the slab allocator of one store partition.
  *
- * Chunks are carved from blocks (64 KiB growing to 2 MiB, the large ones
- * backed by transparent huge pages) in size classes: 2-byte steps up to 64
+ * Chunks are carved from blocks (a first one of 64 KiB, then 2 MiB ones
+ * aligned and advised as transparent huge pages) in size classes: 2-byte steps up to 64
  * bytes, 16-byte steps up to 512, 64-byte steps up to 4096. Freed chunks go
  * to their class's free list and are reused by the same class; larger
  * allocations go to malloc. Chunk alignment: 2 bytes for odd-multiple-of-2

@@ -5,6 +5,7 @@
  * several partitions. Ordered reads and range maintenance are in
  * test_store_scan.c, races in test_store_concurrency.c and test_store_append.c.
  */
+#include "shardserver/store/arena.h"
 #include "tests/support/store_util.h"
 
 #include <pthread.h>
@@ -1516,11 +1517,68 @@ percore_store_with_many_partitions_starts_and_stops(void **state)
 	kv_store_destroy(s);
 }
 
+/* A partition's arena takes one 64 KiB block, then 2 MiB blocks aligned to
+ * 2 MiB (what a transparent huge page needs). */
+static void
+an_arena_past_its_first_block_grows_in_huge_page_blocks(void **state)
+{
+	_Atomic uint64_t used = 0;
+	kv_arena a;
+	void *p[4096];
+	size_t n = 0;
+
+	(void)state;
+	kv_arena_init(&a, &used, 0);
+	/* 100-byte chunks: 650 fill the first block, the rest need another. */
+	for (n = 0; n < 1000; n++)
+		assert_non_null(p[n] = kv_arena_alloc(&a, 100));
+	assert_int_equal(a.self_bytes, 64u * 1024u + 2u * 1024u * 1024u);
+	assert_int_equal(atomic_load(&used), a.self_bytes);
+	uintptr_t last = (uintptr_t)p[n - 1], base = last & ~(uintptr_t)(2u * 1024u * 1024u - 1);
+	/* The block starts at the aligned base (its header first). */
+	assert_true(last - base < 2u * 1024u * 1024u);
+	assert_true(last - base > 0);
+	for (; n < 4096; n++)
+		assert_non_null(p[n] = kv_arena_alloc(&a, 1000));
+	/* 3,096 chunks of 1,024 bytes more than the second block holds: a third
+	 * block, also 2 MiB. */
+	assert_int_equal(a.self_bytes, 64u * 1024u + 2u * 2u * 1024u * 1024u);
+	kv_arena_fini(&a);
+	assert_int_equal(atomic_load(&used), 0);
+}
+
+/* Near its limit an arena takes the smallest block that holds a chunk
+ * rather than failing for want of a 2 MiB one, and never passes the limit. */
+static void
+an_arena_near_its_limit_takes_a_small_block_instead_of_failing(void **state)
+{
+	_Atomic uint64_t used = 0;
+	const uint64_t limit = 64u * 1024u + 200u * 1024u;
+	kv_arena a;
+	size_t n = 0;
+
+	(void)state;
+	kv_arena_init(&a, &used, limit);
+	while (kv_arena_alloc(&a, 100) != NULL)
+		n++;
+	/* 64 KiB, then 64 KiB blocks (a 2 MiB one would not fit) up to the limit. */
+	assert_true(a.self_bytes > 64u * 1024u);
+	assert_true(atomic_load(&used) <= limit);
+	assert_true(limit - atomic_load(&used) < 64u * 1024u);
+	assert_true(n > 2000);
+	/* A chunk larger than a small block is refused when nothing fits. */
+	assert_null(kv_arena_alloc(&a, 4000));
+	kv_arena_fini(&a);
+	assert_int_equal(atomic_load(&used), 0);
+}
+
 int
 main(void)
 {
 	static const struct CMUnitTest config_tests[] = {
 	    cmocka_unit_test(opts_init_gives_striped_defaults),
+	    cmocka_unit_test(an_arena_past_its_first_block_grows_in_huge_page_blocks),
+	    cmocka_unit_test(an_arena_near_its_limit_takes_a_small_block_instead_of_failing),
 	    cmocka_unit_test(create_with_null_opts_gives_a_striped_store_of_four_stripes_per_cpu),
 	    cmocka_unit_test(percore_store_defaults_to_one_partition_per_cpu),
 	    cmocka_unit_test(partition_count_is_rounded_up_to_a_power_of_two),
