@@ -501,8 +501,23 @@ kv_bench_tally_record(kv_bench_tally *t, int op, uint64_t lat_ns, uint64_t ok, u
 }
 
 int
+kv_bench_tally_record_first(kv_bench_tally *t, uint64_t lat_ns)
+{
+	if (t->first == NULL && (t->first = kv_hdr_create(HDR_SUB_BITS, HDR_HIGH_BITS)) == NULL)
+		return SHARDKV_ENOMEM;
+	kv_hdr_record(t->first, lat_ns);
+	return 0;
+}
+
+int
 kv_bench_tally_merge(kv_bench_tally *dst, const kv_bench_tally *src)
 {
+	if (src->first && kv_hdr_count(src->first)) {
+		if (dst->first == NULL &&
+		    (dst->first = kv_hdr_create(HDR_SUB_BITS, HDR_HIGH_BITS)) == NULL)
+			return SHARDKV_ENOMEM;
+		kv_hdr_merge(dst->first, src->first);
+	}
 	for (int i = 0; i < KV_BENCH_NOPS; i++) {
 		if (src->lat[i] && kv_hdr_count(src->lat[i])) {
 			if (dst->lat[i] == NULL &&
@@ -525,13 +540,15 @@ kv_bench_tally_merge(kv_bench_tally *dst, const kv_bench_tally *src)
 void
 kv_bench_tally_reset(kv_bench_tally *t)
 {
-	kv_hdr *lat[KV_BENCH_NOPS];
+	kv_hdr *lat[KV_BENCH_NOPS], *first = t->first;
 
 	memcpy(lat, t->lat, sizeof(lat));
 	memset(t, 0, sizeof(*t));
 	for (int i = 0; i < KV_BENCH_NOPS; i++)
 		if ((t->lat[i] = lat[i]) != NULL)
 			kv_hdr_reset(lat[i]);
+	if ((t->first = first) != NULL)
+		kv_hdr_reset(first);
 }
 
 void
@@ -541,6 +558,8 @@ kv_bench_tally_fini(kv_bench_tally *t)
 		kv_hdr_destroy(t->lat[i]);
 		t->lat[i] = NULL;
 	}
+	kv_hdr_destroy(t->first);
+	t->first = NULL;
 }
 
 uint64_t
@@ -1079,17 +1098,18 @@ do_call(bench_worker *w, int op, unsigned n, uint64_t start_ns)
 /* --async: one of a worker's callers, with one group of --batch ops (a
  * pipeline of that depth) in flight at a time. */
 typedef struct {
-	bench_worker *w;  /* its worker */
-	int op;           /* the group's op */
-	unsigned n;       /* ops in the group */
-	uint64_t start;   /* when it was issued (ns) */
-	uint64_t rng;     /* its own RNG (completions run on library threads) */
-	uint8_t *keys;    /* its keys (batch x key_size bytes) */
-	atomic_uint left; /* ops of the group not yet completed */
-	atomic_uint ok;   /* answered (misses included) */
-	atomic_uint miss; /* not found */
-	atomic_int err;   /* the last error, 0: none */
-	atomic_uint nerr; /* failed */
+	bench_worker *w;            /* its worker */
+	int op;                     /* the group's op */
+	unsigned n;                 /* ops in the group */
+	uint64_t start;             /* when it was issued (ns) */
+	atomic_uint_fast64_t first; /* when its first op was answered (ns); 0: none yet */
+	uint64_t rng;               /* its own RNG (completions run on library threads) */
+	uint8_t *keys;              /* its keys (batch x key_size bytes) */
+	atomic_uint left;           /* ops of the group not yet completed */
+	atomic_uint ok;             /* answered (misses included) */
+	atomic_uint miss;           /* not found */
+	atomic_int err;             /* the last error, 0: none */
+	atomic_uint nerr;           /* failed */
 } async_caller;
 
 /* --async: what a worker's callers share. */
@@ -1116,9 +1136,12 @@ static void
 async_done(void *arg, int status, const void *val, size_t vlen)
 {
 	async_caller *a = arg;
+	uint_fast64_t none = 0;
 	(void)val;
 	(void)vlen;
 
+	if (a->n > 1 && atomic_load_explicit(&a->first, memory_order_relaxed) == 0)
+		atomic_compare_exchange_strong(&a->first, &none, now_ns());
 	if (status == 0 || status == SHARDKV_ENOTFOUND) {
 		atomic_fetch_add(&a->ok, 1);
 		if (status == SHARDKV_ENOTFOUND)
@@ -1143,6 +1166,9 @@ async_group_done(async_caller *a)
 	refresh_route(w);
 	if (kv_bench_tally_record(&w->tally, a->op, lat, ok, atomic_load(&a->miss), nerr,
 	                          nerr ? atomic_load(&a->err) : 0) != 0)
+		w->fatal = SHARDKV_ENOMEM;
+	uint64_t first = atomic_load(&a->first);
+	if (first && kv_bench_tally_record_first(&w->tally, first - a->start) != 0)
 		w->fatal = SHARDKV_ENOMEM;
 	if (nerr == 0) {
 		for (unsigned i = 0; i < a->n; i++) {
@@ -1196,6 +1222,7 @@ async_issue(async_caller *a, bool fatal)
 		fill_call_keys(r, t, &a->rng, a->keys, n);
 		route_unref(t);
 		a->n = n;
+		atomic_store(&a->first, 0);
 		atomic_store(&a->ok, 0);
 		atomic_store(&a->miss, 0);
 		atomic_store(&a->nerr, 0);
@@ -1830,6 +1857,10 @@ kv_bench_write_json(FILE *f, const kv_bench_result *r)
 	        SHARDKV_VERSION_MAJOR, SHARDKV_VERSION_MINOR);
 	json_latency(f, all);
 	kv_hdr_destroy(all);
+	if (t->first && kv_hdr_count(t->first)) {
+		fprintf(f, ", \"latency_first_us\": ");
+		json_latency(f, t->first);
+	}
 	fprintf(f, ", \"per_op\": {");
 	first = true;
 	for (int i = 0; i < KV_BENCH_NOPS; i++) {
@@ -1970,6 +2001,12 @@ kv_bench_write_summary(FILE *f, const kv_bench_result *r)
 			            r->elapsed_s, t->lat[i]);
 	summary_row(f, "all", ops, calls, errs, r->elapsed_s, all);
 	kv_hdr_destroy(all);
+	if (t->first && kv_hdr_count(t->first))
+		fprintf(f,
+		        "pipelines to their first answer: p50 %.1f us, p99 %.1f us, p99.9 %.1f us "
+		        "(the rows above: to their last)\n",
+		        us(kv_hdr_percentile(t->first, 50)), us(kv_hdr_percentile(t->first, 99)),
+		        us(kv_hdr_percentile(t->first, 99.9)));
 	fprintf(f, "errors:");
 	for (int i = 0; i < KV_BENCH_NERR; i++)
 		if (t->err_kind[i]) {

@@ -133,6 +133,7 @@ typedef struct {
 	uint64_t err_kind[KV_BENCH_NERR];          /* failed operations by error */
 	uint64_t node_ops[KV_BENCH_MAX_NODES + 1]; /* answered ops by routed node; [0]: other */
 	kv_hdr *lat[KV_BENCH_NOPS];                /* call latency in ns, per op */
+	kv_hdr *first; /* --async --batch K: a pipeline's latency to its first answer (ns) */
 } kv_bench_tally;
 
 /*
@@ -142,6 +143,10 @@ typedef struct {
  */
 int kv_bench_tally_record(kv_bench_tally *t, int op, uint64_t lat_ns, uint64_t ok, uint64_t misses,
                           uint64_t nerr, int err);
+
+/* Counts a pipeline's latency to its first answer (redis-benchmark's measure
+ * of a pipeline). Returns 0 or SHARDKV_ENOMEM. */
+int kv_bench_tally_record_first(kv_bench_tally *t, uint64_t lat_ns);
 
 /* Adds src to dst. Returns 0 or SHARDKV_ENOMEM. */
 int kv_bench_tally_merge(kv_bench_tally *dst, const kv_bench_tally *src);

@@ -735,7 +735,8 @@ json_report_has_the_spec_shape(void **state)
 	assert_true(jnum(j, "per_op.put.ops_per_sec") == 200);
 	assert_true(jnum(j, "per_op.get.errors") == 3);
 	jnum(j, "per_op.put.latency_us.p99");
-	assert_null(jget(j, "per_op.scan")); /* not in the mix, never called */
+	assert_null(jget(j, "per_op.scan"));      /* not in the mix, never called */
+	assert_null(jget(j, "latency_first_us")); /* no pipeline was measured */
 	assert_true(jnum(j, "errors_by_kind.timed_out") == 3);
 	const jnode *nodes = jtyped(j, "per_node", J_ARR);
 	assert_int_equal(nodes->n, 2);
@@ -975,6 +976,11 @@ one_range_run_answers_and_routes_every_key(void **state)
 	assert_true(jnum(j, "ops") == 1600);
 	assert_true(jnum(j, "errors") == 0);
 	assert_true(jtyped(j, "params.one_range", J_BOOL)->num == 1);
+	/* Pipelines of 8: each also timed to its first answer, never later
+	 * than its last. */
+	assert_true(jnum(j, "latency_first_us.count") == 200);
+	assert_true(jnum(j, "latency_first_us.min") <= jnum(j, "latency_us.min"));
+	assert_true(jnum(j, "latency_first_us.max") <= jnum(j, "latency_us.max"));
 	const jnode *nodes = jtyped(j, "per_node", J_ARR);
 	double sum = 0;
 	for (size_t i = 0; i < nodes->n; i++)
