@@ -857,6 +857,22 @@ teardown(void **state)
 	return 0;
 }
 
+/* Runs a bench that must succeed with --json: returns its report (the
+ * caller frees it with jfree, and *r with kv_cli_run_free). */
+static jnode *
+run_report(int argc, const char **argv, run_result *r)
+{
+	*r = run(argc, argv);
+	if (r->rc != 0) {
+		print_logs();
+		fail_msg("bench rc %d\nout: %s\nerr: %s", r->rc, r->out, r->err);
+	}
+	jnode *j = jparse(r->out);
+	if (j == NULL)
+		fail_msg("stdout is not JSON: %s", r->out);
+	return j;
+}
+
 static void
 duration_run_writes_the_json_report(void **state)
 {
@@ -938,14 +954,8 @@ ops_run_counts_each_key_of_a_batch(void **state)
 	    "shardkv", "-c",     tc.ctl_url, "--json", "bench",     "--ops", "600",
 	    "--batch", "4",      "--mix",    "mput:1", "--threads", "3",     "--connections",
 	    "1",       "--keys", "1000",     "--dist", "zipf:0.9"};
-	run_result r = run(ARGC(argv), argv);
-	if (r.rc != 0) {
-		print_logs();
-		fail_msg("bench rc %d\nout: %s\nerr: %s", r.rc, r.out, r.err);
-	}
-	jnode *j = jparse(r.out);
-	if (j == NULL)
-		fail_msg("stdout is not JSON: %s", r.out);
+	run_result r;
+	jnode *j = run_report(ARGC(argv), argv, &r);
 	assert_true(jnum(j, "ops") == 600);
 	assert_true(jnum(j, "calls") == 150);
 	assert_true(jnum(j, "per_op.mput.ops") == 600);
@@ -965,14 +975,8 @@ one_range_run_answers_and_routes_every_key(void **state)
 	const char *argv[] = {"shardkv", "-c",      tc.ctl_url, "--json", "bench", "--ops",
 	                      "1600",    "--batch", "8",        "--mix",  "put:1", "--threads",
 	                      "1",       "--async", "4",        "--keys", "2000",  "--one-range"};
-	run_result r = run(ARGC(argv), argv);
-	if (r.rc != 0) {
-		print_logs();
-		fail_msg("bench rc %d\nout: %s\nerr: %s", r.rc, r.out, r.err);
-	}
-	jnode *j = jparse(r.out);
-	if (j == NULL)
-		fail_msg("stdout is not JSON: %s", r.out);
+	run_result r;
+	jnode *j = run_report(ARGC(argv), argv, &r);
 	assert_true(jnum(j, "ops") == 1600);
 	assert_true(jnum(j, "errors") == 0);
 	assert_true(jtyped(j, "params.one_range", J_BOOL)->num == 1);
@@ -996,13 +1000,8 @@ open_loop_run_keeps_the_asked_rate(void **state)
 	(void)state;
 	const char *argv[] = {"shardkv", "-c",  tc.ctl_url,  "--json", "bench",  "--duration", "2",
 	                      "--rate",  "400", "--threads", "2",      "--keys", "500"};
-	run_result r = run(ARGC(argv), argv);
-	if (r.rc != 0) {
-		print_logs();
-		fail_msg("bench rc %d\nout: %s\nerr: %s", r.rc, r.out, r.err);
-	}
-	jnode *j = jparse(r.out);
-	assert_non_null(j);
+	run_result r;
+	jnode *j = run_report(ARGC(argv), argv, &r);
 	/* 400 ops/s for 2 s, give or take the last call in flight. */
 	assert_true(jnum(j, "ops") >= 760 && jnum(j, "ops") <= 802);
 	assert_string_equal(jtyped(j, "params.mode", J_STR)->str, "open");
