@@ -35,12 +35,14 @@
  * Locking: one mutex, `mu`, protects the fields marked "mu" below: the
  * append buffer, the lsn counter, the rotation request, the published
  * positions, health, the notification heap, the buffer pool and the
- * counters. The fields marked "writer" belong to the writer thread, which
- * uses them without the lock (fixed fields are set before the thread
- * starts). Conditions: `work` wakes the writer (data, requests, close, test
- * hook); `progress` wakes appenders waiting for buffer space and threads in
- * kv_wal_wait() and kv_wal_rotate() (after every writer round). Callbacks run
- * without the lock.
+ * counters; the durable position and the health are also published in
+ * atomics for readers that take no lock (every write asks the health).
+ * The fields marked "writer" belong to the writer thread, which uses them
+ * without the lock (fixed fields are set before the thread starts).
+ * Conditions: `work` wakes the writer (data, requests, close, test hook);
+ * `progress` wakes appenders waiting for buffer space and threads in
+ * kv_wal_wait() and kv_wal_rotate() (after every writer round). Callbacks
+ * run without the lock.
  *
  * The segment header and the record checksum are the shared framing of
  * common/frame.h. What this module does not do: interpret record payloads
@@ -134,6 +136,7 @@ struct kv_wal {
 	uint64_t written_lsn;            /* published: every record <= this written */
 	uint64_t synced_lsn;             /* published: every record <= this fsynced */
 	_Atomic uint64_t durable_pub;    /* durable_lsn() of the two above, read without mu */
+	_Atomic int health_pub;          /* health, read without mu (kv_wal_health) */
 	uint64_t unwritten;              /* published: pending bytes the writer has not written */
 	uint64_t seg_first;              /* published: first lsn of the open segment */
 	int health;                      /* sticky I/O error, 0 when healthy */
@@ -1294,12 +1297,14 @@ publish_locked(kv_wal *w, bool set_health, int rv)
 	if (set_health && rv == KV_OK && w->health != KV_OK) {
 		KV_INFO("wal", "wal writes recovered", "dir=%s", w->dir);
 		w->health = KV_OK;
+		atomic_store_explicit(&w->health_pub, KV_OK, memory_order_release);
 		w->backoff = 0;
 	} else if (set_health && rv != KV_OK) {
 		if (w->health == KV_OK)
 			KV_ERROR("wal", "wal write failed, retrying", "dir=%s err=%s", w->dir,
 			         kv_errname(rv));
 		w->health = rv;
+		atomic_store_explicit(&w->health_pub, rv, memory_order_release);
 		w->backoff = w->backoff == 0                  ? WAL_RETRY_MIN
 		             : w->backoff * 2 > WAL_RETRY_MAX ? WAL_RETRY_MAX
 		                                              : w->backoff * 2;
@@ -1631,12 +1636,9 @@ kv_wal_appendv_tap(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn, kv_
 int
 kv_wal_health(kv_wal *w)
 {
-	int h;
-
-	pthread_mutex_lock(&w->mu);
-	h = w->health;
-	pthread_mutex_unlock(&w->mu);
-	return h;
+	/* Every write asks (the server refuses writes while the log fails):
+	 * an atomic, not the mutex the log writer and appenders share. */
+	return atomic_load_explicit(&w->health_pub, memory_order_acquire);
 }
 
 int
