@@ -14,11 +14,12 @@
  * else the reply's callback sends them. Fewer, fuller requests: on two
  * cores shared by client and server, 50 callers ran 1.2-1.4x faster this
  * way than with four slots always open, and three nodes under 16 ops in
- * flight per caller 1.08x faster with the average than with 16 alone. No thread waits per request:
- * a blocking call is a submit and a wait on its own latch, an mget/mput is one submit per server
- * part and one wait for all of them. A blocking call sends what it submits on its own thread and
- * waits for the send (eng_may_wait): a send's completion handed to nng's threads only to post the
- * receive cost a wake-up per request.
+ * flight per caller 1.08x faster with the average than with 16 alone. No
+ * thread waits per request: a blocking call is a submit and a wait on its
+ * own latch, an mget/mput is one submit per server part and one wait for
+ * all of them. A blocking call sends what it submits on its own thread and
+ * waits for the send (eng_may_wait): a send's completion handed to nng's
+ * threads only to post the receive cost a wake-up per request.
  *
  * Routed reqs (single-key ops and scan pages) are routed here with the
  * cached configuration and the remembered owner hints, and retried here
@@ -749,8 +750,8 @@ enqueue(kvc_queue *sq, kvc_req *q)
 	sq->tail = q;
 	sq->queued++;
 	/* pump's own test, made here under the same lock: while a request is
-	 * in flight and fewer than ENG_MORE_OPS single-key ops wait, its reply
-	 * sends them (no second lock per op). */
+	 * in flight and fewer single-key ops wait than more_ops_locked asks,
+	 * its reply sends them (no second lock per op). */
 	unsigned busy;
 	size_t more = more_ops_locked(sq, &busy);
 	bool wait = busy > 0 && sq->queued < more && single_key(&sq->head->op);

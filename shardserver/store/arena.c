@@ -16,15 +16,13 @@
 
 #define KV_ARENA_MIN_BLOCK (64u * 1024u)
 #define KV_ARENA_MAX_BLOCK (2u * 1024u * 1024u) /* a huge page: aligned, MADV_HUGEPAGE */
-/* A partition's first block is KV_ARENA_MIN_BLOCK; blocks double up to
- * KV_ARENA_HUGE_AFTER, and the next ones are KV_ARENA_MAX_BLOCK. So a
- * partition that holds more than 64 KiB lives in huge pages, where a write's
- * walk down the tree to its leaf misses the TLB far less (one node, puts 16
- * in flight per caller, 100,000 keys: 1.16x the ops/s, bench/README.md),
- * and a small one stays small. */
-#define KV_ARENA_HUGE_AFTER (64u * 1024u)
-#define KV_ARENA_RUN        (16u * 1024u) /* bytes carved for a class at a time */
-#define KV_ARENA_LARGE_HDR  16u           /* malloc bookkeeping we charge for */
+/* A partition's first block is KV_ARENA_MIN_BLOCK and every later one
+ * KV_ARENA_MAX_BLOCK. So a partition that holds more than 64 KiB lives in
+ * huge pages, where a write's walk down the tree to its leaf misses the TLB
+ * far less (one node, puts 16 in flight per caller, 100,000 keys: 1.16x the
+ * ops/s, bench/README.md), and a small one stays small. */
+#define KV_ARENA_RUN       (16u * 1024u) /* bytes carved for a class at a time */
+#define KV_ARENA_LARGE_HDR 16u           /* malloc bookkeeping we charge for */
 
 struct kv_arena_block {
 	kv_arena_block *next; /* older block */
@@ -146,9 +144,7 @@ kv_arena__grow(kv_arena *a, size_t need)
 	/* Chunks start 16-aligned after the header. */
 	a->bcur = (uint8_t *)p + ((sizeof(*b) + 15) & ~(size_t)15);
 	a->bend = (uint8_t *)p + size;
-	if (a->next_block < KV_ARENA_MAX_BLOCK)
-		a->next_block =
-		    a->next_block >= KV_ARENA_HUGE_AFTER ? KV_ARENA_MAX_BLOCK : a->next_block * 2;
+	a->next_block = KV_ARENA_MAX_BLOCK;
 	return 0;
 }
 
