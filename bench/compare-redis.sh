@@ -277,7 +277,7 @@ for m in $modes; do
 done
 
 cpus=$(nproc)
-python3 - "$results" "$clients" "$ops" "$keys" "$vsize" "$pipe" "$cpus" "$plot" "$mbatch" "$fsync" "$spread" <<'EOF'
+python3 - "$results" "$clients" "$ops" "$keys" "$vsize" "$pipe" "$cpus" "$plot" "$mbatch" "$fsync" "$spread" "$modes" <<'EOF'
 import sys
 path, clients, ops, keys, vsize, pipe, cpus, plot = sys.argv[1:9]
 print(f"# redis-server without persistence; shardkv-server --fsync {sys.argv[10]}")
@@ -298,7 +298,9 @@ else:
 if int(pipe) > 1:
     if not sys.argv[9]:
         print(f"# P{pipe} latency: a pipeline's, from its first send to its first answer, on both sides (redis-benchmark's measure)")
-    if sys.argv[11]:
+    if "3" not in sys.argv[12].split():
+        pass
+    elif sys.argv[11]:
         print(f"# 3 nodes P{pipe}: shardkv spreads each caller's {pipe} keys over the key space; redis keeps a pipeline on one slot")
     else:
         print(f"# 3 nodes P{pipe}: the keys of a pipeline share one range (shardkv bench --one-range), as redis-benchmark --cluster keeps them on one slot")
