@@ -32,6 +32,12 @@
  * then creates the new file (header, fsync, dir fsync) and only then closes
  * the old one.
  *
+ * Zeros ahead (ALWAYS, BATCH): the writer keeps a megabyte or more of zeros
+ * written after the records (zero_ahead), so that most writes land inside
+ * the file and their fdatasync carries no journal commit. Replay therefore
+ * reads a segment's records up to where only zeros follow; a switch and a
+ * close cut the zeros off, recovery cuts those a crash left.
+ *
  * Locking: one mutex, `mu`, protects the fields marked "mu" below: the
  * append buffer, the lsn counter, the rotation request, the published
  * positions, health, the notification heap, the buffer pool and the
@@ -88,6 +94,8 @@ enum { AS_IDLE = 0, AS_POSTED, AS_RUNNING, AS_DONE }; /* kv_wal.as_state */
 #define WAL_DEF_BUFFER  (64ull * 1024ull * 1024ull)
 #define WAL_LINGER_NS   (2ull * 1000000ull) /* NONE: a buffer waits this long, at most */
 #define WAL_LAZY_BYTES  (256u * 1024u)      /* NONE: ... or until it holds this much */
+#define WAL_ZERO_AHEAD  (1024u * 1024u)     /* ALWAYS, BATCH: zeros written ahead of the records */
+#define WAL_ZERO_PIECE  (64u * 1024u)       /* ... from a buffer of this many */
 
 static const char wal_magic[8] = {'S', 'K', 'V', 'W', 'A', 'L', '\0', '\0'};
 
@@ -176,11 +184,13 @@ struct kv_wal {
 	uint64_t pend_total;                 /* their bytes */
 	uint64_t pend_written;               /* ... of which written (a prefix) */
 	uint64_t seg_size;                   /* pend_off + pend_total */
-	uint64_t w_written;                  /* every record <= this written */
-	uint64_t w_synced;                   /* every record <= this fsynced */
-	uint64_t last_sync;                  /* time of the last fsync (ns) */
-	uint64_t switch_to;                  /* switch to a segment at this lsn, 0: no */
-	uint64_t n_writes, n_fsyncs;         /* counters */
+	uint64_t file_end;                   /* the file's size: records, then zeros */
+	bool no_zeros;               /* a zero fill failed: append, until the next segment */
+	uint64_t w_written;          /* every record <= this written */
+	uint64_t w_synced;           /* every record <= this fsynced */
+	uint64_t last_sync;          /* time of the last fsync (ns) */
+	uint64_t switch_to;          /* switch to a segment at this lsn, 0: no */
+	uint64_t n_writes, n_fsyncs; /* counters */
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -461,6 +471,24 @@ all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
+/* Returns 1 when bytes [off, size) of the file are all zero, 0 when not, or
+ * an error. */
+static int
+zeros_to_end(struct reader *r, uint64_t off)
+{
+	while (off < r->size) {
+		uint64_t n = r->size - off < WAL_READ_CHUNK ? r->size - off : WAL_READ_CHUNK;
+		const uint8_t *p;
+		int rv = rd_get(r, off, (size_t)n, &p);
+		if (rv != KV_OK)
+			return rv;
+		if (!all_zero(p, (size_t)n))
+			return 0;
+		off += n;
+	}
+	return 1;
+}
+
 /* Copies path into rep->file (cut to fit). */
 static void
 report_file(kv_wal_report *rep, const char *path)
@@ -659,6 +687,22 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 			goto out;
 		}
 		if (rv == 0) {
+			int z = zeros_to_end(&r, off);
+			if (z < 0) {
+				rv =
+				    kv_errf(rp->err, rp->errlen, z,
+				            "cannot read wal segment %s: %s", path, kv_strerror(z));
+				goto out;
+			}
+			if (z == 1) {
+				/* the zeros the writer keeps ahead of its records
+				 * (a crash left them): the end of the segment */
+				if (last && ftruncate(r.fd, (off_t)off) != 0)
+					KV_WARN("wal", "cannot cut zeros after the wal's end",
+					        "file=%s offset=%llu err=\"%s\"", path,
+					        (unsigned long long)off, strerror(errno));
+				break;
+			}
 			if (last) {
 				int after = intact_after(&r, off, *expect);
 				if (after < 0) {
@@ -1088,6 +1132,56 @@ pwritev_all(int fd, struct iovec *iov, int n, uint64_t off, uint64_t limit)
 	return KV_OK;
 }
 
+/*
+ * ALWAYS, BATCH: before a write that would grow the file to `end`, writes
+ * zeros from there to the next WAL_ZERO_AHEAD boundary past end, plus
+ * WAL_ZERO_AHEAD. An fdatasync after a write that grows the file also
+ * commits the file system's journal (the size, the new blocks); after one
+ * inside the file only the data and a cache flush: here about half the
+ * time, and the fsync is what a durable write waits for. The zeros cost a
+ * second write of the log's bytes, and one sync in a megabyte's worth
+ * carries the growth. Replay reads zeros after the last record as the end
+ * of the segment. Best effort: a failed fill (a full disk, a file size
+ * limit) is cut off again and the writer appends until the next segment.
+ */
+static void
+zero_ahead(kv_wal *w, uint64_t end)
+{
+	static uint8_t zeros[WAL_ZERO_PIECE];
+	struct iovec iov[2 * WAL_ZERO_AHEAD / WAL_ZERO_PIECE + 1];
+	uint64_t to, off;
+	int n = 0, rv;
+
+	if (w->mode == KV_FSYNC_NONE || w->no_zeros || end <= w->file_end)
+		return;
+	to = (end / WAL_ZERO_AHEAD + 2) * WAL_ZERO_AHEAD;
+	for (off = end; off < to; n++) {
+		size_t k = WAL_ZERO_PIECE - (size_t)(off % WAL_ZERO_PIECE);
+		iov[n] = (struct iovec){.iov_base = zeros, .iov_len = k};
+		off += k;
+	}
+	if ((rv = pwritev_all(w->fd, iov, n, end, to - end)) != KV_OK) {
+		if (ftruncate(w->fd, (off_t)w->file_end) != 0) {
+			/* zeros past the records are the end of a segment */
+		}
+		w->no_zeros = true;
+		KV_WARN("wal", "cannot write zeros ahead of the wal, appending", "dir=%s err=%s",
+		        w->dir, kv_errname(rv));
+		return;
+	}
+	w->file_end = to;
+}
+
+/* Cuts the zeros after the segment's last written record. */
+static void
+cut_zeros(kv_wal *w)
+{
+	uint64_t good = w->pend_off + w->pend_written;
+
+	if (w->fd >= 0 && w->file_end > good && ftruncate(w->fd, (off_t)good) == 0)
+		w->file_end = good;
+}
+
 /* Writes the unwritten pending bytes at the segment's good end. On failure
  * cuts the file back to that end, so a retry starts clean. */
 static int
@@ -1109,15 +1203,19 @@ write_pending(kv_wal *w, int fault)
 		n++;
 		skip = 0;
 	}
+	if (fault == KV_OK)
+		zero_ahead(w, good + left);
 	rv = pwritev_all(w->fd, iov, n, good, fault != KV_OK ? left / 2 : left);
 	if (rv == KV_OK && fault != KV_OK)
 		rv = fault;
 	if (rv != KV_OK) {
-		if (ftruncate(w->fd, (off_t)good) != 0) {
-			/* the retry overwrites from `good` anyway */
-		}
+		if (ftruncate(w->fd, (off_t)good) == 0)
+			w->file_end = good;
+		/* else the retry overwrites from `good` anyway */
 		return rv;
 	}
+	if (good + left > w->file_end)
+		w->file_end = good + left;
 	w->pend_written = w->pend_total;
 	w->w_written = w->chunks[w->nchunks - 1].last_lsn;
 	w->n_writes++;
@@ -1266,11 +1364,14 @@ switch_segment(kv_wal *w, int fault)
 		KV_ERROR("wal", "cannot start wal segment", "err=\"%s\"", err);
 		return rv;
 	}
+	cut_zeros(w);
 	close(w->fd);
 	w->fd = fd;
 	w->w_seg_first = w->switch_to;
 	w->pend_off = KV_WAL_HEADER_SIZE;
 	w->seg_size = KV_WAL_HEADER_SIZE;
+	w->file_end = KV_WAL_HEADER_SIZE;
+	w->no_zeros = false;
 	w->switch_to = 0;
 	KV_DEBUG("wal", "started wal segment", "dir=%s first_lsn=%llu", w->dir,
 	         (unsigned long long)w->w_seg_first);
@@ -1532,7 +1633,7 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	w->seg_first = w->w_seg_first = next_lsn;
 	w->written_lsn = w->synced_lsn = w->w_written = w->w_synced = next_lsn - 1;
 	atomic_store(&w->durable_pub, next_lsn - 1);
-	w->pend_off = w->seg_size = KV_WAL_HEADER_SIZE;
+	w->pend_off = w->seg_size = w->file_end = KV_WAL_HEADER_SIZE;
 	w->last_sync = kv_now_ns();
 	if (w->mode == KV_FSYNC_BATCH) {
 		if ((rc = pthread_create(&w->syncer, NULL, syncer_main, w)) != 0) {
@@ -1833,6 +1934,7 @@ kv_wal_close(kv_wal *w)
 	pthread_mutex_lock(&w->mu);
 	complete_locked(w, durable_lsn(w, w->written_lsn, w->synced_lsn), KV_ECLOSED);
 	pthread_mutex_unlock(&w->mu);
+	cut_zeros(w);
 	if (w->fd >= 0)
 		close(w->fd);
 	for (int i = 0; i < w->nchunks; i++)

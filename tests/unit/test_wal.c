@@ -27,7 +27,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -581,19 +583,165 @@ torn_last_record_is_dropped_at_every_cut_and_log_continues(void **state)
 	}
 }
 
+/* The zeros a writer keeps ahead of its records, left by a crash: the end
+ * of the log, not a torn tail; replay cuts them. */
 static void
-zeros_after_the_last_record_are_a_torn_tail(void **state)
+zeros_after_the_last_record_end_the_log_and_are_cut(void **state)
 {
 	kv_test_dir *d = *state;
 	const int counts[] = {3};
-	uint8_t zeros[4096] = {0};
-	char f[512];
+	static uint8_t zeros[3u << 20];
+	kv_wal_report rep;
+	struct got g;
+	char f[512], err[512];
 
 	write_segments(d->path, 1, counts, 1);
 	seg_file(f, sizeof(f), d->path, 1);
 	append_raw(f, zeros, sizeof(zeros));
-	expect_torn(d->path, f, rec_off(1, 4), sizeof(zeros), 3);
+	int rv = replay(d->path, 1, false, &g, &rep, err, sizeof(err));
+	if (rv != KV_OK)
+		fail_msg("replay: %s: %s", kv_errname(rv), err);
+	assert_false(rep.torn);
+	assert_int_equal(g.n, 3);
+	assert_int_equal(rep.next_lsn, 4);
+	assert_int_equal(file_size(f), (off_t)rec_off(1, 4));
 	expect_appendable(d->path, 4, 6);
+}
+
+/* Half a record, then zeros: the half record is torn, and the zeros go with
+ * it. */
+static void
+zeros_after_half_a_record_are_part_of_the_torn_tail(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {3};
+	const uint8_t half[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+	static uint8_t zeros[4096];
+	char f[512];
+
+	write_segments(d->path, 1, counts, 1);
+	seg_file(f, sizeof(f), d->path, 1);
+	append_raw(f, half, sizeof(half));
+	append_raw(f, zeros, sizeof(zeros));
+	expect_torn(d->path, f, rec_off(1, 4), sizeof(half) + sizeof(zeros), 3);
+	expect_appendable(d->path, 4, 6);
+}
+
+/* Zeros after the records of an older segment (its writer switched before
+ * the cut reached the disk) end that segment; records lost under zeros
+ * leave a gap before the next segment, which is corruption. */
+static void
+zeros_end_an_older_segment_and_lost_records_are_a_gap(void **state)
+{
+	kv_test_dir *d = *state;
+	const int counts[] = {5, 5};
+	static uint8_t zeros[8192];
+	char f[512], err[512];
+	struct got g;
+	kv_wal_report rep;
+
+	write_segments(d->path, 1, counts, 2);
+	seg_file(f, sizeof(f), d->path, 1);
+	append_raw(f, zeros, sizeof(zeros));
+	expect_records(d->path, 1, 1, 10);
+	assert_int_equal(file_size(f), (off_t)rec_off(1, 6) + (off_t)sizeof(zeros));
+	assert_int_equal(read_log(d->path, 2, 8, &g, err, sizeof(err)), KV_OK);
+	assert_int_equal(g.n, 7);
+
+	truncate_to(f, (off_t)rec_off(1, 4));
+	append_raw(f, zeros, sizeof(zeros));
+	assert_int_equal(replay(d->path, 1, false, &g, &rep, err, sizeof(err)), KV_ECORRUPT);
+	assert_non_null(strstr(err, "gap"));
+	assert_int_equal(read_log(d->path, 2, 8, &g, err, sizeof(err)), KV_ECORRUPT);
+}
+
+/* Reads all of file f into a new buffer. */
+static uint8_t *
+slurp(const char *f, size_t *n)
+{
+	FILE *fp = fopen(f, "rb");
+	uint8_t *b;
+
+	assert_non_null(fp);
+	*n = (size_t)file_size(f);
+	b = malloc(*n + 1);
+	assert_non_null(b);
+	assert_int_equal(fread(b, 1, *n, fp), *n);
+	fclose(fp);
+	return b;
+}
+
+/* A zero fill the file system refuses (here the file size limit, as a full
+ * disk would) is cut off again: the writer appends without zeros and loses
+ * nothing. */
+static void
+refused_zero_fill_falls_back_to_appending(void **state)
+{
+	kv_test_dir *d = *state;
+	void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+	struct rlimit old, lim;
+	char f[512];
+
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = 512u * 1024u;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	kv_wal *w = open_log(d->path, KV_FSYNC_ALWAYS, 1);
+	seg_file(f, sizeof(f), d->path, 1);
+	for (uint64_t l = 1; l <= 20; l++)
+		append_one(w, l);
+	assert_int_equal(kv_wal_wait(w, 20, true), KV_OK);
+	assert_int_equal(file_size(f), (off_t)rec_off(1, 21));
+	for (uint64_t l = 21; l <= 40; l++)
+		append_one(w, l);
+	assert_int_equal(kv_wal_wait(w, 40, true), KV_OK);
+	assert_int_equal(file_size(f), (off_t)rec_off(1, 41));
+	kv_wal_close(w);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, prev);
+	expect_records(d->path, 1, 1, 40);
+}
+
+/* ALWAYS and BATCH keep zeros written ahead of the records (their syncs then
+ * change no file size); NONE does not. A crash's image of the live segment
+ * replays to exactly its records; a close cuts the zeros. */
+static void
+synced_log_writes_zeros_ahead_and_close_cuts_them(void **state)
+{
+	kv_test_dir *d = *state;
+	const kv_fsync_mode modes[] = {KV_FSYNC_ALWAYS, KV_FSYNC_BATCH, KV_FSYNC_NONE};
+	uint64_t next = 1;
+
+	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+		kv_wal *w = open_log(d->path, modes[m], next);
+		uint64_t first = next, end = rec_off(first, first + 5);
+		char f[512];
+		size_t n;
+
+		for (uint64_t l = first; l < first + 5; l++)
+			append_one(w, l);
+		next = first + 5;
+		assert_int_equal(kv_wal_wait(w, next - 1, true), KV_OK);
+		seg_file(f, sizeof(f), d->path, first);
+		uint8_t *img = slurp(f, &n);
+		if (modes[m] == KV_FSYNC_NONE) {
+			assert_int_equal(n, end);
+		} else {
+			assert_true(n >= end + (1u << 20));
+			for (size_t i = end; i < n; i++)
+				if (img[i] != 0)
+					fail_msg("byte %zu of %zu after the records is not zero", i,
+					         n);
+		}
+		kv_wal_close(w);
+		assert_int_equal(file_size(f), (off_t)end);
+		/* the image a crash would have left */
+		truncate_to(f, 0);
+		append_raw(f, img, n);
+		free(img);
+		expect_records(d->path, 1, 1, next - 1);
+		assert_int_equal(file_size(f), (off_t)end);
+	}
 }
 
 static void
@@ -1551,7 +1699,11 @@ main(void)
 	    T(batch_writes_go_on_while_an_fsync_is_in_progress),
 	    T(records_bigger_than_the_buffer_are_accepted),
 	    T(torn_last_record_is_dropped_at_every_cut_and_log_continues),
-	    T(zeros_after_the_last_record_are_a_torn_tail),
+	    T(zeros_after_the_last_record_end_the_log_and_are_cut),
+	    T(zeros_after_half_a_record_are_part_of_the_torn_tail),
+	    T(zeros_end_an_older_segment_and_lost_records_are_a_gap),
+	    T(synced_log_writes_zeros_ahead_and_close_cuts_them),
+	    T(refused_zero_fill_falls_back_to_appending),
 	    T(partial_record_header_at_the_end_is_a_torn_tail),
 	    T(flipped_bit_in_the_last_record_is_a_torn_tail),
 	    T(flipped_bit_in_the_last_record_length_is_a_torn_tail),
