@@ -43,6 +43,7 @@
  */
 #define _GNU_SOURCE
 #include "common/bytes.h"
+#include "common/defer.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/rpc_int.h"
@@ -588,6 +589,7 @@ conn_read(rpc_conn *c)
 	pthread_mutex_lock(&c->wmu);
 	c->in_round = true;
 	pthread_mutex_unlock(&c->wmu);
+	kv_defer_begin();
 	while (ok && !atomic_load(&c->held)) {
 		if (c->roff == c->rlen) {
 			c->roff = c->rlen = 0;
@@ -630,6 +632,9 @@ conn_read(rpc_conn *c)
 		if ((size_t)n < want || ++reads >= 4)
 			break;
 	}
+	/* what the handlers left to the round's end (the log's write, whose
+	 * answers then go out with the others below) */
+	kv_defer_end();
 	pthread_mutex_lock(&c->wmu);
 	c->in_round = false;
 	if (ok && atomic_load(&c->held) && c->reading) {

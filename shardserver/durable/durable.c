@@ -1523,7 +1523,8 @@ kv_dur_open(const kv_dur_opts *o, kv_dur **out, kv_dur_report *rep, char *err, s
 	rep->torn = wr.torn;
 	rep->torn_bytes = wr.torn_bytes;
 	snprintf(rep->torn_file, sizeof(rep->torn_file), "%s", wr.file);
-	kv_wal_opts wo = {.dir = d->dir, .mode = o->mode};
+	/* the server destroys its event loops before it closes this log */
+	kv_wal_opts wo = {.dir = d->dir, .mode = o->mode, .round_writes = true};
 	if ((rv = kv_wal_open(&wo, wr.next_lsn, &d->wal, err, errlen)) != 0)
 		goto fail;
 	atomic_store(&d->last_lsn, wr.next_lsn - 1);

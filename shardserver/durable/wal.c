@@ -57,6 +57,7 @@
  */
 #include "shardserver/durable/wal.h"
 #include "common/bytes.h"
+#include "common/defer.h"
 #include "common/err.h"
 #include "common/fileio.h"
 #include "common/frame.h"
@@ -93,7 +94,9 @@ enum { AS_IDLE = 0, AS_POSTED, AS_RUNNING, AS_DONE }; /* kv_wal.as_state */
 #define WAL_DEF_SEGMENT (64ull * 1024ull * 1024ull)
 #define WAL_DEF_BUFFER  (64ull * 1024ull * 1024ull)
 #define WAL_LINGER_NS   (2ull * 1000000ull) /* NONE: a buffer waits this long, at most */
-#define WAL_LAZY_BYTES  (256u * 1024u)      /* NONE: ... or until it holds this much */
+#define WAL_LAZY_BYTES  (256u * 1024u)      /* NONE: ... or this much (BATCH: round_end's most) */
+#define WAL_ROUND_NS    (1ull * 1000000ull) /* round_writes: cur waits this long for a round's end */
+#define WAL_MERGE_MAX   (16u * 1024u)       /* a taken buffer this small is copied into the last */
 #define WAL_ZERO_AHEAD  (1024u * 1024u)     /* ALWAYS, BATCH: zeros written ahead of the records */
 #define WAL_ZERO_PIECE  (64u * 1024u)       /* ... from a buffer of this many */
 
@@ -105,7 +108,7 @@ struct chunk {
 	size_t len;        /* bytes in use */
 	size_t cap;        /* bytes allocated */
 	uint64_t last_lsn; /* lsn of the last record (pending chunks only) */
-	bool hashed;       /* checksums filled in (pending chunks only) */
+	size_t hashed;     /* bytes whose checksums are filled in (pending chunks only) */
 };
 
 /* A requested notification. */
@@ -122,6 +125,7 @@ struct kv_wal {
 	uint64_t batch_ns;      /* BATCH: fsync interval */
 	uint64_t segment_bytes; /* switch segments past this */
 	uint64_t buffer_bytes;  /* appenders block at this much unwritten */
+	bool round_writes;      /* BATCH: round_end writes a loop's appends */
 	pthread_t thread;       /* the writer */
 
 	pthread_mutex_t mu;
@@ -129,20 +133,25 @@ struct kv_wal {
 	pthread_cond_t progress; /* appenders, waiters and rotate wait here */
 
 	/* mu */
-	struct chunk cur;                /* records not yet taken by the writer */
-	uint64_t cur_records;            /* ... how many */
-	uint64_t cur_since;              /* ... when the first of them came (monotonic ns) */
-	bool sleeping;                   /* the writer waits on `work` */
-	bool lingering;                  /* ... NONE: only for cur to fill (or its time) */
-	unsigned waiters;                /* threads in kv_wal_wait */
-	uint64_t next_lsn;               /* lsn of the next append */
-	struct chunk rot;                /* records before a requested rotation, not yet taken */
-	bool rot_pending;                /* a kv_wal_rotate() is in progress */
-	bool rot_taken;                  /* ... and the writer has taken `rot` */
-	uint64_t rot_req;                /* ... the first lsn of the segment it asked for */
-	uint64_t sync_req;               /* kv_wal_wait(sync) wants every record <= this fsynced */
-	uint64_t written_lsn;            /* published: every record <= this written */
-	uint64_t synced_lsn;             /* published: every record <= this fsynced */
+	struct chunk cur;     /* records not yet taken by the writer */
+	uint64_t cur_records; /* ... how many */
+	uint64_t cur_since;   /* ... when the first of them came (monotonic ns) */
+	bool sleeping;        /* the writer waits on `work` */
+	bool lingering;       /* ... NONE: only for cur to fill (or its time) */
+	bool timed;           /* ... and wakes by itself */
+	bool round_busy;      /* a round (writer's or round_end's) owns the writer fields */
+	bool held;            /* the writer waits for round_end's round to end */
+	bool kicked;          /* `work` was signalled during the writer's sleep */
+	bool cur_urgent;      /* round_writes: cur holds a record no round's end will write */
+	unsigned waiters;     /* threads in kv_wal_wait */
+	uint64_t next_lsn;    /* lsn of the next append */
+	struct chunk rot;     /* records before a requested rotation, not yet taken */
+	bool rot_pending;     /* a kv_wal_rotate() is in progress */
+	bool rot_taken;       /* ... and the writer has taken `rot` */
+	uint64_t rot_req;     /* ... the first lsn of the segment it asked for */
+	uint64_t sync_req;    /* kv_wal_wait(sync) wants every record <= this fsynced */
+	uint64_t written_lsn; /* published: every record <= this written */
+	uint64_t synced_lsn;  /* published: every record <= this fsynced */
 	_Atomic uint64_t durable_pub;    /* durable_lsn() of the two above, read without mu */
 	_Atomic int health_pub;          /* health, read without mu (kv_wal_health) */
 	uint64_t unwritten;              /* published: pending bytes the writer has not written */
@@ -320,6 +329,14 @@ create_segment(const char *dir, uint64_t first, int *fdp, char *err, size_t errl
 	}
 	*fdp = fd;
 	return KV_OK;
+}
+
+/* Wakes the writer (signals `work`). mu held. */
+static void
+wake_writer_locked(kv_wal *w)
+{
+	w->kicked = true;
+	pthread_cond_signal(&w->work);
 }
 
 static void
@@ -892,7 +909,7 @@ pool_put_locked(kv_wal *w, struct chunk *c)
 	if (c->data != NULL && w->npool < WAL_POOL_MAX && c->cap <= WAL_POOL_CAP) {
 		c->len = 0;
 		c->last_lsn = 0;
-		c->hashed = false;
+		c->hashed = 0;
 		w->pool[w->npool++] = *c;
 		memset(c, 0, sizeof(*c));
 	} else {
@@ -1016,6 +1033,13 @@ cur_due(const kv_wal *w, uint64_t now)
 {
 	if (w->cur.len == 0)
 		return false;
+	if (w->round_writes && !w->cur_urgent)
+		/* the end of the round that appended it writes it
+		 * (round_end); the writer only once it waited too long, or for
+		 * someone who waits */
+		return w->cur.len >= WAL_LAZY_BYTES || now >= w->cur_since + WAL_ROUND_NS ||
+		       w->waiters > 0 || w->closing || w->rot_pending ||
+		       w->sync_req > w->written_lsn;
 	return w->mode != KV_FSYNC_NONE || w->cur.len >= WAL_LAZY_BYTES ||
 	       now >= w->cur_since + WAL_LINGER_NS || w->nnotes > 0 || w->waiters > 0 ||
 	       w->closing || w->rot_pending || w->sync_req > w->written_lsn;
@@ -1039,7 +1063,7 @@ push_chunk(kv_wal *w, struct chunk *c, uint64_t last_lsn)
 
 	*d = *c;
 	d->last_lsn = last_lsn;
-	d->hashed = false;
+	d->hashed = 0;
 	w->pend_total += d->len;
 	w->seg_size += d->len;
 	memset(c, 0, sizeof(*c));
@@ -1068,10 +1092,26 @@ take_locked(kv_wal *w)
 		w->switch_to = w->next_lsn - w->cur_records;
 		return;
 	}
-	push_chunk(w, &w->cur, w->next_lsn - 1);
+	struct chunk *last = w->nchunks > 0 ? &w->chunks[w->nchunks - 1] : NULL;
+	if (last != NULL && w->cur.len <= WAL_MERGE_MAX && last->cap - last->len >= w->cur.len &&
+	    (w->as_state == AS_IDLE || w->nchunks > w->as_chunks)) {
+		/* Small rounds (one a request) would fill the chunk list in
+		 * a few ms and force a sync on the writer: copy the records
+		 * behind the last chunk's instead (not into a chunk a sync in
+		 * flight will recycle), and keep cur's buffer. */
+		memcpy(last->data + last->len, w->cur.data, w->cur.len);
+		last->len += w->cur.len;
+		last->last_lsn = w->next_lsn - 1;
+		w->pend_total += w->cur.len;
+		w->seg_size += w->cur.len;
+		w->cur.len = 0;
+	} else {
+		push_chunk(w, &w->cur, w->next_lsn - 1);
+		if (w->npool > 0)
+			w->cur = w->pool[--w->npool];
+	}
 	w->cur_records = 0;
-	if (w->npool > 0)
-		w->cur = w->pool[--w->npool];
+	w->cur_urgent = false;
 	w->unwritten = w->pend_total - w->pend_written;
 }
 
@@ -1081,15 +1121,13 @@ hash_chunks(kv_wal *w)
 {
 	for (int i = 0; i < w->nchunks; i++) {
 		struct chunk *c = &w->chunks[i];
-		if (c->hashed)
-			continue;
-		for (size_t off = 0; off < c->len;) {
+		for (size_t off = c->hashed; off < c->len;) {
 			uint8_t *p = c->data + off;
 			size_t n = kv_get32(p + 8);
 			kv_put64(p, kv_frame_sum(p + 8, 16 + n));
 			off += KV_WAL_RECORD_HEADER + n;
 		}
-		c->hashed = true;
+		c->hashed = c->len;
 	}
 }
 
@@ -1331,7 +1369,7 @@ syncer_main(void *arg)
 		pthread_mutex_lock(&w->mu);
 		w->as_rv = rv;
 		w->as_state = AS_DONE;
-		pthread_cond_signal(&w->work);
+		wake_writer_locked(w);
 	}
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
@@ -1473,6 +1511,55 @@ writer_round(kv_wal *w, int fault, uint64_t sync_req, bool closing)
 	return KV_OK;
 }
 
+/*
+ * BATCH: the end of an event loop's round (common/defer.h) in which this
+ * thread appended while the writer slept (kv_wal_appendv_tap left this to
+ * it instead of waking the writer). Writes what is appended, here, and
+ * completes the notifications the write covers: their answers then go out
+ * with the round's others, and neither the writer's wake-up nor a hand-off
+ * back to the loop is paid (one pwritev per round of the loop, as Redis
+ * writes its AOF once per turn of its loop). Everything else stays the
+ * writer's - the periodic sync, a segment switch, a rotation, a failure
+ * and its retries, a full chunk list - and it is woken for them: for the
+ * sync, once when it sleeps without a deadline while written bytes are
+ * not synced.
+ */
+static void
+round_end(void *arg)
+{
+	kv_wal *w = arg;
+	bool wrote = false;
+	int rv = KV_OK;
+
+	pthread_mutex_lock(&w->mu);
+	if (!w->round_busy && !w->closing && w->health == KV_OK && w->fault == KV_OK &&
+	    w->as_state != AS_DONE && w->switch_to == 0 && !w->rot_pending &&
+	    w->pend_written == w->pend_total && w->cur.len > 0) {
+		take_locked(w);
+		if (w->switch_to == 0 && w->pend_written < w->pend_total) {
+			w->round_busy = true;
+			pthread_mutex_unlock(&w->mu);
+			hash_chunks(w);
+			rv = write_pending(w, KV_OK);
+			pthread_mutex_lock(&w->mu);
+			publish_locked(w, true, rv);
+			w->round_busy = false;
+			wrote = true;
+		}
+	}
+	if (!wrote && w->cur.len > 0)
+		w->cur_urgent = true; /* the writer's, then */
+	/* the writer fields only while no other round owns them (a second
+	 * loop's round_end: it looks when it ends) */
+	if (w->sleeping && (w->held || w->closing ||
+	                    (!w->round_busy && (has_work_locked(w, kv_now_ns()) ||
+	                                        (!w->timed && w->w_written > w->w_synced)))))
+		wake_writer_locked(w);
+	if (wrote)
+		complete_locked(w, durable_lsn(w, w->w_written, w->w_synced), rv);
+	pthread_mutex_unlock(&w->mu);
+}
+
 static void *
 writer_main(void *arg)
 {
@@ -1488,6 +1575,14 @@ writer_main(void *arg)
 
 		if (w->closing && close_by == 0)
 			close_by = now + WAL_CLOSE_WAIT;
+		if (w->round_busy) {
+			/* a loop's round_end writes; it wakes us when done */
+			w->sleeping = w->held = true;
+			w->timed = w->kicked = false;
+			pthread_cond_wait(&w->work, &w->mu);
+			w->sleeping = w->held = w->kicked = false;
+			continue;
+		}
 		if (w->health != KV_OK) {
 			if (w->closing && now >= close_by)
 				break; /* give up on a failed disk */
@@ -1502,32 +1597,43 @@ writer_main(void *arg)
 			if (w->closing)
 				break;
 			w->sleeping = true;
+			w->timed = w->kicked = false;
 			if (w->as_state == AS_POSTED || w->as_state == AS_RUNNING) {
 				/* the syncer signals `work` when it is done */
 				pthread_cond_wait(&w->work, &w->mu);
 			} else if (w->mode == KV_FSYNC_BATCH && w->w_written > w->w_synced) {
-				wait_until(&w->work, &w->mu, w->last_sync + w->batch_ns);
+				uint64_t until = w->last_sync + w->batch_ns;
+				if (w->cur.len > 0 && w->cur_since + WAL_ROUND_NS < until)
+					until = w->cur_since + WAL_ROUND_NS; /* cur_due */
+				w->timed = true;
+				wait_until(&w->work, &w->mu, until);
 			} else if (w->cur.len > 0 && w->nchunks < WAL_MAX_CHUNKS) {
-				/* NONE: let cur fill (cur_due) */
+				/* NONE: let cur fill; round_writes: let a round's
+				 * end write it (cur_due) */
 				w->lingering = true;
-				wait_until(&w->work, &w->mu, w->cur_since + WAL_LINGER_NS);
+				w->timed = true;
+				wait_until(&w->work, &w->mu,
+				           w->cur_since +
+				               (w->round_writes ? WAL_ROUND_NS : WAL_LINGER_NS));
 				w->lingering = false;
 			} else {
 				pthread_cond_wait(&w->work, &w->mu);
 			}
-			w->sleeping = false;
+			w->sleeping = w->kicked = false;
 			continue;
 		}
 		take_locked(w);
 		fault = w->fault;
 		sync_req = w->sync_req;
 		closing = w->closing;
+		w->round_busy = true;
 		pthread_mutex_unlock(&w->mu);
 
 		rv = writer_round(w, fault, sync_req, closing);
 
 		pthread_mutex_lock(&w->mu);
 		publish_locked(w, true, rv);
+		w->round_busy = false;
 		complete_locked(w, durable_lsn(w, w->w_written, w->w_synced), rv);
 	}
 	if (w->health != KV_OK || w->cur.len + w->rot.len + w->pend_total > 0)
@@ -1619,6 +1725,7 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	w->batch_ns = (uint64_t)(o->batch_ms ? o->batch_ms : WAL_DEF_BATCH) * 1000000ull;
 	w->segment_bytes = o->segment_bytes ? o->segment_bytes : WAL_DEF_SEGMENT;
 	w->buffer_bytes = o->buffer_bytes ? o->buffer_bytes : WAL_DEF_BUFFER;
+	w->round_writes = o->round_writes && o->mode == KV_FSYNC_BATCH;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1698,6 +1805,8 @@ kv_wal_appendv_tap(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn, kv_
 		}
 		if (w->health != KV_OK || w->cur.len + w->rot.len + w->unwritten < w->buffer_bytes)
 			break;
+		if (w->sleeping) /* a round's appends left it asleep (round_end) */
+			wake_writer_locked(w);
 		pthread_cond_wait(&w->progress, &w->mu);
 	}
 	if (w->cur.data == NULL && w->npool > 0)
@@ -1727,9 +1836,16 @@ kv_wal_appendv_tap(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn, kv_
 	w->st_records++;
 	w->st_bytes += total;
 	/* A writer at work looks again before it sleeps; one waiting for cur
-	 * to fill needs no wake-up until it is full. */
-	if (w->sleeping && (!w->lingering || w->cur.len >= WAL_LAZY_BYTES))
-		pthread_cond_signal(&w->work);
+	 * to fill needs no wake-up until it is full. With round_writes an
+	 * append in an event loop's round leaves the write to the round's
+	 * end (round_end) while cur is small, and the writer leaves cur to it
+	 * (cur_due); any other append makes cur the writer's (cur_urgent). */
+	bool left = w->round_writes && w->cur.len < WAL_LAZY_BYTES && kv_defer(round_end, w);
+	if (w->round_writes && !left)
+		w->cur_urgent = true;
+	if (w->sleeping && !left &&
+	    (!w->lingering || w->cur.len >= WAL_LAZY_BYTES || w->cur_urgent))
+		wake_writer_locked(w);
 	pthread_mutex_unlock(&w->mu);
 	return KV_OK;
 }
@@ -1760,8 +1876,8 @@ kv_wal_notify(kv_wal *w, uint64_t lsn, kv_wal_done_fn done, void *arg)
 		status = w->health;
 	else {
 		rv = notes_push_locked(w, lsn, done, arg);
-		if (rv == KV_OK && w->lingering)
-			pthread_cond_signal(&w->work); /* cur is due now (cur_due) */
+		if (rv == KV_OK && w->lingering && !w->round_writes)
+			wake_writer_locked(w); /* cur is due now (cur_due) */
 		pthread_mutex_unlock(&w->mu);
 		return rv;
 	}
@@ -1782,8 +1898,8 @@ kv_wal_wait(kv_wal *w, uint64_t lsn, bool sync)
 		return KV_EINVAL;
 	}
 	w->waiters++;
-	if (w->lingering)
-		pthread_cond_signal(&w->work); /* cur is due now (cur_due) */
+	if (w->sleeping)
+		wake_writer_locked(w); /* cur is due now (cur_due, round_end) */
 	for (;;) {
 		if ((sync ? w->synced_lsn : w->written_lsn) >= lsn) {
 			rv = KV_OK;
@@ -1799,7 +1915,7 @@ kv_wal_wait(kv_wal *w, uint64_t lsn, bool sync)
 		}
 		if (sync && w->sync_req < lsn) {
 			w->sync_req = lsn;
-			pthread_cond_signal(&w->work);
+			wake_writer_locked(w);
 		}
 		pthread_cond_wait(&w->progress, &w->mu);
 	}
@@ -1833,7 +1949,7 @@ kv_wal_rotate_start(kv_wal *w, uint64_t *first_lsn)
 		w->rot_req = target;
 		w->rot_pending = true;
 		w->rot_taken = false;
-		pthread_cond_signal(&w->work);
+		wake_writer_locked(w);
 	}
 	pthread_mutex_unlock(&w->mu);
 	if (rv == KV_OK && first_lsn != NULL)
@@ -1925,7 +2041,7 @@ kv_wal_close(kv_wal *w)
 		return;
 	pthread_mutex_lock(&w->mu);
 	w->closing = true;
-	pthread_cond_signal(&w->work);
+	wake_writer_locked(w);
 	pthread_cond_broadcast(&w->progress);
 	pthread_mutex_unlock(&w->mu);
 	pthread_join(w->thread, NULL);
@@ -1959,7 +2075,7 @@ kv_wal_test_fail_writes(kv_wal *w, int err)
 	w->fault = err > 0 ? kv_err_from_errno(err) : err;
 	if (err == 0)
 		w->retry_at = 0;
-	pthread_cond_signal(&w->work);
+	wake_writer_locked(w);
 	pthread_mutex_unlock(&w->mu);
 }
 
@@ -1970,6 +2086,15 @@ kv_wal_test_hold_syncs(kv_wal *w, bool hold)
 	w->as_hold = hold;
 	pthread_cond_broadcast(&w->as_cv);
 	pthread_mutex_unlock(&w->mu);
+}
+
+bool
+kv_wal_test_writer_sleeps(kv_wal *w)
+{
+	pthread_mutex_lock(&w->mu);
+	bool sleeps = w->sleeping && !w->kicked && !w->held && !w->round_busy;
+	pthread_mutex_unlock(&w->mu);
+	return sleeps;
 }
 
 bool

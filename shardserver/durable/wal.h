@@ -144,6 +144,11 @@ typedef struct {
 	                           can overshoot by one batch, at most about buffer_bytes) */
 	uint64_t buffer_bytes;  /* appends block while this much is unwritten, default 64 MiB
 	                           (a single bigger record is still accepted) */
+	bool round_writes;      /* BATCH: an append made in an event loop's round
+	                           (common/defer.h) while the writer sleeps is written
+	                           at the round's end, on the loop's thread, instead
+	                           of waking the writer. The log must then outlive
+	                           every loop that appends to it. */
 } kv_wal_opts;
 
 /*
@@ -254,5 +259,10 @@ void kv_wal_test_fail_writes(kv_wal *w, int err);
  */
 void kv_wal_test_hold_syncs(kv_wal *w, bool hold);
 bool kv_wal_test_syncs_held(kv_wal *w);
+
+/* Test hook: whether the writer thread sleeps (waits for work or for its
+ * time) with no round of its own or of a loop's in progress: an append
+ * made now in a round is left to the round's end (round_writes). */
+bool kv_wal_test_writer_sleeps(kv_wal *w);
 
 #endif

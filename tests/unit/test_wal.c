@@ -11,6 +11,7 @@
  * timing; waits for the writer are bounded polls. Worker threads never call
  * cmocka assertions: they count failures, checked after joining them.
  */
+#include "common/defer.h"
 #include "common/err.h"
 #include "common/key.h"
 #include "common/log.h"
@@ -1446,6 +1447,205 @@ batch_notifications_fire_without_waiting_for_fsync(void **state)
 	expect_records(d->path, 1, 1, 2);
 }
 
+/* A notification that records whether it fired and on which thread. */
+struct where {
+	atomic_bool fired;
+	int status;
+	pthread_t thread;
+};
+
+static void
+where_done(void *arg, int status)
+{
+	struct where *h = arg;
+	h->status = status;
+	h->thread = pthread_self();
+	atomic_store(&h->fired, true);
+}
+
+/* Waits (bounded poll, 30 s) until the writer sleeps. */
+static void
+until_writer_sleeps(kv_wal *w)
+{
+	for (int i = 0; i < 30000 && !kv_wal_test_writer_sleeps(w); i++)
+		usleep(1000);
+	assert_true(kv_wal_test_writer_sleeps(w));
+}
+
+static kv_wal *
+open_round_log(const char *dir, uint32_t batch_ms)
+{
+	kv_wal_opts o = {
+	    .dir = dir, .mode = KV_FSYNC_BATCH, .batch_ms = batch_ms, .round_writes = true};
+	kv_wal *w = NULL;
+	char err[512];
+	int rv = kv_wal_open(&o, 1, &w, err, sizeof(err));
+	if (rv != KV_OK)
+		fail_msg("kv_wal_open: %s: %s", kv_errname(rv), err);
+	return w;
+}
+
+/* BATCH with round_writes: what a loop's round appends while the writer
+ * sleeps is written at the round's end, on the round's thread, and the
+ * notifications it covers fire there, before kv_defer_end returns. Outside
+ * a round the writer is woken; a wait inside a round is not left hanging. */
+static void
+batch_appends_of_a_round_are_written_at_its_end_on_its_thread(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = open_round_log(d->path, 600000);
+	kv_wal_stats st;
+
+	for (uint64_t r = 0; r < 2; r++) {
+		struct where h = {0};
+		until_writer_sleeps(w);
+		kv_defer_begin();
+		append_one(w, 2 * r + 1);
+		append_one(w, 2 * r + 2);
+		assert_int_equal(kv_wal_notify(w, 2 * r + 2, where_done, &h), KV_OK);
+		kv_wal_stats_get(w, &st);
+		assert_int_equal(st.written_lsn, 2 * r);
+		assert_false(atomic_load(&h.fired));
+		kv_defer_end();
+		assert_true(atomic_load(&h.fired));
+		assert_int_equal(h.status, KV_OK);
+		assert_true(pthread_equal(h.thread, pthread_self()));
+		kv_wal_stats_get(w, &st);
+		assert_int_equal(st.written_lsn, 2 * r + 2);
+		assert_int_equal(st.fsyncs, 0); /* the interval is ten minutes */
+	}
+
+	/* outside a round: the writer is woken and writes it */
+	struct flag f = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, -1};
+	until_writer_sleeps(w);
+	append_one(w, 5);
+	assert_int_equal(kv_wal_notify(w, 5, flag_done, &f), KV_OK);
+	assert_true(flag_wait(&f));
+	assert_int_equal(f.status, KV_OK);
+
+	/* a wait in a round, after an append left to its end */
+	until_writer_sleeps(w);
+	kv_defer_begin();
+	append_one(w, 6);
+	assert_int_equal(kv_wal_wait(w, 6, false), KV_OK);
+	kv_defer_end();
+	kv_wal_close(w);
+	expect_records(d->path, 1, 1, 6);
+}
+
+/* A round that appends more than the log buffers (the appends block for
+ * room) or than a round's end writes wakes the writer: it neither hangs
+ * nor loses a record. */
+static void
+a_round_appending_past_the_buffer_wakes_the_writer(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal_opts o = {.dir = d->path,
+	                 .mode = KV_FSYNC_BATCH,
+	                 .buffer_bytes = 64u * 1024u,
+	                 .round_writes = true};
+	kv_wal *w = NULL;
+	char err[512];
+
+	assert_int_equal(kv_wal_open(&o, 1, &w, err, sizeof(err)), KV_OK);
+	until_writer_sleeps(w);
+	kv_defer_begin();
+	for (uint64_t l = 1; l <= 300; l++) /* about 450 KB */
+		append_one(w, l);
+	kv_defer_end();
+	assert_int_equal(kv_wal_wait(w, 300, false), KV_OK);
+	kv_wal_close(w);
+	expect_records(d->path, 1, 1, 300);
+}
+
+/* The writer still syncs on its interval what rounds wrote without it. */
+static void
+round_written_records_are_synced_on_the_interval(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = open_round_log(d->path, 20);
+	kv_wal_stats st = {0};
+
+	until_writer_sleeps(w);
+	kv_defer_begin();
+	append_one(w, 1);
+	kv_defer_end();
+	kv_wal_stats_get(w, &st);
+	assert_int_equal(st.written_lsn, 1);
+	for (int i = 0; i < 30000 && st.synced_lsn < 1; i++) {
+		usleep(1000);
+		kv_wal_stats_get(w, &st);
+	}
+	assert_int_equal(st.synced_lsn, 1);
+	kv_wal_close(w);
+	expect_records(d->path, 1, 1, 1);
+}
+
+struct rounder {
+	kv_wal *w;
+	uint32_t id;
+	struct counters *c;
+	atomic_uint_fast64_t *failures;
+};
+
+/* Appends PER_THREAD records: in rounds of 1 to 5 appends on even
+ * threads, plainly on odd ones. */
+static void *
+round_worker(void *p)
+{
+	struct rounder *a = p;
+	uint8_t rec[REC_BYTES];
+	uint64_t lsn = 0;
+	uint32_t s = 0;
+
+	while (s < PER_THREAD) {
+		uint32_t k = 1 + s % 5;
+		bool round = a->id % 2 == 0;
+		if (round)
+			kv_defer_begin();
+		for (uint32_t i = 0; i < k && s < PER_THREAD; i++, s++) {
+			struct iovec iov = {rec, sizeof(rec)};
+			thread_payload(rec, a->id, s);
+			if (kv_wal_appendv(a->w, &iov, 1, &lsn) != KV_OK ||
+			    kv_wal_notify(a->w, lsn, count_done, a->c) != KV_OK)
+				atomic_fetch_add(a->failures, 1);
+		}
+		if (round)
+			kv_defer_end();
+	}
+	return NULL;
+}
+
+/* Rounds on several threads, plain appends and the writer's periodic
+ * syncs at once: every record once, in order per thread, every
+ * notification fired with success. */
+static void
+rounds_on_many_threads_and_plain_appends_lose_nothing(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = open_round_log(d->path, 1);
+	struct counters c = {0};
+	uint64_t total = (uint64_t)THREADS * PER_THREAD;
+	atomic_uint_fast64_t failures = 0;
+	pthread_t th[THREADS];
+	struct rounder a[THREADS];
+
+	for (uint32_t t = 0; t < THREADS; t++) {
+		a[t] = (struct rounder){.w = w, .id = t, .c = &c, .failures = &failures};
+		assert_int_equal(pthread_create(&th[t], NULL, round_worker, &a[t]), 0);
+	}
+	for (int t = 0; t < THREADS; t++)
+		pthread_join(th[t], NULL);
+	assert_int_equal(atomic_load(&failures), 0);
+	assert_int_equal(kv_wal_wait(w, total, true), KV_OK);
+	for (int i = 0; i < 30000 && atomic_load(&c.ok) < total; i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&c.ok), total);
+	assert_int_equal(atomic_load(&c.other), 0);
+	kv_wal_close(w);
+	expect_thread_records(d->path, total);
+}
+
 /* Records the order in which notifications fire. */
 struct order {
 	pthread_mutex_t mu;
@@ -1726,6 +1926,10 @@ main(void)
 	    T(group_commit_makes_every_record_durable_with_fewer_fsyncs),
 	    T(rotation_and_dropping_while_appending_keep_lsns_contiguous),
 	    T(batch_notifications_fire_without_waiting_for_fsync),
+	    T(batch_appends_of_a_round_are_written_at_its_end_on_its_thread),
+	    T(round_written_records_are_synced_on_the_interval),
+	    T(a_round_appending_past_the_buffer_wakes_the_writer),
+	    T(rounds_on_many_threads_and_plain_appends_lose_nothing),
 	    T(notifications_registered_out_of_lsn_order_fire_in_lsn_order),
 	    T(injected_enospc_reports_errors_and_recovers_without_losing_records),
 	    T(failed_fsync_rewrites_unsynced_records_exactly_once),
