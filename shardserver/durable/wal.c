@@ -18,6 +18,16 @@
  * and a pwritev per request cost a server about a tenth of its cycles under
  * pipelined writes.
  *
+ * Round writes (BATCH with round_writes, the server's own log): an append
+ * made in an event loop's round (common/defer.h) leaves the write to the
+ * round's end, where round_end does the writer's take and write on the
+ * loop's thread and completes the notifications it covers, so that the
+ * round's answers go out with it; the writer leaves such a buffer alone
+ * (cur_due) unless it waits over WAL_ROUND_NS or holds a record of another
+ * thread (cur_urgent). Whoever does a round owns the writer's fields
+ * (round_busy). The writer keeps the syncs, switches, rotations and
+ * failures.
+ *
  * Failure and retry: the writer owns the bytes until they are safe - written
  * (NONE) or fsynced (ALWAYS, BATCH) - and only then recycles the chunks. A
  * failed write or fsync leaves the chunks in place, cuts the file back to
@@ -43,8 +53,10 @@
  * positions, health, the notification heap, the buffer pool and the
  * counters; the durable position and the health are also published in
  * atomics for readers that take no lock (every write asks the health).
- * The fields marked "writer" belong to the writer thread, which uses them
- * without the lock (fixed fields are set before the thread starts).
+ * The fields marked "writer" belong to the thread doing a round (the writer
+ * thread, or a loop in round_end: round_busy, set under mu), which uses
+ * them without the lock; with no round in progress they are read under mu
+ * (fixed fields are set before the thread starts).
  * Conditions: `work` wakes the writer (data, requests, close, test hook);
  * `progress` wakes appenders waiting for buffer space and threads in
  * kv_wal_wait() and kv_wal_rotate() (after every writer round). Callbacks
