@@ -8,8 +8,8 @@
 #define DEFER_MAX 8
 
 static _Thread_local struct {
-	bool active; /* between kv_defer_begin and kv_defer_end */
-	int n;       /* entries in d */
+	int depth; /* kv_defer_begin calls not yet ended */
+	int n;     /* entries in d */
 	struct {
 		kv_defer_fn fn;
 		void *arg;
@@ -19,14 +19,14 @@ static _Thread_local struct {
 void
 kv_defer_begin(void)
 {
-	rnd.active = true;
-	rnd.n = 0;
+	if (rnd.depth++ == 0)
+		rnd.n = 0;
 }
 
 bool
 kv_defer(kv_defer_fn fn, void *arg)
 {
-	if (!rnd.active || fn == NULL)
+	if (rnd.depth == 0 || fn == NULL)
 		return false;
 	for (int i = 0; i < rnd.n; i++)
 		if (rnd.d[i].fn == fn && rnd.d[i].arg == arg)
@@ -44,9 +44,10 @@ kv_defer_end(void)
 {
 	int n = rnd.n;
 
+	if (rnd.depth == 0 || --rnd.depth > 0)
+		return; /* an inner round: the outer one's end runs them */
 	/* the round is over before the first runs: what they leave is not
 	 * deferred again (kv_defer is false) */
-	rnd.active = false;
 	rnd.n = 0;
 	for (int i = 0; i < n; i++)
 		rnd.d[i].fn(rnd.d[i].arg);

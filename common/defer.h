@@ -20,7 +20,8 @@
 
 typedef void (*kv_defer_fn)(void *arg);
 
-/* Starts a round on this thread. Rounds do not nest. */
+/* Starts a round on this thread. A round begun inside another is part of
+ * it: its end runs nothing, the outer one's end runs everything. */
 void kv_defer_begin(void);
 
 /* Leaves fn(arg) to the end of this thread's round. Returns false when the

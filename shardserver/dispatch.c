@@ -34,6 +34,7 @@
 #include "shardserver/dispatch.h"
 #include "common/auth.h"
 #include "common/bytes.h"
+#include "common/defer.h"
 #include "common/err.h"
 #include "common/log.h"
 
@@ -1417,7 +1418,13 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		kv_mig_in_handle(s->mig, &rq, &resp.ack);
 	} else if (rq.has_repl) {
 		resp.has_rack = true;
+		/* a round (common/defer.h): the batch's log records do not wake
+		 * the log writer; the handler writes them itself before it
+		 * waits for them (wait_durable), and the round's end writes
+		 * any left */
+		kv_defer_begin();
 		kv_rs_handle(s->repl, &rq, &resp.rack);
+		kv_defer_end();
 	} else if (rq.nops > 0 && resp.epoch == 0) {
 		resp.status = KV_EUNAVAIL;
 		resp.error = "server has no configuration yet";

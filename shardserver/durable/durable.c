@@ -1620,6 +1620,12 @@ kv_dur_sync(kv_dur *d)
 }
 
 void
+kv_dur_write_here(kv_dur *d)
+{
+	kv_wal_write_here(d->wal);
+}
+
+void
 kv_dur_stats_get(kv_dur *d, kv_dur_stats *st)
 {
 	pthread_mutex_lock(&d->mu);

@@ -246,6 +246,11 @@ int kv_dur_notify(kv_dur *d, uint64_t lsn, kv_wal_done_fn done, void *arg);
  * none). For migration handoffs. Returns 0 or the log's error. */
 int kv_dur_sync(kv_dur *d);
 
+/* --fsync batch: writes what is appended to the log on the calling thread,
+ * unless a write is in progress elsewhere (kv_wal_write_here). For a
+ * thread about to wait for its own records (a backup's Replicate). */
+void kv_dur_write_here(kv_dur *d);
+
 /*
  * Side logs (doc/durability.md "Migrations"): what an incoming range
  * transfer receives is logged in a log directory of its own, side-<n>/ in

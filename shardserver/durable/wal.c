@@ -1524,9 +1524,10 @@ writer_round(kv_wal *w, int fault, uint64_t sync_req, bool closing)
 }
 
 /*
- * BATCH: the end of an event loop's round (common/defer.h) in which this
- * thread appended while the writer slept (kv_wal_appendv_tap left this to
- * it instead of waking the writer). Writes what is appended, here, and
+ * round_writes (BATCH): the end of a round (common/defer.h: an event
+ * loop's, a backup's Replicate) in which this thread appended
+ * (kv_wal_appendv_tap left this to it instead of waking the writer), or a
+ * thread about to wait for its records. Writes what is appended, here, and
  * completes the notifications the write covers: their answers then go out
  * with the round's others, and neither the writer's wake-up nor a hand-off
  * back to the loop is paid (one pwritev per round of the loop, as Redis
@@ -1536,13 +1537,14 @@ writer_round(kv_wal *w, int fault, uint64_t sync_req, bool closing)
  * sync, once when it sleeps without a deadline while written bytes are
  * not synced.
  */
-static void
-round_end(void *arg)
+void
+kv_wal_write_here(kv_wal *w)
 {
-	kv_wal *w = arg;
 	bool wrote = false;
 	int rv = KV_OK;
 
+	if (w == NULL || !w->round_writes)
+		return;
 	pthread_mutex_lock(&w->mu);
 	if (!w->round_busy && !w->closing && w->health == KV_OK && w->fault == KV_OK &&
 	    w->as_state != AS_DONE && w->switch_to == 0 && !w->rot_pending &&
@@ -1570,6 +1572,12 @@ round_end(void *arg)
 	if (wrote)
 		complete_locked(w, durable_lsn(w, w->w_written, w->w_synced), rv);
 	pthread_mutex_unlock(&w->mu);
+}
+
+static void
+round_end(void *arg)
+{
+	kv_wal_write_here(arg);
 }
 
 static void *

@@ -260,6 +260,17 @@ void kv_wal_test_fail_writes(kv_wal *w, int err);
 void kv_wal_test_hold_syncs(kv_wal *w, bool hold);
 bool kv_wal_test_syncs_held(kv_wal *w);
 
+/*
+ * round_writes logs: does the writer's take and write of what is appended
+ * on the calling thread, and completes the notifications it covers (their
+ * callbacks run here), unless a write is in progress elsewhere, the log
+ * is failing, or a switch, rotation or sync result is the writer's next
+ * step: then the records are the writer's, which is woken. What the end
+ * of an event loop's round runs (common/defer.h); also for a thread about
+ * to wait for its own records. Other logs: nothing.
+ */
+void kv_wal_write_here(kv_wal *w);
+
 /* Test hook: whether the writer thread sleeps (waits for work or for its
  * time) with no round of its own or of a loop's in progress: an append
  * made now in a round is left to the round's end (round_writes). */

@@ -3839,6 +3839,9 @@ wait_durable(kv_dur *d, uint64_t lsn)
 
 	if (lsn == 0 || kv_dur_durable_lsn(d) >= lsn)
 		return KV_OK;
+	kv_dur_write_here(d); /* --fsync batch: no hand-off to the log writer and back */
+	if (kv_dur_durable_lsn(d) >= lsn)
+		return KV_OK;
 	pthread_mutex_init(&w.mu, NULL);
 	pthread_cond_init(&w.cv, NULL);
 	rv = kv_dur_notify(d, lsn, dwait_cb, &w);

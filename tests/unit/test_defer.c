@@ -2,7 +2,8 @@
  * test_defer.c - work left to the end of a thread's round (common/defer.h):
  * it runs once per round, in the order first left, only at the end; a
  * thread in no round, a full list and a function running at the end are
- * told to do the work themselves; rounds are per thread.
+ * told to do the work themselves; an inner round is part of the outer one;
+ * rounds are per thread.
  */
 #include "common/defer.h"
 
@@ -113,6 +114,28 @@ a_function_running_at_the_end_cannot_leave_more(void **state)
 	assert_false(a.left_again);
 }
 
+static void
+an_inner_round_is_part_of_the_outer_one(void **state)
+{
+	(void)state;
+	struct trace t = {0};
+	struct entry a = {&t, 1, false, false}, b = {&t, 2, false, false};
+
+	kv_defer_begin();
+	assert_true(kv_defer(record, &a));
+	kv_defer_begin();
+	assert_true(kv_defer(record, &b));
+	kv_defer_end();
+	assert_int_equal(t.n, 0);          /* nothing ran at the inner end */
+	assert_true(kv_defer(record, &a)); /* still in the outer round */
+	kv_defer_end();
+	assert_int_equal(t.n, 2);
+	assert_int_equal(t.calls[0], 1);
+	assert_int_equal(t.calls[1], 2);
+	kv_defer_end(); /* an end without a round does nothing */
+	assert_false(kv_defer(record, &a));
+}
+
 static void *
 other_thread(void *arg)
 {
@@ -145,6 +168,7 @@ main(void)
 	    cmocka_unit_test(outside_a_round_nothing_is_left),
 	    cmocka_unit_test(a_full_list_says_so_and_keeps_what_it_holds),
 	    cmocka_unit_test(a_function_running_at_the_end_cannot_leave_more),
+	    cmocka_unit_test(an_inner_round_is_part_of_the_outer_one),
 	    cmocka_unit_test(rounds_are_per_thread),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1529,8 +1529,18 @@ batch_appends_of_a_round_are_written_at_its_end_on_its_thread(void **state)
 	append_one(w, 6);
 	assert_int_equal(kv_wal_wait(w, 6, false), KV_OK);
 	kv_defer_end();
+
+	/* a round's thread writes its records before its end, to wait for
+	 * them (a backup's Replicate) */
+	until_writer_sleeps(w);
+	kv_defer_begin();
+	append_one(w, 7);
+	kv_wal_write_here(w);
+	kv_wal_stats_get(w, &st);
+	assert_int_equal(st.written_lsn, 7);
+	kv_defer_end();
 	kv_wal_close(w);
-	expect_records(d->path, 1, 1, 6);
+	expect_records(d->path, 1, 1, 7);
 }
 
 /* A round that appends more than the log buffers (the appends block for
