@@ -1269,30 +1269,19 @@ mig_out_main(void *arg)
 	        o->to, o->to_addr);
 	for (;;) {
 		rv = stream(o, cli, &seq, start_ns);
-		if (rv == 0) {
-			/* Commit: the destination serves from now on. */
-			kv_xfer_ack ack;
-			kv_xfer c = {.migration_id = o->id,
-			             .seq = ++seq,
-			             .kind = KV_XFER_COMMIT,
-			             .epoch = o->epoch};
-			if ((rv = xfer_send(o, cli, &c, false, &ack)) == 0)
-				break;
-			if (rv == KV_ECLOSED)
-				goto out; /* stopping while fenced: the range stays unavailable here
-				           */
-			/* Refused: the destination restarted after the fence, and
-			 * what it had received was not yet its own (only a commit
-			 * makes it so). It never served the range: stream it again
-			 * from the start, still fenced. */
-			KV_WARN(COMP, "commit refused, sending the range again", "id=%llu err=%s",
-			        (unsigned long long)o->id, kv_errname(rv));
-		}
+		if (rv == 0)
+			break;
 		if (should_quit(o, !atomic_load(&o->fenced) || atomic_load(&o->handed_over)))
 			goto abort;
 		kv_mig__nap(s, backoff);
 		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
 	}
+	/* Commit: the destination serves from now on. */
+	kv_xfer_ack ack;
+	kv_xfer c = {
+	    .migration_id = o->id, .seq = ++seq, .kind = KV_XFER_COMMIT, .epoch = o->epoch};
+	if (xfer_send(o, cli, &c, false, &ack) != 0)
+		goto out; /* stopping while fenced: the range stays unavailable here */
 	kv_owner_set(s->env.owner, o->start.data, o->start.len, o->end.data, o->end.len,
 	             KV_OWN_MOVED, o->to, o->to_addr, o->epoch, o->id, NULL);
 	KV_INFO(COMP, "migration committed", "id=%llu to=%u keys=%llu ms=%llu",
