@@ -144,11 +144,11 @@ typedef struct {
 	                           can overshoot by one batch, at most about buffer_bytes) */
 	uint64_t buffer_bytes;  /* appends block while this much is unwritten, default 64 MiB
 	                           (a single bigger record is still accepted) */
-	bool round_writes;      /* BATCH: an append made in an event loop's round
-	                           (common/defer.h) while the writer sleeps is written
-	                           at the round's end, on the loop's thread, instead
-	                           of waking the writer. The log must then outlive
-	                           every loop that appends to it. */
+	bool round_writes;      /* BATCH: an append made in a round (common/defer.h)
+	                           is written at the round's end on the round's
+	                           thread (kv_wal_write_here), not by a woken writer.
+	                           The log must then outlive every thread that
+	                           appends to it in a round. */
 } kv_wal_opts;
 
 /*
