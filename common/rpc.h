@@ -196,4 +196,51 @@ void kv_rpc_async_destroy(kv_rpc_async *a);
  * Valid until the next call on this thread. */
 const char *kv_rpc_why(void);
 
+/*
+ * A link: one connection to a tcp:// server (REQ side of nng's wire) with
+ * no thread of its own, for a thread that runs a loop of its own (the
+ * replication stream): it sends requests under ids of its choosing, polls
+ * kv_link_fd with whatever else it waits for, and takes the answers as
+ * they come, in any order. Nothing of nng's runs: a request costs no
+ * hand-off to another thread, in either direction. Not thread-safe: one
+ * thread uses a link. Plain TCP only (a TLS peer needs kv_rpc_client).
+ */
+typedef struct kv_link kv_link;
+
+/* Whether url is one a link can dial (tcp://, tcp4://, tcp6://). */
+bool kv_link_url_ok(const char *url);
+
+/* Connects to url and exchanges the protocol header, within timeout_ms.
+ * Answers over max_msg bytes (0: KV_RPC_MAX_MSG) fail the link. Returns 0,
+ * KV_EINVAL (url), KV_EUNAVAIL (refused, unreachable), KV_ETIMEDOUT,
+ * KV_EPROTO (the peer speaks another protocol) or KV_ENOMEM. */
+int kv_link_open(const char *url, uint32_t timeout_ms, size_t max_msg, kv_link **out);
+
+/* The descriptor to poll: POLLIN for answers, and POLLOUT while
+ * kv_link_want_write. */
+int kv_link_fd(const kv_link *l);
+
+/* Queues request id (below 2^31) with body's len bytes (copied) and
+ * writes what the kernel takes. Returns 0, KV_ECLOSED (the link failed:
+ * close it) or KV_ENOMEM. */
+int kv_link_send(kv_link *l, uint32_t id, const void *body, size_t len);
+
+/* Whether queued bytes wait for the kernel (poll for POLLOUT, then
+ * kv_link_flush). */
+bool kv_link_want_write(const kv_link *l);
+
+/* Writes what the kernel takes of the queued bytes. Returns 0 or
+ * KV_ECLOSED. */
+int kv_link_flush(kv_link *l);
+
+/* Takes the next whole answer, reading the socket when none is buffered:
+ * *got true with its request id and body (valid until the next call on the
+ * link), false when none has come yet. Returns 0, or KV_ECLOSED (the peer
+ * closed, the connection failed) or KV_EPROTO (a malformed or oversized
+ * answer), after which the link only fails: close it. */
+int kv_link_recv(kv_link *l, bool *got, uint32_t *id, const uint8_t **body, size_t *len);
+
+/* Closes the connection at once and frees the link. Accepts NULL. */
+void kv_link_close(kv_link *l);
+
 #endif

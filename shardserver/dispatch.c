@@ -1239,6 +1239,7 @@ typedef struct {
 	uint64_t repl_lsn; /* then wait until the backups have this lsn; 0: no wait */
 	bool repl_failed;  /* the backups' wait failed (timeout or stop) */
 	bool wrote;        /* some op put a record in the log */
+	bool rack;         /* the answer to a Replicate (kv_rs_handle_nowait) */
 	bool logged[];     /* per op: it put a record in the log */
 } held_reply;
 
@@ -1329,7 +1330,19 @@ held_reply_done(void *arg, int status)
 		status = KV_ETIMEDOUT;
 		h->repl_failed = true;
 	}
-	if (status != 0 && (h->wrote || h->repl_failed)) {
+	if (status != 0 && h->rack) {
+		/* The log failed under a Replicate's records: the primary
+		 * starts its stream again. */
+		kv_resp fail = {
+		    .request_id = h->req_id,
+		    .epoch = h->epoch,
+		    .node_id = h->node_id,
+		    .has_rack = true,
+		    .rack = {.status = status, .error = "the write-ahead log cannot be written"}};
+		nng_msg_free(msg);
+		if (kv_data_resp_encode(&fail, &msg) != 0)
+			msg = NULL;
+	} else if (status != 0 && (h->wrote || h->repl_failed)) {
 		nng_msg_free(msg);
 		msg = held_reply_failure(h, status);
 	}
@@ -1372,17 +1385,19 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	const char *why = NULL;
 	bool wrote = false;
 	held_reply *h = NULL;
-	uint64_t lsn = 0, rlsn = 0, t0 = kv_now_ns();
-	bool logwait = false;
+	uint64_t lsn = 0, rlsn = 0, rack_lsn = 0, t0 = kv_now_ns();
+	bool logwait = false, peer_on_loop = false;
 	unsigned kinds = 0;
 	char lease_why[128];
 	int rv;
 
 	/* A transfer or replication message may wait (for the bulk applier,
 	 * for its predecessor in the stream, for the log): not on an event
-	 * loop, whose other connections would wait with it. */
-	if (!kv_rpc_can_block(p) && kv_data_req_is_peer(nng_msg_body(req), nng_msg_len(req)))
-		return KV_RPC_BLOCKING;
+	 * loop, whose other connections would wait with it. A transfer goes
+	 * to a worker; a Replicate goes there only when it would wait
+	 * (kv_rs_handle_nowait). */
+	peer_on_loop =
+	    !kv_rpc_can_block(p) && kv_data_req_is_peer(nng_msg_body(req), nng_msg_len(req));
 	/* Counted before `closing` is read: shutdown waits for zero after
 	 * setting it, so no request can start a log wait it misses. */
 	atomic_fetch_add(&s->inflight, 1);
@@ -1413,9 +1428,19 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	} else if (atomic_load(&s->closing)) {
 		resp.status = KV_EUNAVAIL;
 		resp.error = "server is stopping";
+	} else if (rq.has_xfer && peer_on_loop) {
+		goto blocking;
 	} else if (rq.has_xfer) {
 		resp.has_ack = true;
 		kv_mig_in_handle(s->mig, &rq, &resp.ack);
+	} else if (rq.has_repl && peer_on_loop) {
+		/* A batch of records that needs no wait is applied here, in the
+		 * loop's round, whose end writes its log records; the answer is
+		 * held until the log has them (below). The others (a copy step, a
+		 * batch ahead of its predecessor) go to a worker. */
+		resp.has_rack = true;
+		if (kv_rs_handle_nowait(s->repl, &rq, &resp.rack, &rack_lsn) != 0)
+			goto blocking;
 	} else if (rq.has_repl) {
 		resp.has_rack = true;
 		/* a round (common/defer.h): the batch's log records do not wake
@@ -1481,6 +1506,10 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		lsn = atomic_load(&s->visible_lsn);
 	logwait =
 	    lsn > 0 && lsn > kv_dur_durable_lsn(s->dur) && (wrote || kv_dur_health(s->dur) == 0);
+	if (rv == 0 && rack_lsn > 0 && rack_lsn > kv_dur_durable_lsn(s->dur)) {
+		lsn = rack_lsn;
+		logwait = true;
+	}
 	/* With in-sync backups, also until the commit point covers it
 	 * (doc/replication.md "Writes"): one atomic load when no range here
 	 * has backups. */
@@ -1507,6 +1536,7 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			                  .node_id = resp.node_id,
 			                  .t0 = t0,
 			                  .repl_lsn = rlsn,
+			                  .rack = rack_lsn > 0,
 			                  .kinds = kinds};
 			for (size_t i = 0; i < resp.nresults; i++)
 				h->logged[i] = logged_write(&rq, &resp, i);
@@ -1536,4 +1566,11 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	observe_latency(s, kinds, t0);
 	atomic_fetch_sub(&s->inflight, 1);
 	return rv;
+
+blocking:
+	/* On an event loop, for a peer's message that may wait: again on a
+	 * worker, from the start. */
+	kv_data_req_fini(&rq);
+	atomic_fetch_sub(&s->inflight, 1);
+	return KV_RPC_BLOCKING;
 }

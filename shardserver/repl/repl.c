@@ -78,6 +78,7 @@
  * and callbacks run with no lock of ours held.
  */
 #include "shardserver/repl/repl.h"
+#include "common/defer.h"
 #include "common/err.h"
 #include "common/fileio.h"
 #include "common/log.h"
@@ -87,11 +88,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,6 +104,7 @@
 #define BATCH_RECS   1024u                /* records per Replicate */
 #define BATCH_BYTES  (4u * 1024u * 1024u) /* payload bytes per Replicate (at least one record) */
 #define CALL_MS      2000u                /* a Replicate's answer deadline */
+#define CONNECT_MS   250u                 /* a link's connect and handshake, at most */
 #define POLL_MS      50                   /* stream threads wake at least this often */
 #define RETRY_MS     100u                 /* pause before a stream starts again */
 #define GAP_WAIT_MS  50                   /* a backup waits this long for a missing batch */
@@ -192,12 +196,20 @@ typedef struct diverged {
 } diverged;
 
 struct stream {
-	kv_rs *g;                     /* owner */
-	uint32_t node;                /* the backup */
-	char addr[256];               /* its address (immutable after creation) */
-	pthread_t thr;                /* the stream thread */
-	bool started;                 /* thr runs */
-	kv_rpc_client *cli;           /* thread only: the connection, NULL until made */
+	kv_rs *g;       /* owner */
+	uint32_t node;  /* the backup */
+	char addr[256]; /* its address (immutable after creation) */
+	pthread_t thr;  /* the stream thread */
+	bool started;   /* thr runs */
+	/* The connection: a link (tcp://, no TLS: answers read by this
+	 * thread) or nng's client (answers on nng's threads). */
+	bool use_link;                /* immutable after creation */
+	kv_link *link;                /* thread only: the link, NULL until made */
+	uint32_t call_id[WINDOW];     /* thread only: request id of each link call */
+	uint64_t call_due[WINDOW];    /* thread only: its answer deadline (monotonic) */
+	uint32_t next_id;             /* thread only: id of the next link call */
+	int efd;                      /* eventfd the thread polls with the link; -1: none */
+	kv_rpc_client *cli;           /* thread only: nng's client, NULL until made */
 	kv_rpc_async *calls[WINDOW];  /* thread only (and destroy): async callers */
 	call_arg cargs[WINDOW];       /* argument of each caller */
 	atomic_uint_fast64_t pending; /* lsn of the first unacknowledged record; UINT64_MAX: none */
@@ -205,7 +217,8 @@ struct stream {
 	/* Times the stream stopped carrying a range it carried (Replicate.breaks). */
 	atomic_uint_fast64_t breaks;
 	pthread_mutex_t mu;        /* protects everything below */
-	pthread_cond_t cv;         /* signalled on a new record or an answer */
+	pthread_cond_t cv;         /* signalled on a new record or an answer (stream_wake_locked) */
+	bool asleep;               /* the thread polls efd (link): wake it there */
 	entry *head, *tail;        /* the queue, lsn order; entries before unacked are freed
 	                              by the thread */
 	entry *unacked;            /* first record not acknowledged */
@@ -647,7 +660,33 @@ div_new(const entry *m)
 	return d;
 }
 
-/* Appends e to s's queue. Caller holds s->mu. */
+/* Wakes the stream thread (a new record, an answer, a stop). Caller holds
+ * s->mu. */
+static void
+stream_wake_locked(stream *s)
+{
+	pthread_cond_signal(&s->cv);
+	if (s->asleep) {
+		s->asleep = false;
+		(void)eventfd_write(s->efd, 1);
+	}
+}
+
+/* Wakes the stream thread (kv_defer: at the end of a round). */
+static void
+stream_kick(void *arg)
+{
+	stream *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	stream_wake_locked(s);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Appends e to s's queue and wakes the stream thread, or on an event loop
+ * leaves the wake to the end of its round (common/defer.h): the thread
+ * then sends the round's records in one batch, woken once. Caller holds
+ * s->mu. */
 static void
 push_locked(stream *s, entry *e)
 {
@@ -667,7 +706,8 @@ push_locked(stream *s, entry *e)
 		atomic_store(&s->pending, e->lsn);
 	if (s->unsent == NULL)
 		s->unsent = e;
-	pthread_cond_signal(&s->cv);
+	if (!kv_defer(stream_kick, s))
+		stream_wake_locked(s);
 }
 
 /* Queues a marker (ENT_COPY: [start, end); ENT_END: start). Caller holds
@@ -910,19 +950,18 @@ unsent_is_locked(const stream *s, const call_arg *ca)
 	return ca->marker != NULL && s->unsent == ca->marker && s->unsent->mid == ca->mid;
 }
 
-/* The answer to one Replicate (nng thread). */
+/* The answer to one Replicate: rv 0 with its n bytes at p, or the call's
+ * failure. On nng's thread (call_done) or the stream thread (a link's),
+ * with no lock held. */
 static void
-call_done(void *arg, int rv, nng_msg *reply)
+call_answer(call_arg *ca, int rv, const uint8_t *p, size_t n)
 {
-	call_arg *ca = arg;
 	stream *s = ca->s;
 	kv_repl_ack a = {0};
 	bool moved = false;
 
-	if (rv == 0) {
-		rv = kv_repl_ack_decode(nng_msg_body(reply), nng_msg_len(reply), &a);
-		nng_msg_free(reply);
-	}
+	if (rv == 0)
+		rv = kv_repl_ack_decode(p, n, &a);
 	pthread_mutex_lock(&s->mu);
 	s->busy[ca->slot] = false;
 	s->inflight--;
@@ -982,10 +1021,86 @@ call_done(void *arg, int rv, nng_msg *reply)
 			        "node=%u err=%s", s->node, kv_errname(why));
 		s->warned = true;
 	}
-	pthread_cond_signal(&s->cv);
+	stream_wake_locked(s);
 	pthread_mutex_unlock(&s->mu);
 	if (moved)
 		sweep(s->g, 0);
+}
+
+/* The answer to one Replicate on nng's client (nng thread). */
+static void
+call_done(void *arg, int rv, nng_msg *reply)
+{
+	if (rv == 0) {
+		call_answer(arg, 0, nng_msg_body(reply), nng_msg_len(reply));
+		nng_msg_free(reply);
+	} else {
+		call_answer(arg, rv, NULL, 0);
+	}
+}
+
+/* Whether the stream has its connection (thread only). */
+static bool
+stream_connected(const stream *s)
+{
+	return s->use_link ? s->link != NULL : s->cli != NULL;
+}
+
+/* Closes the link and fails its calls in flight with rv (thread only, no
+ * lock held): the stream starts again (call_answer) on a new connection. */
+static void
+link_fail(stream *s, int rv)
+{
+	kv_link_close(s->link);
+	s->link = NULL;
+	for (int i = 0; i < WINDOW; i++) {
+		pthread_mutex_lock(&s->mu);
+		bool busy = s->busy[i];
+		pthread_mutex_unlock(&s->mu);
+		if (busy)
+			call_answer(&s->cargs[i], rv, NULL, 0);
+	}
+}
+
+/* Takes the link's answers, writes what waits for the kernel and fails
+ * calls past their deadline (thread only, no lock held). */
+static void
+link_pump(stream *s)
+{
+	uint64_t now;
+	int rv = 0;
+
+	if (s->link == NULL)
+		return;
+	if (kv_link_want_write(s->link))
+		rv = kv_link_flush(s->link);
+	while (rv == 0) {
+		bool got;
+		uint32_t id;
+		const uint8_t *p;
+		size_t n;
+		if ((rv = kv_link_recv(s->link, &got, &id, &p, &n)) != 0 || !got)
+			break;
+		for (int i = 0; i < WINDOW; i++) {
+			/* busy is this thread's to set and clear on a link */
+			if (s->busy[i] && s->call_id[i] == id) {
+				call_answer(&s->cargs[i], 0, p, n);
+				break;
+			}
+		}
+	}
+	if (rv != 0) {
+		link_fail(s, rv == KV_EPROTO ? KV_EPROTO : KV_EUNAVAIL);
+		return;
+	}
+	now = kv_now_ns();
+	for (int i = 0; i < WINDOW; i++)
+		if (s->busy[i] && now >= s->call_due[i]) {
+			/* One late answer: the connection is not to be trusted with
+			 * the others either. */
+			link_fail(s, KV_ETIMEDOUT);
+			return;
+		}
 }
 
 /* Connects (thread only). Returns 0 or an error. */
@@ -994,12 +1109,13 @@ stream_connect(stream *s)
 {
 	int rv;
 
+	if (s->use_link)
+		return s->link != NULL ? KV_OK : kv_link_open(s->addr, CONNECT_MS, 0, &s->link);
 	if (s->cli != NULL)
 		return KV_OK;
 	if ((rv = kv_rpc_client_create_tls(s->addr, s->g->env.tls, &s->cli)) != 0)
 		return rv;
 	for (int i = 0; i < WINDOW; i++) {
-		s->cargs[i] = (call_arg){.s = s, .slot = i};
 		if ((rv = kv_rpc_async_create(s->cli, call_done, &s->cargs[i], &s->calls[i])) != 0)
 			return rv;
 	}
@@ -1033,6 +1149,18 @@ send_locked(stream *s, kv_repl_msg *r, entry *marker, bool last)
 	pthread_mutex_unlock(&s->mu);
 	int rv = kv_repl_encode(r, g->env.epoch(g->env.arg), r->from_node, g->env.auth, &msg);
 	atomic_fetch_add(&g->st_batches, 1);
+	if (rv == 0 && s->use_link) {
+		s->call_id[slot] = s->next_id++ & 0x7fffffffu;
+		s->call_due[slot] = kv_now_ns() + CALL_MS * 1000000ull;
+		rv = s->link != NULL ? kv_link_send(s->link, s->call_id[slot], nng_msg_body(msg),
+		                                    nng_msg_len(msg))
+		                     : KV_ECLOSED;
+		nng_msg_free(msg);
+		if (rv != 0)
+			link_fail(s, KV_EUNAVAIL); /* this call too: it is busy */
+		pthread_mutex_lock(&s->mu);
+		return;
+	}
 	if (rv == 0) {
 		kv_rpc_async_call(s->calls[slot], msg, CALL_MS);
 		pthread_mutex_lock(&s->mu);
@@ -2071,6 +2199,12 @@ stream_main(void *arg)
 			pthread_mutex_lock(&s->mu);
 			continue;
 		}
+		if (s->use_link && s->link != NULL && s->inflight > 0) {
+			/* Answers first: they free the window and the queue. */
+			pthread_mutex_unlock(&s->mu);
+			link_pump(s);
+			pthread_mutex_lock(&s->mu);
+		}
 		if (s->need_reset && s->inflight == 0 && now >= s->retry_ns) {
 			s->gen++;
 			s->next_seq = 1;
@@ -2081,7 +2215,7 @@ stream_main(void *arg)
 		unsigned hold = copy_hold_ms(s, now);
 		if (!s->need_reset && s->unsent && s->inflight < WINDOW && hold == 0 &&
 		    !cu_waiting_locked(s)) {
-			if (s->cli == NULL) {
+			if (!stream_connected(s)) {
 				pthread_mutex_unlock(&s->mu);
 				int rv = stream_connect(s);
 				pthread_mutex_lock(&s->mu);
@@ -2129,7 +2263,32 @@ stream_main(void *arg)
 		}
 		if (hold)
 			atomic_fetch_add(&g->st_copy_holds, 1);
-		deadline_in(&ts, hold && hold < (unsigned)POLL_MS ? hold : (unsigned)POLL_MS);
+		unsigned wait_ms = hold && hold < (unsigned)POLL_MS ? hold : (unsigned)POLL_MS;
+		if (s->use_link) {
+			/* Answers come on the link: wait for them, a wake-up or the
+			 * poll period, whichever is first. */
+			struct pollfd pf[2] = {{.fd = s->efd, .events = POLLIN}};
+			int npf = 1;
+			if (s->link != NULL) {
+				pf[1] = (struct pollfd){
+				    .fd = kv_link_fd(s->link),
+				    .events = POLLIN | (kv_link_want_write(s->link) ? POLLOUT : 0)};
+				npf = 2;
+			}
+			s->asleep = true;
+			pthread_mutex_unlock(&s->mu);
+			(void)poll(pf, (nfds_t)npf, (int)wait_ms);
+			if (pf[0].revents & POLLIN) {
+				eventfd_t v;
+				(void)eventfd_read(s->efd, &v);
+			}
+			link_pump(s);
+			sweep(g, 0);
+			pthread_mutex_lock(&s->mu);
+			s->asleep = false;
+			continue;
+		}
+		deadline_in(&ts, wait_ms);
 		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 		pthread_mutex_unlock(&s->mu);
 		sweep(g, 0);
@@ -2167,11 +2326,20 @@ stream_get(kv_rs *g, uint32_t node, const char *addr)
 	kv_store_cursor_init(&s->copy_cur);
 	s->gen = 1;
 	s->next_seq = 1;
+	s->efd = -1;
+	for (int i = 0; i < WINDOW; i++)
+		s->cargs[i] = (call_arg){.s = s, .slot = i};
+	/* A link where one can go (answers read by the stream thread: no
+	 * hand-off to nng's threads and back per batch); nng's client for TLS. */
+	s->use_link = g->env.tls == NULL && kv_link_url_ok(addr) &&
+	              (s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) >= 0;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	if (pthread_create(&s->thr, NULL, stream_main, s) != 0) {
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->cv);
+		if (s->efd >= 0)
+			close(s->efd);
 		free(s);
 		s = NULL;
 		goto out;
@@ -2557,7 +2725,7 @@ carry_over_locked(kv_rs *g, const route *old, size_t oldn, const kv_config *c, u
 			pthread_mutex_lock(&s->mu);
 			s->want_install = true;
 			s->want_epoch = c->epoch;
-			pthread_cond_signal(&s->cv);
+			stream_wake_locked(s);
 			pthread_mutex_unlock(&s->mu);
 		}
 		/* Case (b) of the catch-up from a replica's own data: the end is
@@ -2900,7 +3068,7 @@ drop_cut_locked(kv_rs *g, const route *old, size_t oldn, uint32_t me)
 			if (s->unsent != NULL && s->unsent->kind == ENT_DEAD)
 				s->unsent = s->unsent->next;
 			settle_locked(s);
-			pthread_cond_signal(&s->cv);
+			stream_wake_locked(s);
 			KV_WARN(
 			    COMP,
 			    "part of a range this node led has another primary: its queued "
@@ -3525,7 +3693,7 @@ kv_rs_apply_config(kv_rs *g, const kv_config *c)
 		atomic_store(&s->hole, 0);
 		atomic_store(&s->unreconciled, 0);
 		div_free_all(s);
-		pthread_cond_signal(&s->cv);
+		stream_wake_locked(s);
 		pthread_mutex_unlock(&s->mu);
 	}
 	pthread_rwlock_unlock(&g->tab_lock);
@@ -3857,8 +4025,14 @@ wait_durable(kv_dur *d, uint64_t lsn)
 	return rv;
 }
 
-void
-kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
+/* kv_rs_handle (nowait NULL) and kv_rs_handle_nowait: with nowait, a
+ * message that would wait (a copy, a catch-up, an end, a batch ahead of
+ * its predecessor, in_mu taken) is refused with KV_EBUSY before anything
+ * changes, and the answer's wait for the log is left to the caller
+ * (*nowait: the local lsn it waits for; a plain batch never sets
+ * need_sync). Returns 0 otherwise. */
+static int
+handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *nowait)
 {
 	const kv_repl_msg *m = &rq->repl;
 	uint32_t me = g->env.node_id(g->env.arg);
@@ -3876,15 +4050,23 @@ kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
 		ack->error = me == 0 ? "this node has not registered yet"
 		                     : "Replicate.from_node differs from Request.from_node";
 		atomic_fetch_add(&g->st_refused, 1);
-		return;
+		return KV_OK;
 	}
-	pthread_mutex_lock(&g->in_mu);
+	if (nowait == NULL)
+		pthread_mutex_lock(&g->in_mu);
+	else if (pthread_mutex_trylock(&g->in_mu) != 0)
+		return KV_EBUSY;
 	if ((in = src_get(g, m->from_node)) == NULL) {
 		pthread_mutex_unlock(&g->in_mu);
 		ack->status = KV_ELIMIT;
 		ack->error = "this node follows too many primaries";
 		atomic_fetch_add(&g->st_refused, 1);
-		return;
+		return KV_OK;
+	}
+	if (nowait != NULL && (m->copy.set || m->end.set ||
+	                       (in->stream_id == m->stream_id && m->seq > in->next_seq))) {
+		pthread_mutex_unlock(&g->in_mu);
+		return KV_EBUSY;
 	}
 	deadline_in(&ts, GAP_WAIT_MS);
 	while (in->stream_id == m->stream_id && m->seq > in->next_seq &&
@@ -4020,7 +4202,9 @@ answer:
 	ack->position = cu_pos;
 	local = in->last_local;
 	pthread_mutex_unlock(&g->in_mu);
-	if (st == KV_OK && (st = wait_durable(g->env.dur, local)) != KV_OK)
+	if (nowait != NULL)
+		*nowait = st == KV_OK ? local : 0;
+	else if (st == KV_OK && (st = wait_durable(g->env.dur, local)) != KV_OK)
 		why = "the write-ahead log cannot be written";
 	/* Positions reach the file once the log has synced what they cover: at
 	 * once after a copy or a catch-up, else from the positions thread. */
@@ -4037,6 +4221,20 @@ answer:
 		KV_DEBUG(COMP, "replicate refused", "from=%u seq=%llu err=%s why=\"%s\"",
 		         m->from_node, (unsigned long long)m->seq, kv_errname(st), why ? why : "");
 	}
+	return KV_OK;
+}
+
+void
+kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack)
+{
+	(void)handle(g, rq, ack, NULL);
+}
+
+int
+kv_rs_handle_nowait(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *lsn)
+{
+	*lsn = 0;
+	return handle(g, rq, ack, lsn);
 }
 
 /* ------------------------------------------------------------------------
@@ -4203,7 +4401,7 @@ kv_rs_stop(kv_rs *g)
 	for (size_t i = 0; i < n; i++) {
 		stream *s = g->streams[i];
 		pthread_mutex_lock(&s->mu);
-		pthread_cond_signal(&s->cv);
+		stream_wake_locked(s);
 		pthread_mutex_unlock(&s->mu);
 	}
 }
@@ -4232,9 +4430,12 @@ kv_rs_destroy(kv_rs *g)
 		uint64_t until = kv_now_ns() + (CALL_MS + 500ull) * 1000000ull;
 		if (s->started)
 			pthread_join(s->thr, NULL);
-		/* Calls in flight end by their deadline; closing under one can hang. */
+		/* Calls in flight end by their deadline; closing under one can hang.
+		 * A link's calls end with it. */
+		kv_link_close(s->link);
+		s->link = NULL;
 		pthread_mutex_lock(&s->mu);
-		while (s->inflight > 0 && kv_now_ns() < until) {
+		while (!s->use_link && s->inflight > 0 && kv_now_ns() < until) {
 			struct timespec ts;
 			deadline_in(&ts, 10);
 			pthread_cond_timedwait(&s->cv, &s->mu, &ts);
@@ -4255,6 +4456,8 @@ kv_rs_destroy(kv_rs *g)
 		kv_store_cursor_fini(&s->copy_cur);
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->cv);
+		if (s->efd >= 0)
+			close(s->efd);
 		free(s);
 	}
 	routes_free(g->routes, g->nroutes);

@@ -212,6 +212,13 @@ int kv_rs_notify(kv_rs *g, uint64_t lsn, kv_wal_done_fn done, void *arg);
  * Blocks at most about 50 ms for an earlier batch and for the local log. */
 void kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack);
 
+/* As kv_rs_handle, on a thread that must not wait (an event loop): returns
+ * KV_EBUSY, having changed nothing, for a message whose handling may wait
+ * (a copy or catch-up step, an end, a batch ahead of its predecessor, the
+ * followers' state held by another thread); else 0 with *ack made, to be
+ * sent once the local log holds *lsn (0: at once). */
+int kv_rs_handle_nowait(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *lsn);
+
 /* Figures for status and tests. */
 typedef struct {
 	uint64_t streams;      /* streams to backups */

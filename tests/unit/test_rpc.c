@@ -9,7 +9,10 @@
  * where it may; the wire itself, spoken over a plain socket (the request id
  * echoed; a peer of another protocol, an oversized or truncated message
  * disconnected); the connection bound; a peer that sends and never reads
- * is not read either.
+ * is not read either. Links: every answer reaches its id whatever the
+ * order and size; a peer that is absent, speaks another protocol, stays
+ * silent past the deadline or closes fails the open; an oversized answer
+ * and the server's end fail the link.
  */
 #include "common/bytes.h"
 #include "common/err.h"
@@ -650,6 +653,233 @@ connections_past_the_bound_are_closed(void **state)
 	kv_rpc_server_destroy(srv);
 }
 
+/* ------------------------------------------------------------------------
+ * Links (a REQ connection driven by its owner's thread)
+ * ------------------------------------------------------------------------ */
+
+/* Takes answers from l until `want` have come (5 s at most), checking each
+ * against the body sent under its id. */
+static void
+link_take(kv_link *l, char (*sent)[32], uint8_t *big, size_t bigsz, bool *seen, int want)
+{
+	int got = 0;
+	uint64_t end = kv_test_now_ms() + 5000;
+
+	while (got < want) {
+		struct pollfd pf = {.fd = kv_link_fd(l),
+		                    .events = POLLIN | (kv_link_want_write(l) ? POLLOUT : 0)};
+		assert_true(kv_test_now_ms() < end);
+		assert_true(poll(&pf, 1, 100) >= 0);
+		assert_int_equal(kv_link_flush(l), KV_OK);
+		for (;;) {
+			bool one;
+			uint32_t id;
+			const uint8_t *b;
+			size_t n;
+			assert_int_equal(kv_link_recv(l, &one, &id, &b, &n), KV_OK);
+			if (!one)
+				break;
+			assert_true(id < 200);
+			assert_false(seen[id]);
+			seen[id] = true;
+			if (sent[id][0] == 0) { /* a big one */
+				assert_int_equal(n, bigsz);
+				assert_memory_equal(b, big, bigsz);
+			} else {
+				assert_int_equal(n, strlen(sent[id]));
+				assert_memory_equal(b, sent[id], n);
+			}
+			got++;
+		}
+	}
+}
+
+static void
+a_link_gets_every_answer_by_its_id_in_any_order(void **state)
+{
+	struct later_state st = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	static char sent[200][32];
+	static bool seen[200];
+	size_t bigsz = 3u << 20; /* past the socket's buffers: partial writes */
+	uint8_t *big = malloc(bigsz);
+	char url[64];
+	kv_rpc_server *srv;
+	kv_link *l;
+	pthread_t ans;
+	(void)state;
+
+	assert_non_null(big);
+	for (size_t i = 0; i < bigsz; i++)
+		big[i] = (uint8_t)(i * 7 + i / 251);
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {
+	    .url = url, .handler = later_handler, .arg = &st, .loops = 2, .contexts = 16};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	assert_int_equal(pthread_create(&ans, NULL, later_answerer, &st), 0);
+	assert_int_equal(kv_link_open(url, 2000, 0, &l), KV_OK);
+	for (int round = 0; round < 2; round++) {
+		memset(seen, 0, sizeof(seen));
+		/* Answered now, later (newest first) or on a worker; every tenth
+		 * is 3 MiB. */
+		for (uint32_t i = 0; i < 200; i++) {
+			if (i % 10 == 9) {
+				sent[i][0] = 0;
+				assert_int_equal(kv_link_send(l, i, big, bigsz), KV_OK);
+				continue;
+			}
+			snprintf(sent[i], sizeof(sent[i]), "%s:%d:%u",
+			         i % 3 == 0   ? "later"
+			         : i % 3 == 1 ? "now"
+			                      : "block",
+			         round, i);
+			assert_int_equal(kv_link_send(l, i, sent[i], strlen(sent[i])), KV_OK);
+		}
+		link_take(l, sent, big, bigsz, seen, 200);
+	}
+	kv_link_close(l);
+	kv_rpc_server_destroy(srv);
+	pthread_mutex_lock(&st.mu);
+	st.stop = true;
+	pthread_cond_broadcast(&st.cv);
+	pthread_mutex_unlock(&st.mu);
+	pthread_join(ans, NULL);
+	free(big);
+}
+
+/* A listener on a free loopback port that accepts and then, per mode,
+ * answers as a REQ peer (0), says nothing (1) or closes (2). */
+struct fake_peer {
+	int lfd, mode;
+	pthread_t thr;
+};
+
+static void *
+fake_peer_main(void *arg)
+{
+	struct fake_peer *fp = arg;
+	uint8_t b[8];
+	int fd = accept(fp->lfd, NULL, NULL);
+
+	if (fd < 0)
+		return NULL;
+	if (fp->mode != 2)
+		(void)recv(fd, b, sizeof(b), MSG_WAITALL);
+	if (fp->mode == 0)
+		(void)send(fd, hello_req, sizeof(hello_req), MSG_NOSIGNAL);
+	if (fp->mode != 2) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		(void)poll(&pf, 1, 3000); /* until the link gives up */
+	}
+	close(fd);
+	return NULL;
+}
+
+static void
+fake_peer_start(struct fake_peer *fp, int mode, char *url, size_t len)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t alen = sizeof(a);
+
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	fp->mode = mode;
+	fp->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fp->lfd >= 0);
+	assert_int_equal(bind(fp->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fp->lfd, 4), 0);
+	assert_int_equal(getsockname(fp->lfd, (struct sockaddr *)&a, &alen), 0);
+	snprintf(url, len, "tcp://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+	assert_int_equal(pthread_create(&fp->thr, NULL, fake_peer_main, fp), 0);
+}
+
+static void
+fake_peer_stop(struct fake_peer *fp)
+{
+	pthread_join(fp->thr, NULL);
+	close(fp->lfd);
+}
+
+static void
+a_link_to_a_wrong_or_silent_peer_fails_in_its_time(void **state)
+{
+	struct fake_peer fp;
+	char url[64];
+	kv_link *l = NULL;
+	uint64_t t0;
+	(void)state;
+
+	/* Nothing listens. */
+	kv_test_free_url(url, sizeof(url));
+	assert_int_equal(kv_link_open(url, 1000, 0, &l), KV_EUNAVAIL);
+	assert_null(l);
+	/* Not an address a link dials. */
+	assert_false(kv_link_url_ok("tls+tcp://127.0.0.1:1"));
+	assert_int_equal(kv_link_open("tls+tcp://127.0.0.1:1", 1000, 0, &l), KV_EINVAL);
+	assert_int_equal(kv_link_open("tcp://127.0.0.1", 1000, 0, &l), KV_EINVAL);
+	assert_int_equal(kv_link_open("tcp://*:5", 1000, 0, &l), KV_EINVAL);
+	/* Another protocol's header. */
+	fake_peer_start(&fp, 0, url, sizeof(url));
+	assert_int_equal(kv_link_open(url, 2000, 0, &l), KV_EPROTO);
+	fake_peer_stop(&fp);
+	/* A peer that never answers the header: the deadline. */
+	fake_peer_start(&fp, 1, url, sizeof(url));
+	t0 = kv_test_now_ms();
+	assert_int_equal(kv_link_open(url, 300, 0, &l), KV_ETIMEDOUT);
+	assert_true(kv_test_now_ms() - t0 >= 290);
+	fake_peer_stop(&fp);
+	/* One that closes. */
+	fake_peer_start(&fp, 2, url, sizeof(url));
+	assert_int_equal(kv_link_open(url, 2000, 0, &l), KV_EUNAVAIL);
+	fake_peer_stop(&fp);
+	assert_null(l);
+}
+
+static void
+a_link_fails_on_an_oversized_answer_and_on_the_servers_end(void **state)
+{
+	struct later_state st = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	char url[64], body[100];
+	kv_rpc_server *srv;
+	kv_link *l;
+	bool one = false;
+	uint32_t id;
+	const uint8_t *b;
+	size_t n;
+	int rv;
+	(void)state;
+
+	memset(body, 'x', sizeof(body));
+	memcpy(body, "now", 3);
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {.url = url, .handler = later_handler, .arg = &st, .loops = 1};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	/* Answers of 64 bytes at most: the echo of 100 breaks the link. */
+	assert_int_equal(kv_link_open(url, 2000, 64, &l), KV_OK);
+	assert_int_equal(kv_link_send(l, 1, body, sizeof(body)), KV_OK);
+	for (uint64_t end = kv_test_now_ms() + 5000;;) {
+		struct pollfd pf = {.fd = kv_link_fd(l), .events = POLLIN};
+		assert_true(kv_test_now_ms() < end);
+		(void)poll(&pf, 1, 100);
+		if ((rv = kv_link_recv(l, &one, &id, &b, &n)) != KV_OK)
+			break;
+		assert_false(one);
+	}
+	assert_int_equal(rv, KV_EPROTO);
+	assert_int_equal(kv_link_send(l, 2, body, 3), KV_ECLOSED);
+	kv_link_close(l);
+	/* The server goes: the link says so. */
+	assert_int_equal(kv_link_open(url, 2000, 0, &l), KV_OK);
+	kv_rpc_server_destroy(srv);
+	for (uint64_t end = kv_test_now_ms() + 5000;;) {
+		struct pollfd pf = {.fd = kv_link_fd(l), .events = POLLIN};
+		assert_true(kv_test_now_ms() < end);
+		(void)poll(&pf, 1, 100);
+		if ((rv = kv_link_recv(l, &one, &id, &b, &n)) != KV_OK)
+			break;
+	}
+	assert_int_equal(rv, KV_ECLOSED);
+	kv_link_close(l);
+}
+
 static int
 nng_group(void **state)
 {
@@ -683,8 +913,14 @@ main(void)
 	    cmocka_unit_test(connections_past_the_bound_are_closed),
 	    cmocka_unit_test(a_peer_that_never_reads_is_not_read_either),
 	};
+	const struct CMUnitTest links[] = {
+	    cmocka_unit_test(a_link_gets_every_answer_by_its_id_in_any_order),
+	    cmocka_unit_test(a_link_to_a_wrong_or_silent_peer_fails_in_its_time),
+	    cmocka_unit_test(a_link_fails_on_an_oversized_answer_and_on_the_servers_end),
+	};
 	int failed = cmocka_run_group_tests_name("nng threads", both, nng_group, NULL);
 	failed += cmocka_run_group_tests_name("event loops", both, loops_group, NULL);
 	failed += cmocka_run_group_tests_name("event loops alone", loops, NULL, NULL);
+	failed += cmocka_run_group_tests_name("links", links, NULL, NULL);
 	return failed;
 }
