@@ -16,8 +16,12 @@
  * (tap_fn, under the log's mutex) copies each record into the queue of
  * every in-sync backup of its range, so a queue is in lsn order. The
  * stream thread sends batches from `unsent` with up to WINDOW requests in
- * flight (kv_rpc_async callers); answers arrive on nng threads
- * (call_done), which advance the watermark `acked_lsn` and `unacked`, the
+ * flight: on a link of its own to a tcp:// backup (kv_link; the thread
+ * reads the answers itself, link_pump, sleeping in poll on the link and
+ * `efd`), else through kv_rpc_async callers whose answers arrive on nng
+ * threads (call_done). A record appended in an event loop's round wakes
+ * the thread at the round's end (kv_defer), once for the round. The
+ * answers (call_answer) advance the watermark `acked_lsn` and `unacked`, the
  * first record not acknowledged, whose lsn is published in the atomic
  * `pending` for the lock-free kv_rs_covered. Any failure (timeout, gap,
  * refusal) makes the stream start again: once nothing is in flight, a new
@@ -100,7 +104,7 @@
 
 #define COMP "repl"
 
-#define WINDOW       4                    /* Replicate requests in flight per stream */
+#define WINDOW       8                    /* Replicate requests in flight per stream */
 #define BATCH_RECS   1024u                /* records per Replicate */
 #define BATCH_BYTES  (4u * 1024u * 1024u) /* payload bytes per Replicate (at least one record) */
 #define CALL_MS      2000u                /* a Replicate's answer deadline */
