@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include "common/err.h"
+#include "common/key.h"
 #include "common/rpc.h"
 #include "common/rpc_int.h"
 
@@ -27,7 +28,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SP_PROTO_REQ 0x30u
@@ -55,10 +55,23 @@ kv_link_url_ok(const char *url)
 static uint64_t
 now_ms(void)
 {
-	struct timespec ts;
+	return kv_now_ns() / 1000000u;
+}
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+/* What a send's or recv's result n means: bytes moved (> 0); 0 to try
+ * again (EINTR); KV_EBUSY when the kernel has nothing more for now;
+ * KV_ECLOSED when the connection failed, which fails the link. */
+static ssize_t
+io_result(kv_link *l, ssize_t n)
+{
+	if (n > 0)
+		return n;
+	if (n < 0 && errno == EINTR)
+		return 0;
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return KV_EBUSY;
+	l->failed = true;
+	return KV_ECLOSED;
 }
 
 /* Waits for events on fd until deadline (monotonic ms). Returns 0 when
@@ -114,41 +127,43 @@ dial_one(const struct addrinfo *a, uint64_t deadline)
 	return fd;
 }
 
-/* Exchanges the protocol headers within deadline. Returns 0 or an error. */
+/* Sends (out) or receives n bytes at b on fd within deadline. Returns 0,
+ * KV_ETIMEDOUT or KV_EUNAVAIL (the connection failed or closed: a server
+ * at its connection limit closes at once). */
 static int
-handshake(int fd, uint64_t deadline)
+move_all(int fd, bool out, uint8_t *b, size_t n, uint64_t deadline)
 {
-	const uint8_t mine[8] = {0, 'S', 'P', 0, 0, SP_PROTO_REQ, 0, 0};
-	uint8_t theirs[8];
-	size_t sent = 0, got = 0;
+	size_t done = 0;
 	int rv;
 
-	while (sent < sizeof(mine)) {
-		ssize_t n = send(fd, mine + sent, sizeof(mine) - sent, MSG_NOSIGNAL);
-		if (n > 0) {
-			sent += (size_t)n;
-		} else if (n < 0 && errno == EINTR) {
+	while (done < n) {
+		ssize_t r = out ? send(fd, b + done, n - done, MSG_NOSIGNAL)
+		                : recv(fd, b + done, n - done, 0);
+		if (r > 0) {
+			done += (size_t)r;
+		} else if (r < 0 && errno == EINTR) {
 			continue;
-		} else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			if ((rv = wait_fd(fd, POLLOUT, deadline)) != 0)
+		} else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if ((rv = wait_fd(fd, out ? POLLOUT : POLLIN, deadline)) != 0)
 				return rv;
 		} else {
 			return KV_EUNAVAIL;
 		}
 	}
-	while (got < sizeof(theirs)) {
-		ssize_t n = recv(fd, theirs + got, sizeof(theirs) - got, 0);
-		if (n > 0) {
-			got += (size_t)n;
-		} else if (n < 0 && errno == EINTR) {
-			continue;
-		} else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			if ((rv = wait_fd(fd, POLLIN, deadline)) != 0)
-				return rv;
-		} else {
-			return KV_EUNAVAIL; /* closed: a server at its connection limit */
-		}
-	}
+	return KV_OK;
+}
+
+/* Exchanges the protocol headers within deadline. Returns 0 or an error. */
+static int
+handshake(int fd, uint64_t deadline)
+{
+	uint8_t mine[8] = {0, 'S', 'P', 0, 0, SP_PROTO_REQ, 0, 0};
+	uint8_t theirs[8];
+	int rv;
+
+	if ((rv = move_all(fd, true, mine, sizeof(mine), deadline)) != 0 ||
+	    (rv = move_all(fd, false, theirs, sizeof(theirs), deadline)) != 0)
+		return rv;
 	if (theirs[0] != 0 || theirs[1] != 'S' || theirs[2] != 'P' || theirs[3] != 0 ||
 	    theirs[4] != 0 || theirs[5] != SP_PROTO_REP || theirs[6] != 0 || theirs[7] != 0)
 		return KV_EPROTO;
@@ -232,17 +247,13 @@ kv_link_flush(kv_link *l)
 	if (l->failed)
 		return KV_ECLOSED;
 	while (l->wpos < l->wlen) {
-		ssize_t n = send(l->fd, l->wbuf + l->wpos, l->wlen - l->wpos, MSG_NOSIGNAL);
-		if (n > 0) {
-			l->wpos += (size_t)n;
-		} else if (n < 0 && errno == EINTR) {
-			continue;
-		} else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		ssize_t n =
+		    io_result(l, send(l->fd, l->wbuf + l->wpos, l->wlen - l->wpos, MSG_NOSIGNAL));
+		if (n == KV_EBUSY)
 			return KV_OK;
-		} else {
-			l->failed = true;
-			return KV_ECLOSED;
-		}
+		if (n < 0)
+			return (int)n;
+		l->wpos += (size_t)n;
 	}
 	l->wpos = l->wlen = 0;
 	if (l->wcap > BUF_KEEP) {
@@ -361,17 +372,12 @@ kv_link_recv(kv_link *l, bool *got, uint32_t *id, const uint8_t **body, size_t *
 				l->rcap = cap;
 			}
 		}
-		ssize_t n = recv(l->fd, l->rbuf + l->rlen, l->rcap - l->rlen, 0);
-		if (n > 0) {
-			l->rlen += (size_t)n;
-		} else if (n < 0 && errno == EINTR) {
-			continue;
-		} else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		ssize_t n = io_result(l, recv(l->fd, l->rbuf + l->rlen, l->rcap - l->rlen, 0));
+		if (n == KV_EBUSY)
 			return KV_OK;
-		} else {
-			l->failed = true;
-			return KV_ECLOSED;
-		}
+		if (n < 0)
+			return (int)n;
+		l->rlen += (size_t)n;
 	}
 }
 

@@ -336,6 +336,17 @@ later_answerer(void *arg)
 	return NULL;
 }
 
+/* Stops later_answerer (thread ans) of st. */
+static void
+later_stop(struct later_state *st, pthread_t ans)
+{
+	pthread_mutex_lock(&st->mu);
+	st->stop = true;
+	pthread_cond_broadcast(&st->cv);
+	pthread_mutex_unlock(&st->mu);
+	pthread_join(ans, NULL);
+}
+
 struct flight {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -411,11 +422,7 @@ calls_in_flight_past_the_bound_are_all_answered_out_of_order(void **state)
 		kv_rpc_async_destroy(f.a[i]);
 	kv_rpc_client_destroy(cli);
 	kv_rpc_server_destroy(srv);
-	pthread_mutex_lock(&st.mu);
-	st.stop = true;
-	pthread_cond_broadcast(&st.cv);
-	pthread_mutex_unlock(&st.mu);
-	pthread_join(ans, NULL);
+	later_stop(&st, ans);
 }
 
 /* A plain TCP connection to the server of url. */
@@ -738,11 +745,7 @@ a_link_gets_every_answer_by_its_id_in_any_order(void **state)
 	}
 	kv_link_close(l);
 	kv_rpc_server_destroy(srv);
-	pthread_mutex_lock(&st.mu);
-	st.stop = true;
-	pthread_cond_broadcast(&st.cv);
-	pthread_mutex_unlock(&st.mu);
-	pthread_join(ans, NULL);
+	later_stop(&st, ans);
 	free(big);
 }
 
@@ -833,6 +836,27 @@ a_link_to_a_wrong_or_silent_peer_fails_in_its_time(void **state)
 	assert_null(l);
 }
 
+/* Reads l until it fails (5 s at most), with no answer coming first;
+ * returns the failure. */
+static int
+link_failure(kv_link *l)
+{
+	bool one = false;
+	uint32_t id;
+	const uint8_t *b;
+	size_t n;
+	int rv;
+
+	for (uint64_t end = kv_test_now_ms() + 5000;;) {
+		struct pollfd pf = {.fd = kv_link_fd(l), .events = POLLIN};
+		assert_true(kv_test_now_ms() < end);
+		(void)poll(&pf, 1, 100);
+		if ((rv = kv_link_recv(l, &one, &id, &b, &n)) != KV_OK)
+			return rv;
+		assert_false(one);
+	}
+}
+
 static void
 a_link_fails_on_an_oversized_answer_and_on_the_servers_end(void **state)
 {
@@ -840,11 +864,6 @@ a_link_fails_on_an_oversized_answer_and_on_the_servers_end(void **state)
 	char url[64], body[100];
 	kv_rpc_server *srv;
 	kv_link *l;
-	bool one = false;
-	uint32_t id;
-	const uint8_t *b;
-	size_t n;
-	int rv;
 	(void)state;
 
 	memset(body, 'x', sizeof(body));
@@ -855,28 +874,13 @@ a_link_fails_on_an_oversized_answer_and_on_the_servers_end(void **state)
 	/* Answers of 64 bytes at most: the echo of 100 breaks the link. */
 	assert_int_equal(kv_link_open(url, 2000, 64, &l), KV_OK);
 	assert_int_equal(kv_link_send(l, 1, body, sizeof(body)), KV_OK);
-	for (uint64_t end = kv_test_now_ms() + 5000;;) {
-		struct pollfd pf = {.fd = kv_link_fd(l), .events = POLLIN};
-		assert_true(kv_test_now_ms() < end);
-		(void)poll(&pf, 1, 100);
-		if ((rv = kv_link_recv(l, &one, &id, &b, &n)) != KV_OK)
-			break;
-		assert_false(one);
-	}
-	assert_int_equal(rv, KV_EPROTO);
+	assert_int_equal(link_failure(l), KV_EPROTO);
 	assert_int_equal(kv_link_send(l, 2, body, 3), KV_ECLOSED);
 	kv_link_close(l);
 	/* The server goes: the link says so. */
 	assert_int_equal(kv_link_open(url, 2000, 0, &l), KV_OK);
 	kv_rpc_server_destroy(srv);
-	for (uint64_t end = kv_test_now_ms() + 5000;;) {
-		struct pollfd pf = {.fd = kv_link_fd(l), .events = POLLIN};
-		assert_true(kv_test_now_ms() < end);
-		(void)poll(&pf, 1, 100);
-		if ((rv = kv_link_recv(l, &one, &id, &b, &n)) != KV_OK)
-			break;
-	}
-	assert_int_equal(rv, KV_ECLOSED);
+	assert_int_equal(link_failure(l), KV_ECLOSED);
 	kv_link_close(l);
 }
 
