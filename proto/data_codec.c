@@ -323,17 +323,23 @@ peek_varint(const uint8_t *b, size_t n, size_t *i, uint64_t *v)
 bool
 kv_data_req_is_peer(const void *p, size_t n)
 {
+	return kv_data_req_peer_kind(p, n) != KV_PEER_NONE;
+}
+
+int
+kv_data_req_peer_kind(const void *p, size_t n)
+{
 	const uint8_t *b = p;
 	size_t i = 0;
 	uint64_t tag, v;
 
 	while (i < n) {
 		if (!peek_varint(b, n, &i, &tag))
-			return false;
+			return KV_PEER_NONE;
 		switch (tag & 7u) {
 		case 0:
 			if (!peek_varint(b, n, &i, &v))
-				return false;
+				return KV_PEER_NONE;
 			break;
 		case 1:
 			i += 8;
@@ -342,20 +348,23 @@ kv_data_req_is_peer(const void *p, size_t n)
 			i += 4;
 			break;
 		case 2:
-			if ((tag >> 3) == 7 || (tag >> 3) == 10)
-				return true; /* Request.transfer, Request.replicate */
+			if ((tag >> 3) == 7)
+				return KV_PEER_TRANSFER; /* Request.transfer */
+			if ((tag >> 3) == 10)
+				return KV_PEER_REPLICATE; /* Request.replicate */
 			if ((tag >> 3) == 6)
-				return false; /* Request.ops: a client's (decoding refuses
-				               * ops beside a transfer or replicate) */
+				return KV_PEER_NONE; /* Request.ops: a client's (decoding
+				                      * refuses ops beside a transfer or
+				                      * replicate) */
 			if (!peek_varint(b, n, &i, &v) || v > n - i)
-				return false;
+				return KV_PEER_NONE;
 			i += (size_t)v;
 			break;
 		default:
-			return false;
+			return KV_PEER_NONE;
 		}
 	}
-	return false;
+	return KV_PEER_NONE;
 }
 
 int

@@ -118,6 +118,10 @@ void kv_data_req_fini(kv_req *r);
  * fields alone, without decoding it. False for anything undecodable. */
 bool kv_data_req_is_peer(const void *p, size_t n);
 
+/* Which peer's message an encoded Request carries, the same way. */
+enum { KV_PEER_NONE = 0, KV_PEER_TRANSFER = 1, KV_PEER_REPLICATE = 2 };
+int kv_data_req_peer_kind(const void *p, size_t n);
+
 /*
  * Packs the ops of a Request (r->has_xfer must be false: transfers are
  * kv_xfer_encode's) into a new nng message; reads r only; on 0 *out is the

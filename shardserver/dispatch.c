@@ -1394,10 +1394,14 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	/* A transfer or replication message may wait (for the bulk applier,
 	 * for its predecessor in the stream, for the log): not on an event
 	 * loop, whose other connections would wait with it. A transfer goes
-	 * to a worker; a Replicate goes there only when it would wait
+	 * to a worker at once; a Replicate goes there only when it would wait
 	 * (kv_rs_handle_nowait). */
-	peer_on_loop =
-	    !kv_rpc_can_block(p) && kv_data_req_is_peer(nng_msg_body(req), nng_msg_len(req));
+	if (!kv_rpc_can_block(p)) {
+		int kind = kv_data_req_peer_kind(nng_msg_body(req), nng_msg_len(req));
+		if (kind == KV_PEER_TRANSFER)
+			return KV_RPC_BLOCKING; /* not even decoded here: chunks are big */
+		peer_on_loop = kind == KV_PEER_REPLICATE;
+	}
 	/* Counted before `closing` is read: shutdown waits for zero after
 	 * setting it, so no request can start a log wait it misses. */
 	atomic_fetch_add(&s->inflight, 1);
@@ -1428,8 +1432,6 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	} else if (atomic_load(&s->closing)) {
 		resp.status = KV_EUNAVAIL;
 		resp.error = "server is stopping";
-	} else if (rq.has_xfer && peer_on_loop) {
-		goto blocking;
 	} else if (rq.has_xfer) {
 		resp.has_ack = true;
 		kv_mig_in_handle(s->mig, &rq, &resp.ack);

@@ -1269,8 +1269,8 @@ every_transfer_message_round_trips(void **state)
 }
 
 /* kv_data_req_is_peer tells a peer's transfer or replication message from
- * a client's request by its top-level fields, and nothing undecodable is a
- * peer's. */
+ * a client's request by its top-level fields (kv_data_req_peer_kind: which
+ * of the two), and nothing undecodable is a peer's. */
 static void
 peer_requests_are_told_from_client_requests_without_decoding(void **state)
 {
@@ -1290,9 +1290,11 @@ peer_requests_are_told_from_client_requests_without_decoding(void **state)
 	nng_msg_free(m);
 	assert_int_equal(kv_xfer_encode(&x, 7, 1, B("tok"), &m), KV_OK);
 	assert_true(kv_data_req_is_peer(nng_msg_body(m), nng_msg_len(m)));
+	assert_int_equal(kv_data_req_peer_kind(nng_msg_body(m), nng_msg_len(m)), KV_PEER_TRANSFER);
 	nng_msg_free(m);
 	assert_int_equal(kv_repl_encode(&r, 7, 1, B("tok"), &m), KV_OK);
 	assert_true(kv_data_req_is_peer(nng_msg_body(m), nng_msg_len(m)));
+	assert_int_equal(kv_data_req_peer_kind(nng_msg_body(m), nng_msg_len(m)), KV_PEER_REPLICATE);
 	nng_msg_free(m);
 	const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
 	                           0xff, 0xff, 0xff, 0xff, 0xff};
