@@ -203,13 +203,15 @@ bool kv_rs_covered(kv_rs *g, uint64_t lsn);
 
 /* Calls done(arg, 0) once kv_rs_covered(lsn) (inline when it already
  * is), done(arg, KV_ETIMEDOUT) after env.wait_ms without, or done(arg,
- * KV_ECLOSED) on kv_rs_stop. done runs on a stream's nng or thread and
+ * KV_ECLOSED) on kv_rs_stop. done runs on a stream thread (or nng's, over
+ * TLS) or the caller's, and
  * must not call into kv_rs. Returns 0 (done will be called exactly once)
  * or KV_ENOMEM / KV_ECLOSED (never called). */
 int kv_rs_notify(kv_rs *g, uint64_t lsn, kv_wal_done_fn done, void *arg);
 
-/* Answers one Replicate request (rq->has_repl) into *ack, on an nng thread.
- * Blocks at most about 50 ms for an earlier batch and for the local log. */
+/* Answers one Replicate request (rq->has_repl) into *ack, on a thread that
+ * may wait (an rpc worker): at most about 50 ms for an earlier batch, then
+ * for the local log. */
 void kv_rs_handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack);
 
 /* As kv_rs_handle, on a thread that must not wait (an event loop): returns
