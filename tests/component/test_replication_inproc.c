@@ -6,7 +6,8 @@
  * acknowledged while the backup does not answer, a retried write is applied
  * once on the backup and remembered there, and the backup refuses records
  * from a deposed primary (lower leader epoch), out of sequence, or from a
- * node that is not the primary.
+ * node that is not the primary; a backup that holds the connection and
+ * never answers is given up and dialled again.
  *
  * Every server a test creates is destroyed by the teardown, whatever the
  * outcome; every wait polls with a deadline.
@@ -20,12 +21,19 @@
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -509,6 +517,104 @@ single_range_cluster_serves_as_before_with_no_stream(void **state)
 	assert_string_equal(do_get(srvs[0].url, "a").value, "1");
 }
 
+/* A peer that takes connections and the protocol header and then never
+ * answers (a paused process): it reads and drops what comes. */
+static struct {
+	int lfd;
+	char url[64];
+	pthread_t thr;
+	bool running;
+	atomic_bool stop;
+	atomic_int accepts;
+} mute;
+
+static void *
+mute_main(void *arg)
+{
+	const uint8_t rep_hdr[8] = {0, 'S', 'P', 0, 0, 0x31, 0, 0};
+	struct pollfd pf[17];
+	int n = 1;
+	uint8_t buf[65536];
+	(void)arg;
+
+	pf[0] = (struct pollfd){.fd = mute.lfd, .events = POLLIN};
+	while (!atomic_load(&mute.stop)) {
+		if (poll(pf, (nfds_t)n, 20) <= 0)
+			continue;
+		if ((pf[0].revents & POLLIN) && n < 17) {
+			int fd = accept(mute.lfd, NULL, NULL);
+			if (fd >= 0) {
+				(void)send(fd, rep_hdr, sizeof(rep_hdr), MSG_NOSIGNAL);
+				pf[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+				atomic_fetch_add(&mute.accepts, 1);
+			}
+		}
+		for (int i = 1; i < n; i++)
+			if (pf[i].revents & (POLLIN | POLLHUP | POLLERR) &&
+			    recv(pf[i].fd, buf, sizeof(buf), 0) <= 0) {
+				close(pf[i].fd);
+				pf[i--] = pf[--n];
+			}
+	}
+	for (int i = 1; i < n; i++)
+		close(pf[i].fd);
+	return NULL;
+}
+
+static void
+mute_start(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t alen = sizeof(a);
+
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	mute.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(mute.lfd >= 0);
+	assert_int_equal(bind(mute.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(mute.lfd, 16), 0);
+	assert_int_equal(getsockname(mute.lfd, (struct sockaddr *)&a, &alen), 0);
+	snprintf(mute.url, sizeof(mute.url), "tcp://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+	atomic_store(&mute.stop, false);
+	atomic_store(&mute.accepts, 0);
+	assert_int_equal(pthread_create(&mute.thr, NULL, mute_main, NULL), 0);
+	mute.running = true;
+}
+
+static int
+teardown_mute(void **state)
+{
+	if (mute.running) {
+		atomic_store(&mute.stop, true);
+		pthread_join(mute.thr, NULL);
+		close(mute.lfd);
+		mute.running = false;
+	}
+	return teardown(state);
+}
+
+/* A backup that holds the connection and never answers: the primary's
+ * stream gives its Replicate up after 2 s, closes the connection and dials
+ * again, and the write's reply fails rather than claim a second copy. */
+static void
+a_backup_that_never_answers_is_given_up_and_dialled_again(void **state)
+{
+	const uint32_t rep[2] = {1, 2};
+	(void)state;
+
+	mute_start();
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, mute.url);
+	uint64_t e = publish_replicated(rep, rep, 2, 0);
+	inproc_srv_up(&srvs[0]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	res1 w = do_put(srvs[0].url, "k", "v", 0, 0);
+	assert_int_equal(w.status, SHARDKV__STATUS__STATUS_TIMED_OUT);
+	for (uint64_t end = kv_test_now_ms() + 15000; atomic_load(&mute.accepts) < 2;) {
+		assert_true(kv_test_now_ms() < end);
+		kv_test_sleep_ms(20);
+	}
+}
+
 int
 main(void)
 {
@@ -536,6 +642,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        a_multi_key_write_across_two_replicated_ranges_without_backups_is_applied, setup,
 	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_backup_that_never_answers_is_given_up_and_dialled_again, setup, teardown_mute),
 	    cmocka_unit_test_setup_teardown(single_range_cluster_serves_as_before_with_no_stream,
 	                                    setup, teardown),
 	};
