@@ -15,6 +15,32 @@
 /* Longest backtrace a request may carry (nng's REP: 8 hops of 4 bytes). */
 #define RPC_BT_MAX 32
 
+/* nng's SP protocol numbers, and the 8 bytes each side of a TCP connection
+ * sends first: 00 'S' 'P' 00, its protocol (16 bits, big endian), 00 00
+ * (rpc_tcp.c is the REP side, rpc_link.c the REQ side). */
+#define SP_PROTO_REQ 0x30u
+#define SP_PROTO_REP 0x31u
+
+static inline void
+rpc_sp_hello(uint8_t h[8], unsigned proto)
+{
+	const uint8_t v[8] = {0, 'S', 'P', 0, (uint8_t)(proto >> 8), (uint8_t)proto, 0, 0};
+	for (int i = 0; i < 8; i++)
+		h[i] = v[i];
+}
+
+/* Whether the 8 bytes at h are the header of a peer speaking proto. */
+static inline bool
+rpc_sp_hello_is(const uint8_t *h, unsigned proto)
+{
+	uint8_t want[8];
+	rpc_sp_hello(want, proto);
+	for (int i = 0; i < 8; i++)
+		if (h[i] != want[i])
+			return false;
+	return true;
+}
+
 struct rpc_tcp;
 struct rpc_conn;
 

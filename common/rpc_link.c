@@ -14,6 +14,7 @@
  * close paths is involved).
  */
 #define _GNU_SOURCE
+#include "common/bytes.h"
 #include "common/err.h"
 #include "common/key.h"
 #include "common/rpc.h"
@@ -30,11 +31,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define SP_PROTO_REQ 0x30u
-#define SP_PROTO_REP 0x31u
-#define ID_BIT       0x80000000u
-#define RBUF_MIN     (64u * 1024u)   /* the read buffer, at least */
-#define BUF_KEEP     (1024u * 1024u) /* larger buffers are given back once empty */
+#define ID_BIT   0x80000000u
+#define RBUF_MIN (64u * 1024u)   /* the read buffer, at least */
+#define BUF_KEEP (1024u * 1024u) /* larger buffers are given back once empty */
 
 struct kv_link {
 	int fd;
@@ -157,17 +156,14 @@ move_all(int fd, bool out, uint8_t *b, size_t n, uint64_t deadline)
 static int
 handshake(int fd, uint64_t deadline)
 {
-	uint8_t mine[8] = {0, 'S', 'P', 0, 0, SP_PROTO_REQ, 0, 0};
-	uint8_t theirs[8];
+	uint8_t mine[8], theirs[8];
 	int rv;
 
+	rpc_sp_hello(mine, SP_PROTO_REQ);
 	if ((rv = move_all(fd, true, mine, sizeof(mine), deadline)) != 0 ||
 	    (rv = move_all(fd, false, theirs, sizeof(theirs), deadline)) != 0)
 		return rv;
-	if (theirs[0] != 0 || theirs[1] != 'S' || theirs[2] != 'P' || theirs[3] != 0 ||
-	    theirs[4] != 0 || theirs[5] != SP_PROTO_REP || theirs[6] != 0 || theirs[7] != 0)
-		return KV_EPROTO;
-	return KV_OK;
+	return rpc_sp_hello_is(theirs, SP_PROTO_REP) ? KV_OK : KV_EPROTO;
 }
 
 int
@@ -268,16 +264,12 @@ int
 kv_link_send(kv_link *l, uint32_t id, const void *body, size_t len)
 {
 	uint8_t hdr[12];
-	uint64_t total = (uint64_t)len + 4;
 	size_t off = 0;
 
 	if (l->failed)
 		return KV_ECLOSED;
-	for (int i = 0; i < 8; i++)
-		hdr[i] = (uint8_t)(total >> (56 - 8 * i));
-	id = (id & ~ID_BIT) | ID_BIT;
-	for (int i = 0; i < 4; i++)
-		hdr[8 + i] = (uint8_t)(id >> (24 - 8 * i));
+	kv_put64be(hdr, (uint64_t)len + 4);
+	kv_put32be(hdr + 8, id | ID_BIT);
 	if (l->wpos == l->wlen) {
 		/* Nothing queued: straight from the caller's memory, and only
 		 * what the kernel does not take is copied. */
@@ -285,13 +277,11 @@ kv_link_send(kv_link *l, uint32_t id, const void *body, size_t len)
 		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
 		ssize_t n;
 		do
-			n = sendmsg(l->fd, &mh, MSG_NOSIGNAL);
-		while (n < 0 && errno == EINTR);
-		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-			l->failed = true;
+			n = io_result(l, sendmsg(l->fd, &mh, MSG_NOSIGNAL));
+		while (n == 0);
+		if (n == KV_ECLOSED)
 			return KV_ECLOSED;
-		}
-		off = n < 0 ? 0 : (size_t)n;
+		off = n == KV_EBUSY ? 0 : (size_t)n;
 		if (off == sizeof(hdr) + len)
 			return KV_OK;
 	}
@@ -319,9 +309,7 @@ kv_link_recv(kv_link *l, bool *got, uint32_t *id, const uint8_t **body, size_t *
 	for (;;) {
 		size_t have = l->rlen - l->rpos, need = 8;
 		if (have >= 8) {
-			uint64_t n = 0;
-			for (int i = 0; i < 8; i++)
-				n = n << 8 | l->rbuf[l->rpos + i];
+			uint64_t n = kv_get64be(l->rbuf + l->rpos);
 			if (n < 4 || n > l->max_msg) {
 				l->failed = true;
 				return KV_EPROTO;
@@ -329,8 +317,7 @@ kv_link_recv(kv_link *l, bool *got, uint32_t *id, const uint8_t **body, size_t *
 			need = 8 + (size_t)n;
 			if (have >= need) {
 				const uint8_t *m = l->rbuf + l->rpos + 8;
-				uint32_t w = (uint32_t)m[0] << 24 | (uint32_t)m[1] << 16 |
-				             (uint32_t)m[2] << 8 | m[3];
+				uint32_t w = kv_get32be(m);
 				if (!(w & ID_BIT)) {
 					/* Answers to a link's requests carry exactly its id. */
 					l->failed = true;

@@ -64,8 +64,6 @@
 
 #define COMP "rpc"
 
-#define SP_PROTO_REQ   0x30u
-#define SP_PROTO_REP   0x31u
 #define SP_MAX_HOPS    8u
 #define RBUF_MIN       (64u * 1024u)   /* a connection's read buffer, at least */
 #define RBUF_KEEP      (1024u * 1024u) /* larger ones are given back once empty */
@@ -522,8 +520,7 @@ conn_parse(rpc_conn *c)
 		if (c->rlen - c->roff < 8)
 			return true;
 		const uint8_t *h = c->rbuf + c->roff;
-		if (h[0] != 0 || h[1] != 'S' || h[2] != 'P' || h[3] != 0 || h[6] != 0 ||
-		    h[7] != 0 || ((unsigned)h[4] << 8 | h[5]) != SP_PROTO_REQ)
+		if (!rpc_sp_hello_is(h, SP_PROTO_REQ))
 			return false;
 		c->hello = true;
 		c->roff += 8;
@@ -722,7 +719,8 @@ accept_all(struct rpc_tcp *t)
 		pthread_mutex_init(&c->wmu, NULL);
 		/* Our half of the greeting: 8 bytes always fit a new socket's
 		 * buffer; one that does not take them is closed. */
-		uint8_t hello[8] = {0, 'S', 'P', 0, 0, (uint8_t)SP_PROTO_REP, 0, 0};
+		uint8_t hello[8];
+		rpc_sp_hello(hello, SP_PROTO_REP);
 		if (send(fd, hello, sizeof(hello), MSG_NOSIGNAL | MSG_DONTWAIT) !=
 		    (ssize_t)sizeof(hello)) {
 			pthread_mutex_destroy(&c->wmu);
