@@ -5,9 +5,10 @@
  * one of that connection's request slots.
  *
  * DESIGN. Each server address has a queue (kvc_queue) and ENG_SLOTS request
- * slots, each an nng context with its aio (common/rpc.c kv_rpc_async), kept
- * for the life of the handle. Submitting a req queues it and pumps: with no
- * request in flight, whatever is queued leaves at once as one Request (up to
+ * slots, each an asynchronous caller of the rpc layer (common/rpc.h
+ * kv_rpc_async: on the server's link and its thread for tcp://, an nng
+ * context with its aio over TLS), kept for the life of the handle. Submitting a req queues it and
+ * pumps: with no request in flight, whatever is queued leaves at once as one Request (up to
  * ENG_MAX_OPS single-key ops and ENG_MAX_BYTES; an mget, mput or scan goes
  * alone); with one in flight, a further slot is used only once as many ops
  * wait as a request in flight carries on average (at least ENG_MORE_OPS),
@@ -56,9 +57,9 @@
  * atomics otherwise: a req taken or finished while others are pending
  * takes no handle-wide lock); kvc_latch.mu protects a latch's zero flag.
  * All are leaves, never held together, nor across a callback, a completion
- * or a network call. Completions run with no lock held, on nng's threads
- * (a reply), the retry thread, or the submitting thread (a req refused at
- * once).
+ * or a network call. Completions run with no lock held, on the server's
+ * link thread or nng's threads (a reply), the retry thread, or the
+ * submitting thread (a req refused at once).
  */
 #include "client/client_int.h"
 #include "common/err.h"

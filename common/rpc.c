@@ -119,6 +119,11 @@ struct kv_rpc_client {
 	nng_time dial_time;       /* when it was started */
 	atomic_bool fail_refused; /* kv_rpc_client_fail_refused */
 	atomic_uint connect_wait; /* kv_rpc_client_connect_wait (ms; 0: none) */
+	/* A plain tcp:// client's asynchronous callers run on a link
+	 * (rpc_lcall.c), and its socket dials only for the first
+	 * kv_rpc_call: a data server's client makes one connection, not two. */
+	rpc_lc *lc;  /* the link state (tcp:// only), or NULL */
+	bool dialed; /* the socket has a dialer (under mu) */
 };
 
 /* The detail of the last failed kv_rpc_call on this thread (kv_rpc_why). */
@@ -161,7 +166,7 @@ kv_rpc_client_connect_wait(kv_rpc_client *c, uint32_t ms)
 bool
 kv_rpc_client_connected(const kv_rpc_client *c)
 {
-	return atomic_load(&((kv_rpc_client *)c)->pipes) > 0;
+	return atomic_load(&((kv_rpc_client *)c)->pipes) > 0 || rpc_lc_connected(c->lc);
 }
 
 /*
@@ -637,10 +642,12 @@ rpc_client_maybe_redial(kv_rpc_client *c)
 		return;
 	nng_dialer d;
 
+	rpc_lc_kick(c->lc);
 	if (atomic_load(&c->pipes) > 0)
 		return;
 	pthread_mutex_lock(&c->mu);
-	if (atomic_load(&c->pipes) == 0 && nng_clock() - c->dial_time >= RPC_REDIAL_MS &&
+	if (c->dialed && atomic_load(&c->pipes) == 0 &&
+	    nng_clock() - c->dial_time >= RPC_REDIAL_MS &&
 	    kv_tls_dial(c->sock, c->url, c->tls, NNG_FLAG_NONBLOCK, &d) == KV_OK) {
 		nng_dialer_close(c->dialer); /* aborts its pending connect */
 		c->dialer = d;
@@ -695,9 +702,26 @@ struct rpc_closer {
 	int refs;              /* the destroyer and the closing thread */
 };
 
+/* Dials the socket when it has not yet (a link client's first kv_rpc_call). */
+static int
+rpc_client_dial(kv_rpc_client *c)
+{
+	int rv = KV_OK;
+
+	pthread_mutex_lock(&c->mu);
+	if (!c->dialed) {
+		c->dial_time = nng_clock();
+		if ((rv = kv_tls_dial(c->sock, c->url, c->tls, NNG_FLAG_NONBLOCK, &c->dialer)) == 0)
+			c->dialed = true;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rv;
+}
+
 static void
 rpc_client_free(kv_rpc_client *c)
 {
+	rpc_lc_destroy(c->lc);
 	nng_close(c->sock);
 	pthread_mutex_destroy(&c->mu);
 	free(c->url);
@@ -776,8 +800,11 @@ kv_rpc_client_create_tls(const char *url, const kv_tls *tls, kv_rpc_client **out
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500);
 	c->tls = kv_tls_url(url) ? tls : NULL;
-	c->dial_time = nng_clock();
-	if ((rv = kv_tls_dial(c->sock, url, tls, NNG_FLAG_NONBLOCK, &c->dialer)) != 0) {
+	if (kv_link_url_ok(url))
+		rv = rpc_lc_create(url, &c->lc);
+	else
+		rv = rpc_client_dial(c);
+	if (rv != 0) {
 		nng_close(c->sock);
 		pthread_mutex_destroy(&c->mu);
 		free(c->url);
@@ -895,6 +922,7 @@ kv_rpc_client_url(const kv_rpc_client *c)
 
 struct kv_rpc_async {
 	kv_rpc_client *c;    /* its client */
+	rpc_lc_caller *lc;   /* on a link client: the caller (nothing below is used) */
 	nng_ctx ctx;         /* the request context, reused */
 	nng_aio *aio;        /* its aio, reused; its callback is async_cb */
 	nng_aio *saio;       /* no callback: kv_rpc_async_call_wait_send's send */
@@ -949,6 +977,14 @@ kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc_asy
 	a->c = c;
 	a->done = done;
 	a->arg = arg;
+	if (c->lc != NULL) {
+		if ((rv = rpc_lc_caller_create(c->lc, done, arg, &a->lc)) != KV_OK) {
+			free(a);
+			return rv;
+		}
+		*out = a;
+		return KV_OK;
+	}
 	if ((rv = nng_ctx_open(&a->ctx, c->sock)) != 0) {
 		free(a);
 		return kv_err_from_nng(rv);
@@ -988,6 +1024,10 @@ async_start(kv_rpc_async *a, uint32_t *timeout_ms)
 void
 kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms)
 {
+	if (a->lc != NULL) {
+		rpc_lc_call(a->lc, req, timeout_ms, atomic_load(&a->c->connect_wait));
+		return;
+	}
 	uint32_t send_ms = async_start(a, &timeout_ms);
 
 	nng_aio_set_timeout(a->aio, (nng_duration)send_ms);
@@ -998,6 +1038,11 @@ kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms)
 void
 kv_rpc_async_call_wait_send(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms)
 {
+	if (a->lc != NULL) {
+		/* The send is made on this thread anyway. */
+		rpc_lc_call(a->lc, req, timeout_ms, atomic_load(&a->c->connect_wait));
+		return;
+	}
 	uint32_t send_ms = async_start(a, &timeout_ms);
 	int rv;
 
@@ -1027,6 +1072,11 @@ kv_rpc_async_destroy(kv_rpc_async *a)
 {
 	if (a == NULL)
 		return;
+	if (a->lc != NULL) {
+		rpc_lc_caller_destroy(a->lc);
+		free(a);
+		return;
+	}
 	nng_aio_stop(a->aio); /* cancels, waits for the callback, and refuses new work */
 	nng_aio_stop(a->saio);
 	if (nng_aio_get_msg(a->aio) != NULL)
@@ -1054,6 +1104,10 @@ kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeout_ms
 		if (req)
 			nng_msg_free(req);
 		return KV_EINVAL;
+	}
+	if ((rv = rpc_client_dial(c)) != KV_OK) {
+		nng_msg_free(req);
+		return rv;
 	}
 	if ((rv = nng_ctx_open(&ctx, c->sock)) != 0) {
 		nng_msg_free(req);

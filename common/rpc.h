@@ -157,8 +157,13 @@ int kv_rpc_call(kv_rpc_client *c, nng_msg *req, nng_msg **reply, uint32_t timeou
 
 /*
  * An asynchronous caller on a client: one request at a time, answered by a
- * callback on an nng thread, with the context and aio kept between calls
- * (nothing is allocated per call). For pipelines of requests, use several.
+ * callback. On a client of a plain tcp:// address the callers share one
+ * connection and one thread of the client's (rpc_lcall.c): a call is
+ * written on the calling thread, the answers are read and the callbacks
+ * run on the client's thread, and a connection that fails fails the calls
+ * written on it at once (KV_EUNAVAIL). Otherwise (TLS) a caller is an nng
+ * context and aio, kept between calls, and callbacks run on nng's threads.
+ * For pipelines of requests, use several.
  */
 typedef struct kv_rpc_async kv_rpc_async;
 
@@ -175,13 +180,15 @@ int kv_rpc_async_create(kv_rpc_client *c, kv_rpc_done_fn done, void *arg, kv_rpc
 void kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms);
 
 /*
- * As kv_rpc_async_call, but the send is made and waited for on the calling
- * thread, with an aio of its own that has no callback: a send that nng
- * completes at once costs no hand-off to one of nng's threads, and the
- * receive is posted only once the send is done (never while it is queued).
- * Only the reply (or the receive's failure) comes through done; a failed
- * send calls done before this returns. For a thread that may wait up to
- * the send's timeout (a blocking call's); never from a done callback.
+ * As kv_rpc_async_call, but on an nng caller (TLS) the send is made and
+ * waited for on the calling thread, with an aio of its own that has no
+ * callback: a send that nng completes at once costs no hand-off to one of
+ * nng's threads, and the receive is posted only once the send is done
+ * (never while it is queued). Only the reply (or the receive's failure)
+ * comes through done; a failed send calls done before this returns. For a
+ * thread that may wait up to the send's timeout (a blocking call's); never
+ * from a done callback. On a link it is kv_rpc_async_call (whose send is
+ * made on the calling thread anyway).
  */
 void kv_rpc_async_call_wait_send(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms);
 

@@ -41,6 +41,40 @@ rpc_sp_hello_is(const uint8_t *h, unsigned proto)
 	return true;
 }
 
+/*
+ * The asynchronous callers of a plain tcp:// client on a link and a thread
+ * of the client's own (rpc_lcall.c): kv_rpc_async on such a client is one
+ * of these. The thread starts with the first caller.
+ */
+typedef struct rpc_lc rpc_lc;
+typedef struct rpc_lc_caller rpc_lc_caller;
+
+/* Makes the link state of a client of url (nothing connects yet). */
+int rpc_lc_create(const char *url, rpc_lc **out);
+
+/* Stops the thread and closes the connection. The callers are destroyed
+ * first. Never from a callback. Accepts NULL. */
+void rpc_lc_destroy(rpc_lc *k);
+
+/* Whether a connection is open now. */
+bool rpc_lc_connected(const rpc_lc *k);
+
+/* The next connection attempt is made at once, not after a backoff. */
+void rpc_lc_kick(rpc_lc *k);
+
+/* A caller: one call at a time, done called once per call (on the link
+ * thread, or on the calling thread when refused at once). */
+int rpc_lc_caller_create(rpc_lc *k, kv_rpc_done_fn done, void *arg, rpc_lc_caller **out);
+
+/* Sends req (taken) on the connection, or once there is one: done gets the
+ * answer, KV_EUNAVAIL (no connection within connect_wait_ms, or 0: the
+ * timeout; or the connection failed), KV_ETIMEDOUT, or KV_ECLOSED. */
+void rpc_lc_call(rpc_lc_caller *c, nng_msg *req, uint32_t timeout_ms, uint32_t connect_wait_ms);
+
+/* Cancels the call in flight (done gets KV_ECLOSED), waits for a callback
+ * running, and frees the caller. Not from its own callback. Accepts NULL. */
+void rpc_lc_caller_destroy(rpc_lc_caller *c);
+
 struct rpc_tcp;
 struct rpc_conn;
 

@@ -217,7 +217,7 @@ async_seen_done(void *arg, int rv, nng_msg *reply)
 }
 
 static void
-async_call_with_a_waited_send_gets_its_reply_or_fails_at_once(void **state)
+async_call_with_a_waited_send_gets_its_reply_or_fails_after_the_connect_wait(void **state)
 {
 	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	struct async_seen s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -250,21 +250,180 @@ async_call_with_a_waited_send_gets_its_reply_or_fails_at_once(void **state)
 	}
 	kv_rpc_async_destroy(a);
 
-	/* Nothing listens: the send waits connect_wait, then done runs on this
-	 * thread before the call returns. */
+	/* Nothing listens: the call waits connect_wait for a connection, then
+	 * fails unavailable, long before its timeout (with nng's socket done
+	 * runs on this thread before the call returns; on a link, on the
+	 * link's thread). */
 	kv_test_free_url(dead, sizeof(dead));
 	assert_int_equal(kv_rpc_client_create(dead, &nowhere), KV_OK);
 	kv_rpc_client_connect_wait(nowhere, 50);
 	s.calls = 0;
 	assert_int_equal(kv_rpc_async_create(nowhere, async_seen_done, &s, &b), KV_OK);
+	uint64_t t0 = kv_test_now_ms();
 	kv_rpc_async_call_wait_send(b, msg_of("lost"), 5000);
 	pthread_mutex_lock(&s.mu);
+	while (s.calls == 0)
+		pthread_cond_wait(&s.cv, &s.mu); /* the test's timeout bounds it */
+	assert_true(kv_test_now_ms() - t0 < 4000);
 	assert_int_equal(s.calls, 1);
 	assert_int_equal(s.rv, KV_EUNAVAIL);
 	assert_null(s.reply);
 	pthread_mutex_unlock(&s.mu);
 	kv_rpc_async_destroy(b);
 	kv_rpc_client_destroy(nowhere);
+	kv_rpc_client_destroy(cli);
+	kv_rpc_server_destroy(srv);
+}
+
+/* Waits (5 s at most) until s has seen `calls` callbacks; returns the
+ * milliseconds it took. */
+static uint64_t
+async_wait_calls(struct async_seen *s, int calls)
+{
+	uint64_t t0 = kv_test_now_ms();
+	pthread_mutex_lock(&s->mu);
+	while (s->calls < calls) {
+		pthread_mutex_unlock(&s->mu);
+		assert_true(kv_test_now_ms() - t0 < 5000);
+		kv_test_sleep_ms(1);
+		pthread_mutex_lock(&s->mu);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return kv_test_now_ms() - t0;
+}
+
+/* Takes the request the echo handler kept ("defer"), 5 s at most. */
+static kv_rpc_pending *
+take_kept(struct defer_state *d)
+{
+	for (uint64_t end = kv_test_now_ms() + 5000;;) {
+		pthread_mutex_lock(&d->mu);
+		kv_rpc_pending *p = d->kept;
+		d->kept = NULL;
+		pthread_mutex_unlock(&d->mu);
+		if (p != NULL)
+			return p;
+		assert_true(kv_test_now_ms() < end);
+		kv_test_sleep_ms(1);
+	}
+}
+
+static void
+an_async_call_past_its_timeout_fails_and_its_late_answer_goes_to_nobody(void **state)
+{
+	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct async_seen s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	char url[64];
+	kv_rpc_server *srv;
+	kv_rpc_client *cli;
+	kv_rpc_async *a;
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d, .loops = g_loops};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
+	assert_int_equal(kv_rpc_async_create(cli, async_seen_done, &s, &a), KV_OK);
+	kv_rpc_async_call(a, msg_of("defer"), 200);
+	kv_rpc_pending *p = take_kept(&d);
+	uint64_t ms = async_wait_calls(&s, 1);
+	assert_true(ms < 2000);
+	assert_int_equal(s.rv, KV_ETIMEDOUT);
+	assert_null(s.reply);
+	/* The answer comes after all: the next call gets its own. */
+	kv_rpc_reply(p, msg_of("late"));
+	kv_rpc_async_call(a, msg_of("fresh"), 5000);
+	async_wait_calls(&s, 2);
+	assert_int_equal(s.rv, KV_OK);
+	assert_int_equal(nng_msg_len(s.reply), 5);
+	assert_memory_equal(nng_msg_body(s.reply), "fresh", 5);
+	nng_msg_free(s.reply);
+	kv_rpc_async_destroy(a);
+	kv_rpc_client_destroy(cli);
+	kv_rpc_server_destroy(srv);
+}
+
+static void
+a_lost_connection_fails_its_calls_at_once_and_the_next_call_connects_again(void **state)
+{
+	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct async_seen s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	char url[64];
+	kv_rpc_server *srv;
+	kv_rpc_client *cli;
+	kv_rpc_async *a;
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d, .loops = g_loops};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
+	assert_int_equal(kv_rpc_async_create(cli, async_seen_done, &s, &a), KV_OK);
+	kv_rpc_async_call(a, msg_of("defer"), 10000);
+	(void)take_kept(&d);
+	assert_true(kv_rpc_client_connected(cli));
+	/* The server goes with the call unanswered: with a link the call
+	 * fails unavailable when the connection does, not at its timeout
+	 * (nng's socket keeps it until then). */
+	kv_rpc_server_destroy(srv);
+	uint64_t ms = async_wait_calls(&s, 1);
+	if (kv_link_url_ok(url)) {
+		assert_true(ms < 5000);
+		assert_int_equal(s.rv, KV_EUNAVAIL);
+	}
+	/* A server again on the address: a call finds it. */
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	int calls = s.calls;
+	for (uint64_t end = kv_test_now_ms() + 5000;; kv_test_sleep_ms(10)) {
+		kv_rpc_async_call(a, msg_of("again"), 1000);
+		async_wait_calls(&s, ++calls);
+		if (s.rv == KV_OK)
+			break;
+		assert_true(kv_test_now_ms() < end);
+	}
+	assert_int_equal(nng_msg_len(s.reply), 5);
+	assert_memory_equal(nng_msg_body(s.reply), "again", 5);
+	nng_msg_free(s.reply);
+	kv_rpc_async_destroy(a);
+	kv_rpc_client_destroy(cli);
+	kv_rpc_server_destroy(srv);
+}
+
+static void
+destroying_an_async_caller_ends_its_call(void **state)
+{
+	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct async_seen s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	char url[64];
+	kv_rpc_server *srv;
+	kv_rpc_client *cli;
+	kv_rpc_async *a, *b;
+	(void)state;
+
+	kv_test_free_url(url, sizeof(url));
+	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d, .loops = g_loops};
+	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
+	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
+	assert_int_equal(kv_rpc_async_create(cli, async_seen_done, &s, &a), KV_OK);
+	assert_int_equal(kv_rpc_async_create(cli, async_seen_done, &s, &b), KV_OK);
+	kv_rpc_async_call(a, msg_of("defer"), 10000);
+	kv_rpc_pending *p = take_kept(&d);
+	/* Its callback has run when the destroy returns. */
+	kv_rpc_async_destroy(a);
+	pthread_mutex_lock(&s.mu);
+	assert_int_equal(s.calls, 1);
+	assert_int_equal(s.rv, KV_ECLOSED);
+	pthread_mutex_unlock(&s.mu);
+	/* Another caller of the client is unharmed, and the answer of the
+	 * destroyed one goes to nobody. */
+	kv_rpc_reply(p, msg_of("gone"));
+	kv_rpc_async_call(b, msg_of("other"), 5000);
+	async_wait_calls(&s, 2);
+	assert_int_equal(s.rv, KV_OK);
+	assert_int_equal(nng_msg_len(s.reply), 5);
+	assert_memory_equal(nng_msg_body(s.reply), "other", 5);
+	nng_msg_free(s.reply);
+	kv_rpc_async_destroy(b);
 	kv_rpc_client_destroy(cli);
 	kv_rpc_server_destroy(srv);
 }
@@ -909,7 +1068,13 @@ main(void)
 	    cmocka_unit_test(dropped_request_times_out_at_the_client),
 	    cmocka_unit_test(call_without_server_is_unavailable),
 	    cmocka_unit_test(second_listener_on_same_address_gets_eaddrinuse),
-	    cmocka_unit_test(async_call_with_a_waited_send_gets_its_reply_or_fails_at_once),
+	    cmocka_unit_test(
+	        async_call_with_a_waited_send_gets_its_reply_or_fails_after_the_connect_wait),
+	    cmocka_unit_test(
+	        an_async_call_past_its_timeout_fails_and_its_late_answer_goes_to_nobody),
+	    cmocka_unit_test(
+	        a_lost_connection_fails_its_calls_at_once_and_the_next_call_connects_again),
+	    cmocka_unit_test(destroying_an_async_caller_ends_its_call),
 	};
 	const struct CMUnitTest loops[] = {
 	    cmocka_unit_test(calls_in_flight_past_the_bound_are_all_answered_out_of_order),
