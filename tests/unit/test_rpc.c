@@ -308,125 +308,130 @@ take_kept(struct defer_state *d)
 	}
 }
 
-static void
-an_async_call_past_its_timeout_fails_and_its_late_answer_goes_to_nobody(void **state)
-{
-	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
-	struct async_seen s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+/* An echo server of the group's kind, a client of it and one async caller
+ * whose callbacks s records. */
+struct echo_rig {
+	struct defer_state d;
+	struct async_seen s;
+	kv_rpc_server_opts o;
 	char url[64];
 	kv_rpc_server *srv;
 	kv_rpc_client *cli;
 	kv_rpc_async *a;
+};
+
+static void
+echo_rig_up(struct echo_rig *r)
+{
+	*r = (struct echo_rig){
+	    .d = {.mu = PTHREAD_MUTEX_INITIALIZER},
+	    .s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER}};
+	kv_test_free_url(r->url, sizeof(r->url));
+	r->o = (kv_rpc_server_opts){
+	    .url = r->url, .handler = echo_handler, .arg = &r->d, .loops = g_loops};
+	assert_int_equal(kv_rpc_server_create(&r->o, &r->srv), KV_OK);
+	assert_int_equal(kv_rpc_client_create(r->url, &r->cli), KV_OK);
+	assert_int_equal(kv_rpc_async_create(r->cli, async_seen_done, &r->s, &r->a), KV_OK);
+}
+
+static void
+echo_rig_down(struct echo_rig *r)
+{
+	kv_rpc_async_destroy(r->a);
+	kv_rpc_client_destroy(r->cli);
+	kv_rpc_server_destroy(r->srv);
+}
+
+/* The last callback of r's caller brought an answer of text. */
+static void
+echo_rig_got(struct echo_rig *r, const char *text)
+{
+	assert_int_equal(r->s.rv, KV_OK);
+	assert_int_equal(nng_msg_len(r->s.reply), strlen(text));
+	assert_memory_equal(nng_msg_body(r->s.reply), text, strlen(text));
+	nng_msg_free(r->s.reply);
+	r->s.reply = NULL;
+}
+
+static void
+an_async_call_past_its_timeout_fails_and_its_late_answer_goes_to_nobody(void **state)
+{
+	static struct echo_rig r;
 	(void)state;
 
-	kv_test_free_url(url, sizeof(url));
-	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d, .loops = g_loops};
-	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
-	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
-	assert_int_equal(kv_rpc_async_create(cli, async_seen_done, &s, &a), KV_OK);
-	kv_rpc_async_call(a, msg_of("defer"), 200);
-	kv_rpc_pending *p = take_kept(&d);
-	uint64_t ms = async_wait_calls(&s, 1);
+	echo_rig_up(&r);
+	kv_rpc_async_call(r.a, msg_of("defer"), 200);
+	kv_rpc_pending *p = take_kept(&r.d);
+	uint64_t ms = async_wait_calls(&r.s, 1);
 	assert_true(ms < 2000);
-	assert_int_equal(s.rv, KV_ETIMEDOUT);
-	assert_null(s.reply);
+	assert_int_equal(r.s.rv, KV_ETIMEDOUT);
+	assert_null(r.s.reply);
 	/* The answer comes after all: the next call gets its own. */
 	kv_rpc_reply(p, msg_of("late"));
-	kv_rpc_async_call(a, msg_of("fresh"), 5000);
-	async_wait_calls(&s, 2);
-	assert_int_equal(s.rv, KV_OK);
-	assert_int_equal(nng_msg_len(s.reply), 5);
-	assert_memory_equal(nng_msg_body(s.reply), "fresh", 5);
-	nng_msg_free(s.reply);
-	kv_rpc_async_destroy(a);
-	kv_rpc_client_destroy(cli);
-	kv_rpc_server_destroy(srv);
+	kv_rpc_async_call(r.a, msg_of("fresh"), 5000);
+	async_wait_calls(&r.s, 2);
+	echo_rig_got(&r, "fresh");
+	echo_rig_down(&r);
 }
 
 static void
 a_lost_connection_fails_its_calls_at_once_and_the_next_call_connects_again(void **state)
 {
-	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
-	struct async_seen s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-	char url[64];
-	kv_rpc_server *srv;
-	kv_rpc_client *cli;
-	kv_rpc_async *a;
+	static struct echo_rig r;
 	(void)state;
 
-	kv_test_free_url(url, sizeof(url));
-	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d, .loops = g_loops};
-	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
-	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
-	assert_int_equal(kv_rpc_async_create(cli, async_seen_done, &s, &a), KV_OK);
-	kv_rpc_async_call(a, msg_of("defer"), 10000);
-	kv_rpc_pending *p = take_kept(&d);
-	assert_true(kv_rpc_client_connected(cli));
+	echo_rig_up(&r);
+	kv_rpc_async_call(r.a, msg_of("defer"), 10000);
+	kv_rpc_pending *p = take_kept(&r.d);
+	assert_true(kv_rpc_client_connected(r.cli));
 	/* The server drops the request and goes: with a link the call fails
 	 * unavailable when the connection does, not at its timeout (nng's
 	 * socket keeps it until then). */
 	kv_rpc_reply(p, NULL);
-	kv_rpc_server_destroy(srv);
-	uint64_t ms = async_wait_calls(&s, 1);
-	if (kv_link_url_ok(url)) {
+	kv_rpc_server_destroy(r.srv);
+	uint64_t ms = async_wait_calls(&r.s, 1);
+	if (kv_link_url_ok(r.url)) {
 		assert_true(ms < 5000);
-		assert_int_equal(s.rv, KV_EUNAVAIL);
+		assert_int_equal(r.s.rv, KV_EUNAVAIL);
 	}
 	/* A server again on the address: a call finds it. */
-	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
-	int calls = s.calls;
+	assert_int_equal(kv_rpc_server_create(&r.o, &r.srv), KV_OK);
+	int calls = r.s.calls;
 	for (uint64_t end = kv_test_now_ms() + 5000;; kv_test_sleep_ms(10)) {
-		kv_rpc_async_call(a, msg_of("again"), 1000);
-		async_wait_calls(&s, ++calls);
-		if (s.rv == KV_OK)
+		kv_rpc_async_call(r.a, msg_of("again"), 1000);
+		async_wait_calls(&r.s, ++calls);
+		if (r.s.rv == KV_OK)
 			break;
 		assert_true(kv_test_now_ms() < end);
 	}
-	assert_int_equal(nng_msg_len(s.reply), 5);
-	assert_memory_equal(nng_msg_body(s.reply), "again", 5);
-	nng_msg_free(s.reply);
-	kv_rpc_async_destroy(a);
-	kv_rpc_client_destroy(cli);
-	kv_rpc_server_destroy(srv);
+	echo_rig_got(&r, "again");
+	echo_rig_down(&r);
 }
 
 static void
 destroying_an_async_caller_ends_its_call(void **state)
 {
-	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
-	struct async_seen s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-	char url[64];
-	kv_rpc_server *srv;
-	kv_rpc_client *cli;
-	kv_rpc_async *a, *b;
+	static struct echo_rig r;
+	kv_rpc_async *b;
 	(void)state;
 
-	kv_test_free_url(url, sizeof(url));
-	kv_rpc_server_opts o = {.url = url, .handler = echo_handler, .arg = &d, .loops = g_loops};
-	assert_int_equal(kv_rpc_server_create(&o, &srv), KV_OK);
-	assert_int_equal(kv_rpc_client_create(url, &cli), KV_OK);
-	assert_int_equal(kv_rpc_async_create(cli, async_seen_done, &s, &a), KV_OK);
-	assert_int_equal(kv_rpc_async_create(cli, async_seen_done, &s, &b), KV_OK);
-	kv_rpc_async_call(a, msg_of("defer"), 10000);
-	kv_rpc_pending *p = take_kept(&d);
+	echo_rig_up(&r);
+	assert_int_equal(kv_rpc_async_create(r.cli, async_seen_done, &r.s, &b), KV_OK);
+	kv_rpc_async_call(b, msg_of("defer"), 10000);
+	kv_rpc_pending *p = take_kept(&r.d);
 	/* Its callback has run when the destroy returns. */
-	kv_rpc_async_destroy(a);
-	pthread_mutex_lock(&s.mu);
-	assert_int_equal(s.calls, 1);
-	assert_int_equal(s.rv, KV_ECLOSED);
-	pthread_mutex_unlock(&s.mu);
+	kv_rpc_async_destroy(b);
+	pthread_mutex_lock(&r.s.mu);
+	assert_int_equal(r.s.calls, 1);
+	assert_int_equal(r.s.rv, KV_ECLOSED);
+	pthread_mutex_unlock(&r.s.mu);
 	/* Another caller of the client is unharmed, and the answer of the
 	 * destroyed one goes to nobody. */
 	kv_rpc_reply(p, msg_of("gone"));
-	kv_rpc_async_call(b, msg_of("other"), 5000);
-	async_wait_calls(&s, 2);
-	assert_int_equal(s.rv, KV_OK);
-	assert_int_equal(nng_msg_len(s.reply), 5);
-	assert_memory_equal(nng_msg_body(s.reply), "other", 5);
-	nng_msg_free(s.reply);
-	kv_rpc_async_destroy(b);
-	kv_rpc_client_destroy(cli);
-	kv_rpc_server_destroy(srv);
+	kv_rpc_async_call(r.a, msg_of("other"), 5000);
+	async_wait_calls(&r.s, 2);
+	echo_rig_got(&r, "other");
+	echo_rig_down(&r);
 }
 
 /* ------------------------------------------------------------------------
