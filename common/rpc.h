@@ -193,7 +193,8 @@ void kv_rpc_async_call(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms);
 void kv_rpc_async_call_wait_send(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms);
 
 /* Stops the caller (a call still in flight is cancelled and its callback
- * waited for) and frees it. Not from its own callback. Accepts NULL. Call
+ * waited for) and frees it. Not from its own callback, nor (tcp://) from
+ * a callback of another caller of the same client. Accepts NULL. Call
  * before destroying the client, and preferably with no call in flight:
  * nng 1.5 can hang closing a socket whose request context was cancelled. */
 void kv_rpc_async_destroy(kv_rpc_async *a);

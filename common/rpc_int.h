@@ -72,7 +72,9 @@ int rpc_lc_caller_create(rpc_lc *k, kv_rpc_done_fn done, void *arg, rpc_lc_calle
 void rpc_lc_call(rpc_lc_caller *c, nng_msg *req, uint32_t timeout_ms, uint32_t connect_wait_ms);
 
 /* Cancels the call in flight (done gets KV_ECLOSED), waits for a callback
- * running, and frees the caller. Not from its own callback. Accepts NULL. */
+ * running, and frees the caller. Never from a callback of the same client
+ * (they run on one thread: the wait could be for that thread). Accepts
+ * NULL. */
 void rpc_lc_caller_destroy(rpc_lc_caller *c);
 
 struct rpc_tcp;
