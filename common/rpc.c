@@ -800,10 +800,19 @@ kv_rpc_client_create_tls(const char *url, const kv_tls *tls, kv_rpc_client **out
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500);
 	c->tls = kv_tls_url(url) ? tls : NULL;
-	if (kv_link_url_ok(url))
-		rv = rpc_lc_create(url, &c->lc);
-	else
+	if (kv_link_url_ok(url)) {
+		/* Not dialled yet, but a malformed address fails here, as a
+		 * dial would. */
+		nng_dialer d;
+		if ((rv = nng_dialer_create(&d, c->sock, url)) != 0)
+			rv = kv_err_from_nng(rv);
+		else
+			nng_dialer_close(d);
+		if (rv == 0)
+			rv = rpc_lc_create(url, &c->lc);
+	} else {
 		rv = rpc_client_dial(c);
+	}
 	if (rv != 0) {
 		nng_close(c->sock);
 		pthread_mutex_destroy(&c->mu);

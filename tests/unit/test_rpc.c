@@ -180,6 +180,20 @@ call_without_server_is_unavailable(void **state)
 }
 
 static void
+a_client_of_a_malformed_address_is_refused_at_create(void **state)
+{
+	kv_rpc_client *cli = NULL;
+	(void)state;
+
+	/* A tcp:// client dials only when first used; its address is checked
+	 * at once all the same. */
+	assert_int_equal(kv_rpc_client_create("tcp://127.0.0.1", &cli), KV_EINVAL);
+	assert_int_equal(kv_rpc_client_create("tcp://*:5", &cli), KV_EINVAL);
+	assert_int_equal(kv_rpc_client_create("nope://127.0.0.1:5", &cli), KV_EINVAL);
+	assert_null(cli);
+}
+
+static void
 second_listener_on_same_address_gets_eaddrinuse(void **state)
 {
 	struct defer_state d = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -1074,6 +1088,7 @@ main(void)
 	    cmocka_unit_test(dropped_request_times_out_at_the_client),
 	    cmocka_unit_test(call_without_server_is_unavailable),
 	    cmocka_unit_test(second_listener_on_same_address_gets_eaddrinuse),
+	    cmocka_unit_test(a_client_of_a_malformed_address_is_refused_at_create),
 	    cmocka_unit_test(
 	        async_call_with_a_waited_send_gets_its_reply_or_fails_after_the_connect_wait),
 	    cmocka_unit_test(
