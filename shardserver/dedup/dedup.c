@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEDUP_STRIPES     16u
+#define DEDUP_STRIPES     KV_DEDUP_PARTS
 #define DEDUP_BUCKETS     256u
 #define DEDUP_FIRST_SLOTS 8u /* slots of a new client; doubled up to per_client */
 
@@ -506,10 +506,10 @@ kv_dedup_insert(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_resul
 /* Calls cb for the finished entries whose key lies in [start, end), or
  * forgets them when cb is NULL. */
 static void
-range_walk(kv_dedup *d, const void *start, size_t slen, const void *end, size_t elen,
-           kv_dedup_visit_cb cb, void *arg)
+range_walk(kv_dedup *d, unsigned from, unsigned to, const void *start, size_t slen, const void *end,
+           size_t elen, kv_dedup_visit_cb cb, void *arg)
 {
-	for (unsigned i = 0; i < DEDUP_STRIPES; i++) {
+	for (unsigned i = from; i < to && i < DEDUP_STRIPES; i++) {
 		dedup_stripe *st = &d->stripes[i];
 		pthread_mutex_lock(&st->mu);
 		for (unsigned b = 0; b < DEDUP_BUCKETS; b++)
@@ -542,13 +542,20 @@ void
 kv_dedup_visit_range(kv_dedup *d, const void *start, size_t slen, const void *end, size_t elen,
                      kv_dedup_visit_cb cb, void *arg)
 {
-	range_walk(d, start, slen, end, elen, cb, arg);
+	range_walk(d, 0, DEDUP_STRIPES, start, slen, end, elen, cb, arg);
+}
+
+void
+kv_dedup_visit_part(kv_dedup *d, unsigned part, const void *start, size_t slen, const void *end,
+                    size_t elen, kv_dedup_visit_cb cb, void *arg)
+{
+	range_walk(d, part, part + 1, start, slen, end, elen, cb, arg);
 }
 
 void
 kv_dedup_forget_range(kv_dedup *d, const void *start, size_t slen, const void *end, size_t elen)
 {
-	range_walk(d, start, slen, end, elen, NULL, NULL);
+	range_walk(d, 0, DEDUP_STRIPES, start, slen, end, elen, NULL, NULL);
 }
 
 void

@@ -90,6 +90,15 @@ typedef void (*kv_dedup_visit_cb)(void *arg, uint64_t client, uint64_t req,
 void kv_dedup_visit_range(kv_dedup *d, const void *start, size_t slen, const void *end, size_t elen,
                           kv_dedup_visit_cb cb, void *arg);
 
+/* The table is in KV_DEDUP_PARTS parts (a client's entries are all in one),
+ * each under a lock of its own. kv_dedup_visit_part is kv_dedup_visit_range
+ * for part `part` alone, with only its lock held: a caller with slow work
+ * per entry copies one part out, then works with no lock held, so that
+ * writes wait for a copy, not for that work. */
+#define KV_DEDUP_PARTS 16u
+void kv_dedup_visit_part(kv_dedup *d, unsigned part, const void *start, size_t slen,
+                         const void *end, size_t elen, kv_dedup_visit_cb cb, void *arg);
+
 /* Forgets every finished entry whose key lies in [start, end) (a range
  * deleted as a whole: replication copies replace a range wholesale). Each
  * client's floor rises to the highest id it forgets, so that a retry of a

@@ -39,8 +39,9 @@
  * segment under the barrier (write side, a few microseconds; the writer
  * syncs the old segment and opens the new one after), walks the
  * store in steps of SNAP_STEP entries (one partition lock per step, copied
- * out and written with no store lock held), adds the exactly-once memory,
- * commits the file, and drops the log segments it covers. Service goes on
+ * out and written with no store lock held), adds the exactly-once memory
+ * (one part at a time, likewise copied out under the part's lock and
+ * written after), commits the file, and drops the log segments it covers. Service goes on
  * throughout; a write that lands behind the walk is in the log after the
  * snapshot's lsn and is replayed.
  *
@@ -1283,6 +1284,7 @@ snap_copy_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, siz
 typedef struct {
 	kv_snap_writer *w;
 	int rv;
+	kv_buf part; /* one part's entries, copied under its lock (snap_dedup_cb) */
 } dedup_visit;
 
 static void
@@ -1306,7 +1308,31 @@ snap_dedup_cb(void *arg, uint64_t client, uint64_t req, const kv_dedup_result *r
 			memcpy(val + n, res->value.data, res->value.len);
 		n += res->value.len;
 	}
-	v->rv = kv_snap_add(v->w, SNAP_DEDUP, key, klen, val, n);
+	/* Copied out: the part's lock is held, and every write of the
+	 * clients in it waits for it (a client's ring holds thousands). */
+	uint8_t len[8];
+	kv_put32(len, (uint32_t)klen);
+	kv_put32(len + 4, (uint32_t)n);
+	if (kv_buf_reserve(&v->part, v->part.len + sizeof(len) + klen + n) != 0) {
+		v->rv = KV_ENOMEM;
+		return;
+	}
+	kv_buf_append(&v->part, len, sizeof(len));
+	kv_buf_append(&v->part, key, klen);
+	kv_buf_append(&v->part, val, n);
+}
+
+/* Writes the entries snap_dedup_cb copied out of one part. */
+static void
+snap_dedup_flush(dedup_visit *v)
+{
+	for (size_t off = 0; v->rv == 0 && off + 8 <= v->part.len;) {
+		uint32_t klen = kv_get32(v->part.data + off), n = kv_get32(v->part.data + off + 4);
+		const uint8_t *key = v->part.data + off + 8;
+		v->rv = kv_snap_add(v->w, SNAP_DEDUP, key, klen, key + klen, n);
+		off += 8 + (size_t)klen + n;
+	}
+	v->part.len = 0;
 }
 
 /* Adds a client's floor (kv_dedup_visit_floors) to the snapshot: without
@@ -1399,8 +1425,13 @@ snapshot(kv_dur *d, bool abortable)
 	}
 	if (rv == 0) {
 		dedup_visit v = {.w = w};
-		kv_dedup_visit_range(d->o.dedup, "", 0, "", 0, snap_dedup_cb, &v);
-		kv_dedup_visit_floors(d->o.dedup, snap_floor_cb, &v);
+		for (unsigned part = 0; part < KV_DEDUP_PARTS && v.rv == 0; part++) {
+			kv_dedup_visit_part(d->o.dedup, part, "", 0, "", 0, snap_dedup_cb, &v);
+			snap_dedup_flush(&v);
+		}
+		kv_buf_fini(&v.part);
+		if (v.rv == 0)
+			kv_dedup_visit_floors(d->o.dedup, snap_floor_cb, &v);
 		rv = v.rv;
 	}
 	if (rv != 0)
