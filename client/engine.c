@@ -7,20 +7,21 @@
  * DESIGN. Each server address has a queue (kvc_queue) and ENG_SLOTS request
  * slots, each an asynchronous caller of the rpc layer (common/rpc.h
  * kv_rpc_async: on the server's link and its thread for tcp://, an nng
- * context with its aio over TLS), kept for the life of the handle. Submitting a req queues it and
- * pumps: with no request in flight, whatever is queued leaves at once as one Request (up to
- * ENG_MAX_OPS single-key ops and ENG_MAX_BYTES; an mget, mput or scan goes
- * alone); with one in flight, a further slot is used only once as many ops
- * wait as a request in flight carries on average (at least ENG_MORE_OPS),
- * else the reply's callback sends them. Fewer, fuller requests: on two
- * cores shared by client and server, 50 callers ran 1.2-1.4x faster this
- * way than with four slots always open, and three nodes under 16 ops in
- * flight per caller 1.08x faster with the average than with 16 alone. No
- * thread waits per request: a blocking call is a submit and a wait on its
- * own latch, an mget/mput is one submit per server part and one wait for
- * all of them. A blocking call sends what it submits on its own thread and
- * waits for the send (eng_may_wait): a send's completion handed to nng's
- * threads only to post the receive cost a wake-up per request.
+ * context with its aio over TLS), kept for the life of the handle.
+ * Submitting a req queues it and pumps: with no request in flight, whatever
+ * is queued leaves at once as one Request (up to ENG_MAX_OPS single-key ops
+ * and ENG_MAX_BYTES; an mget, mput or scan goes alone); with one in flight,
+ * a further slot is used only once as many ops wait as a request in flight
+ * carries on average (at least ENG_MORE_OPS), else the reply's callback
+ * sends them. Fewer, fuller requests: on two cores shared by client and
+ * server, 50 callers ran 1.2-1.4x faster this way than with four slots
+ * always open, and three nodes under 16 ops in flight per caller 1.08x
+ * faster with the average than with 16 alone. No thread waits per request: a
+ * blocking call is a submit and a wait on its own latch, an mget/mput is one
+ * submit per server part and one wait for all of them. A blocking call sends
+ * what it submits on its own thread and waits for the send (eng_may_wait): a
+ * send's completion handed to nng's threads only to post the receive cost a
+ * wake-up per request.
  *
  * Routed reqs (single-key ops and scan pages) are routed here with the
  * cached configuration and the remembered owner hints, and retried here

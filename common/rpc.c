@@ -1048,8 +1048,7 @@ void
 kv_rpc_async_call_wait_send(kv_rpc_async *a, nng_msg *req, uint32_t timeout_ms)
 {
 	if (a->lc != NULL) {
-		/* The send is made on this thread anyway. */
-		rpc_lc_call(a->lc, req, timeout_ms, atomic_load(&a->c->connect_wait));
+		kv_rpc_async_call(a, req, timeout_ms); /* its send is made on this thread anyway */
 		return;
 	}
 	uint32_t send_ms = async_start(a, &timeout_ms);

@@ -41,8 +41,8 @@
  * store in steps of SNAP_STEP entries (one partition lock per step, copied
  * out and written with no store lock held), adds the exactly-once memory
  * (one part at a time, likewise copied out under the part's lock and
- * written after), commits the file, and drops the log segments it covers. Service goes on
- * throughout; a write that lands behind the walk is in the log after the
+ * written after), commits the file, and drops the log segments it
+ * covers. Service goes on throughout; a write that lands behind the walk is in the log after the
  * snapshot's lsn and is replayed.
  *
  * Invariant: per key, the log holds the writes in the order the store
