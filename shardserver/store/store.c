@@ -25,6 +25,11 @@
  * Counters are relaxed atomics written only by the partition's holder, so
  * statistics can be read from any thread without locks.
  *
+ * Walks (range steps, counts, split keys, range deletes, scan chunks) hold
+ * a striped partition's mutex for at most KV_STORE_HOLD entries at a time
+ * and let threads waiting for it go first between two holds (part__lock,
+ * part__yield): a request waits for one hold at most, never a whole walk.
+ *
  * Invariant: a partition's tree, arena and counters are touched only by the
  * holder of that partition (its mutex, or its owner thread).
  *
@@ -49,6 +54,8 @@
 
 #define KV_STORE_MAX_PARTITIONS 4096u
 #define KV_STORE_SCAN_CHUNK     256u       /* entries copied out of a partition per lock */
+#define KV_STORE_HOLD           256u       /* entries a stepping walk visits per lock */
+#define KV_STORE_YIELD_NS       200000u    /* a walk's longest wait for a writer to go first */
 #define KV_STORE_SCRATCH_KEEP   (1u << 20) /* scratch kept between appends */
 
 /* A unit of work for a percore owner thread. */
@@ -73,6 +80,10 @@ typedef struct {
 	kv_art exp;                   /* key -> deadline, only keys that have one */
 	_Atomic uint64_t nexp;        /* keys in exp (written by the holder only) */
 	kv_buf exp_next;              /* where kv_store_expire_sample resumes */
+
+	/* Striped: threads blocked in part__lock for mu; no lock (atomic).
+	 * A walk in steps lets them go first between its steps. */
+	_Atomic unsigned waiters;
 
 	/* Percore owner queue: qmu protects qhead, qtail and stop. */
 	pthread_mutex_t qmu;
@@ -218,6 +229,48 @@ store__part_call_task(kv_store *s, unsigned pi, void *arg)
 	c->rv = c->fn(s, &s->parts[pi], c->arg);
 }
 
+/*
+ * Takes a striped partition's mutex. A thread that finds it held counts
+ * itself in `waiters` while it blocks, so that a walk in steps (part__yield)
+ * lets it in before its next step: glibc's mutex is not fair, and a walk
+ * that unlocks and locks again at once would keep the loop waiting through
+ * many steps.
+ */
+static inline void
+part__lock(kv_part *p)
+{
+	if (pthread_mutex_trylock(&p->mu) == 0)
+		return;
+	atomic_fetch_add_explicit(&p->waiters, 1, memory_order_relaxed);
+	pthread_mutex_lock(&p->mu);
+	atomic_fetch_sub_explicit(&p->waiters, 1, memory_order_relaxed);
+}
+
+/*
+ * Between two steps of a walk over striped partition pi (its mutex not
+ * held): while threads wait for the mutex, gives them the CPU, for at most
+ * KV_STORE_YIELD_NS, so that a long walk (a snapshot, a count, a copy)
+ * delays a request by one step at most. Percore: nothing to do.
+ */
+static void
+part__yield(kv_store *s, unsigned pi)
+{
+	kv_part *p = &s->parts[pi];
+	struct timespec t0, t;
+
+	if (s->o.mode != KV_STORE_STRIPED ||
+	    atomic_load_explicit(&p->waiters, memory_order_relaxed) == 0)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		sched_yield();
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (atomic_load_explicit(&p->waiters, memory_order_relaxed) != 0 &&
+	         (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t.tv_nsec -
+	                 (uint64_t)t0.tv_nsec <
+	             KV_STORE_YIELD_NS);
+}
+
 /* Runs fn with exclusive access to partition pi (see DESIGN). */
 static int
 store__with_part(kv_store *s, unsigned pi, part_fn fn, void *arg)
@@ -226,7 +279,7 @@ store__with_part(kv_store *s, unsigned pi, part_fn fn, void *arg)
 	int rv;
 
 	if (s->o.mode == KV_STORE_STRIPED) {
-		pthread_mutex_lock(&p->mu);
+		part__lock(p);
 		rv = fn(s, p, arg);
 		pthread_mutex_unlock(&p->mu);
 		return rv;
@@ -288,7 +341,7 @@ store__acquire(kv_store *s, part_set *ps)
 {
 	if (s->o.mode == KV_STORE_STRIPED) {
 		PART_SET_FOREACH(s, ps, pi)
-		pthread_mutex_lock(&s->parts[pi].mu);
+		part__lock(&s->parts[pi]);
 		return KV_OK;
 	}
 	if (store__on_owner(s)) {
@@ -714,7 +767,7 @@ store__get(kv_store *s, const void *key, size_t klen, kv_buf *val, uint64_t *exp
 		/* The hot path, spelt out: through store__with_part it costs an
 		 * indirect call per read (doc/store.md "Expiry"). */
 		kv_part *p = &s->parts[pi];
-		pthread_mutex_lock(&p->mu);
+		part__lock(p);
 		rv = part__get(s, p, key, klen, val, expire_at);
 		pthread_mutex_unlock(&p->mu);
 		return rv;
@@ -749,7 +802,7 @@ store__put(kv_store *s, const void *key, size_t klen, const void *val, size_t vl
 	unsigned pi = kv_store_partition_of(s, key, klen);
 	if (s->o.mode == KV_STORE_STRIPED) {
 		kv_part *p = &s->parts[pi];
-		pthread_mutex_lock(&p->mu);
+		part__lock(p);
 		rv = part__put_x(p, key, klen, val, vlen, expire_at);
 		pthread_mutex_unlock(&p->mu);
 		return rv;
@@ -1253,6 +1306,7 @@ scan_fill(kv_store *s, unsigned pi, scan_src *src, const uint8_t *end, size_t el
 	src->chunk = chunk;
 	rv = kv_store_scan_partition(s, pi, src->next.data, src->next.len, end, elen, chunk,
 	                             with_values, scan_copy_cb, src, &more);
+	part__yield(s, pi);
 	if (rv == KV_OK && src->err != 0)
 		rv = src->err;
 	if (rv != KV_OK)
@@ -1441,6 +1495,13 @@ step_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t v
 	return 0;
 }
 
+/* step_cb for a walk of live entries only (walk_args.cb). */
+static int
+step_live_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	return step_cb(arg, key, klen, val, vlen, 0);
+}
+
 static int
 store__range_step(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
                   kv_store_cursor *c, size_t max, kv_store_visit_cb cb, kv_store_visitx_cb xcb,
@@ -1472,11 +1533,12 @@ store__range_step(kv_store *s, const void *start, size_t slen, const void *end, 
 		                      .slen = from.len,
 		                      .end = end,
 		                      .elen = elen,
-		                      .max = budget,
+		                      .max = budget < KV_STORE_HOLD ? budget : KV_STORE_HOLD,
 		                      .with_values = true,
 		                      .xcb = step_cb,
 		                      .arg = &a};
 		rv = store__with_part(s, c->part, op_walk, &w);
+		part__yield(s, c->part);
 		more = w.more;
 		visited = w.visited;
 		if (rv == KV_OK && a.err != 0)
@@ -1495,6 +1557,41 @@ store__range_step(kv_store *s, const void *start, size_t slen, const void *end, 
 			c->last.len = 0;
 		}
 	}
+	kv_buf_fini(&from);
+	return rv;
+}
+
+/*
+ * Visits every live entry of [start, end) in partition pi, in key order, in
+ * steps of KV_STORE_HOLD entries per lock (part__yield between them), until
+ * cb returns non-zero. Entries written between steps may or may not be seen.
+ */
+static int
+part__walk_steps(kv_store *s, unsigned pi, const void *start, size_t slen, const void *end,
+                 size_t elen, kv_store_visit_cb cb, void *arg)
+{
+	kv_buf last = {0}, from = {0};
+	int rv = kv_buf_set(&from, start, slen);
+
+	while (rv == KV_OK) {
+		struct step_args a = {.cb = cb, .arg = arg, .last = &last};
+		struct walk_args w = {.start = from.data,
+		                      .slen = from.len,
+		                      .end = end,
+		                      .elen = elen,
+		                      .max = KV_STORE_HOLD,
+		                      .with_values = true,
+		                      .cb = step_live_cb,
+		                      .arg = &a};
+		rv = store__with_part(s, pi, op_walk, &w);
+		if (rv == KV_OK && a.err != 0)
+			rv = a.err;
+		if (rv != KV_OK || a.stopped || !w.more || w.visited == 0)
+			break;
+		part__yield(s, pi);
+		rv = kv_scan_resume_key(last.data, last.len, &from);
+	}
+	kv_buf_fini(&last);
 	kv_buf_fini(&from);
 	return rv;
 }
@@ -1602,12 +1699,18 @@ kv_store_range_delete(kv_store *s, const void *start, size_t slen, const void *e
 				break;
 			continue;
 		}
-		struct rdel_args d = {
-		    .start = start, .slen = slen, .end = end, .elen = elen, .max = max - total};
-		rv = store__with_part(s, pi, op_range_delete, &d);
-		total += d.count;
-		if (rv == KV_EBUSY)
-			break;
+		/* At most KV_STORE_HOLD removals per lock: a partition with more
+		 * of the range takes several steps, writers going first between. */
+		for (;;) {
+			size_t step = max - total < KV_STORE_HOLD ? max - total : KV_STORE_HOLD;
+			struct rdel_args d = {
+			    .start = start, .slen = slen, .end = end, .elen = elen, .max = step};
+			rv = store__with_part(s, pi, op_range_delete, &d);
+			total += d.count;
+			if (rv != KV_EBUSY || total == max)
+				break;
+			part__yield(s, pi);
+		}
 		if (rv != KV_OK)
 			break;
 	}
@@ -1692,15 +1795,13 @@ kv_store_range_split_key(kv_store *s, const void *start, size_t slen, const void
 	/* Sample: the first partition that holds at least two keys of the range. */
 	for (unsigned pi = 0; pi < s->nparts; pi++) {
 		struct count_args c = {0, 0};
-		rv = kv_store_scan_partition(s, pi, start, slen, end, elen, 0, true, count_cb, &c,
-		                             NULL);
+		rv = part__walk_steps(s, pi, start, slen, end, elen, count_cb, &c);
 		if (rv != KV_OK)
 			return rv;
 		if (c.keys < 2)
 			continue;
 		struct split_args a = {.half = c.bytes / 2, .key = key};
-		rv = kv_store_scan_partition(s, pi, start, slen, end, elen, 0, true, split_cb, &a,
-		                             NULL);
+		rv = part__walk_steps(s, pi, start, slen, end, elen, split_cb, &a);
 		if (rv == KV_OK && a.err != 0)
 			rv = a.err;
 		if (rv != KV_OK)

@@ -268,8 +268,10 @@ int kv_store_scan_partition(kv_store *s, unsigned part, const void *start, size_
 /*
  * Range maintenance for migration and rebalancing. A cursor walks one range
  * partition by partition, in key order within a partition; every step does
- * bounded work and holds one partition lock for at most `max` entries, so
- * writes continue between steps. Entries written behind the cursor after it
+ * bounded work and holds one partition lock for at most `max` entries, and
+ * never more than 256 at a time whatever `max` is (a step may take several
+ * holds, letting threads that wait for the lock go first between them), so
+ * writes continue between and within steps. Entries written behind the cursor after it
  * passed are not revisited: migration catches those separately.
  */
 typedef struct {
@@ -299,8 +301,8 @@ int kv_store_range_step_x(kv_store *s, const void *start, size_t slen, const voi
 int kv_store_range_step(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
                         kv_store_cursor *c, size_t max, kv_store_visit_cb cb, void *arg);
 
-/* Deletes at most `max` entries of [start, end), adding the count to
- * `*deleted` (may be NULL). Returns 0 when the range is empty afterwards,
+/* Deletes at most `max` entries of [start, end), at most 256 per partition
+ * lock, adding the count to `*deleted` (may be NULL). Returns 0 when the range is empty afterwards,
  * KV_EBUSY when entries remain (call again). */
 int kv_store_range_delete(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
                           size_t max, uint64_t *deleted);
@@ -311,8 +313,9 @@ int kv_store_range_count(kv_store *s, const void *start, size_t slen, const void
                          uint64_t *keys, uint64_t *bytes);
 
 /* Finds an approximate median key of [start, end) (a split point that leaves
- * about half the bytes on each side) by sampling one partition, and copies it
- * into `key`. Returns 0, or KV_ENOTFOUND when the range has fewer than two keys. */
+ * about half the bytes on each side) by sampling one partition, read in
+ * holds of at most 256 entries, and copies it into `key`. Returns 0, or KV_ENOTFOUND when the range
+ * has fewer than two keys. */
 int kv_store_range_split_key(kv_store *s, const void *start, size_t slen, const void *end,
                              size_t elen, kv_buf *key);
 

@@ -14,6 +14,7 @@
 #include "tests/support/store_util.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -807,6 +808,87 @@ writes_proceed_while_a_scan_waits_in_its_callback(void **state)
 	assert_value_s(s, "sb000500", "written during the scan");
 }
 
+/*
+ * A long walk in one call lets a writer of its partition in between its
+ * steps: one partition of 4,096 keys walked by a single range step, a writer
+ * blocked on that partition from the walk's first entry. Without bounded
+ * steps the write would wait for the whole walk.
+ */
+#define LONG_WALK_KEYS 4096
+
+typedef struct {
+	kv_store *s;
+	pthread_t writer;
+	atomic_bool started; /* the writer thread runs */
+	atomic_bool done;    /* its put returned */
+	int writer_rv;
+	size_t visits;  /* entries the walk visited */
+	size_t done_at; /* visits when the walk first saw the put done (0: never) */
+} long_walk;
+
+static void *
+long_walk_writer(void *arg)
+{
+	long_walk *l = arg;
+
+	atomic_store(&l->started, true);
+	/* "0" sorts before every walked key: the walk never visits it. */
+	l->writer_rv = kv_store_put(l->s, "0", 1, "w", 1);
+	atomic_store(&l->done, true);
+	return NULL;
+}
+
+static int
+long_walk_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	long_walk *l = arg;
+	struct timespec pause = {0, 20000};
+	(void)key, (void)klen, (void)val, (void)vlen;
+
+	if (l->visits++ == 0) {
+		/* The writer starts and blocks on the partition this walk holds. */
+		if (pthread_create(&l->writer, NULL, long_walk_writer, l) != 0)
+			return 1;
+		while (!atomic_load(&l->started))
+			sched_yield();
+		struct timespec settle = {0, 2000000};
+		nanosleep(&settle, NULL);
+	}
+	if (l->done_at == 0 && atomic_load(&l->done))
+		l->done_at = l->visits;
+	nanosleep(&pause, NULL); /* a slow visitor: the writer has time to run */
+	return 0;
+}
+
+static void
+a_writer_goes_first_between_the_steps_of_a_long_walk(void **state)
+{
+	store_fixture *fx = FX(state);
+	kv_store *s = store_open_extra(fx, 1, 0, 0, 0);
+	long_walk l = {.s = s};
+	kv_store_cursor c;
+	char key[32];
+	int rv = KV_OK;
+
+	for (size_t i = 0; i < LONG_WALK_KEYS; i++) {
+		size_t klen = fmt_key(key, sizeof key, "lw", i);
+		assert_int_equal(kv_store_put(s, key, klen, "v", 1), KV_OK);
+	}
+	kv_store_cursor_init(&c);
+	while (!c.done && rv == KV_OK)
+		rv = kv_store_range_step(s, "lw", 2, "lx", 2, &c, LONG_WALK_KEYS, long_walk_cb, &l);
+	kv_store_cursor_fini(&c);
+	if (l.visits > 0)
+		pthread_join(l.writer, NULL);
+
+	assert_int_equal(rv, KV_OK);
+	assert_int_equal(l.visits, LONG_WALK_KEYS);
+	assert_int_equal(l.writer_rv, KV_OK);
+	if (l.done_at == 0)
+		fail_msg("the write waited for the whole walk of %d keys", LONG_WALK_KEYS);
+	assert_value_s(s, "0", "w");
+}
+
 static const store_test concurrency_tests[] = {
     STORE_TEST(mget_never_sees_a_half_applied_mput),
     STORE_TEST(scans_racing_deletes_and_reputs_stay_ordered_and_finish),
@@ -814,6 +896,7 @@ static const store_test concurrency_tests[] = {
     STORE_TEST(range_step_visits_each_key_once_while_writers_run),
     STORE_TEST(range_delete_while_writers_write_outside_keeps_their_keys),
     STORE_TEST(writes_proceed_while_a_scan_waits_in_its_callback),
+    STORE_TEST(a_writer_goes_first_between_the_steps_of_a_long_walk),
 };
 
 int

@@ -1135,6 +1135,15 @@ range_split_key_returns_a_key_strictly_inside_a_populated_range(void **state)
 
 	assert_int_equal(kv_store_range_split_key(s, NULL, 0, NULL, 0, &k), KV_OK);
 	assert_splits(s, "", 0, "", 0, &k, NULL, NULL);
+
+	/* One partition of 4,000 keys: the pick is read over many steps of
+	 * the partition's lock, and still halves the range by bytes. */
+	kv_store *one = store_open_extra(FX(state), 1, 0, 0, 0);
+	put_numbered(one, "sk", 4000);
+	assert_int_equal(kv_store_range_split_key(one, "sk", 2, "sl", 2, &k), KV_OK);
+	assert_splits(one, "sk", 2, "sl", 2, &k, &left, &right);
+	assert_true(left >= 1999 && left <= 2001);
+	assert_true(right >= 1999 && right <= 2001);
 	kv_buf_fini(&k);
 }
 
