@@ -370,6 +370,8 @@ struct kvc_req {
 	uint64_t not_before; /* the next attempt, not before (kv_now_ns) */
 	uint32_t backoff_ms; /* the next backoff */
 	int last;            /* the last refusal or transport error */
+	uint64_t down_since; /* when routing first found its owner `down`
+	                      * (kv_now_ns; 0: not since it was last sent) */
 };
 
 /* The room of a req's detail (longer ones are cut). */

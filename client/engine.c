@@ -91,8 +91,12 @@
  * a dead cluster does not make a tight loop at the controller. */
 #define ENG_REFRESH_MS 100u
 /* A req whose owner is `down` in the cached configuration waits this long
- * (and a refresh) before it is routed again, instead of being sent. */
-#define ENG_DOWN_WAIT_MS 50u
+ * (and a refresh) before it is routed again, instead of being sent; after
+ * ENG_DOWN_GIVEUP_MS of that (no configuration named another primary, the
+ * node did not come back) it fails as unavailable, as a refused connection
+ * does, rather than at its deadline. */
+#define ENG_DOWN_WAIT_MS   50u
+#define ENG_DOWN_GIVEUP_MS 1000u
 
 typedef struct kvc_queue kvc_queue;
 
@@ -816,18 +820,26 @@ route(kvc_req *q)
 	}
 	const kv_node *down = kv_config_node_by_address(ref->cfg, to);
 	if (down != NULL && down->state == KV_NODE_DOWN) {
-		/* Nothing answers there (doc/contract.md §2): wait for the
-		 * configuration that gives the range another primary, or that
-		 * has the node back, rather than for a request's timeout. */
+		/* Nothing answers there (doc/contract.md §2): wait a little for
+		 * the configuration that gives the range another primary, or
+		 * that has the node back, then report the range unavailable. */
+		uint64_t now = kv_now_ns();
+		if (q->down_since == 0)
+			q->down_since = now;
 		q->last = KV_EUNAVAIL;
 		kvc_req_why(q, "node %u (%s) is down in epoch %llu", down->id, to,
 		            (unsigned long long)q->epoch);
 		kvc_cfg_put(ref);
 		free(hinted);
+		if (now - q->down_since >= (uint64_t)ENG_DOWN_GIVEUP_MS * 1000000u) {
+			complete(q, KV_EUNAVAIL); /* with the detail just set */
+			return;
+		}
 		q->refresh = true;
 		retry_after(q, ENG_DOWN_WAIT_MS);
 		return;
 	}
+	q->down_since = 0;
 	/* The owner's queue as remembered in ref: no connection table lock
 	 * and address compare per op. */
 	_Atomic(kvc_queue *) *memo =
@@ -1229,6 +1241,7 @@ kvc_submit_routed(kvc_req *q)
 	int rv;
 
 	q->routed = true;
+	q->down_since = 0;
 	if (q->backoff_ms == 0)
 		q->backoff_ms = 1;
 	if ((rv = take(q)) != KV_OK)

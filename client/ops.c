@@ -391,6 +391,7 @@ typedef struct {
 	bool done;            /* finished (successfully or not) */
 	bool tried;           /* submitted in an earlier round (its op is a retry) */
 	bool redial;          /* this round found no connection: redial before the next */
+	bool down;            /* this round's node is `down`: not sent */
 	struct mrun *m;       /* the op it belongs to */
 	kvc_req req;          /* this round's request; rv 0: its answer (req.status, res) */
 } mpart;
@@ -578,6 +579,10 @@ mparts_fini(mparts *l)
 
 #define MRUN_FETCH_MS   1000u /* one configuration fetch of the retry thread, at most */
 #define MRUN_BACKOFF_MS 100u  /* the longest backoff between rounds */
+/* A part whose node is `down` is not sent; after this long of rounds that
+ * found it so (no configuration named another primary, the node did not
+ * come back), it fails as unavailable, as a single-key op does. */
+#define MRUN_DOWN_GIVEUP_MS 1000u
 
 typedef struct mrun mrun;
 
@@ -613,6 +618,8 @@ struct mrun {
 	uint64_t epoch;        /* this round's epoch */
 	uint32_t backoff;      /* the next backoff, ms */
 	bool progress;         /* this round finished some part */
+	bool refresh;          /* a part's node was `down`: re-read the configuration */
+	uint64_t down_since;   /* when a round first found a part's node `down` (0: none) */
 	uint64_t ttl_ms;       /* mput: every key expires this long after the write (0: never) */
 	atomic_uint left;      /* this round's parts still out, plus one while it starts */
 	int rv;                /* 0, or KV_ENOMEM (then l is empty) */
@@ -685,6 +692,17 @@ round_end(mrun *m)
 		kv_data_result *r = &p->res;
 		if (p->done)
 			continue;
+		if (p->down) {
+			/* Not sent: wait for another primary or the node's return,
+			 * then give up (a refusal of the whole range). */
+			p->err = KV_EUNAVAIL;
+			mrun_why(m, KV_EUNAVAIL, "node %u (%s) is down in epoch %llu", p->node,
+			         p->address ? p->address : "?", (unsigned long long)e);
+			if (kv_now_ns() - m->down_since >= (uint64_t)MRUN_DOWN_GIVEUP_MS * 1000000u)
+				p->done = true;
+			m->refresh = true;
+			continue;
+		}
 		if (p->rv != KV_OK) {
 			p->err = p->rv == KV_ECLOSED ? KV_EUNAVAIL : p->rv;
 			if (p->rv == KV_EUNAVAIL && p->address) /* no connection came */
@@ -790,9 +808,19 @@ round_start(mrun *m, kvc_cfgref *ref)
 		kvc_req_fini(&p->req);
 		p->m = m;
 		p->epoch = m->epoch;
+		p->down = false;
 		a = node_address(ref->cfg, p->node);
 		if (a == NULL || (p->address = strdup(a)) == NULL) {
 			p->rv = a == NULL ? KV_EUNAVAIL : KV_ENOMEM;
+			continue;
+		}
+		const kv_node *nd = kv_config_node(ref->cfg, p->node);
+		if (nd != NULL && nd->state == KV_NODE_DOWN) {
+			/* Nothing answers there (doc/contract.md §2). */
+			p->down = true;
+			p->rv = KV_EUNAVAIL;
+			if (m->down_since == 0)
+				m->down_since = kv_now_ns();
 			continue;
 		}
 		/* Field by field (no compound literal copied per part). */
@@ -850,7 +878,20 @@ mrun_task(kvc_req *q, int err, kv_data_result *r)
 	}
 	/* Bounded, so that one slow fetch does not hold every retry. */
 	uint64_t d = kv_now_ns() + (uint64_t)MRUN_FETCH_MS * 1000000u;
-	rv = kvc_cfg_get(m->c, m->min_epoch, d < m->deadline ? d : m->deadline, &ref);
+	uint64_t min = m->min_epoch;
+	bool only_refresh = false;
+	if (min == 0 && m->refresh && (ref = kvc_cfg_peek(m->c)) != NULL) {
+		/* A part's node was down: one fetch of what the controller has
+		 * now; if it fails, the cached configuration does. */
+		min = ref->cfg->epoch + 1;
+		only_refresh = true;
+		kvc_cfg_put(ref);
+		ref = NULL;
+	}
+	m->refresh = false;
+	rv = kvc_cfg_get(m->c, min, d < m->deadline ? d : m->deadline, &ref);
+	if (rv != KV_OK && only_refresh && (ref = kvc_cfg_peek(m->c)) != NULL)
+		rv = KV_OK;
 	if (rv != KV_OK) {
 		if (!kvc_retryable(rv) || kvc_ctl_refused() || kvc_remaining_ms(m->deadline) == 0) {
 			mrun_fail_rest(m, rv, shardkv_errmsg());

@@ -779,6 +779,47 @@ an_owner_down_in_the_cached_configuration_is_not_waited_on(void **state)
 	shardkv_close(c);
 }
 
+/*
+ * A range whose owner is `down` and stays so (no other copy takes it over,
+ * the node does not come back) is reported unavailable after about a
+ * second of waiting, naming the node, not at the call's deadline.
+ */
+static void
+an_owner_that_stays_down_fails_as_unavailable_long_before_the_deadline(void **state)
+{
+	shardkv_client *c = open_client(30000, false);
+	shardkv_buf v = {0};
+	(void)state;
+
+	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* epoch 5 cached */
+	kv_config *down = make_cfg(6, NULL, 1, 1);
+	((kv_node *)kv_config_node(down, 1))->state = KV_NODE_DOWN;
+	kv_config *truth = make_cfg(6, NULL, 1, 1);
+	((kv_node *)kv_config_node(truth, 1))->state = KV_NODE_DOWN;
+	kvc_cfg_install(c, down);
+	set_truth(truth);
+
+	uint64_t t0 = kv_test_now_ms();
+	assert_int_equal(shardkv_get(c, "apple", 5, &v), SHARDKV_EUNAVAIL);
+	uint64_t took = kv_test_now_ms() - t0;
+	assert_non_null(strstr(shardkv_errmsg(), "is down in epoch 6"));
+	/* About a second (ENG_DOWN_GIVEUP_MS); the deadline is 30 s away. */
+	if (took < 900 || took > 10000)
+		fail_msg("get failed after %llu ms", (unsigned long long)took);
+
+	/* mget likewise: its part for the down node is never sent. */
+	shardkv_bytes keys[] = {{"apple", 5}, {"kiwi", 4}};
+	shardkv_mget_result *gr = NULL;
+	t0 = kv_test_now_ms();
+	assert_int_equal(shardkv_mget(c, 2, keys, &gr), SHARDKV_EUNAVAIL);
+	took = kv_test_now_ms() - t0;
+	assert_non_null(strstr(shardkv_errmsg(), "is down in epoch 6"));
+	if (took < 900 || took > 10000)
+		fail_msg("mget failed after %llu ms", (unsigned long long)took);
+	shardkv_mget_result_free(gr);
+	shardkv_close(c);
+}
+
 static void
 admin_results_and_config_are_reported(void **state)
 {
@@ -1248,6 +1289,9 @@ main(void)
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        an_owner_down_in_the_cached_configuration_is_not_waited_on, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        an_owner_that_stays_down_fails_as_unavailable_long_before_the_deadline, setup,
+	        teardown),
 	    cmocka_unit_test_setup_teardown(admin_results_and_config_are_reported, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        conditional_put_answers_the_current_value_without_a_read, setup, teardown),
