@@ -103,7 +103,8 @@ typedef struct rpc_conn {
 	bool hello;                   /* the peer's 8 bytes were checked */
 	kv_rpc_pending *spare;        /* the next request's slot */
 	bool closed;                  /* the loop closed it */
-	struct rpc_conn *rnext;       /* rpc_loop.resume */
+	struct rpc_conn *rnext;       /* rpc_loop.resume (under rpc_loop.mu) */
+	bool rqueued;                 /* on rpc_loop.resume (under rpc_loop.mu) */
 	struct rpc_conn *prev, *next; /* rpc_tcp.conns (cmu) */
 	/* wmu protects everything below, and writes to fd. */
 	pthread_mutex_t wmu;
@@ -371,9 +372,14 @@ conn_maybe_resume(rpc_conn *c)
 	if (!conn_full(c) && atomic_exchange(&c->held, false)) {
 		rpc_loop *l = c->l;
 		pthread_mutex_lock(&l->mu);
-		if (l->efd >= 0) { /* not once destroy has closed it */
+		/* Not once destroy has closed it; and once only: the loop may
+		 * read, fill and be held again (and a second thread clear it)
+		 * before it takes the list, and a second link would make c its
+		 * own successor, each pass dropping a reference. */
+		if (l->efd >= 0 && !c->rqueued) {
 			atomic_fetch_add(&c->refs, 1);
 			c->rnext = l->resume;
+			c->rqueued = true;
 			l->resume = c;
 			uint64_t one = 1;
 			ssize_t w = write(l->efd, &one, sizeof(one));
@@ -754,7 +760,12 @@ loop_resume(rpc_loop *l)
 	l->resume = NULL;
 	pthread_mutex_unlock(&l->mu);
 	while (c != NULL) {
+		/* Its successor is read before it may be queued again (which
+		 * rewrites rnext, with a reference of its own). */
+		pthread_mutex_lock(&l->mu);
 		rpc_conn *n = c->rnext;
+		c->rqueued = false;
+		pthread_mutex_unlock(&l->mu);
 		conn_resume(c);
 		conn_unref(c);
 		c = n;
