@@ -225,6 +225,11 @@ void kvc_backoff(uint64_t deadline_ns, uint32_t *backoff_ms);
  */
 int kvc_cfg_get(shardkv_client *c, uint64_t min_epoch, uint64_t deadline_ns, kvc_cfgref **out);
 
+/* Whether a retry may fetch a configuration to refresh the cache now (at
+ * most one fetch per 100 ms per handle, so that a dead cluster does not
+ * make a tight loop at the controller); if so, the fetch is counted. */
+bool kvc_refresh_due(shardkv_client *c, uint64_t now);
+
 /* Releases a configuration reference. Accepts NULL. */
 void kvc_cfg_put(kvc_cfgref *r);
 

@@ -874,10 +874,8 @@ typedef struct {
 	char why[384];     /* and its reason */
 } probe_memo;
 
-/* Whether the retry thread may fetch a configuration to refresh its cache
- * now (at most one per ENG_REFRESH_MS); if so, the fetch is counted. */
-static bool
-refresh_due(shardkv_client *c, uint64_t now)
+bool
+kvc_refresh_due(shardkv_client *c, uint64_t now)
 {
 	uint64_t last = atomic_load(&c->refresh_ns);
 
@@ -937,7 +935,7 @@ retry_route(kvc_req *q, probe_memo *pm)
 	/* A newer epoch is needed (a server named one), or a refresh is due:
 	 * the request got no answer, or its owner is down. */
 	bool need = ref == NULL || ref->cfg->epoch < q->min_epoch;
-	bool refresh = !need && q->refresh && refresh_due(c, now);
+	bool refresh = !need && q->refresh && kvc_refresh_due(c, now);
 	uint64_t min = need ? q->min_epoch : refresh ? ref->cfg->epoch + 1 : 0;
 	kvc_cfg_put(ref);
 	if (need || refresh) {

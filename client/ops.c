@@ -880,9 +880,11 @@ mrun_task(kvc_req *q, int err, kv_data_result *r)
 	uint64_t d = kv_now_ns() + (uint64_t)MRUN_FETCH_MS * 1000000u;
 	uint64_t min = m->min_epoch;
 	bool only_refresh = false;
-	if (min == 0 && m->refresh && (ref = kvc_cfg_peek(m->c)) != NULL) {
+	if (min == 0 && m->refresh && kvc_refresh_due(m->c, kv_now_ns()) &&
+	    (ref = kvc_cfg_peek(m->c)) != NULL) {
 		/* A part's node was down: one fetch of what the controller has
-		 * now; if it fails, the cached configuration does. */
+		 * now (shared with the handle's other retries); if it fails, the
+		 * cached configuration does. */
 		min = ref->cfg->epoch + 1;
 		only_refresh = true;
 		kvc_cfg_put(ref);
