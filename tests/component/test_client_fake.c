@@ -403,6 +403,16 @@ failed_over_cfg(uint64_t epoch)
 	return cfg;
 }
 
+/* A configuration at epoch in which node 1 owns everything and is down
+ * (no other in-sync replica to take its ranges). */
+static kv_config *
+owner_down_cfg(uint64_t epoch)
+{
+	kv_config *cfg = make_cfg(epoch, NULL, 1, 1);
+	((kv_node *)kv_config_node(cfg, 1))->state = KV_NODE_DOWN;
+	return cfg;
+}
+
 /* Whether fake server i remembers the write (client, id). */
 static bool
 server_saw(int i, uint64_t client, uint64_t id)
@@ -759,9 +769,7 @@ an_owner_down_in_the_cached_configuration_is_not_waited_on(void **state)
 	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* epoch 5 cached */
 	/* Cached: node 1 down and still the owner (no other in-sync replica
 	 * yet); the controller's next configuration gives its range to node 2. */
-	kv_config *down = make_cfg(6, NULL, 1, 1);
-	((kv_node *)kv_config_node(down, 1))->state = KV_NODE_DOWN;
-	kvc_cfg_install(c, down);
+	kvc_cfg_install(c, owner_down_cfg(6));
 	publish(make_cfg(6, NULL, 1, 1));
 	publish(failed_over_cfg(7));
 	set_truth(failed_over_cfg(7));
@@ -792,12 +800,8 @@ an_owner_that_stays_down_fails_as_unavailable_long_before_the_deadline(void **st
 	(void)state;
 
 	assert_int_equal(shardkv_put(c, "apple", 5, "one", 3), 0); /* epoch 5 cached */
-	kv_config *down = make_cfg(6, NULL, 1, 1);
-	((kv_node *)kv_config_node(down, 1))->state = KV_NODE_DOWN;
-	kv_config *truth = make_cfg(6, NULL, 1, 1);
-	((kv_node *)kv_config_node(truth, 1))->state = KV_NODE_DOWN;
-	kvc_cfg_install(c, down);
-	set_truth(truth);
+	kvc_cfg_install(c, owner_down_cfg(6));
+	set_truth(owner_down_cfg(6));
 
 	uint64_t t0 = kv_test_now_ms();
 	assert_int_equal(shardkv_get(c, "apple", 5, &v), SHARDKV_EUNAVAIL);
