@@ -130,8 +130,17 @@ extern volatile sig_atomic_t chk_stop_requested;
  */
 void chk_install_signals(void);
 
+/* Whether key (klen bytes) is in [start, end) (end empty: unbounded). */
+bool chk_in_range(const void *key, size_t klen, const void *start, size_t sl, const void *end,
+                  size_t el);
+
 /* The index of the range of cfg that holds key, or SIZE_MAX. */
 size_t chk_config_range(const shardkv_config *cfg, const void *key, size_t klen);
+
+/* Whether key is in a range that a migration of cfg moves (NULL: no). Until
+ * the move commits, its source still serves it, whichever node the
+ * configuration names as the range's owner. */
+bool chk_config_moving(const shardkv_config *cfg, const void *key, size_t klen);
 
 /* Starts chk_log's clock: later lines show the seconds since this call. */
 void chk_log_start(void);

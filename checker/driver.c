@@ -1193,15 +1193,21 @@ chk_driver_pause_check(chk_driver *d, const chk_key *keys, size_t nkeys, const c
 		if (r->cont == 0 || r->before == NULL || r->after == NULL)
 			continue;
 		/* Its keys: owned before the SIGSTOP, after the SIGCONT and in
-		 * every configuration between (none read: only before and after). */
+		 * every configuration between (none read: only before and after),
+		 * and moving in none of them: a range that moves to the stopped
+		 * node is named its own, but its source serves it until the move
+		 * commits. */
 		for (size_t k = 0; k < nkeys; k++) {
-			size_t kl = strlen(keys[k].name);
-			own[k] = used[k] &&
-			         owner_of(r->before, keys[k].name, kl, NULL) == r->node &&
-			         owner_of(r->after, keys[k].name, kl, NULL) == r->node;
+			const char *kn = keys[k].name;
+			size_t kl = strlen(kn);
+			own[k] = used[k] && owner_of(r->before, kn, kl, NULL) == r->node &&
+			         owner_of(r->after, kn, kl, NULL) == r->node &&
+			         !chk_config_moving(r->before, kn, kl) &&
+			         !chk_config_moving(r->after, kn, kl);
 			for (size_t j = 0; own[k] && j < r->nmid; j++)
 				own[k] = r->mid[j] == NULL ||
-				         owner_of(r->mid[j], keys[k].name, kl, NULL) == r->node;
+				         (owner_of(r->mid[j], kn, kl, NULL) == r->node &&
+				          !chk_config_moving(r->mid[j], kn, kl));
 			nown += own[k];
 		}
 		uint64_t from = r->stop + (uint64_t)PAUSE_GRACE_MS * 1000000u;

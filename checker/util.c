@@ -54,18 +54,34 @@ chk_log_start(void)
 	t_start = chk_now_ns();
 }
 
+bool
+chk_in_range(const void *key, size_t klen, const void *start, size_t sl, const void *end, size_t el)
+{
+	int cs = sl ? memcmp(start, key, sl < klen ? sl : klen) : 0;
+	if (!(cs < 0 || (cs == 0 && sl <= klen)))
+		return false;
+	int ce = el ? memcmp(key, end, klen < el ? klen : el) : -1;
+	return el == 0 || ce < 0 || (ce == 0 && klen < el);
+}
+
 size_t
 chk_config_range(const shardkv_config *cfg, const void *key, size_t klen)
 {
 	for (size_t i = 0; i < cfg->nranges; i++) {
 		const shardkv_range *r = &cfg->ranges[i];
-		size_t sl = r->start.len, el = r->end.len;
-		int cs = sl ? memcmp(r->start.data, key, sl < klen ? sl : klen) : 0;
-		bool after_start = cs < 0 || (cs == 0 && sl <= klen);
-		int ce = el ? memcmp(key, r->end.data, klen < el ? klen : el) : -1;
-		bool before_end = el == 0 || ce < 0 || (ce == 0 && klen < el);
-		if (after_start && before_end)
+		if (chk_in_range(key, klen, r->start.data, r->start.len, r->end.data, r->end.len))
 			return i;
 	}
 	return SIZE_MAX;
+}
+
+bool
+chk_config_moving(const shardkv_config *cfg, const void *key, size_t klen)
+{
+	for (size_t i = 0; cfg != NULL && i < cfg->nmigrations; i++) {
+		const shardkv_migration *m = &cfg->migrations[i];
+		if (chk_in_range(key, klen, m->start.data, m->start.len, m->end.data, m->end.len))
+			return true;
+	}
+	return false;
 }

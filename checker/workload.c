@@ -1071,8 +1071,6 @@ chk_workload_mk_blocked(chk_workload *w)
 	return atomic_load(&w->mk_block) > 0;
 }
 
-static bool in_range(const char *key, const void *start, size_t sl, const void *end, size_t el);
-
 /* Whether group g lies in one range of cfg and no migration of cfg takes
  * part of it only (pieces of a group moving from different nodes). */
 static bool
@@ -1085,8 +1083,10 @@ group_whole(const chk_workload *w, unsigned g, const shardkv_config *cfg)
 		return false;
 	for (size_t m = 0; m < cfg->nmigrations; m++) {
 		const shardkv_migration *x = &cfg->migrations[m];
-		bool ia = in_range(a, x->start.data, x->start.len, x->end.data, x->end.len);
-		bool ib = in_range(b, x->start.data, x->start.len, x->end.data, x->end.len);
+		bool ia = chk_in_range(a, strlen(a), x->start.data, x->start.len, x->end.data,
+		                       x->end.len);
+		bool ib = chk_in_range(b, strlen(b), x->start.data, x->start.len, x->end.data,
+		                       x->end.len);
 		if (ia != ib)
 			return false;
 	}
@@ -1163,17 +1163,6 @@ chk_workload_mk_audit(chk_workload *w, const shardkv_config *cfg, bool gated, ui
 }
 
 /* Whether key lies in [start, end) (end empty: no end). */
-static bool
-in_range(const char *key, const void *start, size_t sl, const void *end, size_t el)
-{
-	size_t kl = strlen(key);
-	int cs = sl ? memcmp(start, key, sl < kl ? sl : kl) : 0;
-	if (!(cs < 0 || (cs == 0 && sl <= kl)))
-		return false;
-	int ce = el ? memcmp(key, end, kl < el ? kl : el) : -1;
-	return el == 0 || ce < 0 || (ce == 0 && kl < el);
-}
-
 void
 chk_workload_hot_add(chk_workload *w, const void *start, size_t sl, const void *end, size_t el)
 {
@@ -1193,7 +1182,7 @@ chk_workload_hot_add(chk_workload *w, const void *start, size_t sl, const void *
 			name = w->names[append_key(w, i, atomic_load(&w->gen[i]))];
 			break;
 		}
-		if (!in_range(name, start, sl, end, el))
+		if (!chk_in_range(name, strlen(name), start, sl, end, el))
 			continue;
 		atomic_store(&w->hot[n], u);
 		atomic_store(&w->hot_n, ++n);
