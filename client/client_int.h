@@ -376,8 +376,13 @@ struct kvc_req {
 	uint32_t backoff_ms; /* the next backoff */
 	int last;            /* the last refusal or transport error */
 	uint64_t down_since; /* when routing first found its owner `down`
-	                      * (kv_now_ns; 0: not since it was last sent) */
+	                      * (kv_now_ns; 0: not yet) */
 };
+
+/* How long a request (or an mget/mput part) whose owner is `down` waits
+ * for another primary or the node's return before it fails as unavailable
+ * (doc/library.md "A `down` owner"). */
+#define KVC_DOWN_GIVEUP_MS 1000u
 
 /* The room of a req's detail (longer ones are cut). */
 #define KVC_WHY_LEN 256

@@ -92,11 +92,9 @@
 #define ENG_REFRESH_MS 100u
 /* A req whose owner is `down` in the cached configuration waits this long
  * (and a refresh) before it is routed again, instead of being sent; after
- * ENG_DOWN_GIVEUP_MS of that (no configuration named another primary, the
- * node did not come back) it fails as unavailable, as a refused connection
- * does, rather than at its deadline. */
-#define ENG_DOWN_WAIT_MS   50u
-#define ENG_DOWN_GIVEUP_MS 1000u
+ * KVC_DOWN_GIVEUP_MS of that it fails as unavailable, as a refused
+ * connection does, rather than at its deadline. */
+#define ENG_DOWN_WAIT_MS 50u
 
 typedef struct kvc_queue kvc_queue;
 
@@ -831,7 +829,7 @@ route(kvc_req *q)
 		            (unsigned long long)q->epoch);
 		kvc_cfg_put(ref);
 		free(hinted);
-		if (now - q->down_since >= (uint64_t)ENG_DOWN_GIVEUP_MS * 1000000u) {
+		if (now - q->down_since >= (uint64_t)KVC_DOWN_GIVEUP_MS * 1000000u) {
 			complete(q, KV_EUNAVAIL); /* with the detail just set */
 			return;
 		}
@@ -839,7 +837,6 @@ route(kvc_req *q)
 		retry_after(q, ENG_DOWN_WAIT_MS);
 		return;
 	}
-	q->down_since = 0;
 	/* The owner's queue as remembered in ref: no connection table lock
 	 * and address compare per op. */
 	_Atomic(kvc_queue *) *memo =

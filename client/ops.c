@@ -579,10 +579,6 @@ mparts_fini(mparts *l)
 
 #define MRUN_FETCH_MS   1000u /* one configuration fetch of the retry thread, at most */
 #define MRUN_BACKOFF_MS 100u  /* the longest backoff between rounds */
-/* A part whose node is `down` is not sent; after this long of rounds that
- * found it so (no configuration named another primary, the node did not
- * come back), it fails as unavailable, as a single-key op does. */
-#define MRUN_DOWN_GIVEUP_MS 1000u
 
 typedef struct mrun mrun;
 
@@ -698,7 +694,7 @@ round_end(mrun *m)
 			p->err = KV_EUNAVAIL;
 			mrun_why(m, KV_EUNAVAIL, "node %u (%s) is down in epoch %llu", p->node,
 			         p->address ? p->address : "?", (unsigned long long)e);
-			if (kv_now_ns() - m->down_since >= (uint64_t)MRUN_DOWN_GIVEUP_MS * 1000000u)
+			if (kv_now_ns() - m->down_since >= (uint64_t)KVC_DOWN_GIVEUP_MS * 1000000u)
 				p->done = true;
 			m->refresh = true;
 			continue;

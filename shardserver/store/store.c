@@ -41,6 +41,7 @@
 #include "shardserver/store/art.h"
 #include "common/bytes.h"
 #include "common/err.h"
+#include "common/key.h"
 #include "common/log.h"
 
 #include <pthread.h>
@@ -53,8 +54,7 @@
 #include <unistd.h>
 
 #define KV_STORE_MAX_PARTITIONS 4096u
-#define KV_STORE_SCAN_CHUNK     256u       /* entries copied out of a partition per lock */
-#define KV_STORE_HOLD           256u       /* entries a stepping walk visits per lock */
+#define KV_STORE_HOLD           256u       /* entries a walk or scan chunk visits per lock */
 #define KV_STORE_YIELD_NS       200000u    /* a walk's longest wait for a writer to go first */
 #define KV_STORE_SCRATCH_KEEP   (1u << 20) /* scratch kept between appends */
 
@@ -256,19 +256,14 @@ static void
 part__yield(kv_store *s, unsigned pi)
 {
 	kv_part *p = &s->parts[pi];
-	struct timespec t0, t;
 
 	if (s->o.mode != KV_STORE_STRIPED ||
 	    atomic_load_explicit(&p->waiters, memory_order_relaxed) == 0)
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
+	uint64_t until = kv_now_ns() + KV_STORE_YIELD_NS;
+	do
 		sched_yield();
-		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while (atomic_load_explicit(&p->waiters, memory_order_relaxed) != 0 &&
-	         (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t.tv_nsec -
-	                 (uint64_t)t0.tv_nsec <
-	             KV_STORE_YIELD_NS);
+	while (atomic_load_explicit(&p->waiters, memory_order_relaxed) != 0 && kv_now_ns() < until);
 }
 
 /* Runs fn with exclusive access to partition pi (see DESIGN). */
@@ -1376,9 +1371,9 @@ kv_store_scan(kv_store *s, const void *start, size_t slen, const void *end, size
 	/* Start small (a limited scan takes about limit/partitions entries from
 	 * each partition), then double the chunk of the partitions that are
 	 * actually consumed: the copying stays near limit + partitions. */
-	chunk = limit ? limit / s->nparts + 1 : KV_STORE_SCAN_CHUNK;
-	if (chunk > KV_STORE_SCAN_CHUNK)
-		chunk = KV_STORE_SCAN_CHUNK;
+	chunk = limit ? limit / s->nparts + 1 : KV_STORE_HOLD;
+	if (chunk > KV_STORE_HOLD)
+		chunk = KV_STORE_HOLD;
 	srcs = calloc(s->nparts, sizeof(*srcs));
 	heap = calloc(s->nparts, sizeof(*heap));
 	if (srcs == NULL || heap == NULL) {
@@ -1414,8 +1409,8 @@ kv_store_scan(kv_store *s, const void *start, size_t slen, const void *end, size
 		src->pos++;
 		if (src->pos == src->n) {
 			size_t want = src->chunk * 2;
-			if (want > KV_STORE_SCAN_CHUNK)
-				want = KV_STORE_SCAN_CHUNK;
+			if (want > KV_STORE_HOLD)
+				want = KV_STORE_HOLD;
 			if (limit != 0 && want > limit - emitted + 1)
 				want = limit - emitted + 1;
 			if (!src->exhausted &&

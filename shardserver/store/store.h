@@ -271,7 +271,8 @@ int kv_store_scan_partition(kv_store *s, unsigned part, const void *start, size_
  * bounded work and holds one partition lock for at most `max` entries, and
  * never more than 256 at a time whatever `max` is (a step may take several
  * holds, letting threads that wait for the lock go first between them), so
- * writes continue between and within steps. Entries written behind the cursor after it
+ * writes continue between and within steps. Entries written behind the
+ * cursor after it
  * passed are not revisited: migration catches those separately.
  */
 typedef struct {
@@ -302,8 +303,8 @@ int kv_store_range_step(kv_store *s, const void *start, size_t slen, const void 
                         kv_store_cursor *c, size_t max, kv_store_visit_cb cb, void *arg);
 
 /* Deletes at most `max` entries of [start, end), at most 256 per partition
- * lock, adding the count to `*deleted` (may be NULL). Returns 0 when the range is empty afterwards,
- * KV_EBUSY when entries remain (call again). */
+ * lock, adding the count to `*deleted` (may be NULL). Returns 0 when the
+ * range is empty afterwards, KV_EBUSY when entries remain (call again). */
 int kv_store_range_delete(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
                           size_t max, uint64_t *deleted);
 
@@ -314,8 +315,8 @@ int kv_store_range_count(kv_store *s, const void *start, size_t slen, const void
 
 /* Finds an approximate median key of [start, end) (a split point that leaves
  * about half the bytes on each side) by sampling one partition, read in
- * holds of at most 256 entries, and copies it into `key`. Returns 0, or KV_ENOTFOUND when the range
- * has fewer than two keys. */
+ * holds of at most 256 entries, and copies it into `key`. Returns 0, or
+ * KV_ENOTFOUND when the range has fewer than two keys. */
 int kv_store_range_split_key(kv_store *s, const void *start, size_t slen, const void *end,
                              size_t elen, kv_buf *key);
 
