@@ -5,7 +5,8 @@
 #   bench/migration-under-load.sh [-r RUNS] [-K KEYS] [-O KEYS] [-d BYTES]
 #                                 [-R OPS] [-T THREADS] [-B SECS] [-A SECS]
 #                                 [-M SECS] [-m MB/s] [-f MODE] [-x ARGS]
-#                                 [-p FILE.svg] [-b BIN_DIR] [-k]
+#                                 [-o PREFIX] [-n KEYS] [-p FILE.svg]
+#                                 [-b BIN_DIR] [-k]
 #
 #   -r RUNS     measured moves (default 3); the table shows medians and the
 #               run-to-run range
@@ -26,6 +27,11 @@
 #   -f MODE     the servers' --fsync (default batch, their default)
 #   -x ARGS     more shardkv-server arguments, split on spaces (e.g.
 #               "--snapshot-bytes 1099511627776")
+#   -o PREFIX   aim the other ranges' bench at keys PREFIX + digits only
+#               (`shardkv bench --key-prefix`, 16-byte keys), e.g.
+#               "key:0000005" for 100,000 keys of node 3, which takes no
+#               part in the move (default "key:": every other key)
+#   -n KEYS     with -o, the other bench's key count (default -O)
 #   -p FILE.svg where to copy the moving-range bench's --plot of the last
 #               run; FILE-other.svg gets the other ranges' (default: none)
 #   -b BIN_DIR  where shardkv, shardkv-server and shardkv-controller are
@@ -58,13 +64,14 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 runs=3 mkeys=1000000 okeys=1000000 vsize=100 rate=2000 threads=16 before=10 after=10 allow=20
 move_rate=0 fsync=batch xargs='' plot='' bin=${SHARDKV_BIN_DIR:-} keep=
+oprefix=key: onkeys=
 step_timeout=${MIGRATION_STEP_TIMEOUT:-600}
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 die() { echo "migration-under-load: $*" >&2; exit 1; }
 say() { echo "migration-under-load: $*" >&2; }
 
-while getopts "r:K:O:d:R:T:B:A:M:m:f:x:p:b:kh" o; do
+while getopts "r:K:O:d:R:T:B:A:M:m:f:x:o:n:p:b:kh" o; do
 	case "$o" in
 	r) runs=$OPTARG ;;
 	K) mkeys=$OPTARG ;;
@@ -78,13 +85,16 @@ while getopts "r:K:O:d:R:T:B:A:M:m:f:x:p:b:kh" o; do
 	m) move_rate=$OPTARG ;;
 	f) fsync=$OPTARG ;;
 	x) xargs=$OPTARG ;;
+	o) oprefix=$OPTARG ;;
+	n) onkeys=$OPTARG ;;
 	p) plot=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	k) keep=1 ;;
 	*) usage ;;
 	esac
 done
-for v in "$runs" "$mkeys" "$okeys" "$vsize" "$rate" "$threads" "$before" "$after" "$allow" "$move_rate"; do
+onkeys=${onkeys:-$okeys}
+for v in "$runs" "$mkeys" "$okeys" "$vsize" "$rate" "$threads" "$before" "$after" "$allow" "$move_rate" "$onkeys"; do
 	[[ $v =~ ^[0-9]+$ ]] || die "numbers expected, got '$v'"
 done
 if [ "$runs" -lt 1 ] || [ "$mkeys" -lt 1 ] || [ "$okeys" -lt 2 ] || [ "$vsize" -lt 1 ] ||
@@ -93,6 +103,9 @@ if [ "$runs" -lt 1 ] || [ "$mkeys" -lt 1 ] || [ "$okeys" -lt 2 ] || [ "$vsize" -
 fi
 [ "$mkeys" -le 99999999 ] || die "-K is at most 99999999 (8-digit keys)"
 [ "$okeys" -le 999999999999 ] || die "-O is at most 999999999999"
+case "$oprefix" in key:*) ;; *) die "-o must start with key: (the other ranges' keys)" ;; esac
+[ ${#oprefix} -lt 16 ] || die "-o leaves no digits of a 16-byte key"
+[ "$onkeys" -ge 1 ] || die "-n must be positive"
 case "$fsync" in always | batch | none) ;; *) die "-f takes always, batch or none" ;; esac
 if [ -n "$plot" ]; then
 	case "$plot" in *.svg) ;; *) die "-p wants a FILE.svg" ;; esac
@@ -179,6 +192,33 @@ bench_wait() { # PID OUT ERR
 	[ "$rc" = 0 ] || die "shardkv bench failed (exit $rc): $(tail -n 3 "$err")"
 }
 
+# Writes "TID PID COMM TICKS ROLE" for every thread of the daemons started
+# here and of the processes given as PID=ROLE (utime + stime in clock
+# ticks; a line "PPID PID PROCESS TICKS ROLE" per process, which also
+# counts its threads that have exited), then "time NOW". Bash builtins
+# only: no process is started next to the move.
+cpu_snap() { # FILE [PID=ROLE...]
+	local out=$1 p t role i comm list=() f=()
+	shift
+	for i in "${!pids[@]}"; do list+=("${pids[i]}=${roles[i]:-?}"); done
+	list+=("$@")
+	{
+		for i in "${list[@]}"; do
+			p=${i%%=*} role=${i#*=}
+			read -r -a f <"/proc/$p/stat" 2>/dev/null || continue
+			echo "P$p $p PROCESS $((f[13] + f[14])) $role"
+			for t in /proc/"$p"/task/*; do
+				read -r comm <"$t/comm" 2>/dev/null || continue
+				read -r -a f <"$t/stat" 2>/dev/null || continue
+				# comm in stat is one word here (no thread name has a space)
+				echo "${t##*/} $p ${comm// /_} $((f[13] + f[14])) $role"
+			done
+		done
+		echo "time $EPOCHREALTIME"
+	} >"$out" 2>/dev/null || true
+}
+roles=()
+
 # --- cluster -------------------------------------------------------------------------
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 say "work dir $work; starting a controller and 3 servers (--fsync $fsync${xargs:+ $xargs})"
@@ -187,6 +227,7 @@ ctl="tcp://127.0.0.1:$port"
 one_copy_flags "$bin/shardkv-controller" # with replicas a move copies nothing: measure migrations
 "$bin/shardkv-controller" --listen "$ctl" --data-dir "$work/ctl" ${one_copy[@]+"${one_copy[@]}"} >/dev/null 2>"$work/ctl.log" &
 pids+=($!)
+roles+=(controller)
 wait_for 30 cli config || die "controller did not start (see $work/ctl.log)"
 addr=()
 for i in 1 2 3; do
@@ -195,6 +236,7 @@ for i in 1 2 3; do
 	"$bin/shardkv-server" --listen "$a" --controller "$ctl" --data-dir "$work/s$i" --join \
 		--fsync "$fsync" $xargs >/dev/null 2>"$work/s$i.log" &
 	pids+=($!)
+	roles+=("node$i")
 	: >"$work/$!.int"
 	wait_for 30 shardkv_active "$i" || die "server $i did not become active (see $work/s$i.log)"
 	addr[i]=$a
@@ -243,17 +285,20 @@ for ((run = 1; run <= runs; run++)); do
 	pa=$bpid
 	tb=$(date +%s.%N)
 	bench_start "$work/run$run-other.json" "$work/run$run-other.err" --json bench \
-		--threads "$threads" --keys "$okeys" --key-size 16 --value-size "$vsize" --mix "$mix" \
+		--threads "$threads" --keys "$onkeys" --key-prefix "$oprefix" --key-size 16 \
+		--value-size "$vsize" --mix "$mix" \
 		--rate "$rate" --duration "$dur" --seed "$run" \
 		--out "$work/run$run-other.json" --plot "$work/run$run-other.svg"
 	pb=$bpid
 	sleep "$before"
 	mv_args=(move "" "key:" 2 --wait)
 	[ "$move_rate" -gt 0 ] && mv_args+=(--rate "$move_rate")
+	cpu_snap "$work/run$run-cpu0" "$pa=bench-moving" "$pb=bench-other"
 	t0=$(date +%s.%N)
 	cli --json --timeout $((step_timeout * 1000)) "${mv_args[@]}" >"$work/run$run-move.json" 2>"$work/run$run-move.err" ||
 		die "shardkv move failed: $(cat "$work/run$run-move.err")"
 	t1=$(date +%s.%N)
+	cpu_snap "$work/run$run-cpu1" "$pa=bench-moving" "$pb=bench-other"
 	bench_wait "$pa" "$work/run$run-moving.json" "$work/run$run-moving.err"
 	bench_wait "$pb" "$work/run$run-other.json" "$work/run$run-other.err"
 	tail -n +"$((src_lines + 1))" "$work/s1.log" >"$work/run$run-src.log"
@@ -279,9 +324,9 @@ if [ -n "$plot" ]; then
 fi
 
 # --- report ---------------------------------------------------------------------------------
-python3 - "$work" "$runs" "$mkeys" "$okeys" "$vsize" "$rate" "$threads" "$fsync${xargs:+ $xargs}" "$move_rate" \
+python3 - "$work" "$runs" "$mkeys" "$onkeys keys $oprefix..." "$vsize" "$rate" "$threads" "$fsync${xargs:+ $xargs}" "$move_rate" \
 	"$(nproc) CPUs; load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end" <<'EOF'
-import json, re, statistics as st, sys
+import json, os, re, statistics as st, sys
 from datetime import datetime, timezone
 work, runs, mkeys, okeys, vsize, rate, threads, fsync, move_rate, cpus = sys.argv[1:]
 
@@ -313,6 +358,43 @@ def windows(path, launch, m0, m1):
     a = [p for p in pts if launch + p["t"] - p["dt"] >= m1]
     return d, b, du, a
 
+def quiet(b, k):
+    """The 'during' statistic without a move: the largest per-second p99 of
+    k consecutive seconds before the move (its first second, the benches'
+    start, left out), as the median over every such window."""
+    xs = [p["p99_us"] for p in b[1:]]
+    if k < 1 or len(xs) < k:
+        return float("nan")
+    return st.median(max(xs[i:i + k]) for i in range(len(xs) - k + 1)) / 1000
+
+def cpu(path):
+    """{tid: (pid, comm, ticks, role)} from cpu_snap's file."""
+    out = {}
+    try:
+        for l in open(path):
+            x = l.split()
+            if len(x) == 5:
+                out[x[0]] = (x[1], x[2], int(x[3]), x[4])
+            elif len(x) == 2 and x[0] == "time":
+                out["time"] = float(x[1])
+    except OSError:
+        pass
+    return out
+
+def cpu_window(run):
+    """CPU ms over the move by role (the process, its threads alive at the end)."""
+    a, b = cpu(f"{work}/run{run}-cpu0"), cpu(f"{work}/run{run}-cpu1")
+    tick = 1000 / os.sysconf("SC_CLK_TCK")
+    procs, threads = {}, {}
+    span = (b.pop("time", 0) - a.pop("time", 0)) * 1000
+    for tid, (pid, comm, t, role) in b.items():
+        d = (t - a[tid][2]) * tick if tid in a else t * tick
+        if comm == "PROCESS":
+            procs[role] = procs.get(role, 0) + d
+        else:
+            threads[(role, comm)] = threads.get((role, comm), 0) + d
+    return procs, threads, span
+
 rows = []
 for line in open(f"{work}/runs.tsv"):
     run, ta, tb, t0, t1, rb, rk = line.split()
@@ -343,14 +425,16 @@ for line in open(f"{work}/runs.tsv"):
             "p99_during": max((p["p99_us"] for p in du), default=float("nan")) / 1000,
             "p99_after": med([p["p99_us"] for p in a]) / 1000,
             "max_before_ms": max((p["max_us"] for p in b), default=0) / 1000,
+            "p99_quiet": quiet(b, len(du)),
             "ops_s": d["ops_per_sec"], "npts": (len(b), len(du), len(a))}
+    r["cpu"] = cpu_window(run)
     rows.append(r)
 
 print(f"# moving [\"\", \"key:\") ({mkeys} keys of 8 B, values of {vsize} B) from node 1 to node 2 of a 3-node")
 print(f"# loopback cluster ({cpus};")
 print(f"# 3 servers, the controller and both benches share the CPUs), --fsync {fsync},")
 print(f"# move --rate {move_rate or 'unlimited'}; two open-loop benches --mix get:90,put:10 --rate {rate} --threads {threads}:")
-print(f"# 'moving' on the range's keys, 'other' on {okeys} keys on nodes 2 and 3. Per-second series: 'during' = the")
+print(f"# 'moving' on the range's keys, 'other' on {okeys} (nodes 2 and 3 hold key:..). Per-second series: 'during' = the")
 print(f"# seconds that overlap the move (max of per-second p99 and max), before/after = median of per-second p99.")
 print()
 print(f"{'run':>3} {'wait s':>7} {'MB':>7} {'MB/s':>7} {'keys/s':>9} {'copy s':>7} {'fence ms':>9} {'commit ms':>10} {'delete s':>9}")
@@ -365,17 +449,36 @@ print(f"med {med([r['wait_s'] for r in rows]):>7.3f} {med([r['bytes']/1e6 for r 
 print(f"range: wait {rng([r['wait_s'] for r in rows], '{:.3f}')} s, MB/s {rng([r['mb_s'] for r in rows])}, "
       f"fence {rng([r['fence_ms'] for r in rows], '{:.3f}')} ms")
 print()
-print(f"{'bench':<7} {'run':>3} {'ops/s':>7} {'errors':>6} {'max during ms':>14} {'max before ms':>14} {'p99 before':>11} {'p99 during':>11} {'p99 after':>10} {'pts b/d/a':>10}")
+print(f"{'bench':<7} {'run':>3} {'ops/s':>7} {'errors':>6} {'max during ms':>14} {'max before ms':>14} {'p99 before':>11} {'p99 during':>11} {'p99 quiet':>10} {'p99 after':>10} {'pts b/d/a':>10}")
 for name in ("moving", "other"):
     for r in rows:
         x = r[name]
         print(f"{name:<7} {r['run']:>3} {x['ops_s']:>7.0f} {x['errors']:>6} {x['max_during_ms']:>14.2f} {x['max_before_ms']:>14.2f} "
-              f"{x['p99_before']:>11.3f} {x['p99_during']:>11.3f} {x['p99_after']:>10.3f} {'/'.join(map(str, x['npts'])):>10}"
+              f"{x['p99_before']:>11.3f} {x['p99_during']:>11.3f} {x['p99_quiet']:>10.3f} {x['p99_after']:>10.3f} {'/'.join(map(str, x['npts'])):>10}"
               + (f"  {x['kinds']}" if x['kinds'] else ""))
     xs = [r[name] for r in rows]
     print(f"{name:<7} {'med':>3} {med([x['ops_s'] for x in xs]):>7.0f} {sum(x['errors'] for x in xs):>6} "
           f"{med([x['max_during_ms'] for x in xs]):>14.2f} {med([x['max_before_ms'] for x in xs]):>14.2f} "
-          f"{med([x['p99_before'] for x in xs]):>11.3f} {med([x['p99_during'] for x in xs]):>11.3f} {med([x['p99_after'] for x in xs]):>10.3f}")
+          f"{med([x['p99_before'] for x in xs]):>11.3f} {med([x['p99_during'] for x in xs]):>11.3f} "
+          f"{med([x['p99_quiet'] for x in xs]):>10.3f} {med([x['p99_after'] for x in xs]):>10.3f}")
+print("('p99 quiet': the 'during' statistic over the same number of seconds before the move, as the median")
+print(" over every such window: what the largest of that many quiet seconds' p99 is without a move)")
+print()
+print("CPU over the move, ms (utime + stime from /proc, between the move's start and its --wait's end;")
+print("'CPUs': the sum over the window's length, in CPUs busy with these processes):")
+roles = sorted({k for r in rows for k in r["cpu"][0]})
+print(f"{'run':>3} {'window ms':>9} " + " ".join(f"{k:>13}" for k in roles) + f" {'sum':>7} {'CPUs':>5}")
+for r in rows:
+    procs, span = r["cpu"][0], r["cpu"][2]
+    tot = sum(procs.values())
+    print(f"{r['run']:>3} {span:>9.0f} " + " ".join(f"{procs.get(k, 0):>13.0f}" for k in roles)
+          + f" {tot:>7.0f} {tot / span if span > 0 else float('nan'):>5.2f}")
+top = {}
+for r in rows:
+    for k, v in r["cpu"][1].items():
+        top[k] = top.get(k, 0) + v / len(rows)
+print("threads alive at the end, mean ms per run: " + ", ".join(
+    f"{role} {comm} {v:.0f}" for (role, comm), v in sorted(top.items(), key=lambda kv: -kv[1])[:10]))
 print()
 mx = max(max(r["moving"]["max_during_ms"], r["other"]["max_during_ms"]) for r in rows)
 errs = sum(r["moving"]["errors"] + r["other"]["errors"] for r in rows)
@@ -388,6 +491,8 @@ print(f"  longest wait < 50 ms: {mx:.1f} ms (largest per-second max in the move'
 print(f"  0 errors: {errs}: {'met' if errs == 0 else 'missed'}")
 print(f"  other ranges' p99 within 20% of no migration: {od:.3f} ms during vs {ob:.3f} ms before "
       f"({(od / ob - 1) * 100:+.0f}%): {'met' if od <= 1.2 * ob else 'missed'}")
+oq = med([r["other"]["p99_quiet"] for r in rows])
+print(f"    the same statistic over quiet seconds (p99 quiet): {oq:.3f} ms; during against it {(od / oq - 1) * 100:+.0f}%")
 print(f"  migration > 100 MB/s: {mbs:.1f} MB/s ({med([r['keys_s'] for r in rows]):.0f} keys/s; Redis Cluster ~13k keys/s): "
       f"{'met' if mbs > 100 else 'missed'}")
 EOF

@@ -34,6 +34,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#define COMP "server"
+
 static uint64_t
 rss_bytes(void)
 {
@@ -324,6 +326,16 @@ load_apply(hb_cache *c, const kv_load_sample *smp, size_t n, double each, double
 }
 
 /*
+ * The heartbeat's walks sleep this long between two holds of 256 entries
+ * (kv_store_thread_walk_pause), so that its counts run at a fraction of a
+ * core instead of flat out beside the requests: the recount of one range
+ * of 1,000,000 keys with its split keys took 30-43 ms of a core at once
+ * without the pause and about 640 ms with it, on an idle node; the tail of
+ * the node's requests fell (bench/README.md, 2026-12-05).
+ */
+#define HB_WALK_PAUSE_US 50u
+
+/*
  * Counting a range walks it (kv_store_range_count), so the per-range figures
  * are recounted every heartbeat only for small stores: every
  * 1 + keys / 500000 heartbeats otherwise, and whenever the served ranges
@@ -338,6 +350,7 @@ kv_srv_heartbeat_main(void *arg)
 	kv_load_sample *smp = malloc(KV_LOAD_SLOTS * sizeof(*smp));
 
 	kv_log_thread_name("kv-heartbeat");
+	kv_store_thread_walk_pause(HB_WALK_PAUSE_US);
 	while (!atomic_load(&s->stopping)) {
 		kv_buf *rg = NULL;
 		kv_store_stats st;
@@ -383,10 +396,14 @@ kv_srv_heartbeat_main(void *arg)
 				hb_cache_fini(&cache);
 				continue;
 			}
+			uint64_t t0 = kv_now_ns();
 			for (size_t i = 0; i < n; i++)
 				range_stats(s, &cache.rg[2 * i], &cache.rg[2 * i + 1], &cache.rs[i],
 				            &cache.split[HB_SPLITS * i],
 				            &cache.splitv[HB_SPLITS * i]);
+			KV_DEBUG(COMP, "ranges counted", "ranges=%zu keys=%llu ms=%llu", n,
+			         (unsigned long long)st.keys,
+			         (unsigned long long)((kv_now_ns() - t0) / 1000000u));
 			kv_srv_metrics_set_ranges(s, cache.rs, cache.n);
 		}
 		kv_owner_ranges_free(rg, n);

@@ -29,6 +29,8 @@
  * a striped partition's mutex for at most KV_STORE_HOLD entries at a time
  * and let threads waiting for it go first between two holds (part__lock,
  * part__yield): a request waits for one hold at most, never a whole walk.
+ * A thread that asked for it (kv_store_thread_walk_pause: the heartbeat's
+ * statistics) also sleeps between the holds of its walks.
  *
  * Invariant: a partition's tree, arena and counters are touched only by the
  * holder of that partition (its mutex, or its owner thread).
@@ -44,6 +46,7 @@
 #include "common/key.h"
 #include "common/log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
@@ -246,17 +249,34 @@ part__lock(kv_part *p)
 	atomic_fetch_sub_explicit(&p->waiters, 1, memory_order_relaxed);
 }
 
+/* The calling thread's pause between two holds of its walks, in
+ * microseconds (kv_store_thread_walk_pause). */
+static _Thread_local uint32_t walk_pause_us;
+
+void
+kv_store_thread_walk_pause(uint32_t us)
+{
+	walk_pause_us = us;
+}
+
 /*
- * Between two steps of a walk over striped partition pi (its mutex not
- * held): while threads wait for the mutex, gives them the CPU, for at most
+ * Between two steps of a walk over partition pi (its mutex not held):
+ * sleeps the calling thread's walk pause, if it has one; then, striped,
+ * while threads wait for the mutex, gives them the CPU, for at most
  * KV_STORE_YIELD_NS, so that a long walk (a snapshot, a count, a copy)
- * delays a request by one step at most. Percore: nothing to do.
+ * delays a request by one step at most.
  */
 static void
 part__yield(kv_store *s, unsigned pi)
 {
 	kv_part *p = &s->parts[pi];
 
+	if (walk_pause_us != 0) {
+		struct timespec ts = {.tv_sec = walk_pause_us / 1000000u,
+		                      .tv_nsec = (long)(walk_pause_us % 1000000u) * 1000};
+		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+			;
+	}
 	if (s->o.mode != KV_STORE_STRIPED ||
 	    atomic_load_explicit(&p->waiters, memory_order_relaxed) == 0)
 		return;

@@ -313,6 +313,14 @@ int kv_store_range_delete(kv_store *s, const void *start, size_t slen, const voi
 int kv_store_range_count(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
                          uint64_t *keys, uint64_t *bytes);
 
+/* Makes the calling thread's walks (range steps, counts, split keys, range
+ * deletes, scan chunks) sleep `us` microseconds between two holds, so that
+ * a background statistic takes a bounded share of a core instead of
+ * running flat out beside the requests (doc/store.md "Range operations").
+ * 0, every thread's default: no pause. The setting is the thread's own: a
+ * client's count on an event loop is never slowed. */
+void kv_store_thread_walk_pause(uint32_t us);
+
 /* Finds an approximate median key of [start, end) (a split point that leaves
  * about half the bytes on each side) by sampling one partition, read in
  * holds of at most 256 entries, and copies it into `key`. Returns 0, or

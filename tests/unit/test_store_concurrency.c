@@ -889,6 +889,59 @@ a_writer_goes_first_between_the_steps_of_a_long_walk(void **state)
 	assert_value_s(s, "0", "w");
 }
 
+/*
+ * A thread with a walk pause (the heartbeat's statistics) sleeps between
+ * the holds of its counts and split-key walks: one partition of 4,096
+ * keys is 16 holds of 256 entries for a count and 8 for the split key (the
+ * walk to the middle), so a pause of 3 ms makes them last at least 15 and
+ * 7 pauses. Without it they take well under a millisecond.
+ */
+#define PAUSE_US 3000u
+
+static uint64_t
+mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void
+a_thread_with_a_walk_pause_sleeps_between_its_holds(void **state)
+{
+	store_fixture *fx = FX(state);
+	kv_store *s = store_open_extra(fx, 1, 0, 0, 0);
+	uint64_t keys = 0, bytes = 0, t0, count_us, split_us;
+	kv_buf mid = {0};
+	char key[32];
+	int rv_count, rv_split;
+
+	for (size_t i = 0; i < LONG_WALK_KEYS; i++) {
+		size_t klen = fmt_key(key, sizeof key, "wp", i);
+		assert_int_equal(kv_store_put(s, key, klen, "v", 1), KV_OK);
+	}
+	kv_store_thread_walk_pause(PAUSE_US);
+	t0 = mono_us();
+	rv_count = kv_store_range_count(s, "wp", 2, "wq", 2, &keys, &bytes);
+	count_us = mono_us() - t0;
+	t0 = mono_us();
+	rv_split = kv_store_range_split_key(s, "wp", 2, "wq", 2, &mid);
+	split_us = mono_us() - t0;
+	kv_store_thread_walk_pause(0); /* the setting outlives the test otherwise */
+
+	assert_int_equal(rv_count, KV_OK);
+	assert_int_equal(keys, LONG_WALK_KEYS);
+	assert_int_equal(rv_split, KV_OK);
+	assert_true(mid.len > 2 && memcmp(mid.data, "wp", 2) == 0);
+	kv_buf_fini(&mid);
+	if (count_us < 15u * PAUSE_US)
+		fail_msg("a count of %d keys took %llu us: no pause between its holds",
+		         LONG_WALK_KEYS, (unsigned long long)count_us);
+	if (split_us < 7u * PAUSE_US)
+		fail_msg("a split-key walk took %llu us: no pause between its holds",
+		         (unsigned long long)split_us);
+}
+
 static const store_test concurrency_tests[] = {
     STORE_TEST(mget_never_sees_a_half_applied_mput),
     STORE_TEST(scans_racing_deletes_and_reputs_stay_ordered_and_finish),
@@ -897,6 +950,7 @@ static const store_test concurrency_tests[] = {
     STORE_TEST(range_delete_while_writers_write_outside_keeps_their_keys),
     STORE_TEST(writes_proceed_while_a_scan_waits_in_its_callback),
     STORE_TEST(a_writer_goes_first_between_the_steps_of_a_long_walk),
+    STORE_TEST(a_thread_with_a_walk_pause_sleeps_between_its_holds),
 };
 
 int
