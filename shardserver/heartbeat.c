@@ -330,8 +330,8 @@ load_apply(hb_cache *c, const kv_load_sample *smp, size_t n, double each, double
  * (kv_store_thread_walk_pause), so that its counts run at a fraction of a
  * core instead of flat out beside the requests: the recount of one range
  * of 1,000,000 keys with its split keys took 30-43 ms of a core at once
- * without the pause and about 640 ms with it, on an idle node; the tail of
- * the node's requests fell (bench/README.md, 2026-12-05).
+ * without the pause and about 640 ms with it, on an idle node, and the
+ * node's p99.9 fell by a third (bench/README.md, 2026-12-05).
  */
 #define HB_WALK_PAUSE_US 50u
 

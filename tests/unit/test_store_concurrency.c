@@ -898,14 +898,6 @@ a_writer_goes_first_between_the_steps_of_a_long_walk(void **state)
  */
 #define PAUSE_US 3000u
 
-static uint64_t
-mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 static void
 a_thread_with_a_walk_pause_sleeps_between_its_holds(void **state)
 {
@@ -921,12 +913,12 @@ a_thread_with_a_walk_pause_sleeps_between_its_holds(void **state)
 		assert_int_equal(kv_store_put(s, key, klen, "v", 1), KV_OK);
 	}
 	kv_store_thread_walk_pause(PAUSE_US);
-	t0 = mono_us();
+	t0 = kv_now_ns();
 	rv_count = kv_store_range_count(s, "wp", 2, "wq", 2, &keys, &bytes);
-	count_us = mono_us() - t0;
-	t0 = mono_us();
+	count_us = (kv_now_ns() - t0) / 1000u;
+	t0 = kv_now_ns();
 	rv_split = kv_store_range_split_key(s, "wp", 2, "wq", 2, &mid);
-	split_us = mono_us() - t0;
+	split_us = (kv_now_ns() - t0) / 1000u;
 	kv_store_thread_walk_pause(0); /* the setting outlives the test otherwise */
 
 	assert_int_equal(rv_count, KV_OK);
