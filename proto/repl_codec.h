@@ -93,6 +93,7 @@ typedef struct {
 	bool diverged;      /* answer to an end: the positions differ; to a catch-up: refused */
 	bool caught_up;     /* answer to a catch-up's last step: applied */
 	uint64_t position;  /* answer to an accepted first catch-up step: its position */
+	char detail[128];   /* kv_repl_ack_decode: the error text, cut to fit ("" if none) */
 } kv_repl_ack;
 
 /* Packs r as the replicate member of a Request from node from_node acting in

@@ -18,6 +18,7 @@
 #include "proto/codec_int.h"
 #include "proto/wire.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -651,6 +652,8 @@ kv_repl_ack_decode(const void *p, size_t n, kv_repl_ack *ack)
 		ack->diverged = r->replicate_ack->diverged;
 		ack->caught_up = r->replicate_ack->caught_up;
 		ack->position = r->replicate_ack->position;
+		if (r->replicate_ack->error != NULL)
+			snprintf(ack->detail, sizeof(ack->detail), "%s", r->replicate_ack->error);
 	}
 	shardkv__response__free_unpacked(r, NULL);
 	return rv;

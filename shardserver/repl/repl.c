@@ -104,25 +104,27 @@
 
 #define COMP "repl"
 
-#define WINDOW       8                    /* Replicate requests in flight per stream */
-#define BATCH_RECS   1024u                /* records per Replicate */
-#define BATCH_BYTES  (4u * 1024u * 1024u) /* payload bytes per Replicate (at least one record) */
-#define CALL_MS      2000u                /* a Replicate's answer deadline */
-#define CONNECT_MS   250u                 /* a link's connect and handshake, at most */
-#define POLL_MS      50                   /* stream threads wake at least this often */
-#define RETRY_MS     100u                 /* pause before a stream starts again */
-#define GAP_WAIT_MS  50                   /* a backup waits this long for a missing batch */
-#define MAX_STREAMS  64u                  /* backups one node streams to */
-#define MAX_SOURCES  64u                  /* primaries one node follows */
-#define DEFAULT_WAIT 3000u                /* default env.wait_ms */
-#define SHRINK_MS    1000u /* a backup silent this long with records outstanding: shrink */
-#define ASK_AGAIN_MS 500u  /* pause between two shrink requests for one backup */
-#define COPY_RECS    1024u /* records per copy step */
-#define COPY_BYTES   (1024u * 1024u)        /* key and value bytes per copy step (at least one) */
-#define CATCH_MAX    (256u * 1024u * 1024u) /* queued bytes a stream outside every ISR may hold */
-#define EXPAND_MS    1000u                  /* pause between two expand requests for one range */
-#define INSTALL_MS   1000u                  /* pause before copying again after a queue overflow */
-#define DRAIN_MS     30u /* longest a range handed to another primary refuses writes first */
+#define WINDOW          8                    /* Replicate requests in flight per stream */
+#define BATCH_RECS      1024u                /* records per Replicate */
+#define BATCH_BYTES     (4u * 1024u * 1024u) /* payload bytes per Replicate (at least one record) */
+#define CALL_MS         2000u                /* a Replicate's answer deadline */
+#define CONNECT_MS      250u                 /* a link's connect and handshake, at most */
+#define POLL_MS         50                   /* stream threads wake at least this often */
+#define RETRY_MS        100u                 /* pause before a stream starts again */
+#define REFUSALS_LOGGED 10u                  /* refusals in a row before they are logged */
+#define REFUSAL_LOG_MS  5000u                /* at most one such line per stream this often */
+#define GAP_WAIT_MS     50                   /* a backup waits this long for a missing batch */
+#define MAX_STREAMS     64u                  /* backups one node streams to */
+#define MAX_SOURCES     64u                  /* primaries one node follows */
+#define DEFAULT_WAIT    3000u                /* default env.wait_ms */
+#define SHRINK_MS       1000u /* a backup silent this long with records outstanding: shrink */
+#define ASK_AGAIN_MS    500u  /* pause between two shrink requests for one backup */
+#define COPY_RECS       1024u /* records per copy step */
+#define COPY_BYTES      (1024u * 1024u) /* key and value bytes per copy step (at least one) */
+#define CATCH_MAX       (256u * 1024u * 1024u) /* queued bytes a stream outside every ISR may hold */
+#define EXPAND_MS       1000u                  /* pause between two expand requests for one range */
+#define INSTALL_MS      1000u /* pause before copying again after a queue overflow */
+#define DRAIN_MS        30u   /* longest a range handed to another primary refuses writes first */
 /* Payload bytes of recent records kept for catch-ups from a replica's own
  * data (doc/replication.md "Catch-up from the replica's own data"). */
 #define CU_MAX      (64u * 1024u * 1024u)
@@ -235,6 +237,8 @@ struct stream {
 	bool need_reset;           /* start again once nothing is in flight */
 	uint64_t retry_ns;         /* not before this (monotonic) */
 	bool warned;               /* a refusal was logged in this generation */
+	unsigned refusals;         /* refusals and failures since the last answer taken */
+	uint64_t refusal_log_ns;   /* when the last run of them was logged (monotonic) */
 	uint64_t progress_ns;      /* last acknowledgement progress, or when records became
 	                              outstanding (monotonic) */
 	uint64_t ask_ns;           /* no shrink request before this (monotonic) */
@@ -1016,14 +1020,39 @@ call_answer(call_arg *ca, int rv, const uint8_t *p, size_t n)
 			}
 		}
 		s->warned = false;
+		s->refusals = 0;
 	} else if (ca->gen == s->gen && !s->need_reset) {
 		int why = rv ? rv : a.status;
+		uint64_t now = kv_now_ns();
 		s->need_reset = true;
-		s->retry_ns = kv_now_ns() + RETRY_MS * 1000000ull;
+		s->retry_ns = now + RETRY_MS * 1000000ull;
 		if (!s->warned && why != KV_EBUSY)
 			KV_WARN(COMP, "backup refused or did not answer, starting the stream again",
-			        "node=%u err=%s", s->node, kv_errname(why));
+			        "node=%u err=%s why=\"%s\"", s->node, kv_errname(why), a.detail);
 		s->warned = true;
+		/* A busy backup is retried quietly; one that stays busy is not
+		 * normal, and its reason is the first thing to know. */
+		if (++s->refusals >= REFUSALS_LOGGED &&
+		    now - s->refusal_log_ns >= REFUSAL_LOG_MS * 1000000ull) {
+			/* What was refused: a marker is read only while queued. */
+			const entry *m =
+			    ca->marker != NULL && (unsent_is_locked(s, ca) ||
+			                           queued_locked(s, ca->marker, ca->mid))
+			        ? ca->marker
+			        : NULL;
+			s->refusal_log_ns = now;
+			KV_INFO(COMP, "backup keeps refusing the stream; starting it again",
+			        "node=%u times=%u err=%s why=\"%s\" what=%s start=\"%.*s\" "
+			        "leader_epoch=%llu",
+			        s->node, s->refusals, kv_errname(why), a.detail,
+			        ca->marker == NULL   ? "records"
+			        : m == NULL          ? "marker"
+			        : m->kind == ENT_END ? "end"
+			        : ca->cu             ? "catch-up"
+			                             : "copy",
+			        m ? (int)m->slen : 0, m ? (const char *)m->data : "",
+			        m ? (unsigned long long)m->leader_epoch : 0ull);
+		}
 	}
 	stream_wake_locked(s);
 	pthread_mutex_unlock(&s->mu);
@@ -3757,9 +3786,25 @@ check_marker(kv_rs *g, uint32_t me, uint32_t from, uint64_t leader_epoch, const 
 {
 	const route *t = find_route(g, start->p, start->len);
 
-	if (t == NULL || kv_key_cmp(t->start.data, t->start.len, start->p, start->len) != 0) {
-		*why = "no range of this node's configuration starts there";
+	if (t == NULL) {
+		*why = "no range of this node's configuration holds the marker's start";
 		return KV_EBUSY;
+	}
+	if (kv_key_cmp(t->start.data, t->start.len, start->p, start->len) != 0) {
+		/* An end names the range it was queued for, and a merge or a cut
+		 * applied since may have left its start inside a range. What it
+		 * reconciles is the sender's end of the previous primary's records
+		 * (applied_from), not the bounds: when the range holding its start
+		 * is the sender's at that leader epoch, it applies. Refused, it
+		 * would hold every entry behind it for good (the stream starts
+		 * again at the same end). A copy needs its range exactly. */
+		if (end == NULL && leader_epoch == t->leader_epoch && t->primary == from)
+			return KV_OK;
+		*why = leader_epoch < t->leader_epoch
+		           ? "leader epoch older than this node's configuration: the sender is "
+		             "no longer the primary"
+		           : "no range of this node's configuration starts there";
+		return leader_epoch < t->leader_epoch ? KV_ESTALE : KV_EBUSY;
 	}
 	if (leader_epoch < t->leader_epoch) {
 		*why = "leader epoch older than this node's configuration: the sender is no "
@@ -4177,11 +4222,20 @@ handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *nowait)
 				                               m->end.leader_epoch, m->end.end_lsn);
 				mine = div ? 0 : m->end.end_lsn;
 			}
-			if (!div && m->end.next_lsn != 0) {
+			const route *er = find_route(g, m->end.start.p, m->end.start.len);
+			bool exact = er != NULL &&
+			             kv_key_cmp(er->start.data, er->start.len, m->end.start.p,
+			                        m->end.start.len) == 0 &&
+			             er->end.len == m->end.end.len &&
+			             kv_key_cmp(er->end.data, er->end.len, m->end.end.p,
+			                        m->end.end.len) == 0;
+			if (!div && m->end.next_lsn != 0 && exact) {
 				/* This node holds the new primary's state of the range at
 				 * its end, and every record of the range in the new leader
 				 * epoch follows the end: a position (doc/replication.md
-				 * "Catch-up from the replica's own data"). */
+				 * "Catch-up from the replica's own data"); only for a range
+				 * of this node's configuration (an end that outlived its
+				 * range to a merge or a cut leaves none). */
 				if (kv_cu_pos_put(&g->pos, m->from_node, boot, m->end.leader_epoch,
 				                  &m->end.start, &m->end.end, m->end.next_lsn - 1,
 				                  in->last_local, true) == KV_OK)
