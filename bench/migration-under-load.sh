@@ -55,7 +55,10 @@
 # log times (migration started, fenced ... fence_us=, committed ... ms=,
 # moved range deleted); errors; and from each bench's series the largest
 # per-second max latency and p99 in the seconds that overlap the move,
-# against the median per-second p99 before and after it.
+# against the median per-second p99 before and after it; and the p99 of
+# every call pooled over the seconds before the move, over the move's, and
+# from the move's start to the end of the source's delete of the moved
+# range (from the series' per-second latency buckets).
 #
 # Every command is bounded by `timeout`; everything started is stopped on
 # exit, also on failure or Ctrl-C. Run it at `nice -n -15` on a shared machine.
@@ -358,6 +361,10 @@ def windows(path, launch, m0, m1):
     a = [p for p in pts if launch + p["t"] - p["dt"] >= m1]
     return d, b, du, a
 
+def pts_until(d, launch, m0, m1):
+    """Points that overlap [m0, m1] (seconds since the epoch)."""
+    return [p for p in d["series"] if launch + p["t"] - p["dt"] < m1 and launch + p["t"] > m0]
+
 def quiet(b, k):
     """The 'during' statistic without a move: the largest per-second p99 of
     k consecutive seconds before the move (its first second, the benches'
@@ -366,6 +373,25 @@ def quiet(b, k):
     if k < 1 or len(xs) < k:
         return float("nan")
     return st.median(max(xs[i:i + k]) for i in range(len(xs) - k + 1)) / 1000
+
+def pooled(pts, q=99):
+    """The q-th percentile (ms) of every call of the points, from their
+    per-second buckets ("hist": [[us, n], ...], at most 1% wide); None
+    without them (an older shardkv bench)."""
+    bs, n = [], 0
+    for p in pts:
+        if "hist" not in p:
+            return None
+        bs += p["hist"]
+        n += sum(c for _, c in p["hist"])
+    if n == 0:
+        return None
+    rank, seen = -(-q * n // 100), 0
+    for us, c in sorted(bs):
+        seen += c
+        if seen >= rank:
+            return us / 1000
+    return bs[-1][0] / 1000
 
 def cpu(path):
     """{tid: (pid, comm, ticks, role)} from cpu_snap's file."""
@@ -426,6 +452,12 @@ for line in open(f"{work}/runs.tsv"):
             "p99_after": med([p["p99_us"] for p in a]) / 1000,
             "max_before_ms": max((p["max_us"] for p in b), default=0) / 1000,
             "p99_quiet": quiet(b, len(du)),
+            # every call of the window in one p99: before (first second
+            # left out), the move's seconds, and the move's seconds through
+            # the source's delete of the moved range
+            "pp_before": pooled(b[1:]),
+            "pp_during": pooled(du),
+            "pp_delete": pooled(pts_until(d, launch, t0, del_t if del_t else t1)),
             "ops_s": d["ops_per_sec"], "npts": (len(b), len(du), len(a))}
     r["cpu"] = cpu_window(run)
     rows.append(r)
@@ -461,6 +493,24 @@ for name in ("moving", "other"):
           f"{med([x['max_during_ms'] for x in xs]):>14.2f} {med([x['max_before_ms'] for x in xs]):>14.2f} "
           f"{med([x['p99_before'] for x in xs]):>11.3f} {med([x['p99_during'] for x in xs]):>11.3f} "
           f"{med([x['p99_quiet'] for x in xs]):>10.3f} {med([x['p99_after'] for x in xs]):>10.3f}")
+print()
+print("p99 of every call in a window, pooled from the per-second buckets (ms): 'before' = the seconds before the")
+print("move (the first left out), 'move' = the move's seconds, 'to delete' = from the move's start to the end of the")
+print("source's delete of the moved range:")
+print(f"{'bench':<7} {'run':>3} {'before':>8} {'move':>8} {'vs before':>10} {'to delete':>10} {'vs before':>10}")
+def pct(a, b):
+    return f"{(a / b - 1) * 100:+.0f}%" if a is not None and b else "-"
+def fm(x):
+    return f"{x:.3f}" if x is not None else "-"
+for name in ("moving", "other"):
+    for r in rows:
+        x = r[name]
+        print(f"{name:<7} {r['run']:>3} {fm(x['pp_before']):>8} {fm(x['pp_during']):>8} {pct(x['pp_during'], x['pp_before']):>10} "
+              f"{fm(x['pp_delete']):>10} {pct(x['pp_delete'], x['pp_before']):>10}")
+    xs = [r[name] for r in rows]
+    pb, pd, pe = (med([x[k] for x in xs]) for k in ("pp_before", "pp_during", "pp_delete"))
+    print(f"{name:<7} {'med':>3} {pb:>8.3f} {pd:>8.3f} {pct(pd, pb):>10} {pe:>10.3f} {pct(pe, pb):>10}")
+print()
 print("('p99 quiet': the 'during' statistic over the same number of seconds before the move, as the median")
 print(" over every such window: what the largest of that many quiet seconds' p99 is without a move)")
 print()
@@ -493,6 +543,12 @@ print(f"  other ranges' p99 within 20% of no migration: {od:.3f} ms during vs {o
       f"({(od / ob - 1) * 100:+.0f}%): {'met' if od <= 1.2 * ob else 'missed'}")
 oq = med([r["other"]["p99_quiet"] for r in rows])
 print(f"    the same statistic over quiet seconds (p99 quiet): {oq:.3f} ms; during against it {(od / oq - 1) * 100:+.0f}%")
+opb = med([r["other"]["pp_before"] for r in rows])
+opd = med([r["other"]["pp_during"] for r in rows])
+ope = med([r["other"]["pp_delete"] for r in rows])
+print(f"    every call's p99, pooled: {opd:.3f} ms over the move, {ope:.3f} ms through the delete, vs {opb:.3f} ms "
+      f"before ({(opd / opb - 1) * 100:+.0f}%, {(ope / opb - 1) * 100:+.0f}%): "
+      f"{'met' if max(opd, ope) <= 1.2 * opb else 'missed'}")
 print(f"  migration > 100 MB/s: {mbs:.1f} MB/s ({med([r['keys_s'] for r in rows]):.0f} keys/s; Redis Cluster ~13k keys/s): "
       f"{'met' if mbs > 100 else 'missed'}")
 EOF

@@ -593,14 +593,71 @@ tally_all(const kv_bench_tally *t)
 	return h;
 }
 
+typedef struct {
+	kv_bench_bucket *b;
+	size_t n, cap;
+	double lim; /* the last bucket takes values up to this (us) */
+	bool nomem;
+} bucket_acc;
+
+/* Adds the calls of one HDR bucket (largest value v ns, n calls): to the
+ * last output bucket while v is within 1% of that bucket's smallest, else
+ * to a new one. A bucket's bound is the largest value it took. */
+static void
+bucket_add(void *arg, uint64_t v, uint64_t n)
+{
+	bucket_acc *a = arg;
+	double us = (double)v / 1000.0;
+
+	if (a->nomem)
+		return;
+	if (a->n == 0 || us > a->lim) {
+		if (a->n == a->cap) {
+			size_t cap = a->cap ? a->cap * 2 : 64;
+			kv_bench_bucket *nb = realloc(a->b, cap * sizeof(*nb));
+			if (nb == NULL) {
+				a->nomem = true;
+				return;
+			}
+			a->b = nb;
+			a->cap = cap;
+		}
+		a->b[a->n++] = (kv_bench_bucket){.us = us, .n = 0};
+		a->lim = us * 1.01;
+	}
+	a->b[a->n - 1].us = us;
+	a->b[a->n - 1].n += n;
+}
+
+int
+kv_bench_buckets(const kv_hdr *h, kv_bench_bucket **out, size_t *nout)
+{
+	bucket_acc a = {0};
+
+	*out = NULL;
+	*nout = 0;
+	if (h == NULL)
+		return 0;
+	kv_hdr_foreach(h, bucket_add, &a);
+	if (a.nomem) {
+		free(a.b);
+		return SHARDKV_ENOMEM;
+	}
+	*out = a.b;
+	*nout = a.n;
+	return 0;
+}
+
 int
 kv_bench_result_add_point(kv_bench_result *r, const kv_bench_point *pt)
 {
 	if (r->npoints == r->cap_points) {
 		size_t cap = r->cap_points ? r->cap_points * 2 : 64;
 		kv_bench_point *n = realloc(r->points, cap * sizeof(*n));
-		if (n == NULL)
+		if (n == NULL) {
+			free(pt->hist);
 			return SHARDKV_ENOMEM;
+		}
 		r->points = n;
 		r->cap_points = cap;
 	}
@@ -627,6 +684,8 @@ void
 kv_bench_result_fini(kv_bench_result *r)
 {
 	kv_bench_tally_fini(&r->total);
+	for (size_t i = 0; i < r->npoints; i++)
+		free(r->points[i].hist);
 	free(r->points);
 	free(r->events);
 	r->points = NULL;
@@ -1442,6 +1501,8 @@ close_point(bench_run *r, uint64_t t_ns)
 		pt.p50_us = (double)kv_hdr_percentile(h, 50) / 1000.0;
 		pt.p99_us = (double)kv_hdr_percentile(h, 99) / 1000.0;
 		pt.max_us = (double)kv_hdr_max(h) / 1000.0;
+		/* Out of memory the second has no buckets; its figures stay. */
+		(void)kv_bench_buckets(h, &pt.hist, &pt.nhist);
 		kv_hdr_destroy(h);
 	}
 	pt.epoch = atomic_load(&r->epoch);
@@ -1449,8 +1510,10 @@ close_point(bench_run *r, uint64_t t_ns)
 	r->last_tick = t_ns;
 	kv_bench_tally_merge(&r->res->total, &r->sec);
 	kv_bench_tally_reset(&r->sec);
-	if (pt.dt <= 0.001 && pt.ops == 0 && pt.errors == 0)
+	if (pt.dt <= 0.001 && pt.ops == 0 && pt.errors == 0) {
+		free(pt.hist);
 		return; /* an empty sliver at the very end */
+	}
 	kv_bench_result_add_point(r->res, &pt);
 	print_new_events(r);
 	fprintf(r->prog,
@@ -1942,7 +2005,11 @@ kv_bench_write_json(FILE *f, const kv_bench_result *r)
 			        per_sec(pt->op_ops[k], pt->dt));
 			first = false;
 		}
-		fprintf(f, "}}");
+		fprintf(f, "}, \"hist\": [");
+		for (size_t k = 0; k < pt->nhist; k++)
+			fprintf(f, "%s[%.1f, %" PRIu64 "]", k ? ", " : "", pt->hist[k].us,
+			        pt->hist[k].n);
+		fprintf(f, "]}");
 	}
 	fprintf(f, "], \"events\": [");
 	for (size_t i = 0; i < r->nevents; i++) {

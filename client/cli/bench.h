@@ -161,6 +161,19 @@ void kv_bench_tally_fini(kv_bench_tally *t);
 uint64_t kv_bench_tally_ops(const kv_bench_tally *t);
 uint64_t kv_bench_tally_errors(const kv_bench_tally *t);
 
+/* A bucket of a second's latencies: n calls took at most us microseconds
+ * and more than the previous bucket's us. Buckets are at most 1% wide, so
+ * that percentiles over any set of seconds can be computed from them (within
+ * 1.2% above the exact value). */
+typedef struct {
+	double us;  /* the bucket's upper bound */
+	uint64_t n; /* calls in it */
+} kv_bench_bucket;
+
+/* Fills *out (malloc'd, *nout entries; NULL and 0 when h is empty) with
+ * h's counts in buckets at most 1% wide. Returns 0 or SHARDKV_ENOMEM. */
+int kv_bench_buckets(const kv_hdr *h, kv_bench_bucket **out, size_t *nout);
+
 /* One second of the run (the last one may be shorter). */
 typedef struct {
 	double t;                       /* seconds since the start, at the end of the interval */
@@ -171,6 +184,8 @@ typedef struct {
 	double p50_us, p99_us, max_us;  /* call latency */
 	uint64_t epoch;                 /* configuration epoch seen by the poller; 0: unknown */
 	unsigned migrations;            /* migrations in flight seen by the poller */
+	size_t nhist;                   /* buckets in hist */
+	kv_bench_bucket *hist;          /* the second's latencies (owned by the result) */
 } kv_bench_point;
 
 /* An admin event seen by the poller. */
@@ -208,7 +223,8 @@ typedef struct {
 	uint64_t backlog;                        /* open loop: calls still due at the end */
 } kv_bench_result;
 
-/* Appends a point / an event. Return 0 or SHARDKV_ENOMEM. */
+/* Appends a point / an event. Return 0 or SHARDKV_ENOMEM. The result takes
+ * the point's hist either way. */
 int kv_bench_result_add_point(kv_bench_result *r, const kv_bench_point *pt);
 int kv_bench_result_add_event(kv_bench_result *r, const kv_bench_event *ev);
 

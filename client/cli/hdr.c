@@ -228,3 +228,17 @@ kv_hdr_percentile(const kv_hdr *h, double p)
 	}
 	return h->max;
 }
+
+void
+kv_hdr_foreach(const kv_hdr *h, void (*fn)(void *arg, uint64_t v, uint64_t n), void *arg)
+{
+	uint64_t w;
+
+	if (h->total == 0)
+		return;
+	for (size_t i = h->lo; i <= h->hi; i++)
+		if (h->counts[i] != 0) {
+			uint64_t v = lowest_of(h, i, &w) + (w - 1);
+			fn(arg, v < h->max ? v : h->max, h->counts[i]);
+		}
+}

@@ -66,4 +66,9 @@ uint64_t kv_hdr_percentile(const kv_hdr *h, double p);
 /* Returns the largest value counted in the same bucket as v. */
 uint64_t kv_hdr_highest_equivalent(const kv_hdr *h, uint64_t v);
 
+/* Calls fn(arg, v, n) for every non-empty bucket in increasing order: v is
+ * the bucket's largest value capped at kv_hdr_max() (as kv_hdr_percentile
+ * reports it), n its count. */
+void kv_hdr_foreach(const kv_hdr *h, void (*fn)(void *arg, uint64_t v, uint64_t n), void *arg);
+
 #endif

@@ -361,6 +361,74 @@ histogram_merge_equals_recording_into_one(void **state)
 	kv_hdr_destroy(other);
 }
 
+static int
+cmp_bucket(const void *a, const void *b)
+{
+	double x = ((const kv_bench_bucket *)a)->us, y = ((const kv_bench_bucket *)b)->us;
+	return x < y ? -1 : x > y;
+}
+
+/* The bench's per-second buckets: pooled over many seconds they give the
+ * percentiles of all the values, within 1.2% above (bench/README.md's
+ * migration figures pool the seconds of a move). */
+static void
+histogram_buckets_pool_to_the_percentiles_of_all_values(void **state)
+{
+	const size_t secs = 20, per = 3000, n = secs * per;
+	uint64_t *v = malloc(n * sizeof(*v)), seed = 7;
+	kv_bench_bucket *pool = NULL;
+	size_t npool = 0;
+	(void)state;
+
+	assert_non_null(v);
+	for (size_t s = 0; s < secs; s++) {
+		kv_hdr *h = kv_hdr_create(10, 37);
+		kv_bench_bucket *b;
+		size_t nb;
+		assert_non_null(h);
+		for (size_t i = 0; i < per; i++) {
+			uint64_t x = rnd(&seed);
+			/* 30 us .. 30 ms, with a slow tail in every fifth second */
+			v[s * per + i] =
+			    30000 + x % 300000 + (s % 5 == 0 && x % 50 == 0 ? x % 30000000 : 0);
+			kv_hdr_record(h, v[s * per + i]);
+		}
+		assert_int_equal(kv_bench_buckets(h, &b, &nb), 0);
+		uint64_t sum = 0;
+		for (size_t k = 0; k < nb; k++) {
+			sum += b[k].n;
+			assert_true(b[k].n > 0);
+			if (k > 0)
+				assert_true(b[k].us > b[k - 1].us);
+		}
+		assert_int_equal(sum, per);
+		assert_true(b[nb - 1].us * 1000.0 <= (double)kv_hdr_max(h) + 0.5);
+		pool = realloc(pool, (npool + nb) * sizeof(*pool));
+		assert_non_null(pool);
+		memcpy(pool + npool, b, nb * sizeof(*b));
+		npool += nb;
+		free(b);
+		kv_hdr_destroy(h);
+	}
+	qsort(v, n, sizeof(*v), cmp_u64);
+	qsort(pool, npool, sizeof(*pool), cmp_bucket);
+	static const double ps[] = {50, 90, 99, 99.9, 100};
+	for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) {
+		size_t rank = (size_t)ceil(ps[i] / 100.0 * (double)n);
+		double want = (double)v[rank - 1] / 1000.0, got = 0;
+		/* the smallest bound with at least rank calls at or below it */
+		uint64_t cnt = 0;
+		for (size_t k = 0; k < npool && got == 0; k++)
+			if ((cnt += pool[k].n) >= rank)
+				got = pool[k].us;
+		if (got < want - 0.001 || got > want * 1.012 + 0.001)
+			fail_msg("p%g pooled from the buckets: %.1f us, exact %.1f us", ps[i], got,
+			         want);
+	}
+	free(pool);
+	free(v);
+}
+
 static void
 histogram_clamps_values_above_its_range(void **state)
 {
@@ -794,6 +862,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(histogram_percentiles_match_a_sorted_reference),
 	    cmocka_unit_test(histogram_merge_equals_recording_into_one),
+	    cmocka_unit_test(histogram_buckets_pool_to_the_percentiles_of_all_values),
 	    cmocka_unit_test(histogram_clamps_values_above_its_range),
 	    cmocka_unit_test(mix_parses_weights_and_rejects_bad_specs),
 	    cmocka_unit_test(dist_parses_uniform_and_zipf),
