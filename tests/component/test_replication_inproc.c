@@ -390,6 +390,21 @@ put_record(uint8_t *p, const char *key, const char *val)
 
 /* Sends one Replicate of a single record to url as node `from`; returns
  * the ack (status -1000 on a transport failure). */
+/* Sends m as node m->from_node; the answer (status -1000: no answer). */
+static kv_repl_ack
+send_msg(const char *url, const kv_repl_msg *m)
+{
+	kv_repl_ack a = {.status = -1000};
+	nng_msg *req, *rep;
+
+	assert_int_equal(kv_repl_encode(m, 1, m->from_node, (kv_bytes){NULL, 0}, &req), KV_OK);
+	if (kv_rpc_call(client_for(url), req, &rep, 5000) != 0)
+		return a;
+	assert_int_equal(kv_repl_ack_decode(nng_msg_body(rep), nng_msg_len(rep), &a), KV_OK);
+	nng_msg_free(rep);
+	return a;
+}
+
 static kv_repl_ack
 send_one(const char *url, uint32_t from, uint64_t stream, uint64_t seq, uint64_t leader,
          uint64_t lsn, const char *key, const char *val)
@@ -398,16 +413,9 @@ send_one(const char *url, uint32_t from, uint64_t stream, uint64_t seq, uint64_t
 	kv_repl_rec rec = {.leader_epoch = leader, .lsn = lsn, .start = {NULL, 0}};
 	kv_repl_msg m = {
 	    .from_node = from, .stream_id = stream, .seq = seq, .nrecs = 1, .recs = &rec};
-	kv_repl_ack a = {.status = -1000};
-	nng_msg *req, *rep;
 
 	rec.payload = (kv_bytes){pay, put_record(pay, key, val)};
-	assert_int_equal(kv_repl_encode(&m, 1, from, (kv_bytes){NULL, 0}, &req), KV_OK);
-	if (kv_rpc_call(client_for(url), req, &rep, 5000) != 0)
-		return a;
-	assert_int_equal(kv_repl_ack_decode(nng_msg_body(rep), nng_msg_len(rep), &a), KV_OK);
-	nng_msg_free(rep);
-	return a;
+	return send_msg(url, &m);
 }
 
 static void
@@ -472,8 +480,6 @@ send_marker(const char *url, uint32_t from, uint64_t stream, uint64_t seq, uint6
 	kv_repl_msg m = {.from_node = from, .stream_id = stream, .seq = seq};
 	kv_bytes st = {(const uint8_t *)start, strlen(start)};
 	kv_bytes en = {(const uint8_t *)end, strlen(end)};
-	kv_repl_ack a = {.status = -1000};
-	nng_msg *req, *rep;
 
 	if (copy)
 		m.copy = (kv_repl_copy){
@@ -486,12 +492,7 @@ send_marker(const char *url, uint32_t from, uint64_t stream, uint64_t seq, uint6
 		                      .old_primary = old_primary,
 		                      .end_lsn = end_lsn,
 		                      .next_lsn = end_lsn + 1};
-	assert_int_equal(kv_repl_encode(&m, 1, from, (kv_bytes){NULL, 0}, &req), KV_OK);
-	if (kv_rpc_call(client_for(url), req, &rep, 5000) != 0)
-		return a;
-	assert_int_equal(kv_repl_ack_decode(nng_msg_body(rep), nng_msg_len(rep), &a), KV_OK);
-	nng_msg_free(rep);
-	return a;
+	return send_msg(url, &m);
 }
 
 /* An end marker queued for a range that a merge (or a cut) has since
