@@ -418,12 +418,11 @@ send_one(const char *url, uint32_t from, uint64_t stream, uint64_t seq, uint64_t
 	return send_msg(url, &m);
 }
 
-static void
-backup_refuses_a_lower_leader_epoch_a_gap_and_a_sender_that_is_not_the_primary(void **state)
+/* Node 1 is the test itself; only the backup, node 2, runs, following
+ * [, ) led by node 1 at leader epoch 2. Returns the backup's URL. */
+static const char *
+backup_alone_up(void)
 {
-	char got[64];
-	(void)state;
-	/* Node 1 is this test; only the backup runs. */
 	fake_ctl_add_node(ctl, "tcp://127.0.0.1:1");
 	fake_ctl_add_node(ctl, srvs[1].url);
 	const uint32_t rep[2] = {1, 2};
@@ -431,7 +430,15 @@ backup_refuses_a_lower_leader_epoch_a_gap_and_a_sender_that_is_not_the_primary(v
 	uint64_t e = publish_replicated(rep, rep, 2, 2); /* leader epoch 2 */
 	inproc_srv_up(&srvs[1]);
 	srv_wait_ready(srvs[1].url, e, 15000, NULL);
-	const char *u = srvs[1].url;
+	return srvs[1].url;
+}
+
+static void
+backup_refuses_a_lower_leader_epoch_a_gap_and_a_sender_that_is_not_the_primary(void **state)
+{
+	char got[64];
+	(void)state;
+	const char *u = backup_alone_up();
 	uint64_t sid = 7ull << 32 | 1;
 
 	kv_repl_ack a = send_one(u, 1, sid, 1, 2, 10, "k1", "one");
@@ -507,16 +514,9 @@ static void
 an_end_marker_whose_range_was_merged_since_is_reconciled_not_refused(void **state)
 {
 	(void)state;
-	/* Node 1 is this test; only the backup runs. [, ) led by node 1 at
-	 * leader epoch 2: as if ["", "m") and ["m", "") had merged. */
-	fake_ctl_add_node(ctl, "tcp://127.0.0.1:1");
-	fake_ctl_add_node(ctl, srvs[1].url);
-	const uint32_t rep[2] = {1, 2};
-	(void)publish_replicated(rep, rep, 2, 0);
-	uint64_t e = publish_replicated(rep, rep, 2, 2);
-	inproc_srv_up(&srvs[1]);
-	srv_wait_ready(srvs[1].url, e, 15000, NULL);
-	const char *u = srvs[1].url;
+	/* [, ) led by node 1 at leader epoch 2: as if ["", "m") and ["m", "")
+	 * had merged. */
+	const char *u = backup_alone_up();
 	uint64_t sid = 7ull << 32 | 1;
 
 	kv_repl_ack a = send_one(u, 1, sid, 1, 2, 10, "k1", "one");
