@@ -716,30 +716,67 @@ watch_wait(shardkv_client *c, nng_aio *aio)
 	return nng_aio_result(aio);
 }
 
+/* The watch thread's socket to one controller, kept from one poll to the
+ * next: a configuration change then costs one answer and one request, not
+ * a socket, a dial and a closing thread per handle (every handle watches;
+ * a client with many, like shardkv bench's one per thread, made dozens at
+ * each change, all at the moment of a move). */
+typedef struct {
+	nng_socket s;
+	bool open;  /* s is open and dialled */
+	size_t ctl; /* the controller it is dialled to */
+} watch_sock;
+
+/* Closes the watch socket when open, through kv_rpc_socket_close: a close
+ * that nng's stuck reaper holds must not hold shardkv_close. */
+static void
+watch_sock_close(watch_sock *w)
+{
+	if (w->open)
+		kv_rpc_socket_close(w->s, "watch");
+	w->open = false;
+}
+
 /*
- * One long poll on a controller over the watch thread's own socket (not the
- * shared rpc clients: shardkv_close must be able to interrupt it). The send
- * and the receive are aio operations that shardkv_close cancels; the socket
- * is closed here once nothing is in progress on it (nng 1.5 can hang when a
- * socket is closed under a blocking receive), through kv_rpc_socket_close:
- * a close that nng's stuck reaper holds must not hold shardkv_close. Returns 0 with *cfg set (NULL
- * on a poll timeout) or a KV_E* code.
+ * One long poll on controller ctl over the watch thread's own socket (not
+ * the shared rpc clients: shardkv_close must be able to interrupt it),
+ * opened and dialled when it is not yet. The send and the receive are aio
+ * operations that shardkv_close cancels; the socket is used again only
+ * after a complete answer, and closed after any failure, so never while
+ * an operation is in progress on it (nng 1.5 can hang when a socket is
+ * closed under a blocking receive). Returns 0 with *cfg set (NULL on a
+ * poll timeout) or a KV_E* code.
  */
 static int
-watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **cfg)
+watch_once(shardkv_client *c, watch_sock *w, size_t ctl, uint64_t known, kv_config **cfg)
 {
 	kv_admin_req q = {.op = KV_ADM_WATCH, .epoch = known, .timeout_ms = KVC_WATCH_POLL_MS};
 	kv_admin_resp r;
-	nng_socket s;
 	nng_aio *aio = NULL;
 	nng_msg *msg = NULL;
 	int rv;
 
 	*cfg = NULL;
-	if ((rv = nng_req0_open(&s)) != 0)
-		return kv_err_from_nng(rv);
+	if (w->open && w->ctl != ctl)
+		watch_sock_close(w);
+	if (!w->open) {
+		if ((rv = nng_req0_open(&w->s)) != 0)
+			return kv_err_from_nng(rv);
+		w->open = true;
+		w->ctl = ctl;
+		nng_socket_set_ms(w->s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+		nng_socket_set_size(w->s, NNG_OPT_RECVMAXSZ, KV_RPC_MAX_MSG);
+		/* Non-blocking: the connection is made in the background (and
+		 * again after a drop), and the send below (bounded,
+		 * cancellable) waits for it. */
+		if ((rv = kv_tls_dial(w->s, c->ctl_addrs[ctl], c->tls, NNG_FLAG_NONBLOCK, NULL)) !=
+		    0) {
+			watch_sock_close(w);
+			return rv;
+		}
+	}
 	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
-		kv_rpc_socket_close(s, "watch");
+		watch_sock_close(w);
 		return kv_err_from_nng(rv);
 	}
 	pthread_mutex_lock(&c->cfg_mu);
@@ -751,28 +788,22 @@ watch_once(shardkv_client *c, const char *address, uint64_t known, kv_config **c
 	c->watch_aio = aio;
 	pthread_mutex_unlock(&c->cfg_mu);
 
-	nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, KV_RPC_MAX_MSG);
 	q.client_id = c->client_id;
 	q.request_id = kvc_next_id(c);
 	q.auth.p = c->auth.data;
 	q.auth.len = c->auth.len;
-	/* Non-blocking: the connection is made in the background, and the
-	 * send below (bounded, cancellable) waits for it. */
-	if ((rv = kv_tls_dial(s, address, c->tls, NNG_FLAG_NONBLOCK, NULL)) != 0)
-		goto out;
 	if ((rv = kv_admin_req_encode(&q, &msg)) != KV_OK)
 		goto out;
 	nng_aio_set_msg(aio, msg);
 	nng_aio_set_timeout(aio, 2000);
-	nng_send_aio(s, aio);
+	nng_send_aio(w->s, aio);
 	if ((rv = watch_wait(c, aio)) != 0) {
 		nng_msg_free(nng_aio_get_msg(aio));
 		rv = kv_err_from_nng(rv);
 		goto out;
 	}
 	nng_aio_set_timeout(aio, (nng_duration)(KVC_WATCH_POLL_MS + 5000u));
-	nng_recv_aio(s, aio);
+	nng_recv_aio(w->s, aio);
 	if ((rv = watch_wait(c, aio)) != 0) {
 		rv = kv_err_from_nng(rv);
 		goto out;
@@ -791,7 +822,11 @@ out:
 	c->watch_aio = NULL;
 	pthread_mutex_unlock(&c->cfg_mu);
 	nng_aio_free(aio);
-	kv_rpc_socket_close(s, "watch");
+	/* A complete answer leaves nothing in progress: the socket serves the
+	 * next poll. Anything else (a timeout, a cancel, an error answer that
+	 * moves to another controller) closes it. */
+	if (rv != KV_OK)
+		watch_sock_close(w);
 	return rv;
 }
 
@@ -799,6 +834,7 @@ static void *
 watch_main(void *arg)
 {
 	shardkv_client *c = arg;
+	watch_sock w = {.open = false};
 	size_t ctl = 0;
 	uint32_t backoff = 100;
 
@@ -817,7 +853,7 @@ watch_main(void *arg)
 			known = c->cfg->cfg->epoch;
 		pthread_mutex_unlock(&c->cfg_mu);
 
-		rv = watch_once(c, c->ctl_addrs[ctl], known, &cfg);
+		rv = watch_once(c, &w, ctl, known, &cfg);
 		if (rv == KV_OK) {
 			backoff = 100;
 			if (cfg != NULL)
@@ -830,6 +866,7 @@ watch_main(void *arg)
 			break;
 		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
 	}
+	watch_sock_close(&w);
 	return NULL;
 }
 

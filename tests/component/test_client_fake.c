@@ -351,6 +351,80 @@ watch_learns_a_new_epoch_within_milliseconds(void **state)
 	shardkv_close(c); /* stops the parked watch at once */
 }
 
+/* The local ports of this process's established TCP connections to
+ * 127.0.0.1:port (from /proc/net/tcp): into ports[0..max), returns how
+ * many. */
+static size_t
+ports_connected_to(unsigned port, unsigned *ports, size_t max)
+{
+	FILE *f = fopen("/proc/net/tcp", "r");
+	char line[512];
+	size_t n = 0;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		unsigned lip, lport, rip, rport, st;
+		if (sscanf(line, " %*u: %8X:%4X %8X:%4X %2X", &lip, &lport, &rip, &rport, &st) ==
+		        5 &&
+		    st == 1 && rport == port && n < max)
+			ports[n++] = lport;
+	}
+	fclose(f);
+	return n;
+}
+
+/* Waits until a watch is parked at the fake controller. */
+static void
+wait_watch_parked(void)
+{
+	for (uint64_t t0 = kv_test_now_ms(); kv_test_now_ms() - t0 < 3000;) {
+		pthread_mutex_lock(&g->ctl->mu);
+		size_t n = g->ctl->npend;
+		pthread_mutex_unlock(&g->ctl->mu);
+		if (n > 0)
+			return;
+		kv_test_sleep_ms(2);
+	}
+	fail_msg("the watch never reached the controller");
+}
+
+/* The watch keeps its connection from one poll to the next: each
+ * configuration change used to cost every handle a new socket, a dial and
+ * a closing thread (a bench of 16 handles made about 100 at a move). */
+static void
+a_watch_keeps_its_connection_across_configuration_changes(void **state)
+{
+	shardkv_client *c = open_client(3000, true);
+	unsigned port = 0, before[64], after[64];
+	(void)state;
+
+	assert_int_equal(sscanf(g->ctl->url, "tcp://127.0.0.1:%u", &port), 1);
+	assert_int_equal(shardkv_put(c, "a", 1, "1", 1), 0);
+	wait_watch_parked();
+	size_t nb = ports_connected_to(port, before, 64);
+	assert_true(nb >= 1);
+	for (uint64_t e = 6; e <= 10; e++) {
+		set_truth(make_cfg(e, "q", 1, 2));
+		publish(make_cfg(e, "q", 1, 2));
+		uint64_t t0 = kv_test_now_ms();
+		while (cached_epoch(c) < e && kv_test_now_ms() - t0 < 2000)
+			kv_test_sleep_ms(1);
+		assert_int_equal(cached_epoch(c), e);
+		wait_watch_parked();
+	}
+	size_t na = ports_connected_to(port, after, 64);
+	for (size_t i = 0; i < na; i++) {
+		bool known = false;
+		for (size_t j = 0; j < nb; j++)
+			known |= after[i] == before[j];
+		if (!known)
+			fail_msg("a new connection to the controller (local port %u) after five "
+			         "configuration changes",
+			         after[i]);
+	}
+	shardkv_close(c);
+}
+
 /* ---------------------------------------------------------------------------
  * Following failovers (doc/library.md "Failover")
  * ------------------------------------------------------------------------- */
@@ -1274,6 +1348,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(mput_reports_the_node_that_failed, setup, teardown),
 	    cmocka_unit_test_setup_teardown(scan_merges_servers_in_key_order_and_resumes, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_watch_keeps_its_connection_across_configuration_changes, setup, teardown),
 	    cmocka_unit_test_setup_teardown(watch_learns_a_new_epoch_within_milliseconds, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(
