@@ -834,6 +834,25 @@ first_unacked_locked(const stream *s)
 
 static void marker_done_locked(stream *s, entry *m, bool div);
 
+/* End m was not reconciled: the backup leaves the ISR of the parts of m's
+ * range this node leads at m's leader epoch, and is copied again; until it
+ * has, s->unreconciled stays up (the entry in s->div holds it; out of
+ * memory, it is let go). Caller holds s->mu. */
+static void
+end_diverged_locked(stream *s, const entry *m)
+{
+	diverged *d = div_new(m);
+
+	if (d == NULL) {
+		atomic_fetch_sub(&s->unreconciled, 1);
+	} else {
+		d->next = s->div;
+		s->div = d;
+		s->div_ns = 0;
+	}
+	atomic_fetch_add(&s->g->st_diverged, 1);
+}
+
 /* Passes the entries the watermark covers (records up to acked_lsn, dead
  * markers, markers answered early in this generation) and publishes
  * `pending`. A live marker stops it: only its own answer passes it
@@ -880,16 +899,7 @@ marker_done_locked(stream *s, entry *m, bool div)
 {
 	if (m->kind == ENT_END) {
 		if (div) {
-			/* Keeps s->unreconciled up until the backup leaves the ISR. */
-			diverged *d = div_new(m);
-			if (d == NULL) {
-				atomic_fetch_sub(&s->unreconciled, 1);
-			} else {
-				d->next = s->div;
-				s->div = d;
-				s->div_ns = 0;
-			}
-			atomic_fetch_add(&s->g->st_diverged, 1);
+			end_diverged_locked(s, m);
 			KV_WARN(COMP,
 			        "backup diverged from this primary's end of the previous leader "
 			        "epoch: it leaves the ISR and is copied again",
@@ -1024,6 +1034,26 @@ call_answer(call_arg *ca, int rv, const uint8_t *p, size_t n)
 	} else if (ca->gen == s->gen && !s->need_reset) {
 		int why = rv ? rv : a.status;
 		uint64_t now = kv_now_ns();
+		if (rv == 0 && a.status == KV_ESTALE && ca->marker != NULL &&
+		    (unsent_is_locked(s, ca) || queued_locked(s, ca->marker, ca->mid)) &&
+		    ca->marker->kind == ENT_END) {
+			/* The backup's configuration gives the end's start to a later
+			 * leader epoch (its range, or the part of it the end names,
+			 * went to another primary before the backup took the end).
+			 * Sent again it would be refused again, holding every entry
+			 * behind it for good: it is not sent again, and counts as not
+			 * reconciled for the parts this node still leads (copied
+			 * again), which is never wrong. */
+			entry *m = ca->marker;
+			m->kind = ENT_DEAD;
+			end_diverged_locked(s, m);
+			KV_WARN(
+			    COMP,
+			    "backup refused an end as of a deposed leader epoch: it is dropped, "
+			    "and the backup leaves the ISR of the parts still led here",
+			    "node=%u leader_epoch=%llu why=\"%s\"", s->node,
+			    (unsigned long long)m->leader_epoch, a.detail);
+		}
 		s->need_reset = true;
 		s->retry_ns = now + RETRY_MS * 1000000ull;
 		if (!s->warned && why != KV_EBUSY)

@@ -14,6 +14,7 @@
  */
 #include "common/err.h"
 #include "common/rpc.h"
+#include "proto/data_codec.h"
 #include "proto/repl_codec.h"
 #include "shardserver/server.h"
 #include "tests/support/fake_ctl.h"
@@ -595,6 +596,108 @@ single_range_cluster_serves_as_before_with_no_stream(void **state)
 	assert_string_equal(do_get(srvs[0].url, "a").value, "1");
 }
 
+/* A backup played by the test (node 2): it answers every Replicate in
+ * order as applied (its seq, its last record's lsn), except an end, which
+ * it answers STALE_EPOCH, as a backup answers an end whose start its
+ * configuration gives to a later leader epoch (the range, or the part of it
+ * the end names, went to another primary before the end arrived). It counts
+ * the ends. */
+static struct {
+	kv_rpc_server *rpc;
+	char url[64];
+	atomic_int ends;
+	atomic_int batches;
+} stale;
+
+static int
+stale_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
+{
+	kv_req rq;
+	kv_resp r = {.node_id = 2, .has_rack = true};
+	const char *why = NULL;
+	(void)arg;
+	(void)p;
+
+	if (kv_data_req_decode(nng_msg_body(req), nng_msg_len(req), &rq, &why) != 0 ||
+	    !rq.has_repl) {
+		kv_data_req_fini(&rq);
+		return KV_EPROTO;
+	}
+	r.request_id = rq.request_id;
+	r.epoch = rq.epoch;
+	r.rack.acked_seq = rq.repl.seq;
+	if (rq.repl.nrecs > 0)
+		r.rack.acked_lsn = rq.repl.recs[rq.repl.nrecs - 1].lsn;
+	if (rq.repl.end.set) {
+		atomic_fetch_add(&stale.ends, 1);
+		r.rack.acked_seq = rq.repl.seq - 1;
+		r.rack.status = KV_ESTALE;
+		r.rack.error = "leader epoch older than this node's configuration: the sender is "
+		               "no longer the primary";
+	} else {
+		atomic_fetch_add(&stale.batches, 1);
+	}
+	int rv = kv_data_resp_encode(&r, reply);
+	kv_data_req_fini(&rq);
+	return rv;
+}
+
+static int
+teardown_stale(void **state)
+{
+	kv_rpc_server_destroy(stale.rpc);
+	stale.rpc = NULL;
+	return teardown(state);
+}
+
+/* An end the backup answers STALE_EPOCH (its start went to another
+ * primary before the backup took it) is not sent again: the backup leaves
+ * the ISR of what this node still leads and the stream goes on. Resent, it
+ * was refused every 100 ms for good and held every entry behind it (the
+ * same family as the merged end above). */
+static void
+an_end_refused_as_of_a_deposed_leader_epoch_is_not_sent_again(void **state)
+{
+	(void)state;
+	kv_test_free_url(stale.url, sizeof(stale.url));
+	kv_rpc_server_opts o = {.url = stale.url, .handler = stale_handler};
+	assert_int_equal(kv_rpc_server_create(&o, &stale.rpc), 0);
+	atomic_store(&stale.ends, 0);
+	fake_ctl_add_node(ctl, srvs[0].url);
+	fake_ctl_add_node(ctl, stale.url);
+	/* Node 2 (the test) leads, node 1 follows; then node 1 is made the
+	 * primary at a higher leader epoch: it sends node 2 its end. */
+	const uint32_t two_first[2] = {2, 1}, one_first[2] = {1, 2};
+	uint64_t e1 = publish_replicated(two_first, two_first, 2, 0);
+	inproc_srv_up(&srvs[0]);
+	srv_wait_ready(srvs[0].url, e1, 15000, NULL);
+	uint64_t e = publish_replicated(one_first, one_first, 2, 0);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	uint64_t t0 = kv_test_now_ms();
+	while (atomic_load(&stale.ends) == 0 && kv_test_now_ms() - t0 < 10000)
+		kv_test_sleep_ms(5);
+	assert_true(atomic_load(&stale.ends) >= 1);
+	/* The primary asks for the smaller ISR (the diverged path, at once, not
+	 * after a second of silence)... */
+	unsigned removes = 0;
+	for (t0 = kv_test_now_ms(); kv_test_now_ms() - t0 < 10000; kv_test_sleep_ms(5)) {
+		pthread_mutex_lock(&ctl->mu);
+		removes = ctl->isr_removes;
+		uint32_t who = ctl->isr_removed;
+		pthread_mutex_unlock(&ctl->mu);
+		if (removes > 0) {
+			assert_int_equal(who, 2);
+			break;
+		}
+	}
+	assert_true(removes > 0);
+	/* ... and never sends the end again (it went every 100 ms before). */
+	int ends = atomic_load(&stale.ends);
+	kv_test_sleep_ms(1000);
+	assert_int_equal(atomic_load(&stale.ends), ends);
+	assert_true(ends <= 2);
+}
+
 /* A peer that takes connections and the protocol header and then never
  * answers (a paused process): it reads and drops what comes. */
 static struct {
@@ -717,6 +820,9 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        an_end_marker_whose_range_was_merged_since_is_reconciled_not_refused, setup,
 	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        an_end_refused_as_of_a_deposed_leader_epoch_is_not_sent_again, setup,
+	        teardown_stale),
 	    cmocka_unit_test_setup_teardown(
 	        write_waiting_when_the_isr_falls_below_min_insync_is_not_acknowledged, setup,
 	        teardown),
