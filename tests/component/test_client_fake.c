@@ -319,6 +319,21 @@ cached_epoch(shardkv_client *c)
 	return e;
 }
 
+/* Waits until a watch is parked at the fake controller. */
+static void
+wait_watch_parked(void)
+{
+	for (uint64_t t0 = kv_test_now_ms(); kv_test_now_ms() - t0 < 3000;) {
+		pthread_mutex_lock(&g->ctl->mu);
+		size_t n = g->ctl->npend;
+		pthread_mutex_unlock(&g->ctl->mu);
+		if (n > 0)
+			return;
+		kv_test_sleep_ms(2);
+	}
+	fail_msg("the watch never reached the controller");
+}
+
 static void
 watch_learns_a_new_epoch_within_milliseconds(void **state)
 {
@@ -328,14 +343,7 @@ watch_learns_a_new_epoch_within_milliseconds(void **state)
 	assert_int_equal(shardkv_put(c, "a", 1, "1", 1), 0);
 	assert_int_equal(cached_epoch(c), 5);
 	/* Wait until the watch is parked at the controller, then publish. */
-	for (uint64_t t0 = kv_test_now_ms(); kv_test_now_ms() - t0 < 3000;) {
-		pthread_mutex_lock(&g->ctl->mu);
-		size_t n = g->ctl->npend;
-		pthread_mutex_unlock(&g->ctl->mu);
-		if (n > 0)
-			break;
-		kv_test_sleep_ms(2);
-	}
+	wait_watch_parked();
 	unsigned calls = g->ctl->get_configs;
 	set_truth(make_cfg(6, "q", 1, 2));
 	publish(make_cfg(6, "q", 1, 2));
@@ -371,21 +379,6 @@ ports_connected_to(unsigned port, unsigned *ports, size_t max)
 	}
 	fclose(f);
 	return n;
-}
-
-/* Waits until a watch is parked at the fake controller. */
-static void
-wait_watch_parked(void)
-{
-	for (uint64_t t0 = kv_test_now_ms(); kv_test_now_ms() - t0 < 3000;) {
-		pthread_mutex_lock(&g->ctl->mu);
-		size_t n = g->ctl->npend;
-		pthread_mutex_unlock(&g->ctl->mu);
-		if (n > 0)
-			return;
-		kv_test_sleep_ms(2);
-	}
-	fail_msg("the watch never reached the controller");
 }
 
 /* The watch keeps its connection from one poll to the next: each
