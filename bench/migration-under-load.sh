@@ -296,12 +296,17 @@ for ((run = 1; run <= runs; run++)); do
 	sleep "$before"
 	mv_args=(move "" "key:" 2 --wait)
 	[ "$move_rate" -gt 0 ] && mv_args+=(--rate "$move_rate")
-	cpu_snap "$work/run$run-cpu0" "$pa=bench-moving" "$pb=bench-other"
+	# The reading of /proc (about 16 ms of CPU for some 200 threads) runs
+	# at the lowest priority: at the script's nice -15 it took the CPUs
+	# from the benches at the move's start and end.
+	(renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
+	 cpu_snap "$work/run$run-cpu0" "$pa=bench-moving" "$pb=bench-other")
 	t0=$(date +%s.%N)
 	cli --json --timeout $((step_timeout * 1000)) "${mv_args[@]}" >"$work/run$run-move.json" 2>"$work/run$run-move.err" ||
 		die "shardkv move failed: $(cat "$work/run$run-move.err")"
 	t1=$(date +%s.%N)
-	cpu_snap "$work/run$run-cpu1" "$pa=bench-moving" "$pb=bench-other"
+	(renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
+	 cpu_snap "$work/run$run-cpu1" "$pa=bench-moving" "$pb=bench-other")
 	bench_wait "$pa" "$work/run$run-moving.json" "$work/run$run-moving.err"
 	bench_wait "$pb" "$work/run$run-other.json" "$work/run$run-other.err"
 	tail -n +"$((src_lines + 1))" "$work/s1.log" >"$work/run$run-src.log"
