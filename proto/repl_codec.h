@@ -93,7 +93,6 @@ typedef struct {
 	bool diverged;      /* answer to an end: the positions differ; to a catch-up: refused */
 	bool caught_up;     /* answer to a catch-up's last step: applied */
 	uint64_t position;  /* answer to an accepted first catch-up step: its position */
-	char detail[128];   /* kv_repl_ack_decode: the error text, cut to fit ("" if none) */
 } kv_repl_ack;
 
 /* Packs r as the replicate member of a Request from node from_node acting in
@@ -106,5 +105,9 @@ int kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_
  * Returns 0 (ack filled), KV_EPROTO (undecodable, or no ack), or the
  * envelope status of a refused request. */
 int kv_repl_ack_decode(const void *p, size_t n, kv_repl_ack *ack);
+
+/* The same, and the answer's error text into detail (cap bytes, cut to
+ * fit; "" when there is none or nothing decoded). */
+int kv_repl_ack_decode_detail(const void *p, size_t n, kv_repl_ack *ack, char *detail, size_t cap);
 
 #endif

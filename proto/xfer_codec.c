@@ -637,10 +637,18 @@ out:
 int
 kv_repl_ack_decode(const void *p, size_t n, kv_repl_ack *ack)
 {
+	return kv_repl_ack_decode_detail(p, n, ack, NULL, 0);
+}
+
+int
+kv_repl_ack_decode_detail(const void *p, size_t n, kv_repl_ack *ack, char *detail, size_t cap)
+{
 	Shardkv__Response *r;
 	int rv;
 
 	memset(ack, 0, sizeof(*ack));
+	if (cap > 0)
+		detail[0] = '\0';
 	if ((rv = peer_response(p, n, &r)) != KV_OK)
 		return rv;
 	if (r->replicate_ack == NULL) {
@@ -652,8 +660,8 @@ kv_repl_ack_decode(const void *p, size_t n, kv_repl_ack *ack)
 		ack->diverged = r->replicate_ack->diverged;
 		ack->caught_up = r->replicate_ack->caught_up;
 		ack->position = r->replicate_ack->position;
-		if (r->replicate_ack->error != NULL)
-			snprintf(ack->detail, sizeof(ack->detail), "%s", r->replicate_ack->error);
+		if (cap > 0 && r->replicate_ack->error != NULL)
+			snprintf(detail, cap, "%s", r->replicate_ack->error);
 	}
 	shardkv__response__free_unpacked(r, NULL);
 	return rv;

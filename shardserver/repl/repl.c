@@ -514,6 +514,13 @@ kv_rs_min_insync(const kv_config *c)
 	return c->min_insync ? c->min_insync : 1;
 }
 
+/* Whether bound b is the key k (an empty end bound is the empty key). */
+static bool
+key_is(const kv_buf *b, const kv_bytes *k)
+{
+	return b->len == k->len && kv_key_cmp(b->data, b->len, k->p, k->len) == 0;
+}
+
 /* The route containing key, or NULL. Caller holds tab_lock. */
 static const route *
 find_route(const kv_rs *g, const void *key, size_t klen)
@@ -976,10 +983,11 @@ call_answer(call_arg *ca, int rv, const uint8_t *p, size_t n)
 {
 	stream *s = ca->s;
 	kv_repl_ack a = {0};
+	char detail[128] = ""; /* the backup's reason for a refusal */
 	bool moved = false;
 
 	if (rv == 0)
-		rv = kv_repl_ack_decode(p, n, &a);
+		rv = kv_repl_ack_decode_detail(p, n, &a, detail, sizeof(detail));
 	pthread_mutex_lock(&s->mu);
 	s->busy[ca->slot] = false;
 	s->inflight--;
@@ -1052,13 +1060,13 @@ call_answer(call_arg *ca, int rv, const uint8_t *p, size_t n)
 			    "backup refused an end as of a deposed leader epoch: it is dropped, "
 			    "and the backup leaves the ISR of the parts still led here",
 			    "node=%u leader_epoch=%llu why=\"%s\"", s->node,
-			    (unsigned long long)m->leader_epoch, a.detail);
+			    (unsigned long long)m->leader_epoch, detail);
 		}
 		s->need_reset = true;
 		s->retry_ns = now + RETRY_MS * 1000000ull;
 		if (!s->warned && why != KV_EBUSY)
 			KV_WARN(COMP, "backup refused or did not answer, starting the stream again",
-			        "node=%u err=%s why=\"%s\"", s->node, kv_errname(why), a.detail);
+			        "node=%u err=%s why=\"%s\"", s->node, kv_errname(why), detail);
 		s->warned = true;
 		/* A busy backup is retried quietly; one that stays busy is not
 		 * normal, and its reason is the first thing to know. */
@@ -1074,7 +1082,7 @@ call_answer(call_arg *ca, int rv, const uint8_t *p, size_t n)
 			KV_INFO(COMP, "backup keeps refusing the stream; starting it again",
 			        "node=%u times=%u err=%s why=\"%s\" what=%s start=\"%.*s\" "
 			        "leader_epoch=%llu",
-			        s->node, s->refusals, kv_errname(why), a.detail,
+			        s->node, s->refusals, kv_errname(why), detail,
 			        ca->marker == NULL   ? "records"
 			        : m == NULL          ? "marker"
 			        : m->kind == ENT_END ? "end"
@@ -3820,21 +3828,18 @@ check_marker(kv_rs *g, uint32_t me, uint32_t from, uint64_t leader_epoch, const 
 		*why = "no range of this node's configuration holds the marker's start";
 		return KV_EBUSY;
 	}
-	if (kv_key_cmp(t->start.data, t->start.len, start->p, start->len) != 0) {
-		/* An end names the range it was queued for, and a merge or a cut
-		 * applied since may have left its start inside a range. What it
-		 * reconciles is the sender's end of the previous primary's records
-		 * (applied_from), not the bounds: when the range holding its start
-		 * is the sender's at that leader epoch, it applies. Refused, it
-		 * would hold every entry behind it for good (the stream starts
-		 * again at the same end). A copy needs its range exactly. */
-		if (end == NULL && leader_epoch == t->leader_epoch && t->primary == from)
-			return KV_OK;
-		*why = leader_epoch < t->leader_epoch
-		           ? "leader epoch older than this node's configuration: the sender is "
-		             "no longer the primary"
-		           : "no range of this node's configuration starts there";
-		return leader_epoch < t->leader_epoch ? KV_ESTALE : KV_EBUSY;
+	/* An end names the range it was queued for, and a merge or a cut
+	 * applied since may have left its start inside a range. What it
+	 * reconciles is the sender's end of the previous primary's records
+	 * (applied_from), not the bounds: when the range holding its start is
+	 * the sender's at that leader epoch, it applies. Refused, it would hold
+	 * every entry behind it for good (the stream starts again at the same
+	 * end). A copy needs its range exactly. An older leader epoch is
+	 * answered as such below. */
+	if (!key_is(&t->start, start) && leader_epoch >= t->leader_epoch &&
+	    (end != NULL || leader_epoch != t->leader_epoch || t->primary != from)) {
+		*why = "no range of this node's configuration starts there";
+		return KV_EBUSY;
 	}
 	if (leader_epoch < t->leader_epoch) {
 		*why = "leader epoch older than this node's configuration: the sender is no "
@@ -3849,7 +3854,7 @@ check_marker(kv_rs *g, uint32_t me, uint32_t from, uint64_t leader_epoch, const 
 	}
 	if (end == NULL)
 		return KV_OK;
-	if (t->end.len != end->len || kv_key_cmp(t->end.data, t->end.len, end->p, end->len) != 0) {
+	if (!key_is(&t->end, end)) {
 		*why = "the copied range has other bounds in this node's configuration; retry";
 		return KV_EBUSY;
 	}
@@ -4253,12 +4258,8 @@ handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *nowait)
 				mine = div ? 0 : m->end.end_lsn;
 			}
 			const route *er = find_route(g, m->end.start.p, m->end.start.len);
-			bool exact = er != NULL &&
-			             kv_key_cmp(er->start.data, er->start.len, m->end.start.p,
-			                        m->end.start.len) == 0 &&
-			             er->end.len == m->end.end.len &&
-			             kv_key_cmp(er->end.data, er->end.len, m->end.end.p,
-			                        m->end.end.len) == 0;
+			bool exact = er != NULL && key_is(&er->start, &m->end.start) &&
+			             key_is(&er->end, &m->end.end);
 			if (!div && m->end.next_lsn != 0 && exact) {
 				/* This node holds the new primary's state of the range at
 				 * its end, and every record of the range in the new leader
