@@ -1154,6 +1154,28 @@ run_op(kv_server *s, const kv_req *rq, const kv_op *op, const struct op_def *def
 		free(x.ents);
 }
 
+/*
+ * Before a request's ops run one by one: brings the index paths of the keys
+ * of the ops from `from` on (up to KV_STORE_PREFETCH_GROUP of them) into
+ * cache at once, so that the ops do not stall on one cache miss after
+ * another (kv_store_prefetch). Returns the index of the first op not
+ * covered.
+ */
+static size_t
+warm_ops(kv_server *s, const kv_req *rq, size_t from)
+{
+	kv_bytes keys[KV_STORE_PREFETCH_GROUP];
+	size_t n = 0, i;
+
+	if (rq->nops - from < 2)
+		return rq->nops;
+	for (i = from; i < rq->nops && n < KV_STORE_PREFETCH_GROUP; i++)
+		if (rq->ops[i].key.len > 0)
+			keys[n++] = rq->ops[i].key;
+	kv_store_prefetch(s->store, n, keys);
+	return i;
+}
+
 /* Runs one op: validation, then run_op. */
 static void
 dispatch(kv_server *s, const kv_req *rq, const kv_op *op, kv_data_result *res)
@@ -1472,7 +1494,9 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			resp.status = KV_ENOMEM;
 		} else {
 			resp.nresults = rq.nops;
-			for (size_t i = 0; i < rq.nops; i++) {
+			for (size_t i = 0, warm = 0; i < rq.nops; i++) {
+				if (i == warm)
+					warm = warm_ops(s, &rq, i);
 				if (total > REPLY_MAX_BYTES) {
 					resp.results[i].status = KV_ELIMIT;
 					resp.results[i].error = "reply too large; send fewer ops";

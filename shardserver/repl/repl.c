@@ -3867,6 +3867,30 @@ check_marker(kv_rs *g, uint32_t me, uint32_t from, uint64_t leader_epoch, const 
 	return KV_OK;
 }
 
+/*
+ * Before a batch's records are applied one by one: brings the index paths
+ * of the keys of the records from `from` on (up to KV_STORE_PREFETCH_GROUP of
+ * them) into cache at once (kv_store_prefetch), so that their applies do
+ * not stall on one cache miss after another. Returns the index of the first
+ * record not covered.
+ */
+static size_t
+warm_recs(kv_rs *g, const kv_repl_msg *m, size_t from, uint64_t after_lsn)
+{
+	kv_bytes keys[KV_STORE_PREFETCH_GROUP];
+	size_t n = 0, i;
+
+	for (i = from; i < m->nrecs && n < KV_STORE_PREFETCH_GROUP; i++) {
+		kv_dur_span sp;
+		if (m->recs[i].lsn > after_lsn &&
+		    kv_dur_rec_span(m->recs[i].payload.p, m->recs[i].payload.len, &sp) == KV_OK &&
+		    sp.kind == KV_DUR_SPAN_KEYS)
+			keys[n++] = sp.lo;
+	}
+	kv_store_prefetch(g->env.store, n, keys);
+	return i;
+}
+
 /* Applies one record payload and logs it; *l gets the local lsn. */
 static int
 apply_one(kv_rs *g, const uint8_t *p, size_t n, uint64_t *l, const char **why)
@@ -4182,9 +4206,11 @@ handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *nowait)
 		in->breaks = m->breaks;
 		in->breaks_known = true;
 		pthread_rwlock_rdlock(&g->tab_lock);
-		for (size_t i = 0; i < m->nrecs && st == KV_OK; i++) {
+		for (size_t i = 0, warm = 0; i < m->nrecs && st == KV_OK; i++) {
 			const kv_repl_rec *r = &m->recs[i];
 			uint64_t l = 0;
+			if (i == warm)
+				warm = warm_recs(g, m, i, in->last_lsn);
 			if (r->lsn <= in->last_lsn)
 				continue;
 			if ((st = check_rec(g, me, m->from_node, r, &why)) != KV_OK)

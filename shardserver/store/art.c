@@ -21,6 +21,7 @@
 #include "common/err.h"
 #include "common/key.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -604,6 +605,146 @@ kv_art_find(const kv_art *t, const uint8_t *key, size_t klen, const uint8_t **va
 		return false;
 	leaf_value(slot, val, vlen);
 	return true;
+}
+
+/* --- batched prefetch --------------------------------------------------- */
+
+/* Prefetches the bytes [p, p + len) of a node or item. */
+static inline void
+art__prefetch(const void *p, size_t len)
+{
+	const char *c = p;
+
+	for (size_t off = 0; off < len; off += 64)
+		__builtin_prefetch(c + off, 1, 3);
+	__builtin_prefetch(c + len - 1, 1, 3);
+}
+
+/*
+ * Prefetches what a descent through ref at key[depth] reads first: the
+ * header (the prefix, the term), and the part of the node holding the slot
+ * for key[depth] when the node has no prefix (else that byte is not known
+ * before the header is read).
+ */
+static inline void
+art__prefetch_ref(void *ref, const uint8_t *key, size_t klen, size_t depth)
+{
+	const uint8_t *n = (const uint8_t *)NODE(ref);
+	bool known = !REF_HAS_PREFIX(ref) && depth < klen;
+	unsigned b = known ? key[depth] : 0;
+
+	switch (REF_TYPE(ref)) {
+	case ART_N4:
+		art__prefetch(n, sizeof(art_n4));
+		break;
+	case ART_N16:
+		art__prefetch(n, sizeof(art_n16));
+		break;
+	case ART_N48:
+		__builtin_prefetch(n, 0, 3);
+		if (known)
+			__builtin_prefetch(n + offsetof(art_n48, index) + b, 0, 3);
+		break;
+	default:
+		__builtin_prefetch(n, 0, 3);
+		if (known)
+			__builtin_prefetch(n + offsetof(art_n256, child) + b * sizeof(void *), 0,
+			                   3);
+		break;
+	}
+}
+
+/*
+ * One descent in progress: the reference to visit next, already prefetched,
+ * and the key depth there. An N48 takes two visits: its index, then the
+ * child slot the index names (`slot`).
+ */
+typedef struct {
+	void *ref;         /* node or leaf reference to visit, NULL when done */
+	void *const *slot; /* N48 child slot prefetched, to read on the next visit */
+	size_t depth;      /* key depth at ref (before its prefix) */
+} art_cursor;
+
+void
+kv_art_prefetch(const kv_art *const *trees, const uint8_t *const *keys, const size_t *klens,
+                size_t n)
+{
+	art_cursor cur[KV_ART_PREFETCH_MAX];
+	size_t active = 0;
+
+	if (n > KV_ART_PREFETCH_MAX)
+		n = KV_ART_PREFETCH_MAX;
+	for (size_t i = 0; i < n; i++) {
+		void *r = trees[i]->root;
+		cur[i] = (art_cursor){.ref = r, .slot = NULL, .depth = 0};
+		if (r != NULL && !IS_LEAF(r))
+			art__prefetch_ref(r, keys[i], klens[i], 0);
+		active += r != NULL;
+	}
+	/* Rounds: every cursor moves one level per round, so the misses of a
+	 * round overlap instead of following each other. A malformed path ends
+	 * by depth (every step consumes a byte). */
+	while (active > 0) {
+		for (size_t i = 0; i < n; i++) {
+			art_cursor *c = &cur[i];
+			void *p = c->ref;
+			const uint8_t *key = keys[i];
+			size_t klen = klens[i];
+
+			if (p == NULL)
+				continue;
+			if (c->slot != NULL) {
+				p = *c->slot;
+				c->slot = NULL;
+				goto child;
+			}
+			if (IS_LEAF(p)) {
+				if (!IS_INLINE(p))
+					__builtin_prefetch(LEAF_ITEM(p), 1, 3);
+				goto done;
+			}
+			art_node *nd = NODE(p);
+			if (REF_HAS_PREFIX(p))
+				c->depth += nd->plen;
+			if (c->depth >= klen) {
+				void *t = nd->term;
+				if (t != NULL && !IS_INLINE(t))
+					__builtin_prefetch(LEAF_ITEM(t), 1, 3);
+				goto done;
+			}
+			if (REF_TYPE(p) == ART_N48) {
+				art_n48 *x = (art_n48 *)nd;
+				unsigned ix = x->index[key[c->depth]];
+				if (ix == 0)
+					goto done;
+				c->slot = &x->child[ix - 1];
+				__builtin_prefetch(c->slot, 0, 3);
+				c->depth++;
+				continue;
+			}
+			{
+				void **s = art__find_t(nd, REF_TYPE(p), key[c->depth]);
+				if (s == NULL)
+					goto done;
+				p = *s;
+				c->depth++;
+			}
+		child:
+			c->ref = p;
+			if (p == NULL || c->depth > klen)
+				goto done;
+			if (IS_LEAF(p)) {
+				if (!IS_INLINE(p))
+					__builtin_prefetch(LEAF_ITEM(p), 1, 3);
+				goto done;
+			}
+			art__prefetch_ref(p, key, klen, c->depth);
+			continue;
+		done:
+			c->ref = NULL;
+			active--;
+		}
+	}
 }
 
 /* --- insertion ---------------------------------------------------------- */

@@ -137,6 +137,19 @@ bool kv_art_find(const kv_art *t, const uint8_t *key, size_t klen, const uint8_t
 int kv_art_upsert(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const uint8_t *val,
                   size_t vlen, bool *existed, size_t *old_vlen);
 
+/* Most descents kv_art_prefetch interleaves. */
+#define KV_ART_PREFETCH_MAX 16u
+
+/*
+ * Walks down trees[i] along keys[i] for up to KV_ART_PREFETCH_MAX keys at
+ * once, one level of every key per round, prefetching each node and leaf
+ * item on the way: the cache misses of different keys overlap, so the
+ * inserts or lookups that follow find their paths in cache. Changes
+ * nothing; the caller holds each tree as it would for a lookup.
+ */
+void kv_art_prefetch(const kv_art *const *trees, const uint8_t *const *keys, const size_t *klens,
+                     size_t n);
+
 /* Removes key. Returns whether it was there; *old_vlen gets its value length. */
 bool kv_art_remove(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, size_t *old_vlen);
 

@@ -968,6 +968,42 @@ mget_run(kv_store *s, void *arg)
 	return rv;
 }
 
+_Static_assert(KV_STORE_PREFETCH_GROUP == KV_ART_PREFETCH_MAX, "one group is one interleaved walk");
+
+void
+kv_store_prefetch(kv_store *s, size_t n, const kv_bytes *keys)
+{
+	if (s == NULL || keys == NULL || n < 2 || s->o.mode != KV_STORE_STRIPED)
+		return;
+	for (size_t at = 0; at < n; at += KV_ART_PREFETCH_MAX) {
+		const kv_art *trees[KV_ART_PREFETCH_MAX];
+		const uint8_t *kp[KV_ART_PREFETCH_MAX];
+		size_t kl[KV_ART_PREFETCH_MAX], m = 0;
+		unsigned held[KV_ART_PREFETCH_MAX], nheld = 0;
+
+		for (size_t i = at; i < n && i < at + KV_ART_PREFETCH_MAX; i++) {
+			if (store__check_key(s, keys[i].p, keys[i].len) != KV_OK)
+				continue;
+			unsigned pi = kv_store_partition_of(s, keys[i].p, keys[i].len);
+			bool mine = false;
+			for (unsigned j = 0; j < nheld && !mine; j++)
+				mine = held[j] == pi;
+			/* Never waits: a partition in use is simply not warmed. */
+			if (!mine) {
+				if (pthread_mutex_trylock(&s->parts[pi].mu) != 0)
+					continue;
+				held[nheld++] = pi;
+			}
+			trees[m] = &s->parts[pi].art;
+			kp[m] = keys[i].p;
+			kl[m++] = keys[i].len;
+		}
+		kv_art_prefetch(trees, kp, kl, m);
+		while (nheld > 0)
+			pthread_mutex_unlock(&s->parts[held[--nheld]].mu);
+	}
+}
+
 int
 kv_store_mget(kv_store *s, size_t n, const kv_bytes *keys, kv_buf *vals, bool *missing)
 {
@@ -2170,9 +2206,16 @@ kv_store_create(const kv_store_opts *opts, kv_store **out)
 		return KV_ENOMEM;
 	}
 	memset(s->parts, 0, s->nparts * sizeof(kv_part));
+	/* A partition is held for well under a microsecond at a time (a
+	 * prefetch walk of a group of keys, kv_store_prefetch, holds several):
+	 * a thread that finds it held spins briefly before it sleeps, instead
+	 * of paying a futex sleep and wake-up for a wait shorter than both. */
+	pthread_mutexattr_t adaptive;
+	pthread_mutexattr_init(&adaptive);
+	pthread_mutexattr_settype(&adaptive, PTHREAD_MUTEX_ADAPTIVE_NP);
 	for (unsigned pi = 0; pi < s->nparts; pi++) {
 		kv_part *p = &s->parts[pi];
-		pthread_mutex_init(&p->mu, NULL);
+		pthread_mutex_init(&p->mu, &adaptive);
 		pthread_mutex_init(&p->qmu, NULL);
 		pthread_cond_init(&p->qcv, NULL);
 		kv_art_init(&p->art);
@@ -2181,6 +2224,7 @@ kv_store_create(const kv_store_opts *opts, kv_store **out)
 		p->store = s;
 		p->index = pi;
 	}
+	pthread_mutexattr_destroy(&adaptive);
 	if (o.mode == KV_STORE_PERCORE) {
 		for (unsigned pi = 0; pi < s->nparts; pi++) {
 			kv_part *p = &s->parts[pi];

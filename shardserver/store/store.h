@@ -102,6 +102,18 @@ uint64_t kv_store_now_ms(kv_store *s);
  * max_value bytes, else KV_EINVAL (NULL or empty key) or KV_ETOOBIG.
  */
 
+/*
+ * Brings the index paths of up to n keys into the CPU cache, many keys at
+ * a time, before a batch of single-key operations on them: their cache
+ * misses overlap instead of following each other. Changes nothing and
+ * never waits (a partition in use is skipped); striped stores only, others
+ * return at once. Invalid keys are ignored. Keys are taken
+ * KV_STORE_PREFETCH_GROUP at a time: a caller warming a long batch does
+ * best to warm each group just before it uses it.
+ */
+#define KV_STORE_PREFETCH_GROUP 16u
+void kv_store_prefetch(kv_store *s, size_t n, const kv_bytes *keys);
+
 /* Copies the value of `key` into `val` (replacing its contents). Returns 0 or
  * KV_ENOTFOUND (nothing is allocated or changed then). */
 int kv_store_get(kv_store *s, const void *key, size_t klen, kv_buf *val);

@@ -1260,7 +1260,87 @@ task_on_an_owner_thread_may_use_only_keys_of_its_partition(void **state)
 	}
 }
 
+/*
+ * Prefetching (kv_store_prefetch) walks the index without changing it.
+ */
+
+/* The value test_prefetch stores at key i of its set. */
+static size_t
+prefetch_value(size_t i, char *buf, size_t cap)
+{
+	/* Every third value is long (an item), the others fit inline. */
+	if (i % 3 == 0)
+		return (size_t)snprintf(buf, cap, "a long value for key number %zu", i);
+	return (size_t)snprintf(buf, cap, "v%zu", i % 100000);
+}
+
+static void
+prefetching_present_absent_and_invalid_keys_changes_nothing(void **state)
+{
+	kv_store *s = FX(state)->s;
+	enum { NK = 1000 + 256 + 30 + 4 };
+	static char keys[NK][24];
+	static size_t klens[NK];
+	static kv_bytes all[NK + 16];
+	char val[64];
+	size_t n = 0, na = 0;
+
+	/* Node shapes: a 12-byte shared prefix (past the 8 a node stores) over
+	 * three levels of 10 digits (N16), a full byte fan-out (N256), 30
+	 * children (N48), and keys that are prefixes of each other (terms). */
+	for (size_t i = 0; i < 1000; i++, n++)
+		klens[n] = (size_t)snprintf(keys[n], sizeof keys[n], "p00000000000%03zu", i);
+	for (unsigned b = 0; b < 256; b++, n++) {
+		keys[n][0] = 'w';
+		keys[n][1] = (char)b;
+		klens[n] = 2;
+	}
+	for (unsigned b = 0; b < 30; b++, n++) {
+		keys[n][0] = 'f';
+		keys[n][1] = (char)(b * 7);
+		klens[n] = 2;
+	}
+	for (size_t l = 1; l <= 4; l++, n++) {
+		memcpy(keys[n], "team", l);
+		klens[n] = l + 1; /* "tt" .. "tteam": prefixes of each other */
+		memmove(keys[n] + 1, keys[n], l);
+		keys[n][0] = 't';
+	}
+	assert_int_equal(n, NK);
+	for (size_t i = 0; i < n; i++) {
+		size_t vl = prefetch_value(i, val, sizeof val);
+		assert_int_equal(kv_store_put(s, keys[i], klens[i], val, vl), KV_OK);
+		all[na++] = (kv_bytes){(const uint8_t *)keys[i], klens[i]};
+	}
+	/* Absent keys ending inside a prefix, past a leaf, at a missing
+	 * child, and invalid ones (empty, NULL, too long). */
+	static const char *absent[] = {"p0000000000", "p00000000000999x", "p1", "q", "w",
+	                               "f\001",       "tteamwork",        "t"};
+	static char too_long[KV_DEFAULT_MAX_KEY + 1];
+	memset(too_long, 'p', sizeof too_long);
+	for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
+		all[na++] = (kv_bytes){(const uint8_t *)absent[i], strlen(absent[i])};
+	all[na++] = (kv_bytes){(const uint8_t *)"x", 0};
+	all[na++] = (kv_bytes){NULL, 3};
+	all[na++] = (kv_bytes){(const uint8_t *)too_long, sizeof too_long};
+	uint64_t before = stats_of(s).keys;
+
+	kv_store_prefetch(s, na, all);
+	kv_store_prefetch(s, 1, all);
+	kv_store_prefetch(s, 0, NULL);
+	kv_store_prefetch(NULL, na, all);
+
+	assert_int_equal(stats_of(s).keys, before);
+	for (size_t i = 0; i < n; i++) {
+		size_t vl = prefetch_value(i, val, sizeof val);
+		assert_value(s, keys[i], klens[i], val, vl);
+	}
+	for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
+		assert_absent_s(s, absent[i]);
+}
+
 static const store_test semantic_tests[] = {
+    STORE_TEST(prefetching_present_absent_and_invalid_keys_changes_nothing),
     STORE_TEST(put_then_get_returns_the_value),
     STORE_TEST(put_overwrites_the_previous_value),
     STORE_TEST(get_of_missing_key_returns_enotfound_and_leaves_no_state),

@@ -934,6 +934,88 @@ a_thread_with_a_walk_pause_sleeps_between_its_holds(void **state)
 		         (unsigned long long)split_us);
 }
 
+/*
+ * Prefetching walks racing writers that grow and shrink the same nodes.
+ */
+
+#define PF_KEYS   300 /* keys "pf<byte><byte>": one node of up to 256 children */
+#define PF_ROUNDS 3000
+
+typedef struct {
+	kv_store *s;
+	race_log *log;
+	atomic_int *stop; /* set by the prefetching thread when it is done */
+	size_t ops;       /* mutations done */
+} pf_writer_arg;
+
+static size_t
+pf_key(char *buf, size_t i)
+{
+	buf[0] = 'p';
+	buf[1] = 'f';
+	buf[2] = (char)(i / 256);
+	buf[3] = (char)(i % 256);
+	return 4;
+}
+
+/* Puts and deletes keys at random: nodes grow past N48 and shrink back. */
+static void *
+pf_writer(void *p)
+{
+	pf_writer_arg *a = p;
+	uint64_t seed = 77;
+	char key[4];
+
+	while (!atomic_load(a->stop) || a->ops < 200) {
+		size_t i = rng_below(&seed, PF_KEYS);
+		size_t klen = pf_key(key, i);
+		int rv = rng_below(&seed, 2) ? kv_store_put(a->s, key, klen, key, i % 3 ? 2 : klen)
+		                             : kv_store_del(a->s, key, klen, NULL);
+		if (rv != KV_OK && rv != KV_ENOTFOUND)
+			race_fail(a->log, "write: %s", kv_errname(rv));
+		a->ops++;
+	}
+	return NULL;
+}
+
+static void
+prefetching_while_writers_reshape_the_same_nodes_is_race_free(void **state)
+{
+	kv_store *s = FX(state)->s;
+	static char keys[PF_KEYS][4];
+	kv_bytes all[PF_KEYS];
+	atomic_int stop = 0;
+	race_log log;
+	pf_writer_arg wa[2];
+	pthread_t th[2];
+
+	race_log_init(&log);
+	for (size_t i = 0; i < PF_KEYS; i++)
+		all[i] = (kv_bytes){(const uint8_t *)keys[i], pf_key(keys[i], i)};
+	for (int t = 0; t < 2; t++) {
+		wa[t] = (pf_writer_arg){.s = s, .log = &log, .stop = &stop};
+		assert_int_equal(pthread_create(&th[t], NULL, pf_writer, &wa[t]), 0);
+	}
+	for (size_t r = 0; r < PF_ROUNDS; r++)
+		kv_store_prefetch(s, 16 + r % 48, all + (r * 7) % (PF_KEYS - 64));
+	atomic_store(&stop, 1);
+	for (int t = 0; t < 2; t++)
+		pthread_join(th[t], NULL);
+	race_log_check(&log);
+	/* The tree the writers left is whole: every key reads as itself. */
+	for (size_t i = 0; i < PF_KEYS; i++) {
+		kv_buf v = {0};
+		int rv = kv_store_get(s, all[i].p, all[i].len, &v);
+		if (rv == KV_OK)
+			assert_true(v.len == (i % 3 ? 2u : 4u) &&
+			            memcmp(v.data, all[i].p, v.len) == 0);
+		else
+			assert_int_equal(rv, KV_ENOTFOUND);
+		kv_buf_fini(&v);
+	}
+	assert_stats_match_scan(s);
+}
+
 static const store_test concurrency_tests[] = {
     STORE_TEST(mget_never_sees_a_half_applied_mput),
     STORE_TEST(scans_racing_deletes_and_reputs_stay_ordered_and_finish),
@@ -943,6 +1025,7 @@ static const store_test concurrency_tests[] = {
     STORE_TEST(writes_proceed_while_a_scan_waits_in_its_callback),
     STORE_TEST(a_writer_goes_first_between_the_steps_of_a_long_walk),
     STORE_TEST(a_thread_with_a_walk_pause_sleeps_between_its_holds),
+    STORE_TEST(prefetching_while_writers_reshape_the_same_nodes_is_race_free),
 };
 
 int
