@@ -117,6 +117,7 @@ typedef struct {
 	unsigned long lfht_buckets; /* lfht: initial buckets, 0: the power of two >= N */
 	uint64_t ttl_ms;            /* --ttl-ms: store writes carry an expiry this far ahead */
 	bool reclaim;               /* --reclaim: then time the reclaim of every key */
+	bool prefetch;              /* --prefetch: warm each group of keys (kv_store_prefetch) */
 } bench_cfg;
 
 /* The figures of one run (store or peer); passed from a child by value. */
@@ -143,6 +144,7 @@ typedef struct {
 	uint32_t *idx;             /* keys to visit; NULL: lo..hi-1 in order */
 	size_t n;                  /* keys owned */
 	uint8_t *kbuf;             /* key being encoded, max(B, 8) bytes */
+	uint8_t *pbuf;             /* --prefetch: the next group's keys, G x max(B, 8) bytes */
 	uint8_t *vbuf;             /* value being written, max(V, 8) bytes */
 	uint8_t *ebuf;             /* value expected, max(V, 8) bytes */
 	kv_buf got;                /* value read back, reused by every get */
@@ -464,6 +466,29 @@ sut_tick(worker *w, size_t i)
  * Phases. Each visits the worker's keys once and counts one op per key.
  */
 
+/*
+ * --prefetch: at the start of each group of KV_STORE_PREFETCH_GROUP keys,
+ * warms the paths of the whole group at once, as the server does for the
+ * ops of a request (store only; the peer has no such call).
+ */
+static inline void
+warm_group(worker *w, size_t i)
+{
+	const bench *b = w->b;
+	size_t ksz = b->cfg->key_size, kcap = ksz < 8 ? 8 : ksz;
+	kv_bytes keys[KV_STORE_PREFETCH_GROUP];
+	size_t n = 0;
+
+	if (!b->cfg->prefetch || b->ht != NULL || i % KV_STORE_PREFETCH_GROUP != 0)
+		return;
+	for (size_t j = i; j < w->n && n < KV_STORE_PREFETCH_GROUP; j++, n++) {
+		uint8_t *k = w->pbuf + n * kcap;
+		key_encode(k, ksz, worker_key(w, j));
+		keys[n] = (kv_bytes){k, ksz};
+	}
+	kv_store_prefetch(b->store, n, keys);
+}
+
 /* PUT and UPD: writes every key with the tag of `vphase`. */
 static void
 phase_write(worker *w, int vphase)
@@ -475,6 +500,7 @@ phase_write(worker *w, int vphase)
 	for (i = 0; i < w->n; i++) {
 		uint64_t k = worker_key(w, i);
 
+		warm_group(w, i);
 		key_encode(w->kbuf, ksz, k);
 		value_tag(b, w->vbuf, k, vphase);
 		if (sut_put(w, w->kbuf, ksz, w->vbuf, vsz) != KV_OK)
@@ -525,6 +551,7 @@ phase_get(worker *w)
 	for (i = 0; i < w->n; i++) {
 		uint64_t k = worker_key(w, i);
 
+		warm_group(w, i);
 		key_encode(w->kbuf, ksz, k);
 		if (sut_get(w, w->kbuf, ksz) != KV_OK ||
 		    !value_ok(w, w->got.data, w->got.len, k, final_vphase(b, k)))
@@ -882,6 +909,7 @@ bench_init(bench *b, const bench_cfg *cfg, kv_store *store, bool peer, kv_store 
 		w->b = b;
 		w->t = t;
 		w->kbuf = xalloc_lines(kcap);
+		w->pbuf = xalloc_lines(kcap * KV_STORE_PREFETCH_GROUP);
 		w->vbuf = xalloc_lines(vcap);
 		w->ebuf = xalloc_lines(vcap);
 		for (i = 8; i < vcap; i++)
@@ -949,6 +977,7 @@ bench_fini(bench *b)
 		worker *w = &b->w[t];
 
 		free(w->kbuf);
+		free(w->pbuf);
 		free(w->vbuf);
 		free(w->ebuf);
 		free(w->retired);
@@ -1227,6 +1256,8 @@ usage(FILE *f)
 	      "                      has expired and print 'RECLAIM keys_per_sec': one\n"
 	      "                      thread removing them as active expiry does (sample,\n"
 	      "                      then remove); use --phases put, a short --ttl-ms\n"
+	      "  --prefetch          PUT, UPD and GET warm each group of 16 keys at once\n"
+	      "                      (kv_store_prefetch), as the server does for a request\n"
 	      "  --no-pin            do not pin worker threads to CPUs\n"
 	      "  --json              also print one JSON object with every figure\n"
 	      "  --help              print this text\n"
@@ -1377,13 +1408,15 @@ parse_args(int argc, char **argv, bench_cfg *cfg)
 			snprintf(name, sizeof(name), "%s", a);
 		}
 		if (strcmp(name, "--json") == 0 || strcmp(name, "--no-pin") == 0 ||
-		    strcmp(name, "--reclaim") == 0) {
+		    strcmp(name, "--reclaim") == 0 || strcmp(name, "--prefetch") == 0) {
 			if (v != NULL)
 				usage_error("%s takes no value", name);
 			if (strcmp(name, "--json") == 0)
 				cfg->json = true;
 			else if (strcmp(name, "--reclaim") == 0)
 				cfg->reclaim = true;
+			else if (strcmp(name, "--prefetch") == 0)
+				cfg->prefetch = true;
 			else
 				cfg->pin = false;
 			continue;
