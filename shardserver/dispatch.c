@@ -1167,8 +1167,6 @@ warm_ops(kv_server *s, const kv_req *rq, size_t from)
 	kv_bytes keys[KV_STORE_PREFETCH_GROUP];
 	size_t n = 0, i;
 
-	if (rq->nops - from < 2)
-		return rq->nops;
 	for (i = from; i < rq->nops && n < KV_STORE_PREFETCH_GROUP; i++)
 		if (rq->ops[i].key.len > 0)
 			keys[n++] = rq->ops[i].key;

@@ -654,6 +654,14 @@ art__prefetch_ref(void *ref, const uint8_t *key, size_t klen, size_t depth)
 	}
 }
 
+/* Prefetches the item of a leaf word (nothing for NULL or an inline leaf). */
+static inline void
+art__prefetch_leaf(const void *w)
+{
+	if (w != NULL && !IS_INLINE(w))
+		__builtin_prefetch(LEAF_ITEM(w), 1, 3);
+}
+
 /*
  * One descent in progress: the reference to visit next, already prefetched,
  * and the key depth there. An N48 takes two visits: its index, then the
@@ -676,10 +684,14 @@ kv_art_prefetch(const kv_art *const *trees, const uint8_t *const *keys, const si
 		n = KV_ART_PREFETCH_MAX;
 	for (size_t i = 0; i < n; i++) {
 		void *r = trees[i]->root;
-		cur[i] = (art_cursor){.ref = r, .slot = NULL, .depth = 0};
-		if (r != NULL && !IS_LEAF(r))
+		cur[i] = (art_cursor){.ref = NULL, .slot = NULL, .depth = 0};
+		if (r != NULL && IS_LEAF(r)) {
+			art__prefetch_leaf(r);
+		} else if (r != NULL) {
+			cur[i].ref = r;
 			art__prefetch_ref(r, keys[i], klens[i], 0);
-		active += r != NULL;
+			active++;
+		}
 	}
 	/* Rounds: every cursor moves one level per round, so the misses of a
 	 * round overlap instead of following each other. A malformed path ends
@@ -698,18 +710,12 @@ kv_art_prefetch(const kv_art *const *trees, const uint8_t *const *keys, const si
 				c->slot = NULL;
 				goto child;
 			}
-			if (IS_LEAF(p)) {
-				if (!IS_INLINE(p))
-					__builtin_prefetch(LEAF_ITEM(p), 1, 3);
-				goto done;
-			}
+			/* An inner node (leaves end a descent as they are reached). */
 			art_node *nd = NODE(p);
 			if (REF_HAS_PREFIX(p))
 				c->depth += nd->plen;
 			if (c->depth >= klen) {
-				void *t = nd->term;
-				if (t != NULL && !IS_INLINE(t))
-					__builtin_prefetch(LEAF_ITEM(t), 1, 3);
+				art__prefetch_leaf(nd->term);
 				goto done;
 			}
 			if (REF_TYPE(p) == ART_N48) {
@@ -734,8 +740,7 @@ kv_art_prefetch(const kv_art *const *trees, const uint8_t *const *keys, const si
 			if (p == NULL || c->depth > klen)
 				goto done;
 			if (IS_LEAF(p)) {
-				if (!IS_INLINE(p))
-					__builtin_prefetch(LEAF_ITEM(p), 1, 3);
+				art__prefetch_leaf(p);
 				goto done;
 			}
 			art__prefetch_ref(p, key, klen, c->depth);
