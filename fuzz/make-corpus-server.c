@@ -424,6 +424,8 @@ seeds_replicate(void)
 	nng_msg *m;
 
 	seed_msg(h, "replicate", kv_repl_encode(&r, 4, 1, B("tok"), &m), m);
+	r.packed = true;
+	seed_msg(h, "replicate-packed", kv_repl_encode(&r, 4, 1, B("tok"), &m), m);
 	seed_msg(h, "copy", kv_repl_encode(&cp, 4, 1, B(""), &m), m);
 	seed_msg(h, "end", kv_repl_encode(&en, 4, 2, B(""), &m), m);
 	seed_msg(h, "ack-diverged", kv_data_resp_encode(&dv, &m), m);

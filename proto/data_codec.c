@@ -584,6 +584,7 @@ kv_data_resp_encode(const kv_resp *r, nng_msg **out)
 		rack.diverged = r->rack.diverged;
 		rack.caught_up = r->rack.caught_up;
 		rack.position = r->rack.position;
+		rack.packed_records = r->rack.packed_ok;
 		if (r->rack.error)
 			rack.error = (char *)r->rack.error;
 		m.replicate_ack = &rack;
@@ -949,6 +950,7 @@ kv_data_resp_decode(const void *p, size_t n, kv_resp *out)
 		out->rack.diverged = m->replicate_ack->diverged;
 		out->rack.caught_up = m->replicate_ack->caught_up;
 		out->rack.position = m->replicate_ack->position;
+		out->rack.packed_ok = m->replicate_ack->packed_records;
 		out->rack.error = m->replicate_ack->error && m->replicate_ack->error[0]
 		                      ? m->replicate_ack->error
 		                      : NULL;

@@ -82,6 +82,10 @@ typedef struct {
 	kv_repl_copy copy;   /* a copy step (then nrecs is 0) */
 	kv_repl_end end;     /* an end (then nrecs is 0 and copy unset) */
 	uint64_t breaks;     /* times the stream stopped carrying a range (0: unknown) */
+	/* Encoding: the records go in Replicate.packed_records (the backup
+	 * said it reads them, kv_repl_ack.packed_ok), not one message each.
+	 * Decoding takes either form. */
+	bool packed;
 } kv_repl_msg;
 
 /* The answer (ReplicateAck). */
@@ -93,6 +97,7 @@ typedef struct {
 	bool diverged;      /* answer to an end: the positions differ; to a catch-up: refused */
 	bool caught_up;     /* answer to a catch-up's last step: applied */
 	uint64_t position;  /* answer to an accepted first catch-up step: its position */
+	bool packed_ok;     /* the backup reads packed records (kv_repl_msg.packed) */
 } kv_repl_ack;
 
 /* Packs r as the replicate member of a Request from node from_node acting in

@@ -14,6 +14,7 @@
  */
 #include "proto/xfer_codec.h"
 #include "proto/repl_codec.h"
+#include "common/bytes.h"
 #include "common/err.h"
 #include "proto/codec_int.h"
 #include "proto/wire.h"
@@ -448,6 +449,88 @@ kv_xfer_ack_decode(const void *p, size_t n, kv_xfer_ack *ack)
  * Replication (repl_codec.h)
  * ------------------------------------------------------------------------ */
 
+/* Replicate.packed_records: per record, lsn, leader epoch (8 bytes each),
+ * the start key's and the payload's lengths (4 bytes each), big-endian,
+ * then the two. */
+#define PACKED_HEAD 24u
+
+/* Bytes of r's records packed. */
+static size_t
+packed_size(const kv_repl_msg *r)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < r->nrecs; i++)
+		n += PACKED_HEAD + r->recs[i].start.len + r->recs[i].payload.len;
+	return n;
+}
+
+static void
+pack_recs(const kv_repl_msg *r, uint8_t *p)
+{
+	for (size_t i = 0; i < r->nrecs; i++) {
+		const kv_repl_rec *x = &r->recs[i];
+		kv_put64be(p, x->lsn);
+		kv_put64be(p + 8, x->leader_epoch);
+		kv_put32be(p + 16, (uint32_t)x->start.len);
+		kv_put32be(p + 20, (uint32_t)x->payload.len);
+		p += PACKED_HEAD;
+		if (x->start.len)
+			memcpy(p, x->start.p, x->start.len);
+		p += x->start.len;
+		memcpy(p, x->payload.p, x->payload.len);
+		p += x->payload.len;
+	}
+}
+
+/* The records packed in p[0..n) into r->recs, pointing into p: checked
+ * whole first (the limits of ReplRecord, lsns strictly increasing), then
+ * taken. */
+static int
+unpack_recs(const uint8_t *p, size_t n, kv_repl_msg *r, const char **why)
+{
+	size_t cnt = 0, off = 0;
+	uint64_t prev = 0;
+
+	while (off < n) {
+		if (n - off < PACKED_HEAD) {
+			*why = "packed replicated records cut short";
+			return KV_EINVAL;
+		}
+		uint64_t lsn = kv_get64be(p + off);
+		size_t sl = kv_get32be(p + off + 16), pl = kv_get32be(p + off + 20);
+		off += PACKED_HEAD;
+		if (lsn == 0 || pl == 0 || pl > KV_REPL_MAX_PAYLOAD || sl > KV_HARD_MAX_KEY ||
+		    sl + pl > n - off) {
+			*why = "bad replicated record (lsn, payload or start key)";
+			return KV_EINVAL;
+		}
+		if (cnt > 0 && lsn <= prev) {
+			*why = "replicated records out of lsn order";
+			return KV_EINVAL;
+		}
+		if (++cnt > KV_REPL_MAX_RECS) {
+			*why = "too many records in one replicate";
+			return KV_ELIMIT;
+		}
+		prev = lsn;
+		off += sl + pl;
+	}
+	if ((r->recs = calloc(cnt, sizeof(*r->recs))) == NULL)
+		return KV_ENOMEM;
+	for (off = 0; r->nrecs < cnt; r->nrecs++) {
+		kv_repl_rec *x = &r->recs[r->nrecs];
+		size_t sl = kv_get32be(p + off + 16), pl = kv_get32be(p + off + 20);
+		x->lsn = kv_get64be(p + off);
+		x->leader_epoch = kv_get64be(p + off + 8);
+		off += PACKED_HEAD;
+		x->start = (kv_bytes){sl ? p + off : NULL, sl};
+		x->payload = (kv_bytes){p + off + sl, pl};
+		off += sl + pl;
+	}
+	return KV_OK;
+}
+
 int
 kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 {
@@ -465,8 +548,10 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 	r->seq = m->seq;
 	r->commit_lsn = m->commit_lsn;
 	r->breaks = m->breaks;
-	if ((m->copy != NULL) + (m->end != NULL) + (m->n_records != 0) > 1) {
-		*why = "replicate with more than one of records, copy and end";
+	if ((m->copy != NULL) + (m->end != NULL) + (m->n_records != 0) +
+	        (m->packed_records.len != 0) >
+	    1) {
+		*why = "replicate with more than one of records, packed records, copy and end";
 		return KV_EINVAL;
 	}
 	if (m->end != NULL) {
@@ -522,6 +607,8 @@ kv_repl__from_pb(const Shardkv__Replicate *m, kv_repl_msg *r, const char **why)
 		}
 		return KV_OK;
 	}
+	if (m->packed_records.len != 0)
+		return unpack_recs(m->packed_records.data, m->packed_records.len, r, why);
 	if (m->n_records == 0)
 		return KV_OK;
 	if ((r->recs = calloc(m->n_records, sizeof(*r->recs))) == NULL)
@@ -566,6 +653,7 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 	Shardkv__ReplCopy cp = SHARDKV__REPL_COPY__INIT;
 	Shardkv__ReplEnd en = SHARDKV__REPL_END__INIT;
 	Shardkv__ReplRecord *recs = NULL, **recp = NULL;
+	uint8_t *packed = NULL;
 	ProtobufCBinaryData *cr = NULL;
 	int rv = KV_ENOMEM;
 
@@ -600,27 +688,34 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 		en.end_key = kv_codec__pb(r->end.end);
 		rp.end = &en;
 	}
-	if (r->nrecs) {
+	if (r->nrecs && r->packed) {
+		/* in one field: no message per record either side */
+		size_t n = packed_size(r);
+		if ((packed = malloc(n)) == NULL)
+			goto out;
+		pack_recs(r, packed);
+		rp.packed_records = (ProtobufCBinaryData){.len = n, .data = packed};
+	} else if (r->nrecs) {
 		recs = calloc(r->nrecs, sizeof(*recs));
 		recp = calloc(r->nrecs, sizeof(*recp));
 		if (recs == NULL || recp == NULL)
 			goto out;
-	}
-	for (size_t i = 0; i < r->nrecs; i++) {
-		shardkv__repl_record__init(&recs[i]);
-		recs[i].leader_epoch = r->recs[i].leader_epoch;
-		recs[i].lsn = r->recs[i].lsn;
-		recs[i].start_key = kv_codec__pb(r->recs[i].start);
-		recs[i].payload = kv_codec__pb(r->recs[i].payload);
-		recp[i] = &recs[i];
+		for (size_t i = 0; i < r->nrecs; i++) {
+			shardkv__repl_record__init(&recs[i]);
+			recs[i].leader_epoch = r->recs[i].leader_epoch;
+			recs[i].lsn = r->recs[i].lsn;
+			recs[i].start_key = kv_codec__pb(r->recs[i].start);
+			recs[i].payload = kv_codec__pb(r->recs[i].payload);
+			recp[i] = &recs[i];
+		}
+		rp.n_records = r->nrecs;
+		rp.records = recp;
 	}
 	rp.from_node = r->from_node;
 	rp.stream_id = r->stream_id;
 	rp.seq = r->seq;
 	rp.commit_lsn = r->commit_lsn;
 	rp.breaks = r->breaks;
-	rp.n_records = r->nrecs;
-	rp.records = recp;
 	m.version = SHARDKV__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
 	m.epoch = epoch;
 	m.from_node = from_node;
@@ -630,6 +725,7 @@ kv_repl_encode(const kv_repl_msg *r, uint64_t epoch, uint32_t from_node, kv_byte
 out:
 	free(recs);
 	free(recp);
+	free(packed);
 	free(cr);
 	return rv;
 }
@@ -660,6 +756,7 @@ kv_repl_ack_decode_detail(const void *p, size_t n, kv_repl_ack *ack, char *detai
 		ack->diverged = r->replicate_ack->diverged;
 		ack->caught_up = r->replicate_ack->caught_up;
 		ack->position = r->replicate_ack->position;
+		ack->packed_ok = r->replicate_ack->packed_records;
 		if (cap > 0 && r->replicate_ack->error != NULL)
 			snprintf(detail, cap, "%s", r->replicate_ack->error);
 	}

@@ -222,9 +222,13 @@ struct stream {
 	atomic_uint_fast64_t hole;    /* lsn of a record the queue could not take (no memory); 0 */
 	/* Times the stream stopped carrying a range it carried (Replicate.breaks). */
 	atomic_uint_fast64_t breaks;
-	pthread_mutex_t mu;        /* protects everything below */
-	pthread_cond_t cv;         /* signalled on a new record or an answer (stream_wake_locked) */
-	bool asleep;               /* the thread polls efd (link): wake it there */
+	pthread_mutex_t mu; /* protects everything below */
+	pthread_cond_t cv;  /* signalled on a new record or an answer (stream_wake_locked) */
+	bool asleep;        /* the thread polls efd (link): wake it there */
+	/* The backup answered this generation saying it reads packed records
+	 * (kv_repl_ack.packed_ok): batches go packed. A new generation (a new
+	 * connection, maybe another binary) asks again. */
+	bool packed;
 	entry *head, *tail;        /* the queue, lsn order; entries before unacked are freed
 	                              by the thread */
 	entry *unacked;            /* first record not acknowledged */
@@ -465,7 +469,8 @@ struct kv_rs {
 	pthread_mutex_t wmu; /* protects waiters */
 	waiter *waiters;
 
-	atomic_uint_fast64_t st_batches, st_resends, st_applied, st_refused, st_asks, st_demotions;
+	atomic_uint_fast64_t st_batches, st_packed, st_resends, st_applied, st_refused, st_asks,
+	    st_demotions;
 	atomic_uint_fast64_t st_copies, st_copy_recs, st_expand_asks, st_copied, st_diverged;
 	/* env.copy_rate_mb_s: no copy step leaves before this (monotonic); each
 	 * step sent moves it on by its bytes at that rate (copy_charge). */
@@ -993,6 +998,8 @@ call_answer(call_arg *ca, int rv, const uint8_t *p, size_t n)
 	s->inflight--;
 	if (rv == 0 && a.status == KV_OK) {
 		moved = advance_locked(s, a.acked_lsn);
+		if (a.packed_ok && ca->gen == s->gen)
+			s->packed = true;
 		bool refused = false;
 		if (ca->marker != NULL && ca->cu && ca->first && ca->gen == s->gen && !a.diverged &&
 		    unsent_is_locked(s, ca) && ca->marker->cu && ca->marker->cu_gen == ca->gen) {
@@ -1268,6 +1275,9 @@ send_batch_locked(stream *s)
 	s->unsent = e;
 	r.nrecs = n;
 	r.recs = rp;
+	r.packed = s->packed;
+	if (r.packed)
+		atomic_fetch_add(&s->g->st_packed, 1);
 	r.breaks = atomic_load(&s->breaks);
 	send_locked(s, &r, NULL, false);
 	free(rp);
@@ -2279,6 +2289,7 @@ stream_main(void *arg)
 		if (s->need_reset && s->inflight == 0 && now >= s->retry_ns) {
 			s->gen++;
 			s->next_seq = 1;
+			s->packed = false;
 			s->unsent = s->unacked;
 			s->need_reset = false;
 			atomic_fetch_add(&g->st_resends, 1);
@@ -4153,6 +4164,7 @@ handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *nowait)
 	uint64_t cu_pos = 0;
 
 	memset(ack, 0, sizeof(*ack));
+	ack->packed_ok = true; /* every answer: this node reads packed records */
 	if (me == 0 || m->from_node != rq->from_node) {
 		ack->status = KV_EINVAL;
 		ack->error = me == 0 ? "this node has not registered yet"
@@ -4649,6 +4661,7 @@ kv_rs_stats_get(kv_rs *g, kv_rs_stats *st)
 		pthread_mutex_unlock(&s->mu);
 	}
 	st->sent_batches = atomic_load(&g->st_batches);
+	st->sent_packed = atomic_load(&g->st_packed);
 	st->resends = atomic_load(&g->st_resends);
 	st->applied = atomic_load(&g->st_applied);
 	st->refused = atomic_load(&g->st_refused);

@@ -226,6 +226,7 @@ typedef struct {
 	uint64_t streams;      /* streams to backups */
 	uint64_t queued;       /* records sent or to send, not yet acknowledged */
 	uint64_t sent_batches; /* Replicate requests sent */
+	uint64_t sent_packed;  /* ... of them records packed in one field (the backup reads them) */
 	uint64_t resends;      /* times a stream started again from its watermark */
 	uint64_t applied;      /* records applied as a backup */
 	uint64_t refused;      /* batches refused as a backup */

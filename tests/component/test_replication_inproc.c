@@ -17,6 +17,7 @@
 #include "proto/data_codec.h"
 #include "proto/repl_codec.h"
 #include "shardserver/server.h"
+#include "shardserver/server_int.h" /* the server's kv_rs, for its stream counters */
 #include "tests/support/fake_ctl.h"
 #include "tests/support/inproc_srv.h"
 #include "tests/support/srv_client.h"
@@ -177,6 +178,12 @@ concurrent_writes_leave_the_backup_identical_to_the_primary(void **state)
 		pthread_join(t[i], NULL);
 		assert_int_equal(w[i].failures, 0);
 	}
+	/* The backup said it reads packed records: the stream sent them so
+	 * (the first batches of the generation went one message a record). */
+	kv_rs_stats st;
+	kv_rs_stats_get(srvs[0].s->repl, &st);
+	assert_true(st.sent_packed > 0);
+	assert_true(st.sent_packed < st.sent_batches);
 	/* An mput is one record: both keys or neither. */
 	Shardkv__Op op = SHARDKV__OP__INIT;
 	Shardkv__MPutOp mp = SHARDKV__MPUT_OP__INIT;

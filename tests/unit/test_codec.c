@@ -1351,26 +1351,31 @@ replicate_round_trips_and_bad_batches_are_refused(void **state)
 	const char *why;
 
 	(void)state;
-	assert_int_equal(kv_repl_encode(&r, 7, 1, B("tok"), &m), KV_OK);
-	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
-	nng_msg_free(m);
-	assert_true(d.has_repl);
-	assert_false(d.has_xfer);
-	assert_int_equal(d.nops, 0);
-	assert_int_equal(d.epoch, 7);
-	assert_bytes(d.auth, B("tok"));
-	assert_int_equal(d.repl.from_node, 1);
-	assert_int_equal(d.repl.stream_id, 99);
-	assert_int_equal(d.repl.seq, 5);
-	assert_int_equal(d.repl.commit_lsn, 9);
-	assert_int_equal(d.repl.nrecs, 2);
-	for (size_t i = 0; i < 2; i++) {
-		assert_int_equal(d.repl.recs[i].leader_epoch, recs[i].leader_epoch);
-		assert_int_equal(d.repl.recs[i].lsn, recs[i].lsn);
-		assert_bytes(d.repl.recs[i].start, recs[i].start);
-		assert_bytes(d.repl.recs[i].payload, recs[i].payload);
+	/* One message per record, and all of them packed in one field. */
+	for (int packed = 0; packed < 2; packed++) {
+		r.packed = packed;
+		assert_int_equal(kv_repl_encode(&r, 7, 1, B("tok"), &m), KV_OK);
+		assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why),
+		                 KV_OK);
+		nng_msg_free(m);
+		assert_true(d.has_repl);
+		assert_false(d.has_xfer);
+		assert_int_equal(d.nops, 0);
+		assert_int_equal(d.epoch, 7);
+		assert_bytes(d.auth, B("tok"));
+		assert_int_equal(d.repl.from_node, 1);
+		assert_int_equal(d.repl.stream_id, 99);
+		assert_int_equal(d.repl.seq, 5);
+		assert_int_equal(d.repl.commit_lsn, 9);
+		assert_int_equal(d.repl.nrecs, 2);
+		for (size_t i = 0; i < 2; i++) {
+			assert_int_equal(d.repl.recs[i].leader_epoch, recs[i].leader_epoch);
+			assert_int_equal(d.repl.recs[i].lsn, recs[i].lsn);
+			assert_bytes(d.repl.recs[i].start, recs[i].start);
+			assert_bytes(d.repl.recs[i].payload, recs[i].payload);
+		}
+		kv_data_req_fini(&d);
 	}
-	kv_data_req_fini(&d);
 	/* An empty batch (a probe) is fine. */
 	assert_int_equal(kv_repl_encode(&empty, 7, 1, B(""), &m), KV_OK);
 	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
@@ -1384,8 +1389,10 @@ replicate_round_trips_and_bad_batches_are_refused(void **state)
 	bad[1].nrecs = 1;
 	bad[2].recs = nopay;
 	bad[2].nrecs = 1;
-	for (size_t i = 0; i < 3; i++) {
-		assert_int_equal(kv_repl_encode(&bad[i], 7, 1, B(""), &m), KV_OK);
+	for (size_t i = 0; i < 6; i++) {
+		bad[i % 3].packed = i >= 3;
+		assert_int_equal(kv_repl_encode(&bad[i % 3], 7, 1, B(""), &m), KV_OK);
+		why = NULL;
 		assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why),
 		                 KV_EINVAL);
 		assert_non_null(why);
@@ -1396,6 +1403,79 @@ replicate_round_trips_and_bad_batches_are_refused(void **state)
 	empty.seq = 0;
 	assert_int_equal(kv_repl_encode(&empty, 7, 1, B(""), &m), KV_OK);
 	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_EINVAL);
+	kv_data_req_fini(&d);
+	nng_msg_free(m);
+}
+
+/* Finds the packed record with this lsn in an encoded Replicate: its
+ * header (lsn, leader epoch, start and payload lengths, big-endian). */
+static uint8_t *
+packed_head(nng_msg *m, uint64_t lsn)
+{
+	uint8_t *p = nng_msg_body(m);
+	size_t n = nng_msg_len(m);
+	uint8_t want[8];
+
+	for (int i = 0; i < 8; i++)
+		want[i] = (uint8_t)(lsn >> (56 - 8 * i));
+	for (size_t i = 0; i + 24 <= n; i++)
+		if (memcmp(p + i, want, 8) == 0)
+			return p + i;
+	return NULL;
+}
+
+static void
+put32be(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+
+static void
+packed_records_with_lengths_past_their_field_are_refused(void **state)
+{
+	kv_repl_rec recs[2] = {
+	    {.leader_epoch = 3, .lsn = 0x0102030405060708ull, .start = B("m"), .payload = B("abc")},
+	    {.leader_epoch = 3, .lsn = 0x0102030405060709ull, .start = B("m"), .payload = B("xy")},
+	};
+	kv_repl_msg r = {
+	    .from_node = 1, .stream_id = 99, .seq = 5, .nrecs = 2, .recs = recs, .packed = true};
+	/* what each case writes into which header: the start's length (16) or
+	 * the payload's (20), of the first or the last record */
+	struct {
+		int rec, at;
+		uint32_t v;
+		int rv;
+	} cases[] = {
+	    {0, 20, 0xffffffffu, KV_EINVAL},         /* a payload past the field */
+	    {0, 16, 0xfffffff0u, KV_EINVAL},         /* a start key past the field */
+	    {1, 20, 1, KV_EINVAL},                   /* the last record leaves a byte: cut short */
+	    {1, 20, 3, KV_EINVAL},                   /* the last payload one byte past the end */
+	    {0, 16, 0, KV_EINVAL},                   /* the start key's byte read as a header */
+	    {0, 16, KV_HARD_MAX_KEY + 1, KV_EINVAL}, /* a start key longer than a key */
+	};
+	nng_msg *m;
+	kv_req d;
+	const char *why;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(kv_repl_encode(&r, 7, 1, B(""), &m), KV_OK);
+		uint8_t *h = packed_head(m, recs[cases[i].rec].lsn);
+		assert_non_null(h);
+		put32be(h + cases[i].at, cases[i].v);
+		why = NULL;
+		assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why),
+		                 cases[i].rv);
+		assert_non_null(why);
+		kv_data_req_fini(&d);
+		nng_msg_free(m);
+	}
+	/* Untouched, the same batch decodes. */
+	assert_int_equal(kv_repl_encode(&r, 7, 1, B(""), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
+	assert_int_equal(d.repl.nrecs, 2);
+	assert_bytes(d.repl.recs[1].payload, B("xy"));
 	kv_data_req_fini(&d);
 	nng_msg_free(m);
 }
@@ -1544,7 +1624,8 @@ replicate_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 	                      .error = "old",
 	                      .diverged = true,
 	                      .caught_up = true,
-	                      .position = 33}};
+	                      .position = 33,
+	                      .packed_ok = true}};
 	kv_resp refused = {.request_id = 3, .status = KV_EAUTH};
 	kv_repl_ack a;
 	kv_resp d;
@@ -1559,11 +1640,13 @@ replicate_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 	assert_true(a.diverged);
 	assert_true(a.caught_up);
 	assert_int_equal(a.position, 33);
+	assert_true(a.packed_ok);
 	assert_int_equal(kv_data_resp_decode(nng_msg_body(m), nng_msg_len(m), &d), KV_OK);
 	assert_true(d.has_rack);
 	assert_true(d.rack.diverged);
 	assert_true(d.rack.caught_up);
 	assert_int_equal(d.rack.position, 33);
+	assert_true(d.rack.packed_ok);
 	assert_int_equal(d.rack.acked_lsn, 40);
 	assert_string_equal(d.rack.error, "old");
 	kv_data_resp_fini(&d);
@@ -1597,6 +1680,7 @@ main(void)
 	    cmocka_unit_test(every_transfer_message_round_trips),
 	    cmocka_unit_test(transfer_ack_round_trips_and_a_refused_envelope_is_its_status),
 	    cmocka_unit_test(replicate_round_trips_and_bad_batches_are_refused),
+	    cmocka_unit_test(packed_records_with_lengths_past_their_field_are_refused),
 	    cmocka_unit_test(
 	        replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused),
 	    cmocka_unit_test(replicate_ack_round_trips_and_a_refused_envelope_is_its_status),
