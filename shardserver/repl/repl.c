@@ -27,7 +27,9 @@
  * refusal) makes the stream start again: once nothing is in flight, a new
  * stream id (boot_id << 32 | generation), seq 1, from `unacked`. A stream id
  * never carries two different batches under one seq, so a backup can
- * answer a repeated seq from memory.
+ * answer a repeated seq from memory. A batch's records go packed in one
+ * field (Replicate.packed_records) once an answer of the generation said
+ * the backup reads them (stream.packed); before that, a message each.
  *
  * Backup side. One `insrc` per primary node: the stream id it follows, the
  * next seq, the last primary lsn applied and the local lsn that logged it.
@@ -222,13 +224,9 @@ struct stream {
 	atomic_uint_fast64_t hole;    /* lsn of a record the queue could not take (no memory); 0 */
 	/* Times the stream stopped carrying a range it carried (Replicate.breaks). */
 	atomic_uint_fast64_t breaks;
-	pthread_mutex_t mu; /* protects everything below */
-	pthread_cond_t cv;  /* signalled on a new record or an answer (stream_wake_locked) */
-	bool asleep;        /* the thread polls efd (link): wake it there */
-	/* The backup answered this generation saying it reads packed records
-	 * (kv_repl_ack.packed_ok): batches go packed. A new generation (a new
-	 * connection, maybe another binary) asks again. */
-	bool packed;
+	pthread_mutex_t mu;        /* protects everything below */
+	pthread_cond_t cv;         /* signalled on a new record or an answer (stream_wake_locked) */
+	bool asleep;               /* the thread polls efd (link): wake it there */
 	entry *head, *tail;        /* the queue, lsn order; entries before unacked are freed
 	                              by the thread */
 	entry *unacked;            /* first record not acknowledged */
@@ -269,6 +267,10 @@ struct stream {
 	 * stream since this start: only then may the backup hold a position
 	 * from this start, and a catch-up is offered (mu). */
 	bool seeded;
+	/* The backup answered in this generation that it reads packed records
+	 * (kv_repl_ack.packed_ok): batches go packed. A new generation (a new
+	 * connection, maybe another binary) asks again (mu). */
+	bool packed;
 	diverged *div;       /* ranges to have the backup leave the ISR of */
 	uint64_t div_ns;     /* no removal request before this (monotonic) */
 	diverged *unfence;   /* ranges whose fence (this backup) answered the end in
