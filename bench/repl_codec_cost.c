@@ -10,21 +10,19 @@
  * of the three-node pipelined bench, bench/README.md).
  */
 #include "common/err.h"
+#include "common/key.h"
 #include "proto/data_codec.h"
 #include "proto/repl_codec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+/* Seconds on the monotonic clock. */
 static double
 now_s(void)
 {
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+	return (double)kv_now_ns() * 1e-9;
 }
 
 static int
