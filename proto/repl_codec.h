@@ -8,7 +8,8 @@
  * kv_repl_ack in kv_data_resp_encode (kv_resp.rack).
  *
  * Decoding validates structure: from_node, stream_id and seq set, at most
- * KV_REPL_MAX_RECS records, each with an lsn, a payload of 1 byte ..
+ * KV_REPL_MAX_RECS records (one message each, or packed in one field
+ * whose lengths must fit it exactly), each with an lsn, a payload of 1 byte ..
  * KV_REPL_MAX_PAYLOAD, a start key within KV_HARD_MAX_KEY, and lsns strictly
  * increasing within the batch; a copy step or an end comes alone (no
  * records, not both), a copy with at most KV_REPL_MAX_RECS payloads of 1 byte
