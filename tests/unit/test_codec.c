@@ -9,6 +9,7 @@
  * Only public codec headers are included: the test sees the wire through
  * the codecs, as the client, the server and the controller do.
  */
+#include "common/bytes.h"
 #include "common/config.h"
 #include "common/err.h"
 #include "common/key.h"
@@ -1416,19 +1417,11 @@ packed_head(nng_msg *m, uint64_t lsn)
 	size_t n = nng_msg_len(m);
 	uint8_t want[8];
 
-	for (int i = 0; i < 8; i++)
-		want[i] = (uint8_t)(lsn >> (56 - 8 * i));
+	kv_put64be(want, lsn);
 	for (size_t i = 0; i + 24 <= n; i++)
 		if (memcmp(p + i, want, 8) == 0)
 			return p + i;
 	return NULL;
-}
-
-static void
-put32be(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (24 - 8 * i));
 }
 
 static void
@@ -1463,7 +1456,7 @@ packed_records_with_lengths_past_their_field_are_refused(void **state)
 		assert_int_equal(kv_repl_encode(&r, 7, 1, B(""), &m), KV_OK);
 		uint8_t *h = packed_head(m, recs[cases[i].rec].lsn);
 		assert_non_null(h);
-		put32be(h + cases[i].at, cases[i].v);
+		kv_put32be(h + cases[i].at, cases[i].v);
 		why = NULL;
 		assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why),
 		                 cases[i].rv);
