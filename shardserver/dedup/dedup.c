@@ -491,8 +491,16 @@ kv_dedup_insert(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_resul
 	c = client_get_locked(d, st, client, time_ms);
 	if (c == NULL) {
 		rv = KV_ENOMEM;
-	} else if (slot_find(c, req) == NULL) {
-		s = slot_new(d, c, req);
+	} else if ((s = slot_find(c, req)) == NULL || s->pending) {
+		/* A pending slot is an attempt of the same write begun here
+		 * (a retry at a node that serves the range while it still
+		 * applies the old primary's records, refused until its
+		 * routing table changes). The write was applied elsewhere:
+		 * the result goes into the slot, so that the attempt's abort
+		 * (which drops only a pending slot) does not lose it and the
+		 * next retry is answered from memory, not applied again. */
+		if (s == NULL)
+			s = slot_new(d, c, req);
 		if ((rv = slot_fill(s, res, key, klen, time_ms)) != 0) {
 			if (req > c->floor)
 				c->floor = req;

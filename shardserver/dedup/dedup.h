@@ -76,8 +76,11 @@ void kv_dedup_finish(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_
 /* Forgets a write started with kv_dedup_begin that was not applied. */
 void kv_dedup_abort(kv_dedup *d, uint64_t client, uint64_t req);
 
-/* Inserts a result received from another server (range transfer); an entry
- * already present is kept. Copies everything. Returns 0 or KV_ENOMEM. */
+/* Inserts a result received from another server (range transfer, a
+ * replication record); a finished entry already present is kept, a pending
+ * one (an attempt of the same write begun here) takes the result: that
+ * attempt's kv_dedup_abort then keeps it. Copies everything. Returns 0 or
+ * KV_ENOMEM. */
 int kv_dedup_insert(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_result *res,
                     const void *key, size_t klen, uint64_t time_ms);
 

@@ -120,6 +120,34 @@ dedup_retry_returns_the_first_result(void **state)
 	kv_dedup_destroy(d);
 }
 
+/* A result received from another server (the old primary's record,
+ * applied while this node already serves the range) for a write whose
+ * retry is in progress here, refused later (its routing table still names
+ * the old primary): the refusal's abort keeps the received result, so the
+ * next retry is answered from memory instead of being applied again. */
+static void
+dedup_a_received_result_outlives_the_abort_of_a_retry_in_progress(void **state)
+{
+	kv_dedup *d = kv_dedup_create(0, 0, 0);
+	kv_dedup_result r = {.status = 0, .value_len = 5}, out;
+	(void)state;
+	assert_non_null(d);
+	assert_int_equal(kv_dedup_begin(d, 3, 40, true, 100, &out), KV_ENOTFOUND);
+	assert_int_equal(kv_dedup_insert(d, 3, 40, &r, S("k"), 100), 0);
+	kv_dedup_abort(d, 3, 40);
+	assert_int_equal(kv_dedup_begin(d, 3, 40, true, 101, &out), 0);
+	assert_int_equal(out.status, 0);
+	assert_int_equal(out.value_len, 5);
+	kv_buf_fini(&out.value);
+	/* A finished entry is still kept against a later insert. */
+	kv_dedup_result other = {.status = 0, .value_len = 9};
+	assert_int_equal(kv_dedup_insert(d, 3, 40, &other, S("k"), 102), 0);
+	assert_int_equal(kv_dedup_begin(d, 3, 40, true, 103, &out), 0);
+	assert_int_equal(out.value_len, 5);
+	kv_buf_fini(&out.value);
+	kv_dedup_destroy(d);
+}
+
 /* The default memory holds a pipelined handle's retry: one write retried
  * after three thousand newer writes of its client (a primary transfer
  * under pipelined load; 1024 did not hold it) is answered from memory;
@@ -451,6 +479,7 @@ main(void)
 	    cmocka_unit_test(owner_fill_leaves_served_parts_alone),
 	    cmocka_unit_test(owner_served_merges_adjacent_ranges),
 	    cmocka_unit_test(dedup_retry_returns_the_first_result),
+	    cmocka_unit_test(dedup_a_received_result_outlives_the_abort_of_a_retry_in_progress),
 	    cmocka_unit_test(dedup_default_memory_outlasts_a_pipelined_clients_retry),
 	    cmocka_unit_test(dedup_refuses_a_forgotten_write_instead_of_applying_it_again),
 	    cmocka_unit_test(dedup_refilled_memory_refuses_writes_older_than_it_holds),
