@@ -1650,6 +1650,15 @@ kv_dur_sync(kv_dur *d)
 	return kv_wal_wait(d->wal, l, d->o.mode != KV_FSYNC_NONE);
 }
 
+int
+kv_dur_fsync(kv_dur *d)
+{
+	uint64_t l = atomic_load(&d->last_lsn);
+	if (l == 0)
+		return KV_OK;
+	return kv_wal_wait(d->wal, l, true);
+}
+
 void
 kv_dur_write_here(kv_dur *d)
 {

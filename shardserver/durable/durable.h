@@ -246,6 +246,11 @@ int kv_dur_notify(kv_dur *d, uint64_t lsn, kv_wal_done_fn done, void *arg);
  * none). For migration handoffs. Returns 0 or the log's error. */
 int kv_dur_sync(kv_dur *d);
 
+/* Blocks until every record so far is fsynced, whatever the mode: with
+ * none the log syncs nothing on its own, and a replica's catch-up
+ * positions may only name synced records. Returns 0 or the log's error. */
+int kv_dur_fsync(kv_dur *d);
+
 /* --fsync batch: writes what is appended to the log on the calling thread,
  * unless a write is in progress elsewhere (kv_wal_write_here). For a
  * thread about to wait for its own records (a backup's Replicate). */

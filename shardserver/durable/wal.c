@@ -38,9 +38,10 @@
  *
  * Segments: the writer switches to a new segment when the current one has
  * grown past segment_bytes and more data arrives, or on kv_wal_rotate(). A
- * switch first writes and fsyncs everything that belongs to the old segment,
- * then creates the new file (header, fsync, dir fsync) and only then closes
- * the old one.
+ * switch first writes and fsyncs everything that belongs to the old segment
+ * (NONE: writes only; the OS decides when it reaches the disk), then
+ * creates the new file (header, fsync, dir fsync) and only then closes the
+ * old one.
  *
  * Zeros ahead (ALWAYS, BATCH): the writer keeps a megabyte or more of zeros
  * written after the records (zero_ahead), so that most writes land inside
@@ -1020,8 +1021,8 @@ durable_lsn(const kv_wal *w, uint64_t written, uint64_t synced)
 static bool
 sync_forced(const kv_wal *w, uint64_t sync_req, bool closing)
 {
-	return w->mode == KV_FSYNC_ALWAYS || w->switch_to != 0 || closing ||
-	       sync_req > w->w_synced || w->nchunks == WAL_MAX_CHUNKS;
+	return w->mode == KV_FSYNC_ALWAYS || (w->switch_to != 0 && w->mode != KV_FSYNC_NONE) ||
+	       closing || sync_req > w->w_synced || w->nchunks == WAL_MAX_CHUNKS;
 }
 
 /* Whether the written-but-unsynced bytes must be fsynced now. sync_req,
@@ -1401,7 +1402,8 @@ drop_chunks(kv_wal *w)
 	w->nchunks = 0;
 }
 
-/* Starts the segment at switch_to; the old one is written and synced. */
+/* Starts the segment at switch_to; the old one is written and (but with
+ * NONE) synced. */
 static int
 switch_segment(kv_wal *w, int fault)
 {
@@ -1518,7 +1520,8 @@ writer_round(kv_wal *w, int fault, uint64_t sync_req, bool closing)
 		if (w->mode != KV_FSYNC_NONE)
 			drop_chunks(w);
 	}
-	if (w->switch_to != 0 && w->nchunks == 0 && w->w_written == w->w_synced)
+	if (w->switch_to != 0 && w->nchunks == 0 &&
+	    (w->w_written == w->w_synced || w->mode == KV_FSYNC_NONE))
 		return switch_segment(w, fault);
 	return KV_OK;
 }

@@ -129,9 +129,10 @@
 #define DRAIN_MS        30u   /* longest a range handed to another primary refuses writes first */
 /* Payload bytes of recent records kept for catch-ups from a replica's own
  * data (doc/replication.md "Catch-up from the replica's own data"). */
-#define CU_MAX      (64u * 1024u * 1024u)
-#define POS_SAVE_MS 100u             /* the positions file is written at most this often */
-#define POS_FILE    "repl-positions" /* ... in the data dir */
+#define CU_MAX            (64u * 1024u * 1024u)
+#define POS_SAVE_MS       100u  /* the positions file is written at most this often */
+#define POS_FSYNC_NONE_MS 1000u /* --fsync none: the log synced for positions this often */
+#define POS_FILE          "repl-positions" /* ... in the data dir */
 
 /* What a queue entry is. */
 enum {
@@ -4380,12 +4381,24 @@ pos_main(void *arg)
 
 	kv_log_thread_name("kv-repl-pos");
 	pthread_mutex_lock(&g->in_mu);
+	uint64_t next_fsync = 0;
 	while (!atomic_load(&g->stopping)) {
 		struct timespec ts;
 		deadline_in(&ts, POS_SAVE_MS);
 		pthread_cond_timedwait(&g->pos_cv, &g->in_mu, &ts);
-		if (g->pos_dirty && !atomic_load(&g->stopping))
-			(void)pos_save_locked(g, false);
+		if (!g->pos_dirty || atomic_load(&g->stopping))
+			continue;
+		uint64_t now = kv_now_ns();
+		if (kv_dur_mode(g->env.dur) == KV_FSYNC_NONE && now >= next_fsync) {
+			/* With --fsync none the log syncs nothing itself, and a
+			 * position names only synced records: sync for them, at
+			 * most every POS_FSYNC_NONE_MS. */
+			next_fsync = now + POS_FSYNC_NONE_MS * 1000000ull;
+			pthread_mutex_unlock(&g->in_mu);
+			(void)kv_dur_fsync(g->env.dur);
+			pthread_mutex_lock(&g->in_mu);
+		}
+		(void)pos_save_locked(g, false);
 	}
 	pthread_mutex_unlock(&g->in_mu);
 	return NULL;
@@ -4547,7 +4560,7 @@ kv_rs_destroy(kv_rs *g)
 		 * still open here). */
 		pthread_join(g->pos_thr, NULL);
 		g->pos_started = false;
-		if (g->pos_dirty && kv_dur_sync(g->env.dur) == KV_OK) {
+		if (g->pos_dirty && kv_dur_fsync(g->env.dur) == KV_OK) {
 			pthread_mutex_lock(&g->in_mu);
 			(void)pos_save_locked(g, false);
 			pthread_mutex_unlock(&g->in_mu);

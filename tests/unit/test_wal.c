@@ -1388,6 +1388,40 @@ rotation_and_dropping_while_appending_keep_lsns_contiguous(void **state)
 	expect_thread_records(d->path, total);
 }
 
+/* --fsync none syncs nothing of its own: segment switches (by size and by
+ * kv_wal_rotate) write the old segment and start the next without an
+ * fdatasync, and every record still replays in order; an explicit sync
+ * request is still honoured. */
+static void
+a_none_log_switches_segments_without_syncing_them(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal_opts o = {.dir = d->path, .mode = KV_FSYNC_NONE, .segment_bytes = 16 * 1024};
+	kv_wal_stats st;
+	kv_wal *w;
+	uint64_t lsn = 1, at;
+	char err[512];
+
+	assert_int_equal(kv_wal_open(&o, 1, &w, err, sizeof(err)), KV_OK);
+	for (int r = 0; r < 4; r++) {
+		for (int i = 0; i < 50; i++)
+			append_one(w, lsn++);
+		assert_int_equal(kv_wal_wait(w, lsn - 1, false), KV_OK);
+		assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+		assert_int_equal(at, lsn);
+	}
+	kv_wal_stats_get(w, &st);
+	assert_true(count_segments(d->path) >= 5); /* the four rotations at least */
+	assert_int_equal(st.fsyncs, 0);
+	assert_int_equal(st.written_lsn, lsn - 1);
+	assert_int_equal(kv_wal_wait(w, lsn - 1, true), KV_OK);
+	kv_wal_stats_get(w, &st);
+	assert_true(st.fsyncs >= 1);
+	assert_int_equal(st.synced_lsn, lsn - 1);
+	kv_wal_close(w);
+	expect_records(d->path, 1, 1, lsn - 1);
+}
+
 /* A flag a notification sets, to wait for without sleeping blindly. */
 struct flag {
 	pthread_mutex_t mu;
@@ -1926,6 +1960,7 @@ main(void)
 	    T(drop_before_removes_only_fully_covered_segments),
 #else
 	    T(group_commit_makes_every_record_durable_with_fewer_fsyncs),
+	    T(a_none_log_switches_segments_without_syncing_them),
 	    T(rotation_and_dropping_while_appending_keep_lsns_contiguous),
 	    T(batch_notifications_fire_without_waiting_for_fsync),
 	    T(batch_appends_of_a_round_are_written_at_its_end_on_its_thread),
