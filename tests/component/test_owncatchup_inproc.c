@@ -9,6 +9,9 @@
  *   acknowledged write, and its primary sent it no copy: the primary's
  *   shardkv_replica_copies_total is unchanged and
  *   shardkv_replica_catchups_total is one more.
+ * - A running backup's position reaches its positions file and moves
+ *   there with the writes, with no stop (ctest runs this file again with
+ *   KV_TEST_FSYNC=none, whose log syncs nothing by itself).
  * - A backup whose range got another primary while it was away (a `move`
  *   to the third server, a new leader epoch) holds no position from the
  *   new primary, which copies it, and it holds every acknowledged write.
@@ -46,6 +49,7 @@
  * every port are picked free at run time on 127.0.0.1.
  */
 #include "common/err.h"
+#include "shardserver/repl/catchup.h"
 #include "shardserver/server_int.h" /* the server's kv_rs, for the commit point */
 #include "tests/support/fake_ctl.h"
 #include "tests/support/http_client.h"
@@ -299,6 +303,58 @@ a_restarted_backup_catches_up_from_its_own_data_without_a_copy(void **state)
 	}
 	for (int i = 0; i < NSRV; i++)
 		holds_everything(i);
+}
+
+/* The highest lsn a position in server i's positions file holds now (0:
+ * no file, or none in it). */
+static uint64_t
+saved_position(int i)
+{
+	static uint8_t buf[1 << 20];
+	char path[600];
+	kv_cu_pos_set set = {0};
+	uint64_t lsn = 0;
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/repl-positions", cl.srv[i].dir);
+	if ((f = fopen(path, "rb")) == NULL)
+		return 0;
+	n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	if (kv_cu_pos_decode(buf, n, &set) == KV_OK)
+		for (size_t k = 0; k < set.n; k++)
+			if (set.v[k].lsn > lsn)
+				lsn = set.v[k].lsn;
+	kv_cu_pos_set_fini(&set);
+	return lsn;
+}
+
+/* A running backup's position reaches its file and moves there with the
+ * writes, at every --fsync (registered again at none, where the log syncs
+ * nothing by itself and the positions thread syncs for them): a crash, not
+ * only a clean stop, leaves it a position to catch up from. */
+static void
+a_running_backups_position_reaches_its_file_and_moves_with_the_writes(void **state)
+{
+	(void)state;
+	uint32_t p = three_in_sync();
+	int b = idx_of(p == 1 ? 2 : 1);
+	uint64_t first = 0, t0;
+
+	write_keys(p, 0, NKEYS / 2);
+	for (t0 = kv_test_now_ms(); (first = saved_position(b)) == 0;) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("no position in node %d's file after %u ms", b + 1, DEADLINE);
+		kv_test_sleep_ms(20);
+	}
+	write_keys(p, NKEYS / 2, NKEYS);
+	for (t0 = kv_test_now_ms(); saved_position(b) <= first;) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node %d's position stays at %llu after %u ms of later writes",
+			         b + 1, (unsigned long long)first, DEADLINE);
+		kv_test_sleep_ms(20);
+	}
 }
 
 static void
@@ -998,6 +1054,9 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_prestate_setup_teardown(
 	        a_restarted_backup_catches_up_from_its_own_data_without_a_copy, setup,
+	        inproc_cluster_teardown, &cl),
+	    cmocka_unit_test_prestate_setup_teardown(
+	        a_running_backups_position_reaches_its_file_and_moves_with_the_writes, setup,
 	        inproc_cluster_teardown, &cl),
 	    cmocka_unit_test_prestate_setup_teardown(
 	        a_backup_whose_range_changed_primary_is_copied_and_loses_nothing, setup,

@@ -124,6 +124,10 @@ kv_add_test(test_readd_inproc SOURCES component/test_readd_inproc.c
 # copied (doc/replication.md "Catch-up from the replica's own data").
 kv_add_test(test_owncatchup_inproc SOURCES component/test_owncatchup_inproc.c
   LIBS kv_inproc_cluster kv_testutil TIMEOUT 120)
+# The same at --fsync none, whose log syncs nothing by itself: a replica's
+# positions still reach the disk (the positions thread syncs for them).
+kv_add_test(test_owncatchup_inproc_fsync_none COMMAND test_owncatchup_inproc TIMEOUT 120)
+set_tests_properties(test_owncatchup_inproc_fsync_none PROPERTIES ENVIRONMENT "KV_TEST_FSYNC=none")
 # A restarted server never counts as in sync by accident (doc/replication.md
 # "Failover"): its renewal reaching the controller before its registration,
 # and a controller that restarted before it, still fail its range over and

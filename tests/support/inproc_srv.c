@@ -32,6 +32,12 @@ inproc_srv_init(inproc_srv *v, const char *tmpdir, int i, const char *ctl_url, u
 	                         .fsync = KV_FSYNC_BATCH,
 	                         .contexts = contexts,
 	                         .watch_timeout_ms = 500};
+	/* KV_TEST_FSYNC=always|batch|none runs a component test's servers at
+	 * that --fsync (tests/component/tests.cmake registers some twice). */
+	const char *fs = getenv("KV_TEST_FSYNC");
+	kv_fsync_mode m;
+	if (fs != NULL && kv_fsync_mode_parse(fs, &m) == 0)
+		v->cfg.fsync = m;
 }
 
 void
