@@ -1045,7 +1045,10 @@ kv_dur_side_open(kv_dur *d, kv_dur_side **out)
 	                  .mode = d->o.mode == KV_FSYNC_NONE ? KV_FSYNC_NONE : KV_FSYNC_BATCH,
 	                  .batch_ms = SIDE_SYNC_MS,
 	                  .segment_bytes = SIDE_SEGMENT,
-	                  .buffer_bytes = SIDE_BUFFER};
+	                  .buffer_bytes = SIDE_BUFFER,
+	                  /* with none, nothing syncs it (its close is on the
+	                     transfer's commit path) */
+	                  .close_unsynced = true};
 	if ((rv = kv_wal_open(&wo, 1, &s->w, err, sizeof(err))) != 0) {
 		KV_WARN(COMP, "cannot open a side log", "dir=%s err=%s detail=\"%s\"", path,
 		        kv_errname(rv), err);

@@ -139,6 +139,7 @@ struct kv_wal {
 	uint64_t segment_bytes; /* switch segments past this */
 	uint64_t buffer_bytes;  /* appenders block at this much unwritten */
 	bool round_writes;      /* BATCH: round_end writes a loop's appends */
+	bool close_unsynced;    /* NONE: a close does not fsync (kv_wal_opts) */
 	pthread_t thread;       /* the writer */
 
 	pthread_mutex_t mu;
@@ -1021,8 +1022,10 @@ durable_lsn(const kv_wal *w, uint64_t written, uint64_t synced)
 static bool
 sync_forced(const kv_wal *w, uint64_t sync_req, bool closing)
 {
-	return w->mode == KV_FSYNC_ALWAYS || (w->switch_to != 0 && w->mode != KV_FSYNC_NONE) ||
-	       closing || sync_req > w->w_synced || w->nchunks == WAL_MAX_CHUNKS;
+	bool none = w->mode == KV_FSYNC_NONE;
+	return w->mode == KV_FSYNC_ALWAYS || (w->switch_to != 0 && !none) ||
+	       (closing && !(none && w->close_unsynced)) || sync_req > w->w_synced ||
+	       w->nchunks == WAL_MAX_CHUNKS;
 }
 
 /* Whether the written-but-unsynced bytes must be fsynced now. sync_req,
@@ -1273,6 +1276,10 @@ write_pending(kv_wal *w, int fault)
 	return KV_OK;
 }
 
+/* fdatasync calls of every log of the process (kv_wal_test_fsyncs): a
+ * log's own count dies with it at close. */
+static atomic_uint_fast64_t all_fsyncs;
+
 static int
 sync_file(kv_wal *w, int fault)
 {
@@ -1281,6 +1288,7 @@ sync_file(kv_wal *w, int fault)
 	if (fdatasync(w->fd) != 0)
 		return kv_err_from_errno(errno);
 	w->n_fsyncs++;
+	atomic_fetch_add(&all_fsyncs, 1);
 	return KV_OK;
 }
 
@@ -1748,6 +1756,7 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	w->batch_ns = (uint64_t)(o->batch_ms ? o->batch_ms : WAL_DEF_BATCH) * 1000000ull;
 	w->segment_bytes = o->segment_bytes ? o->segment_bytes : WAL_DEF_SEGMENT;
 	w->buffer_bytes = o->buffer_bytes ? o->buffer_bytes : WAL_DEF_BUFFER;
+	w->close_unsynced = o->close_unsynced;
 	w->round_writes = o->round_writes && o->mode == KV_FSYNC_BATCH;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_condattr_init(&ca);
@@ -2109,6 +2118,12 @@ kv_wal_test_hold_syncs(kv_wal *w, bool hold)
 	w->as_hold = hold;
 	pthread_cond_broadcast(&w->as_cv);
 	pthread_mutex_unlock(&w->mu);
+}
+
+uint64_t
+kv_wal_test_fsyncs(void)
+{
+	return atomic_load(&all_fsyncs);
 }
 
 bool

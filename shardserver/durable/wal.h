@@ -149,6 +149,9 @@ typedef struct {
 	                           thread (kv_wal_write_here), not by a woken writer.
 	                           The log must then outlive every thread that
 	                           appends to it in a round. */
+	bool close_unsynced;    /* NONE: kv_wal_close writes what is left but does not
+	                           fsync it (a migration's side log, closed on the
+	                           transfer's commit path) */
 } kv_wal_opts;
 
 /*
@@ -275,5 +278,10 @@ void kv_wal_write_here(kv_wal *w);
  * time) with no round of its own or of a loop's in progress: an append
  * made now in a round is left to the round's end (round_writes). */
 bool kv_wal_test_writer_sleeps(kv_wal *w);
+
+/* Test hook: the fdatasync calls the writer threads of every log of the
+ * process have made on their own thread (a sync, a switch, a close; not
+ * the syncer's). */
+uint64_t kv_wal_test_fsyncs(void);
 
 #endif

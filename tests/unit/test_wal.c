@@ -1422,6 +1422,33 @@ a_none_log_switches_segments_without_syncing_them(void **state)
 	expect_records(d->path, 1, 1, lsn - 1);
 }
 
+/* A --fsync none log opened with close_unsynced (a migration's side log,
+ * closed on the transfer's commit path) writes what is left at its close
+ * but does not fsync it; without the option a close still syncs. */
+static void
+a_none_log_with_close_unsynced_closes_without_a_sync(void **state)
+{
+	kv_test_dir *d = *state;
+	char sub[4200], err[512];
+	kv_wal *w;
+	uint64_t lsn = 1, before;
+
+	for (int unsynced = 1; unsynced >= 0; unsynced--) {
+		snprintf(sub, sizeof(sub), "%s/%s", d->path, unsynced ? "side" : "plain");
+		kv_wal_opts o = {.dir = sub, .mode = KV_FSYNC_NONE, .close_unsynced = unsynced};
+		assert_int_equal(kv_wal_open(&o, 1, &w, err, sizeof(err)), KV_OK);
+		for (lsn = 1; lsn <= 100; lsn++)
+			append_one(w, lsn);
+		before = kv_wal_test_fsyncs();
+		kv_wal_close(w);
+		if (unsynced)
+			assert_int_equal(kv_wal_test_fsyncs(), before);
+		else
+			assert_true(kv_wal_test_fsyncs() > before);
+		expect_records(sub, 1, 1, 100);
+	}
+}
+
 /* A flag a notification sets, to wait for without sleeping blindly. */
 struct flag {
 	pthread_mutex_t mu;
@@ -1961,6 +1988,7 @@ main(void)
 #else
 	    T(group_commit_makes_every_record_durable_with_fewer_fsyncs),
 	    T(a_none_log_switches_segments_without_syncing_them),
+	    T(a_none_log_with_close_unsynced_closes_without_a_sync),
 	    T(rotation_and_dropping_while_appending_keep_lsns_contiguous),
 	    T(batch_notifications_fire_without_waiting_for_fsync),
 	    T(batch_appends_of_a_round_are_written_at_its_end_on_its_thread),
