@@ -58,6 +58,7 @@
 #include "shardserver/durable/durable.h"
 #include "common/bytes.h"
 #include "common/err.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "shardserver/durable/snap.h"
 #include "shardserver/durable/wal.h"
@@ -65,6 +66,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1025,6 +1027,33 @@ drop_sides_before(kv_dur *d, uint64_t lsn)
 	} while (ngone == 16);
 }
 
+/* Fsyncs the files of side log `name` of data dir `dir`, then the
+ * directory. Failures are logged. */
+static void
+sync_side(const char *dir, const char *name)
+{
+	char path[4200];
+	DIR *dp;
+	struct dirent *e;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if ((dp = opendir(path)) == NULL)
+		return;
+	while ((e = readdir(dp)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		int fd = openat(dirfd(dp), e->d_name, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || fdatasync(fd) != 0)
+			KV_WARN(COMP, "cannot sync side log file", "dir=%s file=%s err=\"%s\"",
+			        path, e->d_name, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+	}
+	closedir(dp);
+	if (kv_fsync_dir(path) != 0)
+		KV_WARN(COMP, "cannot sync side log", "dir=%s", path);
+}
+
 int
 kv_dur_side_open(kv_dur *d, kv_dur_side **out)
 {
@@ -1598,6 +1627,12 @@ kv_dur_close(kv_dur *d)
 	pthread_mutex_unlock(&d->mu);
 	if (d->thr_started)
 		pthread_join(d->thr, NULL);
+	/* With none a side log is not synced at its close (the transfer's
+	 * commit path); a clean stop leaves the adopted ones on disk with the
+	 * log, whose close syncs it, as in the other modes. */
+	if (d->o.mode == KV_FSYNC_NONE)
+		for (size_t i = 0; i < d->sides.n; i++)
+			sync_side(d->dir, d->sides.v[i].name);
 	kv_wal_close(d->wal);
 	pthread_rwlock_destroy(&d->barrier);
 	for (size_t i = 0; i < KV_DUR_STRIPES; i++)

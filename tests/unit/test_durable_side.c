@@ -119,6 +119,35 @@ sides(const char *dir, char out[][64], size_t max)
 	return n;
 }
 
+/* --fsync none: a side log is not synced at its close (the transfer's
+ * commit path); the node's clean close syncs the adopted ones with its
+ * log, and a reopen replays them. */
+static void
+a_none_nodes_adopted_side_log_survives_its_clean_close(void **state)
+{
+	kv_test_dir *d = *state;
+	char err[700] = "";
+	kv_dur_side *s = NULL;
+	node n;
+
+	assert_int_equal(node_try_open(&n, d->path, KV_FSYNC_NONE, err, sizeof(err)), KV_OK);
+	put_main(&n, "a", "1");
+	assert_int_equal(kv_dur_side_open(n.dur, &s), KV_OK);
+	put_side(&n, s, "m1", "x");
+	put_side(&n, s, "m2", "y");
+	assert_int_equal(kv_dur_side_adopt(s), KV_OK);
+	kv_dur_side_close(s);
+	put_main(&n, "b", "2");
+	node_close(&n);
+
+	assert_int_equal(node_try_open(&n, d->path, KV_FSYNC_NONE, err, sizeof(err)), KV_OK);
+	assert_true(has(&n, "a", "1"));
+	assert_true(has(&n, "m1", "x"));
+	assert_true(has(&n, "m2", "y"));
+	assert_true(has(&n, "b", "2"));
+	node_close(&n);
+}
+
 /* A transfer that logs m1..m3 (m1 deleted again) and an exactly-once entry
  * in a side log and adopts it. */
 static void
@@ -326,6 +355,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        an_adopt_whose_side_log_is_gone_stops_recovery_naming_it, kv_test_dir_setup,
 	        kv_test_dir_teardown),
+	    cmocka_unit_test_setup_teardown(a_none_nodes_adopted_side_log_survives_its_clean_close,
+	                                    kv_test_dir_setup, kv_test_dir_teardown),
 	    cmocka_unit_test(an_adopt_record_from_a_peer_is_refused),
 	    cmocka_unit_test_setup_teardown(an_adopt_record_inside_a_side_log_is_corruption,
 	                                    kv_test_dir_setup, kv_test_dir_teardown),
