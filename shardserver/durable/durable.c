@@ -970,32 +970,60 @@ kv_dur_apply_record(kv_dur *d, const uint8_t *p, size_t n, uint64_t *lsn)
  * Side logs (durable.h; doc/durability.md "Migrations")
  * ------------------------------------------------------------------------ */
 
+/* Calls fn on every file of side log directory `path` (its segments; a
+ * side log holds no subdirectory), logging `what` for each failure.
+ * Returns false when the directory cannot be opened (errno set). */
+static bool
+side_each_file(const char *path, int (*fn)(int dfd, const char *file), const char *what)
+{
+	DIR *dp = opendir(path);
+	struct dirent *e;
+
+	if (dp == NULL)
+		return false;
+	while ((e = readdir(dp)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (fn(dirfd(dp), e->d_name) != 0)
+			KV_WARN(COMP, what, "dir=%s file=%s err=\"%s\"", path, e->d_name,
+			        strerror(errno));
+	}
+	closedir(dp);
+	return true;
+}
+
+static int
+unlink_file(int dfd, const char *file)
+{
+	return unlinkat(dfd, file, 0);
+}
+
+static int
+sync_file_at(int dfd, const char *file)
+{
+	int fd = openat(dfd, file, O_RDONLY | O_CLOEXEC), rv;
+
+	if (fd < 0)
+		return -1;
+	rv = fdatasync(fd);
+	close(fd);
+	return rv;
+}
+
 /* Removes the side log `name` of data dir `dir` (its segments, then the
- * directory; a side log holds no subdirectory). Failures are logged. */
+ * directory). Failures are logged. */
 static void
 remove_side(const char *dir, const char *name)
 {
 	char path[4200];
-	DIR *dp;
-	struct dirent *e;
-	int dfd;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	if ((dp = opendir(path)) == NULL) {
+	if (!side_each_file(path, unlink_file, "cannot remove side log file")) {
 		if (errno != ENOENT)
 			KV_WARN(COMP, "cannot open side log to remove it", "dir=%s err=\"%s\"",
 			        path, strerror(errno));
 		return;
 	}
-	dfd = dirfd(dp);
-	while ((e = readdir(dp)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (unlinkat(dfd, e->d_name, 0) != 0)
-			KV_WARN(COMP, "cannot remove side log file", "dir=%s file=%s err=\"%s\"",
-			        path, e->d_name, strerror(errno));
-	}
-	closedir(dp);
 	if (rmdir(path) != 0)
 		KV_WARN(COMP, "cannot remove side log", "dir=%s err=\"%s\"", path, strerror(errno));
 	else
@@ -1033,24 +1061,10 @@ static void
 sync_side(const char *dir, const char *name)
 {
 	char path[4200];
-	DIR *dp;
-	struct dirent *e;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	if ((dp = opendir(path)) == NULL)
-		return;
-	while ((e = readdir(dp)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		int fd = openat(dirfd(dp), e->d_name, O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || fdatasync(fd) != 0)
-			KV_WARN(COMP, "cannot sync side log file", "dir=%s file=%s err=\"%s\"",
-			        path, e->d_name, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-	}
-	closedir(dp);
-	if (kv_fsync_dir(path) != 0)
+	if (side_each_file(path, sync_file_at, "cannot sync side log file") &&
+	    kv_fsync_dir(path) != 0)
 		KV_WARN(COMP, "cannot sync side log", "dir=%s", path);
 }
 
@@ -1679,22 +1693,26 @@ kv_dur_durable_lsn(kv_dur *d)
 	return kv_wal_durable_lsn(d->wal);
 }
 
-int
-kv_dur_sync(kv_dur *d)
+/* Waits until every record so far is written, and fsynced when sync. */
+static int
+wait_all(kv_dur *d, bool sync)
 {
 	uint64_t l = atomic_load(&d->last_lsn);
 	if (l == 0)
 		return KV_OK;
-	return kv_wal_wait(d->wal, l, d->o.mode != KV_FSYNC_NONE);
+	return kv_wal_wait(d->wal, l, sync);
+}
+
+int
+kv_dur_sync(kv_dur *d)
+{
+	return wait_all(d, d->o.mode != KV_FSYNC_NONE);
 }
 
 int
 kv_dur_fsync(kv_dur *d)
 {
-	uint64_t l = atomic_load(&d->last_lsn);
-	if (l == 0)
-		return KV_OK;
-	return kv_wal_wait(d->wal, l, true);
+	return wait_all(d, true);
 }
 
 void
