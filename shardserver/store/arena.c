@@ -9,6 +9,7 @@
  * user), item layout (art.h), or returning slab memory before kv_arena_fini.
  */
 #include "shardserver/store/arena.h"
+#include "common/err.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,11 @@ kv_arena_fini(kv_arena *a)
 		free(b);
 	}
 	a->blocks = NULL;
+	if (a->spare != NULL) {
+		atomic_fetch_sub_explicit(a->used, KV_ARENA_MAX_BLOCK, memory_order_relaxed);
+		free(a->spare);
+		a->spare = NULL;
+	}
 	a->self_bytes = 0;
 }
 
@@ -116,6 +122,11 @@ kv_arena__grow(kv_arena *a, size_t need)
 
 	while (size < need + sizeof(kv_arena_block))
 		size *= 2;
+	if (size == KV_ARENA_MAX_BLOCK && a->spare != NULL) {
+		p = a->spare; /* touched and charged already */
+		a->spare = NULL;
+		goto add;
+	}
 	if (kv_arena__charge(a, size) != 0) {
 		/* Near the memory limit: the smallest block that holds the chunk. */
 		size_t small = KV_ARENA_MIN_BLOCK;
@@ -137,6 +148,7 @@ kv_arena__grow(kv_arena *a, size_t need)
 		kv_arena__uncharge(a, size);
 		return -1;
 	}
+add:
 	b = p;
 	b->next = a->blocks;
 	b->size = size;
@@ -146,6 +158,50 @@ kv_arena__grow(kv_arena *a, size_t need)
 	a->bend = (uint8_t *)p + size;
 	a->next_block = KV_ARENA_MAX_BLOCK;
 	return 0;
+}
+
+int
+kv_arena_wants_spare(const kv_arena *a)
+{
+	if (a->spare != NULL || a->spare_refused || a->blocks == NULL)
+		return 0;
+	if (a->blocks->size <
+	    KV_ARENA_MAX_BLOCK) /* the first block: runs of a few classes fill it */
+		return a->carved > a->blocks->size / 4;
+	return (size_t)(a->bend - a->bcur) < a->blocks->size / 4;
+}
+
+void *
+kv_arena_block_make(void)
+{
+	void *p;
+
+	if (posix_memalign(&p, KV_ARENA_MAX_BLOCK, KV_ARENA_MAX_BLOCK) != 0)
+		return NULL;
+	(void)madvise(p, KV_ARENA_MAX_BLOCK, MADV_HUGEPAGE);
+	/* One write a page: every fault is taken here, none under a lock. */
+	for (size_t off = 0; off < KV_ARENA_MAX_BLOCK; off += 4096)
+		((volatile uint8_t *)p)[off] = 0;
+	return p;
+}
+
+void
+kv_arena_block_free(void *block)
+{
+	free(block);
+}
+
+int
+kv_arena_spare_put(kv_arena *a, void *block)
+{
+	if (a->spare != NULL)
+		return KV_EEXISTS;
+	if (kv_arena__charge(a, KV_ARENA_MAX_BLOCK) != 0) {
+		a->spare_refused = 1;
+		return KV_ENOMEM;
+	}
+	a->spare = block;
+	return KV_OK;
 }
 
 void *
@@ -192,6 +248,7 @@ kv_arena_alloc(kv_arena *a, size_t n)
 	}
 	p = c->cur;
 	c->cur += csize;
+	a->carved += csize;
 	return p;
 }
 

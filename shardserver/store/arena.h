@@ -13,6 +13,18 @@
  * shared state is the store-wide byte counter `used`, updated atomically per
  * block, never per chunk.
  *
+ * The spare block. A block's memory is fresh: its first touch costs page
+ * faults (a huge page zeroed at once; on a virtual machine, often the host's
+ * faults too: 2 MiB took up to 15 ms on the 2-vCPU machine of bench/README.md),
+ * and the touch happens in kv_arena_alloc, under the partition's lock, where
+ * every request for the partition waits for it. So an arena in use asks for
+ * its next block ahead (kv_arena_wants_spare); the holder makes one after it lets go of the lock
+ * (kv_arena_block_make: allocated and touched page by page), hands it over
+ * under the lock (kv_arena_spare_put), and the next growth takes it
+ * without a fault. Where no spare is ready (a batch that outruns it, a
+ * percore partition, a spare refused by the memory limit), the arena grows
+ * as before, under the lock.
+ *
  * Internal to shardserver/store/: only the store's own files (and its unit
  * tests) include this header; everything else includes store.h.
  */
@@ -43,6 +55,9 @@ typedef struct {
 	_Atomic uint64_t *used;                /* store-wide bytes taken from the system */
 	uint64_t limit;                        /* 0 or the most `*used` may reach */
 	uint64_t self_bytes;                   /* bytes this arena took from the system */
+	uint64_t carved;                       /* bytes of chunks handed out from runs */
+	void *spare;                           /* NULL or a touched block, charged, not in use */
+	int spare_refused;                     /* the limit refused a spare: ask for none again */
 } kv_arena;
 
 /* Prepares an empty arena that accounts into `*used` (not NULL) and fails
@@ -59,6 +74,27 @@ void *kv_arena_alloc(kv_arena *a, size_t n);
 
 /* Returns a chunk obtained from kv_arena_alloc(a, n). Accepts NULL. */
 void kv_arena_free(kv_arena *a, void *p, size_t n);
+
+/* Returns whether the arena wants a spare block: it has none, the limit
+ * has not refused one, and its newest block is filling: the first, small
+ * one has a quarter of its bytes in chunks (its runs, a few KiB per size
+ * class, take it whole long before it is full), a 2 MiB one has three
+ * quarters carved into runs. A partition that holds less than 16 KiB never
+ * has one. */
+int kv_arena_wants_spare(const kv_arena *a);
+
+/* Allocates a block of the size that kv_arena_spare_put takes and touches
+ * every page of it; with no lock held. NULL when the system refuses. */
+void *kv_arena_block_make(void);
+
+/* Frees a block from kv_arena_block_make that no arena took. */
+void kv_arena_block_free(void *block);
+
+/* Makes `block` (from kv_arena_block_make) the arena's spare and charges
+ * it: 0. KV_EEXISTS when it has one already, KV_ENOMEM when the limit
+ * refuses it (the arena then asks for none again); the caller frees the
+ * block. */
+int kv_arena_spare_put(kv_arena *a, void *block);
 
 /* Returns whether kv_arena_alloc(a, n) and kv_arena_alloc(a, m) give chunks
  * of the same size class (so an item can be rewritten in place). */

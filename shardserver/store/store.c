@@ -87,6 +87,9 @@ typedef struct {
 	/* Striped: threads blocked in part__lock for mu; no lock (atomic).
 	 * A walk in steps lets them go first between its steps. */
 	_Atomic unsigned waiters;
+	/* Striped: a thread is making this arena's spare block (part__spare);
+	 * no lock (atomic). */
+	atomic_bool sparing;
 
 	/* Percore owner queue: qmu protects qhead, qtail and stop. */
 	pthread_mutex_t qmu;
@@ -249,6 +252,38 @@ part__lock(kv_part *p)
 	atomic_fetch_sub_explicit(&p->waiters, 1, memory_order_relaxed);
 }
 
+/*
+ * Makes partition p's arena a spare block (arena.h "The spare block"), with
+ * no lock held: the page faults of fresh memory are taken here, by the
+ * thread that just wrote, not by a holder of the mutex that every request
+ * for the partition waits for. One thread at a time per partition.
+ */
+static void __attribute__((noinline)) part__spare(kv_part *p)
+{
+	if (atomic_exchange_explicit(&p->sparing, true, memory_order_acquire))
+		return;
+	void *b = kv_arena_block_make();
+	if (b != NULL) {
+		part__lock(p);
+		int rv = kv_arena_spare_put(&p->arena, b);
+		pthread_mutex_unlock(&p->mu);
+		if (rv != KV_OK)
+			kv_arena_block_free(b);
+	}
+	atomic_store_explicit(&p->sparing, false, memory_order_release);
+}
+
+/* Lets go of a striped partition's mutex after a write; then makes its
+ * arena's next block if it wants one. */
+static inline void
+part__unlock(kv_part *p)
+{
+	bool spare = kv_arena_wants_spare(&p->arena);
+	pthread_mutex_unlock(&p->mu);
+	if (__builtin_expect(spare, 0))
+		part__spare(p);
+}
+
 /* The calling thread's pause between two holds of its walks, in
  * microseconds (kv_store_thread_walk_pause). */
 static _Thread_local uint32_t walk_pause_us;
@@ -296,7 +331,7 @@ store__with_part(kv_store *s, unsigned pi, part_fn fn, void *arg)
 	if (s->o.mode == KV_STORE_STRIPED) {
 		part__lock(p);
 		rv = fn(s, p, arg);
-		pthread_mutex_unlock(&p->mu);
+		part__unlock(p);
 		return rv;
 	}
 	if (store__on_owner(s))
@@ -390,9 +425,20 @@ static void
 store__release(kv_store *s, part_set *ps)
 {
 	if (s->o.mode == KV_STORE_STRIPED) {
+		uint64_t spare[KV_STORE_MAX_PARTITIONS / 64] = {0};
+		bool any = false;
 		for (unsigned pi = s->nparts; pi-- > 0;)
-			if (ps->bits[pi >> 6] & (1ull << (pi & 63)))
+			if (ps->bits[pi >> 6] & (1ull << (pi & 63))) {
+				if (kv_arena_wants_spare(&s->parts[pi].arena)) {
+					spare[pi >> 6] |= 1ull << (pi & 63);
+					any = true;
+				}
 				pthread_mutex_unlock(&s->parts[pi].mu);
+			}
+		/* Every mutex let go first: no block is made while one is held. */
+		for (unsigned pi = 0; any && pi < s->nparts; pi++)
+			if (spare[pi >> 6] & (1ull << (pi & 63)))
+				part__spare(&s->parts[pi]);
 		return;
 	}
 	if (ps->parks == NULL)
@@ -819,7 +865,7 @@ store__put(kv_store *s, const void *key, size_t klen, const void *val, size_t vl
 		kv_part *p = &s->parts[pi];
 		part__lock(p);
 		rv = part__put_x(p, key, klen, val, vlen, expire_at);
-		pthread_mutex_unlock(&p->mu);
+		part__unlock(p);
 		return rv;
 	}
 	struct op1 o = {.key = key, .klen = klen, .val = val, .vlen = vlen, .at = expire_at};

@@ -1627,6 +1627,135 @@ an_arena_past_its_first_block_grows_in_huge_page_blocks(void **state)
 	assert_int_equal(atomic_load(&used), 0);
 }
 
+/* An arena in use asks for its next block ahead; the block it is given
+ * (touched outside any lock) is charged at once and taken by the next
+ * growth without another allocation. */
+static void
+an_arena_grows_into_the_spare_block_it_was_given(void **state)
+{
+	_Atomic uint64_t used = 0;
+	kv_arena a;
+	size_t n = 0;
+	const uint64_t big = 2u * 1024u * 1024u;
+
+	(void)state;
+	kv_arena_init(&a, &used, 0);
+	assert_false(kv_arena_wants_spare(&a)); /* nothing allocated yet */
+	while (!kv_arena_wants_spare(&a)) {
+		assert_non_null(kv_arena_alloc(&a, 100));
+		n++;
+	}
+	/* The first block (64 KiB), less than a quarter of it not yet carved
+	 * into runs, and room left in the runs. */
+	assert_int_equal(a.self_bytes, 64u * 1024u);
+	assert_true(n > 100);
+	void *b = kv_arena_block_make();
+	assert_non_null(b);
+	assert_int_equal(kv_arena_spare_put(&a, b), KV_OK);
+	assert_int_equal(a.self_bytes, 64u * 1024u + big);
+	assert_int_equal(atomic_load(&used), a.self_bytes);
+	assert_false(kv_arena_wants_spare(&a));
+	void *again = kv_arena_block_make();
+	assert_int_equal(kv_arena_spare_put(&a, again), KV_EEXISTS);
+	kv_arena_block_free(again);
+
+	/* Past the first block: the chunks come from the spare, nothing new is
+	 * taken from the system. */
+	uint8_t *p = NULL;
+	for (size_t i = 0; i < 1000; i++)
+		assert_non_null(p = kv_arena_alloc(&a, 100));
+	assert_true(p > (uint8_t *)b && p < (uint8_t *)b + big);
+	assert_int_equal(a.self_bytes, 64u * 1024u + big);
+	assert_null(a.spare);
+	/* A quarter of that block left: the next spare is wanted. */
+	while (!kv_arena_wants_spare(&a))
+		assert_non_null(kv_arena_alloc(&a, 1000));
+	assert_int_equal(a.self_bytes, 64u * 1024u + big);
+	assert_int_equal(kv_arena_spare_put(&a, kv_arena_block_make()), KV_OK);
+	kv_arena_fini(&a); /* frees the spare too (ASan: no leak) */
+	assert_int_equal(atomic_load(&used), 0);
+}
+
+/* A spare the limit refuses is not asked for again: near the limit the
+ * arena grows as it did without one. */
+static void
+an_arena_whose_limit_refuses_a_spare_asks_for_none_again(void **state)
+{
+	_Atomic uint64_t used = 0;
+	kv_arena a;
+
+	(void)state;
+	kv_arena_init(&a, &used, 1024u * 1024u);
+	while (!kv_arena_wants_spare(&a))
+		assert_non_null(kv_arena_alloc(&a, 100));
+	void *b = kv_arena_block_make();
+	assert_int_equal(kv_arena_spare_put(&a, b), KV_ENOMEM);
+	kv_arena_block_free(b);
+	assert_int_equal(atomic_load(&used), 64u * 1024u);
+	assert_false(kv_arena_wants_spare(&a));
+	kv_arena_fini(&a);
+	assert_int_equal(atomic_load(&used), 0);
+}
+
+/* A striped partition's writer makes the arena's next block after it lets
+ * go of the partition, before the newest block is full: the growth under
+ * the partition's lock then takes it without touching fresh memory. */
+static void
+a_striped_partition_has_its_next_block_before_it_needs_it(void **state)
+{
+	kv_store_opts o;
+	kv_store *s;
+	char key[32], val[100];
+	const uint64_t first = 64u * 1024u, big = 2u * 1024u * 1024u;
+
+	(void)state;
+	kv_store_opts_init(&o);
+	o.mode = KV_STORE_STRIPED;
+	o.partitions = 1;
+	assert_int_equal(kv_store_create(&o, &s), KV_OK);
+	memset(val, 'v', sizeof val);
+	/* 200 items of about 110 bytes: a third of the first block, which
+	 * holds nearly 300 of them. The next block is there already. */
+	for (int i = 0; i < 200; i++) {
+		int n = snprintf(key, sizeof key, "k%06d", i);
+		assert_int_equal(kv_store_put(s, key, (size_t)n, val, sizeof val), KV_OK);
+	}
+	assert_int_equal(kv_store_mem_used(s), first + big);
+	/* Well into that block: nothing more taken from the system. */
+	for (int i = 200; i < 6000; i++) {
+		int n = snprintf(key, sizeof key, "k%06d", i);
+		assert_int_equal(kv_store_put(s, key, (size_t)n, val, sizeof val), KV_OK);
+	}
+	assert_int_equal(kv_store_mem_used(s), first + big);
+	/* mput lets go of its partitions the same way: the third block comes
+	 * while the second still has room. */
+	kv_bytes ks[16], vs[16];
+	char kb[16][16];
+	int r = 0;
+	for (; kv_store_mem_used(s) == first + big; r++) {
+		assert_true(r < 2000);
+		for (int i = 0; i < 16; i++) {
+			int n = snprintf(kb[i], sizeof kb[i], "m%05d%02d", r, i);
+			ks[i] = (kv_bytes){(const uint8_t *)kb[i], (size_t)n};
+			vs[i] = (kv_bytes){(const uint8_t *)val, sizeof val};
+		}
+		assert_int_equal(kv_store_mput(s, 16, ks, 16, vs), KV_OK);
+	}
+	assert_int_equal(kv_store_mem_used(s), first + 2 * big);
+	/* The second block was about three quarters full: it holds some 3,000
+	 * more items of this size before the third one is needed. */
+	for (int i = 0; i < 1000; i++) {
+		int n = snprintf(key, sizeof key, "z%06d", i);
+		assert_int_equal(kv_store_put(s, key, (size_t)n, val, sizeof val), KV_OK);
+	}
+	assert_int_equal(kv_store_mem_used(s), first + 2 * big);
+	for (int i = 0; i < 6000; i += 997) {
+		int n = snprintf(key, sizeof key, "k%06d", i);
+		assert_value(s, key, (size_t)n, val, sizeof val);
+	}
+	kv_store_destroy(s);
+}
+
 /* Near its limit an arena takes the smallest block that holds a chunk
  * rather than failing for want of a 2 MiB one, and never passes the limit. */
 static void
@@ -1659,6 +1788,9 @@ main(void)
 	    cmocka_unit_test(opts_init_gives_striped_defaults),
 	    cmocka_unit_test(an_arena_past_its_first_block_grows_in_huge_page_blocks),
 	    cmocka_unit_test(an_arena_near_its_limit_takes_a_small_block_instead_of_failing),
+	    cmocka_unit_test(an_arena_grows_into_the_spare_block_it_was_given),
+	    cmocka_unit_test(an_arena_whose_limit_refuses_a_spare_asks_for_none_again),
+	    cmocka_unit_test(a_striped_partition_has_its_next_block_before_it_needs_it),
 	    cmocka_unit_test(create_with_null_opts_gives_a_striped_store_of_four_stripes_per_cpu),
 	    cmocka_unit_test(percore_store_defaults_to_one_partition_per_cpu),
 	    cmocka_unit_test(partition_count_is_rounded_up_to_a_power_of_two),
