@@ -57,7 +57,7 @@ while getopts "r:m:n:PD:b:kh" o; do
 	esac
 done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || die "-r wants a positive number"
-[[ $dur =~ ^[0-9]+$ ]] && [ "$dur" -ge 15 ] || die "-D wants at least 15"
+if ! [[ $dur =~ ^[0-9]+$ ]] || [ "$dur" -lt 15 ]; then die "-D wants at least 15"; fi
 case "$node" in 2 | 3) ;; *) die "-n takes 2 or 3" ;; esac
 for m in $modes; do case "$m" in none | data | big) ;; *) die "unknown mode '$m'" ;; esac; done
 [ -n "$modes" ] || die "-m names no mode"
