@@ -109,15 +109,6 @@ if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/nu
 			timeout "$step_timeout" apt-get install -y -q redis-server redis-tools >/dev/null; } ||
 		die "apt-get install redis-server redis-tools failed"
 fi
-if [ -z "$bin" ]; then
-	for d in "$here/build-release/bin" "$here/build/bin"; do
-		[ -x "$d/shardkv-server" ] && { bin=$d; break; }
-	done
-fi
-[ -n "$bin" ] || die "no shardkv binaries (build with cmake, or give -b BIN_DIR)"
-for b in shardkv shardkv-server shardkv-controller; do
-	[ -x "$bin/$b" ] || die "$bin/$b is missing"
-done
 
 # --- processes -----------------------------------------------------------------
 work=$(mktemp -d "$parent/shardkv-compare-aof-XXXXXX")
@@ -136,6 +127,7 @@ stop_one() { # PID SIG
 }
 
 . "$here/bench/lib.sh"
+find_bin
 
 # Runs `shardkv -c CTL ARGS...` (a bench writing --out OUT) for at most
 # $step_timeout seconds. The CLI sometimes hangs in shardkv_close() after it

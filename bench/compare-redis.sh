@@ -98,15 +98,6 @@ if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/nu
 		{ apt-get update -q >/dev/null && timeout "$step_timeout" apt-get install -y -q redis-server redis-tools >/dev/null; } ||
 		die "apt-get install redis-server redis-tools failed"
 fi
-if [ -z "$bin" ]; then
-	for d in "$here/build-release/bin" "$here/build/bin"; do
-		[ -x "$d/shardkv-server" ] && { bin=$d; break; }
-	done
-fi
-[ -n "$bin" ] || die "no shardkv binaries (build with cmake, or give -b BIN_DIR)"
-for b in shardkv shardkv-server shardkv-controller; do
-	[ -x "$bin/$b" ] || die "$bin/$b is missing"
-done
 
 # --- processes -----------------------------------------------------------------
 work=$(mktemp -d /tmp/shardkv-compare-redis-XXXXXX)
@@ -115,6 +106,7 @@ pids=()
 say() { echo "compare-redis: $*" >&2; }
 # stop_all, cleanup (installed on exit), free_port, wait_for
 . "$here/bench/lib.sh"
+find_bin
 
 # Prints a TCP port on 127.0.0.1 that is free, and whose +10000 (Redis
 # Cluster bus) is free too; replaces lib.sh's free_port.

@@ -70,19 +70,11 @@ done
 for m in $modes; do case "$m" in on | off) ;; *) die "-m takes on and/or off, got '$m'" ;; esac; done
 
 command -v python3 >/dev/null || die "python3 is needed for the report"
-if [ -z "$bin" ]; then
-	for d in "$here/build-release/bin" "$here/build/bin"; do
-		[ -x "$d/shardkv-server" ] && { bin=$d; break; }
-	done
-fi
-[ -n "$bin" ] || die "no shardkv binaries (build with cmake, or give -b BIN_DIR)"
-for b in shardkv shardkv-server shardkv-controller; do
-	[ -x "$bin/$b" ] || die "$bin/$b is missing"
-done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/shardkv-hotrange-XXXXXX")
 pids=()
 . "$here/bench/lib.sh"
+find_bin
 
 ctl=
 cli() { timeout 60 "$bin/shardkv" -c "$ctl" --timeout 5000 "$@"; }

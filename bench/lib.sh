@@ -60,6 +60,22 @@ one_copy_flags() {
 	if "$1" --help 2>/dev/null | grep -q -- '--auto-balance'; then one_copy+=(--auto-balance off); fi
 }
 
+# Sets bin, when it is empty, to build-release/bin or build/bin (the first
+# with a shardkv-server), and stops the script unless shardkv,
+# shardkv-server and shardkv-controller are there.
+find_bin() {
+	local d b
+	if [ -z "$bin" ]; then
+		for d in "$here/build-release/bin" "$here/build/bin"; do
+			[ -x "$d/shardkv-server" ] && { bin=$d; break; }
+		done
+	fi
+	[ -n "$bin" ] || die "no shardkv binaries (build with cmake, or give -b BIN_DIR)"
+	for b in shardkv shardkv-server shardkv-controller; do
+		[ -x "$bin/$b" ] || die "$bin/$b is missing"
+	done
+}
+
 # Polls `cmd...` until it succeeds, at most $1 seconds.
 wait_for() {
 	local limit=$1

@@ -117,21 +117,13 @@ if [ -n "$plot" ]; then
 fi
 
 command -v python3 >/dev/null || die "python3 is needed for the report"
-if [ -z "$bin" ]; then
-	for d in "$here/build-release/bin" "$here/build/bin"; do
-		[ -x "$d/shardkv-server" ] && { bin=$d; break; }
-	done
-fi
-[ -n "$bin" ] || die "no shardkv binaries (build with cmake, or give -b BIN_DIR)"
-for b in shardkv shardkv-server shardkv-controller; do
-	[ -x "$bin/$b" ] || die "$bin/$b is missing"
-done
 
 # --- processes -----------------------------------------------------------------
 work=$(mktemp -d "${TMPDIR:-/tmp}/shardkv-migration-XXXXXX")
 pids=()
 
 . "$here/bench/lib.sh"
+find_bin
 
 cli() { timeout "$step_timeout" "$bin/shardkv" -c "$ctl" --timeout 5000 "$@"; }
 

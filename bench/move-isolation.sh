@@ -64,21 +64,11 @@ for m in $modes; do case "$m" in none | data | big) ;; *) die "unknown mode '$m'
 command -v python3 >/dev/null || die "python3 is needed for the report"
 [ -z "$pin" ] || command -v taskset >/dev/null || die "-P needs taskset (util-linux)"
 [ -z "$pin" ] || [ "$(nproc)" -ge 2 ] || die "-P needs two CPUs"
-if [ -z "$bin" ]; then
-	for d in "$here/build-release/bin" "$here/build/bin"; do
-		[ -x "$d/shardkv-server" ] && { bin=$d; break; }
-	done
-fi
-[ -n "$bin" ] || die "no shardkv binaries (build with cmake, or give -b BIN_DIR)"
-for b in shardkv shardkv-server shardkv-controller; do
-	[ -x "$bin/$b" ] || die "$bin/$b is missing"
-done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/shardkv-isolation-XXXXXX")
 pids=()
 . "$here/bench/lib.sh"
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+find_bin
 
 cli() { timeout 120 "$bin/shardkv" -c "$ctl" "$@"; }
 no_migrations() {

@@ -258,7 +258,8 @@ part__lock(kv_part *p)
  * thread that just wrote, not by a holder of the mutex that every request
  * for the partition waits for. One thread at a time per partition.
  */
-static void __attribute__((noinline)) part__spare(kv_part *p)
+static void
+part__spare(kv_part *p)
 {
 	if (atomic_exchange_explicit(&p->sparing, true, memory_order_acquire))
 		return;
@@ -425,20 +426,18 @@ static void
 store__release(kv_store *s, part_set *ps)
 {
 	if (s->o.mode == KV_STORE_STRIPED) {
-		uint64_t spare[KV_STORE_MAX_PARTITIONS / 64] = {0};
-		bool any = false;
+		/* Rare: a few at most are noted; one not noted gets its spare
+		 * after a later write. */
+		unsigned spare[4], nspare = 0;
 		for (unsigned pi = s->nparts; pi-- > 0;)
 			if (ps->bits[pi >> 6] & (1ull << (pi & 63))) {
-				if (kv_arena_wants_spare(&s->parts[pi].arena)) {
-					spare[pi >> 6] |= 1ull << (pi & 63);
-					any = true;
-				}
+				if (nspare < 4 && kv_arena_wants_spare(&s->parts[pi].arena))
+					spare[nspare++] = pi;
 				pthread_mutex_unlock(&s->parts[pi].mu);
 			}
 		/* Every mutex let go first: no block is made while one is held. */
-		for (unsigned pi = 0; any && pi < s->nparts; pi++)
-			if (spare[pi >> 6] & (1ull << (pi & 63)))
-				part__spare(&s->parts[pi]);
+		for (unsigned i = 0; i < nspare; i++)
+			part__spare(&s->parts[spare[i]]);
 		return;
 	}
 	if (ps->parks == NULL)
