@@ -15,7 +15,8 @@
  *
  * The spare block. A block's memory is fresh: its first touch costs page
  * faults (a huge page zeroed at once; on a virtual machine, often the host's
- * faults too: 2 MiB took up to 15 ms on the 2-vCPU machine of bench/README.md),
+ * faults too: about 20 ms a 2 MiB block on the 2-vCPU machine of
+ * bench/README.md, from a first move's extra second and its requests' waits),
  * and the touch happens in kv_arena_alloc, under the partition's lock, where
  * every request for the partition waits for it. So an arena in use asks for
  * its next block ahead (kv_arena_wants_spare); the holder makes one after it lets go of the lock
