@@ -112,6 +112,19 @@ kv_arena__uncharge(kv_arena *a, size_t n)
 	a->self_bytes -= n;
 }
 
+/* Allocates `size` bytes (a multiple of a huge page) aligned and advised
+ * as transparent huge pages; NULL when the system refuses. */
+static void *
+kv_arena__huge(size_t size)
+{
+	void *p;
+
+	if (posix_memalign(&p, KV_ARENA_MAX_BLOCK, size) != 0)
+		return NULL;
+	(void)madvise(p, size, MADV_HUGEPAGE);
+	return p;
+}
+
 /* Makes room for `need` bytes in the current block, allocating a new one. */
 static int
 kv_arena__grow(kv_arena *a, size_t need)
@@ -137,10 +150,7 @@ kv_arena__grow(kv_arena *a, size_t need)
 		size = small;
 	}
 	if (size >= KV_ARENA_MAX_BLOCK) {
-		if (posix_memalign(&p, KV_ARENA_MAX_BLOCK, size) != 0)
-			p = NULL;
-		else
-			(void)madvise(p, size, MADV_HUGEPAGE);
+		p = kv_arena__huge(size);
 	} else {
 		p = malloc(size);
 	}
@@ -165,8 +175,8 @@ kv_arena_wants_spare(const kv_arena *a)
 {
 	if (a->spare != NULL || a->spare_refused || a->blocks == NULL)
 		return 0;
-	if (a->blocks->size <
-	    KV_ARENA_MAX_BLOCK) /* the first block: runs of a few classes fill it */
+	/* The first block: runs of a few size classes take it whole early. */
+	if (a->blocks->size < KV_ARENA_MAX_BLOCK)
 		return a->carved > a->blocks->size / 4;
 	return (size_t)(a->bend - a->bcur) < a->blocks->size / 4;
 }
@@ -174,11 +184,10 @@ kv_arena_wants_spare(const kv_arena *a)
 void *
 kv_arena_block_make(void)
 {
-	void *p;
+	void *p = kv_arena__huge(KV_ARENA_MAX_BLOCK);
 
-	if (posix_memalign(&p, KV_ARENA_MAX_BLOCK, KV_ARENA_MAX_BLOCK) != 0)
+	if (p == NULL)
 		return NULL;
-	(void)madvise(p, KV_ARENA_MAX_BLOCK, MADV_HUGEPAGE);
 	/* One write a page: every fault is taken here, none under a lock. */
 	for (size_t off = 0; off < KV_ARENA_MAX_BLOCK; off += 4096)
 		((volatile uint8_t *)p)[off] = 0;

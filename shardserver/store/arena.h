@@ -19,8 +19,9 @@
  * bench/README.md, from a first move's extra second and its requests' waits),
  * and the touch happens in kv_arena_alloc, under the partition's lock, where
  * every request for the partition waits for it. So an arena in use asks for
- * its next block ahead (kv_arena_wants_spare); the holder makes one after it lets go of the lock
- * (kv_arena_block_make: allocated and touched page by page), hands it over
+ * its next block ahead (kv_arena_wants_spare); the holder makes one after it
+ * lets go of the lock (kv_arena_block_make: allocated and touched page by
+ * page), hands it over
  * under the lock (kv_arena_spare_put), and the next growth takes it
  * without a fault. Where no spare is ready (a batch that outruns it, a
  * percore partition, a spare refused by the memory limit), the arena grows
