@@ -113,6 +113,8 @@ seeds_requests(void)
 	                               "xfer-fence", "xfer-commit", "xfer-abort"};
 	for (size_t i = 0; i < sizeof(xs) / sizeof(xs[0]); i++)
 		seed_msg(h, xnames[i], kv_xfer_encode(&xs[i], 7, 1, (kv_bytes){0}, &m), m);
+	xs[1].packed = true; /* the chunk's entries in one field */
+	seed_msg(h, "xfer-chunk-packed", kv_xfer_encode(&xs[1], 7, 1, (kv_bytes){0}, &m), m);
 }
 
 /* Responses of a shard server: to clients (results) and to peers (acks). */

@@ -575,6 +575,7 @@ kv_data_resp_encode(const kv_resp *r, nng_msg **out)
 		ack.seq = r->ack.seq;
 		ack.keys = r->ack.keys;
 		ack.bytes = r->ack.bytes;
+		ack.packed_entries = r->ack.packed_ok;
 		m.transfer_ack = &ack;
 	}
 	if (r->has_rack) {
@@ -941,6 +942,7 @@ kv_data_resp_decode(const void *p, size_t n, kv_resp *out)
 		out->ack.seq = m->transfer_ack->seq;
 		out->ack.keys = m->transfer_ack->keys;
 		out->ack.bytes = m->transfer_ack->bytes;
+		out->ack.packed_ok = m->transfer_ack->packed_entries;
 	}
 	if (m->replicate_ack) {
 		out->has_rack = true;

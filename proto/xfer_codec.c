@@ -83,6 +83,170 @@ decode_kv(const Shardkv__KeyValue *kv, kv_xfer_kv *out, const char **why)
 	return KV_OK;
 }
 
+/* ------------------------------------------------------------------------
+ * TransferChunk.packed_entries: per entry a flags byte, the key's and the
+ * value's lengths as varints, the flagged varints (deadline; value_offset
+ * and value_total), then the key and the value (shardkv.proto).
+ * ------------------------------------------------------------------------ */
+
+#define PK_DEADLINE 0x01u /* a deadline follows the lengths */
+#define PK_SLICE    0x02u /* value_offset and value_total follow */
+#define PK_VARINT   10u   /* the longest varint of a uint64_t */
+
+static size_t
+varint_len(uint64_t v)
+{
+	size_t n = 1;
+
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+static uint8_t *
+varint_put(uint8_t *p, uint64_t v)
+{
+	while (v >= 0x80) {
+		*p++ = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	*p++ = (uint8_t)v;
+	return p;
+}
+
+/* Reads a varint at p[*off..n); false when it is cut short or longer than
+ * a uint64_t's. */
+static bool
+varint_get(const uint8_t *p, size_t n, size_t *off, uint64_t *v)
+{
+	uint64_t r = 0;
+
+	for (unsigned shift = 0, i = 0; i < PK_VARINT && *off < n; i++, shift += 7) {
+		uint8_t b = p[(*off)++];
+		if (i == PK_VARINT - 1 && b > 1)
+			return false; /* past 64 bits */
+		r |= (uint64_t)(b & 0x7f) << shift;
+		if ((b & 0x80) == 0) {
+			*v = r;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Bytes of the entries packed. */
+static size_t
+kv_packed_size(const kv_xfer_kv *kv, size_t n)
+{
+	size_t b = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		b += 1 + varint_len(kv[i].key.len) + varint_len(kv[i].value.len) + kv[i].key.len +
+		     kv[i].value.len;
+		if (kv[i].expire_at)
+			b += varint_len(kv[i].expire_at);
+		if (kv[i].value_total)
+			b += varint_len(kv[i].value_offset) + varint_len(kv[i].value_total);
+	}
+	return b;
+}
+
+static void
+kv_pack(const kv_xfer_kv *kv, size_t n, uint8_t *p)
+{
+	for (size_t i = 0; i < n; i++) {
+		const kv_xfer_kv *e = &kv[i];
+		*p++ =
+		    (uint8_t)((e->expire_at ? PK_DEADLINE : 0) | (e->value_total ? PK_SLICE : 0));
+		p = varint_put(p, e->key.len);
+		p = varint_put(p, e->value.len);
+		if (e->expire_at)
+			p = varint_put(p, e->expire_at);
+		if (e->value_total) {
+			p = varint_put(p, e->value_offset);
+			p = varint_put(p, e->value_total);
+		}
+		memcpy(p, e->key.p, e->key.len);
+		p += e->key.len;
+		if (e->value.len)
+			memcpy(p, e->value.p, e->value.len);
+		p += e->value.len;
+	}
+}
+
+/* Reads one packed entry at p[*off..n) into *out (pointing into p) with the
+ * checks of decode_kv. */
+static int
+kv_unpack_one(const uint8_t *p, size_t n, size_t *off, kv_xfer_kv *out, const char **why)
+{
+	uint64_t kl, vl, at = 0, vo = 0, vt = 0;
+	uint8_t f;
+
+	if (*off >= n)
+		goto cut;
+	f = p[(*off)++];
+	if (f & ~(PK_DEADLINE | PK_SLICE)) {
+		*why = "bad packed transfer entry (unknown flags)";
+		return KV_EINVAL;
+	}
+	if (!varint_get(p, n, off, &kl) || !varint_get(p, n, off, &vl) ||
+	    ((f & PK_DEADLINE) && !varint_get(p, n, off, &at)) ||
+	    ((f & PK_SLICE) && (!varint_get(p, n, off, &vo) || !varint_get(p, n, off, &vt))))
+		goto cut;
+	if (kl == 0 || kl > KV_HARD_MAX_KEY || vl > KV_HARD_MAX_VALUE) {
+		*why = "bad transfer entry (key or value size)";
+		return KV_EINVAL;
+	}
+	if (kl + vl > n - *off)
+		goto cut;
+	if ((f & PK_DEADLINE) && at == 0) {
+		*why = "bad packed transfer entry (a deadline of 0)";
+		return KV_EINVAL;
+	}
+	if ((f & PK_SLICE) &&
+	    (vt == 0 || vt > KV_HARD_MAX_VALUE || vl == 0 || vo > vt || vl > vt - vo)) {
+		*why = "bad value slice (empty, or outside value_total, or value_total over the "
+		       "hard limit)";
+		return KV_EINVAL;
+	}
+	out->key = (kv_bytes){p + *off, (size_t)kl};
+	out->value = (kv_bytes){vl ? p + *off + kl : NULL, (size_t)vl};
+	out->expire_at = at;
+	out->value_offset = vo;
+	out->value_total = vt;
+	*off += kl + vl;
+	return KV_OK;
+cut:
+	*why = "packed transfer entries cut short";
+	return KV_EINVAL;
+}
+
+/* The entries packed in p[0..n) into x->kv, pointing into p: counted and
+ * checked whole first, then taken. */
+static int
+kv_unpack(const uint8_t *p, size_t n, kv_xfer *x, const char **why)
+{
+	size_t cnt = 0, off = 0;
+	kv_xfer_kv e;
+	int rv;
+
+	while (off < n) {
+		if ((rv = kv_unpack_one(p, n, &off, &e, why)) != 0)
+			return rv;
+		if (++cnt > KV_XFER_MAX_RECS) {
+			*why = "chunk too large";
+			return KV_ELIMIT;
+		}
+	}
+	if ((x->kv = calloc(cnt, sizeof(*x->kv))) == NULL)
+		return KV_ENOMEM;
+	for (off = 0; x->nkv < cnt; x->nkv++)
+		(void)kv_unpack_one(p, n, &off, &x->kv[x->nkv], why);
+	return KV_OK;
+}
+
 int
 kv_xfer__from_pb(const Shardkv__Transfer *t, kv_xfer *x, const char **why)
 {
@@ -127,6 +291,15 @@ kv_xfer__from_pb(const Shardkv__Transfer *t, kv_xfer *x, const char **why)
 		if (c->n_expire_at != 0 && c->n_expire_at != c->n_entries) {
 			*why = "chunk expiries do not match its entries";
 			return KV_EINVAL;
+		}
+		if (c->packed_entries.len != 0) {
+			if (c->n_entries != 0) {
+				*why = "chunk with both entries and packed entries";
+				return KV_EINVAL;
+			}
+			if ((rv = kv_unpack(c->packed_entries.data, c->packed_entries.len, x,
+			                    why)) != 0)
+				return rv;
 		}
 		for (size_t i = 0; i < c->n_entries; i++, x->nkv++) {
 			if ((rv = decode_kv(c->entries[i], &x->kv[i], why)) != 0)
@@ -255,6 +428,7 @@ kv_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes au
 	Shardkv__ClientFloor *fls = NULL, **flp = NULL;
 	Shardkv__DeltaRecord *recs = NULL, **recp = NULL;
 	uint64_t *ats = NULL;
+	uint8_t *packed = NULL;
 	size_t nd = x->kind == KV_XFER_DELTA ? x->ndelta : x->ndedup;
 	int rv = KV_ENOMEM;
 
@@ -288,7 +462,14 @@ kv_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes au
 		t.msg_case = SHARDKV__TRANSFER__MSG_CHUNK;
 		t.chunk = &c;
 		c.last = x->last;
-		if (x->nkv) {
+		if (x->nkv && x->packed) {
+			/* in one field: no message per entry either side */
+			size_t n = kv_packed_size(x->kv, x->nkv);
+			if ((packed = malloc(n)) == NULL)
+				goto cleanup;
+			kv_pack(x->kv, x->nkv, packed);
+			c.packed_entries = (ProtobufCBinaryData){.len = n, .data = packed};
+		} else if (x->nkv) {
 			Shardkv__KeyValue kinit = SHARDKV__KEY_VALUE__INIT;
 			kvs = calloc(x->nkv, sizeof(*kvs));
 			kvp = calloc(x->nkv, sizeof(*kvp));
@@ -389,6 +570,7 @@ kv_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes au
 	}
 	rv = kv_codec__pack(&m.base, out);
 cleanup:
+	free(packed);
 	free(ats);
 	free(kvs);
 	free(kvp);
@@ -440,6 +622,7 @@ kv_xfer_ack_decode(const void *p, size_t n, kv_xfer_ack *ack)
 		ack->seq = r->transfer_ack->seq;
 		ack->keys = r->transfer_ack->keys;
 		ack->bytes = r->transfer_ack->bytes;
+		ack->packed_ok = r->transfer_ack->packed_entries;
 	}
 	shardkv__response__free_unpacked(r, NULL);
 	return rv;

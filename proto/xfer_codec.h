@@ -104,6 +104,8 @@ typedef struct {
 	size_t nfloors;          /* chunk: exactly-once floors */
 	kv_xfer_floor *floors;   /* chunk floors (client_id and floor non-zero) */
 	bool last;               /* chunk: bulk copy complete */
+	bool packed;             /* chunk, to encode: kv in TransferChunk.packed_entries (the
+	                            destination reads them: kv_xfer_ack.packed_ok) */
 	size_t ndelta;           /* delta: records */
 	kv_xfer_delta *delta;    /* delta records */
 	uint64_t last_write_seq; /* fence */
@@ -118,6 +120,7 @@ typedef struct {
 	uint64_t seq;          /* highest contiguous seq applied */
 	uint64_t keys;         /* keys held so far */
 	uint64_t bytes;        /* bytes held so far */
+	bool packed_ok;        /* the destination reads TransferChunk.packed_entries */
 } kv_xfer_ack;
 
 /*

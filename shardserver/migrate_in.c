@@ -678,6 +678,7 @@ kv_mig_in_handle(kv_mig *s, const kv_req *rq, kv_xfer_ack *ack)
 
 	memset(ack, 0, sizeof(*ack));
 	ack->migration_id = x->migration_id;
+	ack->packed_ok = true; /* chunks may come packed (xfer_codec.h) */
 	in = in_find(s, x->migration_id, x->kind == KV_XFER_BEGIN);
 	if (in == NULL) {
 		ack->status = x->kind == KV_XFER_BEGIN ? KV_ENOMEM : KV_EINVAL;

@@ -18,7 +18,9 @@
  * Begin (the destination then drops what it had), so only this thread ever
  * waits for the destination and nothing else is blocked. The stream is a
  * state machine (stream_phase): Begin, the exactly-once entries, the bulk
- * copy, the catch-up and the fence, one function each.
+ * copy, the catch-up and the fence, one function each. The bulk copy's
+ * entries travel packed in one field (TransferChunk.packed_entries) when the
+ * destination's answer to Begin says it reads them, else one KeyValue each.
  *
  * Large values. Every chunk and delta message carries about CHUNK_BYTES of
  * keys and values at most (plus one key), whatever the value sizes: a value
@@ -648,6 +650,8 @@ typedef struct {
 	uint64_t copy_start;    /* when the bulk copy started (pacing) */
 	uint64_t last_progress; /* last MigrationProgress of the copy */
 	kv_xfer_ack ack;        /* the last acknowledgement */
+	bool packed;            /* the destination reads packed chunk entries (its ack
+	                           to Begin said so) */
 	kv_store_cursor cur;    /* bulk copy position */
 	chunk_acc ca;           /* the chunk being assembled */
 	dedup_acc da;           /* the range's exactly-once entries */
@@ -711,8 +715,9 @@ phase_begin(stream_ctx *x)
 	             .bytes = o->bytes_total};
 	if ((rv = xfer_send(o, x->cli, &b, true, &x->ack)) != 0)
 		return stream_fail(x, rv);
-	KV_INFO(COMP, "copy started", "id=%llu to=%u rate_mb_s=%u", (unsigned long long)o->id,
-	        o->to, o->rate_mb_s);
+	x->packed = x->ack.packed_ok;
+	KV_INFO(COMP, "copy started", "id=%llu to=%u rate_mb_s=%u packed=%d",
+	        (unsigned long long)o->id, o->to, o->rate_mb_s, (int)x->packed);
 	report_progress(o, KV_MIG_COPYING, x->start_ns);
 	x->copy_start = kv_now_ns();
 	return STREAM_DEDUP;
@@ -1021,7 +1026,8 @@ phase_copy_loop(stream_ctx *x, copy_pipe *pipe)
 		             .kind = KV_XFER_CHUNK,
 		             .nkv = ca->n,
 		             .kv = x->kvs,
-		             .last = x->cur.done && !ca->carrying};
+		             .last = x->cur.done && !ca->carrying,
+		             .packed = x->packed};
 		if (pipe->n == 0) {
 			if ((rv = xfer_send(o, x->cli, &c, true, &x->ack)) != 0)
 				return rv;

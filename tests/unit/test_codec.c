@@ -1269,6 +1269,145 @@ every_transfer_message_round_trips(void **state)
 	}
 }
 
+/* A chunk's entries packed in one field (kv_xfer.packed) decode to the same
+ * entries as one KeyValue each: whole values, empty ones, deadlines, slices,
+ * keys and values whose lengths take more than one varint byte. */
+static void
+packed_chunk_entries_decode_as_the_entries_they_pack(void **state)
+{
+	static uint8_t longkey[300], bigval[70000];
+	kv_xfer_kv kvs[5] = {
+	    {.key = B("a1"), .value = B("v1")},
+	    {.key = B("a2"), .value = B(""), .expire_at = 1700000000123ull},
+	    {.key = {longkey, sizeof(longkey)}, .value = {bigval, sizeof(bigval)}},
+	    {.key = B("a4"), .value = B("lo"), .value_offset = 2, .value_total = 6},
+	    {.key = B("a5"), .value = B("x"), .value_total = 1u << 20, .expire_at = UINT64_MAX}};
+	kv_xfer x = {.migration_id = 4,
+	             .seq = 2,
+	             .kind = KV_XFER_CHUNK,
+	             .nkv = ARRAY_LEN(kvs),
+	             .kv = kvs,
+	             .last = true};
+	size_t len[2];
+
+	(void)state;
+	memset(longkey, 'k', sizeof(longkey));
+	memset(bigval, 'v', sizeof(bigval));
+	for (int packed = 0; packed < 2; packed++) {
+		nng_msg *m;
+		kv_req d;
+		const char *why;
+		x.packed = packed;
+		assert_int_equal(kv_xfer_encode(&x, 7, 1, B(""), &m), KV_OK);
+		len[packed] = nng_msg_len(m);
+		assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why),
+		                 KV_OK);
+		assert_true(d.has_xfer);
+		assert_xfer(&x, &d.xfer);
+		kv_data_req_fini(&d);
+		nng_msg_free(m);
+	}
+	/* No message per entry: smaller than the KeyValue form. */
+	assert_true(len[1] < len[0]);
+}
+
+/* Finds a packed entry with key "KKKKK" and value "VVV" (flags 0, lengths 5
+ * and 3) in an encoded chunk. */
+static uint8_t *
+packed_entry(nng_msg *m)
+{
+	static const uint8_t want[] = {0, 5, 3, 'K', 'K', 'K', 'K', 'K', 'V', 'V', 'V'};
+	uint8_t *p = nng_msg_body(m);
+
+	for (size_t i = 0; i + sizeof(want) <= nng_msg_len(m); i++)
+		if (memcmp(p + i, want, sizeof(want)) == 0)
+			return p + i;
+	return NULL;
+}
+
+static void
+packed_chunk_entries_that_do_not_parse_are_refused(void **state)
+{
+	kv_xfer_kv kvs[1] = {{.key = B("KKKKK"), .value = B("VVV")}};
+	kv_xfer x = {.migration_id = 4,
+	             .seq = 2,
+	             .kind = KV_XFER_CHUNK,
+	             .nkv = 1,
+	             .kv = kvs,
+	             .packed = true};
+	/* the byte at `at` of the entry becomes v (the same length: the field's
+	 * own length stays right) */
+	struct {
+		size_t at;
+		uint8_t v;
+	} cases[] = {
+	    {0, 0x04}, /* an unknown flag */
+	    {0, 0x01}, /* a deadline flagged: read from the key, the rest cut short */
+	    {0, 0x02}, /* a slice flagged: offset and total read from the key */
+	    {1, 0},    /* an empty key */
+	    {1, 9},    /* a key past the field */
+	    {2, 4},    /* a value past the field */
+	    {2, 2},    /* the entry leaves a byte, read as the next one's flags */
+	    {2, 0x83}, /* a value length that goes on into the key */
+	};
+	nng_msg *m;
+	kv_req d;
+	const char *why;
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		assert_int_equal(kv_xfer_encode(&x, 7, 1, B(""), &m), KV_OK);
+		uint8_t *e = packed_entry(m);
+		assert_non_null(e);
+		e[cases[i].at] = cases[i].v;
+		why = NULL;
+		assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why),
+		                 KV_EINVAL);
+		assert_non_null(why);
+		kv_data_req_fini(&d);
+		nng_msg_free(m);
+	}
+	/* Untouched, the same chunk decodes. */
+	assert_int_equal(kv_xfer_encode(&x, 7, 1, B(""), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
+	assert_int_equal(d.xfer.nkv, 1);
+	assert_bytes(d.xfer.kv[0].key, B("KKKKK"));
+	assert_bytes(d.xfer.kv[0].value, B("VVV"));
+	kv_data_req_fini(&d);
+	nng_msg_free(m);
+}
+
+/* More packed entries than a transfer message may carry: refused whole. */
+static void
+a_packed_chunk_over_the_entry_limit_is_refused(void **state)
+{
+	size_t n = KV_XFER_MAX_RECS + 1;
+	kv_xfer_kv *kvs = calloc(n, sizeof(*kvs));
+	kv_xfer x = {.migration_id = 4, .seq = 2, .kind = KV_XFER_CHUNK, .packed = true};
+	nng_msg *m;
+	kv_req d;
+	const char *why = NULL;
+
+	(void)state;
+	assert_non_null(kvs);
+	for (size_t i = 0; i < n; i++)
+		kvs[i] = (kv_xfer_kv){.key = B("k")};
+	x.nkv = n;
+	x.kv = kvs;
+	assert_int_equal(kv_xfer_encode(&x, 7, 1, B(""), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_ELIMIT);
+	assert_non_null(why);
+	kv_data_req_fini(&d);
+	nng_msg_free(m);
+	x.nkv = n - 1;
+	assert_int_equal(kv_xfer_encode(&x, 7, 1, B(""), &m), KV_OK);
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
+	assert_int_equal(d.xfer.nkv, n - 1);
+	kv_data_req_fini(&d);
+	nng_msg_free(m);
+	free(kvs);
+}
+
 /* kv_data_req_is_peer tells a peer's transfer or replication message from
  * a client's request by its top-level fields (kv_data_req_peer_kind: which
  * of the two), and nothing undecodable is a peer's. */
@@ -1314,7 +1453,8 @@ transfer_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 	                     .error = "gap",
 	                     .seq = 5,
 	                     .keys = 6,
-	                     .bytes = 70}};
+	                     .bytes = 70,
+	                     .packed_ok = true}};
 	kv_resp refused = {.request_id = 3, .status = KV_EAUTH};
 	kv_xfer_ack a;
 	nng_msg *m;
@@ -1328,6 +1468,12 @@ transfer_ack_round_trips_and_a_refused_envelope_is_its_status(void **state)
 	assert_int_equal(a.seq, 5);
 	assert_int_equal(a.keys, 6);
 	assert_int_equal(a.bytes, 70);
+	assert_true(a.packed_ok);
+	r.ack.packed_ok = false; /* an older destination: chunks go as KeyValue */
+	assert_int_equal(kv_data_resp_encode(&r, &m), KV_OK);
+	assert_int_equal(kv_xfer_ack_decode(nng_msg_body(m), nng_msg_len(m), &a), KV_OK);
+	nng_msg_free(m);
+	assert_false(a.packed_ok);
 	assert_int_equal(kv_data_resp_encode(&refused, &m), KV_OK);
 	assert_int_equal(kv_xfer_ack_decode(nng_msg_body(m), nng_msg_len(m), &a), KV_EAUTH);
 	nng_msg_free(m);
@@ -1674,6 +1820,9 @@ main(void)
 	    cmocka_unit_test(transfer_ack_round_trips_and_a_refused_envelope_is_its_status),
 	    cmocka_unit_test(replicate_round_trips_and_bad_batches_are_refused),
 	    cmocka_unit_test(packed_records_with_lengths_past_their_field_are_refused),
+	    cmocka_unit_test(packed_chunk_entries_decode_as_the_entries_they_pack),
+	    cmocka_unit_test(packed_chunk_entries_that_do_not_parse_are_refused),
+	    cmocka_unit_test(a_packed_chunk_over_the_entry_limit_is_refused),
 	    cmocka_unit_test(
 	        replicate_copy_steps_and_ends_round_trip_and_mixed_batches_are_refused),
 	    cmocka_unit_test(replicate_ack_round_trips_and_a_refused_envelope_is_its_status),
