@@ -300,6 +300,7 @@ kv_xfer__from_pb(const Shardkv__Transfer *t, kv_xfer *x, const char **why)
 			if ((rv = kv_unpack(c->packed_entries.data, c->packed_entries.len, x,
 			                    why)) != 0)
 				return rv;
+			x->packed = true;
 		}
 		for (size_t i = 0; i < c->n_entries; i++, x->nkv++) {
 			if ((rv = decode_kv(c->entries[i], &x->kv[i], why)) != 0)

@@ -104,8 +104,9 @@ typedef struct {
 	size_t nfloors;          /* chunk: exactly-once floors */
 	kv_xfer_floor *floors;   /* chunk floors (client_id and floor non-zero) */
 	bool last;               /* chunk: bulk copy complete */
-	bool packed;             /* chunk, to encode: kv in TransferChunk.packed_entries (the
-	                            destination reads them: kv_xfer_ack.packed_ok) */
+	bool packed;             /* chunk: kv in TransferChunk.packed_entries (to encode: the
+	                            destination reads them, kv_xfer_ack.packed_ok;
+	                            decoded: they came so) */
 	size_t ndelta;           /* delta: records */
 	kv_xfer_delta *delta;    /* delta records */
 	uint64_t last_write_seq; /* fence */

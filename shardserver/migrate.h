@@ -41,14 +41,15 @@
  * locks and must not call back into kv_mig; node_addr may be called with
  * an incoming stream's mutex held, ctl_call is called with no lock held. */
 typedef struct {
-	kv_store *store;  /* the data */
-	kv_dur *dur;      /* the log and snapshots */
-	kv_owner *owner;  /* what this node serves */
-	kv_dedup *dedup;  /* exactly-once memory */
-	kv_tls *tls;      /* client configuration towards peers; NULL: plain tcp */
-	kv_bytes auth;    /* token sent to peers; empty: none */
-	size_t max_value; /* largest value a stream may reassemble */
-	void *arg;        /* passed to the callbacks */
+	kv_store *store;      /* the data */
+	kv_dur *dur;          /* the log and snapshots */
+	kv_owner *owner;      /* what this node serves */
+	kv_dedup *dedup;      /* exactly-once memory */
+	kv_tls *tls;          /* client configuration towards peers; NULL: plain tcp */
+	kv_bytes auth;        /* token sent to peers; empty: none */
+	size_t max_value;     /* largest value a stream may reassemble */
+	bool chunks_unpacked; /* tests only: read no packed chunk entries (server.h) */
+	void *arg;            /* passed to the callbacks */
 	/* This node's id, 0 until registered. */
 	uint32_t (*node_id)(void *arg);
 	/* The last configuration epoch the server applied. */

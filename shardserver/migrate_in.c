@@ -358,6 +358,11 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 	if (g == NULL)
 		return KV_ENOMEM;
 	g->n = 0;
+	if (x->packed && s->env.chunks_unpacked) {
+		free(g);
+		ack->error = "packed chunk entries, which this destination did not ask for";
+		return KV_EPROTO;
+	}
 
 	for (size_t i = 0; i < x->ndedup && rv == 0; i++)
 		rv = apply_dedup(s, in, &x->dedup[i]);
@@ -678,7 +683,7 @@ kv_mig_in_handle(kv_mig *s, const kv_req *rq, kv_xfer_ack *ack)
 
 	memset(ack, 0, sizeof(*ack));
 	ack->migration_id = x->migration_id;
-	ack->packed_ok = true; /* chunks may come packed (xfer_codec.h) */
+	ack->packed_ok = !s->env.chunks_unpacked; /* chunks may come packed (xfer_codec.h) */
 	in = in_find(s, x->migration_id, x->kind == KV_XFER_BEGIN);
 	if (in == NULL) {
 		ack->status = x->kind == KV_XFER_BEGIN ? KV_ENOMEM : KV_EINVAL;

@@ -536,6 +536,7 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .tls = s->tls,
 	                  .auth = kv_server__auth(s),
 	                  .max_value = s->max_value,
+	                  .chunks_unpacked = cfg->chunks_unpacked,
 	                  .arg = s,
 	                  .node_id = mig_node_id,
 	                  .epoch = mig_epoch,

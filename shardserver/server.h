@@ -77,6 +77,11 @@ typedef struct {
 	 * replica to an ISR (doc/replication.md "ISR changes"), so that a test
 	 * of the controller can keep one outside. */
 	bool no_expand;
+	/* For tests only (no flag): as a migration's destination, behave as a
+	 * server that reads no packed chunk entries (older than
+	 * TransferChunk.packed_entries): never say so in an ack, and refuse a
+	 * chunk that comes packed all the same. */
+	bool chunks_unpacked;
 	/* For tests only (no flag): results the exactly-once memory keeps per
 	 * client (dedup.h); 0: KV_DEDUP_PER_CLIENT. */
 	size_t dedup_per_client;

@@ -12,7 +12,9 @@
  * - many handovers under heavy appends to few keys: no acknowledged append
  *   is lost or applied twice (the fence is atomic with writes);
  * - a write the source's exactly-once memory has forgotten, retried at the
- *   destination, is refused, not applied again (the floors travel).
+ *   destination, is refused, not applied again (the floors travel);
+ * - a destination that reads no packed chunk entries (an older server)
+ *   gets every key as one KeyValue each.
  *
  * scripts/mutants.sh runs these against known-bad changes of the migration
  * code. Every server is destroyed by the teardown; every wait has a deadline.
@@ -235,6 +237,30 @@ migration_cancelled_between_fence_ack_and_commit_leaves_every_key_on_the_source(
 	res1 r = do_get(srvs[1].url, "p00000");
 	assert_int_equal(r.status, ST_WRONG);
 	assert_int_equal(r.hint_node, 1);
+}
+
+/* A destination that reads no packed chunk entries (a server of an older
+ * version, which would not see them) never says so, and gets every key as
+ * one KeyValue each; it refuses a packed chunk, so a source that packed
+ * anyway would restart its stream until the wait below gives up. */
+static void
+a_destination_that_reads_no_packed_entries_gets_every_key_as_entries(void **state)
+{
+	(void)state;
+	srvs[1].cfg.chunks_unpacked = true;
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, NKEYS_SMALL, 1, 300);
+	publish_move(1, 1, 2, 0);
+	fake_ctl_wait_done(ctl, 1, 20000);
+	uint64_t e = publish_owner(2);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	check_keys(srvs[1].url, NKEYS_SMALL, ver1, 300);
+	/* And back to node 1, which reads them: packed this time. */
+	publish_move(2, 2, 1, 0);
+	fake_ctl_wait_done(ctl, 2, 20000);
+	e = publish_owner(1);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	check_keys(srvs[0].url, NKEYS_SMALL, ver1, 300);
 }
 
 /* 900 keys of 4 KiB: about 3.6 MB, so a copy at 1 MB/s takes 3 s. */
@@ -584,6 +610,9 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        migration_cancelled_between_fence_ack_and_commit_leaves_every_key_on_the_source,
 	        setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_destination_that_reads_no_packed_entries_gets_every_key_as_entries, setup,
+	        teardown),
 	    cmocka_unit_test_setup_teardown(
 	        destination_answers_moving_naming_the_source_until_the_commit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(

@@ -1304,6 +1304,7 @@ packed_chunk_entries_decode_as_the_entries_they_pack(void **state)
 		                 KV_OK);
 		assert_true(d.has_xfer);
 		assert_xfer(&x, &d.xfer);
+		assert_int_equal(d.xfer.packed, packed); /* the receiver sees which form came */
 		kv_data_req_fini(&d);
 		nng_msg_free(m);
 	}
