@@ -136,6 +136,7 @@ for ((run = 1; run <= runs; run++)); do
 			--dist "zipf:$theta" --mix get:90,put:10 --duration "$dur" \
 			--out "$rw/bench.json" >/dev/null 2>"$rw/bench.err" &
 		bpid=$!
+		pids+=("$bpid") # stopped with the rest if the script is interrupted
 		split=-
 		while kill -0 "$bpid" 2>/dev/null; do
 			if [ "$split" = - ]; then
@@ -149,6 +150,7 @@ for ((run = 1; run <= runs; run++)); do
 		done
 		rc=0
 		wait "$bpid" || rc=$?
+		unset 'pids[-1]' # the bench, started last
 		[ "$rc" = 0 ] || die "shardkv bench failed (exit $rc): $(tail -n 3 "$rw/bench.err")"
 		end=$(hot_leaders)
 		cli status --json >"$rw/status.json"
