@@ -138,7 +138,7 @@ varint_get(const uint8_t *p, size_t n, size_t *off, uint64_t *v)
 
 /* Bytes of the entries packed. */
 static size_t
-kv_packed_size(const kv_xfer_kv *kv, size_t n)
+kvs_packed_size(const kv_xfer_kv *kv, size_t n)
 {
 	size_t b = 0;
 
@@ -154,7 +154,7 @@ kv_packed_size(const kv_xfer_kv *kv, size_t n)
 }
 
 static void
-kv_pack(const kv_xfer_kv *kv, size_t n, uint8_t *p)
+pack_kvs(const kv_xfer_kv *kv, size_t n, uint8_t *p)
 {
 	for (size_t i = 0; i < n; i++) {
 		const kv_xfer_kv *e = &kv[i];
@@ -179,7 +179,7 @@ kv_pack(const kv_xfer_kv *kv, size_t n, uint8_t *p)
 /* Reads one packed entry at p[*off..n) into *out (pointing into p) with the
  * checks of decode_kv. */
 static int
-kv_unpack_one(const uint8_t *p, size_t n, size_t *off, kv_xfer_kv *out, const char **why)
+unpack_kv(const uint8_t *p, size_t n, size_t *off, kv_xfer_kv *out, const char **why)
 {
 	uint64_t kl, vl, at = 0, vo = 0, vt = 0;
 	uint8_t f;
@@ -226,14 +226,14 @@ cut:
 /* The entries packed in p[0..n) into x->kv, pointing into p: counted and
  * checked whole first, then taken. */
 static int
-kv_unpack(const uint8_t *p, size_t n, kv_xfer *x, const char **why)
+unpack_kvs(const uint8_t *p, size_t n, kv_xfer *x, const char **why)
 {
 	size_t cnt = 0, off = 0;
 	kv_xfer_kv e;
 	int rv;
 
 	while (off < n) {
-		if ((rv = kv_unpack_one(p, n, &off, &e, why)) != 0)
+		if ((rv = unpack_kv(p, n, &off, &e, why)) != 0)
 			return rv;
 		if (++cnt > KV_XFER_MAX_RECS) {
 			*why = "chunk too large";
@@ -243,7 +243,7 @@ kv_unpack(const uint8_t *p, size_t n, kv_xfer *x, const char **why)
 	if ((x->kv = calloc(cnt, sizeof(*x->kv))) == NULL)
 		return KV_ENOMEM;
 	for (off = 0; x->nkv < cnt; x->nkv++)
-		(void)kv_unpack_one(p, n, &off, &x->kv[x->nkv], why);
+		(void)unpack_kv(p, n, &off, &x->kv[x->nkv], why);
 	return KV_OK;
 }
 
@@ -297,8 +297,8 @@ kv_xfer__from_pb(const Shardkv__Transfer *t, kv_xfer *x, const char **why)
 				*why = "chunk with both entries and packed entries";
 				return KV_EINVAL;
 			}
-			if ((rv = kv_unpack(c->packed_entries.data, c->packed_entries.len, x,
-			                    why)) != 0)
+			if ((rv = unpack_kvs(c->packed_entries.data, c->packed_entries.len, x,
+			                     why)) != 0)
 				return rv;
 			x->packed = true;
 		}
@@ -465,10 +465,10 @@ kv_xfer_encode(const kv_xfer *x, uint64_t epoch, uint32_t from_node, kv_bytes au
 		c.last = x->last;
 		if (x->nkv && x->packed) {
 			/* in one field: no message per entry either side */
-			size_t n = kv_packed_size(x->kv, x->nkv);
+			size_t n = kvs_packed_size(x->kv, x->nkv);
 			if ((packed = malloc(n)) == NULL)
 				goto cleanup;
-			kv_pack(x->kv, x->nkv, packed);
+			pack_kvs(x->kv, x->nkv, packed);
 			c.packed_entries = (ProtobufCBinaryData){.len = n, .data = packed};
 		} else if (x->nkv) {
 			Shardkv__KeyValue kinit = SHARDKV__KEY_VALUE__INIT;

@@ -1269,6 +1269,19 @@ every_transfer_message_round_trips(void **state)
 	}
 }
 
+/* Decodes m, which must be refused with rv and a reason; frees m. */
+static void
+assert_decode_refused(nng_msg *m, int rv)
+{
+	kv_req d;
+	const char *why = NULL;
+
+	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), rv);
+	assert_non_null(why);
+	kv_data_req_fini(&d);
+	nng_msg_free(m);
+}
+
 /* A chunk's entries packed in one field (kv_xfer.packed) decode to the same
  * entries as one KeyValue each: whole values, empty ones, deadlines, slices,
  * keys and values whose lengths take more than one varint byte. */
@@ -1361,12 +1374,7 @@ packed_chunk_entries_that_do_not_parse_are_refused(void **state)
 		uint8_t *e = packed_entry(m);
 		assert_non_null(e);
 		e[cases[i].at] = cases[i].v;
-		why = NULL;
-		assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why),
-		                 KV_EINVAL);
-		assert_non_null(why);
-		kv_data_req_fini(&d);
-		nng_msg_free(m);
+		assert_decode_refused(m, KV_EINVAL);
 	}
 	/* Untouched, the same chunk decodes. */
 	assert_int_equal(kv_xfer_encode(&x, 7, 1, B(""), &m), KV_OK);
@@ -1396,10 +1404,7 @@ a_packed_chunk_over_the_entry_limit_is_refused(void **state)
 	x.nkv = n;
 	x.kv = kvs;
 	assert_int_equal(kv_xfer_encode(&x, 7, 1, B(""), &m), KV_OK);
-	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_ELIMIT);
-	assert_non_null(why);
-	kv_data_req_fini(&d);
-	nng_msg_free(m);
+	assert_decode_refused(m, KV_ELIMIT);
 	x.nkv = n - 1;
 	assert_int_equal(kv_xfer_encode(&x, 7, 1, B(""), &m), KV_OK);
 	assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why), KV_OK);
@@ -1604,12 +1609,7 @@ packed_records_with_lengths_past_their_field_are_refused(void **state)
 		uint8_t *h = packed_head(m, recs[cases[i].rec].lsn);
 		assert_non_null(h);
 		kv_put32be(h + cases[i].at, cases[i].v);
-		why = NULL;
-		assert_int_equal(kv_data_req_decode(nng_msg_body(m), nng_msg_len(m), &d, &why),
-		                 cases[i].rv);
-		assert_non_null(why);
-		kv_data_req_fini(&d);
-		nng_msg_free(m);
+		assert_decode_refused(m, cases[i].rv);
 	}
 	/* Untouched, the same batch decodes. */
 	assert_int_equal(kv_repl_encode(&r, 7, 1, B(""), &m), KV_OK);
