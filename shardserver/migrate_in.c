@@ -352,17 +352,16 @@ static int
 in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 {
 	slice_rx *rx = (&in->rx);
-	put_group *g = malloc(sizeof(*g));
+	put_group *g;
 	int rv = KV_OK;
 
-	if (g == NULL)
-		return KV_ENOMEM;
-	g->n = 0;
 	if (x->packed && s->env.chunks_unpacked) {
-		free(g);
 		ack->error = "packed chunk entries, which this destination did not ask for";
 		return KV_EPROTO;
 	}
+	if ((g = malloc(sizeof(*g))) == NULL)
+		return KV_ENOMEM;
+	g->n = 0;
 
 	for (size_t i = 0; i < x->ndedup && rv == 0; i++)
 		rv = apply_dedup(s, in, &x->dedup[i]);
