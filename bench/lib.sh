@@ -4,7 +4,9 @@
 # migration-under-load.sh). Sourced;
 # the script defines `work` (its work directory), `pids` (the processes it
 # started; a file $work/PID.int marks a shardkv-server, stopped with SIGINT),
-# `keep` (non-empty: keep $work) and `say`. Installs the exit traps.
+# `keep` (non-empty: keep $work) and `say`; it may keep the clients it runs
+# in the background in `benches` (stopped first, with SIGTERM). Installs the
+# exit traps.
 
 # proc_start, proc_wait_ready, proc_reap, proc_stop: the process functions of
 # deploy/cluster.sh.
@@ -15,6 +17,9 @@
 # drain them), the rest with SIGTERM, SIGKILL after 5 s.
 stop_all() {
 	local p
+	for p in "${benches[@]+"${benches[@]}"}"; do kill -TERM "$p" 2>/dev/null || true; done
+	proc_reap 5 "${benches[@]+"${benches[@]}"}" || true
+	benches=()
 	for p in "${pids[@]+"${pids[@]}"}"; do
 		if [ -f "$work/$p.int" ]; then kill -INT "$p" 2>/dev/null || true; else kill -TERM "$p" 2>/dev/null || true; fi
 	done

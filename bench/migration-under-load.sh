@@ -120,7 +120,7 @@ command -v python3 >/dev/null || die "python3 is needed for the report"
 
 # --- processes -----------------------------------------------------------------
 work=$(mktemp -d "${TMPDIR:-/tmp}/shardkv-migration-XXXXXX")
-pids=()
+pids=() benches=()
 
 . "$here/bench/lib.sh"
 find_bin
@@ -160,6 +160,13 @@ bench_start() { # OUT ERR ARGS...
 	rm -f "$out"
 	"$bin/shardkv" -c "$ctl" "$@" >/dev/null 2>"$err" &
 	bpid=$!
+	benches+=("$bpid") # stopped with the rest if the script ends early (bench/lib.sh)
+}
+
+bench_forget() { # PID: it has ended
+	local b left=()
+	for b in "${benches[@]+"${benches[@]}"}"; do [ "$b" = "$1" ] || left+=("$b"); done
+	benches=("${left[@]+"${left[@]}"}")
 }
 
 bench_wait() { # PID OUT ERR
@@ -174,16 +181,19 @@ bench_wait() { # PID OUT ERR
 			say "shardkv bench hung at exit after writing its report; killed (see $work/hangs.log)"
 			kill -KILL "$p" 2>/dev/null || true
 			{ wait "$p"; } 2>/dev/null || true
+			bench_forget "$p"
 			return 0
 		fi
 		if [ $SECONDS -ge $deadline ]; then
 			kill -KILL "$p" 2>/dev/null || true
 			{ wait "$p"; } 2>/dev/null || true
+			bench_forget "$p"
 			die "shardkv bench did not finish in ${step_timeout}s (see $err)"
 		fi
 		sleep 0.2
 	done
 	{ wait "$p"; } 2>/dev/null || rc=$?
+	bench_forget "$p"
 	[ "$rc" = 0 ] || die "shardkv bench failed (exit $rc): $(tail -n 3 "$err")"
 }
 
