@@ -1043,7 +1043,10 @@ kv_ctl__cmd_progress(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x
 	}
 	if ((p = kv_ctl__prog_find_locked(c, m->id, true)) == NULL)
 		return KV_ENOMEM;
-	if (rq->phase >= KV_MIG_PENDING && rq->phase <= KV_MIG_FENCED)
+	/* Never back from FENCED: a source that restarts after its fence was
+	 * confirmed copies again, and a cancel then would lose the writes the
+	 * destination may already have taken. */
+	if (rq->phase >= KV_MIG_PENDING && rq->phase <= KV_MIG_FENCED && p->phase != KV_MIG_FENCED)
 		p->phase = rq->phase;
 	p->keys_copied = rq->keys_copied;
 	p->bytes_copied = rq->bytes_copied;

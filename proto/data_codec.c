@@ -576,6 +576,7 @@ kv_data_resp_encode(const kv_resp *r, nng_msg **out)
 		ack.keys = r->ack.keys;
 		ack.bytes = r->ack.bytes;
 		ack.packed_entries = r->ack.packed_ok;
+		ack.committed = r->ack.committed;
 		m.transfer_ack = &ack;
 	}
 	if (r->has_rack) {
@@ -943,6 +944,7 @@ kv_data_resp_decode(const void *p, size_t n, kv_resp *out)
 		out->ack.keys = m->transfer_ack->keys;
 		out->ack.bytes = m->transfer_ack->bytes;
 		out->ack.packed_ok = m->transfer_ack->packed_entries;
+		out->ack.committed = m->transfer_ack->committed;
 	}
 	if (m->replicate_ack) {
 		out->has_rack = true;

@@ -624,6 +624,7 @@ kv_xfer_ack_decode(const void *p, size_t n, kv_xfer_ack *ack)
 		ack->keys = r->transfer_ack->keys;
 		ack->bytes = r->transfer_ack->bytes;
 		ack->packed_ok = r->transfer_ack->packed_entries;
+		ack->committed = r->transfer_ack->committed;
 	}
 	shardkv__response__free_unpacked(r, NULL);
 	return rv;

@@ -122,6 +122,7 @@ typedef struct {
 	uint64_t keys;         /* keys held so far */
 	uint64_t bytes;        /* bytes held so far */
 	bool packed_ok;        /* the destination reads TransferChunk.packed_entries */
+	bool committed;        /* the destination has applied the TransferCommit */
 } kv_xfer_ack;
 
 /*

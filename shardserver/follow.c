@@ -199,8 +199,14 @@ apply_config(kv_server *s, kv_config *c)
 		const kv_node *src = kv_config_node(c, m->from);
 		if (m->to != me)
 			continue;
-		kv_owner_fill(&s->owner, m->start.data, m->start.len, m->end.data, m->end.len,
-		              KV_OWN_INCOMING, m->from, src ? src->address : NULL, 0, m->id);
+		if (kv_mig_in_resume(s->mig, m))
+			/* Committed here before a restart: served from the log. */
+			kv_owner_fill(&s->owner, m->start.data, m->start.len, m->end.data,
+			              m->end.len, KV_OWN_SERVE, 0, NULL, c->epoch, 0);
+		else
+			kv_owner_fill(&s->owner, m->start.data, m->start.len, m->end.data,
+			              m->end.len, KV_OWN_INCOMING, m->from,
+			              src ? src->address : NULL, 0, m->id);
 	}
 	/* 3. The initial assignment: ranges of the map owned here, minus ranges
 	 * arriving by migration. */
@@ -234,11 +240,17 @@ apply_config(kv_server *s, kv_config *c)
 	/* 3a. Ranges another node now leads while this one keeps a copy. */
 	demote(s, c, me);
 	/* 3b. Ranges moving away from here are still ours until the handover
-	 * is published; after a restart nothing in the table says so. */
+	 * is published; after a restart nothing in the table says so. One whose
+	 * commit an earlier run may have sent is taken back fenced. */
 	for (size_t i = 0; i < c->nmigs; i++) {
 		const kv_migration *m = &c->migs[i];
-		if (m->from == me &&
-		    !kv_range_is_empty(m->start.data, m->start.len, m->end.data, m->end.len))
+		const kv_node *dst = kv_config_node(c, m->to);
+		if (m->from != me ||
+		    kv_range_is_empty(m->start.data, m->start.len, m->end.data, m->end.len))
+			continue;
+		if (dst != NULL)
+			kv_mig_out_claim(s->mig, m, dst->address, c->epoch);
+		else
 			kv_owner_claim(&s->owner, m->start.data, m->start.len, m->end.data,
 			               m->end.len, c->epoch);
 	}

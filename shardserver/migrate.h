@@ -49,6 +49,7 @@ typedef struct {
 	kv_bytes auth;        /* token sent to peers; empty: none */
 	size_t max_value;     /* largest value a stream may reassemble */
 	bool chunks_unpacked; /* tests only: read no packed chunk entries (server.h) */
+	const char *data_dir; /* holds the handover file (nodefile.h); NULL: none kept */
 	void *arg;            /* passed to the callbacks */
 	/* This node's id, 0 until registered. */
 	uint32_t (*node_id)(void *arg);
@@ -82,7 +83,8 @@ typedef struct {
 	kv_bytes del_value; /* ... (at most KV_DEDUP_MAX_VALUE bytes) */
 } kv_mig_dedup;
 
-/* Creates the migration set (copies env). Returns 0 or KV_ENOMEM. */
+/* Creates the migration set (copies env) and reads the handover file of
+ * env->data_dir. Returns 0, KV_ENOMEM, or the file's KV_ECORRUPT/KV_EIO. */
 int kv_mig_create(const kv_mig_env *env, kv_mig **out);
 
 /* Tells every migration task to return soon (streams stop retrying); does
@@ -97,6 +99,16 @@ void kv_mig_destroy(kv_mig *g);
  * one with its id was started already. Returns 0 or KV_ENOMEM. Called by
  * the configuration thread. */
 int kv_mig_out_start(kv_mig *g, const kv_migration *m, const char *to_addr);
+
+/* Takes back the range of migration m, which moves away from here and
+ * which the configuration still lists, where the ownership table has no
+ * entry (after a restart; kv_owner_claim). When an earlier run of this node
+ * may have committed m at its destination (the handover file says so), the
+ * whole range is taken, fenced, with m's task attached and started, so that nothing
+ * of it is served here before the task has learnt how the handover ended.
+ * Called by the configuration thread, before kv_mig_out_start. Returns 0,
+ * KV_EINVAL (an empty range) or KV_ENOMEM. */
+int kv_mig_out_claim(kv_mig *g, const kv_migration *m, const char *to_addr, uint64_t epoch);
 
 /* Brings the outgoing migrations in line with configuration c: one that c
  * no longer lists is cancelled, or, when c gives its range to the
@@ -144,6 +156,13 @@ void kv_mig_out_record_x_locked(kv_mig_out *m, const void *key, size_t klen, con
 /* Answers one transfer message of rq into *ack (on an nng thread; never
  * waits for another server). */
 void kv_mig_in_handle(kv_mig *g, const kv_req *rq, kv_xfer_ack *ack);
+
+/* Whether this node applied the commit of incoming migration id (the
+ * handover file says so: a restart between the commit and the published
+ * handover). Then the stream is remembered as committed, so that the source
+ * learns it, and the caller serves the range. Called by the configuration
+ * thread. */
+bool kv_mig_in_resume(kv_mig *g, const kv_migration *m);
 
 /* Forgets an incoming stream the configuration dropped: removes its
  * INCOMING entries and, unless committed, the data it brought. Called by

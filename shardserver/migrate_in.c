@@ -239,10 +239,6 @@ in_begin(kv_mig *s, kv_mig_in *in, const kv_req *rq, kv_xfer_ack *ack)
 		ack->error = "configuration of the migration not applied yet";
 		return KV_EBUSY;
 	}
-	if (in->committed) {
-		ack->seq = in->acked;
-		return KV_OK;
-	}
 	s->env.node_addr(s->env.arg, x->from_node, addr, sizeof(addr));
 	rx_drop((&in->rx)); /* a restarted stream resends every slice */
 	in->split_chunks = in->split_deltas = 0;
@@ -645,6 +641,12 @@ in_apply(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 		         (unsigned long long)in->keys);
 		return KV_OK;
 	case KV_XFER_COMMIT:
+		/* Recorded first: a restart before the handover is published
+		 * must find that this node serves the range (kv_mig_in_resume). */
+		if ((rv = kv_mig__hand_add(s, in->id, in->epoch, false)) != 0) {
+			ack->error = "cannot record the commit in the handover file";
+			return rv;
+		}
 		rv = kv_owner_set(s->env.owner, in->start.data, in->start.len, in->end.data,
 		                  in->end.len, KV_OWN_SERVE, 0, NULL, x->epoch, 0, NULL);
 		if (rv == 0) {
@@ -704,7 +706,17 @@ kv_mig_in_handle(kv_mig *s, const kv_req *rq, kv_xfer_ack *ack)
 			if (pthread_cond_timedwait(&in->cv, &in->mu, &ts) != 0)
 				break;
 	}
-	if (x->kind == KV_XFER_BEGIN) {
+	if (in->committed && x->kind == KV_XFER_ABORT) {
+		/* The range is served here now: dropping it would lose it. */
+		ack->error = "transfer already committed";
+		rv = KV_EINVAL;
+	} else if (in->committed) {
+		/* A source that restarted after its commit, or resent it: it
+		 * reads `committed` below and hands the range over. */
+		rv = KV_OK;
+		if (x->seq > in->acked)
+			in->acked = x->seq;
+	} else if (x->kind == KV_XFER_BEGIN) {
 		rv = in_begin(s, in, rq, ack);
 	} else if (in->acked == 0) {
 		ack->error = "transfer stream not begun";
@@ -717,13 +729,6 @@ kv_mig_in_handle(kv_mig *s, const kv_req *rq, kv_xfer_ack *ack)
 	} else if (x->seq != in->acked + 1) {
 		ack->error = "gap in the transfer stream";
 		rv = KV_EINVAL;
-	} else if (in->committed && x->kind == KV_XFER_ABORT) {
-		/* The range is served here now: dropping it would lose it. */
-		ack->error = "transfer already committed";
-		rv = KV_EINVAL;
-	} else if (in->committed) {
-		rv = KV_OK;
-		in->acked = x->seq;
 	} else {
 		rv = in_apply(s, in, x, ack);
 		if (rv == 0) {
@@ -739,11 +744,37 @@ kv_mig_in_handle(kv_mig *s, const kv_req *rq, kv_xfer_ack *ack)
 		}
 	}
 	ack->status = rv;
+	ack->committed = in->committed;
 	ack->seq = in->acked;
 	ack->keys = in->keys;
 	ack->bytes = in->bytes;
 	pthread_cond_broadcast(&in->cv);
 	pthread_mutex_unlock(&in->mu);
+}
+
+bool
+kv_mig_in_resume(kv_mig *s, const kv_migration *m)
+{
+	kv_mig_in *in;
+
+	if (!kv_mig__hand_has(s, m->id, false))
+		return false;
+	if ((in = in_find(s, m->id, true)) == NULL)
+		return true; /* served all the same; the source retries Begin */
+	pthread_mutex_lock(&in->mu);
+	if (!in->committed) {
+		if (kv_buf_set(&in->start, m->start.data, m->start.len) == 0 &&
+		    kv_buf_set(&in->end, m->end.data, m->end.len) == 0) {
+			in->epoch = m->epoch;
+			in->from = m->from;
+			in->committed = true;
+			KV_INFO(COMP, "incoming range committed before a restart", "id=%llu",
+			        (unsigned long long)in->id);
+		}
+	}
+	pthread_mutex_unlock(&in->mu);
+	kv_mig__held_changed(s);
+	return true;
 }
 
 void

@@ -6,6 +6,7 @@
 #define KV_SHARDSERVER_MIGRATE_INT_H
 
 #include "shardserver/migrate.h"
+#include "shardserver/nodefile.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,7 +30,20 @@ struct kv_mig {
 	struct kv_mig_in *ins; /* every incoming stream seen since creation */
 
 	struct kv_mig_applier *applier; /* migrate_in.c: applies bulk-copy chunks */
+
+	pthread_mutex_t hmu;   /* protects hand and nhand, and is held while the
+	                          handover file is written: a leaf */
+	kv_handover_ent *hand; /* the handover file's entries (KV_HANDFILE_MAX) */
+	size_t nhand;          /* entries in hand */
 };
+
+/* Whether the handover file lists migration id in direction `out`. */
+bool kv_mig__hand_has(kv_mig *g, uint64_t id, bool out);
+
+/* Adds migration id (first listed at `epoch`) in direction `out` to the
+ * handover file and writes the file (fsync) before it returns. Returns 0,
+ * KV_ELIMIT (full), or the write's error (the entry is then not added). */
+int kv_mig__hand_add(kv_mig *g, uint64_t id, uint64_t epoch, bool out);
 
 /* This node's id (0 until registered). */
 static inline uint32_t

@@ -99,6 +99,9 @@ struct kv_mig_out {
 	atomic_bool fenced;                /* writes refused (MOVING); set under mu */
 	atomic_bool cancel;                /* the configuration dropped the migration */
 	atomic_bool handed_over;           /* ... and gives the range to `to`: it was done */
+	atomic_bool must_commit;           /* this run or an earlier one may have sent
+	                                      TransferCommit (the handover file lists it): the
+	                                      fence never lifts, the range only leaves */
 	atomic_bool finished;              /* the thread has returned */
 	atomic_bool reported;              /* committed and MigrationDone acknowledged */
 	atomic_uint_fast64_t keys_copied;  /* acknowledged keys */
@@ -295,7 +298,9 @@ report_progress(kv_mig_out *o, kv_mig_phase phase, uint64_t start_ns)
 	kv_admin_req rq = {.op = KV_ADM_PROGRESS,
 	                   .node_id = kv_mig__node_id(o->mig),
 	                   .mig_id = o->id,
-	                   .phase = phase,
+	                   /* Once committed anywhere, the controller must keep
+	                    * refusing to cancel it, whatever a new attempt does. */
+	                   .phase = atomic_load(&o->must_commit) ? KV_MIG_FENCED : phase,
 	                   .keys_copied = atomic_load(&o->keys_copied),
 	                   .bytes_copied = bytes,
 	                   .keys_total = o->keys_total,
@@ -652,6 +657,7 @@ typedef struct {
 	kv_xfer_ack ack;        /* the last acknowledgement */
 	bool packed;            /* the destination reads packed chunk entries (its ack
 	                           to Begin said so) */
+	bool committed;         /* the destination said it has committed already */
 	kv_store_cursor cur;    /* bulk copy position */
 	chunk_acc ca;           /* the chunk being assembled */
 	dedup_acc da;           /* the range's exactly-once entries */
@@ -715,6 +721,19 @@ phase_begin(stream_ctx *x)
 	             .bytes = o->bytes_total};
 	if ((rv = xfer_send(o, x->cli, &b, true, &x->ack)) != 0)
 		return stream_fail(x, rv);
+	if (x->ack.committed) {
+		/* An earlier run of this node committed it: the destination
+		 * serves the range. Nothing is to be copied or fenced again. */
+		if (!atomic_load(&o->must_commit))
+			KV_WARN(COMP, "destination committed a migration this node never recorded",
+			        "id=%llu", (unsigned long long)o->id);
+		pthread_mutex_lock(&o->mu);
+		atomic_store(&o->fenced, true);
+		atomic_store(&o->must_commit, true);
+		pthread_mutex_unlock(&o->mu);
+		x->committed = true;
+		return STREAM_FENCED;
+	}
 	x->packed = x->ack.packed_ok;
 	KV_INFO(COMP, "copy started", "id=%llu to=%u rate_mb_s=%u packed=%d",
 	        (unsigned long long)o->id, o->to, o->rate_mb_s, (int)x->packed);
@@ -1127,13 +1146,18 @@ phase_fence(stream_ctx *x)
 		rv = xfer_send(o, x->cli, &f, false, &x->ack);
 	}
 	if (rv != 0) {
-		/* The destination does not serve before Commit: lifting the fence is safe. */
-		pthread_mutex_lock(&o->mu);
-		atomic_store(&o->fenced, false);
-		pthread_mutex_unlock(&o->mu);
+		/* The destination does not serve before Commit: lifting the fence
+		 * is safe, unless a Commit may have left already. */
+		if (!atomic_load(&o->must_commit)) {
+			pthread_mutex_lock(&o->mu);
+			atomic_store(&o->fenced, false);
+			pthread_mutex_unlock(&o->mu);
+		}
 		return stream_fail(x, rv);
 	}
 	if ((rv = confirm_fence(o, x->start_ns)) != 0) {
+		if (atomic_load(&o->must_commit))
+			return stream_fail(x, rv); /* handed over, or stopping */
 		/* Cancelled before the controller learnt of the fence: the cancel
 		 * wins, the range stays here (the destination never served it). */
 		pthread_mutex_lock(&o->mu);
@@ -1141,6 +1165,19 @@ phase_fence(stream_ctx *x)
 		atomic_store(&o->cancel, true);
 		pthread_mutex_unlock(&o->mu);
 		return stream_fail(x, rv);
+	}
+	/* On disk before the Commit leaves: a restart from here on must not
+	 * serve the range before it knows how the handover ended. */
+	if (!atomic_load(&o->must_commit)) {
+		if ((rv = kv_mig__hand_add(o->mig, o->id, o->epoch, true)) != 0) {
+			KV_ERROR(COMP, "cannot record the handover; the fence is lifted",
+			         "id=%llu err=%s", (unsigned long long)o->id, kv_errname(rv));
+			pthread_mutex_lock(&o->mu);
+			atomic_store(&o->fenced, false);
+			pthread_mutex_unlock(&o->mu);
+			return stream_fail(x, rv);
+		}
+		atomic_store(&o->must_commit, true);
 	}
 	KV_INFO(COMP, "fenced", "id=%llu deltas=%zu fence_us=%llu", (unsigned long long)o->id,
 	        nlast, (unsigned long long)((kv_now_ns() - fence_ns) / 1000));
@@ -1154,9 +1191,10 @@ static stream_phase (*const stream_phases[])(stream_ctx *) = {
 };
 
 /* Streams Begin, chunks, deltas and the fence. Returns 0 when the
- * destination holds everything (o->fenced is then set), else an error. */
+ * destination holds everything (o->fenced is then set; *committed when it
+ * had committed already), else an error. */
 static int
-stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
+stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns, bool *committed)
 {
 	stream_ctx x = {.o = o, .cli = cli, .seq = seq, .start_ns = start_ns};
 	stream_phase ph = STREAM_BEGIN;
@@ -1176,6 +1214,7 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns)
 	free(x.da.d);
 	free(x.da.fl);
 	kv_store_cursor_fini(&x.cur);
+	*committed = x.committed;
 	return ph == STREAM_FENCED ? KV_OK : x.rv;
 }
 
@@ -1274,20 +1313,32 @@ mig_out_main(void *arg)
 	KV_INFO(COMP, "migration started", "id=%llu to=%u addr=%s", (unsigned long long)o->id,
 	        o->to, o->to_addr);
 	for (;;) {
-		rv = stream(o, cli, &seq, start_ns);
+		bool committed = false;
+		rv = stream(o, cli, &seq, start_ns, &committed);
+		if (rv == 0 && !committed) {
+			/* Commit: the destination serves from now on. */
+			kv_xfer_ack ack;
+			kv_xfer c = {.migration_id = o->id,
+			             .seq = ++seq,
+			             .kind = KV_XFER_COMMIT,
+			             .epoch = o->epoch};
+			rv = xfer_send(o, cli, &c, false, &ack);
+			if (rv != 0 && rv != KV_ECLOSED)
+				/* The destination lost the stream (it restarted before
+				 * the commit): copy again, still fenced. */
+				KV_WARN(COMP, "commit refused; the range is sent again",
+				        "id=%llu err=%s", (unsigned long long)o->id,
+				        kv_errname(rv));
+		}
 		if (rv == 0)
 			break;
+		if (atomic_load(&s->stopping))
+			goto out; /* stopping while fenced: the range stays unavailable here */
 		if (should_quit(o, !atomic_load(&o->fenced) || atomic_load(&o->handed_over)))
 			goto abort;
 		kv_mig__nap(s, backoff);
 		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
 	}
-	/* Commit: the destination serves from now on. */
-	kv_xfer_ack ack;
-	kv_xfer c = {
-	    .migration_id = o->id, .seq = ++seq, .kind = KV_XFER_COMMIT, .epoch = o->epoch};
-	if (xfer_send(o, cli, &c, false, &ack) != 0)
-		goto out; /* stopping while fenced: the range stays unavailable here */
 	kv_owner_set(s->env.owner, o->start.data, o->start.len, o->end.data, o->end.len,
 	             KV_OWN_MOVED, o->to, o->to_addr, o->epoch, o->id, NULL);
 	KV_INFO(COMP, "migration committed", "id=%llu to=%u keys=%llu ms=%llu",
@@ -1329,18 +1380,26 @@ out:
 	return NULL;
 }
 
-int
-kv_mig_out_start(kv_mig *s, const kv_migration *m, const char *to_addr)
+/* Whether a task of migration id was started. */
+static bool
+out_known(kv_mig *s, uint64_t id)
 {
-	kv_mig_out *o;
 	bool known = false;
 
 	pthread_mutex_lock(&s->mu);
-	for (o = s->outs; o; o = o->next)
-		known |= o->id == m->id;
+	for (kv_mig_out *o = s->outs; o; o = o->next)
+		known |= o->id == id;
 	pthread_mutex_unlock(&s->mu);
-	if (known)
-		return KV_OK;
+	return known;
+}
+
+/* Starts the task of migration m (fenced: taken back fenced, its range
+ * claimed with the task attached). */
+static int
+out_start(kv_mig *s, const kv_migration *m, const char *to_addr, bool fenced, uint64_t epoch)
+{
+	kv_mig_out *o;
+
 	if ((o = calloc(1, sizeof(*o))) == NULL)
 		return KV_ENOMEM;
 	o->mig = s;
@@ -1357,6 +1416,23 @@ kv_mig_out_start(kv_mig *s, const kv_migration *m, const char *to_addr)
 		return KV_ENOMEM;
 	}
 	pthread_mutex_init(&o->mu, NULL);
+	if (fenced) {
+		atomic_store(&o->fenced, true);
+		atomic_store(&o->must_commit, true);
+		/* Nothing of the range is served from here on (own_check_locked
+		 * answers MOVING), until the task learns how the handover ended. */
+		int rv = kv_owner_set(s->env.owner, o->start.data, o->start.len, o->end.data,
+		                      o->end.len, KV_OWN_SERVE, 0, NULL, epoch, o->id, o);
+		if (rv != 0) {
+			pthread_mutex_destroy(&o->mu);
+			kv_buf_fini(&o->start);
+			kv_buf_fini(&o->end);
+			free(o);
+			return rv;
+		}
+		KV_INFO(COMP, "migration taken back fenced: its commit may have been sent",
+		        "id=%llu to=%u", (unsigned long long)o->id, o->to);
+	}
 	pthread_mutex_lock(&s->mu);
 	o->next = s->outs;
 	s->outs = o;
@@ -1368,6 +1444,25 @@ kv_mig_out_start(kv_mig *s, const kv_migration *m, const char *to_addr)
 	o->thr_started = true;
 	pthread_mutex_unlock(&s->mu);
 	return KV_OK;
+}
+
+int
+kv_mig_out_start(kv_mig *s, const kv_migration *m, const char *to_addr)
+{
+	if (out_known(s, m->id))
+		return KV_OK;
+	return out_start(s, m, to_addr, false, 0);
+}
+
+int
+kv_mig_out_claim(kv_mig *s, const kv_migration *m, const char *to_addr, uint64_t epoch)
+{
+	if (kv_range_is_empty(m->start.data, m->start.len, m->end.data, m->end.len))
+		return KV_EINVAL;
+	if (out_known(s, m->id) || !kv_mig__hand_has(s, m->id, true))
+		return kv_owner_claim(s->env.owner, m->start.data, m->start.len, m->end.data,
+		                      m->end.len, epoch);
+	return out_start(s, m, to_addr, true, epoch);
 }
 
 /* Whether configuration c lists migration id. */
@@ -1383,6 +1478,16 @@ mig_listed(const kv_config *c, uint64_t id)
 void
 kv_mig_out_reconcile(kv_mig *g, const kv_config *c)
 {
+	/* Migrations c no longer lists, though it is as new as the one that
+	 * listed them first, have ended: the handover file forgets them (in
+	 * memory; the file itself with its next write). */
+	pthread_mutex_lock(&g->hmu);
+	size_t j = 0;
+	for (size_t i = 0; i < g->nhand; i++)
+		if (g->hand[i].epoch > c->epoch || mig_listed(c, g->hand[i].id))
+			g->hand[j++] = g->hand[i];
+	g->nhand = j;
+	pthread_mutex_unlock(&g->hmu);
 	pthread_mutex_lock(&g->mu);
 	for (kv_mig_out *o = g->outs; o; o = o->next) {
 		if (mig_listed(c, o->id))
@@ -1465,17 +1570,66 @@ int
 kv_mig_create(const kv_mig_env *env, kv_mig **out)
 {
 	kv_mig *g = calloc(1, sizeof(*g));
+	int rv;
 
 	if (g == NULL)
 		return KV_ENOMEM;
 	g->env = *env;
+	if ((g->hand = calloc(KV_HANDFILE_MAX, sizeof(*g->hand))) == NULL) {
+		free(g);
+		return KV_ENOMEM;
+	}
+	if (env->data_dir != NULL &&
+	    (rv = kv_handfile_load(env->data_dir, g->hand, KV_HANDFILE_MAX, &g->nhand)) != 0) {
+		KV_ERROR(COMP, "cannot read the handover file", "dir=%s err=%s", env->data_dir,
+		         kv_errname(rv));
+		free(g->hand);
+		free(g);
+		return rv;
+	}
 	if (kv_mig__applier_init(g) != KV_OK) {
+		free(g->hand);
 		free(g);
 		return KV_ENOMEM;
 	}
 	pthread_mutex_init(&g->mu, NULL);
+	pthread_mutex_init(&g->hmu, NULL);
 	*out = g;
 	return KV_OK;
+}
+
+bool
+kv_mig__hand_has(kv_mig *g, uint64_t id, bool out)
+{
+	bool has = false;
+
+	pthread_mutex_lock(&g->hmu);
+	for (size_t i = 0; i < g->nhand && !has; i++)
+		has = g->hand[i].id == id && g->hand[i].out == out;
+	pthread_mutex_unlock(&g->hmu);
+	return has;
+}
+
+int
+kv_mig__hand_add(kv_mig *g, uint64_t id, uint64_t epoch, bool out)
+{
+	int rv = KV_OK;
+
+	pthread_mutex_lock(&g->hmu);
+	for (size_t i = 0; i < g->nhand; i++)
+		if (g->hand[i].id == id && g->hand[i].out == out)
+			goto unlock;
+	if (g->nhand >= KV_HANDFILE_MAX) {
+		rv = KV_ELIMIT;
+		goto unlock;
+	}
+	g->hand[g->nhand++] = (kv_handover_ent){.id = id, .epoch = epoch, .out = out};
+	if (g->env.data_dir != NULL &&
+	    (rv = kv_handfile_save(g->env.data_dir, g->hand, g->nhand)) != 0)
+		g->nhand--;
+unlock:
+	pthread_mutex_unlock(&g->hmu);
+	return rv;
 }
 
 void
@@ -1512,5 +1666,7 @@ kv_mig_destroy(kv_mig *g)
 	kv_mig__applier_fini(g);
 	kv_mig__ins_free(in);
 	pthread_mutex_destroy(&g->mu);
+	pthread_mutex_destroy(&g->hmu);
+	free(g->hand);
 	free(g);
 }

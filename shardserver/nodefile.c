@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -170,4 +171,75 @@ kv_nodefile_save(const char *dir, uint32_t id, const char *cluster)
 	memcpy(buf + 16, cluster, cl);
 	put64(buf + 16 + cl, kv_hash64(buf, 16 + cl));
 	return save_atomic(dir, "node.id", buf, 16 + cl + 8);
+}
+
+#define HANDFILE_MAGIC   "SKVH"
+#define HANDFILE_VERSION 1u
+#define HANDFILE_ENT     17u
+
+int
+kv_handfile_load(const char *dir, kv_handover_ent *ents, size_t cap, size_t *n)
+{
+	char path[4096];
+	uint8_t *buf;
+	size_t max = 12 + (size_t)KV_HANDFILE_MAX * HANDFILE_ENT + 8, len = 0;
+	ssize_t r;
+	int fd, rv = KV_ECORRUPT;
+
+	*n = 0;
+	snprintf(path, sizeof(path), "%s/handover.ids", dir);
+	if ((fd = open(path, O_RDONLY)) < 0)
+		return errno == ENOENT ? KV_OK : KV_EIO;
+	if ((buf = malloc(max + 1)) == NULL) {
+		close(fd);
+		return KV_ENOMEM;
+	}
+	while (len <= max && (r = read(fd, buf + len, max + 1 - len)) > 0)
+		len += (size_t)r;
+	close(fd);
+	if (len >= 20 && len <= max && memcmp(buf, HANDFILE_MAGIC, 4) == 0 &&
+	    get32(buf + 4) == HANDFILE_VERSION) {
+		uint32_t cnt = get32(buf + 8);
+		if (cnt <= KV_HANDFILE_MAX && len == 12 + (size_t)cnt * HANDFILE_ENT + 8 &&
+		    get64(buf + len - 8) == kv_hash64(buf, len - 8) && cnt <= cap) {
+			for (uint32_t i = 0; i < cnt; i++) {
+				const uint8_t *p = buf + 12 + (size_t)i * HANDFILE_ENT;
+				ents[i] = (kv_handover_ent){
+				    .id = get64(p), .epoch = get64(p + 8), .out = p[16] == 1};
+				if (p[16] > 1)
+					goto out;
+			}
+			*n = cnt;
+			rv = KV_OK;
+		}
+	}
+out:
+	free(buf);
+	return rv;
+}
+
+int
+kv_handfile_save(const char *dir, const kv_handover_ent *ents, size_t n)
+{
+	uint8_t *buf;
+	size_t len = 12 + n * HANDFILE_ENT + 8;
+	int rv;
+
+	if (n > KV_HANDFILE_MAX)
+		return KV_EINVAL;
+	if ((buf = malloc(len)) == NULL)
+		return KV_ENOMEM;
+	memcpy(buf, HANDFILE_MAGIC, 4);
+	put32(buf + 4, HANDFILE_VERSION);
+	put32(buf + 8, (uint32_t)n);
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *p = buf + 12 + i * HANDFILE_ENT;
+		put64(p, ents[i].id);
+		put64(p + 8, ents[i].epoch);
+		p[16] = ents[i].out ? 1 : 0;
+	}
+	put64(buf + len - 8, kv_hash64(buf, len - 8));
+	rv = save_atomic(dir, "handover.ids", buf, len);
+	free(buf);
+	return rv;
 }

@@ -1,10 +1,13 @@
 /*
- * nodefile.h - the node file (DATA_DIR/node.id): node id and cluster id of
- * a shard server, kept across restarts. Layout: nodefile.c.
+ * nodefile.h - the small files of a shard server's data dir, kept across
+ * restarts: the node file (DATA_DIR/node.id: node id and cluster id), the
+ * boot file (boot.id) and the handover file (handover.ids: migrations whose
+ * commit this node may have sent or has applied). Layouts: nodefile.c.
  */
 #ifndef KV_SHARDSERVER_NODEFILE_H
 #define KV_SHARDSERVER_NODEFILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,5 +29,25 @@ void kv_bootfile_load(const char *dir, uint64_t *boot);
 /* Writes the boot file atomically, as kv_nodefile_save. Returns 0 or
  * KV_EIO/KV_ENOSPC/KV_EPERM. */
 int kv_bootfile_save(const char *dir, uint64_t boot);
+
+/* One migration of the handover file (doc/protocol.md "Migrations", after a
+ * crash). */
+typedef struct {
+	uint64_t id;    /* Migration.id */
+	uint64_t epoch; /* Migration.epoch: the configuration that listed it first */
+	bool out;       /* this node is the source and may have sent TransferCommit;
+	                   else the destination and has applied it */
+} kv_handover_ent;
+
+#define KV_HANDFILE_MAX 1024u /* entries the file holds at most */
+
+/* Reads the handover file of dir into ents (cap entries), *n of them (0
+ * when the file is absent). Returns 0, KV_ECORRUPT (a file that does not
+ * check, or holds more than cap entries) or KV_EIO. */
+int kv_handfile_load(const char *dir, kv_handover_ent *ents, size_t cap, size_t *n);
+
+/* Writes the handover file atomically, as kv_nodefile_save (n at most
+ * KV_HANDFILE_MAX, else KV_EINVAL). */
+int kv_handfile_save(const char *dir, const kv_handover_ent *ents, size_t n);
 
 #endif

@@ -537,14 +537,19 @@ kv_server_create(const kv_server_cfg *cfg, kv_server **out, char *err, size_t er
 	                  .auth = kv_server__auth(s),
 	                  .max_value = s->max_value,
 	                  .chunks_unpacked = cfg->chunks_unpacked,
+	                  .data_dir = cfg->data_dir,
 	                  .arg = s,
 	                  .node_id = mig_node_id,
 	                  .epoch = mig_epoch,
 	                  .ctl_call = mig_ctl_call,
 	                  .node_addr = mig_node_addr,
 	                  .held_changed = mig_held_changed};
-	if ((rv = kv_mig_create(&env, &s->mig)) != 0)
+	if ((rv = kv_mig_create(&env, &s->mig)) != 0) {
+		set_err(err, errlen,
+		        rv == KV_ENOMEM ? "out of memory"
+		                        : "cannot read the handover file (DATA_DIR/handover.ids)");
 		goto err_after_ctl;
+	}
 	kv_rs_env renv = {.dur = s->dur,
 	                  .store = s->store,
 	                  .dedup = s->dedup,

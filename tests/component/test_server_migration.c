@@ -216,6 +216,127 @@ source_stopped_between_fence_ack_and_commit_restarts_and_hands_over_every_key(vo
 	assert_int_equal(r.hint_node, 2);
 }
 
+/* Puts key = value on url and checks it is acknowledged. */
+static void
+put_one(const char *url, const char *key, const char *value)
+{
+	res1 r = do_put(url, key, value, 0, 0);
+	if (r.status != 0)
+		fail_msg("put %s on %s: status %d", key, url, r.status);
+}
+
+/* Until node 1 answers WRONG_OWNER naming node 2 for key (the range handed
+ * over again), checks that it never serves the key: a put it acknowledged
+ * would be lost, the destination serving the range already. */
+static void
+expect_source_serves_nothing_until_handed_over(const char *key)
+{
+	uint64_t deadline = kv_test_now_ms() + 20000;
+	for (;;) {
+		res1 g = do_get(srvs[0].url, key);
+		res1 p = do_put(srvs[0].url, key, "must-not-land", 0, 0);
+		if (g.status == 0 || p.status == 0)
+			fail_msg("the restarted source served %s (get %d, put %d) after the "
+			         "destination's commit",
+			         key, g.status, p.status);
+		if (p.status == ST_WRONG && p.hint_node == 2)
+			return;
+		if (kv_test_now_ms() > deadline)
+			fail_msg("the restarted source still answers %d for %s", p.status, key);
+		kv_test_sleep_ms(10);
+	}
+}
+
+/* The source restarts after the destination committed the range, while the
+ * configuration still lists the migration (the controller has not published
+ * the handover), and the destination is down as well: the source must not
+ * serve the range again (the destination took writes after its commit), and
+ * once the destination is back it learns there that the commit happened and
+ * hands the range over. */
+static void
+source_restarted_after_the_commit_serves_nothing_of_the_range_and_hands_it_over(void **state)
+{
+	(void)state;
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
+	uint64_t e = publish_move(1, 1, 2, 0);
+	fake_ctl_wait_done(ctl, 1, 20000);
+	put_one(srvs[1].url, "pz-after-commit", "w1");
+	inproc_srv_down(&srvs[0]);
+	inproc_srv_down(&srvs[1]);
+	clients_close();
+	inproc_srv_up(&srvs[0]);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	/* The destination is down: nothing can tell the source how the handover
+	 * ended, so it keeps the range fenced. */
+	for (uint64_t until = kv_test_now_ms() + 300; kv_test_now_ms() < until;)
+		expect_moving(srvs[0].url, "p00001", 2, srvs[1].url);
+	inproc_srv_up(&srvs[1]);
+	expect_source_serves_nothing_until_handed_over("p00001");
+	fake_ctl_wait_done_again(ctl, 1, 20000);
+	e = publish_owner(2);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	check_keys(srvs[1].url, NKEYS_SMALL, ver1, 100);
+	res1 r = do_get(srvs[1].url, "pz-after-commit");
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.value, "w1");
+}
+
+/* The destination restarts after it acknowledged the fence and before the
+ * commit: the commit finds no stream there, and the source, still fenced,
+ * sends the range again rather than staying fenced for good. */
+static void
+destination_restarted_between_fence_ack_and_commit_gets_the_range_again(void **state)
+{
+	(void)state;
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
+	fake_ctl_hold_fence(ctl);
+	uint64_t e = publish_move(1, 1, 2, 0);
+	fake_ctl_wait_fenced(ctl, 15000);
+	inproc_srv_down(&srvs[1]);
+	clients_close();
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	fake_ctl_release_fence(ctl, 0);
+	fake_ctl_wait_done(ctl, 1, 30000);
+	e = publish_owner(2);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	check_keys(srvs[1].url, NKEYS_SMALL, ver1, 100);
+}
+
+/* The destination restarts after its commit, before the handover is
+ * published: it serves the range from its log, with what it took after the
+ * commit, and goes on taking writes to it. */
+static void
+destination_restarted_after_the_commit_serves_the_range_with_its_later_writes(void **state)
+{
+	(void)state;
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
+	uint64_t e = publish_move(1, 1, 2, 0);
+	fake_ctl_wait_done(ctl, 1, 20000);
+	put_one(srvs[1].url, "pz-after-commit", "w1");
+	inproc_srv_down(&srvs[1]);
+	clients_close();
+	inproc_srv_up(&srvs[1]);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	res1 r = do_get(srvs[1].url, "pz-after-commit");
+	if (r.status != 0)
+		fail_msg("the restarted destination answers %d for a key of its committed range",
+		         r.status);
+	assert_string_equal(r.value, "w1");
+	put_one(srvs[1].url, "pz-after-restart", "w2");
+	e = publish_owner(2);
+	srv_wait_ready(srvs[1].url, e, 15000, NULL);
+	check_keys(srvs[1].url, NKEYS_SMALL, ver1, 100);
+	r = do_get(srvs[1].url, "pz-after-restart");
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.value, "w2");
+}
+
 static void
 migration_cancelled_between_fence_ack_and_commit_leaves_every_key_on_the_source(void **state)
 {
@@ -606,6 +727,15 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(
 	        source_stopped_between_fence_ack_and_commit_restarts_and_hands_over_every_key,
+	        setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        source_restarted_after_the_commit_serves_nothing_of_the_range_and_hands_it_over,
+	        setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        destination_restarted_between_fence_ack_and_commit_gets_the_range_again, setup,
+	        teardown),
+	    cmocka_unit_test_setup_teardown(
+	        destination_restarted_after_the_commit_serves_the_range_with_its_later_writes,
 	        setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        migration_cancelled_between_fence_ack_and_commit_leaves_every_key_on_the_source,

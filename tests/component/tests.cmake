@@ -28,7 +28,7 @@ kv_add_test(test_server_inproc SOURCES component/test_server_inproc.c
 # client configured before an earlier move; many handovers under heavy
 # appends lose none. scripts/mutants.sh relies on these.
 kv_add_test(test_server_migration SOURCES component/test_server_migration.c
-  LIBS kv_inproc_srv shardkv kv_testutil TIMEOUT 90 LABELS concurrency)
+  LIBS kv_inproc_srv shardkv kv_testutil TIMEOUT 150 LABELS concurrency)
 
 # Node liveness and server leases with a real controller and real servers in
 # the test process, short leases through their create options: a stopped

@@ -508,6 +508,15 @@ done_locked(const fake_ctl *f, uint64_t id)
 }
 
 static bool
+done_twice_locked(const fake_ctl *f, uint64_t id)
+{
+	unsigned n = 0;
+	for (size_t i = 0; i < f->ndone; i++)
+		n += f->done[i] == id;
+	return n >= 2;
+}
+
+static bool
 registered_after_locked(const fake_ctl *f, uint64_t after)
 {
 	return f->registers > after;
@@ -540,6 +549,14 @@ fake_ctl_wait_done(fake_ctl *f, uint64_t id, unsigned ms)
 {
 	if (!wait_for(f, done_locked, id, ms))
 		fail_msg("migration %llu not done within %u ms", (unsigned long long)id, ms);
+}
+
+void
+fake_ctl_wait_done_again(fake_ctl *f, uint64_t id, unsigned ms)
+{
+	if (!wait_for(f, done_twice_locked, id, ms))
+		fail_msg("migration %llu not reported done a second time within %u ms",
+		         (unsigned long long)id, ms);
 }
 
 uint32_t

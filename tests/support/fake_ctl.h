@@ -139,6 +139,10 @@ bool fake_ctl_done(fake_ctl *f, uint64_t id);
 /* Waits up to ms for MigrationDone of id; fails the test otherwise. */
 void fake_ctl_wait_done(fake_ctl *f, uint64_t id, unsigned ms);
 
+/* Waits up to ms until MigrationDone of id arrived twice (its source reported
+ * it, restarted, and handed the range over again); fails the test otherwise. */
+void fake_ctl_wait_done_again(fake_ctl *f, uint64_t id, unsigned ms);
+
 /* Waits up to ms until more than `after` Register requests arrived (read
  * `registers` under mu first); returns the resume_node_id of the last one.
  * Fails the test otherwise. */

@@ -1,12 +1,15 @@
 /*
  * test_server_units.c - unit tests of the shard server's pure modules: the
- * ownership table (owner.h), the exactly-once table (dedup.h) and the
- * request codec's validation of hostile input (proto/data_codec.h).
+ * ownership table (owner.h), the exactly-once table (dedup.h), the
+ * request codec's validation of hostile input (proto/data_codec.h) and the
+ * handover file (nodefile.h).
  */
 #include "common/err.h"
 #include "proto/shardkv.pb-c.h"
 #include "shardserver/dedup/dedup.h"
+#include "shardserver/nodefile.h"
 #include "shardserver/owner.h"
+#include "tests/support/testutil.h"
 #include "proto/admin_codec.h"
 #include "proto/data_codec.h"
 
@@ -471,6 +474,80 @@ codec_response_round_trips_results_and_hints(void **state)
 	kv_data_result_fini(&res[1]);
 }
 
+/* Writes n bytes to dir/handover.ids as they are. */
+static void
+write_raw(const char *dir, const uint8_t *p, size_t n)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/handover.ids", dir);
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(p, 1, n, f), n);
+	fclose(f);
+}
+
+static size_t
+read_raw(const char *dir, uint8_t *p, size_t cap)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/handover.ids", dir);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	size_t n = fread(p, 1, cap, f);
+	fclose(f);
+	return n;
+}
+
+static void
+handover_file_round_trips_and_refuses_a_damaged_one(void **state)
+{
+	char dir[64] = "/tmp/kvhand.XXXXXX";
+	kv_handover_ent in[3] = {{.id = 7, .epoch = 12, .out = true},
+	                         {.id = 9, .epoch = 15, .out = false},
+	                         {.id = UINT64_MAX, .epoch = 1, .out = true}};
+	kv_handover_ent got[4];
+	uint8_t raw[256];
+	size_t n = 99, len;
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	/* Absent: nothing to resume. */
+	assert_int_equal(kv_handfile_load(dir, got, 4, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(kv_handfile_save(dir, in, 3), 0);
+	assert_int_equal(kv_handfile_load(dir, got, 4, &n), 0);
+	assert_int_equal(n, 3);
+	for (size_t i = 0; i < 3; i++) {
+		assert_true(got[i].id == in[i].id);
+		assert_true(got[i].epoch == in[i].epoch);
+		assert_int_equal(got[i].out, in[i].out);
+	}
+	/* More entries than the caller holds. */
+	assert_int_equal(kv_handfile_load(dir, got, 2, &n), KV_ECORRUPT);
+	assert_int_equal(n, 0);
+	len = read_raw(dir, raw, sizeof(raw));
+	assert_int_equal(len, 12 + 3 * 17 + 8);
+	/* Every single flipped bit, a cut and a longer file are refused. */
+	for (size_t i = 0; i < len * 8; i += 7) {
+		raw[i / 8] ^= (uint8_t)(1u << (i % 8));
+		write_raw(dir, raw, len);
+		assert_int_equal(kv_handfile_load(dir, got, 4, &n), KV_ECORRUPT);
+		raw[i / 8] ^= (uint8_t)(1u << (i % 8));
+	}
+	write_raw(dir, raw, len - 1);
+	assert_int_equal(kv_handfile_load(dir, got, 4, &n), KV_ECORRUPT);
+	raw[len] = 0;
+	write_raw(dir, raw, len + 1);
+	assert_int_equal(kv_handfile_load(dir, got, 4, &n), KV_ECORRUPT);
+	write_raw(dir, raw, 0);
+	assert_int_equal(kv_handfile_load(dir, got, 4, &n), KV_ECORRUPT);
+	/* An empty set is a file of its own. */
+	assert_int_equal(kv_handfile_save(dir, NULL, 0), 0);
+	assert_int_equal(kv_handfile_load(dir, got, 4, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(kv_handfile_save(dir, in, KV_HANDFILE_MAX + 1), KV_EINVAL);
+	kv_test_rmtree(dir);
+}
+
 int
 main(void)
 {
@@ -489,6 +566,7 @@ main(void)
 	    cmocka_unit_test(dedup_lookup_follows_the_ring_through_wraps_aborts_and_forgets),
 	    cmocka_unit_test(codec_refuses_hostile_requests_without_crashing),
 	    cmocka_unit_test(codec_response_round_trips_results_and_hints),
+	    cmocka_unit_test(handover_file_round_trips_and_refuses_a_damaged_one),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

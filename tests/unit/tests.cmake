@@ -65,7 +65,7 @@ kv_add_test(test_durable_side SOURCES unit/test_durable_side.c
   LIBS kv_durable kv_testutil TIMEOUT 60)
 
 # The shard server's pure modules (owner table, dedup table, codec).
-kv_add_test(test_server_units SOURCES unit/test_server_units.c LIBS kv_server TIMEOUT 60)
+kv_add_test(test_server_units SOURCES unit/test_server_units.c LIBS kv_server kv_testutil TIMEOUT 60)
 
 # The controller's placement and config log.
 kv_add_test(test_controller_placement SOURCES unit/test_controller_placement.c
