@@ -15,8 +15,9 @@
  * server only through the env; the server never sees a migration struct.
  *
  * migrate_out.c is the source (one thread per outgoing migration),
- * migrate_in.c the destination (on nng's threads); migrate_int.h is shared
- * by those two files only.
+ * migrate_in.c the destination (on nng's threads), migrate_hand.c the
+ * handover file's entries both record commits in; migrate_int.h is shared
+ * by those three files only.
  */
 #ifndef KV_SHARDSERVER_MIGRATE_H
 #define KV_SHARDSERVER_MIGRATE_H

@@ -1,6 +1,7 @@
 /*
- * migrate_int.h - the migration set shared by migrate_out.c (source) and
- * migrate_in.c (destination). Nothing else includes it.
+ * migrate_int.h - the migration set shared by migrate_out.c (source),
+ * migrate_in.c (destination) and migrate_hand.c (the handover file's
+ * entries). Nothing else includes it.
  */
 #ifndef KV_SHARDSERVER_MIGRATE_INT_H
 #define KV_SHARDSERVER_MIGRATE_INT_H
@@ -37,8 +38,18 @@ struct kv_mig {
 	size_t nhand;          /* entries in hand */
 };
 
+/* migrate_hand.c: the handover file's entries, read from env.data_dir
+ * (0, KV_ENOMEM, or the file's KV_ECORRUPT/KV_EIO, logged); their end. */
+int kv_mig__hand_init(kv_mig *g);
+void kv_mig__hand_fini(kv_mig *g);
+
 /* Whether the handover file lists migration id in direction `out`. */
 bool kv_mig__hand_has(kv_mig *g, uint64_t id, bool out);
+
+/* Forgets the entries of migrations that configuration c no longer lists
+ * though it is as new as the one that listed them first (they have ended);
+ * the file itself drops them with its next write. */
+void kv_mig__hand_prune(kv_mig *g, const kv_config *c);
 
 /* Adds migration id (first listed at `epoch`) in direction `out` to the
  * handover file and writes the file (fsync) before it returns. Returns 0,

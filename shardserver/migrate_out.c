@@ -1478,16 +1478,7 @@ mig_listed(const kv_config *c, uint64_t id)
 void
 kv_mig_out_reconcile(kv_mig *g, const kv_config *c)
 {
-	/* Migrations c no longer lists, though it is as new as the one that
-	 * listed them first, have ended: the handover file forgets them (in
-	 * memory; the file itself with its next write). */
-	pthread_mutex_lock(&g->hmu);
-	size_t j = 0;
-	for (size_t i = 0; i < g->nhand; i++)
-		if (g->hand[i].epoch > c->epoch || mig_listed(c, g->hand[i].id))
-			g->hand[j++] = g->hand[i];
-	g->nhand = j;
-	pthread_mutex_unlock(&g->hmu);
+	kv_mig__hand_prune(g, c);
 	pthread_mutex_lock(&g->mu);
 	for (kv_mig_out *o = g->outs; o; o = o->next) {
 		if (mig_listed(c, o->id))
@@ -1575,61 +1566,18 @@ kv_mig_create(const kv_mig_env *env, kv_mig **out)
 	if (g == NULL)
 		return KV_ENOMEM;
 	g->env = *env;
-	if ((g->hand = calloc(KV_HANDFILE_MAX, sizeof(*g->hand))) == NULL) {
-		free(g);
-		return KV_ENOMEM;
-	}
-	if (env->data_dir != NULL &&
-	    (rv = kv_handfile_load(env->data_dir, g->hand, KV_HANDFILE_MAX, &g->nhand)) != 0) {
-		KV_ERROR(COMP, "cannot read the handover file", "dir=%s err=%s", env->data_dir,
-		         kv_errname(rv));
-		free(g->hand);
+	if ((rv = kv_mig__hand_init(g)) != 0) {
 		free(g);
 		return rv;
 	}
 	if (kv_mig__applier_init(g) != KV_OK) {
-		free(g->hand);
+		kv_mig__hand_fini(g);
 		free(g);
 		return KV_ENOMEM;
 	}
 	pthread_mutex_init(&g->mu, NULL);
-	pthread_mutex_init(&g->hmu, NULL);
 	*out = g;
 	return KV_OK;
-}
-
-bool
-kv_mig__hand_has(kv_mig *g, uint64_t id, bool out)
-{
-	bool has = false;
-
-	pthread_mutex_lock(&g->hmu);
-	for (size_t i = 0; i < g->nhand && !has; i++)
-		has = g->hand[i].id == id && g->hand[i].out == out;
-	pthread_mutex_unlock(&g->hmu);
-	return has;
-}
-
-int
-kv_mig__hand_add(kv_mig *g, uint64_t id, uint64_t epoch, bool out)
-{
-	int rv = KV_OK;
-
-	pthread_mutex_lock(&g->hmu);
-	for (size_t i = 0; i < g->nhand; i++)
-		if (g->hand[i].id == id && g->hand[i].out == out)
-			goto unlock;
-	if (g->nhand >= KV_HANDFILE_MAX) {
-		rv = KV_ELIMIT;
-		goto unlock;
-	}
-	g->hand[g->nhand++] = (kv_handover_ent){.id = id, .epoch = epoch, .out = out};
-	if (g->env.data_dir != NULL &&
-	    (rv = kv_handfile_save(g->env.data_dir, g->hand, g->nhand)) != 0)
-		g->nhand--;
-unlock:
-	pthread_mutex_unlock(&g->hmu);
-	return rv;
 }
 
 void
@@ -1666,7 +1614,6 @@ kv_mig_destroy(kv_mig *g)
 	kv_mig__applier_fini(g);
 	kv_mig__ins_free(in);
 	pthread_mutex_destroy(&g->mu);
-	pthread_mutex_destroy(&g->hmu);
-	free(g->hand);
+	kv_mig__hand_fini(g);
 	free(g);
 }
