@@ -1208,6 +1208,34 @@ kv_ctl__cmd_remove(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		free(failed);
 		return refuse(x, rv, &px);
 	}
+	/* A migration into the node whose fence was confirmed may have been
+	 * committed there: the node may hold the only copy of what that range
+	 * took since, and failing the migration gives the range back to its
+	 * source without it. The same when this leader has not heard from the
+	 * source yet (it may be fenced already). */
+	for (size_t i = 0; i < cur->nmigs; i++) {
+		const kv_migration *m = &cur->migs[i];
+		const struct ctl_prog *p = kv_ctl__prog_find_locked(c, m->id, false);
+		bool unknown = p == NULL && c->repl != NULL;
+		if (m->to != id || (!unknown && (p == NULL || p->phase < KV_MIG_FENCED)))
+			continue;
+		if (rq->accept_data_loss) {
+			lost++;
+			continue;
+		}
+		snprintf(x->msg, sizeof(x->msg),
+		         unknown ? "node %u is receiving a range in migration %llu, which has not "
+		                   "reported its progress to this leader yet; retry in a few "
+		                   "seconds, or add --accept-data-loss"
+		                 : "node %u may already serve a range it was receiving (migration "
+		                   "%llu was fenced): its writes since would be lost (add "
+		                   "--accept-data-loss to give the range back to its source, or "
+		                   "restart the node)",
+		         id, (unsigned long long)m->id);
+		kv_config_free(next);
+		free(failed);
+		return unknown ? KV_EBUSY : KV_EPERM;
+	}
 	for (size_t i = 0; i < nfailed; i++)
 		kv_ctl__fail_record_locked(c, failed[i], KV_EUNAVAIL, "its node was removed");
 	free(failed);

@@ -99,6 +99,9 @@ struct kv_mig_out {
 	atomic_bool fenced;                /* writes refused (MOVING); set under mu */
 	atomic_bool cancel;                /* the configuration dropped the migration */
 	atomic_bool handed_over;           /* ... and gives the range to `to`: it was done */
+	atomic_bool reclaimed;             /* the configuration dropped it while fenced and
+	                                      gives the range back here (the destination was
+	                                      removed): the task ends, the range is served */
 	atomic_bool must_commit;           /* this run or an earlier one may have sent
 	                                      TransferCommit (the handover file lists it): the
 	                                      fence never lifts, the range only leaves */
@@ -209,7 +212,8 @@ free_recs(kv_delta_rec *recs, size_t n)
 static bool
 should_quit(kv_mig_out *o, bool cancellable)
 {
-	return atomic_load(&o->mig->stopping) || (cancellable && atomic_load(&o->cancel));
+	return atomic_load(&o->mig->stopping) || (cancellable && atomic_load(&o->cancel)) ||
+	       atomic_load(&o->reclaimed);
 }
 
 /*
@@ -1334,7 +1338,8 @@ mig_out_main(void *arg)
 			break;
 		if (atomic_load(&s->stopping))
 			goto out; /* stopping while fenced: the range stays unavailable here */
-		if (should_quit(o, !atomic_load(&o->fenced) || atomic_load(&o->handed_over)))
+		if (should_quit(o, !atomic_load(&o->fenced) || atomic_load(&o->handed_over) ||
+		                       atomic_load(&o->reclaimed)))
 			goto abort;
 		kv_mig__nap(s, backoff);
 		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
@@ -1367,7 +1372,14 @@ abort:
 		if (kv_xfer_encode(&a, o->epoch, kv_mig__node_id(s), s->env.auth, &req) == 0 &&
 		    kv_rpc_call(cli, req, &rep, 1000) == 0)
 			nng_msg_free(rep);
-		KV_INFO(COMP, "migration cancelled", "id=%llu", (unsigned long long)o->id);
+		if (atomic_load(&o->reclaimed))
+			KV_WARN(COMP,
+			        "migration failed by the controller while fenced; the range is "
+			        "served here again",
+			        "id=%llu to=%u commit_sent=%d", (unsigned long long)o->id, o->to,
+			        (int)atomic_load(&o->must_commit));
+		else
+			KV_INFO(COMP, "migration cancelled", "id=%llu", (unsigned long long)o->id);
 	}
 detach:
 	/* Still ours: serve it without the migration. */
@@ -1488,7 +1500,14 @@ kv_mig_out_reconcile(kv_mig *g, const kv_config *c)
 		long ri = kv_config_find_range(c, o->start.data, o->start.len);
 		if (ri >= 0 && c->ranges[ri].node == o->to)
 			atomic_store(&o->handed_over, true);
-		if (!atomic_load(&o->fenced) || atomic_load(&o->handed_over))
+		else if (atomic_load(&o->fenced) && ri >= 0 &&
+		         c->ranges[ri].node == kv_mig__node_id(g))
+			/* Failed by the controller with the range given back: it
+			 * refuses that after a confirmed fence unless the operator
+			 * removed the destination and accepted the loss. */
+			atomic_store(&o->reclaimed, true);
+		if (!atomic_load(&o->fenced) || atomic_load(&o->handed_over) ||
+		    atomic_load(&o->reclaimed))
 			atomic_store(&o->cancel, true);
 	}
 	pthread_mutex_unlock(&g->mu);

@@ -8,8 +8,9 @@
  * answering data requests after its lease and serves again once the
  * controller is back; remove refuses a live node and data loss without the
  * flag, forgets a down node with it, and the removed server learns it is
- * gone; locate and check (through the CLI's kv_cli_main) report the primary
- * and the problems with their exit codes.
+ * gone; remove counts as data loss a range moving into the node whose fence
+ * was confirmed (the node may serve it already); locate and check (through the CLI's kv_cli_main)
+ * report the primary and the problems with their exit codes.
  *
  * Every wait polls with a deadline; bounds on timings are generous (the
  * machine is shared) except the lower ones, which are what safety needs.
@@ -270,6 +271,92 @@ remove_refuses_live_nodes_and_data_loss_and_forgets_a_down_node_with_the_flag(vo
 	assert_int_equal(inproc_cluster_node_state(&cl, 2), KV_NODE_GONE);
 }
 
+/* A migration into node 2 that its source reported fenced: node 2 may have
+ * committed the range and taken writes, so removing node 2 (down) needs the
+ * flag, and then counts that range among the lost. */
+static void
+remove_of_a_node_receiving_a_fenced_range_needs_the_flag(void **state)
+{
+	char out[2048], err[2048], why[256], k[40], v[1100];
+	kv_admin_req q;
+	kv_config *cfg;
+	uint64_t epoch;
+
+	(void)state;
+	cluster_up();
+	/* Node 2's own range goes to node 1 first: node 2 then leads nothing. */
+	cfg = inproc_cluster_config(&cl);
+	assert_non_null(cfg);
+	for (size_t i = 0; i < cfg->nranges; i++) {
+		if (cfg->ranges[i].node != 2)
+			continue;
+		q = (kv_admin_req){.op = KV_ADM_MOVE,
+		                   .node_id = 1,
+		                   .wait = true,
+		                   .start = {cfg->ranges[i].start.data, cfg->ranges[i].start.len},
+		                   .end = {cfg->ranges[i].end.data, cfg->ranges[i].end.len}};
+		assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, NULL, why, sizeof(why)), 0);
+	}
+	kv_config_free(cfg);
+	cfg = inproc_cluster_config(&cl);
+	assert_non_null(cfg);
+	for (size_t i = 0; i < cfg->nranges; i++)
+		assert_int_equal(cfg->ranges[i].node, 1);
+	const kv_range *r1 = NULL;
+	for (size_t i = 0; i < cfg->nranges && r1 == NULL; i++)
+		if (cfg->ranges[i].node == 1)
+			r1 = &cfg->ranges[i];
+	assert_non_null(r1);
+	/* 2 MB in node 1's range, moved at 1 MB/s: still in flight below. */
+	memset(v, 'v', 1000);
+	v[1000] = '\0';
+	for (int i = 0; i < 2000; i++) {
+		int n = snprintf(k, sizeof(k), "%.*s\x01%05d", (int)r1->start.len,
+		                 (const char *)r1->start.data, i);
+		assert_true(n > 0 && (size_t)n < sizeof(k));
+		put_ok(cl.srv[0].url, k, v);
+	}
+	q = (kv_admin_req){.op = KV_ADM_MOVE,
+	                   .node_id = 2,
+	                   .start = {r1->start.data, r1->start.len},
+	                   .end = {r1->end.data, r1->end.len},
+	                   .rate_mb_s = 1};
+	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, &epoch, why, sizeof(why)), 0);
+	kv_config_free(cfg);
+	inproc_srv_down(&cl.srv[1]);
+	cfg = inproc_cluster_config(&cl);
+	assert_non_null(cfg);
+	assert_int_equal(cfg->nmigs, 1);
+	uint64_t mig = cfg->migs[0].id;
+	kv_config_free(cfg);
+	/* The source says the destination acknowledged the fence. */
+	q = (kv_admin_req){
+	    .op = KV_ADM_PROGRESS, .node_id = 1, .mig_id = mig, .phase = KV_MIG_FENCED};
+	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, NULL, why, sizeof(why)), 0);
+	inproc_cluster_wait_node_state(&cl, 2, KV_NODE_DOWN);
+	assert_int_equal(
+	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "remove", "2", NULL), 4);
+	if (strstr(err, "may already serve a range it was receiving") == NULL)
+		fail_msg("remove answered: %s", err);
+	assert_int_equal(inproc_cluster_node_state(&cl, 2), KV_NODE_DOWN);
+	/* A later report of an earlier phase (a restarted source copying
+	 * again) does not make the range safe to give back. */
+	q.phase = KV_MIG_COPYING;
+	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, NULL, why, sizeof(why)), 0);
+	assert_int_equal(
+	    inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "remove", "2", NULL), 4);
+	assert_int_equal(inproc_cluster_cli(&cl, out, sizeof(out), err, sizeof(err), "remove", "2",
+	                                    "--accept-data-loss", "--json", NULL),
+	                 0);
+	/* The range it was receiving. */
+	if (strstr(out, "\"removed\": 2, \"ranges_lost\": 1}") == NULL)
+		fail_msg("remove --accept-data-loss answered: %s", out);
+	cfg = inproc_cluster_config(&cl);
+	assert_non_null(cfg);
+	assert_int_equal(cfg->nmigs, 0);
+	kv_config_free(cfg);
+}
+
 static void
 locate_and_check_report_the_primary_and_the_problems(void **state)
 {
@@ -328,6 +415,7 @@ main(void)
 	        &cl),
 	    INPROC_CLUSTER_TEST(
 	        remove_refuses_live_nodes_and_data_loss_and_forgets_a_down_node_with_the_flag, &cl),
+	    INPROC_CLUSTER_TEST(remove_of_a_node_receiving_a_fenced_range_needs_the_flag, &cl),
 	    INPROC_CLUSTER_TEST(locate_and_check_report_the_primary_and_the_problems, &cl),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -337,6 +337,30 @@ destination_restarted_after_the_commit_serves_the_range_with_its_later_writes(vo
 	assert_string_equal(r.value, "w2");
 }
 
+/* The destination dies after it acknowledged the fence, and the controller
+ * answers the fence: the source sends its commit to a dead node. The
+ * operator removes the destination, and the controller gives the range back
+ * to the source without the migration: the source serves it again instead
+ * of staying fenced. */
+static void
+source_fenced_towards_a_removed_destination_serves_the_range_again(void **state)
+{
+	(void)state;
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
+	fake_ctl_hold_fence(ctl);
+	publish_move(1, 1, 2, 0);
+	fake_ctl_wait_fenced(ctl, 15000);
+	inproc_srv_down(&srvs[1]);
+	clients_close();
+	fake_ctl_release_fence(ctl, 0);
+	expect_moving(srvs[0].url, "p00001", 2, srvs[1].url);
+	uint64_t e = publish_owner(1);
+	srv_wait_ready(srvs[0].url, e, 15000, NULL);
+	wait_serves(srvs[0].url, "pz-after-remove");
+	check_keys(srvs[0].url, NKEYS_SMALL, ver1, 100);
+}
+
 static void
 migration_cancelled_between_fence_ack_and_commit_leaves_every_key_on_the_source(void **state)
 {
@@ -737,6 +761,9 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        destination_restarted_after_the_commit_serves_the_range_with_its_later_writes,
 	        setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        source_fenced_towards_a_removed_destination_serves_the_range_again, setup,
+	        teardown),
 	    cmocka_unit_test_setup_teardown(
 	        migration_cancelled_between_fence_ack_and_commit_leaves_every_key_on_the_source,
 	        setup, teardown),
