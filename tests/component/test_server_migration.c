@@ -191,17 +191,39 @@ expect_moving(const char *url, const char *key, uint32_t hint, const char *hint_
 
 #define NKEYS_SMALL 300
 
+/* Node 1 holds NKEYS_SMALL keys and moves [m, "") to node 2 (migration 1):
+ * returns the move's epoch once the destination has acknowledged the fence,
+ * the controller holding its answer. */
+static uint64_t
+small_move_held_at_the_fence(void)
+{
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
+	fake_ctl_hold_fence(ctl);
+	uint64_t e = publish_move(1, 1, 2, 0);
+	fake_ctl_wait_fenced(ctl, 15000);
+	return e;
+}
+
+/* The same move, committed and reported done; the handover is not
+ * published: the configuration still lists the migration. */
+static uint64_t
+small_move_committed(void)
+{
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
+	uint64_t e = publish_move(1, 1, 2, 0);
+	fake_ctl_wait_done(ctl, 1, 20000);
+	return e;
+}
+
 static void
 source_stopped_between_fence_ack_and_commit_restarts_and_hands_over_every_key(void **state)
 {
 	(void)state;
-	two_servers_node1_owns_all();
-	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
-	fake_ctl_hold_fence(ctl);
-	publish_move(1, 1, 2, 0);
 	/* The destination has acknowledged the fence; the controller has not
 	 * answered: the source dies here (no leave, its log is all it keeps). */
-	fake_ctl_wait_fenced(ctl, 15000);
+	small_move_held_at_the_fence();
 	inproc_srv_down(&srvs[0]);
 	clients_close();
 	fake_ctl_release_fence(ctl, 0);
@@ -257,10 +279,7 @@ static void
 source_restarted_after_the_commit_serves_nothing_of_the_range_and_hands_it_over(void **state)
 {
 	(void)state;
-	two_servers_node1_owns_all();
-	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
-	uint64_t e = publish_move(1, 1, 2, 0);
-	fake_ctl_wait_done(ctl, 1, 20000);
+	uint64_t e = small_move_committed();
 	put_one(srvs[1].url, "pz-after-commit", "w1");
 	inproc_srv_down(&srvs[0]);
 	inproc_srv_down(&srvs[1]);
@@ -290,11 +309,7 @@ static void
 destination_restarted_between_fence_ack_and_commit_gets_the_range_again(void **state)
 {
 	(void)state;
-	two_servers_node1_owns_all();
-	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
-	fake_ctl_hold_fence(ctl);
-	uint64_t e = publish_move(1, 1, 2, 0);
-	fake_ctl_wait_fenced(ctl, 15000);
+	uint64_t e = small_move_held_at_the_fence();
 	inproc_srv_down(&srvs[1]);
 	clients_close();
 	inproc_srv_up(&srvs[1]);
@@ -314,10 +329,7 @@ static void
 destination_restarted_after_the_commit_serves_the_range_with_its_later_writes(void **state)
 {
 	(void)state;
-	two_servers_node1_owns_all();
-	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
-	uint64_t e = publish_move(1, 1, 2, 0);
-	fake_ctl_wait_done(ctl, 1, 20000);
+	uint64_t e = small_move_committed();
 	put_one(srvs[1].url, "pz-after-commit", "w1");
 	inproc_srv_down(&srvs[1]);
 	clients_close();
@@ -346,11 +358,7 @@ static void
 source_fenced_towards_a_removed_destination_serves_the_range_again(void **state)
 {
 	(void)state;
-	two_servers_node1_owns_all();
-	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
-	fake_ctl_hold_fence(ctl);
-	publish_move(1, 1, 2, 0);
-	fake_ctl_wait_fenced(ctl, 15000);
+	small_move_held_at_the_fence();
 	inproc_srv_down(&srvs[1]);
 	clients_close();
 	fake_ctl_release_fence(ctl, 0);
@@ -365,11 +373,7 @@ static void
 migration_cancelled_between_fence_ack_and_commit_leaves_every_key_on_the_source(void **state)
 {
 	(void)state;
-	two_servers_node1_owns_all();
-	put_keys(srvs[0].url, NKEYS_SMALL, 1, 100);
-	fake_ctl_hold_fence(ctl);
-	publish_move(1, 1, 2, 0);
-	fake_ctl_wait_fenced(ctl, 15000);
+	small_move_held_at_the_fence();
 	/* The fenced source answers MOVING with the destination as hint. */
 	expect_moving(srvs[0].url, "p00001", 2, srvs[1].url);
 	/* Cancelled meanwhile: the controller no longer lists the migration. */
