@@ -61,6 +61,8 @@ typedef struct {
 	bool kill;               /* --kill: also SIGKILL and restart servers */
 	unsigned kill_ms;        /* --kill-interval: SIGKILL a server this often (mean ms), in a
 	                            log write when one is seen, restarted at once; 0: off */
+	bool kill_handover;      /* --kill-at-handover: aim those kills at a migration's
+	                            handover instead (a fence or a commit just logged) */
 	const char *fsync;       /* --fsync for spawned servers, or NULL */
 	const char *split_bytes; /* --split-bytes for spawned controllers, or NULL */
 	unsigned nctl;           /* --controllers: spawned controller replicas (1: standalone) */
@@ -414,19 +416,21 @@ typedef struct {
 	uint64_t failed;    /* steps that failed otherwise */
 	uint64_t moves, rebalances, joins, leaves, kills, restarts; /* successful, by kind */
 	uint64_t waited;                                            /* steps run with --wait */
-	uint64_t wait_timeouts; /* --wait steps that did not finish in time */
-	uint64_t crashes;       /* processes that exited when nobody asked */
-	uint64_t migrations;    /* migrations the steps started */
-	uint64_t ctl_kills;     /* --kill-controller: leader replicas killed */
-	uint64_t gate_leaks;    /* groups found split while mputs could run (see workload) */
-	uint64_t kills_in_log;  /* --kill-interval kills that landed in a log write or sync */
-	uint64_t pauses;        /* --pause: servers SIGSTOPped and resumed */
-	uint64_t pause_downs;   /* ... seen `down` in a configuration while paused or after */
-	uint64_t pause_backs;   /* ... seen `active` again after that */
-	uint64_t dead_kills;    /* --kill-no-restart, --wipe: servers killed for good or wiped */
-	uint64_t removes;       /* ... their down nodes removed (`shardkv remove`) */
-	uint64_t replacements;  /* ... replacement (or wiped) servers started with --join */
-	uint64_t fo_ctl_kills;  /* --kill-controller-in-failover: leaders killed in a failover */
+	uint64_t wait_timeouts;     /* --wait steps that did not finish in time */
+	uint64_t crashes;           /* processes that exited when nobody asked */
+	uint64_t migrations;        /* migrations the steps started */
+	uint64_t ctl_kills;         /* --kill-controller: leader replicas killed */
+	uint64_t gate_leaks;        /* groups found split while mputs could run (see workload) */
+	uint64_t kills_in_log;      /* --kill-interval kills that landed in a log write or sync */
+	uint64_t kills_at_handover; /* --kill-at-handover kills, each just after a fence or a
+	                               commit was logged */
+	uint64_t pauses;            /* --pause: servers SIGSTOPped and resumed */
+	uint64_t pause_downs;       /* ... seen `down` in a configuration while paused or after */
+	uint64_t pause_backs;       /* ... seen `active` again after that */
+	uint64_t dead_kills;   /* --kill-no-restart, --wipe: servers killed for good or wiped */
+	uint64_t removes;      /* ... their down nodes removed (`shardkv remove`) */
+	uint64_t replacements; /* ... replacement (or wiped) servers started with --join */
+	uint64_t fo_ctl_kills; /* --kill-controller-in-failover: leaders killed in a failover */
 	uint64_t fo_ctl_before_down; /* ... of them before the node was seen `down` */
 	uint64_t fo_unfinished;      /* failovers a new leader did not finish (must be 0): the node
 	                                never seen down, or a range still led by a node that is not

@@ -18,6 +18,12 @@
  * those writes, under the same request ids, reach it within their
  * deadline: it must answer them from its exactly-once memory (doc/contract.md
  * §3), or the history shows an append token twice or a put come back.
+ * With --kill-at-handover those kills aim at a migration's handover
+ * instead: the server whose log has just shown its fence as a source
+ * (confirmed by the controller, the commit about to leave) or the commit
+ * as a destination is the one killed, so that a restart lands between a
+ * commit and the handover's publication (doc/protocol.md "Migrations",
+ * after a crash).
  *
  * Admin calls refused with BUSY (a range is moving) are counted and simply
  * tried again at a later step; a step counts as a reconfiguration only when
@@ -50,9 +56,12 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define TICK_MS        50u  /* how often processes are polled */
 #define MIN_ACTIVE     2    /* never leave or kill below this many active nodes */
@@ -807,6 +816,115 @@ timed_kill(chk_driver *d)
 	d->st.kills_in_log += nr >= 0;
 	if (d->o->verbose)
 		chk_log("kill: SIGKILL to %s (in %s)", s->url, write_call_name(nr));
+	ne = nem_begin(d, "restart", "\"server\": \"%s\"", s->url);
+	if (chk_cluster_restart_server(cl, i) == 0) {
+		nem_end(d, ne, "\"result\": \"started\"");
+		d->st.restarts++;
+	} else {
+		nem_end(d, ne, "\"result\": \"failed\"");
+		s->state = CHK_SRV_STOPPED;
+		chk_log("cannot restart %s", s->url);
+	}
+}
+
+#define HANDOVER_AIM_MS 1000u /* a handover kill waits this long at most for one */
+
+/* The log lines of a handover step (migrate_out.c, migrate_in.c). */
+static const char *const handover_marks[] = {" migrate fenced id=",
+                                             " migrate incoming range committed id="};
+
+/* Waits up to HANDOVER_AIM_MS for one of the servers idx[0..n) to log a
+ * handover step, reading what their logs grow by. Returns the index of
+ * that server (*mark: which step), or -1 when none came. */
+static int
+aim_handover(chk_cluster *cl, const int *idx, size_t n, int *mark)
+{
+	enum { TAIL = 96, CHUNK = 65536 };
+	off_t at[CHK_MAX_SERVERS];
+	char tail[CHK_MAX_SERVERS][TAIL];
+	size_t ntail[CHK_MAX_SERVERS];
+	char *buf = malloc(TAIL + CHUNK + 1);
+	uint64_t until = chk_now_ns() + (uint64_t)HANDOVER_AIM_MS * 1000000u;
+	int hit = -1;
+
+	if (buf == NULL)
+		return -1;
+	for (size_t j = 0; j < n; j++) {
+		struct stat st;
+		at[j] = stat(cl->srv[idx[j]].log, &st) == 0 ? st.st_size : 0;
+		ntail[j] = 0;
+	}
+	while (hit < 0 && chk_now_ns() < until) {
+		for (size_t j = 0; j < n && hit < 0; j++) {
+			int fd = open(cl->srv[idx[j]].log, O_RDONLY | O_CLOEXEC);
+			ssize_t r;
+			if (fd < 0)
+				continue;
+			/* What the last read ended with comes first: a mark cut
+			 * between two reads is still found. */
+			memcpy(buf, tail[j], ntail[j]);
+			while (hit < 0 && (r = pread(fd, buf + ntail[j], CHUNK, at[j])) > 0) {
+				size_t len = ntail[j] + (size_t)r;
+				at[j] += r;
+				buf[len] = '\0';
+				for (int m = 0; m < 2 && hit < 0; m++)
+					if (strstr(buf, handover_marks[m]) != NULL) {
+						hit = idx[j];
+						*mark = m;
+					}
+				ntail[j] = len < TAIL ? len : TAIL;
+				memmove(buf, buf + len - ntail[j], ntail[j]);
+				memcpy(tail[j], buf, ntail[j]);
+			}
+			close(fd);
+		}
+		if (hit < 0) {
+			struct timespec ts = {0, (long)AIM_POLL_US * 1000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	free(buf);
+	return hit;
+}
+
+/* --kill-at-handover: SIGKILLs the server that has just logged a handover
+ * step, and restarts it at once; nothing when none came within
+ * HANDOVER_AIM_MS. One server down at a time. */
+static void
+handover_kill(chk_driver *d)
+{
+	chk_cluster *cl = d->cl;
+	shardkv_config *cfg = NULL;
+	int idx[CHK_MAX_SERVERS], mark = 0;
+
+	for (int i = 0; i < cl->nservers; i++)
+		if (cl->srv[i].state == CHK_SRV_KILLED)
+			return;
+	if (shardkv_config_get(d->admin, 0, &cfg) != 0)
+		return;
+	size_t n = active_servers(d, cfg, idx);
+	shardkv_config_free(cfg);
+	if (n < MIN_ACTIVE)
+		return;
+	int i = aim_handover(cl, idx, n, &mark);
+	if (i < 0)
+		return;
+	chk_server *s = &cl->srv[i];
+	const char *in = mark == 0 ? "fenced source" : "committed destination";
+	size_t ne = nem_begin(d, "kill",
+	                      "\"server\": \"%s\", \"signal\": \"SIGKILL\", \"timed\": true, "
+	                      "\"in\": \"%s\"",
+	                      s->url, in);
+	chk_cluster_signal(cl, i, SIGKILL);
+	while (!chk_cluster_poll_exit(cl, i)) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	nem_end(d, ne, "\"result\": \"exited\"");
+	d->st.kills++;
+	d->st.kills_at_handover++;
+	if (d->o->verbose)
+		chk_log("kill: SIGKILL to %s (a %s)", s->url, in);
 	ne = nem_begin(d, "restart", "\"server\": \"%s\"", s->url);
 	if (chk_cluster_restart_server(cl, i) == 0) {
 		nem_end(d, ne, "\"result\": \"started\"");
@@ -1705,7 +1823,10 @@ chk_driver_tick(chk_driver *d, bool steps)
 		now = chk_now_ns();
 	}
 	if (steps && d->cl && d->o->kill_ms && now >= d->next_kill) {
-		timed_kill(d);
+		if (d->o->kill_handover)
+			handover_kill(d);
+		else
+			timed_kill(d);
 		uint64_t iv = (uint64_t)d->o->kill_ms * 1000000u;
 		d->next_kill = chk_now_ns() + iv / 2 + chk_rng_below(&d->rng, iv + 1);
 		now = chk_now_ns();

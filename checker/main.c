@@ -71,6 +71,10 @@ usage(FILE *f)
 	    "                          of its threads writes or syncs its log (writes logged,\n"
 	    "                          not yet answered) and restart it at once, so that the\n"
 	    "                          clients' retries reach it; steps then never --wait\n"
+	    "  --kill-at-handover      aim those kills at a migration's handover instead: the\n"
+	    "                          server that has just logged its fence as a source or\n"
+	    "                          the commit as a destination (waits up to 1 s for one;\n"
+	    "                          no kill when none comes)\n"
 	    "  --pause MS              SIGSTOP the owner of one of the checker's keys for MS ms\n"
 	    "                          (longer than its 2 s lease, say 3000-5000), then SIGCONT;\n"
 	    "                          checks that nothing on its keys succeeded while it was\n"
@@ -203,6 +207,7 @@ enum {
 	OPT_SCANS,
 	OPT_SCAN_LIMIT,
 	OPT_KILL_INTERVAL,
+	OPT_KILL_AT_HANDOVER,
 	OPT_PAUSE,
 	OPT_PAUSE_INTERVAL,
 	OPT_KILL_NO_RESTART,
@@ -226,6 +231,7 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 	    {"servers", required_argument, NULL, OPT_SERVERS},
 	    {"kill", no_argument, NULL, OPT_KILL},
 	    {"kill-interval", required_argument, NULL, OPT_KILL_INTERVAL},
+	    {"kill-at-handover", no_argument, NULL, OPT_KILL_AT_HANDOVER},
 	    {"pause", required_argument, NULL, OPT_PAUSE},
 	    {"pause-interval", required_argument, NULL, OPT_PAUSE_INTERVAL},
 	    {"kill-no-restart", no_argument, NULL, OPT_KILL_NO_RESTART},
@@ -332,6 +338,9 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 				    "--kill-interval wants 100 to 3600000 milliseconds, not '%s'",
 				    optarg);
 			o->kill_ms = (unsigned)v;
+			break;
+		case OPT_KILL_AT_HANDOVER:
+			o->kill_handover = true;
 			break;
 		case OPT_PAUSE:
 			if (!parse_num(optarg, 100, 600000, &v))
@@ -501,6 +510,8 @@ parse_opts(int argc, char **argv, chk_opts *o, bool *seeded)
 		return usage_error("--kill needs --spawn");
 	if (o->kill_ms && !o->spawn_dir)
 		return usage_error("--kill-interval needs --spawn");
+	if (o->kill_handover && !o->kill_ms)
+		return usage_error("--kill-at-handover needs --kill-interval");
 	if (o->fsync && !o->spawn_dir)
 		return usage_error("--fsync needs --spawn");
 	if (o->nctl > 1 && !o->spawn_dir)
@@ -803,15 +814,16 @@ print_json(const summary *s)
 	        "{\"seed\": %" PRIu64 ", \"duration_s\": %.1f, \"reconfigurations\": %" PRIu64
 	        ", \"operations\": %zu, \"violations\": %zu, \"failed_operations\": %" PRIu64,
 	        s->seed, s->seconds, d->reconfigs, s->nops, s->res->nviolations, s->failed);
-	fprintf(
-	    f,
-	    ", \"steps\": {\"moves\": %" PRIu64 ", \"rebalances\": %" PRIu64 ", \"joins\": %" PRIu64
-	    ", \"leaves\": %" PRIu64 ", \"kills\": %" PRIu64 ", \"restarts\": %" PRIu64
-	    ", \"noops\": %" PRIu64 ", \"busy\": %" PRIu64 ", \"failed\": %" PRIu64
-	    ", \"waited\": %" PRIu64 ", \"wait_timeouts\": %" PRIu64 ", \"migrations\": %" PRIu64
-	    ", \"controller_kills\": %" PRIu64 ", \"kills_in_log\": %" PRIu64 "}",
-	    d->moves, d->rebalances, d->joins, d->leaves, d->kills, d->restarts, d->noops, d->busy,
-	    d->failed, d->waited, d->wait_timeouts, d->migrations, d->ctl_kills, d->kills_in_log);
+	fprintf(f,
+	        ", \"steps\": {\"moves\": %" PRIu64 ", \"rebalances\": %" PRIu64
+	        ", \"joins\": %" PRIu64 ", \"leaves\": %" PRIu64 ", \"kills\": %" PRIu64
+	        ", \"restarts\": %" PRIu64 ", \"noops\": %" PRIu64 ", \"busy\": %" PRIu64
+	        ", \"failed\": %" PRIu64 ", \"waited\": %" PRIu64 ", \"wait_timeouts\": %" PRIu64
+	        ", \"migrations\": %" PRIu64 ", \"controller_kills\": %" PRIu64
+	        ", \"kills_in_log\": %" PRIu64 ", \"kills_at_handover\": %" PRIu64 "}",
+	        d->moves, d->rebalances, d->joins, d->leaves, d->kills, d->restarts, d->noops,
+	        d->busy, d->failed, d->waited, d->wait_timeouts, d->migrations, d->ctl_kills,
+	        d->kills_in_log, d->kills_at_handover);
 	fprintf(f,
 	        ", \"appends_acked\": %zu, \"appends_failed\": %zu, \"appends_failed_applied\": "
 	        "%zu, \"tokens\": %zu, \"reads_checked\": %zu, \"puts_acked\": %zu, "
@@ -890,12 +902,12 @@ print_text(const summary *s)
 	fprintf(f,
 	        "seed %" PRIu64 ", %.1f s: %" PRIu64 " moves, %" PRIu64 " rebalances, %" PRIu64
 	        " joins, %" PRIu64 " leaves, %" PRIu64 " kills (%" PRIu64
-	        " in a log write), %" PRIu64 " controller leader kills (%" PRIu64
-	        " restarts); %" PRIu64 " migrations; %" PRIu64 " steps waited; %" PRIu64
-	        " busy, %" PRIu64 " failed, %" PRIu64 " no-op steps\n",
+	        " in a log write, %" PRIu64 " at a handover), %" PRIu64
+	        " controller leader kills (%" PRIu64 " restarts); %" PRIu64 " migrations; %" PRIu64
+	        " steps waited; %" PRIu64 " busy, %" PRIu64 " failed, %" PRIu64 " no-op steps\n",
 	        s->seed, s->seconds, d->moves, d->rebalances, d->joins, d->leaves, d->kills,
-	        d->kills_in_log, d->ctl_kills, d->restarts, d->migrations, d->waited, d->busy,
-	        d->failed, d->noops);
+	        d->kills_in_log, d->kills_at_handover, d->ctl_kills, d->restarts, d->migrations,
+	        d->waited, d->busy, d->failed, d->noops);
 	fprintf(f,
 	        "appends: %zu acknowledged, %zu failed (%zu of them applied), %zu tokens; puts: "
 	        "%zu acknowledged, %zu failed; %zu reads checked\n",
