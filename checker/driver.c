@@ -769,25 +769,72 @@ aim(chk_cluster *cl, int i)
 	return nr;
 }
 
+/* The active servers of a timed kill into idx (their count), or 0 when
+ * one is down already or too few are active. */
+static size_t
+kill_candidates(chk_driver *d, int *idx, shardkv_config **cfgp)
+{
+	chk_cluster *cl = d->cl;
+	shardkv_config *cfg = NULL;
+	size_t n;
+
+	*cfgp = NULL;
+	for (int i = 0; i < cl->nservers; i++)
+		if (cl->srv[i].state == CHK_SRV_KILLED)
+			return 0;
+	if (shardkv_config_get(d->admin, 0, &cfg) != 0)
+		return 0;
+	if ((n = active_servers(d, cfg, idx)) < MIN_ACTIVE) {
+		shardkv_config_free(cfg);
+		return 0;
+	}
+	*cfgp = cfg;
+	return n;
+}
+
+/* SIGKILLs server i (what it was doing: `in`), waits for its exit and
+ * restarts it at once, each step a nemesis event. */
+static void
+kill_and_restart(chk_driver *d, int i, const char *in)
+{
+	chk_cluster *cl = d->cl;
+	chk_server *s = &cl->srv[i];
+	size_t ne = nem_begin(d, "kill",
+	                      "\"server\": \"%s\", \"signal\": \"SIGKILL\", \"timed\": true, "
+	                      "\"in\": \"%s\"",
+	                      s->url, in);
+	chk_cluster_signal(cl, i, SIGKILL);
+	while (!chk_cluster_poll_exit(cl, i)) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	nem_end(d, ne, "\"result\": \"exited\"");
+	d->st.kills++;
+	if (d->o->verbose)
+		chk_log("kill: SIGKILL to %s (in %s)", s->url, in);
+	ne = nem_begin(d, "restart", "\"server\": \"%s\"", s->url);
+	if (chk_cluster_restart_server(cl, i) == 0) {
+		nem_end(d, ne, "\"result\": \"started\"");
+		d->st.restarts++;
+	} else {
+		nem_end(d, ne, "\"result\": \"failed\"");
+		s->state = CHK_SRV_STOPPED;
+		chk_log("cannot restart %s", s->url);
+	}
+}
+
 /* --kill-interval: SIGKILLs a server, in a log write when one comes within
  * AIM_MS, and restarts it at once. One server down at a time. */
 static void
 timed_kill(chk_driver *d)
 {
 	chk_cluster *cl = d->cl;
-	shardkv_config *cfg = NULL;
+	shardkv_config *cfg;
 	int idx[CHK_MAX_SERVERS];
+	size_t n = kill_candidates(d, idx, &cfg);
 
-	for (int i = 0; i < cl->nservers; i++)
-		if (cl->srv[i].state == CHK_SRV_KILLED)
-			return;
-	if (shardkv_config_get(d->admin, 0, &cfg) != 0)
+	if (n == 0)
 		return;
-	size_t n = active_servers(d, cfg, idx);
-	if (n < MIN_ACTIVE) {
-		shardkv_config_free(cfg);
-		return;
-	}
 	int i = pick_victim(d, cfg, idx, n);
 	shardkv_config_free(cfg);
 	chk_server *s = &cl->srv[i];
@@ -802,29 +849,8 @@ timed_kill(chk_driver *d)
 		d->st.crashes++;
 		return;
 	}
-	size_t ne = nem_begin(d, "kill",
-	                      "\"server\": \"%s\", \"signal\": \"SIGKILL\", \"timed\": true, "
-	                      "\"in\": \"%s\"",
-	                      s->url, write_call_name(nr));
-	chk_cluster_signal(cl, i, SIGKILL);
-	while (!chk_cluster_poll_exit(cl, i)) {
-		struct timespec ts = {0, 1000000};
-		nanosleep(&ts, NULL);
-	}
-	nem_end(d, ne, "\"result\": \"exited\"");
-	d->st.kills++;
 	d->st.kills_in_log += nr >= 0;
-	if (d->o->verbose)
-		chk_log("kill: SIGKILL to %s (in %s)", s->url, write_call_name(nr));
-	ne = nem_begin(d, "restart", "\"server\": \"%s\"", s->url);
-	if (chk_cluster_restart_server(cl, i) == 0) {
-		nem_end(d, ne, "\"result\": \"started\"");
-		d->st.restarts++;
-	} else {
-		nem_end(d, ne, "\"result\": \"failed\"");
-		s->state = CHK_SRV_STOPPED;
-		chk_log("cannot restart %s", s->url);
-	}
+	kill_and_restart(d, i, write_call_name(nr));
 }
 
 #define HANDOVER_AIM_MS 1000u /* a handover kill waits this long at most for one */
@@ -893,47 +919,18 @@ aim_handover(chk_cluster *cl, const int *idx, size_t n, int *mark)
 static void
 handover_kill(chk_driver *d)
 {
-	chk_cluster *cl = d->cl;
-	shardkv_config *cfg = NULL;
+	shardkv_config *cfg;
 	int idx[CHK_MAX_SERVERS], mark = 0;
+	size_t n = kill_candidates(d, idx, &cfg);
 
-	for (int i = 0; i < cl->nservers; i++)
-		if (cl->srv[i].state == CHK_SRV_KILLED)
-			return;
-	if (shardkv_config_get(d->admin, 0, &cfg) != 0)
+	if (n == 0)
 		return;
-	size_t n = active_servers(d, cfg, idx);
 	shardkv_config_free(cfg);
-	if (n < MIN_ACTIVE)
-		return;
-	int i = aim_handover(cl, idx, n, &mark);
+	int i = aim_handover(d->cl, idx, n, &mark);
 	if (i < 0)
 		return;
-	chk_server *s = &cl->srv[i];
-	const char *in = mark == 0 ? "fenced source" : "committed destination";
-	size_t ne = nem_begin(d, "kill",
-	                      "\"server\": \"%s\", \"signal\": \"SIGKILL\", \"timed\": true, "
-	                      "\"in\": \"%s\"",
-	                      s->url, in);
-	chk_cluster_signal(cl, i, SIGKILL);
-	while (!chk_cluster_poll_exit(cl, i)) {
-		struct timespec ts = {0, 1000000};
-		nanosleep(&ts, NULL);
-	}
-	nem_end(d, ne, "\"result\": \"exited\"");
-	d->st.kills++;
 	d->st.kills_at_handover++;
-	if (d->o->verbose)
-		chk_log("kill: SIGKILL to %s (a %s)", s->url, in);
-	ne = nem_begin(d, "restart", "\"server\": \"%s\"", s->url);
-	if (chk_cluster_restart_server(cl, i) == 0) {
-		nem_end(d, ne, "\"result\": \"started\"");
-		d->st.restarts++;
-	} else {
-		nem_end(d, ne, "\"result\": \"failed\"");
-		s->state = CHK_SRV_STOPPED;
-		chk_log("cannot restart %s", s->url);
-	}
+	kill_and_restart(d, i, mark == 0 ? "a fenced source" : "a committed destination");
 }
 
 /* A delayed SIGKILL (the thread owns it). */
