@@ -105,8 +105,9 @@ int kv_mig_out_start(kv_mig *g, const kv_migration *m, const char *to_addr);
  * which the configuration still lists, where the ownership table has no
  * entry (after a restart; kv_owner_claim). When an earlier run of this node
  * may have committed m at its destination (the handover file says so), the
- * whole range is taken, fenced, with m's task attached and started, so that nothing
- * of it is served here before the task has learnt how the handover ended.
+ * whole range is taken, fenced, with m's task attached and started, so
+ * that nothing of it is served here before the task has learnt how the
+ * handover ended.
  * Called by the configuration thread, before kv_mig_out_start. Returns 0,
  * KV_EINVAL (an empty range) or KV_ENOMEM. */
 int kv_mig_out_claim(kv_mig *g, const kv_migration *m, const char *to_addr, uint64_t epoch);

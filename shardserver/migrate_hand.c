@@ -44,13 +44,29 @@ kv_mig__hand_fini(kv_mig *g)
 }
 
 bool
+kv_mig__listed(const kv_config *c, uint64_t id)
+{
+	for (size_t i = 0; i < c->nmigs; i++)
+		if (c->migs[i].id == id)
+			return true;
+	return false;
+}
+
+/* Whether the entries hold (id, out); caller holds hmu. */
+static bool
+hand_has_locked(const kv_mig *g, uint64_t id, bool out)
+{
+	for (size_t i = 0; i < g->nhand; i++)
+		if (g->hand[i].id == id && g->hand[i].out == out)
+			return true;
+	return false;
+}
+
+bool
 kv_mig__hand_has(kv_mig *g, uint64_t id, bool out)
 {
-	bool has = false;
-
 	pthread_mutex_lock(&g->hmu);
-	for (size_t i = 0; i < g->nhand && !has; i++)
-		has = g->hand[i].id == id && g->hand[i].out == out;
+	bool has = hand_has_locked(g, id, out);
 	pthread_mutex_unlock(&g->hmu);
 	return has;
 }
@@ -61,9 +77,8 @@ kv_mig__hand_add(kv_mig *g, uint64_t id, uint64_t epoch, bool out)
 	int rv = KV_OK;
 
 	pthread_mutex_lock(&g->hmu);
-	for (size_t i = 0; i < g->nhand; i++)
-		if (g->hand[i].id == id && g->hand[i].out == out)
-			goto unlock;
+	if (hand_has_locked(g, id, out))
+		goto unlock;
 	if (g->nhand >= KV_HANDFILE_MAX) {
 		rv = KV_ELIMIT;
 		goto unlock;
@@ -83,13 +98,9 @@ kv_mig__hand_prune(kv_mig *g, const kv_config *c)
 	size_t j = 0;
 
 	pthread_mutex_lock(&g->hmu);
-	for (size_t i = 0; i < g->nhand; i++) {
-		bool listed = false;
-		for (size_t k = 0; k < c->nmigs && !listed; k++)
-			listed = c->migs[k].id == g->hand[i].id;
-		if (listed || g->hand[i].epoch > c->epoch)
+	for (size_t i = 0; i < g->nhand; i++)
+		if (g->hand[i].epoch > c->epoch || kv_mig__listed(c, g->hand[i].id))
 			g->hand[j++] = g->hand[i];
-	}
 	g->nhand = j;
 	pthread_mutex_unlock(&g->hmu);
 }

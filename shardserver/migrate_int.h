@@ -43,6 +43,9 @@ struct kv_mig {
 int kv_mig__hand_init(kv_mig *g);
 void kv_mig__hand_fini(kv_mig *g);
 
+/* Whether configuration c lists migration id. */
+bool kv_mig__listed(const kv_config *c, uint64_t id);
+
 /* Whether the handover file lists migration id in direction `out`. */
 bool kv_mig__hand_has(kv_mig *g, uint64_t id, bool out);
 

@@ -1477,23 +1477,13 @@ kv_mig_out_claim(kv_mig *s, const kv_migration *m, const char *to_addr, uint64_t
 	return out_start(s, m, to_addr, true, epoch);
 }
 
-/* Whether configuration c lists migration id. */
-static bool
-mig_listed(const kv_config *c, uint64_t id)
-{
-	for (size_t i = 0; i < c->nmigs; i++)
-		if (c->migs[i].id == id)
-			return true;
-	return false;
-}
-
 void
 kv_mig_out_reconcile(kv_mig *g, const kv_config *c)
 {
 	kv_mig__hand_prune(g, c);
 	pthread_mutex_lock(&g->mu);
 	for (kv_mig_out *o = g->outs; o; o = o->next) {
-		if (mig_listed(c, o->id))
+		if (kv_mig__listed(c, o->id))
 			continue;
 		/* Dropped with the range given to the destination: an earlier
 		 * run of this node finished it (this one restarted meanwhile). */
