@@ -67,6 +67,7 @@
 #define SP_MAX_HOPS    8u
 #define RBUF_MIN       (64u * 1024u)   /* a connection's read buffer, at least */
 #define RBUF_KEEP      (1024u * 1024u) /* larger ones are given back once empty */
+#define REQ_KEEP       (64u * 1024u)   /* a request message this large or smaller is reused */
 #define WRITE_IOVS     256u            /* iovecs per sendmsg */
 #define RPC_WORKERS    4u              /* threads for KV_RPC_BLOCKING requests */
 #define EVENTS_PER_RUN 64
@@ -102,6 +103,7 @@ typedef struct rpc_conn {
 	size_t rcap, rlen, roff;
 	bool hello;                   /* the peer's 8 bytes were checked */
 	kv_rpc_pending *spare;        /* the next request's slot */
+	nng_msg *req_spare;           /* the last request's message, for the next one */
 	bool closed;                  /* the loop closed it */
 	struct rpc_conn *rnext;       /* rpc_loop.resume (under rpc_loop.mu) */
 	bool rqueued;                 /* on rpc_loop.resume (under rpc_loop.mu) */
@@ -189,6 +191,7 @@ conn_unref(rpc_conn *c)
 	free(c->q);
 	free(c->rbuf);
 	free(c->spare);
+	nng_msg_free(c->req_spare);
 	pthread_mutex_destroy(&c->wmu);
 	free(c);
 	tcp_unref(t);
@@ -481,12 +484,26 @@ conn_request(rpc_conn *c, const uint8_t *bt, size_t btlen, const uint8_t *body, 
 	if (p == NULL && (p = calloc(1, sizeof(*p))) == NULL)
 		return false;
 	c->spare = NULL;
-	if (nng_msg_alloc(&req, len) != 0) {
-		c->spare = p;
-		return true; /* dropped, as nng drops what it cannot hold */
+	/* The handler does not keep the request (rpc.h), so the previous
+	 * one's message is filled again: no allocation, no zeroing and no
+	 * free per request. */
+	if ((req = c->req_spare) != NULL) {
+		c->req_spare = NULL;
+		nng_msg_clear(req);
+		nng_msg_header_clear(req);
+		if (nng_msg_append(req, body, len) != 0) {
+			nng_msg_free(req);
+			req = NULL;
+		}
 	}
-	if (len)
-		memcpy(nng_msg_body(req), body, len);
+	if (req == NULL) {
+		if (nng_msg_alloc(&req, len) != 0) {
+			c->spare = p;
+			return true; /* dropped, as nng drops what it cannot hold */
+		}
+		if (len)
+			memcpy(nng_msg_body(req), body, len);
+	}
 	p->conn = c;
 	p->may_block = false;
 	p->btlen = (uint8_t)btlen;
@@ -501,7 +518,10 @@ conn_request(rpc_conn *c, const uint8_t *bt, size_t btlen, const uint8_t *body, 
 		worker_queue(t, p);
 		return true;
 	}
-	nng_msg_free(req);
+	if (nng_msg_capacity(req) <= REQ_KEEP)
+		c->req_spare = req;
+	else
+		nng_msg_free(req);
 	if (rv == KV_RPC_DEFERRED)
 		return true;
 	/* Answered now: the slot is kept for the next request. */
