@@ -22,6 +22,8 @@
 #include "proto/codec_int.h"
 #include "proto/wire.h"
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -85,6 +87,33 @@ pb_free(void *arg, void *p)
 	(void)arg, (void)p; /* freed with the arena */
 }
 
+/* The largest first block a thread keeps for its next message. */
+#define PB_SPARE_MAX (64u * 1024u)
+
+/* Each thread keeps the arena of the last message it freed (one block of
+ * at most PB_SPARE_MAX), so that the next message it decodes needs no
+ * malloc: a block above the size malloc's per-thread cache holds costs
+ * a search of its bins each time. Freed with the thread. */
+static pthread_key_t pb_spare_key;
+static pthread_once_t pb_spare_once = PTHREAD_ONCE_INIT;
+static bool pb_spare_ok;
+
+static void
+pb_spare_drop(void *p)
+{
+	pb_arena *ar = p;
+	if (ar != NULL) {
+		free(ar->head);
+		free(ar);
+	}
+}
+
+static void
+pb_spare_init(void)
+{
+	pb_spare_ok = pthread_key_create(&pb_spare_key, pb_spare_drop) == 0;
+}
+
 /* An arena for unpacking a message of n bytes, or NULL. The unpacked
  * form is a few times the wire form (a struct per message, a pointer per
  * repeated entry): the first block is sized for that. */
@@ -92,8 +121,19 @@ static pb_arena *
 pb_arena_new(size_t n)
 {
 	size_t cap = n <= (SIZE_MAX - PB_BLOCK_MIN) / 4 ? 4 * n + PB_BLOCK_MIN : n;
-	pb_arena *ar = malloc(sizeof(*ar));
-	if (ar == NULL)
+	pb_arena *ar = NULL;
+
+	pthread_once(&pb_spare_once, pb_spare_init);
+	if (pb_spare_ok && (ar = pthread_getspecific(pb_spare_key)) != NULL) {
+		if (ar->head->cap >= cap) {
+			pthread_setspecific(pb_spare_key, NULL);
+			ar->head->used = 0;
+			ar->msg = NULL;
+			return ar;
+		}
+		ar = NULL;
+	}
+	if ((ar = malloc(sizeof(*ar))) == NULL)
 		return NULL;
 	if ((ar->head = pb_blk_new(cap)) == NULL) {
 		free(ar);
@@ -109,6 +149,16 @@ pb_arena_free(pb_arena *ar)
 {
 	if (ar == NULL)
 		return;
+	if (pb_spare_ok && ar->head->next == NULL && ar->head->cap <= PB_SPARE_MAX) {
+		/* Kept for this thread's next message, in place of a smaller one. */
+		pb_arena *old = pthread_getspecific(pb_spare_key);
+		if (old == NULL || old->head->cap < ar->head->cap) {
+			if (pthread_setspecific(pb_spare_key, ar) == 0) {
+				pb_spare_drop(old);
+				return;
+			}
+		}
+	}
 	for (pb_blk *b = ar->head, *nx; b != NULL; b = nx) {
 		nx = b->next;
 		free(b);
