@@ -32,6 +32,7 @@
 
 #define DEDUP_STRIPES     KV_DEDUP_PARTS
 #define DEDUP_BUCKETS     256u
+#define DEDUP_AHEAD       4u /* slots of a ring prefetched ahead of the one written */
 #define DEDUP_FIRST_SLOTS 8u /* slots of a new client; doubled up to per_client */
 
 typedef struct {
@@ -327,6 +328,20 @@ slot_new(kv_dedup *d, dedup_client *c, uint64_t req)
 		c->head = 0;
 	size_t i = c->head++;
 	dedup_slot *s = &c->slots[i];
+
+	/* The ring is written in order and a full one is larger than the
+	 * caches keep between two turns: the slot 2 * DEDUP_AHEAD writes
+	 * ahead is brought in now, and the key buffer of the one DEDUP_AHEAD
+	 * ahead (whose slot came in DEDUP_AHEAD writes ago), so that those
+	 * writes do not wait for memory under the stripe's lock. */
+	if (c->cap == d->per_client) {
+		size_t far = (i + 2 * DEDUP_AHEAD) % c->cap, near = (i + DEDUP_AHEAD) % c->cap;
+		__builtin_prefetch(&c->slots[far], 1);
+		__builtin_prefetch((const char *)&c->slots[far] + sizeof(dedup_slot) - 1, 1);
+		__builtin_prefetch(&c->ids[far], 1);
+		if (c->slots[near].key.data != NULL)
+			__builtin_prefetch(c->slots[near].key.data, 1);
+	}
 
 	if (c->ids[i] > c->floor)
 		c->floor = c->ids[i];
