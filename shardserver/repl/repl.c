@@ -117,6 +117,8 @@
 #define REFUSAL_LOG_MS  5000u                /* at most one such line per stream this often */
 #define GAP_WAIT_MS     50                   /* a backup waits this long for a missing batch */
 #define MAX_STREAMS     64u                  /* backups one node streams to */
+#define SPARE_RECS      1024u                /* acknowledged record entries a stream keeps */
+#define SPARE_DATA      256u                 /* data bytes a record entry has, at least */
 #define MAX_SOURCES     64u                  /* primaries one node follows */
 #define DEFAULT_WAIT    3000u                /* default env.wait_ms */
 #define SHRINK_MS       1000u /* a backup silent this long with records outstanding: shrink */
@@ -179,6 +181,7 @@ typedef struct entry {
 	size_t slen;    /* bytes of the range start at data */
 	size_t plen;    /* payload bytes after it (ENT_COPY, ENT_END: the range end) */
 	size_t elen;    /* ENT_REC: bytes of its range's end after the payload */
+	size_t cap;     /* ENT_REC: bytes allocated at data (a spare is reused when it fits) */
 	uint8_t data[]; /* start, then payload, then (ENT_REC) the range end */
 } entry;
 
@@ -248,6 +251,9 @@ struct stream {
 	uint64_t refused_epoch;    /* configuration epoch of the last refused request */
 	uint64_t tail_lsn;         /* lsn of the last record queued */
 	uint64_t qbytes;           /* bytes queued (unacknowledged entries and before) */
+	entry *spare;              /* acknowledged record entries kept for the next records
+	                              (linked by next), at most SPARE_RECS */
+	unsigned nspare;           /* ... how many */
 	bool overflow;             /* the queue outgrew CATCH_MAX while not counting */
 	uint64_t next_mid;         /* id of the next marker */
 	uint64_t done_mid;         /* the last marker the backup completed */
@@ -788,8 +794,19 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 				continue;
 			}
 		}
-		e = malloc(sizeof(*e) + r->start.len + n + r->end.len);
+		size_t need = r->start.len + n + r->end.len;
+		pthread_mutex_lock(&s->mu);
+		e = s->spare;
+		if (e != NULL && e->cap >= need) {
+			s->spare = e->next;
+			s->nspare--;
+		} else {
+			size_t cap = need > SPARE_DATA ? need : SPARE_DATA;
+			if ((e = malloc(sizeof(*e) + cap)) != NULL)
+				e->cap = cap;
+		}
 		if (e == NULL) {
+			pthread_mutex_unlock(&s->mu);
 			/* The stream can never cover this lsn: replies that need it
 			 * time out rather than claim a copy that does not exist. */
 			uint_fast64_t zero = 0;
@@ -797,7 +814,9 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 			atomic_fetch_add(&s->breaks, 1);
 			continue;
 		}
-		*e = (entry){.lsn = lsn, .leader_epoch = r->leader_epoch, .kind = ENT_REC};
+		size_t cap = e->cap;
+		*e = (entry){
+		    .lsn = lsn, .leader_epoch = r->leader_epoch, .kind = ENT_REC, .cap = cap};
 		e->slen = r->start.len;
 		e->plen = n;
 		e->elen = r->end.len;
@@ -806,7 +825,6 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 		memcpy(e->data + r->start.len, p, n);
 		if (r->end.len)
 			memcpy(e->data + r->start.len + n, r->end.data, r->end.len);
-		pthread_mutex_lock(&s->mu);
 		s->tail_lsn = lsn;
 		push_locked(s, e);
 		pthread_mutex_unlock(&s->mu);
@@ -2263,7 +2281,16 @@ stream_main(void *arg)
 			s->qbytes -= sizeof(*e) + e->slen + e->plen + e->elen;
 			if (s->copying == e)
 				s->copying = NULL;
-			free(e);
+			if (e->kind == ENT_REC && e->cap <= 4 * SPARE_DATA &&
+			    s->nspare < SPARE_RECS) {
+				/* Kept for tap_fn: no free here and malloc there
+				 * (two threads) per record. */
+				e->next = s->spare;
+				s->spare = e;
+				s->nspare++;
+			} else {
+				free(e);
+			}
 		}
 		if (s->head == NULL)
 			s->tail = NULL;
@@ -4589,6 +4616,11 @@ kv_rs_destroy(kv_rs *g)
 		while (s->head) {
 			entry *e = s->head;
 			s->head = e->next;
+			free(e);
+		}
+		while (s->spare) {
+			entry *e = s->spare;
+			s->spare = e->next;
 			free(e);
 		}
 		div_free_all(s);
