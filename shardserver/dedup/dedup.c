@@ -32,16 +32,56 @@
 
 #define DEDUP_STRIPES     KV_DEDUP_PARTS
 #define DEDUP_BUCKETS     256u
-#define DEDUP_AHEAD       4u /* slots of a ring prefetched ahead of the one written */
+#define DEDUP_AHEAD       8u /* slots of a ring prefetched ahead of the one written */
 #define DEDUP_FIRST_SLOTS 8u /* slots of a new client; doubled up to per_client */
+
+/* Keys up to this long are kept in their slot: no buffer of their own,
+ * and no second place in memory for a write to wait for. */
+#define KEY_IN 32u
 
 typedef struct {
 	uint64_t req;        /* Op.request_id; 0: empty slot */
 	bool pending;        /* begun, not finished */
+	uint32_t klen;       /* the key the write touched: its bytes */
 	uint64_t time_ms;    /* when applied, Unix ms */
 	kv_dedup_result res; /* the result (value owned) */
-	kv_buf key;          /* the key the write touched (owned) */
+	uint8_t *kout;       /* ... the key, when klen > KEY_IN (owned) */
+	uint8_t kin[KEY_IN]; /* ... the key, when klen <= KEY_IN */
 } dedup_slot;
+
+/* The key of slot s. */
+static const uint8_t *
+slot_key(const dedup_slot *s)
+{
+	return s->klen > KEY_IN ? s->kout : s->kin;
+}
+
+/* Sets the key of slot s; KV_ENOMEM leaves it empty. */
+static int
+slot_key_set(dedup_slot *s, const void *key, size_t klen)
+{
+	if (klen > UINT32_MAX)
+		return KV_EINVAL;
+	if (klen <= KEY_IN) {
+		free(s->kout);
+		s->kout = NULL;
+		if (klen)
+			memcpy(s->kin, key, klen);
+		s->klen = (uint32_t)klen;
+		return KV_OK;
+	}
+	uint8_t *k = realloc(s->kout, klen);
+	if (k == NULL) {
+		free(s->kout);
+		s->kout = NULL;
+		s->klen = 0;
+		return KV_ENOMEM;
+	}
+	memcpy(k, key, klen);
+	s->kout = k;
+	s->klen = (uint32_t)klen;
+	return KV_OK;
+}
 
 typedef struct dedup_client {
 	uint64_t id;               /* Request.client_id */
@@ -75,7 +115,7 @@ static void
 slot_clear(dedup_slot *s)
 {
 	kv_buf_fini(&s->res.value);
-	kv_buf_fini(&s->key);
+	free(s->kout);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -330,34 +370,21 @@ slot_new(kv_dedup *d, dedup_client *c, uint64_t req)
 	dedup_slot *s = &c->slots[i];
 
 	/* The ring is written in order and a full one is larger than the
-	 * caches keep between two turns: the slot 2 * DEDUP_AHEAD writes
-	 * ahead is brought in now, and the key buffer of the one DEDUP_AHEAD
-	 * ahead (whose slot came in DEDUP_AHEAD writes ago), so that those
-	 * writes do not wait for memory under the stripe's lock. */
+	 * caches keep between two turns: the slot DEDUP_AHEAD writes ahead is
+	 * brought in now, so that its write does not wait for memory under
+	 * the stripe's lock. */
 	if (c->cap == d->per_client) {
-		size_t far = (i + 2 * DEDUP_AHEAD) % c->cap, near = (i + DEDUP_AHEAD) % c->cap;
-		__builtin_prefetch(&c->slots[far], 1);
-		__builtin_prefetch((const char *)&c->slots[far] + sizeof(dedup_slot) - 1, 1);
-		__builtin_prefetch(&c->ids[far], 1);
-		if (c->slots[near].key.data != NULL)
-			__builtin_prefetch(c->slots[near].key.data, 1);
+		size_t a = i + DEDUP_AHEAD < c->cap ? i + DEDUP_AHEAD : i + DEDUP_AHEAD - c->cap;
+		__builtin_prefetch(&c->slots[a], 1);
+		__builtin_prefetch((const char *)&c->slots[a] + sizeof(dedup_slot) - 1, 1);
+		__builtin_prefetch(&c->ids[a], 1);
 	}
 
 	if (c->ids[i] > c->floor)
 		c->floor = c->ids[i];
 	if (c->ids[i] != 0)
 		idx_del(c, c->ids[i]);
-	/* The key's buffer is kept for the next key (most are short): no
-	 * free and malloc per write. */
-	kv_buf key = s->key;
-	s->key = (kv_buf){0};
 	slot_clear(s);
-	if (key.cap <= 256) {
-		key.len = 0;
-		s->key = key;
-	} else {
-		kv_buf_fini(&key);
-	}
 	s->req = req;
 	c->ids[i] = req;
 	idx_add(c, i);
@@ -447,7 +474,7 @@ slot_fill(dedup_slot *s, const kv_dedup_result *res, const void *key, size_t kle
 	s->time_ms = time_ms;
 	if (result_copy(&s->res, res) != 0)
 		return KV_ENOMEM;
-	return kv_buf_set(&s->key, key, klen);
+	return slot_key_set(s, key, klen);
 }
 
 void
@@ -539,10 +566,10 @@ range_walk(kv_dedup *d, unsigned from, unsigned to, const void *start, size_t sl
 			for (dedup_client *c = st->buckets[b]; c; c = c->next)
 				for (size_t j = 0; j < c->cap; j++) {
 					dedup_slot *s = &c->slots[j];
-					if (s->req == 0 || s->pending || s->key.len == 0)
+					if (s->req == 0 || s->pending || s->klen == 0)
 						continue;
-					if (!kv_range_contains(start, slen, end, elen, s->key.data,
-					                       s->key.len))
+					if (!kv_range_contains(start, slen, end, elen, slot_key(s),
+					                       s->klen))
 						continue;
 					if (cb == NULL) {
 						/* The write it names may have been
@@ -554,8 +581,8 @@ range_walk(kv_dedup *d, unsigned from, unsigned to, const void *start, size_t sl
 							c->floor = s->req;
 						slot_drop(c, s);
 					} else
-						cb(arg, c->id, s->req, &s->res, s->key.data,
-						   s->key.len, s->time_ms);
+						cb(arg, c->id, s->req, &s->res, slot_key(s),
+						   s->klen, s->time_ms);
 				}
 		pthread_mutex_unlock(&st->mu);
 	}
