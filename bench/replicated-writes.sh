@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# bench/replicated-writes.sh - pipelined write throughput with three copies
+# of every range against one copy, on three local nodes, in turn.
+#
+#   bench/replicated-writes.sh [-r ROUNDS] [-d SECONDS] [-w SECONDS] [-b BIN_DIR] [-k]
+#
+#   -r ROUNDS   rounds, each one R=1 run then one R=3 run (default 3)
+#   -d SECONDS  the measured load of each run (default 8)
+#   -w SECONDS  the load before it, while the balancer spreads ranges and
+#               primaries over the nodes (default 10)
+#   -b BIN_DIR  where shardkv, shardkv-server and shardkv-controller are
+#               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
+#   -k          keep the clusters' directories (logs)
+#
+# Each run starts a fresh cluster (`deploy/cluster.sh up -n 3 --replicas R`,
+# the servers' defaults: --fsync none), runs the write load of the R=3
+# target of bench/README.md (`shardkv bench --threads 1 --async 50
+# --connections 1 --batch 16 --mix put:100 --keys 100000 --key-size 16
+# --value-size 100`) for the warm-up, then again for the measured seconds,
+# and reads the servers' CPU time from /proc over the measured load. It
+# prints per run the writes a second, the servers' CPU microseconds per
+# write, the balancer's events during the measured load and each node's
+# share; then the medians and the ratio of the R=3 median to the R=1 one.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+rounds=3
+dur=8
+warm=10
+bin=${SHARDKV_BIN_DIR:-}
+keep=
+while getopts "r:d:w:b:k" o; do
+	case $o in
+	r) rounds=$OPTARG ;;
+	d) dur=$OPTARG ;;
+	w) warm=$OPTARG ;;
+	b) bin=$OPTARG ;;
+	k) keep=1 ;;
+	*) sed -n '2,23p' "$0" >&2; exit 2 ;;
+	esac
+done
+for v in "$rounds" "$dur" "$warm"; do
+	[[ $v =~ ^[0-9]+$ ]] || { echo "replicated-writes.sh: counts and seconds are whole numbers, not '$v'" >&2; exit 2; }
+done
+[ "$dur" -gt 0 ] || { echo "replicated-writes.sh: -d must be above 0" >&2; exit 2; }
+if [ -z "$bin" ]; then
+	for d in "$here/build-release/bin" "$here/build-rel/bin" "$here/build/bin"; do
+		[ -x "$d/shardkv-server" ] && { bin=$d; break; }
+	done
+fi
+[ -n "$bin" ] && [ -x "$bin/shardkv-server" ] || { echo "replicated-writes.sh: no shardkv-server (-b BIN_DIR)" >&2; exit 2; }
+bin=$(cd "$bin" && pwd)
+
+work=$(mktemp -d /tmp/shardkv-replw.XXXXXX)
+dir=
+cleanup() {
+	if [ -n "$dir" ] && [ -f "$dir/cluster.env" ]; then
+		SHARDKV_BIN_DIR=$bin bash "$here/deploy/cluster.sh" down --dir "$dir" >/dev/null 2>&1 || true
+	fi
+	if [ -n "$keep" ]; then echo "clusters kept in $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A base port whose neighbours deploy/cluster.sh uses (base, base+100+N,
+# base+300+N, base+400+N) are free on 127.0.0.1.
+free_base() {
+	python3 - <<'EOF'
+import socket, random
+while True:
+    b = random.randint(20000, 50000)
+    ok = True
+    for p in [b, b + 101, b + 102, b + 103]:
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            ok = False
+        s.close()
+    if ok:
+        print(b)
+        break
+EOF
+}
+
+# Sum of the CPU ticks (user + system) of the processes named by pid.
+ticks() {
+	local p t=0
+	for p in "$@"; do
+		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+	done
+	echo "$t"
+}
+
+# run R N: one run; appends "R rate us_per_write" to $work/results.
+run() {
+	local r=$1 n=$2 base hz t0 t1 rate us ev shares
+	dir=$work/r$r-$n
+	base=$(free_base)
+	SHARDKV_BIN_DIR=$bin bash "$here/deploy/cluster.sh" up -n 3 --replicas "$r" --dir "$dir" \
+		--base-port "$base" >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; exit 1; }
+	local -a spids
+	mapfile -t spids < <(cat "$dir"/node-*.pid)
+	local -a b=("$bin/shardkv" --controller "tcp://127.0.0.1:$base" bench --threads 1 --async 50
+		--connections 1 --batch 16 --mix put:100 --keys 100000 --key-size 16 --value-size 100)
+	[ "$warm" -eq 0 ] || "${b[@]}" --duration "$warm" >"$dir/warm.txt" 2>&1
+	t0=$(ticks "${spids[@]}")
+	"${b[@]}" --duration "$dur" >"$dir/bench.txt" 2>&1
+	t1=$(ticks "${spids[@]}")
+	hz=$(getconf CLK_TCK)
+	rate=$(sed -n 's/^summary: .* = \([0-9]*\) ops\/s.*/\1/p' "$dir/bench.txt")
+	[ -n "$rate" ] && [ "$rate" -gt 0 ] || { echo "replicated-writes.sh: no rate in $dir/bench.txt" >&2; exit 1; }
+	us=$(awk -v d=$((t1 - t0)) -v hz="$hz" -v r="$rate" -v s="$dur" 'BEGIN { printf "%.2f", d / hz * 1e6 / (r * s) }')
+	ev=$(grep -c '^\[.*\] event' "$dir/bench.txt" || true)
+	shares=$(awk '/^  node [0-9]/ { printf "%s ", $4 }' "$dir/bench.txt")
+	printf 'round %d  R=%d  %8d writes/s  %5s us of server CPU a write  %s balancer events  per node: %s\n' \
+		"$n" "$r" "$rate" "$us" "$ev" "$shares"
+	echo "$r $rate $us" >>"$work/results"
+	SHARDKV_BIN_DIR=$bin bash "$here/deploy/cluster.sh" down --dir "$dir" >/dev/null 2>&1 || true
+	dir=
+}
+
+for n in $(seq 1 "$rounds"); do
+	run 1 "$n"
+	run 3 "$n"
+done
+
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+m1=$(awk '$1 == 1 { print $2 }' "$work/results" | median)
+m3=$(awk '$1 == 3 { print $2 }' "$work/results" | median)
+c1=$(awk '$1 == 1 { print $3 }' "$work/results" | median)
+c3=$(awk '$1 == 3 { print $3 }' "$work/results" | median)
+awk -v a="$m1" -v b="$m3" -v c="$c1" -v d="$c3" 'BEGIN {
+	printf "medians: R=1 %d writes/s (%.2f us a write), R=3 %d writes/s (%.2f us a write); R=3 / R=1 = %.2f\n", a, c, b, d, b / a }'
