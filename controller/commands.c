@@ -714,6 +714,16 @@ finish_locked(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x, uint6
 	return KV_OK;
 }
 
+/* Whether the phase of migration id is unknown here (p: its progress
+ * record, NULL when none): its source has not reported to this leader
+ * (replicated), or not since this controller started with it in flight
+ * (standalone). It may be fenced already. */
+static bool
+mig_phase_unknown_locked(const kv_controller *c, uint64_t id, const struct ctl_prog *p)
+{
+	return p == NULL && (c->repl != NULL || id <= c->mig_unknown_max);
+}
+
 int
 kv_ctl__cmd_cancel(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 {
@@ -725,13 +735,15 @@ kv_ctl__cmd_cancel(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		         (unsigned long long)rq->mig_id);
 		return KV_ENOTFOUND;
 	}
-	if (p == NULL && c->repl != NULL) {
-		/* A new leader has not heard from the source yet: the migration may
-		 * be fenced already, and cancelling it then would lose writes. */
+	if (mig_phase_unknown_locked(c, rq->mig_id, p)) {
+		/* A new leader, or a restarted controller, has not heard from the
+		 * source yet: the migration may be fenced already, and cancelling
+		 * it then would lose writes. */
 		snprintf(x->msg, sizeof(x->msg),
-		         "migration %llu has not reported its progress to this leader yet; "
+		         "migration %llu has not reported its progress to this %s yet; "
 		         "retry in a few seconds",
-		         (unsigned long long)rq->mig_id);
+		         (unsigned long long)rq->mig_id,
+		         c->repl != NULL ? "leader" : "controller since it started");
 		return KV_EBUSY;
 	}
 	if (p != NULL && p->phase >= KV_MIG_FENCED) {
@@ -1211,12 +1223,13 @@ kv_ctl__cmd_remove(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 	/* A migration into the node whose fence was confirmed may have been
 	 * committed there: the node may hold the only copy of what that range
 	 * took since, and failing the migration gives the range back to its
-	 * source without it. The same when this leader has not heard from the
-	 * source yet (it may be fenced already). */
+	 * source without it. The same when this leader, or this restarted
+	 * controller, has not heard from the source yet (it may be fenced
+	 * already). */
 	for (size_t i = 0; i < cur->nmigs; i++) {
 		const kv_migration *m = &cur->migs[i];
 		const struct ctl_prog *p = kv_ctl__prog_find_locked(c, m->id, false);
-		bool unknown = p == NULL && c->repl != NULL;
+		bool unknown = mig_phase_unknown_locked(c, m->id, p);
 		if (m->to != id || (!unknown && (p == NULL || p->phase < KV_MIG_FENCED)))
 			continue;
 		if (rq->accept_data_loss) {
@@ -1225,7 +1238,7 @@ kv_ctl__cmd_remove(kv_controller *c, const kv_admin_req *rq, struct ctl_ctx *x)
 		}
 		snprintf(x->msg, sizeof(x->msg),
 		         unknown ? "node %u is receiving a range in migration %llu, which has not "
-		                   "reported its progress to this leader yet; retry in a few "
+		                   "reported its progress to this controller yet; retry in a few "
 		                   "seconds, or add --accept-data-loss"
 		                 : "node %u may already serve a range it was receiving (migration "
 		                   "%llu was fenced): its writes since would be lost (add "

@@ -268,6 +268,12 @@ kv_controller_start(kv_controller *c, char *err, size_t errlen)
 	/* A freshly started controller has heard from nobody: it counts every
 	 * node as seen now, so it declares nothing down for a full down_ns. */
 	c->live_since_ns = kv_now_ns();
+	pthread_mutex_lock(&c->mu);
+	const kv_config *at_start = kv_ctl__latest_locked(c);
+	for (size_t i = 0; at_start != NULL && i < at_start->nmigs; i++)
+		if (at_start->migs[i].id > c->mig_unknown_max)
+			c->mig_unknown_max = at_start->migs[i].id;
+	pthread_mutex_unlock(&c->mu);
 	if (pthread_create(&c->live_thr, NULL, kv_ctl__liveness_main, c) != 0) {
 		rv = KV_ENOMEM;
 		snprintf(err, errlen, "cannot start a thread");

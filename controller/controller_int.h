@@ -211,7 +211,12 @@ struct kv_controller {
 	uint64_t live_since_ns; /* mu: when it became leader (standalone: started);
 	                           nobody is older than that to it */
 	bool live_queued;       /* mu: a liveness change waits for the proposer */
-	uint64_t downs_total;   /* mu: nodes declared down, for the metrics */
+	/* mu: standalone, the highest id of the migrations in flight when it
+	 * started: what their sources reported before is lost, so their phase
+	 * is unknown until they report again (replicated: every migration's,
+	 * until its source reports to this leader). */
+	uint64_t mig_unknown_max;
+	uint64_t downs_total; /* mu: nodes declared down, for the metrics */
 
 	/* Replica placement (doc/replication.md); replicas and min_insync are
 	 * immutable, the counters are protected by mu. */

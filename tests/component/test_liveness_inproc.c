@@ -357,6 +357,78 @@ remove_of_a_node_receiving_a_fenced_range_needs_the_flag(void **state)
 	kv_config_free(cfg);
 }
 
+/* A restarted standalone controller lost what the sources reported:
+ * a migration in flight when it started may be fenced already, so it
+ * refuses to cancel the migration, or to remove its destination without
+ * --accept-data-loss, until the source reports again. */
+static void
+restarted_controller_waits_for_the_source_before_cancelling_a_migration(void **state)
+{
+	char why[256], k[40], v[1100];
+	kv_admin_req q;
+	kv_config *cfg;
+	const kv_range *r1 = NULL;
+
+	(void)state;
+	cluster_up();
+	cfg = inproc_cluster_config(&cl);
+	assert_non_null(cfg);
+	for (size_t i = 0; i < cfg->nranges && r1 == NULL; i++)
+		if (cfg->ranges[i].node == 1)
+			r1 = &cfg->ranges[i];
+	assert_non_null(r1);
+	/* 2 MB in node 1's range, moved at 1 MB/s: still in flight below. */
+	memset(v, 'v', 1000);
+	v[1000] = '\0';
+	for (int i = 0; i < 2000; i++) {
+		int n = snprintf(k, sizeof(k), "%.*s\x01%05d", (int)r1->start.len,
+		                 (const char *)r1->start.data, i);
+		assert_true(n > 0 && (size_t)n < sizeof(k));
+		put_ok(cl.srv[0].url, k, v);
+	}
+	q = (kv_admin_req){.op = KV_ADM_MOVE,
+	                   .node_id = 2,
+	                   .start = {r1->start.data, r1->start.len},
+	                   .end = {r1->end.data, r1->end.len},
+	                   .rate_mb_s = 1};
+	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, NULL, why, sizeof(why)), 0);
+	kv_config_free(cfg);
+	cfg = inproc_cluster_config(&cl);
+	assert_non_null(cfg);
+	assert_int_equal(cfg->nmigs, 1);
+	uint64_t mig = cfg->migs[0].id;
+	kv_config_free(cfg);
+	/* The source stops (it reports nothing more) and the controller
+	 * restarts. */
+	inproc_srv_down(&cl.srv[0]);
+	inproc_cluster_ctl_down(&cl);
+	inproc_cluster_ctl_up(&cl);
+	q = (kv_admin_req){.op = KV_ADM_CANCEL, .mig_id = mig};
+	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, NULL, why, sizeof(why)), KV_EBUSY);
+	if (strstr(why, "has not reported its progress") == NULL)
+		fail_msg("cancel answered: %s", why);
+	q = (kv_admin_req){.op = KV_ADM_REMOVE, .node_id = 2};
+	int rv = inproc_cluster_admin(&cl, &q, NULL, NULL, why, sizeof(why));
+	/* Node 2 is not down yet (a fresh controller declares nobody down
+	 * for a full lease and margin): refused either way, never removed. */
+	assert_true(rv == KV_EBUSY || rv == KV_EPERM || rv == KV_EINVAL);
+	cfg = inproc_cluster_config(&cl);
+	assert_non_null(cfg);
+	assert_int_equal(cfg->nmigs, 1);
+	assert_int_equal(cfg->nnodes, NSRV);
+	kv_config_free(cfg);
+	/* The source reports copying: the migration can be cancelled. */
+	q = (kv_admin_req){
+	    .op = KV_ADM_PROGRESS, .node_id = 1, .mig_id = mig, .phase = KV_MIG_COPYING};
+	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, NULL, why, sizeof(why)), 0);
+	q = (kv_admin_req){.op = KV_ADM_CANCEL, .mig_id = mig};
+	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, NULL, why, sizeof(why)), 0);
+	cfg = inproc_cluster_config(&cl);
+	assert_non_null(cfg);
+	assert_int_equal(cfg->nmigs, 0);
+	kv_config_free(cfg);
+}
+
 static void
 locate_and_check_report_the_primary_and_the_problems(void **state)
 {
@@ -417,6 +489,8 @@ main(void)
 	        remove_refuses_live_nodes_and_data_loss_and_forgets_a_down_node_with_the_flag, &cl),
 	    INPROC_CLUSTER_TEST(remove_of_a_node_receiving_a_fenced_range_needs_the_flag, &cl),
 	    INPROC_CLUSTER_TEST(locate_and_check_report_the_primary_and_the_problems, &cl),
+	    INPROC_CLUSTER_TEST(
+	        restarted_controller_waits_for_the_source_before_cancelling_a_migration, &cl),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
