@@ -108,27 +108,6 @@ say() { echo "compare-redis: $*" >&2; }
 . "$here/bench/lib.sh"
 find_bin
 
-# Prints a TCP port on 127.0.0.1 that is free, and whose +10000 (Redis
-# Cluster bus) is free too; replaces lib.sh's free_port.
-free_port() {
-	python3 - <<'EOF'
-import socket, random
-while True:
-    p = random.randint(20000, 54000)
-    ok = True
-    for q in (p, p + 10000):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", q))
-        except OSError:
-            ok = False
-        s.close()
-    if ok:
-        print(p)
-        break
-EOF
-}
-
 shardkv_active() { # CTL N: the configuration has N active nodes
 	"$bin/shardkv" -c "$1" --timeout 1000 config --json |
 		python3 -c 'import json,sys; c=json.load(sys.stdin); sys.exit(0 if sum(n["state"]=="active" for n in c["nodes"])==int(sys.argv[1]) else 1)' "$2"
@@ -142,14 +121,14 @@ shardkv_reported() { # CTL KEYS: the status accounts for at least KEYS keys
 start_shardkv() { # N: sets ctl to the controller URL
 	local n=$1 port i dir=$work/shardkv-$1
 	mkdir -p "$dir"
-	port=$(free_port)
+	port=$(free_port 10000)
 	ctl="tcp://127.0.0.1:$port"
 	one_copy_flags "$bin/shardkv-controller" # Redis Cluster runs with no replicas too
 	"$bin/shardkv-controller" --listen "$ctl" --data-dir "$dir/ctl" ${one_copy[@]+"${one_copy[@]}"} >/dev/null 2>"$dir/ctl.log" &
 	pids+=($!)
 	wait_for 30 "$bin/shardkv" -c "$ctl" --timeout 500 config || die "controller did not start (see $dir/ctl.log)"
 	for ((i = 1; i <= n; i++)); do
-		port=$(free_port)
+		port=$(free_port 10000)
 		"$bin/shardkv-server" --listen "tcp://127.0.0.1:$port" --controller "$ctl" \
 			--data-dir "$dir/s$i" --join --fsync "$fsync" ${SHARDKV_SERVER_FLAGS-} >/dev/null 2>"$dir/s$i.log" &
 		pids+=($!)
@@ -162,7 +141,7 @@ start_redis() { # N: sets rport to the first server's port
 	local n=$1 i port first='' dir=$work/redis-$1 hosts=()
 	mkdir -p "$dir"
 	for ((i = 1; i <= n; i++)); do
-		port=$(free_port)
+		port=$(free_port 10000)
 		[ -n "$first" ] || first=$port
 		mkdir -p "$dir/r$i"
 		local extra=()

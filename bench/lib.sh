@@ -33,21 +33,28 @@ cleanup() {
 	if [ -n "$keep" ]; then say "logs and reports kept in $work"; else rm -rf "$work"; fi
 }
 
-# Prints a TCP port on 127.0.0.1 that is free.
+# Prints a TCP port on 127.0.0.1 that is free, and whose port + OFFSET is
+# free too for each OFFSET given (e.g. Redis Cluster's bus at +10000, or
+# the servers of deploy/cluster.sh at +101..).
 free_port() {
-	python3 - <<'EOF'
-import socket, random
+	python3 - "$@" <<'EOF'
+import socket, random, sys
+offsets = [0] + [int(a) for a in sys.argv[1:]]
 while True:
-    p = random.randint(20000, 60000)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
+    p = random.randint(20000, 65535 - max(offsets))
+    ok = True
+    for q in offsets:
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p + q))
+        except OSError:
+            ok = False
         s.close()
-        continue
-    s.close()
-    print(p)
-    break
+        if not ok:
+            break
+    if ok:
+        print(p)
+        break
 EOF
 }
 

@@ -43,44 +43,22 @@ for v in "$rounds" "$dur" "$warm"; do
 	[[ $v =~ ^[0-9]+$ ]] || { echo "replicated-writes.sh: counts and seconds are whole numbers, not '$v'" >&2; exit 2; }
 done
 [ "$dur" -gt 0 ] || { echo "replicated-writes.sh: -d must be above 0" >&2; exit 2; }
-if [ -z "$bin" ]; then
-	for d in "$here/build-release/bin" "$here/build-rel/bin" "$here/build/bin"; do
-		[ -x "$d/shardkv-server" ] && { bin=$d; break; }
-	done
-fi
-[ -n "$bin" ] && [ -x "$bin/shardkv-server" ] || { echo "replicated-writes.sh: no shardkv-server (-b BIN_DIR)" >&2; exit 2; }
-bin=$(cd "$bin" && pwd)
 
+die() { echo "replicated-writes.sh: $*" >&2; exit 1; }
+say() { echo "replicated-writes.sh: $*" >&2; }
 work=$(mktemp -d /tmp/shardkv-replw.XXXXXX)
+pids=()
+# free_port, find_bin; its cleanup is replaced below (the clusters are
+# deploy/cluster.sh's).
+. "$here/bench/lib.sh"
+find_bin
+bin=$(cd "$bin" && pwd)
 dir=
 cleanup() {
 	if [ -n "$dir" ] && [ -f "$dir/cluster.env" ]; then
 		SHARDKV_BIN_DIR=$bin bash "$here/deploy/cluster.sh" down --dir "$dir" >/dev/null 2>&1 || true
 	fi
-	if [ -n "$keep" ]; then echo "clusters kept in $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A base port whose neighbours deploy/cluster.sh uses (base, base+100+N,
-# base+300+N, base+400+N) are free on 127.0.0.1.
-free_base() {
-	python3 - <<'EOF'
-import socket, random
-while True:
-    b = random.randint(20000, 50000)
-    ok = True
-    for p in [b, b + 101, b + 102, b + 103]:
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", p))
-        except OSError:
-            ok = False
-        s.close()
-    if ok:
-        print(b)
-        break
-EOF
+	if [ -n "$keep" ]; then say "clusters kept in $work"; else rm -rf "$work"; fi
 }
 
 # Sum of the CPU ticks (user + system) of the processes named by pid.
@@ -96,7 +74,8 @@ ticks() {
 run() {
 	local r=$1 n=$2 base hz t0 t1 rate us ev shares
 	dir=$work/r$r-$n
-	base=$(free_base)
+	# deploy/cluster.sh: the controller at base, server N at base+100+N.
+	base=$(free_port 101 102 103)
 	SHARDKV_BIN_DIR=$bin bash "$here/deploy/cluster.sh" up -n 3 --replicas "$r" --dir "$dir" \
 		--base-port "$base" >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; exit 1; }
 	local -a spids

@@ -801,7 +801,13 @@ tap_fn(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 			s->spare = e->next;
 			s->nspare--;
 		} else {
-			size_t cap = need > SPARE_DATA ? need : SPARE_DATA;
+			/* 256, 512 or 1024 bytes, so that spares fit the next
+			 * records of about the same size; larger ones exactly. */
+			size_t cap = SPARE_DATA;
+			while (cap < need && cap < 4 * SPARE_DATA)
+				cap *= 2;
+			if (cap < need)
+				cap = need;
 			if ((e = malloc(sizeof(*e) + cap)) != NULL)
 				e->cap = cap;
 		}

@@ -271,16 +271,55 @@ remove_refuses_live_nodes_and_data_loss_and_forgets_a_down_node_with_the_flag(vo
 	assert_int_equal(inproc_cluster_node_state(&cl, 2), KV_NODE_GONE);
 }
 
+/* Puts 2 MB into the first range node 1 leads and starts its move to node 2
+ * at 1 MB/s (still in flight for the test's next steps); returns the
+ * migration's id. */
+static uint64_t
+slow_move_to_node_2(void)
+{
+	char why[256], k[40], v[1100];
+	kv_admin_req q;
+	kv_config *cfg = inproc_cluster_config(&cl);
+	const kv_range *r = NULL;
+	uint64_t mig;
+
+	assert_non_null(cfg);
+	for (size_t i = 0; i < cfg->nranges && r == NULL; i++)
+		if (cfg->ranges[i].node == 1)
+			r = &cfg->ranges[i];
+	assert_non_null(r);
+	memset(v, 'v', 1000);
+	v[1000] = '\0';
+	for (int i = 0; i < 2000; i++) {
+		int n = snprintf(k, sizeof(k), "%.*s\x01%05d", (int)r->start.len,
+		                 (const char *)r->start.data, i);
+		assert_true(n > 0 && (size_t)n < sizeof(k));
+		put_ok(cl.srv[0].url, k, v);
+	}
+	q = (kv_admin_req){.op = KV_ADM_MOVE,
+	                   .node_id = 2,
+	                   .start = {r->start.data, r->start.len},
+	                   .end = {r->end.data, r->end.len},
+	                   .rate_mb_s = 1};
+	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, NULL, why, sizeof(why)), 0);
+	kv_config_free(cfg);
+	cfg = inproc_cluster_config(&cl);
+	assert_non_null(cfg);
+	assert_int_equal(cfg->nmigs, 1);
+	mig = cfg->migs[0].id;
+	kv_config_free(cfg);
+	return mig;
+}
+
 /* A migration into node 2 that its source reported fenced: node 2 may have
  * committed the range and taken writes, so removing node 2 (down) needs the
  * flag, and then counts that range among the lost. */
 static void
 remove_of_a_node_receiving_a_fenced_range_needs_the_flag(void **state)
 {
-	char out[2048], err[2048], why[256], k[40], v[1100];
+	char out[2048], err[2048], why[256];
 	kv_admin_req q;
 	kv_config *cfg;
-	uint64_t epoch;
 
 	(void)state;
 	cluster_up();
@@ -302,33 +341,9 @@ remove_of_a_node_receiving_a_fenced_range_needs_the_flag(void **state)
 	assert_non_null(cfg);
 	for (size_t i = 0; i < cfg->nranges; i++)
 		assert_int_equal(cfg->ranges[i].node, 1);
-	const kv_range *r1 = NULL;
-	for (size_t i = 0; i < cfg->nranges && r1 == NULL; i++)
-		if (cfg->ranges[i].node == 1)
-			r1 = &cfg->ranges[i];
-	assert_non_null(r1);
-	/* 2 MB in node 1's range, moved at 1 MB/s: still in flight below. */
-	memset(v, 'v', 1000);
-	v[1000] = '\0';
-	for (int i = 0; i < 2000; i++) {
-		int n = snprintf(k, sizeof(k), "%.*s\x01%05d", (int)r1->start.len,
-		                 (const char *)r1->start.data, i);
-		assert_true(n > 0 && (size_t)n < sizeof(k));
-		put_ok(cl.srv[0].url, k, v);
-	}
-	q = (kv_admin_req){.op = KV_ADM_MOVE,
-	                   .node_id = 2,
-	                   .start = {r1->start.data, r1->start.len},
-	                   .end = {r1->end.data, r1->end.len},
-	                   .rate_mb_s = 1};
-	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, &epoch, why, sizeof(why)), 0);
 	kv_config_free(cfg);
+	uint64_t mig = slow_move_to_node_2();
 	inproc_srv_down(&cl.srv[1]);
-	cfg = inproc_cluster_config(&cl);
-	assert_non_null(cfg);
-	assert_int_equal(cfg->nmigs, 1);
-	uint64_t mig = cfg->migs[0].id;
-	kv_config_free(cfg);
 	/* The source says the destination acknowledged the fence. */
 	q = (kv_admin_req){
 	    .op = KV_ADM_PROGRESS, .node_id = 1, .mig_id = mig, .phase = KV_MIG_FENCED};
@@ -364,40 +379,13 @@ remove_of_a_node_receiving_a_fenced_range_needs_the_flag(void **state)
 static void
 restarted_controller_waits_for_the_source_before_cancelling_a_migration(void **state)
 {
-	char why[256], k[40], v[1100];
+	char why[256];
 	kv_admin_req q;
 	kv_config *cfg;
-	const kv_range *r1 = NULL;
 
 	(void)state;
 	cluster_up();
-	cfg = inproc_cluster_config(&cl);
-	assert_non_null(cfg);
-	for (size_t i = 0; i < cfg->nranges && r1 == NULL; i++)
-		if (cfg->ranges[i].node == 1)
-			r1 = &cfg->ranges[i];
-	assert_non_null(r1);
-	/* 2 MB in node 1's range, moved at 1 MB/s: still in flight below. */
-	memset(v, 'v', 1000);
-	v[1000] = '\0';
-	for (int i = 0; i < 2000; i++) {
-		int n = snprintf(k, sizeof(k), "%.*s\x01%05d", (int)r1->start.len,
-		                 (const char *)r1->start.data, i);
-		assert_true(n > 0 && (size_t)n < sizeof(k));
-		put_ok(cl.srv[0].url, k, v);
-	}
-	q = (kv_admin_req){.op = KV_ADM_MOVE,
-	                   .node_id = 2,
-	                   .start = {r1->start.data, r1->start.len},
-	                   .end = {r1->end.data, r1->end.len},
-	                   .rate_mb_s = 1};
-	assert_int_equal(inproc_cluster_admin(&cl, &q, NULL, NULL, why, sizeof(why)), 0);
-	kv_config_free(cfg);
-	cfg = inproc_cluster_config(&cl);
-	assert_non_null(cfg);
-	assert_int_equal(cfg->nmigs, 1);
-	uint64_t mig = cfg->migs[0].id;
-	kv_config_free(cfg);
+	uint64_t mig = slow_move_to_node_2();
 	/* The source stops (it reports nothing more) and the controller
 	 * restarts. */
 	inproc_srv_down(&cl.srv[0]);
