@@ -88,7 +88,7 @@ run() {
 	t1=$(ticks "${spids[@]}")
 	hz=$(getconf CLK_TCK)
 	rate=$(sed -n 's/^summary: .* = \([0-9]*\) ops\/s.*/\1/p' "$dir/bench.txt")
-	[ -n "$rate" ] && [ "$rate" -gt 0 ] || { echo "replicated-writes.sh: no rate in $dir/bench.txt" >&2; exit 1; }
+	[ -n "$rate" ] && [ "$rate" -gt 0 ] || die "no rate in $dir/bench.txt"
 	us=$(awk -v d=$((t1 - t0)) -v hz="$hz" -v r="$rate" -v s="$dur" 'BEGIN { printf "%.2f", d / hz * 1e6 / (r * s) }')
 	ev=$(grep -c '^\[.*\] event' "$dir/bench.txt" || true)
 	shares=$(awk '/^  node [0-9]/ { printf "%s ", $4 }' "$dir/bench.txt")
