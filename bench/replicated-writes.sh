@@ -2,19 +2,21 @@
 # bench/replicated-writes.sh - pipelined write throughput with three copies
 # of every range against one copy, on three local nodes, in turn.
 #
-#   bench/replicated-writes.sh [-r ROUNDS] [-d SECONDS] [-w SECONDS] [-b BIN_DIR] [-k]
+#   bench/replicated-writes.sh [-r ROUNDS] [-d SECONDS] [-w SECONDS] [-a CALLERS] [-b BIN_DIR] [-k]
 #
 #   -r ROUNDS   rounds, each one R=1 run then one R=3 run (default 3)
 #   -d SECONDS  the measured load of each run (default 8)
 #   -w SECONDS  the load before it, while the balancer spreads ranges and
 #               primaries over the nodes (default 10)
+#   -a CALLERS  the bench's callers, each with a batch of 16 writes in
+#               flight (default 50, the target's load)
 #   -b BIN_DIR  where shardkv, shardkv-server and shardkv-controller are
 #               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
 #   -k          keep the clusters' directories (logs)
 #
 # Each run starts a fresh cluster (`deploy/cluster.sh up -n 3 --replicas R`,
-# the servers' defaults: --fsync none), runs the write load of the R=3
-# target of bench/README.md (`shardkv bench --threads 1 --async 50
+# the servers' defaults: --fsync batch), runs the write load of the R=3
+# target of bench/README.md (`shardkv bench --threads 1 --async CALLERS
 # --connections 1 --batch 16 --mix put:100 --keys 100000 --key-size 16
 # --value-size 100`) for the warm-up, then again for the measured seconds,
 # and reads the servers' CPU time from /proc over the measured load. It
@@ -28,21 +30,24 @@ rounds=3
 dur=8
 warm=10
 bin=${SHARDKV_BIN_DIR:-}
+callers=50
 keep=
-while getopts "r:d:w:b:k" o; do
+while getopts "r:d:w:a:b:k" o; do
 	case $o in
 	r) rounds=$OPTARG ;;
 	d) dur=$OPTARG ;;
 	w) warm=$OPTARG ;;
+	a) callers=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	k) keep=1 ;;
-	*) sed -n '2,23p' "$0" >&2; exit 2 ;;
+	*) sed -n '2,25p' "$0" >&2; exit 2 ;;
 	esac
 done
-for v in "$rounds" "$dur" "$warm"; do
+for v in "$rounds" "$dur" "$warm" "$callers"; do
 	[[ $v =~ ^[0-9]+$ ]] || { echo "replicated-writes.sh: counts and seconds are whole numbers, not '$v'" >&2; exit 2; }
 done
 [ "$dur" -gt 0 ] || { echo "replicated-writes.sh: -d must be above 0" >&2; exit 2; }
+[ "$callers" -gt 0 ] || { echo "replicated-writes.sh: -a must be above 0" >&2; exit 2; }
 
 die() { echo "replicated-writes.sh: $*" >&2; exit 1; }
 say() { echo "replicated-writes.sh: $*" >&2; }
@@ -80,7 +85,7 @@ run() {
 		--base-port "$base" >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; exit 1; }
 	local -a spids
 	mapfile -t spids < <(cat "$dir"/node-*.pid)
-	local -a b=("$bin/shardkv" --controller "tcp://127.0.0.1:$base" bench --threads 1 --async 50
+	local -a b=("$bin/shardkv" --controller "tcp://127.0.0.1:$base" bench --threads 1 --async "$callers"
 		--connections 1 --batch 16 --mix put:100 --keys 100000 --key-size 16 --value-size 100)
 	[ "$warm" -eq 0 ] || "${b[@]}" --duration "$warm" >"$dir/warm.txt" 2>&1
 	t0=$(ticks "${spids[@]}")

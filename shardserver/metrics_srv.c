@@ -61,7 +61,7 @@ static const char *const op_label[KV_OP__COUNT] = {
 };
 
 /* Samples of one scrape: every op and error label plus the plain figures. */
-#define MAX_SAMPLES (KV_OP__COUNT + KV_SRV_ERR_SLOTS + 40)
+#define MAX_SAMPLES (KV_OP__COUNT + KV_SRV_ERR_SLOTS + 48)
 
 /* Appends a sample without a label. */
 static void
@@ -366,6 +366,11 @@ render(void *arg, kv_buf *out)
 
 	kv_rs_stats rs;
 	kv_rs_stats_get(s->repl, &rs);
+	add(m, &n, "shardkv_replication_batches_total", KV_METRIC_COUNTER,
+	    "Replicate requests this node sent to its backups (records, markers and copy steps).",
+	    rs.sent_batches);
+	add(m, &n, "shardkv_replication_records_applied_total", KV_METRIC_COUNTER,
+	    "Records this node applied as a backup from its primaries' streams.", rs.applied);
 	add(m, &n, "shardkv_replica_copies_total", KV_METRIC_COUNTER,
 	    "Copies of a range to a replica outside its ISR started (a copy sent again "
 	    "counts again).",

@@ -251,7 +251,21 @@ a_restarted_backup_catches_up_from_its_own_data_without_a_copy(void **state)
 	(void)state;
 	uint32_t p = three_in_sync();
 	uint32_t b = p == 1 ? 2 : 1;
+	uint32_t o = 6 - p - b; /* the other backup */
+	uint64_t batches = srv_metric(idx_of(p), "shardkv_replication_batches_total");
+	uint64_t applied_b = srv_metric(idx_of(b), "shardkv_replication_records_applied_total");
+	uint64_t applied_o = srv_metric(idx_of(o), "shardkv_replication_records_applied_total");
 	write_keys(p, 0, NKEYS / 2);
+	/* Each write reached both backups as a record; one at a time, each
+	 * took a batch of its own to each. */
+	uint64_t sent = srv_metric(idx_of(p), "shardkv_replication_batches_total") - batches;
+	assert_true(sent >= NKEYS / 2);
+	assert_true(srv_metric(idx_of(b), "shardkv_replication_records_applied_total") -
+	                applied_b >=
+	            NKEYS / 2);
+	assert_true(srv_metric(idx_of(o), "shardkv_replication_records_applied_total") -
+	                applied_o >=
+	            NKEYS / 2);
 	uint64_t copies = srv_metric(idx_of(p), "shardkv_replica_copies_total");
 	uint64_t cus = srv_metric(idx_of(p), "shardkv_replica_catchups_total");
 
