@@ -663,7 +663,8 @@ pack_recs(const kv_repl_msg *r, uint8_t *p)
 		if (x->start.len)
 			memcpy(p, x->start.p, x->start.len);
 		p += x->start.len;
-		memcpy(p, x->payload.p, x->payload.len);
+		if (x->payload.len)
+			memcpy(p, x->payload.p, x->payload.len);
 		p += x->payload.len;
 	}
 }

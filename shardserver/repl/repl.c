@@ -1122,7 +1122,9 @@ call_answer(call_arg *ca, int rv, const uint8_t *p, size_t n)
 			        : m->kind == ENT_END ? "end"
 			        : ca->cu             ? "catch-up"
 			                             : "copy",
-			        m ? (int)m->slen : 0, m ? (const char *)m->data : "",
+			        /* An empty start has no byte at data (the
+			         * entry's end): a sanitizer's printf reads one. */
+			        m ? (int)m->slen : 0, m && m->slen ? (const char *)m->data : "",
 			        m ? (unsigned long long)m->leader_epoch : 0ull);
 		}
 	}

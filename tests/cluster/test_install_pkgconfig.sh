@@ -1,12 +1,14 @@
 #!/bin/sh
-# test_install_pkgconfig.sh BUILD_DIR SOURCE_DIR CC - an outside program
+# test_install_pkgconfig.sh BUILD_DIR SOURCE_DIR CC [EXTRA] - an outside program
 # built against an installed libshardkv: installs the build into a temporary
 # prefix (`cmake --install --prefix`), then compiles and links
 # client/example.c with nothing but what `pkg-config shardkv` prints for that
 # prefix, and checks that the program loads the installed shared library.
+# EXTRA: flags a sanitizer build's library needs of every program linking it
+# (-fsanitize=...); empty otherwise.
 # Fails when the installed shardkv.pc points anywhere but into the prefix.
 set -eu
-build=$1 src=$2 cc=${3:-cc}
+build=$1 src=$2 cc=${3:-cc} extra=${4:-}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kv-install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -32,7 +34,7 @@ incdir=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=includedir shardkv)
 ls "$libdir"/libshardkv.so* >/dev/null 2>&1 || fail "libdir $libdir has no libshardkv.so"
 
 # shellcheck disable=SC2086 # the flags are split on purpose
-"$cc" -o "$tmp/example" "$src/client/example.c" $flags 2>"$tmp/cc.log" ||
+"$cc" -o "$tmp/example" "$src/client/example.c" $flags $extra 2>"$tmp/cc.log" ||
 	{ cat "$tmp/cc.log" >&2; fail "example.c does not build with: $flags"; }
 # The loader, given the prefix's libdir, finds libshardkv there.
 found=$(LD_LIBRARY_PATH=$libdir ldd "$tmp/example" | grep 'libshardkv' || true)

@@ -102,9 +102,14 @@ endif()
 
 # An outside program against the installed library: `cmake --install` into a
 # temporary prefix, client/example.c compiled and linked with the flags of
-# the installed shardkv.pc only.
+# the installed shardkv.pc only (plus, in a sanitizer build, the sanitizer's
+# flag, which any program linking that library needs).
+set(kv_pc_extra "")
+if(KV_SANITIZE)
+  set(kv_pc_extra "-fsanitize=${KV_SANITIZE}")
+endif()
 kv_add_test(test_install_pkgconfig COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cluster/test_install_pkgconfig.sh
-  ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR} ${CMAKE_C_COMPILER} TIMEOUT 120 LABELS install)
+  ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR} ${CMAKE_C_COMPILER} "${kv_pc_extra}" TIMEOUT 120 LABELS install)
 
 # deploy/cluster.sh: --help, up --metrics (a metrics port per daemon, printed
 # and listed for Prometheus, /healthz on each), and restart of a node that

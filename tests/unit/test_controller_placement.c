@@ -1562,6 +1562,7 @@ the_old_primary_kept_as_the_fence_leads_again_only_after_a_copy(void **state)
 	assert_int_equal(r->fence, 2);
 	kv_config_free(t);
 	kv_config_free(n);
+	kv_config_free(c);
 }
 
 /* The fence found in sync by the new primary (IsrChange.unfence_node,
