@@ -14,15 +14,17 @@
 #               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
 #   -k          keep the clusters' directories (logs)
 #
-# Each run starts a fresh cluster (`deploy/cluster.sh up -n 3 --replicas R`,
+# Each run starts a fresh cluster (`deploy/cluster.sh up -n 3 --replicas R --metrics`,
 # the servers' defaults: --fsync batch), runs the write load of the R=3
 # target of bench/README.md (`shardkv bench --threads 1 --async CALLERS
 # --connections 1 --batch 16 --mix put:100 --keys 100000 --key-size 16
 # --value-size 100`) for the warm-up, then again for the measured seconds,
 # and reads the servers' CPU time from /proc over the measured load. It
 # prints per run the writes a second, the servers' CPU microseconds per
-# write, the balancer's events during the measured load and each node's
-# share; then the medians and the ratio of the R=3 median to the R=1 one.
+# write, the records a `Replicate` carried on average (the servers'
+# shardkv_replication_* counters; "-" at R=1), the balancer's events during
+# the measured load and each node's share; then the medians and the ratio
+# of the R=3 median to the R=1 one.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,7 +42,7 @@ while getopts "r:d:w:a:b:k" o; do
 	a) callers=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	k) keep=1 ;;
-	*) sed -n '2,25p' "$0" >&2; exit 2 ;;
+	*) sed -n '2,27p' "$0" >&2; exit 2 ;;
 	esac
 done
 for v in "$rounds" "$dur" "$warm" "$callers"; do
@@ -66,6 +68,23 @@ cleanup() {
 	if [ -n "$keep" ]; then say "clusters kept in $work"; else rm -rf "$work"; fi
 }
 
+# counters NAME...: each counter's sum over the three servers' /metrics
+# (bash's /dev/tcp: no HTTP client needed), one line.
+counters() {
+	local n name out=()
+	for name in "$@"; do
+		local sum=0 v
+		for n in 1 2 3; do
+			v=$( (exec 3<>"/dev/tcp/127.0.0.1/$((base + 400 + n))" &&
+				printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3 &&
+				awk -v k="$name" '$1 == k { print $2 }' <&3) 2>/dev/null || true)
+			sum=$((sum + ${v:-0}))
+		done
+		out+=("$sum")
+	done
+	echo "${out[*]}"
+}
+
 # Sum of the CPU ticks (user + system) of the processes named by pid.
 ticks() {
 	local p t=0
@@ -77,28 +96,33 @@ ticks() {
 
 # run R N: one run; appends "R rate us_per_write" to $work/results.
 run() {
-	local r=$1 n=$2 base hz t0 t1 rate us ev shares
+	local r=$1 n=$2 base hz t0 t1 rate us ev shares bat0 rec0 bat1 rec1 perbatch
 	dir=$work/r$r-$n
-	# deploy/cluster.sh: the controller at base, server N at base+100+N.
-	base=$(free_port 101 102 103)
-	SHARDKV_BIN_DIR=$bin bash "$here/deploy/cluster.sh" up -n 3 --replicas "$r" --dir "$dir" \
+	# deploy/cluster.sh: the controller at base, server N at base+100+N,
+	# their metrics at base+300 and base+400+N.
+	base=$(free_port 101 102 103 300 401 402 403)
+	SHARDKV_BIN_DIR=$bin bash "$here/deploy/cluster.sh" up -n 3 --replicas "$r" --metrics --dir "$dir" \
 		--base-port "$base" >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; exit 1; }
 	local -a spids
 	mapfile -t spids < <(cat "$dir"/node-*.pid)
 	local -a b=("$bin/shardkv" --controller "tcp://127.0.0.1:$base" bench --threads 1 --async "$callers"
 		--connections 1 --batch 16 --mix put:100 --keys 100000 --key-size 16 --value-size 100)
 	[ "$warm" -eq 0 ] || "${b[@]}" --duration "$warm" >"$dir/warm.txt" 2>&1
+	read -r bat0 rec0 <<<"$(counters shardkv_replication_batches_total shardkv_replication_records_applied_total)"
 	t0=$(ticks "${spids[@]}")
 	"${b[@]}" --duration "$dur" >"$dir/bench.txt" 2>&1
 	t1=$(ticks "${spids[@]}")
+	read -r bat1 rec1 <<<"$(counters shardkv_replication_batches_total shardkv_replication_records_applied_total)"
+	perbatch=-
+	[ $((bat1 - bat0)) -gt 0 ] && perbatch=$(( (rec1 - rec0) / (bat1 - bat0) ))
 	hz=$(getconf CLK_TCK)
 	rate=$(sed -n 's/^summary: .* = \([0-9]*\) ops\/s.*/\1/p' "$dir/bench.txt")
 	[ -n "$rate" ] && [ "$rate" -gt 0 ] || die "no rate in $dir/bench.txt"
 	us=$(awk -v d=$((t1 - t0)) -v hz="$hz" -v r="$rate" -v s="$dur" 'BEGIN { printf "%.2f", d / hz * 1e6 / (r * s) }')
 	ev=$(grep -c '^\[.*\] event' "$dir/bench.txt" || true)
 	shares=$(awk '/^  node [0-9]/ { printf "%s ", $4 }' "$dir/bench.txt")
-	printf 'round %d  R=%d  %8d writes/s  %5s us of server CPU a write  %s balancer events  per node: %s\n' \
-		"$n" "$r" "$rate" "$us" "$ev" "$shares"
+	printf 'round %d  R=%d  %8d writes/s  %5s us of server CPU a write  %s records a batch  %s balancer events  per node: %s\n' \
+		"$n" "$r" "$rate" "$us" "$perbatch" "$ev" "$shares"
 	echo "$r $rate $us" >>"$work/results"
 	SHARDKV_BIN_DIR=$bin bash "$here/deploy/cluster.sh" down --dir "$dir" >/dev/null 2>&1 || true
 	dir=
