@@ -35,13 +35,16 @@ cleanup() {
 
 # Prints a TCP port on 127.0.0.1 that is free, and whose port + OFFSET is
 # free too for each OFFSET given (e.g. Redis Cluster's bus at +10000, or
-# the servers of deploy/cluster.sh at +101..).
+# the servers of deploy/cluster.sh at +101..). All of them lie below the
+# kernel's default range of local ports for outgoing connections (from
+# 32768), where a connection could take one meanwhile, and under
+# deploy/cluster.sh's limit of 64000 for a base port.
 free_port() {
 	python3 - "$@" <<'EOF'
 import socket, random, sys
 offsets = [0] + [int(a) for a in sys.argv[1:]]
 while True:
-    p = random.randint(20000, 65535 - max(offsets))
+    p = random.randint(10000, 32767 - max(offsets))
     ok = True
     for q in offsets:
         s = socket.socket()

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# bench/replicated-writes.sh - pipelined write throughput with three copies
-# of every range against one copy, on three local nodes, in turn.
+# bench/replicated-writes.sh - throughput with three copies of every range
+# against one copy, on three local nodes, in turn: pipelined writes (the
+# R=3 target), blocking writes, or pipelined reads.
 #
-#   bench/replicated-writes.sh [-r ROUNDS] [-d SECONDS] [-w SECONDS] [-a CALLERS] [-b BIN_DIR] [-k]
+#   bench/replicated-writes.sh [-r ROUNDS] [-d SECONDS] [-w SECONDS] [-a CALLERS]
+#                              [-s pipelined|blocking|reads] [-b BIN_DIR] [-k]
 #
 #   -r ROUNDS   rounds, each one R=1 run then one R=3 run (default 3)
 #   -d SECONDS  the measured load of each run (default 8)
 #   -w SECONDS  the load before it, while the balancer spreads ranges and
 #               primaries over the nodes (default 10)
-#   -a CALLERS  the bench's callers, each with a batch of 16 writes in
-#               flight (default 50, the target's load)
+#   -a CALLERS  the bench's callers, each with a batch of 16 ops in flight
+#               (default 50, the target's load; the warm-up, and -s
+#               pipelined and reads)
+#   -s SHAPE    the measured load: pipelined (default) writes as above;
+#               blocking: 50 threads, one write each in flight (`--threads
+#               50 --mix put:100`); reads: the pipelined shape with `--mix
+#               get:100` over the keys the warm-up wrote
 #   -b BIN_DIR  where shardkv, shardkv-server and shardkv-controller are
 #               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
 #   -k          keep the clusters' directories (logs)
@@ -18,10 +25,11 @@
 # the servers' defaults: --fsync batch), runs the write load of the R=3
 # target of bench/README.md (`shardkv bench --threads 1 --async CALLERS
 # --connections 1 --batch 16 --mix put:100 --keys 100000 --key-size 16
-# --value-size 100`) for the warm-up, then again for the measured seconds,
+# --value-size 100`) for the warm-up, then the load of SHAPE for the measured
+# seconds,
 # and reads the servers' CPU time from /proc over the measured load. It
-# prints per run the writes a second, the servers' CPU microseconds per
-# write, the records a `Replicate` carried on average (the servers'
+# prints per run the ops a second, the servers' CPU microseconds per
+# op, the records a `Replicate` carried on average (the servers'
 # shardkv_replication_* counters; "-" at R=1), the balancer's events during
 # the measured load and each node's share; then the medians and the ratio
 # of the R=3 median to the R=1 one.
@@ -33,16 +41,18 @@ dur=8
 warm=10
 bin=${SHARDKV_BIN_DIR:-}
 callers=50
+shape=pipelined
 keep=
-while getopts "r:d:w:a:b:k" o; do
+while getopts "r:d:w:a:s:b:k" o; do
 	case $o in
 	r) rounds=$OPTARG ;;
 	d) dur=$OPTARG ;;
 	w) warm=$OPTARG ;;
 	a) callers=$OPTARG ;;
+	s) shape=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	k) keep=1 ;;
-	*) sed -n '2,27p' "$0" >&2; exit 2 ;;
+	*) sed -n '2,33p' "$0" >&2; exit 2 ;;
 	esac
 done
 for v in "$rounds" "$dur" "$warm" "$callers"; do
@@ -50,6 +60,10 @@ for v in "$rounds" "$dur" "$warm" "$callers"; do
 done
 [ "$dur" -gt 0 ] || { echo "replicated-writes.sh: -d must be above 0" >&2; exit 2; }
 [ "$callers" -gt 0 ] || { echo "replicated-writes.sh: -a must be above 0" >&2; exit 2; }
+case $shape in
+pipelined | blocking | reads) ;;
+*) echo "replicated-writes.sh: -s wants pipelined, blocking or reads, not '$shape'" >&2; exit 2 ;;
+esac
 
 die() { echo "replicated-writes.sh: $*" >&2; exit 1; }
 say() { echo "replicated-writes.sh: $*" >&2; }
@@ -105,9 +119,16 @@ run() {
 		--base-port "$base" >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; exit 1; }
 	local -a spids
 	mapfile -t spids < <(cat "$dir"/node-*.pid)
-	local -a b=("$bin/shardkv" --controller "tcp://127.0.0.1:$base" bench --threads 1 --async "$callers"
-		--connections 1 --batch 16 --mix put:100 --keys 100000 --key-size 16 --value-size 100)
-	[ "$warm" -eq 0 ] || "${b[@]}" --duration "$warm" >"$dir/warm.txt" 2>&1
+	local -a c=("$bin/shardkv" --controller "tcp://127.0.0.1:$base" bench)
+	local -a kv=(--keys 100000 --key-size 16 --value-size 100)
+	local -a w=("${c[@]}" --threads 1 --async "$callers" --connections 1 --batch 16 --mix put:100 "${kv[@]}")
+	local -a b
+	case $shape in
+	pipelined) b=("${w[@]}") ;;
+	blocking) b=("${c[@]}" --threads 50 --mix put:100 "${kv[@]}") ;;
+	reads) b=("${c[@]}" --threads 1 --async "$callers" --connections 1 --batch 16 --mix get:100 "${kv[@]}") ;;
+	esac
+	[ "$warm" -eq 0 ] || "${w[@]}" --duration "$warm" >"$dir/warm.txt" 2>&1
 	read -r bat0 rec0 <<<"$(counters shardkv_replication_batches_total shardkv_replication_records_applied_total)"
 	t0=$(ticks "${spids[@]}")
 	"${b[@]}" --duration "$dur" >"$dir/bench.txt" 2>&1
@@ -121,7 +142,7 @@ run() {
 	us=$(awk -v d=$((t1 - t0)) -v hz="$hz" -v r="$rate" -v s="$dur" 'BEGIN { printf "%.2f", d / hz * 1e6 / (r * s) }')
 	ev=$(grep -c '^\[.*\] event' "$dir/bench.txt" || true)
 	shares=$(awk '/^  node [0-9]/ { printf "%s ", $4 }' "$dir/bench.txt")
-	printf 'round %d  R=%d  %8d writes/s  %5s us of server CPU a write  %s records a batch  %s balancer events  per node: %s\n' \
+	printf 'round %d  R=%d  %8d ops/s  %5s us of server CPU an op  %s records a batch  %s balancer events  per node: %s\n' \
 		"$n" "$r" "$rate" "$us" "$perbatch" "$ev" "$shares"
 	echo "$r $rate $us" >>"$work/results"
 	SHARDKV_BIN_DIR=$bin bash "$here/deploy/cluster.sh" down --dir "$dir" >/dev/null 2>&1 || true
@@ -139,4 +160,4 @@ m3=$(awk '$1 == 3 { print $2 }' "$work/results" | median)
 c1=$(awk '$1 == 1 { print $3 }' "$work/results" | median)
 c3=$(awk '$1 == 3 { print $3 }' "$work/results" | median)
 awk -v a="$m1" -v b="$m3" -v c="$c1" -v d="$c3" 'BEGIN {
-	printf "medians: R=1 %d writes/s (%.2f us a write), R=3 %d writes/s (%.2f us a write); R=3 / R=1 = %.2f\n", a, c, b, d, b / a }'
+	printf "medians: R=1 %d ops/s (%.2f us an op), R=3 %d ops/s (%.2f us an op); R=3 / R=1 = %.2f\n", a, c, b, d, b / a }'
