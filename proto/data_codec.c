@@ -521,6 +521,22 @@ kv_data_result_fini(kv_data_result *r)
 	memset(r, 0, sizeof(*r));
 }
 
+void
+kv_data_result_reuse(kv_data_result *r, size_t keep)
+{
+	kv_buf v = r->value;
+
+	r->value = (kv_buf){0};
+	if (v.cap > keep) {
+		free(v.data);
+		v = (kv_buf){0};
+	}
+	result_free(r);
+	memset(r, 0, sizeof(*r));
+	r->value = v;
+	r->value.len = 0;
+}
+
 /* Per-result temporary storage for encoding. */
 typedef struct {
 	Shardkv__OpResult r;         /* the result message */

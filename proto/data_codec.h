@@ -176,6 +176,11 @@ typedef struct {
 /* Frees the buffers of one result. Accepts NULL. */
 void kv_data_result_fini(kv_data_result *r);
 
+/* Empties r for another op but keeps its value buffer when it holds at
+ * most keep bytes (value.len 0, has_value false; kv_buf_set fills it again
+ * without an allocation); frees everything else, as kv_data_result_fini. */
+void kv_data_result_reuse(kv_data_result *r, size_t keep);
+
 /* A Response. To encode, everything is borrowed from the caller. Decoded,
  * results (with their buffers) belong to it and the strings borrow from the
  * unpacked message in pb, all until kv_data_resp_fini. */

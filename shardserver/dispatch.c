@@ -56,6 +56,84 @@
 #define DELRANGE_MAX_LIMIT     10000u
 #define DELRANGE_MORE          (1ull << 63) /* dedup value_len of a delrange: more */
 
+/* Each thread keeps the results array of its last request, with each
+ * result's value buffer of up to RES_KEEP_VALUE bytes, for requests of up
+ * to RES_KEEP_OPS ops: a read's value is copied into a buffer the thread
+ * already has, not into a fresh allocation freed after the reply. At most
+ * about 512 KiB a thread; freed when the thread exits. */
+#define RES_KEEP_OPS   512u
+#define RES_KEEP_VALUE 1024u
+
+typedef struct {
+	kv_data_result *r; /* RES_KEEP_OPS results, emptied; NULL until the first */
+	bool busy;         /* handed out (a handler running on this thread) */
+} res_cache;
+
+static pthread_key_t res_key;
+static pthread_once_t res_once = PTHREAD_ONCE_INIT;
+static bool res_key_ok;
+
+static void
+res_cache_free(void *arg)
+{
+	res_cache *c = arg;
+
+	if (c->r != NULL) {
+		for (size_t i = 0; i < RES_KEEP_OPS; i++)
+			kv_data_result_fini(&c->r[i]);
+		free(c->r);
+	}
+	free(c);
+}
+
+static void
+res_key_make(void)
+{
+	res_key_ok = pthread_key_create(&res_key, res_cache_free) == 0;
+}
+
+/* n zeroed results for a request: the thread's kept ones when they fit
+ * and are not in use, else a fresh array. NULL when out of memory. */
+static kv_data_result *
+res_take(size_t n)
+{
+	res_cache *c;
+
+	pthread_once(&res_once, res_key_make);
+	if (n > RES_KEEP_OPS || !res_key_ok)
+		return calloc(n, sizeof(kv_data_result));
+	if ((c = pthread_getspecific(res_key)) == NULL) {
+		if ((c = calloc(1, sizeof(*c))) == NULL || pthread_setspecific(res_key, c) != 0) {
+			free(c);
+			return calloc(n, sizeof(kv_data_result));
+		}
+	}
+	if (c->busy)
+		return calloc(n, sizeof(kv_data_result));
+	if (c->r == NULL && (c->r = calloc(RES_KEEP_OPS, sizeof(kv_data_result))) == NULL)
+		return calloc(n, sizeof(kv_data_result));
+	c->busy = true;
+	return c->r;
+}
+
+/* Gives back res (n results) from res_take: the kept array is emptied for
+ * the next request, keeping small value buffers; any other is freed. */
+static void
+res_give(kv_data_result *res, size_t n)
+{
+	res_cache *c = res_key_ok ? pthread_getspecific(res_key) : NULL;
+
+	if (c != NULL && c->busy && res == c->r) {
+		for (size_t i = 0; i < n; i++)
+			kv_data_result_reuse(&res[i], RES_KEEP_VALUE);
+		c->busy = false;
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		kv_data_result_fini(&res[i]);
+	free(res);
+}
+
 /* ------------------------------------------------------------------------
  * Owner hints
  * ------------------------------------------------------------------------ */
@@ -1487,7 +1565,7 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 	} else if (rq.nops > 0) {
 		uint64_t total = 0;
 		kinds = op_kinds(&rq);
-		resp.results = calloc(rq.nops, sizeof(kv_data_result));
+		resp.results = res_take(rq.nops);
 		if (resp.results == NULL) {
 			resp.status = KV_ENOMEM;
 		} else {
@@ -1576,9 +1654,8 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			rv = kv_data_resp_encode(&small, reply);
 		}
 	}
-	for (size_t i = 0; i < resp.nresults; i++)
-		kv_data_result_fini(&resp.results[i]);
-	free(resp.results);
+	if (resp.results != NULL)
+		res_give(resp.results, resp.nresults);
 	kv_data_req_fini(&rq);
 	if (h != NULL) {
 		if (!logwait)
