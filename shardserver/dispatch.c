@@ -65,8 +65,8 @@
 #define RES_KEEP_VALUE 1024u
 
 typedef struct {
-	kv_data_result *r; /* RES_KEEP_OPS results, emptied; NULL until the first */
-	bool busy;         /* handed out (a handler running on this thread) */
+	bool busy;                      /* handed out (a handler on this thread has it) */
+	kv_data_result r[RES_KEEP_OPS]; /* emptied between requests */
 } res_cache;
 
 static pthread_key_t res_key;
@@ -78,11 +78,8 @@ res_cache_free(void *arg)
 {
 	res_cache *c = arg;
 
-	if (c->r != NULL) {
-		for (size_t i = 0; i < RES_KEEP_OPS; i++)
-			kv_data_result_fini(&c->r[i]);
-		free(c->r);
-	}
+	for (size_t i = 0; i < RES_KEEP_OPS; i++)
+		kv_data_result_fini(&c->r[i]);
 	free(c);
 }
 
@@ -109,8 +106,6 @@ res_take(size_t n)
 		}
 	}
 	if (c->busy)
-		return calloc(n, sizeof(kv_data_result));
-	if (c->r == NULL && (c->r = calloc(RES_KEEP_OPS, sizeof(kv_data_result))) == NULL)
 		return calloc(n, sizeof(kv_data_result));
 	c->busy = true;
 	return c->r;
