@@ -654,24 +654,45 @@ art__prefetch_ref(void *ref, const uint8_t *key, size_t klen, size_t depth)
 	}
 }
 
-/* Prefetches the item of a leaf word (nothing for NULL or an inline leaf). */
-static inline void
-art__prefetch_leaf(const void *w)
-{
-	if (w != NULL && !IS_INLINE(w))
-		__builtin_prefetch(LEAF_ITEM(w), 1, 3);
-}
-
 /*
  * One descent in progress: the reference to visit next, already prefetched,
  * and the key depth there. An N48 takes two visits: its index, then the
- * child slot the index names (`slot`).
+ * child slot the index names (`slot`). An item takes one more: its first
+ * line is prefetched when its leaf is reached, and on the next visit its
+ * length (read there) says which further lines its key and value fill.
  */
 typedef struct {
 	void *ref;         /* node or leaf reference to visit, NULL when done */
 	void *const *slot; /* N48 child slot prefetched, to read on the next visit */
+	const uint8_t *it; /* item whose first line is prefetched, or NULL */
 	size_t depth;      /* key depth at ref (before its prefix) */
 } art_cursor;
+
+/* Reaches the leaf word w at the end of c's descent: prefetches an item's
+ * first line and keeps the cursor for its other lines. Returns whether the
+ * cursor stays active. */
+static inline bool
+art__cursor_leaf(art_cursor *c, const void *w)
+{
+	c->ref = NULL;
+	if (w == NULL || IS_INLINE(w))
+		return false;
+	c->it = LEAF_ITEM(w);
+	__builtin_prefetch(c->it, 1, 3);
+	return true;
+}
+
+/* The item's lines after its first, up to its end (its total size read
+ * from its header, which the round before brought into cache). */
+static inline void
+art__prefetch_item_rest(const uint8_t *it)
+{
+	uintptr_t line = ((uintptr_t)it & ~(uintptr_t)63) + 64;
+	uintptr_t end = (uintptr_t)it + kv_item_total(it);
+
+	for (; line < end; line += 64)
+		__builtin_prefetch((const void *)line, 1, 3);
+}
 
 void
 kv_art_prefetch(const kv_art *const *trees, const uint8_t *const *keys, const size_t *klens,
@@ -684,9 +705,9 @@ kv_art_prefetch(const kv_art *const *trees, const uint8_t *const *keys, const si
 		n = KV_ART_PREFETCH_MAX;
 	for (size_t i = 0; i < n; i++) {
 		void *r = trees[i]->root;
-		cur[i] = (art_cursor){.ref = NULL, .slot = NULL, .depth = 0};
+		cur[i] = (art_cursor){.ref = NULL, .slot = NULL, .it = NULL, .depth = 0};
 		if (r != NULL && IS_LEAF(r)) {
-			art__prefetch_leaf(r);
+			active += art__cursor_leaf(&cur[i], r);
 		} else if (r != NULL) {
 			cur[i].ref = r;
 			art__prefetch_ref(r, keys[i], klens[i], 0);
@@ -703,6 +724,12 @@ kv_art_prefetch(const kv_art *const *trees, const uint8_t *const *keys, const si
 			const uint8_t *key = keys[i];
 			size_t klen = klens[i];
 
+			if (c->it != NULL) {
+				art__prefetch_item_rest(c->it);
+				c->it = NULL;
+				active--;
+				continue;
+			}
 			if (p == NULL)
 				continue;
 			if (c->slot != NULL) {
@@ -715,8 +742,9 @@ kv_art_prefetch(const kv_art *const *trees, const uint8_t *const *keys, const si
 			if (REF_HAS_PREFIX(p))
 				c->depth += nd->plen;
 			if (c->depth >= klen) {
-				art__prefetch_leaf(nd->term);
-				goto done;
+				if (!art__cursor_leaf(c, nd->term))
+					active--;
+				continue;
 			}
 			if (REF_TYPE(p) == ART_N48) {
 				art_n48 *x = (art_n48 *)nd;
@@ -740,8 +768,9 @@ kv_art_prefetch(const kv_art *const *trees, const uint8_t *const *keys, const si
 			if (p == NULL || c->depth > klen)
 				goto done;
 			if (IS_LEAF(p)) {
-				art__prefetch_leaf(p);
-				goto done;
+				if (!art__cursor_leaf(c, p))
+					active--;
+				continue;
 			}
 			art__prefetch_ref(p, key, klen, c->depth);
 			continue;

@@ -143,8 +143,8 @@ int kv_art_upsert(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const
 /*
  * Walks down trees[i] along keys[i] for up to KV_ART_PREFETCH_MAX keys at
  * once, one level of every key per round, prefetching each node and leaf
- * item on the way: the cache misses of different keys overlap, so the
- * inserts or lookups that follow find their paths in cache. Changes
+ * item on the way (every line of an item, its length read from its first): the cache misses of
+ * different keys overlap, so the inserts or lookups that follow find their paths in cache. Changes
  * nothing; the caller holds each tree as it would for a lookup.
  */
 void kv_art_prefetch(const kv_art *const *trees, const uint8_t *const *keys, const size_t *klens,
