@@ -557,16 +557,14 @@ art__skip_prefix(const art_node *n, const uint8_t *key, size_t klen, size_t *dep
 }
 
 /*
- * Walks to the slot that holds key's leaf. Returns the slot (or NULL) and
- * sets *safe and *pos for it. Shared by find and take.
+ * Walks from the slot ref, at key depth `depth` with the path so far `safe`,
+ * to the slot that holds key's leaf. Returns the slot (or NULL) and sets
+ * *safe and *pos for it.
  */
 static void *const *
-art__lookup(const kv_art *t, const uint8_t *key, size_t klen, bool *safe_out, size_t *pos_out)
+art__lookup_at(void *const *ref, size_t depth, bool safe, const uint8_t *key, size_t klen,
+               bool *safe_out, size_t *pos_out)
 {
-	void *const *ref = &t->root;
-	size_t depth = 0;
-	bool safe = true;
-
 	while (*ref != NULL) {
 		void *p = *ref;
 		if (IS_LEAF(p)) {
@@ -592,6 +590,13 @@ art__lookup(const kv_art *t, const uint8_t *key, size_t klen, bool *safe_out, si
 		depth++;
 	}
 	return NULL;
+}
+
+/* art__lookup_at from the root. Shared by find and take. */
+static void *const *
+art__lookup(const kv_art *t, const uint8_t *key, size_t klen, bool *safe_out, size_t *pos_out)
+{
+	return art__lookup_at(&t->root, 0, true, key, klen, safe_out, pos_out);
 }
 
 bool
@@ -892,6 +897,21 @@ art__insert(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const art_s
 		}
 
 		art_node *n = NODE(p);
+		if (REF_HAS_PREFIX(p) && n->plen > ART_MAX_PREFIX) {
+			/* The prefix's bytes past the stored ones are read from a leaf
+			 * below n (art__any_leaf, a walk of its own). A key already
+			 * there is found without them, its leaf's full key checked: an
+			 * overwrite, the common case, skips that walk. */
+			bool s2;
+			size_t d2;
+			void *const *hit = art__lookup_at(ref, depth, safe, key, klen, &s2, &d2);
+			if (hit != NULL) {
+				ref = (void **)hit;
+				safe = s2;
+				depth = d2;
+				goto replace;
+			}
+		}
 		if (REF_HAS_PREFIX(p)) {
 			size_t mm = art__prefix_mismatch(n, key, klen, depth);
 			if (mm < n->plen) {
