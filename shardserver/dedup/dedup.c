@@ -378,6 +378,16 @@ slot_new(kv_dedup *d, dedup_client *c, uint64_t req)
 		__builtin_prefetch(&c->slots[a], 1);
 		__builtin_prefetch((const char *)&c->slots[a] + sizeof(dedup_slot) - 1, 1);
 		__builtin_prefetch(&c->ids[a], 1);
+		/* The index: the entry of the id this ring evicts DEDUP_AHEAD / 2
+		 * writes from now (that id's line came with an earlier call's
+		 * prefetch), and the one the client's next id would take (ids
+		 * grow by one per write of a client). Both are random places of
+		 * the index, each a miss otherwise. */
+		size_t e = i + DEDUP_AHEAD / 2 < c->cap ? i + DEDUP_AHEAD / 2
+		                                        : i + DEDUP_AHEAD / 2 - c->cap;
+		if (c->ids[e] != 0)
+			__builtin_prefetch(&c->idx[idx_home(c, c->ids[e])], 1);
+		__builtin_prefetch(&c->idx[idx_home(c, req + 1)], 1);
 	}
 
 	if (c->ids[i] > c->floor)
