@@ -25,6 +25,7 @@
  * return is being committed) or gone (PERM: the server stops for good).
  */
 #include "shardserver/heartbeat.h"
+#include "common/slice.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "shardserver/ctlcall.h"
@@ -350,6 +351,7 @@ kv_srv_heartbeat_main(void *arg)
 	kv_load_sample *smp = malloc(KV_LOAD_SLOTS * sizeof(*smp));
 
 	kv_log_thread_name("kv-heartbeat");
+	(void)kv_thread_slice(KV_BULK_SLICE_US);
 	kv_store_thread_walk_pause(HB_WALK_PAUSE_US);
 	while (!atomic_load(&s->stopping)) {
 		kv_buf *rg = NULL;

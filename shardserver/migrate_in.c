@@ -25,6 +25,7 @@
  * (kv_mig_in_forget). This file reaches the server only through
  * kv_mig_env.
  */
+#include "common/slice.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "shardserver/migrate_int.h"
@@ -415,7 +416,8 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 
 /*
  * The bulk-copy applier: one thread per server, at a lower priority (nice
- * +10 from the process's), applies the TransferChunk messages for the nng
+ * +10 from the process's) and with a bulk thread's slice (common/slice.h),
+ * applies the TransferChunk messages for the nng
  * thread that received them, which waits for it (holding the stream's
  * mutex: the applier works for it). When the cores are busy, the requests
  * of the ranges this node serves then go before the copy; when they are
@@ -449,6 +451,7 @@ applier_main(void *arg)
 	pid_t tid = (pid_t)syscall(SYS_gettid);
 
 	kv_log_thread_name("kv-mig-apply");
+	(void)kv_thread_slice(KV_BULK_SLICE_US);
 	errno = 0;
 	int nice = getpriority(PRIO_PROCESS, (id_t)tid);
 	if (errno == 0 &&

@@ -41,6 +41,7 @@
  * (kv_mig_out_start, kv_mig_out_reconcile). This file reaches the server
  * only through kv_mig_env.
  */
+#include "common/slice.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/rpc.h"
@@ -1298,6 +1299,7 @@ mig_out_main(void *arg)
 	int rv;
 
 	kv_log_thread_name("kv-mig-out");
+	(void)kv_thread_slice(KV_BULK_SLICE_US);
 	kv_owner_rdlock(s->env.owner);
 	served = kv_owner_covers_locked(s->env.owner, o->start.data, o->start.len, o->end.data,
 	                                o->end.len, KV_OWN_SERVE);

@@ -56,6 +56,7 @@
  * them into snapshots.
  */
 #include "shardserver/durable/durable.h"
+#include "common/slice.h"
 #include "common/bytes.h"
 #include "common/err.h"
 #include "common/fileio.h"
@@ -1091,7 +1092,8 @@ kv_dur_side_open(kv_dur *d, kv_dur_side **out)
 	                  .buffer_bytes = SIDE_BUFFER,
 	                  /* with none, nothing syncs it (its close is on the
 	                     transfer's commit path) */
-	                  .close_unsynced = true};
+	                  .close_unsynced = true,
+	                  .bulk = true};
 	if ((rv = kv_wal_open(&wo, 1, &s->w, err, sizeof(err))) != 0) {
 		KV_WARN(COMP, "cannot open a side log", "dir=%s err=%s detail=\"%s\"", path,
 		        kv_errname(rv), err);
@@ -1522,6 +1524,7 @@ snap_main(void *arg)
 	uint64_t threshold = d->o.snapshot_bytes ? d->o.snapshot_bytes : SNAP_MIN;
 
 	kv_log_thread_name("kv-snapshot");
+	(void)kv_thread_slice(KV_BULK_SLICE_US);
 	pthread_mutex_lock(&d->mu);
 	while (!d->stop) {
 		struct timespec ts;

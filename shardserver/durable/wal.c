@@ -69,6 +69,7 @@
  * are the caller's callbacks).
  */
 #include "shardserver/durable/wal.h"
+#include "common/slice.h"
 #include "common/bytes.h"
 #include "common/defer.h"
 #include "common/err.h"
@@ -140,6 +141,7 @@ struct kv_wal {
 	uint64_t buffer_bytes;  /* appenders block at this much unwritten */
 	bool round_writes;      /* BATCH: round_end writes a loop's appends */
 	bool close_unsynced;    /* NONE: a close does not fsync (kv_wal_opts) */
+	bool bulk;              /* the writer is a bulk thread (kv_wal_opts) */
 	pthread_t thread;       /* the writer */
 
 	pthread_mutex_t mu;
@@ -1598,6 +1600,8 @@ writer_main(void *arg)
 	uint64_t close_by = 0;
 
 	kv_log_thread_name("kv-wal-writer");
+	if (w->bulk)
+		(void)kv_thread_slice(KV_BULK_SLICE_US);
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		uint64_t now = kv_now_ns(), sync_req;
@@ -1757,6 +1761,7 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	w->segment_bytes = o->segment_bytes ? o->segment_bytes : WAL_DEF_SEGMENT;
 	w->buffer_bytes = o->buffer_bytes ? o->buffer_bytes : WAL_DEF_BUFFER;
 	w->close_unsynced = o->close_unsynced;
+	w->bulk = o->bulk;
 	w->round_writes = o->round_writes && o->mode == KV_FSYNC_BATCH;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_condattr_init(&ca);

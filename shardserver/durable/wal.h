@@ -152,6 +152,8 @@ typedef struct {
 	bool close_unsynced;    /* NONE: kv_wal_close writes what is left but does not
 	                           fsync it (a migration's side log, closed on the
 	                           transfer's commit path) */
+	bool bulk;              /* the writer thread is a bulk thread (common/slice.h):
+	                           a migration's side log */
 } kv_wal_opts;
 
 /*

@@ -14,6 +14,8 @@ kv_add_test(test_frame SOURCES unit/test_frame.c TIMEOUT 30)
 # Work left to the end of an event loop's round (common/defer.h): once,
 # in order, only at the end, per thread.
 kv_add_test(test_defer SOURCES unit/test_defer.c TIMEOUT 30)
+# A thread's time slice (common/slice.h): its own, and in range.
+kv_add_test(test_slice SOURCES unit/test_slice.c TIMEOUT 30)
 # The lease rule (common/lease.h) with injected clocks: its edge cases, and
 # a simulation of renewals, delays, partitions, pauses and leader changes
 # in which no node is declared down while its server holds a lease (and in
