@@ -687,13 +687,20 @@ art__cursor_leaf(art_cursor *c, const void *w)
 	return true;
 }
 
+/* Bytes of an item the walk prefetches at most: a large value's copy
+ * streams anyway, and its lines would push the other keys' paths out. */
+#define ART_PREFETCH_ITEM_MAX 512u
+
 /* The item's lines after its first, up to its end (its total size read
- * from its header, which the round before brought into cache). */
+ * from its header, which the round before brought into cache) or
+ * ART_PREFETCH_ITEM_MAX. */
 static inline void
 art__prefetch_item_rest(const uint8_t *it)
 {
+	size_t total = kv_item_total(it);
 	uintptr_t line = ((uintptr_t)it & ~(uintptr_t)63) + 64;
-	uintptr_t end = (uintptr_t)it + kv_item_total(it);
+	uintptr_t end =
+	    (uintptr_t)it + (total < ART_PREFETCH_ITEM_MAX ? total : ART_PREFETCH_ITEM_MAX);
 
 	for (; line < end; line += 64)
 		__builtin_prefetch((const void *)line, 1, 3);
@@ -843,6 +850,7 @@ art__insert(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const art_s
 	void **ref = &t->root;
 	size_t depth = 0;
 	bool safe = true;
+	bool probed = false; /* the key is known not to be there */
 	void *w;
 
 	*existed = false;
@@ -897,7 +905,7 @@ art__insert(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const art_s
 		}
 
 		art_node *n = NODE(p);
-		if (REF_HAS_PREFIX(p) && n->plen > ART_MAX_PREFIX) {
+		if (REF_HAS_PREFIX(p) && n->plen > ART_MAX_PREFIX && !probed) {
 			/* The prefix's bytes past the stored ones are read from a leaf
 			 * below n (art__any_leaf, a walk of its own). A key already
 			 * there is found without them, its leaf's full key checked: an
@@ -911,6 +919,7 @@ art__insert(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const art_s
 				depth = d2;
 				goto replace;
 			}
+			probed = true;
 		}
 		if (REF_HAS_PREFIX(p)) {
 			size_t mm = art__prefix_mismatch(n, key, klen, depth);
