@@ -25,9 +25,9 @@
  * return is being committed) or gone (PERM: the server stops for good).
  */
 #include "shardserver/heartbeat.h"
-#include "common/slice.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/slice.h"
 #include "shardserver/ctlcall.h"
 
 #include <stdio.h>

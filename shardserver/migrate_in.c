@@ -25,9 +25,9 @@
  * (kv_mig_in_forget). This file reaches the server only through
  * kv_mig_env.
  */
-#include "common/slice.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/slice.h"
 #include "shardserver/migrate_int.h"
 
 #include <errno.h>

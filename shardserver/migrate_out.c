@@ -41,10 +41,10 @@
  * (kv_mig_out_start, kv_mig_out_reconcile). This file reaches the server
  * only through kv_mig_env.
  */
-#include "common/slice.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/slice.h"
 #include "shardserver/migrate_int.h"
 
 #include <sched.h>

@@ -56,11 +56,11 @@
  * them into snapshots.
  */
 #include "shardserver/durable/durable.h"
-#include "common/slice.h"
 #include "common/bytes.h"
 #include "common/err.h"
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/slice.h"
 #include "shardserver/durable/snap.h"
 #include "shardserver/durable/wal.h"
 #include "shardserver/store/store.h"

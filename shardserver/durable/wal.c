@@ -69,7 +69,6 @@
  * are the caller's callbacks).
  */
 #include "shardserver/durable/wal.h"
-#include "common/slice.h"
 #include "common/bytes.h"
 #include "common/defer.h"
 #include "common/err.h"
@@ -77,6 +76,7 @@
 #include "common/frame.h"
 #include "common/key.h"
 #include "common/log.h"
+#include "common/slice.h"
 
 #include <dirent.h>
 #include <errno.h>
