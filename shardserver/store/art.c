@@ -837,6 +837,45 @@ art__unmake(kv_art *t, kv_arena *a, const art_src *src, void *made)
 		art__item_free(t, a, LEAF_ITEM(made));
 }
 
+/* Whether the item leaf w's key starts with key[0, depth): false for an
+ * inline leaf (its key is its position, which is what is checked). */
+static bool
+art__leaf_spells(const void *w, const uint8_t *key, size_t depth)
+{
+	size_t kl;
+	const uint8_t *k;
+
+	if (IS_INLINE(w))
+		return false;
+	k = art__leaf_key(LEAF_ITEM(w), &kl);
+	return kl >= depth && memcmp(k, key, depth) == 0;
+}
+
+/* Whether the leaves below node n, reached at key depth `depth`, spell
+ * key[0, depth) (they all spell the same bytes there): checked on the first
+ * leaf found below n. */
+static bool
+art__node_spells(const art_node *n, const uint8_t *key, size_t depth)
+{
+	for (;;) {
+		void *c = n->term;
+
+		if (c == NULL) {
+			ART_FOREACH(n, b, ch, {
+				(void)b;
+				c = ch;
+				goto found;
+			});
+		}
+	found:
+		if (c == NULL)
+			return false; /* unreachable for a well-formed tree */
+		if (IS_LEAF(c))
+			return art__leaf_spells(c, key, depth);
+		n = NODE(c);
+	}
+}
+
 /*
  * Inserts src at key. When the key exists: with `replace_out` the old word is
  * handed back untouched; otherwise the value is rewritten (in place when the
@@ -850,11 +889,62 @@ art__insert(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const art_s
 	void **ref = &t->root;
 	size_t depth = 0;
 	bool safe = true;
-	bool probed = false; /* the key is known not to be there */
 	void *w;
 
 	*existed = false;
 	*old_vlen = 0;
+	/* First the descent of a lookup: prefixes checked by their stored bytes
+	 * only, the full key at the leaf. An existing key (an overwrite, the
+	 * common case) is found without reading any other leaf. Where it stops,
+	 * the insert goes on from the node or leaf it stopped at, once the
+	 * bytes of the long prefixes it skipped are checked against a leaf
+	 * below that point (the one there, or one walked to from a node that
+	 * deep); if they differ, it starts again from the root checking every
+	 * prefix in full. */
+	for (;;) {
+		void *p = *ref;
+
+		if (p == NULL)
+			break;
+		if (IS_LEAF(p)) {
+			if (leaf_matches(ref, safe, depth, key, klen))
+				goto replace;
+			if (!safe && !art__leaf_spells(p, key, depth))
+				goto restart;
+			break;
+		}
+		art_node *n = NODE(p);
+		size_t d = depth;
+		bool sf = safe;
+		if (REF_HAS_PREFIX(p) && !art__skip_prefix(n, key, klen, &d, &sf))
+			goto stop_at_node;
+		if (d == klen) {
+			if (n->term != NULL && leaf_matches(&n->term, sf, d, key, klen)) {
+				ref = &n->term;
+				depth = d;
+				safe = sf;
+				goto replace;
+			}
+			goto stop_at_node;
+		}
+		void **slot = art__find_t(n, REF_TYPE(p), key[d]);
+		if (slot == NULL)
+			goto stop_at_node;
+		ref = slot;
+		depth = d + 1;
+		safe = sf;
+		continue;
+	stop_at_node:
+		if (!safe && !art__node_spells(n, key, depth))
+			goto restart;
+		break;
+	}
+	goto insert;
+restart:
+	ref = &t->root;
+	depth = 0;
+	safe = true;
+insert:
 	for (;;) {
 		void *p = *ref;
 
@@ -905,22 +995,6 @@ art__insert(kv_art *t, kv_arena *a, const uint8_t *key, size_t klen, const art_s
 		}
 
 		art_node *n = NODE(p);
-		if (REF_HAS_PREFIX(p) && n->plen > ART_MAX_PREFIX && !probed) {
-			/* The prefix's bytes past the stored ones are read from a leaf
-			 * below n (art__any_leaf, a walk of its own). A key already
-			 * there is found without them, its leaf's full key checked: an
-			 * overwrite, the common case, skips that walk. */
-			bool s2;
-			size_t d2;
-			void *const *hit = art__lookup_at(ref, depth, safe, key, klen, &s2, &d2);
-			if (hit != NULL) {
-				ref = (void **)hit;
-				safe = s2;
-				depth = d2;
-				goto replace;
-			}
-			probed = true;
-		}
 		if (REF_HAS_PREFIX(p)) {
 			size_t mm = art__prefix_mismatch(n, key, klen, depth);
 			if (mm < n->plen) {

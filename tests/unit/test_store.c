@@ -6,6 +6,7 @@
  * test_store_scan.c, races in test_store_concurrency.c and test_store_append.c.
  */
 #include "shardserver/store/arena.h"
+#include "shardserver/store/art.h"
 #include "tests/support/store_util.h"
 
 #include <pthread.h>
@@ -1597,6 +1598,72 @@ percore_store_with_many_partitions_starts_and_stops(void **state)
 	kv_store_destroy(s);
 }
 
+/* The index's value for key k, or -1 when absent (values are one digit). */
+static int
+art_value(const kv_art *t, const char *k)
+{
+	const uint8_t *v;
+	size_t vl;
+
+	if (!kv_art_find(t, (const uint8_t *)k, strlen(k), &v, &vl))
+		return -1;
+	assert_int_equal(vl, 1);
+	return v[0] - '0';
+}
+
+/* An insert first descends as a lookup does, checking a node's prefix by
+ * the 8 bytes it stores: a key that differs past them, in a prefix of 16
+ * shared bytes, must still split that prefix (whether its descent ended at
+ * a leaf or at a missing child), and an overwrite below it must find the
+ * key it replaces. */
+static void
+inserts_under_a_long_prefix_split_it_where_the_key_leaves_it(void **state)
+{
+	_Atomic uint64_t used = 0;
+	kv_arena a;
+	kv_art t;
+	bool existed;
+	size_t ovl;
+	static const char *keys[] = {
+	    "abcdefghijklmnop1", /* the two first share 16 bytes */
+	    "abcdefghijklmnop2",
+	    "abcdefghijXlmnop1", /* leaves at byte 10, its descent ends at a leaf */
+	    "abcdefghijklmnoQ3", /* leaves at byte 15 */
+	    "abcdefghijklmnop3", /* under the prefix again, at a missing child */
+	    "abcdefghYjklmnop9", /* leaves at byte 8, the first not stored */
+	};
+	const size_t nk = sizeof keys / sizeof keys[0];
+
+	(void)state;
+	kv_arena_init(&a, &used, 0);
+	kv_art_init(&t);
+	for (size_t i = 0; i < nk; i++) {
+		char v = (char)('0' + i);
+		assert_int_equal(kv_art_upsert(&t, &a, (const uint8_t *)keys[i], strlen(keys[i]),
+		                               (const uint8_t *)&v, 1, &existed, &ovl),
+		                 KV_OK);
+		assert_false(existed);
+		for (size_t j = 0; j <= i; j++)
+			assert_int_equal(art_value(&t, keys[j]), (int)j);
+	}
+	/* Overwrites: each key found, the others untouched. */
+	for (size_t i = 0; i < nk; i++) {
+		char v = (char)('0' + (nk - i));
+		assert_int_equal(kv_art_upsert(&t, &a, (const uint8_t *)keys[i], strlen(keys[i]),
+		                               (const uint8_t *)&v, 1, &existed, &ovl),
+		                 KV_OK);
+		assert_true(existed);
+		assert_int_equal(ovl, 1);
+	}
+	for (size_t i = 0; i < nk; i++)
+		assert_int_equal(art_value(&t, keys[i]), (int)(nk - i));
+	assert_int_equal(art_value(&t, "abcdefghijXlmnop2"), -1);
+	assert_int_equal(art_value(&t, "abcdefghijklmnop"), -1);
+	kv_art_clear(&t, &a);
+	kv_arena_fini(&a);
+	assert_int_equal(atomic_load(&used), 0);
+}
+
 /* A partition's arena takes one 64 KiB block, then 2 MiB blocks aligned to
  * 2 MiB (what a transparent huge page needs). */
 static void
@@ -1786,6 +1853,7 @@ main(void)
 {
 	static const struct CMUnitTest config_tests[] = {
 	    cmocka_unit_test(opts_init_gives_striped_defaults),
+	    cmocka_unit_test(inserts_under_a_long_prefix_split_it_where_the_key_leaves_it),
 	    cmocka_unit_test(an_arena_past_its_first_block_grows_in_huge_page_blocks),
 	    cmocka_unit_test(an_arena_near_its_limit_takes_a_small_block_instead_of_failing),
 	    cmocka_unit_test(an_arena_grows_into_the_spare_block_it_was_given),
