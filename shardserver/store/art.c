@@ -345,27 +345,35 @@ art__retype(kv_art *t, kv_arena *a, art_node *n, uint8_t type)
 	return m;
 }
 
+/* Returns the word of the first leaf below n (its term, else its first
+ * child's, down), or NULL for a node without any (not well formed). */
+static void *
+art__first_leaf(const art_node *n)
+{
+	for (;;) {
+		void *c = n->term;
+
+		if (c == NULL) {
+			ART_FOREACH(n, b, ch, {
+				(void)b;
+				c = ch;
+				goto found;
+			});
+		}
+	found:
+		if (c == NULL || IS_LEAF(c))
+			return c;
+		n = NODE(c);
+	}
+}
+
 /* Returns some leaf below n (every leaf below shares n's full prefix). */
 static const uint8_t *
 art__any_leaf(const art_node *n)
 {
-	for (;;) {
-		void *c = NULL;
+	void *w = art__first_leaf(n);
 
-		if (n->term != NULL)
-			return LEAF_ITEM(n->term);
-		ART_FOREACH(n, b, ch, {
-			(void)b;
-			c = ch;
-			goto found;
-		});
-	found:
-		if (c == NULL)
-			return NULL; /* unreachable for a well-formed tree */
-		if (IS_LEAF(c))
-			return LEAF_ITEM(c);
-		n = NODE(c);
-	}
+	return w != NULL ? LEAF_ITEM(w) : NULL;
 }
 
 /* Returns the prefix byte i of node n, which starts at key depth `depth`. */
@@ -857,23 +865,9 @@ art__leaf_spells(const void *w, const uint8_t *key, size_t depth)
 static bool
 art__node_spells(const art_node *n, const uint8_t *key, size_t depth)
 {
-	for (;;) {
-		void *c = n->term;
+	void *w = art__first_leaf(n);
 
-		if (c == NULL) {
-			ART_FOREACH(n, b, ch, {
-				(void)b;
-				c = ch;
-				goto found;
-			});
-		}
-	found:
-		if (c == NULL)
-			return false; /* unreachable for a well-formed tree */
-		if (IS_LEAF(c))
-			return art__leaf_spells(c, key, depth);
-		n = NODE(c);
-	}
+	return w != NULL && art__leaf_spells(w, key, depth);
 }
 
 /*
