@@ -417,8 +417,8 @@ in_chunk(kv_mig *s, kv_mig_in *in, const kv_xfer *x, kv_xfer_ack *ack)
 /*
  * The bulk-copy applier: one thread per server, at a lower priority (nice
  * +10 from the process's) and with a bulk thread's slice (common/slice.h),
- * applies the TransferChunk messages for the nng
- * thread that received them, which waits for it (holding the stream's
+ * applies the TransferChunk messages for the nng thread that received
+ * them, which waits for it (holding the stream's
  * mutex: the applier works for it). When the cores are busy, the requests
  * of the ranges this node serves then go before the copy; when they are
  * not, the copy runs at full speed. Deltas, the fence and the commit are

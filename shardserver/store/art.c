@@ -565,14 +565,16 @@ art__skip_prefix(const art_node *n, const uint8_t *key, size_t klen, size_t *dep
 }
 
 /*
- * Walks from the slot ref, at key depth `depth` with the path so far `safe`,
- * to the slot that holds key's leaf. Returns the slot (or NULL) and sets
- * *safe and *pos for it.
+ * Walks to the slot that holds key's leaf. Returns the slot (or NULL) and
+ * sets *safe and *pos for it. Shared by find and take.
  */
 static void *const *
-art__lookup_at(void *const *ref, size_t depth, bool safe, const uint8_t *key, size_t klen,
-               bool *safe_out, size_t *pos_out)
+art__lookup(const kv_art *t, const uint8_t *key, size_t klen, bool *safe_out, size_t *pos_out)
 {
+	void *const *ref = &t->root;
+	size_t depth = 0;
+	bool safe = true;
+
 	while (*ref != NULL) {
 		void *p = *ref;
 		if (IS_LEAF(p)) {
@@ -598,13 +600,6 @@ art__lookup_at(void *const *ref, size_t depth, bool safe, const uint8_t *key, si
 		depth++;
 	}
 	return NULL;
-}
-
-/* art__lookup_at from the root. Shared by find and take. */
-static void *const *
-art__lookup(const kv_art *t, const uint8_t *key, size_t klen, bool *safe_out, size_t *pos_out)
-{
-	return art__lookup_at(&t->root, 0, true, key, klen, safe_out, pos_out);
 }
 
 bool
