@@ -311,6 +311,19 @@ append(kv_dur *d, struct iovec *iov, int n, uint64_t *lsn, const kv_dur_tap *tap
 	return append_w(d->wal, &d->last_lsn, iov, n, lsn, tap);
 }
 
+/* n records, one iov each, with one append; *first the first's lsn. */
+static int
+append_many(kv_dur *d, const struct iovec *recs, int n, uint64_t *first)
+{
+	int rv = kv_wal_append_many(d->wal, recs, n, first);
+	if (rv != 0)
+		return rv;
+	uint64_t l = *first + (uint64_t)n - 1, cur = atomic_load(&d->last_lsn);
+	while (cur < l && !atomic_compare_exchange_weak(&d->last_lsn, &cur, l))
+		;
+	return KV_OK;
+}
+
 /* The pieces of a PUT record (hdr: HDR_MAX bytes, vl: 4); returns their count. */
 static int
 put_iov(struct iovec *iov, uint8_t *hdr, uint8_t *vl, const void *key, size_t klen, const void *val,
@@ -965,6 +978,37 @@ kv_dur_apply_record(kv_dur *d, const uint8_t *p, size_t n, uint64_t *lsn)
 	if (rv != 0)
 		return rv;
 	return append(d, iov, 1, lsn, NULL);
+}
+
+/* Records applied by kv_dur_apply_records and logged with one append. */
+#define APPLY_GROUP 32
+
+int
+kv_dur_apply_records(kv_dur *d, const kv_bytes *recs, size_t n, size_t *done, uint64_t *last_lsn)
+{
+	replay_ctx c = {.store = d->o.store, .dedup = d->o.dedup};
+	struct iovec iov[APPLY_GROUP];
+	size_t i = 0;
+	int rv = KV_OK;
+
+	*done = 0;
+	while (i < n && rv == KV_OK) {
+		int k = 0;
+		for (; i < n && k < APPLY_GROUP; i++) {
+			if ((rv = replay_cb(&c, 0, recs[i].p, recs[i].len)) != KV_OK)
+				break;
+			iov[k++] = (struct iovec){(void *)recs[i].p, recs[i].len};
+		}
+		if (k == 0)
+			break;
+		uint64_t first = 0;
+		int arv = append_many(d, iov, k, &first);
+		if (arv != KV_OK)
+			return arv; /* applied, not logged: as kv_dur_apply_record's */
+		*done += (size_t)k;
+		*last_lsn = first + (uint64_t)k - 1;
+	}
+	return rv;
 }
 
 /* ------------------------------------------------------------------------

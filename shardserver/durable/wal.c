@@ -1815,31 +1815,15 @@ kv_wal_appendv(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn)
 	return kv_wal_appendv_tap(w, iov, n, lsn, NULL, NULL);
 }
 
-int
-kv_wal_appendv_tap(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn, kv_dur_tap_fn tap,
-                   void *arg)
+/* Waits (w->mu held) until the buffer may take `bytes` more, and makes
+ * room for them in cur. Returns 0, KV_ECLOSED or KV_ENOMEM (w->mu held
+ * still). */
+static int
+reserve_locked(kv_wal *w, size_t bytes)
 {
-	size_t total = 0, rec;
-	uint8_t *p;
-
-	if (w == NULL || lsn == NULL || n <= 0 || iov == NULL)
-		return KV_EINVAL;
-	for (int i = 0; i < n; i++) {
-		if (iov[i].iov_len > KV_WAL_MAX_RECORD - total ||
-		    (iov[i].iov_len > 0 && iov[i].iov_base == NULL))
-			return KV_EINVAL;
-		total += iov[i].iov_len;
-	}
-	if (total == 0)
-		return KV_EINVAL;
-	rec = KV_WAL_RECORD_HEADER + total;
-
-	pthread_mutex_lock(&w->mu);
 	for (;;) {
-		if (w->closing) {
-			pthread_mutex_unlock(&w->mu);
+		if (w->closing)
 			return KV_ECLOSED;
-		}
 		if (w->health != KV_OK || w->cur.len + w->rot.len + w->unwritten < w->buffer_bytes)
 			break;
 		if (w->sleeping) /* a round's appends left it asleep (round_end) */
@@ -1848,30 +1832,36 @@ kv_wal_appendv_tap(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn, kv_
 	}
 	if (w->cur.data == NULL && w->npool > 0)
 		w->cur = w->pool[--w->npool];
-	if (chunk_reserve(&w->cur, w->cur.len + rec) != KV_OK) {
-		pthread_mutex_unlock(&w->mu);
-		return KV_ENOMEM;
-	}
-	p = w->cur.data + w->cur.len;
+	return chunk_reserve(&w->cur, w->cur.len + bytes);
+}
+
+/* Writes the header of the next record (payload `len` bytes) at the end of
+ * cur, whose room reserve_locked made, and numbers it; returns where its
+ * payload goes. w->mu held. */
+static uint8_t *
+record_locked(kv_wal *w, size_t len)
+{
+	uint8_t *p = w->cur.data + w->cur.len;
+
 	kv_put64(p, 0); /* the writer fills in the checksum */
-	kv_put32(p + 8, (uint32_t)total);
+	kv_put32(p + 8, (uint32_t)len);
 	kv_put32(p + 12, 0);
 	kv_put64(p + 16, w->next_lsn);
-	p += KV_WAL_RECORD_HEADER;
-	for (int i = 0; i < n; i++) {
-		if (iov[i].iov_len > 0)
-			memcpy(p, iov[i].iov_base, iov[i].iov_len);
-		p += iov[i].iov_len;
-	}
-	if (tap != NULL)
-		tap(arg, w->next_lsn, p - total, total);
 	if (w->cur.len == 0)
 		w->cur_since = kv_now_ns();
-	w->cur.len += rec;
+	w->cur.len += KV_WAL_RECORD_HEADER + len;
 	w->cur_records++;
-	*lsn = w->next_lsn++;
+	w->next_lsn++;
 	w->st_records++;
-	w->st_bytes += total;
+	w->st_bytes += len;
+	return p + KV_WAL_RECORD_HEADER;
+}
+
+/* After appends (w->mu held): whose the write of cur is now, and whether
+ * the writer must wake for it. */
+static void
+appended_locked(kv_wal *w)
+{
 	/* A writer at work looks again before it sleeps; one waiting for cur
 	 * to fill needs no wake-up until it is full. With round_writes an
 	 * append in an event loop's round leaves the write to the round's
@@ -1883,6 +1873,70 @@ kv_wal_appendv_tap(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn, kv_
 	if (w->sleeping && !left &&
 	    (!w->lingering || w->cur.len >= WAL_LAZY_BYTES || w->cur_urgent))
 		wake_writer_locked(w);
+}
+
+int
+kv_wal_appendv_tap(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn, kv_dur_tap_fn tap,
+                   void *arg)
+{
+	size_t total = 0;
+	uint8_t *p;
+	int rv;
+
+	if (w == NULL || lsn == NULL || n <= 0 || iov == NULL)
+		return KV_EINVAL;
+	for (int i = 0; i < n; i++) {
+		if (iov[i].iov_len > KV_WAL_MAX_RECORD - total ||
+		    (iov[i].iov_len > 0 && iov[i].iov_base == NULL))
+			return KV_EINVAL;
+		total += iov[i].iov_len;
+	}
+	if (total == 0)
+		return KV_EINVAL;
+
+	pthread_mutex_lock(&w->mu);
+	if ((rv = reserve_locked(w, KV_WAL_RECORD_HEADER + total)) != KV_OK) {
+		pthread_mutex_unlock(&w->mu);
+		return rv;
+	}
+	*lsn = w->next_lsn;
+	p = record_locked(w, total);
+	for (int i = 0; i < n; i++) {
+		if (iov[i].iov_len > 0)
+			memcpy(p, iov[i].iov_base, iov[i].iov_len);
+		p += iov[i].iov_len;
+	}
+	if (tap != NULL)
+		tap(arg, *lsn, p - total, total);
+	appended_locked(w);
+	pthread_mutex_unlock(&w->mu);
+	return KV_OK;
+}
+
+int
+kv_wal_append_many(kv_wal *w, const struct iovec *recs, int n, uint64_t *first_lsn)
+{
+	size_t bytes = 0;
+	int rv;
+
+	if (w == NULL || first_lsn == NULL || n <= 0 || recs == NULL)
+		return KV_EINVAL;
+	for (int i = 0; i < n; i++) {
+		if (recs[i].iov_len == 0 || recs[i].iov_len > KV_WAL_MAX_RECORD ||
+		    recs[i].iov_base == NULL)
+			return KV_EINVAL;
+		bytes += KV_WAL_RECORD_HEADER + recs[i].iov_len;
+	}
+
+	pthread_mutex_lock(&w->mu);
+	if ((rv = reserve_locked(w, bytes)) != KV_OK) {
+		pthread_mutex_unlock(&w->mu);
+		return rv;
+	}
+	*first_lsn = w->next_lsn;
+	for (int i = 0; i < n; i++)
+		memcpy(record_locked(w, recs[i].iov_len), recs[i].iov_base, recs[i].iov_len);
+	appended_locked(w);
 	pthread_mutex_unlock(&w->mu);
 	return KV_OK;
 }

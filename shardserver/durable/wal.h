@@ -177,6 +177,12 @@ int kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err
  */
 int kv_wal_appendv(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn);
 
+/* Appends n records, record i the bytes of recs[i], in that order, with
+ * one hold of the log's mutex: *first_lsn gets the first one's lsn, the
+ * others follow it one by one. Otherwise as kv_wal_appendv (KV_EINVAL when
+ * any record is empty or over KV_WAL_MAX_RECORD: then none is appended). */
+int kv_wal_append_many(kv_wal *w, const struct iovec *recs, int n, uint64_t *first_lsn);
+
 /* kv_wal_appendv, then tap(arg, lsn, payload, n) under the log's mutex once
  * the record is copied and numbered (tap NULL: none). See kv_dur_tap. */
 int kv_wal_appendv_tap(kv_wal *w, const struct iovec *iov, int n, uint64_t *lsn, kv_dur_tap_fn tap,

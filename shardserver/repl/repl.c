@@ -3958,6 +3958,57 @@ apply_one(kv_rs *g, const uint8_t *p, size_t n, uint64_t *l, const char **why)
 	return st;
 }
 
+/*
+ * Applies the records of batch m from *i on, up to a group whose keys
+ * warm_recs brings into cache at once, and logs them with one append
+ * (kv_dur_apply_records); *i moves past them. A record at or below the
+ * stream's last lsn is skipped; one this node may not apply (check_rec)
+ * ends the batch after the ones before it. Caller holds in_mu and
+ * tab_lock. Returns 0 or the first error (*why says it).
+ */
+static int
+apply_group(kv_rs *g, uint32_t me, const kv_repl_msg *m, insrc *in, size_t *i, const char **why)
+{
+	kv_bytes pay[KV_STORE_PREFETCH_GROUP];
+	const kv_repl_rec *rr[KV_STORE_PREFETCH_GROUP];
+	size_t end = warm_recs(g, m, *i, in->last_lsn), k = 0, done = 0;
+	uint64_t seen = in->last_lsn, l = 0;
+	int st = KV_OK, ast = KV_OK;
+
+	for (; *i < end && k < KV_STORE_PREFETCH_GROUP; (*i)++) {
+		const kv_repl_rec *r = &m->recs[*i];
+		if (r->lsn <= seen)
+			continue;
+		if ((st = check_rec(g, me, m->from_node, r, why)) != KV_OK)
+			break;
+		pay[k] = r->payload;
+		rr[k++] = r;
+		seen = r->lsn;
+	}
+	if (k > 0) {
+		kv_dur_begin(g->env.dur);
+		ast = kv_dur_apply_records(g->env.dur, pay, k, &done, &l);
+		kv_dur_end(g->env.dur);
+	}
+	if (done > 0) {
+		/* lsns rise through a batch: the last applied is the highest */
+		const kv_repl_rec *r = rr[done - 1];
+		in->last_lsn = r->lsn;
+		in->last_local = l;
+		if (r->lsn > in->max_lsn) {
+			in->max_lsn = r->lsn;
+			in->max_boot = m->stream_id >> 32;
+		}
+		atomic_fetch_add(&g->st_applied, done);
+	}
+	if (ast != KV_OK) {
+		*why = ast == KV_ECORRUPT ? "malformed record payload"
+		                          : "the record could not be applied or logged";
+		return ast == KV_ECORRUPT ? KV_EINVAL : ast;
+	}
+	return st;
+}
+
 /* Applies a copy step (caller holds in_mu and tab_lock): the first drops
  * the range (logged, so a restart does not bring it back), then each
  * record. */
@@ -4256,25 +4307,8 @@ handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *nowait)
 		in->breaks = m->breaks;
 		in->breaks_known = true;
 		pthread_rwlock_rdlock(&g->tab_lock);
-		for (size_t i = 0, warm = 0; i < m->nrecs && st == KV_OK; i++) {
-			const kv_repl_rec *r = &m->recs[i];
-			uint64_t l = 0;
-			if (i == warm)
-				warm = warm_recs(g, m, i, in->last_lsn);
-			if (r->lsn <= in->last_lsn)
-				continue;
-			if ((st = check_rec(g, me, m->from_node, r, &why)) != KV_OK)
-				break;
-			if ((st = apply_one(g, r->payload.p, r->payload.len, &l, &why)) != KV_OK)
-				break;
-			in->last_lsn = r->lsn;
-			in->last_local = l;
-			if (r->lsn > in->max_lsn) {
-				in->max_lsn = r->lsn;
-				in->max_boot = boot;
-			}
-			atomic_fetch_add(&g->st_applied, 1);
-		}
+		for (size_t i = 0; i < m->nrecs && st == KV_OK;)
+			st = apply_group(g, me, m, in, &i, &why);
 		if (st == KV_OK && m->nrecs > 0)
 			pos_advance_locked(g, m->from_node, boot, in->last_lsn, in->last_local);
 		if (st == KV_OK && m->copy.set &&

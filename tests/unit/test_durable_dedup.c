@@ -151,6 +151,49 @@ apply_rec(node *n, kv_buf *b)
 	b->len = 0;
 }
 
+/* A backup applies a batch's records together (kv_dur_apply_records):
+ * those before a malformed one are applied and logged, with consecutive
+ * local lsns, and come back after a restart; the malformed one and those
+ * after it are not applied. */
+static void
+records_applied_together_stop_at_a_malformed_one(void **state)
+{
+	const kv_test_dir *d = *state;
+	kv_buf b[4] = {{0}};
+	kv_bytes recs[4];
+	kv_buf v = {0};
+	size_t done = 99;
+	uint64_t last = 0, before = 0;
+	node n;
+
+	node_open(&n, d->path);
+	assert_int_equal(kv_dur_rec_put(&b[0], "a", 1, "va", 2), KV_OK);
+	assert_int_equal(kv_dur_rec_put(&b[1], "b", 1, "vb", 2), KV_OK);
+	assert_int_equal(kv_buf_append(&b[2], "\x7f\x00", 2), KV_OK); /* no such type */
+	assert_int_equal(kv_dur_rec_put(&b[3], "c", 1, "vc", 2), KV_OK);
+	for (int i = 0; i < 4; i++)
+		recs[i] = (kv_bytes){b[i].data, b[i].len};
+	kv_dur_begin(n.dur);
+	assert_int_equal(kv_dur_apply_records(n.dur, recs, 2, &done, &before), KV_OK);
+	assert_int_equal(done, 2);
+	assert_int_equal(kv_dur_apply_records(n.dur, recs, 4, &done, &last), KV_ECORRUPT);
+	kv_dur_end(n.dur);
+	assert_int_equal(done, 2);
+	assert_int_equal(last, before + 2);
+	for (int pass = 0; pass < 2; pass++) {
+		/* live, then after a restart from the log */
+		assert_int_equal(kv_store_get(n.store, "b", 1, &v), KV_OK);
+		assert_memory_equal(v.data, "vb", 2);
+		kv_buf_fini(&v);
+		assert_int_equal(kv_store_get(n.store, "c", 1, &v), KV_ENOTFOUND);
+		node_close(&n);
+		if (pass == 0)
+			node_open(&n, d->path);
+	}
+	for (int i = 0; i < 4; i++)
+		kv_buf_fini(&b[i]);
+}
+
 /* What a replica does with a copy (doc/replication.md "Catch-up"): records
  * built by kv_dur_rec_* and applied with kv_dur_apply_record. The range
  * delete takes the range's exactly-once entries with it (a retry of one
@@ -254,6 +297,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(a_deleted_value_comes_back_from_a_snapshot,
 	                                    kv_test_dir_setup, kv_test_dir_teardown),
 	    cmocka_unit_test_setup_teardown(a_copied_range_replaces_its_exactly_once_entries,
+	                                    kv_test_dir_setup, kv_test_dir_teardown),
+	    cmocka_unit_test_setup_teardown(records_applied_together_stop_at_a_malformed_one,
 	                                    kv_test_dir_setup, kv_test_dir_teardown),
 	    cmocka_unit_test_setup_teardown(a_floor_comes_back_from_a_snapshot, kv_test_dir_setup,
 	                                    kv_test_dir_teardown),

@@ -327,6 +327,34 @@ replay_returns_records_in_order_across_segments(void **state)
 }
 
 static void
+records_appended_together_get_consecutive_lsns_and_replay_alone(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = open_log(d->path, KV_FSYNC_BATCH, 1);
+	uint8_t *p[40];
+	struct iovec recs[40];
+	size_t n;
+	uint64_t first = 0;
+	uint8_t one = 1;
+
+	append_one(w, 1);
+	for (int i = 0; i < 40; i++) {
+		p[i] = make_payload(2 + (uint64_t)i, &n);
+		recs[i] = (struct iovec){p[i], n};
+	}
+	assert_int_equal(kv_wal_append_many(w, recs, 40, &first), KV_OK);
+	assert_int_equal(first, 2);
+	/* one bad record refuses the whole call: nothing of it is logged */
+	struct iovec bad[2] = {recs[0], {&one, 0}};
+	assert_int_equal(kv_wal_append_many(w, bad, 2, &first), KV_EINVAL);
+	assert_int_equal(kv_wal_append_many(w, recs, 0, &first), KV_EINVAL);
+	append_one(w, 42);
+	close_written(w, d->path, 42);
+	for (int i = 0; i < 40; i++)
+		free(p[i]);
+}
+
+static void
 replay_from_an_lsn_inside_a_segment_starts_there(void **state)
 {
 	kv_test_dir *d = *state;
@@ -1952,6 +1980,7 @@ main(void)
 	    T(fsync_modes_parse_and_name),
 	    T(replay_returns_records_in_order_across_segments),
 	    T(read_returns_exactly_the_records_asked_and_never_cuts_a_torn_tail),
+	    T(records_appended_together_get_consecutive_lsns_and_replay_alone),
 	    T(replay_from_an_lsn_inside_a_segment_starts_there),
 	    T(segments_below_from_lsn_are_not_read),
 	    T(empty_or_missing_dir_replays_nothing_and_starts_at_from_lsn),
