@@ -1202,15 +1202,3 @@ kv_rpc_can_block(const kv_rpc_pending *p)
 {
 	return p == NULL || p->conn == NULL || p->may_block;
 }
-
-void *
-kv_rpc_scratch(kv_rpc_pending *p)
-{
-	return p != NULL && p->conn != NULL ? p->scratch : NULL;
-}
-
-nng_msg *
-kv_rpc_spare_reply(kv_rpc_pending *p)
-{
-	return p != NULL && p->conn != NULL && !p->may_block ? rpc_tcp_spare_reply(p) : NULL;
-}

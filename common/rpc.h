@@ -86,24 +86,6 @@ void kv_rpc_reply(kv_rpc_pending *p, nng_msg *msg);
  * return KV_RPC_BLOCKING instead). */
 bool kv_rpc_can_block(const kv_rpc_pending *p);
 
-/* Bytes of kv_rpc_scratch. */
-#define KV_RPC_SCRATCH 192
-
-/* Room for the handler's own state of a request it defers: KV_RPC_SCRATCH
- * bytes, aligned for any type, that live until kv_rpc_reply(p) is called
- * (not after it: the slot may serve the connection's next request at
- * once). NULL when the server keeps none (nng's threads): the handler
- * then allocates. Spares a deferred answer an allocation on one thread
- * and its free on another. */
-void *kv_rpc_scratch(kv_rpc_pending *p);
-
-/* A message to answer p with, emptied: one that carried an earlier answer
- * on p's connection, so that an answer costs no allocation. NULL when there
- * is none (the handler allocates). The handler owns it: it becomes the
- * answer (*reply, kv_rpc_reply) or the handler frees it. On an event loop
- * only (kv_rpc_can_block(p) false); NULL elsewhere. */
-nng_msg *kv_rpc_spare_reply(kv_rpc_pending *p);
-
 /* Dials `url` (reconnecting in the background). Returns 0 or a KV_E* code. */
 int kv_rpc_client_create(const char *url, kv_rpc_client **out);
 

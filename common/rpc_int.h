@@ -10,7 +10,6 @@
 
 #include <pthread.h>
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
 
 /* Longest backtrace a request may carry (nng's REP: 8 hops of 4 bytes). */
@@ -99,10 +98,7 @@ struct kv_rpc_pending {
 	uint8_t btlen;          /* bytes of bt */
 	uint8_t bt[RPC_BT_MAX]; /* the request's backtrace, echoed in the answer */
 	nng_msg *req;           /* the request, while it waits for a worker */
-	kv_rpc_pending *next;   /* the worker queue; rpc_conn's lists of spare slots */
-	/* kv_rpc_scratch: the handler's, from its return of KV_RPC_DEFERRED
-	 * to kv_rpc_reply. */
-	_Alignas(max_align_t) unsigned char scratch[KV_RPC_SCRATCH];
+	kv_rpc_pending *next;   /* the worker queue */
 };
 
 /* Starts the event-loop server of o (a tcp:// url, o->loops > 0). Returns
@@ -120,9 +116,6 @@ unsigned rpc_tcp_conns(const struct rpc_tcp *t);
 
 /* kv_rpc_reply for a request of the event-loop server. */
 void rpc_tcp_reply(kv_rpc_pending *p, nng_msg *msg);
-
-/* kv_rpc_spare_reply for a request of the event-loop server, on its loop. */
-nng_msg *rpc_tcp_spare_reply(kv_rpc_pending *p);
 
 /* Whether url is one the event-loop server serves (tcp://, tcp4://, tcp6://). */
 bool rpc_tcp_url(const char *url);

@@ -36,15 +36,8 @@
  * (TCP's flow control then holds the client) until an answer goes out, so
  * a peer that sends and never reads holds bounded memory.
  *
- * A deferred answer gives its request slot back to the connection, and an
- * answer written its message (rpc_conn.given, rgiven): the loop takes
- * them at its next round and uses them again, so that what it allocated
- * is not freed by another thread (doc/threads.md "Memory kept between
- * requests").
- *
  * Locks (all leaves: nothing else is taken under them, doc/threads.md):
- * rpc_conn.wmu (its write queue, dead, in_round, the epoll mask, what is
- * given back),
+ * rpc_conn.wmu (its write queue, dead, in_round, the epoll mask),
  * rpc_loop.mu (its resume list), rpc_tcp.cmu (the list of connections),
  * rpc_tcp.wq_mu (the worker queue). Handlers run with none held.
  */
@@ -75,7 +68,6 @@
 #define RBUF_MIN       (64u * 1024u)   /* a connection's read buffer, at least */
 #define RBUF_KEEP      (1024u * 1024u) /* larger ones are given back once empty */
 #define REQ_KEEP       (64u * 1024u)   /* a request message this large or smaller is reused */
-#define REPLY_SPARES   32u             /* written answers' messages kept per connection */
 #define WRITE_IOVS     256u            /* iovecs per sendmsg */
 #define RPC_WORKERS    4u              /* threads for KV_RPC_BLOCKING requests */
 #define EVENTS_PER_RUN 64
@@ -109,12 +101,9 @@ typedef struct rpc_conn {
 	/* Read side: the loop's thread only. */
 	uint8_t *rbuf;
 	size_t rcap, rlen, roff;
-	bool hello;                    /* the peer's 8 bytes were checked */
-	kv_rpc_pending *spare;         /* the next request's slot */
-	kv_rpc_pending *spares;        /* more slots, given back by answers (via given) */
-	nng_msg *req_spare;            /* the last request's message, for the next one */
-	nng_msg *rspare[REPLY_SPARES]; /* written answers' messages (via rgiven) */
-	unsigned nrspare;
+	bool hello;                   /* the peer's 8 bytes were checked */
+	kv_rpc_pending *spare;        /* the next request's slot */
+	nng_msg *req_spare;           /* the last request's message, for the next one */
 	bool closed;                  /* the loop closed it */
 	struct rpc_conn *rnext;       /* rpc_loop.resume (under rpc_loop.mu) */
 	bool rqueued;                 /* on rpc_loop.resume (under rpc_loop.mu) */
@@ -127,12 +116,6 @@ typedef struct rpc_conn {
 	bool reading;  /* EPOLLIN armed */
 	rpc_out *q;    /* answers to write, q[qhead..qlen) */
 	size_t qhead, qlen, qcap;
-	/* Handed to the loop at the start of its next round (conn_read), so
-	 * that what one thread allocated is used again there rather than
-	 * freed by another (the answers of requests the backups held). */
-	kv_rpc_pending *given;         /* slots of answered deferred requests */
-	nng_msg *rgiven[REPLY_SPARES]; /* messages of answers written */
-	unsigned nrgiven;
 } rpc_conn;
 
 typedef struct rpc_loop {
@@ -208,18 +191,6 @@ conn_unref(rpc_conn *c)
 	free(c->q);
 	free(c->rbuf);
 	free(c->spare);
-	for (int k = 0; k < 2; k++) {
-		kv_rpc_pending *l = k ? c->given : c->spares;
-		while (l != NULL) {
-			kv_rpc_pending *n = l->next;
-			free(l);
-			l = n;
-		}
-	}
-	for (unsigned i = 0; i < c->nrspare; i++)
-		nng_msg_free(c->rspare[i]);
-	for (unsigned i = 0; i < c->nrgiven; i++)
-		nng_msg_free(c->rgiven[i]);
 	nng_msg_free(c->req_spare);
 	pthread_mutex_destroy(&c->wmu);
 	free(c);
@@ -286,51 +257,6 @@ conn_close(rpc_conn *c)
  * Writing
  * ------------------------------------------------------------------------ */
 
-static void conn_flush_locked(rpc_conn *c);
-
-/* Queues an answer (taken) with its backtrace; writes it now unless the
- * loop is in a round on this connection. Under c->wmu. */
-static void
-conn_queue_locked(rpc_conn *c, const uint8_t *bt, size_t btlen, nng_msg *msg)
-{
-	if (c->dead) {
-		nng_msg_free(msg);
-		return;
-	}
-	if (c->qlen == c->qcap) {
-		size_t nc = c->qcap ? c->qcap * 2 : 16;
-		rpc_out *q = realloc(c->q, nc * sizeof(*q));
-		if (q == NULL) {
-			/* No memory: the answer is lost and the client times out,
-			 * as with a dropped request. */
-			nng_msg_free(msg);
-			return;
-		}
-		c->q = q;
-		c->qcap = nc;
-	}
-	rpc_out *o = &c->q[c->qlen++];
-	o->msg = msg;
-	o->off = 0;
-	o->prelen = (uint8_t)(8 + btlen);
-	kv_put64be(o->pre, (uint64_t)btlen + nng_msg_len(msg));
-	memcpy(o->pre + 8, bt, btlen);
-	atomic_fetch_add(&c->unsent, 1);
-	if (!c->in_round && !c->want_out)
-		conn_flush_locked(c);
-}
-
-/* Keeps the message of an answer written, for the loop's next answers
- * (kv_rpc_spare_reply), or frees it. Under c->wmu. */
-static void
-conn_keep_reply_locked(rpc_conn *c, nng_msg *m)
-{
-	if (c->nrgiven < REPLY_SPARES && nng_msg_capacity(m) <= REQ_KEEP)
-		c->rgiven[c->nrgiven++] = m;
-	else
-		nng_msg_free(m);
-}
-
 /* Writes what is queued, as far as the kernel takes it. Under c->wmu. A
  * full buffer arms EPOLLOUT; a failed write leaves the connection to its
  * loop, which sees the error on its next read. */
@@ -386,7 +312,7 @@ conn_flush_locked(rpc_conn *c)
 			}
 			left -= rest;
 			if (o->msg)
-				conn_keep_reply_locked(c, o->msg);
+				nng_msg_free(o->msg);
 			c->qhead++;
 			atomic_fetch_sub(&c->unsent, 1);
 		}
@@ -406,20 +332,33 @@ static void
 conn_send(rpc_conn *c, const uint8_t *bt, size_t btlen, nng_msg *msg)
 {
 	pthread_mutex_lock(&c->wmu);
-	conn_queue_locked(c, bt, btlen, msg);
-	pthread_mutex_unlock(&c->wmu);
-}
-
-/* Answers deferred request p of c with msg (taken; NULL: none) and gives
- * p's slot back to c's loop (rpc_conn.given). Any thread. */
-static void
-conn_answer(rpc_conn *c, kv_rpc_pending *p, nng_msg *msg)
-{
-	pthread_mutex_lock(&c->wmu);
-	if (msg != NULL)
-		conn_queue_locked(c, p->bt, p->btlen, msg);
-	p->next = c->given;
-	c->given = p;
+	if (c->dead) {
+		pthread_mutex_unlock(&c->wmu);
+		nng_msg_free(msg);
+		return;
+	}
+	if (c->qlen == c->qcap) {
+		size_t nc = c->qcap ? c->qcap * 2 : 16;
+		rpc_out *q = realloc(c->q, nc * sizeof(*q));
+		if (q == NULL) {
+			/* No memory: the answer is lost and the client times out,
+			 * as with a dropped request. */
+			pthread_mutex_unlock(&c->wmu);
+			nng_msg_free(msg);
+			return;
+		}
+		c->q = q;
+		c->qcap = nc;
+	}
+	rpc_out *o = &c->q[c->qlen++];
+	o->msg = msg;
+	o->off = 0;
+	o->prelen = (uint8_t)(8 + btlen);
+	kv_put64be(o->pre, (uint64_t)btlen + nng_msg_len(msg));
+	memcpy(o->pre + 8, bt, btlen);
+	atomic_fetch_add(&c->unsent, 1);
+	if (!c->in_round && !c->want_out)
+		conn_flush_locked(c);
 	pthread_mutex_unlock(&c->wmu);
 }
 
@@ -469,11 +408,11 @@ request_after(rpc_conn *c, kv_rpc_pending *p, int rv, nng_msg *reply)
 {
 	if (rv == KV_RPC_DEFERRED)
 		return; /* p is the answerer's now */
-	if (rv != 0 && reply != NULL) {
+	if (rv == 0 && reply != NULL)
+		conn_send(c, p->bt, p->btlen, reply);
+	else if (reply != NULL)
 		nng_msg_free(reply);
-		reply = NULL;
-	}
-	conn_answer(c, p, reply); /* p is c's again */
+	free(p);
 	request_done(c);
 }
 
@@ -482,35 +421,10 @@ rpc_tcp_reply(kv_rpc_pending *p, nng_msg *msg)
 {
 	rpc_conn *c = p->conn;
 
-	conn_answer(c, p, msg); /* p is c's again */
+	if (msg != NULL)
+		conn_send(c, p->bt, p->btlen, msg);
+	free(p);
 	request_done(c);
-}
-
-nng_msg *
-rpc_tcp_spare_reply(kv_rpc_pending *p)
-{
-	rpc_conn *c = p->conn;
-	nng_msg *m;
-
-	if (c->nrspare == 0)
-		return NULL;
-	m = c->rspare[--c->nrspare];
-	nng_msg_clear(m);
-	nng_msg_header_clear(m);
-	return m;
-}
-
-/* At the start of a round (c->wmu held): what other threads gave back since
- * the last one becomes the loop's. */
-static void
-conn_take_given_locked(rpc_conn *c)
-{
-	if (c->spares == NULL) {
-		c->spares = c->given;
-		c->given = NULL;
-	}
-	while (c->nrgiven > 0 && c->nrspare < REPLY_SPARES)
-		c->rspare[c->nrspare++] = c->rgiven[--c->nrgiven];
 }
 
 static void
@@ -567,8 +481,6 @@ conn_request(rpc_conn *c, const uint8_t *bt, size_t btlen, const uint8_t *body, 
 	kv_rpc_pending *p = c->spare;
 	nng_msg *req, *reply = NULL;
 
-	if (p == NULL && (p = c->spares) != NULL)
-		c->spares = p->next;
 	if (p == NULL && (p = calloc(1, sizeof(*p))) == NULL)
 		return false;
 	c->spare = NULL;
@@ -699,7 +611,6 @@ conn_read(rpc_conn *c)
 
 	pthread_mutex_lock(&c->wmu);
 	c->in_round = true;
-	conn_take_given_locked(c);
 	pthread_mutex_unlock(&c->wmu);
 	kv_defer_begin();
 	while (ok && !atomic_load(&c->held)) {

@@ -47,10 +47,6 @@ kv_codec__pbuf(const kv_buf *b)
  * caller's. Returns 0 or KV_ENOMEM. */
 int kv_codec__pack(const ProtobufCMessage *m, nng_msg **out);
 
-/* kv_codec__pack into *out when it is not NULL (an empty message, kept by
- * the caller whatever the result), else into a new message. */
-int kv_codec__pack_reuse(const ProtobufCMessage *m, nng_msg **out);
-
 /* Builds a validated kv_config from a decoded message. The caller frees the
  * result with kv_config_free(). Returns 0, KV_EPROTO or KV_ENOMEM. */
 int kv_codec_config_from_pb(const Shardkv__Config *pb, kv_config **out);

@@ -155,18 +155,6 @@ kv_codec__pack(const ProtobufCMessage *m, nng_msg **out)
 }
 
 int
-kv_codec__pack_reuse(const ProtobufCMessage *m, nng_msg **out)
-{
-	if (*out == NULL)
-		return kv_codec__pack(m, out);
-	size_t n = protobuf_c_message_get_packed_size(m);
-	if (nng_msg_realloc(*out, n) != 0)
-		return KV_ENOMEM;
-	protobuf_c_message_pack(m, nng_msg_body(*out));
-	return KV_OK;
-}
-
-int
 kv_codec_migration_from_pb(const Shardkv__Migration *m, kv_migration *x)
 {
 	int rv;

@@ -606,13 +606,6 @@ fill_result(enc_result *e, const kv_data_result *r)
 int
 kv_data_resp_encode(const kv_resp *r, nng_msg **out)
 {
-	*out = NULL;
-	return kv_data_resp_encode_reuse(r, out);
-}
-
-int
-kv_data_resp_encode_reuse(const kv_resp *r, nng_msg **out)
-{
 	Shardkv__Response m = SHARDKV__RESPONSE__INIT;
 	Shardkv__TransferAck ack = SHARDKV__TRANSFER_ACK__INIT;
 	Shardkv__ReplicateAck rack = SHARDKV__REPLICATE_ACK__INIT;
@@ -664,7 +657,7 @@ kv_data_resp_encode_reuse(const kv_resp *r, nng_msg **out)
 			rack.error = (char *)r->rack.error;
 		m.replicate_ack = &rack;
 	}
-	rv = kv_codec__pack_reuse(&m.base, out);
+	rv = kv_codec__pack(&m.base, out);
 cleanup:
 	if (er)
 		for (size_t i = 0; i < r->nresults; i++) {

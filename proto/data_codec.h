@@ -203,11 +203,6 @@ typedef struct {
  * caller's. Returns 0 or KV_ENOMEM. */
 int kv_data_resp_encode(const kv_resp *r, nng_msg **out);
 
-/* kv_data_resp_encode into *out when it is not NULL: an empty message to
- * fill (kv_rpc_spare_reply), which stays the caller's whatever the result.
- * With *out NULL, as kv_data_resp_encode. */
-int kv_data_resp_encode_reuse(const kv_resp *r, nng_msg **out);
-
 /*
  * Decodes and validates a Response: byte fields within the hard limits,
  * counts within KV_DATA_MAX_OPS / KV_DATA_MAX_MULTI, strings within 64 KiB,

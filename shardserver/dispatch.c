@@ -1333,7 +1333,6 @@ typedef struct {
 	bool repl_failed;  /* the backups' wait failed (timeout or stop) */
 	bool wrote;        /* some op put a record in the log */
 	bool rack;         /* the answer to a Replicate (kv_rs_handle_nowait) */
-	bool in_slot;      /* in p's kv_rpc_scratch: gone once p is answered */
 	bool logged[];     /* per op: it put a record in the log */
 } held_reply;
 
@@ -1440,15 +1439,10 @@ held_reply_done(void *arg, int status)
 		nng_msg_free(msg);
 		msg = held_reply_failure(h, status);
 	}
-	kv_server *s = h->s;
-	kv_rpc_pending *p = h->p;
-	unsigned kinds = h->kinds;
-	uint64_t t0 = h->t0;
-	if (!h->in_slot)
-		free(h);
-	kv_rpc_reply(p, msg); /* and h with it, when in p's slot */
-	observe_latency(s, kinds, t0);
-	atomic_fetch_sub(&s->inflight, 1);
+	kv_rpc_reply(h->p, msg);
+	observe_latency(h->s, h->kinds, h->t0);
+	atomic_fetch_sub(&h->s->inflight, 1);
+	free(h);
 }
 
 /* The backups' answer for a held reply (kv_rs_notify). */
@@ -1589,18 +1583,14 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 		}
 	}
 	kv_srv_count_error(s, resp.status);
-	/* Into the message of an earlier answer on this connection, when the
-	 * server keeps one: no allocation (its free would often be another
-	 * thread's, for an answer the log or the backups held). */
-	*reply = kv_rpc_spare_reply(p);
-	rv = kv_data_resp_encode_reuse(&resp, reply);
+	rv = kv_data_resp_encode(&resp, reply);
 	if (rv != 0) {
 		kv_resp small = {.request_id = resp.request_id,
 		                 .epoch = resp.epoch,
 		                 .node_id = resp.node_id,
 		                 .status = KV_ENOMEM,
 		                 .error = "out of memory encoding the reply"};
-		rv = kv_data_resp_encode_reuse(&small, reply);
+		rv = kv_data_resp_encode(&small, reply);
 	}
 	/* Answer only once the log holds everything this request may have
 	 * seen or done: its own writes, and writes by others it read (so no
@@ -1631,11 +1621,7 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			rlsn = v ? v : 1;
 	}
 	if (logwait || rlsn > 0) {
-		size_t hsize = sizeof(*h) + resp.nresults * sizeof(bool);
-		/* In the request's slot when it fits (freed with the answer,
-		 * without a free on the answering thread), else allocated. */
-		bool in_slot = hsize <= KV_RPC_SCRATCH && kv_rpc_scratch(p) != NULL;
-		h = in_slot ? kv_rpc_scratch(p) : calloc(1, hsize);
+		h = calloc(1, sizeof(*h) + resp.nresults * sizeof(bool));
 		if (h != NULL) {
 			*h = (held_reply){.s = s,
 			                  .p = p,
@@ -1648,7 +1634,6 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			                  .t0 = t0,
 			                  .repl_lsn = rlsn,
 			                  .rack = rack_lsn > 0,
-			                  .in_slot = in_slot,
 			                  .kinds = kinds};
 			for (size_t i = 0; i < resp.nresults; i++)
 				h->logged[i] = logged_write(&rq, &resp, i);
