@@ -287,6 +287,16 @@ rec_head(uint8_t *hdr, uint8_t type, const kv_dur_dedup *dd)
 	return rec_head_x(hdr, type, dd, 0);
 }
 
+/* *last is the log's highest appended lsn: appends are ordered by the
+ * log's mutex, but their callers come here in any order; keep the highest. */
+static void
+raise_last(atomic_uint_fast64_t *last, uint64_t l)
+{
+	uint64_t cur = atomic_load(last);
+	while (cur < l && !atomic_compare_exchange_weak(last, &cur, l))
+		;
+}
+
 /* Appends to log w, whose last appended lsn is *last. */
 static int
 append_w(kv_wal *w, atomic_uint_fast64_t *last, struct iovec *iov, int n, uint64_t *lsn,
@@ -296,10 +306,7 @@ append_w(kv_wal *w, atomic_uint_fast64_t *last, struct iovec *iov, int n, uint64
 	int rv = kv_wal_appendv_tap(w, iov, n, &l, tap ? tap->fn : NULL, tap ? tap->arg : NULL);
 	if (rv != 0)
 		return rv;
-	/* Appends are ordered by the log's mutex; keep the highest. */
-	uint64_t cur = atomic_load(last);
-	while (cur < l && !atomic_compare_exchange_weak(last, &cur, l))
-		;
+	raise_last(last, l);
 	if (lsn)
 		*lsn = l;
 	return KV_OK;
@@ -316,12 +323,9 @@ static int
 append_many(kv_dur *d, const struct iovec *recs, int n, uint64_t *first)
 {
 	int rv = kv_wal_append_many(d->wal, recs, n, first);
-	if (rv != 0)
-		return rv;
-	uint64_t l = *first + (uint64_t)n - 1, cur = atomic_load(&d->last_lsn);
-	while (cur < l && !atomic_compare_exchange_weak(&d->last_lsn, &cur, l))
-		;
-	return KV_OK;
+	if (rv == 0)
+		raise_last(&d->last_lsn, *first + (uint64_t)n - 1);
+	return rv;
 }
 
 /* The pieces of a PUT record (hdr: HDR_MAX bytes, vl: 4); returns their count. */
