@@ -29,7 +29,8 @@
 # seconds,
 # and reads the servers' CPU time from /proc over the measured load. It
 # prints per run the ops a second, the servers' CPU microseconds per
-# op, the records a `Replicate` carried on average (the servers'
+# op, the calls' p50 and p99 latency (a batch of 16 ops is one call),
+# the records a `Replicate` carried on average (the servers'
 # shardkv_replication_* counters; "-" at R=1), the balancer's events during
 # the measured load and each node's share; then the medians and the ratio
 # of the R=3 median to the R=1 one.
@@ -142,8 +143,9 @@ run() {
 	us=$(awk -v d=$((t1 - t0)) -v hz="$hz" -v r="$rate" -v s="$dur" 'BEGIN { printf "%.2f", d / hz * 1e6 / (r * s) }')
 	ev=$(grep -c '^\[.*\] event' "$dir/bench.txt" || true)
 	shares=$(awk '/^  node [0-9]/ { printf "%s ", $4 }' "$dir/bench.txt")
-	printf 'round %d  R=%d  %8d ops/s  %5s us of server CPU an op  %s records a batch  %s balancer events  per node: %s\n' \
-		"$n" "$r" "$rate" "$us" "$perbatch" "$ev" "$shares"
+	lat=$(awk '$1 == "all" { printf "%.2f/%.2f", $6 / 1000, $8 / 1000 }' "$dir/bench.txt")
+	printf 'round %d  R=%d  %8d ops/s  %5s us of server CPU an op  p50/p99 %s ms  %s records a batch  %s balancer events  per node: %s\n' \
+		"$n" "$r" "$rate" "$us" "$lat" "$perbatch" "$ev" "$shares"
 	echo "$r $rate $us" >>"$work/results"
 	SHARDKV_BIN_DIR=$bin bash "$here/deploy/cluster.sh" down --dir "$dir" >/dev/null 2>&1 || true
 	dir=

@@ -89,6 +89,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/slice.h"
 #include "proto/repl_codec.h"
 #include "shardserver/repl/catchup.h"
 
@@ -2278,6 +2279,7 @@ stream_main(void *arg)
 	kv_rs *g = s->g;
 
 	kv_log_thread_name("kv-repl-stream");
+	(void)kv_thread_batch();
 	pthread_mutex_lock(&s->mu);
 	while (!atomic_load(&g->stopping)) {
 		struct timespec ts;

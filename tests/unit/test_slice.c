@@ -3,17 +3,22 @@
  * for is the calling thread's own, other threads keep theirs, and a slice
  * outside 100 us to 100 ms is refused. Where the kernel shows no slice
  * (`se.slice` in /proc/thread-self/sched, or a kernel before 6.12 that
- * ignores it) only the answers are checked.
+ * ignores it) only the answers are checked. A batch thread's class is its
+ * own too, at the nice value it had.
  */
 #include "common/err.h"
 #include "common/slice.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -86,6 +91,53 @@ bulk_slice_is_the_calling_threads_own(void **state)
 	assert_int_equal(own_slice_ns(), mine); /* this thread's is untouched */
 }
 
+#ifndef SCHED_BATCH
+#define SCHED_BATCH 3 /* linux/sched.h */
+#endif
+
+static int
+own_nice(void)
+{
+	return getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+}
+
+struct class_probe {
+	int rv, policy, nice_before, nice_after;
+};
+
+static void *
+batch_thread(void *arg)
+{
+	struct class_probe *p = arg;
+
+	/* a nice value of its own, so that keeping it shows */
+	(void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 3);
+	p->nice_before = own_nice();
+	p->rv = kv_thread_batch();
+	p->policy = sched_getscheduler(0);
+	p->nice_after = own_nice();
+	return NULL;
+}
+
+static void
+batch_class_is_the_calling_threads_own_at_its_nice_value(void **state)
+{
+	(void)state;
+	struct class_probe p = {.rv = -1};
+	pthread_t t;
+	int mine = sched_getscheduler(0);
+
+	assert_int_equal(pthread_create(&t, NULL, batch_thread, &p), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	if (p.rv == KV_EIO)
+		skip(); /* a sandbox that refuses sched_setattr */
+	assert_int_equal(p.rv, KV_OK);
+	assert_int_equal(p.policy, SCHED_BATCH);
+	assert_int_equal(p.nice_after, p.nice_before);
+	assert_int_equal(sched_getscheduler(0), mine); /* this thread's is untouched */
+	assert_int_not_equal(mine, SCHED_BATCH);
+}
+
 static void
 slice_out_of_range_is_refused(void **state)
 {
@@ -104,6 +156,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(bulk_slice_is_the_calling_threads_own),
 	    cmocka_unit_test(slice_out_of_range_is_refused),
+	    cmocka_unit_test(batch_class_is_the_calling_threads_own_at_its_nice_value),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
