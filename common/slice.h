@@ -29,9 +29,9 @@ int kv_thread_slice(unsigned us);
  * one sleeps or the scheduler's tick ends its turn. Its share of the CPU
  * is unchanged. For the threads that work for throughput in the
  * background and are woken often, where a preemption costs a switch and
- * cuts an event loop's round in two: a replication stream, the log's
- * writer and syncer (doc/threads.md "Batch threads"). Returns 0, or KV_EIO
- * when the kernel refuses. */
+ * cuts an event loop's round in two: a replication stream
+ * (doc/threads.md "Batch threads"). Returns 0, or KV_EIO when the kernel
+ * refuses. */
 int kv_thread_batch(void);
 
 #endif

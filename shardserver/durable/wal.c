@@ -1372,7 +1372,6 @@ syncer_main(void *arg)
 	kv_wal *w = arg;
 
 	kv_log_thread_name("kv-wal-sync");
-	(void)kv_thread_batch();
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		while (w->as_state != AS_POSTED && !w->as_stop)
@@ -1603,8 +1602,6 @@ writer_main(void *arg)
 	kv_log_thread_name("kv-wal-writer");
 	if (w->bulk)
 		(void)kv_thread_slice(KV_BULK_SLICE_US);
-	else
-		(void)kv_thread_batch();
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		uint64_t now = kv_now_ns(), sync_req;
