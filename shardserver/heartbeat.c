@@ -340,13 +340,18 @@ load_apply(hb_cache *c, const kv_load_sample *smp, size_t n, double each, double
  * Counting a range walks it (kv_store_range_count), so the per-range figures
  * are recounted every heartbeat only for small stores: every
  * 1 + keys / 500000 heartbeats otherwise, and whenever the served ranges
- * change. Node totals come from the store's counters every time.
+ * change; never while no key was added or removed and no value changed
+ * size (kv_store_stats.changes), as under a read load, whose requests the
+ * walk would otherwise slow by passing over every key each time. Node
+ * totals come from the store's counters every time.
  */
 void *
 kv_srv_heartbeat_main(void *arg)
 {
 	kv_server *s = arg;
 	uint64_t last_ops = 0, last_ns = kv_now_ns(), prev_ns = last_ns, tick = 0;
+	uint64_t counted_at = 0; /* the store's changes when the last count began */
+	bool counted = false;    /* a count was made */
 	hb_cache cache = {0};
 	kv_load_sample *smp = malloc(KV_LOAD_SLOTS * sizeof(*smp));
 
@@ -377,7 +382,8 @@ kv_srv_heartbeat_main(void *arg)
 		kv_store_get_stats(s->store, &st);
 		uint64_t period = 1 + st.keys / 500000u;
 		bool same = ranges_equal(rg, n, cache.rg, cache.n);
-		if (tick++ % period == 0 || !same) {
+		bool due = tick++ % period == 0 && (!counted || st.changes != counted_at);
+		if (due || !same) {
 			double *rd = same ? cache.rd : NULL, *wr = same ? cache.wr : NULL;
 			if (same) /* a recount of the same ranges keeps the rates */
 				cache.rd = cache.wr = NULL;
@@ -399,6 +405,9 @@ kv_srv_heartbeat_main(void *arg)
 				continue;
 			}
 			uint64_t t0 = kv_now_ns();
+			/* Read before the walk: a change during it is counted again. */
+			counted_at = st.changes;
+			counted = true;
 			for (size_t i = 0; i < n; i++)
 				range_stats(s, &cache.rg[2 * i], &cache.rg[2 * i + 1], &cache.rs[i],
 				            &cache.split[HB_SPLITS * i],
@@ -407,6 +416,7 @@ kv_srv_heartbeat_main(void *arg)
 			         (unsigned long long)st.keys,
 			         (unsigned long long)((kv_now_ns() - t0) / 1000000u));
 			kv_srv_metrics_set_ranges(s, cache.rs, cache.n);
+			atomic_fetch_add_explicit(&s->range_counts, 1, memory_order_relaxed);
 		}
 		kv_owner_ranges_free(rg, n);
 		size_t taken = 0, ns = smp != NULL ? load_take(s, smp, &taken) : 0;

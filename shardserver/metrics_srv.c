@@ -327,6 +327,10 @@ render(void *arg, kv_buf *out)
 	add(m, &n, "shardkv_server_expired_reclaimed_total", KV_METRIC_COUNTER,
 	    "Expired keys removed by active expiry (each logged and replicated as a delete).",
 	    atomic_load_explicit(&s->expired_reclaimed, memory_order_relaxed));
+	add(m, &n, "shardkv_server_range_counts_total", KV_METRIC_COUNTER,
+	    "Walks of the served ranges counting their keys and bytes (none while nothing "
+	    "changes them).",
+	    atomic_load_explicit(&s->range_counts, memory_order_relaxed));
 	add(m, &n, "shardkv_server_cond_conflicts_total", KV_METRIC_COUNTER,
 	    "Conditional writes refused because their condition did not hold (EXISTS, MISMATCH).",
 	    atomic_load_explicit(&s->cond_conflicts, memory_order_relaxed));

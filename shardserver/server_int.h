@@ -121,6 +121,7 @@ struct kv_server {
 	atomic_uint_fast64_t read_misses;                 /* keys get and mget did not find */
 	atomic_uint_fast64_t expired_reclaimed;           /* expired keys removed (expire.c) */
 	atomic_uint_fast64_t cond_conflicts;              /* conditional writes refused */
+	atomic_uint_fast64_t range_counts;                /* heartbeat walks of the ranges */
 	kv_lat_hist op_lat[KV_OP__COUNT]; /* receipt to reply of requests, by op kind in them */
 
 	pthread_mutex_t cfg_mu; /* protects cur, cluster_id and gone_why */

@@ -80,6 +80,7 @@ typedef struct {
 	_Atomic uint64_t keys;        /* live keys (written by the holder only) */
 	_Atomic uint64_t bytes;       /* key+value bytes (written by the holder only) */
 	_Atomic uint64_t index_bytes; /* copy of art.index_bytes for stats */
+	_Atomic uint64_t changes;     /* counter changes (written by the holder only) */
 	kv_art exp;                   /* key -> deadline, only keys that have one */
 	_Atomic uint64_t nexp;        /* keys in exp (written by the holder only) */
 	kv_buf exp_next;              /* where kv_store_expire_sample resumes */
@@ -549,6 +550,10 @@ part__count(kv_part *p, int64_t dkeys, int64_t dbytes)
 	    memory_order_relaxed);
 	atomic_store_explicit(&p->index_bytes, p->art.index_bytes + p->exp.index_bytes,
 	                      memory_order_relaxed);
+	if (dkeys != 0 || dbytes != 0)
+		atomic_store_explicit(&p->changes,
+		                      atomic_load_explicit(&p->changes, memory_order_relaxed) + 1,
+		                      memory_order_relaxed);
 }
 
 /* Inserts or overwrites, keeping the counters. */
@@ -2175,6 +2180,7 @@ kv_store_get_stats(kv_store *s, kv_store_stats *st)
 		st->bytes += atomic_load_explicit(&p->bytes, memory_order_relaxed);
 		st->index_bytes += atomic_load_explicit(&p->index_bytes, memory_order_relaxed);
 		st->expiring += atomic_load_explicit(&p->nexp, memory_order_relaxed);
+		st->changes += atomic_load_explicit(&p->changes, memory_order_relaxed);
 	}
 	st->mem_bytes = atomic_load_explicit(&s->mem_used, memory_order_relaxed);
 }

@@ -349,6 +349,10 @@ typedef struct {
 	uint64_t mem_bytes;   /* bytes taken from the system (arenas, nodes, large items) */
 	uint64_t index_bytes; /* of which index nodes */
 	uint64_t expiring;    /* keys with a deadline (expired or not) */
+	/* Changes of the counts: keys added or removed, or a value's size
+	 * changed. Equal in two calls: keys and bytes of every range are the
+	 * same (an overwrite of the same size does not count). */
+	uint64_t changes;
 } kv_store_stats;
 
 /* Sums the per-partition counters. Never blocks writers for long. */

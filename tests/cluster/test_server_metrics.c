@@ -623,6 +623,45 @@ settled_with(const char *addr, uint32_t *id)
 	return ok;
 }
 
+/* Reads for ms milliseconds (the server's only traffic meanwhile). */
+static void
+read_for(unsigned ms)
+{
+	uint64_t end = kv_test_now_ms() + ms;
+
+	while (kv_test_now_ms() < end) {
+		shardkv_buf v;
+		assert_int_equal(shardkv_get(g.cl, "m001", 4, &v), 0);
+		shardkv_free(v.data);
+	}
+}
+
+/* The heartbeat counts the served ranges' keys after writes, and not while
+ * only reads come (that walk passes over every key). */
+static void
+range_counts_stop_while_only_reads_come(void **state)
+{
+	const char *series = "shardkv_server_range_counts_total";
+	double c0, c1;
+	(void)state;
+
+	c0 = wait_sample(series, 0, READY_MS);
+	assert_false(isnan(c0));
+	assert_int_equal(shardkv_put(g.cl, "rc-new", 6, "v", 1), 0);
+	/* A count after the write; one more may follow when the walk began
+	 * before the write was applied. */
+	assert_true(wait_sample(series, c0 + 1, READY_MS) >= c0 + 1);
+	read_for(2500);
+	c1 = wait_sample(series, 0, READY_MS);
+	read_for(3500); /* three heartbeats and more */
+	assert_true(wait_sample(series, 0, READY_MS) == c1);
+	/* A new key is counted again. */
+	assert_int_equal(shardkv_put(g.cl, "rc-new2", 7, "v", 1), 0);
+	assert_true(wait_sample(series, c1 + 1, READY_MS) >= c1 + 1);
+	assert_int_equal(shardkv_del(g.cl, "rc-new", 6, NULL), 0);
+	assert_int_equal(shardkv_del(g.cl, "rc-new2", 7, NULL), 0);
+}
+
 static void
 migration_counters_follow_a_move(void **state)
 {
@@ -682,6 +721,7 @@ main(void)
 	    cmocka_unit_test(counters_follow_the_traffic_and_the_text_is_valid),
 	    cmocka_unit_test(other_paths_get_404_and_hostile_requests_do_no_harm),
 	    cmocka_unit_test(bad_or_busy_metrics_address_refuses_to_start),
+	    cmocka_unit_test(range_counts_stop_while_only_reads_come),
 	    cmocka_unit_test(migration_counters_follow_a_move),
 	};
 	signal(SIGPIPE, SIG_IGN);

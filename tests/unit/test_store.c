@@ -850,6 +850,33 @@ stats_track_puts_overwrites_deletes_and_appends(void **state)
 	assert_int_equal(st.bytes, 0);
 }
 
+/* The change counter moves when a key comes or goes or a value's size
+ * changes, and only then: the heartbeat skips its recount while it stays. */
+static void
+stats_changes_move_only_when_keys_or_sizes_change(void **state)
+{
+	kv_store *s = FX(state)->s;
+	kv_buf v = {0};
+	uint64_t c0 = stats_of(s).changes, c;
+
+	put_s(s, "alpha", "0123456789");
+	c = stats_of(s).changes;
+	assert_true(c > c0);
+	put_s(s, "alpha", "9876543210"); /* the same size */
+	assert_int_equal(kv_store_get(s, "alpha", 5, &v), KV_OK);
+	assert_int_equal(kv_store_del(s, "beta", 4, NULL), KV_ENOTFOUND);
+	assert_int_equal(stats_of(s).changes, c);
+	put_s(s, "alpha", "01"); /* smaller */
+	assert_true(stats_of(s).changes > c);
+	c = stats_of(s).changes;
+	assert_int_equal(kv_store_append(s, "alpha", 5, "x", 1, NULL), KV_OK);
+	assert_true(stats_of(s).changes > c);
+	c = stats_of(s).changes;
+	assert_int_equal(kv_store_del(s, "alpha", 5, NULL), KV_OK);
+	assert_true(stats_of(s).changes > c);
+	kv_buf_fini(&v);
+}
+
 static void
 stats_track_mput_over_new_and_existing_keys(void **state)
 {
@@ -1368,6 +1395,7 @@ static const store_test semantic_tests[] = {
     STORE_TEST(oversized_key_or_value_returns_etoobig_and_changes_nothing),
     STORE_TEST(null_store_or_buffer_arguments_return_einval),
     STORE_TEST(stats_track_puts_overwrites_deletes_and_appends),
+    STORE_TEST(stats_changes_move_only_when_keys_or_sizes_change),
     STORE_TEST(stats_track_mput_over_new_and_existing_keys),
     STORE_TEST(memory_stats_cover_the_stored_bytes),
     STORE_TEST(filling_past_mem_limit_returns_enomem_and_keeps_acknowledged_keys),
