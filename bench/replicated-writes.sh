@@ -4,7 +4,7 @@
 # R=3 target), blocking writes, or pipelined reads.
 #
 #   bench/replicated-writes.sh [-r ROUNDS] [-d SECONDS] [-w SECONDS] [-a CALLERS]
-#                              [-s pipelined|blocking|reads] [-b BIN_DIR] [-k]
+#                              [-s pipelined|blocking|reads] [-E] [-b BIN_DIR] [-k]
 #
 #   -r ROUNDS   rounds, each one R=1 run then one R=3 run (default 3)
 #   -d SECONDS  the measured load of each run (default 8)
@@ -17,6 +17,9 @@
 #               blocking: 50 threads, one write each in flight (`--threads
 #               50 --mix put:100`); reads: the pipelined shape with `--mix
 #               get:100` over the keys the warm-up wrote
+#   -E          the R=1 runs over three times the keys (300,000), so that
+#               each node holds as many keys as at R=3, where every node
+#               holds every key: what R=3 costs beyond the data a node holds
 #   -b BIN_DIR  where shardkv, shardkv-server and shardkv-controller are
 #               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
 #   -k          keep the clusters' directories (logs)
@@ -44,16 +47,18 @@ bin=${SHARDKV_BIN_DIR:-}
 callers=50
 shape=pipelined
 keep=
-while getopts "r:d:w:a:s:b:k" o; do
+equal=
+while getopts "r:d:w:a:s:Eb:k" o; do
 	case $o in
 	r) rounds=$OPTARG ;;
 	d) dur=$OPTARG ;;
 	w) warm=$OPTARG ;;
 	a) callers=$OPTARG ;;
 	s) shape=$OPTARG ;;
+	E) equal=1 ;;
 	b) bin=$OPTARG ;;
 	k) keep=1 ;;
-	*) sed -n '2,33p' "$0" >&2; exit 2 ;;
+	*) sed -n '2,39p' "$0" >&2; exit 2 ;;
 	esac
 done
 for v in "$rounds" "$dur" "$warm" "$callers"; do
@@ -121,7 +126,9 @@ run() {
 	local -a spids
 	mapfile -t spids < <(cat "$dir"/node-*.pid)
 	local -a c=("$bin/shardkv" --controller "tcp://127.0.0.1:$base" bench)
-	local -a kv=(--keys 100000 --key-size 16 --value-size 100)
+	local keys=100000
+	[ -z "$equal" ] || [ "$r" -ne 1 ] || keys=300000
+	local -a kv=(--keys "$keys" --key-size 16 --value-size 100)
 	local -a w=("${c[@]}" --threads 1 --async "$callers" --connections 1 --batch 16 --mix put:100 "${kv[@]}")
 	local -a b
 	case $shape in
@@ -144,8 +151,8 @@ run() {
 	ev=$(grep -c '^\[.*\] event' "$dir/bench.txt" || true)
 	shares=$(awk '/^  node [0-9]/ { printf "%s ", $4 }' "$dir/bench.txt")
 	lat=$(awk '$1 == "all" { printf "%.2f/%.2f", $6 / 1000, $8 / 1000 }' "$dir/bench.txt")
-	printf 'round %d  R=%d  %8d ops/s  %5s us of server CPU an op  p50/p99 %s ms  %s records a batch  %s balancer events  per node: %s\n' \
-		"$n" "$r" "$rate" "$us" "$lat" "$perbatch" "$ev" "$shares"
+	printf 'round %d  R=%d  %6d keys  %8d ops/s  %5s us of server CPU an op  p50/p99 %s ms  %s records a batch  %s balancer events  per node: %s\n' \
+		"$n" "$r" "$keys" "$rate" "$us" "$lat" "$perbatch" "$ev" "$shares"
 	echo "$r $rate $us" >>"$work/results"
 	SHARDKV_BIN_DIR=$bin bash "$here/deploy/cluster.sh" down --dir "$dir" >/dev/null 2>&1 || true
 	dir=
