@@ -39,7 +39,7 @@ const char kv_server_usage[] =
     "  --fsync MODE         always: acknowledge a write once it is on disk; batch (default):\n"
     "                       fsync every 10 ms, a process crash loses nothing; none: the OS "
     "decides\n"
-    "  --snapshot-bytes N   log growth that triggers a background snapshot (default 64 MiB,\n"
+    "  --snapshot-bytes N   log growth that triggers a background snapshot (default 256 MiB,\n"
     "                       or the size of the last snapshot when larger)\n"
     "  --wal-truncate-corrupt  cut the log at a corrupt record instead of refusing to start\n"
     "  --max-key BYTES      largest key accepted (default 1024, at most 65536)\n"
