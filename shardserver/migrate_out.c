@@ -65,9 +65,10 @@
 #define DELTA_FLUSH_BYTES (8u * 1024u * 1024u) /* during the bulk copy, send the */
 #define DELTA_FLUSH_RECS  65536u               /* recorded writes past either */
 #define CATCHUP_ROUNDS    64                   /* then fence anyway */
-#define XFER_TIMEOUT_MS   5000u                /* one transfer message */
-#define COPY_PIPE         2u                   /* bulk-copy chunks in flight (<= KV_MIG_PIPE) */
-#define PROGRESS_MS       500u                 /* MigrationProgress period */
+#define CATCHUP_STALLS    3     /* rounds in a row whose backlog did not shrink: fence */
+#define XFER_TIMEOUT_MS   5000u /* one transfer message */
+#define COPY_PIPE         2u    /* bulk-copy chunks in flight (<= KV_MIG_PIPE) */
+#define PROGRESS_MS       500u  /* MigrationProgress period */
 
 /* One write recorded while its range is being copied (a DeltaRecord). */
 typedef struct {
@@ -1095,12 +1096,20 @@ phase_copy_loop(stream_ctx *x, copy_pipe *pipe)
 	return KV_OK;
 }
 
-/* Catches up until few writes are left (at most CATCHUP_ROUNDS rounds). */
+/*
+ * Catches up until few writes are left: at most CATCHUP_ROUNDS rounds, and
+ * no longer once CATCHUP_STALLS rounds in a row found at least as many
+ * writes (records and bytes) as the round before. Then the writes to the
+ * range come at least as fast as a round sends them, and more rounds only
+ * delay the fence that ends the chase (the fence then sends a backlog of
+ * about one round).
+ */
 static stream_phase
 phase_catchup(stream_ctx *x)
 {
 	kv_mig_out *o = x->o;
-	int rv;
+	size_t prev_recs = SIZE_MAX, prev_bytes = SIZE_MAX;
+	int rv, stalls = 0;
 
 	report_progress(o, KV_MIG_CATCHUP, x->start_ns);
 	for (int round = 0; round < CATCHUP_ROUNDS; round++) {
@@ -1113,6 +1122,16 @@ phase_catchup(stream_ctx *x)
 			pthread_mutex_unlock(&o->mu);
 			break;
 		}
+		stalls = o->nrecs >= prev_recs && o->rec_bytes >= prev_bytes ? stalls + 1 : 0;
+		if (stalls == CATCHUP_STALLS) {
+			KV_INFO(COMP, "catch-up not converging: fencing",
+			        "id=%llu round=%d deltas=%zu bytes=%zu", (unsigned long long)o->id,
+			        round, o->nrecs, o->rec_bytes);
+			pthread_mutex_unlock(&o->mu);
+			break;
+		}
+		prev_recs = o->nrecs;
+		prev_bytes = o->rec_bytes;
 		take_recs_locked(o, &x->recs, &x->nrecs);
 		pthread_mutex_unlock(&o->mu);
 		if ((rv = stream_send_recs(x, true)) != 0)
