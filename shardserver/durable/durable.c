@@ -92,10 +92,10 @@ enum {
 enum { SNAP_KV = 0, SNAP_DEDUP = 1, SNAP_KVX = 2, SNAP_FLOOR = 3 };
 
 #define REC_F_DEDUP  0x01u
-#define REC_F_DELVAL 0x02u                 /* DEL, DEDUP, MDEL: the deleted value ends the record */
-#define REC_F_EXPIRY 0x04u                 /* PUT, MPUT: u64 expire_at after the dedup fields */
-#define HDR_MAX      (2 + 32 + 8 + 4)      /* type, flags, dedup, deadline, first length */
-#define SNAP_STEP    512u                  /* entries copied per store step */
+#define REC_F_DELVAL 0x02u            /* DEL, DEDUP, MDEL: the deleted value ends the record */
+#define REC_F_EXPIRY 0x04u            /* PUT, MPUT: u64 expire_at after the dedup fields */
+#define HDR_MAX      (2 + 32 + 8 + 4) /* type, flags, dedup, deadline, first length */
+#define SNAP_STEP    512u             /* entries copied per store step */
 #define SNAP_MIN     (256u * 1024u * 1024u) /* default snapshot threshold */
 #define DEDUP_VAL    36u
 #define SIDE_PREFIX  "side-"
