@@ -61,6 +61,15 @@ while True:
 EOF
 }
 
+# Sum of the CPU ticks (user + system) of the processes named by pid.
+ticks() {
+	local p t=0
+	for p in "$@"; do
+		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+	done
+	echo "$t"
+}
+
 # Sets one_copy to the controller flags that keep one copy per range
 # (`--replicas 1`) and leave the layout alone (`--auto-balance off`), each
 # only when the controller has it: the benchmarks that compare against

@@ -60,12 +60,9 @@ command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null &&
 work=$(mktemp -d /tmp/shardkv-redis-repl-XXXXXX)
 pids=()
 say() { echo "redis-replication-cost: $*" >&2; }
-# stop_all, cleanup (installed on exit), free_port
+# stop_all, cleanup (installed on exit), free_port, ticks
 . "$here/bench/lib.sh"
 
-ticks() { # PID: utime + stime in clock ticks
-	awk '{ print $14 + $15 }' "/proc/$1/stat"
-}
 offset() { # PORT ROLE_FIELD
 	redis-cli -p "$1" info replication | tr -d '\r' | awk -F: -v f="$2" '$1 == f { print $2 }'
 }
@@ -127,8 +124,7 @@ for round in $(seq 1 "$rounds"); do
 		sleep 0.05
 	done
 	c0=$(ticks "$mpid")
-	r0=0
-	for p in "${rpids[@]}"; do r0=$((r0 + $(ticks "$p"))); done
+	r0=$(ticks "${rpids[@]}")
 	read -r repl repl_s repl_p99 < <(bench_set "$m")
 	t0=$(date +%s.%N)
 	deadline=$((SECONDS + 120))
@@ -138,8 +134,7 @@ for round in $(seq 1 "$rounds"); do
 	done
 	t1=$(date +%s.%N)
 	c1=$(ticks "$mpid")
-	r1=0
-	for p in "${rpids[@]}"; do r1=$((r1 + $(ticks "$p"))); done
+	r1=$(ticks "${rpids[@]}")
 	python3 - "$round" "$alone" "$alone_p99" "$alone_us" "$repl" "$repl_s" "$repl_p99" "$t0" "$t1" \
 		"$((c1 - c0))" "$((r1 - r0))" "$hz" "$ops" "$nrep" >>"$results" <<'PY'
 import sys

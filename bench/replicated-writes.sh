@@ -105,15 +105,6 @@ counters() {
 	echo "${out[*]}"
 }
 
-# Sum of the CPU ticks (user + system) of the processes named by pid.
-ticks() {
-	local p t=0
-	for p in "$@"; do
-		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-	done
-	echo "$t"
-}
-
 # run R N: one run; appends "R rate us_per_write" to $work/results.
 run() {
 	local r=$1 n=$2 base hz t0 t1 rate us ev shares bat0 rec0 bat1 rec1 perbatch

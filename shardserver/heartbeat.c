@@ -350,8 +350,8 @@ kv_srv_heartbeat_main(void *arg)
 {
 	kv_server *s = arg;
 	uint64_t last_ops = 0, last_ns = kv_now_ns(), prev_ns = last_ns, tick = 0;
-	uint64_t counted_at = 0; /* the store's changes when the last count began */
-	bool counted = false;    /* a count was made */
+	/* The store's changes when the last count began; none yet: UINT64_MAX. */
+	uint64_t counted_at = UINT64_MAX;
 	hb_cache cache = {0};
 	kv_load_sample *smp = malloc(KV_LOAD_SLOTS * sizeof(*smp));
 
@@ -382,7 +382,7 @@ kv_srv_heartbeat_main(void *arg)
 		kv_store_get_stats(s->store, &st);
 		uint64_t period = 1 + st.keys / 500000u;
 		bool same = ranges_equal(rg, n, cache.rg, cache.n);
-		bool due = tick++ % period == 0 && (!counted || st.changes != counted_at);
+		bool due = tick++ % period == 0 && st.changes != counted_at;
 		if (due || !same) {
 			double *rd = same ? cache.rd : NULL, *wr = same ? cache.wr : NULL;
 			if (same) /* a recount of the same ranges keeps the rates */
@@ -407,7 +407,6 @@ kv_srv_heartbeat_main(void *arg)
 			uint64_t t0 = kv_now_ns();
 			/* Read before the walk: a change during it is counted again. */
 			counted_at = st.changes;
-			counted = true;
 			for (size_t i = 0; i < n; i++)
 				range_stats(s, &cache.rg[2 * i], &cache.rg[2 * i + 1], &cache.rs[i],
 				            &cache.split[HB_SPLITS * i],
