@@ -42,6 +42,7 @@
  * rpc_tcp.wq_mu (the worker queue). Handlers run with none held.
  */
 #define _GNU_SOURCE
+#include "common/mem.h"
 #include "common/bytes.h"
 #include "common/defer.h"
 #include "common/err.h"
@@ -481,7 +482,7 @@ conn_request(rpc_conn *c, const uint8_t *bt, size_t btlen, const uint8_t *body, 
 	kv_rpc_pending *p = c->spare;
 	nng_msg *req, *reply = NULL;
 
-	if (p == NULL && (p = calloc(1, sizeof(*p))) == NULL)
+	if (p == NULL && (p = kv_zalloc(1, sizeof(*p))) == NULL)
 		return false;
 	c->spare = NULL;
 	/* The handler does not keep the request (rpc.h), so the previous

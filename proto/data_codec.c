@@ -18,6 +18,7 @@
  * `pb` points to the arena; its `msg` is the unpacked message.
  */
 #include "proto/data_codec.h"
+#include "common/mem.h"
 #include "common/err.h"
 #include "proto/codec_int.h"
 #include "proto/wire.h"
@@ -286,9 +287,9 @@ decode_op(const Shardkv__Op *o, kv_op *op, const char **why)
 			return KV_ELIMIT;
 		}
 		kv_bytes *kk = NULL, *vv = NULL;
-		if (nk && (op->keys = kk = calloc(nk, sizeof(kv_bytes))) == NULL)
+		if (nk && (op->keys = kk = kv_zalloc(nk, sizeof(kv_bytes))) == NULL)
 			return KV_ENOMEM;
-		if (nv && (op->vals = vv = calloc(nv, sizeof(kv_bytes))) == NULL)
+		if (nv && (op->vals = vv = kv_zalloc(nv, sizeof(kv_bytes))) == NULL)
 			return KV_ENOMEM;
 		for (size_t i = 0; i < nk; i++)
 			kk[i] = kv_codec__bytes(ks[i]);
@@ -454,7 +455,7 @@ kv_data_req_decode(const void *p, size_t n, kv_req *out, const char **why)
 		*why = "too many ops in one request";
 		return KV_ELIMIT;
 	}
-	if (rq->n_ops && (out->ops = calloc(rq->n_ops, sizeof(kv_op))) == NULL)
+	if (rq->n_ops && (out->ops = kv_zalloc(rq->n_ops, sizeof(kv_op))) == NULL)
 		return KV_ENOMEM;
 	for (size_t i = 0; i < rq->n_ops; i++, out->nops++)
 		if ((rv = decode_op(rq->ops[i], &out->ops[i], why)) != 0) {
@@ -566,7 +567,7 @@ fill_result(enc_result *e, const kv_data_result *r)
 	e->r.count = r->count;
 	e->r.current_absent = r->current_absent;
 	if (r->nvalues) {
-		if ((e->values = calloc(r->nvalues, sizeof(*e->values))) == NULL)
+		if ((e->values = kv_zalloc(r->nvalues, sizeof(*e->values))) == NULL)
 			return KV_ENOMEM;
 		for (size_t i = 0; i < r->nvalues; i++)
 			e->values[i] = kv_codec__pbuf(&r->values[i]);
@@ -577,8 +578,8 @@ fill_result(enc_result *e, const kv_data_result *r)
 	e->r.missing = r->missing;
 	if (r->nentries) {
 		Shardkv__KeyValue kinit = SHARDKV__KEY_VALUE__INIT;
-		e->kvs = calloc(r->nentries, sizeof(*e->kvs));
-		e->kvp = calloc(r->nentries, sizeof(*e->kvp));
+		e->kvs = kv_zalloc(r->nentries, sizeof(*e->kvs));
+		e->kvp = kv_zalloc(r->nentries, sizeof(*e->kvp));
 		if (e->kvs == NULL || e->kvp == NULL)
 			return KV_ENOMEM;
 		for (size_t i = 0; i < r->nentries; i++) {
@@ -621,8 +622,8 @@ kv_data_resp_encode(const kv_resp *r, nng_msg **out)
 	if (r->error)
 		m.error = (char *)r->error;
 	if (r->nresults) {
-		er = calloc(r->nresults, sizeof(*er));
-		rp = calloc(r->nresults, sizeof(*rp));
+		er = kv_zalloc(r->nresults, sizeof(*er));
+		rp = kv_zalloc(r->nresults, sizeof(*rp));
 		if (er == NULL || rp == NULL)
 			goto cleanup;
 		for (size_t i = 0; i < r->nresults; i++) {
@@ -737,7 +738,7 @@ fill_op(enc_op *e, const kv_op *o)
 	case KV_OP_MPUT:
 		if (o->nkeys == 0 || (o->kind == KV_OP_MPUT && o->nvals != o->nkeys))
 			return KV_EINVAL;
-		if ((e->keys = calloc(o->nkeys, sizeof(*e->keys))) == NULL)
+		if ((e->keys = kv_zalloc(o->nkeys, sizeof(*e->keys))) == NULL)
 			return KV_ENOMEM;
 		for (size_t i = 0; i < o->nkeys; i++)
 			e->keys[i] = kv_codec__pb(o->keys[i]);
@@ -749,7 +750,7 @@ fill_op(enc_op *e, const kv_op *o)
 			p->mget = &e->u.mget;
 			return KV_OK;
 		}
-		if ((e->values = calloc(o->nvals, sizeof(*e->values))) == NULL)
+		if ((e->values = kv_zalloc(o->nvals, sizeof(*e->values))) == NULL)
 			return KV_ENOMEM;
 		for (size_t i = 0; i < o->nvals; i++)
 			e->values[i] = kv_codec__pb(o->vals[i]);
@@ -842,8 +843,8 @@ kv_data_req_encode(const kv_req *r, nng_msg **out)
 	m.timeout_ms = r->timeout_ms;
 	m.from_node = r->from_node;
 	if (r->nops) {
-		eo = calloc(r->nops, sizeof(*eo));
-		po = calloc(r->nops, sizeof(*po));
+		eo = kv_zalloc(r->nops, sizeof(*eo));
+		po = kv_zalloc(r->nops, sizeof(*po));
 		if (eo == NULL || po == NULL)
 			goto cleanup;
 		for (size_t i = 0; i < r->nops; i++) {
@@ -928,7 +929,7 @@ result_from_pb(const Shardkv__OpResult *res, kv_data_result *r)
 	if (res->n_values > KV_DATA_MAX_MULTI || res->n_missing > KV_DATA_MAX_MULTI)
 		return KV_EPROTO;
 	if (res->n_values) {
-		if ((r->values = calloc(res->n_values, sizeof(kv_buf))) == NULL)
+		if ((r->values = kv_zalloc(res->n_values, sizeof(kv_buf))) == NULL)
 			return KV_ENOMEM;
 		for (size_t i = 0; i < res->n_values; i++, r->nvalues++)
 			if ((rv = copy_bytes(&r->values[i], res->values[i], KV_HARD_MAX_VALUE)) !=
@@ -936,13 +937,13 @@ result_from_pb(const Shardkv__OpResult *res, kv_data_result *r)
 				return rv;
 	}
 	if (res->n_missing) {
-		if ((r->missing = calloc(res->n_missing, sizeof(uint32_t))) == NULL)
+		if ((r->missing = kv_zalloc(res->n_missing, sizeof(uint32_t))) == NULL)
 			return KV_ENOMEM;
 		memcpy(r->missing, res->missing, res->n_missing * sizeof(uint32_t));
 		r->nmissing = res->n_missing;
 	}
 	if (res->n_entries) {
-		if ((r->entries = calloc(res->n_entries, sizeof(kv_data_entry))) == NULL)
+		if ((r->entries = kv_zalloc(res->n_entries, sizeof(kv_data_entry))) == NULL)
 			return KV_ENOMEM;
 		for (size_t i = 0; i < res->n_entries; i++, r->nentries++) {
 			const Shardkv__KeyValue *kv = res->entries[i];
@@ -984,7 +985,7 @@ kv_data_resp_decode(const void *p, size_t n, kv_resp *out)
 	    (m->transfer_ack && !str_ok(m->transfer_ack->error)) ||
 	    (m->replicate_ack && !str_ok(m->replicate_ack->error)))
 		goto err;
-	if (m->n_results && (res = calloc(m->n_results, sizeof(*res))) == NULL) {
+	if (m->n_results && (res = kv_zalloc(m->n_results, sizeof(*res))) == NULL) {
 		rv = KV_ENOMEM;
 		goto err;
 	}

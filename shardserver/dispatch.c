@@ -32,6 +32,7 @@
  * transfer stream (migrate_in.c). Lock order: doc/threads.md.
  */
 #include "shardserver/dispatch.h"
+#include "common/mem.h"
 #include "common/auth.h"
 #include "common/bytes.h"
 #include "common/defer.h"
@@ -98,15 +99,16 @@ res_take(size_t n)
 
 	pthread_once(&res_once, res_key_make);
 	if (n > RES_KEEP_OPS || !res_key_ok)
-		return calloc(n, sizeof(kv_data_result));
+		return kv_zalloc(n, sizeof(kv_data_result));
 	if ((c = pthread_getspecific(res_key)) == NULL) {
-		if ((c = calloc(1, sizeof(*c))) == NULL || pthread_setspecific(res_key, c) != 0) {
+		if ((c = kv_zalloc(1, sizeof(*c))) == NULL ||
+		    pthread_setspecific(res_key, c) != 0) {
 			free(c);
-			return calloc(n, sizeof(kv_data_result));
+			return kv_zalloc(n, sizeof(kv_data_result));
 		}
 	}
 	if (c->busy)
-		return calloc(n, sizeof(kv_data_result));
+		return kv_zalloc(n, sizeof(kv_data_result));
 	c->busy = true;
 	return c->r;
 }
@@ -490,8 +492,8 @@ op_mget(op_ctx *x)
 	bool *missing = NULL;
 	int rv;
 
-	r->values = calloc(op->nkeys, sizeof(kv_buf));
-	missing = calloc(op->nkeys, sizeof(bool));
+	r->values = kv_zalloc(op->nkeys, sizeof(kv_buf));
+	missing = kv_zalloc(op->nkeys, sizeof(bool));
 	if (r->values == NULL || missing == NULL) {
 		free(missing);
 		return KV_ENOMEM;
@@ -502,7 +504,7 @@ op_mget(op_ctx *x)
 		size_t nm = 0;
 		for (size_t i = 0; i < op->nkeys; i++)
 			nm += missing[i];
-		r->missing = calloc(nm ? nm : 1, sizeof(uint32_t));
+		r->missing = kv_zalloc(nm ? nm : 1, sizeof(uint32_t));
 		if (r->missing == NULL) {
 			free(missing);
 			return KV_ENOMEM;
@@ -737,7 +739,7 @@ op_delrange(op_ctx *x)
 	/* Room for every key the step may remove (at most 2 * limit, expired
 	 * ones included), taken before anything is removed: once the store
 	 * has removed them, nothing may keep them out of the log. */
-	if ((keys = calloc(2 * limit, sizeof(*keys))) == NULL)
+	if ((keys = kv_zalloc(2 * limit, sizeof(*keys))) == NULL)
 		return KV_ENOMEM;
 	range_clip(x, &from, &to, &clipped);
 	if (!kv_range_is_empty(from.p, from.len, to.p, to.len))
@@ -928,7 +930,7 @@ step_owner_locked(op_ctx *x, unsigned flags)
 		x->single[0] = x->ent;
 		x->ents = x->single;
 	} else if (flags & OPF_MULTI) {
-		x->ents = calloc(op->nkeys, sizeof(*x->ents));
+		x->ents = kv_zalloc(op->nkeys, sizeof(*x->ents));
 		if (x->ents == NULL) {
 			x->res->status = KV_ENOMEM;
 			return false;
@@ -1385,7 +1387,7 @@ held_reply_failure(const held_reply *h, int status)
 	                                    "have not acknowledged; retry"
 	                                  : "the reply was shared with a write the log could not "
 	                                    "take; retry";
-	kv_data_result *res = calloc(h->nops ? h->nops : 1, sizeof(*res));
+	kv_data_result *res = kv_zalloc(h->nops ? h->nops : 1, sizeof(*res));
 	kv_resp fail = {.request_id = h->req_id, .epoch = h->epoch, .node_id = h->node_id};
 	nng_msg *msg = NULL;
 
@@ -1621,7 +1623,7 @@ kv_srv_rpc_handler(void *arg, nng_msg *req, nng_msg **reply, kv_rpc_pending *p)
 			rlsn = v ? v : 1;
 	}
 	if (logwait || rlsn > 0) {
-		h = calloc(1, sizeof(*h) + resp.nresults * sizeof(bool));
+		h = kv_zalloc(1, sizeof(*h) + resp.nresults * sizeof(bool));
 		if (h != NULL) {
 			*h = (held_reply){.s = s,
 			                  .p = p,

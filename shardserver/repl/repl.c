@@ -644,7 +644,9 @@ kv_rs_notify(kv_rs *g, uint64_t lsn, kv_wal_done_fn done, void *arg)
 		done(arg, KV_OK);
 		return KV_OK;
 	}
-	if ((w = calloc(1, sizeof(*w))) == NULL)
+	/* malloc: calloc skips the thread's cache (common/mem.h), and every
+	 * field is set here. */
+	if ((w = malloc(sizeof(*w))) == NULL)
 		return KV_ENOMEM;
 	*w = (waiter){.lsn = lsn,
 	              .deadline_ns = kv_now_ns() + (uint64_t)ms * 1000000u,
