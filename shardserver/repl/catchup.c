@@ -77,7 +77,14 @@ pop(kv_cu_buf *b)
 	b->n--;
 	b->bytes -= r->plen;
 	b->trim = r->lsn;
-	rec_unref(r);
+	/* Held by the buffer alone (the common case): no catch-up can take
+	 * it any more (they take references under the buffer's lock, held
+	 * here), so it goes without a locked decrement. The acquire pairs
+	 * with the release of the last catch-up's reference. */
+	if (atomic_load_explicit(&r->refs, memory_order_acquire) == 1)
+		free(r);
+	else
+		rec_unref(r);
 }
 
 void
