@@ -47,69 +47,134 @@ inside(const void *is, size_t isl, const void *ie, size_t iel, const void *os, s
  * The buffer
  * ------------------------------------------------------------------------ */
 
+/* Slab size: records are carved from slabs of this many bytes (a larger
+ * record gets a slab of its own size). */
+#define CU_SLAB (1u << 20)
+/* How far ahead of the oldest record pop prefetches (bytes). */
+#define CU_AHEAD 2048u
+
+struct kv_cu_slab {
+	kv_cu_slab *next; /* the next newer slab */
+	atomic_uint refs; /* the buffer's one while listed, plus one per record taken */
+	size_t used, cap; /* bytes of data carved, and allocated */
+	uint8_t data[];
+};
+
+/* The bytes record r takes in its slab (8-byte aligned). */
+static size_t
+rec_size(size_t slen, size_t elen, size_t plen)
+{
+	return (sizeof(kv_cu_rec) + slen + elen + plen + 7) & ~(size_t)7;
+}
+
+static void
+slab_unref(kv_cu_slab *sl)
+{
+	if (atomic_fetch_sub(&sl->refs, 1) == 1)
+		free(sl);
+}
+
 void
 kv_cu_buf_init(kv_cu_buf *b, uint64_t cap, uint64_t trim)
 {
 	*b = (kv_cu_buf){.cap = cap, .trim = trim};
 }
 
+/* Drops the head slab: every record of it is gone from the buffer. One
+ * that no catch-up holds is kept as the spare for the next slab (no
+ * mapping and first touch of fresh pages each slab), if none is kept. */
 static void
-rec_unref(kv_cu_rec *r)
+slab_drop(kv_cu_buf *b)
 {
-	if (atomic_fetch_sub(&r->refs, 1) == 1)
-		free(r);
+	kv_cu_slab *sl = b->head;
+
+	b->head = sl->next;
+	if (b->head == NULL)
+		b->tail = NULL;
+	b->hoff = 0;
+	if (b->spare == NULL && sl->cap == CU_SLAB &&
+	    atomic_load_explicit(&sl->refs, memory_order_acquire) == 1) {
+		sl->next = NULL;
+		sl->used = 0;
+		b->spare = sl;
+		return;
+	}
+	slab_unref(sl);
 }
 
-/* Drops the oldest record. */
+/* Drops the oldest record (the buffer holds one). */
 static void
 pop(kv_cu_buf *b)
 {
-	kv_cu_rec *r = b->head;
+	kv_cu_slab *sl = b->head;
+	kv_cu_rec *r = (kv_cu_rec *)(sl->data + b->hoff);
+	size_t sz = rec_size(r->slen, r->elen, r->plen);
 
-	b->head = r->next;
-	if (b->head == NULL)
-		b->tail = NULL;
-	else
-		/* The next to go, written a buffer's worth of records ago: on
-		 * its way before the next add pops it (one pop per add once the
-		 * buffer is full). */
-		__builtin_prefetch(b->head);
+	/* The oldest records were written a buffer's worth of writes ago:
+	 * each pop brings in as many bytes as it drops, CU_AHEAD bytes
+	 * ahead, so that the pops after it find their records cached (the
+	 * record a pop reads was otherwise a miss each time). */
+	for (size_t o = b->hoff + CU_AHEAD; o < b->hoff + CU_AHEAD + sz && o < sl->used; o += 64)
+		__builtin_prefetch(sl->data + o);
+	b->hoff += sz;
 	b->n--;
 	b->bytes -= r->plen;
 	b->trim = r->lsn;
-	/* Held by the buffer alone (the common case): no catch-up can take
-	 * it any more (they take references under the buffer's lock, held
-	 * here), so it goes without a locked decrement. The acquire pairs
-	 * with the release of the last catch-up's reference. */
-	if (atomic_load_explicit(&r->refs, memory_order_acquire) == 1)
-		free(r);
-	else
-		rec_unref(r);
+	if (b->hoff == b->head->used && b->head != b->tail)
+		slab_drop(b);
 }
 
 void
 kv_cu_buf_fini(kv_cu_buf *b)
 {
 	while (b->head)
-		pop(b);
+		slab_drop(b);
+	if (b->spare != NULL)
+		slab_unref(b->spare);
+	b->spare = NULL;
+	b->n = 0;
+	b->bytes = 0;
 }
 
 void
 kv_cu_buf_add(kv_cu_buf *b, uint64_t lsn, uint64_t leader_epoch, const kv_bytes *start,
               const kv_bytes *end, const uint8_t *p, size_t n)
 {
+	size_t sz = rec_size(start->len, end->len, n);
+	kv_cu_slab *sl = b->tail;
 	kv_cu_rec *r;
 
 	if (lsn <= b->trim)
 		return;
-	r = malloc(sizeof(*r) + start->len + end->len + n);
-	if (r == NULL) {
-		kv_cu_buf_fini(b);
-		b->trim = lsn;
-		return;
+	if (sl == NULL || sl->cap - sl->used < sz) {
+		size_t cap = sz > CU_SLAB ? sz : CU_SLAB;
+		if (cap == CU_SLAB && b->spare != NULL) {
+			sl = b->spare;
+			b->spare = NULL;
+		} else if ((sl = malloc(sizeof(*sl) + cap)) != NULL) {
+			sl->next = NULL;
+			atomic_init(&sl->refs, 1);
+			sl->used = 0;
+			sl->cap = cap;
+		} else {
+			kv_cu_buf_fini(b);
+			b->trim = lsn;
+			return;
+		}
+		if (b->tail)
+			b->tail->next = sl;
+		else
+			b->head = sl;
+		b->tail = sl;
+		if (b->n == 0) {
+			/* Nothing held before it: older slabs hold no record. */
+			while (b->head != sl)
+				slab_drop(b);
+		}
 	}
-	r->next = NULL;
-	atomic_init(&r->refs, 1);
+	r = (kv_cu_rec *)(sl->data + sl->used);
+	sl->used += sz;
+	r->slab = sl;
 	r->lsn = lsn;
 	r->leader_epoch = leader_epoch;
 	r->slen = start->len;
@@ -121,28 +186,33 @@ kv_cu_buf_add(kv_cu_buf *b, uint64_t lsn, uint64_t leader_epoch, const kv_bytes 
 		memcpy(r->data + start->len, end->p, end->len);
 	if (n)
 		memcpy(r->data + start->len + end->len, p, n);
-	if (b->tail)
-		b->tail->next = r;
-	else
-		b->head = r;
-	b->tail = r;
 	b->n++;
 	b->bytes += n;
-	while (b->bytes > b->cap && b->head)
+	while (b->bytes > b->cap && b->n > 0)
 		pop(b);
 }
+
+/* Walks every held record r, oldest first. */
+#define FOR_EACH_REC(b, r)                                                                         \
+	for (kv_cu_slab *sl_ = (b)->head; sl_ != NULL; sl_ = sl_->next)                            \
+		for (size_t off_ = sl_ == (b)->head ? (b)->hoff : 0;                               \
+		     off_ < sl_->used && ((r) = (kv_cu_rec *)(sl_->data + off_)) != NULL;          \
+		     off_ += rec_size((r)->slen, (r)->elen, (r)->plen))
 
 int
 kv_cu_buf_select(kv_cu_buf *b, const kv_bytes *start, const kv_bytes *end, uint64_t leader_epoch,
                  kv_cu_rec ***out, size_t *n, uint64_t *from)
 {
 	size_t k = 0;
-	kv_cu_rec **v;
+	kv_cu_rec **v, *r;
 
 	*out = NULL;
 	*n = 0;
 	*from = b->trim;
-	for (kv_cu_rec *r = b->head; r; r = r->next) {
+	if (b->n == 0)
+		return KV_OK;
+	FOR_EACH_REC(b, r)
+	{
 		const uint8_t *rs = r->data, *re = r->data + r->slen;
 		if (!overlaps(rs, r->slen, re, r->elen, start->p, start->len, end->p, end->len))
 			continue;
@@ -156,11 +226,12 @@ kv_cu_buf_select(kv_cu_buf *b, const kv_bytes *start, const kv_bytes *end, uint6
 	if ((v = malloc(k * sizeof(*v))) == NULL)
 		return KV_ENOMEM;
 	k = 0;
-	for (kv_cu_rec *r = b->head; r; r = r->next) {
+	FOR_EACH_REC(b, r)
+	{
 		if (!overlaps(r->data, r->slen, r->data + r->slen, r->elen, start->p, start->len,
 		              end->p, end->len))
 			continue;
-		atomic_fetch_add(&r->refs, 1);
+		atomic_fetch_add(&r->slab->refs, 1);
 		v[k++] = r;
 	}
 	*out = v;
@@ -172,7 +243,7 @@ void
 kv_cu_release(kv_cu_rec **v, size_t n)
 {
 	for (size_t i = 0; v && i < n; i++)
-		rec_unref(v[i]);
+		slab_unref(v[i]->slab);
 	free(v);
 }
 

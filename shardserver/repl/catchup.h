@@ -15,11 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One buffered record: immutable once made, shared by reference (the
- * buffer holds one, each catch-up that took it one more). */
+typedef struct kv_cu_slab kv_cu_slab;
+
+/* One buffered record: immutable once made, inside a slab of the buffer
+ * (records are laid one after the other in slabs, so that dropping the
+ * oldest reads memory in order, with no allocation or free per record).
+ * A catch-up that takes a record holds its slab. */
 typedef struct kv_cu_rec {
-	struct kv_cu_rec *next; /* the buffer's next, in lsn order */
-	atomic_uint refs;
+	kv_cu_slab *slab;      /* where it lives */
 	uint64_t lsn;          /* the primary's lsn */
 	uint64_t leader_epoch; /* its range's leader epoch */
 	size_t slen, elen;     /* its range's bounds at the write (empty end: none) */
@@ -29,11 +32,13 @@ typedef struct kv_cu_rec {
 
 /* The buffer: every record added with lsn > trim is held, in lsn order. */
 typedef struct {
-	kv_cu_rec *head, *tail;
-	size_t n;       /* records held */
-	uint64_t bytes; /* their payload bytes */
-	uint64_t cap;   /* most payload bytes held (the oldest go first) */
-	uint64_t trim;  /* records at or below it may be missing */
+	kv_cu_slab *head, *tail; /* slabs, oldest first */
+	kv_cu_slab *spare;       /* an emptied slab kept for the next, or NULL */
+	size_t hoff;             /* offset of the oldest record in head */
+	size_t n;                /* records held */
+	uint64_t bytes;          /* their payload bytes */
+	uint64_t cap;            /* most payload bytes held (the oldest go first) */
+	uint64_t trim;           /* records at or below it may be missing */
 } kv_cu_buf;
 
 void kv_cu_buf_init(kv_cu_buf *b, uint64_t cap, uint64_t trim);
@@ -47,7 +52,7 @@ void kv_cu_buf_add(kv_cu_buf *b, uint64_t lsn, uint64_t leader_epoch, const kv_b
                    const kv_bytes *end, const uint8_t *p, size_t n);
 
 /* Every held record whose range overlaps [start, end) (empty end: none),
- * in lsn order, each with a reference taken (kv_cu_release) into a new
+ * in lsn order, each with a reference to its slab taken (kv_cu_release) into a new
  * array *out (NULL when none) of *n; *from gets trim: the records of the
  * range with lsn > *from are exactly these. Returns 0, KV_EINVAL when one
  * of them has another leader epoch or a range not inside [start, end)
@@ -55,7 +60,7 @@ void kv_cu_buf_add(kv_cu_buf *b, uint64_t lsn, uint64_t leader_epoch, const kv_b
 int kv_cu_buf_select(kv_cu_buf *b, const kv_bytes *start, const kv_bytes *end,
                      uint64_t leader_epoch, kv_cu_rec ***out, size_t *n, uint64_t *from);
 
-/* Drops one reference from each of v[0..n) and frees v. Accepts NULL. */
+/* Drops the reference of each of v[0..n) and frees v. Accepts NULL. */
 void kv_cu_release(kv_cu_rec **v, size_t n);
 
 /* A record's payload. */

@@ -246,6 +246,70 @@ a_restarted_nodes_tail_tells_whether_a_record_after_an_lsn_touches_a_range(void 
 	kv_buf_fini(&b);
 }
 
+/* Payload of record lsn in the test below: its lsn in the first bytes. */
+static void
+fill(uint8_t *p, size_t n, uint64_t lsn)
+{
+	memset(p, (int)(lsn & 0xff), n);
+	memcpy(p, &lsn, sizeof(lsn));
+}
+
+static void
+records_taken_across_many_slabs_stay_whole_while_the_buffer_moves_past_them(void **state)
+{
+	static uint8_t pay[2000000];
+	kv_cu_buf b;
+	kv_cu_rec **v;
+	size_t n, held;
+	uint64_t from, lsn = 1;
+
+	(void)state;
+	/* 3 MB of 100-byte records: about 6,000 to a slab of 1 MiB. */
+	kv_cu_buf_init(&b, 3000000, 0);
+	for (; lsn <= 40000; lsn++) {
+		fill(pay, 100, lsn);
+		kv_cu_buf_add(&b, lsn, 1, &B("a"), &B("m"), pay, 100);
+	}
+	assert_int_equal(b.n, 30000);
+	assert_int_equal(b.bytes, 3000000);
+	assert_int_equal(b.trim, 10000);
+	assert_int_equal(kv_cu_buf_select(&b, &B("a"), &B("m"), 1, &v, &n, &from), KV_OK);
+	assert_int_equal(from, 10000);
+	assert_int_equal(n, 30000);
+	held = n;
+	/* A record larger than a slab (2 MB: the 20,000 oldest go), then
+	 * enough to move past every record taken. */
+	fill(pay, sizeof(pay), lsn);
+	kv_cu_buf_add(&b, lsn++, 1, &B("a"), &B("m"), pay, sizeof(pay));
+	assert_int_equal(b.n, 10001);
+	assert_int_equal(b.trim, 30000);
+	for (; lsn <= 70001; lsn++) {
+		fill(pay, 100, lsn);
+		kv_cu_buf_add(&b, lsn, 1, &B("a"), &B("m"), pay, 100);
+	}
+	assert_int_equal(b.n, 30000);
+	assert_int_equal(b.trim, 40001);
+	for (size_t i = 0; i < held; i++) {
+		kv_bytes pl = kv_cu_payload(v[i]);
+		uint64_t got;
+		assert_int_equal(v[i]->lsn, 10001 + i);
+		assert_int_equal(pl.len, 100);
+		memcpy(&got, pl.p, sizeof(got));
+		assert_int_equal(got, 10001 + i);
+		assert_int_equal(pl.p[99], (uint8_t)((10001 + i) & 0xff));
+	}
+	kv_cu_release(v, held);
+	/* The records held now are the newest, in order. */
+	assert_int_equal(kv_cu_buf_select(&b, &B("a"), &B("m"), 1, &v, &n, &from), KV_OK);
+	assert_int_equal(n, 30000);
+	assert_int_equal(v[0]->lsn, 40002);
+	assert_int_equal(v[n - 1]->lsn, 70001);
+	kv_cu_buf_fini(&b);
+	/* Taken records outlive the buffer too. */
+	assert_int_equal(kv_cu_payload(v[n - 1]).p[50], (uint8_t)(70001 & 0xff));
+	kv_cu_release(v, n);
+}
+
 int
 main(void)
 {
@@ -254,6 +318,8 @@ main(void)
 	        the_buffer_drops_its_oldest_records_past_its_cap_and_says_from_where_it_is_whole),
 	    cmocka_unit_test(
 	        the_buffer_offers_a_range_only_when_every_record_touching_it_lies_inside_it),
+	    cmocka_unit_test(
+	        records_taken_across_many_slabs_stay_whole_while_the_buffer_moves_past_them),
 	    cmocka_unit_test(
 	        a_position_covers_the_same_start_and_epoch_over_the_same_or_a_narrower_range),
 	    cmocka_unit_test(
