@@ -60,7 +60,7 @@ struct kv_cu_slab {
 	uint8_t data[];
 };
 
-/* The bytes record r takes in its slab (8-byte aligned). */
+/* The bytes a record takes in its slab (8-byte aligned). */
 static size_t
 rec_size(size_t slen, size_t elen, size_t plen)
 {

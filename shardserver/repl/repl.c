@@ -150,7 +150,7 @@ enum {
 
 /* One queued record. */
 typedef struct entry {
-	/* What a walk of the queue reads comes first: one cache line. */
+	/* What a walk of the queue reads comes first (the first 72 bytes). */
 	struct entry *next;    /* the next in lsn order */
 	uint64_t lsn;          /* ENT_REC: the primary's lsn */
 	uint64_t leader_epoch; /* its range's leader epoch */
@@ -1340,9 +1340,9 @@ send_batch_locked(stream *s)
 	if (rp == NULL)
 		return;
 	if (e) {
-		/* Every entry queued behind e, up to a batch's worth, in one pass:
-		 * (a prefetch inside the walk below made gcc 12 -O3 drop its
-		 * n < cap bound.) */
+		/* The entries queued behind e, up to BATCH_AHEAD, in one pass
+		 * before the walk: a prefetch inside the walk made gcc 12 at -O3
+		 * drop its n < cap bound (doc/testing.md). */
 		uint64_t behind = s->nqueued - e->qseq - 1;
 		prefetch_ahead_locked(s, e, 1,
 		                      (unsigned)(behind < BATCH_AHEAD ? behind : BATCH_AHEAD));
