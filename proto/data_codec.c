@@ -937,7 +937,7 @@ result_from_pb(const Shardkv__OpResult *res, kv_data_result *r)
 				return rv;
 	}
 	if (res->n_missing) {
-		if ((r->missing = kv_zalloc(res->n_missing, sizeof(uint32_t))) == NULL)
+		if ((r->missing = malloc(res->n_missing * sizeof(uint32_t))) == NULL)
 			return KV_ENOMEM;
 		memcpy(r->missing, res->missing, res->n_missing * sizeof(uint32_t));
 		r->nmissing = res->n_missing;

@@ -120,7 +120,7 @@ pop(kv_cu_buf *b)
 	b->n--;
 	b->bytes -= r->plen;
 	b->trim = r->lsn;
-	if (b->hoff == b->head->used && b->head != b->tail)
+	if (b->hoff == sl->used && sl != b->tail)
 		slab_drop(b);
 }
 
@@ -209,8 +209,6 @@ kv_cu_buf_select(kv_cu_buf *b, const kv_bytes *start, const kv_bytes *end, uint6
 	*out = NULL;
 	*n = 0;
 	*from = b->trim;
-	if (b->n == 0)
-		return KV_OK;
 	FOR_EACH_REC(b, r)
 	{
 		const uint8_t *rs = r->data, *re = r->data + r->slen;

@@ -2338,11 +2338,9 @@ stream_main(void *arg)
 		struct timespec ts;
 		/* Free what the backup has. */
 		uint64_t now = kv_now_ns();
-		if (s->head && s->head != s->unacked)
-			prefetch_ahead_locked(s, s->head, 1, AHEAD);
+		/* (No prefetch: settle_locked walked these entries just now.) */
 		while (s->head && s->head != s->unacked) {
 			entry *e = s->head;
-			prefetch_ahead_locked(s, e, AHEAD + 1, AHEAD + 1);
 			s->head = e->next;
 			s->qbytes -= sizeof(*e) + e->slen + e->plen + e->elen;
 			if (s->copying == e)
