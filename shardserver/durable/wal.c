@@ -43,11 +43,14 @@
  * creates the new file (header, fsync, dir fsync) and only then closes the
  * old one.
  *
- * Zeros ahead (ALWAYS, BATCH): the writer keeps a megabyte or more of zeros
+ * Zeros ahead (ALWAYS): the writer keeps a megabyte or more of zeros
  * written after the records (zero_ahead), so that most writes land inside
  * the file and their fdatasync carries no journal commit. Replay therefore
  * reads a segment's records up to where only zeros follow; a switch and a
- * close cut the zeros off, recovery cuts those a crash left.
+ * close cut the zeros off, recovery cuts those a crash left. BATCH appends:
+ * its sync runs beside the writes and no answer waits for it, while zeros
+ * would cost every record a second write into the page cache (and a
+ * megabyte's write inside an event loop's round now and then).
  *
  * Locking: one mutex, `mu`, protects the fields marked "mu" below: the
  * append buffer, the lsn counter, the rotation request, the published
@@ -1189,7 +1192,7 @@ pwritev_all(int fd, struct iovec *iov, int n, uint64_t off, uint64_t limit)
 }
 
 /*
- * ALWAYS, BATCH: before a write that would grow the file to `end`, writes
+ * ALWAYS: before a write that would grow the file to `end`, writes
  * zeros from there to the next WAL_ZERO_AHEAD boundary past end, plus
  * WAL_ZERO_AHEAD. An fdatasync after a write that grows the file also
  * commits the file system's journal (the size, the new blocks); after one
@@ -1208,7 +1211,7 @@ zero_ahead(kv_wal *w, uint64_t end)
 	uint64_t to, off;
 	int n = 0, rv;
 
-	if (w->mode == KV_FSYNC_NONE || w->no_zeros || end <= w->file_end)
+	if (w->mode != KV_FSYNC_ALWAYS || w->no_zeros || end <= w->file_end)
 		return;
 	to = (end / WAL_ZERO_AHEAD + 2) * WAL_ZERO_AHEAD;
 	for (off = end; off < to; n++) {
