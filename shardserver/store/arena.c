@@ -83,6 +83,8 @@ kv_arena_fini(kv_arena *a)
 		free(b);
 	}
 	a->blocks = NULL;
+	a->bsize = 0;
+	a->bcur = a->bend = NULL;
 	if (a->spare != NULL) {
 		atomic_fetch_sub_explicit(a->used, KV_ARENA_MAX_BLOCK, memory_order_relaxed);
 		free(a->spare);
@@ -163,6 +165,7 @@ add:
 	b->next = a->blocks;
 	b->size = size;
 	a->blocks = b;
+	a->bsize = size;
 	/* Chunks start 16-aligned after the header. */
 	a->bcur = (uint8_t *)p + ((sizeof(*b) + 15) & ~(size_t)15);
 	a->bend = (uint8_t *)p + size;
@@ -173,12 +176,12 @@ add:
 int
 kv_arena_wants_spare(const kv_arena *a)
 {
-	if (a->spare != NULL || a->spare_refused || a->blocks == NULL)
+	if (a->spare != NULL || a->spare_refused || a->bsize == 0)
 		return 0;
 	/* The first block: runs of a few size classes take it whole early. */
-	if (a->blocks->size < KV_ARENA_MAX_BLOCK)
-		return a->carved > a->blocks->size / 4;
-	return (size_t)(a->bend - a->bcur) < a->blocks->size / 4;
+	if (a->bsize < KV_ARENA_MAX_BLOCK)
+		return a->carved > a->bsize / 4;
+	return (size_t)(a->bend - a->bcur) < a->bsize / 4;
 }
 
 void *

@@ -49,17 +49,22 @@ typedef struct {
 } kv_arena_class;
 
 typedef struct {
-	kv_arena_class cls[KV_ARENA_NCLASSES]; /* per size class state */
-	kv_arena_block *blocks;                /* every block, for kv_arena_fini */
+	/* What kv_arena_wants_spare reads after every write, together in the
+	 * arena's first line (the partition's mutex is just before it):
+	 * the newest block's size is kept here, not read from the block's
+	 * header, which is a cache miss once the block is in use. */
+	void *spare;                           /* NULL or a touched block, charged, not in use */
+	int spare_refused;                     /* the limit refused a spare: ask for none again */
 	uint8_t *bcur;                         /* bump pointer in the newest block */
 	uint8_t *bend;                         /* end of the newest block */
+	size_t bsize;                          /* size of the newest block; 0: none yet */
+	uint64_t carved;                       /* bytes of chunks handed out from runs */
+	kv_arena_block *blocks;                /* every block, for kv_arena_fini */
 	size_t next_block;                     /* size of the next block to allocate */
 	_Atomic uint64_t *used;                /* store-wide bytes taken from the system */
 	uint64_t limit;                        /* 0 or the most `*used` may reach */
 	uint64_t self_bytes;                   /* bytes this arena took from the system */
-	uint64_t carved;                       /* bytes of chunks handed out from runs */
-	void *spare;                           /* NULL or a touched block, charged, not in use */
-	int spare_refused;                     /* the limit refused a spare: ask for none again */
+	kv_arena_class cls[KV_ARENA_NCLASSES]; /* per size class state */
 } kv_arena;
 
 /* Prepares an empty arena that accounts into `*used` (not NULL) and fails
