@@ -51,6 +51,13 @@
  * checks the receiver against the bytes and ops tolerance. */
 #define COUNT_MARGIN 1.1
 #define MAX_NODES    256
+/* A server starts its ranges' decayed rates again from zero whenever the
+ * ranges it leads change (shardserver/heartbeat.c; each second weighs 0.3),
+ * so for a while after a decision both of its nodes report less load
+ * than they serve, the receiver most: after 10 s a rate is at 97% of the
+ * load. Until then neither takes part in a load step (doc/scheduler.md
+ * "Settling"). */
+#define LOAD_SETTLE_MS 10000u
 
 /* A key interval with a time. */
 struct span {
@@ -63,10 +70,18 @@ struct span_list {
 	size_t n;
 };
 
+/* A node whose led ranges a decision changed: its load figures settle. */
+struct settle {
+	uint32_t id;
+	uint64_t until;
+};
+
 struct kv_sched {
-	struct span_list cool; /* recently decided pieces */
-	struct span_list hot;  /* ranges hot since `until` (keyed by start, end) */
-	struct span_list rep;  /* hot keys reported, [key, key): not again until */
+	struct span_list cool;           /* recently decided pieces */
+	struct span_list hot;            /* ranges hot since `until` (keyed by start, end) */
+	struct span_list rep;            /* hot keys reported, [key, key): not again until */
+	struct settle settle[MAX_NODES]; /* nodes whose load figures settle */
+	size_t nsettle;
 };
 
 void
@@ -259,10 +274,11 @@ piece_bounds(const kv_range *r, int part, kv_bytes key, kv_bytes *st, kv_bytes *
 /* Per-node loads of one round. */
 struct load {
 	uint32_t id;
-	double b, o; /* bytes and ops it leads */
-	uint32_t np; /* ranges it leads */
-	bool used;   /* in a decision of this round */
-	bool busy;   /* a migration in flight starts or ends here */
+	double b, o;   /* bytes and ops it leads */
+	uint32_t np;   /* ranges it leads */
+	bool used;     /* in a decision of this round */
+	bool busy;     /* a migration in flight starts or ends here */
+	bool settling; /* its load figures are settling: no load step */
 };
 
 struct round {
@@ -324,7 +340,7 @@ pick_dst(struct round *R, const kv_range *r, struct load *src, bool ops)
 
 	for (size_t i = 0; i < R->nl; i++) {
 		struct load *d = &R->L[i];
-		if (d == src || d->used)
+		if (d == src || d->used || (ops && d->settling))
 			continue;
 		if (r->nreplicas) {
 			bool in = false;
@@ -514,7 +530,7 @@ balance_step(struct round *R, kv_sched_decision *d)
 	for (size_t i = 0; i < R->nl; i++) {
 		struct load *l = &R->L[i];
 		double rb = R->use_bytes ? ratio(l->b, R->mb) : 0;
-		double ro = R->use_ops ? ratio(l->o, R->mo) : 0;
+		double ro = R->use_ops && !l->settling ? ratio(l->o, R->mo) : 0;
 		if (l->used)
 			continue;
 		if (rb > worst) {
@@ -798,6 +814,22 @@ count_step(struct round *R, kv_sched_decision *d)
 	return 1;
 }
 
+/* Node id's load figures settle from now on (its led ranges change). */
+static void
+settle_mark(kv_sched *s, uint32_t id, uint64_t now)
+{
+	size_t i = 0;
+
+	while (i < s->nsettle && s->settle[i].id != id)
+		i++;
+	if (i == s->nsettle) {
+		if (s->nsettle == MAX_NODES)
+			return; /* more nodes than a round counts */
+		s->nsettle++;
+	}
+	s->settle[i] = (struct settle){.id = id, .until = now + LOAD_SETTLE_MS};
+}
+
 /* Fills the loads and the means; false when fewer than two active nodes. */
 static bool
 round_init(struct round *R)
@@ -808,6 +840,11 @@ round_init(struct round *R)
 	for (size_t i = 0; i < c->nnodes && R->nl < MAX_NODES; i++)
 		if (c->nodes[i].state == KV_NODE_ACTIVE)
 			R->L[R->nl++] = (struct load){.id = c->nodes[i].id};
+	for (size_t i = 0; i < R->s->nsettle; i++) {
+		struct load *l = load_of(R, R->s->settle[i].id);
+		if (l != NULL)
+			l->settling = true;
+	}
 	for (size_t i = 0; i < c->nranges; i++) {
 		struct load *l = load_of(R, c->ranges[i].node);
 		tb += (double)R->f[i].bytes;
@@ -903,6 +940,11 @@ kv_sched_plan(kv_sched *s, const kv_config *cfg, const kv_sched_fig *figs, const
 			list_del(&s->rep, i);
 		else
 			i++;
+	for (size_t i = 0; i < s->nsettle;) /* settled nodes */
+		if (s->settle[i].until <= now_ms)
+			s->settle[i] = s->settle[--s->nsettle];
+		else
+			i++;
 	if ((rv = hot_windows(R, commit)) != 0)
 		goto out;
 	/* 1. Hot single keys: reported. */
@@ -940,7 +982,8 @@ kv_sched_plan(kv_sched *s, const kv_config *cfg, const kv_sched_fig *figs, const
 			more = more ||
 			       (!R->L[i].used &&
 			        ((R->use_bytes && ratio(R->L[i].b, R->mb) > 1 + p->tolerance) ||
-			         (R->use_ops && ratio(R->L[i].o, R->mo) > 1 + p->tolerance)));
+			         (R->use_ops && !R->L[i].settling &&
+			          ratio(R->L[i].o, R->mo) > 1 + p->tolerance)));
 		if (!more)
 			break;
 	}
@@ -952,8 +995,9 @@ kv_sched_plan(kv_sched *s, const kv_config *cfg, const kv_sched_fig *figs, const
 	 * ranges stay where they are). */
 	bool even = (R->use_bytes || R->use_ops) && k == nbal;
 	for (size_t i = 0; i < R->nl; i++)
-		even = even && !((R->use_bytes && ratio(R->L[i].b, R->mb) > 1 + p->tolerance) ||
-		                 (R->use_ops && ratio(R->L[i].o, R->mo) > 1 + p->tolerance));
+		even = even && !(R->use_ops && R->L[i].settling) &&
+		       !((R->use_bytes && ratio(R->L[i].b, R->mb) > 1 + p->tolerance) ||
+		         (R->use_ops && ratio(R->L[i].o, R->mo) > 1 + p->tolerance));
 	while (k < cap && even) {
 		rv = count_step(R, &out[k]);
 		if (rv < 0)
@@ -1000,9 +1044,14 @@ kv_sched_plan(kv_sched *s, const kv_config *cfg, const kv_sched_fig *figs, const
 	}
 out:
 	if (rv == KV_OK && commit)
-		for (size_t i = 0; i < k && rv == KV_OK; i++)
+		for (size_t i = 0; i < k && rv == KV_OK; i++) {
 			rv = list_add(out[i].kind == KV_SCHED_HOT ? &s->rep : &s->cool,
 			              kb(&out[i].start), kb(&out[i].end), now_ms + p->cooldown_ms);
+			if (out[i].kind != KV_SCHED_HOT) {
+				settle_mark(s, out[i].from, now_ms);
+				settle_mark(s, out[i].to, now_ms);
+			}
+		}
 	if (rv != KV_OK) {
 		kv_sched_decisions_fini(out, k);
 		k = 0;
