@@ -49,10 +49,9 @@ typedef struct {
 } kv_arena_class;
 
 typedef struct {
-	/* What kv_arena_wants_spare reads after every write, together in the
-	 * arena's first line (the partition's mutex is just before it):
-	 * the newest block's size is kept here, not read from the block's
-	 * header, which is a cache miss once the block is in use. */
+	/* What kv_arena_wants_spare reads after every write, together at the
+	 * arena's start: the newest block's size is kept here, not read from
+	 * the block's header, which is a cache miss once the block is in use. */
 	void *spare;                           /* NULL or a touched block, charged, not in use */
 	int spare_refused;                     /* the limit refused a spare: ask for none again */
 	uint8_t *bcur;                         /* bump pointer in the newest block */

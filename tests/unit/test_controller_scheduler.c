@@ -452,7 +452,7 @@ a_zipf_load_first_gives_about_a_third_and_settles(void **state)
  * figures: a uniform load over three nodes spreads from one range, and then
  * the planner does not chase the figures back and forth (seen on real
  * servers under a steady pipelined load: a transfer every 2 s for minutes,
- * each one the other way from the last).
+ * many of them the way back from an earlier one).
  */
 static void
 load_figures_that_restart_after_a_decision_do_not_keep_the_balancer_moving(void **state)
