@@ -51,12 +51,13 @@
  * checks the receiver against the bytes and ops tolerance. */
 #define COUNT_MARGIN 1.1
 #define MAX_NODES    256
-/* A server starts its ranges' decayed rates again from zero whenever the
- * ranges it leads change (shardserver/heartbeat.c; each second weighs 0.3),
- * so for a while after a decision both of its nodes report less load
- * than they serve, the receiver most: after 10 s a rate is at 97% of the
- * load. Until then neither takes part in a load step (doc/scheduler.md
- * "Settling"). */
+/* A range new to a server starts its decayed rates from zero
+ * (shardserver/heartbeat.c; each second weighs 0.3), and a server from
+ * before 2026-12-07 starts all of its ranges' again whenever the ranges it
+ * leads change, so for a while after a decision its nodes report less
+ * load than they serve, the receiver most: after 10 s a rate is at 97% of
+ * the load. Until then neither takes part in a load step
+ * (doc/scheduler.md "Settling"). */
 #define LOAD_SETTLE_MS 10000u
 
 /* A key interval with a time. */

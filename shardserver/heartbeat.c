@@ -181,6 +181,40 @@ range_stats(kv_server *s, const kv_buf *st, const kv_buf *en, kv_admin_range_sta
 	}
 }
 
+/* Whether [s1, e1) lies inside [s2, e2) (an empty end: no bound). */
+static bool
+inside(kv_bytes s1, kv_bytes e1, kv_bytes s2, kv_bytes e2)
+{
+	if (kv_key_cmp(s2.p, s2.len, s1.p, s1.len) > 0)
+		return false;
+	if (e2.len == 0)
+		return true;
+	return e1.len != 0 && kv_key_cmp(e1.p, e1.len, e2.p, e2.len) <= 0;
+}
+
+void
+kv_srv_carry_rates(const kv_admin_range_stat *ors, const double *ord, const double *owr, size_t m,
+                   const kv_admin_range_stat *rs, double *rd, double *wr, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		rd[i] = wr[i] = 0;
+		for (size_t j = 0; j < m; j++) {
+			double share;
+			if (inside(ors[j].start, ors[j].end, rs[i].start, rs[i].end))
+				share = 1; /* the same range, or a part of a merge */
+			else if (inside(rs[i].start, rs[i].end, ors[j].start, ors[j].end))
+				share = ors[j].bytes > 0 && rs[i].bytes < ors[j].bytes
+				            ? (double)rs[i].bytes / (double)ors[j].bytes
+				        : ors[j].bytes > 0 ? 1
+				                           : 0;
+			else
+				continue;
+			rd[i] += ord[j] * share;
+			wr[i] += owr[j] * share;
+		}
+	}
+}
+
 /* Per-range statistics of the last count, reused between counts. */
 typedef struct {
 	kv_buf *rg;              /* served ranges (start, end pairs) */
@@ -384,10 +418,14 @@ kv_srv_heartbeat_main(void *arg)
 		bool same = ranges_equal(rg, n, cache.rg, cache.n);
 		bool due = tick++ % period == 0 && st.changes != counted_at;
 		if (due || !same) {
-			double *rd = same ? cache.rd : NULL, *wr = same ? cache.wr : NULL;
-			if (same) /* a recount of the same ranges keeps the rates */
-				cache.rd = cache.wr = NULL;
-			hb_cache_fini(&cache);
+			/* The last count's figures, until the new ones have their
+			 * rates: a recount of the same ranges keeps them, new
+			 * ranges take theirs from the old (kv_srv_carry_rates). */
+			hb_cache old = cache;
+			double *rd = same ? old.rd : NULL, *wr = same ? old.wr : NULL;
+			if (same)
+				old.rd = old.wr = NULL;
+			memset(&cache, 0, sizeof(cache));
 			cache.rg = rg;
 			cache.n = n;
 			rg = NULL;
@@ -402,6 +440,7 @@ kv_srv_heartbeat_main(void *arg)
 			    cache.lkey == NULL || cache.lsplitv == NULL || cache.rd == NULL ||
 			    cache.wr == NULL) {
 				hb_cache_fini(&cache);
+				hb_cache_fini(&old);
 				continue;
 			}
 			uint64_t t0 = kv_now_ns();
@@ -411,6 +450,11 @@ kv_srv_heartbeat_main(void *arg)
 				range_stats(s, &cache.rg[2 * i], &cache.rg[2 * i + 1], &cache.rs[i],
 				            &cache.split[HB_SPLITS * i],
 				            &cache.splitv[HB_SPLITS * i]);
+			if (!same)
+				kv_srv_carry_rates(old.rs, old.rd, old.wr,
+				                   old.rs != NULL ? old.n : 0, cache.rs, cache.rd,
+				                   cache.wr, n);
+			hb_cache_fini(&old);
 			KV_DEBUG(COMP, "ranges counted", "ranges=%zu keys=%llu ms=%llu", n,
 			         (unsigned long long)st.keys,
 			         (unsigned long long)((kv_now_ns() - t0) / 1000000u));

@@ -445,14 +445,13 @@ a_zipf_load_first_gives_about_a_third_and_settles(void **state)
 }
 
 /*
- * A server starts its ranges' decayed load rates again from zero when the
- * ranges it leads change (shardserver/heartbeat.c: each second weighs 0.3),
- * so for seconds after a decision both of its nodes report less load than
- * they serve. Rounds every 2 s, as the controller runs them, on such
- * figures: a uniform load over three nodes spreads from one range, and then
- * the planner does not chase the figures back and forth (seen on real
- * servers under a steady pipelined load: a transfer every 2 s for minutes,
- * many of them the way back from an earlier one).
+ * A server from before 2026-12-07 starts its ranges' decayed load rates
+ * again from zero when the ranges it leads change (each second weighs 0.3;
+ * a range new to a server still does), so for seconds after a decision
+ * both of its nodes report less load than they serve. Rounds every 2 s, as the controller runs
+ * them, on such figures: a uniform load over three nodes spreads from one range, and then the
+ * planner does not chase the figures back and forth (seen on real servers under a steady pipelined
+ * load: a transfer every 2 s for minutes, many of them the way back from an earlier one).
  */
 static void
 load_figures_that_restart_after_a_decision_do_not_keep_the_balancer_moving(void **state)

@@ -7,6 +7,7 @@
 #include "common/err.h"
 #include "proto/shardkv.pb-c.h"
 #include "shardserver/dedup/dedup.h"
+#include "shardserver/heartbeat.h"
 #include "shardserver/nodefile.h"
 #include "shardserver/owner.h"
 #include "tests/support/testutil.h"
@@ -548,6 +549,63 @@ handover_file_round_trips_and_refuses_a_damaged_one(void **state)
 	kv_test_rmtree(dir);
 }
 
+/* A range's figures as a heartbeat counted them: [a, b) with `bytes`. */
+static kv_admin_range_stat
+stat_of(const char *a, const char *b, uint64_t bytes)
+{
+	return (kv_admin_range_stat){.start = {(const uint8_t *)a, strlen(a)},
+	                             .end = {(const uint8_t *)b, strlen(b)},
+	                             .bytes = bytes};
+}
+
+/* When the ranges a node leads change, the load rates of the ranges that
+ * stay, of the parts of a cut range and of a merge carry over from the last
+ * count; only a range new to the node (or a part overlapping an old range
+ * in part) starts from zero. Before, every rate of the node started from
+ * zero, and the balancer read the node as idle (doc/scheduler.md
+ * "Settling"). */
+static void
+load_rates_carry_over_when_the_led_ranges_change(void **state)
+{
+	(void)state;
+	/* Led before: [a, c) 100 bytes, [c, e) 0 bytes, [g, k) 50, [k, m) 50, [p, "") 10. */
+	kv_admin_range_stat old[] = {stat_of("a", "c", 100), stat_of("c", "e", 0),
+	                             stat_of("g", "k", 50), stat_of("k", "m", 50),
+	                             stat_of("p", "", 10)};
+	double ord[] = {10, 4, 3, 5, 7}, owr[] = {20, 8, 6, 10, 14};
+	/* Now: [a, b) and [b, c) cut from [a, c) with 25 and 75 bytes; [c, d)
+	 * cut from [c, e), which held nothing; [g, m) the merge of two; [n, o)
+	 * new; [o, q) over [p, "") in part; [q, "") inside it, all its bytes. */
+	kv_admin_range_stat now[] = {stat_of("a", "b", 25), stat_of("b", "c", 75),
+	                             stat_of("c", "d", 0),  stat_of("g", "m", 100),
+	                             stat_of("n", "o", 9),  stat_of("o", "q", 3),
+	                             stat_of("q", "", 10)};
+	double rd[7], wr[7];
+	kv_srv_carry_rates(old, ord, owr, 5, now, rd, wr, 7);
+	assert_float_equal(rd[0], 2.5, 1e-9);
+	assert_float_equal(wr[0], 5, 1e-9);
+	assert_float_equal(rd[1], 7.5, 1e-9);
+	assert_float_equal(wr[1], 15, 1e-9);
+	assert_float_equal(rd[2], 0, 1e-9);
+	assert_float_equal(rd[3], 8, 1e-9);
+	assert_float_equal(wr[3], 16, 1e-9);
+	assert_float_equal(rd[4], 0, 1e-9);
+	assert_float_equal(wr[4], 0, 1e-9);
+	assert_float_equal(rd[5], 0, 1e-9);
+	assert_float_equal(rd[6], 7, 1e-9);
+	assert_float_equal(wr[6], 14, 1e-9);
+	/* The same ranges keep their rates. */
+	kv_srv_carry_rates(old, ord, owr, 5, old, rd, wr, 5);
+	for (int i = 0; i < 5; i++) {
+		assert_float_equal(rd[i], ord[i], 1e-9);
+		assert_float_equal(wr[i], owr[i], 1e-9);
+	}
+	/* Nothing led before: everything starts from zero. */
+	kv_srv_carry_rates(NULL, NULL, NULL, 0, now, rd, wr, 7);
+	for (int i = 0; i < 7; i++)
+		assert_true(rd[i] == 0 && wr[i] == 0);
+}
+
 int
 main(void)
 {
@@ -555,6 +613,7 @@ main(void)
 	    cmocka_unit_test(owner_lookup_finds_the_entry_holding_the_key),
 	    cmocka_unit_test(owner_fill_leaves_served_parts_alone),
 	    cmocka_unit_test(owner_served_merges_adjacent_ranges),
+	    cmocka_unit_test(load_rates_carry_over_when_the_led_ranges_change),
 	    cmocka_unit_test(dedup_retry_returns_the_first_result),
 	    cmocka_unit_test(dedup_a_received_result_outlives_the_abort_of_a_retry_in_progress),
 	    cmocka_unit_test(dedup_default_memory_outlasts_a_pipelined_clients_retry),
