@@ -580,20 +580,15 @@ load_rates_carry_over_when_the_led_ranges_change(void **state)
 	                             stat_of("c", "d", 0),  stat_of("g", "m", 100),
 	                             stat_of("n", "o", 9),  stat_of("o", "q", 3),
 	                             stat_of("q", "", 10)};
+	/* What each range of `now` gets: 1/4 and 3/4 of [a, c)'s, none (its
+	 * range held no bytes), the sum of two, none, none, all of [p, ""). */
+	const double erd[] = {2.5, 7.5, 0, 8, 0, 0, 7}, ewr[] = {5, 15, 0, 16, 0, 0, 14};
 	double rd[7], wr[7];
 	kv_srv_carry_rates(old, ord, owr, 5, now, rd, wr, 7);
-	assert_float_equal(rd[0], 2.5, 1e-9);
-	assert_float_equal(wr[0], 5, 1e-9);
-	assert_float_equal(rd[1], 7.5, 1e-9);
-	assert_float_equal(wr[1], 15, 1e-9);
-	assert_float_equal(rd[2], 0, 1e-9);
-	assert_float_equal(rd[3], 8, 1e-9);
-	assert_float_equal(wr[3], 16, 1e-9);
-	assert_float_equal(rd[4], 0, 1e-9);
-	assert_float_equal(wr[4], 0, 1e-9);
-	assert_float_equal(rd[5], 0, 1e-9);
-	assert_float_equal(rd[6], 7, 1e-9);
-	assert_float_equal(wr[6], 14, 1e-9);
+	for (int i = 0; i < 7; i++) {
+		assert_float_equal(rd[i], erd[i], 1e-9);
+		assert_float_equal(wr[i], ewr[i], 1e-9);
+	}
 	/* The same ranges keep their rates. */
 	kv_srv_carry_rates(old, ord, owr, 5, old, rd, wr, 5);
 	for (int i = 0; i < 5; i++) {
