@@ -70,6 +70,17 @@ kv_range_contains(const void *start, size_t slen, const void *end, size_t elen, 
 	return elen == 0 || kv_key_cmp(key, klen, end, elen) < 0;
 }
 
+/* Returns whether [is, ie) lies inside [os, oe); an empty end means no
+ * upper bound. */
+static inline bool
+kv_range_within(const void *is, size_t isl, const void *ie, size_t iel, const void *os, size_t osl,
+                const void *oe, size_t oel)
+{
+	if (kv_key_cmp(is, isl, os, osl) < 0)
+		return false;
+	return oel == 0 || (iel != 0 && kv_key_cmp(ie, iel, oe, oel) <= 0);
+}
+
 /* Returns whether [start, end) is empty (end not empty and end <= start). */
 static inline bool
 kv_range_is_empty(const void *start, size_t slen, const void *end, size_t elen)

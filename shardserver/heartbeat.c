@@ -181,15 +181,12 @@ range_stats(kv_server *s, const kv_buf *st, const kv_buf *en, kv_admin_range_sta
 	}
 }
 
-/* Whether [s1, e1) lies inside [s2, e2) (an empty end: no bound). */
+/* Whether range stat a's range lies inside b's. */
 static bool
-inside(kv_bytes s1, kv_bytes e1, kv_bytes s2, kv_bytes e2)
+inside(const kv_admin_range_stat *a, const kv_admin_range_stat *b)
 {
-	if (kv_key_cmp(s2.p, s2.len, s1.p, s1.len) > 0)
-		return false;
-	if (e2.len == 0)
-		return true;
-	return e1.len != 0 && kv_key_cmp(e1.p, e1.len, e2.p, e2.len) <= 0;
+	return kv_range_within(a->start.p, a->start.len, a->end.p, a->end.len, b->start.p,
+	                       b->start.len, b->end.p, b->end.len);
 }
 
 void
@@ -200,15 +197,16 @@ kv_srv_carry_rates(const kv_admin_range_stat *ors, const double *ord, const doub
 		rd[i] = wr[i] = 0;
 		for (size_t j = 0; j < m; j++) {
 			double share;
-			if (inside(ors[j].start, ors[j].end, rs[i].start, rs[i].end))
+			if (inside(&ors[j], &rs[i]))
 				share = 1; /* the same range, or a part of a merge */
-			else if (inside(rs[i].start, rs[i].end, ors[j].start, ors[j].end))
-				share = ors[j].bytes > 0 && rs[i].bytes < ors[j].bytes
-				            ? (double)rs[i].bytes / (double)ors[j].bytes
-				        : ors[j].bytes > 0 ? 1
-				                           : 0;
+			else if (!inside(&rs[i], &ors[j]))
+				continue; /* new here, or overlapping in part */
+			else if (ors[j].bytes == 0)
+				share = 0; /* a cut of a range that held nothing */
+			else if (rs[i].bytes >= ors[j].bytes)
+				share = 1;
 			else
-				continue;
+				share = (double)rs[i].bytes / (double)ors[j].bytes;
 			rd[i] += ord[j] * share;
 			wr[i] += owr[j] * share;
 		}
@@ -451,9 +449,8 @@ kv_srv_heartbeat_main(void *arg)
 				            &cache.split[HB_SPLITS * i],
 				            &cache.splitv[HB_SPLITS * i]);
 			if (!same)
-				kv_srv_carry_rates(old.rs, old.rd, old.wr,
-				                   old.rs != NULL ? old.n : 0, cache.rs, cache.rd,
-				                   cache.wr, n);
+				kv_srv_carry_rates(old.rs, old.rd, old.wr, old.n, cache.rs,
+				                   cache.rd, cache.wr, n);
 			hb_cache_fini(&old);
 			KV_DEBUG(COMP, "ranges counted", "ranges=%zu keys=%llu ms=%llu", n,
 			         (unsigned long long)st.keys,

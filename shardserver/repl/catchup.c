@@ -35,14 +35,6 @@ overlaps(const void *as, size_t asl, const void *ae, size_t ael, const void *bs,
 	       (bel == 0 || kv_key_cmp(as, asl, be, bel) < 0);
 }
 
-/* Whether [is, ie) lies inside [os, oe). */
-static bool
-inside(const void *is, size_t isl, const void *ie, size_t iel, const void *os, size_t osl,
-       const void *oe, size_t oel)
-{
-	return kv_key_cmp(is, isl, os, osl) >= 0 && end_cmp(ie, iel, oe, oel) <= 0;
-}
-
 /* ------------------------------------------------------------------------
  * The buffer
  * ------------------------------------------------------------------------ */
@@ -215,7 +207,8 @@ kv_cu_buf_select(kv_cu_buf *b, const kv_bytes *start, const kv_bytes *end, uint6
 		if (!overlaps(rs, r->slen, re, r->elen, start->p, start->len, end->p, end->len))
 			continue;
 		if (r->leader_epoch != leader_epoch ||
-		    !inside(rs, r->slen, re, r->elen, start->p, start->len, end->p, end->len))
+		    !kv_range_within(rs, r->slen, re, r->elen, start->p, start->len, end->p,
+		                     end->len))
 			return KV_EINVAL;
 		k++;
 	}
@@ -277,8 +270,8 @@ kv_cu_pos_covers(const kv_cu_pos *p, uint32_t from, uint64_t boot, uint64_t lead
 {
 	return p->from == from && p->boot == boot && p->leader_epoch == leader_epoch &&
 	       p->lsn >= from_lsn &&
-	       inside(start->p, start->len, end->p, end->len, p->start.data, p->start.len,
-	              p->end.data, p->end.len);
+	       kv_range_within(start->p, start->len, end->p, end->len, p->start.data, p->start.len,
+	                       p->end.data, p->end.len);
 }
 
 long

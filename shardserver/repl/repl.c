@@ -2714,11 +2714,8 @@ same_range(const kv_buf *as, const kv_buf *ae, const kv_buf *bs, const kv_buf *b
 static bool
 inside_of(const kv_buf *is, const kv_buf *ie, const kv_buf *os, const kv_buf *oe)
 {
-	if (kv_key_cmp(is->data, is->len, os->data, os->len) < 0)
-		return false;
-	if (oe->len == 0)
-		return true;
-	return ie->len != 0 && kv_key_cmp(ie->data, ie->len, oe->data, oe->len) <= 0;
+	return kv_range_within(is->data, is->len, ie->data, ie->len, os->data, os->len, oe->data,
+	                       oe->len);
 }
 
 static void
