@@ -92,6 +92,7 @@
 #include "common/slice.h"
 #include "proto/repl_codec.h"
 #include "shardserver/repl/catchup.h"
+#include "shardserver/repl/recent.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -117,6 +118,7 @@
 #define REFUSALS_LOGGED 10u                  /* refusals in a row before they are logged */
 #define REFUSAL_LOG_MS  5000u                /* at most one such line per stream this often */
 #define GAP_WAIT_MS     50                   /* a backup waits this long for a missing batch */
+#define END_WAIT_MS     50                   /* ... for the old primary's records up to an end */
 #define MAX_STREAMS     64u                  /* backups one node streams to */
 #define SPARE_RECS      1024u                /* acknowledged record entries a stream keeps */
 #define SPARE_DATA      256u                 /* data bytes a record entry has, at least */
@@ -439,6 +441,7 @@ typedef struct {
 	bool breaks_known;   /* ... one was applied in this start */
 	uint64_t cp_breaks;  /* ... at the first step of the copy or catch-up in progress */
 	bool cu_on;          /* a catch-up in progress was accepted */
+	kv_recent *recent;   /* the spans of the records applied last; NULL: none known */
 } insrc;
 
 /* A reply waiting for the commit point. */
@@ -2691,15 +2694,24 @@ stream_find(kv_rs *g, uint32_t node)
 	return NULL;
 }
 
+/* The state of primary `from`, or NULL when this node follows none of
+ * that id. Caller holds in_mu. */
+static insrc *
+src_of(kv_rs *g, uint32_t from)
+{
+	for (size_t i = 0; i < MAX_SOURCES; i++)
+		if (g->src[i].from == from)
+			return &g->src[i];
+	return NULL;
+}
+
 /* The highest lsn of primary `from` applied here since this start; 0:
  * none. Caller holds in_mu. */
 static uint64_t
 applied_from(kv_rs *g, uint32_t from)
 {
-	for (size_t i = 0; i < MAX_SOURCES; i++)
-		if (g->src[i].from == from)
-			return g->src[i].max_lsn;
-	return 0;
+	const insrc *in = src_of(g, from);
+	return in != NULL ? in->max_lsn : 0;
 }
 
 /* Whether two routes name the same range. */
@@ -3969,25 +3981,40 @@ check_marker(kv_rs *g, uint32_t me, uint32_t from, uint64_t leader_epoch, const 
 	return KV_OK;
 }
 
+/* A record of a batch and the keys it touches (KV_DUR_SPAN_ALL: its
+ * payload did not say). */
+typedef struct {
+	size_t idx;
+	kv_dur_span sp;
+} warm_span;
+
 /*
  * Before a batch's records are applied one by one: brings the index paths
- * of the keys of the records from `from` on (up to KV_STORE_PREFETCH_GROUP of
- * them) into cache at once (kv_store_prefetch), so that their applies do
- * not stall on one cache miss after another. Returns the index of the first
- * record not covered.
+ * of the keys of the records from `from` on above after_lsn (up to
+ * KV_STORE_PREFETCH_GROUP of them) into cache at once (kv_store_prefetch),
+ * so that their applies do not stall on one cache miss after another, and
+ * keeps their spans in ws (*nws of them, in order) for the backup's memory
+ * of what it applied (recent.h). Returns the index of the first record not
+ * covered.
  */
 static size_t
-warm_recs(kv_rs *g, const kv_repl_msg *m, size_t from, uint64_t after_lsn)
+warm_recs(kv_rs *g, const kv_repl_msg *m, size_t from, uint64_t after_lsn, warm_span *ws,
+          size_t *nws)
 {
 	kv_bytes keys[KV_STORE_PREFETCH_GROUP];
 	size_t n = 0, i;
 
-	for (i = from; i < m->nrecs && n < KV_STORE_PREFETCH_GROUP; i++) {
-		kv_dur_span sp;
-		if (m->recs[i].lsn > after_lsn &&
-		    kv_dur_rec_span(m->recs[i].payload.p, m->recs[i].payload.len, &sp) == KV_OK &&
-		    sp.kind == KV_DUR_SPAN_KEYS)
-			keys[n++] = sp.lo;
+	*nws = 0;
+	for (i = from; i < m->nrecs && *nws < KV_STORE_PREFETCH_GROUP; i++) {
+		warm_span *w = &ws[*nws];
+		if (m->recs[i].lsn <= after_lsn)
+			continue;
+		w->idx = i;
+		if (kv_dur_rec_span(m->recs[i].payload.p, m->recs[i].payload.len, &w->sp) != KV_OK)
+			w->sp.kind = KV_DUR_SPAN_ALL;
+		if (w->sp.kind == KV_DUR_SPAN_KEYS)
+			keys[n++] = w->sp.lo;
+		(*nws)++;
 	}
 	kv_store_prefetch(g->env.store, n, keys);
 	return i;
@@ -4024,9 +4051,13 @@ apply_group(kv_rs *g, uint32_t me, const kv_repl_msg *m, insrc *in, size_t *i, c
 {
 	kv_bytes pay[KV_STORE_PREFETCH_GROUP];
 	const kv_repl_rec *rr[KV_STORE_PREFETCH_GROUP];
-	size_t end = warm_recs(g, m, *i, in->last_lsn), k = 0, done = 0;
+	const kv_dur_span *sps[KV_STORE_PREFETCH_GROUP];
+	warm_span ws[KV_STORE_PREFETCH_GROUP];
+	size_t nws, w = 0;
+	size_t end = warm_recs(g, m, *i, in->last_lsn, ws, &nws), k = 0, done = 0;
 	uint64_t seen = in->last_lsn, l = 0;
 	int st = KV_OK, ast = KV_OK;
+	static const kv_dur_span any = {.kind = KV_DUR_SPAN_ALL};
 
 	for (; *i < end && k < KV_STORE_PREFETCH_GROUP; (*i)++) {
 		const kv_repl_rec *r = &m->recs[*i];
@@ -4034,6 +4065,9 @@ apply_group(kv_rs *g, uint32_t me, const kv_repl_msg *m, insrc *in, size_t *i, c
 			continue;
 		if ((st = check_rec(g, me, m->from_node, r, why)) != KV_OK)
 			break;
+		while (w < nws && ws[w].idx < *i)
+			w++;
+		sps[k] = w < nws && ws[w].idx == *i ? &ws[w].sp : &any;
 		pay[k] = r->payload;
 		rr[k++] = r;
 		seen = r->lsn;
@@ -4046,6 +4080,8 @@ apply_group(kv_rs *g, uint32_t me, const kv_repl_msg *m, insrc *in, size_t *i, c
 	if (done > 0) {
 		/* lsns rise through a batch: the last applied is the highest */
 		const kv_repl_rec *r = rr[done - 1];
+		for (size_t j = 0; j < done && in->recent != NULL; j++)
+			kv_recent_add(in->recent, rr[j]->lsn, sps[j]);
 		in->last_lsn = r->lsn;
 		in->last_local = l;
 		if (r->lsn > in->max_lsn) {
@@ -4088,6 +4124,8 @@ apply_copy(kv_rs *g, const kv_repl_copy *c, insrc *in, const char **why)
 		 * position in this primary's records is unknown until later
 		 * records raise it (reconciliation compares it). */
 		in->max_lsn = 0;
+		if (in->recent != NULL)
+			kv_recent_clear(in->recent);
 		KV_INFO(COMP,
 		        "copy of a range from its primary started: what was held of it is "
 		        "dropped",
@@ -4178,6 +4216,8 @@ apply_catchup(kv_rs *g, uint32_t me, const kv_repl_msg *m, insrc *in, bool *div,
 		/* As after a copy's first step: the data may now hold records
 		 * whose predecessors in the stream have not arrived. */
 		in->max_lsn = 0;
+		if (in->recent != NULL)
+			kv_recent_clear(in->recent);
 		KV_INFO(COMP,
 		        i >= 0
 		            ? "catch-up from this node's own data accepted"
@@ -4236,8 +4276,10 @@ src_get(kv_rs *g, uint32_t from)
 		if (fr == NULL && g->src[i].from == 0)
 			fr = &g->src[i];
 	}
-	if (fr)
-		*fr = (insrc){.from = from};
+	if (fr) {
+		/* Without its ring (out of memory) every doubt makes a copy. */
+		*fr = (insrc){.from = from, .recent = kv_recent_new()};
+	}
 	return fr;
 }
 
@@ -4334,6 +4376,18 @@ handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *nowait)
 	while (in->stream_id == m->stream_id && m->seq > in->next_seq &&
 	       pthread_cond_timedwait(&g->in_cv, &g->in_mu, &ts) == 0)
 		;
+	if (m->end.set && m->end.end_lsn != 0 && m->end.old_primary != me) {
+		/* A new primary's end: the old primary's records up to it may still
+		 * be on their way here on its own stream, which goes on with its
+		 * other ranges. Only a record of this range among them makes this
+		 * copy differ (reconciliation below); one refused on the way stops
+		 * that stream short of the end. */
+		const insrc *o = src_of(g, m->end.old_primary);
+		deadline_in(&ts, END_WAIT_MS);
+		while (o != NULL && o->max_lsn != 0 && o->max_lsn < m->end.end_lsn &&
+		       pthread_cond_timedwait(&g->in_cv, &g->in_mu, &ts) == 0)
+			;
+	}
 	if (in->stream_id != m->stream_id) {
 		/* A new stream starts at seq 1; one of the same start must have a
 		 * higher generation (a late batch of an old one is refused). */
@@ -4345,8 +4399,11 @@ handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *nowait)
 		}
 		in->stream_id = m->stream_id;
 		in->next_seq = 1;
-		if (new_boot)
+		if (new_boot) {
 			in->last_lsn = 0;
+			if (in->recent != NULL)
+				kv_recent_clear(in->recent);
+		}
 	}
 	if (m->seq > in->next_seq) {
 		st = KV_EBUSY;
@@ -4404,10 +4461,18 @@ handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *nowait)
 		    (st = check_marker(g, me, m->from_node, m->end.leader_epoch, &m->end.start,
 		                       NULL, &why)) == KV_OK) {
 			/* Reconciliation: the positions in the old leader epoch must be
-			 * equal and known, else this copy may hold records the new
-			 * primary lacks, or lack some it has. */
-			uint64_t mine = applied_from(g, m->end.old_primary);
-			div = mine == 0 || m->end.end_lsn == 0 || mine != m->end.end_lsn;
+			 * known, and this node's not below the new primary's, else this
+			 * copy may lack records the new primary has. Past it, only the
+			 * old primary's records of other ranges may have been applied
+			 * here, else this copy holds records the new primary lacks
+			 * (doc/replication.md "Reconciliation after a transfer"). */
+			const insrc *o = src_of(g, m->end.old_primary);
+			uint64_t mine = o != NULL ? o->max_lsn : 0;
+			div = mine == 0 || m->end.end_lsn == 0 || mine < m->end.end_lsn ||
+			      (mine > m->end.end_lsn &&
+			       (o->recent == NULL ||
+			        kv_recent_touches(o->recent, m->end.end_lsn, mine, m->end.start,
+			                          m->end.end)));
 			if (m->end.old_primary == me) {
 				/* This node is the old primary (a primary transfer): it
 				 * applied none of its own records from a stream, but when
@@ -4761,6 +4826,8 @@ kv_rs_destroy(kv_rs *g)
 	pthread_cond_destroy(&g->pos_cv);
 	kv_cu_buf_fini(&g->buf);
 	kv_cu_pos_set_fini(&g->pos);
+	for (size_t i = 0; i < MAX_SOURCES; i++)
+		kv_recent_free(g->src[i].recent);
 	free(g->pos_path);
 	free(g->pos_dir);
 	free(g);

@@ -540,17 +540,21 @@ an_end_marker_whose_range_was_merged_since_is_reconciled_not_refused(void **stat
 	assert_int_equal(a.status, KV_OK);
 	assert_false(a.diverged);
 	assert_int_equal(a.acked_seq, 2);
-	/* An end that does not match what the backup holds: diverged, not
-	 * refused. */
+	/* An end below the backup's last record: in sync when that record
+	 * lies outside the end's range (k1 is not in ["m", "")), ... */
 	a = send_marker(u, 1, sid, 3, 2, "m", "", false, 1, 9);
+	assert_int_equal(a.status, KV_OK);
+	assert_false(a.diverged);
+	/* ... diverged, not refused, when it lies inside (["", "m")). */
+	a = send_marker(u, 1, sid, 4, 2, "", "m", false, 1, 9);
 	assert_int_equal(a.status, KV_OK);
 	assert_true(a.diverged);
 	/* A copy of a range this configuration does not have: retry later. */
-	a = send_marker(u, 1, sid, 4, 2, "m", "", true, 0, 0);
+	a = send_marker(u, 1, sid, 5, 2, "m", "", true, 0, 0);
 	assert_int_equal(a.status, KV_EBUSY);
 	assert_string_equal(last_detail, "no range of this node's configuration starts there");
 	/* An end of an older leader epoch: the sender no longer leads. */
-	a = send_marker(u, 1, sid, 4, 1, "m", "", false, 1, 10);
+	a = send_marker(u, 1, sid, 5, 1, "m", "", false, 1, 10);
 	assert_int_equal(a.status, KV_ESTALE);
 }
 

@@ -52,6 +52,8 @@ kv_add_test(test_wal_concurrency SOURCES unit/test_wal.c LIBS kv_durable kv_test
 target_compile_definitions(test_wal_concurrency PRIVATE KV_WAL_TEST_CONCURRENCY=1)
 # The catch-up's buffer and positions (shardserver/repl/catchup.h).
 kv_add_test(test_catchup SOURCES unit/test_catchup.c LIBS kv_repl TIMEOUT 30)
+# What a backup applied last from a primary (shardserver/repl/recent.h).
+kv_add_test(test_recent SOURCES unit/test_recent.c LIBS kv_repl TIMEOUT 30)
 kv_add_test(test_snap SOURCES unit/test_snap.c LIBS kv_durable kv_testutil TIMEOUT 120)
 # test_durable_dedup: the exactly-once memory (with a delete's returned
 # value) comes back from the log and from snapshots after a restart.

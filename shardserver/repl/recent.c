@@ -1,0 +1,138 @@
+/*
+ * recent.c - the spans of the records a backup applied last from one
+ * primary (see recent.h and doc/replication.md "Reconciliation after a
+ * transfer").
+ */
+#include "shardserver/repl/recent.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_LONG 0xffu /* a length byte: the key was longer than KV_RECENT_KEY */
+
+typedef struct {
+	uint64_t lsn;
+	uint8_t kind;  /* kv_dur_span_kind */
+	uint8_t lolen; /* or KEY_LONG */
+	uint8_t hilen; /* or KEY_LONG */
+	uint8_t lo[KV_RECENT_KEY];
+	uint8_t hi[KV_RECENT_KEY];
+} rec;
+
+struct kv_recent {
+	rec *v;         /* KV_RECENT_CAP entries, a ring */
+	size_t next;    /* where the next record goes */
+	size_t n;       /* entries held */
+	bool known;     /* a record was added since the start or the last clear */
+	uint64_t floor; /* every applied record above it is held */
+	uint64_t last;  /* the highest lsn added */
+};
+
+kv_recent *
+kv_recent_new(void)
+{
+	kv_recent *r = calloc(1, sizeof(*r));
+
+	if (r == NULL)
+		return NULL;
+	if ((r->v = malloc(KV_RECENT_CAP * sizeof(*r->v))) == NULL) {
+		free(r);
+		return NULL;
+	}
+	return r;
+}
+
+void
+kv_recent_free(kv_recent *r)
+{
+	if (r == NULL)
+		return;
+	free(r->v);
+	free(r);
+}
+
+void
+kv_recent_clear(kv_recent *r)
+{
+	r->next = r->n = 0;
+	r->known = false;
+	r->floor = r->last = 0;
+}
+
+static void
+keep(uint8_t *dst, uint8_t *len, kv_bytes k)
+{
+	if (k.len > KV_RECENT_KEY) {
+		*len = KEY_LONG;
+		return;
+	}
+	*len = (uint8_t)k.len;
+	if (k.len > 0)
+		memcpy(dst, k.p, k.len);
+}
+
+void
+kv_recent_add(kv_recent *r, uint64_t lsn, const kv_dur_span *sp)
+{
+	rec *e;
+
+	if (r->known && lsn <= r->last)
+		return;
+	if (!r->known) {
+		/* Records at or below lsn - 1 were applied before this ring knew
+		 * of them, if at all. */
+		r->known = true;
+		r->floor = lsn - 1;
+	}
+	e = &r->v[r->next];
+	if (r->n == KV_RECENT_CAP)
+		r->floor = e->lsn; /* the oldest goes */
+	else
+		r->n++;
+	r->next = (r->next + 1) % KV_RECENT_CAP;
+	r->last = lsn;
+	e->lsn = lsn;
+	e->kind = (uint8_t)sp->kind;
+	e->lolen = e->hilen = 0;
+	if (sp->kind == KV_DUR_SPAN_KEYS || sp->kind == KV_DUR_SPAN_RANGE) {
+		keep(e->lo, &e->lolen, sp->lo);
+		keep(e->hi, &e->hilen, sp->hi);
+	}
+}
+
+/* Whether record e may touch [start, end). */
+static bool
+may_touch(const rec *e, kv_bytes start, kv_bytes end)
+{
+	if (e->kind != KV_DUR_SPAN_KEYS && e->kind != KV_DUR_SPAN_RANGE)
+		return true; /* no key known, or any key */
+	if (e->lolen == KEY_LONG || e->hilen == KEY_LONG)
+		return true;
+	/* Its lowest key must lie below the end ... */
+	if (end.len > 0 && kv_key_cmp(e->lo, e->lolen, end.p, end.len) >= 0)
+		return false;
+	/* ... and its highest at or above the start: a key span [lo, hi], a
+	 * range delete [lo, hi) (an empty hi: no bound). */
+	if (e->kind == KV_DUR_SPAN_KEYS)
+		return kv_key_cmp(e->hi, e->hilen, start.p, start.len) >= 0;
+	return e->hilen == 0 || kv_key_cmp(e->hi, e->hilen, start.p, start.len) > 0;
+}
+
+bool
+kv_recent_touches(const kv_recent *r, uint64_t after, uint64_t upto, kv_bytes start,
+                  kv_bytes end)
+{
+	if (upto <= after)
+		return false;
+	if (!r->known || after < r->floor)
+		return true;
+	/* Newest first, down to the first record at or below after. */
+	for (size_t k = 0; k < r->n; k++) {
+		const rec *e = &r->v[(r->next + KV_RECENT_CAP - 1 - k) % KV_RECENT_CAP];
+		if (e->lsn <= after)
+			break;
+		if (e->lsn <= upto && may_touch(e, start, end))
+			return true;
+	}
+	return false;
+}
