@@ -119,8 +119,7 @@ may_touch(const rec *e, kv_bytes start, kv_bytes end)
 }
 
 bool
-kv_recent_touches(const kv_recent *r, uint64_t after, uint64_t upto, kv_bytes start,
-                  kv_bytes end)
+kv_recent_touches(const kv_recent *r, uint64_t after, uint64_t upto, kv_bytes start, kv_bytes end)
 {
 	if (upto <= after)
 		return false;

@@ -52,20 +52,20 @@ records_past_the_end_touch_a_range_only_when_a_key_lies_in_it(void **state)
 		const char *start, *end; /* "" end: no bound */
 		bool touches;
 	} cases[] = {
-	    {10, 12, "f", "w", false},  /* c..e below, x above */
-	    {10, 12, "e", "w", true},   /* e is the span's highest key */
-	    {10, 12, "a", "c", false},  /* the end is exclusive */
-	    {10, 12, "w", "", true},    /* x, no end */
-	    {9, 12, "", "b", true},     /* a at 10 */
-	    {10, 12, "", "b", false},   /* a is at or below after */
-	    {12, 14, "r", "w", false},  /* the range delete ends before r */
-	    {12, 14, "q", "w", true},   /* ... and holds q */
-	    {12, 14, "a", "p", false},  /* ... and starts at p */
-	    {14, 20, "a", "b", true},   /* a key too long to keep: a doubt */
-	    {12, 20, "a", "b", true},   /* ... in a longer interval too */
-	    {20, 30, "a", "b", true},   /* a record of no known key */
-	    {12, 12, "", "", false},    /* nothing in between */
-	    {5, 12, "y", "z", true},    /* 6..9 were applied before the ring knew */
+	    {10, 12, "f", "w", false}, /* c..e below, x above */
+	    {10, 12, "e", "w", true},  /* e is the span's highest key */
+	    {10, 12, "a", "c", false}, /* the end is exclusive */
+	    {10, 12, "w", "", true},   /* x, no end */
+	    {9, 12, "", "b", true},    /* a at 10 */
+	    {10, 12, "", "b", false},  /* a is at or below after */
+	    {12, 14, "r", "w", false}, /* the range delete ends before r */
+	    {12, 14, "q", "w", true},  /* ... and holds q */
+	    {12, 14, "a", "p", false}, /* ... and starts at p */
+	    {14, 20, "a", "b", true},  /* a key too long to keep: a doubt */
+	    {12, 20, "a", "b", true},  /* ... in a longer interval too */
+	    {20, 30, "a", "b", true},  /* a record of no known key */
+	    {12, 12, "", "", false},   /* nothing in between */
+	    {5, 12, "y", "z", true},   /* 6..9 were applied before the ring knew */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		kv_bytes st = {(const uint8_t *)cases[i].start, strlen(cases[i].start)};
@@ -102,7 +102,8 @@ a_ring_that_dropped_or_forgot_records_cannot_vouch_for_them(void **state)
 	assert_true(kv_recent_touches(r, 100, KV_RECENT_CAP + 100, B("a"), B("b")));
 	kv_recent_add(r, KV_RECENT_CAP + 200, &far);
 	assert_true(kv_recent_touches(r, KV_RECENT_CAP + 100, KV_RECENT_CAP + 200, B("a"), B("b")));
-	assert_false(kv_recent_touches(r, KV_RECENT_CAP + 199, KV_RECENT_CAP + 200, B("a"), B("b")));
+	assert_false(
+	    kv_recent_touches(r, KV_RECENT_CAP + 199, KV_RECENT_CAP + 200, B("a"), B("b")));
 	kv_recent_free(r);
 }
 
