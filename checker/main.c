@@ -775,14 +775,17 @@ check_file(const char *path)
 	return res.nviolations ? 1 : 0;
 }
 
-/* Writes the run's history (--history, or the default path). A failure to
- * write it is reported, not fatal: the run is still checked. */
+/* Writes the run's history (--history, or the default path, which goes to
+ * path[0..cap) when written; empty otherwise). A failure to write it is
+ * reported, not fatal: the run is still checked. */
 static void
 write_history(const chk_opts *o, const chk_cluster *cl, chk_workload *w, const chk_key *keys,
-              size_t nkeys, const chk_op *ops, size_t nops, const chk_nemesis *nem, size_t nnem)
+              size_t nkeys, const chk_op *ops, size_t nops, const chk_nemesis *nem, size_t nnem,
+              char *written, size_t cap)
 {
 	char path[4200];
 
+	written[0] = '\0';
 	if (o->history)
 		snprintf(path, sizeof(path), "%s", o->history);
 	else if (cl)
@@ -802,6 +805,8 @@ write_history(const chk_opts *o, const chk_cluster *cl, chk_workload *w, const c
 		return;
 	}
 	chk_log("history written to %s", path);
+	if (!o->history)
+		snprintf(written, cap, "%s", path);
 }
 
 static void
@@ -1003,6 +1008,7 @@ main(int argc, char **argv)
 	              .scan_limit = 100};
 	chk_cluster *cl = NULL;
 	shardkv_client *admin = NULL;
+	char hist[4200] = ""; /* the history's default path, once written */
 	chk_workload *w = NULL;
 	chk_driver *d = NULL;
 	chk_result res;
@@ -1164,7 +1170,7 @@ main(int argc, char **argv)
 	const chk_nemesis *nem;
 	size_t nnem;
 	chk_driver_nemesis(d, &nem, &nnem);
-	write_history(&o, cl, w, keys, nkeys, ops, nops, nem, nnem);
+	write_history(&o, cl, w, keys, nkeys, ops, nops, nem, nnem, hist, sizeof(hist));
 	uint64_t n_unused, failed;
 	chk_workload_counts(w, &n_unused, &failed);
 	summary s = {.seed = o.seed,
@@ -1203,8 +1209,16 @@ main(int argc, char **argv)
 	else
 		rc = 0;
 out:
-	if (cl && cl->dir[0] && (rc != 0 || o.keep))
+	if (cl && cl->dir[0] && (rc != 0 || o.keep)) {
+		/* The default history is named by the seed only: kept beside the
+		 * cluster's logs, a failed run's is not overwritten by the next
+		 * run of the same seed. */
+		char kept[4300];
+		snprintf(kept, sizeof(kept), "%s/history.jsonl", cl->dir);
+		if (rc != 0 && hist[0] != '\0' && rename(hist, kept) == 0)
+			fprintf(stderr, "checker: the history is kept as %s\n", kept);
 		fprintf(stderr, "checker: the cluster's data and logs are kept in %s\n", cl->dir);
+	}
 	if (o.verbose)
 		chk_log("stopping");
 	/* The driver first: it lifts its multi-key gate in the workload. */
