@@ -4,15 +4,29 @@
 # and reading for DURATION s while `shardkv move "" "" N` hands the range to
 # the next node every second, MOVES times. Prints the transfers the old
 # primaries logged as clean ("nothing outstanding") and unclean, the copies
-# of a range the replicas started (the joins' included) and the bench's
-# errors.
+# of a range the replicas started, the ends of a
+# previous leader epoch that found a backup diverged (these three counted
+# from the load's start: the joins' copies are not among them), and the
+# bench's errors.
 #   MOVES=N          moves (default 20)      DURATION=S  bench seconds (default 25)
+#   RANGES=3         three ranges instead of one, each led by its own node
+#                    ("key:000000033333" and "key:000000066666" the cuts);
+#                    the first is the one handed on, so its old primary
+#                    goes on writing a range of its own (doc/replication.md
+#                    "Reconciliation after a transfer")
+#   LOAD=pipelined   the load of bench/replicated-writes.sh (one caller
+#                    loop, 50 callers, 16 puts a call) instead of 4 threads
+#                    of 4 callers, half gets
 #   BASE_PORT=P      the cluster's ports (default a free block above 7000)
 #   SHARDKV_BIN_DIR  the binaries (default: cluster.sh's choice)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 moves=${MOVES:-20}
 duration=${DURATION:-25}
+ranges=${RANGES:-1}
+load=${LOAD:-mixed}
+case "$ranges" in 1 | 3) ;; *) echo "transfer-moves.sh: RANGES is 1 or 3" >&2; exit 2 ;; esac
+case "$load" in mixed | pipelined) ;; *) echo "transfer-moves.sh: LOAD is mixed or pipelined" >&2; exit 2 ;; esac
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 base=${BASE_PORT:-7000}
 if [ -z "${BASE_PORT:-}" ]; then
@@ -25,24 +39,42 @@ export SHARDKV_CONTROLLER=$ctl
 . "$dir/cluster.env"
 cli="$bin/shardkv"
 
-# The one range on three in-sync replicas, no fence.
+# The ranges on three in-sync replicas each, no fence.
 in_sync() {
 	"$cli" --json config | python3 -c 'import json, sys
 r = json.load(sys.stdin)["ranges"]
-sys.exit(0 if len(r) == 1 and len(r[0].get("insync", [])) == 3 and not r[0].get("fence") else 1)'
+sys.exit(0 if len(r) == int(sys.argv[1]) and all(len(x.get("insync", [])) == 3 and not x.get("fence") for x in r) else 1)' "$1"
 }
-for _ in $(seq 1 150); do in_sync && break; sleep 0.2; done
-in_sync || { echo "transfer-moves.sh: the range never reached three in-sync replicas" >&2; exit 1; }
+for _ in $(seq 1 150); do in_sync 1 && break; sleep 0.2; done
+in_sync 1 || { echo "transfer-moves.sh: the range never reached three in-sync replicas" >&2; exit 1; }
+first_end=""
+if [ "$ranges" = 3 ]; then
+	first_end=key:000000033333
+	# Cuts, each handed to its node (a move to the node that leads it
+	# already is refused at once: the loop goes on).
+	for step in "key:000000066666||3|2" "key:000000033333|key:000000066666|2|3" \
+		"|key:000000033333|1|3"; do
+		IFS='|' read -r s e n want <<<"$step"
+		for _ in $(seq 1 20); do "$cli" move "$s" "$e" "$n" >/dev/null 2>&1 && break; sleep 0.1; done
+		for _ in $(seq 1 150); do in_sync "$want" && break; sleep 0.2; done
+	done
+	in_sync 3 || { echo "transfer-moves.sh: the three ranges never reached three in-sync replicas" >&2; exit 1; }
+fi
 
-"$cli" bench --keys 100000 --value-size 100 --duration "$duration" --threads 4 --async 4 \
-	--mix get:1,put:1 >"$dir/bench.txt" 2>&1 &
+if [ "$load" = pipelined ]; then
+	shape=(--threads 1 --async 50 --batch 16 --connections 1 --mix put:100)
+else
+	shape=(--threads 4 --async 4 --mix get:1,put:1)
+fi
+t0=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ) # the counts below are of the load's time
+"$cli" bench --keys 100000 --value-size 100 --duration "$duration" "${shape[@]}" >"$dir/bench.txt" 2>&1 &
 bp=$!
 sleep 2
 accepted=0 n=2
 for _ in $(seq 1 "$moves"); do
 	# A move is refused busy while the previous transfer's fence stands.
 	for _ in $(seq 1 50); do
-		if "$cli" move "" "" "$n" >/dev/null 2>&1; then
+		if "$cli" move "" "$first_end" "$n" >/dev/null 2>&1; then
 			accepted=$((accepted + 1))
 			break
 		fi
@@ -52,10 +84,11 @@ for _ in $(seq 1 "$moves"); do
 	sleep 1
 done
 wait "$bp" || true
-count() { cat "$dir"/node-*.log | grep -c "$1" || true; }
+count() { cat "$dir"/node-*.log | awk -v t0="$t0" '$1 >= t0' | grep -c "$1" || true; }
 echo "moves accepted: $accepted of $moves"
 echo "clean transfers: $(count 'handed to another primary with nothing outstanding')"
 echo "unclean transfers: $(count 'handed to another primary with records outstanding')"
 echo "copies started: $(count 'copy of a range from its primary started')"
+echo "backups found diverged by a new primary's end: $(count 'backup diverged from this primary')"
 grep -E '^errors' "$dir/bench.txt" || true
 grep -E '^  node ' "$dir/bench.txt" || true
