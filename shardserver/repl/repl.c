@@ -442,6 +442,8 @@ typedef struct {
 	uint64_t cp_breaks;  /* ... at the first step of the copy or catch-up in progress */
 	bool cu_on;          /* a catch-up in progress was accepted */
 	kv_recent *recent;   /* the spans of the records applied last; NULL: none known */
+	uint64_t end_stall;  /* max_lsn when a wait for an end last ran out (its stream
+	                        stood still): no wait again until it moves */
 } insrc;
 
 /* A reply waiting for the commit point. */
@@ -4382,11 +4384,19 @@ handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *nowait)
 		 * other ranges. Only a record of this range among them makes this
 		 * copy differ (reconciliation below); one refused on the way stops
 		 * that stream short of the end. */
-		const insrc *o = src_of(g, m->end.old_primary);
+		insrc *o = src_of(g, m->end.old_primary);
 		deadline_in(&ts, END_WAIT_MS);
+		/* After an old primary's failure, one wait for each of its ranges'
+		 * ends would add up: a stream that stood still through one is not
+		 * waited for again until it moves. */
 		while (o != NULL && o->max_lsn != 0 && o->max_lsn < m->end.end_lsn &&
-		       pthread_cond_timedwait(&g->in_cv, &g->in_mu, &ts) == 0)
-			;
+		       o->max_lsn != o->end_stall) {
+			if (pthread_cond_timedwait(&g->in_cv, &g->in_mu, &ts) != 0) {
+				if (o->max_lsn < m->end.end_lsn)
+					o->end_stall = o->max_lsn;
+				break;
+			}
+		}
 	}
 	if (in->stream_id != m->stream_id) {
 		/* A new stream starts at seq 1; one of the same start must have a
