@@ -405,6 +405,10 @@ render(void *arg, kv_buf *out)
 	    "In-sync backups whose end of the previous leader epoch differed from this "
 	    "new primary's (each is taken out of the ISR and copied again).",
 	    rs.diverged);
+	add(m, &n, "shardkv_replication_ends_ahead_in_sync_total", KV_METRIC_COUNTER,
+	    "New primaries' ends of the previous leader epoch this backup answered in sync "
+	    "although it had applied more of the old primary's records, all of other ranges.",
+	    rs.ends_ahead_in_sync);
 	add(m, &n, "shardkv_replica_transfers_clean_total", KV_METRIC_COUNTER,
 	    "Ranges this node led handed to another primary, this node kept in the ISR, with "
 	    "nothing outstanding on the stream to it: this node stays in sync without a copy.",

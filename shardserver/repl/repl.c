@@ -502,6 +502,7 @@ struct kv_rs {
 	 * step sent moves it on by its bytes at that rate (copy_charge). */
 	atomic_uint_fast64_t copy_next_ns;
 	atomic_uint_fast64_t st_clean_demos, st_unclean_demos, st_ends_in_sync, st_unfence_asks;
+	atomic_uint_fast64_t st_ends_ahead; /* ends answered in sync past them (recent.h) */
 	atomic_uint_fast64_t st_catchups, st_cu_refused, st_copy_bytes, st_copy_urgent_bytes;
 	atomic_uint_fast64_t st_copy_holds;
 
@@ -4483,6 +4484,8 @@ handle(kv_rs *g, const kv_req *rq, kv_repl_ack *ack, uint64_t *nowait)
 			       (o->recent == NULL ||
 			        kv_recent_touches(o->recent, m->end.end_lsn, mine, m->end.start,
 			                          m->end.end)));
+			if (!div && mine > m->end.end_lsn && m->end.old_primary != me)
+				atomic_fetch_add(&g->st_ends_ahead, 1);
 			if (m->end.old_primary == me) {
 				/* This node is the old primary (a primary transfer): it
 				 * applied none of its own records from a stream, but when
@@ -4894,6 +4897,7 @@ kv_rs_stats_get(kv_rs *g, kv_rs_stats *st)
 	st->clean_demotions = atomic_load(&g->st_clean_demos);
 	st->unclean_demotions = atomic_load(&g->st_unclean_demos);
 	st->ends_in_sync = atomic_load(&g->st_ends_in_sync);
+	st->ends_ahead_in_sync = atomic_load(&g->st_ends_ahead);
 	st->unfence_asks = atomic_load(&g->st_unfence_asks);
 	st->catchups = atomic_load(&g->st_catchups);
 	st->catchup_refusals = atomic_load(&g->st_cu_refused);

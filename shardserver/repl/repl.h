@@ -243,6 +243,10 @@ typedef struct {
 	uint64_t clean_demotions;
 	uint64_t unclean_demotions;
 	uint64_t ends_in_sync; /* old primaries that answered this node's end in sync */
+	/* New primaries' ends this node answered in sync as a backup although it
+	 * had applied more of the old primary's records, all of other ranges
+	 * (doc/replication.md "Reconciliation after a transfer"). */
+	uint64_t ends_ahead_in_sync;
 	uint64_t unfence_asks; /* IsrChange{unfence} requests sent (one per range) */
 	/* Replicas outside the ISR caught up from their own data, without a copy
 	 * (ranges), and catch-ups offered that the replica refused (a copy

@@ -500,30 +500,40 @@ a_transfer_of_part_of_a_range_copies_no_replica_while_the_old_primary_writes_the
 	inproc_cluster *c = *state;
 	uint64_t before[NSRV];
 	uint32_t p = three_in_sync(c), q = p % NSRV + 1, r = q % NSRV + 1;
-	/* Parts of the keys "t:00000".."t:00199", ten keys each from the top
+	/* Parts of the keys "t:00000".."t:00199", two keys each from the top
 	 * down to "t:00050", moved from p in turn to q and r while p keeps
 	 * leading the keys below them, which the writers write (every key was
 	 * written first). Whether the third replica passes the new primary's
-	 * end with records of p's rest depends on timing: about one transfer
-	 * in three here, and 15 transfers. */
+	 * end with records of p's rest depends on timing: the transfers go on
+	 * until one did (shardkv_replication_ends_ahead_in_sync_total), so
+	 * that the run shows the rule, or the parts run out. */
 	writers_start(c);
 	writers_wait(400, "");
 	writers_stop();
 	writers_start_span(c, 48);
 	for (int i = 0; i < NSRV; i++)
 		before[i] = copies(i);
-	for (int k = 0; k < 15; k++) {
+	uint64_t ahead = 0;
+	int k;
+	for (k = 0; k < 75 && ahead == 0; k++) {
 		char cut[16], upto[16];
-		snprintf(cut, sizeof(cut), "t:%05d", 190 - 10 * k);
+		snprintf(cut, sizeof(cut), "t:%05d", 198 - 2 * k);
 		upto[0] = '\0';
 		if (k > 0)
-			snprintf(upto, sizeof(upto), "t:%05d", 200 - 10 * k);
+			snprintf(upto, sizeof(upto), "t:%05d", 200 - 2 * k);
 		writers_wait(50, "");
 		transfer_part_to(c, cut, upto, k % 2 ? r : q);
+		ahead = 0;
+		for (int i = 0; i < NSRV; i++)
+			ahead += srv_metric(i, "shardkv_replication_ends_ahead_in_sync_total");
 	}
+	print_message("%d transfers: %llu ends answered in sync ahead of them\n", k,
+	              (unsigned long long)ahead);
 	for (int i = 0; i < NSRV; i++)
 		print_message("server %d has made %llu copies\n", i,
 		              (unsigned long long)(copies(i) - before[i]));
+	if (ahead == 0)
+		fail_msg("in %d transfers no backup was ahead of a new primary's end", k);
 	writers_wait(200, " after the transfers");
 	writers_stop();
 	for (int i = 0; i < NSRV; i++)
