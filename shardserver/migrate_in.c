@@ -180,6 +180,15 @@ clear_range(kv_mig *s, kv_mig_in *in)
 		rv = kv_store_range_delete(s->env.store, in->start.data, in->start.len,
 		                           in->end.data, in->end.len, KV_MIG_DELETE_STEP, NULL);
 	while (rv == KV_EBUSY);
+	/* The range's exactly-once entries go with it, as at the replay of the
+	 * record below: an earlier attempt's (taken in live, apply_dedup) may
+	 * name writes that its source lost in a crash and this attempt's copy
+	 * does not bring; a retry of one would be answered "done" here without
+	 * being applied. Forgotten, such a retry is refused (its client's floor
+	 * rises), and the copy brings back the entries of writes it holds. */
+	if (rv == 0)
+		kv_dedup_forget_range(s->env.dedup, in->start.data, in->start.len, in->end.data,
+		                      in->end.len);
 	if (rv == 0)
 		rv = kv_dur_log_range_del(s->env.dur, in->start.data, in->start.len, in->end.data,
 		                          in->end.len, NULL);
