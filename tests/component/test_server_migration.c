@@ -686,18 +686,26 @@ many_handovers_under_heavy_appends_lose_and_double_no_acknowledged_append(void *
 
 /* An append at url by client 7 with request id `id`, sent as a retry
  * (Op.retry: the client sent it before). */
+/* A retry (Op.retry) of client's write `id`: an append of v to k, or a put. */
 static res1
-retry_append(const char *url, const char *k, const char *v, uint64_t id)
+retry_write(const char *url, bool append, const char *k, const char *v, uint64_t client,
+            uint64_t id)
 {
 	Shardkv__Op op = SHARDKV__OP__INIT;
 	Shardkv__AppendOp a = SHARDKV__APPEND_OP__INIT;
-	a.key = (ProtobufCBinaryData){strlen(k), (uint8_t *)k};
-	a.value = (ProtobufCBinaryData){strlen(v), (uint8_t *)v};
-	op.op_case = SHARDKV__OP__OP_APPEND;
-	op.append = &a;
+	Shardkv__PutOp p = SHARDKV__PUT_OP__INIT;
+	a.key = p.key = (ProtobufCBinaryData){strlen(k), (uint8_t *)k};
+	a.value = p.value = (ProtobufCBinaryData){strlen(v), (uint8_t *)v};
+	if (append) {
+		op.op_case = SHARDKV__OP__OP_APPEND;
+		op.append = &a;
+	} else {
+		op.op_case = SHARDKV__OP__OP_PUT;
+		op.put = &p;
+	}
 	op.request_id = id;
 	op.retry = true;
-	return one_op(url, &op, 7);
+	return one_op(url, &op, client);
 }
 
 /*
@@ -724,20 +732,20 @@ a_write_the_source_forgot_is_refused_at_the_destination_not_applied_again(void *
 		r = do_append(srvs[0].url, "afill", "y", 7, id);
 		assert_int_equal(r.status, 0);
 	}
-	r = retry_append(srvs[0].url, "mz", "x", 1);
+	r = retry_write(srvs[0].url, true, "mz", "x", 7, 1);
 	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_TIMED_OUT);
 	publish_move(1, 1, 2, 0);
 	fake_ctl_wait_done(ctl, 1, 20000);
 	uint64_t e = publish_owner(2);
 	srv_wait_ready(srvs[1].url, e, 15000, NULL);
-	r = retry_append(srvs[1].url, "mz", "x", 1);
+	r = retry_write(srvs[1].url, true, "mz", "x", 7, 1);
 	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_TIMED_OUT);
 	/* The destination logged the floor: a restart keeps it. */
 	inproc_srv_down(&srvs[1]);
 	clients_close();
 	inproc_srv_up(&srvs[1]);
 	srv_wait_ready(srvs[1].url, e, 15000, NULL);
-	r = retry_append(srvs[1].url, "mz", "x", 1);
+	r = retry_write(srvs[1].url, true, "mz", "x", 7, 1);
 	assert_int_equal(r.status, SHARDKV__STATUS__STATUS_TIMED_OUT);
 	r = do_get(srvs[1].url, "mz");
 	assert_int_equal(r.status, 0);
@@ -746,7 +754,7 @@ a_write_the_source_forgot_is_refused_at_the_destination_not_applied_again(void *
 	 * memory. */
 	r = do_append(srvs[1].url, "mz", "x", 7, 7);
 	assert_int_equal(r.status, 0);
-	r = retry_append(srvs[1].url, "mz", "x", 7);
+	r = retry_write(srvs[1].url, true, "mz", "x", 7, 7);
 	assert_int_equal(r.status, 0);
 	r = do_get(srvs[1].url, "mz");
 	assert_string_equal(r.value, "xx");
@@ -776,20 +784,6 @@ xfer_to_node2(kv_xfer *x, uint64_t id, uint64_t epoch, uint64_t *seq)
 	}
 	shardkv__response__free_unpacked(r, NULL);
 	return rv;
-}
-
-static res1
-retry_put(const char *url, const char *k, const char *v, uint64_t client, uint64_t id)
-{
-	Shardkv__Op op = SHARDKV__OP__INIT;
-	Shardkv__PutOp p = SHARDKV__PUT_OP__INIT;
-	p.key = (ProtobufCBinaryData){strlen(k), (uint8_t *)k};
-	p.value = (ProtobufCBinaryData){strlen(v), (uint8_t *)v};
-	op.op_case = SHARDKV__OP__OP_PUT;
-	op.put = &p;
-	op.request_id = id;
-	op.retry = true;
-	return one_op(url, &op, client);
 }
 
 /*
@@ -843,7 +837,7 @@ a_transfer_started_again_forgets_the_exactly_once_entries_of_its_first_attempt(v
 	assert_int_equal(xfer_to_node2(&c, id, e, &seq), 0);
 	assert_string_equal(do_get(srvs[1].url, "ma").value, "a");
 
-	res1 r = retry_put(srvs[1].url, "mk", "lost", client, 1);
+	res1 r = retry_write(srvs[1].url, false, "mk", "lost", client, 1);
 	res1 g = do_get(srvs[1].url, "mk");
 	if (r.status == 0 && g.status != 0)
 		fail_msg("the retry was answered done (status 0) and mk is absent (get: %d)",
