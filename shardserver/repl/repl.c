@@ -2698,10 +2698,12 @@ stream_find(kv_rs *g, uint32_t node)
 }
 
 /* The state of primary `from`, or NULL when this node follows none of
- * that id. Caller holds in_mu. */
+ * that id (0: none). Caller holds in_mu. */
 static insrc *
 src_of(kv_rs *g, uint32_t from)
 {
+	if (from == 0)
+		return NULL;
 	for (size_t i = 0; i < MAX_SOURCES; i++)
 		if (g->src[i].from == from)
 			return &g->src[i];
@@ -2780,9 +2782,7 @@ qend_note_locked(kv_rs *g, const route *old, size_t oldn, const route *t, uint32
 		prev = q->primary;
 		pe = q->leader_epoch;
 	}
-	for (size_t i = 0; prev != 0 && i < MAX_SOURCES; i++)
-		if (g->src[i].from == prev)
-			in = &g->src[i];
+	in = src_of(g, prev);
 	if (in == NULL || in->max_lsn == 0) {
 		if (prev != 0)
 			KV_INFO(
@@ -4271,19 +4271,17 @@ apply_catchup(kv_rs *g, uint32_t me, const kv_repl_msg *m, insrc *in, bool *div,
 static insrc *
 src_get(kv_rs *g, uint32_t from)
 {
-	insrc *fr = NULL;
+	insrc *in = src_of(g, from);
 
-	for (size_t i = 0; i < MAX_SOURCES; i++) {
-		if (g->src[i].from == from)
-			return &g->src[i];
-		if (fr == NULL && g->src[i].from == 0)
-			fr = &g->src[i];
-	}
-	if (fr) {
-		/* Without its ring (out of memory) every doubt makes a copy. */
-		*fr = (insrc){.from = from, .recent = kv_recent_new()};
-	}
-	return fr;
+	for (size_t i = 0; in == NULL && i < MAX_SOURCES; i++)
+		if (g->src[i].from == 0) {
+			in = &g->src[i];
+			/* Without its ring (out of memory) every doubt makes a copy.
+			 * (A sender that says it is node 0 gets a free slot as is.) */
+			if (from != 0)
+				*in = (insrc){.from = from, .recent = kv_recent_new()};
+		}
+	return in;
 }
 
 /* Blocks until the local log holds lsn by its mode. */
