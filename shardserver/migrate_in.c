@@ -169,30 +169,29 @@ in_find(kv_mig *s, uint64_t id, bool create)
 	return in;
 }
 
-/* Drops every key of the stream's range (bounded steps, caller holds in->mu). */
+/* Drops the stream's range: its keys and its exactly-once entries, applied
+ * and logged as one range-delete record inside one barrier section, as a
+ * replica's copy drops a range and as the log's replay does (durable.h).
+ * The entries matter: an earlier attempt's (taken in live, apply_dedup)
+ * may name writes that its source lost in a crash and this attempt's copy
+ * does not bring; a retry of one would be answered "done" here without
+ * being applied. Forgotten, such a retry is refused (its client's floor
+ * rises), and the copy brings back the entries of writes it holds. Caller
+ * holds in->mu. */
 static int
 clear_range(kv_mig *s, kv_mig_in *in)
 {
-	int rv;
-	/* Applied, then logged, inside one barrier section (durable.h). */
-	kv_dur_begin(s->env.dur);
-	do
-		rv = kv_store_range_delete(s->env.store, in->start.data, in->start.len,
-		                           in->end.data, in->end.len, KV_MIG_DELETE_STEP, NULL);
-	while (rv == KV_EBUSY);
-	/* The range's exactly-once entries go with it, as at the replay of the
-	 * record below: an earlier attempt's (taken in live, apply_dedup) may
-	 * name writes that its source lost in a crash and this attempt's copy
-	 * does not bring; a retry of one would be answered "done" here without
-	 * being applied. Forgotten, such a retry is refused (its client's floor
-	 * rises), and the copy brings back the entries of writes it holds. */
-	if (rv == 0)
-		kv_dedup_forget_range(s->env.dedup, in->start.data, in->start.len, in->end.data,
-		                      in->end.len);
-	if (rv == 0)
-		rv = kv_dur_log_range_del(s->env.dur, in->start.data, in->start.len, in->end.data,
-		                          in->end.len, NULL);
-	kv_dur_end(s->env.dur);
+	kv_buf rd = {0};
+	uint64_t lsn;
+	int rv =
+	    kv_dur_rec_range_del(&rd, in->start.data, in->start.len, in->end.data, in->end.len);
+
+	if (rv == 0) {
+		kv_dur_begin(s->env.dur);
+		rv = kv_dur_apply_record(s->env.dur, rd.data, rd.len, &lsn);
+		kv_dur_end(s->env.dur);
+	}
+	kv_buf_fini(&rd);
 	return rv;
 }
 
