@@ -39,16 +39,22 @@ overlaps(const void *as, size_t asl, const void *ae, size_t ael, const void *bs,
  * The buffer
  * ------------------------------------------------------------------------ */
 
-/* Slab size: records are carved from slabs of this many bytes (a larger
- * record gets a slab of its own size). */
+/* Most bytes of a slab: records are carved from slabs of the buffer's
+ * slab size (kv_cu_buf.slab: a 64th of its cap, at most this); a larger
+ * record gets a slab of its own size. */
 #define CU_SLAB (1u << 20)
-/* How far ahead of the oldest record pop prefetches (bytes). */
-#define CU_AHEAD 2048u
 
+/* The buffer drops whole slabs, never single records: what it drops is
+ * told by the slab's own counts, so that no old record is read again (the
+ * record at the buffer's far end was written a buffer's worth of writes
+ * ago, often by another CPU: a cache miss for every record dropped). */
 struct kv_cu_slab {
 	kv_cu_slab *next; /* the next newer slab */
 	atomic_uint refs; /* the buffer's one while listed, plus one per record taken */
 	size_t used, cap; /* bytes of data carved, and allocated */
+	size_t n;         /* records carved */
+	uint64_t bytes;   /* their payload bytes */
+	uint64_t last;    /* the lsn of the newest */
 	uint8_t data[];
 };
 
@@ -69,11 +75,11 @@ slab_unref(kv_cu_slab *sl)
 void
 kv_cu_buf_init(kv_cu_buf *b, uint64_t cap, uint64_t trim)
 {
-	*b = (kv_cu_buf){.cap = cap, .trim = trim};
+	*b = (kv_cu_buf){.cap = cap, .trim = trim, .slab = cap / 64 < CU_SLAB ? cap / 64 : CU_SLAB};
 }
 
-/* Drops the head slab: every record of it is gone from the buffer. One
- * that no catch-up holds is kept as the spare for the next slab (no
+/* Drops the head slab and its records (trim moves to the last of them).
+ * One that no catch-up holds is kept as the spare for the next slab (no
  * mapping and first touch of fresh pages each slab), if none is kept. */
 static void
 slab_drop(kv_cu_buf *b)
@@ -83,49 +89,35 @@ slab_drop(kv_cu_buf *b)
 	b->head = sl->next;
 	if (b->head == NULL)
 		b->tail = NULL;
-	b->hoff = 0;
-	if (b->spare == NULL && sl->cap == CU_SLAB &&
+	if (sl->n > 0) {
+		b->n -= sl->n;
+		b->bytes -= sl->bytes;
+		b->trim = sl->last;
+	}
+	if (b->spare == NULL && sl->cap == b->slab && b->slab > 0 &&
 	    atomic_load_explicit(&sl->refs, memory_order_acquire) == 1) {
 		sl->next = NULL;
 		sl->used = 0;
+		sl->n = 0;
+		sl->bytes = 0;
+		sl->last = 0;
 		b->spare = sl;
 		return;
 	}
 	slab_unref(sl);
 }
 
-/* Drops the oldest record (the buffer holds one). */
-static void
-pop(kv_cu_buf *b)
-{
-	kv_cu_slab *sl = b->head;
-	kv_cu_rec *r = (kv_cu_rec *)(sl->data + b->hoff);
-	size_t sz = rec_size(r->slen, r->elen, r->plen);
-
-	/* The oldest records were written a buffer's worth of writes ago:
-	 * each pop brings in as many bytes as it drops, CU_AHEAD bytes
-	 * ahead, so that the pops after it find their records cached (the
-	 * record a pop reads was otherwise a miss each time). */
-	for (size_t o = b->hoff + CU_AHEAD; o < b->hoff + CU_AHEAD + sz && o < sl->used; o += 64)
-		__builtin_prefetch(sl->data + o);
-	b->hoff += sz;
-	b->n--;
-	b->bytes -= r->plen;
-	b->trim = r->lsn;
-	if (b->hoff == sl->used && sl != b->tail)
-		slab_drop(b);
-}
-
 void
 kv_cu_buf_fini(kv_cu_buf *b)
 {
+	uint64_t trim = b->trim;
+
 	while (b->head)
 		slab_drop(b);
 	if (b->spare != NULL)
 		slab_unref(b->spare);
 	b->spare = NULL;
-	b->n = 0;
-	b->bytes = 0;
+	b->trim = trim;
 }
 
 void
@@ -139,8 +131,8 @@ kv_cu_buf_add(kv_cu_buf *b, uint64_t lsn, uint64_t leader_epoch, const kv_bytes 
 	if (lsn <= b->trim)
 		return;
 	if (sl == NULL || sl->cap - sl->used < sz) {
-		size_t cap = sz > CU_SLAB ? sz : CU_SLAB;
-		if (cap == CU_SLAB && b->spare != NULL) {
+		size_t cap = sz > b->slab ? sz : b->slab;
+		if (cap == b->slab && b->spare != NULL) {
 			sl = b->spare;
 			b->spare = NULL;
 		} else if ((sl = malloc(sizeof(*sl) + cap)) != NULL) {
@@ -148,6 +140,9 @@ kv_cu_buf_add(kv_cu_buf *b, uint64_t lsn, uint64_t leader_epoch, const kv_bytes 
 			atomic_init(&sl->refs, 1);
 			sl->used = 0;
 			sl->cap = cap;
+			sl->n = 0;
+			sl->bytes = 0;
+			sl->last = 0;
 		} else {
 			kv_cu_buf_fini(b);
 			b->trim = lsn;
@@ -178,16 +173,19 @@ kv_cu_buf_add(kv_cu_buf *b, uint64_t lsn, uint64_t leader_epoch, const kv_bytes 
 		memcpy(r->data + start->len, end->p, end->len);
 	if (n)
 		memcpy(r->data + start->len + end->len, p, n);
+	sl->n++;
+	sl->bytes += n;
+	sl->last = lsn;
 	b->n++;
 	b->bytes += n;
-	while (b->bytes > b->cap && b->n > 0)
-		pop(b);
+	while (b->bytes > b->cap && b->head != b->tail)
+		slab_drop(b);
 }
 
 /* Walks every held record r, oldest first. */
 #define FOR_EACH_REC(b, r)                                                                         \
 	for (kv_cu_slab *sl_ = (b)->head; sl_ != NULL; sl_ = sl_->next)                            \
-		for (size_t off_ = sl_ == (b)->head ? (b)->hoff : 0;                               \
+		for (size_t off_ = 0;                                                              \
 		     off_ < sl_->used && ((r) = (kv_cu_rec *)(sl_->data + off_)) != NULL;          \
 		     off_ += rec_size((r)->slen, (r)->elen, (r)->plen))
 

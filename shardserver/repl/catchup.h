@@ -34,7 +34,7 @@ typedef struct kv_cu_rec {
 typedef struct {
 	kv_cu_slab *head, *tail; /* slabs, oldest first */
 	kv_cu_slab *spare;       /* an emptied slab kept for the next, or NULL */
-	size_t hoff;             /* offset of the oldest record in head */
+	size_t slab;             /* bytes of a slab (a larger record gets its own) */
 	size_t n;                /* records held */
 	uint64_t bytes;          /* their payload bytes */
 	uint64_t cap;            /* most payload bytes held (the oldest go first) */
@@ -45,9 +45,12 @@ void kv_cu_buf_init(kv_cu_buf *b, uint64_t cap, uint64_t trim);
 void kv_cu_buf_fini(kv_cu_buf *b);
 
 /* Adds a record whose lsn is above every one added before, then drops the
- * oldest while more than cap bytes are held (trim moves to the last
- * dropped). Out of memory it drops everything and trim becomes lsn: the
- * buffer never claims a record it lacks. */
+ * oldest slab of records (a 64th of cap, at most 1 MiB; trim moves to its
+ * last record) while more than cap bytes are held, never the newest slab:
+ * past cap once, the buffer holds at most cap bytes and at least cap less
+ * a slab's, besides a newest slab larger than cap. Out of
+ * memory it drops everything and trim becomes lsn: the buffer never claims
+ * a record it lacks. */
 void kv_cu_buf_add(kv_cu_buf *b, uint64_t lsn, uint64_t leader_epoch, const kv_bytes *start,
                    const kv_bytes *end, const uint8_t *p, size_t n);
 

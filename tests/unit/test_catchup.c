@@ -60,6 +60,43 @@ the_buffer_drops_its_oldest_records_past_its_cap_and_says_from_where_it_is_whole
 }
 
 static void
+the_buffer_holds_between_its_cap_less_a_slab_and_its_cap_and_every_record_above_its_trim(
+    void **state)
+{
+	kv_cu_buf b;
+	kv_cu_rec **v;
+	size_t n;
+	uint64_t from, lsn;
+	const uint64_t cap = 64 * 640; /* slabs of 640 bytes: 11 records of 4 bytes each */
+
+	(void)state;
+	kv_cu_buf_init(&b, cap, 0);
+	for (lsn = 1; lsn <= 20000; lsn++) {
+		add(&b, lsn, 1, B("a"), B("m"), "1234");
+		if (lsn * 4 > cap) {
+			assert_true(b.bytes <= cap);
+			assert_true(b.bytes + 11 * 4 > cap);
+		}
+		/* Every record above trim is held, none at or below it. */
+		assert_int_equal(b.n, lsn - b.trim);
+		assert_int_equal(b.bytes, 4 * b.n);
+	}
+	assert_true(b.trim > 0);
+	assert_int_equal(kv_cu_buf_select(&b, &B("a"), &B("m"), 1, &v, &n, &from), KV_OK);
+	assert_int_equal(from, b.trim);
+	assert_int_equal(n, b.n);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(v[i]->lsn, from + 1 + i);
+	/* Taken records outlive the slabs' drop. */
+	for (; lsn <= 40000; lsn++)
+		add(&b, lsn, 1, B("a"), B("m"), "5678");
+	assert_true(b.trim >= v[n - 1]->lsn);
+	assert_memory_equal(kv_cu_payload(v[0]).p, "1234", 4);
+	kv_cu_release(v, n);
+	kv_cu_buf_fini(&b);
+}
+
+static void
 the_buffer_offers_a_range_only_when_every_record_touching_it_lies_inside_it(void **state)
 {
 	kv_cu_buf b;
@@ -261,48 +298,53 @@ records_taken_across_many_slabs_stay_whole_while_the_buffer_moves_past_them(void
 	kv_cu_buf b;
 	kv_cu_rec **v;
 	size_t n, held;
-	uint64_t from, lsn = 1;
+	uint64_t from, first, lsn = 1;
 
 	(void)state;
-	/* 3 MB of 100-byte records: about 6,000 to a slab of 1 MiB. */
+	/* 3 MB of 100-byte records: about 300 to a slab (a 64th of the cap). */
 	kv_cu_buf_init(&b, 3000000, 0);
 	for (; lsn <= 40000; lsn++) {
 		fill(pay, 100, lsn);
 		kv_cu_buf_add(&b, lsn, 1, &B("a"), &B("m"), pay, 100);
 	}
-	assert_int_equal(b.n, 30000);
-	assert_int_equal(b.bytes, 3000000);
-	assert_int_equal(b.trim, 10000);
+	assert_true(b.bytes <= 3000000 && b.bytes > 3000000 - 3000000 / 64);
+	assert_int_equal(b.bytes, 100 * b.n);
+	assert_int_equal(b.n, 40000 - b.trim);
 	assert_int_equal(kv_cu_buf_select(&b, &B("a"), &B("m"), 1, &v, &n, &from), KV_OK);
-	assert_int_equal(from, 10000);
-	assert_int_equal(n, 30000);
+	assert_int_equal(from, b.trim);
+	assert_int_equal(n, b.n);
 	held = n;
-	/* A record larger than a slab (2 MB: the 20,000 oldest go), then
-	 * enough to move past every record taken. */
+	/* A record larger than a slab (2 MB: two thirds of the oldest go),
+	 * then enough to move past every record taken. */
 	fill(pay, sizeof(pay), lsn);
 	kv_cu_buf_add(&b, lsn++, 1, &B("a"), &B("m"), pay, sizeof(pay));
-	assert_int_equal(b.n, 10001);
-	assert_int_equal(b.trim, 30000);
+	assert_true(b.bytes <= 3000000 && b.bytes > 3000000 - 3000000 / 64);
+	assert_int_equal(b.n, 40001 - b.trim);
+	assert_true(b.n > 9000 && b.n <= 10001);
 	for (; lsn <= 70001; lsn++) {
 		fill(pay, 100, lsn);
 		kv_cu_buf_add(&b, lsn, 1, &B("a"), &B("m"), pay, 100);
 	}
-	assert_int_equal(b.n, 30000);
-	assert_int_equal(b.trim, 40001);
+	assert_true(b.trim >= 40001); /* the large record went too */
+	assert_int_equal(b.bytes, 100 * b.n);
+	assert_int_equal(b.n, 70001 - b.trim);
+	assert_true(b.bytes <= 3000000 && b.bytes > 3000000 - 3000000 / 64);
+	first = from + 1;
 	for (size_t i = 0; i < held; i++) {
 		kv_bytes pl = kv_cu_payload(v[i]);
 		uint64_t got;
-		assert_int_equal(v[i]->lsn, 10001 + i);
+		assert_int_equal(v[i]->lsn, first + i);
 		assert_int_equal(pl.len, 100);
 		memcpy(&got, pl.p, sizeof(got));
-		assert_int_equal(got, 10001 + i);
-		assert_int_equal(pl.p[99], (uint8_t)((10001 + i) & 0xff));
+		assert_int_equal(got, first + i);
+		assert_int_equal(pl.p[99], (uint8_t)((first + i) & 0xff));
 	}
 	kv_cu_release(v, held);
 	/* The records held now are the newest, in order. */
 	assert_int_equal(kv_cu_buf_select(&b, &B("a"), &B("m"), 1, &v, &n, &from), KV_OK);
-	assert_int_equal(n, 30000);
-	assert_int_equal(v[0]->lsn, 40002);
+	assert_int_equal(n, b.n);
+	assert_int_equal(from, b.trim);
+	assert_int_equal(v[0]->lsn, b.trim + 1);
 	assert_int_equal(v[n - 1]->lsn, 70001);
 	kv_cu_buf_fini(&b);
 	/* Taken records outlive the buffer too. */
@@ -316,6 +358,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(
 	        the_buffer_drops_its_oldest_records_past_its_cap_and_says_from_where_it_is_whole),
+	    cmocka_unit_test(
+	        the_buffer_holds_between_its_cap_less_a_slab_and_its_cap_and_every_record_above_its_trim),
 	    cmocka_unit_test(
 	        the_buffer_offers_a_range_only_when_every_record_touching_it_lies_inside_it),
 	    cmocka_unit_test(
