@@ -10,13 +10,15 @@
 # bench's errors.
 #   MOVES=N          moves (default 20)      DURATION=S  bench seconds (default 25)
 #   RANGES=3         three ranges instead of one, each led by its own node
-#                    ("key:000000033333" and "key:000000066666" the cuts);
+#                    (the keys 33333 and 66666 the cuts);
 #                    the first is the one handed on, so its old primary
 #                    goes on writing a range of its own (doc/replication.md
 #                    "Reconciliation after a transfer")
 #   LOAD=pipelined   the load of bench/replicated-writes.sh (one caller
 #                    loop, 50 callers, 16 puts a call) instead of 4 threads
 #                    of 4 callers, half gets
+#   KEY_SIZE=K       the bench's keys, "key:" and K-4 digits (default 16;
+#                    the cuts of RANGES=3 follow)
 #   BASE_PORT=P      the cluster's ports (default a free block above 7000)
 #   SHARDKV_BIN_DIR  the binaries (default: cluster.sh's choice)
 set -euo pipefail
@@ -25,6 +27,11 @@ moves=${MOVES:-20}
 duration=${DURATION:-25}
 ranges=${RANGES:-1}
 load=${LOAD:-mixed}
+ksize=${KEY_SIZE:-16}
+case "$ksize" in '' | *[!0-9]*) echo "transfer-moves.sh: KEY_SIZE is a number of bytes" >&2; exit 2 ;; esac
+[ "$ksize" -ge 10 ] && [ "$ksize" -le 200 ] || { echo "transfer-moves.sh: KEY_SIZE is 10 to 200" >&2; exit 2; }
+cut1=$(printf 'key:%0*d' $((ksize - 4)) 33333)
+cut2=$(printf 'key:%0*d' $((ksize - 4)) 66666)
 case "$ranges" in 1 | 3) ;; *) echo "transfer-moves.sh: RANGES is 1 or 3" >&2; exit 2 ;; esac
 case "$load" in mixed | pipelined) ;; *) echo "transfer-moves.sh: LOAD is mixed or pipelined" >&2; exit 2 ;; esac
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -49,11 +56,10 @@ for _ in $(seq 1 150); do in_sync 1 && break; sleep 0.2; done
 in_sync 1 || { echo "transfer-moves.sh: the range never reached three in-sync replicas" >&2; exit 1; }
 first_end=""
 if [ "$ranges" = 3 ]; then
-	first_end=key:000000033333
+	first_end=$cut1
 	# Cuts, each handed to its node (a move to the node that leads it
 	# already is refused at once: the loop goes on).
-	for step in "key:000000066666||3|2" "key:000000033333|key:000000066666|2|3" \
-		"|key:000000033333|1|3"; do
+	for step in "$cut2||3|2" "$cut1|$cut2|2|3" "|$cut1|1|3"; do
 		IFS='|' read -r s e n want <<<"$step"
 		for _ in $(seq 1 20); do "$cli" move "$s" "$e" "$n" >/dev/null 2>&1 && break; sleep 0.1; done
 		for _ in $(seq 1 150); do in_sync "$want" && break; sleep 0.2; done
@@ -67,7 +73,7 @@ else
 	shape=(--threads 4 --async 4 --mix get:1,put:1)
 fi
 t0=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ) # the counts below are of the load's time
-"$cli" bench --keys 100000 --value-size 100 --duration "$duration" "${shape[@]}" >"$dir/bench.txt" 2>&1 &
+"$cli" bench --keys 100000 --key-size "$ksize" --value-size 100 --duration "$duration" "${shape[@]}" >"$dir/bench.txt" 2>&1 &
 bp=$!
 sleep 2
 accepted=0 n=2

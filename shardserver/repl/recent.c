@@ -8,13 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEY_LONG 0xffu /* a length byte: the key was longer than KV_RECENT_KEY */
+#define LO_CUT 1u /* rec.cut: lo holds the first KV_RECENT_KEY bytes of a longer key */
+#define HI_CUT 2u /* ... hi */
 
 typedef struct {
 	uint64_t lsn;
 	uint8_t kind;  /* kv_dur_span_kind */
-	uint8_t lolen; /* or KEY_LONG */
-	uint8_t hilen; /* or KEY_LONG */
+	uint8_t cut;   /* LO_CUT, HI_CUT */
+	uint8_t lolen; /* bytes kept */
+	uint8_t hilen;
 	uint8_t lo[KV_RECENT_KEY];
 	uint8_t hi[KV_RECENT_KEY];
 } rec;
@@ -59,16 +61,19 @@ kv_recent_clear(kv_recent *r)
 	r->floor = r->last = 0;
 }
 
+/* Keeps k, or its first KV_RECENT_KEY bytes (and says so in *cut). */
 static void
-keep(uint8_t *dst, uint8_t *len, kv_bytes k)
+keep(uint8_t *dst, uint8_t *len, uint8_t *cut, uint8_t flag, kv_bytes k)
 {
-	if (k.len > KV_RECENT_KEY) {
-		*len = KEY_LONG;
-		return;
+	size_t n = k.len;
+
+	if (n > KV_RECENT_KEY) {
+		n = KV_RECENT_KEY;
+		*cut |= flag;
 	}
-	*len = (uint8_t)k.len;
-	if (k.len > 0)
-		memcpy(dst, k.p, k.len);
+	*len = (uint8_t)n;
+	if (n > 0)
+		memcpy(dst, k.p, n);
 }
 
 void
@@ -93,26 +98,32 @@ kv_recent_add(kv_recent *r, uint64_t lsn, const kv_dur_span *sp)
 	r->last = lsn;
 	e->lsn = lsn;
 	e->kind = (uint8_t)sp->kind;
+	e->cut = 0;
 	e->lolen = e->hilen = 0;
 	if (sp->kind == KV_DUR_SPAN_KEYS || sp->kind == KV_DUR_SPAN_RANGE) {
-		keep(e->lo, &e->lolen, sp->lo);
-		keep(e->hi, &e->hilen, sp->hi);
+		keep(e->lo, &e->lolen, &e->cut, LO_CUT, sp->lo);
+		keep(e->hi, &e->hilen, &e->cut, HI_CUT, sp->hi);
 	}
 }
 
-/* Whether record e may touch [start, end). */
+/* Whether record e may touch [start, end). A cut key is known only to
+ * begin with the bytes kept: it is at least those bytes (the lowest key's
+ * test stays exact on that side), and it lies below start for sure only
+ * when every longer key that begins with them does, that is when they sort
+ * below start and start does not begin with them. */
 static bool
 may_touch(const rec *e, kv_bytes start, kv_bytes end)
 {
 	if (e->kind != KV_DUR_SPAN_KEYS && e->kind != KV_DUR_SPAN_RANGE)
 		return true; /* no key known, or any key */
-	if (e->lolen == KEY_LONG || e->hilen == KEY_LONG)
-		return true;
 	/* Its lowest key must lie below the end ... */
 	if (end.len > 0 && kv_key_cmp(e->lo, e->lolen, end.p, end.len) >= 0)
 		return false;
 	/* ... and its highest at or above the start: a key span [lo, hi], a
 	 * range delete [lo, hi) (an empty hi: no bound). */
+	if (e->cut & HI_CUT)
+		return kv_key_cmp(e->hi, e->hilen, start.p, start.len) >= 0 ||
+		       (start.len >= e->hilen && memcmp(start.p, e->hi, e->hilen) == 0);
 	if (e->kind == KV_DUR_SPAN_KEYS)
 		return kv_key_cmp(e->hi, e->hilen, start.p, start.len) >= 0;
 	return e->hilen == 0 || kv_key_cmp(e->hi, e->hilen, start.p, start.len) > 0;

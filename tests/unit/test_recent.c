@@ -61,11 +61,17 @@ records_past_the_end_touch_a_range_only_when_a_key_lies_in_it(void **state)
 	    {12, 14, "r", "w", false}, /* the range delete ends before r */
 	    {12, 14, "q", "w", true},  /* ... and holds q */
 	    {12, 14, "a", "p", false}, /* ... and starts at p */
-	    {14, 20, "a", "b", true},  /* a key too long to keep: a doubt */
-	    {12, 20, "a", "b", true},  /* ... in a longer interval too */
-	    {20, 30, "a", "b", true},  /* a record of no known key */
-	    {12, 12, "", "", false},   /* nothing in between */
-	    {5, 12, "y", "z", true},   /* 6..9 were applied before the ring knew */
+	    /* A key longer than the 24 bytes kept ("m-a-key-longer-than-the-"
+	     * kept): its first bytes bound it. */
+	    {14, 20, "a", "b", false},                        /* below it */
+	    {12, 20, "a", "m-a-key-longer-than-the-", false}, /* ... up to its bytes */
+	    {14, 20, "a", "m-a-key-longer-than-the-u", true}, /* it lies in [a, ..the-u) */
+	    {14, 20, "m-a-key-longer-than-thf", "z", false},  /* above it */
+	    {14, 20, "m-a-key-longer-than-the-twenty", "z", true},
+	    {14, 20, "m-a-key-longer-than-the-z", "z", true}, /* a doubt: ..the- then more */
+	    {20, 30, "a", "b", true},                         /* a record of no known key */
+	    {12, 12, "", "", false},                          /* nothing in between */
+	    {5, 12, "y", "z", true}, /* 6..9 were applied before the ring knew */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		kv_bytes st = {(const uint8_t *)cases[i].start, strlen(cases[i].start)};
@@ -107,12 +113,109 @@ a_ring_that_dropped_or_forgot_records_cannot_vouch_for_them(void **state)
 	kv_recent_free(r);
 }
 
+/* The exact answer for one record of full keys. */
+static bool
+truly_touches(const kv_dur_span *sp, kv_bytes start, kv_bytes end)
+{
+	if (end.len > 0 && kv_key_cmp(sp->lo.p, sp->lo.len, end.p, end.len) >= 0)
+		return false;
+	if (sp->kind == KV_DUR_SPAN_KEYS)
+		return kv_key_cmp(sp->hi.p, sp->hi.len, start.p, start.len) >= 0;
+	return sp->hi.len == 0 || kv_key_cmp(sp->hi.p, sp->hi.len, start.p, start.len) > 0;
+}
+
+static size_t
+random_key(uint8_t *k, uint64_t *x, size_t min, size_t max)
+{
+	size_t n;
+
+	*x = *x * 6364136223846793005ull + 1442695040888963407ull;
+	n = min + (size_t)((*x >> 33) % (max - min + 1));
+	for (size_t i = 0; i < n; i++) {
+		*x = *x * 6364136223846793005ull + 1442695040888963407ull;
+		k[i] = (uint8_t)('a' + (*x >> 33) % 3);
+	}
+	return n;
+}
+
+/* A key that shares a random part of k's first bytes, then goes on at
+ * random: ranges whose bounds fall near a record's keys. */
+static size_t
+near_key(uint8_t *d, const uint8_t *k, size_t kl, uint64_t *x)
+{
+	uint8_t tail[8];
+	size_t m, tl;
+
+	*x = *x * 6364136223846793005ull + 1442695040888963407ull;
+	m = 18 + (size_t)((*x >> 33) % (kl - 17));
+	tl = random_key(tail, x, 0, 6);
+	memcpy(d, k, m);
+	memcpy(d + m, tail, tl);
+	return m + tl;
+}
+
+static void
+a_long_keys_first_bytes_never_clear_a_record_that_touches_the_range(void **state)
+{
+	uint8_t a[32], b[32], st[40], en[40];
+	uint64_t x = 42;
+	size_t cleared = 0, apart = 0;
+
+	(void)state;
+	/* Keys of 20 to 30 bytes over three letters (many longer than the
+	 * bytes kept, many sharing them), one record a ring. */
+	for (int t = 0; t < 20000; t++) {
+		kv_recent *r = kv_recent_new();
+		size_t al = random_key(a, &x, 20, 30), bl = random_key(b, &x, 20, 30);
+		kv_bytes lo = {a, al}, hi = {b, bl};
+		if (kv_key_cmp(a, al, b, bl) > 0) {
+			lo = (kv_bytes){b, bl};
+			hi = (kv_bytes){a, al};
+		}
+		kv_dur_span sp = {
+		    .kind = t % 2 ? KV_DUR_SPAN_KEYS : KV_DUR_SPAN_RANGE, .lo = lo, .hi = hi};
+		kv_bytes s, e;
+		switch (t % 3) {
+		case 0:
+			s = (kv_bytes){st, random_key(st, &x, 0, 30)};
+			e = (kv_bytes){en, random_key(en, &x, 0, 30)};
+			break;
+		case 1:
+			s = (kv_bytes){st, near_key(st, hi.p, hi.len, &x)};
+			e = (kv_bytes){en, near_key(en, hi.p, hi.len, &x)};
+			break;
+		default:
+			s = (kv_bytes){st, near_key(st, lo.p, lo.len, &x)};
+			e = (kv_bytes){en, near_key(en, lo.p, lo.len, &x)};
+			break;
+		}
+		if (e.len > 0 && kv_key_cmp(s.p, s.len, e.p, e.len) >= 0)
+			e.len = 0;
+		assert_non_null(r);
+		kv_recent_add(r, 1, &sp);
+		bool got = kv_recent_touches(r, 0, 1, s, e);
+		if (truly_touches(&sp, s, e)) {
+			if (!got)
+				fail_msg("case %d: a record that touches the range was cleared", t);
+		} else {
+			apart++;
+			cleared += !got;
+		}
+		kv_recent_free(r);
+	}
+	/* Most records apart from the range are told apart too. */
+	print_message("%zu of %zu records apart from the range cleared\n", cleared, apart);
+	assert_true(apart > 1000);
+	assert_true(cleared * 4 > apart * 3);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(records_past_the_end_touch_a_range_only_when_a_key_lies_in_it),
 	    cmocka_unit_test(a_ring_that_dropped_or_forgot_records_cannot_vouch_for_them),
+	    cmocka_unit_test(a_long_keys_first_bytes_never_clear_a_record_that_touches_the_range),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
