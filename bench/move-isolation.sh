@@ -3,7 +3,7 @@
 # with that node (and its bench) on a CPU of its own or sharing both.
 #
 #   bench/move-isolation.sh [-r ROUNDS] [-m "none data big"] [-n NODE] [-P]
-#                           [-D SECS] [-b BIN_DIR] [-k]
+#                           [-R MB/s] [-D SECS] [-b BIN_DIR] [-k]
 #
 #   -r ROUNDS  rounds; each runs every mode once, in turn (default 3)
 #   -m MODES   what happens every ~2.6 s during a bench (default "none data"):
@@ -17,6 +17,7 @@
 #   -P         pin: NODE's server and the bench on CPU 1, the other servers,
 #              the controller and the moves' CLI on CPU 0 (taskset); as if
 #              NODE had a machine (of one core) to itself
+#   -R MB/s    pace the moves' copy (`move --rate`; default: not paced)
 #   -D SECS    each bench's length (default 40; moves from 5 s to SECS - 4 s)
 #   -b BIN_DIR where shardkv, shardkv-server and shardkv-controller are
 #   -k         keep the work directory (logs, every bench's --out report)
@@ -38,18 +39,19 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-rounds=3 modes="none data" node=3 pin='' dur=40 bin=${SHARDKV_BIN_DIR:-} keep=
+rounds=3 modes="none data" node=3 pin='' dur=40 bin=${SHARDKV_BIN_DIR:-} keep= rate=
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 die() { echo "move-isolation: $*" >&2; exit 1; }
 say() { echo "move-isolation: $*" >&2; }
 
-while getopts "r:m:n:PD:b:kh" o; do
+while getopts "r:m:n:PR:D:b:kh" o; do
 	case "$o" in
 	r) rounds=$OPTARG ;;
 	m) modes=$OPTARG ;;
 	n) node=$OPTARG ;;
 	P) pin=1 ;;
+	R) rate=$OPTARG ;;
 	D) dur=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	k) keep=1 ;;
@@ -57,6 +59,8 @@ while getopts "r:m:n:PD:b:kh" o; do
 	esac
 done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || die "-r wants a positive number"
+[ -z "$rate" ] || [[ $rate =~ ^[1-9][0-9]*$ ]] || die "-R wants a positive number of MB/s"
+paced=(${rate:+--rate "$rate"})
 if ! [[ $dur =~ ^[0-9]+$ ]] || [ "$dur" -lt 15 ]; then die "-D wants at least 15"; fi
 case "$node" in 2 | 3) ;; *) die "-n takes 2 or 3" ;; esac
 for m in $modes; do case "$m" in none | data | big) ;; *) die "unknown mode '$m'" ;; esac; done
@@ -129,8 +133,8 @@ for ((r = 1; r <= rounds; r++)); do
 			s=$EPOCHREALTIME
 			case $mode in
 			none) "${pin0[@]}" "$bin/shardkv" -c "$ctl" config >/dev/null 2>&1 || true ;;
-			data) "${pin0[@]}" "$bin/shardkv" -c "$ctl" --timeout 60000 move "" 00020000 "$to" --wait >/dev/null 2>&1 || true ;;
-			big) "${pin0[@]}" "$bin/shardkv" -c "$ctl" --timeout 60000 move "" key: "$to" --wait >/dev/null 2>&1 || true ;;
+			data) "${pin0[@]}" "$bin/shardkv" -c "$ctl" --timeout 60000 move "" 00020000 "$to" "${paced[@]}" --wait >/dev/null 2>&1 || true ;;
+			big) "${pin0[@]}" "$bin/shardkv" -c "$ctl" --timeout 60000 move "" key: "$to" "${paced[@]}" --wait >/dev/null 2>&1 || true ;;
 			esac
 			echo "$s $EPOCHREALTIME" >>"$work/$tag.actions"
 			to=$((3 - to))
