@@ -8,13 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LO_CUT 1u /* rec.cut: lo holds the first KV_RECENT_KEY bytes of a longer key */
-#define HI_CUT 2u /* ... hi */
-
 typedef struct {
 	uint64_t lsn;
 	uint8_t kind;  /* kv_dur_span_kind */
-	uint8_t cut;   /* LO_CUT, HI_CUT */
+	bool hi_cut;   /* hi holds the first KV_RECENT_KEY bytes of a longer key */
 	uint8_t lolen; /* bytes kept */
 	uint8_t hilen;
 	uint8_t lo[KV_RECENT_KEY];
@@ -61,19 +58,16 @@ kv_recent_clear(kv_recent *r)
 	r->floor = r->last = 0;
 }
 
-/* Keeps k, or its first KV_RECENT_KEY bytes (and says so in *cut). */
-static void
-keep(uint8_t *dst, uint8_t *len, uint8_t *cut, uint8_t flag, kv_bytes k)
+/* Keeps k, or its first KV_RECENT_KEY bytes: returns whether it cut. */
+static bool
+keep(uint8_t *dst, uint8_t *len, kv_bytes k)
 {
-	size_t n = k.len;
+	size_t n = k.len < KV_RECENT_KEY ? k.len : KV_RECENT_KEY;
 
-	if (n > KV_RECENT_KEY) {
-		n = KV_RECENT_KEY;
-		*cut |= flag;
-	}
 	*len = (uint8_t)n;
 	if (n > 0)
 		memcpy(dst, k.p, n);
+	return k.len > n;
 }
 
 void
@@ -98,11 +92,14 @@ kv_recent_add(kv_recent *r, uint64_t lsn, const kv_dur_span *sp)
 	r->last = lsn;
 	e->lsn = lsn;
 	e->kind = (uint8_t)sp->kind;
-	e->cut = 0;
+	e->hi_cut = false;
 	e->lolen = e->hilen = 0;
 	if (sp->kind == KV_DUR_SPAN_KEYS || sp->kind == KV_DUR_SPAN_RANGE) {
-		keep(e->lo, &e->lolen, &e->cut, LO_CUT, sp->lo);
-		keep(e->hi, &e->hilen, &e->cut, HI_CUT, sp->hi);
+		/* A cut lowest key is at least its first bytes, which is all
+		 * the test on that side needs: only the highest's cut matters
+		 * (may_touch). */
+		(void)keep(e->lo, &e->lolen, sp->lo);
+		e->hi_cut = keep(e->hi, &e->hilen, sp->hi);
 	}
 }
 
@@ -121,7 +118,7 @@ may_touch(const rec *e, kv_bytes start, kv_bytes end)
 		return false;
 	/* ... and its highest at or above the start: a key span [lo, hi], a
 	 * range delete [lo, hi) (an empty hi: no bound). */
-	if (e->cut & HI_CUT)
+	if (e->hi_cut)
 		return kv_key_cmp(e->hi, e->hilen, start.p, start.len) >= 0 ||
 		       (start.len >= e->hilen && memcmp(start.p, e->hi, e->hilen) == 0);
 	if (e->kind == KV_DUR_SPAN_KEYS)
