@@ -8,15 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A slot of 128 bytes, its keys one after the other: the lowest at key,
+ * the highest at key + lolen, so that a record of short keys writes one
+ * cache line. */
 typedef struct {
 	uint64_t lsn;
 	uint8_t kind;  /* kv_dur_span_kind */
-	bool hi_cut;   /* hi holds the first KV_RECENT_KEY bytes of a longer key */
+	bool hi_cut;   /* the highest key is the first KV_RECENT_KEY bytes of a longer one */
 	uint8_t lolen; /* bytes kept */
 	uint8_t hilen;
-	uint8_t lo[KV_RECENT_KEY];
-	uint8_t hi[KV_RECENT_KEY];
+	uint8_t key[2 * KV_RECENT_KEY];
 } rec;
+
+_Static_assert(sizeof(rec) == 128, "a ring slot is two cache lines");
 
 struct kv_recent {
 	rec *v;         /* KV_RECENT_CAP entries, a ring */
@@ -98,8 +102,8 @@ kv_recent_add(kv_recent *r, uint64_t lsn, const kv_dur_span *sp)
 		/* A cut lowest key is at least its first bytes, which is all
 		 * the test on that side needs: only the highest's cut matters
 		 * (may_touch). */
-		(void)keep(e->lo, &e->lolen, sp->lo);
-		e->hi_cut = keep(e->hi, &e->hilen, sp->hi);
+		(void)keep(e->key, &e->lolen, sp->lo);
+		e->hi_cut = keep(e->key + e->lolen, &e->hilen, sp->hi);
 	}
 }
 
@@ -111,19 +115,21 @@ kv_recent_add(kv_recent *r, uint64_t lsn, const kv_dur_span *sp)
 static bool
 may_touch(const rec *e, kv_bytes start, kv_bytes end)
 {
+	const uint8_t *lo = e->key, *hi = e->key + e->lolen;
+
 	if (e->kind != KV_DUR_SPAN_KEYS && e->kind != KV_DUR_SPAN_RANGE)
 		return true; /* no key known, or any key */
 	/* Its lowest key must lie below the end ... */
-	if (end.len > 0 && kv_key_cmp(e->lo, e->lolen, end.p, end.len) >= 0)
+	if (end.len > 0 && kv_key_cmp(lo, e->lolen, end.p, end.len) >= 0)
 		return false;
 	/* ... and its highest at or above the start: a key span [lo, hi], a
 	 * range delete [lo, hi) (an empty hi: no bound). */
 	if (e->hi_cut)
-		return kv_key_cmp(e->hi, e->hilen, start.p, start.len) >= 0 ||
-		       (start.len >= e->hilen && memcmp(start.p, e->hi, e->hilen) == 0);
+		return kv_key_cmp(hi, e->hilen, start.p, start.len) >= 0 ||
+		       (start.len >= e->hilen && memcmp(start.p, hi, e->hilen) == 0);
 	if (e->kind == KV_DUR_SPAN_KEYS)
-		return kv_key_cmp(e->hi, e->hilen, start.p, start.len) >= 0;
-	return e->hilen == 0 || kv_key_cmp(e->hi, e->hilen, start.p, start.len) > 0;
+		return kv_key_cmp(hi, e->hilen, start.p, start.len) >= 0;
+	return e->hilen == 0 || kv_key_cmp(hi, e->hilen, start.p, start.len) > 0;
 }
 
 bool

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #define KV_RECENT_CAP 8192u /* records remembered per primary */
-#define KV_RECENT_KEY 24u   /* key bytes kept; of longer keys, their first bytes */
+#define KV_RECENT_KEY 58u   /* key bytes kept; of longer keys, their first bytes */
 
 typedef struct kv_recent kv_recent;
 

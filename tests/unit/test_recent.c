@@ -15,6 +15,8 @@
 #include "shardserver/repl/recent.h"
 
 #define B(s) ((kv_bytes){(const uint8_t *)(s), sizeof(s) - 1})
+/* The first KV_RECENT_KEY bytes of the long key of the first test. */
+#define LONG58 "m-a-key-longer-than-the-fifty-eight-bytes-that-a-ring-slot"
 
 static kv_dur_span
 keys(kv_bytes lo, kv_bytes hi)
@@ -25,7 +27,8 @@ keys(kv_bytes lo, kv_bytes hi)
 static void
 records_past_the_end_touch_a_range_only_when_a_key_lies_in_it(void **state)
 {
-	static const char long_key[] = "m-a-key-longer-than-the-twenty-four-bytes-kept";
+	static const char long_key[] =
+	    "m-a-key-longer-than-the-fifty-eight-bytes-that-a-ring-slot-keeps-of-it";
 	kv_recent *r = kv_recent_new();
 	kv_dur_span sp;
 
@@ -61,17 +64,17 @@ records_past_the_end_touch_a_range_only_when_a_key_lies_in_it(void **state)
 	    {12, 14, "r", "w", false}, /* the range delete ends before r */
 	    {12, 14, "q", "w", true},  /* ... and holds q */
 	    {12, 14, "a", "p", false}, /* ... and starts at p */
-	    /* A key longer than the 24 bytes kept ("m-a-key-longer-than-the-"
-	     * kept): its first bytes bound it. */
-	    {14, 20, "a", "b", false},                        /* below it */
-	    {12, 20, "a", "m-a-key-longer-than-the-", false}, /* ... up to its bytes */
-	    {14, 20, "a", "m-a-key-longer-than-the-u", true}, /* it lies in [a, ..the-u) */
-	    {14, 20, "m-a-key-longer-than-thf", "z", false},  /* above it */
-	    {14, 20, "m-a-key-longer-than-the-twenty", "z", true},
-	    {14, 20, "m-a-key-longer-than-the-z", "z", true}, /* a doubt: ..the- then more */
-	    {20, 30, "a", "b", true},                         /* a record of no known key */
-	    {12, 12, "", "", false},                          /* nothing in between */
-	    {5, 12, "y", "z", true}, /* 6..9 were applied before the ring knew */
+	    /* A key longer than the KV_RECENT_KEY (58) bytes kept: its first
+	     * bytes bound it. */
+	    {14, 20, "a", "b", false},                       /* below it */
+	    {12, 20, "a", LONG58, false},                    /* ... up to its bytes */
+	    {14, 20, "a", LONG58 "-l", true},                /* it lies in [a, ..-l) */
+	    {14, 20, "m-a-key-longer-than-thf", "z", false}, /* above it */
+	    {14, 20, LONG58 "-keeps", "z", true},
+	    {14, 20, LONG58 "-z", "z", true}, /* a doubt: those bytes, then more */
+	    {20, 30, "a", "b", true},         /* a record of no known key */
+	    {12, 12, "", "", false},          /* nothing in between */
+	    {5, 12, "y", "z", true},          /* 6..9 were applied before the ring knew */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		kv_bytes st = {(const uint8_t *)cases[i].start, strlen(cases[i].start)};
@@ -147,7 +150,7 @@ near_key(uint8_t *d, const uint8_t *k, size_t kl, uint64_t *x)
 	size_t m, tl;
 
 	*x = *x * 6364136223846793005ull + 1442695040888963407ull;
-	m = 18 + (size_t)((*x >> 33) % (kl - 17));
+	m = KV_RECENT_KEY - 8 + (size_t)((*x >> 33) % (kl - KV_RECENT_KEY + 9));
 	tl = random_key(tail, x, 0, 6);
 	memcpy(d, k, m);
 	memcpy(d + m, tail, tl);
@@ -157,16 +160,19 @@ near_key(uint8_t *d, const uint8_t *k, size_t kl, uint64_t *x)
 static void
 a_long_keys_first_bytes_never_clear_a_record_that_touches_the_range(void **state)
 {
-	uint8_t a[32], b[32], st[40], en[40];
+	uint8_t a[KV_RECENT_KEY + 8], b[KV_RECENT_KEY + 8], st[KV_RECENT_KEY + 16],
+	    en[KV_RECENT_KEY + 16];
 	uint64_t x = 42;
 	size_t cleared = 0, apart = 0;
 
 	(void)state;
-	/* Keys of 20 to 30 bytes over three letters (many longer than the
-	 * bytes kept, many sharing them), one record a ring. */
+	/* Keys of 6 bytes fewer to 6 more than the bytes kept, over three
+	 * letters (many longer than the bytes kept, many sharing them), one
+	 * record a ring. */
 	for (int t = 0; t < 20000; t++) {
 		kv_recent *r = kv_recent_new();
-		size_t al = random_key(a, &x, 20, 30), bl = random_key(b, &x, 20, 30);
+		size_t al = random_key(a, &x, KV_RECENT_KEY - 6, KV_RECENT_KEY + 6);
+		size_t bl = random_key(b, &x, KV_RECENT_KEY - 6, KV_RECENT_KEY + 6);
 		kv_bytes lo = {a, al}, hi = {b, bl};
 		if (kv_key_cmp(a, al, b, bl) > 0) {
 			lo = (kv_bytes){b, bl};
@@ -177,8 +183,8 @@ a_long_keys_first_bytes_never_clear_a_record_that_touches_the_range(void **state
 		kv_bytes s, e;
 		switch (t % 3) {
 		case 0:
-			s = (kv_bytes){st, random_key(st, &x, 0, 30)};
-			e = (kv_bytes){en, random_key(en, &x, 0, 30)};
+			s = (kv_bytes){st, random_key(st, &x, 0, KV_RECENT_KEY + 6)};
+			e = (kv_bytes){en, random_key(en, &x, 0, KV_RECENT_KEY + 6)};
 			break;
 		case 1:
 			s = (kv_bytes){st, near_key(st, hi.p, hi.len, &x)};
