@@ -38,7 +38,8 @@ kv_recent_new(void)
 
 	if (r == NULL)
 		return NULL;
-	if ((r->v = malloc(KV_RECENT_CAP * sizeof(*r->v))) == NULL) {
+	/* Slots on cache-line boundaries (the size is a multiple of 64). */
+	if ((r->v = aligned_alloc(64, KV_RECENT_CAP * sizeof(*r->v))) == NULL) {
 		free(r);
 		return NULL;
 	}
@@ -108,8 +109,8 @@ kv_recent_add(kv_recent *r, uint64_t lsn, const kv_dur_span *sp)
 }
 
 /* Whether record e may touch [start, end). A cut key is known only to
- * begin with the bytes kept: it is at least those bytes (the lowest key's
- * test stays exact on that side), and it lies below start for sure only
+ * begin with the bytes kept: it is at least those bytes (enough for the
+ * lowest key's test against the end), and it lies below start for sure only
  * when every longer key that begins with them does, that is when they sort
  * below start and start does not begin with them. */
 static bool
