@@ -10,11 +10,13 @@
  * old primary's other ranges, which it goes on writing, do not make the
  * backup's copy of this range differ from the new primary's.
  *
- * Keys are kept up to KV_RECENT_KEY bytes; of a longer key its first
- * KV_RECENT_KEY bytes, which bound it from below and, with every key that
- * begins with them, from above. A record that may lie in the range on that
- * bound, a record of no known key and a gap the ring no longer holds answer
- * "touched": every doubt falls on the side of a copy.
+ * A slot keeps up to KV_RECENT_KEY bytes of each key. A longer key of up
+ * to 1,024 bytes is also written whole into a byte ring of 1 MiB beside
+ * the slots, and compared whole while the ring holds it; otherwise its
+ * first KV_RECENT_KEY bytes bound it from below and, with every key that
+ * begins with them, from above. A record that may lie in the range by
+ * those bounds, a record of no known key and a gap the ring no longer
+ * holds answer "touched": every doubt falls on the side of a copy.
  *
  * Not thread-safe: the owner (the backup's state of that primary) holds
  * its lock.
@@ -30,7 +32,7 @@
 #include <stdint.h>
 
 #define KV_RECENT_CAP 8192u /* records remembered per primary */
-#define KV_RECENT_KEY 58u   /* key bytes kept; of longer keys, their first bytes */
+#define KV_RECENT_KEY 52u   /* key bytes a slot keeps; of longer keys, their first bytes */
 
 typedef struct kv_recent kv_recent;
 

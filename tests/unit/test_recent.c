@@ -15,7 +15,7 @@
 #include "shardserver/repl/recent.h"
 
 #define B(s) ((kv_bytes){(const uint8_t *)(s), sizeof(s) - 1})
-/* The first KV_RECENT_KEY bytes of the long key of the first test. */
+/* 58 bytes, more than a slot keeps of a key: a long key's first part. */
 #define LONG58 "m-a-key-longer-than-the-fifty-eight-bytes-that-a-ring-slot"
 
 static kv_dur_span
@@ -27,8 +27,7 @@ keys(kv_bytes lo, kv_bytes hi)
 static void
 records_past_the_end_touch_a_range_only_when_a_key_lies_in_it(void **state)
 {
-	static const char long_key[] =
-	    "m-a-key-longer-than-the-fifty-eight-bytes-that-a-ring-slot-keeps-of-it";
+	static const char long_key[] = LONG58 "-keeps-of-it";
 	kv_recent *r = kv_recent_new();
 	kv_dur_span sp;
 
@@ -64,17 +63,17 @@ records_past_the_end_touch_a_range_only_when_a_key_lies_in_it(void **state)
 	    {12, 14, "r", "w", false}, /* the range delete ends before r */
 	    {12, 14, "q", "w", true},  /* ... and holds q */
 	    {12, 14, "a", "p", false}, /* ... and starts at p */
-	    /* A key longer than the KV_RECENT_KEY (58) bytes kept: its first
-	     * bytes bound it. */
+	    /* A key longer than the KV_RECENT_KEY bytes a slot keeps, held
+	     * whole beside the slots. */
 	    {14, 20, "a", "b", false},                       /* below it */
-	    {12, 20, "a", LONG58, false},                    /* ... up to its bytes */
+	    {12, 20, "a", LONG58, false},                    /* ... up to its first bytes */
 	    {14, 20, "a", LONG58 "-l", true},                /* it lies in [a, ..-l) */
 	    {14, 20, "m-a-key-longer-than-thf", "z", false}, /* above it */
 	    {14, 20, LONG58 "-keeps", "z", true},
-	    {14, 20, LONG58 "-z", "z", true}, /* a doubt: those bytes, then more */
-	    {20, 30, "a", "b", true},         /* a record of no known key */
-	    {12, 12, "", "", false},          /* nothing in between */
-	    {5, 12, "y", "z", true},          /* 6..9 were applied before the ring knew */
+	    {14, 20, LONG58 "-z", "z", false}, /* whole, it lies below ..-z */
+	    {20, 30, "a", "b", true},          /* a record of no known key */
+	    {12, 12, "", "", false},           /* nothing in between */
+	    {5, 12, "y", "z", true},           /* 6..9 were applied before the ring knew */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		kv_bytes st = {(const uint8_t *)cases[i].start, strlen(cases[i].start)};
@@ -157,22 +156,23 @@ near_key(uint8_t *d, const uint8_t *k, size_t kl, uint64_t *x)
 	return m + tl;
 }
 
+/* One record a ring, 20,000 times: keys of klen - 6 to klen + 6 bytes
+ * over three letters (many sharing long beginnings), ranges drawn at
+ * random or near the record's keys. Fails when a record that touches its
+ * range is cleared; counts the records apart from their range and those
+ * of them cleared. */
 static void
-a_long_keys_first_bytes_never_clear_a_record_that_touches_the_range(void **state)
+random_records(size_t klen, size_t *cleared, size_t *apart)
 {
-	uint8_t a[KV_RECENT_KEY + 8], b[KV_RECENT_KEY + 8], st[KV_RECENT_KEY + 16],
-	    en[KV_RECENT_KEY + 16];
-	uint64_t x = 42;
-	size_t cleared = 0, apart = 0;
+	static uint8_t a[1200], b[1200], st[1220], en[1220];
+	uint64_t x = 42 + klen;
 
-	(void)state;
-	/* Keys of 6 bytes fewer to 6 more than the bytes kept, over three
-	 * letters (many longer than the bytes kept, many sharing them), one
-	 * record a ring. */
+	assert_true(klen + 6 <= sizeof(a));
+	*cleared = *apart = 0;
 	for (int t = 0; t < 20000; t++) {
 		kv_recent *r = kv_recent_new();
-		size_t al = random_key(a, &x, KV_RECENT_KEY - 6, KV_RECENT_KEY + 6);
-		size_t bl = random_key(b, &x, KV_RECENT_KEY - 6, KV_RECENT_KEY + 6);
+		size_t al = random_key(a, &x, klen - 6, klen + 6);
+		size_t bl = random_key(b, &x, klen - 6, klen + 6);
 		kv_bytes lo = {a, al}, hi = {b, bl};
 		if (kv_key_cmp(a, al, b, bl) > 0) {
 			lo = (kv_bytes){b, bl};
@@ -183,8 +183,8 @@ a_long_keys_first_bytes_never_clear_a_record_that_touches_the_range(void **state
 		kv_bytes s, e;
 		switch (t % 3) {
 		case 0:
-			s = (kv_bytes){st, random_key(st, &x, 0, KV_RECENT_KEY + 6)};
-			e = (kv_bytes){en, random_key(en, &x, 0, KV_RECENT_KEY + 6)};
+			s = (kv_bytes){st, random_key(st, &x, 0, klen + 6)};
+			e = (kv_bytes){en, random_key(en, &x, 0, klen + 6)};
 			break;
 		case 1:
 			s = (kv_bytes){st, near_key(st, hi.p, hi.len, &x)};
@@ -204,15 +204,72 @@ a_long_keys_first_bytes_never_clear_a_record_that_touches_the_range(void **state
 			if (!got)
 				fail_msg("case %d: a record that touches the range was cleared", t);
 		} else {
-			apart++;
-			cleared += !got;
+			(*apart)++;
+			*cleared += !got;
 		}
 		kv_recent_free(r);
 	}
-	/* Most records apart from the range are told apart too. */
-	print_message("%zu of %zu records apart from the range cleared\n", cleared, apart);
+	print_message(
+	    "keys of about %zu bytes: %zu of %zu records apart from their range cleared\n", klen,
+	    *cleared, *apart);
+}
+
+static void
+a_long_key_held_whole_is_told_apart_from_a_range_exactly(void **state)
+{
+	size_t cleared, apart;
+
+	(void)state;
+	random_records(KV_RECENT_KEY, &cleared, &apart);
 	assert_true(apart > 1000);
-	assert_true(cleared * 4 > apart * 3);
+	assert_int_equal(cleared, apart);
+}
+
+static void
+a_key_too_long_to_hold_is_bounded_by_its_first_bytes(void **state)
+{
+	size_t cleared, apart;
+
+	(void)state;
+	/* Longer than any key held whole (1,024 bytes): only the slot's
+	 * bytes are known, and every doubt counts as touching. */
+	random_records(1106, &cleared, &apart);
+	assert_true(apart > 1000);
+	assert_true(cleared * 4 > apart);
+	assert_true(cleared < apart);
+}
+
+static void
+a_long_key_whose_whole_bytes_were_written_over_is_bounded_by_its_first_bytes(void **state)
+{
+	static const char first[] = LONG58 "-keeps-of-it";
+	static uint8_t other[200];
+	kv_recent *r = kv_recent_new();
+	kv_bytes k = {(const uint8_t *)first, sizeof(first) - 1};
+	kv_dur_span sp = keys(k, k);
+	uint64_t lsn = 1;
+
+	(void)state;
+	assert_non_null(r);
+	memset(other, 'z', sizeof(other));
+	kv_recent_add(r, lsn, &sp);
+	/* [..-z, y) holds no key of the records: the first lies below it,
+	 * the others above. */
+	sp = keys((kv_bytes){other, sizeof(other)}, (kv_bytes){other, sizeof(other)});
+	for (lsn = 2; lsn <= 100; lsn++)
+		kv_recent_add(r, lsn, &sp);
+	assert_false(kv_recent_touches(r, 0, lsn - 1, B(LONG58 "-z"), B("y")));
+	/* 400 bytes of long keys a record: after 3,000 records the first
+	 * key's bytes are written over (the slots still hold its record).
+	 * Only its first bytes are known then: a doubt. */
+	for (; lsn <= 3000; lsn++)
+		kv_recent_add(r, lsn, &sp);
+	assert_true(kv_recent_touches(r, 0, lsn - 1, B(LONG58 "-z"), B("y")));
+	assert_false(kv_recent_touches(r, 1, lsn - 1, B(LONG58 "-z"), B("y")));
+	/* A key whose bytes are still whole is answered exactly. */
+	assert_false(kv_recent_touches(r, 1, lsn - 1, B("y"), B("yz")));
+	assert_true(kv_recent_touches(r, 1, lsn - 1, B("y"), B("{")));
+	kv_recent_free(r);
 }
 
 int
@@ -221,7 +278,10 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(records_past_the_end_touch_a_range_only_when_a_key_lies_in_it),
 	    cmocka_unit_test(a_ring_that_dropped_or_forgot_records_cannot_vouch_for_them),
-	    cmocka_unit_test(a_long_keys_first_bytes_never_clear_a_record_that_touches_the_range),
+	    cmocka_unit_test(a_long_key_held_whole_is_told_apart_from_a_range_exactly),
+	    cmocka_unit_test(a_key_too_long_to_hold_is_bounded_by_its_first_bytes),
+	    cmocka_unit_test(
+	        a_long_key_whose_whole_bytes_were_written_over_is_bounded_by_its_first_bytes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
