@@ -43,7 +43,9 @@ struct kv_recent {
 	uint64_t floor; /* every applied record above it is held */
 	uint64_t last;  /* the highest lsn added */
 	uint8_t *kb;    /* KB_CAP bytes of long keys, or NULL (none yet, or no memory) */
-	uint32_t kbpos; /* bytes written to kb, modulo 2^32 */
+	uint32_t kbpos; /* bytes written to kb, modulo 2^32 (a slot's record is
+	                 * at most KV_RECENT_CAP records of two keys of WHOLE_MAX
+	                 * bytes old, 16 MiB: its distance never wraps) */
 };
 
 kv_recent *
