@@ -98,9 +98,13 @@ keep(kv_recent *r, uint8_t *dst, uint8_t *len, uint16_t *full, uint32_t *pos, kv
 	*full = NOT_HELD; /* the bytes kept bound it */
 	if (k.len > WHOLE_MAX || (r->kb == NULL && (r->kb = malloc(KB_CAP)) == NULL))
 		return;
-	size_t off = r->kbpos % KB_CAP, first = k.len < KB_CAP - off ? k.len : KB_CAP - off;
-	memcpy(r->kb + off, k.p, first);
-	memcpy(r->kb, k.p + first, k.len - first);
+	size_t off = r->kbpos % KB_CAP, first = KB_CAP - off; /* bytes before kb's end */
+	if (first >= k.len) {
+		memcpy(r->kb + off, k.p, k.len);
+	} else {
+		memcpy(r->kb + off, k.p, first);
+		memcpy(r->kb, k.p + first, k.len - first);
+	}
 	*full = (uint16_t)k.len;
 	*pos = r->kbpos;
 	r->kbpos += (uint32_t)k.len;
@@ -136,8 +140,9 @@ kv_recent_add(kv_recent *r, uint64_t lsn, const kv_dur_span *sp)
 	}
 }
 
-/* One of a slot's keys: whole (copied into buf when it lies in kb still),
- * or the bytes the slot kept with *cut set. */
+/* One of a slot's keys: whole while it lies in kb still (in place, or
+ * copied into buf when it wraps around kb's end), or the bytes the slot
+ * kept with *cut set. */
 static kv_bytes
 key_of(const kv_recent *r, const uint8_t *kept, uint8_t len, uint16_t full, uint32_t pos,
        uint8_t *buf, bool *cut)
@@ -147,7 +152,9 @@ key_of(const kv_recent *r, const uint8_t *kept, uint8_t len, uint16_t full, uint
 		return (kv_bytes){kept, len};
 	/* Intact while at most KB_CAP bytes were written since its first. */
 	if (full != NOT_HELD && (uint32_t)(r->kbpos - pos) <= KB_CAP) {
-		size_t off = pos % KB_CAP, first = full < KB_CAP - off ? full : KB_CAP - off;
+		size_t off = pos % KB_CAP, first = KB_CAP - off;
+		if (first >= full)
+			return (kv_bytes){r->kb + off, full};
 		memcpy(buf, r->kb + off, first);
 		memcpy(buf + first, r->kb, full - first);
 		return (kv_bytes){buf, full};
