@@ -1367,6 +1367,15 @@ async_worker(bench_worker *w)
 	return NULL;
 }
 
+double
+kv_bench_due_ns(double rate, unsigned ops_per_call, unsigned threads, unsigned id, uint64_t n)
+{
+	if (rate <= 0 || threads == 0)
+		return 0;
+	double period = 1e9 * (double)threads / rate * (double)(ops_per_call ? ops_per_call : 1);
+	return period * ((double)n + (double)(id % threads) / (double)threads);
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -1376,7 +1385,10 @@ worker_main(void *arg)
 	if (p->async)
 		return async_worker(w);
 	double ns_per_op = p->rate > 0 ? 1e9 * (double)r->nw / p->rate : 0;
-	double sched = (double)r->t0;
+	/* Open loop: this worker's calls are due on its own phase of the
+	 * schedule (kv_bench_due_ns), so that the workers' calls interleave. */
+	double sched = (double)r->t0 +
+	               (ns_per_op > 0 ? kv_bench_due_ns(p->rate, p->batch, r->nw, w->id, 0) : 0);
 
 	while (!atomic_load_explicit(&r->stop, memory_order_relaxed) && !bench_interrupted &&
 	       !w->fatal) {

@@ -119,6 +119,14 @@ int kv_bench_parse_dist(const char *s, kv_bench_dist *d, char *err, size_t errle
  * [first(a), first(b)): --one-range draws a call's keys among them. */
 uint64_t kv_bench_first_index_at(const kv_bench_params *p, const void *start, size_t slen);
 
+/* Open loop (--rate): when call n (0, 1, ...) of thread `id` of `threads`
+ * is due, in ns after the run's start. Each thread keeps its own period
+ * (threads / rate, times the ops a call carries) and thread i starts i /
+ * threads of a period after thread 0: the calls of all threads arrive
+ * evenly spaced, as independent clients' would, not `threads` at once. */
+double kv_bench_due_ns(double rate, unsigned ops_per_call, unsigned threads, unsigned id,
+                       uint64_t n);
+
 /* Prints the options of `shardkv bench`. */
 void kv_bench_usage(FILE *f);
 

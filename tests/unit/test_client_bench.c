@@ -856,11 +856,57 @@ json_report_has_the_spec_shape(void **state)
 	kv_bench_result_fini(&r);
 }
 
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* --rate: every thread keeps its own steady period, and the threads' calls
+ * interleave evenly instead of all falling due at the same instant. */
+static void
+open_loop_threads_arrive_evenly_spaced(void **state)
+{
+	(void)state;
+	enum { T = 16, N = 50 };
+	const struct {
+		double rate;
+		unsigned per_call;
+	} cases[] = {{2000, 1}, {2000, 8}, {400, 1}, {7, 1}};
+	static double due[T * N];
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		double rate = cases[c].rate;
+		unsigned k = cases[c].per_call;
+		double gap = 1e9 * (double)k / rate; /* between two calls of the run */
+		for (unsigned id = 0; id < T; id++) {
+			for (unsigned n = 0; n < N; n++) {
+				due[id * N + n] = kv_bench_due_ns(rate, k, T, id, n);
+				if (n > 0) /* a thread's own period */
+					assert_true(fabs(due[id * N + n] - due[id * N + n - 1] -
+					                 gap * T) < 1e-6 * gap * T);
+			}
+		}
+		assert_true(kv_bench_due_ns(rate, k, T, 0, 0) == 0);
+		qsort(due, T * N, sizeof(due[0]), cmp_double);
+		for (size_t i = 1; i < T * N; i++)
+			if (fabs(due[i] - due[i - 1] - gap) > 1e-6 * gap)
+				fail_msg("rate %g x%u: calls %zu and %zu %.0f ns apart, not %.0f",
+				         rate, k, i - 1, i, due[i] - due[i - 1], gap);
+	}
+	/* One thread: its calls are simply one period apart. */
+	assert_true(kv_bench_due_ns(100, 1, 1, 0, 3) == 3e7);
+	/* No rate: nothing is scheduled. */
+	assert_true(kv_bench_due_ns(0, 1, 4, 2, 5) == 0);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(histogram_percentiles_match_a_sorted_reference),
+	    cmocka_unit_test(open_loop_threads_arrive_evenly_spaced),
 	    cmocka_unit_test(histogram_merge_equals_recording_into_one),
 	    cmocka_unit_test(histogram_buckets_pool_to_the_percentiles_of_all_values),
 	    cmocka_unit_test(histogram_clamps_values_above_its_range),
