@@ -281,15 +281,14 @@ mkfifo "$work/snap.req" "$work/snap.done"
 	chrt -i -p 0 "$BASHPID" >/dev/null 2>&1 || renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
 	while read -r f a b; do
 		cpu_snap "$f" "$a" "$b"
-		echo done
+		echo ok
 	done <"$work/snap.req" >"$work/snap.done"
 ) &
 benches+=("$!") # stopped with the rest (bench/lib.sh)
 exec {snap_w}>"$work/snap.req" {snap_r}<"$work/snap.done"
 snap() { # FILE PID=ROLE PID=ROLE: the helper's reading, waited for (builtins only)
-	local ack
 	echo "$1 $2 $3" >&"$snap_w"
-	read -r ack <&"$snap_r"
+	read -r _ <&"$snap_r"
 }
 
 # --- runs -------------------------------------------------------------------------------
