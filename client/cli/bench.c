@@ -246,7 +246,7 @@ digits(uint64_t v)
 int
 kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err, size_t errlen)
 {
-	bool has_duration = false, has_ops = false, has_conns = false;
+	bool has_duration = false, has_ops = false, has_conns = false, has_slow_us = false;
 	uint64_t n;
 	double d;
 	int rv;
@@ -264,6 +264,7 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 	p->duration_s = 10;
 	p->dist_str = "uniform";
 	p->seed = 1;
+	p->slow_us = 1000;
 	for (int i = 0; i < argc; i++) {
 		const char *s = argv[i], *v = NULL, *eq;
 		char name[32];
@@ -297,7 +298,7 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 		    "--threads", "--connections", "--keys",     "--key-size", "--value-size",
 		    "--mix",     "--batch",       "--duration", "--ops",      "--out",
 		    "--plot",    "--rate",        "--dist",     "--seed",     "--scan-limit",
-		    "--async",   "--key-prefix"};
+		    "--async",   "--key-prefix",  "--slow-log", "--slow-us"};
 		bool known = false;
 		for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++)
 			known |= strcmp(name, with_value[k]) == 0;
@@ -383,6 +384,16 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 			if (v[0] == 0)
 				return usage(err, errlen, "bench: --plot needs a file name");
 			p->plot_path = v;
+		} else if (strcmp(name, "--slow-log") == 0) {
+			if (v[0] == 0)
+				return usage(err, errlen, "bench: --slow-log needs a file name");
+			p->slow_path = v;
+		} else if (strcmp(name, "--slow-us") == 0) {
+			if (!parse_u64(v, 0, UINT64_MAX / 1000u, &n))
+				return usage(err, errlen,
+				             "bench: --slow-us needs a number of microseconds");
+			p->slow_us = n;
+			has_slow_us = true;
 		} else if (strcmp(name, "--rate") == 0) {
 			if (!parse_double(v, 0, 1e9, &d) || d <= 0)
 				return usage(err, errlen,
@@ -400,6 +411,8 @@ kv_bench_parse(int argc, const char *const *argv, kv_bench_params *p, char *err,
 	}
 	if (p->help)
 		return 0;
+	if (has_slow_us && p->slow_path == NULL)
+		return usage(err, errlen, "bench: --slow-us needs --slow-log FILE");
 	if (strcmp(p->mix_str, "get:90,put:10") == 0)
 		kv_bench_parse_mix(p->mix_str, p->mix, err, errlen); /* the default */
 	if (has_duration && has_ops)
@@ -475,6 +488,10 @@ kv_bench_usage(FILE *f)
 	           "  --seed N           random seed (default 1)\n"
 	           "  --out FILE.json    write the results, time series, parameters and machine\n"
 	           "  --plot FILE.svg    draw ops/s and p99 over time with admin events marked\n"
+	           "  --slow-log FILE    a line per call that took --slow-us or longer: when it\n"
+	           "                     was due (Unix s), its latency (ms), op, node, keys and\n"
+	           "                     result, tab-separated, to match with the servers' logs\n"
+	           "  --slow-us US       the threshold of --slow-log (default 1000)\n"
 	           "  Latency is per call, failed calls included; a missing key is a miss, not an\n"
 	           "  error. Ops per node route keys through the range map polled every second.\n"
 	           "  With --json the summary is printed as JSON and progress goes to stderr.\n");
@@ -922,6 +939,11 @@ struct bench_run {
 	pthread_cond_t cv;  /* done changed */
 	bool done;          /* the reporter and poller exit */
 
+	FILE *slow;            /* --slow-log; NULL: none */
+	uint64_t slow_ns;      /* its threshold */
+	int64_t real_off_ns;   /* CLOCK_REALTIME - CLOCK_MONOTONIC at the start */
+	pthread_mutex_t sl_mu; /* protects the writes to slow */
+
 	pthread_mutex_t rt_mu;       /* protects rt */
 	route_tab *rt;               /* the latest range map (a reference) */
 	atomic_uint_fast64_t rt_gen; /* bumped on every new rt */
@@ -1056,6 +1078,32 @@ op_keys(const kv_bench_params *p, int op)
 	}
 }
 
+/* The --slow-log name of a call's result: "ok", "miss" (a single-key call
+ * whose key was missing) or the first error's name. */
+static const char *
+slow_result(uint64_t nerr, int err, bool miss)
+{
+	if (nerr)
+		return err != 0 ? kv_bench_err_name(err) : "other";
+	return miss ? "miss" : "ok";
+}
+
+/* --slow-log: one line for a call of op that was due at start (monotonic
+ * ns), took lat ns, carried n keys, went to node (the first key's, by the
+ * range map; 0: unknown) and ended with res. */
+static void
+slow_note(bench_run *r, uint64_t start, uint64_t lat, int op, uint32_t node, unsigned n,
+          const char *res)
+{
+	if (r->slow == NULL || lat < r->slow_ns)
+		return;
+	double at = (double)((int64_t)start + r->real_off_ns) / 1e9;
+	pthread_mutex_lock(&r->sl_mu);
+	fprintf(r->slow, "%.6f\t%.3f\t%s\t%u\t%u\t%s\n", at, (double)lat / 1e6,
+	        kv_bench_op_name(op), node, n, res);
+	pthread_mutex_unlock(&r->sl_mu);
+}
+
 /* Takes a reference to the latest range map when it changed. */
 static void
 refresh_route(bench_worker *w)
@@ -1140,6 +1188,10 @@ do_call(bench_worker *w, int op, unsigned n, uint64_t start_ns)
 		}
 	}
 	refresh_route(w);
+	if (w->run->slow)
+		slow_note(w->run, start_ns, lat, op,
+		          route_key(w->rt, w->keys[0].data, w->keys[0].len), n,
+		          slow_result(nerr, rv, !batched && miss));
 	pthread_mutex_lock(&w->mu);
 	if (kv_bench_tally_record(&w->tally, op, lat, ok, miss, nerr, rv) != 0)
 		w->fatal = SHARDKV_ENOMEM;
@@ -1226,6 +1278,10 @@ async_group_done(async_caller *a)
 	if (kv_bench_tally_record(&w->tally, a->op, lat, ok, atomic_load(&a->miss), nerr,
 	                          nerr ? atomic_load(&a->err) : 0) != 0)
 		w->fatal = SHARDKV_ENOMEM;
+	if (w->run->slow)
+		slow_note(w->run, a->start, lat, a->op, route_key(w->rt, a->keys, ks), a->n,
+		          slow_result(nerr, nerr ? atomic_load(&a->err) : 0,
+		                      a->n == 1 && atomic_load(&a->miss)));
 	uint64_t first = atomic_load(&a->first);
 	if (first && kv_bench_tally_record_first(&w->tally, first - a->start) != 0)
 		w->fatal = SHARDKV_ENOMEM;
@@ -1908,6 +1964,9 @@ json_params(FILE *f, const kv_bench_params *p)
 	json_str(f, p->out_path ? p->out_path : "");
 	fprintf(f, ", \"plot\": ");
 	json_str(f, p->plot_path ? p->plot_path : "");
+	fprintf(f, ", \"slow_log\": ");
+	json_str(f, p->slow_path ? p->slow_path : "");
+	fprintf(f, ", \"slow_us\": %" PRIu64, p->slow_us);
 	fputc('}', f);
 }
 
@@ -2354,6 +2413,22 @@ kv_bench_main(int nargs, const char *const *args, const char *controller, shardk
 			fclose(fout);
 		return KV_CLI_USAGE;
 	}
+	if (p.slow_path && (r.slow = open_out(p.slow_path, err)) == NULL) {
+		if (fout)
+			fclose(fout);
+		if (fplot)
+			fclose(fplot);
+		return KV_CLI_USAGE;
+	}
+	if (r.slow) {
+		struct timespec rt, mt;
+		clock_gettime(CLOCK_REALTIME, &rt);
+		clock_gettime(CLOCK_MONOTONIC, &mt);
+		r.real_off_ns = ((int64_t)rt.tv_sec - (int64_t)mt.tv_sec) * 1000000000 +
+		                ((int64_t)rt.tv_nsec - (int64_t)mt.tv_nsec);
+		r.slow_ns = p.slow_us * 1000u;
+		fprintf(r.slow, "# due_unix_s\tlatency_ms\top\tnode\tkeys\tresult\n");
+	}
 
 	res.params = &p;
 	r.p = &p;
@@ -2371,6 +2446,7 @@ kv_bench_main(int nargs, const char *const *args, const char *controller, shardk
 	pthread_mutex_init(&r.mu, NULL);
 	pthread_mutex_init(&r.rt_mu, NULL);
 	pthread_mutex_init(&r.ev_mu, NULL);
+	pthread_mutex_init(&r.sl_mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&r.cv, &ca);
@@ -2465,6 +2541,11 @@ kv_bench_main(int nargs, const char *const *args, const char *controller, shardk
 			code = KV_CLI_INTERNAL;
 		fplot = NULL;
 	}
+	if (r.slow) {
+		if (!close_out(r.slow, p.slow_path, err))
+			code = KV_CLI_INTERNAL;
+		r.slow = NULL;
+	}
 	if (code == 0 && kv_bench_tally_ops(&res.total) == 0 &&
 	    (kv_bench_tally_errors(&res.total) > 0 || (res.loaded && res.load_keys == 0))) {
 		/* Nothing got through: exit with the commonest error's code. */
@@ -2483,6 +2564,8 @@ out:
 		fclose(fout);
 	if (fplot)
 		fclose(fplot);
+	if (r.slow)
+		fclose(r.slow);
 	workers_fini(&r);
 	for (unsigned i = 0; r.conns && i < r.nc; i++)
 		shardkv_close(r.conns[i]);
@@ -2494,6 +2577,7 @@ out:
 	pthread_mutex_destroy(&r.mu);
 	pthread_mutex_destroy(&r.rt_mu);
 	pthread_mutex_destroy(&r.ev_mu);
+	pthread_mutex_destroy(&r.sl_mu);
 	kv_bench_result_fini(&res);
 	if (bench_interrupted && code == 0)
 		fprintf(err, "shardkv: bench: interrupted; the summary covers the run so far\n");

@@ -94,6 +94,8 @@ typedef struct {
 	uint64_t seed;               /* --seed */
 	const char *out_path;        /* --out FILE.json; NULL: none */
 	const char *plot_path;       /* --plot FILE.svg; NULL: none */
+	const char *slow_path;       /* --slow-log FILE: a line per slow call; NULL: none */
+	uint64_t slow_us;            /* --slow-us: a call this slow or slower is logged */
 	bool json;                   /* global --json: the summary as JSON on stdout */
 	bool help;                   /* --help */
 } kv_bench_params;

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -527,8 +528,14 @@ parse_fills_defaults_and_reads_every_option(void **state)
 	assert_true(p.duration_s == 10);
 	assert_false(p.dist.zipf);
 	assert_string_equal(p.key_prefix, "key:");
+	assert_null(p.slow_path);
+	assert_int_equal(p.slow_us, 1000);
 
-	const char *argv[] = {"--key-prefix",
+	const char *argv[] = {"--slow-log",
+	                      "/tmp/x.tsv",
+	                      "--slow-us",
+	                      "250",
+	                      "--key-prefix",
 	                      "hot:",
 	                      "--threads",
 	                      "8",
@@ -577,6 +584,8 @@ parse_fills_defaults_and_reads_every_option(void **state)
 	assert_int_equal(p.seed, 9);
 	assert_string_equal(p.out_path, "/tmp/x.json");
 	assert_string_equal(p.plot_path, "/tmp/x.svg");
+	assert_string_equal(p.slow_path, "/tmp/x.tsv");
+	assert_int_equal(p.slow_us, 250);
 	assert_int_equal(p.scan_limit, 3);
 	assert_string_equal(p.key_prefix, "hot:");
 	assert_true(p.key_prefix_set);
@@ -687,6 +696,9 @@ bench_usage_errors_exit_2_with_one_line(void **state)
 	BENCH_USAGE("zipf", "--dist", "zipf:2");
 	BENCH_USAGE("--dist must be", "--dist", "gaussian");
 	BENCH_USAGE("not both", "--duration", "5", "--ops", "10");
+	BENCH_USAGE("--slow-us needs --slow-log", "--slow-us", "500");
+	BENCH_USAGE("--slow-us needs a number", "--slow-log", "f.tsv", "--slow-us", "soon");
+	BENCH_USAGE("--slow-log needs a file name", "--slow-log", "");
 	BENCH_USAGE("--connections 8 > --threads 4", "--threads", "4", "--connections", "8");
 	BENCH_USAGE("unknown option", "--frobnicate");
 	BENCH_USAGE("too small", "--keys", "100000", "--key-size", "3");
@@ -1125,6 +1137,84 @@ open_loop_run_keeps_the_asked_rate(void **state)
 	kv_cli_run_free(&r);
 }
 
+static double
+unix_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Reads a --slow-log file: checks its header and every line's fields
+ * against the run's window; returns the number of calls listed. */
+static size_t
+check_slow_log(const char *path, double from, double to)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+	size_t n = 0;
+
+	assert_non_null(f);
+	assert_non_null(fgets(line, sizeof(line), f));
+	assert_string_equal(line, "# due_unix_s\tlatency_ms\top\tnode\tkeys\tresult\n");
+	while (fgets(line, sizeof(line), f) != NULL) {
+		double due, ms;
+		char op[16], res[32];
+		unsigned node, keys;
+		if (sscanf(line, "%lf\t%lf\t%15s\t%u\t%u\t%31s", &due, &ms, op, &node, &keys,
+		           res) != 6)
+			fail_msg("malformed --slow-log line: %s", line);
+		assert_true(due >= from - 0.01 && due <= to + 0.01);
+		assert_true(ms >= 0 && ms <= (to - from) * 1000 + 10);
+		assert_true(strcmp(op, "get") == 0 || strcmp(op, "put") == 0);
+		assert_true(node >= 1 && node <= NSERVERS);
+		assert_int_equal(keys, 1);
+		assert_true(strcmp(res, "ok") == 0 || strcmp(res, "miss") == 0);
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/* --slow-log lists every call at or over --slow-us, when it was due (Unix
+ * time, to match with the servers' logs), its latency, op, node, keys and
+ * result; a threshold no call reaches leaves the header alone. */
+static void
+slow_log_lists_every_call_at_or_over_its_threshold(void **state)
+{
+	(void)state;
+	char path[] = "/tmp/kv-slow-log-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+
+	const char *every[] = {"shardkv", "-c",         tc.ctl_url,  "--json",    "bench",
+	                       "--ops",   "300",        "--threads", "2",         "--keys",
+	                       "500",     "--slow-log", path,        "--slow-us", "0"};
+	run_result r;
+	double from = unix_now();
+	jnode *j = run_report(ARGC(every), every, &r);
+	double to = unix_now();
+	assert_true(jnum(j, "ops") == 300);
+	assert_string_equal(jtyped(j, "params.slow_log", J_STR)->str, path);
+	assert_true(jnum(j, "params.slow_us") == 0);
+	jfree(j);
+	kv_cli_run_free(&r);
+	assert_int_equal(check_slow_log(path, from, to), 300);
+
+	const char *none[] = {"shardkv", "-c",         tc.ctl_url,  "--json",    "bench",
+	                      "--ops",   "100",        "--threads", "2",         "--keys",
+	                      "500",     "--slow-log", path,        "--slow-us", "60000000"};
+	from = unix_now();
+	j = run_report(ARGC(none), none, &r);
+	to = unix_now();
+	assert_true(jnum(j, "ops") == 100);
+	jfree(j);
+	kv_cli_run_free(&r);
+	assert_int_equal(check_slow_log(path, from, to), 0);
+	unlink(path);
+}
+
 static void
 unreachable_cluster_exits_3(void **state)
 {
@@ -1166,6 +1256,7 @@ main(void)
 	    cmocka_unit_test(ops_run_counts_each_key_of_a_batch),
 	    cmocka_unit_test(one_range_run_answers_and_routes_every_key),
 	    cmocka_unit_test(open_loop_run_keeps_the_asked_rate),
+	    cmocka_unit_test(slow_log_lists_every_call_at_or_over_its_threshold),
 	    cmocka_unit_test(unreachable_cluster_exits_3),
 	    cmocka_unit_test(
 	        load_that_writes_nothing_stops_and_exits_3), /* last: stops the servers */
