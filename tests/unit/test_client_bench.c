@@ -16,6 +16,7 @@
 #include "client/cli/cli.h"
 #include "client/cli/hdr.h"
 #include "client/include/shardkv.h"
+#include "common/key.h"
 #include "tests/support/cli_run.h"
 #include "tests/support/testutil.h"
 #include "tests/support/two_node_cluster.h"
@@ -34,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1137,12 +1137,11 @@ open_loop_run_keeps_the_asked_rate(void **state)
 	kv_cli_run_free(&r);
 }
 
+/* The Unix time in seconds (to the millisecond). */
 static double
 unix_now(void)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_REALTIME, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+	return (double)kv_unix_ms() / 1e3;
 }
 
 /* Reads a --slow-log file: checks its header and every line's fields
