@@ -1088,15 +1088,21 @@ slow_result(uint64_t nerr, int err, bool miss)
 	return miss ? "miss" : "ok";
 }
 
-/* --slow-log: one line for a call of op that was due at start (monotonic
- * ns), took lat ns, carried n keys, went to node (the first key's, by the
- * range map; 0: unknown) and ended with res. */
+/* Whether a call that took lat ns goes to the --slow-log. */
+static bool
+slow_call(const bench_run *r, uint64_t lat)
+{
+	return r->slow != NULL && lat >= r->slow_ns;
+}
+
+/* --slow-log: one line for a slow call (slow_call) of op that was due at
+ * start (monotonic ns), took lat ns, carried n keys, went to node (the
+ * first key's, by the range map; 0: unknown) and ended with res. Takes
+ * only sl_mu, a leaf. */
 static void
 slow_note(bench_run *r, uint64_t start, uint64_t lat, int op, uint32_t node, unsigned n,
           const char *res)
 {
-	if (r->slow == NULL || lat < r->slow_ns)
-		return;
 	double at = (double)((int64_t)start + r->real_off_ns) / 1e9;
 	pthread_mutex_lock(&r->sl_mu);
 	fprintf(r->slow, "%.6f\t%.3f\t%s\t%u\t%u\t%s\n", at, (double)lat / 1e6,
@@ -1188,7 +1194,7 @@ do_call(bench_worker *w, int op, unsigned n, uint64_t start_ns)
 		}
 	}
 	refresh_route(w);
-	if (w->run->slow)
+	if (slow_call(w->run, lat))
 		slow_note(w->run, start_ns, lat, op,
 		          route_key(w->rt, w->keys[0].data, w->keys[0].len), n,
 		          slow_result(nerr, rv, !batched && miss));
@@ -1278,10 +1284,8 @@ async_group_done(async_caller *a)
 	if (kv_bench_tally_record(&w->tally, a->op, lat, ok, atomic_load(&a->miss), nerr,
 	                          nerr ? atomic_load(&a->err) : 0) != 0)
 		w->fatal = SHARDKV_ENOMEM;
-	if (w->run->slow)
-		slow_note(w->run, a->start, lat, a->op, route_key(w->rt, a->keys, ks), a->n,
-		          slow_result(nerr, nerr ? atomic_load(&a->err) : 0,
-		                      a->n == 1 && atomic_load(&a->miss)));
+	bool slow = slow_call(w->run, lat);
+	uint32_t slow_node = slow ? route_key(w->rt, a->keys, ks) : 0;
 	uint64_t first = atomic_load(&a->first);
 	if (first && kv_bench_tally_record_first(&w->tally, first - a->start) != 0)
 		w->fatal = SHARDKV_ENOMEM;
@@ -1295,6 +1299,10 @@ async_group_done(async_caller *a)
 	}
 	bool fatal = w->fatal != 0;
 	pthread_mutex_unlock(&w->mu);
+	if (slow)
+		slow_note(w->run, a->start, lat, a->op, slow_node, a->n,
+		          slow_result(nerr, nerr ? atomic_load(&a->err) : 0,
+		                      a->n == 1 && atomic_load(&a->miss)));
 	async_issue(a, fatal);
 }
 
