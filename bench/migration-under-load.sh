@@ -6,7 +6,7 @@
 #                                 [-R OPS] [-T THREADS] [-B SECS] [-A SECS]
 #                                 [-M SECS] [-m MB/s] [-f MODE] [-x ARGS]
 #                                 [-o PREFIX] [-n KEYS] [-p FILE.svg]
-#                                 [-b BIN_DIR] [-k]
+#                                 [-C COMMAND] [-b BIN_DIR] [-k]
 #
 #   -r RUNS     measured moves (default 3); the table shows medians and the
 #               run-to-run range
@@ -34,6 +34,14 @@
 #   -n KEYS     with -o, the other bench's key count (default -O)
 #   -p FILE.svg where to copy the moving-range bench's --plot of the last
 #               run; FILE-other.svg gets the other ranges' (default: none)
+#   -C COMMAND  a control: in place of each measured move, run COMMAND
+#               (bash -c, in the work directory) and measure it as a move;
+#               nothing moves. shardkv-cpu-control (bench/cpu_control.c)
+#               makes loads with no shardkv code in them, e.g. -C
+#               "$PWD/build-release/bin/shardkv-cpu-control copy --bytes
+#               108000000 --rate 265": the bare copy of the range's bytes
+#               from one process to another and into a synced file, at a
+#               move's rate (bench/README.md)
 #   -b BIN_DIR  where shardkv, shardkv-server and shardkv-controller are
 #               (default $SHARDKV_BIN_DIR, build-release/bin, build/bin)
 #   -k          keep the work directory (logs, JSON reports, plots)
@@ -67,14 +75,14 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 runs=3 mkeys=1000000 okeys=1000000 vsize=100 rate=2000 threads=16 before=10 after=10 allow=20
 move_rate=0 fsync=batch xargs='' plot='' bin=${SHARDKV_BIN_DIR:-} keep=
-oprefix=key: onkeys=
+oprefix=key: onkeys= control=
 step_timeout=${MIGRATION_STEP_TIMEOUT:-600}
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 die() { echo "migration-under-load: $*" >&2; exit 1; }
 say() { echo "migration-under-load: $*" >&2; }
 
-while getopts "r:K:O:d:R:T:B:A:M:m:f:x:o:n:p:b:kh" o; do
+while getopts "r:K:O:d:R:T:B:A:M:m:f:x:o:n:p:C:b:kh" o; do
 	case "$o" in
 	r) runs=$OPTARG ;;
 	K) mkeys=$OPTARG ;;
@@ -91,6 +99,7 @@ while getopts "r:K:O:d:R:T:B:A:M:m:f:x:o:n:p:b:kh" o; do
 	o) oprefix=$OPTARG ;;
 	n) onkeys=$OPTARG ;;
 	p) plot=$OPTARG ;;
+	C) control=$OPTARG ;;
 	b) bin=$OPTARG ;;
 	k) keep=1 ;;
 	*) usage ;;
@@ -323,9 +332,16 @@ for ((run = 1; run <= runs; run++)); do
 	# seconds: the times are bash's, the readings of /proc the helper's.
 	snap "$work/run$run-cpu0" "$pa=bench-moving" "$pb=bench-other"
 	t0=${EPOCHREALTIME/,/.}
-	cli --json --timeout $((step_timeout * 1000)) "${mv_args[@]}" >"$work/run$run-move.json" 2>"$work/run$run-move.err" ||
-		die "shardkv move failed: $(cat "$work/run$run-move.err")"
-	t1=${EPOCHREALTIME/,/.}
+	if [ -n "$control" ]; then
+		(cd "$work" && timeout "$step_timeout" bash -c "$control") >"$work/run$run-control.txt" 2>"$work/run$run-move.err" ||
+			die "the control failed: $(cat "$work/run$run-move.err")"
+		t1=${EPOCHREALTIME/,/.}
+		echo '{}' >"$work/run$run-move.json"
+	else
+		cli --json --timeout $((step_timeout * 1000)) "${mv_args[@]}" >"$work/run$run-move.json" 2>"$work/run$run-move.err" ||
+			die "shardkv move failed: $(cat "$work/run$run-move.err")"
+		t1=${EPOCHREALTIME/,/.}
+	fi
 	snap "$work/run$run-cpu1" "$pa=bench-moving" "$pb=bench-other"
 	bench_wait "$pa" "$work/run$run-moving.json" "$work/run$run-moving.err"
 	bench_wait "$pb" "$work/run$run-other.json" "$work/run$run-other.err"
@@ -334,7 +350,7 @@ for ((run = 1; run <= runs; run++)); do
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$ta" "$tb" "$t0" "$t1" "$rb" "$rk" >>"$results"
 
 	# Back to node 1, without load, and wait until both ends are clean.
-	if [ "$run" -lt "$runs" ]; then
+	if [ "$run" -lt "$runs" ] && [ -z "$control" ]; then
 		say "run $run/$runs: moving the range back to node 1 (not measured)"
 		wait_for 120 node_keys_le 1 0 || die "node 1 kept the moved range"
 		cli --timeout $((step_timeout * 1000)) move "" "key:" 1 --wait >>"$work/setup.log" 2>&1 ||
@@ -353,10 +369,10 @@ fi
 
 # --- report ---------------------------------------------------------------------------------
 python3 - "$work" "$runs" "$mkeys" "$onkeys keys $oprefix..." "$vsize" "$rate" "$threads" "$fsync${xargs:+ $xargs}" "$move_rate" \
-	"$(nproc) CPUs; load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end" <<'EOF'
+	"$(nproc) CPUs; load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end" "$control" <<'EOF'
 import json, os, re, statistics as st, sys
 from datetime import datetime, timezone
-work, runs, mkeys, okeys, vsize, rate, threads, fsync, move_rate, cpus = sys.argv[1:]
+work, runs, mkeys, okeys, vsize, rate, threads, fsync, move_rate, cpus, control = sys.argv[1:]
 
 def ts(line):
     t = line.split(" ", 1)[0]
@@ -493,6 +509,12 @@ print(f"# 3 servers, the controller and both benches share the CPUs), --fsync {f
 print(f"# move --rate {move_rate or 'unlimited'}; two open-loop benches --mix get:90,put:10 --rate {rate} --threads {threads}:")
 print(f"# 'moving' on the range's keys, 'other' on {okeys} (nodes 2 and 3 hold key:..). Per-second series: 'during' = the")
 print(f"# seconds that overlap the move (max of per-second p99 and max), before/after = median of per-second p99.")
+if control:
+    print(f"# CONTROL: nothing moved; in each move's place ran: {control}")
+    print(f"# ('wait s' is its time, 'MB/s' the range's bytes over it; the CPU table leaves its processes out):")
+    for r in rows:
+        out = open(f"{work}/run{r['run']}-control.txt").read().strip().replace("\n", "; ")
+        print(f"#   run {r['run']}: {out}")
 print()
 print(f"{'run':>3} {'wait s':>7} {'MB':>7} {'MB/s':>7} {'keys/s':>9} {'copy s':>7} {'fence ms':>9} {'commit ms':>10} {'delete s':>9}")
 for r in rows:
@@ -560,7 +582,7 @@ errs = sum(r["moving"]["errors"] + r["other"]["errors"] for r in rows)
 ob = med([r["other"]["p99_before"] for r in rows])
 od = med([r["other"]["p99_during"] for r in rows])
 mbs = med([r["mb_s"] for r in rows])
-print("targets:")
+print("targets:" if not control else "targets (CONTROL: no move was made; the figures are the control's):")
 print(f"  longest wait < 50 ms: {mx:.1f} ms (largest per-second max in the move's seconds, both benches, all runs): "
       f"{'met' if mx < 50 else 'missed'}")
 print(f"  0 errors: {errs}: {'met' if errs == 0 else 'missed'}")
