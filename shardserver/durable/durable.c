@@ -1141,7 +1141,11 @@ kv_dur_side_open(kv_dur *d, kv_dur_side **out)
 	                  /* with none, nothing syncs it (its close is on the
 	                     transfer's commit path) */
 	                  .close_unsynced = true,
-	                  .bulk = true};
+	                  .bulk = true,
+	                  /* its records are waited for once, at the copy's end
+	                     (kv_dur_side_sync): written in big pieces, without
+	                     a wake-up of its writer per group of entries */
+	                  .lazy = true};
 	if ((rv = kv_wal_open(&wo, 1, &s->w, err, sizeof(err))) != 0) {
 		KV_WARN(COMP, "cannot open a side log", "dir=%s err=%s detail=\"%s\"", path,
 		        kv_errname(rv), err);

@@ -16,7 +16,9 @@
  * WAL_LINGER_NS (or WAL_LAZY_BYTES) before it takes it, unless someone
  * waits for it (a notification, kv_wal_wait, a rotation, close): a wake-up
  * and a pwritev per request cost a server about a tenth of its cycles under
- * pipelined writes.
+ * pipelined writes. A lazy BATCH log (kv_wal_opts.lazy: a migration's side
+ * log, which nothing waits for record by record) lets its buffer fill the
+ * same way, and syncs by its period as BATCH does.
  *
  * Round writes (BATCH with round_writes, the server's own log): an append
  * made in an event loop's round (common/defer.h) leaves the write to the
@@ -145,6 +147,7 @@ struct kv_wal {
 	bool round_writes;      /* BATCH: round_end writes a loop's appends */
 	bool close_unsynced;    /* NONE: a close does not fsync (kv_wal_opts) */
 	bool bulk;              /* the writer is a bulk thread (kv_wal_opts) */
+	bool lazy;              /* BATCH: cur fills as with NONE (kv_wal_opts) */
 	pthread_t thread;       /* the writer */
 
 	pthread_mutex_t mu;
@@ -156,7 +159,7 @@ struct kv_wal {
 	uint64_t cur_records; /* ... how many */
 	uint64_t cur_since;   /* ... when the first of them came (monotonic ns) */
 	bool sleeping;        /* the writer waits on `work` */
-	bool lingering;       /* ... NONE: only for cur to fill (or its time) */
+	bool lingering;       /* ... NONE, lazy: only for cur to fill (or its time) */
 	bool timed;           /* ... and wakes by itself */
 	bool round_busy;      /* a round (writer's or round_end's) owns the writer fields */
 	bool held;            /* the writer waits for round_end's round to end */
@@ -1047,8 +1050,9 @@ sync_due(const kv_wal *w, uint64_t now, uint64_t sync_req, bool closing, int as_
 	       now >= w->last_sync + w->batch_ns;
 }
 
-/* Whether cur's records should be taken now: at once, but with NONE only
- * once the buffer is big or old enough, or someone waits for it. mu held. */
+/* Whether cur's records should be taken now: at once, but with NONE (and a
+ * lazy BATCH log) only once the buffer is big or old enough, or someone
+ * waits for it. mu held. */
 static bool
 cur_due(const kv_wal *w, uint64_t now)
 {
@@ -1061,7 +1065,7 @@ cur_due(const kv_wal *w, uint64_t now)
 		return w->cur.len >= WAL_LAZY_BYTES || now >= w->cur_since + WAL_ROUND_NS ||
 		       w->waiters > 0 || w->closing || w->rot_pending ||
 		       w->sync_req > w->written_lsn;
-	return w->mode != KV_FSYNC_NONE || w->cur.len >= WAL_LAZY_BYTES ||
+	return (w->mode != KV_FSYNC_NONE && !w->lazy) || w->cur.len >= WAL_LAZY_BYTES ||
 	       now >= w->cur_since + WAL_LINGER_NS || w->nnotes > 0 || w->waiters > 0 ||
 	       w->closing || w->rot_pending || w->sync_req > w->written_lsn;
 }
@@ -1641,13 +1645,17 @@ writer_main(void *arg)
 				pthread_cond_wait(&w->work, &w->mu);
 			} else if (w->mode == KV_FSYNC_BATCH && w->w_written > w->w_synced) {
 				uint64_t until = w->last_sync + w->batch_ns;
-				if (w->cur.len > 0 && w->cur_since + WAL_ROUND_NS < until)
-					until = w->cur_since + WAL_ROUND_NS; /* cur_due */
+				uint64_t cur_by =
+				    w->cur_since + (w->lazy ? WAL_LINGER_NS : WAL_ROUND_NS);
+				if (w->cur.len > 0 && cur_by < until)
+					until = cur_by; /* cur_due */
 				w->timed = true;
+				w->lingering = w->lazy; /* appends wake it when cur is full */
 				wait_until(&w->work, &w->mu, until);
+				w->lingering = false;
 			} else if (w->cur.len > 0 && w->nchunks < WAL_MAX_CHUNKS) {
-				/* NONE: let cur fill; round_writes: let a round's
-				 * end write it (cur_due) */
+				/* NONE, lazy: let cur fill; round_writes: let a
+				 * round's end write it (cur_due) */
 				w->lingering = true;
 				w->timed = true;
 				wait_until(&w->work, &w->mu,
@@ -1765,6 +1773,7 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	w->buffer_bytes = o->buffer_bytes ? o->buffer_bytes : WAL_DEF_BUFFER;
 	w->close_unsynced = o->close_unsynced;
 	w->bulk = o->bulk;
+	w->lazy = o->lazy && o->mode == KV_FSYNC_BATCH;
 	w->round_writes = o->round_writes && o->mode == KV_FSYNC_BATCH;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_condattr_init(&ca);

@@ -154,6 +154,12 @@ typedef struct {
 	                           transfer's commit path) */
 	bool bulk;              /* the writer thread is a bulk thread (common/slice.h):
 	                           a migration's side log */
+	bool lazy;              /* BATCH: the writer lets the append buffer fill as
+	                           with NONE (256 KiB or 2 ms) before it writes it,
+	                           unless someone waits for it (a notification,
+	                           kv_wal_wait, a rotation, close); the fsyncs keep
+	                           their period. For a log that nothing waits for
+	                           record by record: a migration's side log */
 } kv_wal_opts;
 
 /*

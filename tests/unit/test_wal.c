@@ -499,6 +499,40 @@ none_writes_a_lone_record_without_being_asked(void **state)
 	close_written(w, d->path, 2);
 }
 
+/* A lazy BATCH log (kv_wal_opts.lazy: a migration's side log) lets its
+ * append buffer fill before the writer takes it: a burst of appends
+ * reaches the file in a few big writes, not in one write per wake-up of
+ * the writer; a wait is answered without more appends, and a record that
+ * nobody waits for is still written and synced by itself. */
+static void
+lazy_batch_log_writes_a_burst_in_few_writes(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal_opts o = {.dir = d->path, .mode = KV_FSYNC_BATCH, .lazy = true};
+	const uint64_t total = 400; /* about 600 KB: a few buffers of 256 KiB */
+	uint64_t deadline = kv_now_ns() + 5ull * 1000000000ull;
+	kv_wal_stats st;
+	kv_wal *w = NULL;
+	char err[512];
+
+	assert_int_equal(kv_wal_open(&o, 1, &w, err, sizeof(err)), KV_OK);
+	for (uint64_t l = 1; l <= total; l++)
+		append_one(w, l);
+	assert_int_equal(kv_wal_wait(w, total, true), KV_OK);
+	kv_wal_stats_get(w, &st);
+	print_message("%llu records in %llu writes, %llu fsyncs\n", (unsigned long long)total,
+	              (unsigned long long)st.writes, (unsigned long long)st.fsyncs);
+	assert_true(st.writes >= 1);
+	assert_true(st.writes <= total / 20);
+	append_one(w, total + 1);
+	while (kv_wal_durable_lsn(w) < total + 1 && kv_now_ns() < deadline) {
+		struct timespec ts = {0, 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	assert_true(kv_wal_durable_lsn(w) >= total + 1);
+	close_written(w, d->path, total + 1);
+}
+
 static void
 records_bigger_than_the_buffer_are_accepted(void **state)
 {
@@ -1989,6 +2023,7 @@ main(void)
 	    T(open_refuses_segments_at_or_beyond_next_lsn_that_hold_records),
 	    T(close_flushes_buffered_records),
 	    T(none_writes_a_lone_record_without_being_asked),
+	    T(lazy_batch_log_writes_a_burst_in_few_writes),
 	    T(batch_writes_go_on_while_an_fsync_is_in_progress),
 	    T(records_bigger_than_the_buffer_are_accepted),
 	    T(torn_last_record_is_dropped_at_every_cut_and_log_continues),
