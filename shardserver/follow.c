@@ -175,7 +175,7 @@ apply_config(kv_server *s, kv_config *c)
 	uint32_t me = atomic_load(&s->node_id);
 	uint64_t *drop = NULL;
 	size_t ndrop = 0;
-	bool new_cluster = false;
+	bool new_cluster = false, tapped;
 
 	if (c->epoch <= atomic_load(&s->epoch)) {
 		kv_config_free(c);
@@ -267,14 +267,19 @@ apply_config(kv_server *s, kv_config *c)
 	kv_mig_out_reconcile(s->mig, c);
 	/* 4b. Replication: which ranges stream to which backups, and whom this
 	 * node accepts records from. */
+	tapped = kv_rs_streaming(s->repl);
 	if (kv_rs_apply_config(s->repl, c) != 0)
 		KV_ERROR(COMP, "out of memory applying config to replication", "epoch=%llu",
 		         (unsigned long long)c->epoch);
 	/* Writes that began before the routing table above (and so may have
 	 * skipped its log tap, kv_rs_active) end before the configuration is
 	 * published: a copy to a replica outside the ISR starts only after
-	 * that (doc/replication.md "Catch-up"). */
-	kv_owner_quiesce(&s->owner);
+	 * that (doc/replication.md "Catch-up"). Once a stream existed before
+	 * the table, no write skipped it (the swap waited for every one), and
+	 * while replication stays off nothing needs a tap: then the node's
+	 * requests are not held up (kv_owner_quiesce stops new ones too). */
+	if (!tapped && kv_rs_active(s->repl))
+		kv_owner_quiesce(&s->owner);
 	/* 5. Publish. A node an operator made leave is DRAINING first: its
 	 * GONE is then the expected end, not a removal (kv_srv_set_gone). */
 	{

@@ -277,6 +277,32 @@ err:
 	return rv;
 }
 
+/*
+ * Whether [s, e) has a part not covered by entries in `state` (any state
+ * when 0), looked at under the read lock. A change that would find no gap
+ * returns without the write lock: every configuration is applied on every
+ * node, mostly leaving its table as it was, and the write lock stops every
+ * new request of the node until the ops in flight end. No gap means the
+ * change is a no-op at this instant, which is where it then takes effect;
+ * a gap found here is looked for again under the write lock. On out of
+ * memory, says yes (the caller then does the work under the write lock
+ * and reports it).
+ */
+static bool
+owner_has_gaps(kv_owner *t, const void *s, size_t slen, const void *e, size_t elen,
+               kv_own_state state)
+{
+	kv_buf *g = NULL;
+	size_t n = 0;
+	int rv;
+
+	pthread_rwlock_rdlock(&t->lock);
+	rv = owner_gaps_locked(t, s, slen, e, elen, state, &g, &n);
+	pthread_rwlock_unlock(&t->lock);
+	kv_owner_ranges_free(g, n);
+	return rv != 0 || n > 0;
+}
+
 int
 kv_owner_fill(kv_owner *t, const void *start, size_t slen, const void *end, size_t elen,
               kv_own_state state, uint32_t peer, const char *peer_addr, uint64_t epoch,
@@ -293,6 +319,8 @@ kv_owner_fill(kv_owner *t, const void *start, size_t slen, const void *end, size
 
 	if (kv_range_is_empty(start, slen, end, elen))
 		return KV_EINVAL;
+	if (!owner_has_gaps(t, start, slen, end, elen, KV_OWN_SERVE))
+		return KV_OK;
 	pthread_rwlock_wrlock(&t->lock);
 	rv = owner_gaps_locked(t, start, slen, end, elen, KV_OWN_SERVE, &g, &n);
 	for (size_t i = 0; rv == 0 && i < n; i++)
@@ -314,6 +342,8 @@ kv_owner_claim(kv_owner *t, const void *start, size_t slen, const void *end, siz
 
 	if (kv_range_is_empty(start, slen, end, elen))
 		return KV_EINVAL;
+	if (!owner_has_gaps(t, start, slen, end, elen, 0))
+		return KV_OK;
 	pthread_rwlock_wrlock(&t->lock);
 	rv = owner_gaps_locked(t, start, slen, end, elen, 0, &g, &n);
 	for (size_t i = 0; rv == 0 && i < n; i++)

@@ -2543,6 +2543,12 @@ kv_rs_active(kv_rs *g)
 	       atomic_load_explicit(&g->replica, memory_order_relaxed);
 }
 
+bool
+kv_rs_streaming(kv_rs *g)
+{
+	return atomic_load_explicit(&g->nstreams, memory_order_acquire) != 0;
+}
+
 int
 kv_rs_write_begin(kv_rs *g, const kv_bytes *keys, size_t n, kv_rs_op *op, const char **why)
 {

@@ -164,6 +164,11 @@ int kv_rs_apply_config(kv_rs *g, const kv_config *c);
  * loads). */
 bool kv_rs_active(kv_rs *g);
 
+/* Whether a stream exists: from then on kv_rs_active stays true, so every
+ * write takes the routing table (kv_rs_write_begin) and a new table waits
+ * for all of them. */
+bool kv_rs_streaming(kv_rs *g);
+
 /* One write's hold on the routing table (kv_rs_write_begin). */
 typedef struct {
 	kv_rs *g;       /* NULL: nothing held */

@@ -14,8 +14,12 @@
 #include "proto/admin_codec.h"
 #include "proto/data_codec.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +81,81 @@ owner_fill_leaves_served_parts_alone(void **state)
 	assert_int_equal(kv_owner_drop_incoming(&t, 9), 2);
 	assert_null(lookup(&t, "b"));
 	assert_int_equal(lookup(&t, "d")->state, KV_OWN_SERVE);
+	kv_owner_fini(&t);
+}
+
+struct reader {
+	kv_owner *t;
+	atomic_bool holding, release;
+};
+
+/* Holds the read lock, as an op in flight does, until told to let go. */
+static void *
+reader_main(void *arg)
+{
+	struct reader *r = arg;
+	kv_owner_rdlock(r->t);
+	atomic_store(&r->holding, true);
+	while (!atomic_load(&r->release))
+		sched_yield();
+	kv_owner_unlock(r->t);
+	return NULL;
+}
+
+struct changer {
+	kv_owner *t;
+	bool claim;
+	int rv;
+	atomic_bool done;
+};
+
+static void *
+changer_main(void *arg)
+{
+	struct changer *c = arg;
+	if (c->claim)
+		c->rv = kv_owner_claim(c->t, S("c"), S("e"), 4);
+	else
+		c->rv = kv_owner_fill(c->t, S("a"), S("m"), KV_OWN_SERVE, 0, NULL, 4, 0);
+	atomic_store(&c->done, true);
+	return NULL;
+}
+
+/* Every configuration fills the ranges a node serves again: when that
+ * changes nothing, the node's requests in flight (and so every new one,
+ * behind a waiting writer) are not held up. */
+static void
+owner_refill_that_changes_nothing_does_not_wait_for_ops_in_flight(void **state)
+{
+	kv_owner t;
+	(void)state;
+	assert_int_equal(kv_owner_init(&t), 0);
+	assert_int_equal(kv_owner_set(&t, S("a"), S("m"), KV_OWN_SERVE, 0, NULL, 1, 0, NULL), 0);
+	for (int claim = 0; claim < 2; claim++) {
+		struct reader r = {.t = &t};
+		struct changer c = {.t = &t, .claim = claim, .rv = -1};
+		pthread_t rt, ct;
+		uint64_t deadline;
+		assert_int_equal(pthread_create(&rt, NULL, reader_main, &r), 0);
+		while (!atomic_load(&r.holding))
+			sched_yield();
+		assert_int_equal(pthread_create(&ct, NULL, changer_main, &c), 0);
+		deadline = kv_now_ns() + 10ull * 1000000000ull;
+		while (!atomic_load(&c.done) && kv_now_ns() < deadline)
+			sched_yield();
+		bool finished = atomic_load(&c.done);
+		atomic_store(&r.release, true);
+		pthread_join(rt, NULL);
+		pthread_join(ct, NULL);
+		assert_true(finished);
+		assert_int_equal(c.rv, 0);
+	}
+	assert_int_equal(t.n, 1);
+	assert_int_equal(lookup(&t, "b")->epoch, 1); /* the entry as it was */
+	/* A fill that does change the table still does. */
+	assert_int_equal(kv_owner_fill(&t, S("a"), S("z"), KV_OWN_INCOMING, 3, "u", 0, 9), 0);
+	assert_int_equal(lookup(&t, "x")->state, KV_OWN_INCOMING);
+	assert_int_equal(lookup(&t, "b")->state, KV_OWN_SERVE);
 	kv_owner_fini(&t);
 }
 
@@ -607,6 +686,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(owner_lookup_finds_the_entry_holding_the_key),
 	    cmocka_unit_test(owner_fill_leaves_served_parts_alone),
+	    cmocka_unit_test(owner_refill_that_changes_nothing_does_not_wait_for_ops_in_flight),
 	    cmocka_unit_test(owner_served_merges_adjacent_ranges),
 	    cmocka_unit_test(load_rates_carry_over_when_the_led_ranges_change),
 	    cmocka_unit_test(dedup_retry_returns_the_first_result),
