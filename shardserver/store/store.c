@@ -1859,6 +1859,29 @@ kv_store_range_count(kv_store *s, const void *start, size_t slen, const void *en
 	return rv;
 }
 
+int
+kv_store_range_estimate(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                        uint64_t min_keys, uint64_t *keys, uint64_t *bytes, bool *exact)
+{
+	struct count_args c = {0, 0};
+	unsigned walked = 0;
+
+	if (s == NULL || keys == NULL || bytes == NULL || (slen && !start) || (elen && !end))
+		return KV_EINVAL;
+	while (walked < s->nparts && (walked == 0 || c.keys < min_keys)) {
+		int rv = part__walk_steps(s, walked, start, slen, end, elen, count_cb, &c);
+		if (rv != KV_OK)
+			return rv;
+		walked++;
+	}
+	/* Rounded to the nearest: the sample's share is walked / nparts. */
+	*keys = (c.keys * s->nparts + walked / 2) / walked;
+	*bytes = (c.bytes * s->nparts + walked / 2) / walked;
+	if (exact != NULL)
+		*exact = walked == s->nparts;
+	return KV_OK;
+}
+
 struct split_args {
 	uint64_t half;  /* bytes to pass before picking a key */
 	uint64_t seen;  /* bytes passed */

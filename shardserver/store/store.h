@@ -325,6 +325,19 @@ int kv_store_range_delete(kv_store *s, const void *start, size_t slen, const voi
 int kv_store_range_count(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
                          uint64_t *keys, uint64_t *bytes);
 
+/*
+ * Estimates the keys and the key+value bytes of [start, end) from the
+ * first partitions that hold at least `min_keys` of its keys, scaled to
+ * all of them: a key's partition is a hash of its bytes (all but the
+ * last), so each partition holds about the same share of any range; the
+ * error grows with how many keys share a partition's hash (keys that
+ * differ only in their last byte). A range with fewer keys than that is
+ * walked whole: *exact (may be NULL) says so. Returns 0 or an error.
+ */
+int kv_store_range_estimate(kv_store *s, const void *start, size_t slen, const void *end,
+                            size_t elen, uint64_t min_keys, uint64_t *keys, uint64_t *bytes,
+                            bool *exact);
+
 /* Makes the calling thread's walks (range steps, counts, split keys, range
  * deletes, scan chunks) sleep `us` microseconds between two holds, so that
  * a background statistic takes a bounded share of a core instead of

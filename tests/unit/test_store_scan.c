@@ -1091,6 +1091,63 @@ range_count_matches_a_brute_force_count(void **state)
 	key_model_fini(&m);
 }
 
+/* Asserts |got - want| <= want * pct / 100. */
+static void
+assert_near(uint64_t got, uint64_t want, unsigned pct)
+{
+	uint64_t d = got > want ? got - want : want - got;
+	if (d * 100 > want * pct)
+		fail_msg("%llu is more than %u%% away from %llu", (unsigned long long)got, pct,
+		         (unsigned long long)want);
+}
+
+static void
+range_estimate_is_exact_below_its_sample_and_close_above_it(void **state)
+{
+	store_fixture *fx = FX(state);
+	kv_store *s = store_open_extra(fx, fx->cfg->big_partitions, 0, 0, 0);
+	const struct {
+		const char *start, *end;
+	} rs[] = {{"", ""}, {"e010000", "e030000"}, {"e", "e040000"}};
+
+	put_numbered(s, "e", 40000);
+	put_numbered(s, "f", 100);
+	for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) {
+		size_t sl = strlen(rs[i].start), el = strlen(rs[i].end);
+		uint64_t keys = 0, bytes = 0, ek = 0, eb = 0;
+		bool exact = false;
+		assert_int_equal(
+		    kv_store_range_count(s, rs[i].start, sl, rs[i].end, el, &keys, &bytes), KV_OK);
+		/* A sample larger than the range: walked whole. */
+		assert_int_equal(kv_store_range_estimate(s, rs[i].start, sl, rs[i].end, el, 1000000,
+		                                         &ek, &eb, &exact),
+		                 KV_OK);
+		assert_true(exact);
+		assert_int_equal(ek, keys);
+		assert_int_equal(eb, bytes);
+		/* A sample of 8,000 keys: a part of the partitions, scaled. */
+		assert_int_equal(kv_store_range_estimate(s, rs[i].start, sl, rs[i].end, el, 8000,
+		                                         &ek, &eb, &exact),
+		                 KV_OK);
+		assert_int_equal(exact, kv_store_partitions(s) == 1);
+		assert_near(ek, keys, 10);
+		assert_near(eb, bytes, 10);
+	}
+	{
+		/* Nothing there: zero, exactly. */
+		uint64_t ek = 7, eb = 7;
+		bool exact = false;
+		assert_int_equal(kv_store_range_estimate(s, "g", 1, "h", 1, 8000, &ek, &eb, &exact),
+		                 KV_OK);
+		assert_true(exact);
+		assert_int_equal(ek, 0);
+		assert_int_equal(eb, 0);
+	}
+	assert_int_equal(kv_store_range_estimate(NULL, NULL, 0, NULL, 0, 1, &(uint64_t){0},
+	                                         &(uint64_t){0}, NULL),
+	                 KV_EINVAL);
+}
+
 /* Asserts that `k` splits [start, end) into two ranges that both hold keys. */
 static void
 assert_splits(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
@@ -1218,6 +1275,7 @@ static const store_test scan_tests[] = {
     STORE_TEST(range_delete_with_a_null_count_still_deletes),
     STORE_TEST(range_delete_of_the_whole_key_space_empties_the_store),
     STORE_TEST(range_count_matches_a_brute_force_count),
+    STORE_TEST(range_estimate_is_exact_below_its_sample_and_close_above_it),
     STORE_TEST(range_split_key_returns_a_key_strictly_inside_a_populated_range),
     STORE_TEST(range_split_key_of_two_keys_sharing_a_partition_separates_them),
     STORE_TEST(range_split_key_of_a_sparse_range_over_many_partitions_separates_its_keys),
