@@ -133,34 +133,10 @@ range_of(const kv_buf *rg, size_t n, const uint8_t *key, size_t len)
  * range of 1,000,000 keys at the default 16 partitions (doc/store.md). */
 #define HB_COUNT_SAMPLE 131072u
 
-/* Byte split keys per range: the eighths (three bisections). */
+/* Byte split keys per range: the eighths (kv_store_range_split_keys). */
 #define HB_SPLITS 7
 /* Load split keys per range: the eighths of the sampled load. */
 #define HB_LOAD_SPLITS 7
-
-/*
- * Puts into split[lo..hi) (hi - lo = 2^d - 1) the keys that cut [st, en)
- * into 2^d parts of about equal bytes, in key order, by bisection:
- * split[(lo + hi) / 2] halves [st, en), the lower half's own keys go below
- * it, the upper half's above. A slot whose part has fewer than two keys is
- * left empty (len 0), and the slots below it in the bisection too.
- */
-static void
-bisect(kv_server *s, const kv_buf *st, const kv_buf *en, kv_buf *split, size_t lo, size_t hi)
-{
-	size_t mid = (lo + hi) / 2;
-
-	if (lo >= hi)
-		return;
-	if (kv_store_range_split_key(s->store, st->data, st->len, en->data, en->len, &split[mid]) !=
-	    0) {
-		for (size_t i = lo; i < hi; i++)
-			split[i].len = 0;
-		return;
-	}
-	bisect(s, st, &split[mid], split, lo, mid);
-	bisect(s, &split[mid], en, split, mid + 1, hi);
-}
 
 /* Fills the statistics of one range: counts and up to HB_SPLITS quantile
  * keys (split and splitv: HB_SPLITS each). */
@@ -178,7 +154,8 @@ range_stats(kv_server *s, const kv_buf *st, const kv_buf *en, kv_admin_range_sta
 	out->end.p = en->data;
 	out->end.len = en->len;
 	out->nsplit = 0;
-	bisect(s, st, en, split, 0, HB_SPLITS);
+	(void)kv_store_range_split_keys(s->store, st->data, st->len, en->data, en->len, HB_SPLITS,
+	                                split);
 	for (size_t i = 0; i < HB_SPLITS; i++) {
 		const kv_bytes *prev = out->nsplit ? &out->split[out->nsplit - 1] : NULL;
 		if (split[i].len == 0 ||

@@ -1943,6 +1943,138 @@ kv_store_range_split_key(kv_store *s, const void *start, size_t slen, const void
 	return a.found ? KV_OK : KV_ENOTFOUND;
 }
 
+struct splits_args {
+	uint64_t total; /* bytes of the keys walked over */
+	uint64_t seen;  /* bytes passed */
+	uint64_t index; /* entries passed */
+	unsigned n;     /* cuts wanted */
+	unsigned got;   /* cuts placed (keys[got] is the next) */
+	kv_buf *keys;
+	int err;
+};
+
+static int
+splits_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	struct splits_args *a = arg;
+	bool first = true;
+	(void)val;
+
+	/* Never the first key: every part keeps a key on its left. */
+	while (a->index > 0 && a->got < a->n &&
+	       a->seen >= a->total * (a->got + 1) / ((uint64_t)a->n + 1)) {
+		if (first) {
+			if ((a->err = kv_buf_set(&a->keys[a->got], key, klen)) != KV_OK)
+				return 1;
+			first = false;
+		}
+		a->got++;
+	}
+	if (a->got == a->n)
+		return 1;
+	a->seen += klen + vlen;
+	a->index++;
+	return 0;
+}
+
+/* Keys of partitions too small to stand for the range alone, with their
+ * entries' bytes, gathered to be sorted (kv_store_range_split_keys). */
+typedef struct {
+	uint8_t *key;
+	size_t klen;
+	uint64_t bytes;
+} split_sample;
+
+struct gather_args {
+	split_sample *v;
+	size_t n, cap;
+	int err;
+};
+
+static int
+gather_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	struct gather_args *g = arg;
+	(void)val;
+
+	if (g->n == g->cap) {
+		size_t ncap = g->cap ? 2 * g->cap : 256;
+		split_sample *nv = realloc(g->v, ncap * sizeof(*nv));
+		if (nv == NULL)
+			goto oom;
+		g->v = nv;
+		g->cap = ncap;
+	}
+	if ((g->v[g->n].key = malloc(klen ? klen : 1)) == NULL)
+		goto oom;
+	memcpy(g->v[g->n].key, key, klen);
+	g->v[g->n].klen = klen;
+	g->v[g->n].bytes = klen + vlen;
+	g->n++;
+	return 0;
+oom:
+	g->err = KV_ENOMEM;
+	return 1;
+}
+
+static int
+split_sample_cmp(const void *a, const void *b)
+{
+	const split_sample *x = a, *y = b;
+	return kv_key_cmp(x->key, x->klen, y->key, y->klen);
+}
+
+int
+kv_store_range_split_keys(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
+                          unsigned n, kv_buf *keys)
+{
+	struct gather_args g = {0};
+	int rv = KV_OK;
+
+	if (s == NULL || (n > 0 && keys == NULL) || (slen && !start) || (elen && !end))
+		return KV_EINVAL;
+	for (unsigned i = 0; i < n; i++)
+		keys[i].len = 0;
+	if (n == 0)
+		return KV_OK;
+	for (unsigned pi = 0; pi < s->nparts && g.n < KV_STORE_SPLIT_SAMPLE; pi++) {
+		struct count_args c = {0, 0};
+		if ((rv = part__walk_steps(s, pi, start, slen, end, elen, count_cb, &c)) != KV_OK)
+			goto out;
+		if (c.keys == 0)
+			continue;
+		if (g.n == 0 && c.keys >= KV_STORE_SPLIT_SAMPLE) {
+			/* One partition holds enough: its cuts, in a second pass. */
+			struct splits_args a = {.total = c.bytes, .n = n, .keys = keys};
+			rv = part__walk_steps(s, pi, start, slen, end, elen, splits_cb, &a);
+			if (rv == KV_OK)
+				rv = a.err;
+			goto out;
+		}
+		rv = part__walk_steps(s, pi, start, slen, end, elen, gather_cb, &g);
+		if (rv == KV_OK)
+			rv = g.err;
+		if (rv != KV_OK)
+			goto out;
+	}
+	/* The partitions gathered, in key order: all of a small range, exact. */
+	qsort(g.v, g.n, sizeof(*g.v), split_sample_cmp);
+	struct splits_args a = {.n = n, .keys = keys};
+	for (size_t i = 0; i < g.n; i++)
+		a.total += g.v[i].bytes;
+	for (size_t i = 0; i < g.n && a.got < n && a.err == KV_OK; i++)
+		splits_cb(&a, g.v[i].key, g.v[i].klen, NULL, g.v[i].bytes - g.v[i].klen);
+	rv = a.err;
+out:
+	for (size_t i = 0; i < g.n; i++)
+		free(g.v[i].key);
+	free(g.v);
+	if (rv != KV_OK)
+		for (unsigned i = 0; i < n; i++)
+			keys[i].len = 0;
+	return rv;
+}
+
 /* --- range delete, count, active expiry ---------------------------------- */
 
 /* One partition's position in a delrange step's merge. */

@@ -354,6 +354,23 @@ int kv_store_range_split_key(kv_store *s, const void *start, size_t slen, const 
                              size_t elen, kv_buf *key);
 
 /*
+ * Finds the n keys that cut [start, end) into n + 1 parts of about equal
+ * bytes, in key order, into keys[0..n): keys[i] is the first key with at
+ * least (i + 1) / (n + 1) of the bytes before it, never the range's first
+ * key. From a sample (see kv_store_range_estimate for why a partition
+ * stands for all): when the first partition holding any of the range
+ * holds KV_STORE_SPLIT_SAMPLE of its keys, two passes over it; otherwise
+ * the keys of the partitions, in turn, until they hold that many, copied
+ * and sorted (all of a smaller range: exact). A cut that falls on the key
+ * of the cut before it, or past the last key, is left empty (len 0);
+ * keys[] is reused (kv_buf_set). Returns 0 or an error (keys then all
+ * empty).
+ */
+#define KV_STORE_SPLIT_SAMPLE 4096u
+int kv_store_range_split_keys(kv_store *s, const void *start, size_t slen, const void *end,
+                              size_t elen, unsigned n, kv_buf *keys);
+
+/*
  * Statistics and owner threads.
  */
 typedef struct {

@@ -1148,6 +1148,50 @@ range_estimate_is_exact_below_its_sample_and_close_above_it(void **state)
 	                 KV_EINVAL);
 }
 
+static void
+range_split_keys_cut_a_range_in_parts_of_about_equal_bytes(void **state)
+{
+	store_fixture *fx = FX(state);
+	kv_store *s = store_open_extra(fx, fx->cfg->big_partitions, 0, 0, 0);
+	kv_buf k[7] = {{0}};
+	uint64_t total = 0, keys, part;
+
+	put_numbered(s, "e", 40000);
+	put_numbered(s, "f", 100);
+	assert_int_equal(kv_store_range_count(s, "e", 1, "f", 1, &keys, &total), KV_OK);
+	assert_int_equal(kv_store_range_split_keys(s, "e", 1, "f", 1, 7, k), KV_OK);
+	for (int i = 0; i < 7; i++) {
+		const kv_buf *lo = i ? &k[i - 1] : NULL;
+		assert_true(k[i].len > 0);
+		assert_true(kv_range_contains("e", 1, "f", 1, k[i].data, k[i].len));
+		if (lo != NULL)
+			assert_true(kv_key_cmp(lo->data, lo->len, k[i].data, k[i].len) < 0);
+		/* Each eighth holds an eighth of the bytes, give or take the
+		 * sample's error (one partition of several). */
+		assert_int_equal(kv_store_range_count(s, lo ? lo->data : (const uint8_t *)"e",
+		                                      lo ? lo->len : 1, k[i].data, k[i].len, &keys,
+		                                      &part),
+		                 KV_OK);
+		assert_near(part, total / 8, 25);
+	}
+	/* A small range is cut exactly: two keys of the same size, one cut
+	 * (the second key; never the first), the others empty. */
+	assert_int_equal(kv_store_range_split_keys(s, "f000010", 7, "f000012", 7, 7, k), KV_OK);
+	assert_int_equal(k[0].len, 7);
+	assert_memory_equal(k[0].data, "f000011", 7);
+	for (int i = 1; i < 7; i++)
+		assert_int_equal(k[i].len, 0);
+	/* One key, or none: nothing to cut. */
+	assert_int_equal(kv_store_range_split_keys(s, "f000010", 7, "f000011", 7, 7, k), KV_OK);
+	assert_int_equal(kv_store_range_split_keys(s, "g", 1, "h", 1, 7, k), KV_OK);
+	for (int i = 0; i < 7; i++)
+		assert_int_equal(k[i].len, 0);
+	assert_int_equal(kv_store_range_split_keys(s, "e", 1, "f", 1, 0, NULL), KV_OK);
+	assert_int_equal(kv_store_range_split_keys(NULL, "e", 1, "f", 1, 7, k), KV_EINVAL);
+	for (int i = 0; i < 7; i++)
+		kv_buf_fini(&k[i]);
+}
+
 /* Asserts that `k` splits [start, end) into two ranges that both hold keys. */
 static void
 assert_splits(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
@@ -1276,6 +1320,7 @@ static const store_test scan_tests[] = {
     STORE_TEST(range_delete_of_the_whole_key_space_empties_the_store),
     STORE_TEST(range_count_matches_a_brute_force_count),
     STORE_TEST(range_estimate_is_exact_below_its_sample_and_close_above_it),
+    STORE_TEST(range_split_keys_cut_a_range_in_parts_of_about_equal_bytes),
     STORE_TEST(range_split_key_returns_a_key_strictly_inside_a_populated_range),
     STORE_TEST(range_split_key_of_two_keys_sharing_a_partition_separates_them),
     STORE_TEST(range_split_key_of_a_sparse_range_over_many_partitions_separates_its_keys),
