@@ -2058,7 +2058,8 @@ kv_store_range_split_keys(kv_store *s, const void *start, size_t slen, const voi
 			goto out;
 	}
 	/* The partitions gathered, in key order: all of a small range, exact. */
-	qsort(g.v, g.n, sizeof(*g.v), split_sample_cmp);
+	if (g.n > 1)
+		qsort(g.v, g.n, sizeof(*g.v), split_sample_cmp);
 	struct splits_args a = {.n = n, .keys = keys};
 	for (size_t i = 0; i < g.n; i++)
 		a.total += g.v[i].bytes;
