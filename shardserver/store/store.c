@@ -1916,24 +1916,12 @@ kv_store_range_split_key(kv_store *s, const void *start, size_t slen, const void
 
 	if (s == NULL || key == NULL || (slen && !start) || (elen && !end))
 		return KV_EINVAL;
-	/* Sample: the first partition that holds at least two keys of the range. */
-	for (unsigned pi = 0; pi < s->nparts; pi++) {
-		struct count_args c = {0, 0};
-		rv = part__walk_steps(s, pi, start, slen, end, elen, count_cb, &c);
-		if (rv != KV_OK)
-			return rv;
-		if (c.keys < 2)
-			continue;
-		struct split_args a = {.half = c.bytes / 2, .key = key};
-		rv = part__walk_steps(s, pi, start, slen, end, elen, split_cb, &a);
-		if (rv == KV_OK && a.err != 0)
-			rv = a.err;
-		if (rv != KV_OK)
-			return rv;
-		if (a.found)
-			return KV_OK;
-	}
-	/* Keys are spread one per partition: take the second smallest. */
+	if ((rv = kv_store_range_split_keys(s, start, slen, end, elen, 1, key)) != KV_OK)
+		return rv;
+	if (key->len > 0)
+		return KV_OK;
+	/* No key has half the bytes before it (a heavy last key, or one key
+	 * a partition): the second smallest, when there is one. */
 	struct split_args a = {.half = 0, .key = key};
 	rv = kv_store_scan(s, start, slen, end, elen, 2, false, split_cb, &a, NULL);
 	if (rv == KV_OK && a.err != 0)

@@ -347,9 +347,10 @@ int kv_store_range_estimate(kv_store *s, const void *start, size_t slen, const v
 void kv_store_thread_walk_pause(uint32_t us);
 
 /* Finds an approximate median key of [start, end) (a split point that leaves
- * about half the bytes on each side) by sampling one partition, read in
- * holds of at most 256 entries, and copies it into `key`. Returns 0, or
- * KV_ENOTFOUND when the range has fewer than two keys. */
+ * about half the bytes on each side: kv_store_range_split_keys with one
+ * cut, or the range's second key when no key has half the bytes before
+ * it), read in holds of at most 256 entries, and copies it into `key`.
+ * Returns 0, or KV_ENOTFOUND when the range has fewer than two keys. */
 int kv_store_range_split_key(kv_store *s, const void *start, size_t slen, const void *end,
                              size_t elen, kv_buf *key);
 
