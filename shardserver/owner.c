@@ -292,15 +292,12 @@ static bool
 owner_has_gaps(kv_owner *t, const void *s, size_t slen, const void *e, size_t elen,
                kv_own_state state)
 {
-	kv_buf *g = NULL;
-	size_t n = 0;
-	int rv;
+	bool covered;
 
 	pthread_rwlock_rdlock(&t->lock);
-	rv = owner_gaps_locked(t, s, slen, e, elen, state, &g, &n);
+	covered = kv_owner_covers_locked(t, s, slen, e, elen, state);
 	pthread_rwlock_unlock(&t->lock);
-	kv_owner_ranges_free(g, n);
-	return rv != 0 || n > 0;
+	return !covered;
 }
 
 int

@@ -95,8 +95,9 @@ int kv_owner_claim(kv_owner *t, const void *start, size_t slen, const void *end,
  * the write lock. Returns the number removed. */
 size_t kv_owner_drop_incoming(kv_owner *t, uint64_t mig_id);
 
-/* Returns whether every key of [start, end) is in entries of `state`.
- * Caller holds the read lock. */
+/* Returns whether every key of [start, end) is in entries of `state` (of
+ * any state when 0; false when out of memory). Caller holds the read
+ * lock. */
 bool kv_owner_covers_locked(const kv_owner *t, const void *start, size_t slen, const void *end,
                             size_t elen, kv_own_state state);
 

@@ -1840,21 +1840,16 @@ int
 kv_store_range_count(kv_store *s, const void *start, size_t slen, const void *end, size_t elen,
                      uint64_t *keys, uint64_t *bytes)
 {
-	struct count_args c = {0, 0};
-	kv_store_cursor cur;
-	int rv = KV_OK;
+	uint64_t k, b;
+	int rv;
 
-	if (s == NULL)
-		return KV_EINVAL;
-	kv_store_cursor_init(&cur);
-	while (!cur.done && rv == KV_OK)
-		rv = kv_store_range_step(s, start, slen, end, elen, &cur, 4096, count_cb, &c);
-	kv_store_cursor_fini(&cur);
+	/* No sample is large enough: every partition is walked, exactly. */
+	rv = kv_store_range_estimate(s, start, slen, end, elen, UINT64_MAX, &k, &b, NULL);
 	if (rv == KV_OK) {
 		if (keys)
-			*keys = c.keys;
+			*keys = k;
 		if (bytes)
-			*bytes = c.bytes;
+			*bytes = b;
 	}
 	return rv;
 }
@@ -1874,9 +1869,14 @@ kv_store_range_estimate(kv_store *s, const void *start, size_t slen, const void 
 			return rv;
 		walked++;
 	}
-	/* Rounded to the nearest: the sample's share is walked / nparts. */
-	*keys = (c.keys * s->nparts + walked / 2) / walked;
-	*bytes = (c.bytes * s->nparts + walked / 2) / walked;
+	if (walked == s->nparts) {
+		*keys = c.keys;
+		*bytes = c.bytes;
+	} else {
+		/* Rounded to the nearest: the sample's share is walked / nparts. */
+		*keys = (c.keys * s->nparts + walked / 2) / walked;
+		*bytes = (c.bytes * s->nparts + walked / 2) / walked;
+	}
 	if (exact != NULL)
 		*exact = walked == s->nparts;
 	return KV_OK;
