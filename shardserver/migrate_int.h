@@ -13,10 +13,12 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#define KV_MIG_DELETE_STEP 1000u /* entries deleted per step */
-#define KV_MIG_LOG_GROUP   256u  /* whole chunk entries per log record on the destination */
-#define KV_MIG_PIPE        4u    /* transfer messages a source may have in flight */
-#define KV_MIG_GAP_WAIT_MS 200u  /* a message that overtook its predecessor waits */
+#define KV_MIG_DELETE_STEP  1000u   /* entries deleted per step */
+#define KV_MIG_DELETE_PAUSE 200u    /* microseconds between two steps (no lock held) */
+#define KV_MIG_COUNT_SAMPLE 131072u /* keys the Begin's estimate walks at least */
+#define KV_MIG_LOG_GROUP    256u    /* whole chunk entries per log record on the destination */
+#define KV_MIG_PIPE         4u      /* transfer messages a source may have in flight */
+#define KV_MIG_GAP_WAIT_MS  200u    /* a message that overtook its predecessor waits */
 
 struct kv_mig_in;
 struct kv_mig_applier;

@@ -47,7 +47,7 @@
 #include "common/slice.h"
 #include "shardserver/migrate_int.h"
 
-#include <sched.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,8 +111,8 @@ struct kv_mig_out {
 	atomic_bool reported;              /* committed and MigrationDone acknowledged */
 	atomic_uint_fast64_t keys_copied;  /* acknowledged keys */
 	atomic_uint_fast64_t bytes_copied; /* acknowledged bytes */
-	uint64_t keys_total;               /* keys in the range when the copy began (task thread) */
-	uint64_t bytes_total;              /* their key + value bytes (task thread) */
+	uint64_t keys_total;  /* keys in the range when the copy began, estimated (task thread) */
+	uint64_t bytes_total; /* their key + value bytes (task thread) */
 
 	pthread_mutex_t mu; /* orders writes to the range with `fenced`,
 	                       protects everything down to the blank line */
@@ -710,9 +710,12 @@ phase_begin(stream_ctx *x)
 	atomic_store(&o->keys_copied, 0);
 	atomic_store(&o->bytes_copied, 0);
 
-	/* Totals for progress and ETA: a walk in bounded steps, writes go on. */
-	if (kv_store_range_count(s->env.store, o->start.data, o->start.len, o->end.data, o->end.len,
-	                         &o->keys_total, &o->bytes_total) != 0)
+	/* Totals for progress and ETA, estimated from a sample of the range's
+	 * partitions (exact for a small range): counting every key would walk
+	 * the range once more before the copy walks it. */
+	if (kv_store_range_estimate(s->env.store, o->start.data, o->start.len, o->end.data,
+	                            o->end.len, KV_MIG_COUNT_SAMPLE, &o->keys_total,
+	                            &o->bytes_total, NULL) != 0)
 		o->keys_total = o->bytes_total = 0;
 	*x->seq = 1;
 	kv_xfer b = {.migration_id = o->id,
@@ -1242,7 +1245,10 @@ stream(kv_mig_out *o, kv_rpc_client *cli, uint64_t *seq, uint64_t start_ns, bool
 	return ph == STREAM_FENCED ? KV_OK : x.rv;
 }
 
-/* Deletes the moved range in bounded steps while it stays MOVED. */
+/* Deletes the moved range in bounded steps while it stays MOVED, pausing
+ * between them with no lock held: the range is served elsewhere now, so
+ * its memory can come back at a fraction of a core while the requests of
+ * the ranges this node still serves go first. */
 static void
 delete_moved(kv_mig_out *o)
 {
@@ -1270,7 +1276,9 @@ delete_moved(kv_mig_out *o)
 		kv_owner_unlock(s->env.owner);
 		if (!moved || rv != KV_EBUSY)
 			break;
-		sched_yield();
+		struct timespec ts = {0, KV_MIG_DELETE_PAUSE * 1000L};
+		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+			;
 	}
 	kv_mig__held_changed(s);
 	KV_INFO(COMP, "moved range deleted", "id=%llu keys=%llu", (unsigned long long)o->id,

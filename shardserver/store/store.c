@@ -1733,43 +1733,56 @@ struct rdel_args {
 	uint64_t count; /* deletions done */
 };
 
+/*
+ * Removes up to d->max keys of [start, end) from the partition: one walk
+ * collects them (a removal would invalidate the walk's path) and looks one
+ * key further, then each is removed. KV_EBUSY when keys of the range are
+ * left after the budget.
+ */
 static int
 op_range_delete(kv_store *s, kv_part *p, void *arg)
 {
 	struct rdel_args *d = arg;
+	size_t offs[KV_STORE_HOLD + 1], n = 0;
+	kv_buf keys = {0};
 	kv_art_iter it;
-	int rv = KV_OK;
+	kv_art_entry e;
+	bool left = false;
+	int rv;
 	(void)s;
 
+	if (d->max > KV_STORE_HOLD)
+		return KV_EINVAL;
 	kv_art_iter_init(&it);
-	while (d->count < d->max) {
-		kv_art_entry e;
-		size_t kl, vl;
-
-		if ((rv = kv_art_iter_seek(&it, &p->art, d->start, d->slen)) != KV_OK)
-			break;
+	rv = kv_art_iter_seek(&it, &p->art, d->start, d->slen);
+	offs[0] = 0;
+	while (rv == KV_OK) {
 		if (!kv_art_iter_next(&it, &e)) {
 			rv = it.err;
 			break;
 		}
 		if (d->elen != 0 && kv_key_cmp(e.key, e.klen, d->end, d->elen) >= 0)
 			break;
-		kl = e.klen;
-		vl = e.vlen;
-		(void)part__set_deadline(p, e.key, e.klen, 0);
-		(void)kv_art_remove(&p->art, &p->arena, e.key, e.klen, NULL);
+		if (n == d->max) {
+			left = true;
+			break;
+		}
+		if ((rv = kv_buf_append(&keys, e.key, e.klen)) == KV_OK)
+			offs[++n] = keys.len;
+	}
+	kv_art_iter_fini(&it);
+	for (size_t i = 0; i < n && rv == KV_OK; i++) {
+		const uint8_t *k = keys.data + offs[i];
+		size_t kl = offs[i + 1] - offs[i], vl = 0;
+		(void)part__set_deadline(p, k, kl, 0);
+		if (!kv_art_remove(&p->art, &p->arena, k, kl, &vl))
+			continue;
 		part__count(p, -1, -(int64_t)(kl + vl));
 		d->count++;
 	}
-	if (rv == KV_OK && d->count == d->max) {
-		/* Out of budget: busy only if something of the range is left. */
-		kv_art_entry e;
-		if ((rv = kv_art_iter_seek(&it, &p->art, d->start, d->slen)) == KV_OK &&
-		    kv_art_iter_next(&it, &e) &&
-		    (d->elen == 0 || kv_key_cmp(e.key, e.klen, d->end, d->elen) < 0))
-			rv = KV_EBUSY;
-	}
-	kv_art_iter_fini(&it);
+	kv_buf_fini(&keys);
+	if (rv == KV_OK && left)
+		rv = KV_EBUSY;
 	return rv;
 }
 

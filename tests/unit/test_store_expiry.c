@@ -434,6 +434,52 @@ range_step_x_visits_expired_keys_with_their_deadline(void **state)
 	}
 }
 
+/* A moving range's delete (kv_store_range_delete in steps) takes the
+ * keys' deadlines with them, expired or not, and leaves the keys around
+ * the range, their deadlines and the counts right. */
+static void
+range_delete_drops_the_deadlines_of_the_keys_it_removes(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < NCFG; i++) {
+		kv_store *s = open_store(&cfgs[i]);
+		uint64_t t = atomic_load(&now_ms), deleted = 0;
+		char k[64];
+		int rv;
+
+		/* Short keys (inline leaves) and long ones, every other with a
+		 * deadline, one of them already past. */
+		for (int j = 0; j < 600; j++) {
+			snprintf(k, sizeof k,
+			         j % 3 ? "r%03d" : "r%03d-a-key-longer-than-a-leaf-holds", j);
+			put_ttl(s, k, "value", j % 2 ? (j == 1 ? t + 1 : t + 100000) : 0);
+		}
+		put_ttl(s, "q", "before", t + 100000);
+		put_ttl(s, "s", "after", t + 100000);
+		atomic_store(&now_ms, t + 1);
+		do {
+			rv = kv_store_range_delete(s, "r", 1, "s", 1, 7, &deleted);
+			assert_true(rv == KV_OK || rv == KV_EBUSY);
+		} while (rv == KV_EBUSY);
+		assert_int_equal(deleted, 600);
+		kv_store_stats st;
+		kv_store_get_stats(s, &st);
+		assert_int_equal(st.keys, 2);
+		assert_int_equal(st.expiring, 2);
+		assert_int_equal(st.bytes, 1 + 6 + 1 + 5);
+		assert_false(present(s, "r000-a-key-longer-than-a-leaf-holds"));
+		assert_false(present(s, "r001"));
+		assert_true(present(s, "q"));
+		assert_true(present(s, "s"));
+		/* The same keys again get deadlines of their own, none left over. */
+		put_ttl(s, "r002", "v", 0);
+		kv_store_get_stats(s, &st);
+		assert_int_equal(st.expiring, 2);
+		atomic_store(&now_ms, t);
+		kv_store_destroy(s);
+	}
+}
+
 int
 main(void)
 {
@@ -446,6 +492,7 @@ main(void)
 	    cmocka_unit_test(delrange_removes_limit_keys_per_step_in_order),
 	    cmocka_unit_test(expire_sample_finds_expired_keys_and_reclaim_removes_them),
 	    cmocka_unit_test(range_step_x_visits_expired_keys_with_their_deadline),
+	    cmocka_unit_test(range_delete_drops_the_deadlines_of_the_keys_it_removes),
 	};
 	return cmocka_run_group_tests_name("store expiry", tests, NULL, NULL);
 }
