@@ -1254,9 +1254,10 @@ delete_moved(kv_mig_out *o)
 {
 	kv_mig *s = o->mig;
 	uint64_t deleted = 0;
+	int rv = KV_EBUSY;
 
 	while (!atomic_load(&s->stopping)) {
-		int rv = KV_EBUSY;
+		rv = KV_EBUSY;
 		kv_owner_rdlock(s->env.owner);
 		bool moved = kv_owner_covers_locked(s->env.owner, o->start.data, o->start.len,
 		                                    o->end.data, o->end.len, KV_OWN_MOVED);
@@ -1281,6 +1282,20 @@ delete_moved(kv_mig_out *o)
 			;
 	}
 	kv_mig__held_changed(s);
+	if (rv == KV_EBUSY) {
+		/* Stopping, or the range is no longer MOVED here: what is left
+		 * goes when the range next arrives (Begin clears it). */
+		KV_INFO(COMP, "moved range delete ended", "id=%llu keys=%llu why=%s",
+		        (unsigned long long)o->id, (unsigned long long)deleted,
+		        atomic_load(&s->stopping) ? "stopping" : "no_longer_moved");
+		return;
+	}
+	if (rv != KV_OK) {
+		/* What is left stays until the range next arrives (Begin clears it). */
+		KV_WARN(COMP, "moved range not deleted", "id=%llu keys=%llu err=%s",
+		        (unsigned long long)o->id, (unsigned long long)deleted, kv_errname(rv));
+		return;
+	}
 	KV_INFO(COMP, "moved range deleted", "id=%llu keys=%llu", (unsigned long long)o->id,
 	        (unsigned long long)deleted);
 }

@@ -1771,7 +1771,8 @@ op_range_delete(kv_store *s, kv_part *p, void *arg)
 			offs[++n] = keys.len;
 	}
 	kv_art_iter_fini(&it);
-	for (size_t i = 0; i < n && rv == KV_OK; i++) {
+	/* Even after a failed walk: what it collected goes. */
+	for (size_t i = 0; i < n; i++) {
 		const uint8_t *k = keys.data + offs[i];
 		size_t kl = offs[i + 1] - offs[i], vl = 0;
 		(void)part__set_deadline(p, k, kl, 0);
