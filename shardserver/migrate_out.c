@@ -42,6 +42,7 @@
  * only through kv_mig_env.
  */
 #include "common/err.h"
+#include "common/key.h"
 #include "common/log.h"
 #include "common/rpc.h"
 #include "common/slice.h"
@@ -120,6 +121,8 @@ struct kv_mig_out {
 	size_t nrecs;       /* records in recs */
 	size_t caprecs;     /* capacity of recs */
 	size_t rec_bytes;   /* key + value bytes in recs */
+	uint32_t *rix;      /* recs by key (open addressing): an index + 1, 0 empty */
+	size_t rixcap;      /* slots of rix, a power of 2 (0: none) */
 	uint64_t write_seq; /* last DeltaRecord.seq assigned */
 	bool lost;          /* a record could not be kept: restart the stream */
 
@@ -135,6 +138,66 @@ rec_fini(kv_delta_rec *r)
 {
 	kv_buf_fini(&r->key);
 	kv_buf_fini(&r->value);
+}
+
+/* Puts recs[i] into the key index; returns the index of the record of the
+ * same key it replaces there, or SIZE_MAX. The index has room (caller). */
+static size_t
+rix_put(kv_mig_out *m, size_t i)
+{
+	const kv_buf *k = &m->recs[i].key;
+	size_t mask = m->rixcap - 1, slot = (size_t)kv_hash64(k->data, k->len) & mask;
+
+	for (;; slot = (slot + 1) & mask) {
+		uint32_t v = m->rix[slot];
+		if (v == 0) {
+			m->rix[slot] = (uint32_t)i + 1;
+			return SIZE_MAX;
+		}
+		const kv_buf *o = &m->recs[v - 1].key;
+		if (o->len == k->len && (k->len == 0 || memcmp(o->data, k->data, k->len) == 0)) {
+			m->rix[slot] = (uint32_t)i + 1;
+			return v - 1;
+		}
+	}
+}
+
+/*
+ * A newer record of the key of recs[i] makes the value of an older one that
+ * is still buffered useless: the destination applies the records in order
+ * and serves the range only after the last, so only the key's last value
+ * is ever read there. The older record stays (its exactly-once entry, and
+ * a delete's returned value, are needed) but its put carries an empty
+ * value. Without this, a key appended to during a move sent its whole
+ * value once per append, and a catch-up of such writes could not converge.
+ * No index (out of memory, or too many records): nothing is dropped.
+ */
+static void
+supersede_locked(kv_mig_out *m, size_t i)
+{
+	if (i >= UINT32_MAX - 1)
+		return;
+	if (m->rixcap < 2 * (i + 1)) {
+		size_t nc = m->rixcap ? m->rixcap * 2 : 512;
+		while (nc < 2 * (i + 1))
+			nc *= 2;
+		uint32_t *n = calloc(nc, sizeof(*n));
+		if (n == NULL)
+			return;
+		free(m->rix);
+		m->rix = n;
+		m->rixcap = nc;
+		for (size_t j = 0; j < i; j++)
+			(void)rix_put(m, j);
+	}
+	size_t old = rix_put(m, i);
+	if (old == SIZE_MAX)
+		return;
+	kv_delta_rec *o = &m->recs[old];
+	if (!o->del && o->value.len > 0) {
+		m->rec_bytes -= o->value.len;
+		kv_buf_fini(&o->value);
+	}
 }
 
 void
@@ -187,6 +250,7 @@ kv_mig_out_record_x_locked(kv_mig_out *m, const void *key, size_t klen, const vo
 	}
 	m->nrecs++;
 	m->rec_bytes += klen + vlen;
+	supersede_locked(m, m->nrecs - 1);
 }
 
 /* Takes the buffered records (caller holds mu). */
@@ -197,6 +261,8 @@ take_recs_locked(kv_mig_out *o, kv_delta_rec **recs, size_t *n)
 	*n = o->nrecs;
 	o->recs = NULL;
 	o->nrecs = o->caprecs = o->rec_bytes = 0;
+	if (o->rix != NULL)
+		memset(o->rix, 0, o->rixcap * sizeof(*o->rix));
 }
 
 static void
@@ -1659,6 +1725,7 @@ kv_mig_destroy(kv_mig *g)
 		if (o->thr_started)
 			pthread_join(o->thr, NULL);
 		free_recs(o->recs, o->nrecs);
+		free(o->rix);
 		kv_buf_fini(&o->start);
 		kv_buf_fini(&o->end);
 		pthread_mutex_destroy(&o->mu);

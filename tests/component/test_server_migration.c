@@ -14,11 +14,14 @@
  * - a write the source's exactly-once memory has forgotten, retried at the
  *   destination, is refused, not applied again (the floors travel);
  * - a destination that reads no packed chunk entries (an older server)
- *   gets every key as one KeyValue each.
+ *   gets every key as one KeyValue each;
+ * - a key appended to throughout a paced copy: its value travels once a
+ *   round of deltas, not once an append, and arrives whole.
  *
  * scripts/mutants.sh runs these against known-bad changes of the migration
  * code. Every server is destroyed by the teardown; every wait has a deadline.
  */
+#define _GNU_SOURCE /* nftw */
 #include "common/err.h"
 #include "common/rpc.h"
 #include "proto/wire.h"
@@ -30,12 +33,14 @@
 #include "tests/support/srv_client.h"
 #include "tests/support/testutil.h"
 
+#include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -848,6 +853,92 @@ a_transfer_started_again_forgets_the_exactly_once_entries_of_its_first_attempt(v
 	assert_string_equal(do_get(srvs[1].url, "mk").value, "new");
 }
 
+/* Bytes of the side logs (a transfer's own log, "side-..." directories)
+ * under a server's data directory. */
+static uint64_t side_bytes_sum;
+
+static int
+side_bytes_cb(const char *path, const struct stat *st, int type, struct FTW *f)
+{
+	(void)f;
+	if (type == FTW_F && strstr(path, "/side-") != NULL)
+		side_bytes_sum += (uint64_t)st->st_size;
+	return 0;
+}
+
+static uint64_t
+side_log_bytes(const char *dir)
+{
+	side_bytes_sum = 0;
+	assert_int_equal(nftw(dir, side_bytes_cb, 16, FTW_PHYS), 0);
+	return side_bytes_sum;
+}
+
+#define GROW_APPENDS 1200
+#define GROW_TOKEN   512
+
+/*
+ * One key appended to throughout a paced copy: each write's record of the
+ * key makes the value of the one before it useless (the destination reads
+ * only the last), so the key's value travels once a round, not once an
+ * append, and the move still ends with every acknowledged append, once and
+ * in order. The destination's side log, which holds every record it got,
+ * says which: 1,200 appends of 512 bytes carried whole would be about 370
+ * MB there.
+ */
+static void
+a_key_appended_to_during_a_paced_copy_travels_once_a_round_and_arrives_whole(void **state)
+{
+	(void)state;
+	char tok[GROW_TOKEN + 1], url[64];
+	int acked = 0;
+
+	srvs[1].cfg.snapshot_bytes = 1ull << 40; /* keep the adopted side log */
+	two_servers_node1_owns_all();
+	put_keys(srvs[0].url, 2000, 1, 1000); /* 2 MB: 2 s at 1 MB/s */
+	publish_move(1, 1, 2, 1);
+	snprintf(url, sizeof(url), "%s", srvs[0].url);
+	for (int seq = 1; seq <= GROW_APPENDS; seq++) {
+		int w = snprintf(tok, sizeof(tok), "%d,", seq);
+		memset(tok + w, '.', GROW_TOKEN - (size_t)w - 1);
+		tok[GROW_TOKEN - 1] = ';';
+		tok[GROW_TOKEN] = '\0';
+		uint64_t deadline = kv_test_now_ms() + 20000;
+		for (;;) {
+			res1 r = do_append(url, "m-grow", tok, 3000, (uint64_t)seq);
+			if (r.status == 0)
+				break;
+			if (kv_test_now_ms() > deadline)
+				fail_msg("append %d unanswered (status %d)", seq, r.status);
+			if ((r.status == ST_MOVING || r.status == ST_WRONG) && r.hint_addr[0])
+				snprintf(url, sizeof(url), "%s", r.hint_addr);
+			if (r.status != ST_WRONG)
+				kv_test_sleep_ms(1);
+		}
+		acked = seq;
+	}
+	fake_ctl_wait_done(ctl, 1, 30000);
+	publish_owner(2);
+	wait_serves(srvs[1].url, "m-served");
+
+	char *val = get_full(srvs[1].url, "m-grow");
+	if (val == NULL)
+		fail_msg("m-grow lost");
+	assert_int_equal(strlen(val), (size_t)acked * GROW_TOKEN);
+	for (int seq = 1; seq <= acked; seq++) {
+		const char *t = val + (size_t)(seq - 1) * GROW_TOKEN;
+		char want[16];
+		int w = snprintf(want, sizeof(want), "%d,", seq);
+		if (memcmp(t, want, (size_t)w) != 0 || t[GROW_TOKEN - 1] != ';')
+			fail_msg("m-grow: append %d is \"%.12s\"", seq, t);
+	}
+	free(val);
+	uint64_t side = side_log_bytes(srvs[1].cfg.data_dir);
+	fprintf(stderr, "destination's side log: %llu bytes for %d appends of %d bytes\n",
+	        (unsigned long long)side, acked, GROW_TOKEN);
+	assert_true(side < 64ull * 1024 * 1024);
+}
+
 int
 main(void)
 {
@@ -887,6 +978,9 @@ main(void)
 	    cmocka_unit_test_setup_teardown(
 	        a_transfer_started_again_forgets_the_exactly_once_entries_of_its_first_attempt,
 	        setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_key_appended_to_during_a_paced_copy_travels_once_a_round_and_arrives_whole, setup,
+	        teardown),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("KV_TEST_FILTER"))
