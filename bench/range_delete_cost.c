@@ -11,6 +11,7 @@
  * Usage: shardkv-range-delete-cost [--partitions P] [--rounds R]
  *                                  [--step S] [--random] [N]   (default 1M)
  */
+#include "bench/bench_util.h"
 #include "common/err.h"
 #include "common/key.h"
 #include "shardserver/store/store.h"
@@ -20,32 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t
-next_rand(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static int
 cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 	return x < y ? -1 : x > y;
-}
-
-static uint64_t
-parse_count(const char *s)
-{
-	char *end;
-	double v = strtod(s, &end);
-	if (*end == 'K' || *end == 'k')
-		v *= 1e3;
-	else if (*end == 'M' || *end == 'm')
-		v *= 1e6;
-	return v > 0 ? (uint64_t)v : 0;
 }
 
 static int
@@ -73,17 +53,17 @@ main(int argc, char **argv)
 		if (i + 1 >= argc)
 			return usage();
 		if (strcmp(argv[i], "--partitions") == 0)
-			partitions = (unsigned)parse_count(argv[i + 1]);
+			partitions = (unsigned)bench_parse_count(argv[i + 1]);
 		else if (strcmp(argv[i], "--rounds") == 0)
-			rounds = (unsigned)parse_count(argv[i + 1]);
+			rounds = (unsigned)bench_parse_count(argv[i + 1]);
 		else if (strcmp(argv[i], "--step") == 0)
-			step = parse_count(argv[i + 1]);
+			step = bench_parse_count(argv[i + 1]);
 		else
 			return usage();
 		i++;
 	}
 	if (i < argc)
-		n = parse_count(argv[i++]);
+		n = bench_parse_count(argv[i++]);
 	if (i < argc || n == 0 || n > 100000000u || step == 0 || rounds == 0 || rounds > 100)
 		return usage();
 	if ((order = malloc(n * sizeof(*order))) == NULL ||
@@ -111,7 +91,7 @@ main(int argc, char **argv)
 		for (uint64_t k = 0; k < n; k++)
 			order[k] = k;
 		for (uint64_t k = n - 1; shuffle && k > 0; k--) {
-			uint64_t j = next_rand(&rng) % (k + 1), t = order[k];
+			uint64_t j = bench_next_rand(&rng) % (k + 1), t = order[k];
 			order[k] = order[j];
 			order[j] = t;
 		}

@@ -7,21 +7,13 @@
  *
  * Usage: shardkv-scan-cost [--partitions P] [--scans S] N... (default 1M 10M)
  */
+#include "bench/bench_util.h"
 #include "common/err.h"
 #include "shardserver/store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t
-next_rand(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 static int
 count_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
@@ -32,18 +24,6 @@ count_cb(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t 
 	(void)vlen;
 	(*(uint64_t *)arg)++;
 	return 0;
-}
-
-static uint64_t
-parse_count(const char *s)
-{
-	char *end;
-	double v = strtod(s, &end);
-	if (*end == 'K' || *end == 'k')
-		v *= 1e3;
-	else if (*end == 'M' || *end == 'm')
-		v *= 1e6;
-	return (uint64_t)v;
 }
 
 int
@@ -64,7 +44,7 @@ main(int argc, char **argv)
 		if (strcmp(argv[i], "--partitions") == 0)
 			partitions = (unsigned)atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--scans") == 0)
-			scans = parse_count(argv[i + 1]);
+			scans = bench_parse_count(argv[i + 1]);
 		else {
 			fprintf(stderr,
 			        "usage: shardkv-scan-cost [--partitions P] [--scans S] N...\n");
@@ -79,7 +59,7 @@ main(int argc, char **argv)
 	       (unsigned long long)scans);
 	printf("keys limit ns_per_scan ns_per_entry\n");
 	for (int si = 0; si < nsizes; si++) {
-		uint64_t n = parse_count(sizes[si]), rng = 42;
+		uint64_t n = bench_parse_count(sizes[si]), rng = 42;
 		kv_store_opts o;
 		kv_store *s;
 
@@ -98,7 +78,7 @@ main(int argc, char **argv)
 		for (size_t li = 0; li < sizeof(limits) / sizeof(limits[0]); li++) {
 			uint64_t seen = 0, t0 = kv_now_ns(), dt;
 			for (uint64_t j = 0; j < scans; j++) {
-				uint64_t k = next_rand(&rng) % n;
+				uint64_t k = bench_next_rand(&rng) % n;
 				uint8_t key[4] = {(uint8_t)(k >> 24), (uint8_t)(k >> 16),
 				                  (uint8_t)(k >> 8), (uint8_t)k};
 				if (kv_store_scan(s, key, 4, NULL, 0, limits[li], true, count_cb,

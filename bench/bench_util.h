@@ -1,0 +1,35 @@
+/*
+ * bench_util.h - small helpers the store's cost programs share
+ * (scan_cost.c, range_delete_cost.c): a seeded generator and a count
+ * with a K or M suffix.
+ */
+#ifndef KV_BENCH_UTIL_H
+#define KV_BENCH_UTIL_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+/* splitmix64: the next of a reproducible sequence seeded by *s. */
+static inline uint64_t
+bench_next_rand(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* "1000", "10K", "1.5M": the count, or 0 when it is not a positive one. */
+static inline uint64_t
+bench_parse_count(const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (*end == 'K' || *end == 'k')
+		v *= 1e3;
+	else if (*end == 'M' || *end == 'm')
+		v *= 1e6;
+	return v > 0 && v < 1.8e19 ? (uint64_t)v : 0;
+}
+
+#endif
