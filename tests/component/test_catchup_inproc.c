@@ -272,8 +272,11 @@ a_joined_replica_catches_up_under_writes_and_a_failover_to_it_loses_nothing(void
 	/* Every acknowledged write is on node 2 already. */
 	check_writer(&w, jn.srv[1].s, NULL);
 
-	/* The primary stops: node 2 is promoted and serves all of it. */
+	/* The primary stops: node 2 is promoted and serves all of it (waited
+	 * for first: the loop below waits only when its key was last put, and
+	 * a deleted key reads as not owned until the promotion). */
 	inproc_srv_down(&jn.srv[0]);
+	wait_serves_any(jn.srv[1].url);
 	for (unsigned k = 0; k < NW; k++)
 		if (w.state[k] > 0 || w.state[k] == -1) {
 			char v[16];
