@@ -528,22 +528,18 @@ kv_dedup_abort(kv_dedup *d, uint64_t client, uint64_t req)
 	pthread_mutex_unlock(&st->mu);
 }
 
-int
-kv_dedup_insert(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_result *res,
-                const void *key, size_t klen, uint64_t time_ms)
+/* kv_dedup_insert with st's lock held. */
+static int
+insert_locked(kv_dedup *d, dedup_stripe *st, uint64_t client, uint64_t req,
+              const kv_dedup_result *res, const void *key, size_t klen, uint64_t time_ms)
 {
-	dedup_stripe *st = stripe_of(d, client);
-	dedup_client *c;
+	dedup_client *c = client_get_locked(d, st, client, time_ms);
 	dedup_slot *s;
 	int rv = KV_OK;
 
-	if (client == 0 || req == 0)
-		return KV_EINVAL;
-	pthread_mutex_lock(&st->mu);
-	c = client_get_locked(d, st, client, time_ms);
-	if (c == NULL) {
-		rv = KV_ENOMEM;
-	} else if ((s = slot_find(c, req)) == NULL || s->pending) {
+	if (c == NULL)
+		return KV_ENOMEM;
+	if ((s = slot_find(c, req)) == NULL || s->pending) {
 		/* A pending slot is an attempt of the same write begun here
 		 * (a retry at a node that serves the range while it still
 		 * applies the old primary's records, refused until its
@@ -559,7 +555,53 @@ kv_dedup_insert(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_resul
 			slot_drop(c, s);
 		}
 	}
+	return rv;
+}
+
+int
+kv_dedup_insert(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_result *res,
+                const void *key, size_t klen, uint64_t time_ms)
+{
+	dedup_stripe *st = stripe_of(d, client);
+	int rv;
+
+	if (client == 0 || req == 0)
+		return KV_EINVAL;
+	pthread_mutex_lock(&st->mu);
+	rv = insert_locked(d, st, client, req, res, key, klen, time_ms);
 	pthread_mutex_unlock(&st->mu);
+	return rv;
+}
+
+int
+kv_dedup_insert_many(kv_dedup *d, const kv_dedup_entry *v, size_t n)
+{
+	dedup_stripe *held = NULL;
+	int rv = KV_OK;
+
+	for (size_t i = 0; i < n; i++) {
+		const kv_dedup_entry *e = &v[i];
+		dedup_stripe *st;
+		int r;
+
+		if (e->client == 0 || e->req == 0) {
+			rv = KV_EINVAL;
+			continue;
+		}
+		/* One hold for a run of entries of one stripe: a batch's
+		 * records mostly come from a few clients. */
+		if ((st = stripe_of(d, e->client)) != held) {
+			if (held != NULL)
+				pthread_mutex_unlock(&held->mu);
+			pthread_mutex_lock(&st->mu);
+			held = st;
+		}
+		r = insert_locked(d, st, e->client, e->req, &e->res, e->key, e->klen, e->time_ms);
+		if (r != KV_OK)
+			rv = r;
+	}
+	if (held != NULL)
+		pthread_mutex_unlock(&held->mu);
 	return rv;
 }
 

@@ -84,6 +84,22 @@ void kv_dedup_abort(kv_dedup *d, uint64_t client, uint64_t req);
 int kv_dedup_insert(kv_dedup *d, uint64_t client, uint64_t req, const kv_dedup_result *res,
                     const void *key, size_t klen, uint64_t time_ms);
 
+/* One result for kv_dedup_insert_many; nothing of it is owned. */
+typedef struct {
+	uint64_t client;
+	uint64_t req;
+	kv_dedup_result res;
+	const void *key;
+	size_t klen;
+	uint64_t time_ms;
+} kv_dedup_entry;
+
+/* kv_dedup_insert of v[0], ..., v[n - 1] in that order, holding a stripe's
+ * lock once for each run of entries in that stripe (a replication batch's
+ * records, mostly of a few clients). Every entry is tried; returns 0 or the
+ * error of the last that failed (KV_EINVAL for a zero id, KV_ENOMEM). */
+int kv_dedup_insert_many(kv_dedup *d, const kv_dedup_entry *v, size_t n);
+
 /* Calls cb for every finished entry whose key lies in [start, end) (empty
  * end: no bound). cb runs with a stripe lock held and must not call into
  * the table. */

@@ -651,6 +651,11 @@ typedef struct {
 	bool in_side;       /* replaying a side log now (ADOPT refused) */
 	side_list adopted;  /* side logs adopted by the records replayed */
 	char side_err[600]; /* why a side log could not be replayed */
+	/* kv_dur_apply_records: the group's exactly-once results, inserted
+	 * with one call (flush_remembered) before anything else of the table
+	 * runs; else NULL: each goes in at once. */
+	kv_dedup_entry *pend;
+	size_t npend, pcap;
 } replay_ctx;
 
 /* Whether n bytes at p name a side log: "side-" and 16 lowercase hex digits. */
@@ -711,7 +716,25 @@ remember(replay_ctx *c, const kv_dur_dedup *dd, int status, const void *key, siz
 	    .value = {.data = (uint8_t *)dd->del_value.p, .len = dd->del_value.len}};
 	/* Failing to remember only weakens exactly-once for that request
 	 * (kv_dedup_insert copies the value). */
+	if (c->pend != NULL && c->npend < c->pcap) {
+		c->pend[c->npend++] = (kv_dedup_entry){.client = dd->client,
+		                                       .req = dd->req,
+		                                       .res = r,
+		                                       .key = key,
+		                                       .klen = klen,
+		                                       .time_ms = dd->time_ms};
+		return;
+	}
 	(void)kv_dedup_insert(c->dedup, dd->client, dd->req, &r, key, klen, dd->time_ms);
+}
+
+/* Inserts the results remember() kept back, in their order. */
+static void
+flush_remembered(replay_ctx *c)
+{
+	if (c->npend > 0)
+		(void)kv_dedup_insert_many(c->dedup, c->pend, c->npend);
+	c->npend = 0;
 }
 
 static int
@@ -818,6 +841,7 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 		kv_bytes s = rdbytes(&r), e = rdbytes(&r);
 		if (r.bad)
 			return KV_ECORRUPT;
+		flush_remembered(c); /* the entries it forgets are in the table */
 		do
 			rv = kv_store_range_delete(c->store, s.p, s.len, e.p, e.len, 4096, NULL);
 		while (rv == KV_EBUSY);
@@ -846,6 +870,7 @@ replay_cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 		if (status == KV_DUR_DEDUP_FLOOR) { /* a copy's floor, no entry */
 			if (k.len != 0)
 				return KV_ECORRUPT;
+			flush_remembered(c);
 			(void)kv_dedup_raise_floor(c->dedup, dd.client, dd.req, dd.time_ms);
 			break;
 		}
@@ -996,7 +1021,9 @@ kv_dur_apply_record(kv_dur *d, const uint8_t *p, size_t n, uint64_t *lsn)
 int
 kv_dur_apply_records(kv_dur *d, const kv_bytes *recs, size_t n, size_t *done, uint64_t *last_lsn)
 {
-	replay_ctx c = {.store = d->o.store, .dedup = d->o.dedup};
+	kv_dedup_entry pend[APPLY_GROUP];
+	replay_ctx c = {
+	    .store = d->o.store, .dedup = d->o.dedup, .pend = pend, .pcap = APPLY_GROUP};
 	struct iovec iov[APPLY_GROUP];
 	size_t i = 0;
 	int rv = KV_OK;
@@ -1009,6 +1036,10 @@ kv_dur_apply_records(kv_dur *d, const kv_bytes *recs, size_t n, size_t *done, ui
 				break;
 			iov[k++] = (struct iovec){(void *)recs[i].p, recs[i].len};
 		}
+		/* The group's results, with one hold of each client's stripe
+		 * instead of one a record (the records' payloads, which they
+		 * point into, outlive the call). */
+		flush_remembered(&c);
 		if (k == 0)
 			break;
 		uint64_t first = 0;

@@ -185,7 +185,8 @@ int kv_dur_log_mdel(kv_dur *d, kv_bytes anchor, size_t n, const kv_bytes *keys,
  * store's error or the log's. */
 int kv_dur_apply_record(kv_dur *d, const uint8_t *p, size_t n, uint64_t *lsn);
 /* kv_dur_apply_record for n records in turn, logged together (one hold of
- * the log's mutex): *done gets how many were applied and logged, the
+ * the log's mutex), their exactly-once results inserted together after
+ * the store has them (kv_dedup_insert_many): *done gets how many were applied and logged, the
  * first *done, *last_lsn the local lsn of the last of them. On an error
  * (the record *done's) the ones before it are logged all the same. */
 int kv_dur_apply_records(kv_dur *d, const kv_bytes *recs, size_t n, size_t *done,

@@ -256,6 +256,60 @@ a_copied_range_replaces_its_exactly_once_entries(void **state)
 	}
 }
 
+/* The same records as a backup applies a batch (kv_dur_apply_records,
+ * whose exactly-once results go into the memory together): an entry
+ * applied before a range delete in the same batch is forgotten with the
+ * range, one after it is kept, and entries of several clients interleaved
+ * each land, live and after a restart from the log. */
+static void
+a_batch_forgets_the_entries_before_its_range_delete_and_keeps_those_after(void **state)
+{
+	const kv_test_dir *d = *state;
+	kv_dur_dedup in = {.client = 7, .req = 1, .value_len = 3, .time_ms = 5};
+	kv_dur_dedup out = {.client = 8, .req = 2, .value_len = 4, .time_ms = 5};
+	kv_dur_dedup other = {.client = 7, .req = 4, .value_len = 6, .time_ms = 5};
+	kv_dur_dedup copied = {.client = 7, .req = 3, .value_len = 5, .time_ms = 6};
+	kv_dedup_result r;
+	kv_buf b[6] = {{0}};
+	kv_bytes recs[6];
+	size_t done = 0;
+	uint64_t last = 0;
+	node n;
+
+	node_open(&n, d->path);
+	assert_int_equal(kv_dur_rec_dedup(&b[0], &in, KV_OK, "k", 1), KV_OK);
+	assert_int_equal(kv_dur_rec_dedup(&b[1], &out, KV_OK, "z", 1), KV_OK);
+	assert_int_equal(kv_dur_rec_dedup(&b[2], &other, KV_OK, "y", 1), KV_OK);
+	assert_int_equal(kv_dur_rec_range_del(&b[3], "a", 1, "m", 1), KV_OK);
+	assert_int_equal(kv_dur_rec_dedup(&b[4], &copied, KV_OK, "c", 1), KV_OK);
+	assert_int_equal(kv_dur_rec_floor(&b[5], 9, 50, 6), KV_OK);
+	for (int i = 0; i < 6; i++)
+		recs[i] = (kv_bytes){b[i].data, b[i].len};
+	kv_dur_begin(n.dur);
+	assert_int_equal(kv_dur_apply_records(n.dur, recs, 6, &done, &last), KV_OK);
+	kv_dur_end(n.dur);
+	assert_int_equal(done, 6);
+	for (int pass = 0; pass < 2; pass++) {
+		/* (7, 1) was in [a, m) when the range went: refused, not held. */
+		assert_int_equal(kv_dedup_begin(n.dedup, 7, 1, true, 1000, &r), KV_ESTALE);
+		assert_int_equal(kv_dedup_begin(n.dedup, 8, 2, true, 1000, &r), 0);
+		assert_int_equal(r.value_len, 4);
+		kv_buf_fini(&r.value);
+		assert_int_equal(kv_dedup_begin(n.dedup, 7, 4, true, 1000, &r), 0);
+		assert_int_equal(r.value_len, 6);
+		kv_buf_fini(&r.value);
+		assert_int_equal(kv_dedup_begin(n.dedup, 7, 3, true, 1000, &r), 0);
+		assert_int_equal(r.value_len, 5);
+		kv_buf_fini(&r.value);
+		assert_int_equal(kv_dedup_begin(n.dedup, 9, 50, true, 1000, &r), KV_ESTALE);
+		node_close(&n);
+		if (pass == 0)
+			node_open(&n, d->path);
+	}
+	for (int i = 0; i < 6; i++)
+		kv_buf_fini(&b[i]);
+}
+
 /* A client's floor (a copy's, a transfer's, or a range forgotten here)
  * survives a snapshot that covers the record that raised it, and a
  * restart from that snapshot: a retry at or below it is still refused. */
@@ -298,6 +352,9 @@ main(void)
 	                                    kv_test_dir_setup, kv_test_dir_teardown),
 	    cmocka_unit_test_setup_teardown(a_copied_range_replaces_its_exactly_once_entries,
 	                                    kv_test_dir_setup, kv_test_dir_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_batch_forgets_the_entries_before_its_range_delete_and_keeps_those_after,
+	        kv_test_dir_setup, kv_test_dir_teardown),
 	    cmocka_unit_test_setup_teardown(records_applied_together_stop_at_a_malformed_one,
 	                                    kv_test_dir_setup, kv_test_dir_teardown),
 	    cmocka_unit_test_setup_teardown(a_floor_comes_back_from_a_snapshot, kv_test_dir_setup,

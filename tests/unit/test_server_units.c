@@ -231,6 +231,44 @@ dedup_a_received_result_outlives_the_abort_of_a_retry_in_progress(void **state)
 	kv_dedup_destroy(d);
 }
 
+/* Results inserted together (a backup's batch) land as one insert each
+ * would: clients interleaved across stripes, a pending attempt takes its
+ * result, a finished entry is kept, and an entry with a zero id is refused
+ * without stopping the others. */
+static void
+dedup_results_inserted_together_land_as_one_insert_each_would(void **state)
+{
+	kv_dedup *d = kv_dedup_create(0, 0, 0);
+	kv_dedup_result out;
+	kv_dedup_entry v[6];
+	(void)state;
+	assert_non_null(d);
+	assert_int_equal(kv_dedup_begin(d, 3, 42, true, 100, &out), KV_ENOTFOUND);
+	for (int i = 0; i < 6; i++)
+		v[i] = (kv_dedup_entry){.client = i % 3 + 1,
+		                        .req = 40 + (uint64_t)i,
+		                        .res = {.status = 0, .value_len = 10 + (uint64_t)i},
+		                        .key = "k",
+		                        .klen = 1,
+		                        .time_ms = 100};
+	v[4].req = 0; /* refused */
+	v[5].client = 1;
+	v[5].req = 40; /* (1, 40) again: the first result stays */
+	v[5].res.value_len = 99;
+	assert_int_equal(kv_dedup_insert_many(d, v, 6), KV_EINVAL);
+	kv_dedup_abort(d, 3, 42); /* the pending attempt of (3, 42) is refused */
+	for (int i = 0; i < 4; i++) {
+		uint64_t c = (uint64_t)(i % 3 + 1), q = 40 + (uint64_t)i;
+		assert_int_equal(kv_dedup_begin(d, c, q, true, 101, &out), 0);
+		assert_int_equal(out.value_len, 10 + (uint64_t)i);
+		kv_buf_fini(&out.value);
+	}
+	assert_int_equal(kv_dedup_begin(d, 2, 44, false, 101, &out), KV_ENOTFOUND);
+	kv_dedup_abort(d, 2, 44);
+	assert_int_equal(kv_dedup_insert_many(d, NULL, 0), KV_OK);
+	kv_dedup_destroy(d);
+}
+
 /* The default memory holds a pipelined handle's retry: one write retried
  * after three thousand newer writes of its client (a primary transfer
  * under pipelined load; 1024 did not hold it) is answered from memory;
@@ -691,6 +729,7 @@ main(void)
 	    cmocka_unit_test(load_rates_carry_over_when_the_led_ranges_change),
 	    cmocka_unit_test(dedup_retry_returns_the_first_result),
 	    cmocka_unit_test(dedup_a_received_result_outlives_the_abort_of_a_retry_in_progress),
+	    cmocka_unit_test(dedup_results_inserted_together_land_as_one_insert_each_would),
 	    cmocka_unit_test(dedup_default_memory_outlasts_a_pipelined_clients_retry),
 	    cmocka_unit_test(dedup_refuses_a_forgotten_write_instead_of_applying_it_again),
 	    cmocka_unit_test(dedup_refilled_memory_refuses_writes_older_than_it_holds),
