@@ -94,6 +94,16 @@ remembered(node *n, uint64_t req)
 	return out;
 }
 
+/* (client, req) is held with the value length `vlen` it answered. */
+static void
+assert_held(node *n, uint64_t client, uint64_t req, uint64_t vlen)
+{
+	kv_dedup_result r;
+	assert_int_equal(kv_dedup_begin(n->dedup, client, req, true, 1000, &r), 0);
+	assert_int_equal(r.value_len, vlen);
+	kv_buf_fini(&r.value);
+}
+
 /* Deletes of a short, an empty and a too-long value, then a restart;
  * snap: with a snapshot taken before the restart. */
 static void
@@ -240,12 +250,8 @@ a_copied_range_replaces_its_exactly_once_entries(void **state)
 		assert_int_equal(kv_dedup_begin(n.dedup, 9, 50, true, 1000, &r), KV_ESTALE);
 		assert_int_equal(kv_dedup_begin(n.dedup, 9, 51, true, 1000, &r), KV_ENOTFOUND);
 		kv_dedup_abort(n.dedup, 9, 51);
-		assert_int_equal(kv_dedup_begin(n.dedup, 7, 2, true, 1000, &r), 0);
-		assert_int_equal(r.value_len, 4);
-		kv_buf_fini(&r.value);
-		assert_int_equal(kv_dedup_begin(n.dedup, 8, 3, true, 1000, &r), 0);
-		assert_int_equal(r.value_len, 5);
-		kv_buf_fini(&r.value);
+		assert_held(&n, 7, 2, 4);
+		assert_held(&n, 8, 3, 5);
 		assert_int_equal(kv_store_get(n.store, "k", 1, &v), KV_ENOTFOUND);
 		assert_int_equal(kv_store_get(n.store, "c", 1, &v), KV_OK);
 		assert_memory_equal(v.data, "new", 3);
@@ -292,15 +298,9 @@ a_batch_forgets_the_entries_before_its_range_delete_and_keeps_those_after(void *
 	for (int pass = 0; pass < 2; pass++) {
 		/* (7, 1) was in [a, m) when the range went: refused, not held. */
 		assert_int_equal(kv_dedup_begin(n.dedup, 7, 1, true, 1000, &r), KV_ESTALE);
-		assert_int_equal(kv_dedup_begin(n.dedup, 8, 2, true, 1000, &r), 0);
-		assert_int_equal(r.value_len, 4);
-		kv_buf_fini(&r.value);
-		assert_int_equal(kv_dedup_begin(n.dedup, 7, 4, true, 1000, &r), 0);
-		assert_int_equal(r.value_len, 6);
-		kv_buf_fini(&r.value);
-		assert_int_equal(kv_dedup_begin(n.dedup, 7, 3, true, 1000, &r), 0);
-		assert_int_equal(r.value_len, 5);
-		kv_buf_fini(&r.value);
+		assert_held(&n, 8, 2, 4);
+		assert_held(&n, 7, 4, 6);
+		assert_held(&n, 7, 3, 5);
 		assert_int_equal(kv_dedup_begin(n.dedup, 9, 50, true, 1000, &r), KV_ESTALE);
 		node_close(&n);
 		if (pass == 0)
