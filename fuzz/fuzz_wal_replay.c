@@ -12,6 +12,10 @@
  *   0x02  fix lsns: records are renumbered from the header's first lsn
  *   0x04  truncate_corrupt (--wal-truncate-corrupt)
  *   0x38  from_lsn - 1 (0..7)
+ *   0x40  recycled: every header gets version 2 (a recycled segment, whose
+ *         own records may be followed by older ones); with 0x02 the second
+ *         half of each segment's records is numbered below its first lsn,
+ *         as the older records of a reused file are
  *
  * Checks: records come in lsn order, contiguous, from from_lsn; the report
  * matches them; without truncate_corrupt an error changes no file and a
@@ -61,22 +65,45 @@ cb(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	return 0;
 }
 
-/* Recomputes checksums (and lsns) of one segment image in place. */
-static void
-fix_segment(uint8_t *p, size_t n, int fix_sums, int fix_lsns)
+/* Counts the records a reader can frame in one segment image. */
+static size_t
+count_framed(const uint8_t *p, size_t n)
 {
-	uint64_t lsn;
-	size_t off = KV_WAL_HEADER_SIZE;
+	size_t off = KV_WAL_HEADER_SIZE, k = 0;
 
-	if (n < KV_WAL_HEADER_SIZE)
-		return;
-	if (fix_sums)
-		kv_put64(p + 24, XXH3_64bits(p, 24));
-	lsn = kv_get64(p + 16);
 	while (n - off >= KV_WAL_RECORD_HEADER) {
 		uint32_t len = kv_get32(p + off + 8);
 		if (len == 0 || len > n - off - KV_WAL_RECORD_HEADER)
 			break;
+		off += KV_WAL_RECORD_HEADER + len;
+		k++;
+	}
+	return k;
+}
+
+/* Recomputes checksums (and lsns) of one segment image in place; recycled
+ * sets the header's version to 2 and numbers the second half of the
+ * records as older ones. */
+static void
+fix_segment(uint8_t *p, size_t n, int fix_sums, int fix_lsns, int recycled)
+{
+	uint64_t lsn, first;
+	size_t off = KV_WAL_HEADER_SIZE, k = 0, half;
+
+	if (n < KV_WAL_HEADER_SIZE)
+		return;
+	if (recycled)
+		kv_put32(p + 8, KV_WAL_VERSION_RECYCLED);
+	if (fix_sums)
+		kv_put64(p + 24, XXH3_64bits(p, 24));
+	first = lsn = kv_get64(p + 16);
+	half = recycled ? (count_framed(p, n) + 1) / 2 : SIZE_MAX;
+	while (n - off >= KV_WAL_RECORD_HEADER) {
+		uint32_t len = kv_get32(p + off + 8);
+		if (len == 0 || len > n - off - KV_WAL_RECORD_HEADER)
+			break;
+		if (fix_lsns && k++ == half)
+			lsn = first > 1000 ? first - 1000 : 0;
 		if (fix_lsns)
 			kv_put64(p + off + 16, lsn++);
 		if (fix_sums)
@@ -167,7 +194,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			first = nseg ? names[nseg - 1] + 1 : 1;
 		while (first == 0 || taken(names, nseg, first))
 			first++;
-		fix_segment(p, n, ctl & 1, ctl & 2);
+		fix_segment(p, n, ctl & 1, ctl & 2, ctl & 0x40);
 		snprintf(name, sizeof(name), "wal-%016llx.log", (unsigned long long)first);
 		fz_write_file(dir, name, p, n);
 		sizes[nseg] = (long long)n;

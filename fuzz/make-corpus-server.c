@@ -288,6 +288,8 @@ seeds_wal(void)
 	memcpy(ab + na + nb, "\x09\x00\x00torn", 7);
 	seed_ctl(h, "torn-tail", 0x00, ab, na + nb + 7);
 	seed_ctl(h, "header-only", 0x00, a, KV_WAL_HEADER_SIZE);
+	seed_ctl(h, "recycled-older-records", 0x43, ab, na + nb);
+	seed_ctl(h, "recycled-older-records-cut", 0x47, ab, na + nb);
 	free(a);
 	free(b);
 	free(ab);

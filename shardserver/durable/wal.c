@@ -54,6 +54,22 @@
  * would cost every record a second write into the page cache (and a
  * megabyte's write inside an event loop's round now and then).
  *
+ * Recycled segments (ALWAYS, BATCH): kv_wal_drop_before renames up to
+ * WAL_SPARES_MAX of the segments a snapshot made obsolete to spares
+ * (`spare-<lsn>.wal`) instead of removing them, and a switch makes a spare
+ * the new segment (recycle_segment): a header of version
+ * KV_WAL_VERSION_RECYCLED, synced, then a rename. The writer then writes
+ * over the older records, into pages the page cache holds and blocks the
+ * file system has allocated, instead of into a new file's: no page
+ * allocation, no block reservation, no size change for the fdatasync to
+ * commit. Replay ends such a segment at its first record that is not its
+ * own (wal.h). A switch and a close cut the older records after the last
+ * one written, as they cut zeros. NONE removes its segments: they are
+ * never synced, and a removed file's unwritten pages are dropped where a
+ * kept one's would be written back. An open removes the spares a previous
+ * process left: every spare is a segment of this process's log, all of
+ * whose records are below the lsns it writes.
+ *
  * Locking: one mutex, `mu`, protects the fields marked "mu" below: the
  * append buffer, the lsn counter, the rotation request, the published
  * positions, health, the notification heap, the buffer pool and the
@@ -73,6 +89,7 @@
  * (durable.c does), decide when to snapshot, or answer clients (completions
  * are the caller's callbacks).
  */
+#define _GNU_SOURCE /* renameat2 */
 #include "shardserver/durable/wal.h"
 #include "common/bytes.h"
 #include "common/defer.h"
@@ -98,6 +115,8 @@
 
 #define WAL_PATH_MAX   4096
 #define WAL_NAME_LEN   24                   /* "wal-" 16 hex ".log" */
+#define WAL_SPARE_LEN  26                   /* "spare-" 16 hex ".wal" */
+#define WAL_SPARES_MAX 4                    /* dropped segments kept for reuse */
 #define WAL_READ_CHUNK (1u << 20)           /* replay reads ahead this much */
 #define WAL_MAX_CHUNKS 64                   /* pending buffers the writer holds */
 #define WAL_CHUNK_MIN  (64u * 1024u)        /* first allocation of a buffer */
@@ -148,6 +167,7 @@ struct kv_wal {
 	bool close_unsynced;    /* NONE: a close does not fsync (kv_wal_opts) */
 	bool bulk;              /* the writer is a bulk thread (kv_wal_opts) */
 	bool lazy;              /* BATCH: cur fills as with NONE (kv_wal_opts) */
+	int spares_max;         /* dropped segments kept for reuse, at most */
 	pthread_t thread;       /* the writer */
 
 	pthread_mutex_t mu;
@@ -222,6 +242,11 @@ struct kv_wal {
 	uint64_t last_sync;          /* time of the last fsync (ns) */
 	uint64_t switch_to;          /* switch to a segment at this lsn, 0: no */
 	uint64_t n_writes, n_fsyncs; /* counters */
+
+	/* mu: dropped segments kept for reuse (not with NONE), each
+	 * `spare-<id>.wal` with id its first lsn as a segment */
+	uint64_t spares[WAL_SPARES_MAX];
+	int nspares;
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -232,24 +257,39 @@ seg_path(char *buf, size_t len, const char *dir, uint64_t first)
 	snprintf(buf, len, "%s/wal-%016llx.log", dir, (unsigned long long)first);
 }
 
-/* Parses "wal-<16 lower-case hex digits>.log"; returns whether it is one. */
-static bool
-parse_seg_name(const char *name, uint64_t *first)
+static void
+spare_path(char *buf, size_t len, const char *dir, uint64_t id)
 {
+	snprintf(buf, len, "%s/spare-%016llx.wal", dir, (unsigned long long)id);
+}
+
+/* Parses PREFIX "<16 lower-case hex digits>" SUFFIX; returns whether name is
+ * one, with a non-zero number. */
+static bool
+parse_hex_name(const char *name, const char *prefix, const char *suffix, uint64_t *out)
+{
+	size_t np = strlen(prefix), ns = strlen(suffix);
 	uint64_t v = 0;
 
-	if (strlen(name) != WAL_NAME_LEN || strncmp(name, "wal-", 4) != 0 ||
-	    strcmp(name + 20, ".log") != 0)
+	if (strlen(name) != np + 16 + ns || strncmp(name, prefix, np) != 0 ||
+	    strcmp(name + np + 16, suffix) != 0)
 		return false;
-	for (int i = 4; i < 20; i++) {
+	for (size_t i = np; i < np + 16; i++) {
 		char c = name[i];
 		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 		if (d < 0)
 			return false;
 		v = (v << 4) | (uint64_t)d;
 	}
-	*first = v;
+	*out = v;
 	return v > 0;
+}
+
+/* Parses "wal-<16 lower-case hex digits>.log"; returns whether it is one. */
+static bool
+parse_seg_name(const char *name, uint64_t *first)
+{
+	return parse_hex_name(name, "wal-", ".log", first);
 }
 
 static int
@@ -302,9 +342,9 @@ list_segments(const char *dir, uint64_t **out, size_t *n, char *err, size_t errl
 }
 
 static void
-encode_header(uint8_t h[KV_WAL_HEADER_SIZE], uint64_t first)
+encode_header(uint8_t h[KV_WAL_HEADER_SIZE], uint64_t first, uint32_t version)
 {
-	kv_frame_header_init(h, wal_magic, KV_WAL_VERSION, KV_WAL_HEADER_SIZE);
+	kv_frame_header_init(h, wal_magic, version, KV_WAL_HEADER_SIZE);
 	kv_put64(h + 16, first);
 	kv_frame_header_seal(h, KV_WAL_HEADER_SIZE);
 }
@@ -337,7 +377,7 @@ create_segment(const char *dir, uint64_t first, int *fdp, char *err, size_t errl
 	if (fd < 0)
 		return kv_errf(err, errlen, kv_err_from_errno(errno),
 		               "cannot create wal segment %s: %s", path, strerror(errno));
-	encode_header(h, first);
+	encode_header(h, first, KV_WAL_VERSION);
 	rv = kv_pwrite_all(fd, h, sizeof(h), 0);
 	if (rv == KV_OK && fsync(fd) != 0)
 		rv = kv_err_from_errno(errno);
@@ -351,6 +391,78 @@ create_segment(const char *dir, uint64_t first, int *fdp, char *err, size_t errl
 	}
 	*fdp = fd;
 	return KV_OK;
+}
+
+/*
+ * Makes spare `id` segment DIR/wal-<first>.log: writes a recycled segment's
+ * header over its first bytes and syncs it, then renames the file (never
+ * over an existing one) and syncs the dir. Its older records stay after the
+ * header until the writer overwrites them; replay ends a recycled segment at
+ * the first record that is not its own. A crash before the rename leaves a
+ * spare, which the next open removes. On failure the spare (or the new
+ * segment) is removed and the caller creates a segment afresh. Returns the
+ * descriptor in *fdp and the file's size in *size.
+ */
+static int
+recycle_segment(const char *dir, uint64_t id, uint64_t first, int *fdp, uint64_t *size)
+{
+	char from[WAL_PATH_MAX], to[WAL_PATH_MAX];
+	uint8_t h[KV_WAL_HEADER_SIZE];
+	bool renamed = false;
+	struct stat st;
+	int fd, rv = KV_OK;
+
+	spare_path(from, sizeof(from), dir, id);
+	seg_path(to, sizeof(to), dir, first);
+	encode_header(h, first, KV_WAL_VERSION_RECYCLED);
+	if ((fd = open(from, O_WRONLY | O_CLOEXEC)) < 0)
+		rv = kv_err_from_errno(errno);
+	if (rv == KV_OK)
+		rv = kv_pwrite_all(fd, h, sizeof(h), 0);
+	if (rv == KV_OK && (fdatasync(fd) != 0 || fstat(fd, &st) != 0))
+		rv = kv_err_from_errno(errno);
+	if (rv == KV_OK && renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) != 0)
+		rv = kv_err_from_errno(errno);
+	renamed = rv == KV_OK;
+	if (rv == KV_OK)
+		rv = kv_fsync_dir(dir);
+	if (rv != KV_OK) {
+		if (fd >= 0)
+			close(fd);
+		unlink(renamed ? to : from);
+		return rv;
+	}
+	*fdp = fd;
+	*size = (uint64_t)st.st_size;
+	return KV_OK;
+}
+
+/* Removes the spares of DIR (a previous process's; best effort, a spare
+ * left is never read). */
+static void
+remove_spares(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char path[WAL_PATH_MAX];
+	uint64_t id;
+	size_t n = 0;
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (!parse_hex_name(e->d_name, "spare-", ".wal", &id))
+			continue;
+		spare_path(path, sizeof(path), dir, id);
+		if (unlink(path) == 0)
+			n++;
+		else
+			KV_WARN("wal", "cannot remove a spare wal segment", "file=%s err=\"%s\"",
+			        path, strerror(errno));
+	}
+	closedir(d);
+	if (n > 0)
+		kv_fsync_dir(dir);
 }
 
 /* Wakes the writer (signals `work`). mu held. */
@@ -609,9 +721,10 @@ damage(struct replay *rp, bool cut, size_t i, uint64_t off, uint64_t fsize, cons
 	return KV_OK;
 }
 
-/* Cuts the torn tail of the last segment at off (fd open for writing). */
+/* Cuts the torn tail of the last segment at off (fd open for writing); of
+ * a recycled segment, the older records after its own go with it. */
 static int
-cut_torn(struct replay *rp, int fd, const char *path, uint64_t off, uint64_t size)
+cut_torn(struct replay *rp, int fd, const char *path, uint64_t off, uint64_t size, bool recycled)
 {
 	kv_wal_report *rep = rp->rep;
 
@@ -623,8 +736,8 @@ cut_torn(struct replay *rp, int fd, const char *path, uint64_t off, uint64_t siz
 	rep->torn_bytes = size - off;
 	rep->offset = off;
 	report_file(rep, path);
-	KV_WARN("wal", "dropped torn tail of wal", "file=%s offset=%llu bytes=%llu", path,
-	        (unsigned long long)off, (unsigned long long)(size - off));
+	KV_WARN("wal", "dropped torn tail of wal", "file=%s offset=%llu bytes=%llu recycled=%d",
+	        path, (unsigned long long)off, (unsigned long long)(size - off), recycled);
 	return KV_OK;
 }
 
@@ -638,7 +751,7 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
                void *arg, uint64_t *expect)
 {
 	char path[WAL_PATH_MAX];
-	bool last = !rp->ro && i + 1 == rp->nsegs;
+	bool last = !rp->ro && i + 1 == rp->nsegs, recycled;
 	struct reader r = {.fd = -1};
 	struct stat st;
 	const uint8_t *h;
@@ -697,8 +810,9 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 		        kv_strerror(rv));
 		goto out;
 	}
-	if (kv_frame_header_check(h, wal_magic, KV_WAL_VERSION, KV_WAL_HEADER_SIZE) !=
-	        KV_FRAME_OK ||
+	recycled = kv_frame_header_version(h) == KV_WAL_VERSION_RECYCLED;
+	if (kv_frame_header_check(h, wal_magic, recycled ? KV_WAL_VERSION_RECYCLED : KV_WAL_VERSION,
+	                          KV_WAL_HEADER_SIZE) != KV_FRAME_OK ||
 	    kv_get64(h + 16) != rp->segs[i]) {
 		rv = damage(rp, cut, i, 0, r.size, "bad segment header");
 		goto out;
@@ -725,8 +839,11 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 			        (unsigned long long)off, kv_strerror(rv));
 			goto out;
 		}
-		if (rv == 0) {
-			int z = zeros_to_end(&r, off);
+		if (rv == 0 || (recycled && lsn < rp->segs[i])) {
+			/* not a record of this segment: the end of its records
+			 * (zeros, a torn tail, a recycled segment's older
+			 * records) or damage */
+			int z = rv == 0 ? zeros_to_end(&r, off) : 0;
 			if (z < 0) {
 				rv =
 				    kv_errf(rp->err, rp->errlen, z,
@@ -742,6 +859,20 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 					        (unsigned long long)off, strerror(errno));
 				break;
 			}
+			if (recycled && !last) {
+				/* older records follow this segment's own; the
+				 * next segment must start where they end */
+				if (i + 1 == rp->nsegs || *expect == rp->segs[i + 1])
+					break;
+				char what[160];
+				snprintf(what, sizeof(what),
+				         "recycled segment's records end before lsn %llu, the next "
+				         "segment starts at %llu",
+				         (unsigned long long)*expect,
+				         (unsigned long long)rp->segs[i + 1]);
+				rv = damage(rp, cut, i, off, r.size, what);
+				goto out;
+			}
 			if (last) {
 				int after = intact_after(&r, off, *expect);
 				if (after < 0) {
@@ -751,12 +882,22 @@ replay_segment(struct replay *rp, size_t i, uint64_t from_lsn, bool cut, kv_wal_
 					goto out;
 				}
 				if (after == 0) {
-					rv = cut_torn(rp, r.fd, path, off, r.size);
+					rv = cut_torn(rp, r.fd, path, off, r.size, recycled);
 					goto out;
 				}
 			}
-			rv = damage(rp, cut, i, off, r.size,
-			            "corrupt record (bad length or checksum)");
+			if (rv == 0) {
+				rv = damage(rp, cut, i, off, r.size,
+				            "corrupt record (bad length or checksum)");
+			} else {
+				char what[160];
+				snprintf(
+				    what, sizeof(what),
+				    "record of lsn %llu, older than its recycled segment, before "
+				    "records of its own",
+				    (unsigned long long)lsn);
+				rv = damage(rp, cut, i, off, r.size, what);
+			}
 			goto out;
 		}
 		if (lsn != *expect) {
@@ -1245,8 +1386,32 @@ cut_zeros(kv_wal *w)
 		w->file_end = good;
 }
 
+/* Removes the spares: on a full disk their space serves better free. mu
+ * not held. */
+static void
+release_spares(kv_wal *w)
+{
+	uint64_t ids[WAL_SPARES_MAX];
+	char path[WAL_PATH_MAX];
+	int n;
+
+	pthread_mutex_lock(&w->mu);
+	n = w->nspares;
+	memcpy(ids, w->spares, sizeof(ids[0]) * (size_t)n);
+	w->nspares = 0;
+	pthread_mutex_unlock(&w->mu);
+	for (int i = 0; i < n; i++) {
+		spare_path(path, sizeof(path), w->dir, ids[i]);
+		unlink(path);
+	}
+	if (n > 0)
+		KV_WARN("wal", "removed the spare wal segments: the disk is full",
+		        "dir=%s count=%d", w->dir, n);
+}
+
 /* Writes the unwritten pending bytes at the segment's good end. On failure
- * cuts the file back to that end, so a retry starts clean. */
+ * cuts the file back to that end, so a retry starts clean (and, on a full
+ * disk, removes the spares). */
 static int
 write_pending(kv_wal *w, int fault)
 {
@@ -1275,6 +1440,8 @@ write_pending(kv_wal *w, int fault)
 		if (ftruncate(w->fd, (off_t)good) == 0)
 			w->file_end = good;
 		/* else the retry overwrites from `good` anyway */
+		if (rv == KV_ENOSPC)
+			release_spares(w);
 		return rv;
 	}
 	if (good + left > w->file_end)
@@ -1424,12 +1591,26 @@ drop_chunks(kv_wal *w)
 static int
 switch_segment(kv_wal *w, int fault)
 {
+	uint64_t spare = 0, size = KV_WAL_HEADER_SIZE;
+	bool reused = false;
 	char err[256];
 	int fd, rv;
 
 	if (fault != KV_OK)
 		return fault;
-	if ((rv = create_segment(w->dir, w->switch_to, &fd, err, sizeof(err))) != KV_OK) {
+	pthread_mutex_lock(&w->mu);
+	if (w->nspares > 0)
+		spare = w->spares[--w->nspares];
+	pthread_mutex_unlock(&w->mu);
+	if (spare != 0) {
+		rv = recycle_segment(w->dir, spare, w->switch_to, &fd, &size);
+		reused = rv == KV_OK;
+		if (!reused)
+			KV_WARN("wal", "cannot reuse a dropped wal segment, creating one",
+			        "dir=%s err=%s", w->dir, kv_errname(rv));
+	}
+	if (!reused &&
+	    (rv = create_segment(w->dir, w->switch_to, &fd, err, sizeof(err))) != KV_OK) {
 		KV_ERROR("wal", "cannot start wal segment", "err=\"%s\"", err);
 		return rv;
 	}
@@ -1439,11 +1620,11 @@ switch_segment(kv_wal *w, int fault)
 	w->w_seg_first = w->switch_to;
 	w->pend_off = KV_WAL_HEADER_SIZE;
 	w->seg_size = KV_WAL_HEADER_SIZE;
-	w->file_end = KV_WAL_HEADER_SIZE;
+	w->file_end = size;
 	w->no_zeros = false;
 	w->switch_to = 0;
-	KV_DEBUG("wal", "started wal segment", "dir=%s first_lsn=%llu", w->dir,
-	         (unsigned long long)w->w_seg_first);
+	KV_DEBUG("wal", "started wal segment", "dir=%s first_lsn=%llu recycled=%d", w->dir,
+	         (unsigned long long)w->w_seg_first, reused);
 	return KV_OK;
 }
 
@@ -1721,7 +1902,7 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 
 	if (o == NULL || o->dir == NULL || o->dir[0] == '\0' || out == NULL || next_lsn == 0 ||
 	    (o->mode != KV_FSYNC_ALWAYS && o->mode != KV_FSYNC_BATCH && o->mode != KV_FSYNC_NONE) ||
-	    strlen(o->dir) + WAL_NAME_LEN + 2 > WAL_PATH_MAX)
+	    strlen(o->dir) + WAL_SPARE_LEN + 2 > WAL_PATH_MAX)
 		return kv_errf(err, errlen, KV_EINVAL, "bad wal options");
 	if (stat(o->dir, &st) != 0) {
 		if (errno != ENOENT || mkdir(o->dir, 0755) != 0)
@@ -1731,6 +1912,7 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	} else if (!S_ISDIR(st.st_mode)) {
 		return kv_errf(err, errlen, KV_EINVAL, "wal dir %s is not a directory", o->dir);
 	}
+	remove_spares(o->dir);
 	if ((rv = list_segments(o->dir, &segs, &nsegs, err, errlen)) != KV_OK)
 		return rv;
 	for (size_t i = 0; i < nsegs; i++) {
@@ -1774,6 +1956,7 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	w->close_unsynced = o->close_unsynced;
 	w->bulk = o->bulk;
 	w->lazy = o->lazy && o->mode == KV_FSYNC_BATCH;
+	w->spares_max = o->mode == KV_FSYNC_NONE || o->no_spares ? 0 : WAL_SPARES_MAX;
 	w->round_writes = o->round_writes && o->mode == KV_FSYNC_BATCH;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_condattr_init(&ca);
@@ -2086,6 +2269,39 @@ kv_wal_rotate(kv_wal *w, uint64_t *first_lsn)
 	return rv;
 }
 
+/*
+ * Keeps the dropped segment at path (first lsn first) as a spare for a
+ * later switch, unless the log keeps no spares (NONE, whose segments are
+ * never synced: a removed file's unwritten pages are dropped, a kept
+ * one's would be written back; no_spares) or holds spares_max. Returns
+ * whether it handled the segment (kept it, or removed it when another
+ * drop filled the spares meanwhile); false leaves it to the caller.
+ */
+static bool
+keep_spare(kv_wal *w, const char *path, uint64_t first)
+{
+	char sp[WAL_PATH_MAX];
+	bool room, kept = false;
+
+	if (w->spares_max == 0)
+		return false;
+	pthread_mutex_lock(&w->mu);
+	room = w->nspares < w->spares_max;
+	pthread_mutex_unlock(&w->mu);
+	spare_path(sp, sizeof(sp), w->dir, first);
+	if (!room || rename(path, sp) != 0)
+		return false;
+	pthread_mutex_lock(&w->mu);
+	if (w->nspares < w->spares_max) {
+		w->spares[w->nspares++] = first;
+		kept = true;
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (!kept)
+		unlink(sp);
+	return true;
+}
+
 int
 kv_wal_drop_before(kv_wal *w, uint64_t lsn)
 {
@@ -2103,6 +2319,10 @@ kv_wal_drop_before(kv_wal *w, uint64_t lsn)
 		if (segs[i] >= open_first || segs[i + 1] > lsn)
 			break;
 		seg_path(path, sizeof(path), w->dir, segs[i]);
+		if (keep_spare(w, path, segs[i])) {
+			removed++;
+			continue;
+		}
 		if (unlink(path) != 0 && errno != ENOENT) {
 			rv = kv_err_from_errno(errno);
 			KV_ERROR("wal", "cannot remove wal segment", "file=%s err=%s", path,

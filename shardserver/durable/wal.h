@@ -17,7 +17,8 @@
  *   offset  size  field
  *   ------  ----  --------------------------------------------------------
  *   0       8     magic "SKVWAL\0\0"
- *   8       4     format version (KV_WAL_VERSION)
+ *   8       4     format version (KV_WAL_VERSION, or KV_WAL_VERSION_RECYCLED
+ *                 for a recycled segment: see below)
  *   12      4     header size (KV_WAL_HEADER_SIZE)
  *   16      8     first lsn (equals the lsn in the file name)
  *   24      8     XXH3-64 of bytes [0, 24)
@@ -37,13 +38,22 @@
  * the last good byte, so a crash leaves at most a torn tail in the newest
  * segment. Recovery rules are those of kv_wal_replay().
  *
+ * Recycled segments: with ALWAYS and BATCH (unless no_spares),
+ * kv_wal_drop_before() keeps up to four dropped segments as spares
+ * (`spare-<lsn>.wal`, never read, removed by the next kv_wal_open()), and a
+ * new segment is made of a spare: its header has version
+ * KV_WAL_VERSION_RECYCLED, and records of the file's older use (every one
+ * of a lower lsn than the segment's first) may follow its own records until
+ * overwritten. Format version 1 readers refuse such a segment's header.
+ *
  * Thread safety: every kv_wal_* call on an open log may run concurrently
  * with the others, except kv_wal_close(), which must be the last call.
  * kv_wal_replay() works on a directory and must not run while the log of
  * that directory is open.
  *
  * A module header of kv_durable: included by the files of
- * shardserver/durable/, the log's unit tests and its fuzzers. Everything
+ * shardserver/durable/, the log's unit tests, its fuzzers and its
+ * benchmark (bench/wal_cost.c). Everything
  * else includes durable.h (which holds kv_fsync_mode, kv_wal_done_fn and
  * kv_wal_stats, used here).
  */
@@ -57,10 +67,11 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define KV_WAL_VERSION       1u
-#define KV_WAL_HEADER_SIZE   32u
-#define KV_WAL_RECORD_HEADER 24u
-#define KV_WAL_MAX_RECORD    (80u * 1024u * 1024u)
+#define KV_WAL_VERSION          1u
+#define KV_WAL_VERSION_RECYCLED 2u
+#define KV_WAL_HEADER_SIZE      32u
+#define KV_WAL_RECORD_HEADER    24u
+#define KV_WAL_MAX_RECORD       (80u * 1024u * 1024u)
 
 /* What kv_wal_replay() found. */
 typedef struct {
@@ -102,6 +113,13 @@ typedef int (*kv_wal_replay_cb)(void *arg, uint64_t lsn, const uint8_t *p, size_
  *   truncated to the bad record, or removed when its header is bad, and
  *   every later segment removed, dir fsynced), reported in rep like a torn
  *   tail (torn = true), described in err, and 0 returned.
+ * - Recycled segment (header version KV_WAL_VERSION_RECYCLED): its records
+ *   end at the first record that is not intact or has an lsn below the
+ *   segment's first (one of the file's older use). In the last segment the
+ *   bytes from there are a torn tail (cut and reported as above) unless an
+ *   intact record of its own follows: corruption. In a segment before the
+ *   last, the next segment must start at the lsn after its last record,
+ *   else corruption at the offset where its records end.
  * - Missing start: when segments exist but all start after from_lsn, the
  *   records from from_lsn are missing: KV_ECORRUPT "log starts at X, need Y",
  *   even with truncate_corrupt. A dir with no segments (or no dir) is fine:
@@ -123,7 +141,8 @@ int kv_wal_replay(const char *dir, uint64_t from_lsn, bool truncate_corrupt, kv_
  * opened read-only, none is treated as the last (no torn tail is cut), and
  * segments starting after to_lsn are never opened. So it may run while the
  * log of DIR is open, as long as to_lsn is below the open log's first lsn
- * (records of closed segments). Every record of the segments read is
+ * (records of closed segments) that no kv_wal_drop_before() drops
+ * meanwhile (a spare is overwritten). Every record of the segments read is
  * checked. Anything else than exactly the records from_lsn .. to_lsn -
  * a missing segment (dropped after a snapshot), a gap, damage, a log that
  * ends early - is KV_ECORRUPT, with a message in err. Memory is bounded as
@@ -160,6 +179,8 @@ typedef struct {
 	                           kv_wal_wait, a rotation, close); the fsyncs keep
 	                           their period. For a log that nothing waits for
 	                           record by record: a migration's side log */
+	bool no_spares;         /* ALWAYS, BATCH: remove dropped segments instead of
+	                           keeping them for reuse (as NONE always does) */
 } kv_wal_opts;
 
 /*
@@ -246,7 +267,10 @@ int kv_wal_rotate_wait(kv_wal *w, uint64_t first_lsn);
 
 /* Removes every segment all of whose records have lsn < lsn (that is, the
  * next segment starts at or below lsn), never the open one, and fsyncs the
- * dir. Returns 0, KV_EIO or KV_ENOMEM. */
+ * dir. With ALWAYS and BATCH up to four of them become spares for later
+ * segments (see "Recycled segments" above): a kv_wal_read() of DIR must not
+ * run at the same time on segments this drops. Returns 0, KV_EIO or
+ * KV_ENOMEM. */
 int kv_wal_drop_before(kv_wal *w, uint64_t lsn);
 
 /* Copies the counters and positions (kv_wal_stats, durable.h) into *st,

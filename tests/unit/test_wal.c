@@ -1253,6 +1253,224 @@ drop_before_removes_only_fully_covered_segments(void **state)
 	expect_records(d->path, 18, 18, 21);
 }
 
+/* ---------------------------------------------------------------- recycled segments */
+
+static int
+count_spares(const char *dir)
+{
+	DIR *dd = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(dd);
+	while ((e = readdir(dd)) != NULL)
+		if (strncmp(e->d_name, "spare-", 6) == 0)
+			n++;
+	closedir(dd);
+	return n;
+}
+
+static uint32_t
+header_version(const char *f)
+{
+	uint8_t h[HDR];
+	int fd = open(f, O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+	return (uint32_t)h[8] | (uint32_t)h[9] << 8 | (uint32_t)h[10] << 16 | (uint32_t)h[11] << 24;
+}
+
+/* Puts the bytes of f back to img (n bytes). */
+static void
+restore(const char *f, const uint8_t *img, size_t n)
+{
+	truncate_to(f, 0);
+	append_raw(f, img, n);
+}
+
+/*
+ * A log of mode in DIR whose segments 1, 21, 41, 61 and 81 (20 records
+ * each) a drop made obsolete, then segment 101 (records 101, 102), 103
+ * (103) and 104 (104, 105), the log still open, every record written and
+ * synced. Returns the log.
+ */
+static kv_wal *
+recycling_log(const char *dir, kv_fsync_mode mode)
+{
+	kv_wal *w = open_log(dir, mode, 1);
+	uint64_t at, lsn = 1;
+
+	for (int s = 0; s < 5; s++) {
+		if (s > 0)
+			assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+		for (int i = 0; i < 20; i++)
+			append_one(w, lsn++);
+	}
+	assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+	assert_int_equal(at, 101);
+	assert_int_equal(kv_wal_drop_before(w, 101), KV_OK);
+	assert_int_equal(count_segments(dir), 1);
+	append_one(w, lsn++);
+	append_one(w, lsn++);
+	assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+	append_one(w, lsn++);
+	assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+	append_one(w, lsn++);
+	append_one(w, lsn++);
+	assert_int_equal(kv_wal_wait(w, 105, true), KV_OK);
+	return w;
+}
+
+/* A synced log keeps four segments a drop made obsolete and makes its next
+ * segments of them: a crash leaves the older records after the last
+ * segment's own, which replay cuts like a torn tail; a close cuts them
+ * itself; the next open removes the spares left. */
+static void
+a_dropped_segment_is_reused_and_replay_ends_at_its_own_records(void **state)
+{
+	kv_test_dir *d = *state;
+	const kv_fsync_mode modes[] = {KV_FSYNC_BATCH, KV_FSYNC_ALWAYS};
+
+	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+		kv_wal *w = recycling_log(d->path, modes[m]);
+		uint64_t end = rec_off(104, 106);
+		kv_wal_report rep;
+		struct got g;
+		char f[512], err[512];
+		size_t n;
+
+		/* five dropped: four kept, two of them now segments 103, 104 */
+		assert_int_equal(count_spares(d->path), 2);
+		seg_file(f, sizeof(f), d->path, 101);
+		assert_int_equal(header_version(f), KV_WAL_VERSION);
+		seg_file(f, sizeof(f), d->path, 103);
+		assert_int_equal(header_version(f), KV_WAL_VERSION_RECYCLED);
+		assert_int_equal(file_size(f), (off_t)rec_off(103, 104)); /* cut at the switch */
+		seg_file(f, sizeof(f), d->path, 104);
+		assert_int_equal(header_version(f), KV_WAL_VERSION_RECYCLED);
+		uint8_t *img = slurp(f, &n);
+		assert_true(n > end); /* the older records are still there */
+		kv_wal_close(w);
+		assert_int_equal(file_size(f), (off_t)end);
+		expect_records(d->path, 101, 101, 105);
+
+		/* the image a crash would have left */
+		restore(f, img, n);
+		free(img);
+		int rv = replay(d->path, 101, false, &g, &rep, err, sizeof(err));
+		if (rv != KV_OK)
+			fail_msg("replay: %s: %s", kv_errname(rv), err);
+		assert_int_equal(g.bad, 0);
+		assert_int_equal(g.n, 5);
+		assert_int_equal(rep.next_lsn, 106);
+		assert_true(rep.torn);
+		assert_string_equal(rep.file, f);
+		assert_int_equal(rep.offset, end);
+		assert_int_equal(rep.torn_bytes, n - end);
+		assert_int_equal(file_size(f), (off_t)end);
+
+		/* the log goes on after it; the open removes the spares */
+		w = open_log(d->path, modes[m], 106);
+		assert_int_equal(count_spares(d->path), 0);
+		append_one(w, 106);
+		kv_wal_close(w);
+		expect_records(d->path, 101, 101, 106);
+
+		teardown(state);
+		assert_int_equal(setup(state), 0);
+		d = *state;
+	}
+}
+
+/* NONE never syncs its segments: a drop removes them. */
+static void
+a_none_log_keeps_no_dropped_segment(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = recycling_log(d->path, KV_FSYNC_NONE);
+	char f[512];
+
+	assert_int_equal(count_spares(d->path), 0);
+	seg_file(f, sizeof(f), d->path, 104);
+	assert_int_equal(header_version(f), KV_WAL_VERSION);
+	kv_wal_close(w);
+	expect_records(d->path, 101, 101, 105);
+}
+
+/* The bytes of record lsn of segment first in DIR (*n of them). */
+static uint8_t *
+record_bytes(const char *dir, uint64_t first, uint64_t lsn, size_t *n)
+{
+	char f[512];
+	size_t len;
+	uint8_t *seg, *r;
+
+	seg_file(f, sizeof(f), dir, first);
+	seg = slurp(f, &len);
+	*n = RH + rec_len(lsn);
+	assert_true(rec_off(first, lsn) + *n <= len);
+	r = malloc(*n);
+	assert_non_null(r);
+	memcpy(r, seg + rec_off(first, lsn), *n);
+	free(seg);
+	return r;
+}
+
+/* A recycled segment before the last may still hold older records after
+ * its own (its cut at the switch never reached the disk): they end it when
+ * the next segment starts after its last record; when records are missing
+ * before the next segment, that is corruption where its records end. */
+static void
+older_records_end_a_recycled_segment_before_the_last(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = recycling_log(d->path, KV_FSYNC_BATCH);
+	uint8_t *old;
+	size_t nold;
+	char f[512];
+
+	kv_wal_close(w);
+	old = record_bytes(d->path, 101, 101, &nold); /* an older lsn than 103 */
+	seg_file(f, sizeof(f), d->path, 103);
+	append_raw(f, old + 5, 30); /* a piece of a record */
+	append_raw(f, old, nold);   /* a whole one */
+	expect_records(d->path, 101, 101, 105);
+
+	/* record 103 lost: the older record follows the header */
+	truncate_to(f, HDR);
+	append_raw(f, old, nold);
+	expect_corrupt(d->path, 101, f, HDR,
+	               "recycled segment's records end before lsn 103, the next segment starts "
+	               "at 104");
+	free(old);
+}
+
+/* In the last segment, an older record followed by one of the segment's
+ * own is corruption, not a tail. */
+static void
+an_own_record_after_older_ones_in_the_last_segment_is_corruption(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = recycling_log(d->path, KV_FSYNC_BATCH);
+	uint8_t *old, *r105;
+	size_t nold, n105;
+	char f[512];
+
+	kv_wal_close(w);
+	old = record_bytes(d->path, 101, 102, &nold);
+	r105 = record_bytes(d->path, 104, 105, &n105);
+	seg_file(f, sizeof(f), d->path, 104);
+	truncate_to(f, (off_t)rec_off(104, 105));
+	append_raw(f, old, nold);
+	append_raw(f, r105, n105);
+	expect_corrupt(d->path, 101, f, rec_off(104, 105),
+	               "record of lsn 102, older than its recycled segment");
+	free(old);
+	free(r105);
+}
+
 #else /* KV_WAL_TEST_CONCURRENCY */
 
 /* ---------------------------------------------------------------- concurrency */
@@ -2050,6 +2268,10 @@ main(void)
 	    T(log_starting_after_from_lsn_is_missing_records),
 	    T(rotate_starts_a_segment_at_the_next_lsn),
 	    T(drop_before_removes_only_fully_covered_segments),
+	    T(a_dropped_segment_is_reused_and_replay_ends_at_its_own_records),
+	    T(a_none_log_keeps_no_dropped_segment),
+	    T(older_records_end_a_recycled_segment_before_the_last),
+	    T(an_own_record_after_older_ones_in_the_last_segment_is_corruption),
 #else
 	    T(group_commit_makes_every_record_durable_with_fewer_fsyncs),
 	    T(a_none_log_switches_segments_without_syncing_them),
