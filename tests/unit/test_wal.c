@@ -83,6 +83,33 @@ count_segments(const char *dir)
 	return n;
 }
 
+HELPER int
+count_spares(const char *dir)
+{
+	DIR *dd = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(dd);
+	while ((e = readdir(dd)) != NULL)
+		if (strncmp(e->d_name, "spare-", 6) == 0)
+			n++;
+	closedir(dd);
+	return n;
+}
+
+HELPER uint32_t
+header_version(const char *f)
+{
+	uint8_t h[HDR];
+	int fd = open(f, O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+	return (uint32_t)h[8] | (uint32_t)h[9] << 8 | (uint32_t)h[10] << 16 | (uint32_t)h[11] << 24;
+}
+
 HELPER void
 flip_bit(const char *f, uint64_t off)
 {
@@ -1255,33 +1282,6 @@ drop_before_removes_only_fully_covered_segments(void **state)
 
 /* ---------------------------------------------------------------- recycled segments */
 
-static int
-count_spares(const char *dir)
-{
-	DIR *dd = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	assert_non_null(dd);
-	while ((e = readdir(dd)) != NULL)
-		if (strncmp(e->d_name, "spare-", 6) == 0)
-			n++;
-	closedir(dd);
-	return n;
-}
-
-static uint32_t
-header_version(const char *f)
-{
-	uint8_t h[HDR];
-	int fd = open(f, O_RDONLY);
-
-	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
-	close(fd);
-	return (uint32_t)h[8] | (uint32_t)h[9] << 8 | (uint32_t)h[10] << 16 | (uint32_t)h[11] << 24;
-}
-
 /* Puts the bytes of f back to img (n bytes). */
 static void
 restore(const char *f, const uint8_t *img, size_t n)
@@ -1512,6 +1512,8 @@ thread_payload(uint8_t *p, uint32_t t, uint32_t s)
 struct seq_check {
 	uint32_t next[THREADS]; /* next sequence per thread */
 	uint64_t n, last, bad;
+	bool any_start;     /* a thread's records may start at any sequence */
+	bool seen[THREADS]; /* ... and this one's first was seen */
 };
 
 static int
@@ -1532,6 +1534,10 @@ check_seq(void *arg, uint64_t lsn, const uint8_t *p, size_t n)
 	memcpy(&t, p, 4);
 	memcpy(&s, p + 4, 4);
 	thread_payload(want, t, s);
+	if (t < THREADS && c->any_start && !c->seen[t]) {
+		c->seen[t] = true;
+		c->next[t] = s;
+	}
 	if (t >= THREADS || s != c->next[t] || memcmp(p, want, REC_BYTES) != 0)
 		c->bad++;
 	else
@@ -1667,6 +1673,72 @@ rotation_and_dropping_while_appending_keep_lsns_contiguous(void **state)
 	assert_int_equal(atomic_load(&c.ok), total);
 	assert_true(count_segments(d->path) > 2);
 	expect_thread_records(d->path, total);
+}
+
+/* Segments dropped while threads append become later segments (BATCH):
+ * every record from the last drop on replays, in order, and the spares
+ * stay at most four. */
+static void
+dropped_segments_reused_while_appending_lose_nothing(void **state)
+{
+	kv_test_dir *d = *state;
+	struct counters c = {0};
+	kv_wal_opts o = {.dir = d->path,
+	                 .mode = KV_FSYNC_BATCH,
+	                 .segment_bytes = 4 * 1024,
+	                 .buffer_bytes = 4096};
+	uint64_t total = (uint64_t)THREADS * 500, from = 1, at, lsn;
+	pthread_t th[THREADS];
+	struct worker a[THREADS];
+	atomic_uint_fast64_t failures = 0;
+	uint8_t rec[REC_BYTES];
+	struct iovec iov = {rec, sizeof(rec)};
+	struct seq_check sc = {.any_start = true};
+	kv_wal_report rep;
+	kv_wal *w;
+	char err[512], f[512];
+
+	assert_int_equal(kv_wal_open(&o, 1, &w, err, sizeof(err)), KV_OK);
+	for (uint32_t t = 0; t < THREADS; t++) {
+		a[t] = (struct worker){.w = w,
+		                       .id = t,
+		                       .count = 500,
+		                       .c = &c,
+		                       .failures = &failures,
+		                       .wait_every = true};
+		assert_int_equal(pthread_create(&th[t], NULL, append_worker, &a[t]), 0);
+	}
+	for (int i = 0; i < 40; i++) {
+		assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+		assert_int_equal(kv_wal_drop_before(w, from), KV_OK);
+		assert_true(count_spares(d->path) <= 4);
+		from = at;
+	}
+	for (int t = 0; t < THREADS; t++)
+		pthread_join(th[t], NULL);
+	assert_int_equal(atomic_load(&failures), 0);
+	/* one switch into a spare for certain: drop every closed segment,
+	 * then switch after one more record (thread 0's next) */
+	assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+	assert_int_equal(kv_wal_drop_before(w, at), KV_OK);
+	assert_true(count_spares(d->path) >= 1);
+	from = at;
+	thread_payload(rec, 0, 500);
+	assert_int_equal(kv_wal_appendv(w, &iov, 1, &lsn), KV_OK);
+	assert_int_equal(lsn, total + 1);
+	assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+	assert_int_equal(at, total + 2);
+	seg_file(f, sizeof(f), d->path, at);
+	assert_int_equal(header_version(f), KV_WAL_VERSION_RECYCLED);
+	kv_wal_close(w);
+	assert_int_equal(atomic_load(&c.ok), total);
+
+	assert_int_equal(
+	    kv_wal_replay(d->path, from, false, check_seq, &sc, &rep, err, sizeof(err)), KV_OK);
+	assert_false(rep.torn);
+	assert_int_equal(sc.bad, 0);
+	assert_int_equal(sc.n, total + 2 - from);
+	assert_int_equal(rep.next_lsn, total + 2);
 }
 
 /* --fsync none syncs nothing of its own: segment switches (by size and by
@@ -2277,6 +2349,7 @@ main(void)
 	    T(a_none_log_switches_segments_without_syncing_them),
 	    T(a_none_log_with_close_unsynced_closes_without_a_sync),
 	    T(rotation_and_dropping_while_appending_keep_lsns_contiguous),
+	    T(dropped_segments_reused_while_appending_lose_nothing),
 	    T(batch_notifications_fire_without_waiting_for_fsync),
 	    T(batch_appends_of_a_round_are_written_at_its_end_on_its_thread),
 	    T(round_written_records_are_synced_on_the_interval),
