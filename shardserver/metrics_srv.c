@@ -355,6 +355,10 @@ render(void *arg, kv_buf *out)
 	    "Batches written to the log since start.", ds.wal.writes);
 	add(m, &n, "shardkv_wal_fsyncs_total", KV_METRIC_COUNTER, "Log fsyncs since start.",
 	    ds.wal.fsyncs);
+	add(m, &n, "shardkv_wal_segments_total", KV_METRIC_COUNTER,
+	    "Log segments started since start, the first included.", ds.wal.segments);
+	add(m, &n, "shardkv_wal_segments_reused_total", KV_METRIC_COUNTER,
+	    "Log segments started since start that were made of a dropped one.", ds.wal.reused);
 	add(m, &n, "shardkv_wal_healthy", KV_METRIC_GAUGE,
 	    "1 while the log accepts writes, 0 while writes are refused (disk full, I/O error).",
 	    s->dur != NULL && ds.wal.health == KV_OK);

@@ -68,6 +68,8 @@ typedef struct {
 	uint64_t bytes;       /* their payload bytes */
 	uint64_t writes;      /* successful pwritev(2) batches */
 	uint64_t fsyncs;      /* successful fdatasync(2) calls */
+	uint64_t segments;    /* segments started since open, the first included */
+	uint64_t reused;      /* ... of them made of a dropped segment (wal.h) */
 	uint64_t next_lsn;    /* lsn the next append gets */
 	uint64_t written_lsn; /* every record <= this is written */
 	uint64_t synced_lsn;  /* every record <= this is fsynced */

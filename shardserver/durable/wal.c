@@ -213,6 +213,8 @@ struct kv_wal {
 	uint64_t st_bytes;               /* ... their payload bytes */
 	uint64_t st_writes;              /* published writer counter */
 	uint64_t st_fsyncs;              /* published writer counter */
+	uint64_t st_segments;            /* segments started */
+	uint64_t st_reused;              /* ... of them made of a spare */
 	/* BATCH's periodic fsync, on the syncer thread (mu): */
 	int as_state;         /* AS_IDLE, AS_POSTED (by the writer), AS_RUNNING, AS_DONE */
 	int as_rv;            /* AS_DONE: its result */
@@ -1623,6 +1625,10 @@ switch_segment(kv_wal *w, int fault)
 	w->file_end = size;
 	w->no_zeros = false;
 	w->switch_to = 0;
+	pthread_mutex_lock(&w->mu);
+	w->st_segments++;
+	w->st_reused += reused;
+	pthread_mutex_unlock(&w->mu);
 	KV_DEBUG("wal", "started wal segment", "dir=%s first_lsn=%llu recycled=%d", w->dir,
 	         (unsigned long long)w->w_seg_first, reused);
 	return KV_OK;
@@ -1973,6 +1979,7 @@ kv_wal_open(const kv_wal_opts *o, uint64_t next_lsn, kv_wal **out, char *err, si
 	w->written_lsn = w->synced_lsn = w->w_written = w->w_synced = next_lsn - 1;
 	atomic_store(&w->durable_pub, next_lsn - 1);
 	w->pend_off = w->seg_size = w->file_end = KV_WAL_HEADER_SIZE;
+	w->st_segments = 1;
 	w->last_sync = kv_now_ns();
 	if (w->mode == KV_FSYNC_BATCH) {
 		if ((rc = pthread_create(&w->syncer, NULL, syncer_main, w)) != 0) {
@@ -2350,6 +2357,8 @@ kv_wal_stats_get(kv_wal *w, kv_wal_stats *st)
 	st->bytes = w->st_bytes;
 	st->writes = w->st_writes;
 	st->fsyncs = w->st_fsyncs;
+	st->segments = w->st_segments;
+	st->reused = w->st_reused;
 	st->next_lsn = w->next_lsn;
 	st->written_lsn = w->written_lsn;
 	st->synced_lsn = w->synced_lsn;

@@ -466,6 +466,8 @@ counters_follow_the_traffic_and_the_text_is_valid(void **state)
 	assert_true(kv_http_sample(b, "shardkv_wal_bytes_total") > 0);
 	assert_true(kv_http_sample(b, "shardkv_wal_writes_total") > 0);
 	assert_true(kv_http_sample(b, "shardkv_wal_fsyncs_total") >= 0);
+	assert_true(kv_http_sample(b, "shardkv_wal_segments_total") >= 1);
+	assert_true(kv_http_sample(b, "shardkv_wal_segments_reused_total") >= 0);
 	assert_true(kv_http_sample(b, "shardkv_wal_healthy") == 1);
 	assert_true(kv_http_sample(b, "shardkv_snapshots_total") >= 0);
 	assert_true(kv_http_sample(b, "shardkv_snapshot_last_duration_seconds") >= 0);

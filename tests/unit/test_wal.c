@@ -1343,6 +1343,10 @@ a_dropped_segment_is_reused_and_replay_ends_at_its_own_records(void **state)
 
 		/* five dropped: four kept, two of them now segments 103, 104 */
 		assert_int_equal(count_spares(d->path), 2);
+		kv_wal_stats st;
+		kv_wal_stats_get(w, &st);
+		assert_int_equal(st.segments, 8); /* 1, 21, 41, 61, 81, 101, 103, 104 */
+		assert_int_equal(st.reused, 2);
 		seg_file(f, sizeof(f), d->path, 101);
 		assert_int_equal(header_version(f), KV_WAL_VERSION);
 		seg_file(f, sizeof(f), d->path, 103);
@@ -1390,9 +1394,13 @@ a_none_log_keeps_no_dropped_segment(void **state)
 {
 	kv_test_dir *d = *state;
 	kv_wal *w = recycling_log(d->path, KV_FSYNC_NONE);
+	kv_wal_stats st;
 	char f[512];
 
 	assert_int_equal(count_spares(d->path), 0);
+	kv_wal_stats_get(w, &st);
+	assert_int_equal(st.segments, 8);
+	assert_int_equal(st.reused, 0);
 	seg_file(f, sizeof(f), d->path, 104);
 	assert_int_equal(header_version(f), KV_WAL_VERSION);
 	kv_wal_close(w);
