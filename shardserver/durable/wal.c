@@ -116,7 +116,7 @@
 #define WAL_PATH_MAX   4096
 #define WAL_NAME_LEN   24                   /* "wal-" 16 hex ".log" */
 #define WAL_SPARE_LEN  26                   /* "spare-" 16 hex ".wal" */
-#define WAL_SPARES_MAX 4                    /* dropped segments kept for reuse */
+#define WAL_SPARES_MAX 8                    /* dropped segments kept for reuse */
 #define WAL_READ_CHUNK (1u << 20)           /* replay reads ahead this much */
 #define WAL_MAX_CHUNKS 64                   /* pending buffers the writer holds */
 #define WAL_CHUNK_MIN  (64u * 1024u)        /* first allocation of a buffer */

@@ -39,7 +39,7 @@
  * segment. Recovery rules are those of kv_wal_replay().
  *
  * Recycled segments: with ALWAYS and BATCH (unless no_spares),
- * kv_wal_drop_before() keeps up to four dropped segments as spares
+ * kv_wal_drop_before() keeps up to eight dropped segments as spares
  * (`spare-<lsn>.wal`, never read, removed by the next kv_wal_open()), and a
  * new segment is made of a spare: its header has version
  * KV_WAL_VERSION_RECYCLED, and records of the file's older use (every one
@@ -267,7 +267,7 @@ int kv_wal_rotate_wait(kv_wal *w, uint64_t first_lsn);
 
 /* Removes every segment all of whose records have lsn < lsn (that is, the
  * next segment starts at or below lsn), never the open one, and fsyncs the
- * dir. With ALWAYS and BATCH up to four of them become spares for later
+ * dir. With ALWAYS and BATCH up to eight of them become spares for later
  * segments (see "Recycled segments" above): a kv_wal_read() of DIR must not
  * run at the same time on segments this drops. Returns 0, KV_EIO or
  * KV_ENOMEM. */

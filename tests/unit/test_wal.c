@@ -1323,7 +1323,7 @@ recycling_log(const char *dir, kv_fsync_mode mode)
 	return w;
 }
 
-/* A synced log keeps four segments a drop made obsolete and makes its next
+/* A synced log keeps the segments a drop made obsolete and makes its next
  * segments of them: a crash leaves the older records after the last
  * segment's own, which replay cuts like a torn tail; a close cuts them
  * itself; the next open removes the spares left. */
@@ -1341,8 +1341,8 @@ a_dropped_segment_is_reused_and_replay_ends_at_its_own_records(void **state)
 		char f[512], err[512];
 		size_t n;
 
-		/* five dropped: four kept, two of them now segments 103, 104 */
-		assert_int_equal(count_spares(d->path), 2);
+		/* five dropped and kept, two of them now segments 103, 104 */
+		assert_int_equal(count_spares(d->path), 3);
 		kv_wal_stats st;
 		kv_wal_stats_get(w, &st);
 		assert_int_equal(st.segments, 8); /* 1, 21, 41, 61, 81, 101, 103, 104 */
@@ -1405,6 +1405,28 @@ a_none_log_keeps_no_dropped_segment(void **state)
 	assert_int_equal(header_version(f), KV_WAL_VERSION);
 	kv_wal_close(w);
 	expect_records(d->path, 101, 101, 105);
+}
+
+/* A drop keeps at most eight spares; the other segments it drops are
+ * removed. */
+static void
+a_drop_keeps_at_most_eight_spares(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = open_log(d->path, KV_FSYNC_BATCH, 1);
+	uint64_t at = 0, lsn = 1;
+
+	for (int s = 0; s < 10; s++) {
+		append_one(w, lsn++);
+		assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
+	}
+	assert_int_equal(count_segments(d->path), 11);
+	assert_int_equal(kv_wal_drop_before(w, at), KV_OK);
+	assert_int_equal(count_segments(d->path), 1);
+	assert_int_equal(count_spares(d->path), 8);
+	append_one(w, lsn++);
+	kv_wal_close(w);
+	expect_records(d->path, at, at, lsn - 1);
 }
 
 /* The bytes of record lsn of segment first in DIR (*n of them). */
@@ -1685,7 +1707,7 @@ rotation_and_dropping_while_appending_keep_lsns_contiguous(void **state)
 
 /* Segments dropped while threads append become later segments (BATCH):
  * every record from the last drop on replays, in order, and the spares
- * stay at most four. */
+ * stay at most eight. */
 static void
 dropped_segments_reused_while_appending_lose_nothing(void **state)
 {
@@ -1719,7 +1741,7 @@ dropped_segments_reused_while_appending_lose_nothing(void **state)
 	for (int i = 0; i < 40; i++) {
 		assert_int_equal(kv_wal_rotate(w, &at), KV_OK);
 		assert_int_equal(kv_wal_drop_before(w, from), KV_OK);
-		assert_true(count_spares(d->path) <= 4);
+		assert_true(count_spares(d->path) <= 8);
 		from = at;
 	}
 	for (int t = 0; t < THREADS; t++)
@@ -2350,6 +2372,7 @@ main(void)
 	    T(drop_before_removes_only_fully_covered_segments),
 	    T(a_dropped_segment_is_reused_and_replay_ends_at_its_own_records),
 	    T(a_none_log_keeps_no_dropped_segment),
+	    T(a_drop_keeps_at_most_eight_spares),
 	    T(older_records_end_a_recycled_segment_before_the_last),
 	    T(an_own_record_after_older_ones_in_the_last_segment_is_corruption),
 #else
