@@ -1429,6 +1429,26 @@ a_drop_keeps_at_most_eight_spares(void **state)
 	expect_records(d->path, at, at, lsn - 1);
 }
 
+/* A full disk removes the spares: their space serves better free. */
+static void
+a_full_disk_removes_the_spares(void **state)
+{
+	kv_test_dir *d = *state;
+	kv_wal *w = recycling_log(d->path, KV_FSYNC_BATCH);
+
+	assert_int_equal(count_spares(d->path), 3);
+	kv_wal_test_fail_writes(w, KV_ENOSPC);
+	append_one(w, 106);
+	assert_int_equal(kv_wal_wait(w, 106, true), KV_ENOSPC);
+	assert_int_equal(count_spares(d->path), 0);
+	kv_wal_test_fail_writes(w, 0);
+	for (int i = 0; i < 3000 && kv_wal_health(w) != KV_OK; i++)
+		usleep(10 * 1000);
+	assert_int_equal(kv_wal_wait(w, 106, true), KV_OK);
+	kv_wal_close(w);
+	expect_records(d->path, 101, 101, 106);
+}
+
 /* The bytes of record lsn of segment first in DIR (*n of them). */
 static uint8_t *
 record_bytes(const char *dir, uint64_t first, uint64_t lsn, size_t *n)
@@ -2373,6 +2393,7 @@ main(void)
 	    T(a_dropped_segment_is_reused_and_replay_ends_at_its_own_records),
 	    T(a_none_log_keeps_no_dropped_segment),
 	    T(a_drop_keeps_at_most_eight_spares),
+	    T(a_full_disk_removes_the_spares),
 	    T(older_records_end_a_recycled_segment_before_the_last),
 	    T(an_own_record_after_older_ones_in_the_last_segment_is_corruption),
 #else
