@@ -1,11 +1,12 @@
 /*
- * bench_util.h - small helpers the store's cost programs share
- * (scan_cost.c, range_delete_cost.c): a seeded generator and a count
- * with a K or M suffix.
+ * bench_util.h - small helpers the cost programs share (scan_cost.c,
+ * range_delete_cost.c, fsync_cost.c, wal_cost.c): a seeded generator, a
+ * count with a K or M suffix, a bounded integer. libc only.
  */
 #ifndef KV_BENCH_UTIL_H
 #define KV_BENCH_UTIL_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -30,6 +31,19 @@ bench_parse_count(const char *s)
 	else if (*end == 'M' || *end == 'm')
 		v *= 1e6;
 	return v > 0 && v < 1.8e19 ? (uint64_t)v : 0;
+}
+
+/* A decimal integer in [min, max] into *out: 0, or -1 when s is not one. */
+static inline int
+bench_parse_long(const char *s, long min, long max, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
+		return -1;
+	*out = v;
+	return 0;
 }
 
 #endif

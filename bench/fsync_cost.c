@@ -15,6 +15,7 @@
  * file is removed at the end.
  */
 #define _GNU_SOURCE
+#include "bench/bench_util.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -47,18 +48,6 @@ usage(void)
 	return 2;
 }
 
-static int
-num(const char *s, long min, long max, long *out)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 int
 main(int argc, char **argv)
 {
@@ -77,10 +66,11 @@ main(int argc, char **argv)
 		const char *v = argv[++i];
 		if (strcmp(a, "--dir") == 0)
 			dir = v;
-		else if (strcmp(a, "--rounds") == 0  ? num(v, 1, 10000000, &rounds) != 0
-		         : strcmp(a, "--bytes") == 0 ? num(v, 1, 1 << 24, &bytes) != 0
-		         : strcmp(a, "--ahead") == 0 ? num(v, 0, 1 << 20, &ahead_kib) != 0
-		                                     : 1)
+		else if (strcmp(a, "--rounds") == 0 ? bench_parse_long(v, 1, 10000000, &rounds) != 0
+		         : strcmp(a, "--bytes") == 0 ? bench_parse_long(v, 1, 1 << 24, &bytes) != 0
+		         : strcmp(a, "--ahead") == 0
+		             ? bench_parse_long(v, 0, 1 << 20, &ahead_kib) != 0
+		             : 1)
 			return usage();
 	}
 

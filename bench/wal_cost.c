@@ -18,6 +18,7 @@
  * record and its records a second, then the medians of each and their
  * ratio. The directories are removed.
  */
+#include "bench/bench_util.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "shardserver/durable/wal.h"
@@ -72,18 +73,6 @@ usage(void)
 	fprintf(stderr, "usage: shardkv-wal-cost [--dir DIR] [--mode batch|always] [--mib M] "
 	                "[--bytes B] [--drop-mib D] [--runs R]\n");
 	return 2;
-}
-
-static int
-num(const char *s, long min, long max, long *out)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
-		return -1;
-	*out = v;
-	return 0;
 }
 
 /* Removes dir and the files in it. */
@@ -180,16 +169,16 @@ main(int argc, char **argv)
 			if (kv_fsync_mode_parse(v, &mode) != KV_OK || mode == KV_FSYNC_NONE)
 				return usage();
 		} else if (strcmp(a, "--mib") == 0) {
-			if (num(v, 1, 1 << 20, &mib) != 0)
+			if (bench_parse_long(v, 1, 1 << 20, &mib) != 0)
 				return usage();
 		} else if (strcmp(a, "--bytes") == 0) {
-			if (num(v, 1, 1 << 20, &bytes) != 0)
+			if (bench_parse_long(v, 1, 1 << 20, &bytes) != 0)
 				return usage();
 		} else if (strcmp(a, "--drop-mib") == 0) {
-			if (num(v, 1, 1 << 20, &drop_mib) != 0)
+			if (bench_parse_long(v, 1, 1 << 20, &drop_mib) != 0)
 				return usage();
 		} else if (strcmp(a, "--runs") == 0) {
-			if (num(v, 1, 100, &runs) != 0)
+			if (bench_parse_long(v, 1, 100, &runs) != 0)
 				return usage();
 		} else {
 			return usage();

@@ -68,8 +68,9 @@ exists(const char *f)
 	return stat(f, &st) == 0;
 }
 
+/* The files of dir whose names start with prefix. */
 static int
-count_segments(const char *dir)
+count_named(const char *dir, const char *prefix)
 {
 	DIR *dd = opendir(dir);
 	struct dirent *e;
@@ -77,25 +78,22 @@ count_segments(const char *dir)
 
 	assert_non_null(dd);
 	while ((e = readdir(dd)) != NULL)
-		if (strncmp(e->d_name, "wal-", 4) == 0)
+		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
 			n++;
 	closedir(dd);
 	return n;
 }
 
+static int
+count_segments(const char *dir)
+{
+	return count_named(dir, "wal-");
+}
+
 HELPER int
 count_spares(const char *dir)
 {
-	DIR *dd = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	assert_non_null(dd);
-	while ((e = readdir(dd)) != NULL)
-		if (strncmp(e->d_name, "spare-", 6) == 0)
-			n++;
-	closedir(dd);
-	return n;
+	return count_named(dir, "spare-");
 }
 
 HELPER uint32_t
