@@ -1,7 +1,8 @@
 /*
  * bench_util.h - small helpers the cost programs share (scan_cost.c,
- * range_delete_cost.c, fsync_cost.c, wal_cost.c): a seeded generator, a
- * count with a K or M suffix, a bounded integer. libc only.
+ * range_delete_cost.c, fsync_cost.c, wal_cost.c, cpu_control.c): a seeded
+ * generator, a count with a K or M suffix, a bounded integer, the monotonic
+ * clock and a comparison for qsort of doubles. libc only.
  */
 #ifndef KV_BENCH_UTIL_H
 #define KV_BENCH_UTIL_H
@@ -9,6 +10,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* splitmix64: the next of a reproducible sequence seeded by *s. */
 static inline uint64_t
@@ -44,6 +46,23 @@ bench_parse_long(const char *s, long min, long max, long *out)
 		return -1;
 	*out = v;
 	return 0;
+}
+
+/* The monotonic clock in seconds. */
+static inline double
+bench_now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* qsort's comparison of doubles, ascending. */
+static inline int
+bench_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
 }
 
 #endif

@@ -27,6 +27,8 @@
  * on a usage error.
  */
 #define _GNU_SOURCE
+#include "bench/bench_util.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -41,14 +43,6 @@
 #include <unistd.h>
 
 #define SYNC_EVERY (8u << 20) /* bytes between two fdatasyncs of the sink */
-
-static double
-now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 /* Sleeps until the monotonic time t (seconds). */
 static void
@@ -221,7 +215,7 @@ run_copy(uint64_t n, double mbs, size_t chunk, const char *path)
 		fprintf(stderr, "shardkv-cpu-control: no loopback socket: %s\n", strerror(errno));
 		return 1;
 	}
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	pid_t rp = fork();
 	if (rp == 0)
 		_exit(receive(ls, n, chunk, path));
@@ -234,7 +228,7 @@ run_copy(uint64_t n, double mbs, size_t chunk, const char *path)
 		bad |= reap(sp);
 	if (rp > 0)
 		bad |= reap(rp);
-	double wall = now_s() - t0;
+	double wall = bench_now_s() - t0;
 	printf("copy %llu bytes in %.0f ms (%.1f MB/s), CPU %.0f ms%s\n", (unsigned long long)n,
 	       wall * 1e3, (double)n / 1e6 / wall, children_cpu_ms(), bad ? ", FAILED" : "");
 	return bad;
@@ -264,12 +258,12 @@ write_all(uint64_t n, double mbs, size_t chunk, const char *path, double t0)
 static int
 run_write(uint64_t n, double mbs, size_t chunk, const char *path)
 {
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	pid_t p = fork();
 	if (p == 0)
 		_exit(write_all(n, mbs, chunk, path, t0));
 	int bad = p < 0 || reap(p);
-	double wall = now_s() - t0;
+	double wall = bench_now_s() - t0;
 	printf("write %llu bytes in %.0f ms (%.1f MB/s), CPU %.0f ms%s\n", (unsigned long long)n,
 	       wall * 1e3, (double)n / 1e6 / wall, children_cpu_ms(), bad ? ", FAILED" : "");
 	return bad;
@@ -283,9 +277,9 @@ spin(double share, double end, int nice_by)
 		if (nice(nice_by) == -1 && errno != 0)
 			_exit(1);
 	}
-	for (double next = now_s(); next < end;) {
+	for (double next = bench_now_s(); next < end;) {
 		double stop = next + share * 1e-3;
-		while (now_s() < stop)
+		while (bench_now_s() < stop)
 			;
 		next += 1e-3;
 		sleep_until(next);
@@ -307,7 +301,7 @@ run_burn(double cpu_ms, double secs, int procs, int nice_by)
 		    cpu_ms, procs, secs);
 		return 2;
 	}
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	for (; n < procs; n++) {
 		pid[n] = fork();
 		if (pid[n] == 0)
@@ -320,7 +314,7 @@ run_burn(double cpu_ms, double secs, int procs, int nice_by)
 	for (int i = 0; i < n; i++)
 		bad |= reap(pid[i]);
 	printf("burn %.0f ms of CPU over %g s in %d processes: %.0f ms, CPU %.0f ms%s\n", cpu_ms,
-	       secs, procs, (now_s() - t0) * 1e3, children_cpu_ms(), bad ? ", FAILED" : "");
+	       secs, procs, (bench_now_s() - t0) * 1e3, children_cpu_ms(), bad ? ", FAILED" : "");
 	return bad;
 }
 

@@ -25,21 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double
-now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static int
-cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static int
 usage(void)
 {
@@ -98,21 +83,21 @@ main(int argc, char **argv)
 		goto out;
 	}
 	off_t off = 0, zend = 0;
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	for (long i = 0; i < rounds; i++) {
 		if (ahead > 0 && off + bytes > zend) {
 			if (pwrite(fd, zeros, ahead, zend) != (ssize_t)ahead)
 				goto io;
 			zend += (off_t)ahead;
 		}
-		double a = now_s();
+		double a = bench_now_s();
 		if (pwrite(fd, buf, (size_t)bytes, off) != (ssize_t)bytes || fdatasync(fd) != 0)
 			goto io;
-		lat[i] = now_s() - a;
+		lat[i] = bench_now_s() - a;
 		off += bytes;
 	}
-	double total = now_s() - t0;
-	qsort(lat, (size_t)rounds, sizeof(double), cmp_d);
+	double total = bench_now_s() - t0;
+	qsort(lat, (size_t)rounds, sizeof(double), bench_cmp_double);
 	printf("rounds=%ld bytes=%ld ahead_kib=%ld fallocate=%d avg_us=%.1f p50_us=%.0f "
 	       "p99_us=%.0f p999_us=%.0f max_us=%.0f\n",
 	       rounds, bytes, ahead_kib, falloc, total / (double)rounds * 1e6,

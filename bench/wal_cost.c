@@ -37,14 +37,6 @@
 #define MIB (1024.0 * 1024.0)
 
 static double
-now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static double
 cpu_s(void)
 {
 	struct rusage ru;
@@ -53,17 +45,10 @@ cpu_s(void)
 	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
-static int
-cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static double
 median(double *v, int n)
 {
-	qsort(v, (size_t)n, sizeof(*v), cmp_d);
+	qsort(v, (size_t)n, sizeof(*v), bench_cmp_double);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
@@ -120,7 +105,7 @@ run(const char *base, kv_fsync_mode mode, bool spares, uint64_t total, size_t by
 		return KV_EIO;
 	}
 	o.dir = dir;
-	t0 = now_s();
+	t0 = bench_now_s();
 	c0 = cpu_s();
 	if ((rv = kv_wal_open(&o, 1, &w, err, sizeof(err))) != KV_OK) {
 		fprintf(stderr, "shardkv-wal-cost: %s\n", err);
@@ -145,7 +130,7 @@ run(const char *base, kv_fsync_mode mode, bool spares, uint64_t total, size_t by
 		goto out;
 	}
 	*cpu_us = (cpu_s() - c0) * 1e6 / (double)n;
-	*rate = (double)n / (now_s() - t0);
+	*rate = (double)n / (bench_now_s() - t0);
 out:
 	rm_dir(dir);
 	free(rec);
