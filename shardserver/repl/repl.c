@@ -2753,10 +2753,13 @@ qend_free(qend *e)
  * This node now leads t after a failover (doc/replication.md "Case (b):
  * the old primary"): keeps its end of the previous leader epoch of t when
  * every old route overlapping t was led by one other node at one leader
- * epoch below t's, with this node in its ISR, and this node applied a
- * record of it (the end is known). Caller holds in_mu (no record of the
- * old primary is being applied) and tab_lock for writing (no write of t is
- * in its tap).
+ * epoch below t's, with this node in its ISR and no transfer fence (a
+ * route still fenced was handed to its primary before that primary was
+ * known to hold every record of the fence, the old primary: the other
+ * ISR members may hold records it lacks, so its epoch did not begin from
+ * their state), and this node applied a record of it (the end is known).
+ * Caller holds in_mu (no record of the old primary is being applied) and
+ * tab_lock for writing (no write of t is in its tap).
  */
 static void
 qend_note_locked(kv_rs *g, const route *old, size_t oldn, const route *t, uint32_t me)
@@ -2774,15 +2777,16 @@ qend_note_locked(kv_rs *g, const route *old, size_t oldn, const route *t, uint32
 		for (uint32_t k = 0; k < q->ninsync; k++)
 			was_in |= q->insync[k] == me;
 		if (q->primary == me || q->primary == 0 || q->nreplicas < 2 || !was_in ||
-		    q->leader_epoch >= t->leader_epoch || (prev != 0 && q->primary != prev) ||
-		    (prev != 0 && q->leader_epoch != pe)) {
+		    q->fence != 0 || q->leader_epoch >= t->leader_epoch ||
+		    (prev != 0 && q->primary != prev) || (prev != 0 && q->leader_epoch != pe)) {
 			if (q->primary != me && q->primary != 0 &&
 			    q->leader_epoch < t->leader_epoch)
 				KV_INFO(COMP,
 				        "primary after a failover: no end kept for the old primary",
-				        "leader_epoch=%llu old_primary=%u in_isr=%d replicas=%u",
+				        "leader_epoch=%llu old_primary=%u in_isr=%d replicas=%u "
+				        "fence=%u",
 				        (unsigned long long)t->leader_epoch, q->primary, was_in,
-				        q->nreplicas);
+				        q->nreplicas, q->fence);
 			return;
 		}
 		prev = q->primary;

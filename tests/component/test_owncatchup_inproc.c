@@ -984,6 +984,100 @@ a_restarted_old_primary_whose_log_holds_only_other_ranges_past_the_end_is_caught
 		ov_holds_everything(i);
 }
 
+/*
+ * A transfer to a node that died before it took the old primary's last
+ * records (doc/replication.md "A transfer to a node that dies before its
+ * fence"): [, m) led by node 1 with nodes 2 and 3 in sync, [m, ) led by
+ * node 3 with node 2 in sync (node 2 applies node 3's records, so it has an
+ * end for node 3). Node 3 stops; node 1's record of "b" reaches node 2,
+ * with its exactly-once entry, not node 3. A transfer makes node 3 the
+ * primary of [, m) (fence: node 1), which hands the range over with the
+ * record outstanding: the write fails. Node 3 is failed over to node 2
+ * before its fence ends, and the write's retry at node 2 is answered from
+ * the entry: acknowledged. Node 3 restarts and must be copied, not caught
+ * up from its own data, and hold the write.
+ */
+static void
+a_transfer_target_failed_over_before_its_fence_is_copied_and_holds_the_fences_writes(void **state)
+{
+	const uint32_t r123[3] = {1, 2, 3}, r32[2] = {3, 2}, r312[3] = {3, 1, 2},
+	               r213[3] = {2, 1, 3}, i2[1] = {2};
+	put_call c = {.url = ov[0].url, .key = "b", .val = "acked", .status = -1};
+	pthread_t t;
+	(void)state;
+
+	for (int i = 0; i < 3; i++)
+		fake_ctl_add_node(octl, ov[i].url);
+	fake_cfg a = fake_cfg_new(octl);
+	fake_cfg_range(&a, "", 1);
+	fake_cfg_replicas(&a, r123, 3, r123, 3, 0);
+	fake_cfg_range(&a, "m", 3);
+	fake_cfg_replicas(&a, r32, 2, r32, 2, 0);
+	uint64_t e1 = fake_cfg_publish(octl, &a);
+	for (int i = 0; i < 3; i++)
+		inproc_srv_up(&ov[i]);
+	for (int i = 0; i < 3; i++)
+		srv_wait_ready(ov[i].url, e1, DEADLINE, NULL);
+	ov_write(0, 0, NKEYS / 2);
+	assert_int_equal(do_put(ov[2].url, "n", "1", 0, 0).status, KV_OK);
+
+	/* Node 3 stops; the write reaches node 2 only and waits. */
+	inproc_srv_down(&ov[2]);
+	assert_int_equal(pthread_create(&t, NULL, put_main, &c), 0);
+	for (uint64_t t0 = kv_test_now_ms(); !inproc_srv_holds(ov[1].s, "b", "acked");) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node 2 never applied node 1's record of the write");
+		kv_test_sleep_ms(1);
+	}
+	/* The transfer of [, m) to node 3, node 1 its fence. */
+	fake_cfg tr = fake_cfg_new(octl);
+	fake_cfg_range(&tr, "", 3);
+	fake_cfg_replicas(&tr, r312, 3, r312, 3, 0);
+	tr.c->ranges[0].fence = 1;
+	fake_cfg_range(&tr, "m", 3);
+	fake_cfg_replicas(&tr, r32, 2, r32, 2, e1);
+	uint64_t e2 = fake_cfg_publish(octl, &tr);
+	for (int i = 0; i < 2; i++)
+		srv_wait_ready(ov[i].url, e2, DEADLINE, NULL);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_not_equal(c.status, KV_OK);
+
+	/* Node 3 is failed over to node 2 before its fence ends. */
+	unsigned adds = ov_isr_adds();
+	kv_rs_stats q0 = ov_stats(1);
+	fake_cfg f = fake_cfg_new(octl);
+	fake_cfg_range(&f, "", 2);
+	fake_cfg_replicas(&f, r213, 3, i2, 1, 0);
+	fake_cfg_range(&f, "m", 2);
+	fake_cfg_replicas(&f, (const uint32_t[]){2, 3}, 2, i2, 1, 0);
+	uint64_t e3 = fake_cfg_publish(octl, &f);
+	for (int i = 0; i < 2; i++)
+		srv_wait_ready(ov[i].url, e3, DEADLINE, NULL);
+	/* The write's retry, same ids: answered from node 2's entry. */
+	c.url = ov[1].url;
+	for (uint64_t t0 = kv_test_now_ms();; kv_test_sleep_ms(10)) {
+		put_main(&c);
+		if (c.status == KV_OK)
+			break;
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("the write's retry at node 2: status %d", c.status);
+	}
+	inproc_srv_up(&ov[2]);
+	srv_wait_ready(ov[2].url, e3, DEADLINE, NULL);
+	ov_wait_isr_add(adds, 3);
+	for (uint64_t t0 = kv_test_now_ms(); !inproc_srv_holds(ov[2].s, "b", "acked");) {
+		if (kv_test_now_ms() - t0 > DEADLINE)
+			fail_msg("node 3 joined the ISR without the acknowledged write");
+		kv_test_sleep_ms(10);
+	}
+	kv_rs_stats q1 = ov_stats(1);
+	print_message("node 2: catch-ups %llu -> %llu, copies %llu -> %llu\n",
+	              (unsigned long long)q0.catchups, (unsigned long long)q1.catchups,
+	              (unsigned long long)q0.copies, (unsigned long long)q1.copies);
+	for (int i = 0; i < 3; i++)
+		ov_holds_everything(i);
+}
+
 /* Cuts the last `bytes` bytes of the newest log segment of dir: the torn
  * tail a crash leaves of records written but not yet synced. */
 static void
@@ -1092,6 +1186,9 @@ main(void)
 	        ov_teardown),
 	    cmocka_unit_test_setup_teardown(
 	        an_old_primary_with_a_tail_the_new_primary_lacks_is_copied_and_serves_none_of_it,
+	        ov_setup, ov_teardown),
+	    cmocka_unit_test_setup_teardown(
+	        a_transfer_target_failed_over_before_its_fence_is_copied_and_holds_the_fences_writes,
 	        ov_setup, ov_teardown),
 	    cmocka_unit_test_setup_teardown(
 	        a_restarted_old_primary_with_no_tail_is_caught_up_without_a_copy_and_holds_every_write,
