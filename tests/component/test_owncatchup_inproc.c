@@ -43,7 +43,10 @@
  *   primary never applied (the new primary applied the failover before
  *   that record reached it: an unacknowledged tail) is copied and no
  *   longer holds the tail's value. One restarted before it returns (its
- *   lsns may be reused by the new process) is copied, losing nothing.
+ *   lsns may be reused by the new process) is copied, losing nothing. One
+ *   made primary by a transfer while it was down, then failed over before
+ *   the transfer's fence ended, is copied on its return and holds the
+ *   fence's write that the new primary acknowledged.
  *
  * Every wait polls with a deadline; the servers' metrics listeners and
  * every port are picked free at run time on 127.0.0.1.
@@ -813,6 +816,28 @@ ov_start(int n)
 	return e;
 }
 
+/* Nodes 1..3 up with two ranges: [, m) on replicas lo[0..nlo) (lo[0] its
+ * primary, all in sync) and [m, ) on hi[0..nhi); node 1 writes the first
+ * half of the keys (all in [, m)). Returns the epoch. */
+static uint64_t
+ov_start_split(const uint32_t *lo, uint32_t nlo, const uint32_t *hi, uint32_t nhi)
+{
+	for (int i = 0; i < 3; i++)
+		fake_ctl_add_node(octl, ov[i].url);
+	fake_cfg a = fake_cfg_new(octl);
+	fake_cfg_range(&a, "", lo[0]);
+	fake_cfg_replicas(&a, lo, nlo, lo, nlo, 0);
+	fake_cfg_range(&a, "m", hi[0]);
+	fake_cfg_replicas(&a, hi, nhi, hi, nhi, 0);
+	uint64_t e = fake_cfg_publish(octl, &a);
+	for (int i = 0; i < 3; i++)
+		inproc_srv_up(&ov[i]);
+	for (int i = 0; i < 3; i++)
+		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
+	ov_write(0, 0, NKEYS / 2);
+	return e;
+}
+
 /* Node 2's counters since q0 show the old primary caught up (one catch-up,
  * no refusal, no copy) or refused and copied. */
 static void
@@ -940,19 +965,7 @@ a_restarted_old_primary_whose_log_holds_only_other_ranges_past_the_end_is_caught
 	               r31[2] = {3, 1}, i3[1] = {3};
 	char key[16];
 	(void)state;
-	for (int i = 0; i < 3; i++)
-		fake_ctl_add_node(octl, ov[i].url);
-	fake_cfg a = fake_cfg_new(octl);
-	fake_cfg_range(&a, "", 1);
-	fake_cfg_replicas(&a, r12, 2, r12, 2, 0);
-	fake_cfg_range(&a, "m", 1);
-	fake_cfg_replicas(&a, r13, 2, r13, 2, 0);
-	uint64_t e = fake_cfg_publish(octl, &a);
-	for (int i = 0; i < 3; i++)
-		inproc_srv_up(&ov[i]);
-	for (int i = 0; i < 3; i++)
-		srv_wait_ready(ov[i].url, e, DEADLINE, NULL);
-	ov_write(0, 0, NKEYS / 2);
+	uint64_t e = ov_start_split(r12, 2, r13, 2);
 	/* The last records of node 1's log are of [m, ): past node 2's end. */
 	for (int k = 0; k < 20; k++) {
 		snprintf(key, sizeof(key), "t:%04d", k);
@@ -1006,19 +1019,7 @@ a_transfer_target_failed_over_before_its_fence_is_copied_and_holds_the_fences_wr
 	pthread_t t;
 	(void)state;
 
-	for (int i = 0; i < 3; i++)
-		fake_ctl_add_node(octl, ov[i].url);
-	fake_cfg a = fake_cfg_new(octl);
-	fake_cfg_range(&a, "", 1);
-	fake_cfg_replicas(&a, r123, 3, r123, 3, 0);
-	fake_cfg_range(&a, "m", 3);
-	fake_cfg_replicas(&a, r32, 2, r32, 2, 0);
-	uint64_t e1 = fake_cfg_publish(octl, &a);
-	for (int i = 0; i < 3; i++)
-		inproc_srv_up(&ov[i]);
-	for (int i = 0; i < 3; i++)
-		srv_wait_ready(ov[i].url, e1, DEADLINE, NULL);
-	ov_write(0, 0, NKEYS / 2);
+	uint64_t e1 = ov_start_split(r123, 3, r32, 2);
 	assert_int_equal(do_put(ov[2].url, "n", "1", 0, 0).status, KV_OK);
 
 	/* Node 3 stops; the write reaches node 2 only and waits. */
